@@ -1,0 +1,46 @@
+//! The crate's one error type.
+
+/// A boxed error from a store or a hook, kept whole so its source chain survives.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors returned by `workerutil`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An options struct failed validation.
+    #[error("invalid option `{field}`: {reason}")]
+    InvalidOption {
+        /// The field that is wrong.
+        field: &'static str,
+        /// Why it is wrong.
+        reason: String,
+    },
+    /// The host name could not be determined and none was configured.
+    #[error("cannot determine the worker hostname: {0}")]
+    Hostname(#[source] std::io::Error),
+    /// A store operation failed.
+    #[error("store operation `{op}` failed: {source}")]
+    Store {
+        /// The operation that failed.
+        op: &'static str,
+        /// The store's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Renders an error and its sources as one line: `outer: cause: root cause`.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        // Many errors repeat their source in their own message; don't print it twice.
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}

@@ -1,0 +1,103 @@
+//! The `Handler` trait: the hooks the worker calls around each job.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::BoxError;
+use crate::execution_log::ExecutionLogEntry;
+use crate::outcome::{HandlerError, Outcome};
+use crate::store::{Lease, Store};
+
+/// Processes jobs from a store `S`. Only [`Handler::handle`] is required.
+///
+/// The hooks in call order: `pre_dequeue` (before each dequeue), `pre_handle`
+/// (after a job was dequeued), `handle`, then the worker records the outcome in
+/// the store, then `post_handle`. A panic in any hook is caught: a panic in
+/// `pre_handle` or `handle` marks the job errored with the panic message; a panic
+/// in `pre_dequeue` or `post_handle` is logged and the worker goes on.
+#[async_trait]
+pub trait Handler<S: Store>: Send + Sync + 'static {
+    /// Called before each dequeue. Return `Ok(None)` to skip this round (the
+    /// worker waits one poll interval), or `Ok(Some(conditions))` to dequeue only
+    /// jobs that also match `conditions`; this is how a budget-aware worker skips
+    /// jobs larger than its remaining headroom. An error is logged and the worker
+    /// waits one interval.
+    async fn pre_dequeue(&self) -> Result<Option<S::Conditions>, BoxError> {
+        Ok(Some(S::Conditions::default()))
+    }
+
+    /// Called for each dequeued job before it is handled, e.g. to take its share
+    /// of a budget.
+    ///
+    /// This hook runs on the dequeue loop: while it runs, nothing else is
+    /// dequeued. Keep it short.
+    async fn pre_handle(&self, _record: &S::Record) {}
+
+    /// Processes the job. With the Postgres store, `job` gives access to the
+    /// transaction that locks the record: writes made there commit atomically
+    /// with the job's final state.
+    ///
+    /// The future is dropped (at its next `.await`) when the job times out, is
+    /// canceled, is lost, or the worker stops immediately; `ctx.cancellation()`
+    /// lets blocking or spawned work notice that too.
+    async fn handle(&self, job: &mut S::Job, ctx: &JobContext<S>) -> Result<(), HandlerError>;
+
+    /// Called after the job's outcome was recorded, e.g. to give back its share
+    /// of a budget. Called for every job that reached `pre_handle`.
+    async fn post_handle(&self, _record: &S::Record, _outcome: &Outcome) {}
+}
+
+/// What a running handler can reach besides its job.
+pub struct JobContext<S: Store> {
+    pub(crate) store: Arc<S>,
+    pub(crate) lease: Lease,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) worker_name: Arc<str>,
+}
+
+impl<S: Store> std::fmt::Debug for JobContext<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobContext")
+            .field("lease", &self.lease)
+            .field("worker_name", &self.worker_name)
+            .field("canceled", &self.cancel.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> JobContext<S> {
+    /// The store the job came from.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// This attempt's lease on the record.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// The name of the worker running the job.
+    pub fn worker_name(&self) -> &str {
+        &self.worker_name
+    }
+
+    /// Fired when the job times out, is canceled or lost, or the worker stops.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Appends an entry to the job's execution log; returns its index, or `None`
+    /// if this attempt no longer owns the record.
+    pub async fn log(&self, entry: &ExecutionLogEntry) -> Result<Option<usize>, BoxError> {
+        self.store.add_execution_log_entry(self.lease, entry).await
+    }
+
+    /// Replaces the log entry at `index`; returns whether the update took effect.
+    pub async fn update_log(&self, index: usize, entry: &ExecutionLogEntry) -> Result<bool, BoxError> {
+        self.store
+            .update_execution_log_entry(self.lease, index, entry)
+            .await
+    }
+}

@@ -1,0 +1,42 @@
+//! `workerutil`: a generic background worker with no database in it.
+//!
+//! A [`Worker`] drives a [`Handler`] over jobs from a [`Store`]: it calls the
+//! hooks `pre_dequeue`, `pre_handle`, `handle` and `post_handle`, keeps at most
+//! `num_handlers` jobs running, heartbeats them, cancels the ones the store
+//! lost or was asked to cancel, enforces a per-job timeout, catches panics, and
+//! shuts down gracefully (bounded drain) or immediately.
+//!
+//! The Postgres store lives in the `dbworker` crate. [`MemoryStore`] is an
+//! in-memory store for unit-testing handlers; with the `testing` feature,
+//! [`conformance`] holds the suite every store must pass.
+
+mod error;
+mod events;
+mod execution_log;
+mod handler;
+mod heartbeat;
+mod memory;
+mod options;
+mod outcome;
+mod shutdown;
+mod state;
+mod store;
+mod worker;
+
+#[cfg(feature = "testing")]
+pub mod conformance;
+
+pub use async_trait::async_trait;
+pub use tokio_util::sync::CancellationToken;
+
+pub use error::{BoxError, Error, error_chain};
+pub use events::{Hook, WorkerEvent};
+pub use execution_log::ExecutionLogEntry;
+pub use handler::{Handler, JobContext};
+pub use memory::{JobSnapshot, MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions};
+pub use options::WorkerOptions;
+pub use outcome::{HandlerError, Outcome, SharedError};
+pub use shutdown::ShutdownHandle;
+pub use state::{JobState, UnknownState};
+pub use store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
+pub use worker::{StopReason, Worker, WorkerSummary};

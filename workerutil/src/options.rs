@@ -1,0 +1,145 @@
+//! Worker options.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// How a [`Worker`](crate::Worker) runs. Build with [`WorkerOptions::new`] and
+/// override fields; [`WorkerOptions::validate`] runs when the worker is created.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The worker's name, used in logs, spans and events. Required.
+    pub name: String,
+    /// The host name recorded on claimed jobs. `None` uses the machine's host name.
+    pub hostname: Option<String>,
+    /// How many jobs run at once. At least 1. Default 1.
+    pub num_handlers: usize,
+    /// Stop dequeuing after this many jobs were dequeued, then wait for them to
+    /// finish and return. `None` (the default) runs until shut down.
+    pub num_total_jobs: Option<u64>,
+    /// Stop dequeuing after the worker has been running this long, then wait for
+    /// the running jobs and return. `None` (the default) runs until shut down.
+    pub max_active_time: Option<Duration>,
+    /// How long to wait before polling again after a dequeue found nothing (or
+    /// `pre_dequeue` declined, or the store failed). Default 1 s.
+    pub interval: Duration,
+    /// How often running jobs are heartbeated. Keep it well below the store's
+    /// stalled max age. Default 1 s.
+    pub heartbeat_interval: Duration,
+    /// A job running longer than this is canceled and marked errored with
+    /// "job exceeded maximum runtime of …". `None` (the default) means no limit.
+    pub max_runtime_per_job: Option<Duration>,
+    /// When heartbeats keep failing for longer than this, the worker cancels its
+    /// own running jobs: a resetter may already have requeued them for another
+    /// worker, so going on could run a job twice at once. Set it below the
+    /// store's stalled max age. `None` disables it. Default 30 s.
+    pub heartbeat_failure_limit: Option<Duration>,
+    /// On a graceful shutdown, how long running jobs may take to finish before
+    /// they are canceled and put back in the queue. Default 30 s.
+    pub drain_timeout: Duration,
+    /// Capacity of the event channel ([`Worker::subscribe`](crate::Worker::subscribe)).
+    /// Default 1024.
+    pub event_capacity: usize,
+}
+
+impl WorkerOptions {
+    /// Options with the given name and every other field at its default.
+    pub fn new(name: impl Into<String>) -> Self {
+        WorkerOptions {
+            name: name.into(),
+            hostname: None,
+            num_handlers: 1,
+            num_total_jobs: None,
+            max_active_time: None,
+            interval: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_secs(1),
+            max_runtime_per_job: None,
+            heartbeat_failure_limit: Some(Duration::from_secs(30)),
+            drain_timeout: Duration::from_secs(30),
+            event_capacity: 1024,
+        }
+    }
+
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), Error> {
+        fn invalid(field: &'static str, reason: &str) -> Result<(), Error> {
+            Err(Error::InvalidOption {
+                field,
+                reason: reason.to_owned(),
+            })
+        }
+        if self.name.trim().is_empty() {
+            return invalid("name", "must not be empty");
+        }
+        if matches!(&self.hostname, Some(h) if h.trim().is_empty()) {
+            return invalid("hostname", "must not be empty when set");
+        }
+        if self.num_handlers == 0 {
+            return invalid("num_handlers", "must be at least 1");
+        }
+        if self.num_total_jobs == Some(0) {
+            return invalid("num_total_jobs", "must be at least 1 when set");
+        }
+        if self.max_active_time == Some(Duration::ZERO) {
+            return invalid("max_active_time", "must be positive when set");
+        }
+        if self.interval.is_zero() {
+            return invalid("interval", "must be positive");
+        }
+        if self.heartbeat_interval.is_zero() {
+            return invalid("heartbeat_interval", "must be positive");
+        }
+        if self.max_runtime_per_job == Some(Duration::ZERO) {
+            return invalid("max_runtime_per_job", "must be positive when set");
+        }
+        if let Some(limit) = self.heartbeat_failure_limit
+            && limit < self.heartbeat_interval {
+                return invalid(
+                    "heartbeat_failure_limit",
+                    "must be at least heartbeat_interval",
+                );
+            }
+        if self.event_capacity == 0 {
+            return invalid("event_capacity", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        WorkerOptions::new("w").validate().unwrap();
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        type Breaker = Box<dyn Fn(&mut WorkerOptions)>;
+        let cases: Vec<(&str, Breaker)> = vec![
+            ("name", Box::new(|o| o.name = " ".into())),
+            ("hostname", Box::new(|o| o.hostname = Some(String::new()))),
+            ("num_handlers", Box::new(|o| o.num_handlers = 0)),
+            ("num_total_jobs", Box::new(|o| o.num_total_jobs = Some(0))),
+            ("max_active_time", Box::new(|o| o.max_active_time = Some(Duration::ZERO))),
+            ("interval", Box::new(|o| o.interval = Duration::ZERO)),
+            ("heartbeat_interval", Box::new(|o| o.heartbeat_interval = Duration::ZERO)),
+            ("max_runtime_per_job", Box::new(|o| o.max_runtime_per_job = Some(Duration::ZERO))),
+            (
+                "heartbeat_failure_limit",
+                Box::new(|o| o.heartbeat_failure_limit = Some(Duration::from_millis(1))),
+            ),
+            ("event_capacity", Box::new(|o| o.event_capacity = 0)),
+        ];
+        for (field, break_it) in cases {
+            let mut o = WorkerOptions::new("w");
+            break_it(&mut o);
+            match o.validate() {
+                Err(Error::InvalidOption { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected an error, got {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! What a handler returns and what became of a job.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{BoxError, error_chain};
+
+/// The error a handler returns. It keeps its source error.
+///
+/// `?` on any error gives a [`HandlerError::Retryable`]; wrap poison inputs in
+/// [`HandlerError::non_retryable`] so they fail at once instead of being retried.
+pub enum HandlerError {
+    /// The job may succeed if tried again: the store marks it `errored`, or
+    /// `failed` once its retries are exhausted.
+    Retryable(BoxError),
+    /// Trying again cannot help (a malformed payload, say): the job is `failed`.
+    NonRetryable(BoxError),
+}
+
+impl HandlerError {
+    /// A retryable error.
+    pub fn retryable(err: impl Into<BoxError>) -> Self {
+        HandlerError::Retryable(err.into())
+    }
+
+    /// A non-retryable (poison) error.
+    pub fn non_retryable(err: impl Into<BoxError>) -> Self {
+        HandlerError::NonRetryable(err.into())
+    }
+
+    /// Whether a retry may help.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, HandlerError::Retryable(_))
+    }
+
+    /// The source error.
+    pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        match self {
+            HandlerError::Retryable(e) | HandlerError::NonRetryable(e) => e.as_ref(),
+        }
+    }
+
+    fn into_source(self) -> BoxError {
+        match self {
+            HandlerError::Retryable(e) | HandlerError::NonRetryable(e) => e,
+        }
+    }
+}
+
+impl<E> From<E> for HandlerError
+where
+    E: Into<BoxError>,
+{
+    fn from(err: E) -> Self {
+        HandlerError::Retryable(err.into())
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.is_retryable() {
+            "Retryable"
+        } else {
+            "NonRetryable"
+        };
+        f.debug_tuple(kind).field(&self.source_error()).finish()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&error_chain(self.source_error()))
+    }
+}
+
+/// A shared handler error, as kept in an [`Outcome`].
+pub type SharedError = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What became of one job attempt. Passed to `Handler::post_handle` and in
+/// [`WorkerEvent::JobFinished`](crate::WorkerEvent::JobFinished).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The handler succeeded; the job was marked completed.
+    Completed,
+    /// The handler returned a retryable error; the job was marked errored.
+    Errored(SharedError),
+    /// The handler returned a non-retryable error; the job was marked failed.
+    Failed(SharedError),
+    /// The handler ran past the maximum runtime; the job was marked errored.
+    TimedOut(Duration),
+    /// Cancellation was requested through the store; the job was marked canceled.
+    Canceled,
+    /// The store no longer knows the job under this worker's lease (it was reset
+    /// and possibly claimed by another worker); nothing was written.
+    Lost,
+    /// Heartbeats failed for longer than the configured bound, so the worker
+    /// canceled the job itself; it was marked errored if the store was reachable.
+    HeartbeatExpired(Duration),
+    /// A hook panicked; the job was marked errored with the panic message.
+    Panicked(String),
+    /// A shutdown interrupted the job; it was put back in the queue.
+    Interrupted,
+}
+
+impl Outcome {
+    pub(crate) fn from_handler_error(err: HandlerError) -> Self {
+        let retryable = err.is_retryable();
+        let source: SharedError = Arc::from(err.into_source());
+        if retryable {
+            Outcome::Errored(source)
+        } else {
+            Outcome::Failed(source)
+        }
+    }
+
+    /// The failure message recorded with the job, if the outcome is a failure.
+    pub fn failure_message(&self) -> Option<String> {
+        match self {
+            Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
+            Outcome::Errored(e) | Outcome::Failed(e) => Some(error_chain(e.as_ref())),
+            Outcome::TimedOut(limit) => Some(format!(
+                "job exceeded maximum runtime of {}",
+                humanize(*limit)
+            )),
+            Outcome::Canceled => Some("job was canceled".to_owned()),
+            Outcome::HeartbeatExpired(limit) => Some(format!(
+                "worker canceled the job: heartbeats failed for more than {}",
+                humanize(*limit)
+            )),
+            Outcome::Panicked(message) => Some(format!("handler panicked: {message}")),
+        }
+    }
+
+    /// A short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Errored(_) => "errored",
+            Outcome::Failed(_) => "failed",
+            Outcome::TimedOut(_) => "timed_out",
+            Outcome::Canceled => "canceled",
+            Outcome::Lost => "lost",
+            Outcome::HeartbeatExpired(_) => "heartbeat_expired",
+            Outcome::Panicked(_) => "panicked",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Formats a duration for failure messages: `1.5s`, `250ms`, `2m`.
+pub(crate) fn humanize(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{:.3}s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("could not fetch")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn question_mark_is_retryable_and_keeps_source() {
+        fn work() -> Result<(), HandlerError> {
+            Err(Outer(std::io::Error::other("connection refused")))?;
+            Ok(())
+        }
+        let err = work().unwrap_err();
+        assert!(err.is_retryable());
+        assert_eq!(err.to_string(), "could not fetch: connection refused");
+        let outcome = Outcome::from_handler_error(err);
+        assert_eq!(
+            outcome.failure_message().unwrap(),
+            "could not fetch: connection refused"
+        );
+        assert_eq!(outcome.kind(), "errored");
+    }
+
+    #[test]
+    fn non_retryable_fails() {
+        let err = HandlerError::non_retryable("bad payload");
+        assert!(!err.is_retryable());
+        assert_eq!(Outcome::from_handler_error(err).kind(), "failed");
+    }
+
+    #[test]
+    fn timeout_message_names_limit() {
+        assert_eq!(
+            Outcome::TimedOut(Duration::from_secs(90))
+                .failure_message()
+                .unwrap(),
+            "job exceeded maximum runtime of 90s"
+        );
+        assert_eq!(humanize(Duration::from_millis(1500)), "1.500s");
+        assert_eq!(humanize(Duration::from_secs(120)), "2m");
+    }
+}

@@ -1,0 +1,117 @@
+//! The `Store` trait: where jobs live and how their state changes.
+
+use async_trait::async_trait;
+
+use crate::error::BoxError;
+use crate::execution_log::ExecutionLogEntry;
+
+/// The primary key of a job record.
+pub type RecordId = i64;
+
+/// A job record as the store hands it to the handler.
+pub trait Record: Send + Sync + 'static {
+    /// The record's primary key.
+    fn id(&self) -> RecordId;
+}
+
+/// Proof that this worker owns a claimed record: its id and the fencing token of
+/// the claim. Every write after the claim carries the lease, and the store refuses
+/// it when the record was reset and claimed again since (the token changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The record's id.
+    pub id: RecordId,
+    /// The fencing token the claim produced.
+    pub token: i64,
+}
+
+/// A dequeued job: the record plus whatever the store needs to finish it
+/// (for the Postgres store, the transaction that locks the row).
+pub trait Job: Send + 'static {
+    /// The record type.
+    type Record: Record;
+    /// The record that was dequeued.
+    fn record(&self) -> &Self::Record;
+    /// The lease of this claim.
+    fn lease(&self) -> Lease;
+}
+
+/// What a heartbeat learned about the running jobs it was given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeartbeatResult {
+    /// Ids the store still knows as processing under the given lease. Any other
+    /// id was lost (reset, finished elsewhere, deleted) and its handler is canceled.
+    pub known: Vec<RecordId>,
+    /// Ids someone asked to cancel; their handlers are canceled.
+    pub cancel: Vec<RecordId>,
+}
+
+/// Where jobs are persisted. The worker dequeues through it, heartbeats the
+/// running jobs, and records every outcome.
+///
+/// Every method after `dequeue` is fenced: it takes effect only while the lease
+/// (or the job's lease) still owns the record, and reports `false` (or `None`)
+/// otherwise instead of overwriting someone else's claim.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The record type handed to the handler.
+    type Record: Record;
+    /// A dequeued job.
+    type Job: Job<Record = Self::Record>;
+    /// Extra dequeue conditions returned by `Handler::pre_dequeue`; the default
+    /// value means "no extra condition".
+    type Conditions: Default + Send + Sync + 'static;
+
+    /// How many jobs are waiting (queued, or errored and due for a retry).
+    async fn queued_count(&self) -> Result<u64, BoxError>;
+
+    /// Claims up to `limit` eligible jobs (in the store's priority order) for the
+    /// worker on `hostname`, restricted by `conditions`. Returns fewer, or none,
+    /// when fewer are eligible. `limit` is at least 1.
+    async fn dequeue(
+        &self,
+        hostname: &str,
+        conditions: &Self::Conditions,
+        limit: usize,
+    ) -> Result<Vec<Self::Job>, BoxError>;
+
+    /// Records that the given leases are alive and reports which are still known
+    /// and which were asked to cancel.
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError>;
+
+    /// Appends an entry to the job's execution log and returns its index, or `None`
+    /// when the lease no longer owns the record.
+    async fn add_execution_log_entry(
+        &self,
+        lease: Lease,
+        entry: &ExecutionLogEntry,
+    ) -> Result<Option<usize>, BoxError>;
+
+    /// Replaces the entry at `index` (as returned by `add_execution_log_entry`).
+    /// Returns whether the update took effect.
+    async fn update_execution_log_entry(
+        &self,
+        lease: Lease,
+        index: usize,
+        entry: &ExecutionLogEntry,
+    ) -> Result<bool, BoxError>;
+
+    /// Marks the job completed (committing the handler's transaction, if any).
+    ///
+    /// Marks take the job by `&mut` so the record stays readable for
+    /// `post_handle`; a store may consume resources held in it (a transaction).
+    async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
+
+    /// Records a retryable failure: the store makes it `errored` (to be retried)
+    /// or `failed` when retries are exhausted, or `canceled` if cancellation was
+    /// requested. Any handler transaction is rolled back first.
+    async fn mark_errored(&self, job: &mut Self::Job, message: &str) -> Result<bool, BoxError>;
+
+    /// Records a final failure: `failed`, or `canceled` if cancellation was
+    /// requested. Any handler transaction is rolled back first.
+    async fn mark_failed(&self, job: &mut Self::Job, message: &str) -> Result<bool, BoxError>;
+
+    /// Puts the job back in the queue without counting a failure (used when a
+    /// shutdown interrupts it). Any handler transaction is rolled back first.
+    async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
+}

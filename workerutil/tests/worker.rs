@@ -1,0 +1,565 @@
+//! Behaviour of `Worker` over the in-memory store, on tokio's paused clock:
+//! nothing here sleeps in real time.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use workerutil::{
+    BoxError, Handler, HandlerError, HeartbeatResult, Hook, JobContext, JobState, Lease, MemoryConditions,
+    MemoryJob, MemoryStore, MemoryStoreOptions, Outcome, Record, RecordId, StopReason, Store, Worker,
+    WorkerEvent, WorkerOptions, async_trait,
+};
+
+/// What the test handler does with a job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Act {
+    Succeed,
+    Sleep(Duration),
+    Forever,
+    Retryable,
+    Poison,
+    PanicInPreHandle,
+    PanicInHandle,
+    PanicInPostHandle,
+}
+
+#[derive(Debug, Clone)]
+struct Task {
+    id: RecordId,
+    act: Act,
+}
+
+impl Record for Task {
+    fn id(&self) -> RecordId {
+        self.id
+    }
+}
+
+/// A store wrapper whose heartbeats can be made to fail.
+struct Flaky {
+    inner: MemoryStore<Task>,
+    fail_heartbeats: AtomicBool,
+}
+
+#[async_trait]
+impl Store for Flaky {
+    type Record = Task;
+    type Job = MemoryJob<Task>;
+    type Conditions = MemoryConditions<Task>;
+
+    async fn queued_count(&self) -> Result<u64, BoxError> {
+        self.inner.queued_count().await
+    }
+    async fn dequeue(&self, host: &str, c: &Self::Conditions, limit: usize) -> Result<Vec<Self::Job>, BoxError> {
+        self.inner.dequeue(host, c, limit).await
+    }
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
+        if self.fail_heartbeats.load(Ordering::SeqCst) {
+            return Err("database unreachable".into());
+        }
+        self.inner.heartbeat(leases).await
+    }
+    async fn add_execution_log_entry(
+        &self,
+        lease: Lease,
+        entry: &workerutil::ExecutionLogEntry,
+    ) -> Result<Option<usize>, BoxError> {
+        self.inner.add_execution_log_entry(lease, entry).await
+    }
+    async fn update_execution_log_entry(
+        &self,
+        lease: Lease,
+        index: usize,
+        entry: &workerutil::ExecutionLogEntry,
+    ) -> Result<bool, BoxError> {
+        self.inner.update_execution_log_entry(lease, index, entry).await
+    }
+    async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+        self.inner.mark_complete(job).await
+    }
+    async fn mark_errored(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
+        self.inner.mark_errored(job, m).await
+    }
+    async fn mark_failed(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
+        self.inner.mark_failed(job, m).await
+    }
+    async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+        self.inner.requeue(job).await
+    }
+}
+
+/// The test handler: acts per job, counts concurrency, and can gate dequeues.
+#[derive(Default)]
+struct Acts {
+    active: AtomicUsize,
+    max_active: AtomicUsize,
+    allow_dequeue: Option<Arc<AtomicBool>>,
+    panic_pre_dequeue_once: AtomicBool,
+    only_even: bool,
+    pre_handled: Mutex<Vec<RecordId>>,
+    post_handled: Mutex<Vec<(RecordId, &'static str)>>,
+}
+
+#[async_trait]
+impl<S> Handler<S> for Acts
+where
+    S: Store<Record = Task, Conditions = MemoryConditions<Task>>,
+{
+    async fn pre_dequeue(&self) -> Result<Option<MemoryConditions<Task>>, BoxError> {
+        if self.panic_pre_dequeue_once.swap(false, Ordering::SeqCst) {
+            panic!("pre_dequeue exploded");
+        }
+        if let Some(allow) = &self.allow_dequeue
+            && !allow.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+        if self.only_even {
+            return Ok(Some(MemoryConditions::filter(|t: &Task| t.id % 2 == 0)));
+        }
+        Ok(Some(MemoryConditions::default()))
+    }
+
+    async fn pre_handle(&self, record: &Task) {
+        if record.act == Act::PanicInPreHandle {
+            panic!("pre_handle exploded on {}", record.id);
+        }
+        self.pre_handled.lock().unwrap().push(record.id);
+    }
+
+    async fn handle(&self, job: &mut S::Job, _ctx: &JobContext<S>) -> Result<(), HandlerError> {
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_active.fetch_max(now, Ordering::SeqCst);
+        let _guard = Decrement(&self.active);
+        match workerutil::Job::record(job).act {
+            Act::Succeed | Act::PanicInPreHandle | Act::PanicInPostHandle => Ok(()),
+            Act::Sleep(d) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            Act::Forever => {
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+            Act::Retryable => Err(std::io::Error::other("upstream timed out").into()),
+            Act::Poison => Err(HandlerError::non_retryable("payload is not valid JSON")),
+            Act::PanicInHandle => panic!("handle exploded"),
+        }
+    }
+
+    async fn post_handle(&self, record: &Task, outcome: &Outcome) {
+        self.post_handled.lock().unwrap().push((record.id, outcome.kind()));
+        if record.act == Act::PanicInPostHandle {
+            panic!("post_handle exploded");
+        }
+    }
+}
+
+struct Decrement<'a>(&'a AtomicUsize);
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn store_with(acts: &[Act]) -> Arc<MemoryStore<Task>> {
+    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
+        max_num_retries: 0,
+        max_num_resets: 5,
+        ..Default::default()
+    }));
+    for (i, act) in acts.iter().enumerate() {
+        store.enqueue(Task { id: i as i64 + 1, act: *act });
+    }
+    store
+}
+
+fn options() -> WorkerOptions {
+    let mut o = WorkerOptions::new("test-worker");
+    o.hostname = Some("test-host".into());
+    o.interval = Duration::from_millis(100);
+    o.heartbeat_interval = Duration::from_millis(500);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(5));
+    o.event_capacity = 8192;
+    o
+}
+
+/// Waits for the first event matching `pick`.
+async fn wait_for<T>(rx: &mut broadcast::Receiver<WorkerEvent>, mut pick: impl FnMut(&WorkerEvent) -> Option<T>) -> T {
+    loop {
+        match rx.recv().await {
+            Ok(event) => {
+                if let Some(t) = pick(&event) {
+                    return t;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => panic!("worker stopped before the event"),
+        }
+    }
+}
+
+fn finished(id: RecordId) -> impl FnMut(&WorkerEvent) -> Option<(Outcome, bool)> {
+    move |e| match e {
+        WorkerEvent::JobFinished { id: got, outcome, marked } if *got == id => Some((outcome.clone(), *marked)),
+        _ => None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_limit_is_never_exceeded_over_1000_jobs() {
+    let acts: Vec<Act> = (0..1000).map(|i| Act::Sleep(Duration::from_millis(10 + i % 7))).collect();
+    let store = store_with(&acts);
+    let handler = Acts::default();
+    let mut o = options();
+    o.num_handlers = 8;
+    o.num_total_jobs = Some(1000);
+    let worker = Worker::new(store.clone(), handler, o).unwrap();
+    let summary = worker.run().await;
+    assert_eq!(summary.reason, StopReason::TotalJobsReached);
+    assert_eq!(summary.dequeued, 1000);
+    assert_eq!(store.count(JobState::Completed), 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_is_used_up_to_the_limit_and_not_beyond() {
+    let acts: Vec<Act> = (0..1000).map(|i| Act::Sleep(Duration::from_millis(10 + i % 7))).collect();
+    let store = store_with(&acts);
+    let handler = Arc::new(Acts::default());
+    let mut o = options();
+    o.num_handlers = 8;
+    o.num_total_jobs = Some(1000);
+    let worker = Worker::new(store.clone(), Shared(handler.clone()), o).unwrap();
+    worker.run().await;
+    assert_eq!(handler.max_active.load(Ordering::SeqCst), 8, "8 handlers must run at once, never more");
+    assert_eq!(store.count(JobState::Completed), 1000);
+}
+
+/// Lets a test keep a reference to the handler it gave the worker.
+struct Shared(Arc<Acts>);
+
+#[async_trait]
+impl Handler<MemoryStore<Task>> for Shared {
+    async fn pre_dequeue(&self) -> Result<Option<MemoryConditions<Task>>, BoxError> {
+        <Acts as Handler<MemoryStore<Task>>>::pre_dequeue(&self.0).await
+    }
+    async fn pre_handle(&self, record: &Task) {
+        <Acts as Handler<MemoryStore<Task>>>::pre_handle(&self.0, record).await
+    }
+    async fn handle(
+        &self,
+        job: &mut MemoryJob<Task>,
+        ctx: &JobContext<MemoryStore<Task>>,
+    ) -> Result<(), HandlerError> {
+        self.0.handle(job, ctx).await
+    }
+    async fn post_handle(&self, record: &Task, outcome: &Outcome) {
+        <Acts as Handler<MemoryStore<Task>>>::post_handle(&self.0, record, outcome).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn num_total_jobs_stops_the_worker() {
+    let store = store_with(&[Act::Succeed; 10]);
+    let mut o = options();
+    o.num_handlers = 3;
+    o.num_total_jobs = Some(4);
+    let summary = Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+    assert_eq!(summary.reason, StopReason::TotalJobsReached);
+    assert_eq!(summary.dequeued, 4);
+    assert_eq!(store.count(JobState::Completed), 4);
+    assert_eq!(store.count(JobState::Queued), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_active_time_stops_the_worker_and_running_jobs_finish() {
+    let store = store_with(&[Act::Sleep(Duration::from_secs(1)); 100]);
+    let mut o = options();
+    o.max_active_time = Some(Duration::from_millis(3500));
+    let started = tokio::time::Instant::now();
+    let summary = Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+    assert_eq!(summary.reason, StopReason::MaxActiveTimeReached);
+    // Jobs start at 0s, 1s, 2s and 3s; the one started at 3s still finishes.
+    assert_eq!(summary.dequeued, 4);
+    assert_eq!(store.count(JobState::Completed), 4);
+    assert_eq!(store.count(JobState::Queued), 96);
+    assert_eq!(started.elapsed(), Duration::from_secs(4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pre_dequeue_false_pauses_dequeuing() {
+    let store = store_with(&[Act::Succeed; 2]);
+    let allow = Arc::new(AtomicBool::new(false));
+    let handler = Acts { allow_dequeue: Some(allow.clone()), ..Default::default() };
+    let mut o = options();
+    o.num_total_jobs = Some(2);
+    let worker = Worker::new(store.clone(), handler, o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    for _ in 0..5 {
+        wait_for(&mut events, |e| matches!(e, WorkerEvent::DequeueDeclined).then_some(())).await;
+    }
+    assert_eq!(store.count(JobState::Queued), 2, "nothing may be dequeued while pre_dequeue declines");
+    allow.store(true, Ordering::SeqCst);
+    let summary = run.await.unwrap();
+    assert_eq!(summary.dequeued, 2);
+    assert_eq!(store.count(JobState::Completed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn extra_conditions_reach_the_store() {
+    let store = store_with(&[Act::Succeed; 6]);
+    let handler = Acts { only_even: true, ..Default::default() };
+    let mut o = options();
+    o.num_total_jobs = Some(3);
+    o.num_handlers = 6;
+    Worker::new(store.clone(), handler, o).unwrap().run().await;
+    for id in [2, 4, 6] {
+        assert_eq!(store.state(id), Some(JobState::Completed), "job {id}");
+    }
+    for id in [1, 3, 5] {
+        assert_eq!(store.state(id), Some(JobState::Queued), "job {id}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_any_hook_is_recorded_and_the_worker_goes_on() {
+    let store = store_with(&[Act::PanicInPreHandle, Act::PanicInHandle, Act::PanicInPostHandle, Act::Succeed]);
+    let handler = Arc::new(Acts { panic_pre_dequeue_once: AtomicBool::new(true), ..Default::default() });
+    let mut o = options();
+    o.num_total_jobs = Some(4);
+    // One handler: the worker only goes on if every panic path frees its slot.
+    o.num_handlers = 1;
+    let worker = Worker::new(store.clone(), Shared(handler.clone()), o).unwrap();
+    let mut events = worker.subscribe();
+    let summary = worker.run().await;
+    assert_eq!(summary.dequeued, 4);
+
+    let mut panics = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let WorkerEvent::HookPanicked { hook, id, message } = e {
+            panics.push((hook, id, message));
+        }
+    }
+    let hooks: Vec<_> = panics.iter().map(|(h, id, _)| (*h, *id)).collect();
+    assert_eq!(
+        hooks,
+        vec![(Hook::PreDequeue, None), (Hook::PreHandle, Some(1)), (Hook::Handle, Some(2)), (Hook::PostHandle, Some(3))]
+    );
+    let s1 = store.snapshot(1).unwrap();
+    assert_eq!(s1.state, JobState::Failed, "no retries configured, so the errored mark is final");
+    assert_eq!(s1.failure_message.as_deref(), Some("handler panicked: pre_handle exploded on 1"));
+    let s2 = store.snapshot(2).unwrap();
+    assert_eq!(s2.failure_message.as_deref(), Some("handler panicked: handle exploded"));
+    assert_eq!(store.state(3), Some(JobState::Completed), "post_handle runs after the mark");
+    assert_eq!(store.state(4), Some(JobState::Completed));
+    // post_handle ran for every job, including the one whose pre_handle panicked.
+    let post: Vec<_> = handler.post_handled.lock().unwrap().clone();
+    assert_eq!(post, vec![(1, "panicked"), (2, "panicked"), (3, "completed"), (4, "completed")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retryable_and_poison_errors_map_to_errored_and_failed() {
+    let store = Arc::new(MemoryStore::new(MemoryStoreOptions { max_num_retries: 3, ..Default::default() }));
+    store.enqueue(Task { id: 1, act: Act::Retryable });
+    store.enqueue(Task { id: 2, act: Act::Poison });
+    let mut o = options();
+    o.num_total_jobs = Some(2);
+    o.num_handlers = 2;
+    Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+    let s1 = store.snapshot(1).unwrap();
+    assert_eq!(s1.state, JobState::Errored);
+    assert_eq!(s1.failure_message.as_deref(), Some("upstream timed out"));
+    let s2 = store.snapshot(2).unwrap();
+    assert_eq!(s2.state, JobState::Failed, "a poison error is not retried");
+    assert_eq!(s2.failure_message.as_deref(), Some("payload is not valid JSON"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_past_its_maximum_runtime_is_errored() {
+    let store = store_with(&[Act::Forever, Act::Sleep(Duration::from_secs(4))]);
+    let mut o = options();
+    o.max_runtime_per_job = Some(Duration::from_secs(5));
+    o.num_total_jobs = Some(2);
+    o.num_handlers = 2;
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let started = tokio::time::Instant::now();
+    let run = tokio::spawn(worker.run());
+    let (outcome, marked) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(outcome, Outcome::TimedOut(d) if d == Duration::from_secs(5)));
+    assert!(marked);
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    run.await.unwrap();
+    assert_eq!(
+        store.snapshot(1).unwrap().failure_message.as_deref(),
+        Some("job exceeded maximum runtime of 5s")
+    );
+    assert_eq!(store.state(2), Some(JobState::Completed), "a job within the limit is untouched");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_through_the_store_cancels_the_handler() {
+    let store = store_with(&[Act::Forever]);
+    let mut o = options();
+    o.num_total_jobs = Some(1);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())).await;
+    let asked = tokio::time::Instant::now();
+    store.request_cancel(1);
+    let (outcome, marked) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(outcome, Outcome::Canceled), "{outcome:?}");
+    assert!(marked);
+    assert!(asked.elapsed() <= Duration::from_millis(500), "canceled within one heartbeat interval");
+    run.await.unwrap();
+    assert_eq!(store.state(1), Some(JobState::Canceled));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_the_store_lost_is_canceled_and_not_written() {
+    let store = store_with(&[Act::Forever]);
+    let mut o = options();
+    o.num_total_jobs = Some(1);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())).await;
+    // A resetter requeues it behind the worker's back.
+    assert_eq!(store.reset(1), Some(JobState::Queued));
+    let (outcome, marked) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(outcome, Outcome::Lost), "{outcome:?}");
+    assert!(!marked, "a lost job must not be written");
+    run.await.unwrap();
+    assert_eq!(store.state(1), Some(JobState::Queued), "the requeued job is left for its next owner");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_heartbeat_is_retried_and_cancels_nothing() {
+    let store = Arc::new(Flaky { inner: MemoryStore::default(), fail_heartbeats: AtomicBool::new(true) });
+    store.inner.enqueue(Task { id: 1, act: Act::Sleep(Duration::from_secs(3)) });
+    let mut o = options();
+    o.num_total_jobs = Some(1);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    for _ in 0..3 {
+        wait_for(&mut events, |e| matches!(e, WorkerEvent::StoreFailed { op: "heartbeat", .. }).then_some(())).await;
+    }
+    store.fail_heartbeats.store(false, Ordering::SeqCst);
+    let (outcome, marked) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(outcome, Outcome::Completed), "{outcome:?}");
+    assert!(marked);
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_failing_past_the_limit_cancel_running_jobs() {
+    let store = Arc::new(Flaky { inner: MemoryStore::default(), fail_heartbeats: AtomicBool::new(true) });
+    store.inner.enqueue(Task { id: 1, act: Act::Forever });
+    let mut o = options();
+    o.num_total_jobs = Some(1);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let started = tokio::time::Instant::now();
+    let run = tokio::spawn(worker.run());
+    let (outcome, _) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(outcome, Outcome::HeartbeatExpired(d) if d == Duration::from_secs(5)), "{outcome:?}");
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_secs(5) && elapsed <= Duration::from_millis(5500), "{elapsed:?}");
+    run.await.unwrap();
+    assert_eq!(store.inner.state(1), Some(JobState::Failed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn graceful_shutdown_lets_running_jobs_finish() {
+    let store = store_with(&[Act::Sleep(Duration::from_secs(2)), Act::Sleep(Duration::from_secs(3)), Act::Succeed]);
+    let mut o = options();
+    o.num_handlers = 2;
+    o.drain_timeout = Duration::from_secs(10);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())).await;
+    shutdown.graceful();
+    let summary = run.await.unwrap();
+    assert_eq!(summary.reason, StopReason::Graceful);
+    assert_eq!(store.state(1), Some(JobState::Completed));
+    assert_eq!(store.state(2), Some(JobState::Completed));
+    assert_eq!(store.state(3), Some(JobState::Queued), "nothing is dequeued after a graceful shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn graceful_shutdown_cancels_and_requeues_jobs_past_the_drain_timeout() {
+    let store = store_with(&[Act::Forever, Act::Sleep(Duration::from_secs(1))]);
+    let mut o = options();
+    o.num_handlers = 2;
+    o.drain_timeout = Duration::from_secs(5);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())).await;
+    let asked = tokio::time::Instant::now();
+    shutdown.graceful();
+    let summary = run.await.unwrap();
+    assert_eq!(asked.elapsed(), Duration::from_secs(5), "the drain is bounded");
+    assert_eq!(summary.reason, StopReason::Graceful);
+    assert_eq!(store.state(1), Some(JobState::Queued), "an interrupted job goes back to the queue");
+    assert_eq!(store.snapshot(1).unwrap().num_failures, 0, "an interruption is not a failure");
+    assert_eq!(store.state(2), Some(JobState::Completed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn immediate_shutdown_cancels_everything_at_once() {
+    let store = store_with(&[Act::Forever, Act::Forever, Act::Succeed]);
+    let mut o = options();
+    o.num_handlers = 2;
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())).await;
+    let asked = tokio::time::Instant::now();
+    shutdown.immediate();
+    let summary = run.await.unwrap();
+    assert_eq!(asked.elapsed(), Duration::ZERO);
+    assert_eq!(summary.reason, StopReason::Immediate);
+    assert_eq!(store.state(1), Some(JobState::Queued));
+    assert_eq!(store.state(2), Some(JobState::Queued));
+    assert_eq!(store.state(3), Some(JobState::Queued));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_errored_job_is_retried_after_its_delay() {
+    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
+        max_num_retries: 1,
+        retry_after: Duration::from_secs(60),
+        ..Default::default()
+    }));
+    store.enqueue(Task { id: 1, act: Act::Retryable });
+    let mut o = options();
+    o.num_total_jobs = Some(2);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let started = tokio::time::Instant::now();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, finished(1)).await;
+    assert_eq!(store.state(1), Some(JobState::Errored));
+    wait_for(&mut events, finished(1)).await;
+    assert!(started.elapsed() >= Duration::from_secs(60), "retried before its delay");
+    run.await.unwrap();
+    assert_eq!(store.state(1), Some(JobState::Failed), "out of retries");
+    assert_eq!(store.snapshot(1).unwrap().num_failures, 2);
+}
+
+#[test]
+fn invalid_options_are_an_error_not_a_panic() {
+    let mut o = options();
+    o.num_handlers = 0;
+    let err = Worker::new(store_with(&[]), Acts::default(), o).unwrap_err();
+    assert_eq!(err.to_string(), "invalid option `num_handlers`: must be at least 1");
+}
