@@ -1,1 +1,32 @@
-//! stub
+//! `dbworker`: background workers over your own PostgreSQL job tables.
+//!
+//! A [`DbStore`] implements [`workerutil::Store`] for a job table you own (extra
+//! columns welcome, a view for reading records, renamed columns). Jobs are
+//! dequeued in two phases: a claim that commits on its own (`FOR UPDATE SKIP
+//! LOCKED`, setting `processing` and a fencing token), then a transaction that
+//! locks the row for the handler. Every later write carries the token, so a
+//! stale worker can never overwrite a job that was reset and claimed again. A
+//! [`Resetter`] requeues stalled jobs, in the worker's process or its own.
+//!
+//! Start with the guide in `docs/guide.md` and `cargo run --example quickstart`.
+
+mod columns;
+mod error;
+mod migrate;
+mod options;
+mod resetter;
+mod schema_check;
+mod sql;
+mod store;
+mod worker;
+
+pub use columns::{Columns, Relation, STANDARD_COLUMNS};
+pub use error::{Error, Result};
+pub use migrate::job_table_sql;
+pub use options::{DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn, StoreOptions};
+pub use resetter::{ResetOutcome, Resetter, ResetterOptions};
+pub use store::{DbConditions, DbJob, DbStore};
+pub use worker::{RESERVED_CONNECTIONS, new_worker};
+
+pub use sea_query;
+pub use workerutil;

@@ -30,11 +30,7 @@ pub(crate) fn process_tag() -> &'static str {
 fn next_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(1);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "dbworker_test_{}_{}_{n}",
-        std::process::id(),
-        process_tag()
-    )
+    format!("dbworker_test_{}_{}_{n}", std::process::id(), process_tag())
 }
 
 /// A fresh database for one test or example; dropped (`DROP DATABASE ... WITH (FORCE)`) when
@@ -127,9 +123,7 @@ async fn create_database(
         match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *admin).await {
             Ok(_) => return Ok((name, url)),
             // syntax_error: `option "strategy" not recognized` before PostgreSQL 15.
-            Err(sqlx::Error::Database(e))
-                if file_copy && e.code().as_deref() == Some("42601") =>
-            {
+            Err(sqlx::Error::Database(e)) if file_copy && e.code().as_deref() == Some("42601") => {
                 FILE_COPY_SUPPORTED.store(false, Ordering::Relaxed);
             }
             // duplicate_database: a leftover of an earlier run; pick the next name.
@@ -182,8 +176,7 @@ impl Drop for TestDatabase {
                     .build()
                     .map_err(|e| Error::io("building a runtime to drop the database", e))?;
                 runtime.block_on(async {
-                    match tokio::time::timeout(DROP_TIMEOUT, drop_database(&admin_url, &name))
-                        .await
+                    match tokio::time::timeout(DROP_TIMEOUT, drop_database(&admin_url, &name)).await
                     {
                         Ok(result) => result,
                         Err(_) => Err(Error::io(

@@ -52,7 +52,9 @@ pub enum Error {
     },
 
     /// The throwaway server exited before it accepted connections.
-    #[error("the throwaway PostgreSQL server exited during start-up ({status}); server log:\n{log}")]
+    #[error(
+        "the throwaway PostgreSQL server exited during start-up ({status}); server log:\n{log}"
+    )]
     ServerExited {
         /// How the server exited.
         status: ExitStatus,
@@ -103,4 +105,25 @@ fn display_paths(paths: &[PathBuf]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binaries_not_found_says_what_to_do() {
+        let e = Error::BinariesNotFound {
+            searched: vec![PathBuf::from("/usr/bin"), PathBuf::from("/opt/pg/bin")],
+        };
+        let text = e.to_string();
+        assert!(text.contains("initdb"), "{text}");
+        assert!(text.contains("/usr/bin, /opt/pg/bin"), "{text}");
+        assert!(
+            text.contains(
+                "install the PostgreSQL server package (e.g. apt-get install postgresql) or set DATABASE_URL"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -32,12 +32,14 @@ pub struct Server {
 
 /// What this process knows about the throwaway cluster it started.
 #[derive(Debug)]
+#[allow(
+    dead_code,
+    reason = "only read through Debug, to help whoever debugs a test"
+)]
 struct Cluster {
     /// The temporary directory holding data, socket and log; removed by the watchdog.
-    #[allow(dead_code)]
     base_dir: PathBuf,
     /// The postmaster's process id.
-    #[allow(dead_code)]
     pid: u32,
 }
 
@@ -137,39 +139,88 @@ fn start_throwaway() -> Result<Server, Error> {
         return Err(e);
     }
 
-    match init_and_start(&bin_dir, &base_dir, owner) {
+    let layout = Layout::new(bin_dir, base_dir, owner);
+    match init_and_start(&layout) {
         Ok((port, pid)) => Ok(Server {
             admin_url: format!("postgres://{SERVER_USER}@127.0.0.1:{port}/postgres"),
-            cluster: Some(Cluster { base_dir, pid }),
+            cluster: Some(Cluster {
+                base_dir: layout.base_dir,
+                pid,
+            }),
         }),
         Err(e) => {
-            let _ = fs::remove_dir_all(&base_dir);
+            let _ = fs::remove_dir_all(&layout.base_dir);
             Err(e)
         }
     }
 }
 
-/// Runs initdb and starts the server; returns its port and pid.
-fn init_and_start(bin_dir: &Path, base_dir: &Path, owner: Option<Owner>) -> Result<(u16, u32), Error> {
-    let data_dir = base_dir.join("data");
-    let socket_dir = base_dir.join("sock");
-    let log_path = base_dir.join("postgres.log");
+/// Where the pieces of a throwaway cluster live, and who runs it.
+#[derive(Debug)]
+struct Layout {
+    bin_dir: PathBuf,
+    base_dir: PathBuf,
+    data_dir: PathBuf,
+    socket_dir: PathBuf,
+    log_path: PathBuf,
+    /// The user to run the server binaries as (when we are root).
+    owner: Option<Owner>,
+}
 
-    fs::create_dir_all(&socket_dir)
-        .map_err(|e| Error::io(format!("creating {}", socket_dir.display()), e))?;
-    if let Some(owner) = owner {
-        for dir in [base_dir, &socket_dir] {
+impl Layout {
+    fn new(bin_dir: PathBuf, base_dir: PathBuf, owner: Option<Owner>) -> Self {
+        Layout {
+            bin_dir,
+            data_dir: base_dir.join("data"),
+            socket_dir: base_dir.join("sock"),
+            log_path: base_dir.join("postgres.log"),
+            base_dir,
+            owner,
+        }
+    }
+
+    /// A command for one of the server binaries, run as the owner if there is one.
+    fn command(&self, name: &str) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join(name));
+        // The server user may not be allowed into our working directory.
+        cmd.current_dir(&self.base_dir);
+        for var in [
+            "PGDATA",
+            "PGPORT",
+            "PGHOST",
+            "PGUSER",
+            "PGDATABASE",
+            "PGOPTIONS",
+        ] {
+            cmd.env_remove(var);
+        }
+        if let Some(owner) = self.owner {
+            cmd.uid(owner.uid).gid(owner.gid);
+        }
+        cmd
+    }
+}
+
+/// Runs initdb and starts the server; returns its port and pid.
+fn init_and_start(layout: &Layout) -> Result<(u16, u32), Error> {
+    fs::create_dir_all(&layout.socket_dir)
+        .map_err(|e| Error::io(format!("creating {}", layout.socket_dir.display()), e))?;
+    if let Some(owner) = layout.owner {
+        for dir in [&layout.base_dir, &layout.socket_dir] {
             chown(dir, Some(owner.uid), Some(owner.gid)).map_err(|e| {
-                Error::io(format!("changing the owner of {} to {SERVER_USER}", dir.display()), e)
+                Error::io(
+                    format!("changing the owner of {} to {SERVER_USER}", dir.display()),
+                    e,
+                )
             })?;
         }
     }
 
     let started = Instant::now();
-    let mut initdb = command(bin_dir, "initdb", base_dir, owner);
+    let mut initdb = layout.command("initdb");
     initdb
         .arg("-D")
-        .arg(&data_dir)
+        .arg(&layout.data_dir)
         .args([
             "-A",
             "trust",
@@ -188,7 +239,7 @@ fn init_and_start(bin_dir: &Path, base_dir: &Path, owner: Option<Owner>) -> Resu
     for attempt in 1..=START_ATTEMPTS {
         let port = free_port()?;
         let started = Instant::now();
-        match start_postgres(bin_dir, base_dir, &data_dir, &socket_dir, &log_path, port, owner) {
+        match start_postgres(layout, port) {
             Ok(pid) => {
                 tracing::debug!(port, elapsed = ?started.elapsed(), "throwaway PostgreSQL ready");
                 return Ok((port, pid));
@@ -212,23 +263,16 @@ enum StartError {
     Fatal(Error),
 }
 
-#[allow(clippy::too_many_arguments)]
-fn start_postgres(
-    bin_dir: &Path,
-    base_dir: &Path,
-    data_dir: &Path,
-    socket_dir: &Path,
-    log_path: &Path,
-    port: u16,
-    owner: Option<Owner>,
-) -> Result<u32, StartError> {
+/// Starts `postgres` on `port` and waits until it accepts connections; returns its pid.
+fn start_postgres(layout: &Layout, port: u16) -> Result<u32, StartError> {
     let fatal = StartError::Fatal;
+    let log_path = &layout.log_path;
     let log = OpenOptions::new()
         .create(true)
         .append(true)
         .open(log_path)
         .map_err(|e| fatal(Error::io(format!("opening {}", log_path.display()), e)))?;
-    if let Some(owner) = owner {
+    if let Some(owner) = layout.owner {
         // Only for tidiness: the server writes through the descriptor we hand it.
         let _ = chown(log_path, Some(owner.uid), Some(owner.gid));
     }
@@ -240,13 +284,13 @@ fn start_postgres(
         .try_clone()
         .map_err(|e| fatal(Error::io(format!("duplicating {}", log_path.display()), e)))?;
 
-    let mut cmd = command(bin_dir, "postgres", base_dir, owner);
+    let mut cmd = layout.command("postgres");
     cmd.arg("-D")
-        .arg(data_dir)
+        .arg(&layout.data_dir)
         .arg("-p")
         .arg(port.to_string())
         .arg("-k")
-        .arg(socket_dir);
+        .arg(&layout.socket_dir);
     for setting in [
         "listen_addresses=127.0.0.1",
         "fsync=off",
@@ -289,7 +333,7 @@ fn start_postgres(
                 return Err(fatal(Error::io("waiting for postgres", e)));
             }
         }
-        if is_ready(data_dir, port) {
+        if is_ready(&layout.data_dir, port) {
             return Ok(pid);
         }
         if Instant::now() >= deadline {
@@ -330,7 +374,12 @@ fn stop(child: &mut Child) {
 /// The watchdog: waits for this process to end, then stops the server immediately
 /// (SIGQUIT to the postmaster, SIGKILL if it lingers) and deletes the directory.
 const WATCHDOG_SCRIPT: &str = r#"
-while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  # An exited process nobody has reaped yet still answers kill -0.
+  ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
+while alive "$1"; do sleep 0.5; done
 pidfile="$2/data/postmaster.pid"
 if [ -f "$pidfile" ]; then
   pg=$(head -n 1 "$pidfile")
@@ -339,7 +388,7 @@ if [ -f "$pidfile" ]; then
     *)
       kill -QUIT "$pg" 2>/dev/null
       i=0
-      while kill -0 "$pg" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+      while alive "$pg" && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
       kill -KILL "$pg" 2>/dev/null
       ;;
   esac
@@ -364,20 +413,6 @@ fn spawn_watchdog(base_dir: &Path) -> Result<(), Error> {
         .map_err(|e| Error::io("starting the clean-up watchdog (sh)", e))?;
     // The child is deliberately neither waited for nor killed: it outlives us.
     Ok(())
-}
-
-/// A command for one of the server binaries, run as `owner` when given.
-fn command(bin_dir: &Path, name: &str, cwd: &Path, owner: Option<Owner>) -> Command {
-    let mut cmd = Command::new(bin_dir.join(name));
-    // The server user may not be able to enter our working directory.
-    cmd.current_dir(cwd);
-    for var in ["PGDATA", "PGPORT", "PGHOST", "PGUSER", "PGDATABASE", "PGOPTIONS"] {
-        cmd.env_remove(var);
-    }
-    if let Some(owner) = owner {
-        cmd.uid(owner.uid).gid(owner.gid);
-    }
-    cmd
 }
 
 fn describe(cmd: &Command) -> String {
@@ -441,10 +476,10 @@ fn free_port() -> Result<u16, Error> {
 fn is_root() -> bool {
     if let Ok(status) = fs::read_to_string("/proc/self/status") {
         // "Uid:\t<real>\t<effective>\t<saved>\t<fs>"
-        if let Some(line) = status.lines().find(|l| l.starts_with("Uid:")) {
-            if let Some(euid) = line.split_whitespace().nth(2) {
-                return euid == "0";
-            }
+        if let Some(line) = status.lines().find(|l| l.starts_with("Uid:"))
+            && let Some(euid) = line.split_whitespace().nth(2)
+        {
+            return euid == "0";
         }
     }
     Command::new("id")

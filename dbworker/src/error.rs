@@ -1,0 +1,54 @@
+//! The crate's one error type.
+
+/// Errors returned by `dbworker`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An options struct failed validation.
+    #[error("invalid option `{field}`: {reason}")]
+    InvalidOption {
+        /// The field that is wrong.
+        field: &'static str,
+        /// Why it is wrong.
+        reason: String,
+    },
+    /// The job table or view does not have the shape the options describe.
+    /// Every problem found is listed.
+    #[error("the job table does not match the store options:\n  - {}", problems.join("\n  - "))]
+    Schema {
+        /// One line per missing or mistyped table, view or column.
+        problems: Vec<String>,
+    },
+    /// The pool cannot serve the worker: transactional handling holds a
+    /// connection per running handler.
+    #[error("the connection pool allows {max_connections} connections but {needed} are needed ({reason})")]
+    PoolTooSmall {
+        /// The pool's maximum.
+        max_connections: u32,
+        /// What the worker needs.
+        needed: u32,
+        /// Where the need comes from.
+        reason: String,
+    },
+    /// A database call failed.
+    #[error("database error in {op}: {source}")]
+    Database {
+        /// The statement that failed.
+        op: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A worker could not be built.
+    #[error(transparent)]
+    Worker(#[from] workerutil::Error),
+}
+
+impl Error {
+    pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+        move |source| Error::Database { op, source }
+    }
+}
+
+/// `Result` with this crate's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

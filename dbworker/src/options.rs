@@ -1,0 +1,352 @@
+//! `StoreOptions`: how a `DbStore` maps onto an application's job table.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgRow;
+use workerutil::BoxError;
+
+use crate::columns::{Columns, Relation};
+use crate::error::Error;
+
+/// Turns one selected row (the values of `column_expressions`, in order) into a record.
+pub type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
+
+/// How the handler's work relates to the job row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Handling {
+    /// The handler runs inside a transaction that locks the job row (`FOR KEY
+    /// SHARE`); what it writes through [`DbJob::tx`](crate::DbJob::tx) commits
+    /// atomically with the job's final state, and is rolled back if the job
+    /// fails. Holds one connection per running handler. The default.
+    #[default]
+    Transactional,
+    /// No transaction is held while the handler runs; heartbeats keep the row
+    /// alive and the final mark is its own statement. For long jobs.
+    Heartbeat,
+}
+
+/// How long an errored job waits before its next attempt.
+///
+/// The delay of retry `n` (counting from 0) is
+/// `min(max_delay, retry_after * backoff_factor^n)`, then scaled by a random
+/// factor in `[1 - jitter, 1 + jitter]`. Computed by the database (its clock).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// The first delay. Default 10 s.
+    pub retry_after: Duration,
+    /// Multiplier per failed attempt; 1.0 gives a fixed delay. Default 2.0.
+    pub backoff_factor: f64,
+    /// Cap on the delay before jitter. Default 1 h.
+    pub max_delay: Duration,
+    /// Relative jitter in `[0, 1)`; 0.1 spreads delays ±10 %. Default 0.1.
+    pub jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            retry_after: Duration::from_secs(10),
+            backoff_factor: 2.0,
+            max_delay: Duration::from_secs(3600),
+            jitter: 0.1,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A fixed delay with no jitter.
+    pub fn fixed(delay: Duration) -> Self {
+        RetryPolicy {
+            retry_after: delay,
+            backoff_factor: 1.0,
+            max_delay: delay,
+            jitter: 0.0,
+        }
+    }
+}
+
+/// Configures a [`DbStore`](crate::DbStore) for one job table.
+///
+/// ```
+/// use dbworker::{StoreOptions, Handling};
+/// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
+/// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+/// let mut options = StoreOptions::<Job>::from_row("example_job_store", "example_jobs j");
+/// options.column_expressions = vec!["j.id::bigint AS id".into()];
+/// options.order_by = Some("j.id".into());
+/// options.max_num_retries = 3;
+/// assert!(options.validate().is_ok());
+/// ```
+pub struct StoreOptions<R> {
+    /// The store's name, used in logs and spans. Required.
+    pub name: String,
+    /// The job table, optionally schema-qualified and with an alias:
+    /// `"example_jobs"`, `"app.example_jobs j"`. Claims and state changes
+    /// run on this table.
+    pub table_name: String,
+    /// A view (with alias) the handler's record is read from, e.g. one joining
+    /// the job table to related tables. `None` reads from the table. The view must
+    /// expose the job table's `id` (renamed per `alternate_column_names`),
+    /// `state` and `process_after` columns.
+    pub view_name: Option<String>,
+    /// SQL expressions selected from the view (or table) for each record, in the
+    /// order `scan` reads them, e.g. `["j.id", "j.payload", "r.name"]`. Empty
+    /// selects `alias.*`, which suits a [`StoreOptions::from_row`] record.
+    pub column_expressions: Vec<String>,
+    /// Reads a record from a selected row.
+    pub scan: ScanFn<R>,
+    /// An SQL `ORDER BY` expression over the view's (or table's) alias giving
+    /// dequeue priority, e.g. `"j.priority DESC, j.id"`. `None` orders by id.
+    pub order_by: Option<String>,
+    /// Renames standard columns: `{"state": "status"}` makes every statement use
+    /// `status` where it would use `state`.
+    pub alternate_column_names: HashMap<String, String>,
+    /// How many times an errored job is retried before it fails for good.
+    /// 0 (the default) disables retries: a retryable error fails the job.
+    pub max_num_retries: u32,
+    /// The delay before each retry.
+    pub retry: RetryPolicy,
+    /// A processing job whose heartbeat is older than this, and whose row no
+    /// live transaction locks, is stalled: the resetter requeues or fails it.
+    /// Must exceed the worker's heartbeat interval comfortably. Default 30 s.
+    pub stalled_max_age: Duration,
+    /// How many times a stalled job is requeued before the resetter fails it
+    /// (a job that keeps killing its worker is poison). Default 3.
+    pub max_num_resets: u32,
+    /// The failure message of a job failed by the resetter.
+    pub reset_failure_message: String,
+    /// Transactional (default) or heartbeat handling.
+    pub handling: Handling,
+    /// With a view, how many candidate rows (beyond the requested batch) the
+    /// claim considers before locking rows of the table. Default 50.
+    pub candidate_window: usize,
+}
+
+impl<R> fmt::Debug for StoreOptions<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("name", &self.name)
+            .field("table_name", &self.table_name)
+            .field("view_name", &self.view_name)
+            .field("column_expressions", &self.column_expressions)
+            .field("order_by", &self.order_by)
+            .field("alternate_column_names", &self.alternate_column_names)
+            .field("max_num_retries", &self.max_num_retries)
+            .field("retry", &self.retry)
+            .field("stalled_max_age", &self.stalled_max_age)
+            .field("max_num_resets", &self.max_num_resets)
+            .field("reset_failure_message", &self.reset_failure_message)
+            .field("handling", &self.handling)
+            .field("candidate_window", &self.candidate_window)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R> Clone for StoreOptions<R> {
+    fn clone(&self) -> Self {
+        StoreOptions {
+            name: self.name.clone(),
+            table_name: self.table_name.clone(),
+            view_name: self.view_name.clone(),
+            column_expressions: self.column_expressions.clone(),
+            scan: self.scan.clone(),
+            order_by: self.order_by.clone(),
+            alternate_column_names: self.alternate_column_names.clone(),
+            max_num_retries: self.max_num_retries,
+            retry: self.retry.clone(),
+            stalled_max_age: self.stalled_max_age,
+            max_num_resets: self.max_num_resets,
+            reset_failure_message: self.reset_failure_message.clone(),
+            handling: self.handling,
+            candidate_window: self.candidate_window,
+        }
+    }
+}
+
+/// The default `reset_failure_message`.
+pub const DEFAULT_RESET_FAILURE_MESSAGE: &str =
+    "job processor died while handling this job too many times";
+
+impl<R> StoreOptions<R> {
+    /// Options for `table_name` with a custom scan function; every other field
+    /// at its default.
+    pub fn new(
+        name: impl Into<String>,
+        table_name: impl Into<String>,
+        scan: impl Fn(&PgRow) -> Result<R, BoxError> + Send + Sync + 'static,
+    ) -> Self {
+        StoreOptions {
+            name: name.into(),
+            table_name: table_name.into(),
+            view_name: None,
+            column_expressions: Vec::new(),
+            scan: Arc::new(scan),
+            order_by: None,
+            alternate_column_names: HashMap::new(),
+            max_num_retries: 0,
+            retry: RetryPolicy::default(),
+            stalled_max_age: Duration::from_secs(30),
+            max_num_resets: 3,
+            reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
+            handling: Handling::Transactional,
+            candidate_window: 50,
+        }
+    }
+
+    /// Checks every field and resolves names; the first problem is returned.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.resolve().map(|_| ())
+    }
+
+    pub(crate) fn resolve(&self) -> Result<Resolved, Error> {
+        fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+            Error::InvalidOption {
+                field,
+                reason: reason.into(),
+            }
+        }
+        if self.name.trim().is_empty() {
+            return Err(invalid("name", "must not be empty"));
+        }
+        let table = Relation::parse("table_name", &self.table_name)?;
+        let view = match &self.view_name {
+            Some(v) => Some(Relation::parse("view_name", v)?),
+            None => None,
+        };
+        let columns = Columns::resolve(&self.alternate_column_names)?;
+        if self.column_expressions.iter().any(|e| e.trim().is_empty()) {
+            return Err(invalid("column_expressions", "an expression is empty"));
+        }
+        if matches!(&self.order_by, Some(o) if o.trim().is_empty()) {
+            return Err(invalid("order_by", "must not be empty when set"));
+        }
+        let r = &self.retry;
+        if !(r.backoff_factor.is_finite() && r.backoff_factor >= 1.0) {
+            return Err(invalid("retry.backoff_factor", "must be a finite number >= 1.0"));
+        }
+        if !(r.jitter.is_finite() && (0.0..1.0).contains(&r.jitter)) {
+            return Err(invalid("retry.jitter", "must be in [0, 1)"));
+        }
+        if r.max_delay < r.retry_after {
+            return Err(invalid("retry.max_delay", "must be at least retry.retry_after"));
+        }
+        if self.stalled_max_age < Duration::from_millis(100) {
+            return Err(invalid("stalled_max_age", "must be at least 100ms"));
+        }
+        if self.reset_failure_message.trim().is_empty() {
+            return Err(invalid("reset_failure_message", "must not be empty"));
+        }
+        if self.candidate_window == 0 {
+            return Err(invalid("candidate_window", "must be at least 1"));
+        }
+        let view_or_table = view.clone().unwrap_or_else(|| table.clone());
+        let order_by = self
+            .order_by
+            .clone()
+            .unwrap_or_else(|| format!("{}.{}", crate::sql::quote(&view_or_table.alias), crate::sql::quote(&columns.id)));
+        let column_expressions = if self.column_expressions.is_empty() {
+            vec![format!("{}.*", crate::sql::quote(&view_or_table.alias))]
+        } else {
+            self.column_expressions.clone()
+        };
+        Ok(Resolved {
+            name: self.name.clone(),
+            table,
+            view,
+            columns,
+            column_expressions,
+            order_by,
+            max_num_retries: self.max_num_retries,
+            retry: self.retry.clone(),
+            stalled_max_age: self.stalled_max_age,
+            max_num_resets: self.max_num_resets,
+            reset_failure_message: self.reset_failure_message.clone(),
+            handling: self.handling,
+            candidate_window: self.candidate_window,
+        })
+    }
+}
+
+impl<R> StoreOptions<R>
+where
+    R: for<'r> sqlx::FromRow<'r, PgRow>,
+{
+    /// Options whose records are read with `R`'s `sqlx::FromRow` impl, so no scan
+    /// code is needed; `column_expressions` defaults to `alias.*`.
+    pub fn from_row(name: impl Into<String>, table_name: impl Into<String>) -> Self {
+        StoreOptions::new(name, table_name, |row: &PgRow| {
+            R::from_row(row).map_err(|e| Box::new(e) as BoxError)
+        })
+    }
+}
+
+/// Options after validation, with names resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) name: String,
+    pub(crate) table: Relation,
+    pub(crate) view: Option<Relation>,
+    pub(crate) columns: Columns,
+    pub(crate) column_expressions: Vec<String>,
+    pub(crate) order_by: String,
+    pub(crate) max_num_retries: u32,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) stalled_max_age: Duration,
+    pub(crate) max_num_resets: u32,
+    pub(crate) reset_failure_message: String,
+    pub(crate) handling: Handling,
+    pub(crate) candidate_window: usize,
+}
+
+impl Resolved {
+    /// The relation records are read from: the view, or the table.
+    pub(crate) fn source(&self) -> &Relation {
+        self.view.as_ref().unwrap_or(&self.table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> StoreOptions<()> {
+        StoreOptions::new("s", "jobs j", |_| Ok(()))
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let r = opts().resolve().unwrap();
+        assert_eq!(r.order_by, r#""j"."id""#);
+        assert_eq!(r.column_expressions, vec![r#""j".*"#.to_owned()]);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        type Breaker = Box<dyn Fn(&mut StoreOptions<()>)>;
+        let cases: Vec<(&str, Breaker)> = vec![
+            ("name", Box::new(|o| o.name.clear())),
+            ("table_name", Box::new(|o| o.table_name = "jobs; drop".into())),
+            ("view_name", Box::new(|o| o.view_name = Some("a b c d".into()))),
+            ("alternate_column_names", Box::new(|o| { o.alternate_column_names.insert("nope".into(), "x".into()); })),
+            ("column_expressions", Box::new(|o| o.column_expressions = vec![" ".into()])),
+            ("order_by", Box::new(|o| o.order_by = Some(String::new()))),
+            ("retry.backoff_factor", Box::new(|o| o.retry.backoff_factor = 0.5)),
+            ("retry.jitter", Box::new(|o| o.retry.jitter = 1.0)),
+            ("retry.max_delay", Box::new(|o| o.retry.max_delay = Duration::ZERO)),
+            ("stalled_max_age", Box::new(|o| o.stalled_max_age = Duration::ZERO)),
+            ("reset_failure_message", Box::new(|o| o.reset_failure_message.clear())),
+            ("candidate_window", Box::new(|o| o.candidate_window = 0)),
+        ];
+        for (field, break_it) in cases {
+            let mut o = opts();
+            break_it(&mut o);
+            match o.validate() {
+                Err(Error::InvalidOption { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected an error, got {other:?}"),
+            }
+        }
+    }
+}

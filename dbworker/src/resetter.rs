@@ -1,0 +1,212 @@
+//! The `Resetter`: requeues or fails stalled processing rows. Runs inside a
+//! worker process or alone (see the `dbworker reset` command).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sqlx::{PgPool, Row};
+use tokio_util::sync::CancellationToken;
+use workerutil::{JobState, RecordId};
+
+use crate::columns::{Columns, Relation};
+use crate::error::{Error, Result};
+use crate::options::{DEFAULT_RESET_FAILURE_MESSAGE, Resolved};
+use crate::sql;
+
+/// What the resetter needs to know about a job table.
+#[derive(Debug, Clone)]
+pub struct ResetterOptions {
+    /// The resetter's name, for logs.
+    pub name: String,
+    /// The job table (optionally schema-qualified, with an optional alias).
+    pub table_name: String,
+    /// Renamed standard columns, as in the store options.
+    pub alternate_column_names: HashMap<String, String>,
+    /// A processing row whose heartbeat is older than this, and that no live
+    /// transaction locks, is stalled. Default 30 s.
+    pub stalled_max_age: Duration,
+    /// Resets allowed before a stalled job is failed instead. Default 3.
+    pub max_num_resets: u32,
+    /// The failure message of jobs failed for too many resets.
+    pub reset_failure_message: String,
+    /// Time between passes. Default 30 s.
+    pub interval: Duration,
+}
+
+impl ResetterOptions {
+    /// Options for `table_name` with defaults.
+    pub fn new(name: impl Into<String>, table_name: impl Into<String>) -> Self {
+        ResetterOptions {
+            name: name.into(),
+            table_name: table_name.into(),
+            alternate_column_names: HashMap::new(),
+            stalled_max_age: Duration::from_secs(30),
+            max_num_resets: 3,
+            reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
+            interval: Duration::from_secs(30),
+        }
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<()> {
+        self.resolve().map(|_| ())
+    }
+
+    fn resolve(&self) -> Result<ResetConfig> {
+        let invalid = |field, reason: &str| Error::InvalidOption {
+            field,
+            reason: reason.to_owned(),
+        };
+        if self.name.trim().is_empty() {
+            return Err(invalid("name", "must not be empty"));
+        }
+        if self.stalled_max_age < Duration::from_millis(100) {
+            return Err(invalid("stalled_max_age", "must be at least 100ms"));
+        }
+        if self.interval.is_zero() {
+            return Err(invalid("interval", "must be positive"));
+        }
+        if self.reset_failure_message.trim().is_empty() {
+            return Err(invalid("reset_failure_message", "must not be empty"));
+        }
+        Ok(ResetConfig {
+            table: Relation::parse("table_name", &self.table_name)?,
+            columns: Columns::resolve(&self.alternate_column_names)?,
+            stalled_max_age: self.stalled_max_age,
+            max_num_resets: self.max_num_resets,
+            message: self.reset_failure_message.clone(),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ResetConfig {
+    table: Relation,
+    columns: Columns,
+    stalled_max_age: Duration,
+    max_num_resets: u32,
+    message: String,
+}
+
+impl Resolved {
+    pub(crate) fn reset_config(&self) -> ResetConfig {
+        ResetConfig {
+            table: self.table.clone(),
+            columns: self.columns.clone(),
+            stalled_max_age: self.stalled_max_age,
+            max_num_resets: self.max_num_resets,
+            message: self.reset_failure_message.clone(),
+        }
+    }
+}
+
+/// What one resetter pass did.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ResetOutcome {
+    /// Jobs put back in the queue, with how old their heartbeat was.
+    pub reset: Vec<(RecordId, Duration)>,
+    /// Jobs failed because they were reset too often.
+    pub failed: Vec<RecordId>,
+}
+
+pub(crate) async fn reset_pass(pool: &PgPool, cfg: &ResetConfig) -> Result<ResetOutcome> {
+    let rows = sql::reset_stalled(
+        &cfg.table,
+        &cfg.columns,
+        cfg.stalled_max_age.as_secs_f64(),
+        cfg.max_num_resets,
+        &cfg.message,
+    )
+    .query()
+    .fetch_all(pool)
+    .await
+    .map_err(Error::db("reset_stalled"))?;
+    let mut out = ResetOutcome::default();
+    for row in rows {
+        let id: i64 = row.get("id");
+        if row.get::<String, _>("state") == JobState::Queued.as_str() {
+            let age = Duration::from_secs_f64(row.get::<f64, _>("age").max(0.0));
+            out.reset.push((id, age));
+        } else {
+            out.failed.push(id);
+        }
+    }
+    out.reset.sort_by_key(|(id, _)| *id);
+    out.failed.sort_unstable();
+    Ok(out)
+}
+
+/// Periodically moves stalled `processing` rows back to `queued`, or to
+/// `failed` once they were reset too often, in one atomic statement per pass.
+///
+/// Rows locked by a live transaction (a handler in transactional handling) are
+/// never stalled. Several resetters on one table do not conflict: each pass
+/// locks the rows it resets with `SKIP LOCKED`.
+#[derive(Debug)]
+pub struct Resetter {
+    pool: PgPool,
+    name: String,
+    interval: Duration,
+    config: ResetConfig,
+}
+
+impl Resetter {
+    /// A resetter for the table in `options`.
+    pub fn new(pool: PgPool, options: ResetterOptions) -> Result<Self> {
+        let config = options.resolve()?;
+        Ok(Resetter {
+            pool,
+            name: options.name,
+            interval: options.interval,
+            config,
+        })
+    }
+
+    /// A resetter for a store's table, with the store's stalled max age, max
+    /// resets and message, running every `interval`.
+    pub fn for_store<R: workerutil::Record>(
+        store: &crate::DbStore<R>,
+        interval: Duration,
+    ) -> Result<Self> {
+        if interval.is_zero() {
+            return Err(Error::InvalidOption {
+                field: "interval",
+                reason: "must be positive".to_owned(),
+            });
+        }
+        Ok(Resetter {
+            pool: store.pool().clone(),
+            name: format!("{}_resetter", store.name()),
+            interval,
+            config: store.resolved().reset_config(),
+        })
+    }
+
+    /// Runs one pass now.
+    pub async fn reset_once(&self) -> Result<ResetOutcome> {
+        let out = reset_pass(&self.pool, &self.config).await?;
+        for (id, age) in &out.reset {
+            tracing::warn!(resetter = %self.name, record_id = id, heartbeat_age = ?age, "requeued stalled job");
+        }
+        for id in &out.failed {
+            tracing::error!(resetter = %self.name, record_id = id, "failed job that was reset too many times");
+        }
+        Ok(out)
+    }
+
+    /// Runs passes every interval until `stop` fires. A failed pass is logged and
+    /// retried next interval. `on_pass` sees each pass's outcome.
+    pub async fn run(&self, stop: CancellationToken, mut on_pass: impl FnMut(&ResetOutcome) + Send) {
+        loop {
+            match self.reset_once().await {
+                Ok(out) => on_pass(&out),
+                Err(err) => tracing::error!(resetter = %self.name, error = %err, "reset pass failed"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+        }
+    }
+}

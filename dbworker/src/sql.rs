@@ -1,0 +1,671 @@
+//! Every SQL statement the store, the heartbeat and the resetter run: one
+//! function per statement, built with sea-query. Identifiers are quoted and
+//! values are bound; the only raw SQL is what the user configured as SQL
+//! (column expressions, order-by, extra conditions) and fixed fragments below.
+//!
+//! The fencing token of a claim is its `started_at` in microseconds. A claim
+//! sets `started_at = GREATEST(now(), started_at + 1µs)`, so every claim of a row
+//! gets a new, larger token, and every later write requires the token it got.
+
+use sea_query::{
+    Alias, CommonTableExpression, Condition, Expr, ExprTrait, LockBehavior, LockType,
+    NullOrdering, Order, PostgresQueryBuilder, Query, SelectStatement, TableRef, UpdateStatement,
+    WithClause,
+};
+use sea_query_sqlx::{SqlxBinder, SqlxValues};
+use workerutil::JobState;
+
+use crate::columns::{Columns, Relation};
+use crate::options::{Resolved, RetryPolicy};
+
+/// A rendered statement with its bound values.
+#[derive(Debug)]
+pub(crate) struct Statement {
+    pub(crate) sql: String,
+    pub(crate) values: SqlxValues,
+}
+
+impl Statement {
+    fn from(q: &impl SqlxBinder) -> Statement {
+        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
+        Statement { sql, values }
+    }
+
+    /// The statement as an sqlx query.
+    pub(crate) fn query(
+        self,
+    ) -> sqlx::query::Query<'static, sqlx::Postgres, SqlxValues> {
+        sqlx::query_with(sqlx::AssertSqlSafe(self.sql), self.values)
+    }
+}
+
+/// Quotes an identifier for SQL.
+pub(crate) fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+fn alias(name: &str) -> Alias {
+    Alias::new(name)
+}
+
+fn table_ref(rel: &Relation) -> TableRef {
+    let r: TableRef = match &rel.schema {
+        Some(schema) => (alias(schema), alias(&rel.name)).into(),
+        None => alias(&rel.name).into(),
+    };
+    r.alias(alias(&rel.alias))
+}
+
+fn col(rel_alias: &str, name: &str) -> Expr {
+    Expr::col((alias(rel_alias), alias(name)))
+}
+
+fn state(s: JobState) -> Expr {
+    Expr::val(s.as_str())
+}
+
+/// The fencing token of the row aliased `a`.
+fn token_expr(a: &str, c: &Columns) -> Expr {
+    Expr::cust(format!(
+        "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint",
+        quote(a),
+        quote(&c.started_at)
+    ))
+}
+
+/// `a.state IN ('queued','errored') AND (a.process_after IS NULL OR a.process_after <= now())`.
+fn eligible(a: &str, c: &Columns) -> Condition {
+    Condition::all()
+        .add(col(a, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .add(
+            Condition::any()
+                .add(col(a, &c.process_after).is_null())
+                .add(col(a, &c.process_after).lte(Expr::cust("now()"))),
+        )
+}
+
+/// `a.id = $id AND a.state = 'processing' AND token(a) = $token`: the lease guard.
+fn owned(a: &str, c: &Columns, id: i64, token: i64) -> Condition {
+    Condition::all()
+        .add(col(a, &c.id).eq(id))
+        .add(col(a, &c.state).eq(state(JobState::Processing)))
+        .add(token_expr(a, c).eq(token))
+}
+
+/// Splits a user `ORDER BY` text into terms with their direction.
+pub(crate) fn order_terms(order_by: &str) -> Vec<(Expr, Order, Option<NullOrdering>)> {
+    let mut terms = Vec::new();
+    let (mut depth, mut quoted, mut start) = (0i32, false, 0usize);
+    let bytes = order_by.as_bytes();
+    let mut pieces = Vec::new();
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'\'' | b'"' => quoted = !quoted,
+            b'(' if !quoted => depth += 1,
+            b')' if !quoted => depth -= 1,
+            b',' if !quoted && depth == 0 => {
+                pieces.push(&order_by[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    pieces.push(&order_by[start..]);
+    for piece in pieces {
+        let mut words: Vec<&str> = piece.split_whitespace().collect();
+        let mut nulls = None;
+        let n = words.len();
+        if n >= 3 && words[n - 2].eq_ignore_ascii_case("nulls") {
+            nulls = if words[n - 1].eq_ignore_ascii_case("first") {
+                Some(NullOrdering::First)
+            } else {
+                Some(NullOrdering::Last)
+            };
+            words.truncate(n - 2);
+        }
+        let mut order = Order::Asc;
+        if let Some(last) = words.last() {
+            if last.eq_ignore_ascii_case("desc") {
+                order = Order::Desc;
+                words.pop();
+            } else if last.eq_ignore_ascii_case("asc") {
+                words.pop();
+            }
+        }
+        terms.push((Expr::cust(words.join(" ")), order, nulls));
+    }
+    terms
+}
+
+fn order_select(q: &mut SelectStatement, order_by: &str) {
+    for (expr, order, nulls) in order_terms(order_by) {
+        match nulls {
+            Some(n) => q.order_by_expr_with_nulls(expr, order, n),
+            None => q.order_by_expr(expr, order),
+        };
+    }
+}
+
+/// Phase 1 of the dequeue: claims up to `limit` eligible rows in one statement,
+/// outside any transaction, and returns `(id, token)` in priority order.
+///
+/// Without a view, eligible rows of the table are locked with `FOR UPDATE OF
+/// alias SKIP LOCKED` in order. With a view, a window of candidates is ranked
+/// through the view (where conditions and order may use its columns), then the
+/// table's rows are locked and re-checked, so a complex view can never make two
+/// workers claim one row (Sourcegraph PR 37067).
+pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: usize) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let limit = limit as u64;
+    let mut with = WithClause::new();
+    let candidates = Alias::new("dbworker_candidates");
+    let mut final_select = Query::select();
+    final_select
+        .expr_as(col("dbworker_claimed", "id"), alias("id"))
+        .expr_as(col("dbworker_claimed", "token"), alias("token"))
+        .from(alias("dbworker_claimed"));
+
+    match &o.view {
+        None => {
+            let mut cand = Query::select();
+            cand.expr_as(col(&t.alias, &c.id), alias("id"))
+                .from(table_ref(t))
+                .cond_where(eligible(&t.alias, c));
+            for cond in conditions {
+                cand.and_where(cond.clone());
+            }
+            order_select(&mut cand, &o.order_by);
+            cand.limit(limit).lock_with_tables_behavior(
+                LockType::Update,
+                [alias(&t.alias)],
+                LockBehavior::SkipLocked,
+            );
+            with.cte(
+                CommonTableExpression::new()
+                    .query(cand)
+                    .table_name(candidates.clone())
+                    .materialized(true)
+                    .to_owned(),
+            );
+            final_select.inner_join(
+                table_ref(t),
+                col(&t.alias, &c.id).equals(("dbworker_claimed", "id")),
+            );
+            order_select(&mut final_select, &o.order_by);
+        }
+        Some(v) => {
+            let mut window = Query::select();
+            window
+                .expr_as(col(&v.alias, &c.id), alias("id"))
+                .expr_as(
+                    Expr::cust(format!("row_number() OVER (ORDER BY {})", o.order_by)),
+                    alias("rank"),
+                )
+                .from(table_ref(v))
+                .cond_where(eligible(&v.alias, c));
+            for cond in conditions {
+                window.and_where(cond.clone());
+            }
+            order_select(&mut window, &o.order_by);
+            window.limit(limit + o.candidate_window as u64);
+            with.cte(
+                CommonTableExpression::new()
+                    .query(window)
+                    .table_name(alias("dbworker_window"))
+                    .materialized(true)
+                    .to_owned(),
+            );
+            let mut cand = Query::select();
+            cand.expr_as(col(&t.alias, &c.id), alias("id"))
+                .expr_as(col("dbworker_window", "rank"), alias("rank"))
+                .from(table_ref(t))
+                .inner_join(
+                    alias("dbworker_window"),
+                    col("dbworker_window", "id").equals((alias(&t.alias), alias(&c.id))),
+                )
+                .cond_where(eligible(&t.alias, c))
+                .order_by(("dbworker_window", "rank"), Order::Asc)
+                .limit(limit)
+                .lock_with_tables_behavior(
+                    LockType::Update,
+                    [alias(&t.alias)],
+                    LockBehavior::SkipLocked,
+                );
+            with.cte(
+                CommonTableExpression::new()
+                    .query(cand)
+                    .table_name(candidates.clone())
+                    .materialized(true)
+                    .to_owned(),
+            );
+            final_select
+                .inner_join(
+                    candidates.clone(),
+                    col("dbworker_candidates", "id").equals(("dbworker_claimed", "id")),
+                )
+                .order_by(("dbworker_candidates", "rank"), Order::Asc);
+        }
+    }
+
+    let a = &t.alias;
+    let mut update = Query::update();
+    update
+        .table(table_ref(t))
+        .value(alias(&c.state), state(JobState::Processing))
+        .value(
+            alias(&c.started_at),
+            Expr::cust(format!(
+                "GREATEST(now(), {}.{} + interval '1 microsecond')",
+                quote(a),
+                quote(&c.started_at)
+            )),
+        )
+        .value(alias(&c.last_heartbeat_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("NULL"))
+        .value(alias(&c.failure_message), Expr::cust("NULL"))
+        .value(alias(&c.execution_logs), Expr::cust("NULL"))
+        .value(alias(&c.worker_hostname), hostname)
+        .from(candidates.clone())
+        .and_where(col(a, &c.id).equals(("dbworker_candidates", "id")))
+        .returning(
+            Query::returning()
+                .exprs([
+                    Expr::cust(format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id))),
+                    Expr::cust(format!(
+                        "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint AS \"token\"",
+                        quote(a),
+                        quote(&c.started_at)
+                    )),
+                ]),
+        );
+    with.cte(
+        CommonTableExpression::new()
+            .query(update)
+            .table_name(alias("dbworker_claimed"))
+            .to_owned(),
+    );
+    Statement::from(&final_select.with(with))
+}
+
+/// Phase 2 (transactional handling): locks the claimed row in the handler's
+/// transaction with `FOR KEY SHARE`, which blocks neither heartbeats nor the
+/// cancel flag but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it.
+pub(crate) fn lock_claimed(o: &Resolved, id: i64, token: i64) -> Statement {
+    let t = &o.table;
+    let q = Query::select()
+        .expr(Expr::val(1))
+        .from(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .lock_with_tables(LockType::KeyShare, [alias(&t.alias)])
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Phase 2: reads the record's columns from the view (or table).
+pub(crate) fn select_record(o: &Resolved, id: i64) -> Statement {
+    let s = o.source();
+    let mut q = Query::select();
+    for e in &o.column_expressions {
+        q.expr(Expr::cust(e.clone()));
+    }
+    q.from(table_ref(s)).and_where(col(&s.alias, &o.columns.id).eq(id));
+    Statement::from(&q)
+}
+
+/// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
+/// `last_heartbeat_at` on those rows. Rows locked by their own handler's
+/// transaction are skipped (not waited on): the lock itself shows they are alive.
+pub(crate) fn heartbeat(o: &Resolved, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let a = &t.alias;
+    let owned_q = Query::select()
+        .expr_as(col(a, &c.id), alias("id"))
+        .expr_as(col(a, &c.cancel), alias("cancel"))
+        .from(table_ref(t))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(Expr::cust_with_values(
+            format!(
+                "({}.{}::bigint, (EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                quote(a),
+                quote(&c.id),
+                quote(a),
+                quote(&c.started_at)
+            ),
+            [sea_query::Value::from(ids), sea_query::Value::from(tokens)],
+        ))
+        .to_owned();
+    let lockable = Query::select()
+        .column((alias("dbworker_lock"), alias(&c.id)))
+        .from_as(
+            match &t.schema {
+                Some(s) => TableRef::from((alias(s), alias(&t.name))),
+                None => TableRef::from(alias(&t.name)),
+            },
+            alias("dbworker_lock"),
+        )
+        .and_where(
+            col("dbworker_lock", &c.id).in_subquery(
+                Query::select()
+                    .column(alias("id"))
+                    .from(alias("dbworker_owned"))
+                    .to_owned(),
+            ),
+        )
+        .lock_with_behavior(LockType::NoKeyUpdate, LockBehavior::SkipLocked)
+        .to_owned();
+    let touch = Query::update()
+        .table(table_ref(t))
+        .value(alias(&c.last_heartbeat_at), Expr::cust("now()"))
+        .and_where(col(a, &c.id).in_subquery(lockable))
+        .to_owned();
+    let mut with = WithClause::new();
+    with.cte(
+        CommonTableExpression::new()
+            .query(owned_q)
+            .table_name(alias("dbworker_owned"))
+            .materialized(true)
+            .to_owned(),
+    )
+    .cte(
+        CommonTableExpression::new()
+            .query(touch)
+            .table_name(alias("dbworker_touched"))
+            .to_owned(),
+    );
+    let q = Query::select()
+        .expr(Expr::cust("\"dbworker_owned\".\"id\"::bigint AS \"id\""))
+        .expr(Expr::cust("\"dbworker_owned\".\"cancel\" AS \"cancel\""))
+        .from(alias("dbworker_owned"))
+        .to_owned();
+    Statement::from(&q.with(with))
+}
+
+fn fenced_update(o: &Resolved, id: i64, token: i64) -> UpdateStatement {
+    let t = &o.table;
+    Query::update()
+        .table(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .to_owned()
+}
+
+/// Marks a claimed job completed.
+pub(crate) fn mark_complete(o: &Resolved, id: i64, token: i64) -> Statement {
+    let c = &o.columns;
+    let q = fenced_update(o, id, token)
+        .value(alias(&c.state), state(JobState::Completed))
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The delay before the next retry, in SQL over the row's `num_failures` (the
+/// value before this failure is counted).
+fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
+    Expr::cust_with_values(
+        format!(
+            "make_interval(secs => LEAST($1::float8, $2::float8 * power($3::float8, {}.{})) * (1 + $4::float8 * (2 * random() - 1)))",
+            quote(a),
+            quote(&c.num_failures)
+        ),
+        [
+            r.max_delay.as_secs_f64(),
+            r.retry_after.as_secs_f64(),
+            r.backoff_factor,
+            r.jitter,
+        ],
+    )
+}
+
+/// Records a retryable failure: `canceled` if cancellation was requested,
+/// `failed` once retries are exhausted, else `errored` with `process_after`
+/// set to the next retry time.
+pub(crate) fn mark_errored(o: &Resolved, id: i64, token: i64, message: &str) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let exhausted = || col(a, &c.num_failures).add(1).gt(o.max_num_retries);
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(col(a, &c.cancel), state(JobState::Canceled))
+                .case(exhausted(), state(JobState::Failed))
+                .finally(state(JobState::Errored)),
+        )
+        .value(
+            alias(&c.process_after),
+            Expr::case(
+                Condition::any().add(col(a, &c.cancel)).add(exhausted()),
+                col(a, &c.process_after),
+            )
+            .finally(Expr::cust("now()").add(retry_delay(a, c, &o.retry))),
+        )
+        .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
+        .value(alias(&c.failure_message), message)
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Records a final failure: `canceled` if cancellation was requested, else `failed`.
+pub(crate) fn mark_failed(o: &Resolved, id: i64, token: i64, message: &str) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(col(a, &c.cancel), state(JobState::Canceled)).finally(state(JobState::Failed)),
+        )
+        .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
+        .value(alias(&c.failure_message), message)
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Puts a claimed job back in the queue without counting a failure.
+pub(crate) fn requeue(o: &Resolved, id: i64, token: i64) -> Statement {
+    let c = &o.columns;
+    let q = fenced_update(o, id, token)
+        .value(alias(&c.state), state(JobState::Queued))
+        .value(alias(&c.worker_hostname), "")
+        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
+        .value(alias(&c.process_after), Expr::cust("NULL"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Appends an execution log entry (filling in `start_time` from the database
+/// clock when absent) and returns the new length of the log.
+pub(crate) fn log_append(o: &Resolved, id: i64, token: i64, entry_json: String) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let logs = format!("{}.{}", quote(a), quote(&c.execution_logs));
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.execution_logs),
+            Expr::cust_with_values(
+                format!(
+                    "COALESCE({logs}, '{{}}'::json[]) || (jsonb_build_object('start_time', now()) || $1::jsonb)::json"
+                ),
+                [entry_json],
+            ),
+        )
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "COALESCE(array_length({}, 1), 0)::bigint AS \"len\"",
+            quote(&c.execution_logs)
+        ))))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Replaces the log entry at 0-based `index`, keeping its `start_time` unless
+/// the new entry sets one.
+pub(crate) fn log_update(o: &Resolved, id: i64, token: i64, index: usize, entry_json: String) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let logs = format!("{}.{}", quote(a), quote(&c.execution_logs));
+    let pos = i64::try_from(index).unwrap_or(i64::MAX - 1) + 1;
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.execution_logs),
+            Expr::cust_with_values(
+                format!(
+                    "ARRAY(SELECT CASE WHEN u.o = $1 THEN (jsonb_build_object('start_time', u.e -> 'start_time') || $2::jsonb)::json ELSE u.e END FROM unnest({logs}) WITH ORDINALITY AS u(e, o) ORDER BY u.o)"
+                ),
+                [sea_query::Value::from(pos), sea_query::Value::from(entry_json)],
+            ),
+        )
+        .and_where(Expr::cust_with_values(
+            format!("COALESCE(array_length({logs}, 1), 0) >= $1"),
+            [pos],
+        ))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The resetter's pass, in one atomic statement: processing rows whose
+/// heartbeat is older than the stalled max age and that no live transaction
+/// locks go back to `queued` (num_resets + 1), or to `failed` once they were
+/// reset `max_num_resets` times. Returns `(id, new state, heartbeat age in s)`.
+pub(crate) fn reset_stalled(
+    t: &Relation,
+    c: &Columns,
+    stalled_max_age_secs: f64,
+    max_num_resets: u32,
+    message: &str,
+) -> Statement {
+    let a = &t.alias;
+    let stalled = Query::select()
+        .expr_as(col(a, &c.id), alias("id"))
+        .from(table_ref(t))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .cond_where(
+            Condition::any()
+                .add(col(a, &c.last_heartbeat_at).is_null())
+                .add(col(a, &c.last_heartbeat_at).lt(Expr::cust_with_values(
+                    "now() - make_interval(secs => $1::float8)",
+                    [stalled_max_age_secs],
+                ))),
+        )
+        .lock_with_tables_behavior(LockType::Update, [alias(a)], LockBehavior::SkipLocked)
+        .to_owned();
+    let can_requeue = || col(a, &c.num_resets).lt(max_num_resets);
+    let update = Query::update()
+        .table(table_ref(t))
+        .value(
+            alias(&c.state),
+            Expr::case(can_requeue(), state(JobState::Queued))
+                .finally(state(JobState::Failed)),
+        )
+        .value(
+            alias(&c.num_resets),
+            Expr::case(can_requeue(), col(a, &c.num_resets).add(1))
+                .finally(col(a, &c.num_resets)),
+        )
+        .value(
+            alias(&c.failure_message),
+            Expr::case(can_requeue(), col(a, &c.failure_message)).finally(message),
+        )
+        .value(
+            alias(&c.finished_at),
+            Expr::case(can_requeue(), Expr::cust("NULL")).finally(Expr::cust("now()")),
+        )
+        .value(alias(&c.worker_hostname), "")
+        .from(alias("dbworker_stalled"))
+        .and_where(col(a, &c.id).equals(("dbworker_stalled", "id")))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .returning(Query::returning().exprs([
+            Expr::cust(format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id))),
+            Expr::cust(format!("{}.{}::text AS \"state\"", quote(a), quote(&c.state))),
+            Expr::cust(format!(
+                "COALESCE(EXTRACT(EPOCH FROM now() - {}.{}), 0)::float8 AS \"age\"",
+                quote(a),
+                quote(&c.last_heartbeat_at)
+            )),
+        ]))
+        .to_owned();
+    let with = WithClause::new()
+        .cte(
+            CommonTableExpression::new()
+                .query(stalled)
+                .table_name(alias("dbworker_stalled"))
+                .materialized(true)
+                .to_owned(),
+        )
+        .to_owned();
+    Statement::from(&update.with(with))
+}
+
+/// How many jobs wait (queued, or errored awaiting a retry). Served by the
+/// partial index on those states, not a scan of the whole table.
+pub(crate) fn queued_count(o: &Resolved) -> Statement {
+    let t = &o.table;
+    let c = &o.columns;
+    let q = Query::select()
+        .expr(Expr::cust("count(*)::bigint"))
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Whether any job waits: stops at the first row.
+pub(crate) fn any_queued(o: &Resolved) -> Statement {
+    let t = &o.table;
+    let c = &o.columns;
+    let inner = Query::select()
+        .expr(Expr::val(1))
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .limit(1)
+        .to_owned();
+    let q = Query::select().expr(Expr::exists(inner)).to_owned();
+    Statement::from(&q)
+}
+
+/// Seconds the oldest waiting job has been queued (0 when none), by the database clock.
+pub(crate) fn max_age_in_queue(o: &Resolved) -> Statement {
+    let t = &o.table;
+    let c = &o.columns;
+    let q = Query::select()
+        .expr(Expr::cust(format!(
+            "COALESCE(EXTRACT(EPOCH FROM now() - min({}.{})), 0)::float8",
+            quote(&t.alias),
+            quote(&c.queued_at)
+        )))
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The columns of a table or view: `(column_name, udt_name)`.
+pub(crate) fn relation_columns(rel: &Relation) -> Statement {
+    let mut q = Query::select();
+    q.columns([alias("column_name"), alias("udt_name")])
+        .from((alias("information_schema"), alias("columns")))
+        .and_where(Expr::col(alias("table_name")).eq(rel.name.as_str()));
+    match &rel.schema {
+        Some(s) => q.and_where(Expr::col(alias("table_schema")).eq(s.as_str())),
+        None => q.and_where(Expr::col(alias("table_schema")).eq(Expr::cust("current_schema()"))),
+    };
+    q.order_by(alias("ordinal_position"), Order::Asc);
+    Statement::from(&q)
+}
+
+/// A query that selects nothing but makes Postgres check every configured SQL
+/// fragment: the column expressions and the order-by, against the view (or table).
+pub(crate) fn probe_expressions(o: &Resolved) -> Statement {
+    let s = o.source();
+    let mut q = Query::select();
+    for e in &o.column_expressions {
+        q.expr(Expr::cust(e.clone()));
+    }
+    q.from(table_ref(s)).and_where(Expr::cust("false"));
+    order_select(&mut q, &o.order_by);
+    Statement::from(&q)
+}
+
+#[cfg(test)]
+mod tests;

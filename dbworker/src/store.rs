@@ -1,0 +1,399 @@
+//! `DbStore`: the Postgres [`Store`]. Two-phase dequeue, transaction-bound
+//! handling, fenced marks, heartbeats and execution logs.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sea_query::Expr;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
+use workerutil::{BoxError, ExecutionLogEntry, HeartbeatResult, Job, Lease, Record, Store, error_chain};
+
+use crate::error::{Error, Result};
+use crate::options::{Handling, Resolved, ScanFn, StoreOptions};
+use crate::resetter::ResetOutcome;
+use crate::{schema_check, sql};
+
+/// Extra dequeue conditions returned by `pre_dequeue`: sea-query expressions
+/// ANDed into the claim's `WHERE`, over the view's (or table's) alias.
+///
+/// ```
+/// use dbworker::DbConditions;
+/// use sea_query::Expr;
+/// // Values are bound, never formatted into the SQL.
+/// let conditions = DbConditions::new().and(Expr::cust_with_values("j.cost <= $1", [40i64]));
+/// assert_eq!(conditions.len(), 1);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct DbConditions(Vec<Expr>);
+
+impl DbConditions {
+    /// No extra condition.
+    pub fn new() -> Self {
+        DbConditions(Vec::new())
+    }
+
+    /// Adds a condition.
+    pub fn and(mut self, condition: Expr) -> Self {
+        self.0.push(condition);
+        self
+    }
+
+    /// How many conditions there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A job dequeued from a [`DbStore`]: the record and, in transactional
+/// handling, the transaction that locks its row.
+pub struct DbJob<R> {
+    record: R,
+    lease: Lease,
+    tx: Option<Transaction<'static, Postgres>>,
+}
+
+impl<R: fmt::Debug> fmt::Debug for DbJob<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DbJob")
+            .field("record", &self.record)
+            .field("lease", &self.lease)
+            .field("transactional", &self.tx.is_some())
+            .finish()
+    }
+}
+
+impl<R> DbJob<R> {
+    /// The record.
+    pub fn record(&self) -> &R {
+        &self.record
+    }
+
+    /// The connection of the transaction that locks this job's row (transactional
+    /// handling only). What the handler writes here commits together with the
+    /// job's completion, and is rolled back if the job does not complete.
+    ///
+    /// The transaction is `READ COMMITTED`; keep it so (a stricter level would make
+    /// the final mark fail on the concurrent heartbeat updates).
+    pub fn tx(&mut self) -> Option<&mut PgConnection> {
+        self.tx.as_deref_mut()
+    }
+}
+
+impl<R: Record> Job for DbJob<R> {
+    type Record = R;
+
+    fn record(&self) -> &R {
+        &self.record
+    }
+
+    fn lease(&self) -> Lease {
+        self.lease
+    }
+}
+
+/// A [`Store`] over an application's own Postgres job table.
+///
+/// ```no_run
+/// # use dbworker::{DbStore, StoreOptions};
+/// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
+/// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// let options = StoreOptions::<Job>::from_row("jobs_store", "jobs j");
+/// // Checks the table and every column now, naming whatever is missing.
+/// let store = DbStore::new(pool, options).await?;
+/// # Ok(()) }
+/// ```
+pub struct DbStore<R> {
+    pool: PgPool,
+    options: Arc<Resolved>,
+    scan: ScanFn<R>,
+}
+
+impl<R> fmt::Debug for DbStore<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DbStore")
+            .field("name", &self.options.name)
+            .field("table", &self.options.table)
+            .field("view", &self.options.view)
+            .field("handling", &self.options.handling)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Record> DbStore<R> {
+    /// Validates the options, then checks the table, the view and every column
+    /// (after renaming) and every configured SQL fragment against the database.
+    /// All problems are reported together in one [`Error::Schema`].
+    pub async fn new(pool: PgPool, options: StoreOptions<R>) -> Result<Self> {
+        let resolved = options.resolve()?;
+        schema_check::check(&pool, &resolved).await?;
+        Ok(DbStore {
+            pool,
+            options: Arc::new(resolved),
+            scan: options.scan,
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.options.name
+    }
+
+    /// The handling mode.
+    pub fn handling(&self) -> Handling {
+        self.options.handling
+    }
+
+    /// The stalled max age.
+    pub fn stalled_max_age(&self) -> Duration {
+        self.options.stalled_max_age
+    }
+
+    pub(crate) fn resolved(&self) -> &Arc<Resolved> {
+        &self.options
+    }
+
+    /// Whether any job waits. Stops at the first row; cheaper than a count.
+    pub async fn any_queued(&self) -> Result<bool> {
+        let row = sql::any_queued(&self.options)
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("any_queued"))?;
+        Ok(row.get::<bool, _>(0))
+    }
+
+    /// How long the oldest waiting job has waited, by the database clock.
+    pub async fn max_age_in_queue(&self) -> Result<Duration> {
+        let row = sql::max_age_in_queue(&self.options)
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("max_age_in_queue"))?;
+        Ok(Duration::from_secs_f64(row.get::<f64, _>(0).max(0.0)))
+    }
+
+    /// Runs one resetter pass over this store's table (see [`crate::Resetter`]).
+    pub async fn reset_stalled(&self) -> Result<ResetOutcome> {
+        crate::resetter::reset_pass(&self.pool, &self.options.reset_config()).await
+    }
+
+    /// Phase 2 for one claimed row: lock it (transactional handling), read and
+    /// scan the record. Rows that cannot become jobs are failed here, with the
+    /// reason, so a bad row never stops the worker.
+    async fn open(&self, lease: Lease) -> Result<Option<DbJob<R>>> {
+        let o = &self.options;
+        let mut tx = match o.handling {
+            Handling::Heartbeat => None,
+            Handling::Transactional => {
+                let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+                let locked = sql::lock_claimed(o, lease.id, lease.token)
+                    .query()
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(Error::db("lock_claimed"))?;
+                if locked.is_none() {
+                    // Reset between the two phases; someone else may own it now.
+                    tracing::warn!(store = %o.name, record_id = lease.id, "claimed row was reset before it could be locked");
+                    return Ok(None);
+                }
+                Some(tx)
+            }
+        };
+        let select = sql::select_record(o, lease.id).query();
+        let row: std::result::Result<Option<PgRow>, sqlx::Error> = match tx.as_mut() {
+            Some(tx) => select.fetch_optional(&mut **tx).await,
+            None => select.fetch_optional(&self.pool).await,
+        };
+        let failure = match row {
+            Ok(Some(row)) => match (self.scan)(&row) {
+                Ok(record) if record.id() == lease.id => {
+                    return Ok(Some(DbJob { record, lease, tx }));
+                }
+                Ok(record) => format!(
+                    "failed to scan record {}: the scanned record has id {}",
+                    lease.id,
+                    record.id()
+                ),
+                Err(err) => format!("failed to scan record {}: {}", lease.id, error_chain(err.as_ref())),
+            },
+            Ok(None) => format!(
+                "record {} is not visible through {}",
+                lease.id,
+                o.source().display_name()
+            ),
+            Err(err) => format!("failed to read record {}: {}", lease.id, error_chain(&err)),
+        };
+        tracing::error!(store = %o.name, record_id = lease.id, reason = %failure, "marking the job failed");
+        if let Some(tx) = tx.take() {
+            let _ = tx.rollback().await;
+        }
+        sql::mark_failed(o, lease.id, lease.token, &failure)
+            .query()
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("mark_failed"))?;
+        Ok(None)
+    }
+
+    async fn fenced_write(&self, op: &'static str, job: &mut DbJob<R>, statement: sql::Statement) -> Result<bool> {
+        // A failure is recorded outside the handler's transaction: roll its writes back first.
+        if let Some(tx) = job.tx.take() {
+            if let Err(err) = tx.rollback().await {
+                tracing::warn!(record_id = job.lease.id, error = %err, "rollback of the handler's transaction failed");
+            }
+        }
+        let done = statement
+            .query()
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db(op))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+#[async_trait]
+impl<R: Record> Store for DbStore<R> {
+    type Record = R;
+    type Job = DbJob<R>;
+    type Conditions = DbConditions;
+
+    async fn queued_count(&self) -> std::result::Result<u64, BoxError> {
+        let row = sql::queued_count(&self.options)
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("queued_count"))?;
+        Ok(u64::try_from(row.get::<i64, _>(0)).unwrap_or(0))
+    }
+
+    async fn dequeue(
+        &self,
+        hostname: &str,
+        conditions: &DbConditions,
+        limit: usize,
+    ) -> std::result::Result<Vec<DbJob<R>>, BoxError> {
+        let rows = sql::claim(&self.options, hostname, &conditions.0, limit.max(1))
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("claim"))?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        let mut first_error = None;
+        for row in rows {
+            let lease = Lease {
+                id: row.get("id"),
+                token: row.get("token"),
+            };
+            // One bad row must not strand the others this call claimed.
+            match self.open(lease).await {
+                Ok(Some(job)) => jobs.push(job),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::error!(record_id = lease.id, error = %err, "could not open claimed job; the resetter will requeue it");
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        match first_error {
+            Some(err) if jobs.is_empty() => Err(err.into()),
+            _ => Ok(jobs),
+        }
+    }
+
+    async fn heartbeat(&self, leases: &[Lease]) -> std::result::Result<HeartbeatResult, BoxError> {
+        let ids = leases.iter().map(|l| l.id).collect();
+        let tokens = leases.iter().map(|l| l.token).collect();
+        let rows = sql::heartbeat(&self.options, ids, tokens)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("heartbeat"))?;
+        let mut result = HeartbeatResult::default();
+        for row in rows {
+            let id: i64 = row.get("id");
+            result.known.push(id);
+            if row.get::<Option<bool>, _>("cancel").unwrap_or(false) {
+                result.cancel.push(id);
+            }
+        }
+        Ok(result)
+    }
+
+    async fn add_execution_log_entry(
+        &self,
+        lease: Lease,
+        entry: &ExecutionLogEntry,
+    ) -> std::result::Result<Option<usize>, BoxError> {
+        let json = serde_json::to_string(entry)?;
+        let row = sql::log_append(&self.options, lease.id, lease.token, json)
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("log_append"))?;
+        Ok(row.map(|r| usize::try_from(r.get::<i64, _>("len")).unwrap_or(1) - 1))
+    }
+
+    async fn update_execution_log_entry(
+        &self,
+        lease: Lease,
+        index: usize,
+        entry: &ExecutionLogEntry,
+    ) -> std::result::Result<bool, BoxError> {
+        let json = serde_json::to_string(entry)?;
+        let done = sql::log_update(&self.options, lease.id, lease.token, index, json)
+            .query()
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("log_update"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        let statement = sql::mark_complete(&self.options, job.lease.id, job.lease.token);
+        let Some(mut tx) = job.tx.take() else {
+            return Ok(self.fenced_write("mark_complete", job, statement).await?);
+        };
+        // The mark and the handler's writes commit together, or not at all.
+        let done = statement
+            .query()
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("mark_complete"))?;
+        if done.rows_affected() != 1 {
+            // No longer ours: the handler's writes must not land either.
+            tx.rollback().await.map_err(Error::db("rollback"))?;
+            return Ok(false);
+        }
+        tx.commit().await.map_err(Error::db("commit"))?;
+        Ok(true)
+    }
+
+    async fn mark_errored(&self, job: &mut DbJob<R>, message: &str) -> std::result::Result<bool, BoxError> {
+        let statement = sql::mark_errored(&self.options, job.lease.id, job.lease.token, message);
+        Ok(self.fenced_write("mark_errored", job, statement).await?)
+    }
+
+    async fn mark_failed(&self, job: &mut DbJob<R>, message: &str) -> std::result::Result<bool, BoxError> {
+        let statement = sql::mark_failed(&self.options, job.lease.id, job.lease.token, message);
+        Ok(self.fenced_write("mark_failed", job, statement).await?)
+    }
+
+    async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        let statement = sql::requeue(&self.options, job.lease.id, job.lease.token);
+        Ok(self.fenced_write("requeue", job, statement).await?)
+    }
+}
