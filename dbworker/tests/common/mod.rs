@@ -1,0 +1,115 @@
+//! Shared set-up for the Postgres integration tests: a fresh database per test
+//! and a reference job table with application columns.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dbworker::{DbStore, Handling, RetryPolicy, StoreOptions, job_table_sql};
+use dbworker_testkit::TestDatabase;
+use sqlx::PgPool;
+use workerutil::{Record, RecordId};
+
+/// The record the tests' job table yields.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Job {
+    pub id: i64,
+    pub payload: serde_json::Value,
+    pub cost: i32,
+}
+
+impl Record for Job {
+    fn id(&self) -> RecordId {
+        self.id
+    }
+}
+
+/// A database with a `jobs` table (standard columns plus `payload` and `cost`)
+/// and a `side_effects` table handlers write to.
+pub struct Db {
+    pub db: TestDatabase,
+    pub pool: PgPool,
+}
+
+impl Db {
+    pub async fn new() -> Db {
+        Db::with_renames(&HashMap::new()).await
+    }
+
+    pub async fn with_renames(renames: &HashMap<String, String>) -> Db {
+        let db = TestDatabase::new().await.expect("test database");
+        let pool = db.pool(60).await.expect("pool");
+        let ddl = job_table_sql("jobs", renames).unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl)).execute(&pool).await.unwrap();
+        sqlx::raw_sql(
+            "ALTER TABLE jobs ADD COLUMN payload jsonb NOT NULL DEFAULT '{}', ADD COLUMN cost integer NOT NULL DEFAULT 0;
+             CREATE TABLE side_effects (job_id bigint NOT NULL, note text NOT NULL);",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        Db { db, pool }
+    }
+
+    /// Inserts `n` jobs with the given payload; returns their ids in order.
+    pub async fn enqueue(&self, n: usize, payload: serde_json::Value) -> Vec<i64> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "INSERT INTO jobs (payload) SELECT $1 FROM generate_series(1, $2) RETURNING id",
+        )
+        .bind(payload)
+        .bind(n as i64)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap();
+        let mut ids: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    pub async fn state(&self, id: i64) -> String {
+        sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    pub async fn scalar<T>(&self, sql: &'static str, id: i64) -> T
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+    {
+        sqlx::query_scalar(sql).bind(id).fetch_one(&self.pool).await.unwrap()
+    }
+
+    pub async fn count(&self, state: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = $1")
+            .bind(state)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Makes every processing job look stalled.
+    pub async fn age_heartbeats(&self) {
+        sqlx::query("UPDATE jobs SET last_heartbeat_at = now() - interval '1 hour' WHERE state = 'processing'")
+            .execute(&self.pool)
+            .await
+            .unwrap();
+    }
+
+    pub fn options(&self) -> StoreOptions<Job> {
+        let mut o = StoreOptions::<Job>::from_row("test_store", "jobs j");
+        o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
+        o.retry = RetryPolicy::fixed(Duration::ZERO);
+        o.stalled_max_age = Duration::from_secs(5);
+        o
+    }
+
+    pub async fn store(&self, handling: Handling) -> Arc<DbStore<Job>> {
+        let mut o = self.options();
+        o.handling = handling;
+        Arc::new(DbStore::new(self.pool.clone(), o).await.expect("store"))
+    }
+}
