@@ -101,3 +101,24 @@ impl<S: Store> JobContext<S> {
             .await
     }
 }
+
+/// A shared handler is a handler: keep an `Arc` to read its state (counters, a
+/// budget) while the worker runs it.
+#[async_trait]
+impl<S: Store, H: Handler<S>> Handler<S> for Arc<H> {
+    async fn pre_dequeue(&self) -> Result<Option<S::Conditions>, BoxError> {
+        (**self).pre_dequeue().await
+    }
+
+    async fn pre_handle(&self, record: &S::Record) {
+        (**self).pre_handle(record).await
+    }
+
+    async fn handle(&self, job: &mut S::Job, ctx: &JobContext<S>) -> Result<(), HandlerError> {
+        (**self).handle(job, ctx).await
+    }
+
+    async fn post_handle(&self, record: &S::Record, outcome: &Outcome) {
+        (**self).post_handle(record, outcome).await
+    }
+}

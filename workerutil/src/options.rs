@@ -14,6 +14,11 @@ pub struct WorkerOptions {
     pub hostname: Option<String>,
     /// How many jobs run at once. At least 1. Default 1.
     pub num_handlers: usize,
+    /// The most jobs one dequeue call may claim. `None` (the default) claims as
+    /// many as there are free handler slots. Extra conditions from
+    /// `pre_dequeue` apply to each row on its own, so a worker whose budget is an
+    /// aggregate (total cost of running jobs) should set `Some(1)`.
+    pub max_dequeue_batch: Option<usize>,
     /// Stop dequeuing after this many jobs were dequeued, then wait for them to
     /// finish and return. `None` (the default) runs until shut down.
     pub num_total_jobs: Option<u64>,
@@ -49,6 +54,7 @@ impl WorkerOptions {
             name: name.into(),
             hostname: None,
             num_handlers: 1,
+            max_dequeue_batch: None,
             num_total_jobs: None,
             max_active_time: None,
             interval: Duration::from_secs(1),
@@ -76,6 +82,9 @@ impl WorkerOptions {
         }
         if self.num_handlers == 0 {
             return invalid("num_handlers", "must be at least 1");
+        }
+        if self.max_dequeue_batch == Some(0) {
+            return invalid("max_dequeue_batch", "must be at least 1 when set");
         }
         if self.num_total_jobs == Some(0) {
             return invalid("num_total_jobs", "must be at least 1 when set");
@@ -123,6 +132,7 @@ mod tests {
             ("hostname", Box::new(|o| o.hostname = Some(String::new()))),
             ("num_handlers", Box::new(|o| o.num_handlers = 0)),
             ("num_total_jobs", Box::new(|o| o.num_total_jobs = Some(0))),
+            ("max_dequeue_batch", Box::new(|o| o.max_dequeue_batch = Some(0))),
             ("max_active_time", Box::new(|o| o.max_active_time = Some(Duration::ZERO))),
             ("interval", Box::new(|o| o.interval = Duration::ZERO)),
             ("heartbeat_interval", Box::new(|o| o.heartbeat_interval = Duration::ZERO)),

@@ -223,7 +223,8 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             };
             let remaining = options
                 .num_total_jobs
-                .map_or(usize::MAX, |t| usize::try_from(t - dequeued).unwrap_or(usize::MAX));
+                .map_or(usize::MAX, |t| usize::try_from(t - dequeued).unwrap_or(usize::MAX))
+                .min(options.max_dequeue_batch.unwrap_or(usize::MAX));
             let mut permits = vec![first];
             while permits.len() < remaining {
                 match semaphore.clone().try_acquire_owned() {

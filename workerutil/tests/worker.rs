@@ -230,33 +230,10 @@ async fn concurrency_is_used_up_to_the_limit_and_not_beyond() {
     let mut o = options();
     o.num_handlers = 8;
     o.num_total_jobs = Some(1000);
-    let worker = Worker::new(store.clone(), Shared(handler.clone()), o).unwrap();
+    let worker = Worker::new(store.clone(), handler.clone(), o).unwrap();
     worker.run().await;
     assert_eq!(handler.max_active.load(Ordering::SeqCst), 8, "8 handlers must run at once, never more");
     assert_eq!(store.count(JobState::Completed), 1000);
-}
-
-/// Lets a test keep a reference to the handler it gave the worker.
-struct Shared(Arc<Acts>);
-
-#[async_trait]
-impl Handler<MemoryStore<Task>> for Shared {
-    async fn pre_dequeue(&self) -> Result<Option<MemoryConditions<Task>>, BoxError> {
-        <Acts as Handler<MemoryStore<Task>>>::pre_dequeue(&self.0).await
-    }
-    async fn pre_handle(&self, record: &Task) {
-        <Acts as Handler<MemoryStore<Task>>>::pre_handle(&self.0, record).await
-    }
-    async fn handle(
-        &self,
-        job: &mut MemoryJob<Task>,
-        ctx: &JobContext<MemoryStore<Task>>,
-    ) -> Result<(), HandlerError> {
-        self.0.handle(job, ctx).await
-    }
-    async fn post_handle(&self, record: &Task, outcome: &Outcome) {
-        <Acts as Handler<MemoryStore<Task>>>::post_handle(&self.0, record, outcome).await
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -331,7 +308,7 @@ async fn a_panic_in_any_hook_is_recorded_and_the_worker_goes_on() {
     o.num_total_jobs = Some(4);
     // One handler: the worker only goes on if every panic path frees its slot.
     o.num_handlers = 1;
-    let worker = Worker::new(store.clone(), Shared(handler.clone()), o).unwrap();
+    let worker = Worker::new(store.clone(), handler.clone(), o).unwrap();
     let mut events = worker.subscribe();
     let summary = worker.run().await;
     assert_eq!(summary.dequeued, 4);
@@ -562,4 +539,59 @@ fn invalid_options_are_an_error_not_a_panic() {
     o.num_handlers = 0;
     let err = Worker::new(store_with(&[]), Acts::default(), o).unwrap_err();
     assert_eq!(err.to_string(), "invalid option `num_handlers`: must be at least 1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_dequeue_fills_every_free_slot_unless_the_batch_is_capped() {
+    /// Records the `limit` of every dequeue call.
+    struct Recording(MemoryStore<Task>, Mutex<Vec<usize>>);
+    #[async_trait]
+    impl Store for Recording {
+        type Record = Task;
+        type Job = MemoryJob<Task>;
+        type Conditions = MemoryConditions<Task>;
+        async fn queued_count(&self) -> Result<u64, BoxError> {
+            self.0.queued_count().await
+        }
+        async fn dequeue(&self, host: &str, c: &Self::Conditions, limit: usize) -> Result<Vec<Self::Job>, BoxError> {
+            self.1.lock().unwrap().push(limit);
+            self.0.dequeue(host, c, limit).await
+        }
+        async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
+            self.0.heartbeat(leases).await
+        }
+        async fn add_execution_log_entry(&self, l: Lease, e: &workerutil::ExecutionLogEntry) -> Result<Option<usize>, BoxError> {
+            self.0.add_execution_log_entry(l, e).await
+        }
+        async fn update_execution_log_entry(&self, l: Lease, i: usize, e: &workerutil::ExecutionLogEntry) -> Result<bool, BoxError> {
+            self.0.update_execution_log_entry(l, i, e).await
+        }
+        async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+            self.0.mark_complete(job).await
+        }
+        async fn mark_errored(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
+            self.0.mark_errored(job, m).await
+        }
+        async fn mark_failed(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
+            self.0.mark_failed(job, m).await
+        }
+        async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+            self.0.requeue(job).await
+        }
+    }
+    for (cap, first_limit) in [(None, 5), (Some(2), 2)] {
+        let store = Arc::new(Recording(MemoryStore::default(), Mutex::new(Vec::new())));
+        for id in 1..=5 {
+            store.0.enqueue(Task { id, act: Act::Sleep(Duration::from_secs(1)) });
+        }
+        let mut o = options();
+        o.num_handlers = 5;
+        o.num_total_jobs = Some(5);
+        o.max_dequeue_batch = cap;
+        Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+        let limits = store.1.lock().unwrap().clone();
+        assert_eq!(limits[0], first_limit, "cap {cap:?}: {limits:?}");
+        assert!(limits.iter().all(|l| *l <= first_limit), "cap {cap:?}: {limits:?}");
+        assert_eq!(store.0.count(JobState::Completed), 5);
+    }
 }

@@ -100,6 +100,10 @@ impl Db {
     }
 
     pub fn options(&self) -> StoreOptions<Job> {
+        Db::options_for_tests()
+    }
+
+    pub fn options_for_tests() -> StoreOptions<Job> {
         let mut o = StoreOptions::<Job>::from_row("test_store", "jobs j");
         o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         o.retry = RetryPolicy::fixed(Duration::ZERO);

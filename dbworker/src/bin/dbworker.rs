@@ -1,0 +1,149 @@
+//! `dbworker`: run the resetter as its own process, or print a job table's DDL.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use dbworker::{Resetter, ResetterOptions, job_table_sql};
+use sqlx::postgres::PgPoolOptions;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(name = "dbworker", version, about = "Operate dbworker job tables")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Requeue (or fail) stalled processing jobs, every interval, until stopped.
+    Reset(ResetArgs),
+    /// Print the CREATE TABLE and indexes for a new job table.
+    Migration(MigrationArgs),
+}
+
+#[derive(Debug, Args)]
+struct ResetArgs {
+    /// The database to connect to.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// The job table, optionally schema-qualified.
+    #[arg(long, env = "DBWORKER_TABLE")]
+    table: String,
+    /// Renamed standard columns, as `standard=actual` (repeatable).
+    #[arg(long = "rename", value_parser = parse_rename)]
+    renames: Vec<(String, String)>,
+    /// Seconds without a heartbeat after which an unlocked processing job is stalled.
+    #[arg(long, env = "DBWORKER_STALLED_MAX_AGE_SECS", default_value_t = 30.0)]
+    stalled_max_age_secs: f64,
+    /// Resets allowed before a stalled job is failed.
+    #[arg(long, env = "DBWORKER_MAX_NUM_RESETS", default_value_t = 3)]
+    max_num_resets: u32,
+    /// The failure message of jobs failed for too many resets.
+    #[arg(long, default_value = dbworker::DEFAULT_RESET_FAILURE_MESSAGE)]
+    reset_failure_message: String,
+    /// Seconds between passes.
+    #[arg(long, env = "DBWORKER_RESET_INTERVAL_SECS", default_value_t = 30.0)]
+    interval_secs: f64,
+    /// Run one pass, print what it did, and exit.
+    #[arg(long)]
+    once: bool,
+}
+
+#[derive(Debug, Args)]
+struct MigrationArgs {
+    /// The new job table's name, optionally schema-qualified.
+    #[arg(long)]
+    table: String,
+    /// Renamed standard columns, as `standard=actual` (repeatable).
+    #[arg(long = "rename", value_parser = parse_rename)]
+    renames: Vec<(String, String)>,
+}
+
+fn parse_rename(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.to_owned(), b.to_owned())),
+        _ => Err(format!("expected standard=actual, got {s:?}")),
+    }
+}
+
+fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("--{flag}: {e}"))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Migration(args) => job_table_sql(&args.table, &args.renames.into_iter().collect())
+            .map(|ddl| print!("{ddl}"))
+            .map_err(|e| e.to_string()),
+        Command::Reset(args) => reset(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("dbworker: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn reset(args: ResetArgs) -> Result<(), String> {
+    let mut options = ResetterOptions::new("dbworker_resetter", &args.table);
+    options.alternate_column_names = args.renames.into_iter().collect::<HashMap<_, _>>();
+    options.stalled_max_age = seconds("stalled-max-age-secs", args.stalled_max_age_secs)?;
+    options.max_num_resets = args.max_num_resets;
+    options.reset_failure_message = args.reset_failure_message;
+    options.interval = seconds("interval-secs", args.interval_secs)?;
+    options.validate().map_err(|e| e.to_string())?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&args.database_url)
+        .await
+        .map_err(|e| format!("cannot connect to the database: {e}"))?;
+    let resetter = Resetter::new(pool, options).map_err(|e| e.to_string())?;
+    if args.once {
+        let out = resetter.reset_once().await.map_err(|e| e.to_string())?;
+        println!("reset {} job(s), failed {} job(s)", out.reset.len(), out.failed.len());
+        for (id, age) in &out.reset {
+            println!("reset {id} (heartbeat {:.1}s old)", age.as_secs_f64());
+        }
+        for id in &out.failed {
+            println!("failed {id}");
+        }
+        return Ok(());
+    }
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        on_signal.cancel();
+    });
+    tracing::info!(table = %args.table, "resetter running; stop with SIGINT or SIGTERM");
+    resetter
+        .run(stop, |out| {
+            if !out.reset.is_empty() || !out.failed.is_empty() {
+                tracing::info!(reset = out.reset.len(), failed = out.failed.len(), "reset pass");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

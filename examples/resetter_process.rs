@@ -1,0 +1,146 @@
+//! A worker process is killed with SIGKILL in the middle of a job; a resetter
+//! running in its own process finds the job stalled and requeues it; a new
+//! worker completes it.
+//!
+//! ```sh
+//! cargo run --example resetter_process
+//! ```
+//!
+//! The example runs itself three times: as the parent, as the doomed worker
+//! (`worker URL`) and as the standalone resetter (`resetter URL`).
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dbworker::{DbJob, DbStore, Resetter, ResetterOptions, StoreOptions, new_worker};
+use dbworker_testkit::TestDatabase;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+
+const STALLED_MAX_AGE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, sqlx::FromRow)]
+struct ExampleJob {
+    id: i64,
+}
+
+impl Record for ExampleJob {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+/// Records that it started, then either hangs (the doomed worker) or finishes.
+struct Work {
+    pool: PgPool,
+    hang: bool,
+}
+
+#[async_trait]
+impl Handler<DbStore<ExampleJob>> for Work {
+    async fn handle(&self, job: &mut DbJob<ExampleJob>, _ctx: &JobContext<DbStore<ExampleJob>>) -> Result<(), HandlerError> {
+        // Autocommit, outside the job's transaction, so the parent can see it.
+        sqlx::query("INSERT INTO attempts (job_id, pid) VALUES ($1, $2)")
+            .bind(job.record().id)
+            .bind(i64::from(std::process::id()))
+            .execute(&self.pool)
+            .await?;
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+async fn store(pool: &PgPool) -> Result<Arc<DbStore<ExampleJob>>, dbworker::Error> {
+    let mut options = StoreOptions::<ExampleJob>::from_row("crash_store", "example_jobs j");
+    options.column_expressions = vec!["j.id".into()];
+    options.stalled_max_age = STALLED_MAX_AGE;
+    Ok(Arc::new(DbStore::new(pool.clone(), options).await?))
+}
+
+fn worker_options(name: &str) -> WorkerOptions {
+    let mut o = WorkerOptions::new(name);
+    o.interval = Duration::from_millis(50);
+    o.heartbeat_interval = Duration::from_millis(200);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(1));
+    o
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("worker") => doomed_worker(&args[2]).await,
+        Some("resetter") => standalone_resetter(&args[2]).await,
+        _ => parent().await,
+    }
+}
+
+async fn doomed_worker(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let pool = PgPool::connect(url).await?;
+    let store = store(&pool).await?;
+    let worker = new_worker(store, Work { pool, hang: true }, worker_options("doomed_worker"))?;
+    worker.run().await;
+    Ok(())
+}
+
+async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let pool = PgPool::connect(url).await?;
+    let mut options = ResetterOptions::new("standalone_resetter", "example_jobs");
+    options.stalled_max_age = STALLED_MAX_AGE;
+    options.interval = Duration::from_millis(250);
+    let resetter = Resetter::new(pool, options)?;
+    // Runs until it has brought a job back, so the example ends.
+    let stop = CancellationToken::new();
+    let done = stop.clone();
+    resetter
+        .run(stop, move |out| {
+            for (id, age) in &out.reset {
+                println!("[resetter {}] requeued job {id}; its heartbeat was {:.1}s old", std::process::id(), age.as_secs_f64());
+                done.cancel();
+            }
+        })
+        .await;
+    Ok(())
+}
+
+async fn parent() -> Result<(), Box<dyn std::error::Error>> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool(10).await?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    sqlx::raw_sql("CREATE TABLE attempts (job_id bigint NOT NULL, pid bigint NOT NULL); INSERT INTO example_jobs DEFAULT VALUES;")
+        .execute(&pool)
+        .await?;
+    let me = std::env::current_exe()?;
+
+    let mut doomed = Command::new(&me).args(["worker", db.url()]).stdin(Stdio::null()).spawn()?;
+    println!("[parent] started worker process {}", doomed.id());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts").fetch_one(&pool).await? == 0 {
+        assert!(Instant::now() < deadline, "the worker never started the job");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    doomed.kill()?; // SIGKILL: no chance to clean up.
+    doomed.wait()?;
+    let state: String = sqlx::query_scalar("SELECT state FROM example_jobs").fetch_one(&pool).await?;
+    println!("[parent] killed it mid-job with SIGKILL; the job is left {state}");
+
+    let status = Command::new(&me).args(["resetter", db.url()]).stdin(Stdio::null()).status()?;
+    assert!(status.success(), "resetter process failed");
+    let (state, resets): (String, i32) = sqlx::query_as("SELECT state, num_resets FROM example_jobs").fetch_one(&pool).await?;
+    println!("[parent] after the resetter: {state}, num_resets = {resets}");
+    assert_eq!((state.as_str(), resets), ("queued", 1));
+
+    let store = store(&pool).await?;
+    let mut options = worker_options("second_worker");
+    options.num_total_jobs = Some(1);
+    new_worker(store, Work { pool: pool.clone(), hang: false }, options)?.run().await;
+    let state: String = sqlx::query_scalar("SELECT state FROM example_jobs").fetch_one(&pool).await?;
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts").fetch_one(&pool).await?;
+    println!("[parent] a new worker finished it: {state} after {attempts} attempts");
+    assert_eq!(state, "completed");
+    Ok(())
+}
