@@ -33,8 +33,16 @@ struct Indexer;
 
 #[async_trait]
 impl Handler<DbStore<IndexJob>> for Indexer {
-    async fn handle(&self, job: &mut DbJob<IndexJob>, _ctx: &JobContext<DbStore<IndexJob>>) -> Result<(), HandlerError> {
-        let (id, repo, name) = (job.record().id, job.record().repository_id, job.record().repository_name.clone());
+    async fn handle(
+        &self,
+        job: &mut DbJob<IndexJob>,
+        _ctx: &JobContext<DbStore<IndexJob>>,
+    ) -> Result<(), HandlerError> {
+        let (id, repo, name) = (
+            job.record().id,
+            job.record().repository_id,
+            job.record().repository_name.clone(),
+        );
         println!("indexing job {id}: repository {repo} ({name})");
         // Every write goes through the transaction that locks the job row: an
         // unsuccessful attempt leaves no trace in the database.
@@ -56,7 +64,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Step 1: the job table (with `state` stored as `status`) and a view.
     let renames: HashMap<String, String> = [("state".to_owned(), "status".to_owned())].into();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(job_table_sql("example_jobs", &renames)?)).execute(&pool).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(job_table_sql(
+        "example_jobs",
+        &renames,
+    )?))
+    .execute(&pool)
+    .await?;
     sqlx::raw_sql(
         "CREATE TABLE repo (id integer PRIMARY KEY, name text NOT NULL);
          ALTER TABLE example_jobs ADD COLUMN repository_id integer NOT NULL REFERENCES repo (id);
@@ -70,15 +83,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
 
     // Steps 2 and 3: the columns to read, how to scan them, and the store.
-    let mut options = StoreOptions::new("example_job_worker_store", "example_jobs j", |row: &sqlx::postgres::PgRow| {
-        Ok(IndexJob {
-            id: row.try_get(0)?,
-            repository_id: row.try_get(1)?,
-            repository_name: row.try_get(2)?,
-        })
-    });
+    let mut options = StoreOptions::new(
+        "example_job_worker_store",
+        "example_jobs j",
+        |row: &sqlx::postgres::PgRow| {
+            Ok(IndexJob {
+                id: row.try_get(0)?,
+                repository_id: row.try_get(1)?,
+                repository_name: row.try_get(2)?,
+            })
+        },
+    );
     options.view_name = Some("example_jobs_with_repository_name v".into());
-    options.column_expressions = vec!["v.id".into(), "v.repository_id".into(), "v.repository_name".into()];
+    options.column_expressions = vec![
+        "v.id".into(),
+        "v.repository_id".into(),
+        "v.repository_name".into(),
+    ];
     options.order_by = Some("v.repository_id, v.id".into());
     options.alternate_column_names = renames;
     options.max_num_resets = 5;
@@ -92,12 +113,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     worker_options.heartbeat_failure_limit = Some(Duration::from_secs(4));
     new_worker(store, Indexer, worker_options)?.run().await;
 
-    let order: Vec<(i32, i64)> = sqlx::query_as("SELECT repository_id, job_id FROM repo_index ORDER BY ctid").fetch_all(&pool).await?;
+    let order: Vec<(i32, i64)> =
+        sqlx::query_as("SELECT repository_id, job_id FROM repo_index ORDER BY ctid")
+            .fetch_all(&pool)
+            .await?;
     println!("processed in order (repository_id, job id): {order:?}");
     let mut sorted = order.clone();
     sorted.sort();
     assert_eq!(order, sorted, "dequeued by (repository_id, id)");
-    let done: i64 = sqlx::query_scalar("SELECT count(*) FROM example_jobs WHERE status = 'completed'").fetch_one(&pool).await?;
+    let done: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM example_jobs WHERE status = 'completed'")
+            .fetch_one(&pool)
+            .await?;
     assert_eq!(done, 6);
     println!("all 6 jobs completed");
     Ok(())

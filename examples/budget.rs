@@ -13,7 +13,9 @@ use std::time::Duration;
 use dbworker::sea_query::Expr;
 use dbworker::{DbConditions, DbJob, DbStore, StoreOptions, new_worker};
 use dbworker_testkit::TestDatabase;
-use workerutil::{BoxError, Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, async_trait};
+use workerutil::{
+    BoxError, Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, async_trait,
+};
 
 const BUDGET: i64 = 100;
 
@@ -43,21 +45,34 @@ impl Handler<DbStore<CostlyJob>> for Budgeted {
             return Ok(None);
         }
         // Skip jobs larger than what is left; the value is bound, not formatted.
-        Ok(Some(DbConditions::new().and(Expr::cust_with_values("j.cost <= $1", [headroom]))))
+        Ok(Some(
+            DbConditions::new().and(Expr::cust_with_values("j.cost <= $1", [headroom])),
+        ))
     }
 
     async fn pre_handle(&self, record: &CostlyJob) {
-        let now = self.in_use.fetch_add(i64::from(record.cost), Ordering::SeqCst) + i64::from(record.cost);
+        let now = self
+            .in_use
+            .fetch_add(i64::from(record.cost), Ordering::SeqCst)
+            + i64::from(record.cost);
         self.peak.fetch_max(now, Ordering::SeqCst);
     }
 
-    async fn handle(&self, job: &mut DbJob<CostlyJob>, _ctx: &JobContext<DbStore<CostlyJob>>) -> Result<(), HandlerError> {
-        tokio::time::sleep(Duration::from_millis(5 * u64::try_from(job.record().cost).unwrap_or(0))).await;
+    async fn handle(
+        &self,
+        job: &mut DbJob<CostlyJob>,
+        _ctx: &JobContext<DbStore<CostlyJob>>,
+    ) -> Result<(), HandlerError> {
+        tokio::time::sleep(Duration::from_millis(
+            5 * u64::try_from(job.record().cost).unwrap_or(0),
+        ))
+        .await;
         Ok(())
     }
 
     async fn post_handle(&self, record: &CostlyJob, _outcome: &Outcome) {
-        self.in_use.fetch_sub(i64::from(record.cost), Ordering::SeqCst);
+        self.in_use
+            .fetch_sub(i64::from(record.cost), Ordering::SeqCst);
     }
 }
 
@@ -82,10 +97,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     worker_options.num_total_jobs = Some(40);
     worker_options.interval = Duration::from_millis(10);
     worker_options.heartbeat_failure_limit = Some(Duration::from_secs(10));
-    new_worker(store, handler.clone(), worker_options)?.run().await;
+    new_worker(store, handler.clone(), worker_options)?
+        .run()
+        .await;
 
     let peak = handler.peak.load(Ordering::SeqCst);
-    let done: i64 = sqlx::query_scalar("SELECT count(*) FROM example_jobs WHERE state = 'completed'").fetch_one(&pool).await?;
+    let done: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM example_jobs WHERE state = 'completed'")
+            .fetch_one(&pool)
+            .await?;
     println!("{done} jobs completed; peak cost in use {peak} of a budget of {BUDGET}");
     assert_eq!(done, 40);
     assert!(peak <= BUDGET, "the budget was exceeded: {peak}");

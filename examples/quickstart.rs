@@ -15,7 +15,8 @@ use dbworker::{DbJob, DbStore, Resetter, StoreOptions, new_worker};
 use dbworker_testkit::TestDatabase;
 use tokio_util::sync::CancellationToken;
 use workerutil::{
-    ExecutionLogEntry, Handler, HandlerError, JobContext, Record, WorkerEvent, WorkerOptions, async_trait,
+    ExecutionLogEntry, Handler, HandlerError, JobContext, Record, WorkerEvent, WorkerOptions,
+    async_trait,
 };
 
 /// One row of `example_jobs`, read with `sqlx::FromRow`.
@@ -62,8 +63,15 @@ impl Handler<DbStore<ExampleJob>> for Squarer {
             .execute(tx)
             .await?;
         if let Some(index) = index {
-            let done = ExecutionLogEntry { exit_code: Some(0), out: format!("{}\n", n * n), duration_ms: Some(50), ..step };
-            ctx.update_log(index, &done).await.map_err(HandlerError::Retryable)?;
+            let done = ExecutionLogEntry {
+                exit_code: Some(0),
+                out: format!("{}\n", n * n),
+                duration_ms: Some(50),
+                ..step
+            };
+            ctx.update_log(index, &done)
+                .await
+                .map_err(HandlerError::Retryable)?;
         }
         Ok(())
     }
@@ -72,7 +80,9 @@ impl Handler<DbStore<ExampleJob>> for Squarer {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .init();
 
     let db = TestDatabase::new().await?;
@@ -87,7 +97,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sqlx::query("INSERT INTO example_jobs (payload) VALUES ('{\"n\": \"not a number\"}')")
         .execute(&pool)
         .await?;
-    println!("enqueued 21 jobs in {} (one with a malformed payload)", db.name());
+    println!(
+        "enqueued 21 jobs in {} (one with a malformed payload)",
+        db.name()
+    );
 
     let mut options = StoreOptions::<ExampleJob>::from_row("example_store", "example_jobs j");
     options.column_expressions = vec!["j.id".into(), "j.payload".into()];
@@ -115,10 +128,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     loop {
         match tokio::time::timeout(Duration::from_millis(300), events.recv()).await {
             Ok(Ok(WorkerEvent::Dequeued { .. })) => running += 1,
-            Ok(Ok(WorkerEvent::JobFinished { id, outcome, marked })) => {
+            Ok(Ok(WorkerEvent::JobFinished {
+                id,
+                outcome,
+                marked,
+            })) => {
                 running -= 1;
-                let detail = outcome.failure_message().map(|m| format!(": {m}")).unwrap_or_default();
-                println!("job {id:>2} {}{detail}{}", outcome.kind(), if marked { "" } else { " (not recorded)" });
+                let detail = outcome
+                    .failure_message()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default();
+                println!(
+                    "job {id:>2} {}{detail}{}",
+                    outcome.kind(),
+                    if marked { "" } else { " (not recorded)" }
+                );
             }
             Ok(Ok(_)) | Ok(Err(_)) | Err(_) => {}
         }
@@ -132,13 +156,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     resetter_task.await?;
 
     let counts: Vec<(String, i64)> =
-        sqlx::query_as("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state").fetch_all(&pool).await?;
-    let total: i64 = sqlx::query_scalar("SELECT coalesce(sum(square), 0)::bigint FROM squares").fetch_one(&pool).await?;
-    println!("worker stopped ({:?}) after {} jobs", summary.reason, summary.dequeued);
+        sqlx::query_as("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state")
+            .fetch_all(&pool)
+            .await?;
+    let total: i64 = sqlx::query_scalar("SELECT coalesce(sum(square), 0)::bigint FROM squares")
+        .fetch_one(&pool)
+        .await?;
+    println!(
+        "worker stopped ({:?}) after {} jobs",
+        summary.reason, summary.dequeued
+    );
     for (state, n) in counts {
         println!("  {state:<10} {n}");
     }
     println!("sum of squares 1..=20 = {total}");
-    assert_eq!(total, (1..=20).map(|n: i64| n * n).sum::<i64>(), "every job's write committed once");
+    assert_eq!(
+        total,
+        (1..=20).map(|n: i64| n * n).sum::<i64>(),
+        "every job's write committed once"
+    );
     Ok(())
 }

@@ -40,7 +40,11 @@ struct Work {
 
 #[async_trait]
 impl Handler<DbStore<ExampleJob>> for Work {
-    async fn handle(&self, job: &mut DbJob<ExampleJob>, _ctx: &JobContext<DbStore<ExampleJob>>) -> Result<(), HandlerError> {
+    async fn handle(
+        &self,
+        job: &mut DbJob<ExampleJob>,
+        _ctx: &JobContext<DbStore<ExampleJob>>,
+    ) -> Result<(), HandlerError> {
         // Autocommit, outside the job's transaction, so the parent can see it.
         sqlx::query("INSERT INTO attempts (job_id, pid) VALUES ($1, $2)")
             .bind(job.record().id)
@@ -82,7 +86,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn doomed_worker(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let pool = PgPool::connect(url).await?;
     let store = store(&pool).await?;
-    let worker = new_worker(store, Work { pool, hang: true }, worker_options("doomed_worker"))?;
+    let worker = new_worker(
+        store,
+        Work { pool, hang: true },
+        worker_options("doomed_worker"),
+    )?;
     worker.run().await;
     Ok(())
 }
@@ -99,7 +107,11 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
     resetter
         .run(stop, move |out| {
             for (id, age) in &out.reset {
-                println!("[resetter {}] requeued job {id}; its heartbeat was {:.1}s old", std::process::id(), age.as_secs_f64());
+                println!(
+                    "[resetter {}] requeued job {id}; its heartbeat was {:.1}s old",
+                    std::process::id(),
+                    age.as_secs_f64()
+                );
                 done.cancel();
             }
         })
@@ -116,30 +128,61 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let me = std::env::current_exe()?;
 
-    let mut doomed = Command::new(&me).args(["worker", db.url()]).stdin(Stdio::null()).spawn()?;
+    let mut doomed = Command::new(&me)
+        .args(["worker", db.url()])
+        .stdin(Stdio::null())
+        .spawn()?;
     println!("[parent] started worker process {}", doomed.id());
     let deadline = Instant::now() + Duration::from_secs(60);
-    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts").fetch_one(&pool).await? == 0 {
-        assert!(Instant::now() < deadline, "the worker never started the job");
+    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts")
+        .fetch_one(&pool)
+        .await?
+        == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never started the job"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     doomed.kill()?; // SIGKILL: no chance to clean up.
     doomed.wait()?;
-    let state: String = sqlx::query_scalar("SELECT state FROM example_jobs").fetch_one(&pool).await?;
+    let state: String = sqlx::query_scalar("SELECT state FROM example_jobs")
+        .fetch_one(&pool)
+        .await?;
     println!("[parent] killed it mid-job with SIGKILL; the job is left {state}");
 
-    let status = Command::new(&me).args(["resetter", db.url()]).stdin(Stdio::null()).status()?;
+    let status = Command::new(&me)
+        .args(["resetter", db.url()])
+        .stdin(Stdio::null())
+        .status()?;
     assert!(status.success(), "resetter process failed");
-    let (state, resets): (String, i32) = sqlx::query_as("SELECT state, num_resets FROM example_jobs").fetch_one(&pool).await?;
+    let (state, resets): (String, i32) =
+        sqlx::query_as("SELECT state, num_resets FROM example_jobs")
+            .fetch_one(&pool)
+            .await?;
     println!("[parent] after the resetter: {state}, num_resets = {resets}");
     assert_eq!((state.as_str(), resets), ("queued", 1));
 
     let store = store(&pool).await?;
     let mut options = worker_options("second_worker");
     options.num_total_jobs = Some(1);
-    new_worker(store, Work { pool: pool.clone(), hang: false }, options)?.run().await;
-    let state: String = sqlx::query_scalar("SELECT state FROM example_jobs").fetch_one(&pool).await?;
-    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts").fetch_one(&pool).await?;
+    new_worker(
+        store,
+        Work {
+            pool: pool.clone(),
+            hang: false,
+        },
+        options,
+    )?
+    .run()
+    .await;
+    let state: String = sqlx::query_scalar("SELECT state FROM example_jobs")
+        .fetch_one(&pool)
+        .await?;
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
+        .fetch_one(&pool)
+        .await?;
     println!("[parent] a new worker finished it: {state} after {attempts} attempts");
     assert_eq!(state, "completed");
     Ok(())

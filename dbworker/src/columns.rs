@@ -171,9 +171,15 @@ mod tests {
     #[test]
     fn parses_relations() {
         let r = Relation::parse("table_name", "example_jobs j").unwrap();
-        assert_eq!((r.schema, r.name.as_str(), r.alias.as_str()), (None, "example_jobs", "j"));
+        assert_eq!(
+            (r.schema, r.name.as_str(), r.alias.as_str()),
+            (None, "example_jobs", "j")
+        );
         let r = Relation::parse("table_name", "app.jobs AS x").unwrap();
-        assert_eq!((r.schema.as_deref(), r.name.as_str(), r.alias.as_str()), (Some("app"), "jobs", "x"));
+        assert_eq!(
+            (r.schema.as_deref(), r.name.as_str(), r.alias.as_str()),
+            (Some("app"), "jobs", "x")
+        );
         let r = Relation::parse("table_name", "jobs").unwrap();
         assert_eq!(r.alias, "jobs");
         assert!(Relation::parse("table_name", "jobs; drop table x").is_err());

@@ -21,7 +21,9 @@ pub enum Error {
     },
     /// The pool cannot serve the worker: transactional handling holds a
     /// connection per running handler.
-    #[error("the connection pool allows {max_connections} connections but {needed} are needed ({reason})")]
+    #[error(
+        "the connection pool allows {max_connections} connections but {needed} are needed ({reason})"
+    )]
     PoolTooSmall {
         /// The pool's maximum.
         max_connections: u32,

@@ -15,7 +15,10 @@ use crate::sql::quote;
 /// let ddl = dbworker::job_table_sql("email_jobs", &Default::default()).unwrap();
 /// assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "email_jobs""#));
 /// ```
-pub fn job_table_sql(table_name: &str, alternate_column_names: &HashMap<String, String>) -> Result<String> {
+pub fn job_table_sql(
+    table_name: &str,
+    alternate_column_names: &HashMap<String, String>,
+) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
     let table = match &rel.schema {

@@ -225,13 +225,19 @@ impl<R> StoreOptions<R> {
         }
         let r = &self.retry;
         if !(r.backoff_factor.is_finite() && r.backoff_factor >= 1.0) {
-            return Err(invalid("retry.backoff_factor", "must be a finite number >= 1.0"));
+            return Err(invalid(
+                "retry.backoff_factor",
+                "must be a finite number >= 1.0",
+            ));
         }
         if !(r.jitter.is_finite() && (0.0..1.0).contains(&r.jitter)) {
             return Err(invalid("retry.jitter", "must be in [0, 1)"));
         }
         if r.max_delay < r.retry_after {
-            return Err(invalid("retry.max_delay", "must be at least retry.retry_after"));
+            return Err(invalid(
+                "retry.max_delay",
+                "must be at least retry.retry_after",
+            ));
         }
         if self.stalled_max_age < Duration::from_millis(100) {
             return Err(invalid("stalled_max_age", "must be at least 100ms"));
@@ -243,10 +249,13 @@ impl<R> StoreOptions<R> {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
         let view_or_table = view.clone().unwrap_or_else(|| table.clone());
-        let order_by = self
-            .order_by
-            .clone()
-            .unwrap_or_else(|| format!("{}.{}", crate::sql::quote(&view_or_table.alias), crate::sql::quote(&columns.id)));
+        let order_by = self.order_by.clone().unwrap_or_else(|| {
+            format!(
+                "{}.{}",
+                crate::sql::quote(&view_or_table.alias),
+                crate::sql::quote(&columns.id)
+            )
+        });
         let column_expressions = if self.column_expressions.is_empty() {
             vec![format!("{}.*", crate::sql::quote(&view_or_table.alias))]
         } else {
@@ -328,16 +337,42 @@ mod tests {
         type Breaker = Box<dyn Fn(&mut StoreOptions<()>)>;
         let cases: Vec<(&str, Breaker)> = vec![
             ("name", Box::new(|o| o.name.clear())),
-            ("table_name", Box::new(|o| o.table_name = "jobs; drop".into())),
-            ("view_name", Box::new(|o| o.view_name = Some("a b c d".into()))),
-            ("alternate_column_names", Box::new(|o| { o.alternate_column_names.insert("nope".into(), "x".into()); })),
-            ("column_expressions", Box::new(|o| o.column_expressions = vec![" ".into()])),
+            (
+                "table_name",
+                Box::new(|o| o.table_name = "jobs; drop".into()),
+            ),
+            (
+                "view_name",
+                Box::new(|o| o.view_name = Some("a b c d".into())),
+            ),
+            (
+                "alternate_column_names",
+                Box::new(|o| {
+                    o.alternate_column_names.insert("nope".into(), "x".into());
+                }),
+            ),
+            (
+                "column_expressions",
+                Box::new(|o| o.column_expressions = vec![" ".into()]),
+            ),
             ("order_by", Box::new(|o| o.order_by = Some(String::new()))),
-            ("retry.backoff_factor", Box::new(|o| o.retry.backoff_factor = 0.5)),
+            (
+                "retry.backoff_factor",
+                Box::new(|o| o.retry.backoff_factor = 0.5),
+            ),
             ("retry.jitter", Box::new(|o| o.retry.jitter = 1.0)),
-            ("retry.max_delay", Box::new(|o| o.retry.max_delay = Duration::ZERO)),
-            ("stalled_max_age", Box::new(|o| o.stalled_max_age = Duration::ZERO)),
-            ("reset_failure_message", Box::new(|o| o.reset_failure_message.clear())),
+            (
+                "retry.max_delay",
+                Box::new(|o| o.retry.max_delay = Duration::ZERO),
+            ),
+            (
+                "stalled_max_age",
+                Box::new(|o| o.stalled_max_age = Duration::ZERO),
+            ),
+            (
+                "reset_failure_message",
+                Box::new(|o| o.reset_failure_message.clear()),
+            ),
             ("candidate_window", Box::new(|o| o.candidate_window = 0)),
         ];
         for (field, break_it) in cases {

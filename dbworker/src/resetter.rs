@@ -197,11 +197,17 @@ impl Resetter {
 
     /// Runs passes every interval until `stop` fires. A failed pass is logged and
     /// retried next interval. `on_pass` sees each pass's outcome.
-    pub async fn run(&self, stop: CancellationToken, mut on_pass: impl FnMut(&ResetOutcome) + Send) {
+    pub async fn run(
+        &self,
+        stop: CancellationToken,
+        mut on_pass: impl FnMut(&ResetOutcome) + Send,
+    ) {
         loop {
             match self.reset_once().await {
                 Ok(out) => on_pass(&out),
-                Err(err) => tracing::error!(resetter = %self.name, error = %err, "reset pass failed"),
+                Err(err) => {
+                    tracing::error!(resetter = %self.name, error = %err, "reset pass failed")
+                }
             }
             tokio::select! {
                 _ = stop.cancelled() => return,

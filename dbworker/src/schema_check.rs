@@ -62,17 +62,17 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
         }
     }
     // Only worth probing the SQL fragments once the relations are right.
-    if problems.is_empty() {
-        if let Err(err) = sql::probe_expressions(o).query().execute(pool).await {
-            let detail = match &err {
-                sqlx::Error::Database(db) => db.message().to_owned(),
-                other => other.to_string(),
-            };
-            problems.push(format!(
-                "the column expressions or order_by are not valid against {}: {detail}",
-                o.source().display_name()
-            ));
-        }
+    if problems.is_empty()
+        && let Err(err) = sql::probe_expressions(o).query().execute(pool).await
+    {
+        let detail = match &err {
+            sqlx::Error::Database(db) => db.message().to_owned(),
+            other => other.to_string(),
+        };
+        problems.push(format!(
+            "the column expressions or order_by are not valid against {}: {detail}",
+            o.source().display_name()
+        ));
     }
     if problems.is_empty() {
         Ok(())

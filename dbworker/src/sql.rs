@@ -8,9 +8,8 @@
 //! gets a new, larger token, and every later write requires the token it got.
 
 use sea_query::{
-    Alias, CommonTableExpression, Condition, Expr, ExprTrait, LockBehavior, LockType,
-    NullOrdering, Order, PostgresQueryBuilder, Query, SelectStatement, TableRef, UpdateStatement,
-    WithClause,
+    Alias, CommonTableExpression, Condition, Expr, ExprTrait, LockBehavior, LockType, NullOrdering,
+    Order, PostgresQueryBuilder, Query, SelectStatement, TableRef, UpdateStatement, WithClause,
 };
 use sea_query_sqlx::{SqlxBinder, SqlxValues};
 use workerutil::JobState;
@@ -32,9 +31,7 @@ impl Statement {
     }
 
     /// The statement as an sqlx query.
-    pub(crate) fn query(
-        self,
-    ) -> sqlx::query::Query<'static, sqlx::Postgres, SqlxValues> {
+    pub(crate) fn query(self) -> sqlx::query::Query<'static, sqlx::Postgres, SqlxValues> {
         sqlx::query_with(sqlx::AssertSqlSafe(self.sql), self.values)
     }
 }
@@ -268,17 +265,14 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
         .value(alias(&c.worker_hostname), hostname)
         .from(candidates.clone())
         .and_where(col(a, &c.id).equals(("dbworker_candidates", "id")))
-        .returning(
-            Query::returning()
-                .exprs([
-                    Expr::cust(format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id))),
-                    Expr::cust(format!(
-                        "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint AS \"token\"",
-                        quote(a),
-                        quote(&c.started_at)
-                    )),
-                ]),
-        );
+        .returning(Query::returning().exprs([
+            Expr::cust(format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id))),
+            Expr::cust(format!(
+                "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint AS \"token\"",
+                quote(a),
+                quote(&c.started_at)
+            )),
+        ]));
     with.cte(
         CommonTableExpression::new()
             .query(update)
@@ -309,7 +303,8 @@ pub(crate) fn select_record(o: &Resolved, id: i64) -> Statement {
     for e in &o.column_expressions {
         q.expr(Expr::cust(e.clone()));
     }
-    q.from(table_ref(s)).and_where(col(&s.alias, &o.columns.id).eq(id));
+    q.from(table_ref(s))
+        .and_where(col(&s.alias, &o.columns.id).eq(id));
     Statement::from(&q)
 }
 
@@ -454,7 +449,8 @@ pub(crate) fn mark_failed(o: &Resolved, id: i64, token: i64, message: &str) -> S
     let q = fenced_update(o, id, token)
         .value(
             alias(&c.state),
-            Expr::case(col(a, &c.cancel), state(JobState::Canceled)).finally(state(JobState::Failed)),
+            Expr::case(col(a, &c.cancel), state(JobState::Canceled))
+                .finally(state(JobState::Failed)),
         )
         .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
         .value(alias(&c.failure_message), message)
@@ -501,7 +497,13 @@ pub(crate) fn log_append(o: &Resolved, id: i64, token: i64, entry_json: String) 
 
 /// Replaces the log entry at 0-based `index`, keeping its `start_time` unless
 /// the new entry sets one.
-pub(crate) fn log_update(o: &Resolved, id: i64, token: i64, index: usize, entry_json: String) -> Statement {
+pub(crate) fn log_update(
+    o: &Resolved,
+    id: i64,
+    token: i64,
+    index: usize,
+    entry_json: String,
+) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
     let logs = format!("{}.{}", quote(a), quote(&c.execution_logs));
@@ -555,13 +557,11 @@ pub(crate) fn reset_stalled(
         .table(table_ref(t))
         .value(
             alias(&c.state),
-            Expr::case(can_requeue(), state(JobState::Queued))
-                .finally(state(JobState::Failed)),
+            Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),
         )
         .value(
             alias(&c.num_resets),
-            Expr::case(can_requeue(), col(a, &c.num_resets).add(1))
-                .finally(col(a, &c.num_resets)),
+            Expr::case(can_requeue(), col(a, &c.num_resets).add(1)).finally(col(a, &c.num_resets)),
         )
         .value(
             alias(&c.failure_message),
@@ -577,7 +577,11 @@ pub(crate) fn reset_stalled(
         .and_where(col(a, &c.state).eq(state(JobState::Processing)))
         .returning(Query::returning().exprs([
             Expr::cust(format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id))),
-            Expr::cust(format!("{}.{}::text AS \"state\"", quote(a), quote(&c.state))),
+            Expr::cust(format!(
+                "{}.{}::text AS \"state\"",
+                quote(a),
+                quote(&c.state)
+            )),
             Expr::cust(format!(
                 "COALESCE(EXTRACT(EPOCH FROM now() - {}.{}), 0)::float8 AS \"age\"",
                 quote(a),
@@ -605,7 +609,9 @@ pub(crate) fn queued_count(o: &Resolved) -> Statement {
     let q = Query::select()
         .expr(Expr::cust("count(*)::bigint"))
         .from(table_ref(t))
-        .and_where(col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .and_where(
+            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
+        )
         .to_owned();
     Statement::from(&q)
 }
@@ -617,7 +623,9 @@ pub(crate) fn any_queued(o: &Resolved) -> Statement {
     let inner = Query::select()
         .expr(Expr::val(1))
         .from(table_ref(t))
-        .and_where(col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .and_where(
+            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
+        )
         .limit(1)
         .to_owned();
     let q = Query::select().expr(Expr::exists(inner)).to_owned();
@@ -635,7 +643,9 @@ pub(crate) fn max_age_in_queue(o: &Resolved) -> Statement {
             quote(&c.queued_at)
         )))
         .from(table_ref(t))
-        .and_where(col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .and_where(
+            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
+        )
         .to_owned();
     Statement::from(&q)
 }

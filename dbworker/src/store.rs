@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use sea_query::Expr;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
-use workerutil::{BoxError, ExecutionLogEntry, HeartbeatResult, Job, Lease, Record, Store, error_chain};
+use workerutil::{
+    BoxError, ExecutionLogEntry, HeartbeatResult, Job, Lease, Record, Store, error_chain,
+};
 
 use crate::error::{Error, Result};
 use crate::options::{Handling, Resolved, ScanFn, StoreOptions};
@@ -228,7 +230,11 @@ impl<R: Record> DbStore<R> {
                     lease.id,
                     record.id()
                 ),
-                Err(err) => format!("failed to scan record {}: {}", lease.id, error_chain(err.as_ref())),
+                Err(err) => format!(
+                    "failed to scan record {}: {}",
+                    lease.id,
+                    error_chain(err.as_ref())
+                ),
             },
             Ok(None) => format!(
                 "record {} is not visible through {}",
@@ -249,12 +255,17 @@ impl<R: Record> DbStore<R> {
         Ok(None)
     }
 
-    async fn fenced_write(&self, op: &'static str, job: &mut DbJob<R>, statement: sql::Statement) -> Result<bool> {
+    async fn fenced_write(
+        &self,
+        op: &'static str,
+        job: &mut DbJob<R>,
+        statement: sql::Statement,
+    ) -> Result<bool> {
         // A failure is recorded outside the handler's transaction: roll its writes back first.
-        if let Some(tx) = job.tx.take() {
-            if let Err(err) = tx.rollback().await {
-                tracing::warn!(record_id = job.lease.id, error = %err, "rollback of the handler's transaction failed");
-            }
+        if let Some(tx) = job.tx.take()
+            && let Err(err) = tx.rollback().await
+        {
+            tracing::warn!(record_id = job.lease.id, error = %err, "rollback of the handler's transaction failed");
         }
         let done = statement
             .query()
@@ -382,12 +393,20 @@ impl<R: Record> Store for DbStore<R> {
         Ok(true)
     }
 
-    async fn mark_errored(&self, job: &mut DbJob<R>, message: &str) -> std::result::Result<bool, BoxError> {
+    async fn mark_errored(
+        &self,
+        job: &mut DbJob<R>,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
         let statement = sql::mark_errored(&self.options, job.lease.id, job.lease.token, message);
         Ok(self.fenced_write("mark_errored", job, statement).await?)
     }
 
-    async fn mark_failed(&self, job: &mut DbJob<R>, message: &str) -> std::result::Result<bool, BoxError> {
+    async fn mark_failed(
+        &self,
+        job: &mut DbJob<R>,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
         let statement = sql::mark_failed(&self.options, job.lease.id, job.lease.token, message);
         Ok(self.fenced_write("mark_failed", job, statement).await?)
     }

@@ -23,7 +23,11 @@ pub const RESERVED_CONNECTIONS: u32 = 2;
 ///   would requeue live jobs;
 /// - a worker must give up its jobs (`heartbeat_failure_limit`) before the
 ///   resetter may hand them to someone else (`stalled_max_age`).
-pub fn new_worker<R, H>(store: Arc<DbStore<R>>, handler: H, options: WorkerOptions) -> Result<Worker<DbStore<R>, H>>
+pub fn new_worker<R, H>(
+    store: Arc<DbStore<R>>,
+    handler: H,
+    options: WorkerOptions,
+) -> Result<Worker<DbStore<R>, H>>
 where
     R: Record,
     H: Handler<DbStore<R>>,

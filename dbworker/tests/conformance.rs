@@ -23,7 +23,10 @@ impl Harness for Postgres {
     type Store = DbStore<Job>;
 
     async fn new_store(&self, max_num_retries: u32) -> Arc<DbStore<Job>> {
-        sqlx::query("TRUNCATE jobs RESTART IDENTITY").execute(&self.db.pool).await.unwrap();
+        sqlx::query("TRUNCATE jobs RESTART IDENTITY")
+            .execute(&self.db.pool)
+            .await
+            .unwrap();
         let mut o = self.db.options();
         o.max_num_retries = max_num_retries;
         o.max_num_resets = 1;
@@ -40,11 +43,17 @@ impl Harness for Postgres {
     }
 
     async fn failure_message(&self, _store: &DbStore<Job>, id: RecordId) -> Option<String> {
-        self.db.scalar("SELECT failure_message FROM jobs WHERE id = $1", id).await
+        self.db
+            .scalar("SELECT failure_message FROM jobs WHERE id = $1", id)
+            .await
     }
 
     async fn request_cancel(&self, _store: &DbStore<Job>, id: RecordId) {
-        sqlx::query("UPDATE jobs SET cancel = true WHERE id = $1").bind(id).execute(&self.db.pool).await.unwrap();
+        sqlx::query("UPDATE jobs SET cancel = true WHERE id = $1")
+            .bind(id)
+            .execute(&self.db.pool)
+            .await
+            .unwrap();
     }
 
     async fn reset(&self, store: &DbStore<Job>, id: RecordId) {
@@ -61,7 +70,11 @@ impl Harness for Postgres {
         }
         self.db.age_heartbeats().await;
         let out = store.reset_stalled().await.unwrap();
-        assert_eq!(out.reset.iter().map(|r| r.0).collect::<Vec<_>>(), vec![id], "resetter");
+        assert_eq!(
+            out.reset.iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![id],
+            "resetter"
+        );
     }
 
     fn only(&self, ids: &[RecordId]) -> DbConditions {
@@ -69,24 +82,33 @@ impl Harness for Postgres {
     }
 
     async fn execution_log(&self, _store: &DbStore<Job>, id: RecordId) -> Vec<ExecutionLogEntry> {
-        let rows: Vec<serde_json::Value> =
-            sqlx::query_scalar("SELECT to_json(e) FROM jobs, unnest(execution_logs) AS e WHERE id = $1")
-                .bind(id)
-                .fetch_all(&self.db.pool)
-                .await
-                .unwrap();
-        rows.into_iter().map(|v| serde_json::from_value(v).unwrap()).collect()
+        let rows: Vec<serde_json::Value> = sqlx::query_scalar(
+            "SELECT to_json(e) FROM jobs, unnest(execution_logs) AS e WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_all(&self.db.pool)
+        .await
+        .unwrap();
+        rows.into_iter()
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect()
     }
 }
 
 #[tokio::test]
 async fn postgres_store_passes_the_conformance_suite_with_transactional_handling() {
-    let h = Postgres { db: Db::new().await, handling: Handling::Transactional };
+    let h = Postgres {
+        db: Db::new().await,
+        handling: Handling::Transactional,
+    };
     conformance::run_all(&h).await;
 }
 
 #[tokio::test]
 async fn postgres_store_passes_the_conformance_suite_with_heartbeat_handling() {
-    let h = Postgres { db: Db::new().await, handling: Handling::Heartbeat };
+    let h = Postgres {
+        db: Db::new().await,
+        handling: Handling::Heartbeat,
+    };
     conformance::run_all(&h).await;
 }

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dbworker::sea_query::Expr;
-use dbworker::{DbConditions, DbJob, DbStore, Error, Handling, Resetter, ResetterOptions, StoreOptions, new_worker};
+use dbworker::{
+    DbConditions, DbJob, DbStore, Error, Handling, Resetter, ResetterOptions, StoreOptions,
+    new_worker,
+};
 use serde_json::json;
 use tokio::sync::{Notify, broadcast};
 use workerutil::{
-    BoxError, ExecutionLogEntry, Handler, HandlerError, JobContext, Outcome, StopReason, Worker, WorkerEvent,
-    WorkerOptions,
+    BoxError, ExecutionLogEntry, Handler, HandlerError, JobContext, Outcome, StopReason, Worker,
+    WorkerEvent, WorkerOptions,
 };
 
 use common::{Db, Job};
@@ -35,9 +38,16 @@ impl Handler<DbStore<Job>> for Script {
         }))
     }
 
-    async fn handle(&self, job: &mut DbJob<Job>, ctx: &JobContext<DbStore<Job>>) -> Result<(), HandlerError> {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
         let id = job.record().id;
-        let act = job.record().payload["act"].as_str().unwrap_or("ok").to_owned();
+        let act = job.record().payload["act"]
+            .as_str()
+            .unwrap_or("ok")
+            .to_owned();
         if act == "wait" || act == "wait_then_write" {
             self.release.notified().await;
         }
@@ -45,12 +55,17 @@ impl Handler<DbStore<Job>> for Script {
             std::future::pending::<()>().await;
         }
         if act.contains("write") {
-            let insert = sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'written')").bind(id);
+            let insert =
+                sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'written')")
+                    .bind(id);
             match job.tx() {
                 Some(tx) => insert.execute(tx).await?,
                 None => insert.execute(self.pool.as_ref().expect("pool")).await?,
             };
-            let entry = ExecutionLogEntry { key: "write".into(), ..Default::default() };
+            let entry = ExecutionLogEntry {
+                key: "write".into(),
+                ..Default::default()
+            };
             ctx.log(&entry).await.map_err(HandlerError::Retryable)?;
         }
         match act.as_str() {
@@ -71,10 +86,15 @@ fn options(name: &str) -> WorkerOptions {
     o
 }
 
-async fn wait_for<T>(rx: &mut broadcast::Receiver<WorkerEvent>, mut pick: impl FnMut(&WorkerEvent) -> Option<T>) -> T {
+async fn wait_for<T>(
+    rx: &mut broadcast::Receiver<WorkerEvent>,
+    mut pick: impl FnMut(&WorkerEvent) -> Option<T>,
+) -> T {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let event = tokio::time::timeout_at(deadline, rx.recv()).await.expect("timed out waiting for a worker event");
+        let event = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("timed out waiting for a worker event");
         match event {
             Ok(e) => {
                 if let Some(t) = pick(&e) {
@@ -89,19 +109,27 @@ async fn wait_for<T>(rx: &mut broadcast::Receiver<WorkerEvent>, mut pick: impl F
 
 fn finished(id: i64) -> impl FnMut(&WorkerEvent) -> Option<(Outcome, bool)> {
     move |e| match e {
-        WorkerEvent::JobFinished { id: got, outcome, marked } if *got == id => Some((outcome.clone(), *marked)),
+        WorkerEvent::JobFinished {
+            id: got,
+            outcome,
+            marked,
+        } if *got == id => Some((outcome.clone(), *marked)),
         _ => None,
     }
 }
 
 async fn side_effects(db: &Db, id: i64) -> i64 {
-    db.scalar("SELECT count(*) FROM side_effects WHERE job_id = $1", id).await
+    db.scalar("SELECT count(*) FROM side_effects WHERE job_id = $1", id)
+        .await
 }
 
 #[tokio::test]
 async fn smoke_connects_through_sqlx() {
     let db = Db::new().await;
-    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&db.pool).await.unwrap();
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(one, 1);
 }
 
@@ -116,13 +144,28 @@ async fn handler_writes_commit_with_completion_and_roll_back_on_error() {
     new_worker(store, Script::default(), o).unwrap().run().await;
 
     assert_eq!(db.state(ok).await, "completed");
-    assert_eq!(side_effects(&db, ok).await, 1, "a completed job's writes commit");
+    assert_eq!(
+        side_effects(&db, ok).await,
+        1,
+        "a completed job's writes commit"
+    );
     assert_eq!(db.state(bad).await, "failed", "no retries configured");
-    assert_eq!(side_effects(&db, bad).await, 0, "a failed job's writes are rolled back");
-    let msg: Option<String> = db.scalar("SELECT failure_message FROM jobs WHERE id = $1", bad).await;
+    assert_eq!(
+        side_effects(&db, bad).await,
+        0,
+        "a failed job's writes are rolled back"
+    );
+    let msg: Option<String> = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", bad)
+        .await;
     assert_eq!(msg.as_deref(), Some("flaky upstream"));
     // The execution log is written outside the handler's transaction: it survives.
-    let logs: i32 = db.scalar("SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1", bad).await;
+    let logs: i32 = db
+        .scalar(
+            "SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1",
+            bad,
+        )
+        .await;
     assert_eq!(logs, 1);
 }
 
@@ -135,7 +178,12 @@ async fn retries_then_failure() {
     // A long delay keeps each errored state observable; the test makes it due.
     so.retry = dbworker::RetryPolicy::fixed(Duration::from_secs(3600));
     let store = Arc::new(DbStore::new(db.pool.clone(), so).await.unwrap());
-    let worker = new_worker(store, Script::default(), { let mut o = options("retry"); o.num_total_jobs = Some(3); o }).unwrap();
+    let worker = new_worker(store, Script::default(), {
+        let mut o = options("retry");
+        o.num_total_jobs = Some(3);
+        o
+    })
+    .unwrap();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
     for expected in ["errored", "errored", "failed"] {
@@ -145,11 +193,17 @@ async fn retries_then_failure() {
         if expected == "errored" {
             let delay: f64 = db.scalar("SELECT EXTRACT(EPOCH FROM process_after - now())::float8 FROM jobs WHERE id = $1", id).await;
             assert!(delay > 3500.0, "the retry waits its delay: {delay}");
-            sqlx::query("UPDATE jobs SET process_after = now() WHERE id = $1").bind(id).execute(&db.pool).await.unwrap();
+            sqlx::query("UPDATE jobs SET process_after = now() WHERE id = $1")
+                .bind(id)
+                .execute(&db.pool)
+                .await
+                .unwrap();
         }
     }
     run.await.unwrap();
-    let failures: i32 = db.scalar("SELECT num_failures FROM jobs WHERE id = $1", id).await;
+    let failures: i32 = db
+        .scalar("SELECT num_failures FROM jobs WHERE id = $1", id)
+        .await;
     assert_eq!(failures, 3);
 }
 
@@ -159,16 +213,32 @@ async fn retry_delay_comes_from_the_database_clock_with_backoff() {
     let id = db.enqueue(1, json!({"act": "fail"})).await[0];
     let mut so = db.options();
     so.max_num_retries = 5;
-    so.retry = dbworker::RetryPolicy { retry_after: Duration::from_secs(100), backoff_factor: 3.0, max_delay: Duration::from_secs(250), jitter: 0.0 };
+    so.retry = dbworker::RetryPolicy {
+        retry_after: Duration::from_secs(100),
+        backoff_factor: 3.0,
+        max_delay: Duration::from_secs(250),
+        jitter: 0.0,
+    };
     let store = Arc::new(DbStore::new(db.pool.clone(), so).await.unwrap());
     let expected = [100.0, 250.0];
     for (attempt, want) in expected.iter().enumerate() {
         // Make it due again, then fail it once more.
-        sqlx::query("UPDATE jobs SET process_after = NULL").execute(&db.pool).await.unwrap();
-        let worker = new_worker(store.clone(), Script::default(), { let mut o = options("b"); o.num_total_jobs = Some(1); o }).unwrap();
+        sqlx::query("UPDATE jobs SET process_after = NULL")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let worker = new_worker(store.clone(), Script::default(), {
+            let mut o = options("b");
+            o.num_total_jobs = Some(1);
+            o
+        })
+        .unwrap();
         worker.run().await;
         let delay: f64 = db.scalar("SELECT EXTRACT(EPOCH FROM process_after - finished_at)::float8 FROM jobs WHERE id = $1", id).await;
-        assert!((delay - want).abs() < 0.5, "attempt {attempt}: delay {delay}, want {want}");
+        assert!(
+            (delay - want).abs() < 0.5,
+            "attempt {attempt}: delay {delay}, want {want}"
+        );
         assert_eq!(db.state(id).await, "errored");
     }
 }
@@ -186,9 +256,19 @@ async fn poison_and_panics_fail_the_job_and_the_worker_goes_on() {
     let mut o = options("p");
     o.num_total_jobs = Some(3);
     new_worker(store, Script::default(), o).unwrap().run().await;
-    assert_eq!(db.state(poison).await, "failed", "a poison error is not retried");
-    assert_eq!(db.state(panics).await, "errored", "a panic is a retryable error");
-    let msg: Option<String> = db.scalar("SELECT failure_message FROM jobs WHERE id = $1", panics).await;
+    assert_eq!(
+        db.state(poison).await,
+        "failed",
+        "a poison error is not retried"
+    );
+    assert_eq!(
+        db.state(panics).await,
+        "errored",
+        "a panic is a retryable error"
+    );
+    let msg: Option<String> = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", panics)
+        .await;
     assert_eq!(msg.as_deref(), Some("handler panicked: handler bug"));
     assert_eq!(db.state(fine).await, "completed");
 }
@@ -211,8 +291,13 @@ async fn a_row_that_fails_to_scan_is_failed_with_the_reason_and_the_worker_goes_
     o.num_handlers = 2;
     new_worker(store, Script::default(), o).unwrap().run().await;
     assert_eq!(db.state(bad).await, "failed");
-    let msg: String = db.scalar("SELECT failure_message FROM jobs WHERE id = $1", bad).await;
-    assert!(msg.starts_with(&format!("failed to scan record {bad}: ")) && msg.contains("cost"), "{msg}");
+    let msg: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", bad)
+        .await;
+    assert!(
+        msg.starts_with(&format!("failed to scan record {bad}: ")) && msg.contains("cost"),
+        "{msg}"
+    );
     assert_eq!(db.state(good).await, "completed");
 }
 
@@ -227,17 +312,32 @@ async fn the_cancel_flag_cancels_a_running_handler_within_a_heartbeat() {
         let worker = new_worker(store, Script::default(), o).unwrap();
         let mut events = worker.subscribe();
         let run = tokio::spawn(worker.run());
-        wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { .. }).then_some(())).await;
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::Dequeued { .. }).then_some(())
+        })
+        .await;
         let asked = std::time::Instant::now();
         // An operator's UPDATE is not blocked by the handler's row lock.
-        tokio::time::timeout(Duration::from_secs(2), sqlx::query("UPDATE jobs SET cancel = true WHERE id = $1").bind(id).execute(&db.pool))
-            .await
-            .expect("setting cancel must not block on the handler's lock")
-            .unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            sqlx::query("UPDATE jobs SET cancel = true WHERE id = $1")
+                .bind(id)
+                .execute(&db.pool),
+        )
+        .await
+        .expect("setting cancel must not block on the handler's lock")
+        .unwrap();
         let (outcome, marked) = wait_for(&mut events, finished(id)).await;
-        assert!(matches!(outcome, Outcome::Canceled), "{handling:?}: {outcome:?}");
+        assert!(
+            matches!(outcome, Outcome::Canceled),
+            "{handling:?}: {outcome:?}"
+        );
         assert!(marked);
-        assert!(asked.elapsed() < Duration::from_secs(1), "{handling:?}: took {:?}", asked.elapsed());
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "{handling:?}: took {:?}",
+            asked.elapsed()
+        );
         run.await.unwrap();
         assert_eq!(db.state(id).await, "canceled", "{handling:?}");
     }
@@ -255,13 +355,27 @@ async fn heartbeats_keep_a_long_transactional_job_alive_and_the_resetter_skips_i
     let worker = new_worker(store.clone(), handler, o).unwrap();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
-    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { .. }).then_some(())).await;
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { .. }).then_some(())
+    })
+    .await;
     // Two heartbeat rounds go through despite the handler's row lock.
     for _ in 0..2 {
-        wait_for(&mut events, |e| matches!(e, WorkerEvent::Heartbeat { .. }).then_some(())).await;
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::Heartbeat { .. }).then_some(())
+        })
+        .await;
     }
-    let fresh: bool = db.scalar("SELECT last_heartbeat_at > now() - interval '1 second' FROM jobs WHERE id = $1", id).await;
-    assert!(fresh, "heartbeats update the row while its handler holds the lock");
+    let fresh: bool = db
+        .scalar(
+            "SELECT last_heartbeat_at > now() - interval '1 second' FROM jobs WHERE id = $1",
+            id,
+        )
+        .await;
+    assert!(
+        fresh,
+        "heartbeats update the row while its handler holds the lock"
+    );
     // Even with a stale heartbeat, a row locked by a live handler is not stalled.
     db.age_heartbeats().await;
     let out = store.reset_stalled().await.unwrap();
@@ -280,7 +394,10 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
 
     // Worker A claims the job, then "pauses": its heartbeats stop (an hour apart)
     // and its handler waits to be released.
-    let a_handler = Script { pool: Some(db.pool.clone()), ..Default::default() };
+    let a_handler = Script {
+        pool: Some(db.pool.clone()),
+        ..Default::default()
+    };
     let release_a = a_handler.release.clone();
     let mut ao = options("worker-a");
     ao.hostname = Some("host-a".into());
@@ -290,13 +407,19 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     let a = Worker::new(store.clone(), a_handler, ao).unwrap();
     let mut a_events = a.subscribe();
     let a_run = tokio::spawn(a.run());
-    wait_for(&mut a_events, |e| matches!(e, WorkerEvent::Dequeued { .. }).then_some(())).await;
+    wait_for(&mut a_events, |e| {
+        matches!(e, WorkerEvent::Dequeued { .. }).then_some(())
+    })
+    .await;
 
     // The resetter finds it stalled and requeues it; worker B takes it and finishes.
     db.age_heartbeats().await;
     let out = store.reset_stalled().await.unwrap();
     assert_eq!(out.reset.iter().map(|r| r.0).collect::<Vec<_>>(), vec![id]);
-    let b_handler = Script { pool: Some(db.pool.clone()), ..Default::default() };
+    let b_handler = Script {
+        pool: Some(db.pool.clone()),
+        ..Default::default()
+    };
     let release_b = b_handler.release.clone();
     let mut bo = options("worker-b");
     bo.hostname = Some("host-b".into());
@@ -304,7 +427,10 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     let b = new_worker(store.clone(), b_handler, bo).unwrap();
     let mut b_events = b.subscribe();
     let b_run = tokio::spawn(b.run());
-    wait_for(&mut b_events, |e| matches!(e, WorkerEvent::Dequeued { .. }).then_some(())).await;
+    wait_for(&mut b_events, |e| {
+        matches!(e, WorkerEvent::Dequeued { .. }).then_some(())
+    })
+    .await;
 
     // A wakes up while B owns the job: every write of A's is refused.
     release_a.notify_one();
@@ -313,9 +439,16 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     assert!(!marked, "the stale worker's completion must be refused");
     a_run.await.unwrap();
     assert_eq!(db.state(id).await, "processing", "B still owns it");
-    let host: String = db.scalar("SELECT worker_hostname FROM jobs WHERE id = $1", id).await;
+    let host: String = db
+        .scalar("SELECT worker_hostname FROM jobs WHERE id = $1", id)
+        .await;
     assert_eq!(host, "host-b");
-    let logs: i32 = db.scalar("SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1", id).await;
+    let logs: i32 = db
+        .scalar(
+            "SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1",
+            id,
+        )
+        .await;
     assert_eq!(logs, 0, "the stale worker's log entry must be refused");
 
     release_b.notify_one();
@@ -323,7 +456,12 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     assert!(matches!(outcome, Outcome::Completed) && marked);
     b_run.await.unwrap();
     assert_eq!(db.state(id).await, "completed");
-    let logs: i32 = db.scalar("SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1", id).await;
+    let logs: i32 = db
+        .scalar(
+            "SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1",
+            id,
+        )
+        .await;
     assert_eq!(logs, 1, "only B's log entry");
 }
 
@@ -357,13 +495,19 @@ async fn eight_workers_process_1000_jobs_exactly_once() {
         assert_eq!(summary.reason, StopReason::Graceful);
         dequeued += summary.dequeued;
     }
-    assert_eq!(dequeued, 1000, "each job dequeued exactly once across all workers");
+    assert_eq!(
+        dequeued, 1000,
+        "each job dequeued exactly once across all workers"
+    );
     let dup: i64 = sqlx::query_scalar("SELECT count(*) FROM (SELECT job_id FROM side_effects GROUP BY job_id HAVING count(*) <> 1) d")
         .fetch_one(&db.pool)
         .await
         .unwrap();
     assert_eq!(dup, 0, "each job's side effect exactly once");
-    let total: i64 = sqlx::query_scalar("SELECT count(DISTINCT job_id) FROM side_effects").fetch_one(&db.pool).await.unwrap();
+    let total: i64 = sqlx::query_scalar("SELECT count(DISTINCT job_id) FROM side_effects")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(total, ids.len() as i64);
 }
 
@@ -371,12 +515,25 @@ async fn eight_workers_process_1000_jobs_exactly_once() {
 async fn extra_conditions_from_pre_dequeue_select_jobs() {
     let db = Db::new().await;
     let ids = db.enqueue(4, json!({"act": "ok"})).await;
-    sqlx::query("UPDATE jobs SET cost = CASE WHEN id % 2 = 0 THEN 10 ELSE 90 END").execute(&db.pool).await.unwrap();
+    sqlx::query("UPDATE jobs SET cost = CASE WHEN id % 2 = 0 THEN 10 ELSE 90 END")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let store = db.store(Handling::Transactional).await;
     let mut o = options("budget");
     o.num_total_jobs = Some(2);
     o.num_handlers = 4;
-    new_worker(store, Script { max_cost: Some(50), ..Default::default() }, o).unwrap().run().await;
+    new_worker(
+        store,
+        Script {
+            max_cost: Some(50),
+            ..Default::default()
+        },
+        o,
+    )
+    .unwrap()
+    .run()
+    .await;
     for id in ids {
         let want = if id % 2 == 0 { "completed" } else { "queued" };
         assert_eq!(db.state(id).await, want, "job {id}");
@@ -407,18 +564,29 @@ async fn resetter_requeues_then_fails_stalled_jobs_and_two_resetters_do_not_conf
     let mut reset: Vec<i64> = a.reset.iter().chain(&b.reset).map(|r| r.0).collect();
     reset.sort_unstable();
     assert_eq!(reset, ids, "every stalled job reset exactly once");
-    assert!(a.reset.iter().all(|(_, age)| *age >= Duration::from_secs(3599)));
+    assert!(
+        a.reset
+            .iter()
+            .all(|(_, age)| *age >= Duration::from_secs(3599))
+    );
     assert_eq!(db.count("queued").await, 20);
-    let max_resets: i32 = sqlx::query_scalar("SELECT max(num_resets) FROM jobs").fetch_one(&db.pool).await.unwrap();
+    let max_resets: i32 = sqlx::query_scalar("SELECT max(num_resets) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(max_resets, 1);
-    let host: String = db.scalar("SELECT worker_hostname FROM jobs WHERE id = $1", ids[0]).await;
+    let host: String = db
+        .scalar("SELECT worker_hostname FROM jobs WHERE id = $1", ids[0])
+        .await;
     assert_eq!(host, "", "the hostname is cleared");
     // Stalled again: out of resets, so failed with the message.
     claim().await;
     db.age_heartbeats().await;
     let out = r1.reset_once().await.unwrap();
     assert_eq!(out.failed, ids);
-    let msg: String = db.scalar("SELECT failure_message FROM jobs WHERE id = $1", ids[0]).await;
+    let msg: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", ids[0])
+        .await;
     assert_eq!(msg, dbworker::DEFAULT_RESET_FAILURE_MESSAGE);
 }
 
@@ -438,7 +606,10 @@ async fn queued_count_any_and_max_age() {
     assert_eq!(store.queued_count().await.unwrap(), 3);
     assert!(store.any_queued().await.unwrap());
     let age = store.max_age_in_queue().await.unwrap();
-    assert!(age >= Duration::from_secs(90) && age < Duration::from_secs(100), "{age:?}");
+    assert!(
+        age >= Duration::from_secs(90) && age < Duration::from_secs(100),
+        "{age:?}"
+    );
 }
 
 #[tokio::test]
@@ -446,7 +617,13 @@ async fn bad_configuration_is_reported_with_every_name() {
     let db = Db::new().await;
     let check = |o: StoreOptions<Job>| {
         let pool = db.pool.clone();
-        async move { DbStore::new(pool, o).await.map(|_| ()).unwrap_err().to_string() }
+        async move {
+            DbStore::new(pool, o)
+                .await
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        }
     };
 
     let mut o = db.options();
@@ -459,7 +636,8 @@ async fn bad_configuration_is_reported_with_every_name() {
         .await
         .unwrap();
     let mut o = db.options();
-    o.alternate_column_names.insert("state".into(), "status".into());
+    o.alternate_column_names
+        .insert("state".into(), "status".into());
     let err = check(o).await;
     for needle in [
         "table jobs has no column cancel",
@@ -473,7 +651,13 @@ async fn bad_configuration_is_reported_with_every_name() {
     let db = Db::new().await;
     let check = |o: StoreOptions<Job>| {
         let pool = db.pool.clone();
-        async move { DbStore::new(pool, o).await.map(|_| ()).unwrap_err().to_string() }
+        async move {
+            DbStore::new(pool, o)
+                .await
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        }
     };
     let mut o = db.options();
     o.view_name = Some("no_such_view v".into());
@@ -483,7 +667,10 @@ async fn bad_configuration_is_reported_with_every_name() {
     let mut o = db.options();
     o.column_expressions = vec!["j.id".into(), "j.no_such_column".into()];
     let err = check(o).await;
-    assert!(err.contains("column j.no_such_column does not exist"), "{err}");
+    assert!(
+        err.contains("column j.no_such_column does not exist"),
+        "{err}"
+    );
 
     let mut o = db.options();
     o.order_by = Some("j.priority DESC".into());
@@ -504,16 +691,30 @@ async fn worker_options_that_do_not_fit_the_store_are_rejected() {
     let mut o = options("w");
     o.num_handlers = 4;
     let err = new_worker(store.clone(), Script::default(), o).unwrap_err();
-    assert!(matches!(err, Error::PoolTooSmall { max_connections: 3, needed: 6, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::PoolTooSmall {
+                max_connections: 3,
+                needed: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     let mut o = options("w");
     o.heartbeat_interval = Duration::from_secs(3);
     o.heartbeat_failure_limit = Some(Duration::from_secs(4));
-    let err = new_worker(store.clone(), Script::default(), o).unwrap_err().to_string();
+    let err = new_worker(store.clone(), Script::default(), o)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("heartbeat_interval"), "{err}");
 
     let mut o = options("w");
     o.heartbeat_failure_limit = Some(Duration::from_secs(10));
-    let err = new_worker(store, Script::default(), o).unwrap_err().to_string();
+    let err = new_worker(store, Script::default(), o)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("heartbeat_failure_limit"), "{err}");
 }

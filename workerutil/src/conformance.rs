@@ -80,7 +80,11 @@ fn ids<J: Job>(jobs: &[J]) -> Vec<RecordId> {
 /// An empty store dequeues nothing and counts zero.
 pub async fn dequeue_empty<H: Harness>(h: &H) {
     let store = h.new_store(0).await;
-    assert_eq!(store.queued_count().await.unwrap(), 0, "dequeue_empty: queued_count");
+    assert_eq!(
+        store.queued_count().await.unwrap(),
+        0,
+        "dequeue_empty: queued_count"
+    );
     let jobs = dequeue(&*store, &no_conditions::<H::Store>(), 3).await;
     assert!(jobs.is_empty(), "dequeue_empty: got {:?}", ids(&jobs));
 }
@@ -90,16 +94,37 @@ pub async fn dequeue_empty<H: Harness>(h: &H) {
 pub async fn dequeue_in_order_up_to_limit<H: Harness>(h: &H) {
     let store = h.new_store(0).await;
     let all = h.enqueue(&store, 5).await;
-    assert_eq!(store.queued_count().await.unwrap(), 5, "dequeue_in_order: queued_count");
+    assert_eq!(
+        store.queued_count().await.unwrap(),
+        5,
+        "dequeue_in_order: queued_count"
+    );
     let first = dequeue(&*store, &no_conditions::<H::Store>(), 2).await;
-    assert_eq!(ids(&first), all[..2].to_vec(), "dequeue_in_order: first batch");
+    assert_eq!(
+        ids(&first),
+        all[..2].to_vec(),
+        "dequeue_in_order: first batch"
+    );
     for id in ids(&first) {
-        assert_eq!(h.state(&store, id).await, JobState::Processing, "dequeue_in_order: state");
+        assert_eq!(
+            h.state(&store, id).await,
+            JobState::Processing,
+            "dequeue_in_order: state"
+        );
     }
-    assert_eq!(store.queued_count().await.unwrap(), 3, "dequeue_in_order: queued_count after");
+    assert_eq!(
+        store.queued_count().await.unwrap(),
+        3,
+        "dequeue_in_order: queued_count after"
+    );
     let rest = dequeue(&*store, &no_conditions::<H::Store>(), 10).await;
     assert_eq!(ids(&rest), all[2..].to_vec(), "dequeue_in_order: rest");
-    assert!(dequeue(&*store, &no_conditions::<H::Store>(), 10).await.is_empty(), "dequeue_in_order: drained");
+    assert!(
+        dequeue(&*store, &no_conditions::<H::Store>(), 10)
+            .await
+            .is_empty(),
+        "dequeue_in_order: drained"
+    );
     for lease in first.iter().chain(&rest).map(Job::lease) {
         assert_ne!(lease.id, 0, "dequeue_in_order: id");
     }
@@ -109,11 +134,28 @@ pub async fn dequeue_in_order_up_to_limit<H: Harness>(h: &H) {
 pub async fn complete_once<H: Harness>(h: &H) {
     let store = h.new_store(0).await;
     let id = h.enqueue(&store, 1).await[0];
-    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("complete_once: a job");
-    assert!(store.mark_complete(&mut job).await.unwrap(), "complete_once: first mark");
-    assert_eq!(h.state(&store, id).await, JobState::Completed, "complete_once: state");
-    assert!(!store.mark_failed(&mut job, "late").await.unwrap(), "complete_once: second mark must be refused");
-    assert_eq!(h.state(&store, id).await, JobState::Completed, "complete_once: state after refused mark");
+    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("complete_once: a job");
+    assert!(
+        store.mark_complete(&mut job).await.unwrap(),
+        "complete_once: first mark"
+    );
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Completed,
+        "complete_once: state"
+    );
+    assert!(
+        !store.mark_failed(&mut job, "late").await.unwrap(),
+        "complete_once: second mark must be refused"
+    );
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Completed,
+        "complete_once: state after refused mark"
+    );
 }
 
 /// An errored job is retried `max_num_retries` times, then failed, keeping the message.
@@ -125,27 +167,61 @@ pub async fn retries_then_failure<H: Harness>(h: &H) {
             .await
             .pop()
             .unwrap_or_else(|| panic!("retries: attempt {attempt} found no job"));
-        assert!(store.mark_errored(&mut job, &format!("boom {attempt}")).await.unwrap(), "retries: mark");
-        let expected = if attempt < 3 { JobState::Errored } else { JobState::Failed };
-        assert_eq!(h.state(&store, id).await, expected, "retries: state after attempt {attempt}");
+        assert!(
+            store
+                .mark_errored(&mut job, &format!("boom {attempt}"))
+                .await
+                .unwrap(),
+            "retries: mark"
+        );
+        let expected = if attempt < 3 {
+            JobState::Errored
+        } else {
+            JobState::Failed
+        };
+        assert_eq!(
+            h.state(&store, id).await,
+            expected,
+            "retries: state after attempt {attempt}"
+        );
         assert_eq!(
             h.failure_message(&store, id).await.as_deref(),
             Some(format!("boom {attempt}").as_str()),
             "retries: message"
         );
     }
-    assert!(dequeue(&*store, &no_conditions::<H::Store>(), 1).await.is_empty(), "retries: failed job dequeued");
+    assert!(
+        dequeue(&*store, &no_conditions::<H::Store>(), 1)
+            .await
+            .is_empty(),
+        "retries: failed job dequeued"
+    );
 }
 
 /// A non-retryable failure is final even with retries left.
 pub async fn non_retryable_failure<H: Harness>(h: &H) {
     let store = h.new_store(5).await;
     let id = h.enqueue(&store, 1).await[0];
-    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("a job");
+    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("a job");
     assert!(store.mark_failed(&mut job, "poison").await.unwrap());
-    assert_eq!(h.state(&store, id).await, JobState::Failed, "non_retryable: state");
-    assert_eq!(h.failure_message(&store, id).await.as_deref(), Some("poison"));
-    assert!(dequeue(&*store, &no_conditions::<H::Store>(), 1).await.is_empty(), "non_retryable: dequeued again");
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Failed,
+        "non_retryable: state"
+    );
+    assert_eq!(
+        h.failure_message(&store, id).await.as_deref(),
+        Some("poison")
+    );
+    assert!(
+        dequeue(&*store, &no_conditions::<H::Store>(), 1)
+            .await
+            .is_empty(),
+        "non_retryable: dequeued again"
+    );
 }
 
 /// Heartbeat reports owned jobs as known, others not, and cancel requests.
@@ -154,7 +230,10 @@ pub async fn heartbeat_known_and_cancel<H: Harness>(h: &H) {
     let all = h.enqueue(&store, 2).await;
     let jobs = dequeue(&*store, &no_conditions::<H::Store>(), 2).await;
     let leases: Vec<Lease> = jobs.iter().map(Job::lease).collect();
-    let stranger = Lease { id: all[1] + 1_000_000, token: 1 };
+    let stranger = Lease {
+        id: all[1] + 1_000_000,
+        token: 1,
+    };
     let mut with_stranger = leases.clone();
     with_stranger.push(stranger);
     let r = store.heartbeat(&with_stranger).await.unwrap();
@@ -166,40 +245,109 @@ pub async fn heartbeat_known_and_cancel<H: Harness>(h: &H) {
     let r = store.heartbeat(&leases).await.unwrap();
     assert_eq!(r.cancel, vec![all[1]], "heartbeat: cancel");
     // A wrong token is not known.
-    let forged = Lease { id: all[0], token: leases[0].token.wrapping_add(7) };
+    let forged = Lease {
+        id: all[0],
+        token: leases[0].token.wrapping_add(7),
+    };
     let r = store.heartbeat(&[forged]).await.unwrap();
-    assert!(r.known.is_empty(), "heartbeat: a forged token must not be known");
+    assert!(
+        r.known.is_empty(),
+        "heartbeat: a forged token must not be known"
+    );
 }
 
 /// A job whose cancellation was requested ends `canceled` when marked failed.
 pub async fn cancel_marks_canceled<H: Harness>(h: &H) {
     let store = h.new_store(3).await;
     let id = h.enqueue(&store, 1).await[0];
-    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("a job");
+    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("a job");
     h.request_cancel(&store, id).await;
-    assert!(store.mark_failed(&mut job, "job was canceled").await.unwrap());
-    assert_eq!(h.state(&store, id).await, JobState::Canceled, "cancel: state");
+    assert!(
+        store
+            .mark_failed(&mut job, "job was canceled")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Canceled,
+        "cancel: state"
+    );
 }
 
 /// After a reset and a new claim, every write through the old lease is refused.
 pub async fn fencing_after_reset<H: Harness>(h: &H) {
     let store = h.new_store(3).await;
     let id = h.enqueue(&store, 1).await[0];
-    let mut stale = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("a job");
+    let mut stale = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("a job");
     h.reset(&store, id).await;
-    assert_eq!(h.state(&store, id).await, JobState::Queued, "fencing: reset state");
-    let mut fresh = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("fencing: reclaim");
-    assert_ne!(stale.lease(), fresh.lease(), "fencing: a new claim needs a new token");
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Queued,
+        "fencing: reset state"
+    );
+    let mut fresh = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("fencing: reclaim");
+    assert_ne!(
+        stale.lease(),
+        fresh.lease(),
+        "fencing: a new claim needs a new token"
+    );
     let stale_lease = stale.lease();
-    assert!(store.heartbeat(&[stale_lease]).await.unwrap().known.is_empty(), "fencing: stale heartbeat known");
-    let entry = ExecutionLogEntry { key: "stale".into(), ..Default::default() };
-    assert_eq!(store.add_execution_log_entry(stale_lease, &entry).await.unwrap(), None, "fencing: stale log");
-    assert!(refused(store.mark_complete(&mut stale).await), "fencing: stale complete");
-    assert!(refused(store.mark_errored(&mut stale, "stale").await), "fencing: stale errored");
-    assert!(refused(store.mark_failed(&mut stale, "stale").await), "fencing: stale failed");
-    assert!(refused(store.requeue(&mut stale).await), "fencing: stale requeue");
-    assert_eq!(h.state(&store, id).await, JobState::Processing, "fencing: state untouched");
-    assert!(store.mark_complete(&mut fresh).await.unwrap(), "fencing: owner completes");
+    assert!(
+        store
+            .heartbeat(&[stale_lease])
+            .await
+            .unwrap()
+            .known
+            .is_empty(),
+        "fencing: stale heartbeat known"
+    );
+    let entry = ExecutionLogEntry {
+        key: "stale".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        store
+            .add_execution_log_entry(stale_lease, &entry)
+            .await
+            .unwrap(),
+        None,
+        "fencing: stale log"
+    );
+    assert!(
+        refused(store.mark_complete(&mut stale).await),
+        "fencing: stale complete"
+    );
+    assert!(
+        refused(store.mark_errored(&mut stale, "stale").await),
+        "fencing: stale errored"
+    );
+    assert!(
+        refused(store.mark_failed(&mut stale, "stale").await),
+        "fencing: stale failed"
+    );
+    assert!(
+        refused(store.requeue(&mut stale).await),
+        "fencing: stale requeue"
+    );
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Processing,
+        "fencing: state untouched"
+    );
+    assert!(
+        store.mark_complete(&mut fresh).await.unwrap(),
+        "fencing: owner completes"
+    );
     assert_eq!(h.state(&store, id).await, JobState::Completed);
 }
 
@@ -215,7 +363,11 @@ pub async fn conditions_filter<H: Harness>(h: &H) {
     let all = h.enqueue(&store, 4).await;
     let wanted = [all[1], all[3]];
     let jobs = dequeue(&*store, &h.only(&wanted), 10).await;
-    assert_eq!(ids(&jobs), wanted.to_vec(), "conditions: only the matching jobs");
+    assert_eq!(
+        ids(&jobs),
+        wanted.to_vec(),
+        "conditions: only the matching jobs"
+    );
     assert_eq!(h.state(&store, all[0]).await, JobState::Queued);
 }
 
@@ -223,34 +375,86 @@ pub async fn conditions_filter<H: Harness>(h: &H) {
 pub async fn execution_log<H: Harness>(h: &H) {
     let store = h.new_store(0).await;
     let id = h.enqueue(&store, 1).await[0];
-    let job = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("a job");
+    let job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("a job");
     let lease = job.lease();
-    let first = ExecutionLogEntry { key: "step.one".into(), command: vec!["echo".into(), "1".into()], ..Default::default() };
-    let second = ExecutionLogEntry { key: "step.two".into(), ..Default::default() };
-    let i0 = store.add_execution_log_entry(lease, &first).await.unwrap().expect("log: owned");
-    let i1 = store.add_execution_log_entry(lease, &second).await.unwrap().expect("log: owned");
+    let first = ExecutionLogEntry {
+        key: "step.one".into(),
+        command: vec!["echo".into(), "1".into()],
+        ..Default::default()
+    };
+    let second = ExecutionLogEntry {
+        key: "step.two".into(),
+        ..Default::default()
+    };
+    let i0 = store
+        .add_execution_log_entry(lease, &first)
+        .await
+        .unwrap()
+        .expect("log: owned");
+    let i1 = store
+        .add_execution_log_entry(lease, &second)
+        .await
+        .unwrap()
+        .expect("log: owned");
     assert_eq!((i0, i1), (0, 1), "log: indexes");
-    let done = ExecutionLogEntry { exit_code: Some(0), out: "1\n".into(), duration_ms: Some(5), ..first.clone() };
-    assert!(store.update_execution_log_entry(lease, i0, &done).await.unwrap(), "log: update");
-    assert!(!store.update_execution_log_entry(lease, 9, &done).await.unwrap(), "log: update of a missing index");
+    let done = ExecutionLogEntry {
+        exit_code: Some(0),
+        out: "1\n".into(),
+        duration_ms: Some(5),
+        ..first.clone()
+    };
+    assert!(
+        store
+            .update_execution_log_entry(lease, i0, &done)
+            .await
+            .unwrap(),
+        "log: update"
+    );
+    assert!(
+        !store
+            .update_execution_log_entry(lease, 9, &done)
+            .await
+            .unwrap(),
+        "log: update of a missing index"
+    );
     let log = h.execution_log(&store, id).await;
     assert_eq!(log.len(), 2, "log: length");
     assert_eq!(log[0].key, "step.one");
     assert_eq!(log[0].exit_code, Some(0));
     assert_eq!(log[0].out, "1\n");
     assert_eq!(log[1].key, "step.two");
-    assert!(log[1].start_time.is_some(), "log: the store fills in start_time");
+    assert!(
+        log[1].start_time.is_some(),
+        "log: the store fills in start_time"
+    );
 }
 
 /// Requeue puts a job back without counting a failure.
 pub async fn requeue_keeps_failures<H: Harness>(h: &H) {
     let store = h.new_store(1).await;
     let id = h.enqueue(&store, 1).await[0];
-    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("a job");
+    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("a job");
     assert!(store.requeue(&mut job).await.unwrap(), "requeue: mark");
-    assert_eq!(h.state(&store, id).await, JobState::Queued, "requeue: state");
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Queued,
+        "requeue: state"
+    );
     // One retry is allowed: had the requeue counted a failure, this error would be final.
-    let mut again = dequeue(&*store, &no_conditions::<H::Store>(), 1).await.pop().expect("requeue: claimable again");
+    let mut again = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("requeue: claimable again");
     assert!(store.mark_errored(&mut again, "x").await.unwrap());
-    assert_eq!(h.state(&store, id).await, JobState::Errored, "requeue: must not count as a failure");
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Errored,
+        "requeue: must not count as a failure"
+    );
 }

@@ -95,7 +95,11 @@ impl<S: Store> JobContext<S> {
     }
 
     /// Replaces the log entry at `index`; returns whether the update took effect.
-    pub async fn update_log(&self, index: usize, entry: &ExecutionLogEntry) -> Result<bool, BoxError> {
+    pub async fn update_log(
+        &self,
+        index: usize,
+        entry: &ExecutionLogEntry,
+    ) -> Result<bool, BoxError> {
         self.store
             .update_execution_log_entry(self.lease, index, entry)
             .await

@@ -72,9 +72,10 @@ impl RunningSet {
 
     fn cancel_lease(&self, lease: Lease, reason: CancelReason) {
         if let Some(r) = self.lock().get(&lease.id)
-            && r.lease == lease {
-                r.cancel(reason);
-            }
+            && r.lease == lease
+        {
+            r.cancel(reason);
+        }
     }
 
     fn cancel_id(&self, id: RecordId, reason: CancelReason) {
@@ -142,12 +143,12 @@ pub(crate) async fn heartbeat_loop<S: Store>(shared: Arc<Shared<S>>, stop: Cance
                     message,
                 });
                 if let Some(limit) = limit
-                    && last_success.elapsed() >= limit {
-                        tracing::error!(worker = %shared.name, limit = ?limit, "heartbeats failing past the limit; canceling running jobs");
-                        shared.running.cancel_all(CancelReason::HeartbeatExpired);
-                    }
+                    && last_success.elapsed() >= limit
+                {
+                    tracing::error!(worker = %shared.name, limit = ?limit, "heartbeats failing past the limit; canceling running jobs");
+                    shared.running.cancel_all(CancelReason::HeartbeatExpired);
+                }
             }
         }
     }
 }
-

@@ -102,12 +102,13 @@ impl WorkerOptions {
             return invalid("max_runtime_per_job", "must be positive when set");
         }
         if let Some(limit) = self.heartbeat_failure_limit
-            && limit < self.heartbeat_interval {
-                return invalid(
-                    "heartbeat_failure_limit",
-                    "must be at least heartbeat_interval",
-                );
-            }
+            && limit < self.heartbeat_interval
+        {
+            return invalid(
+                "heartbeat_failure_limit",
+                "must be at least heartbeat_interval",
+            );
+        }
         if self.event_capacity == 0 {
             return invalid("event_capacity", "must be at least 1");
         }
@@ -132,11 +133,23 @@ mod tests {
             ("hostname", Box::new(|o| o.hostname = Some(String::new()))),
             ("num_handlers", Box::new(|o| o.num_handlers = 0)),
             ("num_total_jobs", Box::new(|o| o.num_total_jobs = Some(0))),
-            ("max_dequeue_batch", Box::new(|o| o.max_dequeue_batch = Some(0))),
-            ("max_active_time", Box::new(|o| o.max_active_time = Some(Duration::ZERO))),
+            (
+                "max_dequeue_batch",
+                Box::new(|o| o.max_dequeue_batch = Some(0)),
+            ),
+            (
+                "max_active_time",
+                Box::new(|o| o.max_active_time = Some(Duration::ZERO)),
+            ),
             ("interval", Box::new(|o| o.interval = Duration::ZERO)),
-            ("heartbeat_interval", Box::new(|o| o.heartbeat_interval = Duration::ZERO)),
-            ("max_runtime_per_job", Box::new(|o| o.max_runtime_per_job = Some(Duration::ZERO))),
+            (
+                "heartbeat_interval",
+                Box::new(|o| o.heartbeat_interval = Duration::ZERO),
+            ),
+            (
+                "max_runtime_per_job",
+                Box::new(|o| o.max_runtime_per_job = Some(Duration::ZERO)),
+            ),
             (
                 "heartbeat_failure_limit",
                 Box::new(|o| o.heartbeat_failure_limit = Some(Duration::from_millis(1))),

@@ -223,7 +223,9 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             };
             let remaining = options
                 .num_total_jobs
-                .map_or(usize::MAX, |t| usize::try_from(t - dequeued).unwrap_or(usize::MAX))
+                .map_or(usize::MAX, |t| {
+                    usize::try_from(t - dequeued).unwrap_or(usize::MAX)
+                })
                 .min(options.max_dequeue_batch.unwrap_or(usize::MAX));
             let mut permits = vec![first];
             while permits.len() < remaining {
@@ -248,7 +250,10 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 Err(err) => {
                     let message = error_chain(err.as_ref());
                     tracing::error!(error = %message, "dequeue failed");
-                    shared.emit(WorkerEvent::StoreFailed { op: "dequeue", message });
+                    shared.emit(WorkerEvent::StoreFailed {
+                        op: "dequeue",
+                        message,
+                    });
                     drop(permits);
                     self.wait_interval(deadline).await;
                     continue;
@@ -263,7 +268,10 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             for job in jobs {
                 let Some(permit) = permits.pop() else {
                     // The store returned more than asked for: never exceed the limit.
-                    tracing::error!(record_id = job.lease().id, "store returned more jobs than requested; requeueing");
+                    tracing::error!(
+                        record_id = job.lease().id,
+                        "store returned more jobs than requested; requeueing"
+                    );
                     let mut job = job;
                     if let Err(err) = shared.store.requeue(&mut job).await {
                         tracing::error!(error = %error_chain(err.as_ref()), "requeue failed");
@@ -449,10 +457,13 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
     let message = outcome.failure_message().unwrap_or_default();
     let (op, result) = match outcome {
         Outcome::Completed => ("mark_complete", store.mark_complete(job).await),
-        Outcome::Errored(_) | Outcome::TimedOut(_) | Outcome::Panicked(_) | Outcome::HeartbeatExpired(_) => {
-            ("mark_errored", store.mark_errored(job, &message).await)
+        Outcome::Errored(_)
+        | Outcome::TimedOut(_)
+        | Outcome::Panicked(_)
+        | Outcome::HeartbeatExpired(_) => ("mark_errored", store.mark_errored(job, &message).await),
+        Outcome::Failed(_) | Outcome::Canceled => {
+            ("mark_failed", store.mark_failed(job, &message).await)
         }
-        Outcome::Failed(_) | Outcome::Canceled => ("mark_failed", store.mark_failed(job, &message).await),
         Outcome::Interrupted => ("requeue", store.requeue(job).await),
         // Someone else owns the record now: write nothing.
         Outcome::Lost => return false,
@@ -460,7 +471,10 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
     match result {
         Ok(true) => true,
         Ok(false) => {
-            tracing::warn!(op, "the store refused the mark: this attempt no longer owns the job");
+            tracing::warn!(
+                op,
+                "the store refused the mark: this attempt no longer owns the job"
+            );
             false
         }
         Err(err) => {
@@ -496,4 +510,3 @@ pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
         "panic with a non-string payload".to_owned()
     }
 }
-

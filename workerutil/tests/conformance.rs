@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use workerutil::conformance::{self, Harness};
 use workerutil::{
-    ExecutionLogEntry, JobState, MemoryConditions, MemoryStore, MemoryStoreOptions, Record, RecordId,
-    async_trait,
+    ExecutionLogEntry, JobState, MemoryConditions, MemoryStore, MemoryStoreOptions, Record,
+    RecordId, async_trait,
 };
 
 #[derive(Debug, Clone)]
@@ -60,7 +60,11 @@ impl Harness for Memory {
         MemoryConditions::filter(move |r: &Rec| ids.contains(&r.0))
     }
 
-    async fn execution_log(&self, store: &MemoryStore<Rec>, id: RecordId) -> Vec<ExecutionLogEntry> {
+    async fn execution_log(
+        &self,
+        store: &MemoryStore<Rec>,
+        id: RecordId,
+    ) -> Vec<ExecutionLogEntry> {
         store.snapshot(id).expect("job exists").execution_logs
     }
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 use workerutil::{
-    BoxError, Handler, HandlerError, HeartbeatResult, Hook, JobContext, JobState, Lease, MemoryConditions,
-    MemoryJob, MemoryStore, MemoryStoreOptions, Outcome, Record, RecordId, StopReason, Store, Worker,
-    WorkerEvent, WorkerOptions, async_trait,
+    BoxError, Handler, HandlerError, HeartbeatResult, Hook, JobContext, JobState, Lease,
+    MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions, Outcome, Record, RecordId,
+    StopReason, Store, Worker, WorkerEvent, WorkerOptions, async_trait,
 };
 
 /// What the test handler does with a job.
@@ -52,7 +52,12 @@ impl Store for Flaky {
     async fn queued_count(&self) -> Result<u64, BoxError> {
         self.inner.queued_count().await
     }
-    async fn dequeue(&self, host: &str, c: &Self::Conditions, limit: usize) -> Result<Vec<Self::Job>, BoxError> {
+    async fn dequeue(
+        &self,
+        host: &str,
+        c: &Self::Conditions,
+        limit: usize,
+    ) -> Result<Vec<Self::Job>, BoxError> {
         self.inner.dequeue(host, c, limit).await
     }
     async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
@@ -74,7 +79,9 @@ impl Store for Flaky {
         index: usize,
         entry: &workerutil::ExecutionLogEntry,
     ) -> Result<bool, BoxError> {
-        self.inner.update_execution_log_entry(lease, index, entry).await
+        self.inner
+            .update_execution_log_entry(lease, index, entry)
+            .await
     }
     async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
         self.inner.mark_complete(job).await
@@ -112,9 +119,10 @@ where
             panic!("pre_dequeue exploded");
         }
         if let Some(allow) = &self.allow_dequeue
-            && !allow.load(Ordering::SeqCst) {
-                return Ok(None);
-            }
+            && !allow.load(Ordering::SeqCst)
+        {
+            return Ok(None);
+        }
         if self.only_even {
             return Ok(Some(MemoryConditions::filter(|t: &Task| t.id % 2 == 0)));
         }
@@ -149,7 +157,10 @@ where
     }
 
     async fn post_handle(&self, record: &Task, outcome: &Outcome) {
-        self.post_handled.lock().unwrap().push((record.id, outcome.kind()));
+        self.post_handled
+            .lock()
+            .unwrap()
+            .push((record.id, outcome.kind()));
         if record.act == Act::PanicInPostHandle {
             panic!("post_handle exploded");
         }
@@ -170,7 +181,10 @@ fn store_with(acts: &[Act]) -> Arc<MemoryStore<Task>> {
         ..Default::default()
     }));
     for (i, act) in acts.iter().enumerate() {
-        store.enqueue(Task { id: i as i64 + 1, act: *act });
+        store.enqueue(Task {
+            id: i as i64 + 1,
+            act: *act,
+        });
     }
     store
 }
@@ -186,7 +200,10 @@ fn options() -> WorkerOptions {
 }
 
 /// Waits for the first event matching `pick`.
-async fn wait_for<T>(rx: &mut broadcast::Receiver<WorkerEvent>, mut pick: impl FnMut(&WorkerEvent) -> Option<T>) -> T {
+async fn wait_for<T>(
+    rx: &mut broadcast::Receiver<WorkerEvent>,
+    mut pick: impl FnMut(&WorkerEvent) -> Option<T>,
+) -> T {
     loop {
         match rx.recv().await {
             Ok(event) => {
@@ -202,14 +219,20 @@ async fn wait_for<T>(rx: &mut broadcast::Receiver<WorkerEvent>, mut pick: impl F
 
 fn finished(id: RecordId) -> impl FnMut(&WorkerEvent) -> Option<(Outcome, bool)> {
     move |e| match e {
-        WorkerEvent::JobFinished { id: got, outcome, marked } if *got == id => Some((outcome.clone(), *marked)),
+        WorkerEvent::JobFinished {
+            id: got,
+            outcome,
+            marked,
+        } if *got == id => Some((outcome.clone(), *marked)),
         _ => None,
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn concurrency_limit_is_never_exceeded_over_1000_jobs() {
-    let acts: Vec<Act> = (0..1000).map(|i| Act::Sleep(Duration::from_millis(10 + i % 7))).collect();
+    let acts: Vec<Act> = (0..1000)
+        .map(|i| Act::Sleep(Duration::from_millis(10 + i % 7)))
+        .collect();
     let store = store_with(&acts);
     let handler = Acts::default();
     let mut o = options();
@@ -224,7 +247,9 @@ async fn concurrency_limit_is_never_exceeded_over_1000_jobs() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrency_is_used_up_to_the_limit_and_not_beyond() {
-    let acts: Vec<Act> = (0..1000).map(|i| Act::Sleep(Duration::from_millis(10 + i % 7))).collect();
+    let acts: Vec<Act> = (0..1000)
+        .map(|i| Act::Sleep(Duration::from_millis(10 + i % 7)))
+        .collect();
     let store = store_with(&acts);
     let handler = Arc::new(Acts::default());
     let mut o = options();
@@ -232,7 +257,11 @@ async fn concurrency_is_used_up_to_the_limit_and_not_beyond() {
     o.num_total_jobs = Some(1000);
     let worker = Worker::new(store.clone(), handler.clone(), o).unwrap();
     worker.run().await;
-    assert_eq!(handler.max_active.load(Ordering::SeqCst), 8, "8 handlers must run at once, never more");
+    assert_eq!(
+        handler.max_active.load(Ordering::SeqCst),
+        8,
+        "8 handlers must run at once, never more"
+    );
     assert_eq!(store.count(JobState::Completed), 1000);
 }
 
@@ -242,7 +271,10 @@ async fn num_total_jobs_stops_the_worker() {
     let mut o = options();
     o.num_handlers = 3;
     o.num_total_jobs = Some(4);
-    let summary = Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+    let summary = Worker::new(store.clone(), Acts::default(), o)
+        .unwrap()
+        .run()
+        .await;
     assert_eq!(summary.reason, StopReason::TotalJobsReached);
     assert_eq!(summary.dequeued, 4);
     assert_eq!(store.count(JobState::Completed), 4);
@@ -255,7 +287,10 @@ async fn max_active_time_stops_the_worker_and_running_jobs_finish() {
     let mut o = options();
     o.max_active_time = Some(Duration::from_millis(3500));
     let started = tokio::time::Instant::now();
-    let summary = Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+    let summary = Worker::new(store.clone(), Acts::default(), o)
+        .unwrap()
+        .run()
+        .await;
     assert_eq!(summary.reason, StopReason::MaxActiveTimeReached);
     // Jobs start at 0s, 1s, 2s and 3s; the one started at 3s still finishes.
     assert_eq!(summary.dequeued, 4);
@@ -268,16 +303,26 @@ async fn max_active_time_stops_the_worker_and_running_jobs_finish() {
 async fn pre_dequeue_false_pauses_dequeuing() {
     let store = store_with(&[Act::Succeed; 2]);
     let allow = Arc::new(AtomicBool::new(false));
-    let handler = Acts { allow_dequeue: Some(allow.clone()), ..Default::default() };
+    let handler = Acts {
+        allow_dequeue: Some(allow.clone()),
+        ..Default::default()
+    };
     let mut o = options();
     o.num_total_jobs = Some(2);
     let worker = Worker::new(store.clone(), handler, o).unwrap();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
     for _ in 0..5 {
-        wait_for(&mut events, |e| matches!(e, WorkerEvent::DequeueDeclined).then_some(())).await;
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::DequeueDeclined).then_some(())
+        })
+        .await;
     }
-    assert_eq!(store.count(JobState::Queued), 2, "nothing may be dequeued while pre_dequeue declines");
+    assert_eq!(
+        store.count(JobState::Queued),
+        2,
+        "nothing may be dequeued while pre_dequeue declines"
+    );
     allow.store(true, Ordering::SeqCst);
     let summary = run.await.unwrap();
     assert_eq!(summary.dequeued, 2);
@@ -287,7 +332,10 @@ async fn pre_dequeue_false_pauses_dequeuing() {
 #[tokio::test(start_paused = true)]
 async fn extra_conditions_reach_the_store() {
     let store = store_with(&[Act::Succeed; 6]);
-    let handler = Acts { only_even: true, ..Default::default() };
+    let handler = Acts {
+        only_even: true,
+        ..Default::default()
+    };
     let mut o = options();
     o.num_total_jobs = Some(3);
     o.num_handlers = 6;
@@ -302,8 +350,16 @@ async fn extra_conditions_reach_the_store() {
 
 #[tokio::test(start_paused = true)]
 async fn a_panic_in_any_hook_is_recorded_and_the_worker_goes_on() {
-    let store = store_with(&[Act::PanicInPreHandle, Act::PanicInHandle, Act::PanicInPostHandle, Act::Succeed]);
-    let handler = Arc::new(Acts { panic_pre_dequeue_once: AtomicBool::new(true), ..Default::default() });
+    let store = store_with(&[
+        Act::PanicInPreHandle,
+        Act::PanicInHandle,
+        Act::PanicInPostHandle,
+        Act::Succeed,
+    ]);
+    let handler = Arc::new(Acts {
+        panic_pre_dequeue_once: AtomicBool::new(true),
+        ..Default::default()
+    });
     let mut o = options();
     o.num_total_jobs = Some(4);
     // One handler: the worker only goes on if every panic path frees its slot.
@@ -322,35 +378,77 @@ async fn a_panic_in_any_hook_is_recorded_and_the_worker_goes_on() {
     let hooks: Vec<_> = panics.iter().map(|(h, id, _)| (*h, *id)).collect();
     assert_eq!(
         hooks,
-        vec![(Hook::PreDequeue, None), (Hook::PreHandle, Some(1)), (Hook::Handle, Some(2)), (Hook::PostHandle, Some(3))]
+        vec![
+            (Hook::PreDequeue, None),
+            (Hook::PreHandle, Some(1)),
+            (Hook::Handle, Some(2)),
+            (Hook::PostHandle, Some(3))
+        ]
     );
     let s1 = store.snapshot(1).unwrap();
-    assert_eq!(s1.state, JobState::Failed, "no retries configured, so the errored mark is final");
-    assert_eq!(s1.failure_message.as_deref(), Some("handler panicked: pre_handle exploded on 1"));
+    assert_eq!(
+        s1.state,
+        JobState::Failed,
+        "no retries configured, so the errored mark is final"
+    );
+    assert_eq!(
+        s1.failure_message.as_deref(),
+        Some("handler panicked: pre_handle exploded on 1")
+    );
     let s2 = store.snapshot(2).unwrap();
-    assert_eq!(s2.failure_message.as_deref(), Some("handler panicked: handle exploded"));
-    assert_eq!(store.state(3), Some(JobState::Completed), "post_handle runs after the mark");
+    assert_eq!(
+        s2.failure_message.as_deref(),
+        Some("handler panicked: handle exploded")
+    );
+    assert_eq!(
+        store.state(3),
+        Some(JobState::Completed),
+        "post_handle runs after the mark"
+    );
     assert_eq!(store.state(4), Some(JobState::Completed));
     // post_handle ran for every job, including the one whose pre_handle panicked.
     let post: Vec<_> = handler.post_handled.lock().unwrap().clone();
-    assert_eq!(post, vec![(1, "panicked"), (2, "panicked"), (3, "completed"), (4, "completed")]);
+    assert_eq!(
+        post,
+        vec![
+            (1, "panicked"),
+            (2, "panicked"),
+            (3, "completed"),
+            (4, "completed")
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn retryable_and_poison_errors_map_to_errored_and_failed() {
-    let store = Arc::new(MemoryStore::new(MemoryStoreOptions { max_num_retries: 3, ..Default::default() }));
-    store.enqueue(Task { id: 1, act: Act::Retryable });
-    store.enqueue(Task { id: 2, act: Act::Poison });
+    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
+        max_num_retries: 3,
+        ..Default::default()
+    }));
+    store.enqueue(Task {
+        id: 1,
+        act: Act::Retryable,
+    });
+    store.enqueue(Task {
+        id: 2,
+        act: Act::Poison,
+    });
     let mut o = options();
     o.num_total_jobs = Some(2);
     o.num_handlers = 2;
-    Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+    Worker::new(store.clone(), Acts::default(), o)
+        .unwrap()
+        .run()
+        .await;
     let s1 = store.snapshot(1).unwrap();
     assert_eq!(s1.state, JobState::Errored);
     assert_eq!(s1.failure_message.as_deref(), Some("upstream timed out"));
     let s2 = store.snapshot(2).unwrap();
     assert_eq!(s2.state, JobState::Failed, "a poison error is not retried");
-    assert_eq!(s2.failure_message.as_deref(), Some("payload is not valid JSON"));
+    assert_eq!(
+        s2.failure_message.as_deref(),
+        Some("payload is not valid JSON")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -373,7 +471,11 @@ async fn a_job_past_its_maximum_runtime_is_errored() {
         store.snapshot(1).unwrap().failure_message.as_deref(),
         Some("job exceeded maximum runtime of 5s")
     );
-    assert_eq!(store.state(2), Some(JobState::Completed), "a job within the limit is untouched");
+    assert_eq!(
+        store.state(2),
+        Some(JobState::Completed),
+        "a job within the limit is untouched"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -384,13 +486,19 @@ async fn cancellation_through_the_store_cancels_the_handler() {
     let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
-    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())).await;
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())
+    })
+    .await;
     let asked = tokio::time::Instant::now();
     store.request_cancel(1);
     let (outcome, marked) = wait_for(&mut events, finished(1)).await;
     assert!(matches!(outcome, Outcome::Canceled), "{outcome:?}");
     assert!(marked);
-    assert!(asked.elapsed() <= Duration::from_millis(500), "canceled within one heartbeat interval");
+    assert!(
+        asked.elapsed() <= Duration::from_millis(500),
+        "canceled within one heartbeat interval"
+    );
     run.await.unwrap();
     assert_eq!(store.state(1), Some(JobState::Canceled));
 }
@@ -403,27 +511,50 @@ async fn a_job_the_store_lost_is_canceled_and_not_written() {
     let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
-    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())).await;
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())
+    })
+    .await;
     // A resetter requeues it behind the worker's back.
     assert_eq!(store.reset(1), Some(JobState::Queued));
     let (outcome, marked) = wait_for(&mut events, finished(1)).await;
     assert!(matches!(outcome, Outcome::Lost), "{outcome:?}");
     assert!(!marked, "a lost job must not be written");
     run.await.unwrap();
-    assert_eq!(store.state(1), Some(JobState::Queued), "the requeued job is left for its next owner");
+    assert_eq!(
+        store.state(1),
+        Some(JobState::Queued),
+        "the requeued job is left for its next owner"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_heartbeat_is_retried_and_cancels_nothing() {
-    let store = Arc::new(Flaky { inner: MemoryStore::default(), fail_heartbeats: AtomicBool::new(true) });
-    store.inner.enqueue(Task { id: 1, act: Act::Sleep(Duration::from_secs(3)) });
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::default(),
+        fail_heartbeats: AtomicBool::new(true),
+    });
+    store.inner.enqueue(Task {
+        id: 1,
+        act: Act::Sleep(Duration::from_secs(3)),
+    });
     let mut o = options();
     o.num_total_jobs = Some(1);
     let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
     for _ in 0..3 {
-        wait_for(&mut events, |e| matches!(e, WorkerEvent::StoreFailed { op: "heartbeat", .. }).then_some(())).await;
+        wait_for(&mut events, |e| {
+            matches!(
+                e,
+                WorkerEvent::StoreFailed {
+                    op: "heartbeat",
+                    ..
+                }
+            )
+            .then_some(())
+        })
+        .await;
     }
     store.fail_heartbeats.store(false, Ordering::SeqCst);
     let (outcome, marked) = wait_for(&mut events, finished(1)).await;
@@ -434,8 +565,14 @@ async fn a_failed_heartbeat_is_retried_and_cancels_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn heartbeats_failing_past_the_limit_cancel_running_jobs() {
-    let store = Arc::new(Flaky { inner: MemoryStore::default(), fail_heartbeats: AtomicBool::new(true) });
-    store.inner.enqueue(Task { id: 1, act: Act::Forever });
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::default(),
+        fail_heartbeats: AtomicBool::new(true),
+    });
+    store.inner.enqueue(Task {
+        id: 1,
+        act: Act::Forever,
+    });
     let mut o = options();
     o.num_total_jobs = Some(1);
     let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
@@ -443,16 +580,26 @@ async fn heartbeats_failing_past_the_limit_cancel_running_jobs() {
     let started = tokio::time::Instant::now();
     let run = tokio::spawn(worker.run());
     let (outcome, _) = wait_for(&mut events, finished(1)).await;
-    assert!(matches!(outcome, Outcome::HeartbeatExpired(d) if d == Duration::from_secs(5)), "{outcome:?}");
+    assert!(
+        matches!(outcome, Outcome::HeartbeatExpired(d) if d == Duration::from_secs(5)),
+        "{outcome:?}"
+    );
     let elapsed = started.elapsed();
-    assert!(elapsed >= Duration::from_secs(5) && elapsed <= Duration::from_millis(5500), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_secs(5) && elapsed <= Duration::from_millis(5500),
+        "{elapsed:?}"
+    );
     run.await.unwrap();
     assert_eq!(store.inner.state(1), Some(JobState::Failed));
 }
 
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_lets_running_jobs_finish() {
-    let store = store_with(&[Act::Sleep(Duration::from_secs(2)), Act::Sleep(Duration::from_secs(3)), Act::Succeed]);
+    let store = store_with(&[
+        Act::Sleep(Duration::from_secs(2)),
+        Act::Sleep(Duration::from_secs(3)),
+        Act::Succeed,
+    ]);
     let mut o = options();
     o.num_handlers = 2;
     o.drain_timeout = Duration::from_secs(10);
@@ -460,13 +607,20 @@ async fn graceful_shutdown_lets_running_jobs_finish() {
     let shutdown = worker.shutdown_handle();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
-    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())).await;
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())
+    })
+    .await;
     shutdown.graceful();
     let summary = run.await.unwrap();
     assert_eq!(summary.reason, StopReason::Graceful);
     assert_eq!(store.state(1), Some(JobState::Completed));
     assert_eq!(store.state(2), Some(JobState::Completed));
-    assert_eq!(store.state(3), Some(JobState::Queued), "nothing is dequeued after a graceful shutdown");
+    assert_eq!(
+        store.state(3),
+        Some(JobState::Queued),
+        "nothing is dequeued after a graceful shutdown"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -479,14 +633,29 @@ async fn graceful_shutdown_cancels_and_requeues_jobs_past_the_drain_timeout() {
     let shutdown = worker.shutdown_handle();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
-    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())).await;
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())
+    })
+    .await;
     let asked = tokio::time::Instant::now();
     shutdown.graceful();
     let summary = run.await.unwrap();
-    assert_eq!(asked.elapsed(), Duration::from_secs(5), "the drain is bounded");
+    assert_eq!(
+        asked.elapsed(),
+        Duration::from_secs(5),
+        "the drain is bounded"
+    );
     assert_eq!(summary.reason, StopReason::Graceful);
-    assert_eq!(store.state(1), Some(JobState::Queued), "an interrupted job goes back to the queue");
-    assert_eq!(store.snapshot(1).unwrap().num_failures, 0, "an interruption is not a failure");
+    assert_eq!(
+        store.state(1),
+        Some(JobState::Queued),
+        "an interrupted job goes back to the queue"
+    );
+    assert_eq!(
+        store.snapshot(1).unwrap().num_failures,
+        0,
+        "an interruption is not a failure"
+    );
     assert_eq!(store.state(2), Some(JobState::Completed));
 }
 
@@ -499,7 +668,10 @@ async fn immediate_shutdown_cancels_everything_at_once() {
     let shutdown = worker.shutdown_handle();
     let mut events = worker.subscribe();
     let run = tokio::spawn(worker.run());
-    wait_for(&mut events, |e| matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())).await;
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())
+    })
+    .await;
     let asked = tokio::time::Instant::now();
     shutdown.immediate();
     let summary = run.await.unwrap();
@@ -517,7 +689,10 @@ async fn an_errored_job_is_retried_after_its_delay() {
         retry_after: Duration::from_secs(60),
         ..Default::default()
     }));
-    store.enqueue(Task { id: 1, act: Act::Retryable });
+    store.enqueue(Task {
+        id: 1,
+        act: Act::Retryable,
+    });
     let mut o = options();
     o.num_total_jobs = Some(2);
     let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
@@ -527,7 +702,10 @@ async fn an_errored_job_is_retried_after_its_delay() {
     wait_for(&mut events, finished(1)).await;
     assert_eq!(store.state(1), Some(JobState::Errored));
     wait_for(&mut events, finished(1)).await;
-    assert!(started.elapsed() >= Duration::from_secs(60), "retried before its delay");
+    assert!(
+        started.elapsed() >= Duration::from_secs(60),
+        "retried before its delay"
+    );
     run.await.unwrap();
     assert_eq!(store.state(1), Some(JobState::Failed), "out of retries");
     assert_eq!(store.snapshot(1).unwrap().num_failures, 2);
@@ -538,7 +716,10 @@ fn invalid_options_are_an_error_not_a_panic() {
     let mut o = options();
     o.num_handlers = 0;
     let err = Worker::new(store_with(&[]), Acts::default(), o).unwrap_err();
-    assert_eq!(err.to_string(), "invalid option `num_handlers`: must be at least 1");
+    assert_eq!(
+        err.to_string(),
+        "invalid option `num_handlers`: must be at least 1"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -553,17 +734,31 @@ async fn one_dequeue_fills_every_free_slot_unless_the_batch_is_capped() {
         async fn queued_count(&self) -> Result<u64, BoxError> {
             self.0.queued_count().await
         }
-        async fn dequeue(&self, host: &str, c: &Self::Conditions, limit: usize) -> Result<Vec<Self::Job>, BoxError> {
+        async fn dequeue(
+            &self,
+            host: &str,
+            c: &Self::Conditions,
+            limit: usize,
+        ) -> Result<Vec<Self::Job>, BoxError> {
             self.1.lock().unwrap().push(limit);
             self.0.dequeue(host, c, limit).await
         }
         async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
             self.0.heartbeat(leases).await
         }
-        async fn add_execution_log_entry(&self, l: Lease, e: &workerutil::ExecutionLogEntry) -> Result<Option<usize>, BoxError> {
+        async fn add_execution_log_entry(
+            &self,
+            l: Lease,
+            e: &workerutil::ExecutionLogEntry,
+        ) -> Result<Option<usize>, BoxError> {
             self.0.add_execution_log_entry(l, e).await
         }
-        async fn update_execution_log_entry(&self, l: Lease, i: usize, e: &workerutil::ExecutionLogEntry) -> Result<bool, BoxError> {
+        async fn update_execution_log_entry(
+            &self,
+            l: Lease,
+            i: usize,
+            e: &workerutil::ExecutionLogEntry,
+        ) -> Result<bool, BoxError> {
             self.0.update_execution_log_entry(l, i, e).await
         }
         async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
@@ -582,16 +777,25 @@ async fn one_dequeue_fills_every_free_slot_unless_the_batch_is_capped() {
     for (cap, first_limit) in [(None, 5), (Some(2), 2)] {
         let store = Arc::new(Recording(MemoryStore::default(), Mutex::new(Vec::new())));
         for id in 1..=5 {
-            store.0.enqueue(Task { id, act: Act::Sleep(Duration::from_secs(1)) });
+            store.0.enqueue(Task {
+                id,
+                act: Act::Sleep(Duration::from_secs(1)),
+            });
         }
         let mut o = options();
         o.num_handlers = 5;
         o.num_total_jobs = Some(5);
         o.max_dequeue_batch = cap;
-        Worker::new(store.clone(), Acts::default(), o).unwrap().run().await;
+        Worker::new(store.clone(), Acts::default(), o)
+            .unwrap()
+            .run()
+            .await;
         let limits = store.1.lock().unwrap().clone();
         assert_eq!(limits[0], first_limit, "cap {cap:?}: {limits:?}");
-        assert!(limits.iter().all(|l| *l <= first_limit), "cap {cap:?}: {limits:?}");
+        assert!(
+            limits.iter().all(|l| *l <= first_limit),
+            "cap {cap:?}: {limits:?}"
+        );
         assert_eq!(store.0.count(JobState::Completed), 5);
     }
 }

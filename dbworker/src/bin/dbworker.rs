@@ -113,7 +113,11 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
     let resetter = Resetter::new(pool, options).map_err(|e| e.to_string())?;
     if args.once {
         let out = resetter.reset_once().await.map_err(|e| e.to_string())?;
-        println!("reset {} job(s), failed {} job(s)", out.reset.len(), out.failed.len());
+        println!(
+            "reset {} job(s), failed {} job(s)",
+            out.reset.len(),
+            out.failed.len()
+        );
         for (id, age) in &out.reset {
             println!("reset {id} (heartbeat {:.1}s old)", age.as_secs_f64());
         }
@@ -132,7 +136,11 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
     resetter
         .run(stop, |out| {
             if !out.reset.is_empty() || !out.failed.is_empty() {
-                tracing::info!(reset = out.reset.len(), failed = out.failed.len(), "reset pass");
+                tracing::info!(
+                    reset = out.reset.len(),
+                    failed = out.failed.len(),
+                    "reset pass"
+                );
             }
         })
         .await;

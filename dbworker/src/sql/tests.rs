@@ -1,4 +1,8 @@
-//! Snapshot tests of the rendered SQL.
+//! Snapshot tests of the rendered SQL: every statement, for a table with a
+//! renamed column, and the claim through a view. The snapshots live in
+//! `src/sql/snapshots/`; `UPDATE_SNAPSHOTS=1 cargo test -p dbworker --lib` rewrites them.
+
+use std::path::PathBuf;
 
 use super::*;
 use crate::options::StoreOptions;
@@ -9,35 +13,94 @@ fn resolved(view: bool) -> Resolved {
         o.view_name = Some("example_jobs_with_repository_name v".into());
         o.order_by = Some("v.repository_id, v.id DESC NULLS LAST".into());
     }
-    o.alternate_column_names.insert("state".into(), "status".into());
+    o.alternate_column_names
+        .insert("state".into(), "status".into());
     o.max_num_retries = 2;
     o.resolve().unwrap()
 }
 
+fn statements() -> Vec<(&'static str, Statement)> {
+    let t = resolved(false);
+    let v = resolved(true);
+    let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
+    vec![
+        ("claim", claim(&t, "host", &[cost()], 3)),
+        ("claim_through_view", claim(&v, "host", &[cost()], 3)),
+        ("lock_claimed", lock_claimed(&t, 1, 2)),
+        ("select_record", select_record(&t, 1)),
+        ("select_record_through_view", select_record(&v, 1)),
+        ("heartbeat", heartbeat(&t, vec![1], vec![2])),
+        ("mark_complete", mark_complete(&t, 1, 2)),
+        ("mark_errored", mark_errored(&t, 1, 2, "m")),
+        ("mark_failed", mark_failed(&t, 1, 2, "m")),
+        ("requeue", requeue(&t, 1, 2)),
+        ("log_append", log_append(&t, 1, 2, "{}".into())),
+        ("log_update", log_update(&t, 1, 2, 0, "{}".into())),
+        (
+            "reset_stalled",
+            reset_stalled(&t.table, &t.columns, 5.0, 3, "m"),
+        ),
+        ("queued_count", queued_count(&t)),
+        ("any_queued", any_queued(&t)),
+        ("max_age_in_queue", max_age_in_queue(&t)),
+        ("relation_columns", relation_columns(&t.table)),
+        ("probe_expressions", probe_expressions(&v)),
+    ]
+}
+
 #[test]
-fn dump() {
-    for view in [false, true] {
-        let o = resolved(view);
-        println!("{}\n", claim(&o, "host", &[Expr::cust_with_values("j.cost <= $1", [5])], 3).sql);
+fn rendered_sql_matches_the_snapshots() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/sql/snapshots");
+    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some();
+    let mut mismatches = Vec::new();
+    for (name, statement) in statements() {
+        let path = dir.join(format!("{name}.sql"));
+        let rendered = format!("{}\n", statement.sql);
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &rendered).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        if expected != rendered {
+            mismatches.push(format!(
+                "{name}:\n  expected: {expected}  rendered: {rendered}"
+            ));
+        }
     }
-    let o = resolved(false);
-    for s in [
-        lock_claimed(&o, 1, 2),
-        select_record(&o, 1),
-        heartbeat(&o, vec![1], vec![2]),
-        mark_complete(&o, 1, 2),
-        mark_errored(&o, 1, 2, "m"),
-        mark_failed(&o, 1, 2, "m"),
-        requeue(&o, 1, 2),
-        log_append(&o, 1, 2, "{}".into()),
-        log_update(&o, 1, 2, 0, "{}".into()),
-        reset_stalled(&o.table, &o.columns, 5.0, 3, "m"),
-        queued_count(&o),
-        any_queued(&o),
-        max_age_in_queue(&o),
-        relation_columns(&o.table),
-        probe_expressions(&o),
-    ] {
-        println!("{}\n", s.sql);
-    }
+    assert!(
+        mismatches.is_empty(),
+        "SQL changed (UPDATE_SNAPSHOTS=1 to accept):\n{}",
+        mismatches.join("\n")
+    );
+}
+
+#[test]
+fn user_values_are_bound_not_rendered() {
+    let t = resolved(false);
+    let s = claim(&t, "evil'); DROP TABLE x; --", &[], 1);
+    assert!(!s.sql.contains("evil"), "{}", s.sql);
+    let s = mark_failed(&t, 1, 2, "it's broken");
+    assert!(!s.sql.contains("broken"), "{}", s.sql);
+}
+
+#[test]
+fn identifiers_are_quoted() {
+    assert_eq!(quote("jobs"), "\"jobs\"");
+    assert_eq!(quote("we\"ird"), "\"we\"\"ird\"");
+    let s = queued_count(&resolved(false));
+    assert!(s.sql.contains("\"example_jobs\" AS \"j\""), "{}", s.sql);
+    assert!(s.sql.contains("\"j\".\"status\""), "{}", s.sql);
+}
+
+#[test]
+fn order_by_terms_keep_their_direction() {
+    let mut q = Query::select();
+    q.expr(Expr::val(1));
+    order_select(&mut q, "a.x, lower(a.y) DESC, a.z asc nulls first");
+    let sql = q.to_string(PostgresQueryBuilder);
+    assert!(
+        sql.ends_with("ORDER BY a.x ASC, lower(a.y) DESC, a.z ASC NULLS FIRST"),
+        "{sql}"
+    );
 }

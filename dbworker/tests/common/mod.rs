@@ -42,7 +42,10 @@ impl Db {
         let db = TestDatabase::new().await.expect("test database");
         let pool = db.pool(60).await.expect("pool");
         let ddl = job_table_sql("jobs", renames).unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl)).execute(&pool).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+            .execute(&pool)
+            .await
+            .unwrap();
         sqlx::raw_sql(
             "ALTER TABLE jobs ADD COLUMN payload jsonb NOT NULL DEFAULT '{}', ADD COLUMN cost integer NOT NULL DEFAULT 0;
              CREATE TABLE side_effects (job_id bigint NOT NULL, note text NOT NULL);",
@@ -80,7 +83,11 @@ impl Db {
     where
         T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
     {
-        sqlx::query_scalar(sql).bind(id).fetch_one(&self.pool).await.unwrap()
+        sqlx::query_scalar(sql)
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
     }
 
     pub async fn count(&self, state: &str) -> i64 {

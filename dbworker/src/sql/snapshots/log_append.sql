@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "execution_logs" = COALESCE("j"."execution_logs", '{}'::json[]) || (jsonb_build_object('start_time', now()) || $1::jsonb)::json WHERE "j"."id" = $2 AND "j"."status" = $3 AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $4 RETURNING COALESCE(array_length("execution_logs", 1), 0)::bigint AS "len"

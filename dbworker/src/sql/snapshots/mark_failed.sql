@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "status" = (CASE WHEN ("j"."cancel") THEN $1 ELSE $2 END), "num_failures" = "j"."num_failures" + $3, "failure_message" = $4, "finished_at" = now() WHERE "j"."id" = $5 AND "j"."status" = $6 AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $7

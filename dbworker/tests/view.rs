@@ -1,0 +1,125 @@
+//! Dequeuing through a view that joins other tables, with renamed columns, under
+//! contention: each job exactly once (the trap of Sourcegraph PR 37067).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dbworker::{DbJob, DbStore, Handling, StoreOptions, job_table_sql, new_worker};
+use dbworker_testkit::TestDatabase;
+use sqlx::Row;
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
+
+#[derive(Debug)]
+struct RepoJob {
+    id: i64,
+    repo_name: String,
+}
+
+impl Record for RepoJob {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+#[derive(Default)]
+struct Count(Mutex<HashMap<i64, (usize, String)>>);
+
+#[async_trait]
+impl Handler<DbStore<RepoJob>> for Count {
+    async fn handle(
+        &self,
+        job: &mut DbJob<RepoJob>,
+        _ctx: &JobContext<DbStore<RepoJob>>,
+    ) -> Result<(), HandlerError> {
+        let r = job.record();
+        let mut seen = self.0.lock().unwrap();
+        let entry = seen.entry(r.id).or_insert((0, r.repo_name.clone()));
+        entry.0 += 1;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn concurrent_workers_through_a_joined_view_take_each_job_once() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = TestDatabase::new().await.unwrap();
+        let pool = db.pool(80).await.unwrap();
+        let renames: HashMap<String, String> = [
+            ("state".to_owned(), "status".to_owned()),
+            ("id".to_owned(), "job_id".to_owned()),
+        ]
+        .into();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(
+            job_table_sql("repo_jobs", &renames).unwrap(),
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE repo (id integer PRIMARY KEY, name text NOT NULL);
+             INSERT INTO repo SELECT i, 'repo-' || i FROM generate_series(1, 10) i;
+             ALTER TABLE repo_jobs ADD COLUMN repository_id integer NOT NULL REFERENCES repo (id);
+             CREATE VIEW repo_jobs_view AS
+               SELECT rj.*, r.name AS repo_name,
+                      (SELECT count(*) FROM repo_jobs other WHERE other.repository_id = rj.repository_id) AS siblings
+               FROM repo_jobs rj JOIN repo r ON r.id = rj.repository_id;
+             INSERT INTO repo_jobs (repository_id) SELECT 1 + i % 10 FROM generate_series(1, 400) i;",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+
+        let mut so = StoreOptions::new(
+            "view_store",
+            "repo_jobs t",
+            |row: &sqlx::postgres::PgRow| {
+                Ok(RepoJob {
+                    id: row.try_get(0)?,
+                    repo_name: row.try_get(1)?,
+                })
+            },
+        );
+        so.view_name = Some("repo_jobs_view v".into());
+        so.column_expressions = vec!["v.job_id".into(), "v.repo_name".into()];
+        so.order_by = Some("v.siblings DESC, v.repository_id, v.job_id".into());
+        so.alternate_column_names = renames.clone();
+        so.handling = handling;
+        so.stalled_max_age = Duration::from_secs(10);
+        let store = Arc::new(DbStore::new(pool.clone(), so).await.unwrap());
+
+        let handler = Arc::new(Count::default());
+        let mut runs = Vec::new();
+        for w in 0..4 {
+            let mut o = WorkerOptions::new(format!("view-{w}"));
+            o.num_handlers = 4;
+            o.num_total_jobs = Some(100);
+            o.interval = Duration::from_millis(10);
+            o.heartbeat_interval = Duration::from_millis(200);
+            o.heartbeat_failure_limit = Some(Duration::from_secs(5));
+            runs.push(tokio::spawn(
+                new_worker(store.clone(), handler.clone(), o).unwrap().run(),
+            ));
+        }
+        for r in runs {
+            r.await.unwrap();
+        }
+        let seen = handler.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 400, "{handling:?}: every job handled");
+        assert!(
+            seen.values().all(|(n, _)| *n == 1),
+            "{handling:?}: a job was handled twice"
+        );
+        assert!(
+            seen.values().all(|(_, name)| name.starts_with("repo-")),
+            "{handling:?}: record read through the view"
+        );
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM repo_jobs WHERE status = 'completed'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(done, 400, "{handling:?}");
+    }
+}

@@ -1,0 +1,71 @@
+//! Runs every example as its own process: each asserts what it demonstrates
+//! (every job completed once, the budget held, the killed worker's job came
+//! back), so a broken example fails the suite.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `target/<profile>/examples/NAME`, built by `cargo test` alongside this test.
+fn example(name: &str) -> PathBuf {
+    let mut dir = std::env::current_exe().expect("test binary path");
+    dir.pop(); // the binary
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join("examples").join(name)
+}
+
+fn run(name: &str) -> String {
+    let path = example(name);
+    assert!(
+        path.exists(),
+        "{} is missing; `cargo test` builds examples",
+        path.display()
+    );
+    let out = Command::new(&path).output().expect("run example");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn quickstart_completes_every_job_and_fails_the_malformed_one() {
+    let out = run("quickstart");
+    assert!(out.contains("completed  20"), "{out}");
+    assert!(out.contains("failed     1"), "{out}");
+    assert!(
+        out.contains("job 21 failed: payload has no integer `n`"),
+        "{out}"
+    );
+    assert!(out.contains("sum of squares 1..=20 = 2870"), "{out}");
+}
+
+#[test]
+fn app_table_dequeues_by_repository_through_the_view() {
+    let out = run("app_table");
+    assert!(out.contains("processed in order (repository_id, job id): [(1, 2), (1, 4), (2, 3), (2, 6), (3, 1), (3, 5)]"), "{out}");
+}
+
+#[test]
+fn budget_is_never_exceeded() {
+    let out = run("budget");
+    assert!(out.contains("40 jobs completed"), "{out}");
+}
+
+#[test]
+fn resetter_process_brings_a_killed_workers_job_back() {
+    let out = run("resetter_process");
+    assert!(out.contains("the job is left processing"), "{out}");
+    assert!(
+        out.contains("after the resetter: queued, num_resets = 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("a new worker finished it: completed after 2 attempts"),
+        "{out}"
+    );
+}
