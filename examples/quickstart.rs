@@ -77,6 +77,22 @@ impl Handler<DbStore<ExampleJob>> for Squarer {
     }
 }
 
+fn print_event(event: &WorkerEvent) {
+    if let WorkerEvent::JobFinished {
+        id,
+        outcome,
+        marked,
+    } = event
+    {
+        let detail = outcome
+            .failure_message()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        let note = if *marked { "" } else { " (not recorded)" };
+        println!("job {id:>2} {}{detail}{note}", outcome.kind());
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
@@ -123,35 +139,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let run = tokio::spawn(worker.run());
-    // Print progress; stop once nothing waits and nothing runs.
-    let mut running = 0usize;
+    // Print progress; stop once no job waits or runs (asked of the database,
+    // which is the one place that knows).
     loop {
-        match tokio::time::timeout(Duration::from_millis(300), events.recv()).await {
-            Ok(Ok(WorkerEvent::Dequeued { .. })) => running += 1,
-            Ok(Ok(WorkerEvent::JobFinished {
-                id,
-                outcome,
-                marked,
-            })) => {
-                running -= 1;
-                let detail = outcome
-                    .failure_message()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default();
-                println!(
-                    "job {id:>2} {}{detail}{}",
-                    outcome.kind(),
-                    if marked { "" } else { " (not recorded)" }
-                );
-            }
-            Ok(Ok(_)) | Ok(Err(_)) | Err(_) => {}
+        match tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
+            Ok(Ok(event)) => print_event(&event),
+            Ok(Err(_)) | Err(_) => {}
         }
-        if running == 0 && !store.any_queued().await? {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM example_jobs WHERE state IN ('queued', 'errored', 'processing')",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if open == 0 {
             break;
         }
     }
     shutdown.graceful();
     let summary = run.await?;
+    while let Ok(event) = events.try_recv() {
+        print_event(&event);
+    }
     stop_resetter.cancel();
     resetter_task.await?;
 
