@@ -142,9 +142,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Print progress; stop once no job waits or runs (asked of the database,
     // which is the one place that knows).
     loop {
-        match tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
-            Ok(Ok(event)) => print_event(&event),
-            Ok(Err(_)) | Err(_) => {}
+        if let Ok(Ok(event)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await
+        {
+            print_event(&event);
         }
         let open: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM example_jobs WHERE state IN ('queued', 'errored', 'processing')",

@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS "example_jobs" (
 
 -- The claim scans eligible rows in id order; a partial index keeps it small.
 CREATE INDEX IF NOT EXISTS "example_jobs_dequeue_idx" ON "example_jobs" ("id") WHERE "state" IN ('queued', 'errored');
--- The resetter looks only at processing rows.
-CREATE INDEX IF NOT EXISTS "example_jobs_processing_idx" ON "example_jobs" ("last_heartbeat_at") WHERE "state" = 'processing';
+-- The resetter looks only at processing rows. Keyed on id, not the heartbeat
+-- column, so heartbeats stay HOT updates.
+CREATE INDEX IF NOT EXISTS "example_jobs_processing_idx" ON "example_jobs" ("id") WHERE "state" = 'processing';
 -- Claims leave dead index entries behind; vacuum this table often.
 ALTER TABLE "example_jobs" SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0);

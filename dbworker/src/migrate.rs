@@ -46,8 +46,9 @@ pub fn job_table_sql(
 
 -- The claim scans eligible rows in id order; a partial index keeps it small.
 CREATE INDEX IF NOT EXISTS {dequeue_idx} ON {table} ({id}) WHERE {state} IN ('queued', 'errored');
--- The resetter looks only at processing rows.
-CREATE INDEX IF NOT EXISTS {processing_idx} ON {table} ({last_heartbeat_at}) WHERE {state} = 'processing';
+-- The resetter looks only at processing rows. Keyed on id, not the heartbeat
+-- column, so heartbeats stay HOT updates.
+CREATE INDEX IF NOT EXISTS {processing_idx} ON {table} ({id}) WHERE {state} = 'processing';
 -- Claims leave dead index entries behind; vacuum this table often.
 ALTER TABLE {table} SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0);
 "#,

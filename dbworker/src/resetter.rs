@@ -183,6 +183,24 @@ impl Resetter {
         })
     }
 
+    /// Checks that the table and every standard column exist with usable types,
+    /// naming each problem. The `dbworker reset` command runs it at start-up.
+    pub async fn check(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        crate::schema_check::check_table(
+            &self.pool,
+            &self.config.table,
+            &self.config.columns,
+            &mut problems,
+        )
+        .await?;
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Schema { problems })
+        }
+    }
+
     /// Runs one pass now.
     pub async fn reset_once(&self) -> Result<ResetOutcome> {
         let out = reset_pass(&self.pool, &self.config).await?;

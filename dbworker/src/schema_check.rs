@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use sqlx::{PgPool, Row};
 
-use crate::columns::Relation;
+use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::options::Resolved;
 use crate::sql;
@@ -24,15 +24,19 @@ async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, Str
         .collect())
 }
 
-/// Checks the resolved options against the database.
-pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
-    let mut problems = Vec::new();
-    let table_columns = columns_of(pool, &o.table).await?;
-    let table = o.table.display_name();
+/// Checks that `rel` exists with every standard column, typed as expected.
+pub(crate) async fn check_table(
+    pool: &PgPool,
+    rel: &Relation,
+    columns: &Columns,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    let table_columns = columns_of(pool, rel).await?;
+    let table = rel.display_name();
     if table_columns.is_empty() {
         problems.push(format!("table {table} does not exist (or has no columns)"));
     } else {
-        for (standard, name, types) in o.columns.expected_types() {
+        for (standard, name, types) in columns.expected_types() {
             let renamed = if standard == name {
                 String::new()
             } else {
@@ -48,6 +52,13 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Checks the resolved options against the database.
+pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
+    let mut problems = Vec::new();
+    check_table(pool, &o.table, &o.columns, &mut problems).await?;
     if let Some(view) = &o.view {
         let view_columns = columns_of(pool, view).await?;
         let name = view.display_name();

@@ -161,6 +161,7 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
     final_select
         .expr_as(col("dbworker_claimed", "id"), alias("id"))
         .expr_as(col("dbworker_claimed", "token"), alias("token"))
+        .expr_as(col("dbworker_claimed", "cancel"), alias("cancel"))
         .from(alias("dbworker_claimed"));
 
     match &o.view {
@@ -272,6 +273,7 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
                 quote(a),
                 quote(&c.started_at)
             )),
+            Expr::cust(format!("{}.{} AS \"cancel\"", quote(a), quote(&c.cancel))),
         ]));
     with.cte(
         CommonTableExpression::new()
@@ -309,8 +311,9 @@ pub(crate) fn select_record(o: &Resolved, id: i64) -> Statement {
 }
 
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
-/// `last_heartbeat_at` on those rows. Rows locked by their own handler's
-/// transaction are skipped (not waited on): the lock itself shows they are alive.
+/// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does
+/// not block this update; a row the handler itself updated (a stronger lock) is
+/// skipped rather than waited on, and its lock shows it is alive.
 pub(crate) fn heartbeat(o: &Resolved, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
     let c = &o.columns;
     let t = &o.table;
@@ -385,12 +388,14 @@ fn fenced_update(o: &Resolved, id: i64, token: i64) -> UpdateStatement {
         .to_owned()
 }
 
-/// Marks a claimed job completed.
+/// Marks a claimed job completed. Runs inside the handler's transaction in
+/// transactional handling, where `now()` is the transaction's start: times use
+/// `clock_timestamp()`.
 pub(crate) fn mark_complete(o: &Resolved, id: i64, token: i64) -> Statement {
     let c = &o.columns;
     let q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Completed))
-        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
 }
@@ -437,7 +442,7 @@ pub(crate) fn mark_errored(o: &Resolved, id: i64, token: i64, message: &str) -> 
         )
         .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
         .value(alias(&c.failure_message), message)
-        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
 }
@@ -454,7 +459,7 @@ pub(crate) fn mark_failed(o: &Resolved, id: i64, token: i64, message: &str) -> S
         )
         .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
         .value(alias(&c.failure_message), message)
-        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
 }

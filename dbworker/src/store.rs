@@ -309,6 +309,20 @@ impl<R: Record> Store for DbStore<R> {
                 id: row.get("id"),
                 token: row.get("token"),
             };
+            if row.get::<Option<bool>, _>("cancel").unwrap_or(false) {
+                // Canceled while it waited: record that instead of running it.
+                sql::mark_failed(
+                    &self.options,
+                    lease.id,
+                    lease.token,
+                    "job was canceled before it started",
+                )
+                .query()
+                .execute(&self.pool)
+                .await
+                .map_err(Error::db("mark_failed"))?;
+                continue;
+            }
             // One bad row must not strand the others this call claimed.
             match self.open(lease).await {
                 Ok(Some(job)) => jobs.push(job),

@@ -718,3 +718,42 @@ async fn worker_options_that_do_not_fit_the_store_are_rejected() {
         .to_string();
     assert!(err.contains("heartbeat_failure_limit"), "{err}");
 }
+
+#[tokio::test]
+async fn default_worker_options_fit_a_default_store() {
+    let db = Db::new().await;
+    let store = Arc::new(
+        DbStore::new(
+            db.pool.clone(),
+            StoreOptions::<Job>::from_row("defaults", "jobs"),
+        )
+        .await
+        .unwrap(),
+    );
+    new_worker(store, Script::default(), WorkerOptions::new("defaults"))
+        .expect("the defaults must work together");
+}
+
+#[tokio::test]
+async fn the_resetter_checks_its_table_at_start_up() {
+    let db = Db::new().await;
+    let ok = Resetter::new(db.pool.clone(), ResetterOptions::new("r", "jobs")).unwrap();
+    ok.check().await.unwrap();
+    let missing = Resetter::new(db.pool.clone(), ResetterOptions::new("r", "no_jobs")).unwrap();
+    let err = missing.check().await.unwrap_err().to_string();
+    assert!(err.contains("table no_jobs does not exist"), "{err}");
+    let mut renamed = ResetterOptions::new("r", "jobs");
+    renamed
+        .alternate_column_names
+        .insert("state".into(), "status".into());
+    let err = Resetter::new(db.pool.clone(), renamed)
+        .unwrap()
+        .check()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("table jobs has no column status (standard column state)"),
+        "{err}"
+    );
+}

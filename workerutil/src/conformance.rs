@@ -22,8 +22,8 @@ pub trait Harness: Send + Sync {
     type Store: Store;
 
     /// A new, empty store that retries an errored job `max_num_retries` times
-    /// with no retry delay, and fails a job on its first reset past zero resets
-    /// allowed (`max_num_resets` = 1).
+    /// with no retry delay and allows one reset (`max_num_resets` = 1: the first
+    /// reset requeues, a second would fail the job).
     async fn new_store(&self, max_num_retries: u32) -> Arc<Self::Store>;
 
     /// Adds `n` queued jobs; returns their ids in the order the store dequeues them.
@@ -63,6 +63,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     non_retryable_failure(h).await;
     heartbeat_known_and_cancel(h).await;
     cancel_marks_canceled(h).await;
+    cancel_before_start(h).await;
     fencing_after_reset(h).await;
     conditions_filter(h).await;
     execution_log(h).await;
@@ -275,6 +276,30 @@ pub async fn cancel_marks_canceled<H: Harness>(h: &H) {
         h.state(&store, id).await,
         JobState::Canceled,
         "cancel: state"
+    );
+}
+
+/// A job whose cancellation was requested while it waited is never handed
+/// out; it ends `canceled`.
+pub async fn cancel_before_start<H: Harness>(h: &H) {
+    let store = h.new_store(3).await;
+    let all = h.enqueue(&store, 2).await;
+    h.request_cancel(&store, all[0]).await;
+    let jobs = dequeue(&*store, &no_conditions::<H::Store>(), 2).await;
+    assert_eq!(
+        ids(&jobs),
+        vec![all[1]],
+        "cancel_before_start: only the other job"
+    );
+    assert_eq!(
+        h.state(&store, all[0]).await,
+        JobState::Canceled,
+        "cancel_before_start: state"
+    );
+    assert!(
+        dequeue(&*store, &no_conditions::<H::Store>(), 2)
+            .await
+            .is_empty()
     );
 }
 

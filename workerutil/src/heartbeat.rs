@@ -115,7 +115,13 @@ pub(crate) async fn heartbeat_loop<S: Store>(shared: Arc<Shared<S>>, stop: Cance
             last_success = Instant::now();
             continue;
         }
-        match shared.store.heartbeat(&leases).await {
+        // A heartbeat stuck on the network (or waiting for a connection) counts as
+        // failed, so the failure limit bounds how long a cut-off worker runs on.
+        let result = match tokio::time::timeout(interval, shared.store.heartbeat(&leases)).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("heartbeat took longer than {interval:?}").into()),
+        };
+        match result {
             Ok(result) => {
                 last_success = Instant::now();
                 let mut lost = Vec::new();

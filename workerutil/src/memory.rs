@@ -240,7 +240,7 @@ impl<R: Record + Clone> MemoryStore<R> {
         } else {
             e.snapshot.state = JobState::Failed;
             e.snapshot.failure_message =
-                Some("job processor died while handling this message too many times".into());
+                Some("job processor died while handling this job too many times".into());
         }
         Some(e.snapshot.state)
     }
@@ -287,6 +287,13 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
                 && e.process_after.is_none_or(|t| t <= now)
                 && conditions.matches(&e.snapshot.record);
             if !eligible {
+                continue;
+            }
+            if e.snapshot.cancel {
+                // Canceled while it waited: record that instead of handing it out.
+                e.snapshot.state = JobState::Canceled;
+                e.snapshot.num_failures += 1;
+                e.snapshot.failure_message = Some("job was canceled before it started".to_owned());
                 continue;
             }
             e.token = *next_token;

@@ -37,7 +37,8 @@ pub struct WorkerOptions {
     /// When heartbeats keep failing for longer than this, the worker cancels its
     /// own running jobs: a resetter may already have requeued them for another
     /// worker, so going on could run a job twice at once. Set it below the
-    /// store's stalled max age. `None` disables it. Default 30 s.
+    /// store's stalled max age. `None` disables it. Default 15 s (half the
+    /// Postgres store's default stalled max age).
     pub heartbeat_failure_limit: Option<Duration>,
     /// On a graceful shutdown, how long running jobs may take to finish before
     /// they are canceled and put back in the queue. Default 30 s.
@@ -60,7 +61,7 @@ impl WorkerOptions {
             interval: Duration::from_secs(1),
             heartbeat_interval: Duration::from_secs(1),
             max_runtime_per_job: None,
-            heartbeat_failure_limit: Some(Duration::from_secs(30)),
+            heartbeat_failure_limit: Some(Duration::from_secs(15)),
             drain_timeout: Duration::from_secs(30),
             event_capacity: 1024,
         }

@@ -62,7 +62,8 @@ pub trait Store: Send + Sync + 'static {
     /// value means "no extra condition".
     type Conditions: Default + Send + Sync + 'static;
 
-    /// How many jobs are waiting (queued, or errored and due for a retry).
+    /// How many jobs are waiting: queued, or errored and waiting for a retry
+    /// (whether or not the retry is due yet).
     async fn queued_count(&self) -> Result<u64, BoxError>;
 
     /// Claims up to `limit` eligible jobs (in the store's priority order) for the

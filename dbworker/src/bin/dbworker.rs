@@ -111,6 +111,7 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot connect to the database: {e}"))?;
     let resetter = Resetter::new(pool, options).map_err(|e| e.to_string())?;
+    resetter.check().await.map_err(|e| e.to_string())?;
     if args.once {
         let out = resetter.reset_once().await.map_err(|e| e.to_string())?;
         println!(
