@@ -89,6 +89,30 @@ fn owned(a: &str, c: &Columns, id: i64, token: i64) -> Condition {
         .add(token_expr(a, c).eq(token))
 }
 
+/// A named common table expression; `materialized` ones run exactly once.
+fn cte(
+    query: impl Into<sea_query::SubQueryStatement>,
+    name: &str,
+    materialized: bool,
+) -> CommonTableExpression {
+    let mut cte = CommonTableExpression::new();
+    cte.query(query).table_name(alias(name));
+    if materialized {
+        cte.materialized(true);
+    }
+    cte
+}
+
+/// `FOR UPDATE OF alias SKIP LOCKED`: lock only the job table's rows, skipping
+/// rows another claim or a live handler holds.
+fn lock_skip(q: &mut SelectStatement, table_alias: &str) {
+    q.lock_with_tables_behavior(
+        LockType::Update,
+        [alias(table_alias)],
+        LockBehavior::SkipLocked,
+    );
+}
+
 /// Splits a user `ORDER BY` text into terms with their direction.
 pub(crate) fn order_terms(order_by: &str) -> Vec<(Expr, Order, Option<NullOrdering>)> {
     let mut terms = Vec::new();
@@ -156,7 +180,7 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
     let t = &o.table;
     let limit = limit as u64;
     let mut with = WithClause::new();
-    let candidates = Alias::new("dbworker_candidates");
+    let candidates = alias("dbworker_candidates");
     let mut final_select = Query::select();
     final_select
         .expr_as(col("dbworker_claimed", "id"), alias("id"))
@@ -174,18 +198,9 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
                 cand.and_where(cond.clone());
             }
             order_select(&mut cand, &o.order_by);
-            cand.limit(limit).lock_with_tables_behavior(
-                LockType::Update,
-                [alias(&t.alias)],
-                LockBehavior::SkipLocked,
-            );
-            with.cte(
-                CommonTableExpression::new()
-                    .query(cand)
-                    .table_name(candidates.clone())
-                    .materialized(true)
-                    .to_owned(),
-            );
+            cand.limit(limit);
+            lock_skip(&mut cand, &t.alias);
+            with.cte(cte(cand, "dbworker_candidates", true));
             final_select.inner_join(
                 table_ref(t),
                 col(&t.alias, &c.id).equals(("dbworker_claimed", "id")),
@@ -207,13 +222,7 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
             }
             order_select(&mut window, &o.order_by);
             window.limit(limit + o.candidate_window as u64);
-            with.cte(
-                CommonTableExpression::new()
-                    .query(window)
-                    .table_name(alias("dbworker_window"))
-                    .materialized(true)
-                    .to_owned(),
-            );
+            with.cte(cte(window, "dbworker_window", true));
             let mut cand = Query::select();
             cand.expr_as(col(&t.alias, &c.id), alias("id"))
                 .expr_as(col("dbworker_window", "rank"), alias("rank"))
@@ -224,19 +233,9 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
                 )
                 .cond_where(eligible(&t.alias, c))
                 .order_by(("dbworker_window", "rank"), Order::Asc)
-                .limit(limit)
-                .lock_with_tables_behavior(
-                    LockType::Update,
-                    [alias(&t.alias)],
-                    LockBehavior::SkipLocked,
-                );
-            with.cte(
-                CommonTableExpression::new()
-                    .query(cand)
-                    .table_name(candidates.clone())
-                    .materialized(true)
-                    .to_owned(),
-            );
+                .limit(limit);
+            lock_skip(&mut cand, &t.alias);
+            with.cte(cte(cand, "dbworker_candidates", true));
             final_select
                 .inner_join(
                     candidates.clone(),
@@ -275,12 +274,7 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
             )),
             Expr::cust(format!("{}.{} AS \"cancel\"", quote(a), quote(&c.cancel))),
         ]));
-    with.cte(
-        CommonTableExpression::new()
-            .query(update)
-            .table_name(alias("dbworker_claimed"))
-            .to_owned(),
-    );
+    with.cte(cte(update, "dbworker_claimed", false));
     Statement::from(&final_select.with(with))
 }
 
@@ -359,19 +353,8 @@ pub(crate) fn heartbeat(o: &Resolved, ids: Vec<i64>, tokens: Vec<i64>) -> Statem
         .and_where(col(a, &c.id).in_subquery(lockable))
         .to_owned();
     let mut with = WithClause::new();
-    with.cte(
-        CommonTableExpression::new()
-            .query(owned_q)
-            .table_name(alias("dbworker_owned"))
-            .materialized(true)
-            .to_owned(),
-    )
-    .cte(
-        CommonTableExpression::new()
-            .query(touch)
-            .table_name(alias("dbworker_touched"))
-            .to_owned(),
-    );
+    with.cte(cte(owned_q, "dbworker_owned", true))
+        .cte(cte(touch, "dbworker_touched", false));
     let q = Query::select()
         .expr(Expr::cust("\"dbworker_owned\".\"id\"::bigint AS \"id\""))
         .expr(Expr::cust("\"dbworker_owned\".\"cancel\" AS \"cancel\""))
@@ -595,13 +578,7 @@ pub(crate) fn reset_stalled(
         ]))
         .to_owned();
     let with = WithClause::new()
-        .cte(
-            CommonTableExpression::new()
-                .query(stalled)
-                .table_name(alias("dbworker_stalled"))
-                .materialized(true)
-                .to_owned(),
-        )
+        .cte(cte(stalled, "dbworker_stalled", true))
         .to_owned();
     Statement::from(&update.with(with))
 }

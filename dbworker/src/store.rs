@@ -311,7 +311,7 @@ impl<R: Record> Store for DbStore<R> {
             };
             if row.get::<Option<bool>, _>("cancel").unwrap_or(false) {
                 // Canceled while it waited: record that instead of running it.
-                sql::mark_failed(
+                let canceled = sql::mark_failed(
                     &self.options,
                     lease.id,
                     lease.token,
@@ -320,7 +320,12 @@ impl<R: Record> Store for DbStore<R> {
                 .query()
                 .execute(&self.pool)
                 .await
-                .map_err(Error::db("mark_failed"))?;
+                .map_err(Error::db("mark_failed"));
+                if let Err(err) = canceled {
+                    // Left processing; the resetter requeues it and the next claim cancels it.
+                    tracing::error!(record_id = lease.id, error = %err, "could not record a cancellation");
+                    first_error.get_or_insert(err);
+                }
                 continue;
             }
             // One bad row must not strand the others this call claimed.

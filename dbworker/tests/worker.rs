@@ -612,23 +612,22 @@ async fn queued_count_any_and_max_age() {
     );
 }
 
+/// The error `DbStore::new` reports for `o`, rendered.
+async fn store_error(db: &Db, o: StoreOptions<Job>) -> String {
+    DbStore::new(db.pool.clone(), o)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
 #[tokio::test]
 async fn bad_configuration_is_reported_with_every_name() {
     let db = Db::new().await;
-    let check = |o: StoreOptions<Job>| {
-        let pool = db.pool.clone();
-        async move {
-            DbStore::new(pool, o)
-                .await
-                .map(|_| ())
-                .unwrap_err()
-                .to_string()
-        }
-    };
 
     let mut o = db.options();
     o.table_name = "missing_jobs j".into();
-    let err = check(o).await;
+    let err = store_error(&db, o).await;
     assert!(err.contains("table missing_jobs does not exist"), "{err}");
 
     sqlx::raw_sql("ALTER TABLE jobs DROP COLUMN cancel, DROP COLUMN num_resets; ALTER TABLE jobs ALTER COLUMN started_at TYPE timestamp")
@@ -638,7 +637,7 @@ async fn bad_configuration_is_reported_with_every_name() {
     let mut o = db.options();
     o.alternate_column_names
         .insert("state".into(), "status".into());
-    let err = check(o).await;
+    let err = store_error(&db, o).await;
     for needle in [
         "table jobs has no column cancel",
         "table jobs has no column num_resets",
@@ -649,24 +648,14 @@ async fn bad_configuration_is_reported_with_every_name() {
     }
 
     let db = Db::new().await;
-    let check = |o: StoreOptions<Job>| {
-        let pool = db.pool.clone();
-        async move {
-            DbStore::new(pool, o)
-                .await
-                .map(|_| ())
-                .unwrap_err()
-                .to_string()
-        }
-    };
     let mut o = db.options();
     o.view_name = Some("no_such_view v".into());
-    let err = check(o).await;
+    let err = store_error(&db, o).await;
     assert!(err.contains("view no_such_view does not exist"), "{err}");
 
     let mut o = db.options();
     o.column_expressions = vec!["j.id".into(), "j.no_such_column".into()];
-    let err = check(o).await;
+    let err = store_error(&db, o).await;
     assert!(
         err.contains("column j.no_such_column does not exist"),
         "{err}"
@@ -674,12 +663,12 @@ async fn bad_configuration_is_reported_with_every_name() {
 
     let mut o = db.options();
     o.order_by = Some("j.priority DESC".into());
-    let err = check(o).await;
+    let err = store_error(&db, o).await;
     assert!(err.contains("column j.priority does not exist"), "{err}");
 
     let mut o = db.options();
     o.retry.jitter = 2.0;
-    let err = check(o).await;
+    let err = store_error(&db, o).await;
     assert!(err.contains("invalid option `retry.jitter`"), "{err}");
 }
 

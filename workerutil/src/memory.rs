@@ -279,8 +279,9 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
         let mut inner = self.lock();
         let Inner { jobs, next_token } = &mut *inner;
         let mut out = Vec::new();
+        let mut claimed = 0;
         for (id, e) in jobs.iter_mut() {
-            if out.len() >= limit {
+            if claimed >= limit {
                 break;
             }
             let eligible = matches!(e.snapshot.state, JobState::Queued | JobState::Errored)
@@ -291,11 +292,14 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
             }
             if e.snapshot.cancel {
                 // Canceled while it waited: record that instead of handing it out.
+                // Like the Postgres claim, it uses up one slot of this call.
+                claimed += 1;
                 e.snapshot.state = JobState::Canceled;
                 e.snapshot.num_failures += 1;
                 e.snapshot.failure_message = Some("job was canceled before it started".to_owned());
                 continue;
             }
+            claimed += 1;
             e.token = *next_token;
             *next_token += 1;
             e.snapshot.state = JobState::Processing;

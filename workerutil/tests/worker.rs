@@ -37,10 +37,13 @@ impl Record for Task {
     }
 }
 
-/// A store wrapper whose heartbeats can be made to fail.
+/// A store wrapper whose heartbeats can be made to fail, and that records the
+/// `limit` of every dequeue call.
+#[derive(Default)]
 struct Flaky {
     inner: MemoryStore<Task>,
     fail_heartbeats: AtomicBool,
+    limits: Mutex<Vec<usize>>,
 }
 
 #[async_trait]
@@ -58,6 +61,7 @@ impl Store for Flaky {
         c: &Self::Conditions,
         limit: usize,
     ) -> Result<Vec<Self::Job>, BoxError> {
+        self.limits.lock().unwrap().push(limit);
         self.inner.dequeue(host, c, limit).await
     }
     async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
@@ -531,8 +535,8 @@ async fn a_job_the_store_lost_is_canceled_and_not_written() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_heartbeat_is_retried_and_cancels_nothing() {
     let store = Arc::new(Flaky {
-        inner: MemoryStore::default(),
         fail_heartbeats: AtomicBool::new(true),
+        ..Default::default()
     });
     store.inner.enqueue(Task {
         id: 1,
@@ -566,8 +570,8 @@ async fn a_failed_heartbeat_is_retried_and_cancels_nothing() {
 #[tokio::test(start_paused = true)]
 async fn heartbeats_failing_past_the_limit_cancel_running_jobs() {
     let store = Arc::new(Flaky {
-        inner: MemoryStore::default(),
         fail_heartbeats: AtomicBool::new(true),
+        ..Default::default()
     });
     store.inner.enqueue(Task {
         id: 1,
@@ -724,60 +728,10 @@ fn invalid_options_are_an_error_not_a_panic() {
 
 #[tokio::test(start_paused = true)]
 async fn one_dequeue_fills_every_free_slot_unless_the_batch_is_capped() {
-    /// Records the `limit` of every dequeue call.
-    struct Recording(MemoryStore<Task>, Mutex<Vec<usize>>);
-    #[async_trait]
-    impl Store for Recording {
-        type Record = Task;
-        type Job = MemoryJob<Task>;
-        type Conditions = MemoryConditions<Task>;
-        async fn queued_count(&self) -> Result<u64, BoxError> {
-            self.0.queued_count().await
-        }
-        async fn dequeue(
-            &self,
-            host: &str,
-            c: &Self::Conditions,
-            limit: usize,
-        ) -> Result<Vec<Self::Job>, BoxError> {
-            self.1.lock().unwrap().push(limit);
-            self.0.dequeue(host, c, limit).await
-        }
-        async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
-            self.0.heartbeat(leases).await
-        }
-        async fn add_execution_log_entry(
-            &self,
-            l: Lease,
-            e: &workerutil::ExecutionLogEntry,
-        ) -> Result<Option<usize>, BoxError> {
-            self.0.add_execution_log_entry(l, e).await
-        }
-        async fn update_execution_log_entry(
-            &self,
-            l: Lease,
-            i: usize,
-            e: &workerutil::ExecutionLogEntry,
-        ) -> Result<bool, BoxError> {
-            self.0.update_execution_log_entry(l, i, e).await
-        }
-        async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
-            self.0.mark_complete(job).await
-        }
-        async fn mark_errored(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
-            self.0.mark_errored(job, m).await
-        }
-        async fn mark_failed(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
-            self.0.mark_failed(job, m).await
-        }
-        async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
-            self.0.requeue(job).await
-        }
-    }
     for (cap, first_limit) in [(None, 5), (Some(2), 2)] {
-        let store = Arc::new(Recording(MemoryStore::default(), Mutex::new(Vec::new())));
+        let store = Arc::new(Flaky::default());
         for id in 1..=5 {
-            store.0.enqueue(Task {
+            store.inner.enqueue(Task {
                 id,
                 act: Act::Sleep(Duration::from_secs(1)),
             });
@@ -790,12 +744,12 @@ async fn one_dequeue_fills_every_free_slot_unless_the_batch_is_capped() {
             .unwrap()
             .run()
             .await;
-        let limits = store.1.lock().unwrap().clone();
+        let limits = store.limits.lock().unwrap().clone();
         assert_eq!(limits[0], first_limit, "cap {cap:?}: {limits:?}");
         assert!(
             limits.iter().all(|l| *l <= first_limit),
             "cap {cap:?}: {limits:?}"
         );
-        assert_eq!(store.0.count(JobState::Completed), 5);
+        assert_eq!(store.inner.count(JobState::Completed), 5);
     }
 }
