@@ -334,7 +334,7 @@ async fn the_cancel_flag_cancels_a_running_handler_within_a_heartbeat() {
         );
         assert!(marked);
         assert!(
-            asked.elapsed() < Duration::from_secs(1),
+            asked.elapsed() < Duration::from_secs(2),
             "{handling:?}: took {:?}",
             asked.elapsed()
         );
