@@ -24,7 +24,9 @@ pub use columns::{Columns, Relation, STANDARD_COLUMNS};
 pub use error::{Error, Result};
 pub use migrate::job_table_sql;
 pub use options::{DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn, StoreOptions};
-pub use resetter::{ResetOutcome, Resetter, ResetterOptions};
+pub use resetter::{
+    RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL, ResetOutcome, Resetter, ResetterOptions,
+};
 pub use store::{DbConditions, DbJob, DbStore};
 pub use worker::{RESERVED_CONNECTIONS, new_worker};
 

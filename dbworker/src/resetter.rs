@@ -13,6 +13,13 @@ use crate::error::{Error, Result};
 use crate::options::{DEFAULT_RESET_FAILURE_MESSAGE, Resolved};
 use crate::sql;
 
+/// Stalled jobs the resetter put back in the queue (metric name).
+pub const RESETS_TOTAL: &str = "dbworker_resets_total";
+/// Stalled jobs the resetter failed for too many resets (metric name).
+pub const RESET_FAILURES_TOTAL: &str = "dbworker_reset_failures_total";
+/// Resetter passes that failed (metric name).
+pub const RESET_ERRORS_TOTAL: &str = "dbworker_reset_errors_total";
+
 /// What the resetter needs to know about a job table.
 #[derive(Debug, Clone)]
 pub struct ResetterOptions {
@@ -203,7 +210,17 @@ impl Resetter {
 
     /// Runs one pass now.
     pub async fn reset_once(&self) -> Result<ResetOutcome> {
-        let out = reset_pass(&self.pool, &self.config).await?;
+        let table = self.config.table.display_name();
+        let out = match reset_pass(&self.pool, &self.config).await {
+            Ok(out) => out,
+            Err(err) => {
+                metrics::counter!(RESET_ERRORS_TOTAL, "table" => table).increment(1);
+                return Err(err);
+            }
+        };
+        metrics::counter!(RESETS_TOTAL, "table" => table.clone()).increment(out.reset.len() as u64);
+        metrics::counter!(RESET_FAILURES_TOTAL, "table" => table)
+            .increment(out.failed.len() as u64);
         for (id, age) in &out.reset {
             tracing::warn!(resetter = %self.name, record_id = id, heartbeat_age = ?age, "requeued stalled job");
         }

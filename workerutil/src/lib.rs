@@ -16,6 +16,7 @@ mod execution_log;
 mod handler;
 mod heartbeat;
 mod memory;
+pub mod metrics;
 mod options;
 mod outcome;
 mod shutdown;

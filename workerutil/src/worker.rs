@@ -16,6 +16,7 @@ use crate::error::{Error, error_chain};
 use crate::events::{Hook, WorkerEvent};
 use crate::handler::{Handler, JobContext};
 use crate::heartbeat::{CancelReason, Running, RunningSet, heartbeat_loop};
+use crate::metrics;
 use crate::options::WorkerOptions;
 use crate::outcome::Outcome;
 use crate::shutdown::ShutdownHandle;
@@ -34,6 +35,11 @@ pub(crate) struct Shared<S> {
 
 impl<S> Shared<S> {
     pub(crate) fn emit(&self, event: WorkerEvent) {
+        match &event {
+            WorkerEvent::StoreFailed { op, .. } => metrics::store_error(&self.name, op),
+            WorkerEvent::HookPanicked { hook, .. } => metrics::hook_panic(&self.name, *hook),
+            _ => {}
+        }
         // No subscriber is fine: events are for whoever listens.
         let _ = self.events.send(event);
     }
@@ -358,6 +364,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             reason: Arc::default(),
         };
         shared.running.insert(running.clone());
+        metrics::running(&shared.name, shared.running.len());
 
         let pre_handle = AssertUnwindSafe(handler.pre_handle(job.record()))
             .catch_unwind()
@@ -378,12 +385,14 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             async move {
                 // The task owns its permit: the slot frees on every path, panics included.
                 let _permit = permit;
+                let started = Instant::now();
                 let mut job = job;
                 let outcome = match pre_panic {
                     Some(message) => Outcome::Panicked(message),
                     None => execute(&shared, &*handler, &mut job, &running).await,
                 };
                 shared.running.remove(lease);
+                metrics::running(&shared.name, shared.running.len());
                 let marked = record_outcome(&shared, &mut job, &outcome).await;
                 if let Err(panic) = AssertUnwindSafe(handler.post_handle(job.record(), &outcome))
                     .catch_unwind()
@@ -398,6 +407,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                     });
                 }
                 tracing::debug!(outcome = outcome.kind(), marked, "job finished");
+                metrics::job_finished(&shared.name, &outcome, marked, started.elapsed());
                 shared.emit(WorkerEvent::JobFinished {
                     id: lease.id,
                     outcome,

@@ -753,3 +753,57 @@ async fn one_dequeue_fills_every_free_slot_unless_the_batch_is_capped() {
         assert_eq!(store.inner.count(JobState::Completed), 5);
     }
 }
+
+#[test]
+fn outcomes_and_panics_are_counted_in_metrics() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // A current-thread runtime keeps every task on this thread, where the recorder is installed.
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(async {
+                let store =
+                    store_with(&[Act::Succeed, Act::Succeed, Act::Poison, Act::PanicInHandle]);
+                let mut o = options();
+                o.num_total_jobs = Some(4);
+                Worker::new(store, Acts::default(), o).unwrap().run().await;
+            })
+    });
+    let mut counters = std::collections::HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if let DebugValue::Counter(n) = value {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            counters.insert(format!("{}{{{}}}", key.key().name(), labels.join(",")), n);
+        }
+    }
+    let get = |k: &str| counters.get(k).copied().unwrap_or(0);
+    assert_eq!(
+        get("workerutil_jobs_total{worker=test-worker,outcome=completed}"),
+        2,
+        "{counters:?}"
+    );
+    assert_eq!(
+        get("workerutil_jobs_total{worker=test-worker,outcome=failed}"),
+        1,
+        "{counters:?}"
+    );
+    assert_eq!(
+        get("workerutil_jobs_total{worker=test-worker,outcome=panicked}"),
+        1,
+        "{counters:?}"
+    );
+    assert_eq!(
+        get("workerutil_hook_panics_total{worker=test-worker,hook=handle}"),
+        1,
+        "{counters:?}"
+    );
+}

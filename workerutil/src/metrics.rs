@@ -1,0 +1,52 @@
+//! Counters, gauges and histograms through the `metrics` facade. Nothing is
+//! recorded unless the application installs a recorder (e.g. a Prometheus
+//! exporter). Every series carries the worker's name.
+
+use std::time::Duration;
+
+use crate::events::Hook;
+use crate::outcome::Outcome;
+
+/// Jobs finished, by outcome kind (`completed`, `errored`, `failed`, …).
+pub const JOBS_TOTAL: &str = "workerutil_jobs_total";
+/// How long jobs ran, from the handler's start to the recorded outcome.
+pub const JOB_DURATION_SECONDS: &str = "workerutil_job_duration_seconds";
+/// Final marks the store refused (the attempt no longer owned the job).
+pub const MARKS_REFUSED_TOTAL: &str = "workerutil_marks_refused_total";
+/// Jobs running right now.
+pub const RUNNING_JOBS: &str = "workerutil_running_jobs";
+/// Failed store calls, by operation (`dequeue`, `heartbeat`, `mark_complete`, …).
+pub const STORE_ERRORS_TOTAL: &str = "workerutil_store_errors_total";
+/// Panics caught in hooks, by hook.
+pub const HOOK_PANICS_TOTAL: &str = "workerutil_hook_panics_total";
+
+pub(crate) fn job_finished(worker: &str, outcome: &Outcome, marked: bool, ran: Duration) {
+    let labels = [
+        ("worker", worker.to_owned()),
+        ("outcome", outcome.kind().to_owned()),
+    ];
+    metrics::counter!(JOBS_TOTAL, &labels).increment(1);
+    metrics::histogram!(JOB_DURATION_SECONDS, &labels).record(ran.as_secs_f64());
+    if !marked && !matches!(outcome, Outcome::Lost) {
+        metrics::counter!(MARKS_REFUSED_TOTAL, "worker" => worker.to_owned()).increment(1);
+    }
+}
+
+pub(crate) fn running(worker: &str, n: usize) {
+    metrics::gauge!(RUNNING_JOBS, "worker" => worker.to_owned()).set(n as f64);
+}
+
+pub(crate) fn store_error(worker: &str, op: &'static str) {
+    metrics::counter!(STORE_ERRORS_TOTAL, "worker" => worker.to_owned(), "op" => op).increment(1);
+}
+
+pub(crate) fn hook_panic(worker: &str, hook: Hook) {
+    let hook = match hook {
+        Hook::PreDequeue => "pre_dequeue",
+        Hook::PreHandle => "pre_handle",
+        Hook::Handle => "handle",
+        Hook::PostHandle => "post_handle",
+    };
+    metrics::counter!(HOOK_PANICS_TOTAL, "worker" => worker.to_owned(), "hook" => hook)
+        .increment(1);
+}
