@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -744,5 +745,46 @@ async fn the_resetter_checks_its_table_at_start_up() {
     assert!(
         err.contains("table jobs has no column status (standard column state)"),
         "{err}"
+    );
+}
+
+#[test]
+fn the_resetter_counts_what_it_does_in_metrics() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // A current-thread runtime keeps every task on this thread, where the recorder is installed.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let db = Db::new().await;
+            db.enqueue(3, json!({})).await;
+            sqlx::query("UPDATE jobs SET state = 'processing', started_at = now(), last_heartbeat_at = now() - interval '1 hour', num_resets = CASE WHEN id = (SELECT min(id) FROM jobs) THEN 5 ELSE 0 END")
+                .execute(&db.pool)
+                .await
+                .unwrap();
+            let r = Resetter::new(db.pool.clone(), ResetterOptions::new("r", "jobs")).unwrap();
+            let out = r.reset_once().await.unwrap();
+            assert_eq!((out.reset.len(), out.failed.len()), (2, 1));
+        })
+    });
+    let mut counters = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if let DebugValue::Counter(n) = value {
+            counters.insert(key.key().name().to_owned(), n);
+        }
+    }
+    assert_eq!(
+        counters.get(dbworker::RESETS_TOTAL),
+        Some(&2),
+        "{counters:?}"
+    );
+    assert_eq!(
+        counters.get(dbworker::RESET_FAILURES_TOTAL),
+        Some(&1),
+        "{counters:?}"
     );
 }
