@@ -278,30 +278,69 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
     Statement::from(&final_select.with(with))
 }
 
-/// Phase 2 (transactional handling): locks the claimed row in the handler's
-/// transaction with `FOR KEY SHARE`, which blocks neither heartbeats nor the
-/// cancel flag but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it.
-pub(crate) fn lock_claimed(o: &Resolved, id: i64, token: i64) -> Statement {
-    let t = &o.table;
-    let q = Query::select()
-        .expr(Expr::val(1))
-        .from(table_ref(t))
-        .cond_where(owned(&t.alias, &o.columns, id, token))
-        .lock_with_tables(LockType::KeyShare, [alias(&t.alias)])
-        .to_owned();
-    Statement::from(&q)
-}
+/// The column phase 2 adds after the configured expressions so rows map back
+/// to their claims; index-based scans never reach it and `FromRow` ignores it.
+pub(crate) const RECORD_ID: &str = "dbworker_record_id";
 
-/// Phase 2: reads the record's columns from the view (or table).
-pub(crate) fn select_record(o: &Resolved, id: i64) -> Statement {
+/// `SELECT <column expressions>, id AS dbworker_record_id FROM <view or table>`.
+fn select_columns(o: &Resolved) -> SelectStatement {
     let s = o.source();
     let mut q = Query::select();
     for e in &o.column_expressions {
         q.expr(Expr::cust(e.clone()));
     }
-    q.from(table_ref(s))
-        .and_where(col(&s.alias, &o.columns.id).eq(id));
+    q.expr(Expr::cust(format!(
+        "{}.{}::bigint AS {}",
+        quote(&s.alias),
+        quote(&o.columns.id),
+        quote(RECORD_ID)
+    )))
+    .from(table_ref(s));
+    q
+}
+
+/// Phase 2, heartbeat handling: reads every claimed record in one statement.
+pub(crate) fn select_records(o: &Resolved, ids: Vec<i64>) -> Statement {
+    let s = o.source();
+    let mut q = select_columns(o);
+    q.and_where(Expr::cust_with_values(
+        format!(
+            "{}.{} = ANY($1::bigint[])",
+            quote(&s.alias),
+            quote(&o.columns.id)
+        ),
+        [sea_query::Value::from(ids)],
+    ));
     Statement::from(&q)
+}
+
+/// Phase 2, transactional handling: in the handler's transaction, locks the
+/// claimed row with `FOR KEY SHARE` (which blocks neither heartbeats nor the
+/// cancel flag, but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it) and
+/// reads the record, in one statement. No row: the claim was reset in between,
+/// or the view does not show the row.
+pub(crate) fn lock_and_select_record(o: &Resolved, id: i64, token: i64) -> Statement {
+    let t = &o.table;
+    let s = o.source();
+    let lock = Query::select()
+        .expr_as(col(&t.alias, &o.columns.id), alias("id"))
+        .from(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .lock_with_tables(LockType::KeyShare, [alias(&t.alias)])
+        .to_owned();
+    let mut q = select_columns(o);
+    q.and_where(
+        col(&s.alias, &o.columns.id).in_subquery(
+            Query::select()
+                .column(alias("id"))
+                .from(alias("dbworker_locked"))
+                .to_owned(),
+        ),
+    );
+    let with = WithClause::new()
+        .cte(cte(lock, "dbworker_locked", true))
+        .to_owned();
+    Statement::from(&q.with(with))
 }
 
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
@@ -330,13 +369,7 @@ pub(crate) fn heartbeat(o: &Resolved, ids: Vec<i64>, tokens: Vec<i64>) -> Statem
         .to_owned();
     let lockable = Query::select()
         .column((alias("dbworker_lock"), alias(&c.id)))
-        .from_as(
-            match &t.schema {
-                Some(s) => TableRef::from((alias(s), alias(&t.name))),
-                None => TableRef::from(alias(&t.name)),
-            },
-            alias("dbworker_lock"),
-        )
+        .from(table_ref(t).alias(alias("dbworker_lock")))
         .and_where(
             col("dbworker_lock", &c.id).in_subquery(
                 Query::select()

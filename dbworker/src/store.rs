@@ -1,11 +1,13 @@
 //! `DbStore`: the Postgres [`Store`]. Two-phase dequeue, transaction-bound
 //! handling, fenced marks, heartbeats and execution logs.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use sea_query::Expr;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
@@ -193,33 +195,26 @@ impl<R: Record> DbStore<R> {
         crate::resetter::reset_pass(&self.pool, &self.options.reset_config()).await
     }
 
-    /// Phase 2 for one claimed row: lock it (transactional handling), read and
-    /// scan the record. Rows that cannot become jobs are failed here, with the
-    /// reason, so a bad row never stops the worker.
-    async fn open(&self, lease: Lease) -> Result<Option<DbJob<R>>> {
-        let o = &self.options;
-        let mut tx = match o.handling {
-            Handling::Heartbeat => None,
-            Handling::Transactional => {
-                let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-                let locked = sql::lock_claimed(o, lease.id, lease.token)
-                    .query()
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(Error::db("lock_claimed"))?;
-                if locked.is_none() {
-                    // Reset between the two phases; someone else may own it now.
-                    tracing::warn!(store = %o.name, record_id = lease.id, "claimed row was reset before it could be locked");
-                    return Ok(None);
-                }
-                Some(tx)
-            }
-        };
-        let select = sql::select_record(o, lease.id).query();
-        let row: std::result::Result<Option<PgRow>, sqlx::Error> = match tx.as_mut() {
-            Some(tx) => select.fetch_optional(&mut **tx).await,
-            None => select.fetch_optional(&self.pool).await,
-        };
+    /// Phase 2, transactional handling: a transaction that locks the claimed row
+    /// and reads the record in one statement.
+    async fn open_locked(&self, lease: Lease) -> Result<Option<DbJob<R>>> {
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+        let row = sql::lock_and_select_record(&self.options, lease.id, lease.token)
+            .query()
+            .fetch_optional(&mut *tx)
+            .await;
+        self.scan_or_fail(lease, row, Some(tx)).await
+    }
+
+    /// Turns a phase-2 row into a job. A row that cannot become one (it fails to
+    /// scan, the view hides it, the read failed) is failed here with the reason,
+    /// so a bad row never stops the worker.
+    async fn scan_or_fail(
+        &self,
+        lease: Lease,
+        row: std::result::Result<Option<PgRow>, sqlx::Error>,
+        tx: Option<Transaction<'static, Postgres>>,
+    ) -> Result<Option<DbJob<R>>> {
         let failure = match row {
             Ok(Some(row)) => match (self.scan)(&row) {
                 Ok(record) if record.id() == lease.id => {
@@ -239,33 +234,45 @@ impl<R: Record> DbStore<R> {
             Ok(None) => format!(
                 "record {} is not visible through {}",
                 lease.id,
-                o.source().display_name()
+                self.options.source().display_name()
             ),
             Err(err) => format!("failed to read record {}: {}", lease.id, error_chain(&err)),
         };
-        tracing::error!(store = %o.name, record_id = lease.id, reason = %failure, "marking the job failed");
-        if let Some(tx) = tx.take() {
-            let _ = tx.rollback().await;
+        let marked = self.fail_unstarted(lease, tx, &failure).await?;
+        if marked {
+            tracing::error!(store = %self.options.name, record_id = lease.id, reason = %failure, "marked the job failed");
+        } else {
+            // The fenced mark found it reset between the two phases: not ours any more.
+            tracing::warn!(store = %self.options.name, record_id = lease.id, "claimed row was reset before it could be opened");
         }
-        sql::mark_failed(o, lease.id, lease.token, &failure)
-            .query()
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db("mark_failed"))?;
         Ok(None)
     }
 
+    /// Marks a claimed job failed without running it; returns whether the
+    /// claim still owned it.
+    async fn fail_unstarted(
+        &self,
+        lease: Lease,
+        tx: Option<Transaction<'static, Postgres>>,
+        message: &str,
+    ) -> Result<bool> {
+        let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
+        self.fenced_write("mark_failed", lease, tx, statement).await
+    }
+
+    /// Runs a fenced statement on the pool, after rolling back the handler's
+    /// transaction (a failure is recorded outside it, without its writes).
     async fn fenced_write(
         &self,
         op: &'static str,
-        job: &mut DbJob<R>,
+        lease: Lease,
+        tx: Option<Transaction<'static, Postgres>>,
         statement: sql::Statement,
     ) -> Result<bool> {
-        // A failure is recorded outside the handler's transaction: roll its writes back first.
-        if let Some(tx) = job.tx.take()
+        if let Some(tx) = tx
             && let Err(err) = tx.rollback().await
         {
-            tracing::warn!(record_id = job.lease.id, error = %err, "rollback of the handler's transaction failed");
+            tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
         }
         let done = statement
             .query()
@@ -302,38 +309,60 @@ impl<R: Record> Store for DbStore<R> {
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("claim"))?;
-        let mut jobs = Vec::with_capacity(rows.len());
-        let mut first_error = None;
-        for row in rows {
+        let mut leases = Vec::with_capacity(rows.len());
+        let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
+        for row in &rows {
             let lease = Lease {
                 id: row.get("id"),
                 token: row.get("token"),
             };
             if row.get::<Option<bool>, _>("cancel").unwrap_or(false) {
                 // Canceled while it waited: record that instead of running it.
-                let canceled = sql::mark_failed(
-                    &self.options,
-                    lease.id,
-                    lease.token,
-                    "job was canceled before it started",
-                )
-                .query()
-                .execute(&self.pool)
-                .await
-                .map_err(Error::db("mark_failed"));
-                if let Err(err) = canceled {
-                    // Left processing; the resetter requeues it and the next claim cancels it.
-                    tracing::error!(record_id = lease.id, error = %err, "could not record a cancellation");
-                    first_error.get_or_insert(err);
-                }
-                continue;
+                let canceled = self
+                    .fail_unstarted(lease, None, "job was canceled before it started")
+                    .await;
+                opened.push(canceled.map(|_| None));
+            } else {
+                leases.push(lease);
             }
-            // One bad row must not strand the others this call claimed.
-            match self.open(lease).await {
+        }
+        match self.options.handling {
+            // Each job gets its own transaction; open them side by side.
+            Handling::Transactional => {
+                opened.extend(join_all(leases.into_iter().map(|l| self.open_locked(l))).await);
+            }
+            // One read for the whole batch.
+            Handling::Heartbeat => {
+                let ids = leases.iter().map(|l| l.id).collect();
+                match sql::select_records(&self.options, ids)
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                {
+                    Ok(rows) => {
+                        let mut by_id: HashMap<i64, PgRow> = rows
+                            .into_iter()
+                            .map(|r| (r.get::<i64, _>(sql::RECORD_ID), r))
+                            .collect();
+                        for lease in leases {
+                            let row = Ok(by_id.remove(&lease.id));
+                            opened.push(self.scan_or_fail(lease, row, None).await);
+                        }
+                    }
+                    // Left processing: the resetter requeues them.
+                    Err(err) => opened.push(Err(Error::db("select_records")(err))),
+                }
+            }
+        }
+        let mut jobs = Vec::with_capacity(opened.len());
+        let mut first_error = None;
+        // One bad row must not strand the others this call claimed.
+        for result in opened {
+            match result {
                 Ok(Some(job)) => jobs.push(job),
                 Ok(None) => {}
                 Err(err) => {
-                    tracing::error!(record_id = lease.id, error = %err, "could not open claimed job; the resetter will requeue it");
+                    tracing::error!(error = %err, "could not open a claimed job; the resetter will requeue it");
                     first_error.get_or_insert(err);
                 }
             }
@@ -395,7 +424,9 @@ impl<R: Record> Store for DbStore<R> {
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
         let statement = sql::mark_complete(&self.options, job.lease.id, job.lease.token);
         let Some(mut tx) = job.tx.take() else {
-            return Ok(self.fenced_write("mark_complete", job, statement).await?);
+            return Ok(self
+                .fenced_write("mark_complete", job.lease, None, statement)
+                .await?);
         };
         // The mark and the handler's writes commit together, or not at all.
         let done = statement
@@ -418,7 +449,9 @@ impl<R: Record> Store for DbStore<R> {
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
         let statement = sql::mark_errored(&self.options, job.lease.id, job.lease.token, message);
-        Ok(self.fenced_write("mark_errored", job, statement).await?)
+        Ok(self
+            .fenced_write("mark_errored", job.lease, job.tx.take(), statement)
+            .await?)
     }
 
     async fn mark_failed(
@@ -427,11 +460,15 @@ impl<R: Record> Store for DbStore<R> {
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
         let statement = sql::mark_failed(&self.options, job.lease.id, job.lease.token, message);
-        Ok(self.fenced_write("mark_failed", job, statement).await?)
+        Ok(self
+            .fenced_write("mark_failed", job.lease, job.tx.take(), statement)
+            .await?)
     }
 
     async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
         let statement = sql::requeue(&self.options, job.lease.id, job.lease.token);
-        Ok(self.fenced_write("requeue", job, statement).await?)
+        Ok(self
+            .fenced_write("requeue", job.lease, job.tx.take(), statement)
+            .await?)
     }
 }

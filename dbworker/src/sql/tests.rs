@@ -26,9 +26,16 @@ fn statements() -> Vec<(&'static str, Statement)> {
     vec![
         ("claim", claim(&t, "host", &[cost()], 3)),
         ("claim_through_view", claim(&v, "host", &[cost()], 3)),
-        ("lock_claimed", lock_claimed(&t, 1, 2)),
-        ("select_record", select_record(&t, 1)),
-        ("select_record_through_view", select_record(&v, 1)),
+        ("lock_and_select_record", lock_and_select_record(&t, 1, 2)),
+        (
+            "lock_and_select_record_through_view",
+            lock_and_select_record(&v, 1, 2),
+        ),
+        ("select_records", select_records(&t, vec![1, 2])),
+        (
+            "select_records_through_view",
+            select_records(&v, vec![1, 2]),
+        ),
         ("heartbeat", heartbeat(&t, vec![1], vec![2])),
         ("mark_complete", mark_complete(&t, 1, 2)),
         ("mark_errored", mark_errored(&t, 1, 2, "m")),

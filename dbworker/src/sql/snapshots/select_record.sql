@@ -1,1 +1,0 @@
-SELECT "j".* FROM "example_jobs" AS "j" WHERE "j"."id" = $1

@@ -1,1 +1,0 @@
-SELECT "v".* FROM "example_jobs_with_repository_name" AS "v" WHERE "v"."id" = $1
