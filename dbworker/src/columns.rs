@@ -23,18 +23,18 @@ pub const STANDARD_COLUMNS: [&str; 13] = [
 
 /// A table or view reference: optional schema, name, and the alias queries use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Relation {
+pub(crate) struct Relation {
     /// The schema, when qualified (`"app.jobs"`).
-    pub schema: Option<String>,
+    pub(crate) schema: Option<String>,
     /// The table or view name.
-    pub name: String,
+    pub(crate) name: String,
     /// The alias used in queries; the name itself when none was given.
-    pub alias: String,
+    pub(crate) alias: String,
 }
 
 impl Relation {
     /// Parses `"name"`, `"schema.name"`, `"name alias"` or `"name AS alias"`.
-    pub fn parse(field: &'static str, text: &str) -> Result<Relation, Error> {
+    pub(crate) fn parse(field: &'static str, text: &str) -> Result<Relation, Error> {
         let invalid = |reason: &str| Error::InvalidOption {
             field,
             reason: format!("{reason}: {text:?}"),
@@ -66,7 +66,7 @@ impl Relation {
     }
 
     /// The qualified name for messages: `schema.name` or `name`.
-    pub fn display_name(&self) -> String {
+    pub(crate) fn display_name(&self) -> String {
         match &self.schema {
             Some(s) => format!("{s}.{}", self.name),
             None => self.name.clone(),
@@ -84,27 +84,26 @@ pub(crate) fn is_identifier(s: &str) -> bool {
 
 /// The names of the standard columns after `alternate_column_names`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub struct Columns {
-    pub id: String,
-    pub state: String,
-    pub failure_message: String,
-    pub queued_at: String,
-    pub started_at: String,
-    pub finished_at: String,
-    pub process_after: String,
-    pub num_resets: String,
-    pub num_failures: String,
-    pub last_heartbeat_at: String,
-    pub execution_logs: String,
-    pub worker_hostname: String,
-    pub cancel: String,
+pub(crate) struct Columns {
+    pub(crate) id: String,
+    pub(crate) state: String,
+    pub(crate) failure_message: String,
+    pub(crate) queued_at: String,
+    pub(crate) started_at: String,
+    pub(crate) finished_at: String,
+    pub(crate) process_after: String,
+    pub(crate) num_resets: String,
+    pub(crate) num_failures: String,
+    pub(crate) last_heartbeat_at: String,
+    pub(crate) execution_logs: String,
+    pub(crate) worker_hostname: String,
+    pub(crate) cancel: String,
 }
 
 impl Columns {
     /// Applies the renames; every key must be a standard column and every value
     /// an identifier.
-    pub fn resolve(renames: &HashMap<String, String>) -> Result<Columns, Error> {
+    pub(crate) fn resolve(renames: &HashMap<String, String>) -> Result<Columns, Error> {
         for (from, to) in renames {
             if !STANDARD_COLUMNS.contains(&from.as_str()) {
                 return Err(Error::InvalidOption {
@@ -142,7 +141,7 @@ impl Columns {
 
     /// Each standard column with its resolved name and the types it may have
     /// (as `information_schema.columns.udt_name`).
-    pub fn expected_types(&self) -> Vec<(&'static str, &str, &'static [&'static str])> {
+    pub(crate) fn expected_types(&self) -> Vec<(&'static str, &str, &'static [&'static str])> {
         const TS: &[&str] = &["timestamptz"];
         const TEXT: &[&str] = &["text", "varchar"];
         const INT: &[&str] = &["int4", "int8", "int2"];

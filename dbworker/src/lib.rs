@@ -20,7 +20,7 @@ mod sql;
 mod store;
 mod worker;
 
-pub use columns::{Columns, Relation, STANDARD_COLUMNS};
+pub use columns::STANDARD_COLUMNS;
 pub use error::{Error, Result};
 pub use migrate::job_table_sql;
 pub use options::{DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn, StoreOptions};

@@ -1,96 +1,45 @@
-//! Small helpers for PostgreSQL connection URLs.
+//! Small helpers for PostgreSQL connection URLs, on the `url` crate.
 
-/// The parts of `scheme://authority/path?query#fragment`, borrowed from the URL.
-struct Parts<'a> {
-    /// `scheme://`
-    scheme: &'a str,
-    /// `user:password@host:port`
-    authority: &'a str,
-    /// Without the leading `?`.
-    query: Option<&'a str>,
-    /// With the leading `#`, or empty.
-    fragment: &'a str,
-}
+use url::Url;
 
-fn split(url: &str) -> Result<Parts<'_>, String> {
-    let scheme_len = url
-        .find("://")
-        .ok_or_else(|| "expected postgres://user@host:port/database".to_owned())?
-        + 3;
-    let scheme = &url[..scheme_len];
-    if !matches!(
-        scheme.to_ascii_lowercase().as_str(),
-        "postgres://" | "postgresql://"
-    ) {
-        return Err(format!(
-            "unsupported scheme `{scheme}` (expected postgres:// or postgresql://)"
-        ));
+fn parse(url: &str) -> Result<Url, String> {
+    let parsed = Url::parse(url)
+        .map_err(|e| format!("{e} (expected postgres://user@host:port/database)"))?;
+    match parsed.scheme() {
+        "postgres" | "postgresql" => Ok(parsed),
+        other => Err(format!(
+            "unsupported scheme `{other}://` (expected postgres:// or postgresql://)"
+        )),
     }
-    let rest = &url[scheme_len..];
-    let (rest, fragment) = match rest.find('#') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let (rest, query) = match rest.split_once('?') {
-        Some((before, query)) => (before, Some(query)),
-        None => (rest, None),
-    };
-    let authority = match rest.find('/') {
-        Some(i) => &rest[..i],
-        None => rest,
-    };
-    Ok(Parts {
-        scheme,
-        authority,
-        query,
-        fragment,
-    })
 }
 
 /// Returns `url` with its database replaced by `database`: the path is replaced and any
-/// `dbname=` query parameter (which would take precedence) is removed; other parameters stay.
+/// `dbname=` query parameter (which would take precedence) is removed; other parameters stay
+/// as written.
 pub(crate) fn with_database(url: &str, database: &str) -> Result<String, String> {
-    let parts = split(url)?;
-    let mut out = String::with_capacity(url.len() + database.len());
-    out.push_str(parts.scheme);
-    out.push_str(parts.authority);
-    out.push('/');
-    out.push_str(database);
-    if let Some(query) = parts.query {
-        let kept: Vec<&str> = query
-            .split('&')
-            .filter(|pair| !pair.is_empty())
-            .filter(|pair| pair.split('=').next() != Some("dbname"))
-            .collect();
-        if !kept.is_empty() {
-            out.push('?');
-            out.push_str(&kept.join("&"));
-        }
-    }
-    out.push_str(parts.fragment);
-    Ok(out)
+    let mut parsed = parse(url)?;
+    parsed.set_path(&format!("/{database}"));
+    let kept: Vec<String> = parsed
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("dbname"))
+        .map(str::to_owned)
+        .collect();
+    parsed.set_query((!kept.is_empty()).then(|| kept.join("&")).as_deref());
+    Ok(parsed.into())
 }
 
 /// Returns `url` with the password (if any) replaced by `***`, for error messages.
 pub(crate) fn redact(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[start..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let Some(colon) = authority[..at].find(':') else {
-        return url.to_owned();
-    };
-    format!(
-        "{}{}:***{}",
-        &url[..start],
-        &authority[..colon],
-        &url[start + at..]
-    )
+    match Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // Cannot fail: a URL with a password has a host.
+            let _ = parsed.set_password(Some("***"));
+            parsed.into()
+        }
+        _ => url.to_owned(),
+    }
 }
 
 #[cfg(test)]

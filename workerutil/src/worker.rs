@@ -3,7 +3,6 @@
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
@@ -454,7 +453,7 @@ async fn execute<S: Store, H: Handler<S>>(
             }
             None => Outcome::Interrupted,
         },
-        _ = sleep_opt(max_runtime) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
+        _ = sleep_until_opt(max_runtime.map(|d| Instant::now() + d)) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
     };
     // Anything the handler spawned with the token should stop too.
     running.token.cancel();
@@ -493,13 +492,6 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
             shared.emit(WorkerEvent::StoreFailed { op, message });
             false
         }
-    }
-}
-
-async fn sleep_opt(limit: Option<Duration>) {
-    match limit {
-        Some(d) => tokio::time::sleep(d).await,
-        None => std::future::pending().await,
     }
 }
 
