@@ -14,7 +14,8 @@ use dbworker::{
     new_worker,
 };
 use serde_json::json;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::Notify;
+use workerutil::testing::{finished, wait_for};
 use workerutil::{
     BoxError, ExecutionLogEntry, Handler, HandlerError, JobContext, Outcome, StopReason, Worker,
     WorkerEvent, WorkerOptions,
@@ -87,38 +88,6 @@ fn options(name: &str) -> WorkerOptions {
     o
 }
 
-async fn wait_for<T>(
-    rx: &mut broadcast::Receiver<WorkerEvent>,
-    mut pick: impl FnMut(&WorkerEvent) -> Option<T>,
-) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let event = tokio::time::timeout_at(deadline, rx.recv())
-            .await
-            .expect("timed out waiting for a worker event");
-        match event {
-            Ok(e) => {
-                if let Some(t) = pick(&e) {
-                    return t;
-                }
-            }
-            Err(broadcast::error::RecvError::Lagged(_)) => {}
-            Err(broadcast::error::RecvError::Closed) => panic!("worker stopped"),
-        }
-    }
-}
-
-fn finished(id: i64) -> impl FnMut(&WorkerEvent) -> Option<(Outcome, bool)> {
-    move |e| match e {
-        WorkerEvent::JobFinished {
-            id: got,
-            outcome,
-            marked,
-        } if *got == id => Some((outcome.clone(), *marked)),
-        _ => None,
-    }
-}
-
 async fn side_effects(db: &Db, id: i64) -> i64 {
     db.scalar("SELECT count(*) FROM side_effects WHERE job_id = $1", id)
         .await
@@ -161,12 +130,7 @@ async fn handler_writes_commit_with_completion_and_roll_back_on_error() {
         .await;
     assert_eq!(msg.as_deref(), Some("flaky upstream"));
     // The execution log is written outside the handler's transaction: it survives.
-    let logs: i32 = db
-        .scalar(
-            "SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1",
-            bad,
-        )
-        .await;
+    let logs = db.log_len(bad).await;
     assert_eq!(logs, 1);
 }
 
@@ -444,12 +408,7 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
         .scalar("SELECT worker_hostname FROM jobs WHERE id = $1", id)
         .await;
     assert_eq!(host, "host-b");
-    let logs: i32 = db
-        .scalar(
-            "SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1",
-            id,
-        )
-        .await;
+    let logs = db.log_len(id).await;
     assert_eq!(logs, 0, "the stale worker's log entry must be refused");
 
     release_b.notify_one();
@@ -457,12 +416,7 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     assert!(matches!(outcome, Outcome::Completed) && marked);
     b_run.await.unwrap();
     assert_eq!(db.state(id).await, "completed");
-    let logs: i32 = db
-        .scalar(
-            "SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1",
-            id,
-        )
-        .await;
+    let logs = db.log_len(id).await;
     assert_eq!(logs, 1, "only B's log entry");
 }
 

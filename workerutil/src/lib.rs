@@ -26,6 +26,8 @@ mod worker;
 
 #[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use async_trait::async_trait;
 pub use tokio_util::sync::CancellationToken;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::broadcast;
+use workerutil::testing::{finished, wait_for};
 use workerutil::{
     BoxError, Handler, HandlerError, HeartbeatResult, Hook, JobContext, JobState, Lease,
     MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions, Outcome, Record, RecordId,
@@ -204,34 +204,6 @@ fn options() -> WorkerOptions {
 }
 
 /// Waits for the first event matching `pick`.
-async fn wait_for<T>(
-    rx: &mut broadcast::Receiver<WorkerEvent>,
-    mut pick: impl FnMut(&WorkerEvent) -> Option<T>,
-) -> T {
-    loop {
-        match rx.recv().await {
-            Ok(event) => {
-                if let Some(t) = pick(&event) {
-                    return t;
-                }
-            }
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => panic!("worker stopped before the event"),
-        }
-    }
-}
-
-fn finished(id: RecordId) -> impl FnMut(&WorkerEvent) -> Option<(Outcome, bool)> {
-    move |e| match e {
-        WorkerEvent::JobFinished {
-            id: got,
-            outcome,
-            marked,
-        } if *got == id => Some((outcome.clone(), *marked)),
-        _ => None,
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn concurrency_limit_is_never_exceeded_over_1000_jobs() {
     let acts: Vec<Act> = (0..1000)

@@ -90,6 +90,15 @@ impl Db {
             .unwrap()
     }
 
+    /// How many execution log entries job `id` has.
+    pub async fn log_len(&self, id: i64) -> i32 {
+        self.scalar(
+            "SELECT coalesce(array_length(execution_logs, 1), 0) FROM jobs WHERE id = $1",
+            id,
+        )
+        .await
+    }
+
     pub async fn count(&self, state: &str) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = $1")
             .bind(state)
