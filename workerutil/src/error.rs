@@ -18,6 +18,10 @@ pub enum Error {
     /// The host name could not be determined and none was configured.
     #[error("cannot determine the worker hostname: {0}")]
     Hostname(#[source] std::io::Error),
+    /// The store cannot be driven with these worker options (see
+    /// [`Store::check_worker_options`](crate::Store::check_worker_options)).
+    #[error("the store does not fit these worker options: {0}")]
+    IncompatibleOptions(#[source] BoxError),
     /// A store operation failed.
     #[error("store operation `{op}` failed: {source}")]
     Store {

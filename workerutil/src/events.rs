@@ -40,6 +40,24 @@ pub enum WorkerEvent {
         /// longer owned by this attempt, or the store failed).
         marked: bool,
     },
+    /// A claimed job that never started was handed back to the queue (the worker
+    /// stopped with it still in its claim-ahead buffer).
+    HandedBack {
+        /// The job's id.
+        id: RecordId,
+        /// Whether the store took it back (false: it was no longer ours, or the
+        /// store failed and the resetter will requeue it).
+        requeued: bool,
+    },
+    /// A handler ran past `max_runtime_per_job` without yielding to the runtime,
+    /// so it could not be stopped in time: it blocks the thread (move blocking
+    /// work to `tokio::task::spawn_blocking`).
+    Overran {
+        /// The job's id.
+        id: RecordId,
+        /// How long the handler ran.
+        ran: std::time::Duration,
+    },
     /// A hook panicked; the worker went on.
     HookPanicked {
         /// The hook.

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::error_chain;
 use crate::events::WorkerEvent;
 use crate::store::{Lease, RecordId, Store};
-use crate::worker::Shared;
+use crate::worker::{Shared, guarded};
 
 /// Why a running job's token was fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,11 @@ impl RunningSet {
         if jobs.get(&lease.id).is_some_and(|r| r.lease == lease) {
             jobs.remove(&lease.id);
         }
+    }
+
+    /// Whether `lease` is still the current entry for its id.
+    pub(crate) fn contains(&self, lease: Lease) -> bool {
+        self.lock().get(&lease.id).is_some_and(|r| r.lease == lease)
     }
 
     pub(crate) fn leases(&self) -> Vec<Lease> {
@@ -117,7 +122,8 @@ pub(crate) async fn heartbeat_loop<S: Store>(shared: Arc<Shared<S>>, stop: Cance
         }
         // A heartbeat stuck on the network (or waiting for a connection) counts as
         // failed, so the failure limit bounds how long a cut-off worker runs on.
-        let result = match tokio::time::timeout(interval, shared.store.heartbeat(&leases)).await {
+        let call = guarded("heartbeat", shared.store.heartbeat(&leases));
+        let result = match tokio::time::timeout(interval, call).await {
             Ok(result) => result,
             Err(_) => Err(format!("heartbeat took longer than {interval:?}").into()),
         };
@@ -126,7 +132,9 @@ pub(crate) async fn heartbeat_loop<S: Store>(shared: Arc<Shared<S>>, stop: Cance
                 last_success = Instant::now();
                 let mut lost = Vec::new();
                 for lease in &leases {
-                    if !result.known.contains(&lease.id) {
+                    // A job that finished while the heartbeat was in flight left the
+                    // set before its mark: it was not lost, it is done.
+                    if !result.known.contains(&lease.id) && shared.running.contains(*lease) {
                         tracing::warn!(worker = %shared.name, record_id = lease.id, "heartbeat lost a job; canceling its handler");
                         shared.running.cancel_lease(*lease, CancelReason::Lost);
                         lost.push(lease.id);

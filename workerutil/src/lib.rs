@@ -22,6 +22,7 @@ mod outcome;
 mod shutdown;
 mod state;
 mod store;
+mod wakeup;
 mod worker;
 
 #[cfg(feature = "testing")]
@@ -37,9 +38,10 @@ pub use events::{Hook, WorkerEvent};
 pub use execution_log::ExecutionLogEntry;
 pub use handler::{Handler, JobContext};
 pub use memory::{JobSnapshot, MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions};
-pub use options::WorkerOptions;
+pub use options::{MIN_INTERVAL, WorkerOptions};
 pub use outcome::{HandlerError, Outcome, SharedError};
 pub use shutdown::ShutdownHandle;
 pub use state::{JobState, UnknownState};
 pub use store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
+pub use wakeup::{WakeupSender, Wakeups};
 pub use worker::{StopReason, Worker, WorkerSummary};

@@ -12,6 +12,7 @@ use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
 use crate::state::JobState;
 use crate::store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
+use crate::wakeup::{WakeupSender, Wakeups};
 
 /// Retry and reset policy of a [`MemoryStore`].
 #[derive(Debug, Clone, Default)]
@@ -124,6 +125,8 @@ struct Inner<R> {
 pub struct MemoryStore<R> {
     options: MemoryStoreOptions,
     inner: Mutex<Inner<R>>,
+    /// Wakes idle workers on enqueue and requeue, as a LISTEN connection would.
+    wakeups: WakeupSender,
 }
 
 impl<R> fmt::Debug for MemoryStore<R> {
@@ -144,12 +147,15 @@ impl<R> Default for MemoryStore<R> {
 impl<R> MemoryStore<R> {
     /// An empty store with the given policy.
     pub fn new(options: MemoryStoreOptions) -> Self {
+        let wakeups = WakeupSender::new();
+        wakeups.set_live(true);
         MemoryStore {
             options,
             inner: Mutex::new(Inner {
                 jobs: BTreeMap::new(),
                 next_token: 1,
             }),
+            wakeups,
         }
     }
 
@@ -189,6 +195,8 @@ impl<R: Record + Clone> MemoryStore<R> {
                 process_after,
             },
         );
+        drop(inner);
+        self.wakeups.wake();
         true
     }
 
@@ -237,6 +245,7 @@ impl<R: Record + Clone> MemoryStore<R> {
         if e.snapshot.num_resets < max {
             e.snapshot.num_resets += 1;
             e.snapshot.state = JobState::Queued;
+            self.wakeups.wake();
         } else {
             e.snapshot.state = JobState::Failed;
             e.snapshot.failure_message =
@@ -258,6 +267,10 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
     type Record = R;
     type Job = MemoryJob<R>;
     type Conditions = MemoryConditions<R>;
+
+    fn wakeups(&self) -> Option<Wakeups> {
+        Some(self.wakeups.subscribe())
+    }
 
     async fn queued_count(&self) -> Result<u64, BoxError> {
         let n = self
@@ -401,12 +414,16 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
     }
 
     async fn requeue(&self, job: &mut MemoryJob<R>) -> Result<bool, BoxError> {
-        Ok(self
+        let requeued = self
             .with_owned(job.lease, |e| {
                 e.snapshot.state = JobState::Queued;
                 e.snapshot.worker_hostname.clear();
                 e.process_after = None;
             })
-            .is_some())
+            .is_some();
+        if requeued {
+            self.wakeups.wake();
+        }
+        Ok(requeued)
     }
 }

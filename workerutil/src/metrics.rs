@@ -17,6 +17,8 @@ pub const MARKS_REFUSED_TOTAL: &str = "workerutil_marks_refused_total";
 pub const RUNNING_JOBS: &str = "workerutil_running_jobs";
 /// Failed store calls, by operation (`dequeue`, `heartbeat`, `mark_complete`, …).
 pub const STORE_ERRORS_TOTAL: &str = "workerutil_store_errors_total";
+/// Handlers that ran past `max_runtime_per_job` without yielding (blocking the thread).
+pub const JOBS_OVERRAN_TOTAL: &str = "workerutil_jobs_overran_total";
 /// Panics caught in hooks, by hook.
 pub const HOOK_PANICS_TOTAL: &str = "workerutil_hook_panics_total";
 
@@ -34,6 +36,10 @@ pub(crate) fn job_finished(worker: &str, outcome: &Outcome, marked: bool, ran: D
 
 pub(crate) fn running(worker: &str, n: usize) {
     metrics::gauge!(RUNNING_JOBS, "worker" => worker.to_owned()).set(n as f64);
+}
+
+pub(crate) fn overran(worker: &str) {
+    metrics::counter!(JOBS_OVERRAN_TOTAL, "worker" => worker.to_owned()).increment(1);
 }
 
 pub(crate) fn store_error(worker: &str, op: &'static str) {

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use crate::error::Error;
 
+/// The shortest poll `interval` allowed: a shorter one only burns the
+/// database with empty claims (use wake-ups for low latency instead).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
 /// How a [`Worker`](crate::Worker) runs. Build with [`WorkerOptions::new`] and
 /// override fields; [`WorkerOptions::validate`] runs when the worker is created.
 #[derive(Debug, Clone)]
@@ -25,9 +29,26 @@ pub struct WorkerOptions {
     /// Stop dequeuing after the worker has been running this long, then wait for
     /// the running jobs and return. `None` (the default) runs until shut down.
     pub max_active_time: Option<Duration>,
+    /// How many jobs the worker may claim beyond its free handler slots, into a
+    /// local buffer, so the next handler starts without a round trip to the
+    /// store. Buffered jobs are heartbeated like running ones and handed back to
+    /// the queue (fenced requeue) at once on any shutdown. `None` (the default):
+    /// 0 when `max_dequeue_batch` is set (budgeted workers decide job by job),
+    /// else what the store suggests (`num_handlers` for the in-memory and the
+    /// heartbeat-handling Postgres store; 0 for transactional handling, where a
+    /// buffered job would hold a connection).
+    pub claim_ahead: Option<usize>,
     /// How long to wait before polling again after a dequeue found nothing (or
-    /// `pre_dequeue` declined, or the store failed). Default 1 s.
+    /// `pre_dequeue` declined, or the store failed). At least [`MIN_INTERVAL`]
+    /// (10 ms). Default 1 s.
     pub interval: Duration,
+    /// Adaptive polling: while dequeues keep finding nothing, the wait doubles
+    /// from `interval` up to this; it drops back to `interval` as soon as a job
+    /// is found or the store sends a wake-up. While the store's wake-up source
+    /// is down (listener disconnected) the wait stays at `interval`. `None`
+    /// (the default) never backs off. With LISTEN/NOTIFY wake-ups, 30 s is a
+    /// sensible value: notifications bring new jobs at once.
+    pub max_interval: Option<Duration>,
     /// How often running jobs are heartbeated. Keep it well below the store's
     /// stalled max age. Default 1 s.
     pub heartbeat_interval: Duration,
@@ -56,9 +77,11 @@ impl WorkerOptions {
             hostname: None,
             num_handlers: 1,
             max_dequeue_batch: None,
+            claim_ahead: None,
             num_total_jobs: None,
             max_active_time: None,
             interval: Duration::from_secs(1),
+            max_interval: None,
             heartbeat_interval: Duration::from_secs(1),
             max_runtime_per_job: None,
             heartbeat_failure_limit: Some(Duration::from_secs(15)),
@@ -93,8 +116,17 @@ impl WorkerOptions {
         if self.max_active_time == Some(Duration::ZERO) {
             return invalid("max_active_time", "must be positive when set");
         }
-        if self.interval.is_zero() {
-            return invalid("interval", "must be positive");
+        if self.interval < MIN_INTERVAL {
+            return invalid(
+                "interval",
+                &format!(
+                    "{:?} is below the minimum of {MIN_INTERVAL:?}; use wake-ups (LISTEN/NOTIFY) for lower latency",
+                    self.interval
+                ),
+            );
+        }
+        if self.max_interval.is_some_and(|max| max < self.interval) {
+            return invalid("max_interval", "must be at least interval");
         }
         if self.heartbeat_interval.is_zero() {
             return invalid("heartbeat_interval", "must be positive");
@@ -143,6 +175,14 @@ mod tests {
                 Box::new(|o| o.max_active_time = Some(Duration::ZERO)),
             ),
             ("interval", Box::new(|o| o.interval = Duration::ZERO)),
+            (
+                "interval",
+                Box::new(|o| o.interval = Duration::from_nanos(1)),
+            ),
+            (
+                "max_interval",
+                Box::new(|o| o.max_interval = Some(Duration::from_millis(100))),
+            ),
             (
                 "heartbeat_interval",
                 Box::new(|o| o.heartbeat_interval = Duration::ZERO),

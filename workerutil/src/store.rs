@@ -4,6 +4,8 @@ use async_trait::async_trait;
 
 use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
+use crate::options::WorkerOptions;
+use crate::wakeup::Wakeups;
 
 /// The primary key of a job record.
 pub type RecordId = i64;
@@ -61,6 +63,32 @@ pub trait Store: Send + Sync + 'static {
     /// Extra dequeue conditions returned by `Handler::pre_dequeue`; the default
     /// value means "no extra condition".
     type Conditions: Default + Send + Sync + 'static;
+
+    /// Checks that a worker driven with `options`, claiming up to `claim_ahead`
+    /// jobs beyond its free handlers, fits this store (connection budget, heartbeat
+    /// timing against the store's stalled age, ...). [`Worker::new`](crate::Worker::new)
+    /// calls it, so no worker can skip the store's constraints. Default: none.
+    fn check_worker_options(
+        &self,
+        options: &WorkerOptions,
+        claim_ahead: usize,
+    ) -> Result<(), BoxError> {
+        let _ = (options, claim_ahead);
+        Ok(())
+    }
+
+    /// How many jobs beyond its free handler slots a worker claims ahead when
+    /// `WorkerOptions::claim_ahead` is `None`. Default: `num_handlers`. A store
+    /// whose claimed jobs hold resources (a connection each) should answer 0.
+    fn default_claim_ahead(&self, num_handlers: usize) -> usize {
+        num_handlers
+    }
+
+    /// Wake-ups for idle dequeue loops, when the store has a notification source
+    /// (a `LISTEN` connection). `None` (the default): workers only poll.
+    fn wakeups(&self) -> Option<Wakeups> {
+        None
+    }
 
     /// How many jobs are waiting: queued, or errored and waiting for a retry
     /// (whether or not the retry is due yet).

@@ -1,17 +1,22 @@
 //! `Worker<S, H>`: the dequeue loop. Read this file first.
 
 use std::any::Any;
+use std::collections::VecDeque;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::future::join_all;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::error::{Error, error_chain};
+use crate::error::{BoxError, Error, error_chain};
 use crate::events::{Hook, WorkerEvent};
 use crate::handler::{Handler, JobContext};
 use crate::heartbeat::{CancelReason, Running, RunningSet, heartbeat_loop};
@@ -20,6 +25,7 @@ use crate::options::WorkerOptions;
 use crate::outcome::Outcome;
 use crate::shutdown::ShutdownHandle;
 use crate::store::{Job, Store};
+use crate::wakeup::Wakeups;
 
 /// State shared by the dequeue loop, the job tasks and the heartbeat loop.
 #[derive(Debug)]
@@ -29,6 +35,8 @@ pub(crate) struct Shared<S> {
     pub(crate) options: WorkerOptions,
     pub(crate) store: Arc<S>,
     pub(crate) running: RunningSet,
+    /// Jobs claimed beyond the free handler slots (resolved from the options).
+    pub(crate) claim_ahead: usize,
     events: broadcast::Sender<WorkerEvent>,
 }
 
@@ -124,6 +132,16 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .to_string_lossy()
                 .into_owned(),
         };
+        let claim_ahead = options.claim_ahead.unwrap_or_else(|| {
+            if options.max_dequeue_batch.is_some() {
+                0
+            } else {
+                store.default_claim_ahead(options.num_handlers)
+            }
+        });
+        store
+            .check_worker_options(&options, claim_ahead)
+            .map_err(Error::IncompatibleOptions)?;
         let (events, _) = broadcast::channel(options.event_capacity);
         Ok(Worker {
             shared: Arc::new(Shared {
@@ -132,6 +150,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 options,
                 store,
                 running: RunningSet::default(),
+                claim_ahead,
                 events,
             }),
             handler: Arc::new(handler),
@@ -214,109 +233,203 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         let semaphore = Arc::new(Semaphore::new(options.num_handlers));
         let deadline = options.max_active_time.map(|d| Instant::now() + d);
         let mut dequeued: u64 = 0;
+        // Claimed jobs waiting for a free handler (at most `claim_ahead` once the
+        // free slots are filled).
+        let mut buffer: VecDeque<Claimed<S::Job>> = VecDeque::new();
+        // The claim in flight; it runs while buffered jobs start.
+        let mut claim: Option<ClaimFuture<S::Job>> = None;
+        let mut wakeups = shared.store.wakeups();
+        let mut backoff = Backoff::new(options.interval, options.max_interval);
+        // When the next claim may start; `None`: as soon as there is room.
+        let mut next_claim: Option<Instant> = None;
 
-        loop {
-            if let Some(reason) = self.stop_reason(deadline, dequeued) {
-                return (reason, dequeued);
+        let reason = loop {
+            let settled = buffer.is_empty() && claim.is_none();
+            if let Some(reason) = self.stop_reason(deadline, dequeued, settled) {
+                break reason;
             }
-            // Wait for a free slot, then take every other free slot too so one
-            // dequeue call can fill them all.
-            let first = tokio::select! {
-                permit = semaphore.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-                _ = self.shutdown.stop_dequeue.cancelled() => continue,
-                _ = sleep_until_opt(deadline) => continue,
-            };
-            let remaining = options
-                .num_total_jobs
-                .map_or(usize::MAX, |t| {
-                    usize::try_from(t - dequeued).unwrap_or(usize::MAX)
-                })
-                .min(options.max_dequeue_batch.unwrap_or(usize::MAX));
-            let mut permits = vec![first];
-            while permits.len() < remaining {
-                match semaphore.clone().try_acquire_owned() {
-                    Ok(p) => permits.push(p),
-                    Err(_) => break,
-                }
-            }
-
-            let Some(conditions) = self.pre_dequeue().await else {
-                drop(permits);
-                self.wait_interval(deadline).await;
-                continue;
-            };
-
-            let jobs = match shared
-                .store
-                .dequeue(&shared.hostname, &conditions, permits.len())
-                .await
+            while let Some(permit) = (!buffer.is_empty())
+                .then(|| semaphore.clone().try_acquire_owned().ok())
+                .flatten()
             {
-                Ok(jobs) => jobs,
-                Err(err) => {
-                    let message = error_chain(err.as_ref());
-                    tracing::error!(error = %message, "dequeue failed");
-                    shared.emit(WorkerEvent::StoreFailed {
-                        op: "dequeue",
-                        message,
-                    });
-                    drop(permits);
-                    self.wait_interval(deadline).await;
-                    continue;
+                if let Some(claimed) = buffer.pop_front() {
+                    self.start_job(tracker, claimed, permit).await;
                 }
-            };
-            if jobs.is_empty() {
-                drop(permits);
-                shared.emit(WorkerEvent::Idle);
-                self.wait_interval(deadline).await;
-                continue;
             }
-            for job in jobs {
-                let Some(permit) = permits.pop() else {
-                    // The store returned more than asked for: never exceed the limit.
-                    tracing::error!(
-                        record_id = job.lease().id,
-                        "store returned more jobs than requested; requeueing"
-                    );
-                    let mut job = job;
-                    if let Err(err) = shared.store.requeue(&mut job).await {
-                        tracing::error!(error = %error_chain(err.as_ref()), "requeue failed");
+            let room = self.room(&semaphore, buffer.len(), dequeued);
+            if claim.is_none() && room > 0 && next_claim.is_none_or(|t| Instant::now() >= t) {
+                match self.pre_dequeue().await {
+                    Some(conditions) => {
+                        if let Some(w) = &mut wakeups {
+                            w.mark_seen();
+                        }
+                        claim = Some(self.claim(conditions, room));
+                        next_claim = None;
                     }
-                    continue;
-                };
-                dequeued += 1;
-                self.start_job(tracker, job, permit).await;
+                    None => next_claim = Some(Instant::now() + options.interval),
+                }
             }
-            // Something was dequeued: try again at once.
+            tokio::select! {
+                biased;
+                _ = self.shutdown.stop_dequeue.cancelled() => {}
+                _ = sleep_until_opt(deadline) => {}
+                result = in_flight(&mut claim) => {
+                    claim = None;
+                    match result {
+                        Ok(jobs) if jobs.is_empty() => {
+                            shared.emit(WorkerEvent::Idle);
+                            let live = wakeups.as_ref().map(Wakeups::is_live);
+                            next_claim = Some(Instant::now() + backoff.idle(live));
+                        }
+                        Ok(jobs) => {
+                            backoff.reset();
+                            let asked = room;
+                            for (i, job) in jobs.into_iter().enumerate() {
+                                if i >= asked {
+                                    self.give_back_extra(job).await;
+                                    continue;
+                                }
+                                dequeued += 1;
+                                buffer.push_back(self.register(job));
+                            }
+                        }
+                        Err(message) => {
+                            tracing::error!(error = %message, "dequeue failed");
+                            shared.emit(WorkerEvent::StoreFailed { op: "dequeue", message });
+                            next_claim = Some(Instant::now() + options.interval);
+                        }
+                    }
+                }
+                // A handler finished: start a buffered job in its slot, or claim.
+                permit = semaphore.clone().acquire_owned(), if !buffer.is_empty() || room == 0 => {
+                    let permit = permit.expect("the semaphore is never closed");
+                    if let Some(claimed) = buffer.pop_front() {
+                        self.start_job(tracker, claimed, permit).await;
+                    }
+                }
+                _ = woken(&mut wakeups), if claim.is_none() && next_claim.is_some() => {
+                    backoff.reset();
+                    next_claim = None;
+                }
+                _ = sleep_until_opt(next_claim), if claim.is_none() => next_claim = None,
+            }
+        };
+
+        // A claim in flight may already have committed: wait for it, so its jobs
+        // are handed back now rather than left to the resetter.
+        if let Some(in_flight) = claim.take()
+            && let Ok(jobs) = in_flight.await
+        {
+            for job in jobs {
+                buffer.push_back(self.register(job));
+            }
+        }
+        let handed_back = self.hand_back(buffer).await;
+        (reason, dequeued - handed_back)
+    }
+
+    /// How many jobs the next claim may ask for: free handler slots plus the
+    /// claim-ahead allowance, less what is buffered, within the job limits.
+    fn room(&self, semaphore: &Semaphore, buffered: usize, dequeued: u64) -> usize {
+        let options = &self.shared.options;
+        let mut room =
+            (semaphore.available_permits() + self.shared.claim_ahead).saturating_sub(buffered);
+        if let Some(total) = options.num_total_jobs {
+            room = room.min(usize::try_from(total.saturating_sub(dequeued)).unwrap_or(usize::MAX));
+        }
+        if let Some(max) = options.max_dequeue_batch {
+            room = room.min(max);
+        }
+        room
+    }
+
+    /// Starts a dequeue of up to `limit` jobs; panics in the store become errors.
+    fn claim(&self, conditions: S::Conditions, limit: usize) -> ClaimFuture<S::Job> {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let dequeue = shared.store.dequeue(&shared.hostname, &conditions, limit);
+            guarded("dequeue", dequeue)
+                .await
+                .map_err(|err| error_chain(err.as_ref()))
+        })
+    }
+
+    /// Registers a claimed job as owned: from now on it is heartbeated.
+    fn register(&self, job: S::Job) -> Claimed<S::Job> {
+        let running = Running {
+            lease: job.lease(),
+            token: self.shutdown.cancel_jobs.child_token(),
+            reason: Arc::default(),
+        };
+        self.shared.running.insert(running.clone());
+        metrics::running(&self.shared.name, self.shared.running.len());
+        Claimed { job, running }
+    }
+
+    /// A store returned more jobs than asked for: never exceed the limit.
+    async fn give_back_extra(&self, mut job: S::Job) {
+        tracing::error!(
+            record_id = job.lease().id,
+            "store returned more jobs than requested; requeueing"
+        );
+        if let Err(err) = guarded("requeue", self.shared.store.requeue(&mut job)).await {
+            tracing::error!(error = %error_chain(err.as_ref()), "requeue failed");
         }
     }
 
-    fn stop_reason(&self, deadline: Option<Instant>, dequeued: u64) -> Option<StopReason> {
+    /// Hands every buffered job back to the queue at once; returns how many.
+    async fn hand_back(&self, buffer: VecDeque<Claimed<S::Job>>) -> u64 {
+        let shared = &self.shared;
+        let count = buffer.len() as u64;
+        let requeues = buffer.into_iter().map(|mut claimed| async move {
+            let lease = claimed.running.lease;
+            let requeued = match guarded("requeue", shared.store.requeue(&mut claimed.job)).await
+            {
+                Ok(done) => done,
+                Err(err) => {
+                    let message = error_chain(err.as_ref());
+                    tracing::error!(record_id = lease.id, error = %message, "handing a buffered job back failed; the resetter will requeue it");
+                    shared.emit(WorkerEvent::StoreFailed { op: "requeue", message });
+                    false
+                }
+            };
+            shared.running.remove(lease);
+            shared.emit(WorkerEvent::HandedBack {
+                id: lease.id,
+                requeued,
+            });
+        });
+        join_all(requeues).await;
+        metrics::running(&shared.name, shared.running.len());
+        count
+    }
+
+    fn stop_reason(
+        &self,
+        deadline: Option<Instant>,
+        dequeued: u64,
+        settled: bool,
+    ) -> Option<StopReason> {
         if self.shutdown.cancel_jobs.is_cancelled() {
             return Some(StopReason::Immediate);
         }
         if self.shutdown.stop_dequeue.is_cancelled() {
             return Some(StopReason::Graceful);
         }
-        if self
-            .shared
-            .options
-            .num_total_jobs
-            .is_some_and(|total| dequeued >= total)
-        {
-            return Some(StopReason::TotalJobsReached);
-        }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Some(StopReason::MaxActiveTimeReached);
         }
-        None
-    }
-
-    async fn wait_interval(&self, deadline: Option<Instant>) {
-        tokio::select! {
-            _ = tokio::time::sleep(self.shared.options.interval) => {}
-            _ = self.shutdown.stop_dequeue.cancelled() => {}
-            _ = sleep_until_opt(deadline) => {}
+        // Every claimed job must have started before the total counts as reached.
+        if settled
+            && self
+                .shared
+                .options
+                .num_total_jobs
+                .is_some_and(|total| dequeued >= total)
+        {
+            return Some(StopReason::TotalJobsReached);
         }
+        None
     }
 
     /// Runs `pre_dequeue`; `None` means "don't dequeue this round".
@@ -350,20 +463,18 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
     }
 
     /// Runs `pre_handle` on the loop, then spawns the job's task, which owns `permit`.
-    async fn start_job(&self, tracker: &TaskTracker, job: S::Job, permit: OwnedSemaphorePermit) {
+    async fn start_job(
+        &self,
+        tracker: &TaskTracker,
+        claimed: Claimed<S::Job>,
+        permit: OwnedSemaphorePermit,
+    ) {
         let shared = self.shared.clone();
         let handler = self.handler.clone();
-        let lease = job.lease();
+        let Claimed { job, running } = claimed;
+        let lease = running.lease;
         let span = tracing::info_span!("job", worker = %shared.name, record_id = lease.id);
         shared.emit(WorkerEvent::Dequeued { id: lease.id });
-
-        let running = Running {
-            lease,
-            token: self.shutdown.cancel_jobs.child_token(),
-            reason: Arc::default(),
-        };
-        shared.running.insert(running.clone());
-        metrics::running(&shared.name, shared.running.len());
 
         let pre_handle = AssertUnwindSafe(handler.pre_handle(job.record()))
             .catch_unwind()
@@ -425,6 +536,10 @@ async fn execute<S: Store, H: Handler<S>>(
     job: &mut S::Job,
     running: &Running,
 ) -> Outcome {
+    // Lost or canceled while it waited in the buffer: don't start it.
+    if running.token.is_cancelled() {
+        return canceled_outcome(shared, running);
+    }
     let ctx = JobContext {
         store: shared.store.clone(),
         lease: running.lease,
@@ -432,32 +547,51 @@ async fn execute<S: Store, H: Handler<S>>(
         worker_name: shared.name.clone(),
     };
     let max_runtime = shared.options.max_runtime_per_job;
+    let started = Instant::now();
     let outcome = tokio::select! {
         // A handler that finished wins over a cancellation that fired at the same time.
         biased;
-        result = AssertUnwindSafe(handler.handle(job, &ctx)).catch_unwind() => match result {
-            Ok(Ok(())) => Outcome::Completed,
-            Ok(Err(err)) => Outcome::from_handler_error(err),
-            Err(panic) => {
-                let message = panic_message(&panic);
-                tracing::error!(panic = %message, "handle panicked");
-                shared.emit(WorkerEvent::HookPanicked { hook: Hook::Handle, id: Some(running.lease.id), message: message.clone() });
-                Outcome::Panicked(message)
+        result = AssertUnwindSafe(handler.handle(job, &ctx)).catch_unwind() => {
+            let ran = started.elapsed();
+            // The timer below never got a chance: the handler did not yield.
+            if max_runtime.is_some_and(|max| ran > max + OVERRUN_TOLERANCE) {
+                tracing::error!(ran = ?ran, max_runtime = ?max_runtime, "handler ran past max_runtime_per_job without yielding; it blocks the thread (use tokio::task::spawn_blocking)");
+                metrics::overran(&shared.name);
+                shared.emit(WorkerEvent::Overran { id: running.lease.id, ran });
+            }
+            match result {
+                Ok(Ok(())) => Outcome::Completed,
+                Ok(Err(err)) => Outcome::from_handler_error(err),
+                Err(panic) => {
+                    let message = panic_message(&panic);
+                    tracing::error!(panic = %message, "handle panicked");
+                    shared.emit(WorkerEvent::HookPanicked { hook: Hook::Handle, id: Some(running.lease.id), message: message.clone() });
+                    Outcome::Panicked(message)
+                }
             }
         },
-        _ = running.token.cancelled() => match running.reason.get() {
-            Some(CancelReason::Requested) => Outcome::Canceled,
-            Some(CancelReason::Lost) => Outcome::Lost,
-            Some(CancelReason::HeartbeatExpired) => {
-                Outcome::HeartbeatExpired(shared.options.heartbeat_failure_limit.unwrap_or_default())
-            }
-            None => Outcome::Interrupted,
-        },
-        _ = sleep_until_opt(max_runtime.map(|d| Instant::now() + d)) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
+        _ = running.token.cancelled() => canceled_outcome(shared, running),
+        _ = sleep_until_opt(max_runtime.map(|d| started + d)) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
     };
     // Anything the handler spawned with the token should stop too.
     running.token.cancel();
     outcome
+}
+
+/// How much later than `max_runtime_per_job` a handler may return before it
+/// counts as having overrun (timers fire on the runtime's tick, not exactly).
+const OVERRUN_TOLERANCE: Duration = Duration::from_millis(10);
+
+/// The outcome of a job whose token fired, by why it fired.
+fn canceled_outcome<S>(shared: &Shared<S>, running: &Running) -> Outcome {
+    match running.reason.get() {
+        Some(CancelReason::Requested) => Outcome::Canceled,
+        Some(CancelReason::Lost) => Outcome::Lost,
+        Some(CancelReason::HeartbeatExpired) => {
+            Outcome::HeartbeatExpired(shared.options.heartbeat_failure_limit.unwrap_or_default())
+        }
+        None => Outcome::Interrupted,
+    }
 }
 
 /// Records the outcome in the store; returns whether the mark took effect.
@@ -465,15 +599,22 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
     let store = &shared.store;
     let message = outcome.failure_message().unwrap_or_default();
     let (op, result) = match outcome {
-        Outcome::Completed => ("mark_complete", store.mark_complete(job).await),
+        Outcome::Completed => (
+            "mark_complete",
+            guarded("mark_complete", store.mark_complete(job)).await,
+        ),
         Outcome::Errored(_)
         | Outcome::TimedOut(_)
         | Outcome::Panicked(_)
-        | Outcome::HeartbeatExpired(_) => ("mark_errored", store.mark_errored(job, &message).await),
-        Outcome::Failed(_) | Outcome::Canceled => {
-            ("mark_failed", store.mark_failed(job, &message).await)
-        }
-        Outcome::Interrupted => ("requeue", store.requeue(job).await),
+        | Outcome::HeartbeatExpired(_) => (
+            "mark_errored",
+            guarded("mark_errored", store.mark_errored(job, &message)).await,
+        ),
+        Outcome::Failed(_) | Outcome::Canceled => (
+            "mark_failed",
+            guarded("mark_failed", store.mark_failed(job, &message)).await,
+        ),
+        Outcome::Interrupted => ("requeue", guarded("requeue", store.requeue(job)).await),
         // Someone else owns the record now: write nothing.
         Outcome::Lost => return false,
     };
@@ -492,6 +633,80 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
             shared.emit(WorkerEvent::StoreFailed { op, message });
             false
         }
+    }
+}
+
+/// A claimed job and its entry in the running set.
+struct Claimed<J> {
+    job: J,
+    running: Running,
+}
+
+/// A dequeue in flight: the claimed jobs, or the error rendered.
+type ClaimFuture<J> = Pin<Box<dyn Future<Output = Result<Vec<J>, String>> + Send>>;
+
+/// Awaits the claim in flight; pending when there is none.
+async fn in_flight<J>(claim: &mut Option<ClaimFuture<J>>) -> Result<Vec<J>, String> {
+    match claim {
+        Some(claim) => claim.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Awaits the store's next wake-up; pending when it has none.
+async fn woken(wakeups: &mut Option<Wakeups>) {
+    match wakeups {
+        Some(w) => w.woken().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs a store call, turning a panic inside it into an error, so a bug in a
+/// store (or in a scan function it calls) never takes the worker down.
+pub(crate) async fn guarded<T>(
+    op: &'static str,
+    call: impl Future<Output = Result<T, BoxError>>,
+) -> Result<T, BoxError> {
+    match AssertUnwindSafe(call).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(format!("{op} panicked: {}", panic_message(&panic)).into()),
+    }
+}
+
+/// The idle wait between empty dequeues: `interval`, doubling up to
+/// `max_interval` while nothing is found.
+#[derive(Debug)]
+struct Backoff {
+    base: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(base: Duration, max: Option<Duration>) -> Self {
+        Backoff {
+            base,
+            max: max.unwrap_or(base),
+            next: base,
+        }
+    }
+
+    /// The wait after an empty dequeue. `live`: whether the store's wake-ups
+    /// flow (`None`: it has none). Without live wake-ups from a store that has
+    /// them, stay at the base interval: polling is all there is.
+    fn idle(&mut self, live: Option<bool>) -> Duration {
+        let cap = if live == Some(false) {
+            self.base
+        } else {
+            self.max
+        };
+        let wait = self.next.min(cap);
+        self.next = (wait * 2).min(cap);
+        wait
+    }
+
+    fn reset(&mut self) {
+        self.next = self.base;
     }
 }
 

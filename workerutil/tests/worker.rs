@@ -44,6 +44,10 @@ struct Flaky {
     inner: MemoryStore<Task>,
     fail_heartbeats: AtomicBool,
     limits: Mutex<Vec<usize>>,
+    /// How long each heartbeat takes (on tokio's clock) before it reads the store.
+    heartbeat_delay: Mutex<Duration>,
+    /// Hide the inner store's wake-ups (a store without LISTEN).
+    no_wakeups: bool,
 }
 
 #[async_trait]
@@ -52,6 +56,13 @@ impl Store for Flaky {
     type Job = MemoryJob<Task>;
     type Conditions = MemoryConditions<Task>;
 
+    fn wakeups(&self) -> Option<workerutil::Wakeups> {
+        if self.no_wakeups {
+            None
+        } else {
+            self.inner.wakeups()
+        }
+    }
     async fn queued_count(&self) -> Result<u64, BoxError> {
         self.inner.queued_count().await
     }
@@ -68,6 +79,8 @@ impl Store for Flaky {
         if self.fail_heartbeats.load(Ordering::SeqCst) {
             return Err("database unreachable".into());
         }
+        let delay = *self.heartbeat_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         self.inner.heartbeat(leases).await
     }
     async fn add_execution_log_entry(
@@ -778,4 +791,297 @@ fn outcomes_and_panics_are_counted_in_metrics() {
         1,
         "{counters:?}"
     );
+}
+
+/// Jobs 1..=n that each wait on `gate` (so they stay running until released).
+fn gated_store(n: i64) -> Arc<MemoryStore<Task>> {
+    let store = store_with(&[]);
+    for id in 1..=n {
+        store.enqueue(Task {
+            id,
+            act: Act::Forever,
+        });
+    }
+    store
+}
+
+#[tokio::test(start_paused = true)]
+async fn claim_ahead_never_exceeds_its_bound_and_graceful_shutdown_hands_the_buffer_back() {
+    let store = gated_store(20);
+    let mut o = options();
+    o.num_handlers = 2;
+    o.claim_ahead = Some(3);
+    o.drain_timeout = Duration::from_secs(10);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    // Two handlers run, three jobs wait in the buffer: five claimed, never more.
+    for _ in 0..2 {
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::Dequeued { .. }).then_some(())
+        })
+        .await;
+    }
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            store.count(JobState::Processing),
+            5,
+            "2 running + 3 buffered"
+        );
+    }
+    shutdown.graceful();
+    let mut handed_back = Vec::new();
+    while handed_back.len() < 3 {
+        handed_back.push(
+            wait_for(&mut events, |e| match e {
+                WorkerEvent::HandedBack { id, requeued } => Some((*id, *requeued)),
+                _ => None,
+            })
+            .await,
+        );
+    }
+    // The buffer goes back at once, while the running jobs still drain.
+    assert!(handed_back.iter().all(|(_, requeued)| *requeued));
+    for (id, _) in &handed_back {
+        assert_eq!(store.state(*id), Some(JobState::Queued));
+    }
+    assert_eq!(store.count(JobState::Processing), 2);
+    let summary = run.await.unwrap();
+    assert_eq!(summary.reason, StopReason::Graceful);
+    assert_eq!(summary.dequeued, 2, "only started jobs count as dequeued");
+    assert_eq!(store.count(JobState::Processing), 0);
+    assert_eq!(store.count(JobState::Queued), 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn immediate_shutdown_hands_the_buffer_back_too() {
+    let store = gated_store(10);
+    let mut o = options();
+    o.num_handlers = 3;
+    o.claim_ahead = Some(4);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    for _ in 0..3 {
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::Dequeued { .. }).then_some(())
+        })
+        .await;
+    }
+    wait_for(&mut events, |_| {
+        (store.count(JobState::Processing) == 7).then_some(())
+    })
+    .await;
+    shutdown.immediate();
+    run.await.unwrap();
+    assert_eq!(store.count(JobState::Processing), 0);
+    assert_eq!(store.count(JobState::Queued), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn claim_ahead_fills_the_buffer_in_one_claim() {
+    let store = Arc::new(Flaky::default());
+    for id in 1..=40 {
+        store.inner.enqueue(Task {
+            id,
+            act: Act::Sleep(Duration::from_millis(50)),
+        });
+    }
+    let mut o = options();
+    o.num_handlers = 4;
+    o.num_total_jobs = Some(40);
+    Worker::new(store.clone(), Acts::default(), o)
+        .unwrap()
+        .run()
+        .await;
+    let limits = store.limits.lock().unwrap().clone();
+    // By default a worker claims its free slots plus as many again.
+    assert_eq!(limits[0], 8, "{limits:?}");
+    assert!(limits.iter().all(|l| *l <= 8), "{limits:?}");
+    assert_eq!(store.inner.count(JobState::Completed), 40);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_starts_a_job_at_once_and_idle_polls_back_off() {
+    let store = Arc::new(MemoryStore::<Task>::default());
+    let mut o = options();
+    o.interval = Duration::from_secs(1);
+    o.max_interval = Some(Duration::from_secs(8));
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    // Idle polls come at 1, 2, 4, 8, 8 s apart.
+    let mut at = Vec::new();
+    for _ in 0..6 {
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::Idle).then_some(())
+        })
+        .await;
+        at.push(tokio::time::Instant::now());
+    }
+    let gaps: Vec<u64> = at.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
+    assert_eq!(gaps, [1, 2, 4, 8, 8]);
+    // Mid-way through an 8 s wait, an enqueue wakes the worker with no time passing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let enqueued_at = tokio::time::Instant::now();
+    store.enqueue(Task {
+        id: 1,
+        act: Act::Succeed,
+    });
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())
+    })
+    .await;
+    assert_eq!(tokio::time::Instant::now(), enqueued_at);
+    // A find resets the back-off: the next idle polls are 1 s apart again.
+    let mut at = Vec::new();
+    for _ in 0..3 {
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::Idle).then_some(())
+        })
+        .await;
+        at.push(tokio::time::Instant::now());
+    }
+    assert_eq!((at[1] - at[0]).as_secs(), 1, "{at:?}");
+    shutdown.graceful();
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_wake_ups_a_worker_polls_at_its_interval() {
+    let store = Arc::new(Flaky {
+        no_wakeups: true,
+        ..Default::default()
+    });
+    let worker = Worker::new(store.clone(), Acts::default(), options()).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Idle).then_some(())
+    })
+    .await;
+    let start = tokio::time::Instant::now();
+    store.inner.enqueue(Task {
+        id: 1,
+        act: Act::Succeed,
+    });
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())
+    })
+    .await;
+    assert_eq!(
+        start.elapsed(),
+        options().interval,
+        "found by the next poll"
+    );
+    shutdown.graceful();
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_finishes_during_a_heartbeat_is_not_reported_lost() {
+    let store = Arc::new(Flaky::default());
+    *store.heartbeat_delay.lock().unwrap() = Duration::from_millis(300);
+    store.inner.enqueue(Task {
+        id: 1,
+        // Finishes while the first heartbeat (sent at 500 ms) is in flight.
+        act: Act::Sleep(Duration::from_millis(650)),
+    });
+    let mut o = options();
+    o.num_total_jobs = Some(1);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let mut heartbeats = Vec::new();
+    loop {
+        match events.recv().await {
+            Ok(WorkerEvent::Heartbeat { lost, .. }) => heartbeats.push(lost),
+            Ok(WorkerEvent::Stopped) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    run.await.unwrap();
+    assert_eq!(store.inner.state(1), Some(JobState::Completed));
+    assert!(!heartbeats.is_empty(), "a heartbeat ran while the job did");
+    assert!(heartbeats.iter().all(Vec::is_empty), "{heartbeats:?}");
+}
+
+#[tokio::test]
+async fn a_handler_that_blocks_past_its_runtime_is_reported() {
+    let store = store_with(&[]);
+    store.enqueue(Task {
+        id: 1,
+        act: Act::Succeed,
+    });
+    struct Blocking;
+    #[async_trait]
+    impl Handler<MemoryStore<Task>> for Blocking {
+        async fn handle(
+            &self,
+            _job: &mut MemoryJob<Task>,
+            _ctx: &JobContext<MemoryStore<Task>>,
+        ) -> Result<(), HandlerError> {
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(())
+        }
+    }
+    let mut o = options();
+    o.num_total_jobs = Some(1);
+    o.max_runtime_per_job = Some(Duration::from_millis(50));
+    let worker = Worker::new(store.clone(), Blocking, o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let ran = wait_for(&mut events, |e| match e {
+        WorkerEvent::Overran { id: 1, ran } => Some(*ran),
+        _ => None,
+    })
+    .await;
+    assert!(ran >= Duration::from_millis(200), "{ran:?}");
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_inside_a_store_call_is_an_error_and_the_worker_goes_on() {
+    // The conditions predicate runs inside the store's dequeue.
+    struct PanickyFilter(AtomicBool);
+    #[async_trait]
+    impl Handler<MemoryStore<Task>> for PanickyFilter {
+        async fn pre_dequeue(&self) -> Result<Option<MemoryConditions<Task>>, BoxError> {
+            if self.0.swap(false, Ordering::SeqCst) {
+                return Ok(Some(MemoryConditions::filter(|_: &Task| {
+                    panic!("scan exploded")
+                })));
+            }
+            Ok(Some(MemoryConditions::default()))
+        }
+        async fn handle(
+            &self,
+            _job: &mut MemoryJob<Task>,
+            _ctx: &JobContext<MemoryStore<Task>>,
+        ) -> Result<(), HandlerError> {
+            Ok(())
+        }
+    }
+    let store = store_with(&[Act::Succeed, Act::Succeed]);
+    let mut o = options();
+    o.num_total_jobs = Some(2);
+    let worker = Worker::new(store.clone(), PanickyFilter(AtomicBool::new(true)), o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let message = wait_for(&mut events, |e| match e {
+        WorkerEvent::StoreFailed {
+            op: "dequeue",
+            message,
+        } => Some(message.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(message.contains("scan exploded"), "{message}");
+    assert_eq!(run.await.unwrap().dequeued, 2);
+    assert_eq!(store.count(JobState::Completed), 2);
 }
