@@ -11,8 +11,10 @@
 //! Start with the guide in `docs/guide.md` and `cargo run --example quickstart`.
 
 mod columns;
+mod completer;
 mod error;
 mod migrate;
+mod notify;
 mod options;
 mod resetter;
 mod schema_check;
@@ -23,12 +25,13 @@ mod worker;
 pub use columns::STANDARD_COLUMNS;
 pub use error::{Error, Result};
 pub use migrate::job_table_sql;
+pub use notify::{Listen, default_notify_channel, notify_trigger_sql};
 pub use options::{DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn, StoreOptions};
 pub use resetter::{
     RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL, ResetOutcome, Resetter, ResetterOptions,
 };
-pub use store::{DbConditions, DbJob, DbStore};
-pub use worker::{RESERVED_CONNECTIONS, new_worker};
+pub use store::{DbConditions, DbJob, DbStore, RESERVED_CONNECTIONS};
+pub use worker::new_worker;
 
 pub use sea_query;
 pub use workerutil;

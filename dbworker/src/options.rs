@@ -10,6 +10,7 @@ use workerutil::BoxError;
 
 use crate::columns::{Columns, Relation};
 use crate::error::Error;
+use crate::notify::Listen;
 
 /// Turns one selected row (the values of `column_expressions`, in order) into a record.
 pub type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
@@ -123,6 +124,13 @@ pub struct StoreOptions<R> {
     /// With a view, how many candidate rows (beyond the requested batch) the
     /// claim considers before locking rows of the table. Default 50.
     pub candidate_window: usize,
+    /// Wake idle workers with LISTEN/NOTIFY instead of waiting for their next
+    /// poll. The store then holds one extra connection of its own (outside the
+    /// pool, so it needs a session connection: not PgBouncer's transaction
+    /// pooling), reconnects it by itself, and workers poll while it is down.
+    /// The table must be notified: install [`notify_trigger_sql`](crate::notify_trigger_sql)
+    /// (or call `pg_notify(channel, '')` where you enqueue). Default [`Listen::Off`].
+    pub listen: Listen,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -141,6 +149,7 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("reset_failure_message", &self.reset_failure_message)
             .field("handling", &self.handling)
             .field("candidate_window", &self.candidate_window)
+            .field("listen", &self.listen)
             .finish_non_exhaustive()
     }
 }
@@ -162,6 +171,7 @@ impl<R> Clone for StoreOptions<R> {
             reset_failure_message: self.reset_failure_message.clone(),
             handling: self.handling,
             candidate_window: self.candidate_window,
+            listen: self.listen.clone(),
         }
     }
 }
@@ -193,6 +203,7 @@ impl<R> StoreOptions<R> {
             reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
             handling: Handling::Transactional,
             candidate_window: 50,
+            listen: Listen::Off,
         }
     }
 
@@ -248,6 +259,7 @@ impl<R> StoreOptions<R> {
         if self.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
+        let listen_channel = self.listen.resolve(&table)?;
         let view_or_table = view.clone().unwrap_or_else(|| table.clone());
         let order_by = self.order_by.clone().unwrap_or_else(|| {
             format!(
@@ -275,6 +287,7 @@ impl<R> StoreOptions<R> {
             reset_failure_message: self.reset_failure_message.clone(),
             handling: self.handling,
             candidate_window: self.candidate_window,
+            listen_channel,
         })
     }
 }
@@ -308,6 +321,7 @@ pub(crate) struct Resolved {
     pub(crate) reset_failure_message: String,
     pub(crate) handling: Handling,
     pub(crate) candidate_window: usize,
+    pub(crate) listen_channel: Option<String>,
 }
 
 impl Resolved {
@@ -374,6 +388,10 @@ mod tests {
                 Box::new(|o| o.reset_failure_message.clear()),
             ),
             ("candidate_window", Box::new(|o| o.candidate_window = 0)),
+            (
+                "listen",
+                Box::new(|o| o.listen = Listen::Channel("no spaces".into())),
+            ),
         ];
         for (field, break_it) in cases {
             let mut o = opts();

@@ -167,6 +167,16 @@ fn order_select(q: &mut SelectStatement, order_by: &str) {
     }
 }
 
+/// The columns every claim returns: the row's id, its new fencing token and
+/// its cancel flag, named so they cannot clash with the user's columns. Record
+/// reads add the id after the configured expressions too, so rows map back to
+/// their claims; index-based scans never reach it and `FromRow` ignores it.
+pub(crate) const RECORD_ID: &str = "dbworker_record_id";
+/// See [`RECORD_ID`].
+pub(crate) const CLAIMED_TOKEN: &str = "dbworker_token";
+/// See [`RECORD_ID`].
+pub(crate) const CLAIMED_CANCEL: &str = "dbworker_cancel";
+
 /// Phase 1 of the dequeue: claims up to `limit` eligible rows in one statement,
 /// outside any transaction, and returns `(id, token)` in priority order.
 ///
@@ -175,17 +185,26 @@ fn order_select(q: &mut SelectStatement, order_by: &str) {
 /// through the view (where conditions and order may use its columns), then the
 /// table's rows are locked and re-checked, so a complex view can never make two
 /// workers claim one row (Sourcegraph PR 37067).
-pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: usize) -> Statement {
+///
+/// With `with_record` (only without a view), the claim also returns the
+/// configured column expressions, evaluated on the claimed row version, ahead
+/// of its own columns: the whole dequeue is then this one statement.
+pub(crate) fn claim(
+    o: &Resolved,
+    hostname: &str,
+    conditions: &[Expr],
+    limit: usize,
+    with_record: bool,
+) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let limit = limit as u64;
+    let with_record = with_record && o.view.is_none();
     let mut with = WithClause::new();
     let candidates = alias("dbworker_candidates");
     let mut final_select = Query::select();
     final_select
-        .expr_as(col("dbworker_claimed", "id"), alias("id"))
-        .expr_as(col("dbworker_claimed", "token"), alias("token"))
-        .expr_as(col("dbworker_claimed", "cancel"), alias("cancel"))
+        .column((alias("dbworker_claimed"), sea_query::Asterisk))
         .from(alias("dbworker_claimed"));
 
     match &o.view {
@@ -203,7 +222,7 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
             with.cte(cte(cand, "dbworker_candidates", true));
             final_select.inner_join(
                 table_ref(t),
-                col(&t.alias, &c.id).equals(("dbworker_claimed", "id")),
+                col(&t.alias, &c.id).equals(("dbworker_claimed", RECORD_ID)),
             );
             order_select(&mut final_select, &o.order_by);
         }
@@ -239,7 +258,7 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
             final_select
                 .inner_join(
                     candidates.clone(),
-                    col("dbworker_candidates", "id").equals(("dbworker_claimed", "id")),
+                    col("dbworker_candidates", "id").equals(("dbworker_claimed", RECORD_ID)),
                 )
                 .order_by(("dbworker_candidates", "rank"), Order::Asc);
         }
@@ -265,22 +284,37 @@ pub(crate) fn claim(o: &Resolved, hostname: &str, conditions: &[Expr], limit: us
         .value(alias(&c.worker_hostname), hostname)
         .from(candidates.clone())
         .and_where(col(a, &c.id).equals(("dbworker_candidates", "id")))
-        .returning(Query::returning().exprs([
-            Expr::cust(format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id))),
-            Expr::cust(format!(
-                "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint AS \"token\"",
-                quote(a),
-                quote(&c.started_at)
-            )),
-            Expr::cust(format!("{}.{} AS \"cancel\"", quote(a), quote(&c.cancel))),
-        ]));
+        .returning(
+            Query::returning().exprs(
+                with_record
+                    .then(|| o.column_expressions.iter().map(|e| Expr::cust(e.clone())))
+                    .into_iter()
+                    .flatten()
+                    .chain([
+                        Expr::cust(format!(
+                            "{}.{}::bigint AS {}",
+                            quote(a),
+                            quote(&c.id),
+                            quote(RECORD_ID)
+                        )),
+                        Expr::cust(format!(
+                            "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint AS {}",
+                            quote(a),
+                            quote(&c.started_at),
+                            quote(CLAIMED_TOKEN)
+                        )),
+                        Expr::cust(format!(
+                            "{}.{} AS {}",
+                            quote(a),
+                            quote(&c.cancel),
+                            quote(CLAIMED_CANCEL)
+                        )),
+                    ]),
+            ),
+        );
     with.cte(cte(update, "dbworker_claimed", false));
     Statement::from(&final_select.with(with))
 }
-
-/// The column phase 2 adds after the configured expressions so rows map back
-/// to their claims; index-based scans never reach it and `FromRow` ignores it.
-pub(crate) const RECORD_ID: &str = "dbworker_record_id";
 
 /// `SELECT <column expressions>, id AS dbworker_record_id FROM <view or table>`.
 fn select_columns(o: &Resolved) -> SelectStatement {
@@ -461,6 +495,137 @@ pub(crate) fn mark_errored(o: &Resolved, id: i64, token: i64, message: &str) -> 
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
+}
+
+/// What a batched mark does to one job: what [`mark_complete`],
+/// [`mark_errored`] or [`mark_failed`] would do to it alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MarkKind {
+    Complete,
+    Errored,
+    Failed,
+}
+
+impl MarkKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            MarkKind::Complete => "complete",
+            MarkKind::Errored => "errored",
+            MarkKind::Failed => "failed",
+        }
+    }
+}
+
+/// One job of a batched mark.
+#[derive(Debug, Clone)]
+pub(crate) struct Mark {
+    pub(crate) id: i64,
+    pub(crate) token: i64,
+    pub(crate) kind: MarkKind,
+    pub(crate) message: String,
+}
+
+/// Marks many claimed jobs in one statement (heartbeat handling): each gets
+/// what its own mark would do, and only while its lease still owns the row.
+/// Returns the ids that were marked; any other was no longer ours.
+pub(crate) fn mark_batch(o: &Resolved, marks: &[Mark]) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let a = &t.alias;
+    let q = |name: &str| format!("{}.{}", quote(a), quote(name));
+    let failures = format!("COALESCE({}, 0)", q(&c.num_failures));
+    let cancel = format!("COALESCE({}, false)", q(&c.cancel));
+    let marks_q = Query::select()
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::bigint[])",
+                [marks.iter().map(|m| m.id).collect::<Vec<_>>()],
+            ),
+            alias("id"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::bigint[])",
+                [marks.iter().map(|m| m.token).collect::<Vec<_>>()],
+            ),
+            alias("token"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::text[])",
+                [marks
+                    .iter()
+                    .map(|m| m.kind.as_str().to_owned())
+                    .collect::<Vec<_>>()],
+            ),
+            alias("kind"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::text[])",
+                [marks.iter().map(|m| m.message.clone()).collect::<Vec<_>>()],
+            ),
+            alias("message"),
+        )
+        .to_owned();
+    let kind_is = |k: MarkKind| format!("\"dbworker_marks\".\"kind\" = '{}'", k.as_str());
+    let exhausted = Expr::cust_with_values(format!("{failures} + 1 > $1"), [o.max_num_retries]);
+    let retry_now = Condition::all()
+        .add(Expr::cust(kind_is(MarkKind::Errored)))
+        .add(Expr::cust(format!("NOT {cancel}")))
+        .add(exhausted.clone().not());
+    let update = Query::update()
+        .table(table_ref(t))
+        .value(
+            alias(&c.state),
+            Expr::case(
+                Expr::cust(kind_is(MarkKind::Complete)),
+                state(JobState::Completed),
+            )
+            .case(Expr::cust(cancel.clone()), state(JobState::Canceled))
+            .case(
+                Condition::any()
+                    .add(Expr::cust(kind_is(MarkKind::Failed)))
+                    .add(exhausted),
+                state(JobState::Failed),
+            )
+            .finally(state(JobState::Errored)),
+        )
+        .value(
+            alias(&c.process_after),
+            Expr::case(
+                retry_now,
+                Expr::cust("now()").add(retry_delay(a, c, &o.retry)),
+            )
+            .finally(col(a, &c.process_after)),
+        )
+        .value(
+            alias(&c.num_failures),
+            Expr::case(
+                Expr::cust(kind_is(MarkKind::Complete)),
+                col(a, &c.num_failures),
+            )
+            .finally(Expr::cust(format!("{failures} + 1"))),
+        )
+        .value(
+            alias(&c.failure_message),
+            Expr::case(
+                Expr::cust(kind_is(MarkKind::Complete)),
+                col(a, &c.failure_message),
+            )
+            .finally(col("dbworker_marks", "message")),
+        )
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .from(alias("dbworker_marks"))
+        .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(token_expr(a, c).equals(("dbworker_marks", "token")))
+        .returning(Query::returning().expr(Expr::cust(format!("{}::bigint AS \"id\"", q(&c.id)))))
+        .to_owned();
+    let with = WithClause::new()
+        .cte(cte(marks_q, "dbworker_marks", true))
+        .to_owned();
+    Statement::from(&update.with(with))
 }
 
 /// Records a final failure: `canceled` if cancellation was requested, else `failed`.

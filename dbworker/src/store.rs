@@ -11,14 +11,25 @@ use futures_util::future::join_all;
 use sea_query::Expr;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
+use tokio_util::sync::DropGuard;
 use workerutil::{
-    BoxError, ExecutionLogEntry, HeartbeatResult, Job, Lease, Record, Store, error_chain,
+    BoxError, ExecutionLogEntry, HeartbeatResult, Job, Lease, Record, Store, Wakeups,
+    WorkerOptions, error_chain,
 };
 
+use crate::completer::Completer;
 use crate::error::{Error, Result};
 use crate::options::{Handling, Resolved, ScanFn, StoreOptions};
 use crate::resetter::ResetOutcome;
-use crate::{schema_check, sql};
+use crate::sql::{Mark, MarkKind};
+use crate::{notify, schema_check, sql};
+
+/// How long the listener waits for its connection before retrying.
+const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections a worker needs besides its handlers: one for claims and one for
+/// heartbeats. Heartbeat handling needs one more, for the batched marks.
+pub const RESERVED_CONNECTIONS: u32 = 2;
 
 /// Extra dequeue conditions returned by `pre_dequeue`: sea-query expressions
 /// ANDed into the claim's `WHERE`, over the view's (or table's) alias.
@@ -119,6 +130,12 @@ pub struct DbStore<R> {
     pool: PgPool,
     options: Arc<Resolved>,
     scan: ScanFn<R>,
+    /// Batched marks (heartbeat handling only).
+    completer: Option<Completer>,
+    /// Wake-ups from the listener, when `listen` is on.
+    wakeups: Option<Wakeups>,
+    /// Stops the listener task when the store is dropped.
+    _listener: Option<DropGuard>,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -137,13 +154,93 @@ impl<R: Record> DbStore<R> {
     /// (after renaming) and every configured SQL fragment against the database.
     /// All problems are reported together in one [`Error::Schema`].
     pub async fn new(pool: PgPool, options: StoreOptions<R>) -> Result<Self> {
-        let resolved = options.resolve()?;
+        let resolved = Arc::new(options.resolve()?);
         schema_check::check(&pool, &resolved).await?;
+        let completer = (resolved.handling == Handling::Heartbeat)
+            .then(|| Completer::spawn(pool.clone(), resolved.clone()));
+        let (wakeups, listener) = match &resolved.listen_channel {
+            Some(channel) => {
+                let (w, guard) = notify::spawn_listener(
+                    &pool,
+                    channel.clone(),
+                    resolved.name.clone(),
+                    LISTEN_CONNECT_TIMEOUT,
+                );
+                (Some(w), Some(guard))
+            }
+            None => (None, None),
+        };
         Ok(DbStore {
             pool,
-            options: Arc::new(resolved),
+            options: resolved,
             scan: options.scan,
+            completer,
+            wakeups,
+            _listener: listener,
         })
+    }
+
+    /// Checks that a worker with `options`, claiming `claim_ahead` jobs beyond
+    /// its free handlers, fits this store:
+    ///
+    /// - the pool serves every connection the worker holds at once: in
+    ///   transactional handling one per running or buffered job, plus one for
+    ///   claims and one for heartbeats (and one for batched marks in heartbeat
+    ///   handling); too small a pool deadlocks;
+    /// - heartbeats come at least twice per stalled max age, or the resetter
+    ///   would requeue live jobs;
+    /// - a worker gives up its jobs (`heartbeat_failure_limit`, plus two
+    ///   heartbeat intervals for the round trips in flight) before the resetter
+    ///   may hand them to someone else (`stalled_max_age`).
+    ///
+    /// [`Worker::new`](workerutil::Worker::new) runs it through
+    /// [`Store::check_worker_options`], so it cannot be skipped.
+    pub fn check_worker(&self, options: &WorkerOptions, claim_ahead: usize) -> Result<()> {
+        let stalled = self.stalled_max_age();
+        let beat = options.heartbeat_interval;
+        if beat * 2 > stalled {
+            return Err(Error::InvalidOption {
+                field: "heartbeat_interval",
+                reason: format!(
+                    "{beat:?} is more than half the store's stalled_max_age ({stalled:?}); live jobs would be reset"
+                ),
+            });
+        }
+        match options.heartbeat_failure_limit {
+            Some(limit) if limit + beat * 2 < stalled => {}
+            other => {
+                return Err(Error::InvalidOption {
+                    field: "heartbeat_failure_limit",
+                    reason: format!(
+                        "{other:?} must be set, and with two heartbeat intervals ({beat:?} each) stay below the store's stalled_max_age ({stalled:?}), so a worker that cannot heartbeat stops its jobs before they are reset"
+                    ),
+                });
+            }
+        }
+        let max = self.pool.options().get_max_connections();
+        let held =
+            u32::try_from(options.num_handlers.saturating_add(claim_ahead)).unwrap_or(u32::MAX);
+        let (needed, reason) = match self.handling() {
+            Handling::Transactional => (
+                held.saturating_add(RESERVED_CONNECTIONS),
+                format!(
+                    "transactional handling holds one per job: {} handlers + {claim_ahead} claimed ahead + {RESERVED_CONNECTIONS} for claims and heartbeats",
+                    options.num_handlers
+                ),
+            ),
+            Handling::Heartbeat => (
+                RESERVED_CONNECTIONS + 1,
+                "one for claims, one for heartbeats and one for batched marks".to_owned(),
+            ),
+        };
+        if max < needed {
+            return Err(Error::PoolTooSmall {
+                max_connections: max,
+                needed,
+                reason,
+            });
+        }
+        Ok(())
     }
 
     /// The pool.
@@ -248,6 +345,41 @@ impl<R: Record> DbStore<R> {
         Ok(None)
     }
 
+    /// A mark without a handler transaction: written with the next batch in
+    /// heartbeat handling, else (a transactional job whose transaction is
+    /// already gone) on its own.
+    async fn batched(
+        &self,
+        lease: Lease,
+        kind: MarkKind,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
+        if let Some(completer) = &self.completer {
+            let mark = Mark {
+                id: lease.id,
+                token: lease.token,
+                kind,
+                message: message.to_owned(),
+            };
+            return Ok(completer.mark(mark).await?);
+        }
+        let (op, statement) = match kind {
+            MarkKind::Complete => (
+                "mark_complete",
+                sql::mark_complete(&self.options, lease.id, lease.token),
+            ),
+            MarkKind::Errored => (
+                "mark_errored",
+                sql::mark_errored(&self.options, lease.id, lease.token, message),
+            ),
+            MarkKind::Failed => (
+                "mark_failed",
+                sql::mark_failed(&self.options, lease.id, lease.token, message),
+            ),
+        };
+        Ok(self.fenced_write(op, lease, None, statement).await?)
+    }
+
     /// Marks a claimed job failed without running it; returns whether the
     /// claim still owned it.
     async fn fail_unstarted(
@@ -289,6 +421,27 @@ impl<R: Record> Store for DbStore<R> {
     type Job = DbJob<R>;
     type Conditions = DbConditions;
 
+    fn check_worker_options(
+        &self,
+        options: &WorkerOptions,
+        claim_ahead: usize,
+    ) -> std::result::Result<(), BoxError> {
+        Ok(self.check_worker(options, claim_ahead)?)
+    }
+
+    /// Heartbeat handling claims a handler count ahead; transactional handling
+    /// none, since each buffered job would hold a connection and a transaction.
+    fn default_claim_ahead(&self, num_handlers: usize) -> usize {
+        match self.options.handling {
+            Handling::Heartbeat => num_handlers,
+            Handling::Transactional => 0,
+        }
+    }
+
+    fn wakeups(&self) -> Option<Wakeups> {
+        self.wakeups.clone()
+    }
+
     async fn queued_count(&self) -> std::result::Result<u64, BoxError> {
         let row = sql::queued_count(&self.options)
             .query()
@@ -304,37 +457,50 @@ impl<R: Record> Store for DbStore<R> {
         conditions: &DbConditions,
         limit: usize,
     ) -> std::result::Result<Vec<DbJob<R>>, BoxError> {
-        let rows = sql::claim(&self.options, hostname, &conditions.0, limit.max(1))
+        let o = &self.options;
+        // Heartbeat handling reads records in the claim itself, unless a view
+        // must be read after the table's rows are claimed.
+        let with_record = o.handling == Handling::Heartbeat && o.view.is_none();
+        let rows = sql::claim(o, hostname, &conditions.0, limit.max(1), with_record)
             .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("claim"))?;
         let mut leases = Vec::with_capacity(rows.len());
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
-        for row in &rows {
+        let mut claimed_rows = Vec::new();
+        for row in rows {
             let lease = Lease {
-                id: row.get("id"),
-                token: row.get("token"),
+                id: row.get(sql::RECORD_ID),
+                token: row.get(sql::CLAIMED_TOKEN),
             };
-            if row.get::<Option<bool>, _>("cancel").unwrap_or(false) {
+            if row
+                .get::<Option<bool>, _>(sql::CLAIMED_CANCEL)
+                .unwrap_or(false)
+            {
                 // Canceled while it waited: record that instead of running it.
                 let canceled = self
                     .fail_unstarted(lease, None, "job was canceled before it started")
                     .await;
                 opened.push(canceled.map(|_| None));
+            } else if with_record {
+                claimed_rows.push((lease, row));
             } else {
                 leases.push(lease);
             }
         }
-        match self.options.handling {
+        for (lease, row) in claimed_rows {
+            opened.push(self.scan_or_fail(lease, Ok(Some(row)), None).await);
+        }
+        match o.handling {
             // Each job gets its own transaction; open them side by side.
             Handling::Transactional => {
                 opened.extend(join_all(leases.into_iter().map(|l| self.open_locked(l))).await);
             }
-            // One read for the whole batch.
-            Handling::Heartbeat => {
+            // One read for the whole batch (through the view).
+            Handling::Heartbeat if !leases.is_empty() => {
                 let ids = leases.iter().map(|l| l.id).collect();
-                match sql::select_records(&self.options, ids)
+                match sql::select_records(o, ids)
                     .query()
                     .fetch_all(&self.pool)
                     .await
@@ -353,6 +519,7 @@ impl<R: Record> Store for DbStore<R> {
                     Err(err) => opened.push(Err(Error::db("select_records")(err))),
                 }
             }
+            Handling::Heartbeat => {}
         }
         let mut jobs = Vec::with_capacity(opened.len());
         let mut first_error = None;
@@ -424,9 +591,7 @@ impl<R: Record> Store for DbStore<R> {
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
         let statement = sql::mark_complete(&self.options, job.lease.id, job.lease.token);
         let Some(mut tx) = job.tx.take() else {
-            return Ok(self
-                .fenced_write("mark_complete", job.lease, None, statement)
-                .await?);
+            return self.batched(job.lease, MarkKind::Complete, "").await;
         };
         // The mark and the handler's writes commit together, or not at all.
         let done = statement
@@ -448,6 +613,9 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
+        if job.tx.is_none() {
+            return self.batched(job.lease, MarkKind::Errored, message).await;
+        }
         let statement = sql::mark_errored(&self.options, job.lease.id, job.lease.token, message);
         Ok(self
             .fenced_write("mark_errored", job.lease, job.tx.take(), statement)
@@ -459,6 +627,9 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
+        if job.tx.is_none() {
+            return self.batched(job.lease, MarkKind::Failed, message).await;
+        }
         let statement = sql::mark_failed(&self.options, job.lease.id, job.lease.token, message);
         Ok(self
             .fenced_write("mark_failed", job.lease, job.tx.take(), statement)

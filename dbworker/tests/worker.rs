@@ -367,9 +367,15 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     let mut ao = options("worker-a");
     ao.hostname = Some("host-a".into());
     ao.heartbeat_interval = Duration::from_secs(3600);
-    ao.heartbeat_failure_limit = None;
+    ao.heartbeat_failure_limit = Some(Duration::from_secs(3600));
     ao.num_total_jobs = Some(1);
-    let a = Worker::new(store.clone(), a_handler, ao).unwrap();
+    // Such slow heartbeats only fit a store that tolerates them (the store
+    // checks every worker's options); the resetter below uses the 5 s one.
+    let mut slow = db.options();
+    slow.handling = Handling::Heartbeat;
+    slow.stalled_max_age = Duration::from_secs(4 * 3600);
+    let store_a = Arc::new(DbStore::new(db.pool.clone(), slow).await.unwrap());
+    let a = Worker::new(store_a, a_handler, ao).unwrap();
     let mut a_events = a.subscribe();
     let a_run = tokio::spawn(a.run());
     wait_for(&mut a_events, |e| {
@@ -661,6 +667,32 @@ async fn worker_options_that_do_not_fit_the_store_are_rejected() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("heartbeat_failure_limit"), "{err}");
+}
+
+#[tokio::test]
+async fn worker_new_runs_the_store_checks_too() {
+    let db = Db::new().await;
+    let store = db.store(Handling::Transactional).await;
+    let mut o = options("w");
+    // 2 s + 2 × 1.5 s is not below the 5 s stalled max age.
+    o.heartbeat_interval = Duration::from_millis(1500);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    let err = Worker::new(store.clone(), Script::default(), o)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("heartbeat_failure_limit"), "{err}");
+    let small = Arc::new(
+        DbStore::new(db.db.pool(3).await.unwrap(), db.options())
+            .await
+            .unwrap(),
+    );
+    let mut o = options("w");
+    o.num_handlers = 2;
+    o.claim_ahead = Some(2);
+    let err = Worker::new(small, Script::default(), o)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("6 are needed"), "{err}");
 }
 
 #[tokio::test]

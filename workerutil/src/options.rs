@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::store::Store;
 
 /// The shortest poll `interval` allowed: a shorter one only burns the
 /// database with empty claims (use wake-ups for low latency instead).
@@ -88,6 +89,19 @@ impl WorkerOptions {
             drain_timeout: Duration::from_secs(30),
             event_capacity: 1024,
         }
+    }
+
+    /// How many jobs a worker with these options claims ahead over `store`:
+    /// `claim_ahead` when set, else 0 with a capped `max_dequeue_batch`, else
+    /// what the store suggests.
+    pub fn claim_ahead_for<S: Store>(&self, store: &S) -> usize {
+        self.claim_ahead.unwrap_or_else(|| {
+            if self.max_dequeue_batch.is_some() {
+                0
+            } else {
+                store.default_claim_ahead(self.num_handlers)
+            }
+        })
     }
 
     /// Checks every field; the first problem found is returned.

@@ -132,13 +132,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .to_string_lossy()
                 .into_owned(),
         };
-        let claim_ahead = options.claim_ahead.unwrap_or_else(|| {
-            if options.max_dequeue_batch.is_some() {
-                0
-            } else {
-                store.default_claim_ahead(options.num_handlers)
-            }
-        });
+        let claim_ahead = options.claim_ahead_for(&*store);
         store
             .check_worker_options(&options, claim_ahead)
             .map_err(Error::IncompatibleOptions)?;

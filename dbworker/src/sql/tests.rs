@@ -24,8 +24,9 @@ fn statements() -> Vec<(&'static str, Statement)> {
     let v = resolved(true);
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     vec![
-        ("claim", claim(&t, "host", &[cost()], 3)),
-        ("claim_through_view", claim(&v, "host", &[cost()], 3)),
+        ("claim", claim(&t, "host", &[cost()], 3, false)),
+        ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
+        ("claim_through_view", claim(&v, "host", &[cost()], 3, true)),
         ("lock_and_select_record", lock_and_select_record(&t, 1, 2)),
         (
             "lock_and_select_record_through_view",
@@ -41,6 +42,18 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("mark_errored", mark_errored(&t, 1, 2, "m")),
         ("mark_failed", mark_failed(&t, 1, 2, "m")),
         ("requeue", requeue(&t, 1, 2)),
+        (
+            "mark_batch",
+            mark_batch(
+                &t,
+                &[Mark {
+                    id: 1,
+                    token: 2,
+                    kind: MarkKind::Errored,
+                    message: "m".into(),
+                }],
+            ),
+        ),
         ("log_append", log_append(&t, 1, 2, "{}".into())),
         ("log_update", log_update(&t, 1, 2, 0, "{}".into())),
         (
@@ -85,7 +98,7 @@ fn rendered_sql_matches_the_snapshots() {
 #[test]
 fn user_values_are_bound_not_rendered() {
     let t = resolved(false);
-    let s = claim(&t, "evil'); DROP TABLE x; --", &[], 1);
+    let s = claim(&t, "evil'); DROP TABLE x; --", &[], 1, true);
     assert!(!s.sql.contains("evil"), "{}", s.sql);
     let s = mark_failed(&t, 1, 2, "it's broken");
     assert!(!s.sql.contains("broken"), "{}", s.sql);

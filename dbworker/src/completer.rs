@@ -1,0 +1,97 @@
+//! Batched marks for heartbeat handling. Jobs that finish while one batch is
+//! being written wait for the next, so under load one fenced statement marks
+//! many jobs (group commit), and an idle worker adds no delay at all. Each job
+//! still gets its own answer: whether its lease still owned the row.
+//!
+//! A crash before a batch is written leaves its jobs `processing` with their
+//! heartbeats stopping: the resetter requeues them, so nothing is lost, but a
+//! job that had finished may run again (at-least-once, as heartbeat handling
+//! always is).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use sqlx::{PgPool, Row};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::options::Resolved;
+use crate::sql::{self, Mark};
+
+/// The most jobs one statement marks.
+const MAX_BATCH: usize = 1000;
+
+/// A job's answer: marked or not, or the database error rendered.
+type Answer = Result<bool, String>;
+
+struct Pending {
+    mark: Mark,
+    done: oneshot::Sender<Answer>,
+}
+
+/// The handle the store marks through; the writer task ends when it is dropped.
+#[derive(Debug, Clone)]
+pub(crate) struct Completer {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Completer {
+    /// Starts the writer task.
+    pub(crate) fn spawn(pool: PgPool, options: Arc<Resolved>) -> Completer {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_batches(pool, options, rx));
+        Completer { tx }
+    }
+
+    /// Queues `mark` for the next batch and waits until it is written.
+    pub(crate) async fn mark(&self, mark: Mark) -> Answer {
+        let (done, answer) = oneshot::channel();
+        self.tx
+            .send(Pending { mark, done })
+            .map_err(|_| "the batch writer has stopped".to_owned())?;
+        answer
+            .await
+            .map_err(|_| "the batch writer stopped before writing".to_owned())?
+    }
+}
+
+async fn write_batches(
+    pool: PgPool,
+    options: Arc<Resolved>,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let marks: Vec<Mark> = batch.iter().map(|p| p.mark.clone()).collect();
+        match write(&pool, &options, &marks).await {
+            Ok(marked) => {
+                for p in batch.drain(..) {
+                    let _ = p.done.send(Ok(marked.contains(&p.mark.id)));
+                }
+            }
+            // One bad row must not sink the others: write them one by one.
+            Err(_) if batch.len() > 1 => {
+                for p in batch.drain(..) {
+                    let answer = write(&pool, &options, std::slice::from_ref(&p.mark))
+                        .await
+                        .map(|marked| marked.contains(&p.mark.id));
+                    let _ = p.done.send(answer);
+                }
+            }
+            Err(message) => {
+                for p in batch.drain(..) {
+                    let _ = p.done.send(Err(message.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Writes one batch; returns the ids that were still owned and got marked.
+async fn write(pool: &PgPool, options: &Resolved, marks: &[Mark]) -> Result<HashSet<i64>, String> {
+    let rows = sql::mark_batch(options, marks)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(|err| format!("database error in mark_batch: {err}"))?;
+    Ok(rows.iter().map(|r| r.get::<i64, _>("id")).collect())
+}

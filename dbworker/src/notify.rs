@@ -1,0 +1,217 @@
+//! LISTEN/NOTIFY wake-ups: the channel a job table is notified on, the
+//! trigger that notifies it, and the listener that wakes idle workers.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use workerutil::{WakeupSender, Wakeups};
+
+use crate::columns::{Columns, Relation, is_identifier};
+use crate::error::{Error, Result};
+use crate::sql::quote;
+
+/// Whether a store listens for notifications, and on which channel.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Listen {
+    /// No listener: workers poll every `interval`. The default.
+    #[default]
+    Off,
+    /// Listen on the channel derived from the table name
+    /// ([`default_notify_channel`]), the one [`notify_trigger_sql`] notifies.
+    TableChannel,
+    /// Listen on this channel (a plain identifier of at most 63 bytes).
+    Channel(String),
+}
+
+/// The channel a table's jobs are announced on by default: `dbworker_<table>`
+/// (shortened with a hash to Postgres's 63-byte limit for long names).
+///
+/// ```
+/// assert_eq!(dbworker::default_notify_channel("app.email_jobs j").unwrap(), "dbworker_email_jobs");
+/// ```
+pub fn default_notify_channel(table_name: &str) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    Ok(channel_for(&rel))
+}
+
+pub(crate) fn channel_for(rel: &Relation) -> String {
+    bounded_name(&format!("dbworker_{}", rel.name))
+}
+
+/// `name` if it fits Postgres's 63-byte identifiers, else a prefix of it and a
+/// hash of the whole, so distinct long names stay distinct.
+pub(crate) fn bounded_name(name: &str) -> String {
+    const MAX: usize = 63;
+    if name.len() <= MAX {
+        return name.to_owned();
+    }
+    // FNV-1a: stable across Rust versions, unlike std's hasher.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let suffix = format!("_{:08x}", hash & 0xffff_ffff);
+    let mut cut = MAX - suffix.len();
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", &name[..cut])
+}
+
+impl Listen {
+    /// The channel to listen on, if any.
+    pub(crate) fn resolve(&self, table: &Relation) -> Result<Option<String>> {
+        match self {
+            Listen::Off => Ok(None),
+            Listen::TableChannel => Ok(Some(channel_for(table))),
+            Listen::Channel(name) if is_identifier(name) => Ok(Some(name.clone())),
+            Listen::Channel(name) => Err(Error::InvalidOption {
+                field: "listen",
+                reason: format!("channel {name:?} is not a plain identifier of at most 63 bytes"),
+            }),
+        }
+    }
+}
+
+/// SQL that makes Postgres announce new work on `channel` (default: the
+/// table's [`default_notify_channel`]): one notification per `INSERT`
+/// statement, and one per row that goes back to `queued` (a requeue or a
+/// reset). Retries that come due later are not announced: the poll interval
+/// covers them. Needs PostgreSQL 14 or newer (`CREATE OR REPLACE TRIGGER`).
+///
+/// ```
+/// let ddl = dbworker::notify_trigger_sql("email_jobs", &Default::default(), None).unwrap();
+/// assert!(ddl.contains("pg_notify"));
+/// ```
+pub fn notify_trigger_sql(
+    table_name: &str,
+    alternate_column_names: &std::collections::HashMap<String, String>,
+    channel: Option<&str>,
+) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    let c = Columns::resolve(alternate_column_names)?;
+    let channel = match channel {
+        Some(ch) => Listen::Channel(ch.to_owned()).resolve(&rel)?,
+        None => Listen::TableChannel.resolve(&rel)?,
+    }
+    .unwrap_or_default();
+    let qualify = |name: &str| match &rel.schema {
+        Some(s) => format!("{}.{}", quote(s), quote(name)),
+        None => quote(name),
+    };
+    let table = qualify(&rel.name);
+    let function = qualify(&bounded_name(&format!("{}_dbworker_notify", rel.name)));
+    let on_insert = quote(&bounded_name(&format!(
+        "{}_dbworker_notify_insert",
+        rel.name
+    )));
+    let on_requeue = quote(&bounded_name(&format!(
+        "{}_dbworker_notify_requeue",
+        rel.name
+    )));
+    let state = quote(&c.state);
+    Ok(format!(
+        r#"-- Wakes dbworker listeners on channel '{channel}' when jobs are queued.
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_ARGV[0], '');
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
+    FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
+CREATE OR REPLACE TRIGGER {on_requeue} AFTER UPDATE OF {state} ON {table}
+    FOR EACH ROW WHEN (NEW.{state} = 'queued' AND OLD.{state} IS DISTINCT FROM 'queued')
+    EXECUTE FUNCTION {function}('{channel}');
+"#
+    ))
+}
+
+/// The first wait before reconnecting a lost listener, and the cap it doubles to.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// Starts the listener task: one dedicated connection (outside the store's
+/// pool, since it is held for good) that LISTENs on `channel` and wakes the
+/// store's workers. It reconnects by itself; while it is down, the wake-ups
+/// are not live and workers poll. It stops when the guard is dropped.
+pub(crate) fn spawn_listener(
+    pool: &PgPool,
+    channel: String,
+    store: String,
+    connect_timeout: Duration,
+) -> (Wakeups, DropGuard) {
+    let sender = WakeupSender::new();
+    let wakeups = sender.subscribe();
+    let stop = CancellationToken::new();
+    let connect = (*pool.connect_options()).clone();
+    let task_stop = stop.clone();
+    tokio::spawn(async move {
+        let listen_pool = || {
+            PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .acquire_timeout(connect_timeout)
+                .max_lifetime(None)
+                .idle_timeout(None)
+                .connect_lazy_with(connect.clone())
+        };
+        let mut delay = RECONNECT_MIN;
+        let mut was_live = false;
+        loop {
+            let attempt = async {
+                let mut listener = PgListener::connect_with(&listen_pool()).await?;
+                listener.ignore_pool_close_event(true);
+                listener.eager_reconnect(false);
+                listener.listen(&channel).await?;
+                Ok::<_, sqlx::Error>(listener)
+            };
+            let result = tokio::select! {
+                _ = task_stop.cancelled() => return,
+                result = attempt => result,
+            };
+            let mut listener = match result {
+                Ok(listener) => listener,
+                Err(err) => {
+                    tracing::warn!(store = %store, channel = %channel, error = %err, retry_in = ?delay, "cannot LISTEN; workers poll until it is back");
+                    tokio::select! {
+                        _ = task_stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(RECONNECT_MAX);
+                    continue;
+                }
+            };
+            if was_live {
+                tracing::info!(store = %store, channel = %channel, "listener reconnected");
+            } else {
+                tracing::debug!(store = %store, channel = %channel, "listening");
+            }
+            // Going live wakes the workers: jobs may have arrived while it was down.
+            sender.set_live(true);
+            was_live = true;
+            delay = RECONNECT_MIN;
+            loop {
+                let received = tokio::select! {
+                    _ = task_stop.cancelled() => return,
+                    received = listener.try_recv() => received,
+                };
+                match received {
+                    Ok(Some(_)) => sender.wake(),
+                    Ok(None) => {
+                        tracing::warn!(store = %store, channel = %channel, "listener connection lost; workers poll until it is back");
+                        break;
+                    }
+                    Err(err) => {
+                        tracing::warn!(store = %store, channel = %channel, error = %err, "listener failed; workers poll until it is back");
+                        break;
+                    }
+                }
+            }
+            sender.set_live(false);
+        }
+    });
+    (wakeups, stop.drop_guard())
+}
