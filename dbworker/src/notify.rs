@@ -215,3 +215,29 @@ pub(crate) fn spawn_listener(
     });
     (wakeups, stop.drop_guard())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_stay_distinct_and_within_63_bytes() {
+        let a = bounded_name(&format!("{}_a", "x".repeat(70)));
+        let b = bounded_name(&format!("{}_b", "x".repeat(70)));
+        assert_ne!(a, b);
+        assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+        assert_eq!(bounded_name("short"), "short");
+        let ddl = notify_trigger_sql(&"j".repeat(63), &Default::default(), None).unwrap();
+        for line in ddl.lines().filter(|l| l.contains("TRIGGER")) {
+            let name = line.split('"').nth(1).unwrap();
+            assert!(name.len() <= 63, "{name}");
+        }
+    }
+
+    #[test]
+    fn channels_are_checked() {
+        assert!(notify_trigger_sql("jobs", &Default::default(), Some("bad name")).is_err());
+        let ddl = notify_trigger_sql("jobs", &Default::default(), Some("new_jobs")).unwrap();
+        assert!(ddl.contains("('new_jobs')"), "{ddl}");
+    }
+}

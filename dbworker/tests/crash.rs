@@ -7,13 +7,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, new_worker};
+use dbworker::{DbJob, DbStore, Handling, Resetter, ResetterOptions, new_worker};
 use serde_json::json;
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
 
 use common::{Db, Job};
 
 const CHILD_ENV: &str = "DBWORKER_CRASH_CHILD_URL";
+const BATCH_CHILD_ENV: &str = "DBWORKER_CRASH_BATCH_CHILD_URL";
 
 struct Hang {
     pool: sqlx::PgPool,
@@ -159,4 +160,102 @@ async fn a_worker_killed_mid_job_has_its_job_requeued_and_completed() {
         ["in tx", "started", "started"],
         "the killed attempt's transactional write was rolled back"
     );
+}
+
+/// Records each run of a job, then completes it (through the batched marks).
+struct Note {
+    pool: sqlx::PgPool,
+}
+
+#[async_trait]
+impl Handler<DbStore<Job>> for Note {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'ran')")
+            .bind(job.record().id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// A heartbeat-handling worker with batched marks, killed by the test below.
+#[tokio::test]
+#[ignore = "run as a child process by a_worker_killed_with_marks_in_flight_loses_no_job"]
+async fn crash_child_batch_worker() {
+    let Ok(url) = std::env::var(BATCH_CHILD_ENV) else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut so = Db::options_for_tests();
+    so.handling = Handling::Heartbeat;
+    so.stalled_max_age = Duration::from_secs(2);
+    let store = std::sync::Arc::new(DbStore::new(pool.clone(), so).await.unwrap());
+    let mut o = options("doomed-batch");
+    o.num_handlers = 16;
+    new_worker(store, Note { pool }, o).unwrap().run().await;
+}
+
+#[tokio::test]
+async fn a_worker_killed_with_marks_in_flight_loses_no_job() {
+    let db = Db::new().await;
+    let ids = db.enqueue(3000, json!({})).await;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child_batch_worker",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(BATCH_CHILD_ENV, db.db.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Kill it mid-stream, while jobs are running, buffered and being marked.
+    while db.count("completed").await < 200 {
+        assert!(Instant::now() < deadline, "the child made no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let stranded = db.count("processing").await;
+    assert!(stranded > 0, "the kill left claimed jobs behind");
+
+    // Stalled jobs go back to the queue; a new worker finishes everything.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let mut ro = ResetterOptions::new("r", "jobs");
+    ro.stalled_max_age = Duration::from_secs(2);
+    let out = Resetter::new(db.pool.clone(), ro)
+        .unwrap()
+        .reset_once()
+        .await
+        .unwrap();
+    assert_eq!(out.reset.len() as i64, stranded, "{out:?}");
+    let store = db.store(Handling::Heartbeat).await;
+    let mut o = options("survivor");
+    o.num_handlers = 16;
+    o.num_total_jobs = Some(db.count("queued").await as u64);
+    new_worker(
+        store,
+        Note {
+            pool: db.pool.clone(),
+        },
+        o,
+    )
+    .unwrap()
+    .run()
+    .await;
+    assert_eq!(db.count("completed").await, ids.len() as i64, "no job lost");
+    let never_ran: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs j WHERE NOT EXISTS (SELECT 1 FROM side_effects s WHERE s.job_id = j.id)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(never_ran, 0);
 }

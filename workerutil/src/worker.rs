@@ -315,6 +315,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             && let Ok(jobs) = in_flight.await
         {
             for job in jobs {
+                dequeued += 1;
                 buffer.push_back(self.register(job));
             }
         }
@@ -719,5 +720,27 @@ pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
         s.clone()
     } else {
         "panic with a non-string payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_back_off_doubles_to_its_cap_and_stays_at_the_interval_without_live_wake_ups() {
+        let s = Duration::from_secs;
+        let mut b = Backoff::new(s(1), Some(s(8)));
+        let waits: Vec<u64> = (0..6).map(|_| b.idle(Some(true)).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 8, 8]);
+        // The listener is down: polling is all there is.
+        assert_eq!(b.idle(Some(false)), s(1));
+        b.reset();
+        assert_eq!(b.idle(None), s(1));
+        assert_eq!(b.idle(None), s(2));
+        // Without max_interval there is no back-off.
+        let mut flat = Backoff::new(s(1), None);
+        assert_eq!(flat.idle(Some(true)), s(1));
+        assert_eq!(flat.idle(Some(true)), s(1));
     }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use dbworker::{Resetter, ResetterOptions, job_table_sql};
+use dbworker::{Resetter, ResetterOptions, job_table_sql, notify_trigger_sql};
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -60,6 +60,26 @@ struct MigrationArgs {
     /// Renamed standard columns, as `standard=actual` (repeatable).
     #[arg(long = "rename", value_parser = parse_rename)]
     renames: Vec<(String, String)>,
+    /// Also print the trigger that NOTIFYs listening workers when jobs are queued.
+    #[arg(long)]
+    notify: bool,
+    /// The NOTIFY channel (default: `dbworker_<table>`, what `Listen::TableChannel` listens on).
+    #[arg(long, requires = "notify")]
+    channel: Option<String>,
+}
+
+fn migration(args: MigrationArgs) -> Result<(), String> {
+    let renames = args.renames.into_iter().collect();
+    let mut ddl = job_table_sql(&args.table, &renames).map_err(|e| e.to_string())?;
+    if args.notify {
+        ddl.push('\n');
+        ddl.push_str(
+            &notify_trigger_sql(&args.table, &renames, args.channel.as_deref())
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    print!("{ddl}");
+    Ok(())
 }
 
 fn parse_rename(s: &str) -> Result<(String, String), String> {
@@ -83,9 +103,7 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Migration(args) => job_table_sql(&args.table, &args.renames.into_iter().collect())
-            .map(|ddl| print!("{ddl}"))
-            .map_err(|e| e.to_string()),
+        Command::Migration(args) => migration(args),
         Command::Reset(args) => reset(args).await,
     };
     match result {
