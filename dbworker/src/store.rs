@@ -207,12 +207,12 @@ impl<R: Record> DbStore<R> {
             });
         }
         match options.heartbeat_failure_limit {
-            Some(limit) if limit + beat * 2 < stalled => {}
+            Some(limit) if limit + beat * 3 < stalled => {}
             other => {
                 return Err(Error::InvalidOption {
                     field: "heartbeat_failure_limit",
                     reason: format!(
-                        "{other:?} must be set, and with two heartbeat intervals ({beat:?} each) stay below the store's stalled_max_age ({stalled:?}), so a worker that cannot heartbeat stops its jobs before they are reset"
+                        "{other:?} must be set, and with three heartbeat intervals ({beat:?} each) stay below the store's stalled_max_age ({stalled:?}), so a worker that cannot heartbeat stops its jobs before they are reset"
                     ),
                 });
             }

@@ -373,7 +373,7 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     // checks every worker's options); the resetter below uses the 5 s one.
     let mut slow = db.options();
     slow.handling = Handling::Heartbeat;
-    slow.stalled_max_age = Duration::from_secs(4 * 3600);
+    slow.stalled_max_age = Duration::from_secs(5 * 3600);
     let store_a = Arc::new(DbStore::new(db.pool.clone(), slow).await.unwrap());
     let a = Worker::new(store_a, a_handler, ao).unwrap();
     let mut a_events = a.subscribe();
@@ -674,7 +674,7 @@ async fn worker_new_runs_the_store_checks_too() {
     let db = Db::new().await;
     let store = db.store(Handling::Transactional).await;
     let mut o = options("w");
-    // 2 s + 2 × 1.5 s is not below the 5 s stalled max age.
+    // 2 s + 3 × 1.5 s is not below the 5 s stalled max age.
     o.heartbeat_interval = Duration::from_millis(1500);
     o.heartbeat_failure_limit = Some(Duration::from_secs(2));
     let err = Worker::new(store.clone(), Script::default(), o)
