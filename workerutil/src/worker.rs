@@ -531,9 +531,13 @@ async fn execute<S: Store, H: Handler<S>>(
     job: &mut S::Job,
     running: &Running,
 ) -> Outcome {
-    // Lost or canceled while it waited in the buffer: don't start it.
+    // Lost or canceled while it waited in the buffer: don't start it. A job
+    // that never ran is not charged a failure for expired heartbeats.
     if running.token.is_cancelled() {
-        return canceled_outcome(shared, running);
+        return match canceled_outcome(shared, running) {
+            Outcome::HeartbeatExpired(_) => Outcome::Interrupted,
+            other => other,
+        };
     }
     let ctx = JobContext {
         store: shared.store.clone(),
