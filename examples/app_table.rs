@@ -110,7 +110,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut worker_options = WorkerOptions::new("example_job_worker");
     worker_options.num_total_jobs = Some(6);
     worker_options.interval = Duration::from_millis(100);
-    worker_options.heartbeat_failure_limit = Some(Duration::from_secs(4));
+    worker_options.heartbeat_interval = Duration::from_millis(500);
+    worker_options.heartbeat_failure_limit = Some(Duration::from_secs(3));
     new_worker(store, Indexer, worker_options)?.run().await;
 
     let order: Vec<(i32, i64)> =

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbJob, DbStore, Resetter, StoreOptions, new_worker};
+use dbworker::{DbJob, DbStore, Listen, Resetter, StoreOptions, new_worker};
 use dbworker_testkit::TestDatabase;
 use tokio_util::sync::CancellationToken;
 use workerutil::{
@@ -121,12 +121,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut options = StoreOptions::<ExampleJob>::from_row("example_store", "example_jobs j");
     options.column_expressions = vec!["j.id".into(), "j.payload".into()];
     options.stalled_max_age = Duration::from_secs(5);
+    // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
+    options.listen = Listen::TableChannel;
     let store = Arc::new(DbStore::new(pool.clone(), options).await?);
 
     let mut worker_options = WorkerOptions::new("example_worker");
     worker_options.num_handlers = 4;
     worker_options.interval = Duration::from_millis(100);
-    worker_options.heartbeat_failure_limit = Some(Duration::from_secs(4));
+    // Notifications bring new jobs at once, so an idle worker may poll rarely.
+    worker_options.max_interval = Some(Duration::from_secs(30));
+    worker_options.heartbeat_interval = Duration::from_millis(500);
+    worker_options.heartbeat_failure_limit = Some(Duration::from_secs(3));
     let worker = new_worker(store.clone(), Squarer, worker_options)?;
     let shutdown = worker.shutdown_handle();
     let mut events = worker.subscribe();
