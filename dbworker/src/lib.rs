@@ -11,7 +11,9 @@
 //! Start with the guide in `docs/guide.md` and `cargo run --example quickstart`.
 
 mod columns;
+mod connection_loss;
 mod error;
+mod message;
 mod migrate;
 mod options;
 mod resetter;
@@ -22,6 +24,7 @@ mod worker;
 
 pub use columns::STANDARD_COLUMNS;
 pub use error::{Error, Result};
+pub use message::MAX_FAILURE_MESSAGE_BYTES;
 pub use migrate::job_table_sql;
 pub use options::{DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn, StoreOptions};
 pub use resetter::{

@@ -18,6 +18,18 @@ pub enum Error {
     /// The host name could not be determined and none was configured.
     #[error("cannot determine the worker hostname: {0}")]
     Hostname(#[source] std::io::Error),
+    /// A job's execution log already holds
+    /// [`MAX_EXECUTION_LOG_ENTRIES`](crate::MAX_EXECUTION_LOG_ENTRIES) entries for
+    /// this attempt; the entry was not appended.
+    #[error(
+        "the execution log of job {id} is full: an attempt may append at most {limit} entries; update existing entries instead"
+    )]
+    ExecutionLogFull {
+        /// The job.
+        id: crate::RecordId,
+        /// The cap.
+        limit: usize,
+    },
     /// A store operation failed.
     #[error("store operation `{op}` failed: {source}")]
     Store {

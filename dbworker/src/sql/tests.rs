@@ -41,8 +41,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("mark_errored", mark_errored(&t, 1, 2, "m")),
         ("mark_failed", mark_failed(&t, 1, 2, "m")),
         ("requeue", requeue(&t, 1, 2)),
+        ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
         ("log_append", log_append(&t, 1, 2, "{}".into())),
         ("log_update", log_update(&t, 1, 2, 0, "{}".into())),
+        ("log_len", log_len(&t, 1, 2)),
         (
             "reset_stalled",
             reset_stalled(&t.table, &t.columns, 5.0, 3, "m"),
