@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, MAX_FAILURE_MESSAGE_BYTES, new_worker};
+use dbworker::{
+    DEFAULT_MAX_NUM_RETRIES, DbJob, DbStore, Handling, MAX_FAILURE_MESSAGE_BYTES, StoreOptions,
+    new_worker,
+};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
 use workerutil::testing::{finished, wait_for};
@@ -420,4 +423,63 @@ async fn appending_past_the_execution_log_cap_is_refused_and_stays_fast() {
     // bound for a loaded CI machine).
     eprintln!("{MAX_EXECUTION_LOG_ENTRIES} appends and a refusal took {took:?}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+// ---- The default retry policy ----
+
+/// Always fails with a retryable error.
+struct Flaky;
+
+#[async_trait]
+impl Handler<DbStore<Job>> for Flaky {
+    async fn handle(
+        &self,
+        _job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        Err(std::io::Error::other("upstream unavailable").into())
+    }
+}
+
+#[tokio::test]
+async fn by_default_a_retryable_error_is_retried_ten_times_with_backoff() {
+    let db = Db::new().await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let defaults = StoreOptions::<Job>::from_row("defaults", "jobs j");
+    assert_eq!(defaults.max_num_retries, DEFAULT_MAX_NUM_RETRIES);
+    assert_eq!(DEFAULT_MAX_NUM_RETRIES, 10);
+    let store = Arc::new(DbStore::new(db.pool.clone(), defaults).await.unwrap());
+    let run_once = || async {
+        let mut o = options("defaults");
+        o.num_total_jobs = Some(1);
+        new_worker(store.clone(), Flaky, o).unwrap().run().await;
+    };
+
+    run_once().await;
+    assert_eq!(
+        db.state(id).await,
+        "errored",
+        "the first failure is retried"
+    );
+    assert_eq!(counters(&db, id).await, (1, 0));
+    let delay: f64 = db
+        .scalar(
+            "SELECT EXTRACT(EPOCH FROM process_after - finished_at)::float8 FROM jobs WHERE id = $1",
+            id,
+        )
+        .await;
+    assert!(
+        (8.9..=11.1).contains(&delay),
+        "first retry after 10 s ± 10 %: {delay}"
+    );
+
+    // The eleventh attempt is the last.
+    sqlx::query("UPDATE jobs SET num_failures = 10, process_after = now() WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    run_once().await;
+    assert_eq!(db.state(id).await, "failed");
+    assert_eq!(counters(&db, id).await, (11, 0));
 }
