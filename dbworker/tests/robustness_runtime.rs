@@ -418,7 +418,10 @@ async fn appending_past_the_execution_log_cap_is_refused_and_stays_fast() {
         "{refusal}"
     );
     assert_eq!(db.state(id).await, "completed");
-    assert_eq!(db.log_len(id).await, MAX_EXECUTION_LOG_ENTRIES as i32);
+    assert_eq!(
+        usize::try_from(db.log_len(id).await).unwrap(),
+        MAX_EXECUTION_LOG_ENTRIES
+    );
     // 10,000 uncapped appends took 114 s; the capped log stays cheap (generous
     // bound for a loaded CI machine).
     eprintln!("{MAX_EXECUTION_LOG_ENTRIES} appends and a refusal took {took:?}");
