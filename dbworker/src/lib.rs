@@ -12,7 +12,9 @@
 
 mod columns;
 mod completer;
+mod connection_loss;
 mod error;
+mod message;
 mod migrate;
 mod notify;
 mod options;
@@ -24,9 +26,13 @@ mod worker;
 
 pub use columns::STANDARD_COLUMNS;
 pub use error::{Error, Result};
+pub use message::MAX_FAILURE_MESSAGE_BYTES;
 pub use migrate::job_table_sql;
 pub use notify::{Listen, default_notify_channel, notify_trigger_sql};
-pub use options::{DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn, StoreOptions};
+pub use options::{
+    DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn,
+    StoreOptions,
+};
 pub use resetter::{
     RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL, ResetOutcome, Resetter, ResetterOptions,
 };

@@ -105,8 +105,11 @@ pub struct StoreOptions<R> {
     /// Renames standard columns: `{"state": "status"}` makes every statement use
     /// `status` where it would use `state`.
     pub alternate_column_names: HashMap<String, String>,
-    /// How many times an errored job is retried before it fails for good.
-    /// 0 (the default) disables retries: a retryable error fails the job.
+    /// How many times an errored job is retried before it fails for good; a job
+    /// gets at most `max_num_retries + 1` attempts. Default
+    /// [`DEFAULT_MAX_NUM_RETRIES`] (10): with the default [`RetryPolicy`] the
+    /// retries span about 2.4 hours. 0 disables retries: a retryable error fails
+    /// the job.
     pub max_num_retries: u32,
     /// The delay before each retry.
     pub retry: RetryPolicy,
@@ -176,6 +179,13 @@ impl<R> Clone for StoreOptions<R> {
     }
 }
 
+/// The default `max_num_retries`. Retryable errors are mostly transient (an
+/// upstream that is down, a database failover in heartbeat handling): with the
+/// default backoff (10 s, doubling, capped at 1 h) ten retries ride out about
+/// 2.4 hours of trouble, yet a job that can never succeed still ends `failed`
+/// the same day.
+pub const DEFAULT_MAX_NUM_RETRIES: u32 = 10;
+
 /// The default `reset_failure_message`.
 pub const DEFAULT_RESET_FAILURE_MESSAGE: &str =
     "job processor died while handling this job too many times";
@@ -196,7 +206,7 @@ impl<R> StoreOptions<R> {
             scan: Arc::new(scan),
             order_by: None,
             alternate_column_names: HashMap::new(),
-            max_num_retries: 0,
+            max_num_retries: DEFAULT_MAX_NUM_RETRIES,
             retry: RetryPolicy::default(),
             stalled_max_age: Duration::from_secs(30),
             max_num_resets: 3,

@@ -12,9 +12,10 @@ use sea_query::{
     Order, PostgresQueryBuilder, Query, SelectStatement, TableRef, UpdateStatement, WithClause,
 };
 use sea_query_sqlx::{SqlxBinder, SqlxValues};
-use workerutil::JobState;
+use workerutil::{JobState, MAX_EXECUTION_LOG_ENTRIES};
 
 use crate::columns::{Columns, Relation};
+use crate::message::sanitize_failure_message;
 use crate::options::{Resolved, RetryPolicy};
 
 /// A rendered statement with its bound values.
@@ -491,7 +492,10 @@ pub(crate) fn mark_errored(o: &Resolved, id: i64, token: i64, message: &str) -> 
             .finally(Expr::cust("now()").add(retry_delay(a, c, &o.retry))),
         )
         .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
-        .value(alias(&c.failure_message), message)
+        .value(
+            alias(&c.failure_message),
+            sanitize_failure_message(message).as_ref(),
+        )
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
@@ -563,7 +567,10 @@ pub(crate) fn mark_batch(o: &Resolved, marks: &[Mark]) -> Statement {
         .expr_as(
             Expr::cust_with_values(
                 "unnest($1::text[])",
-                [marks.iter().map(|m| m.message.clone()).collect::<Vec<_>>()],
+                [marks
+                    .iter()
+                    .map(|m| sanitize_failure_message(&m.message).into_owned())
+                    .collect::<Vec<_>>()],
             ),
             alias("message"),
         )
@@ -639,7 +646,10 @@ pub(crate) fn mark_failed(o: &Resolved, id: i64, token: i64, message: &str) -> S
                 .finally(state(JobState::Failed)),
         )
         .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
-        .value(alias(&c.failure_message), message)
+        .value(
+            alias(&c.failure_message),
+            sanitize_failure_message(message).as_ref(),
+        )
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
@@ -657,8 +667,59 @@ pub(crate) fn requeue(o: &Resolved, id: i64, token: i64) -> Statement {
     Statement::from(&q)
 }
 
+/// Puts back a claimed job whose transaction connection was lost (a Postgres
+/// restart, a terminated backend): not the handler's fault, so `num_failures` is
+/// untouched. It counts as a reset, as if the resetter had found it: `queued`
+/// with `num_resets + 1`, or `failed` with `message` once it was reset
+/// `max_num_resets` times, so a job that keeps killing its connection still ends.
+pub(crate) fn requeue_lost(o: &Resolved, id: i64, token: i64, message: &str) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let resets = || {
+        Expr::cust(format!(
+            "COALESCE({}.{}, 0)",
+            quote(a),
+            quote(&c.num_resets)
+        ))
+    };
+    let can_requeue = || resets().lt(o.max_num_resets);
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),
+        )
+        .value(
+            alias(&c.num_resets),
+            Expr::case(can_requeue(), resets().add(1)).finally(resets()),
+        )
+        .value(
+            alias(&c.failure_message),
+            Expr::case(can_requeue(), col(a, &c.failure_message))
+                .finally(sanitize_failure_message(message).as_ref()),
+        )
+        .value(
+            alias(&c.finished_at),
+            Expr::case(can_requeue(), Expr::cust("NULL")).finally(Expr::cust("now()")),
+        )
+        .value(
+            alias(&c.process_after),
+            Expr::case(can_requeue(), Expr::cust("NULL")).finally(col(a, &c.process_after)),
+        )
+        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
+        .value(alias(&c.worker_hostname), "")
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::text AS \"state\"",
+            quote(a),
+            quote(&c.state)
+        ))))
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// Appends an execution log entry (filling in `start_time` from the database
-/// clock when absent) and returns the new length of the log.
+/// clock when absent) and returns the new length of the log. A log that holds
+/// `MAX_EXECUTION_LOG_ENTRIES` already matches no row, as a lost lease does;
+/// [`log_len`] tells the two apart.
 pub(crate) fn log_append(o: &Resolved, id: i64, token: i64, entry_json: String) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
@@ -673,10 +734,29 @@ pub(crate) fn log_append(o: &Resolved, id: i64, token: i64, entry_json: String) 
                 [entry_json],
             ),
         )
+        .and_where(Expr::cust_with_values(
+            format!("COALESCE(array_length({logs}, 1), 0) < $1"),
+            [i64::try_from(MAX_EXECUTION_LOG_ENTRIES).unwrap_or(i64::MAX)],
+        ))
         .returning(Query::returning().expr(Expr::cust(format!(
             "COALESCE(array_length({}, 1), 0)::bigint AS \"len\"",
             quote(&c.execution_logs)
         ))))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The length of a claimed job's execution log, if the lease still owns it.
+pub(crate) fn log_len(o: &Resolved, id: i64, token: i64) -> Statement {
+    let t = &o.table;
+    let q = Query::select()
+        .expr(Expr::cust(format!(
+            "COALESCE(array_length({}.{}, 1), 0)::bigint AS \"len\"",
+            quote(&t.alias),
+            quote(&o.columns.execution_logs)
+        )))
+        .from(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
         .to_owned();
     Statement::from(&q)
 }
@@ -751,7 +831,8 @@ pub(crate) fn reset_stalled(
         )
         .value(
             alias(&c.failure_message),
-            Expr::case(can_requeue(), col(a, &c.failure_message)).finally(message),
+            Expr::case(can_requeue(), col(a, &c.failure_message))
+                .finally(sanitize_failure_message(message).as_ref()),
         )
         .value(
             alias(&c.finished_at),

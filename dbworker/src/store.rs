@@ -19,6 +19,7 @@ use workerutil::{
 
 use crate::completer::Completer;
 use crate::error::{Error, Result};
+use crate::message::sanitize_log_entry;
 use crate::options::{Handling, Resolved, ScanFn, StoreOptions};
 use crate::resetter::ResetOutcome;
 use crate::sql::{Mark, MarkKind};
@@ -389,12 +390,13 @@ impl<R: Record> DbStore<R> {
         message: &str,
     ) -> Result<bool> {
         let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
-        self.fenced_write("mark_failed", lease, tx, statement).await
+        self.write_failure("mark_failed", lease, tx, statement)
+            .await
     }
 
     /// Runs a fenced statement on the pool, after rolling back the handler's
     /// transaction (a failure is recorded outside it, without its writes).
-    async fn fenced_write(
+    pub(crate) async fn fenced_write(
         &self,
         op: &'static str,
         lease: Lease,
@@ -412,6 +414,27 @@ impl<R: Record> DbStore<R> {
             .await
             .map_err(Error::db(op))?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// An append matched no row: the lease was lost (`None`), or this attempt's
+    /// log is full (an error the handler sees).
+    async fn log_refused(&self, lease: Lease) -> std::result::Result<Option<usize>, BoxError> {
+        let owned = sql::log_len(&self.options, lease.id, lease.token)
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("log_len"))?;
+        let limit = workerutil::MAX_EXECUTION_LOG_ENTRIES;
+        match owned.map(|r| r.get::<i64, _>("len")) {
+            Some(len) if usize::try_from(len).unwrap_or(0) >= limit => {
+                Err(workerutil::Error::ExecutionLogFull {
+                    id: lease.id,
+                    limit,
+                }
+                .into())
+            }
+            _ => Ok(None),
+        }
     }
 }
 
@@ -564,13 +587,18 @@ impl<R: Record> Store for DbStore<R> {
         lease: Lease,
         entry: &ExecutionLogEntry,
     ) -> std::result::Result<Option<usize>, BoxError> {
-        let json = serde_json::to_string(entry)?;
+        let json = serde_json::to_string(&sanitize_log_entry(entry))?;
         let row = sql::log_append(&self.options, lease.id, lease.token, json)
             .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("log_append"))?;
-        Ok(row.map(|r| usize::try_from(r.get::<i64, _>("len")).unwrap_or(1) - 1))
+        match row {
+            Some(r) => Ok(Some(
+                usize::try_from(r.get::<i64, _>("len")).unwrap_or(1) - 1,
+            )),
+            None => self.log_refused(lease).await,
+        }
     }
 
     async fn update_execution_log_entry(
@@ -579,7 +607,7 @@ impl<R: Record> Store for DbStore<R> {
         index: usize,
         entry: &ExecutionLogEntry,
     ) -> std::result::Result<bool, BoxError> {
-        let json = serde_json::to_string(entry)?;
+        let json = serde_json::to_string(&sanitize_log_entry(entry))?;
         let done = sql::log_update(&self.options, lease.id, lease.token, index, json)
             .query()
             .execute(&self.pool)
@@ -594,17 +622,26 @@ impl<R: Record> Store for DbStore<R> {
             return self.batched(job.lease, MarkKind::Complete, "").await;
         };
         // The mark and the handler's writes commit together, or not at all.
-        let done = statement
-            .query()
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("mark_complete"))?;
+        let done = match statement.query().execute(&mut *tx).await {
+            Ok(done) => done,
+            Err(err) => {
+                return Err(self
+                    .completion_failed("mark_complete", job.lease, err)
+                    .await
+                    .into());
+            }
+        };
         if done.rows_affected() != 1 {
             // No longer ours: the handler's writes must not land either.
             tx.rollback().await.map_err(Error::db("rollback"))?;
             return Ok(false);
         }
-        tx.commit().await.map_err(Error::db("commit"))?;
+        if let Err(err) = tx.commit().await {
+            return Err(self
+                .completion_failed("commit", job.lease, err)
+                .await
+                .into());
+        }
         Ok(true)
     }
 
@@ -618,7 +655,7 @@ impl<R: Record> Store for DbStore<R> {
         }
         let statement = sql::mark_errored(&self.options, job.lease.id, job.lease.token, message);
         Ok(self
-            .fenced_write("mark_errored", job.lease, job.tx.take(), statement)
+            .write_failure("mark_errored", job.lease, job.tx.take(), statement)
             .await?)
     }
 
@@ -632,7 +669,7 @@ impl<R: Record> Store for DbStore<R> {
         }
         let statement = sql::mark_failed(&self.options, job.lease.id, job.lease.token, message);
         Ok(self
-            .fenced_write("mark_failed", job.lease, job.tx.take(), statement)
+            .write_failure("mark_failed", job.lease, job.tx.take(), statement)
             .await?)
     }
 

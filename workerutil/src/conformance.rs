@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::execution_log::ExecutionLogEntry;
+use crate::error::Error;
+use crate::execution_log::{ExecutionLogEntry, MAX_EXECUTION_LOG_ENTRIES};
 use crate::state::JobState;
 use crate::store::{Job, Lease, RecordId, Store};
 
@@ -67,6 +68,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     fencing_after_reset(h).await;
     conditions_filter(h).await;
     execution_log(h).await;
+    execution_log_is_capped(h).await;
     requeue_keeps_failures(h).await;
 }
 
@@ -454,6 +456,70 @@ pub async fn execution_log<H: Harness>(h: &H) {
     assert!(
         log[1].start_time.is_some(),
         "log: the store fills in start_time"
+    );
+}
+
+/// An attempt appends at most `MAX_EXECUTION_LOG_ENTRIES` entries; the next
+/// append is refused with `Error::ExecutionLogFull`, existing entries can still
+/// be updated, and the next attempt starts with an empty log.
+pub async fn execution_log_is_capped<H: Harness>(h: &H) {
+    let store = h.new_store(0).await;
+    let id = h.enqueue(&store, 1).await[0];
+    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("a job");
+    let lease = job.lease();
+    let entry = |i: usize| ExecutionLogEntry {
+        key: format!("step.{i}"),
+        ..Default::default()
+    };
+    for i in 0..MAX_EXECUTION_LOG_ENTRIES {
+        let index = store
+            .add_execution_log_entry(lease, &entry(i))
+            .await
+            .unwrap_or_else(|e| panic!("log_cap: append {i} failed: {e}"));
+        assert_eq!(index, Some(i), "log_cap: index of append {i}");
+    }
+    let err = store
+        .add_execution_log_entry(lease, &entry(MAX_EXECUTION_LOG_ENTRIES))
+        .await
+        .expect_err("log_cap: an append past the cap must be refused");
+    assert!(
+        matches!(
+            err.downcast_ref::<Error>(),
+            Some(Error::ExecutionLogFull { id: i, limit }) if *i == id && *limit == MAX_EXECUTION_LOG_ENTRIES
+        ),
+        "log_cap: expected ExecutionLogFull, got {err}"
+    );
+    let last = MAX_EXECUTION_LOG_ENTRIES - 1;
+    let done = ExecutionLogEntry {
+        exit_code: Some(0),
+        ..entry(last)
+    };
+    assert!(
+        store
+            .update_execution_log_entry(lease, last, &done)
+            .await
+            .unwrap(),
+        "log_cap: updates still work at the cap"
+    );
+    let log = h.execution_log(&store, id).await;
+    assert_eq!(log.len(), MAX_EXECUTION_LOG_ENTRIES, "log_cap: length");
+    assert_eq!(log[last].exit_code, Some(0), "log_cap: updated entry");
+    // A new attempt gets a new, empty log.
+    assert!(store.requeue(&mut job).await.unwrap(), "log_cap: requeue");
+    let again = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("log_cap: reclaim");
+    assert_eq!(
+        store
+            .add_execution_log_entry(again.lease(), &entry(0))
+            .await
+            .unwrap(),
+        Some(0),
+        "log_cap: a new attempt starts over"
     );
 }
 

@@ -22,6 +22,18 @@ pub enum Error {
     /// [`Store::check_worker_options`](crate::Store::check_worker_options)).
     #[error("the store does not fit these worker options: {0}")]
     IncompatibleOptions(#[source] BoxError),
+    /// A job's execution log already holds
+    /// [`MAX_EXECUTION_LOG_ENTRIES`](crate::MAX_EXECUTION_LOG_ENTRIES) entries for
+    /// this attempt; the entry was not appended.
+    #[error(
+        "the execution log of job {id} is full: an attempt may append at most {limit} entries; update existing entries instead"
+    )]
+    ExecutionLogFull {
+        /// The job.
+        id: crate::RecordId,
+        /// The cap.
+        limit: usize,
+    },
     /// A store operation failed.
     #[error("store operation `{op}` failed: {source}")]
     Store {

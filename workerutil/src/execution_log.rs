@@ -2,6 +2,16 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The most entries one attempt's execution log may hold. Every store refuses
+/// the next append with [`Error::ExecutionLogFull`](crate::Error::ExecutionLogFull);
+/// updating an existing entry is always allowed, and a new attempt starts with an
+/// empty log.
+///
+/// The Postgres store keeps the log in one array column and each append rewrites
+/// it, so appends get slower as the log grows (10,000 appends once took 114 s);
+/// the cap bounds that cost. Log a long-running step as one entry and update it.
+pub const MAX_EXECUTION_LOG_ENTRIES: usize = 1000;
+
 /// One entry of a job's execution log (the most recent attempt's log is kept).
 ///
 /// A handler appends an entry when it starts a step and updates it in place when

@@ -89,7 +89,9 @@ impl<S: Store> JobContext<S> {
     }
 
     /// Appends an entry to the job's execution log; returns its index, or `None`
-    /// if this attempt no longer owns the record.
+    /// if this attempt no longer owns the record. An attempt may append at most
+    /// [`MAX_EXECUTION_LOG_ENTRIES`](crate::MAX_EXECUTION_LOG_ENTRIES) entries; the
+    /// next append fails with [`Error::ExecutionLogFull`](crate::Error::ExecutionLogFull).
     pub async fn log(&self, entry: &ExecutionLogEntry) -> Result<Option<usize>, BoxError> {
         self.store.add_execution_log_entry(self.lease, entry).await
     }

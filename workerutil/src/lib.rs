@@ -35,7 +35,7 @@ pub use tokio_util::sync::CancellationToken;
 
 pub use error::{BoxError, Error, error_chain};
 pub use events::{Hook, WorkerEvent};
-pub use execution_log::ExecutionLogEntry;
+pub use execution_log::{ExecutionLogEntry, MAX_EXECUTION_LOG_ENTRIES};
 pub use handler::{Handler, JobContext};
 pub use memory::{JobSnapshot, MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions};
 pub use options::{MIN_INTERVAL, WorkerOptions};

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::error::BoxError;
-use crate::execution_log::ExecutionLogEntry;
+use crate::error::{BoxError, Error};
+use crate::execution_log::{ExecutionLogEntry, MAX_EXECUTION_LOG_ENTRIES};
 use crate::state::JobState;
 use crate::store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
 use crate::wakeup::{WakeupSender, Wakeups};
@@ -348,12 +348,20 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
         lease: Lease,
         entry: &ExecutionLogEntry,
     ) -> Result<Option<usize>, BoxError> {
-        Ok(self.with_owned(lease, |e| {
+        let appended = self.with_owned(lease, |e| {
+            let logs = &mut e.snapshot.execution_logs;
+            if logs.len() >= MAX_EXECUTION_LOG_ENTRIES {
+                return Err(Error::ExecutionLogFull {
+                    id: lease.id,
+                    limit: MAX_EXECUTION_LOG_ENTRIES,
+                });
+            }
             let mut entry = entry.clone();
             entry.start_time.get_or_insert_with(|| "now".to_owned());
-            e.snapshot.execution_logs.push(entry);
-            e.snapshot.execution_logs.len() - 1
-        }))
+            logs.push(entry);
+            Ok(logs.len() - 1)
+        });
+        Ok(appended.transpose()?)
     }
 
     async fn update_execution_log_entry(

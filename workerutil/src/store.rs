@@ -109,7 +109,9 @@ pub trait Store: Send + Sync + 'static {
     async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError>;
 
     /// Appends an entry to the job's execution log and returns its index, or `None`
-    /// when the lease no longer owns the record.
+    /// when the lease no longer owns the record. Refuses with
+    /// [`Error::ExecutionLogFull`](crate::Error::ExecutionLogFull) once this
+    /// attempt's log holds [`MAX_EXECUTION_LOG_ENTRIES`](crate::MAX_EXECUTION_LOG_ENTRIES).
     async fn add_execution_log_entry(
         &self,
         lease: Lease,

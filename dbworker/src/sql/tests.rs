@@ -54,8 +54,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
                 }],
             ),
         ),
+        ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
         ("log_append", log_append(&t, 1, 2, "{}".into())),
         ("log_update", log_update(&t, 1, 2, 0, "{}".into())),
+        ("log_len", log_len(&t, 1, 2)),
         (
             "reset_stalled",
             reset_stalled(&t.table, &t.columns, 5.0, 3, "m"),
