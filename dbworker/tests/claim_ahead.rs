@@ -24,12 +24,11 @@ impl Handler<DbStore<common::Job>> for Gate {
     async fn handle(
         &self,
         _job: &mut DbJob<common::Job>,
-        ctx: &JobContext<DbStore<common::Job>>,
+        _ctx: &JobContext<DbStore<common::Job>>,
     ) -> Result<(), HandlerError> {
-        tokio::select! {
-            permit = self.0.acquire() => { permit.expect("open").forget(); Ok(()) }
-            _ = ctx.cancellation().cancelled() => Err(HandlerError::non_retryable("canceled")),
-        }
+        // A shutdown drops this future while it waits: the worker requeues the job.
+        self.0.acquire().await.expect("open").forget();
+        Ok(())
     }
 }
 
