@@ -560,6 +560,10 @@ async fn execute<S: Store, H: Handler<S>>(
             }
             match result {
                 Ok(Ok(())) => Outcome::Completed,
+                // A handler that gave up because its token fired (a shutdown, a
+                // cancel request, a loss) is recorded for that reason, not charged
+                // with its own error.
+                Ok(Err(_)) if running.token.is_cancelled() => canceled_outcome(shared, running),
                 Ok(Err(err)) => Outcome::from_handler_error(err),
                 Err(panic) => {
                     let message = panic_message(&panic);

@@ -1085,3 +1085,36 @@ async fn a_panic_inside_a_store_call_is_an_error_and_the_worker_goes_on() {
     assert_eq!(run.await.unwrap().dequeued, 2);
     assert_eq!(store.count(JobState::Completed), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_errors_because_of_a_shutdown_is_requeued_not_failed() {
+    struct GivesUp;
+    #[async_trait]
+    impl Handler<MemoryStore<Task>> for GivesUp {
+        async fn handle(
+            &self,
+            _job: &mut MemoryJob<Task>,
+            ctx: &JobContext<MemoryStore<Task>>,
+        ) -> Result<(), HandlerError> {
+            ctx.cancellation().cancelled().await;
+            Err(HandlerError::non_retryable("stopped early"))
+        }
+    }
+    let store = store_with(&[Act::Succeed]);
+    let worker = Worker::new(store.clone(), GivesUp, options()).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())
+    })
+    .await;
+    shutdown.immediate();
+    let (outcome, marked) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(outcome, Outcome::Interrupted), "{outcome:?}");
+    assert!(marked);
+    run.await.unwrap();
+    let snapshot = store.snapshot(1).unwrap();
+    assert_eq!(snapshot.state, JobState::Queued);
+    assert_eq!(snapshot.num_failures, 0);
+}
