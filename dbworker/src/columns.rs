@@ -42,10 +42,21 @@ impl Relation {
         let parts: Vec<&str> = text.split_whitespace().collect();
         let (qualified, alias) = match parts.as_slice() {
             [name] => (*name, None),
-            [name, alias] => (*name, Some(*alias)),
+            [name, alias] if !alias.eq_ignore_ascii_case("as") => (*name, Some(*alias)),
             [name, as_kw, alias] if as_kw.eq_ignore_ascii_case("as") => (*name, Some(*alias)),
-            _ => return Err(invalid("expected `table`, `schema.table` or `table alias`")),
+            _ => {
+                return Err(invalid(
+                    "expected `table`, `schema.table`, `table alias` or `table AS alias`",
+                ));
+            }
         };
+        for word in [Some(qualified), alias].into_iter().flatten() {
+            if is_reserved(word) {
+                return Err(invalid(&format!(
+                    "{word:?} is an SQL keyword, not a table name or alias"
+                )));
+            }
+        }
         let (schema, name) = match qualified.split_once('.') {
             Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
             None => (None, qualified.to_owned()),
@@ -72,6 +83,75 @@ impl Relation {
             None => self.name.clone(),
         }
     }
+}
+
+/// Reserved words that can be neither a table name nor an alias without quotes
+/// (the ones a typo in `"jobs j"` could plausibly produce).
+fn is_reserved(word: &str) -> bool {
+    const RESERVED: &[&str] = &[
+        "all",
+        "and",
+        "as",
+        "asc",
+        "by",
+        "case",
+        "cross",
+        "desc",
+        "distinct",
+        "else",
+        "end",
+        "except",
+        "for",
+        "from",
+        "full",
+        "group",
+        "having",
+        "in",
+        "inner",
+        "intersect",
+        "is",
+        "join",
+        "left",
+        "limit",
+        "natural",
+        "not",
+        "null",
+        "offset",
+        "on",
+        "or",
+        "order",
+        "outer",
+        "right",
+        "select",
+        "table",
+        "then",
+        "union",
+        "using",
+        "when",
+        "where",
+        "with",
+    ];
+    RESERVED.iter().any(|r| r.eq_ignore_ascii_case(word))
+}
+
+/// `name` if it fits Postgres's 63-byte identifiers, else a prefix of it and a
+/// hash of the whole, so distinct long names stay distinct (Postgres would
+/// silently truncate them to the same name).
+pub(crate) fn bounded_name(name: &str) -> String {
+    const MAX: usize = 63;
+    if name.len() <= MAX {
+        return name.to_owned();
+    }
+    // FNV-1a: stable across Rust versions, unlike std's hasher.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let suffix = format!("_{:08x}", hash & 0xffff_ffff);
+    let mut cut = MAX - suffix.len();
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", &name[..cut])
 }
 
 /// Whether `s` is a plain SQL identifier (letters, digits, `_`, `$`; not starting with a digit).
@@ -122,6 +202,19 @@ impl Columns {
             }
         }
         let name = |c: &str| renames.get(c).cloned().unwrap_or_else(|| c.to_owned());
+        // Two standard columns under one name would make every statement wrong.
+        let mut seen: HashMap<String, &str> = HashMap::new();
+        for standard in STANDARD_COLUMNS {
+            if let Some(other) = seen.insert(name(standard), standard) {
+                return Err(Error::InvalidOption {
+                    field: "alternate_column_names",
+                    reason: format!(
+                        "standard columns {other} and {standard} would both be named {:?}; every standard column needs its own column",
+                        name(standard)
+                    ),
+                });
+            }
+        }
         Ok(Columns {
             id: name("id"),
             state: name("state"),
@@ -146,7 +239,7 @@ impl Columns {
         const TEXT: &[&str] = &["text", "varchar"];
         const INT: &[&str] = &["int4", "int8", "int2"];
         vec![
-            ("id", &self.id, &["int4", "int8"]),
+            ("id", &self.id, &["int8"]),
             ("state", &self.state, TEXT),
             ("failure_message", &self.failure_message, TEXT),
             ("queued_at", &self.queued_at, TS),
@@ -184,6 +277,23 @@ mod tests {
         assert!(Relation::parse("table_name", "jobs; drop table x").is_err());
         assert!(Relation::parse("table_name", "").is_err());
         assert!(Relation::parse("table_name", "a b c d").is_err());
+        let r = Relation::parse("table_name", "jobs as j").unwrap();
+        assert_eq!(r.alias, "j");
+        for bad in [
+            "jobs AS",
+            "jobs as",
+            "jobs where",
+            "jobs j where",
+            "AS j",
+            "jobs JOIN",
+        ] {
+            let err = Relation::parse("table_name", bad).unwrap_err().to_string();
+            assert!(err.contains("table_name"), "{bad}: {err}");
+        }
+        let err = Relation::parse("table_name", "jobs AS")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("table AS alias"), "{err}");
     }
 
     #[test]
@@ -199,5 +309,20 @@ mod tests {
         let mut bad = HashMap::new();
         bad.insert("state".to_owned(), "st ate".to_owned());
         assert!(Columns::resolve(&bad).is_err());
+        // A rename onto another standard column, or two renames onto one name.
+        for pairs in [vec![("state", "id")], vec![("state", "s"), ("cancel", "s")]] {
+            let renames: HashMap<String, String> = pairs
+                .into_iter()
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .collect();
+            let err = Columns::resolve(&renames).unwrap_err().to_string();
+            assert!(err.contains("would both be named"), "{err}");
+        }
+        // Swapping two names is fine: each standard column still has its own.
+        let swap: HashMap<String, String> = [("state", "cancel"), ("cancel", "state")]
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        assert!(Columns::resolve(&swap).is_ok());
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::columns::{Columns, Relation};
+use crate::columns::{Columns, Relation, bounded_name};
 use crate::error::Result;
 use crate::sql::quote;
 
@@ -25,7 +25,9 @@ pub fn job_table_sql(
         Some(s) => format!("{}.{}", quote(s), quote(&rel.name)),
         None => quote(&rel.name),
     };
-    let index = |suffix: &str| quote(&format!("{}_{suffix}", rel.name));
+    // Postgres truncates names to 63 bytes: long table names would give both
+    // indexes one name, and `IF NOT EXISTS` would skip the second.
+    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
     let q = |s: &str| quote(s);
     Ok(format!(
         r#"CREATE TABLE IF NOT EXISTS {table} (

@@ -8,7 +8,7 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use workerutil::{WakeupSender, Wakeups};
 
-use crate::columns::{Columns, Relation, is_identifier};
+use crate::columns::{Columns, Relation, bounded_name, is_identifier};
 use crate::error::{Error, Result};
 use crate::sql::quote;
 
@@ -39,25 +39,6 @@ pub fn default_notify_channel(table_name: &str) -> Result<String> {
 
 pub(crate) fn channel_for(rel: &Relation) -> String {
     bounded_name(&format!("dbworker_{}", rel.name))
-}
-
-/// `name` if it fits Postgres's 63-byte identifiers, else a prefix of it and a
-/// hash of the whole, so distinct long names stay distinct.
-pub(crate) fn bounded_name(name: &str) -> String {
-    const MAX: usize = 63;
-    if name.len() <= MAX {
-        return name.to_owned();
-    }
-    // FNV-1a: stable across Rust versions, unlike std's hasher.
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let suffix = format!("_{:08x}", hash & 0xffff_ffff);
-    let mut cut = MAX - suffix.len();
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}{suffix}", &name[..cut])
 }
 
 impl Listen {

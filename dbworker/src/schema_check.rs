@@ -11,8 +11,15 @@ use crate::error::{Error, Result};
 use crate::options::Resolved;
 use crate::sql;
 
-/// `column name → udt_name` of a relation; empty when it does not exist.
-async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, String>> {
+/// A column as `pg_catalog` describes it.
+struct Column {
+    ty: String,
+    not_null: bool,
+    has_default: bool,
+}
+
+/// The relation's columns by name; empty when it does not exist.
+async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, Column>> {
     let rows = sql::relation_columns(rel)
         .query()
         .fetch_all(pool)
@@ -20,36 +27,109 @@ async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, Str
         .map_err(Error::db("schema_check"))?;
     Ok(rows
         .into_iter()
-        .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
+        .map(|r| {
+            let column = Column {
+                ty: r.get("type"),
+                not_null: r.get("not_null"),
+                has_default: r.get("has_default"),
+            };
+            (r.get::<String, _>("name"), column)
+        })
         .collect())
 }
 
-/// Checks that `rel` exists with every standard column, typed as expected.
+/// Whether the relation exists (resolved as Postgres resolves it, through
+/// `search_path` when unqualified) and whether the role may read it (and
+/// update it, when `update`). Records what is wrong; returns whether it exists.
+async fn check_access(
+    pool: &PgPool,
+    rel: &Relation,
+    what: &str,
+    update: bool,
+    problems: &mut Vec<String>,
+) -> Result<bool> {
+    let name = rel.display_name();
+    let row = sql::relation_access(rel)
+        .query()
+        .fetch_optional(pool)
+        .await
+        .map_err(Error::db("schema_check"))?;
+    let Some(row) = row else {
+        let hint = if rel.schema.is_none() {
+            " in any schema of the search_path"
+        } else {
+            ""
+        };
+        problems.push(format!("{what} {name} does not exist{hint}"));
+        return Ok(false);
+    };
+    let role: String = row.get("role");
+    let mut missing = Vec::new();
+    if !row.get::<bool, _>("may_select") {
+        missing.push("SELECT");
+    }
+    if update && !row.get::<bool, _>("may_update") {
+        missing.push("UPDATE");
+    }
+    if !missing.is_empty() {
+        let missing = missing.join(", ");
+        problems.push(format!(
+            "role {role} lacks {missing} on {what} {name}: GRANT {missing} ON {name} TO {role}"
+        ));
+    }
+    let kind: String = row.get("kind");
+    if what == "table" && !matches!(kind.as_str(), "r" | "p") {
+        problems.push(format!(
+            "{name} is not a table (pg_class.relkind {kind:?}): table_name must name the job table; a view goes in view_name"
+        ));
+    }
+    Ok(true)
+}
+
+/// Checks that `rel` exists, that the role may select and update it, and that
+/// it has every standard column, typed as expected, with counters that cannot
+/// silently hold NULL.
 pub(crate) async fn check_table(
     pool: &PgPool,
     rel: &Relation,
     columns: &Columns,
     problems: &mut Vec<String>,
 ) -> Result<()> {
+    if !check_access(pool, rel, "table", true, problems).await? {
+        return Ok(());
+    }
     let table_columns = columns_of(pool, rel).await?;
     let table = rel.display_name();
-    if table_columns.is_empty() {
-        problems.push(format!("table {table} does not exist (or has no columns)"));
-    } else {
-        for (standard, name, types) in columns.expected_types() {
-            let renamed = if standard == name {
-                String::new()
-            } else {
-                format!(" (standard column {standard})")
-            };
-            match table_columns.get(name) {
-                None => problems.push(format!("table {table} has no column {name}{renamed}")),
-                Some(actual) if !types.contains(&actual.as_str()) => problems.push(format!(
-                    "column {table}.{name}{renamed} has type {actual}, expected one of {}",
-                    types.join(", ")
-                )),
-                Some(_) => {}
+    for (standard, name, types) in columns.expected_types() {
+        let renamed = if standard == name {
+            String::new()
+        } else {
+            format!(" (standard column {standard})")
+        };
+        match table_columns.get(name) {
+            None => problems.push(format!("table {table} has no column {name}{renamed}")),
+            Some(col) if standard == "id" && matches!(col.ty.as_str(), "int2" | "int4") => {
+                problems.push(format!(
+                    "column {table}.{name}{renamed} has type {}, but job ids are 64-bit (every record id is an i64): ALTER TABLE {table} ALTER COLUMN {name} TYPE bigint",
+                    col.ty
+                ));
             }
+            Some(col) if !types.contains(&col.ty.as_str()) => problems.push(format!(
+                "column {table}.{name}{renamed} has type {}, expected one of {}",
+                col.ty,
+                types.join(", ")
+            )),
+            Some(_) => {}
+        }
+    }
+    for name in [&columns.num_failures, &columns.num_resets] {
+        if let Some(col) = table_columns.get(name)
+            && !col.not_null
+            && !col.has_default
+        {
+            problems.push(format!(
+                "column {table}.{name} is a counter but nullable with no default, so new rows would hold NULL: ALTER TABLE {table} ALTER COLUMN {name} SET DEFAULT 0 (and UPDATE … SET {name} = 0 WHERE {name} IS NULL; ALTER … SET NOT NULL)"
+            ));
         }
     }
     Ok(())
@@ -59,16 +139,14 @@ pub(crate) async fn check_table(
 pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
     let mut problems = Vec::new();
     check_table(pool, &o.table, &o.columns, &mut problems).await?;
-    if let Some(view) = &o.view {
+    if let Some(view) = &o.view
+        && check_access(pool, view, "view", false, &mut problems).await?
+    {
         let view_columns = columns_of(pool, view).await?;
         let name = view.display_name();
-        if view_columns.is_empty() {
-            problems.push(format!("view {name} does not exist (or has no columns)"));
-        } else {
-            for col in [&o.columns.id, &o.columns.state, &o.columns.process_after] {
-                if !view_columns.contains_key(col.as_str()) {
-                    problems.push(format!("view {name} has no column {col}"));
-                }
+        for col in [&o.columns.id, &o.columns.state, &o.columns.process_after] {
+            if !view_columns.contains_key(col.as_str()) {
+                problems.push(format!("view {name} has no column {col}"));
             }
         }
     }

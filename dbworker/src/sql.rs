@@ -71,6 +71,12 @@ fn token_expr(a: &str, c: &Columns) -> Expr {
     ))
 }
 
+/// `COALESCE(a.column, 0)`: counters are read NULL-safe, so a nullable counter
+/// holding NULL counts as 0 instead of making every comparison unknown.
+fn counter(a: &str, column: &str) -> Expr {
+    Expr::cust(format!("COALESCE({}.{}, 0)", quote(a), quote(column)))
+}
+
 /// `a.state IN ('queued','errored') AND (a.process_after IS NULL OR a.process_after <= now())`.
 fn eligible(a: &str, c: &Columns) -> Condition {
     Condition::all()
@@ -456,7 +462,7 @@ pub(crate) fn mark_complete(o: &Resolved, id: i64, token: i64) -> Statement {
 fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
     Expr::cust_with_values(
         format!(
-            "make_interval(secs => LEAST($1::float8, $2::float8 * power($3::float8, {}.{})) * (1 + $4::float8 * (2 * random() - 1)))",
+            "make_interval(secs => LEAST($1::float8, $2::float8 * power($3::float8, COALESCE({}.{}, 0))) * (1 + $4::float8 * (2 * random() - 1)))",
             quote(a),
             quote(&c.num_failures)
         ),
@@ -475,7 +481,7 @@ fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
 pub(crate) fn mark_errored(o: &Resolved, id: i64, token: i64, message: &str) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
-    let exhausted = || col(a, &c.num_failures).add(1).gt(o.max_num_retries);
+    let exhausted = || counter(a, &c.num_failures).add(1).gt(o.max_num_retries);
     let q = fenced_update(o, id, token)
         .value(
             alias(&c.state),
@@ -491,7 +497,7 @@ pub(crate) fn mark_errored(o: &Resolved, id: i64, token: i64, message: &str) -> 
             )
             .finally(Expr::cust("now()").add(retry_delay(a, c, &o.retry))),
         )
-        .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
+        .value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
         .value(
             alias(&c.failure_message),
             sanitize_failure_message(message).as_ref(),
@@ -537,7 +543,7 @@ pub(crate) fn mark_batch(o: &Resolved, marks: &[Mark]) -> Statement {
     let t = &o.table;
     let a = &t.alias;
     let q = |name: &str| format!("{}.{}", quote(a), quote(name));
-    let failures = format!("COALESCE({}, 0)", q(&c.num_failures));
+    let failures = format!("COALESCE({}, 0)", q(&c.num_failures)); // see counter()
     let cancel = format!("COALESCE({}, false)", q(&c.cancel));
     let marks_q = Query::select()
         .expr_as(
@@ -645,7 +651,7 @@ pub(crate) fn mark_failed(o: &Resolved, id: i64, token: i64, message: &str) -> S
             Expr::case(col(a, &c.cancel), state(JobState::Canceled))
                 .finally(state(JobState::Failed)),
         )
-        .value(alias(&c.num_failures), col(a, &c.num_failures).add(1))
+        .value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
         .value(
             alias(&c.failure_message),
             sanitize_failure_message(message).as_ref(),
@@ -675,13 +681,7 @@ pub(crate) fn requeue(o: &Resolved, id: i64, token: i64) -> Statement {
 pub(crate) fn requeue_lost(o: &Resolved, id: i64, token: i64, message: &str) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
-    let resets = || {
-        Expr::cust(format!(
-            "COALESCE({}.{}, 0)",
-            quote(a),
-            quote(&c.num_resets)
-        ))
-    };
+    let resets = || counter(a, &c.num_resets);
     let can_requeue = || resets().lt(o.max_num_resets);
     let q = fenced_update(o, id, token)
         .value(
@@ -818,7 +818,7 @@ pub(crate) fn reset_stalled(
         )
         .lock_with_tables_behavior(LockType::Update, [alias(a)], LockBehavior::SkipLocked)
         .to_owned();
-    let can_requeue = || col(a, &c.num_resets).lt(max_num_resets);
+    let can_requeue = || counter(a, &c.num_resets).lt(max_num_resets);
     let update = Query::update()
         .table(table_ref(t))
         .value(
@@ -827,7 +827,8 @@ pub(crate) fn reset_stalled(
         )
         .value(
             alias(&c.num_resets),
-            Expr::case(can_requeue(), col(a, &c.num_resets).add(1)).finally(col(a, &c.num_resets)),
+            Expr::case(can_requeue(), counter(a, &c.num_resets).add(1))
+                .finally(col(a, &c.num_resets)),
         )
         .value(
             alias(&c.failure_message),
@@ -911,17 +912,55 @@ pub(crate) fn max_age_in_queue(o: &Resolved) -> Statement {
     Statement::from(&q)
 }
 
-/// The columns of a table or view: `(column_name, udt_name)`.
-pub(crate) fn relation_columns(rel: &Relation) -> Statement {
-    let mut q = Query::select();
-    q.columns([alias("column_name"), alias("udt_name")])
-        .from((alias("information_schema"), alias("columns")))
-        .and_where(Expr::col(alias("table_name")).eq(rel.name.as_str()));
-    match &rel.schema {
-        Some(s) => q.and_where(Expr::col(alias("table_schema")).eq(s.as_str())),
-        None => q.and_where(Expr::col(alias("table_schema")).eq(Expr::cust("current_schema()"))),
+/// The relation's name as `to_regclass` takes it: quoted, and schema-qualified
+/// only when configured so, so an unqualified name resolves through
+/// `search_path` exactly as the other statements' names do.
+fn regclass(rel: &Relation) -> Expr {
+    let name = match &rel.schema {
+        Some(s) => format!("{}.{}", quote(s), quote(&rel.name)),
+        None => quote(&rel.name),
     };
-    q.order_by(alias("ordinal_position"), Order::Asc);
+    Expr::cust_with_values("to_regclass($1::text)", [name])
+}
+
+/// The columns of a table or view, from `pg_catalog` (which, unlike
+/// `information_schema`, lists columns the role has no privilege on):
+/// `(name, type name, not null, has default)`. No rows: no such relation.
+pub(crate) fn relation_columns(rel: &Relation) -> Statement {
+    let q = Query::select()
+        .expr_as(Expr::cust("a.attname::text"), alias("name"))
+        .expr_as(Expr::cust("t.typname::text"), alias("type"))
+        .expr_as(Expr::cust("a.attnotnull"), alias("not_null"))
+        .expr_as(Expr::cust("a.atthasdef"), alias("has_default"))
+        .from_as((alias("pg_catalog"), alias("pg_attribute")), alias("a"))
+        .inner_join(
+            TableRef::from((alias("pg_catalog"), alias("pg_type"))).alias(alias("t")),
+            Expr::cust("t.oid = a.atttypid"),
+        )
+        .and_where(Expr::cust("a.attrelid").eq(regclass(rel)))
+        .and_where(Expr::cust("a.attnum > 0 AND NOT a.attisdropped"))
+        .order_by_expr(Expr::cust("a.attnum"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Whether the relation exists and what the current role may do with it:
+/// `(kind, may select, may update, role)`. No row: no such relation.
+pub(crate) fn relation_access(rel: &Relation) -> Statement {
+    let q = Query::select()
+        .expr_as(Expr::cust("c.relkind::text"), alias("kind"))
+        .expr_as(
+            Expr::cust("has_table_privilege(c.oid, 'SELECT')"),
+            alias("may_select"),
+        )
+        .expr_as(
+            Expr::cust("has_table_privilege(c.oid, 'UPDATE')"),
+            alias("may_update"),
+        )
+        .expr_as(Expr::cust("current_user::text"), alias("role"))
+        .from_as((alias("pg_catalog"), alias("pg_class")), alias("c"))
+        .and_where(Expr::cust("c.oid").eq(regclass(rel)))
+        .to_owned();
     Statement::from(&q)
 }
 

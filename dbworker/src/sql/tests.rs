@@ -66,6 +66,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("any_queued", any_queued(&t)),
         ("max_age_in_queue", max_age_in_queue(&t)),
         ("relation_columns", relation_columns(&t.table)),
+        ("relation_access", relation_access(&t.table)),
         ("probe_expressions", probe_expressions(&v)),
     ]
 }

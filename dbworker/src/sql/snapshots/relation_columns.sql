@@ -1,1 +1,1 @@
-SELECT "column_name", "udt_name" FROM "information_schema"."columns" WHERE "table_name" = $1 AND "table_schema" = (current_schema()) ORDER BY "ordinal_position" ASC
+SELECT a.attname::text AS "name", t.typname::text AS "type", a.attnotnull AS "not_null", a.atthasdef AS "has_default" FROM "pg_catalog"."pg_attribute" AS "a" INNER JOIN "pg_catalog"."pg_type" AS "t" ON t.oid = a.atttypid WHERE (a.attrelid) = (to_regclass($1::text)) AND (a.attnum > 0 AND NOT a.attisdropped) ORDER BY a.attnum ASC
