@@ -32,6 +32,16 @@ pub enum Error {
         /// Where the need comes from.
         reason: String,
     },
+    /// The database could not be reached at start-up. `target` is
+    /// `host:port` (or the socket path); the password is never shown.
+    #[error("cannot connect to the database at {target}: {reason}")]
+    Connect {
+        /// Where it tried to connect.
+        target: String,
+        /// The underlying cause: refused, name lookup failed, authentication
+        /// failed, or no answer within the connect timeout.
+        reason: String,
+    },
     /// A database call failed.
     #[error("database error in {op}: {source}")]
     Database {

@@ -30,8 +30,8 @@ pub use message::MAX_FAILURE_MESSAGE_BYTES;
 pub use migrate::job_table_sql;
 pub use notify::{Listen, default_notify_channel, notify_trigger_sql};
 pub use options::{
-    DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling, RetryPolicy, ScanFn,
-    StoreOptions,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,
+    RetryPolicy, ScanFn, StoreOptions,
 };
 pub use resetter::{
     RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL, ResetOutcome, Resetter, ResetterOptions,

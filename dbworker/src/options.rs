@@ -134,6 +134,10 @@ pub struct StoreOptions<R> {
     /// The table must be notified: install [`notify_trigger_sql`](crate::notify_trigger_sql)
     /// (or call `pg_notify(channel, '')` where you enqueue). Default [`Listen::Off`].
     pub listen: Listen,
+    /// How long `DbStore::new` (and the listener) wait for a connection before
+    /// reporting the server unreachable, with the real cause (refused, name
+    /// lookup, authentication) and `host:port`. Default 5 s.
+    pub connect_timeout: Duration,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -153,6 +157,7 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("handling", &self.handling)
             .field("candidate_window", &self.candidate_window)
             .field("listen", &self.listen)
+            .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -175,6 +180,7 @@ impl<R> Clone for StoreOptions<R> {
             handling: self.handling,
             candidate_window: self.candidate_window,
             listen: self.listen.clone(),
+            connect_timeout: self.connect_timeout,
         }
     }
 }
@@ -185,6 +191,9 @@ impl<R> Clone for StoreOptions<R> {
 /// 2.4 hours of trouble, yet a job that can never succeed still ends `failed`
 /// the same day.
 pub const DEFAULT_MAX_NUM_RETRIES: u32 = 10;
+
+/// The default `connect_timeout` of the store and the resetter.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The default `reset_failure_message`.
 pub const DEFAULT_RESET_FAILURE_MESSAGE: &str =
@@ -214,6 +223,7 @@ impl<R> StoreOptions<R> {
             handling: Handling::Transactional,
             candidate_window: 50,
             listen: Listen::Off,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 
@@ -266,6 +276,9 @@ impl<R> StoreOptions<R> {
         if self.reset_failure_message.trim().is_empty() {
             return Err(invalid("reset_failure_message", "must not be empty"));
         }
+        if self.connect_timeout.is_zero() {
+            return Err(invalid("connect_timeout", "must be positive"));
+        }
         if self.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
@@ -298,6 +311,7 @@ impl<R> StoreOptions<R> {
             handling: self.handling,
             candidate_window: self.candidate_window,
             listen_channel,
+            connect_timeout: self.connect_timeout,
         })
     }
 }
@@ -332,6 +346,7 @@ pub(crate) struct Resolved {
     pub(crate) handling: Handling,
     pub(crate) candidate_window: usize,
     pub(crate) listen_channel: Option<String>,
+    pub(crate) connect_timeout: Duration,
 }
 
 impl Resolved {
@@ -398,6 +413,10 @@ mod tests {
                 Box::new(|o| o.reset_failure_message.clear()),
             ),
             ("candidate_window", Box::new(|o| o.candidate_window = 0)),
+            (
+                "connect_timeout",
+                Box::new(|o| o.connect_timeout = Duration::ZERO),
+            ),
             (
                 "listen",
                 Box::new(|o| o.listen = Listen::Channel("no spaces".into())),

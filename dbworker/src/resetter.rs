@@ -10,7 +10,7 @@ use workerutil::{JobState, RecordId};
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
-use crate::options::{DEFAULT_RESET_FAILURE_MESSAGE, Resolved};
+use crate::options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESET_FAILURE_MESSAGE, Resolved};
 use crate::sql;
 
 /// Stalled jobs the resetter put back in the queue (metric name).
@@ -38,6 +38,9 @@ pub struct ResetterOptions {
     pub reset_failure_message: String,
     /// Time between passes. Default 30 s.
     pub interval: Duration,
+    /// How long [`Resetter::check`] waits for a connection before reporting the
+    /// server unreachable with the real cause. Default 5 s.
+    pub connect_timeout: Duration,
 }
 
 impl ResetterOptions {
@@ -51,6 +54,7 @@ impl ResetterOptions {
             max_num_resets: 3,
             reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
             interval: Duration::from_secs(30),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 
@@ -72,6 +76,9 @@ impl ResetterOptions {
         }
         if self.interval.is_zero() {
             return Err(invalid("interval", "must be positive"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(invalid("connect_timeout", "must be positive"));
         }
         if self.reset_failure_message.trim().is_empty() {
             return Err(invalid("reset_failure_message", "must not be empty"));
@@ -155,6 +162,7 @@ pub struct Resetter {
     pool: PgPool,
     name: String,
     interval: Duration,
+    connect_timeout: Duration,
     config: ResetConfig,
 }
 
@@ -166,6 +174,7 @@ impl Resetter {
             pool,
             name: options.name,
             interval: options.interval,
+            connect_timeout: options.connect_timeout,
             config,
         })
     }
@@ -186,6 +195,7 @@ impl Resetter {
             pool: store.pool().clone(),
             name: format!("{}_resetter", store.name()),
             interval,
+            connect_timeout: store.resolved().connect_timeout,
             config: store.resolved().reset_config(),
         })
     }
@@ -193,6 +203,7 @@ impl Resetter {
     /// Checks that the table and every standard column exist with usable types,
     /// naming each problem. The `dbworker reset` command runs it at start-up.
     pub async fn check(&self) -> Result<()> {
+        crate::schema_check::probe_connection(&self.pool, self.connect_timeout).await?;
         let mut problems = Vec::new();
         crate::schema_check::check_table(
             &self.pool,

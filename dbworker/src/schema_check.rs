@@ -4,12 +4,35 @@
 
 use std::collections::HashMap;
 
-use sqlx::{PgPool, Row};
+use std::time::Duration;
+
+use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::options::Resolved;
 use crate::sql;
+
+/// Opens one connection with the pool's settings, directly, so an unreachable
+/// server is reported with its real cause after `timeout`, not as a pool
+/// timeout after the pool's acquire timeout (30 s by default).
+pub(crate) async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
+    let options = pool.connect_options();
+    let target = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    let reason = match tokio::time::timeout(timeout, PgConnection::connect_with(&options)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            return Ok(());
+        }
+        Ok(Err(sqlx::Error::Database(db))) => db.message().to_owned(),
+        Ok(Err(err)) => workerutil::error_chain(&err),
+        Err(_) => format!("no answer within the connect timeout of {timeout:?}"),
+    };
+    Err(Error::Connect { target, reason })
+}
 
 /// A column as `pg_catalog` describes it.
 struct Column {
@@ -137,6 +160,7 @@ pub(crate) async fn check_table(
 
 /// Checks the resolved options against the database.
 pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
+    probe_connection(pool, o.connect_timeout).await?;
     let mut problems = Vec::new();
     check_table(pool, &o.table, &o.columns, &mut problems).await?;
     if let Some(view) = &o.view

@@ -25,9 +25,6 @@ use crate::resetter::ResetOutcome;
 use crate::sql::{Mark, MarkKind};
 use crate::{notify, schema_check, sql};
 
-/// How long the listener waits for its connection before retrying.
-const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Connections a worker needs besides its handlers: one for claims and one for
 /// heartbeats. Heartbeat handling needs one more, for the batched marks.
 pub const RESERVED_CONNECTIONS: u32 = 2;
@@ -165,7 +162,7 @@ impl<R: Record> DbStore<R> {
                     &pool,
                     channel.clone(),
                     resolved.name.clone(),
-                    LISTEN_CONNECT_TIMEOUT,
+                    resolved.connect_timeout,
                 );
                 (Some(w), Some(guard))
             }

@@ -47,6 +47,9 @@ struct ResetArgs {
     /// Seconds between passes.
     #[arg(long, env = "DBWORKER_RESET_INTERVAL_SECS", default_value_t = 30.0)]
     interval_secs: f64,
+    /// Seconds to wait for the database before reporting it unreachable.
+    #[arg(long, env = "DBWORKER_CONNECT_TIMEOUT_SECS", default_value_t = 5.0)]
+    connect_timeout_secs: f64,
     /// Run one pass, print what it did, and exit.
     #[arg(long)]
     once: bool,
@@ -122,12 +125,14 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
     options.max_num_resets = args.max_num_resets;
     options.reset_failure_message = args.reset_failure_message;
     options.interval = seconds("interval-secs", args.interval_secs)?;
+    options.connect_timeout = seconds("connect-timeout-secs", args.connect_timeout_secs)?;
     options.validate().map_err(|e| e.to_string())?;
+    // Lazy: `check` below connects with the timeout and reports the real cause.
     let pool = PgPoolOptions::new()
         .max_connections(1)
-        .connect(&args.database_url)
-        .await
-        .map_err(|e| format!("cannot connect to the database: {e}"))?;
+        .acquire_timeout(options.connect_timeout)
+        .connect_lazy(&args.database_url)
+        .map_err(|e| format!("invalid DATABASE_URL: {e}"))?;
     let resetter = Resetter::new(pool, options).map_err(|e| e.to_string())?;
     resetter.check().await.map_err(|e| e.to_string())?;
     if args.once {

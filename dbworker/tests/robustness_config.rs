@@ -1,0 +1,368 @@
+//! Bad schemas, bad configuration and unreachable servers on real Postgres:
+//! each is reported at start-up with its name and cause, and odd values in a
+//! row (NULL counters) never make a job loop or fail early.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use dbworker::{
+    DbJob, DbStore, Error, Handling, Resetter, ResetterOptions, StoreOptions, job_table_sql,
+    new_worker,
+};
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
+
+use common::{Db, Job};
+
+async fn exec(db: &Db, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+async fn store_error(pool: sqlx::PgPool, o: StoreOptions<Job>) -> String {
+    DbStore::new(pool, o).await.unwrap_err().to_string()
+}
+
+/// Fails every attempt with a retryable error and counts the attempts.
+#[derive(Default)]
+struct AlwaysFails(AtomicUsize);
+
+#[async_trait]
+impl Handler<DbStore<Job>> for AlwaysFails {
+    async fn handle(
+        &self,
+        _job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(std::io::Error::other("upstream down").into())
+    }
+}
+
+fn worker_options() -> WorkerOptions {
+    let mut o = WorkerOptions::new("robust");
+    o.interval = Duration::from_millis(20);
+    o.heartbeat_interval = Duration::from_millis(100);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    // Bounds the run even if retries were ignored (the old bug looped forever).
+    o.max_active_time = Some(Duration::from_secs(3));
+    o
+}
+
+#[tokio::test]
+async fn a_nullable_counter_without_default_is_reported_at_start_up() {
+    let db = Db::new().await;
+    exec(&db, "ALTER TABLE jobs ALTER COLUMN num_failures DROP NOT NULL, ALTER COLUMN num_failures DROP DEFAULT").await;
+    let err = store_error(db.pool.clone(), db.options()).await;
+    assert!(
+        err.contains("column jobs.num_failures is a counter but nullable with no default"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_null_failure_count_still_honours_max_num_retries_in_both_modes() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = Db::new().await;
+        exec(
+            &db,
+            "ALTER TABLE jobs ALTER COLUMN num_failures DROP NOT NULL",
+        )
+        .await;
+        let id = db.enqueue(1, json!({})).await[0];
+        exec(&db, "UPDATE jobs SET num_failures = NULL").await;
+        let mut o = db.options();
+        o.handling = handling;
+        o.max_num_retries = 1;
+        let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
+        let handler = Arc::new(AlwaysFails::default());
+        new_worker(store, handler.clone(), worker_options())
+            .unwrap()
+            .run()
+            .await;
+        assert_eq!(
+            handler.0.load(Ordering::SeqCst),
+            2,
+            "{handling:?}: one try, one retry"
+        );
+        assert_eq!(db.state(id).await, "failed", "{handling:?}");
+        let failures: i32 = db
+            .scalar("SELECT num_failures FROM jobs WHERE id = $1", id)
+            .await;
+        assert_eq!(failures, 2, "{handling:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_null_reset_count_is_requeued_on_its_first_stall() {
+    let db = Db::new().await;
+    exec(
+        &db,
+        "ALTER TABLE jobs ALTER COLUMN num_resets DROP NOT NULL",
+    )
+    .await;
+    let id = db.enqueue(1, json!({})).await[0];
+    exec(&db, "UPDATE jobs SET num_resets = NULL, state = 'processing', started_at = now(), last_heartbeat_at = now() - interval '1 hour'").await;
+    let mut ro = ResetterOptions::new("r", "jobs");
+    ro.max_num_resets = 3;
+    let out = Resetter::new(db.pool.clone(), ro)
+        .unwrap()
+        .reset_once()
+        .await
+        .unwrap();
+    assert_eq!(out.reset.len(), 1, "{out:?}");
+    assert!(out.failed.is_empty(), "{out:?}");
+    assert_eq!(db.state(id).await, "queued");
+    let resets: i32 = db
+        .scalar("SELECT num_resets FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!(resets, 1);
+}
+
+/// A lazy pool to `options`, so that connecting happens in `DbStore::new`.
+fn lazy_pool(options: PgConnectOptions) -> sqlx::PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(options)
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() {
+    // A port nothing listens on: refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let options = PgConnectOptions::new()
+        .host("127.0.0.1")
+        .port(port)
+        .username("someone")
+        .password("hunter2");
+    let start = Instant::now();
+    let err = DbStore::new(lazy_pool(options), Db::options_for_tests())
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(!text.contains("pool timed out"), "{text}");
+
+    // A server that accepts the TCP connection and never answers: the timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let mut o = Db::options_for_tests();
+    o.connect_timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let err = DbStore::new(
+        lazy_pool(PgConnectOptions::new().host("127.0.0.1").port(port)),
+        o,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(err.contains("connect timeout of 300ms"), "{err}");
+    drop(silent);
+}
+
+#[tokio::test]
+async fn a_server_side_refusal_is_reported_as_the_server_said() {
+    let db = Db::new().await;
+    let options: PgConnectOptions = db.db.url().parse().unwrap();
+    let err = store_error(
+        lazy_pool(options.database("no_such_database_here")),
+        Db::options_for_tests(),
+    )
+    .await;
+    assert!(err.contains("cannot connect to the database at"), "{err}");
+    assert!(
+        err.contains("\"no_such_database_here\" does not exist"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn missing_privileges_are_named_at_start_up() {
+    let db = Db::new().await;
+    let role = format!("limited_{}", db.db.name());
+    let role = &role[..role.len().min(63)];
+    exec(&db, &format!("CREATE ROLE \"{role}\" LOGIN")).await;
+    exec(
+        &db,
+        &format!(
+            "GRANT CONNECT ON DATABASE \"{}\" TO \"{role}\"",
+            db.db.name()
+        ),
+    )
+    .await;
+    exec(&db, &format!("GRANT USAGE ON SCHEMA public TO \"{role}\"")).await;
+    let options: PgConnectOptions = db.db.url().parse().unwrap();
+    let pool = lazy_pool(options.username(role));
+
+    let err = store_error(pool.clone(), db.options()).await;
+    assert!(
+        err.contains(&format!("role {role} lacks SELECT, UPDATE on table jobs")),
+        "{err}"
+    );
+    assert!(!err.contains("does not exist"), "{err}");
+    exec(&db, &format!("GRANT SELECT ON jobs TO \"{role}\"")).await;
+    let err = store_error(pool.clone(), db.options()).await;
+    assert!(
+        err.contains(&format!("role {role} lacks UPDATE on table jobs")),
+        "{err}"
+    );
+    exec(&db, &format!("GRANT UPDATE ON jobs TO \"{role}\"")).await;
+    DbStore::new(pool.clone(), db.options())
+        .await
+        .expect("enough privileges");
+    pool.close().await;
+    exec(
+        &db,
+        &format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_table_found_through_search_path_works_end_to_end() {
+    let db = Db::new().await;
+    exec(&db, "CREATE SCHEMA app").await;
+    exec(
+        &db,
+        &job_table_sql("app.app_jobs", &HashMap::new()).unwrap(),
+    )
+    .await;
+    exec(&db, "INSERT INTO app.app_jobs DEFAULT VALUES").await;
+    let options: PgConnectOptions = db.db.url().parse().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(5)
+        .connect_with(options.options([("search_path", "public,app")]))
+        .await
+        .unwrap();
+
+    #[derive(Debug, sqlx::FromRow)]
+    struct AppJob {
+        id: i64,
+    }
+    impl workerutil::Record for AppJob {
+        fn id(&self) -> i64 {
+            self.id
+        }
+    }
+    struct Done;
+    #[async_trait]
+    impl Handler<DbStore<AppJob>> for Done {
+        async fn handle(
+            &self,
+            _job: &mut DbJob<AppJob>,
+            _ctx: &JobContext<DbStore<AppJob>>,
+        ) -> Result<(), HandlerError> {
+            Ok(())
+        }
+    }
+    let mut o = StoreOptions::<AppJob>::from_row("app", "app_jobs j");
+    o.column_expressions = vec!["j.id".into()];
+    let store = Arc::new(
+        DbStore::new(pool.clone(), o)
+            .await
+            .expect("found through search_path"),
+    );
+    let mut wo = worker_options();
+    wo.num_total_jobs = Some(1);
+    new_worker(store, Done, wo).unwrap().run().await;
+    let state: String = sqlx::query_scalar("SELECT state FROM app.app_jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "completed");
+}
+
+#[tokio::test]
+async fn a_32_bit_id_is_rejected_at_start_up_with_the_fix() {
+    let db = Db::new().await;
+    exec(&db, &job_table_sql("int_jobs", &HashMap::new()).unwrap()).await;
+    exec(&db, "ALTER TABLE int_jobs ALTER COLUMN id TYPE integer").await;
+    let mut o = db.options();
+    o.table_name = "int_jobs j".into();
+    let err = store_error(db.pool.clone(), o).await;
+    assert!(err.contains("column int_jobs.id has type int4"), "{err}");
+    assert!(
+        err.contains("ALTER TABLE int_jobs ALTER COLUMN id TYPE bigint"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_trailing_keyword_is_not_taken_as_an_alias() {
+    let db = Db::new().await;
+    for table in ["jobs AS", "jobs where", "jobs j join"] {
+        let mut o = db.options();
+        o.table_name = table.into();
+        let err = store_error(db.pool.clone(), o).await;
+        assert!(
+            err.contains("invalid option `table_name`"),
+            "{table}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn long_table_names_get_every_index() {
+    let db = Db::new().await;
+    for len in [62, 63] {
+        let name = format!("j{}", "x".repeat(len - 1));
+        exec(&db, &job_table_sql(&name, &HashMap::new()).unwrap()).await;
+        let indexes: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_indexes WHERE tablename = $1")
+                .bind(&name)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            indexes, 3,
+            "{len} bytes: primary key, dequeue and processing indexes"
+        );
+    }
+}
+
+#[tokio::test]
+async fn colliding_renames_are_rejected_by_the_generator_and_the_store() {
+    let renames: HashMap<String, String> = [("state".to_owned(), "id".to_owned())].into();
+    let err = job_table_sql("jobs", &renames).unwrap_err().to_string();
+    assert!(err.contains("would both be named \"id\""), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(["migration", "--table", "jobs", "--rename", "state=id"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would both be named"));
+    let mut o = Db::options_for_tests();
+    o.alternate_column_names = renames;
+    assert!(
+        o.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("would both be named")
+    );
+}
