@@ -101,7 +101,9 @@ struct BenchArgs {
     /// Rows per enqueue statement.
     #[arg(long, default_value_t = 5_000)]
     enqueue_batch: u64,
-    /// Completed rows already in the table for the `big` workload.
+    /// Completed rows already in the table for the `big` workload (which runs
+    /// heartbeat handling at the largest handler count up to 64, and
+    /// transactional handling at 24 or the first count given).
     #[arg(long, default_value_t = 1_000_000)]
     completed_rows: u64,
     /// Jobs of each latency run.
@@ -189,11 +191,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
     if args.runs(Workload::Latency) {
         for notify in [false, true] {
             let result = latency::run(&bench, args.latency_jobs, args.latency_rate, notify).await?;
-            progress(format_args!("latency: {}", result.label));
+            progress(format_args!(
+                "latency: p50 {:?}, p99 {:?}",
+                result.p50, result.p99
+            ));
             report.latency.push(result);
         }
     }
-    if args.runs(Workload::Big) {
+    if args.runs(Workload::Big) && args.completed_rows > 0 {
         let h = args.handlers.iter().copied().filter(|&h| h <= 64).max();
         let tx_h = if args.tx_handlers.contains(&24) {
             Some(24)
