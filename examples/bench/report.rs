@@ -472,7 +472,8 @@ fn intro() -> String {
 }
 
 /// `git rev-parse --short HEAD`, with `+dirty` for uncommitted changes to
-/// tracked files; `unknown` outside a git checkout.
+/// tracked files outside docs/ (which the benchmark itself writes); `unknown`
+/// outside a git checkout.
 fn code_version() -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
@@ -486,8 +487,15 @@ fn code_version() -> String {
     };
     match git(&["rev-parse", "--short", "HEAD"]) {
         Some(head) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            let dirty = git(&[
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":!docs",
+            ])
+            .is_some_and(|s| !s.is_empty());
             if dirty { format!("{head}+dirty") } else { head }
         }
         None => "unknown".to_owned(),
