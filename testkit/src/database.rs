@@ -70,6 +70,30 @@ impl TestDatabase {
         })
     }
 
+    /// Creates a new uniquely named database, like [`TestDatabase::new`], on the server whose
+    /// maintenance database is `admin_url` (e.g. [`ThrowawayServer::admin_url`]) instead of the
+    /// process-wide one.
+    ///
+    /// [`ThrowawayServer::admin_url`]: crate::ThrowawayServer::admin_url
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] for an unusable URL, or [`Error::Sqlx`] if the database cannot be
+    /// created.
+    pub async fn new_on(admin_url: &str) -> Result<TestDatabase, Error> {
+        let mut admin = PgConnection::connect(admin_url).await?;
+        // The default (WAL-logged) strategy: the server may run with durable settings.
+        let result = create_database(&mut admin, admin_url, false).await;
+        let _ = admin.close().await;
+        let (name, url) = result?;
+        tracing::debug!(database = %name, "created database");
+        Ok(TestDatabase {
+            name,
+            url,
+            admin_url: admin_url.to_owned(),
+        })
+    }
+
     /// The connection URL of this database.
     pub fn url(&self) -> &str {
         &self.url

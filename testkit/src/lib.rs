@@ -11,6 +11,9 @@
 //!   A detached watchdog stops the server and deletes its directory once the process has exited,
 //!   however it exits. The server binaries are located with [`find_pg_bin_dir`].
 //!
+//! Measurements that need other settings (durable ones, preloaded libraries) start a
+//! [`ThrowawayServer`] of their own and create databases on it with [`TestDatabase::new_on`].
+//!
 //! ```no_run
 //! use dbworker_testkit::TestDatabase;
 //!
@@ -39,4 +42,4 @@ mod url;
 pub use bin_dir::find_pg_bin_dir;
 pub use database::TestDatabase;
 pub use error::Error;
-pub use server::{Server, server};
+pub use server::{Server, ThrowawayServer, server};

@@ -7,6 +7,7 @@ use std::os::unix::fs::chown;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -114,7 +115,43 @@ struct Owner {
     gid: u32,
 }
 
+/// Settings every throwaway cluster gets.
+const BASE_SETTINGS: [&str; 2] = ["listen_addresses=127.0.0.1", "max_connections=300"];
+
+/// Settings of the shared test cluster: durability traded for speed.
+const TEST_SETTINGS: [&str; 4] = [
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+    "shared_buffers=128MB",
+];
+
 fn start_throwaway() -> Result<Server, Error> {
+    let layout = prepare_cluster_dir("dbworker-testkit")?;
+    match init_and_start(&layout, &TEST_SETTINGS) {
+        Ok((port, pid)) => Ok(Server {
+            admin_url: admin_url(port),
+            cluster: Some(Cluster {
+                base_dir: layout.base_dir,
+                pid,
+            }),
+        }),
+        Err(e) => {
+            let _ = fs::remove_dir_all(&layout.base_dir);
+            Err(e)
+        }
+    }
+}
+
+fn admin_url(port: u16) -> String {
+    format!("postgres://{SERVER_USER}@127.0.0.1:{port}/postgres")
+}
+
+/// Finds the binaries and the server user, and creates a fresh temporary directory
+/// `<prefix>-<pid>-<tag>[-<n>]` watched by a watchdog that removes it (and stops any server in
+/// it) once this process has exited.
+fn prepare_cluster_dir(prefix: &str) -> Result<Layout, Error> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let bin_dir = find_pg_bin_dir()?;
     let owner = if is_root() {
         Some(lookup_user(SERVER_USER)?)
@@ -122,11 +159,16 @@ fn start_throwaway() -> Result<Server, Error> {
         None
     };
 
-    let base_dir = std::env::temp_dir().join(format!(
-        "dbworker-testkit-{}-{}",
+    let mut name = format!(
+        "{prefix}-{}-{}",
         std::process::id(),
         crate::database::process_tag()
-    ));
+    );
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    if n > 0 {
+        name.push_str(&format!("-{n}"));
+    }
+    let base_dir = std::env::temp_dir().join(name);
     // Leftover from an earlier process with the same pid and tag: practically impossible,
     // but harmless to clear.
     let _ = fs::remove_dir_all(&base_dir);
@@ -138,19 +180,94 @@ fn start_throwaway() -> Result<Server, Error> {
         let _ = fs::remove_dir_all(&base_dir);
         return Err(e);
     }
+    Ok(Layout::new(bin_dir, base_dir, owner))
+}
 
-    let layout = Layout::new(bin_dir, base_dir, owner);
-    match init_and_start(&layout) {
-        Ok((port, pid)) => Ok(Server {
-            admin_url: format!("postgres://{SERVER_USER}@127.0.0.1:{port}/postgres"),
-            cluster: Some(Cluster {
-                base_dir: layout.base_dir,
+/// A throwaway cluster with settings of the caller's choosing, owned by this value: stopped
+/// and deleted when it is dropped (and, should the process die first, by the same watchdog
+/// that cleans up after the shared test cluster).
+///
+/// Unlike the process-wide [`server`] (tuned for test speed, with `fsync=off`), nothing is
+/// traded for speed unless asked: the server runs with PostgreSQL's defaults plus
+/// `listen_addresses=127.0.0.1`, `max_connections=300` and the given settings (which win).
+/// Use it for measurements that must run with durable settings.
+///
+/// ```no_run
+/// use dbworker_testkit::{TestDatabase, ThrowawayServer};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = ThrowawayServer::start(&["shared_preload_libraries=pg_stat_statements"])?;
+/// let db = TestDatabase::new_on(server.admin_url()).await?;
+/// println!("{}", db.url());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ThrowawayServer {
+    admin_url: String,
+    layout: Layout,
+    pid: u32,
+}
+
+impl ThrowawayServer {
+    /// Runs `initdb` in a new temporary directory and starts a server with `settings`
+    /// (`name=value`, as for `postgres -c`). Blocks until it accepts connections.
+    ///
+    /// # Errors
+    ///
+    /// Whatever prevented the cluster from starting ([`Error::BinariesNotFound`],
+    /// [`Error::Command`], [`Error::ServerExited`] for a bad setting, [`Error::Timeout`], ...).
+    pub fn start(settings: &[&str]) -> Result<ThrowawayServer, Error> {
+        let layout = prepare_cluster_dir("dbworker-throwaway")?;
+        match init_and_start(&layout, settings) {
+            Ok((port, pid)) => Ok(ThrowawayServer {
+                admin_url: admin_url(port),
+                layout,
                 pid,
             }),
-        }),
-        Err(e) => {
-            let _ = fs::remove_dir_all(&layout.base_dir);
-            Err(e)
+            Err(e) => {
+                let _ = fs::remove_dir_all(&layout.base_dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// The URL of the maintenance database, `postgres://postgres@127.0.0.1:<port>/postgres`.
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
+    /// The data directory (e.g. to tell which file system the measurements ran on).
+    pub fn data_dir(&self) -> &Path {
+        &self.layout.data_dir
+    }
+
+    /// The postmaster's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl Drop for ThrowawayServer {
+    fn drop(&mut self) {
+        // Immediate: no shutdown checkpoint, the files are deleted next anyway.
+        let mut stop = self.layout.command("pg_ctl");
+        stop.arg("stop")
+            .arg("-D")
+            .arg(&self.layout.data_dir)
+            .args(["-m", "immediate", "-w", "-t", "10"])
+            .stdin(Stdio::null());
+        if let Err(e) = run(&mut stop) {
+            tracing::warn!(error = %e, pid = self.pid, "pg_ctl stop failed; killing the server");
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        if let Err(e) = fs::remove_dir_all(&self.layout.base_dir) {
+            tracing::warn!(error = %e, dir = %self.layout.base_dir.display(), "could not remove the throwaway cluster");
         }
     }
 }
@@ -201,8 +318,9 @@ impl Layout {
     }
 }
 
-/// Runs initdb and starts the server; returns its port and pid.
-fn init_and_start(layout: &Layout) -> Result<(u16, u32), Error> {
+/// Runs initdb and starts the server with [`BASE_SETTINGS`] and `settings`; returns its port
+/// and pid.
+fn init_and_start(layout: &Layout, settings: &[&str]) -> Result<(u16, u32), Error> {
     fs::create_dir_all(&layout.socket_dir)
         .map_err(|e| Error::io(format!("creating {}", layout.socket_dir.display()), e))?;
     if let Some(owner) = layout.owner {
@@ -239,7 +357,7 @@ fn init_and_start(layout: &Layout) -> Result<(u16, u32), Error> {
     for attempt in 1..=START_ATTEMPTS {
         let port = free_port()?;
         let started = Instant::now();
-        match start_postgres(layout, port) {
+        match start_postgres(layout, port, settings) {
             Ok(pid) => {
                 tracing::debug!(port, elapsed = ?started.elapsed(), "throwaway PostgreSQL ready");
                 return Ok((port, pid));
@@ -264,7 +382,7 @@ enum StartError {
 }
 
 /// Starts `postgres` on `port` and waits until it accepts connections; returns its pid.
-fn start_postgres(layout: &Layout, port: u16) -> Result<u32, StartError> {
+fn start_postgres(layout: &Layout, port: u16, settings: &[&str]) -> Result<u32, StartError> {
     let fatal = StartError::Fatal;
     let log_path = &layout.log_path;
     let log = OpenOptions::new()
@@ -291,14 +409,8 @@ fn start_postgres(layout: &Layout, port: u16) -> Result<u32, StartError> {
         .arg(port.to_string())
         .arg("-k")
         .arg(&layout.socket_dir);
-    for setting in [
-        "listen_addresses=127.0.0.1",
-        "fsync=off",
-        "synchronous_commit=off",
-        "full_page_writes=off",
-        "max_connections=300",
-        "shared_buffers=128MB",
-    ] {
+    // A later `-c` wins over an earlier one.
+    for setting in BASE_SETTINGS.iter().chain(settings) {
         cmd.arg("-c").arg(setting);
     }
     // Never inherit our stdio: `cargo test` waits until every holder of its pipes is gone.

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use dbworker_testkit::{TestDatabase, find_pg_bin_dir, server};
+use dbworker_testkit::{TestDatabase, ThrowawayServer, find_pg_bin_dir, server};
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 
@@ -119,4 +119,26 @@ fn finds_the_server_binaries() {
     for name in ["initdb", "pg_ctl", "postgres"] {
         assert!(dir.join(name).is_file(), "{} lacks {name}", dir.display());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throwaway_server_runs_with_the_given_settings_and_goes_away_on_drop() {
+    let server = ThrowawayServer::start(&["fsync=on", "work_mem=8MB"]).expect("start");
+    let data_dir = server.data_dir().to_owned();
+    assert!(data_dir.is_dir());
+    let db = TestDatabase::new_on(server.admin_url())
+        .await
+        .expect("database");
+    let pool = db.pool(1).await.expect("pool");
+    let (fsync, work_mem): (String, String) =
+        sqlx::query_as("SELECT current_setting('fsync'), current_setting('work_mem')")
+            .fetch_one(&pool)
+            .await
+            .expect("settings");
+    // The shared test cluster runs with fsync off; this one does as told.
+    assert_eq!((fsync.as_str(), work_mem.as_str()), ("on", "8MB"));
+    pool.close().await;
+    drop(db);
+    drop(server);
+    assert!(!data_dir.exists(), "{} is left behind", data_dir.display());
 }

@@ -1,0 +1,260 @@
+//! The server, the scratch database, the job table and `pg_stat_statements`.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use dbworker_testkit::{TestDatabase, ThrowawayServer};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::Result;
+
+/// The job table every workload uses (dropped and created again per run).
+pub(crate) const TABLE: &str = "bench_jobs";
+
+/// Settings of the throwaway cluster: durable, plus statement counting.
+const DURABLE_SETTINGS: [&str; 5] = [
+    "fsync=on",
+    "synchronous_commit=on",
+    "full_page_writes=on",
+    "shared_buffers=128MB",
+    "shared_preload_libraries=pg_stat_statements",
+];
+
+/// Settings printed with every run.
+const SHOWN_SETTINGS: [&str; 12] = [
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "shared_buffers",
+    "wal_level",
+    "wal_buffers",
+    "wal_sync_method",
+    "commit_delay",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "max_connections",
+    "autovacuum",
+];
+
+/// The two handling modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Mode {
+    /// `Handling::Heartbeat`.
+    Heartbeat,
+    /// `Handling::Transactional`.
+    Transactional,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Heartbeat => "heartbeat",
+            Mode::Transactional => "transactional",
+        })
+    }
+}
+
+/// Statements executed on the bench database during one run
+/// (`pg_stat_statements`, `calls` summed).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Statements {
+    /// Every statement, BEGIN and COMMIT included.
+    pub(crate) all: u64,
+    /// Without utility statements (BEGIN, COMMIT, SET, ...).
+    pub(crate) non_utility: u64,
+}
+
+/// The database the benchmark works in, on a throwaway cluster or `DATABASE_URL`.
+#[derive(Debug)]
+pub(crate) struct Bench {
+    // Field order is drop order: the database goes before its server.
+    db: TestDatabase,
+    admin: PgPool,
+    server: Option<ThrowawayServer>,
+    /// Why statements cannot be counted, if they cannot.
+    statements_unavailable: Option<String>,
+}
+
+impl Bench {
+    /// `DATABASE_URL`'s server if set, else a durable throwaway cluster.
+    pub(crate) async fn start() -> Result<Bench> {
+        let use_url = std::env::var("DATABASE_URL").is_ok_and(|u| !u.trim().is_empty());
+        let server = if use_url {
+            None
+        } else {
+            // initdb and the start block for a second or two.
+            Some(tokio::task::spawn_blocking(|| ThrowawayServer::start(&DURABLE_SETTINGS)).await??)
+        };
+        let db = match &server {
+            Some(s) => TestDatabase::new_on(s.admin_url()).await?,
+            None => TestDatabase::new().await?,
+        };
+        let admin = db.pool(2).await?;
+        let mut bench = Bench {
+            db,
+            admin,
+            server,
+            statements_unavailable: None,
+        };
+        if let Err(e) = sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(&bench.admin)
+            .await
+        {
+            bench.statements_unavailable = Some(e.to_string());
+        } else if let Err(e) = bench.reset_statements().await {
+            // Installed but not preloaded on a DATABASE_URL server.
+            bench.statements_unavailable = Some(e.to_string());
+        }
+        Ok(bench)
+    }
+
+    /// The scratch database's URL.
+    pub(crate) fn url(&self) -> &str {
+        self.db.url()
+    }
+
+    /// A new pool of `max` connections to the scratch database.
+    pub(crate) async fn pool(&self, max: u32) -> Result<PgPool> {
+        Ok(PgPoolOptions::new()
+            .max_connections(max)
+            .connect(self.url())
+            .await?)
+    }
+
+    /// Where the server comes from, for the report.
+    pub(crate) fn origin(&self) -> String {
+        match &self.server {
+            Some(s) => format!(
+                "throwaway cluster started by the benchmark (data in {})",
+                s.data_dir().display()
+            ),
+            None => "DATABASE_URL".to_owned(),
+        }
+    }
+
+    /// Why statements are not counted, if they are not.
+    pub(crate) fn statements_unavailable(&self) -> Option<&str> {
+        self.statements_unavailable.as_deref()
+    }
+
+    /// `(version, [(setting, value)])`.
+    pub(crate) async fn settings(&self) -> Result<(String, Vec<(String, String)>)> {
+        let version: String = sqlx::query_scalar("SELECT version()")
+            .fetch_one(&self.admin)
+            .await?;
+        let names: Vec<String> = SHOWN_SETTINGS.iter().map(|s| (*s).to_owned()).collect();
+        let settings: Vec<(String, String)> = sqlx::query_as(
+            "SELECT n, current_setting(n, true) FROM unnest($1::text[]) WITH ORDINALITY AS s(n, o) ORDER BY o",
+        )
+        .bind(names)
+        .fetch_all(&self.admin)
+        .await?;
+        Ok((version, settings))
+    }
+
+    /// The database clock, as the date of the run.
+    pub(crate) async fn now_utc(&self) -> Result<String> {
+        Ok(sqlx::query_scalar(
+            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'",
+        )
+        .fetch_one(&self.admin)
+        .await?)
+    }
+
+    /// Clears `pg_stat_statements` (all databases: the counts are read per database).
+    pub(crate) async fn reset_statements(&self) -> Result<()> {
+        if self.statements_unavailable.is_none() {
+            sqlx::query("SELECT pg_stat_statements_reset()")
+                .execute(&self.admin)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Statements run on the bench database since the last reset, leaving out
+    /// the benchmark's own statistics queries.
+    pub(crate) async fn statements(&self) -> Result<Option<Statements>> {
+        if self.statements_unavailable.is_some() {
+            return Ok(None);
+        }
+        let (all, non_utility): (i64, i64) = sqlx::query_as(
+            r"SELECT coalesce(sum(calls), 0)::bigint,
+                     coalesce(sum(calls) FILTER (WHERE query !~* '^\s*(begin|commit|rollback|start|end|savepoint|release|set|reset|show|discard|listen|unlisten|notify|deallocate)\M'), 0)::bigint
+              FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                AND query NOT ILIKE '%pg_stat_statements%'",
+        )
+        .fetch_one(&self.admin)
+        .await?;
+        Ok(Some(Statements {
+            all: u64::try_from(all)?,
+            non_utility: u64::try_from(non_utility)?,
+        }))
+    }
+
+    /// Drops and creates the job table (`dbworker::job_table_sql`), with
+    /// `completed` finished rows in it.
+    pub(crate) async fn fresh_table(&self, completed: u64) -> Result<()> {
+        let ddl = dbworker::job_table_sql(TABLE, &Default::default())?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP TABLE IF EXISTS {TABLE};\n{ddl}"
+        )))
+        .execute(&self.admin)
+        .await?;
+        if completed > 0 {
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {TABLE} (state, started_at, finished_at, last_heartbeat_at, worker_hostname) \
+                 SELECT 'completed', now(), now(), now(), 'old' FROM generate_series(1, $1::bigint)"
+            )))
+            .bind(i64::try_from(completed)?)
+            .execute(&self.admin)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues `jobs` no-op jobs, `batch` rows per statement; returns how long it took.
+    pub(crate) async fn enqueue(&self, jobs: u64, batch: u64) -> Result<Duration> {
+        let batch = batch.max(1);
+        let started = Instant::now();
+        let mut left = jobs;
+        while left > 0 {
+            let n = left.min(batch);
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {TABLE} (queued_at) SELECT now() FROM generate_series(1, $1::bigint)"
+            )))
+            .bind(i64::try_from(n)?)
+            .execute(&self.admin)
+            .await?;
+            left -= n;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// A fresh table with `completed` old rows and `jobs` queued ones, vacuumed
+    /// and analyzed so every run starts from the same state.
+    pub(crate) async fn prepare(&self, completed: u64, jobs: u64, batch: u64) -> Result<()> {
+        self.fresh_table(completed).await?;
+        self.enqueue(jobs, batch).await?;
+        sqlx::raw_sql(AssertSqlSafe(format!("VACUUM ANALYZE {TABLE}")))
+            .execute(&self.admin)
+            .await?;
+        Ok(())
+    }
+
+    /// How many jobs the runs completed (the old rows of `fresh_table` left out).
+    pub(crate) async fn completed(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT count(*) FROM {TABLE} WHERE state = 'completed' AND worker_hostname <> 'old'"
+        )))
+        .fetch_one(&self.admin)
+        .await?;
+        Ok(u64::try_from(n)?)
+    }
+
+    /// Closes the pool; the database and the cluster go when `self` is dropped.
+    pub(crate) async fn close(self) {
+        self.admin.close().await;
+    }
+}

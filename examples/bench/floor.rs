@@ -1,0 +1,186 @@
+//! The raw-SQL floors: the same claim and completion without the framework.
+//!
+//! - heartbeat handling: each of `connections` tasks, on its own connection,
+//!   claims `batch` rows in one statement and completes them in one;
+//! - transactional handling: one connection claims as many rows as there are
+//!   free slots (up to `batch`), and `handlers` tasks, each on its own
+//!   connection, finish each job in its own transaction: BEGIN, lock the row
+//!   `FOR KEY SHARE`, mark it completed, COMMIT.
+
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::db::{Bench, TABLE};
+use crate::framework::Progress;
+use crate::report::Run;
+use crate::{RUN_TIMEOUT, Result};
+
+/// Claims up to `$1` eligible rows in id order; returns their ids.
+fn claim_sql() -> String {
+    format!(
+        "UPDATE {TABLE} SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' \
+         WHERE id IN (SELECT id FROM {TABLE} \
+                      WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) \
+                      ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1) \
+         RETURNING id"
+    )
+}
+
+async fn claim(conn: &mut PgConnection, limit: usize) -> Result<Vec<i64>> {
+    Ok(sqlx::query_scalar(AssertSqlSafe(claim_sql()))
+        .bind(i64::try_from(limit)?)
+        .fetch_all(conn)
+        .await?)
+}
+
+/// Opens `n` connections (before the clock starts).
+async fn connect(bench: &Bench, n: usize) -> Result<Vec<PgConnection>> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(PgConnection::connect(bench.url()).await?);
+    }
+    Ok(conns)
+}
+
+/// Runs `tasks` to the end under the run timeout, sampling `progress`.
+async fn finish(
+    bench: &Bench,
+    progress: &Arc<Progress>,
+    tasks: Vec<tokio::task::JoinHandle<Result<()>>>,
+    jobs: u64,
+    connections: u32,
+) -> Result<Run> {
+    let stop = CancellationToken::new();
+    let sampler = progress.sample(stop.clone());
+    let all = async {
+        for task in tasks {
+            task.await??;
+        }
+        Result::Ok(())
+    };
+    tokio::time::timeout(RUN_TIMEOUT, all).await??;
+    stop.cancel();
+    let per_second = sampler.await?;
+    let statements = bench.statements().await?;
+    let completed = bench.completed().await?;
+    if completed != jobs {
+        return Err(format!("floor completed {completed} of {jobs} jobs").into());
+    }
+    Ok(Run {
+        jobs,
+        elapsed: progress.elapsed(),
+        per_second,
+        statements,
+        connections,
+    })
+}
+
+/// Heartbeat floor: claim `batch`, complete `batch`, on `connections` connections.
+pub(crate) async fn heartbeat(
+    bench: &Bench,
+    connections: usize,
+    batch: usize,
+    jobs: u64,
+) -> Result<Run> {
+    let conns = connect(bench, connections).await?;
+    bench.reset_statements().await?;
+    let complete = format!(
+        "UPDATE {TABLE} SET state = 'completed', finished_at = now() \
+         WHERE id = ANY($1) AND state = 'processing'"
+    );
+    let progress = Progress::new();
+    let mut tasks = Vec::new();
+    for mut conn in conns {
+        let (progress, complete) = (progress.clone(), complete.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let ids = claim(&mut conn, batch).await?;
+                if ids.is_empty() {
+                    return Ok(());
+                }
+                let n = u64::try_from(ids.len())?;
+                sqlx::query(AssertSqlSafe(complete.clone()))
+                    .bind(ids)
+                    .execute(&mut conn)
+                    .await?;
+                progress.add(n);
+            }
+        }));
+    }
+    let connections = u32::try_from(connections)?;
+    finish(bench, &progress, tasks, jobs, connections).await
+}
+
+/// Transactional floor: batch claims into free slots, one transaction per job,
+/// `handlers` jobs at once.
+pub(crate) async fn transactional(
+    bench: &Bench,
+    handlers: usize,
+    batch: usize,
+    jobs: u64,
+) -> Result<Run> {
+    let mut conns = connect(bench, handlers + 1).await?;
+    let mut claimer = conns.pop().ok_or("no connection")?;
+    bench.reset_statements().await?;
+    let lock =
+        format!("SELECT id FROM {TABLE} WHERE id = $1 AND state = 'processing' FOR KEY SHARE");
+    let mark = format!(
+        "UPDATE {TABLE} SET state = 'completed', finished_at = clock_timestamp() \
+         WHERE id = $1 AND state = 'processing'"
+    );
+    let progress = Progress::new();
+    let slots = Arc::new(Semaphore::new(handlers));
+    let (send, receive) = mpsc::unbounded_channel::<(i64, OwnedSemaphorePermit)>();
+    let receive = Arc::new(Mutex::new(receive));
+
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(async move {
+        loop {
+            // Wait for one free slot, then take every other free one too.
+            let mut permits = vec![slots.clone().acquire_owned().await?];
+            while permits.len() < batch {
+                match slots.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+            let ids = claim(&mut claimer, permits.len()).await?;
+            if ids.is_empty() {
+                // Dropping the sender ends the handlers once they drain.
+                return Ok(());
+            }
+            for (id, permit) in ids.into_iter().zip(permits) {
+                send.send((id, permit))?;
+            }
+        }
+    }));
+    for mut conn in conns {
+        let (progress, receive) = (progress.clone(), receive.clone());
+        let (lock, mark) = (lock.clone(), mark.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let next = receive.lock().await.recv().await;
+                let Some((id, _slot)) = next else {
+                    return Ok(());
+                };
+                let mut tx = conn.begin().await?;
+                sqlx::query(AssertSqlSafe(lock.clone()))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or("claimed row vanished")?;
+                sqlx::query(AssertSqlSafe(mark.clone()))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                progress.add(1);
+            }
+        }));
+    }
+    let connections = u32::try_from(handlers + 1)?;
+    finish(bench, &progress, tasks, jobs, connections).await
+}

@@ -1,0 +1,299 @@
+//! dbworker runs: burn-downs through `new_worker` with a no-op handler, and the
+//! worker child process whose peak RSS is measured.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dbworker::{DbJob, DbStore, Handling, RESERVED_CONNECTIONS, StoreOptions, new_worker};
+use tokio_util::sync::CancellationToken;
+use workerutil::{Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, async_trait};
+
+use crate::db::{Bench, Mode, TABLE};
+use crate::report::Run;
+use crate::{RUN_TIMEOUT, Result};
+
+/// A job of the bench table: only its id is read.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct BenchJob {
+    id: i64,
+}
+
+impl Record for BenchJob {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+/// When handlers started, by job id (the latency runs).
+pub(crate) type Starts = Arc<Mutex<HashMap<i64, Instant>>>;
+
+/// Does nothing, and counts jobs whose outcome was recorded.
+pub(crate) struct NoOp {
+    pub(crate) progress: Arc<Progress>,
+    /// Set in latency runs: every handler's start.
+    pub(crate) starts: Option<Starts>,
+}
+
+#[async_trait]
+impl Handler<DbStore<BenchJob>> for NoOp {
+    async fn handle(
+        &self,
+        job: &mut DbJob<BenchJob>,
+        _ctx: &JobContext<DbStore<BenchJob>>,
+    ) -> std::result::Result<(), HandlerError> {
+        if let Some(starts) = &self.starts {
+            let now = Instant::now();
+            starts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(job.record().id, now);
+        }
+        Ok(())
+    }
+
+    // Runs after the outcome was written: the job is done from the table's view.
+    async fn post_handle(&self, _record: &BenchJob, _outcome: &Outcome) {
+        self.progress.add(1);
+    }
+}
+
+/// Finished jobs of a run and when the last one finished; sampled once a second.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    start: Instant,
+    done: AtomicU64,
+    last_ns: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Arc<Progress> {
+        Arc::new(Progress {
+            start: Instant::now(),
+            done: AtomicU64::new(0),
+            last_ns: AtomicU64::new(0),
+        })
+    }
+
+    /// Counts `n` more finished jobs, finished now.
+    pub(crate) fn add(&self, n: u64) {
+        let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_ns.fetch_max(ns, Ordering::Relaxed);
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// From the start to the last finish.
+    pub(crate) fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.last_ns.load(Ordering::Relaxed))
+    }
+
+    /// Samples the count once a second until `stop`; returns jobs per second.
+    pub(crate) fn sample(
+        self: &Arc<Self>,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<Vec<u64>> {
+        let progress = self.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(
+                tokio::time::Instant::from_std(progress.start) + Duration::from_secs(1),
+                Duration::from_secs(1),
+            );
+            let (mut series, mut before) = (Vec::new(), 0);
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {
+                        let now = progress.done();
+                        series.push(now - before);
+                        before = now;
+                    }
+                    _ = stop.cancelled() => return series,
+                }
+            }
+        })
+    }
+}
+
+/// Store options for the bench table in `mode`.
+pub(crate) fn store_options(mode: Mode) -> StoreOptions<BenchJob> {
+    let mut options = StoreOptions::<BenchJob>::from_row("bench", format!("{TABLE} j"));
+    options.column_expressions = vec!["j.id".into()];
+    options.handling = match mode {
+        Mode::Heartbeat => Handling::Heartbeat,
+        Mode::Transactional => Handling::Transactional,
+    };
+    options
+}
+
+/// Worker options for a run of `handlers` handlers; `jobs` stops it after that many.
+pub(crate) fn worker_options(handlers: usize, jobs: Option<u64>) -> WorkerOptions {
+    let mut options = WorkerOptions::new("bench");
+    options.hostname = Some("bench".into());
+    options.num_handlers = handlers;
+    options.num_total_jobs = jobs;
+    // Only matters when a claim finds nothing (the end of a burn-down).
+    options.interval = Duration::from_millis(10);
+    options
+}
+
+/// The pool a worker gets: what `new_worker` requires, and for heartbeat
+/// handling as many connections as the heartbeat floor (16) for its marks.
+pub(crate) fn pool_size(mode: Mode, handlers: usize) -> u32 {
+    let handlers = u32::try_from(handlers).unwrap_or(u32::MAX);
+    match mode {
+        Mode::Transactional => handlers.saturating_add(RESERVED_CONNECTIONS),
+        Mode::Heartbeat => handlers.min(16) + RESERVED_CONNECTIONS,
+    }
+}
+
+/// Burns down `jobs` queued jobs with `handlers` handlers; measures from the
+/// start to the last recorded outcome.
+pub(crate) async fn burn(bench: &Bench, mode: Mode, handlers: usize, jobs: u64) -> Result<Run> {
+    let connections = pool_size(mode, handlers);
+    let pool = bench.pool(connections).await?;
+    let store = Arc::new(DbStore::new(pool.clone(), store_options(mode)).await?);
+    bench.reset_statements().await?;
+
+    let progress = Progress::new();
+    let handler = NoOp {
+        progress: progress.clone(),
+        starts: None,
+    };
+    let worker = new_worker(store, handler, worker_options(handlers, Some(jobs)))?;
+    let stop_sampling = CancellationToken::new();
+    let sampler = progress.sample(stop_sampling.clone());
+    let summary = tokio::time::timeout(RUN_TIMEOUT, worker.run()).await?;
+    stop_sampling.cancel();
+    let per_second = sampler.await?;
+    let statements = bench.statements().await?;
+    pool.close().await;
+
+    let completed = bench.completed().await?;
+    if summary.dequeued != jobs || completed != jobs {
+        return Err(format!(
+            "{mode} run with {handlers} handlers: dequeued {} and completed {completed} of {jobs} jobs",
+            summary.dequeued
+        )
+        .into());
+    }
+    Ok(Run {
+        jobs,
+        elapsed: progress.elapsed(),
+        per_second,
+        statements,
+        connections,
+    })
+}
+
+/// Arguments of the hidden `worker` subcommand.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ChildArgs {
+    /// The bench database.
+    #[arg(long)]
+    url: String,
+    /// Handling mode.
+    #[arg(long, value_enum)]
+    mode: Mode,
+    /// Handlers.
+    #[arg(long)]
+    handlers: usize,
+    /// Jobs to burn down (they must be queued already).
+    #[arg(long)]
+    jobs: u64,
+}
+
+/// The worker process: burns down the queued jobs, then prints its peak RSS.
+pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(pool_size(args.mode, args.handlers))
+        .connect(&args.url)
+        .await?;
+    let store = Arc::new(DbStore::new(pool.clone(), store_options(args.mode)).await?);
+    let progress = Progress::new();
+    let handler = NoOp {
+        progress: progress.clone(),
+        starts: None,
+    };
+    let worker = new_worker(
+        store,
+        handler,
+        worker_options(args.handlers, Some(args.jobs)),
+    )?;
+    worker.run().await;
+    pool.close().await;
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .ok_or("no VmHWM in /proc/self/status")?
+        .trim()
+        .trim_end_matches("kB")
+        .trim();
+    println!("vmhwm_kib={hwm}");
+    println!("jobs={}", progress.done());
+    println!("seconds={:.3}", progress.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Peak RSS of a worker process.
+#[derive(Debug, Clone)]
+pub(crate) struct Rss {
+    pub(crate) mode: Mode,
+    pub(crate) handlers: usize,
+    pub(crate) jobs: u64,
+    pub(crate) vmhwm_kib: u64,
+}
+
+impl Rss {
+    /// VmHWM in MiB (the kernel's "kB" are KiB).
+    pub(crate) fn mib(&self) -> f64 {
+        self.vmhwm_kib as f64 / 1024.0
+    }
+}
+
+/// Runs this binary's `worker` subcommand over `jobs` queued jobs and reads the
+/// peak RSS it reports.
+pub(crate) async fn measure_rss(
+    bench: &Bench,
+    mode: Mode,
+    handlers: usize,
+    jobs: u64,
+) -> Result<Rss> {
+    bench.prepare(0, jobs, 5_000).await?;
+    let output = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["worker", "--url", bench.url(), "--mode", &mode.to_string()])
+        .args([
+            "--handlers",
+            &handlers.to_string(),
+            "--jobs",
+            &jobs.to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(RUN_TIMEOUT, output).await??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "worker process failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    let vmhwm_kib = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("vmhwm_kib="))
+        .ok_or_else(|| format!("the worker process printed no vmhwm_kib:\n{stdout}"))?
+        .parse()?;
+    Ok(Rss {
+        mode,
+        handlers,
+        jobs,
+        vmhwm_kib,
+    })
+}

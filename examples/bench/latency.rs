@@ -1,0 +1,148 @@
+//! Insert → handler start, at a low rate: one INSERT per statement, the clock
+//! read just before the INSERT is sent and again on the handler's first line
+//! (both in this process), matched by job id.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use dbworker::{DbStore, StoreOptions, new_worker};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
+use workerutil::WorkerOptions;
+
+use crate::db::{Bench, Mode, TABLE};
+use crate::framework::{self, BenchJob, NoOp, Progress, Starts};
+use crate::{Result, progress};
+
+/// Handlers of the latency worker.
+const HANDLERS: usize = 4;
+/// The poll interval of the runs without LISTEN.
+const POLL: Duration = Duration::from_millis(10);
+
+/// One latency run's percentiles.
+#[derive(Debug, Clone)]
+pub(crate) struct Latency {
+    /// What ran, honestly labelled.
+    pub(crate) label: String,
+    pub(crate) jobs: usize,
+    pub(crate) p50: Duration,
+    pub(crate) p95: Duration,
+    pub(crate) p99: Duration,
+    pub(crate) max: Duration,
+}
+
+/// The "NOTIFY on" variant's set-up. Returns whether LISTEN is really on (the
+/// run is labelled accordingly).
+async fn enable_notify(
+    _pool: &PgPool,
+    _store: &mut StoreOptions<BenchJob>,
+    _worker: &mut WorkerOptions,
+) -> Result<bool> {
+    // TODO(lead): enable LISTEN. After merging main (LISTEN/NOTIFY, max_interval, claim_ahead):
+    //   sqlx::raw_sql(AssertSqlSafe(dbworker::notify_trigger_sql(TABLE, &Default::default(), None)?))
+    //       .execute(_pool).await?;
+    //   _store.listen = dbworker::Listen::TableChannel;
+    //   _worker.interval = Duration::from_secs(1); // polling only as the backstop
+    //   _worker.max_interval = Some(Duration::from_secs(5));
+    //   return Ok(true);
+    Ok(false)
+}
+
+/// Runs `jobs` inserts at `rate` per second against a waiting worker
+/// (heartbeat handling), with NOTIFY on or off.
+pub(crate) async fn run(bench: &Bench, jobs: u64, rate: f64, notify: bool) -> Result<Latency> {
+    bench.fresh_table(0).await?;
+    let pool = bench
+        .pool(framework::pool_size(Mode::Heartbeat, HANDLERS))
+        .await?;
+    let mut store_options = framework::store_options(Mode::Heartbeat);
+    let mut worker_options = framework::worker_options(HANDLERS, None);
+    worker_options.interval = POLL;
+    let listening = notify && enable_notify(&pool, &mut store_options, &mut worker_options).await?;
+    let label = match (notify, listening) {
+        (false, _) => format!("NOTIFY off: polling every {} ms", POLL.as_millis()),
+        (true, true) => format!(
+            "NOTIFY on: LISTEN, polling every {:?} as the backstop",
+            worker_options.interval
+        ),
+        (true, false) => format!(
+            "NOTIFY on: not wired yet, so polling every {} ms like the row above",
+            POLL.as_millis()
+        ),
+    };
+    progress(format_args!("latency run: {label}"));
+
+    let store = Arc::new(DbStore::new(pool.clone(), store_options).await?);
+    let starts: Starts = Arc::default();
+    let handler = NoOp {
+        progress: Progress::new(),
+        starts: Some(starts.clone()),
+    };
+    let worker = new_worker(store, handler, worker_options)?;
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    // Let the worker reach its idle loop first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let sent = insert_at_rate(bench, jobs, rate).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lock(&starts).len() < sent.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.graceful();
+    running.await?;
+    pool.close().await;
+
+    let starts = lock(&starts);
+    let mut waits: Vec<Duration> = sent
+        .iter()
+        .map(|(id, t0)| {
+            starts
+                .get(id)
+                .map(|t1| t1.saturating_duration_since(*t0))
+                .ok_or_else(|| format!("job {id} never started"))
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    waits.sort();
+    Ok(Latency {
+        label,
+        jobs: waits.len(),
+        p50: percentile(&waits, 50),
+        p95: percentile(&waits, 95),
+        p99: percentile(&waits, 99),
+        max: waits.last().copied().unwrap_or_default(),
+    })
+}
+
+/// Inserts `jobs` rows one statement each, `rate` per second, on one
+/// connection; returns when each INSERT was sent, by job id.
+async fn insert_at_rate(bench: &Bench, jobs: u64, rate: f64) -> Result<HashMap<i64, Instant>> {
+    let mut conn = PgConnection::connect(bench.url()).await?;
+    let insert = format!("INSERT INTO {TABLE} (queued_at) VALUES (now()) RETURNING id");
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(0.1)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sent = HashMap::new();
+    for _ in 0..jobs {
+        ticks.tick().await;
+        let t0 = Instant::now();
+        let id: i64 = sqlx::query_scalar(AssertSqlSafe(insert.clone()))
+            .fetch_one(&mut conn)
+            .await?;
+        sent.insert(id, t0);
+    }
+    conn.close().await?;
+    Ok(sent)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Nearest-rank percentile `p` (in %) of sorted values.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (p * sorted.len()).div_ceil(100);
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}

@@ -1,0 +1,287 @@
+//! The benchmark: dbworker beside the raw-SQL floor, in one run.
+//!
+//! ```sh
+//! cargo run --release --example bench -- --jobs 100000
+//! cargo run --release --example bench -- --jobs 100000 --write-docs   # also docs/benchmarks.md
+//! ```
+//!
+//! With `DATABASE_URL` unset it starts a throwaway PostgreSQL cluster with
+//! durable settings (fsync, synchronous_commit and full_page_writes on) and
+//! `pg_stat_statements` preloaded, and removes it at the end; with it set, it
+//! works in a scratch database on that server. Workloads, in order:
+//!
+//! - enqueue N no-op jobs in batches (jobs/s);
+//! - burn-down in heartbeat handling per handler count, each run next to the
+//!   raw-SQL floor (claim 100 + complete 100 rows per statement at 16
+//!   connections);
+//! - burn-down in transactional handling per handler count, each next to the
+//!   floor of a batch claim plus one transaction per job at the same concurrency;
+//! - insert → handler start latency at a low rate, NOTIFY on and off;
+//! - both burn-downs again with 1,000,000 completed rows in the table, with
+//!   jobs/s per second so that decay would show;
+//! - peak RSS of a worker process at 64 handlers.
+//!
+//! Only ratios within one run mean much: absolute figures on a shared machine
+//! drift between minutes.
+
+mod chart;
+mod db;
+mod floor;
+mod framework;
+mod latency;
+mod report;
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::db::Bench;
+use crate::report::{Pair, Report};
+
+/// Errors of the benchmark: reported, never handled.
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "dbworker beside the raw-SQL floor",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs one worker over an existing table and prints its peak RSS (the
+    /// benchmark starts this itself).
+    #[command(hide = true)]
+    Worker(framework::ChildArgs),
+}
+
+/// The workloads, selectable with `--workloads`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Workload {
+    /// Enqueue rate.
+    Enqueue,
+    /// Heartbeat handling burn-down and its floor.
+    Heartbeat,
+    /// Transactional handling burn-down and its floor.
+    Transactional,
+    /// Insert → handler start latency.
+    Latency,
+    /// Both burn-downs with completed rows already in the table.
+    Big,
+    /// Peak RSS of a worker process.
+    Rss,
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Jobs per heartbeat burn-down (and enqueue measurement).
+    #[arg(long, default_value_t = 100_000)]
+    jobs: u64,
+    /// Jobs per transactional burn-down (commit-bound, so fewer). Default: jobs / 5.
+    #[arg(long)]
+    tx_jobs: Option<u64>,
+    /// Handler counts for heartbeat handling.
+    #[arg(long, value_delimiter = ',', default_value = "8,16,24,64,100")]
+    handlers: Vec<usize>,
+    /// Handler counts for transactional handling.
+    #[arg(long, value_delimiter = ',', default_value = "8,16,24,64")]
+    tx_handlers: Vec<usize>,
+    /// Connections of the heartbeat floor.
+    #[arg(long, default_value_t = 16)]
+    floor_connections: usize,
+    /// Rows per claim (and per completion) statement of the floors.
+    #[arg(long, default_value_t = 100)]
+    floor_batch: usize,
+    /// Rows per enqueue statement.
+    #[arg(long, default_value_t = 5_000)]
+    enqueue_batch: u64,
+    /// Completed rows already in the table for the `big` workload (which runs
+    /// heartbeat handling at the largest handler count up to 64, and
+    /// transactional handling at 24 or the first count given).
+    #[arg(long, default_value_t = 1_000_000)]
+    completed_rows: u64,
+    /// Jobs of each latency run.
+    #[arg(long, default_value_t = 300)]
+    latency_jobs: u64,
+    /// Inserts per second of the latency runs.
+    #[arg(long, default_value_t = 50.0)]
+    latency_rate: f64,
+    /// Handlers of the worker whose RSS is measured.
+    #[arg(long, default_value_t = 64)]
+    rss_handlers: usize,
+    /// Which workloads to run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss"
+    )]
+    workloads: Vec<Workload>,
+    /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
+    #[arg(long)]
+    write_docs: bool,
+}
+
+impl BenchArgs {
+    fn tx_jobs(&self) -> u64 {
+        self.tx_jobs.unwrap_or(self.jobs / 5).max(1)
+    }
+
+    fn runs(&self, w: Workload) -> bool {
+        self.workloads.contains(&w)
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Some(Command::Worker(args)) = cli.command {
+        return framework::child_worker(args).await;
+    }
+    // On Ctrl-C the benchmark future is dropped, and with it the scratch
+    // database and the throwaway cluster.
+    tokio::select! {
+        result = bench(cli.bench) => result,
+        _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
+    }
+}
+
+/// Runs the selected workloads and reports them.
+async fn bench(args: BenchArgs) -> Result<()> {
+    if args.jobs == 0 || args.handlers.contains(&0) || args.tx_handlers.contains(&0) {
+        return Err("--jobs and every handler count must be at least 1".into());
+    }
+    let bench = Bench::start().await?;
+    let mut report = Report::new(&bench).await?;
+    report.print_header();
+
+    if args.runs(Workload::Enqueue) {
+        bench.fresh_table(0).await?;
+        let took = bench.enqueue(args.jobs, args.enqueue_batch).await?;
+        report.enqueue = Some((args.jobs, args.enqueue_batch, took));
+        progress(format_args!(
+            "enqueue: {} jobs in {:.2} s",
+            args.jobs,
+            took.as_secs_f64()
+        ));
+    }
+    if args.runs(Workload::Heartbeat) {
+        for &h in &args.handlers {
+            let pair = heartbeat_pair(&bench, &args, h, 0).await?;
+            report.heartbeat.push(pair);
+        }
+    }
+    if args.runs(Workload::Transactional) {
+        for &h in &args.tx_handlers {
+            let pair = transactional_pair(&bench, &args, h, 0).await?;
+            report.transactional.push(pair);
+        }
+    }
+    if args.runs(Workload::Latency) {
+        for notify in [false, true] {
+            let result = latency::run(&bench, args.latency_jobs, args.latency_rate, notify).await?;
+            progress(format_args!(
+                "latency: p50 {:?}, p99 {:?}",
+                result.p50, result.p99
+            ));
+            report.latency.push(result);
+        }
+    }
+    if args.runs(Workload::Big) && args.completed_rows > 0 {
+        let h = args.handlers.iter().copied().filter(|&h| h <= 64).max();
+        let tx_h = if args.tx_handlers.contains(&24) {
+            Some(24)
+        } else {
+            args.tx_handlers.first().copied()
+        };
+        if let Some(h) = h {
+            let pair = heartbeat_pair(&bench, &args, h, args.completed_rows).await?;
+            report.big.push(pair);
+        }
+        if let Some(h) = tx_h {
+            let pair = transactional_pair(&bench, &args, h, args.completed_rows).await?;
+            report.big.push(pair);
+        }
+    }
+    if args.runs(Workload::Rss) {
+        for (mode, jobs) in [
+            (db::Mode::Heartbeat, args.jobs.min(20_000)),
+            (db::Mode::Transactional, args.tx_jobs().min(5_000)),
+        ] {
+            let rss = framework::measure_rss(&bench, mode, args.rss_handlers, jobs).await?;
+            progress(format_args!(
+                "rss: {} at {} handlers: {} KiB",
+                mode, rss.handlers, rss.vmhwm_kib
+            ));
+            report.rss.push(rss);
+        }
+    }
+
+    report.print_tables();
+    if args.write_docs {
+        let written = report.write_docs()?;
+        println!("\nwrote {}", written.join(", "));
+    }
+    bench.close().await;
+    Ok(())
+}
+
+/// Heartbeat handling at `handlers`, then the floor right after it (so both
+/// see the same machine weather), on a table with `completed` old rows.
+async fn heartbeat_pair(
+    bench: &Bench,
+    args: &BenchArgs,
+    handlers: usize,
+    completed: u64,
+) -> Result<Pair> {
+    let mode = db::Mode::Heartbeat;
+    bench
+        .prepare(completed, args.jobs, args.enqueue_batch)
+        .await?;
+    let framework = framework::burn(bench, mode, handlers, args.jobs).await?;
+    bench
+        .prepare(completed, args.jobs, args.enqueue_batch)
+        .await?;
+    let floor =
+        floor::heartbeat(bench, args.floor_connections, args.floor_batch, args.jobs).await?;
+    let pair = Pair::new(mode, handlers, completed, framework, floor);
+    progress(format_args!("{}", pair.summary()));
+    Ok(pair)
+}
+
+/// Transactional handling at `handlers`, then its floor at the same concurrency.
+async fn transactional_pair(
+    bench: &Bench,
+    args: &BenchArgs,
+    handlers: usize,
+    completed: u64,
+) -> Result<Pair> {
+    let mode = db::Mode::Transactional;
+    let jobs = args.tx_jobs();
+    bench.prepare(completed, jobs, args.enqueue_batch).await?;
+    let framework = framework::burn(bench, mode, handlers, jobs).await?;
+    bench.prepare(completed, jobs, args.enqueue_batch).await?;
+    let floor = floor::transactional(bench, handlers, args.floor_batch, jobs).await?;
+    let pair = Pair::new(mode, handlers, completed, framework, floor);
+    progress(format_args!("{}", pair.summary()));
+    Ok(pair)
+}
+
+/// A progress line on stderr; the tables go to stdout at the end.
+fn progress(line: std::fmt::Arguments<'_>) {
+    eprintln!("bench: {line}");
+}
+
+/// How long a run may take before the benchmark gives up on it.
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);

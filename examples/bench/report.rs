@@ -1,0 +1,631 @@
+//! Results: the tables on stdout, and the record in `docs/benchmarks.md`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::Result;
+use crate::db::{Bench, Mode, Statements};
+use crate::framework::Rss;
+use crate::latency::Latency;
+
+/// One measured burn-down (framework or floor).
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
+    pub(crate) jobs: u64,
+    /// From the start to the last completion.
+    pub(crate) elapsed: Duration,
+    /// Completions in each full second of the run.
+    pub(crate) per_second: Vec<u64>,
+    pub(crate) statements: Option<Statements>,
+    /// Connections it could use.
+    pub(crate) connections: u32,
+}
+
+impl Run {
+    pub(crate) fn rate(&self) -> f64 {
+        self.jobs as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// `all / non-utility` statements per job.
+    fn statements_per_job(&self) -> String {
+        match self.statements {
+            Some(s) => format!(
+                "{:.2} / {:.2}",
+                s.all as f64 / self.jobs as f64,
+                s.non_utility as f64 / self.jobs as f64
+            ),
+            None => "n/a".to_owned(),
+        }
+    }
+
+    /// Mean jobs/s over the first and the last few full seconds (up to 10).
+    fn first_and_last(&self) -> Option<(f64, f64)> {
+        let s = &self.per_second;
+        let w = (s.len() / 3).clamp(1, 10);
+        if s.len() < 2 {
+            return None;
+        }
+        let mean = |xs: &[u64]| xs.iter().sum::<u64>() as f64 / xs.len() as f64;
+        Some((mean(&s[..w]), mean(&s[s.len() - w..])))
+    }
+
+    fn series(&self) -> String {
+        let parts: Vec<String> = self.per_second.iter().map(|n| rate(*n as f64)).collect();
+        if parts.is_empty() {
+            "(shorter than a second)".to_owned()
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
+/// A framework run and the floor measured right after it.
+#[derive(Debug, Clone)]
+pub(crate) struct Pair {
+    pub(crate) mode: Mode,
+    pub(crate) handlers: usize,
+    /// Completed rows in the table before the run.
+    pub(crate) completed_rows: u64,
+    pub(crate) framework: Run,
+    pub(crate) floor: Run,
+}
+
+impl Pair {
+    pub(crate) fn new(
+        mode: Mode,
+        handlers: usize,
+        completed_rows: u64,
+        framework: Run,
+        floor: Run,
+    ) -> Pair {
+        Pair {
+            mode,
+            handlers,
+            completed_rows,
+            framework,
+            floor,
+        }
+    }
+
+    pub(crate) fn ratio(&self) -> f64 {
+        self.framework.rate() / self.floor.rate()
+    }
+
+    /// One progress line.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "{} {} handlers{}: dbworker {} jobs/s, floor {} jobs/s, ratio {:.2}",
+            self.mode,
+            self.handlers,
+            if self.completed_rows > 0 {
+                format!(", {} completed rows", count(self.completed_rows))
+            } else {
+                String::new()
+            },
+            rate(self.framework.rate()),
+            rate(self.floor.rate()),
+            self.ratio()
+        )
+    }
+}
+
+/// The machine, from /proc.
+#[derive(Debug, Clone)]
+struct Machine {
+    cpus: usize,
+    cpu_model: String,
+    memory: String,
+    kernel: String,
+}
+
+impl Machine {
+    fn read() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let field = |text: &str, key: &str| {
+            text.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+                .unwrap_or_else(|| "unknown".to_owned())
+        };
+        let memory = field(&meminfo, "MemTotal")
+            .trim_end_matches(" kB")
+            .parse::<f64>()
+            .map(|kib| format!("{:.1} GiB", kib / 1024.0 / 1024.0))
+            .unwrap_or_else(|_| "unknown".to_owned());
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model: field(&cpuinfo, "model name"),
+            memory,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|_| "unknown".to_owned()),
+        }
+    }
+}
+
+/// Everything one benchmark run measured.
+#[derive(Debug)]
+pub(crate) struct Report {
+    date: String,
+    /// The commit measured; a new run of the same commit replaces its section.
+    code: String,
+    command: String,
+    origin: String,
+    version: String,
+    settings: Vec<(String, String)>,
+    machine: Machine,
+    statements_unavailable: Option<String>,
+    /// `(jobs, rows per statement, time)`.
+    pub(crate) enqueue: Option<(u64, u64, Duration)>,
+    pub(crate) heartbeat: Vec<Pair>,
+    pub(crate) transactional: Vec<Pair>,
+    pub(crate) latency: Vec<Latency>,
+    /// Both modes again on a table with many completed rows.
+    pub(crate) big: Vec<Pair>,
+    pub(crate) rss: Vec<Rss>,
+}
+
+impl Report {
+    pub(crate) async fn new(bench: &Bench) -> Result<Report> {
+        let (version, settings) = bench.settings().await?;
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut command = "cargo run --release --example bench".to_owned();
+        if !args.is_empty() {
+            command.push_str(" -- ");
+            command.push_str(&args.join(" "));
+        }
+        Ok(Report {
+            date: bench.now_utc().await?,
+            code: code_version(),
+            command,
+            origin: bench.origin(),
+            version,
+            settings,
+            machine: Machine::read(),
+            statements_unavailable: bench.statements_unavailable().map(str::to_owned),
+            enqueue: None,
+            heartbeat: Vec::new(),
+            transactional: Vec::new(),
+            latency: Vec::new(),
+            big: Vec::new(),
+            rss: Vec::new(),
+        })
+    }
+
+    /// The set-up, printed before anything runs.
+    pub(crate) fn print_header(&self) {
+        println!("{} (commit {})", self.date, self.code);
+        println!("{}", self.command);
+        println!(
+            "machine: {} CPUs ({}), {} memory, Linux {}",
+            self.machine.cpus, self.machine.cpu_model, self.machine.memory, self.machine.kernel
+        );
+        println!("server: {}", self.origin);
+        println!("{}", self.version);
+        let settings: Vec<String> = self
+            .settings
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!("{}", settings.join(" "));
+        if let Some(why) = &self.statements_unavailable {
+            println!("statements per job: not counted ({why})");
+        }
+        println!();
+    }
+
+    /// Every table, as aligned text.
+    pub(crate) fn print_tables(&self) {
+        for table in self.tables() {
+            println!("{}", table.text());
+        }
+        for line in self.decay_lines() {
+            println!("{line}");
+        }
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        let mut tables = Vec::new();
+        if let Some((jobs, batch, took)) = self.enqueue {
+            tables.push(Table {
+                title: "Enqueue".into(),
+                headers: vec!["jobs", "rows per INSERT", "seconds", "jobs/s"],
+                rows: vec![vec![
+                    count(jobs),
+                    count(batch),
+                    format!("{:.2}", took.as_secs_f64()),
+                    rate(jobs as f64 / took.as_secs_f64().max(1e-9)),
+                ]],
+            });
+        }
+        for (title, pairs) in [
+            ("Heartbeat handling: burn-down", &self.heartbeat),
+            ("Transactional handling: burn-down", &self.transactional),
+        ] {
+            if !pairs.is_empty() {
+                tables.push(pair_table(title, pairs));
+            }
+        }
+        if !self.big.is_empty() {
+            let rows = self.big.first().map_or(0, |p| p.completed_rows);
+            tables.push(pair_table(
+                &format!("With {} completed rows in the table", count(rows)),
+                &self.big,
+            ));
+        }
+        if !self.latency.is_empty() {
+            tables.push(Table {
+                title: format!(
+                    "Insert → handler start (heartbeat handling, {} handlers, one INSERT per statement)",
+                    4
+                ),
+                headers: vec!["variant", "jobs", "p50", "p95", "p99", "max"],
+                rows: self
+                    .latency
+                    .iter()
+                    .map(|l| {
+                        vec![
+                            l.label.clone(),
+                            l.jobs.to_string(),
+                            ms(l.p50),
+                            ms(l.p95),
+                            ms(l.p99),
+                            ms(l.max),
+                        ]
+                    })
+                    .collect(),
+            });
+        }
+        if !self.rss.is_empty() {
+            tables.push(Table {
+                title: "Peak RSS of a worker process (VmHWM)".into(),
+                headers: vec!["handling", "handlers", "jobs", "VmHWM", "≤ 13 MiB"],
+                rows: self
+                    .rss
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.mode.to_string(),
+                            r.handlers.to_string(),
+                            count(r.jobs),
+                            format!("{:.1} MiB", r.mib()),
+                            met(r.mib() <= 13.0).to_owned(),
+                        ]
+                    })
+                    .collect(),
+            });
+        }
+        let targets = self.targets();
+        if !targets.rows.is_empty() {
+            tables.push(targets);
+        }
+        tables
+    }
+
+    /// The targets of issue 6, met or not.
+    fn targets(&self) -> Table {
+        let mut rows = Vec::new();
+        if let Some(p) = self.heartbeat.iter().find(|p| p.handlers == 64) {
+            rows.push(vec![
+                "heartbeat handling, 64 handlers ≥ 0.9 × floor".to_owned(),
+                format!("{:.2} × ({} jobs/s)", p.ratio(), rate(p.framework.rate())),
+                met(p.ratio() >= 0.9).to_owned(),
+            ]);
+        }
+        for p in &self.transactional {
+            rows.push(vec![
+                format!(
+                    "transactional handling, {} handlers ≥ 0.9 × floor",
+                    p.handlers
+                ),
+                format!("{:.2} ×", p.ratio()),
+                met(p.ratio() >= 0.9).to_owned(),
+            ]);
+        }
+        if let Some(l) = self.latency.last() {
+            let ok = l.p50 <= Duration::from_micros(1500) && l.p99 <= Duration::from_millis(5);
+            rows.push(vec![
+                "with NOTIFY: p50 ≤ 1.5 ms, p99 ≤ 5 ms".to_owned(),
+                format!("{} / {} ({})", ms(l.p50), ms(l.p99), l.label),
+                met(ok).to_owned(),
+            ]);
+        }
+        for r in &self.rss {
+            rows.push(vec![
+                format!("worker RSS ≤ 13 MiB ({}, {} handlers)", r.mode, r.handlers),
+                format!("{:.1} MiB", r.mib()),
+                met(r.mib() <= 13.0).to_owned(),
+            ]);
+        }
+        Table {
+            title: "Targets (issue 6)".into(),
+            headers: vec!["target", "measured", "met"],
+            rows,
+        }
+    }
+
+    /// Jobs/s per second of the runs on the big table.
+    fn decay_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for p in &self.big {
+            for (who, run) in [("dbworker", &p.framework), ("floor", &p.floor)] {
+                lines.push(format!(
+                    "{} {} handlers, {who}: jobs/s per second: {}",
+                    p.mode,
+                    p.handlers,
+                    run.series()
+                ));
+            }
+        }
+        lines
+    }
+
+    /// Writes this run into docs/benchmarks.md (replacing the section of an
+    /// earlier run of the same commit, else appending) and redraws the chart;
+    /// returns the paths written.
+    pub(crate) fn write_docs(&self) -> Result<Vec<String>> {
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let md_path = docs.join("benchmarks.md");
+        let svg_path = docs.join(crate::chart::FILE_NAME);
+        let mut written = Vec::new();
+        if let Some(svg) = crate::chart::render(&self.heartbeat, &self.transactional, &self.date) {
+            std::fs::write(&svg_path, svg)?;
+            written.push(svg_path.display().to_string());
+        }
+        let old = std::fs::read_to_string(&md_path).unwrap_or_default();
+        std::fs::write(&md_path, self.merge_into(&old))?;
+        written.push(md_path.display().to_string());
+        Ok(written)
+    }
+
+    /// The document with this run's section in it.
+    fn merge_into(&self, old: &str) -> String {
+        let mine = format!("{RUN_MARKER}{} -->", self.code);
+        let mut sections: Vec<String> = old
+            .split(RUN_MARKER)
+            .skip(1)
+            .map(|s| format!("{RUN_MARKER}{s}"))
+            .filter(|s| !s.starts_with(&mine))
+            .collect();
+        sections.push(self.markdown_section());
+        let mut out = intro();
+        for s in sections {
+            out.push_str(s.trim_end());
+            out.push_str("\n\n");
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+        out
+    }
+
+    fn markdown_section(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{RUN_MARKER}{} -->", self.code);
+        let _ = writeln!(s, "## Run of {}, commit {}\n", self.date, self.code);
+        let _ = writeln!(s, "```sh\n{}\n```\n", self.command);
+        let _ = writeln!(
+            s,
+            "- Machine: {} CPUs ({}), {} memory, Linux {}",
+            self.machine.cpus, self.machine.cpu_model, self.machine.memory, self.machine.kernel
+        );
+        let _ = writeln!(
+            s,
+            "- Server: {}",
+            self.origin.split(" (data in").next().unwrap_or("")
+        );
+        let _ = writeln!(s, "- {}", self.version);
+        let settings: Vec<String> = self
+            .settings
+            .iter()
+            .map(|(k, v)| format!("`{k}={v}`"))
+            .collect();
+        let _ = writeln!(s, "- Settings: {}", settings.join(", "));
+        if let Some(why) = &self.statements_unavailable {
+            let _ = writeln!(s, "- Statements per job: not counted ({why})");
+        }
+        s.push('\n');
+        for table in self.tables() {
+            s.push_str(&table.markdown());
+            s.push('\n');
+        }
+        let decay = self.decay_lines();
+        if !decay.is_empty() {
+            s.push_str("Jobs/s in each full second, on the table with completed rows:\n\n");
+            for line in decay {
+                let _ = writeln!(s, "- {line}");
+            }
+        }
+        s
+    }
+}
+
+/// Starts every run's section in benchmarks.md, followed by its commit and ` -->`.
+const RUN_MARKER: &str = "<!-- bench run ";
+
+fn intro() -> String {
+    format!(
+        "# Benchmarks\n\n\
+         Written by the benchmark itself (`examples/bench/`):\n\n\
+         ```sh\n\
+         cargo run --release --example bench -- --jobs 100000 --write-docs\n\
+         ```\n\n\
+         ## How to read this\n\n\
+         - Only ratios within one run count. Absolute figures on a shared 2-core machine drift \
+         by 2× between minutes, so each dbworker run is followed at once by its raw-SQL floor, and \
+         the ratio compares the two.\n\
+         - **Heartbeat floor**: 16 connections, each claiming 100 rows per statement \
+         (`UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT 100) RETURNING id`) and \
+         completing them in one `UPDATE … WHERE id = ANY($1)`. **Transactional floor**: a batch \
+         claim into the free slots, then one transaction per job (BEGIN; `FOR KEY SHARE`; UPDATE; \
+         COMMIT) with as many jobs at once as the dbworker run has handlers.\n\
+         - Jobs are no-ops; jobs/s runs from the start to the last recorded completion. Each run \
+         gets a freshly created, vacuumed and analyzed table.\n\
+         - Statements per job come from `pg_stat_statements` on the bench database: all / without \
+         utility statements (BEGIN, COMMIT, ...).\n\
+         - The chart shows the newest run (the last section).\n\n\
+         ![jobs/s against handler count]({})\n\n",
+        crate::chart::FILE_NAME
+    )
+}
+
+/// `git rev-parse --short HEAD`, with `+dirty` for uncommitted changes to
+/// tracked files outside docs/ (which the benchmark itself writes); `unknown`
+/// outside a git checkout.
+fn code_version() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(head) => {
+            let dirty = git(&[
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":!docs",
+            ])
+            .is_some_and(|s| !s.is_empty());
+            if dirty { format!("{head}+dirty") } else { head }
+        }
+        None => "unknown".to_owned(),
+    }
+}
+
+/// The table of framework/floor pairs.
+fn pair_table(title: &str, pairs: &[Pair]) -> Table {
+    Table {
+        title: title.to_owned(),
+        headers: vec![
+            "handling",
+            "handlers",
+            "jobs",
+            "dbworker jobs/s",
+            "pool",
+            "floor jobs/s",
+            "floor conns",
+            "dbworker ÷ floor",
+            "stmts/job dbworker",
+            "stmts/job floor",
+        ],
+        rows: pairs
+            .iter()
+            .map(|p| {
+                vec![
+                    p.mode.to_string(),
+                    p.handlers.to_string(),
+                    count(p.framework.jobs),
+                    match p.framework.first_and_last() {
+                        Some((a, b)) if p.completed_rows > 0 => format!(
+                            "{} (first {} → last {})",
+                            rate(p.framework.rate()),
+                            rate(a),
+                            rate(b)
+                        ),
+                        _ => rate(p.framework.rate()),
+                    },
+                    p.framework.connections.to_string(),
+                    rate(p.floor.rate()),
+                    p.floor.connections.to_string(),
+                    format!("{:.2}", p.ratio()),
+                    p.framework.statements_per_job(),
+                    p.floor.statements_per_job(),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// A titled table, rendered as aligned text or Markdown.
+struct Table {
+    title: String,
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn text(&self) -> String {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| {
+            let padded: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+                .collect();
+            padded.join("  ").trim_end().to_owned()
+        };
+        let mut out = format!("{}\n", self.title);
+        out.push_str(&line(self.headers.clone()));
+        out.push('\n');
+        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        out.push_str(&rule.join("  "));
+        out.push('\n');
+        for row in &self.rows {
+            out.push_str(&line(row.iter().map(String::as_str).collect()));
+            out.push('\n');
+        }
+        out
+    }
+
+    fn markdown(&self) -> String {
+        let mut out = format!("### {}\n\n| {} |\n", self.title, self.headers.join(" | "));
+        let _ = writeln!(out, "|{}", "---|".repeat(self.headers.len()));
+        for row in &self.rows {
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
+        out
+    }
+}
+
+/// Jobs per second, rounded for reading: `31.2k`, `2,480`.
+fn rate(x: f64) -> String {
+    if x >= 10_000.0 {
+        format!("{:.1}k", x / 1000.0)
+    } else {
+        count(round(x))
+    }
+}
+
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a rate, rounded for display"
+)]
+fn round(x: f64) -> u64 {
+    x.round().max(0.0) as u64
+}
+
+/// A count with thousands separators.
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "yes" } else { "no" }
+}
