@@ -118,6 +118,9 @@ impl Bench {
     pub(crate) async fn pool(&self, max: u32) -> Result<PgPool> {
         Ok(PgPoolOptions::new()
             .max_connections(max)
+            // The guide's pool advice for workers: no ping before every acquire
+            // (a lost connection is handled by the store either way).
+            .test_before_acquire(false)
             .connect(self.url())
             .await?)
     }

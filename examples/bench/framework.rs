@@ -210,6 +210,7 @@ pub(crate) struct ChildArgs {
 pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(pool_size(args.mode, args.handlers))
+        .test_before_acquire(false)
         .connect(&args.url)
         .await?;
     let store = Arc::new(DbStore::new(pool.clone(), store_options(args.mode)).await?);

@@ -34,18 +34,19 @@ pub(crate) struct Latency {
 /// The "NOTIFY on" variant's set-up. Returns whether LISTEN is really on (the
 /// run is labelled accordingly).
 async fn enable_notify(
-    _pool: &PgPool,
-    _store: &mut StoreOptions<BenchJob>,
-    _worker: &mut WorkerOptions,
+    pool: &PgPool,
+    store: &mut StoreOptions<BenchJob>,
+    worker: &mut WorkerOptions,
 ) -> Result<bool> {
-    // TODO(lead): enable LISTEN. After merging main (LISTEN/NOTIFY, max_interval, claim_ahead):
-    //   sqlx::raw_sql(AssertSqlSafe(dbworker::notify_trigger_sql(TABLE, &Default::default(), None)?))
-    //       .execute(_pool).await?;
-    //   _store.listen = dbworker::Listen::TableChannel;
-    //   _worker.interval = Duration::from_secs(1); // polling only as the backstop
-    //   _worker.max_interval = Some(Duration::from_secs(5));
-    //   return Ok(true);
-    Ok(false)
+    let trigger = dbworker::notify_trigger_sql(TABLE, &Default::default(), None)?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(trigger))
+        .execute(pool)
+        .await?;
+    store.listen = dbworker::Listen::TableChannel;
+    // Polling is only the backstop; an idle worker backs off to 5 s.
+    worker.interval = Duration::from_secs(1);
+    worker.max_interval = Some(Duration::from_secs(5));
+    Ok(true)
 }
 
 /// Runs `jobs` inserts at `rate` per second against a waiting worker
