@@ -1,5 +1,5 @@
-//! Batched marks for heartbeat handling. Jobs that finish while one batch is
-//! being written wait for the next, so under load one fenced statement marks
+//! Batched marks for heartbeat handling. Jobs that finish while the batches in
+//! flight (at most two) are being written wait for the next, so under load one fenced statement marks
 //! many jobs (group commit), and an idle worker adds no delay at all. Each job
 //! still gets its own answer: whether its lease still owned the row.
 //!
@@ -12,13 +12,15 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use sqlx::{PgPool, Row};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::options::Resolved;
 use crate::sql::{self, Mark};
 
 /// The most jobs one statement marks.
 const MAX_BATCH: usize = 1000;
+/// Batches written at once: while they are, the next one fills.
+const MAX_IN_FLIGHT: usize = 2;
 
 /// A job's answer: marked or not, or the database error rendered.
 type Answer = Result<bool, String>;
@@ -59,28 +61,48 @@ async fn write_batches(
     options: Arc<Resolved>,
     mut rx: mpsc::UnboundedReceiver<Pending>,
 ) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let marks: Vec<Mark> = batch.iter().map(|p| p.mark.clone()).collect();
-        match write(&pool, &options, &marks).await {
-            Ok(marked) => {
-                for p in batch.drain(..) {
-                    let _ = p.done.send(Ok(marked.contains(&p.mark.id)));
-                }
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    loop {
+        // While every writer is busy, marks pile up into the next batch.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            return;
+        }
+        let (pool, options) = (pool.clone(), options.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            write_answering(&pool, &options, batch).await;
+        });
+    }
+}
+
+/// Writes one batch and answers each of its jobs.
+async fn write_answering(pool: &PgPool, options: &Resolved, batch: Vec<Pending>) {
+    let marks: Vec<Mark> = batch.iter().map(|p| p.mark.clone()).collect();
+    let started = std::time::Instant::now();
+    let result = write(pool, options, &marks).await;
+    tracing::debug!(store = %options.name, marks = marks.len(), took = ?started.elapsed(), "wrote a batch of marks");
+    match result {
+        Ok(marked) => {
+            for p in batch {
+                let _ = p.done.send(Ok(marked.contains(&p.mark.id)));
             }
-            // One bad row must not sink the others: write them one by one.
-            Err(_) if batch.len() > 1 => {
-                for p in batch.drain(..) {
-                    let answer = write(&pool, &options, std::slice::from_ref(&p.mark))
-                        .await
-                        .map(|marked| marked.contains(&p.mark.id));
-                    let _ = p.done.send(answer);
-                }
+        }
+        // One bad row must not sink the others: write them one by one.
+        Err(_) if batch.len() > 1 => {
+            for p in batch {
+                let answer = write(pool, options, std::slice::from_ref(&p.mark))
+                    .await
+                    .map(|marked| marked.contains(&p.mark.id));
+                let _ = p.done.send(answer);
             }
-            Err(message) => {
-                for p in batch.drain(..) {
-                    let _ = p.done.send(Err(message.clone()));
-                }
+        }
+        Err(message) => {
+            for p in batch {
+                let _ = p.done.send(Err(message.clone()));
             }
         }
     }

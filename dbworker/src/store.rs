@@ -462,6 +462,12 @@ impl<R: Record> Store for DbStore<R> {
         self.wakeups.clone()
     }
 
+    /// In transactional handling a job holds its transaction's connection
+    /// until the mark commits; the pool is sized for one per handler.
+    fn job_holds_resources(&self) -> bool {
+        self.options.handling == Handling::Transactional
+    }
+
     async fn queued_count(&self) -> std::result::Result<u64, BoxError> {
         let row = sql::queued_count(&self.options)
             .query()
@@ -481,11 +487,13 @@ impl<R: Record> Store for DbStore<R> {
         // Heartbeat handling reads records in the claim itself, unless a view
         // must be read after the table's rows are claimed.
         let with_record = o.handling == Handling::Heartbeat && o.view.is_none();
+        let started = std::time::Instant::now();
         let rows = sql::claim(o, hostname, &conditions.0, limit.max(1), with_record)
             .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("claim"))?;
+        tracing::debug!(store = %o.name, limit, claimed = rows.len(), took = ?started.elapsed(), "claimed");
         let mut leases = Vec::with_capacity(rows.len());
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
         let mut claimed_rows = Vec::new();

@@ -84,6 +84,15 @@ pub trait Store: Send + Sync + 'static {
         num_handlers
     }
 
+    /// Whether a dequeued job holds a store resource (a transaction, a
+    /// connection) until its outcome is recorded. If not (the default), the
+    /// worker gives the job's handler slot to the next job as soon as the
+    /// handler returns, and records the outcome meanwhile (a store that batches
+    /// its marks then never holds a handler idle).
+    fn job_holds_resources(&self) -> bool {
+        false
+    }
+
     /// Wake-ups for idle dequeue loops, when the store has a notification source
     /// (a `LISTEN` connection). `None` (the default): workers only poll.
     fn wakeups(&self) -> Option<Wakeups> {

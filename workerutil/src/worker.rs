@@ -37,6 +37,10 @@ pub(crate) struct Shared<S> {
     pub(crate) running: RunningSet,
     /// Jobs claimed beyond the free handler slots (resolved from the options).
     pub(crate) claim_ahead: usize,
+    /// Bounds the finished jobs whose outcome is still being written (four
+    /// times the jobs a worker may hold), so slow marks slow the worker down
+    /// instead of piling up.
+    recording: Arc<Semaphore>,
     events: broadcast::Sender<WorkerEvent>,
 }
 
@@ -133,6 +137,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .into_owned(),
         };
         let claim_ahead = options.claim_ahead_for(&*store);
+        let num_handlers = options.num_handlers;
         store
             .check_worker_options(&options, claim_ahead)
             .map_err(Error::IncompatibleOptions)?;
@@ -145,6 +150,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 store,
                 running: RunningSet::default(),
                 claim_ahead,
+                recording: Arc::new(Semaphore::new(4 * (num_handlers + claim_ahead))),
                 events,
             }),
             handler: Arc::new(handler),
@@ -251,7 +257,15 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 }
             }
             let room = self.room(&semaphore, buffer.len(), dequeued);
-            if claim.is_none() && room > 0 && next_claim.is_none_or(|t| Instant::now() >= t) {
+            // With jobs still buffered, wait until half the capacity is free so
+            // claims stay large: a claim of a few rows would hold up the next one.
+            let worth_it = buffer.is_empty()
+                || room >= (options.num_handlers + shared.claim_ahead).div_ceil(2);
+            if claim.is_none()
+                && room > 0
+                && worth_it
+                && next_claim.is_none_or(|t| Instant::now() >= t)
+            {
                 match self.pre_dequeue().await {
                     Some(conditions) => {
                         if let Some(w) = &mut wakeups {
@@ -489,7 +503,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         tracker.spawn(
             async move {
                 // The task owns its permit: the slot frees on every path, panics included.
-                let _permit = permit;
+                let permit = permit;
                 let started = Instant::now();
                 let mut job = job;
                 let outcome = match pre_panic {
@@ -498,6 +512,16 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 };
                 shared.running.remove(lease);
                 metrics::running(&shared.name, shared.running.len());
+                // The handler is done: unless the job holds a store resource until
+                // its mark, its slot goes to the next job while the outcome is
+                // written (a bounded number of outcomes wait at once).
+                let _slot = if shared.store.job_holds_resources() {
+                    permit
+                } else {
+                    let recording = shared.recording.clone().acquire_owned().await;
+                    drop(permit);
+                    recording.expect("the semaphore is never closed")
+                };
                 let marked = record_outcome(&shared, &mut job, &outcome).await;
                 if let Err(panic) = AssertUnwindSafe(handler.post_handle(job.record(), &outcome))
                     .catch_unwind()

@@ -48,6 +48,8 @@ struct Flaky {
     heartbeat_delay: Mutex<Duration>,
     /// Hide the inner store's wake-ups (a store without LISTEN).
     no_wakeups: bool,
+    /// How long each `mark_complete` takes (on tokio's clock).
+    mark_delay: Mutex<Duration>,
 }
 
 #[async_trait]
@@ -101,6 +103,8 @@ impl Store for Flaky {
             .await
     }
     async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+        let delay = *self.mark_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         self.inner.mark_complete(job).await
     }
     async fn mark_errored(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
@@ -1117,4 +1121,35 @@ async fn a_handler_that_errors_because_of_a_shutdown_is_requeued_not_failed() {
     let snapshot = store.snapshot(1).unwrap();
     assert_eq!(snapshot.state, JobState::Queued);
     assert_eq!(snapshot.num_failures, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_mark_does_not_hold_the_handler_slot() {
+    let store = Arc::new(Flaky::default());
+    *store.mark_delay.lock().unwrap() = Duration::from_secs(10);
+    for id in 1..=2 {
+        store.inner.enqueue(Task {
+            id,
+            act: Act::Succeed,
+        });
+    }
+    let mut o = options();
+    o.num_handlers = 1;
+    o.num_total_jobs = Some(2);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let mut events = worker.subscribe();
+    let start = tokio::time::Instant::now();
+    let run = tokio::spawn(worker.run());
+    // Job 2 starts while job 1's outcome is still being written.
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 2 }).then_some(())
+    })
+    .await;
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    run.await.unwrap();
+    assert_eq!(store.inner.count(JobState::Completed), 2);
 }
