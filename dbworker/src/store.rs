@@ -1,8 +1,10 @@
 //! `DbStore`: the Postgres [`Store`]. Two-phase dequeue, transaction-bound
 //! handling, fenced marks, heartbeats and execution logs.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -311,7 +313,12 @@ impl<R: Record> DbStore<R> {
         tx: Option<Transaction<'static, Postgres>>,
     ) -> Result<Option<DbJob<R>>> {
         let failure = match row {
-            Ok(Some(row)) => match (self.scan)(&row) {
+            // The scan is the user's code: a panic in it (`row.get` on a NULL)
+            // fails this row with the panic message, like an error would.
+            Ok(Some(row)) => match std::panic::catch_unwind(AssertUnwindSafe(|| (self.scan)(&row)))
+                .unwrap_or_else(|panic| {
+                    Err(format!("the scan panicked: {}", panic_text(&panic)).into())
+                }) {
                 Ok(record) if record.id() == lease.id => {
                     return Ok(Some(DbJob { record, lease, tx }));
                 }
@@ -684,4 +691,13 @@ impl<R: Record> Store for DbStore<R> {
             .fenced_write("requeue", job.lease, job.tx.take(), statement)
             .await?)
     }
+}
+
+/// The text of a panic payload.
+fn panic_text(panic: &Box<dyn Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic with a non-string payload")
 }

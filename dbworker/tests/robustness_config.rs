@@ -1,6 +1,7 @@
-//! Bad schemas, bad configuration and unreachable servers on real Postgres:
-//! each is reported at start-up with its name and cause, and odd values in a
-//! row (NULL counters) never make a job loop or fail early.
+//! Bad schemas, bad configuration, unreachable servers and odd rows on real
+//! Postgres: each is reported at start-up with its name and cause, and a bad
+//! row (a panicking scan, NULL counters) never stops the worker, makes a job
+//! loop or fails it early.
 
 mod common;
 
@@ -365,4 +366,104 @@ async fn colliding_renames_are_rejected_by_the_generator_and_the_store() {
             .to_string()
             .contains("would both be named")
     );
+}
+
+#[tokio::test]
+async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = Db::new().await;
+        let ids = db.enqueue(3, json!({})).await;
+        exec(
+            &db,
+            &format!("UPDATE jobs SET payload = 'null' WHERE id = {}", ids[1]),
+        )
+        .await;
+        // Reads the payload's "n" with a plain `get`, which panics on the row
+        // whose payload has none.
+        let mut o = StoreOptions::<Job>::new("panicky", "jobs j", |row| {
+            use sqlx::Row;
+            let payload: serde_json::Value = row.get("payload");
+            assert!(!payload.is_null(), "payload is NULL");
+            Ok(Job {
+                id: row.get("id"),
+                payload,
+                cost: row.get("cost"),
+            })
+        });
+        o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
+        o.handling = handling;
+        o.stalled_max_age = Duration::from_secs(5);
+        let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
+        let mut wo = worker_options();
+        wo.num_total_jobs = Some(2);
+        let summary = new_worker(store, Done, wo).unwrap().run().await;
+        assert_eq!(summary.dequeued, 2, "{handling:?}");
+        assert_eq!(db.state(ids[0]).await, "completed", "{handling:?}");
+        assert_eq!(db.state(ids[2]).await, "completed", "{handling:?}");
+        assert_eq!(db.state(ids[1]).await, "failed", "{handling:?}");
+        let message: String = db
+            .scalar("SELECT failure_message FROM jobs WHERE id = $1", ids[1])
+            .await;
+        assert!(
+            message.contains("the scan panicked: payload is NULL"),
+            "{message}"
+        );
+    }
+}
+
+/// Completes every job.
+struct Done;
+
+#[async_trait]
+impl Handler<DbStore<Job>> for Done {
+    async fn handle(
+        &self,
+        _job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_poll_interval_below_the_minimum_is_an_error() {
+    let db = Db::new().await;
+    let store = db.store(Handling::Heartbeat).await;
+    let mut o = worker_options();
+    o.interval = Duration::from_nanos(1);
+    let err = new_worker(store, Done, o).unwrap_err().to_string();
+    assert!(err.contains("invalid option `interval`"), "{err}");
+    assert!(err.contains("minimum of 10ms"), "{err}");
+}
+
+#[tokio::test]
+async fn a_handler_that_blocks_past_its_runtime_is_reported() {
+    struct Blocks;
+    #[async_trait]
+    impl Handler<DbStore<Job>> for Blocks {
+        async fn handle(
+            &self,
+            _job: &mut DbJob<Job>,
+            _ctx: &JobContext<DbStore<Job>>,
+        ) -> Result<(), HandlerError> {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(())
+        }
+    }
+    let db = Db::new().await;
+    db.enqueue(1, json!({})).await;
+    let store = db.store(Handling::Transactional).await;
+    let mut o = worker_options();
+    o.num_total_jobs = Some(1);
+    o.max_runtime_per_job = Some(Duration::from_millis(50));
+    let worker = new_worker(store, Blocks, o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let ran = workerutil::testing::wait_for(&mut events, |e| match e {
+        workerutil::WorkerEvent::Overran { ran, .. } => Some(*ran),
+        _ => None,
+    })
+    .await;
+    assert!(ran >= Duration::from_millis(300), "{ran:?}");
+    run.await.unwrap();
 }
