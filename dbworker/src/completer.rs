@@ -21,6 +21,8 @@ use crate::sql::{self, Mark};
 const MAX_BATCH: usize = 1000;
 /// Batches written at once: while they are, the next one fills.
 const MAX_IN_FLIGHT: usize = 2;
+/// Below this many marks, a second batch waits for the one in flight.
+const SMALL_BATCH: usize = 16;
 
 /// A job's answer: marked or not, or the database error rendered.
 type Answer = Result<bool, String>;
@@ -70,6 +72,17 @@ async fn write_batches(
         let mut batch = Vec::with_capacity(MAX_BATCH);
         if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             return;
+        }
+        if batch.len() < SMALL_BATCH && in_flight.available_permits() == 0 {
+            // Another batch is on its way: rather than a round trip for a few
+            // rows, let it land and take what piled up meanwhile.
+            drop(in_flight.clone().acquire_owned().await);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(pending) => batch.push(pending),
+                    Err(_) => break,
+                }
+            }
         }
         let (pool, options) = (pool.clone(), options.clone());
         tokio::spawn(async move {

@@ -185,11 +185,12 @@ impl<R: Record> DbStore<R> {
     ///
     /// - the pool serves every connection the worker holds at once: in
     ///   transactional handling one per running or buffered job, plus one for
-    ///   claims and one for heartbeats (and one for batched marks in heartbeat
-    ///   handling); too small a pool deadlocks;
+    ///   claims, one more per further concurrent claim, and one for heartbeats
+    ///   (and one for batched marks in heartbeat handling); too small a pool
+    ///   deadlocks;
     /// - heartbeats come at least twice per stalled max age, or the resetter
     ///   would requeue live jobs;
-    /// - a worker gives up its jobs (`heartbeat_failure_limit`, plus two
+    /// - a worker gives up its jobs (`heartbeat_failure_limit`, plus three
     ///   heartbeat intervals for the round trips in flight) before the resetter
     ///   may hand them to someone else (`stalled_max_age`).
     ///
@@ -220,11 +221,15 @@ impl<R: Record> DbStore<R> {
         let max = self.pool.options().get_max_connections();
         let held =
             u32::try_from(options.num_handlers.saturating_add(claim_ahead)).unwrap_or(u32::MAX);
+        // Claims beyond the first each need a connection of their own.
+        let claims = options.concurrent_dequeues_for(self).max(1);
+        let extra_claims = u32::try_from(claims - 1).unwrap_or(u32::MAX);
         let (needed, reason) = match self.handling() {
             Handling::Transactional => (
-                held.saturating_add(RESERVED_CONNECTIONS),
+                held.saturating_add(RESERVED_CONNECTIONS)
+                    .saturating_add(extra_claims),
                 format!(
-                    "transactional handling holds one per job: {} handlers + {claim_ahead} claimed ahead + {RESERVED_CONNECTIONS} for claims and heartbeats",
+                    "transactional handling holds one per job: {} handlers + {claim_ahead} claimed ahead + {RESERVED_CONNECTIONS} for claims and heartbeats + {extra_claims} for further concurrent claims",
                     options.num_handlers
                 ),
             ),
@@ -465,6 +470,16 @@ impl<R: Record> Store for DbStore<R> {
         }
     }
 
+    /// Heartbeat handling keeps two claims in flight while the queue is busy;
+    /// transactional handling one, since each claim in flight needs a
+    /// connection beside those its jobs hold.
+    fn default_concurrent_dequeues(&self) -> usize {
+        match self.options.handling {
+            Handling::Heartbeat => 2,
+            Handling::Transactional => 1,
+        }
+    }
+
     fn wakeups(&self) -> Option<Wakeups> {
         self.wakeups.clone()
     }
@@ -629,10 +644,10 @@ impl<R: Record> Store for DbStore<R> {
     }
 
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
-        let statement = sql::mark_complete(&self.options, job.lease.id, job.lease.token);
         let Some(mut tx) = job.tx.take() else {
             return self.batched(job.lease, MarkKind::Complete, "").await;
         };
+        let statement = sql::mark_complete(&self.options, job.lease.id, job.lease.token);
         // The mark and the handler's writes commit together, or not at all.
         let done = match statement.query().execute(&mut *tx).await {
             Ok(done) => done,

@@ -693,6 +693,21 @@ async fn worker_new_runs_the_store_checks_too() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("6 are needed"), "{err}");
+    // Each claim beyond the first that may be in flight needs a connection too.
+    let small = Arc::new(
+        DbStore::new(db.db.pool(4).await.unwrap(), db.options())
+            .await
+            .unwrap(),
+    );
+    let mut o = options("w");
+    o.num_handlers = 2;
+    Worker::new(small.clone(), Script::default(), o.clone()).expect("2 handlers + 2 fit 4");
+    o.concurrent_dequeues = Some(3);
+    let err = Worker::new(small, Script::default(), o)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("6 are needed"), "{err}");
+    assert!(err.contains("2 for further concurrent claims"), "{err}");
 }
 
 #[tokio::test]

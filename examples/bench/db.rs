@@ -190,10 +190,31 @@ impl Bench {
         )
         .fetch_one(&self.admin)
         .await?;
+        if std::env::var_os("BENCH_TOP_STATEMENTS").is_some() {
+            self.print_top_statements().await?;
+        }
         Ok(Some(Statements {
             all: u64::try_from(all)?,
             non_utility: u64::try_from(non_utility)?,
         }))
+    }
+
+    /// With `BENCH_TOP_STATEMENTS` set: where the server's time went in this
+    /// run, statement by statement (a diagnostic, not part of the report).
+    async fn print_top_statements(&self) -> Result<()> {
+        let rows: Vec<(i64, f64, f64, String)> = sqlx::query_as(
+            r"SELECT calls, total_exec_time, mean_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+              FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                AND query NOT ILIKE '%pg_stat_statements%'
+              ORDER BY total_exec_time DESC LIMIT 8",
+        )
+        .fetch_all(&self.admin)
+        .await?;
+        for (calls, total, mean, query) in rows {
+            eprintln!("  {calls:>8} calls {total:>9.1} ms total {mean:>8.3} ms mean  {query}");
+        }
+        Ok(())
     }
 
     /// Drops and creates the job table (`dbworker::job_table_sql`), with

@@ -39,6 +39,14 @@ pub struct WorkerOptions {
     /// heartbeat-handling Postgres store; 0 for transactional handling, where a
     /// buffered job would hold a connection).
     pub claim_ahead: Option<usize>,
+    /// How many dequeue calls may be in flight at once while the queue keeps
+    /// filling every claim: a second claim starts while the first is still on
+    /// its way, so the store's round trip no longer bounds throughput. An idle
+    /// queue (a claim that came back short) is always polled by one claim at a
+    /// time. `None` (the default): 1 when `max_dequeue_batch` is set (budgeted
+    /// workers decide job by job), else what the store suggests (2 for the
+    /// in-memory and the Postgres store).
+    pub concurrent_dequeues: Option<usize>,
     /// How long to wait before polling again after a dequeue found nothing (or
     /// `pre_dequeue` declined, or the store failed). At least [`MIN_INTERVAL`]
     /// (10 ms). Default 1 s.
@@ -79,6 +87,7 @@ impl WorkerOptions {
             num_handlers: 1,
             max_dequeue_batch: None,
             claim_ahead: None,
+            concurrent_dequeues: None,
             num_total_jobs: None,
             max_active_time: None,
             interval: Duration::from_secs(1),
@@ -104,6 +113,19 @@ impl WorkerOptions {
         })
     }
 
+    /// How many dequeue calls a worker with these options keeps in flight over
+    /// `store`: `concurrent_dequeues` when set, else 1 with a capped
+    /// `max_dequeue_batch`, else what the store suggests.
+    pub fn concurrent_dequeues_for<S: Store>(&self, store: &S) -> usize {
+        self.concurrent_dequeues.unwrap_or_else(|| {
+            if self.max_dequeue_batch.is_some() {
+                1
+            } else {
+                store.default_concurrent_dequeues()
+            }
+        })
+    }
+
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self) -> Result<(), Error> {
         fn invalid(field: &'static str, reason: &str) -> Result<(), Error> {
@@ -123,6 +145,9 @@ impl WorkerOptions {
         }
         if self.max_dequeue_batch == Some(0) {
             return invalid("max_dequeue_batch", "must be at least 1 when set");
+        }
+        if self.concurrent_dequeues == Some(0) {
+            return invalid("concurrent_dequeues", "must be at least 1 when set");
         }
         if self.num_total_jobs == Some(0) {
             return invalid("num_total_jobs", "must be at least 1 when set");
@@ -180,6 +205,10 @@ mod tests {
             ("hostname", Box::new(|o| o.hostname = Some(String::new()))),
             ("num_handlers", Box::new(|o| o.num_handlers = 0)),
             ("num_total_jobs", Box::new(|o| o.num_total_jobs = Some(0))),
+            (
+                "concurrent_dequeues",
+                Box::new(|o| o.concurrent_dequeues = Some(0)),
+            ),
             (
                 "max_dequeue_batch",
                 Box::new(|o| o.max_dequeue_batch = Some(0)),

@@ -84,6 +84,12 @@ pub trait Store: Send + Sync + 'static {
         num_handlers
     }
 
+    /// How many dequeue calls a worker keeps in flight at once while the queue
+    /// is busy, when `WorkerOptions::concurrent_dequeues` is `None`. Default 2.
+    fn default_concurrent_dequeues(&self) -> usize {
+        2
+    }
+
     /// Whether a dequeued job holds a store resource (a transaction, a
     /// connection) until its outcome is recorded. If not (the default), the
     /// worker gives the job's handler slot to the next job as soon as the

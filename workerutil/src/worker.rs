@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -37,10 +38,14 @@ pub(crate) struct Shared<S> {
     pub(crate) running: RunningSet,
     /// Jobs claimed beyond the free handler slots (resolved from the options).
     pub(crate) claim_ahead: usize,
+    /// Dequeue calls in flight at once while the queue is busy (resolved).
+    pub(crate) concurrent_dequeues: usize,
     /// Bounds the finished jobs whose outcome is still being written (four
     /// times the jobs a worker may hold), so slow marks slow the worker down
     /// instead of piling up.
     recording: Arc<Semaphore>,
+    /// Signaled whenever a job gives its handler slot back.
+    slot_freed: Notify,
     events: broadcast::Sender<WorkerEvent>,
 }
 
@@ -137,6 +142,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .into_owned(),
         };
         let claim_ahead = options.claim_ahead_for(&*store);
+        let concurrent_dequeues = options.concurrent_dequeues_for(&*store);
         let num_handlers = options.num_handlers;
         store
             .check_worker_options(&options, claim_ahead)
@@ -150,7 +156,9 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 store,
                 running: RunningSet::default(),
                 claim_ahead,
+                concurrent_dequeues,
                 recording: Arc::new(Semaphore::new(4 * (num_handlers + claim_ahead))),
+                slot_freed: Notify::new(),
                 events,
             }),
             handler: Arc::new(handler),
@@ -236,15 +244,22 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         // Claimed jobs waiting for a free handler (at most `claim_ahead` once the
         // free slots are filled).
         let mut buffer: VecDeque<Claimed<S::Job>> = VecDeque::new();
-        // The claim in flight; it runs while buffered jobs start.
-        let mut claim: Option<ClaimFuture<S::Job>> = None;
+        // Claims in flight, each with the number of jobs it asked for; they run
+        // while buffered jobs start.
+        let mut claims: FuturesUnordered<ClaimFuture<S::Job>> = FuturesUnordered::new();
+        // Jobs asked for by the claims in flight: room they already took.
+        let mut reserved: usize = 0;
+        // The last claim came back full, so more work is likely waiting: only
+        // then may a second claim start before the first returns.
+        let mut busy = false;
+        let capacity = options.num_handlers + shared.claim_ahead;
         let mut wakeups = shared.store.wakeups();
         let mut backoff = Backoff::new(options.interval, options.max_interval);
         // When the next claim may start; `None`: as soon as there is room.
         let mut next_claim: Option<Instant> = None;
 
         let reason = loop {
-            let settled = buffer.is_empty() && claim.is_none();
+            let settled = buffer.is_empty() && claims.is_empty();
             if let Some(reason) = self.stop_reason(deadline, dequeued, settled) {
                 break reason;
             }
@@ -256,14 +271,24 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                     self.start_job(tracker, claimed, permit).await;
                 }
             }
-            let room = self.room(&semaphore, buffer.len(), dequeued);
-            // With jobs still buffered, wait until half the capacity is free so
-            // claims stay large: a claim of a few rows would hold up the next one.
-            let worth_it = buffer.is_empty()
-                || room >= (options.num_handlers + shared.claim_ahead).div_ceil(2);
-            if claim.is_none()
-                && room > 0
+            // The last buffered jobs just started: the total may be reached now.
+            if buffer.is_empty()
+                && claims.is_empty()
+                && self.stop_reason(deadline, dequeued, true).is_some()
+            {
+                continue;
+            }
+            let room = self.room(
+                &semaphore,
+                buffer.len() + reserved,
+                dequeued + reserved as u64,
+            );
+            // With jobs buffered or claimed, wait until half the capacity is free
+            // so claims stay large: a claim of a few rows would hold up the next.
+            let worth_it = (buffer.is_empty() && claims.is_empty()) || room >= capacity.div_ceil(2);
+            if room > 0
                 && worth_it
+                && (claims.is_empty() || (busy && claims.len() < shared.concurrent_dequeues))
                 && next_claim.is_none_or(|t| Instant::now() >= t)
             {
                 match self.pre_dequeue().await {
@@ -271,27 +296,31 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                         if let Some(w) = &mut wakeups {
                             w.mark_seen();
                         }
-                        claim = Some(self.claim(conditions, room));
+                        claims.push(self.claim(conditions, room));
+                        reserved += room;
                         next_claim = None;
                     }
                     None => next_claim = Some(Instant::now() + options.interval),
                 }
             }
+            let idle = claims.is_empty();
             tokio::select! {
                 biased;
                 _ = self.shutdown.stop_dequeue.cancelled() => {}
                 _ = sleep_until_opt(deadline) => {}
-                result = in_flight(&mut claim) => {
-                    claim = None;
+                Some((asked, result)) = claims.next(), if !idle => {
+                    reserved -= asked;
                     match result {
                         Ok(jobs) if jobs.is_empty() => {
+                            busy = false;
                             shared.emit(WorkerEvent::Idle);
                             let live = wakeups.as_ref().map(Wakeups::is_live);
                             next_claim = Some(Instant::now() + backoff.idle(live));
                         }
                         Ok(jobs) => {
                             backoff.reset();
-                            let asked = room;
+                            next_claim = None;
+                            busy = jobs.len() >= asked;
                             for (i, job) in jobs.into_iter().enumerate() {
                                 if i >= asked {
                                     self.give_back_extra(job).await;
@@ -302,6 +331,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                             }
                         }
                         Err(message) => {
+                            busy = false;
                             tracing::error!(error = %message, "dequeue failed");
                             shared.emit(WorkerEvent::StoreFailed { op: "dequeue", message });
                             next_claim = Some(Instant::now() + options.interval);
@@ -309,28 +339,33 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                     }
                 }
                 // A handler finished: start a buffered job in its slot, or claim.
-                permit = semaphore.clone().acquire_owned(), if !buffer.is_empty() || room == 0 => {
+                // (With free slots all reserved by claims in flight, wait for those.)
+                permit = semaphore.clone().acquire_owned(),
+                    if !buffer.is_empty() || (room == 0 && semaphore.available_permits() == 0) => {
                     let permit = permit.expect("the semaphore is never closed");
                     if let Some(claimed) = buffer.pop_front() {
                         self.start_job(tracker, claimed, permit).await;
                     }
                 }
-                _ = woken(&mut wakeups), if claim.is_none() && next_claim.is_some() => {
+                // A slot freed while the queue is busy: room for another claim?
+                _ = shared.slot_freed.notified(),
+                    if !idle && busy && buffer.is_empty() && claims.len() < shared.concurrent_dequeues => {}
+                _ = woken(&mut wakeups), if idle && next_claim.is_some() => {
                     backoff.reset();
                     next_claim = None;
                 }
-                _ = sleep_until_opt(next_claim), if claim.is_none() => next_claim = None,
+                _ = sleep_until_opt(next_claim), if idle => next_claim = None,
             }
         };
 
-        // A claim in flight may already have committed: wait for it, so its jobs
-        // are handed back now rather than left to the resetter.
-        if let Some(in_flight) = claim.take()
-            && let Ok(jobs) = in_flight.await
-        {
-            for job in jobs {
-                dequeued += 1;
-                buffer.push_back(self.register(job));
+        // Claims in flight may already have committed: wait for them, so their
+        // jobs are handed back now rather than left to the resetter.
+        while let Some((_, result)) = claims.next().await {
+            if let Ok(jobs) = result {
+                for job in jobs {
+                    dequeued += 1;
+                    buffer.push_back(self.register(job));
+                }
             }
         }
         let handed_back = self.hand_back(buffer).await;
@@ -357,9 +392,10 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         let shared = self.shared.clone();
         Box::pin(async move {
             let dequeue = shared.store.dequeue(&shared.hostname, &conditions, limit);
-            guarded("dequeue", dequeue)
+            let result = guarded("dequeue", dequeue)
                 .await
-                .map_err(|err| error_chain(err.as_ref()))
+                .map_err(|err| error_chain(err.as_ref()));
+            (limit, result)
         })
     }
 
@@ -520,6 +556,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 } else {
                     let recording = shared.recording.clone().acquire_owned().await;
                     drop(permit);
+                    shared.slot_freed.notify_one();
                     recording.expect("the semaphore is never closed")
                 };
                 let marked = record_outcome(&shared, &mut job, &outcome).await;
@@ -542,6 +579,8 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                     outcome,
                     marked,
                 });
+                drop(_slot);
+                shared.slot_freed.notify_one();
             }
             .instrument(span),
         );
@@ -669,16 +708,9 @@ struct Claimed<J> {
     running: Running,
 }
 
-/// A dequeue in flight: the claimed jobs, or the error rendered.
-type ClaimFuture<J> = Pin<Box<dyn Future<Output = Result<Vec<J>, String>> + Send>>;
-
-/// Awaits the claim in flight; pending when there is none.
-async fn in_flight<J>(claim: &mut Option<ClaimFuture<J>>) -> Result<Vec<J>, String> {
-    match claim {
-        Some(claim) => claim.await,
-        None => std::future::pending().await,
-    }
-}
+/// A dequeue in flight: the number of jobs it asked for, and the claimed
+/// jobs or the error rendered.
+type ClaimFuture<J> = Pin<Box<dyn Future<Output = (usize, Result<Vec<J>, String>)> + Send>>;
 
 /// Awaits the store's next wake-up; pending when it has none.
 async fn woken(wakeups: &mut Option<Wakeups>) {

@@ -50,6 +50,11 @@ struct Flaky {
     no_wakeups: bool,
     /// How long each `mark_complete` takes (on tokio's clock).
     mark_delay: Mutex<Duration>,
+    /// How long each dequeue takes (on tokio's clock) before it reads the store.
+    dequeue_delay: Mutex<Duration>,
+    /// Dequeue calls running now, and the most ever running at once.
+    dequeues: AtomicUsize,
+    max_dequeues: AtomicUsize,
 }
 
 #[async_trait]
@@ -75,7 +80,13 @@ impl Store for Flaky {
         limit: usize,
     ) -> Result<Vec<Self::Job>, BoxError> {
         self.limits.lock().unwrap().push(limit);
-        self.inner.dequeue(host, c, limit).await
+        let now = self.dequeues.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_dequeues.fetch_max(now, Ordering::SeqCst);
+        let delay = *self.dequeue_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
+        let jobs = self.inner.dequeue(host, c, limit).await;
+        self.dequeues.fetch_sub(1, Ordering::SeqCst);
+        jobs
     }
     async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
         if self.fail_heartbeats.load(Ordering::SeqCst) {
@@ -1152,4 +1163,38 @@ async fn a_slow_mark_does_not_hold_the_handler_slot() {
     );
     run.await.unwrap();
     assert_eq!(store.inner.count(JobState::Completed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_queue_is_claimed_by_two_dequeues_at_once_an_idle_one_by_one() {
+    // (jobs, concurrent_dequeues, most dequeues seen at once)
+    for (jobs, setting, expected) in [(400_usize, None, 2), (400, Some(1), 1), (3, None, 1)] {
+        let store = Arc::new(Flaky::default());
+        *store.dequeue_delay.lock().unwrap() = Duration::from_millis(20);
+        for id in 1..=jobs {
+            store.inner.enqueue(Task {
+                id: i64::try_from(id).unwrap(),
+                act: Act::Sleep(Duration::from_millis(5)),
+            });
+        }
+        let mut o = options();
+        o.num_handlers = 8;
+        o.num_total_jobs = Some(jobs as u64);
+        o.concurrent_dequeues = setting;
+        let summary = Worker::new(store.clone(), Acts::default(), o)
+            .unwrap()
+            .run()
+            .await;
+        assert_eq!(summary.dequeued, jobs as u64, "{setting:?}");
+        assert_eq!(store.inner.count(JobState::Completed), jobs);
+        assert_eq!(
+            store.max_dequeues.load(Ordering::SeqCst),
+            expected,
+            "{jobs} jobs, {setting:?}"
+        );
+        // Room is reserved per claim: the claims in flight never ask for more
+        // than the handlers and the claim-ahead buffer hold together.
+        let limits = store.limits.lock().unwrap().clone();
+        assert!(limits.iter().all(|l| *l <= 16), "{limits:?}");
+    }
 }
