@@ -19,7 +19,7 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
 
-use common::{Db, Job};
+use common::{Completes, Db, Job};
 
 async fn exec(db: &Db, sql: &str) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -396,7 +396,7 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
         let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
         let mut wo = worker_options();
         wo.num_total_jobs = Some(2);
-        let summary = new_worker(store, Done, wo).unwrap().run().await;
+        let summary = new_worker(store, Completes, wo).unwrap().run().await;
         assert_eq!(summary.dequeued, 2, "{handling:?}");
         assert_eq!(db.state(ids[0]).await, "completed", "{handling:?}");
         assert_eq!(db.state(ids[2]).await, "completed", "{handling:?}");
@@ -411,27 +411,13 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
     }
 }
 
-/// Completes every job.
-struct Done;
-
-#[async_trait]
-impl Handler<DbStore<Job>> for Done {
-    async fn handle(
-        &self,
-        _job: &mut DbJob<Job>,
-        _ctx: &JobContext<DbStore<Job>>,
-    ) -> Result<(), HandlerError> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_poll_interval_below_the_minimum_is_an_error() {
     let db = Db::new().await;
     let store = db.store(Handling::Heartbeat).await;
     let mut o = worker_options();
     o.interval = Duration::from_nanos(1);
-    let err = new_worker(store, Done, o).unwrap_err().to_string();
+    let err = new_worker(store, Completes, o).unwrap_err().to_string();
     assert!(err.contains("invalid option `interval`"), "{err}");
     assert!(err.contains("minimum of 10ms"), "{err}");
 }

@@ -7,26 +7,12 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, Listen, new_worker, notify_trigger_sql};
+use dbworker::{DbStore, Handling, Listen, new_worker, notify_trigger_sql};
 use serde_json::json;
 use workerutil::testing::wait_for;
-use workerutil::{Handler, HandlerError, JobContext, Store, WorkerEvent, WorkerOptions};
+use workerutil::{Store, WorkerEvent, WorkerOptions};
 
-use common::{Db, Job};
-
-struct Noop;
-
-#[async_trait]
-impl Handler<DbStore<Job>> for Noop {
-    async fn handle(
-        &self,
-        _job: &mut DbJob<Job>,
-        _ctx: &JobContext<DbStore<Job>>,
-    ) -> Result<(), HandlerError> {
-        Ok(())
-    }
-}
+use common::{Completes, Db, Job};
 
 /// Polls so rarely that a job found within a second was found by a wake-up.
 const SLOW_POLL: Duration = Duration::from_secs(20);
@@ -92,7 +78,7 @@ async fn time_to_start(
 async fn a_notification_wakes_an_idle_worker_at_once() {
     let db = Db::new().await;
     let store = listening_store(&db).await;
-    let worker = new_worker(store, Noop, options()).unwrap();
+    let worker = new_worker(store, Completes, options()).unwrap();
     let mut events = worker.subscribe();
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
@@ -129,7 +115,7 @@ async fn the_listener_reconnects_after_its_backend_is_terminated() {
         assert!(Instant::now() < deadline, "the listener never came back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let worker = new_worker(store, Noop, options()).unwrap();
+    let worker = new_worker(store, Completes, options()).unwrap();
     let mut events = worker.subscribe();
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
