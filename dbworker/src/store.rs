@@ -545,7 +545,10 @@ impl<R: Record> Store for DbStore<R> {
         match o.handling {
             // Each job gets its own transaction; open them side by side.
             Handling::Transactional => {
+                let opening = std::time::Instant::now();
+                let count = leases.len();
                 opened.extend(join_all(leases.into_iter().map(|l| self.open_locked(l))).await);
+                tracing::debug!(store = %o.name, count, took = ?opening.elapsed(), "opened transactions");
             }
             // One read for the whole batch (through the view).
             Handling::Heartbeat if !leases.is_empty() => {
