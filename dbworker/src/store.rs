@@ -1,7 +1,6 @@
 //! `DbStore`: the Postgres [`Store`]. Two-phase dequeue, transaction-bound
 //! handling, fenced marks, heartbeats and execution logs.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -222,8 +221,8 @@ impl<R: Record> DbStore<R> {
         let held =
             u32::try_from(options.num_handlers.saturating_add(claim_ahead)).unwrap_or(u32::MAX);
         // Claims beyond the first each need a connection of their own.
-        let claims = options.concurrent_dequeues_for(self).max(1);
-        let extra_claims = u32::try_from(claims - 1).unwrap_or(u32::MAX);
+        let extra_claims = u32::try_from(options.concurrent_dequeues_for(self).saturating_sub(1))
+            .unwrap_or(u32::MAX);
         let (needed, reason) = match self.handling() {
             Handling::Transactional => (
                 held.saturating_add(RESERVED_CONNECTIONS)
@@ -322,7 +321,7 @@ impl<R: Record> DbStore<R> {
             // fails this row with the panic message, like an error would.
             Ok(Some(row)) => match std::panic::catch_unwind(AssertUnwindSafe(|| (self.scan)(&row)))
                 .unwrap_or_else(|panic| {
-                    Err(format!("the scan panicked: {}", panic_text(&panic)).into())
+                    Err(format!("the scan panicked: {}", workerutil::panic_message(&panic)).into())
                 }) {
                 Ok(record) if record.id() == lease.id => {
                     return Ok(Some(DbJob { record, lease, tx }));
@@ -709,13 +708,4 @@ impl<R: Record> Store for DbStore<R> {
             .fenced_write("requeue", job.lease, job.tx.take(), statement)
             .await?)
     }
-}
-
-/// The text of a panic payload.
-fn panic_text(panic: &Box<dyn Any + Send>) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic with a non-string payload")
 }

@@ -681,11 +681,14 @@ async fn worker_new_runs_the_store_checks_too() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("heartbeat_failure_limit"), "{err}");
-    let small = Arc::new(
-        DbStore::new(db.db.pool(3).await.unwrap(), db.options())
-            .await
-            .unwrap(),
-    );
+    let store_on_pool_of = async |connections: u32| {
+        Arc::new(
+            DbStore::new(db.db.pool(connections).await.unwrap(), db.options())
+                .await
+                .unwrap(),
+        )
+    };
+    let small = store_on_pool_of(3).await;
     let mut o = options("w");
     o.num_handlers = 2;
     o.claim_ahead = Some(2);
@@ -694,11 +697,7 @@ async fn worker_new_runs_the_store_checks_too() {
         .to_string();
     assert!(err.contains("6 are needed"), "{err}");
     // Each claim beyond the first that may be in flight needs a connection too.
-    let small = Arc::new(
-        DbStore::new(db.db.pool(4).await.unwrap(), db.options())
-            .await
-            .unwrap(),
-    );
+    let small = store_on_pool_of(4).await;
     let mut o = options("w");
     o.num_handlers = 2;
     Worker::new(small.clone(), Script::default(), o.clone()).expect("2 handlers + 2 fit 4");

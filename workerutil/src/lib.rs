@@ -44,4 +44,4 @@ pub use shutdown::ShutdownHandle;
 pub use state::{JobState, UnknownState};
 pub use store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
 pub use wakeup::{WakeupSender, Wakeups};
-pub use worker::{StopReason, Worker, WorkerSummary};
+pub use worker::{StopReason, Worker, WorkerSummary, panic_message};

@@ -44,8 +44,8 @@ pub(crate) struct Shared<S> {
     /// times the jobs a worker may hold), so slow marks slow the worker down
     /// instead of piling up.
     recording: Arc<Semaphore>,
-    /// Signaled whenever a job gives its handler slot back.
-    slot_freed: Notify,
+    /// Signaled whenever a job gives its handler slot back ([`Slot`]).
+    slot_freed: Arc<Notify>,
     events: broadcast::Sender<WorkerEvent>,
 }
 
@@ -158,7 +158,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 claim_ahead,
                 concurrent_dequeues,
                 recording: Arc::new(Semaphore::new(4 * (num_handlers + claim_ahead))),
-                slot_freed: Notify::new(),
+                slot_freed: Arc::new(Notify::new()),
                 events,
             }),
             handler: Arc::new(handler),
@@ -259,8 +259,8 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         let mut next_claim: Option<Instant> = None;
 
         let reason = loop {
-            let settled = buffer.is_empty() && claims.is_empty();
-            if let Some(reason) = self.stop_reason(deadline, dequeued, settled) {
+            // A shutdown first: buffered jobs must not start after one.
+            if let Some(reason) = self.stop_reason(deadline, dequeued, false) {
                 break reason;
             }
             while let Some(permit) = (!buffer.is_empty())
@@ -271,12 +271,9 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                     self.start_job(tracker, claimed, permit).await;
                 }
             }
-            // The last buffered jobs just started: the total may be reached now.
-            if buffer.is_empty()
-                && claims.is_empty()
-                && self.stop_reason(deadline, dequeued, true).is_some()
-            {
-                continue;
+            let settled = buffer.is_empty() && claims.is_empty();
+            if let Some(reason) = self.stop_reason(deadline, dequeued, settled) {
+                break reason;
             }
             let room = self.room(
                 &semaphore,
@@ -285,7 +282,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             );
             // With jobs buffered or claimed, wait until half the capacity is free
             // so claims stay large: a claim of a few rows would hold up the next.
-            let worth_it = (buffer.is_empty() && claims.is_empty()) || room >= capacity.div_ceil(2);
+            let worth_it = settled || room >= capacity.div_ceil(2);
             if room > 0
                 && worth_it
                 && (claims.is_empty() || (busy && claims.len() < shared.concurrent_dequeues))
@@ -338,18 +335,18 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                         }
                     }
                 }
-                // A handler finished: start a buffered job in its slot, or claim.
-                // (With free slots all reserved by claims in flight, wait for those.)
-                permit = semaphore.clone().acquire_owned(),
-                    if !buffer.is_empty() || (room == 0 && semaphore.available_permits() == 0) => {
+                // A handler finished: start a buffered job in its slot.
+                permit = semaphore.clone().acquire_owned(), if !buffer.is_empty() => {
                     let permit = permit.expect("the semaphore is never closed");
                     if let Some(claimed) = buffer.pop_front() {
                         self.start_job(tracker, claimed, permit).await;
                     }
                 }
-                // A slot freed while the queue is busy: room for another claim?
+                // A slot freed with nothing buffered: room for a claim now, or
+                // (while the queue is busy) for one more beside those in flight.
                 _ = shared.slot_freed.notified(),
-                    if !idle && busy && buffer.is_empty() && claims.len() < shared.concurrent_dequeues => {}
+                    if buffer.is_empty()
+                        && (room == 0 || (busy && claims.len() < shared.concurrent_dequeues)) => {}
                 _ = woken(&mut wakeups), if idle && next_claim.is_some() => {
                     backoff.reset();
                     next_claim = None;
@@ -538,8 +535,11 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
 
         tracker.spawn(
             async move {
-                // The task owns its permit: the slot frees on every path, panics included.
-                let permit = permit;
+                // The task owns its slot: it frees on every path, panics included.
+                let slot = Slot {
+                    permit: Some(permit),
+                    freed: shared.slot_freed.clone(),
+                };
                 let started = Instant::now();
                 let mut job = job;
                 let outcome = match pre_panic {
@@ -551,13 +551,15 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 // The handler is done: unless the job holds a store resource until
                 // its mark, its slot goes to the next job while the outcome is
                 // written (a bounded number of outcomes wait at once).
-                let _slot = if shared.store.job_holds_resources() {
-                    permit
+                let (_slot, _recording) = if shared.store.job_holds_resources() {
+                    (Some(slot), None)
                 } else {
                     let recording = shared.recording.clone().acquire_owned().await;
-                    drop(permit);
-                    shared.slot_freed.notify_one();
-                    recording.expect("the semaphore is never closed")
+                    drop(slot);
+                    (
+                        None,
+                        Some(recording.expect("the semaphore is never closed")),
+                    )
                 };
                 let marked = record_outcome(&shared, &mut job, &outcome).await;
                 if let Err(panic) = AssertUnwindSafe(handler.post_handle(job.record(), &outcome))
@@ -579,8 +581,6 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                     outcome,
                     marked,
                 });
-                drop(_slot);
-                shared.slot_freed.notify_one();
             }
             .instrument(span),
         );
@@ -702,6 +702,21 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
     }
 }
 
+/// A job's handler slot. Giving it back wakes the dequeue loop, which may now
+/// have room for a claim.
+struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    freed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The permit goes back first, so the woken loop sees the free slot.
+        drop(self.permit.take());
+        self.freed.notify_one();
+    }
+}
+
 /// A claimed job and its entry in the running set.
 struct Claimed<J> {
     job: J,
@@ -776,8 +791,9 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// The text of a panic payload.
-pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+/// The text of a panic payload (for stores that catch panics in user code,
+/// such as a scan function).
+pub fn panic_message(panic: &Box<dyn Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {
