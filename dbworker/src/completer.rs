@@ -15,7 +15,7 @@ use sqlx::{PgPool, Row};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::options::Resolved;
-use crate::sql::{self, Mark};
+use crate::sql::{self, Mark, MarkKind};
 
 /// The most jobs one statement marks.
 const MAX_BATCH: usize = 1000;
@@ -123,7 +123,15 @@ async fn write_answering(pool: &PgPool, options: &Resolved, batch: Vec<Pending>)
 
 /// Writes one batch; returns the ids that were still owned and got marked.
 async fn write(pool: &PgPool, options: &Resolved, marks: &[Mark]) -> Result<HashSet<i64>, String> {
-    let rows = sql::mark_batch(options, marks)
+    // Completions alone (the usual batch) take a smaller statement.
+    let statement = if marks.iter().all(|m| m.kind == MarkKind::Complete) {
+        let ids = marks.iter().map(|m| m.id).collect();
+        let tokens = marks.iter().map(|m| m.token).collect();
+        sql::complete_batch(options, ids, tokens)
+    } else {
+        sql::mark_batch(options, marks)
+    };
+    let rows = statement
         .query()
         .fetch_all(pool)
         .await

@@ -83,7 +83,7 @@ impl<R: Record> DbStore<R> {
 
     /// Requeues (or, past `max_num_resets`, fails) a job whose transaction
     /// connection was lost, fenced by its lease. Logs what happened.
-    async fn requeue_lost(
+    pub(crate) async fn requeue_lost(
         &self,
         lease: Lease,
         op: &'static str,

@@ -8,8 +8,9 @@
 //! gets a new, larger token, and every later write requires the token it got.
 
 use sea_query::{
-    Alias, CommonTableExpression, Condition, Expr, ExprTrait, LockBehavior, LockType, NullOrdering,
-    Order, PostgresQueryBuilder, Query, SelectStatement, TableRef, UpdateStatement, WithClause,
+    Alias, CommonTableExpression, Condition, Expr, ExprTrait, IntoIden, LockBehavior, LockType,
+    NullOrdering, Order, PostgresQueryBuilder, Query, SelectStatement, TableRef, UpdateStatement,
+    WithClause,
 };
 use sea_query_sqlx::{SqlxBinder, SqlxValues};
 use workerutil::{JobState, MAX_EXECUTION_LOG_ENTRIES};
@@ -121,7 +122,7 @@ fn lock_skip(q: &mut SelectStatement, table_alias: &str) {
 }
 
 /// Splits a user `ORDER BY` text into terms with their direction.
-pub(crate) fn order_terms(order_by: &str) -> Vec<(Expr, Order, Option<NullOrdering>)> {
+pub(crate) fn order_terms(order_by: &str) -> Vec<(String, Order, Option<NullOrdering>)> {
     let mut terms = Vec::new();
     let (mut depth, mut quoted, mut start) = (0i32, false, 0usize);
     let bytes = order_by.as_bytes();
@@ -160,13 +161,14 @@ pub(crate) fn order_terms(order_by: &str) -> Vec<(Expr, Order, Option<NullOrderi
                 words.pop();
             }
         }
-        terms.push((Expr::cust(words.join(" ")), order, nulls));
+        terms.push((words.join(" "), order, nulls));
     }
     terms
 }
 
 fn order_select(q: &mut SelectStatement, order_by: &str) {
     for (expr, order, nulls) in order_terms(order_by) {
+        let expr = Expr::cust(expr);
         match nulls {
             Some(n) => q.order_by_expr_with_nulls(expr, order, n),
             None => q.order_by_expr(expr, order),
@@ -227,11 +229,15 @@ pub(crate) fn claim(
             cand.limit(limit);
             lock_skip(&mut cand, &t.alias);
             with.cte(cte(cand, "dbworker_candidates", true));
-            final_select.inner_join(
-                table_ref(t),
-                col(&t.alias, &c.id).equals(("dbworker_claimed", RECORD_ID)),
-            );
-            order_select(&mut final_select, &o.order_by);
+            // The claim returns its order-by values, so the claimed rows are
+            // sorted without reading the table a second time.
+            for (i, (_, order, nulls)) in order_terms(&o.order_by).into_iter().enumerate() {
+                let key = Expr::col((alias("dbworker_claimed"), alias(&sort_key(i))));
+                match nulls {
+                    Some(n) => final_select.order_by_expr_with_nulls(key, order, n),
+                    None => final_select.order_by_expr(key, order),
+                };
+            }
         }
         Some(v) => {
             let mut window = Query::select();
@@ -316,11 +322,28 @@ pub(crate) fn claim(
                             quote(&c.cancel),
                             quote(CLAIMED_CANCEL)
                         )),
-                    ]),
+                    ])
+                    .chain(
+                        o.view
+                            .is_none()
+                            .then(|| order_terms(&o.order_by))
+                            .into_iter()
+                            .flatten()
+                            .enumerate()
+                            .map(|(i, (expr, _, _))| {
+                                Expr::cust(format!("{expr} AS {}", quote(&sort_key(i))))
+                            }),
+                    ),
             ),
         );
     with.cte(cte(update, "dbworker_claimed", false));
     Statement::from(&final_select.with(with))
+}
+
+/// The name of the claim's `i`-th order-by value (returned after its own
+/// columns, so index-based scans never reach it).
+fn sort_key(i: usize) -> String {
+    format!("dbworker_sort_{i}")
 }
 
 /// `SELECT <column expressions>, id AS dbworker_record_id FROM <view or table>`.
@@ -356,32 +379,18 @@ pub(crate) fn select_records(o: &Resolved, ids: Vec<i64>) -> Statement {
 }
 
 /// Phase 2, transactional handling: in the handler's transaction, locks the
-/// claimed row with `FOR KEY SHARE` (which blocks neither heartbeats nor the
-/// cancel flag, but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it) and
-/// reads the record, in one statement. No row: the claim was reset in between,
-/// or the view does not show the row.
-pub(crate) fn lock_and_select_record(o: &Resolved, id: i64, token: i64) -> Statement {
+/// claimed row with `FOR KEY SHARE`, which blocks neither heartbeats nor the
+/// cancel flag, but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it. The
+/// record was read by the claim. No row: the claim was reset in between.
+pub(crate) fn lock_claimed(o: &Resolved, id: i64, token: i64) -> Statement {
     let t = &o.table;
-    let s = o.source();
-    let lock = Query::select()
+    let q = Query::select()
         .expr_as(col(&t.alias, &o.columns.id), alias("id"))
         .from(table_ref(t))
         .cond_where(owned(&t.alias, &o.columns, id, token))
         .lock_with_tables(LockType::KeyShare, [alias(&t.alias)])
         .to_owned();
-    let mut q = select_columns(o);
-    q.and_where(
-        col(&s.alias, &o.columns.id).in_subquery(
-            Query::select()
-                .column(alias("id"))
-                .from(alias("dbworker_locked"))
-                .to_owned(),
-        ),
-    );
-    let with = WithClause::new()
-        .cte(cte(lock, "dbworker_locked", true))
-        .to_owned();
-    Statement::from(&q.with(with))
+    Statement::from(&q)
 }
 
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
@@ -533,6 +542,44 @@ pub(crate) struct Mark {
     pub(crate) token: i64,
     pub(crate) kind: MarkKind,
     pub(crate) message: String,
+}
+
+/// Completes many claimed jobs in one statement (heartbeat handling, a batch
+/// of completions only: the common case, planned once and cached). Returns the
+/// ids that were marked; any other was no longer ours.
+pub(crate) fn complete_batch(o: &Resolved, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let a = &t.alias;
+    let q = Query::update()
+        .table(table_ref(t))
+        .value(alias(&c.state), state(JobState::Completed))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .from(TableRef::SubQuery(
+            Box::new(
+                Query::select()
+                    .expr_as(
+                        Expr::cust_with_values("unnest($1::bigint[])", [ids]),
+                        alias("id"),
+                    )
+                    .expr_as(
+                        Expr::cust_with_values("unnest($1::bigint[])", [tokens]),
+                        alias("token"),
+                    )
+                    .to_owned(),
+            ),
+            alias("dbworker_marks").into_iden(),
+        ))
+        .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(token_expr(a, c).equals(("dbworker_marks", "token")))
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(a),
+            quote(&c.id)
+        ))))
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// Marks many claimed jobs in one statement (heartbeat handling): each gets

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::future::join_all;
 use sea_query::Expr;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
@@ -19,6 +18,7 @@ use workerutil::{
 };
 
 use crate::completer::Completer;
+use crate::connection_loss::is_connection_loss;
 use crate::error::{Error, Result};
 use crate::message::sanitize_log_entry;
 use crate::options::{Handling, Resolved, ScanFn, StoreOptions};
@@ -183,7 +183,8 @@ impl<R: Record> DbStore<R> {
     /// its free handlers, fits this store:
     ///
     /// - the pool serves every connection the worker holds at once: in
-    ///   transactional handling one per running or buffered job, plus one for
+    ///   transactional handling one per running job (claimed-ahead jobs hold
+    ///   none until they start), plus one for
     ///   claims, one more per further concurrent claim, and one for heartbeats
     ///   (and one for batched marks in heartbeat handling); too small a pool
     ///   deadlocks;
@@ -218,8 +219,9 @@ impl<R: Record> DbStore<R> {
             }
         }
         let max = self.pool.options().get_max_connections();
-        let held =
-            u32::try_from(options.num_handlers.saturating_add(claim_ahead)).unwrap_or(u32::MAX);
+        // Buffered jobs hold nothing: a job's transaction opens when it starts.
+        let _ = claim_ahead;
+        let held = u32::try_from(options.num_handlers).unwrap_or(u32::MAX);
         // Claims beyond the first each need a connection of their own.
         let extra_claims = u32::try_from(options.concurrent_dequeues_for(self).saturating_sub(1))
             .unwrap_or(u32::MAX);
@@ -228,7 +230,7 @@ impl<R: Record> DbStore<R> {
                 held.saturating_add(RESERVED_CONNECTIONS)
                     .saturating_add(extra_claims),
                 format!(
-                    "transactional handling holds one per job: {} handlers + {claim_ahead} claimed ahead + {RESERVED_CONNECTIONS} for claims and heartbeats + {extra_claims} for further concurrent claims",
+                    "transactional handling holds one per running job: {} handlers + {RESERVED_CONNECTIONS} for claims and heartbeats + {extra_claims} for further concurrent claims",
                     options.num_handlers
                 ),
             ),
@@ -294,17 +296,6 @@ impl<R: Record> DbStore<R> {
     /// Runs one resetter pass over this store's table (see [`crate::Resetter`]).
     pub async fn reset_stalled(&self) -> Result<ResetOutcome> {
         crate::resetter::reset_pass(&self.pool, &self.options.reset_config()).await
-    }
-
-    /// Phase 2, transactional handling: a transaction that locks the claimed row
-    /// and reads the record in one statement.
-    async fn open_locked(&self, lease: Lease) -> Result<Option<DbJob<R>>> {
-        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-        let row = sql::lock_and_select_record(&self.options, lease.id, lease.token)
-            .query()
-            .fetch_optional(&mut *tx)
-            .await;
-        self.scan_or_fail(lease, row, Some(tx)).await
     }
 
     /// Turns a phase-2 row into a job. A row that cannot become one (it fails to
@@ -460,13 +451,10 @@ impl<R: Record> Store for DbStore<R> {
         Ok(self.check_worker(options, claim_ahead)?)
     }
 
-    /// Heartbeat handling claims a handler count ahead; transactional handling
-    /// none, since each buffered job would hold a connection and a transaction.
+    /// A handler count ahead, in both modes: a buffered job holds no
+    /// connection (transactional handling opens its transaction when it starts).
     fn default_claim_ahead(&self, num_handlers: usize) -> usize {
-        match self.options.handling {
-            Handling::Heartbeat => num_handlers,
-            Handling::Transactional => 0,
-        }
+        num_handlers
     }
 
     /// Heartbeat handling keeps two claims in flight while the queue is busy;
@@ -505,9 +493,10 @@ impl<R: Record> Store for DbStore<R> {
         limit: usize,
     ) -> std::result::Result<Vec<DbJob<R>>, BoxError> {
         let o = &self.options;
-        // Heartbeat handling reads records in the claim itself, unless a view
-        // must be read after the table's rows are claimed.
-        let with_record = o.handling == Handling::Heartbeat && o.view.is_none();
+        // The claim reads the records itself, unless a view must be read after
+        // the table's rows are claimed. Transactional handling locks each row
+        // later, in the job's own task (`open`), so claims never wait for that.
+        let with_record = o.view.is_none();
         let started = std::time::Instant::now();
         let rows = sql::claim(o, hostname, &conditions.0, limit.max(1), with_record)
             .query()
@@ -541,16 +530,9 @@ impl<R: Record> Store for DbStore<R> {
         for (lease, row) in claimed_rows {
             opened.push(self.scan_or_fail(lease, Ok(Some(row)), None).await);
         }
-        match o.handling {
-            // Each job gets its own transaction; open them side by side.
-            Handling::Transactional => {
-                let opening = std::time::Instant::now();
-                let count = leases.len();
-                opened.extend(join_all(leases.into_iter().map(|l| self.open_locked(l))).await);
-                tracing::debug!(store = %o.name, count, took = ?opening.elapsed(), "opened transactions");
-            }
-            // One read for the whole batch (through the view).
-            Handling::Heartbeat if !leases.is_empty() => {
+        // One read for the whole batch, through the view.
+        if !leases.is_empty() {
+            {
                 let ids = leases.iter().map(|l| l.id).collect();
                 match sql::select_records(o, ids)
                     .query()
@@ -571,7 +553,6 @@ impl<R: Record> Store for DbStore<R> {
                     Err(err) => opened.push(Err(Error::db("select_records")(err))),
                 }
             }
-            Handling::Heartbeat => {}
         }
         let mut jobs = Vec::with_capacity(opened.len());
         let mut first_error = None;
@@ -589,6 +570,39 @@ impl<R: Record> Store for DbStore<R> {
         match first_error {
             Some(err) if jobs.is_empty() => Err(err.into()),
             _ => Ok(jobs),
+        }
+    }
+
+    /// Transactional handling: begins the job's transaction and locks its row
+    /// `FOR KEY SHARE`, if the claim still owns it. A lost connection puts the
+    /// job back (counted as a reset) instead of failing it.
+    async fn open(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        if self.options.handling != Handling::Transactional || job.tx.is_some() {
+            return Ok(true);
+        }
+        let lease = job.lease;
+        let locked = async {
+            let mut tx = self.pool.begin().await?;
+            let row = sql::lock_claimed(&self.options, lease.id, lease.token)
+                .query()
+                .fetch_optional(&mut *tx)
+                .await?;
+            Ok::<_, sqlx::Error>(row.map(|_| tx))
+        };
+        match locked.await {
+            Ok(Some(tx)) => {
+                job.tx = Some(tx);
+                Ok(true)
+            }
+            Ok(None) => {
+                tracing::warn!(store = %self.options.name, record_id = lease.id, "claimed row was reset before it could be locked; not running it");
+                Ok(false)
+            }
+            Err(err) if is_connection_loss(&err) => {
+                self.requeue_lost(lease, "open", &err).await?;
+                Ok(false)
+            }
+            Err(err) => Err(Error::db("open")(err).into()),
         }
     }
 

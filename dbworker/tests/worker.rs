@@ -17,8 +17,8 @@ use serde_json::json;
 use tokio::sync::Notify;
 use workerutil::testing::{finished, wait_for};
 use workerutil::{
-    BoxError, ExecutionLogEntry, Handler, HandlerError, JobContext, Outcome, StopReason, Worker,
-    WorkerEvent, WorkerOptions,
+    BoxError, ExecutionLogEntry, Handler, HandlerError, JobContext, Outcome, StopReason, Store,
+    Worker, WorkerEvent, WorkerOptions,
 };
 
 use common::{Db, Job};
@@ -427,6 +427,38 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
 }
 
 #[tokio::test]
+async fn a_transactional_job_locks_its_row_when_it_starts_and_not_if_it_was_reset() {
+    let db = Db::new().await;
+    let ids = db.enqueue(3, json!({})).await;
+    // Two connections: claimed jobs hold none until they open.
+    let pool = db.db.pool(2).await.unwrap();
+    let store = Arc::new(DbStore::new(pool, db.options()).await.unwrap());
+    let mut jobs = store
+        .dequeue("host", &DbConditions::new(), 3)
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 3);
+    assert!(jobs.iter_mut().all(|j| j.tx().is_none()));
+    assert_eq!(jobs[0].record().id, ids[0]);
+
+    assert!(store.open(&mut jobs[0]).await.unwrap());
+    assert!(jobs[0].tx().is_some(), "an opened job has its transaction");
+    // The resetter skips the locked row, and resets the two unopened ones.
+    db.age_heartbeats().await;
+    let out = store.reset_stalled().await.unwrap();
+    let mut reset: Vec<i64> = out.reset.iter().map(|r| r.0).collect();
+    reset.sort_unstable();
+    assert_eq!(reset, ids[1..].to_vec());
+    // A job reset between its claim and its open must not run.
+    assert!(!store.open(&mut jobs[1]).await.unwrap());
+    assert!(jobs[1].tx().is_none());
+    assert_eq!(db.state(ids[1]).await, "queued");
+
+    assert!(store.mark_complete(&mut jobs[0]).await.unwrap());
+    assert_eq!(db.state(ids[0]).await, "completed");
+}
+
+#[tokio::test]
 async fn eight_workers_process_1000_jobs_exactly_once() {
     let db = Db::new().await;
     let ids = db.enqueue(1000, json!({"act": "write"})).await;
@@ -691,11 +723,12 @@ async fn worker_new_runs_the_store_checks_too() {
     let small = store_on_pool_of(3).await;
     let mut o = options("w");
     o.num_handlers = 2;
-    o.claim_ahead = Some(2);
+    o.claim_ahead = Some(8);
     let err = Worker::new(small, Script::default(), o)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("6 are needed"), "{err}");
+    // Claimed-ahead jobs hold no connection: only the 2 running ones do.
+    assert!(err.contains("4 are needed"), "{err}");
     // Each claim beyond the first that may be in flight needs a connection too.
     let small = store_on_pool_of(4).await;
     let mut o = options("w");

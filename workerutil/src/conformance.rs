@@ -141,6 +141,11 @@ pub async fn complete_once<H: Harness>(h: &H) {
         .await
         .pop()
         .expect("complete_once: a job");
+    // The worker opens every job before its handler runs.
+    assert!(
+        store.open(&mut job).await.unwrap(),
+        "complete_once: a freshly claimed job must open"
+    );
     assert!(
         store.mark_complete(&mut job).await.unwrap(),
         "complete_once: first mark"

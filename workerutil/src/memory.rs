@@ -381,6 +381,11 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
             .unwrap_or(false))
     }
 
+    /// Whether the lease still owns the job, like the Postgres store's lock.
+    async fn open(&self, job: &mut MemoryJob<R>) -> Result<bool, BoxError> {
+        Ok(self.with_owned(job.lease, |_| ()).is_some())
+    }
+
     async fn mark_complete(&self, job: &mut MemoryJob<R>) -> Result<bool, BoxError> {
         Ok(self
             .with_owned(job.lease, |e| e.snapshot.state = JobState::Completed)

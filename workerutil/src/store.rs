@@ -119,6 +119,23 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<Self::Job>, BoxError>;
 
+    /// Phase two of a dequeue, run in the job's own task right before `handle`:
+    /// acquire what the job holds while it runs (for the Postgres store in
+    /// transactional handling, a transaction that locks the row). Done here
+    /// rather than in `dequeue`, the next claim never waits for it, and a job
+    /// waiting in the claim-ahead buffer holds nothing.
+    ///
+    /// Returns `false` when the store knows the job must not run: the lease no
+    /// longer owns it, or the store has already recorded why it cannot run. The
+    /// worker then records nothing for it. An error leaves the outcome to the
+    /// worker, which hands the job back with [`requeue`](Self::requeue).
+    /// Default: `true` with no work (heartbeats and fenced marks still guard a
+    /// job lost in between).
+    async fn open(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+        let _ = job;
+        Ok(true)
+    }
+
     /// Records that the given leases are alive and reports which are still known
     /// and which were asked to cancel.
     async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError>;

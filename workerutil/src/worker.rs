@@ -602,6 +602,22 @@ async fn execute<S: Store, H: Handler<S>>(
             other => other,
         };
     }
+    // Phase two of the dequeue, off the dequeue loop: the next claim does not
+    // wait for it.
+    match guarded("open", shared.store.open(job)).await {
+        Ok(true) => {}
+        // Someone else owns it now, or the store recorded why it cannot run.
+        Ok(false) => return Outcome::Lost,
+        Err(err) => {
+            let message = error_chain(err.as_ref());
+            tracing::error!(error = %message, "opening the job failed; handing it back");
+            shared.emit(WorkerEvent::StoreFailed {
+                op: "open",
+                message,
+            });
+            return Outcome::Interrupted;
+        }
+    }
     let ctx = JobContext {
         store: shared.store.clone(),
         lease: running.lease,

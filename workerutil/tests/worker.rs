@@ -55,6 +55,10 @@ struct Flaky {
     /// Dequeue calls running now, and the most ever running at once.
     dequeues: AtomicUsize,
     max_dequeues: AtomicUsize,
+    /// `open` resets this job first (a resetter between the two phases).
+    reset_before_open: Mutex<Option<RecordId>>,
+    /// `open` fails for this job (its connection could not be had).
+    fail_open: Mutex<Option<RecordId>>,
 }
 
 #[async_trait]
@@ -87,6 +91,17 @@ impl Store for Flaky {
         let jobs = self.inner.dequeue(host, c, limit).await;
         self.dequeues.fetch_sub(1, Ordering::SeqCst);
         jobs
+    }
+    async fn open(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+        let id = workerutil::Job::lease(job).id;
+        if *self.fail_open.lock().unwrap() == Some(id) {
+            return Err("no connection for the job's transaction".into());
+        }
+        let reset = self.reset_before_open.lock().unwrap().take_if(|r| *r == id);
+        if reset.is_some() {
+            self.inner.reset(id);
+        }
+        self.inner.open(job).await
     }
     async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
         if self.fail_heartbeats.load(Ordering::SeqCst) {
@@ -138,6 +153,7 @@ struct Acts {
     panic_pre_dequeue_once: AtomicBool,
     only_even: bool,
     pre_handled: Mutex<Vec<RecordId>>,
+    handled: Mutex<Vec<RecordId>>,
     post_handled: Mutex<Vec<(RecordId, &'static str)>>,
 }
 
@@ -172,6 +188,10 @@ where
         let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_active.fetch_max(now, Ordering::SeqCst);
         let _guard = Decrement(&self.active);
+        self.handled
+            .lock()
+            .unwrap()
+            .push(workerutil::Job::record(job).id);
         match workerutil::Job::record(job).act {
             Act::Succeed | Act::PanicInPreHandle | Act::PanicInPostHandle => Ok(()),
             Act::Sleep(d) => {
@@ -1197,4 +1217,52 @@ async fn a_busy_queue_is_claimed_by_two_dequeues_at_once_an_idle_one_by_one() {
         let limits = store.limits.lock().unwrap().clone();
         assert!(limits.iter().all(|l| *l <= 16), "{limits:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_lost_before_it_opens_never_runs_and_one_that_cannot_open_goes_back() {
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(MemoryStoreOptions {
+            max_num_resets: 5,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    for id in 1..=3 {
+        store.inner.enqueue(Task {
+            id,
+            act: Act::Succeed,
+        });
+    }
+    // Job 1 is reset between its claim and its open; job 2's open fails.
+    *store.reset_before_open.lock().unwrap() = Some(1);
+    *store.fail_open.lock().unwrap() = Some(2);
+    let mut o = options();
+    o.num_handlers = 3;
+    o.num_total_jobs = Some(3);
+    let acts = Arc::new(Acts::default());
+    let worker = Worker::new(store.clone(), acts.clone(), o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let (lost, lost_marked) = wait_for(&mut events, finished(1)).await;
+    let (failed_open, reopened) = wait_for(&mut events, finished(2)).await;
+    let (done, _) = wait_for(&mut events, finished(3)).await;
+    run.await.unwrap();
+
+    assert!(matches!(lost, Outcome::Lost), "{lost:?}");
+    assert!(!lost_marked, "a job another claim may own is not written");
+    assert!(
+        matches!(failed_open, Outcome::Interrupted),
+        "{failed_open:?}"
+    );
+    assert!(reopened, "a job that could not open is handed back");
+    assert!(matches!(done, Outcome::Completed), "{done:?}");
+    // Neither of the first two ran its handler; both wait to be claimed again,
+    // neither charged a failure.
+    assert_eq!(*acts.handled.lock().unwrap(), [3]);
+    for id in [1, 2] {
+        assert_eq!(store.inner.state(id), Some(JobState::Queued), "job {id}");
+        assert_eq!(store.inner.snapshot(id).map(|s| s.num_failures), Some(0));
+    }
+    assert_eq!(store.inner.state(3), Some(JobState::Completed));
 }

@@ -27,11 +27,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("claim", claim(&t, "host", &[cost()], 3, false)),
         ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
         ("claim_through_view", claim(&v, "host", &[cost()], 3, true)),
-        ("lock_and_select_record", lock_and_select_record(&t, 1, 2)),
-        (
-            "lock_and_select_record_through_view",
-            lock_and_select_record(&v, 1, 2),
-        ),
+        ("lock_claimed", lock_claimed(&t, 1, 2)),
         ("select_records", select_records(&t, vec![1, 2])),
         (
             "select_records_through_view",
@@ -54,6 +50,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
                 }],
             ),
         ),
+        ("complete_batch", complete_batch(&t, vec![1], vec![2])),
         ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
         ("log_append", log_append(&t, 1, 2, "{}".into())),
         ("log_update", log_update(&t, 1, 2, 0, "{}".into())),

@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "status" = $1, "finished_at" = clock_timestamp() FROM (SELECT unnest($2::bigint[]) AS "id", unnest($3::bigint[]) AS "token") AS "dbworker_marks" WHERE "j"."id" = "dbworker_marks"."id" AND "j"."status" = $4 AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = "dbworker_marks"."token" RETURNING "j"."id"::bigint AS "id"

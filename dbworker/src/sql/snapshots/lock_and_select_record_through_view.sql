@@ -1,1 +1,0 @@
-WITH "dbworker_locked" AS  MATERIALIZED (SELECT "j"."id" AS "id" FROM "example_jobs" AS "j" WHERE "j"."id" = $1 AND "j"."status" = $2 AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $3 FOR KEY SHARE OF "j") SELECT "v".*, "v"."id"::bigint AS "dbworker_record_id" FROM "example_jobs_with_repository_name" AS "v" WHERE "v"."id" IN (SELECT "id" FROM "dbworker_locked")
