@@ -59,8 +59,12 @@ fn col(rel_alias: &str, name: &str) -> Expr {
     Expr::col((alias(rel_alias), alias(name)))
 }
 
+/// A state as a literal, not a bound value: the states are our own constants,
+/// and a literal lets Postgres match the partial indexes (`WHERE state IN
+/// ('queued', 'errored')`) in a cached generic plan, so a prepared claim or
+/// mark need not be planned again on every call.
 fn state(s: JobState) -> Expr {
-    Expr::val(s.as_str())
+    Expr::cust(format!("'{}'", s.as_str()))
 }
 
 /// The fencing token of the row aliased `a`.

@@ -178,6 +178,9 @@ impl Handler<DbStore<Job>> for Note {
             .bind(job.record().id)
             .execute(&self.pool)
             .await?;
+        // A little work per job, so the kill always finds jobs in flight
+        // however fast the worker gets.
+        tokio::time::sleep(Duration::from_millis(2)).await;
         Ok(())
     }
 }

@@ -263,13 +263,20 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             if let Some(reason) = self.stop_reason(deadline, dequeued, false) {
                 break reason;
             }
+            let mut started = false;
             while let Some(permit) = (!buffer.is_empty())
                 .then(|| semaphore.clone().try_acquire_owned().ok())
                 .flatten()
             {
                 if let Some(claimed) = buffer.pop_front() {
                     self.start_job(tracker, claimed, permit).await;
+                    started = true;
                 }
+            }
+            if started {
+                // Let the jobs just spawned begin before this loop builds and
+                // sends its next claim.
+                tokio::task::yield_now().await;
             }
             let settled = buffer.is_empty() && claims.is_empty();
             if let Some(reason) = self.stop_reason(deadline, dequeued, settled) {
@@ -280,9 +287,15 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 buffer.len() + reserved,
                 dequeued + reserved as u64,
             );
-            // With jobs buffered or claimed, wait until half the capacity is free
-            // so claims stay large: a claim of a few rows would hold up the next.
-            let worth_it = settled || room >= capacity.div_ceil(2);
+            // While the queue is busy, each claim takes at most its share of the
+            // capacity, so the next one can start before it returns: a claim is a
+            // round trip, and only overlapping claims hide its latency.
+            let share = capacity.div_ceil(shared.concurrent_dequeues.max(1));
+            let limit = if busy { room.min(share) } else { room };
+            // With jobs buffered or claimed, wait until a share (at most half
+            // the capacity) is free, so claims stay large: a claim of a few rows
+            // would hold up the next.
+            let worth_it = settled || room >= share.min(capacity.div_ceil(2));
             if room > 0
                 && worth_it
                 && (claims.is_empty() || (busy && claims.len() < shared.concurrent_dequeues))
@@ -293,8 +306,8 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                         if let Some(w) = &mut wakeups {
                             w.mark_seen();
                         }
-                        claims.push(self.claim(conditions, room));
-                        reserved += room;
+                        claims.push(self.claim(conditions, limit));
+                        reserved += limit;
                         next_claim = None;
                     }
                     None => next_claim = Some(Instant::now() + options.interval),
@@ -316,8 +329,12 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                         }
                         Ok(jobs) => {
                             backoff.reset();
-                            next_claim = None;
                             busy = jobs.len() >= asked;
+                            // A short claim drained what was eligible. With live
+                            // wake-ups, new work announces itself: wait for it
+                            // (or the poll) instead of claiming again at once.
+                            let live = wakeups.as_ref().is_some_and(Wakeups::is_live);
+                            next_claim = (!busy && live).then(|| Instant::now() + options.interval);
                             for (i, job) in jobs.into_iter().enumerate() {
                                 if i >= asked {
                                     self.give_back_extra(job).await;

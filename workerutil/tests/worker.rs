@@ -1216,6 +1216,12 @@ async fn a_busy_queue_is_claimed_by_two_dequeues_at_once_an_idle_one_by_one() {
         // than the handlers and the claim-ahead buffer hold together.
         let limits = store.limits.lock().unwrap().clone();
         assert!(limits.iter().all(|l| *l <= 16), "{limits:?}");
+        if expected == 2 {
+            // The first claim fills everything; while the queue stays busy each
+            // claim takes its share (half), so two can be in flight at once.
+            assert_eq!(limits[0], 16, "{limits:?}");
+            assert!(limits[1..].iter().all(|l| *l <= 8), "{limits:?}");
+        }
     }
 }
 
@@ -1265,4 +1271,46 @@ async fn a_job_lost_before_it_opens_never_runs_and_one_that_cannot_open_goes_bac
         assert_eq!(store.inner.snapshot(id).map(|s| s.num_failures), Some(0));
     }
     assert_eq!(store.inner.state(3), Some(JobState::Completed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_short_claim_live_wake_ups_replace_the_next_claim() {
+    // (store without wake-ups, claims within half an interval of the finds)
+    for (no_wakeups, expected) in [(false, 1), (true, 2)] {
+        let store = Arc::new(Flaky {
+            no_wakeups,
+            ..Default::default()
+        });
+        for id in 1..=3 {
+            store.inner.enqueue(Task {
+                id,
+                act: Act::Succeed,
+            });
+        }
+        let mut o = options();
+        o.num_handlers = 8;
+        let worker = Worker::new(store.clone(), Acts::default(), o.clone()).unwrap();
+        let mut events = worker.subscribe();
+        let shutdown = worker.shutdown_handle();
+        let run = tokio::spawn(worker.run());
+        for id in 1..=3 {
+            wait_for(&mut events, finished(id)).await;
+        }
+        tokio::time::sleep(o.interval / 2).await;
+        // The claim came back short (3 of 16): the queue is drained. Polling
+        // looks again at once; with wake-ups a new job announces itself.
+        let claims = store.limits.lock().unwrap().len();
+        assert_eq!(claims, expected, "no_wakeups: {no_wakeups}");
+        if !no_wakeups {
+            store.inner.enqueue(Task {
+                id: 4,
+                act: Act::Succeed,
+            });
+            let before = tokio::time::Instant::now();
+            wait_for(&mut events, finished(4)).await;
+            assert_eq!(tokio::time::Instant::now(), before, "woken at once");
+        }
+        shutdown.graceful();
+        run.await.unwrap();
+    }
 }

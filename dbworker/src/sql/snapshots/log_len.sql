@@ -1,1 +1,1 @@
-SELECT COALESCE(array_length("j"."execution_logs", 1), 0)::bigint AS "len" FROM "example_jobs" AS "j" WHERE "j"."id" = $1 AND "j"."status" = $2 AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $3
+SELECT COALESCE(array_length("j"."execution_logs", 1), 0)::bigint AS "len" FROM "example_jobs" AS "j" WHERE "j"."id" = $1 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $2

@@ -1,1 +1,1 @@
-SELECT count(*)::bigint FROM "example_jobs" AS "j" WHERE "j"."status" IN ($1, $2)
+SELECT count(*)::bigint FROM "example_jobs" AS "j" WHERE "j"."status" IN ('queued', 'errored')

@@ -1,1 +1,1 @@
-UPDATE "example_jobs" AS "j" SET "status" = $1, "worker_hostname" = $2, "last_heartbeat_at" = NULL, "process_after" = NULL WHERE "j"."id" = $3 AND "j"."status" = $4 AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $5
+UPDATE "example_jobs" AS "j" SET "status" = 'queued', "worker_hostname" = $1, "last_heartbeat_at" = NULL, "process_after" = NULL WHERE "j"."id" = $2 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $3
