@@ -202,8 +202,9 @@ impl Bench {
     /// With `BENCH_TOP_STATEMENTS` set: where the server's time went in this
     /// run, statement by statement (a diagnostic, not part of the report).
     async fn print_top_statements(&self) -> Result<()> {
-        let rows: Vec<(i64, f64, f64, String)> = sqlx::query_as(
-            r"SELECT calls, total_exec_time, mean_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+        // Planning times are zero unless pg_stat_statements.track_planning is on.
+        let rows: Vec<(i64, f64, f64, i64, f64, String)> = sqlx::query_as(
+            r"SELECT calls, total_exec_time, mean_exec_time, plans, total_plan_time, left(regexp_replace(query, '\s+', ' ', 'g'), 140)
               FROM pg_stat_statements
               WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
                 AND query NOT ILIKE '%pg_stat_statements%'
@@ -211,8 +212,10 @@ impl Bench {
         )
         .fetch_all(&self.admin)
         .await?;
-        for (calls, total, mean, query) in rows {
-            eprintln!("  {calls:>8} calls {total:>9.1} ms total {mean:>8.3} ms mean  {query}");
+        for (calls, total, mean, plans, plan_total, query) in rows {
+            eprintln!(
+                "  {calls:>8} calls {total:>9.1} ms total {mean:>8.3} ms mean, {plans:>6} plans {plan_total:>7.1} ms  {query}"
+            );
         }
         Ok(())
     }

@@ -263,20 +263,13 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             if let Some(reason) = self.stop_reason(deadline, dequeued, false) {
                 break reason;
             }
-            let mut started = false;
             while let Some(permit) = (!buffer.is_empty())
                 .then(|| semaphore.clone().try_acquire_owned().ok())
                 .flatten()
             {
                 if let Some(claimed) = buffer.pop_front() {
                     self.start_job(tracker, claimed, permit).await;
-                    started = true;
                 }
-            }
-            if started {
-                // Let the jobs just spawned begin before this loop builds and
-                // sends its next claim.
-                tokio::task::yield_now().await;
             }
             let settled = buffer.is_empty() && claims.is_empty();
             if let Some(reason) = self.stop_reason(deadline, dequeued, settled) {
