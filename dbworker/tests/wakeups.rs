@@ -1,6 +1,6 @@
 //! LISTEN/NOTIFY wake-ups on real Postgres: an idle worker starts a new job at
 //! once instead of at its next poll, and the listener comes back by itself
-//! after its backend is terminated.
+//! after its backend is terminated or the server restarts.
 
 mod common;
 
@@ -13,6 +13,7 @@ use workerutil::testing::wait_for;
 use workerutil::{Store, WorkerEvent, WorkerOptions};
 
 use common::{Completes, Db, Job};
+use dbworker_testkit::ThrowawayServer;
 
 /// Polls so rarely that a job found within a second was found by a wake-up.
 const SLOW_POLL: Duration = Duration::from_secs(20);
@@ -58,13 +59,17 @@ fn options() -> WorkerOptions {
     o
 }
 
-/// Enqueues a job once the worker has gone idle and returns how long it took
-/// to start.
+/// Enqueues a job once the worker has gone idle (its claim found nothing, or
+/// its last job finished: a short claim with live wake-ups waits for the next
+/// notification) and returns how long the job took to start.
 async fn time_to_start(
     db: &Db,
     events: &mut tokio::sync::broadcast::Receiver<WorkerEvent>,
 ) -> Duration {
-    wait_for(events, |e| matches!(e, WorkerEvent::Idle).then_some(())).await;
+    wait_for(events, |e| {
+        matches!(e, WorkerEvent::Idle | WorkerEvent::JobFinished { .. }).then_some(())
+    })
+    .await;
     let start = Instant::now();
     let id = db.enqueue(1, json!({})).await[0];
     wait_for(events, |e| {
@@ -126,4 +131,53 @@ async fn the_listener_reconnects_after_its_backend_is_terminated() {
     );
     shutdown.graceful();
     run.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_listener_reconnects_after_a_server_restart() {
+    // A server of its own: restarting the shared one would break other tests.
+    let server = tokio::task::spawn_blocking(|| ThrowawayServer::start(&[]))
+        .await
+        .unwrap();
+    let mut server = match server {
+        Ok(server) => server,
+        Err(err) => {
+            eprintln!("skipped: no PostgreSQL server of its own to restart here: {err}");
+            return;
+        }
+    };
+    let db = Db::on_server(server.admin_url()).await;
+    let store = listening_store(&db).await;
+    let first = listener_pid(&db).await.expect("a LISTEN backend");
+
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart().expect("restart");
+        server
+    })
+    .await
+    .unwrap();
+    // The listener notices, reconnects to the restarted server and listens
+    // again; meanwhile workers would poll.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = listener_pid(&db).await;
+        if now.is_some_and(|pid| pid != first) && store.wakeups().unwrap().is_live() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the listener never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let worker = new_worker(store, Completes, options()).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let took = time_to_start(&db, &mut events).await;
+    assert!(
+        took < SLOW_POLL / 4,
+        "woken by NOTIFY after the restart: {took:?}"
+    );
+    shutdown.graceful();
+    run.await.unwrap();
+    drop(db);
+    drop(server);
 }

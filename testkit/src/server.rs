@@ -207,6 +207,8 @@ pub struct ThrowawayServer {
     admin_url: String,
     layout: Layout,
     pid: u32,
+    port: u16,
+    settings: Vec<String>,
 }
 
 impl ThrowawayServer {
@@ -224,6 +226,8 @@ impl ThrowawayServer {
                 admin_url: admin_url(port),
                 layout,
                 pid,
+                port,
+                settings: settings.iter().map(|s| (*s).to_owned()).collect(),
             }),
             Err(e) => {
                 let _ = fs::remove_dir_all(&layout.base_dir);
@@ -245,6 +249,31 @@ impl ThrowawayServer {
     /// The postmaster's process id.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Restarts the server as an operator would: a fast shutdown (every
+    /// session is terminated), then a start on the same port with the same
+    /// settings. Blocks until it accepts connections again.
+    ///
+    /// # Errors
+    ///
+    /// Whatever prevented the stop or the start.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        let mut stop = self.layout.command("pg_ctl");
+        stop.arg("stop")
+            .arg("-D")
+            .arg(&self.layout.data_dir)
+            .args(["-m", "fast", "-w", "-t", "30"])
+            .stdin(Stdio::null());
+        run(&mut stop)?;
+        let settings: Vec<&str> = self.settings.iter().map(String::as_str).collect();
+        match start_postgres(&self.layout, self.port, &settings) {
+            Ok(pid) => {
+                self.pid = pid;
+                Ok(())
+            }
+            Err(StartError::PortInUse(e) | StartError::Fatal(e)) => Err(e),
+        }
     }
 }
 

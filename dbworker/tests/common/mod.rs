@@ -54,6 +54,18 @@ impl Db {
 
     pub async fn with_renames(renames: &HashMap<String, String>) -> Db {
         let db = TestDatabase::new().await.expect("test database");
+        Db::set_up(db, renames).await
+    }
+
+    /// A database on the server at `admin_url` (a test's own server).
+    pub async fn on_server(admin_url: &str) -> Db {
+        let db = TestDatabase::new_on(admin_url)
+            .await
+            .expect("test database");
+        Db::set_up(db, &HashMap::new()).await
+    }
+
+    async fn set_up(db: TestDatabase, renames: &HashMap<String, String>) -> Db {
         let pool = db.pool(60).await.expect("pool");
         let ddl = job_table_sql("jobs", renames).unwrap();
         sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
