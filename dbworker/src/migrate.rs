@@ -72,6 +72,84 @@ ALTER TABLE {table} SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuu
     ))
 }
 
+/// Optional columns for the enqueue side, each added by
+/// [`optional_columns_sql`] with what it needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OptionalColumns {
+    /// `job_key text` and the unique index over live states that
+    /// [`NewJob::key`](crate::NewJob::key) relies on.
+    pub keys: bool,
+    /// `queue text NOT NULL DEFAULT 'default'`.
+    pub queue: bool,
+    /// `priority integer NOT NULL DEFAULT 0` and a dequeue index for
+    /// `order_by = "j.priority DESC, j.id"`.
+    pub priority: bool,
+}
+
+impl OptionalColumns {
+    /// Every optional column.
+    pub fn all() -> Self {
+        OptionalColumns {
+            keys: true,
+            queue: true,
+            priority: true,
+        }
+    }
+}
+
+/// `ALTER TABLE` and `CREATE INDEX` statements adding the chosen optional
+/// columns (named `job_key`, `queue`, `priority`) to a job table; safe to run
+/// again.
+///
+/// ```
+/// let mut columns = dbworker::OptionalColumns::default();
+/// columns.keys = true;
+/// let ddl = dbworker::optional_columns_sql("email_jobs", &Default::default(), columns).unwrap();
+/// assert!(ddl.contains("CREATE UNIQUE INDEX"));
+/// ```
+pub fn optional_columns_sql(
+    table_name: &str,
+    alternate_column_names: &HashMap<String, String>,
+    columns: OptionalColumns,
+) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    let c = Columns::resolve(alternate_column_names)?;
+    let table = match &rel.schema {
+        Some(s) => format!("{}.{}", quote(s), quote(&rel.name)),
+        None => quote(&rel.name),
+    };
+    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
+    let (id, state) = (quote(&c.id), quote(&c.state));
+    let mut ddl = String::new();
+    if columns.keys {
+        ddl.push_str(&format!(
+            r#"-- Job keys: at most one live (queued, errored or processing) job per key.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "job_key" text;
+CREATE UNIQUE INDEX IF NOT EXISTS {key_idx} ON {table} ("job_key") WHERE {state} IN ('queued', 'errored', 'processing');
+"#,
+            key_idx = index("job_key_idx"),
+        ));
+    }
+    if columns.queue {
+        ddl.push_str(&format!(
+            r#"-- Named queues.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "queue" text NOT NULL DEFAULT 'default';
+"#
+        ));
+    }
+    if columns.priority {
+        ddl.push_str(&format!(
+            r#"-- Priorities: use order_by = "j.priority DESC, j.id" (this index serves it).
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "priority" integer NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS {priority_idx} ON {table} ("priority" DESC, {id}) WHERE {state} IN ('queued', 'errored');
+"#,
+            priority_idx = index("priority_dequeue_idx"),
+        ));
+    }
+    Ok(ddl)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +163,21 @@ mod tests {
         assert!(ddl.contains(r#""status" text NOT NULL DEFAULT 'queued'"#));
         assert!(ddl.contains(r#"WHERE "status" IN ('queued', 'errored')"#));
         assert!(!ddl.contains(r#""state""#));
+    }
+
+    #[test]
+    fn optional_columns_follow_renames_and_are_each_optional() {
+        let mut renames = HashMap::new();
+        renames.insert("state".to_owned(), "status".to_owned());
+        let all = optional_columns_sql("app.jobs", &renames, OptionalColumns::all()).unwrap();
+        assert!(
+            all.contains(r#"ALTER TABLE "app"."jobs" ADD COLUMN IF NOT EXISTS "job_key" text"#)
+        );
+        assert!(all.contains(r#"WHERE "status" IN ('queued', 'errored', 'processing')"#));
+        assert!(all.contains(r#"("priority" DESC, "id") WHERE "status" IN ('queued', 'errored')"#));
+        assert!(all.contains(r#""queue" text NOT NULL DEFAULT 'default'"#));
+        let none = optional_columns_sql("jobs", &renames, OptionalColumns::default()).unwrap();
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -8,14 +8,15 @@
 //! gets a new, larger token, and every later write requires the token it got.
 
 use sea_query::{
-    Alias, CommonTableExpression, Condition, Expr, ExprTrait, IntoIden, LockBehavior, LockType,
-    NullOrdering, Order, PostgresQueryBuilder, Query, SelectStatement, TableRef, UpdateStatement,
-    WithClause,
+    Alias, CommonTableExpression, Condition, Expr, ExprTrait, InsertStatement, IntoIden,
+    LockBehavior, LockType, NullOrdering, OnConflict, Order, PostgresQueryBuilder, Query,
+    SelectStatement, TableRef, UpdateStatement, WithClause,
 };
 use sea_query_sqlx::{SqlxBinder, SqlxValues};
 use workerutil::{JobState, MAX_EXECUTION_LOG_ENTRIES};
 
 use crate::columns::{Columns, Relation};
+use crate::enqueue::{KeyMode, NewJob, RunAt, Target};
 use crate::message::sanitize_failure_message;
 use crate::options::{Resolved, RetryPolicy};
 
@@ -972,6 +973,196 @@ fn regclass(rel: &Relation) -> Expr {
         None => quote(&rel.name),
     };
     Expr::cust_with_values("to_regclass($1::text)", [name])
+}
+
+/// The job table as an insert target, aliased so `ON CONFLICT … DO UPDATE`
+/// can name the existing row.
+const ENQUEUE_ALIAS: &str = "dbworker_job";
+
+fn enqueue_target(t: &Target) -> TableRef {
+    let r: TableRef = match &t.table.schema {
+        Some(schema) => (alias(schema), alias(&t.table.name)).into(),
+        None => alias(&t.table.name).into(),
+    };
+    r.alias(alias(ENQUEUE_ALIAS))
+}
+
+/// `process_after` for a run-at: an instant as given, or a delay from the
+/// database clock's `now()`.
+fn run_at_expr(run_at: RunAt) -> Expr {
+    match run_at {
+        RunAt::At(at) => {
+            let secs = match at.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => d.as_secs_f64(),
+                Err(before) => -before.duration().as_secs_f64(),
+            };
+            Expr::cust_with_values("to_timestamp($1::float8)", [secs])
+        }
+        RunAt::After(delay) => Expr::cust_with_values(
+            "now() + make_interval(secs => $1::float8)",
+            [delay.as_secs_f64()],
+        ),
+    }
+}
+
+/// The columns and values of a new row: the application's columns, then
+/// `process_after`, priority, queue and key where configured and set.
+fn enqueue_columns(t: &Target, job: &NewJob, key: Option<&str>) -> Vec<(String, Expr)> {
+    let mut row: Vec<(String, Expr)> = job
+        .values()
+        .iter()
+        .map(|(c, v)| (c.clone(), Expr::val(v.clone())))
+        .collect();
+    if let Some(run_at) = job.run_at_value() {
+        row.push((t.columns.process_after.clone(), run_at_expr(run_at)));
+    }
+    if let (Some(column), Some(p)) = (&t.priority, job.priority_value()) {
+        row.push((column.clone(), Expr::val(p)));
+    }
+    if let (Some(column), Some(q)) = (&t.queue, job.queue_value()) {
+        row.push((column.clone(), Expr::val(q)));
+    }
+    if let (Some(column), Some(k)) = (&t.key, key) {
+        row.push((column.clone(), Expr::val(k)));
+    }
+    row
+}
+
+/// `RETURNING id::bigint AS id, (xmax = 0) AS inserted`: an updated row has the
+/// updating transaction in `xmax`, a new one has none.
+fn enqueue_returning(t: &Target, q: &mut InsertStatement) {
+    q.returning(Query::returning().exprs([
+        Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(ENQUEUE_ALIAS),
+            quote(&t.columns.id)
+        )),
+        Expr::cust(format!(
+            "({}.xmax = 0) AS \"inserted\"",
+            quote(ENQUEUE_ALIAS)
+        )),
+    ]));
+}
+
+/// Inserts unkeyed jobs in one statement: the union of their columns, with
+/// `DEFAULT` where a job sets none. Returns `(id, inserted)` in input order.
+pub(crate) fn enqueue_rows(t: &Target, jobs: &[&NewJob]) -> Statement {
+    let rows: Vec<Vec<(String, Expr)>> = jobs.iter().map(|j| enqueue_columns(t, j, None)).collect();
+    let mut names: Vec<String> = vec![t.columns.process_after.clone()];
+    for (c, _) in rows.iter().flatten() {
+        if !names.contains(c) {
+            names.push(c.clone());
+        }
+    }
+    let mut q = Query::insert();
+    q.into_table(enqueue_target(t))
+        .columns(names.iter().map(|n| alias(n)));
+    for mut row in rows {
+        let values: Vec<Expr> = names
+            .iter()
+            .map(|n| match row.iter().position(|(c, _)| c == n) {
+                Some(i) => row.swap_remove(i).1,
+                None => Expr::cust("DEFAULT"),
+            })
+            .collect();
+        q.values_panic(values);
+    }
+    enqueue_returning(t, &mut q);
+    Statement::from(&q)
+}
+
+/// The states in which a job holds its key (the unique index's predicate).
+fn key_live_states(state_column: &str) -> String {
+    format!(
+        "{} IN ('queued', 'errored', 'processing')",
+        quote(state_column)
+    )
+}
+
+/// Inserts a keyed job, unless a live job holds the key: then a waiting one
+/// takes the new values (`Replace`, `PreserveRunAt`), and a processing one or
+/// any with `DedupeOnly` is left alone (no row returned).
+pub(crate) fn enqueue_keyed(t: &Target, job: &NewJob, key: &str, mode: KeyMode) -> Statement {
+    let row = enqueue_columns(t, job, Some(key));
+    let key_column = t.key.clone().unwrap_or_default();
+    let mut q = Query::insert();
+    q.into_table(enqueue_target(t))
+        .columns(row.iter().map(|(c, _)| alias(c)))
+        .values_panic(row.iter().map(|(_, e)| e.clone()));
+    let mut conflict = OnConflict::column(alias(&key_column));
+    conflict.target_and_where(Expr::cust(key_live_states(&t.columns.state)));
+    let mut updated: Vec<String> = job.values().iter().map(|(c, _)| c.clone()).collect();
+    if mode == KeyMode::Replace {
+        updated.push(t.columns.process_after.clone());
+    }
+    if job.priority_value().is_some() {
+        updated.extend(t.priority.clone());
+    }
+    if job.queue_value().is_some() {
+        updated.extend(t.queue.clone());
+    }
+    match mode {
+        KeyMode::DedupeOnly => {
+            conflict.do_nothing();
+        }
+        KeyMode::Replace | KeyMode::PreserveRunAt => {
+            if updated.is_empty() {
+                // Still "updated": a no-op assignment returns the row.
+                updated.push(key_column);
+            }
+            conflict
+                .update_columns(updated.iter().map(|c| alias(c)))
+                .action_and_where(Expr::cust(format!(
+                    "{}.{} IN ('queued', 'errored')",
+                    quote(ENQUEUE_ALIAS),
+                    quote(&t.columns.state)
+                )));
+        }
+    }
+    q.on_conflict(conflict);
+    enqueue_returning(t, &mut q);
+    Statement::from(&q)
+}
+
+/// The live job holding `key`.
+pub(crate) fn live_job_with_key(t: &Target, key: &str) -> Statement {
+    let key_column = t.key.clone().unwrap_or_default();
+    let q = Query::select()
+        .expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(ENQUEUE_ALIAS),
+            quote(&t.columns.id)
+        )))
+        .from(enqueue_target(t))
+        .and_where(col(ENQUEUE_ALIAS, &key_column).eq(key))
+        .and_where(Expr::cust(format!(
+            "{}.{}",
+            quote(ENQUEUE_ALIAS),
+            key_live_states(&t.columns.state)
+        )))
+        .limit(1)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Plans (never runs) a keyed insert: fails when no unique index matches the
+/// `ON CONFLICT` target, so a missing index is reported at start-up.
+pub(crate) fn explain_keyed_insert(t: &Target) -> Statement {
+    let key_column = t.key.clone().unwrap_or_default();
+    let mut q = Query::insert();
+    q.into_table(enqueue_target(t))
+        .columns([alias(&key_column)])
+        .values_panic([Expr::cust("NULL")]);
+    let mut conflict = OnConflict::column(alias(&key_column));
+    conflict
+        .target_and_where(Expr::cust(key_live_states(&t.columns.state)))
+        .do_nothing();
+    q.on_conflict(conflict);
+    let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
+    Statement {
+        sql: format!("EXPLAIN {sql}"),
+        values,
+    }
 }
 
 /// The columns of a table or view, from `pg_catalog` (which, unlike

@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use dbworker::{Resetter, ResetterOptions, job_table_sql, notify_trigger_sql};
+use dbworker::{
+    OptionalColumns, Resetter, ResetterOptions, job_table_sql, notify_trigger_sql,
+    optional_columns_sql,
+};
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -69,11 +72,28 @@ struct MigrationArgs {
     /// The NOTIFY channel (default: `dbworker_<table>`, what `Listen::TableChannel` listens on).
     #[arg(long, requires = "notify")]
     channel: Option<String>,
+    /// Also add a `job_key` column and its unique index (job keys).
+    #[arg(long)]
+    keys: bool,
+    /// Also add a `queue` column.
+    #[arg(long)]
+    queue: bool,
+    /// Also add a `priority` column and its dequeue index.
+    #[arg(long)]
+    priority: bool,
 }
 
 fn migration(args: MigrationArgs) -> Result<(), String> {
     let renames = args.renames.into_iter().collect();
     let mut ddl = job_table_sql(&args.table, &renames).map_err(|e| e.to_string())?;
+    let mut optional = OptionalColumns::default();
+    (optional.keys, optional.queue, optional.priority) = (args.keys, args.queue, args.priority);
+    if optional != OptionalColumns::default() {
+        ddl.push('\n');
+        ddl.push_str(
+            &optional_columns_sql(&args.table, &renames, optional).map_err(|e| e.to_string())?,
+        );
+    }
     if args.notify {
         ddl.push('\n');
         ddl.push_str(

@@ -7,6 +7,16 @@ use std::path::PathBuf;
 use super::*;
 use crate::options::StoreOptions;
 
+fn enqueue_target() -> Target {
+    let mut o = crate::EnqueueOptions::new("app.example_jobs");
+    o.alternate_column_names
+        .insert("state".into(), "status".into());
+    o.key_column = Some("job_key".into());
+    o.queue_column = Some("queue".into());
+    o.priority_column = Some("priority".into());
+    o.resolve().unwrap()
+}
+
 fn resolved(view: bool) -> Resolved {
     let mut o = StoreOptions::<()>::new("s", "example_jobs j", |_| Ok(()));
     if view {
@@ -22,6 +32,11 @@ fn resolved(view: bool) -> Resolved {
 fn statements() -> Vec<(&'static str, Statement)> {
     let t = resolved(false);
     let v = resolved(true);
+    let e = enqueue_target();
+    let keyed = NewJob::new()
+        .set("payload", "p")
+        .queue("emails")
+        .key("k", KeyMode::Replace);
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     vec![
         ("claim", claim(&t, "host", &[cost()], 3, false)),
@@ -65,6 +80,32 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("relation_columns", relation_columns(&t.table)),
         ("relation_access", relation_access(&t.table)),
         ("probe_expressions", probe_expressions(&v)),
+        (
+            "enqueue_rows",
+            enqueue_rows(
+                &e,
+                &[
+                    &NewJob::new().set("payload", "a").priority(2),
+                    &NewJob::new()
+                        .set("cost", 3)
+                        .run_after(std::time::Duration::from_secs(5)),
+                ],
+            ),
+        ),
+        (
+            "enqueue_keyed_replace",
+            enqueue_keyed(&e, &keyed, "k", KeyMode::Replace),
+        ),
+        (
+            "enqueue_keyed_preserve_run_at",
+            enqueue_keyed(&e, &keyed, "k", KeyMode::PreserveRunAt),
+        ),
+        (
+            "enqueue_keyed_dedupe_only",
+            enqueue_keyed(&e, &keyed, "k", KeyMode::DedupeOnly),
+        ),
+        ("live_job_with_key", live_job_with_key(&e, "k")),
+        ("explain_keyed_insert", explain_keyed_insert(&e)),
     ]
 }
 
@@ -102,6 +143,15 @@ fn user_values_are_bound_not_rendered() {
     assert!(!s.sql.contains("evil"), "{}", s.sql);
     let s = mark_failed(&t, 1, 2, "it's broken");
     assert!(!s.sql.contains("broken"), "{}", s.sql);
+    let job = NewJob::new()
+        .set("payload", "it's mine")
+        .key("k'ey", KeyMode::Replace);
+    let s = enqueue_keyed(&enqueue_target(), &job, "k'ey", KeyMode::Replace);
+    assert!(
+        !s.sql.contains("mine") && !s.sql.contains("k'ey"),
+        "{}",
+        s.sql
+    );
 }
 
 #[test]

@@ -1,0 +1,465 @@
+//! The enqueue side: typed inserts into the application's own job table, one
+//! job or many per statement, inside the caller's transaction or on the pool,
+//! with run-at, priority, queue and job keys (dedupe).
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use sea_query::Value;
+use sqlx::{Connection, PgConnection, PgPool, Row};
+
+use crate::columns::{Columns, Relation, is_identifier};
+use crate::error::{Error, Result};
+use crate::sql;
+
+/// Which table an [`Enqueuer`] writes and which optional columns it has.
+///
+/// ```
+/// let mut options = dbworker::EnqueueOptions::new("email_jobs");
+/// options.key_column = Some("job_key".into());
+/// assert!(options.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct EnqueueOptions {
+    /// The job table: `name` or `schema.name` (an alias is accepted and ignored).
+    pub table_name: String,
+    /// Standard columns renamed in this table, `standard → actual`, as in
+    /// `StoreOptions::alternate_column_names`.
+    pub alternate_column_names: HashMap<String, String>,
+    /// The column holding job keys (`dbworker migration --keys` adds `job_key`
+    /// and its unique index). `None`: [`NewJob::key`] is refused.
+    pub key_column: Option<String>,
+    /// The column naming a job's queue (`--queue` adds `queue`). `None`:
+    /// [`NewJob::queue`] is refused.
+    pub queue_column: Option<String>,
+    /// The integer column the store's `order_by` ranks by (`--priority` adds
+    /// `priority` and an index for `order_by = "j.priority DESC, j.id"`).
+    /// `None`: [`NewJob::priority`] is refused.
+    pub priority_column: Option<String>,
+}
+
+impl EnqueueOptions {
+    /// Options for `table_name` with the standard column names and no optional column.
+    pub fn new(table_name: impl Into<String>) -> Self {
+        EnqueueOptions {
+            table_name: table_name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Checks every name; the error names the field.
+    pub fn validate(&self) -> Result<()> {
+        self.resolve().map(|_| ())
+    }
+
+    pub(crate) fn resolve(&self) -> Result<Target> {
+        let table = Relation::parse("table_name", &self.table_name)?;
+        let columns = Columns::resolve(&self.alternate_column_names)?;
+        let optional = |field: &'static str, name: &Option<String>| match name {
+            Some(n) if !is_identifier(n) => Err(Error::InvalidOption {
+                field,
+                reason: format!("{n:?} is not a plain identifier of at most 63 bytes"),
+            }),
+            Some(n)
+                if columns
+                    .expected_types()
+                    .iter()
+                    .any(|(_, c, _)| *c == n.as_str()) =>
+            {
+                Err(Error::InvalidOption {
+                    field,
+                    reason: format!("{n:?} is one of the standard columns"),
+                })
+            }
+            other => Ok(other.clone()),
+        };
+        Ok(Target {
+            key: optional("key_column", &self.key_column)?,
+            queue: optional("queue_column", &self.queue_column)?,
+            priority: optional("priority_column", &self.priority_column)?,
+            table,
+            columns,
+        })
+    }
+}
+
+/// The resolved table and columns an [`Enqueuer`] writes.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) table: Relation,
+    pub(crate) columns: Columns,
+    pub(crate) key: Option<String>,
+    pub(crate) queue: Option<String>,
+    pub(crate) priority: Option<String>,
+}
+
+/// When a new job becomes eligible. Both are computed by the database clock
+/// or stored as given; the worker compares them with the database clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum RunAt {
+    /// At this instant.
+    At(SystemTime),
+    /// This long after the enqueue, by the database clock.
+    After(Duration),
+}
+
+/// What to do when a live job (queued, errored or processing) already holds
+/// the new job's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyMode {
+    /// A waiting job with the key takes the new job's columns and run-at.
+    #[default]
+    Replace,
+    /// A waiting job with the key takes the new job's columns but keeps its run-at.
+    PreserveRunAt,
+    /// Nothing changes if a live job holds the key.
+    DedupeOnly,
+}
+
+/// A job to enqueue: the application's column values plus scheduling options.
+///
+/// ```
+/// use std::time::Duration;
+/// let job = dbworker::NewJob::new()
+///     .json("payload", serde_json::json!({"to": "a@example.com"}))
+///     .set("attempt_limit", 3_i32)
+///     .run_after(Duration::from_secs(60));
+/// assert_eq!(job.columns().count(), 2);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct NewJob {
+    values: Vec<(String, Value)>,
+    run_at: Option<RunAt>,
+    priority: Option<i32>,
+    queue: Option<String>,
+    key: Option<(String, KeyMode)>,
+}
+
+impl NewJob {
+    /// A job with no column set: every column takes its default.
+    pub fn new() -> Self {
+        NewJob::default()
+    }
+
+    /// Sets one of the application's columns (bound, never formatted into SQL).
+    pub fn set(mut self, column: impl Into<String>, value: impl Into<Value>) -> Self {
+        let column = column.into();
+        self.values.retain(|(c, _)| *c != column);
+        self.values.push((column, value.into()));
+        self
+    }
+
+    /// Sets a `json` or `jsonb` column.
+    pub fn json(self, column: impl Into<String>, value: serde_json::Value) -> Self {
+        self.set(column, Value::Json(Some(Box::new(value))))
+    }
+
+    /// Runs no earlier than `at` (stored in `process_after`).
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = Some(RunAt::At(at));
+        self
+    }
+
+    /// Runs no earlier than `delay` after the enqueue, by the database clock.
+    pub fn run_after(mut self, delay: Duration) -> Self {
+        self.run_at = Some(RunAt::After(delay));
+        self
+    }
+
+    /// Sets the priority column (needs `EnqueueOptions::priority_column`).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets the queue column (needs `EnqueueOptions::queue_column`).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Gives the job a key: at most one live job holds a key at a time
+    /// (needs `EnqueueOptions::key_column`); `mode` says what happens when one
+    /// already does. A processing job is never changed.
+    pub fn key(mut self, key: impl Into<String>, mode: KeyMode) -> Self {
+        self.key = Some((key.into(), mode));
+        self
+    }
+
+    /// The application columns set so far.
+    pub fn columns(&self) -> impl Iterator<Item = &str> {
+        self.values.iter().map(|(c, _)| c.as_str())
+    }
+
+    pub(crate) fn values(&self) -> &[(String, Value)] {
+        &self.values
+    }
+
+    pub(crate) fn run_at_value(&self) -> Option<RunAt> {
+        self.run_at
+    }
+
+    pub(crate) fn priority_value(&self) -> Option<i32> {
+        self.priority
+    }
+
+    pub(crate) fn queue_value(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+
+    pub(crate) fn key_value(&self) -> Option<(&str, KeyMode)> {
+        self.key.as_ref().map(|(k, m)| (k.as_str(), *m))
+    }
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Enqueued {
+    /// A new row was inserted.
+    Inserted(i64),
+    /// A waiting job with the key took the new values ([`KeyMode::Replace`] or
+    /// [`KeyMode::PreserveRunAt`]).
+    Updated(i64),
+    /// A live job holds the key and was left as it is: [`KeyMode::DedupeOnly`],
+    /// or the job holding it is processing.
+    Kept(i64),
+}
+
+impl Enqueued {
+    /// The id of the job that now carries the work.
+    pub fn id(&self) -> i64 {
+        match *self {
+            Enqueued::Inserted(id) | Enqueued::Updated(id) | Enqueued::Kept(id) => id,
+        }
+    }
+}
+
+/// Bind parameters Postgres accepts in one statement.
+const MAX_BIND_PARAMETERS: usize = 65_535;
+
+/// Inserts jobs into an application's job table.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// use dbworker::{EnqueueOptions, Enqueuer, NewJob};
+/// let enqueuer = Enqueuer::new(&pool, EnqueueOptions::new("email_jobs")).await?;
+/// let job = NewJob::new().json("payload", serde_json::json!({"to": "a@example.com"}));
+/// // On the enqueuer's pool:
+/// let id = enqueuer.enqueue(&job).await?.id();
+/// // Or in the caller's transaction: committed (and announced to LISTENing
+/// // workers) with it, gone if it rolls back.
+/// let mut tx = pool.begin().await.unwrap();
+/// enqueuer.enqueue_in(&mut tx, &job).await?;
+/// tx.commit().await.unwrap();
+/// # let _ = id; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Enqueuer {
+    pool: PgPool,
+    target: Target,
+}
+
+impl Enqueuer {
+    /// Validates the options and checks the table and the configured columns
+    /// (and, with keys, the unique index an enqueue relies on), naming
+    /// whatever is missing.
+    pub async fn new(pool: &PgPool, options: EnqueueOptions) -> Result<Enqueuer> {
+        let target = options.resolve()?;
+        let rows = sql::relation_columns(&target.table)
+            .query()
+            .fetch_all(pool)
+            .await
+            .map_err(Error::db("enqueue_check"))?;
+        let existing: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
+        if existing.is_empty() {
+            return Err(Error::Schema {
+                problems: vec![format!(
+                    "table {} does not exist (or is not visible on the search_path)",
+                    target.table.display_name()
+                )],
+            });
+        }
+        let c = &target.columns;
+        let needed = [
+            Some(("id", c.id.as_str())),
+            Some(("state", c.state.as_str())),
+            Some(("process_after", c.process_after.as_str())),
+            target.key.as_deref().map(|k| ("key_column", k)),
+            target.queue.as_deref().map(|q| ("queue_column", q)),
+            target.priority.as_deref().map(|p| ("priority_column", p)),
+        ];
+        let problems: Vec<String> = needed
+            .into_iter()
+            .flatten()
+            .filter(|(_, name)| !existing.iter().any(|e| e == name))
+            .map(|(what, name)| {
+                format!(
+                    "table {} has no column {name:?} ({what})",
+                    target.table.display_name()
+                )
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(Error::Schema { problems });
+        }
+        if target.key.is_some()
+            && let Err(err) = sql::explain_keyed_insert(&target)
+                .query()
+                .execute(pool)
+                .await
+        {
+            return Err(Error::Schema {
+                problems: vec![format!(
+                    "the key column needs a unique index on it WHERE its state is queued, errored or processing (`dbworker migration --keys` prints it): {err}"
+                )],
+            });
+        }
+        Ok(Enqueuer {
+            pool: pool.clone(),
+            target,
+        })
+    }
+
+    /// Inserts one job on the enqueuer's pool. With a key, at most one live
+    /// job holds it: see [`KeyMode`].
+    pub async fn enqueue(&self, job: &NewJob) -> Result<Enqueued> {
+        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+        self.enqueue_in(&mut conn, job).await
+    }
+
+    /// Inserts one job on the caller's connection or inside its transaction
+    /// (pass `&mut tx` or `&mut *tx`): the job commits with the caller's writes.
+    pub async fn enqueue_in(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
+        self.check_job(job)?;
+        let Some((key, mode)) = job.key_value() else {
+            let row = sql::enqueue_rows(&self.target, &[job])
+                .query()
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(Error::db("enqueue"))?;
+            return Ok(Enqueued::Inserted(row.get("id")));
+        };
+        // A live holder of the key may finish between the insert and the
+        // look-up; then the key is free and the insert goes through next time.
+        for _ in 0..8 {
+            let row = sql::enqueue_keyed(&self.target, job, key, mode)
+                .query()
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(Error::db("enqueue"))?;
+            if let Some(row) = row {
+                let id = row.get("id");
+                return Ok(if row.get::<bool, _>("inserted") {
+                    Enqueued::Inserted(id)
+                } else {
+                    Enqueued::Updated(id)
+                });
+            }
+            let holder = sql::live_job_with_key(&self.target, key)
+                .query()
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(Error::db("enqueue"))?;
+            if let Some(row) = holder {
+                return Ok(Enqueued::Kept(row.get("id")));
+            }
+        }
+        Err(Error::InvalidOption {
+            field: "key",
+            reason: format!("the job holding key {key:?} kept changing; try again"),
+        })
+    }
+
+    /// Inserts many jobs on the enqueuer's pool, all or none; see
+    /// [`enqueue_many_in`](Self::enqueue_many_in).
+    pub async fn enqueue_many(&self, jobs: &[NewJob]) -> Result<Vec<i64>> {
+        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+        self.enqueue_many_in(&mut conn, jobs).await
+    }
+
+    /// Inserts many jobs with as few statements as the bind-parameter limit
+    /// allows, all or none (in a transaction, or a savepoint inside the
+    /// caller's). Returns the new ids in the order of `jobs`. Keyed jobs go
+    /// through [`enqueue_in`](Self::enqueue_in), one by one.
+    pub async fn enqueue_many_in(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &[NewJob],
+    ) -> Result<Vec<i64>> {
+        for job in jobs {
+            self.check_job(job)?;
+            if job.key_value().is_some() {
+                return Err(Error::InvalidOption {
+                    field: "key",
+                    reason: "enqueue_many inserts unkeyed jobs; enqueue keyed ones one by one"
+                        .into(),
+                });
+            }
+        }
+        let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
+        let mut ids = Vec::with_capacity(jobs.len());
+        // Each row binds its values plus run-at, priority and queue at most.
+        let per_row = jobs.iter().map(|j| j.values().len() + 3).max().unwrap_or(1);
+        let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
+        for chunk in jobs.chunks(rows_per_statement) {
+            let refs: Vec<&NewJob> = chunk.iter().collect();
+            let rows = sql::enqueue_rows(&self.target, &refs)
+                .query()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Error::db("enqueue_many"))?;
+            ids.extend(rows.iter().map(|r| r.get::<i64, _>("id")));
+        }
+        tx.commit().await.map_err(Error::db("commit"))?;
+        Ok(ids)
+    }
+
+    /// Refuses options this table was not configured for.
+    fn check_job(&self, job: &NewJob) -> Result<()> {
+        let t = &self.target;
+        let refuse = |field: &'static str, what: &str| {
+            Err(Error::InvalidOption {
+                field,
+                reason: format!("the job sets a {what}, but EnqueueOptions::{field} is not set"),
+            })
+        };
+        if job.key_value().is_some() && t.key.is_none() {
+            return refuse("key_column", "key");
+        }
+        if job.queue_value().is_some() && t.queue.is_none() {
+            return refuse("queue_column", "queue");
+        }
+        if job.priority_value().is_some() && t.priority.is_none() {
+            return refuse("priority_column", "priority");
+        }
+        for (column, _) in job.values() {
+            if !is_identifier(column) {
+                return Err(Error::InvalidOption {
+                    field: "column",
+                    reason: format!("{column:?} is not a plain identifier"),
+                });
+            }
+            let standard = t
+                .columns
+                .expected_types()
+                .iter()
+                .any(|(_, c, _)| *c == column.as_str());
+            let optional = [&t.key, &t.queue, &t.priority]
+                .into_iter()
+                .flatten()
+                .any(|c| c == column);
+            if standard || optional {
+                return Err(Error::InvalidOption {
+                    field: "column",
+                    reason: format!(
+                        "{column:?} is managed by dbworker; use the NewJob option for it"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+INSERT INTO "app"."example_jobs" AS "dbworker_job" ("payload", "queue", "job_key") VALUES ($1, $2, $3) ON CONFLICT ("job_key") WHERE "status" IN ('queued', 'errored', 'processing') DO NOTHING RETURNING "dbworker_job"."id"::bigint AS "id", ("dbworker_job".xmax = 0) AS "inserted"

@@ -1,0 +1,1 @@
+INSERT INTO "app"."example_jobs" AS "dbworker_job" ("process_after", "payload", "priority", "cost") VALUES (DEFAULT, $1, $2, DEFAULT), (now() + make_interval(secs => $3::float8), DEFAULT, DEFAULT, $4) RETURNING "dbworker_job"."id"::bigint AS "id", ("dbworker_job".xmax = 0) AS "inserted"

@@ -1,0 +1,352 @@
+//! The enqueue side on real Postgres: one job, many, inside a transaction,
+//! run-at by the database clock, priority and queue, job keys in every mode
+//! (and under eight concurrent enqueuers), and the start-up check.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dbworker::{
+    DbConditions, EnqueueOptions, Enqueued, Enqueuer, Error, Handling, KeyMode, NewJob,
+    OptionalColumns, optional_columns_sql,
+};
+use serde_json::json;
+use tokio::sync::Barrier;
+use workerutil::Store;
+
+use common::Db;
+
+/// The test table with every optional column, and an enqueuer that uses them.
+async fn set_up() -> (Db, Enqueuer) {
+    let db = Db::new().await;
+    let ddl = optional_columns_sql("jobs", &Default::default(), OptionalColumns::all()).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, full_options()).await.unwrap();
+    (db, enqueuer)
+}
+
+fn full_options() -> EnqueueOptions {
+    let mut o = EnqueueOptions::new("jobs");
+    o.key_column = Some("job_key".into());
+    o.queue_column = Some("queue".into());
+    o.priority_column = Some("priority".into());
+    o
+}
+
+async fn payload(db: &Db, id: i64) -> serde_json::Value {
+    db.scalar("SELECT payload FROM jobs WHERE id = $1", id)
+        .await
+}
+
+/// Seconds from the database's `now()` until the job's `process_after`.
+async fn delay_of(db: &Db, id: i64) -> Option<f64> {
+    db.scalar(
+        "SELECT EXTRACT(EPOCH FROM process_after - now())::float8 FROM jobs WHERE id = $1",
+        id,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn jobs_are_inserted_one_or_many_on_the_pool_or_in_the_callers_transaction() {
+    let (db, enqueuer) = set_up().await;
+
+    let one = enqueuer
+        .enqueue(&NewJob::new().json("payload", json!({"n": 1})))
+        .await
+        .unwrap();
+    assert!(matches!(one, Enqueued::Inserted(_)), "{one:?}");
+    assert_eq!(payload(&db, one.id()).await, json!({"n": 1}));
+    assert_eq!(db.state(one.id()).await, "queued");
+
+    // Inside a transaction: gone with its rollback, there with its commit.
+    let mut tx = db.pool.begin().await.unwrap();
+    let rolled_back = enqueuer
+        .enqueue_in(&mut tx, &NewJob::new().json("payload", json!({"n": 2})))
+        .await
+        .unwrap()
+        .id();
+    tx.rollback().await.unwrap();
+    let count: i64 = db
+        .scalar("SELECT count(*) FROM jobs WHERE id = $1", rolled_back)
+        .await;
+    assert_eq!(count, 0);
+    let mut tx = db.pool.begin().await.unwrap();
+    let ids = enqueuer
+        .enqueue_many_in(
+            &mut tx,
+            &[
+                NewJob::new().json("payload", json!({"n": 3})),
+                NewJob::new().set("cost", 7).priority(5).queue("reports"),
+                NewJob::new(),
+            ],
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(ids.len(), 3);
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "in input order: {ids:?}"
+    );
+    assert_eq!(payload(&db, ids[0]).await, json!({"n": 3}));
+    let (cost, priority, queue): (i32, i32, String) =
+        sqlx::query_as("SELECT cost, priority, queue FROM jobs WHERE id = $1")
+            .bind(ids[1])
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((cost, priority, queue.as_str()), (7, 5, "reports"));
+    // Columns a job does not set take their defaults.
+    assert_eq!(payload(&db, ids[2]).await, json!({}));
+    let queue: String = db
+        .scalar("SELECT queue FROM jobs WHERE id = $1", ids[2])
+        .await;
+    assert_eq!(queue, "default");
+}
+
+#[tokio::test]
+async fn run_at_is_by_the_database_clock_and_priority_orders_the_claim() {
+    let (db, enqueuer) = set_up().await;
+    let later = enqueuer
+        .enqueue(&NewJob::new().run_after(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .id();
+    let delay = delay_of(&db, later).await.unwrap();
+    assert!((3590.0..=3600.0).contains(&delay), "{delay}");
+    let past = enqueuer
+        .enqueue(&NewJob::new().run_at(SystemTime::now() - Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .id();
+    let low = enqueuer
+        .enqueue(&NewJob::new().priority(1))
+        .await
+        .unwrap()
+        .id();
+    let high = enqueuer
+        .enqueue(&NewJob::new().priority(9))
+        .await
+        .unwrap()
+        .id();
+
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    o.order_by = Some("j.priority DESC, j.id".into());
+    let store = dbworker::DbStore::new(db.pool.clone(), o).await.unwrap();
+    let jobs = store
+        .dequeue("host", &DbConditions::new(), 10)
+        .await
+        .unwrap();
+    let claimed: Vec<i64> = jobs.iter().map(|j| j.record().id).collect();
+    // The delayed job waits; the rest come by priority, then id.
+    assert_eq!(claimed, [high, low, past]);
+}
+
+#[tokio::test]
+async fn keys_replace_preserve_or_keep_a_waiting_job_and_never_touch_a_processing_one() {
+    let (db, enqueuer) = set_up().await;
+    let keyed = |n: i64, mode: KeyMode| {
+        NewJob::new()
+            .json("payload", json!({ "n": n }))
+            .run_after(Duration::from_secs(60 * n.unsigned_abs()))
+            .key("user:42", mode)
+    };
+    let first = enqueuer.enqueue(&keyed(1, KeyMode::Replace)).await.unwrap();
+    assert!(matches!(first, Enqueued::Inserted(_)), "{first:?}");
+    let id = first.id();
+
+    // Replace: the waiting job takes the new payload and run-at.
+    let replaced = enqueuer
+        .enqueue(&keyed(10, KeyMode::Replace))
+        .await
+        .unwrap();
+    assert_eq!(replaced, Enqueued::Updated(id));
+    assert_eq!(payload(&db, id).await, json!({"n": 10}));
+    assert!(delay_of(&db, id).await.unwrap() > 590.0);
+
+    // PreserveRunAt: the payload, not the run-at.
+    let preserved = enqueuer
+        .enqueue(&keyed(2, KeyMode::PreserveRunAt))
+        .await
+        .unwrap();
+    assert_eq!(preserved, Enqueued::Updated(id));
+    assert_eq!(payload(&db, id).await, json!({"n": 2}));
+    assert!(delay_of(&db, id).await.unwrap() > 590.0, "run-at kept");
+
+    // DedupeOnly: nothing changes.
+    let kept = enqueuer
+        .enqueue(&keyed(3, KeyMode::DedupeOnly))
+        .await
+        .unwrap();
+    assert_eq!(kept, Enqueued::Kept(id));
+    assert_eq!(payload(&db, id).await, json!({"n": 2}));
+    let holders: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs WHERE job_key = (SELECT job_key FROM jobs WHERE id = $1)",
+            id,
+        )
+        .await;
+    assert_eq!(holders, 1, "one job holds the key");
+
+    // Once it is processing, no mode changes it or adds a second live job.
+    sqlx::query("UPDATE jobs SET process_after = NULL WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let store = db.store(Handling::Heartbeat).await;
+    let jobs = store
+        .dequeue("host", &DbConditions::new(), 1)
+        .await
+        .unwrap();
+    assert_eq!(jobs[0].record().id, id);
+    for mode in [
+        KeyMode::Replace,
+        KeyMode::PreserveRunAt,
+        KeyMode::DedupeOnly,
+    ] {
+        let got = enqueuer.enqueue(&keyed(4, mode)).await.unwrap();
+        assert_eq!(got, Enqueued::Kept(id), "{mode:?}");
+    }
+    assert_eq!(payload(&db, id).await, json!({"n": 2}));
+    assert_eq!(db.state(id).await, "processing");
+
+    // A finished job frees its key.
+    sqlx::query("UPDATE jobs SET state = 'completed' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let next = enqueuer
+        .enqueue(&keyed(5, KeyMode::DedupeOnly))
+        .await
+        .unwrap();
+    assert!(
+        matches!(next, Enqueued::Inserted(new) if new != id),
+        "{next:?}"
+    );
+}
+
+#[tokio::test]
+async fn eight_concurrent_enqueuers_on_one_key_leave_one_live_job() {
+    let (db, enqueuer) = set_up().await;
+    let enqueuer = Arc::new(enqueuer);
+    for (round, mode) in [
+        KeyMode::Replace,
+        KeyMode::PreserveRunAt,
+        KeyMode::DedupeOnly,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("race-{round}");
+        let barrier = Arc::new(Barrier::new(8));
+        let mut tasks = Vec::new();
+        for n in 0..8_i64 {
+            let (enqueuer, barrier, pool, key) = (
+                enqueuer.clone(),
+                barrier.clone(),
+                db.pool.clone(),
+                key.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                // Each on its own connection, all at once, each in a transaction
+                // that commits after the others had a chance to run.
+                let mut tx = pool.begin().await.unwrap();
+                barrier.wait().await;
+                let job = NewJob::new()
+                    .json("payload", json!({ "n": n }))
+                    .key(key, mode);
+                let got = enqueuer.enqueue_in(&mut tx, &job).await.unwrap();
+                tx.commit().await.unwrap();
+                got
+            }));
+        }
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        let ids: Vec<i64> = results.iter().map(Enqueued::id).collect();
+        assert!(ids.iter().all(|id| *id == ids[0]), "{mode:?}: {results:?}");
+        let inserted = results
+            .iter()
+            .filter(|r| matches!(r, Enqueued::Inserted(_)))
+            .count();
+        assert_eq!(inserted, 1, "{mode:?}: {results:?}");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE job_key = $1")
+            .bind(&key)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(rows, 1, "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn missing_columns_and_a_missing_key_index_are_named_at_start_up() {
+    let db = Db::new().await;
+    let err = Enqueuer::new(&db.pool, full_options()).await.unwrap_err();
+    let text = err.to_string();
+    for column in ["job_key", "queue", "priority"] {
+        assert!(text.contains(column), "{text}");
+    }
+    let err = Enqueuer::new(&db.pool, EnqueueOptions::new("no_such_jobs"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no_such_jobs"), "{err}");
+
+    // The column without its unique index: keyed inserts could not work.
+    sqlx::raw_sql("ALTER TABLE jobs ADD COLUMN job_key text")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut o = EnqueueOptions::new("jobs");
+    o.key_column = Some("job_key".into());
+    let err = Enqueuer::new(&db.pool, o).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Schema { problems } if problems[0].contains("unique index")),
+        "{err}"
+    );
+
+    // Options the table was not configured for are refused, not ignored.
+    let plain = Enqueuer::new(&db.pool, EnqueueOptions::new("jobs"))
+        .await
+        .unwrap();
+    let err = plain
+        .enqueue(&NewJob::new().key("k", KeyMode::Replace))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("key_column"), "{err}");
+    let err = plain
+        .enqueue(&NewJob::new().set("state", "completed"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("managed by dbworker"), "{err}");
+}
+
+#[tokio::test]
+async fn many_jobs_are_split_below_the_bind_parameter_limit() {
+    let (db, enqueuer) = set_up().await;
+    // Six bound values per row at most: over 10,000 rows per statement.
+    let jobs: Vec<NewJob> = (0..25_000)
+        .map(|n| NewJob::new().set("cost", n).priority(n % 3).queue("bulk"))
+        .collect();
+    let ids = enqueuer.enqueue_many(&jobs).await.unwrap();
+    assert_eq!(ids.len(), 25_000);
+    let (count, max_cost): (i64, i32) =
+        sqlx::query_as("SELECT count(*), max(cost) FROM jobs WHERE queue = 'bulk'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((count, max_cost), (25_000, 24_999));
+    let last_cost: i32 = db
+        .scalar("SELECT cost FROM jobs WHERE id = $1", ids[24_999])
+        .await;
+    assert_eq!(last_cost, 24_999, "ids come back in input order");
+}
