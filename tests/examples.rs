@@ -69,3 +69,10 @@ fn resetter_process_brings_a_killed_workers_job_back() {
         "{out}"
     );
 }
+
+#[test]
+fn enqueue_commits_with_the_order_debounces_by_key_and_runs_by_priority() {
+    let out = run("enqueue");
+    assert!(out.contains("sent in order: [\"p5 order 1 confirmed\", \"p1 cart digest v3\", \"p0 newsletter 1\", \"p0 newsletter 2\", \"p0 newsletter 3\"]"), "{out}");
+    assert!(out.contains("still waiting: 1 (the reminder)"), "{out}");
+}

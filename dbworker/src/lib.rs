@@ -29,7 +29,7 @@ pub use columns::STANDARD_COLUMNS;
 pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};
 pub use error::{Error, Result};
 pub use message::MAX_FAILURE_MESSAGE_BYTES;
-pub use migrate::{OptionalColumns, job_table_sql, optional_columns_sql};
+pub use migrate::{OptionalColumns, enqueue_function_sql, job_table_sql, optional_columns_sql};
 pub use notify::{Listen, default_notify_channel, notify_trigger_sql};
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,

@@ -150,6 +150,144 @@ CREATE INDEX IF NOT EXISTS {priority_idx} ON {table} ("priority" DESC, {id}) WHE
     Ok(ddl)
 }
 
+/// A PL/pgSQL function `<table>_enqueue` for producers in other languages:
+/// the same inserts and job keys as [`Enqueuer`](crate::Enqueuer), in SQL.
+/// `columns` says which optional columns the table has (and so which
+/// parameters the function takes).
+///
+/// ```sql
+/// SELECT email_jobs_enqueue('{"payload": {"to": "a@example.com"}}');            -- new job id
+/// SELECT email_jobs_enqueue('{"payload": {}}', run_at => now() + interval '1 hour');
+/// SELECT email_jobs_enqueue('{"payload": {}}', job_key => 'digest:7', key_mode => 'dedupe_only');
+/// ```
+///
+/// `fields` names the application's columns (unset ones take their defaults);
+/// it returns the id of the job that carries the work (new, updated or kept).
+pub fn enqueue_function_sql(
+    table_name: &str,
+    alternate_column_names: &HashMap<String, String>,
+    columns: OptionalColumns,
+) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    let c = Columns::resolve(alternate_column_names)?;
+    let qualify = |name: &str| match &rel.schema {
+        Some(s) => format!("{}.{}", quote(s), quote(name)),
+        None => quote(name),
+    };
+    let table = qualify(&rel.name);
+    let function = qualify(&bounded_name(&format!("{}_enqueue", rel.name)));
+    // The table as a literal for format('%s'), and the record type for
+    // jsonb_populate_record.
+    let table_literal = table.replace('\'', "''");
+    let mut params = vec![
+        "fields jsonb DEFAULT '{}'".to_owned(),
+        "run_at timestamptz DEFAULT NULL".to_owned(),
+    ];
+    let mut extra = vec![format!("'{}', run_at", c.process_after)];
+    if columns.priority {
+        params.push("priority integer DEFAULT NULL".into());
+        extra.push("'priority', priority".into());
+    }
+    if columns.queue {
+        params.push("queue text DEFAULT NULL".into());
+        extra.push("'queue', queue".into());
+    }
+    if columns.keys {
+        params.push("job_key text DEFAULT NULL".into());
+        params.push("key_mode text DEFAULT 'replace'".into());
+        extra.push("'job_key', job_key".into());
+    }
+    let params = params.join(",\n    ");
+    let extra = extra.join(", ");
+    let (id, state, process_after) = (quote(&c.id), quote(&c.state), &c.process_after);
+    let keyed = if columns.keys {
+        format!(
+            r#"
+    IF job_key IS NOT NULL THEN
+        IF key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only') THEN
+            RAISE EXCEPTION 'key_mode must be replace, preserve_run_at or dedupe_only, not %', key_mode;
+        END IF;
+        SELECT string_agg(format('%I = excluded.%I', k, k), ', ') INTO sets
+          FROM jsonb_object_keys(vals) AS k
+         WHERE k <> 'job_key' AND (key_mode = 'replace' OR k <> '{process_after}');
+        -- A live job holds at most one key: a waiting holder takes the new
+        -- values (replace, preserve_run_at), a processing one is never changed.
+        FOR attempt IN 1..8 LOOP
+            IF key_mode = 'dedupe_only' OR sets IS NULL THEN
+                EXECUTE format('INSERT INTO %s AS j (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1)
+                    ON CONFLICT ("job_key") WHERE {state} IN (''queued'', ''errored'', ''processing'') DO NOTHING
+                    RETURNING j.{id}', '{table_literal}', cols, cols, '{table_literal}')
+                    USING vals INTO new_id;
+            ELSE
+                EXECUTE format('INSERT INTO %s AS j (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1)
+                    ON CONFLICT ("job_key") WHERE {state} IN (''queued'', ''errored'', ''processing'')
+                    DO UPDATE SET %s WHERE j.{state} IN (''queued'', ''errored'')
+                    RETURNING j.{id}', '{table_literal}', cols, cols, '{table_literal}', sets)
+                    USING vals INTO new_id;
+            END IF;
+            IF new_id IS NOT NULL THEN
+                RETURN new_id;
+            END IF;
+            EXECUTE format('SELECT {id} FROM %s WHERE "job_key" = $1 AND {state} IN (''queued'', ''errored'', ''processing'') LIMIT 1', '{table_literal}')
+                USING job_key INTO new_id;
+            IF new_id IS NOT NULL THEN
+                RETURN new_id;
+            END IF;
+        END LOOP;
+        RAISE EXCEPTION 'the job holding key % kept changing; try again', job_key;
+    END IF;"#,
+            state = state,
+            id = id,
+        )
+    } else {
+        String::new()
+    };
+    // Standard columns are dbworker's, like in NewJob::set.
+    let standard: Vec<String> = c
+        .expected_types()
+        .iter()
+        .map(|(_, name, _)| format!("'{}'", name.replace('\'', "''")))
+        .collect();
+    Ok(format!(
+        r#"-- Enqueues a job into {table}: `fields` holds the application's columns.
+CREATE OR REPLACE FUNCTION {function}(
+    {params}
+) RETURNS bigint LANGUAGE plpgsql AS $dbworker$
+DECLARE
+    vals jsonb;
+    cols text;
+    sets text;
+    new_id bigint;
+    bad text;
+BEGIN
+    SELECT k INTO bad FROM jsonb_object_keys(COALESCE(fields, '{{}}')) AS k
+     WHERE k IN ({standard}{optional_names}) LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'column % is managed by dbworker; use the function''s parameters', bad;
+    END IF;
+    vals := COALESCE(fields, '{{}}') || jsonb_strip_nulls(jsonb_build_object({extra}));
+    SELECT string_agg(format('%I', k), ', ') INTO cols FROM jsonb_object_keys(vals) AS k;
+    IF cols IS NULL THEN
+        EXECUTE format('INSERT INTO %s DEFAULT VALUES RETURNING {id_escaped}', '{table_literal}') INTO new_id;
+        RETURN new_id;
+    END IF;{keyed}
+    EXECUTE format('INSERT INTO %s ({cols_placeholder}) SELECT %s FROM jsonb_populate_record(NULL::%s, $1) RETURNING {id_escaped}', '{table_literal}', cols, cols, '{table_literal}')
+        USING vals INTO new_id;
+    RETURN new_id;
+END
+$dbworker$;
+"#,
+        standard = standard.join(", "),
+        optional_names = if columns.keys || columns.queue || columns.priority {
+            ", 'job_key', 'queue', 'priority'"
+        } else {
+            ""
+        },
+        id_escaped = id,
+        cols_placeholder = "%s",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use dbworker::{
     DbConditions, EnqueueOptions, Enqueued, Enqueuer, Error, Handling, KeyMode, NewJob,
-    OptionalColumns, optional_columns_sql,
+    OptionalColumns, enqueue_function_sql, optional_columns_sql,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -349,4 +349,110 @@ async fn many_jobs_are_split_below_the_bind_parameter_limit() {
         .scalar("SELECT cost FROM jobs WHERE id = $1", ids[24_999])
         .await;
     assert_eq!(last_cost, 24_999, "ids come back in input order");
+}
+
+/// Calls the generated `jobs_enqueue` SQL function.
+async fn sql_enqueue(pool: &sqlx::PgPool, call: &'static str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(call).fetch_one(pool).await
+}
+
+#[tokio::test]
+async fn the_sql_enqueue_function_inserts_and_honours_keys_like_the_enqueuer() {
+    let (db, _) = set_up().await;
+    let ddl = enqueue_function_sql("jobs", &Default::default(), OptionalColumns::all()).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let p = &db.pool;
+
+    let plain = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {"n": 1}, "cost": 4}')"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(payload(&db, plain).await, json!({"n": 1}));
+    let later = sql_enqueue(
+        p,
+        "SELECT jobs_enqueue(run_at => now() + interval '1 hour', priority => 3, queue => 'q')",
+    )
+    .await
+    .unwrap();
+    assert!(delay_of(&db, later).await.unwrap() > 3500.0);
+    let (priority, queue): (i32, String) =
+        sqlx::query_as("SELECT priority, queue FROM jobs WHERE id = $1")
+            .bind(later)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!((priority, queue.as_str()), (3, "q"));
+
+    let first = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {"n": 2}}', job_key => 'k')"#,
+    )
+    .await
+    .unwrap();
+    let replaced = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {"n": 3}}', job_key => 'k')"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(replaced, first);
+    assert_eq!(payload(&db, first).await, json!({"n": 3}));
+    let kept = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {"n": 4}}', job_key => 'k', key_mode => 'dedupe_only')"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(kept, first);
+    assert_eq!(payload(&db, first).await, json!({"n": 3}));
+    // A processing holder is never changed.
+    sqlx::query("UPDATE jobs SET state = 'processing' WHERE id = $1")
+        .bind(first)
+        .execute(p)
+        .await
+        .unwrap();
+    let busy = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {"n": 5}}', job_key => 'k')"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(busy, first);
+    assert_eq!(payload(&db, first).await, json!({"n": 3}));
+
+    // Eight sessions racing on one new key: one job.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            sql_enqueue(
+                &pool,
+                r#"SELECT jobs_enqueue('{"payload": {}}', job_key => 'race', key_mode => 'preserve_run_at')"#,
+            )
+            .await
+            .unwrap()
+        }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+
+    let err = sql_enqueue(p, r#"SELECT jobs_enqueue('{"state": "completed"}')"#)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("managed by dbworker"), "{err}");
+    let err = sql_enqueue(
+        p,
+        "SELECT jobs_enqueue(job_key => 'x', key_mode => 'bogus')",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("key_mode"), "{err}");
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    OptionalColumns, Resetter, ResetterOptions, job_table_sql, notify_trigger_sql,
-    optional_columns_sql,
+    OptionalColumns, Resetter, ResetterOptions, enqueue_function_sql, job_table_sql,
+    notify_trigger_sql, optional_columns_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -81,6 +81,10 @@ struct MigrationArgs {
     /// Also add a `priority` column and its dequeue index.
     #[arg(long)]
     priority: bool,
+    /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
+    /// for producers in other languages (with the optional columns chosen above).
+    #[arg(long)]
+    enqueue_function: bool,
 }
 
 fn migration(args: MigrationArgs) -> Result<(), String> {
@@ -92,6 +96,12 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
         ddl.push('\n');
         ddl.push_str(
             &optional_columns_sql(&args.table, &renames, optional).map_err(|e| e.to_string())?,
+        );
+    }
+    if args.enqueue_function {
+        ddl.push('\n');
+        ddl.push_str(
+            &enqueue_function_sql(&args.table, &renames, optional).map_err(|e| e.to_string())?,
         );
     }
     if args.notify {
