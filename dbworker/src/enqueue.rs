@@ -37,6 +37,10 @@ pub struct EnqueueOptions {
     /// `priority` and an index for `order_by = "j.priority DESC, j.id"`).
     /// `None`: [`NewJob::priority`] is refused.
     pub priority_column: Option<String>,
+    /// The integer column with a per-job retry limit (`--max-retries` adds
+    /// `max_retries`; the store reads it through `StoreOptions::max_retries_column`).
+    /// `None`: [`NewJob::max_retries`] is refused.
+    pub max_retries_column: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -78,6 +82,7 @@ impl EnqueueOptions {
             key: optional("key_column", &self.key_column)?,
             queue: optional("queue_column", &self.queue_column)?,
             priority: optional("priority_column", &self.priority_column)?,
+            max_retries: optional("max_retries_column", &self.max_retries_column)?,
             table,
             columns,
         })
@@ -92,6 +97,7 @@ pub(crate) struct Target {
     pub(crate) key: Option<String>,
     pub(crate) queue: Option<String>,
     pub(crate) priority: Option<String>,
+    pub(crate) max_retries: Option<String>,
 }
 
 /// When a new job becomes eligible. Both are computed by the database clock
@@ -134,6 +140,7 @@ pub struct NewJob {
     run_at: Option<RunAt>,
     priority: Option<i32>,
     queue: Option<String>,
+    max_retries: Option<u32>,
     key: Option<(String, KeyMode)>,
 }
 
@@ -180,6 +187,14 @@ impl NewJob {
         self
     }
 
+    /// Overrides the store's `max_num_retries` for this job (needs
+    /// `EnqueueOptions::max_retries_column`, and the store's
+    /// `StoreOptions::max_retries_column` to honour it).
+    pub fn max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
     /// Gives the job a key: at most one live job holds a key at a time
     /// (needs `EnqueueOptions::key_column`); `mode` says what happens when one
     /// already does. A processing job is never changed.
@@ -207,6 +222,10 @@ impl NewJob {
 
     pub(crate) fn queue_value(&self) -> Option<&str> {
         self.queue.as_deref()
+    }
+
+    pub(crate) fn max_retries_value(&self) -> Option<u32> {
+        self.max_retries
     }
 
     pub(crate) fn key_value(&self) -> Option<(&str, KeyMode)> {
@@ -290,6 +309,10 @@ impl Enqueuer {
             target.key.as_deref().map(|k| ("key_column", k)),
             target.queue.as_deref().map(|q| ("queue_column", q)),
             target.priority.as_deref().map(|p| ("priority_column", p)),
+            target
+                .max_retries
+                .as_deref()
+                .map(|m| ("max_retries_column", m)),
         ];
         let problems: Vec<String> = needed
             .into_iter()
@@ -401,8 +424,8 @@ impl Enqueuer {
         }
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let mut ids = Vec::with_capacity(jobs.len());
-        // Each row binds its values plus run-at, priority and queue at most.
-        let per_row = jobs.iter().map(|j| j.values().len() + 3).max().unwrap_or(1);
+        // Each row binds its values plus run-at, priority, queue and retry limit at most.
+        let per_row = jobs.iter().map(|j| j.values().len() + 4).max().unwrap_or(1);
         let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
         for chunk in jobs.chunks(rows_per_statement) {
             let refs: Vec<&NewJob> = chunk.iter().collect();
@@ -435,6 +458,9 @@ impl Enqueuer {
         if job.priority_value().is_some() && t.priority.is_none() {
             return refuse("priority_column", "priority");
         }
+        if job.max_retries_value().is_some() && t.max_retries.is_none() {
+            return refuse("max_retries_column", "retry limit");
+        }
         for (column, _) in job.values() {
             if !is_identifier(column) {
                 return Err(Error::InvalidOption {
@@ -447,7 +473,7 @@ impl Enqueuer {
                 .expected_types()
                 .iter()
                 .any(|(_, c, _)| *c == column.as_str());
-            let optional = [&t.key, &t.queue, &t.priority]
+            let optional = [&t.key, &t.queue, &t.priority, &t.max_retries]
                 .into_iter()
                 .flatten()
                 .any(|c| c == column);

@@ -85,6 +85,9 @@ pub struct OptionalColumns {
     /// `priority integer NOT NULL DEFAULT 0` and a dequeue index for
     /// `order_by = "j.priority DESC, j.id"`.
     pub priority: bool,
+    /// `max_retries integer` (NULL: the store's `max_num_retries`), for
+    /// `StoreOptions::max_retries_column`.
+    pub max_retries: bool,
 }
 
 impl OptionalColumns {
@@ -94,6 +97,7 @@ impl OptionalColumns {
             keys: true,
             queue: true,
             priority: true,
+            max_retries: true,
         }
     }
 }
@@ -147,6 +151,13 @@ CREATE INDEX IF NOT EXISTS {priority_idx} ON {table} ("priority" DESC, {id}) WHE
             priority_idx = index("priority_dequeue_idx"),
         ));
     }
+    if columns.max_retries {
+        ddl.push_str(&format!(
+            r#"-- Per-job retry limits: StoreOptions::max_retries_column = Some("max_retries").
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "max_retries" integer;
+"#
+        ));
+    }
     Ok(ddl)
 }
 
@@ -191,6 +202,10 @@ pub fn enqueue_function_sql(
     if columns.queue {
         params.push("queue text DEFAULT NULL".into());
         extra.push("'queue', queue".into());
+    }
+    if columns.max_retries {
+        params.push("max_retries integer DEFAULT NULL".into());
+        extra.push("'max_retries', max_retries".into());
     }
     if columns.keys {
         params.push("job_key text DEFAULT NULL".into());
@@ -278,8 +293,8 @@ END
 $dbworker$;
 "#,
         standard = standard.join(", "),
-        optional_names = if columns.keys || columns.queue || columns.priority {
-            ", 'job_key', 'queue', 'priority'"
+        optional_names = if columns != OptionalColumns::default() {
+            ", 'job_key', 'queue', 'priority', 'max_retries'"
         } else {
             ""
         },

@@ -111,6 +111,10 @@ pub struct StoreOptions<R> {
     /// retries span about 2.4 hours. 0 disables retries: a retryable error fails
     /// the job.
     pub max_num_retries: u32,
+    /// A nullable integer column holding a per-job `max_num_retries` (set by
+    /// [`NewJob::max_retries`](crate::NewJob::max_retries); `dbworker migration
+    /// --max-retries` adds `max_retries`). NULL, or no column: `max_num_retries`.
+    pub max_retries_column: Option<String>,
     /// The delay before each retry.
     pub retry: RetryPolicy,
     /// A processing job whose heartbeat is older than this, and whose row no
@@ -156,6 +160,7 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("reset_failure_message", &self.reset_failure_message)
             .field("handling", &self.handling)
             .field("candidate_window", &self.candidate_window)
+            .field("max_retries_column", &self.max_retries_column)
             .field("listen", &self.listen)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -173,6 +178,7 @@ impl<R> Clone for StoreOptions<R> {
             order_by: self.order_by.clone(),
             alternate_column_names: self.alternate_column_names.clone(),
             max_num_retries: self.max_num_retries,
+            max_retries_column: self.max_retries_column.clone(),
             retry: self.retry.clone(),
             stalled_max_age: self.stalled_max_age,
             max_num_resets: self.max_num_resets,
@@ -222,6 +228,7 @@ impl<R> StoreOptions<R> {
             reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
             handling: Handling::Transactional,
             candidate_window: 50,
+            max_retries_column: None,
             listen: Listen::Off,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
@@ -282,6 +289,21 @@ impl<R> StoreOptions<R> {
         if self.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
+        if let Some(column) = &self.max_retries_column {
+            if !crate::columns::is_identifier(column) {
+                return Err(invalid("max_retries_column", "must be a plain identifier"));
+            }
+            if columns
+                .expected_types()
+                .iter()
+                .any(|(_, name, _)| *name == column.as_str())
+            {
+                return Err(invalid(
+                    "max_retries_column",
+                    "must not be one of the standard columns",
+                ));
+            }
+        }
         let listen_channel = self.listen.resolve(&table)?;
         let view_or_table = view.clone().unwrap_or_else(|| table.clone());
         let order_by = self.order_by.clone().unwrap_or_else(|| {
@@ -304,6 +326,7 @@ impl<R> StoreOptions<R> {
             column_expressions,
             order_by,
             max_num_retries: self.max_num_retries,
+            max_retries_column: self.max_retries_column.clone(),
             retry: self.retry.clone(),
             stalled_max_age: self.stalled_max_age,
             max_num_resets: self.max_num_resets,
@@ -339,6 +362,7 @@ pub(crate) struct Resolved {
     pub(crate) column_expressions: Vec<String>,
     pub(crate) order_by: String,
     pub(crate) max_num_retries: u32,
+    pub(crate) max_retries_column: Option<String>,
     pub(crate) retry: RetryPolicy,
     pub(crate) stalled_max_age: Duration,
     pub(crate) max_num_resets: u32,
@@ -420,6 +444,10 @@ mod tests {
             (
                 "listen",
                 Box::new(|o| o.listen = Listen::Channel("no spaces".into())),
+            ),
+            (
+                "max_retries_column",
+                Box::new(|o| o.max_retries_column = Some("num_failures".into())),
             ),
         ];
         for (field, break_it) in cases {

@@ -163,6 +163,23 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
     probe_connection(pool, o.connect_timeout).await?;
     let mut problems = Vec::new();
     check_table(pool, &o.table, &o.columns, &mut problems).await?;
+    if let Some(column) = &o.max_retries_column
+        && problems.is_empty()
+    {
+        let table = o.table.display_name();
+        match columns_of(pool, &o.table).await?.get(column) {
+            None => problems.push(format!(
+                "table {table} has no column {column} (max_retries_column)"
+            )),
+            Some(col) if !matches!(col.ty.as_str(), "int2" | "int4" | "int8") => {
+                problems.push(format!(
+                    "column {table}.{column} (max_retries_column) has type {}, expected an integer",
+                    col.ty
+                ));
+            }
+            Some(_) => {}
+        }
+    }
     if let Some(view) = &o.view
         && check_access(pool, view, "view", false, &mut problems).await?
     {

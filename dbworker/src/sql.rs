@@ -471,6 +471,18 @@ pub(crate) fn mark_complete(o: &Resolved, id: i64, token: i64) -> Statement {
     Statement::from(&q)
 }
 
+/// The job's retry limit: its own column's value when the table has one and it
+/// is set, else the store's `max_num_retries`.
+fn max_retries(o: &Resolved, a: &str) -> Expr {
+    match &o.max_retries_column {
+        Some(column) => Expr::cust_with_values(
+            format!("COALESCE({}.{}, $1)", quote(a), quote(column)),
+            [i64::from(o.max_num_retries)],
+        ),
+        None => Expr::val(o.max_num_retries),
+    }
+}
+
 /// The delay before the next retry, in SQL over the row's `num_failures` (the
 /// value before this failure is counted).
 fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
@@ -495,7 +507,7 @@ fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
 pub(crate) fn mark_errored(o: &Resolved, id: i64, token: i64, message: &str) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
-    let exhausted = || counter(a, &c.num_failures).add(1).gt(o.max_num_retries);
+    let exhausted = || counter(a, &c.num_failures).add(1).gt(max_retries(o, a));
     let q = fenced_update(o, id, token)
         .value(
             alias(&c.state),
@@ -634,7 +646,7 @@ pub(crate) fn mark_batch(o: &Resolved, marks: &[Mark]) -> Statement {
         )
         .to_owned();
     let kind_is = |k: MarkKind| format!("\"dbworker_marks\".\"kind\" = '{}'", k.as_str());
-    let exhausted = Expr::cust_with_values(format!("{failures} + 1 > $1"), [o.max_num_retries]);
+    let exhausted = Expr::cust(format!("{failures} + 1")).gt(max_retries(o, a));
     let retry_now = Condition::all()
         .add(Expr::cust(kind_is(MarkKind::Errored)))
         .add(Expr::cust(format!("NOT {cancel}")))
@@ -1022,6 +1034,9 @@ fn enqueue_columns(t: &Target, job: &NewJob, key: Option<&str>) -> Vec<(String, 
     if let (Some(column), Some(q)) = (&t.queue, job.queue_value()) {
         row.push((column.clone(), Expr::val(q)));
     }
+    if let (Some(column), Some(m)) = (&t.max_retries, job.max_retries_value()) {
+        row.push((column.clone(), Expr::val(i64::from(m))));
+    }
     if let (Some(column), Some(k)) = (&t.key, key) {
         row.push((column.clone(), Expr::val(k)));
     }
@@ -1100,6 +1115,9 @@ pub(crate) fn enqueue_keyed(t: &Target, job: &NewJob, key: &str, mode: KeyMode) 
     }
     if job.queue_value().is_some() {
         updated.extend(t.queue.clone());
+    }
+    if job.max_retries_value().is_some() {
+        updated.extend(t.max_retries.clone());
     }
     match mode {
         KeyMode::DedupeOnly => {

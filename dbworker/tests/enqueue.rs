@@ -34,6 +34,7 @@ fn full_options() -> EnqueueOptions {
     o.key_column = Some("job_key".into());
     o.queue_column = Some("queue".into());
     o.priority_column = Some("priority".into());
+    o.max_retries_column = Some("max_retries".into());
     o
 }
 
@@ -455,4 +456,68 @@ async fn the_sql_enqueue_function_inserts_and_honours_keys_like_the_enqueuer() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("key_mode"), "{err}");
+}
+
+#[tokio::test]
+async fn a_jobs_own_retry_limit_wins_over_the_stores_in_both_handling_modes() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let (db, enqueuer) = set_up().await;
+        let none = enqueuer
+            .enqueue(&NewJob::new().max_retries(0))
+            .await
+            .unwrap()
+            .id();
+        let one = enqueuer
+            .enqueue(&NewJob::new().max_retries(1))
+            .await
+            .unwrap()
+            .id();
+        let default = enqueuer.enqueue(&NewJob::new()).await.unwrap().id();
+        let mut o = db.options();
+        o.handling = handling;
+        o.max_num_retries = 5;
+        o.max_retries_column = Some("max_retries".into());
+        let store = dbworker::DbStore::new(db.pool.clone(), o).await.unwrap();
+        // Every job fails once, then whatever is retried fails once more.
+        for _ in 0..2 {
+            let mut jobs = store
+                .dequeue("host", &DbConditions::new(), 10)
+                .await
+                .unwrap();
+            for job in &mut jobs {
+                assert!(store.open(job).await.unwrap());
+                assert!(store.mark_errored(job, "boom").await.unwrap());
+            }
+        }
+        assert_eq!(db.state(none).await, "failed", "{handling:?}: limit 0");
+        assert_eq!(db.state(one).await, "failed", "{handling:?}: limit 1");
+        assert_eq!(
+            db.state(default).await,
+            "errored",
+            "{handling:?}: the store's 5"
+        );
+        let failures: i32 = db
+            .scalar("SELECT num_failures FROM jobs WHERE id = $1", none)
+            .await;
+        assert_eq!(failures, 1, "{handling:?}: failed at its first error");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_or_mistyped_retry_limit_column_is_named_at_start_up() {
+    let db = Db::new().await;
+    let mut o = db.options();
+    o.max_retries_column = Some("max_retries".into());
+    let err = dbworker::DbStore::new(db.pool.clone(), o.clone())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("max_retries"), "{err}");
+    sqlx::raw_sql("ALTER TABLE jobs ADD COLUMN max_retries text")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let err = dbworker::DbStore::new(db.pool.clone(), o)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("expected an integer"), "{err}");
 }

@@ -81,6 +81,9 @@ struct MigrationArgs {
     /// Also add a `priority` column and its dequeue index.
     #[arg(long)]
     priority: bool,
+    /// Also add a `max_retries` column (per-job retry limits).
+    #[arg(long)]
+    max_retries: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -91,7 +94,12 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
     let renames = args.renames.into_iter().collect();
     let mut ddl = job_table_sql(&args.table, &renames).map_err(|e| e.to_string())?;
     let mut optional = OptionalColumns::default();
-    (optional.keys, optional.queue, optional.priority) = (args.keys, args.queue, args.priority);
+    (
+        optional.keys,
+        optional.queue,
+        optional.priority,
+        optional.max_retries,
+    ) = (args.keys, args.queue, args.priority, args.max_retries);
     if optional != OptionalColumns::default() {
         ddl.push('\n');
         ddl.push_str(

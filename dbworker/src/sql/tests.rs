@@ -14,6 +14,7 @@ fn enqueue_target() -> Target {
     o.key_column = Some("job_key".into());
     o.queue_column = Some("queue".into());
     o.priority_column = Some("priority".into());
+    o.max_retries_column = Some("max_retries".into());
     o.resolve().unwrap()
 }
 
@@ -85,7 +86,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
             enqueue_rows(
                 &e,
                 &[
-                    &NewJob::new().set("payload", "a").priority(2),
+                    &NewJob::new().set("payload", "a").priority(2).max_retries(1),
                     &NewJob::new()
                         .set("cost", 3)
                         .run_after(std::time::Duration::from_secs(5)),
