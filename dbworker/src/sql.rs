@@ -1142,6 +1142,27 @@ pub(crate) fn enqueue_keyed(t: &Target, job: &NewJob, key: &str, mode: KeyMode) 
     Statement::from(&q)
 }
 
+/// `COPY <table> (<columns>) FROM STDIN` in text format, for bulk loads.
+pub(crate) fn copy_in(t: &Target, columns: &[String]) -> String {
+    let table = match &t.table.schema {
+        Some(schema) => format!("{}.{}", quote(schema), quote(&t.table.name)),
+        None => quote(&t.table.name),
+    };
+    let columns: Vec<String> = columns.iter().map(|c| quote(c)).collect();
+    format!("COPY {table} ({}) FROM STDIN", columns.join(", "))
+}
+
+/// The database clock (the transaction's start) in microseconds since the epoch.
+pub(crate) fn database_now_micros() -> Statement {
+    let q = Query::select()
+        .expr_as(
+            Expr::cust("(EXTRACT(EPOCH FROM now()) * 1000000)::bigint"),
+            alias("now"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// The live job holding `key`.
 pub(crate) fn live_job_with_key(t: &Target, key: &str) -> Statement {
     let key_column = t.key.clone().unwrap_or_default();

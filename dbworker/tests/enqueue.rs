@@ -521,3 +521,67 @@ async fn a_missing_or_mistyped_retry_limit_column_is_named_at_start_up() {
         .unwrap_err();
     assert!(err.to_string().contains("expected an integer"), "{err}");
 }
+
+#[tokio::test]
+async fn copy_loads_many_jobs_with_their_options_all_or_none() {
+    let (db, enqueuer) = set_up().await;
+    let tricky = json!({"text": "tab\there, newline\nthere, back\\slash, ünïcode"});
+    let jobs: Vec<NewJob> = (0..5_000)
+        .map(|n| {
+            let job = NewJob::new()
+                .json(
+                    "payload",
+                    if n == 0 {
+                        tricky.clone()
+                    } else {
+                        json!({ "n": n })
+                    },
+                )
+                .set("cost", n)
+                .priority(n % 4)
+                .queue("copied");
+            if n % 2 == 0 {
+                job.run_after(Duration::from_secs(3600))
+            } else {
+                job
+            }
+        })
+        .collect();
+    assert_eq!(enqueuer.enqueue_copy(&jobs).await.unwrap(), 5_000);
+    let (count, delayed, max_priority): (i64, i64, i32) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE process_after > now() + interval '3590 seconds'), max(priority)
+         FROM jobs WHERE queue = 'copied'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((count, delayed, max_priority), (5_000, 2_500, 3));
+    let first: serde_json::Value =
+        sqlx::query_scalar("SELECT payload FROM jobs WHERE queue = 'copied' AND cost = 0")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(first, tricky, "escaped for COPY and read back intact");
+
+    // In the caller's transaction: gone with its rollback.
+    let mut tx = db.pool.begin().await.unwrap();
+    let loaded = enqueuer
+        .enqueue_copy_in(&mut tx, &[NewJob::new().set("cost", -1)])
+        .await
+        .unwrap();
+    assert_eq!(loaded, 1);
+    tx.rollback().await.unwrap();
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE cost = -1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+
+    // COPY cannot ask for a default per row, nor dedupe keys.
+    let mixed = [NewJob::new().set("cost", 1), NewJob::new().priority(2)];
+    let err = enqueuer.enqueue_copy(&mixed).await.unwrap_err();
+    assert!(err.to_string().contains("same columns"), "{err}");
+    let keyed = [NewJob::new().key("k", KeyMode::Replace)];
+    let err = enqueuer.enqueue_copy(&keyed).await.unwrap_err();
+    assert!(err.to_string().contains("keyed"), "{err}");
+}
