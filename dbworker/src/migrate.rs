@@ -7,6 +7,14 @@ use crate::columns::{Columns, Relation, bounded_name};
 use crate::error::Result;
 use crate::sql::quote;
 
+/// `name` quoted, in the schema of `rel` when it has one.
+fn qualified(rel: &Relation, name: &str) -> String {
+    match &rel.schema {
+        Some(s) => format!("{}.{}", quote(s), quote(name)),
+        None => quote(name),
+    }
+}
+
 /// Returns `CREATE TABLE` and `CREATE INDEX` statements for a job table named
 /// `table_name` (optionally schema-qualified) with the standard columns,
 /// renamed by `alternate_column_names`. Add your own columns after generating.
@@ -21,10 +29,7 @@ pub fn job_table_sql(
 ) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
-    let table = match &rel.schema {
-        Some(s) => format!("{}.{}", quote(s), quote(&rel.name)),
-        None => quote(&rel.name),
-    };
+    let table = qualified(&rel, &rel.name);
     // Postgres truncates names to 63 bytes: long table names would give both
     // indexes one name, and `IF NOT EXISTS` would skip the second.
     let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
@@ -119,10 +124,7 @@ pub fn optional_columns_sql(
 ) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
-    let table = match &rel.schema {
-        Some(s) => format!("{}.{}", quote(s), quote(&rel.name)),
-        None => quote(&rel.name),
-    };
+    let table = qualified(&rel, &rel.name);
     let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
     let (id, state) = (quote(&c.id), quote(&c.state));
     let mut ddl = String::new();
@@ -181,12 +183,8 @@ pub fn enqueue_function_sql(
 ) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
-    let qualify = |name: &str| match &rel.schema {
-        Some(s) => format!("{}.{}", quote(s), quote(name)),
-        None => quote(name),
-    };
-    let table = qualify(&rel.name);
-    let function = qualify(&bounded_name(&format!("{}_enqueue", rel.name)));
+    let table = qualified(&rel, &rel.name);
+    let function = qualified(&rel, &bounded_name(&format!("{}_enqueue", rel.name)));
     // The table as a literal for format('%s'), and the record type for
     // jsonb_populate_record.
     let table_literal = table.replace('\'', "''");

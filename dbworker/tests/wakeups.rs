@@ -50,6 +50,31 @@ async fn listener_pid(db: &Db) -> Option<i32> {
     .unwrap()
 }
 
+/// Waits until the store listens again on a backend other than `first`, then
+/// checks that a new job wakes a worker at once (not at its slow poll).
+async fn listens_again_and_wakes_a_worker(db: &Db, store: Arc<DbStore<Job>>, first: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = listener_pid(db).await;
+        if now.is_some_and(|pid| pid != first) && store.wakeups().unwrap().is_live() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the listener never came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let worker = new_worker(store, Completes, options()).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let took = time_to_start(db, &mut events).await;
+    assert!(
+        took < SLOW_POLL / 4,
+        "woken by NOTIFY after the reconnect: {took:?}"
+    );
+    shutdown.graceful();
+    run.await.unwrap();
+}
+
 fn options() -> WorkerOptions {
     let mut o = WorkerOptions::new("listener");
     o.interval = SLOW_POLL;
@@ -111,26 +136,7 @@ async fn the_listener_reconnects_after_its_backend_is_terminated() {
         .unwrap();
     assert!(killed);
     // It notices, reconnects and listens again on a new backend.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = listener_pid(&db).await;
-        if now.is_some_and(|pid| pid != first) && store.wakeups().unwrap().is_live() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the listener never came back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let worker = new_worker(store, Completes, options()).unwrap();
-    let mut events = worker.subscribe();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
-    let took = time_to_start(&db, &mut events).await;
-    assert!(
-        took < SLOW_POLL / 4,
-        "woken by NOTIFY after the reconnect: {took:?}"
-    );
-    shutdown.graceful();
-    run.await.unwrap();
+    listens_again_and_wakes_a_worker(&db, store, first).await;
 }
 
 #[tokio::test]
@@ -158,26 +164,7 @@ async fn the_listener_reconnects_after_a_server_restart() {
     .unwrap();
     // The listener notices, reconnects to the restarted server and listens
     // again; meanwhile workers would poll.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = listener_pid(&db).await;
-        if now.is_some_and(|pid| pid != first) && store.wakeups().unwrap().is_live() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the listener never came back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let worker = new_worker(store, Completes, options()).unwrap();
-    let mut events = worker.subscribe();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
-    let took = time_to_start(&db, &mut events).await;
-    assert!(
-        took < SLOW_POLL / 4,
-        "woken by NOTIFY after the restart: {took:?}"
-    );
-    shutdown.graceful();
-    run.await.unwrap();
+    listens_again_and_wakes_a_worker(&db, store, first).await;
     drop(db);
     drop(server);
 }
