@@ -41,6 +41,9 @@ pub struct EnqueueOptions {
     /// `max_retries`; the store reads it through `StoreOptions::max_retries_column`).
     /// `None`: [`NewJob::max_retries`] is refused.
     pub max_retries_column: Option<String>,
+    /// The column naming a job's kind (`--kind` adds `kind`). `None`:
+    /// [`NewJob::kind`] is refused.
+    pub kind_column: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -83,6 +86,7 @@ impl EnqueueOptions {
             queue: optional("queue_column", &self.queue_column)?,
             priority: optional("priority_column", &self.priority_column)?,
             max_retries: optional("max_retries_column", &self.max_retries_column)?,
+            kind: optional("kind_column", &self.kind_column)?,
             table,
             columns,
         })
@@ -98,6 +102,7 @@ pub(crate) struct Target {
     pub(crate) queue: Option<String>,
     pub(crate) priority: Option<String>,
     pub(crate) max_retries: Option<String>,
+    pub(crate) kind: Option<String>,
 }
 
 /// When a new job becomes eligible. Both are computed by the database clock
@@ -141,6 +146,7 @@ pub struct NewJob {
     priority: Option<i32>,
     queue: Option<String>,
     max_retries: Option<u32>,
+    kind: Option<String>,
     key: Option<(String, KeyMode)>,
 }
 
@@ -187,6 +193,13 @@ impl NewJob {
         self
     }
 
+    /// Sets the job's kind (needs `EnqueueOptions::kind_column`): which handler
+    /// of a [`KindRegistry`](workerutil::KindRegistry) runs it.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
     /// Overrides the store's `max_num_retries` for this job (needs
     /// `EnqueueOptions::max_retries_column`, and the store's
     /// `StoreOptions::max_retries_column` to honour it).
@@ -222,6 +235,10 @@ impl NewJob {
 
     pub(crate) fn queue_value(&self) -> Option<&str> {
         self.queue.as_deref()
+    }
+
+    pub(crate) fn kind_value(&self) -> Option<&str> {
+        self.kind.as_deref()
     }
 
     pub(crate) fn max_retries_value(&self) -> Option<u32> {
@@ -313,6 +330,7 @@ impl Enqueuer {
                 .max_retries
                 .as_deref()
                 .map(|m| ("max_retries_column", m)),
+            target.kind.as_deref().map(|k| ("kind_column", k)),
         ];
         let problems: Vec<String> = needed
             .into_iter()
@@ -424,8 +442,8 @@ impl Enqueuer {
         }
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let mut ids = Vec::with_capacity(jobs.len());
-        // Each row binds its values plus run-at, priority, queue and retry limit at most.
-        let per_row = jobs.iter().map(|j| j.values().len() + 4).max().unwrap_or(1);
+        // Each row binds its values plus run-at, priority, queue, retry limit and kind at most.
+        let per_row = jobs.iter().map(|j| j.values().len() + 5).max().unwrap_or(1);
         let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
         for chunk in jobs.chunks(rows_per_statement) {
             let refs: Vec<&NewJob> = chunk.iter().collect();
@@ -460,12 +478,15 @@ impl Enqueuer {
         let Some(first) = jobs.first() else {
             return Ok(0);
         };
-        fn shape(j: &NewJob) -> (Vec<&str>, bool, bool, bool) {
+        fn shape(j: &NewJob) -> (Vec<&str>, [bool; 4]) {
             (
                 j.columns().collect(),
-                j.priority_value().is_some(),
-                j.queue_value().is_some(),
-                j.max_retries_value().is_some(),
+                [
+                    j.priority_value().is_some(),
+                    j.queue_value().is_some(),
+                    j.max_retries_value().is_some(),
+                    j.kind_value().is_some(),
+                ],
             )
         }
         for job in jobs {
@@ -486,6 +507,7 @@ impl Enqueuer {
             (first.priority_value().is_some(), &t.priority),
             (first.queue_value().is_some(), &t.queue),
             (first.max_retries_value().is_some(), &t.max_retries),
+            (first.kind_value().is_some(), &t.kind),
         ];
         columns.extend(
             optional
@@ -519,6 +541,9 @@ impl Enqueuer {
             }
             if let Some(m) = job.max_retries_value() {
                 fields.push(m.to_string());
+            }
+            if let Some(k) = job.kind_value() {
+                fields.push(copy_escape(k));
             }
             data.push_str(&fields.join("\t"));
             data.push('\n');
@@ -556,6 +581,9 @@ impl Enqueuer {
         if job.max_retries_value().is_some() && t.max_retries.is_none() {
             return refuse("max_retries_column", "retry limit");
         }
+        if job.kind_value().is_some() && t.kind.is_none() {
+            return refuse("kind_column", "kind");
+        }
         for (column, _) in job.values() {
             if !is_identifier(column) {
                 return Err(Error::InvalidOption {
@@ -568,7 +596,7 @@ impl Enqueuer {
                 .expected_types()
                 .iter()
                 .any(|(_, c, _)| *c == column.as_str());
-            let optional = [&t.key, &t.queue, &t.priority, &t.max_retries]
+            let optional = [&t.key, &t.queue, &t.priority, &t.max_retries, &t.kind]
                 .into_iter()
                 .flatten()
                 .any(|c| c == column);

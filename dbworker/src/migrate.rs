@@ -93,6 +93,9 @@ pub struct OptionalColumns {
     /// `max_retries integer` (NULL: the store's `max_num_retries`), for
     /// `StoreOptions::max_retries_column`.
     pub max_retries: bool,
+    /// `kind text NOT NULL DEFAULT 'default'`, what a
+    /// [`KindRegistry`](workerutil::KindRegistry) dispatches on.
+    pub kind: bool,
 }
 
 impl OptionalColumns {
@@ -103,6 +106,7 @@ impl OptionalColumns {
             queue: true,
             priority: true,
             max_retries: true,
+            kind: true,
         }
     }
 }
@@ -153,6 +157,13 @@ CREATE INDEX IF NOT EXISTS {priority_idx} ON {table} ("priority" DESC, {id}) WHE
             priority_idx = index("priority_dequeue_idx"),
         ));
     }
+    if columns.kind {
+        ddl.push_str(&format!(
+            r#"-- Job kinds: one table, a handler per kind (workerutil::KindRegistry).
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "kind" text NOT NULL DEFAULT 'default';
+"#
+        ));
+    }
     if columns.max_retries {
         ddl.push_str(&format!(
             r#"-- Per-job retry limits: StoreOptions::max_retries_column = Some("max_retries").
@@ -200,6 +211,10 @@ pub fn enqueue_function_sql(
     if columns.queue {
         params.push("queue text DEFAULT NULL".into());
         extra.push("'queue', queue".into());
+    }
+    if columns.kind {
+        params.push("kind text DEFAULT NULL".into());
+        extra.push("'kind', kind".into());
     }
     if columns.max_retries {
         params.push("max_retries integer DEFAULT NULL".into());
@@ -292,7 +307,7 @@ $dbworker$;
 "#,
         standard = standard.join(", "),
         optional_names = if columns != OptionalColumns::default() {
-            ", 'job_key', 'queue', 'priority', 'max_retries'"
+            ", 'job_key', 'queue', 'priority', 'max_retries', 'kind'"
         } else {
             ""
         },

@@ -1037,6 +1037,9 @@ fn enqueue_columns(t: &Target, job: &NewJob, key: Option<&str>) -> Vec<(String, 
     if let (Some(column), Some(m)) = (&t.max_retries, job.max_retries_value()) {
         row.push((column.clone(), Expr::val(i64::from(m))));
     }
+    if let (Some(column), Some(k)) = (&t.kind, job.kind_value()) {
+        row.push((column.clone(), Expr::val(k)));
+    }
     if let (Some(column), Some(k)) = (&t.key, key) {
         row.push((column.clone(), Expr::val(k)));
     }
@@ -1118,6 +1121,9 @@ pub(crate) fn enqueue_keyed(t: &Target, job: &NewJob, key: &str, mode: KeyMode) 
     }
     if job.max_retries_value().is_some() {
         updated.extend(t.max_retries.clone());
+    }
+    if job.kind_value().is_some() {
+        updated.extend(t.kind.clone());
     }
     match mode {
         KeyMode::DedupeOnly => {

@@ -55,6 +55,23 @@ impl DbConditions {
         self
     }
 
+    /// Adds `column = ANY(values)`, with `column` written as `alias.column` over
+    /// the view's (or table's) alias (each part is quoted; the values are bound).
+    /// For a [`KindRegistry`](workerutil::KindRegistry) that claims only its kinds:
+    ///
+    /// ```
+    /// use dbworker::DbConditions;
+    /// let only = DbConditions::new().column_in("j.kind", &["email".to_owned()]);
+    /// assert_eq!(only.len(), 1);
+    /// ```
+    pub fn column_in(self, column: &str, values: &[String]) -> Self {
+        let column: Vec<String> = column.split('.').map(crate::sql::quote).collect();
+        self.and(Expr::cust_with_values(
+            format!("{} = ANY($1)", column.join(".")),
+            [sea_query::Value::from(values.to_vec())],
+        ))
+    }
+
     /// How many conditions there are.
     pub fn len(&self) -> usize {
         self.0.len()

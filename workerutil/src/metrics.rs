@@ -19,6 +19,9 @@ pub const RUNNING_JOBS: &str = "workerutil_running_jobs";
 pub const STORE_ERRORS_TOTAL: &str = "workerutil_store_errors_total";
 /// Handlers that ran past `max_runtime_per_job` without yielding (blocking the thread).
 pub const JOBS_OVERRAN_TOTAL: &str = "workerutil_jobs_overran_total";
+/// Jobs finished, by kind and outcome (jobs dispatched by a
+/// [`KindRegistry`](crate::KindRegistry)).
+pub const JOBS_BY_KIND_TOTAL: &str = "workerutil_jobs_by_kind_total";
 /// Panics caught in hooks, by hook.
 pub const HOOK_PANICS_TOTAL: &str = "workerutil_hook_panics_total";
 
@@ -32,6 +35,15 @@ pub(crate) fn job_finished(worker: &str, outcome: &Outcome, marked: bool, ran: D
     if !marked && !matches!(outcome, Outcome::Lost) {
         metrics::counter!(MARKS_REFUSED_TOTAL, "worker" => worker.to_owned()).increment(1);
     }
+}
+
+pub(crate) fn job_of_kind_finished(kind: &str, outcome: &Outcome) {
+    metrics::counter!(
+        JOBS_BY_KIND_TOTAL,
+        "kind" => kind.to_owned(),
+        "outcome" => outcome.kind()
+    )
+    .increment(1);
 }
 
 pub(crate) fn running(worker: &str, n: usize) {

@@ -84,6 +84,9 @@ struct MigrationArgs {
     /// Also add a `max_retries` column (per-job retry limits).
     #[arg(long)]
     max_retries: bool,
+    /// Also add a `kind` column (many kinds of job in one table).
+    #[arg(long)]
+    kind: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -94,12 +97,11 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
     let renames = args.renames.into_iter().collect();
     let mut ddl = job_table_sql(&args.table, &renames).map_err(|e| e.to_string())?;
     let mut optional = OptionalColumns::default();
-    (
-        optional.keys,
-        optional.queue,
-        optional.priority,
-        optional.max_retries,
-    ) = (args.keys, args.queue, args.priority, args.max_retries);
+    optional.keys = args.keys;
+    optional.queue = args.queue;
+    optional.priority = args.priority;
+    optional.max_retries = args.max_retries;
+    optional.kind = args.kind;
     if optional != OptionalColumns::default() {
         ddl.push('\n');
         ddl.push_str(

@@ -1,0 +1,138 @@
+//! Many kinds of job in one table: a handler per kind, one worker dispatching.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tracing::Instrument;
+
+use crate::error::BoxError;
+use crate::handler::{Handler, JobContext};
+use crate::metrics;
+use crate::outcome::{HandlerError, Outcome};
+use crate::store::{Job, Store};
+
+/// Reads a record's kind.
+type KindOf<R> = Box<dyn for<'a> Fn(&'a R) -> &'a str + Send + Sync>;
+/// Builds the dequeue conditions that admit only the registered kinds.
+type Restrict<C> = Box<dyn Fn(&[String]) -> C + Send + Sync>;
+
+/// A [`Handler`] that runs each job with the handler registered for its kind.
+///
+/// A job whose kind has no handler fails (non-retryable) with a message naming
+/// the kind and the registered ones. With [`restrict_dequeue`](Self::restrict_dequeue)
+/// the worker claims only registered kinds, leaving the others for workers
+/// that handle them. Each job runs in a `kind` span, and
+/// [`JOBS_BY_KIND_TOTAL`](crate::metrics::JOBS_BY_KIND_TOTAL) counts outcomes
+/// per kind.
+///
+/// ```
+/// use workerutil::{async_trait, Handler, HandlerError, JobContext, KindRegistry, MemoryJob, MemoryStore, Record};
+///
+/// #[derive(Clone, Debug)]
+/// struct Task { id: i64, kind: String }
+/// impl Record for Task { fn id(&self) -> i64 { self.id } }
+///
+/// struct SendEmail;
+/// #[async_trait]
+/// impl Handler<MemoryStore<Task>> for SendEmail {
+///     async fn handle(&self, _job: &mut MemoryJob<Task>, _ctx: &JobContext<MemoryStore<Task>>) -> Result<(), HandlerError> {
+///         Ok(())
+///     }
+/// }
+///
+/// let registry = KindRegistry::<MemoryStore<Task>>::new(|t: &Task| t.kind.as_str())
+///     .register("send_email", SendEmail);
+/// assert_eq!(registry.kinds(), ["send_email"]);
+/// ```
+pub struct KindRegistry<S: Store> {
+    kind_of: KindOf<S::Record>,
+    handlers: BTreeMap<String, Arc<dyn Handler<S>>>,
+    restrict: Option<Restrict<S::Conditions>>,
+}
+
+impl<S: Store> std::fmt::Debug for KindRegistry<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KindRegistry")
+            .field("kinds", &self.kinds())
+            .field("restricts_dequeue", &self.restrict.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> KindRegistry<S> {
+    /// An empty registry; `kind_of` reads a record's kind (its `kind` column).
+    pub fn new(kind_of: impl for<'a> Fn(&'a S::Record) -> &'a str + Send + Sync + 'static) -> Self {
+        KindRegistry {
+            kind_of: Box::new(kind_of),
+            handlers: BTreeMap::new(),
+            restrict: None,
+        }
+    }
+
+    /// Registers `handler` for `kind`, replacing any handler it had.
+    pub fn register(mut self, kind: impl Into<String>, handler: impl Handler<S>) -> Self {
+        self.handlers.insert(kind.into(), Arc::new(handler));
+        self
+    }
+
+    /// Claims only jobs of registered kinds: `conditions` turns the registered
+    /// kinds into the store's dequeue conditions (for the Postgres store,
+    /// `DbConditions::column_in("j.kind", kinds)`).
+    pub fn restrict_dequeue(
+        mut self,
+        conditions: impl Fn(&[String]) -> S::Conditions + Send + Sync + 'static,
+    ) -> Self {
+        self.restrict = Some(Box::new(conditions));
+        self
+    }
+
+    /// The registered kinds, sorted.
+    pub fn kinds(&self) -> Vec<String> {
+        self.handlers.keys().cloned().collect()
+    }
+
+    fn handler_for<'a>(
+        &'a self,
+        record: &'a S::Record,
+    ) -> (&'a str, Option<&'a Arc<dyn Handler<S>>>) {
+        let kind = (self.kind_of)(record);
+        (kind, self.handlers.get(kind))
+    }
+}
+
+#[async_trait]
+impl<S: Store> Handler<S> for KindRegistry<S> {
+    async fn pre_dequeue(&self) -> Result<Option<S::Conditions>, BoxError> {
+        Ok(Some(match &self.restrict {
+            Some(restrict) => restrict(&self.kinds()),
+            None => S::Conditions::default(),
+        }))
+    }
+
+    async fn pre_handle(&self, record: &S::Record) {
+        if let (_, Some(handler)) = self.handler_for(record) {
+            handler.pre_handle(record).await;
+        }
+    }
+
+    async fn handle(&self, job: &mut S::Job, ctx: &JobContext<S>) -> Result<(), HandlerError> {
+        let (kind, handler) = self.handler_for(job.record());
+        let Some(handler) = handler.cloned() else {
+            return Err(HandlerError::non_retryable(format!(
+                "no handler is registered for kind {kind:?} (registered: {})",
+                self.kinds().join(", ")
+            )));
+        };
+        let span = tracing::info_span!("kind", kind = %kind);
+        handler.handle(job, ctx).instrument(span).await
+    }
+
+    async fn post_handle(&self, record: &S::Record, outcome: &Outcome) {
+        let (kind, handler) = self.handler_for(record);
+        metrics::job_of_kind_finished(kind, outcome);
+        if let Some(handler) = handler {
+            handler.post_handle(record, outcome).await;
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! `KindRegistry` over the in-memory store: dispatch by kind, unknown kinds
+//! failed with a clear message, dequeues restricted to registered kinds, and
+//! outcomes counted per kind.
+
+use std::sync::{Arc, Mutex};
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use workerutil::{
+    Handler, HandlerError, JobContext, JobState, KindRegistry, MemoryConditions, MemoryJob,
+    MemoryStore, Outcome, Record, Worker, WorkerOptions, async_trait,
+};
+
+#[derive(Debug, Clone)]
+struct Task {
+    id: i64,
+    kind: &'static str,
+}
+
+impl Record for Task {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+type Store = MemoryStore<Task>;
+
+/// Records which handler ran which job, and which post_handle saw it.
+#[derive(Clone)]
+struct Named {
+    name: &'static str,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl Handler<Store> for Named {
+    async fn handle(
+        &self,
+        job: &mut MemoryJob<Task>,
+        _ctx: &JobContext<Store>,
+    ) -> Result<(), HandlerError> {
+        let line = format!("{} ran {}", self.name, job.record.id);
+        self.log.lock().unwrap().push(line);
+        Ok(())
+    }
+
+    async fn post_handle(&self, record: &Task, outcome: &Outcome) {
+        let line = format!("{} saw {} {}", self.name, record.id, outcome.kind());
+        self.log.lock().unwrap().push(line);
+    }
+}
+
+fn store(tasks: &[(i64, &'static str)]) -> Arc<Store> {
+    let store = Arc::new(Store::default());
+    for &(id, kind) in tasks {
+        store.enqueue(Task { id, kind });
+    }
+    store
+}
+
+fn options(jobs: u64) -> WorkerOptions {
+    let mut o = WorkerOptions::new("kinds");
+    o.hostname = Some("host".into());
+    o.num_total_jobs = Some(jobs);
+    o
+}
+
+fn registry(log: &Arc<Mutex<Vec<String>>>) -> KindRegistry<Store> {
+    let named = |name| Named {
+        name,
+        log: log.clone(),
+    };
+    KindRegistry::new(|t: &Task| t.kind)
+        .register("email", named("mailer"))
+        .register("report", named("reporter"))
+}
+
+#[test]
+fn each_kind_goes_to_its_handler_and_an_unknown_kind_fails_clearly() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let store = store(&[(1, "email"), (2, "report"), (3, "fax")]);
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(async {
+                let worker = Worker::new(store.clone(), registry(&log), options(3)).unwrap();
+                worker.run().await;
+            })
+    });
+    let mut lines = log.lock().unwrap().clone();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "mailer ran 1",
+            "mailer saw 1 completed",
+            "reporter ran 2",
+            "reporter saw 2 completed"
+        ]
+    );
+    assert_eq!(store.state(3), Some(JobState::Failed));
+    let message = store.snapshot(3).unwrap().failure_message.unwrap();
+    assert_eq!(
+        message,
+        "no handler is registered for kind \"fax\" (registered: email, report)"
+    );
+
+    let mut counted = Vec::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if key.key().name() == workerutil::metrics::JOBS_BY_KIND_TOTAL
+            && let DebugValue::Counter(n) = value
+        {
+            let labels: Vec<String> = key.key().labels().map(|l| l.value().to_owned()).collect();
+            counted.push(format!("{}={n}", labels.join("/")));
+        }
+    }
+    counted.sort();
+    assert_eq!(
+        counted,
+        ["email/completed=1", "fax/failed=1", "report/completed=1"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restricted_registry_claims_only_its_kinds() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let store = store(&[(1, "email"), (2, "fax"), (3, "report"), (4, "fax")]);
+    let registry = registry(&log).restrict_dequeue(|kinds| {
+        let kinds = kinds.to_vec();
+        MemoryConditions::filter(move |t: &Task| kinds.iter().any(|k| k == t.kind))
+    });
+    Worker::new(store.clone(), registry, options(2))
+        .unwrap()
+        .run()
+        .await;
+    assert_eq!(store.count(JobState::Completed), 2);
+    // Left for a worker that handles them, not failed.
+    assert_eq!(store.state(2), Some(JobState::Queued));
+    assert_eq!(store.state(4), Some(JobState::Queued));
+}
