@@ -19,6 +19,7 @@ mod message;
 mod migrate;
 mod notify;
 mod options;
+mod queues;
 mod resetter;
 mod schema_check;
 mod sql;
@@ -35,6 +36,7 @@ pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,
     RetryPolicy, ScanFn, StoreOptions,
 };
+pub use queues::{QueueWorkers, QueuesShutdown};
 pub use resetter::{
     RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL, ResetOutcome, Resetter, ResetterOptions,
 };

@@ -1,0 +1,213 @@
+//! Named queues in one process: one worker per queue over a shared store, each
+//! claiming only its queue's rows with its own handler count.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use sea_query::Expr;
+use workerutil::{
+    BoxError, Handler, HandlerError, JobContext, Outcome, Record, ShutdownHandle, Worker,
+    WorkerOptions, WorkerSummary,
+};
+
+use crate::columns::is_identifier;
+use crate::error::{Error, Result};
+use crate::options::Handling;
+use crate::store::{DbConditions, DbStore, RESERVED_CONNECTIONS};
+use crate::worker::new_worker;
+
+/// Runs `handler` on each named queue with its own handler count, e.g.
+/// `emails: 4, reports: 1`, in one process over one store.
+///
+/// Each queue gets its own [`Worker`] (named `<name>:<queue>`) whose claim adds
+/// `<alias>.<queue_column> = '<queue>'` to whatever the handler's `pre_dequeue`
+/// returns, so a busy queue never takes the slots of another.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use dbworker::{DbJob, DbStore, QueueWorkers};
+/// # use workerutil::{async_trait, Handler, HandlerError, JobContext, Record, WorkerOptions};
+/// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
+/// # impl Record for Job { fn id(&self) -> i64 { self.id } }
+/// # struct Send;
+/// # #[async_trait] impl Handler<DbStore<Job>> for Send { async fn handle(&self, _: &mut DbJob<Job>, _: &JobContext<DbStore<Job>>) -> Result<(), HandlerError> { Ok(()) } }
+/// # async fn f(store: Arc<DbStore<Job>>) -> Result<(), dbworker::Error> {
+/// let workers = QueueWorkers::new(
+///     store,
+///     Send,
+///     WorkerOptions::new("app"),
+///     "j.queue",
+///     &[("emails", 4), ("reports", 1)],
+/// )?;
+/// let shutdown = workers.shutdown_handle();
+/// let summaries = workers.run().await; // until shutdown.graceful()
+/// # let _ = (shutdown, summaries); Ok(()) }
+/// ```
+pub struct QueueWorkers<R: Record, H: Handler<DbStore<R>>> {
+    workers: Vec<Worker<DbStore<R>, QueueHandler<H>>>,
+}
+
+impl<R: Record, H: Handler<DbStore<R>>> std::fmt::Debug for QueueWorkers<R, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueWorkers")
+            .field("workers", &self.workers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Record, H: Handler<DbStore<R>>> QueueWorkers<R, H> {
+    /// One worker per `(queue, handlers)` over `store`, each with `options`
+    /// but its own name and handler count. `queue_column` is the queue column
+    /// over the view's (or table's) alias, e.g. `"j.queue"`. The pool must
+    /// serve every worker at once (checked here, as for one worker).
+    pub fn new(
+        store: Arc<DbStore<R>>,
+        handler: H,
+        options: WorkerOptions,
+        queue_column: &str,
+        queues: &[(&str, usize)],
+    ) -> Result<Self> {
+        let invalid = |reason: String| Error::InvalidOption {
+            field: "queues",
+            reason,
+        };
+        if queues.is_empty() {
+            return Err(invalid("name at least one queue".into()));
+        }
+        if !queue_column.split('.').all(is_identifier) {
+            return Err(Error::InvalidOption {
+                field: "queue_column",
+                reason: format!("{queue_column:?} is not `alias.column`"),
+            });
+        }
+        for (i, (queue, _)) in queues.iter().enumerate() {
+            if queues[..i].iter().any(|(q, _)| q == queue) {
+                return Err(invalid(format!("queue {queue:?} is named twice")));
+            }
+        }
+        Self::check_pool(&store, &options, queues)?;
+        let handler = Arc::new(handler);
+        let mut workers = Vec::with_capacity(queues.len());
+        for (queue, handlers) in queues {
+            let mut o = options.clone();
+            o.name = format!("{}:{queue}", options.name);
+            o.num_handlers = *handlers;
+            let queue_handler = QueueHandler {
+                inner: handler.clone(),
+                column: queue_column.to_owned(),
+                queue: (*queue).to_owned(),
+            };
+            workers.push(new_worker(store.clone(), queue_handler, o)?);
+        }
+        Ok(QueueWorkers { workers })
+    }
+
+    /// In transactional handling every queue's running jobs hold a connection
+    /// each, and every worker claims and heartbeats on its own.
+    fn check_pool(
+        store: &DbStore<R>,
+        options: &WorkerOptions,
+        queues: &[(&str, usize)],
+    ) -> Result<()> {
+        let max = store.pool().options().get_max_connections();
+        let workers = u32::try_from(queues.len()).unwrap_or(u32::MAX);
+        let handlers: usize = queues.iter().map(|(_, n)| n).sum();
+        let handlers = u32::try_from(handlers).unwrap_or(u32::MAX);
+        let extra = u32::try_from(options.concurrent_dequeues_for(store).saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        let (needed, reason) = match store.handling() {
+            Handling::Transactional => (
+                handlers.saturating_add(workers.saturating_mul(RESERVED_CONNECTIONS + extra)),
+                format!(
+                    "{handlers} handlers over {workers} queues, plus {} per queue for claims and heartbeats",
+                    RESERVED_CONNECTIONS + extra
+                ),
+            ),
+            Handling::Heartbeat => (
+                workers.saturating_mul(RESERVED_CONNECTIONS + extra) + 1,
+                format!(
+                    "{} per queue for claims and heartbeats, plus one for batched marks",
+                    RESERVED_CONNECTIONS + extra
+                ),
+            ),
+        };
+        if max < needed {
+            return Err(Error::PoolTooSmall {
+                max_connections: max,
+                needed,
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stops every queue's worker.
+    pub fn shutdown_handle(&self) -> QueuesShutdown {
+        QueuesShutdown(self.workers.iter().map(Worker::shutdown_handle).collect())
+    }
+
+    /// Subscribes to every queue's worker events, in queue order.
+    pub fn subscribe(&self) -> Vec<tokio::sync::broadcast::Receiver<workerutil::WorkerEvent>> {
+        self.workers.iter().map(Worker::subscribe).collect()
+    }
+
+    /// Runs every queue's worker until each stops; their summaries in queue order.
+    pub async fn run(self) -> Vec<WorkerSummary> {
+        join_all(self.workers.into_iter().map(Worker::run)).await
+    }
+}
+
+/// Stops the workers of a [`QueueWorkers`].
+#[derive(Debug, Clone)]
+pub struct QueuesShutdown(Vec<ShutdownHandle>);
+
+impl QueuesShutdown {
+    /// Stops claiming on every queue and lets running jobs finish (each worker
+    /// within its drain timeout).
+    pub fn graceful(&self) {
+        self.0.iter().for_each(ShutdownHandle::graceful);
+    }
+
+    /// Stops every queue's jobs at once.
+    pub fn immediate(&self) {
+        self.0.iter().for_each(ShutdownHandle::immediate);
+    }
+}
+
+/// The shared handler, claiming only its queue's rows.
+struct QueueHandler<H> {
+    inner: Arc<H>,
+    column: String,
+    queue: String,
+}
+
+#[async_trait]
+impl<R: Record, H: Handler<DbStore<R>>> Handler<DbStore<R>> for QueueHandler<H> {
+    async fn pre_dequeue(&self) -> std::result::Result<Option<DbConditions>, BoxError> {
+        let Some(conditions) = self.inner.pre_dequeue().await? else {
+            return Ok(None);
+        };
+        let column: Vec<String> = self.column.split('.').map(crate::sql::quote).collect();
+        Ok(Some(conditions.and(Expr::cust_with_values(
+            format!("{} = $1", column.join(".")),
+            [self.queue.clone()],
+        ))))
+    }
+
+    async fn pre_handle(&self, record: &R) {
+        self.inner.pre_handle(record).await;
+    }
+
+    async fn handle(
+        &self,
+        job: &mut crate::store::DbJob<R>,
+        ctx: &JobContext<DbStore<R>>,
+    ) -> std::result::Result<(), HandlerError> {
+        self.inner.handle(job, ctx).await
+    }
+
+    async fn post_handle(&self, record: &R, outcome: &Outcome) {
+        self.inner.post_handle(record, outcome).await;
+    }
+}

@@ -1,0 +1,152 @@
+//! Named queues in one process on real Postgres: each queue is claimed with its
+//! own condition and never runs more jobs at once than its handler count.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dbworker::{
+    DbJob, DbStore, EnqueueOptions, Enqueuer, Error, NewJob, OptionalColumns, QueueWorkers,
+    StoreOptions, optional_columns_sql,
+};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+
+use common::Db;
+
+#[derive(Debug, sqlx::FromRow)]
+struct QueuedJob {
+    id: i64,
+    queue: String,
+}
+
+impl Record for QueuedJob {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+type Store = DbStore<QueuedJob>;
+
+/// Works 20 ms per job, tracking how many of each queue run at once and which
+/// worker ran each queue's jobs.
+#[derive(Default)]
+struct Tracker {
+    running: Mutex<HashMap<String, usize>>,
+    most: Mutex<HashMap<String, usize>>,
+    workers: Mutex<HashMap<String, String>>,
+}
+
+#[async_trait]
+impl Handler<Store> for Tracker {
+    async fn handle(
+        &self,
+        job: &mut DbJob<QueuedJob>,
+        ctx: &JobContext<Store>,
+    ) -> Result<(), HandlerError> {
+        let queue = job.record().queue.clone();
+        {
+            let mut running = self.running.lock().unwrap();
+            let now = running.entry(queue.clone()).or_default();
+            *now += 1;
+            let mut most = self.most.lock().unwrap();
+            let top = most.entry(queue.clone()).or_default();
+            *top = (*top).max(*now);
+        }
+        self.workers
+            .lock()
+            .unwrap()
+            .insert(queue.clone(), ctx.worker_name().to_owned());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        *self.running.lock().unwrap().get_mut(&queue).unwrap() -= 1;
+        Ok(())
+    }
+}
+
+async fn set_up() -> (Db, Arc<Store>) {
+    let db = Db::new().await;
+    let mut only_queue = OptionalColumns::default();
+    only_queue.queue = true;
+    let ddl = optional_columns_sql("jobs", &Default::default(), only_queue).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut o = StoreOptions::<QueuedJob>::from_row("queues", "jobs j");
+    o.column_expressions = vec!["j.id".into(), "j.queue".into()];
+    let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
+    (db, store)
+}
+
+#[tokio::test]
+async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
+    let (db, store) = set_up().await;
+    let mut eo = EnqueueOptions::new("jobs");
+    eo.queue_column = Some("queue".into());
+    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let mut jobs = Vec::new();
+    for (queue, n) in [("emails", 12), ("reports", 4), ("unserved", 2)] {
+        jobs.extend((0..n).map(|_| NewJob::new().queue(queue)));
+    }
+    enqueuer.enqueue_many(&jobs).await.unwrap();
+
+    let tracker = Arc::new(Tracker::default());
+    let workers = QueueWorkers::new(
+        store,
+        tracker.clone(),
+        WorkerOptions::new("app"),
+        "j.queue",
+        &[("emails", 3), ("reports", 1)],
+    )
+    .unwrap();
+    let shutdown = workers.shutdown_handle();
+    let run = tokio::spawn(workers.run());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db.count("completed").await < 16 {
+        assert!(Instant::now() < deadline, "the queues did not drain");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.graceful();
+    let summaries = run.await.unwrap();
+    assert_eq!(summaries.len(), 2);
+
+    let most = tracker.most.lock().unwrap().clone();
+    assert_eq!(most.get("emails"), Some(&3), "{most:?}");
+    assert_eq!(most.get("reports"), Some(&1), "{most:?}");
+    let workers = tracker.workers.lock().unwrap().clone();
+    assert_eq!(workers["emails"], "app:emails");
+    assert_eq!(workers["reports"], "app:reports");
+    assert_eq!(db.count("queued").await, 2, "no worker serves `unserved`");
+}
+
+#[tokio::test]
+async fn the_pool_must_serve_every_queue_at_once() {
+    let (db, _) = set_up().await;
+    let mut o = StoreOptions::<QueuedJob>::from_row("queues", "jobs j");
+    o.column_expressions = vec!["j.id".into(), "j.queue".into()];
+    let small = db.db.pool(6).await.unwrap();
+    let store = Arc::new(DbStore::new(small, o).await.unwrap());
+    let err = QueueWorkers::new(
+        store.clone(),
+        Tracker::default(),
+        WorkerOptions::new("app"),
+        "j.queue",
+        &[("emails", 3), ("reports", 1)],
+    )
+    .unwrap_err();
+    // 4 handlers + 2 for each of the 2 queues' claims and heartbeats.
+    assert!(
+        matches!(err, Error::PoolTooSmall { needed: 8, .. }),
+        "{err}"
+    );
+    let err = QueueWorkers::new(
+        store,
+        Tracker::default(),
+        WorkerOptions::new("app"),
+        "j.queue",
+        &[("emails", 1), ("emails", 1)],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("named twice"), "{err}");
+}
