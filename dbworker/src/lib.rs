@@ -19,6 +19,7 @@ mod message;
 mod migrate;
 mod notify;
 mod options;
+mod pauses;
 mod queues;
 mod resetter;
 mod schema_check;
@@ -36,6 +37,7 @@ pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,
     RetryPolicy, ScanFn, StoreOptions,
 };
+pub use pauses::{DEFAULT_PAUSE_TABLE, Pause, Pauses, pause_table_sql};
 pub use queues::{QueueWorkers, QueuesShutdown};
 pub use resetter::{
     RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL, ResetOutcome, Resetter, ResetterOptions,

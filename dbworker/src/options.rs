@@ -142,6 +142,13 @@ pub struct StoreOptions<R> {
     /// reporting the server unreachable, with the real cause (refused, name
     /// lookup, authentication) and `host:port`. Default 5 s.
     pub connect_timeout: Duration,
+    /// The pause table (`dbworker migration --pauses` creates
+    /// `dbworker_pauses`): claims skip the whole table while it is paused, and
+    /// a queue while that queue is (with `queue_column`). Checked at start-up.
+    /// `None` (the default): pauses are not consulted.
+    pub pause_table: Option<String>,
+    /// The table's queue column, for per-queue pauses.
+    pub queue_column: Option<String>,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -161,6 +168,8 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("handling", &self.handling)
             .field("candidate_window", &self.candidate_window)
             .field("max_retries_column", &self.max_retries_column)
+            .field("pause_table", &self.pause_table)
+            .field("queue_column", &self.queue_column)
             .field("listen", &self.listen)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -186,6 +195,8 @@ impl<R> Clone for StoreOptions<R> {
             handling: self.handling,
             candidate_window: self.candidate_window,
             listen: self.listen.clone(),
+            pause_table: self.pause_table.clone(),
+            queue_column: self.queue_column.clone(),
             connect_timeout: self.connect_timeout,
         }
     }
@@ -230,6 +241,8 @@ impl<R> StoreOptions<R> {
             candidate_window: 50,
             max_retries_column: None,
             listen: Listen::Off,
+            pause_table: None,
+            queue_column: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -289,6 +302,15 @@ impl<R> StoreOptions<R> {
         if self.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
+        let pause_table = match &self.pause_table {
+            Some(name) => Some(Relation::parse("pause_table", name)?),
+            None => None,
+        };
+        if let Some(column) = &self.queue_column
+            && !crate::columns::is_identifier(column)
+        {
+            return Err(invalid("queue_column", "must be a plain identifier"));
+        }
         if let Some(column) = &self.max_retries_column {
             if !crate::columns::is_identifier(column) {
                 return Err(invalid("max_retries_column", "must be a plain identifier"));
@@ -333,6 +355,8 @@ impl<R> StoreOptions<R> {
             reset_failure_message: self.reset_failure_message.clone(),
             handling: self.handling,
             candidate_window: self.candidate_window,
+            pause_table,
+            queue_column: self.queue_column.clone(),
             listen_channel,
             connect_timeout: self.connect_timeout,
         })
@@ -369,6 +393,8 @@ pub(crate) struct Resolved {
     pub(crate) reset_failure_message: String,
     pub(crate) handling: Handling,
     pub(crate) candidate_window: usize,
+    pub(crate) pause_table: Option<Relation>,
+    pub(crate) queue_column: Option<String>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,
 }

@@ -180,6 +180,21 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
             Some(_) => {}
         }
     }
+    if let Some(pauses) = &o.pause_table {
+        if let Err(Error::Schema { problems: found }) =
+            crate::pauses::check_pause_table(pool, pauses).await
+        {
+            problems.extend(found);
+        }
+        if let Some(column) = &o.queue_column
+            && !columns_of(pool, &o.table).await?.contains_key(column)
+        {
+            problems.push(format!(
+                "table {} has no column {column} (queue_column)",
+                o.table.display_name()
+            ));
+        }
+    }
     if let Some(view) = &o.view
         && check_access(pool, view, "view", false, &mut problems).await?
     {

@@ -94,6 +94,36 @@ fn eligible(a: &str, c: &Columns) -> Condition {
         )
 }
 
+/// The name a job table is paused under: `schema.name` or `name`.
+pub(crate) fn pause_key(table: &Relation) -> String {
+    table.display_name()
+}
+
+/// `NOT EXISTS` a pause of the table (queue `*`) or of the row's queue, when
+/// the store consults a pause table.
+fn not_paused(o: &Resolved, a: &str) -> Option<Expr> {
+    let pauses = o.pause_table.as_ref()?;
+    let queue = match &o.queue_column {
+        Some(column) => format!(" OR p.\"queue\" = {}.{}", quote(a), quote(column)),
+        None => String::new(),
+    };
+    Some(Expr::cust_with_values(
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {} AS p WHERE p.\"job_table\" = $1 AND (p.\"queue\" = '*'{queue}))",
+            qualified(pauses)
+        ),
+        [pause_key(&o.table)],
+    ))
+}
+
+/// `"schema"."name"` or `"name"`.
+fn qualified(rel: &Relation) -> String {
+    match &rel.schema {
+        Some(schema) => format!("{}.{}", quote(schema), quote(&rel.name)),
+        None => quote(&rel.name),
+    }
+}
+
 /// `a.id = $id AND a.state = 'processing' AND token(a) = $token`: the lease guard.
 fn owned(a: &str, c: &Columns, id: i64, token: i64) -> Condition {
     Condition::all()
@@ -230,6 +260,9 @@ pub(crate) fn claim(
             for cond in conditions {
                 cand.and_where(cond.clone());
             }
+            if let Some(e) = not_paused(o, &t.alias) {
+                cand.and_where(e);
+            }
             order_select(&mut cand, &o.order_by);
             cand.limit(limit);
             lock_skip(&mut cand, &t.alias);
@@ -271,6 +304,9 @@ pub(crate) fn claim(
                 .cond_where(eligible(&t.alias, c))
                 .order_by(("dbworker_window", "rank"), Order::Asc)
                 .limit(limit);
+            if let Some(e) = not_paused(o, &t.alias) {
+                cand.and_where(e);
+            }
             lock_skip(&mut cand, &t.alias);
             with.cte(cte(cand, "dbworker_candidates", true));
             final_select
@@ -1145,6 +1181,62 @@ pub(crate) fn enqueue_keyed(t: &Target, job: &NewJob, key: &str, mode: KeyMode) 
     }
     q.on_conflict(conflict);
     enqueue_returning(t, &mut q);
+    Statement::from(&q)
+}
+
+/// Pauses the job table (queue `*`) or one queue; no row if it already was.
+pub(crate) fn pause(pauses: &Relation, job_table: &str, queue: &str, by: &str) -> Statement {
+    let mut q = Query::insert();
+    q.into_table(table_ref(pauses))
+        .columns([alias("job_table"), alias("queue"), alias("paused_by")])
+        .values_panic([Expr::val(job_table), Expr::val(queue), Expr::val(by)])
+        .on_conflict(
+            OnConflict::columns([alias("job_table"), alias("queue")])
+                .do_nothing()
+                .to_owned(),
+        )
+        .returning(Query::returning().column(alias("queue")));
+    Statement::from(&q)
+}
+
+/// Resumes the job table or one queue; returns the row it removed, if any.
+pub(crate) fn resume(pauses: &Relation, job_table: &str, queue: &str) -> Statement {
+    let q = Query::delete()
+        .from_table(table_ref(pauses))
+        .and_where(col(&pauses.alias, "job_table").eq(job_table))
+        .and_where(col(&pauses.alias, "queue").eq(queue))
+        .returning(Query::returning().column(alias("queue")))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The job table's pauses: `(queue, paused_by, seconds paused)` by queue.
+pub(crate) fn list_pauses(pauses: &Relation, job_table: &str) -> Statement {
+    let q = Query::select()
+        .expr_as(col(&pauses.alias, "queue"), alias("queue"))
+        .expr_as(col(&pauses.alias, "paused_by"), alias("paused_by"))
+        .expr_as(
+            Expr::cust(format!(
+                "EXTRACT(EPOCH FROM now() - {}.\"paused_at\")::float8",
+                quote(&pauses.alias)
+            )),
+            alias("seconds"),
+        )
+        .from(table_ref(pauses))
+        .and_where(col(&pauses.alias, "job_table").eq(job_table))
+        .order_by((alias(&pauses.alias), alias("queue")), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Wakes the workers listening on `channel`.
+pub(crate) fn notify(channel: &str) -> Statement {
+    let q = Query::select()
+        .expr(Expr::cust_with_values(
+            "pg_notify($1, '')",
+            [channel.to_owned()],
+        ))
+        .to_owned();
     Statement::from(&q)
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    OptionalColumns, Resetter, ResetterOptions, enqueue_function_sql, job_table_sql,
-    notify_trigger_sql, optional_columns_sql,
+    DEFAULT_PAUSE_TABLE, OptionalColumns, Resetter, ResetterOptions, enqueue_function_sql,
+    job_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -87,6 +87,9 @@ struct MigrationArgs {
     /// Also add a `kind` column (many kinds of job in one table).
     #[arg(long)]
     kind: bool,
+    /// Also create the pause table (`dbworker_pauses`), shared by every job table.
+    #[arg(long)]
+    pauses: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -107,6 +110,10 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
         ddl.push_str(
             &optional_columns_sql(&args.table, &renames, optional).map_err(|e| e.to_string())?,
         );
+    }
+    if args.pauses {
+        ddl.push('\n');
+        ddl.push_str(&pause_table_sql(DEFAULT_PAUSE_TABLE).map_err(|e| e.to_string())?);
     }
     if args.enqueue_function {
         ddl.push('\n');

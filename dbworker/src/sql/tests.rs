@@ -34,6 +34,13 @@ fn statements() -> Vec<(&'static str, Statement)> {
     let t = resolved(false);
     let v = resolved(true);
     let e = enqueue_target();
+    let paused = {
+        let mut o = StoreOptions::<()>::new("s", "app.jobs j", |_| Ok(()));
+        o.pause_table = Some("dbworker_pauses".into());
+        o.queue_column = Some("queue".into());
+        o.resolve().unwrap()
+    };
+    let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
     let keyed = NewJob::new()
         .set("payload", "p")
         .queue("emails")
@@ -106,6 +113,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
             enqueue_keyed(&e, &keyed, "k", KeyMode::DedupeOnly),
         ),
         ("live_job_with_key", live_job_with_key(&e, "k")),
+        ("claim_unless_paused", claim(&paused, "host", &[], 3, true)),
+        ("pause", pause(&pauses, "app.jobs", "emails", "ops")),
+        ("resume", resume(&pauses, "app.jobs", "emails")),
+        ("list_pauses", list_pauses(&pauses, "app.jobs")),
         ("explain_keyed_insert", explain_keyed_insert(&e)),
     ]
 }

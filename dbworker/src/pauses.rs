@@ -1,0 +1,192 @@
+//! Durable pause and resume of a job table or one of its queues, stored in
+//! Postgres so every worker process honours it at its next claim.
+
+use sqlx::{PgPool, Row};
+
+use crate::columns::Relation;
+use crate::error::{Error, Result};
+use crate::notify::channel_for;
+use crate::sql;
+
+/// The pause table's default name.
+pub const DEFAULT_PAUSE_TABLE: &str = "dbworker_pauses";
+
+/// What pausing the whole table is recorded as (a queue can never be named so
+/// in [`Pauses::pause`]).
+const WHOLE_TABLE: &str = "*";
+
+/// `CREATE TABLE` for a pause table (`dbworker migration --pauses`); one pause
+/// table serves every job table.
+///
+/// ```
+/// let ddl = dbworker::pause_table_sql(dbworker::DEFAULT_PAUSE_TABLE).unwrap();
+/// assert!(ddl.contains("PRIMARY KEY (\"job_table\", \"queue\")"));
+/// ```
+pub fn pause_table_sql(pause_table: &str) -> Result<String> {
+    let rel = Relation::parse("pause_table", pause_table)?;
+    let table = match &rel.schema {
+        Some(s) => format!("{}.{}", sql::quote(s), sql::quote(&rel.name)),
+        None => sql::quote(&rel.name),
+    };
+    Ok(format!(
+        r#"-- Paused job tables (queue '*') and queues; claims skip them while paused.
+CREATE TABLE IF NOT EXISTS {table} (
+    "job_table" text NOT NULL,
+    "queue" text NOT NULL,
+    "paused_at" timestamptz NOT NULL DEFAULT now(),
+    "paused_by" text NOT NULL DEFAULT '',
+    PRIMARY KEY ("job_table", "queue")
+);
+"#
+    ))
+}
+
+/// A pause in force.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Pause {
+    /// The paused queue; `None`: the whole table.
+    pub queue: Option<String>,
+    /// Who paused it, as given to [`Pauses::pause`].
+    pub paused_by: String,
+    /// How long it has been paused, by the database clock, in seconds.
+    pub seconds: f64,
+}
+
+/// Pauses and resumes a job table, or queues in it, for every worker whose
+/// store sets `StoreOptions::pause_table`. A pause applies at each worker's
+/// next claim (within one poll interval); a resume also notifies the table's
+/// channel, so listening workers claim at once.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// let pauses = dbworker::Pauses::new(&pool, dbworker::DEFAULT_PAUSE_TABLE, "email_jobs").await?;
+/// pauses.pause(Some("newsletters"), "ops: provider outage").await?;
+/// // ... later, from any process:
+/// pauses.resume(Some("newsletters")).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Pauses {
+    pool: PgPool,
+    pause_table: Relation,
+    job_table: String,
+    channel: String,
+}
+
+impl Pauses {
+    /// Pauses of `job_table` (as named in `StoreOptions::table_name`), kept in
+    /// `pause_table`, which must exist.
+    pub async fn new(pool: &PgPool, pause_table: &str, job_table: &str) -> Result<Pauses> {
+        let pause_table = Relation::parse("pause_table", pause_table)?;
+        let job = Relation::parse("table_name", job_table)?;
+        check_pause_table(pool, &pause_table).await?;
+        Ok(Pauses {
+            pool: pool.clone(),
+            job_table: sql::pause_key(&job),
+            channel: channel_for(&job),
+            pause_table,
+        })
+    }
+
+    /// Wakes workers on `channel` at a resume instead of the table's default
+    /// (`Listen::Channel`).
+    pub fn notify_channel(mut self, channel: impl Into<String>) -> Self {
+        self.channel = channel.into();
+        self
+    }
+
+    /// Pauses `queue`, or the whole table with `None`; `by` is recorded with
+    /// it. Returns whether it was not paused before.
+    pub async fn pause(&self, queue: Option<&str>, by: &str) -> Result<bool> {
+        let row = sql::pause(&self.pause_table, &self.job_table, key(queue)?, by)
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("pause"))?;
+        Ok(row.is_some())
+    }
+
+    /// Resumes `queue`, or the whole table with `None`, and wakes listening
+    /// workers. Returns whether it was paused.
+    pub async fn resume(&self, queue: Option<&str>) -> Result<bool> {
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+        let row = sql::resume(&self.pause_table, &self.job_table, key(queue)?)
+            .query()
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(Error::db("resume"))?;
+        // Delivered when the resume commits.
+        sql::notify(&self.channel)
+            .query()
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("resume"))?;
+        tx.commit().await.map_err(Error::db("commit"))?;
+        Ok(row.is_some())
+    }
+
+    /// The pauses in force, the whole table's first.
+    pub async fn list(&self) -> Result<Vec<Pause>> {
+        let rows = sql::list_pauses(&self.pause_table, &self.job_table)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("list_pauses"))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let queue: String = r.get("queue");
+                Pause {
+                    queue: (queue != WHOLE_TABLE).then_some(queue),
+                    paused_by: r.get("paused_by"),
+                    seconds: r.get("seconds"),
+                }
+            })
+            .collect())
+    }
+}
+
+fn key(queue: Option<&str>) -> Result<&str> {
+    match queue {
+        None => Ok(WHOLE_TABLE),
+        Some(WHOLE_TABLE) => Err(Error::InvalidOption {
+            field: "queue",
+            reason: "`*` stands for the whole table; pass None".into(),
+        }),
+        Some(q) => Ok(q),
+    }
+}
+
+/// The pause table must exist with its columns (a typo would otherwise make
+/// every claim fail).
+pub(crate) async fn check_pause_table(pool: &PgPool, pause_table: &Relation) -> Result<()> {
+    let rows = sql::relation_columns(pause_table)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("pause_check"))?;
+    let names: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
+    let missing: Vec<&str> = ["job_table", "queue", "paused_at", "paused_by"]
+        .into_iter()
+        .filter(|c| !names.iter().any(|n| n == c))
+        .collect();
+    if names.is_empty() {
+        return Err(Error::Schema {
+            problems: vec![format!(
+                "pause table {} does not exist (`dbworker migration --pauses` prints it)",
+                pause_table.display_name()
+            )],
+        });
+    }
+    if !missing.is_empty() {
+        return Err(Error::Schema {
+            problems: vec![format!(
+                "pause table {} has no column {}",
+                pause_table.display_name(),
+                missing.join(", ")
+            )],
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+SELECT "dbworker_pauses"."queue" AS "queue", "dbworker_pauses"."paused_by" AS "paused_by", EXTRACT(EPOCH FROM now() - "dbworker_pauses"."paused_at")::float8 AS "seconds" FROM "dbworker_pauses" AS "dbworker_pauses" WHERE "dbworker_pauses"."job_table" = $1 ORDER BY "dbworker_pauses"."queue" ASC
