@@ -20,6 +20,7 @@ mod migrate;
 mod notify;
 mod options;
 mod pauses;
+mod purger;
 mod queues;
 mod resetter;
 mod schema_check;
@@ -38,6 +39,7 @@ pub use options::{
     RetryPolicy, ScanFn, StoreOptions,
 };
 pub use pauses::{DEFAULT_PAUSE_TABLE, Pause, Pauses, pause_table_sql};
+pub use purger::{PURGED_TOTAL, PurgeOptions, Purged, Purger};
 pub use queues::{QueueWorkers, QueuesShutdown};
 pub use resetter::{
     RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL, ResetOutcome, Resetter, ResetterOptions,

@@ -96,6 +96,9 @@ pub struct OptionalColumns {
     /// `kind text NOT NULL DEFAULT 'default'`, what a
     /// [`KindRegistry`](workerutil::KindRegistry) dispatches on.
     pub kind: bool,
+    /// No column: an index on `finished_at` over the final states, so the
+    /// [`Purger`](crate::Purger) finds old rows without scanning the table.
+    pub retention: bool,
 }
 
 impl OptionalColumns {
@@ -107,6 +110,7 @@ impl OptionalColumns {
             priority: true,
             max_retries: true,
             kind: true,
+            retention: true,
         }
     }
 }
@@ -155,6 +159,15 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "priority" integer NOT NULL DEFAULT
 CREATE INDEX IF NOT EXISTS {priority_idx} ON {table} ("priority" DESC, {id}) WHERE {state} IN ('queued', 'errored');
 "#,
             priority_idx = index("priority_dequeue_idx"),
+        ));
+    }
+    if columns.retention {
+        ddl.push_str(&format!(
+            r#"-- Retention: the purger deletes old finished rows by finished_at.
+CREATE INDEX IF NOT EXISTS {finished_idx} ON {table} ({finished_at}) WHERE {state} IN ('completed', 'failed', 'canceled');
+"#,
+            finished_idx = index("finished_idx"),
+            finished_at = quote(&c.finished_at),
         ));
     }
     if columns.kind {

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    DEFAULT_PAUSE_TABLE, OptionalColumns, Resetter, ResetterOptions, enqueue_function_sql,
-    job_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
+    DEFAULT_PAUSE_TABLE, OptionalColumns, PurgeOptions, Purger, Resetter, ResetterOptions,
+    enqueue_function_sql, job_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
+use workerutil::JobState;
 
 #[derive(Debug, Parser)]
 #[command(name = "dbworker", version, about = "Operate dbworker job tables")]
@@ -25,6 +26,101 @@ enum Command {
     Reset(ResetArgs),
     /// Print the CREATE TABLE and indexes for a new job table.
     Migration(MigrationArgs),
+    /// Delete (or archive) finished jobs older than their state's age.
+    Purge(PurgeArgs),
+}
+
+#[derive(Debug, Args)]
+struct PurgeArgs {
+    /// The database to connect to.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// The job table, optionally schema-qualified.
+    #[arg(long, env = "DBWORKER_TABLE")]
+    table: String,
+    /// Renamed standard columns, as `standard=actual` (repeatable).
+    #[arg(long = "rename", value_parser = parse_rename)]
+    renames: Vec<(String, String)>,
+    /// Purge completed jobs this many seconds after they finished. With none of
+    /// the three ages given: completed after 7 days, failed and canceled after 30.
+    #[arg(long)]
+    completed_after_secs: Option<f64>,
+    /// Purge failed jobs this many seconds after they finished.
+    #[arg(long)]
+    failed_after_secs: Option<f64>,
+    /// Purge canceled jobs this many seconds after they finished.
+    #[arg(long)]
+    canceled_after_secs: Option<f64>,
+    /// Rows per statement (each batch is a short transaction).
+    #[arg(long, default_value_t = 1000)]
+    batch_size: u32,
+    /// Move rows to this table (same columns as the job table) instead of deleting.
+    #[arg(long)]
+    archive_table: Option<String>,
+    /// Seconds between passes.
+    #[arg(long, default_value_t = 60.0)]
+    interval_secs: f64,
+    /// Run one pass, print what it did, and exit.
+    #[arg(long)]
+    once: bool,
+}
+
+async fn purge(args: PurgeArgs) -> Result<(), String> {
+    let mut options = PurgeOptions::new(&args.table);
+    options.alternate_column_names = args.renames.into_iter().collect::<HashMap<_, _>>();
+    let ages = [
+        (
+            JobState::Completed,
+            args.completed_after_secs,
+            "completed-after-secs",
+        ),
+        (
+            JobState::Failed,
+            args.failed_after_secs,
+            "failed-after-secs",
+        ),
+        (
+            JobState::Canceled,
+            args.canceled_after_secs,
+            "canceled-after-secs",
+        ),
+    ];
+    if ages.iter().any(|(_, age, _)| age.is_some()) {
+        options.max_age = Vec::new();
+        for (state, age, flag) in ages {
+            if let Some(secs) = age {
+                options.max_age.push((state, seconds(flag, secs)?));
+            }
+        }
+    }
+    options.batch_size = args.batch_size;
+    options.archive_table = args.archive_table;
+    options.interval = seconds("interval-secs", args.interval_secs)?;
+    options.validate().map_err(|e| e.to_string())?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&args.database_url)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let purger = Purger::new(pool, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    if args.once {
+        let purged = purger.purge_once().await.map_err(|e| e.to_string())?;
+        for (state, n) in &purged.by_state {
+            println!("purged {n} {} job(s)", state.as_str());
+        }
+        return Ok(());
+    }
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        on_signal.cancel();
+    });
+    tracing::info!(table = %args.table, "purger running; stop with SIGINT or SIGTERM");
+    purger.run(stop).await;
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -90,6 +186,9 @@ struct MigrationArgs {
     /// Also create the pause table (`dbworker_pauses`), shared by every job table.
     #[arg(long)]
     pauses: bool,
+    /// Also add the index the purger uses (`finished_at` over final states).
+    #[arg(long)]
+    retention: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -105,6 +204,7 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
     optional.priority = args.priority;
     optional.max_retries = args.max_retries;
     optional.kind = args.kind;
+    optional.retention = args.retention;
     if optional != OptionalColumns::default() {
         ddl.push('\n');
         ddl.push_str(
@@ -154,6 +254,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Migration(args) => migration(args),
+        Command::Purge(args) => purge(args).await,
         Command::Reset(args) => reset(args).await,
     };
     match result {

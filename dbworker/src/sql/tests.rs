@@ -41,6 +41,12 @@ fn statements() -> Vec<(&'static str, Statement)> {
         o.resolve().unwrap()
     };
     let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
+    let purge = crate::PurgeOptions::new("app.jobs").resolve().unwrap();
+    let archive = {
+        let mut o = crate::PurgeOptions::new("app.jobs");
+        o.archive_table = Some("app.jobs_archive".into());
+        o.resolve().unwrap()
+    };
     let keyed = NewJob::new()
         .set("payload", "p")
         .queue("emails")
@@ -117,6 +123,24 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("pause", pause(&pauses, "app.jobs", "emails", "ops")),
         ("resume", resume(&pauses, "app.jobs", "emails")),
         ("list_pauses", list_pauses(&pauses, "app.jobs")),
+        (
+            "purge_batch",
+            purge_batch(
+                &purge,
+                JobState::Completed,
+                std::time::Duration::from_secs(60),
+                100,
+            ),
+        ),
+        (
+            "purge_batch_to_archive",
+            purge_batch(
+                &archive,
+                JobState::Failed,
+                std::time::Duration::from_secs(60),
+                100,
+            ),
+        ),
         ("explain_keyed_insert", explain_keyed_insert(&e)),
     ]
 }

@@ -1,0 +1,1 @@
+DELETE FROM "app"."jobs" AS "jobs" WHERE "jobs"."id" IN (SELECT "dbworker_doomed"."id" FROM "app"."jobs" AS "dbworker_doomed" WHERE "dbworker_doomed"."state" = ('completed') AND ("dbworker_doomed"."finished_at" < now() - make_interval(secs => $1::float8)) ORDER BY "dbworker_doomed"."finished_at" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING "jobs"."id"::bigint AS "id"
