@@ -1012,6 +1012,38 @@ pub(crate) fn max_age_in_queue(o: &Resolved) -> Statement {
     Statement::from(&q)
 }
 
+/// Live rows per state (and queue): `(state, queue, count, oldest)` with the
+/// oldest `queued_at` age in seconds. Two branches, each matching one partial
+/// index (waiting, processing), so the cost follows the live rows, never the
+/// finished ones.
+pub(crate) fn queue_stats(o: &Resolved) -> Statement {
+    let t = &o.table;
+    let c = &o.columns;
+    let a = quote(&t.alias);
+    let queue = match &o.queue_column {
+        Some(column) => format!("{a}.{}::text", quote(column)),
+        None => "NULL::text".to_owned(),
+    };
+    let branch = |states: &str| {
+        format!(
+            "SELECT {a}.{state}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
+             COALESCE(EXTRACT(EPOCH FROM now() - min({a}.{queued_at})), 0)::float8 AS \"oldest\" \
+             FROM {table} AS {a} WHERE {a}.{state} IN ({states}) GROUP BY 1, 2",
+            state = quote(&c.state),
+            queued_at = quote(&c.queued_at),
+            table = qualified(t),
+        )
+    };
+    Statement {
+        sql: format!(
+            "{} UNION ALL {} ORDER BY 1, 2",
+            branch("'queued', 'errored'"),
+            branch("'processing'")
+        ),
+        values: SqlxValues(sea_query::Values(Vec::new())),
+    }
+}
+
 /// The relation's name as `to_regclass` takes it: quoted, and schema-qualified
 /// only when configured so, so an unqualified name resolves through
 /// `search_path` exactly as the other statements' names do.

@@ -1,0 +1,103 @@
+//! Queue gauges: depth per live state and queue and the oldest waiting age,
+//! sampled by one cheap query and exposed through the `metrics` facade.
+
+use std::time::Duration;
+
+use sqlx::Row;
+use tokio_util::sync::CancellationToken;
+use workerutil::{JobState, Record};
+
+use crate::error::{Error, Result};
+use crate::sql;
+use crate::store::DbStore;
+
+/// Live jobs per state and queue (metric name); labels `table`, `state`, `queue`.
+pub const QUEUE_DEPTH: &str = "dbworker_queue_depth";
+/// Seconds the oldest job of a state and queue has been queued (metric name).
+pub const OLDEST_JOB_AGE_SECONDS: &str = "dbworker_oldest_job_age_seconds";
+
+/// Live jobs of one state (and queue).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QueueStat {
+    /// `queued`, `errored` or `processing`.
+    pub state: JobState,
+    /// The queue, when the store has a `queue_column`.
+    pub queue: Option<String>,
+    /// How many jobs.
+    pub count: u64,
+    /// Seconds since the oldest of them was queued, by the database clock.
+    pub oldest_seconds: f64,
+}
+
+impl<R: Record> DbStore<R> {
+    /// Live jobs per state (and queue, with `StoreOptions::queue_column`): one
+    /// query whose two branches each follow a partial index, so it costs what
+    /// the live rows cost however many finished rows the table holds.
+    pub async fn queue_stats(&self) -> Result<Vec<QueueStat>> {
+        let rows = sql::queue_stats(self.resolved())
+            .query()
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::db("queue_stats"))?;
+        let mut stats = Vec::with_capacity(rows.len());
+        for row in rows {
+            let state: String = row.get("state");
+            let Ok(state) = state.parse::<JobState>() else {
+                continue;
+            };
+            stats.push(QueueStat {
+                state,
+                queue: row.get("queue"),
+                count: u64::try_from(row.get::<i64, _>("count")).unwrap_or(0),
+                oldest_seconds: row.get("oldest"),
+            });
+        }
+        Ok(stats)
+    }
+
+    /// Samples [`queue_stats`](Self::queue_stats) into the gauges
+    /// [`QUEUE_DEPTH`] and [`OLDEST_JOB_AGE_SECONDS`]. A state (or queue)
+    /// seen before and now empty is set to 0, not left at its last value.
+    pub async fn record_gauges(&self, seen: &mut Vec<(JobState, Option<String>)>) -> Result<()> {
+        let stats = self.queue_stats().await?;
+        let table = self.resolved().table.display_name();
+        let set = |state: JobState, queue: &Option<String>, count: f64, oldest: f64| {
+            let labels = [
+                ("table", table.clone()),
+                ("state", state.as_str().to_owned()),
+                ("queue", queue.clone().unwrap_or_default()),
+            ];
+            metrics::gauge!(QUEUE_DEPTH, &labels).set(count);
+            metrics::gauge!(OLDEST_JOB_AGE_SECONDS, &labels).set(oldest);
+        };
+        for (state, queue) in seen.iter() {
+            if !stats.iter().any(|s| s.state == *state && s.queue == *queue) {
+                set(*state, queue, 0.0, 0.0);
+            }
+        }
+        for s in &stats {
+            #[allow(clippy::cast_precision_loss)]
+            set(s.state, &s.queue, s.count as f64, s.oldest_seconds);
+            if !seen.iter().any(|(st, q)| *st == s.state && *q == s.queue) {
+                seen.push((s.state, s.queue.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the gauges every `interval` until `stop` fires; a failed sample
+    /// is logged and retried at the next tick.
+    pub async fn run_gauges(&self, interval: Duration, stop: CancellationToken) {
+        let mut seen = Vec::new();
+        loop {
+            if let Err(err) = self.record_gauges(&mut seen).await {
+                tracing::warn!(store = %self.name(), error = %err, "sampling queue gauges failed");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Queue gauges on real Postgres: live jobs per state and queue with the oldest
+//! age, sampled without scanning finished rows, and exported as gauges that
+//! drop to zero when a state empties.
+
+mod common;
+
+use std::sync::Arc;
+
+use dbworker::{DbStore, OptionalColumns, QueueStat, optional_columns_sql};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use workerutil::JobState;
+
+use common::{Db, Job};
+
+async fn set_up() -> (Db, Arc<DbStore<Job>>) {
+    let db = Db::new().await;
+    let mut only_queue = OptionalColumns::default();
+    only_queue.queue = true;
+    let ddl = optional_columns_sql("jobs", &Default::default(), only_queue).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO jobs (state, finished_at) SELECT 'completed', now() FROM generate_series(1, 20000);
+         INSERT INTO jobs (state, queue, queued_at) SELECT 'queued', 'emails', now() - interval '60 seconds' FROM generate_series(1, 3);
+         INSERT INTO jobs (state, queue) VALUES ('errored', 'emails'), ('queued', 'reports'), ('queued', 'reports'), ('processing', 'reports');
+         ANALYZE jobs;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // One connection, so the statistics read below are this connection's.
+    let mut o = db.options();
+    o.queue_column = Some("queue".into());
+    let store = Arc::new(DbStore::new(db.db.pool(1).await.unwrap(), o).await.unwrap());
+    (db, store)
+}
+
+async fn seq_scans(store: &DbStore<Job>) -> i64 {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    sqlx::query_scalar("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'jobs'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn live_jobs_are_counted_per_state_and_queue_without_scanning_finished_rows() {
+    let (_db, store) = set_up().await;
+    let before = seq_scans(&store).await;
+    let stats = store.queue_stats().await.unwrap();
+    assert_eq!(
+        seq_scans(&store).await,
+        before,
+        "no sequential scan of the table"
+    );
+    // The measurement itself sees a full scan when there is one.
+    sqlx::query("SELECT count(*) FROM jobs")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    assert!(
+        seq_scans(&store).await > before,
+        "the counter must move on a full scan"
+    );
+    let brief: Vec<(JobState, Option<&str>, u64)> = stats
+        .iter()
+        .map(|s: &QueueStat| (s.state, s.queue.as_deref(), s.count))
+        .collect();
+    assert_eq!(
+        brief,
+        [
+            (JobState::Errored, Some("emails"), 1),
+            (JobState::Processing, Some("reports"), 1),
+            (JobState::Queued, Some("emails"), 3),
+            (JobState::Queued, Some("reports"), 2),
+        ]
+    );
+    let oldest = stats[2].oldest_seconds;
+    assert!((59.0..120.0).contains(&oldest), "{oldest}");
+}
+
+#[test]
+fn the_gauges_follow_the_table_and_drop_to_zero() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let gauges = || {
+        let mut out = Vec::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            if key.key().name() == dbworker::QUEUE_DEPTH
+                && let DebugValue::Gauge(v) = value
+            {
+                let labels: Vec<String> =
+                    key.key().labels().map(|l| l.value().to_owned()).collect();
+                out.push(format!("{}={}", labels.join("/"), v.into_inner()));
+            }
+        }
+        out.sort();
+        out
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let (db, store) = set_up().await;
+            let mut seen = Vec::new();
+            store.record_gauges(&mut seen).await.unwrap();
+            assert_eq!(
+                gauges(),
+                [
+                    "jobs/errored/emails=1",
+                    "jobs/processing/reports=1",
+                    "jobs/queued/emails=3",
+                    "jobs/queued/reports=2"
+                ]
+            );
+            sqlx::query("UPDATE jobs SET state = 'completed' WHERE queue = 'reports'")
+                .execute(&db.pool)
+                .await
+                .unwrap();
+            store.record_gauges(&mut seen).await.unwrap();
+            assert_eq!(
+                gauges(),
+                [
+                    "jobs/errored/emails=1",
+                    "jobs/processing/reports=0",
+                    "jobs/queued/emails=3",
+                    "jobs/queued/reports=0"
+                ]
+            );
+        });
+    });
+}
