@@ -147,8 +147,15 @@ pub struct StoreOptions<R> {
     /// a queue while that queue is (with `queue_column`). Checked at start-up.
     /// `None` (the default): pauses are not consulted.
     pub pause_table: Option<String>,
-    /// The table's queue column, for per-queue pauses.
+    /// The table's queue column, for per-queue pauses and limits.
     pub queue_column: Option<String>,
+    /// The limit table (`dbworker migration --limits` creates
+    /// `dbworker_limits`): at most `max_processing` jobs of a queue are
+    /// processing at once across every process, enforced by the claim itself
+    /// (claims of this table then take a transaction-scoped advisory lock, so
+    /// they serialize). Needs `queue_column`; every store on the table must set
+    /// it. Checked at start-up. `None` (the default): no limits.
+    pub limit_table: Option<String>,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -170,6 +177,7 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("max_retries_column", &self.max_retries_column)
             .field("pause_table", &self.pause_table)
             .field("queue_column", &self.queue_column)
+            .field("limit_table", &self.limit_table)
             .field("listen", &self.listen)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -197,6 +205,7 @@ impl<R> Clone for StoreOptions<R> {
             listen: self.listen.clone(),
             pause_table: self.pause_table.clone(),
             queue_column: self.queue_column.clone(),
+            limit_table: self.limit_table.clone(),
             connect_timeout: self.connect_timeout,
         }
     }
@@ -243,6 +252,7 @@ impl<R> StoreOptions<R> {
             listen: Listen::Off,
             pause_table: None,
             queue_column: None,
+            limit_table: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -311,6 +321,22 @@ impl<R> StoreOptions<R> {
         {
             return Err(invalid("queue_column", "must be a plain identifier"));
         }
+        let limit_table = match &self.limit_table {
+            Some(_) if self.queue_column.is_none() => {
+                return Err(invalid(
+                    "limit_table",
+                    "limits are per queue: set queue_column too",
+                ));
+            }
+            Some(_) if view.is_some() => {
+                return Err(invalid(
+                    "limit_table",
+                    "limits are not supported with a view yet",
+                ));
+            }
+            Some(name) => Some(Relation::parse("limit_table", name)?),
+            None => None,
+        };
         if let Some(column) = &self.max_retries_column {
             if !crate::columns::is_identifier(column) {
                 return Err(invalid("max_retries_column", "must be a plain identifier"));
@@ -356,6 +382,7 @@ impl<R> StoreOptions<R> {
             handling: self.handling,
             candidate_window: self.candidate_window,
             pause_table,
+            limit_table,
             queue_column: self.queue_column.clone(),
             listen_channel,
             connect_timeout: self.connect_timeout,
@@ -394,6 +421,7 @@ pub(crate) struct Resolved {
     pub(crate) handling: Handling,
     pub(crate) candidate_window: usize,
     pub(crate) pause_table: Option<Relation>,
+    pub(crate) limit_table: Option<Relation>,
     pub(crate) queue_column: Option<String>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,

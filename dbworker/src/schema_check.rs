@@ -195,6 +195,22 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
             ));
         }
     }
+    if let Some(limits) = &o.limit_table {
+        if let Err(Error::Schema { problems: found }) =
+            crate::limits::check_limit_table(pool, limits).await
+        {
+            problems.extend(found);
+        }
+        if let Some(column) = &o.queue_column
+            && o.pause_table.is_none()
+            && !columns_of(pool, &o.table).await?.contains_key(column)
+        {
+            problems.push(format!(
+                "table {} has no column {column} (queue_column)",
+                o.table.display_name()
+            ));
+        }
+    }
     if let Some(view) = &o.view
         && check_access(pool, view, "view", false, &mut problems).await?
     {

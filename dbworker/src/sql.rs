@@ -116,6 +116,96 @@ fn not_paused(o: &Resolved, a: &str) -> Option<Expr> {
     ))
 }
 
+/// The room each limited queue has left: its `max_processing` less the jobs of
+/// that queue processing now (counted through the processing partial index).
+fn queue_room(o: &Resolved, limits: &Relation, queue: &str) -> SelectStatement {
+    let c = &o.columns;
+    let busy = format!(
+        "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing' AND \"dbworker_busy\".{} = {}.\"queue\")",
+        qualified(&o.table),
+        quote(&c.state),
+        quote(queue),
+        quote(&limits.alias)
+    );
+    Query::select()
+        .expr_as(col(&limits.alias, "queue"), alias("queue"))
+        .expr_as(
+            Expr::cust(format!(
+                "GREATEST({}.\"max_processing\" - {busy}, 0)",
+                quote(&limits.alias)
+            )),
+            alias("room"),
+        )
+        .from(table_ref(limits))
+        .and_where(col(&limits.alias, "job_table").eq(pause_key(&o.table)))
+        .to_owned()
+}
+
+/// Ids of eligible rows, in priority order, of which each limited queue
+/// contributes at most its room (queues without room are skipped whole, so
+/// they never crowd out the others): `window` rows are ranked per queue.
+fn within_limits(o: &Resolved, conditions: &[Expr], queue: &str, window: u64) -> SelectStatement {
+    let t = &o.table;
+    let c = &o.columns;
+    let a = &t.alias;
+    let mut eligible_rows = Query::select();
+    eligible_rows
+        .expr(Expr::cust(format!("{}.*", quote(a))))
+        .from(table_ref(t))
+        .cond_where(eligible(a, c));
+    for cond in conditions {
+        eligible_rows.and_where(cond.clone());
+    }
+    if let Some(e) = not_paused(o, a) {
+        eligible_rows.and_where(e);
+    }
+    eligible_rows.and_where(Expr::cust(format!(
+        "NOT EXISTS (SELECT 1 FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {}.{} AND \"r\".\"room\" = 0)",
+        quote(a),
+        quote(queue)
+    )));
+    order_select(&mut eligible_rows, &o.order_by);
+    eligible_rows.limit(window);
+    // The subquery keeps the table's alias, so `order_by` reads the same.
+    let ranked = Query::select()
+        .expr_as(col(a, &c.id), alias("id"))
+        .expr_as(
+            Expr::cust(format!(
+                "row_number() OVER (PARTITION BY {}.{} ORDER BY {})",
+                quote(a),
+                quote(queue),
+                o.order_by
+            )),
+            alias("rank"),
+        )
+        .expr_as(col("dbworker_room", "room"), alias("room"))
+        .from_subquery(eligible_rows, alias(a))
+        .left_join(
+            alias("dbworker_room"),
+            col("dbworker_room", "queue").equals((alias(a), alias(queue))),
+        )
+        .to_owned();
+    Query::select()
+        .column((alias("dbworker_ranked"), alias("id")))
+        .from_subquery(ranked, alias("dbworker_ranked"))
+        .and_where(Expr::cust(
+            "\"dbworker_ranked\".\"room\" IS NULL OR \"dbworker_ranked\".\"rank\" <= \"dbworker_ranked\".\"room\"",
+        ))
+        .to_owned()
+}
+
+/// Serializes the claims of one job table (limited claims run after it, in
+/// the same transaction, so each sees the ones before).
+pub(crate) fn claim_lock(o: &Resolved) -> Statement {
+    let q = Query::select()
+        .expr(Expr::cust_with_values(
+            "pg_advisory_xact_lock(hashtextextended($1, 0))",
+            [format!("dbworker_claim:{}", pause_key(&o.table))],
+        ))
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// `"schema"."name"` or `"name"`.
 fn qualified(rel: &Relation) -> String {
     match &rel.schema {
@@ -257,11 +347,24 @@ pub(crate) fn claim(
             cand.expr_as(col(&t.alias, &c.id), alias("id"))
                 .from(table_ref(t))
                 .cond_where(eligible(&t.alias, c));
-            for cond in conditions {
-                cand.and_where(cond.clone());
-            }
-            if let Some(e) = not_paused(o, &t.alias) {
-                cand.and_where(e);
+            match (&o.limit_table, &o.queue_column) {
+                (Some(limits), Some(queue)) => {
+                    with.cte(cte(queue_room(o, limits, queue), "dbworker_room", true));
+                    cand.and_where(col(&t.alias, &c.id).in_subquery(within_limits(
+                        o,
+                        conditions,
+                        queue,
+                        limit + o.candidate_window as u64,
+                    )));
+                }
+                _ => {
+                    for cond in conditions {
+                        cand.and_where(cond.clone());
+                    }
+                    if let Some(e) = not_paused(o, &t.alias) {
+                        cand.and_where(e);
+                    }
+                }
             }
             order_select(&mut cand, &o.order_by);
             cand.limit(limit);
@@ -1281,6 +1384,45 @@ pub(crate) fn pause(pauses: &Relation, job_table: &str, queue: &str, by: &str) -
                 .to_owned(),
         )
         .returning(Query::returning().column(alias("queue")));
+    Statement::from(&q)
+}
+
+/// Sets a queue's global concurrency limit.
+pub(crate) fn set_limit(limits: &Relation, job_table: &str, queue: &str, max: i32) -> Statement {
+    let mut q = Query::insert();
+    q.into_table(table_ref(limits))
+        .columns([alias("job_table"), alias("queue"), alias("max_processing")])
+        .values_panic([Expr::val(job_table), Expr::val(queue), Expr::val(max)])
+        .on_conflict(
+            OnConflict::columns([alias("job_table"), alias("queue")])
+                .update_column(alias("max_processing"))
+                .to_owned(),
+        );
+    Statement::from(&q)
+}
+
+/// Removes a queue's limit.
+pub(crate) fn remove_limit(limits: &Relation, job_table: &str, queue: &str) -> Statement {
+    let q = Query::delete()
+        .from_table(table_ref(limits))
+        .and_where(col(&limits.alias, "job_table").eq(job_table))
+        .and_where(col(&limits.alias, "queue").eq(queue))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// A job table's limits by queue.
+pub(crate) fn list_limits(limits: &Relation, job_table: &str) -> Statement {
+    let q = Query::select()
+        .expr_as(col(&limits.alias, "queue"), alias("queue"))
+        .expr_as(
+            col(&limits.alias, "max_processing"),
+            alias("max_processing"),
+        )
+        .from(table_ref(limits))
+        .and_where(col(&limits.alias, "job_table").eq(job_table))
+        .order_by((alias(&limits.alias), alias("queue")), Order::Asc)
+        .to_owned();
     Statement::from(&q)
 }
 

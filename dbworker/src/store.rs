@@ -515,11 +515,30 @@ impl<R: Record> Store for DbStore<R> {
         // later, in the job's own task (`open`), so claims never wait for that.
         let with_record = o.view.is_none();
         let started = std::time::Instant::now();
-        let rows = sql::claim(o, hostname, &conditions.0, limit.max(1), with_record)
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(Error::db("claim"))?;
+        let claim = sql::claim(o, hostname, &conditions.0, limit.max(1), with_record);
+        let rows = if o.limit_table.is_some() {
+            // Limited claims of this table run one at a time, each seeing the
+            // jobs the ones before it claimed, so no queue exceeds its limit.
+            let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+            sql::claim_lock(o)
+                .query()
+                .execute(&mut *tx)
+                .await
+                .map_err(Error::db("claim_lock"))?;
+            let rows = claim
+                .query()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Error::db("claim"))?;
+            tx.commit().await.map_err(Error::db("commit"))?;
+            rows
+        } else {
+            claim
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(Error::db("claim"))?
+        };
         tracing::debug!(store = %o.name, limit, claimed = rows.len(), took = ?started.elapsed(), "claimed");
         let mut leases = Vec::with_capacity(rows.len());
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());

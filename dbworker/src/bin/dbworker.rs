@@ -1,4 +1,5 @@
-//! `dbworker`: run the resetter as its own process, or print a job table's DDL.
+//! `dbworker`: run the resetter or the purger as its own process, or print a
+//! job table's DDL.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -6,8 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    DEFAULT_PAUSE_TABLE, OptionalColumns, PurgeOptions, Purger, Resetter, ResetterOptions,
-    enqueue_function_sql, job_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
+    DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns, PurgeOptions, Purger, Resetter,
+    ResetterOptions, enqueue_function_sql, job_table_sql, limit_table_sql, notify_trigger_sql,
+    optional_columns_sql, pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -189,6 +191,9 @@ struct MigrationArgs {
     /// Also add the index the purger uses (`finished_at` over final states).
     #[arg(long)]
     retention: bool,
+    /// Also create the limit table (`dbworker_limits`), shared by every job table.
+    #[arg(long)]
+    limits: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -210,6 +215,10 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
         ddl.push_str(
             &optional_columns_sql(&args.table, &renames, optional).map_err(|e| e.to_string())?,
         );
+    }
+    if args.limits {
+        ddl.push('\n');
+        ddl.push_str(&limit_table_sql(DEFAULT_LIMIT_TABLE).map_err(|e| e.to_string())?);
     }
     if args.pauses {
         ddl.push('\n');

@@ -41,6 +41,12 @@ fn statements() -> Vec<(&'static str, Statement)> {
         o.resolve().unwrap()
     };
     let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
+    let limited = {
+        let mut o = StoreOptions::<()>::new("s", "app.jobs j", |_| Ok(()));
+        o.limit_table = Some("dbworker_limits".into());
+        o.queue_column = Some("queue".into());
+        o.resolve().unwrap()
+    };
     let purge = crate::PurgeOptions::new("app.jobs").resolve().unwrap();
     let archive = {
         let mut o = crate::PurgeOptions::new("app.jobs");
@@ -120,6 +126,8 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ),
         ("live_job_with_key", live_job_with_key(&e, "k")),
         ("claim_unless_paused", claim(&paused, "host", &[], 3, true)),
+        ("claim_within_limits", claim(&limited, "host", &[], 3, true)),
+        ("claim_lock", claim_lock(&limited)),
         ("pause", pause(&pauses, "app.jobs", "emails", "ops")),
         ("resume", resume(&pauses, "app.jobs", "emails")),
         ("list_pauses", list_pauses(&pauses, "app.jobs")),
