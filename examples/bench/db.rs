@@ -110,6 +110,11 @@ impl Bench {
     }
 
     /// The scratch database's URL.
+    /// The pool the benchmark itself uses (set-up, counts).
+    pub(crate) fn admin(&self) -> &PgPool {
+        &self.admin
+    }
+
     pub(crate) fn url(&self) -> &str {
         self.db.url()
     }

@@ -29,6 +29,7 @@ mod db;
 mod floor;
 mod framework;
 mod latency;
+mod ops;
 mod report;
 
 use std::time::Duration;
@@ -76,6 +77,9 @@ enum Workload {
     Big,
     /// Peak RSS of a worker process.
     Rss,
+    /// The cost of kinds dispatch and of a global concurrency limit, beside
+    /// the plain heartbeat path.
+    Ops,
 }
 
 #[derive(Debug, Args)]
@@ -119,7 +123,7 @@ struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops"
     )]
     workloads: Vec<Workload>,
     /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
@@ -228,6 +232,29 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
     }
 
+    if args.runs(Workload::Ops) {
+        let handlers = args
+            .handlers
+            .iter()
+            .copied()
+            .filter(|&h| h <= 64)
+            .max()
+            .unwrap_or(64);
+        for variant in [
+            ops::Variant::Plain,
+            ops::Variant::Kinds,
+            ops::Variant::Limited,
+        ] {
+            ops::prepare(&bench, args.jobs, args.enqueue_batch).await?;
+            let run = ops::burn(&bench, variant, handlers, args.jobs).await?;
+            progress(format_args!(
+                "ops: {} at {handlers} handlers: {:.0} jobs/s",
+                variant.label(),
+                run.rate()
+            ));
+            report.ops.push((variant.label().to_owned(), handlers, run));
+        }
+    }
     report.print_tables();
     if args.write_docs {
         let written = report.write_docs()?;

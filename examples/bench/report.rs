@@ -166,6 +166,8 @@ pub(crate) struct Report {
     /// Both modes again on a table with many completed rows.
     pub(crate) big: Vec<Pair>,
     pub(crate) rss: Vec<Rss>,
+    /// `(variant, handlers, run)`: the plain path first.
+    pub(crate) ops: Vec<(String, usize, Run)>,
 }
 
 impl Report {
@@ -190,6 +192,7 @@ impl Report {
             heartbeat: Vec::new(),
             transactional: Vec::new(),
             latency: Vec::new(),
+            ops: Vec::new(),
             big: Vec::new(),
             rss: Vec::new(),
         })
@@ -293,6 +296,33 @@ impl Report {
                             count(r.jobs),
                             format!("{:.1} MiB", r.mib()),
                             met(r.mib() <= 13.0).to_owned(),
+                        ]
+                    })
+                    .collect(),
+            });
+        }
+        if let Some((_, _, plain)) = self.ops.first() {
+            tables.push(Table {
+                title: "Operations features, heartbeat handling: cost beside the plain path".into(),
+                headers: vec![
+                    "variant",
+                    "handlers",
+                    "jobs",
+                    "jobs/s",
+                    "÷ plain",
+                    "stmts/job",
+                ],
+                rows: self
+                    .ops
+                    .iter()
+                    .map(|(label, handlers, run)| {
+                        vec![
+                            label.clone(),
+                            handlers.to_string(),
+                            count(run.jobs),
+                            rate(run.rate()),
+                            format!("{:.2}", run.rate() / plain.rate().max(1e-9)),
+                            run.statements_per_job(),
                         ]
                     })
                     .collect(),

@@ -1,0 +1,162 @@
+//! The cost of the operations features in heartbeat handling, beside the plain
+//! path in the same run: kinds dispatch through a `KindRegistry` that restricts
+//! the claim, and a queue under a global concurrency limit that never binds
+//! (every claim serialized behind the table's advisory lock).
+
+use std::sync::Arc;
+
+use dbworker::{
+    DEFAULT_LIMIT_TABLE, DbConditions, DbJob, DbStore, Handling, StoreOptions, new_worker,
+};
+use sqlx::AssertSqlSafe;
+use tokio_util::sync::CancellationToken;
+use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, async_trait};
+
+use crate::db::{Bench, Mode, TABLE};
+use crate::framework::{self, NoOp, Progress};
+use crate::report::Run;
+use crate::{RUN_TIMEOUT, Result};
+
+/// What a run exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// No kinds, no limits: the heartbeat burn-down.
+    Plain,
+    /// One kind registered, the claim restricted to it (`kind = ANY($1)`).
+    Kinds,
+    /// The queue limited to more jobs than exist: the limit never binds, so
+    /// this is the price of the serialized, limit-aware claim.
+    Limited,
+}
+
+impl Variant {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::Kinds => "kinds: KindRegistry, claim restricted to its kind",
+            Variant::Limited => "global limit on the queue (never reached)",
+        }
+    }
+}
+
+/// A bench job with its kind.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct KindJob {
+    id: i64,
+    kind: String,
+}
+
+impl Record for KindJob {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+/// Does nothing; counts recorded outcomes.
+struct KindNoOp {
+    progress: Arc<Progress>,
+}
+
+#[async_trait]
+impl Handler<DbStore<KindJob>> for KindNoOp {
+    async fn handle(
+        &self,
+        _job: &mut DbJob<KindJob>,
+        _ctx: &JobContext<DbStore<KindJob>>,
+    ) -> std::result::Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn post_handle(&self, _record: &KindJob, _outcome: &Outcome) {
+        self.progress.add(1);
+    }
+}
+
+/// `jobs` queued jobs with `kind` and `queue` columns, and a limit table.
+pub(crate) async fn prepare(bench: &Bench, jobs: u64, batch: u64) -> Result<()> {
+    bench.prepare(0, jobs, batch).await?;
+    let limits = dbworker::limit_table_sql(DEFAULT_LIMIT_TABLE)?;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "ALTER TABLE {TABLE} ADD COLUMN kind text NOT NULL DEFAULT 'bench', ADD COLUMN queue text NOT NULL DEFAULT 'bench';
+         {limits}
+         DELETE FROM {DEFAULT_LIMIT_TABLE};
+         INSERT INTO {DEFAULT_LIMIT_TABLE} (job_table, queue, max_processing) VALUES ('{TABLE}', 'bench', 2000000000);"
+    )))
+    .execute(bench.admin())
+    .await?;
+    // Apart: VACUUM cannot run in the transaction of a multi-statement string.
+    sqlx::raw_sql(AssertSqlSafe(format!("VACUUM ANALYZE {TABLE}")))
+        .execute(bench.admin())
+        .await?;
+    Ok(())
+}
+
+/// Burns down the prepared jobs with `handlers` handlers in `variant`.
+pub(crate) async fn burn(
+    bench: &Bench,
+    variant: Variant,
+    handlers: usize,
+    jobs: u64,
+) -> Result<Run> {
+    let connections = framework::pool_size(Mode::Heartbeat, handlers);
+    let pool = bench.pool(connections).await?;
+    let progress = Progress::new();
+    let options = framework::worker_options(handlers, Some(jobs));
+    let run = async {
+        bench.reset_statements().await?;
+        let summary = match variant {
+            Variant::Plain | Variant::Limited => {
+                let mut o = framework::store_options(Mode::Heartbeat);
+                if variant == Variant::Limited {
+                    o.queue_column = Some("queue".into());
+                    o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+                }
+                let store = Arc::new(DbStore::new(pool.clone(), o).await?);
+                let handler = NoOp {
+                    progress: progress.clone(),
+                    starts: None,
+                };
+                new_worker(store, handler, options)?.run().await
+            }
+            Variant::Kinds => {
+                let mut o = StoreOptions::<KindJob>::from_row("bench", format!("{TABLE} j"));
+                o.column_expressions = vec!["j.id".into(), "j.kind".into()];
+                o.handling = Handling::Heartbeat;
+                let store = Arc::new(DbStore::new(pool.clone(), o).await?);
+                let registry = KindRegistry::<DbStore<KindJob>>::new(|j: &KindJob| j.kind.as_str())
+                    .register(
+                        "bench",
+                        KindNoOp {
+                            progress: progress.clone(),
+                        },
+                    )
+                    .restrict_dequeue(|kinds| DbConditions::new().column_in("j.kind", kinds));
+                new_worker(store, registry, options)?.run().await
+            }
+        };
+        Result::Ok(summary)
+    };
+    let stop = CancellationToken::new();
+    let sampler = progress.sample(stop.clone());
+    let summary = tokio::time::timeout(RUN_TIMEOUT, run).await??;
+    stop.cancel();
+    let per_second = sampler.await?;
+    let statements = bench.statements().await?;
+    pool.close().await;
+    let completed = bench.completed().await?;
+    if summary.dequeued != jobs || completed != jobs {
+        return Err(format!(
+            "{} run: dequeued {} and completed {completed} of {jobs} jobs",
+            variant.label(),
+            summary.dequeued
+        )
+        .into());
+    }
+    Ok(Run {
+        jobs,
+        elapsed: progress.elapsed(),
+        per_second,
+        statements,
+        connections,
+    })
+}
