@@ -217,21 +217,17 @@ pub fn enqueue_function_sql(
         "run_at timestamptz DEFAULT NULL".to_owned(),
     ];
     let mut extra = vec![format!("'{}', run_at", c.process_after)];
-    if columns.priority {
-        params.push("priority integer DEFAULT NULL".into());
-        extra.push("'priority', priority".into());
-    }
-    if columns.queue {
-        params.push("queue text DEFAULT NULL".into());
-        extra.push("'queue', queue".into());
-    }
-    if columns.kind {
-        params.push("kind text DEFAULT NULL".into());
-        extra.push("'kind', kind".into());
-    }
-    if columns.max_retries {
-        params.push("max_retries integer DEFAULT NULL".into());
-        extra.push("'max_retries', max_retries".into());
+    // Each optional column is a parameter of the same name and type.
+    for (on, name, ty) in [
+        (columns.priority, "priority", "integer"),
+        (columns.queue, "queue", "text"),
+        (columns.kind, "kind", "text"),
+        (columns.max_retries, "max_retries", "integer"),
+    ] {
+        if on {
+            params.push(format!("{name} {ty} DEFAULT NULL"));
+            extra.push(format!("'{name}', {name}"));
+        }
     }
     if columns.keys {
         params.push("job_key text DEFAULT NULL".into());

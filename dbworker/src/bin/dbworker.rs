@@ -114,14 +114,8 @@ async fn purge(args: PurgeArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    let stop = CancellationToken::new();
-    let on_signal = stop.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        on_signal.cancel();
-    });
     tracing::info!(table = %args.table, "purger running; stop with SIGINT or SIGTERM");
-    purger.run(stop).await;
+    purger.run(stop_on_signal()).await;
     Ok(())
 }
 
@@ -307,15 +301,9 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    let stop = CancellationToken::new();
-    let on_signal = stop.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        on_signal.cancel();
-    });
     tracing::info!(table = %args.table, "resetter running; stop with SIGINT or SIGTERM");
     resetter
-        .run(stop, |out| {
+        .run(stop_on_signal(), |out| {
             if !out.reset.is_empty() || !out.failed.is_empty() {
                 tracing::info!(
                     reset = out.reset.len(),
@@ -326,6 +314,17 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
         })
         .await;
     Ok(())
+}
+
+/// A token canceled by SIGINT or SIGTERM.
+fn stop_on_signal() -> CancellationToken {
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        on_signal.cancel();
+    });
+    stop
 }
 
 async fn wait_for_signal() {
