@@ -364,6 +364,11 @@ impl Enqueuer {
         })
     }
 
+    /// The job table.
+    pub(crate) fn table(&self) -> &Relation {
+        &self.target.table
+    }
+
     /// Inserts one job on the enqueuer's pool. With a key, at most one live
     /// job holds it: see [`KeyMode`].
     pub async fn enqueue(&self, job: &NewJob) -> Result<Enqueued> {

@@ -13,6 +13,7 @@
 mod columns;
 mod completer;
 mod connection_loss;
+mod cron;
 mod enqueue;
 mod error;
 mod gauges;
@@ -31,6 +32,7 @@ mod store;
 mod worker;
 
 pub use columns::STANDARD_COLUMNS;
+pub use cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, cron_table_sql};
 pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};
 pub use error::{Error, Result};
 pub use gauges::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH, QueueStat};

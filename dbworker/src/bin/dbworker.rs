@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns, PurgeOptions, Purger, Resetter,
-    ResetterOptions, enqueue_function_sql, job_table_sql, limit_table_sql, notify_trigger_sql,
-    optional_columns_sql, pause_table_sql,
+    DEFAULT_CRON_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns, PurgeOptions,
+    Purger, Resetter, ResetterOptions, cron_table_sql, enqueue_function_sql, job_table_sql,
+    limit_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -188,6 +188,9 @@ struct MigrationArgs {
     /// Also create the limit table (`dbworker_limits`), shared by every job table.
     #[arg(long)]
     limits: bool,
+    /// Also create the cron table (`dbworker_cron`), shared by every job table.
+    #[arg(long)]
+    cron: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -209,6 +212,10 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
         ddl.push_str(
             &optional_columns_sql(&args.table, &renames, optional).map_err(|e| e.to_string())?,
         );
+    }
+    if args.cron {
+        ddl.push('\n');
+        ddl.push_str(&cron_table_sql(DEFAULT_CRON_TABLE).map_err(|e| e.to_string())?);
     }
     if args.limits {
         ddl.push('\n');
