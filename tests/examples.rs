@@ -76,3 +76,17 @@ fn enqueue_commits_with_the_order_debounces_by_key_and_runs_by_priority() {
     assert!(out.contains("sent in order: [\"p5 order 1 confirmed\", \"p1 cart digest v3\", \"p0 newsletter 1\", \"p0 newsletter 2\", \"p0 newsletter 3\"]"), "{out}");
     assert!(out.contains("still waiting: 1 (the reminder)"), "{out}");
 }
+
+#[test]
+fn prometheus_renders_the_worker_gauge_and_purger_series() {
+    let out = run("prometheus");
+    for line in [
+        "workerutil_jobs_total{worker=\"prometheus-example\",outcome=\"completed\"} 20",
+        "workerutil_jobs_total{worker=\"prometheus-example\",outcome=\"failed\"} 5",
+        "workerutil_jobs_by_kind_total{kind=\"report\",outcome=\"failed\"} 5",
+        "dbworker_queue_depth{table=\"jobs\",state=\"queued\",queue=\"default\"} 3",
+        "dbworker_purged_total{table=\"jobs\",state=\"completed\"} 20",
+    ] {
+        assert!(out.contains(line), "missing {line}:\n{out}");
+    }
+}

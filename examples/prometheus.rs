@@ -1,0 +1,117 @@
+//! Metrics in Prometheus's format: the exporter installed as the `metrics`
+//! recorder, a worker with two kinds of job, the queue gauges and the purger,
+//! then the scrape text. In a service, serve it: enable the exporter's
+//! `http-listener` feature and call `PrometheusBuilder::with_http_listener`
+//! instead of `install_recorder`.
+//!
+//! ```sh
+//! cargo run --example prometheus
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dbworker::{
+    DbJob, DbStore, EnqueueOptions, Enqueuer, NewJob, OptionalColumns, PurgeOptions, Purger,
+    StoreOptions, job_table_sql, new_worker, optional_columns_sql,
+};
+use dbworker_testkit::TestDatabase;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use workerutil::{
+    Handler, HandlerError, JobContext, JobState, KindRegistry, Record, WorkerOptions, async_trait,
+};
+
+#[derive(Debug, sqlx::FromRow)]
+struct Job {
+    id: i64,
+    kind: String,
+}
+
+impl Record for Job {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+/// Succeeds, or fails for good: one handler per kind.
+struct Outcome(bool);
+
+#[async_trait]
+impl Handler<DbStore<Job>> for Outcome {
+    async fn handle(
+        &self,
+        _job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        if self.0 {
+            Ok(())
+        } else {
+            Err(HandlerError::non_retryable(
+                "the report template is missing",
+            ))
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let metrics = PrometheusBuilder::new().install_recorder()?;
+
+    let db = TestDatabase::new().await?;
+    let pool = db.pool(10).await?;
+    let mut columns = OptionalColumns::default();
+    columns.kind = true;
+    columns.queue = true;
+    let mut ddl = job_table_sql("jobs", &Default::default())?;
+    ddl.push_str(&optional_columns_sql("jobs", &Default::default(), columns)?);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+        .execute(&pool)
+        .await?;
+
+    let mut eo = EnqueueOptions::new("jobs");
+    eo.kind_column = Some("kind".into());
+    eo.queue_column = Some("queue".into());
+    let enqueuer = Enqueuer::new(&pool, eo).await?;
+    let mut jobs: Vec<NewJob> = (0..20).map(|_| NewJob::new().kind("email")).collect();
+    jobs.extend((0..5).map(|_| NewJob::new().kind("report").queue("reports")));
+    jobs.extend((0..3).map(|_| {
+        NewJob::new()
+            .kind("email")
+            .run_after(Duration::from_secs(600))
+    }));
+    enqueuer.enqueue_many(&jobs).await?;
+
+    let mut so = StoreOptions::<Job>::from_row("jobs", "jobs j");
+    so.column_expressions = vec!["j.id".into(), "j.kind".into()];
+    so.queue_column = Some("queue".into());
+    so.max_num_retries = 0;
+    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
+        .register("email", Outcome(true))
+        .register("report", Outcome(false));
+    let mut wo = WorkerOptions::new("prometheus-example");
+    wo.num_total_jobs = Some(25);
+    new_worker(store.clone(), registry, wo)?.run().await;
+
+    // Gauges come from one cheap query; a service runs `run_gauges` on a timer.
+    store.record_gauges(&mut Vec::new()).await?;
+    let mut po = PurgeOptions::new("jobs");
+    po.max_age = vec![(JobState::Completed, Duration::ZERO)];
+    Purger::new(pool.clone(), po).await?.purge_once().await?;
+
+    let text = metrics.render();
+    for line in text.lines().filter(|l| {
+        !l.starts_with('#')
+            && [
+                "workerutil_jobs_total",
+                "workerutil_jobs_by_kind_total",
+                "dbworker_",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+    }) {
+        println!("{line}");
+    }
+    pool.close().await;
+    Ok(())
+}
