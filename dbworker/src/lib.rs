@@ -10,6 +10,7 @@
 //!
 //! Start with the guide in `docs/guide.md` and `cargo run --example quickstart`.
 
+mod admin;
 mod columns;
 mod completer;
 mod connection_loss;
@@ -31,6 +32,7 @@ mod sql;
 mod store;
 mod worker;
 
+pub use admin::{Admin, Canceled, Status};
 pub use columns::STANDARD_COLUMNS;
 pub use cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, cron_table_sql};
 pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};

@@ -1387,6 +1387,156 @@ pub(crate) fn pause(pauses: &Relation, job_table: &str, queue: &str, by: &str) -
     Statement::from(&q)
 }
 
+/// Live jobs per state (and queue), with the oldest `queued_at` age: the same
+/// two index-bounded branches as the queue gauges.
+pub(crate) fn admin_live(a: &crate::admin::Admin) -> Statement {
+    let t = &a.table;
+    let c = &a.columns;
+    let al = quote(&t.alias);
+    let queue = match &a.queue_column {
+        Some(column) => format!("{al}.{}::text", quote(column)),
+        None => "NULL::text".to_owned(),
+    };
+    let branch = |states: &str| {
+        format!(
+            "SELECT {al}.{state}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
+             COALESCE(EXTRACT(EPOCH FROM now() - min({al}.{queued_at})), 0)::float8 AS \"oldest\" \
+             FROM {table} AS {al} WHERE {al}.{state} IN ({states}) GROUP BY 1, 2",
+            state = quote(&c.state),
+            queued_at = quote(&c.queued_at),
+            table = qualified(t),
+        )
+    };
+    Statement {
+        sql: format!(
+            "{} UNION ALL {} ORDER BY 1, 2",
+            branch("'queued', 'errored'"),
+            branch("'processing'")
+        ),
+        values: SqlxValues(sea_query::Values(Vec::new())),
+    }
+}
+
+/// Processing jobs per worker host.
+pub(crate) fn admin_hosts(a: &crate::admin::Admin) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!(
+                "{}.{}::text",
+                quote(&t.alias),
+                quote(&c.worker_hostname)
+            )),
+            alias("host"),
+        )
+        .expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &c.state).eq(state(JobState::Processing)))
+        .group_by_col(alias("host"))
+        .order_by(alias("host"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The planner's estimate of the table's rows.
+pub(crate) fn admin_estimate(a: &crate::admin::Admin) -> Statement {
+    let q = Query::select()
+        .expr_as(
+            Expr::cust("GREATEST(c.reltuples, 0)::bigint"),
+            alias("rows"),
+        )
+        .from_as((alias("pg_catalog"), alias("pg_class")), alias("c"))
+        .and_where(Expr::cust("c.oid").eq(regclass(&a.table)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// One job's row as JSON.
+pub(crate) fn admin_show(a: &crate::admin::Admin, id: i64) -> Statement {
+    let t = &a.table;
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("to_jsonb({})", quote(&t.alias))),
+            alias("row"),
+        )
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &a.columns.id).eq(id))
+        .to_owned();
+    Statement::from(&q)
+}
+
+fn admin_update(a: &crate::admin::Admin, id: i64, states: &[JobState]) -> UpdateStatement {
+    let t = &a.table;
+    Query::update()
+        .table(table_ref(t))
+        .and_where(col(&t.alias, &a.columns.id).eq(id))
+        .and_where(col(&t.alias, &a.columns.state).is_in(states.iter().map(|s| state(*s))))
+        .to_owned()
+}
+
+/// A finished or errored job back to `queued`, to run now, failures reset.
+pub(crate) fn admin_requeue(a: &crate::admin::Admin, id: i64) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(
+        a,
+        id,
+        &[JobState::Failed, JobState::Canceled, JobState::Errored],
+    )
+    .value(alias(&c.state), state(JobState::Queued))
+    .value(alias(&c.process_after), Expr::cust("NULL"))
+    .value(alias(&c.num_failures), 0)
+    .value(alias(&c.cancel), false)
+    .value(alias(&c.finished_at), Expr::cust("NULL"))
+    .to_owned();
+    Statement::from(&q)
+}
+
+/// A waiting job to `canceled`.
+pub(crate) fn admin_cancel_waiting(a: &crate::admin::Admin, id: i64) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(a, id, &[JobState::Queued, JobState::Errored])
+        .value(alias(&c.state), state(JobState::Canceled))
+        .value(alias(&c.cancel), true)
+        .value(alias(&c.failure_message), "canceled by an operator")
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Asks a processing job's worker to cancel it.
+pub(crate) fn admin_request_cancel(a: &crate::admin::Admin, id: i64) -> Statement {
+    let q = admin_update(a, id, &[JobState::Processing])
+        .value(alias(&a.columns.cancel), true)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// A waiting job to `failed` with `message`.
+pub(crate) fn admin_fail(a: &crate::admin::Admin, id: i64, message: &str) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(a, id, &[JobState::Queued, JobState::Errored])
+        .value(alias(&c.state), state(JobState::Failed))
+        .value(
+            alias(&c.failure_message),
+            sanitize_failure_message(message).as_ref(),
+        )
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Deletes a job that no worker holds.
+pub(crate) fn admin_delete(a: &crate::admin::Admin, id: i64) -> Statement {
+    let t = &a.table;
+    let c = &a.columns;
+    let q = Query::delete()
+        .from_table(table_ref(t))
+        .and_where(col(&t.alias, &c.id).eq(id))
+        .and_where(col(&t.alias, &c.state).ne(state(JobState::Processing)))
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// Registers a cron schedule, starting from now, unless it is known.
 pub(crate) fn cron_register(cron: &Relation, job_table: &str, schedule: &str) -> Statement {
     let mut q = Query::insert();

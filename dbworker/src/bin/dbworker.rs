@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    DEFAULT_CRON_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns, PurgeOptions,
-    Purger, Resetter, ResetterOptions, cron_table_sql, enqueue_function_sql, job_table_sql,
-    limit_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
+    Admin, Canceled, DEFAULT_CRON_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns,
+    Pauses, PurgeOptions, Purger, Resetter, ResetterOptions, cron_table_sql, enqueue_function_sql,
+    job_table_sql, limit_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +30,178 @@ enum Command {
     Migration(MigrationArgs),
     /// Delete (or archive) finished jobs older than their state's age.
     Purge(PurgeArgs),
+    /// Live jobs per state and queue, the oldest wait, and who is processing.
+    Status(TableArgs),
+    /// One job's row, every column, as pretty JSON.
+    Show(JobArgs),
+    /// Put a failed, canceled or errored job back in the queue.
+    Requeue(JobArgs),
+    /// Cancel a job: a waiting one now, a processing one through its worker.
+    Cancel(JobArgs),
+    /// Fail a waiting job.
+    Fail(FailArgs),
+    /// Delete a job that no worker holds.
+    Delete(JobArgs),
+    /// Pause the table, or one queue, for every worker that honours pauses.
+    Pause(PauseArgs),
+    /// Resume the table, or one queue, and wake listening workers.
+    Resume(PauseArgs),
+}
+
+/// The database and the job table.
+#[derive(Debug, Args)]
+struct TableArgs {
+    /// The database to connect to.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// The job table, optionally schema-qualified.
+    #[arg(long, env = "DBWORKER_TABLE")]
+    table: String,
+    /// Renamed standard columns, as `standard=actual` (repeatable).
+    #[arg(long = "rename", value_parser = parse_rename)]
+    renames: Vec<(String, String)>,
+    /// The queue column, if the table has one.
+    #[arg(long)]
+    queue_column: Option<String>,
+}
+
+impl TableArgs {
+    async fn admin(&self) -> Result<Admin, String> {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.database_url)
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let renames = self.renames.iter().cloned().collect::<HashMap<_, _>>();
+        Admin::new(&pool, &self.table, &renames, self.queue_column.as_deref())
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Debug, Args)]
+struct JobArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    /// The job's id.
+    id: i64,
+}
+
+#[derive(Debug, Args)]
+struct FailArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    /// The job's id.
+    id: i64,
+    /// The failure message recorded.
+    #[arg(long, default_value = "failed by an operator")]
+    message: String,
+}
+
+#[derive(Debug, Args)]
+struct PauseArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    /// Only this queue (default: the whole table).
+    #[arg(long)]
+    queue: Option<String>,
+    /// The pause table.
+    #[arg(long, default_value = DEFAULT_PAUSE_TABLE)]
+    pause_table: String,
+    /// Who pauses, recorded with the pause.
+    #[arg(long, default_value = "dbworker cli")]
+    by: String,
+}
+
+async fn status(args: TableArgs) -> Result<(), String> {
+    let status = args
+        .admin()
+        .await?
+        .status()
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{:<12} {:<16} {:>10}", "state", "queue", "jobs");
+    for (state, queue, count) in &status.live {
+        println!(
+            "{:<12} {:<16} {count:>10}",
+            state.as_str(),
+            queue.as_deref().unwrap_or("-")
+        );
+    }
+    println!("oldest waiting: {:.1} s", status.oldest_waiting_seconds);
+    for (host, count) in &status.processing_by_host {
+        println!("processing on {host}: {count}");
+    }
+    println!("rows in the table (estimate): {}", status.estimated_rows);
+    Ok(())
+}
+
+async fn job_action(action: &str, args: JobArgs) -> Result<(), String> {
+    let admin = args.table.admin().await?;
+    let id = args.id;
+    let err = |e: dbworker::Error| e.to_string();
+    let line = match action {
+        "show" => match admin.show(id).await.map_err(err)? {
+            Some(row) => serde_json::to_string_pretty(&row).map_err(|e| e.to_string())?,
+            None => return Err(format!("no job {id}")),
+        },
+        "requeue" if admin.requeue(id).await.map_err(err)? => format!("requeued job {id}"),
+        "delete" if admin.delete(id).await.map_err(err)? => format!("deleted job {id}"),
+        "cancel" => match admin.cancel(id).await.map_err(err)? {
+            Canceled::Now => format!("canceled job {id}"),
+            Canceled::Requested => {
+                format!("asked the worker of job {id} to cancel it (at its next heartbeat)")
+            }
+            _ => return Err(format!("job {id} is not queued, errored or processing")),
+        },
+        "requeue" => return Err(format!("job {id} is not failed, canceled or errored")),
+        _ => return Err(format!("job {id} does not exist or a worker holds it")),
+    };
+    println!("{line}");
+    Ok(())
+}
+
+async fn fail(args: FailArgs) -> Result<(), String> {
+    let admin = args.table.admin().await?;
+    if admin
+        .fail(args.id, &args.message)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        println!("failed job {}", args.id);
+        Ok(())
+    } else {
+        Err(format!("job {} is not queued or errored", args.id))
+    }
+}
+
+async fn pause(args: PauseArgs, resume: bool) -> Result<(), String> {
+    let t = &args.table;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&t.database_url)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let pauses = Pauses::new(&pool, &args.pause_table, &t.table)
+        .await
+        .map_err(|e| e.to_string())?;
+    let what = args
+        .queue
+        .as_deref()
+        .map_or_else(|| format!("table {}", t.table), |q| format!("queue {q}"));
+    let changed = if resume {
+        pauses.resume(args.queue.as_deref()).await
+    } else {
+        pauses.pause(args.queue.as_deref(), &args.by).await
+    }
+    .map_err(|e| e.to_string())?;
+    let verb = if resume { "resumed" } else { "paused" };
+    if changed {
+        println!("{verb} {what}");
+    } else {
+        println!("{what} was already {verb}");
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -265,6 +437,14 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Migration(args) => migration(args),
         Command::Purge(args) => purge(args).await,
+        Command::Status(args) => status(args).await,
+        Command::Show(args) => job_action("show", args).await,
+        Command::Requeue(args) => job_action("requeue", args).await,
+        Command::Cancel(args) => job_action("cancel", args).await,
+        Command::Delete(args) => job_action("delete", args).await,
+        Command::Fail(args) => fail(args).await,
+        Command::Pause(args) => pause(args, false).await,
+        Command::Resume(args) => pause(args, true).await,
         Command::Reset(args) => reset(args).await,
     };
     match result {
