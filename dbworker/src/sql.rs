@@ -1120,10 +1120,12 @@ pub(crate) fn max_age_in_queue(o: &Resolved) -> Statement {
 /// index (waiting, processing), so the cost follows the live rows, never the
 /// finished ones.
 pub(crate) fn queue_stats(o: &Resolved) -> Statement {
-    let t = &o.table;
-    let c = &o.columns;
+    live_stats(&o.table, &o.columns, o.queue_column.as_deref())
+}
+
+fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statement {
     let a = quote(&t.alias);
-    let queue = match &o.queue_column {
+    let queue = match queue_column {
         Some(column) => format!("{a}.{}::text", quote(column)),
         None => "NULL::text".to_owned(),
     };
@@ -1387,34 +1389,9 @@ pub(crate) fn pause(pauses: &Relation, job_table: &str, queue: &str, by: &str) -
     Statement::from(&q)
 }
 
-/// Live jobs per state (and queue), with the oldest `queued_at` age: the same
-/// two index-bounded branches as the queue gauges.
+/// Live jobs per state (and queue) for an operator: the queue gauges' statement.
 pub(crate) fn admin_live(a: &crate::admin::Admin) -> Statement {
-    let t = &a.table;
-    let c = &a.columns;
-    let al = quote(&t.alias);
-    let queue = match &a.queue_column {
-        Some(column) => format!("{al}.{}::text", quote(column)),
-        None => "NULL::text".to_owned(),
-    };
-    let branch = |states: &str| {
-        format!(
-            "SELECT {al}.{state}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
-             COALESCE(EXTRACT(EPOCH FROM now() - min({al}.{queued_at})), 0)::float8 AS \"oldest\" \
-             FROM {table} AS {al} WHERE {al}.{state} IN ({states}) GROUP BY 1, 2",
-            state = quote(&c.state),
-            queued_at = quote(&c.queued_at),
-            table = qualified(t),
-        )
-    };
-    Statement {
-        sql: format!(
-            "{} UNION ALL {} ORDER BY 1, 2",
-            branch("'queued', 'errored'"),
-            branch("'processing'")
-        ),
-        values: SqlxValues(sea_query::Values(Vec::new())),
-    }
+    live_stats(&a.table, &a.columns, a.queue_column.as_deref())
 }
 
 /// Processing jobs per worker host.
