@@ -48,9 +48,9 @@ enum Command {
     Resume(PauseArgs),
 }
 
-/// The database and the job table.
+/// The database and the job table, as every command that connects takes them.
 #[derive(Debug, Args)]
-struct TableArgs {
+struct Target {
     /// The database to connect to.
     #[arg(long, env = "DATABASE_URL")]
     database_url: String,
@@ -60,6 +60,28 @@ struct TableArgs {
     /// Renamed standard columns, as `standard=actual` (repeatable).
     #[arg(long = "rename", value_parser = parse_rename)]
     renames: Vec<(String, String)>,
+}
+
+impl Target {
+    fn renames(&self) -> HashMap<String, String> {
+        self.renames.iter().cloned().collect()
+    }
+
+    /// One connection (an operator's command needs no more).
+    async fn connect(&self) -> Result<sqlx::PgPool, String> {
+        PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.database_url)
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))
+    }
+}
+
+/// The job table for the operator commands.
+#[derive(Debug, Args)]
+struct TableArgs {
+    #[command(flatten)]
+    target: Target,
     /// The queue column, if the table has one.
     #[arg(long)]
     queue_column: Option<String>,
@@ -67,13 +89,9 @@ struct TableArgs {
 
 impl TableArgs {
     async fn admin(&self) -> Result<Admin, String> {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&self.database_url)
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let renames = self.renames.iter().cloned().collect::<HashMap<_, _>>();
-        Admin::new(&pool, &self.table, &renames, self.queue_column.as_deref())
+        let pool = self.target.connect().await?;
+        let t = &self.target;
+        Admin::new(&pool, &t.table, &t.renames(), self.queue_column.as_deref())
             .await
             .map_err(|e| e.to_string())
     }
@@ -176,12 +194,8 @@ async fn fail(args: FailArgs) -> Result<(), String> {
 }
 
 async fn pause(args: PauseArgs, resume: bool) -> Result<(), String> {
-    let t = &args.table;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&t.database_url)
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+    let t = &args.table.target;
+    let pool = t.connect().await?;
     let pauses = Pauses::new(&pool, &args.pause_table, &t.table)
         .await
         .map_err(|e| e.to_string())?;
@@ -206,15 +220,8 @@ async fn pause(args: PauseArgs, resume: bool) -> Result<(), String> {
 
 #[derive(Debug, Args)]
 struct PurgeArgs {
-    /// The database to connect to.
-    #[arg(long, env = "DATABASE_URL")]
-    database_url: String,
-    /// The job table, optionally schema-qualified.
-    #[arg(long, env = "DBWORKER_TABLE")]
-    table: String,
-    /// Renamed standard columns, as `standard=actual` (repeatable).
-    #[arg(long = "rename", value_parser = parse_rename)]
-    renames: Vec<(String, String)>,
+    #[command(flatten)]
+    target: Target,
     /// Purge completed jobs this many seconds after they finished. With none of
     /// the three ages given: completed after 7 days, failed and canceled after 30.
     #[arg(long)]
@@ -240,8 +247,8 @@ struct PurgeArgs {
 }
 
 async fn purge(args: PurgeArgs) -> Result<(), String> {
-    let mut options = PurgeOptions::new(&args.table);
-    options.alternate_column_names = args.renames.into_iter().collect::<HashMap<_, _>>();
+    let mut options = PurgeOptions::new(&args.target.table);
+    options.alternate_column_names = args.target.renames();
     let ages = [
         (
             JobState::Completed,
@@ -271,11 +278,7 @@ async fn purge(args: PurgeArgs) -> Result<(), String> {
     options.archive_table = args.archive_table;
     options.interval = seconds("interval-secs", args.interval_secs)?;
     options.validate().map_err(|e| e.to_string())?;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&args.database_url)
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+    let pool = args.target.connect().await?;
     let purger = Purger::new(pool, options)
         .await
         .map_err(|e| e.to_string())?;
@@ -286,22 +289,15 @@ async fn purge(args: PurgeArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    tracing::info!(table = %args.table, "purger running; stop with SIGINT or SIGTERM");
+    tracing::info!(table = %args.target.table, "purger running; stop with SIGINT or SIGTERM");
     purger.run(stop_on_signal()).await;
     Ok(())
 }
 
 #[derive(Debug, Args)]
 struct ResetArgs {
-    /// The database to connect to.
-    #[arg(long, env = "DATABASE_URL")]
-    database_url: String,
-    /// The job table, optionally schema-qualified.
-    #[arg(long, env = "DBWORKER_TABLE")]
-    table: String,
-    /// Renamed standard columns, as `standard=actual` (repeatable).
-    #[arg(long = "rename", value_parser = parse_rename)]
-    renames: Vec<(String, String)>,
+    #[command(flatten)]
+    target: Target,
     /// Seconds without a heartbeat after which an unlocked processing job is stalled.
     #[arg(long, env = "DBWORKER_STALLED_MAX_AGE_SECS", default_value_t = 30.0)]
     stalled_max_age_secs: f64,
@@ -457,8 +453,8 @@ async fn main() -> ExitCode {
 }
 
 async fn reset(args: ResetArgs) -> Result<(), String> {
-    let mut options = ResetterOptions::new("dbworker_resetter", &args.table);
-    options.alternate_column_names = args.renames.into_iter().collect::<HashMap<_, _>>();
+    let mut options = ResetterOptions::new("dbworker_resetter", &args.target.table);
+    options.alternate_column_names = args.target.renames();
     options.stalled_max_age = seconds("stalled-max-age-secs", args.stalled_max_age_secs)?;
     options.max_num_resets = args.max_num_resets;
     options.reset_failure_message = args.reset_failure_message;
@@ -469,7 +465,7 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(options.connect_timeout)
-        .connect_lazy(&args.database_url)
+        .connect_lazy(&args.target.database_url)
         .map_err(|e| format!("invalid DATABASE_URL: {e}"))?;
     let resetter = Resetter::new(pool, options).map_err(|e| e.to_string())?;
     resetter.check().await.map_err(|e| e.to_string())?;
@@ -488,7 +484,7 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    tracing::info!(table = %args.table, "resetter running; stop with SIGINT or SIGTERM");
+    tracing::info!(table = %args.target.table, "resetter running; stop with SIGINT or SIGTERM");
     resetter
         .run(stop_on_signal(), |out| {
             if !out.reset.is_empty() || !out.failed.is_empty() {
