@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use sea_query::Expr;
 use workerutil::{
     BoxError, Handler, HandlerError, JobContext, Outcome, Record, ShutdownHandle, Worker,
     WorkerOptions, WorkerSummary,
@@ -13,16 +12,15 @@ use workerutil::{
 
 use crate::columns::is_identifier;
 use crate::error::{Error, Result};
-use crate::options::Handling;
-use crate::store::{DbConditions, DbStore, RESERVED_CONNECTIONS};
+use crate::store::{DbConditions, DbStore};
 use crate::worker::new_worker;
 
 /// Runs `handler` on each named queue with its own handler count, e.g.
 /// `emails: 4, reports: 1`, in one process over one store.
 ///
 /// Each queue gets its own [`Worker`] (named `<name>:<queue>`) whose claim adds
-/// `<alias>.<queue_column> = '<queue>'` to whatever the handler's `pre_dequeue`
-/// returns, so a busy queue never takes the slots of another.
+/// `<alias>.<queue_column> = ANY('{<queue>}')` to whatever the handler's
+/// `pre_dequeue` returns, so a busy queue never takes the slots of another.
 ///
 /// ```no_run
 /// # use std::sync::Arc;
@@ -103,43 +101,26 @@ impl<R: Record, H: Handler<DbStore<R>>> QueueWorkers<R, H> {
         Ok(QueueWorkers { workers })
     }
 
-    /// In transactional handling every queue's running jobs hold a connection
-    /// each, and every worker claims and heartbeats on its own.
+    /// Every queue's worker holds its connections at once, beside what the
+    /// store shares between them.
     fn check_pool(
         store: &DbStore<R>,
         options: &WorkerOptions,
         queues: &[(&str, usize)],
     ) -> Result<()> {
-        let max = store.pool().options().get_max_connections();
-        let workers = u32::try_from(queues.len()).unwrap_or(u32::MAX);
-        let handlers: usize = queues.iter().map(|(_, n)| n).sum();
-        let handlers = u32::try_from(handlers).unwrap_or(u32::MAX);
-        let extra = u32::try_from(options.concurrent_dequeues_for(store).saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        let (needed, reason) = match store.handling() {
-            Handling::Transactional => (
-                handlers.saturating_add(workers.saturating_mul(RESERVED_CONNECTIONS + extra)),
-                format!(
-                    "{handlers} handlers over {workers} queues, plus {} per queue for claims and heartbeats",
-                    RESERVED_CONNECTIONS + extra
-                ),
-            ),
-            Handling::Heartbeat => (
-                workers.saturating_mul(RESERVED_CONNECTIONS + extra) + 1,
-                format!(
-                    "{} per queue for claims and heartbeats, plus one for batched marks",
-                    RESERVED_CONNECTIONS + extra
-                ),
-            ),
-        };
-        if max < needed {
-            return Err(Error::PoolTooSmall {
-                max_connections: max,
-                needed,
-                reason,
-            });
+        let mut needed = 0u32;
+        let mut reason = String::new();
+        for (_, handlers) in queues {
+            let mut o = options.clone();
+            o.num_handlers = *handlers;
+            let need = store.pool_need(&o);
+            needed = needed.saturating_add(need.per_worker);
+            if reason.is_empty() {
+                needed = needed.saturating_add(need.shared);
+                reason = need.reason;
+            }
         }
-        Ok(())
+        store.check_pool(needed, format!("{} queues: {reason}", queues.len()))
     }
 
     /// Stops every queue's worker.
@@ -185,14 +166,8 @@ struct QueueHandler<H> {
 #[async_trait]
 impl<R: Record, H: Handler<DbStore<R>>> Handler<DbStore<R>> for QueueHandler<H> {
     async fn pre_dequeue(&self) -> std::result::Result<Option<DbConditions>, BoxError> {
-        let Some(conditions) = self.inner.pre_dequeue().await? else {
-            return Ok(None);
-        };
-        let column: Vec<String> = self.column.split('.').map(crate::sql::quote).collect();
-        Ok(Some(conditions.and(Expr::cust_with_values(
-            format!("{} = $1", column.join(".")),
-            [self.queue.clone()],
-        ))))
+        let conditions = self.inner.pre_dequeue().await?;
+        Ok(conditions.map(|c| c.column_in(&self.column, std::slice::from_ref(&self.queue))))
     }
 
     async fn pre_handle(&self, record: &R) {

@@ -30,6 +30,17 @@ use crate::{notify, schema_check, sql};
 /// heartbeats. Heartbeat handling needs one more, for the batched marks.
 pub const RESERVED_CONNECTIONS: u32 = 2;
 
+/// What workers need of the pool: see [`DbStore::pool_need`].
+#[derive(Debug)]
+pub(crate) struct PoolNeed {
+    /// Held at once by one worker.
+    pub(crate) per_worker: u32,
+    /// Held by the store for all its workers (the batched-mark writer).
+    pub(crate) shared: u32,
+    /// Where the need comes from, for the error.
+    pub(crate) reason: String,
+}
+
 /// Extra dequeue conditions returned by `pre_dequeue`: sea-query expressions
 /// ANDed into the claim's `WHERE`, over the view's (or table's) alias.
 ///
@@ -235,27 +246,41 @@ impl<R: Record> DbStore<R> {
                 });
             }
         }
-        let max = self.pool.options().get_max_connections();
-        // Buffered jobs hold nothing: a job's transaction opens when it starts.
+        // Claimed-ahead jobs hold nothing (a job's transaction opens when it
+        // starts), so `claim_ahead` does not count.
         let _ = claim_ahead;
-        let held = u32::try_from(options.num_handlers).unwrap_or(u32::MAX);
+        let need = self.pool_need(options);
+        self.check_pool(need.per_worker.saturating_add(need.shared), need.reason)
+    }
+
+    /// The connections a worker with `options` holds at once on this store,
+    /// and those the store shares between all its workers.
+    pub(crate) fn pool_need(&self, options: &WorkerOptions) -> PoolNeed {
+        let handlers = u32::try_from(options.num_handlers).unwrap_or(u32::MAX);
         // Claims beyond the first each need a connection of their own.
         let extra_claims = u32::try_from(options.concurrent_dequeues_for(self).saturating_sub(1))
             .unwrap_or(u32::MAX);
-        let (needed, reason) = match self.handling() {
-            Handling::Transactional => (
-                held.saturating_add(RESERVED_CONNECTIONS)
+        match self.handling() {
+            Handling::Transactional => PoolNeed {
+                per_worker: handlers
+                    .saturating_add(RESERVED_CONNECTIONS)
                     .saturating_add(extra_claims),
-                format!(
-                    "transactional handling holds one per running job: {} handlers + {RESERVED_CONNECTIONS} for claims and heartbeats + {extra_claims} for further concurrent claims",
-                    options.num_handlers
+                shared: 0,
+                reason: format!(
+                    "transactional handling holds one per running job: {handlers} handlers + {RESERVED_CONNECTIONS} for claims and heartbeats + {extra_claims} for further concurrent claims, per worker"
                 ),
-            ),
-            Handling::Heartbeat => (
-                RESERVED_CONNECTIONS + 1,
-                "one for claims, one for heartbeats and one for batched marks".to_owned(),
-            ),
-        };
+            },
+            Handling::Heartbeat => PoolNeed {
+                per_worker: RESERVED_CONNECTIONS,
+                shared: 1,
+                reason: "one for claims and one for heartbeats per worker, and one for the store's batched marks".to_owned(),
+            },
+        }
+    }
+
+    /// Refuses a pool smaller than `needed`.
+    pub(crate) fn check_pool(&self, needed: u32, reason: String) -> Result<()> {
+        let max = self.pool.options().get_max_connections();
         if max < needed {
             return Err(Error::PoolTooSmall {
                 max_connections: max,
