@@ -76,6 +76,21 @@ impl Relation {
         })
     }
 
+    /// The relation quoted for SQL: `"schema"."name"` or `"name"`.
+    pub(crate) fn quoted(&self) -> String {
+        self.quoted_sibling(&self.name)
+    }
+
+    /// Another object `name` (a function, a trigger) quoted in this
+    /// relation's schema.
+    pub(crate) fn quoted_sibling(&self, name: &str) -> String {
+        let quote = crate::sql::quote;
+        match &self.schema {
+            Some(s) => format!("{}.{}", quote(s), quote(name)),
+            None => quote(name),
+        }
+    }
+
     /// The qualified name for messages: `schema.name` or `name`.
     pub(crate) fn display_name(&self) -> String {
         match &self.schema {

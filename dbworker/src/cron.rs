@@ -25,10 +25,7 @@ pub const DEFAULT_CRON_TABLE: &str = "dbworker_cron";
 /// ```
 pub fn cron_table_sql(cron_table: &str) -> Result<String> {
     let rel = Relation::parse("cron_table", cron_table)?;
-    let table = match &rel.schema {
-        Some(s) => format!("{}.{}", sql::quote(s), sql::quote(&rel.name)),
-        None => sql::quote(&rel.name),
-    };
+    let table = rel.quoted();
     Ok(format!(
         r#"-- The last tick enqueued per cron schedule; every scheduler advances it atomically.
 CREATE TABLE IF NOT EXISTS {table} (
@@ -103,19 +100,14 @@ impl Scheduler {
     /// `cron_table` (which must exist).
     pub async fn new(pool: &PgPool, enqueuer: Enqueuer, cron_table: &str) -> Result<Scheduler> {
         let cron_table = Relation::parse("cron_table", cron_table)?;
-        let rows = sql::relation_columns(&cron_table)
-            .query()
-            .fetch_all(pool)
-            .await
-            .map_err(Error::db("cron_check"))?;
-        if rows.is_empty() {
-            return Err(Error::Schema {
-                problems: vec![format!(
-                    "cron table {} does not exist (`dbworker migration --cron` prints it)",
-                    cron_table.display_name()
-                )],
-            });
-        }
+        crate::schema_check::require_columns(
+            pool,
+            &cron_table,
+            "cron table",
+            &["job_table", "schedule", "last_tick"],
+            "`dbworker migration --cron` prints it",
+        )
+        .await?;
         Ok(Scheduler {
             pool: pool.clone(),
             job_table: sql::pause_key(enqueuer.table()),

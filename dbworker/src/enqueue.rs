@@ -105,6 +105,22 @@ pub(crate) struct Target {
     pub(crate) kind: Option<String>,
 }
 
+impl Target {
+    /// The optional columns this table was configured with.
+    fn optional_columns(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.key,
+            &self.queue,
+            &self.priority,
+            &self.max_retries,
+            &self.kind,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
+}
+
 /// When a new job becomes eligible. Both are computed by the database clock
 /// or stored as given; the worker compares them with the database clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -304,48 +320,19 @@ impl Enqueuer {
     /// whatever is missing.
     pub async fn new(pool: &PgPool, options: EnqueueOptions) -> Result<Enqueuer> {
         let target = options.resolve()?;
-        let rows = sql::relation_columns(&target.table)
-            .query()
-            .fetch_all(pool)
-            .await
-            .map_err(Error::db("enqueue_check"))?;
-        let existing: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
-        if existing.is_empty() {
-            return Err(Error::Schema {
-                problems: vec![format!(
-                    "table {} does not exist (or is not visible on the search_path)",
-                    target.table.display_name()
-                )],
-            });
-        }
         let c = &target.columns;
-        let needed = [
-            Some(("id", c.id.as_str())),
-            Some(("state", c.state.as_str())),
-            Some(("process_after", c.process_after.as_str())),
-            target.key.as_deref().map(|k| ("key_column", k)),
-            target.queue.as_deref().map(|q| ("queue_column", q)),
-            target.priority.as_deref().map(|p| ("priority_column", p)),
-            target
-                .max_retries
-                .as_deref()
-                .map(|m| ("max_retries_column", m)),
-            target.kind.as_deref().map(|k| ("kind_column", k)),
-        ];
-        let problems: Vec<String> = needed
+        let needed: Vec<&str> = [c.id.as_str(), c.state.as_str(), c.process_after.as_str()]
             .into_iter()
-            .flatten()
-            .filter(|(_, name)| !existing.iter().any(|e| e == name))
-            .map(|(what, name)| {
-                format!(
-                    "table {} has no column {name:?} ({what})",
-                    target.table.display_name()
-                )
-            })
+            .chain(target.optional_columns())
             .collect();
-        if !problems.is_empty() {
-            return Err(Error::Schema { problems });
-        }
+        crate::schema_check::require_columns(
+            pool,
+            &target.table,
+            "table",
+            &needed,
+            "or not visible on the search_path",
+        )
+        .await?;
         if target.key.is_some()
             && let Err(err) = sql::explain_keyed_insert(&target)
                 .query()
@@ -601,10 +588,7 @@ impl Enqueuer {
                 .expected_types()
                 .iter()
                 .any(|(_, c, _)| *c == column.as_str());
-            let optional = [&t.key, &t.queue, &t.priority, &t.max_retries, &t.kind]
-                .into_iter()
-                .flatten()
-                .any(|c| c == column);
+            let optional = t.optional_columns().any(|c| c == column);
             if standard || optional {
                 return Err(Error::InvalidOption {
                     field: "column",

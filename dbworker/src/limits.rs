@@ -5,10 +5,16 @@ use sqlx::{PgPool, Row};
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::schema_check::require_columns;
 use crate::sql;
 
 /// The limit table's default name.
 pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
+
+/// The limit table's columns.
+pub(crate) const COLUMNS: [&str; 3] = ["job_table", "queue", "max_processing"];
+/// How to create the limit table.
+pub(crate) const HINT: &str = "`dbworker migration --limits` prints it";
 
 /// `CREATE TABLE` for a limit table (`dbworker migration --limits`); one limit
 /// table serves every job table.
@@ -19,10 +25,7 @@ pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
 /// ```
 pub fn limit_table_sql(limit_table: &str) -> Result<String> {
     let rel = Relation::parse("limit_table", limit_table)?;
-    let table = match &rel.schema {
-        Some(s) => format!("{}.{}", sql::quote(s), sql::quote(&rel.name)),
-        None => sql::quote(&rel.name),
-    };
+    let table = rel.quoted();
     Ok(format!(
         r#"-- At most max_processing jobs of a queue processing at once, across every process.
 CREATE TABLE IF NOT EXISTS {table} (
@@ -58,7 +61,7 @@ impl Limits {
     pub async fn new(pool: &PgPool, limit_table: &str, job_table: &str) -> Result<Limits> {
         let limit_table = Relation::parse("limit_table", limit_table)?;
         let job = Relation::parse("table_name", job_table)?;
-        check_limit_table(pool, &limit_table).await?;
+        require_columns(pool, &limit_table, "limit table", &COLUMNS, HINT).await?;
         Ok(Limits {
             pool: pool.clone(),
             job_table: sql::pause_key(&job),
@@ -106,36 +109,4 @@ impl Limits {
             })
             .collect())
     }
-}
-
-/// The limit table must exist with its columns.
-pub(crate) async fn check_limit_table(pool: &PgPool, limit_table: &Relation) -> Result<()> {
-    let rows = sql::relation_columns(limit_table)
-        .query()
-        .fetch_all(pool)
-        .await
-        .map_err(Error::db("limit_check"))?;
-    let names: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
-    if names.is_empty() {
-        return Err(Error::Schema {
-            problems: vec![format!(
-                "limit table {} does not exist (`dbworker migration --limits` prints it)",
-                limit_table.display_name()
-            )],
-        });
-    }
-    let missing: Vec<&str> = ["job_table", "queue", "max_processing"]
-        .into_iter()
-        .filter(|c| !names.iter().any(|n| n == c))
-        .collect();
-    if !missing.is_empty() {
-        return Err(Error::Schema {
-            problems: vec![format!(
-                "limit table {} has no column {}",
-                limit_table.display_name(),
-                missing.join(", ")
-            )],
-        });
-    }
-    Ok(())
 }

@@ -7,14 +7,6 @@ use crate::columns::{Columns, Relation, bounded_name};
 use crate::error::Result;
 use crate::sql::quote;
 
-/// `name` quoted, in the schema of `rel` when it has one.
-fn qualified(rel: &Relation, name: &str) -> String {
-    match &rel.schema {
-        Some(s) => format!("{}.{}", quote(s), quote(name)),
-        None => quote(name),
-    }
-}
-
 /// Returns `CREATE TABLE` and `CREATE INDEX` statements for a job table named
 /// `table_name` (optionally schema-qualified) with the standard columns,
 /// renamed by `alternate_column_names`. Add your own columns after generating.
@@ -29,7 +21,7 @@ pub fn job_table_sql(
 ) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
-    let table = qualified(&rel, &rel.name);
+    let table = rel.quoted();
     // Postgres truncates names to 63 bytes: long table names would give both
     // indexes one name, and `IF NOT EXISTS` would skip the second.
     let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
@@ -132,7 +124,7 @@ pub fn optional_columns_sql(
 ) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
-    let table = qualified(&rel, &rel.name);
+    let table = rel.quoted();
     let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
     let (id, state) = (quote(&c.id), quote(&c.state));
     let mut ddl = String::new();
@@ -207,8 +199,8 @@ pub fn enqueue_function_sql(
 ) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
-    let table = qualified(&rel, &rel.name);
-    let function = qualified(&rel, &bounded_name(&format!("{}_enqueue", rel.name)));
+    let table = rel.quoted();
+    let function = rel.quoted_sibling(&bounded_name(&format!("{}_enqueue", rel.name)));
     // The table as a literal for format('%s'), and the record type for
     // jsonb_populate_record.
     let table_literal = table.replace('\'', "''");

@@ -78,12 +78,8 @@ pub fn notify_trigger_sql(
         None => Listen::TableChannel.resolve(&rel)?,
     }
     .unwrap_or_default();
-    let qualify = |name: &str| match &rel.schema {
-        Some(s) => format!("{}.{}", quote(s), quote(name)),
-        None => quote(name),
-    };
-    let table = qualify(&rel.name);
-    let function = qualify(&bounded_name(&format!("{}_dbworker_notify", rel.name)));
+    let table = rel.quoted();
+    let function = rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_notify", rel.name)));
     let on_insert = quote(&bounded_name(&format!(
         "{}_dbworker_notify_insert",
         rel.name

@@ -6,10 +6,16 @@ use sqlx::{PgPool, Row};
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::notify::channel_for;
+use crate::schema_check::require_columns;
 use crate::sql;
 
 /// The pause table's default name.
 pub const DEFAULT_PAUSE_TABLE: &str = "dbworker_pauses";
+
+/// The pause table's columns.
+pub(crate) const COLUMNS: [&str; 4] = ["job_table", "queue", "paused_at", "paused_by"];
+/// How to create the pause table.
+pub(crate) const HINT: &str = "`dbworker migration --pauses` prints it";
 
 /// What pausing the whole table is recorded as (a queue can never be named so
 /// in [`Pauses::pause`]).
@@ -24,10 +30,7 @@ const WHOLE_TABLE: &str = "*";
 /// ```
 pub fn pause_table_sql(pause_table: &str) -> Result<String> {
     let rel = Relation::parse("pause_table", pause_table)?;
-    let table = match &rel.schema {
-        Some(s) => format!("{}.{}", sql::quote(s), sql::quote(&rel.name)),
-        None => sql::quote(&rel.name),
-    };
+    let table = rel.quoted();
     Ok(format!(
         r#"-- Paused job tables (queue '*') and queues; claims skip them while paused.
 CREATE TABLE IF NOT EXISTS {table} (
@@ -80,7 +83,7 @@ impl Pauses {
     pub async fn new(pool: &PgPool, pause_table: &str, job_table: &str) -> Result<Pauses> {
         let pause_table = Relation::parse("pause_table", pause_table)?;
         let job = Relation::parse("table_name", job_table)?;
-        check_pause_table(pool, &pause_table).await?;
+        require_columns(pool, &pause_table, "pause table", &COLUMNS, HINT).await?;
         Ok(Pauses {
             pool: pool.clone(),
             job_table: sql::pause_key(&job),
@@ -156,37 +159,4 @@ fn key(queue: Option<&str>) -> Result<&str> {
         }),
         Some(q) => Ok(q),
     }
-}
-
-/// The pause table must exist with its columns (a typo would otherwise make
-/// every claim fail).
-pub(crate) async fn check_pause_table(pool: &PgPool, pause_table: &Relation) -> Result<()> {
-    let rows = sql::relation_columns(pause_table)
-        .query()
-        .fetch_all(pool)
-        .await
-        .map_err(Error::db("pause_check"))?;
-    let names: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
-    let missing: Vec<&str> = ["job_table", "queue", "paused_at", "paused_by"]
-        .into_iter()
-        .filter(|c| !names.iter().any(|n| n == c))
-        .collect();
-    if names.is_empty() {
-        return Err(Error::Schema {
-            problems: vec![format!(
-                "pause table {} does not exist (`dbworker migration --pauses` prints it)",
-                pause_table.display_name()
-            )],
-        });
-    }
-    if !missing.is_empty() {
-        return Err(Error::Schema {
-            problems: vec![format!(
-                "pause table {} has no column {}",
-                pause_table.display_name(),
-                missing.join(", ")
-            )],
-        });
-    }
-    Ok(())
 }

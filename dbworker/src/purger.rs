@@ -141,19 +141,15 @@ impl Purger {
         crate::schema_check::check_table(&pool, &target.table, &target.columns, &mut problems)
             .await?;
         if let Some(archive) = &target.archive {
-            let rows = sql::relation_columns(archive)
-                .query()
-                .fetch_all(&pool)
-                .await
-                .map_err(Error::db("purge_check"))?;
-            if rows.is_empty() {
-                problems.push(format!(
-                    "archive table {} does not exist (CREATE TABLE {} (LIKE {}))",
-                    archive.display_name(),
-                    archive.display_name(),
-                    target.table.display_name()
-                ));
-            }
+            let hint = format!(
+                "CREATE TABLE {} (LIKE {})",
+                archive.display_name(),
+                target.table.display_name()
+            );
+            problems.extend(
+                crate::schema_check::missing_columns(&pool, archive, "archive table", &[], &hint)
+                    .await?,
+            );
         }
         if !problems.is_empty() {
             return Err(Error::Schema { problems });

@@ -61,6 +61,44 @@ async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, Col
         .collect())
 }
 
+/// What is wrong with `rel`, the `what` (a "pause table", an "archive table")
+/// a feature relies on: missing (with `hint` on how to create it), or
+/// missing any of `columns`.
+pub(crate) async fn missing_columns(
+    pool: &PgPool,
+    rel: &Relation,
+    what: &str,
+    columns: &[&str],
+    hint: &str,
+) -> Result<Vec<String>> {
+    let existing = columns_of(pool, rel).await?;
+    let name = rel.display_name();
+    if existing.is_empty() {
+        return Ok(vec![format!("{what} {name} does not exist ({hint})")]);
+    }
+    Ok(columns
+        .iter()
+        .filter(|c| !existing.contains_key(**c))
+        .map(|c| format!("{what} {name} has no column {c}"))
+        .collect())
+}
+
+/// [`missing_columns`] as an error.
+pub(crate) async fn require_columns(
+    pool: &PgPool,
+    rel: &Relation,
+    what: &str,
+    columns: &[&str],
+    hint: &str,
+) -> Result<()> {
+    let problems = missing_columns(pool, rel, what, columns, hint).await?;
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Schema { problems })
+    }
+}
+
 /// Whether the relation exists (resolved as Postgres resolves it, through
 /// `search_path` when unqualified) and whether the role may read it (and
 /// update it, when `update`). Records what is wrong; returns whether it exists.
@@ -181,35 +219,38 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
         }
     }
     if let Some(pauses) = &o.pause_table {
-        if let Err(Error::Schema { problems: found }) =
-            crate::pauses::check_pause_table(pool, pauses).await
-        {
-            problems.extend(found);
-        }
-        if let Some(column) = &o.queue_column
-            && !columns_of(pool, &o.table).await?.contains_key(column)
-        {
-            problems.push(format!(
-                "table {} has no column {column} (queue_column)",
-                o.table.display_name()
-            ));
-        }
+        problems.extend(
+            missing_columns(
+                pool,
+                pauses,
+                "pause table",
+                &crate::pauses::COLUMNS,
+                crate::pauses::HINT,
+            )
+            .await?,
+        );
     }
     if let Some(limits) = &o.limit_table {
-        if let Err(Error::Schema { problems: found }) =
-            crate::limits::check_limit_table(pool, limits).await
-        {
-            problems.extend(found);
-        }
-        if let Some(column) = &o.queue_column
-            && o.pause_table.is_none()
-            && !columns_of(pool, &o.table).await?.contains_key(column)
-        {
-            problems.push(format!(
-                "table {} has no column {column} (queue_column)",
-                o.table.display_name()
-            ));
-        }
+        problems.extend(
+            missing_columns(
+                pool,
+                limits,
+                "limit table",
+                &crate::limits::COLUMNS,
+                crate::limits::HINT,
+            )
+            .await?,
+        );
+    }
+    if let Some(column) = o.queue_column.as_deref()
+        && (o.pause_table.is_some() || o.limit_table.is_some())
+    {
+        problems.extend(
+            missing_columns(pool, &o.table, "table", &[column], "")
+                .await?
+                .into_iter()
+                .map(|p| format!("{p} (queue_column)")),
+        );
     }
     if let Some(view) = &o.view
         && check_access(pool, view, "view", false, &mut problems).await?

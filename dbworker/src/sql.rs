@@ -110,7 +110,7 @@ fn not_paused(o: &Resolved, a: &str) -> Option<Expr> {
     Some(Expr::cust_with_values(
         format!(
             "NOT EXISTS (SELECT 1 FROM {} AS p WHERE p.\"job_table\" = $1 AND (p.\"queue\" = '*'{queue}))",
-            qualified(pauses)
+            pauses.quoted()
         ),
         [pause_key(&o.table)],
     ))
@@ -122,7 +122,7 @@ fn queue_room(o: &Resolved, limits: &Relation, queue: &str) -> SelectStatement {
     let c = &o.columns;
     let busy = format!(
         "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing' AND \"dbworker_busy\".{} = {}.\"queue\")",
-        qualified(&o.table),
+        o.table.quoted(),
         quote(&c.state),
         quote(queue),
         quote(&limits.alias)
@@ -204,14 +204,6 @@ pub(crate) fn claim_lock(o: &Resolved) -> Statement {
         ))
         .to_owned();
     Statement::from(&q)
-}
-
-/// `"schema"."name"` or `"name"`.
-fn qualified(rel: &Relation) -> String {
-    match &rel.schema {
-        Some(schema) => format!("{}.{}", quote(schema), quote(&rel.name)),
-        None => quote(&rel.name),
-    }
 }
 
 /// `a.id = $id AND a.state = 'processing' AND token(a) = $token`: the lease guard.
@@ -1136,7 +1128,7 @@ fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statemen
              FROM {table} AS {a} WHERE {a}.{state} IN ({states}) GROUP BY 1, 2",
             state = quote(&c.state),
             queued_at = quote(&c.queued_at),
-            table = qualified(t),
+            table = t.quoted(),
         )
     };
     Statement {
@@ -1153,11 +1145,7 @@ fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statemen
 /// only when configured so, so an unqualified name resolves through
 /// `search_path` exactly as the other statements' names do.
 fn regclass(rel: &Relation) -> Expr {
-    let name = match &rel.schema {
-        Some(s) => format!("{}.{}", quote(s), quote(&rel.name)),
-        None => quote(&rel.name),
-    };
-    Expr::cust_with_values("to_regclass($1::text)", [name])
+    Expr::cust_with_values("to_regclass($1::text)", [rel.quoted()])
 }
 
 /// The job table as an insert target, aliased so `ON CONFLICT … DO UPDATE`
@@ -1366,7 +1354,7 @@ pub(crate) fn purge_batch(
         Some(archive) => Statement {
             sql: format!(
                 "WITH \"dbworker_moved\" AS ({sql}) INSERT INTO {} SELECT * FROM \"dbworker_moved\" RETURNING {}::bigint AS \"id\"",
-                qualified(archive),
+                archive.quoted(),
                 quote(&c.id)
             ),
             values,
@@ -1659,10 +1647,7 @@ pub(crate) fn notify(channel: &str) -> Statement {
 
 /// `COPY <table> (<columns>) FROM STDIN` in text format, for bulk loads.
 pub(crate) fn copy_in(t: &Target, columns: &[String]) -> String {
-    let table = match &t.table.schema {
-        Some(schema) => format!("{}.{}", quote(schema), quote(&t.table.name)),
-        None => quote(&t.table.name),
-    };
+    let table = t.table.quoted();
     let columns: Vec<String> = columns.iter().map(|c| quote(c)).collect();
     format!("COPY {table} ({}) FROM STDIN", columns.join(", "))
 }
