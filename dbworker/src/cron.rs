@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Connection, PgPool, Row};
+use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::columns::Relation;
@@ -180,8 +180,7 @@ impl Scheduler {
     }
 
     async fn tick_one(&self, entry: &Entry) -> Result<Option<i64>> {
-        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
-        let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         sql::cron_register(&self.cron_table, &self.job_table, &entry.name)
             .query()
             .execute(&mut *tx)

@@ -300,7 +300,7 @@ BEGIN
         EXECUTE format('INSERT INTO %s DEFAULT VALUES RETURNING {id_escaped}', '{table_literal}') INTO new_id;
         RETURN new_id;
     END IF;{keyed}
-    EXECUTE format('INSERT INTO %s ({cols_placeholder}) SELECT %s FROM jsonb_populate_record(NULL::%s, $1) RETURNING {id_escaped}', '{table_literal}', cols, cols, '{table_literal}')
+    EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1) RETURNING {id_escaped}', '{table_literal}', cols, cols, '{table_literal}')
         USING vals INTO new_id;
     RETURN new_id;
 END
@@ -313,7 +313,6 @@ $dbworker$;
             ""
         },
         id_escaped = id,
-        cols_placeholder = "%s",
     ))
 }
 

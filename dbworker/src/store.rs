@@ -593,26 +593,24 @@ impl<R: Record> Store for DbStore<R> {
         }
         // One read for the whole batch, through the view.
         if !leases.is_empty() {
+            let ids = leases.iter().map(|l| l.id).collect();
+            match sql::select_records(o, ids)
+                .query()
+                .fetch_all(&self.pool)
+                .await
             {
-                let ids = leases.iter().map(|l| l.id).collect();
-                match sql::select_records(o, ids)
-                    .query()
-                    .fetch_all(&self.pool)
-                    .await
-                {
-                    Ok(rows) => {
-                        let mut by_id: HashMap<i64, PgRow> = rows
-                            .into_iter()
-                            .map(|r| (r.get::<i64, _>(sql::RECORD_ID), r))
-                            .collect();
-                        for lease in leases {
-                            let row = Ok(by_id.remove(&lease.id));
-                            opened.push(self.scan_or_fail(lease, row, None).await);
-                        }
+                Ok(rows) => {
+                    let mut by_id: HashMap<i64, PgRow> = rows
+                        .into_iter()
+                        .map(|r| (r.get::<i64, _>(sql::RECORD_ID), r))
+                        .collect();
+                    for lease in leases {
+                        let row = Ok(by_id.remove(&lease.id));
+                        opened.push(self.scan_or_fail(lease, row, None).await);
                     }
-                    // Left processing: the resetter requeues them.
-                    Err(err) => opened.push(Err(Error::db("select_records")(err))),
                 }
+                // Left processing: the resetter requeues them.
+                Err(err) => opened.push(Err(Error::db("select_records")(err))),
             }
         }
         let mut jobs = Vec::with_capacity(opened.len());
