@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use dbworker::{DEFAULT_PAUSE_TABLE, OptionalColumns, optional_columns_sql, pause_table_sql};
+use dbworker::{DEFAULT_PAUSE_TABLE, pause_table_sql};
 
 use common::Db;
 
@@ -41,14 +41,11 @@ fn refused(out: &Output) -> String {
 
 /// One job per state; returns their ids by state.
 async fn seed(db: &Db) -> std::collections::HashMap<&'static str, i64> {
-    let mut columns = OptionalColumns::default();
-    columns.queue = true;
-    let mut ddl = optional_columns_sql("jobs", &Default::default(), columns).unwrap();
-    ddl.push_str(&pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.add_columns(
+        |c| c.queue = true,
+        &[pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap()],
+    )
+    .await;
     let mut ids = std::collections::HashMap::new();
     for state in ["queued", "errored", "processing", "failed", "completed"] {
         let id: i64 = sqlx::query_scalar(

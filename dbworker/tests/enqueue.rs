@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use dbworker::{
     DbConditions, EnqueueOptions, Enqueued, Enqueuer, Error, Handling, KeyMode, NewJob,
-    OptionalColumns, enqueue_function_sql, optional_columns_sql,
+    OptionalColumns, enqueue_function_sql,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -20,11 +20,7 @@ use common::Db;
 /// The test table with every optional column, and an enqueuer that uses them.
 async fn set_up() -> (Db, Enqueuer) {
     let db = Db::new().await;
-    let ddl = optional_columns_sql("jobs", &Default::default(), OptionalColumns::all()).unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.add_columns(|c| *c = OptionalColumns::all(), &[]).await;
     let enqueuer = Enqueuer::new(&db.pool, full_options()).await.unwrap();
     (db, enqueuer)
 }

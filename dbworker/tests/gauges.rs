@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use dbworker::{DbStore, OptionalColumns, QueueStat, optional_columns_sql};
+use dbworker::{DbStore, QueueStat};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use workerutil::JobState;
 
@@ -14,13 +14,7 @@ use common::{Db, Job};
 
 async fn set_up() -> (Db, Arc<DbStore<Job>>) {
     let db = Db::new().await;
-    let mut only_queue = OptionalColumns::default();
-    only_queue.queue = true;
-    let ddl = optional_columns_sql("jobs", &Default::default(), only_queue).unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.add_columns(|c| c.queue = true, &[]).await;
     sqlx::raw_sql(
         "INSERT INTO jobs (state, finished_at) SELECT 'completed', now() FROM generate_series(1, 20000);
          INSERT INTO jobs (state, queue, queued_at) SELECT 'queued', 'emails', now() - interval '60 seconds' FROM generate_series(1, 3);

@@ -7,8 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use dbworker::{
-    DbConditions, DbJob, DbStore, EnqueueOptions, Enqueuer, NewJob, OptionalColumns, StoreOptions,
-    new_worker, optional_columns_sql,
+    DbConditions, DbJob, DbStore, EnqueueOptions, Enqueuer, NewJob, StoreOptions, new_worker,
 };
 use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Record, async_trait};
 
@@ -60,13 +59,7 @@ fn options(jobs: u64) -> workerutil::WorkerOptions {
 #[tokio::test]
 async fn workers_take_their_kinds_and_an_unknown_kind_fails_clearly() {
     let db = Db::new().await;
-    let mut only_kind = OptionalColumns::default();
-    only_kind.kind = true;
-    let ddl = optional_columns_sql("jobs", &Default::default(), only_kind).unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.add_columns(|c| c.kind = true, &[]).await;
     let mut eo = EnqueueOptions::new("jobs");
     eo.kind_column = Some("kind".into());
     let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use dbworker::{
     DEFAULT_LIMIT_TABLE, DbConditions, DbJob, DbStore, EnqueueOptions, Enqueuer, Handling, Limits,
-    NewJob, OptionalColumns, StoreOptions, limit_table_sql, new_worker, optional_columns_sql,
+    NewJob, StoreOptions, limit_table_sql, new_worker,
 };
 use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions, async_trait};
 
@@ -59,14 +59,11 @@ impl Handler<DbStore<QueuedJob>> for Counter {
 
 async fn set_up() -> (Db, Limits, Enqueuer) {
     let db = Db::new().await;
-    let mut only_queue = OptionalColumns::default();
-    only_queue.queue = true;
-    let mut ddl = optional_columns_sql("jobs", &Default::default(), only_queue).unwrap();
-    ddl.push_str(&limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.add_columns(
+        |c| c.queue = true,
+        &[limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap()],
+    )
+    .await;
     let limits = Limits::new(&db.pool, DEFAULT_LIMIT_TABLE, "jobs")
         .await
         .unwrap();

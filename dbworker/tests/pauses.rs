@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dbworker::{
     DEFAULT_PAUSE_TABLE, DbConditions, DbStore, EnqueueOptions, Enqueuer, Handling, Listen, NewJob,
-    OptionalColumns, Pauses, new_worker, notify_trigger_sql, optional_columns_sql, pause_table_sql,
+    Pauses, new_worker, notify_trigger_sql, pause_table_sql,
 };
 use workerutil::testing::wait_for;
 use workerutil::{Store, WorkerEvent, WorkerOptions};
@@ -18,15 +18,11 @@ use common::{Completes, Db, Job};
 
 async fn set_up() -> Db {
     let db = Db::new().await;
-    let mut only_queue = OptionalColumns::default();
-    only_queue.queue = true;
-    let mut ddl = optional_columns_sql("jobs", &Default::default(), only_queue).unwrap();
-    ddl.push_str(&pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap());
-    ddl.push_str(&notify_trigger_sql("jobs", &Default::default(), None).unwrap());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    let extra = [
+        pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+        notify_trigger_sql("jobs", &Default::default(), None).unwrap(),
+    ];
+    db.add_columns(|c| c.queue = true, &extra).await;
     db
 }
 

@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, EnqueueOptions, Enqueuer, Error, NewJob, OptionalColumns, QueueWorkers,
-    StoreOptions, optional_columns_sql,
+    DbJob, DbStore, EnqueueOptions, Enqueuer, Error, NewJob, QueueWorkers, StoreOptions,
 };
 use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
 
@@ -66,13 +65,7 @@ impl Handler<Store> for Tracker {
 
 async fn set_up() -> (Db, Arc<Store>) {
     let db = Db::new().await;
-    let mut only_queue = OptionalColumns::default();
-    only_queue.queue = true;
-    let ddl = optional_columns_sql("jobs", &Default::default(), only_queue).unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.add_columns(|c| c.queue = true, &[]).await;
     let mut o = StoreOptions::<QueuedJob>::from_row("queues", "jobs j");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());

@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbStore, Handling, RetryPolicy, StoreOptions, job_table_sql};
+use dbworker::{
+    DbStore, Handling, OptionalColumns, RetryPolicy, StoreOptions, job_table_sql,
+    optional_columns_sql,
+};
 use dbworker_testkit::TestDatabase;
 use sqlx::PgPool;
 use workerutil::{Record, RecordId};
@@ -139,6 +142,25 @@ impl Db {
             .execute(&self.pool)
             .await
             .unwrap();
+    }
+
+    /// Runs DDL (or any statements) on the test database.
+    pub async fn execute(&self, ddl: &str) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_owned()))
+            .execute(&self.pool)
+            .await
+            .expect("DDL");
+    }
+
+    /// Adds the optional columns `set` turns on to `jobs`, and runs `extra` DDL.
+    pub async fn add_columns(&self, set: impl FnOnce(&mut OptionalColumns), extra: &[String]) {
+        let mut columns = OptionalColumns::default();
+        set(&mut columns);
+        let mut ddl = optional_columns_sql("jobs", &HashMap::new(), columns).unwrap();
+        for more in extra {
+            ddl.push_str(more);
+        }
+        self.execute(&ddl).await;
     }
 
     pub fn options(&self) -> StoreOptions<Job> {
