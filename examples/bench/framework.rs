@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use dbworker::{DbJob, DbStore, Handling, RESERVED_CONNECTIONS, StoreOptions, new_worker};
 use tokio_util::sync::CancellationToken;
-use workerutil::{Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, async_trait};
+use workerutil::{
+    Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, WorkerSummary, async_trait,
+};
 
 use crate::db::{Bench, Mode, TABLE};
 use crate::report::Run;
@@ -164,18 +166,35 @@ pub(crate) async fn burn(bench: &Bench, mode: Mode, handlers: usize, jobs: u64) 
         starts: None,
     };
     let worker = new_worker(store, handler, worker_options(handlers, Some(jobs)))?;
+    let label = format!("{mode} run with {handlers} handlers");
+    measure(bench, &pool, &progress, jobs, &label, async {
+        Ok(worker.run().await)
+    })
+    .await
+}
+
+/// Runs `run` (a worker burning down `jobs`) under the run timeout, sampling
+/// `progress`, then checks that every job completed once; closes `pool`.
+pub(crate) async fn measure(
+    bench: &Bench,
+    pool: &sqlx::PgPool,
+    progress: &Arc<Progress>,
+    jobs: u64,
+    label: &str,
+    run: impl std::future::Future<Output = Result<WorkerSummary>>,
+) -> Result<Run> {
     let stop_sampling = CancellationToken::new();
     let sampler = progress.sample(stop_sampling.clone());
-    let summary = tokio::time::timeout(RUN_TIMEOUT, worker.run()).await?;
+    let summary = tokio::time::timeout(RUN_TIMEOUT, run).await??;
     stop_sampling.cancel();
     let per_second = sampler.await?;
     let statements = bench.statements().await?;
+    let connections = pool.options().get_max_connections();
     pool.close().await;
-
     let completed = bench.completed().await?;
     if summary.dequeued != jobs || completed != jobs {
         return Err(format!(
-            "{mode} run with {handlers} handlers: dequeued {} and completed {completed} of {jobs} jobs",
+            "{label}: dequeued {} and completed {completed} of {jobs} jobs",
             summary.dequeued
         )
         .into());

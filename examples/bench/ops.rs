@@ -9,13 +9,12 @@ use dbworker::{
     DEFAULT_LIMIT_TABLE, DbConditions, DbJob, DbStore, Handling, StoreOptions, new_worker,
 };
 use sqlx::AssertSqlSafe;
-use tokio_util::sync::CancellationToken;
 use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, async_trait};
 
+use crate::Result;
 use crate::db::{Bench, Mode, TABLE};
 use crate::framework::{self, NoOp, Progress};
 use crate::report::Run;
-use crate::{RUN_TIMEOUT, Result};
 
 /// What a run exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,27 +135,5 @@ pub(crate) async fn burn(
         };
         Result::Ok(summary)
     };
-    let stop = CancellationToken::new();
-    let sampler = progress.sample(stop.clone());
-    let summary = tokio::time::timeout(RUN_TIMEOUT, run).await??;
-    stop.cancel();
-    let per_second = sampler.await?;
-    let statements = bench.statements().await?;
-    pool.close().await;
-    let completed = bench.completed().await?;
-    if summary.dequeued != jobs || completed != jobs {
-        return Err(format!(
-            "{} run: dequeued {} and completed {completed} of {jobs} jobs",
-            variant.label(),
-            summary.dequeued
-        )
-        .into());
-    }
-    Ok(Run {
-        jobs,
-        elapsed: progress.elapsed(),
-        per_second,
-        statements,
-        connections,
-    })
+    framework::measure(bench, &pool, &progress, jobs, variant.label(), run).await
 }
