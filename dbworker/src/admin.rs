@@ -61,9 +61,7 @@ impl Admin {
         let columns = Columns::resolve(alternate_column_names)?;
         let mut problems = Vec::new();
         crate::schema_check::check_table(pool, &table, &columns, &mut problems).await?;
-        if !problems.is_empty() {
-            return Err(Error::Schema { problems });
-        }
+        crate::schema_check::none(problems)?;
         Ok(Admin {
             pool: pool.clone(),
             table,

@@ -5,16 +5,22 @@ use sqlx::{PgPool, Row};
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
-use crate::schema_check::require_columns;
 use crate::sql;
 
 /// The limit table's default name.
 pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
 
-/// The limit table's columns.
-pub(crate) const COLUMNS: [&str; 3] = ["job_table", "queue", "max_processing"];
-/// How to create the limit table.
-pub(crate) const HINT: &str = "`dbworker migration --limits` prints it";
+/// What is wrong with the limit table `rel` (missing, or missing columns).
+pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
+    crate::schema_check::missing_columns(
+        pool,
+        rel,
+        "limit table",
+        &["job_table", "queue", "max_processing"],
+        "`dbworker migration --limits` prints it",
+    )
+    .await
+}
 
 /// `CREATE TABLE` for a limit table (`dbworker migration --limits`); one limit
 /// table serves every job table.
@@ -61,7 +67,7 @@ impl Limits {
     pub async fn new(pool: &PgPool, limit_table: &str, job_table: &str) -> Result<Limits> {
         let limit_table = Relation::parse("limit_table", limit_table)?;
         let job = Relation::parse("table_name", job_table)?;
-        require_columns(pool, &limit_table, "limit table", &COLUMNS, HINT).await?;
+        crate::schema_check::none(problems(pool, &limit_table).await?)?;
         Ok(Limits {
             pool: pool.clone(),
             job_table: sql::pause_key(&job),

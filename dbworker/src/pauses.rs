@@ -6,16 +6,22 @@ use sqlx::{PgPool, Row};
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::notify::channel_for;
-use crate::schema_check::require_columns;
 use crate::sql;
 
 /// The pause table's default name.
 pub const DEFAULT_PAUSE_TABLE: &str = "dbworker_pauses";
 
-/// The pause table's columns.
-pub(crate) const COLUMNS: [&str; 4] = ["job_table", "queue", "paused_at", "paused_by"];
-/// How to create the pause table.
-pub(crate) const HINT: &str = "`dbworker migration --pauses` prints it";
+/// What is wrong with the pause table `rel` (missing, or missing columns).
+pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
+    crate::schema_check::missing_columns(
+        pool,
+        rel,
+        "pause table",
+        &["job_table", "queue", "paused_at", "paused_by"],
+        "`dbworker migration --pauses` prints it",
+    )
+    .await
+}
 
 /// What pausing the whole table is recorded as (a queue can never be named so
 /// in [`Pauses::pause`]).
@@ -83,7 +89,7 @@ impl Pauses {
     pub async fn new(pool: &PgPool, pause_table: &str, job_table: &str) -> Result<Pauses> {
         let pause_table = Relation::parse("pause_table", pause_table)?;
         let job = Relation::parse("table_name", job_table)?;
-        require_columns(pool, &pause_table, "pause table", &COLUMNS, HINT).await?;
+        crate::schema_check::none(problems(pool, &pause_table).await?)?;
         Ok(Pauses {
             pool: pool.clone(),
             job_table: sql::pause_key(&job),

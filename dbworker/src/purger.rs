@@ -151,9 +151,7 @@ impl Purger {
                     .await?,
             );
         }
-        if !problems.is_empty() {
-            return Err(Error::Schema { problems });
-        }
+        crate::schema_check::none(problems)?;
         Ok(Purger {
             pool,
             options,

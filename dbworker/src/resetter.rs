@@ -212,11 +212,7 @@ impl Resetter {
             &mut problems,
         )
         .await?;
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Schema { problems })
-        }
+        crate::schema_check::none(problems)
     }
 
     /// Runs one pass now.

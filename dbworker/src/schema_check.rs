@@ -91,7 +91,11 @@ pub(crate) async fn require_columns(
     columns: &[&str],
     hint: &str,
 ) -> Result<()> {
-    let problems = missing_columns(pool, rel, what, columns, hint).await?;
+    none(missing_columns(pool, rel, what, columns, hint).await?)
+}
+
+/// `Ok` when nothing is wrong, else the problems as one error.
+pub(crate) fn none(problems: Vec<String>) -> Result<()> {
     if problems.is_empty() {
         Ok(())
     } else {
@@ -219,28 +223,10 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
         }
     }
     if let Some(pauses) = &o.pause_table {
-        problems.extend(
-            missing_columns(
-                pool,
-                pauses,
-                "pause table",
-                &crate::pauses::COLUMNS,
-                crate::pauses::HINT,
-            )
-            .await?,
-        );
+        problems.extend(crate::pauses::problems(pool, pauses).await?);
     }
     if let Some(limits) = &o.limit_table {
-        problems.extend(
-            missing_columns(
-                pool,
-                limits,
-                "limit table",
-                &crate::limits::COLUMNS,
-                crate::limits::HINT,
-            )
-            .await?,
-        );
+        problems.extend(crate::limits::problems(pool, limits).await?);
     }
     if let Some(column) = o.queue_column.as_deref()
         && (o.pause_table.is_some() || o.limit_table.is_some())
@@ -276,9 +262,5 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
             o.source().display_name()
         ));
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Schema { problems })
-    }
+    none(problems)
 }
