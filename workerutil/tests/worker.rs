@@ -61,6 +61,18 @@ struct Flaky {
     fail_open: Mutex<Option<RecordId>>,
 }
 
+impl Flaky {
+    /// Queues jobs that succeed, with these ids.
+    fn enqueue_succeeding(&self, ids: std::ops::RangeInclusive<RecordId>) {
+        for id in ids {
+            self.inner.enqueue(Task {
+                id,
+                act: Act::Succeed,
+            });
+        }
+    }
+}
+
 #[async_trait]
 impl Store for Flaky {
     type Record = Task;
@@ -1158,12 +1170,7 @@ async fn a_handler_that_errors_because_of_a_shutdown_is_requeued_not_failed() {
 async fn a_slow_mark_does_not_hold_the_handler_slot() {
     let store = Arc::new(Flaky::default());
     *store.mark_delay.lock().unwrap() = Duration::from_secs(10);
-    for id in 1..=2 {
-        store.inner.enqueue(Task {
-            id,
-            act: Act::Succeed,
-        });
-    }
+    store.enqueue_succeeding(1..=2);
     let mut o = options();
     o.num_handlers = 1;
     o.num_total_jobs = Some(2);
@@ -1234,12 +1241,7 @@ async fn a_job_lost_before_it_opens_never_runs_and_one_that_cannot_open_goes_bac
         }),
         ..Default::default()
     });
-    for id in 1..=3 {
-        store.inner.enqueue(Task {
-            id,
-            act: Act::Succeed,
-        });
-    }
+    store.enqueue_succeeding(1..=3);
     // Job 1 is reset between its claim and its open; job 2's open fails.
     *store.reset_before_open.lock().unwrap() = Some(1);
     *store.fail_open.lock().unwrap() = Some(2);
@@ -1281,12 +1283,7 @@ async fn after_a_short_claim_live_wake_ups_replace_the_next_claim() {
             no_wakeups,
             ..Default::default()
         });
-        for id in 1..=3 {
-            store.inner.enqueue(Task {
-                id,
-                act: Act::Succeed,
-            });
-        }
+        store.enqueue_succeeding(1..=3);
         let mut o = options();
         o.num_handlers = 8;
         let worker = Worker::new(store.clone(), Acts::default(), o.clone()).unwrap();
