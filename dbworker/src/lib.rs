@@ -38,7 +38,7 @@ pub use cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, cron_table_sql};
 pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};
 pub use error::{Error, Result};
 pub use gauges::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH, QueueStat};
-pub use limits::{DEFAULT_LIMIT_TABLE, Limits, limit_table_sql};
+pub use limits::{DEFAULT_LIMIT_TABLE, Limit, Limits, limit_table_sql};
 pub use message::MAX_FAILURE_MESSAGE_BYTES;
 pub use migrate::{OptionalColumns, enqueue_function_sql, job_table_sql, optional_columns_sql};
 pub use notify::{Listen, default_notify_channel, notify_trigger_sql};

@@ -1,4 +1,5 @@
-//! Global concurrency limits per queue, stored in Postgres and enforced by the
+//! Global limits per queue — jobs processing at once, jobs processing at once
+//! per key, jobs started per second — stored in Postgres and enforced by the
 //! claim itself across every worker process.
 
 use sqlx::{PgPool, Row};
@@ -16,7 +17,16 @@ pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String
         pool,
         rel,
         "limit table",
-        &["job_table", "queue", "max_processing"],
+        &[
+            "job_table",
+            "queue",
+            "max_processing",
+            "max_per_key",
+            "rate_per_second",
+            "burst",
+            "tokens",
+            "refilled_at",
+        ],
         "`dbworker migration --limits` prints it",
     )
     .await
@@ -27,31 +37,123 @@ pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String
 ///
 /// ```
 /// let ddl = dbworker::limit_table_sql(dbworker::DEFAULT_LIMIT_TABLE).unwrap();
-/// assert!(ddl.contains("\"max_processing\" integer NOT NULL"));
+/// assert!(ddl.contains("\"max_per_key\" integer"));
 /// ```
 pub fn limit_table_sql(limit_table: &str) -> Result<String> {
     let rel = Relation::parse("limit_table", limit_table)?;
     let table = rel.quoted();
     Ok(format!(
-        r#"-- At most max_processing jobs of a queue processing at once, across every process.
+        r#"-- Per queue, across every process: at most max_processing jobs processing,
+-- at most max_per_key of them with one value of the store's limit_key_column,
+-- and at most rate_per_second jobs started per second (a token bucket holding
+-- up to burst). NULL: no such limit. tokens and refilled_at belong to the claim.
 CREATE TABLE IF NOT EXISTS {table} (
     "job_table" text NOT NULL,
     "queue" text NOT NULL,
-    "max_processing" integer NOT NULL CHECK ("max_processing" >= 0),
+    "max_processing" integer CHECK ("max_processing" >= 0),
+    "max_per_key" integer CHECK ("max_per_key" >= 0),
+    "rate_per_second" double precision CHECK ("rate_per_second" > 0),
+    "burst" integer CHECK ("burst" >= 1),
+    "tokens" double precision NOT NULL DEFAULT 0,
+    "refilled_at" timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY ("job_table", "queue")
 );
 "#
     ))
 }
 
-/// Sets and removes the global concurrency limits of a job table's queues,
-/// for every worker whose store sets `StoreOptions::limit_table`. A new limit
-/// applies at the next claim; jobs already processing are not stopped.
+/// One queue's limits; every field `None` means no such limit.
+///
+/// ```
+/// use dbworker::Limit;
+/// // At most 3 processing, one per customer, 10 started per second (bursts of 20).
+/// let limit = Limit::processing(3).per_key(1).rate(10.0, 20);
+/// assert_eq!(limit.max_per_key, Some(1));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Limit {
+    /// At most this many jobs of the queue processing at once (0 stops it).
+    pub max_processing: Option<u32>,
+    /// At most this many jobs of the queue processing at once with one value
+    /// of the store's `limit_key_column` (jobs whose value is NULL are not
+    /// limited per key). Needs `StoreOptions::limit_key_column`.
+    pub max_per_key: Option<u32>,
+    /// At most this many jobs of the queue started per second, on average.
+    pub rate_per_second: Option<f64>,
+    /// With a rate: how many starts may be saved up while the queue is idle
+    /// and spent at once. Default: the rate rounded up (at least 1).
+    pub burst: Option<u32>,
+}
+
+impl Limit {
+    /// At most `max` jobs processing at once.
+    pub fn processing(max: u32) -> Limit {
+        Limit {
+            max_processing: Some(max),
+            ..Limit::default()
+        }
+    }
+
+    /// And at most `max` processing at once per key.
+    pub fn per_key(mut self, max: u32) -> Limit {
+        self.max_per_key = Some(max);
+        self
+    }
+
+    /// And at most `per_second` started per second, with bursts of `burst`.
+    pub fn rate(mut self, per_second: f64, burst: u32) -> Limit {
+        self.rate_per_second = Some(per_second);
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Checks the values: a positive finite rate, a burst of at least 1 and
+    /// only with a rate, counts that fit the table's integers.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |field, reason: &str| {
+            Err(Error::InvalidOption {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if let Some(rate) = self.rate_per_second
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            return invalid("rate_per_second", "must be a positive number");
+        }
+        match self.burst {
+            Some(_) if self.rate_per_second.is_none() => {
+                invalid("burst", "only applies with rate_per_second")
+            }
+            Some(0) => invalid("burst", "must be at least 1"),
+            _ => {
+                for (field, n) in [
+                    ("max_processing", self.max_processing),
+                    ("max_per_key", self.max_per_key),
+                    ("burst", self.burst),
+                ] {
+                    if n.is_some_and(|n| i32::try_from(n).is_err()) {
+                        return invalid(field, "is too large");
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Sets and removes the global limits of a job table's queues, for every
+/// worker whose store sets `StoreOptions::limit_table`. A new limit applies
+/// at the next claim; jobs already processing are not stopped. A new rate
+/// starts with an empty bucket.
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// let limits = dbworker::Limits::new(&pool, dbworker::DEFAULT_LIMIT_TABLE, "jobs").await?;
+/// use dbworker::{Limit, Limits};
+/// let limits = Limits::new(&pool, dbworker::DEFAULT_LIMIT_TABLE, "jobs").await?;
 /// limits.set("reports", 3).await?; // at most 3 reports processing anywhere
+/// limits.set_limit("emails", Limit::default().rate(50.0, 100)).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -76,13 +178,16 @@ impl Limits {
     }
 
     /// Allows at most `max_processing` jobs of `queue` to be processing at once
-    /// (0 stops claiming it).
+    /// (0 stops claiming it); the queue's other limits are lifted.
     pub async fn set(&self, queue: &str, max_processing: u32) -> Result<()> {
-        let max = i32::try_from(max_processing).map_err(|_| Error::InvalidOption {
-            field: "max_processing",
-            reason: format!("{max_processing} is too large"),
-        })?;
-        sql::set_limit(&self.limit_table, &self.job_table, queue, max)
+        self.set_limit(queue, Limit::processing(max_processing))
+            .await
+    }
+
+    /// Replaces `queue`'s limits with `limit`.
+    pub async fn set_limit(&self, queue: &str, limit: Limit) -> Result<()> {
+        limit.validate()?;
+        sql::set_limit(&self.limit_table, &self.job_table, queue, &limit)
             .query()
             .execute(&self.pool)
             .await
@@ -90,7 +195,7 @@ impl Limits {
         Ok(())
     }
 
-    /// Removes `queue`'s limit; returns whether it had one.
+    /// Removes `queue`'s limits; returns whether it had any.
     pub async fn remove(&self, queue: &str) -> Result<bool> {
         let done = sql::remove_limit(&self.limit_table, &self.job_table, queue)
             .query()
@@ -100,18 +205,27 @@ impl Limits {
         Ok(done.rows_affected() == 1)
     }
 
-    /// The limits in force: `(queue, max_processing)` by queue.
-    pub async fn list(&self) -> Result<Vec<(String, u32)>> {
+    /// The limits in force, by queue.
+    pub async fn list(&self) -> Result<Vec<(String, Limit)>> {
         let rows = sql::list_limits(&self.limit_table, &self.job_table)
             .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("list_limits"))?;
+        let count = |r: &sqlx::postgres::PgRow, c: &str| {
+            r.get::<Option<i32>, _>(c)
+                .map(|n| u32::try_from(n).unwrap_or(0))
+        };
         Ok(rows
             .iter()
             .map(|r| {
-                let max: i32 = r.get("max_processing");
-                (r.get("queue"), u32::try_from(max).unwrap_or(0))
+                let limit = Limit {
+                    max_processing: count(r, "max_processing"),
+                    max_per_key: count(r, "max_per_key"),
+                    rate_per_second: r.get("rate_per_second"),
+                    burst: count(r, "burst"),
+                };
+                (r.get("queue"), limit)
             })
             .collect())
     }

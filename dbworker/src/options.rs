@@ -150,12 +150,17 @@ pub struct StoreOptions<R> {
     /// The table's queue column, for per-queue pauses and limits.
     pub queue_column: Option<String>,
     /// The limit table (`dbworker migration --limits` creates
-    /// `dbworker_limits`): at most `max_processing` jobs of a queue are
-    /// processing at once across every process, enforced by the claim itself
-    /// (claims of this table then take a transaction-scoped advisory lock, so
-    /// they serialize). Needs `queue_column`; every store on the table must set
-    /// it. Checked at start-up. `None` (the default): no limits.
+    /// `dbworker_limits`): per queue, at most `max_processing` jobs processing
+    /// at once across every process, at most `max_per_key` per key, and at
+    /// most `rate_per_second` started per second, enforced by the claim
+    /// itself (claims of this table then take a transaction-scoped advisory
+    /// lock, so they serialize). Needs `queue_column`; every store on the
+    /// table must set it. Checked at start-up. `None` (the default): no limits.
     pub limit_table: Option<String>,
+    /// The column whose value is the key of per-key limits (`max_per_key`),
+    /// for example `customer_id` or the job key column. Needs `limit_table`.
+    /// `None` (the default): per-key limits are not enforced.
+    pub limit_key_column: Option<String>,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -178,6 +183,7 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("pause_table", &self.pause_table)
             .field("queue_column", &self.queue_column)
             .field("limit_table", &self.limit_table)
+            .field("limit_key_column", &self.limit_key_column)
             .field("listen", &self.listen)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -206,6 +212,7 @@ impl<R> Clone for StoreOptions<R> {
             pause_table: self.pause_table.clone(),
             queue_column: self.queue_column.clone(),
             limit_table: self.limit_table.clone(),
+            limit_key_column: self.limit_key_column.clone(),
             connect_timeout: self.connect_timeout,
         }
     }
@@ -253,6 +260,7 @@ impl<R> StoreOptions<R> {
             pause_table: None,
             queue_column: None,
             limit_table: None,
+            limit_key_column: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -337,6 +345,15 @@ impl<R> StoreOptions<R> {
             Some(name) => Some(Relation::parse("limit_table", name)?),
             None => None,
         };
+        match &self.limit_key_column {
+            Some(_) if limit_table.is_none() => {
+                return Err(invalid("limit_key_column", "set limit_table too"));
+            }
+            Some(column) if !crate::columns::is_identifier(column) => {
+                return Err(invalid("limit_key_column", "must be a plain identifier"));
+            }
+            _ => {}
+        }
         if let Some(column) = &self.max_retries_column {
             if !crate::columns::is_identifier(column) {
                 return Err(invalid("max_retries_column", "must be a plain identifier"));
@@ -383,6 +400,7 @@ impl<R> StoreOptions<R> {
             candidate_window: self.candidate_window,
             pause_table,
             limit_table,
+            limit_key_column: self.limit_key_column.clone(),
             queue_column: self.queue_column.clone(),
             listen_channel,
             connect_timeout: self.connect_timeout,
@@ -422,6 +440,7 @@ pub(crate) struct Resolved {
     pub(crate) candidate_window: usize,
     pub(crate) pause_table: Option<Relation>,
     pub(crate) limit_table: Option<Relation>,
+    pub(crate) limit_key_column: Option<String>,
     pub(crate) queue_column: Option<String>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,

@@ -228,6 +228,14 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
     if let Some(limits) = &o.limit_table {
         problems.extend(crate::limits::problems(pool, limits).await?);
     }
+    if let Some(column) = o.limit_key_column.as_deref() {
+        problems.extend(
+            missing_columns(pool, &o.table, "table", &[column], "")
+                .await?
+                .into_iter()
+                .map(|p| format!("{p} (limit_key_column)")),
+        );
+    }
     if let Some(column) = o.queue_column.as_deref()
         && (o.pause_table.is_some() || o.limit_table.is_some())
     {

@@ -116,34 +116,73 @@ fn not_paused(o: &Resolved, a: &str) -> Option<Expr> {
     ))
 }
 
-/// The room each limited queue has left: its `max_processing` less the jobs of
-/// that queue processing now (counted through the processing partial index).
+/// Each limited queue's room: the fewest of what its `max_processing` leaves
+/// beside the jobs of that queue processing now (counted through the
+/// processing partial index) and the whole tokens its rate bucket holds at
+/// the statement's start; NULL when neither is limited. The bucket's level
+/// and time come along, so the claim can spend what it took.
 fn queue_room(o: &Resolved, limits: &Relation, queue: &str) -> SelectStatement {
     let c = &o.columns;
+    let l = quote(&limits.alias);
     let busy = format!(
-        "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing' AND \"dbworker_busy\".{} = {}.\"queue\")",
+        "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing' AND \"dbworker_busy\".{}::text = {l}.\"queue\")",
         o.table.quoted(),
         quote(&c.state),
         quote(queue),
-        quote(&limits.alias)
+    );
+    let tokens = format!(
+        "LEAST(COALESCE({l}.\"burst\", GREATEST(ceil({l}.\"rate_per_second\"), 1)), {l}.\"tokens\" + {l}.\"rate_per_second\" * EXTRACT(EPOCH FROM statement_timestamp() - {l}.\"refilled_at\")::float8)"
     );
     Query::select()
         .expr_as(col(&limits.alias, "queue"), alias("queue"))
         .expr_as(
             Expr::cust(format!(
-                "GREATEST({}.\"max_processing\" - {busy}, 0)",
-                quote(&limits.alias)
+                "LEAST(CASE WHEN {l}.\"max_processing\" IS NOT NULL THEN GREATEST({l}.\"max_processing\" - {busy}, 0) END, CASE WHEN {l}.\"rate_per_second\" IS NOT NULL THEN GREATEST(floor({tokens}), 0)::integer END)"
             )),
             alias("room"),
         )
+        .expr_as(col(&limits.alias, "max_per_key"), alias("max_per_key"))
+        .expr_as(Expr::cust(tokens), alias("tokens"))
+        .expr_as(Expr::cust("statement_timestamp()"), alias("at"))
         .from(table_ref(limits))
         .and_where(col(&limits.alias, "job_table").eq(pause_key(&o.table)))
         .to_owned()
 }
 
+/// Processing jobs per queue and key, for the queues limited per key.
+fn busy_keys(o: &Resolved, queue: &str, key: &str) -> SelectStatement {
+    let b = "dbworker_busy";
+    Query::select()
+        .expr_as(Expr::cust(format!("{}.{}::text", quote(b), quote(queue))), alias("queue"))
+        .expr_as(col(b, key), alias("key"))
+        .expr_as(Expr::cust("count(*)"), alias("busy"))
+        .from(table_ref(&Relation {
+            alias: b.to_owned(),
+            ..o.table.clone()
+        }))
+        .and_where(col(b, &o.columns.state).eq(state(JobState::Processing)))
+        .and_where(col(b, key).is_not_null())
+        .and_where(Expr::cust(format!(
+            "{}.{}::text IN (SELECT \"r\".\"queue\" FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"max_per_key\" IS NOT NULL)",
+            quote(b),
+            quote(queue)
+        )))
+        .add_group_by([Expr::cust("1"), Expr::cust("2")])
+        .to_owned()
+}
+
+/// What the per-key limit leaves for the row's key (NULL: not limited).
+fn key_room(a: &str, queue: &str, key: &str) -> String {
+    let (a, queue, key) = (quote(a), quote(queue), quote(key));
+    format!(
+        "CASE WHEN {a}.{key} IS NULL THEN NULL ELSE (SELECT \"r\".\"max_per_key\" - COALESCE((SELECT \"k\".\"busy\" FROM \"dbworker_busy_keys\" AS \"k\" WHERE \"k\".\"queue\" = {a}.{queue}::text AND \"k\".\"key\" = {a}.{key}), 0) FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {a}.{queue}::text) END"
+    )
+}
+
 /// Ids of eligible rows, in priority order, of which each limited queue
-/// contributes at most its room (queues without room are skipped whole, so
-/// they never crowd out the others): `window` rows are ranked per queue.
+/// contributes at most its room, and each key at most its own room (queues
+/// and keys without room are skipped whole, so they never crowd out the
+/// others): `window` rows are ranked per key, then per queue.
 fn within_limits(o: &Resolved, conditions: &[Expr], queue: &str, window: u64) -> SelectStatement {
     let t = &o.table;
     let c = &o.columns;
@@ -160,13 +199,51 @@ fn within_limits(o: &Resolved, conditions: &[Expr], queue: &str, window: u64) ->
         eligible_rows.and_where(e);
     }
     eligible_rows.and_where(Expr::cust(format!(
-        "NOT EXISTS (SELECT 1 FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {}.{} AND \"r\".\"room\" = 0)",
+        "NOT EXISTS (SELECT 1 FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {}.{}::text AND \"r\".\"room\" = 0)",
         quote(a),
         quote(queue)
     )));
+    if let Some(key) = &o.limit_key_column {
+        eligible_rows.and_where(Expr::cust(format!(
+            "COALESCE({} > 0, true)",
+            key_room(a, queue, key)
+        )));
+    }
     order_select(&mut eligible_rows, &o.order_by);
     eligible_rows.limit(window);
-    // The subquery keeps the table's alias, so `order_by` reads the same.
+    // Each subquery keeps the table's alias, so `order_by` reads the same.
+    let source = match &o.limit_key_column {
+        None => eligible_rows,
+        Some(key) => {
+            let ranked_by_key = Query::select()
+                .expr(Expr::cust(format!("{}.*", quote(a))))
+                .expr_as(
+                    Expr::cust(format!(
+                        "row_number() OVER (PARTITION BY {}.{}, {}.{} ORDER BY {})",
+                        quote(a),
+                        quote(queue),
+                        quote(a),
+                        quote(key),
+                        o.order_by
+                    )),
+                    alias("dbworker_key_rank"),
+                )
+                .expr_as(
+                    Expr::cust(key_room(a, queue, key)),
+                    alias("dbworker_key_room"),
+                )
+                .from_subquery(eligible_rows, alias(a))
+                .to_owned();
+            Query::select()
+                .expr(Expr::cust(format!("{}.*", quote(a))))
+                .from_subquery(ranked_by_key, alias(a))
+                .and_where(Expr::cust(format!(
+                    "{a}.\"dbworker_key_room\" IS NULL OR {a}.\"dbworker_key_rank\" <= {a}.\"dbworker_key_room\"",
+                    a = quote(a)
+                )))
+                .to_owned()
+        }
+    };
     let ranked = Query::select()
         .expr_as(col(a, &c.id), alias("id"))
         .expr_as(
@@ -179,10 +256,14 @@ fn within_limits(o: &Resolved, conditions: &[Expr], queue: &str, window: u64) ->
             alias("rank"),
         )
         .expr_as(col("dbworker_room", "room"), alias("room"))
-        .from_subquery(eligible_rows, alias(a))
+        .from_subquery(source, alias(a))
         .left_join(
             alias("dbworker_room"),
-            col("dbworker_room", "queue").equals((alias(a), alias(queue))),
+            Expr::cust(format!(
+                "\"dbworker_room\".\"queue\" = {}.{}::text",
+                quote(a),
+                quote(queue)
+            )),
         )
         .to_owned();
     Query::select()
@@ -191,6 +272,26 @@ fn within_limits(o: &Resolved, conditions: &[Expr], queue: &str, window: u64) ->
         .and_where(Expr::cust(
             "\"dbworker_ranked\".\"room\" IS NULL OR \"dbworker_ranked\".\"rank\" <= \"dbworker_ranked\".\"room\"",
         ))
+        .to_owned()
+}
+
+/// Spends the tokens of the rate-limited queues the claim took jobs from
+/// (claims of a limited table are serialized, so the bucket never races).
+fn spend_tokens(o: &Resolved, limits: &Relation) -> UpdateStatement {
+    let l = quote(&limits.alias);
+    let taken = format!(
+        "(SELECT count(*) FROM \"dbworker_claimed\" AS \"c\" WHERE \"c\".{} = {l}.\"queue\")",
+        quote(CLAIMED_QUEUE)
+    );
+    Query::update()
+        .table(table_ref(limits))
+        .value(alias("tokens"), Expr::cust(format!("\"dbworker_room\".\"tokens\" - {taken}")))
+        .value(alias("refilled_at"), Expr::cust("\"dbworker_room\".\"at\""))
+        .from(alias("dbworker_room"))
+        .and_where(col(&limits.alias, "job_table").eq(pause_key(&o.table)))
+        .and_where(Expr::cust(format!(
+            "\"dbworker_room\".\"queue\" = {l}.\"queue\" AND {l}.\"rate_per_second\" IS NOT NULL AND {taken} > 0"
+        )))
         .to_owned()
 }
 
@@ -302,6 +403,8 @@ pub(crate) const RECORD_ID: &str = "dbworker_record_id";
 pub(crate) const CLAIMED_TOKEN: &str = "dbworker_token";
 /// See [`RECORD_ID`].
 pub(crate) const CLAIMED_CANCEL: &str = "dbworker_cancel";
+/// See [`RECORD_ID`]: the claimed row's queue, for a limited claim.
+const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
 
 /// Phase 1 of the dequeue: claims up to `limit` eligible rows in one statement,
 /// outside any transaction, and returns `(id, token)` in priority order.
@@ -342,6 +445,9 @@ pub(crate) fn claim(
             match (&o.limit_table, &o.queue_column) {
                 (Some(limits), Some(queue)) => {
                     with.cte(cte(queue_room(o, limits, queue), "dbworker_room", true));
+                    if let Some(key) = &o.limit_key_column {
+                        with.cte(cte(busy_keys(o, queue, key), "dbworker_busy_keys", true));
+                    }
                     cand.and_where(col(&t.alias, &c.id).in_subquery(within_limits(
                         o,
                         conditions,
@@ -469,11 +575,31 @@ pub(crate) fn claim(
                             .map(|(i, (expr, _, _))| {
                                 Expr::cust(format!("{expr} AS {}", quote(&sort_key(i))))
                             }),
-                    ),
+                    )
+                    .chain(limited(o).and(o.queue_column.as_ref()).map(|queue| {
+                        Expr::cust(format!(
+                            "{}.{}::text AS {}",
+                            quote(a),
+                            quote(queue),
+                            quote(CLAIMED_QUEUE)
+                        ))
+                    })),
             ),
         );
     with.cte(cte(update, "dbworker_claimed", false));
+    if let Some(limits) = limited(o) {
+        with.cte(cte(spend_tokens(o, limits), "dbworker_spent", false));
+    }
     Statement::from(&final_select.with(with))
+}
+
+/// The limit table, when the claim enforces limits (a table, not a view,
+/// with a queue column).
+fn limited(o: &Resolved) -> Option<&Relation> {
+    match (&o.limit_table, &o.queue_column, &o.view) {
+        (Some(limits), Some(_), None) => Some(limits),
+        _ => None,
+    }
 }
 
 /// The name of the claim's `i`-th order-by value (returned after its own
@@ -1565,15 +1691,38 @@ pub(crate) fn cron_advance(
     Statement::from(&q)
 }
 
-/// Sets a queue's global concurrency limit.
-pub(crate) fn set_limit(limits: &Relation, job_table: &str, queue: &str, max: i32) -> Statement {
+/// Replaces a queue's limits; a rate starts with an empty bucket.
+pub(crate) fn set_limit(
+    limits: &Relation,
+    job_table: &str,
+    queue: &str,
+    limit: &crate::Limit,
+) -> Statement {
+    let int = |n: Option<u32>| n.and_then(|n| i32::try_from(n).ok());
     let mut q = Query::insert();
+    let updated = [
+        "max_processing",
+        "max_per_key",
+        "rate_per_second",
+        "burst",
+        "tokens",
+        "refilled_at",
+    ];
     q.into_table(table_ref(limits))
-        .columns([alias("job_table"), alias("queue"), alias("max_processing")])
-        .values_panic([Expr::val(job_table), Expr::val(queue), Expr::val(max)])
+        .columns(["job_table", "queue"].into_iter().chain(updated).map(alias))
+        .values_panic([
+            Expr::val(job_table),
+            Expr::val(queue),
+            Expr::val(int(limit.max_processing)),
+            Expr::val(int(limit.max_per_key)),
+            Expr::val(limit.rate_per_second),
+            Expr::val(int(limit.burst)),
+            Expr::val(0.0f64),
+            Expr::cust("now()"),
+        ])
         .on_conflict(
             OnConflict::columns([alias("job_table"), alias("queue")])
-                .update_column(alias("max_processing"))
+                .update_columns(updated.map(alias))
                 .to_owned(),
         );
     Statement::from(&q)
@@ -1593,9 +1742,9 @@ pub(crate) fn remove_limit(limits: &Relation, job_table: &str, queue: &str) -> S
 pub(crate) fn list_limits(limits: &Relation, job_table: &str) -> Statement {
     let q = Query::select()
         .expr_as(col(&limits.alias, "queue"), alias("queue"))
-        .expr_as(
-            col(&limits.alias, "max_processing"),
-            alias("max_processing"),
+        .exprs(
+            ["max_processing", "max_per_key", "rate_per_second", "burst"]
+                .map(|c| col(&limits.alias, c)),
         )
         .from(table_ref(limits))
         .and_where(col(&limits.alias, "job_table").eq(job_table))

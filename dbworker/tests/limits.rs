@@ -1,16 +1,18 @@
-//! Global concurrency limits on real Postgres: four worker pools of sixteen
-//! handlers never run more jobs of a limited queue at once than its limit,
-//! while other queues run freely; a limit of 0 stops a queue.
+//! Global limits on real Postgres: four worker pools of sixteen handlers never
+//! run more jobs of a limited queue at once than its limit, nor more of one
+//! key than its per-key limit, nor start more per second than its rate, while
+//! other queues run freely; a limit of 0 stops a queue.
 
 mod common;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DEFAULT_LIMIT_TABLE, DbConditions, DbJob, DbStore, EnqueueOptions, Enqueuer, Handling, Limits,
-    NewJob, StoreOptions, limit_table_sql, new_worker,
+    DEFAULT_LIMIT_TABLE, DbConditions, DbJob, DbStore, EnqueueOptions, Enqueuer, Handling, Limit,
+    Limits, NewJob, StoreOptions, limit_table_sql, new_worker,
 };
 use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions, async_trait};
 
@@ -61,7 +63,10 @@ async fn set_up() -> (Db, Limits, Enqueuer) {
     let db = Db::new().await;
     db.add_columns(
         |c| c.queue = true,
-        &[limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap()],
+        &[
+            limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap(),
+            "ALTER TABLE jobs ADD COLUMN customer text".into(),
+        ],
     )
     .await;
     let limits = Limits::new(&db.pool, DEFAULT_LIMIT_TABLE, "jobs")
@@ -134,7 +139,10 @@ async fn four_processes_of_sixteen_handlers_never_exceed_a_queue_limit() {
         emails > 3,
         "other queues are not held to the limit: {emails}"
     );
-    assert_eq!(limits.list().await.unwrap(), [("reports".to_owned(), 3)]);
+    assert_eq!(
+        limits.list().await.unwrap(),
+        [("reports".to_owned(), Limit::processing(3))]
+    );
 }
 
 #[tokio::test]
@@ -163,5 +171,198 @@ async fn a_limit_of_zero_stops_a_queue_and_removing_it_frees_it() {
     assert_eq!(
         claimed.iter().map(|j| j.record().id).collect::<Vec<_>>(),
         [ids[0]]
+    );
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct CustomerJob {
+    id: i64,
+    customer: Option<String>,
+}
+
+impl Record for CustomerJob {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+/// Counts concurrent jobs per customer (`-` for none) and in all.
+#[derive(Default)]
+struct PerCustomer {
+    running: std::sync::Mutex<(HashMap<String, (usize, usize)>, usize, usize)>,
+}
+
+impl PerCustomer {
+    fn enter(&self, customer: &str, delta: isize) {
+        let mut guard = self.running.lock().unwrap();
+        let (by_customer, now, most) = &mut *guard;
+        let entry = by_customer.entry(customer.to_owned()).or_default();
+        entry.0 = entry.0.checked_add_signed(delta).unwrap();
+        entry.1 = entry.1.max(entry.0);
+        *now = now.checked_add_signed(delta).unwrap();
+        *most = (*most).max(*now);
+    }
+}
+
+#[async_trait]
+impl Handler<DbStore<CustomerJob>> for PerCustomer {
+    async fn handle(
+        &self,
+        job: &mut DbJob<CustomerJob>,
+        _ctx: &JobContext<DbStore<CustomerJob>>,
+    ) -> Result<(), HandlerError> {
+        let customer = job.record().customer.clone().unwrap_or_else(|| "-".into());
+        self.enter(&customer, 1);
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        self.enter(&customer, -1);
+        Ok(())
+    }
+}
+
+async fn customer_store(db: &Db) -> Arc<DbStore<CustomerJob>> {
+    let mut o = StoreOptions::<CustomerJob>::from_row("per-key", "jobs j");
+    o.column_expressions = vec!["j.id".into(), "j.customer".into()];
+    o.handling = Handling::Heartbeat;
+    o.queue_column = Some("queue".into());
+    o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    o.limit_key_column = Some("customer".into());
+    Arc::new(DbStore::new(db.db.pool(8).await.unwrap(), o).await.unwrap())
+}
+
+/// Runs four worker processes of sixteen handlers until `total` jobs are
+/// completed, calling `watch` on the table between polls.
+async fn run_four_processes<R, H, F>(
+    db: &Db,
+    store: F,
+    handler: Arc<H>,
+    total: i64,
+    mut watch: impl AsyncFnMut(),
+) where
+    R: Record + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Sync + Unpin + 'static,
+    H: Handler<DbStore<R>> + 'static,
+    F: AsyncFn() -> Arc<DbStore<R>>,
+{
+    let mut shutdowns = Vec::new();
+    let mut runs = Vec::new();
+    for n in 0..4 {
+        let mut o = WorkerOptions::new(format!("process-{n}"));
+        o.num_handlers = 16;
+        o.interval = Duration::from_millis(20);
+        let worker = new_worker(store().await, handler.clone(), o).unwrap();
+        shutdowns.push(worker.shutdown_handle());
+        runs.push(tokio::spawn(worker.run()));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while db.count("completed").await < total {
+        watch().await;
+        assert!(Instant::now() < deadline, "the jobs did not finish");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for s in &shutdowns {
+        s.graceful();
+    }
+    for run in runs {
+        run.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_per_key_limit_holds_each_key_across_four_processes() {
+    let (db, limits, enqueuer) = set_up().await;
+    limits
+        .set_limit("reports", Limit::processing(4).per_key(1))
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for i in 0..48 {
+        let job = NewJob::new().queue("reports");
+        jobs.push(job.set("customer", format!("c{}", i % 6)));
+    }
+    // Jobs without a key are held by the queue's limit only.
+    jobs.extend((0..8).map(|_| NewJob::new().queue("reports")));
+    enqueuer.enqueue_many(&jobs).await.unwrap();
+
+    let counter = Arc::new(PerCustomer::default());
+    let mut most_per_customer_in_table = 0;
+    run_four_processes(
+        &db,
+        async || customer_store(&db).await,
+        counter.clone(),
+        56,
+        async || {
+            let most: Option<i64> = sqlx::query_scalar(
+                "SELECT max(n) FROM (SELECT count(*) AS n FROM jobs WHERE state = 'processing' AND customer IS NOT NULL GROUP BY customer) c",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            most_per_customer_in_table = most_per_customer_in_table.max(most.unwrap_or(0));
+        },
+    )
+    .await;
+    let (by_customer, _, most) = &*counter.running.lock().unwrap();
+    for i in 0..6 {
+        let (_, most_of_one) = by_customer[&format!("c{i}")];
+        assert_eq!(most_of_one, 1, "customer c{i} ran {most_of_one} at once");
+    }
+    assert!(
+        most_per_customer_in_table <= 1,
+        "{most_per_customer_in_table} of one customer processing"
+    );
+    assert!(*most <= 4, "the queue limit still holds: {most}");
+    assert!(*most >= 2, "different customers run side by side: {most}");
+    assert_eq!(
+        limits.list().await.unwrap(),
+        [("reports".to_owned(), Limit::processing(4).per_key(1))]
+    );
+}
+
+#[tokio::test]
+async fn a_rate_limit_spaces_starts_across_four_processes() {
+    let (db, limits, enqueuer) = set_up().await;
+    let (rate, burst) = (40.0, 4);
+    limits
+        .set_limit("emails", Limit::default().rate(rate, burst))
+        .await
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..100).map(|_| NewJob::new().queue("emails")).collect();
+    enqueuer.enqueue_many(&jobs).await.unwrap();
+    let counter = Arc::new(Counter::default());
+    run_four_processes(
+        &db,
+        async || limited_store(&db).await,
+        counter,
+        100,
+        async || {},
+    )
+    .await;
+
+    // Start times from the database clock, in seconds since the first.
+    let started: Vec<f64> = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM started_at - min(started_at) OVER ())::float8 FROM jobs ORDER BY started_at",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    // A bucket of `burst` refilled at `rate`: no second holds more than
+    // burst + rate starts (a little slack: a claim's start time is taken
+    // before it waits for the table's claim lock).
+    let most_in_a_second = (0..started.len())
+        .map(|i| {
+            started[i..]
+                .iter()
+                .take_while(|&&t| t < started[i] + 1.0)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        most_in_a_second as f64 <= f64::from(burst) + rate * 1.1,
+        "{most_in_a_second} jobs started within one second"
+    );
+    let span = started.last().unwrap();
+    assert!(
+        *span >= (100.0 - f64::from(burst)) / rate * 0.9,
+        "100 jobs at {rate}/s started within {span:.2} s"
     );
 }
