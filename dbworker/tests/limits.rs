@@ -186,21 +186,27 @@ impl Record for CustomerJob {
     }
 }
 
-/// Counts concurrent jobs per customer (`-` for none) and in all.
+/// Jobs running now and the most at once, per customer (`-` for none) and in all.
+#[derive(Default)]
+struct Running {
+    by_customer: HashMap<String, (usize, usize)>,
+    now: usize,
+    most: usize,
+}
+
 #[derive(Default)]
 struct PerCustomer {
-    running: std::sync::Mutex<(HashMap<String, (usize, usize)>, usize, usize)>,
+    running: std::sync::Mutex<Running>,
 }
 
 impl PerCustomer {
     fn enter(&self, customer: &str, delta: isize) {
-        let mut guard = self.running.lock().unwrap();
-        let (by_customer, now, most) = &mut *guard;
-        let entry = by_customer.entry(customer.to_owned()).or_default();
+        let mut r = self.running.lock().unwrap();
+        let entry = r.by_customer.entry(customer.to_owned()).or_default();
         entry.0 = entry.0.checked_add_signed(delta).unwrap();
         entry.1 = entry.1.max(entry.0);
-        *now = now.checked_add_signed(delta).unwrap();
-        *most = (*most).max(*now);
+        r.now = r.now.checked_add_signed(delta).unwrap();
+        r.most = r.most.max(r.now);
     }
 }
 
@@ -300,17 +306,20 @@ async fn a_per_key_limit_holds_each_key_across_four_processes() {
         },
     )
     .await;
-    let (by_customer, _, most) = &*counter.running.lock().unwrap();
+    let (most_of_each, most) = {
+        let r = counter.running.lock().unwrap();
+        (r.by_customer.clone(), r.most)
+    };
     for i in 0..6 {
-        let (_, most_of_one) = by_customer[&format!("c{i}")];
+        let (_, most_of_one) = most_of_each[&format!("c{i}")];
         assert_eq!(most_of_one, 1, "customer c{i} ran {most_of_one} at once");
     }
     assert!(
         most_per_customer_in_table <= 1,
         "{most_per_customer_in_table} of one customer processing"
     );
-    assert!(*most <= 4, "the queue limit still holds: {most}");
-    assert!(*most >= 2, "different customers run side by side: {most}");
+    assert!(most <= 4, "the queue limit still holds: {most}");
+    assert!(most >= 2, "different customers run side by side: {most}");
     assert_eq!(
         limits.list().await.unwrap(),
         [("reports".to_owned(), Limit::processing(4).per_key(1))]
