@@ -1,7 +1,8 @@
 //! Operator actions on a job table, for the `dbworker` command line and for
-//! applications' own admin tools: status, one job's row, and the single-job
-//! actions (requeue, cancel, fail, delete). Every action names the states it
-//! may act on, so it never overwrites a job a worker holds.
+//! applications' own admin tools: status, a page of jobs matching a filter,
+//! one job's row, and the actions (requeue, cancel, fail, delete) on one job
+//! or in batches on every job matching a filter. Every action names the states
+//! it may act on, so it never overwrites a job a worker holds.
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use workerutil::JobState;
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
+use crate::job_filter::{BulkAction, JobFilter, JobPage, JobSummary, PageRequest};
 use crate::sql;
 
 /// A job table as an operator sees it.
@@ -19,6 +21,7 @@ pub struct Admin {
     pub(crate) table: Relation,
     pub(crate) columns: Columns,
     pub(crate) queue_column: Option<String>,
+    pub(crate) kind_column: Option<String>,
 }
 
 /// What [`Admin::status`] reports.
@@ -67,7 +70,148 @@ impl Admin {
             table,
             columns,
             queue_column: queue_column.map(str::to_owned),
+            kind_column: None,
         })
+    }
+
+    /// Knows the table's kind column too (for `JobFilter::kind` and lists).
+    pub fn with_kind_column(mut self, kind_column: &str) -> Result<Admin> {
+        if !crate::columns::is_identifier(kind_column) {
+            return Err(Error::InvalidOption {
+                field: "kind_column",
+                reason: format!("{kind_column:?} is not a plain identifier"),
+            });
+        }
+        self.kind_column = Some(kind_column.to_owned());
+        Ok(self)
+    }
+
+    /// A filter this admin can apply: a queue or kind needs its column.
+    fn check(&self, filter: &JobFilter) -> Result<()> {
+        for (wanted, column, field) in [
+            (&filter.queue, &self.queue_column, "queue"),
+            (&filter.kind, &self.kind_column, "kind"),
+        ] {
+            if wanted.is_some() && column.is_none() {
+                return Err(Error::InvalidOption {
+                    field,
+                    reason: format!("filtering by {field} needs the table's {field} column"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A page of jobs matching `filter`, by id.
+    pub async fn list(&self, filter: &JobFilter, page: PageRequest) -> Result<JobPage> {
+        self.check(filter)?;
+        let rows = sql::admin_list(self, filter, &page)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("list"))?;
+        let jobs: Vec<JobSummary> = rows
+            .iter()
+            .filter_map(|r| {
+                let state: String = r.get("state");
+                Some(JobSummary {
+                    id: r.get("id"),
+                    state: state.parse().ok()?,
+                    queue: r.get("queue"),
+                    kind: r.get("kind"),
+                    num_failures: r.get("num_failures"),
+                    age_seconds: r.get("age"),
+                    worker_hostname: r.get("host"),
+                    failure_message: r.get("failure_message"),
+                })
+            })
+            .collect();
+        let full = rows.len() == page.size as usize && page.size > 0;
+        let next = rows.last().filter(|_| full).map(|r| r.get("id"));
+        Ok(JobPage { jobs, next })
+    }
+
+    /// How many jobs `action` would act on among those matching `filter`.
+    pub async fn count_matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<u64> {
+        self.check(filter)?;
+        let n: i64 = sql::admin_count(self, filter, action.states())
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("count"))?
+            .get("count");
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Applies `action` to every job matching `filter` (and in a state the
+    /// action may touch), `batch_size` jobs per short statement, in id order;
+    /// `on_batch` gets the jobs acted on so far after each batch. Returns how
+    /// many it acted on: jobs that changed state in between are left alone.
+    pub async fn act_on_matching(
+        &self,
+        filter: &JobFilter,
+        action: &BulkAction,
+        batch_size: u32,
+        mut on_batch: impl FnMut(u64),
+    ) -> Result<u64> {
+        self.check(filter)?;
+        if batch_size == 0 {
+            return Err(Error::InvalidOption {
+                field: "batch_size",
+                reason: "must be at least 1".into(),
+            });
+        }
+        let (mut after, mut done) = (0i64, 0u64);
+        loop {
+            let ids: Vec<i64> =
+                sql::admin_select_ids(self, filter, action.states(), after, batch_size)
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(Error::db("select"))?
+                    .iter()
+                    .map(|r| r.get("id"))
+                    .collect();
+            let Some(&last) = ids.last() else {
+                return Ok(done);
+            };
+            done += self.act_on(&ids, action).await?;
+            on_batch(done);
+            after = last;
+        }
+    }
+
+    /// Applies `action` to the jobs among `ids` in a state it may touch.
+    async fn act_on(&self, ids: &[i64], action: &BulkAction) -> Result<u64> {
+        let op = action.verb();
+        Ok(match action {
+            BulkAction::Requeue => self.act(sql::admin_requeue(self, ids), op).await?,
+            BulkAction::Fail(message) => self.act(sql::admin_fail(self, ids, message), op).await?,
+            BulkAction::Delete => self.act(sql::admin_delete(self, ids), op).await?,
+            BulkAction::Cancel => {
+                self.act(sql::admin_cancel_waiting(self, ids), op).await?
+                    + self.act(sql::admin_request_cancel(self, ids), op).await?
+            }
+        })
+    }
+
+    /// Jobs completed, failed and errored in the last `window`, per state
+    /// (database clock; cheap with an index on `finished_at`, which
+    /// `dbworker migration --retention` adds).
+    pub async fn recent(&self, window: std::time::Duration) -> Result<Vec<(JobState, u64)>> {
+        let rows = sql::admin_recent(self, window)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("recent"))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let state: String = r.get("state");
+                let n: i64 = r.get("count");
+                Some((state.parse().ok()?, u64::try_from(n).unwrap_or(0)))
+            })
+            .collect())
     }
 
     /// Live jobs per state and queue, the oldest wait, who is processing, and
@@ -127,20 +271,22 @@ impl Admin {
     /// Puts a failed, canceled or errored job back in the queue, to run now;
     /// its failure count starts again. Returns whether it did.
     pub async fn requeue(&self, id: i64) -> Result<bool> {
-        self.act(sql::admin_requeue(self, id), "requeue").await
+        Ok(self.act(sql::admin_requeue(self, &[id]), "requeue").await? == 1)
     }
 
     /// Cancels a job: a waiting one at once, a processing one through its worker.
     pub async fn cancel(&self, id: i64) -> Result<Canceled> {
         if self
-            .act(sql::admin_cancel_waiting(self, id), "cancel")
+            .act(sql::admin_cancel_waiting(self, &[id]), "cancel")
             .await?
+            == 1
         {
             return Ok(Canceled::Now);
         }
         if self
-            .act(sql::admin_request_cancel(self, id), "cancel")
+            .act(sql::admin_request_cancel(self, &[id]), "cancel")
             .await?
+            == 1
         {
             return Ok(Canceled::Requested);
         }
@@ -149,20 +295,23 @@ impl Admin {
 
     /// Fails a waiting (queued or errored) job with `message`. Returns whether it did.
     pub async fn fail(&self, id: i64, message: &str) -> Result<bool> {
-        self.act(sql::admin_fail(self, id, message), "fail").await
+        Ok(self
+            .act(sql::admin_fail(self, &[id], message), "fail")
+            .await?
+            == 1)
     }
 
     /// Deletes a job that is not processing. Returns whether it did.
     pub async fn delete(&self, id: i64) -> Result<bool> {
-        self.act(sql::admin_delete(self, id), "delete").await
+        Ok(self.act(sql::admin_delete(self, &[id]), "delete").await? == 1)
     }
 
-    async fn act(&self, statement: sql::Statement, op: &'static str) -> Result<bool> {
+    async fn act(&self, statement: sql::Statement, op: &'static str) -> Result<u64> {
         let done = statement
             .query()
             .execute(&self.pool)
             .await
             .map_err(Error::db(op))?;
-        Ok(done.rows_affected() == 1)
+        Ok(done.rows_affected())
     }
 }

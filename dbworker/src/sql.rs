@@ -1556,36 +1556,239 @@ pub(crate) fn admin_show(a: &crate::admin::Admin, id: i64) -> Statement {
     Statement::from(&q)
 }
 
-fn admin_update(a: &crate::admin::Admin, id: i64, states: &[JobState]) -> UpdateStatement {
+/// The conditions of an operator's filter on the table (aliased as usual).
+fn filter_conditions(a: &crate::admin::Admin, f: &crate::JobFilter) -> Vec<Expr> {
+    let (t, c) = (&a.table, &a.columns);
+    let al = &t.alias;
+    let mut conds = Vec::new();
+    if !f.states.is_empty() {
+        conds.push(col(al, &c.state).is_in(f.states.iter().map(|s| state(*s))));
+    }
+    for (column, value) in [(&a.queue_column, &f.queue), (&a.kind_column, &f.kind)] {
+        if let (Some(column), Some(value)) = (column, value) {
+            conds.push(Expr::cust_with_values(
+                format!("{}.{}::text = $1", quote(al), quote(column)),
+                [value.clone()],
+            ));
+        }
+    }
+    if let Some(age) = f.older_than {
+        conds.push(Expr::cust_with_values(
+            format!(
+                "{}.{} <= now() - $1 * interval '1 second'",
+                quote(al),
+                quote(&c.queued_at)
+            ),
+            [age.as_secs_f64()],
+        ));
+    }
+    if let Some(age) = f.newer_than {
+        conds.push(Expr::cust_with_values(
+            format!(
+                "{}.{} >= now() - $1 * interval '1 second'",
+                quote(al),
+                quote(&c.queued_at)
+            ),
+            [age.as_secs_f64()],
+        ));
+    }
+    if let Some(text) = &f.failure_contains {
+        let escaped = text
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        conds.push(Expr::cust_with_values(
+            format!("{}.{} ILIKE $1", quote(al), quote(&c.failure_message)),
+            [format!("%{escaped}%")],
+        ));
+    }
+    for field in &f.fields {
+        let target = format!("{}.{}", quote(al), quote(&field.column));
+        conds.push(if field.path.is_empty() {
+            Expr::cust_with_values(format!("{target}::text = $1"), [field.value.clone()])
+        } else {
+            Expr::cust_with_values(
+                format!("{target} #>> $1::text[] = $2"),
+                [
+                    sea_query::Value::from(field.path.clone()),
+                    sea_query::Value::from(field.value.clone()),
+                ],
+            )
+        });
+    }
+    conds
+}
+
+/// A page of jobs matching a filter, by id (keyset).
+pub(crate) fn admin_list(
+    a: &crate::admin::Admin,
+    f: &crate::JobFilter,
+    page: &crate::PageRequest,
+) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let al = &t.alias;
+    let text_or_null = |column: &Option<String>| match column {
+        Some(column) => Expr::cust(format!("{}.{}::text", quote(al), quote(column))),
+        None => Expr::cust("NULL::text"),
+    };
+    let mut q = Query::select();
+    q.expr_as(
+        Expr::cust(format!("{}.{}::bigint", quote(al), quote(&c.id))),
+        alias("id"),
+    )
+    .expr_as(
+        Expr::cust(format!("{}.{}::text", quote(al), quote(&c.state))),
+        alias("state"),
+    )
+    .expr_as(text_or_null(&a.queue_column), alias("queue"))
+    .expr_as(text_or_null(&a.kind_column), alias("kind"))
+    .expr_as(
+        Expr::cust(format!("{}.{}::integer", quote(al), quote(&c.num_failures))),
+        alias("num_failures"),
+    )
+    .expr_as(
+        Expr::cust(format!(
+            "COALESCE(EXTRACT(EPOCH FROM now() - {}.{}), 0)::float8",
+            quote(al),
+            quote(&c.queued_at)
+        )),
+        alias("age"),
+    )
+    .expr_as(
+        Expr::cust(format!(
+            "COALESCE({}.{}::text, '')",
+            quote(al),
+            quote(&c.worker_hostname)
+        )),
+        alias("host"),
+    )
+    .expr_as(
+        Expr::cust(format!("{}.{}::text", quote(al), quote(&c.failure_message))),
+        alias("failure_message"),
+    )
+    .from(table_ref(t));
+    for cond in filter_conditions(a, f) {
+        q.and_where(cond);
+    }
+    let id = col(al, &c.id);
+    if let Some(after) = page.after {
+        q.and_where(if page.newest_first {
+            id.clone().lt(after)
+        } else {
+            id.clone().gt(after)
+        });
+    }
+    q.order_by_expr(
+        id,
+        if page.newest_first {
+            Order::Desc
+        } else {
+            Order::Asc
+        },
+    )
+    .limit(u64::from(page.size));
+    Statement::from(&q)
+}
+
+/// The filter narrowed to the states an action may touch.
+fn filter_for(f: &crate::JobFilter, states: &[JobState]) -> crate::JobFilter {
+    let mut f = f.clone();
+    f.states = if f.states.is_empty() {
+        states.to_vec()
+    } else {
+        f.states
+            .into_iter()
+            .filter(|s| states.contains(s))
+            .collect()
+    };
+    f
+}
+
+/// The next batch of ids a bulk action selects, after `after` (keyset by id,
+/// so a batch whose jobs changed is never selected again).
+pub(crate) fn admin_select_ids(
+    a: &crate::admin::Admin,
+    f: &crate::JobFilter,
+    states: &[JobState],
+    after: i64,
+    size: u32,
+) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let f = filter_for(f, states);
+    let mut q = Query::select();
+    q.expr_as(
+        Expr::cust(format!("{}.{}::bigint", quote(&t.alias), quote(&c.id))),
+        alias("id"),
+    )
+    .from(table_ref(t))
+    .and_where(col(&t.alias, &c.id).gt(after));
+    // No state left: the filter names only states the action may not touch.
+    if f.states.is_empty() {
+        q.and_where(Expr::cust("false"));
+    }
+    for cond in filter_conditions(a, &f) {
+        q.and_where(cond);
+    }
+    q.order_by((alias(&t.alias), alias(&c.id)), Order::Asc)
+        .limit(u64::from(size));
+    Statement::from(&q)
+}
+
+/// How many jobs a bulk action would select.
+pub(crate) fn admin_count(
+    a: &crate::admin::Admin,
+    f: &crate::JobFilter,
+    states: &[JobState],
+) -> Statement {
+    let t = &a.table;
+    let f = filter_for(f, states);
+    let mut q = Query::select();
+    q.expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t));
+    if f.states.is_empty() {
+        q.and_where(Expr::cust("false"));
+    }
+    for cond in filter_conditions(a, &f) {
+        q.and_where(cond);
+    }
+    Statement::from(&q)
+}
+
+/// `UPDATE` of the jobs among `ids` still in one of `states` (checked again
+/// on the row itself, so a job that moved on meanwhile is left alone).
+fn admin_update(a: &crate::admin::Admin, ids: &[i64], states: &[JobState]) -> UpdateStatement {
     let t = &a.table;
     Query::update()
         .table(table_ref(t))
-        .and_where(col(&t.alias, &a.columns.id).eq(id))
+        .and_where(ids_in(&t.alias, &a.columns.id, ids))
         .and_where(col(&t.alias, &a.columns.state).is_in(states.iter().map(|s| state(*s))))
         .to_owned()
 }
 
-/// A finished or errored job back to `queued`, to run now, failures reset.
-pub(crate) fn admin_requeue(a: &crate::admin::Admin, id: i64) -> Statement {
-    let c = &a.columns;
-    let q = admin_update(
-        a,
-        id,
-        &[JobState::Failed, JobState::Canceled, JobState::Errored],
+fn ids_in(a: &str, id: &str, ids: &[i64]) -> Expr {
+    Expr::cust_with_values(
+        format!("{}.{} = ANY($1::bigint[])", quote(a), quote(id)),
+        [sea_query::Value::from(ids.to_vec())],
     )
-    .value(alias(&c.state), state(JobState::Queued))
-    .value(alias(&c.process_after), Expr::cust("NULL"))
-    .value(alias(&c.num_failures), 0)
-    .value(alias(&c.cancel), false)
-    .value(alias(&c.finished_at), Expr::cust("NULL"))
-    .to_owned();
+}
+
+/// Finished or errored jobs back to `queued`, to run now, failures reset.
+pub(crate) fn admin_requeue(a: &crate::admin::Admin, ids: &[i64]) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(a, ids, crate::BulkAction::Requeue.states())
+        .value(alias(&c.state), state(JobState::Queued))
+        .value(alias(&c.process_after), Expr::cust("NULL"))
+        .value(alias(&c.num_failures), 0)
+        .value(alias(&c.cancel), false)
+        .value(alias(&c.finished_at), Expr::cust("NULL"))
+        .to_owned();
     Statement::from(&q)
 }
 
-/// A waiting job to `canceled`.
-pub(crate) fn admin_cancel_waiting(a: &crate::admin::Admin, id: i64) -> Statement {
+/// Waiting jobs to `canceled`.
+pub(crate) fn admin_cancel_waiting(a: &crate::admin::Admin, ids: &[i64]) -> Statement {
     let c = &a.columns;
-    let q = admin_update(a, id, &[JobState::Queued, JobState::Errored])
+    let q = admin_update(a, ids, &[JobState::Queued, JobState::Errored])
         .value(alias(&c.state), state(JobState::Canceled))
         .value(alias(&c.cancel), true)
         .value(alias(&c.failure_message), "canceled by an operator")
@@ -1594,18 +1797,18 @@ pub(crate) fn admin_cancel_waiting(a: &crate::admin::Admin, id: i64) -> Statemen
     Statement::from(&q)
 }
 
-/// Asks a processing job's worker to cancel it.
-pub(crate) fn admin_request_cancel(a: &crate::admin::Admin, id: i64) -> Statement {
-    let q = admin_update(a, id, &[JobState::Processing])
+/// Asks processing jobs' workers to cancel them.
+pub(crate) fn admin_request_cancel(a: &crate::admin::Admin, ids: &[i64]) -> Statement {
+    let q = admin_update(a, ids, &[JobState::Processing])
         .value(alias(&a.columns.cancel), true)
         .to_owned();
     Statement::from(&q)
 }
 
-/// A waiting job to `failed` with `message`.
-pub(crate) fn admin_fail(a: &crate::admin::Admin, id: i64, message: &str) -> Statement {
+/// Waiting jobs to `failed` with `message`.
+pub(crate) fn admin_fail(a: &crate::admin::Admin, ids: &[i64], message: &str) -> Statement {
     let c = &a.columns;
-    let q = admin_update(a, id, &[JobState::Queued, JobState::Errored])
+    let q = admin_update(a, ids, &[JobState::Queued, JobState::Errored])
         .value(alias(&c.state), state(JobState::Failed))
         .value(
             alias(&c.failure_message),
@@ -1616,14 +1819,46 @@ pub(crate) fn admin_fail(a: &crate::admin::Admin, id: i64, message: &str) -> Sta
     Statement::from(&q)
 }
 
-/// Deletes a job that no worker holds.
-pub(crate) fn admin_delete(a: &crate::admin::Admin, id: i64) -> Statement {
+/// Deletes jobs no worker holds.
+pub(crate) fn admin_delete(a: &crate::admin::Admin, ids: &[i64]) -> Statement {
     let t = &a.table;
     let c = &a.columns;
     let q = Query::delete()
         .from_table(table_ref(t))
-        .and_where(col(&t.alias, &c.id).eq(id))
+        .and_where(ids_in(&t.alias, &c.id, ids))
         .and_where(col(&t.alias, &c.state).ne(state(JobState::Processing)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Jobs that finished (completed or failed) or errored in the last `window`,
+/// per state: a throughput sample for `dbworker top`, bounded by an index on
+/// `finished_at` when the table has one (`dbworker migration --retention`).
+pub(crate) fn admin_recent(a: &crate::admin::Admin, window: std::time::Duration) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let al = quote(&t.alias);
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("{al}.{}::text", quote(&c.state))),
+            alias("state"),
+        )
+        .expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t))
+        .and_where(Expr::cust_with_values(
+            format!(
+                "{al}.{} >= now() - $1 * interval '1 second'",
+                quote(&c.finished_at)
+            ),
+            [window.as_secs_f64()],
+        ))
+        .and_where(
+            col(&t.alias, &c.state).is_in(
+                [JobState::Completed, JobState::Failed, JobState::Errored]
+                    .into_iter()
+                    .map(state),
+            ),
+        )
+        .add_group_by([Expr::cust("1")])
         .to_owned();
     Statement::from(&q)
 }

@@ -135,3 +135,188 @@ async fn each_command_acts_only_on_the_states_it_names() {
     );
     assert!(ok(&dbworker(&db, &["resume", "--queue", "mail"])).contains("already"));
 }
+
+/// Failed jobs of two customers in two queues, with a JSON payload and a
+/// failure message; one processing job; returns the ids of customer 42's
+/// failed `mail` jobs.
+async fn seed_many(db: &Db) -> Vec<i64> {
+    db.add_columns(
+        |c| {
+            c.queue = true;
+            c.kind = true;
+        },
+        &[],
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO jobs (state, queue, kind, payload, failure_message, num_failures) \
+         SELECT 'failed', CASE WHEN i % 3 = 0 THEN 'reports' ELSE 'mail' END, 'send', \
+                jsonb_build_object('customer', jsonb_build_object('id', (41 + i % 2)::text)), \
+                'SMTP <b>refused</b> ''x''', 3 \
+         FROM generate_series(1, 30) AS i",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO jobs (state, queue, kind, worker_hostname) VALUES ('processing', 'mail', 'send', 'host-9')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE state = 'failed' AND queue = 'mail' AND payload->'customer'->>'id' = '42' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+fn listed_ids(out: &str) -> Vec<i64> {
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn list_pages_through_a_filter_and_bulk_actions_act_on_it_only() {
+    let db = Db::new().await;
+    let customer_42 = seed_many(&db).await;
+    assert_eq!(customer_42.len(), 10);
+    let cols = ["--queue-column", "queue", "--kind-column", "kind"];
+    let filter = [
+        "--state",
+        "failed",
+        "--queue",
+        "mail",
+        "--field",
+        "payload.customer.id=42",
+    ];
+    let list = |extra: &[&str]| {
+        let mut args = vec!["list"];
+        args.extend(cols);
+        args.extend(filter);
+        args.extend(extra);
+        ok(&dbworker(&db, &args))
+    };
+
+    // Two pages of 6 by keyset, then the rest.
+    let first = list(&["--limit", "6"]);
+    assert_eq!(listed_ids(&first), customer_42[..6], "{first}");
+    let next = customer_42[5].to_string();
+    assert!(first.contains(&format!("more: --after {next}")), "{first}");
+    let second = list(&["--limit", "6", "--after", &next]);
+    assert_eq!(listed_ids(&second), customer_42[6..], "{second}");
+    assert!(second.contains("end of list"), "{second}");
+    assert!(first.contains("SMTP <b>refused</b> 'x'"), "{first}");
+    let newest = list(&["--limit", "1", "--newest"]);
+    assert_eq!(listed_ids(&newest), [*customer_42.last().unwrap()]);
+    // Hostile text is bound, never spliced into SQL.
+    let none = ok(&dbworker(
+        &db,
+        &[
+            "list",
+            "--failure",
+            "'; DROP TABLE jobs; --",
+            "--field",
+            "payload.x'=1",
+        ],
+    ));
+    assert!(none.contains("(0 job(s)"), "{none}");
+    let by_failure = ok(&dbworker(
+        &db,
+        &["list", "--failure", "<B>REFUSED", "--limit", "100"],
+    ));
+    assert_eq!(listed_ids(&by_failure).len(), 30);
+
+    // Without --yes and nobody at a terminal: the count, and nothing done.
+    let mut args = vec!["requeue"];
+    args.extend(cols);
+    args.extend(filter);
+    let asked = refused(&dbworker(&db, &args));
+    assert!(asked.contains("10 job(s) match; nothing done"), "{asked}");
+    assert_eq!(db.count("queued").await, 0);
+
+    args.push("--yes");
+    let done = ok(&dbworker(&db, &args));
+    assert!(done.contains("requeued 10 job(s)"), "{done}");
+    let requeued: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM jobs WHERE state = 'queued' ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(requeued, customer_42, "only the matching jobs");
+
+    // Bulk cancel: waiting jobs now, the processing one through its worker;
+    // batches smaller than the match.
+    let done = ok(&dbworker(
+        &db,
+        &[
+            "cancel",
+            "--queue-column",
+            "queue",
+            "--queue",
+            "mail",
+            "--state",
+            "queued,processing",
+            "--batch-size",
+            "3",
+            "--yes",
+        ],
+    ));
+    assert!(
+        done.contains("canceled (or asked to cancel) 11 job(s)"),
+        "{done}"
+    );
+    assert_eq!(db.count("canceled").await, 10);
+    assert_eq!(db.count("processing").await, 1);
+
+    // Bulk delete never deletes the job a worker holds.
+    let done = ok(&dbworker(
+        &db,
+        &["delete", "--kind-column", "kind", "--kind", "send", "--yes"],
+    ));
+    assert!(done.contains("deleted 30 job(s)"), "{done}");
+    assert_eq!(db.count("processing").await, 1);
+
+    // A filter is required for bulk actions, and not with an id.
+    assert!(refused(&dbworker(&db, &["delete", "--yes"])).contains("filter flags"));
+    assert!(refused(&dbworker(&db, &["delete", "1", "--state", "failed"])).contains("not both"));
+    assert!(refused(&dbworker(&db, &["list", "--queue", "mail"])).contains("queue column"));
+}
+
+#[tokio::test]
+async fn top_renders_queues_throughput_and_hosts() {
+    let db = Db::new().await;
+    seed_many(&db).await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, finished_at) SELECT 'completed', 'mail', now() FROM generate_series(1, 50); \
+         INSERT INTO jobs (state, queue) SELECT 'queued', 'reports' FROM generate_series(1, 7)",
+    )
+    .await;
+    let frame = ok(&dbworker(
+        &db,
+        &[
+            "top",
+            "--once",
+            "--queue-column",
+            "queue",
+            "--window-secs",
+            "10",
+        ],
+    ));
+    assert!(frame.contains("dbworker top — jobs"), "{frame}");
+    assert!(frame.contains("completed 5.0/s"), "{frame}");
+    let reports = frame.lines().find(|l| l.contains("reports")).unwrap();
+    assert_eq!(
+        reports.split_whitespace().collect::<Vec<_>>()[1..4],
+        ["7", "0", "0"],
+        "{frame}"
+    );
+    assert!(
+        frame
+            .lines()
+            .any(|l| l.contains("host-9") && l.contains('1')),
+        "{frame}"
+    );
+}

@@ -1,5 +1,9 @@
-//! `dbworker`: run the resetter or the purger as its own process, or print a
-//! job table's DDL.
+//! `dbworker`: operate a job table — run the resetter or the purger as their
+//! own processes, print DDL, look at jobs (`status`, `list`, `show`, `top`)
+//! and act on them (`requeue`, `cancel`, `fail`, `delete`, `pause`, `resume`).
+
+mod jobs;
+mod top;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -7,8 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    Admin, Canceled, DEFAULT_CRON_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns,
-    Pauses, PurgeOptions, Purger, Resetter, ResetterOptions, cron_table_sql, enqueue_function_sql,
+    Admin, DEFAULT_CRON_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns, Pauses,
+    PurgeOptions, Purger, Resetter, ResetterOptions, cron_table_sql, enqueue_function_sql,
     job_table_sql, limit_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
@@ -32,16 +36,21 @@ enum Command {
     Purge(PurgeArgs),
     /// Live jobs per state and queue, the oldest wait, and who is processing.
     Status(TableArgs),
+    /// Jobs matching a filter, a page at a time (by id).
+    List(jobs::ListArgs),
     /// One job's row, every column, as pretty JSON.
     Show(JobArgs),
-    /// Put a failed, canceled or errored job back in the queue.
-    Requeue(JobArgs),
-    /// Cancel a job: a waiting one now, a processing one through its worker.
-    Cancel(JobArgs),
-    /// Fail a waiting job.
-    Fail(FailArgs),
-    /// Delete a job that no worker holds.
-    Delete(JobArgs),
+    /// Put failed, canceled or errored jobs back in the queue (one, or every
+    /// job matching the filter).
+    Requeue(jobs::ActionArgs),
+    /// Cancel jobs: waiting ones now, processing ones through their worker.
+    Cancel(jobs::ActionArgs),
+    /// Fail waiting jobs.
+    Fail(jobs::ActionArgs),
+    /// Delete jobs that no worker holds.
+    Delete(jobs::ActionArgs),
+    /// A live view of queues, throughput and the hosts working (q quits).
+    Top(top::TopArgs),
     /// Pause the table, or one queue, for every worker that honours pauses.
     Pause(PauseArgs),
     /// Resume the table, or one queue, and wake listening workers.
@@ -83,17 +92,24 @@ struct TableArgs {
     #[command(flatten)]
     target: Target,
     /// The queue column, if the table has one.
-    #[arg(long)]
+    #[arg(long, env = "DBWORKER_QUEUE_COLUMN")]
     queue_column: Option<String>,
+    /// The kind column, if the table has one.
+    #[arg(long, env = "DBWORKER_KIND_COLUMN")]
+    kind_column: Option<String>,
 }
 
 impl TableArgs {
     async fn admin(&self) -> Result<Admin, String> {
         let pool = self.target.connect().await?;
         let t = &self.target;
-        Admin::new(&pool, &t.table, &t.renames(), self.queue_column.as_deref())
+        let admin = Admin::new(&pool, &t.table, &t.renames(), self.queue_column.as_deref())
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        match &self.kind_column {
+            Some(kind) => admin.with_kind_column(kind).map_err(|e| e.to_string()),
+            None => Ok(admin),
+        }
     }
 }
 
@@ -103,17 +119,6 @@ struct JobArgs {
     table: TableArgs,
     /// The job's id.
     id: i64,
-}
-
-#[derive(Debug, Args)]
-struct FailArgs {
-    #[command(flatten)]
-    table: TableArgs,
-    /// The job's id.
-    id: i64,
-    /// The failure message recorded.
-    #[arg(long, default_value = "failed by an operator")]
-    message: String,
 }
 
 #[derive(Debug, Args)]
@@ -154,42 +159,17 @@ async fn status(args: TableArgs) -> Result<(), String> {
     Ok(())
 }
 
-async fn job_action(action: &str, args: JobArgs) -> Result<(), String> {
+async fn show(args: JobArgs) -> Result<(), String> {
     let admin = args.table.admin().await?;
-    let id = args.id;
-    let err = |e: dbworker::Error| e.to_string();
-    let line = match action {
-        "show" => match admin.show(id).await.map_err(err)? {
-            Some(row) => serde_json::to_string_pretty(&row).map_err(|e| e.to_string())?,
-            None => return Err(format!("no job {id}")),
-        },
-        "requeue" if admin.requeue(id).await.map_err(err)? => format!("requeued job {id}"),
-        "delete" if admin.delete(id).await.map_err(err)? => format!("deleted job {id}"),
-        "cancel" => match admin.cancel(id).await.map_err(err)? {
-            Canceled::Now => format!("canceled job {id}"),
-            Canceled::Requested => {
-                format!("asked the worker of job {id} to cancel it (at its next heartbeat)")
-            }
-            _ => return Err(format!("job {id} is not queued, errored or processing")),
-        },
-        "requeue" => return Err(format!("job {id} is not failed, canceled or errored")),
-        _ => return Err(format!("job {id} does not exist or a worker holds it")),
-    };
-    println!("{line}");
-    Ok(())
-}
-
-async fn fail(args: FailArgs) -> Result<(), String> {
-    let admin = args.table.admin().await?;
-    if admin
-        .fail(args.id, &args.message)
-        .await
-        .map_err(|e| e.to_string())?
-    {
-        println!("failed job {}", args.id);
-        Ok(())
-    } else {
-        Err(format!("job {} is not queued or errored", args.id))
+    match admin.show(args.id).await.map_err(|e| e.to_string())? {
+        Some(row) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&row).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        None => Err(format!("no job {}", args.id)),
     }
 }
 
@@ -417,7 +397,7 @@ fn parse_rename(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
+pub(crate) fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("--{flag}: {e}"))
 }
 
@@ -434,11 +414,13 @@ async fn main() -> ExitCode {
         Command::Migration(args) => migration(args),
         Command::Purge(args) => purge(args).await,
         Command::Status(args) => status(args).await,
-        Command::Show(args) => job_action("show", args).await,
-        Command::Requeue(args) => job_action("requeue", args).await,
-        Command::Cancel(args) => job_action("cancel", args).await,
-        Command::Delete(args) => job_action("delete", args).await,
-        Command::Fail(args) => fail(args).await,
+        Command::List(args) => jobs::list(args).await,
+        Command::Show(args) => show(args).await,
+        Command::Requeue(args) => jobs::act("requeue", args).await,
+        Command::Cancel(args) => jobs::act("cancel", args).await,
+        Command::Delete(args) => jobs::act("delete", args).await,
+        Command::Fail(args) => jobs::act("fail", args).await,
+        Command::Top(args) => top::top(args).await,
         Command::Pause(args) => pause(args, false).await,
         Command::Resume(args) => pause(args, true).await,
         Command::Reset(args) => reset(args).await,

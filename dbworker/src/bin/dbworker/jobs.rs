@@ -1,0 +1,279 @@
+//! `dbworker list` and the actions on one job or on every job matching a
+//! filter (`requeue`, `cancel`, `fail`, `delete`): a count, a confirmation,
+//! batches with a progress bar.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use clap::Args;
+use dbworker::{Admin, BulkAction, Canceled, FieldFilter, JobFilter, PageRequest};
+use indicatif::{ProgressBar, ProgressStyle};
+use workerutil::JobState;
+
+use crate::{TableArgs, seconds};
+
+/// Which jobs: every flag given must match.
+#[derive(Debug, Args, Default)]
+pub(crate) struct FilterArgs {
+    /// Only jobs in these states (repeatable or comma-separated).
+    #[arg(long = "state", value_delimiter = ',', value_parser = parse_state)]
+    states: Vec<JobState>,
+    /// Only jobs of this queue (needs --queue-column).
+    #[arg(long)]
+    queue: Option<String>,
+    /// Only jobs of this kind (needs --kind-column).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only jobs queued at least this many seconds ago.
+    #[arg(long)]
+    older_than_secs: Option<f64>,
+    /// Only jobs queued at most this many seconds ago.
+    #[arg(long)]
+    newer_than_secs: Option<f64>,
+    /// Only jobs whose failure message contains this text (any case).
+    #[arg(long)]
+    failure: Option<String>,
+    /// Only jobs whose column equals a value, `column=value`, or a field of a
+    /// JSON column, `payload.customer_id=42` (repeatable).
+    #[arg(long = "field", value_parser = parse_field)]
+    fields: Vec<FieldFilter>,
+}
+
+impl FilterArgs {
+    pub(crate) fn filter(&self) -> Result<JobFilter, String> {
+        let mut f = JobFilter::default();
+        f.states = self.states.clone();
+        f.queue = self.queue.clone();
+        f.kind = self.kind.clone();
+        f.older_than = self
+            .older_than_secs
+            .map(|s| seconds("older-than-secs", s))
+            .transpose()?;
+        f.newer_than = self
+            .newer_than_secs
+            .map(|s| seconds("newer-than-secs", s))
+            .transpose()?;
+        f.failure_contains = self.failure.clone();
+        f.fields = self.fields.clone();
+        Ok(f)
+    }
+}
+
+fn parse_state(s: &str) -> Result<JobState, String> {
+    s.parse::<JobState>()
+        .map_err(|_| format!("{s:?} is not a job state"))
+}
+
+fn parse_field(s: &str) -> Result<FieldFilter, String> {
+    s.parse().map_err(|e: dbworker::Error| e.to_string())
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Start after this id (the `--after` the previous page printed).
+    #[arg(long)]
+    after: Option<i64>,
+    /// Rows per page.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Newest jobs first.
+    #[arg(long)]
+    newest: bool,
+}
+
+pub(crate) async fn list(args: ListArgs) -> Result<(), String> {
+    let admin = args.table.admin().await?;
+    let mut page = PageRequest::first(args.limit);
+    page.after = args.after;
+    page.newest_first = args.newest;
+    let page = admin
+        .list(&args.filter.filter()?, page)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "{:>10} {:<10} {:<14} {:<14} {:>8} {:>10} {:<16} failure",
+        "id", "state", "queue", "kind", "failures", "age", "host"
+    );
+    for job in &page.jobs {
+        let failure = job.failure_message.as_deref().unwrap_or("");
+        println!(
+            "{:>10} {:<10} {:<14} {:<14} {:>8} {:>10} {:<16} {}",
+            job.id,
+            job.state.as_str(),
+            job.queue.as_deref().unwrap_or("-"),
+            job.kind.as_deref().unwrap_or("-"),
+            job.num_failures,
+            format_age(job.age_seconds),
+            job.worker_hostname,
+            one_line(failure, 60),
+        );
+    }
+    match page.next {
+        Some(next) => println!("more: --after {next}"),
+        None => println!("({} job(s), end of list)", page.jobs.len()),
+    }
+    Ok(())
+}
+
+/// `42s`, `7m`, `3h`, `2d`.
+pub(crate) fn format_age(secs: f64) -> String {
+    let secs = secs.max(0.0);
+    let (n, unit) = if secs < 60.0 {
+        (secs, "s")
+    } else if secs < 3600.0 {
+        (secs / 60.0, "m")
+    } else if secs < 86400.0 {
+        (secs / 3600.0, "h")
+    } else {
+        (secs / 86400.0, "d")
+    };
+    format!("{n:.0}{unit}")
+}
+
+/// The text on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+/// One job by id, or every job matching a filter.
+#[derive(Debug, Args)]
+pub(crate) struct ActionArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    /// The job's id; without it, every job matching the filter flags.
+    id: Option<i64>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Act on every matching job without asking.
+    #[arg(long)]
+    yes: bool,
+    /// Jobs per statement in a bulk action (each a short transaction).
+    #[arg(long, default_value_t = 500)]
+    batch_size: u32,
+    /// With `fail`: the failure message recorded.
+    #[arg(long, default_value = "failed by an operator")]
+    message: String,
+}
+
+pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<(), String> {
+    let admin = args.table.admin().await?;
+    let filter = args.filter.filter()?;
+    let action = match verb {
+        "requeue" => BulkAction::Requeue,
+        "cancel" => BulkAction::Cancel,
+        "fail" => BulkAction::Fail(args.message.clone()),
+        _ => BulkAction::Delete,
+    };
+    match args.id {
+        Some(id) if filter.is_restricted() => Err(format!(
+            "give a job id or filter flags, not both (job {id})"
+        )),
+        Some(id) => act_on_one(&admin, &action, id).await,
+        None if !filter.is_restricted() => Err(format!(
+            "give a job id, or filter flags (--state, --queue, --kind, --field, ...) to {} every matching job",
+            action.verb()
+        )),
+        None => act_on_matching(&admin, &action, &filter, args.yes, args.batch_size).await,
+    }
+}
+
+async fn act_on_one(admin: &Admin, action: &BulkAction, id: i64) -> Result<(), String> {
+    let err = |e: dbworker::Error| e.to_string();
+    let line = match action {
+        BulkAction::Requeue if admin.requeue(id).await.map_err(err)? => {
+            format!("requeued job {id}")
+        }
+        BulkAction::Requeue => return Err(format!("job {id} is not failed, canceled or errored")),
+        BulkAction::Delete if admin.delete(id).await.map_err(err)? => format!("deleted job {id}"),
+        BulkAction::Delete => return Err(format!("job {id} does not exist or a worker holds it")),
+        BulkAction::Fail(message) if admin.fail(id, message).await.map_err(err)? => {
+            format!("failed job {id}")
+        }
+        BulkAction::Fail(_) => return Err(format!("job {id} is not queued or errored")),
+        _ => match admin.cancel(id).await.map_err(err)? {
+            Canceled::Now => format!("canceled job {id}"),
+            Canceled::Requested => {
+                format!("asked the worker of job {id} to cancel it (at its next heartbeat)")
+            }
+            _ => return Err(format!("job {id} is not queued, errored or processing")),
+        },
+    };
+    println!("{line}");
+    Ok(())
+}
+
+async fn act_on_matching(
+    admin: &Admin,
+    action: &BulkAction,
+    filter: &JobFilter,
+    yes: bool,
+    batch_size: u32,
+) -> Result<(), String> {
+    let verb = action.verb();
+    let count = admin
+        .count_matching(filter, action)
+        .await
+        .map_err(|e| e.to_string())?;
+    if count == 0 {
+        println!("no job to {verb} matches");
+        return Ok(());
+    }
+    if !yes && !confirm(&format!("{count} job(s) match; {verb} them? [y/N] "))? {
+        return Err(format!(
+            "{count} job(s) match; nothing done (pass --yes to {verb} them)"
+        ));
+    }
+    let bar = ProgressBar::new(count).with_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    bar.set_message(verb.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let done = admin
+        .act_on_matching(filter, action, batch_size, |done| bar.set_position(done))
+        .await;
+    bar.finish_and_clear();
+    let done = done.map_err(|e| e.to_string())?;
+    let past = match action {
+        BulkAction::Requeue => "requeued",
+        BulkAction::Cancel => "canceled (or asked to cancel)",
+        BulkAction::Fail(_) => "failed",
+        _ => "deleted",
+    };
+    println!("{past} {done} job(s)");
+    if done < count {
+        println!(
+            "{} job(s) changed state meanwhile and were left alone",
+            count - done
+        );
+    }
+    Ok(())
+}
+
+/// Asks on the terminal; refuses when no one can answer.
+fn confirm(question: &str) -> Result<bool, String> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Ok(false);
+    }
+    eprint!("{question}");
+    std::io::stderr().flush().map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| e.to_string())?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}

@@ -1,0 +1,258 @@
+//! `dbworker top`: a live terminal view of a job table — jobs per queue and
+//! state, jobs finished per second, the oldest wait, and the hosts working.
+//! Every refresh runs the status queries (bounded by the partial indexes) and
+//! one count of jobs finished within the window.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use dbworker::{Admin, Status};
+use ratatui::Frame;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Paragraph, Row, Table};
+use workerutil::JobState;
+
+use crate::jobs::format_age;
+use crate::{TableArgs, seconds};
+
+#[derive(Debug, Args)]
+pub(crate) struct TopArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 1.0)]
+    interval_secs: f64,
+    /// Jobs per second are averaged over this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    window_secs: f64,
+    /// Print one frame as text and exit (for scripts, and where there is no terminal).
+    #[arg(long)]
+    once: bool,
+}
+
+/// What one frame shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Snapshot {
+    pub(crate) table: String,
+    pub(crate) status: Status,
+    /// Jobs finished per second over the window, per state.
+    pub(crate) per_second: Vec<(JobState, f64)>,
+    pub(crate) window: Duration,
+}
+
+impl Snapshot {
+    async fn take(admin: &Admin, table: &str, window: Duration) -> Result<Snapshot, String> {
+        let status = admin.status().await.map_err(|e| e.to_string())?;
+        let recent = admin.recent(window).await.map_err(|e| e.to_string())?;
+        let secs = window.as_secs_f64().max(f64::EPSILON);
+        let per_second = [JobState::Completed, JobState::Failed, JobState::Errored]
+            .into_iter()
+            .map(|state| {
+                let n = recent
+                    .iter()
+                    .find(|(s, _)| *s == state)
+                    .map_or(0, |(_, n)| *n);
+                #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+                (state, n as f64 / secs)
+            })
+            .collect();
+        Ok(Snapshot {
+            table: table.to_owned(),
+            status,
+            per_second,
+            window,
+        })
+    }
+
+    /// Live jobs per queue: `(queue, queued, errored, processing)`.
+    fn queues(&self) -> Vec<(String, u64, u64, u64)> {
+        let mut rows: Vec<(String, u64, u64, u64)> = Vec::new();
+        for (state, queue, n) in &self.status.live {
+            let name = queue.clone().unwrap_or_else(|| "-".into());
+            let i = match rows.iter().position(|r| r.0 == name) {
+                Some(i) => i,
+                None => {
+                    rows.push((name, 0, 0, 0));
+                    rows.len() - 1
+                }
+            };
+            match state {
+                JobState::Queued => rows[i].1 += n,
+                JobState::Errored => rows[i].2 += n,
+                JobState::Processing => rows[i].3 += n,
+                _ => {}
+            }
+        }
+        rows.sort();
+        rows
+    }
+}
+
+/// Draws one frame.
+pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
+    let queues = snap.queues();
+    let hosts = &snap.status.processing_by_host;
+    let [header, rates, queue_area, host_area, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(3),
+        Constraint::Min(4),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    frame.render_widget(
+        Paragraph::new(Line::from(format!(
+            "dbworker top — {}   oldest waiting {}   ~{} rows",
+            snap.table,
+            format_age(snap.status.oldest_waiting_seconds),
+            snap.status.estimated_rows
+        )))
+        .style(bold),
+        header,
+    );
+    let rate_text = snap
+        .per_second
+        .iter()
+        .map(|(state, r)| format!("{} {r:.1}/s", state.as_str()))
+        .collect::<Vec<_>>()
+        .join("   ");
+    frame.render_widget(
+        Paragraph::new(rate_text).block(Block::bordered().title(format!(
+            " finished, last {:.0}s ",
+            snap.window.as_secs_f64()
+        ))),
+        rates,
+    );
+    let queue_rows = queues.iter().map(|(q, queued, errored, processing)| {
+        Row::new([
+            q.clone(),
+            queued.to_string(),
+            errored.to_string(),
+            processing.to_string(),
+        ])
+    });
+    frame.render_widget(
+        Table::new(
+            queue_rows,
+            [
+                Constraint::Fill(2),
+                Constraint::Fill(1),
+                Constraint::Fill(1),
+                Constraint::Fill(1),
+            ],
+        )
+        .header(Row::new(["queue", "queued", "errored", "processing"]).style(bold))
+        .block(Block::bordered().title(" queues ")),
+        queue_area,
+    );
+    let host_rows = hosts
+        .iter()
+        .map(|(host, n)| Row::new([host.clone(), n.to_string()]));
+    frame.render_widget(
+        Table::new(host_rows, [Constraint::Fill(3), Constraint::Fill(1)])
+            .header(Row::new(["host", "processing"]).style(bold))
+            .block(Block::bordered().title(" processes working ")),
+        host_area,
+    );
+    frame.render_widget(Paragraph::new("q: quit"), footer);
+}
+
+/// The frame as text, `width` × `height` characters.
+pub(crate) fn render_text(snap: &Snapshot, width: u16, height: u16) -> Result<String, String> {
+    let mut terminal =
+        ratatui::Terminal::new(TestBackend::new(width, height)).map_err(|e| e.to_string())?;
+    terminal
+        .draw(|f| render(f, snap))
+        .map_err(|e| e.to_string())?;
+    let buffer = terminal.backend().buffer();
+    let mut text = String::new();
+    for y in 0..buffer.area.height {
+        let line: String = (0..buffer.area.width)
+            .map(|x| buffer[(x, y)].symbol())
+            .collect();
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+pub(crate) async fn top(args: TopArgs) -> Result<(), String> {
+    let admin = args.table.admin().await?;
+    let interval = seconds("interval-secs", args.interval_secs)?;
+    let window = seconds("window-secs", args.window_secs)?;
+    let table = args.table.target.table.clone();
+    if args.once {
+        let snap = Snapshot::take(&admin, &table, window).await?;
+        print!("{}", render_text(&snap, 100, 30)?);
+        return Ok(());
+    }
+    let mut terminal = ratatui::init();
+    let result = live(&mut terminal, &admin, &table, interval, window).await;
+    ratatui::restore();
+    result
+}
+
+async fn live(
+    terminal: &mut ratatui::DefaultTerminal,
+    admin: &Admin,
+    table: &str,
+    interval: Duration,
+    window: Duration,
+) -> Result<(), String> {
+    loop {
+        let snap = Snapshot::take(admin, table, window).await?;
+        terminal
+            .draw(|f| render(f, &snap))
+            .map_err(|e| e.to_string())?;
+        let next = Instant::now() + interval;
+        while let Some(left) = next.checked_duration_since(Instant::now()) {
+            if event::poll(left.min(Duration::from_millis(100))).map_err(|e| e.to_string())?
+                && let Event::Key(key) = event::read().map_err(|e| e.to_string())?
+                && key.kind == KeyEventKind::Press
+                && matches!(key.code, KeyCode::Char('q') | KeyCode::Esc)
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_shows_queues_rates_and_hosts() {
+        let mut status = Status::default();
+        status.live = vec![
+            (JobState::Queued, Some("emails".into()), 120),
+            (JobState::Processing, Some("emails".into()), 4),
+            (JobState::Errored, Some("reports".into()), 2),
+        ];
+        status.oldest_waiting_seconds = 90.0;
+        status.processing_by_host = vec![("host-a".into(), 4)];
+        let snap = Snapshot {
+            table: "jobs".into(),
+            status,
+            per_second: vec![(JobState::Completed, 12.5), (JobState::Failed, 0.0)],
+            window: Duration::from_secs(10),
+        };
+        let text = render_text(&snap, 80, 20).unwrap();
+        assert!(text.contains("dbworker top — jobs"), "{text}");
+        assert!(text.contains("oldest waiting 2m"), "{text}");
+        assert!(text.contains("completed 12.5/s"), "{text}");
+        let emails = text.lines().find(|l| l.contains("emails")).unwrap();
+        let cells: Vec<&str> = emails.split_whitespace().collect();
+        assert_eq!(cells, ["│emails", "120", "0", "4", "│"], "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("host-a") && l.contains('4')),
+            "{text}"
+        );
+    }
+}

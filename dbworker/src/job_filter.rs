@@ -1,0 +1,229 @@
+//! Which jobs an operator means: the filter `Admin::list` pages through and
+//! the bulk actions act on, shared by the command line and applications'
+//! own admin tools. Every value is bound in SQL; column names are checked
+//! to be plain identifiers.
+
+use std::time::Duration;
+
+use workerutil::JobState;
+
+use crate::error::{Error, Result};
+
+/// Jobs matching every condition set (an empty filter matches every job).
+///
+/// ```
+/// use dbworker::{FieldFilter, JobFilter};
+/// use dbworker::workerutil::JobState;
+/// let mut filter = JobFilter::default();
+/// filter.states = vec![JobState::Failed];
+/// filter.queue = Some("emails".into());
+/// filter.fields.push("payload.customer_id=42".parse::<FieldFilter>().unwrap());
+/// assert!(filter.is_restricted());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct JobFilter {
+    /// Only jobs in these states (empty: any state).
+    pub states: Vec<JobState>,
+    /// Only jobs of this queue (needs the admin's queue column).
+    pub queue: Option<String>,
+    /// Only jobs of this kind (needs the admin's kind column).
+    pub kind: Option<String>,
+    /// Only jobs queued at least this long ago (database clock).
+    pub older_than: Option<Duration>,
+    /// Only jobs queued at most this long ago (database clock).
+    pub newer_than: Option<Duration>,
+    /// Only jobs whose failure message contains this text (case-insensitive).
+    pub failure_contains: Option<String>,
+    /// Only jobs whose column (or JSON field inside a column) equals a value.
+    pub fields: Vec<FieldFilter>,
+}
+
+impl JobFilter {
+    /// Whether anything narrows the filter (bulk commands require it, so a
+    /// forgotten flag never acts on the whole table).
+    pub fn is_restricted(&self) -> bool {
+        *self != JobFilter::default()
+    }
+}
+
+/// `column = value`, or `column->'a'->>'b' = value` for a JSON column, as
+/// text: parsed from `column=value` or `column.a.b=value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FieldFilter {
+    /// The column (a plain identifier).
+    pub column: String,
+    /// The path of keys inside a JSON column (empty: the column itself).
+    pub path: Vec<String>,
+    /// The value, compared as text.
+    pub value: String,
+}
+
+impl FieldFilter {
+    /// `column` (at `path`, for a JSON column) equal to `value` as text.
+    pub fn new(column: &str, path: &[&str], value: &str) -> Result<FieldFilter> {
+        if !crate::columns::is_identifier(column) {
+            return Err(Error::InvalidOption {
+                field: "fields",
+                reason: format!("{column:?} is not a plain column name"),
+            });
+        }
+        Ok(FieldFilter {
+            column: column.to_owned(),
+            path: path.iter().map(|&p| p.to_owned()).collect(),
+            value: value.to_owned(),
+        })
+    }
+}
+
+impl std::str::FromStr for FieldFilter {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<FieldFilter> {
+        let Some((target, value)) = s.split_once('=') else {
+            return Err(Error::InvalidOption {
+                field: "fields",
+                reason: format!("expected column=value or column.key=value, got {s:?}"),
+            });
+        };
+        let mut parts = target.split('.');
+        let column = parts.next().unwrap_or_default();
+        let path: Vec<&str> = parts.collect();
+        if path.iter().any(|p| p.is_empty()) {
+            return Err(Error::InvalidOption {
+                field: "fields",
+                reason: format!("empty key in {target:?}"),
+            });
+        }
+        FieldFilter::new(column, &path, value)
+    }
+}
+
+/// One row of `Admin::list`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JobSummary {
+    /// The job's id.
+    pub id: i64,
+    /// Its state.
+    pub state: JobState,
+    /// Its queue, when the admin knows the queue column.
+    pub queue: Option<String>,
+    /// Its kind, when the admin knows the kind column.
+    pub kind: Option<String>,
+    /// Failed attempts so far.
+    pub num_failures: i32,
+    /// Seconds since it was queued (database clock).
+    pub age_seconds: f64,
+    /// The host that holds (or last held) it.
+    pub worker_hostname: String,
+    /// The last failure message, if any.
+    pub failure_message: Option<String>,
+}
+
+/// A page of `Admin::list`: rows by id, and where the next page starts.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The jobs, by id (descending with `newest_first`).
+    pub jobs: Vec<JobSummary>,
+    /// Pass as `after` for the next page; `None` on the last page.
+    pub next: Option<i64>,
+}
+
+/// Where a page of `Admin::list` starts and how long it is (keyset paging by
+/// id: a page costs the same however deep, unlike `OFFSET`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PageRequest {
+    /// Start after this id (before it, with `newest_first`).
+    pub after: Option<i64>,
+    /// Rows per page.
+    pub size: u32,
+    /// Newest (highest id) first.
+    pub newest_first: bool,
+}
+
+impl PageRequest {
+    /// The first page of `size` rows, oldest first.
+    pub fn first(size: u32) -> PageRequest {
+        PageRequest {
+            after: None,
+            size,
+            newest_first: false,
+        }
+    }
+}
+
+/// What a bulk action does to each job it selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BulkAction {
+    /// Failed, canceled and errored jobs back to `queued` (failures reset).
+    Requeue,
+    /// Waiting jobs to `canceled`; processing jobs asked to cancel.
+    Cancel,
+    /// Waiting jobs to `failed` with this message.
+    Fail(String),
+    /// Jobs no worker holds, deleted.
+    Delete,
+}
+
+impl BulkAction {
+    /// The states the action may act on; it never touches the others.
+    pub fn states(&self) -> &'static [JobState] {
+        match self {
+            BulkAction::Requeue => &[JobState::Failed, JobState::Canceled, JobState::Errored],
+            BulkAction::Cancel => &[JobState::Queued, JobState::Errored, JobState::Processing],
+            BulkAction::Fail(_) => &[JobState::Queued, JobState::Errored],
+            BulkAction::Delete => &[
+                JobState::Queued,
+                JobState::Errored,
+                JobState::Completed,
+                JobState::Failed,
+                JobState::Canceled,
+            ],
+        }
+    }
+
+    /// The verb, for messages (`requeue`, `cancel`, `fail`, `delete`).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            BulkAction::Requeue => "requeue",
+            BulkAction::Cancel => "cancel",
+            BulkAction::Fail(_) => "fail",
+            BulkAction::Delete => "delete",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_filters_parse_columns_and_json_paths() {
+        let f: FieldFilter = "payload.customer.id=4=2".parse().unwrap();
+        assert_eq!(f.column, "payload");
+        assert_eq!(f.path, ["customer", "id"]);
+        assert_eq!(f.value, "4=2");
+        let f: FieldFilter = "customer=".parse().unwrap();
+        assert!(f.path.is_empty() && f.value.is_empty());
+        for bad in ["nothing", "pay load=1", "payload..x=1", "\"x\"=1", "=1"] {
+            assert!(bad.parse::<FieldFilter>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn actions_never_select_jobs_they_must_not_touch() {
+        assert!(!BulkAction::Delete.states().contains(&JobState::Processing));
+        assert!(!BulkAction::Requeue.states().contains(&JobState::Processing));
+        assert!(
+            !BulkAction::Fail(String::new())
+                .states()
+                .contains(&JobState::Completed)
+        );
+        assert!(!JobFilter::default().is_restricted());
+    }
+}
