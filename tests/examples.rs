@@ -90,3 +90,40 @@ fn prometheus_renders_the_worker_gauge_and_purger_series() {
         assert!(out.contains(line), "missing {line}:\n{out}");
     }
 }
+
+#[test]
+fn opentelemetry_exports_one_trace_per_job_with_the_failure_as_its_status() {
+    let out = run("opentelemetry");
+    let spans: Vec<&str> = out.split("Span #").skip(1).collect();
+    let jobs: Vec<&&str> = spans
+        .iter()
+        .filter(|s| s.contains("Name         : job"))
+        .collect();
+    assert_eq!(jobs.len(), 3, "{out}");
+    let mut trace_ids = std::collections::HashSet::new();
+    for job in &jobs {
+        assert!(job.contains("ParentSpanId : None (root span)"), "{job}");
+        assert!(
+            job.contains("worker: String(Owned(\"otel-example\"))"),
+            "{job}"
+        );
+        let trace = job.lines().find(|l| l.contains("TraceId      :")).unwrap();
+        trace_ids.insert(trace.trim().to_owned());
+    }
+    assert_eq!(trace_ids.len(), 3, "one trace per job");
+    let failed = jobs
+        .iter()
+        .find(|s| s.contains("outcome: String(Owned(\"failed\"))"))
+        .expect("the failed job's span");
+    assert!(failed.contains("Status       : Error"), "{failed}");
+    assert!(
+        failed.contains("no mail server for eve@mail.invalid"),
+        "{failed}"
+    );
+    // The handler's own spans are children inside the jobs' traces.
+    let sends = spans
+        .iter()
+        .filter(|s| s.contains("Name         : smtp_send"))
+        .count();
+    assert_eq!(sends, 3, "{out}");
+}

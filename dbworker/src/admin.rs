@@ -195,8 +195,8 @@ impl Admin {
         })
     }
 
-    /// Jobs completed, failed and errored in the last `window`, per state
-    /// (database clock; cheap with an index on `finished_at`, which
+    /// Jobs completed, failed and canceled in the last `window`, per state
+    /// (database clock; cheap with the index on `finished_at` that
     /// `dbworker migration --retention` adds).
     pub async fn recent(&self, window: std::time::Duration) -> Result<Vec<(JobState, u64)>> {
         let rows = sql::admin_recent(self, window)

@@ -1831,9 +1831,10 @@ pub(crate) fn admin_delete(a: &crate::admin::Admin, ids: &[i64]) -> Statement {
     Statement::from(&q)
 }
 
-/// Jobs that finished (completed or failed) or errored in the last `window`,
-/// per state: a throughput sample for `dbworker top`, bounded by an index on
-/// `finished_at` when the table has one (`dbworker migration --retention`).
+/// Jobs that finished (completed, failed, canceled) in the last `window`, per
+/// state: a throughput sample for `dbworker top`. The states are exactly the
+/// predicate of the retention index (`dbworker migration --retention`), so
+/// the planner can use it.
 pub(crate) fn admin_recent(a: &crate::admin::Admin, window: std::time::Duration) -> Statement {
     let (t, c) = (&a.table, &a.columns);
     let al = quote(&t.alias);

@@ -525,7 +525,19 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         let handler = self.handler.clone();
         let Claimed { job, running } = claimed;
         let lease = running.lease;
-        let span = tracing::info_span!("job", worker = %shared.name, record_id = lease.id);
+        // A root span per job (one trace per job in OpenTelemetry, not one
+        // trace for the worker's whole life), linked to the worker's span.
+        // `otel.*` fields become the span's status under tracing-opentelemetry.
+        let span = tracing::info_span!(
+            parent: None,
+            "job",
+            worker = %shared.name,
+            record_id = lease.id,
+            outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_message = tracing::field::Empty,
+        );
+        span.follows_from(tracing::Span::current());
         shared.emit(WorkerEvent::Dequeued { id: lease.id });
 
         let pre_handle = AssertUnwindSafe(handler.pre_handle(job.record()))
@@ -584,7 +596,16 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                         message,
                     });
                 }
-                tracing::debug!(outcome = outcome.kind(), marked, "job finished");
+                let span = tracing::Span::current();
+                span.record("outcome", outcome.kind());
+                match outcome.failure_message() {
+                    Some(message) => {
+                        span.record("otel.status_code", "ERROR");
+                        span.record("otel.status_message", message.as_str());
+                        tracing::warn!(outcome = outcome.kind(), marked, error = %message, "job did not complete");
+                    }
+                    None => tracing::debug!(outcome = outcome.kind(), marked, "job finished"),
+                }
                 metrics::job_finished(&shared.name, &outcome, marked, started.elapsed());
                 shared.emit(WorkerEvent::JobFinished {
                     id: lease.id,

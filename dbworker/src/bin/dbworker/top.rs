@@ -49,7 +49,7 @@ impl Snapshot {
         let status = admin.status().await.map_err(|e| e.to_string())?;
         let recent = admin.recent(window).await.map_err(|e| e.to_string())?;
         let secs = window.as_secs_f64().max(f64::EPSILON);
-        let per_second = [JobState::Completed, JobState::Failed, JobState::Errored]
+        let per_second = [JobState::Completed, JobState::Failed, JobState::Canceled]
             .into_iter()
             .map(|state| {
                 let n = recent
