@@ -127,3 +127,43 @@ fn opentelemetry_exports_one_trace_per_job_with_the_failure_as_its_status() {
         .count();
     assert_eq!(sends, 3, "{out}");
 }
+
+#[test]
+fn kinds_dispatch_by_kind_per_queue_and_fail_an_unknown_kind() {
+    let out = run("kinds");
+    assert!(
+        out.contains("send_email    emails   completed   12"),
+        "{out}"
+    );
+    assert!(
+        out.contains("build_report  reports  completed    3"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "send_sms      emails   failed       1 no handler is registered for kind \"send_sms\""
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn cron_enqueues_each_tick_once_across_two_schedulers() {
+    let out = run("cron");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("enqueued by scheduler: "))
+        .unwrap();
+    let counts: Vec<usize> = line["enqueued by scheduler: ".len()..]
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let total: usize = counts.iter().sum();
+    // 3.2 s of an every-second schedule: 3 or 4 ticks, each enqueued once.
+    assert!((2..=4).contains(&total), "{out}");
+    assert!(
+        out.contains(&format!("jobs: {total}, completed: {total}")),
+        "{out}"
+    );
+}
