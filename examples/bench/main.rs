@@ -244,8 +244,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
             ops::Variant::Plain,
             ops::Variant::Kinds,
             ops::Variant::Limited,
+            ops::Variant::RateLimited,
         ] {
-            ops::prepare(&bench, args.jobs, args.enqueue_batch).await?;
+            ops::prepare(&bench, variant, args.jobs, args.enqueue_batch).await?;
             let run = ops::burn(&bench, variant, handlers, args.jobs).await?;
             progress(format_args!(
                 "ops: {} at {handlers} handlers: {:.0} jobs/s",

@@ -1,7 +1,8 @@
 //! The cost of the operations features in heartbeat handling, beside the plain
 //! path in the same run: kinds dispatch through a `KindRegistry` that restricts
-//! the claim, and a queue under a global concurrency limit that never binds
-//! (every claim serialized behind the table's advisory lock).
+//! the claim, and a queue under a global concurrency limit or a rate limit
+//! that never binds (every claim serialized behind the table's advisory lock;
+//! the rate's bucket spent by each claim).
 
 use std::sync::Arc;
 
@@ -26,6 +27,9 @@ pub(crate) enum Variant {
     /// The queue limited to more jobs than exist: the limit never binds, so
     /// this is the price of the serialized, limit-aware claim.
     Limited,
+    /// The queue under a rate far above the throughput: the price of the
+    /// token bucket the claim reads and spends.
+    RateLimited,
 }
 
 impl Variant {
@@ -34,6 +38,7 @@ impl Variant {
             Variant::Plain => "plain",
             Variant::Kinds => "kinds: KindRegistry, claim restricted to its kind",
             Variant::Limited => "global limit on the queue (never reached)",
+            Variant::RateLimited => "rate limit on the queue (never reached)",
         }
     }
 }
@@ -71,15 +76,21 @@ impl Handler<DbStore<KindJob>> for KindNoOp {
     }
 }
 
-/// `jobs` queued jobs with `kind` and `queue` columns, and a limit table.
-pub(crate) async fn prepare(bench: &Bench, jobs: u64, batch: u64) -> Result<()> {
+/// `jobs` queued jobs with `kind` and `queue` columns, and a limit table
+/// holding the variant's limit.
+pub(crate) async fn prepare(bench: &Bench, variant: Variant, jobs: u64, batch: u64) -> Result<()> {
     bench.prepare(0, jobs, batch).await?;
     let limits = dbworker::limit_table_sql(DEFAULT_LIMIT_TABLE)?;
+    let limit = match variant {
+        Variant::RateLimited => "NULL, 1e9, 2000000000, 2e9",
+        _ => "2000000000, NULL, NULL, 0",
+    };
     sqlx::raw_sql(AssertSqlSafe(format!(
         "ALTER TABLE {TABLE} ADD COLUMN kind text NOT NULL DEFAULT 'bench', ADD COLUMN queue text NOT NULL DEFAULT 'bench';
          {limits}
          DELETE FROM {DEFAULT_LIMIT_TABLE};
-         INSERT INTO {DEFAULT_LIMIT_TABLE} (job_table, queue, max_processing) VALUES ('{TABLE}', 'bench', 2000000000);"
+         INSERT INTO {DEFAULT_LIMIT_TABLE} (job_table, queue, max_processing, rate_per_second, burst, tokens)
+         VALUES ('{TABLE}', 'bench', {limit});"
     )))
     .execute(bench.admin())
     .await?;
@@ -104,9 +115,9 @@ pub(crate) async fn burn(
     let run = async {
         bench.reset_statements().await?;
         let summary = match variant {
-            Variant::Plain | Variant::Limited => {
+            Variant::Plain | Variant::Limited | Variant::RateLimited => {
                 let mut o = framework::store_options(Mode::Heartbeat);
-                if variant == Variant::Limited {
+                if variant != Variant::Plain {
                     o.queue_column = Some("queue".into());
                     o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
                 }
