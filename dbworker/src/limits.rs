@@ -11,22 +11,23 @@ use crate::sql;
 /// The limit table's default name.
 pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
 
+/// The limit table's columns after its key, all replaced by `Limits::set_limit`.
+pub(crate) const SETTINGS: [&str; 6] = [
+    "max_processing",
+    "max_per_key",
+    "rate_per_second",
+    "burst",
+    "tokens",
+    "refilled_at",
+];
+
 /// What is wrong with the limit table `rel` (missing, or missing columns).
 pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
     crate::schema_check::missing_columns(
         pool,
         rel,
         "limit table",
-        &[
-            "job_table",
-            "queue",
-            "max_processing",
-            "max_per_key",
-            "rate_per_second",
-            "burst",
-            "tokens",
-            "refilled_at",
-        ],
+        &[["job_table", "queue"].as_slice(), &SETTINGS].concat(),
         "`dbworker migration --limits` prints it",
     )
     .await

@@ -1936,14 +1936,7 @@ pub(crate) fn set_limit(
 ) -> Statement {
     let int = |n: Option<u32>| n.and_then(|n| i32::try_from(n).ok());
     let mut q = Query::insert();
-    let updated = [
-        "max_processing",
-        "max_per_key",
-        "rate_per_second",
-        "burst",
-        "tokens",
-        "refilled_at",
-    ];
+    let updated = crate::limits::SETTINGS;
     q.into_table(table_ref(limits))
         .columns(["job_table", "queue"].into_iter().chain(updated).map(alias))
         .values_panic([

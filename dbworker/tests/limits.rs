@@ -104,30 +104,16 @@ async fn four_processes_of_sixteen_handlers_never_exceed_a_queue_limit() {
     enqueuer.enqueue_many(&jobs).await.unwrap();
 
     let counter = Arc::new(Counter::default());
-    let mut shutdowns = Vec::new();
-    let mut runs = Vec::new();
-    for n in 0..4 {
-        let mut o = WorkerOptions::new(format!("process-{n}"));
-        o.num_handlers = 16;
-        o.interval = Duration::from_millis(20);
-        let worker = new_worker(limited_store(&db).await, counter.clone(), o).unwrap();
-        shutdowns.push(worker.shutdown_handle());
-        runs.push(tokio::spawn(worker.run()));
-    }
     // Watch the table too: claimed-ahead jobs count as processing.
     let mut most_in_table = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while db.count("completed").await < 260 {
-        most_in_table = most_in_table.max(processing_reports(&db).await);
-        assert!(Instant::now() < deadline, "the jobs did not finish");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    for s in &shutdowns {
-        s.graceful();
-    }
-    for run in runs {
-        run.await.unwrap();
-    }
+    run_four_processes(
+        &db,
+        async || limited_store(&db).await,
+        counter.clone(),
+        260,
+        async || most_in_table = most_in_table.max(processing_reports(&db).await),
+    )
+    .await;
     let most = counter.most_reports.load(Ordering::SeqCst);
     assert_eq!(most, 3, "the limit is used, never exceeded");
     assert!(
