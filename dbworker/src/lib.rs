@@ -19,9 +19,11 @@ mod enqueue;
 mod error;
 mod gauges;
 mod job_filter;
+mod leader;
 mod limits;
 mod message;
 mod migrate;
+mod nodes;
 mod notify;
 mod options;
 mod pauses;
@@ -40,9 +42,15 @@ pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};
 pub use error::{Error, Result};
 pub use gauges::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH, QueueStat};
 pub use job_filter::{BulkAction, FieldFilter, JobFilter, JobPage, JobSummary, PageRequest};
+pub use leader::{
+    DEFAULT_LEADER_TABLE, LEADER, LeaderElection, LeaderOptions, current_leader, leader_table_sql,
+};
 pub use limits::{DEFAULT_LIMIT_TABLE, Limit, Limits, limit_table_sql};
 pub use message::MAX_FAILURE_MESSAGE_BYTES;
 pub use migrate::{OptionalColumns, enqueue_function_sql, job_table_sql, optional_columns_sql};
+pub use nodes::{
+    DEFAULT_NODE_TABLE, NODES_LIVE, Node, NodeInfo, NodeOptions, live_nodes, node_table_sql,
+};
 pub use notify::{Listen, default_notify_channel, notify_trigger_sql};
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,

@@ -41,6 +41,15 @@ pub struct ResetterOptions {
     /// How long [`Resetter::check`] waits for a connection before reporting the
     /// server unreachable with the real cause. Default 5 s.
     pub connect_timeout: Duration,
+    /// The worker registry (`dbworker migration --nodes`): processing jobs
+    /// whose `worker_hostname` names a process dead for `dead_after` are
+    /// requeued at once, without waiting for `stalled_max_age` (rows a live
+    /// transaction locks are still skipped). `None` (the default): only
+    /// heartbeat age counts.
+    pub node_table: Option<String>,
+    /// With `node_table`: a process whose registry heartbeat is older than
+    /// this is dead. Default 10 s (as `NodeOptions::dead_after`).
+    pub dead_after: Duration,
 }
 
 impl ResetterOptions {
@@ -55,6 +64,8 @@ impl ResetterOptions {
             reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
             interval: Duration::from_secs(30),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            node_table: None,
+            dead_after: Duration::from_secs(10),
         }
     }
 
@@ -89,8 +100,23 @@ impl ResetterOptions {
             stalled_max_age: self.stalled_max_age,
             max_num_resets: self.max_num_resets,
             message: self.reset_failure_message.clone(),
+            dead_nodes: match &self.node_table {
+                Some(t) => Some(dead_nodes(t, self.dead_after)?),
+                None => None,
+            },
         })
     }
+}
+
+/// The registry table and its dead age, checked.
+fn dead_nodes(node_table: &str, dead_after: Duration) -> Result<(Relation, Duration)> {
+    if dead_after < Duration::from_millis(30) {
+        return Err(Error::InvalidOption {
+            field: "dead_after",
+            reason: "must be at least 30ms".to_owned(),
+        });
+    }
+    Ok((Relation::parse("node_table", node_table)?, dead_after))
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +126,7 @@ pub(crate) struct ResetConfig {
     stalled_max_age: Duration,
     max_num_resets: u32,
     message: String,
+    dead_nodes: Option<(Relation, Duration)>,
 }
 
 impl Resolved {
@@ -110,6 +137,7 @@ impl Resolved {
             stalled_max_age: self.stalled_max_age,
             max_num_resets: self.max_num_resets,
             message: self.reset_failure_message.clone(),
+            dead_nodes: None,
         }
     }
 }
@@ -129,6 +157,7 @@ pub(crate) async fn reset_pass(pool: &PgPool, cfg: &ResetConfig) -> Result<Reset
         &cfg.table,
         &cfg.columns,
         cfg.stalled_max_age.as_secs_f64(),
+        cfg.dead_nodes.as_ref(),
         cfg.max_num_resets,
         &cfg.message,
     )
@@ -136,6 +165,14 @@ pub(crate) async fn reset_pass(pool: &PgPool, cfg: &ResetConfig) -> Result<Reset
     .fetch_all(pool)
     .await
     .map_err(Error::db("reset_stalled"))?;
+    if let Some((nodes, dead_after)) = &cfg.dead_nodes {
+        // By then the heartbeat rule has reset anything the rescue missed.
+        sql::nodes_prune(nodes, *dead_after + cfg.stalled_max_age)
+            .query()
+            .execute(pool)
+            .await
+            .map_err(Error::db("nodes_prune"))?;
+    }
     let mut out = ResetOutcome::default();
     for row in rows {
         let id: i64 = row.get("id");
@@ -200,6 +237,14 @@ impl Resetter {
         })
     }
 
+    /// Also requeues at once the jobs of processes the registry in
+    /// `node_table` shows dead for `dead_after` (see
+    /// `ResetterOptions::node_table`).
+    pub fn with_registry(mut self, node_table: &str, dead_after: Duration) -> Result<Self> {
+        self.config.dead_nodes = Some(dead_nodes(node_table, dead_after)?);
+        Ok(self)
+    }
+
     /// Checks that the table and every standard column exist with usable types,
     /// naming each problem. The `dbworker reset` command runs it at start-up.
     pub async fn check(&self) -> Result<()> {
@@ -212,6 +257,9 @@ impl Resetter {
             &mut problems,
         )
         .await?;
+        if let Some((nodes, _)) = &self.config.dead_nodes {
+            problems.extend(crate::nodes::problems(&self.pool, nodes).await?);
+        }
         crate::schema_check::none(problems)
     }
 

@@ -1121,22 +1121,35 @@ pub(crate) fn reset_stalled(
     t: &Relation,
     c: &Columns,
     stalled_max_age_secs: f64,
+    dead_nodes: Option<&(Relation, std::time::Duration)>,
     max_num_resets: u32,
     message: &str,
 ) -> Statement {
     let a = &t.alias;
+    let mut stalled_or_orphaned = Condition::any()
+        .add(col(a, &c.last_heartbeat_at).is_null())
+        .add(col(a, &c.last_heartbeat_at).lt(Expr::cust_with_values(
+            "now() - make_interval(secs => $1::float8)",
+            [stalled_max_age_secs],
+        )));
+    if let Some((nodes, dead_after)) = dead_nodes {
+        // The job's process is known dead: no need to wait for its heartbeat
+        // to age (the fencing token still guards against a stale writer).
+        stalled_or_orphaned = stalled_or_orphaned.add(Expr::cust_with_values(
+            format!(
+                "{}.{} IN (SELECT \"n\".\"id\" FROM {} AS \"n\" WHERE \"n\".\"heartbeat_at\" < now() - make_interval(secs => $1::float8))",
+                quote(a),
+                quote(&c.worker_hostname),
+                nodes.quoted()
+            ),
+            [dead_after.as_secs_f64()],
+        ));
+    }
     let stalled = Query::select()
         .expr_as(col(a, &c.id), alias("id"))
         .from(table_ref(t))
         .and_where(col(a, &c.state).eq(state(JobState::Processing)))
-        .cond_where(
-            Condition::any()
-                .add(col(a, &c.last_heartbeat_at).is_null())
-                .add(col(a, &c.last_heartbeat_at).lt(Expr::cust_with_values(
-                    "now() - make_interval(secs => $1::float8)",
-                    [stalled_max_age_secs],
-                ))),
-        )
+        .cond_where(stalled_or_orphaned)
         .lock_with_tables_behavior(LockType::Update, [alias(a)], LockBehavior::SkipLocked)
         .to_owned();
     let can_requeue = || counter(a, &c.num_resets).lt(max_num_resets);
@@ -2121,6 +2134,144 @@ pub(crate) fn relation_access(rel: &Relation) -> Statement {
         .and_where(Expr::cust("c.oid").eq(regclass(rel)))
         .to_owned();
     Statement::from(&q)
+}
+
+/// A statement written as text, with its values bound in order (`$1`, `$2`…).
+fn raw(sql: String, values: Vec<sea_query::Value>) -> Statement {
+    Statement {
+        sql,
+        values: SqlxValues(sea_query::Values(values)),
+    }
+}
+
+/// Registers a process; the database makes its id `host:pid:random`.
+pub(crate) fn node_register(
+    nodes: &Relation,
+    host: &str,
+    pid: i32,
+    o: &crate::NodeOptions,
+) -> Statement {
+    raw(
+        format!(
+            "INSERT INTO {} (\"id\", \"host\", \"pid\", \"version\", \"queues\", \"handlers\") \
+             VALUES ($1 || ':' || $2 || ':' || substr(md5(random()::text || clock_timestamp()::text), 1, 8), $1, $2, $3, $4, $5) \
+             RETURNING \"id\"",
+            nodes.quoted()
+        ),
+        vec![
+            host.into(),
+            pid.into(),
+            o.version.clone().into(),
+            o.queues.clone().into(),
+            i32::try_from(o.handlers).unwrap_or(i32::MAX).into(),
+        ],
+    )
+}
+
+/// A process's heartbeat; registers it again (keeping its id) if its row was
+/// removed meanwhile.
+pub(crate) fn node_heartbeat(
+    nodes: &Relation,
+    id: &str,
+    host: &str,
+    pid: i32,
+    o: &crate::NodeOptions,
+) -> Statement {
+    raw(
+        format!(
+            "INSERT INTO {} (\"id\", \"host\", \"pid\", \"version\", \"queues\", \"handlers\") \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (\"id\") DO UPDATE SET \"heartbeat_at\" = now()",
+            nodes.quoted()
+        ),
+        vec![
+            id.into(),
+            host.into(),
+            pid.into(),
+            o.version.clone().into(),
+            o.queues.clone().into(),
+            i32::try_from(o.handlers).unwrap_or(i32::MAX).into(),
+        ],
+    )
+}
+
+/// Removes a process's row.
+pub(crate) fn node_deregister(nodes: &Relation, id: &str) -> Statement {
+    raw(
+        format!("DELETE FROM {} WHERE \"id\" = $1", nodes.quoted()),
+        vec![id.into()],
+    )
+}
+
+/// Live processes (heartbeat younger than `dead_after`, database clock).
+pub(crate) fn nodes_live(nodes: &Relation, dead_after: std::time::Duration) -> Statement {
+    raw(
+        format!(
+            "SELECT \"id\", \"host\", \"pid\", \"version\", \"queues\", \"handlers\", \
+             EXTRACT(EPOCH FROM now() - \"started_at\")::float8 AS \"up\", \
+             EXTRACT(EPOCH FROM now() - \"heartbeat_at\")::float8 AS \"age\" \
+             FROM {} WHERE \"heartbeat_at\" >= now() - make_interval(secs => $1::float8) ORDER BY \"id\"",
+            nodes.quoted()
+        ),
+        vec![dead_after.as_secs_f64().into()],
+    )
+}
+
+/// Forgets processes dead for longer than `older_than` (their jobs were
+/// rescued long since).
+pub(crate) fn nodes_prune(nodes: &Relation, older_than: std::time::Duration) -> Statement {
+    raw(
+        format!(
+            "DELETE FROM {} WHERE \"heartbeat_at\" < now() - make_interval(secs => $1::float8)",
+            nodes.quoted()
+        ),
+        vec![older_than.as_secs_f64().into()],
+    )
+}
+
+/// Takes the scope's lease if it is free or expired, or renews it if this
+/// node holds it; returns the holder only when it is this node.
+pub(crate) fn leader_acquire(
+    leaders: &Relation,
+    scope: &str,
+    node_id: &str,
+    lease: std::time::Duration,
+) -> Statement {
+    let t = leaders.quoted();
+    raw(
+        format!(
+            "INSERT INTO {t} AS \"l\" (\"scope\", \"node_id\", \"acquired_at\", \"expires_at\") \
+             VALUES ($1, $2, now(), now() + make_interval(secs => $3::float8)) \
+             ON CONFLICT (\"scope\") DO UPDATE SET \"node_id\" = EXCLUDED.\"node_id\", \
+               \"acquired_at\" = CASE WHEN \"l\".\"node_id\" = EXCLUDED.\"node_id\" THEN \"l\".\"acquired_at\" ELSE now() END, \
+               \"expires_at\" = EXCLUDED.\"expires_at\" \
+             WHERE \"l\".\"node_id\" = EXCLUDED.\"node_id\" OR \"l\".\"expires_at\" < now() \
+             RETURNING \"l\".\"node_id\""
+        ),
+        vec![scope.into(), node_id.into(), lease.as_secs_f64().into()],
+    )
+}
+
+/// Gives up the scope's lease if this node holds it.
+pub(crate) fn leader_release(leaders: &Relation, scope: &str, node_id: &str) -> Statement {
+    raw(
+        format!(
+            "DELETE FROM {} WHERE \"scope\" = $1 AND \"node_id\" = $2",
+            leaders.quoted()
+        ),
+        vec![scope.into(), node_id.into()],
+    )
+}
+
+/// The holder of the scope's unexpired lease.
+pub(crate) fn leader_current(leaders: &Relation, scope: &str) -> Statement {
+    raw(
+        format!(
+            "SELECT \"node_id\" FROM {} WHERE \"scope\" = $1 AND \"expires_at\" > now()",
+            leaders.quoted()
+        ),
+        vec![scope.into()],
+    )
 }
 
 /// A query that selects nothing but makes Postgres check every configured SQL

@@ -92,7 +92,21 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("log_len", log_len(&t, 1, 2)),
         (
             "reset_stalled",
-            reset_stalled(&t.table, &t.columns, 5.0, 3, "m"),
+            reset_stalled(&t.table, &t.columns, 5.0, None, 3, "m"),
+        ),
+        (
+            "reset_stalled_or_orphaned",
+            reset_stalled(
+                &t.table,
+                &t.columns,
+                5.0,
+                Some(&(
+                    Relation::parse("node_table", "dbworker_nodes").unwrap(),
+                    std::time::Duration::from_secs(10),
+                )),
+                3,
+                "m",
+            ),
         ),
         ("queued_count", queued_count(&t)),
         ("any_queued", any_queued(&t)),

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    Admin, DEFAULT_CRON_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, OptionalColumns, Pauses,
-    PurgeOptions, Purger, Resetter, ResetterOptions, cron_table_sql, enqueue_function_sql,
-    job_table_sql, limit_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
+    Admin, DEFAULT_CRON_TABLE, DEFAULT_LEADER_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_NODE_TABLE,
+    DEFAULT_PAUSE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions, OptionalColumns, Pauses,
+    PurgeOptions, Purger, Resetter, ResetterOptions, cron_table_sql, current_leader,
+    enqueue_function_sql, job_table_sql, leader_table_sql, limit_table_sql, live_nodes,
+    node_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -34,8 +36,9 @@ enum Command {
     Migration(MigrationArgs),
     /// Delete (or archive) finished jobs older than their state's age.
     Purge(PurgeArgs),
-    /// Live jobs per state and queue, the oldest wait, and who is processing.
-    Status(TableArgs),
+    /// Live jobs per state and queue, the oldest wait, who is processing, and
+    /// (with the registry) the live processes and the leader.
+    Status(StatusArgs),
     /// Jobs matching a filter, a page at a time (by id).
     List(jobs::ListArgs),
     /// One job's row, every column, as pretty JSON.
@@ -136,13 +139,31 @@ struct PauseArgs {
     by: String,
 }
 
-async fn status(args: TableArgs) -> Result<(), String> {
-    let status = args
-        .admin()
-        .await?
-        .status()
-        .await
-        .map_err(|e| e.to_string())?;
+#[derive(Debug, Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// The worker registry, for the commands that use it.
+#[derive(Debug, Args)]
+struct RegistryArgs {
+    /// The worker registry table (`dbworker migration --nodes`).
+    #[arg(long, env = "DBWORKER_NODE_TABLE")]
+    node_table: Option<String>,
+    /// A process whose registry heartbeat is older than this is dead.
+    #[arg(long, env = "DBWORKER_DEAD_AFTER_SECS", default_value_t = 10.0)]
+    dead_after_secs: f64,
+    /// The leader lease table (with --node-table).
+    #[arg(long, default_value = DEFAULT_LEADER_TABLE)]
+    leader_table: String,
+}
+
+async fn status(args: StatusArgs) -> Result<(), String> {
+    let admin = args.table.admin().await?;
+    let status = admin.status().await.map_err(|e| e.to_string())?;
     println!("{:<12} {:<16} {:>10}", "state", "queue", "jobs");
     for (state, queue, count) in &status.live {
         println!(
@@ -156,6 +177,41 @@ async fn status(args: TableArgs) -> Result<(), String> {
         println!("processing on {host}: {count}");
     }
     println!("rows in the table (estimate): {}", status.estimated_rows);
+    if let Some(node_table) = &args.registry.node_table {
+        let pool = args.table.target.connect().await?;
+        let dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
+        let nodes = live_nodes(&pool, node_table, dead_after)
+            .await
+            .map_err(|e| e.to_string())?;
+        let leader = current_leader(&pool, &args.registry.leader_table, &args.table.target.table)
+            .await
+            .map_err(|e| e.to_string())?;
+        println!("live processes: {}", nodes.len());
+        for n in &nodes {
+            let lead = if leader.as_deref() == Some(n.id.as_str()) {
+                " (leader)"
+            } else {
+                ""
+            };
+            println!(
+                "  {}{lead}  pid {}  v{}  handlers {}  queues [{}]  up {}  heartbeat {:.1} s ago",
+                n.id,
+                n.pid,
+                n.version,
+                n.handlers,
+                n.queues.join(", "),
+                jobs::format_age(n.up_seconds),
+                n.heartbeat_age_seconds
+            );
+        }
+        match leader {
+            Some(l) if !nodes.iter().any(|n| n.id == l) => {
+                println!("leader: {l} (not in the registry)")
+            }
+            None => println!("leader: none"),
+            _ => {}
+        }
+    }
     Ok(())
 }
 
@@ -296,6 +352,17 @@ struct ResetArgs {
     /// Run one pass, print what it did, and exit.
     #[arg(long)]
     once: bool,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Register in the worker registry and reset only while leading the
+    /// table's scope, so several resetter processes can stand by for one
+    /// another (needs --node-table).
+    #[arg(long, requires = "node_table")]
+    lead: bool,
+    /// With --lead: the leader's lease; a standby takes over within 4/3 of it
+    /// after the leader dies.
+    #[arg(long, default_value_t = 6.0)]
+    lease_secs: f64,
 }
 
 #[derive(Debug, Args)]
@@ -339,6 +406,10 @@ struct MigrationArgs {
     /// Also create the cron table (`dbworker_cron`), shared by every job table.
     #[arg(long)]
     cron: bool,
+    /// Also create the worker registry (`dbworker_nodes`) and the leader lease
+    /// table (`dbworker_leaders`), shared by every job table.
+    #[arg(long)]
+    nodes: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -364,6 +435,11 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
     if args.cron {
         ddl.push('\n');
         ddl.push_str(&cron_table_sql(DEFAULT_CRON_TABLE).map_err(|e| e.to_string())?);
+    }
+    if args.nodes {
+        ddl.push('\n');
+        ddl.push_str(&node_table_sql(DEFAULT_NODE_TABLE).map_err(|e| e.to_string())?);
+        ddl.push_str(&leader_table_sql(DEFAULT_LEADER_TABLE).map_err(|e| e.to_string())?);
     }
     if args.limits {
         ddl.push('\n');
@@ -442,14 +518,16 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
     options.reset_failure_message = args.reset_failure_message;
     options.interval = seconds("interval-secs", args.interval_secs)?;
     options.connect_timeout = seconds("connect-timeout-secs", args.connect_timeout_secs)?;
+    options.node_table = args.registry.node_table.clone();
+    options.dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
     options.validate().map_err(|e| e.to_string())?;
     // Lazy: `check` below connects with the timeout and reports the real cause.
     let pool = PgPoolOptions::new()
-        .max_connections(1)
+        .max_connections(2)
         .acquire_timeout(options.connect_timeout)
         .connect_lazy(&args.target.database_url)
         .map_err(|e| format!("invalid DATABASE_URL: {e}"))?;
-    let resetter = Resetter::new(pool, options).map_err(|e| e.to_string())?;
+    let resetter = Resetter::new(pool.clone(), options).map_err(|e| e.to_string())?;
     resetter.check().await.map_err(|e| e.to_string())?;
     if args.once {
         let out = resetter.reset_once().await.map_err(|e| e.to_string())?;
@@ -467,17 +545,39 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
         return Ok(());
     }
     tracing::info!(table = %args.target.table, "resetter running; stop with SIGINT or SIGTERM");
-    resetter
-        .run(stop_on_signal(), |out| {
-            if !out.reset.is_empty() || !out.failed.is_empty() {
-                tracing::info!(
-                    reset = out.reset.len(),
-                    failed = out.failed.len(),
-                    "reset pass"
-                );
-            }
-        })
-        .await;
+    let report = |out: &dbworker::ResetOutcome| {
+        if !out.reset.is_empty() || !out.failed.is_empty() {
+            tracing::info!(
+                reset = out.reset.len(),
+                failed = out.failed.len(),
+                "reset pass"
+            );
+        }
+    };
+    let stop = stop_on_signal();
+    match (&args.registry.node_table, args.lead) {
+        (Some(node_table), true) => {
+            let mut no = NodeOptions::default();
+            no.node_table = node_table.clone();
+            let node = Node::register(&pool, no).await.map_err(|e| e.to_string())?;
+            let mut lo = LeaderOptions::new(args.target.table.clone());
+            lo.leader_table = args.registry.leader_table.clone();
+            lo.lease = seconds("lease-secs", args.lease_secs)?;
+            let election = LeaderElection::new(&pool, node.id(), lo)
+                .await
+                .map_err(|e| e.to_string())?;
+            let heartbeats = tokio::spawn(node.run(stop.clone()));
+            let resetter = std::sync::Arc::new(resetter);
+            election
+                .run(stop, move |leading| {
+                    let resetter = resetter.clone();
+                    async move { resetter.run(leading, report).await }
+                })
+                .await;
+            heartbeats.await.map_err(|e| e.to_string())?;
+        }
+        _ => resetter.run(stop, report).await,
+    }
     Ok(())
 }
 

@@ -1,0 +1,289 @@
+//! The worker registry: each process registers a row (id, host, pid,
+//! version, queues, handlers), heartbeats it, and deletes it on a graceful
+//! stop. A row whose heartbeat is older than `dead_after` (database clock) is
+//! a dead process: `dbworker status` stops listing it, and a resetter that
+//! knows the registry requeues its jobs at once instead of waiting for
+//! `stalled_max_age`.
+
+use std::time::Duration;
+
+use sqlx::{PgPool, Row};
+use tokio_util::sync::CancellationToken;
+
+use crate::columns::Relation;
+use crate::error::{Error, Result};
+use crate::sql;
+
+/// The registry table's default name.
+pub const DEFAULT_NODE_TABLE: &str = "dbworker_nodes";
+/// Live processes in the registry, as the last heartbeat counted them (gauge).
+pub const NODES_LIVE: &str = "dbworker_nodes_live";
+
+/// `CREATE TABLE` for the registry (`dbworker migration --nodes`); one
+/// registry serves every job table of the database.
+///
+/// ```
+/// let ddl = dbworker::node_table_sql(dbworker::DEFAULT_NODE_TABLE).unwrap();
+/// assert!(ddl.contains("\"heartbeat_at\" timestamptz NOT NULL"));
+/// ```
+pub fn node_table_sql(node_table: &str) -> Result<String> {
+    let rel = Relation::parse("node_table", node_table)?;
+    let table = rel.quoted();
+    Ok(format!(
+        r#"-- Worker processes: one row each, heartbeated; stale rows are dead processes.
+CREATE TABLE IF NOT EXISTS {table} (
+    "id" text PRIMARY KEY,
+    "host" text NOT NULL,
+    "pid" integer NOT NULL,
+    "version" text NOT NULL,
+    "queues" text[] NOT NULL DEFAULT '{{}}',
+    "handlers" integer NOT NULL DEFAULT 0,
+    "started_at" timestamptz NOT NULL DEFAULT now(),
+    "heartbeat_at" timestamptz NOT NULL DEFAULT now()
+);
+"#
+    ))
+}
+
+/// What is wrong with the registry table `rel` (missing, or missing columns).
+pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
+    crate::schema_check::missing_columns(
+        pool,
+        rel,
+        "node table",
+        &[
+            "id",
+            "host",
+            "pid",
+            "version",
+            "queues",
+            "handlers",
+            "started_at",
+            "heartbeat_at",
+        ],
+        "`dbworker migration --nodes` prints it",
+    )
+    .await
+}
+
+/// How a process registers itself.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeOptions {
+    /// The registry table. Default [`DEFAULT_NODE_TABLE`].
+    pub node_table: String,
+    /// Time between the process's heartbeats. Default 2 s.
+    pub heartbeat_interval: Duration,
+    /// A process whose heartbeat is older than this is dead. Default 10 s;
+    /// at least three heartbeat intervals, so one slow heartbeat never
+    /// declares a live process dead.
+    pub dead_after: Duration,
+    /// The queues the process serves, for operators (informational).
+    pub queues: Vec<String>,
+    /// Its handler count, for operators (informational).
+    pub handlers: u32,
+    /// Its version, for operators. Default: this crate's version.
+    pub version: String,
+    /// The host name recorded. Default: the machine's host name.
+    pub host: Option<String>,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            node_table: DEFAULT_NODE_TABLE.to_owned(),
+            heartbeat_interval: Duration::from_secs(2),
+            dead_after: Duration::from_secs(10),
+            queues: Vec::new(),
+            handlers: 0,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            host: None,
+        }
+    }
+}
+
+impl NodeOptions {
+    /// Checks every field.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |field, reason: &str| {
+            Err(Error::InvalidOption {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        Relation::parse("node_table", &self.node_table)?;
+        if self.heartbeat_interval < Duration::from_millis(10) {
+            return invalid("heartbeat_interval", "must be at least 10ms");
+        }
+        if self.dead_after < self.heartbeat_interval * 3 {
+            return invalid("dead_after", "must be at least three heartbeat intervals");
+        }
+        if i32::try_from(self.handlers).is_err() {
+            return invalid("handlers", "is too large");
+        }
+        Ok(())
+    }
+}
+
+/// A live process as the registry lists it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The process's id (what its workers write in `worker_hostname`).
+    pub id: String,
+    /// Its host name.
+    pub host: String,
+    /// Its process id on that host.
+    pub pid: i32,
+    /// Its version.
+    pub version: String,
+    /// The queues it serves.
+    pub queues: Vec<String>,
+    /// Its handler count.
+    pub handlers: i32,
+    /// Seconds since it started (database clock).
+    pub up_seconds: f64,
+    /// Seconds since its last heartbeat (database clock).
+    pub heartbeat_age_seconds: f64,
+}
+
+/// This process's registration. Give its [`id`](Node::id) to every worker as
+/// `WorkerOptions::hostname`, so the jobs it claims name it, and run
+/// [`run`](Node::run) beside the workers.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// use dbworker::{Node, NodeOptions};
+/// let node = Node::register(&pool, NodeOptions::default()).await?;
+/// let mut worker_options = workerutil::WorkerOptions::new("emails");
+/// worker_options.hostname = Some(node.id().to_owned());
+/// let stop = tokio_util::sync::CancellationToken::new();
+/// tokio::spawn(node.clone().run(stop.clone())); // deregisters when `stop` fires
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Node {
+    pool: PgPool,
+    table: Relation,
+    id: String,
+    host: String,
+    pid: i32,
+    options: NodeOptions,
+}
+
+impl Node {
+    /// Registers this process (the table must exist) and returns its node.
+    pub async fn register(pool: &PgPool, options: NodeOptions) -> Result<Node> {
+        options.validate()?;
+        let table = Relation::parse("node_table", &options.node_table)?;
+        crate::schema_check::none(problems(pool, &table).await?)?;
+        let host = match &options.host {
+            Some(h) => h.clone(),
+            None => hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "unknown".into()),
+        };
+        let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+        let id: String = sql::node_register(&table, &host, pid, &options)
+            .query()
+            .fetch_one(pool)
+            .await
+            .map_err(Error::db("node_register"))?
+            .get("id");
+        tracing::info!(node = %id, "registered in the worker registry");
+        Ok(Node {
+            pool: pool.clone(),
+            table,
+            id,
+            host,
+            pid,
+            options,
+        })
+    }
+
+    /// The process's id: `host:pid:random`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Records a heartbeat now (registering again if the row was removed).
+    pub async fn heartbeat(&self) -> Result<()> {
+        sql::node_heartbeat(&self.table, &self.id, &self.host, self.pid, &self.options)
+            .query()
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("node_heartbeat"))?;
+        Ok(())
+    }
+
+    /// Heartbeats every `heartbeat_interval` until `stop` fires, then
+    /// deregisters. A failed heartbeat is logged and retried.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.options.heartbeat_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            match self.heartbeat().await {
+                Ok(()) => {
+                    if let Ok(live) = live_nodes(
+                        &self.pool,
+                        &self.options.node_table,
+                        self.options.dead_after,
+                    )
+                    .await
+                    {
+                        #[allow(clippy::cast_precision_loss)] // a few processes
+                        metrics::gauge!(NODES_LIVE).set(live.len() as f64);
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(node = %self.id, error = %err, "node heartbeat failed; will retry")
+                }
+            }
+        }
+        if let Err(err) = self.deregister().await {
+            tracing::warn!(node = %self.id, error = %err, "deregistering failed; the row ages out");
+        }
+    }
+
+    /// Removes this process's row (a graceful stop).
+    pub async fn deregister(&self) -> Result<()> {
+        sql::node_deregister(&self.table, &self.id)
+            .query()
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("node_deregister"))?;
+        Ok(())
+    }
+}
+
+/// The processes of `node_table` whose heartbeat is younger than `dead_after`
+/// (database clock), by id.
+pub async fn live_nodes(
+    pool: &PgPool,
+    node_table: &str,
+    dead_after: Duration,
+) -> Result<Vec<NodeInfo>> {
+    let table = Relation::parse("node_table", node_table)?;
+    let rows = sql::nodes_live(&table, dead_after)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("nodes_live"))?;
+    Ok(rows
+        .iter()
+        .map(|r| NodeInfo {
+            id: r.get("id"),
+            host: r.get("host"),
+            pid: r.get("pid"),
+            version: r.get("version"),
+            queues: r.get("queues"),
+            handlers: r.get("handlers"),
+            up_seconds: r.get("up"),
+            heartbeat_age_seconds: r.get("age"),
+        })
+        .collect())
+}

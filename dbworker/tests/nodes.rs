@@ -1,0 +1,446 @@
+//! Many processes on real Postgres: the worker registry (registration,
+//! heartbeats, deregistration, dead processes), the fast rescue of a dead
+//! process's jobs by the resetter, and leader election with failover.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use dbworker::{
+    DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, DbConditions, Handling, LeaderElection,
+    LeaderOptions, Node, NodeOptions, Resetter, ResetterOptions, current_leader, leader_table_sql,
+    live_nodes, node_table_sql,
+};
+use tokio_util::sync::CancellationToken;
+use workerutil::Store;
+
+use common::Db;
+
+async fn set_up() -> Db {
+    let db = Db::new().await;
+    db.execute(&format!(
+        "{}{}",
+        node_table_sql(DEFAULT_NODE_TABLE).unwrap(),
+        leader_table_sql(DEFAULT_LEADER_TABLE).unwrap()
+    ))
+    .await;
+    db
+}
+
+fn fast_nodes(queues: &[&str], handlers: u32) -> NodeOptions {
+    let mut o = NodeOptions::default();
+    o.heartbeat_interval = Duration::from_millis(50);
+    o.dead_after = Duration::from_millis(400);
+    o.queues = queues.iter().map(|q| (*q).to_owned()).collect();
+    o.handlers = handlers;
+    o
+}
+
+async fn rows_in_registry(db: &Db) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM dbworker_nodes")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn processes_register_heartbeat_deregister_and_a_silent_one_is_dead() {
+    let db = set_up().await;
+    let a = Node::register(&db.pool, fast_nodes(&["emails"], 4))
+        .await
+        .unwrap();
+    let b = Node::register(&db.pool, fast_nodes(&["reports"], 1))
+        .await
+        .unwrap();
+    assert_ne!(a.id(), b.id());
+    let pid = std::process::id().to_string();
+    assert!(a.id().contains(&format!(":{pid}:")), "{}", a.id());
+    let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+    let run_a = tokio::spawn(a.clone().run(stop_a.clone()));
+    let run_b = tokio::spawn(b.clone().run(stop_b.clone()));
+
+    // Both stay live across several dead_after periods while they heartbeat.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let dead_after = Duration::from_millis(400);
+    let live = live_nodes(&db.pool, DEFAULT_NODE_TABLE, dead_after)
+        .await
+        .unwrap();
+    assert_eq!(live.len(), 2, "{live:?}");
+    let info_a = live.iter().find(|n| n.id == a.id()).unwrap();
+    assert_eq!(info_a.queues, ["emails"]);
+    assert_eq!(info_a.handlers, 4);
+    assert_eq!(info_a.pid.to_string(), pid);
+    assert!(info_a.up_seconds >= 0.9, "{info_a:?}");
+    assert!(info_a.heartbeat_age_seconds < 0.4, "{info_a:?}");
+
+    // A graceful stop removes the row.
+    stop_a.cancel();
+    run_a.await.unwrap();
+    let live = live_nodes(&db.pool, DEFAULT_NODE_TABLE, dead_after)
+        .await
+        .unwrap();
+    assert_eq!(
+        live.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(),
+        [b.id()]
+    );
+
+    // A process that stops heartbeating without a word (its task dies, as
+    // with SIGKILL) is dead once dead_after passes; its row stays for the
+    // resetter to find.
+    run_b.abort();
+    let _ = run_b.await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        live_nodes(&db.pool, DEFAULT_NODE_TABLE, dead_after)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(rows_in_registry(&db).await, 1);
+    drop(stop_b);
+}
+
+#[tokio::test]
+async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
+    let db = set_up().await;
+    db.enqueue(3, serde_json::json!({})).await;
+    let store = db.store(Handling::Heartbeat).await;
+    let dead = Node::register(&db.pool, fast_nodes(&[], 2)).await.unwrap();
+    let live = Node::register(&db.pool, fast_nodes(&[], 1)).await.unwrap();
+    let stop = CancellationToken::new();
+    let heartbeats = tokio::spawn(live.clone().run(stop.clone()));
+    let dead_jobs = store
+        .dequeue(dead.id(), &DbConditions::new(), 2)
+        .await
+        .unwrap();
+    let live_jobs = store
+        .dequeue(live.id(), &DbConditions::new(), 1)
+        .await
+        .unwrap();
+    assert_eq!((dead_jobs.len(), live_jobs.len()), (2, 1));
+
+    let mut o = ResetterOptions::new("rescuer", "jobs");
+    o.stalled_max_age = Duration::from_secs(60);
+    o.node_table = Some(DEFAULT_NODE_TABLE.into());
+    o.dead_after = Duration::from_millis(400);
+    let resetter = Resetter::new(db.pool.clone(), o).unwrap();
+    resetter.check().await.unwrap();
+    // Nobody is dead yet: nothing moves.
+    assert!(resetter.reset_once().await.unwrap().reset.is_empty());
+
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let out = resetter.reset_once().await.unwrap();
+    let mut rescued: Vec<i64> = out.reset.iter().map(|(id, _)| *id).collect();
+    rescued.sort_unstable();
+    let mut expected: Vec<i64> = dead_jobs.iter().map(|j| j.record().id).collect();
+    expected.sort_unstable();
+    assert_eq!(
+        rescued, expected,
+        "only the dead process's jobs, long before 60 s"
+    );
+    assert_eq!(db.count("processing").await, 1);
+    assert_eq!(db.count("queued").await, 2);
+
+    // The dead process's late write is fenced off.
+    for mut job in dead_jobs {
+        assert!(!store.mark_complete(&mut job).await.unwrap());
+    }
+    // Its row is forgotten once even the heartbeat rule would have caught up.
+    sqlx::query(
+        "UPDATE dbworker_nodes SET heartbeat_at = now() - interval '2 minutes' WHERE id = $1",
+    )
+    .bind(dead.id())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    resetter.reset_once().await.unwrap();
+    assert_eq!(rows_in_registry(&db).await, 1);
+    stop.cancel();
+    heartbeats.await.unwrap();
+    assert_eq!(rows_in_registry(&db).await, 0);
+}
+
+/// Counts leaders at once; each service records which node led.
+struct Watch {
+    now: AtomicUsize,
+    most: AtomicUsize,
+    leader: std::sync::Mutex<Option<String>>,
+}
+
+/// Decrements the leader count however the service ends (even aborted).
+struct Leading(Arc<Watch>);
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+        *self.0.leader.lock().unwrap() = None;
+    }
+}
+
+fn campaign(
+    election: LeaderElection,
+    name: String,
+    watch: Arc<Watch>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        election
+            .run(stop, move |leading| {
+                let watch = watch.clone();
+                let name = name.clone();
+                async move {
+                    let n = watch.now.fetch_add(1, Ordering::SeqCst) + 1;
+                    watch.most.fetch_max(n, Ordering::SeqCst);
+                    *watch.leader.lock().unwrap() = Some(name);
+                    let _guard = Leading(watch);
+                    leading.cancelled().await;
+                }
+            })
+            .await;
+    })
+}
+
+/// Waits until a node other than `not` leads; returns it and how long it took.
+async fn next_leader(watch: &Watch, not: Option<&str>) -> (String, Duration) {
+    let start = Instant::now();
+    loop {
+        let current = watch.leader.lock().unwrap().clone();
+        if let Some(l) = current
+            && Some(l.as_str()) != not
+        {
+            return (l, start.elapsed());
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no new leader");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn one_leader_at_a_time_and_standbys_take_over_within_the_lease() {
+    let db = set_up().await;
+    let lease = Duration::from_millis(600);
+    let watch = Arc::new(Watch {
+        now: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        leader: std::sync::Mutex::new(None),
+    });
+    let mut pools = Vec::new();
+    let mut runs = Vec::new();
+    let mut stops = Vec::new();
+    for n in 0..3 {
+        // Each on a pool of its own: another process, as Postgres sees it.
+        let pool = db.db.pool(2).await.unwrap();
+        let mut o = LeaderOptions::new("jobs");
+        o.lease = lease;
+        let election = LeaderElection::new(&pool, &format!("node-{n}"), o)
+            .await
+            .unwrap();
+        let stop = CancellationToken::new();
+        runs.push(Some(campaign(
+            election,
+            format!("node-{n}"),
+            watch.clone(),
+            stop.clone(),
+        )));
+        stops.push(stop);
+        pools.push(pool);
+    }
+    let index = |name: &str| name["node-".len()..].parse::<usize>().unwrap();
+    let (first, _) = next_leader(&watch, None).await;
+    tokio::time::sleep(lease * 2).await;
+    assert_eq!(
+        watch.leader.lock().unwrap().as_deref(),
+        Some(first.as_str()),
+        "a leader keeps its lease"
+    );
+    assert_eq!(
+        current_leader(&db.pool, DEFAULT_LEADER_TABLE, "jobs")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(first.as_str())
+    );
+
+    // Killed (its task aborted, nothing released): another leads once the
+    // lease expires.
+    runs[index(&first)].take().unwrap().abort();
+    let (second, took) = next_leader(&watch, Some(&first)).await;
+    println!("failover after the leader was killed: {took:?} (lease {lease:?})");
+    assert!(took <= lease * 2, "took {took:?}");
+
+    // Cut off from the database: it steps down by itself; another takes over.
+    pools[index(&second)].close().await;
+    let (third, took) = next_leader(&watch, Some(&second)).await;
+    println!("failover after the leader lost its database: {took:?}");
+    assert!(took <= lease * 2, "took {took:?}");
+    assert_ne!(third, first);
+
+    // A graceful stop releases the lease: with no one left to take it, the
+    // scope has no leader at once.
+    stops[index(&third)].cancel();
+    runs[index(&third)].take().unwrap().await.unwrap();
+    assert_eq!(
+        current_leader(&db.pool, DEFAULT_LEADER_TABLE, "jobs")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        watch.most.load(Ordering::SeqCst),
+        1,
+        "never two leaders at once"
+    );
+    for stop in stops {
+        stop.cancel();
+    }
+}
+
+#[tokio::test]
+async fn a_graceful_leader_hands_over_within_a_third_of_the_lease() {
+    let db = set_up().await;
+    let lease = Duration::from_millis(900);
+    let watch = Arc::new(Watch {
+        now: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        leader: std::sync::Mutex::new(None),
+    });
+    let mut runs = Vec::new();
+    let mut stops = Vec::new();
+    for n in 0..2 {
+        let pool = db.db.pool(2).await.unwrap();
+        let mut o = LeaderOptions::new("jobs");
+        o.lease = lease;
+        let election = LeaderElection::new(&pool, &format!("node-{n}"), o)
+            .await
+            .unwrap();
+        let stop = CancellationToken::new();
+        runs.push(campaign(
+            election,
+            format!("node-{n}"),
+            watch.clone(),
+            stop.clone(),
+        ));
+        stops.push(stop);
+    }
+    let (first, _) = next_leader(&watch, None).await;
+    let i = first["node-".len()..].parse::<usize>().unwrap();
+    stops[i].cancel();
+    let (_, took) = next_leader(&watch, Some(&first)).await;
+    println!("hand-over after a graceful stop: {took:?} (lease {lease:?})");
+    assert!(
+        took < lease / 3 + Duration::from_millis(200),
+        "took {took:?}"
+    );
+    assert_eq!(watch.most.load(Ordering::SeqCst), 1);
+    for stop in stops {
+        stop.cancel();
+    }
+    for run in runs {
+        run.await.unwrap();
+    }
+}
+
+fn dbworker(db: &Db, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"));
+    c.args(args)
+        .args(["--table", "jobs"])
+        .env("DATABASE_URL", db.db.url())
+        .env("RUST_LOG", "warn");
+    c
+}
+
+async fn leader_now(db: &Db) -> Option<String> {
+    current_leader(&db.pool, DEFAULT_LEADER_TABLE, "jobs")
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn resetter_processes_elect_a_leader_and_status_shows_them() {
+    let db = set_up().await;
+    let ddl = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(["migration", "--table", "x", "--nodes"])
+        .output()
+        .unwrap();
+    let ddl = String::from_utf8(ddl.stdout).unwrap();
+    assert!(
+        ddl.contains("CREATE TABLE IF NOT EXISTS \"dbworker_nodes\""),
+        "{ddl}"
+    );
+    assert!(
+        ddl.contains("CREATE TABLE IF NOT EXISTS \"dbworker_leaders\""),
+        "{ddl}"
+    );
+
+    let reset = [
+        "reset",
+        "--lead",
+        "--node-table",
+        DEFAULT_NODE_TABLE,
+        "--lease-secs",
+        "0.6",
+        "--interval-secs",
+        "0.2",
+    ];
+    let mut children: Vec<std::process::Child> = (0..2)
+        .map(|_| dbworker(&db, &reset).spawn().unwrap())
+        .collect();
+    let start = Instant::now();
+    let first = loop {
+        if let Some(l) = leader_now(&db).await {
+            break l;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let status = dbworker(&db, &["status", "--node-table", DEFAULT_NODE_TABLE])
+        .output()
+        .unwrap();
+    let status = String::from_utf8(status.stdout).unwrap();
+    assert!(status.contains("live processes: 2"), "{status}");
+    assert!(status.contains(&format!("{first} (leader)")), "{status}");
+
+    // SIGKILL the leader: the other process leads within the lease and a third.
+    let pid: u32 = first.split(':').nth(1).unwrap().parse().unwrap();
+    let leader = children
+        .iter()
+        .position(|c| c.id() == pid)
+        .expect("the leader is a child");
+    let mut killed = children.remove(leader);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let killed_at = Instant::now();
+    let second = loop {
+        if let Some(l) = leader_now(&db).await
+            && l != first
+        {
+            break l;
+        }
+        assert!(killed_at.elapsed() < Duration::from_secs(5), "no failover");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let took = killed_at.elapsed();
+    println!("resetter failover after SIGKILL: {took:?} (lease 600ms)");
+    assert!(took <= Duration::from_millis(1200), "took {took:?}");
+    assert!(second.contains(&format!(":{}:", children[0].id())));
+
+    // SIGTERM: the survivor deregisters and releases its lease.
+    let pid = children[0].id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(children[0].wait().unwrap().success());
+    assert_eq!(leader_now(&db).await, None);
+    let rows: Vec<String> = sqlx::query_scalar("SELECT id FROM dbworker_nodes")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows,
+        [first],
+        "only the killed process's row is left, to age out"
+    );
+}
