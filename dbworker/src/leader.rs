@@ -93,7 +93,7 @@ impl LeaderOptions {
 /// services while it holds it.
 ///
 /// ```no_run
-/// # async fn f(pool: sqlx::PgPool, node: dbworker::Node, resetter: dbworker::Resetter) -> Result<(), dbworker::Error> {
+/// # async fn f(pool: sqlx::PgPool, node: dbworker::Node, resetter: std::sync::Arc<dbworker::Resetter>) -> Result<(), dbworker::Error> {
 /// use dbworker::{LeaderElection, LeaderOptions};
 /// let election = LeaderElection::new(&pool, node.id(), LeaderOptions::new("jobs")).await?;
 /// let stop = tokio_util::sync::CancellationToken::new();

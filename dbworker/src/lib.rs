@@ -67,3 +67,9 @@ pub use worker::new_worker;
 
 pub use sea_query;
 pub use workerutil;
+
+/// The guide's and the operations manual's code blocks, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide.md")]
+#[doc = include_str!("../../docs/operations.md")]
+struct GuideDoctests;
