@@ -54,6 +54,16 @@ pub enum Error {
     /// A worker could not be built.
     #[error(transparent)]
     Worker(#[from] workerutil::Error),
+    /// A log consumer failed too many batches in a row; its group stopped.
+    #[error("consumer {consumer} failed {failures} batches in a row; last error: {message}")]
+    ConsumerFailed {
+        /// The consumer.
+        consumer: String,
+        /// Its consecutive failures.
+        failures: u32,
+        /// The last failure's message.
+        message: String,
+    },
 }
 
 impl Error {

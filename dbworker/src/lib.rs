@@ -14,6 +14,7 @@ mod admin;
 mod columns;
 mod completer;
 mod connection_loss;
+mod consumer_group;
 mod cron;
 mod enqueue;
 mod error;
@@ -21,6 +22,7 @@ mod gauges;
 mod job_filter;
 mod leader;
 mod limits;
+mod log_store;
 mod message;
 mod migrate;
 mod nodes;
@@ -37,6 +39,9 @@ mod worker;
 
 pub use admin::{Admin, Canceled, Status};
 pub use columns::STANDARD_COLUMNS;
+pub use consumer_group::{
+    Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_lag,
+};
 pub use cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, cron_table_sql};
 pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};
 pub use error::{Error, Result};
@@ -46,6 +51,10 @@ pub use leader::{
     DEFAULT_LEADER_TABLE, LEADER, LeaderElection, LeaderOptions, current_leader, leader_table_sql,
 };
 pub use limits::{DEFAULT_LIMIT_TABLE, Limit, Limits, limit_table_sql};
+pub use log_store::{
+    ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogEvent, LogJob,
+    LogOptions, LogStore, consumer_tables_sql, events_table_sql,
+};
 pub use message::MAX_FAILURE_MESSAGE_BYTES;
 pub use migrate::{OptionalColumns, enqueue_function_sql, job_table_sql, optional_columns_sql};
 pub use nodes::{

@@ -2274,6 +2274,162 @@ pub(crate) fn leader_current(leaders: &Relation, scope: &str) -> Statement {
     )
 }
 
+/// Consumers assigned to `node` among `names`, with their checkpoint, that
+/// have events after it (by the position index), by name, at most `limit`.
+pub(crate) fn log_pending(
+    l: &crate::log_store::LogResolved,
+    node: &str,
+    names: Vec<String>,
+    limit: Option<usize>,
+) -> Statement {
+    let e = &l.events;
+    raw(
+        format!(
+            "SELECT \"a\".\"consumer_name\", COALESCE(\"c\".\"last_position\", 0)::bigint AS \"last_position\" \
+             FROM {assignments} AS \"a\" LEFT JOIN {checkpoints} AS \"c\" ON \"c\".\"consumer_name\" = \"a\".\"consumer_name\" \
+             WHERE \"a\".\"node_id\" = $1 AND \"a\".\"consumer_name\" = ANY($2::text[]) \
+               AND EXISTS (SELECT 1 FROM {events} AS {ea} WHERE {ea}.{pos} > COALESCE(\"c\".\"last_position\", 0)) \
+             ORDER BY 1 LIMIT $3",
+            assignments = l.assignments.quoted(),
+            checkpoints = l.checkpoints.quoted(),
+            events = e.quoted(),
+            ea = quote(&e.alias),
+            pos = quote(&l.position_column),
+        ),
+        vec![
+            node.into(),
+            names.into(),
+            i64::try_from(limit.unwrap_or(usize::MAX))
+                .unwrap_or(i64::MAX)
+                .into(),
+        ],
+    )
+}
+
+/// Locks the consumer's assignment row if `node` still holds it: the proof of
+/// ownership every batch transaction starts with.
+pub(crate) fn log_lock_assignment(
+    l: &crate::log_store::LogResolved,
+    consumer: &str,
+    node: &str,
+) -> Statement {
+    raw(
+        format!(
+            "SELECT 1 AS \"owned\" FROM {} WHERE \"consumer_name\" = $1 AND \"node_id\" = $2 FOR UPDATE",
+            l.assignments.quoted()
+        ),
+        vec![consumer.into(), node.into()],
+    )
+}
+
+/// The consumer's checkpoint, created at 0 when it has none.
+pub(crate) fn log_checkpoint(l: &crate::log_store::LogResolved, consumer: &str) -> Statement {
+    let t = l.checkpoints.quoted();
+    raw(
+        format!(
+            "WITH \"new\" AS (INSERT INTO {t} (\"consumer_name\", \"last_position\") VALUES ($1, 0) \
+               ON CONFLICT (\"consumer_name\") DO NOTHING RETURNING \"last_position\") \
+             SELECT \"last_position\" FROM \"new\" UNION ALL \
+             SELECT \"last_position\" FROM {t} WHERE \"consumer_name\" = $1"
+        ),
+        vec![consumer.into()],
+    )
+}
+
+/// The next batch of events after `after`, in position order, with each
+/// event's position after the configured expressions.
+pub(crate) fn log_batch(l: &crate::log_store::LogResolved, after: i64, size: u32) -> Statement {
+    let e = &l.events;
+    let ea = quote(&e.alias);
+    let pos = quote(&l.position_column);
+    raw(
+        format!(
+            "SELECT {exprs}, {ea}.{pos}::bigint AS {position} FROM {events} AS {ea} \
+             WHERE {ea}.{pos} > $1 ORDER BY {ea}.{pos} LIMIT $2",
+            exprs = l.column_expressions.join(", "),
+            position = quote(LOG_POSITION),
+            events = e.quoted(),
+        ),
+        vec![after.into(), i64::from(size).into()],
+    )
+}
+
+/// The column `log_batch` returns each event's position in.
+pub(crate) const LOG_POSITION: &str = "dbworker_position";
+
+/// Advances a checkpoint, fenced by the position the batch started from.
+pub(crate) fn log_advance(
+    l: &crate::log_store::LogResolved,
+    consumer: &str,
+    from: i64,
+    to: i64,
+) -> Statement {
+    raw(
+        format!(
+            "UPDATE {} SET \"last_position\" = $3, \"updated_at\" = now() \
+             WHERE \"consumer_name\" = $1 AND \"last_position\" = $2",
+            l.checkpoints.quoted()
+        ),
+        vec![consumer.into(), from.into(), to.into()],
+    )
+}
+
+/// The consumers `node` holds now.
+pub(crate) fn log_assigned(l: &crate::log_store::LogResolved, node: &str) -> Statement {
+    raw(
+        format!(
+            "SELECT \"consumer_name\" FROM {} WHERE \"node_id\" = $1",
+            l.assignments.quoted()
+        ),
+        vec![node.into()],
+    )
+}
+
+/// Assigns `names` (sorted) round-robin over the live nodes (sorted by id),
+/// changing only the rows whose node changes; returns the changed rows.
+pub(crate) fn log_rebalance(
+    assignments: &Relation,
+    nodes: &Relation,
+    names: Vec<String>,
+    dead_after: std::time::Duration,
+) -> Statement {
+    let t = assignments.quoted();
+    raw(
+        format!(
+            "WITH \"live\" AS (SELECT \"id\", row_number() OVER (ORDER BY \"id\") - 1 AS \"i\", count(*) OVER () AS \"n\" \
+               FROM {nodes} WHERE \"heartbeat_at\" >= now() - make_interval(secs => $2::float8)), \
+             \"wanted\" AS (SELECT \"name\", \"i\" - 1 AS \"i\" FROM unnest($1::text[]) WITH ORDINALITY AS \"w\"(\"name\", \"i\")) \
+             INSERT INTO {t} AS \"a\" (\"consumer_name\", \"node_id\") \
+             SELECT \"wanted\".\"name\", \"live\".\"id\" FROM \"wanted\" JOIN \"live\" ON \"live\".\"i\" = \"wanted\".\"i\" % \"live\".\"n\" \
+             ON CONFLICT (\"consumer_name\") DO UPDATE SET \"node_id\" = EXCLUDED.\"node_id\", \"updated_at\" = now() \
+             WHERE \"a\".\"node_id\" IS DISTINCT FROM EXCLUDED.\"node_id\" \
+             RETURNING \"a\".\"consumer_name\", \"a\".\"node_id\"",
+            nodes = nodes.quoted(),
+        ),
+        vec![names.into(), dead_after.as_secs_f64().into()],
+    )
+}
+
+/// Each consumer's checkpoint beside the log's last position.
+pub(crate) fn log_lag(
+    events: &Relation,
+    position_column: &str,
+    checkpoints: &Relation,
+) -> Statement {
+    let ea = quote(&events.alias);
+    let pos = quote(position_column);
+    raw(
+        format!(
+            "SELECT \"c\".\"consumer_name\", \"c\".\"last_position\"::bigint AS \"last_position\", \
+               COALESCE((SELECT max({ea}.{pos}) FROM {events} AS {ea}), 0)::bigint AS \"latest\" \
+             FROM {checkpoints} AS \"c\" ORDER BY 1",
+            events = events.quoted(),
+            checkpoints = checkpoints.quoted(),
+        ),
+        Vec::new(),
+    )
+}
+
 /// A query that selects nothing but makes Postgres check every configured SQL
 /// fragment: the column expressions and the order-by, against the view (or table).
 pub(crate) fn probe_expressions(o: &Resolved) -> Statement {

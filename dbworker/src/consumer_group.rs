@@ -1,0 +1,369 @@
+//! Checkpointed log consumers across processes: each process runs a
+//! `ConsumerGroup` with the same consumers; the leader of the group's scope
+//! assigns consumers to live processes round-robin (sorted names over sorted
+//! node ids) and rebalances when processes join or die; every process runs the
+//! batches of the consumers assigned to it through a `Worker` over a
+//! [`LogStore`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, PgPool, Row};
+use tokio_util::sync::CancellationToken;
+use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOptions};
+
+use crate::columns::Relation;
+use crate::error::{Error, Result};
+use crate::leader::{LeaderElection, LeaderOptions};
+use crate::log_store::{LogEvent, LogJob, LogOptions, LogStore};
+use crate::nodes::Node;
+use crate::sql;
+
+/// A named consumer of the log. Its writes through `tx` commit together with
+/// its checkpoint's advance (exactly once within Postgres); effects outside
+/// Postgres are at least once, so make them idempotent.
+#[async_trait]
+pub trait Consumer<E>: Send + Sync + 'static {
+    /// The consumer's name: its checkpoint and its assignment.
+    fn name(&self) -> &str;
+
+    /// Handles one event, in position order, inside the batch's transaction.
+    /// An error rolls the whole batch back; it is retried from the same
+    /// position.
+    async fn handle(&self, tx: &mut PgConnection, event: &E) -> std::result::Result<(), BoxError>;
+}
+
+/// Runs each batch with the consumer it belongs to.
+struct Dispatch<E> {
+    consumers: HashMap<String, Arc<dyn Consumer<E>>>,
+}
+
+#[async_trait]
+impl<E> Handler<LogStore<E>> for Dispatch<E>
+where
+    E: LogEvent,
+{
+    async fn handle(
+        &self,
+        job: &mut LogJob<E>,
+        _ctx: &JobContext<LogStore<E>>,
+    ) -> std::result::Result<(), HandlerError> {
+        if let Some(problem) = &job.batch().problem {
+            return Err(HandlerError::non_retryable(problem.clone()));
+        }
+        let consumer = self
+            .consumers
+            .get(&job.batch().consumer)
+            .cloned()
+            .ok_or_else(|| HandlerError::non_retryable("no such consumer in this process"))?;
+        let span = tracing::info_span!(
+            "consumer",
+            consumer = consumer.name(),
+            after = job.batch().after
+        );
+        let _entered = span.enter();
+        // Take the events out so the transaction can be borrowed mutably.
+        let events = std::mem::take(job.events_mut());
+        let mut result = Ok(());
+        if let Some(tx) = job.tx() {
+            for event in &events {
+                if let Err(err) = consumer.handle(tx, event).await {
+                    result = Err(HandlerError::retryable(err));
+                    break;
+                }
+            }
+        } else {
+            result = Err(HandlerError::non_retryable("the batch has no transaction"));
+        }
+        *job.events_mut() = events;
+        result
+    }
+}
+
+/// How a process runs its share of a group's consumers.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConsumerGroupOptions {
+    /// The group's name: its leader scope is `consumers:<name>`.
+    pub name: String,
+    /// How the log is read (events table, position column, batch size, pause,
+    /// retry wait, failure limit, NOTIFY channel). Its `node_id` and
+    /// `consumers` are filled in by the group.
+    pub log: LogOptions,
+    /// The worker registry table (`Node`'s). Default `dbworker_nodes`.
+    pub node_table: String,
+    /// A process whose registry heartbeat is older than this gets no
+    /// consumers. Default 10 s (as `NodeOptions::dead_after`).
+    pub dead_after: Duration,
+    /// The lease table. Default `dbworker_leaders`.
+    pub leader_table: String,
+    /// The leader's lease (see `LeaderOptions::lease`). Default 6 s.
+    pub lease: Duration,
+    /// How often the leader rebalances. Default 2 s.
+    pub rebalance_interval: Duration,
+    /// A batch running longer is rolled back and counts as a failure.
+    /// Default 30 s.
+    pub batch_timeout: Duration,
+    /// How often an idle process looks for new events when no notification
+    /// comes. Default 1 s (backing off to 30 s while idle).
+    pub poll_interval: Duration,
+}
+
+impl ConsumerGroupOptions {
+    /// A group `name` over `events_table`, with defaults.
+    pub fn new(name: impl Into<String>, events_table: impl Into<String>) -> Self {
+        let name = name.into();
+        ConsumerGroupOptions {
+            log: LogOptions::new(name.clone(), events_table, String::new(), Vec::new()),
+            name,
+            node_table: crate::nodes::DEFAULT_NODE_TABLE.into(),
+            dead_after: Duration::from_secs(10),
+            leader_table: crate::leader::DEFAULT_LEADER_TABLE.into(),
+            lease: Duration::from_secs(6),
+            rebalance_interval: Duration::from_secs(2),
+            batch_timeout: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A process's part of a consumer group.
+///
+/// ```no_run
+/// # use dbworker::{Consumer, ConsumerGroup, ConsumerGroupOptions, Node, NodeOptions};
+/// # #[derive(sqlx::FromRow)] struct Event { global_position: i64 }
+/// # struct Projection;
+/// # #[async_trait::async_trait] impl Consumer<Event> for Projection {
+/// #     fn name(&self) -> &str { "orders" }
+/// #     async fn handle(&self, _tx: &mut sqlx::PgConnection, _e: &Event) -> Result<(), workerutil::BoxError> { Ok(()) }
+/// # }
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// let node = Node::register(&pool, NodeOptions::default()).await?;
+/// let stop = tokio_util::sync::CancellationToken::new();
+/// tokio::spawn(node.clone().run(stop.clone()));
+/// let group = ConsumerGroup::<Event>::new(
+///     &pool,
+///     &node,
+///     ConsumerGroupOptions::new("projections", "events"),
+///     vec![std::sync::Arc::new(Projection)],
+/// )
+/// .await?;
+/// group.run(stop).await?; // Err when a consumer keeps failing
+/// # Ok(()) }
+/// ```
+pub struct ConsumerGroup<E: LogEvent> {
+    store: Arc<LogStore<E>>,
+    worker: Worker<LogStore<E>, Dispatch<E>>,
+    election: LeaderElection,
+    pool: PgPool,
+    names: Vec<String>,
+    options: ConsumerGroupOptions,
+    assignments: Relation,
+    nodes: Relation,
+}
+
+impl<E: LogEvent> std::fmt::Debug for ConsumerGroup<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerGroup")
+            .field("name", &self.options.name)
+            .field("consumers", &self.names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E> ConsumerGroup<E>
+where
+    E: LogEvent,
+{
+    /// This process's part of the group, run by `node` (which the caller
+    /// keeps heartbeating with `Node::run`). The pool needs a connection per
+    /// consumer plus two.
+    pub async fn new(
+        pool: &PgPool,
+        node: &Node,
+        options: ConsumerGroupOptions,
+        consumers: Vec<Arc<dyn Consumer<E>>>,
+    ) -> Result<ConsumerGroup<E>> {
+        let mut names: Vec<String> = consumers.iter().map(|c| c.name().to_owned()).collect();
+        names.sort();
+        let mut log = options.log.clone();
+        log.node_id = node.id().to_owned();
+        log.consumers = names.clone();
+        log.name = options.name.clone();
+        let store = Arc::new(LogStore::new(pool.clone(), log.clone()).await?);
+        let mut wo = WorkerOptions::new(format!("consumers:{}", options.name));
+        wo.num_handlers = names.len();
+        wo.hostname = Some(node.id().to_owned());
+        wo.interval = options.poll_interval;
+        wo.max_runtime_per_job = Some(options.batch_timeout);
+        wo.heartbeat_interval = options.rebalance_interval;
+        let dispatch = Dispatch {
+            consumers: consumers
+                .into_iter()
+                .map(|c| (c.name().to_owned(), c))
+                .collect(),
+        };
+        let worker = Worker::new(store.clone(), dispatch, wo)?;
+        let mut lo = LeaderOptions::new(format!("consumers:{}", options.name));
+        lo.leader_table = options.leader_table.clone();
+        lo.lease = options.lease;
+        let election = LeaderElection::new(pool, node.id(), lo).await?;
+        Ok(ConsumerGroup {
+            store,
+            worker,
+            election,
+            pool: pool.clone(),
+            names,
+            assignments: Relation::parse("assignment_table", &log.assignment_table)?,
+            nodes: Relation::parse("node_table", &options.node_table)?,
+            options,
+        })
+    }
+
+    /// Runs until `stop` fires (returning `Ok`) or a consumer fails
+    /// `max_consecutive_failures` batches in a row (returning
+    /// `Error::ConsumerFailed` after stopping everything): the batches of the
+    /// consumers assigned here and, while this process leads, the rebalancing.
+    pub async fn run(self, stop: CancellationToken) -> Result<()> {
+        let ConsumerGroup {
+            store,
+            worker,
+            election,
+            pool,
+            names,
+            options,
+            assignments,
+            nodes,
+        } = self;
+        let failed = store.stopped();
+        let shutdown = worker.shutdown_handle();
+        let worker_run = tokio::spawn(worker.run());
+        let rebalance = {
+            let stop = stop.clone();
+            let (pool, names, interval, dead_after) = (
+                pool.clone(),
+                names.clone(),
+                options.rebalance_interval,
+                options.dead_after,
+            );
+            let scope = options.name.clone();
+            tokio::spawn(async move {
+                election
+                    .run(stop, move |leading| {
+                        let (pool, names, assignments, nodes, scope) =
+                            (pool.clone(), names.clone(), assignments.clone(), nodes.clone(), scope.clone());
+                        async move {
+                            loop {
+                                match rebalance_once(&pool, &assignments, &nodes, &names, dead_after).await {
+                                    Ok(moved) if !moved.is_empty() => {
+                                        tracing::info!(group = %scope, ?moved, "rebalanced consumers");
+                                    }
+                                    Ok(_) => {}
+                                    Err(err) => tracing::warn!(group = %scope, error = %err, "rebalance failed; will retry"),
+                                }
+                                tokio::select! {
+                                    () = leading.cancelled() => return,
+                                    () = tokio::time::sleep(interval) => {}
+                                }
+                            }
+                        }
+                    })
+                    .await;
+            })
+        };
+        let stopped_by_failure = tokio::select! {
+            () = stop.cancelled() => false,
+            () = failed.cancelled() => true,
+        };
+        if stopped_by_failure {
+            shutdown.immediate();
+        } else {
+            shutdown.graceful();
+        }
+        let _ = worker_run.await;
+        // The election stops with `stop`; on a failure stop it here too.
+        if stopped_by_failure {
+            rebalance.abort();
+        }
+        let _ = rebalance.await;
+        match store.fatal() {
+            Some(f) => Err(Error::ConsumerFailed {
+                consumer: f.consumer,
+                failures: f.failures,
+                message: f.message,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One rebalance: the group's consumers over the live nodes; returns the
+/// consumers that moved, with their new node.
+pub(crate) async fn rebalance_once(
+    pool: &PgPool,
+    assignments: &Relation,
+    nodes: &Relation,
+    names: &[String],
+    dead_after: Duration,
+) -> Result<Vec<(String, String)>> {
+    let rows = sql::log_rebalance(assignments, nodes, names.to_vec(), dead_after)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("log_rebalance"))?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("consumer_name"), r.get("node_id")))
+        .collect())
+}
+
+/// Each consumer's checkpoint, the log's last position, and the lag between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerLag {
+    /// The consumer.
+    pub consumer: String,
+    /// Its checkpoint.
+    pub last_position: i64,
+    /// The log's last position.
+    pub latest: i64,
+}
+
+impl ConsumerLag {
+    /// Positions behind (not necessarily events, if positions have gaps).
+    pub fn lag(&self) -> i64 {
+        self.latest - self.last_position
+    }
+}
+
+/// The lag of every consumer with a checkpoint in `checkpoint_table`.
+pub async fn consumer_lag(
+    pool: &PgPool,
+    events_table: &str,
+    position_column: &str,
+    checkpoint_table: &str,
+) -> Result<Vec<ConsumerLag>> {
+    let events = Relation::parse("events_table", events_table)?;
+    let checkpoints = Relation::parse("checkpoint_table", checkpoint_table)?;
+    if !crate::columns::is_identifier(position_column) {
+        return Err(Error::InvalidOption {
+            field: "position_column",
+            reason: "must be a plain identifier".into(),
+        });
+    }
+    let rows = sql::log_lag(&events, position_column, &checkpoints)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("log_lag"))?;
+    Ok(rows
+        .iter()
+        .map(|r| ConsumerLag {
+            consumer: r.get("consumer_name"),
+            last_position: r.get("last_position"),
+            latest: r.get("latest"),
+        })
+        .collect())
+}

@@ -1,0 +1,791 @@
+//! `LogStore`: the second `Store`, over an append-only events table ordered by
+//! a global position. A "job" is the next batch of one consumer: its
+//! transaction first locks the consumer's assignment row (proof that this
+//! process still owns the consumer), reads the checkpoint, and fetches the
+//! events after it; completing the job advances the checkpoint in the same
+//! transaction, so what the consumer wrote through that transaction and the
+//! checkpoint commit together (exactly once within Postgres).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgConnection, PgPool, Postgres, Row, Transaction};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use workerutil::{
+    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Store, Wakeups, WorkerOptions,
+};
+
+use crate::columns::Relation;
+use crate::error::{Error, Result};
+use crate::sql;
+
+/// The assignment table's default name.
+pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";
+/// The checkpoint table's default name.
+pub const DEFAULT_CHECKPOINT_TABLE: &str = "dbworker_consumer_checkpoints";
+
+/// `CREATE TABLE` for the consumers' assignments and checkpoints
+/// (`dbworker migration --consumers`).
+///
+/// ```
+/// let ddl = dbworker::consumer_tables_sql(
+///     dbworker::DEFAULT_ASSIGNMENT_TABLE,
+///     dbworker::DEFAULT_CHECKPOINT_TABLE,
+/// ).unwrap();
+/// assert!(ddl.contains("\"last_position\" bigint NOT NULL"));
+/// ```
+pub fn consumer_tables_sql(assignment_table: &str, checkpoint_table: &str) -> Result<String> {
+    let a = Relation::parse("assignment_table", assignment_table)?.quoted();
+    let c = Relation::parse("checkpoint_table", checkpoint_table)?.quoted();
+    Ok(format!(
+        r#"-- Which process runs each consumer (written by the leader).
+CREATE TABLE IF NOT EXISTS {a} (
+    "consumer_name" text PRIMARY KEY,
+    "node_id" text NOT NULL,
+    "created_at" timestamptz NOT NULL DEFAULT now(),
+    "updated_at" timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS {a_idx} ON {a} ("node_id");
+-- The last event position each consumer has processed.
+CREATE TABLE IF NOT EXISTS {c} (
+    "consumer_name" text PRIMARY KEY,
+    "last_position" bigint NOT NULL DEFAULT 0,
+    "created_at" timestamptz NOT NULL DEFAULT now(),
+    "updated_at" timestamptz NOT NULL DEFAULT now()
+);
+"#,
+        a_idx = sql::quote(&format!(
+            "{}_node_idx",
+            Relation::parse("assignment_table", assignment_table)?.name
+        )),
+    ))
+}
+
+/// `CREATE TABLE` for a plain events table, with a trigger that NOTIFYs
+/// `channel` once per inserting statement (for `LogOptions::listen`).
+///
+/// ```
+/// let ddl = dbworker::events_table_sql("events", "events_appended").unwrap();
+/// assert!(ddl.contains("\"global_position\" bigserial PRIMARY KEY"));
+/// ```
+pub fn events_table_sql(events_table: &str, channel: &str) -> Result<String> {
+    let rel = Relation::parse("events_table", events_table)?;
+    if !crate::columns::is_identifier(channel) {
+        return Err(Error::InvalidOption {
+            field: "channel",
+            reason: format!("{channel:?} is not a plain identifier"),
+        });
+    }
+    let t = rel.quoted();
+    let function = rel.quoted_sibling(&format!("{}_notify", rel.name));
+    let trigger = sql::quote(&format!("{}_notify", rel.name));
+    Ok(format!(
+        r#"-- An append-only log: consumers read it in global_position order.
+CREATE TABLE IF NOT EXISTS {t} (
+    "global_position" bigserial PRIMARY KEY,
+    "aggregate_type" text NOT NULL,
+    "aggregate_id" text NOT NULL,
+    "event_type" text NOT NULL,
+    "payload" jsonb NOT NULL DEFAULT '{{}}',
+    "created_at" timestamptz NOT NULL DEFAULT now()
+);
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_ARGV[0], '');
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {t}
+    FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
+"#
+    ))
+}
+
+/// An event type a `LogStore` scans rows into (any `sqlx::FromRow` type).
+pub trait LogEvent: for<'r> FromRow<'r, PgRow> + Send + Sync + Unpin + 'static {}
+
+impl<E> LogEvent for E where E: for<'r> FromRow<'r, PgRow> + Send + Sync + Unpin + 'static {}
+
+/// How a `LogStore` reads the log. Usually built by `ConsumerGroup`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LogOptions {
+    /// The store's name, for logs.
+    pub name: String,
+    /// The events table, with an optional alias (`"events e"`).
+    pub events_table: String,
+    /// The global position column: increasing, unique, indexed. Default
+    /// `global_position`.
+    pub position_column: String,
+    /// The select list an event is scanned from (`FromRow`). Default: every
+    /// column (`<alias>.*`).
+    pub column_expressions: Vec<String>,
+    /// This process's node id (`Node::id`): the assignments it acts on.
+    pub node_id: String,
+    /// Every consumer of the group, by name.
+    pub consumers: Vec<String>,
+    /// The assignment table. Default [`DEFAULT_ASSIGNMENT_TABLE`].
+    pub assignment_table: String,
+    /// The checkpoint table. Default [`DEFAULT_CHECKPOINT_TABLE`].
+    pub checkpoint_table: String,
+    /// Events per batch at most. Default 100.
+    pub batch_size: u32,
+    /// Pause after a consumer's batch before its next one. Default 200 ms.
+    pub batch_pause: Duration,
+    /// Wait after a failed batch before it is tried again from the same
+    /// position. Default 1 s.
+    pub retry_after: Duration,
+    /// A consumer failing this many batches in a row stops the group (the
+    /// process should exit and be looked at). Default 5.
+    pub max_consecutive_failures: u32,
+    /// The NOTIFY channel the events table's trigger uses (see
+    /// `events_table_sql`); `None`: poll only.
+    pub listen: Option<String>,
+    /// How long the listener waits for a connection. Default 5 s.
+    pub connect_timeout: Duration,
+}
+
+impl LogOptions {
+    /// Options for `events_table`, run by node `node_id` for `consumers`.
+    pub fn new(
+        name: impl Into<String>,
+        events_table: impl Into<String>,
+        node_id: impl Into<String>,
+        consumers: Vec<String>,
+    ) -> Self {
+        LogOptions {
+            name: name.into(),
+            events_table: events_table.into(),
+            position_column: "global_position".into(),
+            column_expressions: Vec::new(),
+            node_id: node_id.into(),
+            consumers,
+            assignment_table: DEFAULT_ASSIGNMENT_TABLE.into(),
+            checkpoint_table: DEFAULT_CHECKPOINT_TABLE.into(),
+            batch_size: 100,
+            batch_pause: Duration::from_millis(200),
+            retry_after: Duration::from_secs(1),
+            max_consecutive_failures: 5,
+            listen: None,
+            connect_timeout: crate::options::DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<()> {
+        self.resolve().map(|_| ())
+    }
+
+    pub(crate) fn resolve(&self) -> Result<LogResolved> {
+        let invalid = |field, reason: &str| Error::InvalidOption {
+            field,
+            reason: reason.to_owned(),
+        };
+        if self.name.trim().is_empty() {
+            return Err(invalid("name", "must not be empty"));
+        }
+        if self.node_id.trim().is_empty() {
+            return Err(invalid("node_id", "must not be empty"));
+        }
+        if self.consumers.is_empty() {
+            return Err(invalid("consumers", "name at least one consumer"));
+        }
+        let mut names = self.consumers.clone();
+        names.sort();
+        if names.windows(2).any(|w| w[0] == w[1]) || names.iter().any(|n| n.trim().is_empty()) {
+            return Err(invalid("consumers", "names must be unique and not empty"));
+        }
+        if !crate::columns::is_identifier(&self.position_column) {
+            return Err(invalid("position_column", "must be a plain identifier"));
+        }
+        if self.batch_size == 0 {
+            return Err(invalid("batch_size", "must be at least 1"));
+        }
+        if self.max_consecutive_failures == 0 {
+            return Err(invalid("max_consecutive_failures", "must be at least 1"));
+        }
+        if let Some(ch) = &self.listen
+            && !crate::columns::is_identifier(ch)
+        {
+            return Err(invalid("listen", "must be a plain identifier"));
+        }
+        let events = Relation::parse("events_table", &self.events_table)?;
+        let column_expressions = if self.column_expressions.is_empty() {
+            vec![format!("{}.*", sql::quote(&events.alias))]
+        } else {
+            self.column_expressions.clone()
+        };
+        Ok(LogResolved {
+            name: self.name.clone(),
+            position_column: self.position_column.clone(),
+            column_expressions,
+            node_id: self.node_id.clone(),
+            consumers: names,
+            assignments: Relation::parse("assignment_table", &self.assignment_table)?,
+            checkpoints: Relation::parse("checkpoint_table", &self.checkpoint_table)?,
+            events,
+            batch_size: self.batch_size,
+            batch_pause: self.batch_pause,
+            retry_after: self.retry_after,
+            max_consecutive_failures: self.max_consecutive_failures,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct LogResolved {
+    pub(crate) name: String,
+    pub(crate) events: Relation,
+    pub(crate) position_column: String,
+    pub(crate) column_expressions: Vec<String>,
+    pub(crate) node_id: String,
+    /// Sorted; a consumer's index is its record id.
+    pub(crate) consumers: Vec<String>,
+    pub(crate) assignments: Relation,
+    pub(crate) checkpoints: Relation,
+    pub(crate) batch_size: u32,
+    pub(crate) batch_pause: Duration,
+    pub(crate) retry_after: Duration,
+    pub(crate) max_consecutive_failures: u32,
+}
+
+/// One consumer's batch: what the handler gets.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ConsumerBatch<E> {
+    /// The consumer's name.
+    pub consumer: String,
+    /// The events after the checkpoint, in position order (empty until the
+    /// batch is opened).
+    pub events: Vec<E>,
+    /// The checkpoint the batch starts after.
+    pub after: i64,
+    /// The position of the batch's last event.
+    pub last: i64,
+    /// Why the events could not be read (a row that failed to scan): the
+    /// batch then fails, counting toward `max_consecutive_failures`.
+    pub problem: Option<String>,
+    index: i64,
+}
+
+impl<E: Send + Sync + 'static> Record for ConsumerBatch<E> {
+    fn id(&self) -> i64 {
+        self.index
+    }
+}
+
+/// A claimed batch and its transaction.
+pub struct LogJob<E> {
+    batch: ConsumerBatch<E>,
+    lease: Lease,
+    tx: Option<Transaction<'static, Postgres>>,
+    /// Frees the consumer in this process however the job ends (also when the
+    /// worker drops it without a mark, as for a lost assignment).
+    _slot: Slot,
+}
+
+/// A consumer's in-flight mark in the process's books, for one batch.
+struct Slot {
+    state: Arc<Mutex<HashMap<String, ConsumerState>>>,
+    consumer: String,
+    batch: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut state = self.state.lock().expect("not poisoned");
+        if let Some(s) = state.get_mut(&self.consumer)
+            && s.in_flight == Some(self.batch)
+        {
+            s.in_flight = None;
+        }
+    }
+}
+
+impl<E> fmt::Debug for LogJob<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogJob")
+            .field("consumer", &self.batch.consumer)
+            .field("after", &self.batch.after)
+            .field("events", &self.batch.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E> LogJob<E> {
+    /// The batch.
+    pub fn batch(&self) -> &ConsumerBatch<E> {
+        &self.batch
+    }
+
+    pub(crate) fn events_mut(&mut self) -> &mut Vec<E> {
+        &mut self.batch.events
+    }
+
+    /// The batch's transaction: what the consumer writes here commits with the
+    /// checkpoint advance, or not at all. `None` before the batch is opened.
+    pub fn tx(&mut self) -> Option<&mut PgConnection> {
+        self.tx.as_deref_mut()
+    }
+}
+
+impl<E: Send + Sync + 'static> workerutil::Job for LogJob<E> {
+    type Record = ConsumerBatch<E>;
+
+    fn record(&self) -> &ConsumerBatch<E> {
+        &self.batch
+    }
+
+    fn lease(&self) -> Lease {
+        self.lease
+    }
+}
+
+/// Per consumer, in this process.
+#[derive(Debug, Default)]
+struct ConsumerState {
+    /// The batch running now, by its number in this process.
+    in_flight: Option<u64>,
+    not_before: Option<Instant>,
+    failures: u32,
+}
+
+/// Why a [`LogStore`] stopped its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fatal {
+    pub(crate) consumer: String,
+    pub(crate) failures: u32,
+    pub(crate) message: String,
+}
+
+/// The `Store` over an events table; see the module docs. Build it through
+/// `ConsumerGroup` unless you drive a `Worker` yourself.
+pub struct LogStore<E> {
+    pool: PgPool,
+    o: LogResolved,
+    state: Arc<Mutex<HashMap<String, ConsumerState>>>,
+    batches: std::sync::atomic::AtomicU64,
+    fatal: Mutex<Option<Fatal>>,
+    stop: CancellationToken,
+    wakeups: Option<(Wakeups, Arc<DropGuard>)>,
+    _event: PhantomData<fn() -> E>,
+}
+
+impl<E> fmt::Debug for LogStore<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogStore")
+            .field("name", &self.o.name)
+            .field("node_id", &self.o.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E> LogStore<E>
+where
+    E: LogEvent,
+{
+    /// A store over `options.events_table`; checks the tables and the select
+    /// list now.
+    pub async fn new(pool: PgPool, options: LogOptions) -> Result<LogStore<E>> {
+        let o = options.resolve()?;
+        let mut problems = Vec::new();
+        for (rel, what, columns) in [
+            (
+                &o.assignments,
+                "assignment table",
+                &["consumer_name", "node_id", "updated_at"][..],
+            ),
+            (
+                &o.checkpoints,
+                "checkpoint table",
+                &["consumer_name", "last_position", "updated_at"][..],
+            ),
+        ] {
+            problems.extend(
+                crate::schema_check::missing_columns(
+                    &pool,
+                    rel,
+                    what,
+                    columns,
+                    "`dbworker migration --consumers` prints it",
+                )
+                .await?,
+            );
+        }
+        problems.extend(
+            crate::schema_check::missing_columns(
+                &pool,
+                &o.events,
+                "events table",
+                &[&o.position_column],
+                "",
+            )
+            .await?,
+        );
+        if problems.is_empty()
+            && let Err(err) = sql::log_batch(&o, i64::MAX, 1).query().execute(&pool).await
+        {
+            problems.push(format!(
+                "the column expressions are not valid against {}: {err}",
+                o.events.display_name()
+            ));
+        }
+        crate::schema_check::none(problems)?;
+        let wakeups = options.listen.clone().map(|channel| {
+            let (w, guard) = crate::notify::spawn_listener(
+                &pool,
+                channel,
+                o.name.clone(),
+                options.connect_timeout,
+            );
+            (w, Arc::new(guard))
+        });
+        Ok(LogStore {
+            pool,
+            o,
+            state: Arc::new(Mutex::new(HashMap::new())),
+            batches: std::sync::atomic::AtomicU64::new(0),
+            fatal: Mutex::new(None),
+            stop: CancellationToken::new(),
+            wakeups,
+            _event: PhantomData,
+        })
+    }
+
+    /// Fires when a consumer failed `max_consecutive_failures` batches in a row.
+    pub(crate) fn stopped(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    pub(crate) fn fatal(&self) -> Option<Fatal> {
+        self.fatal.lock().expect("not poisoned").clone()
+    }
+
+    /// Consumers this process may start a batch of now.
+    fn ready(&self) -> Vec<String> {
+        let now = Instant::now();
+        let state = self.state.lock().expect("not poisoned");
+        self.o
+            .consumers
+            .iter()
+            .filter(|c| {
+                state
+                    .get(*c)
+                    .is_none_or(|s| s.in_flight.is_none() && s.not_before.is_none_or(|t| t <= now))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Ends a batch in this process's books.
+    fn settle(&self, consumer: &str, failed: Option<&str>) {
+        let mut state = self.state.lock().expect("not poisoned");
+        let s = state.entry(consumer.to_owned()).or_default();
+        s.in_flight = None;
+        match failed {
+            None => {
+                s.failures = 0;
+                s.not_before = Some(Instant::now() + self.o.batch_pause);
+            }
+            Some(message) => {
+                s.failures += 1;
+                s.not_before = Some(Instant::now() + self.o.retry_after);
+                if s.failures >= self.o.max_consecutive_failures {
+                    tracing::error!(store = %self.o.name, consumer, failures = s.failures, error = message, "consumer failed too many batches in a row; stopping");
+                    *self.fatal.lock().expect("not poisoned") = Some(Fatal {
+                        consumer: consumer.to_owned(),
+                        failures: s.failures,
+                        message: message.to_owned(),
+                    });
+                    self.stop.cancel();
+                }
+            }
+        }
+    }
+
+    async fn rollback(job: &mut LogJob<E>) {
+        if let Some(tx) = job.tx.take()
+            && let Err(err) = tx.rollback().await
+        {
+            tracing::debug!(error = %err, "rollback failed; the connection is closed instead");
+        }
+    }
+
+    async fn open_batch(&self, job: &mut LogJob<E>) -> Result<bool> {
+        let consumer = job.batch.consumer.clone();
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+        let owned = sql::log_lock_assignment(&self.o, &consumer, &self.o.node_id)
+            .query()
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(Error::db("log_lock_assignment"))?;
+        if owned.is_none() {
+            return Ok(false);
+        }
+        let checkpoint: i64 = sql::log_checkpoint(&self.o, &consumer)
+            .query()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::db("log_checkpoint"))?
+            .get("last_position");
+        if checkpoint != job.lease.token {
+            return Ok(false);
+        }
+        let rows = sql::log_batch(&self.o, checkpoint, self.o.batch_size)
+            .query()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(Error::db("log_batch"))?;
+        let Some(last) = rows.last().map(|r| r.get::<i64, _>(sql::LOG_POSITION)) else {
+            return Ok(false);
+        };
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match E::from_row(row) {
+                Ok(e) => events.push(e),
+                Err(err) => {
+                    let position: i64 = row.get(sql::LOG_POSITION);
+                    job.batch.problem = Some(format!(
+                        "event at position {position} failed to scan: {err}"
+                    ));
+                    break;
+                }
+            }
+        }
+        job.batch.events = events;
+        job.batch.last = last;
+        job.tx = Some(tx);
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl<E> Store for LogStore<E>
+where
+    E: LogEvent,
+{
+    type Record = ConsumerBatch<E>;
+    type Job = LogJob<E>;
+    type Conditions = ();
+
+    fn check_worker_options(
+        &self,
+        options: &WorkerOptions,
+        _claim_ahead: usize,
+    ) -> std::result::Result<(), BoxError> {
+        let need = options.num_handlers + 2;
+        let max = self.pool.options().get_max_connections() as usize;
+        if max < need {
+            return Err(Box::new(Error::InvalidOption {
+                field: "num_handlers",
+                reason: format!(
+                    "{} handlers each hold a batch transaction; the pool needs at least {need} connections (it has {max})",
+                    options.num_handlers
+                ),
+            }));
+        }
+        Ok(())
+    }
+
+    /// A claimed batch holds nothing until it opens, but claiming ahead would
+    /// only delay the next batch of the same consumer.
+    fn default_claim_ahead(&self, _num_handlers: usize) -> usize {
+        0
+    }
+
+    fn default_concurrent_dequeues(&self) -> usize {
+        1
+    }
+
+    fn job_holds_resources(&self) -> bool {
+        true
+    }
+
+    fn wakeups(&self) -> Option<Wakeups> {
+        self.wakeups.as_ref().map(|(w, _)| w.clone())
+    }
+
+    async fn queued_count(&self) -> std::result::Result<u64, BoxError> {
+        let rows = sql::log_pending(&self.o, &self.o.node_id, self.o.consumers.clone(), None)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("log_pending"))?;
+        Ok(rows.len() as u64)
+    }
+
+    async fn dequeue(
+        &self,
+        _hostname: &str,
+        _conditions: &(),
+        limit: usize,
+    ) -> std::result::Result<Vec<LogJob<E>>, BoxError> {
+        let ready = self.ready();
+        if ready.is_empty() || self.stop.is_cancelled() {
+            return Ok(Vec::new());
+        }
+        let rows = sql::log_pending(&self.o, &self.o.node_id, ready, Some(limit))
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("log_pending"))?;
+        let mut state = self.state.lock().expect("not poisoned");
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let consumer: String = row.get("consumer_name");
+            let consumer_name = consumer.clone();
+            let after: i64 = row.get("last_position");
+            let Ok(index) = self.o.consumers.binary_search(&consumer) else {
+                continue;
+            };
+            let batch = self
+                .batches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            state.entry(consumer.clone()).or_default().in_flight = Some(batch);
+            let index = i64::try_from(index).unwrap_or(i64::MAX);
+            jobs.push(LogJob {
+                batch: ConsumerBatch {
+                    consumer,
+                    events: Vec::new(),
+                    after,
+                    last: after,
+                    problem: None,
+                    index,
+                },
+                lease: Lease {
+                    id: index,
+                    token: after,
+                },
+                tx: None,
+                _slot: Slot {
+                    state: self.state.clone(),
+                    consumer: consumer_name,
+                    batch,
+                },
+            });
+        }
+        Ok(jobs)
+    }
+
+    async fn open(&self, job: &mut LogJob<E>) -> std::result::Result<bool, BoxError> {
+        match self.open_batch(job).await {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                // Lost the assignment, or nothing left to read: not an error.
+                Self::rollback(job).await;
+                Ok(false)
+            }
+            Err(err) => {
+                Self::rollback(job).await;
+                Err(Box::new(err))
+            }
+        }
+    }
+
+    /// A batch is alive while this process still holds its consumer.
+    async fn heartbeat(&self, leases: &[Lease]) -> std::result::Result<HeartbeatResult, BoxError> {
+        let held: Vec<String> = sql::log_assigned(&self.o, &self.o.node_id)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("log_assigned"))?
+            .iter()
+            .map(|r| r.get("consumer_name"))
+            .collect();
+        let known = leases
+            .iter()
+            .filter(|l| {
+                usize::try_from(l.id)
+                    .ok()
+                    .and_then(|i| self.o.consumers.get(i))
+                    .is_some_and(|name| held.contains(name))
+            })
+            .map(|l| l.id)
+            .collect();
+        Ok(HeartbeatResult {
+            known,
+            cancel: Vec::new(),
+        })
+    }
+
+    async fn add_execution_log_entry(
+        &self,
+        _lease: Lease,
+        _entry: &ExecutionLogEntry,
+    ) -> std::result::Result<Option<usize>, BoxError> {
+        Ok(None)
+    }
+
+    async fn update_execution_log_entry(
+        &self,
+        _lease: Lease,
+        _index: usize,
+        _entry: &ExecutionLogEntry,
+    ) -> std::result::Result<bool, BoxError> {
+        Ok(false)
+    }
+
+    async fn mark_complete(&self, job: &mut LogJob<E>) -> std::result::Result<bool, BoxError> {
+        let consumer = job.batch.consumer.clone();
+        let Some(mut tx) = job.tx.take() else {
+            return Ok(false);
+        };
+        let advanced = sql::log_advance(&self.o, &consumer, job.lease.token, job.batch.last)
+            .query()
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("log_advance"));
+        let advanced = match advanced {
+            Ok(done) if done.rows_affected() == 1 => true,
+            Ok(_) => false,
+            Err(err) => {
+                self.settle(&consumer, Some(&err.to_string()));
+                return Err(Box::new(err));
+            }
+        };
+        if !advanced {
+            let _ = tx.rollback().await;
+            return Ok(false);
+        }
+        match tx.commit().await {
+            Ok(()) => {
+                self.settle(&consumer, None);
+                Ok(true)
+            }
+            Err(err) => {
+                self.settle(&consumer, Some(&err.to_string()));
+                Err(Box::new(Error::db("commit")(err)))
+            }
+        }
+    }
+
+    async fn mark_errored(
+        &self,
+        job: &mut LogJob<E>,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
+        Self::rollback(job).await;
+        tracing::warn!(store = %self.o.name, consumer = %job.batch.consumer, after = job.batch.after, error = message, "batch failed; it is retried from the same position");
+        self.settle(&job.batch.consumer, Some(message));
+        Ok(true)
+    }
+
+    async fn mark_failed(
+        &self,
+        job: &mut LogJob<E>,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
+        self.mark_errored(job, message).await
+    }
+
+    async fn requeue(&self, job: &mut LogJob<E>) -> std::result::Result<bool, BoxError> {
+        Self::rollback(job).await;
+        Ok(true)
+    }
+}
