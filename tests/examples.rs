@@ -167,3 +167,29 @@ fn cron_enqueues_each_tick_once_across_two_schedulers() {
         "{out}"
     );
 }
+
+#[test]
+fn consumers_keep_exactly_once_effects_across_a_sigkill() {
+    let out = run("consumers");
+    assert!(out.contains("killed the first child with SIGKILL"), "{out}");
+    let after_kill: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("after the kill: "))
+        .collect();
+    assert_eq!(after_kill.len(), 2, "{out}");
+    for line in after_kill {
+        assert!(
+            line.ends_with("committed effects match the checkpoint: yes"),
+            "{out}"
+        );
+        assert!(!line.contains("checkpoint 3000,"), "killed mid-way: {out}");
+    }
+    for consumer in ["audit", "totals"] {
+        assert!(
+            out.contains(&format!(
+                "at the end: {consumer}: checkpoint 3000, rows 3000, distinct positions 3000"
+            )),
+            "{out}"
+        );
+    }
+}

@@ -107,8 +107,12 @@ pub struct ConsumerGroupOptions {
     /// Default 30 s.
     pub batch_timeout: Duration,
     /// How often an idle process looks for new events when no notification
-    /// comes. Default 1 s (backing off to 30 s while idle).
+    /// comes. Default 1 s.
     pub poll_interval: Duration,
+    /// While polls keep finding nothing, the wait doubles from
+    /// `poll_interval` up to this (a notification or an event resets it).
+    /// Default 30 s.
+    pub max_poll_interval: Duration,
 }
 
 impl ConsumerGroupOptions {
@@ -125,6 +129,7 @@ impl ConsumerGroupOptions {
             rebalance_interval: Duration::from_secs(2),
             batch_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
+            max_poll_interval: Duration::from_secs(30),
         }
     }
 }
@@ -197,6 +202,7 @@ where
         wo.num_handlers = names.len();
         wo.hostname = Some(node.id().to_owned());
         wo.interval = options.poll_interval;
+        wo.max_interval = Some(options.max_poll_interval.max(options.poll_interval));
         wo.max_runtime_per_job = Some(options.batch_timeout);
         wo.heartbeat_interval = options.rebalance_interval;
         let dispatch = Dispatch {
@@ -365,5 +371,22 @@ pub async fn consumer_lag(
             last_position: r.get("last_position"),
             latest: r.get("latest"),
         })
+        .collect())
+}
+
+/// Every consumer's process, from `assignment_table`: `(consumer, node id)`.
+pub async fn consumer_assignments(
+    pool: &PgPool,
+    assignment_table: &str,
+) -> Result<Vec<(String, String)>> {
+    let table = Relation::parse("assignment_table", assignment_table)?;
+    let rows = sql::log_assignments(&table)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("log_assignments"))?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("consumer_name"), r.get("node_id")))
         .collect())
 }

@@ -40,7 +40,7 @@ mod worker;
 pub use admin::{Admin, Canceled, Status};
 pub use columns::STANDARD_COLUMNS;
 pub use consumer_group::{
-    Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_lag,
+    Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
 };
 pub use cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, cron_table_sql};
 pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};

@@ -2410,6 +2410,17 @@ pub(crate) fn log_rebalance(
     )
 }
 
+/// Every consumer's assignment.
+pub(crate) fn log_assignments(assignments: &Relation) -> Statement {
+    raw(
+        format!(
+            "SELECT \"consumer_name\", \"node_id\" FROM {} ORDER BY 1",
+            assignments.quoted()
+        ),
+        Vec::new(),
+    )
+}
+
 /// Each consumer's checkpoint beside the log's last position.
 pub(crate) fn log_lag(
     events: &Relation,

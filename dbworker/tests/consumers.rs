@@ -218,6 +218,19 @@ async fn every_event_is_handled_once_per_consumer_with_its_writes() {
     }
     let owners = assignments(&db).await;
     assert!(owners.iter().all(|(_, n)| n == p.node.id()), "{owners:?}");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(["status", "--table", "jobs", "--events-table", "events"])
+        .env("DATABASE_URL", db.db.url())
+        .output()
+        .unwrap();
+    let status = String::from_utf8(status.stdout).unwrap();
+    let crm: Vec<&str> = status
+        .lines()
+        .find(|l| l.starts_with("crm "))
+        .unwrap_or_else(|| panic!("{status}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(crm, ["crm", "300", "300", "0", p.node.id()], "{status}");
     p.stop().await.unwrap();
 }
 

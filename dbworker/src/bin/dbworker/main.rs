@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    Admin, DEFAULT_CRON_TABLE, DEFAULT_LEADER_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_NODE_TABLE,
-    DEFAULT_PAUSE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions, OptionalColumns, Pauses,
-    PurgeOptions, Purger, Resetter, ResetterOptions, cron_table_sql, current_leader,
-    enqueue_function_sql, job_table_sql, leader_table_sql, limit_table_sql, live_nodes,
-    node_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
+    Admin, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, DEFAULT_CRON_TABLE,
+    DEFAULT_LEADER_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_NODE_TABLE, DEFAULT_PAUSE_TABLE,
+    LeaderElection, LeaderOptions, Node, NodeOptions, OptionalColumns, Pauses, PurgeOptions,
+    Purger, Resetter, ResetterOptions, consumer_assignments, consumer_lag, consumer_tables_sql,
+    cron_table_sql, current_leader, enqueue_function_sql, job_table_sql, leader_table_sql,
+    limit_table_sql, live_nodes, node_table_sql, notify_trigger_sql, optional_columns_sql,
+    pause_table_sql,
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -145,6 +147,8 @@ struct StatusArgs {
     table: TableArgs,
     #[command(flatten)]
     registry: RegistryArgs,
+    #[command(flatten)]
+    consumers: ConsumerArgs,
 }
 
 /// The worker registry, for the commands that use it.
@@ -159,6 +163,23 @@ struct RegistryArgs {
     /// The leader lease table (with --node-table).
     #[arg(long, default_value = DEFAULT_LEADER_TABLE)]
     leader_table: String,
+}
+
+/// Log consumers, for `status`.
+#[derive(Debug, Args)]
+struct ConsumerArgs {
+    /// The events table of log consumers: print each consumer's lag.
+    #[arg(long, env = "DBWORKER_EVENTS_TABLE")]
+    events_table: Option<String>,
+    /// The events table's position column.
+    #[arg(long, default_value = "global_position")]
+    position_column: String,
+    /// The consumers' checkpoint table.
+    #[arg(long, default_value = DEFAULT_CHECKPOINT_TABLE)]
+    checkpoint_table: String,
+    /// The consumers' assignment table.
+    #[arg(long, default_value = DEFAULT_ASSIGNMENT_TABLE)]
+    assignment_table: String,
 }
 
 async fn status(args: StatusArgs) -> Result<(), String> {
@@ -211,6 +232,39 @@ async fn status(args: StatusArgs) -> Result<(), String> {
             None => println!("leader: none"),
             _ => {}
         }
+    }
+    if let Some(events) = &args.consumers.events_table {
+        consumer_status(&args.table.target, &args.consumers, events).await?;
+    }
+    Ok(())
+}
+
+/// Each consumer's checkpoint, lag and process.
+async fn consumer_status(target: &Target, c: &ConsumerArgs, events: &str) -> Result<(), String> {
+    let pool = target.connect().await?;
+    let err = |e: dbworker::Error| e.to_string();
+    let lags = consumer_lag(&pool, events, &c.position_column, &c.checkpoint_table)
+        .await
+        .map_err(err)?;
+    let owners = consumer_assignments(&pool, &c.assignment_table)
+        .await
+        .map_err(err)?;
+    println!(
+        "{:<24} {:>12} {:>12} {:>10}  process",
+        "consumer", "checkpoint", "latest", "lag"
+    );
+    for l in &lags {
+        let owner = owners
+            .iter()
+            .find(|(name, _)| *name == l.consumer)
+            .map_or("-", |(_, node)| node.as_str());
+        println!(
+            "{:<24} {:>12} {:>12} {:>10}  {owner}",
+            l.consumer,
+            l.last_position,
+            l.latest,
+            l.lag()
+        );
     }
     Ok(())
 }
@@ -410,6 +464,10 @@ struct MigrationArgs {
     /// table (`dbworker_leaders`), shared by every job table.
     #[arg(long)]
     nodes: bool,
+    /// Also create the log consumers' assignment and checkpoint tables (with
+    /// --nodes for the registry and leases they need).
+    #[arg(long)]
+    consumers: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -440,6 +498,13 @@ fn migration(args: MigrationArgs) -> Result<(), String> {
         ddl.push('\n');
         ddl.push_str(&node_table_sql(DEFAULT_NODE_TABLE).map_err(|e| e.to_string())?);
         ddl.push_str(&leader_table_sql(DEFAULT_LEADER_TABLE).map_err(|e| e.to_string())?);
+    }
+    if args.consumers {
+        ddl.push('\n');
+        ddl.push_str(
+            &consumer_tables_sql(DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE)
+                .map_err(|e| e.to_string())?,
+        );
     }
     if args.limits {
         ddl.push('\n');
