@@ -2385,8 +2385,11 @@ pub(crate) fn log_assigned(l: &crate::log_store::LogResolved, node: &str) -> Sta
     )
 }
 
-/// Assigns `names` (sorted) round-robin over the live nodes (sorted by id),
-/// changing only the rows whose node changes; returns the changed rows.
+/// Assigns `names` (sorted) round-robin over the live nodes (sorted by id):
+/// inserts missing assignments and moves those whose node changes, skipping
+/// rows a running batch locks (they move at a later rebalance, once the batch
+/// ends — a process cut off mid-batch keeps its consumer until its backend
+/// is gone). Returns the rows it wrote.
 pub(crate) fn log_rebalance(
     assignments: &Relation,
     nodes: &Relation,
@@ -2398,12 +2401,19 @@ pub(crate) fn log_rebalance(
         format!(
             "WITH \"live\" AS (SELECT \"id\", row_number() OVER (ORDER BY \"id\") - 1 AS \"i\", count(*) OVER () AS \"n\" \
                FROM {nodes} WHERE \"heartbeat_at\" >= now() - make_interval(secs => $2::float8)), \
-             \"wanted\" AS (SELECT \"name\", \"i\" - 1 AS \"i\" FROM unnest($1::text[]) WITH ORDINALITY AS \"w\"(\"name\", \"i\")) \
-             INSERT INTO {t} AS \"a\" (\"consumer_name\", \"node_id\") \
-             SELECT \"wanted\".\"name\", \"live\".\"id\" FROM \"wanted\" JOIN \"live\" ON \"live\".\"i\" = \"wanted\".\"i\" % \"live\".\"n\" \
-             ON CONFLICT (\"consumer_name\") DO UPDATE SET \"node_id\" = EXCLUDED.\"node_id\", \"updated_at\" = now() \
-             WHERE \"a\".\"node_id\" IS DISTINCT FROM EXCLUDED.\"node_id\" \
-             RETURNING \"a\".\"consumer_name\", \"a\".\"node_id\"",
+             \"target\" AS (SELECT \"w\".\"name\", \"live\".\"id\" AS \"node\" \
+               FROM unnest($1::text[]) WITH ORDINALITY AS \"w\"(\"name\", \"i\") \
+               JOIN \"live\" ON \"live\".\"i\" = (\"w\".\"i\" - 1) % \"live\".\"n\"), \
+             \"inserted\" AS (INSERT INTO {t} (\"consumer_name\", \"node_id\") \
+               SELECT \"name\", \"node\" FROM \"target\" ON CONFLICT (\"consumer_name\") DO NOTHING \
+               RETURNING \"consumer_name\", \"node_id\"), \
+             \"movable\" AS (SELECT \"a\".\"consumer_name\", \"target\".\"node\" FROM {t} AS \"a\" \
+               JOIN \"target\" ON \"target\".\"name\" = \"a\".\"consumer_name\" \
+               WHERE \"a\".\"node_id\" IS DISTINCT FROM \"target\".\"node\" FOR UPDATE OF \"a\" SKIP LOCKED), \
+             \"moved\" AS (UPDATE {t} AS \"a\" SET \"node_id\" = \"movable\".\"node\", \"updated_at\" = now() \
+               FROM \"movable\" WHERE \"a\".\"consumer_name\" = \"movable\".\"consumer_name\" \
+               RETURNING \"a\".\"consumer_name\", \"a\".\"node_id\") \
+             SELECT \"consumer_name\", \"node_id\" FROM \"inserted\" UNION ALL SELECT \"consumer_name\", \"node_id\" FROM \"moved\"",
             nodes = nodes.quoted(),
         ),
         vec![names.into(), dead_after.as_secs_f64().into()],

@@ -325,8 +325,9 @@ async fn a_process_that_lost_its_consumer_cannot_advance_the_checkpoint() {
         "not assigned here"
     );
 
-    // Opened while assigned: the batch holds the assignment row, so the
-    // leader's reassignment waits for the batch and cannot steal it.
+    // Opened while assigned: the batch holds the assignment row, so a
+    // reassignment waits for the batch and cannot steal it (and the leader's
+    // rebalance skips the row until the batch ends).
     db.execute("UPDATE dbworker_consumer_assignments SET node_id = 'node-a'")
         .await;
     let mut job = store
