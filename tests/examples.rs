@@ -193,3 +193,15 @@ fn consumers_keep_exactly_once_effects_across_a_sigkill() {
         );
     }
 }
+
+#[test]
+fn cluster_node_runs_jobs_consumers_and_the_leaders_resetter() {
+    let out = run("cluster_node");
+    assert!(out.lines().any(|l| l.starts_with("leader ")), "{out}");
+    assert!(
+        out.contains(
+            "jobs completed: 200, effects: 200 (200 distinct), projected events: 1200 (4 consumers)"
+        ),
+        "{out}"
+    );
+}

@@ -1,0 +1,249 @@
+//! One process of a cluster, as an application would run it on each host:
+//! it registers in the worker registry, runs a transactional job worker on
+//! `jobs` (each job's effect written in its transaction), its share of the
+//! `projections` consumer group (four consumers) over `events`, and — only while it leads — the
+//! resetter with the fast rescue of dead processes' jobs. Runs until SIGINT
+//! or SIGTERM (or SIGKILL).
+//!
+//! With no `DATABASE_URL` it sets up a throwaway database with the tables,
+//! jobs and events, runs one node until the work is done, and prints a
+//! summary. With `DATABASE_URL` it joins the cluster on that database (the
+//! tables must exist: `--setup` creates them); the network-namespace test
+//! (`tests/netns.rs`) starts several this way, one per namespace.
+//!
+//! ```sh
+//! cargo run --example cluster_node
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dbworker::{
+    Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
+    DEFAULT_CHECKPOINT_TABLE, DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, DbJob, DbStore, Handling,
+    LeaderElection, LeaderOptions, Node, NodeOptions, Resetter, StoreOptions, consumer_tables_sql,
+    events_table_sql, job_table_sql, leader_table_sql, new_worker, node_table_sql,
+};
+use sqlx::{PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+use workerutil::{BoxError, Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+
+#[derive(Debug, sqlx::FromRow)]
+struct Job {
+    id: i64,
+}
+
+impl Record for Job {
+    fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+/// Writes the job's effect in its transaction: it commits with the job's
+/// completion or not at all.
+struct Effect(String);
+
+#[async_trait]
+impl Handler<DbStore<Job>> for Effect {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let id = job.record().id;
+        let tx = job
+            .tx()
+            .ok_or_else(|| HandlerError::non_retryable("no transaction"))?;
+        sqlx::query("INSERT INTO effects (job_id, node) VALUES ($1, $2)")
+            .bind(id)
+            .bind(&self.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(HandlerError::retryable)?;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok(())
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct Event {
+    global_position: i64,
+}
+
+/// Four consumers: on up to four processes each gets at least one.
+const CONSUMERS: [&str; 4] = ["audit", "billing", "crm", "totals"];
+
+struct Project(&'static str);
+
+#[async_trait]
+impl Consumer<Event> for Project {
+    fn name(&self) -> &str {
+        self.0
+    }
+
+    async fn handle(&self, tx: &mut PgConnection, event: &Event) -> Result<(), BoxError> {
+        sqlx::query("INSERT INTO projection (consumer, position) VALUES ($1, $2)")
+            .bind(self.0)
+            .bind(event.global_position)
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Creates the tables, and `jobs` jobs and `events` events.
+async fn setup(pool: &PgPool, jobs: i64, events: i64) -> Result<(), BoxError> {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "{}{}{}{}{}
+         CREATE TABLE IF NOT EXISTS effects (job_id bigint NOT NULL, node text NOT NULL);
+         CREATE TABLE IF NOT EXISTS projection (consumer text NOT NULL, position bigint NOT NULL);
+         INSERT INTO jobs (state) SELECT 'queued' FROM generate_series(1, {jobs});
+         INSERT INTO events (aggregate_type, aggregate_id, event_type)
+         SELECT 'order', 'o' || i, 'placed' FROM generate_series(1, {events}) AS i;",
+        job_table_sql("jobs", &Default::default())?,
+        node_table_sql(DEFAULT_NODE_TABLE)?,
+        leader_table_sql(DEFAULT_LEADER_TABLE)?,
+        consumer_tables_sql(DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE)?,
+        events_table_sql("events", "events_appended")?,
+    )))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Runs this node until `stop` fires.
+async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError> {
+    let mut no = NodeOptions::default();
+    no.heartbeat_interval = Duration::from_millis(200);
+    no.dead_after = Duration::from_secs(1);
+    no.queues = vec!["jobs".into()];
+    no.handlers = 4;
+    let node = Node::register(&pool, no).await?;
+    println!("node {}", node.id());
+    let beat = tokio::spawn(node.clone().run(stop.clone()));
+
+    let mut so = StoreOptions::<Job>::from_row("jobs", "jobs j");
+    so.column_expressions = vec!["j.id".into()];
+    so.handling = Handling::Transactional;
+    so.stalled_max_age = Duration::from_secs(30);
+    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let mut wo = WorkerOptions::new("jobs");
+    wo.hostname = Some(node.id().to_owned());
+    wo.num_handlers = 4;
+    wo.interval = Duration::from_millis(100);
+    let worker = new_worker(store.clone(), Effect(node.id().to_owned()), wo)?;
+    let shutdown = worker.shutdown_handle();
+    let jobs = tokio::spawn(worker.run());
+
+    // Only the leader resets; it rescues dead processes' jobs at once.
+    let resetter = Arc::new(
+        Resetter::for_store(&store, Duration::from_millis(300))?
+            .with_registry(DEFAULT_NODE_TABLE, Duration::from_secs(1))?,
+    );
+    let mut lo = LeaderOptions::new("jobs");
+    lo.lease = Duration::from_millis(1500);
+    let election = LeaderElection::new(&pool, node.id(), lo).await?;
+    let leading = {
+        let stop = stop.clone();
+        let id = node.id().to_owned();
+        tokio::spawn(async move {
+            election
+                .run(stop, move |leading| {
+                    let resetter = resetter.clone();
+                    let id = id.clone();
+                    async move {
+                        println!("leader {id}");
+                        resetter.run(leading, |_| {}).await;
+                    }
+                })
+                .await;
+        })
+    };
+
+    let mut go = ConsumerGroupOptions::new("projections", "events");
+    go.dead_after = Duration::from_secs(1);
+    go.lease = Duration::from_millis(1500);
+    go.rebalance_interval = Duration::from_millis(200);
+    go.poll_interval = Duration::from_millis(100);
+    go.max_poll_interval = Duration::from_millis(500);
+    go.log.batch_size = 50;
+    go.log.batch_pause = Duration::from_millis(10);
+    go.log.listen = Some("events_appended".into());
+    let consumers: Vec<Arc<dyn Consumer<Event>>> = CONSUMERS
+        .iter()
+        .map(|&name| Arc::new(Project(name)) as Arc<dyn Consumer<Event>>)
+        .collect();
+    let group = ConsumerGroup::new(&pool, &node, go, consumers).await?;
+    let consuming = tokio::spawn(group.run(stop.clone()));
+
+    stop.cancelled().await;
+    shutdown.graceful();
+    jobs.await?;
+    consuming.await??;
+    leading.await?;
+    beat.await?;
+    Ok(())
+}
+
+async fn signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let setup_only = std::env::args().any(|a| a == "--setup");
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(&url)
+            .await?;
+        if setup_only {
+            return setup(&pool, 2000, 2000).await;
+        }
+        let stop = CancellationToken::new();
+        let on_signal = stop.clone();
+        tokio::spawn(async move {
+            signal().await;
+            on_signal.cancel();
+        });
+        return run_node(pool, stop).await;
+    }
+
+    // Zero-config: one node on a throwaway database, until the work is done.
+    let db = dbworker_testkit::TestDatabase::new().await?;
+    let pool = db.pool(16).await?;
+    setup(&pool, 200, 300).await?;
+    let stop = CancellationToken::new();
+    let node = tokio::spawn(run_node(pool.clone(), stop.clone()));
+    loop {
+        let (jobs, events): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM jobs WHERE state = 'completed'), \
+                    (SELECT COALESCE(min(last_position), 0) FROM dbworker_consumer_checkpoints)",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if jobs == 200 && events == 300 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    node.await??;
+    let (effects, distinct, projected): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM effects), (SELECT count(DISTINCT job_id) FROM effects), \
+                (SELECT count(*) FROM projection)",
+    )
+    .fetch_one(&pool)
+    .await?;
+    println!(
+        "jobs completed: 200, effects: {effects} ({distinct} distinct), projected events: {projected} ({} consumers)",
+        CONSUMERS.len()
+    );
+    Ok(())
+}
