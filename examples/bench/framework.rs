@@ -220,9 +220,10 @@ pub(crate) struct ChildArgs {
     /// Handlers.
     #[arg(long)]
     handlers: usize,
-    /// Jobs to burn down (they must be queued already).
+    /// Jobs to burn down (they must be queued already); without it, runs
+    /// until SIGTERM (one of several processes sharing the queue).
     #[arg(long)]
-    jobs: u64,
+    jobs: Option<u64>,
 }
 
 /// The worker process: burns down the queued jobs, then prints its peak RSS.
@@ -238,11 +239,16 @@ pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
         progress: progress.clone(),
         starts: None,
     };
-    let worker = new_worker(
-        store,
-        handler,
-        worker_options(args.handlers, Some(args.jobs)),
-    )?;
+    let worker = new_worker(store, handler, worker_options(args.handlers, args.jobs))?;
+    let shutdown = worker.shutdown_handle();
+    tokio::spawn(async move {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            term.recv().await;
+            shutdown.graceful();
+        }
+    });
     worker.run().await;
     pool.close().await;
     let status = std::fs::read_to_string("/proc/self/status")?;

@@ -30,6 +30,7 @@ mod floor;
 mod framework;
 mod latency;
 mod ops;
+mod processes;
 mod report;
 
 use std::time::Duration;
@@ -80,6 +81,8 @@ enum Workload {
     /// The cost of kinds dispatch and of a global concurrency limit, beside
     /// the plain heartbeat path.
     Ops,
+    /// Several worker processes sharing one queue.
+    Processes,
 }
 
 #[derive(Debug, Args)]
@@ -119,11 +122,17 @@ struct BenchArgs {
     /// Handlers of the worker whose RSS is measured.
     #[arg(long, default_value_t = 64)]
     rss_handlers: usize,
+    /// Worker process counts of the `processes` workload.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    processes: Vec<usize>,
+    /// Handlers of each worker process in the `processes` workload.
+    #[arg(long, default_value_t = 32)]
+    process_handlers: usize,
     /// Which workloads to run.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes"
     )]
     workloads: Vec<Workload>,
     /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
@@ -254,6 +263,22 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 run.rate()
             ));
             report.ops.push((variant.label().to_owned(), handlers, run));
+        }
+    }
+    if args.runs(Workload::Processes) && !args.processes.is_empty() {
+        bench.prepare(0, args.jobs, args.enqueue_batch).await?;
+        let floor =
+            floor::heartbeat(&bench, args.floor_connections, args.floor_batch, args.jobs).await?;
+        progress(format_args!("processes: floor {:.0} jobs/s", floor.rate()));
+        report.processes_floor = Some(floor);
+        for &n in &args.processes {
+            let run = processes::run(&bench, n, args.process_handlers, args.jobs, args.enqueue_batch).await?;
+            progress(format_args!(
+                "processes: {n} × {} handlers: {:.0} jobs/s",
+                args.process_handlers,
+                run.rate()
+            ));
+            report.processes.push((n, args.process_handlers, run));
         }
     }
     report.print_tables();

@@ -168,6 +168,10 @@ pub(crate) struct Report {
     pub(crate) rss: Vec<Rss>,
     /// `(variant, handlers, run)`: the plain path first.
     pub(crate) ops: Vec<(String, usize, Run)>,
+    /// `(processes, handlers each, run)`.
+    pub(crate) processes: Vec<(usize, usize, Run)>,
+    /// The heartbeat floor measured before the process runs.
+    pub(crate) processes_floor: Option<Run>,
 }
 
 impl Report {
@@ -193,6 +197,8 @@ impl Report {
             transactional: Vec::new(),
             latency: Vec::new(),
             ops: Vec::new(),
+            processes: Vec::new(),
+            processes_floor: None,
             big: Vec::new(),
             rss: Vec::new(),
         })
@@ -323,6 +329,33 @@ impl Report {
                             rate(run.rate()),
                             format!("{:.2}", run.rate() / plain.rate().max(1e-9)),
                             run.statements_per_job(),
+                        ]
+                    })
+                    .collect(),
+            });
+        }
+        if let (Some((_, _, one)), Some(floor)) = (self.processes.first(), &self.processes_floor) {
+            tables.push(Table {
+                title: "Worker processes sharing one queue, heartbeat handling".into(),
+                headers: vec![
+                    "processes",
+                    "handlers each",
+                    "jobs",
+                    "jobs/s",
+                    "÷ first row",
+                    "÷ floor",
+                ],
+                rows: self
+                    .processes
+                    .iter()
+                    .map(|(n, handlers, run)| {
+                        vec![
+                            n.to_string(),
+                            handlers.to_string(),
+                            count(run.jobs),
+                            rate(run.rate()),
+                            format!("{:.2}", run.rate() / one.rate().max(1e-9)),
+                            format!("{:.2}", run.rate() / floor.rate().max(1e-9)),
                         ]
                     })
                     .collect(),
@@ -495,6 +528,15 @@ fn intro() -> String {
          gets a freshly created, vacuumed and analyzed table.\n\
          - Statements per job come from `pg_stat_statements` on the bench database: all / without \
          utility statements (BEGIN, COMMIT, ...).\n\
+         - **Operations features** (runs from the `ops` workload on): the plain heartbeat \
+         burn-down, then the same with a `KindRegistry` that restricts the claim to its kind, then \
+         with the queue under a global concurrency limit that is never reached (every claim \
+         serialized behind the table's advisory lock), then under a rate limit far above the \
+         throughput (the token bucket read and spent by every claim); the ratio is to the plain run \
+         of the same run.\n\
+         - **Worker processes** (the `processes` workload): N separate worker processes of \
+         `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
+         last completion (database clock), beside the heartbeat floor measured just before.\n\
          - The chart shows the newest run (the last section).\n\n\
          ![jobs/s against handler count]({})\n\n",
         crate::chart::FILE_NAME

@@ -1,0 +1,71 @@
+//! Several worker processes sharing one queue: each is this benchmark binary
+//! run as `worker` (heartbeat handling) until SIGTERM; throughput is measured
+//! on the database clock, from the first claim to the last completion.
+
+use std::time::{Duration, Instant};
+
+use crate::Result;
+use crate::db::{Bench, Mode, TABLE};
+use crate::framework::pool_size;
+use crate::report::Run;
+
+/// Burns down `jobs` queued jobs with `processes` worker processes of
+/// `handlers` handlers each.
+pub(crate) async fn run(
+    bench: &Bench,
+    processes: usize,
+    handlers: usize,
+    jobs: u64,
+    batch: u64,
+) -> Result<Run> {
+    bench.prepare(0, jobs, batch).await?;
+    let me = std::env::current_exe()?;
+    let mut children = Vec::with_capacity(processes);
+    for _ in 0..processes {
+        children.push(
+            tokio::process::Command::new(&me)
+                .args(["worker", "--url", bench.url(), "--mode", &Mode::Heartbeat.to_string()])
+                .args(["--handlers", &handlers.to_string()])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()?,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let done = loop {
+        let (completed, first, last): (i64, Option<f64>, Option<f64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FILTER (WHERE state = 'completed'), \
+                    EXTRACT(EPOCH FROM min(started_at))::float8, EXTRACT(EPOCH FROM max(finished_at))::float8 \
+             FROM {TABLE}"
+        )))
+        .fetch_one(bench.admin())
+        .await?;
+        if u64::try_from(completed).unwrap_or(0) >= jobs {
+            break (first.unwrap_or(0.0), last.unwrap_or(0.0));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{processes} processes completed {completed} of {jobs} jobs").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for child in &children {
+        if let Some(pid) = child.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+    }
+    for mut child in children {
+        let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    }
+    let (first, last) = done;
+    Ok(Run {
+        jobs,
+        elapsed: Duration::from_secs_f64((last - first).max(1e-6)),
+        per_second: Vec::new(),
+        statements: None,
+        connections: u32::try_from(processes).unwrap_or(u32::MAX) * pool_size(Mode::Heartbeat, handlers),
+    })
+}
