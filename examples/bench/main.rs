@@ -272,7 +272,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
         progress(format_args!("processes: floor {:.0} jobs/s", floor.rate()));
         report.processes_floor = Some(floor);
         for &n in &args.processes {
-            let run = processes::run(&bench, n, args.process_handlers, args.jobs, args.enqueue_batch).await?;
+            let run = processes::run(
+                &bench,
+                n,
+                args.process_handlers,
+                args.jobs,
+                args.enqueue_batch,
+            )
+            .await?;
             progress(format_args!(
                 "processes: {n} × {} handlers: {:.0} jobs/s",
                 args.process_handlers,

@@ -24,7 +24,13 @@ pub(crate) async fn run(
     for _ in 0..processes {
         children.push(
             tokio::process::Command::new(&me)
-                .args(["worker", "--url", bench.url(), "--mode", &Mode::Heartbeat.to_string()])
+                .args([
+                    "worker",
+                    "--url",
+                    bench.url(),
+                    "--mode",
+                    &Mode::Heartbeat.to_string(),
+                ])
                 .args(["--handlers", &handlers.to_string()])
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
@@ -45,7 +51,9 @@ pub(crate) async fn run(
             break (first.unwrap_or(0.0), last.unwrap_or(0.0));
         }
         if Instant::now() > deadline {
-            return Err(format!("{processes} processes completed {completed} of {jobs} jobs").into());
+            return Err(
+                format!("{processes} processes completed {completed} of {jobs} jobs").into(),
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -66,6 +74,7 @@ pub(crate) async fn run(
         elapsed: Duration::from_secs_f64((last - first).max(1e-6)),
         per_second: Vec::new(),
         statements: None,
-        connections: u32::try_from(processes).unwrap_or(u32::MAX) * pool_size(Mode::Heartbeat, handlers),
+        connections: u32::try_from(processes).unwrap_or(u32::MAX)
+            * pool_size(Mode::Heartbeat, handlers),
     })
 }
