@@ -1,9 +1,9 @@
 //! One process of a cluster, as an application would run it on each host:
 //! it registers in the worker registry, runs a transactional job worker on
 //! `jobs` (each job's effect written in its transaction), its share of the
-//! `projections` consumer group (four consumers) over `events`, and — only while it leads — the
-//! resetter with the fast rescue of dead processes' jobs. Runs until SIGINT
-//! or SIGTERM (or SIGKILL).
+//! `projections` consumer group (four consumers) over `events`, and — only
+//! while it leads — the resetter with the fast rescue of dead processes' jobs
+//! and the queue gauges. Runs until SIGINT or SIGTERM (or SIGKILL).
 //!
 //! With no `DATABASE_URL` it sets up a throwaway database with the tables,
 //! jobs and events, runs one node until the work is done, and prints a
@@ -146,14 +146,18 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     let leading = {
         let stop = stop.clone();
         let id = node.id().to_owned();
+        let store = store.clone();
         tokio::spawn(async move {
             election
                 .run(stop, move |leading| {
-                    let resetter = resetter.clone();
-                    let id = id.clone();
+                    let (resetter, store, id) = (resetter.clone(), store.clone(), id.clone());
+                    // The leader's singleton services, until leadership ends.
                     async move {
                         println!("leader {id}");
-                        resetter.run(leading, |_| {}).await;
+                        tokio::join!(
+                            resetter.run(leading.clone(), |_| {}),
+                            store.run_gauges(Duration::from_secs(1), leading),
+                        );
                     }
                 })
                 .await;

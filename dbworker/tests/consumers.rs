@@ -32,6 +32,8 @@ struct Project {
     name: String,
     calls: AtomicUsize,
     fail: bool,
+    /// Takes this long per event.
+    slow: Duration,
 }
 
 impl Project {
@@ -40,6 +42,7 @@ impl Project {
             name: name.into(),
             calls: AtomicUsize::new(0),
             fail: false,
+            slow: Duration::ZERO,
         })
     }
 }
@@ -60,6 +63,7 @@ impl Consumer<Event> for Project {
         .bind(&event.aggregate_id)
         .execute(&mut *tx)
         .await?;
+        tokio::time::sleep(self.slow).await;
         if self.fail {
             return Err("the projection is broken".into());
         }
@@ -375,6 +379,7 @@ async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
         name: "broken".into(),
         calls: AtomicUsize::new(0),
         fail: true,
+        slow: Duration::ZERO,
     });
     let mut o = fast_group();
     o.log.max_consecutive_failures = 3;
@@ -409,4 +414,43 @@ async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
             .await
             .unwrap();
     assert_eq!(cp.unwrap_or(0), 0, "the checkpoint never moved");
+}
+
+#[tokio::test]
+async fn a_batch_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
+    let db = set_up().await;
+    append(&db, 5).await;
+    let slow = Arc::new(Project {
+        name: "slow".into(),
+        calls: AtomicUsize::new(0),
+        fail: false,
+        slow: Duration::from_secs(5),
+    });
+    let mut o = fast_group();
+    o.batch_timeout = Duration::from_millis(200);
+    o.log.max_consecutive_failures = 2;
+    let p = start(&db, vec![slow.clone()], o).await;
+    let result = tokio::time::timeout(Duration::from_secs(20), p.run)
+        .await
+        .expect("the group stops by itself")
+        .unwrap();
+    p.stop.cancel();
+    p.beat.await.unwrap();
+    match result {
+        Err(Error::ConsumerFailed {
+            failures, message, ..
+        }) => {
+            assert_eq!(failures, 2);
+            assert!(
+                message.contains("exceeded maximum runtime of 200ms"),
+                "{message}"
+            );
+        }
+        other => panic!("expected ConsumerFailed, got {other:?}"),
+    }
+    assert_eq!(
+        projected(&db, "slow").await,
+        0,
+        "the timed-out batches rolled back"
+    );
 }
