@@ -85,6 +85,7 @@ pub fn events_table_sql(events_table: &str, channel: &str) -> Result<String> {
     let t = rel.quoted();
     let function = rel.quoted_sibling(&format!("{}_notify", rel.name));
     let trigger = sql::quote(&format!("{}_notify", rel.name));
+    let notify_function = crate::notify::notify_function_sql(&function);
     Ok(format!(
         r#"-- An append-only log: consumers read it in global_position order.
 CREATE TABLE IF NOT EXISTS {t} (
@@ -95,13 +96,7 @@ CREATE TABLE IF NOT EXISTS {t} (
     "payload" jsonb NOT NULL DEFAULT '{{}}',
     "created_at" timestamptz NOT NULL DEFAULT now()
 );
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify(TG_ARGV[0], '');
-    RETURN NULL;
-END
-$$;
-CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {t}
+{notify_function}CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {t}
     FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
 "#
     ))

@@ -89,21 +89,29 @@ pub fn notify_trigger_sql(
         rel.name
     )));
     let state = quote(&c.state);
+    let notify_function = notify_function_sql(&function);
     Ok(format!(
         r#"-- Wakes dbworker listeners on channel '{channel}' when jobs are queued.
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify(TG_ARGV[0], '');
-    RETURN NULL;
-END
-$$;
-CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
+{notify_function}CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
     FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
 CREATE OR REPLACE TRIGGER {on_requeue} AFTER UPDATE OF {state} ON {table}
     FOR EACH ROW WHEN (NEW.{state} = 'queued' AND OLD.{state} IS DISTINCT FROM 'queued')
     EXECUTE FUNCTION {function}('{channel}');
 "#
     ))
+}
+
+/// A trigger function that NOTIFYs the channel given as its first argument.
+pub(crate) fn notify_function_sql(function: &str) -> String {
+    format!(
+        r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_ARGV[0], '');
+    RETURN NULL;
+END
+$$;
+"#
+    )
 }
 
 /// The first wait before reconnecting a lost listener, and the cap it doubles to.

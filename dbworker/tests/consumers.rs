@@ -131,6 +131,17 @@ impl Process {
         self.run.abort();
     }
 
+    /// Waits for the group to stop by itself (a consumer kept failing).
+    async fn until_it_stops(self) -> Result<(), Error> {
+        let result = tokio::time::timeout(Duration::from_secs(20), self.run)
+            .await
+            .expect("the group stops by itself")
+            .unwrap();
+        self.stop.cancel();
+        self.beat.await.unwrap();
+        result
+    }
+
     async fn stop(self) -> Result<(), Error> {
         self.stop.cancel();
         let result = self.run.await.unwrap();
@@ -383,13 +394,10 @@ async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
     });
     let mut o = fast_group();
     o.log.max_consecutive_failures = 3;
-    let p = start(&db, vec![broken.clone()], o).await;
-    let result = tokio::time::timeout(Duration::from_secs(20), p.run)
+    let result = start(&db, vec![broken.clone()], o)
         .await
-        .expect("the group stops by itself")
-        .unwrap();
-    p.stop.cancel();
-    p.beat.await.unwrap();
+        .until_it_stops()
+        .await;
     match result {
         Err(Error::ConsumerFailed {
             consumer,
@@ -429,13 +437,10 @@ async fn a_batch_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
     let mut o = fast_group();
     o.batch_timeout = Duration::from_millis(200);
     o.log.max_consecutive_failures = 2;
-    let p = start(&db, vec![slow.clone()], o).await;
-    let result = tokio::time::timeout(Duration::from_secs(20), p.run)
+    let result = start(&db, vec![slow.clone()], o)
         .await
-        .expect("the group stops by itself")
-        .unwrap();
-    p.stop.cancel();
-    p.beat.await.unwrap();
+        .until_it_stops()
+        .await;
     match result {
         Err(Error::ConsumerFailed {
             failures, message, ..

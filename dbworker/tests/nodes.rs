@@ -202,6 +202,46 @@ fn campaign(
     })
 }
 
+/// `n` campaigning "processes", each on a pool of its own (another process,
+/// as Postgres sees it), watched by one `Watch`.
+struct Candidates {
+    watch: Arc<Watch>,
+    pools: Vec<sqlx::PgPool>,
+    runs: Vec<Option<tokio::task::JoinHandle<()>>>,
+    stops: Vec<CancellationToken>,
+}
+
+async fn candidates(db: &Db, n: usize, lease: Duration) -> Candidates {
+    let watch = Arc::new(Watch {
+        now: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        leader: std::sync::Mutex::new(None),
+    });
+    let mut c = Candidates {
+        watch,
+        pools: Vec::new(),
+        runs: Vec::new(),
+        stops: Vec::new(),
+    };
+    for i in 0..n {
+        let pool = db.db.pool(2).await.unwrap();
+        let mut o = LeaderOptions::new("jobs");
+        o.lease = lease;
+        let name = format!("node-{i}");
+        let election = LeaderElection::new(&pool, &name, o).await.unwrap();
+        let stop = CancellationToken::new();
+        c.runs.push(Some(campaign(
+            election,
+            name,
+            c.watch.clone(),
+            stop.clone(),
+        )));
+        c.stops.push(stop);
+        c.pools.push(pool);
+    }
+    c
+}
+
 /// Waits until a node other than `not` leads; returns it and how long it took.
 async fn next_leader(watch: &Watch, not: Option<&str>) -> (String, Duration) {
     let start = Instant::now();
@@ -221,32 +261,12 @@ async fn next_leader(watch: &Watch, not: Option<&str>) -> (String, Duration) {
 async fn one_leader_at_a_time_and_standbys_take_over_within_the_lease() {
     let db = set_up().await;
     let lease = Duration::from_millis(600);
-    let watch = Arc::new(Watch {
-        now: AtomicUsize::new(0),
-        most: AtomicUsize::new(0),
-        leader: std::sync::Mutex::new(None),
-    });
-    let mut pools = Vec::new();
-    let mut runs = Vec::new();
-    let mut stops = Vec::new();
-    for n in 0..3 {
-        // Each on a pool of its own: another process, as Postgres sees it.
-        let pool = db.db.pool(2).await.unwrap();
-        let mut o = LeaderOptions::new("jobs");
-        o.lease = lease;
-        let election = LeaderElection::new(&pool, &format!("node-{n}"), o)
-            .await
-            .unwrap();
-        let stop = CancellationToken::new();
-        runs.push(Some(campaign(
-            election,
-            format!("node-{n}"),
-            watch.clone(),
-            stop.clone(),
-        )));
-        stops.push(stop);
-        pools.push(pool);
-    }
+    let Candidates {
+        watch,
+        pools,
+        mut runs,
+        stops,
+    } = candidates(&db, 3, lease).await;
     let index = |name: &str| name["node-".len()..].parse::<usize>().unwrap();
     let (first, _) = next_leader(&watch, None).await;
     tokio::time::sleep(lease * 2).await;
@@ -301,29 +321,9 @@ async fn one_leader_at_a_time_and_standbys_take_over_within_the_lease() {
 async fn a_graceful_leader_hands_over_within_a_third_of_the_lease() {
     let db = set_up().await;
     let lease = Duration::from_millis(900);
-    let watch = Arc::new(Watch {
-        now: AtomicUsize::new(0),
-        most: AtomicUsize::new(0),
-        leader: std::sync::Mutex::new(None),
-    });
-    let mut runs = Vec::new();
-    let mut stops = Vec::new();
-    for n in 0..2 {
-        let pool = db.db.pool(2).await.unwrap();
-        let mut o = LeaderOptions::new("jobs");
-        o.lease = lease;
-        let election = LeaderElection::new(&pool, &format!("node-{n}"), o)
-            .await
-            .unwrap();
-        let stop = CancellationToken::new();
-        runs.push(campaign(
-            election,
-            format!("node-{n}"),
-            watch.clone(),
-            stop.clone(),
-        ));
-        stops.push(stop);
-    }
+    let Candidates {
+        watch, runs, stops, ..
+    } = candidates(&db, 2, lease).await;
     let (first, _) = next_leader(&watch, None).await;
     let i = first["node-".len()..].parse::<usize>().unwrap();
     stops[i].cancel();
@@ -337,7 +337,7 @@ async fn a_graceful_leader_hands_over_within_a_third_of_the_lease() {
     for stop in stops {
         stop.cancel();
     }
-    for run in runs {
+    for run in runs.into_iter().flatten() {
         run.await.unwrap();
     }
 }
