@@ -181,6 +181,12 @@ impl Admin {
         }
     }
 
+    /// Applies `action` to the jobs among `ids` that are in a state it may
+    /// touch (checked on each row); returns how many it acted on.
+    pub async fn act_on_ids(&self, ids: &[i64], action: &BulkAction) -> Result<u64> {
+        self.act_on(ids, action).await
+    }
+
     /// Applies `action` to the jobs among `ids` in a state it may touch.
     async fn act_on(&self, ids: &[i64], action: &BulkAction) -> Result<u64> {
         let op = action.verb();
@@ -256,6 +262,21 @@ impl Admin {
             .map_err(Error::db("status"))?
             .get("rows");
         Ok(status)
+    }
+
+    /// The table's name as configured.
+    pub fn table_name(&self) -> String {
+        self.table.display_name()
+    }
+
+    /// The queue column, if the admin knows one.
+    pub fn queue_column(&self) -> Option<&str> {
+        self.queue_column.as_deref()
+    }
+
+    /// The kind column, if the admin knows one.
+    pub fn kind_column(&self) -> Option<&str> {
+        self.kind_column.as_deref()
     }
 
     /// The job's row as JSON (every column), or `None`.

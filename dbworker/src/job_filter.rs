@@ -198,6 +198,25 @@ impl BulkAction {
     }
 }
 
+/// An age as operators read it: `42s`, `7m`, `3h`, `2d`.
+///
+/// ```
+/// assert_eq!(dbworker::format_age(90.0), "2m");
+/// ```
+pub fn format_age(secs: f64) -> String {
+    let secs = secs.max(0.0);
+    let (n, unit) = if secs < 60.0 {
+        (secs, "s")
+    } else if secs < 3600.0 {
+        (secs / 60.0, "m")
+    } else if secs < 86400.0 {
+        (secs / 3600.0, "h")
+    } else {
+        (secs / 86400.0, "d")
+    };
+    format!("{n:.0}{unit}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

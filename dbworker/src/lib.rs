@@ -16,6 +16,8 @@ mod completer;
 mod connection_loss;
 mod consumer_group;
 mod cron;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 mod enqueue;
 mod error;
 mod gauges;
@@ -46,7 +48,9 @@ pub use cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, cron_table_sql};
 pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};
 pub use error::{Error, Result};
 pub use gauges::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH, QueueStat};
-pub use job_filter::{BulkAction, FieldFilter, JobFilter, JobPage, JobSummary, PageRequest};
+pub use job_filter::{
+    BulkAction, FieldFilter, JobFilter, JobPage, JobSummary, PageRequest, format_age,
+};
 pub use leader::{
     DEFAULT_LEADER_TABLE, LEADER, LeaderElection, LeaderOptions, current_leader, leader_table_sql,
 };

@@ -6,7 +6,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Args;
-use dbworker::{Admin, BulkAction, Canceled, FieldFilter, JobFilter, PageRequest};
+use dbworker::{Admin, BulkAction, Canceled, FieldFilter, JobFilter, PageRequest, format_age};
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
 
@@ -117,21 +117,6 @@ pub(crate) async fn list(args: ListArgs) -> Result<(), String> {
         None => println!("({} job(s), end of list)", page.jobs.len()),
     }
     Ok(())
-}
-
-/// `42s`, `7m`, `3h`, `2d`.
-pub(crate) fn format_age(secs: f64) -> String {
-    let secs = secs.max(0.0);
-    let (n, unit) = if secs < 60.0 {
-        (secs, "s")
-    } else if secs < 3600.0 {
-        (secs / 60.0, "m")
-    } else if secs < 86400.0 {
-        (secs / 3600.0, "h")
-    } else {
-        (secs / 86400.0, "d")
-    };
-    format!("{n:.0}{unit}")
 }
 
 /// The text on one line, cut to `max` characters.

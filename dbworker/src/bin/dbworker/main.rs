@@ -4,6 +4,8 @@
 
 mod jobs;
 mod top;
+#[cfg(feature = "dashboard")]
+mod ui;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -56,6 +58,9 @@ enum Command {
     Delete(jobs::ActionArgs),
     /// A live view of queues, throughput and the hosts working (q quits).
     Top(top::TopArgs),
+    /// Serve the web dashboard.
+    #[cfg(feature = "dashboard")]
+    Ui(ui::UiArgs),
     /// Pause the table, or one queue, for every worker that honours pauses.
     Pause(PauseArgs),
     /// Resume the table, or one queue, and wake listening workers.
@@ -221,7 +226,7 @@ async fn status(args: StatusArgs) -> Result<(), String> {
                 n.version,
                 n.handlers,
                 n.queues.join(", "),
-                jobs::format_age(n.up_seconds),
+                dbworker::format_age(n.up_seconds),
                 n.heartbeat_age_seconds
             );
         }
@@ -562,6 +567,8 @@ async fn main() -> ExitCode {
         Command::Delete(args) => jobs::act("delete", args).await,
         Command::Fail(args) => jobs::act("fail", args).await,
         Command::Top(args) => top::top(args).await,
+        #[cfg(feature = "dashboard")]
+        Command::Ui(args) => ui::serve(args).await,
         Command::Pause(args) => pause(args, false).await,
         Command::Resume(args) => pause(args, true).await,
         Command::Reset(args) => reset(args).await,
@@ -647,7 +654,7 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
 }
 
 /// A token canceled by SIGINT or SIGTERM.
-fn stop_on_signal() -> CancellationToken {
+pub(crate) fn stop_on_signal() -> CancellationToken {
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {

@@ -16,8 +16,8 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use workerutil::JobState;
 
-use crate::jobs::format_age;
 use crate::{TableArgs, seconds};
+use dbworker::format_age;
 
 #[derive(Debug, Args)]
 pub(crate) struct TopArgs {

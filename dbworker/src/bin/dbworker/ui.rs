@@ -1,0 +1,147 @@
+//! `dbworker ui`: the web dashboard served alone against `DATABASE_URL`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
+use sqlx::postgres::PgPoolOptions;
+
+use crate::seconds;
+
+#[derive(Debug, Args)]
+pub(crate) struct UiArgs {
+    /// The database to connect to.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// The job tables to show (repeatable or comma-separated).
+    #[arg(
+        long = "table",
+        env = "DBWORKER_TABLE",
+        value_delimiter = ',',
+        required = true
+    )]
+    tables: Vec<String>,
+    /// The tables' queue column, if they have one.
+    #[arg(long, env = "DBWORKER_QUEUE_COLUMN")]
+    queue_column: Option<String>,
+    /// The tables' kind column, if they have one.
+    #[arg(long, env = "DBWORKER_KIND_COLUMN")]
+    kind_column: Option<String>,
+    /// The pause table (pause/resume on the queues page).
+    #[arg(long)]
+    pause_table: Option<String>,
+    /// The limit table (limits on the queues page).
+    #[arg(long)]
+    limit_table: Option<String>,
+    /// The worker registry (live processes on the overview).
+    #[arg(long, env = "DBWORKER_NODE_TABLE")]
+    node_table: Option<String>,
+    /// JSON fields and columns never shown (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    hide: Vec<String>,
+    /// Where to listen.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The admin bearer token.
+    #[arg(long, env = "DBWORKER_UI_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The read-only bearer token.
+    #[arg(long, env = "DBWORKER_UI_READ_TOKEN", hide_env_values = true)]
+    read_token: Option<String>,
+    /// Basic-auth users, `name:password:admin|read` (comma-separated).
+    #[arg(
+        long,
+        env = "DBWORKER_UI_USERS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    users: Vec<String>,
+    /// Seconds between samples of the throughput counters.
+    #[arg(long, default_value_t = 5.0)]
+    sample_secs: f64,
+}
+
+fn auth(args: &UiArgs) -> Result<Auth, String> {
+    if !args.users.is_empty() {
+        let mut users = Vec::new();
+        for u in &args.users {
+            let mut parts = u.splitn(3, ':');
+            let (Some(name), Some(password), Some(role)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(format!(
+                    "--users: expected name:password:admin|read, got {u:?}"
+                ));
+            };
+            let role = match role {
+                "admin" => Role::Admin,
+                "read" => Role::ReadOnly,
+                other => {
+                    return Err(format!(
+                        "--users: role must be admin or read, got {other:?}"
+                    ));
+                }
+            };
+            users.push(BasicUser {
+                name: name.to_owned(),
+                password: password.to_owned(),
+                role,
+            });
+        }
+        return Ok(Auth::Basic(users));
+    }
+    if args.token.is_some() || args.read_token.is_some() {
+        return Ok(Auth::Bearer {
+            admin: args.token.clone(),
+            read_only: args.read_token.clone(),
+        });
+    }
+    if !args.listen.ip().is_loopback() {
+        return Err(format!(
+            "refusing to serve {} without authentication: set DBWORKER_UI_TOKEN (and/or DBWORKER_UI_READ_TOKEN) or DBWORKER_UI_USERS, or listen on a loopback address",
+            args.listen
+        ));
+    }
+    Ok(Auth::None)
+}
+
+pub(crate) async fn serve(args: UiArgs) -> Result<(), String> {
+    let auth = auth(&args)?;
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&args.database_url)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let tables = args
+        .tables
+        .iter()
+        .map(|t| {
+            let mut c = TableConfig::new(t.clone());
+            c.queue_column = args.queue_column.clone();
+            c.kind_column = args.kind_column.clone();
+            c.pause_table = args.pause_table.clone();
+            c.limit_table = args.limit_table.clone();
+            c
+        })
+        .collect();
+    let mut options = DashboardOptions::new(tables);
+    options.auth = auth;
+    options.hidden_fields = args.hide.clone();
+    options.node_table = args.node_table.clone();
+    options.sample_interval = seconds("sample-secs", args.sample_secs)?;
+    let dashboard = Dashboard::new(&pool, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("dashboard on http://{addr}/");
+    let stop = crate::stop_on_signal();
+    axum::serve(listener, dashboard.router())
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,260 @@
+//! Who is looking: bearer tokens, basic auth, or the embedding application's
+//! own hook; two roles; CSRF tokens for every action.
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+
+/// What a user may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Read every page; no actions.
+    ReadOnly,
+    /// Read and act (retry, cancel, fail, delete, pause, resume).
+    Admin,
+}
+
+/// A signed-in user, as actions log them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// The name logged with each action.
+    pub name: String,
+    /// What the user may do.
+    pub role: Role,
+}
+
+impl User {
+    /// A user with a role.
+    pub fn new(name: impl Into<String>, role: Role) -> User {
+        User {
+            name: name.into(),
+            role,
+        }
+    }
+}
+
+/// A hook that finds the user of a request (from the application's session
+/// cookie, a header its proxy sets, ...); `None` refuses the request.
+pub type AuthHook = Arc<dyn Fn(&Parts) -> Option<User> + Send + Sync>;
+
+/// How the dashboard authenticates.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum Auth {
+    /// Nobody is asked; everyone is an admin named `anonymous`. Only for a
+    /// dashboard reachable from this machine alone (`dbworker ui` refuses it
+    /// on a non-loopback address).
+    #[default]
+    None,
+    /// `Authorization: Bearer <token>`: the admin token, or the read-only one.
+    Bearer {
+        /// The token that may act.
+        admin: Option<String>,
+        /// The token that may only read.
+        read_only: Option<String>,
+    },
+    /// HTTP basic auth against these users.
+    Basic(Vec<BasicUser>),
+    /// The embedding application's own check.
+    Hook(AuthHook),
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Auth::None => f.write_str("Auth::None"),
+            Auth::Bearer { admin, read_only } => f
+                .debug_struct("Auth::Bearer")
+                .field("admin", &admin.as_ref().map(|_| "…"))
+                .field("read_only", &read_only.as_ref().map(|_| "…"))
+                .finish(),
+            Auth::Basic(users) => f
+                .debug_list()
+                .entries(users.iter().map(|u| &u.name))
+                .finish(),
+            Auth::Hook(_) => f.write_str("Auth::Hook(..)"),
+        }
+    }
+}
+
+/// A basic-auth user.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BasicUser {
+    /// The user name.
+    pub name: String,
+    /// The password.
+    pub password: String,
+    /// What the user may do.
+    pub role: Role,
+}
+
+impl fmt::Debug for BasicUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BasicUser")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Auth {
+    /// Whether anyone is asked who they are.
+    pub fn is_configured(&self) -> bool {
+        !matches!(self, Auth::None)
+    }
+
+    /// The request's user, or `None` (refused).
+    pub(crate) fn user(&self, parts: &Parts) -> Option<User> {
+        match self {
+            Auth::None => Some(User::new("anonymous", Role::Admin)),
+            Auth::Bearer { admin, read_only } => {
+                let token = bearer(&parts.headers)?;
+                if admin.as_deref().is_some_and(|a| constant_time_eq(a, token)) {
+                    Some(User::new("admin token", Role::Admin))
+                } else if read_only
+                    .as_deref()
+                    .is_some_and(|r| constant_time_eq(r, token))
+                {
+                    Some(User::new("read-only token", Role::ReadOnly))
+                } else {
+                    None
+                }
+            }
+            Auth::Basic(users) => {
+                let (name, password) = basic(&parts.headers)?;
+                users
+                    .iter()
+                    .find(|u| u.name == name && constant_time_eq(&u.password, &password))
+                    .map(|u| User::new(u.name.clone(), u.role))
+            }
+            Auth::Hook(hook) => hook(parts),
+        }
+    }
+
+    /// The challenge a refused request gets.
+    pub(crate) fn challenge(&self) -> Option<&'static str> {
+        match self {
+            Auth::Basic(_) => Some("Basic realm=\"dbworker\", charset=\"UTF-8\""),
+            Auth::Bearer { .. } => Some("Bearer realm=\"dbworker\""),
+            _ => None,
+        }
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+fn basic(headers: &HeaderMap) -> Option<(String, String)> {
+    let encoded = headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Basic ")?;
+    let decoded = String::from_utf8(base64_decode(encoded.trim())?).ok()?;
+    let (name, password) = decoded.split_once(':')?;
+    Some((name.to_owned(), password.to_owned()))
+}
+
+/// Standard base64 (with padding), as basic auth sends it.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= value(c)? << (18 - 6 * i);
+        }
+        let [_, a, b, c] = n.to_be_bytes();
+        out.push(a);
+        if chunk.len() > 2 {
+            out.push(b);
+        }
+        if chunk.len() > 3 {
+            out.push(c);
+        }
+        if chunk.len() == 1 {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// Compares secrets without stopping at the first difference.
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// A random token for this process (form CSRF tokens): 128 bits from the
+/// standard library's randomly seeded hasher keys.
+pub(crate) fn random_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let part = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        h.finish()
+    };
+    format!("{:016x}{:016x}", part(), part())
+}
+
+/// Whether a state-changing request comes from the dashboard's own pages:
+/// the browser says it is not cross-site, and the form carries the token.
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        Some("same-origin") | Some("none") | None => {}
+        Some(_) => return false,
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    match (
+        headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()),
+        host,
+    ) {
+        (Some(origin), Some(host)) => origin
+            .split_once("://")
+            .is_some_and(|(_, rest)| rest == host),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_decode() {
+        assert_eq!(base64_decode("YWRtaW46czNjcjN0").unwrap(), b"admin:s3cr3t");
+        assert_eq!(base64_decode("YQ==").unwrap(), b"a");
+        assert!(base64_decode("!!").is_none());
+    }
+
+    #[test]
+    fn tokens_differ() {
+        assert_ne!(random_token(), random_token());
+        assert_eq!(random_token().len(), 32);
+    }
+}

@@ -1,0 +1,682 @@
+//! The web dashboard: an `axum` router an application mounts under a path of
+//! its choice, or `dbworker ui` serves alone. Server-rendered HTML with no
+//! script at all (a strict Content-Security-Policy, every page readable and
+//! every action a plain form), on the same queries as the admin CLI
+//! ([`Admin`]): counts bounded by the partial indexes, keyset-paged lists,
+//! actions in batches that check each row's state.
+//!
+//! ```no_run
+//! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+//! use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, TableConfig};
+//! let mut options = DashboardOptions::new(vec![TableConfig::new("jobs")]);
+//! options.auth = Auth::Bearer { admin: Some("s3cret".into()), read_only: None };
+//! let dashboard = Dashboard::new(&pool, options).await?;
+//! let app: axum::Router = axum::Router::new().nest("/admin/jobs", dashboard.router());
+//! # let _ = app; Ok(()) }
+//! ```
+
+// Early returns from handlers are ready responses; boxing them buys nothing.
+#![allow(clippy::result_large_err)]
+
+mod auth;
+mod charts;
+mod pages;
+mod sampler;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use sqlx::PgPool;
+use tokio_util::sync::DropGuard;
+use workerutil::JobState;
+
+pub use auth::{Auth, AuthHook, BasicUser, Role, User};
+
+use crate::admin::Admin;
+use crate::error::{Error, Result};
+use crate::job_filter::{BulkAction, FieldFilter, JobFilter, PageRequest};
+use crate::limits::{Limit, Limits};
+use crate::pauses::Pauses;
+
+/// One job table on the dashboard.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TableConfig {
+    /// The job table, optionally schema-qualified (also its name in URLs).
+    pub table_name: String,
+    /// Renamed standard columns, as in the store options.
+    pub alternate_column_names: HashMap<String, String>,
+    /// The queue column, if the table has one.
+    pub queue_column: Option<String>,
+    /// The kind column, if the table has one.
+    pub kind_column: Option<String>,
+    /// The pause table, for pause/resume on the queues page.
+    pub pause_table: Option<String>,
+    /// The limit table, to show the queues' limits.
+    pub limit_table: Option<String>,
+}
+
+impl TableConfig {
+    /// A table with the standard columns and no optional features.
+    pub fn new(table_name: impl Into<String>) -> TableConfig {
+        TableConfig {
+            table_name: table_name.into(),
+            alternate_column_names: HashMap::new(),
+            queue_column: None,
+            kind_column: None,
+            pause_table: None,
+            limit_table: None,
+        }
+    }
+}
+
+/// What the dashboard shows and who may see it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DashboardOptions {
+    /// The job tables, in the order shown.
+    pub tables: Vec<TableConfig>,
+    /// How users are authenticated (default: nobody is asked; see [`Auth::None`]).
+    pub auth: Auth,
+    /// JSON fields (at any depth) and columns whose values are never shown
+    /// nor filtered on: secrets in payloads.
+    pub hidden_fields: Vec<String>,
+    /// The worker registry, to list live processes.
+    pub node_table: Option<String>,
+    /// A process whose registry heartbeat is older than this is not listed.
+    pub dead_after: Duration,
+    /// How often the throughput counters are sampled. Default 5 s.
+    pub sample_interval: Duration,
+    /// How many samples the charts keep. Default 120 (10 minutes at 5 s).
+    pub samples_kept: usize,
+    /// Jobs per page. Default 50.
+    pub page_size: u32,
+}
+
+impl DashboardOptions {
+    /// A dashboard over `tables` with defaults.
+    pub fn new(tables: Vec<TableConfig>) -> DashboardOptions {
+        DashboardOptions {
+            tables,
+            auth: Auth::None,
+            hidden_fields: Vec::new(),
+            node_table: None,
+            dead_after: Duration::from_secs(10),
+            sample_interval: Duration::from_secs(5),
+            samples_kept: 120,
+            page_size: 50,
+        }
+    }
+}
+
+/// One table's admin and what belongs to it.
+pub(crate) struct Table {
+    pub(crate) name: String,
+    pub(crate) admin: Admin,
+    pub(crate) pauses: Option<Pauses>,
+    pub(crate) limits: Option<Limits>,
+    /// `(completed/s, failed/s)` per sample, oldest first.
+    pub(crate) samples: Mutex<VecDeque<(f64, f64)>>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) pool: PgPool,
+    pub(crate) tables: Vec<Table>,
+    pub(crate) options: DashboardOptions,
+    pub(crate) csrf: String,
+}
+
+impl Shared {
+    fn table(&self, name: &str) -> std::result::Result<&Table, Response> {
+        self.tables
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| (StatusCode::NOT_FOUND, "no such table").into_response())
+    }
+}
+
+/// The dashboard: build it once, mount its [`router`](Dashboard::router).
+/// Dropping it stops its counter sampling.
+pub struct Dashboard {
+    shared: Arc<Shared>,
+    _sampler: DropGuard,
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard")
+            .field("tables", &self.shared.options.tables.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dashboard {
+    /// Checks every table (and its pause and limit tables) now and starts
+    /// sampling the throughput counters.
+    pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
+        if options.tables.is_empty() {
+            return Err(Error::InvalidOption {
+                field: "tables",
+                reason: "name at least one job table".into(),
+            });
+        }
+        if options.sample_interval.is_zero() || options.page_size == 0 {
+            return Err(Error::InvalidOption {
+                field: "sample_interval",
+                reason: "the sample interval and the page size must be positive".into(),
+            });
+        }
+        let mut tables = Vec::new();
+        for t in &options.tables {
+            let mut admin = Admin::new(
+                pool,
+                &t.table_name,
+                &t.alternate_column_names,
+                t.queue_column.as_deref(),
+            )
+            .await?;
+            if let Some(kind) = &t.kind_column {
+                admin = admin.with_kind_column(kind)?;
+            }
+            let pauses = match &t.pause_table {
+                Some(p) => Some(Pauses::new(pool, p, &t.table_name).await?),
+                None => None,
+            };
+            let limits = match &t.limit_table {
+                Some(l) => Some(Limits::new(pool, l, &t.table_name).await?),
+                None => None,
+            };
+            tables.push(Table {
+                name: t.table_name.clone(),
+                admin,
+                pauses,
+                limits,
+                samples: Mutex::new(VecDeque::new()),
+            });
+        }
+        let shared = Arc::new(Shared {
+            pool: pool.clone(),
+            tables,
+            options,
+            csrf: auth::random_token(),
+        });
+        let sampler = sampler::spawn(shared.clone());
+        Ok(Dashboard {
+            shared,
+            _sampler: sampler,
+        })
+    }
+
+    /// The routes, to serve alone or to `nest` under a prefix; every link
+    /// the pages draw is relative to where it is mounted.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/", get(overview))
+            .route("/assets/style.css", get(style))
+            .route("/t/{table}/jobs", get(jobs))
+            .route("/t/{table}/jobs/{id}", get(job))
+            .route("/t/{table}/jobs/{id}/action", post(job_action))
+            .route("/t/{table}/bulk", post(bulk))
+            .route("/t/{table}/queues", get(queues))
+            .route("/t/{table}/queues/pause", post(pause))
+            .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
+            .with_state(self.shared.clone())
+    }
+}
+
+/// Authenticates every request and sets the security headers.
+async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Some(user) = s.options.auth.user(&parts) else {
+        let mut response =
+            (StatusCode::UNAUTHORIZED, "sign in to see the dashboard").into_response();
+        if let Some(challenge) = s.options.auth.challenge() {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
+        }
+        return response;
+    };
+    // Where the dashboard is mounted: the original path less the nested one.
+    let base = match parts.extensions.get::<axum::extract::OriginalUri>() {
+        Some(original) => {
+            let full = original.0.path();
+            full.strip_suffix(parts.uri.path())
+                .unwrap_or("")
+                .trim_end_matches('/')
+                .to_owned()
+        }
+        None => String::new(),
+    };
+    parts.extensions.insert(Viewer { user, base });
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The signed-in user and the mount prefix, for handlers.
+#[derive(Debug, Clone)]
+pub(crate) struct Viewer {
+    pub(crate) user: User,
+    pub(crate) base: String,
+}
+
+impl Viewer {
+    pub(crate) fn href(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn admin(&self) -> std::result::Result<(), Response> {
+        if self.user.role == Role::Admin {
+            Ok(())
+        } else {
+            Err((StatusCode::FORBIDDEN, "read-only users cannot act").into_response())
+        }
+    }
+}
+
+fn server_error(err: Error) -> Response {
+    tracing::error!(error = %err, "dashboard query failed");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("database error: {err}"),
+    )
+        .into_response()
+}
+
+async fn style() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("style.css"),
+    )
+}
+
+async fn overview(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let mut tables = Vec::new();
+    for t in &s.tables {
+        let status = match t.admin.status().await {
+            Ok(status) => status,
+            Err(err) => return server_error(err),
+        };
+        let paused = match &t.pauses {
+            Some(p) => p.list().await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let samples: Vec<(f64, f64)> = t
+            .samples
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .copied()
+            .collect();
+        tables.push(pages::TableOverview {
+            name: &t.name,
+            status,
+            paused,
+            samples,
+        });
+    }
+    let nodes = match &s.options.node_table {
+        Some(nt) => crate::nodes::live_nodes(&s.pool, nt, s.options.dead_after)
+            .await
+            .ok(),
+        None => None,
+    };
+    pages::overview(&viewer, &s, &tables, nodes.as_deref(), refresh(&q)).into_response()
+}
+
+/// The live-refresh interval asked for (`?refresh=5`), if any.
+fn refresh(q: &HashMap<String, String>) -> Option<u32> {
+    q.get("refresh")
+        .and_then(|r| r.parse::<u32>().ok())
+        .filter(|r| (1..=3600).contains(r))
+}
+
+/// The list filter from query parameters; refuses hidden fields.
+pub(crate) fn filter_from(
+    q: &HashMap<String, String>,
+    hidden: &[String],
+) -> std::result::Result<JobFilter, String> {
+    let mut f = JobFilter::default();
+    let given = |k: &str| q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    if let Some(state) = given("state") {
+        f.states = vec![
+            state
+                .parse::<JobState>()
+                .map_err(|_| format!("unknown state {state:?}"))?,
+        ];
+    }
+    f.queue = given("queue").map(str::to_owned);
+    f.kind = given("kind").map(str::to_owned);
+    if let Some(older) = given("older_than_secs") {
+        let secs: f64 = older
+            .parse()
+            .map_err(|_| "older than: seconds".to_owned())?;
+        f.older_than = Some(Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())?);
+    }
+    f.failure_contains = given("failure").map(str::to_owned);
+    if let Some(field) = given("field") {
+        let field: FieldFilter = field.parse().map_err(|e: Error| e.to_string())?;
+        if hidden
+            .iter()
+            .any(|h| *h == field.column || field.path.contains(h))
+        {
+            return Err("that field is hidden".into());
+        }
+        f.fields.push(field);
+    }
+    Ok(f)
+}
+
+async fn jobs(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Path(table): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let t = match s.table(&table) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let filter = match filter_from(&q, &s.options.hidden_fields) {
+        Ok(f) => f,
+        Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
+    };
+    let mut page = PageRequest::first(s.options.page_size);
+    page.after = q.get("after").and_then(|a| a.parse().ok());
+    page.newest_first = q.get("order").is_some_and(|o| o == "newest");
+    match t.admin.list(&filter, page).await {
+        Ok(list) => pages::jobs(&viewer, &s, t, &q, &list, refresh(&q)).into_response(),
+        Err(Error::InvalidOption { reason, .. }) => {
+            (StatusCode::BAD_REQUEST, reason).into_response()
+        }
+        Err(err) => server_error(err),
+    }
+}
+
+async fn job(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Path((table, id)): Path<(String, i64)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let t = match s.table(&table) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    match t.admin.show(id).await {
+        Ok(Some(mut row)) => {
+            hide(&mut row, &s.options.hidden_fields);
+            pages::job(
+                &viewer,
+                &s,
+                t,
+                id,
+                &row,
+                q.get("done").map(String::as_str),
+                refresh(&q),
+            )
+            .into_response()
+        }
+        Ok(None) => (StatusCode::NOT_FOUND, "no such job").into_response(),
+        Err(err) => server_error(err),
+    }
+}
+
+/// Replaces hidden fields' values, at any depth.
+pub(crate) fn hide(value: &mut serde_json::Value, hidden: &[String]) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                if hidden.contains(k) {
+                    *v = serde_json::Value::String("[hidden]".into());
+                } else {
+                    hide(v, hidden);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| hide(v, hidden)),
+        _ => {}
+    }
+}
+
+/// A posted form's fields (repeated keys kept).
+pub(crate) fn form(body: &[u8]) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(body).into_owned().collect()
+}
+
+fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    form.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// Checks the CSRF token and the request's origin of a posted form.
+fn checked_form(
+    s: &Shared,
+    viewer: &Viewer,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> std::result::Result<Vec<(String, String)>, Response> {
+    viewer.admin()?;
+    let form = form(body);
+    if field(&form, "csrf") != Some(s.csrf.as_str()) || !auth::same_origin(headers) {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "the form is stale or comes from another site",
+        )
+            .into_response());
+    }
+    Ok(form)
+}
+
+fn action_of(name: &str, message: Option<&str>) -> Option<BulkAction> {
+    Some(match name {
+        "requeue" => BulkAction::Requeue,
+        "cancel" => BulkAction::Cancel,
+        "fail" => BulkAction::Fail(message.unwrap_or("failed by an operator").to_owned()),
+        "delete" => BulkAction::Delete,
+        _ => return None,
+    })
+}
+
+async fn job_action(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Path((table, id)): Path<(String, i64)>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let form = match checked_form(&s, &viewer, &headers, &body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let t = match s.table(&table) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let Some(action) = field(&form, "action").and_then(|a| action_of(a, None)) else {
+        return (StatusCode::BAD_REQUEST, "unknown action").into_response();
+    };
+    match t.admin.act_on_ids(&[id], &action).await {
+        Ok(n) => {
+            tracing::info!(user = %viewer.user.name, table = %t.name, job = id, action = action.verb(), done = n, "dashboard action");
+            let done = if n == 1 { action.verb() } else { "nothing" };
+            Redirect::to(&viewer.href(&format!("/t/{}/jobs/{id}?done={done}", url_escape(&t.name))))
+                .into_response()
+        }
+        Err(err) => server_error(err),
+    }
+}
+
+/// A bulk action: first a confirmation with the count, then the action in
+/// batches, on the selected jobs or on every job matching the filter.
+async fn bulk(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Path(table): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let form = match checked_form(&s, &viewer, &headers, &body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let t = match s.table(&table) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let Some(action) = field(&form, "action").and_then(|a| action_of(a, field(&form, "message")))
+    else {
+        return (StatusCode::BAD_REQUEST, "choose an action").into_response();
+    };
+    let ids: Vec<i64> = form
+        .iter()
+        .filter(|(k, _)| k == "id")
+        .filter_map(|(_, v)| v.parse().ok())
+        .collect();
+    let all_matching = field(&form, "scope") == Some("matching");
+    let q: HashMap<String, String> = form
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("f_").map(|k| (k.to_owned(), v.clone())))
+        .collect();
+    let filter = match filter_from(&q, &s.options.hidden_fields) {
+        Ok(f) => f,
+        Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
+    };
+    if all_matching && !filter.is_restricted() {
+        return (
+            StatusCode::BAD_REQUEST,
+            "set a filter before acting on every matching job",
+        )
+            .into_response();
+    }
+    if !all_matching && ids.is_empty() {
+        return (StatusCode::BAD_REQUEST, "select jobs first").into_response();
+    }
+    if field(&form, "confirm") != Some("yes") {
+        let count = if all_matching {
+            match t.admin.count_matching(&filter, &action).await {
+                Ok(n) => n,
+                Err(err) => return server_error(err),
+            }
+        } else {
+            ids.len() as u64
+        };
+        return pages::confirm(&viewer, &s, t, &form, &action, count, all_matching).into_response();
+    }
+    let done = if all_matching {
+        t.admin.act_on_matching(&filter, &action, 500, |_| {}).await
+    } else {
+        t.admin.act_on_ids(&ids, &action).await
+    };
+    match done {
+        Ok(n) => {
+            tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");
+            let mut back = format!("/t/{}/jobs?done={}+{n}", url_escape(&t.name), action.verb());
+            for (k, v) in &q {
+                back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
+            }
+            Redirect::to(&viewer.href(&back)).into_response()
+        }
+        Err(err) => server_error(err),
+    }
+}
+
+async fn queues(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Path(table): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let t = match s.table(&table) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let status = match t.admin.status().await {
+        Ok(status) => status,
+        Err(err) => return server_error(err),
+    };
+    let paused = match &t.pauses {
+        Some(p) => match p.list().await {
+            Ok(list) => list,
+            Err(err) => return server_error(err),
+        },
+        None => Vec::new(),
+    };
+    let limits: Vec<(String, Limit)> = match &t.limits {
+        Some(l) => match l.list().await {
+            Ok(list) => list,
+            Err(err) => return server_error(err),
+        },
+        None => Vec::new(),
+    };
+    pages::queues(&viewer, &s, t, &status, &paused, &limits, refresh(&q)).into_response()
+}
+
+async fn pause(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Path(table): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let form = match checked_form(&s, &viewer, &headers, &body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let t = match s.table(&table) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let Some(pauses) = &t.pauses else {
+        return (StatusCode::BAD_REQUEST, "this table has no pause table").into_response();
+    };
+    let queue = field(&form, "queue").filter(|q| !q.is_empty());
+    let resume = field(&form, "do") == Some("resume");
+    let result = if resume {
+        pauses.resume(queue).await
+    } else {
+        pauses
+            .pause(queue, &format!("dashboard: {}", viewer.user.name))
+            .await
+    };
+    match result {
+        Ok(_) => {
+            tracing::info!(user = %viewer.user.name, table = %t.name, queue = queue.unwrap_or("*"), resume, "dashboard pause");
+            Redirect::to(&viewer.href(&format!("/t/{}/queues", url_escape(&t.name))))
+                .into_response()
+        }
+        Err(err) => server_error(err),
+    }
+}
+
+/// Percent-encodes a URL component.
+pub(crate) fn url_escape(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}

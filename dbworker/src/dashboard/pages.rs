@@ -1,0 +1,399 @@
+//! The pages, as `maud` templates: every value is escaped on output, and
+//! every action is a plain form carrying the CSRF token.
+
+use std::collections::HashMap;
+
+use maud::{DOCTYPE, Markup, html};
+
+use super::{Role, Shared, Table, Viewer, charts, url_escape};
+use crate::admin::Status;
+use crate::job_filter::format_age;
+use crate::job_filter::{BulkAction, JobPage};
+use crate::limits::Limit;
+use crate::nodes::NodeInfo;
+use crate::pauses::Pause;
+
+/// The overview of one table.
+pub(crate) struct TableOverview<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) status: Status,
+    pub(crate) paused: Vec<Pause>,
+    pub(crate) samples: Vec<(f64, f64)>,
+}
+
+fn layout(viewer: &Viewer, s: &Shared, title: &str, refresh: Option<u32>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                @if let Some(r) = refresh { meta http-equiv="refresh" content=(r); }
+                title { (title) " · dbworker" }
+                link rel="stylesheet" href=(viewer.href("/assets/style.css"));
+            }
+            body {
+                header {
+                    a href=(viewer.href("/")) { strong { "dbworker" } }
+                    @for t in &s.tables {
+                        a href=(viewer.href(&format!("/t/{}/jobs", url_escape(&t.name)))) { (t.name) }
+                        a href=(viewer.href(&format!("/t/{}/queues", url_escape(&t.name)))) { "queues" }
+                    }
+                    span class="who" {
+                        (viewer.user.name) " · "
+                        @if viewer.user.role == Role::Admin { "admin" } @else { "read-only" }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    p class="muted" {
+                        @match refresh {
+                            Some(r) => { "Refreshing every " (r) " s · " a href="?" { "pause" } }
+                            None => { "Live refresh: " a href="?refresh=5" { "every 5 s" } " · " a href="?refresh=30" { "every 30 s" } }
+                        }
+                    }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+fn state_cell(state: &str) -> Markup {
+    html! { span class=(format!("state-{state}")) { (state) } }
+}
+
+pub(crate) fn overview(
+    viewer: &Viewer,
+    s: &Shared,
+    tables: &[TableOverview<'_>],
+    nodes: Option<&[NodeInfo]>,
+    refresh: Option<u32>,
+) -> Markup {
+    let body = html! {
+        @for t in tables {
+            h2 { a href=(viewer.href(&format!("/t/{}/jobs", url_escape(t.name)))) { (t.name) } }
+            table {
+                tr { th { "queue" } th { "queued" } th { "errored" } th { "processing" } }
+                @for (queue, counts) in by_queue(&t.status) {
+                    tr {
+                        td { (queue) }
+                        @for n in counts { td class="num" { (n) } }
+                    }
+                }
+            }
+            p {
+                "Oldest waiting job: " strong { (format_age(t.status.oldest_waiting_seconds)) }
+                " · about " (t.status.estimated_rows) " rows in the table (planner estimate)"
+            }
+            @if !t.paused.is_empty() {
+                p class="notice" {
+                    "Paused: "
+                    @for p in &t.paused {
+                        (p.queue.as_deref().unwrap_or("the whole table")) " (by " (p.paused_by) ") "
+                    }
+                }
+            }
+            @let completed: Vec<f64> = t.samples.iter().map(|x| x.0).collect();
+            @let failed: Vec<f64> = t.samples.iter().map(|x| x.1).collect();
+            div {
+                (charts::bars(&completed, "completed per second", 360, 80))
+                span class="failures" { (charts::bars(&failed, "failed per second", 360, 80)) }
+            }
+            p class="muted" {
+                "Sampled every " (s.options.sample_interval.as_secs_f64()) " s from jobs finished in the interval; "
+                (t.samples.len()) " samples."
+            }
+        }
+        @if let Some(nodes) = nodes {
+            h2 { "Live processes" }
+            table {
+                tr { th { "process" } th { "version" } th { "queues" } th { "handlers" } th { "up" } th { "heartbeat" } }
+                @for n in nodes {
+                    tr {
+                        td { (n.id) }
+                        td { (n.version) }
+                        td { (n.queues.join(", ")) }
+                        td class="num" { (n.handlers) }
+                        td { (format_age(n.up_seconds)) }
+                        td { (format!("{:.1} s ago", n.heartbeat_age_seconds)) }
+                    }
+                }
+            }
+        }
+    };
+    layout(viewer, s, "Overview", refresh, body)
+}
+
+/// `(queue, [queued, errored, processing])`, by queue.
+fn by_queue(status: &Status) -> Vec<(String, [u64; 3])> {
+    let mut rows: Vec<(String, [u64; 3])> = Vec::new();
+    for (state, queue, n) in &status.live {
+        let name = queue.clone().unwrap_or_else(|| "(all)".into());
+        let i = match rows.iter().position(|r| r.0 == name) {
+            Some(i) => i,
+            None => {
+                rows.push((name, [0; 3]));
+                rows.len() - 1
+            }
+        };
+        let col = match state {
+            workerutil::JobState::Queued => 0,
+            workerutil::JobState::Errored => 1,
+            _ => 2,
+        };
+        rows[i].1[col] += n;
+    }
+    rows.sort();
+    rows
+}
+
+/// The live queues, plus paused or limited ones with no live job.
+fn with_idle_queues(
+    mut rows: Vec<(String, [u64; 3])>,
+    paused: &[Pause],
+    limits: &[(String, Limit)],
+) -> Vec<(String, [u64; 3])> {
+    let named = paused
+        .iter()
+        .filter_map(|p| p.queue.clone())
+        .chain(limits.iter().map(|(q, _)| q.clone()));
+    for q in named {
+        if !rows.iter().any(|r| r.0 == q) {
+            rows.push((q, [0; 3]));
+        }
+    }
+    rows.sort();
+    rows
+}
+
+fn hidden_filters(q: &HashMap<String, String>) -> Markup {
+    html! {
+        @for key in ["state", "queue", "kind", "older_than_secs", "failure", "field"] {
+            @if let Some(v) = q.get(key) {
+                input type="hidden" name=(format!("f_{key}")) value=(v);
+            }
+        }
+    }
+}
+
+pub(crate) fn jobs(
+    viewer: &Viewer,
+    s: &Shared,
+    t: &Table,
+    q: &HashMap<String, String>,
+    page: &JobPage,
+    refresh: Option<u32>,
+) -> Markup {
+    let value = |k: &str| q.get(k).cloned().unwrap_or_default();
+    let admin = viewer.user.role == Role::Admin;
+    let newest = q.get("order").is_some_and(|o| o == "newest");
+    let mut next = format!("?after={}", page.next.unwrap_or_default());
+    for (k, v) in q.iter().filter(|(k, _)| *k != "after" && *k != "done") {
+        next.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
+    }
+    let body = html! {
+        @if let Some(done) = q.get("done") { p class="notice" { "Done: " (done) } }
+        form class="filters" method="get" {
+            select name="state" {
+                option value="" { "any state" }
+                @for st in ["queued", "processing", "errored", "failed", "completed", "canceled"] {
+                    option value=(st) selected[value("state") == st] { (st) }
+                }
+            }
+            @if t.admin.queue_column().is_some() {
+                input name="queue" placeholder="queue" value=(value("queue"));
+            }
+            @if t.admin.kind_column().is_some() {
+                input name="kind" placeholder="kind" value=(value("kind"));
+            }
+            input name="older_than_secs" placeholder="older than (s)" size="10" value=(value("older_than_secs"));
+            input name="failure" placeholder="failure contains" value=(value("failure"));
+            input name="field" placeholder="payload.customer_id=42" value=(value("field"));
+            select name="order" {
+                option value="oldest" selected[!newest] { "oldest first" }
+                option value="newest" selected[newest] { "newest first" }
+            }
+            button type="submit" { "Filter" }
+        }
+        form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
+            input type="hidden" name="csrf" value=(s.csrf);
+            (hidden_filters(q))
+            table {
+                tr {
+                    @if admin { th {} }
+                    th { "id" } th { "state" } th { "queue" } th { "kind" } th { "failures" } th { "age" } th { "host" } th { "failure" }
+                }
+                @for j in &page.jobs {
+                    tr {
+                        @if admin { td { input type="checkbox" name="id" value=(j.id); } }
+                        td { a href=(viewer.href(&format!("/t/{}/jobs/{}", url_escape(&t.name), j.id))) { (j.id) } }
+                        td { (state_cell(j.state.as_str())) }
+                        td { (j.queue.as_deref().unwrap_or("-")) }
+                        td { (j.kind.as_deref().unwrap_or("-")) }
+                        td class="num" { (j.num_failures) }
+                        td { (format_age(j.age_seconds)) }
+                        td { (j.worker_hostname) }
+                        td { (j.failure_message.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+            @if page.jobs.is_empty() { p class="muted" { "No job matches." } }
+            @if page.next.is_some() { p { a href=(next) { "Next page →" } } }
+            @if admin {
+                p {
+                    select name="action" {
+                        option value="requeue" { "Retry" }
+                        option value="cancel" { "Cancel" }
+                        option value="fail" { "Fail" }
+                        option value="delete" { "Delete" }
+                    }
+                    " "
+                    button type="submit" name="scope" value="selected" { "on the selected jobs" }
+                    " "
+                    button type="submit" name="scope" value="matching" class="danger" { "on every job matching the filter" }
+                }
+            }
+        }
+    };
+    layout(viewer, s, &format!("Jobs · {}", t.name), refresh, body)
+}
+
+pub(crate) fn job(
+    viewer: &Viewer,
+    s: &Shared,
+    t: &Table,
+    id: i64,
+    row: &serde_json::Value,
+    done: Option<&str>,
+    refresh: Option<u32>,
+) -> Markup {
+    let columns = row.as_object().cloned().unwrap_or_default();
+    let state = columns.get("state").and_then(|v| v.as_str()).unwrap_or("");
+    let logs = columns.get("execution_logs").cloned().unwrap_or_default();
+    let action_url = viewer.href(&format!("/t/{}/jobs/{id}/action", url_escape(&t.name)));
+    let body = html! {
+        @if let Some(done) = done { p class="notice" { "Done: " (done) } }
+        p { "State: " strong { (state_cell(state)) } }
+        @if viewer.user.role == Role::Admin {
+            p {
+                @for (action, label) in [("requeue", "Retry now"), ("cancel", "Cancel"), ("fail", "Fail")] {
+                    form class="inline" method="post" action=(action_url) {
+                        input type="hidden" name="csrf" value=(s.csrf);
+                        input type="hidden" name="action" value=(action);
+                        button type="submit" class=@if action != "requeue" { "danger" } { (label) }
+                        " "
+                    }
+                }
+            }
+        }
+        h2 { "Columns" }
+        table {
+            @for (name, value) in &columns {
+                @if name != "execution_logs" {
+                    tr {
+                        th { (name) }
+                        td {
+                            @if value.is_object() || value.is_array() {
+                                pre { (serde_json::to_string_pretty(value).unwrap_or_default()) }
+                            } @else if let Some(text) = value.as_str() {
+                                (text)
+                            } @else {
+                                (value.to_string())
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Execution logs" }
+        @if logs.is_null() { p class="muted" { "None." } }
+        @else { pre { (serde_json::to_string_pretty(&logs).unwrap_or_default()) } }
+    };
+    layout(viewer, s, &format!("Job {id} · {}", t.name), refresh, body)
+}
+
+pub(crate) fn confirm(
+    viewer: &Viewer,
+    s: &Shared,
+    t: &Table,
+    form: &[(String, String)],
+    action: &BulkAction,
+    count: u64,
+    all_matching: bool,
+) -> Markup {
+    let body = html! {
+        p class="notice" {
+            strong { (action.verb()) " " (count) " job(s)" }
+            @if all_matching { " — every job matching the filter, in batches of 500" } @else { " — the selected jobs" }
+            ". Jobs in a state the action may not touch are left alone."
+        }
+        form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
+            @for (k, v) in form {
+                @if k != "confirm" {
+                    input type="hidden" name=(k) value=(v);
+                }
+            }
+            input type="hidden" name="confirm" value="yes";
+            button type="submit" class="danger" { "Yes, " (action.verb()) " " (count) " job(s)" }
+            " "
+            a href=(viewer.href(&format!("/t/{}/jobs", url_escape(&t.name)))) { "Back" }
+        }
+    };
+    layout(viewer, s, "Confirm", None, body)
+}
+
+pub(crate) fn queues(
+    viewer: &Viewer,
+    s: &Shared,
+    t: &Table,
+    status: &Status,
+    paused: &[Pause],
+    limits: &[(String, Limit)],
+    refresh: Option<u32>,
+) -> Markup {
+    let admin = viewer.user.role == Role::Admin && t.pauses.is_some();
+    let pause_url = viewer.href(&format!("/t/{}/queues/pause", url_escape(&t.name)));
+    let is_paused = |q: Option<&str>| paused.iter().any(|p| p.queue.as_deref() == q);
+    let limit_of = |q: &str| limits.iter().find(|(name, _)| name == q).map(|(_, l)| l);
+    let pause_form = |queue: Option<&str>| {
+        let resume = is_paused(queue);
+        html! {
+            form class="inline" method="post" action=(pause_url) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="queue" value=(queue.unwrap_or(""));
+                input type="hidden" name="do" value=(if resume { "resume" } else { "pause" });
+                button type="submit" class=@if !resume { "danger" } {
+                    @if resume { "Resume" } @else { "Pause" }
+                }
+            }
+        }
+    };
+    let body = html! {
+        p {
+            "The whole table: "
+            @if is_paused(None) { strong { "paused" } } @else { "running" }
+            " "
+            @if admin { (pause_form(None)) }
+        }
+        table {
+            tr { th { "queue" } th { "queued" } th { "errored" } th { "processing" } th { "state" } th { "limits" } @if admin { th {} } }
+            @for (queue, counts) in with_idle_queues(by_queue(status), paused, limits) {
+                tr {
+                    td { (queue) }
+                    @for n in counts { td class="num" { (n) } }
+                    td { @if is_paused(Some(&queue)) { strong { "paused" } } @else { "running" } }
+                    td {
+                        @if let Some(l) = limit_of(&queue) {
+                            @if let Some(m) = l.max_processing { "at most " (m) " processing " }
+                            @if let Some(m) = l.max_per_key { "· " (m) " per key " }
+                            @if let Some(r) = l.rate_per_second { "· " (r) "/s" }
+                        } @else { span class="muted" { "none" } }
+                    }
+                    @if admin { td { (pause_form(Some(&queue))) } }
+                }
+            }
+        }
+        @if t.pauses.is_none() { p class="muted" { "Pausing needs the pause table in the dashboard's table options." } }
+    };
+    layout(viewer, s, &format!("Queues · {}", t.name), refresh, body)
+}

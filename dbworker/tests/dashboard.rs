@@ -1,0 +1,404 @@
+//! The dashboard's routes and actions against real Postgres, through the
+//! router itself: pages, filters, keyset pages, every action with its CSRF and
+//! role checks, hidden fields, hostile text escaped, and a prefix mount.
+
+mod common;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
+use dbworker::{
+    DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, limit_table_sql, pause_table_sql,
+};
+use tower::ServiceExt;
+
+use common::Db;
+
+/// Jobs in every state, hostile text in a payload and a failure message, a
+/// secret in a payload; returns `(db, id of the hostile failed job)`.
+async fn seed() -> (Db, i64) {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| {
+            c.queue = true;
+            c.kind = true;
+        },
+        &[
+            pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+            limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap(),
+        ],
+    )
+    .await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, kind, payload) SELECT 'queued', 'mail', 'send', jsonb_build_object('customer_id', i::text) FROM generate_series(1, 30) AS i;
+         INSERT INTO jobs (state, queue, kind, worker_hostname) VALUES ('processing', 'mail', 'send', 'host-7');
+         INSERT INTO jobs (state, queue, kind, num_failures, failure_message, finished_at, payload)
+           VALUES ('failed', 'reports', 'build', 3, '<script>alert(1)</script> & \"quotes\"', now(),
+                   '{\"customer_id\": \"42\", \"note\": \"<img src=x onerror=alert(2)>\", \"api_key\": \"sk-live-123\"}');",
+    )
+    .await;
+    let id: i64 = sqlx::query_scalar("SELECT id FROM jobs WHERE state = 'failed'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    (db, id)
+}
+
+fn table() -> TableConfig {
+    let mut t = TableConfig::new("jobs");
+    t.queue_column = Some("queue".into());
+    t.kind_column = Some("kind".into());
+    t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+    t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    t
+}
+
+async fn dashboard(db: &Db, auth: Auth) -> Dashboard {
+    let mut o = DashboardOptions::new(vec![table()]);
+    o.auth = auth;
+    o.hidden_fields = vec!["api_key".into()];
+    Dashboard::new(&db.pool, o).await.unwrap()
+}
+
+async fn get(
+    app: &Router,
+    path: &str,
+    auth: Option<&str>,
+) -> (StatusCode, String, axum::http::HeaderMap) {
+    let mut r = Request::get(path);
+    if let Some(a) = auth {
+        r = r.header(header::AUTHORIZATION, a);
+    }
+    let res = app
+        .clone()
+        .oneshot(r.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned(), headers)
+}
+
+async fn post(
+    app: &Router,
+    path: &str,
+    form: &str,
+    auth: Option<&str>,
+) -> (StatusCode, String, Option<String>) {
+    let mut r = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::HOST, "localhost")
+        .header(header::ORIGIN, "http://localhost")
+        .header("sec-fetch-site", "same-origin");
+    if let Some(a) = auth {
+        r = r.header(header::AUTHORIZATION, a);
+    }
+    let res = app
+        .clone()
+        .oneshot(r.body(Body::from(form.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let location = res
+        .headers()
+        .get(header::LOCATION)
+        .map(|l| l.to_str().unwrap().to_owned());
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+        location,
+    )
+}
+
+/// The page's CSRF token.
+fn csrf(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a token")
+        + 19;
+    page[at..at + 32].to_owned()
+}
+
+#[tokio::test]
+async fn pages_render_counts_filters_and_escape_hostile_text() {
+    let (db, failed) = seed().await;
+    let app = dashboard(&db, Auth::None).await.router();
+
+    let (status, page, headers) = get(&app, "/", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let csp = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("script-src"),
+        "{csp}"
+    );
+    assert!(
+        page.contains(
+            "<td>mail</td><td class=\"num\">30</td><td class=\"num\">0</td><td class=\"num\">1</td>"
+        ),
+        "{page}"
+    );
+    assert!(page.contains("Oldest waiting job"), "{page}");
+    assert!(!page.contains("<script"), "no script anywhere");
+
+    // Filter by a payload field; hostile failure text is escaped.
+    let (status, page, _) = get(&app, "/t/jobs/jobs?field=payload.customer_id%3D42", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(&format!("/t/jobs/jobs/{failed}\">{failed}</a>")),
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("type=\"checkbox\"").count(),
+        1,
+        "only the matching job"
+    );
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quotes&quot;"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert"), "{page}");
+
+    // Keyset pages of 50 would hold all 32; by state and queue, newest first.
+    let (_, page, _) = get(
+        &app,
+        "/t/jobs/jobs?state=queued&queue=mail&order=newest",
+        None,
+    )
+    .await;
+    assert_eq!(page.matches("type=\"checkbox\"").count(), 30);
+    assert!(!page.contains("Next page"), "{page}");
+
+    // Job detail: pretty payload, the secret hidden, hostile payload escaped.
+    let (status, page, _) = get(&app, &format!("/t/jobs/jobs/{failed}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("[hidden]") && !page.contains("sk-live-123"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;img src=x onerror=alert(2)&gt;"),
+        "{page}"
+    );
+    assert!(page.contains("Retry now"), "{page}");
+
+    // Hidden fields cannot be filtered on (no oracle); bad filters are 400s.
+    let (status, _, _) = get(
+        &app,
+        "/t/jobs/jobs?field=payload.api_key%3Dsk-live-123",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _, _) = get(&app, "/t/jobs/jobs?state=bogus", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _, _) = get(&app, "/t/nope/jobs", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = get(&app, "/t/jobs/jobs/999999", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, css, _) = get(&app, "/assets/style.css", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(css.contains("svg.chart"));
+}
+
+#[tokio::test]
+async fn actions_need_the_token_an_admin_and_the_same_origin() {
+    let (db, failed) = seed().await;
+    let app = dashboard(&db, Auth::None).await.router();
+    let (_, page, _) = get(&app, &format!("/t/jobs/jobs/{failed}"), None).await;
+    let token = csrf(&page);
+    let path = format!("/t/jobs/jobs/{failed}/action");
+
+    let (status, _, _) = post(&app, &path, "action=requeue&csrf=wrong", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let cross_site = Request::post(&path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "cross-site")
+        .body(Body::from(format!("action=requeue&csrf={token}")))
+        .unwrap();
+    assert_eq!(
+        app.clone().oneshot(cross_site).await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(db.state(failed).await, "failed", "nothing happened");
+
+    let (status, _, location) =
+        post(&app, &path, &format!("action=requeue&csrf={token}"), None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        location.unwrap(),
+        format!("/t/jobs/jobs/{failed}?done=requeue")
+    );
+    assert_eq!(db.state(failed).await, "queued");
+    // Cancel it again; a second cancel finds nothing to do.
+    post(&app, &path, &format!("action=cancel&csrf={token}"), None).await;
+    assert_eq!(db.state(failed).await, "canceled");
+    let (_, _, location) = post(&app, &path, &format!("action=fail&csrf={token}"), None).await;
+    assert!(location.unwrap().ends_with("done=nothing"));
+
+    // Bulk on the selection: a confirmation with the count, then the action.
+    let ids: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 3")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let selection: String = ids.iter().map(|id| format!("&id={id}")).collect();
+    let form = format!("csrf={token}&action=fail&scope=selected{selection}");
+    let (status, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("fail 3 job(s)"), "{page}");
+    assert_eq!(db.count("failed").await, 0);
+    let (status, _, _) = post(&app, "/t/jobs/bulk", &format!("{form}&confirm=yes"), None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(db.count("failed").await, 3);
+
+    // Bulk on everything matching a filter: the count includes only the
+    // states the action may touch; the processing job is never deleted.
+    let form = format!("csrf={token}&action=delete&scope=matching&f_queue=mail");
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert!(page.contains("delete 30 job(s)"), "{page}");
+    post(&app, "/t/jobs/bulk", &format!("{form}&confirm=yes"), None).await;
+    assert_eq!(db.count("processing").await, 1);
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs WHERE queue = 'mail'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+        1
+    );
+    let (status, _, _) = post(
+        &app,
+        "/t/jobs/bulk",
+        &format!("csrf={token}&action=delete&scope=matching"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "never the whole table without a filter"
+    );
+
+    // Pause and resume a queue; the queues page shows it and its limit.
+    Limits::new(&db.pool, DEFAULT_LIMIT_TABLE, "jobs")
+        .await
+        .unwrap()
+        .set_limit("reports", Limit::processing(2).per_key(1))
+        .await
+        .unwrap();
+    post(
+        &app,
+        "/t/jobs/queues/pause",
+        &format!("csrf={token}&queue=reports&do=pause"),
+        None,
+    )
+    .await;
+    let (_, page, _) = get(&app, "/t/jobs/queues", None).await;
+    assert!(page.contains("<td>reports</td>"), "{page}");
+    assert!(page.contains("<strong>paused</strong>"), "{page}");
+    assert!(page.contains("at most 2 processing"), "{page}");
+    let paused: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM dbworker_pauses WHERE queue = 'reports'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(paused, 1);
+    post(
+        &app,
+        "/t/jobs/queues/pause",
+        &format!("csrf={token}&queue=reports&do=resume"),
+        None,
+    )
+    .await;
+    let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM dbworker_pauses")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(paused, 0);
+}
+
+#[tokio::test]
+async fn bearer_and_basic_auth_with_two_roles() {
+    let (db, failed) = seed().await;
+    let bearer = Auth::Bearer {
+        admin: Some("admin-secret".into()),
+        read_only: Some("read-secret".into()),
+    };
+    let app = dashboard(&db, bearer).await.router();
+    let (status, _, headers) = get(&app, "/", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(headers.contains_key(header::WWW_AUTHENTICATE));
+    let (status, _, _) = get(&app, "/", Some("Bearer wrong")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let read = Some("Bearer read-secret");
+    let (status, page, _) = get(&app, &format!("/t/jobs/jobs/{failed}"), read).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !page.contains("Retry now") && !page.contains("name=\"csrf\""),
+        "no actions for readers"
+    );
+    assert!(page.contains("read-only"), "{page}");
+    let (_, admin_page, _) = get(
+        &app,
+        &format!("/t/jobs/jobs/{failed}"),
+        Some("Bearer admin-secret"),
+    )
+    .await;
+    let token = csrf(&admin_page);
+    let (status, _, _) = post(
+        &app,
+        &format!("/t/jobs/jobs/{failed}/action"),
+        &format!("action=requeue&csrf={token}"),
+        read,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(db.state(failed).await, "failed");
+
+    let basic = Auth::Basic(vec![BasicUser {
+        name: "ops".into(),
+        password: "pa:ss".into(),
+        role: Role::Admin,
+    }]);
+    let app = dashboard(&db, basic).await.router();
+    let (status, _, headers) = get(&app, "/", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(
+        headers[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic")
+    );
+    // "ops:pa:ss" in base64.
+    let (status, page, _) = get(&app, "/", Some("Basic b3BzOnBhOnNz")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("ops · admin"), "{page}");
+}
+
+#[tokio::test]
+async fn mounted_under_a_prefix_every_link_keeps_it() {
+    let (db, failed) = seed().await;
+    let d = dashboard(&db, Auth::None).await;
+    let app = Router::new().nest("/admin/jobs", d.router());
+    let (status, page, _) = get(&app, "/admin/jobs/t/jobs/jobs?state=failed", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("href=\"/admin/jobs/assets/style.css\""),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("href=\"/admin/jobs/t/jobs/jobs/{failed}\"")),
+        "{page}"
+    );
+    assert!(
+        page.contains("action=\"/admin/jobs/t/jobs/bulk\""),
+        "{page}"
+    );
+}
