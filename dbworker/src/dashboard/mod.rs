@@ -248,11 +248,14 @@ async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
     // Where the dashboard is mounted: the original path less the nested one.
     let base = match parts.extensions.get::<axum::extract::OriginalUri>() {
         Some(original) => {
-            let full = original.0.path();
-            full.strip_suffix(parts.uri.path())
-                .unwrap_or("")
-                .trim_end_matches('/')
-                .to_owned()
+            let (full, nested) = (original.0.path(), parts.uri.path());
+            // The prefix itself arrives nested as "/".
+            let base = if nested == "/" {
+                full
+            } else {
+                full.strip_suffix(nested).unwrap_or("")
+            };
+            base.trim_end_matches('/').to_owned()
         }
         None => String::new(),
     };
@@ -285,7 +288,12 @@ pub(crate) struct Viewer {
 }
 
 impl Viewer {
+    /// `path` under the mount prefix (the overview is the prefix itself: a
+    /// nested router has no trailing-slash route).
     pub(crate) fn href(&self, path: &str) -> String {
+        if path == "/" && !self.base.is_empty() {
+            return self.base.clone();
+        }
         format!("{}{path}", self.base)
     }
 

@@ -1,0 +1,315 @@
+//! The dashboard in a real headless Chromium (through chromedriver): load the
+//! overview, filter jobs by a payload field, open a job and retry it, pause a
+//! queue and see workers stop claiming from it, and check that a read-only
+//! user has no actions. Screenshots of each page go to
+//! `target/dashboard-screenshots/`. Skips, saying why, when Chromium or
+//! chromedriver is missing (`.ci/run` installs them).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, Role, TableConfig, User};
+use dbworker::{DEFAULT_PAUSE_TABLE, DbConditions, Handling, pause_table_sql};
+use fantoccini::{Client, ClientBuilder, Locator};
+use workerutil::Store;
+
+use common::Db;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver, killed on drop.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn browser() -> Option<(Driver, Client)> {
+    for needed in [CHROMIUM, CHROMEDRIVER] {
+        if !std::path::Path::new(needed).exists() {
+            println!(
+                "skipped: {needed} is not installed (apt-get install chromium chromium-driver)"
+            );
+            return None;
+        }
+    }
+    let port = free_port();
+    let driver = Driver(
+        Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver"),
+    );
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"],
+        }),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+        {
+            Ok(client) => return Some((driver, client)),
+            Err(err) if Instant::now() > deadline => panic!("chromedriver did not start: {err}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
+}
+
+async fn text(c: &Client) -> String {
+    c.find(Locator::Css("body"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Serves the dashboard on a free port; the user comes from a `user` cookie
+/// (the embedding application's own auth, through the hook).
+async fn serve(db: &Db) -> (String, Dashboard) {
+    let mut t = TableConfig::new("jobs");
+    t.queue_column = Some("queue".into());
+    t.kind_column = Some("kind".into());
+    t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+    let mut o = DashboardOptions::new(vec![t]);
+    o.sample_interval = Duration::from_millis(200);
+    o.auth = Auth::Hook(Arc::new(|parts| {
+        let cookies = parts.headers.get("cookie")?.to_str().ok()?;
+        match cookies.split("; ").find_map(|c| c.strip_prefix("user="))? {
+            "admin" => Some(User::new("alice", Role::Admin)),
+            "reader" => Some(User::new("bob", Role::ReadOnly)),
+            _ => None,
+        }
+    }));
+    let dashboard = Dashboard::new(&db.pool, o).await.unwrap();
+    // The application's own sign-in sets the cookie its hook reads.
+    let app = axum::Router::new()
+        .route(
+            "/login/{who}",
+            axum::routing::get(
+                |axum::extract::Path(who): axum::extract::Path<String>| async move {
+                    (
+                        [(
+                            axum::http::header::SET_COOKIE,
+                            format!("user={who}; Path=/; HttpOnly; SameSite=Strict"),
+                        )],
+                        "signed in",
+                    )
+                },
+            ),
+        )
+        .nest("/admin/jobs", dashboard.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!(
+        "http://localhost:{}/admin/jobs",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, dashboard)
+}
+
+async fn sign_in(c: &Client, base: &str, who: &str) {
+    let root = base.trim_end_matches("/admin/jobs");
+    c.goto(&format!("{root}/login/{who}")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_use_the_dashboard_in_a_real_browser() {
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = Db::new().await;
+    db.add_columns(
+        |col| {
+            col.queue = true;
+            col.kind = true;
+        },
+        &[pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap()],
+    )
+    .await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, kind, payload) SELECT 'queued', CASE WHEN i % 2 = 0 THEN 'mail' ELSE 'reports' END, 'send', jsonb_build_object('customer_id', i::text) FROM generate_series(1, 40) AS i;
+         INSERT INTO jobs (state, queue, kind, num_failures, failure_message, finished_at, payload)
+           VALUES ('failed', 'mail', 'send', 3, 'SMTP 550: mailbox unavailable', now(), '{\"customer_id\": \"4242\"}');
+         INSERT INTO jobs (state, queue, kind, finished_at) SELECT 'completed', 'mail', 'send', now() FROM generate_series(1, 25);",
+    )
+    .await;
+    let (base, _dashboard) = serve(&db).await;
+    sign_in(&c, &base, "admin").await;
+
+    // Overview.
+    c.goto(&base).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await; // a few counter samples
+    c.refresh().await.unwrap();
+    let page = text(&c).await;
+    assert!(page.contains("Oldest waiting job"), "{page}");
+    assert!(page.contains("alice · admin"), "{page}");
+    let background = c
+        .execute(
+            "return getComputedStyle(document.body).backgroundColor",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(background, "rgb(246, 247, 249)", "the stylesheet applies");
+    shot(&c, "overview").await;
+
+    // Filter by a payload field.
+    c.goto(&format!("{base}/t/jobs/jobs")).await.unwrap();
+    c.find(Locator::Css("input[name=field]"))
+        .await
+        .unwrap()
+        .send_keys("payload.customer_id=4242")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.filters button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let rows = c
+        .find_all(Locator::Css("input[type=checkbox]"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "only the matching job");
+    assert!(text(&c).await.contains("SMTP 550: mailbox unavailable"));
+    shot(&c, "jobs").await;
+
+    // Open the job and retry it.
+    c.find(Locator::Css("table a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert!(text(&c).await.contains("State: failed"));
+    shot(&c, "job").await;
+    c.find(Locator::XPath("//button[text()='Retry now']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let page = text(&c).await;
+    assert!(
+        page.contains("Done: requeue") && page.contains("State: queued"),
+        "{page}"
+    );
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM jobs WHERE payload->>'customer_id' = '4242'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(state, "queued");
+
+    // Pause the mail queue: a worker's claim skips it from then on.
+    c.goto(&format!("{base}/t/jobs/queues")).await.unwrap();
+    c.find(Locator::XPath(
+        "//tr[td[text()='mail']]//button[text()='Pause']",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    assert!(
+        c.find(Locator::XPath(
+            "//tr[td[text()='mail']]//strong[text()='paused']"
+        ))
+        .await
+        .is_ok(),
+        "{}",
+        text(&c).await
+    );
+    shot(&c, "queues").await;
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    so.queue_column = Some("queue".into());
+    so.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+    let store = dbworker::DbStore::new(db.pool.clone(), so).await.unwrap();
+    let claimed = store
+        .dequeue("browser-test", &DbConditions::new(), 100)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 20, "only the reports queue");
+    let mail_claimed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs WHERE state = 'processing' AND queue = 'mail'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        mail_claimed, 0,
+        "workers stop claiming from the paused queue"
+    );
+
+    // A read-only user sees everything and can act on nothing.
+    sign_in(&c, &base, "reader").await;
+    c.goto(&format!("{base}/t/jobs/queues")).await.unwrap();
+    let page = text(&c).await;
+    assert!(page.contains("bob · read-only"), "{page}");
+    assert!(
+        c.find_all(Locator::Css("button")).await.unwrap().is_empty(),
+        "{page}"
+    );
+    c.goto(&format!("{base}/t/jobs/jobs")).await.unwrap();
+    assert!(
+        c.find_all(Locator::Css("form[method=post]"))
+            .await
+            .unwrap()
+            .len()
+            == 1
+    );
+    assert!(
+        c.find_all(Locator::Css("input[type=checkbox]"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        c.find_all(Locator::Css("button[name=scope]"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    shot(&c, "read-only").await;
+    c.close().await.unwrap();
+}
