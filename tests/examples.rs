@@ -16,13 +16,20 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn run(name: &str) -> String {
+    run_with(name, &[])
+}
+
+fn run_with(name: &str, args: &[&str]) -> String {
     let path = example(name);
     assert!(
         path.exists(),
         "{} is missing; `cargo test` builds examples",
         path.display()
     );
-    let out = Command::new(&path).output().expect("run example");
+    let out = Command::new(&path)
+        .args(args)
+        .output()
+        .expect("run example");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -202,6 +209,22 @@ fn cluster_node_runs_jobs_consumers_and_the_leaders_resetter() {
         out.contains(
             "jobs completed: 200, effects: 200 (200 distinct), projected events: 1200 (4 consumers)"
         ),
+        "{out}"
+    );
+}
+
+#[test]
+fn dashboard_is_mounted_in_an_application_behind_a_token() {
+    let out = run_with("dashboard", &["--check"]);
+    for path in [
+        "/admin/jobs",
+        "/admin/jobs/t/jobs/jobs?state=queued",
+        "/admin/jobs/t/jobs/queues",
+    ] {
+        assert!(out.contains(&format!("GET {path} -> 200 OK")), "{out}");
+    }
+    assert!(
+        out.contains("GET /admin/jobs without the token -> 401 Unauthorized"),
         "{out}"
     );
 }

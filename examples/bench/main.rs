@@ -25,6 +25,7 @@
 //! drift between minutes.
 
 mod chart;
+mod dashboard;
 mod db;
 mod floor;
 mod framework;
@@ -83,6 +84,9 @@ enum Workload {
     Ops,
     /// Several worker processes sharing one queue.
     Processes,
+    /// The dashboard's pages on a table of 1,000,000 completed and 100,000
+    /// queued rows.
+    Dashboard,
 }
 
 #[derive(Debug, Args)]
@@ -132,7 +136,7 @@ struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes,dashboard"
     )]
     workloads: Vec<Workload>,
     /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
@@ -287,6 +291,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
             ));
             report.processes.push((n, args.process_handlers, run));
         }
+    }
+    if args.runs(Workload::Dashboard) {
+        let pages =
+            dashboard::run(&bench, args.completed_rows, 100_000, args.enqueue_batch, 20).await?;
+        for (page, p50, p95) in &pages {
+            progress(format_args!("dashboard: {page}: p50 {p50:?}, p95 {p95:?}"));
+        }
+        report.dashboard = pages;
     }
     report.print_tables();
     if args.write_docs {
