@@ -55,8 +55,9 @@ pub(crate) async fn run(
             }
         }
         times.sort();
-        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-        out.push((name.to_owned(), at(0.5), at(0.95)));
+        // Nearest rank: the 50th and 95th percentiles of `rounds` samples.
+        let at = |percent: usize| times[(times.len() - 1) * percent / 100];
+        out.push((name.to_owned(), at(50), at(95)));
     }
     Ok(out)
 }
