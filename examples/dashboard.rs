@@ -1,6 +1,7 @@
 //! The dashboard mounted in an application: an axum app with its own routes
-//! serves dbworker's dashboard under `/admin/jobs`, behind a bearer token,
-//! over a seeded job table that a worker is processing.
+//! serves dbworker's dashboard under `/admin/jobs` (on 127.0.0.1; behind a
+//! bearer token when `DASHBOARD_TOKEN` is set, and in `--check`), over a
+//! seeded job table that a worker is processing.
 //!
 //! ```sh
 //! cargo run --example dashboard            # then open the printed address
@@ -89,11 +90,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     table.queue_column = Some("queue".into());
     table.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
     let mut options = DashboardOptions::new(vec![table]);
-    let token = std::env::var("DASHBOARD_TOKEN").unwrap_or_else(|_| "let-me-in".into());
-    options.auth = Auth::Bearer {
-        admin: Some(token.clone()),
-        read_only: None,
-    };
+    // Behind a bearer token when checking (or with DASHBOARD_TOKEN set); open
+    // on the loopback address otherwise, so a browser can just look.
+    let token = std::env::var("DASHBOARD_TOKEN")
+        .ok()
+        .or_else(|| check.then(|| "let-me-in".to_owned()));
+    if let Some(token) = &token {
+        options.auth = Auth::Bearer {
+            admin: Some(token.clone()),
+            read_only: None,
+        };
+    }
     options.hidden_fields = vec!["api_key".into()];
     let dashboard = Dashboard::new(&pool, options).await?;
     let app = Router::new()
@@ -103,7 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .nest("/admin/jobs", dashboard.router());
 
-    if check {
+    if let (true, Some(token)) = (check, &token) {
         for path in [
             "/admin/jobs",
             "/admin/jobs/t/jobs/jobs?state=queued",
@@ -130,7 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
     println!(
-        "dashboard: http://{}/admin/jobs (send `Authorization: Bearer {token}`, e.g. with a browser extension, or run `dbworker ui` for a local dashboard without auth); Ctrl-C stops",
+        "dashboard: http://{}/admin/jobs (Ctrl-C stops)",
         listener.local_addr()?
     );
     axum::serve(listener, app)
