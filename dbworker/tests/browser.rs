@@ -92,13 +92,38 @@ async fn shot(c: &Client, name: &str) {
     std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
 }
 
-async fn text(c: &Client) -> String {
-    c.find(Locator::Css("body"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+/// The page's text once it contains `needle`: a click navigates on its own
+/// time, so the old page (or a node of it) may still be there at first.
+async fn page_with(c: &Client, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = String::new();
+    loop {
+        if let Ok(body) = c.find(Locator::Css("body")).await
+            && let Ok(text) = body.text().await
+        {
+            if text.contains(needle) {
+                return text;
+            }
+            last = text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no page with {needle:?}; last:\n{last}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the browser's address contains `part`.
+async fn at_url(c: &Client, part: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.current_url().await.unwrap().as_str().contains(part) {
+        assert!(
+            Instant::now() < deadline,
+            "never reached a URL with {part:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Serves the dashboard on a free port; the user comes from a `user` cookie
@@ -178,8 +203,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     c.goto(&base).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await; // a few counter samples
     c.refresh().await.unwrap();
-    let page = text(&c).await;
-    assert!(page.contains("Oldest waiting job"), "{page}");
+    let page = page_with(&c, "Oldest waiting job").await;
     assert!(page.contains("alice · admin"), "{page}");
     let background = c
         .execute(
@@ -205,12 +229,13 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         .click()
         .await
         .unwrap();
+    at_url(&c, "field=payload").await;
+    page_with(&c, "SMTP 550: mailbox unavailable").await;
     let rows = c
         .find_all(Locator::Css("input[type=checkbox]"))
         .await
         .unwrap();
     assert_eq!(rows.len(), 1, "only the matching job");
-    assert!(text(&c).await.contains("SMTP 550: mailbox unavailable"));
     shot(&c, "jobs").await;
 
     // Open the job and retry it.
@@ -220,7 +245,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    assert!(text(&c).await.contains("State: failed"));
+    page_with(&c, "State: failed").await;
     shot(&c, "job").await;
     c.find(Locator::XPath("//button[text()='Retry now']"))
         .await
@@ -228,11 +253,8 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    let page = text(&c).await;
-    assert!(
-        page.contains("Done: requeue") && page.contains("State: queued"),
-        "{page}"
-    );
+    let page = page_with(&c, "Done: requeue").await;
+    assert!(page.contains("State: queued"), "{page}");
     let state: String =
         sqlx::query_scalar("SELECT state FROM jobs WHERE payload->>'customer_id' = '4242'")
             .fetch_one(&db.pool)
@@ -250,15 +272,13 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     .click()
     .await
     .unwrap();
-    assert!(
-        c.find(Locator::XPath(
-            "//tr[td[text()='mail']]//strong[text()='paused']"
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(
+            "//tr[td[text()='mail']]//strong[text()='paused']",
         ))
         .await
-        .is_ok(),
-        "{}",
-        text(&c).await
-    );
+        .expect("the mail queue shows paused");
     shot(&c, "queues").await;
     let mut so = db.options();
     so.handling = Handling::Heartbeat;
@@ -284,7 +304,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     // A read-only user sees everything and can act on nothing.
     sign_in(&c, &base, "reader").await;
     c.goto(&format!("{base}/t/jobs/queues")).await.unwrap();
-    let page = text(&c).await;
+    let page = page_with(&c, "bob · read-only").await;
     assert!(page.contains("bob · read-only"), "{page}");
     assert!(
         c.find_all(Locator::Css("button")).await.unwrap().is_empty(),

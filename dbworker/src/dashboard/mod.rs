@@ -503,6 +503,18 @@ fn checked_form(
     Ok(form)
 }
 
+/// A posted form for `table`, checked (admin, CSRF, origin), and the table.
+fn posted<'a>(
+    s: &'a Shared,
+    viewer: &Viewer,
+    table: &str,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> std::result::Result<(Vec<(String, String)>, &'a Table), Response> {
+    let form = checked_form(s, viewer, headers, body)?;
+    Ok((form, s.table(table)?))
+}
+
 fn action_of(name: &str, message: Option<&str>) -> Option<BulkAction> {
     Some(match name {
         "requeue" => BulkAction::Requeue,
@@ -520,12 +532,8 @@ async fn job_action(
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let form = match checked_form(&s, &viewer, &headers, &body) {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
-    let t = match s.table(&table) {
-        Ok(t) => t,
+    let (form, t) = match posted(&s, &viewer, &table, &headers, &body) {
+        Ok(posted) => posted,
         Err(r) => return r,
     };
     let Some(action) = field(&form, "action").and_then(|a| action_of(a, None)) else {
@@ -551,12 +559,8 @@ async fn bulk(
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let form = match checked_form(&s, &viewer, &headers, &body) {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
-    let t = match s.table(&table) {
-        Ok(t) => t,
+    let (form, t) = match posted(&s, &viewer, &table, &headers, &body) {
+        Ok(posted) => posted,
         Err(r) => return r,
     };
     let Some(action) = field(&form, "action").and_then(|a| action_of(a, field(&form, "message")))
@@ -654,12 +658,8 @@ async fn pause(
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let form = match checked_form(&s, &viewer, &headers, &body) {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
-    let t = match s.table(&table) {
-        Ok(t) => t,
+    let (form, t) = match posted(&s, &viewer, &table, &headers, &body) {
+        Ok(posted) => posted,
         Err(r) => return r,
     };
     let Some(pauses) = &t.pauses else {
