@@ -476,7 +476,7 @@ pub(crate) fn hide(value: &mut serde_json::Value, hidden: &[String]) {
 }
 
 /// A posted form's fields (repeated keys kept).
-pub(crate) fn form(body: &[u8]) -> Vec<(String, String)> {
+pub(crate) fn form(body: &[u8]) -> FormFields {
     url::form_urlencoded::parse(body).into_owned().collect()
 }
 
@@ -490,7 +490,7 @@ fn checked_form(
     viewer: &Viewer,
     headers: &axum::http::HeaderMap,
     body: &[u8],
-) -> std::result::Result<Vec<(String, String)>, Response> {
+) -> std::result::Result<FormFields, Response> {
     viewer.admin()?;
     let form = form(body);
     if field(&form, "csrf") != Some(s.csrf.as_str()) || !auth::same_origin(headers) {
@@ -503,6 +503,9 @@ fn checked_form(
     Ok(form)
 }
 
+/// A posted form's fields, repeated keys kept.
+type FormFields = Vec<(String, String)>;
+
 /// A posted form for `table`, checked (admin, CSRF, origin), and the table.
 fn posted<'a>(
     s: &'a Shared,
@@ -510,7 +513,7 @@ fn posted<'a>(
     table: &str,
     headers: &axum::http::HeaderMap,
     body: &[u8],
-) -> std::result::Result<(Vec<(String, String)>, &'a Table), Response> {
+) -> std::result::Result<(FormFields, &'a Table), Response> {
     let form = checked_form(s, viewer, headers, body)?;
     Ok((form, s.table(table)?))
 }
