@@ -301,6 +301,91 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         "workers stop claiming from the paused queue"
     );
 
+    // Resume it from the same page.
+    c.find(Locator::XPath(
+        "//tr[td[text()='mail']]//button[text()='Resume']",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(
+            "//tr[td[text()='mail']]//button[text()='Pause']",
+        ))
+        .await
+        .expect("the mail queue runs again");
+    let pauses: i64 = sqlx::query_scalar("SELECT count(*) FROM dbworker_pauses")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(pauses, 0);
+
+    // Bulk: cancel two selected jobs, through the confirmation page.
+    c.goto(&format!("{base}/t/jobs/jobs?state=queued&queue=mail"))
+        .await
+        .unwrap();
+    let boxes = c
+        .find_all(Locator::Css("input[type=checkbox]"))
+        .await
+        .unwrap();
+    let mut chosen = Vec::new();
+    for b in boxes.iter().take(2) {
+        chosen.push(
+            b.attr("value")
+                .await
+                .unwrap()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap(),
+        );
+        b.click().await.unwrap();
+    }
+    c.find(Locator::Css("select[name=action]"))
+        .await
+        .unwrap()
+        .select_by_value("cancel")
+        .await
+        .unwrap();
+    c.find(Locator::Css("button[value=selected]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    page_with(&c, "cancel 2 job(s) — the selected jobs").await;
+    shot(&c, "confirm").await;
+    c.find(Locator::XPath(
+        "//button[starts-with(text(), 'Yes, cancel 2')]",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    page_with(&c, "Done: cancel 2").await;
+    for id in &chosen {
+        assert_eq!(db.state(*id).await, "canceled");
+    }
+
+    // Fail one job from its page.
+    let one: i64 =
+        sqlx::query_scalar("SELECT min(id) FROM jobs WHERE state = 'queued' AND queue = 'mail'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    c.goto(&format!("{base}/t/jobs/jobs/{one}")).await.unwrap();
+    c.find(Locator::XPath("//button[text()='Fail']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    page_with(&c, "Done: fail").await;
+    assert_eq!(db.state(one).await, "failed");
+
     // A read-only user sees everything and can act on nothing.
     sign_in(&c, &base, "reader").await;
     c.goto(&format!("{base}/t/jobs/queues")).await.unwrap();

@@ -357,14 +357,48 @@ async fn overview(
             .ok(),
         None => None,
     };
-    pages::overview(&viewer, &s, &tables, nodes.as_deref(), refresh(&q)).into_response()
+    pages::overview(&viewer, &s, &tables, nodes.as_deref(), &refresh(&q)).into_response()
 }
 
-/// The live-refresh interval asked for (`?refresh=5`), if any.
-fn refresh(q: &HashMap<String, String>) -> Option<u32> {
-    q.get("refresh")
-        .and_then(|r| r.parse::<u32>().ok())
-        .filter(|r| (1..=3600).contains(r))
+/// Live refresh: the interval asked for (`?refresh=5`), and the page's other
+/// query parameters, so the refresh links keep the filters.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Refresh {
+    pub(crate) every: Option<u32>,
+    pub(crate) query: String,
+}
+
+impl Refresh {
+    /// The page's own address with `refresh` set (or removed).
+    pub(crate) fn link(&self, every: Option<u32>) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if !self.query.is_empty() {
+            parts.push(self.query.clone());
+        }
+        if let Some(e) = every {
+            parts.push(format!("refresh={e}"));
+        }
+        format!("?{}", parts.join("&"))
+    }
+}
+
+fn refresh(q: &HashMap<String, String>) -> Refresh {
+    let mut keys: Vec<&String> = q
+        .keys()
+        .filter(|k| *k != "refresh" && *k != "done")
+        .collect();
+    keys.sort();
+    Refresh {
+        every: q
+            .get("refresh")
+            .and_then(|r| r.parse::<u32>().ok())
+            .filter(|r| (1..=3600).contains(r)),
+        query: keys
+            .iter()
+            .map(|k| format!("{}={}", url_escape(k), url_escape(&q[*k])))
+            .collect::<Vec<_>>()
+            .join("&"),
+    }
 }
 
 /// The list filter from query parameters; refuses hidden fields.
@@ -421,7 +455,7 @@ async fn jobs(
     page.after = q.get("after").and_then(|a| a.parse().ok());
     page.newest_first = q.get("order").is_some_and(|o| o == "newest");
     match t.admin.list(&filter, page).await {
-        Ok(list) => pages::jobs(&viewer, &s, t, &q, &list, refresh(&q)).into_response(),
+        Ok(list) => pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response(),
         Err(Error::InvalidOption { reason, .. }) => {
             (StatusCode::BAD_REQUEST, reason).into_response()
         }
@@ -449,7 +483,7 @@ async fn job(
                 id,
                 &row,
                 q.get("done").map(String::as_str),
-                refresh(&q),
+                &refresh(&q),
             )
             .into_response()
         }
@@ -651,7 +685,7 @@ async fn queues(
         },
         None => Vec::new(),
     };
-    pages::queues(&viewer, &s, t, &status, &paused, &limits, refresh(&q)).into_response()
+    pages::queues(&viewer, &s, t, &status, &paused, &limits, &refresh(&q)).into_response()
 }
 
 async fn pause(

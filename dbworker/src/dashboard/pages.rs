@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use maud::{DOCTYPE, Markup, html};
 
-use super::{Role, Shared, Table, Viewer, charts, url_escape};
+use super::{Refresh, Role, Shared, Table, Viewer, charts, url_escape};
 use crate::admin::Status;
 use crate::job_filter::format_age;
 use crate::job_filter::{BulkAction, JobPage};
@@ -21,13 +21,13 @@ pub(crate) struct TableOverview<'a> {
     pub(crate) samples: Vec<(f64, f64)>,
 }
 
-fn layout(viewer: &Viewer, s: &Shared, title: &str, refresh: Option<u32>, body: Markup) -> Markup {
+fn layout(viewer: &Viewer, s: &Shared, title: &str, refresh: &Refresh, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
-                @if let Some(r) = refresh { meta http-equiv="refresh" content=(r); }
+                @if let Some(r) = refresh.every { meta http-equiv="refresh" content=(r); }
                 title { (title) " · dbworker" }
                 link rel="stylesheet" href=(viewer.href("/assets/style.css"));
             }
@@ -46,9 +46,12 @@ fn layout(viewer: &Viewer, s: &Shared, title: &str, refresh: Option<u32>, body: 
                 main {
                     h1 { (title) }
                     p class="muted" {
-                        @match refresh {
-                            Some(r) => { "Refreshing every " (r) " s · " a href="?" { "pause" } }
-                            None => { "Live refresh: " a href="?refresh=5" { "every 5 s" } " · " a href="?refresh=30" { "every 30 s" } }
+                        @match refresh.every {
+                            Some(r) => { "Refreshing every " (r) " s · " a href=(refresh.link(None)) { "pause" } }
+                            None => {
+                                "Live refresh: " a href=(refresh.link(Some(5))) { "every 5 s" }
+                                " · " a href=(refresh.link(Some(30))) { "every 30 s" }
+                            }
                         }
                     }
                     (body)
@@ -67,7 +70,7 @@ pub(crate) fn overview(
     s: &Shared,
     tables: &[TableOverview<'_>],
     nodes: Option<&[NodeInfo]>,
-    refresh: Option<u32>,
+    refresh: &Refresh,
 ) -> Markup {
     let body = html! {
         @for t in tables {
@@ -182,7 +185,7 @@ pub(crate) fn jobs(
     t: &Table,
     q: &HashMap<String, String>,
     page: &JobPage,
-    refresh: Option<u32>,
+    refresh: &Refresh,
 ) -> Markup {
     let value = |k: &str| q.get(k).cloned().unwrap_or_default();
     let admin = viewer.user.role == Role::Admin;
@@ -265,7 +268,7 @@ pub(crate) fn job(
     id: i64,
     row: &serde_json::Value,
     done: Option<&str>,
-    refresh: Option<u32>,
+    refresh: &Refresh,
 ) -> Markup {
     let columns = row.as_object().cloned().unwrap_or_default();
     let state = columns.get("state").and_then(|v| v.as_str()).unwrap_or("");
@@ -339,7 +342,7 @@ pub(crate) fn confirm(
             a href=(viewer.href(&format!("/t/{}/jobs", url_escape(&t.name)))) { "Back" }
         }
     };
-    layout(viewer, s, "Confirm", None, body)
+    layout(viewer, s, "Confirm", &Refresh::default(), body)
 }
 
 pub(crate) fn queues(
@@ -349,7 +352,7 @@ pub(crate) fn queues(
     status: &Status,
     paused: &[Pause],
     limits: &[(String, Limit)],
-    refresh: Option<u32>,
+    refresh: &Refresh,
 ) -> Markup {
     let admin = viewer.user.role == Role::Admin && t.pauses.is_some();
     let pause_url = viewer.href(&format!("/t/{}/queues/pause", url_escape(&t.name)));
