@@ -21,13 +21,20 @@ pub(crate) struct TableOverview<'a> {
     pub(crate) samples: Vec<(f64, f64)>,
 }
 
-fn layout(viewer: &Viewer, s: &Shared, title: &str, refresh: &Refresh, body: Markup) -> Markup {
+/// A page; `refresh` is `None` on pages that must not reload (a confirmation).
+fn layout(
+    viewer: &Viewer,
+    s: &Shared,
+    title: &str,
+    refresh: Option<&Refresh>,
+    body: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
-                @if let Some(r) = refresh.every { meta http-equiv="refresh" content=(r); }
+                @if let Some(r) = refresh.and_then(|r| r.every) { meta http-equiv="refresh" content=(r); }
                 title { (title) " · dbworker" }
                 link rel="stylesheet" href=(viewer.href("/assets/style.css"));
             }
@@ -45,12 +52,14 @@ fn layout(viewer: &Viewer, s: &Shared, title: &str, refresh: &Refresh, body: Mar
                 }
                 main {
                     h1 { (title) }
-                    p class="muted" {
-                        @match refresh.every {
-                            Some(r) => { "Refreshing every " (r) " s · " a href=(refresh.link(None)) { "pause" } }
-                            None => {
-                                "Live refresh: " a href=(refresh.link(Some(5))) { "every 5 s" }
-                                " · " a href=(refresh.link(Some(30))) { "every 30 s" }
+                    @if let Some(refresh) = refresh {
+                        p class="muted" {
+                            @match refresh.every {
+                                Some(r) => { "Refreshing every " (r) " s · " a href=(refresh.link(None)) { "pause" } }
+                                None => {
+                                    "Live refresh: " a href=(refresh.link(Some(5))) { "every 5 s" }
+                                    " · " a href=(refresh.link(Some(30))) { "every 30 s" }
+                                }
                             }
                         }
                     }
@@ -124,7 +133,7 @@ pub(crate) fn overview(
             }
         }
     };
-    layout(viewer, s, "Overview", refresh, body)
+    layout(viewer, s, "Overview", Some(refresh), body)
 }
 
 /// `(queue, [queued, errored, processing])`, by queue.
@@ -258,7 +267,13 @@ pub(crate) fn jobs(
             }
         }
     };
-    layout(viewer, s, &format!("Jobs · {}", t.name), refresh, body)
+    layout(
+        viewer,
+        s,
+        &format!("Jobs · {}", t.name),
+        Some(refresh),
+        body,
+    )
 }
 
 pub(crate) fn job(
@@ -312,7 +327,13 @@ pub(crate) fn job(
         @if logs.is_null() { p class="muted" { "None." } }
         @else { pre { (serde_json::to_string_pretty(&logs).unwrap_or_default()) } }
     };
-    layout(viewer, s, &format!("Job {id} · {}", t.name), refresh, body)
+    layout(
+        viewer,
+        s,
+        &format!("Job {id} · {}", t.name),
+        Some(refresh),
+        body,
+    )
 }
 
 pub(crate) fn confirm(
@@ -342,7 +363,7 @@ pub(crate) fn confirm(
             a href=(viewer.href(&format!("/t/{}/jobs", url_escape(&t.name)))) { "Back" }
         }
     };
-    layout(viewer, s, "Confirm", &Refresh::default(), body)
+    layout(viewer, s, "Confirm", None, body)
 }
 
 pub(crate) fn queues(
@@ -398,5 +419,11 @@ pub(crate) fn queues(
         }
         @if t.pauses.is_none() { p class="muted" { "Pausing needs the pause table in the dashboard's table options." } }
     };
-    layout(viewer, s, &format!("Queues · {}", t.name), refresh, body)
+    layout(
+        viewer,
+        s,
+        &format!("Queues · {}", t.name),
+        Some(refresh),
+        body,
+    )
 }
