@@ -469,3 +469,35 @@ async fn dbworker_ui_serves_alone_and_refuses_an_open_network_address() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[tokio::test]
+async fn renamed_columns_are_read_by_their_configured_names() {
+    let renames: std::collections::HashMap<String, String> = [
+        ("state".to_owned(), "status".to_owned()),
+        ("execution_logs".to_owned(), "logs".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    let db = Db::with_renames(&renames).await;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (status, failure_message, logs) VALUES ('errored', 'try again', ARRAY[json_build_object('key', 'step', 'out', 'ran 1 of 2')]) RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut t = TableConfig::new("jobs");
+    t.alternate_column_names = renames;
+    let d = Dashboard::new(&db.pool, DashboardOptions::new(vec![t]))
+        .await
+        .unwrap();
+    let app = d.router();
+    let (status, page, _) = get(&app, &format!("/t/jobs/jobs/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("<span class=\"state-errored\">errored</span>"),
+        "{page}"
+    );
+    assert!(page.contains("ran 1 of 2"), "the execution logs: {page}");
+    let (_, page, _) = get(&app, "/t/jobs/jobs?state=errored", None).await;
+    assert!(page.contains(&format!(">{id}</a>")), "{page}");
+}

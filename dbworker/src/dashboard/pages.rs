@@ -286,8 +286,10 @@ pub(crate) fn job(
     refresh: &Refresh,
 ) -> Markup {
     let columns = row.as_object().cloned().unwrap_or_default();
-    let state = columns.get("state").and_then(|v| v.as_str()).unwrap_or("");
-    let logs = columns.get("execution_logs").cloned().unwrap_or_default();
+    // The configured (possibly renamed) column names.
+    let c = &t.admin.columns;
+    let state = columns.get(&c.state).and_then(|v| v.as_str()).unwrap_or("");
+    let logs = columns.get(&c.execution_logs).cloned().unwrap_or_default();
     let action_url = viewer.href(&format!("/t/{}/jobs/{id}/action", url_escape(&t.name)));
     let body = html! {
         @if let Some(done) = done { p class="notice" { "Done: " (done) } }
@@ -307,7 +309,7 @@ pub(crate) fn job(
         h2 { "Columns" }
         table {
             @for (name, value) in &columns {
-                @if name != "execution_logs" {
+                @if *name != c.execution_logs {
                     tr {
                         th { (name) }
                         td {
