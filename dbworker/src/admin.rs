@@ -105,6 +105,14 @@ impl Admin {
     /// A page of jobs matching `filter`, by id.
     pub async fn list(&self, filter: &JobFilter, page: PageRequest) -> Result<JobPage> {
         self.check(filter)?;
+        if page.sort != crate::job_filter::JobSort::Id
+            && page.after.is_some() != page.after_value.is_some()
+        {
+            return Err(Error::InvalidOption {
+                field: "after_value",
+                reason: "a sorted page needs both `after` and `after_value`".into(),
+            });
+        }
         let rows = sql::admin_list(self, filter, &page)
             .query()
             .fetch_all(&self.pool)
@@ -127,8 +135,12 @@ impl Admin {
             })
             .collect();
         let full = rows.len() == page.size as usize && page.size > 0;
-        let next = rows.last().filter(|_| full).map(|r| r.get("id"));
-        Ok(JobPage { jobs, next })
+        let last = rows.last().filter(|_| full);
+        Ok(JobPage {
+            jobs,
+            next: last.map(|r| r.get("id")),
+            next_value: last.and_then(|r| r.get("sort_value")),
+        })
     }
 
     /// How many jobs `action` would act on among those matching `filter`.

@@ -122,36 +122,93 @@ pub struct JobSummary {
     pub failure_message: Option<String>,
 }
 
-/// A page of `Admin::list`: rows by id, and where the next page starts.
+/// A page of `Admin::list`, and where the next page starts.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct JobPage {
-    /// The jobs, by id (descending with `newest_first`).
+    /// The jobs, in the page's order.
     pub jobs: Vec<JobSummary>,
     /// Pass as `after` for the next page; `None` on the last page.
     pub next: Option<i64>,
+    /// With a sort other than by id: pass as `after_value` too.
+    pub next_value: Option<String>,
 }
 
-/// Where a page of `Admin::list` starts and how long it is (keyset paging by
-/// id: a page costs the same however deep, unlike `OFFSET`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What `Admin::list` sorts by; ties (and `Id`) by id, so pages never skip
+/// or repeat a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobSort {
+    /// The id: insertion order (uses the primary key; the cheapest).
+    #[default]
+    Id,
+    /// When the job was queued.
+    QueuedAt,
+    /// When it finished (jobs that have not finished come first).
+    FinishedAt,
+    /// How many times it failed.
+    Failures,
+}
+
+impl JobSort {
+    /// Its name in URLs and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSort::Id => "id",
+            JobSort::QueuedAt => "queued_at",
+            JobSort::FinishedAt => "finished_at",
+            JobSort::Failures => "failures",
+        }
+    }
+}
+
+impl std::str::FromStr for JobSort {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<JobSort> {
+        Ok(match s {
+            "id" => JobSort::Id,
+            "queued_at" => JobSort::QueuedAt,
+            "finished_at" => JobSort::FinishedAt,
+            "failures" => JobSort::Failures,
+            other => {
+                return Err(Error::InvalidOption {
+                    field: "sort",
+                    reason: format!("{other:?}: sort by id, queued_at, finished_at or failures"),
+                });
+            }
+        })
+    }
+}
+
+/// Where a page of `Admin::list` starts and how long it is: keyset paging
+/// on `(sort value, id)`, so a page costs the same however deep (unlike
+/// `OFFSET`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PageRequest {
-    /// Start after this id (before it, with `newest_first`).
+    /// Start after this id (before it, descending).
     pub after: Option<i64>,
+    /// With a sort other than by id: the sort value of the job at `after`
+    /// (what `JobPage::next_value` returned).
+    pub after_value: Option<String>,
     /// Rows per page.
     pub size: u32,
-    /// Newest (highest id) first.
+    /// Descending: newest (highest id, latest time, most failures) first.
     pub newest_first: bool,
+    /// What to sort by.
+    pub sort: JobSort,
 }
 
 impl PageRequest {
-    /// The first page of `size` rows, oldest first.
+    /// The first page of `size` rows, by id, oldest first.
     pub fn first(size: u32) -> PageRequest {
         PageRequest {
             after: None,
+            after_value: None,
             size,
             newest_first: false,
+            sort: JobSort::Id,
         }
     }
 }

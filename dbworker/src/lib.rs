@@ -49,7 +49,7 @@ pub use enqueue::{EnqueueOptions, Enqueued, Enqueuer, KeyMode, NewJob};
 pub use error::{Error, Result};
 pub use gauges::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH, QueueStat};
 pub use job_filter::{
-    BulkAction, FieldFilter, JobFilter, JobPage, JobSummary, PageRequest, format_age,
+    BulkAction, FieldFilter, JobFilter, JobPage, JobSort, JobSummary, PageRequest, format_age,
 };
 pub use leader::{
     DEFAULT_LEADER_TABLE, LEADER, LeaderElection, LeaderOptions, current_leader, leader_table_sql,

@@ -1683,24 +1683,53 @@ pub(crate) fn admin_list(
     for cond in filter_conditions(a, f) {
         q.and_where(cond);
     }
-    let id = col(al, &c.id);
-    if let Some(after) = page.after {
-        q.and_where(if page.newest_first {
-            id.clone().lt(after)
-        } else {
-            id.clone().gt(after)
-        });
+    let order = if page.newest_first {
+        Order::Desc
+    } else {
+        Order::Asc
+    };
+    let cmp = if page.newest_first { "<" } else { ">" };
+    let id = format!("{}.{}", quote(al), quote(&c.id));
+    match list_sort(a, page.sort) {
+        None => {
+            if let Some(after) = page.after {
+                q.and_where(Expr::cust_with_values(format!("{id} {cmp} $1"), [after]));
+            }
+            q.expr_as(Expr::cust("NULL::text"), alias("sort_value"));
+        }
+        Some((key, ty)) => {
+            if let (Some(after), Some(value)) = (page.after, &page.after_value) {
+                q.and_where(Expr::cust_with_values(
+                    format!("({key}, {id}) {cmp} ($1::{ty}, $2)"),
+                    [
+                        sea_query::Value::from(value.clone()),
+                        sea_query::Value::from(after),
+                    ],
+                ));
+            }
+            q.expr_as(Expr::cust(format!("({key})::text")), alias("sort_value"))
+                .order_by_expr(Expr::cust(key), order.clone());
+        }
     }
-    q.order_by_expr(
-        id,
-        if page.newest_first {
-            Order::Desc
-        } else {
-            Order::Asc
-        },
-    )
-    .limit(u64::from(page.size));
+    q.order_by_expr(Expr::cust(id), order)
+        .limit(u64::from(page.size));
     Statement::from(&q)
+}
+
+/// A list sort's expression (NULLs folded so row comparison works) and its
+/// SQL type; `None` for the id.
+fn list_sort(a: &crate::admin::Admin, sort: crate::JobSort) -> Option<(String, &'static str)> {
+    let (al, c) = (quote(&a.table.alias), &a.columns);
+    let ts = |column: &str| format!("COALESCE({al}.{}, '-infinity'::timestamptz)", quote(column));
+    match sort {
+        crate::JobSort::QueuedAt => Some((ts(&c.queued_at), "timestamptz")),
+        crate::JobSort::FinishedAt => Some((ts(&c.finished_at), "timestamptz")),
+        crate::JobSort::Failures => Some((
+            format!("COALESCE({al}.{}, 0)::integer", quote(&c.num_failures)),
+            "integer",
+        )),
+        _ => None,
+    }
 }
 
 /// The filter narrowed to the states an action may touch.

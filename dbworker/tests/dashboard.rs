@@ -501,3 +501,70 @@ async fn renamed_columns_are_read_by_their_configured_names() {
     let (_, page, _) = get(&app, "/t/jobs/jobs?state=errored", None).await;
     assert!(page.contains(&format!(">{id}</a>")), "{page}");
 }
+
+/// Follows the "Next page" links from `path`; the ids in page order.
+async fn all_pages(app: &Router, path: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    let mut next = path.to_owned();
+    for _ in 0..20 {
+        let (status, page, _) = get(app, &next, None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let mut rest = page.as_str();
+        while let Some(at) = rest.find("name=\"id\" value=\"") {
+            rest = &rest[at + 17..];
+            ids.push(rest[..rest.find('"').unwrap()].parse().unwrap());
+        }
+        // The "Next page" link (the refresh links, before it, keep `after` too).
+        let Some(at) = page
+            .find("Next page")
+            .and_then(|end| page[..end].rfind("<a href=\"?after="))
+        else {
+            return ids;
+        };
+        let href = &page[at + 9..];
+        let href = &href[..href.find('"').unwrap()];
+        next = format!("/t/jobs/jobs{}", href.replace("&amp;", "&"));
+    }
+    panic!("too many pages");
+}
+
+#[tokio::test]
+async fn pages_are_keyset_paged_in_every_sort() {
+    let db = Db::new().await;
+    db.execute(
+        "INSERT INTO jobs (state, num_failures, finished_at) SELECT 'failed', i % 3, now() - i * interval '1 minute' FROM generate_series(1, 11) AS i",
+    )
+    .await;
+    let mut o = DashboardOptions::new(vec![TableConfig::new("jobs")]);
+    o.page_size = 4;
+    let app = Dashboard::new(&db.pool, o).await.unwrap().router();
+    let rows: Vec<(i64, i32)> = sqlx::query_as("SELECT id, num_failures FROM jobs")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+
+    let mut by_id: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    by_id.sort_unstable();
+    assert_eq!(all_pages(&app, "/t/jobs/jobs").await, by_id);
+
+    let mut by_failures = rows.clone();
+    by_failures
+        .sort_by_key(|(id, failures)| (std::cmp::Reverse(*failures), std::cmp::Reverse(*id)));
+    let expected: Vec<i64> = by_failures.iter().map(|r| r.0).collect();
+    assert_eq!(
+        all_pages(&app, "/t/jobs/jobs?sort=failures&order=newest").await,
+        expected,
+        "most failures first, ties newest first, across 3 pages"
+    );
+
+    // Finished longest ago first: the highest id finished earliest here.
+    let mut by_finish = by_id.clone();
+    by_finish.reverse();
+    assert_eq!(
+        all_pages(&app, "/t/jobs/jobs?sort=finished_at").await,
+        by_finish
+    );
+
+    let (status, _, _) = get(&app, "/t/jobs/jobs?sort=payload", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

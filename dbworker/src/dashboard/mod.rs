@@ -453,7 +453,14 @@ async fn jobs(
     };
     let mut page = PageRequest::first(s.options.page_size);
     page.after = q.get("after").and_then(|a| a.parse().ok());
+    page.after_value = q.get("after_value").cloned();
     page.newest_first = q.get("order").is_some_and(|o| o == "newest");
+    if let Some(sort) = q.get("sort").filter(|v| !v.is_empty()) {
+        match sort.parse() {
+            Ok(sort) => page.sort = sort,
+            Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
+        }
+    }
     match t.admin.list(&filter, page).await {
         Ok(list) => pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response(),
         Err(Error::InvalidOption { reason, .. }) => {

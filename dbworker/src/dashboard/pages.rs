@@ -200,7 +200,13 @@ pub(crate) fn jobs(
     let admin = viewer.user.role == Role::Admin;
     let newest = q.get("order").is_some_and(|o| o == "newest");
     let mut next = format!("?after={}", page.next.unwrap_or_default());
-    for (k, v) in q.iter().filter(|(k, _)| *k != "after" && *k != "done") {
+    if let Some(value) = &page.next_value {
+        next.push_str(&format!("&after_value={}", url_escape(value)));
+    }
+    for (k, v) in q
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "after" | "after_value" | "done"))
+    {
         next.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
     }
     let body = html! {
@@ -221,9 +227,14 @@ pub(crate) fn jobs(
             input name="older_than_secs" placeholder="older than (s)" size="10" value=(value("older_than_secs"));
             input name="failure" placeholder="failure contains" value=(value("failure"));
             input name="field" placeholder="payload.customer_id=42" value=(value("field"));
+            select name="sort" {
+                @for (sort, label) in [("id", "by id"), ("queued_at", "by queued time"), ("finished_at", "by finish time"), ("failures", "by failures")] {
+                    option value=(sort) selected[value("sort") == sort] { (label) }
+                }
+            }
             select name="order" {
-                option value="oldest" selected[!newest] { "oldest first" }
-                option value="newest" selected[newest] { "newest first" }
+                option value="oldest" selected[!newest] { "ascending" }
+                option value="newest" selected[newest] { "descending" }
             }
             button type="submit" { "Filter" }
         }

@@ -6,7 +6,9 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Args;
-use dbworker::{Admin, BulkAction, Canceled, FieldFilter, JobFilter, PageRequest, format_age};
+use dbworker::{
+    Admin, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, format_age,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
 
@@ -80,9 +82,19 @@ pub(crate) struct ListArgs {
     /// Rows per page.
     #[arg(long, default_value_t = 50)]
     limit: u32,
-    /// Newest jobs first.
+    /// Newest (or highest) first.
     #[arg(long)]
     newest: bool,
+    /// Sort by id, queued_at, finished_at or failures (ties by id).
+    #[arg(long, default_value = "id", value_parser = parse_sort)]
+    sort: JobSort,
+    /// With a sort other than id: the `--after-value` the previous page printed.
+    #[arg(long)]
+    after_value: Option<String>,
+}
+
+fn parse_sort(s: &str) -> Result<JobSort, String> {
+    s.parse().map_err(|e: dbworker::Error| e.to_string())
 }
 
 pub(crate) async fn list(args: ListArgs) -> Result<(), String> {
@@ -90,6 +102,8 @@ pub(crate) async fn list(args: ListArgs) -> Result<(), String> {
     let mut page = PageRequest::first(args.limit);
     page.after = args.after;
     page.newest_first = args.newest;
+    page.sort = args.sort;
+    page.after_value = args.after_value.clone();
     let page = admin
         .list(&args.filter.filter()?, page)
         .await
@@ -112,9 +126,10 @@ pub(crate) async fn list(args: ListArgs) -> Result<(), String> {
             one_line(failure, 60),
         );
     }
-    match page.next {
-        Some(next) => println!("more: --after {next}"),
-        None => println!("({} job(s), end of list)", page.jobs.len()),
+    match (page.next, &page.next_value) {
+        (Some(next), Some(value)) => println!("more: --after {next} --after-value '{value}'"),
+        (Some(next), None) => println!("more: --after {next}"),
+        (None, _) => println!("({} job(s), end of list)", page.jobs.len()),
     }
     Ok(())
 }
