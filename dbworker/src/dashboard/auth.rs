@@ -222,12 +222,13 @@ pub(crate) fn random_token() -> String {
     format!("{:016x}{:016x}", part(), part())
 }
 
-/// Whether a state-changing request comes from the dashboard's own pages:
-/// the browser says it is not cross-site, and the form carries the token.
+/// Whether a state-changing request comes from the dashboard's own pages.
+/// Browsers send `Sec-Fetch-Site`, which survives proxies that rewrite
+/// `Host`; without it, `Origin` (if any) must name the host. The form's
+/// CSRF token is checked besides.
 pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
-    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        Some("same-origin") | Some("none") | None => {}
-        Some(_) => return false,
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return matches!(site.to_str(), Ok("same-origin" | "none"));
     }
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     match (
@@ -237,7 +238,8 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
         (Some(origin), Some(host)) => origin
             .split_once("://")
             .is_some_and(|(_, rest)| rest == host),
-        _ => true,
+        (Some(_), None) => false,
+        (None, _) => true,
     }
 }
 
@@ -250,6 +252,36 @@ mod tests {
         assert_eq!(base64_decode("YWRtaW46czNjcjN0").unwrap(), b"admin:s3cr3t");
         assert_eq!(base64_decode("YQ==").unwrap(), b"a");
         assert!(base64_decode("!!").is_none());
+    }
+
+    #[test]
+    fn only_same_origin_posts_pass() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, v.parse().unwrap());
+            }
+            h
+        };
+        assert!(same_origin(&headers(&[
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "https://proxy"),
+            ("host", "internal:8080")
+        ])));
+        assert!(!same_origin(&headers(&[("sec-fetch-site", "cross-site")])));
+        assert!(!same_origin(&headers(&[("sec-fetch-site", "same-site")])));
+        assert!(same_origin(&headers(&[
+            ("origin", "http://a:1"),
+            ("host", "a:1")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("origin", "http://evil"),
+            ("host", "a:1")
+        ])));
+        assert!(
+            same_origin(&headers(&[])),
+            "non-browser clients: the token decides"
+        );
     }
 
     #[test]
