@@ -114,6 +114,11 @@ async fn page_with(c: &Client, needle: &str) -> String {
     }
 }
 
+/// Clicks the element `at` finds.
+async fn click(c: &Client, at: Locator<'_>) {
+    c.find(at).await.unwrap().click().await.unwrap();
+}
+
 /// Waits until the browser's address contains `part`.
 async fn at_url(c: &Client, part: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -223,12 +228,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         .send_keys("payload.customer_id=4242")
         .await
         .unwrap();
-    c.find(Locator::Css("form.filters button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("form.filters button")).await;
     at_url(&c, "field=payload").await;
     page_with(&c, "SMTP 550: mailbox unavailable").await;
     let rows = c
@@ -239,20 +239,10 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     shot(&c, "jobs").await;
 
     // Open the job and retry it.
-    c.find(Locator::Css("table a"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("table a")).await;
     page_with(&c, "State: failed").await;
     shot(&c, "job").await;
-    c.find(Locator::XPath("//button[text()='Retry now']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::XPath("//button[text()='Retry now']")).await;
     let page = page_with(&c, "Done: requeue").await;
     assert!(page.contains("State: queued"), "{page}");
     let state: String =
@@ -264,14 +254,11 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
 
     // Pause the mail queue: a worker's claim skips it from then on.
     c.goto(&format!("{base}/t/jobs/queues")).await.unwrap();
-    c.find(Locator::XPath(
-        "//tr[td[text()='mail']]//button[text()='Pause']",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
+    click(
+        &c,
+        Locator::XPath("//tr[td[text()='mail']]//button[text()='Pause']"),
+    )
+    .await;
     c.wait()
         .at_most(Duration::from_secs(10))
         .for_element(Locator::XPath(
@@ -302,14 +289,11 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     );
 
     // Resume it from the same page.
-    c.find(Locator::XPath(
-        "//tr[td[text()='mail']]//button[text()='Resume']",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
+    click(
+        &c,
+        Locator::XPath("//tr[td[text()='mail']]//button[text()='Resume']"),
+    )
+    .await;
     c.wait()
         .at_most(Duration::from_secs(10))
         .for_element(Locator::XPath(
@@ -349,12 +333,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         .select_by_value("cancel")
         .await
         .unwrap();
-    c.find(Locator::Css("button[value=selected]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("button[value=selected]")).await;
     page_with(&c, "cancel 2 job(s) — the selected jobs").await;
     shot(&c, "confirm").await;
     c.find(Locator::XPath(
@@ -377,12 +356,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
             .await
             .unwrap();
     c.goto(&format!("{base}/t/jobs/jobs/{one}")).await.unwrap();
-    c.find(Locator::XPath("//button[text()='Fail']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::XPath("//button[text()='Fail']")).await;
     page_with(&c, "Done: fail").await;
     assert_eq!(db.state(one).await, "failed");
 
