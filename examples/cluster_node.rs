@@ -2,8 +2,8 @@
 //! it registers in the worker registry, runs a transactional job worker on
 //! `jobs` (each job's effect written in its transaction), its share of the
 //! `projections` consumer group (four consumers) over `events`, and — only
-//! while it leads — the resetter with the fast rescue of dead processes' jobs
-//! and the queue gauges. Runs until SIGINT or SIGTERM (or SIGKILL).
+//! while it leads — the resetter with the fast rescue of dead processes' jobs,
+//! the queue gauges and retention. Runs until SIGINT or SIGTERM (or SIGKILL).
 //!
 //! With no `DATABASE_URL` it sets up a throwaway database with the tables,
 //! jobs and events, runs one node until the work is done, and prints a
@@ -21,12 +21,15 @@ use std::time::Duration;
 use dbworker::{
     Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
     DEFAULT_CHECKPOINT_TABLE, DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, DbJob, DbStore, Handling,
-    LeaderElection, LeaderOptions, Node, NodeOptions, Resetter, StoreOptions, consumer_tables_sql,
-    events_table_sql, job_table_sql, leader_table_sql, new_worker, node_table_sql,
+    LeaderElection, LeaderOptions, Node, NodeOptions, PurgeOptions, Purger, Resetter, StoreOptions,
+    consumer_tables_sql, events_table_sql, job_table_sql, leader_table_sql, new_worker,
+    node_table_sql,
 };
 use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
-use workerutil::{BoxError, Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{
+    BoxError, Handler, HandlerError, JobContext, JobState, Record, WorkerOptions, async_trait,
+};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Job {
@@ -143,6 +146,13 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     let mut lo = LeaderOptions::new("jobs");
     lo.lease = Duration::from_millis(1500);
     let election = LeaderElection::new(&pool, node.id(), lo).await?;
+    // Retention: finished jobs deleted an hour after they finished.
+    let mut po = PurgeOptions::new("jobs");
+    po.max_age = vec![
+        (JobState::Completed, Duration::from_secs(3600)),
+        (JobState::Failed, Duration::from_secs(3600)),
+    ];
+    let purger = Arc::new(Purger::new(pool.clone(), po).await?);
     let leading = {
         let stop = stop.clone();
         let id = node.id().to_owned();
@@ -150,13 +160,15 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
         tokio::spawn(async move {
             election
                 .run(stop, move |leading| {
-                    let (resetter, store, id) = (resetter.clone(), store.clone(), id.clone());
+                    let (resetter, store, purger, id) =
+                        (resetter.clone(), store.clone(), purger.clone(), id.clone());
                     // The leader's singleton services, until leadership ends.
                     async move {
                         println!("leader {id}");
                         tokio::join!(
                             resetter.run(leading.clone(), |_| {}),
-                            store.run_gauges(Duration::from_secs(1), leading),
+                            store.run_gauges(Duration::from_secs(1), leading.clone()),
+                            purger.run(leading),
                         );
                     }
                 })
