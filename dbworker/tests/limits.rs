@@ -16,19 +16,7 @@ use dbworker::{
 };
 use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions, async_trait};
 
-use common::Db;
-
-#[derive(Debug, sqlx::FromRow)]
-struct QueuedJob {
-    id: i64,
-    queue: String,
-}
-
-impl Record for QueuedJob {
-    fn id(&self) -> i64 {
-        self.id
-    }
-}
+use common::{Db, QueuedJob};
 
 /// Counts concurrent jobs per queue across every worker.
 #[derive(Default)]

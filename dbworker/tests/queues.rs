@@ -10,21 +10,9 @@ use std::time::{Duration, Instant};
 use dbworker::{
     DbJob, DbStore, EnqueueOptions, Enqueuer, Error, NewJob, QueueWorkers, StoreOptions,
 };
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, WorkerOptions, async_trait};
 
-use common::Db;
-
-#[derive(Debug, sqlx::FromRow)]
-struct QueuedJob {
-    id: i64,
-    queue: String,
-}
-
-impl Record for QueuedJob {
-    fn id(&self) -> i64 {
-        self.id
-    }
-}
+use common::{Db, QueuedJob};
 
 type Store = DbStore<QueuedJob>;
 

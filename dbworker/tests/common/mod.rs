@@ -29,6 +29,19 @@ impl Record for Job {
     }
 }
 
+/// A record with its queue, for the tests of named queues and limits.
+#[derive(Debug, sqlx::FromRow)]
+pub struct QueuedJob {
+    pub id: i64,
+    pub queue: String,
+}
+
+impl Record for QueuedJob {
+    fn id(&self) -> RecordId {
+        self.id
+    }
+}
+
 /// A handler that completes every job at once.
 pub struct Completes;
 
