@@ -38,6 +38,54 @@ pub struct Status {
     pub estimated_rows: i64,
 }
 
+impl Status {
+    /// The live jobs folded per queue (`None`: the table has no queue
+    /// column), by queue name.
+    pub fn per_queue(&self) -> Vec<QueueCounts> {
+        let mut rows: Vec<QueueCounts> = Vec::new();
+        for (state, queue, n) in &self.live {
+            let i = match rows.iter().position(|r| r.queue == *queue) {
+                Some(i) => i,
+                None => {
+                    rows.push(QueueCounts::idle(queue.clone()));
+                    rows.len() - 1
+                }
+            };
+            match state {
+                JobState::Queued => rows[i].queued += n,
+                JobState::Errored => rows[i].errored += n,
+                _ => rows[i].processing += n,
+            }
+        }
+        rows.sort();
+        rows
+    }
+}
+
+/// One queue's live jobs, from [`Status::per_queue`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    /// The queue; `None` when the table has no queue column.
+    pub queue: Option<String>,
+    /// Jobs waiting to run.
+    pub queued: u64,
+    /// Jobs waiting for a retry.
+    pub errored: u64,
+    /// Jobs a worker holds.
+    pub processing: u64,
+}
+
+impl QueueCounts {
+    /// A queue with no live job.
+    pub(crate) fn idle(queue: Option<String>) -> QueueCounts {
+        QueueCounts {
+            queue,
+            ..QueueCounts::default()
+        }
+    }
+}
+
 /// What [`Admin::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -39,7 +39,7 @@ mod sql;
 mod store;
 mod worker;
 
-pub use admin::{Admin, Canceled, Status};
+pub use admin::{Admin, Canceled, QueueCounts, Status};
 pub use columns::STANDARD_COLUMNS;
 pub use consumer_group::{
     Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,

@@ -138,25 +138,14 @@ pub(crate) fn overview(
 
 /// `(queue, [queued, errored, processing])`, by queue.
 fn by_queue(status: &Status) -> Vec<(String, [u64; 3])> {
-    let mut rows: Vec<(String, [u64; 3])> = Vec::new();
-    for (state, queue, n) in &status.live {
-        let name = queue.clone().unwrap_or_else(|| "(all)".into());
-        let i = match rows.iter().position(|r| r.0 == name) {
-            Some(i) => i,
-            None => {
-                rows.push((name, [0; 3]));
-                rows.len() - 1
-            }
-        };
-        let col = match state {
-            workerutil::JobState::Queued => 0,
-            workerutil::JobState::Errored => 1,
-            _ => 2,
-        };
-        rows[i].1[col] += n;
-    }
-    rows.sort();
-    rows
+    status
+        .per_queue()
+        .into_iter()
+        .map(|q| {
+            let name = q.queue.unwrap_or_else(|| "(all)".into());
+            (name, [q.queued, q.errored, q.processing])
+        })
+        .collect()
 }
 
 /// The live queues, plus paused or limited ones with no live job.

@@ -111,9 +111,13 @@ struct TableArgs {
 
 impl TableArgs {
     async fn admin(&self) -> Result<Admin, String> {
-        let pool = self.target.connect().await?;
+        self.admin_on(&self.target.connect().await?).await
+    }
+
+    /// The admin on a connection the command already has.
+    async fn admin_on(&self, pool: &sqlx::PgPool) -> Result<Admin, String> {
         let t = &self.target;
-        let admin = Admin::new(&pool, &t.table, &t.renames(), self.queue_column.as_deref())
+        let admin = Admin::new(pool, &t.table, &t.renames(), self.queue_column.as_deref())
             .await
             .map_err(|e| e.to_string())?;
         match &self.kind_column {
@@ -188,7 +192,9 @@ struct ConsumerArgs {
 }
 
 async fn status(args: StatusArgs) -> Result<(), String> {
-    let admin = args.table.admin().await?;
+    // One connection for every section.
+    let pool = args.table.target.connect().await?;
+    let admin = args.table.admin_on(&pool).await?;
     let status = admin.status().await.map_err(|e| e.to_string())?;
     println!("{:<12} {:<16} {:>10}", "state", "queue", "jobs");
     for (state, queue, count) in &status.live {
@@ -204,54 +210,67 @@ async fn status(args: StatusArgs) -> Result<(), String> {
     }
     println!("rows in the table (estimate): {}", status.estimated_rows);
     if let Some(node_table) = &args.registry.node_table {
-        let pool = args.table.target.connect().await?;
-        let dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
-        let nodes = live_nodes(&pool, node_table, dead_after)
-            .await
-            .map_err(|e| e.to_string())?;
-        let leader = current_leader(&pool, &args.registry.leader_table, &args.table.target.table)
-            .await
-            .map_err(|e| e.to_string())?;
-        println!("live processes: {}", nodes.len());
-        for n in &nodes {
-            let lead = if leader.as_deref() == Some(n.id.as_str()) {
-                " (leader)"
-            } else {
-                ""
-            };
-            println!(
-                "  {}{lead}  pid {}  v{}  handlers {}  queues [{}]  up {}  heartbeat {:.1} s ago",
-                n.id,
-                n.pid,
-                n.version,
-                n.handlers,
-                n.queues.join(", "),
-                dbworker::format_age(n.up_seconds),
-                n.heartbeat_age_seconds
-            );
-        }
-        match leader {
-            Some(l) if !nodes.iter().any(|n| n.id == l) => {
-                println!("leader: {l} (not in the registry)")
-            }
-            None => println!("leader: none"),
-            _ => {}
-        }
+        process_status(&pool, &args.registry, node_table, &args.table.target.table).await?;
     }
     if let Some(events) = &args.consumers.events_table {
-        consumer_status(&args.table.target, &args.consumers, events).await?;
+        consumer_status(&pool, &args.consumers, events).await?;
+    }
+    Ok(())
+}
+
+/// The live processes of the registry, the table's leader marked.
+async fn process_status(
+    pool: &sqlx::PgPool,
+    r: &RegistryArgs,
+    node_table: &str,
+    table: &str,
+) -> Result<(), String> {
+    let dead_after = seconds("dead-after-secs", r.dead_after_secs)?;
+    let nodes = live_nodes(pool, node_table, dead_after)
+        .await
+        .map_err(|e| e.to_string())?;
+    let leader = current_leader(pool, &r.leader_table, table)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("live processes: {}", nodes.len());
+    for n in &nodes {
+        let lead = if leader.as_deref() == Some(n.id.as_str()) {
+            " (leader)"
+        } else {
+            ""
+        };
+        println!(
+            "  {}{lead}  pid {}  v{}  handlers {}  queues [{}]  up {}  heartbeat {:.1} s ago",
+            n.id,
+            n.pid,
+            n.version,
+            n.handlers,
+            n.queues.join(", "),
+            dbworker::format_age(n.up_seconds),
+            n.heartbeat_age_seconds
+        );
+    }
+    match leader {
+        Some(l) if !nodes.iter().any(|n| n.id == l) => {
+            println!("leader: {l} (not in the registry)")
+        }
+        None => println!("leader: none"),
+        _ => {}
     }
     Ok(())
 }
 
 /// Each consumer's checkpoint, lag and process.
-async fn consumer_status(target: &Target, c: &ConsumerArgs, events: &str) -> Result<(), String> {
-    let pool = target.connect().await?;
+async fn consumer_status(
+    pool: &sqlx::PgPool,
+    c: &ConsumerArgs,
+    events: &str,
+) -> Result<(), String> {
     let err = |e: dbworker::Error| e.to_string();
-    let lags = consumer_lag(&pool, events, &c.position_column, &c.checkpoint_table)
+    let lags = consumer_lag(pool, events, &c.position_column, &c.checkpoint_table)
         .await
         .map_err(err)?;
-    let owners = consumer_assignments(&pool, &c.assignment_table)
+    let owners = consumer_assignments(pool, &c.assignment_table)
         .await
         .map_err(err)?;
     println!(

@@ -67,34 +67,11 @@ impl Snapshot {
             window,
         })
     }
-
-    /// Live jobs per queue: `(queue, queued, errored, processing)`.
-    fn queues(&self) -> Vec<(String, u64, u64, u64)> {
-        let mut rows: Vec<(String, u64, u64, u64)> = Vec::new();
-        for (state, queue, n) in &self.status.live {
-            let name = queue.clone().unwrap_or_else(|| "-".into());
-            let i = match rows.iter().position(|r| r.0 == name) {
-                Some(i) => i,
-                None => {
-                    rows.push((name, 0, 0, 0));
-                    rows.len() - 1
-                }
-            };
-            match state {
-                JobState::Queued => rows[i].1 += n,
-                JobState::Errored => rows[i].2 += n,
-                JobState::Processing => rows[i].3 += n,
-                _ => {}
-            }
-        }
-        rows.sort();
-        rows
-    }
 }
 
 /// Draws one frame.
 pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
-    let queues = snap.queues();
+    let queues = snap.status.per_queue();
     let hosts = &snap.status.processing_by_host;
     let [header, rates, queue_area, host_area, footer] = Layout::vertical([
         Constraint::Length(1),
@@ -128,12 +105,12 @@ pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
         ))),
         rates,
     );
-    let queue_rows = queues.iter().map(|(q, queued, errored, processing)| {
+    let queue_rows = queues.iter().map(|q| {
         Row::new([
-            q.clone(),
-            queued.to_string(),
-            errored.to_string(),
-            processing.to_string(),
+            q.queue.clone().unwrap_or_else(|| "-".into()),
+            q.queued.to_string(),
+            q.errored.to_string(),
+            q.processing.to_string(),
         ])
     });
     frame.render_widget(
