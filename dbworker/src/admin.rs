@@ -324,11 +324,6 @@ impl Admin {
         Ok(status)
     }
 
-    /// The table's name as configured.
-    pub fn table_name(&self) -> String {
-        self.table.display_name()
-    }
-
     /// The queue column, if the admin knows one.
     pub fn queue_column(&self) -> Option<&str> {
         self.queue_column.as_deref()

@@ -100,11 +100,6 @@ impl fmt::Debug for BasicUser {
 }
 
 impl Auth {
-    /// Whether anyone is asked who they are.
-    pub fn is_configured(&self) -> bool {
-        !matches!(self, Auth::None)
-    }
-
     /// The request's user, or `None` (refused).
     pub(crate) fn user(&self, parts: &Parts) -> Option<User> {
         match self {
