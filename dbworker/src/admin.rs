@@ -12,16 +12,13 @@ use workerutil::JobState;
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::job_filter::{BulkAction, JobFilter, JobPage, JobSummary, PageRequest};
-use crate::sql;
+use crate::sql::{self, AdminTable};
 
 /// A job table as an operator sees it.
 #[derive(Debug, Clone)]
 pub struct Admin {
     pool: PgPool,
-    pub(crate) table: Relation,
-    pub(crate) columns: Columns,
-    pub(crate) queue_column: Option<String>,
-    pub(crate) kind_column: Option<String>,
+    t: AdminTable,
 }
 
 /// What [`Admin::status`] reports.
@@ -100,6 +97,11 @@ pub enum Canceled {
 }
 
 impl Admin {
+    /// The resolved columns (the dashboard's job page reads renamed ones).
+    pub(crate) fn columns(&self) -> &Columns {
+        &self.t.columns
+    }
+
     /// The table `table_name` (with standard columns renamed as given, and the
     /// queue column if any), checked now.
     pub async fn new(
@@ -115,10 +117,12 @@ impl Admin {
         crate::schema_check::none(problems)?;
         Ok(Admin {
             pool: pool.clone(),
-            table,
-            columns,
-            queue_column: queue_column.map(str::to_owned),
-            kind_column: None,
+            t: AdminTable {
+                table,
+                columns,
+                queue_column: queue_column.map(str::to_owned),
+                kind_column: None,
+            },
         })
     }
 
@@ -130,15 +134,15 @@ impl Admin {
                 reason: format!("{kind_column:?} is not a plain identifier"),
             });
         }
-        self.kind_column = Some(kind_column.to_owned());
+        self.t.kind_column = Some(kind_column.to_owned());
         Ok(self)
     }
 
     /// A filter this admin can apply: a queue or kind needs its column.
     fn check(&self, filter: &JobFilter) -> Result<()> {
         for (wanted, column, field) in [
-            (&filter.queue, &self.queue_column, "queue"),
-            (&filter.kind, &self.kind_column, "kind"),
+            (&filter.queue, &self.t.queue_column, "queue"),
+            (&filter.kind, &self.t.kind_column, "kind"),
         ] {
             if wanted.is_some() && column.is_none() {
                 return Err(Error::InvalidOption {
@@ -161,7 +165,7 @@ impl Admin {
                 reason: "a sorted page needs both `after` and `after_value`".into(),
             });
         }
-        let rows = sql::admin_list(self, filter, &page)
+        let rows = sql::admin_list(&self.t, filter, &page)
             .query()
             .fetch_all(&self.pool)
             .await
@@ -194,7 +198,7 @@ impl Admin {
     /// How many jobs `action` would act on among those matching `filter`.
     pub async fn count_matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<u64> {
         self.check(filter)?;
-        let n: i64 = sql::admin_count(self, filter, action.states())
+        let n: i64 = sql::admin_count(&self.t, filter, action.states())
             .query()
             .fetch_one(&self.pool)
             .await
@@ -224,7 +228,7 @@ impl Admin {
         let (mut after, mut done) = (0i64, 0u64);
         loop {
             let ids: Vec<i64> =
-                sql::admin_select_ids(self, filter, action.states(), after, batch_size)
+                sql::admin_select_ids(&self.t, filter, action.states(), after, batch_size)
                     .query()
                     .fetch_all(&self.pool)
                     .await
@@ -251,12 +255,17 @@ impl Admin {
     async fn act_on(&self, ids: &[i64], action: &BulkAction) -> Result<u64> {
         let op = action.verb();
         Ok(match action {
-            BulkAction::Requeue => self.act(sql::admin_requeue(self, ids), op).await?,
-            BulkAction::Fail(message) => self.act(sql::admin_fail(self, ids, message), op).await?,
-            BulkAction::Delete => self.act(sql::admin_delete(self, ids), op).await?,
+            BulkAction::Requeue => self.act(sql::admin_requeue(&self.t, ids), op).await?,
+            BulkAction::Fail(message) => {
+                self.act(sql::admin_fail(&self.t, ids, message), op).await?
+            }
+            BulkAction::Delete => self.act(sql::admin_delete(&self.t, ids), op).await?,
             BulkAction::Cancel => {
-                self.act(sql::admin_cancel_waiting(self, ids), op).await?
-                    + self.act(sql::admin_request_cancel(self, ids), op).await?
+                self.act(sql::admin_cancel_waiting(&self.t, ids), op)
+                    .await?
+                    + self
+                        .act(sql::admin_request_cancel(&self.t, ids), op)
+                        .await?
             }
         })
     }
@@ -265,7 +274,7 @@ impl Admin {
     /// (database clock; cheap with the index on `finished_at` that
     /// `dbworker migration --retention` adds).
     pub async fn recent(&self, window: std::time::Duration) -> Result<Vec<(JobState, u64)>> {
-        let rows = sql::admin_recent(self, window)
+        let rows = sql::admin_recent(&self.t, window)
             .query()
             .fetch_all(&self.pool)
             .await
@@ -284,7 +293,7 @@ impl Admin {
     /// the table's estimated size; each bounded by the partial indexes.
     pub async fn status(&self) -> Result<Status> {
         let db = Error::db("status");
-        let live = sql::admin_live(self)
+        let live = sql::admin_live(&self.t)
             .query()
             .fetch_all(&self.pool)
             .await
@@ -303,7 +312,7 @@ impl Admin {
             }
             status.live.push((state, row.get("queue"), count));
         }
-        let hosts = sql::admin_hosts(self)
+        let hosts = sql::admin_hosts(&self.t)
             .query()
             .fetch_all(&self.pool)
             .await
@@ -315,7 +324,7 @@ impl Admin {
                 (r.get("host"), u64::try_from(n).unwrap_or(0))
             })
             .collect();
-        status.estimated_rows = sql::admin_estimate(self)
+        status.estimated_rows = sql::admin_estimate(&self.t)
             .query()
             .fetch_one(&self.pool)
             .await
@@ -326,17 +335,17 @@ impl Admin {
 
     /// The queue column, if the admin knows one.
     pub fn queue_column(&self) -> Option<&str> {
-        self.queue_column.as_deref()
+        self.t.queue_column.as_deref()
     }
 
     /// The kind column, if the admin knows one.
     pub fn kind_column(&self) -> Option<&str> {
-        self.kind_column.as_deref()
+        self.t.kind_column.as_deref()
     }
 
     /// The job's row as JSON (every column), or `None`.
     pub async fn show(&self, id: i64) -> Result<Option<serde_json::Value>> {
-        let row = sql::admin_show(self, id)
+        let row = sql::admin_show(&self.t, id)
             .query()
             .fetch_optional(&self.pool)
             .await
@@ -347,20 +356,23 @@ impl Admin {
     /// Puts a failed, canceled or errored job back in the queue, to run now;
     /// its failure count starts again. Returns whether it did.
     pub async fn requeue(&self, id: i64) -> Result<bool> {
-        Ok(self.act(sql::admin_requeue(self, &[id]), "requeue").await? == 1)
+        Ok(self
+            .act(sql::admin_requeue(&self.t, &[id]), "requeue")
+            .await?
+            == 1)
     }
 
     /// Cancels a job: a waiting one at once, a processing one through its worker.
     pub async fn cancel(&self, id: i64) -> Result<Canceled> {
         if self
-            .act(sql::admin_cancel_waiting(self, &[id]), "cancel")
+            .act(sql::admin_cancel_waiting(&self.t, &[id]), "cancel")
             .await?
             == 1
         {
             return Ok(Canceled::Now);
         }
         if self
-            .act(sql::admin_request_cancel(self, &[id]), "cancel")
+            .act(sql::admin_request_cancel(&self.t, &[id]), "cancel")
             .await?
             == 1
         {
@@ -372,14 +384,17 @@ impl Admin {
     /// Fails a waiting (queued or errored) job with `message`. Returns whether it did.
     pub async fn fail(&self, id: i64, message: &str) -> Result<bool> {
         Ok(self
-            .act(sql::admin_fail(self, &[id], message), "fail")
+            .act(sql::admin_fail(&self.t, &[id], message), "fail")
             .await?
             == 1)
     }
 
     /// Deletes a job that is not processing. Returns whether it did.
     pub async fn delete(&self, id: i64) -> Result<bool> {
-        Ok(self.act(sql::admin_delete(self, &[id]), "delete").await? == 1)
+        Ok(self
+            .act(sql::admin_delete(&self.t, &[id]), "delete")
+            .await?
+            == 1)
     }
 
     async fn act(&self, statement: sql::Statement, op: &'static str) -> Result<u64> {

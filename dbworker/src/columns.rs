@@ -84,7 +84,6 @@ impl Relation {
     /// Another object `name` (a function, a trigger) quoted in this
     /// relation's schema.
     pub(crate) fn quoted_sibling(&self, name: &str) -> String {
-        let quote = crate::sql::quote;
         match &self.schema {
             Some(s) => format!("{}.{}", quote(s), quote(name)),
             None => quote(name),
@@ -98,6 +97,11 @@ impl Relation {
             None => self.name.clone(),
         }
     }
+}
+
+/// Quotes an identifier for SQL.
+pub(crate) fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
 /// Reserved words that can be neither a table name nor an alias without quotes

@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{Columns, Relation, is_identifier};
 use crate::error::{Error, Result};
-use crate::sql;
+use crate::sql::{self, EnqueueTable, JobRow, OnKey, RunAt};
 
 /// Which table an [`Enqueuer`] writes and which optional columns it has.
 ///
@@ -60,7 +60,7 @@ impl EnqueueOptions {
         self.resolve().map(|_| ())
     }
 
-    pub(crate) fn resolve(&self) -> Result<Target> {
+    pub(crate) fn resolve(&self) -> Result<EnqueueTable> {
         let table = Relation::parse("table_name", &self.table_name)?;
         let columns = Columns::resolve(&self.alternate_column_names)?;
         let optional = |field: &'static str, name: &Option<String>| match name {
@@ -81,7 +81,7 @@ impl EnqueueOptions {
             }
             other => Ok(other.clone()),
         };
-        Ok(Target {
+        Ok(EnqueueTable {
             key: optional("key_column", &self.key_column)?,
             queue: optional("queue_column", &self.queue_column)?,
             priority: optional("priority_column", &self.priority_column)?,
@@ -91,44 +91,6 @@ impl EnqueueOptions {
             columns,
         })
     }
-}
-
-/// The resolved table and columns an [`Enqueuer`] writes.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub(crate) table: Relation,
-    pub(crate) columns: Columns,
-    pub(crate) key: Option<String>,
-    pub(crate) queue: Option<String>,
-    pub(crate) priority: Option<String>,
-    pub(crate) max_retries: Option<String>,
-    pub(crate) kind: Option<String>,
-}
-
-impl Target {
-    /// The optional columns this table was configured with.
-    fn optional_columns(&self) -> impl Iterator<Item = &str> {
-        [
-            &self.key,
-            &self.queue,
-            &self.priority,
-            &self.max_retries,
-            &self.kind,
-        ]
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-    }
-}
-
-/// When a new job becomes eligible. Both are computed by the database clock
-/// or stored as given; the worker compares them with the database clock.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum RunAt {
-    /// At this instant.
-    At(SystemTime),
-    /// This long after the enqueue, by the database clock.
-    After(Duration),
 }
 
 /// What to do when a live job (queued, errored or processing) already holds
@@ -143,6 +105,16 @@ pub enum KeyMode {
     PreserveRunAt,
     /// Nothing changes if a live job holds the key.
     DedupeOnly,
+}
+
+impl From<KeyMode> for OnKey {
+    fn from(mode: KeyMode) -> OnKey {
+        match mode {
+            KeyMode::Replace => OnKey::Replace,
+            KeyMode::PreserveRunAt => OnKey::PreserveRunAt,
+            KeyMode::DedupeOnly => OnKey::DedupeOnly,
+        }
+    }
 }
 
 /// A job to enqueue: the application's column values plus scheduling options.
@@ -237,6 +209,18 @@ impl NewJob {
         self.values.iter().map(|(c, _)| c.as_str())
     }
 
+    /// The job as the enqueue statements take it.
+    pub(crate) fn row(&self) -> JobRow<'_> {
+        JobRow {
+            values: &self.values,
+            run_at: self.run_at,
+            priority: self.priority,
+            queue: self.queue.as_deref(),
+            max_retries: self.max_retries,
+            kind: self.kind.as_deref(),
+        }
+    }
+
     pub(crate) fn values(&self) -> &[(String, Value)] {
         &self.values
     }
@@ -311,7 +295,7 @@ const MAX_BIND_PARAMETERS: usize = 65_535;
 #[derive(Debug, Clone)]
 pub struct Enqueuer {
     pool: PgPool,
-    target: Target,
+    target: EnqueueTable,
 }
 
 impl Enqueuer {
@@ -368,7 +352,7 @@ impl Enqueuer {
     pub async fn enqueue_in(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
         self.check_job(job)?;
         let Some((key, mode)) = job.key_value() else {
-            let row = sql::enqueue_rows(&self.target, &[job])
+            let row = sql::enqueue_rows(&self.target, &[job.row()])
                 .query()
                 .fetch_one(&mut *conn)
                 .await
@@ -378,7 +362,7 @@ impl Enqueuer {
         // A live holder of the key may finish between the insert and the
         // look-up; then the key is free and the insert goes through next time.
         for _ in 0..8 {
-            let row = sql::enqueue_keyed(&self.target, job, key, mode)
+            let row = sql::enqueue_keyed(&self.target, &job.row(), key, mode.into())
                 .query()
                 .fetch_optional(&mut *conn)
                 .await
@@ -438,8 +422,8 @@ impl Enqueuer {
         let per_row = jobs.iter().map(|j| j.values().len() + 5).max().unwrap_or(1);
         let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
         for chunk in jobs.chunks(rows_per_statement) {
-            let refs: Vec<&NewJob> = chunk.iter().collect();
-            let rows = sql::enqueue_rows(&self.target, &refs)
+            let rows: Vec<JobRow<'_>> = chunk.iter().map(NewJob::row).collect();
+            let rows = sql::enqueue_rows(&self.target, &rows)
                 .query()
                 .fetch_all(&mut *tx)
                 .await

@@ -34,6 +34,7 @@ mod pauses;
 mod purger;
 mod queues;
 mod resetter;
+mod retry;
 mod schema_check;
 mod sql;
 mod store;

@@ -11,23 +11,13 @@ use crate::sql;
 /// The limit table's default name.
 pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
 
-/// The limit table's columns after its key, all replaced by `Limits::set_limit`.
-pub(crate) const SETTINGS: [&str; 6] = [
-    "max_processing",
-    "max_per_key",
-    "rate_per_second",
-    "burst",
-    "tokens",
-    "refilled_at",
-];
-
 /// What is wrong with the limit table `rel` (missing, or missing columns).
 pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
     crate::schema_check::missing_columns(
         pool,
         rel,
         "limit table",
-        &[["job_table", "queue"].as_slice(), &SETTINGS].concat(),
+        &[["job_table", "queue"].as_slice(), &sql::LIMIT_SETTINGS].concat(),
         "`dbworker migration --limits` prints it",
     )
     .await
@@ -188,7 +178,13 @@ impl Limits {
     /// Replaces `queue`'s limits with `limit`.
     pub async fn set_limit(&self, queue: &str, limit: Limit) -> Result<()> {
         limit.validate()?;
-        sql::set_limit(&self.limit_table, &self.job_table, queue, &limit)
+        let row = sql::LimitRow {
+            max_processing: limit.max_processing,
+            max_per_key: limit.max_per_key,
+            rate_per_second: limit.rate_per_second,
+            burst: limit.burst,
+        };
+        sql::set_limit(&self.limit_table, &self.job_table, queue, row)
             .query()
             .execute(&self.pool)
             .await

@@ -23,7 +23,7 @@ use workerutil::{
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
-use crate::sql;
+use crate::sql::{self, LogTables};
 
 /// The assignment table's default name.
 pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";
@@ -218,13 +218,15 @@ impl LogOptions {
         };
         Ok(LogResolved {
             name: self.name.clone(),
-            position_column: self.position_column.clone(),
-            column_expressions,
+            tables: LogTables {
+                position_column: self.position_column.clone(),
+                column_expressions,
+                assignments: Relation::parse("assignment_table", &self.assignment_table)?,
+                checkpoints: Relation::parse("checkpoint_table", &self.checkpoint_table)?,
+                events,
+            },
             node_id: self.node_id.clone(),
             consumers: names,
-            assignments: Relation::parse("assignment_table", &self.assignment_table)?,
-            checkpoints: Relation::parse("checkpoint_table", &self.checkpoint_table)?,
-            events,
             batch_size: self.batch_size,
             batch_pause: self.batch_pause,
             retry_after: self.retry_after,
@@ -236,18 +238,23 @@ impl LogOptions {
 #[derive(Debug, Clone)]
 pub(crate) struct LogResolved {
     pub(crate) name: String,
-    pub(crate) events: Relation,
-    pub(crate) position_column: String,
-    pub(crate) column_expressions: Vec<String>,
+    /// What the consumers' statements need.
+    pub(crate) tables: LogTables,
     pub(crate) node_id: String,
     /// Sorted; a consumer's index is its record id.
     pub(crate) consumers: Vec<String>,
-    pub(crate) assignments: Relation,
-    pub(crate) checkpoints: Relation,
     pub(crate) batch_size: u32,
     pub(crate) batch_pause: Duration,
     pub(crate) retry_after: Duration,
     pub(crate) max_consecutive_failures: u32,
+}
+
+impl std::ops::Deref for LogResolved {
+    type Target = LogTables;
+
+    fn deref(&self) -> &LogTables {
+        &self.tables
+    }
 }
 
 /// One consumer's batch: what the handler gets.

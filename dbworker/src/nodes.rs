@@ -103,6 +103,17 @@ impl Default for NodeOptions {
 }
 
 impl NodeOptions {
+    /// What the registry stores about this process.
+    fn row<'a>(&'a self, host: &'a str, pid: i32) -> sql::NodeRow<'a> {
+        sql::NodeRow {
+            host,
+            pid,
+            version: &self.version,
+            queues: &self.queues,
+            handlers: self.handlers,
+        }
+    }
+
     /// Checks every field.
     pub fn validate(&self) -> Result<()> {
         let invalid = |field, reason: &str| {
@@ -184,7 +195,7 @@ impl Node {
                 .unwrap_or_else(|_| "unknown".into()),
         };
         let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-        let id: String = sql::node_register(&table, &host, pid, &options)
+        let id: String = sql::node_register(&table, options.row(&host, pid))
             .query()
             .fetch_one(pool)
             .await
@@ -208,11 +219,15 @@ impl Node {
 
     /// Records a heartbeat now (registering again if the row was removed).
     pub async fn heartbeat(&self) -> Result<()> {
-        sql::node_heartbeat(&self.table, &self.id, &self.host, self.pid, &self.options)
-            .query()
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db("node_heartbeat"))?;
+        sql::node_heartbeat(
+            &self.table,
+            &self.id,
+            self.options.row(&self.host, self.pid),
+        )
+        .query()
+        .execute(&self.pool)
+        .await
+        .map_err(Error::db("node_heartbeat"))?;
         Ok(())
     }
 

@@ -11,6 +11,8 @@ use workerutil::BoxError;
 use crate::columns::{Columns, Relation};
 use crate::error::Error;
 use crate::notify::Listen;
+pub use crate::retry::RetryPolicy;
+use crate::sql::JobTable;
 
 /// Turns one selected row (the values of `column_expressions`, in order) into a record.
 pub type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
@@ -27,46 +29,6 @@ pub enum Handling {
     /// No transaction is held while the handler runs; heartbeats keep the row
     /// alive and the final mark is its own statement. For long jobs.
     Heartbeat,
-}
-
-/// How long an errored job waits before its next attempt.
-///
-/// The delay of retry `n` (counting from 0) is
-/// `min(max_delay, retry_after * backoff_factor^n)`, then scaled by a random
-/// factor in `[1 - jitter, 1 + jitter]`. Computed by the database (its clock).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetryPolicy {
-    /// The first delay. Default 10 s.
-    pub retry_after: Duration,
-    /// Multiplier per failed attempt; 1.0 gives a fixed delay. Default 2.0.
-    pub backoff_factor: f64,
-    /// Cap on the delay before jitter. Default 1 h.
-    pub max_delay: Duration,
-    /// Relative jitter in `[0, 1)`; 0.1 spreads delays ±10 %. Default 0.1.
-    pub jitter: f64,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            retry_after: Duration::from_secs(10),
-            backoff_factor: 2.0,
-            max_delay: Duration::from_secs(3600),
-            jitter: 0.1,
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// A fixed delay with no jitter.
-    pub fn fixed(delay: Duration) -> Self {
-        RetryPolicy {
-            retry_after: delay,
-            backoff_factor: 1.0,
-            max_delay: delay,
-            jitter: 0.0,
-        }
-    }
 }
 
 /// Configures a [`DbStore`](crate::DbStore) for one job table.
@@ -374,34 +336,36 @@ impl<R> StoreOptions<R> {
         let order_by = self.order_by.clone().unwrap_or_else(|| {
             format!(
                 "{}.{}",
-                crate::sql::quote(&view_or_table.alias),
-                crate::sql::quote(&columns.id)
+                crate::columns::quote(&view_or_table.alias),
+                crate::columns::quote(&columns.id)
             )
         });
         let column_expressions = if self.column_expressions.is_empty() {
-            vec![format!("{}.*", crate::sql::quote(&view_or_table.alias))]
+            vec![format!("{}.*", crate::columns::quote(&view_or_table.alias))]
         } else {
             self.column_expressions.clone()
         };
         Ok(Resolved {
             name: self.name.clone(),
-            table,
-            view,
-            columns,
-            column_expressions,
-            order_by,
-            max_num_retries: self.max_num_retries,
-            max_retries_column: self.max_retries_column.clone(),
-            retry: self.retry.clone(),
+            sql: JobTable {
+                table,
+                view,
+                columns,
+                column_expressions,
+                order_by,
+                max_num_retries: self.max_num_retries,
+                max_retries_column: self.max_retries_column.clone(),
+                retry: self.retry.clone(),
+                max_num_resets: self.max_num_resets,
+                candidate_window: self.candidate_window,
+                pause_table,
+                limit_table,
+                limit_key_column: self.limit_key_column.clone(),
+                queue_column: self.queue_column.clone(),
+            },
             stalled_max_age: self.stalled_max_age,
-            max_num_resets: self.max_num_resets,
             reset_failure_message: self.reset_failure_message.clone(),
             handling: self.handling,
-            candidate_window: self.candidate_window,
-            pause_table,
-            limit_table,
-            limit_key_column: self.limit_key_column.clone(),
-            queue_column: self.queue_column.clone(),
             listen_channel,
             connect_timeout: self.connect_timeout,
         })
@@ -421,35 +385,25 @@ where
     }
 }
 
-/// Options after validation, with names resolved.
+/// Options after validation, with names resolved. Derefs to the statement
+/// parameters it holds, so the store reads `o.columns` as the SQL layer does.
 #[derive(Debug, Clone)]
 pub(crate) struct Resolved {
     pub(crate) name: String,
-    pub(crate) table: Relation,
-    pub(crate) view: Option<Relation>,
-    pub(crate) columns: Columns,
-    pub(crate) column_expressions: Vec<String>,
-    pub(crate) order_by: String,
-    pub(crate) max_num_retries: u32,
-    pub(crate) max_retries_column: Option<String>,
-    pub(crate) retry: RetryPolicy,
+    /// What the job-table statements need.
+    pub(crate) sql: JobTable,
     pub(crate) stalled_max_age: Duration,
-    pub(crate) max_num_resets: u32,
     pub(crate) reset_failure_message: String,
     pub(crate) handling: Handling,
-    pub(crate) candidate_window: usize,
-    pub(crate) pause_table: Option<Relation>,
-    pub(crate) limit_table: Option<Relation>,
-    pub(crate) limit_key_column: Option<String>,
-    pub(crate) queue_column: Option<String>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,
 }
 
-impl Resolved {
-    /// The relation records are read from: the view, or the table.
-    pub(crate) fn source(&self) -> &Relation {
-        self.view.as_ref().unwrap_or(&self.table)
+impl std::ops::Deref for Resolved {
+    type Target = JobTable;
+
+    fn deref(&self) -> &JobTable {
+        &self.sql
     }
 }
 

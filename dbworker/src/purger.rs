@@ -10,7 +10,7 @@ use workerutil::JobState;
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
-use crate::sql;
+use crate::sql::{self, PurgeTable};
 
 /// Rows the purger deleted or archived, by table and state (metric name).
 pub const PURGED_TOTAL: &str = "dbworker_purged_total";
@@ -60,7 +60,7 @@ impl PurgeOptions {
         self.resolve().map(|_| ())
     }
 
-    pub(crate) fn resolve(&self) -> Result<Target> {
+    pub(crate) fn resolve(&self) -> Result<PurgeTable> {
         let invalid = |field: &'static str, reason: String| Error::InvalidOption { field, reason };
         let table = Relation::parse("table_name", &self.table_name)?;
         let columns = Columns::resolve(&self.alternate_column_names)?;
@@ -82,20 +82,12 @@ impl PurgeOptions {
             Some(name) => Some(Relation::parse("archive_table", name)?),
             None => None,
         };
-        Ok(Target {
+        Ok(PurgeTable {
             table,
             columns,
             archive,
         })
     }
-}
-
-/// The resolved tables of a purger.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub(crate) table: Relation,
-    pub(crate) columns: Columns,
-    pub(crate) archive: Option<Relation>,
 }
 
 /// Deletes or archives old finished rows of one job table.
@@ -115,7 +107,7 @@ pub(crate) struct Target {
 pub struct Purger {
     pool: PgPool,
     options: PurgeOptions,
-    target: Target,
+    target: PurgeTable,
 }
 
 /// What one pass purged, per state.

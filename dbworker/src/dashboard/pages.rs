@@ -287,7 +287,7 @@ pub(crate) fn job(
 ) -> Markup {
     let columns = row.as_object().cloned().unwrap_or_default();
     // The configured (possibly renamed) column names.
-    let c = &t.admin.columns;
+    let c = t.admin.columns();
     let state = columns.get(&c.state).and_then(|v| v.as_str()).unwrap_or("");
     let logs = columns.get(&c.execution_logs).cloned().unwrap_or_default();
     let action_url = viewer.href(&format!("/t/{}/jobs/{id}/action", url_escape(&t.name)));

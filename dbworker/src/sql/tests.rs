@@ -1,33 +1,97 @@
 //! Snapshot tests of the rendered SQL: every statement, for a table with a
 //! renamed column, and the claim through a view. The snapshots live in
 //! `src/sql/snapshots/`; `UPDATE_SNAPSHOTS=1 cargo test -p dbworker --lib` rewrites them.
+//! The parameter structs are built here directly, as the features' options
+//! resolve them, so the statement layer is tested on its own floor.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::*;
-use crate::options::StoreOptions;
+use crate::job_filter::{FieldFilter, JobFilter, JobSort, PageRequest};
 
-fn enqueue_target() -> Target {
-    let mut o = crate::EnqueueOptions::new("app.example_jobs");
-    o.alternate_column_names
-        .insert("state".into(), "status".into());
-    o.key_column = Some("job_key".into());
-    o.queue_column = Some("queue".into());
-    o.priority_column = Some("priority".into());
-    o.max_retries_column = Some("max_retries".into());
-    o.resolve().unwrap()
+fn rel(text: &str) -> Relation {
+    Relation::parse("table_name", text).unwrap()
 }
 
-fn resolved(view: bool) -> Resolved {
-    let mut o = StoreOptions::<()>::new("s", "example_jobs j", |_| Ok(()));
-    if view {
-        o.view_name = Some("example_jobs_with_repository_name v".into());
-        o.order_by = Some("v.repository_id, v.id DESC NULLS LAST".into());
+fn renamed() -> Columns {
+    Columns::resolve(&HashMap::from([("state".to_owned(), "status".to_owned())])).unwrap()
+}
+
+fn enqueue_target() -> EnqueueTable {
+    EnqueueTable {
+        table: rel("app.example_jobs"),
+        columns: renamed(),
+        key: Some("job_key".into()),
+        queue: Some("queue".into()),
+        priority: Some("priority".into()),
+        max_retries: Some("max_retries".into()),
+        kind: None,
     }
-    o.alternate_column_names
-        .insert("state".into(), "status".into());
-    o.max_num_retries = 2;
-    o.resolve().unwrap()
+}
+
+/// `example_jobs j` with `state` renamed, as `StoreOptions` resolves it.
+fn table(name: &str) -> JobTable {
+    let table = rel(name);
+    JobTable {
+        column_expressions: vec![format!("{}.*", quote(&table.alias))],
+        order_by: format!("{}.{}", quote(&table.alias), quote("id")),
+        table,
+        view: None,
+        columns: renamed(),
+        max_num_retries: 2,
+        max_retries_column: None,
+        retry: RetryPolicy::default(),
+        max_num_resets: 3,
+        candidate_window: 50,
+        pause_table: None,
+        limit_table: None,
+        limit_key_column: None,
+        queue_column: None,
+    }
+}
+
+fn resolved(view: bool) -> JobTable {
+    let mut t = table("example_jobs j");
+    if view {
+        let v = rel("example_jobs_with_repository_name v");
+        t.column_expressions = vec![format!("{}.*", quote(&v.alias))];
+        t.order_by = "v.repository_id, v.id DESC NULLS LAST".into();
+        t.view = Some(v);
+    }
+    t
+}
+
+fn admin_table() -> AdminTable {
+    AdminTable {
+        table: rel("app.example_jobs"),
+        columns: renamed(),
+        queue_column: Some("queue".into()),
+        kind_column: Some("kind".into()),
+    }
+}
+
+fn log_tables() -> LogTables {
+    let events = rel("app.events e");
+    LogTables {
+        column_expressions: vec![format!("{}.*", quote(&events.alias))],
+        events,
+        position_column: "position".into(),
+        assignments: rel("dbworker_consumer_assignments"),
+        checkpoints: rel("dbworker_consumer_checkpoints"),
+    }
+}
+
+fn row(values: &[(String, sea_query::Value)]) -> JobRow<'_> {
+    JobRow {
+        values,
+        run_at: None,
+        priority: None,
+        queue: None,
+        max_retries: None,
+        kind: None,
+    }
 }
 
 fn statements() -> Vec<(&'static str, Statement)> {
@@ -35,28 +99,59 @@ fn statements() -> Vec<(&'static str, Statement)> {
     let v = resolved(true);
     let e = enqueue_target();
     let paused = {
-        let mut o = StoreOptions::<()>::new("s", "app.jobs j", |_| Ok(()));
-        o.pause_table = Some("dbworker_pauses".into());
+        let mut o = table("app.jobs j");
+        o.columns = Columns::resolve(&HashMap::new()).unwrap();
+        o.max_num_retries = 10;
+        o.pause_table = Some(rel("dbworker_pauses"));
         o.queue_column = Some("queue".into());
-        o.resolve().unwrap()
+        o
     };
     let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
     let limited = {
-        let mut o = StoreOptions::<()>::new("s", "app.jobs j", |_| Ok(()));
-        o.limit_table = Some("dbworker_limits".into());
+        let mut o = table("app.jobs j");
+        o.columns = Columns::resolve(&HashMap::new()).unwrap();
+        o.max_num_retries = 10;
+        o.limit_table = Some(rel("dbworker_limits"));
         o.queue_column = Some("queue".into());
-        o.resolve().unwrap()
+        o
     };
-    let purge = crate::PurgeOptions::new("app.jobs").resolve().unwrap();
-    let archive = {
-        let mut o = crate::PurgeOptions::new("app.jobs");
-        o.archive_table = Some("app.jobs_archive".into());
-        o.resolve().unwrap()
+    let purge = PurgeTable {
+        table: rel("app.jobs"),
+        columns: Columns::resolve(&HashMap::new()).unwrap(),
+        archive: None,
     };
-    let keyed = NewJob::new()
-        .set("payload", "p")
-        .queue("emails")
-        .key("k", KeyMode::Replace);
+    let archive = PurgeTable {
+        archive: Some(rel("app.jobs_archive")),
+        ..purge.clone()
+    };
+    let payload_p = [("payload".to_owned(), sea_query::Value::from("p"))];
+    let keyed = JobRow {
+        queue: Some("emails"),
+        ..row(&payload_p)
+    };
+    let payload_a = [("payload".to_owned(), sea_query::Value::from("a"))];
+    let cost_3 = [("cost".to_owned(), sea_query::Value::from(3))];
+    let a = admin_table();
+    let filter = JobFilter {
+        states: vec![JobState::Failed],
+        queue: Some("emails".into()),
+        kind: Some("send".into()),
+        older_than: Some(Duration::from_secs(60)),
+        newer_than: Some(Duration::from_secs(3600)),
+        failure_contains: Some("timeout".into()),
+        fields: vec![FieldFilter::new("payload", &["to", "domain"], "example.com").unwrap()],
+    };
+    let nodes = rel("dbworker_nodes");
+    let leaders = rel("dbworker_leaders");
+    let queues = ["emails".to_owned()];
+    let node = NodeRow {
+        host: "h",
+        pid: 1,
+        version: "0.1.0",
+        queues: &queues,
+        handlers: 8,
+    };
+    let l = log_tables();
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     vec![
         ("claim", claim(&t, "host", &[cost()], 3, false)),
@@ -119,24 +214,29 @@ fn statements() -> Vec<(&'static str, Statement)> {
             enqueue_rows(
                 &e,
                 &[
-                    &NewJob::new().set("payload", "a").priority(2).max_retries(1),
-                    &NewJob::new()
-                        .set("cost", 3)
-                        .run_after(std::time::Duration::from_secs(5)),
+                    JobRow {
+                        priority: Some(2),
+                        max_retries: Some(1),
+                        ..row(&payload_a)
+                    },
+                    JobRow {
+                        run_at: Some(RunAt::After(Duration::from_secs(5))),
+                        ..row(&cost_3)
+                    },
                 ],
             ),
         ),
         (
             "enqueue_keyed_replace",
-            enqueue_keyed(&e, &keyed, "k", KeyMode::Replace),
+            enqueue_keyed(&e, &keyed, "k", OnKey::Replace),
         ),
         (
             "enqueue_keyed_preserve_run_at",
-            enqueue_keyed(&e, &keyed, "k", KeyMode::PreserveRunAt),
+            enqueue_keyed(&e, &keyed, "k", OnKey::PreserveRunAt),
         ),
         (
             "enqueue_keyed_dedupe_only",
-            enqueue_keyed(&e, &keyed, "k", KeyMode::DedupeOnly),
+            enqueue_keyed(&e, &keyed, "k", OnKey::DedupeOnly),
         ),
         ("live_job_with_key", live_job_with_key(&e, "k")),
         ("claim_unless_paused", claim(&paused, "host", &[], 3, true)),
@@ -164,6 +264,122 @@ fn statements() -> Vec<(&'static str, Statement)> {
             ),
         ),
         ("explain_keyed_insert", explain_keyed_insert(&e)),
+        ("queue_stats", queue_stats(&paused)),
+        ("notify", notify("dbworker_jobs")),
+        ("database_now_micros", database_now_micros()),
+        (
+            "set_limit",
+            set_limit(
+                &rel("dbworker_limits"),
+                "app.jobs",
+                "emails",
+                LimitRow {
+                    max_processing: Some(4),
+                    max_per_key: Some(1),
+                    rate_per_second: Some(40.0),
+                    burst: Some(4),
+                },
+            ),
+        ),
+        (
+            "remove_limit",
+            remove_limit(&rel("dbworker_limits"), "app.jobs", "emails"),
+        ),
+        (
+            "list_limits",
+            list_limits(&rel("dbworker_limits"), "app.jobs"),
+        ),
+        (
+            "cron_register",
+            cron_register(&rel("dbworker_cron"), "app.jobs", "0 * * * * *"),
+        ),
+        (
+            "cron_state",
+            cron_state(&rel("dbworker_cron"), "app.jobs", "0 * * * * *"),
+        ),
+        (
+            "cron_advance",
+            cron_advance(&rel("dbworker_cron"), "app.jobs", "0 * * * * *", 7),
+        ),
+        ("admin_live", admin_live(&a)),
+        ("admin_hosts", admin_hosts(&a)),
+        ("admin_estimate", admin_estimate(&a)),
+        ("admin_show", admin_show(&a, 1)),
+        (
+            "admin_list",
+            admin_list(&a, &filter, &PageRequest::first(50)),
+        ),
+        (
+            "admin_list_by_failures_newest_first",
+            admin_list(
+                &a,
+                &JobFilter::default(),
+                &PageRequest {
+                    after: Some(10),
+                    after_value: Some("3".into()),
+                    newest_first: true,
+                    sort: JobSort::Failures,
+                    ..PageRequest::first(50)
+                },
+            ),
+        ),
+        (
+            "admin_select_ids",
+            admin_select_ids(&a, &filter, &[JobState::Queued, JobState::Errored], 0, 100),
+        ),
+        (
+            "admin_count",
+            admin_count(&a, &filter, &[JobState::Queued, JobState::Errored]),
+        ),
+        ("admin_requeue", admin_requeue(&a, &[1, 2])),
+        ("admin_cancel_waiting", admin_cancel_waiting(&a, &[1, 2])),
+        ("admin_request_cancel", admin_request_cancel(&a, &[1, 2])),
+        ("admin_fail", admin_fail(&a, &[1, 2], "m")),
+        ("admin_delete", admin_delete(&a, &[1, 2])),
+        ("admin_recent", admin_recent(&a, Duration::from_secs(300))),
+        ("node_register", node_register(&nodes, node)),
+        ("node_heartbeat", node_heartbeat(&nodes, "h:1:ab", node)),
+        ("node_deregister", node_deregister(&nodes, "h:1:ab")),
+        ("nodes_live", nodes_live(&nodes, Duration::from_secs(10))),
+        (
+            "nodes_prune",
+            nodes_prune(&nodes, Duration::from_secs(3600)),
+        ),
+        (
+            "leader_acquire",
+            leader_acquire(&leaders, "purger", "h:1:ab", Duration::from_secs(15)),
+        ),
+        (
+            "leader_release",
+            leader_release(&leaders, "purger", "h:1:ab"),
+        ),
+        ("leader_current", leader_current(&leaders, "purger")),
+        (
+            "log_pending",
+            log_pending(&l, "h:1:ab", vec!["billing".into()], Some(4)),
+        ),
+        (
+            "log_lock_assignment",
+            log_lock_assignment(&l, "billing", "h:1:ab"),
+        ),
+        ("log_checkpoint", log_checkpoint(&l, "billing")),
+        ("log_batch", log_batch(&l, 10, 100)),
+        ("log_advance", log_advance(&l, "billing", 10, 20)),
+        ("log_assigned", log_assigned(&l, "h:1:ab")),
+        (
+            "log_rebalance",
+            log_rebalance(
+                &l.assignments,
+                &nodes,
+                vec!["billing".into()],
+                Duration::from_secs(10),
+            ),
+        ),
+        ("log_assignments", log_assignments(&l.assignments)),
+        (
+            "log_lag",
+            log_lag(&l.events, &l.position_column, &l.checkpoints),
+        ),
     ]
 }
 
@@ -201,14 +417,32 @@ fn user_values_are_bound_not_rendered() {
     assert!(!s.sql.contains("evil"), "{}", s.sql);
     let s = mark_failed(&t, 1, 2, "it's broken");
     assert!(!s.sql.contains("broken"), "{}", s.sql);
-    let job = NewJob::new()
-        .set("payload", "it's mine")
-        .key("k'ey", KeyMode::Replace);
-    let s = enqueue_keyed(&enqueue_target(), &job, "k'ey", KeyMode::Replace);
+    let values = [("payload".to_owned(), sea_query::Value::from("it's mine"))];
+    let s = enqueue_keyed(&enqueue_target(), &row(&values), "k'ey", OnKey::Replace);
     assert!(
         !s.sql.contains("mine") && !s.sql.contains("k'ey"),
         "{}",
         s.sql
+    );
+    let filter = JobFilter {
+        failure_contains: Some("'; DROP TABLE x; --".into()),
+        fields: vec![FieldFilter::new("payload", &["a"], "it's mine").unwrap()],
+        ..JobFilter::default()
+    };
+    let s = admin_list(&admin_table(), &filter, &PageRequest::first(10));
+    assert!(
+        !s.sql.contains("mine") && !s.sql.contains("k'ey"),
+        "{}",
+        s.sql
+    );
+}
+
+#[test]
+fn copy_in_quotes_the_table_and_columns() {
+    let sql = copy_in(&enqueue_target(), &["payload".into(), "we\"ird".into()]);
+    assert_eq!(
+        sql,
+        "COPY \"app\".\"example_jobs\" (\"payload\", \"we\"\"ird\") FROM STDIN"
     );
 }
 

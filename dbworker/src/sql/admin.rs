@@ -1,0 +1,395 @@
+//! Operators' queries: status, lists and pages by filter, and bulk actions.
+
+use super::*;
+use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest};
+
+/// A job table as the operators' queries see it.
+#[derive(Debug, Clone)]
+pub(crate) struct AdminTable {
+    pub(crate) table: Relation,
+    pub(crate) columns: Columns,
+    pub(crate) queue_column: Option<String>,
+    pub(crate) kind_column: Option<String>,
+}
+
+/// Live jobs per state (and queue) for an operator: the queue gauges' statement.
+pub(crate) fn admin_live(a: &AdminTable) -> Statement {
+    live_stats(&a.table, &a.columns, a.queue_column.as_deref())
+}
+
+/// Processing jobs per worker host.
+pub(crate) fn admin_hosts(a: &AdminTable) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!(
+                "{}.{}::text",
+                quote(&t.alias),
+                quote(&c.worker_hostname)
+            )),
+            alias("host"),
+        )
+        .expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &c.state).eq(state(JobState::Processing)))
+        .group_by_col(alias("host"))
+        .order_by(alias("host"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The planner's estimate of the table's rows.
+pub(crate) fn admin_estimate(a: &AdminTable) -> Statement {
+    let q = Query::select()
+        .expr_as(
+            Expr::cust("GREATEST(c.reltuples, 0)::bigint"),
+            alias("rows"),
+        )
+        .from_as((alias("pg_catalog"), alias("pg_class")), alias("c"))
+        .and_where(Expr::cust("c.oid").eq(regclass(&a.table)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// One job's row as JSON.
+pub(crate) fn admin_show(a: &AdminTable, id: i64) -> Statement {
+    let t = &a.table;
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("to_jsonb({})", quote(&t.alias))),
+            alias("row"),
+        )
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &a.columns.id).eq(id))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The conditions of an operator's filter on the table (aliased as usual).
+pub(super) fn filter_conditions(a: &AdminTable, f: &JobFilter) -> Vec<Expr> {
+    let (t, c) = (&a.table, &a.columns);
+    let al = &t.alias;
+    let mut conds = Vec::new();
+    if !f.states.is_empty() {
+        conds.push(col(al, &c.state).is_in(f.states.iter().map(|s| state(*s))));
+    }
+    for (column, value) in [(&a.queue_column, &f.queue), (&a.kind_column, &f.kind)] {
+        if let (Some(column), Some(value)) = (column, value) {
+            conds.push(Expr::cust_with_values(
+                format!("{}.{}::text = $1", quote(al), quote(column)),
+                [value.clone()],
+            ));
+        }
+    }
+    if let Some(age) = f.older_than {
+        conds.push(Expr::cust_with_values(
+            format!(
+                "{}.{} <= now() - $1 * interval '1 second'",
+                quote(al),
+                quote(&c.queued_at)
+            ),
+            [age.as_secs_f64()],
+        ));
+    }
+    if let Some(age) = f.newer_than {
+        conds.push(Expr::cust_with_values(
+            format!(
+                "{}.{} >= now() - $1 * interval '1 second'",
+                quote(al),
+                quote(&c.queued_at)
+            ),
+            [age.as_secs_f64()],
+        ));
+    }
+    if let Some(text) = &f.failure_contains {
+        let escaped = text
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        conds.push(Expr::cust_with_values(
+            format!("{}.{} ILIKE $1", quote(al), quote(&c.failure_message)),
+            [format!("%{escaped}%")],
+        ));
+    }
+    for field in &f.fields {
+        let target = format!("{}.{}", quote(al), quote(&field.column));
+        conds.push(if field.path.is_empty() {
+            Expr::cust_with_values(format!("{target}::text = $1"), [field.value.clone()])
+        } else {
+            Expr::cust_with_values(
+                format!("{target} #>> $1::text[] = $2"),
+                [
+                    sea_query::Value::from(field.path.clone()),
+                    sea_query::Value::from(field.value.clone()),
+                ],
+            )
+        });
+    }
+    conds
+}
+
+/// A page of jobs matching a filter, by id (keyset).
+pub(crate) fn admin_list(a: &AdminTable, f: &JobFilter, page: &PageRequest) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let al = &t.alias;
+    let text_or_null = |column: &Option<String>| match column {
+        Some(column) => Expr::cust(format!("{}.{}::text", quote(al), quote(column))),
+        None => Expr::cust("NULL::text"),
+    };
+    let mut q = Query::select();
+    q.expr_as(
+        Expr::cust(format!("{}.{}::bigint", quote(al), quote(&c.id))),
+        alias("id"),
+    )
+    .expr_as(
+        Expr::cust(format!("{}.{}::text", quote(al), quote(&c.state))),
+        alias("state"),
+    )
+    .expr_as(text_or_null(&a.queue_column), alias("queue"))
+    .expr_as(text_or_null(&a.kind_column), alias("kind"))
+    .expr_as(
+        Expr::cust(format!("{}.{}::integer", quote(al), quote(&c.num_failures))),
+        alias("num_failures"),
+    )
+    .expr_as(
+        Expr::cust(format!(
+            "COALESCE(EXTRACT(EPOCH FROM now() - {}.{}), 0)::float8",
+            quote(al),
+            quote(&c.queued_at)
+        )),
+        alias("age"),
+    )
+    .expr_as(
+        Expr::cust(format!(
+            "COALESCE({}.{}::text, '')",
+            quote(al),
+            quote(&c.worker_hostname)
+        )),
+        alias("host"),
+    )
+    .expr_as(
+        Expr::cust(format!("{}.{}::text", quote(al), quote(&c.failure_message))),
+        alias("failure_message"),
+    )
+    .from(table_ref(t));
+    for cond in filter_conditions(a, f) {
+        q.and_where(cond);
+    }
+    let order = if page.newest_first {
+        Order::Desc
+    } else {
+        Order::Asc
+    };
+    let cmp = if page.newest_first { "<" } else { ">" };
+    let id = format!("{}.{}", quote(al), quote(&c.id));
+    match list_sort(a, page.sort) {
+        None => {
+            if let Some(after) = page.after {
+                q.and_where(Expr::cust_with_values(format!("{id} {cmp} $1"), [after]));
+            }
+            q.expr_as(Expr::cust("NULL::text"), alias("sort_value"));
+        }
+        Some((key, ty)) => {
+            if let (Some(after), Some(value)) = (page.after, &page.after_value) {
+                q.and_where(Expr::cust_with_values(
+                    format!("({key}, {id}) {cmp} ($1::{ty}, $2)"),
+                    [
+                        sea_query::Value::from(value.clone()),
+                        sea_query::Value::from(after),
+                    ],
+                ));
+            }
+            q.expr_as(Expr::cust(format!("({key})::text")), alias("sort_value"))
+                .order_by_expr(Expr::cust(key), order.clone());
+        }
+    }
+    q.order_by_expr(Expr::cust(id), order)
+        .limit(u64::from(page.size));
+    Statement::from(&q)
+}
+
+/// A list sort's expression (NULLs folded so row comparison works) and its
+/// SQL type; `None` for the id.
+pub(super) fn list_sort(a: &AdminTable, sort: JobSort) -> Option<(String, &'static str)> {
+    let (al, c) = (quote(&a.table.alias), &a.columns);
+    let ts = |column: &str| format!("COALESCE({al}.{}, '-infinity'::timestamptz)", quote(column));
+    match sort {
+        JobSort::QueuedAt => Some((ts(&c.queued_at), "timestamptz")),
+        JobSort::FinishedAt => Some((ts(&c.finished_at), "timestamptz")),
+        JobSort::Failures => Some((
+            format!("COALESCE({al}.{}, 0)::integer", quote(&c.num_failures)),
+            "integer",
+        )),
+        _ => None,
+    }
+}
+
+/// The filter narrowed to the states an action may touch.
+pub(super) fn filter_for(f: &JobFilter, states: &[JobState]) -> JobFilter {
+    let mut f = f.clone();
+    f.states = if f.states.is_empty() {
+        states.to_vec()
+    } else {
+        f.states
+            .into_iter()
+            .filter(|s| states.contains(s))
+            .collect()
+    };
+    f
+}
+
+/// The next batch of ids a bulk action selects, after `after` (keyset by id,
+/// so a batch whose jobs changed is never selected again).
+pub(crate) fn admin_select_ids(
+    a: &AdminTable,
+    f: &JobFilter,
+    states: &[JobState],
+    after: i64,
+    size: u32,
+) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let f = filter_for(f, states);
+    let mut q = Query::select();
+    q.expr_as(
+        Expr::cust(format!("{}.{}::bigint", quote(&t.alias), quote(&c.id))),
+        alias("id"),
+    )
+    .from(table_ref(t))
+    .and_where(col(&t.alias, &c.id).gt(after));
+    // No state left: the filter names only states the action may not touch.
+    if f.states.is_empty() {
+        q.and_where(Expr::cust("false"));
+    }
+    for cond in filter_conditions(a, &f) {
+        q.and_where(cond);
+    }
+    q.order_by((alias(&t.alias), alias(&c.id)), Order::Asc)
+        .limit(u64::from(size));
+    Statement::from(&q)
+}
+
+/// How many jobs a bulk action would select.
+pub(crate) fn admin_count(a: &AdminTable, f: &JobFilter, states: &[JobState]) -> Statement {
+    let t = &a.table;
+    let f = filter_for(f, states);
+    let mut q = Query::select();
+    q.expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t));
+    if f.states.is_empty() {
+        q.and_where(Expr::cust("false"));
+    }
+    for cond in filter_conditions(a, &f) {
+        q.and_where(cond);
+    }
+    Statement::from(&q)
+}
+
+/// `UPDATE` of the jobs among `ids` still in one of `states` (checked again
+/// on the row itself, so a job that moved on meanwhile is left alone).
+pub(super) fn admin_update(a: &AdminTable, ids: &[i64], states: &[JobState]) -> UpdateStatement {
+    let t = &a.table;
+    Query::update()
+        .table(table_ref(t))
+        .and_where(ids_in(&t.alias, &a.columns.id, ids))
+        .and_where(col(&t.alias, &a.columns.state).is_in(states.iter().map(|s| state(*s))))
+        .to_owned()
+}
+
+pub(super) fn ids_in(a: &str, id: &str, ids: &[i64]) -> Expr {
+    Expr::cust_with_values(
+        format!("{}.{} = ANY($1::bigint[])", quote(a), quote(id)),
+        [sea_query::Value::from(ids.to_vec())],
+    )
+}
+
+/// Finished or errored jobs back to `queued`, to run now, failures reset.
+pub(crate) fn admin_requeue(a: &AdminTable, ids: &[i64]) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(a, ids, BulkAction::Requeue.states())
+        .value(alias(&c.state), state(JobState::Queued))
+        .value(alias(&c.process_after), Expr::cust("NULL"))
+        .value(alias(&c.num_failures), 0)
+        .value(alias(&c.cancel), false)
+        .value(alias(&c.finished_at), Expr::cust("NULL"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Waiting jobs to `canceled`.
+pub(crate) fn admin_cancel_waiting(a: &AdminTable, ids: &[i64]) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(a, ids, &[JobState::Queued, JobState::Errored])
+        .value(alias(&c.state), state(JobState::Canceled))
+        .value(alias(&c.cancel), true)
+        .value(alias(&c.failure_message), "canceled by an operator")
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Asks processing jobs' workers to cancel them.
+pub(crate) fn admin_request_cancel(a: &AdminTable, ids: &[i64]) -> Statement {
+    let q = admin_update(a, ids, &[JobState::Processing])
+        .value(alias(&a.columns.cancel), true)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Waiting jobs to `failed` with `message`.
+pub(crate) fn admin_fail(a: &AdminTable, ids: &[i64], message: &str) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(a, ids, &[JobState::Queued, JobState::Errored])
+        .value(alias(&c.state), state(JobState::Failed))
+        .value(
+            alias(&c.failure_message),
+            sanitize_failure_message(message).as_ref(),
+        )
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Deletes jobs no worker holds.
+pub(crate) fn admin_delete(a: &AdminTable, ids: &[i64]) -> Statement {
+    let t = &a.table;
+    let c = &a.columns;
+    let q = Query::delete()
+        .from_table(table_ref(t))
+        .and_where(ids_in(&t.alias, &c.id, ids))
+        .and_where(col(&t.alias, &c.state).ne(state(JobState::Processing)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Jobs that finished (completed, failed, canceled) in the last `window`, per
+/// state: a throughput sample for `dbworker top`. The states are exactly the
+/// predicate of the retention index (`dbworker migration --retention`), so
+/// the planner can use it.
+pub(crate) fn admin_recent(a: &AdminTable, window: std::time::Duration) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let al = quote(&t.alias);
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("{al}.{}::text", quote(&c.state))),
+            alias("state"),
+        )
+        .expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t))
+        .and_where(Expr::cust_with_values(
+            format!(
+                "{al}.{} >= now() - $1 * interval '1 second'",
+                quote(&c.finished_at)
+            ),
+            [window.as_secs_f64()],
+        ))
+        .and_where(
+            col(&t.alias, &c.state).is_in(
+                [JobState::Completed, JobState::Failed, JobState::Errored]
+                    .into_iter()
+                    .map(state),
+            ),
+        )
+        .add_group_by([Expr::cust("1")])
+        .to_owned();
+    Statement::from(&q)
+}

@@ -1,0 +1,344 @@
+//! The claim (phase one of a dequeue: `FOR UPDATE SKIP LOCKED`, setting `processing`
+//! and a fresh fencing token), the records it returns, and the row lock of phase two.
+
+use super::*;
+
+/// A named common table expression; `materialized` ones run exactly once.
+pub(super) fn cte(
+    query: impl Into<sea_query::SubQueryStatement>,
+    name: &str,
+    materialized: bool,
+) -> CommonTableExpression {
+    let mut cte = CommonTableExpression::new();
+    cte.query(query).table_name(alias(name));
+    if materialized {
+        cte.materialized(true);
+    }
+    cte
+}
+
+/// `FOR UPDATE OF alias SKIP LOCKED`: lock only the job table's rows, skipping
+/// rows another claim or a live handler holds.
+pub(super) fn lock_skip(q: &mut SelectStatement, table_alias: &str) {
+    q.lock_with_tables_behavior(
+        LockType::Update,
+        [alias(table_alias)],
+        LockBehavior::SkipLocked,
+    );
+}
+
+/// Splits a user `ORDER BY` text into terms with their direction.
+pub(crate) fn order_terms(order_by: &str) -> Vec<(String, Order, Option<NullOrdering>)> {
+    let mut terms = Vec::new();
+    let (mut depth, mut quoted, mut start) = (0i32, false, 0usize);
+    let bytes = order_by.as_bytes();
+    let mut pieces = Vec::new();
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'\'' | b'"' => quoted = !quoted,
+            b'(' if !quoted => depth += 1,
+            b')' if !quoted => depth -= 1,
+            b',' if !quoted && depth == 0 => {
+                pieces.push(&order_by[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    pieces.push(&order_by[start..]);
+    for piece in pieces {
+        let mut words: Vec<&str> = piece.split_whitespace().collect();
+        let mut nulls = None;
+        let n = words.len();
+        if n >= 3 && words[n - 2].eq_ignore_ascii_case("nulls") {
+            nulls = if words[n - 1].eq_ignore_ascii_case("first") {
+                Some(NullOrdering::First)
+            } else {
+                Some(NullOrdering::Last)
+            };
+            words.truncate(n - 2);
+        }
+        let mut order = Order::Asc;
+        if let Some(last) = words.last() {
+            if last.eq_ignore_ascii_case("desc") {
+                order = Order::Desc;
+                words.pop();
+            } else if last.eq_ignore_ascii_case("asc") {
+                words.pop();
+            }
+        }
+        terms.push((words.join(" "), order, nulls));
+    }
+    terms
+}
+
+pub(super) fn order_select(q: &mut SelectStatement, order_by: &str) {
+    for (expr, order, nulls) in order_terms(order_by) {
+        let expr = Expr::cust(expr);
+        match nulls {
+            Some(n) => q.order_by_expr_with_nulls(expr, order, n),
+            None => q.order_by_expr(expr, order),
+        };
+    }
+}
+
+/// The columns every claim returns: the row's id, its new fencing token and
+/// its cancel flag, named so they cannot clash with the user's columns. Record
+/// reads add the id after the configured expressions too, so rows map back to
+/// their claims; index-based scans never reach it and `FromRow` ignores it.
+pub(crate) const RECORD_ID: &str = "dbworker_record_id";
+/// See [`RECORD_ID`].
+pub(crate) const CLAIMED_TOKEN: &str = "dbworker_token";
+/// See [`RECORD_ID`].
+pub(crate) const CLAIMED_CANCEL: &str = "dbworker_cancel";
+/// See [`RECORD_ID`]: the claimed row's queue, for a limited claim.
+pub(super) const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
+
+/// Phase 1 of the dequeue: claims up to `limit` eligible rows in one statement,
+/// outside any transaction, and returns `(id, token)` in priority order.
+///
+/// Without a view, eligible rows of the table are locked with `FOR UPDATE OF
+/// alias SKIP LOCKED` in order. With a view, a window of candidates is ranked
+/// through the view (where conditions and order may use its columns), then the
+/// table's rows are locked and re-checked, so a complex view can never make two
+/// workers claim one row (Sourcegraph PR 37067).
+///
+/// With `with_record` (only without a view), the claim also returns the
+/// configured column expressions, evaluated on the claimed row version, ahead
+/// of its own columns: the whole dequeue is then this one statement.
+pub(crate) fn claim(
+    o: &JobTable,
+    hostname: &str,
+    conditions: &[Expr],
+    limit: usize,
+    with_record: bool,
+) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let limit = limit as u64;
+    let with_record = with_record && o.view.is_none();
+    let mut with = WithClause::new();
+    let candidates = alias("dbworker_candidates");
+    let mut final_select = Query::select();
+    final_select
+        .column((alias("dbworker_claimed"), sea_query::Asterisk))
+        .from(alias("dbworker_claimed"));
+
+    match &o.view {
+        None => {
+            let mut cand = Query::select();
+            cand.expr_as(col(&t.alias, &c.id), alias("id"))
+                .from(table_ref(t))
+                .cond_where(eligible(&t.alias, c));
+            match (&o.limit_table, &o.queue_column) {
+                (Some(limits), Some(queue)) => {
+                    with.cte(cte(queue_room(o, limits, queue), "dbworker_room", true));
+                    if let Some(key) = &o.limit_key_column {
+                        with.cte(cte(busy_keys(o, queue, key), "dbworker_busy_keys", true));
+                    }
+                    cand.and_where(col(&t.alias, &c.id).in_subquery(within_limits(
+                        o,
+                        conditions,
+                        queue,
+                        limit + o.candidate_window as u64,
+                    )));
+                }
+                _ => {
+                    for cond in conditions {
+                        cand.and_where(cond.clone());
+                    }
+                    if let Some(e) = not_paused(o, &t.alias) {
+                        cand.and_where(e);
+                    }
+                }
+            }
+            order_select(&mut cand, &o.order_by);
+            cand.limit(limit);
+            lock_skip(&mut cand, &t.alias);
+            with.cte(cte(cand, "dbworker_candidates", true));
+            // The claim returns its order-by values, so the claimed rows are
+            // sorted without reading the table a second time.
+            for (i, (_, order, nulls)) in order_terms(&o.order_by).into_iter().enumerate() {
+                let key = Expr::col((alias("dbworker_claimed"), alias(&sort_key(i))));
+                match nulls {
+                    Some(n) => final_select.order_by_expr_with_nulls(key, order, n),
+                    None => final_select.order_by_expr(key, order),
+                };
+            }
+        }
+        Some(v) => {
+            let mut window = Query::select();
+            window
+                .expr_as(col(&v.alias, &c.id), alias("id"))
+                .expr_as(
+                    Expr::cust(format!("row_number() OVER (ORDER BY {})", o.order_by)),
+                    alias("rank"),
+                )
+                .from(table_ref(v))
+                .cond_where(eligible(&v.alias, c));
+            for cond in conditions {
+                window.and_where(cond.clone());
+            }
+            order_select(&mut window, &o.order_by);
+            window.limit(limit + o.candidate_window as u64);
+            with.cte(cte(window, "dbworker_window", true));
+            let mut cand = Query::select();
+            cand.expr_as(col(&t.alias, &c.id), alias("id"))
+                .expr_as(col("dbworker_window", "rank"), alias("rank"))
+                .from(table_ref(t))
+                .inner_join(
+                    alias("dbworker_window"),
+                    col("dbworker_window", "id").equals((alias(&t.alias), alias(&c.id))),
+                )
+                .cond_where(eligible(&t.alias, c))
+                .order_by(("dbworker_window", "rank"), Order::Asc)
+                .limit(limit);
+            if let Some(e) = not_paused(o, &t.alias) {
+                cand.and_where(e);
+            }
+            lock_skip(&mut cand, &t.alias);
+            with.cte(cte(cand, "dbworker_candidates", true));
+            final_select
+                .inner_join(
+                    candidates.clone(),
+                    col("dbworker_candidates", "id").equals(("dbworker_claimed", RECORD_ID)),
+                )
+                .order_by(("dbworker_candidates", "rank"), Order::Asc);
+        }
+    }
+
+    let a = &t.alias;
+    let mut update = Query::update();
+    update
+        .table(table_ref(t))
+        .value(alias(&c.state), state(JobState::Processing))
+        .value(
+            alias(&c.started_at),
+            Expr::cust(format!(
+                "GREATEST(now(), {}.{} + interval '1 microsecond')",
+                quote(a),
+                quote(&c.started_at)
+            )),
+        )
+        .value(alias(&c.last_heartbeat_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("NULL"))
+        .value(alias(&c.failure_message), Expr::cust("NULL"))
+        .value(alias(&c.execution_logs), Expr::cust("NULL"))
+        .value(alias(&c.worker_hostname), hostname)
+        .from(candidates.clone())
+        .and_where(col(a, &c.id).equals(("dbworker_candidates", "id")))
+        .returning(
+            Query::returning().exprs(
+                with_record
+                    .then(|| o.column_expressions.iter().map(|e| Expr::cust(e.clone())))
+                    .into_iter()
+                    .flatten()
+                    .chain([
+                        Expr::cust(format!(
+                            "{}.{}::bigint AS {}",
+                            quote(a),
+                            quote(&c.id),
+                            quote(RECORD_ID)
+                        )),
+                        Expr::cust(format!(
+                            "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint AS {}",
+                            quote(a),
+                            quote(&c.started_at),
+                            quote(CLAIMED_TOKEN)
+                        )),
+                        Expr::cust(format!(
+                            "{}.{} AS {}",
+                            quote(a),
+                            quote(&c.cancel),
+                            quote(CLAIMED_CANCEL)
+                        )),
+                    ])
+                    .chain(
+                        o.view
+                            .is_none()
+                            .then(|| order_terms(&o.order_by))
+                            .into_iter()
+                            .flatten()
+                            .enumerate()
+                            .map(|(i, (expr, _, _))| {
+                                Expr::cust(format!("{expr} AS {}", quote(&sort_key(i))))
+                            }),
+                    )
+                    .chain(limited(o).and(o.queue_column.as_ref()).map(|queue| {
+                        Expr::cust(format!(
+                            "{}.{}::text AS {}",
+                            quote(a),
+                            quote(queue),
+                            quote(CLAIMED_QUEUE)
+                        ))
+                    })),
+            ),
+        );
+    with.cte(cte(update, "dbworker_claimed", false));
+    if let Some(limits) = limited(o) {
+        with.cte(cte(spend_tokens(o, limits), "dbworker_spent", false));
+    }
+    Statement::from(&final_select.with(with))
+}
+
+/// The limit table, when the claim enforces limits (a table, not a view,
+/// with a queue column).
+pub(super) fn limited(o: &JobTable) -> Option<&Relation> {
+    match (&o.limit_table, &o.queue_column, &o.view) {
+        (Some(limits), Some(_), None) => Some(limits),
+        _ => None,
+    }
+}
+
+/// The name of the claim's `i`-th order-by value (returned after its own
+/// columns, so index-based scans never reach it).
+pub(super) fn sort_key(i: usize) -> String {
+    format!("dbworker_sort_{i}")
+}
+
+/// `SELECT <column expressions>, id AS dbworker_record_id FROM <view or table>`.
+pub(super) fn select_columns(o: &JobTable) -> SelectStatement {
+    let s = o.source();
+    let mut q = Query::select();
+    for e in &o.column_expressions {
+        q.expr(Expr::cust(e.clone()));
+    }
+    q.expr(Expr::cust(format!(
+        "{}.{}::bigint AS {}",
+        quote(&s.alias),
+        quote(&o.columns.id),
+        quote(RECORD_ID)
+    )))
+    .from(table_ref(s));
+    q
+}
+
+/// Phase 2, heartbeat handling: reads every claimed record in one statement.
+pub(crate) fn select_records(o: &JobTable, ids: Vec<i64>) -> Statement {
+    let s = o.source();
+    let mut q = select_columns(o);
+    q.and_where(Expr::cust_with_values(
+        format!(
+            "{}.{} = ANY($1::bigint[])",
+            quote(&s.alias),
+            quote(&o.columns.id)
+        ),
+        [sea_query::Value::from(ids)],
+    ));
+    Statement::from(&q)
+}
+
+/// Phase 2, transactional handling: in the handler's transaction, locks the
+/// claimed row with `FOR KEY SHARE`, which blocks neither heartbeats nor the
+/// cancel flag, but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it. The
+/// record was read by the claim. No row: the claim was reset in between.
+pub(crate) fn lock_claimed(o: &JobTable, id: i64, token: i64) -> Statement {
+    let t = &o.table;
+    let q = Query::select()
+        .expr_as(col(&t.alias, &o.columns.id), alias("id"))
+        .from(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .lock_with_tables(LockType::KeyShare, [alias(&t.alias)])
+        .to_owned();
+    Statement::from(&q)
+}

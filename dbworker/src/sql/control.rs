@@ -1,0 +1,341 @@
+//! The control tables (pauses and limits): their own statements, and the
+//! `NOT EXISTS` pause check and limit CTEs the claim is built with.
+
+use super::*;
+
+/// The limit table's columns after its key, all replaced by `set_limit`.
+pub(crate) const LIMIT_SETTINGS: [&str; 6] = [
+    "max_processing",
+    "max_per_key",
+    "rate_per_second",
+    "burst",
+    "tokens",
+    "refilled_at",
+];
+
+/// The name a job table is paused under: `schema.name` or `name`.
+pub(crate) fn pause_key(table: &Relation) -> String {
+    table.display_name()
+}
+
+/// `NOT EXISTS` a pause of the table (queue `*`) or of the row's queue, when
+/// the store consults a pause table.
+pub(super) fn not_paused(o: &JobTable, a: &str) -> Option<Expr> {
+    let pauses = o.pause_table.as_ref()?;
+    let queue = match &o.queue_column {
+        Some(column) => format!(" OR p.\"queue\" = {}.{}", quote(a), quote(column)),
+        None => String::new(),
+    };
+    Some(Expr::cust_with_values(
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {} AS p WHERE p.\"job_table\" = $1 AND (p.\"queue\" = '*'{queue}))",
+            pauses.quoted()
+        ),
+        [pause_key(&o.table)],
+    ))
+}
+
+/// Each limited queue's room: the fewest of what its `max_processing` leaves
+/// beside the jobs of that queue processing now (counted through the
+/// processing partial index) and the whole tokens its rate bucket holds at
+/// the statement's start; NULL when neither is limited. The bucket's level
+/// and time come along, so the claim can spend what it took.
+pub(super) fn queue_room(o: &JobTable, limits: &Relation, queue: &str) -> SelectStatement {
+    let c = &o.columns;
+    let l = quote(&limits.alias);
+    let busy = format!(
+        "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing' AND \"dbworker_busy\".{}::text = {l}.\"queue\")",
+        o.table.quoted(),
+        quote(&c.state),
+        quote(queue),
+    );
+    let tokens = format!(
+        "LEAST(COALESCE({l}.\"burst\", GREATEST(ceil({l}.\"rate_per_second\"), 1)), {l}.\"tokens\" + {l}.\"rate_per_second\" * EXTRACT(EPOCH FROM statement_timestamp() - {l}.\"refilled_at\")::float8)"
+    );
+    Query::select()
+        .expr_as(col(&limits.alias, "queue"), alias("queue"))
+        .expr_as(
+            Expr::cust(format!(
+                "LEAST(CASE WHEN {l}.\"max_processing\" IS NOT NULL THEN GREATEST({l}.\"max_processing\" - {busy}, 0) END, CASE WHEN {l}.\"rate_per_second\" IS NOT NULL THEN GREATEST(floor({tokens}), 0)::integer END)"
+            )),
+            alias("room"),
+        )
+        .expr_as(col(&limits.alias, "max_per_key"), alias("max_per_key"))
+        .expr_as(Expr::cust(tokens), alias("tokens"))
+        .expr_as(Expr::cust("statement_timestamp()"), alias("at"))
+        .from(table_ref(limits))
+        .and_where(col(&limits.alias, "job_table").eq(pause_key(&o.table)))
+        .to_owned()
+}
+
+/// Processing jobs per queue and key, for the queues limited per key.
+pub(super) fn busy_keys(o: &JobTable, queue: &str, key: &str) -> SelectStatement {
+    let b = "dbworker_busy";
+    Query::select()
+        .expr_as(Expr::cust(format!("{}.{}::text", quote(b), quote(queue))), alias("queue"))
+        .expr_as(col(b, key), alias("key"))
+        .expr_as(Expr::cust("count(*)"), alias("busy"))
+        .from(table_ref(&Relation {
+            alias: b.to_owned(),
+            ..o.table.clone()
+        }))
+        .and_where(col(b, &o.columns.state).eq(state(JobState::Processing)))
+        .and_where(col(b, key).is_not_null())
+        .and_where(Expr::cust(format!(
+            "{}.{}::text IN (SELECT \"r\".\"queue\" FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"max_per_key\" IS NOT NULL)",
+            quote(b),
+            quote(queue)
+        )))
+        .add_group_by([Expr::cust("1"), Expr::cust("2")])
+        .to_owned()
+}
+
+/// What the per-key limit leaves for the row's key (NULL: not limited).
+pub(super) fn key_room(a: &str, queue: &str, key: &str) -> String {
+    let (a, queue, key) = (quote(a), quote(queue), quote(key));
+    format!(
+        "CASE WHEN {a}.{key} IS NULL THEN NULL ELSE (SELECT \"r\".\"max_per_key\" - COALESCE((SELECT \"k\".\"busy\" FROM \"dbworker_busy_keys\" AS \"k\" WHERE \"k\".\"queue\" = {a}.{queue}::text AND \"k\".\"key\" = {a}.{key}), 0) FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {a}.{queue}::text) END"
+    )
+}
+
+/// Ids of eligible rows, in priority order, of which each limited queue
+/// contributes at most its room, and each key at most its own room (queues
+/// and keys without room are skipped whole, so they never crowd out the
+/// others): `window` rows are ranked per key, then per queue.
+pub(super) fn within_limits(
+    o: &JobTable,
+    conditions: &[Expr],
+    queue: &str,
+    window: u64,
+) -> SelectStatement {
+    let t = &o.table;
+    let c = &o.columns;
+    let a = &t.alias;
+    let mut eligible_rows = Query::select();
+    eligible_rows
+        .expr(Expr::cust(format!("{}.*", quote(a))))
+        .from(table_ref(t))
+        .cond_where(eligible(a, c));
+    for cond in conditions {
+        eligible_rows.and_where(cond.clone());
+    }
+    if let Some(e) = not_paused(o, a) {
+        eligible_rows.and_where(e);
+    }
+    eligible_rows.and_where(Expr::cust(format!(
+        "NOT EXISTS (SELECT 1 FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {}.{}::text AND \"r\".\"room\" = 0)",
+        quote(a),
+        quote(queue)
+    )));
+    if let Some(key) = &o.limit_key_column {
+        eligible_rows.and_where(Expr::cust(format!(
+            "COALESCE({} > 0, true)",
+            key_room(a, queue, key)
+        )));
+    }
+    order_select(&mut eligible_rows, &o.order_by);
+    eligible_rows.limit(window);
+    // Each subquery keeps the table's alias, so `order_by` reads the same.
+    let source = match &o.limit_key_column {
+        None => eligible_rows,
+        Some(key) => {
+            let ranked_by_key = Query::select()
+                .expr(Expr::cust(format!("{}.*", quote(a))))
+                .expr_as(
+                    Expr::cust(format!(
+                        "row_number() OVER (PARTITION BY {}.{}, {}.{} ORDER BY {})",
+                        quote(a),
+                        quote(queue),
+                        quote(a),
+                        quote(key),
+                        o.order_by
+                    )),
+                    alias("dbworker_key_rank"),
+                )
+                .expr_as(
+                    Expr::cust(key_room(a, queue, key)),
+                    alias("dbworker_key_room"),
+                )
+                .from_subquery(eligible_rows, alias(a))
+                .to_owned();
+            Query::select()
+                .expr(Expr::cust(format!("{}.*", quote(a))))
+                .from_subquery(ranked_by_key, alias(a))
+                .and_where(Expr::cust(format!(
+                    "{a}.\"dbworker_key_room\" IS NULL OR {a}.\"dbworker_key_rank\" <= {a}.\"dbworker_key_room\"",
+                    a = quote(a)
+                )))
+                .to_owned()
+        }
+    };
+    let ranked = Query::select()
+        .expr_as(col(a, &c.id), alias("id"))
+        .expr_as(
+            Expr::cust(format!(
+                "row_number() OVER (PARTITION BY {}.{} ORDER BY {})",
+                quote(a),
+                quote(queue),
+                o.order_by
+            )),
+            alias("rank"),
+        )
+        .expr_as(col("dbworker_room", "room"), alias("room"))
+        .from_subquery(source, alias(a))
+        .left_join(
+            alias("dbworker_room"),
+            Expr::cust(format!(
+                "\"dbworker_room\".\"queue\" = {}.{}::text",
+                quote(a),
+                quote(queue)
+            )),
+        )
+        .to_owned();
+    Query::select()
+        .column((alias("dbworker_ranked"), alias("id")))
+        .from_subquery(ranked, alias("dbworker_ranked"))
+        .and_where(Expr::cust(
+            "\"dbworker_ranked\".\"room\" IS NULL OR \"dbworker_ranked\".\"rank\" <= \"dbworker_ranked\".\"room\"",
+        ))
+        .to_owned()
+}
+
+/// Spends the tokens of the rate-limited queues the claim took jobs from
+/// (claims of a limited table are serialized, so the bucket never races).
+pub(super) fn spend_tokens(o: &JobTable, limits: &Relation) -> UpdateStatement {
+    let l = quote(&limits.alias);
+    let taken = format!(
+        "(SELECT count(*) FROM \"dbworker_claimed\" AS \"c\" WHERE \"c\".{} = {l}.\"queue\")",
+        quote(CLAIMED_QUEUE)
+    );
+    Query::update()
+        .table(table_ref(limits))
+        .value(alias("tokens"), Expr::cust(format!("\"dbworker_room\".\"tokens\" - {taken}")))
+        .value(alias("refilled_at"), Expr::cust("\"dbworker_room\".\"at\""))
+        .from(alias("dbworker_room"))
+        .and_where(col(&limits.alias, "job_table").eq(pause_key(&o.table)))
+        .and_where(Expr::cust(format!(
+            "\"dbworker_room\".\"queue\" = {l}.\"queue\" AND {l}.\"rate_per_second\" IS NOT NULL AND {taken} > 0"
+        )))
+        .to_owned()
+}
+
+/// Serializes the claims of one job table (limited claims run after it, in
+/// the same transaction, so each sees the ones before).
+pub(crate) fn claim_lock(o: &JobTable) -> Statement {
+    let q = Query::select()
+        .expr(Expr::cust_with_values(
+            "pg_advisory_xact_lock(hashtextextended($1, 0))",
+            [format!("dbworker_claim:{}", pause_key(&o.table))],
+        ))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Pauses the job table (queue `*`) or one queue; no row if it already was.
+pub(crate) fn pause(pauses: &Relation, job_table: &str, queue: &str, by: &str) -> Statement {
+    let mut q = Query::insert();
+    q.into_table(table_ref(pauses))
+        .columns([alias("job_table"), alias("queue"), alias("paused_by")])
+        .values_panic([Expr::val(job_table), Expr::val(queue), Expr::val(by)])
+        .on_conflict(
+            OnConflict::columns([alias("job_table"), alias("queue")])
+                .do_nothing()
+                .to_owned(),
+        )
+        .returning(Query::returning().column(alias("queue")));
+    Statement::from(&q)
+}
+
+/// A queue's limits as `set_limit` writes them (`None`: no such limit).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LimitRow {
+    pub(crate) max_processing: Option<u32>,
+    pub(crate) max_per_key: Option<u32>,
+    pub(crate) rate_per_second: Option<f64>,
+    pub(crate) burst: Option<u32>,
+}
+
+/// Replaces a queue's limits; a rate starts with an empty bucket.
+pub(crate) fn set_limit(
+    limits: &Relation,
+    job_table: &str,
+    queue: &str,
+    limit: LimitRow,
+) -> Statement {
+    let int = |n: Option<u32>| n.and_then(|n| i32::try_from(n).ok());
+    let mut q = Query::insert();
+    let updated = LIMIT_SETTINGS;
+    q.into_table(table_ref(limits))
+        .columns(["job_table", "queue"].into_iter().chain(updated).map(alias))
+        .values_panic([
+            Expr::val(job_table),
+            Expr::val(queue),
+            Expr::val(int(limit.max_processing)),
+            Expr::val(int(limit.max_per_key)),
+            Expr::val(limit.rate_per_second),
+            Expr::val(int(limit.burst)),
+            Expr::val(0.0f64),
+            Expr::cust("now()"),
+        ])
+        .on_conflict(
+            OnConflict::columns([alias("job_table"), alias("queue")])
+                .update_columns(updated.map(alias))
+                .to_owned(),
+        );
+    Statement::from(&q)
+}
+
+/// Removes a queue's limit.
+pub(crate) fn remove_limit(limits: &Relation, job_table: &str, queue: &str) -> Statement {
+    let q = Query::delete()
+        .from_table(table_ref(limits))
+        .and_where(col(&limits.alias, "job_table").eq(job_table))
+        .and_where(col(&limits.alias, "queue").eq(queue))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// A job table's limits by queue.
+pub(crate) fn list_limits(limits: &Relation, job_table: &str) -> Statement {
+    let q = Query::select()
+        .expr_as(col(&limits.alias, "queue"), alias("queue"))
+        .exprs(
+            ["max_processing", "max_per_key", "rate_per_second", "burst"]
+                .map(|c| col(&limits.alias, c)),
+        )
+        .from(table_ref(limits))
+        .and_where(col(&limits.alias, "job_table").eq(job_table))
+        .order_by((alias(&limits.alias), alias("queue")), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Resumes the job table or one queue; returns the row it removed, if any.
+pub(crate) fn resume(pauses: &Relation, job_table: &str, queue: &str) -> Statement {
+    let q = Query::delete()
+        .from_table(table_ref(pauses))
+        .and_where(col(&pauses.alias, "job_table").eq(job_table))
+        .and_where(col(&pauses.alias, "queue").eq(queue))
+        .returning(Query::returning().column(alias("queue")))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The job table's pauses: `(queue, paused_by, seconds paused)` by queue.
+pub(crate) fn list_pauses(pauses: &Relation, job_table: &str) -> Statement {
+    let q = Query::select()
+        .expr_as(col(&pauses.alias, "queue"), alias("queue"))
+        .expr_as(col(&pauses.alias, "paused_by"), alias("paused_by"))
+        .expr_as(
+            Expr::cust(format!(
+                "EXTRACT(EPOCH FROM now() - {}.\"paused_at\")::float8",
+                quote(&pauses.alias)
+            )),
+            alias("seconds"),
+        )
+        .from(table_ref(pauses))
+        .and_where(col(&pauses.alias, "job_table").eq(job_table))
+        .order_by((alias(&pauses.alias), alias("queue")), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}

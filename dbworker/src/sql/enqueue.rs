@@ -1,0 +1,284 @@
+//! The enqueue side: rows inserted one or many per statement, keyed inserts, COPY.
+
+use std::time::{Duration, SystemTime};
+
+use super::*;
+
+/// The resolved table and columns an enqueuer writes.
+#[derive(Debug, Clone)]
+pub(crate) struct EnqueueTable {
+    pub(crate) table: Relation,
+    pub(crate) columns: Columns,
+    pub(crate) key: Option<String>,
+    pub(crate) queue: Option<String>,
+    pub(crate) priority: Option<String>,
+    pub(crate) max_retries: Option<String>,
+    pub(crate) kind: Option<String>,
+}
+
+impl EnqueueTable {
+    /// The optional columns this table was configured with.
+    pub(crate) fn optional_columns(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.key,
+            &self.queue,
+            &self.priority,
+            &self.max_retries,
+            &self.kind,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
+}
+
+/// When a new job becomes eligible. Both are computed by the database clock
+/// or stored as given; the worker compares them with the database clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum RunAt {
+    /// At this instant.
+    At(SystemTime),
+    /// This long after the enqueue, by the database clock.
+    After(Duration),
+}
+
+/// A new job's values as the statements take them (from `NewJob::row`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JobRow<'a> {
+    pub(crate) values: &'a [(String, sea_query::Value)],
+    pub(crate) run_at: Option<RunAt>,
+    pub(crate) priority: Option<i32>,
+    pub(crate) queue: Option<&'a str>,
+    pub(crate) max_retries: Option<u32>,
+    pub(crate) kind: Option<&'a str>,
+}
+
+/// What a keyed insert does when a live job holds the key (the enqueue side's
+/// `KeyMode`, as the statement sees it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnKey {
+    /// A waiting holder takes the new values and run-at.
+    Replace,
+    /// A waiting holder takes the new values, keeping its run-at.
+    PreserveRunAt,
+    /// Nothing changes.
+    DedupeOnly,
+}
+
+/// The job table as an insert target, aliased so `ON CONFLICT … DO UPDATE`
+/// can name the existing row.
+pub(super) const ENQUEUE_ALIAS: &str = "dbworker_job";
+
+pub(super) fn enqueue_target(t: &EnqueueTable) -> TableRef {
+    let r: TableRef = match &t.table.schema {
+        Some(schema) => (alias(schema), alias(&t.table.name)).into(),
+        None => alias(&t.table.name).into(),
+    };
+    r.alias(alias(ENQUEUE_ALIAS))
+}
+
+/// `process_after` for a run-at: an instant as given, or a delay from the
+/// database clock's `now()`.
+pub(super) fn run_at_expr(run_at: RunAt) -> Expr {
+    match run_at {
+        RunAt::At(at) => {
+            let secs = match at.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => d.as_secs_f64(),
+                Err(before) => -before.duration().as_secs_f64(),
+            };
+            Expr::cust_with_values("to_timestamp($1::float8)", [secs])
+        }
+        RunAt::After(delay) => Expr::cust_with_values(
+            "now() + make_interval(secs => $1::float8)",
+            [delay.as_secs_f64()],
+        ),
+    }
+}
+
+/// The columns and values of a new row: the application's columns, then
+/// `process_after`, priority, queue and key where configured and set.
+pub(super) fn enqueue_columns(
+    t: &EnqueueTable,
+    job: &JobRow<'_>,
+    key: Option<&str>,
+) -> Vec<(String, Expr)> {
+    let mut row: Vec<(String, Expr)> = job
+        .values
+        .iter()
+        .map(|(c, v)| (c.clone(), Expr::val(v.clone())))
+        .collect();
+    if let Some(run_at) = job.run_at {
+        row.push((t.columns.process_after.clone(), run_at_expr(run_at)));
+    }
+    if let (Some(column), Some(p)) = (&t.priority, job.priority) {
+        row.push((column.clone(), Expr::val(p)));
+    }
+    if let (Some(column), Some(q)) = (&t.queue, job.queue) {
+        row.push((column.clone(), Expr::val(q)));
+    }
+    if let (Some(column), Some(m)) = (&t.max_retries, job.max_retries) {
+        row.push((column.clone(), Expr::val(i64::from(m))));
+    }
+    if let (Some(column), Some(k)) = (&t.kind, job.kind) {
+        row.push((column.clone(), Expr::val(k)));
+    }
+    if let (Some(column), Some(k)) = (&t.key, key) {
+        row.push((column.clone(), Expr::val(k)));
+    }
+    row
+}
+
+/// `RETURNING id::bigint AS id, (xmax = 0) AS inserted`: an updated row has the
+/// updating transaction in `xmax`, a new one has none.
+pub(super) fn enqueue_returning(t: &EnqueueTable, q: &mut InsertStatement) {
+    q.returning(Query::returning().exprs([
+        Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(ENQUEUE_ALIAS),
+            quote(&t.columns.id)
+        )),
+        Expr::cust(format!(
+            "({}.xmax = 0) AS \"inserted\"",
+            quote(ENQUEUE_ALIAS)
+        )),
+    ]));
+}
+
+/// Inserts unkeyed jobs in one statement: the union of their columns, with
+/// `DEFAULT` where a job sets none. Returns `(id, inserted)` in input order.
+pub(crate) fn enqueue_rows(t: &EnqueueTable, jobs: &[JobRow<'_>]) -> Statement {
+    let rows: Vec<Vec<(String, Expr)>> = jobs.iter().map(|j| enqueue_columns(t, j, None)).collect();
+    let mut names: Vec<String> = vec![t.columns.process_after.clone()];
+    for (c, _) in rows.iter().flatten() {
+        if !names.contains(c) {
+            names.push(c.clone());
+        }
+    }
+    let mut q = Query::insert();
+    q.into_table(enqueue_target(t))
+        .columns(names.iter().map(|n| alias(n)));
+    for mut row in rows {
+        let values: Vec<Expr> = names
+            .iter()
+            .map(|n| match row.iter().position(|(c, _)| c == n) {
+                Some(i) => row.swap_remove(i).1,
+                None => Expr::cust("DEFAULT"),
+            })
+            .collect();
+        q.values_panic(values);
+    }
+    enqueue_returning(t, &mut q);
+    Statement::from(&q)
+}
+
+/// The states in which a job holds its key (the unique index's predicate).
+pub(super) fn key_live_states(state_column: &str) -> String {
+    format!(
+        "{} IN ('queued', 'errored', 'processing')",
+        quote(state_column)
+    )
+}
+
+/// Inserts a keyed job, unless a live job holds the key: then a waiting one
+/// takes the new values (`Replace`, `PreserveRunAt`), and a processing one or
+/// any with `DedupeOnly` is left alone (no row returned).
+pub(crate) fn enqueue_keyed(
+    t: &EnqueueTable,
+    job: &JobRow<'_>,
+    key: &str,
+    mode: OnKey,
+) -> Statement {
+    let row = enqueue_columns(t, job, Some(key));
+    let key_column = t.key.clone().unwrap_or_default();
+    let mut q = Query::insert();
+    q.into_table(enqueue_target(t))
+        .columns(row.iter().map(|(c, _)| alias(c)))
+        .values_panic(row.iter().map(|(_, e)| e.clone()));
+    let mut conflict = OnConflict::column(alias(&key_column));
+    conflict.target_and_where(Expr::cust(key_live_states(&t.columns.state)));
+    let mut updated: Vec<String> = job.values.iter().map(|(c, _)| c.clone()).collect();
+    if mode == OnKey::Replace {
+        updated.push(t.columns.process_after.clone());
+    }
+    if job.priority.is_some() {
+        updated.extend(t.priority.clone());
+    }
+    if job.queue.is_some() {
+        updated.extend(t.queue.clone());
+    }
+    if job.max_retries.is_some() {
+        updated.extend(t.max_retries.clone());
+    }
+    if job.kind.is_some() {
+        updated.extend(t.kind.clone());
+    }
+    match mode {
+        OnKey::DedupeOnly => {
+            conflict.do_nothing();
+        }
+        OnKey::Replace | OnKey::PreserveRunAt => {
+            if updated.is_empty() {
+                // Still "updated": a no-op assignment returns the row.
+                updated.push(key_column);
+            }
+            conflict
+                .update_columns(updated.iter().map(|c| alias(c)))
+                .action_and_where(Expr::cust(format!(
+                    "{}.{} IN ('queued', 'errored')",
+                    quote(ENQUEUE_ALIAS),
+                    quote(&t.columns.state)
+                )));
+        }
+    }
+    q.on_conflict(conflict);
+    enqueue_returning(t, &mut q);
+    Statement::from(&q)
+}
+
+/// `COPY <table> (<columns>) FROM STDIN` in text format, for bulk loads.
+pub(crate) fn copy_in(t: &EnqueueTable, columns: &[String]) -> String {
+    let table = t.table.quoted();
+    let columns: Vec<String> = columns.iter().map(|c| quote(c)).collect();
+    format!("COPY {table} ({}) FROM STDIN", columns.join(", "))
+}
+
+/// The live job holding `key`.
+pub(crate) fn live_job_with_key(t: &EnqueueTable, key: &str) -> Statement {
+    let key_column = t.key.clone().unwrap_or_default();
+    let q = Query::select()
+        .expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(ENQUEUE_ALIAS),
+            quote(&t.columns.id)
+        )))
+        .from(enqueue_target(t))
+        .and_where(col(ENQUEUE_ALIAS, &key_column).eq(key))
+        .and_where(Expr::cust(format!(
+            "{}.{}",
+            quote(ENQUEUE_ALIAS),
+            key_live_states(&t.columns.state)
+        )))
+        .limit(1)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Plans (never runs) a keyed insert: fails when no unique index matches the
+/// `ON CONFLICT` target, so a missing index is reported at start-up.
+pub(crate) fn explain_keyed_insert(t: &EnqueueTable) -> Statement {
+    let key_column = t.key.clone().unwrap_or_default();
+    let mut q = Query::insert();
+    q.into_table(enqueue_target(t))
+        .columns([alias(&key_column)])
+        .values_panic([Expr::cust("NULL")]);
+    let mut conflict = OnConflict::column(alias(&key_column));
+    conflict
+        .target_and_where(Expr::cust(key_live_states(&t.columns.state)))
+        .do_nothing();
+    q.on_conflict(conflict);
+    let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
+    Statement {
+        sql: format!("EXPLAIN {sql}"),
+        values,
+    }
+}

@@ -1,0 +1,86 @@
+//! Queue depth and age: the gauges the store and the dashboard read.
+
+use super::*;
+
+/// How many jobs wait (queued, or errored awaiting a retry). Served by the
+/// partial index on those states, not a scan of the whole table.
+pub(crate) fn queued_count(o: &JobTable) -> Statement {
+    let t = &o.table;
+    let c = &o.columns;
+    let q = Query::select()
+        .expr(Expr::cust("count(*)::bigint"))
+        .from(table_ref(t))
+        .and_where(
+            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Whether any job waits: stops at the first row.
+pub(crate) fn any_queued(o: &JobTable) -> Statement {
+    let t = &o.table;
+    let c = &o.columns;
+    let inner = Query::select()
+        .expr(Expr::val(1))
+        .from(table_ref(t))
+        .and_where(
+            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
+        )
+        .limit(1)
+        .to_owned();
+    let q = Query::select().expr(Expr::exists(inner)).to_owned();
+    Statement::from(&q)
+}
+
+/// Seconds the oldest waiting job has been queued (0 when none), by the database clock.
+pub(crate) fn max_age_in_queue(o: &JobTable) -> Statement {
+    let t = &o.table;
+    let c = &o.columns;
+    let q = Query::select()
+        .expr(Expr::cust(format!(
+            "COALESCE(EXTRACT(EPOCH FROM now() - min({}.{})), 0)::float8",
+            quote(&t.alias),
+            quote(&c.queued_at)
+        )))
+        .from(table_ref(t))
+        .and_where(
+            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Live rows per state (and queue): `(state, queue, count, oldest)` with the
+/// oldest `queued_at` age in seconds. Two branches, each matching one partial
+/// index (waiting, processing), so the cost follows the live rows, never the
+/// finished ones.
+pub(crate) fn queue_stats(o: &JobTable) -> Statement {
+    live_stats(&o.table, &o.columns, o.queue_column.as_deref())
+}
+
+pub(super) fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statement {
+    let a = quote(&t.alias);
+    let queue = match queue_column {
+        Some(column) => format!("{a}.{}::text", quote(column)),
+        None => "NULL::text".to_owned(),
+    };
+    let branch = |states: &str| {
+        format!(
+            "SELECT {a}.{state}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
+             COALESCE(EXTRACT(EPOCH FROM now() - min({a}.{queued_at})), 0)::float8 AS \"oldest\" \
+             FROM {table} AS {a} WHERE {a}.{state} IN ({states}) GROUP BY 1, 2",
+            state = quote(&c.state),
+            queued_at = quote(&c.queued_at),
+            table = t.quoted(),
+        )
+    };
+    Statement {
+        sql: format!(
+            "{} UNION ALL {} ORDER BY 1, 2",
+            branch("'queued', 'errored'"),
+            branch("'processing'")
+        ),
+        values: SqlxValues(sea_query::Values(Vec::new())),
+    }
+}

@@ -1,0 +1,56 @@
+//! The heartbeat: one statement that touches every running job the worker still owns.
+
+use super::*;
+
+/// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
+/// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does
+/// not block this update; a row the handler itself updated (a stronger lock) is
+/// skipped rather than waited on, and its lock shows it is alive.
+pub(crate) fn heartbeat(o: &JobTable, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let a = &t.alias;
+    let owned_q = Query::select()
+        .expr_as(col(a, &c.id), alias("id"))
+        .expr_as(col(a, &c.cancel), alias("cancel"))
+        .from(table_ref(t))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(Expr::cust_with_values(
+            format!(
+                "({}.{}::bigint, (EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                quote(a),
+                quote(&c.id),
+                quote(a),
+                quote(&c.started_at)
+            ),
+            [sea_query::Value::from(ids), sea_query::Value::from(tokens)],
+        ))
+        .to_owned();
+    let lockable = Query::select()
+        .column((alias("dbworker_lock"), alias(&c.id)))
+        .from(table_ref(t).alias(alias("dbworker_lock")))
+        .and_where(
+            col("dbworker_lock", &c.id).in_subquery(
+                Query::select()
+                    .column(alias("id"))
+                    .from(alias("dbworker_owned"))
+                    .to_owned(),
+            ),
+        )
+        .lock_with_behavior(LockType::NoKeyUpdate, LockBehavior::SkipLocked)
+        .to_owned();
+    let touch = Query::update()
+        .table(table_ref(t))
+        .value(alias(&c.last_heartbeat_at), Expr::cust("now()"))
+        .and_where(col(a, &c.id).in_subquery(lockable))
+        .to_owned();
+    let mut with = WithClause::new();
+    with.cte(cte(owned_q, "dbworker_owned", true))
+        .cte(cte(touch, "dbworker_touched", false));
+    let q = Query::select()
+        .expr(Expr::cust("\"dbworker_owned\".\"id\"::bigint AS \"id\""))
+        .expr(Expr::cust("\"dbworker_owned\".\"cancel\" AS \"cancel\""))
+        .from(alias("dbworker_owned"))
+        .to_owned();
+    Statement::from(&q.with(with))
+}

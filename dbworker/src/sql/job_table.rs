@@ -1,0 +1,31 @@
+//! `JobTable`: what every job-table statement needs to know about the table.
+
+use super::*;
+
+/// The job table as the statements see it: names resolved and validated by the
+/// store's options, plus the settings that shape the claim, marks and resets.
+#[derive(Debug, Clone)]
+pub(crate) struct JobTable {
+    pub(crate) table: Relation,
+    /// The view records are read through, if any.
+    pub(crate) view: Option<Relation>,
+    pub(crate) columns: Columns,
+    pub(crate) column_expressions: Vec<String>,
+    pub(crate) order_by: String,
+    pub(crate) max_num_retries: u32,
+    pub(crate) max_retries_column: Option<String>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_num_resets: u32,
+    pub(crate) candidate_window: usize,
+    pub(crate) pause_table: Option<Relation>,
+    pub(crate) limit_table: Option<Relation>,
+    pub(crate) limit_key_column: Option<String>,
+    pub(crate) queue_column: Option<String>,
+}
+
+impl JobTable {
+    /// The relation records are read from: the view, or the table.
+    pub(crate) fn source(&self) -> &Relation {
+        self.view.as_ref().unwrap_or(&self.table)
+    }
+}

@@ -1,0 +1,333 @@
+//! Every mark of a claimed job (complete, errored, failed, requeued, lost),
+//! single and batched, each fenced by the claim's token.
+
+use super::*;
+
+pub(super) fn fenced_update(o: &JobTable, id: i64, token: i64) -> UpdateStatement {
+    let t = &o.table;
+    Query::update()
+        .table(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .to_owned()
+}
+
+/// Marks a claimed job completed. Runs inside the handler's transaction in
+/// transactional handling, where `now()` is the transaction's start: times use
+/// `clock_timestamp()`.
+pub(crate) fn mark_complete(o: &JobTable, id: i64, token: i64) -> Statement {
+    let c = &o.columns;
+    let q = fenced_update(o, id, token)
+        .value(alias(&c.state), state(JobState::Completed))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The job's retry limit: its own column's value when the table has one and it
+/// is set, else the store's `max_num_retries`.
+pub(super) fn max_retries(o: &JobTable, a: &str) -> Expr {
+    match &o.max_retries_column {
+        Some(column) => Expr::cust_with_values(
+            format!("COALESCE({}.{}, $1)", quote(a), quote(column)),
+            [i64::from(o.max_num_retries)],
+        ),
+        None => Expr::val(o.max_num_retries),
+    }
+}
+
+/// The delay before the next retry, in SQL over the row's `num_failures` (the
+/// value before this failure is counted).
+pub(super) fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
+    Expr::cust_with_values(
+        format!(
+            "make_interval(secs => LEAST($1::float8, $2::float8 * power($3::float8, COALESCE({}.{}, 0))) * (1 + $4::float8 * (2 * random() - 1)))",
+            quote(a),
+            quote(&c.num_failures)
+        ),
+        [
+            r.max_delay.as_secs_f64(),
+            r.retry_after.as_secs_f64(),
+            r.backoff_factor,
+            r.jitter,
+        ],
+    )
+}
+
+/// Records a retryable failure: `canceled` if cancellation was requested,
+/// `failed` once retries are exhausted, else `errored` with `process_after`
+/// set to the next retry time.
+pub(crate) fn mark_errored(o: &JobTable, id: i64, token: i64, message: &str) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let exhausted = || counter(a, &c.num_failures).add(1).gt(max_retries(o, a));
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(col(a, &c.cancel), state(JobState::Canceled))
+                .case(exhausted(), state(JobState::Failed))
+                .finally(state(JobState::Errored)),
+        )
+        .value(
+            alias(&c.process_after),
+            Expr::case(
+                Condition::any().add(col(a, &c.cancel)).add(exhausted()),
+                col(a, &c.process_after),
+            )
+            .finally(Expr::cust("now()").add(retry_delay(a, c, &o.retry))),
+        )
+        .value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
+        .value(
+            alias(&c.failure_message),
+            sanitize_failure_message(message).as_ref(),
+        )
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// What a batched mark does to one job: what [`mark_complete`],
+/// [`mark_errored`] or [`mark_failed`] would do to it alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MarkKind {
+    Complete,
+    Errored,
+    Failed,
+}
+
+impl MarkKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            MarkKind::Complete => "complete",
+            MarkKind::Errored => "errored",
+            MarkKind::Failed => "failed",
+        }
+    }
+}
+
+/// One job of a batched mark.
+#[derive(Debug, Clone)]
+pub(crate) struct Mark {
+    pub(crate) id: i64,
+    pub(crate) token: i64,
+    pub(crate) kind: MarkKind,
+    pub(crate) message: String,
+}
+
+/// Completes many claimed jobs in one statement (heartbeat handling, a batch
+/// of completions only: the common case, planned once and cached). Returns the
+/// ids that were marked; any other was no longer ours.
+pub(crate) fn complete_batch(o: &JobTable, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let a = &t.alias;
+    let q = Query::update()
+        .table(table_ref(t))
+        .value(alias(&c.state), state(JobState::Completed))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .from(TableRef::SubQuery(
+            Box::new(
+                Query::select()
+                    .expr_as(
+                        Expr::cust_with_values("unnest($1::bigint[])", [ids]),
+                        alias("id"),
+                    )
+                    .expr_as(
+                        Expr::cust_with_values("unnest($1::bigint[])", [tokens]),
+                        alias("token"),
+                    )
+                    .to_owned(),
+            ),
+            alias("dbworker_marks").into_iden(),
+        ))
+        .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(token_expr(a, c).equals(("dbworker_marks", "token")))
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(a),
+            quote(&c.id)
+        ))))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Marks many claimed jobs in one statement (heartbeat handling): each gets
+/// what its own mark would do, and only while its lease still owns the row.
+/// Returns the ids that were marked; any other was no longer ours.
+pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark]) -> Statement {
+    let c = &o.columns;
+    let t = &o.table;
+    let a = &t.alias;
+    let q = |name: &str| format!("{}.{}", quote(a), quote(name));
+    let failures = format!("COALESCE({}, 0)", q(&c.num_failures)); // see counter()
+    let cancel = format!("COALESCE({}, false)", q(&c.cancel));
+    let marks_q = Query::select()
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::bigint[])",
+                [marks.iter().map(|m| m.id).collect::<Vec<_>>()],
+            ),
+            alias("id"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::bigint[])",
+                [marks.iter().map(|m| m.token).collect::<Vec<_>>()],
+            ),
+            alias("token"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::text[])",
+                [marks
+                    .iter()
+                    .map(|m| m.kind.as_str().to_owned())
+                    .collect::<Vec<_>>()],
+            ),
+            alias("kind"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "unnest($1::text[])",
+                [marks
+                    .iter()
+                    .map(|m| sanitize_failure_message(&m.message).into_owned())
+                    .collect::<Vec<_>>()],
+            ),
+            alias("message"),
+        )
+        .to_owned();
+    let kind_is = |k: MarkKind| format!("\"dbworker_marks\".\"kind\" = '{}'", k.as_str());
+    let exhausted = Expr::cust(format!("{failures} + 1")).gt(max_retries(o, a));
+    let retry_now = Condition::all()
+        .add(Expr::cust(kind_is(MarkKind::Errored)))
+        .add(Expr::cust(format!("NOT {cancel}")))
+        .add(exhausted.clone().not());
+    let update = Query::update()
+        .table(table_ref(t))
+        .value(
+            alias(&c.state),
+            Expr::case(
+                Expr::cust(kind_is(MarkKind::Complete)),
+                state(JobState::Completed),
+            )
+            .case(Expr::cust(cancel.clone()), state(JobState::Canceled))
+            .case(
+                Condition::any()
+                    .add(Expr::cust(kind_is(MarkKind::Failed)))
+                    .add(exhausted),
+                state(JobState::Failed),
+            )
+            .finally(state(JobState::Errored)),
+        )
+        .value(
+            alias(&c.process_after),
+            Expr::case(
+                retry_now,
+                Expr::cust("now()").add(retry_delay(a, c, &o.retry)),
+            )
+            .finally(col(a, &c.process_after)),
+        )
+        .value(
+            alias(&c.num_failures),
+            Expr::case(
+                Expr::cust(kind_is(MarkKind::Complete)),
+                col(a, &c.num_failures),
+            )
+            .finally(Expr::cust(format!("{failures} + 1"))),
+        )
+        .value(
+            alias(&c.failure_message),
+            Expr::case(
+                Expr::cust(kind_is(MarkKind::Complete)),
+                col(a, &c.failure_message),
+            )
+            .finally(col("dbworker_marks", "message")),
+        )
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .from(alias("dbworker_marks"))
+        .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(token_expr(a, c).equals(("dbworker_marks", "token")))
+        .returning(Query::returning().expr(Expr::cust(format!("{}::bigint AS \"id\"", q(&c.id)))))
+        .to_owned();
+    let with = WithClause::new()
+        .cte(cte(marks_q, "dbworker_marks", true))
+        .to_owned();
+    Statement::from(&update.with(with))
+}
+
+/// Records a final failure: `canceled` if cancellation was requested, else `failed`.
+pub(crate) fn mark_failed(o: &JobTable, id: i64, token: i64, message: &str) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(col(a, &c.cancel), state(JobState::Canceled))
+                .finally(state(JobState::Failed)),
+        )
+        .value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
+        .value(
+            alias(&c.failure_message),
+            sanitize_failure_message(message).as_ref(),
+        )
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Puts a claimed job back in the queue without counting a failure.
+pub(crate) fn requeue(o: &JobTable, id: i64, token: i64) -> Statement {
+    let c = &o.columns;
+    let q = fenced_update(o, id, token)
+        .value(alias(&c.state), state(JobState::Queued))
+        .value(alias(&c.worker_hostname), "")
+        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
+        .value(alias(&c.process_after), Expr::cust("NULL"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Puts back a claimed job whose transaction connection was lost (a Postgres
+/// restart, a terminated backend): not the handler's fault, so `num_failures` is
+/// untouched. It counts as a reset, as if the resetter had found it: `queued`
+/// with `num_resets + 1`, or `failed` with `message` once it was reset
+/// `max_num_resets` times, so a job that keeps killing its connection still ends.
+pub(crate) fn requeue_lost(o: &JobTable, id: i64, token: i64, message: &str) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let resets = || counter(a, &c.num_resets);
+    let can_requeue = || resets().lt(o.max_num_resets);
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),
+        )
+        .value(
+            alias(&c.num_resets),
+            Expr::case(can_requeue(), resets().add(1)).finally(resets()),
+        )
+        .value(
+            alias(&c.failure_message),
+            Expr::case(can_requeue(), col(a, &c.failure_message))
+                .finally(sanitize_failure_message(message).as_ref()),
+        )
+        .value(
+            alias(&c.finished_at),
+            Expr::case(can_requeue(), Expr::cust("NULL")).finally(Expr::cust("now()")),
+        )
+        .value(
+            alias(&c.process_after),
+            Expr::case(can_requeue(), Expr::cust("NULL")).finally(col(a, &c.process_after)),
+        )
+        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
+        .value(alias(&c.worker_hostname), "")
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::text AS \"state\"",
+            quote(a),
+            quote(&c.state)
+        ))))
+        .to_owned();
+    Statement::from(&q)
+}

@@ -1,0 +1,164 @@
+//! Every SQL statement dbworker runs: one function per statement, in a file per
+//! feature, built with sea-query. The ground floor: statements take plain values
+//! or the parameter structs defined here, never a feature module's type. Identifiers are quoted and
+//! values are bound; the only raw SQL is what the user configured as SQL
+//! (column expressions, order-by, extra conditions) and fixed fragments below.
+//!
+//! The fencing token of a claim is its `started_at` in microseconds. A claim
+//! sets `started_at = GREATEST(now(), started_at + 1µs)`, so every claim of a row
+//! gets a new, larger token, and every later write requires the token it got.
+
+use sea_query::{
+    Alias, CommonTableExpression, Condition, Expr, ExprTrait, InsertStatement, IntoIden,
+    LockBehavior, LockType, NullOrdering, OnConflict, Order, PostgresQueryBuilder, Query,
+    SelectStatement, TableRef, UpdateStatement, WithClause,
+};
+use sea_query_sqlx::{SqlxBinder, SqlxValues};
+use workerutil::{JobState, MAX_EXECUTION_LOG_ENTRIES};
+
+pub(crate) use crate::columns::quote;
+use crate::columns::{Columns, Relation};
+use crate::message::sanitize_failure_message;
+use crate::retry::RetryPolicy;
+
+mod admin;
+mod claim;
+mod cluster;
+mod consumers;
+mod control;
+mod cron;
+mod enqueue;
+mod execution_logs;
+mod gauges;
+mod heartbeat;
+mod job_table;
+mod marks;
+mod purge;
+mod reset;
+mod schema;
+
+pub(crate) use admin::*;
+pub(crate) use claim::*;
+pub(crate) use cluster::*;
+pub(crate) use consumers::*;
+pub(crate) use control::*;
+pub(crate) use cron::*;
+pub(crate) use enqueue::*;
+pub(crate) use execution_logs::*;
+pub(crate) use gauges::*;
+pub(crate) use heartbeat::*;
+pub(crate) use job_table::*;
+pub(crate) use marks::*;
+pub(crate) use purge::*;
+pub(crate) use reset::*;
+pub(crate) use schema::*;
+
+/// A rendered statement with its bound values.
+#[derive(Debug)]
+pub(crate) struct Statement {
+    pub(crate) sql: String,
+    pub(crate) values: SqlxValues,
+}
+
+impl Statement {
+    fn from(q: &impl SqlxBinder) -> Statement {
+        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
+        Statement { sql, values }
+    }
+
+    /// The statement as an sqlx query.
+    pub(crate) fn query(self) -> sqlx::query::Query<'static, sqlx::Postgres, SqlxValues> {
+        sqlx::query_with(sqlx::AssertSqlSafe(self.sql), self.values)
+    }
+}
+
+fn alias(name: &str) -> Alias {
+    Alias::new(name)
+}
+
+fn table_ref(rel: &Relation) -> TableRef {
+    let r: TableRef = match &rel.schema {
+        Some(schema) => (alias(schema), alias(&rel.name)).into(),
+        None => alias(&rel.name).into(),
+    };
+    r.alias(alias(&rel.alias))
+}
+
+fn col(rel_alias: &str, name: &str) -> Expr {
+    Expr::col((alias(rel_alias), alias(name)))
+}
+
+/// A state as a literal, not a bound value: the states are our own constants,
+/// and a literal lets Postgres match the partial indexes (`WHERE state IN
+/// ('queued', 'errored')`) in a cached generic plan, so a prepared claim or
+/// mark need not be planned again on every call.
+fn state(s: JobState) -> Expr {
+    Expr::cust(format!("'{}'", s.as_str()))
+}
+
+/// The fencing token of the row aliased `a`.
+fn token_expr(a: &str, c: &Columns) -> Expr {
+    Expr::cust(format!(
+        "(EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint",
+        quote(a),
+        quote(&c.started_at)
+    ))
+}
+
+/// `COALESCE(a.column, 0)`: counters are read NULL-safe, so a nullable counter
+/// holding NULL counts as 0 instead of making every comparison unknown.
+fn counter(a: &str, column: &str) -> Expr {
+    Expr::cust(format!("COALESCE({}.{}, 0)", quote(a), quote(column)))
+}
+
+/// `a.state IN ('queued','errored') AND (a.process_after IS NULL OR a.process_after <= now())`.
+fn eligible(a: &str, c: &Columns) -> Condition {
+    Condition::all()
+        .add(col(a, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        .add(
+            Condition::any()
+                .add(col(a, &c.process_after).is_null())
+                .add(col(a, &c.process_after).lte(Expr::cust("now()"))),
+        )
+}
+
+/// `a.id = $id AND a.state = 'processing' AND token(a) = $token`: the lease guard.
+fn owned(a: &str, c: &Columns, id: i64, token: i64) -> Condition {
+    Condition::all()
+        .add(col(a, &c.id).eq(id))
+        .add(col(a, &c.state).eq(state(JobState::Processing)))
+        .add(token_expr(a, c).eq(token))
+}
+
+/// Wakes the workers listening on `channel`.
+pub(crate) fn notify(channel: &str) -> Statement {
+    let q = Query::select()
+        .expr(Expr::cust_with_values(
+            "pg_notify($1, '')",
+            [channel.to_owned()],
+        ))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The database clock (the transaction's start) in microseconds since the epoch.
+pub(crate) fn database_now_micros() -> Statement {
+    let q = Query::select()
+        .expr_as(
+            Expr::cust("(EXTRACT(EPOCH FROM now()) * 1000000)::bigint"),
+            alias("now"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// A statement written as text, with its values bound in order (`$1`, `$2`…).
+fn raw(sql: String, values: Vec<sea_query::Value>) -> Statement {
+    Statement {
+        sql,
+        values: SqlxValues(sea_query::Values(values)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,64 @@
+//! Retention: old finished rows deleted or archived in batches.
+
+use super::*;
+
+/// The resolved tables of a purger.
+#[derive(Debug, Clone)]
+pub(crate) struct PurgeTable {
+    pub(crate) table: Relation,
+    pub(crate) columns: Columns,
+    pub(crate) archive: Option<Relation>,
+}
+
+/// Deletes (or moves to the archive table) up to `batch` rows in `state`
+/// finished longer than `age` ago, oldest first, skipping locked rows.
+/// Returns their ids.
+pub(crate) fn purge_batch(
+    t: &PurgeTable,
+    state_: JobState,
+    age: std::time::Duration,
+    batch: u32,
+) -> Statement {
+    let c = &t.columns;
+    let doomed = Query::select()
+        .column((alias("dbworker_doomed"), alias(&c.id)))
+        .from(table_ref(&t.table).alias(alias("dbworker_doomed")))
+        .and_where(col("dbworker_doomed", &c.state).eq(state(state_)))
+        .and_where(Expr::cust_with_values(
+            format!(
+                "{}.{} < now() - make_interval(secs => $1::float8)",
+                quote("dbworker_doomed"),
+                quote(&c.finished_at)
+            ),
+            [age.as_secs_f64()],
+        ))
+        .order_by(
+            (alias("dbworker_doomed"), alias(&c.finished_at)),
+            Order::Asc,
+        )
+        .limit(u64::from(batch))
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+        .to_owned();
+    let a = &t.table.alias;
+    let delete = Query::delete()
+        .from_table(table_ref(&t.table))
+        .and_where(col(a, &c.id).in_subquery(doomed))
+        .returning(Query::returning().expr(Expr::cust(match &t.archive {
+            Some(_) => format!("{}.*", quote(a)),
+            None => format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id)),
+        })))
+        .to_owned();
+    let Statement { sql, values } = Statement::from(&delete);
+    match &t.archive {
+        None => Statement { sql, values },
+        // The archive has the table's columns in the same order (LIKE).
+        Some(archive) => Statement {
+            sql: format!(
+                "WITH \"dbworker_moved\" AS ({sql}) INSERT INTO {} SELECT * FROM \"dbworker_moved\" RETURNING {}::bigint AS \"id\"",
+                archive.quoted(),
+                quote(&c.id)
+            ),
+            values,
+        },
+    }
+}

@@ -1,0 +1,87 @@
+//! The reset of stalled (and orphaned) jobs: one atomic statement.
+
+use super::*;
+
+/// The resetter's pass, in one atomic statement: processing rows whose
+/// heartbeat is older than the stalled max age and that no live transaction
+/// locks go back to `queued` (num_resets + 1), or to `failed` once they were
+/// reset `max_num_resets` times. Returns `(id, new state, heartbeat age in s)`.
+pub(crate) fn reset_stalled(
+    t: &Relation,
+    c: &Columns,
+    stalled_max_age_secs: f64,
+    dead_nodes: Option<&(Relation, std::time::Duration)>,
+    max_num_resets: u32,
+    message: &str,
+) -> Statement {
+    let a = &t.alias;
+    let mut stalled_or_orphaned = Condition::any()
+        .add(col(a, &c.last_heartbeat_at).is_null())
+        .add(col(a, &c.last_heartbeat_at).lt(Expr::cust_with_values(
+            "now() - make_interval(secs => $1::float8)",
+            [stalled_max_age_secs],
+        )));
+    if let Some((nodes, dead_after)) = dead_nodes {
+        // The job's process is known dead: no need to wait for its heartbeat
+        // to age (the fencing token still guards against a stale writer).
+        stalled_or_orphaned = stalled_or_orphaned.add(Expr::cust_with_values(
+            format!(
+                "{}.{} IN (SELECT \"n\".\"id\" FROM {} AS \"n\" WHERE \"n\".\"heartbeat_at\" < now() - make_interval(secs => $1::float8))",
+                quote(a),
+                quote(&c.worker_hostname),
+                nodes.quoted()
+            ),
+            [dead_after.as_secs_f64()],
+        ));
+    }
+    let stalled = Query::select()
+        .expr_as(col(a, &c.id), alias("id"))
+        .from(table_ref(t))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .cond_where(stalled_or_orphaned)
+        .lock_with_tables_behavior(LockType::Update, [alias(a)], LockBehavior::SkipLocked)
+        .to_owned();
+    let can_requeue = || counter(a, &c.num_resets).lt(max_num_resets);
+    let update = Query::update()
+        .table(table_ref(t))
+        .value(
+            alias(&c.state),
+            Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),
+        )
+        .value(
+            alias(&c.num_resets),
+            Expr::case(can_requeue(), counter(a, &c.num_resets).add(1))
+                .finally(col(a, &c.num_resets)),
+        )
+        .value(
+            alias(&c.failure_message),
+            Expr::case(can_requeue(), col(a, &c.failure_message))
+                .finally(sanitize_failure_message(message).as_ref()),
+        )
+        .value(
+            alias(&c.finished_at),
+            Expr::case(can_requeue(), Expr::cust("NULL")).finally(Expr::cust("now()")),
+        )
+        .value(alias(&c.worker_hostname), "")
+        .from(alias("dbworker_stalled"))
+        .and_where(col(a, &c.id).equals(("dbworker_stalled", "id")))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .returning(Query::returning().exprs([
+            Expr::cust(format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id))),
+            Expr::cust(format!(
+                "{}.{}::text AS \"state\"",
+                quote(a),
+                quote(&c.state)
+            )),
+            Expr::cust(format!(
+                "COALESCE(EXTRACT(EPOCH FROM now() - {}.{}), 0)::float8 AS \"age\"",
+                quote(a),
+                quote(&c.last_heartbeat_at)
+            )),
+        ]))
+        .to_owned();
+    let with = WithClause::new()
+        .cte(cte(stalled, "dbworker_stalled", true))
+        .to_owned();
+    Statement::from(&update.with(with))
+}

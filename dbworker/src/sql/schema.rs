@@ -1,0 +1,65 @@
+//! Start-up checks: the columns and privileges of a relation, and a probe of the
+//! configured column expressions.
+
+use super::*;
+
+/// The relation's name as `to_regclass` takes it: quoted, and schema-qualified
+/// only when configured so, so an unqualified name resolves through
+/// `search_path` exactly as the other statements' names do.
+pub(super) fn regclass(rel: &Relation) -> Expr {
+    Expr::cust_with_values("to_regclass($1::text)", [rel.quoted()])
+}
+
+/// The columns of a table or view, from `pg_catalog` (which, unlike
+/// `information_schema`, lists columns the role has no privilege on):
+/// `(name, type name, not null, has default)`. No rows: no such relation.
+pub(crate) fn relation_columns(rel: &Relation) -> Statement {
+    let q = Query::select()
+        .expr_as(Expr::cust("a.attname::text"), alias("name"))
+        .expr_as(Expr::cust("t.typname::text"), alias("type"))
+        .expr_as(Expr::cust("a.attnotnull"), alias("not_null"))
+        .expr_as(Expr::cust("a.atthasdef"), alias("has_default"))
+        .from_as((alias("pg_catalog"), alias("pg_attribute")), alias("a"))
+        .inner_join(
+            TableRef::from((alias("pg_catalog"), alias("pg_type"))).alias(alias("t")),
+            Expr::cust("t.oid = a.atttypid"),
+        )
+        .and_where(Expr::cust("a.attrelid").eq(regclass(rel)))
+        .and_where(Expr::cust("a.attnum > 0 AND NOT a.attisdropped"))
+        .order_by_expr(Expr::cust("a.attnum"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Whether the relation exists and what the current role may do with it:
+/// `(kind, may select, may update, role)`. No row: no such relation.
+pub(crate) fn relation_access(rel: &Relation) -> Statement {
+    let q = Query::select()
+        .expr_as(Expr::cust("c.relkind::text"), alias("kind"))
+        .expr_as(
+            Expr::cust("has_table_privilege(c.oid, 'SELECT')"),
+            alias("may_select"),
+        )
+        .expr_as(
+            Expr::cust("has_table_privilege(c.oid, 'UPDATE')"),
+            alias("may_update"),
+        )
+        .expr_as(Expr::cust("current_user::text"), alias("role"))
+        .from_as((alias("pg_catalog"), alias("pg_class")), alias("c"))
+        .and_where(Expr::cust("c.oid").eq(regclass(rel)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// A query that selects nothing but makes Postgres check every configured SQL
+/// fragment: the column expressions and the order-by, against the view (or table).
+pub(crate) fn probe_expressions(o: &JobTable) -> Statement {
+    let s = o.source();
+    let mut q = Query::select();
+    for e in &o.column_expressions {
+        q.expr(Expr::cust(e.clone()));
+    }
+    q.from(table_ref(s)).and_where(Expr::cust("false"));
+    order_select(&mut q, &o.order_by);
+    Statement::from(&q)
+}

@@ -1,0 +1,1 @@
+SELECT "example_jobs"."worker_hostname"::text AS "host", count(*)::bigint AS "count" FROM "app"."example_jobs" AS "example_jobs" WHERE "example_jobs"."status" = ('processing') GROUP BY "host" ORDER BY "host" ASC

@@ -1,0 +1,1 @@
+SELECT (EXTRACT(EPOCH FROM "dbworker_cron"."last_tick") * 1000000)::bigint AS "last_tick", (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint AS "now" FROM "dbworker_cron" AS "dbworker_cron" WHERE "dbworker_cron"."job_table" = $1 AND "dbworker_cron"."schedule" = $2 FOR UPDATE

@@ -1,0 +1,1 @@
+SELECT (EXTRACT(EPOCH FROM now()) * 1000000)::bigint AS "now"

@@ -1,0 +1,1 @@
+DELETE FROM "dbworker_leaders" WHERE "scope" = $1 AND "node_id" = $2

@@ -1,0 +1,1 @@
+SELECT "dbworker_limits"."queue" AS "queue", "dbworker_limits"."max_processing", "dbworker_limits"."max_per_key", "dbworker_limits"."rate_per_second", "dbworker_limits"."burst" FROM "dbworker_limits" AS "dbworker_limits" WHERE "dbworker_limits"."job_table" = $1 ORDER BY "dbworker_limits"."queue" ASC

@@ -1,0 +1,1 @@
+SELECT "consumer_name" FROM "dbworker_consumer_assignments" WHERE "node_id" = $1

@@ -1,0 +1,1 @@
+WITH "new" AS (INSERT INTO "dbworker_consumer_checkpoints" ("consumer_name", "last_position") VALUES ($1, 0) ON CONFLICT ("consumer_name") DO NOTHING RETURNING "last_position") SELECT "last_position" FROM "new" UNION ALL SELECT "last_position" FROM "dbworker_consumer_checkpoints" WHERE "consumer_name" = $1

@@ -1,0 +1,1 @@
+SELECT "c"."consumer_name", "c"."last_position"::bigint AS "last_position", COALESCE((SELECT max("e"."position") FROM "app"."events" AS "e"), 0)::bigint AS "latest" FROM "dbworker_consumer_checkpoints" AS "c" ORDER BY 1

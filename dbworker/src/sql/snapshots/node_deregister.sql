@@ -1,0 +1,1 @@
+DELETE FROM "dbworker_nodes" WHERE "id" = $1

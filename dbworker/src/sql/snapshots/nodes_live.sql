@@ -1,0 +1,1 @@
+SELECT "id", "host", "pid", "version", "queues", "handlers", EXTRACT(EPOCH FROM now() - "started_at")::float8 AS "up", EXTRACT(EPOCH FROM now() - "heartbeat_at")::float8 AS "age" FROM "dbworker_nodes" WHERE "heartbeat_at" >= now() - make_interval(secs => $1::float8) ORDER BY "id"
