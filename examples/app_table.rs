@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbJob, DbStore, StoreOptions, job_table_sql, new_worker};
+use dbworker::{DbJob, DbStore, StoreOptions, ddl::job_table_sql, new_worker};
 use dbworker_testkit::TestDatabase;
 use sqlx::Row;
 use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};

@@ -19,11 +19,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
-    DEFAULT_CHECKPOINT_TABLE, DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, DbJob, DbStore, Handling,
-    LeaderElection, LeaderOptions, Node, NodeOptions, PurgeOptions, Purger, Resetter, StoreOptions,
-    consumer_tables_sql, events_table_sql, job_table_sql, leader_table_sql, new_worker,
-    node_table_sql,
+    DbJob, DbStore, Handling, Resetter, StoreOptions,
+    cluster::{
+        DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
+    },
+    consumers::{
+        Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
+        DEFAULT_CHECKPOINT_TABLE,
+    },
+    ddl::{consumer_tables_sql, events_table_sql, job_table_sql, leader_table_sql, node_table_sql},
+    maintenance::{PurgeOptions, Purger},
+    new_worker,
 };
 use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;

@@ -14,9 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
-    DEFAULT_CHECKPOINT_TABLE, DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, Node, NodeOptions,
-    consumer_tables_sql, events_table_sql, leader_table_sql, node_table_sql,
+    cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, Node, NodeOptions},
+    consumers::{
+        Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
+        DEFAULT_CHECKPOINT_TABLE,
+    },
+    ddl::{consumer_tables_sql, events_table_sql, leader_table_sql, node_table_sql},
 };
 use dbworker_testkit::TestDatabase;
 use sqlx::{PgConnection, PgPool};

@@ -11,8 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    Backfill, DEFAULT_CRON_TABLE, DbJob, DbStore, EnqueueOptions, Enqueuer, NewJob, Scheduler,
-    StoreOptions, cron_table_sql, job_table_sql, new_worker,
+    DbJob, DbStore, Enqueuer, NewJob, StoreOptions,
+    cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler},
+    ddl::{cron_table_sql, job_table_sql},
+    enqueue::EnqueueOptions,
+    new_worker,
 };
 use dbworker_testkit::TestDatabase;
 use tokio_util::sync::CancellationToken;

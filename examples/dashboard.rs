@@ -16,8 +16,10 @@ use axum::body::Body;
 use axum::http::{Request, header};
 use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, TableConfig};
 use dbworker::{
-    DEFAULT_PAUSE_TABLE, DbJob, DbStore, OptionalColumns, StoreOptions, job_table_sql, new_worker,
-    optional_columns_sql, pause_table_sql,
+    DbJob, DbStore, StoreOptions,
+    control::DEFAULT_PAUSE_TABLE,
+    ddl::{OptionalColumns, job_table_sql, optional_columns_sql, pause_table_sql},
+    new_worker,
 };
 use dbworker_testkit::TestDatabase;
 use tower::ServiceExt;

@@ -13,8 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, EnqueueOptions, Enqueued, Enqueuer, Handling, KeyMode, NewJob, OptionalColumns,
-    StoreOptions, job_table_sql, new_worker, optional_columns_sql,
+    DbJob, DbStore, Enqueuer, Handling, NewJob, StoreOptions,
+    ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
+    enqueue::{EnqueueOptions, Enqueued, KeyMode},
+    new_worker,
 };
 use dbworker_testkit::TestDatabase;
 use serde_json::json;

@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, EnqueueOptions, Enqueuer, NewJob, OptionalColumns, QueueWorkers, StoreOptions,
-    job_table_sql, optional_columns_sql,
+    DbJob, DbStore, Enqueuer, NewJob, StoreOptions,
+    ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
+    enqueue::EnqueueOptions,
+    queues::QueueWorkers,
 };
 use dbworker_testkit::TestDatabase;
 use workerutil::{

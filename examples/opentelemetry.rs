@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbJob, DbStore, StoreOptions, job_table_sql, new_worker};
+use dbworker::{DbJob, DbStore, StoreOptions, ddl::job_table_sql, new_worker};
 use dbworker_testkit::TestDatabase;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;

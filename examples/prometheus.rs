@@ -12,8 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, EnqueueOptions, Enqueuer, NewJob, OptionalColumns, PurgeOptions, Purger,
-    StoreOptions, job_table_sql, new_worker, optional_columns_sql,
+    DbJob, DbStore, Enqueuer, NewJob, StoreOptions,
+    ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
+    enqueue::EnqueueOptions,
+    maintenance::{PurgeOptions, Purger},
+    new_worker,
 };
 use dbworker_testkit::TestDatabase;
 use metrics_exporter_prometheus::PrometheusBuilder;

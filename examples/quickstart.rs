@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbJob, DbStore, Listen, Resetter, StoreOptions, new_worker};
+use dbworker::{DbJob, DbStore, Resetter, StoreOptions, new_worker, store::Listen};
 use dbworker_testkit::TestDatabase;
 use tokio_util::sync::CancellationToken;
 use workerutil::{

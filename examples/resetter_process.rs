@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dbworker::{DbJob, DbStore, Resetter, ResetterOptions, StoreOptions, new_worker};
+use dbworker::{DbJob, DbStore, Resetter, StoreOptions, maintenance::ResetterOptions, new_worker};
 use dbworker_testkit::TestDatabase;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;

@@ -16,28 +16,6 @@ use crate::sql;
 /// The cron table's default name.
 pub const DEFAULT_CRON_TABLE: &str = "dbworker_cron";
 
-/// `CREATE TABLE` for the cron table (`dbworker migration --cron`): the last
-/// tick enqueued per schedule, shared by every scheduler process.
-///
-/// ```
-/// let ddl = dbworker::cron_table_sql(dbworker::DEFAULT_CRON_TABLE).unwrap();
-/// assert!(ddl.contains("\"last_tick\" timestamptz NOT NULL"));
-/// ```
-pub fn cron_table_sql(cron_table: &str) -> Result<String> {
-    let rel = Relation::parse("cron_table", cron_table)?;
-    let table = rel.quoted();
-    Ok(format!(
-        r#"-- The last tick enqueued per cron schedule; every scheduler advances it atomically.
-CREATE TABLE IF NOT EXISTS {table} (
-    "job_table" text NOT NULL,
-    "schedule" text NOT NULL,
-    "last_tick" timestamptz NOT NULL,
-    PRIMARY KEY ("job_table", "schedule")
-);
-"#
-    ))
-}
-
 /// What happens to ticks missed while no scheduler ran (downtime).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -77,7 +55,7 @@ struct Entry {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool, enqueuer: dbworker::Enqueuer) -> Result<(), dbworker::Error> {
-/// use dbworker::{Backfill, NewJob, Scheduler, DEFAULT_CRON_TABLE};
+/// use dbworker::{NewJob, cron::{Backfill, Scheduler, DEFAULT_CRON_TABLE}};
 /// let scheduler = Scheduler::new(&pool, enqueuer, DEFAULT_CRON_TABLE)
 ///     .await?
 ///     // Standard 5 fields (minute hour day month weekday), or 6 with seconds first.

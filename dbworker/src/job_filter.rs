@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// Jobs matching every condition set (an empty filter matches every job).
 ///
 /// ```
-/// use dbworker::{FieldFilter, JobFilter};
+/// use dbworker::admin::{FieldFilter, JobFilter};
 /// use dbworker::workerutil::JobState;
 /// let mut filter = JobFilter::default();
 /// filter.states = vec![JobState::Failed];
@@ -258,7 +258,7 @@ impl BulkAction {
 /// An age as operators read it: `42s`, `7m`, `3h`, `2d`.
 ///
 /// ```
-/// assert_eq!(dbworker::format_age(90.0), "2m");
+/// assert_eq!(dbworker::admin::format_age(90.0), "2m");
 /// ```
 pub fn format_age(secs: f64) -> String {
     let secs = secs.max(0.0);

@@ -8,9 +8,8 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use workerutil::{WakeupSender, Wakeups};
 
-use crate::columns::{Columns, Relation, bounded_name, is_identifier};
+use crate::columns::{Relation, bounded_name, is_identifier};
 use crate::error::{Error, Result};
-use crate::sql::quote;
 
 /// Whether a store listens for notifications, and on which channel.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,7 +19,7 @@ pub enum Listen {
     #[default]
     Off,
     /// Listen on the channel derived from the table name
-    /// ([`default_notify_channel`]), the one [`notify_trigger_sql`] notifies.
+    /// ([`default_notify_channel`]), the one [`notify_trigger_sql`](crate::ddl::notify_trigger_sql) notifies.
     TableChannel,
     /// Listen on this channel (a plain identifier of at most 63 bytes).
     Channel(String),
@@ -30,7 +29,7 @@ pub enum Listen {
 /// (shortened with a hash to Postgres's 63-byte limit for long names).
 ///
 /// ```
-/// assert_eq!(dbworker::default_notify_channel("app.email_jobs j").unwrap(), "dbworker_email_jobs");
+/// assert_eq!(dbworker::store::default_notify_channel("app.email_jobs j").unwrap(), "dbworker_email_jobs");
 /// ```
 pub fn default_notify_channel(table_name: &str) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
@@ -54,64 +53,6 @@ impl Listen {
             }),
         }
     }
-}
-
-/// SQL that makes Postgres announce new work on `channel` (default: the
-/// table's [`default_notify_channel`]): one notification per `INSERT`
-/// statement, and one per row that goes back to `queued` (a requeue or a
-/// reset). Retries that come due later are not announced: the poll interval
-/// covers them. Needs PostgreSQL 14 or newer (`CREATE OR REPLACE TRIGGER`).
-///
-/// ```
-/// let ddl = dbworker::notify_trigger_sql("email_jobs", &Default::default(), None).unwrap();
-/// assert!(ddl.contains("pg_notify"));
-/// ```
-pub fn notify_trigger_sql(
-    table_name: &str,
-    alternate_column_names: &std::collections::HashMap<String, String>,
-    channel: Option<&str>,
-) -> Result<String> {
-    let rel = Relation::parse("table_name", table_name)?;
-    let c = Columns::resolve(alternate_column_names)?;
-    let channel = match channel {
-        Some(ch) => Listen::Channel(ch.to_owned()).resolve(&rel)?,
-        None => Listen::TableChannel.resolve(&rel)?,
-    }
-    .unwrap_or_default();
-    let table = rel.quoted();
-    let function = rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_notify", rel.name)));
-    let on_insert = quote(&bounded_name(&format!(
-        "{}_dbworker_notify_insert",
-        rel.name
-    )));
-    let on_requeue = quote(&bounded_name(&format!(
-        "{}_dbworker_notify_requeue",
-        rel.name
-    )));
-    let state = quote(&c.state);
-    let notify_function = notify_function_sql(&function);
-    Ok(format!(
-        r#"-- Wakes dbworker listeners on channel '{channel}' when jobs are queued.
-{notify_function}CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
-    FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
-CREATE OR REPLACE TRIGGER {on_requeue} AFTER UPDATE OF {state} ON {table}
-    FOR EACH ROW WHEN (NEW.{state} = 'queued' AND OLD.{state} IS DISTINCT FROM 'queued')
-    EXECUTE FUNCTION {function}('{channel}');
-"#
-    ))
-}
-
-/// A trigger function that NOTIFYs the channel given as its first argument.
-pub(crate) fn notify_function_sql(function: &str) -> String {
-    format!(
-        r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify(TG_ARGV[0], '');
-    RETURN NULL;
-END
-$$;
-"#
-    )
 }
 
 /// The first wait before reconnecting a lost listener, and the cap it doubles to.
@@ -212,17 +153,5 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
         assert_eq!(bounded_name("short"), "short");
-        let ddl = notify_trigger_sql(&"j".repeat(63), &Default::default(), None).unwrap();
-        for line in ddl.lines().filter(|l| l.contains("TRIGGER")) {
-            let name = line.split('"').nth(1).unwrap();
-            assert!(name.len() <= 63, "{name}");
-        }
-    }
-
-    #[test]
-    fn channels_are_checked() {
-        assert!(notify_trigger_sql("jobs", &Default::default(), Some("bad name")).is_err());
-        let ddl = notify_trigger_sql("jobs", &Default::default(), Some("new_jobs")).unwrap();
-        assert!(ddl.contains("('new_jobs')"), "{ddl}");
     }
 }

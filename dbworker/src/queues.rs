@@ -24,7 +24,7 @@ use crate::worker::new_worker;
 ///
 /// ```no_run
 /// # use std::sync::Arc;
-/// # use dbworker::{DbJob, DbStore, QueueWorkers};
+/// # use dbworker::{DbJob, DbStore, queues::QueueWorkers};
 /// # use workerutil::{async_trait, Handler, HandlerError, JobContext, Record, WorkerOptions};
 /// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
 /// # impl Record for Job { fn id(&self) -> i64 { self.id } }

@@ -10,8 +10,8 @@ use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
-use crate::options::Resolved;
 use crate::sql;
+use crate::sql::JobTable;
 
 /// Opens one connection with the pool's settings, directly, so an unreachable
 /// server is reported with its real cause after `timeout`, not as a pool
@@ -201,8 +201,8 @@ pub(crate) async fn check_table(
 }
 
 /// Checks the resolved options against the database.
-pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
-    probe_connection(pool, o.connect_timeout).await?;
+pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration) -> Result<()> {
+    probe_connection(pool, connect_timeout).await?;
     let mut problems = Vec::new();
     check_table(pool, &o.table, &o.columns, &mut problems).await?;
     if let Some(column) = &o.max_retries_column
@@ -223,10 +223,10 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
         }
     }
     if let Some(pauses) = &o.pause_table {
-        problems.extend(crate::pauses::problems(pool, pauses).await?);
+        problems.extend(pause_table_problems(pool, pauses).await?);
     }
     if let Some(limits) = &o.limit_table {
-        problems.extend(crate::limits::problems(pool, limits).await?);
+        problems.extend(limit_table_problems(pool, limits).await?);
     }
     if let Some(column) = o.limit_key_column.as_deref() {
         problems.extend(
@@ -271,4 +271,28 @@ pub(crate) async fn check(pool: &PgPool, o: &Resolved) -> Result<()> {
         ));
     }
     none(problems)
+}
+
+/// What is wrong with the pause table `rel` (missing, or missing columns).
+pub(crate) async fn pause_table_problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
+    missing_columns(
+        pool,
+        rel,
+        "pause table",
+        &["job_table", "queue", "paused_at", "paused_by"],
+        "`dbworker migration --pauses` prints it",
+    )
+    .await
+}
+
+/// What is wrong with the limit table `rel` (missing, or missing columns).
+pub(crate) async fn limit_table_problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
+    missing_columns(
+        pool,
+        rel,
+        "limit table",
+        &[["job_table", "queue"].as_slice(), &sql::LIMIT_SETTINGS].concat(),
+        "`dbworker migration --limits` prints it",
+    )
+    .await
 }

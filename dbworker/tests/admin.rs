@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use dbworker::{DEFAULT_PAUSE_TABLE, pause_table_sql};
+use dbworker::{control::DEFAULT_PAUSE_TABLE, ddl::pause_table_sql};
 
 use common::Db;
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, Role, TableConfig, User};
-use dbworker::{DEFAULT_PAUSE_TABLE, DbConditions, Handling, pause_table_sql};
+use dbworker::{DbConditions, Handling, control::DEFAULT_PAUSE_TABLE, ddl::pause_table_sql};
 use fantoccini::{Client, ClientBuilder, Locator};
 use workerutil::Store;
 

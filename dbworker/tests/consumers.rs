@@ -10,10 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
-    DEFAULT_CHECKPOINT_TABLE, DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, Error, LogOptions,
-    LogStore, Node, NodeOptions, consumer_lag, consumer_tables_sql, events_table_sql,
-    leader_table_sql, node_table_sql,
+    Error,
+    cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, Node, NodeOptions},
+    consumers::{
+        Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
+        DEFAULT_CHECKPOINT_TABLE, LogOptions, LogStore, consumer_lag,
+    },
+    ddl::{consumer_tables_sql, events_table_sql, leader_table_sql, node_table_sql},
 };
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;

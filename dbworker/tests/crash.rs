@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, Resetter, ResetterOptions, new_worker};
+use dbworker::{DbJob, DbStore, Handling, Resetter, maintenance::ResetterOptions, new_worker};
 use serde_json::json;
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
 

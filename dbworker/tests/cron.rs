@@ -7,7 +7,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    Backfill, DEFAULT_CRON_TABLE, EnqueueOptions, Enqueuer, NewJob, Scheduler, cron_table_sql,
+    Enqueuer, NewJob,
+    cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler},
+    ddl::cron_table_sql,
+    enqueue::EnqueueOptions,
 };
 use serde_json::json;
 

@@ -9,7 +9,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
 use dbworker::{
-    DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, limit_table_sql, pause_table_sql,
+    control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits},
+    ddl::{limit_table_sql, pause_table_sql},
 };
 use tower::ServiceExt;
 

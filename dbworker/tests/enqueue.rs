@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dbworker::{
-    DbConditions, EnqueueOptions, Enqueued, Enqueuer, Error, Handling, KeyMode, NewJob,
-    OptionalColumns, enqueue_function_sql,
+    DbConditions, Enqueuer, Error, Handling, NewJob,
+    ddl::{OptionalColumns, enqueue_function_sql},
+    enqueue::{EnqueueOptions, Enqueued, KeyMode},
 };
 use serde_json::json;
 use tokio::sync::Barrier;

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use dbworker::{DbStore, QueueStat};
+use dbworker::{DbStore, store::QueueStat};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use workerutil::JobState;
 
@@ -85,7 +85,7 @@ fn the_gauges_follow_the_table_and_drop_to_zero() {
     let gauges = || {
         let mut out = Vec::new();
         for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-            if key.key().name() == dbworker::QUEUE_DEPTH
+            if key.key().name() == dbworker::metrics::QUEUE_DEPTH
                 && let DebugValue::Gauge(v) = value
             {
                 let labels: Vec<String> =

@@ -7,7 +7,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use dbworker::{
-    DbConditions, DbJob, DbStore, EnqueueOptions, Enqueuer, NewJob, StoreOptions, new_worker,
+    DbConditions, DbJob, DbStore, Enqueuer, NewJob, StoreOptions, enqueue::EnqueueOptions,
+    new_worker,
 };
 use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Record, async_trait};
 

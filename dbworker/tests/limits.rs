@@ -11,8 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DEFAULT_LIMIT_TABLE, DbConditions, DbJob, DbStore, EnqueueOptions, Enqueuer, Handling, Limit,
-    Limits, NewJob, StoreOptions, limit_table_sql, new_worker,
+    DbConditions, DbJob, DbStore, Enqueuer, Handling, NewJob, StoreOptions,
+    control::{DEFAULT_LIMIT_TABLE, Limit, Limits},
+    ddl::limit_table_sql,
+    enqueue::EnqueueOptions,
+    new_worker,
 };
 use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions, async_trait};
 

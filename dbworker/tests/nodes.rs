@@ -9,9 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, DbConditions, Handling, LeaderElection,
-    LeaderOptions, Node, NodeOptions, Resetter, ResetterOptions, current_leader, leader_table_sql,
-    live_nodes, node_table_sql,
+    DbConditions, Handling, Resetter,
+    cluster::{
+        DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
+        current_leader, live_nodes,
+    },
+    ddl::{leader_table_sql, node_table_sql},
+    maintenance::ResetterOptions,
 };
 use tokio_util::sync::CancellationToken;
 use workerutil::Store;

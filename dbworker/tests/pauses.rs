@@ -8,8 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DEFAULT_PAUSE_TABLE, DbConditions, DbStore, EnqueueOptions, Enqueuer, Handling, Listen, NewJob,
-    Pauses, new_worker, notify_trigger_sql, pause_table_sql,
+    DbConditions, DbStore, Enqueuer, Handling, NewJob,
+    control::{DEFAULT_PAUSE_TABLE, Pauses},
+    ddl::{notify_trigger_sql, pause_table_sql},
+    enqueue::EnqueueOptions,
+    new_worker,
+    store::Listen,
 };
 use workerutil::testing::wait_for;
 use workerutil::{Store, WorkerEvent, WorkerOptions};

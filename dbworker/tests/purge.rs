@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use dbworker::{PurgeOptions, Purger};
+use dbworker::maintenance::{PurgeOptions, Purger};
 use workerutil::JobState;
 
 use common::Db;

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, EnqueueOptions, Enqueuer, Error, NewJob, QueueWorkers, StoreOptions,
+    DbJob, DbStore, Enqueuer, Error, NewJob, StoreOptions, enqueue::EnqueueOptions,
+    queues::QueueWorkers,
 };
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions, async_trait};
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use dbworker::{
-    DbJob, DbStore, Error, Handling, Resetter, ResetterOptions, StoreOptions, job_table_sql,
-    new_worker,
+    DbJob, DbStore, Error, Handling, Resetter, StoreOptions, ddl::job_table_sql,
+    maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

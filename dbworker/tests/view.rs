@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, StoreOptions, job_table_sql, new_worker};
+use dbworker::{DbJob, DbStore, Handling, StoreOptions, ddl::job_table_sql, new_worker};
 use dbworker_testkit::TestDatabase;
 use sqlx::Row;
 use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};

@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dbworker::sea_query::Expr;
 use dbworker::{
-    DbConditions, DbJob, DbStore, Error, Handling, Resetter, ResetterOptions, StoreOptions,
-    new_worker,
+    DbConditions, DbJob, DbStore, Error, Handling, Resetter, StoreOptions,
+    maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
 use tokio::sync::Notify;
@@ -580,7 +580,7 @@ async fn resetter_requeues_then_fails_stalled_jobs_and_two_resetters_do_not_conf
     let msg: String = db
         .scalar("SELECT failure_message FROM jobs WHERE id = $1", ids[0])
         .await;
-    assert_eq!(msg, dbworker::DEFAULT_RESET_FAILURE_MESSAGE);
+    assert_eq!(msg, dbworker::store::DEFAULT_RESET_FAILURE_MESSAGE);
 }
 
 #[tokio::test]
@@ -811,12 +811,12 @@ fn the_resetter_counts_what_it_does_in_metrics() {
         }
     }
     assert_eq!(
-        counters.get(dbworker::RESETS_TOTAL),
+        counters.get(dbworker::metrics::RESETS_TOTAL),
         Some(&2),
         "{counters:?}"
     );
     assert_eq!(
-        counters.get(dbworker::RESET_FAILURES_TOTAL),
+        counters.get(dbworker::metrics::RESET_FAILURES_TOTAL),
         Some(&1),
         "{counters:?}"
     );

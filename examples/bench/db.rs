@@ -225,10 +225,10 @@ impl Bench {
         Ok(())
     }
 
-    /// Drops and creates the job table (`dbworker::job_table_sql`), with
+    /// Drops and creates the job table (`dbworker::ddl::job_table_sql`), with
     /// `completed` finished rows in it.
     pub(crate) async fn fresh_table(&self, completed: u64) -> Result<()> {
-        let ddl = dbworker::job_table_sql(TABLE, &Default::default())?;
+        let ddl = dbworker::ddl::job_table_sql(TABLE, &Default::default())?;
         sqlx::raw_sql(AssertSqlSafe(format!(
             "DROP TABLE IF EXISTS {TABLE};\n{ddl}"
         )))

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dbworker::{DbJob, DbStore, Handling, RESERVED_CONNECTIONS, StoreOptions, new_worker};
+use dbworker::{DbJob, DbStore, Handling, StoreOptions, new_worker, store::RESERVED_CONNECTIONS};
 use tokio_util::sync::CancellationToken;
 use workerutil::{
     Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, WorkerSummary, async_trait,

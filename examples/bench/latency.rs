@@ -38,11 +38,11 @@ async fn enable_notify(
     store: &mut StoreOptions<BenchJob>,
     worker: &mut WorkerOptions,
 ) -> Result<bool> {
-    let trigger = dbworker::notify_trigger_sql(TABLE, &Default::default(), None)?;
+    let trigger = dbworker::ddl::notify_trigger_sql(TABLE, &Default::default(), None)?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(trigger))
         .execute(pool)
         .await?;
-    store.listen = dbworker::Listen::TableChannel;
+    store.listen = dbworker::store::Listen::TableChannel;
     // Polling is only the backstop; an idle worker backs off to 5 s.
     worker.interval = Duration::from_secs(1);
     worker.max_interval = Some(Duration::from_secs(5));

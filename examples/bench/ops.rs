@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use dbworker::{
-    DEFAULT_LIMIT_TABLE, DbConditions, DbJob, DbStore, Handling, StoreOptions, new_worker,
+    DbConditions, DbJob, DbStore, Handling, StoreOptions, control::DEFAULT_LIMIT_TABLE, new_worker,
 };
 use sqlx::AssertSqlSafe;
 use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, async_trait};
@@ -80,7 +80,7 @@ impl Handler<DbStore<KindJob>> for KindNoOp {
 /// holding the variant's limit.
 pub(crate) async fn prepare(bench: &Bench, variant: Variant, jobs: u64, batch: u64) -> Result<()> {
     bench.prepare(0, jobs, batch).await?;
-    let limits = dbworker::limit_table_sql(DEFAULT_LIMIT_TABLE)?;
+    let limits = dbworker::ddl::limit_table_sql(DEFAULT_LIMIT_TABLE)?;
     let limit = match variant {
         Variant::RateLimited => "NULL, 1e9, 2000000000, 2e9",
         _ => "2000000000, NULL, NULL, 0",

@@ -40,10 +40,10 @@ use workerutil::JobState;
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
 
 use crate::admin::Admin;
+use crate::control::limits::{Limit, Limits};
+use crate::control::pauses::Pauses;
 use crate::error::{Error, Result};
 use crate::job_filter::{BulkAction, FieldFilter, JobFilter, PageRequest};
-use crate::limits::{Limit, Limits};
-use crate::pauses::Pauses;
 
 /// One job table on the dashboard.
 #[derive(Debug, Clone)]
@@ -352,7 +352,7 @@ async fn overview(
         });
     }
     let nodes = match &s.options.node_table {
-        Some(nt) => crate::nodes::live_nodes(&s.pool, nt, s.options.dead_after)
+        Some(nt) => crate::cluster::nodes::live_nodes(&s.pool, nt, s.options.dead_after)
             .await
             .ok(),
         None => None,

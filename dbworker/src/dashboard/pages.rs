@@ -7,11 +7,11 @@ use maud::{DOCTYPE, Markup, html};
 
 use super::{Refresh, Role, Shared, Table, Viewer, charts, url_escape};
 use crate::admin::Status;
+use crate::cluster::nodes::NodeInfo;
+use crate::control::limits::Limit;
+use crate::control::pauses::Pause;
 use crate::job_filter::format_age;
 use crate::job_filter::{BulkAction, JobPage};
-use crate::limits::Limit;
-use crate::nodes::NodeInfo;
-use crate::pauses::Pause;
 
 /// The overview of one table.
 pub(crate) struct TableOverview<'a> {

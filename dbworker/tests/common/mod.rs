@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbStore, Handling, OptionalColumns, RetryPolicy, StoreOptions, job_table_sql,
-    optional_columns_sql,
+    DbStore, Handling, RetryPolicy, StoreOptions,
+    ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
 };
 use dbworker_testkit::TestDatabase;
 use sqlx::PgPool;

@@ -6,7 +6,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Args;
-use dbworker::{
+use dbworker::admin::{
     Admin, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, format_age,
 };
 use indicatif::{ProgressBar, ProgressStyle};

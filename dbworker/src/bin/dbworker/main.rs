@@ -13,13 +13,23 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use dbworker::{
-    Admin, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, DEFAULT_CRON_TABLE,
-    DEFAULT_LEADER_TABLE, DEFAULT_LIMIT_TABLE, DEFAULT_NODE_TABLE, DEFAULT_PAUSE_TABLE,
-    LeaderElection, LeaderOptions, Node, NodeOptions, OptionalColumns, Pauses, PurgeOptions,
-    Purger, Resetter, ResetterOptions, consumer_assignments, consumer_lag, consumer_tables_sql,
-    cron_table_sql, current_leader, enqueue_function_sql, job_table_sql, leader_table_sql,
-    limit_table_sql, live_nodes, node_table_sql, notify_trigger_sql, optional_columns_sql,
-    pause_table_sql,
+    Resetter,
+    admin::Admin,
+    cluster::{
+        DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
+        current_leader, live_nodes,
+    },
+    consumers::{
+        DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, consumer_assignments, consumer_lag,
+    },
+    control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Pauses},
+    cron::DEFAULT_CRON_TABLE,
+    ddl::{
+        OptionalColumns, consumer_tables_sql, cron_table_sql, enqueue_function_sql, job_table_sql,
+        leader_table_sql, limit_table_sql, node_table_sql, notify_trigger_sql,
+        optional_columns_sql, pause_table_sql,
+    },
+    maintenance::{PurgeOptions, Purger, ResetterOptions},
 };
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
@@ -246,7 +256,7 @@ async fn process_status(
             n.version,
             n.handlers,
             n.queues.join(", "),
-            dbworker::format_age(n.up_seconds),
+            dbworker::admin::format_age(n.up_seconds),
             n.heartbeat_age_seconds
         );
     }
@@ -419,7 +429,7 @@ struct ResetArgs {
     #[arg(long, env = "DBWORKER_MAX_NUM_RESETS", default_value_t = 3)]
     max_num_resets: u32,
     /// The failure message of jobs failed for too many resets.
-    #[arg(long, default_value = dbworker::DEFAULT_RESET_FAILURE_MESSAGE)]
+    #[arg(long, default_value = dbworker::store::DEFAULT_RESET_FAILURE_MESSAGE)]
     reset_failure_message: String,
     /// Seconds between passes.
     #[arg(long, env = "DBWORKER_RESET_INTERVAL_SECS", default_value_t = 30.0)]
@@ -636,7 +646,7 @@ async fn reset(args: ResetArgs) -> Result<(), String> {
         return Ok(());
     }
     tracing::info!(table = %args.target.table, "resetter running; stop with SIGINT or SIGTERM");
-    let report = |out: &dbworker::ResetOutcome| {
+    let report = |out: &dbworker::maintenance::ResetOutcome| {
         if !out.reset.is_empty() || !out.failed.is_empty() {
             tracing::info!(
                 reset = out.reset.len(),

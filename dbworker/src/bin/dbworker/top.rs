@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use dbworker::{Admin, Status};
+use dbworker::admin::{Admin, Status};
 use ratatui::Frame;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
@@ -17,7 +17,7 @@ use ratatui::widgets::{Block, Paragraph, Row, Table};
 use workerutil::JobState;
 
 use crate::{TableArgs, seconds};
-use dbworker::format_age;
+use dbworker::admin::format_age;
 
 #[derive(Debug, Args)]
 pub(crate) struct TopArgs {

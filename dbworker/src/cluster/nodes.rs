@@ -12,38 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::metrics::NODES_LIVE;
 use crate::sql;
 
 /// The registry table's default name.
 pub const DEFAULT_NODE_TABLE: &str = "dbworker_nodes";
-/// Live processes in the registry, as the last heartbeat counted them (gauge).
-pub const NODES_LIVE: &str = "dbworker_nodes_live";
-
-/// `CREATE TABLE` for the registry (`dbworker migration --nodes`); one
-/// registry serves every job table of the database.
-///
-/// ```
-/// let ddl = dbworker::node_table_sql(dbworker::DEFAULT_NODE_TABLE).unwrap();
-/// assert!(ddl.contains("\"heartbeat_at\" timestamptz NOT NULL"));
-/// ```
-pub fn node_table_sql(node_table: &str) -> Result<String> {
-    let rel = Relation::parse("node_table", node_table)?;
-    let table = rel.quoted();
-    Ok(format!(
-        r#"-- Worker processes: one row each, heartbeated; stale rows are dead processes.
-CREATE TABLE IF NOT EXISTS {table} (
-    "id" text PRIMARY KEY,
-    "host" text NOT NULL,
-    "pid" integer NOT NULL,
-    "version" text NOT NULL,
-    "queues" text[] NOT NULL DEFAULT '{{}}',
-    "handlers" integer NOT NULL DEFAULT 0,
-    "started_at" timestamptz NOT NULL DEFAULT now(),
-    "heartbeat_at" timestamptz NOT NULL DEFAULT now()
-);
-"#
-    ))
-}
 
 /// What is wrong with the registry table `rel` (missing, or missing columns).
 pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
@@ -164,7 +137,7 @@ pub struct NodeInfo {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// use dbworker::{Node, NodeOptions};
+/// use dbworker::cluster::{Node, NodeOptions};
 /// let node = Node::register(&pool, NodeOptions::default()).await?;
 /// let mut worker_options = workerutil::WorkerOptions::new("emails");
 /// worker_options.hostname = Some(node.id().to_owned());

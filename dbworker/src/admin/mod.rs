@@ -11,7 +11,9 @@ use workerutil::JobState;
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
-use crate::job_filter::{BulkAction, JobFilter, JobPage, JobSummary, PageRequest};
+pub use crate::job_filter::{
+    BulkAction, FieldFilter, JobFilter, JobPage, JobSort, JobSummary, PageRequest, format_age,
+};
 use crate::sql::{self, AdminTable};
 
 /// A job table as an operator sees it.

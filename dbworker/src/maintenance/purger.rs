@@ -10,10 +10,8 @@ use workerutil::JobState;
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
+use crate::metrics::PURGED_TOTAL;
 use crate::sql::{self, PurgeTable};
-
-/// Rows the purger deleted or archived, by table and state (metric name).
-pub const PURGED_TOTAL: &str = "dbworker_purged_total";
 
 /// What to purge from a job table, and how.
 #[derive(Debug, Clone)]
@@ -95,7 +93,7 @@ impl PurgeOptions {
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use std::time::Duration;
-/// use dbworker::{PurgeOptions, Purger};
+/// use dbworker::maintenance::{PurgeOptions, Purger};
 /// let mut options = PurgeOptions::new("email_jobs");
 /// options.max_age = vec![(workerutil::JobState::Completed, Duration::from_secs(3600))];
 /// let purger = Purger::new(pool, options).await?;

@@ -8,13 +8,9 @@ use tokio_util::sync::CancellationToken;
 use workerutil::{JobState, Record};
 
 use crate::error::{Error, Result};
+use crate::metrics::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH};
 use crate::sql;
 use crate::store::DbStore;
-
-/// Live jobs per state and queue (metric name); labels `table`, `state`, `queue`.
-pub const QUEUE_DEPTH: &str = "dbworker_queue_depth";
-/// Seconds the oldest job of a state and queue has been queued (metric name).
-pub const OLDEST_JOB_AGE_SECONDS: &str = "dbworker_oldest_job_age_seconds";
 
 /// Live jobs of one state (and queue).
 #[derive(Debug, Clone, PartialEq)]

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use sqlx::{PgPool, Row};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::options::Resolved;
 use crate::sql::{self, Mark, MarkKind};
+use crate::store::Resolved;
 
 /// The most jobs one statement marks.
 const MAX_BATCH: usize = 1000;

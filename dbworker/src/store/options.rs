@@ -11,7 +11,7 @@ use workerutil::BoxError;
 use crate::columns::{Columns, Relation};
 use crate::error::Error;
 use crate::notify::Listen;
-pub use crate::retry::RetryPolicy;
+use crate::retry::RetryPolicy;
 use crate::sql::JobTable;
 
 /// Turns one selected row (the values of `column_expressions`, in order) into a record.
@@ -97,7 +97,7 @@ pub struct StoreOptions<R> {
     /// poll. The store then holds one extra connection of its own (outside the
     /// pool, so it needs a session connection: not PgBouncer's transaction
     /// pooling), reconnects it by itself, and workers poll while it is down.
-    /// The table must be notified: install [`notify_trigger_sql`](crate::notify_trigger_sql)
+    /// The table must be notified: install [`notify_trigger_sql`](crate::ddl::notify_trigger_sql)
     /// (or call `pg_notify(channel, '')` where you enqueue). Default [`Listen::Off`].
     pub listen: Listen,
     /// How long `DbStore::new` (and the listener) wait for a connection before

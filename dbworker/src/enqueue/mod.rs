@@ -2,20 +2,24 @@
 //! job or many per statement, inside the caller's transaction or on the pool,
 //! with run-at, priority, queue and job keys (dedupe).
 
-use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+mod copy;
+mod new_job;
 
-use sea_query::Value;
+use copy::{copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
+pub use new_job::{KeyMode, NewJob};
+
+use std::collections::HashMap;
+
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{Columns, Relation, is_identifier};
 use crate::error::{Error, Result};
-use crate::sql::{self, EnqueueTable, JobRow, OnKey, RunAt};
+use crate::sql::{self, EnqueueTable, JobRow};
 
 /// Which table an [`Enqueuer`] writes and which optional columns it has.
 ///
 /// ```
-/// let mut options = dbworker::EnqueueOptions::new("email_jobs");
+/// let mut options = dbworker::enqueue::EnqueueOptions::new("email_jobs");
 /// options.key_column = Some("job_key".into());
 /// assert!(options.validate().is_ok());
 /// ```
@@ -93,163 +97,6 @@ impl EnqueueOptions {
     }
 }
 
-/// What to do when a live job (queued, errored or processing) already holds
-/// the new job's key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum KeyMode {
-    /// A waiting job with the key takes the new job's columns and run-at.
-    #[default]
-    Replace,
-    /// A waiting job with the key takes the new job's columns but keeps its run-at.
-    PreserveRunAt,
-    /// Nothing changes if a live job holds the key.
-    DedupeOnly,
-}
-
-impl From<KeyMode> for OnKey {
-    fn from(mode: KeyMode) -> OnKey {
-        match mode {
-            KeyMode::Replace => OnKey::Replace,
-            KeyMode::PreserveRunAt => OnKey::PreserveRunAt,
-            KeyMode::DedupeOnly => OnKey::DedupeOnly,
-        }
-    }
-}
-
-/// A job to enqueue: the application's column values plus scheduling options.
-///
-/// ```
-/// use std::time::Duration;
-/// let job = dbworker::NewJob::new()
-///     .json("payload", serde_json::json!({"to": "a@example.com"}))
-///     .set("attempt_limit", 3_i32)
-///     .run_after(Duration::from_secs(60));
-/// assert_eq!(job.columns().count(), 2);
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct NewJob {
-    values: Vec<(String, Value)>,
-    run_at: Option<RunAt>,
-    priority: Option<i32>,
-    queue: Option<String>,
-    max_retries: Option<u32>,
-    kind: Option<String>,
-    key: Option<(String, KeyMode)>,
-}
-
-impl NewJob {
-    /// A job with no column set: every column takes its default.
-    pub fn new() -> Self {
-        NewJob::default()
-    }
-
-    /// Sets one of the application's columns (bound, never formatted into SQL).
-    pub fn set(mut self, column: impl Into<String>, value: impl Into<Value>) -> Self {
-        let column = column.into();
-        self.values.retain(|(c, _)| *c != column);
-        self.values.push((column, value.into()));
-        self
-    }
-
-    /// Sets a `json` or `jsonb` column.
-    pub fn json(self, column: impl Into<String>, value: serde_json::Value) -> Self {
-        self.set(column, Value::Json(Some(Box::new(value))))
-    }
-
-    /// Runs no earlier than `at` (stored in `process_after`).
-    pub fn run_at(mut self, at: SystemTime) -> Self {
-        self.run_at = Some(RunAt::At(at));
-        self
-    }
-
-    /// Runs no earlier than `delay` after the enqueue, by the database clock.
-    pub fn run_after(mut self, delay: Duration) -> Self {
-        self.run_at = Some(RunAt::After(delay));
-        self
-    }
-
-    /// Sets the priority column (needs `EnqueueOptions::priority_column`).
-    pub fn priority(mut self, priority: i32) -> Self {
-        self.priority = Some(priority);
-        self
-    }
-
-    /// Sets the queue column (needs `EnqueueOptions::queue_column`).
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
-
-    /// Sets the job's kind (needs `EnqueueOptions::kind_column`): which handler
-    /// of a [`KindRegistry`](workerutil::KindRegistry) runs it.
-    pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = Some(kind.into());
-        self
-    }
-
-    /// Overrides the store's `max_num_retries` for this job (needs
-    /// `EnqueueOptions::max_retries_column`, and the store's
-    /// `StoreOptions::max_retries_column` to honour it).
-    pub fn max_retries(mut self, max_retries: u32) -> Self {
-        self.max_retries = Some(max_retries);
-        self
-    }
-
-    /// Gives the job a key: at most one live job holds a key at a time
-    /// (needs `EnqueueOptions::key_column`); `mode` says what happens when one
-    /// already does. A processing job is never changed.
-    pub fn key(mut self, key: impl Into<String>, mode: KeyMode) -> Self {
-        self.key = Some((key.into(), mode));
-        self
-    }
-
-    /// The application columns set so far.
-    pub fn columns(&self) -> impl Iterator<Item = &str> {
-        self.values.iter().map(|(c, _)| c.as_str())
-    }
-
-    /// The job as the enqueue statements take it.
-    pub(crate) fn row(&self) -> JobRow<'_> {
-        JobRow {
-            values: &self.values,
-            run_at: self.run_at,
-            priority: self.priority,
-            queue: self.queue.as_deref(),
-            max_retries: self.max_retries,
-            kind: self.kind.as_deref(),
-        }
-    }
-
-    pub(crate) fn values(&self) -> &[(String, Value)] {
-        &self.values
-    }
-
-    pub(crate) fn run_at_value(&self) -> Option<RunAt> {
-        self.run_at
-    }
-
-    pub(crate) fn priority_value(&self) -> Option<i32> {
-        self.priority
-    }
-
-    pub(crate) fn queue_value(&self) -> Option<&str> {
-        self.queue.as_deref()
-    }
-
-    pub(crate) fn kind_value(&self) -> Option<&str> {
-        self.kind.as_deref()
-    }
-
-    pub(crate) fn max_retries_value(&self) -> Option<u32> {
-        self.max_retries
-    }
-
-    pub(crate) fn key_value(&self) -> Option<(&str, KeyMode)> {
-        self.key.as_ref().map(|(k, m)| (k.as_str(), *m))
-    }
-}
-
 /// What an enqueue did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -280,7 +127,7 @@ const MAX_BIND_PARAMETERS: usize = 65_535;
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// use dbworker::{EnqueueOptions, Enqueuer, NewJob};
+/// use dbworker::{Enqueuer, NewJob, enqueue::EnqueueOptions};
 /// let enqueuer = Enqueuer::new(&pool, EnqueueOptions::new("email_jobs")).await?;
 /// let job = NewJob::new().json("payload", serde_json::json!({"to": "a@example.com"}));
 /// // On the enqueuer's pool:
@@ -583,115 +430,5 @@ impl Enqueuer {
             }
         }
         Ok(())
-    }
-}
-
-fn copy_refused(reason: &str) -> Error {
-    Error::InvalidOption {
-        field: "enqueue_copy",
-        reason: reason.to_owned(),
-    }
-}
-
-/// Escapes text for COPY's text format: backslash, tab, newline, carriage return.
-fn copy_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A value in COPY's text format (`\N` for NULL).
-fn copy_text(column: &str, value: &Value) -> Result<String> {
-    fn or_null<T>(v: &Option<T>, f: impl FnOnce(&T) -> String) -> String {
-        v.as_ref().map_or_else(|| "\\N".to_owned(), f)
-    }
-    Ok(match value {
-        Value::Bool(v) => or_null(v, |b| if *b { "t" } else { "f" }.to_owned()),
-        Value::TinyInt(v) => or_null(v, ToString::to_string),
-        Value::SmallInt(v) => or_null(v, ToString::to_string),
-        Value::Int(v) => or_null(v, ToString::to_string),
-        Value::BigInt(v) => or_null(v, ToString::to_string),
-        Value::TinyUnsigned(v) => or_null(v, ToString::to_string),
-        Value::SmallUnsigned(v) => or_null(v, ToString::to_string),
-        Value::Unsigned(v) => or_null(v, ToString::to_string),
-        Value::BigUnsigned(v) => or_null(v, ToString::to_string),
-        Value::Float(v) => or_null(v, ToString::to_string),
-        Value::Double(v) => or_null(v, ToString::to_string),
-        Value::String(v) => or_null(v, |s| copy_escape(s)),
-        Value::Char(v) => or_null(v, |c| copy_escape(&c.to_string())),
-        Value::Json(v) => or_null(v, |j| copy_escape(&j.to_string())),
-        _ => {
-            return Err(copy_refused(&format!(
-                "column {column:?}: COPY takes booleans, numbers, text and JSON; use enqueue_many for other values"
-            )));
-        }
-    })
-}
-
-/// A run-at as microseconds since the epoch, delays counted from `now` (the
-/// database clock).
-fn run_at_micros(run_at: RunAt, now: i64) -> i64 {
-    let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-    match run_at {
-        RunAt::After(delay) => now.saturating_add(micros(delay)),
-        RunAt::At(at) => match at.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => micros(d),
-            Err(before) => -micros(before.duration()),
-        },
-    }
-}
-
-/// `YYYY-MM-DD HH:MM:SS.ffffff+00` for microseconds since the epoch (UTC).
-fn timestamp_text(micros: i64) -> String {
-    let secs = micros.div_euclid(1_000_000);
-    let frac = micros.rem_euclid(1_000_000);
-    let days = secs.div_euclid(86_400);
-    let in_day = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{frac:06}+00",
-        in_day / 3_600,
-        in_day % 3_600 / 60,
-        in_day % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_are_written_in_utc_for_copy() {
-        assert_eq!(timestamp_text(0), "1970-01-01 00:00:00.000000+00");
-        assert_eq!(
-            timestamp_text(951_827_696_789_012),
-            "2000-02-29 12:34:56.789012+00"
-        );
-        assert_eq!(timestamp_text(-1), "1969-12-31 23:59:59.999999+00");
-    }
-
-    #[test]
-    fn copy_text_escapes_what_copy_would_read_as_syntax() {
-        let v = Value::String(Some("a\tb\nc\\d".into()));
-        assert_eq!(copy_text("c", &v).unwrap(), "a\\tb\\nc\\\\d");
-        assert_eq!(copy_text("c", &Value::Int(None)).unwrap(), "\\N");
-        assert_eq!(copy_text("c", &Value::Bool(Some(true))).unwrap(), "t");
     }
 }

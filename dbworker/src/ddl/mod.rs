@@ -1,18 +1,31 @@
-//! Generates the DDL for a new job table: the standard columns (renamed as
-//! configured) and the indexes the dequeue and the resetter use.
+//! Every DDL generator (what `dbworker migration` prints): the job table with its
+//! standard columns (renamed as configured) and the indexes the claim and the
+//! resetter use, optional columns, the SQL enqueue function, the NOTIFY
+//! trigger, and the shared control tables.
 
 use std::collections::HashMap;
 
+use crate::columns::quote;
 use crate::columns::{Columns, Relation, bounded_name};
 use crate::error::Result;
-use crate::sql::quote;
+
+mod notify;
+mod tables;
+
+pub use crate::columns::STANDARD_COLUMNS;
+pub(crate) use notify::notify_function_sql;
+pub use notify::notify_trigger_sql;
+pub use tables::{
+    consumer_tables_sql, cron_table_sql, events_table_sql, leader_table_sql, limit_table_sql,
+    node_table_sql, pause_table_sql,
+};
 
 /// Returns `CREATE TABLE` and `CREATE INDEX` statements for a job table named
 /// `table_name` (optionally schema-qualified) with the standard columns,
 /// renamed by `alternate_column_names`. Add your own columns after generating.
 ///
 /// ```
-/// let ddl = dbworker::job_table_sql("email_jobs", &Default::default()).unwrap();
+/// let ddl = dbworker::ddl::job_table_sql("email_jobs", &Default::default()).unwrap();
 /// assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "email_jobs""#));
 /// ```
 pub fn job_table_sql(
@@ -89,7 +102,7 @@ pub struct OptionalColumns {
     /// [`KindRegistry`](workerutil::KindRegistry) dispatches on.
     pub kind: bool,
     /// No column: an index on `finished_at` over the final states, so the
-    /// [`Purger`](crate::Purger) finds old rows without scanning the table.
+    /// [`Purger`](crate::maintenance::Purger) finds old rows without scanning the table.
     pub retention: bool,
 }
 
@@ -112,9 +125,9 @@ impl OptionalColumns {
 /// again.
 ///
 /// ```
-/// let mut columns = dbworker::OptionalColumns::default();
+/// let mut columns = dbworker::ddl::OptionalColumns::default();
 /// columns.keys = true;
-/// let ddl = dbworker::optional_columns_sql("email_jobs", &Default::default(), columns).unwrap();
+/// let ddl = dbworker::ddl::optional_columns_sql("email_jobs", &Default::default(), columns).unwrap();
 /// assert!(ddl.contains("CREATE UNIQUE INDEX"));
 /// ```
 pub fn optional_columns_sql(

@@ -11,52 +11,10 @@ use crate::sql;
 /// The limit table's default name.
 pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
 
-/// What is wrong with the limit table `rel` (missing, or missing columns).
-pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
-    crate::schema_check::missing_columns(
-        pool,
-        rel,
-        "limit table",
-        &[["job_table", "queue"].as_slice(), &sql::LIMIT_SETTINGS].concat(),
-        "`dbworker migration --limits` prints it",
-    )
-    .await
-}
-
-/// `CREATE TABLE` for a limit table (`dbworker migration --limits`); one limit
-/// table serves every job table.
-///
-/// ```
-/// let ddl = dbworker::limit_table_sql(dbworker::DEFAULT_LIMIT_TABLE).unwrap();
-/// assert!(ddl.contains("\"max_per_key\" integer"));
-/// ```
-pub fn limit_table_sql(limit_table: &str) -> Result<String> {
-    let rel = Relation::parse("limit_table", limit_table)?;
-    let table = rel.quoted();
-    Ok(format!(
-        r#"-- Per queue, across every process: at most max_processing jobs processing,
--- at most max_per_key of them with one value of the store's limit_key_column,
--- and at most rate_per_second jobs started per second (a token bucket holding
--- up to burst). NULL: no such limit. tokens and refilled_at belong to the claim.
-CREATE TABLE IF NOT EXISTS {table} (
-    "job_table" text NOT NULL,
-    "queue" text NOT NULL,
-    "max_processing" integer CHECK ("max_processing" >= 0),
-    "max_per_key" integer CHECK ("max_per_key" >= 0),
-    "rate_per_second" double precision CHECK ("rate_per_second" > 0),
-    "burst" integer CHECK ("burst" >= 1),
-    "tokens" double precision NOT NULL DEFAULT 0,
-    "refilled_at" timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY ("job_table", "queue")
-);
-"#
-    ))
-}
-
 /// One queue's limits; every field `None` means no such limit.
 ///
 /// ```
-/// use dbworker::Limit;
+/// use dbworker::control::Limit;
 /// // At most 3 processing, one per customer, 10 started per second (bursts of 20).
 /// let limit = Limit::processing(3).per_key(1).rate(10.0, 20);
 /// assert_eq!(limit.max_per_key, Some(1));
@@ -141,8 +99,8 @@ impl Limit {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// use dbworker::{Limit, Limits};
-/// let limits = Limits::new(&pool, dbworker::DEFAULT_LIMIT_TABLE, "jobs").await?;
+/// use dbworker::control::{Limit, Limits};
+/// let limits = Limits::new(&pool, dbworker::control::DEFAULT_LIMIT_TABLE, "jobs").await?;
 /// limits.set("reports", 3).await?; // at most 3 reports processing anywhere
 /// limits.set_limit("emails", Limit::default().rate(50.0, 100)).await?;
 /// # Ok(()) }
@@ -160,7 +118,9 @@ impl Limits {
     pub async fn new(pool: &PgPool, limit_table: &str, job_table: &str) -> Result<Limits> {
         let limit_table = Relation::parse("limit_table", limit_table)?;
         let job = Relation::parse("table_name", job_table)?;
-        crate::schema_check::none(problems(pool, &limit_table).await?)?;
+        crate::schema_check::none(
+            crate::schema_check::limit_table_problems(pool, &limit_table).await?,
+        )?;
         Ok(Limits {
             pool: pool.clone(),
             job_table: sql::pause_key(&job),

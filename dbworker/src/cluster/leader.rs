@@ -15,33 +15,11 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::metrics::LEADER;
 use crate::sql;
 
 /// The lease table's default name.
 pub const DEFAULT_LEADER_TABLE: &str = "dbworker_leaders";
-/// 1 while this process leads the scope, else 0 (gauge, labels `scope`).
-pub const LEADER: &str = "dbworker_leader";
-
-/// `CREATE TABLE` for the lease table (`dbworker migration --nodes`).
-///
-/// ```
-/// let ddl = dbworker::leader_table_sql(dbworker::DEFAULT_LEADER_TABLE).unwrap();
-/// assert!(ddl.contains("\"expires_at\" timestamptz NOT NULL"));
-/// ```
-pub fn leader_table_sql(leader_table: &str) -> Result<String> {
-    let rel = Relation::parse("leader_table", leader_table)?;
-    let table = rel.quoted();
-    Ok(format!(
-        r#"-- One lease per scope (a job table, an application): who leads, until when.
-CREATE TABLE IF NOT EXISTS {table} (
-    "scope" text PRIMARY KEY,
-    "node_id" text NOT NULL,
-    "acquired_at" timestamptz NOT NULL DEFAULT now(),
-    "expires_at" timestamptz NOT NULL
-);
-"#
-    ))
-}
 
 /// How an election runs.
 #[derive(Debug, Clone)]
@@ -93,8 +71,8 @@ impl LeaderOptions {
 /// services while it holds it.
 ///
 /// ```no_run
-/// # async fn f(pool: sqlx::PgPool, node: dbworker::Node, resetter: std::sync::Arc<dbworker::Resetter>) -> Result<(), dbworker::Error> {
-/// use dbworker::{LeaderElection, LeaderOptions};
+/// # async fn f(pool: sqlx::PgPool, node: dbworker::cluster::Node, resetter: std::sync::Arc<dbworker::Resetter>) -> Result<(), dbworker::Error> {
+/// use dbworker::cluster::{LeaderElection, LeaderOptions};
 /// let election = LeaderElection::new(&pool, node.id(), LeaderOptions::new("jobs")).await?;
 /// let stop = tokio_util::sync::CancellationToken::new();
 /// // Only the leader resets; it stops when leadership ends or `stop` fires.

@@ -11,44 +11,9 @@ use crate::sql;
 /// The pause table's default name.
 pub const DEFAULT_PAUSE_TABLE: &str = "dbworker_pauses";
 
-/// What is wrong with the pause table `rel` (missing, or missing columns).
-pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
-    crate::schema_check::missing_columns(
-        pool,
-        rel,
-        "pause table",
-        &["job_table", "queue", "paused_at", "paused_by"],
-        "`dbworker migration --pauses` prints it",
-    )
-    .await
-}
-
 /// What pausing the whole table is recorded as (a queue can never be named so
 /// in [`Pauses::pause`]).
 const WHOLE_TABLE: &str = "*";
-
-/// `CREATE TABLE` for a pause table (`dbworker migration --pauses`); one pause
-/// table serves every job table.
-///
-/// ```
-/// let ddl = dbworker::pause_table_sql(dbworker::DEFAULT_PAUSE_TABLE).unwrap();
-/// assert!(ddl.contains("PRIMARY KEY (\"job_table\", \"queue\")"));
-/// ```
-pub fn pause_table_sql(pause_table: &str) -> Result<String> {
-    let rel = Relation::parse("pause_table", pause_table)?;
-    let table = rel.quoted();
-    Ok(format!(
-        r#"-- Paused job tables (queue '*') and queues; claims skip them while paused.
-CREATE TABLE IF NOT EXISTS {table} (
-    "job_table" text NOT NULL,
-    "queue" text NOT NULL,
-    "paused_at" timestamptz NOT NULL DEFAULT now(),
-    "paused_by" text NOT NULL DEFAULT '',
-    PRIMARY KEY ("job_table", "queue")
-);
-"#
-    ))
-}
 
 /// A pause in force.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,7 +34,7 @@ pub struct Pause {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// let pauses = dbworker::Pauses::new(&pool, dbworker::DEFAULT_PAUSE_TABLE, "email_jobs").await?;
+/// let pauses = dbworker::control::Pauses::new(&pool, dbworker::control::DEFAULT_PAUSE_TABLE, "email_jobs").await?;
 /// pauses.pause(Some("newsletters"), "ops: provider outage").await?;
 /// // ... later, from any process:
 /// pauses.resume(Some("newsletters")).await?;
@@ -89,7 +54,9 @@ impl Pauses {
     pub async fn new(pool: &PgPool, pause_table: &str, job_table: &str) -> Result<Pauses> {
         let pause_table = Relation::parse("pause_table", pause_table)?;
         let job = Relation::parse("table_name", job_table)?;
-        crate::schema_check::none(problems(pool, &pause_table).await?)?;
+        crate::schema_check::none(
+            crate::schema_check::pause_table_problems(pool, &pause_table).await?,
+        )?;
         Ok(Pauses {
             pool: pool.clone(),
             job_table: sql::pause_key(&job),

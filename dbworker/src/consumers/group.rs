@@ -14,11 +14,11 @@ use sqlx::{PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOptions};
 
+use crate::cluster::leader::{LeaderElection, LeaderOptions};
+use crate::cluster::nodes::Node;
 use crate::columns::Relation;
+use crate::consumers::store::{LogEvent, LogJob, LogOptions, LogStore};
 use crate::error::{Error, Result};
-use crate::leader::{LeaderElection, LeaderOptions};
-use crate::log_store::{LogEvent, LogJob, LogOptions, LogStore};
-use crate::nodes::Node;
 use crate::sql;
 
 /// A named consumer of the log. Its writes through `tx` commit together with
@@ -122,9 +122,9 @@ impl ConsumerGroupOptions {
         ConsumerGroupOptions {
             log: LogOptions::new(name.clone(), events_table, String::new(), Vec::new()),
             name,
-            node_table: crate::nodes::DEFAULT_NODE_TABLE.into(),
+            node_table: crate::cluster::nodes::DEFAULT_NODE_TABLE.into(),
             dead_after: Duration::from_secs(10),
-            leader_table: crate::leader::DEFAULT_LEADER_TABLE.into(),
+            leader_table: crate::cluster::leader::DEFAULT_LEADER_TABLE.into(),
             lease: Duration::from_secs(6),
             rebalance_interval: Duration::from_secs(2),
             batch_timeout: Duration::from_secs(30),
@@ -137,7 +137,7 @@ impl ConsumerGroupOptions {
 /// A process's part of a consumer group.
 ///
 /// ```no_run
-/// # use dbworker::{Consumer, ConsumerGroup, ConsumerGroupOptions, Node, NodeOptions};
+/// # use dbworker::{consumers::{Consumer, ConsumerGroup, ConsumerGroupOptions}, cluster::{Node, NodeOptions}};
 /// # #[derive(sqlx::FromRow)] struct Event { global_position: i64 }
 /// # struct Projection;
 /// # #[async_trait::async_trait] impl Consumer<Event> for Projection {

@@ -4,21 +4,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use workerutil::{JobState, RecordId};
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
-use crate::options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESET_FAILURE_MESSAGE, Resolved};
-use crate::sql;
-
-/// Stalled jobs the resetter put back in the queue (metric name).
-pub const RESETS_TOTAL: &str = "dbworker_resets_total";
-/// Stalled jobs the resetter failed for too many resets (metric name).
-pub const RESET_FAILURES_TOTAL: &str = "dbworker_reset_failures_total";
-/// Resetter passes that failed (metric name).
-pub const RESET_ERRORS_TOTAL: &str = "dbworker_reset_errors_total";
+use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
+use crate::store::options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESET_FAILURE_MESSAGE};
+use crate::store::{ResetConfig, ResetOutcome, reset_pass};
 
 /// What the resetter needs to know about a job table.
 #[derive(Debug, Clone)]
@@ -119,75 +112,6 @@ fn dead_nodes(node_table: &str, dead_after: Duration) -> Result<(Relation, Durat
     Ok((Relation::parse("node_table", node_table)?, dead_after))
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct ResetConfig {
-    table: Relation,
-    columns: Columns,
-    stalled_max_age: Duration,
-    max_num_resets: u32,
-    message: String,
-    dead_nodes: Option<(Relation, Duration)>,
-}
-
-impl Resolved {
-    pub(crate) fn reset_config(&self) -> ResetConfig {
-        ResetConfig {
-            table: self.table.clone(),
-            columns: self.columns.clone(),
-            stalled_max_age: self.stalled_max_age,
-            max_num_resets: self.max_num_resets,
-            message: self.reset_failure_message.clone(),
-            dead_nodes: None,
-        }
-    }
-}
-
-/// What one resetter pass did.
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct ResetOutcome {
-    /// Jobs put back in the queue, with how old their heartbeat was.
-    pub reset: Vec<(RecordId, Duration)>,
-    /// Jobs failed because they were reset too often.
-    pub failed: Vec<RecordId>,
-}
-
-pub(crate) async fn reset_pass(pool: &PgPool, cfg: &ResetConfig) -> Result<ResetOutcome> {
-    let rows = sql::reset_stalled(
-        &cfg.table,
-        &cfg.columns,
-        cfg.stalled_max_age.as_secs_f64(),
-        cfg.dead_nodes.as_ref(),
-        cfg.max_num_resets,
-        &cfg.message,
-    )
-    .query()
-    .fetch_all(pool)
-    .await
-    .map_err(Error::db("reset_stalled"))?;
-    if let Some((nodes, dead_after)) = &cfg.dead_nodes {
-        // By then the heartbeat rule has reset anything the rescue missed.
-        sql::nodes_prune(nodes, *dead_after + cfg.stalled_max_age)
-            .query()
-            .execute(pool)
-            .await
-            .map_err(Error::db("nodes_prune"))?;
-    }
-    let mut out = ResetOutcome::default();
-    for row in rows {
-        let id: i64 = row.get("id");
-        if row.get::<String, _>("state") == JobState::Queued.as_str() {
-            let age = Duration::from_secs_f64(row.get::<f64, _>("age").max(0.0));
-            out.reset.push((id, age));
-        } else {
-            out.failed.push(id);
-        }
-    }
-    out.reset.sort_by_key(|(id, _)| *id);
-    out.failed.sort_unstable();
-    Ok(out)
-}
-
 /// Periodically moves stalled `processing` rows back to `queued`, or to
 /// `failed` once they were reset too often, in one atomic statement per pass.
 ///
@@ -258,7 +182,7 @@ impl Resetter {
         )
         .await?;
         if let Some((nodes, _)) = &self.config.dead_nodes {
-            problems.extend(crate::nodes::problems(&self.pool, nodes).await?);
+            problems.extend(crate::cluster::nodes::problems(&self.pool, nodes).await?);
         }
         crate::schema_check::none(problems)
     }

@@ -30,78 +30,6 @@ pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";
 /// The checkpoint table's default name.
 pub const DEFAULT_CHECKPOINT_TABLE: &str = "dbworker_consumer_checkpoints";
 
-/// `CREATE TABLE` for the consumers' assignments and checkpoints
-/// (`dbworker migration --consumers`).
-///
-/// ```
-/// let ddl = dbworker::consumer_tables_sql(
-///     dbworker::DEFAULT_ASSIGNMENT_TABLE,
-///     dbworker::DEFAULT_CHECKPOINT_TABLE,
-/// ).unwrap();
-/// assert!(ddl.contains("\"last_position\" bigint NOT NULL"));
-/// ```
-pub fn consumer_tables_sql(assignment_table: &str, checkpoint_table: &str) -> Result<String> {
-    let a = Relation::parse("assignment_table", assignment_table)?.quoted();
-    let c = Relation::parse("checkpoint_table", checkpoint_table)?.quoted();
-    Ok(format!(
-        r#"-- Which process runs each consumer (written by the leader).
-CREATE TABLE IF NOT EXISTS {a} (
-    "consumer_name" text PRIMARY KEY,
-    "node_id" text NOT NULL,
-    "created_at" timestamptz NOT NULL DEFAULT now(),
-    "updated_at" timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS {a_idx} ON {a} ("node_id");
--- The last event position each consumer has processed.
-CREATE TABLE IF NOT EXISTS {c} (
-    "consumer_name" text PRIMARY KEY,
-    "last_position" bigint NOT NULL DEFAULT 0,
-    "created_at" timestamptz NOT NULL DEFAULT now(),
-    "updated_at" timestamptz NOT NULL DEFAULT now()
-);
-"#,
-        a_idx = sql::quote(&format!(
-            "{}_node_idx",
-            Relation::parse("assignment_table", assignment_table)?.name
-        )),
-    ))
-}
-
-/// `CREATE TABLE` for a plain events table, with a trigger that NOTIFYs
-/// `channel` once per inserting statement (for `LogOptions::listen`).
-///
-/// ```
-/// let ddl = dbworker::events_table_sql("events", "events_appended").unwrap();
-/// assert!(ddl.contains("\"global_position\" bigserial PRIMARY KEY"));
-/// ```
-pub fn events_table_sql(events_table: &str, channel: &str) -> Result<String> {
-    let rel = Relation::parse("events_table", events_table)?;
-    if !crate::columns::is_identifier(channel) {
-        return Err(Error::InvalidOption {
-            field: "channel",
-            reason: format!("{channel:?} is not a plain identifier"),
-        });
-    }
-    let t = rel.quoted();
-    let function = rel.quoted_sibling(&format!("{}_notify", rel.name));
-    let trigger = sql::quote(&format!("{}_notify", rel.name));
-    let notify_function = crate::notify::notify_function_sql(&function);
-    Ok(format!(
-        r#"-- An append-only log: consumers read it in global_position order.
-CREATE TABLE IF NOT EXISTS {t} (
-    "global_position" bigserial PRIMARY KEY,
-    "aggregate_type" text NOT NULL,
-    "aggregate_id" text NOT NULL,
-    "event_type" text NOT NULL,
-    "payload" jsonb NOT NULL DEFAULT '{{}}',
-    "created_at" timestamptz NOT NULL DEFAULT now()
-);
-{notify_function}CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {t}
-    FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
-"#
-    ))
-}
-
 /// An event type a `LogStore` scans rows into (any `sqlx::FromRow` type).
 pub trait LogEvent: for<'r> FromRow<'r, PgRow> + Send + Sync + Unpin + 'static {}
 
@@ -168,7 +96,7 @@ impl LogOptions {
             retry_after: Duration::from_secs(1),
             max_consecutive_failures: 5,
             listen: None,
-            connect_timeout: crate::options::DEFAULT_CONNECT_TIMEOUT,
+            connect_timeout: crate::store::options::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 

@@ -1,0 +1,8 @@
+//! Many processes: a registry of live [`Node`]s (a dead process's jobs are
+//! requeued early) and [`LeaderElection`] by lease for singleton services.
+
+pub(crate) mod leader;
+pub(crate) mod nodes;
+
+pub use leader::{DEFAULT_LEADER_TABLE, LeaderElection, LeaderOptions, current_leader};
+pub use nodes::{DEFAULT_NODE_TABLE, Node, NodeInfo, NodeOptions, live_nodes};

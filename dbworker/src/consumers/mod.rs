@@ -1,0 +1,14 @@
+//! Log consumers: named consumers of an append-only events table, each with a
+//! checkpoint advanced in its batch's transaction ([`LogStore`]), assigned to
+//! live processes by the leader ([`ConsumerGroup`]).
+
+pub(crate) mod group;
+pub(crate) mod store;
+
+pub use group::{
+    Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
+};
+pub use store::{
+    ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogEvent, LogJob,
+    LogOptions, LogStore,
+};

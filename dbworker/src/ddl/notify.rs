@@ -1,0 +1,84 @@
+//! The NOTIFY trigger that wakes listening workers when a job becomes runnable.
+
+use crate::columns::{Columns, Relation, bounded_name, quote};
+use crate::error::Result;
+use crate::notify::Listen;
+
+/// SQL that makes Postgres announce new work on `channel` (default: the
+/// table's [`default_notify_channel`](crate::store::default_notify_channel)): one notification per `INSERT`
+/// statement, and one per row that goes back to `queued` (a requeue or a
+/// reset). Retries that come due later are not announced: the poll interval
+/// covers them. Needs PostgreSQL 14 or newer (`CREATE OR REPLACE TRIGGER`).
+///
+/// ```
+/// let ddl = dbworker::ddl::notify_trigger_sql("email_jobs", &Default::default(), None).unwrap();
+/// assert!(ddl.contains("pg_notify"));
+/// ```
+pub fn notify_trigger_sql(
+    table_name: &str,
+    alternate_column_names: &std::collections::HashMap<String, String>,
+    channel: Option<&str>,
+) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    let c = Columns::resolve(alternate_column_names)?;
+    let channel = match channel {
+        Some(ch) => Listen::Channel(ch.to_owned()).resolve(&rel)?,
+        None => Listen::TableChannel.resolve(&rel)?,
+    }
+    .unwrap_or_default();
+    let table = rel.quoted();
+    let function = rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_notify", rel.name)));
+    let on_insert = quote(&bounded_name(&format!(
+        "{}_dbworker_notify_insert",
+        rel.name
+    )));
+    let on_requeue = quote(&bounded_name(&format!(
+        "{}_dbworker_notify_requeue",
+        rel.name
+    )));
+    let state = quote(&c.state);
+    let notify_function = notify_function_sql(&function);
+    Ok(format!(
+        r#"-- Wakes dbworker listeners on channel '{channel}' when jobs are queued.
+{notify_function}CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
+    FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
+CREATE OR REPLACE TRIGGER {on_requeue} AFTER UPDATE OF {state} ON {table}
+    FOR EACH ROW WHEN (NEW.{state} = 'queued' AND OLD.{state} IS DISTINCT FROM 'queued')
+    EXECUTE FUNCTION {function}('{channel}');
+"#
+    ))
+}
+
+/// A trigger function that NOTIFYs the channel given as its first argument.
+pub(crate) fn notify_function_sql(function: &str) -> String {
+    format!(
+        r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_ARGV[0], '');
+    RETURN NULL;
+END
+$$;
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trigger_names_stay_within_63_bytes() {
+        let ddl = notify_trigger_sql(&"j".repeat(63), &Default::default(), None).unwrap();
+        for line in ddl.lines().filter(|l| l.contains("TRIGGER")) {
+            let name = line.split('"').nth(1).unwrap();
+            assert!(name.len() <= 63, "{name}");
+        }
+    }
+
+    #[test]
+    fn channels_are_checked() {
+        assert!(notify_trigger_sql("jobs", &Default::default(), Some("bad name")).is_err());
+        let ddl = notify_trigger_sql("jobs", &Default::default(), Some("new_jobs")).unwrap();
+        assert!(ddl.contains("('new_jobs')"), "{ddl}");
+    }
+}

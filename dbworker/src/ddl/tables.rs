@@ -1,0 +1,199 @@
+//! The shared control tables (pauses, limits, cron, the node registry, leader
+//! leases) and the log consumers' tables: one generator each.
+
+use crate::columns::{Relation, quote};
+use crate::error::{Error, Result};
+
+/// `CREATE TABLE` for a pause table (`dbworker migration --pauses`); one pause
+/// table serves every job table.
+///
+/// ```
+/// let ddl = dbworker::ddl::pause_table_sql(dbworker::control::DEFAULT_PAUSE_TABLE).unwrap();
+/// assert!(ddl.contains("PRIMARY KEY (\"job_table\", \"queue\")"));
+/// ```
+pub fn pause_table_sql(pause_table: &str) -> Result<String> {
+    let rel = Relation::parse("pause_table", pause_table)?;
+    let table = rel.quoted();
+    Ok(format!(
+        r#"-- Paused job tables (queue '*') and queues; claims skip them while paused.
+CREATE TABLE IF NOT EXISTS {table} (
+    "job_table" text NOT NULL,
+    "queue" text NOT NULL,
+    "paused_at" timestamptz NOT NULL DEFAULT now(),
+    "paused_by" text NOT NULL DEFAULT '',
+    PRIMARY KEY ("job_table", "queue")
+);
+"#
+    ))
+}
+
+/// `CREATE TABLE` for a limit table (`dbworker migration --limits`); one limit
+/// table serves every job table.
+///
+/// ```
+/// let ddl = dbworker::ddl::limit_table_sql(dbworker::control::DEFAULT_LIMIT_TABLE).unwrap();
+/// assert!(ddl.contains("\"max_per_key\" integer"));
+/// ```
+pub fn limit_table_sql(limit_table: &str) -> Result<String> {
+    let rel = Relation::parse("limit_table", limit_table)?;
+    let table = rel.quoted();
+    Ok(format!(
+        r#"-- Per queue, across every process: at most max_processing jobs processing,
+-- at most max_per_key of them with one value of the store's limit_key_column,
+-- and at most rate_per_second jobs started per second (a token bucket holding
+-- up to burst). NULL: no such limit. tokens and refilled_at belong to the claim.
+CREATE TABLE IF NOT EXISTS {table} (
+    "job_table" text NOT NULL,
+    "queue" text NOT NULL,
+    "max_processing" integer CHECK ("max_processing" >= 0),
+    "max_per_key" integer CHECK ("max_per_key" >= 0),
+    "rate_per_second" double precision CHECK ("rate_per_second" > 0),
+    "burst" integer CHECK ("burst" >= 1),
+    "tokens" double precision NOT NULL DEFAULT 0,
+    "refilled_at" timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY ("job_table", "queue")
+);
+"#
+    ))
+}
+
+/// `CREATE TABLE` for the cron table (`dbworker migration --cron`): the last
+/// tick enqueued per schedule, shared by every scheduler process.
+///
+/// ```
+/// let ddl = dbworker::ddl::cron_table_sql(dbworker::cron::DEFAULT_CRON_TABLE).unwrap();
+/// assert!(ddl.contains("\"last_tick\" timestamptz NOT NULL"));
+/// ```
+pub fn cron_table_sql(cron_table: &str) -> Result<String> {
+    let rel = Relation::parse("cron_table", cron_table)?;
+    let table = rel.quoted();
+    Ok(format!(
+        r#"-- The last tick enqueued per cron schedule; every scheduler advances it atomically.
+CREATE TABLE IF NOT EXISTS {table} (
+    "job_table" text NOT NULL,
+    "schedule" text NOT NULL,
+    "last_tick" timestamptz NOT NULL,
+    PRIMARY KEY ("job_table", "schedule")
+);
+"#
+    ))
+}
+
+/// `CREATE TABLE` for the registry (`dbworker migration --nodes`); one
+/// registry serves every job table of the database.
+///
+/// ```
+/// let ddl = dbworker::ddl::node_table_sql(dbworker::cluster::DEFAULT_NODE_TABLE).unwrap();
+/// assert!(ddl.contains("\"heartbeat_at\" timestamptz NOT NULL"));
+/// ```
+pub fn node_table_sql(node_table: &str) -> Result<String> {
+    let rel = Relation::parse("node_table", node_table)?;
+    let table = rel.quoted();
+    Ok(format!(
+        r#"-- Worker processes: one row each, heartbeated; stale rows are dead processes.
+CREATE TABLE IF NOT EXISTS {table} (
+    "id" text PRIMARY KEY,
+    "host" text NOT NULL,
+    "pid" integer NOT NULL,
+    "version" text NOT NULL,
+    "queues" text[] NOT NULL DEFAULT '{{}}',
+    "handlers" integer NOT NULL DEFAULT 0,
+    "started_at" timestamptz NOT NULL DEFAULT now(),
+    "heartbeat_at" timestamptz NOT NULL DEFAULT now()
+);
+"#
+    ))
+}
+
+/// `CREATE TABLE` for the lease table (`dbworker migration --nodes`).
+///
+/// ```
+/// let ddl = dbworker::ddl::leader_table_sql(dbworker::cluster::DEFAULT_LEADER_TABLE).unwrap();
+/// assert!(ddl.contains("\"expires_at\" timestamptz NOT NULL"));
+/// ```
+pub fn leader_table_sql(leader_table: &str) -> Result<String> {
+    let rel = Relation::parse("leader_table", leader_table)?;
+    let table = rel.quoted();
+    Ok(format!(
+        r#"-- One lease per scope (a job table, an application): who leads, until when.
+CREATE TABLE IF NOT EXISTS {table} (
+    "scope" text PRIMARY KEY,
+    "node_id" text NOT NULL,
+    "acquired_at" timestamptz NOT NULL DEFAULT now(),
+    "expires_at" timestamptz NOT NULL
+);
+"#
+    ))
+}
+
+/// `CREATE TABLE` for the consumers' assignments and checkpoints
+/// (`dbworker migration --consumers`).
+///
+/// ```
+/// let ddl = dbworker::ddl::consumer_tables_sql(
+///     dbworker::consumers::DEFAULT_ASSIGNMENT_TABLE,
+///     dbworker::consumers::DEFAULT_CHECKPOINT_TABLE,
+/// ).unwrap();
+/// assert!(ddl.contains("\"last_position\" bigint NOT NULL"));
+/// ```
+pub fn consumer_tables_sql(assignment_table: &str, checkpoint_table: &str) -> Result<String> {
+    let a = Relation::parse("assignment_table", assignment_table)?.quoted();
+    let c = Relation::parse("checkpoint_table", checkpoint_table)?.quoted();
+    Ok(format!(
+        r#"-- Which process runs each consumer (written by the leader).
+CREATE TABLE IF NOT EXISTS {a} (
+    "consumer_name" text PRIMARY KEY,
+    "node_id" text NOT NULL,
+    "created_at" timestamptz NOT NULL DEFAULT now(),
+    "updated_at" timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS {a_idx} ON {a} ("node_id");
+-- The last event position each consumer has processed.
+CREATE TABLE IF NOT EXISTS {c} (
+    "consumer_name" text PRIMARY KEY,
+    "last_position" bigint NOT NULL DEFAULT 0,
+    "created_at" timestamptz NOT NULL DEFAULT now(),
+    "updated_at" timestamptz NOT NULL DEFAULT now()
+);
+"#,
+        a_idx = quote(&format!(
+            "{}_node_idx",
+            Relation::parse("assignment_table", assignment_table)?.name
+        )),
+    ))
+}
+
+/// `CREATE TABLE` for a plain events table, with a trigger that NOTIFYs
+/// `channel` once per inserting statement (for `LogOptions::listen`).
+///
+/// ```
+/// let ddl = dbworker::ddl::events_table_sql("events", "events_appended").unwrap();
+/// assert!(ddl.contains("\"global_position\" bigserial PRIMARY KEY"));
+/// ```
+pub fn events_table_sql(events_table: &str, channel: &str) -> Result<String> {
+    let rel = Relation::parse("events_table", events_table)?;
+    if !crate::columns::is_identifier(channel) {
+        return Err(Error::InvalidOption {
+            field: "channel",
+            reason: format!("{channel:?} is not a plain identifier"),
+        });
+    }
+    let t = rel.quoted();
+    let function = rel.quoted_sibling(&format!("{}_notify", rel.name));
+    let trigger = quote(&format!("{}_notify", rel.name));
+    let notify_function = super::notify_function_sql(&function);
+    Ok(format!(
+        r#"-- An append-only log: consumers read it in global_position order.
+CREATE TABLE IF NOT EXISTS {t} (
+    "global_position" bigserial PRIMARY KEY,
+    "aggregate_type" text NOT NULL,
+    "aggregate_id" text NOT NULL,
+    "event_type" text NOT NULL,
+    "payload" jsonb NOT NULL DEFAULT '{{}}',
+    "created_at" timestamptz NOT NULL DEFAULT now()
+);
+{notify_function}CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {t}
+    FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
+"#
+    ))
+}

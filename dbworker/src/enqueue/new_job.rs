@@ -1,0 +1,164 @@
+//! `NewJob`: the values and scheduling options of one job to enqueue.
+
+use std::time::{Duration, SystemTime};
+
+use sea_query::Value;
+
+use crate::sql::{JobRow, OnKey, RunAt};
+
+/// What to do when a live job (queued, errored or processing) already holds
+/// the new job's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyMode {
+    /// A waiting job with the key takes the new job's columns and run-at.
+    #[default]
+    Replace,
+    /// A waiting job with the key takes the new job's columns but keeps its run-at.
+    PreserveRunAt,
+    /// Nothing changes if a live job holds the key.
+    DedupeOnly,
+}
+
+impl From<KeyMode> for OnKey {
+    fn from(mode: KeyMode) -> OnKey {
+        match mode {
+            KeyMode::Replace => OnKey::Replace,
+            KeyMode::PreserveRunAt => OnKey::PreserveRunAt,
+            KeyMode::DedupeOnly => OnKey::DedupeOnly,
+        }
+    }
+}
+
+/// A job to enqueue: the application's column values plus scheduling options.
+///
+/// ```
+/// use std::time::Duration;
+/// let job = dbworker::NewJob::new()
+///     .json("payload", serde_json::json!({"to": "a@example.com"}))
+///     .set("attempt_limit", 3_i32)
+///     .run_after(Duration::from_secs(60));
+/// assert_eq!(job.columns().count(), 2);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct NewJob {
+    values: Vec<(String, Value)>,
+    run_at: Option<RunAt>,
+    priority: Option<i32>,
+    queue: Option<String>,
+    max_retries: Option<u32>,
+    kind: Option<String>,
+    key: Option<(String, KeyMode)>,
+}
+
+impl NewJob {
+    /// A job with no column set: every column takes its default.
+    pub fn new() -> Self {
+        NewJob::default()
+    }
+
+    /// Sets one of the application's columns (bound, never formatted into SQL).
+    pub fn set(mut self, column: impl Into<String>, value: impl Into<Value>) -> Self {
+        let column = column.into();
+        self.values.retain(|(c, _)| *c != column);
+        self.values.push((column, value.into()));
+        self
+    }
+
+    /// Sets a `json` or `jsonb` column.
+    pub fn json(self, column: impl Into<String>, value: serde_json::Value) -> Self {
+        self.set(column, Value::Json(Some(Box::new(value))))
+    }
+
+    /// Runs no earlier than `at` (stored in `process_after`).
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = Some(RunAt::At(at));
+        self
+    }
+
+    /// Runs no earlier than `delay` after the enqueue, by the database clock.
+    pub fn run_after(mut self, delay: Duration) -> Self {
+        self.run_at = Some(RunAt::After(delay));
+        self
+    }
+
+    /// Sets the priority column (needs `EnqueueOptions::priority_column`).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets the queue column (needs `EnqueueOptions::queue_column`).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Sets the job's kind (needs `EnqueueOptions::kind_column`): which handler
+    /// of a [`KindRegistry`](workerutil::KindRegistry) runs it.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Overrides the store's `max_num_retries` for this job (needs
+    /// `EnqueueOptions::max_retries_column`, and the store's
+    /// `StoreOptions::max_retries_column` to honour it).
+    pub fn max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
+    /// Gives the job a key: at most one live job holds a key at a time
+    /// (needs `EnqueueOptions::key_column`); `mode` says what happens when one
+    /// already does. A processing job is never changed.
+    pub fn key(mut self, key: impl Into<String>, mode: KeyMode) -> Self {
+        self.key = Some((key.into(), mode));
+        self
+    }
+
+    /// The application columns set so far.
+    pub fn columns(&self) -> impl Iterator<Item = &str> {
+        self.values.iter().map(|(c, _)| c.as_str())
+    }
+
+    /// The job as the enqueue statements take it.
+    pub(crate) fn row(&self) -> JobRow<'_> {
+        JobRow {
+            values: &self.values,
+            run_at: self.run_at,
+            priority: self.priority,
+            queue: self.queue.as_deref(),
+            max_retries: self.max_retries,
+            kind: self.kind.as_deref(),
+        }
+    }
+
+    pub(crate) fn values(&self) -> &[(String, Value)] {
+        &self.values
+    }
+
+    pub(crate) fn run_at_value(&self) -> Option<RunAt> {
+        self.run_at
+    }
+
+    pub(crate) fn priority_value(&self) -> Option<i32> {
+        self.priority
+    }
+
+    pub(crate) fn queue_value(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+
+    pub(crate) fn kind_value(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
+    pub(crate) fn max_retries_value(&self) -> Option<u32> {
+        self.max_retries
+    }
+
+    pub(crate) fn key_value(&self) -> Option<(&str, KeyMode)> {
+        self.key.as_ref().map(|(k, m)| (k.as_str(), *m))
+    }
+}

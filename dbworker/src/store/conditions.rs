@@ -1,0 +1,56 @@
+//! `DbConditions`: the extra claim conditions a `pre_dequeue` hook returns.
+
+use sea_query::Expr;
+
+/// Extra dequeue conditions returned by `pre_dequeue`: sea-query expressions
+/// ANDed into the claim's `WHERE`, over the view's (or table's) alias.
+///
+/// ```
+/// use dbworker::DbConditions;
+/// use sea_query::Expr;
+/// // Values are bound, never formatted into the SQL.
+/// let conditions = DbConditions::new().and(Expr::cust_with_values("j.cost <= $1", [40i64]));
+/// assert_eq!(conditions.len(), 1);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct DbConditions(pub(super) Vec<Expr>);
+
+impl DbConditions {
+    /// No extra condition.
+    pub fn new() -> Self {
+        DbConditions(Vec::new())
+    }
+
+    /// Adds a condition.
+    pub fn and(mut self, condition: Expr) -> Self {
+        self.0.push(condition);
+        self
+    }
+
+    /// Adds `column = ANY(values)`, with `column` written as `alias.column` over
+    /// the view's (or table's) alias (each part is quoted; the values are bound).
+    /// For a [`KindRegistry`](workerutil::KindRegistry) that claims only its kinds:
+    ///
+    /// ```
+    /// use dbworker::DbConditions;
+    /// let only = DbConditions::new().column_in("j.kind", &["email".to_owned()]);
+    /// assert_eq!(only.len(), 1);
+    /// ```
+    pub fn column_in(self, column: &str, values: &[String]) -> Self {
+        let column: Vec<String> = column.split('.').map(crate::sql::quote).collect();
+        self.and(Expr::cust_with_values(
+            format!("{} = ANY($1)", column.join(".")),
+            [sea_query::Value::from(values.to_vec())],
+        ))
+    }
+
+    /// How many conditions there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}

@@ -1,0 +1,393 @@
+//! `DbStore`: the Postgres [`Store`](workerutil::Store). Two-phase dequeue, transaction-bound
+//! handling, fenced marks, heartbeats and execution logs.
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Postgres, Row, Transaction};
+use tokio_util::sync::DropGuard;
+use workerutil::{BoxError, Lease, Record, Wakeups, WorkerOptions, error_chain};
+
+use crate::error::{Error, Result};
+use crate::sql::{Mark, MarkKind};
+use crate::{notify, schema_check, sql};
+use completer::Completer;
+
+mod completer;
+mod conditions;
+mod connection_loss;
+mod gauges;
+mod job;
+pub(crate) mod options;
+mod reset;
+mod worker_api;
+
+pub use crate::message::MAX_FAILURE_MESSAGE_BYTES;
+pub use crate::notify::{Listen, default_notify_channel};
+pub use crate::retry::RetryPolicy;
+pub use conditions::DbConditions;
+pub use gauges::QueueStat;
+pub use job::DbJob;
+pub(crate) use options::Resolved;
+pub use options::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,
+    ScanFn, StoreOptions,
+};
+pub use reset::ResetOutcome;
+pub(crate) use reset::{ResetConfig, reset_pass};
+
+/// Connections a worker needs besides its handlers: one for claims and one for
+/// heartbeats. Heartbeat handling needs one more, for the batched marks.
+pub const RESERVED_CONNECTIONS: u32 = 2;
+
+/// What workers need of the pool: see [`DbStore::pool_need`].
+#[derive(Debug)]
+pub(crate) struct PoolNeed {
+    /// Held at once by one worker.
+    pub(crate) per_worker: u32,
+    /// Held by the store for all its workers (the batched-mark writer).
+    pub(crate) shared: u32,
+    /// Where the need comes from, for the error.
+    pub(crate) reason: String,
+}
+
+/// A [`Store`](workerutil::Store) over an application's own Postgres job table.
+///
+/// ```no_run
+/// # use dbworker::{DbStore, StoreOptions};
+/// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
+/// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// let options = StoreOptions::<Job>::from_row("jobs_store", "jobs j");
+/// // Checks the table and every column now, naming whatever is missing.
+/// let store = DbStore::new(pool, options).await?;
+/// # Ok(()) }
+/// ```
+pub struct DbStore<R> {
+    pool: PgPool,
+    options: Arc<Resolved>,
+    scan: ScanFn<R>,
+    /// Batched marks (heartbeat handling only).
+    completer: Option<Completer>,
+    /// Wake-ups from the listener, when `listen` is on.
+    wakeups: Option<Wakeups>,
+    /// Stops the listener task when the store is dropped.
+    _listener: Option<DropGuard>,
+}
+
+impl<R> fmt::Debug for DbStore<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DbStore")
+            .field("name", &self.options.name)
+            .field("table", &self.options.table)
+            .field("view", &self.options.view)
+            .field("handling", &self.options.handling)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Record> DbStore<R> {
+    /// Validates the options, then checks the table, the view and every column
+    /// (after renaming) and every configured SQL fragment against the database.
+    /// All problems are reported together in one [`Error::Schema`].
+    pub async fn new(pool: PgPool, options: StoreOptions<R>) -> Result<Self> {
+        let resolved = Arc::new(options.resolve()?);
+        schema_check::check(&pool, &resolved, resolved.connect_timeout).await?;
+        let completer = (resolved.handling == Handling::Heartbeat)
+            .then(|| Completer::spawn(pool.clone(), resolved.clone()));
+        let (wakeups, listener) = match &resolved.listen_channel {
+            Some(channel) => {
+                let (w, guard) = notify::spawn_listener(
+                    &pool,
+                    channel.clone(),
+                    resolved.name.clone(),
+                    resolved.connect_timeout,
+                );
+                (Some(w), Some(guard))
+            }
+            None => (None, None),
+        };
+        Ok(DbStore {
+            pool,
+            options: resolved,
+            scan: options.scan,
+            completer,
+            wakeups,
+            _listener: listener,
+        })
+    }
+
+    /// Checks that a worker with `options`, claiming `claim_ahead` jobs beyond
+    /// its free handlers, fits this store:
+    ///
+    /// - the pool serves every connection the worker holds at once: in
+    ///   transactional handling one per running job (claimed-ahead jobs hold
+    ///   none until they start), plus one for
+    ///   claims, one more per further concurrent claim, and one for heartbeats
+    ///   (and one for batched marks in heartbeat handling); too small a pool
+    ///   deadlocks;
+    /// - heartbeats come at least twice per stalled max age, or the resetter
+    ///   would requeue live jobs;
+    /// - a worker gives up its jobs (`heartbeat_failure_limit`, plus three
+    ///   heartbeat intervals for the round trips in flight) before the resetter
+    ///   may hand them to someone else (`stalled_max_age`).
+    ///
+    /// [`Worker::new`](workerutil::Worker::new) runs it through
+    /// [`Store::check_worker_options`](workerutil::Store::check_worker_options), so it cannot be skipped.
+    pub fn check_worker(&self, options: &WorkerOptions, claim_ahead: usize) -> Result<()> {
+        let stalled = self.stalled_max_age();
+        let beat = options.heartbeat_interval;
+        if beat * 2 > stalled {
+            return Err(Error::InvalidOption {
+                field: "heartbeat_interval",
+                reason: format!(
+                    "{beat:?} is more than half the store's stalled_max_age ({stalled:?}); live jobs would be reset"
+                ),
+            });
+        }
+        match options.heartbeat_failure_limit {
+            Some(limit) if limit + beat * 3 < stalled => {}
+            other => {
+                return Err(Error::InvalidOption {
+                    field: "heartbeat_failure_limit",
+                    reason: format!(
+                        "{other:?} must be set, and with three heartbeat intervals ({beat:?} each) stay below the store's stalled_max_age ({stalled:?}), so a worker that cannot heartbeat stops its jobs before they are reset"
+                    ),
+                });
+            }
+        }
+        // Claimed-ahead jobs hold nothing (a job's transaction opens when it
+        // starts), so `claim_ahead` does not count.
+        let _ = claim_ahead;
+        let need = self.pool_need(options);
+        self.check_pool(need.per_worker.saturating_add(need.shared), need.reason)
+    }
+
+    /// The connections a worker with `options` holds at once on this store,
+    /// and those the store shares between all its workers.
+    pub(crate) fn pool_need(&self, options: &WorkerOptions) -> PoolNeed {
+        let handlers = u32::try_from(options.num_handlers).unwrap_or(u32::MAX);
+        // Claims beyond the first each need a connection of their own.
+        let extra_claims = u32::try_from(options.concurrent_dequeues_for(self).saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        match self.handling() {
+            Handling::Transactional => PoolNeed {
+                per_worker: handlers
+                    .saturating_add(RESERVED_CONNECTIONS)
+                    .saturating_add(extra_claims),
+                shared: 0,
+                reason: format!(
+                    "transactional handling holds one per running job: {handlers} handlers + {RESERVED_CONNECTIONS} for claims and heartbeats + {extra_claims} for further concurrent claims, per worker"
+                ),
+            },
+            Handling::Heartbeat => PoolNeed {
+                per_worker: RESERVED_CONNECTIONS,
+                shared: 1,
+                reason: "one for claims and one for heartbeats per worker, and one for the store's batched marks".to_owned(),
+            },
+        }
+    }
+
+    /// Refuses a pool smaller than `needed`.
+    pub(crate) fn check_pool(&self, needed: u32, reason: String) -> Result<()> {
+        let max = self.pool.options().get_max_connections();
+        if max < needed {
+            return Err(Error::PoolTooSmall {
+                max_connections: max,
+                needed,
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.options.name
+    }
+
+    /// The handling mode.
+    pub fn handling(&self) -> Handling {
+        self.options.handling
+    }
+
+    /// The stalled max age.
+    pub fn stalled_max_age(&self) -> Duration {
+        self.options.stalled_max_age
+    }
+
+    pub(crate) fn resolved(&self) -> &Arc<Resolved> {
+        &self.options
+    }
+
+    /// Whether any job waits. Stops at the first row; cheaper than a count.
+    pub async fn any_queued(&self) -> Result<bool> {
+        let row = sql::any_queued(&self.options)
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("any_queued"))?;
+        Ok(row.get::<bool, _>(0))
+    }
+
+    /// How long the oldest waiting job has waited, by the database clock.
+    pub async fn max_age_in_queue(&self) -> Result<Duration> {
+        let row = sql::max_age_in_queue(&self.options)
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("max_age_in_queue"))?;
+        Ok(Duration::from_secs_f64(row.get::<f64, _>(0).max(0.0)))
+    }
+
+    /// Runs one resetter pass over this store's table (see [`crate::Resetter`]).
+    pub async fn reset_stalled(&self) -> Result<ResetOutcome> {
+        reset_pass(&self.pool, &self.options.reset_config()).await
+    }
+
+    /// Turns a phase-2 row into a job. A row that cannot become one (it fails to
+    /// scan, the view hides it, the read failed) is failed here with the reason,
+    /// so a bad row never stops the worker.
+    async fn scan_or_fail(
+        &self,
+        lease: Lease,
+        row: std::result::Result<Option<PgRow>, sqlx::Error>,
+        tx: Option<Transaction<'static, Postgres>>,
+    ) -> Result<Option<DbJob<R>>> {
+        let failure = match row {
+            // The scan is the user's code: a panic in it (`row.get` on a NULL)
+            // fails this row with the panic message, like an error would.
+            Ok(Some(row)) => match std::panic::catch_unwind(AssertUnwindSafe(|| (self.scan)(&row)))
+                .unwrap_or_else(|panic| {
+                    Err(format!("the scan panicked: {}", workerutil::panic_message(&panic)).into())
+                }) {
+                Ok(record) if record.id() == lease.id => {
+                    return Ok(Some(DbJob { record, lease, tx }));
+                }
+                Ok(record) => format!(
+                    "failed to scan record {}: the scanned record has id {}",
+                    lease.id,
+                    record.id()
+                ),
+                Err(err) => format!(
+                    "failed to scan record {}: {}",
+                    lease.id,
+                    error_chain(err.as_ref())
+                ),
+            },
+            Ok(None) => format!(
+                "record {} is not visible through {}",
+                lease.id,
+                self.options.source().display_name()
+            ),
+            Err(err) => format!("failed to read record {}: {}", lease.id, error_chain(&err)),
+        };
+        let marked = self.fail_unstarted(lease, tx, &failure).await?;
+        if marked {
+            tracing::error!(store = %self.options.name, record_id = lease.id, reason = %failure, "marked the job failed");
+        } else {
+            // The fenced mark found it reset between the two phases: not ours any more.
+            tracing::warn!(store = %self.options.name, record_id = lease.id, "claimed row was reset before it could be opened");
+        }
+        Ok(None)
+    }
+
+    /// A mark without a handler transaction: written with the next batch in
+    /// heartbeat handling, else (a transactional job whose transaction is
+    /// already gone) on its own.
+    async fn batched(
+        &self,
+        lease: Lease,
+        kind: MarkKind,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
+        if let Some(completer) = &self.completer {
+            let mark = Mark {
+                id: lease.id,
+                token: lease.token,
+                kind,
+                message: message.to_owned(),
+            };
+            return Ok(completer.mark(mark).await?);
+        }
+        let (op, statement) = match kind {
+            MarkKind::Complete => (
+                "mark_complete",
+                sql::mark_complete(&self.options, lease.id, lease.token),
+            ),
+            MarkKind::Errored => (
+                "mark_errored",
+                sql::mark_errored(&self.options, lease.id, lease.token, message),
+            ),
+            MarkKind::Failed => (
+                "mark_failed",
+                sql::mark_failed(&self.options, lease.id, lease.token, message),
+            ),
+        };
+        Ok(self.fenced_write(op, lease, None, statement).await?)
+    }
+
+    /// Marks a claimed job failed without running it; returns whether the
+    /// claim still owned it.
+    async fn fail_unstarted(
+        &self,
+        lease: Lease,
+        tx: Option<Transaction<'static, Postgres>>,
+        message: &str,
+    ) -> Result<bool> {
+        let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
+        self.write_failure("mark_failed", lease, tx, statement)
+            .await
+    }
+
+    /// Runs a fenced statement on the pool, after rolling back the handler's
+    /// transaction (a failure is recorded outside it, without its writes).
+    pub(crate) async fn fenced_write(
+        &self,
+        op: &'static str,
+        lease: Lease,
+        tx: Option<Transaction<'static, Postgres>>,
+        statement: sql::Statement,
+    ) -> Result<bool> {
+        if let Some(tx) = tx
+            && let Err(err) = tx.rollback().await
+        {
+            tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
+        }
+        let done = statement
+            .query()
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db(op))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// An append matched no row: the lease was lost (`None`), or this attempt's
+    /// log is full (an error the handler sees).
+    async fn log_refused(&self, lease: Lease) -> std::result::Result<Option<usize>, BoxError> {
+        let owned = sql::log_len(&self.options, lease.id, lease.token)
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("log_len"))?;
+        let limit = workerutil::MAX_EXECUTION_LOG_ENTRIES;
+        match owned.map(|r| r.get::<i64, _>("len")) {
+            Some(len) if usize::try_from(len).unwrap_or(0) >= limit => {
+                Err(workerutil::Error::ExecutionLogFull {
+                    id: lease.id,
+                    limit,
+                }
+                .into())
+            }
+            _ => Ok(None),
+        }
+    }
+}
