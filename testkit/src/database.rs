@@ -117,10 +117,8 @@ async fn create_database(
     loop {
         attempt += 1;
         let name = next_name();
-        let url = url::with_database(admin_url, &name).map_err(|reason| Error::InvalidUrl {
-            url: url::redact(admin_url),
-            reason,
-        })?;
+        let url = url::with_database(admin_url, &name)
+            .map_err(|reason| url::invalid(admin_url, reason))?;
         // template0: nobody is ever connected to it, unlike template1, so concurrent
         // CREATE DATABASE statements do not trip over each other.
         let mut sql = format!(r#"CREATE DATABASE "{name}" TEMPLATE template0"#);

@@ -79,10 +79,7 @@ fn discover() -> Result<Server, Error> {
         Ok(given) if !given.trim().is_empty() => {
             let given = given.trim().to_owned();
             // Validate now, so that a bad URL is reported clearly rather than by sqlx later.
-            url::with_database(&given, "x").map_err(|reason| Error::InvalidUrl {
-                url: url::redact(&given),
-                reason,
-            })?;
+            url::with_database(&given, "x").map_err(|reason| url::invalid(&given, reason))?;
             Ok(Server {
                 admin_url: given,
                 cluster: None,
