@@ -13,10 +13,10 @@ use crate::postmaster::{StartError, start_postgres};
 /// and deleted when it is dropped (and, should the process die first, by the same watchdog
 /// that cleans up after the shared test cluster).
 ///
-/// Unlike the process-wide [`server`] (tuned for test speed, with `fsync=off`), nothing is
-/// traded for speed unless asked: the server runs with PostgreSQL's defaults plus
-/// `listen_addresses=127.0.0.1`, `max_connections=300` and the given settings (which win).
-/// Use it for measurements that must run with durable settings.
+/// Unlike the process-wide [`server`](crate::server()) (tuned for test speed, with
+/// `fsync=off`), nothing is traded for speed unless asked: the server runs with PostgreSQL's
+/// defaults plus `listen_addresses=127.0.0.1`, `max_connections=300` and the given settings
+/// (which win). Use it for measurements that must run with durable settings.
 ///
 /// ```no_run
 /// use dbworker_testkit::{TestDatabase, ThrowawayServer};
