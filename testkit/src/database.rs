@@ -1,31 +1,18 @@
 //! Per-test databases.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, PgPool};
 
+use crate::process_tag::process_tag;
 use crate::{Error, server, url};
 
 /// How long dropping a database may take before we give up on it.
 const DROP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many names are tried when a database of the same name already exists.
 const CREATE_ATTEMPTS: usize = 5;
-
-/// A short random tag for this process, so that names stay unique across machines sharing a
-/// server (where pids repeat, e.g. in containers).
-pub(crate) fn process_tag() -> &'static str {
-    static TAG: OnceLock<String> = OnceLock::new();
-    TAG.get_or_init(|| {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
-        format!("{:08x}", hasher.finish() & 0xffff_ffff)
-    })
-}
 
 fn next_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(1);
@@ -130,10 +117,8 @@ async fn create_database(
     loop {
         attempt += 1;
         let name = next_name();
-        let url = url::with_database(admin_url, &name).map_err(|reason| Error::InvalidUrl {
-            url: url::redact(admin_url),
-            reason,
-        })?;
+        let url = url::with_database(admin_url, &name)
+            .map_err(|reason| url::invalid(admin_url, reason))?;
         // template0: nobody is ever connected to it, unlike template1, so concurrent
         // CREATE DATABASE statements do not trip over each other.
         let mut sql = format!(r#"CREATE DATABASE "{name}" TEMPLATE template0"#);

@@ -34,12 +34,20 @@
 //! ```
 
 mod bin_dir;
+mod cluster;
 mod database;
 mod error;
+mod layout;
+mod owner;
+mod postmaster;
+mod process_tag;
 mod server;
+mod throwaway;
 mod url;
+mod watchdog;
 
 pub use bin_dir::find_pg_bin_dir;
 pub use database::TestDatabase;
 pub use error::Error;
-pub use server::{Server, ThrowawayServer, server};
+pub use server::{Server, server};
+pub use throwaway::ThrowawayServer;

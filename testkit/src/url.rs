@@ -2,15 +2,27 @@
 
 use url::Url;
 
+use crate::Error;
+
+/// The form a connection URL must take, named in every error about one.
+const EXPECTED: &str = "postgres://user@host:port/db";
+
 fn parse(url: &str) -> Result<Url, String> {
-    let parsed = Url::parse(url)
-        .map_err(|e| format!("{e} (expected postgres://user@host:port/database)"))?;
-    match parsed.scheme() {
-        "postgres" | "postgresql" => Ok(parsed),
-        other => Err(format!(
-            "unsupported scheme `{other}://` (expected postgres:// or postgresql://)"
-        )),
-    }
+    let problem = match Url::parse(url) {
+        // `host:port/db` and `user:password@host` parse as a scheme and a path.
+        Ok(parsed) if parsed.cannot_be_a_base() => "it does not start with postgres://".to_owned(),
+        Ok(parsed) if matches!(parsed.scheme(), "postgres" | "postgresql") => return Ok(parsed),
+        Ok(parsed) => format!(
+            "unsupported scheme `{}://` (postgres:// or postgresql://)",
+            parsed.scheme()
+        ),
+        // The url crate's "relative URL without a base": no scheme at all.
+        Err(url::ParseError::RelativeUrlWithoutBase) => {
+            "it does not start with postgres://".to_owned()
+        }
+        Err(e) => e.to_string(),
+    };
+    Err(format!("{problem}; expected {EXPECTED}"))
 }
 
 /// Returns `url` with its database replaced by `database`: the path is replaced and any
@@ -30,15 +42,37 @@ pub(crate) fn with_database(url: &str, database: &str) -> Result<String, String>
     Ok(parsed.into())
 }
 
-/// Returns `url` with the password (if any) replaced by `***`, for error messages.
+/// The error for an unusable URL: what is wrong, the expected form, and the URL without its
+/// password.
+pub(crate) fn invalid(url: &str, reason: String) -> Error {
+    Error::InvalidUrl {
+        url: redact(url),
+        reason,
+    }
+}
+
+/// Returns `url` with the password (if any) replaced by `***`, for error messages. It works on
+/// the text rather than a parsed URL, so a URL too broken to parse keeps its password hidden too.
 pub(crate) fn redact(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            // Cannot fail: a URL with a password has a host.
-            let _ = parsed.set_password(Some("***"));
-            parsed.into()
+    // The user info runs from after `scheme://` (or the start) to the last `@`: the last,
+    // because an unescaped password may itself hold `@`, `/`, `?` or `#`. A `://` after
+    // anything but a scheme (in a query, say) is not the scheme's.
+    let start = match url.find("://") {
+        Some(i)
+            if url[..i]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            i + 3
         }
-        _ => url.to_owned(),
+        _ => 0,
+    };
+    let Some(at) = url[start..].rfind('@').map(|i| start + i) else {
+        return url.to_owned();
+    };
+    match url[start..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -96,5 +130,43 @@ mod tests {
         );
         assert_eq!(redact("postgres://user@h/db"), "postgres://user@h/db");
         assert_eq!(redact("postgres://h:5432/db"), "postgres://h:5432/db");
+        // Too broken to parse, or with an unescaped `@` or `/` in the password: still hidden.
+        assert_eq!(
+            redact("postgres://u:secret@h:port/db"),
+            "postgres://u:***@h:port/db"
+        );
+        assert_eq!(redact("u:secret@h:5432/db"), "u:***@h:5432/db");
+        assert_eq!(redact("postgres://u:s@c/ret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact("u:secret@h/db?next=http://x"),
+            "u:***@h/db?next=http://x"
+        );
+    }
+
+    #[test]
+    fn a_malformed_url_names_the_expected_form_and_hides_the_password() {
+        for bad in [
+            "foo",
+            "localhost:5432/db",
+            "postgres://u:secret@localhost:notaport/db",
+            "postgres://u:secret@/db:5432",
+            "u:secret@localhost:5432/db",
+            "postgres:u:secret@localhost/db",
+            "mysql://u:secret@localhost/db",
+        ] {
+            let reason = with_database(bad, "x").expect_err(bad);
+            let error = invalid(bad, reason);
+            for text in [error.to_string(), format!("{error:?}")] {
+                assert!(
+                    text.contains("expected postgres://user@host:port/db"),
+                    "{bad}: {text}"
+                );
+                assert!(!text.contains("secret"), "{bad}: {text}");
+                assert!(
+                    !text.contains("relative URL without a base"),
+                    "{bad}: {text}"
+                );
+            }
+        }
     }
 }

@@ -10,16 +10,20 @@
 //! in-memory store for unit-testing handlers; with the `testing` feature,
 //! [`conformance`] holds the suite every store must pass.
 
+mod backoff;
 mod error;
 mod events;
 mod execution_log;
 mod handler;
 mod heartbeat;
+mod job_task;
 mod memory;
 pub mod metrics;
 mod options;
 mod outcome;
+mod panics;
 mod registry;
+mod running;
 mod shutdown;
 mod state;
 mod store;
@@ -41,9 +45,10 @@ pub use handler::{Handler, JobContext};
 pub use memory::{JobSnapshot, MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions};
 pub use options::{MIN_INTERVAL, WorkerOptions};
 pub use outcome::{HandlerError, Outcome, SharedError};
+pub use panics::panic_message;
 pub use registry::KindRegistry;
 pub use shutdown::ShutdownHandle;
 pub use state::{JobState, UnknownState};
 pub use store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
 pub use wakeup::{WakeupSender, Wakeups};
-pub use worker::{StopReason, Worker, WorkerSummary, panic_message};
+pub use worker::{StopReason, Worker, WorkerSummary};

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
-use crate::options::WorkerOptions;
+use crate::options::{StoreDefaults, WorkerOptions};
 use crate::wakeup::Wakeups;
 
 /// The primary key of a job record.
@@ -177,4 +177,16 @@ pub trait Store: Send + Sync + 'static {
     /// Puts the job back in the queue without counting a failure (used when a
     /// shutdown interrupts it). Any handler transaction is rolled back first.
     async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
+}
+
+// Every store answers what `WorkerOptions::claim_ahead_for` and
+// `concurrent_dequeues_for` ask.
+impl<S: Store> StoreDefaults for S {
+    fn suggested_claim_ahead(&self, num_handlers: usize) -> usize {
+        Store::default_claim_ahead(self, num_handlers)
+    }
+
+    fn suggested_concurrent_dequeues(&self) -> usize {
+        Store::default_concurrent_dequeues(self)
+    }
 }

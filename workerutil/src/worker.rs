@@ -1,65 +1,37 @@
 //! `Worker<S, H>`: the dequeue loop. Read this file first.
+//!
+//! The loop claims jobs from the [`Store`] and starts one task per job
+//! (`job_task`); `heartbeat` keeps the running ones alive; both read the
+//! state in `running`. Idle waits are in `backoff`.
 
-use std::any::Any;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
+use tokio::sync::{Semaphore, broadcast};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::error::{BoxError, Error, error_chain};
+use crate::backoff::{Backoff, sleep_until_opt};
+use crate::error::{Error, error_chain};
 use crate::events::{Hook, WorkerEvent};
-use crate::handler::{Handler, JobContext};
-use crate::heartbeat::{CancelReason, Running, RunningSet, heartbeat_loop};
+use crate::handler::Handler;
+use crate::heartbeat::heartbeat_loop;
+use crate::job_task::start_job;
 use crate::metrics;
 use crate::options::WorkerOptions;
-use crate::outcome::Outcome;
+use crate::panics::{guarded, panic_message};
+use crate::running::{Claimed, Running, Shared};
 use crate::shutdown::ShutdownHandle;
 use crate::store::{Job, Store};
 use crate::wakeup::Wakeups;
-
-/// State shared by the dequeue loop, the job tasks and the heartbeat loop.
-#[derive(Debug)]
-pub(crate) struct Shared<S> {
-    pub(crate) name: Arc<str>,
-    pub(crate) hostname: String,
-    pub(crate) options: WorkerOptions,
-    pub(crate) store: Arc<S>,
-    pub(crate) running: RunningSet,
-    /// Jobs claimed beyond the free handler slots (resolved from the options).
-    pub(crate) claim_ahead: usize,
-    /// Dequeue calls in flight at once while the queue is busy (resolved).
-    pub(crate) concurrent_dequeues: usize,
-    /// Bounds the finished jobs whose outcome is still being written (four
-    /// times the jobs a worker may hold), so slow marks slow the worker down
-    /// instead of piling up.
-    recording: Arc<Semaphore>,
-    /// Signaled whenever a job gives its handler slot back ([`Slot`]).
-    slot_freed: Arc<Notify>,
-    events: broadcast::Sender<WorkerEvent>,
-}
-
-impl<S> Shared<S> {
-    pub(crate) fn emit(&self, event: WorkerEvent) {
-        match &event {
-            WorkerEvent::StoreFailed { op, .. } => metrics::store_error(&self.name, op),
-            WorkerEvent::HookPanicked { hook, .. } => metrics::hook_panic(&self.name, *hook),
-            _ => {}
-        }
-        // No subscriber is fine: events are for whoever listens.
-        let _ = self.events.send(event);
-    }
-}
 
 /// Why the dequeue loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,24 +115,17 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         };
         let claim_ahead = options.claim_ahead_for(&*store);
         let concurrent_dequeues = options.concurrent_dequeues_for(&*store);
-        let num_handlers = options.num_handlers;
         store
             .check_worker_options(&options, claim_ahead)
             .map_err(Error::IncompatibleOptions)?;
-        let (events, _) = broadcast::channel(options.event_capacity);
         Ok(Worker {
-            shared: Arc::new(Shared {
-                name: Arc::from(options.name.as_str()),
-                hostname,
-                options,
+            shared: Arc::new(Shared::new(
                 store,
-                running: RunningSet::default(),
+                options,
+                hostname,
                 claim_ahead,
                 concurrent_dequeues,
-                recording: Arc::new(Semaphore::new(4 * (num_handlers + claim_ahead))),
-                slot_freed: Arc::new(Notify::new()),
-                events,
-            }),
+            )),
             handler: Arc::new(handler),
             shutdown: ShutdownHandle::new(),
         })
@@ -173,7 +138,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
 
     /// Receives the worker's events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<WorkerEvent> {
-        self.shared.events.subscribe()
+        self.shared.subscribe()
     }
 
     /// The store.
@@ -268,7 +233,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .flatten()
             {
                 if let Some(claimed) = buffer.pop_front() {
-                    self.start_job(tracker, claimed, permit).await;
+                    start_job(&self.shared, &self.handler, tracker, claimed, permit).await;
                 }
             }
             let settled = buffer.is_empty() && claims.is_empty();
@@ -349,7 +314,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 permit = semaphore.clone().acquire_owned(), if !buffer.is_empty() => {
                     let permit = permit.expect("the semaphore is never closed");
                     if let Some(claimed) = buffer.pop_front() {
-                        self.start_job(tracker, claimed, permit).await;
+                        start_job(&self.shared, &self.handler, tracker, claimed, permit).await;
                     }
                 }
                 // A slot freed with nothing buffered: room for a claim now, or
@@ -513,261 +478,6 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             }
         }
     }
-
-    /// Runs `pre_handle` on the loop, then spawns the job's task, which owns `permit`.
-    async fn start_job(
-        &self,
-        tracker: &TaskTracker,
-        claimed: Claimed<S::Job>,
-        permit: OwnedSemaphorePermit,
-    ) {
-        let shared = self.shared.clone();
-        let handler = self.handler.clone();
-        let Claimed { job, running } = claimed;
-        let lease = running.lease;
-        // A root span per job (one trace per job in OpenTelemetry, not one
-        // trace for the worker's whole life), linked to the worker's span.
-        // `otel.*` fields become the span's status under tracing-opentelemetry.
-        let span = tracing::info_span!(
-            parent: None,
-            "job",
-            worker = %shared.name,
-            record_id = lease.id,
-            outcome = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            otel.status_message = tracing::field::Empty,
-        );
-        span.follows_from(tracing::Span::current());
-        shared.emit(WorkerEvent::Dequeued { id: lease.id });
-
-        let pre_handle = AssertUnwindSafe(handler.pre_handle(job.record()))
-            .catch_unwind()
-            .instrument(span.clone())
-            .await;
-        let pre_panic = pre_handle.err().map(|panic| {
-            let message = panic_message(&panic);
-            tracing::error!(parent: &span, panic = %message, "pre_handle panicked");
-            shared.emit(WorkerEvent::HookPanicked {
-                hook: Hook::PreHandle,
-                id: Some(lease.id),
-                message: message.clone(),
-            });
-            message
-        });
-
-        tracker.spawn(
-            async move {
-                // The task owns its slot: it frees on every path, panics included.
-                let slot = Slot {
-                    permit: Some(permit),
-                    freed: shared.slot_freed.clone(),
-                };
-                let started = Instant::now();
-                let mut job = job;
-                let outcome = match pre_panic {
-                    Some(message) => Outcome::Panicked(message),
-                    None => execute(&shared, &*handler, &mut job, &running).await,
-                };
-                shared.running.remove(lease);
-                metrics::running(&shared.name, shared.running.len());
-                // The handler is done: unless the job holds a store resource until
-                // its mark, its slot goes to the next job while the outcome is
-                // written (a bounded number of outcomes wait at once).
-                let (_slot, _recording) = if shared.store.job_holds_resources() {
-                    (Some(slot), None)
-                } else {
-                    let recording = shared.recording.clone().acquire_owned().await;
-                    drop(slot);
-                    (
-                        None,
-                        Some(recording.expect("the semaphore is never closed")),
-                    )
-                };
-                let marked = record_outcome(&shared, &mut job, &outcome).await;
-                if let Err(panic) = AssertUnwindSafe(handler.post_handle(job.record(), &outcome))
-                    .catch_unwind()
-                    .await
-                {
-                    let message = panic_message(&panic);
-                    tracing::error!(panic = %message, "post_handle panicked");
-                    shared.emit(WorkerEvent::HookPanicked {
-                        hook: Hook::PostHandle,
-                        id: Some(lease.id),
-                        message,
-                    });
-                }
-                let span = tracing::Span::current();
-                span.record("outcome", outcome.kind());
-                match outcome.failure_message() {
-                    Some(message) => {
-                        span.record("otel.status_code", "ERROR");
-                        span.record("otel.status_message", message.as_str());
-                        tracing::warn!(outcome = outcome.kind(), marked, error = %message, "job did not complete");
-                    }
-                    None => tracing::debug!(outcome = outcome.kind(), marked, "job finished"),
-                }
-                metrics::job_finished(&shared.name, &outcome, marked, started.elapsed());
-                shared.emit(WorkerEvent::JobFinished {
-                    id: lease.id,
-                    outcome,
-                    marked,
-                });
-            }
-            .instrument(span),
-        );
-    }
-}
-
-/// Runs `handle` until it returns, panics, times out, or its token fires.
-async fn execute<S: Store, H: Handler<S>>(
-    shared: &Arc<Shared<S>>,
-    handler: &H,
-    job: &mut S::Job,
-    running: &Running,
-) -> Outcome {
-    // Lost or canceled while it waited in the buffer: don't start it. A job
-    // that never ran is not charged a failure for expired heartbeats.
-    if running.token.is_cancelled() {
-        return match canceled_outcome(shared, running) {
-            Outcome::HeartbeatExpired(_) => Outcome::Interrupted,
-            other => other,
-        };
-    }
-    // Phase two of the dequeue, off the dequeue loop: the next claim does not
-    // wait for it.
-    match guarded("open", shared.store.open(job)).await {
-        Ok(true) => {}
-        // Someone else owns it now, or the store recorded why it cannot run.
-        Ok(false) => return Outcome::Lost,
-        Err(err) => {
-            let message = error_chain(err.as_ref());
-            tracing::error!(error = %message, "opening the job failed; handing it back");
-            shared.emit(WorkerEvent::StoreFailed {
-                op: "open",
-                message,
-            });
-            return Outcome::Interrupted;
-        }
-    }
-    let ctx = JobContext {
-        store: shared.store.clone(),
-        lease: running.lease,
-        cancel: running.token.clone(),
-        worker_name: shared.name.clone(),
-    };
-    let max_runtime = shared.options.max_runtime_per_job;
-    let started = Instant::now();
-    let outcome = tokio::select! {
-        // A handler that finished wins over a cancellation that fired at the same time.
-        biased;
-        result = AssertUnwindSafe(handler.handle(job, &ctx)).catch_unwind() => {
-            let ran = started.elapsed();
-            // The timer below never got a chance: the handler did not yield.
-            if max_runtime.is_some_and(|max| ran > max + OVERRUN_TOLERANCE) {
-                tracing::error!(ran = ?ran, max_runtime = ?max_runtime, "handler ran past max_runtime_per_job without yielding; it blocks the thread (use tokio::task::spawn_blocking)");
-                metrics::overran(&shared.name);
-                shared.emit(WorkerEvent::Overran { id: running.lease.id, ran });
-            }
-            match result {
-                Ok(Ok(())) => Outcome::Completed,
-                // A handler that gave up because its token fired (a shutdown, a
-                // cancel request, a loss) is recorded for that reason, not charged
-                // with its own error.
-                Ok(Err(_)) if running.token.is_cancelled() => canceled_outcome(shared, running),
-                Ok(Err(err)) => Outcome::from_handler_error(err),
-                Err(panic) => {
-                    let message = panic_message(&panic);
-                    tracing::error!(panic = %message, "handle panicked");
-                    shared.emit(WorkerEvent::HookPanicked { hook: Hook::Handle, id: Some(running.lease.id), message: message.clone() });
-                    Outcome::Panicked(message)
-                }
-            }
-        },
-        _ = running.token.cancelled() => canceled_outcome(shared, running),
-        _ = sleep_until_opt(max_runtime.map(|d| started + d)) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
-    };
-    // Anything the handler spawned with the token should stop too.
-    running.token.cancel();
-    outcome
-}
-
-/// How much later than `max_runtime_per_job` a handler may return before it
-/// counts as having overrun (timers fire on the runtime's tick, not exactly).
-const OVERRUN_TOLERANCE: Duration = Duration::from_millis(10);
-
-/// The outcome of a job whose token fired, by why it fired.
-fn canceled_outcome<S>(shared: &Shared<S>, running: &Running) -> Outcome {
-    match running.reason.get() {
-        Some(CancelReason::Requested) => Outcome::Canceled,
-        Some(CancelReason::Lost) => Outcome::Lost,
-        Some(CancelReason::HeartbeatExpired) => {
-            Outcome::HeartbeatExpired(shared.options.heartbeat_failure_limit.unwrap_or_default())
-        }
-        None => Outcome::Interrupted,
-    }
-}
-
-/// Records the outcome in the store; returns whether the mark took effect.
-async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome: &Outcome) -> bool {
-    let store = &shared.store;
-    let message = outcome.failure_message().unwrap_or_default();
-    let (op, result) = match outcome {
-        Outcome::Completed => (
-            "mark_complete",
-            guarded("mark_complete", store.mark_complete(job)).await,
-        ),
-        Outcome::Errored(_)
-        | Outcome::TimedOut(_)
-        | Outcome::Panicked(_)
-        | Outcome::HeartbeatExpired(_) => (
-            "mark_errored",
-            guarded("mark_errored", store.mark_errored(job, &message)).await,
-        ),
-        Outcome::Failed(_) | Outcome::Canceled => (
-            "mark_failed",
-            guarded("mark_failed", store.mark_failed(job, &message)).await,
-        ),
-        Outcome::Interrupted => ("requeue", guarded("requeue", store.requeue(job)).await),
-        // Someone else owns the record now: write nothing.
-        Outcome::Lost => return false,
-    };
-    match result {
-        Ok(true) => true,
-        Ok(false) => {
-            tracing::warn!(
-                op,
-                "the store refused the mark: this attempt no longer owns the job"
-            );
-            false
-        }
-        Err(err) => {
-            let message = error_chain(err.as_ref());
-            tracing::error!(op, error = %message, "recording the outcome failed");
-            shared.emit(WorkerEvent::StoreFailed { op, message });
-            false
-        }
-    }
-}
-
-/// A job's handler slot. Giving it back wakes the dequeue loop, which may now
-/// have room for a claim.
-struct Slot {
-    permit: Option<OwnedSemaphorePermit>,
-    freed: Arc<Notify>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        // The permit goes back first, so the woken loop sees the free slot.
-        drop(self.permit.take());
-        self.freed.notify_one();
-    }
-}
-
-/// A claimed job and its entry in the running set.
-struct Claimed<J> {
-    job: J,
-    running: Running,
 }
 
 /// A dequeue in flight: the number of jobs it asked for, and the claimed
@@ -779,95 +489,5 @@ async fn woken(wakeups: &mut Option<Wakeups>) {
     match wakeups {
         Some(w) => w.woken().await,
         None => std::future::pending().await,
-    }
-}
-
-/// Runs a store call, turning a panic inside it into an error, so a bug in a
-/// store (or in a scan function it calls) never takes the worker down.
-pub(crate) async fn guarded<T>(
-    op: &'static str,
-    call: impl Future<Output = Result<T, BoxError>>,
-) -> Result<T, BoxError> {
-    match AssertUnwindSafe(call).catch_unwind().await {
-        Ok(result) => result,
-        Err(panic) => Err(format!("{op} panicked: {}", panic_message(&panic)).into()),
-    }
-}
-
-/// The idle wait between empty dequeues: `interval`, doubling up to
-/// `max_interval` while nothing is found.
-#[derive(Debug)]
-struct Backoff {
-    base: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(base: Duration, max: Option<Duration>) -> Self {
-        Backoff {
-            base,
-            max: max.unwrap_or(base),
-            next: base,
-        }
-    }
-
-    /// The wait after an empty dequeue. `live`: whether the store's wake-ups
-    /// flow (`None`: it has none). Without live wake-ups from a store that has
-    /// them, stay at the base interval: polling is all there is.
-    fn idle(&mut self, live: Option<bool>) -> Duration {
-        let cap = if live == Some(false) {
-            self.base
-        } else {
-            self.max
-        };
-        let wait = self.next.min(cap);
-        self.next = (wait * 2).min(cap);
-        wait
-    }
-
-    fn reset(&mut self) {
-        self.next = self.base;
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The text of a panic payload (for stores that catch panics in user code,
-/// such as a scan function).
-pub fn panic_message(panic: &Box<dyn Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".to_owned()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn idle_back_off_doubles_to_its_cap_and_stays_at_the_interval_without_live_wake_ups() {
-        let s = Duration::from_secs;
-        let mut b = Backoff::new(s(1), Some(s(8)));
-        let waits: Vec<u64> = (0..6).map(|_| b.idle(Some(true)).as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 8, 8]);
-        // The listener is down: polling is all there is.
-        assert_eq!(b.idle(Some(false)), s(1));
-        b.reset();
-        assert_eq!(b.idle(None), s(1));
-        assert_eq!(b.idle(None), s(2));
-        // Without max_interval there is no back-off.
-        let mut flat = Backoff::new(s(1), None);
-        assert_eq!(flat.idle(Some(true)), s(1));
-        assert_eq!(flat.idle(Some(true)), s(1));
     }
 }

@@ -1,0 +1,273 @@
+//! A job's task, from `pre_handle` to `post_handle`: run the handler under
+//! its timeout and cancel token, map what happened to an [`Outcome`], record
+//! it in the store. The dequeue loop (`worker`) starts one per claimed job.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::backoff::sleep_until_opt;
+use crate::error::error_chain;
+use crate::events::{Hook, WorkerEvent};
+use crate::handler::{Handler, JobContext};
+use crate::metrics;
+use crate::outcome::Outcome;
+use crate::panics::{guarded, panic_message};
+use crate::running::{CancelReason, Claimed, Running, Shared};
+use crate::store::{Job, Store};
+
+/// Runs `pre_handle` on the loop, then spawns the job's task, which owns `permit`.
+pub(crate) async fn start_job<S: Store, H: Handler<S>>(
+    shared: &Arc<Shared<S>>,
+    handler: &Arc<H>,
+    tracker: &TaskTracker,
+    claimed: Claimed<S::Job>,
+    permit: OwnedSemaphorePermit,
+) {
+    let shared = shared.clone();
+    let handler = handler.clone();
+    let Claimed { job, running } = claimed;
+    let lease = running.lease;
+    // A root span per job (one trace per job in OpenTelemetry, not one
+    // trace for the worker's whole life), linked to the worker's span.
+    // `otel.*` fields become the span's status under tracing-opentelemetry.
+    let span = tracing::info_span!(
+        parent: None,
+        "job",
+        worker = %shared.name,
+        record_id = lease.id,
+        outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty,
+    );
+    span.follows_from(tracing::Span::current());
+    shared.emit(WorkerEvent::Dequeued { id: lease.id });
+
+    let pre_handle = AssertUnwindSafe(handler.pre_handle(job.record()))
+        .catch_unwind()
+        .instrument(span.clone())
+        .await;
+    let pre_panic = pre_handle.err().map(|panic| {
+        let message = panic_message(&panic);
+        tracing::error!(parent: &span, panic = %message, "pre_handle panicked");
+        shared.emit(WorkerEvent::HookPanicked {
+            hook: Hook::PreHandle,
+            id: Some(lease.id),
+            message: message.clone(),
+        });
+        message
+    });
+
+    tracker.spawn(
+        async move {
+            // The task owns its slot: it frees on every path, panics included.
+            let slot = Slot {
+                permit: Some(permit),
+                freed: shared.slot_freed.clone(),
+            };
+            let started = Instant::now();
+            let mut job = job;
+            let outcome = match pre_panic {
+                Some(message) => Outcome::Panicked(message),
+                None => execute(&shared, &*handler, &mut job, &running).await,
+            };
+            shared.running.remove(lease);
+            metrics::running(&shared.name, shared.running.len());
+            // The handler is done: unless the job holds a store resource until
+            // its mark, its slot goes to the next job while the outcome is
+            // written (a bounded number of outcomes wait at once).
+            let (_slot, _recording) = if shared.store.job_holds_resources() {
+                (Some(slot), None)
+            } else {
+                let recording = shared.recording.clone().acquire_owned().await;
+                drop(slot);
+                (
+                    None,
+                    Some(recording.expect("the semaphore is never closed")),
+                )
+            };
+            let marked = record_outcome(&shared, &mut job, &outcome).await;
+            if let Err(panic) = AssertUnwindSafe(handler.post_handle(job.record(), &outcome))
+                .catch_unwind()
+                .await
+            {
+                let message = panic_message(&panic);
+                tracing::error!(panic = %message, "post_handle panicked");
+                shared.emit(WorkerEvent::HookPanicked {
+                    hook: Hook::PostHandle,
+                    id: Some(lease.id),
+                    message,
+                });
+            }
+            let span = tracing::Span::current();
+            span.record("outcome", outcome.kind());
+            match outcome.failure_message() {
+                Some(message) => {
+                    span.record("otel.status_code", "ERROR");
+                    span.record("otel.status_message", message.as_str());
+                    tracing::warn!(outcome = outcome.kind(), marked, error = %message, "job did not complete");
+                }
+                None => tracing::debug!(outcome = outcome.kind(), marked, "job finished"),
+            }
+            metrics::job_finished(&shared.name, &outcome, marked, started.elapsed());
+            shared.emit(WorkerEvent::JobFinished {
+                id: lease.id,
+                outcome,
+                marked,
+            });
+        }
+        .instrument(span),
+    );
+}
+
+/// Runs `handle` until it returns, panics, times out, or its token fires.
+async fn execute<S: Store, H: Handler<S>>(
+    shared: &Arc<Shared<S>>,
+    handler: &H,
+    job: &mut S::Job,
+    running: &Running,
+) -> Outcome {
+    // Lost or canceled while it waited in the buffer: don't start it. A job
+    // that never ran is not charged a failure for expired heartbeats.
+    if running.token.is_cancelled() {
+        return match canceled_outcome(shared, running) {
+            Outcome::HeartbeatExpired(_) => Outcome::Interrupted,
+            other => other,
+        };
+    }
+    // Phase two of the dequeue, off the dequeue loop: the next claim does not
+    // wait for it.
+    match guarded("open", shared.store.open(job)).await {
+        Ok(true) => {}
+        // Someone else owns it now, or the store recorded why it cannot run.
+        Ok(false) => return Outcome::Lost,
+        Err(err) => {
+            let message = error_chain(err.as_ref());
+            tracing::error!(error = %message, "opening the job failed; handing it back");
+            shared.emit(WorkerEvent::StoreFailed {
+                op: "open",
+                message,
+            });
+            return Outcome::Interrupted;
+        }
+    }
+    let ctx = JobContext {
+        store: shared.store.clone(),
+        lease: running.lease,
+        cancel: running.token.clone(),
+        worker_name: shared.name.clone(),
+    };
+    let max_runtime = shared.options.max_runtime_per_job;
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        // A handler that finished wins over a cancellation that fired at the same time.
+        biased;
+        result = AssertUnwindSafe(handler.handle(job, &ctx)).catch_unwind() => {
+            let ran = started.elapsed();
+            // The timer below never got a chance: the handler did not yield.
+            if max_runtime.is_some_and(|max| ran > max + OVERRUN_TOLERANCE) {
+                tracing::error!(ran = ?ran, max_runtime = ?max_runtime, "handler ran past max_runtime_per_job without yielding; it blocks the thread (use tokio::task::spawn_blocking)");
+                metrics::overran(&shared.name);
+                shared.emit(WorkerEvent::Overran { id: running.lease.id, ran });
+            }
+            match result {
+                Ok(Ok(())) => Outcome::Completed,
+                // A handler that gave up because its token fired (a shutdown, a
+                // cancel request, a loss) is recorded for that reason, not charged
+                // with its own error.
+                Ok(Err(_)) if running.token.is_cancelled() => canceled_outcome(shared, running),
+                Ok(Err(err)) => Outcome::from_handler_error(err),
+                Err(panic) => {
+                    let message = panic_message(&panic);
+                    tracing::error!(panic = %message, "handle panicked");
+                    shared.emit(WorkerEvent::HookPanicked { hook: Hook::Handle, id: Some(running.lease.id), message: message.clone() });
+                    Outcome::Panicked(message)
+                }
+            }
+        },
+        _ = running.token.cancelled() => canceled_outcome(shared, running),
+        _ = sleep_until_opt(max_runtime.map(|d| started + d)) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
+    };
+    // Anything the handler spawned with the token should stop too.
+    running.token.cancel();
+    outcome
+}
+
+/// How much later than `max_runtime_per_job` a handler may return before it
+/// counts as having overrun (timers fire on the runtime's tick, not exactly).
+const OVERRUN_TOLERANCE: Duration = Duration::from_millis(10);
+
+/// The outcome of a job whose token fired, by why it fired.
+fn canceled_outcome<S>(shared: &Shared<S>, running: &Running) -> Outcome {
+    match running.reason.get() {
+        Some(CancelReason::Requested) => Outcome::Canceled,
+        Some(CancelReason::Lost) => Outcome::Lost,
+        Some(CancelReason::HeartbeatExpired) => {
+            Outcome::HeartbeatExpired(shared.options.heartbeat_failure_limit.unwrap_or_default())
+        }
+        None => Outcome::Interrupted,
+    }
+}
+
+/// Records the outcome in the store; returns whether the mark took effect.
+async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome: &Outcome) -> bool {
+    let store = &shared.store;
+    let message = outcome.failure_message().unwrap_or_default();
+    let (op, result) = match outcome {
+        Outcome::Completed => (
+            "mark_complete",
+            guarded("mark_complete", store.mark_complete(job)).await,
+        ),
+        Outcome::Errored(_)
+        | Outcome::TimedOut(_)
+        | Outcome::Panicked(_)
+        | Outcome::HeartbeatExpired(_) => (
+            "mark_errored",
+            guarded("mark_errored", store.mark_errored(job, &message)).await,
+        ),
+        Outcome::Failed(_) | Outcome::Canceled => (
+            "mark_failed",
+            guarded("mark_failed", store.mark_failed(job, &message)).await,
+        ),
+        Outcome::Interrupted => ("requeue", guarded("requeue", store.requeue(job)).await),
+        // Someone else owns the record now: write nothing.
+        Outcome::Lost => return false,
+    };
+    match result {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(
+                op,
+                "the store refused the mark: this attempt no longer owns the job"
+            );
+            false
+        }
+        Err(err) => {
+            let message = error_chain(err.as_ref());
+            tracing::error!(op, error = %message, "recording the outcome failed");
+            shared.emit(WorkerEvent::StoreFailed { op, message });
+            false
+        }
+    }
+}
+
+/// A job's handler slot. Giving it back wakes the dequeue loop, which may now
+/// have room for a claim.
+struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    freed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The permit goes back first, so the woken loop sees the free slot.
+        drop(self.permit.take());
+        self.freed.notify_one();
+    }
+}

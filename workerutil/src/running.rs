@@ -1,0 +1,172 @@
+//! What the dequeue loop, the job tasks and the heartbeat loop share: the
+//! worker's settings and store, and the set of jobs it is running. Both
+//! `worker` and `heartbeat` read it; neither imports the other.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::{Notify, Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::WorkerEvent;
+use crate::metrics;
+use crate::options::WorkerOptions;
+use crate::store::{Lease, RecordId};
+
+/// State shared by the dequeue loop, the job tasks and the heartbeat loop.
+#[derive(Debug)]
+pub(crate) struct Shared<S> {
+    pub(crate) name: Arc<str>,
+    pub(crate) hostname: String,
+    pub(crate) options: WorkerOptions,
+    pub(crate) store: Arc<S>,
+    pub(crate) running: RunningSet,
+    /// Jobs claimed beyond the free handler slots (resolved from the options).
+    pub(crate) claim_ahead: usize,
+    /// Dequeue calls in flight at once while the queue is busy (resolved).
+    pub(crate) concurrent_dequeues: usize,
+    /// Bounds the finished jobs whose outcome is still being written (four
+    /// times the jobs a worker may hold), so slow marks slow the worker down
+    /// instead of piling up.
+    pub(crate) recording: Arc<Semaphore>,
+    /// Signaled whenever a job gives its handler slot back (`job_task::Slot`).
+    pub(crate) slot_freed: Arc<Notify>,
+    events: broadcast::Sender<WorkerEvent>,
+}
+
+impl<S> Shared<S> {
+    /// The state of a new worker; `options` are validated and `claim_ahead`
+    /// and `concurrent_dequeues` resolved against the store by the caller.
+    pub(crate) fn new(
+        store: Arc<S>,
+        options: WorkerOptions,
+        hostname: String,
+        claim_ahead: usize,
+        concurrent_dequeues: usize,
+    ) -> Self {
+        let num_handlers = options.num_handlers;
+        let (events, _) = broadcast::channel(options.event_capacity);
+        Shared {
+            name: Arc::from(options.name.as_str()),
+            hostname,
+            options,
+            store,
+            running: RunningSet::default(),
+            claim_ahead,
+            concurrent_dequeues,
+            recording: Arc::new(Semaphore::new(4 * (num_handlers + claim_ahead))),
+            slot_freed: Arc::new(Notify::new()),
+            events,
+        }
+    }
+
+    pub(crate) fn emit(&self, event: WorkerEvent) {
+        match &event {
+            WorkerEvent::StoreFailed { op, .. } => metrics::store_error(&self.name, op),
+            WorkerEvent::HookPanicked { hook, .. } => metrics::hook_panic(&self.name, *hook),
+            _ => {}
+        }
+        // No subscriber is fine: events are for whoever listens.
+        let _ = self.events.send(event);
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.events.subscribe()
+    }
+}
+
+/// A claimed job and its entry in the running set.
+pub(crate) struct Claimed<J> {
+    pub(crate) job: J,
+    pub(crate) running: Running,
+}
+
+/// Why a running job's token was fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelReason {
+    /// The store asked for cancellation.
+    Requested,
+    /// The store no longer knows the lease.
+    Lost,
+    /// Heartbeats failed for longer than the limit.
+    HeartbeatExpired,
+}
+
+/// One running job: its lease and how to stop it.
+#[derive(Debug, Clone)]
+pub(crate) struct Running {
+    pub(crate) lease: Lease,
+    pub(crate) token: CancellationToken,
+    pub(crate) reason: Arc<OnceLock<CancelReason>>,
+}
+
+impl Running {
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        // The first reason wins; it is set before the token fires so the task reads it.
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+}
+
+/// Jobs this worker is running, by id.
+#[derive(Debug, Default)]
+pub(crate) struct RunningSet {
+    jobs: Mutex<HashMap<RecordId, Running>>,
+}
+
+impl RunningSet {
+    /// Registers a job. A previous entry for the same id belongs to an older,
+    /// superseded claim: it is canceled as lost.
+    pub(crate) fn insert(&self, running: Running) {
+        let previous = self.lock().insert(running.lease.id, running);
+        if let Some(old) = previous {
+            old.cancel(CancelReason::Lost);
+        }
+    }
+
+    /// Removes the entry for `lease`, if it is still the current one.
+    pub(crate) fn remove(&self, lease: Lease) {
+        let mut jobs = self.lock();
+        if jobs.get(&lease.id).is_some_and(|r| r.lease == lease) {
+            jobs.remove(&lease.id);
+        }
+    }
+
+    /// Whether `lease` is still the current entry for its id.
+    pub(crate) fn contains(&self, lease: Lease) -> bool {
+        self.lock().get(&lease.id).is_some_and(|r| r.lease == lease)
+    }
+
+    pub(crate) fn leases(&self) -> Vec<Lease> {
+        self.lock().values().map(|r| r.lease).collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub(crate) fn cancel_lease(&self, lease: Lease, reason: CancelReason) {
+        if let Some(r) = self.lock().get(&lease.id)
+            && r.lease == lease
+        {
+            r.cancel(reason);
+        }
+    }
+
+    pub(crate) fn cancel_id(&self, id: RecordId, reason: CancelReason) {
+        if let Some(r) = self.lock().get(&id) {
+            r.cancel(reason);
+        }
+    }
+
+    pub(crate) fn cancel_all(&self, reason: CancelReason) {
+        for r in self.lock().values() {
+            r.cancel(reason);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RecordId, Running>> {
+        // A poisoned lock only means a panic happened while holding it; the map is still usable.
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
