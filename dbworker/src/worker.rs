@@ -21,6 +21,6 @@ where
     H: Handler<DbStore<R>>,
 {
     options.validate()?;
-    store.check_worker(&options, options.claim_ahead_for(&*store))?;
+    store.check_worker(&options, workerutil::claim_ahead(&options, &*store))?;
     Ok(Worker::new(store, handler, options)?)
 }

@@ -49,6 +49,8 @@ pub use panics::panic_message;
 pub use registry::KindRegistry;
 pub use shutdown::ShutdownHandle;
 pub use state::{JobState, UnknownState};
-pub use store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
+pub use store::{
+    HeartbeatResult, Job, Lease, Record, RecordId, Store, claim_ahead, concurrent_dequeues,
+};
 pub use wakeup::{WakeupSender, Wakeups};
 pub use worker::{StopReason, Worker, WorkerSummary};

@@ -8,18 +8,6 @@ use crate::error::Error;
 /// database with empty claims (use wake-ups for low latency instead).
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
-/// What a store suggests for the options left at `None`: every
-/// [`Store`](crate::Store) answers from its `default_*` methods (blanket impl
-/// in `store`). A trait of its own because the store takes the options
-/// ([`Store::check_worker_options`](crate::Store::check_worker_options)), so
-/// the options must not name the store back.
-pub trait StoreDefaults {
-    /// [`Store::default_claim_ahead`](crate::Store::default_claim_ahead).
-    fn suggested_claim_ahead(&self, num_handlers: usize) -> usize;
-    /// [`Store::default_concurrent_dequeues`](crate::Store::default_concurrent_dequeues).
-    fn suggested_concurrent_dequeues(&self) -> usize;
-}
-
 /// How a [`Worker`](crate::Worker) runs. Build with [`WorkerOptions::new`] and
 /// override fields; [`WorkerOptions::validate`] runs when the worker is created.
 #[derive(Debug, Clone)]
@@ -109,32 +97,6 @@ impl WorkerOptions {
             drain_timeout: Duration::from_secs(30),
             event_capacity: 1024,
         }
-    }
-
-    /// How many jobs a worker with these options claims ahead over `store`:
-    /// `claim_ahead` when set, else 0 with a capped `max_dequeue_batch`, else
-    /// what the store suggests.
-    pub fn claim_ahead_for<S: StoreDefaults>(&self, store: &S) -> usize {
-        self.claim_ahead.unwrap_or_else(|| {
-            if self.max_dequeue_batch.is_some() {
-                0
-            } else {
-                store.suggested_claim_ahead(self.num_handlers)
-            }
-        })
-    }
-
-    /// How many dequeue calls a worker with these options keeps in flight over
-    /// `store`: `concurrent_dequeues` when set, else 1 with a capped
-    /// `max_dequeue_batch`, else what the store suggests.
-    pub fn concurrent_dequeues_for<S: StoreDefaults>(&self, store: &S) -> usize {
-        self.concurrent_dequeues.unwrap_or_else(|| {
-            if self.max_dequeue_batch.is_some() {
-                1
-            } else {
-                store.suggested_concurrent_dequeues()
-            }
-        })
     }
 
     /// Checks every field; the first problem found is returned.

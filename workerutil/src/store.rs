@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
-use crate::options::{StoreDefaults, WorkerOptions};
+use crate::options::WorkerOptions;
 use crate::wakeup::Wakeups;
 
 /// The primary key of a job record.
@@ -179,14 +179,29 @@ pub trait Store: Send + Sync + 'static {
     async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
 }
 
-// Every store answers what `WorkerOptions::claim_ahead_for` and
-// `concurrent_dequeues_for` ask.
-impl<S: Store> StoreDefaults for S {
-    fn suggested_claim_ahead(&self, num_handlers: usize) -> usize {
-        Store::default_claim_ahead(self, num_handlers)
-    }
+/// How many jobs a worker with `options` claims ahead over `store`:
+/// `claim_ahead` when set, else 0 with a capped `max_dequeue_batch`, else what
+/// the store suggests ([`Store::default_claim_ahead`]).
+pub fn claim_ahead<S: Store + ?Sized>(options: &WorkerOptions, store: &S) -> usize {
+    options.claim_ahead.unwrap_or_else(|| {
+        if options.max_dequeue_batch.is_some() {
+            0
+        } else {
+            store.default_claim_ahead(options.num_handlers)
+        }
+    })
+}
 
-    fn suggested_concurrent_dequeues(&self) -> usize {
-        Store::default_concurrent_dequeues(self)
-    }
+/// How many dequeue calls a worker with `options` keeps in flight over
+/// `store`: `concurrent_dequeues` when set, else 1 with a capped
+/// `max_dequeue_batch`, else what the store suggests
+/// ([`Store::default_concurrent_dequeues`]).
+pub fn concurrent_dequeues<S: Store + ?Sized>(options: &WorkerOptions, store: &S) -> usize {
+    options.concurrent_dequeues.unwrap_or_else(|| {
+        if options.max_dequeue_batch.is_some() {
+            1
+        } else {
+            store.default_concurrent_dequeues()
+        }
+    })
 }

@@ -113,8 +113,8 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .to_string_lossy()
                 .into_owned(),
         };
-        let claim_ahead = options.claim_ahead_for(&*store);
-        let concurrent_dequeues = options.concurrent_dequeues_for(&*store);
+        let claim_ahead = crate::store::claim_ahead(&options, &*store);
+        let concurrent_dequeues = crate::store::concurrent_dequeues(&options, &*store);
         store
             .check_worker_options(&options, claim_ahead)
             .map_err(Error::IncompatibleOptions)?;
