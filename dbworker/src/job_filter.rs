@@ -244,6 +244,14 @@ impl BulkAction {
         }
     }
 
+    /// A `Fail` with `message` instead; any other action unchanged.
+    pub fn with_message(self, message: &str) -> BulkAction {
+        match self {
+            BulkAction::Fail(_) => BulkAction::Fail(message.to_owned()),
+            other => other,
+        }
+    }
+
     /// The verb, for messages (`requeue`, `cancel`, `fail`, `delete`).
     pub fn verb(&self) -> &'static str {
         match self {
@@ -252,6 +260,38 @@ impl BulkAction {
             BulkAction::Fail(_) => "fail",
             BulkAction::Delete => "delete",
         }
+    }
+}
+
+/// The message of a `fail` parsed from text, until
+/// [`with_message`](BulkAction::with_message) gives another.
+pub const DEFAULT_FAIL_MESSAGE: &str = "failed by an operator";
+
+/// Parses the verb (`requeue`, `cancel`, `fail`, `delete`), as the command
+/// line and the dashboard's forms write it.
+///
+/// ```
+/// use dbworker::admin::BulkAction;
+/// let action: BulkAction = "fail".parse().unwrap();
+/// assert_eq!(action.with_message("bad input"), BulkAction::Fail("bad input".into()));
+/// assert!("drop".parse::<BulkAction>().is_err());
+/// ```
+impl std::str::FromStr for BulkAction {
+    type Err = Error;
+
+    fn from_str(verb: &str) -> Result<BulkAction> {
+        Ok(match verb {
+            "requeue" => BulkAction::Requeue,
+            "cancel" => BulkAction::Cancel,
+            "fail" => BulkAction::Fail(DEFAULT_FAIL_MESSAGE.to_owned()),
+            "delete" => BulkAction::Delete,
+            _ => {
+                return Err(Error::InvalidOption {
+                    field: "action",
+                    reason: format!("{verb:?}: expected requeue, cancel, fail or delete"),
+                });
+            }
+        })
     }
 }
 

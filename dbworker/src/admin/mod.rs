@@ -12,7 +12,8 @@ use workerutil::JobState;
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 pub use crate::job_filter::{
-    BulkAction, FieldFilter, JobFilter, JobPage, JobSort, JobSummary, PageRequest, format_age,
+    BulkAction, DEFAULT_FAIL_MESSAGE, FieldFilter, JobFilter, JobPage, JobSort, JobSummary,
+    PageRequest, format_age,
 };
 use crate::sql::{self, AdminTable};
 

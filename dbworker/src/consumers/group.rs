@@ -14,10 +14,11 @@ use sqlx::{PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOptions};
 
+use super::options::{LogEvent, LogOptions};
+use super::store::{LogJob, LogStore};
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
 use crate::cluster::nodes::Node;
 use crate::columns::Relation;
-use crate::consumers::store::{LogEvent, LogJob, LogOptions, LogStore};
 use crate::error::{Error, Result};
 use crate::sql;
 

@@ -3,12 +3,13 @@
 //! live processes by the leader ([`ConsumerGroup`]).
 
 pub(crate) mod group;
+pub(crate) mod options;
 pub(crate) mod store;
 
 pub use group::{
     Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
 };
+pub use options::{LogEvent, LogOptions};
 pub use store::{
-    ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogEvent, LogJob,
-    LogOptions, LogStore,
+    ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogJob, LogStore,
 };

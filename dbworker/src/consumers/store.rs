@@ -10,180 +10,24 @@ use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgConnection, PgPool, Postgres, Row, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use workerutil::{
     BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Store, Wakeups, WorkerOptions,
 };
 
-use crate::columns::Relation;
 use crate::error::{Error, Result};
-use crate::sql::{self, LogTables};
+use crate::sql;
+
+use super::options::{LogEvent, LogOptions, LogResolved};
 
 /// The assignment table's default name.
 pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";
 /// The checkpoint table's default name.
 pub const DEFAULT_CHECKPOINT_TABLE: &str = "dbworker_consumer_checkpoints";
-
-/// An event type a `LogStore` scans rows into (any `sqlx::FromRow` type).
-pub trait LogEvent: for<'r> FromRow<'r, PgRow> + Send + Sync + Unpin + 'static {}
-
-impl<E> LogEvent for E where E: for<'r> FromRow<'r, PgRow> + Send + Sync + Unpin + 'static {}
-
-/// How a `LogStore` reads the log. Usually built by `ConsumerGroup`.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct LogOptions {
-    /// The store's name, for logs.
-    pub name: String,
-    /// The events table, with an optional alias (`"events e"`).
-    pub events_table: String,
-    /// The global position column: increasing, unique, indexed. Default
-    /// `global_position`.
-    pub position_column: String,
-    /// The select list an event is scanned from (`FromRow`). Default: every
-    /// column (`<alias>.*`).
-    pub column_expressions: Vec<String>,
-    /// This process's node id (`Node::id`): the assignments it acts on.
-    pub node_id: String,
-    /// Every consumer of the group, by name.
-    pub consumers: Vec<String>,
-    /// The assignment table. Default [`DEFAULT_ASSIGNMENT_TABLE`].
-    pub assignment_table: String,
-    /// The checkpoint table. Default [`DEFAULT_CHECKPOINT_TABLE`].
-    pub checkpoint_table: String,
-    /// Events per batch at most. Default 100.
-    pub batch_size: u32,
-    /// Pause after a consumer's batch before its next one. Default 200 ms.
-    pub batch_pause: Duration,
-    /// Wait after a failed batch before it is tried again from the same
-    /// position. Default 1 s.
-    pub retry_after: Duration,
-    /// A consumer failing this many batches in a row stops the group (the
-    /// process should exit and be looked at). Default 5.
-    pub max_consecutive_failures: u32,
-    /// The NOTIFY channel the events table's trigger uses (see
-    /// `events_table_sql`); `None`: poll only.
-    pub listen: Option<String>,
-    /// How long the listener waits for a connection. Default 5 s.
-    pub connect_timeout: Duration,
-}
-
-impl LogOptions {
-    /// Options for `events_table`, run by node `node_id` for `consumers`.
-    pub fn new(
-        name: impl Into<String>,
-        events_table: impl Into<String>,
-        node_id: impl Into<String>,
-        consumers: Vec<String>,
-    ) -> Self {
-        LogOptions {
-            name: name.into(),
-            events_table: events_table.into(),
-            position_column: "global_position".into(),
-            column_expressions: Vec::new(),
-            node_id: node_id.into(),
-            consumers,
-            assignment_table: DEFAULT_ASSIGNMENT_TABLE.into(),
-            checkpoint_table: DEFAULT_CHECKPOINT_TABLE.into(),
-            batch_size: 100,
-            batch_pause: Duration::from_millis(200),
-            retry_after: Duration::from_secs(1),
-            max_consecutive_failures: 5,
-            listen: None,
-            connect_timeout: crate::store::options::DEFAULT_CONNECT_TIMEOUT,
-        }
-    }
-
-    /// Checks every field.
-    pub fn validate(&self) -> Result<()> {
-        self.resolve().map(|_| ())
-    }
-
-    pub(crate) fn resolve(&self) -> Result<LogResolved> {
-        let invalid = |field, reason: &str| Error::InvalidOption {
-            field,
-            reason: reason.to_owned(),
-        };
-        if self.name.trim().is_empty() {
-            return Err(invalid("name", "must not be empty"));
-        }
-        if self.node_id.trim().is_empty() {
-            return Err(invalid("node_id", "must not be empty"));
-        }
-        if self.consumers.is_empty() {
-            return Err(invalid("consumers", "name at least one consumer"));
-        }
-        let mut names = self.consumers.clone();
-        names.sort();
-        if names.windows(2).any(|w| w[0] == w[1]) || names.iter().any(|n| n.trim().is_empty()) {
-            return Err(invalid("consumers", "names must be unique and not empty"));
-        }
-        if !crate::columns::is_identifier(&self.position_column) {
-            return Err(invalid("position_column", "must be a plain identifier"));
-        }
-        if self.batch_size == 0 {
-            return Err(invalid("batch_size", "must be at least 1"));
-        }
-        if self.max_consecutive_failures == 0 {
-            return Err(invalid("max_consecutive_failures", "must be at least 1"));
-        }
-        if let Some(ch) = &self.listen
-            && !crate::columns::is_identifier(ch)
-        {
-            return Err(invalid("listen", "must be a plain identifier"));
-        }
-        let events = Relation::parse("events_table", &self.events_table)?;
-        let column_expressions = if self.column_expressions.is_empty() {
-            vec![format!("{}.*", sql::quote(&events.alias))]
-        } else {
-            self.column_expressions.clone()
-        };
-        Ok(LogResolved {
-            name: self.name.clone(),
-            tables: LogTables {
-                position_column: self.position_column.clone(),
-                column_expressions,
-                assignments: Relation::parse("assignment_table", &self.assignment_table)?,
-                checkpoints: Relation::parse("checkpoint_table", &self.checkpoint_table)?,
-                events,
-            },
-            node_id: self.node_id.clone(),
-            consumers: names,
-            batch_size: self.batch_size,
-            batch_pause: self.batch_pause,
-            retry_after: self.retry_after,
-            max_consecutive_failures: self.max_consecutive_failures,
-        })
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct LogResolved {
-    pub(crate) name: String,
-    /// What the consumers' statements need.
-    pub(crate) tables: LogTables,
-    pub(crate) node_id: String,
-    /// Sorted; a consumer's index is its record id.
-    pub(crate) consumers: Vec<String>,
-    pub(crate) batch_size: u32,
-    pub(crate) batch_pause: Duration,
-    pub(crate) retry_after: Duration,
-    pub(crate) max_consecutive_failures: u32,
-}
-
-impl std::ops::Deref for LogResolved {
-    type Target = LogTables;
-
-    fn deref(&self) -> &LogTables {
-        &self.tables
-    }
-}
 
 /// One consumer's batch: what the handler gets.
 #[derive(Debug)]

@@ -18,6 +18,7 @@
 // Early returns from handlers are ready responses; boxing them buys nothing.
 #![allow(clippy::result_large_err)]
 
+mod actions;
 mod auth;
 mod charts;
 mod pages;
@@ -31,7 +32,7 @@ use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sqlx::PgPool;
 use tokio_util::sync::DropGuard;
@@ -43,7 +44,7 @@ use crate::admin::Admin;
 use crate::control::limits::{Limit, Limits};
 use crate::control::pauses::Pauses;
 use crate::error::{Error, Result};
-use crate::job_filter::{BulkAction, FieldFilter, JobFilter, PageRequest};
+use crate::job_filter::{FieldFilter, JobFilter, PageRequest};
 
 /// One job table on the dashboard.
 #[derive(Debug, Clone)]
@@ -222,10 +223,10 @@ impl Dashboard {
             .route("/assets/style.css", get(style))
             .route("/t/{table}/jobs", get(jobs))
             .route("/t/{table}/jobs/{id}", get(job))
-            .route("/t/{table}/jobs/{id}/action", post(job_action))
-            .route("/t/{table}/bulk", post(bulk))
+            .route("/t/{table}/jobs/{id}/action", post(actions::job_action))
+            .route("/t/{table}/bulk", post(actions::bulk))
             .route("/t/{table}/queues", get(queues))
-            .route("/t/{table}/queues/pause", post(pause))
+            .route("/t/{table}/queues/pause", post(actions::pause))
             .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
             .with_state(self.shared.clone())
     }
@@ -516,154 +517,6 @@ pub(crate) fn hide(value: &mut serde_json::Value, hidden: &[String]) {
     }
 }
 
-/// A posted form's fields (repeated keys kept).
-pub(crate) fn form(body: &[u8]) -> FormFields {
-    url::form_urlencoded::parse(body).into_owned().collect()
-}
-
-fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    form.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-}
-
-/// Checks the CSRF token and the request's origin of a posted form.
-fn checked_form(
-    s: &Shared,
-    viewer: &Viewer,
-    headers: &axum::http::HeaderMap,
-    body: &[u8],
-) -> std::result::Result<FormFields, Response> {
-    viewer.admin()?;
-    let form = form(body);
-    if field(&form, "csrf") != Some(s.csrf.as_str()) || !auth::same_origin(headers) {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "the form is stale or comes from another site",
-        )
-            .into_response());
-    }
-    Ok(form)
-}
-
-/// A posted form's fields, repeated keys kept.
-type FormFields = Vec<(String, String)>;
-
-/// A posted form for `table`, checked (admin, CSRF, origin), and the table.
-fn posted<'a>(
-    s: &'a Shared,
-    viewer: &Viewer,
-    table: &str,
-    headers: &axum::http::HeaderMap,
-    body: &[u8],
-) -> std::result::Result<(FormFields, &'a Table), Response> {
-    let form = checked_form(s, viewer, headers, body)?;
-    Ok((form, s.table(table)?))
-}
-
-fn action_of(name: &str, message: Option<&str>) -> Option<BulkAction> {
-    Some(match name {
-        "requeue" => BulkAction::Requeue,
-        "cancel" => BulkAction::Cancel,
-        "fail" => BulkAction::Fail(message.unwrap_or("failed by an operator").to_owned()),
-        "delete" => BulkAction::Delete,
-        _ => return None,
-    })
-}
-
-async fn job_action(
-    State(s): State<Arc<Shared>>,
-    viewer: axum::Extension<Viewer>,
-    Path((table, id)): Path<(String, i64)>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let (form, t) = match posted(&s, &viewer, &table, &headers, &body) {
-        Ok(posted) => posted,
-        Err(r) => return r,
-    };
-    let Some(action) = field(&form, "action").and_then(|a| action_of(a, None)) else {
-        return (StatusCode::BAD_REQUEST, "unknown action").into_response();
-    };
-    match t.admin.act_on_ids(&[id], &action).await {
-        Ok(n) => {
-            tracing::info!(user = %viewer.user.name, table = %t.name, job = id, action = action.verb(), done = n, "dashboard action");
-            let done = if n == 1 { action.verb() } else { "nothing" };
-            Redirect::to(&viewer.href(&format!("/t/{}/jobs/{id}?done={done}", url_escape(&t.name))))
-                .into_response()
-        }
-        Err(err) => server_error(err),
-    }
-}
-
-/// A bulk action: first a confirmation with the count, then the action in
-/// batches, on the selected jobs or on every job matching the filter.
-async fn bulk(
-    State(s): State<Arc<Shared>>,
-    viewer: axum::Extension<Viewer>,
-    Path(table): Path<String>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let (form, t) = match posted(&s, &viewer, &table, &headers, &body) {
-        Ok(posted) => posted,
-        Err(r) => return r,
-    };
-    let Some(action) = field(&form, "action").and_then(|a| action_of(a, field(&form, "message")))
-    else {
-        return (StatusCode::BAD_REQUEST, "choose an action").into_response();
-    };
-    let ids: Vec<i64> = form
-        .iter()
-        .filter(|(k, _)| k == "id")
-        .filter_map(|(_, v)| v.parse().ok())
-        .collect();
-    let all_matching = field(&form, "scope") == Some("matching");
-    let q: HashMap<String, String> = form
-        .iter()
-        .filter_map(|(k, v)| k.strip_prefix("f_").map(|k| (k.to_owned(), v.clone())))
-        .collect();
-    let filter = match filter_from(&q, &s.options.hidden_fields) {
-        Ok(f) => f,
-        Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
-    };
-    if all_matching && !filter.is_restricted() {
-        return (
-            StatusCode::BAD_REQUEST,
-            "set a filter before acting on every matching job",
-        )
-            .into_response();
-    }
-    if !all_matching && ids.is_empty() {
-        return (StatusCode::BAD_REQUEST, "select jobs first").into_response();
-    }
-    if field(&form, "confirm") != Some("yes") {
-        let count = if all_matching {
-            match t.admin.count_matching(&filter, &action).await {
-                Ok(n) => n,
-                Err(err) => return server_error(err),
-            }
-        } else {
-            ids.len() as u64
-        };
-        return pages::confirm(&viewer, &s, t, &form, &action, count, all_matching).into_response();
-    }
-    let done = if all_matching {
-        t.admin.act_on_matching(&filter, &action, 500, |_| {}).await
-    } else {
-        t.admin.act_on_ids(&ids, &action).await
-    };
-    match done {
-        Ok(n) => {
-            tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");
-            let mut back = format!("/t/{}/jobs?done={}+{n}", url_escape(&t.name), action.verb());
-            for (k, v) in &q {
-                back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
-            }
-            Redirect::to(&viewer.href(&back)).into_response()
-        }
-        Err(err) => server_error(err),
-    }
-}
-
 async fn queues(
     State(s): State<Arc<Shared>>,
     viewer: axum::Extension<Viewer>,
@@ -693,39 +546,6 @@ async fn queues(
         None => Vec::new(),
     };
     pages::queues(&viewer, &s, t, &status, &paused, &limits, &refresh(&q)).into_response()
-}
-
-async fn pause(
-    State(s): State<Arc<Shared>>,
-    viewer: axum::Extension<Viewer>,
-    Path(table): Path<String>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let (form, t) = match posted(&s, &viewer, &table, &headers, &body) {
-        Ok(posted) => posted,
-        Err(r) => return r,
-    };
-    let Some(pauses) = &t.pauses else {
-        return (StatusCode::BAD_REQUEST, "this table has no pause table").into_response();
-    };
-    let queue = field(&form, "queue").filter(|q| !q.is_empty());
-    let resume = field(&form, "do") == Some("resume");
-    let result = if resume {
-        pauses.resume(queue).await
-    } else {
-        pauses
-            .pause(queue, &format!("dashboard: {}", viewer.user.name))
-            .await
-    };
-    match result {
-        Ok(_) => {
-            tracing::info!(user = %viewer.user.name, table = %t.name, queue = queue.unwrap_or("*"), resume, "dashboard pause");
-            Redirect::to(&viewer.href(&format!("/t/{}/queues", url_escape(&t.name))))
-                .into_response()
-        }
-        Err(err) => server_error(err),
-    }
 }
 
 /// Percent-encodes a URL component.

@@ -171,8 +171,9 @@ impl<R: Record> DbStore<R> {
     pub(crate) fn pool_need(&self, options: &WorkerOptions) -> PoolNeed {
         let handlers = u32::try_from(options.num_handlers).unwrap_or(u32::MAX);
         // Claims beyond the first each need a connection of their own.
-        let extra_claims = u32::try_from(workerutil::concurrent_dequeues(options, self).saturating_sub(1))
-            .unwrap_or(u32::MAX);
+        let extra_claims =
+            u32::try_from(workerutil::concurrent_dequeues(options, self).saturating_sub(1))
+                .unwrap_or(u32::MAX);
         match self.handling() {
             Handling::Transactional => PoolNeed {
                 per_worker: handlers

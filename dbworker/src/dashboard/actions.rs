@@ -1,0 +1,164 @@
+//! The dashboard's POST handlers: one job's action, bulk actions (with a
+//! confirmation), and pause/resume. Each starts from an [`AdminForm`], so the
+//! role, CSRF and origin checks are written once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+
+use super::{Shared, Viewer, auth, filter_from, pages, server_error, url_escape};
+use crate::job_filter::BulkAction;
+
+/// A posted form's fields, repeated keys kept.
+pub(crate) type FormFields = Vec<(String, String)>;
+
+/// A form posted by an admin, its CSRF token and origin checked.
+pub(crate) struct AdminForm(pub(crate) FormFields);
+
+impl FromRequest<Arc<Shared>> for AdminForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, s: &Arc<Shared>) -> Result<Self, Response> {
+        let viewer = request
+            .extensions()
+            .get::<Viewer>()
+            .cloned()
+            .ok_or_else(|| StatusCode::UNAUTHORIZED.into_response())?;
+        viewer.admin()?;
+        let same_origin = auth::same_origin(request.headers());
+        let body = Bytes::from_request(request, s)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let form: FormFields = url::form_urlencoded::parse(&body).into_owned().collect();
+        if field(&form, "csrf") != Some(s.csrf.as_str()) || !same_origin {
+            return Err((
+                StatusCode::FORBIDDEN,
+                "the form is stale or comes from another site",
+            )
+                .into_response());
+        }
+        Ok(AdminForm(form))
+    }
+}
+
+fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    form.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// The action a form names; `fail` takes the form's `message` when it has one.
+fn action_of(form: &[(String, String)]) -> Option<BulkAction> {
+    let action: BulkAction = field(form, "action")?.parse().ok()?;
+    Some(match field(form, "message") {
+        Some(message) => action.with_message(message),
+        None => action,
+    })
+}
+
+fn bad_request(message: &'static str) -> Response {
+    (StatusCode::BAD_REQUEST, message).into_response()
+}
+
+pub(crate) async fn job_action(
+    State(s): State<Arc<Shared>>,
+    Extension(viewer): Extension<Viewer>,
+    Path((table, id)): Path<(String, i64)>,
+    AdminForm(form): AdminForm,
+) -> Result<Response, Response> {
+    let t = s.table(&table)?;
+    let action = action_of(&form).ok_or_else(|| bad_request("unknown action"))?;
+    let n = t
+        .admin
+        .act_on_ids(&[id], &action)
+        .await
+        .map_err(server_error)?;
+    tracing::info!(user = %viewer.user.name, table = %t.name, job = id, action = action.verb(), done = n, "dashboard action");
+    let done = if n == 1 { action.verb() } else { "nothing" };
+    let back = format!("/t/{}/jobs/{id}?done={done}", url_escape(&t.name));
+    Ok(Redirect::to(&viewer.href(&back)).into_response())
+}
+
+/// A bulk action: first a confirmation with the count, then the action in
+/// batches, on the selected jobs or on every job matching the filter.
+pub(crate) async fn bulk(
+    State(s): State<Arc<Shared>>,
+    Extension(viewer): Extension<Viewer>,
+    Path(table): Path<String>,
+    AdminForm(form): AdminForm,
+) -> Result<Response, Response> {
+    let t = s.table(&table)?;
+    let action = action_of(&form).ok_or_else(|| bad_request("choose an action"))?;
+    let ids: Vec<i64> = form
+        .iter()
+        .filter(|(k, _)| k == "id")
+        .filter_map(|(_, v)| v.parse().ok())
+        .collect();
+    let all_matching = field(&form, "scope") == Some("matching");
+    let q: HashMap<String, String> = form
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("f_").map(|k| (k.to_owned(), v.clone())))
+        .collect();
+    let filter = filter_from(&q, &s.options.hidden_fields)
+        .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
+    if all_matching && !filter.is_restricted() {
+        return Err(bad_request(
+            "set a filter before acting on every matching job",
+        ));
+    }
+    if !all_matching && ids.is_empty() {
+        return Err(bad_request("select jobs first"));
+    }
+    if field(&form, "confirm") != Some("yes") {
+        let count = if all_matching {
+            t.admin
+                .count_matching(&filter, &action)
+                .await
+                .map_err(server_error)?
+        } else {
+            ids.len() as u64
+        };
+        return Ok(
+            pages::confirm(&viewer, &s, t, &form, &action, count, all_matching).into_response(),
+        );
+    }
+    let done = if all_matching {
+        t.admin.act_on_matching(&filter, &action, 500, |_| {}).await
+    } else {
+        t.admin.act_on_ids(&ids, &action).await
+    };
+    let n = done.map_err(server_error)?;
+    tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");
+    let mut back = format!("/t/{}/jobs?done={}+{n}", url_escape(&t.name), action.verb());
+    for (k, v) in &q {
+        back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
+    }
+    Ok(Redirect::to(&viewer.href(&back)).into_response())
+}
+
+pub(crate) async fn pause(
+    State(s): State<Arc<Shared>>,
+    Extension(viewer): Extension<Viewer>,
+    Path(table): Path<String>,
+    AdminForm(form): AdminForm,
+) -> Result<Response, Response> {
+    let t = s.table(&table)?;
+    let pauses = t
+        .pauses
+        .as_ref()
+        .ok_or_else(|| bad_request("this table has no pause table"))?;
+    let queue = field(&form, "queue").filter(|q| !q.is_empty());
+    let resume = field(&form, "do") == Some("resume");
+    if resume {
+        pauses.resume(queue).await.map_err(server_error)?;
+    } else {
+        let by = format!("dashboard: {}", viewer.user.name);
+        pauses.pause(queue, &by).await.map_err(server_error)?;
+    }
+    tracing::info!(user = %viewer.user.name, table = %t.name, queue = queue.unwrap_or("*"), resume, "dashboard pause");
+    let back = format!("/t/{}/queues", url_escape(&t.name));
+    Ok(Redirect::to(&viewer.href(&back)).into_response())
+}
