@@ -3,48 +3,18 @@
 //! role checks, hidden fields, hostile text escaped, and a prefix mount.
 
 mod common;
+#[path = "common/dashboard.rs"]
+mod shared;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use dbworker::control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits};
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
-use dbworker::{
-    control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits},
-    ddl::{limit_table_sql, pause_table_sql},
-};
 use tower::ServiceExt;
 
 use common::Db;
-
-/// Jobs in every state, hostile text in a payload and a failure message, a
-/// secret in a payload; returns `(db, id of the hostile failed job)`.
-async fn seed() -> (Db, i64) {
-    let db = Db::new().await;
-    db.add_columns(
-        |c| {
-            c.queue = true;
-            c.kind = true;
-        },
-        &[
-            pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
-            limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap(),
-        ],
-    )
-    .await;
-    db.execute(
-        "INSERT INTO jobs (state, queue, kind, payload) SELECT 'queued', 'mail', 'send', jsonb_build_object('customer_id', i::text) FROM generate_series(1, 30) AS i;
-         INSERT INTO jobs (state, queue, kind, worker_hostname) VALUES ('processing', 'mail', 'send', 'host-7');
-         INSERT INTO jobs (state, queue, kind, num_failures, failure_message, finished_at, payload)
-           VALUES ('failed', 'reports', 'build', 3, '<script>alert(1)</script> & \"quotes\"', now(),
-                   '{\"customer_id\": \"42\", \"note\": \"<img src=x onerror=alert(2)>\", \"api_key\": \"sk-live-123\"}');",
-    )
-    .await;
-    let id: i64 = sqlx::query_scalar("SELECT id FROM jobs WHERE state = 'failed'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    (db, id)
-}
+use shared::seed;
 
 fn table() -> TableConfig {
     let mut t = TableConfig::new("jobs");
@@ -402,73 +372,6 @@ async fn mounted_under_a_prefix_every_link_keeps_it() {
         page.contains("action=\"/admin/jobs/t/jobs/bulk\""),
         "{page}"
     );
-}
-
-/// `GET path` over plain HTTP/1.0; the whole response.
-fn http_get(addr: &str, path: &str, auth: Option<&str>) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let auth = auth
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-#[tokio::test]
-async fn dbworker_ui_serves_alone_and_refuses_an_open_network_address() {
-    let (db, _) = seed().await;
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
-        .args(["ui", "--table", "jobs", "--listen", "0.0.0.0:0"])
-        .env("DATABASE_URL", db.db.url())
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("without authentication"));
-
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
-        .args([
-            "ui",
-            "--table",
-            "jobs",
-            "--queue-column",
-            "queue",
-            "--listen",
-            "0.0.0.0:0",
-        ])
-        .env("DATABASE_URL", db.db.url())
-        .env("DBWORKER_UI_TOKEN", "tok")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let port = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_owned();
-    let addr = format!("127.0.0.1:{port}");
-    let denied = http_get(&addr, "/", None);
-    assert!(
-        denied.starts_with("HTTP/1.0 401") || denied.starts_with("HTTP/1.1 401"),
-        "{denied}"
-    );
-    let page = http_get(&addr, "/", Some("Bearer tok"));
-    assert!(
-        page.contains(" 200 OK") && page.contains("<td>mail</td>"),
-        "{page}"
-    );
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[tokio::test]

@@ -348,27 +348,6 @@ async fn long_table_names_get_every_index() {
 }
 
 #[tokio::test]
-async fn colliding_renames_are_rejected_by_the_generator_and_the_store() {
-    let renames: HashMap<String, String> = [("state".to_owned(), "id".to_owned())].into();
-    let err = job_table_sql("jobs", &renames).unwrap_err().to_string();
-    assert!(err.contains("would both be named \"id\""), "{err}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
-        .args(["migration", "--table", "jobs", "--rename", "state=id"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("would both be named"));
-    let mut o = Db::options_for_tests();
-    o.alternate_column_names = renames;
-    assert!(
-        o.validate()
-            .unwrap_err()
-            .to_string()
-            .contains("would both be named")
-    );
-}
-
-#[tokio::test]
 async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
     for handling in [Handling::Transactional, Handling::Heartbeat] {
         let db = Db::new().await;

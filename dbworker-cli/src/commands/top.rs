@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::admin::{Admin, Status};
 use ratatui::Frame;
@@ -16,7 +17,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use workerutil::JobState;
 
-use crate::{TableArgs, seconds};
+use crate::args::{TableArgs, seconds};
 use dbworker::admin::format_age;
 
 #[derive(Debug, Args)]
@@ -45,9 +46,15 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    async fn take(admin: &Admin, table: &str, window: Duration) -> Result<Snapshot, String> {
-        let status = admin.status().await.map_err(|e| e.to_string())?;
-        let recent = admin.recent(window).await.map_err(|e| e.to_string())?;
+    async fn take(admin: &Admin, table: &str, window: Duration) -> Result<Snapshot> {
+        let status = admin
+            .status()
+            .await
+            .with_context(|| format!("status of {table}"))?;
+        let recent = admin
+            .recent(window)
+            .await
+            .with_context(|| format!("jobs finished recently in {table}"))?;
         let secs = window.as_secs_f64().max(f64::EPSILON);
         let per_second = [JobState::Completed, JobState::Failed, JobState::Canceled]
             .into_iter()
@@ -140,12 +147,12 @@ pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
 }
 
 /// The frame as text, `width` × `height` characters.
-pub(crate) fn render_text(snap: &Snapshot, width: u16, height: u16) -> Result<String, String> {
-    let mut terminal =
-        ratatui::Terminal::new(TestBackend::new(width, height)).map_err(|e| e.to_string())?;
+pub(crate) fn render_text(snap: &Snapshot, width: u16, height: u16) -> Result<String> {
+    let mut terminal = ratatui::Terminal::new(TestBackend::new(width, height))
+        .context("a text buffer for the frame")?;
     terminal
         .draw(|f| render(f, snap))
-        .map_err(|e| e.to_string())?;
+        .context("drawing the frame")?;
     let buffer = terminal.backend().buffer();
     let mut text = String::new();
     for y in 0..buffer.area.height {
@@ -158,7 +165,7 @@ pub(crate) fn render_text(snap: &Snapshot, width: u16, height: u16) -> Result<St
     Ok(text)
 }
 
-pub(crate) async fn top(args: TopArgs) -> Result<(), String> {
+pub(crate) async fn top(args: TopArgs) -> Result<()> {
     let admin = args.table.admin().await?;
     let interval = seconds("interval-secs", args.interval_secs)?;
     let window = seconds("window-secs", args.window_secs)?;
@@ -180,16 +187,16 @@ async fn live(
     table: &str,
     interval: Duration,
     window: Duration,
-) -> Result<(), String> {
+) -> Result<()> {
     loop {
         let snap = Snapshot::take(admin, table, window).await?;
         terminal
             .draw(|f| render(f, &snap))
-            .map_err(|e| e.to_string())?;
+            .context("drawing on the terminal")?;
         let next = Instant::now() + interval;
         while let Some(left) = next.checked_duration_since(Instant::now()) {
-            if event::poll(left.min(Duration::from_millis(100))).map_err(|e| e.to_string())?
-                && let Event::Key(key) = event::read().map_err(|e| e.to_string())?
+            if event::poll(left.min(Duration::from_millis(100))).context("waiting for a key")?
+                && let Event::Key(key) = event::read().context("reading a key")?
                 && key.kind == KeyEventKind::Press
                 && matches!(key.code, KeyCode::Char('q') | KeyCode::Esc)
             {

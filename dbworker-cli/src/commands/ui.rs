@@ -3,11 +3,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
 use sqlx::postgres::PgPoolOptions;
 
-use crate::seconds;
+use crate::args::seconds;
+use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
 pub(crate) struct UiArgs {
@@ -62,7 +64,7 @@ pub(crate) struct UiArgs {
     sample_secs: f64,
 }
 
-fn auth(args: &UiArgs) -> Result<Auth, String> {
+fn auth(args: &UiArgs) -> Result<Auth> {
     if !args.users.is_empty() {
         let mut users = Vec::new();
         for u in &args.users {
@@ -70,18 +72,12 @@ fn auth(args: &UiArgs) -> Result<Auth, String> {
             let (Some(name), Some(password), Some(role)) =
                 (parts.next(), parts.next(), parts.next())
             else {
-                return Err(format!(
-                    "--users: expected name:password:admin|read, got {u:?}"
-                ));
+                bail!("--users: expected name:password:admin|read, got {u:?}");
             };
             let role = match role {
                 "admin" => Role::Admin,
                 "read" => Role::ReadOnly,
-                other => {
-                    return Err(format!(
-                        "--users: role must be admin or read, got {other:?}"
-                    ));
-                }
+                other => bail!("--users: role must be admin or read, got {other:?}"),
             };
             users.push(BasicUser {
                 name: name.to_owned(),
@@ -98,22 +94,22 @@ fn auth(args: &UiArgs) -> Result<Auth, String> {
         });
     }
     if !args.listen.ip().is_loopback() {
-        return Err(format!(
+        bail!(
             "refusing to serve {} without authentication: set DBWORKER_UI_TOKEN (and/or DBWORKER_UI_READ_TOKEN) or DBWORKER_UI_USERS, or listen on a loopback address",
             args.listen
-        ));
+        );
     }
     Ok(Auth::None)
 }
 
-pub(crate) async fn serve(args: UiArgs) -> Result<(), String> {
+pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     let auth = auth(&args)?;
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(5))
         .connect(&args.database_url)
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .context("cannot connect")?;
     let tables = args
         .tables
         .iter()
@@ -133,15 +129,15 @@ pub(crate) async fn serve(args: UiArgs) -> Result<(), String> {
     options.sample_interval = seconds("sample-secs", args.sample_secs)?;
     let dashboard = Dashboard::new(&pool, options)
         .await
-        .map_err(|e| e.to_string())?;
+        .context("the dashboard")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr().context("the address listened on")?;
     println!("dashboard on http://{addr}/");
-    let stop = crate::stop_on_signal();
+    let stop = stop_on_signal();
     axum::serve(listener, dashboard.router())
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
-        .map_err(|e| e.to_string())
+        .context("serving the dashboard")
 }

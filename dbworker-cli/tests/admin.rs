@@ -2,6 +2,7 @@
 //! show, requeue, cancel, fail, delete, pause and resume — each acting only on
 //! the states it names, never on a job a worker holds.
 
+#[path = "../../dbworker/tests/common/mod.rs"]
 mod common;
 
 use std::process::{Command, Output};

@@ -1,10 +1,11 @@
-//! `dbworker list` and the actions on one job or on every job matching a
-//! filter (`requeue`, `cancel`, `fail`, `delete`): a count, a confirmation,
-//! batches with a progress bar.
+//! `dbworker list`, `dbworker show`, and the actions on one job or on every
+//! job matching a filter (`requeue`, `cancel`, `fail`, `delete`): a count, a
+//! confirmation, batches with a progress bar.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::admin::{
     Admin, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, format_age,
@@ -12,7 +13,7 @@ use dbworker::admin::{
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
 
-use crate::{TableArgs, seconds};
+use crate::args::{TableArgs, seconds};
 
 /// Which jobs: every flag given must match.
 #[derive(Debug, Args, Default)]
@@ -42,7 +43,7 @@ pub(crate) struct FilterArgs {
 }
 
 impl FilterArgs {
-    pub(crate) fn filter(&self) -> Result<JobFilter, String> {
+    pub(crate) fn filter(&self) -> Result<JobFilter> {
         let mut f = JobFilter::default();
         f.states = self.states.clone();
         f.queue = self.queue.clone();
@@ -61,12 +62,12 @@ impl FilterArgs {
     }
 }
 
-fn parse_state(s: &str) -> Result<JobState, String> {
+fn parse_state(s: &str) -> std::result::Result<JobState, String> {
     s.parse::<JobState>()
         .map_err(|_| format!("{s:?} is not a job state"))
 }
 
-fn parse_field(s: &str) -> Result<FieldFilter, String> {
+fn parse_field(s: &str) -> std::result::Result<FieldFilter, String> {
     s.parse().map_err(|e: dbworker::Error| e.to_string())
 }
 
@@ -93,11 +94,11 @@ pub(crate) struct ListArgs {
     after_value: Option<String>,
 }
 
-fn parse_sort(s: &str) -> Result<JobSort, String> {
+fn parse_sort(s: &str) -> std::result::Result<JobSort, String> {
     s.parse().map_err(|e: dbworker::Error| e.to_string())
 }
 
-pub(crate) async fn list(args: ListArgs) -> Result<(), String> {
+pub(crate) async fn list(args: ListArgs) -> Result<()> {
     let admin = args.table.admin().await?;
     let mut page = PageRequest::first(args.limit);
     page.after = args.after;
@@ -107,7 +108,7 @@ pub(crate) async fn list(args: ListArgs) -> Result<(), String> {
     let page = admin
         .list(&args.filter.filter()?, page)
         .await
-        .map_err(|e| e.to_string())?;
+        .context("listing jobs")?;
     println!(
         "{:>10} {:<10} {:<14} {:<14} {:>8} {:>10} {:<16} failure",
         "id", "state", "queue", "kind", "failures", "age", "host"
@@ -146,6 +147,33 @@ fn one_line(text: &str, max: usize) -> String {
     }
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct JobArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    /// The job's id.
+    id: i64,
+}
+
+pub(crate) async fn show(args: JobArgs) -> Result<()> {
+    let admin = args.table.admin().await?;
+    match admin
+        .show(args.id)
+        .await
+        .with_context(|| format!("reading job {}", args.id))?
+    {
+        Some(row) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&row)
+                    .with_context(|| format!("job {} as JSON", args.id))?
+            );
+            Ok(())
+        }
+        None => bail!("no job {}", args.id),
+    }
+}
+
 /// One job by id, or every job matching a filter.
 #[derive(Debug, Args)]
 pub(crate) struct ActionArgs {
@@ -166,7 +194,7 @@ pub(crate) struct ActionArgs {
     message: String,
 }
 
-pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<(), String> {
+pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<()> {
     let admin = args.table.admin().await?;
     let filter = args.filter.filter()?;
     let action = match verb {
@@ -176,37 +204,39 @@ pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<(), String> {
         _ => BulkAction::Delete,
     };
     match args.id {
-        Some(id) if filter.is_restricted() => Err(format!(
-            "give a job id or filter flags, not both (job {id})"
-        )),
+        Some(id) if filter.is_restricted() => {
+            bail!("give a job id or filter flags, not both (job {id})")
+        }
         Some(id) => act_on_one(&admin, &action, id).await,
-        None if !filter.is_restricted() => Err(format!(
+        None if !filter.is_restricted() => bail!(
             "give a job id, or filter flags (--state, --queue, --kind, --field, ...) to {} every matching job",
             action.verb()
-        )),
+        ),
         None => act_on_matching(&admin, &action, &filter, args.yes, args.batch_size).await,
     }
 }
 
-async fn act_on_one(admin: &Admin, action: &BulkAction, id: i64) -> Result<(), String> {
-    let err = |e: dbworker::Error| e.to_string();
+async fn act_on_one(admin: &Admin, action: &BulkAction, id: i64) -> Result<()> {
+    let doing = || format!("{} job {id}", action.verb());
     let line = match action {
-        BulkAction::Requeue if admin.requeue(id).await.map_err(err)? => {
+        BulkAction::Requeue if admin.requeue(id).await.with_context(doing)? => {
             format!("requeued job {id}")
         }
-        BulkAction::Requeue => return Err(format!("job {id} is not failed, canceled or errored")),
-        BulkAction::Delete if admin.delete(id).await.map_err(err)? => format!("deleted job {id}"),
-        BulkAction::Delete => return Err(format!("job {id} does not exist or a worker holds it")),
-        BulkAction::Fail(message) if admin.fail(id, message).await.map_err(err)? => {
+        BulkAction::Requeue => bail!("job {id} is not failed, canceled or errored"),
+        BulkAction::Delete if admin.delete(id).await.with_context(doing)? => {
+            format!("deleted job {id}")
+        }
+        BulkAction::Delete => bail!("job {id} does not exist or a worker holds it"),
+        BulkAction::Fail(message) if admin.fail(id, message).await.with_context(doing)? => {
             format!("failed job {id}")
         }
-        BulkAction::Fail(_) => return Err(format!("job {id} is not queued or errored")),
-        _ => match admin.cancel(id).await.map_err(err)? {
+        BulkAction::Fail(_) => bail!("job {id} is not queued or errored"),
+        _ => match admin.cancel(id).await.with_context(doing)? {
             Canceled::Now => format!("canceled job {id}"),
             Canceled::Requested => {
                 format!("asked the worker of job {id} to cancel it (at its next heartbeat)")
             }
-            _ => return Err(format!("job {id} is not queued, errored or processing")),
+            _ => bail!("job {id} is not queued, errored or processing"),
         },
     };
     println!("{line}");
@@ -219,24 +249,22 @@ async fn act_on_matching(
     filter: &JobFilter,
     yes: bool,
     batch_size: u32,
-) -> Result<(), String> {
+) -> Result<()> {
     let verb = action.verb();
     let count = admin
         .count_matching(filter, action)
         .await
-        .map_err(|e| e.to_string())?;
+        .with_context(|| format!("counting the jobs to {verb}"))?;
     if count == 0 {
         println!("no job to {verb} matches");
         return Ok(());
     }
     if !yes && !confirm(&format!("{count} job(s) match; {verb} them? [y/N] "))? {
-        return Err(format!(
-            "{count} job(s) match; nothing done (pass --yes to {verb} them)"
-        ));
+        bail!("{count} job(s) match; nothing done (pass --yes to {verb} them)");
     }
     let bar = ProgressBar::new(count).with_style(
         ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)")
-            .map_err(|e| e.to_string())?
+            .context("the progress bar's template")?
             .progress_chars("=> "),
     );
     bar.set_message(verb.to_owned());
@@ -245,7 +273,7 @@ async fn act_on_matching(
         .act_on_matching(filter, action, batch_size, |done| bar.set_position(done))
         .await;
     bar.finish_and_clear();
-    let done = done.map_err(|e| e.to_string())?;
+    let done = done.with_context(|| format!("{verb} the matching jobs"))?;
     let past = match action {
         BulkAction::Requeue => "requeued",
         BulkAction::Cancel => "canceled (or asked to cancel)",
@@ -263,17 +291,19 @@ async fn act_on_matching(
 }
 
 /// Asks on the terminal; refuses when no one can answer.
-fn confirm(question: &str) -> Result<bool, String> {
+fn confirm(question: &str) -> Result<bool> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         return Ok(false);
     }
     eprint!("{question}");
-    std::io::stderr().flush().map_err(|e| e.to_string())?;
+    std::io::stderr()
+        .flush()
+        .context("asking for confirmation")?;
     let mut answer = String::new();
     stdin
         .lock()
         .read_line(&mut answer)
-        .map_err(|e| e.to_string())?;
+        .context("reading the confirmation")?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
 }

@@ -1,0 +1,208 @@
+//! The long-running upkeep of a job table, each as its own process or one
+//! pass with `--once`: `dbworker purge` (retention) and `dbworker reset` (the
+//! resetter, optionally leading among standbys).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use dbworker::{
+    Resetter,
+    cluster::{LeaderElection, LeaderOptions, Node, NodeOptions},
+    maintenance::{PurgeOptions, Purger, ResetterOptions},
+};
+use sqlx::postgres::PgPoolOptions;
+use workerutil::JobState;
+
+use crate::args::{RegistryArgs, Target, seconds};
+use crate::signal::stop_on_signal;
+
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Purge completed jobs this many seconds after they finished. With none of
+    /// the three ages given: completed after 7 days, failed and canceled after 30.
+    #[arg(long)]
+    completed_after_secs: Option<f64>,
+    /// Purge failed jobs this many seconds after they finished.
+    #[arg(long)]
+    failed_after_secs: Option<f64>,
+    /// Purge canceled jobs this many seconds after they finished.
+    #[arg(long)]
+    canceled_after_secs: Option<f64>,
+    /// Rows per statement (each batch is a short transaction).
+    #[arg(long, default_value_t = 1000)]
+    batch_size: u32,
+    /// Move rows to this table (same columns as the job table) instead of deleting.
+    #[arg(long)]
+    archive_table: Option<String>,
+    /// Seconds between passes.
+    #[arg(long, default_value_t = 60.0)]
+    interval_secs: f64,
+    /// Run one pass, print what it did, and exit.
+    #[arg(long)]
+    once: bool,
+}
+
+pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
+    let mut options = PurgeOptions::new(&args.target.table);
+    options.alternate_column_names = args.target.renames();
+    let ages = [
+        (
+            JobState::Completed,
+            args.completed_after_secs,
+            "completed-after-secs",
+        ),
+        (
+            JobState::Failed,
+            args.failed_after_secs,
+            "failed-after-secs",
+        ),
+        (
+            JobState::Canceled,
+            args.canceled_after_secs,
+            "canceled-after-secs",
+        ),
+    ];
+    if ages.iter().any(|(_, age, _)| age.is_some()) {
+        options.max_age = Vec::new();
+        for (state, age, flag) in ages {
+            if let Some(secs) = age {
+                options.max_age.push((state, seconds(flag, secs)?));
+            }
+        }
+    }
+    options.batch_size = args.batch_size;
+    options.archive_table = args.archive_table;
+    options.interval = seconds("interval-secs", args.interval_secs)?;
+    options.validate()?;
+    let pool = args.target.connect().await?;
+    let purger = Purger::new(pool, options)
+        .await
+        .with_context(|| format!("purger for {}", args.target.table))?;
+    if args.once {
+        let purged = purger
+            .purge_once()
+            .await
+            .with_context(|| format!("purging {}", args.target.table))?;
+        for (state, n) in &purged.by_state {
+            println!("purged {n} {} job(s)", state.as_str());
+        }
+        return Ok(());
+    }
+    tracing::info!(table = %args.target.table, "purger running; stop with SIGINT or SIGTERM");
+    purger.run(stop_on_signal()).await;
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ResetArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Seconds without a heartbeat after which an unlocked processing job is stalled.
+    #[arg(long, env = "DBWORKER_STALLED_MAX_AGE_SECS", default_value_t = 30.0)]
+    stalled_max_age_secs: f64,
+    /// Resets allowed before a stalled job is failed.
+    #[arg(long, env = "DBWORKER_MAX_NUM_RESETS", default_value_t = 3)]
+    max_num_resets: u32,
+    /// The failure message of jobs failed for too many resets.
+    #[arg(long, default_value = dbworker::store::DEFAULT_RESET_FAILURE_MESSAGE)]
+    reset_failure_message: String,
+    /// Seconds between passes.
+    #[arg(long, env = "DBWORKER_RESET_INTERVAL_SECS", default_value_t = 30.0)]
+    interval_secs: f64,
+    /// Seconds to wait for the database before reporting it unreachable.
+    #[arg(long, env = "DBWORKER_CONNECT_TIMEOUT_SECS", default_value_t = 5.0)]
+    connect_timeout_secs: f64,
+    /// Run one pass, print what it did, and exit.
+    #[arg(long)]
+    once: bool,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Register in the worker registry and reset only while leading the
+    /// table's scope, so several resetter processes can stand by for one
+    /// another (needs --node-table).
+    #[arg(long, requires = "node_table")]
+    lead: bool,
+    /// With --lead: the leader's lease; a standby takes over within 4/3 of it
+    /// after the leader dies.
+    #[arg(long, default_value_t = 6.0)]
+    lease_secs: f64,
+}
+
+pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
+    let mut options = ResetterOptions::new("dbworker_resetter", &args.target.table);
+    options.alternate_column_names = args.target.renames();
+    options.stalled_max_age = seconds("stalled-max-age-secs", args.stalled_max_age_secs)?;
+    options.max_num_resets = args.max_num_resets;
+    options.reset_failure_message = args.reset_failure_message;
+    options.interval = seconds("interval-secs", args.interval_secs)?;
+    options.connect_timeout = seconds("connect-timeout-secs", args.connect_timeout_secs)?;
+    options.node_table = args.registry.node_table.clone();
+    options.dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
+    options.validate()?;
+    // Lazy: `check` below connects with the timeout and reports the real cause.
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(options.connect_timeout)
+        .connect_lazy(&args.target.database_url)
+        .context("invalid DATABASE_URL")?;
+    let resetter = Resetter::new(pool.clone(), options)?;
+    resetter.check().await?;
+    if args.once {
+        let out = resetter
+            .reset_once()
+            .await
+            .with_context(|| format!("resetting stalled jobs of {}", args.target.table))?;
+        println!(
+            "reset {} job(s), failed {} job(s)",
+            out.reset.len(),
+            out.failed.len()
+        );
+        for (id, age) in &out.reset {
+            println!("reset {id} (heartbeat {:.1}s old)", age.as_secs_f64());
+        }
+        for id in &out.failed {
+            println!("failed {id}");
+        }
+        return Ok(());
+    }
+    tracing::info!(table = %args.target.table, "resetter running; stop with SIGINT or SIGTERM");
+    let report = |out: &dbworker::maintenance::ResetOutcome| {
+        if !out.reset.is_empty() || !out.failed.is_empty() {
+            tracing::info!(
+                reset = out.reset.len(),
+                failed = out.failed.len(),
+                "reset pass"
+            );
+        }
+    };
+    let stop = stop_on_signal();
+    match (&args.registry.node_table, args.lead) {
+        (Some(node_table), true) => {
+            let mut no = NodeOptions::default();
+            no.node_table = node_table.clone();
+            let node = Node::register(&pool, no)
+                .await
+                .with_context(|| format!("registering in {node_table}"))?;
+            let mut lo = LeaderOptions::new(args.target.table.clone());
+            lo.leader_table = args.registry.leader_table.clone();
+            lo.lease = seconds("lease-secs", args.lease_secs)?;
+            let election = LeaderElection::new(&pool, node.id(), lo)
+                .await
+                .with_context(|| format!("leader election in {}", args.registry.leader_table))?;
+            let heartbeats = tokio::spawn(node.run(stop.clone()));
+            let resetter = Arc::new(resetter);
+            election
+                .run(stop, move |leading| {
+                    let resetter = resetter.clone();
+                    async move { resetter.run(leading, report).await }
+                })
+                .await;
+            heartbeats.await.context("the registry heartbeats")?;
+        }
+        _ => resetter.run(stop, report).await,
+    }
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! `dbworker migration`: the DDL for a new job table, its optional columns,
+//! the shared control tables and the SQL helpers, printed for a migration.
+
+use anyhow::Result;
+use clap::Args;
+use dbworker::{
+    cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE},
+    consumers::{DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE},
+    control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE},
+    cron::DEFAULT_CRON_TABLE,
+    ddl::{
+        OptionalColumns, consumer_tables_sql, cron_table_sql, enqueue_function_sql, job_table_sql,
+        leader_table_sql, limit_table_sql, node_table_sql, notify_trigger_sql,
+        optional_columns_sql, pause_table_sql,
+    },
+};
+
+use crate::args::parse_rename;
+
+#[derive(Debug, Args)]
+pub(crate) struct MigrationArgs {
+    /// The new job table's name, optionally schema-qualified.
+    #[arg(long)]
+    table: String,
+    /// Renamed standard columns, as `standard=actual` (repeatable).
+    #[arg(long = "rename", value_parser = parse_rename)]
+    renames: Vec<(String, String)>,
+    /// Also print the trigger that NOTIFYs listening workers when jobs are queued.
+    #[arg(long)]
+    notify: bool,
+    /// The NOTIFY channel (default: `dbworker_<table>`, what `Listen::TableChannel` listens on).
+    #[arg(long, requires = "notify")]
+    channel: Option<String>,
+    /// Also add a `job_key` column and its unique index (job keys).
+    #[arg(long)]
+    keys: bool,
+    /// Also add a `queue` column.
+    #[arg(long)]
+    queue: bool,
+    /// Also add a `priority` column and its dequeue index.
+    #[arg(long)]
+    priority: bool,
+    /// Also add a `max_retries` column (per-job retry limits).
+    #[arg(long)]
+    max_retries: bool,
+    /// Also add a `kind` column (many kinds of job in one table).
+    #[arg(long)]
+    kind: bool,
+    /// Also create the pause table (`dbworker_pauses`), shared by every job table.
+    #[arg(long)]
+    pauses: bool,
+    /// Also add the index the purger uses (`finished_at` over final states).
+    #[arg(long)]
+    retention: bool,
+    /// Also create the limit table (`dbworker_limits`), shared by every job table.
+    #[arg(long)]
+    limits: bool,
+    /// Also create the cron table (`dbworker_cron`), shared by every job table.
+    #[arg(long)]
+    cron: bool,
+    /// Also create the worker registry (`dbworker_nodes`) and the leader lease
+    /// table (`dbworker_leaders`), shared by every job table.
+    #[arg(long)]
+    nodes: bool,
+    /// Also create the log consumers' assignment and checkpoint tables (with
+    /// --nodes for the registry and leases they need).
+    #[arg(long)]
+    consumers: bool,
+    /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
+    /// for producers in other languages (with the optional columns chosen above).
+    #[arg(long)]
+    enqueue_function: bool,
+}
+
+/// Prints the DDL; the generators' errors (a bad name, colliding renames)
+/// say what is wrong.
+pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
+    let renames = args.renames.into_iter().collect();
+    let mut ddl = job_table_sql(&args.table, &renames)?;
+    let mut optional = OptionalColumns::default();
+    optional.keys = args.keys;
+    optional.queue = args.queue;
+    optional.priority = args.priority;
+    optional.max_retries = args.max_retries;
+    optional.kind = args.kind;
+    optional.retention = args.retention;
+    if optional != OptionalColumns::default() {
+        ddl.push('\n');
+        ddl.push_str(&optional_columns_sql(&args.table, &renames, optional)?);
+    }
+    if args.cron {
+        ddl.push('\n');
+        ddl.push_str(&cron_table_sql(DEFAULT_CRON_TABLE)?);
+    }
+    if args.nodes {
+        ddl.push('\n');
+        ddl.push_str(&node_table_sql(DEFAULT_NODE_TABLE)?);
+        ddl.push_str(&leader_table_sql(DEFAULT_LEADER_TABLE)?);
+    }
+    if args.consumers {
+        ddl.push('\n');
+        ddl.push_str(&consumer_tables_sql(
+            DEFAULT_ASSIGNMENT_TABLE,
+            DEFAULT_CHECKPOINT_TABLE,
+        )?);
+    }
+    if args.limits {
+        ddl.push('\n');
+        ddl.push_str(&limit_table_sql(DEFAULT_LIMIT_TABLE)?);
+    }
+    if args.pauses {
+        ddl.push('\n');
+        ddl.push_str(&pause_table_sql(DEFAULT_PAUSE_TABLE)?);
+    }
+    if args.enqueue_function {
+        ddl.push('\n');
+        ddl.push_str(&enqueue_function_sql(&args.table, &renames, optional)?);
+    }
+    if args.notify {
+        ddl.push('\n');
+        ddl.push_str(&notify_trigger_sql(
+            &args.table,
+            &renames,
+            args.channel.as_deref(),
+        )?);
+    }
+    print!("{ddl}");
+    Ok(())
+}

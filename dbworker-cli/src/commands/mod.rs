@@ -1,0 +1,9 @@
+//! One module per family of subcommands.
+
+pub(crate) mod control;
+pub(crate) mod jobs;
+pub(crate) mod maintenance;
+pub(crate) mod migration;
+pub(crate) mod status;
+pub(crate) mod top;
+pub(crate) mod ui;

@@ -1,0 +1,131 @@
+//! `dbworker`: operate a job table — run the resetter or the purger as their
+//! own processes, print DDL, look at jobs (`status`, `list`, `show`, `top`)
+//! and act on them (`requeue`, `cancel`, `fail`, `delete`, `pause`, `resume`).
+
+mod args;
+mod commands;
+mod signal;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use commands::{control, jobs, maintenance, migration, status, top, ui};
+
+#[derive(Debug, Parser)]
+#[command(name = "dbworker", version, about = "Operate dbworker job tables")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Requeue (or fail) stalled processing jobs, every interval, until stopped.
+    Reset(maintenance::ResetArgs),
+    /// Print the CREATE TABLE and indexes for a new job table.
+    Migration(migration::MigrationArgs),
+    /// Delete (or archive) finished jobs older than their state's age.
+    Purge(maintenance::PurgeArgs),
+    /// Live jobs per state and queue, the oldest wait, who is processing, and
+    /// (with the registry) the live processes and the leader.
+    Status(status::StatusArgs),
+    /// Jobs matching a filter, a page at a time (by id).
+    List(jobs::ListArgs),
+    /// One job's row, every column, as pretty JSON.
+    Show(jobs::JobArgs),
+    /// Put failed, canceled or errored jobs back in the queue (one, or every
+    /// job matching the filter).
+    Requeue(jobs::ActionArgs),
+    /// Cancel jobs: waiting ones now, processing ones through their worker.
+    Cancel(jobs::ActionArgs),
+    /// Fail waiting jobs.
+    Fail(jobs::ActionArgs),
+    /// Delete jobs that no worker holds.
+    Delete(jobs::ActionArgs),
+    /// A live view of queues, throughput and the hosts working (q quits).
+    Top(top::TopArgs),
+    /// Serve the web dashboard.
+    Ui(ui::UiArgs),
+    /// Pause the table, or one queue, for every worker that honours pauses.
+    Pause(control::PauseArgs),
+    /// Resume the table, or one queue, and wake listening workers.
+    Resume(control::PauseArgs),
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Migration(args) => migration::migration(args),
+        Command::Purge(args) => maintenance::purge(args).await,
+        Command::Status(args) => status::status(args).await,
+        Command::List(args) => jobs::list(args).await,
+        Command::Show(args) => jobs::show(args).await,
+        Command::Requeue(args) => jobs::act("requeue", args).await,
+        Command::Cancel(args) => jobs::act("cancel", args).await,
+        Command::Delete(args) => jobs::act("delete", args).await,
+        Command::Fail(args) => jobs::act("fail", args).await,
+        Command::Top(args) => top::top(args).await,
+        Command::Ui(args) => ui::serve(args).await,
+        Command::Pause(args) => control::pause(args, false).await,
+        Command::Resume(args) => control::pause(args, true).await,
+        Command::Reset(args) => maintenance::reset(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("dbworker: {}", report(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error on one line: its context, then each cause the messages before
+/// it do not already include (many errors print their source themselves).
+fn report(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+
+    use super::report;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("database error in status: {source}")]
+    struct Db {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_report_gives_each_context_and_cause_once() {
+        let io = std::io::Error::other("connection refused");
+        let err = Err::<(), _>(Db { source: io })
+            .context("status of jobs")
+            .unwrap_err();
+        assert_eq!(
+            report(&err),
+            "status of jobs: database error in status: connection refused"
+        );
+        assert_eq!(report(&anyhow::anyhow!("no job 7")), "no job 7");
+    }
+}

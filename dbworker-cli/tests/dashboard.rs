@@ -1,0 +1,76 @@
+//! `dbworker ui`: the dashboard served alone, refusing an open network address
+//! without authentication (the dashboard itself: dbworker/tests/dashboard.rs).
+
+#[path = "../../dbworker/tests/common/mod.rs"]
+mod common;
+#[path = "../../dbworker/tests/common/dashboard.rs"]
+mod shared;
+
+use shared::seed;
+
+/// `GET path` over plain HTTP/1.0; the whole response.
+fn http_get(addr: &str, path: &str, auth: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let auth = auth
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn dbworker_ui_serves_alone_and_refuses_an_open_network_address() {
+    let (db, _) = seed().await;
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(["ui", "--table", "jobs", "--listen", "0.0.0.0:0"])
+        .env("DATABASE_URL", db.db.url())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("without authentication"));
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args([
+            "ui",
+            "--table",
+            "jobs",
+            "--queue-column",
+            "queue",
+            "--listen",
+            "0.0.0.0:0",
+        ])
+        .env("DATABASE_URL", db.db.url())
+        .env("DBWORKER_UI_TOKEN", "tok")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned();
+    let addr = format!("127.0.0.1:{port}");
+    let denied = http_get(&addr, "/", None);
+    assert!(
+        denied.starts_with("HTTP/1.0 401") || denied.starts_with("HTTP/1.1 401"),
+        "{denied}"
+    );
+    let page = http_get(&addr, "/", Some("Bearer tok"));
+    assert!(
+        page.contains(" 200 OK") && page.contains("<td>mail</td>"),
+        "{page}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -1,0 +1,32 @@
+//! Bad configuration reported by the command line as by the library: the
+//! `dbworker migration` half of dbworker/tests/robustness_config.rs.
+
+#[path = "../../dbworker/tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+
+use dbworker::ddl::job_table_sql;
+
+use common::Db;
+
+#[tokio::test]
+async fn colliding_renames_are_rejected_by_the_generator_and_the_store() {
+    let renames: HashMap<String, String> = [("state".to_owned(), "id".to_owned())].into();
+    let err = job_table_sql("jobs", &renames).unwrap_err().to_string();
+    assert!(err.contains("would both be named \"id\""), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(["migration", "--table", "jobs", "--rename", "state=id"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would both be named"));
+    let mut o = Db::options_for_tests();
+    o.alternate_column_names = renames;
+    assert!(
+        o.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("would both be named")
+    );
+}
