@@ -104,7 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     options.alternate_column_names = renames;
     options.max_num_resets = 5;
     options.stalled_max_age = Duration::from_secs(5);
-    let store = Arc::new(DbStore::new(pool.clone(), options).await?);
+    let store = Arc::new(DbStore::new(&pool, options).await?);
 
     // Step 4: the worker; one handler so the order is easy to see.
     let mut worker_options = WorkerOptions::new("example_job_worker");

@@ -87,7 +87,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut options = StoreOptions::<CostlyJob>::from_row("budget_store", "example_jobs j");
     options.column_expressions = vec!["j.id".into(), "j.cost".into()];
-    let store = Arc::new(DbStore::new(pool.clone(), options).await?);
+    let store = Arc::new(DbStore::new(&pool, options).await?);
 
     let handler = Arc::new(Budgeted::default());
     let mut worker_options = WorkerOptions::new("budget_worker");

@@ -127,7 +127,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     no.dead_after = Duration::from_secs(1);
     no.queues = vec!["jobs".into()];
     no.handlers = 4;
-    let node = Node::register(&pool, no).await?;
+    let node = Node::new(&pool, no).await?;
     println!("node {}", node.id());
     let beat = tokio::spawn(node.clone().run(stop.clone()));
 
@@ -135,7 +135,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     so.column_expressions = vec!["j.id".into()];
     so.handling = Handling::Transactional;
     so.stalled_max_age = Duration::from_secs(30);
-    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let store = Arc::new(DbStore::new(&pool, so).await?);
     let mut wo = WorkerOptions::new("jobs");
     wo.hostname = Some(node.id().to_owned());
     wo.num_handlers = 4;
@@ -149,16 +149,16 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
         Resetter::for_store(&store, Duration::from_millis(300))?
             .with_registry(DEFAULT_NODE_TABLE, Duration::from_secs(1))?,
     );
-    let mut lo = LeaderOptions::new("jobs");
+    let mut lo = LeaderOptions::new("jobs", node.id());
     lo.lease = Duration::from_millis(1500);
-    let election = LeaderElection::new(&pool, node.id(), lo).await?;
+    let election = LeaderElection::new(&pool, lo).await?;
     // Retention: finished jobs deleted an hour after they finished.
     let mut po = PurgeOptions::new("jobs");
     po.max_age = vec![
         (JobState::Completed, Duration::from_secs(3600)),
         (JobState::Failed, Duration::from_secs(3600)),
     ];
-    let purger = Arc::new(Purger::new(pool.clone(), po).await?);
+    let purger = Arc::new(Purger::new(&pool, po).await?);
     let leading = {
         let stop = stop.clone();
         let id = node.id().to_owned();
@@ -183,6 +183,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     };
 
     let mut go = ConsumerGroupOptions::new("projections", "events");
+    go.node_id = node.id().to_owned();
     go.dead_after = Duration::from_secs(1);
     go.lease = Duration::from_millis(1500);
     go.rebalance_interval = Duration::from_millis(200);
@@ -195,7 +196,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
         .iter()
         .map(|&name| Arc::new(Project(name)) as Arc<dyn Consumer<Event>>)
         .collect();
-    let group = ConsumerGroup::new(&pool, &node, go, consumers).await?;
+    let group = ConsumerGroup::new(&pool, go, consumers).await?;
     let consuming = tokio::spawn(group.run(stop.clone()));
 
     stop.cancelled().await;

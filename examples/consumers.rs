@@ -64,10 +64,11 @@ async fn child(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let mut no = NodeOptions::default();
     no.heartbeat_interval = Duration::from_millis(100);
     no.dead_after = Duration::from_millis(500);
-    let node = Node::register(&pool, no).await?;
+    let node = Node::new(&pool, no).await?;
     let stop = CancellationToken::new();
     let beat = tokio::spawn(node.clone().run(stop.clone()));
     let mut go = ConsumerGroupOptions::new("projections", "events");
+    go.node_id = node.id().to_owned();
     go.dead_after = Duration::from_millis(500);
     go.lease = Duration::from_millis(600);
     go.rebalance_interval = Duration::from_millis(100);
@@ -76,7 +77,7 @@ async fn child(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     go.log.batch_pause = Duration::ZERO;
     let consumers: Vec<Arc<dyn Consumer<Event>>> =
         vec![Arc::new(Project("audit")), Arc::new(Project("totals"))];
-    let group = ConsumerGroup::new(&pool, &node, go, consumers).await?;
+    let group = ConsumerGroup::new(&pool, go, consumers).await?;
     let run = tokio::spawn(group.run(stop.clone()));
     while checkpoints(&pool).await? != [EVENTS, EVENTS] {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, NewJob, StoreOptions,
-    cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler},
+    DbJob, DbStore, NewJob, StoreOptions,
+    cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::{cron_table_sql, job_table_sql},
     enqueue::EnqueueOptions,
     new_worker,
@@ -61,17 +61,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..2 {
         // Each on a pool of its own: another process, as Postgres sees it.
         let own = db.pool(2).await?;
-        let enqueuer = Enqueuer::new(&own, EnqueueOptions::new("jobs")).await?;
-        let scheduler = Scheduler::new(&own, enqueuer, DEFAULT_CRON_TABLE)
-            .await?
-            .add(
-                "cleanup",
-                "* * * * * *", // six fields: every second
-                NewJob::new().json("payload", serde_json::json!({ "task": "cleanup" })),
-                Backfill::Skip {
-                    grace: Duration::from_secs(5),
-                },
-            )?;
+        let options = SchedulerOptions::new(EnqueueOptions::new("jobs"));
+        let scheduler = Scheduler::new(&own, options).await?.add(
+            "cleanup",
+            "* * * * * *", // six fields: every second
+            NewJob::new().json("payload", serde_json::json!({ "task": "cleanup" })),
+            Backfill::Skip {
+                grace: Duration::from_secs(5),
+            },
+        )?;
         let stop = stop.clone();
         // `Scheduler::run(stop)` does this loop; here each counts what it enqueued.
         schedulers.push(tokio::spawn(async move {
@@ -86,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut so = StoreOptions::<Job>::from_row("cron", "jobs j");
     so.column_expressions = vec!["j.id".into()];
-    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let store = Arc::new(DbStore::new(&pool, so).await?);
     let mut wo = WorkerOptions::new("cron-example");
     wo.interval = Duration::from_millis(50);
     let worker = new_worker(store, Arc::new(Cleanup), wo)?;

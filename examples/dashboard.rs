@@ -81,7 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     so.column_expressions = vec!["j.id".into(), "j.payload".into()];
     so.queue_column = Some("queue".into());
     so.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let store = Arc::new(DbStore::new(&pool, so).await?);
     let mut wo = WorkerOptions::new("app");
     wo.num_handlers = 2;
     let worker = new_worker(store, Send, wo)?;

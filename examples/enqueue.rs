@@ -128,7 +128,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut store_options = StoreOptions::<MailJob>::from_row("mailer", "mail_jobs j");
     store_options.handling = Handling::Heartbeat;
     store_options.order_by = Some("j.priority DESC, j.id".into());
-    let store = Arc::new(DbStore::new(pool.clone(), store_options).await?);
+    let store = Arc::new(DbStore::new(&pool, store_options).await?);
     let sent = Arc::new(Mutex::new(Vec::new()));
     let mut worker_options = WorkerOptions::new("mailer");
     worker_options.num_handlers = 1;

@@ -14,7 +14,7 @@ use dbworker::{
     DbJob, DbStore, Enqueuer, NewJob, StoreOptions,
     ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
     enqueue::EnqueueOptions,
-    queues::QueueWorkers,
+    queues::{QueueWorkers, QueueWorkersOptions},
 };
 use dbworker_testkit::TestDatabase;
 use workerutil::{
@@ -97,19 +97,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut so = StoreOptions::<Job>::from_row("app", "jobs j");
     so.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
-    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let store = Arc::new(DbStore::new(&pool, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
         .register("send_email", SendEmail)
         .register("build_report", BuildReport);
     let mut wo = WorkerOptions::new("app");
     wo.interval = Duration::from_millis(50);
-    let workers = QueueWorkers::new(
-        store,
-        registry,
-        wo,
-        "j.queue",
-        &[("emails", 4), ("reports", 1)],
-    )?;
+    let options = QueueWorkersOptions::new(wo, "j.queue")
+        .queue("emails", 4)
+        .queue("reports", 1);
+    let workers = QueueWorkers::new(store, registry, options)?;
     let shutdown = workers.shutdown_handle();
     let run = tokio::spawn(workers.run());
     while sqlx::query_scalar::<_, i64>(

@@ -83,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut so = StoreOptions::<Email>::from_row("emails", "emails e");
     so.column_expressions = vec!["e.id".into(), "e.address".into()];
-    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let store = Arc::new(DbStore::new(&pool, so).await?);
     let mut wo = WorkerOptions::new("otel-example");
     wo.num_handlers = 2;
     wo.interval = Duration::from_millis(50);

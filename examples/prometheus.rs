@@ -88,7 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     so.column_expressions = vec!["j.id".into(), "j.kind".into()];
     so.queue_column = Some("queue".into());
     so.max_num_retries = 0;
-    let store = Arc::new(DbStore::new(pool.clone(), so).await?);
+    let store = Arc::new(DbStore::new(&pool, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
         .register("email", Outcome(true))
         .register("report", Outcome(false));
@@ -100,7 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.record_gauges(&mut Vec::new()).await?;
     let mut po = PurgeOptions::new("jobs");
     po.max_age = vec![(JobState::Completed, Duration::ZERO)];
-    Purger::new(pool.clone(), po).await?.purge_once().await?;
+    Purger::new(&pool, po).await?.purge_once().await?;
 
     let text = metrics.render();
     for line in text.lines().filter(|l| {

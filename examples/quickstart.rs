@@ -123,7 +123,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     options.stalled_max_age = Duration::from_secs(5);
     // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
     options.listen = Listen::TableChannel;
-    let store = Arc::new(DbStore::new(pool.clone(), options).await?);
+    let store = Arc::new(DbStore::new(&pool, options).await?);
 
     let mut worker_options = WorkerOptions::new("example_worker");
     worker_options.num_handlers = 4;

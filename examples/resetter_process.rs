@@ -62,7 +62,7 @@ async fn store(pool: &PgPool) -> Result<Arc<DbStore<ExampleJob>>, dbworker::Erro
     let mut options = StoreOptions::<ExampleJob>::from_row("crash_store", "example_jobs j");
     options.column_expressions = vec!["j.id".into()];
     options.stalled_max_age = STALLED_MAX_AGE;
-    Ok(Arc::new(DbStore::new(pool.clone(), options).await?))
+    Ok(Arc::new(DbStore::new(pool, options).await?))
 }
 
 fn worker_options(name: &str) -> WorkerOptions {
@@ -100,7 +100,7 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
     let mut options = ResetterOptions::new("standalone_resetter", "example_jobs");
     options.stalled_max_age = STALLED_MAX_AGE;
     options.interval = Duration::from_millis(250);
-    let resetter = Resetter::new(pool, options)?;
+    let resetter = Resetter::new(&pool, options)?;
     // Runs until it has brought a job back, so the example ends.
     let stop = CancellationToken::new();
     let done = stop.clone();

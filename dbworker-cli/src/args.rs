@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dbworker::{admin::Admin, cluster::DEFAULT_LEADER_TABLE};
+use dbworker::admin::{Admin, AdminOptions};
+use dbworker::cluster::DEFAULT_LEADER_TABLE;
 use sqlx::postgres::PgPoolOptions;
 
 /// The database and the job table, as every command that connects takes them.
@@ -59,15 +60,13 @@ impl TableArgs {
     /// The admin on a connection the command already has.
     pub(crate) async fn admin_on(&self, pool: &sqlx::PgPool) -> Result<Admin> {
         let t = &self.target;
-        let admin = Admin::new(pool, &t.table, &t.renames(), self.queue_column.as_deref())
+        let mut options = AdminOptions::new(&t.table);
+        options.alternate_column_names = t.renames();
+        options.queue_column = self.queue_column.clone();
+        options.kind_column = self.kind_column.clone();
+        Admin::new(pool, options)
             .await
-            .with_context(|| format!("job table {}", t.table))?;
-        match &self.kind_column {
-            Some(kind) => admin
-                .with_kind_column(kind)
-                .context("--kind-column (DBWORKER_KIND_COLUMN)"),
-            None => Ok(admin),
-        }
+            .with_context(|| format!("job table {}", t.table))
     }
 }
 

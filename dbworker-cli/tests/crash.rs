@@ -56,7 +56,7 @@ async fn crash_child_worker() {
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let mut so = Db::options_for_tests();
     so.stalled_max_age = Duration::from_secs(2);
-    let store = std::sync::Arc::new(DbStore::new(pool.clone(), so).await.unwrap());
+    let store = std::sync::Arc::new(DbStore::new(&pool, so).await.unwrap());
     new_worker(store, Hang { pool, hang: true }, options("doomed"))
         .unwrap()
         .run()

@@ -9,12 +9,50 @@ use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::columns::Relation;
-use crate::enqueue::{Enqueuer, NewJob};
+use crate::enqueue::{EnqueueOptions, Enqueuer, NewJob};
 use crate::error::{Error, Result};
 use crate::sql;
 
 /// The cron table's default name.
 pub const DEFAULT_CRON_TABLE: &str = "dbworker_cron";
+
+/// Where a [`Scheduler`] enqueues and records its ticks.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SchedulerOptions {
+    /// The job table the ticks' jobs go to (and its optional columns).
+    pub enqueue: EnqueueOptions,
+    /// The cron table (it must exist; one serves every job table). Default
+    /// [`DEFAULT_CRON_TABLE`].
+    pub cron_table: String,
+    /// How often [`Scheduler::run`] looks for due ticks. At least 10 ms.
+    /// Default 1 s.
+    pub interval: Duration,
+}
+
+impl SchedulerOptions {
+    /// Ticks enqueued through `enqueue`, recorded in the default cron table.
+    pub fn new(enqueue: EnqueueOptions) -> SchedulerOptions {
+        SchedulerOptions {
+            enqueue,
+            cron_table: DEFAULT_CRON_TABLE.to_owned(),
+            interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        self.enqueue.validate()?;
+        Relation::parse("cron_table", &self.cron_table)?;
+        if self.interval < Duration::from_millis(10) {
+            return Err(Error::InvalidOption {
+                field: "interval",
+                reason: "must be at least 10ms".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
 
 /// What happens to ticks missed while no scheduler ran (downtime).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,9 +92,9 @@ struct Entry {
 /// transaction, so each tick is enqueued exactly once.
 ///
 /// ```no_run
-/// # async fn f(pool: sqlx::PgPool, enqueuer: dbworker::Enqueuer) -> Result<(), dbworker::Error> {
-/// use dbworker::{NewJob, cron::{Backfill, Scheduler, DEFAULT_CRON_TABLE}};
-/// let scheduler = Scheduler::new(&pool, enqueuer, DEFAULT_CRON_TABLE)
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// use dbworker::{NewJob, cron::{Backfill, Scheduler, SchedulerOptions}, enqueue::EnqueueOptions};
+/// let scheduler = Scheduler::new(&pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
 ///     .await?
 ///     // Standard 5 fields (minute hour day month weekday), or 6 with seconds first.
 ///     .add("nightly-report", "0 3 * * *", NewJob::new().kind("report"), Backfill::RunOnce)?;
@@ -74,10 +112,13 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler enqueueing through `enqueuer`, recording ticks in
-    /// `cron_table` (which must exist).
-    pub async fn new(pool: &PgPool, enqueuer: Enqueuer, cron_table: &str) -> Result<Scheduler> {
-        let cron_table = Relation::parse("cron_table", cron_table)?;
+    /// A scheduler enqueueing into `options.enqueue`'s table, recording ticks
+    /// in `options.cron_table` (which must exist). Add schedules with
+    /// [`add`](Self::add).
+    pub async fn new(pool: &PgPool, options: SchedulerOptions) -> Result<Scheduler> {
+        options.validate()?;
+        let enqueuer = Enqueuer::new(pool, options.enqueue).await?;
+        let cron_table = Relation::parse("cron_table", &options.cron_table)?;
         crate::schema_check::require_columns(
             pool,
             &cron_table,
@@ -92,7 +133,7 @@ impl Scheduler {
             enqueuer,
             cron_table,
             entries: Vec::new(),
-            interval: Duration::from_secs(1),
+            interval: options.interval,
         })
     }
 
@@ -136,12 +177,6 @@ impl Scheduler {
             backfill,
         });
         Ok(self)
-    }
-
-    /// How often [`run`](Self::run) looks for due ticks. Default 1 s.
-    pub fn interval(mut self, interval: Duration) -> Self {
-        self.interval = interval.max(Duration::from_millis(10));
-        self
     }
 
     /// One pass: enqueues each schedule's due tick, if any. Returns the

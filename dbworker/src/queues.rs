@@ -15,6 +15,61 @@ use crate::error::{Error, Result};
 use crate::store::{DbConditions, DbStore};
 use crate::worker::new_worker;
 
+/// The queues a [`QueueWorkers`] serves and the options of their workers.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct QueueWorkersOptions {
+    /// Every queue's worker starts from these (each gets its own name,
+    /// `<name>:<queue>`, and handler count).
+    pub worker: WorkerOptions,
+    /// The queue column over the view's (or table's) alias, e.g. `"j.queue"`.
+    pub queue_column: String,
+    /// `(queue, handlers)`: each queue served, with its handler count.
+    pub queues: Vec<(String, usize)>,
+}
+
+impl QueueWorkersOptions {
+    /// Workers with `worker` options over `queue_column`; add queues with
+    /// [`queue`](Self::queue).
+    pub fn new(worker: WorkerOptions, queue_column: impl Into<String>) -> QueueWorkersOptions {
+        QueueWorkersOptions {
+            worker,
+            queue_column: queue_column.into(),
+            queues: Vec::new(),
+        }
+    }
+
+    /// Serves `queue` with `handlers` handlers.
+    pub fn queue(mut self, queue: impl Into<String>, handlers: usize) -> QueueWorkersOptions {
+        self.queues.push((queue.into(), handlers));
+        self
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| Error::InvalidOption {
+            field: "queues",
+            reason,
+        };
+        if self.queues.is_empty() {
+            return Err(invalid("name at least one queue".into()));
+        }
+        if !self.queue_column.split('.').all(is_identifier) {
+            return Err(Error::InvalidOption {
+                field: "queue_column",
+                reason: format!("{:?} is not `alias.column`", self.queue_column),
+            });
+        }
+        for (i, (queue, _)) in self.queues.iter().enumerate() {
+            if self.queues[..i].iter().any(|(q, _)| q == queue) {
+                return Err(invalid(format!("queue {queue:?} is named twice")));
+            }
+        }
+        self.worker.validate()?;
+        Ok(())
+    }
+}
+
 /// Runs `handler` on each named queue with its own handler count, e.g.
 /// `emails: 4, reports: 1`, in one process over one store.
 ///
@@ -24,20 +79,17 @@ use crate::worker::new_worker;
 ///
 /// ```no_run
 /// # use std::sync::Arc;
-/// # use dbworker::{DbJob, DbStore, queues::QueueWorkers};
+/// # use dbworker::{DbJob, DbStore, queues::{QueueWorkers, QueueWorkersOptions}};
 /// # use workerutil::{async_trait, Handler, HandlerError, JobContext, Record, WorkerOptions};
 /// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
 /// # impl Record for Job { fn id(&self) -> i64 { self.id } }
 /// # struct Send;
 /// # #[async_trait] impl Handler<DbStore<Job>> for Send { async fn handle(&self, _: &mut DbJob<Job>, _: &JobContext<DbStore<Job>>) -> Result<(), HandlerError> { Ok(()) } }
 /// # async fn f(store: Arc<DbStore<Job>>) -> Result<(), dbworker::Error> {
-/// let workers = QueueWorkers::new(
-///     store,
-///     Send,
-///     WorkerOptions::new("app"),
-///     "j.queue",
-///     &[("emails", 4), ("reports", 1)],
-/// )?;
+/// let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+///     .queue("emails", 4)
+///     .queue("reports", 1);
+/// let workers = QueueWorkers::new(store, Send, options)?;
 /// let shutdown = workers.shutdown_handle();
 /// let summaries = workers.run().await; // until shutdown.graceful()
 /// # let _ = (shutdown, summaries); Ok(()) }
@@ -55,35 +107,19 @@ impl<R: Record, H: Handler<DbStore<R>>> std::fmt::Debug for QueueWorkers<R, H> {
 }
 
 impl<R: Record, H: Handler<DbStore<R>>> QueueWorkers<R, H> {
-    /// One worker per `(queue, handlers)` over `store`, each with `options`
-    /// but its own name and handler count. `queue_column` is the queue column
-    /// over the view's (or table's) alias, e.g. `"j.queue"`. The pool must
+    /// One worker per queue of `options` over `store`, each with
+    /// `options.worker` but its own name and handler count. The pool must
     /// serve every worker at once (checked here, as for one worker).
-    pub fn new(
-        store: Arc<DbStore<R>>,
-        handler: H,
-        options: WorkerOptions,
-        queue_column: &str,
-        queues: &[(&str, usize)],
-    ) -> Result<Self> {
-        let invalid = |reason: String| Error::InvalidOption {
-            field: "queues",
-            reason,
-        };
-        if queues.is_empty() {
-            return Err(invalid("name at least one queue".into()));
-        }
-        if !queue_column.split('.').all(is_identifier) {
-            return Err(Error::InvalidOption {
-                field: "queue_column",
-                reason: format!("{queue_column:?} is not `alias.column`"),
-            });
-        }
-        for (i, (queue, _)) in queues.iter().enumerate() {
-            if queues[..i].iter().any(|(q, _)| q == queue) {
-                return Err(invalid(format!("queue {queue:?} is named twice")));
-            }
-        }
+    pub fn new(store: Arc<DbStore<R>>, handler: H, options: QueueWorkersOptions) -> Result<Self> {
+        options.validate()?;
+        let QueueWorkersOptions {
+            worker: options,
+            queue_column,
+            queues,
+        } = options;
+        let queues: Vec<(&str, usize)> = queues.iter().map(|(q, n)| (q.as_str(), *n)).collect();
+        let queues = queues.as_slice();
+        let queue_column = queue_column.as_str();
         Self::check_pool(&store, &options, queues)?;
         let handler = Arc::new(handler);
         let mut workers = Vec::with_capacity(queues.len());

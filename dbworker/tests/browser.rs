@@ -271,7 +271,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     so.handling = Handling::Heartbeat;
     so.queue_column = Some("queue".into());
     so.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-    let store = dbworker::DbStore::new(db.pool.clone(), so).await.unwrap();
+    let store = dbworker::DbStore::new(&db.pool, so).await.unwrap();
     let claimed = store
         .dequeue("browser-test", &DbConditions::new(), 100)
         .await

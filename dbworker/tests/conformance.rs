@@ -31,7 +31,7 @@ impl Harness for Postgres {
         o.max_num_retries = max_num_retries;
         o.max_num_resets = 1;
         o.handling = self.handling;
-        Arc::new(DbStore::new(self.db.pool.clone(), o).await.unwrap())
+        Arc::new(DbStore::new(&self.db.pool, o).await.unwrap())
     }
 
     async fn enqueue(&self, _store: &DbStore<Job>, n: usize) -> Vec<RecordId> {

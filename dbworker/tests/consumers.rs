@@ -84,7 +84,7 @@ async fn a_process_that_lost_its_consumer_cannot_advance_the_checkpoint() {
     let mut o = LogOptions::new("log", "events e", "node-a", vec!["audit".into()]);
     o.batch_size = 5;
     o.batch_pause = Duration::ZERO;
-    let store = LogStore::<Event>::new(db.db.pool(4).await.unwrap(), o)
+    let store = LogStore::<Event>::new(&db.db.pool(4).await.unwrap(), o)
         .await
         .unwrap();
     db.execute("INSERT INTO dbworker_consumer_assignments (consumer_name, node_id) VALUES ('audit', 'node-a')")

@@ -54,7 +54,7 @@ async fn crash_child_batch_worker() {
     let mut so = Db::options_for_tests();
     so.handling = Handling::Heartbeat;
     so.stalled_max_age = Duration::from_secs(2);
-    let store = std::sync::Arc::new(DbStore::new(pool.clone(), so).await.unwrap());
+    let store = std::sync::Arc::new(DbStore::new(&pool, so).await.unwrap());
     let mut o = options("doomed-batch");
     o.num_handlers = 16;
     new_worker(store, Note { pool }, o).unwrap().run().await;
@@ -91,7 +91,7 @@ async fn a_worker_killed_with_marks_in_flight_loses_no_job() {
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let mut ro = ResetterOptions::new("r", "jobs");
     ro.stalled_max_age = Duration::from_secs(2);
-    let out = Resetter::new(db.pool.clone(), ro)
+    let out = Resetter::new(&db.pool, ro)
         .unwrap()
         .reset_once()
         .await

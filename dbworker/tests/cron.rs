@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    Enqueuer, NewJob,
-    cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler},
+    NewJob,
+    cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::cron_table_sql,
     enqueue::EnqueueOptions,
 };
@@ -29,10 +29,7 @@ async fn set_up() -> Db {
 /// A scheduler on a pool of its own (another process, as Postgres sees it).
 async fn scheduler(db: &Db, name: &str, expression: &str, backfill: Backfill) -> Scheduler {
     let pool = db.db.pool(2).await.unwrap();
-    let enqueuer = Enqueuer::new(&pool, EnqueueOptions::new("jobs"))
-        .await
-        .unwrap();
-    Scheduler::new(&pool, enqueuer, DEFAULT_CRON_TABLE)
+    Scheduler::new(&pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
         .await
         .unwrap()
         .add(
@@ -132,15 +129,12 @@ async fn missed_ticks_run_once_or_are_skipped() {
 #[tokio::test]
 async fn bad_expressions_and_a_missing_cron_table_are_named() {
     let db = Db::new().await;
-    let enqueuer = Enqueuer::new(&db.pool, EnqueueOptions::new("jobs"))
-        .await
-        .unwrap();
-    let err = Scheduler::new(&db.pool, enqueuer.clone(), DEFAULT_CRON_TABLE)
+    let err = Scheduler::new(&db.pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("dbworker_cron"), "{err}");
     let db = set_up().await;
-    let s = Scheduler::new(&db.pool, enqueuer, DEFAULT_CRON_TABLE)
+    let s = Scheduler::new(&db.pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
         .await
         .unwrap();
     let err = s

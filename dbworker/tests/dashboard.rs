@@ -9,7 +9,7 @@ mod shared;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use dbworker::control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits};
+use dbworker::control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, LimitsOptions};
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
 use tower::ServiceExt;
 
@@ -257,7 +257,7 @@ async fn actions_need_the_token_an_admin_and_the_same_origin() {
     );
 
     // Pause and resume a queue; the queues page shows it and its limit.
-    Limits::new(&db.pool, DEFAULT_LIMIT_TABLE, "jobs")
+    Limits::new(&db.pool, LimitsOptions::new("jobs"))
         .await
         .unwrap()
         .set_limit("reports", Limit::processing(2).per_key(1))

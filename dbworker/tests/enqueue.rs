@@ -136,7 +136,7 @@ async fn run_at_is_by_the_database_clock_and_priority_orders_the_claim() {
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
     o.order_by = Some("j.priority DESC, j.id".into());
-    let store = dbworker::DbStore::new(db.pool.clone(), o).await.unwrap();
+    let store = dbworker::DbStore::new(&db.pool, o).await.unwrap();
     let jobs = store
         .dequeue("host", &DbConditions::new(), 10)
         .await
@@ -474,7 +474,7 @@ async fn a_jobs_own_retry_limit_wins_over_the_stores_in_both_handling_modes() {
         o.handling = handling;
         o.max_num_retries = 5;
         o.max_retries_column = Some("max_retries".into());
-        let store = dbworker::DbStore::new(db.pool.clone(), o).await.unwrap();
+        let store = dbworker::DbStore::new(&db.pool, o).await.unwrap();
         // Every job fails once, then whatever is retried fails once more.
         for _ in 0..2 {
             let mut jobs = store
@@ -505,7 +505,7 @@ async fn a_missing_or_mistyped_retry_limit_column_is_named_at_start_up() {
     let db = Db::new().await;
     let mut o = db.options();
     o.max_retries_column = Some("max_retries".into());
-    let err = dbworker::DbStore::new(db.pool.clone(), o.clone())
+    let err = dbworker::DbStore::new(&db.pool, o.clone())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("max_retries"), "{err}");
@@ -513,9 +513,7 @@ async fn a_missing_or_mistyped_retry_limit_column_is_named_at_start_up() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let err = dbworker::DbStore::new(db.pool.clone(), o)
-        .await
-        .unwrap_err();
+    let err = dbworker::DbStore::new(&db.pool, o).await.unwrap_err();
     assert!(err.to_string().contains("expected an integer"), "{err}");
 }
 

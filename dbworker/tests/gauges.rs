@@ -27,7 +27,11 @@ async fn set_up() -> (Db, Arc<DbStore<Job>>) {
     // One connection, so the statistics read below are this connection's.
     let mut o = db.options();
     o.queue_column = Some("queue".into());
-    let store = Arc::new(DbStore::new(db.db.pool(1).await.unwrap(), o).await.unwrap());
+    let store = Arc::new(
+        DbStore::new(&db.db.pool(1).await.unwrap(), o)
+            .await
+            .unwrap(),
+    );
     (db, store)
 }
 

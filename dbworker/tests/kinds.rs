@@ -48,7 +48,7 @@ async fn store(db: &Db) -> Arc<Store> {
     let mut o = StoreOptions::<KindJob>::from_row("kinds", "jobs j");
     o.column_expressions = vec!["j.id".into(), "j.kind".into()];
     o.max_num_retries = 0;
-    Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap())
+    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
 }
 
 fn options(jobs: u64) -> workerutil::WorkerOptions {

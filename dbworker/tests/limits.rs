@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use dbworker::{
     DbConditions, DbJob, DbStore, Enqueuer, Handling, NewJob, StoreOptions,
-    control::{DEFAULT_LIMIT_TABLE, Limit, Limits},
+    control::{DEFAULT_LIMIT_TABLE, Limit, Limits, LimitsOptions},
     ddl::limit_table_sql,
     enqueue::EnqueueOptions,
     new_worker,
@@ -60,7 +60,7 @@ async fn set_up() -> (Db, Limits, Enqueuer) {
         ],
     )
     .await;
-    let limits = Limits::new(&db.pool, DEFAULT_LIMIT_TABLE, "jobs")
+    let limits = Limits::new(&db.pool, LimitsOptions::new("jobs"))
         .await
         .unwrap();
     let mut eo = EnqueueOptions::new("jobs");
@@ -76,7 +76,11 @@ async fn limited_store(db: &Db) -> Arc<DbStore<QueuedJob>> {
     o.handling = Handling::Heartbeat;
     o.queue_column = Some("queue".into());
     o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
-    Arc::new(DbStore::new(db.db.pool(8).await.unwrap(), o).await.unwrap())
+    Arc::new(
+        DbStore::new(&db.db.pool(8).await.unwrap(), o)
+            .await
+            .unwrap(),
+    )
 }
 
 async fn processing_reports(db: &Db) -> i64 {
@@ -209,7 +213,11 @@ async fn customer_store(db: &Db) -> Arc<DbStore<CustomerJob>> {
     o.queue_column = Some("queue".into());
     o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
     o.limit_key_column = Some("customer".into());
-    Arc::new(DbStore::new(db.db.pool(8).await.unwrap(), o).await.unwrap())
+    Arc::new(
+        DbStore::new(&db.db.pool(8).await.unwrap(), o)
+            .await
+            .unwrap(),
+    )
 }
 
 /// Runs four worker processes of sixteen handlers until `total` jobs are

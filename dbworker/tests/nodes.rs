@@ -44,10 +44,10 @@ async fn rows_in_registry(db: &Db) -> i64 {
 #[tokio::test]
 async fn processes_register_heartbeat_deregister_and_a_silent_one_is_dead() {
     let db = set_up().await;
-    let a = Node::register(&db.pool, fast_nodes(&["emails"], 4))
+    let a = Node::new(&db.pool, fast_nodes(&["emails"], 4))
         .await
         .unwrap();
-    let b = Node::register(&db.pool, fast_nodes(&["reports"], 1))
+    let b = Node::new(&db.pool, fast_nodes(&["reports"], 1))
         .await
         .unwrap();
     assert_ne!(a.id(), b.id());
@@ -103,8 +103,8 @@ async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
     let db = set_up().await;
     db.enqueue(3, serde_json::json!({})).await;
     let store = db.store(Handling::Heartbeat).await;
-    let dead = Node::register(&db.pool, fast_nodes(&[], 2)).await.unwrap();
-    let live = Node::register(&db.pool, fast_nodes(&[], 1)).await.unwrap();
+    let dead = Node::new(&db.pool, fast_nodes(&[], 2)).await.unwrap();
+    let live = Node::new(&db.pool, fast_nodes(&[], 1)).await.unwrap();
     let stop = CancellationToken::new();
     let heartbeats = tokio::spawn(live.clone().run(stop.clone()));
     let dead_jobs = store
@@ -121,7 +121,7 @@ async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
     o.stalled_max_age = Duration::from_secs(60);
     o.node_table = Some(DEFAULT_NODE_TABLE.into());
     o.dead_after = Duration::from_millis(400);
-    let resetter = Resetter::new(db.pool.clone(), o).unwrap();
+    let resetter = Resetter::new(&db.pool, o).unwrap();
     resetter.check().await.unwrap();
     // Nobody is dead yet: nothing moves.
     assert!(resetter.reset_once().await.unwrap().reset.is_empty());
@@ -221,10 +221,10 @@ async fn candidates(db: &Db, n: usize, lease: Duration) -> Candidates {
     };
     for i in 0..n {
         let pool = db.db.pool(2).await.unwrap();
-        let mut o = LeaderOptions::new("jobs");
-        o.lease = lease;
         let name = format!("node-{i}");
-        let election = LeaderElection::new(&pool, &name, o).await.unwrap();
+        let mut o = LeaderOptions::new("jobs", &name);
+        o.lease = lease;
+        let election = LeaderElection::new(&pool, o).await.unwrap();
         let stop = CancellationToken::new();
         c.runs.push(Some(campaign(
             election,

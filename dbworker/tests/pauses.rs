@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dbworker::{
     DbConditions, DbStore, Enqueuer, Handling, NewJob,
-    control::{DEFAULT_PAUSE_TABLE, Pauses},
+    control::{DEFAULT_PAUSE_TABLE, Pauses, PausesOptions},
     ddl::{notify_trigger_sql, pause_table_sql},
     enqueue::EnqueueOptions,
     new_worker,
@@ -39,7 +39,7 @@ async fn pausable_store(db: &Db, listen: bool) -> Arc<DbStore<Job>> {
     if listen {
         o.listen = Listen::TableChannel;
     }
-    Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap())
+    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
 }
 
 async fn enqueue(db: &Db, queues: &[&str]) -> Vec<i64> {
@@ -63,7 +63,7 @@ async fn a_paused_table_or_queue_is_skipped_by_every_store_until_resumed() {
     let db = set_up().await;
     let ids = enqueue(&db, &["emails", "reports", "emails", "reports"]).await;
     let store = pausable_store(&db, false).await;
-    let pauses = Pauses::new(&db.pool, DEFAULT_PAUSE_TABLE, "jobs")
+    let pauses = Pauses::new(&db.pool, PausesOptions::new("jobs"))
         .await
         .unwrap();
 
@@ -98,7 +98,7 @@ async fn a_paused_table_or_queue_is_skipped_by_every_store_until_resumed() {
 #[tokio::test]
 async fn a_resume_wakes_a_listening_worker_at_once() {
     let db = set_up().await;
-    let pauses = Pauses::new(&db.pool, DEFAULT_PAUSE_TABLE, "jobs")
+    let pauses = Pauses::new(&db.pool, PausesOptions::new("jobs"))
         .await
         .unwrap();
     pauses.pause(None, "maintenance").await.unwrap();
@@ -150,14 +150,11 @@ async fn a_missing_pause_table_or_queue_column_is_named_at_start_up() {
     let mut o = db.options();
     o.pause_table = Some("no_such_pauses".into());
     o.queue_column = Some("queue".into());
-    let err = DbStore::new(db.pool.clone(), o)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
     assert!(err.contains("no_such_pauses"), "{err}");
     assert!(err.contains("queue_column"), "{err}");
-    let err = Pauses::new(&db.pool, "no_such_pauses", "jobs")
-        .await
-        .unwrap_err();
+    let mut po = PausesOptions::new("jobs");
+    po.pause_table = "no_such_pauses".into();
+    let err = Pauses::new(&db.pool, po).await.unwrap_err();
     assert!(err.to_string().contains("no_such_pauses"), "{err}");
 }

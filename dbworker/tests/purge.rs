@@ -18,7 +18,7 @@ async fn old_finished_rows_go_in_batches_and_live_rows_stay() {
     seed(&db).await;
     let mut o = PurgeOptions::new("jobs");
     o.batch_size = 2;
-    let purger = Purger::new(db.pool.clone(), o).await.unwrap();
+    let purger = Purger::new(&db.pool, o).await.unwrap();
     let purged = purger.purge_once().await.unwrap();
     assert_eq!(
         purged.by_state,

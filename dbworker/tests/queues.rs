@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Error, NewJob, StoreOptions, enqueue::EnqueueOptions,
-    queues::QueueWorkers,
+    DbJob, DbStore, Enqueuer, Error, NewJob, StoreOptions,
+    enqueue::EnqueueOptions,
+    queues::{QueueWorkers, QueueWorkersOptions},
 };
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions, async_trait};
 
@@ -57,7 +58,7 @@ async fn set_up() -> (Db, Arc<Store>) {
     db.add_columns(|c| c.queue = true, &[]).await;
     let mut o = StoreOptions::<QueuedJob>::from_row("queues", "jobs j");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
-    let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
     (db, store)
 }
 
@@ -74,14 +75,10 @@ async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
     enqueuer.enqueue_many(&jobs).await.unwrap();
 
     let tracker = Arc::new(Tracker::default());
-    let workers = QueueWorkers::new(
-        store,
-        tracker.clone(),
-        WorkerOptions::new("app"),
-        "j.queue",
-        &[("emails", 3), ("reports", 1)],
-    )
-    .unwrap();
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+        .queue("emails", 3)
+        .queue("reports", 1);
+    let workers = QueueWorkers::new(store, tracker.clone(), options).unwrap();
     let shutdown = workers.shutdown_handle();
     let run = tokio::spawn(workers.run());
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -108,27 +105,19 @@ async fn the_pool_must_serve_every_queue_at_once() {
     let mut o = StoreOptions::<QueuedJob>::from_row("queues", "jobs j");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     let small = db.db.pool(6).await.unwrap();
-    let store = Arc::new(DbStore::new(small, o).await.unwrap());
-    let err = QueueWorkers::new(
-        store.clone(),
-        Tracker::default(),
-        WorkerOptions::new("app"),
-        "j.queue",
-        &[("emails", 3), ("reports", 1)],
-    )
-    .unwrap_err();
+    let store = Arc::new(DbStore::new(&small, o).await.unwrap());
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+        .queue("emails", 3)
+        .queue("reports", 1);
+    let err = QueueWorkers::new(store.clone(), Tracker::default(), options).unwrap_err();
     // 4 handlers + 2 for each of the 2 queues' claims and heartbeats.
     assert!(
         matches!(err, Error::PoolTooSmall { needed: 8, .. }),
         "{err}"
     );
-    let err = QueueWorkers::new(
-        store,
-        Tracker::default(),
-        WorkerOptions::new("app"),
-        "j.queue",
-        &[("emails", 1), ("emails", 1)],
-    )
-    .unwrap_err();
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+        .queue("emails", 1)
+        .queue("emails", 1);
+    let err = QueueWorkers::new(store, Tracker::default(), options).unwrap_err();
     assert!(err.to_string().contains("named twice"), "{err}");
 }

@@ -29,7 +29,7 @@ async fn exec(db: &Db, sql: &str) {
 }
 
 async fn store_error(pool: sqlx::PgPool, o: StoreOptions<Job>) -> String {
-    DbStore::new(pool, o).await.unwrap_err().to_string()
+    DbStore::new(&pool, o).await.unwrap_err().to_string()
 }
 
 /// Fails every attempt with a retryable error and counts the attempts.
@@ -83,7 +83,7 @@ async fn a_null_failure_count_still_honours_max_num_retries_in_both_modes() {
         let mut o = db.options();
         o.handling = handling;
         o.max_num_retries = 1;
-        let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
+        let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
         let handler = Arc::new(AlwaysFails::default());
         new_worker(store, handler.clone(), worker_options())
             .unwrap()
@@ -114,7 +114,7 @@ async fn a_null_reset_count_is_requeued_on_its_first_stall() {
     exec(&db, "UPDATE jobs SET num_resets = NULL, state = 'processing', started_at = now(), last_heartbeat_at = now() - interval '1 hour'").await;
     let mut ro = ResetterOptions::new("r", "jobs");
     ro.max_num_resets = 3;
-    let out = Resetter::new(db.pool.clone(), ro)
+    let out = Resetter::new(&db.pool, ro)
         .unwrap()
         .reset_once()
         .await
@@ -149,7 +149,7 @@ async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() 
         .username("someone")
         .password("hunter2");
     let start = Instant::now();
-    let err = DbStore::new(lazy_pool(options), Db::options_for_tests())
+    let err = DbStore::new(&lazy_pool(options), Db::options_for_tests())
         .await
         .unwrap_err();
     assert!(
@@ -171,7 +171,7 @@ async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() 
     o.connect_timeout = Duration::from_millis(300);
     let start = Instant::now();
     let err = DbStore::new(
-        lazy_pool(PgConnectOptions::new().host("127.0.0.1").port(port)),
+        &lazy_pool(PgConnectOptions::new().host("127.0.0.1").port(port)),
         o,
     )
     .await
@@ -234,7 +234,7 @@ async fn missing_privileges_are_named_at_start_up() {
         "{err}"
     );
     exec(&db, &format!("GRANT UPDATE ON jobs TO \"{role}\"")).await;
-    DbStore::new(pool.clone(), db.options())
+    DbStore::new(&pool, db.options())
         .await
         .expect("enough privileges");
     pool.close().await;
@@ -285,7 +285,7 @@ async fn a_table_found_through_search_path_works_end_to_end() {
     let mut o = StoreOptions::<AppJob>::from_row("app", "app_jobs j");
     o.column_expressions = vec!["j.id".into()];
     let store = Arc::new(
-        DbStore::new(pool.clone(), o)
+        DbStore::new(&pool, o)
             .await
             .expect("found through search_path"),
     );
@@ -372,7 +372,7 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
         o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         o.handling = handling;
         o.stalled_max_age = Duration::from_secs(5);
-        let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
+        let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
         let mut wo = worker_options();
         wo.num_total_jobs = Some(2);
         let summary = new_worker(store, Completes, wo).unwrap().run().await;

@@ -36,7 +36,7 @@ async fn store(db: &Db, handling: Handling, max_num_retries: u32) -> Arc<DbStore
     let mut o = db.options();
     o.handling = handling;
     o.max_num_retries = max_num_retries;
-    Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap())
+    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
 }
 
 async fn counters(db: &Db, id: i64) -> (i32, i32) {
@@ -300,7 +300,7 @@ async fn a_job_that_keeps_losing_its_connection_fails_after_max_num_resets() {
     let id = db.enqueue(1, json!({})).await[0];
     let mut so = db.options();
     so.max_num_resets = 0;
-    let store = Arc::new(DbStore::new(db.pool.clone(), so).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
     let (handler, mut pids) = LoseConnection::new(true);
     let mut o = options("lose-often");
     o.num_total_jobs = Some(1);
@@ -451,7 +451,7 @@ async fn by_default_a_retryable_error_is_retried_ten_times_with_backoff() {
     let defaults = StoreOptions::<Job>::from_row("defaults", "jobs j");
     assert_eq!(defaults.max_num_retries, DEFAULT_MAX_NUM_RETRIES);
     assert_eq!(DEFAULT_MAX_NUM_RETRIES, 10);
-    let store = Arc::new(DbStore::new(db.pool.clone(), defaults).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, defaults).await.unwrap());
     let run_once = || async {
         let mut o = options("defaults");
         o.num_total_jobs = Some(1);

@@ -87,7 +87,7 @@ async fn concurrent_workers_through_a_joined_view_take_each_job_once() {
         so.alternate_column_names = renames.clone();
         so.handling = handling;
         so.stalled_max_age = Duration::from_secs(10);
-        let store = Arc::new(DbStore::new(pool.clone(), so).await.unwrap());
+        let store = Arc::new(DbStore::new(&pool, so).await.unwrap());
 
         let handler = Arc::new(Count::default());
         let mut runs = Vec::new();

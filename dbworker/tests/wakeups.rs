@@ -28,7 +28,7 @@ async fn listening_store(db: &Db) -> Arc<DbStore<Job>> {
     o.handling = Handling::Heartbeat;
     o.stalled_max_age = Duration::from_secs(60);
     o.listen = Listen::TableChannel;
-    let store = Arc::new(DbStore::new(db.pool.clone(), o).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
     wait_until(|| store.wakeups().is_some_and(|w| w.is_live())).await;
     store
 }

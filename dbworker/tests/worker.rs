@@ -142,7 +142,7 @@ async fn retries_then_failure() {
     so.max_num_retries = 2;
     // A long delay keeps each errored state observable; the test makes it due.
     so.retry = dbworker::RetryPolicy::fixed(Duration::from_secs(3600));
-    let store = Arc::new(DbStore::new(db.pool.clone(), so).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
     let worker = new_worker(store, Script::default(), {
         let mut o = options("retry");
         o.num_total_jobs = Some(3);
@@ -184,7 +184,7 @@ async fn retry_delay_comes_from_the_database_clock_with_backoff() {
         max_delay: Duration::from_secs(250),
         jitter: 0.0,
     };
-    let store = Arc::new(DbStore::new(db.pool.clone(), so).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
     let expected = [100.0, 250.0];
     for (attempt, want) in expected.iter().enumerate() {
         // Make it due again, then fail it once more.
@@ -217,7 +217,7 @@ async fn poison_and_panics_fail_the_job_and_the_worker_goes_on() {
     let mut so = db.options();
     so.max_num_retries = 3;
     so.retry = dbworker::RetryPolicy::fixed(Duration::from_secs(3600));
-    let store = Arc::new(DbStore::new(db.pool.clone(), so).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
     let mut o = options("p");
     o.num_total_jobs = Some(3);
     new_worker(store, Script::default(), o).unwrap().run().await;
@@ -250,7 +250,7 @@ async fn a_row_that_fails_to_scan_is_failed_with_the_reason_and_the_worker_goes_
         "j.payload".into(),
         format!("CASE WHEN j.id = {bad} THEN NULL ELSE j.cost END AS cost"),
     ];
-    let store = Arc::new(DbStore::new(db.pool.clone(), so).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
     let mut o = options("scan");
     o.num_total_jobs = Some(1);
     o.num_handlers = 2;
@@ -374,7 +374,7 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     let mut slow = db.options();
     slow.handling = Handling::Heartbeat;
     slow.stalled_max_age = Duration::from_secs(5 * 3600);
-    let store_a = Arc::new(DbStore::new(db.pool.clone(), slow).await.unwrap());
+    let store_a = Arc::new(DbStore::new(&db.pool, slow).await.unwrap());
     let a = Worker::new(store_a, a_handler, ao).unwrap();
     let mut a_events = a.subscribe();
     let a_run = tokio::spawn(a.run());
@@ -432,7 +432,7 @@ async fn a_transactional_job_locks_its_row_when_it_starts_and_not_if_it_was_rese
     let ids = db.enqueue(3, json!({})).await;
     // Two connections: claimed jobs hold none until they open.
     let pool = db.db.pool(2).await.unwrap();
-    let store = Arc::new(DbStore::new(pool, db.options()).await.unwrap());
+    let store = Arc::new(DbStore::new(&pool, db.options()).await.unwrap());
     let mut jobs = store
         .dequeue("host", &DbConditions::new(), 3)
         .await
@@ -540,8 +540,8 @@ async fn resetter_requeues_then_fails_stalled_jobs_and_two_resetters_do_not_conf
     let mut ro = ResetterOptions::new("r", "jobs");
     ro.stalled_max_age = Duration::from_secs(5);
     ro.max_num_resets = 1;
-    let r1 = Resetter::new(db.pool.clone(), ro.clone()).unwrap();
-    let r2 = Resetter::new(db.pool.clone(), ro).unwrap();
+    let r1 = Resetter::new(&db.pool, ro.clone()).unwrap();
+    let r2 = Resetter::new(&db.pool, ro).unwrap();
     let claim = || async {
         sqlx::query("UPDATE jobs SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'h'")
             .execute(&db.pool)
@@ -607,7 +607,7 @@ async fn queued_count_any_and_max_age() {
 
 /// The error `DbStore::new` reports for `o`, rendered.
 async fn store_error(db: &Db, o: StoreOptions<Job>) -> String {
-    DbStore::new(db.pool.clone(), o)
+    DbStore::new(&db.pool, o)
         .await
         .map(|_| ())
         .unwrap_err()
@@ -669,7 +669,7 @@ async fn bad_configuration_is_reported_with_every_name() {
 async fn worker_options_that_do_not_fit_the_store_are_rejected() {
     let db = Db::new().await;
     let small = db.db.pool(3).await.unwrap();
-    let store = Arc::new(DbStore::new(small, db.options()).await.unwrap());
+    let store = Arc::new(DbStore::new(&small, db.options()).await.unwrap());
     let mut o = options("w");
     o.num_handlers = 4;
     let err = new_worker(store.clone(), Script::default(), o).unwrap_err();
@@ -715,7 +715,7 @@ async fn worker_new_runs_the_store_checks_too() {
     assert!(err.contains("heartbeat_failure_limit"), "{err}");
     let store_on_pool_of = async |connections: u32| {
         Arc::new(
-            DbStore::new(db.db.pool(connections).await.unwrap(), db.options())
+            DbStore::new(&db.db.pool(connections).await.unwrap(), db.options())
                 .await
                 .unwrap(),
         )
@@ -746,12 +746,9 @@ async fn worker_new_runs_the_store_checks_too() {
 async fn default_worker_options_fit_a_default_store() {
     let db = Db::new().await;
     let store = Arc::new(
-        DbStore::new(
-            db.pool.clone(),
-            StoreOptions::<Job>::from_row("defaults", "jobs"),
-        )
-        .await
-        .unwrap(),
+        DbStore::new(&db.pool, StoreOptions::<Job>::from_row("defaults", "jobs"))
+            .await
+            .unwrap(),
     );
     new_worker(store, Script::default(), WorkerOptions::new("defaults"))
         .expect("the defaults must work together");
@@ -760,16 +757,16 @@ async fn default_worker_options_fit_a_default_store() {
 #[tokio::test]
 async fn the_resetter_checks_its_table_at_start_up() {
     let db = Db::new().await;
-    let ok = Resetter::new(db.pool.clone(), ResetterOptions::new("r", "jobs")).unwrap();
+    let ok = Resetter::new(&db.pool, ResetterOptions::new("r", "jobs")).unwrap();
     ok.check().await.unwrap();
-    let missing = Resetter::new(db.pool.clone(), ResetterOptions::new("r", "no_jobs")).unwrap();
+    let missing = Resetter::new(&db.pool, ResetterOptions::new("r", "no_jobs")).unwrap();
     let err = missing.check().await.unwrap_err().to_string();
     assert!(err.contains("table no_jobs does not exist"), "{err}");
     let mut renamed = ResetterOptions::new("r", "jobs");
     renamed
         .alternate_column_names
         .insert("state".into(), "status".into());
-    let err = Resetter::new(db.pool.clone(), renamed)
+    let err = Resetter::new(&db.pool, renamed)
         .unwrap()
         .check()
         .await
@@ -799,7 +796,7 @@ fn the_resetter_counts_what_it_does_in_metrics() {
                 .execute(&db.pool)
                 .await
                 .unwrap();
-            let r = Resetter::new(db.pool.clone(), ResetterOptions::new("r", "jobs")).unwrap();
+            let r = Resetter::new(&db.pool, ResetterOptions::new("r", "jobs")).unwrap();
             let out = r.reset_once().await.unwrap();
             assert_eq!((out.reset.len(), out.failed.len()), (2, 1));
         })

@@ -157,7 +157,7 @@ pub(crate) fn pool_size(mode: Mode, handlers: usize) -> u32 {
 pub(crate) async fn burn(bench: &Bench, mode: Mode, handlers: usize, jobs: u64) -> Result<Run> {
     let connections = pool_size(mode, handlers);
     let pool = bench.pool(connections).await?;
-    let store = Arc::new(DbStore::new(pool.clone(), store_options(mode)).await?);
+    let store = Arc::new(DbStore::new(&pool, store_options(mode)).await?);
     bench.reset_statements().await?;
 
     let progress = Progress::new();
@@ -233,7 +233,7 @@ pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
         .test_before_acquire(false)
         .connect(&args.url)
         .await?;
-    let store = Arc::new(DbStore::new(pool.clone(), store_options(args.mode)).await?);
+    let store = Arc::new(DbStore::new(&pool, store_options(args.mode)).await?);
     let progress = Progress::new();
     let handler = NoOp {
         progress: progress.clone(),

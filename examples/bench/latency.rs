@@ -73,7 +73,7 @@ pub(crate) async fn run(bench: &Bench, jobs: u64, rate: f64, notify: bool) -> Re
     };
     progress(format_args!("latency run: {label}"));
 
-    let store = Arc::new(DbStore::new(pool.clone(), store_options).await?);
+    let store = Arc::new(DbStore::new(&pool, store_options).await?);
     let starts: Starts = Arc::default();
     let handler = NoOp {
         progress: Progress::new(),

@@ -121,7 +121,7 @@ pub(crate) async fn burn(
                     o.queue_column = Some("queue".into());
                     o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
                 }
-                let store = Arc::new(DbStore::new(pool.clone(), o).await?);
+                let store = Arc::new(DbStore::new(&pool, o).await?);
                 let handler = NoOp {
                     progress: progress.clone(),
                     starts: None,
@@ -132,7 +132,7 @@ pub(crate) async fn burn(
                 let mut o = StoreOptions::<KindJob>::from_row("bench", format!("{TABLE} j"));
                 o.column_expressions = vec!["j.id".into(), "j.kind".into()];
                 o.handling = Handling::Heartbeat;
-                let store = Arc::new(DbStore::new(pool.clone(), o).await?);
+                let store = Arc::new(DbStore::new(&pool, o).await?);
                 let registry = KindRegistry::<DbStore<KindJob>>::new(|j: &KindJob| j.kind.as_str())
                     .register(
                         "bench",

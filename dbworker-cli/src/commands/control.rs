@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dbworker::control::{DEFAULT_PAUSE_TABLE, Pauses};
+use dbworker::control::{DEFAULT_PAUSE_TABLE, Pauses, PausesOptions};
 
 use crate::args::TableArgs;
 
@@ -26,7 +26,9 @@ pub(crate) struct PauseArgs {
 pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
     let t = &args.table.target;
     let pool = t.connect().await?;
-    let pauses = Pauses::new(&pool, &args.pause_table, &t.table)
+    let mut options = PausesOptions::new(&t.table);
+    options.pause_table = args.pause_table.clone();
+    let pauses = Pauses::new(&pool, options)
         .await
         .with_context(|| format!("pause table {}", args.pause_table))?;
     let what = args

@@ -197,12 +197,7 @@ pub(crate) struct ActionArgs {
 pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<()> {
     let admin = args.table.admin().await?;
     let filter = args.filter.filter()?;
-    let action = match verb {
-        "requeue" => BulkAction::Requeue,
-        "cancel" => BulkAction::Cancel,
-        "fail" => BulkAction::Fail(args.message.clone()),
-        _ => BulkAction::Delete,
-    };
+    let action = verb.parse::<BulkAction>()?.with_message(&args.message);
     match args.id {
         Some(id) if filter.is_restricted() => {
             bail!("give a job id or filter flags, not both (job {id})")

@@ -78,7 +78,7 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
     options.interval = seconds("interval-secs", args.interval_secs)?;
     options.validate()?;
     let pool = args.target.connect().await?;
-    let purger = Purger::new(pool, options)
+    let purger = Purger::new(&pool, options)
         .await
         .with_context(|| format!("purger for {}", args.target.table))?;
     if args.once {
@@ -148,7 +148,7 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
         .acquire_timeout(options.connect_timeout)
         .connect_lazy(&args.target.database_url)
         .context("invalid DATABASE_URL")?;
-    let resetter = Resetter::new(pool.clone(), options)?;
+    let resetter = Resetter::new(&pool, options)?;
     resetter.check().await?;
     if args.once {
         let out = resetter
@@ -183,13 +183,13 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
         (Some(node_table), true) => {
             let mut no = NodeOptions::default();
             no.node_table = node_table.clone();
-            let node = Node::register(&pool, no)
+            let node = Node::new(&pool, no)
                 .await
                 .with_context(|| format!("registering in {node_table}"))?;
-            let mut lo = LeaderOptions::new(args.target.table.clone());
+            let mut lo = LeaderOptions::new(args.target.table.clone(), node.id());
             lo.leader_table = args.registry.leader_table.clone();
             lo.lease = seconds("lease-secs", args.lease_secs)?;
-            let election = LeaderElection::new(&pool, node.id(), lo)
+            let election = LeaderElection::new(&pool, lo)
                 .await
                 .with_context(|| format!("leader election in {}", args.registry.leader_table))?;
             let heartbeats = tokio::spawn(node.run(stop.clone()));

@@ -17,6 +17,51 @@ pub use crate::job_filter::{
 };
 use crate::sql::{self, AdminTable};
 
+/// Which job table an [`Admin`] acts on, and how its columns are named.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct AdminOptions {
+    /// The job table, optionally schema-qualified. Required.
+    pub table_name: String,
+    /// Renamed standard columns, as in the store's options.
+    pub alternate_column_names: HashMap<String, String>,
+    /// The queue column, if the table has one (for `JobFilter::queue`,
+    /// per-queue status and lists).
+    pub queue_column: Option<String>,
+    /// The kind column, if the table has one (for `JobFilter::kind` and lists).
+    pub kind_column: Option<String>,
+}
+
+impl AdminOptions {
+    /// The table `table_name` with the standard column names.
+    pub fn new(table_name: impl Into<String>) -> AdminOptions {
+        AdminOptions {
+            table_name: table_name.into(),
+            ..AdminOptions::default()
+        }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        Relation::parse("table_name", &self.table_name)?;
+        Columns::resolve(&self.alternate_column_names)?;
+        for (field, column) in [
+            ("queue_column", &self.queue_column),
+            ("kind_column", &self.kind_column),
+        ] {
+            if let Some(column) = column
+                && !crate::columns::is_identifier(column)
+            {
+                return Err(Error::InvalidOption {
+                    field,
+                    reason: format!("{column:?} is not a plain identifier"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A job table as an operator sees it.
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -105,16 +150,12 @@ impl Admin {
         &self.t.columns
     }
 
-    /// The table `table_name` (with standard columns renamed as given, and the
-    /// queue column if any), checked now.
-    pub async fn new(
-        pool: &PgPool,
-        table_name: &str,
-        alternate_column_names: &HashMap<String, String>,
-        queue_column: Option<&str>,
-    ) -> Result<Admin> {
-        let table = Relation::parse("table_name", table_name)?;
-        let columns = Columns::resolve(alternate_column_names)?;
+    /// The table `options.table_name`, checked now (its standard columns,
+    /// renamed as configured).
+    pub async fn new(pool: &PgPool, options: AdminOptions) -> Result<Admin> {
+        options.validate()?;
+        let table = Relation::parse("table_name", &options.table_name)?;
+        let columns = Columns::resolve(&options.alternate_column_names)?;
         let mut problems = Vec::new();
         crate::schema_check::check_table(pool, &table, &columns, &mut problems).await?;
         crate::schema_check::none(problems)?;
@@ -123,22 +164,10 @@ impl Admin {
             t: AdminTable {
                 table,
                 columns,
-                queue_column: queue_column.map(str::to_owned),
-                kind_column: None,
+                queue_column: options.queue_column,
+                kind_column: options.kind_column,
             },
         })
-    }
-
-    /// Knows the table's kind column too (for `JobFilter::kind` and lists).
-    pub fn with_kind_column(mut self, kind_column: &str) -> Result<Admin> {
-        if !crate::columns::is_identifier(kind_column) {
-            return Err(Error::InvalidOption {
-                field: "kind_column",
-                reason: format!("{kind_column:?} is not a plain identifier"),
-            });
-        }
-        self.t.kind_column = Some(kind_column.to_owned());
-        Ok(self)
     }
 
     /// A filter this admin can apply: a queue or kind needs its column.

@@ -25,6 +25,8 @@ pub const DEFAULT_LEADER_TABLE: &str = "dbworker_leaders";
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct LeaderOptions {
+    /// The node campaigning (its registry id, `Node::id`). Required.
+    pub node_id: String,
     /// What is led: one leader per scope. Use the job table's name for its
     /// maintenance, or an application's name for its singletons.
     pub scope: String,
@@ -39,9 +41,10 @@ pub struct LeaderOptions {
 }
 
 impl LeaderOptions {
-    /// An election for `scope` with defaults.
-    pub fn new(scope: impl Into<String>) -> Self {
+    /// An election for `scope` on behalf of the node `node_id`, with defaults.
+    pub fn new(scope: impl Into<String>, node_id: impl Into<String>) -> Self {
         LeaderOptions {
+            node_id: node_id.into(),
             scope: scope.into(),
             leader_table: DEFAULT_LEADER_TABLE.to_owned(),
             lease: Duration::from_secs(6),
@@ -60,6 +63,9 @@ impl LeaderOptions {
         if self.scope.trim().is_empty() {
             return invalid("scope", "must not be empty");
         }
+        if self.node_id.trim().is_empty() {
+            return invalid("node_id", "must not be empty");
+        }
         if self.lease < Duration::from_millis(30) {
             return invalid("lease", "must be at least 30ms");
         }
@@ -73,7 +79,7 @@ impl LeaderOptions {
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool, node: dbworker::cluster::Node, resetter: std::sync::Arc<dbworker::Resetter>) -> Result<(), dbworker::Error> {
 /// use dbworker::cluster::{LeaderElection, LeaderOptions};
-/// let election = LeaderElection::new(&pool, node.id(), LeaderOptions::new("jobs")).await?;
+/// let election = LeaderElection::new(&pool, LeaderOptions::new("jobs", node.id())).await?;
 /// let stop = tokio_util::sync::CancellationToken::new();
 /// // Only the leader resets; it stops when leadership ends or `stop` fires.
 /// election
@@ -93,13 +99,9 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// An election of `options.scope` for the node `node_id` (the lease table
-    /// must exist).
-    pub async fn new(
-        pool: &PgPool,
-        node_id: &str,
-        options: LeaderOptions,
-    ) -> Result<LeaderElection> {
+    /// An election of `options.scope` for the node `options.node_id` (the
+    /// lease table must exist).
+    pub async fn new(pool: &PgPool, options: LeaderOptions) -> Result<LeaderElection> {
         options.validate()?;
         let table = Relation::parse("leader_table", &options.leader_table)?;
         crate::schema_check::none(
@@ -115,7 +117,7 @@ impl LeaderElection {
         Ok(LeaderElection {
             pool: pool.clone(),
             table,
-            node_id: node_id.to_owned(),
+            node_id: options.node_id.clone(),
             options,
         })
     }

@@ -138,7 +138,7 @@ pub struct NodeInfo {
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use dbworker::cluster::{Node, NodeOptions};
-/// let node = Node::register(&pool, NodeOptions::default()).await?;
+/// let node = Node::new(&pool, NodeOptions::default()).await?;
 /// let mut worker_options = workerutil::WorkerOptions::new("emails");
 /// worker_options.hostname = Some(node.id().to_owned());
 /// let stop = tokio_util::sync::CancellationToken::new();
@@ -157,7 +157,7 @@ pub struct Node {
 
 impl Node {
     /// Registers this process (the table must exist) and returns its node.
-    pub async fn register(pool: &PgPool, options: NodeOptions) -> Result<Node> {
+    pub async fn new(pool: &PgPool, options: NodeOptions) -> Result<Node> {
         options.validate()?;
         let table = Relation::parse("node_table", &options.node_table)?;
         crate::schema_check::none(problems(pool, &table).await?)?;

@@ -17,7 +17,6 @@ use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOpti
 use super::options::{LogEvent, LogOptions};
 use super::store::{LogJob, LogStore};
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
-use crate::cluster::nodes::Node;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::sql;
@@ -93,6 +92,9 @@ pub struct ConsumerGroupOptions {
     /// retry wait, failure limit, NOTIFY channel). Its `node_id` and
     /// `consumers` are filled in by the group.
     pub log: LogOptions,
+    /// The node running this part of the group (its registry id, `Node::id`,
+    /// which the caller keeps heartbeating with `Node::run`). Required.
+    pub node_id: String,
     /// The worker registry table (`Node`'s). Default `dbworker_nodes`.
     pub node_table: String,
     /// A process whose registry heartbeat is older than this gets no
@@ -123,6 +125,7 @@ impl ConsumerGroupOptions {
         ConsumerGroupOptions {
             log: LogOptions::new(name.clone(), events_table, String::new(), Vec::new()),
             name,
+            node_id: String::new(),
             node_table: crate::cluster::nodes::DEFAULT_NODE_TABLE.into(),
             dead_after: Duration::from_secs(10),
             leader_table: crate::cluster::leader::DEFAULT_LEADER_TABLE.into(),
@@ -132,6 +135,37 @@ impl ConsumerGroupOptions {
             poll_interval: Duration::from_secs(1),
             max_poll_interval: Duration::from_secs(30),
         }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |field, reason: &str| {
+            Err(Error::InvalidOption {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.name.trim().is_empty() {
+            return invalid("name", "must not be empty");
+        }
+        if self.node_id.trim().is_empty() {
+            return invalid(
+                "node_id",
+                "must not be empty: set it to the node's `Node::id`",
+            );
+        }
+        Relation::parse("node_table", &self.node_table)?;
+        Relation::parse("leader_table", &self.leader_table)?;
+        if self.batch_timeout.is_zero() {
+            return invalid("batch_timeout", "must be positive");
+        }
+        if self.poll_interval.is_zero() {
+            return invalid("poll_interval", "must be positive");
+        }
+        if self.rebalance_interval.is_zero() {
+            return invalid("rebalance_interval", "must be positive");
+        }
+        Ok(())
     }
 }
 
@@ -146,16 +180,13 @@ impl ConsumerGroupOptions {
 /// #     async fn handle(&self, _tx: &mut sqlx::PgConnection, _e: &Event) -> Result<(), workerutil::BoxError> { Ok(()) }
 /// # }
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// let node = Node::register(&pool, NodeOptions::default()).await?;
+/// let node = Node::new(&pool, NodeOptions::default()).await?;
 /// let stop = tokio_util::sync::CancellationToken::new();
 /// tokio::spawn(node.clone().run(stop.clone()));
-/// let group = ConsumerGroup::<Event>::new(
-///     &pool,
-///     &node,
-///     ConsumerGroupOptions::new("projections", "events"),
-///     vec![std::sync::Arc::new(Projection)],
-/// )
-/// .await?;
+/// let mut options = ConsumerGroupOptions::new("projections", "events");
+/// options.node_id = options.node_id.clone();
+/// let group = ConsumerGroup::<Event>::new(&pool, options, vec![std::sync::Arc::new(Projection)])
+///     .await?;
 /// group.run(stop).await?; // Err when a consumer keeps failing
 /// # Ok(()) }
 /// ```
@@ -183,25 +214,25 @@ impl<E> ConsumerGroup<E>
 where
     E: LogEvent,
 {
-    /// This process's part of the group, run by `node` (which the caller
-    /// keeps heartbeating with `Node::run`). The pool needs a connection per
+    /// This process's part of the group, run by the node `options.node_id`,
+    /// with the handler of each consumer. The pool needs a connection per
     /// consumer plus two.
     pub async fn new(
         pool: &PgPool,
-        node: &Node,
         options: ConsumerGroupOptions,
         consumers: Vec<Arc<dyn Consumer<E>>>,
     ) -> Result<ConsumerGroup<E>> {
+        options.validate()?;
         let mut names: Vec<String> = consumers.iter().map(|c| c.name().to_owned()).collect();
         names.sort();
         let mut log = options.log.clone();
-        log.node_id = node.id().to_owned();
+        log.node_id = options.node_id.clone();
         log.consumers = names.clone();
         log.name = options.name.clone();
-        let store = Arc::new(LogStore::new(pool.clone(), log.clone()).await?);
+        let store = Arc::new(LogStore::new(pool, log.clone()).await?);
         let mut wo = WorkerOptions::new(format!("consumers:{}", options.name));
         wo.num_handlers = names.len();
-        wo.hostname = Some(node.id().to_owned());
+        wo.hostname = Some(options.node_id.clone());
         wo.interval = options.poll_interval;
         wo.max_interval = Some(options.max_poll_interval.max(options.poll_interval));
         wo.max_runtime_per_job = Some(options.batch_timeout);
@@ -213,10 +244,13 @@ where
                 .collect(),
         };
         let worker = Worker::new(store.clone(), dispatch, wo)?;
-        let mut lo = LeaderOptions::new(format!("consumers:{}", options.name));
+        let mut lo = LeaderOptions::new(
+            format!("consumers:{}", options.name),
+            options.node_id.clone(),
+        );
         lo.leader_table = options.leader_table.clone();
         lo.lease = options.lease;
-        let election = LeaderElection::new(pool, node.id(), lo).await?;
+        let election = LeaderElection::new(pool, lo).await?;
         Ok(ConsumerGroup {
             store,
             worker,

@@ -166,7 +166,8 @@ where
 {
     /// A store over `options.events_table`; checks the tables and the select
     /// list now.
-    pub async fn new(pool: PgPool, options: LogOptions) -> Result<LogStore<E>> {
+    pub async fn new(pool: &PgPool, options: LogOptions) -> Result<LogStore<E>> {
+        let pool = pool.clone();
         let o = options.resolve()?;
         let mut problems = Vec::new();
         for (rel, what, columns) in [

@@ -8,6 +8,8 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::sql;
 
+use super::ControlTable;
+
 /// The limit table's default name.
 pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
 
@@ -100,32 +102,61 @@ impl Limit {
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use dbworker::control::{Limit, Limits};
-/// let limits = Limits::new(&pool, dbworker::control::DEFAULT_LIMIT_TABLE, "jobs").await?;
+/// let limits = Limits::new(&pool, dbworker::control::LimitsOptions::new("jobs")).await?;
 /// limits.set("reports", 3).await?; // at most 3 reports processing anywhere
 /// limits.set_limit("emails", Limit::default().rate(50.0, 100)).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Limits {
-    pool: PgPool,
-    limit_table: Relation,
-    job_table: String,
+    t: ControlTable,
+}
+
+/// Which job table [`Limits`] limits, and where the limits are kept.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LimitsOptions {
+    /// The job table, as named in `StoreOptions::table_name`. Required.
+    pub job_table: String,
+    /// The limit table (it must exist). Default [`DEFAULT_LIMIT_TABLE`].
+    pub limit_table: String,
+}
+
+impl LimitsOptions {
+    /// Limits of `job_table`, kept in the default limit table.
+    pub fn new(job_table: impl Into<String>) -> LimitsOptions {
+        LimitsOptions {
+            job_table: job_table.into(),
+            limit_table: DEFAULT_LIMIT_TABLE.to_owned(),
+        }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        Relation::parse("job_table", &self.job_table)?;
+        Relation::parse("limit_table", &self.limit_table)?;
+        Ok(())
+    }
 }
 
 impl Limits {
-    /// Limits of `job_table` (as named in `StoreOptions::table_name`), kept in
-    /// `limit_table`, which must exist.
-    pub async fn new(pool: &PgPool, limit_table: &str, job_table: &str) -> Result<Limits> {
-        let limit_table = Relation::parse("limit_table", limit_table)?;
-        let job = Relation::parse("table_name", job_table)?;
-        crate::schema_check::none(
-            crate::schema_check::limit_table_problems(pool, &limit_table).await?,
-        )?;
-        Ok(Limits {
-            pool: pool.clone(),
-            job_table: sql::pause_key(&job),
-            limit_table,
-        })
+    /// Limits of `options.job_table`, kept in `options.limit_table`, which
+    /// must exist.
+    pub async fn new(pool: &PgPool, options: LimitsOptions) -> Result<Limits> {
+        options.validate()?;
+        let job = Relation::parse("job_table", &options.job_table)?;
+        let t =
+            ControlTable::open(
+                pool,
+                "limit_table",
+                &options.limit_table,
+                &job,
+                |pool, table| async move {
+                    crate::schema_check::limit_table_problems(&pool, &table).await
+                },
+            )
+            .await?;
+        Ok(Limits { t })
     }
 
     /// Allows at most `max_processing` jobs of `queue` to be processing at once
@@ -144,9 +175,9 @@ impl Limits {
             rate_per_second: limit.rate_per_second,
             burst: limit.burst,
         };
-        sql::set_limit(&self.limit_table, &self.job_table, queue, row)
+        sql::set_limit(&self.t.table, &self.t.job_table, queue, row)
             .query()
-            .execute(&self.pool)
+            .execute(&self.t.pool)
             .await
             .map_err(Error::db("set_limit"))?;
         Ok(())
@@ -154,9 +185,9 @@ impl Limits {
 
     /// Removes `queue`'s limits; returns whether it had any.
     pub async fn remove(&self, queue: &str) -> Result<bool> {
-        let done = sql::remove_limit(&self.limit_table, &self.job_table, queue)
+        let done = sql::remove_limit(&self.t.table, &self.t.job_table, queue)
             .query()
-            .execute(&self.pool)
+            .execute(&self.t.pool)
             .await
             .map_err(Error::db("remove_limit"))?;
         Ok(done.rows_affected() == 1)
@@ -164,9 +195,9 @@ impl Limits {
 
     /// The limits in force, by queue.
     pub async fn list(&self) -> Result<Vec<(String, Limit)>> {
-        let rows = sql::list_limits(&self.limit_table, &self.job_table)
+        let rows = sql::list_limits(&self.t.table, &self.t.job_table)
             .query()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.t.pool)
             .await
             .map_err(Error::db("list_limits"))?;
         let count = |r: &sqlx::postgres::PgRow, c: &str| {

@@ -8,6 +8,8 @@ use crate::error::{Error, Result};
 use crate::notify::channel_for;
 use crate::sql;
 
+use super::ControlTable;
+
 /// The pause table's default name.
 pub const DEFAULT_PAUSE_TABLE: &str = "dbworker_pauses";
 
@@ -34,7 +36,7 @@ pub struct Pause {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// let pauses = dbworker::control::Pauses::new(&pool, dbworker::control::DEFAULT_PAUSE_TABLE, "email_jobs").await?;
+/// let pauses = dbworker::control::Pauses::new(&pool, dbworker::control::PausesOptions::new("email_jobs")).await?;
 /// pauses.pause(Some("newsletters"), "ops: provider outage").await?;
 /// // ... later, from any process:
 /// pauses.resume(Some("newsletters")).await?;
@@ -42,42 +44,79 @@ pub struct Pause {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Pauses {
-    pool: PgPool,
-    pause_table: Relation,
-    job_table: String,
+    t: ControlTable,
+    /// Where a resume wakes the workers.
     channel: String,
 }
 
-impl Pauses {
-    /// Pauses of `job_table` (as named in `StoreOptions::table_name`), kept in
-    /// `pause_table`, which must exist.
-    pub async fn new(pool: &PgPool, pause_table: &str, job_table: &str) -> Result<Pauses> {
-        let pause_table = Relation::parse("pause_table", pause_table)?;
-        let job = Relation::parse("table_name", job_table)?;
-        crate::schema_check::none(
-            crate::schema_check::pause_table_problems(pool, &pause_table).await?,
-        )?;
-        Ok(Pauses {
-            pool: pool.clone(),
-            job_table: sql::pause_key(&job),
-            channel: channel_for(&job),
-            pause_table,
-        })
+/// Which job table [`Pauses`] pauses, and where the pauses are kept.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PausesOptions {
+    /// The job table, as named in `StoreOptions::table_name`. Required.
+    pub job_table: String,
+    /// The pause table (it must exist). Default [`DEFAULT_PAUSE_TABLE`].
+    pub pause_table: String,
+    /// The channel a resume notifies; `None`: the table's default channel
+    /// (set it when the store listens on `Listen::Channel`).
+    pub notify_channel: Option<String>,
+}
+
+impl PausesOptions {
+    /// Pauses of `job_table`, kept in the default pause table.
+    pub fn new(job_table: impl Into<String>) -> PausesOptions {
+        PausesOptions {
+            job_table: job_table.into(),
+            pause_table: DEFAULT_PAUSE_TABLE.to_owned(),
+            notify_channel: None,
+        }
     }
 
-    /// Wakes workers on `channel` at a resume instead of the table's default
-    /// (`Listen::Channel`).
-    pub fn notify_channel(mut self, channel: impl Into<String>) -> Self {
-        self.channel = channel.into();
-        self
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        Relation::parse("job_table", &self.job_table)?;
+        Relation::parse("pause_table", &self.pause_table)?;
+        if let Some(channel) = &self.notify_channel
+            && !crate::columns::is_identifier(channel)
+        {
+            return Err(Error::InvalidOption {
+                field: "notify_channel",
+                reason: format!("{channel:?} is not a plain identifier"),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Pauses {
+    /// Pauses of `options.job_table`, kept in `options.pause_table`, which
+    /// must exist.
+    pub async fn new(pool: &PgPool, options: PausesOptions) -> Result<Pauses> {
+        options.validate()?;
+        let job = Relation::parse("job_table", &options.job_table)?;
+        let t =
+            ControlTable::open(
+                pool,
+                "pause_table",
+                &options.pause_table,
+                &job,
+                |pool, table| async move {
+                    crate::schema_check::pause_table_problems(&pool, &table).await
+                },
+            )
+            .await?;
+        Ok(Pauses {
+            t,
+            channel: options.notify_channel.unwrap_or_else(|| channel_for(&job)),
+        })
     }
 
     /// Pauses `queue`, or the whole table with `None`; `by` is recorded with
     /// it. Returns whether it was not paused before.
     pub async fn pause(&self, queue: Option<&str>, by: &str) -> Result<bool> {
-        let row = sql::pause(&self.pause_table, &self.job_table, key(queue)?, by)
+        let row = sql::pause(&self.t.table, &self.t.job_table, key(queue)?, by)
             .query()
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.t.pool)
             .await
             .map_err(Error::db("pause"))?;
         Ok(row.is_some())
@@ -86,8 +125,8 @@ impl Pauses {
     /// Resumes `queue`, or the whole table with `None`, and wakes listening
     /// workers. Returns whether it was paused.
     pub async fn resume(&self, queue: Option<&str>) -> Result<bool> {
-        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-        let row = sql::resume(&self.pause_table, &self.job_table, key(queue)?)
+        let mut tx = self.t.pool.begin().await.map_err(Error::db("begin"))?;
+        let row = sql::resume(&self.t.table, &self.t.job_table, key(queue)?)
             .query()
             .fetch_optional(&mut *tx)
             .await
@@ -104,9 +143,9 @@ impl Pauses {
 
     /// The pauses in force, the whole table's first.
     pub async fn list(&self) -> Result<Vec<Pause>> {
-        let rows = sql::list_pauses(&self.pause_table, &self.job_table)
+        let rows = sql::list_pauses(&self.t.table, &self.t.job_table)
             .query()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.t.pool)
             .await
             .map_err(Error::db("list_pauses"))?;
         Ok(rows

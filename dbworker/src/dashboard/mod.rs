@@ -40,9 +40,9 @@ use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
 
-use crate::admin::Admin;
-use crate::control::limits::{Limit, Limits};
-use crate::control::pauses::Pauses;
+use crate::admin::{Admin, AdminOptions};
+use crate::control::limits::{Limit, Limits, LimitsOptions};
+use crate::control::pauses::{Pauses, PausesOptions};
 use crate::error::{Error, Result};
 use crate::job_filter::{FieldFilter, JobFilter, PageRequest};
 
@@ -176,22 +176,25 @@ impl Dashboard {
         }
         let mut tables = Vec::new();
         for t in &options.tables {
-            let mut admin = Admin::new(
-                pool,
-                &t.table_name,
-                &t.alternate_column_names,
-                t.queue_column.as_deref(),
-            )
-            .await?;
-            if let Some(kind) = &t.kind_column {
-                admin = admin.with_kind_column(kind)?;
-            }
+            let mut admin_options = AdminOptions::new(&t.table_name);
+            admin_options.alternate_column_names = t.alternate_column_names.clone();
+            admin_options.queue_column = t.queue_column.clone();
+            admin_options.kind_column = t.kind_column.clone();
+            let admin = Admin::new(pool, admin_options).await?;
             let pauses = match &t.pause_table {
-                Some(p) => Some(Pauses::new(pool, p, &t.table_name).await?),
+                Some(p) => {
+                    let mut o = PausesOptions::new(&t.table_name);
+                    o.pause_table = p.clone();
+                    Some(Pauses::new(pool, o).await?)
+                }
                 None => None,
             };
             let limits = match &t.limit_table {
-                Some(l) => Some(Limits::new(pool, l, &t.table_name).await?),
+                Some(l) => {
+                    let mut o = LimitsOptions::new(&t.table_name);
+                    o.limit_table = l.clone();
+                    Some(Limits::new(pool, o).await?)
+                }
                 None => None,
             };
             tables.push(Table {

@@ -96,7 +96,7 @@ impl PurgeOptions {
 /// use dbworker::maintenance::{PurgeOptions, Purger};
 /// let mut options = PurgeOptions::new("email_jobs");
 /// options.max_age = vec![(workerutil::JobState::Completed, Duration::from_secs(3600))];
-/// let purger = Purger::new(pool, options).await?;
+/// let purger = Purger::new(&pool, options).await?;
 /// let purged = purger.purge_once().await?;
 /// println!("purged {}", purged.total());
 /// # Ok(()) }
@@ -125,7 +125,8 @@ impl Purged {
 
 impl Purger {
     /// Validates the options and checks the table (and the archive table).
-    pub async fn new(pool: PgPool, options: PurgeOptions) -> Result<Purger> {
+    pub async fn new(pool: &PgPool, options: PurgeOptions) -> Result<Purger> {
+        let pool = pool.clone();
         let target = options.resolve()?;
         let mut problems = Vec::new();
         crate::schema_check::check_table(&pool, &target.table, &target.columns, &mut problems)

@@ -129,7 +129,8 @@ pub struct Resetter {
 
 impl Resetter {
     /// A resetter for the table in `options`.
-    pub fn new(pool: PgPool, options: ResetterOptions) -> Result<Self> {
+    pub fn new(pool: &PgPool, options: ResetterOptions) -> Result<Self> {
+        let pool = pool.clone();
         let config = options.resolve()?;
         Ok(Resetter {
             pool,

@@ -63,7 +63,7 @@ pub(crate) struct PoolNeed {
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// let options = StoreOptions::<Job>::from_row("jobs_store", "jobs j");
 /// // Checks the table and every column now, naming whatever is missing.
-/// let store = DbStore::new(pool, options).await?;
+/// let store = DbStore::new(&pool, options).await?;
 /// # Ok(()) }
 /// ```
 pub struct DbStore<R> {
@@ -93,7 +93,8 @@ impl<R: Record> DbStore<R> {
     /// Validates the options, then checks the table, the view and every column
     /// (after renaming) and every configured SQL fragment against the database.
     /// All problems are reported together in one [`Error::Schema`].
-    pub async fn new(pool: PgPool, options: StoreOptions<R>) -> Result<Self> {
+    pub async fn new(pool: &PgPool, options: StoreOptions<R>) -> Result<Self> {
+        let pool = pool.clone();
         let resolved = Arc::new(options.resolve()?);
         schema_check::check(&pool, &resolved, resolved.connect_timeout).await?;
         let completer = (resolved.handling == Handling::Heartbeat)

@@ -154,15 +154,14 @@ impl Process {
 pub async fn start(
     db: &Db,
     consumers: Vec<Arc<dyn Consumer<Event>>>,
-    group: ConsumerGroupOptions,
+    mut group: ConsumerGroupOptions,
 ) -> Process {
     let pool = db.db.pool(8).await.unwrap();
-    let node = Node::register(&pool, fast_node()).await.unwrap();
+    let node = Node::new(&pool, fast_node()).await.unwrap();
+    group.node_id = node.id().to_owned();
     let stop = CancellationToken::new();
     let beat = tokio::spawn(node.clone().run(stop.clone()));
-    let group = ConsumerGroup::new(&pool, &node, group, consumers)
-        .await
-        .unwrap();
+    let group = ConsumerGroup::new(&pool, group, consumers).await.unwrap();
     let run = tokio::spawn(group.run(stop.clone()));
     Process {
         node,

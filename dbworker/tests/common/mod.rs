@@ -193,6 +193,6 @@ impl Db {
     pub async fn store(&self, handling: Handling) -> Arc<DbStore<Job>> {
         let mut o = self.options();
         o.handling = handling;
-        Arc::new(DbStore::new(self.pool.clone(), o).await.expect("store"))
+        Arc::new(DbStore::new(&self.pool, o).await.expect("store"))
     }
 }
