@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::admin::{Admin, AdminOptions};
 use dbworker::cluster::DEFAULT_LEADER_TABLE;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 /// The database and the job table, as every command that connects takes them.
 #[derive(Debug, Args)]
@@ -31,9 +31,21 @@ impl Target {
 
     /// One connection (an operator's command needs no more).
     pub(crate) async fn connect(&self) -> Result<sqlx::PgPool> {
+        // Parsed first, so a malformed URL says what was expected instead of
+        // sqlx's bare "relative URL without a base" (and never echoes it).
+        let malformed = |why: &dyn std::fmt::Display| {
+            anyhow::anyhow!(
+                "DATABASE_URL (--database-url) is not a PostgreSQL URL: {why}; expected postgres://user@host:port/db"
+            )
+        };
+        let url = &self.database_url;
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(malformed(&"it does not start with postgres://"));
+        }
+        let options: PgConnectOptions = url.parse().map_err(|err| malformed(&err))?;
         PgPoolOptions::new()
             .max_connections(1)
-            .connect(&self.database_url)
+            .connect_with(options)
             .await
             .context("cannot connect")
     }

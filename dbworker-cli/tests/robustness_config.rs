@@ -30,3 +30,23 @@ async fn colliding_renames_are_rejected_by_the_generator_and_the_store() {
             .contains("would both be named")
     );
 }
+
+#[test]
+fn a_malformed_database_url_says_what_was_expected_without_the_password() {
+    for url in [
+        "localhost:5432/app",
+        "postgres://app:s3cret@db:notaport/app",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+            .args(["status", "--table", "jobs", "--database-url", url])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{url}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("expected postgres://user@host:port/db"),
+            "{url}: {err}"
+        );
+        assert!(!err.contains("s3cret"), "{url}: {err}");
+    }
+}
