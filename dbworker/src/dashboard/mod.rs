@@ -330,13 +330,10 @@ async fn overview(
     State(s): State<Arc<Shared>>,
     viewer: axum::Extension<Viewer>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
+) -> Result<Response, Response> {
     let mut tables = Vec::new();
     for t in &s.tables {
-        let status = match t.admin.status().await {
-            Ok(status) => status,
-            Err(err) => return server_error(err),
-        };
+        let status = t.admin.status().await.map_err(server_error)?;
         let paused = match &t.pauses {
             Some(p) => p.list().await.unwrap_or_default(),
             None => Vec::new(),
@@ -361,7 +358,7 @@ async fn overview(
             .ok(),
         None => None,
     };
-    pages::overview(&viewer, &s, &tables, nodes.as_deref(), &refresh(&q)).into_response()
+    Ok(pages::overview(&viewer, &s, &tables, nodes.as_deref(), &refresh(&q)).into_response())
 }
 
 /// Live refresh: the interval asked for (`?refresh=5`), and the page's other
@@ -446,32 +443,26 @@ async fn jobs(
     viewer: axum::Extension<Viewer>,
     Path(table): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let t = match s.table(&table) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let filter = match filter_from(&q, &s.options.hidden_fields) {
-        Ok(f) => f,
-        Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
-    };
+) -> Result<Response, Response> {
+    let t = s.table(&table)?;
+    let filter = filter_from(&q, &s.options.hidden_fields)
+        .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     let mut page = PageRequest::first(s.options.page_size);
     page.after = q.get("after").and_then(|a| a.parse().ok());
     page.after_value = q.get("after_value").cloned();
     page.newest_first = q.get("order").is_some_and(|o| o == "newest");
     if let Some(sort) = q.get("sort").filter(|v| !v.is_empty()) {
-        match sort.parse() {
-            Ok(sort) => page.sort = sort,
-            Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
-        }
+        page.sort = sort
+            .parse()
+            .map_err(|err: Error| (StatusCode::BAD_REQUEST, err.to_string()).into_response())?;
     }
-    match t.admin.list(&filter, page).await {
+    Ok(match t.admin.list(&filter, page).await {
         Ok(list) => pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response(),
         Err(Error::InvalidOption { reason, .. }) => {
             (StatusCode::BAD_REQUEST, reason).into_response()
         }
         Err(err) => server_error(err),
-    }
+    })
 }
 
 async fn job(
@@ -479,12 +470,9 @@ async fn job(
     viewer: axum::Extension<Viewer>,
     Path((table, id)): Path<(String, i64)>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let t = match s.table(&table) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    match t.admin.show(id).await {
+) -> Result<Response, Response> {
+    let t = s.table(&table)?;
+    Ok(match t.admin.show(id).await {
         Ok(Some(mut row)) => {
             hide(&mut row, &s.options.hidden_fields);
             pages::job(
@@ -500,7 +488,7 @@ async fn job(
         }
         Ok(None) => (StatusCode::NOT_FOUND, "no such job").into_response(),
         Err(err) => server_error(err),
-    }
+    })
 }
 
 /// Replaces hidden fields' values, at any depth.
@@ -525,30 +513,18 @@ async fn queues(
     viewer: axum::Extension<Viewer>,
     Path(table): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let t = match s.table(&table) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let status = match t.admin.status().await {
-        Ok(status) => status,
-        Err(err) => return server_error(err),
-    };
+) -> Result<Response, Response> {
+    let t = s.table(&table)?;
+    let status = t.admin.status().await.map_err(server_error)?;
     let paused = match &t.pauses {
-        Some(p) => match p.list().await {
-            Ok(list) => list,
-            Err(err) => return server_error(err),
-        },
+        Some(p) => p.list().await.map_err(server_error)?,
         None => Vec::new(),
     };
     let limits: Vec<(String, Limit)> = match &t.limits {
-        Some(l) => match l.list().await {
-            Ok(list) => list,
-            Err(err) => return server_error(err),
-        },
+        Some(l) => l.list().await.map_err(server_error)?,
         None => Vec::new(),
     };
-    pages::queues(&viewer, &s, t, &status, &paused, &limits, &refresh(&q)).into_response()
+    Ok(pages::queues(&viewer, &s, t, &status, &paused, &limits, &refresh(&q)).into_response())
 }
 
 /// Percent-encodes a URL component.

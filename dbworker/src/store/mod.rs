@@ -302,6 +302,34 @@ impl<R: Record> DbStore<R> {
         Ok(None)
     }
 
+    /// Marks a claimed job errored or failed: through the batched marks when
+    /// it has no transaction (heartbeat handling), else fenced on the pool
+    /// after rolling the handler's transaction back (`write_failure`).
+    pub(super) async fn mark_failure(
+        &self,
+        job: &mut DbJob<R>,
+        kind: MarkKind,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
+        if job.tx.is_none() {
+            return self.batched(job.lease, kind, message).await;
+        }
+        let (id, token) = (job.lease.id, job.lease.token);
+        let (op, statement) = match kind {
+            MarkKind::Failed => (
+                "mark_failed",
+                sql::mark_failed(&self.options, id, token, message),
+            ),
+            _ => (
+                "mark_errored",
+                sql::mark_errored(&self.options, id, token, message),
+            ),
+        };
+        Ok(self
+            .write_failure(op, job.lease, job.tx.take(), statement)
+            .await?)
+    }
+
     /// A mark without a handler transaction: written with the next batch in
     /// heartbeat handling, else (a transactional job whose transaction is
     /// already gone) on its own.

@@ -290,13 +290,7 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        if job.tx.is_none() {
-            return self.batched(job.lease, MarkKind::Errored, message).await;
-        }
-        let statement = sql::mark_errored(&self.options, job.lease.id, job.lease.token, message);
-        Ok(self
-            .write_failure("mark_errored", job.lease, job.tx.take(), statement)
-            .await?)
+        Ok(self.mark_failure(job, MarkKind::Errored, message).await?)
     }
 
     async fn mark_failed(
@@ -304,13 +298,7 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        if job.tx.is_none() {
-            return self.batched(job.lease, MarkKind::Failed, message).await;
-        }
-        let statement = sql::mark_failed(&self.options, job.lease.id, job.lease.token, message);
-        Ok(self
-            .write_failure("mark_failed", job.lease, job.tx.take(), statement)
-            .await?)
+        Ok(self.mark_failure(job, MarkKind::Failed, message).await?)
     }
 
     async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
