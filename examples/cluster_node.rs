@@ -269,7 +269,9 @@ async fn main() -> Result<(), BoxError> {
             .connect(&url)
             .await?;
         if args.setup {
-            return setup(&pool, 2000, 2000).await;
+            let result = setup(&pool, 2000, 2000).await;
+            pool.close().await;
+            return result;
         }
         let stop = CancellationToken::new();
         let on_signal = stop.clone();
@@ -277,7 +279,9 @@ async fn main() -> Result<(), BoxError> {
             signal().await;
             on_signal.cancel();
         });
-        return run_node(pool, stop).await;
+        let result = run_node(pool.clone(), stop).await;
+        pool.close().await;
+        return result;
     }
 
     // Zero-config: one node on a throwaway database, until the work is done.
@@ -310,5 +314,6 @@ async fn main() -> Result<(), BoxError> {
         "jobs completed: 200, effects: {effects} ({distinct} distinct), projected events: {projected} ({} consumers)",
         CONSUMERS.len()
     );
+    pool.close().await;
     Ok(())
 }

@@ -100,7 +100,7 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
     let mut options = ResetterOptions::new("standalone_resetter", "example_jobs");
     options.stalled_max_age = STALLED_MAX_AGE;
     options.interval = Duration::from_millis(250);
-    let resetter = Resetter::new(pool, options)?;
+    let resetter = Resetter::new(pool.clone(), options)?;
     // Runs until it has brought a job back, so the example ends.
     let stop = CancellationToken::new();
     let done = stop.clone();
@@ -116,6 +116,7 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
             }
         })
         .await;
+    pool.close().await;
     Ok(())
 }
 
@@ -185,5 +186,6 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("[parent] a new worker finished it: {state} after {attempts} attempts");
     assert_eq!(state, "completed");
+    pool.close().await;
     Ok(())
 }
