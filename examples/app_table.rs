@@ -128,5 +128,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
     assert_eq!(done, 6);
     println!("all 6 jobs completed");
+    pool.close().await;
     Ok(())
 }

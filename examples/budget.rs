@@ -109,5 +109,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{done} jobs completed; peak cost in use {peak} of a budget of {BUDGET}");
     assert_eq!(done, 40);
     assert!(peak <= BUDGET, "the budget was exceeded: {peak}");
+    pool.close().await;
     Ok(())
 }

@@ -5,14 +5,19 @@
 //! while it leads — the resetter with the fast rescue of dead processes' jobs,
 //! the queue gauges and retention. Runs until SIGINT or SIGTERM (or SIGKILL).
 //!
-//! With no `DATABASE_URL` it sets up a throwaway database with the tables,
-//! jobs and events, runs one node until the work is done, and prints a
-//! summary. With `DATABASE_URL` it joins the cluster on that database (the
-//! tables must exist: `--setup` creates them); the network-namespace test
-//! (`tests/netns.rs`) starts several this way, one per namespace.
+//! By default it sets up a scratch database with the tables, jobs and events,
+//! runs one node until the work is done, and prints a summary; like every
+//! example, it creates that database on the `DATABASE_URL` server if the
+//! variable is set, or on a throwaway cluster otherwise. With `--join URL` it
+//! joins the cluster on the database at `URL` instead and runs until stopped
+//! (the tables must exist: `--setup --join URL` creates them, with 2,000 jobs
+//! and 2,000 events, and exits); the network-namespace test (`tests/netns.rs`)
+//! and `scripts/netns-cluster.sh` start several this way, one per namespace.
 //!
 //! ```sh
 //! cargo run --example cluster_node
+//! cargo run --example cluster_node -- --setup --join postgres://…/cluster
+//! cargo run --example cluster_node -- --join postgres://…/cluster   # on each host
 //! ```
 
 use std::sync::Arc;
@@ -217,17 +222,57 @@ async fn signal() {
     }
 }
 
+/// The command line: `[--setup] [--join URL | --join=URL]`.
+struct Args {
+    setup: bool,
+    /// The database of the cluster to join.
+    join: Option<String>,
+}
+
+fn args() -> Result<Args, BoxError> {
+    let mut parsed = Args {
+        setup: false,
+        join: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--setup" {
+            parsed.setup = true;
+        } else if arg == "--join" {
+            parsed.join = Some(
+                args.next()
+                    .ok_or("--join needs the cluster's database URL")?,
+            );
+        } else if let Some(url) = arg.strip_prefix("--join=") {
+            parsed.join = Some(url.to_owned());
+        } else {
+            return Err(format!(
+                "unknown argument {arg:?}; usage: cluster_node [--setup] [--join URL]"
+            )
+            .into());
+        }
+    }
+    if parsed.setup && parsed.join.is_none() {
+        return Err(
+            "--setup creates the tables on the cluster's database: give it with --join URL".into(),
+        );
+    }
+    Ok(parsed)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let setup_only = std::env::args().any(|a| a == "--setup");
-    if let Ok(url) = std::env::var("DATABASE_URL") {
+    let args = args()?;
+    if let Some(url) = args.join {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(5))
             .connect(&url)
             .await?;
-        if setup_only {
-            return setup(&pool, 2000, 2000).await;
+        if args.setup {
+            let result = setup(&pool, 2000, 2000).await;
+            pool.close().await;
+            return result;
         }
         let stop = CancellationToken::new();
         let on_signal = stop.clone();
@@ -235,7 +280,9 @@ async fn main() -> Result<(), BoxError> {
             signal().await;
             on_signal.cancel();
         });
-        return run_node(pool, stop).await;
+        let result = run_node(pool.clone(), stop).await;
+        pool.close().await;
+        return result;
     }
 
     // Zero-config: one node on a throwaway database, until the work is done.
@@ -268,5 +315,6 @@ async fn main() -> Result<(), BoxError> {
         "jobs completed: 200, effects: {effects} ({distinct} distinct), projected events: {projected} ({} consumers)",
         CONSUMERS.len()
     );
+    pool.close().await;
     Ok(())
 }

@@ -85,6 +85,7 @@ async fn child(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     stop.cancel();
     run.await??;
     beat.await?;
+    pool.close().await;
     Ok(())
 }
 

@@ -58,9 +58,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let stop = CancellationToken::new();
     let mut schedulers = Vec::new();
+    let mut pools = Vec::new();
     for _ in 0..2 {
         // Each on a pool of its own: another process, as Postgres sees it.
         let own = db.pool(2).await?;
+        pools.push(own.clone());
         let options = SchedulerOptions::new(EnqueueOptions::new("jobs"));
         let scheduler = Scheduler::new(&own, options).await?.add(
             "cleanup",
@@ -107,6 +109,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
     println!("enqueued by scheduler: {by_scheduler:?}");
     println!("jobs: {jobs}, completed: {completed} (one per second, however many schedulers)");
+    for own in pools {
+        own.close().await;
+    }
     pool.close().await;
     Ok(())
 }

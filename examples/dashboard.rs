@@ -134,6 +134,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         shutdown.immediate();
         run.await?;
+        pool.close().await;
         return Ok(());
     }
 
@@ -149,5 +150,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     shutdown.graceful();
     run.await?;
+    pool.close().await;
     Ok(())
 }

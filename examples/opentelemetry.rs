@@ -103,5 +103,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     run.await?;
     // Flushes every span still in the pipeline before the process exits.
     provider.shutdown()?;
+    pool.close().await;
     Ok(())
 }

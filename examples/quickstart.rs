@@ -167,6 +167,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     stop_resetter.cancel();
     resetter_task.await?;
+    // Stops the store's listener, which closes its connection in the
+    // background: done before the database goes at the end.
+    drop(store);
 
     let counts: Vec<(String, i64)> =
         sqlx::query_as("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state")
@@ -188,5 +191,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (1..=20).map(|n: i64| n * n).sum::<i64>(),
         "every job's write committed once"
     );
+    pool.close().await;
     Ok(())
 }

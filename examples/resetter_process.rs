@@ -116,6 +116,7 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
             }
         })
         .await;
+    pool.close().await;
     Ok(())
 }
 
@@ -185,5 +186,6 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("[parent] a new worker finished it: {state} after {attempts} attempts");
     assert_eq!(state, "completed");
+    pool.close().await;
     Ok(())
 }

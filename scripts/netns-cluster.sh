@@ -8,7 +8,7 @@
 #   scripts/netns-cluster.sh N PORT DBNAME
 # Postgres must listen on all addresses (listen_addresses='*') on PORT and
 # trust (or password-authenticate) 10.232.0.0/16 in pg_hba.conf; create the
-# tables first with: DATABASE_URL=... target/debug/examples/cluster_node --setup
+# tables first with: target/debug/examples/cluster_node --setup --join postgres://...
 # Everything it creates is removed on exit (Ctrl-C).
 set -euo pipefail
 n=${1:?number of nodes}; port=${2:?postgres port}; db=${3:?database name}
@@ -37,8 +37,7 @@ for i in $(seq 0 $((n - 1))); do
     ip -n "dbwdemo$i" addr add "10.232.$i.2/24" dev "dbwdemop$i"
     ip -n "dbwdemo$i" link set "dbwdemop$i" up
     ip -n "dbwdemo$i" link set lo up
-    DATABASE_URL="postgres://postgres@10.232.$i.1:$port/$db" \
-        ip netns exec "dbwdemo$i" "$bin" &
+    ip netns exec "dbwdemo$i" "$bin" --join "postgres://postgres@10.232.$i.1:$port/$db" &
     pids+=($!)
     echo "node $i: namespace dbwdemo$i, address 10.232.$i.2, pid $!"
 done

@@ -1,9 +1,15 @@
 //! Runs every example as its own process: each asserts what it demonstrates
 //! (every job completed once, the budget held, the killed worker's job came
-//! back), so a broken example fails the suite.
+//! back), so a broken example fails the suite. The last test runs them all
+//! again with `DATABASE_URL` set, as `cargo test` may be run.
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use dbworker_testkit::ThrowawayServer;
+use sqlx::Connection;
 
 /// `target/<profile>/examples/NAME`, built by `cargo test` alongside this test.
 fn example(name: &str) -> PathBuf {
@@ -20,6 +26,12 @@ fn run(name: &str) -> String {
 }
 
 fn run_with(name: &str, args: &[&str]) -> String {
+    run_with_env(name, args, &[])
+}
+
+/// Runs example `name` with `args` and the variables `env` set; asserts that it
+/// succeeded and returns its standard output.
+fn run_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let path = example(name);
     assert!(
         path.exists(),
@@ -28,6 +40,7 @@ fn run_with(name: &str, args: &[&str]) -> String {
     );
     let out = Command::new(&path)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run example");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -227,4 +240,91 @@ fn dashboard_is_mounted_in_an_application_behind_a_token() {
         out.contains("GET /admin/jobs without the token -> 401 Unauthorized"),
         "{out}"
     );
+}
+
+/// Every example with its arguments, for the `DATABASE_URL` run (`bench`, a
+/// benchmark, is left out as everywhere in this file).
+const EXAMPLES: [(&str, &[&str]); 12] = [
+    ("quickstart", &[]),
+    ("app_table", &[]),
+    ("budget", &[]),
+    ("resetter_process", &[]),
+    ("enqueue", &[]),
+    ("prometheus", &[]),
+    ("opentelemetry", &[]),
+    ("kinds", &[]),
+    ("cron", &[]),
+    ("consumers", &[]),
+    ("cluster_node", &[]),
+    ("dashboard", &["--check"]),
+];
+
+/// With `DATABASE_URL` set, every example makes its scratch database on that
+/// server, like the testkit (and `cargo test`) does; none takes the URL for a
+/// database of its own. CI runs without `DATABASE_URL`, so this test points
+/// the examples at a server of its own: each must succeed there, and each
+/// must have used it, which the server's count of sessions on its maintenance
+/// database shows (creating the scratch database takes one, dropping it
+/// another).
+#[test]
+fn every_example_makes_its_scratch_database_on_the_database_url_server() {
+    let server =
+        ThrowawayServer::start(&["fsync=off", "synchronous_commit=off"]).expect("throwaway server");
+    let url = server.admin_url();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Open before the examples run: a session is counted when it ends.
+    let mut stats = runtime
+        .block_on(sqlx::PgConnection::connect(url))
+        .expect("connect to the server");
+    let sessions = |stats: &mut sqlx::PgConnection| -> i64 {
+        runtime
+            .block_on(
+                sqlx::query_scalar(
+                    "SELECT sessions FROM pg_stat_database WHERE datname = current_database()",
+                )
+                .fetch_one(stats),
+            )
+            .expect("session count")
+    };
+    let before = sessions(&mut stats);
+
+    // Two at a time, like the test harness on a small machine.
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while let Some((name, args)) = EXAMPLES.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    run_with_env(name, args, &[("DATABASE_URL", url)]);
+                }
+            });
+        }
+    });
+
+    // The examples' sessions are counted as their backends exit, just after.
+    let expected = before + 2 * i64::try_from(EXAMPLES.len()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut counted = sessions(&mut stats);
+    while counted < expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        counted = sessions(&mut stats);
+    }
+    assert!(
+        counted >= expected,
+        "{} sessions on {url} for {} examples; one of them did not make its database there",
+        counted - before,
+        EXAMPLES.len()
+    );
+    let left: i64 = runtime
+        .block_on(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM pg_database WHERE datname LIKE 'dbworker\\_test\\_%'",
+            )
+            .fetch_one(&mut stats),
+        )
+        .unwrap();
+    assert_eq!(left, 0, "every example drops its scratch database");
+    let _ = runtime.block_on(stats.close());
 }

@@ -148,7 +148,7 @@ fn start_node(net: &Net, n: usize, url: &str) -> NodeProcess {
     let child = Command::new("ip")
         .args(["netns", "exec", &net.ns(n)])
         .arg(example("cluster_node"))
-        .env("DATABASE_URL", url)
+        .args(["--join", url])
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -247,8 +247,7 @@ async fn processes_in_separate_network_namespaces_process_everything_exactly_onc
         .await
         .unwrap();
     let setup = Command::new(example("cluster_node"))
-        .arg("--setup")
-        .env("DATABASE_URL", db.url())
+        .args(["--setup", "--join", db.url()])
         .status()
         .unwrap();
     assert!(setup.success());

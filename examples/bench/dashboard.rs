@@ -59,5 +59,6 @@ pub(crate) async fn run(
         let at = |percent: usize| times[(times.len() - 1) * percent / 100];
         out.push((name.to_owned(), at(50), at(95)));
     }
+    pool.close().await;
     Ok(out)
 }

@@ -57,10 +57,26 @@ impl workerutil::Handler<DbStore<Job>> for Completes {
 }
 
 /// A database with a `jobs` table (standard columns plus `payload` and `cost`)
-/// and a `side_effects` table handlers write to.
+/// and a `side_effects` table handlers write to. Dropping it closes `pool`,
+/// then drops the database.
 pub struct Db {
     pub db: TestDatabase,
     pub pool: PgPool,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // `close` marks the pool closed at once; its future (which waits for
+        // the connections in use) cannot be awaited in `drop`. From here on a
+        // connection handed back is closed rather than tested with a ping, so
+        // none races the forced DROP DATABASE of `self.db`, which runs next
+        // and ends the idle ones.
+        #[allow(
+            clippy::let_underscore_future,
+            reason = "marking the pool closed is the point; nothing here can await"
+        )]
+        let _ = self.pool.close();
+    }
 }
 
 impl Db {
