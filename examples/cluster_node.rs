@@ -210,6 +210,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     consuming.await??;
     leading.await?;
     beat.await?;
+    store.close().await;
     Ok(())
 }
 

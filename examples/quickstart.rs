@@ -167,9 +167,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     stop_resetter.cancel();
     resetter_task.await?;
-    // Stops the store's listener, which closes its connection in the
-    // background: done before the database goes at the end.
-    drop(store);
+    // Closes the store's LISTEN connection before the database goes at the end.
+    store.close().await;
 
     let counts: Vec<(String, i64)> =
         sqlx::query_as("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state")

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgListener, PgPoolOptions};
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 use workerutil::{WakeupSender, Wakeups};
 
 use crate::columns::{Relation, bounded_name, is_identifier};
@@ -59,87 +59,130 @@ impl Listen {
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
 
+/// The running listener task. Dropping it stops the task; [`close`](Self::close)
+/// also waits until its connection is closed, so a server stopped right after
+/// sees a clean disconnect rather than a connection still in use.
+#[derive(Debug)]
+pub(crate) struct ListenerTask {
+    stop: CancellationToken,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl ListenerTask {
+    /// Stops the task and waits for its connection to close.
+    pub(crate) async fn close(&self) {
+        self.stop.cancel();
+        let task = self.task.lock().expect("not poisoned").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ListenerTask {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
 /// Starts the listener task: one dedicated connection (outside the store's
 /// pool, since it is held for good) that LISTENs on `channel` and wakes the
 /// store's workers. It reconnects by itself; while it is down, the wake-ups
-/// are not live and workers poll. It stops when the guard is dropped.
+/// are not live and workers poll. It stops when the task handle is dropped
+/// or closed.
 pub(crate) fn spawn_listener(
     pool: &PgPool,
     channel: String,
     store: String,
     connect_timeout: Duration,
-) -> (Wakeups, DropGuard) {
+) -> (Wakeups, ListenerTask) {
     let sender = WakeupSender::new();
     let wakeups = sender.subscribe();
     let stop = CancellationToken::new();
     let connect = (*pool.connect_options()).clone();
     let task_stop = stop.clone();
-    tokio::spawn(async move {
-        let listen_pool = || {
-            PgPoolOptions::new()
-                .max_connections(1)
-                .min_connections(0)
-                .acquire_timeout(connect_timeout)
-                .max_lifetime(None)
-                .idle_timeout(None)
-                .connect_lazy_with(connect.clone())
-        };
-        let mut delay = RECONNECT_MIN;
-        let mut was_live = false;
-        loop {
-            let attempt = async {
-                let mut listener = PgListener::connect_with(&listen_pool()).await?;
-                listener.ignore_pool_close_event(true);
-                listener.eager_reconnect(false);
-                listener.listen(&channel).await?;
-                Ok::<_, sqlx::Error>(listener)
-            };
-            let result = tokio::select! {
-                _ = task_stop.cancelled() => return,
-                result = attempt => result,
-            };
-            let mut listener = match result {
-                Ok(listener) => listener,
-                Err(err) => {
-                    tracing::warn!(store = %store, channel = %channel, error = %err, retry_in = ?delay, "cannot LISTEN; workers poll until it is back");
-                    tokio::select! {
-                        _ = task_stop.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(RECONNECT_MAX);
-                    continue;
-                }
-            };
-            if was_live {
-                tracing::info!(store = %store, channel = %channel, "listener reconnected");
-            } else {
-                tracing::debug!(store = %store, channel = %channel, "listening");
-            }
-            // Going live wakes the workers: jobs may have arrived while it was down.
-            sender.set_live(true);
-            was_live = true;
-            delay = RECONNECT_MIN;
-            loop {
-                let received = tokio::select! {
-                    _ = task_stop.cancelled() => return,
-                    received = listener.try_recv() => received,
-                };
-                match received {
-                    Ok(Some(_)) => sender.wake(),
-                    Ok(None) => {
-                        tracing::warn!(store = %store, channel = %channel, "listener connection lost; workers poll until it is back");
-                        break;
-                    }
-                    Err(err) => {
-                        tracing::warn!(store = %store, channel = %channel, error = %err, "listener failed; workers poll until it is back");
-                        break;
-                    }
-                }
-            }
-            sender.set_live(false);
-        }
+    let task = tokio::spawn(async move {
+        // One pool for the task's whole life, closed (awaited) when it stops.
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(connect_timeout)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with(connect);
+        listen(&listen_pool, &channel, &store, &sender, &task_stop).await;
+        listen_pool.close().await;
     });
-    (wakeups, stop.drop_guard())
+    let task = ListenerTask {
+        stop,
+        task: std::sync::Mutex::new(Some(task)),
+    };
+    (wakeups, task)
+}
+
+/// The listener's loop: (re)connect, LISTEN, wake on each notification, until
+/// `stop` fires.
+async fn listen(
+    listen_pool: &PgPool,
+    channel: &str,
+    store: &str,
+    sender: &WakeupSender,
+    task_stop: &CancellationToken,
+) {
+    let mut delay = RECONNECT_MIN;
+    let mut was_live = false;
+    loop {
+        let attempt = async {
+            let mut listener = PgListener::connect_with(listen_pool).await?;
+            listener.ignore_pool_close_event(true);
+            listener.eager_reconnect(false);
+            listener.listen(channel).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let result = tokio::select! {
+            _ = task_stop.cancelled() => return,
+            result = attempt => result,
+        };
+        let mut listener = match result {
+            Ok(listener) => listener,
+            Err(err) => {
+                tracing::warn!(store = %store, channel = %channel, error = %err, retry_in = ?delay, "cannot LISTEN; workers poll until it is back");
+                tokio::select! {
+                    _ = task_stop.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(RECONNECT_MAX);
+                continue;
+            }
+        };
+        if was_live {
+            tracing::info!(store = %store, channel = %channel, "listener reconnected");
+        } else {
+            tracing::debug!(store = %store, channel = %channel, "listening");
+        }
+        // Going live wakes the workers: jobs may have arrived while it was down.
+        sender.set_live(true);
+        was_live = true;
+        delay = RECONNECT_MIN;
+        loop {
+            let received = tokio::select! {
+                _ = task_stop.cancelled() => return,
+                received = listener.try_recv() => received,
+            };
+            match received {
+                Ok(Some(_)) => sender.wake(),
+                Ok(None) => {
+                    tracing::warn!(store = %store, channel = %channel, "listener connection lost; workers poll until it is back");
+                    break;
+                }
+                Err(err) => {
+                    tracing::warn!(store = %store, channel = %channel, error = %err, "listener failed; workers poll until it is back");
+                    break;
+                }
+            }
+        }
+        sender.set_live(false);
+    }
 }
 
 #[cfg(test)]

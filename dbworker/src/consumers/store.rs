@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
 use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 use workerutil::{
     BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Store, Wakeups, WorkerOptions,
 };
@@ -147,7 +147,7 @@ pub struct LogStore<E> {
     batches: std::sync::atomic::AtomicU64,
     fatal: Mutex<Option<Fatal>>,
     stop: CancellationToken,
-    wakeups: Option<(Wakeups, Arc<DropGuard>)>,
+    wakeups: Option<(Wakeups, Arc<crate::notify::ListenerTask>)>,
     _event: PhantomData<fn() -> E>,
 }
 

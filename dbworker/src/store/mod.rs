@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Postgres, Row, Transaction};
-use tokio_util::sync::DropGuard;
 use workerutil::{BoxError, Lease, Record, Wakeups, WorkerOptions, error_chain};
 
 use crate::error::{Error, Result};
@@ -74,8 +73,8 @@ pub struct DbStore<R> {
     completer: Option<Completer>,
     /// Wake-ups from the listener, when `listen` is on.
     wakeups: Option<Wakeups>,
-    /// Stops the listener task when the store is dropped.
-    _listener: Option<DropGuard>,
+    /// The listener task, stopped when the store is dropped or closed.
+    listener: Option<notify::ListenerTask>,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -117,8 +116,19 @@ impl<R: Record> DbStore<R> {
             scan: options.scan,
             completer,
             wakeups,
-            _listener: listener,
+            listener,
         })
+    }
+
+    /// Stops the store's background work and waits for it: the LISTEN
+    /// connection is closed (the application's pool is left to the
+    /// application). Call it before stopping the database, e.g. at the end of
+    /// a test, so the server sees a clean disconnect. Dropping the store stops
+    /// the same work without waiting.
+    pub async fn close(&self) {
+        if let Some(listener) = &self.listener {
+            listener.close().await;
+        }
     }
 
     /// Checks that a worker with `options`, claiming `claim_ahead` jobs beyond
