@@ -1,5 +1,5 @@
 -- The reference job table used by the examples (usable with `sqlx::migrate!`).
--- Generate one for your own table with `cargo run -p dbworker --bin dbworker -- migration --table NAME`.
+-- Generate one for your own table with `cargo run -p dbworker-cli -- migration --table NAME`.
 CREATE TABLE IF NOT EXISTS "example_jobs" (
     "id" bigserial PRIMARY KEY,
     "state" text NOT NULL DEFAULT 'queued',

@@ -16,6 +16,8 @@ mod sql;
 // Shared machinery the features build on.
 mod notify;
 mod schema_check;
+
+// Building a worker over a store (above the store).
 mod worker;
 
 pub mod admin;

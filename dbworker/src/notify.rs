@@ -1,5 +1,5 @@
-//! LISTEN/NOTIFY wake-ups: the channel a job table is notified on, the
-//! trigger that notifies it, and the listener that wakes idle workers.
+//! LISTEN/NOTIFY wake-ups: the channel a job table is notified on and the
+//! listener that wakes idle workers (the trigger's DDL is in `ddl/notify.rs`).
 
 use std::time::Duration;
 

@@ -115,6 +115,29 @@ impl DashboardOptions {
             page_size: 50,
         }
     }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |field, reason: &str| {
+            Err(Error::InvalidOption {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.tables.is_empty() {
+            return invalid("tables", "name at least one job table");
+        }
+        if self.sample_interval.is_zero() {
+            return invalid("sample_interval", "must be positive");
+        }
+        if self.samples_kept == 0 {
+            return invalid("samples_kept", "must be at least 1");
+        }
+        if self.page_size == 0 {
+            return invalid("page_size", "must be at least 1");
+        }
+        Ok(())
+    }
 }
 
 /// One table's admin and what belongs to it.
@@ -162,18 +185,7 @@ impl Dashboard {
     /// Checks every table (and its pause and limit tables) now and starts
     /// sampling the throughput counters.
     pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
-        if options.tables.is_empty() {
-            return Err(Error::InvalidOption {
-                field: "tables",
-                reason: "name at least one job table".into(),
-            });
-        }
-        if options.sample_interval.is_zero() || options.page_size == 0 {
-            return Err(Error::InvalidOption {
-                field: "sample_interval",
-                reason: "the sample interval and the page size must be positive".into(),
-            });
-        }
+        options.validate()?;
         let mut tables = Vec::new();
         for t in &options.tables {
             let mut admin_options = AdminOptions::new(&t.table_name);

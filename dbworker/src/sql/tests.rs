@@ -410,6 +410,43 @@ fn rendered_sql_matches_the_snapshots() {
     );
 }
 
+/// Every statement function of `sql/` is snapshotted above, and every
+/// snapshot file belongs to a statement (a renamed or removed statement must
+/// take its snapshot along).
+#[test]
+fn every_statement_has_a_snapshot_and_every_snapshot_a_statement() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/sql");
+    let names: Vec<&str> = statements().iter().map(|(name, _)| *name).collect();
+    for entry in std::fs::read_dir(root.join("snapshots")).unwrap() {
+        let file = entry.unwrap().file_name().into_string().unwrap();
+        let name = file.trim_end_matches(".sql");
+        assert!(
+            names.contains(&name),
+            "stale snapshot {file}: no statement renders it"
+        );
+    }
+    let tests = include_str!("tests.rs");
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("tests.rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        for item in source.split("pub(crate) fn ").skip(1) {
+            let signature = &item[..item.find('{').unwrap_or(item.len())];
+            if !signature.contains("-> Statement") {
+                continue;
+            }
+            let name = &item[..item.find(['(', '<']).unwrap()];
+            assert!(
+                tests.contains(&format!("{name}(")),
+                "{name} in {} has no snapshot",
+                path.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn user_values_are_bound_not_rendered() {
     let t = resolved(false);
