@@ -14,6 +14,8 @@ use crate::notify::Listen;
 use crate::retry::RetryPolicy;
 use crate::sql::JobTable;
 
+use super::ResetConfig;
+
 /// Turns one selected row (the values of `column_expressions`, in order) into a record.
 pub type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
 
@@ -397,6 +399,20 @@ pub(crate) struct Resolved {
     pub(crate) handling: Handling,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,
+}
+
+impl Resolved {
+    /// What a reset pass over this store's table needs.
+    pub(crate) fn reset_config(&self) -> ResetConfig {
+        ResetConfig {
+            table: self.table.clone(),
+            columns: self.columns.clone(),
+            stalled_max_age: self.stalled_max_age,
+            max_num_resets: self.max_num_resets,
+            message: self.reset_failure_message.clone(),
+            dead_nodes: None,
+        }
+    }
 }
 
 impl std::ops::Deref for Resolved {

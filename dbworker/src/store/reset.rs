@@ -10,7 +10,6 @@ use workerutil::{JobState, RecordId};
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::sql;
-use crate::store::Resolved;
 
 #[derive(Debug, Clone)]
 pub(crate) struct ResetConfig {
@@ -20,19 +19,6 @@ pub(crate) struct ResetConfig {
     pub(crate) max_num_resets: u32,
     pub(crate) message: String,
     pub(crate) dead_nodes: Option<(Relation, Duration)>,
-}
-
-impl Resolved {
-    pub(crate) fn reset_config(&self) -> ResetConfig {
-        ResetConfig {
-            table: self.table.clone(),
-            columns: self.columns.clone(),
-            stalled_max_age: self.stalled_max_age,
-            max_num_resets: self.max_num_resets,
-            message: self.reset_failure_message.clone(),
-            dead_nodes: None,
-        }
-    }
 }
 
 /// What one resetter pass did.
