@@ -34,45 +34,46 @@ pub(crate) struct Relation {
 
 impl Relation {
     /// Parses `"name"`, `"schema.name"`, `"name alias"` or `"name AS alias"`.
+    /// Each part is a plain identifier or a double-quoted one (`"order"`,
+    /// `app."My Table" t`), kept unquoted: [`Relation::quoted`] quotes it again.
     pub(crate) fn parse(field: &'static str, text: &str) -> Result<Relation, Error> {
+        use Token::{Dot, Word as W};
         let invalid = |reason: &str| Error::InvalidOption {
             field,
             reason: format!("{reason}: {text:?}"),
         };
-        let parts: Vec<&str> = text.split_whitespace().collect();
-        let (qualified, alias) = match parts.as_slice() {
-            [name] => (*name, None),
-            [name, alias] if !alias.eq_ignore_ascii_case("as") => (*name, Some(*alias)),
-            [name, as_kw, alias] if as_kw.eq_ignore_ascii_case("as") => (*name, Some(*alias)),
+        let tokens = lex(text).map_err(&invalid)?;
+        let is_as = |w: &Word| !w.quoted && w.text.eq_ignore_ascii_case("as");
+        let (schema, name, alias) = match tokens.as_slice() {
+            [W(n)] => (None, n, None),
+            [W(s), Dot, W(n)] => (Some(s), n, None),
+            [W(n), W(a)] if !is_as(a) => (None, n, Some(a)),
+            [W(s), Dot, W(n), W(a)] if !is_as(a) => (Some(s), n, Some(a)),
+            [W(n), W(k), W(a)] if is_as(k) => (None, n, Some(a)),
+            [W(s), Dot, W(n), W(k), W(a)] if is_as(k) => (Some(s), n, Some(a)),
             _ => {
                 return Err(invalid(
                     "expected `table`, `schema.table`, `table alias` or `table AS alias`",
                 ));
             }
         };
-        for word in [Some(qualified), alias].into_iter().flatten() {
-            if is_reserved(word) {
+        // A bare keyword is a typo (`"jobs where"`); a quoted one is a name.
+        let bare_name = schema.is_none().then_some(name);
+        for word in [bare_name, alias].into_iter().flatten() {
+            if !word.quoted && is_reserved(&word.text) {
                 return Err(invalid(&format!(
-                    "{word:?} is an SQL keyword, not a table name or alias"
+                    "{:?} is an SQL keyword, not a table name or alias",
+                    word.text
                 )));
             }
         }
-        let (schema, name) = match qualified.split_once('.') {
-            Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
-            None => (None, qualified.to_owned()),
-        };
-        for ident in [Some(name.as_str()), schema.as_deref(), alias]
-            .into_iter()
-            .flatten()
-        {
-            if !is_identifier(ident) {
-                return Err(invalid(&format!("{ident:?} is not a plain identifier")));
-            }
+        for word in [Some(name), schema, alias].into_iter().flatten() {
+            word.check().map_err(|reason| invalid(&reason))?;
         }
         Ok(Relation {
-            alias: alias.map_or_else(|| name.clone(), str::to_owned),
-            schema,
-            name,
+            alias: alias.unwrap_or(name).text.clone(),
+            schema: schema.map(|s| s.text.clone()),
+            name: name.text.clone(),
         })
     }
 
@@ -90,13 +91,154 @@ impl Relation {
         }
     }
 
-    /// The qualified name for messages: `schema.name` or `name`.
+    /// The qualified name for messages and keys (pauses, limits, cron):
+    /// `schema.name` or `name`, each part quoted only when it is not a plain
+    /// identifier (`"My Table"`), so distinct relations keep distinct names.
     pub(crate) fn display_name(&self) -> String {
+        let part = |p: &str| {
+            if is_identifier(p) {
+                p.to_owned()
+            } else {
+                quote(p)
+            }
+        };
         match &self.schema {
-            Some(s) => format!("{s}.{}", self.name),
-            None => self.name.clone(),
+            Some(s) => format!("{}.{}", part(s), part(&self.name)),
+            None => part(&self.name),
         }
     }
+}
+
+/// A word of an option naming a relation or column: its text (unquoted) and
+/// whether it was double-quoted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Word {
+    text: String,
+    quoted: bool,
+}
+
+impl Word {
+    /// A plain word must be a plain identifier; a quoted one may hold any
+    /// printable characters, 1 to 63 bytes (Postgres would cut a longer one).
+    fn check(&self) -> Result<(), String> {
+        if self.quoted {
+            if self.text.is_empty()
+                || self.text.len() > 63
+                || self.text.chars().any(char::is_control)
+            {
+                return Err(format!(
+                    "{:?} is not a quoted identifier of 1 to 63 bytes without control characters",
+                    self.text
+                ));
+            }
+        } else if !is_identifier(&self.text) {
+            return Err(format!("{:?} is not a plain identifier", self.text));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Word(Word),
+    Dot,
+}
+
+/// Splits option text into words and dots. A word is plain (up to a blank,
+/// a dot or a quote) or double-quoted, with `""` standing for a quote; a word
+/// ends at a blank, a dot or the end.
+fn lex(text: &str) -> Result<Vec<Token>, &'static str> {
+    let mut tokens = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some(&(start, c)) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        if c == '.' {
+            chars.next();
+            tokens.push(Token::Dot);
+            continue;
+        }
+        let word = if c == '"' {
+            chars.next();
+            let mut unquoted = String::new();
+            loop {
+                match chars.next() {
+                    None => return Err("a quoted identifier is not closed"),
+                    Some((_, '"')) if chars.peek().is_some_and(|&(_, c)| c == '"') => {
+                        chars.next();
+                        unquoted.push('"');
+                    }
+                    Some((_, '"')) => break,
+                    Some((_, c)) => unquoted.push(c),
+                }
+            }
+            Word {
+                text: unquoted,
+                quoted: true,
+            }
+        } else {
+            let mut end = text.len();
+            while let Some(&(i, c)) = chars.peek() {
+                if c.is_whitespace() || c == '.' || c == '"' {
+                    end = i;
+                    break;
+                }
+                chars.next();
+            }
+            Word {
+                text: text[start..end].to_owned(),
+                quoted: false,
+            }
+        };
+        if chars
+            .peek()
+            .is_some_and(|&(_, c)| !c.is_whitespace() && c != '.')
+        {
+            return Err("a quoted identifier must be a whole word");
+        }
+        tokens.push(Token::Word(word));
+    }
+    Ok(tokens)
+}
+
+/// One identifier as an option gives it, unquoted: a plain identifier as it
+/// is, or a double-quoted one (`"order"`, `"My Column"`) without its quotes.
+/// `None` if the text is anything else.
+pub(crate) fn parse_identifier(text: &str) -> Option<String> {
+    match lex(text).ok()?.as_slice() {
+        [Token::Word(w)] if w.check().is_ok() => Some(w.text.clone()),
+        _ => None,
+    }
+}
+
+/// Dotted identifiers (`j.queue`, `j."order"`), each unquoted; `None` if the
+/// text is anything else.
+pub(crate) fn parse_dotted(text: &str) -> Option<Vec<String>> {
+    let tokens = lex(text).ok()?;
+    let mut parts = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        match token {
+            Token::Word(w) if i % 2 == 0 && w.check().is_ok() => parts.push(w.text.clone()),
+            Token::Dot if i % 2 == 1 => {}
+            _ => return None,
+        }
+    }
+    (tokens.len() % 2 == 1).then_some(parts)
+}
+
+/// A column option resolved: the name unquoted, or an error naming `field`.
+pub(crate) fn column_name(field: &'static str, text: &str) -> Result<String, Error> {
+    parse_identifier(text).ok_or_else(|| Error::InvalidOption {
+        field,
+        reason: format!("{text:?} is not an identifier (plain, or double-quoted)"),
+    })
+}
+
+/// A string as an SQL literal: `'it''s'`.
+pub(crate) fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
 }
 
 /// Quotes an identifier for SQL.
@@ -201,8 +343,9 @@ pub(crate) struct Columns {
 
 impl Columns {
     /// Applies the renames; every key must be a standard column and every value
-    /// an identifier.
+    /// an identifier (plain, or double-quoted: `"order"`), taken unquoted.
     pub(crate) fn resolve(renames: &HashMap<String, String>) -> Result<Columns, Error> {
+        let mut unquoted = HashMap::with_capacity(renames.len());
         for (from, to) in renames {
             if !STANDARD_COLUMNS.contains(&from.as_str()) {
                 return Err(Error::InvalidOption {
@@ -213,14 +356,15 @@ impl Columns {
                     ),
                 });
             }
-            if !is_identifier(to) {
+            let Some(to) = parse_identifier(to) else {
                 return Err(Error::InvalidOption {
                     field: "alternate_column_names",
-                    reason: format!("{to:?} (for {from:?}) is not a plain identifier"),
+                    reason: format!("{to:?} (for {from:?}) is not a plain or quoted identifier"),
                 });
-            }
+            };
+            unquoted.insert(from.as_str(), to);
         }
-        let name = |c: &str| renames.get(c).cloned().unwrap_or_else(|| c.to_owned());
+        let name = |c: &str| unquoted.get(c).cloned().unwrap_or_else(|| c.to_owned());
         // Two standard columns under one name would make every statement wrong.
         let mut seen: HashMap<String, &str> = HashMap::new();
         for standard in STANDARD_COLUMNS {
@@ -313,6 +457,115 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("table AS alias"), "{err}");
+    }
+
+    #[test]
+    fn parses_quoted_relations() {
+        let parts = |text: &str| {
+            let r = Relation::parse("table_name", text).unwrap();
+            (r.schema, r.name, r.alias)
+        };
+        let owned = |s: &str| s.to_owned();
+        assert_eq!(parts("\"order\""), (None, owned("order"), owned("order")));
+        assert_eq!(
+            parts("app.\"select\""),
+            (Some(owned("app")), owned("select"), owned("select"))
+        );
+        assert_eq!(
+            parts("\"My Table\" t"),
+            (None, owned("My Table"), owned("t"))
+        );
+        assert_eq!(
+            parts("\"my.schema\".\"we\"\"ird\" AS \"where\""),
+            (Some(owned("my.schema")), owned("we\"ird"), owned("where"))
+        );
+        assert_eq!(
+            parts("\"app\" . jobs as j"),
+            (Some(owned("app")), owned("jobs"), owned("j"))
+        );
+        // Keywords after a dot were always taken; they still are.
+        assert_eq!(
+            parts("app.order"),
+            (Some(owned("app")), owned("order"), owned("order"))
+        );
+        // A quoted `as` is an alias, not the keyword.
+        assert_eq!(parts("jobs \"as\""), (None, owned("jobs"), owned("as")));
+        let r = Relation::parse("table_name", "app.\"My Table\" t").unwrap();
+        assert_eq!(r.quoted(), "\"app\".\"My Table\"");
+        assert_eq!(r.display_name(), "app.\"My Table\"");
+        let r = Relation::parse("table_name", "\"order\"").unwrap();
+        assert_eq!(r.quoted(), "\"order\"");
+        assert_eq!(r.display_name(), "order");
+        assert_eq!(
+            Relation::parse("table_name", "app.jobs j")
+                .unwrap()
+                .display_name(),
+            "app.jobs"
+        );
+
+        // Unquoted keywords are still typos, with the same message.
+        for (bad, word) in [
+            ("order", "order"),
+            ("jobs where", "where"),
+            ("\"order\" select", "select"),
+        ] {
+            let err = Relation::parse("table_name", bad).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!(
+                    "{word:?} is an SQL keyword, not a table name or alias"
+                )),
+                "{bad}: {err}"
+            );
+        }
+        for bad in [
+            "\"order",
+            "\"\"",
+            "\"a\"b",
+            "a\"b\"",
+            "\"a\nb\"",
+            "a..b",
+            "a.b.c",
+            ".a",
+            "a.",
+            "\"order\" AS",
+            "\"order\"; drop table x",
+        ] {
+            let err = Relation::parse("table_name", bad).unwrap_err().to_string();
+            assert!(err.contains("table_name"), "{bad}: {err}");
+        }
+        let long = format!("\"{}\"", "x".repeat(64));
+        assert!(Relation::parse("table_name", &long).is_err());
+    }
+
+    #[test]
+    fn parses_quoted_columns() {
+        assert_eq!(parse_identifier("queue").as_deref(), Some("queue"));
+        assert_eq!(parse_identifier("\"order\"").as_deref(), Some("order"));
+        assert_eq!(
+            parse_identifier(" \"My \"\"Col\"\"\" ").as_deref(),
+            Some("My \"Col\"")
+        );
+        for bad in ["", "a b", "\"a", "a.b", "\"\"", "1a"] {
+            assert_eq!(parse_identifier(bad), None, "{bad}");
+        }
+        assert_eq!(
+            parse_dotted("j.\"order\""),
+            Some(vec!["j".to_owned(), "order".to_owned()])
+        );
+        assert_eq!(parse_dotted("queue"), Some(vec!["queue".to_owned()]));
+        for bad in ["", "j.", ".q", "j..q", "j q"] {
+            assert_eq!(parse_dotted(bad), None, "{bad}");
+        }
+        let err = column_name("queue_column", "no spaces")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("queue_column"), "{err}");
+        let renames = HashMap::from([("state".to_owned(), "\"Status\"".to_owned())]);
+        assert_eq!(Columns::resolve(&renames).unwrap().state, "Status");
+        // Quoted or not, a rename onto a standard name is caught.
+        let renames = HashMap::from([("state".to_owned(), "\"id\"".to_owned())]);
+        assert!(Columns::resolve(&renames).is_err());
+        assert_eq!(literal("it's"), "'it''s'");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use workerutil::{
     WorkerOptions, WorkerSummary,
 };
 
-use crate::columns::is_identifier;
+use crate::columns::parse_dotted;
 use crate::error::{Error, Result};
 use crate::store::{DbConditions, DbStore};
 use crate::worker::new_worker;
@@ -54,7 +54,7 @@ impl QueueWorkersOptions {
         if self.queues.is_empty() {
             return Err(invalid("name at least one queue".into()));
         }
-        if !self.queue_column.split('.').all(is_identifier) {
+        if parse_dotted(&self.queue_column).is_none() {
             return Err(Error::InvalidOption {
                 field: "queue_column",
                 reason: format!("{:?} is not `alias.column`", self.queue_column),

@@ -45,20 +45,21 @@ impl AdminOptions {
     pub fn validate(&self) -> Result<()> {
         Relation::parse("table_name", &self.table_name)?;
         Columns::resolve(&self.alternate_column_names)?;
-        for (field, column) in [
-            ("queue_column", &self.queue_column),
-            ("kind_column", &self.kind_column),
-        ] {
-            if let Some(column) = column
-                && !crate::columns::is_identifier(column)
-            {
-                return Err(Error::InvalidOption {
-                    field,
-                    reason: format!("{column:?} is not a plain identifier"),
-                });
-            }
-        }
-        Ok(())
+        self.optional_columns().map(|_| ())
+    }
+
+    /// `queue_column` and `kind_column`, unquoted.
+    fn optional_columns(&self) -> Result<(Option<String>, Option<String>)> {
+        let column = |field, column: &Option<String>| {
+            column
+                .as_deref()
+                .map(|c| crate::columns::column_name(field, c))
+                .transpose()
+        };
+        Ok((
+            column("queue_column", &self.queue_column)?,
+            column("kind_column", &self.kind_column)?,
+        ))
     }
 }
 
@@ -156,6 +157,7 @@ impl Admin {
         options.validate()?;
         let table = Relation::parse("table_name", &options.table_name)?;
         let columns = Columns::resolve(&options.alternate_column_names)?;
+        let (queue_column, kind_column) = options.optional_columns()?;
         let mut problems = Vec::new();
         crate::schema_check::check_table(pool, &table, &columns, &mut problems).await?;
         crate::schema_check::none(problems)?;
@@ -164,8 +166,8 @@ impl Admin {
             t: AdminTable {
                 table,
                 columns,
-                queue_column: options.queue_column,
-                kind_column: options.kind_column,
+                queue_column,
+                kind_column,
             },
         })
     }

@@ -388,13 +388,8 @@ pub async fn consumer_lag(
 ) -> Result<Vec<ConsumerLag>> {
     let events = Relation::parse("events_table", events_table)?;
     let checkpoints = Relation::parse("checkpoint_table", checkpoint_table)?;
-    if !crate::columns::is_identifier(position_column) {
-        return Err(Error::InvalidOption {
-            field: "position_column",
-            reason: "must be a plain identifier".into(),
-        });
-    }
-    let rows = sql::log_lag(&events, position_column, &checkpoints)
+    let position_column = crate::columns::column_name("position_column", position_column)?;
+    let rows = sql::log_lag(&events, &position_column, &checkpoints)
         .query()
         .fetch_all(pool)
         .await

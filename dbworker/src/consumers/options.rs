@@ -105,9 +105,8 @@ impl LogOptions {
         if names.windows(2).any(|w| w[0] == w[1]) || names.iter().any(|n| n.trim().is_empty()) {
             return Err(invalid("consumers", "names must be unique and not empty"));
         }
-        if !crate::columns::is_identifier(&self.position_column) {
-            return Err(invalid("position_column", "must be a plain identifier"));
-        }
+        let position_column =
+            crate::columns::column_name("position_column", &self.position_column)?;
         if self.batch_size == 0 {
             return Err(invalid("batch_size", "must be at least 1"));
         }
@@ -128,7 +127,7 @@ impl LogOptions {
         Ok(LogResolved {
             name: self.name.clone(),
             tables: LogTables {
-                position_column: self.position_column.clone(),
+                position_column,
                 column_expressions,
                 assignments: Relation::parse("assignment_table", &self.assignment_table)?,
                 checkpoints: Relation::parse("checkpoint_table", &self.checkpoint_table)?,

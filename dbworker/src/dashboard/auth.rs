@@ -157,64 +157,33 @@ fn basic(headers: &HeaderMap) -> Option<(String, String)> {
     Some((name.to_owned(), password.to_owned()))
 }
 
-/// Standard base64 (with padding), as basic auth sends it.
+/// Standard base64, as basic auth sends it. Lenient: the padding may be left
+/// out, and trailing bits are ignored.
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let value = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let bytes = s.trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= value(c)? << (18 - 6 * i);
-        }
-        let [_, a, b, c] = n.to_be_bytes();
-        out.push(a);
-        if chunk.len() > 2 {
-            out.push(b);
-        }
-        if chunk.len() > 3 {
-            out.push(c);
-        }
-        if chunk.len() == 1 {
-            return None;
-        }
-    }
-    Some(out)
+    use base64::Engine as _;
+    use base64::alphabet::STANDARD;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true),
+    );
+    LENIENT.decode(s).ok()
 }
 
-/// Compares secrets without stopping at the first difference.
+/// Compares secrets without stopping at the first difference (a length
+/// mismatch still answers at once, as the length is not the secret).
 fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    use subtle::ConstantTimeEq as _;
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 /// A random token for this process (form CSRF tokens): 128 bits from the
-/// standard library's randomly seeded hasher keys.
+/// operating system's generator (through `rand`'s thread-local CSPRNG), as
+/// 32 hex digits.
 pub(crate) fn random_token() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let part = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default(),
-        );
-        h.finish()
-    };
-    format!("{:016x}{:016x}", part(), part())
+    format!("{:032x}", rand::random::<u128>())
 }
 
 /// Whether a state-changing request comes from the dashboard's own pages.
@@ -247,6 +216,17 @@ mod tests {
         assert_eq!(base64_decode("YWRtaW46czNjcjN0").unwrap(), b"admin:s3cr3t");
         assert_eq!(base64_decode("YQ==").unwrap(), b"a");
         assert!(base64_decode("!!").is_none());
+        assert_eq!(base64_decode("YQ").unwrap(), b"a", "padding is optional");
+        assert!(base64_decode("Y").is_none());
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(constant_time_eq("s3cr3t", "s3cr3t"));
+        assert!(!constant_time_eq("s3cr3t", "s3cr3T"));
+        assert!(!constant_time_eq("s3cr3t", "s3cr3"));
+        assert!(!constant_time_eq("", "x"));
+        assert!(constant_time_eq("", ""));
     }
 
     #[test]

@@ -5,8 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::columns::quote;
-use crate::columns::{Columns, Relation, bounded_name};
+use crate::columns::{Columns, Relation, bounded_name, literal, quote};
 use crate::error::Result;
 
 mod notify;
@@ -221,7 +220,7 @@ pub fn enqueue_function_sql(
         "fields jsonb DEFAULT '{}'".to_owned(),
         "run_at timestamptz DEFAULT NULL".to_owned(),
     ];
-    let mut extra = vec![format!("'{}', run_at", c.process_after)];
+    let mut extra = vec![format!("{}, run_at", literal(&c.process_after))];
     // Each optional column is a parameter of the same name and type.
     for (on, name, ty) in [
         (columns.priority, "priority", "integer"),
@@ -241,7 +240,10 @@ pub fn enqueue_function_sql(
     }
     let params = params.join(",\n    ");
     let extra = extra.join(", ");
-    let (id, state, process_after) = (quote(&c.id), quote(&c.state), &c.process_after);
+    // `id` and `state` go inside format() strings: quotes doubled, `%` escaped.
+    let in_format = |ident: &str| quote(ident).replace('\'', "''").replace('%', "%%");
+    let (id, state) = (in_format(&c.id), in_format(&c.state));
+    let process_after = literal(&c.process_after);
     let keyed = if columns.keys {
         format!(
             r#"
@@ -251,7 +253,7 @@ pub fn enqueue_function_sql(
         END IF;
         SELECT string_agg(format('%I = excluded.%I', k, k), ', ') INTO sets
           FROM jsonb_object_keys(vals) AS k
-         WHERE k <> 'job_key' AND (key_mode = 'replace' OR k <> '{process_after}');
+         WHERE k <> 'job_key' AND (key_mode = 'replace' OR k <> {process_after});
         -- A live job holds at most one key: a waiting holder takes the new
         -- values (replace, preserve_run_at), a processing one is never changed.
         FOR attempt IN 1..8 LOOP
@@ -288,7 +290,7 @@ pub fn enqueue_function_sql(
     let standard: Vec<String> = c
         .expected_types()
         .iter()
-        .map(|(_, name, _)| format!("'{}'", name.replace('\'', "''")))
+        .map(|(_, name, _)| literal(name))
         .collect();
     Ok(format!(
         r#"-- Enqueues a job into {table}: `fields` holds the application's columns.
@@ -362,5 +364,31 @@ mod tests {
     #[test]
     fn bad_names_are_rejected() {
         assert!(job_table_sql("jobs; drop table x", &HashMap::new()).is_err());
+        assert!(job_table_sql("order", &HashMap::new()).is_err());
+    }
+
+    #[test]
+    fn quoted_names_are_quoted_everywhere() {
+        let renames = HashMap::from([("process_after".to_owned(), "\"it's%\"".to_owned())]);
+        let ddl = job_table_sql("app.\"order\"", &renames).unwrap();
+        assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "app"."order" ("#));
+        assert!(ddl.contains(r#""it's%" timestamptz"#));
+        assert!(ddl.contains(r#"CREATE INDEX IF NOT EXISTS "order_dequeue_idx" ON "app"."order""#));
+        let all = optional_columns_sql("\"order\"", &renames, OptionalColumns::all()).unwrap();
+        assert!(all.contains(r#"ALTER TABLE "order" ADD COLUMN"#));
+        // In the enqueue function, names sit inside literals and format() strings.
+        let f = enqueue_function_sql("\"My Table\"", &renames, OptionalColumns::all()).unwrap();
+        assert!(f.contains(r#"CREATE OR REPLACE FUNCTION "My Table_enqueue"("#));
+        assert!(f.contains(r#"jsonb_build_object('it''s%', run_at"#), "{f}");
+        assert!(f.contains(r#"k <> 'it''s%'"#), "{f}");
+        let renames = HashMap::from([("state".to_owned(), "\"50% 'done'\"".to_owned())]);
+        let f = enqueue_function_sql("jobs", &renames, OptionalColumns::all()).unwrap();
+        assert!(f.contains(r#"WHERE "50%% ''done''" IN (''queued''"#), "{f}");
+        let trigger = notify_trigger_sql("\"it's\"", &HashMap::new(), None).unwrap();
+        assert!(trigger.contains(r#"ON "it's""#), "{trigger}");
+        assert!(
+            trigger.contains(r#"EXECUTE FUNCTION "it's_dbworker_notify"('dbworker_it''s');"#),
+            "{trigger}"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The NOTIFY trigger that wakes listening workers when a job becomes runnable.
 
-use crate::columns::{Columns, Relation, bounded_name, quote};
+use crate::columns::{Columns, Relation, bounded_name, literal, quote};
 use crate::error::Result;
 use crate::notify::Listen;
 
@@ -38,13 +38,15 @@ pub fn notify_trigger_sql(
     )));
     let state = quote(&c.state);
     let notify_function = notify_function_sql(&function);
+    // The channel derives from the table's name, which may hold a quote.
+    let channel_literal = literal(&channel);
     Ok(format!(
         r#"-- Wakes dbworker listeners on channel '{channel}' when jobs are queued.
 {notify_function}CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
-    FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
+    FOR EACH STATEMENT EXECUTE FUNCTION {function}({channel_literal});
 CREATE OR REPLACE TRIGGER {on_requeue} AFTER UPDATE OF {state} ON {table}
     FOR EACH ROW WHEN (NEW.{state} = 'queued' AND OLD.{state} IS DISTINCT FROM 'queued')
-    EXECUTE FUNCTION {function}('{channel}');
+    EXECUTE FUNCTION {function}({channel_literal});
 "#
     ))
 }

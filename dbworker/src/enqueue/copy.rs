@@ -71,26 +71,25 @@ pub(super) fn run_at_micros(run_at: RunAt, now: i64) -> i64 {
 }
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff+00` for microseconds since the epoch (UTC).
+/// An instant beyond chrono's range (some 262,000 years away) is written as
+/// its last representable one, still far beyond any real run-at.
 pub(super) fn timestamp_text(micros: i64) -> String {
-    let secs = micros.div_euclid(1_000_000);
-    let frac = micros.rem_euclid(1_000_000);
-    let days = secs.div_euclid(86_400);
-    let in_day = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
+    let at = DateTime::from_timestamp_micros(micros).unwrap_or(if micros < 0 {
+        DateTime::<Utc>::MIN_UTC
+    } else {
+        DateTime::<Utc>::MAX_UTC
+    });
+    // Fields rather than `%Y`, which signs years past 9999 (`+10000`).
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{frac:06}+00",
-        in_day / 3_600,
-        in_day % 3_600 / 60,
-        in_day % 60
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}+00",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.timestamp_subsec_micros()
     )
 }
 
@@ -106,6 +105,10 @@ mod tests {
             "2000-02-29 12:34:56.789012+00"
         );
         assert_eq!(timestamp_text(-1), "1969-12-31 23:59:59.999999+00");
+        assert_eq!(
+            timestamp_text(253_402_300_800_000_000),
+            "10000-01-01 00:00:00.000000+00"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
-use crate::columns::{Columns, Relation, is_identifier};
+use crate::columns::{Columns, Relation, column_name, is_identifier};
 use crate::error::{Error, Result};
 use crate::sql::{self, EnqueueTable, JobRow};
 
@@ -26,7 +26,8 @@ use crate::sql::{self, EnqueueTable, JobRow};
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct EnqueueOptions {
-    /// The job table: `name` or `schema.name` (an alias is accepted and ignored).
+    /// The job table: `name` or `schema.name` (an alias is accepted and
+    /// ignored); double-quoted where SQL needs it: `"\"order\""`.
     pub table_name: String,
     /// Standard columns renamed in this table, `standard → actual`, as in
     /// `StoreOptions::alternate_column_names`.
@@ -68,22 +69,17 @@ impl EnqueueOptions {
         let table = Relation::parse("table_name", &self.table_name)?;
         let columns = Columns::resolve(&self.alternate_column_names)?;
         let optional = |field: &'static str, name: &Option<String>| match name {
-            Some(n) if !is_identifier(n) => Err(Error::InvalidOption {
-                field,
-                reason: format!("{n:?} is not a plain identifier of at most 63 bytes"),
-            }),
-            Some(n)
-                if columns
-                    .expected_types()
-                    .iter()
-                    .any(|(_, c, _)| *c == n.as_str()) =>
-            {
-                Err(Error::InvalidOption {
-                    field,
-                    reason: format!("{n:?} is one of the standard columns"),
-                })
+            Some(n) => {
+                let n = column_name(field, n)?;
+                if columns.expected_types().iter().any(|(_, c, _)| *c == n) {
+                    return Err(Error::InvalidOption {
+                        field,
+                        reason: format!("{n:?} is one of the standard columns"),
+                    });
+                }
+                Ok(Some(n))
             }
-            other => Ok(other.clone()),
+            None => Ok(None),
         };
         Ok(EnqueueTable {
             key: optional("key_column", &self.key_column)?,

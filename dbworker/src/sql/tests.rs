@@ -381,6 +381,53 @@ fn statements() -> Vec<(&'static str, Statement)> {
             log_lag(&l.events, &l.position_column, &l.checkpoints),
         ),
     ]
+    .into_iter()
+    .chain(quoted_statements())
+    .collect()
+}
+
+/// A job table named by SQL keywords (`app."select" "order"`), with quoted
+/// control tables and columns: parsed unquoted, every statement quotes them.
+fn quoted_statements() -> Vec<(&'static str, Statement)> {
+    let mut o = table("app.\"select\" \"order\"");
+    o.columns = Columns::resolve(&HashMap::from([(
+        "state".to_owned(),
+        "\"Status\"".to_owned(),
+    )]))
+    .unwrap();
+    o.pause_table = Some(Relation::parse("pause_table", "\"pause\"").unwrap());
+    o.limit_table = Some(Relation::parse("limit_table", "\"limit\"").unwrap());
+    o.queue_column = Some(crate::columns::column_name("queue_column", "\"group\"").unwrap());
+    o.limit_key_column =
+        Some(crate::columns::column_name("limit_key_column", "\"My Key\"").unwrap());
+    let e = EnqueueTable {
+        table: rel("\"order\""),
+        columns: Columns::resolve(&HashMap::new()).unwrap(),
+        key: Some("key".into()),
+        queue: Some("group".into()),
+        priority: None,
+        max_retries: None,
+        kind: None,
+    };
+    let payload = [("payload".to_owned(), sea_query::Value::from("p"))];
+    let pauses = Relation::parse("pause_table", "\"pause\"").unwrap();
+    vec![
+        ("quoted_claim", claim(&o, "host", &[], 3, true)),
+        (
+            "quoted_reset_stalled",
+            reset_stalled(&o.table, &o.columns, 5.0, None, 3, "m"),
+        ),
+        ("quoted_relation_access", relation_access(&o.table)),
+        ("quoted_enqueue_rows", enqueue_rows(&e, &[row(&payload)])),
+        (
+            "quoted_enqueue_keyed",
+            enqueue_keyed(&e, &row(&payload), "k", OnKey::Replace),
+        ),
+        (
+            "quoted_pause",
+            pause(&pauses, &pause_key(&o.table), "emails", "ops"),
+        ),
+    ]
 }
 
 #[test]

@@ -37,7 +37,10 @@ impl DbConditions {
     /// assert_eq!(only.len(), 1);
     /// ```
     pub fn column_in(self, column: &str, values: &[String]) -> Self {
-        let column: Vec<String> = column.split('.').map(crate::sql::quote).collect();
+        // `j."order"` is taken unquoted first; other text is split on dots.
+        let parts = crate::columns::parse_dotted(column)
+            .unwrap_or_else(|| column.split('.').map(str::to_owned).collect());
+        let column: Vec<String> = parts.iter().map(|p| crate::sql::quote(p)).collect();
         self.and(Expr::cust_with_values(
             format!("{} = ANY($1)", column.join(".")),
             [sea_query::Value::from(values.to_vec())],

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::PgRow;
 use workerutil::BoxError;
 
-use crate::columns::{Columns, Relation};
+use crate::columns::{Columns, Relation, column_name};
 use crate::error::Error;
 use crate::notify::Listen;
 use crate::retry::RetryPolicy;
@@ -50,7 +50,9 @@ pub struct StoreOptions<R> {
     pub name: String,
     /// The job table, optionally schema-qualified and with an alias:
     /// `"example_jobs"`, `"app.example_jobs j"`. Claims and state changes
-    /// run on this table.
+    /// run on this table. A name that SQL must quote (a keyword, capitals,
+    /// spaces) is written double-quoted, as in SQL: `"\"order\" o"`; so are
+    /// column options such as `queue_column`.
     pub table_name: String,
     /// A view (with alias) the handler's record is read from, e.g. one joining
     /// the job table to related tables. `None` reads from the table. The view must
@@ -288,11 +290,11 @@ impl<R> StoreOptions<R> {
             Some(name) => Some(Relation::parse("pause_table", name)?),
             None => None,
         };
-        if let Some(column) = &self.queue_column
-            && !crate::columns::is_identifier(column)
-        {
-            return Err(invalid("queue_column", "must be a plain identifier"));
-        }
+        let queue_column = self
+            .queue_column
+            .as_deref()
+            .map(|column| column_name("queue_column", column))
+            .transpose()?;
         let limit_table = match &self.limit_table {
             Some(_) if self.queue_column.is_none() => {
                 return Err(invalid(
@@ -309,29 +311,28 @@ impl<R> StoreOptions<R> {
             Some(name) => Some(Relation::parse("limit_table", name)?),
             None => None,
         };
-        match &self.limit_key_column {
+        let limit_key_column = match &self.limit_key_column {
             Some(_) if limit_table.is_none() => {
                 return Err(invalid("limit_key_column", "set limit_table too"));
             }
-            Some(column) if !crate::columns::is_identifier(column) => {
-                return Err(invalid("limit_key_column", "must be a plain identifier"));
-            }
-            _ => {}
-        }
-        if let Some(column) = &self.max_retries_column {
-            if !crate::columns::is_identifier(column) {
-                return Err(invalid("max_retries_column", "must be a plain identifier"));
-            }
-            if columns
+            Some(column) => Some(column_name("limit_key_column", column)?),
+            None => None,
+        };
+        let max_retries_column = self
+            .max_retries_column
+            .as_deref()
+            .map(|column| column_name("max_retries_column", column))
+            .transpose()?;
+        if let Some(column) = &max_retries_column
+            && columns
                 .expected_types()
                 .iter()
                 .any(|(_, name, _)| *name == column.as_str())
-            {
-                return Err(invalid(
-                    "max_retries_column",
-                    "must not be one of the standard columns",
-                ));
-            }
+        {
+            return Err(invalid(
+                "max_retries_column",
+                "must not be one of the standard columns",
+            ));
         }
         let listen_channel = self.listen.resolve(&table)?;
         let view_or_table = view.clone().unwrap_or_else(|| table.clone());
@@ -356,14 +357,14 @@ impl<R> StoreOptions<R> {
                 column_expressions,
                 order_by,
                 max_num_retries: self.max_num_retries,
-                max_retries_column: self.max_retries_column.clone(),
+                max_retries_column,
                 retry: self.retry.clone(),
                 max_num_resets: self.max_num_resets,
                 candidate_window: self.candidate_window,
                 pause_table,
                 limit_table,
-                limit_key_column: self.limit_key_column.clone(),
-                queue_column: self.queue_column.clone(),
+                limit_key_column,
+                queue_column,
             },
             stalled_max_age: self.stalled_max_age,
             reset_failure_message: self.reset_failure_message.clone(),

@@ -1,0 +1,1 @@
+INSERT INTO "order" AS "dbworker_job" ("payload", "key") VALUES ($1, $2) ON CONFLICT ("key") WHERE "state" IN ('queued', 'errored', 'processing') DO UPDATE SET "payload" = "excluded"."payload", "process_after" = "excluded"."process_after" WHERE "dbworker_job"."state" IN ('queued', 'errored') RETURNING "dbworker_job"."id"::bigint AS "id", ("dbworker_job".xmax = 0) AS "inserted"

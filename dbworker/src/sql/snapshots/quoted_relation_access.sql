@@ -1,0 +1,1 @@
+SELECT c.relkind::text AS "kind", has_table_privilege(c.oid, 'SELECT') AS "may_select", has_table_privilege(c.oid, 'UPDATE') AS "may_update", current_user::text AS "role" FROM "pg_catalog"."pg_class" AS "c" WHERE (c.oid) = (to_regclass($1::text))
