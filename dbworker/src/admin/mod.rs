@@ -147,6 +147,7 @@ pub enum Canceled {
 
 impl Admin {
     /// The resolved columns (the dashboard's job page reads renamed ones).
+    #[cfg(feature = "dashboard")]
     pub(crate) fn columns(&self) -> &Columns {
         &self.t.columns
     }

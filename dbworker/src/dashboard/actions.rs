@@ -35,7 +35,8 @@ impl FromRequest<Arc<Shared>> for AdminForm {
             .await
             .map_err(IntoResponse::into_response)?;
         let form: FormFields = url::form_urlencoded::parse(&body).into_owned().collect();
-        if field(&form, "csrf") != Some(s.csrf.as_str()) || !same_origin {
+        let csrf_ok = field(&form, "csrf").is_some_and(|t| auth::constant_time_eq(t, &s.csrf));
+        if !csrf_ok || !same_origin {
             return Err((
                 StatusCode::FORBIDDEN,
                 "the form is stale or comes from another site",

@@ -174,7 +174,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 /// Compares secrets without stopping at the first difference (a length
 /// mismatch still answers at once, as the length is not the secret).
-fn constant_time_eq(a: &str, b: &str) -> bool {
+pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {
     use subtle::ConstantTimeEq as _;
     a.as_bytes().ct_eq(b.as_bytes()).into()
 }
