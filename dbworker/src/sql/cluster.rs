@@ -1,8 +1,12 @@
 //! The node registry and leader election by lease.
 //!
-//! Written as text: `INSERT … ON CONFLICT` with expressions built from several
-//! bound values and `RETURNING` is clearer here than sea-query's builder, and every
-//! value is still bound.
+//! Built with sea-query: inserts with `ON CONFLICT … DO UPDATE` (the lease's
+//! `CASE` and `WHERE` over `excluded`), deletes, selects and `RETURNING`.
+//! Raw text is left only in two fragments sea-query has no builder for:
+//! `make_interval(secs => …)` (named-argument notation, in `interval`) and
+//! `EXTRACT(EPOCH FROM …)` (in `seconds_since`); every value is bound.
+
+use sea_query::{Func, extension::postgres::PgExpr};
 
 use super::*;
 
@@ -16,78 +20,121 @@ pub(crate) struct NodeRow<'a> {
     pub(crate) handlers: u32,
 }
 
+/// The columns a node registers, in the order of [`node_values`].
+const NODE_COLUMNS: [&str; 6] = ["id", "host", "pid", "version", "queues", "handlers"];
+
+/// An unqualified column of a table used without an alias.
+fn c(name: &str) -> Expr {
+    Expr::col(alias(name))
+}
+
+/// `now()`, the transaction's clock.
+pub(super) fn now() -> Expr {
+    Func::cust("now").into()
+}
+
+/// `make_interval(secs => $n::float8)`: the duration `d` as an interval.
+fn interval(d: std::time::Duration) -> Expr {
+    // Raw: sea-query cannot write a function's named argument (`secs => …`).
+    Expr::cust_with_values("make_interval(secs => $1::float8)", [d.as_secs_f64()])
+}
+
+/// `now() - make_interval(secs => $n::float8)`, the database clock `ago` ago.
+pub(super) fn since(ago: std::time::Duration) -> Expr {
+    now().sub(interval(ago))
+}
+
+/// `CAST(EXTRACT(EPOCH FROM now() - column) AS float8)`: seconds since `column`.
+fn seconds_since(column: &str) -> Expr {
+    // Raw: sea-query has no `EXTRACT(field FROM …)`.
+    Expr::cust_with_expr("EXTRACT(EPOCH FROM $1)", now().sub(c(column))).cast_as("float8")
+}
+
+/// A node's values after its id, in the order of [`NODE_COLUMNS`].
+fn node_values(o: NodeRow<'_>) -> [Expr; 5] {
+    [
+        Expr::val(o.host),
+        Expr::val(o.pid),
+        Expr::val(o.version),
+        Expr::val(o.queues.to_vec()),
+        Expr::val(i32::try_from(o.handlers).unwrap_or(i32::MAX)),
+    ]
+}
+
+/// An insert of a node row whose id is `id`.
+fn node_insert(nodes: &Relation, id: Expr, o: NodeRow<'_>) -> InsertStatement {
+    let mut q = Query::insert();
+    q.into_table(plain_table(nodes))
+        .columns(NODE_COLUMNS.map(alias))
+        .values_panic(std::iter::once(id).chain(node_values(o)));
+    q
+}
+
 /// Registers a process; the database makes its id `host:pid:random`.
 pub(crate) fn node_register(nodes: &Relation, o: NodeRow<'_>) -> Statement {
-    raw(
-        format!(
-            "INSERT INTO {} (\"id\", \"host\", \"pid\", \"version\", \"queues\", \"handlers\") \
-             VALUES ($1 || ':' || $2 || ':' || substr(md5(random()::text || clock_timestamp()::text), 1, 8), $1, $2, $3, $4, $5) \
-             RETURNING \"id\"",
-            nodes.quoted()
-        ),
-        vec![
-            o.host.into(),
-            o.pid.into(),
-            o.version.into(),
-            o.queues.to_vec().into(),
-            i32::try_from(o.handlers).unwrap_or(i32::MAX).into(),
-        ],
-    )
+    // substr(md5(random()::text || clock_timestamp()::text), 1, 8)
+    let random = Func::cust("substr").args([
+        Func::md5(
+            Expr::from(Func::random())
+                .cast_as("text")
+                .concat(Expr::from(Func::cust("clock_timestamp")).cast_as("text")),
+        )
+        .into(),
+        Expr::Constant(1.into()),
+        Expr::Constant(8.into()),
+    ]);
+    let id = Expr::val(o.host)
+        .concat(Expr::Constant(":".into()))
+        .concat(o.pid)
+        .concat(Expr::Constant(":".into()))
+        .concat(random);
+    let mut q = node_insert(nodes, id, o);
+    q.returning_col(alias("id"));
+    Statement::from(&q)
 }
 
 /// A process's heartbeat; registers it again (keeping its id) if its row was
 /// removed meanwhile.
 pub(crate) fn node_heartbeat(nodes: &Relation, id: &str, o: NodeRow<'_>) -> Statement {
-    raw(
-        format!(
-            "INSERT INTO {} (\"id\", \"host\", \"pid\", \"version\", \"queues\", \"handlers\") \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (\"id\") DO UPDATE SET \"heartbeat_at\" = now()",
-            nodes.quoted()
-        ),
-        vec![
-            id.into(),
-            o.host.into(),
-            o.pid.into(),
-            o.version.into(),
-            o.queues.to_vec().into(),
-            i32::try_from(o.handlers).unwrap_or(i32::MAX).into(),
-        ],
-    )
+    let mut q = node_insert(nodes, Expr::val(id), o);
+    q.on_conflict(
+        OnConflict::column(alias("id"))
+            .value(alias("heartbeat_at"), now())
+            .to_owned(),
+    );
+    Statement::from(&q)
 }
 
 /// Removes a process's row.
 pub(crate) fn node_deregister(nodes: &Relation, id: &str) -> Statement {
-    raw(
-        format!("DELETE FROM {} WHERE \"id\" = $1", nodes.quoted()),
-        vec![id.into()],
-    )
+    let q = Query::delete()
+        .from_table(plain_table(nodes))
+        .and_where(c("id").eq(id))
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// Live processes (heartbeat younger than `dead_after`, database clock).
 pub(crate) fn nodes_live(nodes: &Relation, dead_after: std::time::Duration) -> Statement {
-    raw(
-        format!(
-            "SELECT \"id\", \"host\", \"pid\", \"version\", \"queues\", \"handlers\", \
-             EXTRACT(EPOCH FROM now() - \"started_at\")::float8 AS \"up\", \
-             EXTRACT(EPOCH FROM now() - \"heartbeat_at\")::float8 AS \"age\" \
-             FROM {} WHERE \"heartbeat_at\" >= now() - make_interval(secs => $1::float8) ORDER BY \"id\"",
-            nodes.quoted()
-        ),
-        vec![dead_after.as_secs_f64().into()],
-    )
+    let q = Query::select()
+        .columns(NODE_COLUMNS.map(alias))
+        .expr_as(seconds_since("started_at"), alias("up"))
+        .expr_as(seconds_since("heartbeat_at"), alias("age"))
+        .from(plain_table(nodes))
+        .and_where(c("heartbeat_at").gte(since(dead_after)))
+        .order_by(alias("id"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// Forgets processes dead for longer than `older_than` (their jobs were
 /// rescued long since).
 pub(crate) fn nodes_prune(nodes: &Relation, older_than: std::time::Duration) -> Statement {
-    raw(
-        format!(
-            "DELETE FROM {} WHERE \"heartbeat_at\" < now() - make_interval(secs => $1::float8)",
-            nodes.quoted()
-        ),
-        vec![older_than.as_secs_f64().into()],
-    )
+    let q = Query::delete()
+        .from_table(plain_table(nodes))
+        .and_where(c("heartbeat_at").lt(since(older_than)))
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// Takes the scope's lease if it is free or expired, or renews it if this
@@ -98,39 +145,49 @@ pub(crate) fn leader_acquire(
     node_id: &str,
     lease: std::time::Duration,
 ) -> Statement {
-    let t = leaders.quoted();
-    raw(
-        format!(
-            "INSERT INTO {t} AS \"l\" (\"scope\", \"node_id\", \"acquired_at\", \"expires_at\") \
-             VALUES ($1, $2, now(), now() + make_interval(secs => $3::float8)) \
-             ON CONFLICT (\"scope\") DO UPDATE SET \"node_id\" = EXCLUDED.\"node_id\", \
-               \"acquired_at\" = CASE WHEN \"l\".\"node_id\" = EXCLUDED.\"node_id\" THEN \"l\".\"acquired_at\" ELSE now() END, \
-               \"expires_at\" = EXCLUDED.\"expires_at\" \
-             WHERE \"l\".\"node_id\" = EXCLUDED.\"node_id\" OR \"l\".\"expires_at\" < now() \
-             RETURNING \"l\".\"node_id\""
-        ),
-        vec![scope.into(), node_id.into(), lease.as_secs_f64().into()],
-    )
+    let held = col("l", "node_id").equals((alias("excluded"), alias("node_id")));
+    let q = Query::insert()
+        .into_table(plain_table(leaders).alias(alias("l")))
+        .columns(["scope", "node_id", "acquired_at", "expires_at"].map(alias))
+        .values_panic([
+            Expr::val(scope),
+            Expr::val(node_id),
+            now(),
+            now().add(interval(lease)),
+        ])
+        .on_conflict(
+            OnConflict::column(alias("scope"))
+                .update_column(alias("node_id"))
+                .value(
+                    alias("acquired_at"),
+                    Expr::case(held.clone(), col("l", "acquired_at")).finally(now()),
+                )
+                .update_column(alias("expires_at"))
+                .action_and_where(held.or(col("l", "expires_at").lt(now())))
+                .to_owned(),
+        )
+        .returning(Query::returning().column((alias("l"), alias("node_id"))))
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// Gives up the scope's lease if this node holds it.
 pub(crate) fn leader_release(leaders: &Relation, scope: &str, node_id: &str) -> Statement {
-    raw(
-        format!(
-            "DELETE FROM {} WHERE \"scope\" = $1 AND \"node_id\" = $2",
-            leaders.quoted()
-        ),
-        vec![scope.into(), node_id.into()],
-    )
+    let q = Query::delete()
+        .from_table(plain_table(leaders))
+        .and_where(c("scope").eq(scope))
+        .and_where(c("node_id").eq(node_id))
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// The holder of the scope's unexpired lease.
 pub(crate) fn leader_current(leaders: &Relation, scope: &str) -> Statement {
-    raw(
-        format!(
-            "SELECT \"node_id\" FROM {} WHERE \"scope\" = $1 AND \"expires_at\" > now()",
-            leaders.quoted()
-        ),
-        vec![scope.into()],
-    )
+    let q = Query::select()
+        .column(alias("node_id"))
+        .from(plain_table(leaders))
+        .and_where(c("scope").eq(scope))
+        .and_where(c("expires_at").gt(now()))
+        .to_owned();
+    Statement::from(&q)
 }

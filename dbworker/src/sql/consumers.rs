@@ -1,8 +1,18 @@
 //! Log consumers: assignments, checkpoints and batches of the events table.
 //!
-//! Written as text: the statements join the events table on a position index
-//! with `LEFT JOIN`, `EXISTS` and data-modifying CTEs that sea-query cannot
-//! express; every value is still bound.
+//! Built with sea-query: the pending check joins the checkpoints with
+//! `LEFT JOIN` and tests the events table with `EXISTS`; the checkpoint and the
+//! rebalance are data-modifying CTEs (`WITH … AS (INSERT …/UPDATE … RETURNING …)`)
+//! read through `UNION ALL`, and the rebalance numbers nodes with window
+//! functions and locks with `FOR UPDATE OF "a" SKIP LOCKED`. sea-query cannot
+//! write `unnest(..) WITH ORDINALITY` as a FROM item, so the rebalance numbers
+//! the names with `unnest` and `generate_subscripts` side by side instead. Raw
+//! text is left only where sea-query has no builder, each marked where it is:
+//! the `IS DISTINCT FROM` operator, `make_interval(secs => …)` (the cluster's
+//! `since`), and the configured column expressions, which are SQL by design.
+//! Every value is bound.
+
+use sea_query::{BinOper, Func, PgFunc, UnionType, WindowStatement};
 
 use super::*;
 
@@ -16,6 +26,24 @@ pub(crate) struct LogTables {
     pub(crate) checkpoints: Relation,
 }
 
+/// An unqualified column.
+fn c(name: &str) -> Expr {
+    Expr::col(alias(name))
+}
+
+/// An integer literal (rendered, not bound: a constant of the statement).
+fn int(n: i32) -> Expr {
+    Expr::Constant(n.into())
+}
+
+/// `SELECT "consumer_name", "node_id" FROM "cte"`.
+fn assignment_rows(from: &str) -> SelectStatement {
+    Query::select()
+        .columns([alias("consumer_name"), alias("node_id")])
+        .from(alias(from))
+        .to_owned()
+}
+
 /// Consumers assigned to `node` among `names`, with their checkpoint, that
 /// have events after it (by the position index), by name, at most `limit`.
 pub(crate) fn log_pending(
@@ -25,71 +53,90 @@ pub(crate) fn log_pending(
     limit: Option<usize>,
 ) -> Statement {
     let e = &l.events;
-    raw(
-        format!(
-            "SELECT \"a\".\"consumer_name\", COALESCE(\"c\".\"last_position\", 0)::bigint AS \"last_position\" \
-             FROM {assignments} AS \"a\" LEFT JOIN {checkpoints} AS \"c\" ON \"c\".\"consumer_name\" = \"a\".\"consumer_name\" \
-             WHERE \"a\".\"node_id\" = $1 AND \"a\".\"consumer_name\" = ANY($2::text[]) \
-               AND EXISTS (SELECT 1 FROM {events} AS {ea} WHERE {ea}.{pos} > COALESCE(\"c\".\"last_position\", 0)) \
-             ORDER BY 1 LIMIT $3",
-            assignments = l.assignments.quoted(),
-            checkpoints = l.checkpoints.quoted(),
-            events = e.quoted(),
-            ea = quote(&e.alias),
-            pos = quote(&l.position_column),
-        ),
-        vec![
-            node.into(),
-            names.into(),
-            i64::try_from(limit.unwrap_or(usize::MAX))
-                .unwrap_or(i64::MAX)
-                .into(),
-        ],
-    )
+    let checkpoint = Func::coalesce([col("c", "last_position"), int(0)]);
+    let newer = Query::select()
+        .expr(int(1))
+        .from(table_ref(e))
+        .and_where(col(&e.alias, &l.position_column).gt(checkpoint.clone()))
+        .to_owned();
+    let mut q = Query::select();
+    q.expr(col("a", "consumer_name"))
+        .expr_as(
+            Expr::from(checkpoint).cast_as("bigint"),
+            alias("last_position"),
+        )
+        .from(plain_table(&l.assignments).alias(alias("a")))
+        .left_join(
+            plain_table(&l.checkpoints).alias(alias("c")),
+            col("c", "consumer_name").equals((alias("a"), alias("consumer_name"))),
+        )
+        .and_where(col("a", "node_id").eq(node))
+        .and_where(col("a", "consumer_name").eq(PgFunc::any(Expr::val(names).cast_as("text[]"))))
+        .and_where(Expr::exists(newer))
+        .order_by((alias("a"), alias("consumer_name")), Order::Asc);
+    if let Some(limit) = limit {
+        // The bound LIMIT is a bigint.
+        let most = i64::MAX.unsigned_abs();
+        q.limit(Ord::min(u64::try_from(limit).unwrap_or(most), most));
+    }
+    Statement::from(&q)
 }
 
 /// Locks the consumer's assignment row if `node` still holds it: the proof of
 /// ownership every batch transaction starts with.
 pub(crate) fn log_lock_assignment(l: &LogTables, consumer: &str, node: &str) -> Statement {
-    raw(
-        format!(
-            "SELECT 1 AS \"owned\" FROM {} WHERE \"consumer_name\" = $1 AND \"node_id\" = $2 FOR UPDATE",
-            l.assignments.quoted()
-        ),
-        vec![consumer.into(), node.into()],
-    )
+    let q = Query::select()
+        .expr_as(int(1), alias("owned"))
+        .from(plain_table(&l.assignments))
+        .and_where(c("consumer_name").eq(consumer))
+        .and_where(c("node_id").eq(node))
+        .lock(LockType::Update)
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// The consumer's checkpoint, created at 0 when it has none.
 pub(crate) fn log_checkpoint(l: &LogTables, consumer: &str) -> Statement {
-    let t = l.checkpoints.quoted();
-    raw(
-        format!(
-            "WITH \"new\" AS (INSERT INTO {t} (\"consumer_name\", \"last_position\") VALUES ($1, 0) \
-               ON CONFLICT (\"consumer_name\") DO NOTHING RETURNING \"last_position\") \
-             SELECT \"last_position\" FROM \"new\" UNION ALL \
-             SELECT \"last_position\" FROM {t} WHERE \"consumer_name\" = $1"
-        ),
-        vec![consumer.into()],
-    )
+    let create = Query::insert()
+        .into_table(plain_table(&l.checkpoints))
+        .columns([alias("consumer_name"), alias("last_position")])
+        .values_panic([Expr::val(consumer), int(0)])
+        .on_conflict(
+            OnConflict::column(alias("consumer_name"))
+                .do_nothing()
+                .to_owned(),
+        )
+        .returning_col(alias("last_position"))
+        .to_owned();
+    let existing = Query::select()
+        .column(alias("last_position"))
+        .from(plain_table(&l.checkpoints))
+        .and_where(c("consumer_name").eq(consumer))
+        .to_owned();
+    let q = Query::select()
+        .column(alias("last_position"))
+        .from(alias("new"))
+        .union(UnionType::All, existing)
+        .to_owned()
+        .with(WithClause::new().cte(cte(create, "new", false)).to_owned());
+    Statement::from(&q)
 }
 
 /// The next batch of events after `after`, in position order, with each
 /// event's position after the configured expressions.
 pub(crate) fn log_batch(l: &LogTables, after: i64, size: u32) -> Statement {
     let e = &l.events;
-    let ea = quote(&e.alias);
-    let pos = quote(&l.position_column);
-    raw(
-        format!(
-            "SELECT {exprs}, {ea}.{pos}::bigint AS {position} FROM {events} AS {ea} \
-             WHERE {ea}.{pos} > $1 ORDER BY {ea}.{pos} LIMIT $2",
-            exprs = l.column_expressions.join(", "),
-            position = quote(LOG_POSITION),
-            events = e.quoted(),
-        ),
-        vec![after.into(), i64::from(size).into()],
-    )
+    let position = col(&e.alias, &l.position_column);
+    let mut q = Query::select();
+    for expr in &l.column_expressions {
+        q.expr(Expr::cust(expr.clone()));
+    }
+    q.expr_as(position.clone().cast_as("bigint"), alias(LOG_POSITION))
+        .from(table_ref(e))
+        .and_where(position.clone().gt(after))
+        .order_by_expr(position, Order::Asc)
+        .limit(u64::from(size));
+    Statement::from(&q)
 }
 
 /// The column `log_batch` returns each event's position in.
@@ -97,25 +144,24 @@ pub(crate) const LOG_POSITION: &str = "dbworker_position";
 
 /// Advances a checkpoint, fenced by the position the batch started from.
 pub(crate) fn log_advance(l: &LogTables, consumer: &str, from: i64, to: i64) -> Statement {
-    raw(
-        format!(
-            "UPDATE {} SET \"last_position\" = $3, \"updated_at\" = now() \
-             WHERE \"consumer_name\" = $1 AND \"last_position\" = $2",
-            l.checkpoints.quoted()
-        ),
-        vec![consumer.into(), from.into(), to.into()],
-    )
+    let q = Query::update()
+        .table(plain_table(&l.checkpoints))
+        .value(alias("last_position"), to)
+        .value(alias("updated_at"), now())
+        .and_where(c("consumer_name").eq(consumer))
+        .and_where(c("last_position").eq(from))
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// The consumers `node` holds now.
 pub(crate) fn log_assigned(l: &LogTables, node: &str) -> Statement {
-    raw(
-        format!(
-            "SELECT \"consumer_name\" FROM {} WHERE \"node_id\" = $1",
-            l.assignments.quoted()
-        ),
-        vec![node.into()],
-    )
+    let q = Query::select()
+        .column(alias("consumer_name"))
+        .from(plain_table(&l.assignments))
+        .and_where(c("node_id").eq(node))
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// Assigns `names` (sorted) round-robin over the live nodes (sorted by id):
@@ -129,39 +175,114 @@ pub(crate) fn log_rebalance(
     names: Vec<String>,
     dead_after: std::time::Duration,
 ) -> Statement {
-    let t = assignments.quoted();
-    raw(
-        format!(
-            "WITH \"live\" AS (SELECT \"id\", row_number() OVER (ORDER BY \"id\") - 1 AS \"i\", count(*) OVER () AS \"n\" \
-               FROM {nodes} WHERE \"heartbeat_at\" >= now() - make_interval(secs => $2::float8)), \
-             \"target\" AS (SELECT \"w\".\"name\", \"live\".\"id\" AS \"node\" \
-               FROM unnest($1::text[]) WITH ORDINALITY AS \"w\"(\"name\", \"i\") \
-               JOIN \"live\" ON \"live\".\"i\" = (\"w\".\"i\" - 1) % \"live\".\"n\"), \
-             \"inserted\" AS (INSERT INTO {t} (\"consumer_name\", \"node_id\") \
-               SELECT \"name\", \"node\" FROM \"target\" ON CONFLICT (\"consumer_name\") DO NOTHING \
-               RETURNING \"consumer_name\", \"node_id\"), \
-             \"movable\" AS (SELECT \"a\".\"consumer_name\", \"target\".\"node\" FROM {t} AS \"a\" \
-               JOIN \"target\" ON \"target\".\"name\" = \"a\".\"consumer_name\" \
-               WHERE \"a\".\"node_id\" IS DISTINCT FROM \"target\".\"node\" FOR UPDATE OF \"a\" SKIP LOCKED), \
-             \"moved\" AS (UPDATE {t} AS \"a\" SET \"node_id\" = \"movable\".\"node\", \"updated_at\" = now() \
-               FROM \"movable\" WHERE \"a\".\"consumer_name\" = \"movable\".\"consumer_name\" \
-               RETURNING \"a\".\"consumer_name\", \"a\".\"node_id\") \
-             SELECT \"consumer_name\", \"node_id\" FROM \"inserted\" UNION ALL SELECT \"consumer_name\", \"node_id\" FROM \"moved\"",
-            nodes = nodes.quoted(),
-        ),
-        vec![names.into(), dead_after.as_secs_f64().into()],
-    )
+    // The live nodes, numbered from 1 by id, and how many there are.
+    let live = Query::select()
+        .column(alias("id"))
+        .expr_window_as(
+            Func::cust("row_number"),
+            WindowStatement::new()
+                .order_by(alias("id"), Order::Asc)
+                .to_owned(),
+            alias("i"),
+        )
+        .expr_window_as(
+            Func::count(Expr::col(sea_query::Asterisk)),
+            WindowStatement::new(),
+            alias("n"),
+        )
+        .from(plain_table(nodes))
+        .and_where(c("heartbeat_at").gte(since(dead_after)))
+        .to_owned();
+    // The names with their position in the array (from 1). sea-query cannot
+    // write `unnest(..) WITH ORDINALITY` as a FROM item; two set-returning
+    // functions in one select list run in lockstep, which pairs the same.
+    let wanted = Query::select()
+        .expr_as(
+            Func::cust("unnest").arg(Expr::val(names.clone()).cast_as("text[]")),
+            alias("name"),
+        )
+        .expr_as(
+            Func::cust("generate_subscripts").args([Expr::val(names).cast_as("text[]"), int(1)]),
+            alias("i"),
+        )
+        .to_owned();
+    let target = Query::select()
+        .column((alias("w"), alias("name")))
+        .expr_as(col("live", "id"), alias("node"))
+        .from_subquery(wanted, alias("w"))
+        .inner_join(
+            alias("live"),
+            col("live", "i").eq(col("w", "i")
+                .sub(int(1))
+                .modulo(col("live", "n"))
+                .add(int(1))),
+        )
+        .to_owned();
+    let inserted = Query::insert()
+        .into_table(plain_table(assignments))
+        .columns([alias("consumer_name"), alias("node_id")])
+        .select_from(
+            Query::select()
+                .columns([alias("name"), alias("node")])
+                .from(alias("target"))
+                .to_owned(),
+        )
+        .expect("two columns from two")
+        .on_conflict(
+            OnConflict::column(alias("consumer_name"))
+                .do_nothing()
+                .to_owned(),
+        )
+        .returning(Query::returning().columns([alias("consumer_name"), alias("node_id")]))
+        .to_owned();
+    let mut movable = Query::select();
+    movable
+        .column((alias("a"), alias("consumer_name")))
+        .column((alias("target"), alias("node")))
+        .from(plain_table(assignments).alias(alias("a")))
+        .inner_join(
+            alias("target"),
+            col("target", "name").equals((alias("a"), alias("consumer_name"))),
+        )
+        // Raw operator: sea-query has no `IS DISTINCT FROM`.
+        .and_where(
+            col("a", "node_id").binary(BinOper::Custom("IS DISTINCT FROM"), col("target", "node")),
+        );
+    lock_skip(&mut movable, "a");
+    let moved = Query::update()
+        .table(plain_table(assignments).alias(alias("a")))
+        .value(alias("node_id"), col("movable", "node"))
+        .value(alias("updated_at"), now())
+        .from(alias("movable"))
+        .and_where(col("a", "consumer_name").equals((alias("movable"), alias("consumer_name"))))
+        .returning(Query::returning().columns([
+            (alias("a"), alias("consumer_name")),
+            (alias("a"), alias("node_id")),
+        ]))
+        .to_owned();
+    let q = assignment_rows("inserted")
+        .union(UnionType::All, assignment_rows("moved"))
+        .to_owned()
+        .with(
+            WithClause::new()
+                .cte(cte(live, "live", false))
+                .cte(cte(target, "target", false))
+                .cte(cte(inserted, "inserted", false))
+                .cte(cte(movable, "movable", false))
+                .cte(cte(moved, "moved", false))
+                .to_owned(),
+        );
+    Statement::from(&q)
 }
 
 /// Every consumer's assignment.
 pub(crate) fn log_assignments(assignments: &Relation) -> Statement {
-    raw(
-        format!(
-            "SELECT \"consumer_name\", \"node_id\" FROM {} ORDER BY 1",
-            assignments.quoted()
-        ),
-        Vec::new(),
-    )
+    let q = Query::select()
+        .columns([alias("consumer_name"), alias("node_id")])
+        .from(plain_table(assignments))
+        .order_by(alias("consumer_name"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// Each consumer's checkpoint beside the log's last position.
@@ -170,16 +291,22 @@ pub(crate) fn log_lag(
     position_column: &str,
     checkpoints: &Relation,
 ) -> Statement {
-    let ea = quote(&events.alias);
-    let pos = quote(position_column);
-    raw(
-        format!(
-            "SELECT \"c\".\"consumer_name\", \"c\".\"last_position\"::bigint AS \"last_position\", \
-               COALESCE((SELECT max({ea}.{pos}) FROM {events} AS {ea}), 0)::bigint AS \"latest\" \
-             FROM {checkpoints} AS \"c\" ORDER BY 1",
-            events = events.quoted(),
-            checkpoints = checkpoints.quoted(),
-        ),
-        Vec::new(),
-    )
+    let latest = Query::select()
+        .expr(Func::max(col(&events.alias, position_column)))
+        .from(table_ref(events))
+        .to_owned();
+    let q = Query::select()
+        .expr(col("c", "consumer_name"))
+        .expr_as(
+            col("c", "last_position").cast_as("bigint"),
+            alias("last_position"),
+        )
+        .expr_as(
+            Expr::from(Func::coalesce([Expr::from(latest), int(0)])).cast_as("bigint"),
+            alias("latest"),
+        )
+        .from(plain_table(checkpoints).alias(alias("c")))
+        .order_by((alias("c"), alias("consumer_name")), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
 }

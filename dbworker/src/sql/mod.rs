@@ -77,11 +77,17 @@ fn alias(name: &str) -> Alias {
 }
 
 fn table_ref(rel: &Relation) -> TableRef {
-    let r: TableRef = match &rel.schema {
+    plain_table(rel).alias(alias(&rel.alias))
+}
+
+/// The relation without its alias (`"schema"."name"` or `"name"`), for the
+/// control tables, whose statements name their columns unqualified or by an
+/// alias of their own.
+fn plain_table(rel: &Relation) -> TableRef {
+    match &rel.schema {
         Some(schema) => (alias(schema), alias(&rel.name)).into(),
         None => alias(&rel.name).into(),
-    };
-    r.alias(alias(&rel.alias))
+    }
 }
 
 fn col(rel_alias: &str, name: &str) -> Expr {
@@ -150,14 +156,6 @@ pub(crate) fn database_now_micros() -> Statement {
         )
         .to_owned();
     Statement::from(&q)
-}
-
-/// A statement written as text, with its values bound in order (`$1`, `$2`…).
-fn raw(sql: String, values: Vec<sea_query::Value>) -> Statement {
-    Statement {
-        sql,
-        values: SqlxValues(sea_query::Values(values)),
-    }
 }
 
 #[cfg(test)]

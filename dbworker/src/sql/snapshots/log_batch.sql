@@ -1,1 +1,1 @@
-SELECT "e".*, "e"."position"::bigint AS "dbworker_position" FROM "app"."events" AS "e" WHERE "e"."position" > $1 ORDER BY "e"."position" LIMIT $2
+SELECT "e".*, CAST("e"."position" AS bigint) AS "dbworker_position" FROM "app"."events" AS "e" WHERE "e"."position" > $1 ORDER BY "e"."position" ASC LIMIT $2

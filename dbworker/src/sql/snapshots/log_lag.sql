@@ -1,1 +1,1 @@
-SELECT "c"."consumer_name", "c"."last_position"::bigint AS "last_position", COALESCE((SELECT max("e"."position") FROM "app"."events" AS "e"), 0)::bigint AS "latest" FROM "dbworker_consumer_checkpoints" AS "c" ORDER BY 1
+SELECT "c"."consumer_name", CAST("c"."last_position" AS bigint) AS "last_position", CAST(COALESCE((SELECT MAX("e"."position") FROM "app"."events" AS "e"), 0) AS bigint) AS "latest" FROM "dbworker_consumer_checkpoints" AS "c" ORDER BY "c"."consumer_name" ASC
