@@ -94,6 +94,25 @@ pub(crate) const CLAIMED_CANCEL: &str = "dbworker_cancel";
 /// See [`RECORD_ID`]: the claimed row's queue, for a limited claim.
 pub(super) const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
 
+/// `a.id >= $low`: the claim cursor's condition, ANDed into a claim so its
+/// index scan starts at `low` (see `store/cursor.rs`).
+pub(crate) fn claim_cursor_condition(o: &JobTable, low: i64) -> Expr {
+    col(&o.table.alias, &o.columns.id).gte(low)
+}
+
+/// Extra claim conditions as one text with their values inlined: a key that
+/// tells claims with different conditions apart (never run as SQL).
+pub(crate) fn conditions_key(conditions: &[Expr]) -> String {
+    if conditions.is_empty() {
+        return String::new();
+    }
+    let mut q = Query::select();
+    for c in conditions {
+        q.and_where(c.clone());
+    }
+    q.to_string(PostgresQueryBuilder)
+}
+
 /// Phase 1 of the dequeue: claims up to `limit` eligible rows in one statement,
 /// outside any transaction, and returns `(id, token)` in priority order.
 ///

@@ -157,6 +157,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("claim", claim(&t, "host", &[cost()], 3, false)),
         ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
         ("claim_through_view", claim(&v, "host", &[cost()], 3, true)),
+        (
+            "claim_after_cursor",
+            claim(&t, "host", &[claim_cursor_condition(&t, 1000)], 3, true),
+        ),
         ("lock_claimed", lock_claimed(&t, 1, 2)),
         ("select_records", select_records(&t, vec![1, 2])),
         (

@@ -89,6 +89,7 @@ impl<R: Record> DbStore<R> {
         op: &'static str,
         cause: &sqlx::Error,
     ) -> Result<bool> {
+        self.back_in_queue(lease.id);
         let cause = error_chain(cause);
         let o = self.resolved();
         let message = format!(

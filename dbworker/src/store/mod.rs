@@ -18,6 +18,7 @@ use completer::Completer;
 mod completer;
 mod conditions;
 mod connection_loss;
+mod cursor;
 mod gauges;
 mod job;
 pub(crate) mod options;
@@ -71,6 +72,8 @@ pub struct DbStore<R> {
     scan: ScanFn<R>,
     /// Batched marks (heartbeat handling only).
     completer: Option<Completer>,
+    /// Where claims start their scan, when they can use a cursor.
+    cursor: Option<cursor::ClaimCursor>,
     /// Wake-ups from the listener, when `listen` is on.
     wakeups: Option<Wakeups>,
     /// The listener task, stopped when the store is dropped or closed.
@@ -110,10 +113,12 @@ impl<R: Record> DbStore<R> {
             }
             None => (None, None),
         };
+        let cursor = resolved.claim_cursor.map(cursor::ClaimCursor::new);
         Ok(DbStore {
             pool,
             options: resolved,
             scan: options.scan,
+            cursor,
             completer,
             wakeups,
             listener,
@@ -262,7 +267,11 @@ impl<R: Record> DbStore<R> {
 
     /// Runs one resetter pass over this store's table (see [`crate::Resetter`]).
     pub async fn reset_stalled(&self) -> Result<ResetOutcome> {
-        reset_pass(&self.pool, &self.options.reset_config()).await
+        let out = reset_pass(&self.pool, &self.options.reset_config()).await?;
+        if let Some(first) = out.reset.iter().map(|(id, _)| *id).min() {
+            self.back_in_queue(first);
+        }
+        Ok(out)
     }
 
     /// Turns a phase-2 row into a job. A row that cannot become one (it fails to
@@ -312,6 +321,14 @@ impl<R: Record> DbStore<R> {
         Ok(None)
     }
 
+    /// The job `id` is going back to the queue: this store's claims look at
+    /// it again (see `store/cursor.rs`).
+    pub(super) fn back_in_queue(&self, id: i64) {
+        if let Some(cursor) = &self.cursor {
+            cursor.rewind_to(id);
+        }
+    }
+
     /// Marks a claimed job errored or failed: through the batched marks when
     /// it has no transaction (heartbeat handling), else fenced on the pool
     /// after rolling the handler's transaction back (`write_failure`).
@@ -321,6 +338,9 @@ impl<R: Record> DbStore<R> {
         kind: MarkKind,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
+        if kind == MarkKind::Errored {
+            self.back_in_queue(job.lease.id);
+        }
         if job.tx.is_none() {
             return self.batched(job.lease, kind, message).await;
         }

@@ -97,6 +97,20 @@ pub struct StoreOptions<R> {
     /// With a view, how many candidate rows (beyond the requested batch) the
     /// claim considers before locking rows of the table. Default 50.
     pub candidate_window: usize,
+    /// The claim cursor's full-pass interval. Claims start their index scan
+    /// at the lowest id that can still be eligible (just past what this store
+    /// claimed last) instead of walking from the table's first row over the
+    /// dead index entries of every row claimed since the last vacuum, which a
+    /// long-running transaction elsewhere (an analytics query, a forgotten
+    /// `BEGIN`) keeps in the index. A row that becomes eligible behind the
+    /// cursor (a retry, a reset, a requeue, an insert that committed late) is
+    /// claimed by the next full pass, at most this long later (this store's
+    /// own retries, requeues and `reset_stalled` take the cursor back at once).
+    /// Applies when jobs are claimed in id order without a view (the default
+    /// `order_by`) and without a pause or limit table (their rows are passed
+    /// over, not taken); `None` scans from the start every time. At least
+    /// 10 ms. Default 1 s.
+    pub claim_cursor: Option<Duration>,
     /// Wake idle workers with LISTEN/NOTIFY instead of waiting for their next
     /// poll. The store then holds one extra connection of its own (outside the
     /// pool, so it needs a session connection: not PgBouncer's transaction
@@ -145,6 +159,7 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("reset_failure_message", &self.reset_failure_message)
             .field("handling", &self.handling)
             .field("candidate_window", &self.candidate_window)
+            .field("claim_cursor", &self.claim_cursor)
             .field("max_retries_column", &self.max_retries_column)
             .field("pause_table", &self.pause_table)
             .field("queue_column", &self.queue_column)
@@ -174,6 +189,7 @@ impl<R> Clone for StoreOptions<R> {
             reset_failure_message: self.reset_failure_message.clone(),
             handling: self.handling,
             candidate_window: self.candidate_window,
+            claim_cursor: self.claim_cursor,
             listen: self.listen.clone(),
             pause_table: self.pause_table.clone(),
             queue_column: self.queue_column.clone(),
@@ -221,6 +237,7 @@ impl<R> StoreOptions<R> {
             reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
             handling: Handling::Transactional,
             candidate_window: 50,
+            claim_cursor: Some(Duration::from_secs(1)),
             max_retries_column: None,
             listen: Listen::Off,
             pause_table: None,
@@ -286,6 +303,9 @@ impl<R> StoreOptions<R> {
         if self.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
+        if matches!(self.claim_cursor, Some(d) if d < Duration::from_millis(10)) {
+            return Err(invalid("claim_cursor", "must be at least 10ms"));
+        }
         let pause_table = match &self.pause_table {
             Some(name) => Some(Relation::parse("pause_table", name)?),
             None => None,
@@ -335,6 +355,15 @@ impl<R> StoreOptions<R> {
             ));
         }
         let listen_channel = self.listen.resolve(&table)?;
+        // The cursor is an id: it needs claims in id order over the table. A
+        // paused or limited queue's rows are passed over without being taken,
+        // and come back with no event the store sees, so those claims scan in full.
+        let claim_cursor = self.claim_cursor.filter(|_| {
+            view.is_none()
+                && self.order_by.is_none()
+                && pause_table.is_none()
+                && limit_table.is_none()
+        });
         let view_or_table = view.clone().unwrap_or_else(|| table.clone());
         let order_by = self.order_by.clone().unwrap_or_else(|| {
             format!(
@@ -369,6 +398,7 @@ impl<R> StoreOptions<R> {
             stalled_max_age: self.stalled_max_age,
             reset_failure_message: self.reset_failure_message.clone(),
             handling: self.handling,
+            claim_cursor,
             listen_channel,
             connect_timeout: self.connect_timeout,
         })
@@ -398,6 +428,8 @@ pub(crate) struct Resolved {
     pub(crate) stalled_max_age: Duration,
     pub(crate) reset_failure_message: String,
     pub(crate) handling: Handling,
+    /// The claim cursor's full-pass interval, when claims can use one.
+    pub(crate) claim_cursor: Option<Duration>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,
 }
@@ -481,6 +513,10 @@ mod tests {
                 Box::new(|o| o.reset_failure_message.clear()),
             ),
             ("candidate_window", Box::new(|o| o.candidate_window = 0)),
+            (
+                "claim_cursor",
+                Box::new(|o| o.claim_cursor = Some(Duration::from_millis(1))),
+            ),
             (
                 "connect_timeout",
                 Box::new(|o| o.connect_timeout = Duration::ZERO),

@@ -78,7 +78,20 @@ impl<R: Record> Store for DbStore<R> {
         // later, in the job's own task (`open`), so claims never wait for that.
         let with_record = o.view.is_none();
         let started = std::time::Instant::now();
-        let claim = sql::claim(o, hostname, &conditions.0, limit.max(1), with_record);
+        // The conditions as text (values inlined) name their cursor.
+        let cursor = self
+            .cursor
+            .as_ref()
+            .map(|c| (c, sql::conditions_key(&conditions.0)));
+        let start = cursor.as_ref().and_then(|(c, key)| c.start(key));
+        let claim = match start {
+            Some(low) => {
+                let mut with_cursor = conditions.0.clone();
+                with_cursor.push(sql::claim_cursor_condition(o, low));
+                sql::claim(o, hostname, &with_cursor, limit.max(1), with_record)
+            }
+            None => sql::claim(o, hostname, &conditions.0, limit.max(1), with_record),
+        };
         let rows = if o.limit_table.is_some() {
             // Limited claims of this table run one at a time, each seeing the
             // jobs the ones before it claimed, so no queue exceeds its limit.
@@ -102,7 +115,11 @@ impl<R: Record> Store for DbStore<R> {
                 .await
                 .map_err(Error::db("claim"))?
         };
-        tracing::debug!(store = %o.name, limit, claimed = rows.len(), took = ?started.elapsed(), "claimed");
+        tracing::debug!(store = %o.name, limit, claimed = rows.len(), cursor = ?start, took = ?started.elapsed(), "claimed");
+        // The rows come back in id order (the cursor's condition for use).
+        if let (Some((cursor, key)), Some(last)) = (&cursor, rows.last()) {
+            cursor.claimed_up_to(key, last.get(sql::RECORD_ID));
+        }
         let mut leases = Vec::with_capacity(rows.len());
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
         let mut claimed_rows = Vec::new();
@@ -302,6 +319,7 @@ impl<R: Record> Store for DbStore<R> {
     }
 
     async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        self.back_in_queue(job.lease.id);
         let statement = sql::requeue(&self.options, job.lease.id, job.lease.token);
         Ok(self
             .fenced_write("requeue", job.lease, job.tx.take(), statement)

@@ -1,0 +1,150 @@
+//! The claim cursor on real Postgres: claims start past what they took, yet
+//! never skip an eligible row for longer than the full-pass interval (rows
+//! scheduled, reset by another process, or committed late behind it), and
+//! under a transaction that pins the xmin every eligible job is still claimed.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use dbworker::DbStore;
+use dbworker::maintenance::{Resetter, ResetterOptions};
+use serde_json::json;
+use sqlx::Connection;
+use tokio::time::Instant;
+use workerutil::{Job, Store};
+
+use common::Db;
+
+const FULL_PASS: Duration = Duration::from_millis(300);
+
+async fn cursor_store(db: &Db) -> DbStore<common::Job> {
+    let mut o = db.options();
+    o.claim_cursor = Some(FULL_PASS);
+    o.max_num_retries = 3;
+    DbStore::new(&db.pool, o).await.unwrap()
+}
+
+/// Claims `limit` at a time (completing each job) until `want` is claimed or
+/// `deadline` passes; returns the claimed ids.
+async fn claim_until(
+    store: &DbStore<common::Job>,
+    want: &[i64],
+    deadline: Duration,
+) -> BTreeSet<i64> {
+    let until = Instant::now() + deadline;
+    let mut claimed = BTreeSet::new();
+    while !want.iter().all(|id| claimed.contains(id)) && Instant::now() < until {
+        let jobs = store.dequeue("host", &Default::default(), 5).await.unwrap();
+        for mut job in jobs {
+            claimed.insert(job.record().id);
+            assert!(store.mark_complete(&mut job).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    claimed
+}
+
+#[tokio::test]
+async fn rows_that_become_eligible_behind_the_cursor_are_claimed_by_the_next_full_pass() {
+    let db = Db::new().await;
+    let store = cursor_store(&db).await;
+    let ids = db.enqueue(20, json!({})).await;
+    // A job scheduled a little later, among the first ones.
+    sqlx::query(
+        "UPDATE jobs SET process_after = now() + interval '400 milliseconds' WHERE id = $1",
+    )
+    .bind(ids[2])
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // A job another process claimed and lost (its resetter puts it back).
+    sqlx::query("UPDATE jobs SET state = 'processing', started_at = now(), last_heartbeat_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(ids[4])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // A job whose insert commits after the claims passed its id.
+    let mut late = sqlx::PgConnection::connect(db.db.url()).await.unwrap();
+    let mut tx = late.begin().await.unwrap();
+    let late_id: i64 = sqlx::query_scalar("INSERT INTO jobs (payload) VALUES ('{}') RETURNING id")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let after: Vec<i64> = db.enqueue(5, json!({})).await;
+    assert!(late_id < after[0]);
+
+    let mut all: Vec<i64> = ids.iter().chain(&after).copied().collect();
+    all.retain(|id| ![ids[2], ids[4]].contains(id));
+    let first = claim_until(&store, &all, Duration::from_secs(10)).await;
+    assert!(
+        all.iter().all(|id| first.contains(id)),
+        "every eligible job"
+    );
+    // The cursor is now past every id.
+    tx.commit().await.unwrap();
+    let mut ro = ResetterOptions::new("other process", "jobs j");
+    ro.stalled_max_age = Duration::from_secs(5);
+    let resetter = Resetter::new(&db.pool, ro).unwrap();
+    let reset = resetter.reset_once().await.unwrap();
+    assert_eq!(
+        reset.reset.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [ids[4]]
+    );
+
+    let behind = [ids[2], ids[4], late_id];
+    let started = Instant::now();
+    let second = claim_until(&store, &behind, Duration::from_secs(10)).await;
+    assert!(
+        behind.iter().all(|id| second.contains(id)),
+        "claimed behind the cursor: {second:?}, wanted {behind:?}"
+    );
+    // Generous: one full pass, plus the schedule, plus a loaded machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(db.count("completed").await, 26, "20 + 5 + the late one");
+}
+
+#[tokio::test]
+async fn claims_under_a_pinned_xmin_return_every_eligible_job() {
+    let db = Db::new().await;
+    let store = cursor_store(&db).await;
+    // Another session's snapshot, held while every job below is claimed: no
+    // dead index entry behind it can be removed.
+    let mut pin = sqlx::PgConnection::connect(db.db.url()).await.unwrap();
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut pin)
+        .await
+        .unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&mut pin)
+        .await
+        .unwrap();
+    let ids = db.enqueue(500, json!({})).await;
+    // Every tenth job errors once (retried at once) and must come back.
+    let mut failed_once = BTreeSet::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut done = BTreeSet::new();
+    while done.len() < ids.len() && Instant::now() < until {
+        for mut job in store
+            .dequeue("host", &Default::default(), 16)
+            .await
+            .unwrap()
+        {
+            let id = job.record().id;
+            if id % 10 == 0 && failed_once.insert(id) {
+                assert!(store.mark_errored(&mut job, "once").await.unwrap());
+            } else {
+                assert!(store.mark_complete(&mut job).await.unwrap());
+                done.insert(id);
+            }
+        }
+    }
+    assert_eq!(done.len(), ids.len(), "every job, while the xmin is pinned");
+    assert_eq!(db.count("completed").await, 500);
+    sqlx::query("COMMIT").execute(&mut pin).await.unwrap();
+}
