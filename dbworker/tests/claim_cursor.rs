@@ -13,7 +13,7 @@ use dbworker::maintenance::{Resetter, ResetterOptions};
 use serde_json::json;
 use sqlx::Connection;
 use tokio::time::Instant;
-use workerutil::{Job, Store};
+use workerutil::Store;
 
 use common::Db;
 
