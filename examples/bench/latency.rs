@@ -33,7 +33,7 @@ pub(crate) struct Latency {
 
 /// The "NOTIFY on" variant's set-up. Returns whether LISTEN is really on (the
 /// run is labelled accordingly).
-async fn enable_notify(
+pub(crate) async fn enable_notify(
     pool: &PgPool,
     store: &mut StoreOptions<BenchJob>,
     worker: &mut WorkerOptions,

@@ -24,6 +24,7 @@
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
 
+mod bloat;
 mod chart;
 mod dashboard;
 mod db;
@@ -87,6 +88,10 @@ enum Workload {
     /// The dashboard's pages on a table of 1,000,000 completed and 100,000
     /// queued rows.
     Dashboard,
+    /// Dead index entries vacuum cannot remove: a long burn-down, and an
+    /// offered load while another transaction pins the xmin; with and without
+    /// the claim cursor.
+    Bloat,
 }
 
 #[derive(Debug, Args)]
@@ -132,11 +137,23 @@ struct BenchArgs {
     /// Handlers of each worker process in the `processes` workload.
     #[arg(long, default_value_t = 32)]
     process_handlers: usize,
+    /// Queued rows of the bloat workload's burn-down.
+    #[arg(long, default_value_t = 2_000_000)]
+    bloat_jobs: u64,
+    /// Jobs offered per second in the bloat workload's pinned-xmin run.
+    #[arg(long, default_value_t = 1_500.0)]
+    bloat_rate: f64,
+    /// Length of the pinned-xmin run, in seconds.
+    #[arg(long, default_value_t = 420)]
+    bloat_seconds: u64,
+    /// How long the xmin stays pinned (in the middle of the run), in seconds.
+    #[arg(long, default_value_t = 300)]
+    bloat_pin_seconds: u64,
     /// Which workloads to run.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes,dashboard"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes,dashboard,bloat"
     )]
     workloads: Vec<Workload>,
     /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
@@ -290,6 +307,25 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 run.rate()
             ));
             report.processes.push((n, args.process_handlers, run));
+        }
+    }
+    if args.runs(Workload::Bloat) {
+        for cursor in [true, false] {
+            let run = bloat::burn_down(&bench, args.bloat_jobs, args.enqueue_batch, cursor).await?;
+            progress(format_args!("bloat: burn-down {run:?}"));
+            report.bloat_burn_downs.push(run);
+        }
+        for cursor in [true, false] {
+            let run = bloat::offered(
+                &bench,
+                args.bloat_rate,
+                args.bloat_seconds,
+                args.bloat_pin_seconds,
+                cursor,
+            )
+            .await?;
+            progress(format_args!("bloat: offered {run:?}"));
+            report.bloat_offered.push(run);
         }
     }
     if args.runs(Workload::Dashboard) {

@@ -174,6 +174,10 @@ pub(crate) struct Report {
     pub(crate) processes_floor: Option<Run>,
     /// `(page, p50, p95)` of the dashboard on a big table.
     pub(crate) dashboard: Vec<(String, Duration, Duration)>,
+    /// The bloat workload's burn-downs, with and without the claim cursor.
+    pub(crate) bloat_burn_downs: Vec<crate::bloat::BurnDown>,
+    /// The bloat workload's offered-load runs under a pinned xmin.
+    pub(crate) bloat_offered: Vec<crate::bloat::Offered>,
 }
 
 impl Report {
@@ -204,6 +208,8 @@ impl Report {
             dashboard: Vec::new(),
             big: Vec::new(),
             rss: Vec::new(),
+            bloat_burn_downs: Vec::new(),
+            bloat_offered: Vec::new(),
         })
     }
 
@@ -336,6 +342,12 @@ impl Report {
                     })
                     .collect(),
             });
+        }
+        if !self.bloat_burn_downs.is_empty() {
+            tables.push(crate::bloat::burn_down_table(&self.bloat_burn_downs));
+        }
+        if !self.bloat_offered.is_empty() {
+            tables.push(crate::bloat::offered_table(&self.bloat_offered));
         }
         if let (Some((_, _, one)), Some(floor)) = (self.processes.first(), &self.processes_floor) {
             tables.push(Table {
@@ -643,10 +655,10 @@ fn pair_table(title: &str, pairs: &[Pair]) -> Table {
 }
 
 /// A titled table, rendered as aligned text or Markdown.
-struct Table {
-    title: String,
-    headers: Vec<&'static str>,
-    rows: Vec<Vec<String>>,
+pub(crate) struct Table {
+    pub(crate) title: String,
+    pub(crate) headers: Vec<&'static str>,
+    pub(crate) rows: Vec<Vec<String>>,
 }
 
 impl Table {
