@@ -10,6 +10,7 @@
 //! in-memory store for unit-testing handlers; with the `testing` feature,
 //! [`conformance`] holds the suite every store must pass.
 
+mod ahead;
 mod backoff;
 mod error;
 mod events;

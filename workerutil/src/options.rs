@@ -38,6 +38,16 @@ pub struct WorkerOptions {
     /// heartbeat-handling Postgres store; 0 for transactional handling, where a
     /// buffered job would hold a connection).
     pub claim_ahead: Option<usize>,
+    /// With `claim_ahead` left `None` (and no `max_dequeue_batch`), the
+    /// claim-ahead allowance adapts: it starts at what the store suggests and
+    /// follows twice the jobs the handlers start during one claim's round trip
+    /// (Little's law), from 1 for slow jobs up to this bound for fast ones. The
+    /// bound is what one process may hold beyond its handlers: jobs it has
+    /// claimed but not started cannot run elsewhere, so a lower bound spreads a
+    /// short queue more evenly across processes, a higher one lets one process
+    /// run fast jobs with fewer, bigger claims. `None` (the default):
+    /// `4 × num_handlers`.
+    pub max_claim_ahead: Option<usize>,
     /// How many dequeue calls may be in flight at once while the queue keeps
     /// filling every claim: a second claim starts while the first is still on
     /// its way, so the store's round trip no longer bounds throughput. An idle
@@ -86,6 +96,7 @@ impl WorkerOptions {
             num_handlers: 1,
             max_dequeue_batch: None,
             claim_ahead: None,
+            max_claim_ahead: None,
             concurrent_dequeues: None,
             num_total_jobs: None,
             max_active_time: None,

@@ -21,8 +21,11 @@ pub(crate) struct Shared<S> {
     pub(crate) options: WorkerOptions,
     pub(crate) store: Arc<S>,
     pub(crate) running: RunningSet,
-    /// Jobs claimed beyond the free handler slots (resolved from the options).
+    /// The most jobs claimed beyond the free handler slots (resolved from the
+    /// options): the fixed allowance, or the adaptive one's bound.
     pub(crate) claim_ahead: usize,
+    /// Where an adaptive allowance starts; `None`: fixed at `claim_ahead`.
+    pub(crate) adaptive_from: Option<usize>,
     /// Dequeue calls in flight at once while the queue is busy (resolved).
     pub(crate) concurrent_dequeues: usize,
     /// Bounds the finished jobs whose outcome is still being written (four
@@ -42,6 +45,7 @@ impl<S> Shared<S> {
         options: WorkerOptions,
         hostname: String,
         claim_ahead: usize,
+        adaptive_from: Option<usize>,
         concurrent_dequeues: usize,
     ) -> Self {
         let num_handlers = options.num_handlers;
@@ -53,6 +57,7 @@ impl<S> Shared<S> {
             store,
             running: RunningSet::default(),
             claim_ahead,
+            adaptive_from,
             concurrent_dequeues,
             recording: Arc::new(Semaphore::new(4 * (num_handlers + claim_ahead))),
             slot_freed: Arc::new(Notify::new()),

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::ahead::Ahead;
 use crate::backoff::{Backoff, sleep_until_opt};
 use crate::error::{Error, error_chain};
 use crate::events::{Hook, WorkerEvent};
@@ -114,6 +116,14 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .into_owned(),
         };
         let claim_ahead = crate::store::claim_ahead(&options, &*store);
+        // Left to the worker, the allowance adapts between 1 and its bound.
+        let adaptive = options.claim_ahead.is_none() && options.max_dequeue_batch.is_none();
+        let (claim_ahead, adaptive_from) = if adaptive {
+            let bound = options.max_claim_ahead.unwrap_or(4 * options.num_handlers);
+            (bound, Some(claim_ahead.min(bound)))
+        } else {
+            (claim_ahead, None)
+        };
         let concurrent_dequeues = crate::store::concurrent_dequeues(&options, &*store);
         store
             .check_worker_options(&options, claim_ahead)
@@ -124,6 +134,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 options,
                 hostname,
                 claim_ahead,
+                adaptive_from,
                 concurrent_dequeues,
             )),
             handler: Arc::new(handler),
@@ -217,7 +228,10 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         // The last claim came back full, so more work is likely waiting: only
         // then may a second claim start before the first returns.
         let mut busy = false;
-        let capacity = options.num_handlers + shared.claim_ahead;
+        let mut ahead = match shared.adaptive_from {
+            Some(initial) => Ahead::adaptive(initial, shared.claim_ahead),
+            None => Ahead::fixed(shared.claim_ahead),
+        };
         let mut wakeups = shared.store.wakeups();
         let mut backoff = Backoff::new(options.interval, options.max_interval);
         // When the next claim may start; `None`: as soon as there is room.
@@ -233,6 +247,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .flatten()
             {
                 if let Some(claimed) = buffer.pop_front() {
+                    ahead.job_started();
                     start_job(&self.shared, &self.handler, tracker, claimed, permit).await;
                 }
             }
@@ -240,8 +255,10 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             if let Some(reason) = self.stop_reason(deadline, dequeued, settled) {
                 break reason;
             }
+            let capacity = options.num_handlers + ahead.get();
             let room = self.room(
                 &semaphore,
+                ahead.get(),
                 buffer.len() + reserved,
                 dequeued + reserved as u64,
             );
@@ -276,8 +293,9 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 biased;
                 _ = self.shutdown.stop_dequeue.cancelled() => {}
                 _ = sleep_until_opt(deadline) => {}
-                Some((asked, result)) = claims.next(), if !idle => {
+                Some((asked, took, result)) = claims.next(), if !idle => {
                     reserved -= asked;
+                    ahead.claim_returned(took);
                     match result {
                         Ok(jobs) if jobs.is_empty() => {
                             busy = false;
@@ -314,6 +332,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 permit = semaphore.clone().acquire_owned(), if !buffer.is_empty() => {
                     let permit = permit.expect("the semaphore is never closed");
                     if let Some(claimed) = buffer.pop_front() {
+                        ahead.job_started();
                         start_job(&self.shared, &self.handler, tracker, claimed, permit).await;
                     }
                 }
@@ -332,7 +351,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
 
         // Claims in flight may already have committed: wait for them, so their
         // jobs are handed back now rather than left to the resetter.
-        while let Some((_, result)) = claims.next().await {
+        while let Some((_, _, result)) = claims.next().await {
             if let Ok(jobs) = result {
                 for job in jobs {
                     dequeued += 1;
@@ -346,10 +365,9 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
 
     /// How many jobs the next claim may ask for: free handler slots plus the
     /// claim-ahead allowance, less what is buffered, within the job limits.
-    fn room(&self, semaphore: &Semaphore, buffered: usize, dequeued: u64) -> usize {
+    fn room(&self, semaphore: &Semaphore, ahead: usize, buffered: usize, dequeued: u64) -> usize {
         let options = &self.shared.options;
-        let mut room =
-            (semaphore.available_permits() + self.shared.claim_ahead).saturating_sub(buffered);
+        let mut room = (semaphore.available_permits() + ahead).saturating_sub(buffered);
         if let Some(total) = options.num_total_jobs {
             room = room.min(usize::try_from(total.saturating_sub(dequeued)).unwrap_or(usize::MAX));
         }
@@ -363,11 +381,12 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
     fn claim(&self, conditions: S::Conditions, limit: usize) -> ClaimFuture<S::Job> {
         let shared = self.shared.clone();
         Box::pin(async move {
+            let started = Instant::now();
             let dequeue = shared.store.dequeue(&shared.hostname, &conditions, limit);
             let result = guarded("dequeue", dequeue)
                 .await
                 .map_err(|err| error_chain(err.as_ref()));
-            (limit, result)
+            (limit, started.elapsed(), result)
         })
     }
 
@@ -482,7 +501,10 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
 
 /// A dequeue in flight: the number of jobs it asked for, and the claimed
 /// jobs or the error rendered.
-type ClaimFuture<J> = Pin<Box<dyn Future<Output = (usize, Result<Vec<J>, String>)> + Send>>;
+/// A claim in flight: resolves to the jobs it asked for, how long it took,
+/// and what it returned.
+type ClaimFuture<J> =
+    Pin<Box<dyn Future<Output = (usize, Duration, Result<Vec<J>, String>)> + Send>>;
 
 /// Awaits the store's next wake-up; pending when it has none.
 async fn woken(wakeups: &mut Option<Wakeups>) {

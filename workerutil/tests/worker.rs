@@ -1206,6 +1206,9 @@ async fn a_busy_queue_is_claimed_by_two_dequeues_at_once_an_idle_one_by_one() {
         }
         let mut o = options();
         o.num_handlers = 8;
+        // A fixed allowance: the shares below are of a fixed capacity (the
+        // adaptive one has its own test).
+        o.claim_ahead = Some(8);
         o.num_total_jobs = Some(jobs as u64);
         o.concurrent_dequeues = setting;
         let summary = Worker::new(store.clone(), Acts::default(), o)
@@ -1228,6 +1231,48 @@ async fn a_busy_queue_is_claimed_by_two_dequeues_at_once_an_idle_one_by_one() {
             // claim takes its share (half), so two can be in flight at once.
             assert_eq!(limits[0], 16, "{limits:?}");
             assert!(limits[1..].iter().all(|l| *l <= 8), "{limits:?}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_adaptive_claim_ahead_grows_for_fast_jobs_within_its_bound() {
+    // (jobs' run time, max_claim_ahead, the largest claim allowed, whether
+    // claims must grow past the old fixed capacity of 16)
+    for (run, bound, most, grows) in [
+        (Duration::from_micros(100), None, 8 + 32, true),
+        (Duration::from_micros(100), Some(4), 8 + 4, false),
+        (Duration::from_millis(500), None, 8 + 32, false),
+    ] {
+        let store = Arc::new(Flaky::default());
+        *store.dequeue_delay.lock().unwrap() = Duration::from_millis(20);
+        for id in 1..=600 {
+            store.inner.enqueue(Task {
+                id,
+                act: Act::Sleep(run),
+            });
+        }
+        let mut o = options();
+        o.num_handlers = 8;
+        o.max_claim_ahead = bound;
+        o.num_total_jobs = Some(600);
+        let summary = Worker::new(store.clone(), Acts::default(), o)
+            .unwrap()
+            .run()
+            .await;
+        assert_eq!(summary.dequeued, 600);
+        assert_eq!(store.inner.count(JobState::Completed), 600);
+        let limits = store.limits.lock().unwrap().clone();
+        let largest = limits.iter().copied().max().unwrap_or(0);
+        assert!(largest <= most, "{run:?} {bound:?}: {limits:?}");
+        if grows {
+            assert!(largest > 16, "fast jobs, bigger claims: {limits:?}");
+        }
+        if run >= Duration::from_millis(500) {
+            // Slow jobs: after the first claims the buffer shrinks to one
+            // job beyond the free handlers.
+            let late = &limits[limits.len() / 2..];
+            assert!(late.iter().all(|l| *l <= 8 + 1), "slow jobs: {limits:?}");
         }
     }
 }
