@@ -32,11 +32,11 @@ pub struct WorkerOptions {
     /// How many jobs the worker may claim beyond its free handler slots, into a
     /// local buffer, so the next handler starts without a round trip to the
     /// store. Buffered jobs are heartbeated like running ones and handed back to
-    /// the queue (fenced requeue) at once on any shutdown. `None` (the default):
-    /// 0 when `max_dequeue_batch` is set (budgeted workers decide job by job),
-    /// else what the store suggests (`num_handlers` for the in-memory and the
-    /// heartbeat-handling Postgres store; 0 for transactional handling, where a
-    /// buffered job would hold a connection).
+    /// the queue (fenced requeue) at once on any shutdown. `Some(n)`: always
+    /// `n`. `None` (the default): 0 when `max_dequeue_batch` is set (budgeted
+    /// workers decide job by job), else adaptive (see `max_claim_ahead`),
+    /// starting at what the store suggests (`num_handlers` for the in-memory
+    /// and the Postgres store).
     pub claim_ahead: Option<usize>,
     /// With `claim_ahead` left `None` (and no `max_dequeue_batch`), the
     /// claim-ahead allowance adapts: it starts at what the store suggests and
