@@ -8,7 +8,7 @@
 //!
 //! The Postgres store lives in the `dbworker` crate. [`MemoryStore`] is an
 //! in-memory store for unit-testing handlers; with the `testing` feature,
-//! [`conformance`] holds the suite every store must pass.
+//! `conformance` holds the suite every store must pass.
 
 mod ahead;
 mod backoff;
