@@ -65,10 +65,18 @@ const RECONNECT_MAX: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub(crate) struct ListenerTask {
     stop: CancellationToken,
+    /// Wakes the store's workers (the listener does on each notification).
+    sender: std::sync::Arc<WakeupSender>,
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl ListenerTask {
+    /// Something other than a notification made jobs claimable: wake the
+    /// store's workers as a notification would.
+    pub(crate) fn waker(&self) -> std::sync::Arc<WakeupSender> {
+        self.sender.clone()
+    }
+
     /// Stops the task and waits for its connection to close.
     pub(crate) async fn close(&self) {
         self.stop.cancel();
@@ -96,8 +104,9 @@ pub(crate) fn spawn_listener(
     store: String,
     connect_timeout: Duration,
 ) -> (Wakeups, ListenerTask) {
-    let sender = WakeupSender::new();
+    let sender = std::sync::Arc::new(WakeupSender::new());
     let wakeups = sender.subscribe();
+    let task_sender = sender.clone();
     let stop = CancellationToken::new();
     let connect = (*pool.connect_options()).clone();
     let task_stop = stop.clone();
@@ -110,11 +119,12 @@ pub(crate) fn spawn_listener(
             .max_lifetime(None)
             .idle_timeout(None)
             .connect_lazy_with(connect);
-        listen(&listen_pool, &channel, &store, &sender, &task_stop).await;
+        listen(&listen_pool, &channel, &store, &task_sender, &task_stop).await;
         listen_pool.close().await;
     });
     let task = ListenerTask {
         stop,
+        sender,
         task: std::sync::Mutex::new(Some(task)),
     };
     (wakeups, task)

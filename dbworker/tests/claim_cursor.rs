@@ -1,5 +1,5 @@
 //! The claim cursor on real Postgres: claims start past what they took, yet
-//! never skip an eligible row for longer than the full-pass interval (rows
+//! never skip an eligible row for longer than the probe interval (rows
 //! scheduled, reset by another process, or committed late behind it), and
 //! under a transaction that pins the xmin every eligible job is still claimed.
 
@@ -47,7 +47,7 @@ async fn claim_until(
 }
 
 #[tokio::test]
-async fn rows_that_become_eligible_behind_the_cursor_are_claimed_by_the_next_full_pass() {
+async fn rows_that_become_eligible_behind_the_cursor_are_claimed_after_the_next_probe() {
     let db = Db::new().await;
     let store = cursor_store(&db).await;
     let ids = db.enqueue(20, json!({})).await;
@@ -100,7 +100,7 @@ async fn rows_that_become_eligible_behind_the_cursor_are_claimed_by_the_next_ful
         behind.iter().all(|id| second.contains(id)),
         "claimed behind the cursor: {second:?}, wanted {behind:?}"
     );
-    // Generous: one full pass, plus the schedule, plus a loaded machine.
+    // Generous: one probe, plus the schedule, plus a loaded machine.
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",

@@ -100,6 +100,21 @@ pub(crate) fn claim_cursor_condition(o: &JobTable, low: i64) -> Expr {
     col(&o.table.alias, &o.columns.id).gte(low)
 }
 
+/// The lowest eligible id below `before` that `conditions` admit: the claim
+/// cursor's probe, which looks behind the cursor beside the claims.
+pub(crate) fn eligible_behind(o: &JobTable, conditions: &[Expr], before: i64) -> Statement {
+    let (t, c) = (&o.table, &o.columns);
+    let mut q = Query::select();
+    q.expr_as(col(&t.alias, &c.id).min(), alias("id"))
+        .from(table_ref(t))
+        .cond_where(eligible(&t.alias, c))
+        .and_where(col(&t.alias, &c.id).lt(before));
+    for cond in conditions {
+        q.and_where(cond.clone());
+    }
+    Statement::from(&q)
+}
+
 /// Extra claim conditions as one text with their values inlined: a key that
 /// tells claims with different conditions apart (never run as SQL).
 pub(crate) fn conditions_key(conditions: &[Expr]) -> String {

@@ -157,6 +157,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("claim", claim(&t, "host", &[cost()], 3, false)),
         ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
         ("claim_through_view", claim(&v, "host", &[cost()], 3, true)),
+        ("eligible_behind", eligible_behind(&t, &[cost()], 1000)),
         (
             "claim_after_cursor",
             claim(&t, "host", &[claim_cursor_condition(&t, 1000)], 3, true),

@@ -73,7 +73,9 @@ pub struct DbStore<R> {
     /// Batched marks (heartbeat handling only).
     completer: Option<Completer>,
     /// Where claims start their scan, when they can use a cursor.
-    cursor: Option<cursor::ClaimCursor>,
+    cursor: Option<Arc<cursor::ClaimCursor>>,
+    /// The cursor's probe, stopped when the store is dropped or closed.
+    probe: Option<cursor::Probe>,
     /// Wake-ups from the listener, when `listen` is on.
     wakeups: Option<Wakeups>,
     /// The listener task, stopped when the store is dropped or closed.
@@ -113,12 +115,25 @@ impl<R: Record> DbStore<R> {
             }
             None => (None, None),
         };
-        let cursor = resolved.claim_cursor.map(cursor::ClaimCursor::new);
+        let cursor = resolved
+            .claim_cursor
+            .map(|_| Arc::new(cursor::ClaimCursor::default()));
+        let probe = match (&cursor, resolved.claim_cursor) {
+            (Some(c), Some(every)) => Some(cursor::spawn_probe(
+                pool.clone(),
+                resolved.clone(),
+                c.clone(),
+                every,
+                listener.as_ref().map(notify::ListenerTask::waker),
+            )),
+            _ => None,
+        };
         Ok(DbStore {
             pool,
             options: resolved,
             scan: options.scan,
             cursor,
+            probe,
             completer,
             wakeups,
             listener,
@@ -131,6 +146,9 @@ impl<R: Record> DbStore<R> {
     /// a test, so the server sees a clean disconnect. Dropping the store stops
     /// the same work without waiting.
     pub async fn close(&self) {
+        if let Some(probe) = &self.probe {
+            probe.stop();
+        }
         if let Some(listener) = &self.listener {
             listener.close().await;
         }

@@ -97,15 +97,18 @@ pub struct StoreOptions<R> {
     /// With a view, how many candidate rows (beyond the requested batch) the
     /// claim considers before locking rows of the table. Default 50.
     pub candidate_window: usize,
-    /// The claim cursor's full-pass interval. Claims start their index scan
-    /// at the lowest id that can still be eligible (just past what this store
-    /// claimed last) instead of walking from the table's first row over the
-    /// dead index entries of every row claimed since the last vacuum, which a
-    /// long-running transaction elsewhere (an analytics query, a forgotten
-    /// `BEGIN`) keeps in the index. A row that becomes eligible behind the
-    /// cursor (a retry, a reset, a requeue, an insert that committed late) is
-    /// claimed by the next full pass, at most this long later (this store's
-    /// own retries, requeues and `reset_stalled` take the cursor back at once).
+    /// The claim cursor's probe interval. Claims start their index scan at
+    /// the lowest id that can still be eligible (just past what this store
+    /// claimed last; one cursor per set of `pre_dequeue` conditions) instead
+    /// of walking, from the table's first row, over the dead index entries of
+    /// every row claimed since the last vacuum, which a long-running
+    /// transaction elsewhere (an analytics query, a forgotten `BEGIN`) keeps
+    /// in the index. A probe beside the claims looks behind the cursor once
+    /// per interval: a row that became eligible there (a scheduled job coming
+    /// due, a reset by another process, an insert that committed late, a row
+    /// a condition passed over) takes the cursor back and wakes the workers,
+    /// so it is claimed at most about this long later (this store's own
+    /// retries, requeues and `reset_stalled` take the cursor back at once).
     /// Applies when jobs are claimed in id order without a view (the default
     /// `order_by`) and without a pause or limit table (their rows are passed
     /// over, not taken); `None` scans from the start every time. At least
@@ -428,7 +431,7 @@ pub(crate) struct Resolved {
     pub(crate) stalled_max_age: Duration,
     pub(crate) reset_failure_message: String,
     pub(crate) handling: Handling,
-    /// The claim cursor's full-pass interval, when claims can use one.
+    /// The claim cursor's probe interval, when claims can use one.
     pub(crate) claim_cursor: Option<Duration>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,

@@ -83,7 +83,9 @@ impl<R: Record> Store for DbStore<R> {
             .cursor
             .as_ref()
             .map(|c| (c, sql::conditions_key(&conditions.0)));
-        let start = cursor.as_ref().and_then(|(c, key)| c.start(key));
+        let start = cursor
+            .as_ref()
+            .and_then(|(c, key)| c.start(key, &conditions.0));
         let claim = match start {
             Some(low) => {
                 let mut with_cursor = conditions.0.clone();
