@@ -13,7 +13,7 @@
 //! other, so the two are compared within one run.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{DbStore, new_worker};
@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::{Bench, Mode, TABLE};
 use crate::framework::{self, NoOp, Progress, Starts};
+use crate::latency::{lock, percentile};
 use crate::report::Table;
 use crate::{Result, progress};
 
@@ -271,19 +272,6 @@ async fn wal_bytes_since(bench: &Bench, start: &str) -> Result<f64> {
             .fetch_one(bench.admin())
             .await?;
     Ok(bytes)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Nearest-rank percentile `p` (in %) of sorted values.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (p * sorted.len()).div_ceil(100);
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn ms(d: Duration) -> String {

@@ -135,12 +135,12 @@ async fn insert_at_rate(bench: &Bench, jobs: u64, rate: f64) -> Result<HashMap<i
     Ok(sent)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Nearest-rank percentile `p` (in %) of sorted values.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: usize) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
