@@ -8,6 +8,11 @@ use crate::error::Error;
 /// database with empty claims (use wake-ups for low latency instead).
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
+/// The most jobs a worker may hold in handlers or in its claim-ahead buffer
+/// (each counted alone), far above any real use: it keeps the sizes the worker
+/// derives from them (4 × handlers, semaphores) in range.
+const MAX_JOBS_HELD: usize = 1_000_000;
+
 /// How a [`Worker`](crate::Worker) runs. Build with [`WorkerOptions::new`] and
 /// override fields; [`WorkerOptions::validate`] runs when the worker is created.
 #[derive(Debug, Clone)]
@@ -127,6 +132,15 @@ impl WorkerOptions {
         if self.num_handlers == 0 {
             return invalid("num_handlers", "must be at least 1");
         }
+        if self.num_handlers > MAX_JOBS_HELD {
+            return invalid("num_handlers", "must be at most 1,000,000");
+        }
+        if self.claim_ahead.is_some_and(|n| n > MAX_JOBS_HELD) {
+            return invalid("claim_ahead", "must be at most 1,000,000");
+        }
+        if self.max_claim_ahead.is_some_and(|n| n > MAX_JOBS_HELD) {
+            return invalid("max_claim_ahead", "must be at most 1,000,000");
+        }
         if self.max_dequeue_batch == Some(0) {
             return invalid("max_dequeue_batch", "must be at least 1 when set");
         }
@@ -188,6 +202,11 @@ mod tests {
             ("name", Box::new(|o| o.name = " ".into())),
             ("hostname", Box::new(|o| o.hostname = Some(String::new()))),
             ("num_handlers", Box::new(|o| o.num_handlers = 0)),
+            (
+                "max_claim_ahead",
+                Box::new(|o| o.max_claim_ahead = Some(2_000_000)),
+            ),
+            ("claim_ahead", Box::new(|o| o.claim_ahead = Some(2_000_000))),
             ("num_total_jobs", Box::new(|o| o.num_total_jobs = Some(0))),
             (
                 "concurrent_dequeues",

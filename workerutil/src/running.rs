@@ -59,7 +59,12 @@ impl<S> Shared<S> {
             claim_ahead,
             adaptive_from,
             concurrent_dequeues,
-            recording: Arc::new(Semaphore::new(4 * (num_handlers + claim_ahead))),
+            recording: Arc::new(Semaphore::new(
+                num_handlers
+                    .saturating_add(claim_ahead)
+                    .saturating_mul(4)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
             slot_freed: Arc::new(Notify::new()),
             events,
         }

@@ -116,10 +116,14 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 .into_owned(),
         };
         let claim_ahead = crate::store::claim_ahead(&options, &*store);
-        // Left to the worker, the allowance adapts between 1 and its bound.
-        let adaptive = options.claim_ahead.is_none() && options.max_dequeue_batch.is_none();
+        // Left to the worker, the allowance adapts between 1 and its bound;
+        // a store that wants none (its claimed jobs hold a resource) gets none.
+        let adaptive =
+            options.claim_ahead.is_none() && options.max_dequeue_batch.is_none() && claim_ahead > 0;
         let (claim_ahead, adaptive_from) = if adaptive {
-            let bound = options.max_claim_ahead.unwrap_or(4 * options.num_handlers);
+            let bound = options
+                .max_claim_ahead
+                .unwrap_or(options.num_handlers.saturating_mul(4));
             (bound, Some(claim_ahead.min(bound)))
         } else {
             (claim_ahead, None)

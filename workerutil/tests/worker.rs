@@ -59,6 +59,8 @@ struct Flaky {
     reset_before_open: Mutex<Option<RecordId>>,
     /// `open` fails for this job (its connection could not be had).
     fail_open: Mutex<Option<RecordId>>,
+    /// Suggest no claim-ahead (as a store whose claimed jobs hold a resource).
+    no_claim_ahead: bool,
 }
 
 impl Flaky {
@@ -78,6 +80,10 @@ impl Store for Flaky {
     type Record = Task;
     type Job = MemoryJob<Task>;
     type Conditions = MemoryConditions<Task>;
+
+    fn default_claim_ahead(&self, num_handlers: usize) -> usize {
+        if self.no_claim_ahead { 0 } else { num_handlers }
+    }
 
     fn wakeups(&self) -> Option<workerutil::Wakeups> {
         if self.no_wakeups {
@@ -1275,6 +1281,27 @@ async fn the_adaptive_claim_ahead_grows_for_fast_jobs_within_its_bound() {
             assert!(late.iter().all(|l| *l <= 8 + 1), "slow jobs: {limits:?}");
         }
     }
+    // A store that suggests no claim-ahead gets none, fast jobs or not.
+    let store = Arc::new(Flaky {
+        no_claim_ahead: true,
+        ..Flaky::default()
+    });
+    *store.dequeue_delay.lock().unwrap() = Duration::from_millis(20);
+    for id in 1..=200 {
+        store.inner.enqueue(Task {
+            id,
+            act: Act::Sleep(Duration::from_micros(100)),
+        });
+    }
+    let mut o = options();
+    o.num_handlers = 8;
+    o.num_total_jobs = Some(200);
+    Worker::new(store.clone(), Acts::default(), o)
+        .unwrap()
+        .run()
+        .await;
+    let limits = store.limits.lock().unwrap().clone();
+    assert!(limits.iter().all(|l| *l <= 8), "{limits:?}");
 }
 
 #[tokio::test(start_paused = true)]

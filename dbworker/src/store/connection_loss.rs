@@ -89,7 +89,6 @@ impl<R: Record> DbStore<R> {
         op: &'static str,
         cause: &sqlx::Error,
     ) -> Result<bool> {
-        self.back_in_queue(lease.id);
         let cause = error_chain(cause);
         let o = self.resolved();
         let message = format!(
@@ -111,6 +110,7 @@ impl<R: Record> DbStore<R> {
                     new_state = %state,
                     "the job's transaction connection was lost: put it back without counting a failure (counted as a reset)"
                 );
+                self.back_in_queue(lease.id);
                 Ok(true)
             }
             Ok(None) => {

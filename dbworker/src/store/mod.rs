@@ -147,7 +147,7 @@ impl<R: Record> DbStore<R> {
     /// the same work without waiting.
     pub async fn close(&self) {
         if let Some(probe) = &self.probe {
-            probe.stop();
+            probe.stop().await;
         }
         if let Some(listener) = &self.listener {
             listener.close().await;
@@ -356,11 +356,17 @@ impl<R: Record> DbStore<R> {
         kind: MarkKind,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        if kind == MarkKind::Errored {
-            self.back_in_queue(job.lease.id);
-        }
+        let lease = job.lease;
+        // Taken back once the retry is written: a claim that passed the row
+        // before then must not move the cursor past it (see store/cursor.rs).
+        let requeued = |done: bool| {
+            if done && kind == MarkKind::Errored {
+                self.back_in_queue(lease.id);
+            }
+            done
+        };
         if job.tx.is_none() {
-            return self.batched(job.lease, kind, message).await;
+            return self.batched(lease, kind, message).await.map(requeued);
         }
         let (id, token) = (job.lease.id, job.lease.token);
         let (op, statement) = match kind {
@@ -373,9 +379,10 @@ impl<R: Record> DbStore<R> {
                 sql::mark_errored(&self.options, id, token, message),
             ),
         };
-        Ok(self
+        let done = self
             .write_failure(op, job.lease, job.tx.take(), statement)
-            .await?)
+            .await?;
+        Ok(requeued(done))
     }
 
     /// A mark without a handler transaction: written with the next batch in

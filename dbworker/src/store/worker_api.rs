@@ -83,10 +83,8 @@ impl<R: Record> Store for DbStore<R> {
             .cursor
             .as_ref()
             .map(|c| (c, sql::conditions_key(&conditions.0)));
-        let start = cursor
-            .as_ref()
-            .and_then(|(c, key)| c.start(key, &conditions.0));
-        let claim = match start {
+        let start = cursor.as_ref().map(|(c, key)| c.start(key, &conditions.0));
+        let claim = match start.and_then(|s| s.low) {
             Some(low) => {
                 let mut with_cursor = conditions.0.clone();
                 with_cursor.push(sql::claim_cursor_condition(o, low));
@@ -117,10 +115,10 @@ impl<R: Record> Store for DbStore<R> {
                 .await
                 .map_err(Error::db("claim"))?
         };
-        tracing::debug!(store = %o.name, limit, claimed = rows.len(), cursor = ?start, took = ?started.elapsed(), "claimed");
+        tracing::debug!(store = %o.name, limit, claimed = rows.len(), cursor = ?start.and_then(|s| s.low), took = ?started.elapsed(), "claimed");
         // The rows come back in id order (the cursor's condition for use).
-        if let (Some((cursor, key)), Some(last)) = (&cursor, rows.last()) {
-            cursor.claimed_up_to(key, last.get(sql::RECORD_ID));
+        if let (Some((cursor, key)), Some(start), Some(last)) = (&cursor, start, rows.last()) {
+            cursor.claimed_up_to(key, start, last.get(sql::RECORD_ID));
         }
         let mut leases = Vec::with_capacity(rows.len());
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
@@ -321,10 +319,13 @@ impl<R: Record> Store for DbStore<R> {
     }
 
     async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
-        self.back_in_queue(job.lease.id);
         let statement = sql::requeue(&self.options, job.lease.id, job.lease.token);
-        Ok(self
+        let done = self
             .fenced_write("requeue", job.lease, job.tx.take(), statement)
-            .await?)
+            .await?;
+        if done {
+            self.back_in_queue(job.lease.id);
+        }
+        Ok(done)
     }
 }
