@@ -818,3 +818,26 @@ fn the_resetter_counts_what_it_does_in_metrics() {
         "{counters:?}"
     );
 }
+
+#[tokio::test]
+async fn run_until_empty_drains_the_table_and_returns() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = Db::new().await;
+        let ids = db.enqueue(40, json!({})).await;
+        let store = db.store(handling).await;
+        let mut o = options("run-once");
+        o.num_handlers = 4;
+        let summary = dbworker::new_worker(store.clone(), common::Completes, o)
+            .unwrap()
+            .run_until_empty()
+            .await;
+        assert_eq!(
+            summary.reason,
+            workerutil::StopReason::QueueEmpty,
+            "{handling:?}"
+        );
+        assert_eq!(summary.dequeued, ids.len() as u64, "{handling:?}");
+        assert_eq!(db.count("completed").await, 40, "{handling:?}");
+        store.close().await;
+    }
+}

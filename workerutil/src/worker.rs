@@ -47,6 +47,9 @@ pub enum StopReason {
     Graceful,
     /// An immediate shutdown was requested.
     Immediate,
+    /// [`Worker::run_until_empty`]: a claim found nothing and no job was
+    /// left running.
+    QueueEmpty,
 }
 
 /// What a finished [`Worker::run`] reports.
@@ -92,6 +95,8 @@ pub struct Worker<S: Store, H: Handler<S>> {
     shared: Arc<Shared<S>>,
     handler: Arc<H>,
     shutdown: ShutdownHandle,
+    /// Stop once nothing is runnable ([`Worker::run_until_empty`]).
+    until_empty: bool,
 }
 
 impl<S: Store, H: Handler<S>> std::fmt::Debug for Worker<S, H> {
@@ -143,6 +148,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             )),
             handler: Arc::new(handler),
             shutdown: ShutdownHandle::new(),
+            until_empty: false,
         })
     }
 
@@ -166,6 +172,18 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         &self.shared.hostname
     }
 
+    /// Runs until no runnable job is left, then returns: once a claim finds
+    /// nothing while no job is running (their retries and the jobs they
+    /// enqueued are claimed first), with the usual summary and reason
+    /// [`StopReason::QueueEmpty`]. For tests, and for deployments where cron
+    /// starts a worker that drains the queue and exits. The other stops
+    /// (shutdown, `num_total_jobs`, `max_active_time`) still apply. A retry
+    /// that comes due later is not waited for.
+    pub async fn run_until_empty(mut self) -> WorkerSummary {
+        self.until_empty = true;
+        self.run().await
+    }
+
     /// Runs until `num_total_jobs` or `max_active_time` is reached or a shutdown
     /// is requested, then waits for every job task and the heartbeat loop to end.
     pub async fn run(self) -> WorkerSummary {
@@ -186,7 +204,9 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             StopReason::Immediate => {}
             StopReason::Graceful => self.drain(&tracker).await,
             // Stopped by its own limits: jobs finish unless a shutdown arrives.
-            StopReason::TotalJobsReached | StopReason::MaxActiveTimeReached => {
+            StopReason::TotalJobsReached
+            | StopReason::MaxActiveTimeReached
+            | StopReason::QueueEmpty => {
                 tokio::select! {
                     _ = tracker.wait() => {}
                     _ = self.shutdown.stop_dequeue.cancelled() => self.drain(&tracker).await,
@@ -303,6 +323,13 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                     match result {
                         Ok(jobs) if jobs.is_empty() => {
                             busy = false;
+                            if self.until_empty
+                                && buffer.is_empty()
+                                && claims.is_empty()
+                                && shared.running.len() == 0
+                            {
+                                break StopReason::QueueEmpty;
+                            }
                             shared.emit(WorkerEvent::Idle);
                             let live = wakeups.as_ref().map(Wakeups::is_live);
                             next_claim = Some(Instant::now() + backoff.idle(live));

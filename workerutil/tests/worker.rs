@@ -1383,3 +1383,48 @@ async fn after_a_short_claim_live_wake_ups_replace_the_next_claim() {
         run.await.unwrap();
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn run_until_empty_returns_once_nothing_is_runnable_and_every_job_finished() {
+    // Retries come due at once, so they are runnable work too.
+    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
+        max_num_retries: 2,
+        retry_after: Duration::ZERO,
+        ..Default::default()
+    }));
+    for id in 1..=30 {
+        store.enqueue(Task {
+            id,
+            act: if id == 7 {
+                Act::Retryable
+            } else {
+                Act::Sleep(Duration::from_millis(5 * (id as u64 % 4)))
+            },
+        });
+    }
+    let mut o = options();
+    o.num_handlers = 4;
+    let summary = Worker::new(store.clone(), Acts::default(), o)
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(summary.reason, StopReason::QueueEmpty);
+    assert_eq!(summary.dequeued, 29 + 3, "job 7 ran three times");
+    assert_eq!(store.count(JobState::Completed), 29);
+    assert_eq!(store.count(JobState::Failed), 1);
+    assert_eq!(
+        store.count(JobState::Queued) + store.count(JobState::Errored),
+        0
+    );
+
+    // An empty queue: the first claim finds nothing and it returns at once.
+    let empty = Arc::new(MemoryStore::<Task>::new(MemoryStoreOptions::default()));
+    let started = tokio::time::Instant::now();
+    let summary = Worker::new(empty, Acts::default(), options())
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(summary.reason, StopReason::QueueEmpty);
+    assert_eq!(summary.dequeued, 0);
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
