@@ -47,6 +47,13 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
     /// Called after the job's outcome was recorded, e.g. to give back its share
     /// of a budget. Called for every job that reached `pre_handle`.
     async fn post_handle(&self, _record: &S::Record, _outcome: &Outcome) {}
+
+    /// How long this job may run, overriding `WorkerOptions::max_runtime_per_job`
+    /// when `Some` (a [`KindRegistry`](crate::KindRegistry) answers with its
+    /// kind's). Default `None`: the worker's.
+    fn max_runtime(&self, _record: &S::Record) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// What a running handler can reach besides its job.

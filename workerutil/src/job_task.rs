@@ -163,7 +163,9 @@ async fn execute<S: Store, H: Handler<S>>(
         cancel: running.token.clone(),
         worker_name: shared.name.clone(),
     };
-    let max_runtime = shared.options.max_runtime_per_job;
+    let max_runtime = handler
+        .max_runtime(job.record())
+        .or(shared.options.max_runtime_per_job);
     let started = Instant::now();
     let outcome = tokio::select! {
         // A handler that finished wins over a cancellation that fired at the same time.

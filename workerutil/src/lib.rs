@@ -47,7 +47,7 @@ pub use memory::{JobSnapshot, MemoryConditions, MemoryJob, MemoryStore, MemorySt
 pub use options::{MIN_INTERVAL, WorkerOptions};
 pub use outcome::{HandlerError, Outcome, SharedError};
 pub use panics::panic_message;
-pub use registry::KindRegistry;
+pub use registry::{KindOptions, KindRegistry};
 pub use shutdown::ShutdownHandle;
 pub use state::{JobState, UnknownState};
 pub use store::{

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tracing::Instrument;
@@ -48,7 +49,27 @@ type Restrict<C> = Box<dyn Fn(&[String]) -> C + Send + Sync>;
 pub struct KindRegistry<S: Store> {
     kind_of: KindOf<S::Record>,
     handlers: BTreeMap<String, Arc<dyn Handler<S>>>,
+    options: BTreeMap<String, KindOptions>,
     restrict: Option<Restrict<S::Conditions>>,
+}
+
+/// What a kind may set for itself in a [`KindRegistry`], overriding the
+/// worker's options for its jobs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KindOptions {
+    /// How long one of its jobs may run before it times out (as
+    /// `WorkerOptions::max_runtime_per_job`). `None`: the worker's.
+    pub max_runtime: Option<Duration>,
+}
+
+impl KindOptions {
+    /// Jobs of the kind time out after `max_runtime`.
+    pub fn max_runtime(max_runtime: Duration) -> KindOptions {
+        KindOptions {
+            max_runtime: Some(max_runtime),
+        }
+    }
 }
 
 impl<S: Store> std::fmt::Debug for KindRegistry<S> {
@@ -66,13 +87,27 @@ impl<S: Store> KindRegistry<S> {
         KindRegistry {
             kind_of: Box::new(kind_of),
             handlers: BTreeMap::new(),
+            options: BTreeMap::new(),
             restrict: None,
         }
     }
 
     /// Registers `handler` for `kind`, replacing any handler it had.
-    pub fn register(mut self, kind: impl Into<String>, handler: impl Handler<S>) -> Self {
-        self.handlers.insert(kind.into(), Arc::new(handler));
+    pub fn register(self, kind: impl Into<String>, handler: impl Handler<S>) -> Self {
+        self.register_with(kind, handler, KindOptions::default())
+    }
+
+    /// Registers `handler` for `kind` with options of its own (a maximum
+    /// runtime overriding the worker's), replacing any handler it had.
+    pub fn register_with(
+        mut self,
+        kind: impl Into<String>,
+        handler: impl Handler<S>,
+        options: KindOptions,
+    ) -> Self {
+        let kind = kind.into();
+        self.handlers.insert(kind.clone(), Arc::new(handler));
+        self.options.insert(kind, options);
         self
     }
 
@@ -126,6 +161,12 @@ impl<S: Store> Handler<S> for KindRegistry<S> {
         };
         let span = tracing::info_span!("kind", kind = %kind);
         handler.handle(job, ctx).instrument(span).await
+    }
+
+    fn max_runtime(&self, record: &S::Record) -> Option<Duration> {
+        let kind = (self.kind_of)(record);
+        let own = self.options.get(kind).and_then(|o| o.max_runtime);
+        own.or_else(|| self.handlers.get(kind)?.max_runtime(record))
     }
 
     async fn post_handle(&self, record: &S::Record, outcome: &Outcome) {

@@ -142,3 +142,54 @@ async fn a_restricted_registry_claims_only_its_kinds() {
     assert_eq!(store.state(2), Some(JobState::Queued));
     assert_eq!(store.state(4), Some(JobState::Queued));
 }
+
+/// Sleeps, then succeeds.
+struct Sleeps(std::time::Duration);
+
+#[async_trait]
+impl Handler<Store> for Sleeps {
+    async fn handle(
+        &self,
+        _job: &mut MemoryJob<Task>,
+        _ctx: &JobContext<Store>,
+    ) -> Result<(), HandlerError> {
+        tokio::time::sleep(self.0).await;
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kind_may_set_its_own_maximum_runtime() {
+    use std::time::Duration;
+    use workerutil::KindOptions;
+    // The worker lets jobs run 2 s; "export" jobs only 50 ms.
+    let store = store(&[(1, "export"), (2, "email"), (3, "export")]);
+    let registry = KindRegistry::new(|t: &Task| t.kind)
+        .register_with(
+            "export",
+            Sleeps(Duration::from_millis(300)),
+            KindOptions::max_runtime(Duration::from_millis(50)),
+        )
+        .register("email", Sleeps(Duration::from_millis(300)));
+    let mut o = options(3);
+    o.max_runtime_per_job = Some(Duration::from_secs(2));
+    let summary = Worker::new(store.clone(), registry, o).unwrap().run().await;
+    assert_eq!(summary.dequeued, 3);
+    assert_eq!(
+        store.state(2),
+        Some(JobState::Completed),
+        "the worker's 2 s"
+    );
+    for id in [1, 3] {
+        assert_ne!(
+            store.state(id),
+            Some(JobState::Completed),
+            "export {id} timed out"
+        );
+    }
+    let failure = store
+        .snapshot(1)
+        .and_then(|s| s.failure_message)
+        .unwrap_or_default();
+    assert!(failure.contains("50ms"), "{failure}");
+}
