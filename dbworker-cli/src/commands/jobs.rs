@@ -190,7 +190,7 @@ pub(crate) struct ActionArgs {
     #[arg(long, default_value_t = 500)]
     batch_size: u32,
     /// With `fail`: the failure message recorded.
-    #[arg(long, default_value = "failed by an operator")]
+    #[arg(long, default_value = dbworker::admin::DEFAULT_FAIL_MESSAGE)]
     message: String,
 }
 

@@ -75,14 +75,20 @@ pub(crate) fn mark_errored(o: &JobTable, id: i64, token: i64, message: &str) -> 
             )
             .finally(Expr::cust("now()").add(retry_delay(a, c, &o.retry))),
         )
-        .value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
+        .to_owned();
+    Statement::from(&failed_attempt(q, a, c, message))
+}
+
+/// What every failed attempt writes besides its state: one more failure, the
+/// message, and when it finished.
+fn failed_attempt(mut q: UpdateStatement, a: &str, c: &Columns, message: &str) -> UpdateStatement {
+    q.value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
         .value(
             alias(&c.failure_message),
             sanitize_failure_message(message).as_ref(),
         )
-        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
-        .to_owned();
-    Statement::from(&q)
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"));
+    q
 }
 
 /// What a batched mark does to one job: what [`mark_complete`],
@@ -267,14 +273,8 @@ pub(crate) fn mark_failed(o: &JobTable, id: i64, token: i64, message: &str) -> S
             Expr::case(col(a, &c.cancel), state(JobState::Canceled))
                 .finally(state(JobState::Failed)),
         )
-        .value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
-        .value(
-            alias(&c.failure_message),
-            sanitize_failure_message(message).as_ref(),
-        )
-        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
-    Statement::from(&q)
+    Statement::from(&failed_attempt(q, a, c, message))
 }
 
 /// Puts a claimed job back in the queue without counting a failure.
@@ -297,26 +297,10 @@ pub(crate) fn requeue(o: &JobTable, id: i64, token: i64) -> Statement {
 pub(crate) fn requeue_lost(o: &JobTable, id: i64, token: i64, message: &str) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
-    let resets = || counter(a, &c.num_resets);
-    let can_requeue = || resets().lt(o.max_num_resets);
-    let q = fenced_update(o, id, token)
-        .value(
-            alias(&c.state),
-            Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),
-        )
-        .value(
-            alias(&c.num_resets),
-            Expr::case(can_requeue(), resets().add(1)).finally(resets()),
-        )
-        .value(
-            alias(&c.failure_message),
-            Expr::case(can_requeue(), col(a, &c.failure_message))
-                .finally(sanitize_failure_message(message).as_ref()),
-        )
-        .value(
-            alias(&c.finished_at),
-            Expr::case(can_requeue(), Expr::cust("NULL")).finally(Expr::cust("now()")),
-        )
+    let can_requeue = || counter(a, &c.num_resets).lt(o.max_num_resets);
+    let mut q = fenced_update(o, id, token);
+    reset_or_fail(&mut q, a, c, o.max_num_resets, message);
+    let q = q
         .value(
             alias(&c.process_after),
             Expr::case(can_requeue(), Expr::cust("NULL")).finally(col(a, &c.process_after)),

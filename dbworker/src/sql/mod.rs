@@ -128,6 +128,37 @@ fn eligible(a: &str, c: &Columns) -> Condition {
         )
 }
 
+/// What a reset writes (the resetter's, or a requeue after a lost
+/// connection): back to `queued` with one more reset, or `failed` with
+/// `message` once the row was reset `max_num_resets` times.
+fn reset_or_fail(
+    q: &mut UpdateStatement,
+    a: &str,
+    c: &Columns,
+    max_num_resets: u32,
+    message: &str,
+) {
+    let can_requeue = || counter(a, &c.num_resets).lt(max_num_resets);
+    q.value(
+        alias(&c.state),
+        Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),
+    )
+    .value(
+        alias(&c.num_resets),
+        Expr::case(can_requeue(), counter(a, &c.num_resets).add(1))
+            .finally(counter(a, &c.num_resets)),
+    )
+    .value(
+        alias(&c.failure_message),
+        Expr::case(can_requeue(), col(a, &c.failure_message))
+            .finally(sanitize_failure_message(message).as_ref()),
+    )
+    .value(
+        alias(&c.finished_at),
+        Expr::case(can_requeue(), Expr::cust("NULL")).finally(Expr::cust("now()")),
+    );
+}
+
 /// `a.id = $id AND a.state = 'processing' AND token(a) = $token`: the lease guard.
 fn owned(a: &str, c: &Columns, id: i64, token: i64) -> Condition {
     Condition::all()

@@ -41,27 +41,10 @@ pub(crate) fn reset_stalled(
         .cond_where(stalled_or_orphaned)
         .lock_with_tables_behavior(LockType::Update, [alias(a)], LockBehavior::SkipLocked)
         .to_owned();
-    let can_requeue = || counter(a, &c.num_resets).lt(max_num_resets);
-    let update = Query::update()
-        .table(table_ref(t))
-        .value(
-            alias(&c.state),
-            Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),
-        )
-        .value(
-            alias(&c.num_resets),
-            Expr::case(can_requeue(), counter(a, &c.num_resets).add(1))
-                .finally(col(a, &c.num_resets)),
-        )
-        .value(
-            alias(&c.failure_message),
-            Expr::case(can_requeue(), col(a, &c.failure_message))
-                .finally(sanitize_failure_message(message).as_ref()),
-        )
-        .value(
-            alias(&c.finished_at),
-            Expr::case(can_requeue(), Expr::cust("NULL")).finally(Expr::cust("now()")),
-        )
+    let mut update = Query::update();
+    update.table(table_ref(t));
+    reset_or_fail(&mut update, a, c, max_num_resets, message);
+    let update = update
         .value(alias(&c.worker_hostname), "")
         .from(alias("dbworker_stalled"))
         .and_where(col(a, &c.id).equals(("dbworker_stalled", "id")))
