@@ -17,11 +17,11 @@ use workerutil::Store;
 
 use common::Db;
 
-const FULL_PASS: Duration = Duration::from_millis(300);
+const PROBE_EVERY: Duration = Duration::from_millis(300);
 
 async fn cursor_store(db: &Db) -> DbStore<common::Job> {
     let mut o = db.options();
-    o.claim_cursor = Some(FULL_PASS);
+    o.claim_cursor = Some(PROBE_EVERY);
     o.max_num_retries = 3;
     DbStore::new(&db.pool, o).await.unwrap()
 }

@@ -179,9 +179,10 @@ pub trait Store: Send + Sync + 'static {
     async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
 }
 
-/// How many jobs a worker with `options` claims ahead over `store`:
-/// `claim_ahead` when set, else 0 with a capped `max_dequeue_batch`, else what
-/// the store suggests ([`Store::default_claim_ahead`]).
+/// How many jobs a worker with `options` claims ahead over `store` at first:
+/// `claim_ahead` when set (and always), else 0 with a capped
+/// `max_dequeue_batch`, else what the store suggests
+/// ([`Store::default_claim_ahead`]), where the adaptive allowance starts.
 pub fn claim_ahead<S: Store + ?Sized>(options: &WorkerOptions, store: &S) -> usize {
     options.claim_ahead.unwrap_or_else(|| {
         if options.max_dequeue_batch.is_some() {

@@ -84,14 +84,13 @@ impl<R: Record> Store for DbStore<R> {
             .as_ref()
             .map(|c| (c, sql::conditions_key(&conditions.0)));
         let start = cursor.as_ref().map(|(c, key)| c.start(key, &conditions.0));
-        let claim = match start.and_then(|s| s.low) {
-            Some(low) => {
-                let mut with_cursor = conditions.0.clone();
-                with_cursor.push(sql::claim_cursor_condition(o, low));
-                sql::claim(o, hostname, &with_cursor, limit.max(1), with_record)
-            }
-            None => sql::claim(o, hostname, &conditions.0, limit.max(1), with_record),
-        };
+        let mut claim_conditions = std::borrow::Cow::Borrowed(conditions.0.as_slice());
+        if let Some(low) = start.and_then(|s| s.low) {
+            claim_conditions
+                .to_mut()
+                .push(sql::claim_cursor_condition(o, low));
+        }
+        let claim = sql::claim(o, hostname, &claim_conditions, limit.max(1), with_record);
         let rows = if o.limit_table.is_some() {
             // Limited claims of this table run one at a time, each seeing the
             // jobs the ones before it claimed, so no queue exceeds its limit.
