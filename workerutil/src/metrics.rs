@@ -22,6 +22,11 @@ pub const JOBS_OVERRAN_TOTAL: &str = "workerutil_jobs_overran_total";
 /// Jobs finished, by kind and outcome (jobs dispatched by a
 /// [`KindRegistry`](crate::KindRegistry)).
 pub const JOBS_BY_KIND_TOTAL: &str = "workerutil_jobs_by_kind_total";
+/// How long handlers of each kind ran, by kind (jobs dispatched by a
+/// [`KindRegistry`](crate::KindRegistry); measured around the kind's handler).
+pub const JOB_DURATION_BY_KIND_SECONDS: &str = "workerutil_job_duration_by_kind_seconds";
+/// Jobs of each kind in their handler right now, by kind.
+pub const IN_FLIGHT_BY_KIND: &str = "workerutil_in_flight_by_kind";
 /// Panics caught in hooks, by hook.
 pub const HOOK_PANICS_TOTAL: &str = "workerutil_hook_panics_total";
 
@@ -44,6 +49,32 @@ pub(crate) fn job_of_kind_finished(kind: &str, outcome: &Outcome) {
         "outcome" => outcome.kind()
     )
     .increment(1);
+}
+
+/// Counts a job of `kind` in flight until dropped (so a panic or a canceled
+/// handler is counted out too), then records how long it was in.
+pub(crate) struct KindInFlight {
+    kind: String,
+    since: tokio::time::Instant,
+}
+
+impl KindInFlight {
+    pub(crate) fn enter(kind: &str) -> KindInFlight {
+        metrics::gauge!(IN_FLIGHT_BY_KIND, "kind" => kind.to_owned()).increment(1.0);
+        KindInFlight {
+            kind: kind.to_owned(),
+            since: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for KindInFlight {
+    fn drop(&mut self) {
+        let kind = std::mem::take(&mut self.kind);
+        metrics::histogram!(JOB_DURATION_BY_KIND_SECONDS, "kind" => kind.clone())
+            .record(self.since.elapsed().as_secs_f64());
+        metrics::gauge!(IN_FLIGHT_BY_KIND, "kind" => kind).decrement(1.0);
+    }
 }
 
 pub(crate) fn running(worker: &str, n: usize) {

@@ -25,7 +25,10 @@ type Restrict<C> = Box<dyn Fn(&[String]) -> C + Send + Sync>;
 /// the worker claims only registered kinds, leaving the others for workers
 /// that handle them. Each job runs in a `kind` span, and
 /// [`JOBS_BY_KIND_TOTAL`](crate::metrics::JOBS_BY_KIND_TOTAL) counts outcomes
-/// per kind.
+/// per kind, [`JOB_DURATION_BY_KIND_SECONDS`](crate::metrics::JOB_DURATION_BY_KIND_SECONDS)
+/// times each kind's handler and [`IN_FLIGHT_BY_KIND`](crate::metrics::IN_FLIGHT_BY_KIND)
+/// counts the jobs of each kind in their handler (seed 002's
+/// `job_duration_seconds{kind}` and `in_flight{kind}`).
 ///
 /// ```
 /// use workerutil::{async_trait, Handler, HandlerError, JobContext, KindRegistry, MemoryJob, MemoryStore, Record};
@@ -160,6 +163,7 @@ impl<S: Store> Handler<S> for KindRegistry<S> {
             )));
         };
         let span = tracing::info_span!("kind", kind = %kind);
+        let _in_flight = metrics::KindInFlight::enter(kind);
         handler.handle(job, ctx).instrument(span).await
     }
 

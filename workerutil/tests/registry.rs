@@ -193,3 +193,70 @@ async fn a_kind_may_set_its_own_maximum_runtime() {
         .unwrap_or_default();
     assert!(failure.contains("50ms"), "{failure}");
 }
+
+/// The series of `name` as `labels=value` lines, sorted.
+fn series(
+    snapshot: metrics_util::debugging::Snapshot,
+    name: &str,
+    show: impl Fn(&DebugValue) -> String,
+) -> Vec<String> {
+    let mut lines: Vec<String> = snapshot
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == name)
+        .map(|(key, _, _, value)| {
+            let labels: Vec<&str> = key.key().labels().map(|l| l.value()).collect();
+            format!("{}={}", labels.join("/"), show(&value))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn each_kind_has_its_own_duration_histogram_and_in_flight_gauge() {
+    use workerutil::metrics::{IN_FLIGHT_BY_KIND, JOB_DURATION_BY_KIND_SECONDS};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let gauge = |v: &DebugValue| match v {
+        DebugValue::Gauge(g) => g.into_inner().to_string(),
+        other => format!("{other:?}"),
+    };
+    // Two emails of 1 s and one report of 3 s, all at once.
+    let store = store(&[(1, "email"), (2, "email"), (3, "report")]);
+    let mut during = Vec::new();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(async {
+                let registry = KindRegistry::new(|t: &Task| t.kind)
+                    .register("email", Sleeps(std::time::Duration::from_secs(1)))
+                    .register("report", Sleeps(std::time::Duration::from_secs(3)));
+                let mut o = options(3);
+                o.num_handlers = 4;
+                let worker = Worker::new(store.clone(), registry, o).unwrap();
+                let run = tokio::spawn(async move { worker.run().await });
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                during = series(snapshotter.snapshot(), IN_FLIGHT_BY_KIND, gauge);
+                run.await.unwrap();
+            })
+    });
+    assert_eq!(
+        during,
+        ["email=2", "report=1"],
+        "in flight half a second in"
+    );
+    let after = recorder.snapshotter().snapshot();
+    let durations = series(after, JOB_DURATION_BY_KIND_SECONDS, |v| match v {
+        DebugValue::Histogram(h) => {
+            format!("{:?}", h.iter().map(|x| x.into_inner()).collect::<Vec<_>>())
+        }
+        other => format!("{other:?}"),
+    });
+    assert_eq!(durations, ["email=[1.0, 1.0]", "report=[3.0]"]);
+    let at_end = series(recorder.snapshotter().snapshot(), IN_FLIGHT_BY_KIND, gauge);
+    assert_eq!(at_end, ["email=0", "report=0"], "counted out when done");
+}
