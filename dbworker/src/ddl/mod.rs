@@ -145,8 +145,11 @@ pub fn optional_columns_sql(
             r#"-- Job keys: at most one live (queued, errored or processing) job per key.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "job_key" text;
 CREATE UNIQUE INDEX IF NOT EXISTS {key_idx} ON {table} ("job_key") WHERE {state} IN ('queued', 'errored', 'processing');
+-- The unsafe_dedupe key mode also looks for failed jobs with the key.
+CREATE INDEX IF NOT EXISTS {failed_key_idx} ON {table} ("job_key") WHERE {state} = 'failed';
 "#,
             key_idx = index("job_key_idx"),
+            failed_key_idx = index("job_key_failed_idx"),
         ));
     }
     if columns.queue {
@@ -245,23 +248,45 @@ pub fn enqueue_function_sql(
     let (id, state) = (in_format(&c.id), in_format(&c.state));
     let process_after = literal(&c.process_after);
     let keyed = if columns.keys {
+        // `fresh` is a plain literal (quotes doubled); `cap` sits in a format() string.
+        let lit = |ident: &str| quote(ident).replace('\'', "''");
+        // As if newly enqueued: an errored holder starts over (like sql::enqueue_keyed).
+        let fresh = format!(
+            "{} = ''queued'', {} = 0, {} = NULL, {} = NULL",
+            lit(&c.state),
+            lit(&c.num_failures),
+            lit(&c.failure_message),
+            lit(&c.finished_at)
+        );
+        // A processing holder gives the key up to the new job (like sql::release_key).
+        let cap = if columns.max_retries {
+            format!(
+                r#", "max_retries" = COALESCE({}, 0)"#,
+                in_format(&c.num_failures)
+            )
+        } else {
+            String::new()
+        };
         format!(
             r#"
     IF job_key IS NOT NULL THEN
-        IF key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only') THEN
-            RAISE EXCEPTION 'key_mode must be replace, preserve_run_at or dedupe_only, not %', key_mode;
+        IF key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only', 'unsafe_dedupe') THEN
+            RAISE EXCEPTION 'key_mode must be replace, preserve_run_at, dedupe_only or unsafe_dedupe, not %', key_mode;
         END IF;
         SELECT string_agg(format('%I = excluded.%I', k, k), ', ') INTO sets
           FROM jsonb_object_keys(vals) AS k
          WHERE k <> 'job_key' AND (key_mode = 'replace' OR k <> {process_after});
-        -- A live job holds at most one key: a waiting holder takes the new
-        -- values (replace, preserve_run_at), a processing one is never changed.
+        sets := concat_ws(', ', sets, '{fresh}');
+        -- A live job holds at most one key. A waiting holder takes the new
+        -- values (replace, preserve_run_at); a processing one gives up the key
+        -- and a new job is inserted; the dedupe modes change nothing.
         FOR attempt IN 1..8 LOOP
-            IF key_mode = 'dedupe_only' OR sets IS NULL THEN
+            IF key_mode IN ('dedupe_only', 'unsafe_dedupe') THEN
                 EXECUTE format('INSERT INTO %s AS j (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1)
+                    WHERE $2 <> ''unsafe_dedupe'' OR NOT EXISTS (SELECT 1 FROM %s AS f WHERE f."job_key" = $3 AND f.{state} = ''failed'')
                     ON CONFLICT ("job_key") WHERE {state} IN (''queued'', ''errored'', ''processing'') DO NOTHING
-                    RETURNING j.{id}', '{table_literal}', cols, cols, '{table_literal}')
-                    USING vals INTO new_id;
+                    RETURNING j.{id}', '{table_literal}', cols, cols, '{table_literal}', '{table_literal}')
+                    USING vals, key_mode, job_key INTO new_id;
             ELSE
                 EXECUTE format('INSERT INTO %s AS j (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1)
                     ON CONFLICT ("job_key") WHERE {state} IN (''queued'', ''errored'', ''processing'')
@@ -272,8 +297,15 @@ pub fn enqueue_function_sql(
             IF new_id IS NOT NULL THEN
                 RETURN new_id;
             END IF;
-            EXECUTE format('SELECT {id} FROM %s WHERE "job_key" = $1 AND {state} IN (''queued'', ''errored'', ''processing'') LIMIT 1', '{table_literal}')
-                USING job_key INTO new_id;
+            IF key_mode IN ('replace', 'preserve_run_at') THEN
+                -- Only the key (and the retry limit) of the running job change:
+                -- its state, token and marks are untouched.
+                EXECUTE format('UPDATE %s SET "job_key" = NULL{cap} WHERE "job_key" = $1 AND {state} = ''processing''', '{table_literal}')
+                    USING job_key;
+                CONTINUE;
+            END IF;
+            EXECUTE format('SELECT {id} FROM %s WHERE "job_key" = $1 AND ({state} IN (''queued'', ''errored'', ''processing'') OR ($2 = ''unsafe_dedupe'' AND {state} = ''failed'')) LIMIT 1', '{table_literal}')
+                USING job_key, key_mode INTO new_id;
             IF new_id IS NOT NULL THEN
                 RETURN new_id;
             END IF;
