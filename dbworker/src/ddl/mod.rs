@@ -8,8 +8,11 @@ use std::collections::HashMap;
 use crate::columns::{Columns, Relation, bounded_name, literal, quote};
 use crate::error::Result;
 
+mod functions;
 mod notify;
 mod tables;
+
+pub use functions::{add_jobs_function_sql, admin_functions_sql};
 
 pub use crate::columns::STANDARD_COLUMNS;
 pub(crate) use notify::notify_function_sql;
@@ -194,6 +197,21 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "max_retries" integer;
     Ok(ddl)
 }
 
+/// The enqueue function's parameters for the table's optional columns (the
+/// key aside), each named and typed as its column; `add_jobs` passes the same.
+pub(super) fn optional_params(columns: OptionalColumns) -> Vec<(&'static str, &'static str)> {
+    [
+        (columns.priority, "priority", "integer"),
+        (columns.queue, "queue", "text"),
+        (columns.kind, "kind", "text"),
+        (columns.max_retries, "max_retries", "integer"),
+    ]
+    .into_iter()
+    .filter(|(on, _, _)| *on)
+    .map(|(_, name, ty)| (name, ty))
+    .collect()
+}
+
 /// A PL/pgSQL function `<table>_enqueue` for producers in other languages:
 /// the same inserts and job keys as [`Enqueuer`](crate::Enqueuer), in SQL.
 /// `columns` says which optional columns the table has (and so which
@@ -224,17 +242,9 @@ pub fn enqueue_function_sql(
         "run_at timestamptz DEFAULT NULL".to_owned(),
     ];
     let mut extra = vec![format!("{}, run_at", literal(&c.process_after))];
-    // Each optional column is a parameter of the same name and type.
-    for (on, name, ty) in [
-        (columns.priority, "priority", "integer"),
-        (columns.queue, "queue", "text"),
-        (columns.kind, "kind", "text"),
-        (columns.max_retries, "max_retries", "integer"),
-    ] {
-        if on {
-            params.push(format!("{name} {ty} DEFAULT NULL"));
-            extra.push(format!("'{name}', {name}"));
-        }
+    for (name, ty) in optional_params(columns) {
+        params.push(format!("{name} {ty} DEFAULT NULL"));
+        extra.push(format!("'{name}', {name}"));
     }
     if columns.keys {
         params.push("job_key text DEFAULT NULL".into());
