@@ -69,6 +69,9 @@ fn admin_table() -> AdminTable {
         columns: renamed(),
         queue_column: Some("queue".into()),
         kind_column: Some("kind".into()),
+        key_column: Some("job_key".into()),
+        priority_column: Some("priority".into()),
+        max_retries_column: Some("max_retries".into()),
     }
 }
 
@@ -347,6 +350,27 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("admin_request_cancel", admin_request_cancel(&a, &[1, 2])),
         ("admin_fail", admin_fail(&a, &[1, 2], "m")),
         ("admin_delete", admin_delete(&a, &[1, 2])),
+        ("admin_complete", admin_complete(&a, &[1, 2])),
+        (
+            "admin_reschedule",
+            admin_reschedule(&a, &[1, 2], &{
+                let mut r = crate::job_filter::Reschedule::default();
+                r.run_after = Some(Duration::from_secs(60));
+                r.priority = Some(3);
+                r.num_failures = Some(0);
+                r.max_retries = Some(5);
+                r
+            }),
+        ),
+        (
+            "admin_reschedule_state_only",
+            admin_reschedule(&a, &[1], &Default::default()),
+        ),
+        ("admin_remove_key", admin_remove_key(&a, "k")),
+        (
+            "admin_processing_key_holder",
+            admin_processing_key_holder(&a, "k"),
+        ),
         ("admin_recent", admin_recent(&a, Duration::from_secs(300))),
         ("node_register", node_register(&nodes, node)),
         ("node_heartbeat", node_heartbeat(&nodes, "h:1:ab", node)),
