@@ -353,14 +353,17 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("admin_complete", admin_complete(&a, &[1, 2])),
         (
             "admin_reschedule",
-            admin_reschedule(&a, &[1, 2], &{
-                let mut r = crate::job_filter::Reschedule::default();
-                r.run_after = Some(Duration::from_secs(60));
-                r.priority = Some(3);
-                r.num_failures = Some(0);
-                r.max_retries = Some(5);
-                r
-            }),
+            admin_reschedule(
+                &a,
+                &[1, 2],
+                &crate::job_filter::Reschedule {
+                    run_after: Some(Duration::from_secs(60)),
+                    priority: Some(3),
+                    num_failures: Some(0),
+                    max_retries: Some(5),
+                    ..Default::default()
+                },
+            ),
         ),
         (
             "admin_reschedule_state_only",
