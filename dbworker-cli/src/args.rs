@@ -71,11 +71,21 @@ impl TableArgs {
 
     /// The admin on a connection the command already has.
     pub(crate) async fn admin_on(&self, pool: &sqlx::PgPool) -> Result<Admin> {
+        self.admin_with(pool, |_| {}).await
+    }
+
+    /// The admin with options a command adds (a key or priority column).
+    pub(crate) async fn admin_with(
+        &self,
+        pool: &sqlx::PgPool,
+        more: impl FnOnce(&mut AdminOptions),
+    ) -> Result<Admin> {
         let t = &self.target;
         let mut options = AdminOptions::new(&t.table);
         options.alternate_column_names = t.renames();
         options.queue_column = self.queue_column.clone();
         options.kind_column = self.kind_column.clone();
+        more(&mut options);
         Admin::new(pool, options)
             .await
             .with_context(|| format!("job table {}", t.table))

@@ -1,6 +1,7 @@
 //! `dbworker`: operate a job table — run the resetter or the purger as their
 //! own processes, print DDL, look at jobs (`status`, `list`, `show`, `top`)
-//! and act on them (`requeue`, `cancel`, `fail`, `delete`, `pause`, `resume`).
+//! and act on them (`requeue`, `cancel`, `fail`, `delete`, `complete`,
+//! `reschedule`, `remove`, `pause`, `resume`).
 
 mod args;
 mod commands;
@@ -43,6 +44,15 @@ enum Command {
     Fail(jobs::ActionArgs),
     /// Delete jobs that no worker holds.
     Delete(jobs::ActionArgs),
+    /// Mark queued, errored, failed or canceled jobs completed (never a
+    /// processing one).
+    Complete(jobs::ActionArgs),
+    /// Put queued, errored, failed or canceled jobs back in the queue with a
+    /// new run-at, priority, failure count or retry limit (each optional).
+    Reschedule(jobs::RescheduleArgs),
+    /// Delete the queued or errored job holding a key (a processing one is
+    /// left alone).
+    Remove(jobs::RemoveArgs),
     /// A live view of queues, throughput and the hosts working (q quits).
     Top(top::TopArgs),
     /// Serve the web dashboard.
@@ -72,6 +82,9 @@ async fn main() -> ExitCode {
         Command::Cancel(args) => jobs::act("cancel", args).await,
         Command::Delete(args) => jobs::act("delete", args).await,
         Command::Fail(args) => jobs::act("fail", args).await,
+        Command::Complete(args) => jobs::act("complete", args).await,
+        Command::Reschedule(args) => jobs::reschedule(args).await,
+        Command::Remove(args) => jobs::remove(args).await,
         Command::Top(args) => top::top(args).await,
         Command::Ui(args) => ui::serve(args).await,
         Command::Pause(args) => control::pause(args, false).await,

@@ -3,7 +3,7 @@
 //! own admin tools. Every value is bound in SQL; column names are checked
 //! to be plain identifiers.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use workerutil::JobState;
 
@@ -225,6 +225,38 @@ pub enum BulkAction {
     Fail(String),
     /// Jobs no worker holds, deleted.
     Delete,
+    /// Queued, errored, failed and canceled jobs marked `completed`, as if a
+    /// worker had done them.
+    Complete,
+    /// Queued, errored, failed and canceled jobs back to `queued` with new
+    /// scheduling values (each `None` leaves its column unchanged).
+    Reschedule(Reschedule),
+}
+
+/// What [`BulkAction::Reschedule`] sets; each `None` leaves its column as it is.
+///
+/// ```
+/// use dbworker::admin::{BulkAction, Reschedule};
+/// let mut r = Reschedule::default();
+/// r.run_after = Some(std::time::Duration::from_secs(300));
+/// r.num_failures = Some(0);
+/// assert_eq!(BulkAction::Reschedule(r).verb(), "reschedule");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reschedule {
+    /// Run no earlier than this instant (`process_after`).
+    pub run_at: Option<SystemTime>,
+    /// Run no earlier than this long after the action, by the database
+    /// clock (instead of `run_at`).
+    pub run_after: Option<Duration>,
+    /// The priority (needs `AdminOptions::priority_column`).
+    pub priority: Option<i32>,
+    /// The failures counted so far (`num_failures`): 0 gives a failed job
+    /// all its retries again.
+    pub num_failures: Option<i32>,
+    /// The job's own retry limit (needs `AdminOptions::max_retries_column`).
+    pub max_retries: Option<i32>,
 }
 
 impl BulkAction {
@@ -241,6 +273,12 @@ impl BulkAction {
                 JobState::Failed,
                 JobState::Canceled,
             ],
+            BulkAction::Complete | BulkAction::Reschedule(_) => &[
+                JobState::Queued,
+                JobState::Errored,
+                JobState::Failed,
+                JobState::Canceled,
+            ],
         }
     }
 
@@ -252,13 +290,16 @@ impl BulkAction {
         }
     }
 
-    /// The verb, for messages (`requeue`, `cancel`, `fail`, `delete`).
+    /// The verb, for messages (`requeue`, `cancel`, `fail`, `delete`,
+    /// `complete`, `reschedule`).
     pub fn verb(&self) -> &'static str {
         match self {
             BulkAction::Requeue => "requeue",
             BulkAction::Cancel => "cancel",
             BulkAction::Fail(_) => "fail",
             BulkAction::Delete => "delete",
+            BulkAction::Complete => "complete",
+            BulkAction::Reschedule(_) => "reschedule",
         }
     }
 }
@@ -267,8 +308,9 @@ impl BulkAction {
 /// [`with_message`](BulkAction::with_message) gives another.
 pub const DEFAULT_FAIL_MESSAGE: &str = "failed by an operator";
 
-/// Parses the verb (`requeue`, `cancel`, `fail`, `delete`), as the command
-/// line and the dashboard's forms write it.
+/// Parses the verb (`requeue`, `cancel`, `fail`, `delete`, `complete`,
+/// `reschedule`: changing nothing but the state), as the command line and the
+/// dashboard's forms write it.
 ///
 /// ```
 /// use dbworker::admin::BulkAction;
@@ -285,10 +327,14 @@ impl std::str::FromStr for BulkAction {
             "cancel" => BulkAction::Cancel,
             "fail" => BulkAction::Fail(DEFAULT_FAIL_MESSAGE.to_owned()),
             "delete" => BulkAction::Delete,
+            "complete" => BulkAction::Complete,
+            "reschedule" => BulkAction::Reschedule(Reschedule::default()),
             _ => {
                 return Err(Error::InvalidOption {
                     field: "action",
-                    reason: format!("{verb:?}: expected requeue, cancel, fail or delete"),
+                    reason: format!(
+                        "{verb:?}: expected requeue, cancel, fail, delete, complete or reschedule"
+                    ),
                 });
             }
         })
@@ -335,6 +381,13 @@ mod tests {
     fn actions_never_select_jobs_they_must_not_touch() {
         assert!(!BulkAction::Delete.states().contains(&JobState::Processing));
         assert!(!BulkAction::Requeue.states().contains(&JobState::Processing));
+        assert!(
+            !BulkAction::Complete
+                .states()
+                .contains(&JobState::Processing)
+        );
+        let reschedule = BulkAction::Reschedule(Reschedule::default());
+        assert!(!reschedule.states().contains(&JobState::Processing));
         assert!(
             !BulkAction::Fail(String::new())
                 .states()

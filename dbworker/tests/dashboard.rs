@@ -229,6 +229,34 @@ async fn actions_need_the_token_an_admin_and_the_same_origin() {
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(db.count("failed").await, 3);
 
+    // Complete and reschedule, on the selection: the processing job is
+    // never touched.
+    let processing: i64 = sqlx::query_scalar("SELECT id FROM jobs WHERE state = 'processing'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let form = format!(
+        "csrf={token}&action=reschedule&run_in_secs=3600&scope=selected&id={}&id={processing}",
+        ids[0]
+    );
+    post(&app, "/t/jobs/bulk", &format!("{form}&confirm=yes"), None).await;
+    assert_eq!(db.state(ids[0]).await, "queued");
+    let delay: f64 = db
+        .scalar(
+            "SELECT EXTRACT(EPOCH FROM process_after - now())::float8 FROM jobs WHERE id = $1",
+            ids[0],
+        )
+        .await;
+    assert!(delay > 3500.0, "{delay}");
+    let form = format!(
+        "csrf={token}&action=complete&scope=selected&id={}&id={processing}",
+        ids[0]
+    );
+    let (_, _, location) = post(&app, "/t/jobs/bulk", &format!("{form}&confirm=yes"), None).await;
+    assert!(location.unwrap().contains("done=complete+1"));
+    assert_eq!(db.state(ids[0]).await, "completed");
+    assert_eq!(db.state(processing).await, "processing");
+
     // Bulk on everything matching a filter: the count includes only the
     // states the action may touch; the processing job is never deleted.
     let form = format!("csrf={token}&action=delete&scope=matching&f_queue=mail");

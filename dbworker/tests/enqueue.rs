@@ -147,7 +147,7 @@ async fn run_at_is_by_the_database_clock_and_priority_orders_the_claim() {
 }
 
 #[tokio::test]
-async fn keys_replace_preserve_or_keep_a_waiting_job_and_never_touch_a_processing_one() {
+async fn keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up() {
     let (db, enqueuer) = set_up().await;
     let keyed = |n: i64, mode: KeyMode| {
         NewJob::new()
@@ -192,43 +192,229 @@ async fn keys_replace_preserve_or_keep_a_waiting_job_and_never_touch_a_processin
         .await;
     assert_eq!(holders, 1, "one job holds the key");
 
-    // Once it is processing, no mode changes it or adds a second live job.
+    // Once it is processing, its columns never change. The dedupe modes keep
+    // it; a replacing mode takes the key from it for a new job.
     sqlx::query("UPDATE jobs SET process_after = NULL WHERE id = $1")
         .bind(id)
         .execute(&db.pool)
         .await
         .unwrap();
     let store = db.store(Handling::Heartbeat).await;
-    let jobs = store
+    let mut jobs = store
         .dequeue("host", &DbConditions::new(), 1)
         .await
         .unwrap();
     assert_eq!(jobs[0].record().id, id);
-    for mode in [
-        KeyMode::Replace,
-        KeyMode::PreserveRunAt,
-        KeyMode::DedupeOnly,
-    ] {
+    for mode in [KeyMode::DedupeOnly, KeyMode::UnsafeDedupe] {
         let got = enqueuer.enqueue(&keyed(4, mode)).await.unwrap();
         assert_eq!(got, Enqueued::Kept(id), "{mode:?}");
     }
-    assert_eq!(payload(&db, id).await, json!({"n": 2}));
+    let replaced = enqueuer.enqueue(&keyed(5, KeyMode::Replace)).await.unwrap();
+    let new = match replaced {
+        Enqueued::Inserted(new) if new != id => new,
+        other => panic!("a processing holder gives its key to a new job: {other:?}"),
+    };
+    assert_eq!(payload(&db, new).await, json!({"n": 5}));
+    assert_eq!(
+        payload(&db, id).await,
+        json!({"n": 2}),
+        "the running job's columns are untouched"
+    );
     assert_eq!(db.state(id).await, "processing");
+    let (old_key, old_limit): (Option<String>, Option<i32>) =
+        sqlx::query_as("SELECT job_key, max_retries FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(old_key, None, "the running job gave up its key");
+    assert_eq!(
+        old_limit,
+        Some(0),
+        "and will not be retried: the new job carries the work"
+    );
+    // The running attempt's fence is intact: its mark still lands.
+    assert!(store.mark_complete(&mut jobs[0]).await.unwrap());
+    assert_eq!(db.state(id).await, "completed");
+    // The new job is a waiting holder: the next replace updates it.
+    let again = enqueuer
+        .enqueue(&keyed(6, KeyMode::PreserveRunAt))
+        .await
+        .unwrap();
+    assert_eq!(again, Enqueued::Updated(new));
 
-    // A finished job frees its key.
-    sqlx::query("UPDATE jobs SET state = 'completed' WHERE id = $1")
-        .bind(id)
+    // A failed job frees its key, except for UnsafeDedupe.
+    sqlx::query("UPDATE jobs SET state = 'failed' WHERE id = $1")
+        .bind(new)
         .execute(&db.pool)
         .await
         .unwrap();
+    let unsafe_kept = enqueuer
+        .enqueue(&keyed(7, KeyMode::UnsafeDedupe))
+        .await
+        .unwrap();
+    assert_eq!(unsafe_kept, Enqueued::Kept(new));
     let next = enqueuer
-        .enqueue(&keyed(5, KeyMode::DedupeOnly))
+        .enqueue(&keyed(8, KeyMode::DedupeOnly))
         .await
         .unwrap();
     assert!(
-        matches!(next, Enqueued::Inserted(new) if new != id),
+        matches!(next, Enqueued::Inserted(other) if other != new),
         "{next:?}"
     );
+    // With no holder at all, UnsafeDedupe inserts.
+    let first = enqueuer
+        .enqueue(&NewJob::new().key("fresh", KeyMode::UnsafeDedupe))
+        .await
+        .unwrap();
+    assert!(matches!(first, Enqueued::Inserted(_)), "{first:?}");
+}
+
+#[tokio::test]
+async fn replacing_an_errored_holder_starts_it_over() {
+    let (db, enqueuer) = set_up().await;
+    let job = |n: i64, mode| {
+        NewJob::new()
+            .json("payload", json!({ "n": n }))
+            .key("k", mode)
+    };
+    let id = enqueuer
+        .enqueue(&job(1, KeyMode::Replace))
+        .await
+        .unwrap()
+        .id();
+    sqlx::query(
+        "UPDATE jobs SET state = 'errored', num_failures = 3, failure_message = 'boom', finished_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    for mode in [KeyMode::Replace, KeyMode::PreserveRunAt] {
+        let got = enqueuer.enqueue(&job(2, mode)).await.unwrap();
+        assert_eq!(got, Enqueued::Updated(id), "{mode:?}");
+        let (state, failures, message): (String, i32, Option<String>) =
+            sqlx::query_as("SELECT state, num_failures, failure_message FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            (state.as_str(), failures, message),
+            ("queued", 0, None),
+            "{mode:?}"
+        );
+        sqlx::query("UPDATE jobs SET state = 'errored', num_failures = 3, failure_message = 'boom' WHERE id = $1")
+            .bind(id)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    // The dedupe modes leave it as it is.
+    let kept = enqueuer
+        .enqueue(&job(3, KeyMode::DedupeOnly))
+        .await
+        .unwrap();
+    assert_eq!(kept, Enqueued::Kept(id));
+    let failures: i32 = db
+        .scalar("SELECT num_failures FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!(failures, 3);
+}
+
+/// A claimed (and, in transactional handling, opened) job holding key `k`.
+async fn running_holder(
+    db: &Db,
+    enqueuer: &Enqueuer,
+    handling: Handling,
+) -> (
+    Arc<dbworker::DbStore<common::Job>>,
+    dbworker::DbJob<common::Job>,
+) {
+    let id = enqueuer
+        .enqueue(
+            &NewJob::new()
+                .json("payload", json!({"old": true}))
+                .key("k", KeyMode::Replace),
+        )
+        .await
+        .unwrap()
+        .id();
+    let store = db.store(handling).await;
+    let mut jobs = store
+        .dequeue("host", &DbConditions::new(), 1)
+        .await
+        .unwrap();
+    let mut job = jobs.pop().unwrap();
+    assert_eq!(job.record().id, id);
+    assert!(store.open(&mut job).await.unwrap());
+    (store, job)
+}
+
+#[tokio::test]
+async fn concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let (db, enqueuer) = set_up().await;
+        let (store, mut running) = running_holder(&db, &enqueuer, handling).await;
+        let running_id = running.record().id;
+        let enqueuer = Arc::new(enqueuer);
+        let barrier = Arc::new(Barrier::new(8));
+        let mut tasks = Vec::new();
+        for n in 0..8_i64 {
+            let (enqueuer, barrier, pool) = (enqueuer.clone(), barrier.clone(), db.pool.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut tx = pool.begin().await.unwrap();
+                barrier.wait().await;
+                let mode = if n % 2 == 0 {
+                    KeyMode::Replace
+                } else {
+                    KeyMode::PreserveRunAt
+                };
+                let job = NewJob::new()
+                    .json("payload", json!({ "n": n }))
+                    .key("k", mode);
+                let got = enqueuer.enqueue_in(&mut tx, &job).await.unwrap();
+                tx.commit().await.unwrap();
+                got
+            }));
+        }
+        let mut results = Vec::new();
+        for task in tasks {
+            // The running job's transaction (FOR KEY SHARE) must not block them.
+            let got = tokio::time::timeout(Duration::from_secs(20), task)
+                .await
+                .expect("enqueues wait for no running job")
+                .unwrap();
+            results.push(got);
+        }
+        let inserted: Vec<i64> = results
+            .iter()
+            .filter_map(|r| match r {
+                Enqueued::Inserted(id) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(inserted.len(), 1, "{handling:?}: {results:?}");
+        assert!(
+            results.iter().all(|r| r.id() == inserted[0]),
+            "{handling:?}: {results:?}"
+        );
+        assert_ne!(inserted[0], running_id);
+        let (queued, holders): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FROM jobs WHERE job_key = 'k'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!((queued, holders), (1, 1), "{handling:?}");
+        // The running attempt still owns its row and completes it.
+        assert_eq!(db.state(running_id).await, "processing");
+        assert!(
+            store.mark_complete(&mut running).await.unwrap(),
+            "{handling:?}"
+        );
+        assert_eq!(db.state(running_id).await, "completed");
+    }
 }
 
 #[tokio::test]
@@ -408,20 +594,79 @@ async fn the_sql_enqueue_function_inserts_and_honours_keys_like_the_enqueuer() {
     .unwrap();
     assert_eq!(kept, first);
     assert_eq!(payload(&db, first).await, json!({"n": 3}));
-    // A processing holder is never changed.
+    // A processing holder's columns are never changed: the dedupe modes keep
+    // it, a replacing mode takes its key for a new job.
     sqlx::query("UPDATE jobs SET state = 'processing' WHERE id = $1")
         .bind(first)
         .execute(p)
         .await
         .unwrap();
+    for mode in ["dedupe_only", "unsafe_dedupe"] {
+        let kept: i64 = sqlx::query_scalar(
+            r#"SELECT jobs_enqueue('{"payload": {"n": 9}}', job_key => 'k', key_mode => $1)"#,
+        )
+        .bind(mode)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        assert_eq!(kept, first, "{mode}");
+    }
     let busy = sql_enqueue(
         p,
         r#"SELECT jobs_enqueue('{"payload": {"n": 5}}', job_key => 'k')"#,
     )
     .await
     .unwrap();
-    assert_eq!(busy, first);
+    assert_ne!(busy, first, "a new job carries the work");
     assert_eq!(payload(&db, first).await, json!({"n": 3}));
+    assert_eq!(payload(&db, busy).await, json!({"n": 5}));
+    let (state, key, limit): (String, Option<String>, Option<i32>) =
+        sqlx::query_as("SELECT state, job_key, max_retries FROM jobs WHERE id = $1")
+            .bind(first)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), key, limit), ("processing", None, Some(0)));
+    // An errored holder replaced starts over.
+    sqlx::query("UPDATE jobs SET state = 'errored', num_failures = 2, failure_message = 'boom' WHERE id = $1")
+        .bind(busy)
+        .execute(p)
+        .await
+        .unwrap();
+    let updated = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {"n": 6}}', job_key => 'k', key_mode => 'preserve_run_at')"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(updated, busy);
+    let (state, failures, message): (String, i32, Option<String>) =
+        sqlx::query_as("SELECT state, num_failures, failure_message FROM jobs WHERE id = $1")
+            .bind(busy)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), failures, message), ("queued", 0, None));
+    // unsafe_dedupe counts a failed holder; dedupe_only does not.
+    sqlx::query("UPDATE jobs SET state = 'failed' WHERE id = $1")
+        .bind(busy)
+        .execute(p)
+        .await
+        .unwrap();
+    let kept = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {}}', job_key => 'k', key_mode => 'unsafe_dedupe')"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(kept, busy);
+    let fresh = sql_enqueue(
+        p,
+        r#"SELECT jobs_enqueue('{"payload": {}}', job_key => 'k', key_mode => 'dedupe_only')"#,
+    )
+    .await
+    .unwrap();
+    assert!(fresh != busy && fresh != first, "{fresh}");
 
     // Eight sessions racing on one new key: one job.
     let mut tasks = Vec::new();
@@ -453,6 +698,58 @@ async fn the_sql_enqueue_function_inserts_and_honours_keys_like_the_enqueuer() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("key_mode"), "{err}");
+}
+
+#[tokio::test]
+async fn concurrent_sql_enqueues_on_a_running_key_add_exactly_one_new_job() {
+    let (db, enqueuer) = set_up().await;
+    let ddl = enqueue_function_sql("jobs", &Default::default(), OptionalColumns::all()).unwrap();
+    db.execute(&ddl).await;
+    let (store, mut running) = running_holder(&db, &enqueuer, Handling::Transactional).await;
+    let running_id = running.record().id;
+    let barrier = Arc::new(Barrier::new(8));
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let (pool, barrier) = (db.pool.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            barrier.wait().await;
+            let mode = if n % 2 == 0 {
+                "replace"
+            } else {
+                "preserve_run_at"
+            };
+            let id: i64 = sqlx::query_scalar(
+                r#"SELECT jobs_enqueue('{"payload": {}}', job_key => 'k', key_mode => $1)"#,
+            )
+            .bind(mode)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            id
+        }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        let id = tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("enqueues wait for no running job")
+            .unwrap();
+        ids.push(id);
+    }
+    assert!(
+        ids.iter().all(|id| *id == ids[0] && *id != running_id),
+        "{ids:?}"
+    );
+    let (queued, holders): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FROM jobs WHERE job_key = 'k'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((queued, holders), (1, 1));
+    assert!(store.mark_complete(&mut running).await.unwrap());
 }
 
 #[tokio::test]

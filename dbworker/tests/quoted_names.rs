@@ -12,8 +12,8 @@ use std::time::Duration;
 use dbworker::{
     DbJob, DbStore, Enqueuer, NewJob, Resetter, StoreOptions,
     ddl::{
-        OptionalColumns, enqueue_function_sql, job_table_sql, notify_trigger_sql,
-        optional_columns_sql,
+        OptionalColumns, add_jobs_function_sql, admin_functions_sql, enqueue_function_sql,
+        job_table_sql, notify_trigger_sql, optional_columns_sql,
     },
     enqueue::{EnqueueOptions, KeyMode},
     maintenance::ResetterOptions,
@@ -74,6 +74,8 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
     ddl.push_str(&optional_columns_sql(TABLE, &renames, optional).unwrap());
     ddl.push_str(&notify_trigger_sql(TABLE, &renames, None).unwrap());
     ddl.push_str(&enqueue_function_sql(TABLE, &renames, optional).unwrap());
+    ddl.push_str(&add_jobs_function_sql(TABLE, &renames, optional).unwrap());
+    ddl.push_str(&admin_functions_sql(TABLE, &renames, optional).unwrap());
     ddl.push_str(r#"ALTER TABLE "order" ADD COLUMN "from" jsonb NOT NULL DEFAULT '{}';"#);
     db.execute(&ddl).await;
 
@@ -115,6 +117,20 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
             .unwrap();
     assert!(by_sql > 0);
     assert_eq!(count(&db, "queued").await, 5, "the keyed jobs are one");
+    // The bulk and admin functions on the quoted names.
+    let added: Vec<i64> = sqlx::query_scalar(r#"SELECT * FROM "order_add_jobs"($1)"#)
+        .bind(vec![json!({"fields": {"from": {"n": 7}}, "job_key": "k"})])
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(added, [by_sql]);
+    let outcome: String =
+        sqlx::query_scalar(r#"SELECT outcome FROM "order_reschedule_jobs"($1, num_failures => 0)"#)
+            .bind(vec![by_sql])
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(outcome, "done");
 
     let mut so = StoreOptions::<Order>::from_row("quoted", "\"order\" \"select\"");
     so.alternate_column_names = renames.clone();

@@ -1,14 +1,16 @@
-//! `dbworker list`, `dbworker show`, and the actions on one job or on every
-//! job matching a filter (`requeue`, `cancel`, `fail`, `delete`): a count, a
-//! confirmation, batches with a progress bar.
+//! `dbworker list`, `dbworker show`, the actions on one job or on every job
+//! matching a filter (`requeue`, `cancel`, `fail`, `delete`, `complete`,
+//! `reschedule`): a count, a confirmation, batches with a progress bar; and
+//! `dbworker remove --key`.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::admin::{
-    Admin, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, format_age,
+    Admin, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, Removed, Reschedule,
+    format_age,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
@@ -196,19 +198,121 @@ pub(crate) struct ActionArgs {
 
 pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<()> {
     let admin = args.table.admin().await?;
-    let filter = args.filter.filter()?;
     let action = verb.parse::<BulkAction>()?.with_message(&args.message);
+    run(&admin, &action, &args).await
+}
+
+/// One job by id, or every job matching the filter.
+async fn run(admin: &Admin, action: &BulkAction, args: &ActionArgs) -> Result<()> {
+    let filter = args.filter.filter()?;
     match args.id {
         Some(id) if filter.is_restricted() => {
             bail!("give a job id or filter flags, not both (job {id})")
         }
-        Some(id) => act_on_one(&admin, &action, id).await,
+        Some(id) => act_on_one(admin, action, id).await,
         None if !filter.is_restricted() => bail!(
             "give a job id, or filter flags (--state, --queue, --kind, --field, ...) to {} every matching job",
             action.verb()
         ),
-        None => act_on_matching(&admin, &action, &filter, args.yes, args.batch_size).await,
+        None => act_on_matching(admin, action, &filter, args.yes, args.batch_size).await,
     }
+}
+
+/// `reschedule`: the action's flags plus the new scheduling values.
+#[derive(Debug, Args)]
+pub(crate) struct RescheduleArgs {
+    #[command(flatten)]
+    action: ActionArgs,
+    /// Run no earlier than this instant (RFC 3339: 2030-01-01T09:00:00Z).
+    #[arg(long, value_parser = parse_instant, conflicts_with = "run_in_secs")]
+    run_at: Option<SystemTime>,
+    /// Run no earlier than this many seconds from now (database clock).
+    #[arg(long)]
+    run_in_secs: Option<f64>,
+    /// The new priority (needs the priority column, --priority-column).
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i32>,
+    /// Failures counted so far (`num_failures`): 0 gives every retry back.
+    #[arg(long, visible_alias = "num-failures")]
+    attempts: Option<i32>,
+    /// The job's own retry limit (the `max_retries` column).
+    #[arg(long, conflicts_with = "max_attempts")]
+    max_retries: Option<i32>,
+    /// Attempts allowed in all: sets the retry limit to this minus one.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    max_attempts: Option<i32>,
+    /// The priority column (used with --priority).
+    #[arg(long, default_value = "priority")]
+    priority_column: String,
+    /// The retry limit column (used with --max-retries or --max-attempts).
+    #[arg(long, default_value = "max_retries")]
+    max_retries_column: String,
+}
+
+fn parse_instant(s: &str) -> std::result::Result<SystemTime, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(SystemTime::from)
+        .map_err(|e| format!("{s:?} is not an RFC 3339 instant (2030-01-01T09:00:00Z): {e}"))
+}
+
+pub(crate) async fn reschedule(args: RescheduleArgs) -> Result<()> {
+    let mut r = Reschedule::default();
+    r.run_at = args.run_at;
+    r.run_after = args
+        .run_in_secs
+        .map(|s| seconds("run-in-secs", s))
+        .transpose()?;
+    r.priority = args.priority;
+    r.num_failures = args.attempts;
+    r.max_retries = args.max_retries.or(args.max_attempts.map(|n| n - 1));
+    let pool = args.action.table.target.connect().await?;
+    let admin = args
+        .action
+        .table
+        .admin_with(&pool, |o| {
+            if r.priority.is_some() {
+                o.priority_column = Some(args.priority_column.clone());
+            }
+            if r.max_retries.is_some() {
+                o.max_retries_column = Some(args.max_retries_column.clone());
+            }
+        })
+        .await?;
+    run(&admin, &BulkAction::Reschedule(r), &args.action).await
+}
+
+/// `remove --key`: the waiting job holding a key.
+#[derive(Debug, Args)]
+pub(crate) struct RemoveArgs {
+    #[command(flatten)]
+    table: TableArgs,
+    /// The key whose queued or errored job is deleted.
+    #[arg(long)]
+    key: String,
+    /// The job key column.
+    #[arg(long, env = "DBWORKER_KEY_COLUMN", default_value = "job_key")]
+    key_column: String,
+}
+
+pub(crate) async fn remove(args: RemoveArgs) -> Result<()> {
+    let pool = args.table.target.connect().await?;
+    let admin = args
+        .table
+        .admin_with(&pool, |o| o.key_column = Some(args.key_column.clone()))
+        .await?;
+    let key = &args.key;
+    match admin
+        .remove_key(key)
+        .await
+        .with_context(|| format!("removing the job with key {key:?}"))?
+    {
+        Removed::Deleted(id) => println!("removed job {id} (key {key:?})"),
+        Removed::Processing(id) => {
+            bail!("job {id} holds key {key:?} but is processing: left alone")
+        }
+        _ => bail!("no queued or errored job holds key {key:?}"),
+    }
+    Ok(())
 }
 
 async fn act_on_one(admin: &Admin, action: &BulkAction, id: i64) -> Result<()> {
@@ -226,6 +330,20 @@ async fn act_on_one(admin: &Admin, action: &BulkAction, id: i64) -> Result<()> {
             format!("failed job {id}")
         }
         BulkAction::Fail(_) => bail!("job {id} is not queued or errored"),
+        BulkAction::Complete | BulkAction::Reschedule(_) => {
+            if admin.act_on_ids(&[id], action).await.with_context(doing)? == 1 {
+                let past = if *action == BulkAction::Complete {
+                    "completed"
+                } else {
+                    "rescheduled"
+                };
+                format!("{past} job {id}")
+            } else {
+                bail!(
+                    "job {id} is not queued, errored, failed or canceled (a processing job is left alone)"
+                )
+            }
+        }
         _ => match admin.cancel(id).await.with_context(doing)? {
             Canceled::Now => format!("canceled job {id}"),
             Canceled::Requested => {
@@ -273,6 +391,8 @@ async fn act_on_matching(
         BulkAction::Requeue => "requeued",
         BulkAction::Cancel => "canceled (or asked to cancel)",
         BulkAction::Fail(_) => "failed",
+        BulkAction::Complete => "completed",
+        BulkAction::Reschedule(_) => "rescheduled",
         _ => "deleted",
     };
     println!("{past} {done} job(s)");

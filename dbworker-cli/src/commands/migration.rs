@@ -9,9 +9,9 @@ use dbworker::{
     control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE},
     cron::DEFAULT_CRON_TABLE,
     ddl::{
-        OptionalColumns, consumer_tables_sql, cron_table_sql, enqueue_function_sql, job_table_sql,
-        leader_table_sql, limit_table_sql, node_table_sql, notify_trigger_sql,
-        optional_columns_sql, pause_table_sql,
+        OptionalColumns, add_jobs_function_sql, admin_functions_sql, consumer_tables_sql,
+        cron_table_sql, enqueue_function_sql, job_table_sql, leader_table_sql, limit_table_sql,
+        node_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
     },
 };
 
@@ -70,6 +70,15 @@ pub(crate) struct MigrationArgs {
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
     enqueue_function: bool,
+    /// Also print `<table>_add_jobs(specs jsonb[], key_mode)`, many jobs in one
+    /// call (with the enqueue function, which it calls once per spec).
+    #[arg(long)]
+    add_jobs: bool,
+    /// Also print the admin functions `<table>_complete_jobs`,
+    /// `_permanently_fail_jobs`, `_reschedule_jobs` and (with --keys)
+    /// `_remove_job`, for operators and other languages.
+    #[arg(long)]
+    admin_functions: bool,
 }
 
 /// Prints the DDL; the generators' errors (a bad name, colliding renames)
@@ -112,9 +121,17 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
         ddl.push('\n');
         ddl.push_str(&pause_table_sql(DEFAULT_PAUSE_TABLE)?);
     }
-    if args.enqueue_function {
+    if args.enqueue_function || args.add_jobs {
         ddl.push('\n');
         ddl.push_str(&enqueue_function_sql(&args.table, &renames, optional)?);
+    }
+    if args.add_jobs {
+        ddl.push('\n');
+        ddl.push_str(&add_jobs_function_sql(&args.table, &renames, optional)?);
+    }
+    if args.admin_functions {
+        ddl.push('\n');
+        ddl.push_str(&admin_functions_sql(&args.table, &renames, optional)?);
     }
     if args.notify {
         ddl.push('\n');

@@ -1,8 +1,9 @@
 //! Operator actions on a job table, for the `dbworker` command line and for
 //! applications' own admin tools: status, a page of jobs matching a filter,
-//! one job's row, and the actions (requeue, cancel, fail, delete) on one job
-//! or in batches on every job matching a filter. Every action names the states
-//! it may act on, so it never overwrites a job a worker holds.
+//! one job's row, and the actions (requeue, cancel, fail, delete, complete,
+//! reschedule) on one job or in batches on every job matching a filter, and
+//! removing the job that holds a key. Every action names the states it may
+//! act on, so it never overwrites a job a worker holds.
 
 use std::collections::HashMap;
 
@@ -13,7 +14,7 @@ use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 pub use crate::job_filter::{
     BulkAction, DEFAULT_FAIL_MESSAGE, FieldFilter, JobFilter, JobPage, JobSort, JobSummary,
-    PageRequest, format_age,
+    PageRequest, Reschedule, format_age,
 };
 use crate::sql::{self, AdminTable};
 
@@ -30,6 +31,15 @@ pub struct AdminOptions {
     pub queue_column: Option<String>,
     /// The kind column, if the table has one (for `JobFilter::kind` and lists).
     pub kind_column: Option<String>,
+    /// The job key column (`dbworker migration --keys` adds `job_key`), for
+    /// [`Admin::remove_key`]. Checked at start-up when set.
+    pub key_column: Option<String>,
+    /// The priority column (`--priority` adds `priority`), for
+    /// `Reschedule::priority`. Checked at start-up when set.
+    pub priority_column: Option<String>,
+    /// The per-job retry limit column (`--max-retries` adds `max_retries`),
+    /// for `Reschedule::max_retries`. Checked at start-up when set.
+    pub max_retries_column: Option<String>,
 }
 
 impl AdminOptions {
@@ -48,18 +58,21 @@ impl AdminOptions {
         self.optional_columns().map(|_| ())
     }
 
-    /// `queue_column` and `kind_column`, unquoted.
-    fn optional_columns(&self) -> Result<(Option<String>, Option<String>)> {
+    /// The optional columns, unquoted: queue, kind, key, priority, retry limit.
+    fn optional_columns(&self) -> Result<[Option<String>; 5]> {
         let column = |field, column: &Option<String>| {
             column
                 .as_deref()
                 .map(|c| crate::columns::column_name(field, c))
                 .transpose()
         };
-        Ok((
+        Ok([
             column("queue_column", &self.queue_column)?,
             column("kind_column", &self.kind_column)?,
-        ))
+            column("key_column", &self.key_column)?,
+            column("priority_column", &self.priority_column)?,
+            column("max_retries_column", &self.max_retries_column)?,
+        ])
     }
 }
 
@@ -132,6 +145,18 @@ impl QueueCounts {
     }
 }
 
+/// What [`Admin::remove_key`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Removed {
+    /// The waiting (queued or errored) job holding the key was deleted.
+    Deleted(i64),
+    /// A processing job holds the key and was left alone.
+    Processing(i64),
+    /// No live job holds the key.
+    NotFound,
+}
+
 /// What [`Admin::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -158,10 +183,24 @@ impl Admin {
         options.validate()?;
         let table = Relation::parse("table_name", &options.table_name)?;
         let columns = Columns::resolve(&options.alternate_column_names)?;
-        let (queue_column, kind_column) = options.optional_columns()?;
+        let [
+            queue_column,
+            kind_column,
+            key_column,
+            priority_column,
+            max_retries_column,
+        ] = options.optional_columns()?;
         let mut problems = Vec::new();
         crate::schema_check::check_table(pool, &table, &columns, &mut problems).await?;
         crate::schema_check::none(problems)?;
+        let needed: Vec<&str> = [&key_column, &priority_column, &max_retries_column]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        if !needed.is_empty() {
+            crate::schema_check::require_columns(pool, &table, "table", &needed, "").await?;
+        }
         Ok(Admin {
             pool: pool.clone(),
             t: AdminTable {
@@ -169,8 +208,43 @@ impl Admin {
                 columns,
                 queue_column,
                 kind_column,
+                key_column,
+                priority_column,
+                max_retries_column,
             },
         })
+    }
+
+    /// An action this admin can apply: a reschedule's priority or retry
+    /// limit needs its column, and one run-at at most.
+    fn check_action(&self, action: &BulkAction) -> Result<()> {
+        let BulkAction::Reschedule(r) = action else {
+            return Ok(());
+        };
+        for (wanted, column, field) in [
+            (r.priority.is_some(), &self.t.priority_column, "priority"),
+            (
+                r.max_retries.is_some(),
+                &self.t.max_retries_column,
+                "max_retries",
+            ),
+        ] {
+            if wanted && column.is_none() {
+                return Err(Error::InvalidOption {
+                    field,
+                    reason: format!(
+                        "rescheduling with a {field} needs AdminOptions::{field}_column"
+                    ),
+                });
+            }
+        }
+        if r.run_at.is_some() && r.run_after.is_some() {
+            return Err(Error::InvalidOption {
+                field: "run_at",
+                reason: "give run_at or run_after, not both".into(),
+            });
+        }
+        Ok(())
     }
 
     /// A filter this admin can apply: a queue or kind needs its column.
@@ -233,6 +307,7 @@ impl Admin {
     /// How many jobs `action` would act on among those matching `filter`.
     pub async fn count_matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<u64> {
         self.check(filter)?;
+        self.check_action(action)?;
         let n: i64 = sql::admin_count(&self.t, filter, action.states())
             .query()
             .fetch_one(&self.pool)
@@ -254,6 +329,7 @@ impl Admin {
         mut on_batch: impl FnMut(u64),
     ) -> Result<u64> {
         self.check(filter)?;
+        self.check_action(action)?;
         if batch_size == 0 {
             return Err(Error::InvalidOption {
                 field: "batch_size",
@@ -283,6 +359,7 @@ impl Admin {
     /// Applies `action` to the jobs among `ids` that are in a state it may
     /// touch (checked on each row); returns how many it acted on.
     pub async fn act_on_ids(&self, ids: &[i64], action: &BulkAction) -> Result<u64> {
+        self.check_action(action)?;
         self.act_on(ids, action).await
     }
 
@@ -295,6 +372,10 @@ impl Admin {
                 self.act(sql::admin_fail(&self.t, ids, message), op).await?
             }
             BulkAction::Delete => self.act(sql::admin_delete(&self.t, ids), op).await?,
+            BulkAction::Complete => self.act(sql::admin_complete(&self.t, ids), op).await?,
+            BulkAction::Reschedule(r) => {
+                self.act(sql::admin_reschedule(&self.t, ids, r), op).await?
+            }
             BulkAction::Cancel => {
                 self.act(sql::admin_cancel_waiting(&self.t, ids), op)
                     .await?
@@ -430,6 +511,35 @@ impl Admin {
             .act(sql::admin_delete(&self.t, &[id]), "delete")
             .await?
             == 1)
+    }
+
+    /// Deletes the waiting (queued or errored) job holding `key` (needs
+    /// `AdminOptions::key_column`); a processing holder is left alone and
+    /// reported.
+    pub async fn remove_key(&self, key: &str) -> Result<Removed> {
+        if self.t.key_column.is_none() {
+            return Err(Error::InvalidOption {
+                field: "key_column",
+                reason: "removing a job by key needs AdminOptions::key_column".into(),
+            });
+        }
+        let gone = sql::admin_remove_key(&self.t, key)
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("remove"))?;
+        if let Some(row) = gone {
+            return Ok(Removed::Deleted(row.get("id")));
+        }
+        let holder = sql::admin_processing_key_holder(&self.t, key)
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("remove"))?;
+        Ok(match holder {
+            Some(row) => Removed::Processing(row.get("id")),
+            None => Removed::NotFound,
+        })
     }
 
     async fn act(&self, statement: sql::Statement, op: &'static str) -> Result<u64> {

@@ -51,12 +51,20 @@ fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a str> {
     form.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
-/// The action a form names; `fail` takes the form's `message` when it has one.
+/// The action a form names; `fail` takes the form's `message` when it has
+/// one, `reschedule` its `run_in_secs` (empty: the run-at stays).
 fn action_of(form: &[(String, String)]) -> Option<BulkAction> {
     let action: BulkAction = field(form, "action")?.parse().ok()?;
-    Some(match field(form, "message") {
-        Some(message) => action.with_message(message),
-        None => action,
+    Some(match (action, field(form, "message")) {
+        (BulkAction::Reschedule(mut r), _) => {
+            if let Some(secs) = field(form, "run_in_secs").filter(|s| !s.is_empty()) {
+                let secs: f64 = secs.parse().ok()?;
+                r.run_after = Some(std::time::Duration::try_from_secs_f64(secs).ok()?);
+            }
+            BulkAction::Reschedule(r)
+        }
+        (action, Some(message)) => action.with_message(message),
+        (action, None) => action,
     })
 }
 

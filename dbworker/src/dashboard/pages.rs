@@ -258,7 +258,11 @@ pub(crate) fn jobs(
                         option value="cancel" { "Cancel" }
                         option value="fail" { "Fail" }
                         option value="delete" { "Delete" }
+                        option value="complete" { "Complete" }
+                        option value="reschedule" { "Reschedule" }
                     }
+                    " "
+                    input type="number" name="run_in_secs" min="0" step="any" placeholder="reschedule: run in (s)" title="Reschedule: seconds from now (empty: keep the run-at)";
                     " "
                     button type="submit" name="scope" value="selected" { "on the selected jobs" }
                     " "
@@ -296,7 +300,7 @@ pub(crate) fn job(
         p { "State: " strong { (state_cell(state)) } }
         @if viewer.user.role == Role::Admin {
             p {
-                @for (action, label) in [("requeue", "Retry now"), ("cancel", "Cancel"), ("fail", "Fail")] {
+                @for (action, label) in [("requeue", "Retry now"), ("cancel", "Cancel"), ("fail", "Fail"), ("complete", "Complete")] {
                     form class="inline" method="post" action=(action_url) {
                         input type="hidden" name="csrf" value=(s.csrf);
                         input type="hidden" name="action" value=(action);

@@ -8,8 +8,11 @@ use std::collections::HashMap;
 use crate::columns::{Columns, Relation, bounded_name, literal, quote};
 use crate::error::Result;
 
+mod functions;
 mod notify;
 mod tables;
+
+pub use functions::{add_jobs_function_sql, admin_functions_sql};
 
 pub use crate::columns::STANDARD_COLUMNS;
 pub(crate) use notify::notify_function_sql;
@@ -145,8 +148,11 @@ pub fn optional_columns_sql(
             r#"-- Job keys: at most one live (queued, errored or processing) job per key.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "job_key" text;
 CREATE UNIQUE INDEX IF NOT EXISTS {key_idx} ON {table} ("job_key") WHERE {state} IN ('queued', 'errored', 'processing');
+-- The unsafe_dedupe key mode also looks for failed jobs with the key.
+CREATE INDEX IF NOT EXISTS {failed_key_idx} ON {table} ("job_key") WHERE {state} = 'failed';
 "#,
             key_idx = index("job_key_idx"),
+            failed_key_idx = index("job_key_failed_idx"),
         ));
     }
     if columns.queue {
@@ -191,6 +197,21 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "max_retries" integer;
     Ok(ddl)
 }
 
+/// The enqueue function's parameters for the table's optional columns (the
+/// key aside), each named and typed as its column; `add_jobs` passes the same.
+pub(super) fn optional_params(columns: OptionalColumns) -> Vec<(&'static str, &'static str)> {
+    [
+        (columns.priority, "priority", "integer"),
+        (columns.queue, "queue", "text"),
+        (columns.kind, "kind", "text"),
+        (columns.max_retries, "max_retries", "integer"),
+    ]
+    .into_iter()
+    .filter(|(on, _, _)| *on)
+    .map(|(_, name, ty)| (name, ty))
+    .collect()
+}
+
 /// A PL/pgSQL function `<table>_enqueue` for producers in other languages:
 /// the same inserts and job keys as [`Enqueuer`](crate::Enqueuer), in SQL.
 /// `columns` says which optional columns the table has (and so which
@@ -221,17 +242,9 @@ pub fn enqueue_function_sql(
         "run_at timestamptz DEFAULT NULL".to_owned(),
     ];
     let mut extra = vec![format!("{}, run_at", literal(&c.process_after))];
-    // Each optional column is a parameter of the same name and type.
-    for (on, name, ty) in [
-        (columns.priority, "priority", "integer"),
-        (columns.queue, "queue", "text"),
-        (columns.kind, "kind", "text"),
-        (columns.max_retries, "max_retries", "integer"),
-    ] {
-        if on {
-            params.push(format!("{name} {ty} DEFAULT NULL"));
-            extra.push(format!("'{name}', {name}"));
-        }
+    for (name, ty) in optional_params(columns) {
+        params.push(format!("{name} {ty} DEFAULT NULL"));
+        extra.push(format!("'{name}', {name}"));
     }
     if columns.keys {
         params.push("job_key text DEFAULT NULL".into());
@@ -245,23 +258,45 @@ pub fn enqueue_function_sql(
     let (id, state) = (in_format(&c.id), in_format(&c.state));
     let process_after = literal(&c.process_after);
     let keyed = if columns.keys {
+        // `fresh` is a plain literal (quotes doubled); `cap` sits in a format() string.
+        let lit = |ident: &str| quote(ident).replace('\'', "''");
+        // As if newly enqueued: an errored holder starts over (like sql::enqueue_keyed).
+        let fresh = format!(
+            "{} = ''queued'', {} = 0, {} = NULL, {} = NULL",
+            lit(&c.state),
+            lit(&c.num_failures),
+            lit(&c.failure_message),
+            lit(&c.finished_at)
+        );
+        // A processing holder gives the key up to the new job (like sql::release_key).
+        let cap = if columns.max_retries {
+            format!(
+                r#", "max_retries" = COALESCE({}, 0)"#,
+                in_format(&c.num_failures)
+            )
+        } else {
+            String::new()
+        };
         format!(
             r#"
     IF job_key IS NOT NULL THEN
-        IF key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only') THEN
-            RAISE EXCEPTION 'key_mode must be replace, preserve_run_at or dedupe_only, not %', key_mode;
+        IF key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only', 'unsafe_dedupe') THEN
+            RAISE EXCEPTION 'key_mode must be replace, preserve_run_at, dedupe_only or unsafe_dedupe, not %', key_mode;
         END IF;
         SELECT string_agg(format('%I = excluded.%I', k, k), ', ') INTO sets
           FROM jsonb_object_keys(vals) AS k
          WHERE k <> 'job_key' AND (key_mode = 'replace' OR k <> {process_after});
-        -- A live job holds at most one key: a waiting holder takes the new
-        -- values (replace, preserve_run_at), a processing one is never changed.
+        sets := concat_ws(', ', sets, '{fresh}');
+        -- A live job holds at most one key. A waiting holder takes the new
+        -- values (replace, preserve_run_at); a processing one gives up the key
+        -- and a new job is inserted; the dedupe modes change nothing.
         FOR attempt IN 1..8 LOOP
-            IF key_mode = 'dedupe_only' OR sets IS NULL THEN
+            IF key_mode IN ('dedupe_only', 'unsafe_dedupe') THEN
                 EXECUTE format('INSERT INTO %s AS j (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1)
+                    WHERE $2 <> ''unsafe_dedupe'' OR NOT EXISTS (SELECT 1 FROM %s AS f WHERE f."job_key" = $3 AND f.{state} = ''failed'')
                     ON CONFLICT ("job_key") WHERE {state} IN (''queued'', ''errored'', ''processing'') DO NOTHING
-                    RETURNING j.{id}', '{table_literal}', cols, cols, '{table_literal}')
-                    USING vals INTO new_id;
+                    RETURNING j.{id}', '{table_literal}', cols, cols, '{table_literal}', '{table_literal}')
+                    USING vals, key_mode, job_key INTO new_id;
             ELSE
                 EXECUTE format('INSERT INTO %s AS j (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1)
                     ON CONFLICT ("job_key") WHERE {state} IN (''queued'', ''errored'', ''processing'')
@@ -272,8 +307,15 @@ pub fn enqueue_function_sql(
             IF new_id IS NOT NULL THEN
                 RETURN new_id;
             END IF;
-            EXECUTE format('SELECT {id} FROM %s WHERE "job_key" = $1 AND {state} IN (''queued'', ''errored'', ''processing'') LIMIT 1', '{table_literal}')
-                USING job_key INTO new_id;
+            IF key_mode IN ('replace', 'preserve_run_at') THEN
+                -- Only the key (and the retry limit) of the running job change:
+                -- its state, token and marks are untouched.
+                EXECUTE format('UPDATE %s SET "job_key" = NULL{cap} WHERE "job_key" = $1 AND {state} = ''processing''', '{table_literal}')
+                    USING job_key;
+                CONTINUE;
+            END IF;
+            EXECUTE format('SELECT {id} FROM %s WHERE "job_key" = $1 AND ({state} IN (''queued'', ''errored'', ''processing'') OR ($2 = ''unsafe_dedupe'' AND {state} = ''failed'')) LIMIT 1', '{table_literal}')
+                USING job_key, key_mode INTO new_id;
             IF new_id IS NOT NULL THEN
                 RETURN new_id;
             END IF;

@@ -97,13 +97,14 @@ impl EnqueueOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Enqueued {
-    /// A new row was inserted.
+    /// A new row was inserted (with a replacing [`KeyMode`], also when a
+    /// processing job held the key: it gave the key up to the new job).
     Inserted(i64),
     /// A waiting job with the key took the new values ([`KeyMode::Replace`] or
     /// [`KeyMode::PreserveRunAt`]).
     Updated(i64),
-    /// A live job holds the key and was left as it is: [`KeyMode::DedupeOnly`],
-    /// or the job holding it is processing.
+    /// A job holds the key and was left as it is ([`KeyMode::DedupeOnly`]: a
+    /// live one; [`KeyMode::UnsafeDedupe`]: a live or failed one).
     Kept(i64),
 }
 
@@ -204,8 +205,9 @@ impl Enqueuer {
         };
         // A live holder of the key may finish between the insert and the
         // look-up; then the key is free and the insert goes through next time.
+        let mode: sql::OnKey = mode.into();
         for _ in 0..8 {
-            let row = sql::enqueue_keyed(&self.target, &job.row(), key, mode.into())
+            let row = sql::enqueue_keyed(&self.target, &job.row(), key, mode)
                 .query()
                 .fetch_optional(&mut *conn)
                 .await
@@ -218,7 +220,19 @@ impl Enqueuer {
                     Enqueued::Updated(id)
                 });
             }
-            let holder = sql::live_job_with_key(&self.target, key)
+            if mode.replaces() {
+                // The holder is processing: it gives up the key, and the next
+                // insert goes through. A concurrent enqueuer waits on the
+                // holder's row lock, then finds the new job and updates it.
+                sql::release_key(&self.target, key)
+                    .query()
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(Error::db("enqueue"))?;
+                continue;
+            }
+            let with_failed = mode == sql::OnKey::UnsafeDedupe;
+            let holder = sql::live_job_with_key(&self.target, key, with_failed)
                 .query()
                 .fetch_optional(&mut *conn)
                 .await

@@ -11,13 +11,18 @@ use crate::sql::{JobRow, OnKey, RunAt};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum KeyMode {
-    /// A waiting job with the key takes the new job's columns and run-at.
+    /// A waiting job with the key takes the new job's columns and run-at, as
+    /// if newly enqueued (failures reset, last error cleared). A processing
+    /// one gives up the key and a new job is inserted.
     #[default]
     Replace,
-    /// A waiting job with the key takes the new job's columns but keeps its run-at.
+    /// As `Replace`, but a waiting job with the key keeps its run-at.
     PreserveRunAt,
-    /// Nothing changes if a live job holds the key.
+    /// Nothing changes if a live job holds the key, even a processing one.
     DedupeOnly,
+    /// Nothing changes if any live or failed job holds the key: the new
+    /// work may be dropped for good, hence "unsafe".
+    UnsafeDedupe,
 }
 
 impl From<KeyMode> for OnKey {
@@ -26,6 +31,7 @@ impl From<KeyMode> for OnKey {
             KeyMode::Replace => OnKey::Replace,
             KeyMode::PreserveRunAt => OnKey::PreserveRunAt,
             KeyMode::DedupeOnly => OnKey::DedupeOnly,
+            KeyMode::UnsafeDedupe => OnKey::UnsafeDedupe,
         }
     }
 }
@@ -111,7 +117,7 @@ impl NewJob {
 
     /// Gives the job a key: at most one live job holds a key at a time
     /// (needs `EnqueueOptions::key_column`); `mode` says what happens when one
-    /// already does. A processing job is never changed.
+    /// already does. A processing job's columns are never changed.
     pub fn key(mut self, key: impl Into<String>, mode: KeyMode) -> Self {
         self.key = Some((key.into(), mode));
         self

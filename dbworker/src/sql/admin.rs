@@ -1,7 +1,7 @@
 //! Operators' queries: status, lists and pages by filter, and bulk actions.
 
 use super::*;
-use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest};
+use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest, Reschedule};
 
 /// A job table as the operators' queries see it.
 #[derive(Debug, Clone)]
@@ -10,6 +10,9 @@ pub(crate) struct AdminTable {
     pub(crate) columns: Columns,
     pub(crate) queue_column: Option<String>,
     pub(crate) kind_column: Option<String>,
+    pub(crate) key_column: Option<String>,
+    pub(crate) priority_column: Option<String>,
+    pub(crate) max_retries_column: Option<String>,
 }
 
 /// Live jobs per state (and queue) for an operator: the queue gauges' statement.
@@ -357,6 +360,80 @@ pub(crate) fn admin_delete(a: &AdminTable, ids: &[i64]) -> Statement {
         .from_table(table_ref(t))
         .and_where(ids_in(&t.alias, &c.id, ids))
         .and_where(col(&t.alias, &c.state).ne(state(JobState::Processing)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Jobs no worker holds (queued, errored, failed, canceled) to `completed`.
+pub(crate) fn admin_complete(a: &AdminTable, ids: &[i64]) -> Statement {
+    let c = &a.columns;
+    let q = admin_update(a, ids, BulkAction::Complete.states())
+        .value(alias(&c.state), state(JobState::Completed))
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Jobs no worker holds (queued, errored, failed, canceled) back to
+/// `queued`, with the scheduling values `r` sets (the others unchanged).
+pub(crate) fn admin_reschedule(a: &AdminTable, ids: &[i64], r: &Reschedule) -> Statement {
+    let c = &a.columns;
+    let mut q = admin_update(a, ids, BulkAction::Reschedule(r.clone()).states());
+    q.value(alias(&c.state), state(JobState::Queued))
+        .value(alias(&c.finished_at), Expr::cust("NULL"))
+        .value(alias(&c.cancel), false);
+    let run_at = match (r.run_after, r.run_at) {
+        (Some(delay), _) => Some(RunAt::After(delay)),
+        (None, Some(at)) => Some(RunAt::At(at)),
+        (None, None) => None,
+    };
+    if let Some(run_at) = run_at {
+        q.value(alias(&c.process_after), run_at_expr(run_at));
+    }
+    if let Some(n) = r.num_failures {
+        q.value(alias(&c.num_failures), n);
+    }
+    if let (Some(column), Some(p)) = (&a.priority_column, r.priority) {
+        q.value(alias(column), p);
+    }
+    if let (Some(column), Some(m)) = (&a.max_retries_column, r.max_retries) {
+        q.value(alias(column), m);
+    }
+    Statement::from(&q)
+}
+
+/// Deletes the waiting (queued or errored) job holding `key`; returns its id.
+pub(crate) fn admin_remove_key(a: &AdminTable, key: &str) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let key_column = a.key_column.clone().unwrap_or_default();
+    let q = Query::delete()
+        .from_table(table_ref(t))
+        .and_where(col(&t.alias, &key_column).eq(key))
+        .and_where(
+            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
+        )
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(&t.alias),
+            quote(&c.id)
+        ))))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The processing job holding `key`, if any.
+pub(crate) fn admin_processing_key_holder(a: &AdminTable, key: &str) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let key_column = a.key_column.clone().unwrap_or_default();
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("{}.{}::bigint", quote(&t.alias), quote(&c.id))),
+            alias("id"),
+        )
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &key_column).eq(key))
+        .and_where(col(&t.alias, &c.state).eq(state(JobState::Processing)))
+        .limit(1)
         .to_owned();
     Statement::from(&q)
 }

@@ -63,6 +63,16 @@ pub(crate) enum OnKey {
     PreserveRunAt,
     /// Nothing changes.
     DedupeOnly,
+    /// Nothing changes, and nothing is inserted while a failed job holds the key either.
+    UnsafeDedupe,
+}
+
+impl OnKey {
+    /// Whether a waiting holder takes the new values (and a processing one
+    /// gives the key up to a new job).
+    pub(crate) fn replaces(self) -> bool {
+        matches!(self, OnKey::Replace | OnKey::PreserveRunAt)
+    }
 }
 
 /// The job table as an insert target, aliased so `ON CONFLICT … DO UPDATE`
@@ -173,15 +183,23 @@ pub(crate) fn enqueue_rows(t: &EnqueueTable, jobs: &[JobRow<'_>]) -> Statement {
 
 /// The states in which a job holds its key (the unique index's predicate).
 pub(super) fn key_live_states(state_column: &str) -> String {
+    key_states(state_column, false)
+}
+
+/// The live states, and `failed` too where `UnsafeDedupe` counts it.
+fn key_states(state_column: &str, with_failed: bool) -> String {
+    let failed = if with_failed { ", 'failed'" } else { "" };
     format!(
-        "{} IN ('queued', 'errored', 'processing')",
+        "{} IN ('queued', 'errored', 'processing'{failed})",
         quote(state_column)
     )
 }
 
 /// Inserts a keyed job, unless a live job holds the key: then a waiting one
-/// takes the new values (`Replace`, `PreserveRunAt`), and a processing one or
-/// any with `DedupeOnly` is left alone (no row returned).
+/// takes the new values as if newly enqueued (`Replace`, `PreserveRunAt`:
+/// failures reset, last error cleared, `queued`), and a processing one or any
+/// with `DedupeOnly` is left alone (no row returned). `UnsafeDedupe` also
+/// inserts nothing while a failed job holds the key.
 pub(crate) fn enqueue_keyed(
     t: &EnqueueTable,
     job: &JobRow<'_>,
@@ -192,8 +210,26 @@ pub(crate) fn enqueue_keyed(
     let key_column = t.key.clone().unwrap_or_default();
     let mut q = Query::insert();
     q.into_table(enqueue_target(t))
-        .columns(row.iter().map(|(c, _)| alias(c)))
-        .values_panic(row.iter().map(|(_, e)| e.clone()));
+        .columns(row.iter().map(|(c, _)| alias(c)));
+    if mode == OnKey::UnsafeDedupe {
+        // INSERT … SELECT, so the row is only proposed while no failed job
+        // holds the key (the unique index covers the live states only).
+        const FAILED: &str = "dbworker_failed";
+        let failed = Query::select()
+            .expr(Expr::cust("1"))
+            .from(plain_table(&t.table).alias(alias(FAILED)))
+            .and_where(col(FAILED, &key_column).eq(key))
+            .and_where(col(FAILED, &t.columns.state).eq(state(JobState::Failed)))
+            .to_owned();
+        let select = Query::select()
+            .exprs(row.iter().map(|(_, e)| e.clone()))
+            .and_where(Expr::exists(failed).not())
+            .to_owned();
+        q.select_from(select)
+            .expect("the select has one expression per column");
+    } else {
+        q.values_panic(row.iter().map(|(_, e)| e.clone()));
+    }
     let mut conflict = OnConflict::column(alias(&key_column));
     conflict.target_and_where(Expr::cust(key_live_states(&t.columns.state)));
     let mut updated: Vec<String> = job.values.iter().map(|(c, _)| c.clone()).collect();
@@ -212,26 +248,50 @@ pub(crate) fn enqueue_keyed(
     if job.kind.is_some() {
         updated.extend(t.kind.clone());
     }
-    match mode {
-        OnKey::DedupeOnly => {
-            conflict.do_nothing();
-        }
-        OnKey::Replace | OnKey::PreserveRunAt => {
-            if updated.is_empty() {
-                // Still "updated": a no-op assignment returns the row.
-                updated.push(key_column);
-            }
-            conflict
-                .update_columns(updated.iter().map(|c| alias(c)))
-                .action_and_where(Expr::cust(format!(
-                    "{}.{} IN ('queued', 'errored')",
-                    quote(ENQUEUE_ALIAS),
-                    quote(&t.columns.state)
-                )));
-        }
+    if mode.replaces() {
+        let c = &t.columns;
+        // As if newly enqueued: an errored holder starts over.
+        conflict
+            .update_columns(updated.iter().map(|c| alias(c)))
+            .values([
+                (alias(&c.state), state(JobState::Queued)),
+                (alias(&c.num_failures), Expr::val(0)),
+                (alias(&c.failure_message), Expr::cust("NULL")),
+                (alias(&c.finished_at), Expr::cust("NULL")),
+            ])
+            .action_and_where(Expr::cust(format!(
+                "{}.{} IN ('queued', 'errored')",
+                quote(ENQUEUE_ALIAS),
+                quote(&c.state)
+            )));
+    } else {
+        conflict.do_nothing();
     }
     q.on_conflict(conflict);
     enqueue_returning(t, &mut q);
+    Statement::from(&q)
+}
+
+/// A processing job gives up `key`, so a replacing enqueue can insert a new
+/// job: its key set NULL and, with a retry-limit column, its retries ended
+/// (the new job carries the work now). Only the key and the limit change:
+/// the running attempt's state, token and marks are untouched.
+pub(crate) fn release_key(t: &EnqueueTable, key: &str) -> Statement {
+    let key_column = t.key.clone().unwrap_or_default();
+    let c = &t.columns;
+    let mut q = Query::update();
+    q.table(enqueue_target(t))
+        .value(alias(&key_column), Expr::cust("NULL"));
+    if let Some(limit) = &t.max_retries {
+        q.value(alias(limit), counter(ENQUEUE_ALIAS, &c.num_failures));
+    }
+    q.and_where(col(ENQUEUE_ALIAS, &key_column).eq(key))
+        .and_where(col(ENQUEUE_ALIAS, &c.state).eq(state(JobState::Processing)))
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(ENQUEUE_ALIAS),
+            quote(&c.id)
+        ))));
     Statement::from(&q)
 }
 
@@ -242,8 +302,8 @@ pub(crate) fn copy_in(t: &EnqueueTable, columns: &[String]) -> String {
     format!("COPY {table} ({}) FROM STDIN", columns.join(", "))
 }
 
-/// The live job holding `key`.
-pub(crate) fn live_job_with_key(t: &EnqueueTable, key: &str) -> Statement {
+/// The live job holding `key` (or, `with_failed`, a failed job with it).
+pub(crate) fn live_job_with_key(t: &EnqueueTable, key: &str, with_failed: bool) -> Statement {
     let key_column = t.key.clone().unwrap_or_default();
     let q = Query::select()
         .expr(Expr::cust(format!(
@@ -256,7 +316,7 @@ pub(crate) fn live_job_with_key(t: &EnqueueTable, key: &str) -> Statement {
         .and_where(Expr::cust(format!(
             "{}.{}",
             quote(ENQUEUE_ALIAS),
-            key_live_states(&t.columns.state)
+            key_states(&t.columns.state, with_failed)
         )))
         .limit(1)
         .to_owned();

@@ -69,6 +69,9 @@ fn admin_table() -> AdminTable {
         columns: renamed(),
         queue_column: Some("queue".into()),
         kind_column: Some("kind".into()),
+        key_column: Some("job_key".into()),
+        priority_column: Some("priority".into()),
+        max_retries_column: Some("max_retries".into()),
     }
 }
 
@@ -243,7 +246,13 @@ fn statements() -> Vec<(&'static str, Statement)> {
             "enqueue_keyed_dedupe_only",
             enqueue_keyed(&e, &keyed, "k", OnKey::DedupeOnly),
         ),
-        ("live_job_with_key", live_job_with_key(&e, "k")),
+        (
+            "enqueue_keyed_unsafe_dedupe",
+            enqueue_keyed(&e, &keyed, "k", OnKey::UnsafeDedupe),
+        ),
+        ("release_key", release_key(&e, "k")),
+        ("live_job_with_key", live_job_with_key(&e, "k", false)),
+        ("job_with_key_or_failed", live_job_with_key(&e, "k", true)),
         ("claim_unless_paused", claim(&paused, "host", &[], 3, true)),
         ("claim_within_limits", claim(&limited, "host", &[], 3, true)),
         ("claim_lock", claim_lock(&limited)),
@@ -341,6 +350,30 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("admin_request_cancel", admin_request_cancel(&a, &[1, 2])),
         ("admin_fail", admin_fail(&a, &[1, 2], "m")),
         ("admin_delete", admin_delete(&a, &[1, 2])),
+        ("admin_complete", admin_complete(&a, &[1, 2])),
+        (
+            "admin_reschedule",
+            admin_reschedule(
+                &a,
+                &[1, 2],
+                &crate::job_filter::Reschedule {
+                    run_after: Some(Duration::from_secs(60)),
+                    priority: Some(3),
+                    num_failures: Some(0),
+                    max_retries: Some(5),
+                    ..Default::default()
+                },
+            ),
+        ),
+        (
+            "admin_reschedule_state_only",
+            admin_reschedule(&a, &[1], &Default::default()),
+        ),
+        ("admin_remove_key", admin_remove_key(&a, "k")),
+        (
+            "admin_processing_key_holder",
+            admin_processing_key_holder(&a, "k"),
+        ),
         ("admin_recent", admin_recent(&a, Duration::from_secs(300))),
         ("node_register", node_register(&nodes, node)),
         ("node_heartbeat", node_heartbeat(&nodes, "h:1:ab", node)),

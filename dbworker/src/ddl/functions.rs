@@ -1,0 +1,297 @@
+//! SQL functions for other languages beside `<table>_enqueue`: `<table>_add_jobs`
+//! (many jobs in one call) and the admin functions (`complete_jobs`,
+//! `permanently_fail_jobs`, `reschedule_jobs`, `remove_job`), the same
+//! operations as [`Admin`](crate::admin::Admin) offers in Rust.
+
+use std::collections::HashMap;
+
+use super::{OptionalColumns, optional_params};
+use crate::columns::{Columns, Relation, bounded_name, quote};
+use crate::error::Result;
+
+/// A PL/pgSQL function `<table>_add_jobs(specs jsonb[], key_mode text)` that
+/// enqueues one job per spec through `<table>_enqueue` (see
+/// [`enqueue_function_sql`](super::enqueue_function_sql), which must be
+/// installed too: `dbworker migration --add-jobs` prints both), so keys apply
+/// per spec exactly as they do one by one. Returns the ids, in spec order, of
+/// the jobs that carry the work (new, updated or kept).
+///
+/// Each spec is a JSON object with the enqueue function's parameters:
+/// `fields` (the application's columns), `run_at`, and each optional column
+/// the table has (`priority`, `queue`, `kind`, `max_retries`, `job_key`);
+/// an unknown field is an error naming it. `key_mode` applies to every keyed
+/// spec (`replace` by default).
+///
+/// ```sql
+/// SELECT * FROM email_jobs_add_jobs(ARRAY[
+///     '{"fields": {"payload": {"to": "a@example.com"}}, "priority": 5}',
+///     '{"fields": {"payload": {}}, "run_at": "2030-01-01T00:00:00Z", "job_key": "digest:7"}'
+/// ]::jsonb[]);
+/// ```
+pub fn add_jobs_function_sql(
+    table_name: &str,
+    alternate_column_names: &HashMap<String, String>,
+    columns: OptionalColumns,
+) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    Columns::resolve(alternate_column_names)?;
+    let table = rel.quoted();
+    let function = rel.quoted_sibling(&bounded_name(&format!("{}_add_jobs", rel.name)));
+    let enqueue = rel.quoted_sibling(&bounded_name(&format!("{}_enqueue", rel.name)));
+    let mut known = vec!["'fields'".to_owned(), "'run_at'".to_owned()];
+    let mut args = vec![
+        "spec->'fields'".to_owned(),
+        "(spec->>'run_at')::timestamptz".to_owned(),
+    ];
+    for (name, ty) in optional_params(columns) {
+        known.push(format!("'{name}'"));
+        // An array parameter (text[]) from a JSON array; a scalar from its text.
+        let value = match ty.strip_suffix("[]") {
+            Some(_) => format!(
+                "CASE WHEN spec ? '{name}' THEN ARRAY(SELECT jsonb_array_elements_text(spec->'{name}'))::{ty} END"
+            ),
+            None => format!("(spec->>'{name}')::{ty}"),
+        };
+        args.push(format!("{name} => {value}"));
+    }
+    let mut params = vec!["specs jsonb[]".to_owned()];
+    if columns.keys {
+        known.push("'job_key'".into());
+        args.push("job_key => spec->>'job_key'".into());
+        args.push("key_mode => key_mode".into());
+        params.push("key_mode text DEFAULT 'replace'".into());
+    }
+    Ok(format!(
+        r#"-- Enqueues many jobs into {table}, one {enqueue} call per spec; returns their ids in order.
+CREATE OR REPLACE FUNCTION {function}(
+    {params}
+) RETURNS SETOF bigint LANGUAGE plpgsql AS $dbworker$
+DECLARE
+    spec jsonb;
+    bad text;
+BEGIN
+    FOREACH spec IN ARRAY COALESCE(specs, ARRAY[]::jsonb[]) LOOP
+        IF spec IS NULL OR jsonb_typeof(spec) <> 'object' THEN
+            RAISE EXCEPTION 'each job spec must be a JSON object, not %', spec;
+        END IF;
+        SELECT k INTO bad FROM jsonb_object_keys(spec) AS k WHERE k NOT IN ({known}) LIMIT 1;
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'unknown job spec field %; expected one of {known_text}', bad;
+        END IF;
+        RETURN NEXT {enqueue}(
+            {args}
+        );
+    END LOOP;
+END
+$dbworker$;
+"#,
+        params = params.join(",\n    "),
+        known = known.join(", "),
+        known_text = known.join(", ").replace('\'', "").replace('%', "%%"),
+        args = args.join(",\n            "),
+    ))
+}
+
+/// One admin function: locks the rows it will change, changes them, and
+/// returns `(id, outcome)` for every requested id, in order.
+struct AdminFunction<'a> {
+    name: &'a str,
+    extra_params: String,
+    states: &'a [&'a str],
+    sets: Vec<String>,
+}
+
+/// PL/pgSQL admin functions on `table_name`, callable from any language, each
+/// returning `TABLE (id bigint, outcome text)`: one row per requested id, in
+/// order, with `outcome` one of
+///
+/// - `done`: the function changed the job;
+/// - `processing`: left alone, a worker holds it;
+/// - `skipped`: left alone, its state is not one the function acts on;
+/// - `missing`: no such job.
+///
+/// ```sql
+/// SELECT * FROM email_jobs_complete_jobs(ARRAY[7, 99]);            -- queued, errored, failed, canceled → completed
+/// SELECT * FROM email_jobs_permanently_fail_jobs(ARRAY[7], 'bad address');  -- queued, errored → failed
+/// SELECT * FROM email_jobs_reschedule_jobs(ARRAY[7], run_at => now() + interval '5 minutes',
+///                                          priority => 5, num_failures => 0, max_retries => 3);
+/// SELECT * FROM email_jobs_remove_job('digest:7');   -- the waiting holder of a key, deleted
+/// ```
+///
+/// `reschedule_jobs` puts queued, errored, failed and canceled jobs back to
+/// `queued`; each NULL (or omitted) argument leaves its column unchanged
+/// (`priority` exists with the priority column, `max_retries` with the retry
+/// limit column). `remove_job` (with the key column) deletes the queued or
+/// errored job holding the key and returns `(id, 'done')`, or returns
+/// `(id, 'processing')` for a processing holder it left alone; no row when no
+/// live job holds the key.
+pub fn admin_functions_sql(
+    table_name: &str,
+    alternate_column_names: &HashMap<String, String>,
+    columns: OptionalColumns,
+) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    let c = Columns::resolve(alternate_column_names)?;
+    let name = |suffix: &str| rel.quoted_sibling(&bounded_name(&format!("{}_{suffix}", rel.name)));
+    let j = |column: &str| format!("j.{}", quote(column));
+    let set = |column: &str, value: String| format!("{} = {value}", quote(column));
+    let mut reschedule_params = String::from(",\n    run_at timestamptz DEFAULT NULL");
+    let mut reschedule_sets = vec![
+        set(&c.state, "'queued'".into()),
+        set(&c.finished_at, "NULL".into()),
+        set(&c.cancel, "false".into()),
+        set(
+            &c.process_after,
+            format!("COALESCE(run_at, {})", j(&c.process_after)),
+        ),
+    ];
+    if columns.priority {
+        reschedule_params.push_str(",\n    priority integer DEFAULT NULL");
+        reschedule_sets.push(set(
+            "priority",
+            format!("COALESCE(priority, {})", j("priority")),
+        ));
+    }
+    reschedule_params.push_str(",\n    num_failures integer DEFAULT NULL");
+    reschedule_sets.push(set(
+        &c.num_failures,
+        format!("COALESCE(num_failures, {})", j(&c.num_failures)),
+    ));
+    if columns.max_retries {
+        reschedule_params.push_str(",\n    max_retries integer DEFAULT NULL");
+        reschedule_sets.push(set(
+            "max_retries",
+            format!("COALESCE(max_retries, {})", j("max_retries")),
+        ));
+    }
+    let functions = [
+        AdminFunction {
+            name: "complete_jobs",
+            extra_params: String::new(),
+            states: &["queued", "errored", "failed", "canceled"],
+            sets: vec![
+                set(&c.state, "'completed'".into()),
+                set(&c.finished_at, "now()".into()),
+            ],
+        },
+        AdminFunction {
+            name: "permanently_fail_jobs",
+            extra_params: ",\n    reason text DEFAULT NULL".into(),
+            states: &["queued", "errored"],
+            sets: vec![
+                set(&c.state, "'failed'".into()),
+                set(
+                    &c.failure_message,
+                    "COALESCE(reason, 'failed by an operator')".into(),
+                ),
+                set(&c.finished_at, "now()".into()),
+            ],
+        },
+        AdminFunction {
+            name: "reschedule_jobs",
+            extra_params: reschedule_params,
+            states: &["queued", "errored", "failed", "canceled"],
+            sets: reschedule_sets,
+        },
+    ];
+    let table = rel.quoted();
+    let (id, state) = (quote(&c.id), quote(&c.state));
+    let mut sql = String::new();
+    for f in functions {
+        let states = f
+            .states
+            .iter()
+            .map(|s| format!("'{s}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        sql.push_str(&format!(
+            r#"-- {table}: {name}, leaving processing jobs alone; (id, outcome) per requested id.
+CREATE OR REPLACE FUNCTION {function}(
+    ids bigint[]{extra_params}
+) RETURNS TABLE (id bigint, outcome text) LANGUAGE plpgsql AS $dbworker$
+#variable_conflict use_variable
+BEGIN
+    -- Lock the rows to change first, so no claim takes one in between and
+    -- each outcome is exact. NO KEY UPDATE, like the claim: processing rows
+    -- are not in the set, so no running job waits on this.
+    PERFORM 1 FROM {table} AS j
+     WHERE j.{id} = ANY(ids) AND j.{state} IN ({states})
+     ORDER BY j.{id} FOR NO KEY UPDATE OF j;
+    RETURN QUERY
+    WITH done AS (
+        UPDATE {table} AS j SET {sets}
+         WHERE j.{id} = ANY(ids) AND j.{state} IN ({states})
+        RETURNING j.{id} AS done_id
+    )
+    SELECT r.job_id, CASE
+               WHEN d.done_id IS NOT NULL THEN 'done'
+               WHEN j.{id} IS NULL THEN 'missing'
+               WHEN j.{state} = 'processing' THEN 'processing'
+               ELSE 'skipped'
+           END
+      FROM unnest(ids) WITH ORDINALITY AS r(job_id, n)
+      LEFT JOIN done AS d ON d.done_id = r.job_id
+      LEFT JOIN {table} AS j ON j.{id} = r.job_id
+     ORDER BY r.n;
+END
+$dbworker$;
+
+"#,
+            name = f.name,
+            function = name(f.name),
+            extra_params = f.extra_params,
+            sets = f.sets.join(", "),
+        ));
+    }
+    if columns.keys {
+        sql.push_str(&format!(
+            r#"-- {table}: removes the waiting job holding a key; a processing holder is left alone.
+CREATE OR REPLACE FUNCTION {function}(
+    job_key text
+) RETURNS TABLE (id bigint, outcome text) LANGUAGE plpgsql AS $dbworker$
+#variable_conflict use_variable
+BEGIN
+    PERFORM 1 FROM {table} AS j
+     WHERE j."job_key" = job_key AND j.{state} IN ('queued', 'errored')
+       FOR UPDATE OF j;
+    RETURN QUERY
+    WITH gone AS (
+        DELETE FROM {table} AS j
+         WHERE j."job_key" = job_key AND j.{state} IN ('queued', 'errored')
+        RETURNING j.{id} AS gone_id
+    )
+    SELECT g.gone_id::bigint, 'done' FROM gone AS g
+    UNION ALL
+    SELECT j.{id}::bigint, 'processing' FROM {table} AS j
+     WHERE j."job_key" = job_key AND j.{state} = 'processing';
+END
+$dbworker$;
+"#,
+            function = name("remove_job"),
+        ));
+    }
+    Ok(sql)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renames_and_optional_columns_reach_the_functions() {
+        let renames = HashMap::from([("state".to_owned(), "\"it's\"".to_owned())]);
+        let f = admin_functions_sql("\"My Jobs\"", &renames, OptionalColumns::default()).unwrap();
+        assert!(f.contains(r#"CREATE OR REPLACE FUNCTION "My Jobs_complete_jobs"("#));
+        assert!(f.contains(r#"j."it's" IN ('queued', 'errored')"#), "{f}");
+        assert!(!f.contains("remove_job") && !f.contains("priority"), "{f}");
+        let all = admin_functions_sql("jobs", &HashMap::new(), OptionalColumns::all()).unwrap();
+        assert!(all.contains(r#""jobs_remove_job"("#));
+        assert!(all.contains(r#""priority" = COALESCE(priority, j."priority")"#));
+        let add = add_jobs_function_sql("jobs", &HashMap::new(), OptionalColumns::all()).unwrap();
+        assert!(add.contains(r#"RETURN NEXT "jobs_enqueue"("#));
+        assert!(
+            add.contains("priority => (spec->>'priority')::integer"),
+            "{add}"
+        );
+    }
+}

@@ -1,0 +1,1 @@
+UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'queued', "finished_at" = NULL, "cancel" = $1, "process_after" = now() + make_interval(secs => $2::float8), "num_failures" = $3, "priority" = $4, "max_retries" = $5 WHERE ("example_jobs"."id" = ANY($6::bigint[])) AND "example_jobs"."status" IN ('queued', 'errored', 'failed', 'canceled')

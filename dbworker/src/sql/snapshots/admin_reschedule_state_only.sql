@@ -1,0 +1,1 @@
+UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'queued', "finished_at" = NULL, "cancel" = $1 WHERE ("example_jobs"."id" = ANY($2::bigint[])) AND "example_jobs"."status" IN ('queued', 'errored', 'failed', 'canceled')

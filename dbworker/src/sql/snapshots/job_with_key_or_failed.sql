@@ -1,0 +1,1 @@
+SELECT "dbworker_job"."id"::bigint AS "id" FROM "app"."example_jobs" AS "dbworker_job" WHERE "dbworker_job"."job_key" = $1 AND ("dbworker_job"."status" IN ('queued', 'errored', 'processing', 'failed')) LIMIT $2

@@ -1,0 +1,1 @@
+UPDATE "app"."example_jobs" AS "dbworker_job" SET "job_key" = NULL, "max_retries" = COALESCE("dbworker_job"."num_failures", 0) WHERE "dbworker_job"."job_key" = $1 AND "dbworker_job"."status" = ('processing') RETURNING "dbworker_job"."id"::bigint AS "id"
