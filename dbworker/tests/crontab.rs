@@ -64,10 +64,8 @@ async fn fill_backfills_the_missed_ticks_once_across_two_schedulers() {
     assert!(scheduler(&db).await.tick().await.unwrap().is_empty());
     // Five and a half hours of downtime: five missed hourly ticks, three of
     // them within the three-hour window.
-    db.execute(
-        "UPDATE dbworker_cron SET last_tick = now() - interval '5 hours 30 minutes'",
-    )
-    .await;
+    db.execute("UPDATE dbworker_cron SET last_tick = now() - interval '5 hours 30 minutes'")
+        .await;
 
     // Two processes start at once.
     let (a, b) = (scheduler(&db).await, scheduler(&db).await);
@@ -75,11 +73,23 @@ async fn fill_backfills_the_missed_ticks_once_across_two_schedulers() {
         tokio::spawn(async move { a.tick().await.unwrap() }),
         tokio::spawn(async move { b.tick().await.unwrap() })
     );
-    let mut ids: Vec<i64> = a.unwrap().into_iter().chain(b.unwrap()).map(|(_, id)| id).collect();
+    let mut ids: Vec<i64> = a
+        .unwrap()
+        .into_iter()
+        .chain(b.unwrap())
+        .map(|(_, id)| id)
+        .collect();
     ids.sort_unstable();
     ids.dedup();
-    assert_eq!(ids.len(), 3, "one job per missed tick in the window: {ids:?}");
-    assert_eq!(count(&db, "SELECT count(*) FROM jobs WHERE $1 = $1").await, 3);
+    assert_eq!(
+        ids.len(),
+        3,
+        "one job per missed tick in the window: {ids:?}"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM jobs WHERE $1 = $1").await,
+        3
+    );
 
     // Each payload: the entry's JSON and `_cron`, at distinct hours within
     // the window; the entry's options on the row.
@@ -115,7 +125,10 @@ async fn fill_backfills_the_missed_ticks_once_across_two_schedulers() {
     for s in [scheduler(&db).await, scheduler(&db).await] {
         assert!(s.tick().await.unwrap().is_empty());
     }
-    assert_eq!(count(&db, "SELECT count(*) FROM jobs WHERE $1 = $1").await, 3);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM jobs WHERE $1 = $1").await,
+        3
+    );
 }
 
 #[tokio::test]
@@ -136,12 +149,14 @@ async fn a_crontab_needs_its_columns_and_says_which_line() {
         .crontab(&crontab)
         .unwrap_err();
     assert!(
-        err.to_string().starts_with("crontab line 3: ")
-            && err.to_string().contains("is not set"),
+        err.to_string().starts_with("crontab line 3: ") && err.to_string().contains("is not set"),
         "{err}"
     );
     let mut options = self::options();
     options.payload_column = Some("no_such_column".into());
     let err = Scheduler::new(&db.pool, options).await.unwrap_err();
-    assert!(err.to_string().contains("no_such_column (payload_column)"), "{err}");
+    assert!(
+        err.to_string().contains("no_such_column (payload_column)"),
+        "{err}"
+    );
 }

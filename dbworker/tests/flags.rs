@@ -234,10 +234,7 @@ async fn flags_are_set_from_rust_and_from_sql() {
     assert_eq!(flags_of(&db, many[0]).await, Some(vec!["m".to_owned()]));
     assert_eq!(flags_of(&db, many[1]).await, None);
     let copied = enqueuer
-        .enqueue_copy(&[
-            NewJob::new().flags(odd.clone()),
-            NewJob::new().flags(["c"]),
-        ])
+        .enqueue_copy(&[NewJob::new().flags(odd.clone()), NewJob::new().flags(["c"])])
         .await
         .unwrap();
     assert_eq!(copied, 2);

@@ -74,7 +74,8 @@ impl Crontab {
             if content.is_empty() || content.starts_with('#') {
                 continue;
             }
-            let entry = parse_line(line, content).map_err(|reason| Error::Crontab { line, reason })?;
+            let entry =
+                parse_line(line, content).map_err(|reason| Error::Crontab { line, reason })?;
             if let Some(first) = entries.iter().find(|e| e.id == entry.id) {
                 return Err(Error::Crontab {
                     line,
@@ -166,7 +167,9 @@ fn parse_options(entry: &mut CrontabEntry, opts: &str) -> std::result::Result<()
         }
         seen.push(key);
         match key {
-            "id" if is_name(value, false) && value.starts_with(|c: char| c.is_ascii_alphabetic()) => {
+            "id" if is_name(value, false)
+                && value.starts_with(|c: char| c.is_ascii_alphabetic()) =>
+            {
                 entry.id = value.to_owned();
             }
             "id" => {
@@ -181,7 +184,9 @@ fn parse_options(entry: &mut CrontabEntry, opts: &str) -> std::result::Result<()
                         .parse::<u32>()
                         .ok()
                         .filter(|n| (1..=32_767).contains(n))
-                        .ok_or_else(|| format!("max {value:?} must be an integer from 1 to 32767"))?,
+                        .ok_or_else(|| {
+                            format!("max {value:?} must be an integer from 1 to 32767")
+                        })?,
                 );
             }
             "queue" if !value.is_empty() && is_name(value, true) => {
@@ -221,7 +226,8 @@ fn is_name(s: &str, colon: bool) -> bool {
 /// A time phrase such as `4w3d2h1m`: numbers each followed by a unit (`s`,
 /// `m`, `h`, `d`, `w`), summed.
 pub(crate) fn time_phrase(text: &str) -> std::result::Result<Duration, String> {
-    let bad = |why: &str| format!("time phrase {text:?} {why} (like 4w3d2h1m; units s, m, h, d, w)");
+    let bad =
+        |why: &str| format!("time phrase {text:?} {why} (like 4w3d2h1m; units s, m, h, d, w)");
     if text.is_empty() {
         return Err(bad("is empty"));
     }
@@ -288,7 +294,10 @@ mod tests {
         assert_eq!(e[0].payload.len(), 2);
         assert_eq!((e[1].line, e[1].kind.as_str()), (4, "rollup"));
         assert!(e[1].payload.is_empty() && e[1].fill.is_none());
-        assert_eq!((e[2].id.as_str(), e[2].kind.as_str()), ("rollup_nightly", "rollup"));
+        assert_eq!(
+            (e[2].id.as_str(), e[2].kind.as_str()),
+            ("rollup_nightly", "rollup")
+        );
         assert_eq!(e[2].queue.as_deref(), Some("reports"));
         assert_eq!(e[2].priority, Some(-5));
         assert_eq!(Crontab::parse("# only\n\n").unwrap().entries().len(), 0);
@@ -296,7 +305,10 @@ mod tests {
 
     #[test]
     fn time_phrases_add_up_their_units() {
-        assert_eq!(time_phrase("4w3d2h1m"), Ok(Duration::from_secs(44_761 * 60)));
+        assert_eq!(
+            time_phrase("4w3d2h1m"),
+            Ok(Duration::from_secs(44_761 * 60))
+        );
         assert_eq!(time_phrase("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(time_phrase("1h30m"), Ok(Duration::from_secs(5_400)));
         for bad in ["", "5", "d", "3x", "0m", "99999999999999999999w"] {
@@ -323,7 +335,10 @@ mod tests {
             ("0 * * * * a [1]", "JSON object"),
             ("0 * * * * a {\"x\":", "not valid JSON"),
             ("0 * * * * a {\"x\": 1} trailing", "not valid JSON"),
-            ("0 * * * * a ?id=b {} \n0 * * * * b", "already used on line 3"),
+            (
+                "0 * * * * a ?id=b {} \n0 * * * * b",
+                "already used on line 3",
+            ),
         ];
         for (line, expected) in cases {
             let (at, reason) = error(&format!("# header\n{ok}{line}"));

@@ -250,7 +250,13 @@ impl Scheduler {
                 .fill
                 .map_or_else(Backfill::default, |window| Backfill::Fill { window });
             self = self
-                .push(e.id.clone(), schedule, job, backfill, Some(e.payload.clone()))
+                .push(
+                    e.id.clone(),
+                    schedule,
+                    job,
+                    backfill,
+                    Some(e.payload.clone()),
+                )
                 .map_err(|err| at_line(err.to_string()))?;
         }
         Ok(self)
@@ -360,7 +366,10 @@ impl Scheduler {
                 "backfilled": due.backfilled,
             }),
         );
-        entry.job.clone().json(column.clone(), Value::Object(payload))
+        entry
+            .job
+            .clone()
+            .json(column.clone(), Value::Object(payload))
     }
 
     /// Ticks every `interval` until `stop` fires; a failed pass is logged and

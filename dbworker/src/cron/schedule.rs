@@ -33,13 +33,17 @@ pub(crate) fn parse_five(expression: &str) -> Result<cron::Schedule, String> {
 /// `fields`: minute hour day-of-month month day-of-week.
 fn build(seconds: &str, fields: &[&str]) -> Result<cron::Schedule, String> {
     // Each field alone first, so an error names it.
-    for (i, name) in ["minute", "hour", "day of month", "month"].iter().enumerate() {
+    for (i, name) in ["minute", "hour", "day of month", "month"]
+        .iter()
+        .enumerate()
+    {
         let mut probe = ["0", "*", "*", "*", "*", "*"];
         probe[i + 1] = fields[i];
         cron::Schedule::from_str(&probe.join(" "))
             .map_err(|e| format!("{name} field {:?}: {e}", fields[i]))?;
     }
-    let weekdays = weekdays(fields[4]).map_err(|e| format!("day of week field {:?}: {e}", fields[4]))?;
+    let weekdays =
+        weekdays(fields[4]).map_err(|e| format!("day of week field {:?}: {e}", fields[4]))?;
     let text = format!(
         "{seconds} {} {} {} {} {weekdays}",
         fields[0], fields[1], fields[2], fields[3]
@@ -129,7 +133,10 @@ mod tests {
 
     #[test]
     fn six_fields_put_seconds_first_and_errors_name_the_field() {
-        assert_eq!(next("15 * * * * *").to_rfc3339(), "2026-01-01T00:00:15+00:00");
+        assert_eq!(
+            next("15 * * * * *").to_rfc3339(),
+            "2026-01-01T00:00:15+00:00"
+        );
         assert!(parse("61 * * * *").unwrap_err().starts_with("minute field"));
         assert!(parse("* 24 * * *").unwrap_err().starts_with("hour field"));
         assert!(parse("* * * 13 *").unwrap_err().starts_with("month field"));

@@ -161,6 +161,10 @@ mod tests {
         assert_eq!(advance, Some(at("2026-01-01T05:00:00Z")));
         let (ticks, advance) = due_ticks(&hourly(), Backfill::default(), last, now, minute);
         assert!(ticks.is_empty());
-        assert_eq!(advance, Some(at("2026-01-01T05:00:00Z")), "skipped, still advanced");
+        assert_eq!(
+            advance,
+            Some(at("2026-01-01T05:00:00Z")),
+            "skipped, still advanced"
+        );
     }
 }
