@@ -99,9 +99,9 @@ pub struct StoreOptions<R> {
     pub candidate_window: usize,
     /// The claim cursor's probe interval. Claims start their index scan at
     /// the lowest id that can still be eligible (just past what this store
-    /// claimed last; one cursor per set of `pre_dequeue` conditions) instead
-    /// of walking, from the table's first row, over the dead index entries of
-    /// every row claimed since the last vacuum, which a long-running
+    /// claimed last; one cursor per set of `pre_dequeue` conditions and
+    /// forbidden flags) instead of walking, from the table's first row, over
+    /// the dead index entries of every row claimed since the last vacuum, which a long-running
     /// transaction elsewhere (an analytics query, a forgotten `BEGIN`) keeps
     /// in the index. A probe beside the claims looks behind the cursor once
     /// per interval: a row that became eligible there (a scheduled job coming
