@@ -42,6 +42,14 @@ pub enum Error {
         /// failed, or no answer within the connect timeout.
         reason: String,
     },
+    /// A line of a crontab could not be read.
+    #[error("crontab line {line}: {reason}")]
+    Crontab {
+        /// The line (1-based).
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A database call failed.
     #[error("database error in {op}: {source}")]
     Database {

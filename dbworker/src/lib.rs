@@ -38,7 +38,9 @@ pub mod store;
 pub use enqueue::{Enqueuer, NewJob};
 pub use error::{Error, Result};
 pub use maintenance::Resetter;
-pub use store::{DbConditions, DbJob, DbStore, Handling, RetryPolicy, StoreOptions};
+pub use store::{
+    DbConditions, DbJob, DbStore, ForbiddenFlags, Handling, RetryPolicy, StoreOptions,
+};
 pub use worker::new_worker;
 
 pub use sea_query;

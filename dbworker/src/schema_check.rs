@@ -246,6 +246,9 @@ pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration
                 .map(|p| format!("{p} (queue_column)")),
         );
     }
+    if let Some(column) = &o.flags_column {
+        problems.extend(flags_column_problems(pool, o.source(), column).await?);
+    }
     if let Some(view) = &o.view
         && check_access(pool, view, "view", false, &mut problems).await?
     {
@@ -271,6 +274,25 @@ pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration
         ));
     }
     none(problems)
+}
+
+/// What is wrong with the flags column: missing from the relation claims
+/// read (the view, or the table), or not `text[]`.
+async fn flags_column_problems(pool: &PgPool, rel: &Relation, column: &str) -> Result<Vec<String>> {
+    let existing = columns_of(pool, rel).await?;
+    let name = rel.display_name();
+    Ok(match existing.get(column) {
+        // A missing relation is reported by its own check.
+        _ if existing.is_empty() => Vec::new(),
+        None => vec![format!(
+            "{name} has no column {column} (flags_column; `dbworker migration --flags` adds it)"
+        )],
+        Some(col) if col.ty != "_text" => vec![format!(
+            "column {name}.{column} (flags_column) has type {}, expected text[]",
+            col.ty
+        )],
+        Some(_) => Vec::new(),
+    })
 }
 
 /// What is wrong with the pause table `rel` (missing, or missing columns).

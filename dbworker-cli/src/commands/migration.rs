@@ -46,6 +46,9 @@ pub(crate) struct MigrationArgs {
     /// Also add a `kind` column (many kinds of job in one table).
     #[arg(long)]
     kind: bool,
+    /// Also add a `flags` column (text[]: claims skip jobs with a forbidden flag).
+    #[arg(long)]
+    flags: bool,
     /// Also create the pause table (`dbworker_pauses`), shared by every job table.
     #[arg(long)]
     pauses: bool,
@@ -92,6 +95,7 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
     optional.priority = args.priority;
     optional.max_retries = args.max_retries;
     optional.kind = args.kind;
+    optional.flags = args.flags;
     optional.retention = args.retention;
     if optional != OptionalColumns::default() {
         ddl.push('\n');

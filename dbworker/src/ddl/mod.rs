@@ -106,6 +106,9 @@ pub struct OptionalColumns {
     /// No column: an index on `finished_at` over the final states, so the
     /// [`Purger`](crate::maintenance::Purger) finds old rows without scanning the table.
     pub retention: bool,
+    /// `flags text[]` (NULL: no flag), set by [`NewJob::flags`](crate::NewJob::flags);
+    /// claims skip jobs carrying a flag in `StoreOptions::forbidden_flags`.
+    pub flags: bool,
 }
 
 impl OptionalColumns {
@@ -118,6 +121,7 @@ impl OptionalColumns {
             max_retries: true,
             kind: true,
             retention: true,
+            flags: true,
         }
     }
 }
@@ -194,6 +198,14 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "max_retries" integer;
 "#
         ));
     }
+    if columns.flags {
+        // No index: the claim tests flags on rows its own index already found.
+        ddl.push_str(&format!(
+            r#"-- Flags: claims skip jobs carrying a forbidden flag (StoreOptions::forbidden_flags).
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "flags" text[];
+"#
+        ));
+    }
     Ok(ddl)
 }
 
@@ -205,6 +217,7 @@ pub(super) fn optional_params(columns: OptionalColumns) -> Vec<(&'static str, &'
         (columns.queue, "queue", "text"),
         (columns.kind, "kind", "text"),
         (columns.max_retries, "max_retries", "integer"),
+        (columns.flags, "flags", "text[]"),
     ]
     .into_iter()
     .filter(|(on, _, _)| *on)
@@ -221,6 +234,7 @@ pub(super) fn optional_params(columns: OptionalColumns) -> Vec<(&'static str, &'
 /// SELECT email_jobs_enqueue('{"payload": {"to": "a@example.com"}}');            -- new job id
 /// SELECT email_jobs_enqueue('{"payload": {}}', run_at => now() + interval '1 hour');
 /// SELECT email_jobs_enqueue('{"payload": {}}', job_key => 'digest:7', key_mode => 'dedupe_only');
+/// SELECT email_jobs_enqueue('{"payload": {}}', flags => ARRAY['slow-api']);      -- with --flags
 /// ```
 ///
 /// `fields` names the application's columns (unset ones take their defaults);
@@ -365,7 +379,7 @@ $dbworker$;
 "#,
         standard = standard.join(", "),
         optional_names = if columns != OptionalColumns::default() {
-            ", 'job_key', 'queue', 'priority', 'max_retries', 'kind'"
+            ", 'job_key', 'queue', 'priority', 'max_retries', 'kind', 'flags'"
         } else {
             ""
         },

@@ -57,6 +57,16 @@ pub(super) fn copy_text(column: &str, value: &Value) -> Result<String> {
     })
 }
 
+/// A text array literal (`{"a","b\"c"}`): every element double-quoted, with
+/// `"` and `\` backslash-escaped, so commas, braces and `NULL` stay text.
+pub(super) fn array_text(items: &[String]) -> String {
+    let quoted: Vec<String> = items
+        .iter()
+        .map(|s| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
+    format!("{{{}}}", quoted.join(","))
+}
+
 /// A run-at as microseconds since the epoch, delays counted from `now` (the
 /// database clock).
 pub(super) fn run_at_micros(run_at: RunAt, now: i64) -> i64 {
@@ -117,5 +127,12 @@ mod tests {
         assert_eq!(copy_text("c", &v).unwrap(), "a\\tb\\nc\\\\d");
         assert_eq!(copy_text("c", &Value::Int(None)).unwrap(), "\\N");
         assert_eq!(copy_text("c", &Value::Bool(Some(true))).unwrap(), "t");
+    }
+
+    #[test]
+    fn arrays_quote_every_element() {
+        let items = ["a,b".to_owned(), "NULL".to_owned(), "q\"\\".to_owned()];
+        assert_eq!(array_text(&items), r#"{"a,b","NULL","q\"\\"}"#);
+        assert_eq!(array_text(&[]), "{}");
     }
 }

@@ -5,7 +5,7 @@
 mod copy;
 mod new_job;
 
-use copy::{copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
+use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
 pub use new_job::{KeyMode, NewJob};
 
 use std::collections::HashMap;
@@ -49,6 +49,9 @@ pub struct EnqueueOptions {
     /// The column naming a job's kind (`--kind` adds `kind`). `None`:
     /// [`NewJob::kind`] is refused.
     pub kind_column: Option<String>,
+    /// The `text[]` column holding a job's flags (`--flags` adds `flags`).
+    /// `None`: [`NewJob::flags`] is refused.
+    pub flags_column: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -87,6 +90,7 @@ impl EnqueueOptions {
             priority: optional("priority_column", &self.priority_column)?,
             max_retries: optional("max_retries_column", &self.max_retries_column)?,
             kind: optional("kind_column", &self.kind_column)?,
+            flags: optional("flags_column", &self.flags_column)?,
             table,
             columns,
         })
@@ -275,8 +279,8 @@ impl Enqueuer {
         }
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let mut ids = Vec::with_capacity(jobs.len());
-        // Each row binds its values plus run-at, priority, queue, retry limit and kind at most.
-        let per_row = jobs.iter().map(|j| j.values().len() + 5).max().unwrap_or(1);
+        // Each row binds its values plus run-at, priority, queue, retry limit, kind and flags at most.
+        let per_row = jobs.iter().map(|j| j.values().len() + 6).max().unwrap_or(1);
         let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
         for chunk in jobs.chunks(rows_per_statement) {
             let rows: Vec<JobRow<'_>> = chunk.iter().map(NewJob::row).collect();
@@ -311,7 +315,7 @@ impl Enqueuer {
         let Some(first) = jobs.first() else {
             return Ok(0);
         };
-        fn shape(j: &NewJob) -> (Vec<&str>, [bool; 4]) {
+        fn shape(j: &NewJob) -> (Vec<&str>, [bool; 5]) {
             (
                 j.columns().collect(),
                 [
@@ -319,6 +323,7 @@ impl Enqueuer {
                     j.queue_value().is_some(),
                     j.max_retries_value().is_some(),
                     j.kind_value().is_some(),
+                    j.flags_value().is_some(),
                 ],
             )
         }
@@ -341,6 +346,7 @@ impl Enqueuer {
             (first.queue_value().is_some(), &t.queue),
             (first.max_retries_value().is_some(), &t.max_retries),
             (first.kind_value().is_some(), &t.kind),
+            (first.flags_value().is_some(), &t.flags),
         ];
         columns.extend(
             optional
@@ -378,6 +384,9 @@ impl Enqueuer {
             if let Some(k) = job.kind_value() {
                 fields.push(copy_escape(k));
             }
+            if let Some(f) = job.flags_value() {
+                fields.push(copy_escape(&array_text(f)));
+            }
             data.push_str(&fields.join("\t"));
             data.push('\n');
         }
@@ -394,7 +403,7 @@ impl Enqueuer {
     }
 
     /// Refuses options this table was not configured for.
-    fn check_job(&self, job: &NewJob) -> Result<()> {
+    pub(crate) fn check_job(&self, job: &NewJob) -> Result<()> {
         let t = &self.target;
         let refuse = |field: &'static str, what: &str| {
             Err(Error::InvalidOption {
@@ -416,6 +425,9 @@ impl Enqueuer {
         }
         if job.kind_value().is_some() && t.kind.is_none() {
             return refuse("kind_column", "kind");
+        }
+        if job.flags_value().is_some() && t.flags.is_none() {
+            return refuse("flags_column", "flags");
         }
         for (column, _) in job.values() {
             if !is_identifier(column) {

@@ -54,6 +54,7 @@ pub struct NewJob {
     queue: Option<String>,
     max_retries: Option<u32>,
     kind: Option<String>,
+    flags: Option<Vec<String>>,
     key: Option<(String, KeyMode)>,
 }
 
@@ -107,6 +108,22 @@ impl NewJob {
         self
     }
 
+    /// Sets the job's flags (needs `EnqueueOptions::flags_column`): a store
+    /// whose `StoreOptions::forbidden_flags` holds any of them skips the job.
+    ///
+    /// ```
+    /// let job = dbworker::NewJob::new().flags(["slow-api", "customer:7"]);
+    /// # let _ = job;
+    /// ```
+    pub fn flags<I, S>(mut self, flags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.flags = Some(flags.into_iter().map(Into::into).collect());
+        self
+    }
+
     /// Overrides the store's `max_num_retries` for this job (needs
     /// `EnqueueOptions::max_retries_column`, and the store's
     /// `StoreOptions::max_retries_column` to honour it).
@@ -137,6 +154,7 @@ impl NewJob {
             queue: self.queue.as_deref(),
             max_retries: self.max_retries,
             kind: self.kind.as_deref(),
+            flags: self.flags.as_deref(),
         }
     }
 
@@ -158,6 +176,10 @@ impl NewJob {
 
     pub(crate) fn kind_value(&self) -> Option<&str> {
         self.kind.as_deref()
+    }
+
+    pub(crate) fn flags_value(&self) -> Option<&[String]> {
+        self.flags.as_deref()
     }
 
     pub(crate) fn max_retries_value(&self) -> Option<u32> {

@@ -100,6 +100,18 @@ pub(crate) fn claim_cursor_condition(o: &JobTable, low: i64) -> Expr {
     col(&o.table.alias, &o.columns.id).gte(low)
 }
 
+/// `(a.flags IS NULL OR NOT (a.flags && $1::text[]))` over the view's (or
+/// table's) alias: the claim skips rows carrying a forbidden flag. Added as
+/// one of the claim's conditions, so each set of forbidden flags has a claim
+/// cursor of its own (see `store/cursor.rs`).
+pub(crate) fn not_flagged(o: &JobTable, flags_column: &str, forbidden: &[String]) -> Expr {
+    let column = format!("{}.{}", quote(&o.source().alias), quote(flags_column));
+    Expr::cust_with_values(
+        format!("({column} IS NULL OR NOT ({column} && $1::text[]))"),
+        [sea_query::Value::from(forbidden.to_vec())],
+    )
+}
+
 /// The lowest eligible id below `before` that `conditions` admit: the claim
 /// cursor's probe, which looks behind the cursor beside the claims.
 pub(crate) fn eligible_behind(o: &JobTable, conditions: &[Expr], before: i64) -> Statement {

@@ -14,6 +14,7 @@ pub(crate) struct EnqueueTable {
     pub(crate) priority: Option<String>,
     pub(crate) max_retries: Option<String>,
     pub(crate) kind: Option<String>,
+    pub(crate) flags: Option<String>,
 }
 
 impl EnqueueTable {
@@ -25,6 +26,7 @@ impl EnqueueTable {
             &self.priority,
             &self.max_retries,
             &self.kind,
+            &self.flags,
         ]
         .into_iter()
         .flatten()
@@ -51,6 +53,7 @@ pub(crate) struct JobRow<'a> {
     pub(crate) queue: Option<&'a str>,
     pub(crate) max_retries: Option<u32>,
     pub(crate) kind: Option<&'a str>,
+    pub(crate) flags: Option<&'a [String]>,
 }
 
 /// What a keyed insert does when a live job holds the key (the enqueue side's
@@ -132,10 +135,18 @@ pub(super) fn enqueue_columns(
     if let (Some(column), Some(k)) = (&t.kind, job.kind) {
         row.push((column.clone(), Expr::val(k)));
     }
+    if let (Some(column), Some(f)) = (&t.flags, job.flags) {
+        row.push((column.clone(), flags_value(f)));
+    }
     if let (Some(column), Some(k)) = (&t.key, key) {
         row.push((column.clone(), Expr::val(k)));
     }
     row
+}
+
+/// Flags as one bound `text[]` (the cast keeps an empty list typed).
+pub(crate) fn flags_value(flags: &[String]) -> Expr {
+    Expr::cust_with_values("$1::text[]", [sea_query::Value::from(flags.to_vec())])
 }
 
 /// `RETURNING id::bigint AS id, (xmax = 0) AS inserted`: an updated row has the
@@ -247,6 +258,9 @@ pub(crate) fn enqueue_keyed(
     }
     if job.kind.is_some() {
         updated.extend(t.kind.clone());
+    }
+    if job.flags.is_some() {
+        updated.extend(t.flags.clone());
     }
     if mode.replaces() {
         let c = &t.columns;

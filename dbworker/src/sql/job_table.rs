@@ -21,6 +21,8 @@ pub(crate) struct JobTable {
     pub(crate) limit_table: Option<Relation>,
     pub(crate) limit_key_column: Option<String>,
     pub(crate) queue_column: Option<String>,
+    /// The `text[]` flags column, over the view's (or table's) alias.
+    pub(crate) flags_column: Option<String>,
 }
 
 impl JobTable {

@@ -28,6 +28,7 @@ fn enqueue_target() -> EnqueueTable {
         priority: Some("priority".into()),
         max_retries: Some("max_retries".into()),
         kind: None,
+        flags: Some("flags".into()),
     }
 }
 
@@ -49,6 +50,7 @@ fn table(name: &str) -> JobTable {
         limit_table: None,
         limit_key_column: None,
         queue_column: None,
+        flags_column: None,
     }
 }
 
@@ -94,6 +96,7 @@ fn row(values: &[(String, sea_query::Value)]) -> JobRow<'_> {
         queue: None,
         max_retries: None,
         kind: None,
+        flags: None,
     }
 }
 
@@ -134,6 +137,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
     };
     let payload_a = [("payload".to_owned(), sea_query::Value::from("a"))];
     let cost_3 = [("cost".to_owned(), sea_query::Value::from(3))];
+    let flags = ["gpu".to_owned(), "slow".to_owned()];
     let a = admin_table();
     let filter = JobFilter {
         states: vec![JobState::Failed],
@@ -164,6 +168,16 @@ fn statements() -> Vec<(&'static str, Statement)> {
         (
             "claim_after_cursor",
             claim(&t, "host", &[claim_cursor_condition(&t, 1000)], 3, true),
+        ),
+        (
+            "claim_without_forbidden_flags",
+            claim(
+                &t,
+                "host",
+                &[not_flagged(&t, "flags", &["gpu".to_owned()])],
+                3,
+                true,
+            ),
         ),
         ("lock_claimed", lock_claimed(&t, 1, 2)),
         ("select_records", select_records(&t, vec![1, 2])),
@@ -229,6 +243,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
                     },
                     JobRow {
                         run_at: Some(RunAt::After(Duration::from_secs(5))),
+                        flags: Some(&flags),
                         ..row(&cost_3)
                     },
                 ],
@@ -446,6 +461,7 @@ fn quoted_statements() -> Vec<(&'static str, Statement)> {
         priority: None,
         max_retries: None,
         kind: None,
+        flags: None,
     };
     let payload = [("payload".to_owned(), sea_query::Value::from("p"))];
     let pauses = Relation::parse("pause_table", "\"pause\"").unwrap();

@@ -14,7 +14,7 @@ use crate::notify::Listen;
 use crate::retry::RetryPolicy;
 use crate::sql::JobTable;
 
-use super::ResetConfig;
+use super::{ForbiddenFlags, ResetConfig};
 
 /// Turns one selected row (the values of `column_expressions`, in order) into a record.
 pub type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
@@ -99,9 +99,9 @@ pub struct StoreOptions<R> {
     pub candidate_window: usize,
     /// The claim cursor's probe interval. Claims start their index scan at
     /// the lowest id that can still be eligible (just past what this store
-    /// claimed last; one cursor per set of `pre_dequeue` conditions) instead
-    /// of walking, from the table's first row, over the dead index entries of
-    /// every row claimed since the last vacuum, which a long-running
+    /// claimed last; one cursor per set of `pre_dequeue` conditions and
+    /// forbidden flags) instead of walking, from the table's first row, over
+    /// the dead index entries of every row claimed since the last vacuum, which a long-running
     /// transaction elsewhere (an analytics query, a forgotten `BEGIN`) keeps
     /// in the index. A probe beside the claims looks behind the cursor once
     /// per interval: a row that became eligible there (a scheduled job coming
@@ -144,6 +144,15 @@ pub struct StoreOptions<R> {
     /// for example `customer_id` or the job key column. Needs `limit_table`.
     /// `None` (the default): per-key limits are not enforced.
     pub limit_key_column: Option<String>,
+    /// The `text[]` column holding each job's flags (`dbworker migration
+    /// --flags` adds `flags`), over the view's (or table's) alias. Needed by
+    /// `forbidden_flags`; checked at start-up.
+    pub flags_column: Option<String>,
+    /// Claims skip jobs carrying any of these flags: a fixed list, or a
+    /// callback asked before each claim (it must answer from a cache; see
+    /// [`ForbiddenFlags::callback`]). Needs `flags_column`. `None` (the
+    /// default): flags are not consulted.
+    pub forbidden_flags: Option<ForbiddenFlags>,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -168,6 +177,8 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("queue_column", &self.queue_column)
             .field("limit_table", &self.limit_table)
             .field("limit_key_column", &self.limit_key_column)
+            .field("flags_column", &self.flags_column)
+            .field("forbidden_flags", &self.forbidden_flags)
             .field("listen", &self.listen)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -198,6 +209,8 @@ impl<R> Clone for StoreOptions<R> {
             queue_column: self.queue_column.clone(),
             limit_table: self.limit_table.clone(),
             limit_key_column: self.limit_key_column.clone(),
+            flags_column: self.flags_column.clone(),
+            forbidden_flags: self.forbidden_flags.clone(),
             connect_timeout: self.connect_timeout,
         }
     }
@@ -247,6 +260,8 @@ impl<R> StoreOptions<R> {
             queue_column: None,
             limit_table: None,
             limit_key_column: None,
+            flags_column: None,
+            forbidden_flags: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -341,6 +356,14 @@ impl<R> StoreOptions<R> {
             Some(column) => Some(column_name("limit_key_column", column)?),
             None => None,
         };
+        let flags_column = self
+            .flags_column
+            .as_deref()
+            .map(|column| column_name("flags_column", column))
+            .transpose()?;
+        if self.forbidden_flags.is_some() && flags_column.is_none() {
+            return Err(invalid("forbidden_flags", "set flags_column too"));
+        }
         let max_retries_column = self
             .max_retries_column
             .as_deref()
@@ -397,7 +420,9 @@ impl<R> StoreOptions<R> {
                 limit_table,
                 limit_key_column,
                 queue_column,
+                flags_column,
             },
+            forbidden_flags: self.forbidden_flags.clone(),
             stalled_max_age: self.stalled_max_age,
             reset_failure_message: self.reset_failure_message.clone(),
             handling: self.handling,
@@ -428,6 +453,8 @@ pub(crate) struct Resolved {
     pub(crate) name: String,
     /// What the job-table statements need.
     pub(crate) sql: JobTable,
+    /// What the claims skip, when set.
+    pub(crate) forbidden_flags: Option<ForbiddenFlags>,
     pub(crate) stalled_max_age: Duration,
     pub(crate) reset_failure_message: String,
     pub(crate) handling: Handling,
@@ -531,6 +558,14 @@ mod tests {
             (
                 "max_retries_column",
                 Box::new(|o| o.max_retries_column = Some("num_failures".into())),
+            ),
+            (
+                "forbidden_flags",
+                Box::new(|o| o.forbidden_flags = Some(ForbiddenFlags::fixed(["a"]))),
+            ),
+            (
+                "flags_column",
+                Box::new(|o| o.flags_column = Some("no spaces".into())),
             ),
         ];
         for (field, break_it) in cases {

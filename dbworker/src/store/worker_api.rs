@@ -78,13 +78,26 @@ impl<R: Record> Store for DbStore<R> {
         // later, in the job's own task (`open`), so claims never wait for that.
         let with_record = o.view.is_none();
         let started = std::time::Instant::now();
+        let mut claim_conditions = std::borrow::Cow::Borrowed(conditions.0.as_slice());
+        // Forbidden flags are one more condition: each set of them names a
+        // cursor of its own, so rows a set skipped are never behind the
+        // cursor of a set that allows them.
+        if let (Some(forbidden), Some(column)) = (&o.forbidden_flags, &o.flags_column) {
+            let flags = forbidden.current().await;
+            if !flags.is_empty() {
+                claim_conditions
+                    .to_mut()
+                    .push(sql::not_flagged(o, column, &flags));
+            }
+        }
         // The conditions as text (values inlined) name their cursor.
         let cursor = self
             .cursor
             .as_ref()
-            .map(|c| (c, sql::conditions_key(&conditions.0)));
-        let start = cursor.as_ref().map(|(c, key)| c.start(key, &conditions.0));
-        let mut claim_conditions = std::borrow::Cow::Borrowed(conditions.0.as_slice());
+            .map(|c| (c, sql::conditions_key(&claim_conditions)));
+        let start = cursor
+            .as_ref()
+            .map(|(c, key)| c.start(key, &claim_conditions));
         if let Some(low) = start.and_then(|s| s.low) {
             claim_conditions
                 .to_mut()

@@ -1,0 +1,392 @@
+//! Periodic jobs: cron schedules declared in code or read from a crontab,
+//! each tick enqueued exactly once however many processes run the scheduler
+//! (no leader needed).
+
+mod crontab;
+mod schedule;
+mod ticks;
+
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value, json};
+use sqlx::{PgPool, Row};
+use tokio_util::sync::CancellationToken;
+
+use crate::columns::{Relation, column_name};
+use crate::enqueue::{EnqueueOptions, Enqueuer, NewJob};
+use crate::error::{Error, Result};
+use crate::sql;
+pub use crontab::{Crontab, CrontabEntry};
+use ticks::{Due, due_ticks};
+
+/// The cron table's default name.
+pub const DEFAULT_CRON_TABLE: &str = "dbworker_cron";
+
+/// Where a [`Scheduler`] enqueues and records its ticks.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SchedulerOptions {
+    /// The job table the ticks' jobs go to (and its optional columns).
+    pub enqueue: EnqueueOptions,
+    /// The cron table (it must exist; one serves every job table). Default
+    /// [`DEFAULT_CRON_TABLE`].
+    pub cron_table: String,
+    /// How often [`Scheduler::run`] looks for due ticks. At least 10 ms.
+    /// Default 1 s.
+    pub interval: Duration,
+    /// The `json`/`jsonb` column a [`Crontab`]'s jobs get their payload in,
+    /// with `_cron: {ts, backfilled}` added (checked by [`Scheduler::new`]).
+    /// `None` (the default): [`Scheduler::crontab`] is refused.
+    pub payload_column: Option<String>,
+}
+
+impl SchedulerOptions {
+    /// Ticks enqueued through `enqueue`, recorded in the default cron table.
+    pub fn new(enqueue: EnqueueOptions) -> SchedulerOptions {
+        SchedulerOptions {
+            enqueue,
+            cron_table: DEFAULT_CRON_TABLE.to_owned(),
+            interval: Duration::from_secs(1),
+            payload_column: None,
+        }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        self.enqueue.validate()?;
+        Relation::parse("cron_table", &self.cron_table)?;
+        if let Some(column) = &self.payload_column {
+            column_name("payload_column", column)?;
+        }
+        if self.interval < Duration::from_millis(10) {
+            return Err(Error::InvalidOption {
+                field: "interval",
+                reason: "must be at least 10ms".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What happens to ticks missed while no scheduler ran (downtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backfill {
+    /// Enqueue the latest due tick only if it is at most `grace` late; older
+    /// missed ticks are dropped.
+    Skip {
+        /// How late a tick may be and still run.
+        grace: Duration,
+    },
+    /// Enqueue one job for the latest due tick however late (a run that
+    /// "catches up" once, never once per missed tick).
+    RunOnce,
+    /// Enqueue one job for every tick missed within `window` before now
+    /// (oldest first, in one transaction), and drop older ones. The latest
+    /// due tick also runs if it is at most a minute late, so a window
+    /// shorter than the scheduler's pass loses no regular tick. A crontab's
+    /// `?fill=`.
+    Fill {
+        /// How far back missed ticks are enqueued.
+        window: Duration,
+    },
+}
+
+impl Default for Backfill {
+    fn default() -> Self {
+        Backfill::Skip {
+            grace: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One named schedule and the job each tick enqueues.
+#[derive(Debug, Clone)]
+struct Entry {
+    name: String,
+    schedule: cron::Schedule,
+    job: NewJob,
+    backfill: Backfill,
+    /// A crontab entry's payload: each job gets it, plus `_cron`, in the
+    /// payload column.
+    payload: Option<Map<String, Value>>,
+}
+
+/// Enqueues the jobs of cron schedules. Every process may run one: for each
+/// schedule, the row of the cron table is locked, the due tick found by the
+/// database clock, the job enqueued and `last_tick` advanced in one
+/// transaction, so each tick is enqueued exactly once.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// use dbworker::{NewJob, cron::{Backfill, Scheduler, SchedulerOptions}, enqueue::EnqueueOptions};
+/// let scheduler = Scheduler::new(&pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
+///     .await?
+///     // Standard 5 fields (minute hour day month weekday), or 6 with seconds first.
+///     .add("nightly-report", "0 3 * * *", NewJob::new().kind("report"), Backfill::RunOnce)?;
+/// scheduler.run(tokio_util::sync::CancellationToken::new()).await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    pool: PgPool,
+    enqueuer: Enqueuer,
+    cron_table: Relation,
+    job_table: String,
+    entries: Vec<Entry>,
+    interval: Duration,
+    payload_column: Option<String>,
+}
+
+impl Scheduler {
+    /// A scheduler enqueueing into `options.enqueue`'s table, recording ticks
+    /// in `options.cron_table` (which must exist). Add schedules with
+    /// [`add`](Self::add).
+    pub async fn new(pool: &PgPool, options: SchedulerOptions) -> Result<Scheduler> {
+        options.validate()?;
+        let enqueuer = Enqueuer::new(pool, options.enqueue).await?;
+        let cron_table = Relation::parse("cron_table", &options.cron_table)?;
+        crate::schema_check::require_columns(
+            pool,
+            &cron_table,
+            "cron table",
+            &["job_table", "schedule", "last_tick"],
+            "`dbworker migration --cron` prints it",
+        )
+        .await?;
+        if let Some(column) = &options.payload_column {
+            crate::schema_check::require_columns(
+                pool,
+                enqueuer.table(),
+                "table",
+                &[column.as_str()],
+                "",
+            )
+            .await
+            .map_err(|err| match err {
+                Error::Schema { problems } => Error::Schema {
+                    problems: problems
+                        .into_iter()
+                        .map(|p| format!("{p} (payload_column)"))
+                        .collect(),
+                },
+                other => other,
+            })?;
+        }
+        Ok(Scheduler {
+            pool: pool.clone(),
+            job_table: sql::pause_key(enqueuer.table()),
+            enqueuer,
+            cron_table,
+            entries: Vec::new(),
+            interval: options.interval,
+            payload_column: options.payload_column,
+        })
+    }
+
+    /// Adds a schedule: `expression` in standard cron syntax (5 fields, or 6
+    /// with seconds first; UTC; weekdays 0-7 with Sunday 0 or 7), `job`
+    /// enqueued at each tick.
+    pub fn add(
+        self,
+        name: impl Into<String>,
+        expression: &str,
+        job: NewJob,
+        backfill: Backfill,
+    ) -> Result<Self> {
+        let schedule = schedule::parse(expression).map_err(|reason| Error::InvalidOption {
+            field: "expression",
+            reason,
+        })?;
+        self.push(name.into(), schedule, job, backfill, None)
+    }
+
+    /// Adds every entry of a crontab: each tick enqueues a job of the entry's
+    /// kind (needs `EnqueueOptions::kind_column`; `?queue=`, `?priority=` and
+    /// `?max=` need their columns too) whose payload column
+    /// ([`SchedulerOptions::payload_column`]) holds the entry's JSON plus
+    /// `_cron: {"ts": <the tick, RFC 3339>, "backfilled": <bool>}`. `?fill=`
+    /// is [`Backfill::Fill`]; without it, [`Backfill::default`].
+    ///
+    /// ```no_run
+    /// # async fn f(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use dbworker::{cron::{Crontab, Scheduler, SchedulerOptions}, enqueue::EnqueueOptions};
+    /// let mut enqueue = EnqueueOptions::new("jobs");
+    /// enqueue.kind_column = Some("kind".into());
+    /// let mut options = SchedulerOptions::new(enqueue);
+    /// options.payload_column = Some("payload".into());
+    /// let crontab = Crontab::parse(&std::fs::read_to_string("crontab")?)?;
+    /// let scheduler = Scheduler::new(&pool, options).await?.crontab(&crontab)?;
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
+    pub fn crontab(mut self, crontab: &Crontab) -> Result<Self> {
+        if self.payload_column.is_none() {
+            return Err(Error::InvalidOption {
+                field: "payload_column",
+                reason: "a crontab's jobs carry their payload and `_cron` in it; set it".into(),
+            });
+        }
+        for e in crontab.entries() {
+            let at_line = |reason: String| Error::Crontab {
+                line: e.line,
+                reason,
+            };
+            let mut job = NewJob::new().kind(e.kind.clone());
+            if let Some(queue) = &e.queue {
+                job = job.queue(queue.clone());
+            }
+            if let Some(priority) = e.priority {
+                job = job.priority(priority);
+            }
+            if let Some(max) = e.max_attempts {
+                job = job.max_retries(max.saturating_sub(1));
+            }
+            self.enqueuer
+                .check_job(&job)
+                .map_err(|err| at_line(err.to_string()))?;
+            let schedule = schedule::parse_five(&e.expression).map_err(at_line)?;
+            let backfill = e
+                .fill
+                .map_or_else(Backfill::default, |window| Backfill::Fill { window });
+            self = self
+                .push(
+                    e.id.clone(),
+                    schedule,
+                    job,
+                    backfill,
+                    Some(e.payload.clone()),
+                )
+                .map_err(|err| at_line(err.to_string()))?;
+        }
+        Ok(self)
+    }
+
+    fn push(
+        mut self,
+        name: String,
+        schedule: cron::Schedule,
+        job: NewJob,
+        backfill: Backfill,
+        payload: Option<Map<String, Value>>,
+    ) -> Result<Self> {
+        if self.entries.iter().any(|e| e.name == name) {
+            return Err(Error::InvalidOption {
+                field: "name",
+                reason: format!("schedule {name:?} is added twice"),
+            });
+        }
+        self.entries.push(Entry {
+            name,
+            schedule,
+            job,
+            backfill,
+            payload,
+        });
+        Ok(self)
+    }
+
+    /// One pass: enqueues each schedule's due ticks, if any (one, or with
+    /// [`Backfill::Fill`] every missed one in the window). Returns the
+    /// schedules that enqueued, with the job ids, oldest tick first. A
+    /// schedule seen for the first time starts from now: its first job is
+    /// its next tick.
+    pub async fn tick(&self) -> Result<Vec<(String, i64)>> {
+        let mut enqueued = Vec::new();
+        for entry in &self.entries {
+            for id in self.tick_one(entry).await? {
+                enqueued.push((entry.name.clone(), id));
+            }
+        }
+        Ok(enqueued)
+    }
+
+    async fn tick_one(&self, entry: &Entry) -> Result<Vec<i64>> {
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+        sql::cron_register(&self.cron_table, &self.job_table, &entry.name)
+            .query()
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("cron"))?;
+        // Locks the schedule's row: concurrent schedulers wait here, then see
+        // the tick this one advanced to.
+        let row = sql::cron_state(&self.cron_table, &self.job_table, &entry.name)
+            .query()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::db("cron"))?;
+        let (last, now) = (micros(row.get("last_tick")), micros(row.get("now")));
+        // A tick is on time if a running scheduler could have found it now.
+        let on_time = self.interval + Duration::from_secs(60);
+        let (due, advance) = due_ticks(&entry.schedule, entry.backfill, last, now, on_time);
+        let Some(advance) = advance else {
+            // Keeps a first registration; releases the row lock.
+            tx.commit().await.map_err(Error::db("commit"))?;
+            return Ok(Vec::new());
+        };
+        if due.is_empty() {
+            tracing::info!(schedule = %entry.name, tick = %advance, "skipped ticks missed while no scheduler ran");
+        }
+        let jobs: Vec<NewJob> = due.iter().map(|d| self.job_for(entry, d)).collect();
+        let ids = if jobs.is_empty() {
+            Vec::new()
+        } else if entry.job.key_value().is_some() {
+            let mut ids = Vec::with_capacity(jobs.len());
+            for job in &jobs {
+                ids.push(self.enqueuer.enqueue_in(&mut tx, job).await?.id());
+            }
+            ids
+        } else {
+            self.enqueuer.enqueue_many_in(&mut tx, &jobs).await?
+        };
+        sql::cron_advance(
+            &self.cron_table,
+            &self.job_table,
+            &entry.name,
+            advance.timestamp_micros(),
+        )
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("cron"))?;
+        tx.commit().await.map_err(Error::db("commit"))?;
+        Ok(ids)
+    }
+
+    /// The tick's job: a crontab entry's gets its payload with `_cron`.
+    fn job_for(&self, entry: &Entry, due: &Due) -> NewJob {
+        let (Some(payload), Some(column)) = (&entry.payload, &self.payload_column) else {
+            return entry.job.clone();
+        };
+        let mut payload = payload.clone();
+        payload.insert(
+            "_cron".to_owned(),
+            json!({
+                "ts": due.at.to_rfc3339_opts(SecondsFormat::Secs, true),
+                "backfilled": due.backfilled,
+            }),
+        );
+        entry
+            .job
+            .clone()
+            .json(column.clone(), Value::Object(payload))
+    }
+
+    /// Ticks every `interval` until `stop` fires; a failed pass is logged and
+    /// retried at the next.
+    pub async fn run(&self, stop: CancellationToken) {
+        loop {
+            if let Err(err) = self.tick().await {
+                tracing::error!(error = %err, "cron pass failed");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+        }
+    }
+}
+
+fn micros(value: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(value).unwrap_or_default()
+}
