@@ -155,6 +155,90 @@ async fn a_limit_of_zero_stops_a_queue_and_removing_it_frees_it() {
     );
 }
 
+async fn finish(db: &Db, ids: &[i64]) {
+    sqlx::query("UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_lowered_or_reset_limit_still_counts_the_jobs_already_running() {
+    let (db, limits, enqueuer) = set_up().await;
+    limits.set("reports", 3).await.unwrap();
+    let jobs: Vec<NewJob> = (0..8).map(|_| NewJob::new().queue("reports")).collect();
+    enqueuer.enqueue_many(&jobs).await.unwrap();
+    let store = limited_store(&db).await;
+    let claim = async || -> Vec<i64> {
+        let jobs = store
+            .dequeue("host", &DbConditions::new(), 10)
+            .await
+            .unwrap();
+        jobs.iter().map(|j| j.record().id).collect()
+    };
+    let running = claim().await;
+    assert_eq!(running.len(), 3, "the limit");
+    assert!(claim().await.is_empty(), "no room");
+
+    // Lowered to 1 while 3 run: nothing starts until only one is left.
+    limits.set("reports", 1).await.unwrap();
+    finish(&db, &running[..1]).await;
+    assert!(
+        claim().await.is_empty(),
+        "two still run against a limit of 1"
+    );
+    finish(&db, &running[1..2]).await;
+    assert!(claim().await.is_empty(), "one runs against a limit of 1");
+    finish(&db, &running[2..]).await;
+    assert_eq!(claim().await.len(), 1, "the lowered limit's one");
+
+    // Removed and set again: the job that runs still counts.
+    assert!(limits.remove("reports").await.unwrap());
+    limits.set("reports", 2).await.unwrap();
+    assert_eq!(claim().await.len(), 1, "one more beside the one running");
+    assert!(claim().await.is_empty());
+    assert_eq!(processing_reports(&db).await, 2);
+}
+
+/// Claims in lanes run side by side only while the limit is far; as it comes
+/// near they fall back to claiming one at a time, so eight concurrent
+/// claimers in four processes fill a limit of 1,030 exactly, never past it.
+#[tokio::test]
+async fn concurrent_claims_in_lanes_fill_a_large_limit_exactly() {
+    let (db, limits, enqueuer) = set_up().await;
+    limits.set("reports", 1030).await.unwrap();
+    let jobs: Vec<NewJob> = (0..2500).map(|_| NewJob::new().queue("reports")).collect();
+    enqueuer.enqueue_many(&jobs).await.unwrap();
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(limited_store(&db).await);
+    }
+    let mut claimers = tokio::task::JoinSet::new();
+    for store in stores.iter().chain(stores.iter()) {
+        let store = store.clone();
+        claimers.spawn(async move {
+            let mut claimed = 0;
+            loop {
+                let jobs = store
+                    .dequeue("host", &DbConditions::new(), 200)
+                    .await
+                    .unwrap();
+                if jobs.is_empty() {
+                    return claimed;
+                }
+                claimed += jobs.len();
+            }
+        });
+    }
+    let mut claimed = 0;
+    while let Some(n) = claimers.join_next().await {
+        claimed += n.unwrap();
+    }
+    assert_eq!(claimed, 1030, "the limit, filled");
+    assert_eq!(processing_reports(&db).await, 1030);
+}
+
 #[derive(Debug, sqlx::FromRow)]
 struct CustomerJob {
     id: i64,

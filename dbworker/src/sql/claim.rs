@@ -91,6 +91,9 @@ pub(crate) const RECORD_ID: &str = "dbworker_record_id";
 pub(crate) const CLAIMED_TOKEN: &str = "dbworker_token";
 /// See [`RECORD_ID`].
 pub(crate) const CLAIMED_CANCEL: &str = "dbworker_cancel";
+/// See [`RECORD_ID`]: whether a limit bound the claim (a limited claim only),
+/// in which case it may have passed rows over and must not move the cursor.
+pub(crate) const CLAIM_BOUND: &str = "dbworker_limit_bound";
 /// See [`RECORD_ID`]: the claimed row's queue, for a limited claim.
 pub(super) const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
 
@@ -152,12 +155,44 @@ pub(crate) fn conditions_key(conditions: &[Expr]) -> String {
 /// With `with_record` (only without a view), the claim also returns the
 /// configured column expressions, evaluated on the claimed row version, ahead
 /// of its own columns: the whole dequeue is then this one statement.
+#[cfg(test)]
 pub(crate) fn claim(
     o: &JobTable,
     hostname: &str,
     conditions: &[Expr],
     limit: usize,
     with_record: bool,
+) -> Statement {
+    claim_limited(
+        o,
+        hostname,
+        conditions,
+        limit,
+        with_record,
+        LimitedClaim::Serialized,
+    )
+}
+
+/// How a claim of a limited table counts what other claims took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LimitedClaim {
+    /// After every claim lane's lock: it sees every earlier claim, and ranks
+    /// rows within each queue's exact room.
+    Serialized,
+    /// In one claim lane, beside claims in the other lanes it cannot see: it
+    /// takes rows only when every limited queue has room for `threshold` more
+    /// (what all lanes together may take at once), and nothing otherwise.
+    Lane { threshold: u64 },
+}
+
+/// [`claim`] with the way a limited claim counts other claims.
+pub(crate) fn claim_limited(
+    o: &JobTable,
+    hostname: &str,
+    conditions: &[Expr],
+    limit: usize,
+    with_record: bool,
+    mode: LimitedClaim,
 ) -> Statement {
     let c = &o.columns;
     let t = &o.table;
@@ -182,12 +217,33 @@ pub(crate) fn claim(
                     if let Some(key) = &o.limit_key_column {
                         with.cte(cte(busy_keys(o, queue, key), "dbworker_busy_keys", true));
                     }
-                    cand.and_where(col(&t.alias, &c.id).in_subquery(within_limits(
-                        o,
-                        conditions,
-                        queue,
-                        limit + o.candidate_window as u64,
-                    )));
+                    for cond in conditions {
+                        cand.and_where(cond.clone());
+                    }
+                    if let Some(e) = not_paused(o, &t.alias) {
+                        cand.and_where(e);
+                    }
+                    match mode {
+                        // A limit binds this claim only if some queue has less
+                        // room than the claim may take, or is limited per key;
+                        // otherwise rows are taken in order as in a plain
+                        // claim (the test runs once, and OR skips the ranking).
+                        LimitedClaim::Serialized => {
+                            cand.and_where(limit_binds(limit).not().or(
+                                col(&t.alias, &c.id).in_subquery(within_limits(
+                                    o,
+                                    conditions,
+                                    queue,
+                                    limit + o.candidate_window as u64,
+                                )),
+                            ));
+                            final_select.expr_as(limit_binds(limit), alias(CLAIM_BOUND));
+                        }
+                        LimitedClaim::Lane { threshold } => {
+                            cand.and_where(limit_binds(threshold).not());
+                            final_select.expr_as(Expr::val(false), alias(CLAIM_BOUND));
+                        }
+                    }
                 }
                 _ => {
                     for cond in conditions {
@@ -271,8 +327,14 @@ pub(crate) fn claim(
         .value(alias(&c.failure_message), Expr::cust("NULL"))
         .value(alias(&c.execution_logs), Expr::cust("NULL"))
         .value(alias(&c.worker_hostname), hostname)
-        .from(candidates.clone())
-        .and_where(col(a, &c.id).equals(("dbworker_candidates", "id")))
+        // `= ANY(ARRAY(…))`, not a join: a generic plan of a prepared claim,
+        // which cannot see how few candidates there are, chose a hash join
+        // that read the whole table; the array always walks the primary key.
+        .and_where(Expr::cust(format!(
+            "{}.{} = ANY(ARRAY(SELECT \"id\" FROM \"dbworker_candidates\"))",
+            quote(a),
+            quote(&c.id)
+        )))
         .returning(
             Query::returning().exprs(
                 with_record
@@ -329,11 +391,20 @@ pub(crate) fn claim(
 
 /// The limit table, when the claim enforces limits (a table, not a view,
 /// with a queue column).
-pub(super) fn limited(o: &JobTable) -> Option<&Relation> {
+pub(crate) fn limited(o: &JobTable) -> Option<&Relation> {
     match (&o.limit_table, &o.queue_column, &o.view) {
         (Some(limits), Some(_), None) => Some(limits),
         _ => None,
     }
+}
+
+/// Whether a limit binds the claim: some queue has less room than the claim
+/// may take, or is limited per key (then rows may be passed over).
+fn limit_binds(limit: u64) -> Expr {
+    Expr::cust_with_values(
+        "EXISTS (SELECT 1 FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"room\" < $1 OR \"r\".\"max_per_key\" IS NOT NULL)",
+        [limit as i64],
+    )
 }
 
 /// The name of the claim's `i`-th order-by value (returned after its own

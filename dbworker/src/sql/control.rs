@@ -122,8 +122,10 @@ pub(super) fn within_limits(
     if let Some(e) = not_paused(o, a) {
         eligible_rows.and_where(e);
     }
+    // A scalar subquery, not NOT EXISTS: as an anti-join it made Postgres
+    // read and sort every eligible row instead of walking the index in order.
     eligible_rows.and_where(Expr::cust(format!(
-        "NOT EXISTS (SELECT 1 FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {}.{}::text AND \"r\".\"room\" = 0)",
+        "COALESCE((SELECT \"r\".\"room\" FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"queue\" = {}.{}::text), 1) > 0",
         quote(a),
         quote(queue)
     )));
@@ -199,8 +201,10 @@ pub(super) fn within_limits(
         .to_owned()
 }
 
-/// Spends the tokens of the rate-limited queues the claim took jobs from
-/// (claims of a limited table are serialized, so the bucket never races).
+/// Spends the tokens of the rate-limited queues the claim took jobs from. The
+/// level is computed from the bucket row being updated, not from the claim's
+/// snapshot: two claims in different lanes may spend from one bucket, and the
+/// second, after waiting for the first, must start from what it left.
 pub(super) fn spend_tokens(o: &JobTable, limits: &Relation) -> UpdateStatement {
     let l = quote(&limits.alias);
     let taken = format!(
@@ -209,24 +213,76 @@ pub(super) fn spend_tokens(o: &JobTable, limits: &Relation) -> UpdateStatement {
     );
     Query::update()
         .table(table_ref(limits))
-        .value(alias("tokens"), Expr::cust(format!("\"dbworker_room\".\"tokens\" - {taken}")))
-        .value(alias("refilled_at"), Expr::cust("\"dbworker_room\".\"at\""))
-        .from(alias("dbworker_room"))
+        .value(
+            alias("tokens"),
+            Expr::cust(format!("{} - {taken}", bucket_level(limits))),
+        )
+        .value(alias("refilled_at"), Expr::cust("statement_timestamp()"))
         .and_where(col(&limits.alias, "job_table").eq(pause_key(&o.table)))
         .and_where(Expr::cust(format!(
-            "\"dbworker_room\".\"queue\" = {l}.\"queue\" AND {l}.\"rate_per_second\" IS NOT NULL AND {taken} > 0"
+            "{l}.\"rate_per_second\" IS NOT NULL AND {taken} > 0"
         )))
         .to_owned()
 }
 
-/// Serializes the claims of one job table (limited claims run after it, in
-/// the same transaction, so each sees the ones before).
-pub(crate) fn claim_lock(o: &JobTable) -> Statement {
+/// A bucket's level now: its tokens refilled at its rate since it was last
+/// spent, up to its burst (by default the rate, at least 1).
+fn bucket_level(limits: &Relation) -> String {
+    let l = quote(&limits.alias);
+    format!(
+        "LEAST(COALESCE({l}.\"burst\", GREATEST(ceil({l}.\"rate_per_second\"), 1)), {l}.\"tokens\" + {l}.\"rate_per_second\" * EXTRACT(EPOCH FROM statement_timestamp() - {l}.\"refilled_at\")::float8)"
+    )
+}
+
+/// The key of one claim lane of a job table.
+fn lane_key(o: &JobTable) -> String {
+    format!("dbworker_claim:{}", pause_key(&o.table))
+}
+
+/// Takes every claim lane of the table, in order (so two serialized claims
+/// never deadlock): the claim after it sees every claim before it.
+pub(crate) fn claim_lock(o: &JobTable, lanes: u32) -> Statement {
     let q = Query::select()
         .expr(Expr::cust_with_values(
-            "pg_advisory_xact_lock(hashtextextended($1, 0))",
-            [format!("dbworker_claim:{}", pause_key(&o.table))],
+            "count(pg_advisory_xact_lock(hashtextextended($1, \"lane\")))",
+            [lane_key(o)],
         ))
+        .from_function(
+            sea_query::Func::cust(alias("generate_series"))
+                .args([Expr::val(0i64), Expr::val(i64::from(lanes) - 1)]),
+            alias("lane"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Takes one free claim lane, trying them from `first` on, without waiting:
+/// its number, or no row when every lane is taken.
+pub(crate) fn claim_lane(o: &JobTable, lanes: u32, first: u32) -> Statement {
+    let q = Query::select()
+        .expr(Expr::cust("\"lane\""))
+        .from_subquery(
+            Query::select()
+                .expr_as(
+                    Expr::cust_with_values(
+                        "((\"step\" + $1) % $2)::bigint",
+                        [i64::from(first), i64::from(lanes)],
+                    ),
+                    alias("lane"),
+                )
+                .from_function(
+                    sea_query::Func::cust(alias("generate_series"))
+                        .args([Expr::val(0i64), Expr::val(i64::from(lanes) - 1)]),
+                    alias("step"),
+                )
+                .to_owned(),
+            alias("dbworker_lanes"),
+        )
+        .and_where(Expr::cust_with_values(
+            "pg_try_advisory_xact_lock(hashtextextended($1, \"lane\"))",
+            [lane_key(o)],
+        ))
+        .limit(1)
         .to_owned();
     Statement::from(&q)
 }

@@ -22,6 +22,7 @@ mod cursor;
 mod flags;
 mod gauges;
 mod job;
+mod limited;
 pub(crate) mod options;
 mod reset;
 mod worker_api;

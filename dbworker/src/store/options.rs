@@ -110,9 +110,11 @@ pub struct StoreOptions<R> {
     /// so it is claimed at most about this long later (this store's own
     /// retries, requeues and `reset_stalled` take the cursor back at once).
     /// Applies when jobs are claimed in id order without a view (the default
-    /// `order_by`) and without a pause or limit table (their rows are passed
-    /// over, not taken); `None` scans from the start every time. At least
-    /// 10 ms. Default 1 s.
+    /// `order_by`) and without a pause table (a paused queue's rows are passed
+    /// over, not taken); with a limit table, a claim that a limit binds
+    /// (some queue has less room than the claim may take) leaves the cursor
+    /// where it was, for the same reason. `None` scans from the start every
+    /// time. At least 10 ms. Default 1 s.
     pub claim_cursor: Option<Duration>,
     /// Wake idle workers with LISTEN/NOTIFY instead of waiting for their next
     /// poll. The store then holds one extra connection of its own (outside the
@@ -382,14 +384,13 @@ impl<R> StoreOptions<R> {
         }
         let listen_channel = self.listen.resolve(&table)?;
         // The cursor is an id: it needs claims in id order over the table. A
-        // paused or limited queue's rows are passed over without being taken,
-        // and come back with no event the store sees, so those claims scan in full.
-        let claim_cursor = self.claim_cursor.filter(|_| {
-            view.is_none()
-                && self.order_by.is_none()
-                && pause_table.is_none()
-                && limit_table.is_none()
-        });
+        // paused queue's rows are passed over without being taken, and come
+        // back with no event the store sees, so those claims scan in full. (A
+        // limited claim passes rows over only when a limit binds it, and such
+        // a claim leaves the cursor where it was.)
+        let claim_cursor = self
+            .claim_cursor
+            .filter(|_| view.is_none() && self.order_by.is_none() && pause_table.is_none());
         let view_or_table = view.clone().unwrap_or_else(|| table.clone());
         let order_by = self.order_by.clone().unwrap_or_else(|| {
             format!(

@@ -103,34 +103,30 @@ impl<R: Record> Store for DbStore<R> {
                 .to_mut()
                 .push(sql::claim_cursor_condition(o, low));
         }
-        let claim = sql::claim(o, hostname, &claim_conditions, limit.max(1), with_record);
-        let rows = if o.limit_table.is_some() {
-            // Limited claims of this table run one at a time, each seeing the
-            // jobs the ones before it claimed, so no queue exceeds its limit.
-            let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-            sql::claim_lock(o)
-                .query()
-                .execute(&mut *tx)
-                .await
-                .map_err(Error::db("claim_lock"))?;
-            let rows = claim
-                .query()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(Error::db("claim"))?;
-            tx.commit().await.map_err(Error::db("commit"))?;
-            rows
+        let claim = |limit: usize, mode| {
+            let conditions = &claim_conditions;
+            sql::claim_limited(o, hostname, conditions, limit.max(1), with_record, mode)
+        };
+        let rows = if sql::limited(o).is_some() {
+            super::limited::claim(&self.pool, o, limit.max(1), claim).await?
         } else {
-            claim
+            claim(limit, sql::LimitedClaim::Serialized)
                 .query()
                 .fetch_all(&self.pool)
                 .await
                 .map_err(Error::db("claim"))?
         };
         tracing::debug!(store = %o.name, limit, claimed = rows.len(), cursor = ?start.and_then(|s| s.low), took = ?started.elapsed(), "claimed");
-        // The rows come back in id order (the cursor's condition for use).
-        if let (Some((cursor, key)), Some(start), Some(last)) = (&cursor, start, rows.last()) {
-            cursor.claimed_up_to(key, start, last.get(sql::RECORD_ID));
+        // The rows come back in id order (the cursor's condition for use). A
+        // claim that a limit bound may have passed rows over: the cursor stays.
+        let bound = sql::limited(o).is_some()
+            && rows
+                .iter()
+                .any(|r| r.get::<Option<bool>, _>(sql::CLAIM_BOUND) != Some(false));
+        let last = rows.iter().map(|r| r.get::<i64, _>(sql::RECORD_ID)).max();
+        if let (Some((cursor, key)), Some(start), Some(last), false) = (&cursor, start, last, bound)
+        {
+            cursor.claimed_up_to(key, start, last);
         }
         let mut leases = Vec::with_capacity(rows.len());
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
