@@ -70,6 +70,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     execution_log(h).await;
     execution_log_is_capped(h).await;
     requeue_keeps_failures(h).await;
+    snooze_waits_without_a_failure(h).await;
 }
 
 async fn dequeue<S: Store>(store: &S, cond: &S::Conditions, limit: usize) -> Vec<S::Job> {
@@ -552,5 +553,40 @@ pub async fn requeue_keeps_failures<H: Harness>(h: &H) {
         h.state(&store, id).await,
         JobState::Errored,
         "requeue: must not count as a failure"
+    );
+}
+
+/// A snoozed job is queued again, not claimable before its delay, and its
+/// snooze counts no failure.
+pub async fn snooze_waits_without_a_failure<H: Harness>(h: &H) {
+    let store = h.new_store(1).await;
+    let id = h.enqueue(&store, 1).await[0];
+    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("a job");
+    let delay = std::time::Duration::from_millis(400);
+    assert!(
+        store.mark_snoozed(&mut job, delay).await.unwrap(),
+        "snooze: mark"
+    );
+    assert_eq!(h.state(&store, id).await, JobState::Queued, "snooze: state");
+    assert!(
+        dequeue(&*store, &no_conditions::<H::Store>(), 1)
+            .await
+            .is_empty(),
+        "snooze: claimed before its delay"
+    );
+    tokio::time::sleep(delay + std::time::Duration::from_millis(200)).await;
+    let mut again = dequeue(&*store, &no_conditions::<H::Store>(), 1)
+        .await
+        .pop()
+        .expect("snooze: claimable after its delay");
+    // One retry is allowed: had the snooze counted a failure, this error would be final.
+    assert!(store.mark_errored(&mut again, "x").await.unwrap());
+    assert_eq!(
+        h.state(&store, id).await,
+        JobState::Errored,
+        "snooze: must not count as a failure"
     );
 }

@@ -238,6 +238,10 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
             guarded("mark_failed", store.mark_failed(job, &message)).await,
         ),
         Outcome::Interrupted => ("requeue", guarded("requeue", store.requeue(job)).await),
+        Outcome::Snoozed(delay) => (
+            "mark_snoozed",
+            guarded("mark_snoozed", store.mark_snoozed(job, *delay)).await,
+        ),
         // Someone else owns the record now: write nothing.
         Outcome::Lost => return false,
     };

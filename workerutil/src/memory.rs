@@ -426,6 +426,25 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
             .is_some())
     }
 
+    async fn mark_snoozed(
+        &self,
+        job: &mut MemoryJob<R>,
+        delay: Duration,
+    ) -> Result<bool, BoxError> {
+        Ok(self
+            .with_owned(job.lease, |e| {
+                let s = &mut e.snapshot;
+                s.worker_hostname.clear();
+                s.state = if s.cancel {
+                    JobState::Canceled
+                } else {
+                    e.process_after = Some(Instant::now() + delay);
+                    JobState::Queued
+                };
+            })
+            .is_some())
+    }
+
     async fn requeue(&self, job: &mut MemoryJob<R>) -> Result<bool, BoxError> {
         let requeued = self
             .with_owned(job.lease, |e| {

@@ -29,6 +29,24 @@ impl HandlerError {
         HandlerError::NonRetryable(err.into())
     }
 
+    /// Puts the job back in the queue to run again after `delay`, without
+    /// counting a failure or a retry (waiting on a rate-limited API, say).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workerutil::HandlerError;
+    /// let err = HandlerError::snooze(Duration::from_secs(30));
+    /// assert_eq!(err.snoozed_for(), Some(Duration::from_secs(30)));
+    /// ```
+    pub fn snooze(delay: Duration) -> Self {
+        HandlerError::Retryable(Box::new(Snooze(delay)))
+    }
+
+    /// The delay, when this is a [`HandlerError::snooze`].
+    pub fn snoozed_for(&self) -> Option<Duration> {
+        self.source_error().downcast_ref::<Snooze>().map(|s| s.0)
+    }
+
     /// Whether a retry may help.
     pub fn is_retryable(&self) -> bool {
         matches!(self, HandlerError::Retryable(_))
@@ -74,6 +92,19 @@ impl fmt::Display for HandlerError {
     }
 }
 
+/// The error [`HandlerError::snooze`] carries: not a failure, a request to run
+/// the job again later.
+#[derive(Debug, Clone, Copy)]
+struct Snooze(Duration);
+
+impl fmt::Display for Snooze {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "snoozed for {}", humanize(self.0))
+    }
+}
+
+impl std::error::Error for Snooze {}
+
 /// A shared handler error, as kept in an [`Outcome`].
 pub type SharedError = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -102,10 +133,17 @@ pub enum Outcome {
     Panicked(String),
     /// A shutdown interrupted the job; it was put back in the queue.
     Interrupted,
+    /// The handler asked to run the job again after this delay
+    /// ([`HandlerError::snooze`]); it was put back in the queue without
+    /// counting a failure.
+    Snoozed(Duration),
 }
 
 impl Outcome {
     pub(crate) fn from_handler_error(err: HandlerError) -> Self {
+        if let Some(delay) = err.snoozed_for() {
+            return Outcome::Snoozed(delay);
+        }
         let retryable = err.is_retryable();
         let source: SharedError = Arc::from(err.into_source());
         if retryable {
@@ -118,7 +156,7 @@ impl Outcome {
     /// The failure message recorded with the job, if the outcome is a failure.
     pub fn failure_message(&self) -> Option<String> {
         match self {
-            Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
+            Outcome::Completed | Outcome::Lost | Outcome::Interrupted | Outcome::Snoozed(_) => None,
             Outcome::Errored(e) | Outcome::Failed(e) => Some(error_chain(e.as_ref())),
             Outcome::TimedOut(limit) => Some(format!(
                 "job exceeded maximum runtime of {}",
@@ -145,6 +183,7 @@ impl Outcome {
             Outcome::HeartbeatExpired(_) => "heartbeat_expired",
             Outcome::Panicked(_) => "panicked",
             Outcome::Interrupted => "interrupted",
+            Outcome::Snoozed(_) => "snoozed",
         }
     }
 }

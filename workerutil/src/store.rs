@@ -1,5 +1,7 @@
 //! The `Store` trait: where jobs live and how their state changes.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use crate::error::BoxError;
@@ -177,6 +179,12 @@ pub trait Store: Send + Sync + 'static {
     /// Puts the job back in the queue without counting a failure (used when a
     /// shutdown interrupts it). Any handler transaction is rolled back first.
     async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
+
+    /// Puts a job its handler snoozed back in the queue, to be claimed no
+    /// sooner than `delay` from now (the store's clock), without counting a
+    /// failure or a retry. Fenced like every mark: `Ok(false)` when this
+    /// attempt no longer owns the job.
+    async fn mark_snoozed(&self, job: &mut Self::Job, delay: Duration) -> Result<bool, BoxError>;
 }
 
 /// How many jobs a worker with `options` claims ahead over `store` at first:

@@ -160,6 +160,9 @@ impl Store for Flaky {
     async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
         self.inner.requeue(job).await
     }
+    async fn mark_snoozed(&self, job: &mut Self::Job, delay: Duration) -> Result<bool, BoxError> {
+        self.inner.mark_snoozed(job, delay).await
+    }
 }
 
 /// The test handler: acts per job, counts concurrency, and can gate dequeues.

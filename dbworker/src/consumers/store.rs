@@ -563,4 +563,15 @@ where
         Self::rollback(job).await;
         Ok(true)
     }
+
+    /// A consumer cannot skip ahead in its log: a snoozed event is handed
+    /// back as after a shutdown, and read again at the consumer's next poll.
+    async fn mark_snoozed(
+        &self,
+        job: &mut LogJob<E>,
+        _delay: std::time::Duration,
+    ) -> std::result::Result<bool, BoxError> {
+        Self::rollback(job).await;
+        Ok(true)
+    }
 }

@@ -289,6 +289,32 @@ pub(crate) fn requeue(o: &JobTable, id: i64, token: i64) -> Statement {
     Statement::from(&q)
 }
 
+/// Puts a snoozed job back in the queue, eligible `delay` from now (the
+/// database clock), its failures and resets untouched; canceled instead if a
+/// cancel was requested meanwhile.
+pub(crate) fn snooze(o: &JobTable, id: i64, token: i64, delay: std::time::Duration) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let canceled = col(a, &c.cancel).eq(true);
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(canceled.clone(), state(JobState::Canceled))
+                .finally(state(JobState::Queued)),
+        )
+        .value(alias(&c.worker_hostname), "")
+        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
+        .value(
+            alias(&c.process_after),
+            Expr::case(canceled, col(a, &c.process_after)).finally(Expr::cust_with_values(
+                "now() + make_interval(secs => $1)",
+                [delay.as_secs_f64()],
+            )),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// Puts back a claimed job whose transaction connection was lost (a Postgres
 /// restart, a terminated backend): not the handler's fault, so `num_failures` is
 /// untouched. It counts as a reset, as if the resetter had found it: `queued`

@@ -189,6 +189,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("mark_complete", mark_complete(&t, 1, 2)),
         ("mark_errored", mark_errored(&t, 1, 2, "m")),
         ("mark_failed", mark_failed(&t, 1, 2, "m")),
+        (
+            "snooze",
+            snooze(&t, 1, 2, std::time::Duration::from_millis(1500)),
+        ),
         ("requeue", requeue(&t, 1, 2)),
         (
             "mark_batch",

@@ -326,6 +326,22 @@ impl<R: Record> Store for DbStore<R> {
         Ok(self.mark_failure(job, MarkKind::Failed, message).await?)
     }
 
+    async fn mark_snoozed(
+        &self,
+        job: &mut DbJob<R>,
+        delay: std::time::Duration,
+    ) -> std::result::Result<bool, BoxError> {
+        let statement = sql::snooze(&self.options, job.lease.id, job.lease.token, delay);
+        let done = self
+            .fenced_write("mark_snoozed", job.lease, job.tx.take(), statement)
+            .await?;
+        if done {
+            // Behind the claim cursor once its delay is over.
+            self.back_in_queue(job.lease.id);
+        }
+        Ok(done)
+    }
+
     async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
         let statement = sql::requeue(&self.options, job.lease.id, job.lease.token);
         let done = self
