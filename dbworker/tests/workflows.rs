@@ -35,7 +35,8 @@ impl Handler<DbStore<Job>> for Recorder {
     ) -> Result<(), HandlerError> {
         let id = job.record().id;
         let fail = job.record().payload["fail"] == serde_json::json!(true);
-        let insert = sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'ran')").bind(id);
+        let insert =
+            sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'ran')").bind(id);
         match job.tx() {
             Some(tx) => insert.execute(tx).await?,
             None => insert.execute(&self.0).await?,
@@ -77,7 +78,7 @@ async fn run_until_done(db: &Db, workers: usize, handlers: usize, handling: Opti
         } else {
             Handling::Transactional
         });
-        let s = store(db, h, handlers as u32).await;
+        let s = store(db, h, u32::try_from(handlers).unwrap()).await;
         let mut o = WorkerOptions::new(format!("process-{n}"));
         o.num_handlers = handlers;
         o.interval = Duration::from_millis(10);
@@ -206,11 +207,12 @@ async fn four_workers_of_sixteen_handlers_never_start_a_task_early() {
     }
     run_until_done(&db, 4, 16, None).await;
     assert_eq!(db.count("completed").await, 4000);
-    let counts: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT job_id, count(*) FROM side_effects GROUP BY job_id HAVING count(*) <> 1")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let counts: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT job_id, count(*) FROM side_effects GROUP BY job_id HAVING count(*) <> 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert!(counts.is_empty(), "jobs not run exactly once: {counts:?}");
     let ran: i64 = sqlx::query_scalar("SELECT count(DISTINCT job_id) FROM side_effects")
         .fetch_one(&db.pool)
@@ -227,7 +229,10 @@ async fn four_workers_of_sixteen_handlers_never_start_a_task_early() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert!(early.is_empty(), "started before an upstream finished: {early:?}");
+    assert!(
+        early.is_empty(),
+        "started before an upstream finished: {early:?}"
+    );
 }
 
 #[tokio::test]
@@ -240,8 +245,13 @@ async fn a_failed_upstream_cancels_its_dependents_unless_they_ignore_it() {
                 .task(Task::new("a", fail))
                 .task(Task::new("b", NewJob::new()).after(["a"]))
                 .task(Task::new("c", NewJob::new()).after(["b"]))
-                .task(Task::new("d", NewJob::new()).after_with(["a"], DependencyPolicy::IgnoreFailed))
-                .task(Task::new("e", NewJob::new()).after_with(["a"], DependencyPolicy::IgnoreCanceled)),
+                .task(
+                    Task::new("d", NewJob::new()).after_with(["a"], DependencyPolicy::IgnoreFailed),
+                )
+                .task(
+                    Task::new("e", NewJob::new())
+                        .after_with(["a"], DependencyPolicy::IgnoreCanceled),
+                ),
         )
         .await
         .unwrap();
@@ -251,7 +261,11 @@ async fn a_failed_upstream_cancels_its_dependents_unless_they_ignore_it() {
     assert_eq!(db.state(id("b")).await, "canceled", "cancel: the default");
     assert_eq!(db.state(id("c")).await, "canceled", "down the graph");
     assert_eq!(db.state(id("d")).await, "completed", "ignore_failed runs");
-    assert_eq!(db.state(id("e")).await, "canceled", "ignore_canceled does not ignore a failure");
+    assert_eq!(
+        db.state(id("e")).await,
+        "canceled",
+        "ignore_canceled does not ignore a failure"
+    );
     for n in ["b", "c", "e"] {
         assert_eq!(runs(&db, id(n)).await, 0, "{n} never ran");
     }
@@ -266,7 +280,9 @@ async fn a_failed_upstream_cancels_its_dependents_unless_they_ignore_it() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let admin = Admin::new(&db.pool, AdminOptions::new("jobs")).await.unwrap();
+    let admin = Admin::new(&db.pool, AdminOptions::new("jobs"))
+        .await
+        .unwrap();
     assert!(admin.requeue(id("a")).await.unwrap());
     for n in ["b", "c", "e"] {
         assert_eq!(db.state(id(n)).await, "pending", "{n} waits again");
@@ -290,7 +306,11 @@ async fn a_canceled_workflow_cancels_every_waiting_task() {
         .id();
     let canceled = workflows.cancel(wf.id).await.unwrap();
     assert_eq!(canceled.canceled, 4);
-    assert_eq!(db.count("canceled").await, 5, "the job outside follows its policy");
+    assert_eq!(
+        db.count("canceled").await,
+        5,
+        "the job outside follows its policy"
+    );
     assert_eq!(db.state(outside).await, "canceled");
     let status = workflows.status(wf.id).await.unwrap().unwrap();
     assert_eq!(status.counts.get("canceled"), Some(&4));
@@ -311,10 +331,11 @@ async fn cycles_and_unknown_names_are_refused_before_any_insert() {
     let unknown = Workflow::new().task(Task::new("a", NewJob::new()).after(["nope"]));
     let err = workflows.enqueue(&unknown).await.unwrap_err().to_string();
     assert!(err.contains("nope"), "{err}");
-    let rows: i64 = sqlx::query_scalar("SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM jobs_deps)")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let rows: i64 =
+        sqlx::query_scalar("SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM jobs_deps)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(rows, 0);
 }
 
@@ -335,17 +356,40 @@ async fn after_existing_jobs_counts_finished_ones_at_once() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let after_done = enqueuer.enqueue(&NewJob::new().after([done])).await.unwrap().id();
-    assert_eq!(db.state(after_done).await, "queued", "a completed upstream counts at once");
-    let after_failed = enqueuer.enqueue(&NewJob::new().after([failed, waiting])).await.unwrap().id();
-    assert_eq!(db.state(after_failed).await, "canceled", "a failed upstream cancels at once");
+    let after_done = enqueuer
+        .enqueue(&NewJob::new().after([done]))
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(
+        db.state(after_done).await,
+        "queued",
+        "a completed upstream counts at once"
+    );
+    let after_failed = enqueuer
+        .enqueue(&NewJob::new().after([failed, waiting]))
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(
+        db.state(after_failed).await,
+        "canceled",
+        "a failed upstream cancels at once"
+    );
     let ignoring = enqueuer
-        .enqueue(&NewJob::new().after_with([failed], DependencyPolicy::IgnoreFailed).after([waiting]))
+        .enqueue(
+            &NewJob::new()
+                .after_with([failed], DependencyPolicy::IgnoreFailed)
+                .after([waiting]),
+        )
         .await
         .unwrap()
         .id();
     assert_eq!(db.state(ignoring).await, "pending");
-    let err = enqueuer.enqueue(&NewJob::new().after([999_999])).await.unwrap_err();
+    let err = enqueuer
+        .enqueue(&NewJob::new().after([999_999]))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("999999"), "{err}");
     run_until_done(&db, 1, 4, Some(Handling::Transactional)).await;
     assert_eq!(db.state(ignoring).await, "completed");
@@ -374,7 +418,10 @@ async fn a_wide_fan_in_is_released_exactly_once() {
     .await;
     let started = Instant::now();
     run_until_done(&db, 2, 16, None).await;
-    eprintln!("2,001 jobs with a 2,000-wide fan-in: {:?}", started.elapsed());
+    eprintln!(
+        "2,001 jobs with a 2,000-wide fan-in: {:?}",
+        started.elapsed()
+    );
     assert_eq!(db.count("completed").await, 2001);
     assert_eq!(runs(&db, sink).await, 1);
     let releases: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")

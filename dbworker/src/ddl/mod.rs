@@ -15,11 +15,11 @@ mod workflows;
 pub use crate::columns::STANDARD_COLUMNS;
 pub(crate) use notify::notify_function_sql;
 pub use notify::notify_trigger_sql;
-pub use workflows::workflows_sql;
 pub use tables::{
     consumer_tables_sql, cron_table_sql, events_table_sql, leader_table_sql, limit_table_sql,
     node_table_sql, pause_table_sql,
 };
+pub use workflows::workflows_sql;
 
 /// Returns `CREATE TABLE` and `CREATE INDEX` statements for a job table named
 /// `table_name` (optionally schema-qualified) with the standard columns,

@@ -25,8 +25,7 @@ impl Enqueuer {
     fn workflow_table(&self) -> Result<&WorkflowTable> {
         self.workflows.as_ref().ok_or_else(|| Error::InvalidOption {
             field: "workflows",
-            reason: "the job waits for other jobs, but EnqueueOptions::workflows is not set"
-                .into(),
+            reason: "the job waits for other jobs, but EnqueueOptions::workflows is not set".into(),
         })
     }
 

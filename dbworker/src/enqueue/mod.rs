@@ -6,8 +6,8 @@ mod after;
 mod copy;
 mod new_job;
 
-use copy::{copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
 pub(crate) use after::GraphTask;
+use copy::{copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
 pub use new_job::{DependencyPolicy, KeyMode, NewJob};
 
 use std::collections::HashMap;

@@ -175,7 +175,11 @@ impl NewJob {
 
     /// Like [`after`](Self::after), with what to do when one of these jobs
     /// fails or is canceled.
-    pub fn after_with(mut self, ids: impl IntoIterator<Item = i64>, policy: DependencyPolicy) -> Self {
+    pub fn after_with(
+        mut self,
+        ids: impl IntoIterator<Item = i64>,
+        policy: DependencyPolicy,
+    ) -> Self {
         for id in ids {
             self.after.retain(|(u, _)| *u != id);
             self.after.push((id, policy));

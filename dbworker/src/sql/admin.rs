@@ -324,10 +324,10 @@ pub(crate) fn admin_cancel_waiting(a: &AdminTable, ids: &[i64]) -> Statement {
         &[JobState::Pending, JobState::Queued, JobState::Errored],
     )
     .value(alias(&c.state), state(JobState::Canceled))
-        .value(alias(&c.cancel), true)
-        .value(alias(&c.failure_message), "canceled by an operator")
-        .value(alias(&c.finished_at), Expr::cust("now()"))
-        .to_owned();
+    .value(alias(&c.cancel), true)
+    .value(alias(&c.failure_message), "canceled by an operator")
+    .value(alias(&c.finished_at), Expr::cust("now()"))
+    .to_owned();
     Statement::from(&q)
 }
 

@@ -392,7 +392,12 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("workflow_next_id", workflow_next_id(&w)),
         (
             "deps_insert",
-            deps_insert(&w, vec![3, 3], vec![1, 2], vec!["cancel".into(), "ignore".into()]),
+            deps_insert(
+                &w,
+                vec![3, 3],
+                vec![1, 2],
+                vec!["cancel".into(), "ignore".into()],
+            ),
         ),
         ("lock_upstreams", lock_upstreams(&w, vec![1, 2])),
         (

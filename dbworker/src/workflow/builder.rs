@@ -141,7 +141,8 @@ impl Workflow {
                 dependents[u].push(i);
             }
         }
-        let mut ready: VecDeque<usize> = (0..self.tasks.len()).filter(|&i| waiting[i] == 0).collect();
+        let mut ready: VecDeque<usize> =
+            (0..self.tasks.len()).filter(|&i| waiting[i] == 0).collect();
         let mut order = Vec::with_capacity(self.tasks.len());
         while let Some(i) = ready.pop_front() {
             order.push(i);
