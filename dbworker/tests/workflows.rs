@@ -418,10 +418,7 @@ async fn a_wide_fan_in_is_released_exactly_once() {
     .await;
     let started = Instant::now();
     run_until_done(&db, 2, 16, None).await;
-    eprintln!(
-        "2,001 jobs with a 2,000-wide fan-in: {:?}",
-        started.elapsed()
-    );
+    let fan_in = started.elapsed();
     assert_eq!(db.count("completed").await, 2001);
     assert_eq!(runs(&db, sink).await, 1);
     let releases: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")
@@ -438,4 +435,95 @@ async fn a_wide_fan_in_is_released_exactly_once() {
     .await
     .unwrap();
     assert!(sink_started >= last_upstream);
+    // The same burn-down without the dependent, for the record (the ratio is
+    // what counts; both run on this machine, now).
+    db.enqueue(2000, serde_json::json!({})).await;
+    let started = Instant::now();
+    run_until_done(&db, 2, 16, None).await;
+    eprintln!(
+        "2,000 jobs released into a 2,000-wide fan-in: {fan_in:?}; 2,000 plain jobs: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Completes job `id` in a transaction left open, as a mark would.
+async fn complete_in(tx: &mut sqlx::PgConnection, id: i64) {
+    sqlx::query("UPDATE jobs SET state = 'completed', finished_at = clock_timestamp() WHERE id = $1")
+        .bind(id)
+        .execute(tx)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_last_two_completions_racing_release_the_dependent_once() {
+    let (db, workflows) = set_up().await;
+    for first_commits_first in [true, false] {
+        let up = db.enqueue(2, serde_json::json!({})).await;
+        let sink = workflows
+            .enqueuer()
+            .enqueue(&NewJob::new().after(up.clone()))
+            .await
+            .unwrap()
+            .id();
+        // Both completions run before either commits: each deletes its edge
+        // while the other's is still visible to it.
+        let mut one = db.pool.begin().await.unwrap();
+        complete_in(&mut one, up[0]).await;
+        let pool = db.pool.clone();
+        let second = up[1];
+        let (ready, wait) = tokio::sync::oneshot::channel::<()>();
+        let two = tokio::spawn(async move {
+            let mut two = pool.begin().await.unwrap();
+            complete_in(&mut two, second).await;
+            wait.await.unwrap();
+            two.commit().await.unwrap();
+        });
+        // The second completion waits on the first's lock on its edge; give it
+        // time to get there.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if first_commits_first {
+            one.commit().await.unwrap();
+            ready.send(()).unwrap();
+            two.await.unwrap();
+        } else {
+            ready.send(()).unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            one.commit().await.unwrap();
+            two.await.unwrap();
+        }
+        assert_eq!(db.state(sink).await, "queued", "released, not stranded");
+    }
+}
+
+#[tokio::test]
+async fn fan_in_completions_do_not_wait_for_each_other() {
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(50, serde_json::json!({})).await;
+    let sink = workflows
+        .enqueuer()
+        .enqueue(&NewJob::new().after(up.clone()))
+        .await
+        .unwrap()
+        .id();
+    // Forty open transactions, each having completed one upstream job: none
+    // waits for another (a counter row would make each wait for the last).
+    let mut open = Vec::new();
+    for &id in &up[..40] {
+        let mut tx = db.pool.begin().await.unwrap();
+        sqlx::query("SET LOCAL lock_timeout = '2s'")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        complete_in(&mut tx, id).await;
+        open.push(tx);
+    }
+    for tx in open {
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(db.state(sink).await, "pending");
+    for &id in &up[40..] {
+        complete_in(&mut *db.pool.acquire().await.unwrap(), id).await;
+    }
+    assert_eq!(db.state(sink).await, "queued");
 }
