@@ -55,7 +55,10 @@ async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
     let shown = ok(&dbworker(&db, &["workflow", "show", &id]));
     assert!(shown.contains("2 pending, 1 queued"), "{shown}");
     let publish = shown.lines().find(|l| l.contains("publish")).unwrap();
-    assert!(publish.contains("pending") && publish.ends_with("fetch, resize"), "{shown}");
+    assert!(
+        publish.contains("pending") && publish.ends_with("fetch, resize"),
+        "{shown}"
+    );
 
     let canceled = ok(&dbworker(&db, &["workflow", "cancel", &id]));
     assert!(canceled.contains("3 waiting tasks canceled"), "{canceled}");

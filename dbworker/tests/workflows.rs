@@ -448,11 +448,13 @@ async fn a_wide_fan_in_is_released_exactly_once() {
 
 /// Completes job `id` in a transaction left open, as a mark would.
 async fn complete_in(tx: &mut sqlx::PgConnection, id: i64) {
-    sqlx::query("UPDATE jobs SET state = 'completed', finished_at = clock_timestamp() WHERE id = $1")
-        .bind(id)
-        .execute(tx)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET state = 'completed', finished_at = clock_timestamp() WHERE id = $1",
+    )
+    .bind(id)
+    .execute(tx)
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -523,7 +525,7 @@ async fn fan_in_completions_do_not_wait_for_each_other() {
     }
     assert_eq!(db.state(sink).await, "pending");
     for &id in &up[40..] {
-        complete_in(&mut *db.pool.acquire().await.unwrap(), id).await;
+        complete_in(&mut db.pool.acquire().await.unwrap(), id).await;
     }
     assert_eq!(db.state(sink).await, "queued");
 }
