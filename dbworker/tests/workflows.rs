@@ -542,3 +542,123 @@ async fn fan_in_completions_do_not_wait_for_each_other() {
     }
     assert_eq!(db.state(sink).await, "queued");
 }
+
+/// Transactional handling: the first attempt of a job whose payload says
+/// `"kill": true` terminates its own transaction's backend after its write,
+/// so its completion is lost with the connection (and rolled back).
+struct KillsFirstAttempt(sqlx::PgPool);
+
+#[async_trait]
+impl Handler<DbStore<Job>> for KillsFirstAttempt {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let id = job.record().id;
+        let kill = job.record().payload["kill"] == serde_json::json!(true);
+        let tx = job.tx().expect("transactional handling");
+        sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'ran')")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let attempts: i64 =
+            sqlx::query_scalar("INSERT INTO attempts VALUES ($1) RETURNING (SELECT count(*) + 1 FROM attempts WHERE job_id = $1)")
+                .bind(id)
+                .fetch_one(&self.0)
+                .await?;
+        if kill && attempts == 1 {
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *tx)
+                .await?;
+            sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .execute(&self.0)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_completion_lost_with_its_connection_releases_nothing_until_it_completes() {
+    let (db, workflows) = set_up().await;
+    db.execute("CREATE TABLE attempts (job_id bigint NOT NULL)")
+        .await;
+    let wf = workflows
+        .enqueue(
+            &Workflow::new()
+                .task(Task::new(
+                    "a",
+                    NewJob::new().json("payload", serde_json::json!({"kill": true})),
+                ))
+                .task(Task::new("b", NewJob::new()).after(["a"])),
+        )
+        .await
+        .unwrap();
+    let (a, b) = (wf.id_of("a").unwrap(), wf.id_of("b").unwrap());
+    let s = store(&db, Handling::Transactional, 2).await;
+    let mut o = WorkerOptions::new("killer");
+    o.num_handlers = 2;
+    o.interval = Duration::from_millis(10);
+    let worker = new_worker(s, KillsFirstAttempt(db.pool.clone()), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while db.state(b).await != "completed" {
+        assert!(Instant::now() < deadline, "b never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.graceful();
+    run.await.unwrap();
+    let attempts: i64 = db
+        .scalar("SELECT count(*) FROM attempts WHERE job_id = $1", a)
+        .await;
+    assert_eq!(
+        attempts, 2,
+        "a's first completion was lost with its connection"
+    );
+    let resets: i32 = db
+        .scalar("SELECT num_resets FROM jobs WHERE id = $1", a)
+        .await;
+    assert_eq!(resets, 1);
+    assert_eq!(
+        runs(&db, a).await,
+        1,
+        "the lost attempt's write rolled back"
+    );
+    assert_eq!(runs(&db, b).await, 1, "b ran once");
+    let (b_ran, _) = times(&db, b).await;
+    let (_, a_finished) = times(&db, a).await;
+    assert!(
+        b_ran >= a_finished,
+        "b ran after a's second attempt finished"
+    );
+}
+
+#[tokio::test]
+async fn a_job_failed_by_the_resetter_cancels_its_dependents() {
+    let (db, workflows) = set_up().await;
+    let wf = workflows
+        .enqueue(
+            &Workflow::new()
+                .task(Task::new("a", NewJob::new()))
+                .task(Task::new("b", NewJob::new()).after(["a"])),
+        )
+        .await
+        .unwrap();
+    let (a, b) = (wf.id_of("a").unwrap(), wf.id_of("b").unwrap());
+    // A claimed job whose worker died, reset too often already.
+    sqlx::query(
+        "UPDATE jobs SET state = 'processing', started_at = now(), num_resets = 100,
+                last_heartbeat_at = now() - interval '1 hour' WHERE id = $1",
+    )
+    .bind(a)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let s = store(&db, Handling::Heartbeat, 2).await;
+    s.reset_stalled().await.unwrap();
+    assert_eq!(db.state(a).await, "failed");
+    assert_eq!(db.state(b).await, "canceled");
+}
