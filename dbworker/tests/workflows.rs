@@ -662,3 +662,31 @@ async fn a_job_failed_by_the_resetter_cancels_its_dependents() {
     assert_eq!(db.state(a).await, "failed");
     assert_eq!(db.state(b).await, "canceled");
 }
+
+#[tokio::test]
+async fn a_release_notifies_listening_workers() {
+    let (db, workflows) = set_up().await;
+    db.execute(&dbworker::ddl::notify_trigger_sql("jobs", &HashMap::new(), None).unwrap())
+        .await;
+    let upstream = db.enqueue(1, serde_json::json!({})).await[0];
+    let dependent = workflows
+        .enqueuer()
+        .enqueue(&NewJob::new().after([upstream]))
+        .await
+        .unwrap()
+        .id();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener
+        .listen(&dbworker::store::default_notify_channel("jobs").unwrap())
+        .await
+        .unwrap();
+    complete_in(&mut db.pool.acquire().await.unwrap(), upstream).await;
+    let note = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a notification for the released job")
+        .unwrap();
+    assert!(note.channel().starts_with("dbworker_"));
+    assert_eq!(db.state(dependent).await, "queued");
+}
