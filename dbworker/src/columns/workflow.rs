@@ -11,6 +11,11 @@ pub(crate) const TASK_NAME: &str = "task_name";
 /// release trigger, cleared when that upstream is retried.
 pub(crate) const BLOCKED_BY: &str = "blocked_by";
 
+/// Whether any job was ever made to wait for this one (`boolean`): the
+/// release trigger fires only for such jobs, so the others' completions cost
+/// nothing more than on a table without workflows.
+pub(crate) const HAS_DEPENDENTS: &str = "has_dependents";
+
 /// The dependency edges of `table`: `<table>_deps`, in the table's schema.
 pub(crate) fn deps_table(table: &Relation) -> Relation {
     Relation {

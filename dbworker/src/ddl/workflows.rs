@@ -5,16 +5,18 @@
 use std::collections::HashMap;
 
 use crate::columns::{
-    BLOCKED_BY, Columns, Relation, TASK_NAME, WORKFLOW_ID, bounded_name, deps_table, quote,
-    workflow_sequence,
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, WORKFLOW_ID, bounded_name,
+    deps_table, quote, workflow_sequence,
 };
 use crate::error::Result;
 
 /// `ALTER TABLE`, `CREATE TABLE`, `CREATE SEQUENCE` and trigger statements
 /// that let jobs of `table_name` wait for other jobs (safe to run again):
 ///
-/// - columns `workflow_id bigint`, `task_name text` and `blocked_by bigint`
-///   (the upstream job whose failure canceled this one), indexed;
+/// - columns `workflow_id bigint`, `task_name text`, `blocked_by bigint`
+///   (the upstream job whose failure canceled this one), indexed, and
+///   `has_dependents boolean` (set when a job is first waited for: the
+///   trigger fires only for such jobs);
 /// - the edge table `<table>_deps (job_id, depends_on, policy)`, one row per
 ///   dependency not yet satisfied, indexed on `depends_on`;
 /// - the sequence `<table>_workflow_seq` that workflow ids come from;
@@ -50,11 +52,14 @@ pub fn workflows_sql(
     let (finished_at, failure_message) = (quote(&c.finished_at), quote(&c.failure_message));
     let (workflow_id, task_name, blocked_by) =
         (quote(WORKFLOW_ID), quote(TASK_NAME), quote(BLOCKED_BY));
+    let has_dependents = quote(HAS_DEPENDENTS);
     Ok(format!(
         r#"-- Workflows: jobs that wait (state 'pending') for other jobs to finish.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {workflow_id} bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {task_name} text;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {blocked_by} bigint;
+-- Only the jobs others wait for fire the release trigger.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {has_dependents} boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS {workflow_idx} ON {table} ({workflow_id}) WHERE {workflow_id} IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {blocked_idx} ON {table} ({blocked_by}) WHERE {blocked_by} IS NOT NULL;
 CREATE SEQUENCE IF NOT EXISTS {sequence};
@@ -147,11 +152,11 @@ BEGIN
 END
 $dbworker$;
 CREATE OR REPLACE TRIGGER {on_update} AFTER UPDATE OF {state} ON {table}
-    FOR EACH ROW WHEN (OLD.{state} IS DISTINCT FROM NEW.{state}
+    FOR EACH ROW WHEN (NEW.{has_dependents} AND OLD.{state} IS DISTINCT FROM NEW.{state}
         AND (NEW.{state} IN ('completed', 'failed', 'canceled') OR OLD.{state} IN ('failed', 'canceled')))
     EXECUTE FUNCTION {function}();
 CREATE OR REPLACE TRIGGER {on_delete} AFTER DELETE ON {table}
-    FOR EACH ROW WHEN (OLD.{state} NOT IN ('completed', 'failed', 'canceled'))
+    FOR EACH ROW WHEN (OLD.{has_dependents} AND OLD.{state} NOT IN ('completed', 'failed', 'canceled'))
     EXECUTE FUNCTION {function}();
 "#,
         workflow_idx = index("workflow_idx"),

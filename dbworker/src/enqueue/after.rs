@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use sqlx::{Connection, PgConnection, Row};
 
 use super::{DependencyPolicy, Enqueued, Enqueuer, NewJob};
-use crate::columns::{TASK_NAME, WORKFLOW_ID};
+use crate::columns::{HAS_DEPENDENTS, TASK_NAME, WORKFLOW_ID};
 use crate::error::{Error, Result};
 use crate::sql::{self, JobRow, WorkflowTable};
 
@@ -87,6 +87,11 @@ impl Enqueuer {
             .map_err(Error::db("enqueue"))?
             .get("id");
         if !edges.is_empty() {
+            sql::mark_has_dependents(w, edges.iter().map(|(u, _)| *u).collect())
+                .query()
+                .execute(&mut *tx)
+                .await
+                .map_err(Error::db("mark_has_dependents"))?;
             sql::deps_insert(
                 w,
                 vec![id; edges.len()],
@@ -139,9 +144,16 @@ impl Enqueuer {
             .await
             .map_err(Error::db("workflow_next_id"))?
             .get("id");
+        let mut waited_for = vec![false; tasks.len()];
+        for t in tasks {
+            for &(u, _) in &t.after {
+                waited_for[u] = true;
+            }
+        }
         let jobs: Vec<NewJob> = tasks
             .iter()
-            .map(|t| {
+            .zip(&waited_for)
+            .map(|(t, &waited_for)| {
                 let state = if t.after.is_empty() {
                     "queued"
                 } else {
@@ -152,6 +164,7 @@ impl Enqueuer {
                     .set(w.columns.state.clone(), state)
                     .set(WORKFLOW_ID, workflow_id)
                     .set(TASK_NAME, t.name)
+                    .set(HAS_DEPENDENTS, waited_for)
             })
             .collect();
         let rows: Vec<JobRow<'_>> = jobs.iter().map(NewJob::row).collect();

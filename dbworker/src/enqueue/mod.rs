@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{
-    BLOCKED_BY, Columns, Relation, TASK_NAME, WORKFLOW_ID, column_name, deps_table, is_identifier,
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, WORKFLOW_ID, column_name, deps_table,
+    is_identifier,
 };
 use crate::error::{Error, Result};
 use crate::sql::{self, EnqueueTable, JobRow, WorkflowTable};
@@ -197,7 +198,7 @@ impl Enqueuer {
                 pool,
                 &w.table,
                 "table",
-                &[WORKFLOW_ID, TASK_NAME, BLOCKED_BY],
+                &[WORKFLOW_ID, TASK_NAME, BLOCKED_BY, HAS_DEPENDENTS],
                 "or not visible on the search_path",
             )
             .await?;

@@ -400,6 +400,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
             ),
         ),
         ("lock_upstreams", lock_upstreams(&w, vec![1, 2])),
+        ("mark_has_dependents", mark_has_dependents(&w, vec![1, 2])),
         (
             "cancel_blocked",
             cancel_blocked(&w, 3, 1, "upstream job 1 was failed"),

@@ -4,7 +4,9 @@
 //! transaction of whatever write finishes a job, so no statement here does it.
 
 use super::*;
-use crate::columns::{BLOCKED_BY, TASK_NAME, WORKFLOW_ID, deps_table, workflow_sequence};
+use crate::columns::{
+    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, WORKFLOW_ID, deps_table, workflow_sequence,
+};
 
 /// A job table with workflows (`dbworker migration --workflows`).
 #[derive(Debug, Clone)]
@@ -79,6 +81,25 @@ pub(crate) fn lock_upstreams(w: &WorkflowTable, ids: Vec<i64>) -> Statement {
         ))
         .order_by_expr(col(a, &c.id), Order::Asc)
         .lock(LockType::Share)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Marks the upstream jobs of a new dependent as waited for, so their final
+/// write fires the release trigger. Runs before the edges are inserted, in
+/// their transaction, on rows `lock_upstreams` holds: a mark of one of them
+/// waits for this commit and then sees the flag.
+pub(crate) fn mark_has_dependents(w: &WorkflowTable, ids: Vec<i64>) -> Statement {
+    let t = &w.table;
+    let a = &t.alias;
+    let q = Query::update()
+        .table(table_ref(t))
+        .value(alias(HAS_DEPENDENTS), true)
+        .and_where(Expr::cust_with_values(
+            format!("{}.{} = ANY($1::bigint[])", quote(a), quote(&w.columns.id)),
+            [ids],
+        ))
+        .and_where(col(a, HAS_DEPENDENTS).not())
         .to_owned();
     Statement::from(&q)
 }
