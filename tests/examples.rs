@@ -98,6 +98,13 @@ fn enqueue_commits_with_the_order_debounces_by_key_and_runs_by_priority() {
 }
 
 #[test]
+fn workflow_runs_a_diamond_and_a_retry_brings_a_canceled_task_back() {
+    let out = run("workflow");
+    assert!(out.contains("index: canceled"), "{out}");
+    assert!(out.contains("after the retry: {\"completed\": 5}"), "{out}");
+}
+
+#[test]
 fn prometheus_renders_the_worker_gauge_and_purger_series() {
     let out = run("prometheus");
     for line in [
@@ -244,7 +251,7 @@ fn dashboard_is_mounted_in_an_application_behind_a_token() {
 
 /// Every example with its arguments, for the `DATABASE_URL` run (`bench`, a
 /// benchmark, is left out as everywhere in this file).
-const EXAMPLES: [(&str, &[&str]); 12] = [
+const EXAMPLES: [(&str, &[&str]); 13] = [
     ("quickstart", &[]),
     ("app_table", &[]),
     ("budget", &[]),
@@ -257,6 +264,7 @@ const EXAMPLES: [(&str, &[&str]); 12] = [
     ("consumers", &[]),
     ("cluster_node", &[]),
     ("dashboard", &["--check"]),
+    ("workflow", &[]),
 ];
 
 /// With `DATABASE_URL` set, every example makes its scratch database on that

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{control, jobs, maintenance, migration, status, top, ui};
+use commands::{control, jobs, maintenance, migration, status, top, ui, workflow};
 
 #[derive(Debug, Parser)]
 #[command(name = "dbworker", version, about = "Operate dbworker job tables")]
@@ -61,6 +61,8 @@ enum Command {
     Pause(control::PauseArgs),
     /// Resume the table, or one queue, and wake listening workers.
     Resume(control::PauseArgs),
+    /// Workflows (`migration --workflows`): `show ID`, `cancel ID`.
+    Workflow(workflow::WorkflowArgs),
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -90,6 +92,7 @@ async fn main() -> ExitCode {
         Command::Pause(args) => control::pause(args, false).await,
         Command::Resume(args) => control::pause(args, true).await,
         Command::Reset(args) => maintenance::reset(args).await,
+        Command::Workflow(args) => workflow::workflow(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -264,9 +264,15 @@ impl BulkAction {
     pub fn states(&self) -> &'static [JobState] {
         match self {
             BulkAction::Requeue => &[JobState::Failed, JobState::Canceled, JobState::Errored],
-            BulkAction::Cancel => &[JobState::Queued, JobState::Errored, JobState::Processing],
+            BulkAction::Cancel => &[
+                JobState::Pending,
+                JobState::Queued,
+                JobState::Errored,
+                JobState::Processing,
+            ],
             BulkAction::Fail(_) => &[JobState::Queued, JobState::Errored],
             BulkAction::Delete => &[
+                JobState::Pending,
                 JobState::Queued,
                 JobState::Errored,
                 JobState::Completed,

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod prelude;
 pub mod queues;
 pub mod store;
+pub mod workflow;
 
 pub use enqueue::{Enqueuer, NewJob};
 pub use error::{Error, Result};

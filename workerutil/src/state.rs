@@ -6,6 +6,10 @@ use std::str::FromStr;
 /// The state of a job record. See `docs/state-machine.md` for the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobState {
+    /// Waiting for the jobs it depends on (workflows, `dbworker migration
+    /// --workflows`); never claimed. The last dependency's completion makes it
+    /// `queued`.
+    Pending,
     /// Waiting to be dequeued (once `process_after` is due).
     Queued,
     /// Claimed by a worker and being handled.
@@ -23,7 +27,8 @@ pub enum JobState {
 
 impl JobState {
     /// Every state, in lifecycle order.
-    pub const ALL: [JobState; 6] = [
+    pub const ALL: [JobState; 7] = [
+        JobState::Pending,
         JobState::Queued,
         JobState::Processing,
         JobState::Completed,
@@ -35,6 +40,7 @@ impl JobState {
     /// The name stored in the `state` column.
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Pending => "pending",
             JobState::Queued => "queued",
             JobState::Processing => "processing",
             JobState::Completed => "completed",

@@ -11,7 +11,7 @@ use dbworker::{
     ddl::{
         OptionalColumns, add_jobs_function_sql, admin_functions_sql, consumer_tables_sql,
         cron_table_sql, enqueue_function_sql, job_table_sql, leader_table_sql, limit_table_sql,
-        node_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql,
+        node_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql, workflows_sql,
     },
 };
 
@@ -69,6 +69,10 @@ pub(crate) struct MigrationArgs {
     /// --nodes for the registry and leases they need).
     #[arg(long)]
     consumers: bool,
+    /// Also add workflows: the `pending` state's columns, the dependency
+    /// table `<table>_deps` and the trigger that releases dependents.
+    #[arg(long)]
+    workflows: bool,
     /// Also print `<table>_enqueue(fields jsonb, run_at, ...)`, a SQL function
     /// for producers in other languages (with the optional columns chosen above).
     #[arg(long)]
@@ -100,6 +104,10 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
     if optional != OptionalColumns::default() {
         ddl.push('\n');
         ddl.push_str(&optional_columns_sql(&args.table, &renames, optional)?);
+    }
+    if args.workflows {
+        ddl.push('\n');
+        ddl.push_str(&workflows_sql(&args.table, &renames)?);
     }
     if args.cron {
         ddl.push('\n');

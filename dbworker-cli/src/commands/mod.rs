@@ -7,3 +7,4 @@ pub(crate) mod migration;
 pub(crate) mod status;
 pub(crate) mod top;
 pub(crate) mod ui;
+pub(crate) mod workflow;

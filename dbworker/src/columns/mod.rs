@@ -5,8 +5,10 @@ use std::collections::HashMap;
 use crate::error::Error;
 
 mod names;
+mod workflow;
 
 pub(crate) use names::*;
+pub(crate) use workflow::*;
 
 /// The standard columns every job table has, by their default names.
 pub const STANDARD_COLUMNS: [&str; 13] = [

@@ -11,6 +11,7 @@ use crate::error::Result;
 mod functions;
 mod notify;
 mod tables;
+mod workflows;
 
 pub use functions::{add_jobs_function_sql, admin_functions_sql};
 
@@ -21,6 +22,7 @@ pub use tables::{
     consumer_tables_sql, cron_table_sql, events_table_sql, leader_table_sql, limit_table_sql,
     node_table_sql, pause_table_sql,
 };
+pub use workflows::workflows_sql;
 
 /// Returns `CREATE TABLE` and `CREATE INDEX` statements for a job table named
 /// `table_name` (optionally schema-qualified) with the standard columns,

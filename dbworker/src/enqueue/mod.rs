@@ -2,19 +2,24 @@
 //! job or many per statement, inside the caller's transaction or on the pool,
 //! with run-at, priority, queue and job keys (dedupe).
 
+mod after;
 mod copy;
 mod new_job;
 
+pub(crate) use after::GraphTask;
 use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
-pub use new_job::{KeyMode, NewJob};
+pub use new_job::{DependencyPolicy, KeyMode, NewJob};
 
 use std::collections::HashMap;
 
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
-use crate::columns::{Columns, Relation, column_name, is_identifier};
+use crate::columns::{
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, WORKFLOW_ID, column_name, deps_table,
+    is_identifier,
+};
 use crate::error::{Error, Result};
-use crate::sql::{self, EnqueueTable, JobRow};
+use crate::sql::{self, EnqueueTable, JobRow, WorkflowTable};
 
 /// Which table an [`Enqueuer`] writes and which optional columns it has.
 ///
@@ -52,6 +57,10 @@ pub struct EnqueueOptions {
     /// The `text[]` column holding a job's flags (`--flags` adds `flags`).
     /// `None`: [`NewJob::flags`] is refused.
     pub flags_column: Option<String>,
+    /// The table has workflows (`dbworker migration --workflows`): jobs may
+    /// wait for other jobs ([`NewJob::after`], [`Workflows`](crate::workflow::Workflows)).
+    /// `false` (the default): [`NewJob::after`] is refused.
+    pub workflows: bool,
 }
 
 impl EnqueueOptions {
@@ -94,6 +103,16 @@ impl EnqueueOptions {
             table,
             columns,
         })
+    }
+
+    pub(crate) fn resolve_workflows(&self) -> Result<Option<WorkflowTable>> {
+        if !self.workflows {
+            return Ok(None);
+        }
+        Ok(Some(WorkflowTable {
+            table: Relation::parse("table_name", &self.table_name)?,
+            columns: Columns::resolve(&self.alternate_column_names)?,
+        }))
     }
 }
 
@@ -144,6 +163,7 @@ const MAX_BIND_PARAMETERS: usize = 65_535;
 pub struct Enqueuer {
     pool: PgPool,
     target: EnqueueTable,
+    workflows: Option<WorkflowTable>,
 }
 
 impl Enqueuer {
@@ -177,9 +197,29 @@ impl Enqueuer {
                 )],
             });
         }
+        let workflows = options.resolve_workflows()?;
+        if let Some(w) = &workflows {
+            crate::schema_check::require_columns(
+                pool,
+                &w.table,
+                "table",
+                &[WORKFLOW_ID, TASK_NAME, BLOCKED_BY, HAS_DEPENDENTS],
+                "or not visible on the search_path",
+            )
+            .await?;
+            crate::schema_check::require_columns(
+                pool,
+                &deps_table(&w.table),
+                "dependency table",
+                &["job_id", "depends_on", "policy"],
+                "(`dbworker migration --workflows` creates it)",
+            )
+            .await?;
+        }
         Ok(Enqueuer {
             pool: pool.clone(),
             target,
+            workflows,
         })
     }
 
@@ -199,6 +239,9 @@ impl Enqueuer {
     /// (pass `&mut tx` or `&mut *tx`): the job commits with the caller's writes.
     pub async fn enqueue_in(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
         self.check_job(job)?;
+        if !job.after_value().is_empty() {
+            return self.enqueue_after(conn, job).await;
+        }
         let Some((key, mode)) = job.key_value() else {
             let row = sql::enqueue_rows(&self.target, &[job.row()])
                 .query()
@@ -269,6 +312,12 @@ impl Enqueuer {
     ) -> Result<Vec<i64>> {
         for job in jobs {
             self.check_job(job)?;
+            if !job.after_value().is_empty() {
+                return Err(Error::InvalidOption {
+                    field: "after",
+                    reason: "enqueue_many inserts jobs that wait for nothing; use enqueue_in or a workflow".into(),
+                });
+            }
             if job.key_value().is_some() {
                 return Err(Error::InvalidOption {
                     field: "key",
@@ -331,6 +380,9 @@ impl Enqueuer {
             self.check_job(job)?;
             if job.key_value().is_some() {
                 return Err(copy_refused("keyed jobs need enqueue_in, one by one"));
+            }
+            if !job.after_value().is_empty() {
+                return Err(copy_refused("jobs that wait for others need enqueue_in"));
             }
             if shape(job) != shape(first) {
                 return Err(copy_refused(

@@ -36,6 +36,48 @@ impl From<KeyMode> for OnKey {
     }
 }
 
+/// What a dependent job does when a job it waits for ends without
+/// completing (fails for good, or is canceled). A dependency on a job that
+/// completes is always satisfied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DependencyPolicy {
+    /// The dependent is canceled, and so, in turn, are the jobs waiting for it
+    /// under this policy. Retrying the upstream job brings them back to
+    /// `pending`.
+    #[default]
+    Cancel,
+    /// A failed upstream job counts as done; a canceled one cancels.
+    IgnoreFailed,
+    /// A canceled upstream job counts as done; a failed one cancels.
+    IgnoreCanceled,
+    /// The dependency is satisfied however the upstream job ends.
+    Ignore,
+}
+
+impl DependencyPolicy {
+    /// The name stored in the edge table's `policy` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DependencyPolicy::Cancel => "cancel",
+            DependencyPolicy::IgnoreFailed => "ignore_failed",
+            DependencyPolicy::IgnoreCanceled => "ignore_canceled",
+            DependencyPolicy::Ignore => "ignore",
+        }
+    }
+
+    /// Whether an upstream job that ended in `state` (`failed` or
+    /// `canceled`) still lets the dependent run.
+    pub(crate) fn ignores(self, state: &str) -> bool {
+        match self {
+            DependencyPolicy::Cancel => false,
+            DependencyPolicy::IgnoreFailed => state == "failed",
+            DependencyPolicy::IgnoreCanceled => state == "canceled",
+            DependencyPolicy::Ignore => true,
+        }
+    }
+}
+
 /// A job to enqueue: the application's column values plus scheduling options.
 ///
 /// ```
@@ -56,6 +98,7 @@ pub struct NewJob {
     kind: Option<String>,
     flags: Option<Vec<String>>,
     key: Option<(String, KeyMode)>,
+    after: Vec<(i64, DependencyPolicy)>,
 }
 
 impl NewJob {
@@ -138,6 +181,38 @@ impl NewJob {
     pub fn key(mut self, key: impl Into<String>, mode: KeyMode) -> Self {
         self.key = Some((key.into(), mode));
         self
+    }
+
+    /// Runs only after the jobs `ids` complete (needs
+    /// `EnqueueOptions::workflows`): the job waits as `pending`. An upstream
+    /// job that already completed counts at once; one that already failed or
+    /// was canceled applies [`DependencyPolicy::Cancel`] at once. Call again
+    /// to add more.
+    ///
+    /// ```
+    /// let job = dbworker::NewJob::new().after([17, 18]);
+    /// ```
+    pub fn after(self, ids: impl IntoIterator<Item = i64>) -> Self {
+        self.after_with(ids, DependencyPolicy::Cancel)
+    }
+
+    /// Like [`after`](Self::after), with what to do when one of these jobs
+    /// fails or is canceled.
+    pub fn after_with(
+        mut self,
+        ids: impl IntoIterator<Item = i64>,
+        policy: DependencyPolicy,
+    ) -> Self {
+        for id in ids {
+            self.after.retain(|(u, _)| *u != id);
+            self.after.push((id, policy));
+        }
+        self
+    }
+
+    /// The jobs this one waits for, with their policies.
+    pub(crate) fn after_value(&self) -> &[(i64, DependencyPolicy)] {
+        &self.after
     }
 
     /// The application columns set so far.

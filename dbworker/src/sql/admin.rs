@@ -321,12 +321,16 @@ pub(crate) fn admin_requeue(a: &AdminTable, ids: &[i64]) -> Statement {
 /// Waiting jobs to `canceled`.
 pub(crate) fn admin_cancel_waiting(a: &AdminTable, ids: &[i64]) -> Statement {
     let c = &a.columns;
-    let q = admin_update(a, ids, &[JobState::Queued, JobState::Errored])
-        .value(alias(&c.state), state(JobState::Canceled))
-        .value(alias(&c.cancel), true)
-        .value(alias(&c.failure_message), "canceled by an operator")
-        .value(alias(&c.finished_at), Expr::cust("now()"))
-        .to_owned();
+    let q = admin_update(
+        a,
+        ids,
+        &[JobState::Pending, JobState::Queued, JobState::Errored],
+    )
+    .value(alias(&c.state), state(JobState::Canceled))
+    .value(alias(&c.cancel), true)
+    .value(alias(&c.failure_message), "canceled by an operator")
+    .value(alias(&c.finished_at), Expr::cust("now()"))
+    .to_owned();
     Statement::from(&q)
 }
 

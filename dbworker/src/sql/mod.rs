@@ -36,6 +36,7 @@ mod marks;
 mod purge;
 mod reset;
 mod schema;
+mod workflow;
 
 pub(crate) use admin::*;
 pub(crate) use claim::*;
@@ -52,6 +53,7 @@ pub(crate) use marks::*;
 pub(crate) use purge::*;
 pub(crate) use reset::*;
 pub(crate) use schema::*;
+pub(crate) use workflow::*;
 
 /// A rendered statement with its bound values.
 #[derive(Debug)]

@@ -104,6 +104,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
     let t = resolved(false);
     let v = resolved(true);
     let e = enqueue_target();
+    let w = WorkflowTable {
+        table: rel("app.example_jobs j"),
+        columns: renamed(),
+    };
     let paused = {
         let mut o = table("app.jobs j");
         o.columns = Columns::resolve(&HashMap::new()).unwrap();
@@ -449,6 +453,25 @@ fn statements() -> Vec<(&'static str, Statement)> {
             "log_lag",
             log_lag(&l.events, &l.position_column, &l.checkpoints),
         ),
+        ("workflow_next_id", workflow_next_id(&w)),
+        (
+            "deps_insert",
+            deps_insert(
+                &w,
+                vec![3, 3],
+                vec![1, 2],
+                vec!["cancel".into(), "ignore".into()],
+            ),
+        ),
+        ("lock_upstreams", lock_upstreams(&w, vec![1, 2])),
+        ("mark_has_dependents", mark_has_dependents(&w, vec![1, 2])),
+        (
+            "cancel_blocked",
+            cancel_blocked(&w, 3, 1, "upstream job 1 was failed"),
+        ),
+        ("workflow_cancel_waiting", workflow_cancel_waiting(&w, 7)),
+        ("workflow_request_cancel", workflow_request_cancel(&w, 7)),
+        ("workflow_tasks", workflow_tasks(&w, 7)),
     ]
     .into_iter()
     .chain(quoted_statements())

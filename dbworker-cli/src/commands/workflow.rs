@@ -1,0 +1,104 @@
+//! `dbworker workflow show|cancel ID`: a workflow's tasks, their states and
+//! what each waits for; canceling the whole workflow.
+
+use std::time::SystemTime;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use dbworker::workflow::{WorkflowOptions, Workflows};
+
+use crate::args::Target;
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkflowArgs {
+    #[command(subcommand)]
+    command: WorkflowCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkflowCommand {
+    /// Each task of a workflow: its job id, state, times, and what it waits for.
+    Show(WorkflowIdArgs),
+    /// Cancel a workflow: waiting tasks now, running ones through their workers.
+    Cancel(WorkflowIdArgs),
+}
+
+#[derive(Debug, Args)]
+struct WorkflowIdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The workflow's id (the `workflow_id` column of its jobs).
+    id: i64,
+}
+
+pub(crate) async fn workflow(args: WorkflowArgs) -> Result<()> {
+    match args.command {
+        WorkflowCommand::Show(args) => show(args).await,
+        WorkflowCommand::Cancel(args) => cancel(args).await,
+    }
+}
+
+async fn workflows(target: &Target) -> Result<Workflows> {
+    let pool = target.connect().await?;
+    let mut options = WorkflowOptions::new(target.table.clone());
+    options.enqueue.alternate_column_names = target.renames();
+    Workflows::new(&pool, options)
+        .await
+        .context("the job table has no workflows (`dbworker migration --workflows`)")
+}
+
+async fn show(args: WorkflowIdArgs) -> Result<()> {
+    let workflows = workflows(&args.target).await?;
+    let Some(status) = workflows
+        .status(args.id)
+        .await
+        .with_context(|| format!("reading workflow {}", args.id))?
+    else {
+        bail!("no workflow {}", args.id);
+    };
+    let counts: Vec<String> = status
+        .counts
+        .iter()
+        .map(|(state, n)| format!("{n} {state}"))
+        .collect();
+    println!("workflow {}: {}", status.id, counts.join(", "));
+    println!(
+        "{:>10}  {:<20} {:<11} {:>9}  waits on",
+        "job", "task", "state", "ran (s)"
+    );
+    for t in &status.tasks {
+        let ran = match (t.started_at, t.finished_at) {
+            (Some(s), Some(f)) => f
+                .duration_since(s)
+                .map(|d| format!("{:.3}", d.as_secs_f64()))
+                .unwrap_or_default(),
+            (Some(s), None) => SystemTime::now()
+                .duration_since(s)
+                .map(|d| format!("{:.0}+", d.as_secs_f64()))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        let mut waits = t.waits_on.join(", ");
+        if let Some(culprit) = t.blocked_by {
+            waits = format!("canceled: upstream job {culprit} did not complete");
+        }
+        println!(
+            "{:>10}  {:<20} {:<11} {:>9}  {}",
+            t.id, t.name, t.state, ran, waits
+        );
+    }
+    Ok(())
+}
+
+async fn cancel(args: WorkflowIdArgs) -> Result<()> {
+    let workflows = workflows(&args.target).await?;
+    let done = workflows
+        .cancel(args.id)
+        .await
+        .with_context(|| format!("canceling workflow {}", args.id))?;
+    println!(
+        "workflow {}: {} waiting tasks canceled, {} running tasks asked to cancel",
+        args.id, done.canceled, done.requested
+    );
+    Ok(())
+}

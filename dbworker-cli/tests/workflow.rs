@@ -1,0 +1,69 @@
+//! `dbworker workflow show|cancel` and `migration --workflows` end to end
+//! against real Postgres.
+
+#[path = "../../dbworker/tests/common/mod.rs"]
+mod common;
+
+use std::process::{Command, Output};
+
+use dbworker::NewJob;
+use dbworker::ddl::workflows_sql;
+use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
+
+use common::Db;
+
+fn dbworker(db: &Db, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(args)
+        .args(["--table", "jobs"])
+        .env("DATABASE_URL", db.db.url())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
+    let db = Db::new().await;
+    let ddl = ok(&dbworker(&db, &["migration", "--workflows"]));
+    assert!(ddl.contains("jobs_dbworker_release"), "{ddl}");
+    db.execute(&workflows_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
+        .await
+        .unwrap();
+    let wf = workflows
+        .enqueue(
+            &Workflow::new()
+                .task(Task::new("fetch", NewJob::new()))
+                .task(Task::new("resize", NewJob::new()).after(["fetch"]))
+                .task(Task::new("publish", NewJob::new()).after(["fetch", "resize"])),
+        )
+        .await
+        .unwrap();
+    let id = wf.id.to_string();
+    let shown = ok(&dbworker(&db, &["workflow", "show", &id]));
+    assert!(shown.contains("2 pending, 1 queued"), "{shown}");
+    let publish = shown.lines().find(|l| l.contains("publish")).unwrap();
+    assert!(
+        publish.contains("pending") && publish.ends_with("fetch, resize"),
+        "{shown}"
+    );
+
+    let canceled = ok(&dbworker(&db, &["workflow", "cancel", &id]));
+    assert!(canceled.contains("3 waiting tasks canceled"), "{canceled}");
+    assert_eq!(db.count("canceled").await, 3);
+    let missing = dbworker(&db, &["workflow", "show", "999"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no workflow 999"));
+}

@@ -1,0 +1,182 @@
+//! Workflows in the job table: the `pending` state's columns, the dependency
+//! edges, and the trigger that releases dependents in the transaction of the
+//! write that finishes their upstream job.
+
+use std::collections::HashMap;
+
+use crate::columns::{
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, WORKFLOW_ID, bounded_name,
+    deps_table, quote, workflow_sequence,
+};
+use crate::error::Result;
+
+/// `ALTER TABLE`, `CREATE TABLE`, `CREATE SEQUENCE` and trigger statements
+/// that let jobs of `table_name` wait for other jobs (safe to run again):
+///
+/// - columns `workflow_id bigint`, `task_name text`, `blocked_by bigint`
+///   (the upstream job whose failure canceled this one), indexed, and
+///   `has_dependents boolean` (set when a job is first waited for: the
+///   trigger fires only for such jobs);
+/// - the edge table `<table>_deps (job_id, depends_on, policy)`, one row per
+///   dependency not yet satisfied, indexed on `depends_on`;
+/// - the sequence `<table>_workflow_seq` that workflow ids come from;
+/// - the release trigger, `<table>_dbworker_release`.
+///
+/// A job that waits is `pending`, a state the claim never takes. Every write
+/// that moves a job to `completed`, `failed` or `canceled` (a worker's mark,
+/// single or batched, in either handling mode; a reset that fails it; an
+/// operator's cancel; plain SQL) fires the trigger in that same transaction:
+/// so a dependency is released exactly when, and only if, its upstream's
+/// final state commits. See the guide's "Workflows" chapter for the design.
+///
+/// ```
+/// let ddl = dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap();
+/// assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "jobs_deps""#));
+/// ```
+pub fn workflows_sql(
+    table_name: &str,
+    alternate_column_names: &HashMap<String, String>,
+) -> Result<String> {
+    let rel = Relation::parse("table_name", table_name)?;
+    let c = Columns::resolve(alternate_column_names)?;
+    let table = rel.quoted();
+    let deps = deps_table(&rel).quoted();
+    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
+    let function = rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_release", rel.name)));
+    let on_update = quote(&bounded_name(&format!("{}_dbworker_release", rel.name)));
+    let on_delete = quote(&bounded_name(&format!(
+        "{}_dbworker_release_delete",
+        rel.name
+    )));
+    let (id, state) = (quote(&c.id), quote(&c.state));
+    let (finished_at, failure_message) = (quote(&c.finished_at), quote(&c.failure_message));
+    let (workflow_id, task_name, blocked_by) =
+        (quote(WORKFLOW_ID), quote(TASK_NAME), quote(BLOCKED_BY));
+    let has_dependents = quote(HAS_DEPENDENTS);
+    Ok(format!(
+        r#"-- Workflows: jobs that wait (state 'pending') for other jobs to finish.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {workflow_id} bigint;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {task_name} text;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {blocked_by} bigint;
+-- Only the jobs others wait for fire the release trigger.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {has_dependents} boolean NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS {workflow_idx} ON {table} ({workflow_id}) WHERE {workflow_id} IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {blocked_idx} ON {table} ({blocked_by}) WHERE {blocked_by} IS NOT NULL;
+CREATE SEQUENCE IF NOT EXISTS {sequence};
+-- One row per dependency not yet satisfied: deleted when it is.
+CREATE TABLE IF NOT EXISTS {deps} (
+    "job_id" bigint NOT NULL REFERENCES {table} ({id}) ON DELETE CASCADE,
+    -- No foreign key: the trigger handles a deleted upstream (a cascade would
+    -- delete the edges before it could see them).
+    "depends_on" bigint NOT NULL,
+    "policy" text NOT NULL DEFAULT 'cancel'
+        CHECK ("policy" IN ('cancel', 'ignore_failed', 'ignore_canceled', 'ignore')),
+    PRIMARY KEY ("job_id", "depends_on")
+);
+CREATE INDEX IF NOT EXISTS {deps_idx} ON {deps} ("depends_on");
+
+-- Runs in the transaction of the write that finishes (or retries, or deletes)
+-- a job: releases, cancels or revives the jobs that wait for it.
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $dbworker$
+DECLARE
+    v_job bigint;
+    v_outcome text;
+    v_dep bigint;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        -- An unfinished job deleted: its dependents see it canceled.
+        v_job := OLD.{id};
+        v_outcome := 'canceled';
+    ELSE
+        v_job := NEW.{id};
+        v_outcome := NEW.{state};
+    END IF;
+    IF v_outcome IN ('completed', 'failed', 'canceled') THEN
+        -- The edges this outcome satisfies go; a dependent is released by
+        -- whoever deletes its last edge. No counter row: concurrent upstream
+        -- completions delete different rows and never wait for each other.
+        FOR v_dep IN
+            DELETE FROM {deps}
+             WHERE "depends_on" = v_job
+               AND (v_outcome = 'completed' OR "policy" = 'ignore' OR "policy" = 'ignore_' || v_outcome)
+            RETURNING "job_id"
+        LOOP
+            -- Another edge no one is deleting right now: its deleter comes
+            -- after us (our KEY SHARE lock makes it wait for our commit) and
+            -- sees our delete, so the release is its to do. Highest first:
+            -- the last-enqueued upstream is the last to run.
+            PERFORM 1 FROM {deps} WHERE "job_id" = v_dep
+             ORDER BY "depends_on" DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED;
+            IF NOT FOUND THEN
+                -- Every other edge is being deleted by an open transaction, or
+                -- gone. Deleters serialize on the dependent's row only now,
+                -- and each checks again with a snapshot taken after the lock:
+                -- the last one to get it sees every other delete committed.
+                PERFORM 1 FROM {table} WHERE {id} = v_dep FOR UPDATE;
+                UPDATE {table} SET {state} = 'queued'
+                 WHERE {id} = v_dep AND {state} = 'pending'
+                   AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
+            END IF;
+        END LOOP;
+        IF v_outcome <> 'completed' THEN
+            -- The other edges cancel their dependent, and stay: a retry of
+            -- this job brings the dependent back. Its own trigger cascades.
+            UPDATE {table}
+               SET {state} = 'canceled', {finished_at} = now(),
+                   {blocked_by} = CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE v_job END,
+                   {failure_message} = format('upstream job %s was %s', v_job,
+                       CASE WHEN TG_OP = 'DELETE' THEN 'deleted' ELSE v_outcome END)
+             WHERE {id} IN (SELECT "job_id" FROM {deps} WHERE "depends_on" = v_job)
+               AND {state} = 'pending';
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            DELETE FROM {deps} WHERE "depends_on" = v_job;
+        END IF;
+    ELSIF OLD.{state} IN ('failed', 'canceled') THEN
+        -- Retried: what its failure canceled waits again, unless another
+        -- failed upstream still blocks it (then that one is named instead).
+        UPDATE {table} AS dbworker_j SET {blocked_by} = dbworker_b.upstream
+          FROM (SELECT DISTINCT ON (e."job_id") e."job_id" AS dependent, e."depends_on" AS upstream
+                  FROM {deps} AS e JOIN {table} AS u ON u.{id} = e."depends_on"
+                 WHERE e."job_id" IN (SELECT {id} FROM {table} WHERE {blocked_by} = v_job AND {state} = 'canceled')
+                   AND e."depends_on" <> v_job
+                   AND u.{state} IN ('failed', 'canceled')
+                   AND NOT (e."policy" = 'ignore' OR e."policy" = 'ignore_' || u.{state})
+                 ORDER BY e."job_id", e."depends_on") AS dbworker_b
+         WHERE dbworker_j.{id} = dbworker_b.dependent;
+        UPDATE {table}
+           SET {state} = 'pending', {finished_at} = NULL, {failure_message} = NULL, {blocked_by} = NULL
+         WHERE {blocked_by} = v_job AND {state} = 'canceled';
+    END IF;
+    RETURN NULL;
+END
+$dbworker$;
+CREATE OR REPLACE TRIGGER {on_update} AFTER UPDATE OF {state} ON {table}
+    FOR EACH ROW WHEN (NEW.{has_dependents} AND OLD.{state} IS DISTINCT FROM NEW.{state}
+        AND (NEW.{state} IN ('completed', 'failed', 'canceled') OR OLD.{state} IN ('failed', 'canceled')))
+    EXECUTE FUNCTION {function}();
+CREATE OR REPLACE TRIGGER {on_delete} AFTER DELETE ON {table}
+    FOR EACH ROW WHEN (OLD.{has_dependents} AND OLD.{state} NOT IN ('completed', 'failed', 'canceled'))
+    EXECUTE FUNCTION {function}();
+"#,
+        workflow_idx = index("workflow_idx"),
+        blocked_idx = index("blocked_by_idx"),
+        deps_idx = index("deps_depends_on_idx"),
+        sequence = workflow_sequence(&rel),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_table_and_renames() {
+        let renames = HashMap::from([("state".to_owned(), "status".to_owned())]);
+        let ddl = workflows_sql("app.jobs", &renames).unwrap();
+        assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "app"."jobs_deps""#));
+        assert!(ddl.contains(r#"CREATE SEQUENCE IF NOT EXISTS "app"."jobs_workflow_seq""#));
+        assert!(ddl.contains(r#"AFTER UPDATE OF "status" ON "app"."jobs""#));
+        assert!(!ddl.contains(r#""state""#));
+    }
+}

@@ -1,0 +1,1 @@
+SELECT nextval($1::regclass)::bigint AS "id"

@@ -1,0 +1,211 @@
+//! Workflows: dependency edges inserted with their jobs, upstream jobs locked
+//! while a dependent is added, a workflow canceled, its tasks listed. The
+//! release itself is the trigger `ddl::workflows_sql` installs: it runs in the
+//! transaction of whatever write finishes a job, so no statement here does it.
+
+use super::*;
+use crate::columns::{
+    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, WORKFLOW_ID, deps_table, workflow_sequence,
+};
+
+/// A job table with workflows (`dbworker migration --workflows`).
+#[derive(Debug, Clone)]
+pub(crate) struct WorkflowTable {
+    pub(crate) table: Relation,
+    pub(crate) columns: Columns,
+}
+
+/// The dependency edges' table, aliased `dbworker_dep`.
+fn deps(w: &WorkflowTable) -> Relation {
+    deps_table(&w.table)
+}
+
+/// A new workflow id from the table's sequence.
+pub(crate) fn workflow_next_id(w: &WorkflowTable) -> Statement {
+    let q = Query::select()
+        .expr_as(
+            Expr::cust_with_values(
+                "nextval($1::regclass)::bigint",
+                [workflow_sequence(&w.table)],
+            ),
+            alias("id"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Inserts dependency edges: `job_ids[i]` waits for `upstream[i]` under
+/// `policies[i]` (`cancel`, `ignore_failed`, `ignore_canceled`, `ignore`).
+pub(crate) fn deps_insert(
+    w: &WorkflowTable,
+    job_ids: Vec<i64>,
+    upstream: Vec<i64>,
+    policies: Vec<String>,
+) -> Statement {
+    let select = Query::select()
+        .expr(Expr::cust_with_values("unnest($1::bigint[])", [job_ids]))
+        .expr(Expr::cust_with_values("unnest($1::bigint[])", [upstream]))
+        .expr(Expr::cust_with_values("unnest($1::text[])", [policies]))
+        .to_owned();
+    let q = Query::insert()
+        .into_table(plain_table(&deps(w)))
+        .columns([alias("job_id"), alias("depends_on"), alias("policy")])
+        .select_from(select)
+        .expect("three columns, three expressions")
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Locks the upstream jobs a new dependent will wait for, `FOR SHARE`, and
+/// returns their states. The lock conflicts with the update that finishes a
+/// job, so none of them finishes between this read and the commit of the new
+/// edges: an edge is never inserted behind the completion that should have
+/// deleted it.
+pub(crate) fn lock_upstreams(w: &WorkflowTable, ids: Vec<i64>) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = &t.alias;
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("{}.{}::bigint", quote(a), quote(&c.id))),
+            alias("id"),
+        )
+        .expr_as(
+            Expr::cust(format!("{}.{}::text", quote(a), quote(&c.state))),
+            alias("state"),
+        )
+        .from(table_ref(t))
+        .and_where(Expr::cust_with_values(
+            format!("{}.{} = ANY($1::bigint[])", quote(a), quote(&c.id)),
+            [ids],
+        ))
+        .order_by_expr(col(a, &c.id), Order::Asc)
+        .lock(LockType::Share)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Marks the upstream jobs of a new dependent as waited for, so their final
+/// write fires the release trigger. Runs before the edges are inserted, in
+/// their transaction, on rows `lock_upstreams` holds: a mark of one of them
+/// waits for this commit and then sees the flag.
+pub(crate) fn mark_has_dependents(w: &WorkflowTable, ids: Vec<i64>) -> Statement {
+    let t = &w.table;
+    let a = &t.alias;
+    let q = Query::update()
+        .table(table_ref(t))
+        .value(alias(HAS_DEPENDENTS), true)
+        .and_where(Expr::cust_with_values(
+            format!("{}.{} = ANY($1::bigint[])", quote(a), quote(&w.columns.id)),
+            [ids],
+        ))
+        .and_where(col(a, HAS_DEPENDENTS).not())
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Cancels a new dependent at once: one of its upstream jobs already failed
+/// (or was canceled) under a policy that cancels. `blocked_by` names it, so
+/// a retry of that job brings this one back to `pending`.
+pub(crate) fn cancel_blocked(
+    w: &WorkflowTable,
+    id: i64,
+    upstream: i64,
+    message: &str,
+) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = &t.alias;
+    let q = Query::update()
+        .table(table_ref(t))
+        .value(alias(&c.state), state(JobState::Canceled))
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(BLOCKED_BY), upstream)
+        .value(
+            alias(&c.failure_message),
+            sanitize_failure_message(message).as_ref(),
+        )
+        .and_where(col(a, &c.id).eq(id))
+        .and_where(col(a, &c.state).eq(state(JobState::Pending)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Cancels the waiting tasks of a workflow (pending, queued, errored). Their
+/// dependents outside it follow through the release trigger. `blocked_by` is
+/// cleared: a canceled workflow stays canceled when an upstream is retried.
+pub(crate) fn workflow_cancel_waiting(w: &WorkflowTable, workflow_id: i64) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = &t.alias;
+    let q = Query::update()
+        .table(table_ref(t))
+        .value(alias(&c.state), state(JobState::Canceled))
+        .value(alias(&c.cancel), true)
+        .value(alias(&c.failure_message), "workflow canceled")
+        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(BLOCKED_BY), Expr::cust("NULL"))
+        .and_where(col(a, WORKFLOW_ID).eq(workflow_id))
+        .and_where(col(a, &c.state).is_in([
+            state(JobState::Pending),
+            state(JobState::Queued),
+            state(JobState::Errored),
+        ]))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Asks the workers running a workflow's tasks to cancel them.
+pub(crate) fn workflow_request_cancel(w: &WorkflowTable, workflow_id: i64) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = &t.alias;
+    let q = Query::update()
+        .table(table_ref(t))
+        .value(alias(&c.cancel), true)
+        .and_where(col(a, WORKFLOW_ID).eq(workflow_id))
+        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// A workflow's tasks in id order: id, task name, state, start and finish
+/// (database clock, seconds since the epoch), the upstream whose failure canceled it, and the ids of
+/// the upstream jobs it still waits for. The last is an `ARRAY(subquery)`,
+/// which sea-query cannot build: raw text over quoted names.
+pub(crate) fn workflow_tasks(w: &WorkflowTable, workflow_id: i64) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = &t.alias;
+    let d = deps(w);
+    let text = |name: &str, ty: &str| Expr::cust(format!("{}.{}::{ty}", quote(a), quote(name)));
+    let epoch = |name: &str| {
+        Expr::cust(format!(
+            "EXTRACT(EPOCH FROM {}.{})::float8",
+            quote(a),
+            quote(name)
+        ))
+    };
+    let q = Query::select()
+        .expr_as(text(&c.id, "bigint"), alias("id"))
+        .expr_as(text(TASK_NAME, "text"), alias("task_name"))
+        .expr_as(text(&c.state, "text"), alias("state"))
+        .expr_as(epoch(&c.started_at), alias("started_at"))
+        .expr_as(epoch(&c.finished_at), alias("finished_at"))
+        .expr_as(text(BLOCKED_BY, "bigint"), alias("blocked_by"))
+        .expr_as(
+            Expr::cust(format!(
+                "ARRAY(SELECT {da}.\"depends_on\" FROM {deps} AS {da} WHERE {da}.\"job_id\" = {a}.{id} ORDER BY 1)",
+                da = quote(&d.alias),
+                deps = d.quoted(),
+                a = quote(a),
+                id = quote(&c.id),
+            )),
+            alias("waits_on"),
+        )
+        .from(table_ref(t))
+        .and_where(col(a, WORKFLOW_ID).eq(workflow_id))
+        .order_by_expr(col(a, &c.id), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}

@@ -1,0 +1,260 @@
+//! Workflows: jobs that wait for other jobs. [`Workflow`] builds a DAG of
+//! named tasks, [`Workflows`] enqueues it in one transaction, cancels it and
+//! reports its status. A single dependent of existing jobs is
+//! [`NewJob::after`](crate::NewJob::after).
+//!
+//! The release (a dependent becoming `queued` once the last job it waits for
+//! completes; the failure policies; a retry bringing canceled dependents
+//! back) is the trigger `dbworker migration --workflows` installs
+//! ([`ddl::workflows_sql`](crate::ddl::workflows_sql)): it runs in the
+//! transaction of whatever write finishes the upstream job, so it commits
+//! with it or not at all. The guide's "Workflows" chapter explains it.
+
+mod builder;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use sqlx::{PgConnection, PgPool, Row};
+
+pub use crate::enqueue::DependencyPolicy;
+use crate::enqueue::{EnqueueOptions, Enqueuer};
+use crate::error::{Error, Result};
+use crate::sql::{self, WorkflowTable};
+pub use builder::{EnqueuedWorkflow, Task, Workflow};
+
+/// Options of [`Workflows`]: the job table, as an [`Enqueuer`] writes it.
+///
+/// ```
+/// let options = dbworker::workflow::WorkflowOptions::new("jobs");
+/// assert!(options.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkflowOptions {
+    /// The job table and its optional columns, as for an [`Enqueuer`]
+    /// (`workflows` is turned on whatever it holds).
+    pub enqueue: EnqueueOptions,
+}
+
+impl WorkflowOptions {
+    /// Options for `table_name` with the standard column names.
+    pub fn new(table_name: impl Into<String>) -> WorkflowOptions {
+        WorkflowOptions {
+            enqueue: EnqueueOptions::new(table_name),
+        }
+    }
+
+    /// Checks every name; the error names the field.
+    pub fn validate(&self) -> Result<()> {
+        self.enqueue_options().validate()
+    }
+
+    fn enqueue_options(&self) -> EnqueueOptions {
+        let mut options = self.enqueue.clone();
+        options.workflows = true;
+        options
+    }
+}
+
+/// Enqueues workflows into a job table with workflows (`dbworker migration
+/// --workflows`), cancels them, and reports their status.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// use dbworker::NewJob;
+/// use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
+/// let workflows = Workflows::new(&pool, WorkflowOptions::new("jobs")).await?;
+/// let enqueued = workflows
+///     .enqueue(
+///         &Workflow::new()
+///             .task(Task::new("fetch", NewJob::new()))
+///             .task(Task::new("report", NewJob::new()).after(["fetch"])),
+///     )
+///     .await?;
+/// let status = workflows.status(enqueued.id).await?;
+/// # let _ = status; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Workflows {
+    pool: PgPool,
+    enqueuer: Enqueuer,
+    table: WorkflowTable,
+}
+
+/// What [`Workflows::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct WorkflowCanceled {
+    /// Waiting tasks (pending, queued, errored) canceled at once.
+    pub canceled: u64,
+    /// Running tasks whose workers were asked to cancel them.
+    pub requested: u64,
+}
+
+/// One task of a workflow, from [`Workflows::status`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TaskStatus {
+    /// The task's job id.
+    pub id: i64,
+    /// The task's name.
+    pub name: String,
+    /// The job's state (`pending` while it waits).
+    pub state: String,
+    /// When its last attempt started (database clock).
+    pub started_at: Option<SystemTime>,
+    /// When it finished (database clock).
+    pub finished_at: Option<SystemTime>,
+    /// The tasks it still waits for, by name (an upstream job outside the
+    /// workflow by its id, `#17`).
+    pub waits_on: Vec<String>,
+    /// The upstream job whose failure canceled it; a retry of that job brings
+    /// this one back.
+    pub blocked_by: Option<i64>,
+}
+
+/// A workflow's state, from [`Workflows::status`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct WorkflowStatus {
+    /// The workflow's id.
+    pub id: i64,
+    /// Tasks per state.
+    pub counts: BTreeMap<String, u64>,
+    /// Every task, in id order (an upstream before its dependents).
+    pub tasks: Vec<TaskStatus>,
+}
+
+impl WorkflowStatus {
+    /// Whether every task is in a final state.
+    pub fn is_finished(&self) -> bool {
+        self.tasks
+            .iter()
+            .all(|t| matches!(t.state.as_str(), "completed" | "failed" | "canceled"))
+    }
+}
+
+impl Workflows {
+    /// Validates the options and checks the table, its workflow columns and
+    /// the dependency table, naming whatever is missing.
+    pub async fn new(pool: &PgPool, options: WorkflowOptions) -> Result<Workflows> {
+        let enqueue = options.enqueue_options();
+        let table = enqueue
+            .resolve_workflows()?
+            .expect("workflows are turned on");
+        let enqueuer = Enqueuer::new(pool, enqueue).await?;
+        Ok(Workflows {
+            pool: pool.clone(),
+            enqueuer,
+            table,
+        })
+    }
+
+    /// The enqueuer over the same table (with workflows on), for
+    /// [`NewJob::after`](crate::NewJob::after) and plain jobs.
+    pub fn enqueuer(&self) -> &Enqueuer {
+        &self.enqueuer
+    }
+
+    /// Enqueues `workflow` on the pool, all or nothing; see
+    /// [`enqueue_in`](Self::enqueue_in).
+    pub async fn enqueue(&self, workflow: &Workflow) -> Result<EnqueuedWorkflow> {
+        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+        self.enqueue_in(&mut conn, workflow).await
+    }
+
+    /// Enqueues `workflow` on the caller's connection or inside its
+    /// transaction (a savepoint there), all or nothing: the graph is checked
+    /// first (see [`Workflow::check`]), then every task is inserted, `queued`
+    /// if it waits for nothing and `pending` otherwise, with its edges.
+    pub async fn enqueue_in(
+        &self,
+        conn: &mut PgConnection,
+        workflow: &Workflow,
+    ) -> Result<EnqueuedWorkflow> {
+        let graph = workflow.graph()?;
+        let (id, ids) = self.enqueuer.insert_graph(conn, &graph).await?;
+        Ok(EnqueuedWorkflow {
+            id,
+            ids: graph
+                .iter()
+                .zip(ids)
+                .map(|(t, id)| (t.name.to_owned(), id))
+                .collect(),
+        })
+    }
+
+    /// Cancels a workflow: its waiting tasks at once, its running ones
+    /// through their workers (as [`Admin::cancel`](crate::admin::Admin::cancel)
+    /// does). Jobs outside it that wait for its tasks follow their policies.
+    pub async fn cancel(&self, workflow_id: i64) -> Result<WorkflowCanceled> {
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+        let canceled = sql::workflow_cancel_waiting(&self.table, workflow_id)
+            .query()
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("workflow_cancel"))?
+            .rows_affected();
+        let requested = sql::workflow_request_cancel(&self.table, workflow_id)
+            .query()
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("workflow_cancel"))?
+            .rows_affected();
+        tx.commit().await.map_err(Error::db("commit"))?;
+        Ok(WorkflowCanceled {
+            canceled,
+            requested,
+        })
+    }
+
+    /// A workflow's tasks, their states and what each still waits for;
+    /// `None` if no job has this workflow id.
+    pub async fn status(&self, workflow_id: i64) -> Result<Option<WorkflowStatus>> {
+        let rows = sql::workflow_tasks(&self.table, workflow_id)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("workflow_status"))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let names: HashMap<i64, String> = rows
+            .iter()
+            .map(|r| {
+                let name: Option<String> = r.get("task_name");
+                (r.get("id"), name.unwrap_or_default())
+            })
+            .collect();
+        let time = |secs: Option<f64>| {
+            secs.and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .map(|d| SystemTime::UNIX_EPOCH + d)
+        };
+        let mut counts = BTreeMap::new();
+        let mut tasks = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let state: String = r.get("state");
+            *counts.entry(state.clone()).or_insert(0) += 1;
+            let waits_on: Vec<i64> = r.get("waits_on");
+            let id: i64 = r.get("id");
+            tasks.push(TaskStatus {
+                id,
+                name: names[&id].clone(),
+                state,
+                started_at: time(r.get("started_at")),
+                finished_at: time(r.get("finished_at")),
+                waits_on: waits_on
+                    .iter()
+                    .map(|u| names.get(u).cloned().unwrap_or_else(|| format!("#{u}")))
+                    .collect(),
+                blocked_by: r.get("blocked_by"),
+            });
+        }
+        Ok(Some(WorkflowStatus {
+            id: workflow_id,
+            counts,
+            tasks,
+        }))
+    }
+}
