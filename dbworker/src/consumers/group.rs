@@ -14,6 +14,8 @@ use sqlx::{PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOptions};
 
+use super::books::Recheck;
+use super::dispatcher::{DispatcherOptions, LogDispatcher};
 use super::options::{LogEvent, LogOptions};
 use super::store::{LogJob, LogStore};
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
@@ -28,6 +30,14 @@ use crate::sql;
 pub trait Consumer<E>: Send + Sync + 'static {
     /// The consumer's name: its checkpoint and its assignment.
     fn name(&self) -> &str;
+
+    /// The aggregate types this consumer reads (the seed's `ScopedConsumer`).
+    /// Empty (the default): every event. The store filters in SQL on
+    /// `LogOptions::aggregate_type_column`, so the consumer never receives
+    /// events of other types, and its checkpoint still advances past them.
+    fn aggregate_types(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Handles one event, in position order, inside the batch's transaction.
     /// An error rolls the whole batch back; it is retried from the same
@@ -109,12 +119,18 @@ pub struct ConsumerGroupOptions {
     /// A batch running longer is rolled back and counts as a failure.
     /// Default 30 s.
     pub batch_timeout: Duration,
-    /// How often an idle process looks for new events when no notification
-    /// comes. Default 1 s.
+    /// Poll mode (no `log.listen`): how often the process's dispatcher reads
+    /// the log's head (one statement, shared by every group of the process on
+    /// the same events table and settings; consumers behind the head are then
+    /// woken). Also how often the group looks at its consumers' books, in
+    /// memory. Default 200 ms.
     pub poll_interval: Duration,
-    /// While polls keep finding nothing, the wait doubles from
-    /// `poll_interval` up to this (a notification or an event resets it).
-    /// Default 30 s.
+    /// Notify mode (`log.listen` set): the dispatcher reads the head on each
+    /// notification and at least this often, so an event whose NOTIFY was
+    /// lost is still handled within about this bound. Default 1 s.
+    pub reconcile_interval: Duration,
+    /// A consumer the head says is caught up is still asked about in the
+    /// database this often (a checkpoint moved by hand). Default 30 s.
     pub max_poll_interval: Duration,
 }
 
@@ -132,7 +148,8 @@ impl ConsumerGroupOptions {
             lease: Duration::from_secs(6),
             rebalance_interval: Duration::from_secs(2),
             batch_timeout: Duration::from_secs(30),
-            poll_interval: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(200),
+            reconcile_interval: Duration::from_secs(1),
             max_poll_interval: Duration::from_secs(30),
         }
     }
@@ -159,8 +176,14 @@ impl ConsumerGroupOptions {
         if self.batch_timeout.is_zero() {
             return invalid("batch_timeout", "must be positive");
         }
-        if self.poll_interval.is_zero() {
-            return invalid("poll_interval", "must be positive");
+        if self.poll_interval < Duration::from_millis(1) {
+            return invalid("poll_interval", "must be at least 1 ms");
+        }
+        if self.reconcile_interval < Duration::from_millis(1) {
+            return invalid("reconcile_interval", "must be at least 1 ms");
+        }
+        if self.max_poll_interval < self.poll_interval {
+            return invalid("max_poll_interval", "must be at least `poll_interval`");
         }
         if self.rebalance_interval.is_zero() {
             return invalid("rebalance_interval", "must be positive");
@@ -192,6 +215,7 @@ impl ConsumerGroupOptions {
 /// ```
 pub struct ConsumerGroup<E: LogEvent> {
     store: Arc<LogStore<E>>,
+    dispatcher: LogDispatcher,
     worker: Worker<LogStore<E>, Dispatch<E>>,
     election: LeaderElection,
     pool: PgPool,
@@ -229,12 +253,35 @@ where
         log.node_id = options.node_id.clone();
         log.consumers = names.clone();
         log.name = options.name.clone();
-        let store = Arc::new(LogStore::new(pool, log.clone()).await?);
+        log.scopes = consumers
+            .iter()
+            .map(|c| (c.name().to_owned(), c.aggregate_types()))
+            .filter(|(_, types)| !types.is_empty())
+            .collect();
+        // The process's dispatcher reads the head and listens; the store asks
+        // only about consumers behind it.
+        let mut d = DispatcherOptions::new(log.events_table.clone());
+        d.position_column = log.position_column.clone();
+        d.poll_interval = options.poll_interval;
+        d.listen = log.listen.take();
+        d.reconcile_interval = options.reconcile_interval;
+        d.connect_timeout = log.connect_timeout;
+        let dispatcher = LogDispatcher::new(pool, d).await?;
+        let mut store = LogStore::new(pool, log.clone()).await?;
+        store.dispatched_by(
+            dispatcher.clone(),
+            Recheck {
+                unheld: options.rebalance_interval,
+                always: options.max_poll_interval,
+            },
+        );
+        let store = Arc::new(store);
         let mut wo = WorkerOptions::new(format!("consumers:{}", options.name));
         wo.num_handlers = names.len();
         wo.hostname = Some(options.node_id.clone());
+        // Looking at the books costs no statement: no back-off needed.
         wo.interval = options.poll_interval;
-        wo.max_interval = Some(options.max_poll_interval.max(options.poll_interval));
+        wo.max_interval = None;
         wo.max_runtime_per_job = Some(options.batch_timeout);
         wo.heartbeat_interval = options.rebalance_interval;
         let dispatch = Dispatch {
@@ -253,6 +300,7 @@ where
         let election = LeaderElection::new(pool, lo).await?;
         Ok(ConsumerGroup {
             store,
+            dispatcher,
             worker,
             election,
             pool: pool.clone(),
@@ -263,6 +311,11 @@ where
         })
     }
 
+    /// The process's dispatcher this group shares (to see its head reads).
+    pub fn dispatcher(&self) -> &LogDispatcher {
+        &self.dispatcher
+    }
+
     /// Runs until `stop` fires (returning `Ok`) or a consumer fails
     /// `max_consecutive_failures` batches in a row (returning
     /// `Error::ConsumerFailed` after stopping everything): the batches of the
@@ -270,6 +323,7 @@ where
     pub async fn run(self, stop: CancellationToken) -> Result<()> {
         let ConsumerGroup {
             store,
+            dispatcher: _dispatcher,
             worker,
             election,
             pool,
