@@ -198,6 +198,16 @@ impl LogDispatcher {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
+    /// Wakes the groups after `delay`: a consumer left behind the head by a
+    /// full batch starts its next one once its pause is over.
+    pub(crate) fn wake_after(&self, delay: Duration) {
+        let wake = self.shared.wake.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            wake.wake();
+        });
+    }
+
     /// Wake-ups sent whenever the head moves.
     pub(crate) fn wakeups(&self) -> Wakeups {
         self.shared.wake.subscribe()

@@ -129,9 +129,13 @@ pub struct ConsumerGroupOptions {
     /// notification and at least this often, so an event whose NOTIFY was
     /// lost is still handled within about this bound. Default 1 s.
     pub reconcile_interval: Duration,
-    /// A consumer the head says is caught up is still asked about in the
-    /// database this often (a checkpoint moved by hand). Default 30 s.
+    /// While looking at the books finds nothing to do, the group's wait
+    /// doubles from `poll_interval` up to this (the dispatcher's wake-up, when
+    /// the head moves, resets it). Default 30 s.
     pub max_poll_interval: Duration,
+    /// A consumer the head says is caught up is still asked about in the
+    /// database this often (say, a checkpoint moved by hand). Default 30 s.
+    pub recheck_interval: Duration,
 }
 
 impl ConsumerGroupOptions {
@@ -151,6 +155,7 @@ impl ConsumerGroupOptions {
             poll_interval: Duration::from_millis(200),
             reconcile_interval: Duration::from_secs(1),
             max_poll_interval: Duration::from_secs(30),
+            recheck_interval: Duration::from_secs(30),
         }
     }
 
@@ -182,8 +187,8 @@ impl ConsumerGroupOptions {
         if self.reconcile_interval < Duration::from_millis(1) {
             return invalid("reconcile_interval", "must be at least 1 ms");
         }
-        if self.max_poll_interval < self.poll_interval {
-            return invalid("max_poll_interval", "must be at least `poll_interval`");
+        if self.recheck_interval < Duration::from_millis(1) {
+            return invalid("recheck_interval", "must be at least 1 ms");
         }
         if self.rebalance_interval.is_zero() {
             return invalid("rebalance_interval", "must be positive");
@@ -272,16 +277,15 @@ where
             dispatcher.clone(),
             Recheck {
                 unheld: options.rebalance_interval,
-                always: options.max_poll_interval,
+                always: options.recheck_interval,
             },
         );
         let store = Arc::new(store);
         let mut wo = WorkerOptions::new(format!("consumers:{}", options.name));
         wo.num_handlers = names.len();
         wo.hostname = Some(options.node_id.clone());
-        // Looking at the books costs no statement: no back-off needed.
         wo.interval = options.poll_interval;
-        wo.max_interval = None;
+        wo.max_interval = Some(options.max_poll_interval.max(options.poll_interval));
         wo.max_runtime_per_job = Some(options.batch_timeout);
         wo.heartbeat_interval = options.rebalance_interval;
         let dispatch = Dispatch {

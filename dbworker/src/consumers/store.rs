@@ -237,6 +237,11 @@ where
             self.o.batch_pause,
             self.o.retry_after,
         );
+        if let (Ok(at), Some((dispatcher, _))) = (outcome, &self.dispatched)
+            && dispatcher.head().is_none_or(|head| at < head)
+        {
+            dispatcher.wake_after(self.o.batch_pause);
+        }
         if let Err(message) = outcome
             && failures >= self.o.max_consecutive_failures
         {
