@@ -47,10 +47,12 @@ impl Consumer<Typed> for Orders {
         if event.aggregate_type != "order" {
             return Err(format!("received a {} event", event.aggregate_type).into());
         }
-        sqlx::query("INSERT INTO projection (consumer, position, aggregate_id) VALUES ('orders', $1, '')")
-            .bind(event.global_position)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO projection (consumer, position, aggregate_id) VALUES ('orders', $1, '')",
+        )
+        .bind(event.global_position)
+        .execute(&mut *tx)
+        .await?;
         Ok(())
     }
 }
@@ -136,11 +138,18 @@ async fn a_scoped_consumer_reads_only_its_types_and_its_checkpoint_passes_the_ot
     });
     let second = start_typed(&db, again.clone()).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(again.calls.load(Ordering::SeqCst), 0, "nothing re-delivered");
+    assert_eq!(
+        again.calls.load(Ordering::SeqCst),
+        0,
+        "nothing re-delivered"
+    );
     assert_eq!(checkpoint(&db, "orders").await, last);
     // New events: only the new orders, and the checkpoint moves to the end.
     let last = append_mixed(&db, 20, 5).await;
-    wait_for("the new end", async || checkpoint(&db, "orders").await == last).await;
+    wait_for("the new end", async || {
+        checkpoint(&db, "orders").await == last
+    })
+    .await;
     assert_eq!(again.calls.load(Ordering::SeqCst), 4);
     assert_eq!(projected(&db, "orders").await, 34);
     second.stop().await;
@@ -204,7 +213,10 @@ async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() 
         );
     }
     let dispatcher = groups[0].dispatcher().clone();
-    assert!(dispatcher.same_as(groups[1].dispatcher()), "one per process and log");
+    assert!(
+        dispatcher.same_as(groups[1].dispatcher()),
+        "one per process and log"
+    );
     let runs: Vec<_> = groups
         .into_iter()
         .map(|g| tokio::spawn(g.run(stop.clone())))
@@ -229,7 +241,7 @@ async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() 
     drop(dispatcher);
     pool.close().await;
 
-    let intervals = (idle.as_millis() / interval.as_millis()) as u64;
+    let intervals = u64::try_from(idle.as_millis() / interval.as_millis()).unwrap();
     println!("{idle_reads} head reads in {idle:?} of idle ({intervals} intervals), {reads} in all");
     assert!(
         idle_reads <= intervals + 3 && idle_reads >= intervals / 2,
@@ -254,7 +266,13 @@ async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval
     bad.node_id = "n".into();
     bad.reconcile_interval = Duration::ZERO;
     assert!(
-        matches!(bad.validate(), Err(Error::InvalidOption { field: "reconcile_interval", .. })),
+        matches!(
+            bad.validate(),
+            Err(Error::InvalidOption {
+                field: "reconcile_interval",
+                ..
+            })
+        ),
         "validated"
     );
 
@@ -265,7 +283,10 @@ async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval
     o.reconcile_interval = Duration::from_millis(300);
     let p = start(&db, vec![Project::new("audit")], o).await;
     shared::append(&db, 5).await;
-    wait_for("notified events", async || projected(&db, "audit").await == 5).await;
+    wait_for("notified events", async || {
+        projected(&db, "audit").await == 5
+    })
+    .await;
     // Idle long enough for any per-consumer back-off to have grown past the
     // bound (50 ms doubling: the next poll would come seconds later).
     tokio::time::sleep(Duration::from_millis(3300)).await;
@@ -286,7 +307,10 @@ async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval
         .unwrap();
     tx.commit().await.unwrap();
     let inserted = Instant::now();
-    wait_for("the silent event", async || projected(&db, "audit").await == 6).await;
+    wait_for("the silent event", async || {
+        projected(&db, "audit").await == 6
+    })
+    .await;
     let took = inserted.elapsed();
     println!("a silent event handled after {took:?} (reconcile every 300 ms)");
     assert!(

@@ -44,7 +44,10 @@ async fn run(db: &common::Db, name: &str) -> Vec<PgRow> {
 /// The block's rows through `SELECT <select> FROM (<block>) q`.
 async fn run_as(db: &common::Db, name: &str, select: &str) -> Vec<PgRow> {
     let sql = checked_sql(name);
-    let sql = format!("SELECT {select} FROM ({}) q", sql.trim().trim_end_matches(';'));
+    let sql = format!(
+        "SELECT {select} FROM ({}) q",
+        sql.trim().trim_end_matches(';')
+    );
     sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
         .fetch_all(&db.pool)
         .await
@@ -149,6 +152,9 @@ async fn the_consumer_troubleshooting_queries_find_the_stuck_consumer_its_event_
     tokio::time::sleep(Duration::from_millis(500)).await;
     let again = run_as(&db, "consumer-leader", since).await;
     assert_eq!(again[0].get::<String, _>("since"), first);
-    assert!(again[0].get::<Option<i32>, _>("pid").is_some(), "joined with the registry");
+    assert!(
+        again[0].get::<Option<i32>, _>("pid").is_some(),
+        "joined with the registry"
+    );
     p.stop().await.ok();
 }

@@ -3,16 +3,17 @@
 //! live processes by the leader ([`ConsumerGroup`]), woken by the process's
 //! reader of the log's head ([`LogDispatcher`]).
 
+pub(crate) mod batch;
 pub(crate) mod books;
 pub(crate) mod dispatcher;
 pub(crate) mod group;
 pub(crate) mod options;
 pub(crate) mod store;
 
+pub use dispatcher::{DispatcherOptions, LogDispatcher};
 pub use group::{
     Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
 };
-pub use dispatcher::{DispatcherOptions, LogDispatcher};
 pub use options::{LogEvent, LogOptions};
 pub use store::{
     ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogJob, LogStore,

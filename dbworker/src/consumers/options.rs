@@ -137,7 +137,10 @@ impl LogOptions {
         let mut scopes = HashMap::new();
         for (consumer, types) in &self.scopes {
             if names.binary_search(consumer).is_err() {
-                return Err(invalid("scopes", "names a consumer that is not in `consumers`"));
+                return Err(invalid(
+                    "scopes",
+                    "names a consumer that is not in `consumers`",
+                ));
             }
             if types.iter().any(|t| t.is_empty()) {
                 return Err(invalid("scopes", "an aggregate type must not be empty"));

@@ -11,16 +11,17 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
+use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{
-    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Store, Wakeups, WorkerOptions,
+    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Store, Wakeups, WorkerOptions,
 };
 
 use crate::error::{Error, Result};
 use crate::sql;
 
-use super::books::{Books, Recheck, Slot};
+pub use super::batch::{ConsumerBatch, LogJob};
+use super::books::{Books, Recheck};
 use super::dispatcher::LogDispatcher;
 use super::options::{LogEvent, LogOptions, LogResolved};
 
@@ -28,80 +29,6 @@ use super::options::{LogEvent, LogOptions, LogResolved};
 pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";
 /// The checkpoint table's default name.
 pub const DEFAULT_CHECKPOINT_TABLE: &str = "dbworker_consumer_checkpoints";
-
-/// One consumer's batch: what the handler gets.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct ConsumerBatch<E> {
-    /// The consumer's name.
-    pub consumer: String,
-    /// The events after the checkpoint, in position order (empty until the
-    /// batch is opened).
-    pub events: Vec<E>,
-    /// The checkpoint the batch starts after.
-    pub after: i64,
-    /// The position of the batch's last event.
-    pub last: i64,
-    /// Why the events could not be read (a row that failed to scan): the
-    /// batch then fails, counting toward `max_consecutive_failures`.
-    pub problem: Option<String>,
-    index: i64,
-}
-
-impl<E: Send + Sync + 'static> Record for ConsumerBatch<E> {
-    fn id(&self) -> i64 {
-        self.index
-    }
-}
-
-/// A claimed batch and its transaction.
-pub struct LogJob<E> {
-    batch: ConsumerBatch<E>,
-    lease: Lease,
-    tx: Option<Transaction<'static, Postgres>>,
-    /// Frees the consumer in this process however the job ends (also when the
-    /// worker drops it without a mark, as for a lost assignment).
-    _slot: Slot,
-}
-
-impl<E> fmt::Debug for LogJob<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LogJob")
-            .field("consumer", &self.batch.consumer)
-            .field("after", &self.batch.after)
-            .field("events", &self.batch.events.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<E> LogJob<E> {
-    /// The batch.
-    pub fn batch(&self) -> &ConsumerBatch<E> {
-        &self.batch
-    }
-
-    pub(crate) fn events_mut(&mut self) -> &mut Vec<E> {
-        &mut self.batch.events
-    }
-
-    /// The batch's transaction: what the consumer writes here commits with the
-    /// checkpoint advance, or not at all. `None` before the batch is opened.
-    pub fn tx(&mut self) -> Option<&mut PgConnection> {
-        self.tx.as_deref_mut()
-    }
-}
-
-impl<E: Send + Sync + 'static> workerutil::Job for LogJob<E> {
-    type Record = ConsumerBatch<E>;
-
-    fn record(&self) -> &ConsumerBatch<E> {
-        &self.batch
-    }
-
-    fn lease(&self) -> Lease {
-        self.lease
-    }
-}
 
 /// Why a [`LogStore`] stopped its group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -309,12 +236,17 @@ where
                 if head <= checkpoint {
                     return Ok(false);
                 }
-                let rows =
-                    sql::log_scoped_batch(&self.o, checkpoint, head, types.clone(), self.o.batch_size)
-                        .query()
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err(Error::db("log_scoped_batch"))?;
+                let rows = sql::log_scoped_batch(
+                    &self.o,
+                    checkpoint,
+                    head,
+                    types.clone(),
+                    self.o.batch_size,
+                )
+                .query()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Error::db("log_scoped_batch"))?;
                 let full = rows.len() >= self.o.batch_size as usize;
                 let last = match rows.last() {
                     Some(r) if full => r.get::<i64, _>(sql::LOG_POSITION),

@@ -416,10 +416,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
             "log_lock_assignment",
             log_lock_assignment(&l, "billing", "h:1:ab"),
         ),
-        (
-            "log_held",
-            log_held(&l, "h:1:ab", vec!["billing".into()]),
-        ),
+        ("log_held", log_held(&l, "h:1:ab", vec!["billing".into()])),
         ("log_head", log_head(&l)),
         (
             "log_scoped_batch",
