@@ -319,3 +319,23 @@ async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval
     );
     p.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn scopes_are_validated_and_need_the_type_column() {
+    use dbworker::consumers::{LogOptions, LogStore};
+    let db = set_up().await;
+    let mut o = LogOptions::new("log", "events e", "node-a", vec!["orders".into()]);
+    o.scopes.insert("billing".into(), vec!["order".into()]);
+    assert!(matches!(
+        o.validate(),
+        Err(Error::InvalidOption {
+            field: "scopes",
+            ..
+        })
+    ));
+    o.scopes.clear();
+    o.scopes.insert("orders".into(), vec!["order".into()]);
+    o.aggregate_type_column = "kind".into();
+    let err = LogStore::<Typed>::new(&db.pool, o).await.unwrap_err();
+    assert!(err.to_string().contains("kind"), "{err}");
+}

@@ -61,7 +61,8 @@ pub struct LogOptions {
     /// `aggregate_type`.
     pub aggregate_type_column: String,
     /// The NOTIFY channel the events table's trigger uses (see
-    /// `events_table_sql`); `None`: poll only.
+    /// `events_table_sql`); `None`: poll only. In a `ConsumerGroup` the
+    /// process's `LogDispatcher` listens on it instead of the store.
     pub listen: Option<String>,
     /// How long the listener waits for a connection. Default 5 s.
     pub connect_timeout: Duration,
