@@ -14,6 +14,8 @@ use sqlx::{PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOptions};
 
+use super::books::Recheck;
+use super::dispatcher::{DispatcherOptions, LogDispatcher};
 use super::options::{LogEvent, LogOptions};
 use super::store::{LogJob, LogStore};
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
@@ -28,6 +30,14 @@ use crate::sql;
 pub trait Consumer<E>: Send + Sync + 'static {
     /// The consumer's name: its checkpoint and its assignment.
     fn name(&self) -> &str;
+
+    /// The aggregate types this consumer reads (the seed's `ScopedConsumer`).
+    /// Empty (the default): every event. The store filters in SQL on
+    /// `LogOptions::aggregate_type_column`, so the consumer never receives
+    /// events of other types, and its checkpoint still advances past them.
+    fn aggregate_types(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Handles one event, in position order, inside the batch's transaction.
     /// An error rolls the whole batch back; it is retried from the same
@@ -109,13 +119,23 @@ pub struct ConsumerGroupOptions {
     /// A batch running longer is rolled back and counts as a failure.
     /// Default 30 s.
     pub batch_timeout: Duration,
-    /// How often an idle process looks for new events when no notification
-    /// comes. Default 1 s.
+    /// Poll mode (no `log.listen`): how often the process's dispatcher reads
+    /// the log's head (one statement, shared by every group of the process on
+    /// the same events table and settings; consumers behind the head are then
+    /// woken). Also how often the group looks at its consumers' books, in
+    /// memory. Default 200 ms.
     pub poll_interval: Duration,
-    /// While polls keep finding nothing, the wait doubles from
-    /// `poll_interval` up to this (a notification or an event resets it).
-    /// Default 30 s.
+    /// Notify mode (`log.listen` set): the dispatcher reads the head on each
+    /// notification and at least this often, so an event whose NOTIFY was
+    /// lost is still handled within about this bound. Default 1 s.
+    pub reconcile_interval: Duration,
+    /// While looking at the books finds nothing to do, the group's wait
+    /// doubles from `poll_interval` up to this (the dispatcher's wake-up, when
+    /// the head moves, resets it). Default 30 s.
     pub max_poll_interval: Duration,
+    /// A consumer the head says is caught up is still asked about in the
+    /// database this often (say, a checkpoint moved by hand). Default 30 s.
+    pub recheck_interval: Duration,
 }
 
 impl ConsumerGroupOptions {
@@ -132,8 +152,10 @@ impl ConsumerGroupOptions {
             lease: Duration::from_secs(6),
             rebalance_interval: Duration::from_secs(2),
             batch_timeout: Duration::from_secs(30),
-            poll_interval: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(200),
+            reconcile_interval: Duration::from_secs(1),
             max_poll_interval: Duration::from_secs(30),
+            recheck_interval: Duration::from_secs(30),
         }
     }
 
@@ -159,8 +181,14 @@ impl ConsumerGroupOptions {
         if self.batch_timeout.is_zero() {
             return invalid("batch_timeout", "must be positive");
         }
-        if self.poll_interval.is_zero() {
-            return invalid("poll_interval", "must be positive");
+        if self.poll_interval < Duration::from_millis(1) {
+            return invalid("poll_interval", "must be at least 1 ms");
+        }
+        if self.reconcile_interval < Duration::from_millis(1) {
+            return invalid("reconcile_interval", "must be at least 1 ms");
+        }
+        if self.recheck_interval < Duration::from_millis(1) {
+            return invalid("recheck_interval", "must be at least 1 ms");
         }
         if self.rebalance_interval.is_zero() {
             return invalid("rebalance_interval", "must be positive");
@@ -192,6 +220,7 @@ impl ConsumerGroupOptions {
 /// ```
 pub struct ConsumerGroup<E: LogEvent> {
     store: Arc<LogStore<E>>,
+    dispatcher: LogDispatcher,
     worker: Worker<LogStore<E>, Dispatch<E>>,
     election: LeaderElection,
     pool: PgPool,
@@ -229,7 +258,29 @@ where
         log.node_id = options.node_id.clone();
         log.consumers = names.clone();
         log.name = options.name.clone();
-        let store = Arc::new(LogStore::new(pool, log.clone()).await?);
+        log.scopes = consumers
+            .iter()
+            .map(|c| (c.name().to_owned(), c.aggregate_types()))
+            .filter(|(_, types)| !types.is_empty())
+            .collect();
+        // The process's dispatcher reads the head and listens; the store asks
+        // only about consumers behind it.
+        let mut d = DispatcherOptions::new(log.events_table.clone());
+        d.position_column = log.position_column.clone();
+        d.poll_interval = options.poll_interval;
+        d.listen = log.listen.take();
+        d.reconcile_interval = options.reconcile_interval;
+        d.connect_timeout = log.connect_timeout;
+        let dispatcher = LogDispatcher::new(pool, d).await?;
+        let mut store = LogStore::new(pool, log.clone()).await?;
+        store.dispatched_by(
+            dispatcher.clone(),
+            Recheck {
+                unheld: options.rebalance_interval,
+                always: options.recheck_interval,
+            },
+        );
+        let store = Arc::new(store);
         let mut wo = WorkerOptions::new(format!("consumers:{}", options.name));
         wo.num_handlers = names.len();
         wo.hostname = Some(options.node_id.clone());
@@ -253,6 +304,7 @@ where
         let election = LeaderElection::new(pool, lo).await?;
         Ok(ConsumerGroup {
             store,
+            dispatcher,
             worker,
             election,
             pool: pool.clone(),
@@ -263,6 +315,11 @@ where
         })
     }
 
+    /// The process's dispatcher this group shares (to see its head reads).
+    pub fn dispatcher(&self) -> &LogDispatcher {
+        &self.dispatcher
+    }
+
     /// Runs until `stop` fires (returning `Ok`) or a consumer fails
     /// `max_consecutive_failures` batches in a row (returning
     /// `Error::ConsumerFailed` after stopping everything): the batches of the
@@ -270,6 +327,7 @@ where
     pub async fn run(self, stop: CancellationToken) -> Result<()> {
         let ConsumerGroup {
             store,
+            dispatcher: _dispatcher,
             worker,
             election,
             pool,

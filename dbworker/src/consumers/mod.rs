@@ -1,11 +1,16 @@
 //! Log consumers: named consumers of an append-only events table, each with a
 //! checkpoint advanced in its batch's transaction ([`LogStore`]), assigned to
-//! live processes by the leader ([`ConsumerGroup`]).
+//! live processes by the leader ([`ConsumerGroup`]), woken by the process's
+//! reader of the log's head ([`LogDispatcher`]).
 
+pub(crate) mod batch;
+pub(crate) mod books;
+pub(crate) mod dispatcher;
 pub(crate) mod group;
 pub(crate) mod options;
 pub(crate) mod store;
 
+pub use dispatcher::{DispatcherOptions, LogDispatcher};
 pub use group::{
     Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
 };

@@ -1,5 +1,6 @@
 //! `LogOptions`: the events table, the consumers and their control tables.
 
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use sqlx::FromRow;
@@ -48,8 +49,20 @@ pub struct LogOptions {
     /// A consumer failing this many batches in a row stops the group (the
     /// process should exit and be looked at). Default 5.
     pub max_consecutive_failures: u32,
+    /// The aggregate types each scoped consumer reads, by consumer name (the
+    /// seed's `ScopedConsumer`; `ConsumerGroup` fills it from
+    /// `Consumer::aggregate_types`). A consumer absent here, or with no types,
+    /// reads every event. The batch filters in SQL (`aggregate_type_column =
+    /// ANY($types)`), so a scoped consumer never receives the other events, and
+    /// its checkpoint still advances past them (to the head of the log read
+    /// in the batch's transaction). Default: none.
+    pub scopes: BTreeMap<String, Vec<String>>,
+    /// The column scoped consumers' types are matched against. Default
+    /// `aggregate_type`.
+    pub aggregate_type_column: String,
     /// The NOTIFY channel the events table's trigger uses (see
-    /// `events_table_sql`); `None`: poll only.
+    /// `events_table_sql`); `None`: poll only. In a `ConsumerGroup` the
+    /// process's `LogDispatcher` listens on it instead of the store.
     pub listen: Option<String>,
     /// How long the listener waits for a connection. Default 5 s.
     pub connect_timeout: Duration,
@@ -76,6 +89,8 @@ impl LogOptions {
             batch_pause: Duration::from_millis(200),
             retry_after: Duration::from_secs(1),
             max_consecutive_failures: 5,
+            scopes: BTreeMap::new(),
+            aggregate_type_column: "aggregate_type".into(),
             listen: None,
             connect_timeout: crate::store::options::DEFAULT_CONNECT_TIMEOUT,
         }
@@ -118,6 +133,23 @@ impl LogOptions {
         {
             return Err(invalid("listen", "must be a plain identifier"));
         }
+        let type_column =
+            crate::columns::column_name("aggregate_type_column", &self.aggregate_type_column)?;
+        let mut scopes = HashMap::new();
+        for (consumer, types) in &self.scopes {
+            if names.binary_search(consumer).is_err() {
+                return Err(invalid(
+                    "scopes",
+                    "names a consumer that is not in `consumers`",
+                ));
+            }
+            if types.iter().any(|t| t.is_empty()) {
+                return Err(invalid("scopes", "an aggregate type must not be empty"));
+            }
+            if !types.is_empty() {
+                scopes.insert(consumer.clone(), types.clone());
+            }
+        }
         let events = Relation::parse("events_table", &self.events_table)?;
         let column_expressions = if self.column_expressions.is_empty() {
             vec![format!("{}.*", sql::quote(&events.alias))]
@@ -132,9 +164,11 @@ impl LogOptions {
                 assignments: Relation::parse("assignment_table", &self.assignment_table)?,
                 checkpoints: Relation::parse("checkpoint_table", &self.checkpoint_table)?,
                 events,
+                type_column,
             },
             node_id: self.node_id.clone(),
             consumers: names,
+            scopes,
             batch_size: self.batch_size,
             batch_pause: self.batch_pause,
             retry_after: self.retry_after,
@@ -151,6 +185,8 @@ pub(crate) struct LogResolved {
     pub(crate) node_id: String,
     /// Sorted; a consumer's index is its record id.
     pub(crate) consumers: Vec<String>,
+    /// The scoped consumers' aggregate types (never empty lists).
+    pub(crate) scopes: HashMap<String, Vec<String>>,
     pub(crate) batch_size: u32,
     pub(crate) batch_pause: Duration,
     pub(crate) retry_after: Duration,

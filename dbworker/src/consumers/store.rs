@@ -6,129 +6,29 @@
 //! transaction, so what the consumer wrote through that transaction and the
 //! checkpoint commit together (exactly once within Postgres).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
-use tokio::time::Instant;
+use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{
-    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Store, Wakeups, WorkerOptions,
+    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Store, Wakeups, WorkerOptions,
 };
 
 use crate::error::{Error, Result};
 use crate::sql;
 
+pub use super::batch::{ConsumerBatch, LogJob};
+use super::books::{Books, Recheck};
+use super::dispatcher::LogDispatcher;
 use super::options::{LogEvent, LogOptions, LogResolved};
 
 /// The assignment table's default name.
 pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";
 /// The checkpoint table's default name.
 pub const DEFAULT_CHECKPOINT_TABLE: &str = "dbworker_consumer_checkpoints";
-
-/// One consumer's batch: what the handler gets.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct ConsumerBatch<E> {
-    /// The consumer's name.
-    pub consumer: String,
-    /// The events after the checkpoint, in position order (empty until the
-    /// batch is opened).
-    pub events: Vec<E>,
-    /// The checkpoint the batch starts after.
-    pub after: i64,
-    /// The position of the batch's last event.
-    pub last: i64,
-    /// Why the events could not be read (a row that failed to scan): the
-    /// batch then fails, counting toward `max_consecutive_failures`.
-    pub problem: Option<String>,
-    index: i64,
-}
-
-impl<E: Send + Sync + 'static> Record for ConsumerBatch<E> {
-    fn id(&self) -> i64 {
-        self.index
-    }
-}
-
-/// A claimed batch and its transaction.
-pub struct LogJob<E> {
-    batch: ConsumerBatch<E>,
-    lease: Lease,
-    tx: Option<Transaction<'static, Postgres>>,
-    /// Frees the consumer in this process however the job ends (also when the
-    /// worker drops it without a mark, as for a lost assignment).
-    _slot: Slot,
-}
-
-/// A consumer's in-flight mark in the process's books, for one batch.
-struct Slot {
-    state: Arc<Mutex<HashMap<String, ConsumerState>>>,
-    consumer: String,
-    batch: u64,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut state = self.state.lock().expect("not poisoned");
-        if let Some(s) = state.get_mut(&self.consumer)
-            && s.in_flight == Some(self.batch)
-        {
-            s.in_flight = None;
-        }
-    }
-}
-
-impl<E> fmt::Debug for LogJob<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LogJob")
-            .field("consumer", &self.batch.consumer)
-            .field("after", &self.batch.after)
-            .field("events", &self.batch.events.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<E> LogJob<E> {
-    /// The batch.
-    pub fn batch(&self) -> &ConsumerBatch<E> {
-        &self.batch
-    }
-
-    pub(crate) fn events_mut(&mut self) -> &mut Vec<E> {
-        &mut self.batch.events
-    }
-
-    /// The batch's transaction: what the consumer writes here commits with the
-    /// checkpoint advance, or not at all. `None` before the batch is opened.
-    pub fn tx(&mut self) -> Option<&mut PgConnection> {
-        self.tx.as_deref_mut()
-    }
-}
-
-impl<E: Send + Sync + 'static> workerutil::Job for LogJob<E> {
-    type Record = ConsumerBatch<E>;
-
-    fn record(&self) -> &ConsumerBatch<E> {
-        &self.batch
-    }
-
-    fn lease(&self) -> Lease {
-        self.lease
-    }
-}
-
-/// Per consumer, in this process.
-#[derive(Debug, Default)]
-struct ConsumerState {
-    /// The batch running now, by its number in this process.
-    in_flight: Option<u64>,
-    not_before: Option<Instant>,
-    failures: u32,
-}
 
 /// Why a [`LogStore`] stopped its group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,8 +43,10 @@ pub(crate) struct Fatal {
 pub struct LogStore<E> {
     pool: PgPool,
     o: LogResolved,
-    state: Arc<Mutex<HashMap<String, ConsumerState>>>,
-    batches: std::sync::atomic::AtomicU64,
+    books: Books,
+    /// The process's reader of the log's head, if a group attached one: then
+    /// only consumers behind the head are asked about.
+    dispatched: Option<(LogDispatcher, Recheck)>,
     fatal: Mutex<Option<Fatal>>,
     stop: CancellationToken,
     wakeups: Option<(Wakeups, Arc<crate::notify::ListenerTask>)>,
@@ -193,12 +95,16 @@ where
                 .await?,
             );
         }
+        let mut event_columns = vec![o.position_column.as_str()];
+        if !o.scopes.is_empty() {
+            event_columns.push(&o.type_column);
+        }
         problems.extend(
             crate::schema_check::missing_columns(
                 &pool,
                 &o.events,
                 "events table",
-                &[&o.position_column],
+                &event_columns,
                 "",
             )
             .await?,
@@ -224,8 +130,8 @@ where
         Ok(LogStore {
             pool,
             o,
-            state: Arc::new(Mutex::new(HashMap::new())),
-            batches: std::sync::atomic::AtomicU64::new(0),
+            books: Books::default(),
+            dispatched: None,
             fatal: Mutex::new(None),
             stop: CancellationToken::new(),
             wakeups,
@@ -242,45 +148,37 @@ where
         self.fatal.lock().expect("not poisoned").clone()
     }
 
-    /// Consumers this process may start a batch of now.
-    fn ready(&self) -> Vec<String> {
-        let now = Instant::now();
-        let state = self.state.lock().expect("not poisoned");
-        self.o
-            .consumers
-            .iter()
-            .filter(|c| {
-                state
-                    .get(*c)
-                    .is_none_or(|s| s.in_flight.is_none() && s.not_before.is_none_or(|t| t <= now))
-            })
-            .cloned()
-            .collect()
+    /// Lets `dispatcher` say when the log moved: claims then ask the
+    /// database only about consumers behind its head (or due for `recheck`),
+    /// and its wake-ups replace the store's own listener.
+    pub(crate) fn dispatched_by(&mut self, dispatcher: LogDispatcher, recheck: Recheck) {
+        self.wakeups = None;
+        self.dispatched = Some((dispatcher, recheck));
     }
 
-    /// Ends a batch in this process's books.
-    fn settle(&self, consumer: &str, failed: Option<&str>) {
-        let mut state = self.state.lock().expect("not poisoned");
-        let s = state.entry(consumer.to_owned()).or_default();
-        s.in_flight = None;
-        match failed {
-            None => {
-                s.failures = 0;
-                s.not_before = Some(Instant::now() + self.o.batch_pause);
-            }
-            Some(message) => {
-                s.failures += 1;
-                s.not_before = Some(Instant::now() + self.o.retry_after);
-                if s.failures >= self.o.max_consecutive_failures {
-                    tracing::error!(store = %self.o.name, consumer, failures = s.failures, error = message, "consumer failed too many batches in a row; stopping");
-                    *self.fatal.lock().expect("not poisoned") = Some(Fatal {
-                        consumer: consumer.to_owned(),
-                        failures: s.failures,
-                        message: message.to_owned(),
-                    });
-                    self.stop.cancel();
-                }
-            }
+    /// Ends a batch in this process's books: `Ok(checkpoint)` after a commit.
+    fn settle(&self, consumer: &str, outcome: std::result::Result<i64, &str>) {
+        let failures = self.books.settle(
+            consumer,
+            outcome.map_err(|_| ()),
+            self.o.batch_pause,
+            self.o.retry_after,
+        );
+        if let (Ok(at), Some((dispatcher, _))) = (outcome, &self.dispatched)
+            && dispatcher.head().is_none_or(|head| at < head)
+        {
+            dispatcher.wake_after(self.o.batch_pause);
+        }
+        if let Err(message) = outcome
+            && failures >= self.o.max_consecutive_failures
+        {
+            tracing::error!(store = %self.o.name, consumer, failures, error = message, "consumer failed too many batches in a row; stopping");
+            *self.fatal.lock().expect("not poisoned") = Some(Fatal {
+                consumer: consumer.to_owned(),
+                failures,
+                message: message.to_owned(),
+            });
+            self.stop.cancel();
         }
     }
 
@@ -312,13 +210,50 @@ where
         if checkpoint != job.lease.token {
             return Ok(false);
         }
-        let rows = sql::log_batch(&self.o, checkpoint, self.o.batch_size)
-            .query()
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(Error::db("log_batch"))?;
-        let Some(last) = rows.last().map(|r| r.get::<i64, _>(sql::LOG_POSITION)) else {
-            return Ok(false);
+        let (rows, last) = match self.o.scopes.get(&consumer) {
+            None => {
+                let rows = sql::log_batch(&self.o, checkpoint, self.o.batch_size)
+                    .query()
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(Error::db("log_batch"))?;
+                let Some(last) = rows.last().map(|r| r.get::<i64, _>(sql::LOG_POSITION)) else {
+                    return Ok(false);
+                };
+                (rows, last)
+            }
+            Some(types) => {
+                // Read the head first: every event up to it that is in scope
+                // is visible to the batch read after it, so the checkpoint may
+                // move to the head (past the events of other types) when the
+                // batch is not full.
+                let head: i64 = sql::log_head(&self.o)
+                    .query()
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(Error::db("log_head"))?
+                    .get(sql::LOG_HEAD);
+                if head <= checkpoint {
+                    return Ok(false);
+                }
+                let rows = sql::log_scoped_batch(
+                    &self.o,
+                    checkpoint,
+                    head,
+                    types.clone(),
+                    self.o.batch_size,
+                )
+                .query()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Error::db("log_scoped_batch"))?;
+                let full = rows.len() >= self.o.batch_size as usize;
+                let last = match rows.last() {
+                    Some(r) if full => r.get::<i64, _>(sql::LOG_POSITION),
+                    _ => head,
+                };
+                (rows, last)
+            }
         };
         let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -383,6 +318,9 @@ where
     }
 
     fn wakeups(&self) -> Option<Wakeups> {
+        if let Some((dispatcher, _)) = &self.dispatched {
+            return Some(dispatcher.wakeups());
+        }
         self.wakeups.as_ref().map(|(w, _)| w.clone())
     }
 
@@ -401,28 +339,54 @@ where
         _conditions: &(),
         limit: usize,
     ) -> std::result::Result<Vec<LogJob<E>>, BoxError> {
-        let ready = self.ready();
+        let ready = self.books.ready(&self.o.consumers);
         if ready.is_empty() || self.stop.is_cancelled() {
             return Ok(Vec::new());
         }
-        let rows = sql::log_pending(&self.o, &self.o.node_id, ready, Some(limit))
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(Error::db("log_pending"))?;
-        let mut state = self.state.lock().expect("not poisoned");
-        let mut jobs = Vec::with_capacity(rows.len());
-        for row in rows {
-            let consumer: String = row.get("consumer_name");
-            let consumer_name = consumer.clone();
-            let after: i64 = row.get("last_position");
+        let pending: Vec<(String, i64)> = match &self.dispatched {
+            None => sql::log_pending(&self.o, &self.o.node_id, ready, Some(limit))
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(Error::db("log_pending"))?
+                .iter()
+                .map(|r| (r.get("consumer_name"), r.get("last_position")))
+                .collect(),
+            Some((dispatcher, recheck)) => {
+                // The head is read before the consumers: one found caught up
+                // has no event after its checkpoint, so none up to this head.
+                let behind = self.books.behind(ready, dispatcher.head(), *recheck);
+                if behind.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let rows = sql::log_held(&self.o, &self.o.node_id, behind.clone())
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(Error::db("log_held"))?;
+                let mut pending = Vec::new();
+                for name in &behind {
+                    let row = rows
+                        .iter()
+                        .find(|r| r.get::<String, _>("consumer_name") == *name);
+                    match row {
+                        None => self.books.checked(name, None),
+                        Some(r) if r.get::<bool, _>("pending") => {
+                            pending.push((name.clone(), r.get("last_position")));
+                        }
+                        Some(r) => self.books.checked(name, Some(r.get("last_position"))),
+                    }
+                }
+                pending.truncate(limit);
+                pending
+            }
+        };
+        let mut jobs = Vec::with_capacity(pending.len());
+        for (consumer, after) in pending {
             let Ok(index) = self.o.consumers.binary_search(&consumer) else {
                 continue;
             };
-            let batch = self
-                .batches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            state.entry(consumer.clone()).or_default().in_flight = Some(batch);
+            let slot = self.books.start(&consumer);
             let index = i64::try_from(index).unwrap_or(i64::MAX);
             jobs.push(LogJob {
                 batch: ConsumerBatch {
@@ -438,11 +402,7 @@ where
                     token: after,
                 },
                 tx: None,
-                _slot: Slot {
-                    state: self.state.clone(),
-                    consumer: consumer_name,
-                    batch,
-                },
+                _slot: slot,
             });
         }
         Ok(jobs)
@@ -453,6 +413,8 @@ where
             Ok(true) => Ok(true),
             Ok(false) => {
                 // Lost the assignment, or nothing left to read: not an error.
+                // Ask the database again next time rather than trust the books.
+                self.books.forget(&job.batch.consumer);
                 Self::rollback(job).await;
                 Ok(false)
             }
@@ -520,21 +482,22 @@ where
             Ok(done) if done.rows_affected() == 1 => true,
             Ok(_) => false,
             Err(err) => {
-                self.settle(&consumer, Some(&err.to_string()));
+                self.settle(&consumer, Err(&err.to_string()));
                 return Err(Box::new(err));
             }
         };
         if !advanced {
+            self.books.forget(&consumer);
             let _ = tx.rollback().await;
             return Ok(false);
         }
         match tx.commit().await {
             Ok(()) => {
-                self.settle(&consumer, None);
+                self.settle(&consumer, Ok(job.batch.last));
                 Ok(true)
             }
             Err(err) => {
-                self.settle(&consumer, Some(&err.to_string()));
+                self.settle(&consumer, Err(&err.to_string()));
                 Err(Box::new(Error::db("commit")(err)))
             }
         }
@@ -547,7 +510,7 @@ where
     ) -> std::result::Result<bool, BoxError> {
         Self::rollback(job).await;
         tracing::warn!(store = %self.o.name, consumer = %job.batch.consumer, after = job.batch.after, error = message, "batch failed; it is retried from the same position");
-        self.settle(&job.batch.consumer, Some(message));
+        self.settle(&job.batch.consumer, Err(message));
         Ok(true)
     }
 

@@ -24,6 +24,8 @@ pub(crate) struct LogTables {
     pub(crate) column_expressions: Vec<String>,
     pub(crate) assignments: Relation,
     pub(crate) checkpoints: Relation,
+    /// The column a scoped consumer's aggregate types are matched against.
+    pub(crate) type_column: String,
 }
 
 /// An unqualified column.
@@ -79,6 +81,87 @@ pub(crate) fn log_pending(
         let most = i64::MAX.unsigned_abs();
         q.limit(Ord::min(u64::try_from(limit).unwrap_or(most), most));
     }
+    Statement::from(&q)
+}
+
+/// The consumers among `names` assigned to `node`, each with its checkpoint
+/// and whether the log has events after it: the dispatched claim, which must
+/// also learn which consumers are held and caught up, so it need not ask again
+/// until the log's head moves.
+pub(crate) fn log_held(l: &LogTables, node: &str, names: Vec<String>) -> Statement {
+    let e = &l.events;
+    let checkpoint = Func::coalesce([col("c", "last_position"), int(0)]);
+    let newer = Query::select()
+        .expr(int(1))
+        .from(table_ref(e))
+        .and_where(col(&e.alias, &l.position_column).gt(checkpoint.clone()))
+        .to_owned();
+    let q = Query::select()
+        .expr(col("a", "consumer_name"))
+        .expr_as(
+            Expr::from(checkpoint).cast_as("bigint"),
+            alias("last_position"),
+        )
+        .expr_as(Expr::exists(newer), alias("pending"))
+        .from(plain_table(&l.assignments).alias(alias("a")))
+        .left_join(
+            plain_table(&l.checkpoints).alias(alias("c")),
+            col("c", "consumer_name").equals((alias("a"), alias("consumer_name"))),
+        )
+        .and_where(col("a", "node_id").eq(node))
+        .and_where(col("a", "consumer_name").eq(PgFunc::any(Expr::val(names).cast_as("text[]"))))
+        .order_by((alias("a"), alias("consumer_name")), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The log's head: its greatest position (0 when empty), one probe of the
+/// position index. The dispatcher reads it; a scoped batch reads it to know
+/// how far its checkpoint may advance past events of other types.
+pub(crate) fn log_head(l: &LogTables) -> Statement {
+    let e = &l.events;
+    let q = Query::select()
+        .expr_as(
+            Expr::from(Func::coalesce([
+                Func::max(col(&e.alias, &l.position_column)).into(),
+                int(0),
+            ]))
+            .cast_as("bigint"),
+            alias(LOG_HEAD),
+        )
+        .from(table_ref(e))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The column `log_head` returns the head in.
+pub(crate) const LOG_HEAD: &str = "head";
+
+/// A scoped consumer's next batch: the events after `after` and up to `upto`
+/// (the head read before it) whose aggregate type is one of `types`, in
+/// position order. Filtered here, so the consumer never receives the others.
+pub(crate) fn log_scoped_batch(
+    l: &LogTables,
+    after: i64,
+    upto: i64,
+    types: Vec<String>,
+    size: u32,
+) -> Statement {
+    let e = &l.events;
+    let position = col(&e.alias, &l.position_column);
+    let mut q = Query::select();
+    for expr in &l.column_expressions {
+        q.expr(Expr::cust(expr.clone()));
+    }
+    q.expr_as(position.clone().cast_as("bigint"), alias(LOG_POSITION))
+        .from(table_ref(e))
+        .and_where(position.clone().gt(after))
+        .and_where(position.clone().lte(upto))
+        .and_where(
+            col(&e.alias, &l.type_column).eq(PgFunc::any(Expr::val(types).cast_as("text[]"))),
+        )
+        .order_by_expr(position, Order::Asc)
+        .limit(u64::from(size));
     Statement::from(&q)
 }
 

@@ -85,6 +85,7 @@ fn log_tables() -> LogTables {
         position_column: "position".into(),
         assignments: rel("dbworker_consumer_assignments"),
         checkpoints: rel("dbworker_consumer_checkpoints"),
+        type_column: "aggregate_type".into(),
     }
 }
 
@@ -434,6 +435,12 @@ fn statements() -> Vec<(&'static str, Statement)> {
         (
             "log_lock_assignment",
             log_lock_assignment(&l, "billing", "h:1:ab"),
+        ),
+        ("log_held", log_held(&l, "h:1:ab", vec!["billing".into()])),
+        ("log_head", log_head(&l)),
+        (
+            "log_scoped_batch",
+            log_scoped_batch(&l, 10, 500, vec!["order".into()], 100),
         ),
         ("log_checkpoint", log_checkpoint(&l, "billing")),
         ("log_batch", log_batch(&l, 10, 100)),

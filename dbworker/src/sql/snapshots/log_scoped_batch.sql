@@ -1,0 +1,1 @@
+SELECT "e".*, CAST("e"."position" AS bigint) AS "dbworker_position" FROM "app"."events" AS "e" WHERE "e"."position" > $1 AND "e"."position" <= $2 AND "e"."aggregate_type" = ANY(CAST($3 AS text[])) ORDER BY "e"."position" ASC LIMIT $4
