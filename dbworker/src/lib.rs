@@ -39,7 +39,7 @@ pub use enqueue::{Enqueuer, NewJob};
 pub use error::{Error, Result};
 pub use maintenance::Resetter;
 pub use store::{
-    DbConditions, DbJob, DbStore, ForbiddenFlags, Handling, RetryPolicy, StoreOptions,
+    DbConditions, DbJob, DbStore, ForbiddenFlags, Handling, Retry, RetryPolicy, StoreOptions,
 };
 pub use worker::new_worker;
 

@@ -49,9 +49,12 @@ pub trait Harness: Send + Sync {
     async fn execution_log(&self, store: &Self::Store, id: RecordId) -> Vec<ExecutionLogEntry>;
 }
 
+mod retry;
+pub use retry::retry_override;
+
 const HOST: &str = "conformance-host";
 
-fn no_conditions<S: Store>() -> S::Conditions {
+pub(crate) fn no_conditions<S: Store>() -> S::Conditions {
     S::Conditions::default()
 }
 
@@ -70,13 +73,14 @@ pub async fn run_all<H: Harness>(h: &H) {
     execution_log(h).await;
     execution_log_is_capped(h).await;
     requeue_keeps_failures(h).await;
+    retry_override(h).await;
 }
 
-async fn dequeue<S: Store>(store: &S, cond: &S::Conditions, limit: usize) -> Vec<S::Job> {
+pub(crate) async fn dequeue<S: Store>(store: &S, cond: &S::Conditions, limit: usize) -> Vec<S::Job> {
     store.dequeue(HOST, cond, limit).await.expect("dequeue")
 }
 
-fn ids<J: Job>(jobs: &[J]) -> Vec<RecordId> {
+pub(crate) fn ids<J: Job>(jobs: &[J]) -> Vec<RecordId> {
     jobs.iter().map(|j| j.lease().id).collect()
 }
 
@@ -177,7 +181,7 @@ pub async fn retries_then_failure<H: Harness>(h: &H) {
             .unwrap_or_else(|| panic!("retries: attempt {attempt} found no job"));
         assert!(
             store
-                .mark_errored(&mut job, &format!("boom {attempt}"))
+                .mark_errored(&mut job, &format!("boom {attempt}"), None)
                 .await
                 .unwrap(),
             "retries: mark"
@@ -360,7 +364,7 @@ pub async fn fencing_after_reset<H: Harness>(h: &H) {
         "fencing: stale complete"
     );
     assert!(
-        refused(store.mark_errored(&mut stale, "stale").await),
+        refused(store.mark_errored(&mut stale, "stale", None).await),
         "fencing: stale errored"
     );
     assert!(
@@ -547,7 +551,7 @@ pub async fn requeue_keeps_failures<H: Harness>(h: &H) {
         .await
         .pop()
         .expect("requeue: claimable again");
-    assert!(store.mark_errored(&mut again, "x").await.unwrap());
+    assert!(store.mark_errored(&mut again, "x", None).await.unwrap());
     assert_eq!(
         h.state(&store, id).await,
         JobState::Errored,

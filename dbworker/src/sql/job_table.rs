@@ -26,6 +26,11 @@ pub(crate) struct JobTable {
 }
 
 impl JobTable {
+    /// The store's retry rule, with what a kind's `over` sets in its place.
+    pub(crate) fn retry_rule(&self, over: Option<&workerutil::Retry>) -> RetryRule {
+        RetryRule::resolve(self.max_num_retries, &self.retry, over)
+    }
+
     /// The relation records are read from: the view, or the table.
     pub(crate) fn source(&self) -> &Relation {
         self.view.as_ref().unwrap_or(&self.table)

@@ -19,7 +19,7 @@ use workerutil::{JobState, MAX_EXECUTION_LOG_ENTRIES};
 pub(crate) use crate::columns::quote;
 use crate::columns::{Columns, Relation};
 use crate::message::sanitize_failure_message;
-use crate::retry::RetryPolicy;
+use crate::retry::{RetryPolicy, RetryRule};
 
 mod admin;
 mod claim;

@@ -187,7 +187,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ),
         ("heartbeat", heartbeat(&t, vec![1], vec![2])),
         ("mark_complete", mark_complete(&t, 1, 2)),
-        ("mark_errored", mark_errored(&t, 1, 2, "m")),
+        ("mark_errored", mark_errored(&t, 1, 2, "m", &t.retry_rule(None))),
         ("mark_failed", mark_failed(&t, 1, 2, "m")),
         ("requeue", requeue(&t, 1, 2)),
         (
@@ -200,6 +200,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
                     kind: MarkKind::Errored,
                     message: "m".into(),
                 }],
+                &t.retry_rule(None),
             ),
         ),
         ("complete_batch", complete_batch(&t, vec![1], vec![2])),

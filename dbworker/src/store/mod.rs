@@ -28,7 +28,7 @@ mod worker_api;
 
 pub use crate::message::MAX_FAILURE_MESSAGE_BYTES;
 pub use crate::notify::{Listen, default_notify_channel};
-pub use crate::retry::RetryPolicy;
+pub use crate::retry::{Retry, RetryPolicy};
 pub use conditions::DbConditions;
 pub use flags::{ForbiddenFlags, ForbiddenFlagsFn};
 pub use gauges::QueueStat;
@@ -357,6 +357,7 @@ impl<R: Record> DbStore<R> {
         job: &mut DbJob<R>,
         kind: MarkKind,
         message: &str,
+        retry: Option<&Retry>,
     ) -> std::result::Result<bool, BoxError> {
         let lease = job.lease;
         // Taken back once the retry is written: a claim that passed the row
@@ -368,7 +369,10 @@ impl<R: Record> DbStore<R> {
             done
         };
         if job.tx.is_none() {
-            return self.batched(lease, kind, message).await.map(requeued);
+            return self
+                .batched(lease, kind, message, retry)
+                .await
+                .map(requeued);
         }
         let (id, token) = (job.lease.id, job.lease.token);
         let (op, statement) = match kind {
@@ -378,7 +382,13 @@ impl<R: Record> DbStore<R> {
             ),
             _ => (
                 "mark_errored",
-                sql::mark_errored(&self.options, id, token, message),
+                sql::mark_errored(
+                    &self.options,
+                    id,
+                    token,
+                    message,
+                    &self.options.retry_rule(retry),
+                ),
             ),
         };
         let done = self
@@ -395,7 +405,9 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
         kind: MarkKind,
         message: &str,
+        retry: Option<&Retry>,
     ) -> std::result::Result<bool, BoxError> {
+        let rule = self.options.retry_rule(retry);
         if let Some(completer) = &self.completer {
             let mark = Mark {
                 id: lease.id,
@@ -403,7 +415,7 @@ impl<R: Record> DbStore<R> {
                 kind,
                 message: message.to_owned(),
             };
-            return Ok(completer.mark(mark).await?);
+            return Ok(completer.mark(mark, rule).await?);
         }
         let (op, statement) = match kind {
             MarkKind::Complete => (
@@ -412,7 +424,7 @@ impl<R: Record> DbStore<R> {
             ),
             MarkKind::Errored => (
                 "mark_errored",
-                sql::mark_errored(&self.options, lease.id, lease.token, message),
+                sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
             ),
             MarkKind::Failed => (
                 "mark_failed",
