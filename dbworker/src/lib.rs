@@ -21,6 +21,7 @@ mod schema_check;
 mod worker;
 
 pub mod admin;
+pub mod batch;
 pub mod cluster;
 pub mod consumers;
 pub mod control;

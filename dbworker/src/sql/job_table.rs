@@ -23,6 +23,8 @@ pub(crate) struct JobTable {
     pub(crate) queue_column: Option<String>,
     /// The `text[]` flags column, over the view's (or table's) alias.
     pub(crate) flags_column: Option<String>,
+    /// The `jsonb` payload column batch jobs rewrite, over the table's alias.
+    pub(crate) payload_column: Option<String>,
 }
 
 impl JobTable {

@@ -22,6 +22,7 @@ use crate::message::sanitize_failure_message;
 use crate::retry::{RetryPolicy, RetryRule};
 
 mod admin;
+mod batch;
 mod claim;
 mod cluster;
 mod consumers;
@@ -38,6 +39,7 @@ mod reset;
 mod schema;
 
 pub(crate) use admin::*;
+pub(crate) use batch::*;
 pub(crate) use claim::*;
 pub(crate) use cluster::*;
 pub(crate) use consumers::*;

@@ -311,7 +311,12 @@ impl<R: Record> DbStore<R> {
                     Err(format!("the scan panicked: {}", workerutil::panic_message(&panic)).into())
                 }) {
                 Ok(record) if record.id() == lease.id => {
-                    return Ok(Some(DbJob { record, lease, tx }));
+                    return Ok(Some(DbJob {
+                        record,
+                        lease,
+                        tx,
+                        retry_payload: None,
+                    }));
                 }
                 Ok(record) => format!(
                     "failed to scan record {}: the scanned record has id {}",
@@ -368,6 +373,13 @@ impl<R: Record> DbStore<R> {
             }
             done
         };
+        let payload = job.retry_payload.take().filter(|_| kind == MarkKind::Errored);
+        if let Some(payload) = payload {
+            return self
+                .mark_errored_with_payload(job, message, retry, payload)
+                .await
+                .map(requeued);
+        }
         if job.tx.is_none() {
             return self
                 .batched(lease, kind, message, retry)
@@ -395,6 +407,44 @@ impl<R: Record> DbStore<R> {
             .write_failure(op, job.lease, job.tx.take(), statement)
             .await?;
         Ok(requeued(done))
+    }
+
+    /// The errored mark that also rewrites the payload (batch jobs): one fenced
+    /// statement on the pool, after the handler's transaction is rolled back,
+    /// in either handling mode (never batched).
+    async fn mark_errored_with_payload(
+        &self,
+        job: &mut DbJob<R>,
+        message: &str,
+        retry: Option<&Retry>,
+        payload: serde_json::Value,
+    ) -> std::result::Result<bool, BoxError> {
+        let o = &self.options;
+        let (lease, rule) = (job.lease, o.retry_rule(retry));
+        let statement = match &o.payload_column {
+            Some(column) => sql::mark_errored_with_payload(
+                o,
+                lease.id,
+                lease.token,
+                message,
+                &rule,
+                column,
+                payload,
+            ),
+            None => {
+                tracing::error!(store = %o.name, record_id = lease.id, "retry_with_payload needs StoreOptions::payload_column; the payload is left as it was");
+                sql::mark_errored(o, lease.id, lease.token, message, &rule)
+            }
+        };
+        let done = self
+            .write_failure("mark_errored", lease, job.tx.take(), statement)
+            .await?;
+        Ok(done)
+    }
+
+    /// The store's payload column ([`StoreOptions::payload_column`]), if set.
+    pub fn payload_column(&self) -> Option<&str> {
+        self.options.payload_column.as_deref()
     }
 
     /// A mark without a handler transaction: written with the next batch in
