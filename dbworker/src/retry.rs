@@ -16,7 +16,11 @@ pub(crate) struct RetryRule {
 impl RetryRule {
     /// The store's `max_num_retries` and `policy`, with what `over` sets in
     /// their place.
-    pub(crate) fn resolve(max_num_retries: u32, policy: &RetryPolicy, over: Option<&Retry>) -> Self {
+    pub(crate) fn resolve(
+        max_num_retries: u32,
+        policy: &RetryPolicy,
+        over: Option<&Retry>,
+    ) -> Self {
         RetryRule {
             max_num_retries: over.and_then(|r| r.max_retries).unwrap_or(max_num_retries),
             policy: over

@@ -113,6 +113,22 @@ async fn failed_items_are_retried_alone(handling: Handling) {
         json!([{ "n": 1 }, { "n": 3 }]),
         "only the failed items are left"
     );
+    // docs/operations.md, "Batch jobs with items left".
+    let left: Vec<(i64, String, i32, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(
+        "SELECT id, state, num_failures, jsonb_array_length(payload) AS items_left,
+       process_after AS next_attempt, left(failure_message, 200) AS failure_message
+  FROM example_jobs
+ WHERE state IN ('errored', 'failed')
+   AND jsonb_typeof(payload) = 'array'
+   AND failure_message LIKE '% batch items failed (%'
+ ORDER BY finished_at DESC
+ LIMIT 50"
+            .replace("example_jobs", "jobs"),
+    ))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(left, vec![(id, "errored".to_owned(), 1, 2)]);
     let message = failure_message(&db, id).await;
     assert!(
         message.contains("2 of 5 batch items failed")

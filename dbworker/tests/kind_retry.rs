@@ -89,7 +89,14 @@ async fn failures(db: &Db, id: i64) -> i32 {
 
 async fn each_kind_retries_as_it_says(handling: Handling) {
     let db = Db::new().await;
-    db.add_columns(|c| c.max_retries = true, &[]).await;
+    db.add_columns(
+        |c| {
+            c.max_retries = true;
+            c.kind = true;
+        },
+        &[],
+    )
+    .await;
     let enqueue = |kind: &str| db.enqueue(1, json!({ "kind": kind }));
     let charge = enqueue("charge").await[0];
     let email = enqueue("email").await[0];
@@ -123,12 +130,34 @@ async fn each_kind_retries_as_it_says(handling: Handling) {
     assert_eq!(db.state(charge).await, "failed", "charge: {handling:?}");
     assert_eq!(failures(&db, charge).await, 2, "charge: one retry");
     assert_eq!(db.state(email).await, "failed");
-    assert_eq!(failures(&db, email).await, 6, "email: the store's 5 retries");
+    assert_eq!(
+        failures(&db, email).await,
+        6,
+        "email: the store's 5 retries"
+    );
     assert_eq!(db.state(charge_own).await, "failed");
     assert_eq!(
         failures(&db, charge_own).await,
         4,
         "the job's own max_retries (3) wins over its kind's"
+    );
+
+    // docs/operations.md, "Per-kind retry limits".
+    db.execute("UPDATE jobs SET kind = payload->>'kind'").await;
+    let per_kind: Vec<(String, i32, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(
+        "SELECT kind, num_failures AS attempts_failed, count(*) AS jobs
+  FROM example_jobs
+ WHERE state = 'failed' AND finished_at > now() - interval '24 hours'
+ GROUP BY kind, num_failures ORDER BY kind, num_failures"
+            .replace("example_jobs", "jobs"),
+    ))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let row = |kind: &str, failures, jobs| (kind.to_owned(), failures, jobs);
+    assert_eq!(
+        per_kind,
+        [row("charge", 2, 1), row("charge", 4, 1), row("email", 6, 1)]
     );
 
     assert_eq!(db.state(slow).await, "errored");

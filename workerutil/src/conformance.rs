@@ -76,7 +76,11 @@ pub async fn run_all<H: Harness>(h: &H) {
     retry_override(h).await;
 }
 
-pub(crate) async fn dequeue<S: Store>(store: &S, cond: &S::Conditions, limit: usize) -> Vec<S::Job> {
+pub(crate) async fn dequeue<S: Store>(
+    store: &S,
+    cond: &S::Conditions,
+    limit: usize,
+) -> Vec<S::Job> {
     store.dequeue(HOST, cond, limit).await.expect("dequeue")
 }
 

@@ -78,7 +78,11 @@ pub(super) fn errored_update(
     let c = &o.columns;
     let a = &o.table.alias;
     let limit = retry.max_num_retries;
-    let exhausted = || counter(a, &c.num_failures).add(1).gt(max_retries(o, a, limit));
+    let exhausted = || {
+        counter(a, &c.num_failures)
+            .add(1)
+            .gt(max_retries(o, a, limit))
+    };
     let q = fenced_update(o, id, token)
         .value(
             alias(&c.state),

@@ -188,7 +188,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ),
         ("heartbeat", heartbeat(&t, vec![1], vec![2])),
         ("mark_complete", mark_complete(&t, 1, 2)),
-        ("mark_errored", mark_errored(&t, 1, 2, "m", &t.retry_rule(None))),
+        (
+            "mark_errored",
+            mark_errored(&t, 1, 2, "m", &t.retry_rule(None)),
+        ),
         ("mark_failed", mark_failed(&t, 1, 2, "m")),
         (
             "mark_errored_with_payload",
@@ -633,5 +636,8 @@ fn a_kinds_retry_rule_is_bound_values_in_the_same_statement() {
     assert!(values.contains("Double(Some(42.0))"), "{values}");
     let store_values = format!("{:?}", store.values);
     assert!(store_values.contains("Unsigned(Some(2))"), "{store_values}");
-    assert!(!store_values.contains("Double(Some(42.0))"), "{store_values}");
+    assert!(
+        !store_values.contains("Double(Some(42.0))"),
+        "{store_values}"
+    );
 }

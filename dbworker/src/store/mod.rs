@@ -373,7 +373,10 @@ impl<R: Record> DbStore<R> {
             }
             done
         };
-        let payload = job.retry_payload.take().filter(|_| kind == MarkKind::Errored);
+        let payload = job
+            .retry_payload
+            .take()
+            .filter(|_| kind == MarkKind::Errored);
         if let Some(payload) = payload {
             return self
                 .mark_errored_with_payload(job, message, retry, payload)

@@ -581,6 +581,10 @@ mod tests {
                 "flags_column",
                 Box::new(|o| o.flags_column = Some("no spaces".into())),
             ),
+            (
+                "payload_column",
+                Box::new(|o| o.payload_column = Some("no spaces".into())),
+            ),
         ];
         for (field, break_it) in cases {
             let mut o = opts();

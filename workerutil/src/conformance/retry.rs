@@ -23,7 +23,11 @@ pub async fn retry_override<H: Harness>(h: &H) {
             None
         }
     };
-    assert_eq!(error_all::<H>(&store, 1, override_for).await, all, "retry_override: first attempt");
+    assert_eq!(
+        error_all::<H>(&store, 1, override_for).await,
+        all,
+        "retry_override: first attempt"
+    );
     for id in &all {
         assert_eq!(
             h.state(&store, *id).await,
