@@ -206,3 +206,46 @@ async fn each_kind_retries_as_it_says_with_transactional_handling() {
 async fn each_kind_retries_as_it_says_with_heartbeat_handling() {
     each_kind_retries_as_it_says(Handling::Heartbeat).await;
 }
+
+#[tokio::test]
+async fn batched_marks_of_different_kinds_each_get_their_own_rule() {
+    use workerutil::Store;
+    let db = Db::new().await;
+    let ids = db.enqueue(40, json!({})).await;
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    so.max_num_retries = 5;
+    let store = DbStore::new(&db.pool, so).await.unwrap();
+    let mut jobs = store.dequeue("h", &Default::default(), 40).await.unwrap();
+    assert_eq!(jobs.len(), 40);
+    // Even ids: no retry at all; multiples of 3: an hour's delay; the rest: the store's.
+    let final_now = Retry::new().max_retries(0);
+    let hourly = Retry::new().delay(RetryPolicy::fixed(Duration::from_secs(3600)));
+    let rule = |id: i64| match (id % 2, id % 3) {
+        (0, _) => Some(&final_now),
+        (_, 0) => Some(&hourly),
+        _ => None,
+    };
+    // All at once: the batch writer groups them into as few statements as it can.
+    let marks = jobs.iter_mut().map(|job| {
+        let id = job.record().id;
+        store.mark_errored(job, "boom", rule(id))
+    });
+    for marked in futures_util::future::join_all(marks).await {
+        assert!(marked.unwrap());
+    }
+    for id in ids {
+        let state = db.state(id).await;
+        let expected_delay = match (id % 2, id % 3) {
+            (0, _) => {
+                assert_eq!(state, "failed", "{id}");
+                continue;
+            }
+            (_, 0) => 3600.0,
+            _ => 0.0,
+        };
+        assert_eq!(state, "errored", "{id}");
+        let delay = delay(&db, id).await;
+        assert!((delay - expected_delay).abs() < 1.0, "{id}: {delay}");
+    }
+}
