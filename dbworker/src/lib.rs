@@ -21,6 +21,7 @@ mod schema_check;
 mod worker;
 
 pub mod admin;
+pub mod batch;
 pub mod cluster;
 pub mod consumers;
 pub mod control;
@@ -40,7 +41,7 @@ pub use enqueue::{Enqueuer, NewJob};
 pub use error::{Error, Result};
 pub use maintenance::Resetter;
 pub use store::{
-    DbConditions, DbJob, DbStore, ForbiddenFlags, Handling, RetryPolicy, StoreOptions,
+    DbConditions, DbJob, DbStore, ForbiddenFlags, Handling, Retry, RetryPolicy, StoreOptions,
 };
 pub use worker::new_worker;
 

@@ -1,43 +1,31 @@
-//! `RetryPolicy`: how long an errored job waits, computed by the database.
+//! Retry policies, shared with `workerutil`: [`RetryPolicy`] (the store's,
+//! `StoreOptions::retry`) and [`Retry`] (a kind's or handler's override). The
+//! Postgres store computes the delay in SQL, on the database's clock; see
+//! `sql::marks`.
 
-use std::time::Duration;
+pub use workerutil::{Retry, RetryPolicy};
 
-/// How long an errored job waits before its next attempt.
-///
-/// The delay of retry `n` (counting from 0) is
-/// `min(max_delay, retry_after * backoff_factor^n)`, then scaled by a random
-/// factor in `[1 - jitter, 1 + jitter]`. Computed by the database (its clock).
+/// The retry rule of one errored mark, resolved: how many retries (unless the
+/// job's own column says otherwise) and the delay policy.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RetryPolicy {
-    /// The first delay. Default 10 s.
-    pub retry_after: Duration,
-    /// Multiplier per failed attempt; 1.0 gives a fixed delay. Default 2.0.
-    pub backoff_factor: f64,
-    /// Cap on the delay before jitter. Default 1 h.
-    pub max_delay: Duration,
-    /// Relative jitter in `[0, 1)`; 0.1 spreads delays ±10 %. Default 0.1.
-    pub jitter: f64,
+pub(crate) struct RetryRule {
+    pub(crate) max_num_retries: u32,
+    pub(crate) policy: RetryPolicy,
 }
 
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            retry_after: Duration::from_secs(10),
-            backoff_factor: 2.0,
-            max_delay: Duration::from_secs(3600),
-            jitter: 0.1,
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// A fixed delay with no jitter.
-    pub fn fixed(delay: Duration) -> Self {
-        RetryPolicy {
-            retry_after: delay,
-            backoff_factor: 1.0,
-            max_delay: delay,
-            jitter: 0.0,
+impl RetryRule {
+    /// The store's `max_num_retries` and `policy`, with what `over` sets in
+    /// their place.
+    pub(crate) fn resolve(
+        max_num_retries: u32,
+        policy: &RetryPolicy,
+        over: Option<&Retry>,
+    ) -> Self {
+        RetryRule {
+            max_num_retries: over.and_then(|r| r.max_retries).unwrap_or(max_num_retries),
+            policy: over
+                .and_then(|r| r.delay.clone())
+                .unwrap_or_else(|| policy.clone()),
         }
     }
 }

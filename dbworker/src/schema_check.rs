@@ -222,6 +222,21 @@ pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration
             Some(_) => {}
         }
     }
+    if let Some(column) = &o.payload_column
+        && problems.is_empty()
+    {
+        let table = o.table.display_name();
+        match columns_of(pool, &o.table).await?.get(column) {
+            None => problems.push(format!(
+                "table {table} has no column {column} (payload_column)"
+            )),
+            Some(col) if col.ty != "jsonb" => problems.push(format!(
+                "column {table}.{column} (payload_column) has type {}, expected jsonb",
+                col.ty
+            )),
+            Some(_) => {}
+        }
+    }
     if let Some(pauses) = &o.pause_table {
         problems.extend(pause_table_problems(pool, pauses).await?);
     }

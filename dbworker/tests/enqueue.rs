@@ -780,7 +780,7 @@ async fn a_jobs_own_retry_limit_wins_over_the_stores_in_both_handling_modes() {
                 .unwrap();
             for job in &mut jobs {
                 assert!(store.open(job).await.unwrap());
-                assert!(store.mark_errored(job, "boom").await.unwrap());
+                assert!(store.mark_errored(job, "boom", None).await.unwrap());
             }
         }
         assert_eq!(db.state(none).await, "failed", "{handling:?}: limit 0");

@@ -49,9 +49,14 @@ pub trait Harness: Send + Sync {
     async fn execution_log(&self, store: &Self::Store, id: RecordId) -> Vec<ExecutionLogEntry>;
 }
 
+mod retry;
+mod snooze;
+pub use retry::retry_override;
+pub use snooze::snooze_waits_without_a_failure;
+
 const HOST: &str = "conformance-host";
 
-fn no_conditions<S: Store>() -> S::Conditions {
+pub(crate) fn no_conditions<S: Store>() -> S::Conditions {
     S::Conditions::default()
 }
 
@@ -71,13 +76,18 @@ pub async fn run_all<H: Harness>(h: &H) {
     execution_log_is_capped(h).await;
     requeue_keeps_failures(h).await;
     snooze_waits_without_a_failure(h).await;
+    retry_override(h).await;
 }
 
-async fn dequeue<S: Store>(store: &S, cond: &S::Conditions, limit: usize) -> Vec<S::Job> {
+pub(crate) async fn dequeue<S: Store>(
+    store: &S,
+    cond: &S::Conditions,
+    limit: usize,
+) -> Vec<S::Job> {
     store.dequeue(HOST, cond, limit).await.expect("dequeue")
 }
 
-fn ids<J: Job>(jobs: &[J]) -> Vec<RecordId> {
+pub(crate) fn ids<J: Job>(jobs: &[J]) -> Vec<RecordId> {
     jobs.iter().map(|j| j.lease().id).collect()
 }
 
@@ -178,7 +188,7 @@ pub async fn retries_then_failure<H: Harness>(h: &H) {
             .unwrap_or_else(|| panic!("retries: attempt {attempt} found no job"));
         assert!(
             store
-                .mark_errored(&mut job, &format!("boom {attempt}"))
+                .mark_errored(&mut job, &format!("boom {attempt}"), None)
                 .await
                 .unwrap(),
             "retries: mark"
@@ -361,7 +371,7 @@ pub async fn fencing_after_reset<H: Harness>(h: &H) {
         "fencing: stale complete"
     );
     assert!(
-        refused(store.mark_errored(&mut stale, "stale").await),
+        refused(store.mark_errored(&mut stale, "stale", None).await),
         "fencing: stale errored"
     );
     assert!(
@@ -548,45 +558,10 @@ pub async fn requeue_keeps_failures<H: Harness>(h: &H) {
         .await
         .pop()
         .expect("requeue: claimable again");
-    assert!(store.mark_errored(&mut again, "x").await.unwrap());
+    assert!(store.mark_errored(&mut again, "x", None).await.unwrap());
     assert_eq!(
         h.state(&store, id).await,
         JobState::Errored,
         "requeue: must not count as a failure"
-    );
-}
-
-/// A snoozed job is queued again, not claimable before its delay, and its
-/// snooze counts no failure.
-pub async fn snooze_waits_without_a_failure<H: Harness>(h: &H) {
-    let store = h.new_store(1).await;
-    let id = h.enqueue(&store, 1).await[0];
-    let mut job = dequeue(&*store, &no_conditions::<H::Store>(), 1)
-        .await
-        .pop()
-        .expect("a job");
-    let delay = std::time::Duration::from_millis(400);
-    assert!(
-        store.mark_snoozed(&mut job, delay).await.unwrap(),
-        "snooze: mark"
-    );
-    assert_eq!(h.state(&store, id).await, JobState::Queued, "snooze: state");
-    assert!(
-        dequeue(&*store, &no_conditions::<H::Store>(), 1)
-            .await
-            .is_empty(),
-        "snooze: claimed before its delay"
-    );
-    tokio::time::sleep(delay + std::time::Duration::from_millis(200)).await;
-    let mut again = dequeue(&*store, &no_conditions::<H::Store>(), 1)
-        .await
-        .pop()
-        .expect("snooze: claimable after its delay");
-    // One retry is allowed: had the snooze counted a failure, this error would be final.
-    assert!(store.mark_errored(&mut again, "x").await.unwrap());
-    assert_eq!(
-        h.state(&store, id).await,
-        JobState::Errored,
-        "snooze: must not count as a failure"
     );
 }

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
 use crate::outcome::{HandlerError, Outcome};
+use crate::retry::Retry;
 use crate::store::{Lease, Store};
 
 /// Processes jobs from a store `S`. Only [`Handler::handle`] is required.
@@ -52,6 +53,15 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
     /// when `Some` (a [`KindRegistry`](crate::KindRegistry) answers with its
     /// kind's). Default `None`: the worker's.
     fn max_runtime(&self, _record: &S::Record) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// How this job is retried when it errors, overriding the store's retry
+    /// policy when `Some` (a [`KindRegistry`](crate::KindRegistry) answers with
+    /// its kind's): the worker hands it to [`Store::mark_errored`]. A job's own
+    /// retry limit (a `max_retries` column) still wins. Default `None`: the
+    /// store's.
+    fn retry(&self, _record: &S::Record) -> Option<Retry> {
         None
     }
 }
@@ -133,5 +143,13 @@ impl<S: Store, H: Handler<S>> Handler<S> for Arc<H> {
 
     async fn post_handle(&self, record: &S::Record, outcome: &Outcome) {
         (**self).post_handle(record, outcome).await
+    }
+
+    fn max_runtime(&self, record: &S::Record) -> Option<std::time::Duration> {
+        (**self).max_runtime(record)
+    }
+
+    fn retry(&self, record: &S::Record) -> Option<Retry> {
+        (**self).retry(record)
     }
 }

@@ -19,6 +19,7 @@ use crate::handler::{Handler, JobContext};
 use crate::metrics;
 use crate::outcome::Outcome;
 use crate::panics::{guarded, panic_message};
+use crate::retry::Retry;
 use crate::running::{CancelReason, Claimed, Running, Shared};
 use crate::store::{Job, Store};
 
@@ -92,7 +93,14 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                     Some(recording.expect("the semaphore is never closed")),
                 )
             };
-            let marked = record_outcome(&shared, &mut job, &outcome).await;
+            // The kind's (or handler's) retry policy goes with an errored mark;
+            // if asking for it panics, the store's applies.
+            let retry = match outcome {
+                Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
+                _ => std::panic::catch_unwind(AssertUnwindSafe(|| handler.retry(job.record())))
+                    .unwrap_or(None),
+            };
+            let marked = record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
             if let Err(panic) = AssertUnwindSafe(handler.post_handle(job.record(), &outcome))
                 .catch_unwind()
                 .await
@@ -218,7 +226,12 @@ fn canceled_outcome<S>(shared: &Shared<S>, running: &Running) -> Outcome {
 }
 
 /// Records the outcome in the store; returns whether the mark took effect.
-async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome: &Outcome) -> bool {
+async fn record_outcome<S: Store>(
+    shared: &Shared<S>,
+    job: &mut S::Job,
+    outcome: &Outcome,
+    retry: Option<&Retry>,
+) -> bool {
     let store = &shared.store;
     let message = outcome.failure_message().unwrap_or_default();
     let (op, result) = match outcome {
@@ -231,7 +244,7 @@ async fn record_outcome<S: Store>(shared: &Shared<S>, job: &mut S::Job, outcome:
         | Outcome::Panicked(_)
         | Outcome::HeartbeatExpired(_) => (
             "mark_errored",
-            guarded("mark_errored", store.mark_errored(job, &message)).await,
+            guarded("mark_errored", store.mark_errored(job, &message, retry)).await,
         ),
         Outcome::Failed(_) | Outcome::Canceled => (
             "mark_failed",

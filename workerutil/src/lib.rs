@@ -24,6 +24,7 @@ mod options;
 mod outcome;
 mod panics;
 mod registry;
+mod retry;
 mod running;
 mod shutdown;
 mod state;
@@ -48,6 +49,7 @@ pub use options::{MIN_INTERVAL, WorkerOptions};
 pub use outcome::{HandlerError, Outcome, SharedError};
 pub use panics::panic_message;
 pub use registry::{KindOptions, KindRegistry};
+pub use retry::{Retry, RetryPolicy};
 pub use shutdown::ShutdownHandle;
 pub use state::{JobState, UnknownState};
 pub use store::{

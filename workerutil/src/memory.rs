@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::error::{BoxError, Error};
 use crate::execution_log::{ExecutionLogEntry, MAX_EXECUTION_LOG_ENTRIES};
+use crate::retry::Retry;
 use crate::state::JobState;
 use crate::store::{HeartbeatResult, Job, Lease, Record, RecordId, Store};
 use crate::wakeup::{WakeupSender, Wakeups};
@@ -392,11 +393,22 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
             .is_some())
     }
 
-    async fn mark_errored(&self, job: &mut MemoryJob<R>, message: &str) -> Result<bool, BoxError> {
-        let (max, delay) = (self.options.max_num_retries, self.options.retry_after);
+    /// A `retry` override's limit and delay replace the options' (its delay
+    /// without jitter, on tokio's clock).
+    async fn mark_errored(
+        &self,
+        job: &mut MemoryJob<R>,
+        message: &str,
+        retry: Option<&Retry>,
+    ) -> Result<bool, BoxError> {
+        let max = retry
+            .and_then(|r| r.max_retries)
+            .unwrap_or(self.options.max_num_retries);
+        let policy = retry.and_then(|r| r.delay.as_ref());
         Ok(self
             .with_owned(job.lease, |e| {
                 let s = &mut e.snapshot;
+                let delay = policy.map_or(self.options.retry_after, |p| p.delay(s.num_failures));
                 s.num_failures += 1;
                 s.failure_message = Some(message.to_owned());
                 s.state = if s.cancel {

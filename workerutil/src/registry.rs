@@ -11,6 +11,7 @@ use crate::error::BoxError;
 use crate::handler::{Handler, JobContext};
 use crate::metrics;
 use crate::outcome::{HandlerError, Outcome};
+use crate::retry::Retry;
 use crate::store::{Job, Store};
 
 /// Reads a record's kind.
@@ -57,21 +58,58 @@ pub struct KindRegistry<S: Store> {
 }
 
 /// What a kind may set for itself in a [`KindRegistry`], overriding the
-/// worker's options for its jobs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// worker's and the store's options for its jobs.
+///
+/// ```
+/// # use std::time::Duration;
+/// use workerutil::{KindOptions, Retry, RetryPolicy};
+///
+/// let options = KindOptions::max_runtime(Duration::from_secs(600))
+///     .with_retry(Retry::new().max_retries(1).delay(RetryPolicy::fixed(Duration::from_secs(30))));
+/// assert_eq!(options.retry.unwrap().max_retries, Some(1));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct KindOptions {
     /// How long one of its jobs may run before it times out (as
     /// `WorkerOptions::max_runtime_per_job`). `None`: the worker's.
     pub max_runtime: Option<Duration>,
+    /// How its errored jobs are retried (the delay and how many times),
+    /// overriding the store's policy; a job's own retry limit (a `max_retries`
+    /// column) still wins. `None`: the handler's [`Handler::retry`], else the
+    /// store's.
+    pub retry: Option<Retry>,
 }
 
 impl KindOptions {
     /// Jobs of the kind time out after `max_runtime`.
     pub fn max_runtime(max_runtime: Duration) -> KindOptions {
-        KindOptions {
-            max_runtime: Some(max_runtime),
+        KindOptions::default().with_max_runtime(max_runtime)
+    }
+
+    /// Jobs of the kind are retried as `retry` says.
+    pub fn retry(retry: Retry) -> KindOptions {
+        KindOptions::default().with_retry(retry)
+    }
+
+    /// Sets the maximum runtime.
+    pub fn with_max_runtime(mut self, max_runtime: Duration) -> KindOptions {
+        self.max_runtime = Some(max_runtime);
+        self
+    }
+
+    /// Sets the retry policy.
+    ///
+    /// # Panics
+    ///
+    /// If its delay is invalid (see [`RetryPolicy::check`](crate::RetryPolicy::check)):
+    /// a configuration error, caught where the kind is set up.
+    pub fn with_retry(mut self, retry: Retry) -> KindOptions {
+        if let Some(Err((field, reason))) = retry.delay.as_ref().map(|d| d.check()) {
+            panic!("invalid retry policy: delay.{field} {reason}");
         }
+        self.retry = Some(retry);
+        self
     }
 }
 
@@ -101,7 +139,8 @@ impl<S: Store> KindRegistry<S> {
     }
 
     /// Registers `handler` for `kind` with options of its own (a maximum
-    /// runtime overriding the worker's), replacing any handler it had.
+    /// runtime overriding the worker's, a retry policy overriding the
+    /// store's), replacing any handler it had.
     pub fn register_with(
         mut self,
         kind: impl Into<String>,
@@ -171,6 +210,12 @@ impl<S: Store> Handler<S> for KindRegistry<S> {
         let kind = (self.kind_of)(record);
         let own = self.options.get(kind).and_then(|o| o.max_runtime);
         own.or_else(|| self.handlers.get(kind)?.max_runtime(record))
+    }
+
+    fn retry(&self, record: &S::Record) -> Option<Retry> {
+        let kind = (self.kind_of)(record);
+        let own = self.options.get(kind).and_then(|o| o.retry.clone());
+        own.or_else(|| self.handlers.get(kind)?.retry(record))
     }
 
     async fn post_handle(&self, record: &S::Record, outcome: &Outcome) {

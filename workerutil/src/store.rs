@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
 use crate::options::WorkerOptions;
+use crate::retry::Retry;
 use crate::wakeup::Wakeups;
 
 /// The primary key of a job record.
@@ -170,7 +171,17 @@ pub trait Store: Send + Sync + 'static {
     /// Records a retryable failure: the store makes it `errored` (to be retried)
     /// or `failed` when retries are exhausted, or `canceled` if cancellation was
     /// requested. Any handler transaction is rolled back first.
-    async fn mark_errored(&self, job: &mut Self::Job, message: &str) -> Result<bool, BoxError>;
+    ///
+    /// `retry` is the handler's override of the store's retry policy for this
+    /// job ([`Handler::retry`](crate::Handler::retry)): each part it sets
+    /// replaces the store's, and a job's own retry limit, where the store has
+    /// one, wins over both.
+    async fn mark_errored(
+        &self,
+        job: &mut Self::Job,
+        message: &str,
+        retry: Option<&Retry>,
+    ) -> Result<bool, BoxError>;
 
     /// Records a final failure: `failed`, or `canceled` if cancellation was
     /// requested. Any handler transaction is rolled back first.

@@ -260,3 +260,104 @@ fn each_kind_has_its_own_duration_histogram_and_in_flight_gauge() {
     let at_end = series(recorder.snapshotter().snapshot(), IN_FLIGHT_BY_KIND, gauge);
     assert_eq!(at_end, ["email=0", "report=0"], "counted out when done");
 }
+
+/// Fails every job, noting when (on tokio's clock) each attempt ran.
+#[derive(Clone, Default)]
+struct FailsAlways(Arc<Mutex<Vec<(i64, tokio::time::Instant)>>>);
+
+#[async_trait]
+impl Handler<Store> for FailsAlways {
+    async fn handle(
+        &self,
+        job: &mut MemoryJob<Task>,
+        _ctx: &JobContext<Store>,
+    ) -> Result<(), HandlerError> {
+        let now = tokio::time::Instant::now();
+        self.0.lock().unwrap().push((job.record.id, now));
+        Err(HandlerError::retryable("still broken"))
+    }
+}
+
+impl FailsAlways {
+    /// The gaps between the attempts of job `id`.
+    fn gaps(&self, id: i64) -> Vec<std::time::Duration> {
+        let times: Vec<_> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(got, _)| *got == id)
+            .map(|(_, at)| *at)
+            .collect();
+        times.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kind_may_set_its_own_retry_policy() {
+    use std::time::Duration;
+    use workerutil::{KindOptions, MemoryStoreOptions, Retry, RetryPolicy};
+    // The store retries 5 times, 10 s apart; "charge" jobs once, 30 s later,
+    // and "report" jobs answer through their handler: 2 times, doubling from 1 s.
+    let store = Arc::new(Store::new(MemoryStoreOptions {
+        max_num_retries: 5,
+        retry_after: Duration::from_secs(10),
+        ..MemoryStoreOptions::default()
+    }));
+    for (id, kind) in [(1, "charge"), (2, "email"), (3, "report")] {
+        store.enqueue(Task { id, kind });
+    }
+    struct Report(FailsAlways);
+    #[async_trait]
+    impl Handler<Store> for Report {
+        async fn handle(
+            &self,
+            job: &mut MemoryJob<Task>,
+            ctx: &JobContext<Store>,
+        ) -> Result<(), HandlerError> {
+            self.0.handle(job, ctx).await
+        }
+        fn retry(&self, _record: &Task) -> Option<Retry> {
+            let doubling = RetryPolicy {
+                retry_after: Duration::from_secs(1),
+                backoff_factor: 2.0,
+                max_delay: Duration::from_secs(60),
+                jitter: 0.0,
+            };
+            Some(Retry::new().max_retries(2).delay(doubling))
+        }
+    }
+    let fails = FailsAlways::default();
+    let charge = Retry::new()
+        .max_retries(1)
+        .delay(RetryPolicy::fixed(Duration::from_secs(30)));
+    let registry = KindRegistry::new(|t: &Task| t.kind)
+        .register_with("charge", fails.clone(), KindOptions::retry(charge))
+        .register("email", fails.clone())
+        .register("report", Report(fails.clone()));
+    let mut o = options(2 + 6 + 3);
+    o.interval = Duration::from_millis(100);
+    let summary = Worker::new(store.clone(), registry, o).unwrap().run().await;
+    assert_eq!(summary.dequeued, 11);
+    let failures = |id| store.snapshot(id).unwrap().num_failures;
+    for id in [1, 2, 3] {
+        assert_eq!(store.state(id), Some(JobState::Failed), "job {id}");
+    }
+    assert_eq!(failures(1), 2, "charge: one retry");
+    assert_eq!(failures(2), 6, "email: the store's five retries");
+    assert_eq!(failures(3), 3, "report: its handler's two retries");
+    // Each gap is the delay plus at most one poll interval.
+    let near = |gaps: Vec<Duration>, delays: &[u64]| {
+        assert_eq!(gaps.len(), delays.len(), "{gaps:?}");
+        for (gap, delay) in gaps.iter().zip(delays) {
+            let delay = Duration::from_secs(*delay);
+            assert!(
+                *gap >= delay && *gap <= delay + Duration::from_millis(200),
+                "gap {gap:?}, delay {delay:?}"
+            );
+        }
+    };
+    near(fails.gaps(1), &[30]);
+    near(fails.gaps(2), &[10, 10, 10, 10, 10]);
+    near(fails.gaps(3), &[1, 2]);
+}

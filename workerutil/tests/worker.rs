@@ -151,8 +151,13 @@ impl Store for Flaky {
         tokio::time::sleep(delay).await;
         self.inner.mark_complete(job).await
     }
-    async fn mark_errored(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
-        self.inner.mark_errored(job, m).await
+    async fn mark_errored(
+        &self,
+        job: &mut Self::Job,
+        m: &str,
+        retry: Option<&workerutil::Retry>,
+    ) -> Result<bool, BoxError> {
+        self.inner.mark_errored(job, m, retry).await
     }
     async fn mark_failed(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
         self.inner.mark_failed(job, m).await

@@ -503,10 +503,13 @@ where
         }
     }
 
+    /// A failed batch is retried from the same position, at once: there is no
+    /// retry limit or delay to override, so `retry` is not used.
     async fn mark_errored(
         &self,
         job: &mut LogJob<E>,
         message: &str,
+        _retry: Option<&workerutil::Retry>,
     ) -> std::result::Result<bool, BoxError> {
         Self::rollback(job).await;
         tracing::warn!(store = %self.o.name, consumer = %job.batch.consumer, after = job.batch.after, error = message, "batch failed; it is retried from the same position");
@@ -519,7 +522,7 @@ where
         job: &mut LogJob<E>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        self.mark_errored(job, message).await
+        self.mark_errored(job, message, None).await
     }
 
     async fn requeue(&self, job: &mut LogJob<E>) -> std::result::Result<bool, BoxError> {

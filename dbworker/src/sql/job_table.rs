@@ -23,9 +23,16 @@ pub(crate) struct JobTable {
     pub(crate) queue_column: Option<String>,
     /// The `text[]` flags column, over the view's (or table's) alias.
     pub(crate) flags_column: Option<String>,
+    /// The `jsonb` payload column batch jobs rewrite, over the table's alias.
+    pub(crate) payload_column: Option<String>,
 }
 
 impl JobTable {
+    /// The store's retry rule, with what a kind's `over` sets in its place.
+    pub(crate) fn retry_rule(&self, over: Option<&workerutil::Retry>) -> RetryRule {
+        RetryRule::resolve(self.max_num_retries, &self.retry, over)
+    }
+
     /// The relation records are read from: the view, or the table.
     pub(crate) fn source(&self) -> &Relation {
         self.view.as_ref().unwrap_or(&self.table)

@@ -24,14 +24,14 @@ pub(crate) fn mark_complete(o: &JobTable, id: i64, token: i64) -> Statement {
 }
 
 /// The job's retry limit: its own column's value when the table has one and it
-/// is set, else the store's `max_num_retries`.
-pub(super) fn max_retries(o: &JobTable, a: &str) -> Expr {
+/// is set, else `max_num_retries` (the store's, or its kind's).
+pub(super) fn max_retries(o: &JobTable, a: &str, max_num_retries: u32) -> Expr {
     match &o.max_retries_column {
         Some(column) => Expr::cust_with_values(
             format!("COALESCE({}.{}, $1)", quote(a), quote(column)),
-            [i64::from(o.max_num_retries)],
+            [i64::from(max_num_retries)],
         ),
-        None => Expr::val(o.max_num_retries),
+        None => Expr::val(max_num_retries),
     }
 }
 
@@ -55,11 +55,34 @@ pub(super) fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
 
 /// Records a retryable failure: `canceled` if cancellation was requested,
 /// `failed` once retries are exhausted, else `errored` with `process_after`
-/// set to the next retry time.
-pub(crate) fn mark_errored(o: &JobTable, id: i64, token: i64, message: &str) -> Statement {
+/// set to the next retry time. `retry` is the store's rule or the job kind's:
+/// its values are bound, so every rule shares one statement.
+pub(crate) fn mark_errored(
+    o: &JobTable,
+    id: i64,
+    token: i64,
+    message: &str,
+    retry: &RetryRule,
+) -> Statement {
+    Statement::from(&errored_update(o, id, token, message, retry))
+}
+
+/// The update of [`mark_errored`], for statements that write more beside it.
+pub(super) fn errored_update(
+    o: &JobTable,
+    id: i64,
+    token: i64,
+    message: &str,
+    retry: &RetryRule,
+) -> UpdateStatement {
     let c = &o.columns;
     let a = &o.table.alias;
-    let exhausted = || counter(a, &c.num_failures).add(1).gt(max_retries(o, a));
+    let limit = retry.max_num_retries;
+    let exhausted = || {
+        counter(a, &c.num_failures)
+            .add(1)
+            .gt(max_retries(o, a, limit))
+    };
     let q = fenced_update(o, id, token)
         .value(
             alias(&c.state),
@@ -73,10 +96,10 @@ pub(crate) fn mark_errored(o: &JobTable, id: i64, token: i64, message: &str) -> 
                 Condition::any().add(col(a, &c.cancel)).add(exhausted()),
                 col(a, &c.process_after),
             )
-            .finally(Expr::cust("now()").add(retry_delay(a, c, &o.retry))),
+            .finally(Expr::cust("now()").add(retry_delay(a, c, &retry.policy))),
         )
         .to_owned();
-    Statement::from(&failed_attempt(q, a, c, message))
+    failed_attempt(q, a, c, message)
 }
 
 /// What every failed attempt writes besides its state: one more failure, the
@@ -159,8 +182,9 @@ pub(crate) fn complete_batch(o: &JobTable, ids: Vec<i64>, tokens: Vec<i64>) -> S
 
 /// Marks many claimed jobs in one statement (heartbeat handling): each gets
 /// what its own mark would do, and only while its lease still owns the row.
+/// Its errored marks share `retry` (the batch writer groups marks by rule).
 /// Returns the ids that were marked; any other was no longer ours.
-pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark]) -> Statement {
+pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let a = &t.alias;
@@ -204,7 +228,8 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark]) -> Statement {
         )
         .to_owned();
     let kind_is = |k: MarkKind| format!("\"dbworker_marks\".\"kind\" = '{}'", k.as_str());
-    let exhausted = Expr::cust(format!("{failures} + 1")).gt(max_retries(o, a));
+    let exhausted =
+        Expr::cust(format!("{failures} + 1")).gt(max_retries(o, a, retry.max_num_retries));
     let retry_now = Condition::all()
         .add(Expr::cust(kind_is(MarkKind::Errored)))
         .add(Expr::cust(format!("NOT {cancel}")))
@@ -230,7 +255,7 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark]) -> Statement {
             alias(&c.process_after),
             Expr::case(
                 retry_now,
-                Expr::cust("now()").add(retry_delay(a, c, &o.retry)),
+                Expr::cust("now()").add(retry_delay(a, c, &retry.policy)),
             )
             .finally(col(a, &c.process_after)),
         )

@@ -19,9 +19,10 @@ use workerutil::{JobState, MAX_EXECUTION_LOG_ENTRIES};
 pub(crate) use crate::columns::quote;
 use crate::columns::{Columns, Relation};
 use crate::message::sanitize_failure_message;
-use crate::retry::RetryPolicy;
+use crate::retry::{RetryPolicy, RetryRule};
 
 mod admin;
+mod batch;
 mod claim;
 mod cluster;
 mod consumers;
@@ -39,6 +40,7 @@ mod schema;
 mod workflow;
 
 pub(crate) use admin::*;
+pub(crate) use batch::*;
 pub(crate) use claim::*;
 pub(crate) use cluster::*;
 pub(crate) use consumers::*;

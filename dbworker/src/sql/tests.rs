@@ -51,6 +51,7 @@ fn table(name: &str) -> JobTable {
         limit_key_column: None,
         queue_column: None,
         flags_column: None,
+        payload_column: None,
     }
 }
 
@@ -192,11 +193,26 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ),
         ("heartbeat", heartbeat(&t, vec![1], vec![2])),
         ("mark_complete", mark_complete(&t, 1, 2)),
-        ("mark_errored", mark_errored(&t, 1, 2, "m")),
+        (
+            "mark_errored",
+            mark_errored(&t, 1, 2, "m", &t.retry_rule(None)),
+        ),
         ("mark_failed", mark_failed(&t, 1, 2, "m")),
         (
             "snooze",
             snooze(&t, 1, 2, std::time::Duration::from_millis(1500)),
+        ),
+        (
+            "mark_errored_with_payload",
+            mark_errored_with_payload(
+                &t,
+                1,
+                2,
+                "m",
+                &t.retry_rule(None),
+                "payload",
+                serde_json::json!([1, 2]),
+            ),
         ),
         ("requeue", requeue(&t, 1, 2)),
         (
@@ -209,6 +225,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
                     kind: MarkKind::Errored,
                     message: "m".into(),
                 }],
+                &t.retry_rule(None),
             ),
         ),
         ("complete_batch", complete_batch(&t, vec![1], vec![2])),
@@ -648,5 +665,25 @@ fn order_by_terms_keep_their_direction() {
     assert!(
         sql.ends_with("ORDER BY a.x ASC, lower(a.y) DESC, a.z ASC NULLS FIRST"),
         "{sql}"
+    );
+}
+
+#[test]
+fn a_kinds_retry_rule_is_bound_values_in_the_same_statement() {
+    let t = resolved(false);
+    let over = workerutil::Retry::new()
+        .max_retries(7)
+        .delay(RetryPolicy::fixed(Duration::from_secs(42)));
+    let store = mark_errored(&t, 1, 2, "m", &t.retry_rule(None));
+    let kind = mark_errored(&t, 1, 2, "m", &t.retry_rule(Some(&over)));
+    assert_eq!(store.sql, kind.sql, "one statement for every rule");
+    let values = format!("{:?}", kind.values);
+    assert!(values.contains("Unsigned(Some(7))"), "{values}");
+    assert!(values.contains("Double(Some(42.0))"), "{values}");
+    let store_values = format!("{:?}", store.values);
+    assert!(store_values.contains("Unsigned(Some(2))"), "{store_values}");
+    assert!(
+        !store_values.contains("Double(Some(42.0))"),
+        "{store_values}"
     );
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use sqlx::{PgPool, Row};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::retry::RetryRule;
 use crate::sql::{self, Mark, MarkKind};
 use crate::store::Resolved;
 
@@ -29,6 +30,8 @@ type Answer = Result<bool, String>;
 
 struct Pending {
     mark: Mark,
+    /// The retry rule of an errored mark: the store's, or its kind's.
+    retry: RetryRule,
     done: oneshot::Sender<Answer>,
 }
 
@@ -47,10 +50,10 @@ impl Completer {
     }
 
     /// Queues `mark` for the next batch and waits until it is written.
-    pub(crate) async fn mark(&self, mark: Mark) -> Answer {
+    pub(crate) async fn mark(&self, mark: Mark, retry: RetryRule) -> Answer {
         let (done, answer) = oneshot::channel();
         self.tx
-            .send(Pending { mark, done })
+            .send(Pending { mark, retry, done })
             .map_err(|_| "the batch writer has stopped".to_owned())?;
         answer
             .await
@@ -94,7 +97,7 @@ async fn write_batches(
 
 /// Writes one batch and answers each of its jobs.
 async fn write_answering(pool: &PgPool, options: &Resolved, batch: Vec<Pending>) {
-    let marks: Vec<Mark> = batch.iter().map(|p| p.mark.clone()).collect();
+    let marks: Vec<(Mark, &RetryRule)> = batch.iter().map(|p| (p.mark.clone(), &p.retry)).collect();
     let started = std::time::Instant::now();
     let result = write(pool, options, &marks).await;
     tracing::debug!(store = %options.name, marks = marks.len(), took = ?started.elapsed(), "wrote a batch of marks");
@@ -107,7 +110,7 @@ async fn write_answering(pool: &PgPool, options: &Resolved, batch: Vec<Pending>)
         // One bad row must not sink the others: write them one by one.
         Err(_) if batch.len() > 1 => {
             for p in batch {
-                let answer = write(pool, options, std::slice::from_ref(&p.mark))
+                let answer = write(pool, options, &[(p.mark.clone(), &p.retry)])
                     .await
                     .map(|marked| marked.contains(&p.mark.id));
                 let _ = p.done.send(answer);
@@ -122,18 +125,53 @@ async fn write_answering(pool: &PgPool, options: &Resolved, batch: Vec<Pending>)
 }
 
 /// Writes one batch; returns the ids that were still owned and got marked.
-async fn write(pool: &PgPool, options: &Resolved, marks: &[Mark]) -> Result<HashSet<i64>, String> {
+async fn write(
+    pool: &PgPool,
+    options: &Resolved,
+    marks: &[(Mark, &RetryRule)],
+) -> Result<HashSet<i64>, String> {
     // Completions alone (the usual batch) take a smaller statement.
-    let statement = if marks.iter().all(|m| m.kind == MarkKind::Complete) {
-        let ids = marks.iter().map(|m| m.id).collect();
-        let tokens = marks.iter().map(|m| m.token).collect();
-        sql::complete_batch(options, ids, tokens)
-    } else {
-        sql::mark_batch(options, marks)
-    };
+    if marks.iter().all(|(m, _)| m.kind == MarkKind::Complete) {
+        let ids = marks.iter().map(|(m, _)| m.id).collect();
+        let tokens = marks.iter().map(|(m, _)| m.token).collect();
+        return run(pool, sql::complete_batch(options, ids, tokens)).await;
+    }
+    // One statement per retry rule: the store's, and each kind's own that
+    // has errored marks here (a rule's values are bound per statement).
+    let mut groups: Vec<(&RetryRule, Vec<Mark>)> = Vec::new();
+    for (mark, rule) in marks {
+        let rule = if mark.kind == MarkKind::Errored {
+            *rule
+        } else {
+            marks[0].1
+        };
+        match groups.iter_mut().find(|(r, _)| *r == rule) {
+            Some((_, group)) => group.push(mark.clone()),
+            None => groups.push((rule, vec![mark.clone()])),
+        }
+    }
+    if let [(rule, group)] = &groups[..] {
+        return run(pool, sql::mark_batch(options, group, rule)).await;
+    }
+    // Several statements commit together, so a failed batch written again
+    // one by one finds none of its marks already written.
+    let db_error = |err: sqlx::Error| format!("database error in mark_batch: {err}");
+    let mut tx = pool.begin().await.map_err(db_error)?;
+    let mut marked = HashSet::new();
+    for (rule, group) in groups {
+        marked.extend(run(&mut *tx, sql::mark_batch(options, &group, rule)).await?);
+    }
+    tx.commit().await.map_err(db_error)?;
+    Ok(marked)
+}
+
+async fn run<'c>(
+    db: impl sqlx::PgExecutor<'c>,
+    statement: sql::Statement,
+) -> Result<HashSet<i64>, String> {
     let rows = statement
         .query()
-        .fetch_all(pool)
+        .fetch_all(db)
         .await
         .map_err(|err| format!("database error in mark_batch: {err}"))?;
     Ok(rows.iter().map(|r| r.get::<i64, _>("id")).collect())

@@ -11,6 +11,8 @@ pub struct DbJob<R> {
     pub(super) record: R,
     pub(super) lease: Lease,
     pub(super) tx: Option<Transaction<'static, Postgres>>,
+    /// What the errored mark writes to the payload column, if anything.
+    pub(super) retry_payload: Option<serde_json::Value>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {
@@ -37,6 +39,17 @@ impl<R> DbJob<R> {
     /// the final mark fail on the concurrent heartbeat updates).
     pub fn tx(&mut self) -> Option<&mut PgConnection> {
         self.tx.as_deref_mut()
+    }
+
+    /// If this attempt ends errored, its mark also sets the job's payload
+    /// ([`StoreOptions::payload_column`](super::StoreOptions::payload_column))
+    /// to `payload`, in the same fenced statement: the next attempt sees only
+    /// what is left to do. [`BatchJobs`](crate::batch::BatchJobs) uses it to
+    /// keep a batch's failed items. Ignored if the job completes or fails
+    /// for good (a non-retryable error), and, with an error logged, if the
+    /// store has no `payload_column`.
+    pub fn retry_with_payload(&mut self, payload: serde_json::Value) {
+        self.retry_payload = Some(payload);
     }
 }
 

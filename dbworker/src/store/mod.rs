@@ -29,7 +29,7 @@ mod worker_api;
 
 pub use crate::message::MAX_FAILURE_MESSAGE_BYTES;
 pub use crate::notify::{Listen, default_notify_channel};
-pub use crate::retry::RetryPolicy;
+pub use crate::retry::{Retry, RetryPolicy};
 pub use conditions::DbConditions;
 pub use flags::{ForbiddenFlags, ForbiddenFlagsFn};
 pub use gauges::QueueStat;
@@ -312,7 +312,12 @@ impl<R: Record> DbStore<R> {
                     Err(format!("the scan panicked: {}", workerutil::panic_message(&panic)).into())
                 }) {
                 Ok(record) if record.id() == lease.id => {
-                    return Ok(Some(DbJob { record, lease, tx }));
+                    return Ok(Some(DbJob {
+                        record,
+                        lease,
+                        tx,
+                        retry_payload: None,
+                    }));
                 }
                 Ok(record) => format!(
                     "failed to scan record {}: the scanned record has id {}",
@@ -358,6 +363,7 @@ impl<R: Record> DbStore<R> {
         job: &mut DbJob<R>,
         kind: MarkKind,
         message: &str,
+        retry: Option<&Retry>,
     ) -> std::result::Result<bool, BoxError> {
         let lease = job.lease;
         // Taken back once the retry is written: a claim that passed the row
@@ -368,8 +374,21 @@ impl<R: Record> DbStore<R> {
             }
             done
         };
+        let payload = job
+            .retry_payload
+            .take()
+            .filter(|_| kind == MarkKind::Errored);
+        if let Some(payload) = payload {
+            return self
+                .mark_errored_with_payload(job, message, retry, payload)
+                .await
+                .map(requeued);
+        }
         if job.tx.is_none() {
-            return self.batched(lease, kind, message).await.map(requeued);
+            return self
+                .batched(lease, kind, message, retry)
+                .await
+                .map(requeued);
         }
         let (id, token) = (job.lease.id, job.lease.token);
         let (op, statement) = match kind {
@@ -379,13 +398,57 @@ impl<R: Record> DbStore<R> {
             ),
             _ => (
                 "mark_errored",
-                sql::mark_errored(&self.options, id, token, message),
+                sql::mark_errored(
+                    &self.options,
+                    id,
+                    token,
+                    message,
+                    &self.options.retry_rule(retry),
+                ),
             ),
         };
         let done = self
             .write_failure(op, job.lease, job.tx.take(), statement)
             .await?;
         Ok(requeued(done))
+    }
+
+    /// The errored mark that also rewrites the payload (batch jobs): one fenced
+    /// statement on the pool, after the handler's transaction is rolled back,
+    /// in either handling mode (never batched).
+    async fn mark_errored_with_payload(
+        &self,
+        job: &mut DbJob<R>,
+        message: &str,
+        retry: Option<&Retry>,
+        payload: serde_json::Value,
+    ) -> std::result::Result<bool, BoxError> {
+        let o = &self.options;
+        let (lease, rule) = (job.lease, o.retry_rule(retry));
+        let statement = match &o.payload_column {
+            Some(column) => sql::mark_errored_with_payload(
+                o,
+                lease.id,
+                lease.token,
+                message,
+                &rule,
+                column,
+                payload,
+            ),
+            None => {
+                tracing::error!(store = %o.name, record_id = lease.id, "retry_with_payload needs StoreOptions::payload_column; the payload is left as it was");
+                sql::mark_errored(o, lease.id, lease.token, message, &rule)
+            }
+        };
+        let done = self
+            .write_failure("mark_errored", lease, job.tx.take(), statement)
+            .await?;
+        Ok(done)
+    }
+
+    /// The store's payload column ([`StoreOptions::payload_column`]), if set.
+    pub fn payload_column(&self) -> Option<&str> {
+        self.options.payload_column.as_deref()
     }
 
     /// A mark without a handler transaction: written with the next batch in
@@ -396,7 +459,9 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
         kind: MarkKind,
         message: &str,
+        retry: Option<&Retry>,
     ) -> std::result::Result<bool, BoxError> {
+        let rule = self.options.retry_rule(retry);
         if let Some(completer) = &self.completer {
             let mark = Mark {
                 id: lease.id,
@@ -404,7 +469,7 @@ impl<R: Record> DbStore<R> {
                 kind,
                 message: message.to_owned(),
             };
-            return Ok(completer.mark(mark).await?);
+            return Ok(completer.mark(mark, rule).await?);
         }
         let (op, statement) = match kind {
             MarkKind::Complete => (
@@ -413,7 +478,7 @@ impl<R: Record> DbStore<R> {
             ),
             MarkKind::Errored => (
                 "mark_errored",
-                sql::mark_errored(&self.options, lease.id, lease.token, message),
+                sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
             ),
             MarkKind::Failed => (
                 "mark_failed",

@@ -155,6 +155,11 @@ pub struct StoreOptions<R> {
     /// [`ForbiddenFlags::callback`]). Needs `flags_column`. `None` (the
     /// default): flags are not consulted.
     pub forbidden_flags: Option<ForbiddenFlags>,
+    /// The `jsonb` column holding each job's payload, which batch jobs
+    /// ([`BatchJobs`](crate::batch::BatchJobs)) rewrite with the items left to
+    /// retry, in their errored mark ([`DbJob::retry_with_payload`](crate::DbJob::retry_with_payload)).
+    /// Checked at start-up. `None` (the default): payloads are never rewritten.
+    pub payload_column: Option<String>,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -181,6 +186,7 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("limit_key_column", &self.limit_key_column)
             .field("flags_column", &self.flags_column)
             .field("forbidden_flags", &self.forbidden_flags)
+            .field("payload_column", &self.payload_column)
             .field("listen", &self.listen)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -213,6 +219,7 @@ impl<R> Clone for StoreOptions<R> {
             limit_key_column: self.limit_key_column.clone(),
             flags_column: self.flags_column.clone(),
             forbidden_flags: self.forbidden_flags.clone(),
+            payload_column: self.payload_column.clone(),
             connect_timeout: self.connect_timeout,
         }
     }
@@ -264,6 +271,7 @@ impl<R> StoreOptions<R> {
             limit_key_column: None,
             flags_column: None,
             forbidden_flags: None,
+            payload_column: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -382,6 +390,11 @@ impl<R> StoreOptions<R> {
                 "must not be one of the standard columns",
             ));
         }
+        let payload_column = self
+            .payload_column
+            .as_deref()
+            .map(|column| column_name("payload_column", column))
+            .transpose()?;
         let listen_channel = self.listen.resolve(&table)?;
         // The cursor is an id: it needs claims in id order over the table. A
         // paused queue's rows are passed over without being taken, and come
@@ -422,6 +435,7 @@ impl<R> StoreOptions<R> {
                 limit_key_column,
                 queue_column,
                 flags_column,
+                payload_column,
             },
             forbidden_flags: self.forbidden_flags.clone(),
             stalled_max_age: self.stalled_max_age,
@@ -567,6 +581,10 @@ mod tests {
             (
                 "flags_column",
                 Box::new(|o| o.flags_column = Some("no spaces".into())),
+            ),
+            (
+                "payload_column",
+                Box::new(|o| o.payload_column = Some("no spaces".into())),
             ),
         ];
         for (field, break_it) in cases {

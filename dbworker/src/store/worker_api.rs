@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use workerutil::{
-    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Store, Wakeups, WorkerOptions,
+    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Retry, Store, Wakeups,
+    WorkerOptions,
 };
 
 use super::connection_loss::is_connection_loss;
@@ -283,7 +284,7 @@ impl<R: Record> Store for DbStore<R> {
 
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
         let Some(mut tx) = job.tx.take() else {
-            return self.batched(job.lease, MarkKind::Complete, "").await;
+            return self.batched(job.lease, MarkKind::Complete, "", None).await;
         };
         let statement = sql::mark_complete(&self.options, job.lease.id, job.lease.token);
         // The mark and the handler's writes commit together, or not at all.
@@ -310,12 +311,17 @@ impl<R: Record> Store for DbStore<R> {
         Ok(true)
     }
 
+    /// `retry` (a kind's policy) replaces the store's `max_num_retries` and
+    /// `retry` in the mark's bound values; the job's `max_retries_column` still wins.
     async fn mark_errored(
         &self,
         job: &mut DbJob<R>,
         message: &str,
+        retry: Option<&Retry>,
     ) -> std::result::Result<bool, BoxError> {
-        Ok(self.mark_failure(job, MarkKind::Errored, message).await?)
+        Ok(self
+            .mark_failure(job, MarkKind::Errored, message, retry)
+            .await?)
     }
 
     async fn mark_failed(
@@ -323,7 +329,9 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        Ok(self.mark_failure(job, MarkKind::Failed, message).await?)
+        Ok(self
+            .mark_failure(job, MarkKind::Failed, message, None)
+            .await?)
     }
 
     async fn mark_snoozed(

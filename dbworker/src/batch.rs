@@ -1,0 +1,171 @@
+//! Batch jobs: a job whose payload is a JSON array of items, handled item by
+//! item. The job completes when every item succeeded; otherwise it is retried
+//! with only the failed items left in its payload, written by the errored mark
+//! itself (one fenced statement, so a stale attempt rewrites nothing).
+//!
+//! ```no_run
+//! use dbworker::batch::{BatchHandler, BatchJobs, ItemResult};
+//! use dbworker::{DbStore, StoreOptions, new_worker};
+//! use serde_json::Value;
+//! use workerutil::{WorkerOptions, async_trait};
+//!
+//! #[derive(Debug, sqlx::FromRow)]
+//! struct Job { id: i64, payload: Value }
+//! impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+//!
+//! struct SendEmails;
+//! #[async_trait]
+//! impl BatchHandler<Job> for SendEmails {
+//!     async fn handle_items(&self, _job: &Job, items: &[Value]) -> Vec<ItemResult> {
+//!         items.iter().map(|item| match item["to"].as_str() {
+//!             Some(_to) => Ok(()), // send it
+//!             None => Err("no recipient".into()),
+//!         }).collect()
+//!     }
+//! }
+//!
+//! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+//! let mut options = StoreOptions::<Job>::from_row("emails", "email_jobs j");
+//! options.payload_column = Some("payload".into());
+//! let store = std::sync::Arc::new(DbStore::new(&pool, options).await?);
+//! let handler = BatchJobs::new(SendEmails, |job: &Job| &job.payload);
+//! new_worker(store, handler, WorkerOptions::new("emails"))?.run().await;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use workerutil::{BoxError, Handler, HandlerError, JobContext, Record, Retry, error_chain};
+
+use crate::store::{DbJob, DbStore};
+
+/// What became of one item: `Ok` done, `Err` to be retried (with the reason).
+pub type ItemResult = Result<(), BoxError>;
+
+/// Handles the items of batch jobs; wrap it in [`BatchJobs`] to get a
+/// [`Handler`].
+///
+/// The handler is not given the job's transaction: when some items fail, the
+/// job's transaction is rolled back, while the items that succeeded are
+/// dropped from the payload and never run again. Commit what an item does
+/// yourself, before reporting it done.
+#[async_trait]
+pub trait BatchHandler<R>: Send + Sync + 'static {
+    /// Handles `items` (the job's payload array, or what is left of it) and
+    /// returns one result per item, in order.
+    async fn handle_items(&self, record: &R, items: &[Value]) -> Vec<ItemResult>;
+
+    /// The retry policy of these jobs, as [`Handler::retry`]. Default `None`:
+    /// the store's.
+    fn retry(&self, _record: &R) -> Option<Retry> {
+        None
+    }
+}
+
+/// Reads a record's payload.
+type PayloadOf<R> = Arc<dyn Fn(&R) -> &Value + Send + Sync>;
+
+/// A [`Handler`] that runs a [`BatchHandler`] over the items of each job's
+/// payload. Needs [`StoreOptions::payload_column`](crate::StoreOptions::payload_column)
+/// naming the column `payload_of` reads.
+///
+/// - Every item succeeded (or the array is empty): the job completes.
+/// - Some failed: the job errors with a message naming each failed item (by
+///   its index in this attempt's payload), and its payload becomes the array
+///   of the failed items, in the same fenced statement as the errored mark
+///   ([`DbJob::retry_with_payload`]). Retries are counted and delayed as for
+///   any job; once they are exhausted the job fails with the items left.
+/// - The payload is not an array, or the handler returned a result count that
+///   differs from the item count: the job fails at once (non-retryable), with
+///   the reason.
+pub struct BatchJobs<R, B> {
+    handler: B,
+    payload_of: PayloadOf<R>,
+}
+
+impl<R, B> std::fmt::Debug for BatchJobs<R, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchJobs").finish_non_exhaustive()
+    }
+}
+
+impl<R, B: BatchHandler<R>> BatchJobs<R, B> {
+    /// Runs `handler` over the array `payload_of` reads from each record.
+    pub fn new(
+        handler: B,
+        payload_of: impl Fn(&R) -> &Value + Send + Sync + 'static,
+    ) -> BatchJobs<R, B> {
+        BatchJobs {
+            handler,
+            payload_of: Arc::new(payload_of),
+        }
+    }
+}
+
+/// The name of a JSON value's type, for error messages.
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[async_trait]
+impl<R: Record, B: BatchHandler<R>> Handler<DbStore<R>> for BatchJobs<R, B> {
+    async fn handle(
+        &self,
+        job: &mut DbJob<R>,
+        ctx: &JobContext<DbStore<R>>,
+    ) -> Result<(), HandlerError> {
+        if ctx.store().payload_column().is_none() {
+            return Err(HandlerError::non_retryable(
+                "batch jobs need StoreOptions::payload_column (the jsonb column holding the items)",
+            ));
+        }
+        let payload = (self.payload_of)(job.record());
+        let Value::Array(items) = payload else {
+            return Err(HandlerError::non_retryable(format!(
+                "a batch job's payload must be a JSON array of items, not {}",
+                type_name(payload)
+            )));
+        };
+        let results = self.handler.handle_items(job.record(), items).await;
+        if results.len() != items.len() {
+            return Err(HandlerError::non_retryable(format!(
+                "the batch handler returned {} results for {} items",
+                results.len(),
+                items.len()
+            )));
+        }
+        let mut left = Vec::new();
+        let mut reasons = Vec::new();
+        for (index, (item, result)) in items.iter().zip(results).enumerate() {
+            if let Err(err) = result {
+                left.push(item.clone());
+                reasons.push(format!("item {index}: {}", error_chain(err.as_ref())));
+            }
+        }
+        if left.is_empty() {
+            return Ok(());
+        }
+        let message = format!(
+            "{} of {} batch items failed ({})",
+            left.len(),
+            items.len(),
+            reasons.join("; ")
+        );
+        job.retry_with_payload(Value::Array(left));
+        Err(HandlerError::retryable(message))
+    }
+
+    fn retry(&self, record: &R) -> Option<Retry> {
+        self.handler.retry(record)
+    }
+}
