@@ -101,6 +101,9 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                     .unwrap_or(None),
             };
             let marked = record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
+            shared
+                .recorded
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if let Err(panic) = AssertUnwindSafe(handler.post_handle(job.record(), &outcome))
                 .catch_unwind()
                 .await

@@ -34,6 +34,9 @@ pub(crate) struct Shared<S> {
     pub(crate) recording: Arc<Semaphore>,
     /// Signaled whenever a job gives its handler slot back (`job_task::Slot`).
     pub(crate) slot_freed: Arc<Notify>,
+    /// Outcomes written so far (tells `run_until_empty` whether a mark landed
+    /// while a claim ran).
+    pub(crate) recorded: std::sync::atomic::AtomicU64,
     events: broadcast::Sender<WorkerEvent>,
 }
 
@@ -66,6 +69,7 @@ impl<S> Shared<S> {
                     .min(Semaphore::MAX_PERMITS),
             )),
             slot_freed: Arc::new(Notify::new()),
+            recorded: std::sync::atomic::AtomicU64::new(0),
             events,
         }
     }

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -317,16 +318,20 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
                 biased;
                 _ = self.shutdown.stop_dequeue.cancelled() => {}
                 _ = sleep_until_opt(deadline) => {}
-                Some((asked, took, result)) = claims.next(), if !idle => {
+                Some((asked, took, result, recorded_before)) = claims.next(), if !idle => {
                     reserved -= asked;
                     ahead.claim_returned(took);
                     match result {
                         Ok(jobs) if jobs.is_empty() => {
                             busy = false;
+                            // Empty only if no job was still being written: a
+                            // retry's mark that lands after this claim began
+                            // makes the job runnable again.
                             if self.until_empty
                                 && buffer.is_empty()
                                 && claims.is_empty()
-                                && shared.running.len() == 0
+                                && tracker.is_empty()
+                                && shared.recorded.load(Ordering::SeqCst) == recorded_before
                             {
                                 break StopReason::QueueEmpty;
                             }
@@ -382,7 +387,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
 
         // Claims in flight may already have committed: wait for them, so their
         // jobs are handed back now rather than left to the resetter.
-        while let Some((_, _, result)) = claims.next().await {
+        while let Some((_, _, result, _)) = claims.next().await {
             if let Ok(jobs) = result {
                 for job in jobs {
                     dequeued += 1;
@@ -412,12 +417,13 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
     fn claim(&self, conditions: S::Conditions, limit: usize) -> ClaimFuture<S::Job> {
         let shared = self.shared.clone();
         Box::pin(async move {
+            let recorded = shared.recorded.load(Ordering::SeqCst);
             let started = Instant::now();
             let dequeue = shared.store.dequeue(&shared.hostname, &conditions, limit);
             let result = guarded("dequeue", dequeue)
                 .await
                 .map_err(|err| error_chain(err.as_ref()));
-            (limit, started.elapsed(), result)
+            (limit, started.elapsed(), result, recorded)
         })
     }
 
@@ -530,12 +536,11 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
     }
 }
 
-/// A dequeue in flight: the number of jobs it asked for, and the claimed
-/// jobs or the error rendered.
-/// A claim in flight: resolves to the jobs it asked for, how long it took,
-/// and what it returned.
+/// A claim in flight: resolves to the number of jobs it asked for, how long
+/// it took, the claimed jobs or the error rendered, and how many outcomes had
+/// been written when it began.
 type ClaimFuture<J> =
-    Pin<Box<dyn Future<Output = (usize, Duration, Result<Vec<J>, String>)> + Send>>;
+    Pin<Box<dyn Future<Output = (usize, Duration, Result<Vec<J>, String>, u64)> + Send>>;
 
 /// Awaits the store's next wake-up; pending when it has none.
 async fn woken(wakeups: &mut Option<Wakeups>) {

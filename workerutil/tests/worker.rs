@@ -50,6 +50,8 @@ struct Flaky {
     no_wakeups: bool,
     /// How long each `mark_complete` takes (on tokio's clock).
     mark_delay: Mutex<Duration>,
+    /// How long each `mark_errored` takes (on tokio's clock).
+    errored_mark_delay: Mutex<Duration>,
     /// How long each dequeue takes (on tokio's clock) before it reads the store.
     dequeue_delay: Mutex<Duration>,
     /// Dequeue calls running now, and the most ever running at once.
@@ -157,6 +159,8 @@ impl Store for Flaky {
         m: &str,
         retry: Option<&workerutil::Retry>,
     ) -> Result<bool, BoxError> {
+        let delay = *self.errored_mark_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         self.inner.mark_errored(job, m, retry).await
     }
     async fn mark_failed(&self, job: &mut Self::Job, m: &str) -> Result<bool, BoxError> {
@@ -1435,4 +1439,30 @@ async fn run_until_empty_returns_once_nothing_is_runnable_and_every_job_finished
     assert_eq!(summary.reason, StopReason::QueueEmpty);
     assert_eq!(summary.dequeued, 0);
     assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_until_empty_waits_for_a_retry_whose_mark_is_still_being_written() {
+    // The empty claim comes back while the first attempt's errored mark is
+    // still on its way; the retry it makes runnable must still run.
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(MemoryStoreOptions {
+            max_num_retries: 1,
+            retry_after: Duration::ZERO,
+            ..Default::default()
+        }),
+        errored_mark_delay: Mutex::new(Duration::from_millis(200)),
+        ..Default::default()
+    });
+    store.inner.enqueue(Task {
+        id: 1,
+        act: Act::Retryable,
+    });
+    let summary = Worker::new(store.clone(), Acts::default(), options())
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(summary.reason, StopReason::QueueEmpty);
+    assert_eq!(summary.dequeued, 2, "the retry ran too");
+    assert_eq!(store.inner.count(JobState::Failed), 1);
 }
