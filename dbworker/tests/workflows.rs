@@ -690,3 +690,92 @@ async fn a_release_notifies_listening_workers() {
     assert!(note.channel().starts_with("dbworker_"));
     assert_eq!(db.state(dependent).await, "queued");
 }
+
+/// `NewJob::after` from SQL: `jobs_wait_for(job, after, policy)` makes a job
+/// queued in the same transaction wait, counts finished upstreams at once, and
+/// refuses what it cannot do.
+#[tokio::test]
+async fn the_sql_wait_for_function_makes_a_new_job_wait() {
+    let (db, _workflows) = set_up().await;
+    let insert = |state: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO jobs (state, finished_at) VALUES ($1, CASE WHEN $1 = 'queued' THEN NULL ELSE now() END) RETURNING id",
+            )
+            .bind(state)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            id
+        }
+    };
+    let (a, done, failed) = (
+        insert("queued").await,
+        insert("completed").await,
+        insert("failed").await,
+    );
+    let wait = |after: Vec<i64>, policy: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let id: i64 = sqlx::query_scalar("INSERT INTO jobs DEFAULT VALUES RETURNING id")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            let state: String = sqlx::query_scalar("SELECT jobs_wait_for($1, $2, $3)")
+                .bind(id)
+                .bind(after)
+                .bind(policy)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            (id, state)
+        }
+    };
+    let (d, state) = wait(vec![a, done], "cancel").await;
+    assert_eq!(state, "pending", "waits for a, not for the completed one");
+    let edges: i64 = db
+        .scalar("SELECT count(*) FROM jobs_deps WHERE job_id = $1", d)
+        .await;
+    assert_eq!(edges, 1);
+    let (canceled, state) = wait(vec![failed], "cancel").await;
+    assert_eq!(state, "canceled", "a failed upstream cancels it at once");
+    let blocked: Option<i64> = sqlx::query_scalar("SELECT blocked_by FROM jobs WHERE id = $1")
+        .bind(canceled)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(blocked, Some(failed));
+    let (_, state) = wait(vec![failed], "ignore_failed").await;
+    assert_eq!(state, "queued", "ignore_failed lets it run");
+
+    // A job that is not queued, an unknown upstream and a bad policy are refused.
+    for (sql, why) in [
+        (
+            format!("SELECT jobs_wait_for({done}, ARRAY[{a}])"),
+            "not a queued job",
+        ),
+        (
+            format!("SELECT jobs_wait_for({a}, ARRAY[987654])"),
+            "does not exist",
+        ),
+        (
+            format!("SELECT jobs_wait_for({a}, ARRAY[{done}], 'sometimes')"),
+            "policy must be",
+        ),
+    ] {
+        let err = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&db.pool)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{err}");
+    }
+
+    run_until_done(&db, 1, 2, None).await;
+    assert_eq!(db.state(d).await, "completed");
+    let (a_times, d_times) = (times(&db, a).await, times(&db, d).await);
+    assert!(d_times.0 >= a_times.1, "d started after a finished");
+}

@@ -158,7 +158,59 @@ CREATE OR REPLACE TRIGGER {on_update} AFTER UPDATE OF {state} ON {table}
 CREATE OR REPLACE TRIGGER {on_delete} AFTER DELETE ON {table}
     FOR EACH ROW WHEN (OLD.{has_dependents} AND OLD.{state} NOT IN ('completed', 'failed', 'canceled'))
     EXECUTE FUNCTION {function}();
+-- NewJob::after from SQL: makes a job queued in this transaction wait for the
+-- jobs `after` (e.g. SELECT {wait_for}({enqueue}('{{}}'), ARRAY[12, 13])).
+-- The upstream jobs are locked FOR SHARE first, so none finishes until this
+-- commits: a completed one counts at once, a failed or canceled one applies
+-- the policy at once. Returns the job's state: queued, pending or canceled.
+CREATE OR REPLACE FUNCTION {wait_for}(job bigint, after bigint[], policy text DEFAULT 'cancel')
+RETURNS text LANGUAGE plpgsql AS $dbworker$
+DECLARE
+    up record;
+    waits integer := 0;
+    blocker bigint;
+    blocker_state text;
+BEGIN
+    IF policy IS NULL OR policy NOT IN ('cancel', 'ignore_failed', 'ignore_canceled', 'ignore') THEN
+        RAISE EXCEPTION 'policy must be cancel, ignore_failed, ignore_canceled or ignore, not %', policy;
+    END IF;
+    PERFORM 1 FROM {table} WHERE {id} = job AND {state} = 'queued' FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % is not a queued job', job;
+    END IF;
+    IF (SELECT count(DISTINCT a) FROM unnest(after) AS a)
+       <> (SELECT count(*) FROM {table} WHERE {id} = ANY(after)) THEN
+        RAISE EXCEPTION 'an upstream job of % does not exist: %', job, after;
+    END IF;
+    FOR up IN SELECT {id} AS id, {state}::text AS state FROM {table}
+               WHERE {id} = ANY(after) ORDER BY {id} FOR SHARE LOOP
+        CONTINUE WHEN up.state = 'completed';
+        CONTINUE WHEN up.state IN ('failed', 'canceled')
+            AND (policy = 'ignore' OR policy = 'ignore_' || up.state);
+        IF up.state IN ('failed', 'canceled') AND blocker IS NULL THEN
+            blocker := up.id;
+            blocker_state := up.state;
+        END IF;
+        UPDATE {table} SET {has_dependents} = true WHERE {id} = up.id AND NOT {has_dependents};
+        INSERT INTO {deps} ("job_id", "depends_on", "policy") VALUES (job, up.id, policy);
+        waits := waits + 1;
+    END LOOP;
+    IF blocker IS NOT NULL THEN
+        UPDATE {table}
+           SET {state} = 'canceled', {finished_at} = now(), {blocked_by} = blocker,
+               {failure_message} = format('upstream job %s was %s', blocker, blocker_state)
+         WHERE {id} = job;
+        RETURN 'canceled';
+    ELSIF waits > 0 THEN
+        UPDATE {table} SET {state} = 'pending' WHERE {id} = job;
+        RETURN 'pending';
+    END IF;
+    RETURN 'queued';
+END
+$dbworker$;
 "#,
+        wait_for = rel.quoted_sibling(&bounded_name(&format!("{}_wait_for", rel.name))),
+        enqueue = bounded_name(&format!("{}_enqueue", rel.name)),
         workflow_idx = index("workflow_idx"),
         blocked_idx = index("blocked_by_idx"),
         deps_idx = index("deps_depends_on_idx"),
