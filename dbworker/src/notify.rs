@@ -103,6 +103,7 @@ pub(crate) fn spawn_listener(
     channel: String,
     store: String,
     connect_timeout: Duration,
+    on_id: Option<OnId>,
 ) -> (Wakeups, ListenerTask) {
     let sender = std::sync::Arc::new(WakeupSender::new());
     let wakeups = sender.subscribe();
@@ -119,7 +120,15 @@ pub(crate) fn spawn_listener(
             .max_lifetime(None)
             .idle_timeout(None)
             .connect_lazy_with(connect);
-        listen(&listen_pool, &channel, &store, &task_sender, &task_stop).await;
+        listen(
+            &listen_pool,
+            &channel,
+            &store,
+            &task_sender,
+            &task_stop,
+            on_id.as_deref(),
+        )
+        .await;
         listen_pool.close().await;
     });
     let task = ListenerTask {
@@ -130,6 +139,10 @@ pub(crate) fn spawn_listener(
     (wakeups, task)
 }
 
+/// Told the job id a notification carries (the requeue trigger sends the id
+/// of the row that became `queued`), before the workers are woken.
+pub(crate) type OnId = std::sync::Arc<dyn Fn(i64) + Send + Sync>;
+
 /// The listener's loop: (re)connect, LISTEN, wake on each notification, until
 /// `stop` fires.
 async fn listen(
@@ -138,6 +151,7 @@ async fn listen(
     store: &str,
     sender: &WakeupSender,
     task_stop: &CancellationToken,
+    on_id: Option<&(dyn Fn(i64) + Send + Sync)>,
 ) {
     let mut delay = RECONNECT_MIN;
     let mut was_live = false;
@@ -180,7 +194,12 @@ async fn listen(
                 received = listener.try_recv() => received,
             };
             match received {
-                Ok(Some(_)) => sender.wake(),
+                Ok(Some(notification)) => {
+                    if let (Some(on_id), Ok(id)) = (on_id, notification.payload().parse::<i64>()) {
+                        on_id(id);
+                    }
+                    sender.wake()
+                }
                 Ok(None) => {
                     tracing::warn!(store = %store, channel = %channel, "listener connection lost; workers poll until it is back");
                     break;

@@ -148,3 +148,44 @@ async fn claims_under_a_pinned_xmin_return_every_eligible_job() {
     assert_eq!(db.count("completed").await, 500);
     sqlx::query("COMMIT").execute(&mut pin).await.unwrap();
 }
+
+/// With LISTEN on, a row another process puts back behind the cursor (a reset,
+/// a workflow's release, an operator's requeue) announces its id, and the
+/// cursor goes back for it at once: the probe here looks only once an hour.
+#[tokio::test]
+async fn a_requeue_announced_by_notify_takes_the_cursor_back_at_once() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::notify_trigger_sql("jobs", &Default::default(), None).unwrap())
+        .await;
+    let mut o = db.options();
+    o.claim_cursor = Some(Duration::from_secs(3600));
+    o.listen = dbworker::store::Listen::TableChannel;
+    let store = DbStore::new(&db.pool, o).await.unwrap();
+    let ids = db.enqueue(20, json!({})).await;
+    // Another process holds one of the first jobs.
+    sqlx::query("UPDATE jobs SET state = 'processing', started_at = now() WHERE id = $1")
+        .bind(ids[3])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let others: Vec<i64> = ids.iter().copied().filter(|id| *id != ids[3]).collect();
+    let first = claim_until(&store, &others, Duration::from_secs(10)).await;
+    assert!(others.iter().all(|id| first.contains(id)));
+    // The cursor is past every id; the other process gives the job back.
+    sqlx::query("UPDATE jobs SET state = 'queued', worker_hostname = '' WHERE id = $1")
+        .bind(ids[3])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let second = claim_until(&store, &[ids[3]], Duration::from_secs(5)).await;
+    assert!(
+        second.contains(&ids[3]),
+        "the requeued job behind the cursor was not claimed"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}

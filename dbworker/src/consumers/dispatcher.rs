@@ -235,6 +235,7 @@ impl Task {
                     channel.clone(),
                     name.clone(),
                     options.connect_timeout,
+                    None,
                 );
                 (Some(w), Some(task))
             }

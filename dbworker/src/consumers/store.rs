@@ -124,6 +124,7 @@ where
                 channel,
                 o.name.clone(),
                 options.connect_timeout,
+                None,
             );
             (w, Arc::new(guard))
         });

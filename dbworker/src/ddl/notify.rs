@@ -6,8 +6,9 @@ use crate::notify::Listen;
 
 /// SQL that makes Postgres announce new work on `channel` (default: the
 /// table's [`default_notify_channel`](crate::store::default_notify_channel)): one notification per `INSERT`
-/// statement, and one per row that goes back to `queued` (a requeue or a
-/// reset). Retries that come due later are not announced: the poll interval
+/// statement, and one per row that goes back to `queued` (a requeue, a reset,
+/// a workflow's release), carrying the row's id so a listening store's claim
+/// cursor can go back for it. Retries that come due later are not announced: the poll interval
 /// covers them. Needs PostgreSQL 14 or newer (`CREATE OR REPLACE TRIGGER`).
 ///
 /// ```
@@ -38,15 +39,26 @@ pub fn notify_trigger_sql(
     )));
     let state = quote(&c.state);
     let notify_function = notify_function_sql(&function);
+    // Per row, the notification carries the row's id: a listening store whose
+    // claim cursor has passed it takes the cursor back at once.
+    let row_function =
+        rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_notify_row", rel.name)));
+    let id = quote(&c.id);
     // The channel derives from the table's name, which may hold a quote.
     let channel_literal = literal(&channel);
     Ok(format!(
         r#"-- Wakes dbworker listeners on channel '{channel}' when jobs are queued.
-{notify_function}CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
+{notify_function}CREATE OR REPLACE FUNCTION {row_function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_ARGV[0], NEW.{id}::text);
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
     FOR EACH STATEMENT EXECUTE FUNCTION {function}({channel_literal});
 CREATE OR REPLACE TRIGGER {on_requeue} AFTER UPDATE OF {state} ON {table}
     FOR EACH ROW WHEN (NEW.{state} = 'queued' AND OLD.{state} IS DISTINCT FROM 'queued')
-    EXECUTE FUNCTION {function}({channel_literal});
+    EXECUTE FUNCTION {row_function}({channel_literal});
 "#
     ))
 }

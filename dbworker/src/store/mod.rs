@@ -106,6 +106,15 @@ impl<R: Record> DbStore<R> {
         schema_check::check(&pool, &resolved, resolved.connect_timeout).await?;
         let completer = (resolved.handling == Handling::Heartbeat)
             .then(|| Completer::spawn(pool.clone(), resolved.clone()));
+        let cursor = resolved
+            .claim_cursor
+            .map(|_| Arc::new(cursor::ClaimCursor::default()));
+        // A row another process put back (a reset, a workflow's release, an
+        // operator's requeue) takes the cursor back as soon as its
+        // notification arrives, not at the probe's next look.
+        let on_id = cursor
+            .clone()
+            .map(|c| -> notify::OnId { Arc::new(move |id| c.rewind_to(id)) });
         let (wakeups, listener) = match &resolved.listen_channel {
             Some(channel) => {
                 let (w, guard) = notify::spawn_listener(
@@ -113,14 +122,12 @@ impl<R: Record> DbStore<R> {
                     channel.clone(),
                     resolved.name.clone(),
                     resolved.connect_timeout,
+                    on_id,
                 );
                 (Some(w), Some(guard))
             }
             None => (None, None),
         };
-        let cursor = resolved
-            .claim_cursor
-            .map(|_| Arc::new(cursor::ClaimCursor::default()));
         let probe = match (&cursor, resolved.claim_cursor) {
             (Some(c), Some(every)) => Some(cursor::spawn_probe(
                 pool.clone(),
