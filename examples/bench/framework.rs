@@ -155,9 +155,27 @@ pub(crate) fn pool_size(mode: Mode, handlers: usize) -> u32 {
 /// Burns down `jobs` queued jobs with `handlers` handlers; measures from the
 /// start to the last recorded outcome.
 pub(crate) async fn burn(bench: &Bench, mode: Mode, handlers: usize, jobs: u64) -> Result<Run> {
+    burn_with(bench, mode, handlers, jobs, false).await
+}
+
+/// [`burn`], with LISTEN on when `listen` (the trigger and the worker options
+/// of the latency workload's "NOTIFY on" run): the configuration the peers
+/// are compared with.
+pub(crate) async fn burn_with(
+    bench: &Bench,
+    mode: Mode,
+    handlers: usize,
+    jobs: u64,
+    listen: bool,
+) -> Result<Run> {
     let connections = pool_size(mode, handlers);
     let pool = bench.pool(connections).await?;
-    let store = Arc::new(DbStore::new(&pool, store_options(mode)).await?);
+    let mut store_options = store_options(mode);
+    let mut worker_options = worker_options(handlers, Some(jobs));
+    if listen {
+        crate::latency::enable_notify(&pool, &mut store_options, &mut worker_options).await?;
+    }
+    let store = Arc::new(DbStore::new(&pool, store_options).await?);
     bench.reset_statements().await?;
 
     let progress = Progress::new();
@@ -165,7 +183,7 @@ pub(crate) async fn burn(bench: &Bench, mode: Mode, handlers: usize, jobs: u64) 
         progress: progress.clone(),
         starts: None,
     };
-    let worker = new_worker(store, handler, worker_options(handlers, Some(jobs)))?;
+    let worker = new_worker(store, handler, worker_options)?;
     let label = format!("{mode} run with {handlers} handlers");
     measure(bench, &pool, &progress, jobs, &label, async {
         Ok(worker.run().await)

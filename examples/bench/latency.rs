@@ -15,7 +15,7 @@ use crate::framework::{self, BenchJob, NoOp, Progress, Starts};
 use crate::{Result, progress};
 
 /// Handlers of the latency worker.
-const HANDLERS: usize = 4;
+pub(crate) const HANDLERS: usize = 4;
 /// The poll interval of the runs without LISTEN.
 const POLL: Duration = Duration::from_millis(10);
 

@@ -19,7 +19,10 @@
 //! - insert → handler start latency at a low rate, NOTIFY on and off;
 //! - both burn-downs again with 1,000,000 completed rows in the table, with
 //!   jobs/s per second so that decay would show;
-//! - peak RSS of a worker process at 64 handlers.
+//! - peak RSS of a worker process at 64 handlers;
+//! - with `--peers graphile`: graphile_worker (Rust), built from
+//!   `bench-peers/graphile/` (outside the workspace) on demand, beside dbworker
+//!   with LISTEN on and the floor at 24 and 100 handlers, and its pickup latency.
 //!
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
@@ -32,6 +35,7 @@ mod floor;
 mod framework;
 mod latency;
 mod ops;
+mod peers;
 mod processes;
 mod report;
 
@@ -156,6 +160,14 @@ struct BenchArgs {
         default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes,dashboard,bloat"
     )]
     workloads: Vec<Workload>,
+    /// Peers to run beside dbworker and the floor (each built on demand from
+    /// bench-peers/, outside the workspace): throughput at `--peer-handlers`
+    /// and pickup latency.
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<peers::Peer>,
+    /// Handler counts (the peer's concurrency) of the peers' burn-downs.
+    #[arg(long, value_delimiter = ',', default_value = "24,100")]
+    peer_handlers: Vec<usize>,
     /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
     #[arg(long)]
     write_docs: bool,
@@ -193,8 +205,18 @@ async fn main() -> Result<()> {
 
 /// Runs the selected workloads and reports them.
 async fn bench(args: BenchArgs) -> Result<()> {
-    if args.jobs == 0 || args.handlers.contains(&0) || args.tx_handlers.contains(&0) {
+    if args.jobs == 0
+        || args.handlers.contains(&0)
+        || args.tx_handlers.contains(&0)
+        || args.peer_handlers.contains(&0)
+    {
         return Err("--jobs and every handler count must be at least 1".into());
+    }
+    // Built first, so that a failing build stops the run before it starts and
+    // compiling does not share the machine with a measurement.
+    let mut peer_bins = Vec::new();
+    for &peer in &args.peers {
+        peer_bins.push(peers::build(peer).await?);
     }
     let bench = Bench::start().await?;
     let mut report = Report::new(&bench).await?;
@@ -335,6 +357,21 @@ async fn bench(args: BenchArgs) -> Result<()> {
             progress(format_args!("dashboard: {page}: p50 {p50:?}, p95 {p95:?}"));
         }
         report.dashboard = pages;
+    }
+    for exe in &peer_bins {
+        let runs = peers::run(
+            &bench,
+            exe,
+            &args.peer_handlers,
+            args.jobs,
+            args.enqueue_batch,
+            args.floor_connections,
+            args.floor_batch,
+            args.latency_jobs,
+            args.latency_rate,
+        )
+        .await?;
+        report.peers.push(runs);
     }
     report.print_tables();
     if args.write_docs {

@@ -178,6 +178,8 @@ pub(crate) struct Report {
     pub(crate) bloat_burn_downs: Vec<crate::bloat::BurnDown>,
     /// The bloat workload's offered-load runs under a pinned xmin.
     pub(crate) bloat_offered: Vec<crate::bloat::Offered>,
+    /// Other libraries beside dbworker and the floor (`--peers`).
+    pub(crate) peers: Vec<crate::peers::PeerRuns>,
 }
 
 impl Report {
@@ -210,6 +212,7 @@ impl Report {
             rss: Vec::new(),
             bloat_burn_downs: Vec::new(),
             bloat_offered: Vec::new(),
+            peers: Vec::new(),
         })
     }
 
@@ -394,6 +397,9 @@ impl Report {
                     .collect(),
             });
         }
+        for peer in &self.peers {
+            tables.extend(crate::peers::tables(peer));
+        }
         let targets = self.targets();
         if !targets.rows.is_empty() {
             tables.push(targets);
@@ -573,6 +579,18 @@ fn intro() -> String {
          - **Dashboard** (the `dashboard` workload): each page requested 20 times through the \
          router (after two warm-up requests) on a table of `--completed-rows` completed and 100,000 \
          queued rows; the overview's counts follow the partial indexes, never the whole table.\n\
+         - **Peers** (opt-in: `cargo run --release --example bench -- --jobs 100000 --peers \
+         graphile`; with `--workloads latency` only that workload runs beside the peer): graphile_worker (Rust) from crates.io, built \
+         by the benchmark from `bench-peers/graphile/` (a Cargo project outside the workspace, so \
+         `cargo test` and CI never compile it) and run as a process at each of `--peer-handlers` \
+         (24 and 100) right after dbworker (heartbeat handling, defaults, LISTEN on) and the \
+         heartbeat floor, then for pickup latency beside dbworker's NOTIFY-on run at the same \
+         rate. The peer migrates its own schema, enqueues its jobs in batches before its clock \
+         starts, and is configured from its own documentation for many small jobs, tuned to the \
+         fastest variant we found (a local queue of 1,000 jobs × 4 queues, completion batching; \
+         the table titles state version and configuration, `bench-peers/graphile/src/main.rs` the \
+         variants tried). Only the ratios of one run count: other builds \
+         share the machine.\n\
          - The chart shows the newest run (the last section).\n\n\
          ![jobs/s against handler count]({})\n\n",
         crate::chart::FILE_NAME
@@ -701,7 +719,7 @@ impl Table {
 }
 
 /// Jobs per second, rounded for reading: `31.2k`, `2,480`.
-fn rate(x: f64) -> String {
+pub(crate) fn rate(x: f64) -> String {
     if x >= 10_000.0 {
         format!("{:.1}k", x / 1000.0)
     } else {
@@ -718,7 +736,7 @@ fn round(x: f64) -> u64 {
 }
 
 /// A count with thousands separators.
-fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -734,6 +752,6 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn met(ok: bool) -> &'static str {
+pub(crate) fn met(ok: bool) -> &'static str {
     if ok { "yes" } else { "no" }
 }
