@@ -34,10 +34,13 @@ mod db;
 mod floor;
 mod framework;
 mod latency;
+mod machine;
 mod ops;
 mod peers;
 mod processes;
+mod provenance;
 mod report;
+mod table;
 
 use std::time::Duration;
 

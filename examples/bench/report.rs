@@ -8,6 +8,10 @@ use crate::Result;
 use crate::db::{Bench, Mode, Statements};
 use crate::framework::Rss;
 use crate::latency::Latency;
+use crate::machine::Machine;
+use crate::provenance::{code_version, intro};
+use crate::table::ms;
+pub(crate) use crate::table::{Table, count, met, rate};
 
 /// One measured burn-down (framework or floor).
 #[derive(Debug, Clone)]
@@ -107,42 +111,6 @@ impl Pair {
             rate(self.floor.rate()),
             self.ratio()
         )
-    }
-}
-
-/// The machine, from /proc.
-#[derive(Debug, Clone)]
-struct Machine {
-    cpus: usize,
-    cpu_model: String,
-    memory: String,
-    kernel: String,
-}
-
-impl Machine {
-    fn read() -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let field = |text: &str, key: &str| {
-            text.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-                .unwrap_or_else(|| "unknown".to_owned())
-        };
-        let memory = field(&meminfo, "MemTotal")
-            .trim_end_matches(" kB")
-            .parse::<f64>()
-            .map(|kib| format!("{:.1} GiB", kib / 1024.0 / 1024.0))
-            .unwrap_or_else(|_| "unknown".to_owned());
-        Machine {
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            cpu_model: field(&cpuinfo, "model name"),
-            memory,
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .map(|s| s.trim().to_owned())
-                .unwrap_or_else(|_| "unknown".to_owned()),
-        }
     }
 }
 
@@ -547,87 +515,6 @@ impl Report {
 /// Starts every run's section in benchmarks.md, followed by its commit and ` -->`.
 const RUN_MARKER: &str = "<!-- bench run ";
 
-fn intro() -> String {
-    format!(
-        "# Benchmarks\n\n\
-         Written by the benchmark itself (`examples/bench/`):\n\n\
-         ```sh\n\
-         cargo run --release --example bench -- --jobs 100000 --write-docs\n\
-         ```\n\n\
-         ## How to read this\n\n\
-         - Only ratios within one run count. Absolute figures on a shared 2-core machine drift \
-         by 2× between minutes, so each dbworker run is followed at once by its raw-SQL floor, and \
-         the ratio compares the two.\n\
-         - **Heartbeat floor**: 16 connections, each claiming 100 rows per statement \
-         (`UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT 100) RETURNING id`) and \
-         completing them in one `UPDATE … WHERE id = ANY($1)`. **Transactional floor**: a batch \
-         claim into the free slots, then one transaction per job (BEGIN; `FOR KEY SHARE`; UPDATE; \
-         COMMIT) with as many jobs at once as the dbworker run has handlers.\n\
-         - Jobs are no-ops; jobs/s runs from the start to the last recorded completion. Each run \
-         gets a freshly created, vacuumed and analyzed table.\n\
-         - Statements per job come from `pg_stat_statements` on the bench database: all / without \
-         utility statements (BEGIN, COMMIT, ...).\n\
-         - **Operations features** (runs from the `ops` workload on): the plain heartbeat \
-         burn-down, then the same with a `KindRegistry` that restricts the claim to its kind, then \
-         with the queue under a global concurrency limit that is never reached (every claim \
-         serialized behind the table's advisory lock), then under a rate limit far above the \
-         throughput (the token bucket read and spent by every claim); the ratio is to the plain run \
-         of the same run.\n\
-         - **Worker processes** (the `processes` workload): N separate worker processes of \
-         `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
-         last completion (database clock), beside the heartbeat floor measured just before.\n\
-         - **Dashboard** (the `dashboard` workload): each page requested 20 times through the \
-         router (after two warm-up requests) on a table of `--completed-rows` completed and 100,000 \
-         queued rows; the overview's counts follow the partial indexes, never the whole table.\n\
-         - **Peers** (opt-in: `cargo run --release --example bench -- --jobs 100000 --peers \
-         graphile`; with `--workloads latency` only that workload runs beside the peer): graphile_worker (Rust) from crates.io, built \
-         by the benchmark from `bench-peers/graphile/` (a Cargo project outside the workspace, so \
-         `cargo test` and CI never compile it) and run as a process at each of `--peer-handlers` \
-         (24 and 100) right after dbworker (heartbeat handling, defaults, LISTEN on) and the \
-         heartbeat floor, then for pickup latency beside dbworker's NOTIFY-on run at the same \
-         rate. The peer migrates its own schema, enqueues its jobs in batches before its clock \
-         starts, and is configured from its own documentation for many small jobs, tuned to the \
-         fastest variant we found (a local queue of 1,000 jobs × 4 queues, completion batching; \
-         the table titles state version and configuration, `bench-peers/graphile/src/main.rs` the \
-         variants tried). Only the ratios of one run count: other builds \
-         share the machine.\n\
-         - The chart shows the newest run (the last section).\n\n\
-         ![jobs/s against handler count]({})\n\n",
-        crate::chart::FILE_NAME
-    )
-}
-
-/// `git rev-parse --short HEAD`, with `+dirty` for uncommitted changes to
-/// tracked files outside docs/ (which the benchmark itself writes); `unknown`
-/// outside a git checkout.
-fn code_version() -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    };
-    match git(&["rev-parse", "--short", "HEAD"]) {
-        Some(head) => {
-            let dirty = git(&[
-                "status",
-                "--porcelain",
-                "--untracked-files=no",
-                "--",
-                ".",
-                ":!docs",
-            ])
-            .is_some_and(|s| !s.is_empty());
-            if dirty { format!("{head}+dirty") } else { head }
-        }
-        None => "unknown".to_owned(),
-    }
-}
-
 /// The table of framework/floor pairs.
 fn pair_table(title: &str, pairs: &[Pair]) -> Table {
     Table {
@@ -670,88 +557,4 @@ fn pair_table(title: &str, pairs: &[Pair]) -> Table {
             })
             .collect(),
     }
-}
-
-/// A titled table, rendered as aligned text or Markdown.
-pub(crate) struct Table {
-    pub(crate) title: String,
-    pub(crate) headers: Vec<&'static str>,
-    pub(crate) rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn text(&self) -> String {
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let line = |cells: Vec<&str>| {
-            let padded: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
-                .collect();
-            padded.join("  ").trim_end().to_owned()
-        };
-        let mut out = format!("{}\n", self.title);
-        out.push_str(&line(self.headers.clone()));
-        out.push('\n');
-        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-        out.push_str(&rule.join("  "));
-        out.push('\n');
-        for row in &self.rows {
-            out.push_str(&line(row.iter().map(String::as_str).collect()));
-            out.push('\n');
-        }
-        out
-    }
-
-    fn markdown(&self) -> String {
-        let mut out = format!("### {}\n\n| {} |\n", self.title, self.headers.join(" | "));
-        let _ = writeln!(out, "|{}", "---|".repeat(self.headers.len()));
-        for row in &self.rows {
-            let _ = writeln!(out, "| {} |", row.join(" | "));
-        }
-        out
-    }
-}
-
-/// Jobs per second, rounded for reading: `31.2k`, `2,480`.
-pub(crate) fn rate(x: f64) -> String {
-    if x >= 10_000.0 {
-        format!("{:.1}k", x / 1000.0)
-    } else {
-        count(round(x))
-    }
-}
-
-#[allow(
-    clippy::cast_possible_truncation,
-    reason = "a rate, rounded for display"
-)]
-fn round(x: f64) -> u64 {
-    x.round().max(0.0) as u64
-}
-
-/// A count with thousands separators.
-pub(crate) fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
-
-pub(crate) fn met(ok: bool) -> &'static str {
-    if ok { "yes" } else { "no" }
 }

@@ -1,0 +1,83 @@
+//! What a run records about itself: the introduction of docs/benchmarks.md
+//! and the code version it measured.
+
+pub(crate) fn intro() -> String {
+    format!(
+        "# Benchmarks\n\n\
+         Written by the benchmark itself (`examples/bench/`):\n\n\
+         ```sh\n\
+         cargo run --release --example bench -- --jobs 100000 --write-docs\n\
+         ```\n\n\
+         ## How to read this\n\n\
+         - Only ratios within one run count. Absolute figures on a shared 2-core machine drift \
+         by 2× between minutes, so each dbworker run is followed at once by its raw-SQL floor, and \
+         the ratio compares the two.\n\
+         - **Heartbeat floor**: 16 connections, each claiming 100 rows per statement \
+         (`UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT 100) RETURNING id`) and \
+         completing them in one `UPDATE … WHERE id = ANY($1)`. **Transactional floor**: a batch \
+         claim into the free slots, then one transaction per job (BEGIN; `FOR KEY SHARE`; UPDATE; \
+         COMMIT) with as many jobs at once as the dbworker run has handlers.\n\
+         - Jobs are no-ops; jobs/s runs from the start to the last recorded completion. Each run \
+         gets a freshly created, vacuumed and analyzed table.\n\
+         - Statements per job come from `pg_stat_statements` on the bench database: all / without \
+         utility statements (BEGIN, COMMIT, ...).\n\
+         - **Operations features** (runs from the `ops` workload on): the plain heartbeat \
+         burn-down, then the same with a `KindRegistry` that restricts the claim to its kind, then \
+         with the queue under a global concurrency limit that is never reached (every claim \
+         serialized behind the table's advisory lock), then under a rate limit far above the \
+         throughput (the token bucket read and spent by every claim); the ratio is to the plain run \
+         of the same run.\n\
+         - **Worker processes** (the `processes` workload): N separate worker processes of \
+         `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
+         last completion (database clock), beside the heartbeat floor measured just before.\n\
+         - **Dashboard** (the `dashboard` workload): each page requested 20 times through the \
+         router (after two warm-up requests) on a table of `--completed-rows` completed and 100,000 \
+         queued rows; the overview's counts follow the partial indexes, never the whole table.\n\
+         - **Peers** (opt-in: `cargo run --release --example bench -- --jobs 100000 --peers \
+         graphile`; with `--workloads latency` only that workload runs beside the peer): graphile_worker (Rust) from crates.io, built \
+         by the benchmark from `bench-peers/graphile/` (a Cargo project outside the workspace, so \
+         `cargo test` and CI never compile it) and run as a process at each of `--peer-handlers` \
+         (24 and 100) right after dbworker (heartbeat handling, defaults, LISTEN on) and the \
+         heartbeat floor, then for pickup latency beside dbworker's NOTIFY-on run at the same \
+         rate. The peer migrates its own schema, enqueues its jobs in batches before its clock \
+         starts, and is configured from its own documentation for many small jobs, tuned to the \
+         fastest variant we found (a local queue of 1,000 jobs × 4 queues, completion batching; \
+         the table titles state version and configuration, `bench-peers/graphile/src/main.rs` the \
+         variants tried). Only the ratios of one run count: other builds \
+         share the machine.\n\
+         - The chart shows the newest run (the last section).\n\n\
+         ![jobs/s against handler count]({})\n\n",
+        crate::chart::FILE_NAME
+    )
+}
+
+/// `git rev-parse --short HEAD`, with `+dirty` for uncommitted changes to
+/// tracked files outside docs/ (which the benchmark itself writes); `unknown`
+/// outside a git checkout.
+pub(crate) fn code_version() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(head) => {
+            let dirty = git(&[
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":!docs",
+            ])
+            .is_some_and(|s| !s.is_empty());
+            if dirty { format!("{head}+dirty") } else { head }
+        }
+        None => "unknown".to_owned(),
+    }
+}
