@@ -877,3 +877,37 @@ async fn copy_loads_many_jobs_with_their_options_all_or_none() {
     let err = enqueuer.enqueue_copy(&keyed).await.unwrap_err();
     assert!(err.to_string().contains("keyed"), "{err}");
 }
+
+/// graphile-worker's length limits: a queue or kind over 128 characters, a
+/// key over 512, is refused with the field named, and nothing is inserted.
+#[tokio::test]
+async fn overlong_queue_and_key_names_are_refused_and_nothing_is_inserted() {
+    let (db, enqueuer) = set_up().await;
+    let long = |n: usize| "é".repeat(n);
+    let ok = enqueuer
+        .enqueue(
+            &NewJob::new()
+                .queue(long(128))
+                .key(long(512), KeyMode::Replace),
+        )
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    for (job, field) in [
+        (NewJob::new().queue(long(129)), "queue"),
+        (NewJob::new().key(long(513), KeyMode::Replace), "key"),
+    ] {
+        let err = enqueuer.enqueue(&job).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(field) && text.contains("at most"), "{text}");
+    }
+    let err = enqueuer
+        .enqueue_many(&[NewJob::new(), NewJob::new().queue(long(200))])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("queue"), "{err}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "only the job within the limits");
+}

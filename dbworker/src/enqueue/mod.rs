@@ -21,6 +21,11 @@ use crate::columns::{
 use crate::error::{Error, Result};
 use crate::sql::{self, EnqueueTable, JobRow, WorkflowTable};
 
+/// The most characters a job's queue or kind may have.
+pub const MAX_NAME_CHARS: usize = 128;
+/// The most characters a job's key may have.
+pub const MAX_KEY_CHARS: usize = 512;
+
 /// Which table an [`Enqueuer`] writes and which optional columns it has.
 ///
 /// ```
@@ -480,6 +485,24 @@ impl Enqueuer {
         }
         if job.flags_value().is_some() && t.flags.is_none() {
             return refuse("flags_column", "flags");
+        }
+        // graphile-worker's limits: names an operator reads and filters by.
+        for (field, value, max) in [
+            ("queue", job.queue_value(), MAX_NAME_CHARS),
+            ("kind", job.kind_value(), MAX_NAME_CHARS),
+            ("key", job.key_value().map(|(k, _)| k), MAX_KEY_CHARS),
+        ] {
+            if let Some(value) = value
+                && value.chars().count() > max
+            {
+                return Err(Error::InvalidOption {
+                    field,
+                    reason: format!(
+                        "is {} characters long; at most {max} are allowed",
+                        value.chars().count()
+                    ),
+                });
+            }
         }
         for (column, _) in job.values() {
             if !is_identifier(column) {
