@@ -307,3 +307,33 @@ async fn the_functions_follow_renamed_columns_and_tables_without_optional_column
         .await;
     assert_eq!(attempts, 5);
 }
+
+/// `add_jobs` sets the flags of each spec (a JSON array) like `enqueue` does.
+#[tokio::test]
+async fn add_jobs_sets_each_specs_flags() {
+    let db = set_up().await;
+    let specs = vec![
+        json!({"fields": {"payload": {}}, "flags": ["slow-api", "gpu"]}),
+        json!({"fields": {"payload": {}}}),
+    ];
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT * FROM jobs_add_jobs($1)")
+        .bind(&specs)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let flags = |id: i64| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<Vec<String>>>("SELECT flags FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        flags(ids[0]).await,
+        Some(vec!["slow-api".to_owned(), "gpu".to_owned()])
+    );
+    assert_eq!(flags(ids[1]).await, None);
+}
