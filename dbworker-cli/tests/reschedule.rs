@@ -2,43 +2,14 @@
 //! through the binary against real Postgres: on one id or a filter, never
 //! touching a job a worker holds.
 
+mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
 mod common;
 
-use std::process::{Command, Output};
-
 use dbworker::ddl::OptionalColumns;
 
+use cli::{dbworker, ok, refused};
 use common::Db;
-
-fn dbworker(db: &Db, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dbworker"))
-        .args(args)
-        .args(["--table", "jobs"])
-        .env("DATABASE_URL", db.db.url())
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn refused(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 async fn job(db: &Db, state: &str, key: &str) -> i64 {
     sqlx::query_scalar(

@@ -1,36 +1,16 @@
 //! `dbworker workflow show|cancel` and `migration --workflows` end to end
 //! against real Postgres.
 
+mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
 mod common;
-
-use std::process::{Command, Output};
 
 use dbworker::NewJob;
 use dbworker::ddl::workflows_sql;
 use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
 
+use cli::{dbworker, ok};
 use common::Db;
-
-fn dbworker(db: &Db, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dbworker"))
-        .args(args)
-        .args(["--table", "jobs"])
-        .env("DATABASE_URL", db.db.url())
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
 
 #[tokio::test]
 async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
