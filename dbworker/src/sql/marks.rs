@@ -99,17 +99,23 @@ pub(super) fn errored_update(
             .finally(Expr::cust("now()").add(retry_delay(a, c, &retry.policy))),
         )
         .to_owned();
-    failed_attempt(q, a, c, message)
+    failed_attempt(q, o, message)
 }
 
 /// What every failed attempt writes besides its state: one more failure, the
-/// message, and when it finished.
-fn failed_attempt(mut q: UpdateStatement, a: &str, c: &Columns, message: &str) -> UpdateStatement {
+/// message, when it finished, and (with an error history) its entry.
+fn failed_attempt(mut q: UpdateStatement, o: &JobTable, message: &str) -> UpdateStatement {
+    let (a, c) = (&o.table.alias, &o.columns);
+    let message = sanitize_failure_message(message);
+    append_history(
+        &mut q,
+        o.error_history.as_ref(),
+        a,
+        c,
+        Expr::val(message.as_ref()),
+    );
     q.value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
-        .value(
-            alias(&c.failure_message),
-            sanitize_failure_message(message).as_ref(),
-        )
+        .value(alias(&c.failure_message), message.as_ref())
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"));
     q
 }
@@ -234,7 +240,19 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Sta
         .add(Expr::cust(kind_is(MarkKind::Errored)))
         .add(Expr::cust(format!("NOT {cancel}")))
         .add(exhausted.clone().not());
-    let update = Query::update()
+    let mut update = Query::update();
+    if let Some(h) = &o.error_history {
+        // Completions keep the history as it is; every other mark appends.
+        update.value(
+            alias(&h.column),
+            Expr::case(
+                Expr::cust(kind_is(MarkKind::Complete)),
+                col(a, &h.column),
+            )
+            .finally(appended(h, a, c, col("dbworker_marks", "message"))),
+        );
+    }
+    let update = update
         .table(table_ref(t))
         .value(
             alias(&c.state),
@@ -299,7 +317,7 @@ pub(crate) fn mark_failed(o: &JobTable, id: i64, token: i64, message: &str) -> S
                 .finally(state(JobState::Failed)),
         )
         .to_owned();
-    Statement::from(&failed_attempt(q, a, c, message))
+    Statement::from(&failed_attempt(q, o, message))
 }
 
 /// Puts a claimed job back in the queue without counting a failure.
@@ -350,7 +368,11 @@ pub(crate) fn requeue_lost(o: &JobTable, id: i64, token: i64, message: &str) -> 
     let a = &o.table.alias;
     let can_requeue = || counter(a, &c.num_resets).lt(o.max_num_resets);
     let mut q = fenced_update(o, id, token);
-    reset_or_fail(&mut q, a, c, o.max_num_resets, message);
+    let history = o
+        .error_history
+        .as_ref()
+        .map(|h| (h, "requeued: the job's database connection was lost"));
+    reset_or_fail(&mut q, a, c, o.max_num_resets, message, history);
     let q = q
         .value(
             alias(&c.process_after),

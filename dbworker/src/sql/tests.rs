@@ -52,6 +52,7 @@ fn table(name: &str) -> JobTable {
         queue_column: None,
         flags_column: None,
         payload_column: None,
+        error_history: None,
     }
 }
 
@@ -117,6 +118,14 @@ fn statements() -> Vec<(&'static str, Statement)> {
         o.pause_table = Some(rel("dbworker_pauses"));
         o.queue_column = Some("queue".into());
         o
+    };
+    let history = ErrorHistory {
+        column: "errors".into(),
+        limit: 20,
+    };
+    let h = JobTable {
+        error_history: Some(history.clone()),
+        ..t.clone()
     };
     let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
     let limited = {
@@ -235,7 +244,30 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("log_len", log_len(&t, 1, 2)),
         (
             "reset_stalled",
-            reset_stalled(&t.table, &t.columns, 5.0, None, 3, "m"),
+            reset_stalled(&t.table, &t.columns, 5.0, None, 3, "m", None),
+        ),
+        (
+            "reset_stalled_with_history",
+            reset_stalled(&t.table, &t.columns, 5.0, None, 3, "m", Some(&history)),
+        ),
+        (
+            "mark_errored_with_history",
+            mark_errored(&h, 1, 2, "m", &h.retry_rule(None)),
+        ),
+        ("mark_failed_with_history", mark_failed(&h, 1, 2, "m")),
+        ("requeue_lost_with_history", requeue_lost(&h, 1, 2, "m")),
+        (
+            "mark_batch_with_history",
+            mark_batch(
+                &h,
+                &[Mark {
+                    id: 1,
+                    token: 2,
+                    kind: MarkKind::Failed,
+                    message: "m".into(),
+                }],
+                &h.retry_rule(None),
+            ),
         ),
         (
             "reset_stalled_or_orphaned",
@@ -249,6 +281,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
                 )),
                 3,
                 "m",
+                None,
             ),
         ),
         ("queued_count", queued_count(&t)),
@@ -532,7 +565,7 @@ fn quoted_statements() -> Vec<(&'static str, Statement)> {
         ("quoted_claim", claim(&o, "host", &[], 3, true)),
         (
             "quoted_reset_stalled",
-            reset_stalled(&o.table, &o.columns, 5.0, None, 3, "m"),
+            reset_stalled(&o.table, &o.columns, 5.0, None, 3, "m", None),
         ),
         ("quoted_relation_access", relation_access(&o.table)),
         ("quoted_enqueue_rows", enqueue_rows(&e, &[row(&payload)])),

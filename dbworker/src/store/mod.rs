@@ -36,8 +36,8 @@ pub use gauges::QueueStat;
 pub use job::DbJob;
 pub(crate) use options::Resolved;
 pub use options::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,
-    ScanFn, StoreOptions,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_MAX_NUM_RETRIES,
+    DEFAULT_RESET_FAILURE_MESSAGE, Handling, ScanFn, StoreOptions,
 };
 pub use reset::ResetOutcome;
 pub(crate) use reset::{ResetConfig, reset_pass};
