@@ -249,3 +249,54 @@ async fn completions_leave_the_history_alone() {
         assert_eq!(history(&db, id).await.len(), 1, "{handling:?}");
     }
 }
+
+#[tokio::test]
+async fn the_dashboards_job_page_lists_the_entries() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use dbworker::dashboard::{Dashboard, DashboardOptions, TableConfig};
+    use tower::ServiceExt;
+
+    let db = Db::new().await;
+    with_history(&db).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let store = store(&db, Handling::Transactional, 20).await;
+    for (worker, message) in [("host-a", "timeout <talking to api>"), ("host-b", "refused")] {
+        let mut job = claim(&store, worker).await;
+        assert!(store.mark_errored(&mut job, message, None).await.unwrap());
+        due(&db).await;
+    }
+    let mut table = TableConfig::new("jobs");
+    table.error_history_column = Some("errors".into());
+    let dashboard = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap();
+    let res = dashboard
+        .router()
+        .oneshot(
+            Request::get(format!("/t/jobs/jobs/{id}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let page = String::from_utf8_lossy(&body);
+    let section = &page[page.find("Error history").expect("the section")..];
+    let rows: Vec<&str> = section.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 2, "{section}");
+    for (row, (attempt, worker, message)) in rows.iter().zip([
+        ("1", "host-a", "timeout &lt;talking to api&gt;"),
+        ("2", "host-b", "refused"),
+    ]) {
+        assert!(
+            row.starts_with(&format!("<td>{attempt}</td>"))
+                && row.contains(&format!("<td>{worker}</td>"))
+                && row.contains(message),
+            "{row}"
+        );
+    }
+}
