@@ -258,6 +258,12 @@ pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration
     {
         problems.extend(jsonb_column_problem(pool, &o.table, column, "payload_column", "").await?);
     }
+    if let Some(column) = &o.result_column
+        && problems.is_empty()
+    {
+        let hint = "; `dbworker migration --results` adds it";
+        problems.extend(jsonb_column_problem(pool, &o.table, column, "result_column", hint).await?);
+    }
     if let Some(h) = &o.error_history
         && problems.is_empty()
     {

@@ -116,7 +116,9 @@ pub struct OptionalColumns {
     pub error_history: bool,
     /// `result jsonb`, the result a handler stores with its completion
     /// ([`DbJob::set_result`](crate::DbJob::set_result)), for
-    /// `StoreOptions::result_column`.
+    /// `StoreOptions::result_column`; and `upstream_ids bigint[]`, the jobs a
+    /// dependent waited for (`EnqueueOptions::results`), so it can read their
+    /// results ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
     pub results: bool,
 }
 
@@ -228,6 +230,8 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "errors" jsonb;
         ddl.push_str(&format!(
             r#"-- Results: StoreOptions::result_column = Some("result"); DbJob::set_result stores one with the completion.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "result" jsonb;
+-- The jobs a dependent waited for (EnqueueOptions::results), for DbJob::upstream_results.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "upstream_ids" bigint[];
 "#
         ));
     }

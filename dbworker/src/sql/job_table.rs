@@ -27,6 +27,8 @@ pub(crate) struct JobTable {
     pub(crate) payload_column: Option<String>,
     /// The per-attempt error history failing marks append to, if kept.
     pub(crate) error_history: Option<ErrorHistory>,
+    /// The `jsonb` column completions write the handler's result to, if any.
+    pub(crate) result_column: Option<String>,
 }
 
 impl JobTable {

@@ -146,32 +146,47 @@ pub(crate) struct Mark {
     pub(crate) token: i64,
     pub(crate) kind: MarkKind,
     pub(crate) message: String,
+    /// A completion's result as JSON text; `''` for none.
+    pub(crate) result: String,
 }
 
 /// Completes many claimed jobs in one statement (heartbeat handling, a batch
-/// of completions only: the common case, planned once and cached). Returns the
-/// ids that were marked; any other was no longer ours.
-pub(crate) fn complete_batch(o: &JobTable, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+/// of completions only: the common case, planned once and cached). With a
+/// result column, each writes its result (JSON text, `''` for none) too.
+/// Returns the ids that were marked; any other was no longer ours.
+pub(crate) fn complete_batch(
+    o: &JobTable,
+    ids: Vec<i64>,
+    tokens: Vec<i64>,
+    results: Vec<String>,
+) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let a = &t.alias;
-    let q = Query::update()
+    let mut marks = Query::select()
+        .expr_as(
+            Expr::cust_with_values("unnest($1::bigint[])", [ids]),
+            alias("id"),
+        )
+        .expr_as(
+            Expr::cust_with_values("unnest($1::bigint[])", [tokens]),
+            alias("token"),
+        )
+        .to_owned();
+    let mut q = Query::update();
+    if let Some(column) = &o.result_column {
+        marks.expr_as(
+            Expr::cust_with_values("unnest($1::text[])", [results]),
+            alias("result"),
+        );
+        q.value(alias(column), batched_result(a, column));
+    }
+    let q = q
         .table(table_ref(t))
         .value(alias(&c.state), state(JobState::Completed))
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .from(TableRef::SubQuery(
-            Box::new(
-                Query::select()
-                    .expr_as(
-                        Expr::cust_with_values("unnest($1::bigint[])", [ids]),
-                        alias("id"),
-                    )
-                    .expr_as(
-                        Expr::cust_with_values("unnest($1::bigint[])", [tokens]),
-                        alias("token"),
-                    )
-                    .to_owned(),
-            ),
+            Box::new(marks),
             alias("dbworker_marks").into_iden(),
         ))
         .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
@@ -197,7 +212,7 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Sta
     let q = |name: &str| format!("{}.{}", quote(a), quote(name));
     let failures = format!("COALESCE({}, 0)", q(&c.num_failures)); // see counter()
     let cancel = format!("COALESCE({}, false)", q(&c.cancel));
-    let marks_q = Query::select()
+    let mut marks_q = Query::select()
         .expr_as(
             Expr::cust_with_values(
                 "unnest($1::bigint[])",
@@ -241,6 +256,17 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Sta
         .add(Expr::cust(format!("NOT {cancel}")))
         .add(exhausted.clone().not());
     let mut update = Query::update();
+    if let Some(column) = &o.result_column {
+        // Only completions carry a result; the others write `''`.
+        marks_q.expr_as(
+            Expr::cust_with_values(
+                "unnest($1::text[])",
+                [marks.iter().map(|m| m.result.clone()).collect::<Vec<_>>()],
+            ),
+            alias("result"),
+        );
+        update.value(alias(column), batched_result(a, column));
+    }
     if let Some(h) = &o.error_history {
         // Completions keep the history as it is; every other mark appends.
         update.value(

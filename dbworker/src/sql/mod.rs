@@ -37,6 +37,7 @@ mod job_table;
 mod marks;
 mod purge;
 mod reset;
+mod results;
 mod schema;
 mod workflow;
 
@@ -57,6 +58,7 @@ pub(crate) use job_table::*;
 pub(crate) use marks::*;
 pub(crate) use purge::*;
 pub(crate) use reset::*;
+pub(crate) use results::*;
 pub(crate) use schema::*;
 pub(crate) use workflow::*;
 

@@ -53,6 +53,7 @@ fn table(name: &str) -> JobTable {
         flags_column: None,
         payload_column: None,
         error_history: None,
+        result_column: None,
     }
 }
 
@@ -125,6 +126,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
     };
     let h = JobTable {
         error_history: Some(history.clone()),
+        ..t.clone()
+    };
+    let r = JobTable {
+        result_column: Some("result".into()),
         ..t.clone()
     };
     let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
@@ -233,11 +238,42 @@ fn statements() -> Vec<(&'static str, Statement)> {
                     token: 2,
                     kind: MarkKind::Errored,
                     message: "m".into(),
+                    result: String::new(),
                 }],
                 &t.retry_rule(None),
             ),
         ),
-        ("complete_batch", complete_batch(&t, vec![1], vec![2])),
+        (
+            "complete_batch",
+            complete_batch(&t, vec![1], vec![2], vec![String::new()]),
+        ),
+        (
+            "complete_batch_with_results",
+            complete_batch(&r, vec![1, 3], vec![2, 4], vec!["{}".into(), String::new()]),
+        ),
+        (
+            "mark_batch_with_results",
+            mark_batch(
+                &r,
+                &[Mark {
+                    id: 1,
+                    token: 2,
+                    kind: MarkKind::Complete,
+                    message: String::new(),
+                    result: "{\"n\": 1}".into(),
+                }],
+                &r.retry_rule(None),
+            ),
+        ),
+        (
+            "mark_complete_with_result",
+            mark_complete_with_result(&r, 1, 2, "result", serde_json::json!({"n": 1})),
+        ),
+        (
+            "upstream_results",
+            upstream_results(&r, "result", 7),
+        ),
+        ("record_upstreams", record_upstreams(&w, vec![3, 3], vec![1, 2])),
         ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
         ("log_append", log_append(&t, 1, 2, "{}".into())),
         ("log_update", log_update(&t, 1, 2, 0, "{}".into())),
@@ -265,6 +301,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
                     token: 2,
                     kind: MarkKind::Failed,
                     message: "m".into(),
+                    result: String::new(),
                 }],
                 &h.retry_rule(None),
             ),
