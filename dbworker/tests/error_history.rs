@@ -300,3 +300,57 @@ async fn the_dashboards_job_page_lists_the_entries() {
         );
     }
 }
+
+/// The queries of docs/operations.md, "A job's attempts (error history)".
+#[tokio::test]
+async fn the_operations_queries_read_the_history() {
+    const OPERATIONS: &str = include_str!("../../docs/operations.md");
+    let section = OPERATIONS
+        .split("### A job's attempts (error history)")
+        .nth(1)
+        .expect("the section")
+        .split("\n### ")
+        .next()
+        .unwrap();
+    let queries: Vec<&str> = section
+        .split("```sql\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert_eq!(queries.len(), 2);
+
+    let db = Db::new().await;
+    with_history(&db).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let store = store(&db, Handling::Heartbeat, 20).await;
+    for worker in ["host-a", "host-b"] {
+        let mut job = claim(&store, worker).await;
+        assert!(store.mark_errored(&mut job, "nope", None).await.unwrap());
+        due(&db).await;
+    }
+    let sql = |q: &str| {
+        q.replace("example_jobs", "jobs")
+            .replace("id = 42", &format!("id = {id}"))
+    };
+    // (sqlx here decodes no timestamps: `at` comes back as text.)
+    let first = format!(
+        "SELECT attempt, at::text, worker, message FROM ({}) AS q",
+        sql(queries[0]).trim().trim_end_matches(';')
+    );
+    let attempts: Vec<(i32, String, String, String)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(first))
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let seen: Vec<(i32, &str)> = attempts
+        .iter()
+        .map(|(n, _, w, _)| (*n, w.as_str()))
+        .collect();
+    assert_eq!(seen, [(1, "host-a"), (2, "host-b")]);
+    let spread: Vec<(i64, String, i64, i32)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(sql(queries[1])))
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(spread, [(id, "errored".to_owned(), 2, 2)]);
+}
