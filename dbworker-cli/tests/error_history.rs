@@ -36,7 +36,12 @@ async fn show_prints_each_failed_attempt() {
     let store = DbStore::new(&db.pool, o).await.unwrap();
     for (worker, message) in [("host-a", "first"), ("host-b", "second")] {
         let mut jobs = store.dequeue(worker, &Default::default(), 1).await.unwrap();
-        assert!(store.mark_errored(&mut jobs[0], message, None).await.unwrap());
+        assert!(
+            store
+                .mark_errored(&mut jobs[0], message, None)
+                .await
+                .unwrap()
+        );
         db.execute("UPDATE jobs SET process_after = NULL").await;
     }
 

@@ -29,9 +29,7 @@ async fn store(db: &Db, handling: Handling, limit: u32) -> Arc<DbStore<Job>> {
 }
 
 async fn history(db: &Db, id: i64) -> Vec<Value> {
-    let v: Option<Value> = db
-        .scalar("SELECT errors FROM jobs WHERE id = $1", id)
-        .await;
+    let v: Option<Value> = db.scalar("SELECT errors FROM jobs WHERE id = $1", id).await;
     v.map(|v| v.as_array().unwrap().clone()).unwrap_or_default()
 }
 
@@ -81,7 +79,10 @@ async fn three_failing_attempts_leave_three_entries_in_order() {
 
         let entries = history(&db, id).await;
         assert_eq!(entries.len(), 3, "{handling:?}: {entries:?}");
-        assert_eq!(field(&entries, "attempt"), [&json!(1), &json!(2), &json!(3)]);
+        assert_eq!(
+            field(&entries, "attempt"),
+            [&json!(1), &json!(2), &json!(3)]
+        );
         assert_eq!(
             field(&entries, "message"),
             [&json!("first"), &json!("second"), &json!("third, final")]
@@ -118,7 +119,11 @@ async fn the_history_keeps_only_the_last_entries() {
             due(&db).await;
         }
         let entries = history(&db, id).await;
-        assert_eq!(field(&entries, "attempt"), [&json!(3), &json!(4)], "{handling:?}");
+        assert_eq!(
+            field(&entries, "attempt"),
+            [&json!(3), &json!(4)],
+            "{handling:?}"
+        );
         assert_eq!(
             field(&entries, "message"),
             [&json!("failure 3"), &json!("failure 4")]
@@ -148,7 +153,11 @@ async fn a_stale_mark_appends_nothing_and_resets_append_their_own_entry() {
             "{handling:?}: the stale mark is refused"
         );
         let entries = history(&db, id).await;
-        assert_eq!(entries.len(), 1, "{handling:?}: only the reset: {entries:?}");
+        assert_eq!(
+            entries.len(),
+            1,
+            "{handling:?}: only the reset: {entries:?}"
+        );
         assert_eq!(entries[0]["attempt"], json!(1));
         assert_eq!(entries[0]["worker"], json!("old"));
         assert!(
@@ -223,8 +232,7 @@ async fn a_missing_history_column_is_named_at_start_up() {
     o.error_history_column = Some("errors".into());
     let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
     assert!(
-        err.contains("no column errors (error_history_column)")
-            && err.contains("--error-history"),
+        err.contains("no column errors (error_history_column)") && err.contains("--error-history"),
         "{err}"
     );
     let mut o = db.options();
@@ -261,7 +269,10 @@ async fn the_dashboards_job_page_lists_the_entries() {
     with_history(&db).await;
     let id = db.enqueue(1, json!({})).await[0];
     let store = store(&db, Handling::Transactional, 20).await;
-    for (worker, message) in [("host-a", "timeout <talking to api>"), ("host-b", "refused")] {
+    for (worker, message) in [
+        ("host-a", "timeout <talking to api>"),
+        ("host-b", "refused"),
+    ] {
         let mut job = claim(&store, worker).await;
         assert!(store.mark_errored(&mut job, message, None).await.unwrap());
         due(&db).await;
@@ -337,20 +348,18 @@ async fn the_operations_queries_read_the_history() {
         "SELECT attempt, at::text, worker, message FROM ({}) AS q",
         sql(queries[0]).trim().trim_end_matches(';')
     );
-    let attempts: Vec<(i32, String, String, String)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(first))
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let attempts: Vec<(i32, String, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(first))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
     let seen: Vec<(i32, &str)> = attempts
         .iter()
         .map(|(n, _, w, _)| (*n, w.as_str()))
         .collect();
     assert_eq!(seen, [(1, "host-a"), (2, "host-b")]);
-    let spread: Vec<(i64, String, i64, i32)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(sql(queries[1])))
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let spread: Vec<(i64, String, i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(sql(queries[1])))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(spread, [(id, "errored".to_owned(), 2, 2)]);
 }

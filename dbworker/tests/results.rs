@@ -40,7 +40,7 @@ impl Handler<DbStore<Job>> for Results {
             let sorted: BTreeMap<String, Value> = upstream.into_iter().collect();
             job.set_result(json!(sorted))?;
         } else if let Some(n) = payload["big"].as_u64() {
-            let refused = job.set_result(json!("x".repeat(n as usize)));
+            let refused = job.set_result(json!("x".repeat(usize::try_from(n).unwrap())));
             assert!(
                 matches!(refused, Err(Error::ResultTooLarge { .. })),
                 "{refused:?}"
@@ -107,9 +107,7 @@ async fn result(db: &Db, id: i64) -> Option<Value> {
 
 async fn diamond_passes_results_by_name(handling: Handling) {
     let db = set_up().await;
-    let task = |name: &str, payload: Value| {
-        Task::new(name, NewJob::new().set("payload", payload))
-    };
+    let task = |name: &str, payload: Value| Task::new(name, NewJob::new().set("payload", payload));
     let wf = workflows(&db)
         .await
         .enqueue(

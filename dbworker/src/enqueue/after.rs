@@ -122,7 +122,7 @@ impl Enqueuer {
         if self.record_upstreams {
             // Every upstream, completed ones included: the handler reads them all.
             let upstream: Vec<i64> = after.iter().map(|(u, _)| *u).collect();
-            self.record_upstreams(&mut *tx, vec![id; upstream.len()], upstream)
+            self.record_upstreams(&mut tx, vec![id; upstream.len()], upstream)
                 .await?;
         }
         if let Some((upstream, state)) = blocker {
@@ -211,7 +211,7 @@ impl Enqueuer {
         }
         if !dependents.is_empty() {
             if self.record_upstreams {
-                self.record_upstreams(&mut *tx, dependents.clone(), upstream.clone())
+                self.record_upstreams(&mut tx, dependents.clone(), upstream.clone())
                     .await?;
             }
             sql::deps_insert(w, dependents, upstream, policies)

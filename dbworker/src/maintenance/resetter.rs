@@ -205,8 +205,12 @@ impl Resetter {
             && problems.is_empty()
         {
             problems.extend(
-                crate::schema_check::error_history_problem(&self.pool, &self.config.table, &h.column)
-                    .await?,
+                crate::schema_check::error_history_problem(
+                    &self.pool,
+                    &self.config.table,
+                    &h.column,
+                )
+                .await?,
             );
         }
         crate::schema_check::none(problems)

@@ -271,11 +271,8 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Sta
         // Completions keep the history as it is; every other mark appends.
         update.value(
             alias(&h.column),
-            Expr::case(
-                Expr::cust(kind_is(MarkKind::Complete)),
-                col(a, &h.column),
-            )
-            .finally(appended(h, a, c, col("dbworker_marks", "message"))),
+            Expr::case(Expr::cust(kind_is(MarkKind::Complete)), col(a, &h.column))
+                .finally(appended(h, a, c, col("dbworker_marks", "message"))),
         );
     }
     let update = update

@@ -67,7 +67,7 @@ impl<R> DbJob<R> {
     /// ([`StoreOptions::result_column`](super::StoreOptions::result_column)),
     /// in the same statement (and, in transactional handling, the same
     /// transaction) as the completion: jobs that waited for this one read it
-    /// with [`DbStore::upstream_results`](super::DbStore::upstream_results).
+    /// with [`DbJob::upstream_results`].
     /// Written only if the job completes; a later call replaces it.
     ///
     /// A result larger than `StoreOptions::max_result_bytes` (as JSON text) is
@@ -113,7 +113,9 @@ impl<R> DbJob<R> {
     ///
     /// ```no_run
     /// # use dbworker::{DbJob, DbStore};
-    /// # async fn handle(job: &mut DbJob<i64>, store: &DbStore<i64>) -> Result<(), dbworker::Error> {
+    /// # #[derive(Debug)] struct Job { id: i64 }
+    /// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+    /// # async fn handle(job: &mut DbJob<Job>, store: &DbStore<Job>) -> Result<(), dbworker::Error> {
     /// let upstream = job.upstream_results(store).await?;
     /// let rows = upstream["extract"]["rows"].as_i64();
     /// # Ok(()) }

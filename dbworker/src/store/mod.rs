@@ -481,10 +481,7 @@ impl<R: Record> DbStore<R> {
             return Ok(completer.mark(mark, rule).await?);
         }
         let (op, statement) = match kind {
-            MarkKind::Complete => (
-                "mark_complete",
-                self.complete_statement(lease, result),
-            ),
+            MarkKind::Complete => ("mark_complete", self.complete_statement(lease, result)),
             MarkKind::Errored => (
                 "mark_errored",
                 sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
