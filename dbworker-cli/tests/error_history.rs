@@ -1,5 +1,6 @@
 //! `dbworker show` prints a job's error history (`migration --error-history`)
-//! through the binary, one entry per failed attempt.
+//! through the binary, one entry per failed attempt; `migration --results`
+//! prints the result columns.
 
 #[path = "../../dbworker/tests/common/mod.rs"]
 mod common;
@@ -71,4 +72,19 @@ async fn show_prints_each_failed_attempt() {
         .collect();
     assert_eq!(entries, [(1, "host-a", "first"), (2, "host-b", "second")]);
     assert!(errors.iter().all(|e| e["at"].is_string()), "{errors:?}");
+}
+
+#[test]
+fn migration_results_prints_the_result_columns() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(["migration", "--table", "jobs", "--workflows", "--results"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ddl = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        ddl.contains(r#"ADD COLUMN IF NOT EXISTS "result" jsonb"#)
+            && ddl.contains(r#"ADD COLUMN IF NOT EXISTS "upstream_ids" bigint[]"#),
+        "{ddl}"
+    );
 }

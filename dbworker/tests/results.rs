@@ -22,7 +22,8 @@ use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions, async_
 
 use common::{Db, Job};
 
-/// Stores `payload.produce` as its result; with `payload.consume`, stores
+/// Fails with `payload.fail` (after setting a result that must not be
+/// stored); stores `payload.produce` as its result; with `payload.consume`, stores
 /// the results of its upstream jobs instead; with `payload.big`, tries a
 /// result of that many bytes and ignores the refusal.
 struct Results;
@@ -35,6 +36,10 @@ impl Handler<DbStore<Job>> for Results {
         ctx: &JobContext<DbStore<Job>>,
     ) -> Result<(), HandlerError> {
         let payload = job.record().payload.clone();
+        if payload["fail"] == json!(true) {
+            job.set_result(json!("never stored"))?;
+            return Err(HandlerError::non_retryable("told to fail"));
+        }
         if payload["consume"] == json!(true) {
             let upstream = job.upstream_results(ctx.store()).await?;
             let sorted: BTreeMap<String, Value> = upstream.into_iter().collect();
@@ -227,4 +232,46 @@ async fn results_need_the_column() {
     let mut jobs = store.dequeue("w", &Default::default(), 1).await.unwrap();
     let err = jobs[0].set_result(json!(1)).unwrap_err().to_string();
     assert!(err.contains("result_column"), "{err}");
+}
+
+/// Completions and failures finishing together share a batched mark (the
+/// statement for mixed batches): each completion keeps its own result, and a
+/// failure stores none.
+#[tokio::test]
+async fn mixed_batches_store_each_completions_result() {
+    let db = set_up().await;
+    let mut ids = Vec::new();
+    for n in 0..60 {
+        let payload = if n % 3 == 0 {
+            json!({ "fail": true })
+        } else {
+            json!({ "produce": n })
+        };
+        ids.push((n, db.enqueue(1, payload).await[0]));
+    }
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    o.result_column = Some("result".into());
+    o.stalled_max_age = Duration::from_secs(30);
+    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let mut wo = WorkerOptions::new("mixed");
+    wo.num_handlers = 16;
+    wo.interval = Duration::from_millis(10);
+    wo.num_total_jobs = Some(60);
+    new_worker(store, Results, wo).unwrap().run().await;
+    // The last batched marks may still be in flight when the worker returns.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.count("processing").await > 0 {
+        assert!(Instant::now() < deadline, "marks never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (n, id) in ids {
+        if n % 3 == 0 {
+            assert_eq!(db.state(id).await, "failed", "{n}");
+            assert_eq!(result(&db, id).await, None, "{n}");
+        } else {
+            assert_eq!(db.state(id).await, "completed", "{n}");
+            assert_eq!(result(&db, id).await, Some(json!(n)), "{n}");
+        }
+    }
 }
