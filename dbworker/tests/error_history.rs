@@ -363,3 +363,35 @@ async fn the_operations_queries_read_the_history() {
         .unwrap();
     assert_eq!(spread, [(id, "errored".to_owned(), 2, 2)]);
 }
+
+#[tokio::test]
+async fn a_separate_resetter_appends_and_checks_the_column() {
+    use dbworker::maintenance::ResetterOptions;
+
+    let db = Db::new().await;
+    let mut ro = ResetterOptions::new("resetter", "jobs");
+    ro.error_history_column = Some("errors".into());
+    let err = dbworker::Resetter::new(&db.pool, ro.clone())
+        .unwrap()
+        .check()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no column errors (error_history_column)"),
+        "{err}"
+    );
+
+    with_history(&db).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let store = store(&db, Handling::Heartbeat, 20).await;
+    let _claimed = store.dequeue("gone", &Default::default(), 1).await.unwrap();
+    db.age_heartbeats().await;
+    let resetter = dbworker::Resetter::new(&db.pool, ro).unwrap();
+    resetter.check().await.unwrap();
+    assert_eq!(resetter.reset_once().await.unwrap().reset.len(), 1);
+    let entries = history(&db, id).await;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["worker"], json!("gone"));
+    assert_eq!(entries[0]["attempt"], json!(1));
+}
