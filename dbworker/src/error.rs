@@ -4,6 +4,18 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A handler's result ([`DbJob::set_result`](crate::DbJob::set_result))
+    /// is larger than the store's `max_result_bytes`: it is not stored, and
+    /// the job fails with this message instead of completing.
+    #[error(
+        "the job's result is {bytes} bytes of JSON, over the cap of {cap} bytes (StoreOptions::max_result_bytes)"
+    )]
+    ResultTooLarge {
+        /// The result's size, in bytes of its JSON text.
+        bytes: usize,
+        /// The cap.
+        cap: usize,
+    },
     /// An options struct failed validation.
     #[error("invalid option `{field}`: {reason}")]
     InvalidOption {

@@ -41,7 +41,8 @@ pub use enqueue::{Enqueuer, NewJob};
 pub use error::{Error, Result};
 pub use maintenance::Resetter;
 pub use store::{
-    DbConditions, DbJob, DbStore, ForbiddenFlags, Handling, Retry, RetryPolicy, StoreOptions,
+    DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_MAX_RESULT_BYTES, DbConditions, DbJob, DbStore,
+    ForbiddenFlags, Handling, Retry, RetryPolicy, StoreOptions,
 };
 pub use worker::new_worker;
 

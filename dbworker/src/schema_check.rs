@@ -200,6 +200,37 @@ pub(crate) async fn check_table(
     Ok(())
 }
 
+/// Why `column` of `rel` cannot serve as `option` (a `jsonb` column), if it cannot.
+pub(crate) async fn jsonb_column_problem(
+    pool: &PgPool,
+    rel: &Relation,
+    column: &str,
+    option: &str,
+    hint: &str,
+) -> Result<Option<String>> {
+    let table = rel.display_name();
+    Ok(match columns_of(pool, rel).await?.get(column) {
+        None => Some(format!(
+            "table {table} has no column {column} ({option}){hint}"
+        )),
+        Some(col) if col.ty != "jsonb" => Some(format!(
+            "column {table}.{column} ({option}) has type {}, expected jsonb",
+            col.ty
+        )),
+        Some(_) => None,
+    })
+}
+
+/// The error history column's problem, if any, with how to add it.
+pub(crate) async fn error_history_problem(
+    pool: &PgPool,
+    rel: &Relation,
+    column: &str,
+) -> Result<Option<String>> {
+    let hint = "; `dbworker migration --error-history` adds it";
+    jsonb_column_problem(pool, rel, column, "error_history_column", hint).await
+}
+
 /// Checks the resolved options against the database.
 pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration) -> Result<()> {
     probe_connection(pool, connect_timeout).await?;
@@ -225,17 +256,18 @@ pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration
     if let Some(column) = &o.payload_column
         && problems.is_empty()
     {
-        let table = o.table.display_name();
-        match columns_of(pool, &o.table).await?.get(column) {
-            None => problems.push(format!(
-                "table {table} has no column {column} (payload_column)"
-            )),
-            Some(col) if col.ty != "jsonb" => problems.push(format!(
-                "column {table}.{column} (payload_column) has type {}, expected jsonb",
-                col.ty
-            )),
-            Some(_) => {}
-        }
+        problems.extend(jsonb_column_problem(pool, &o.table, column, "payload_column", "").await?);
+    }
+    if let Some(column) = &o.result_column
+        && problems.is_empty()
+    {
+        let hint = "; `dbworker migration --results` adds it";
+        problems.extend(jsonb_column_problem(pool, &o.table, column, "result_column", hint).await?);
+    }
+    if let Some(h) = &o.error_history
+        && problems.is_empty()
+    {
+        problems.extend(error_history_problem(pool, &o.table, &h.column).await?);
     }
     if let Some(pauses) = &o.pause_table {
         problems.extend(pause_table_problems(pool, pauses).await?);

@@ -129,6 +129,13 @@ pub(crate) struct ResetArgs {
     /// after the leader dies.
     #[arg(long, default_value_t = 6.0)]
     lease_secs: f64,
+    /// The table's error history column (`dbworker migration --error-history`
+    /// adds `errors`): each reset appends an entry to it.
+    #[arg(long)]
+    error_history_column: Option<String>,
+    /// With --error-history-column: the most entries a job keeps.
+    #[arg(long, default_value_t = dbworker::DEFAULT_ERROR_HISTORY_LIMIT)]
+    error_history_limit: u32,
 }
 
 pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
@@ -141,6 +148,8 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
     options.connect_timeout = seconds("connect-timeout-secs", args.connect_timeout_secs)?;
     options.node_table = args.registry.node_table.clone();
     options.dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
+    options.error_history_column = args.error_history_column.clone();
+    options.error_history_limit = args.error_history_limit;
     options.validate()?;
     // Lazy: `check` below connects with the timeout and reports the real cause.
     let pool = PgPoolOptions::new()

@@ -49,6 +49,14 @@ pub(crate) struct MigrationArgs {
     /// Also add a `flags` column (text[]: claims skip jobs with a forbidden flag).
     #[arg(long)]
     flags: bool,
+    /// Also add an `errors` column (jsonb: the per-attempt error history,
+    /// for `StoreOptions::error_history_column`).
+    #[arg(long)]
+    error_history: bool,
+    /// Also add a `result` column (jsonb: what handlers return with their
+    /// completion, for `StoreOptions::result_column`).
+    #[arg(long)]
+    results: bool,
     /// Also create the pause table (`dbworker_pauses`), shared by every job table.
     #[arg(long)]
     pauses: bool,
@@ -100,6 +108,8 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
     optional.max_retries = args.max_retries;
     optional.kind = args.kind;
     optional.flags = args.flags;
+    optional.error_history = args.error_history;
+    optional.results = args.results;
     optional.retention = args.retention;
     if optional != OptionalColumns::default() {
         ddl.push('\n');

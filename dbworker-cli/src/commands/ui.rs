@@ -36,6 +36,10 @@ pub(crate) struct UiArgs {
     /// The limit table (limits on the queues page).
     #[arg(long)]
     limit_table: Option<String>,
+    /// The tables' error history column (`errors` from `dbworker migration
+    /// --error-history`): the job page shows its entries as a table.
+    #[arg(long, env = "DBWORKER_ERROR_HISTORY_COLUMN")]
+    error_history_column: Option<String>,
     /// The worker registry (live processes on the overview).
     #[arg(long, env = "DBWORKER_NODE_TABLE")]
     node_table: Option<String>,
@@ -119,6 +123,7 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
             c.kind_column = args.kind_column.clone();
             c.pause_table = args.pause_table.clone();
             c.limit_table = args.limit_table.clone();
+            c.error_history_column = args.error_history_column.clone();
             c
         })
         .collect();

@@ -11,6 +11,11 @@ pub(crate) const TASK_NAME: &str = "task_name";
 /// release trigger, cleared when that upstream is retried.
 pub(crate) const BLOCKED_BY: &str = "blocked_by";
 
+/// The jobs a dependent waited for (`bigint[]`, `dbworker migration
+/// --results`): recorded when it is enqueued, so it can read their results
+/// after the edges are gone.
+pub(crate) const UPSTREAM_IDS: &str = "upstream_ids";
+
 /// Whether any job was ever made to wait for this one (`boolean`): the
 /// release trigger fires only for such jobs, so the others' completions cost
 /// nothing more than on a table without workflows.

@@ -62,6 +62,9 @@ pub struct TableConfig {
     pub pause_table: Option<String>,
     /// The limit table, to show the queues' limits.
     pub limit_table: Option<String>,
+    /// The error history column (`StoreOptions::error_history_column`): the
+    /// job page shows its entries as a table, one row per failed attempt.
+    pub error_history_column: Option<String>,
 }
 
 impl TableConfig {
@@ -74,6 +77,7 @@ impl TableConfig {
             kind_column: None,
             pause_table: None,
             limit_table: None,
+            error_history_column: None,
         }
     }
 }
@@ -146,6 +150,8 @@ pub(crate) struct Table {
     pub(crate) admin: Admin,
     pub(crate) pauses: Option<Pauses>,
     pub(crate) limits: Option<Limits>,
+    /// The error history column, unquoted, if the table keeps one.
+    pub(crate) error_history: Option<String>,
     /// `(completed/s, failed/s)` per sample, oldest first.
     pub(crate) samples: Mutex<VecDeque<(f64, f64)>>,
 }
@@ -209,8 +215,14 @@ impl Dashboard {
                 }
                 None => None,
             };
+            let error_history = t
+                .error_history_column
+                .as_deref()
+                .map(|c| crate::columns::column_name("error_history_column", c))
+                .transpose()?;
             tables.push(Table {
                 name: t.table_name.clone(),
+                error_history,
                 admin,
                 pauses,
                 limits,

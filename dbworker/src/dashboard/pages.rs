@@ -294,6 +294,12 @@ pub(crate) fn job(
     let c = t.admin.columns();
     let state = columns.get(&c.state).and_then(|v| v.as_str()).unwrap_or("");
     let logs = columns.get(&c.execution_logs).cloned().unwrap_or_default();
+    let history = t.error_history.as_deref();
+    let entries = history
+        .and_then(|h| columns.get(h))
+        .and_then(|v| v.as_array())
+        .cloned()
+        .unwrap_or_default();
     let action_url = viewer.href(&format!("/t/{}/jobs/{id}/action", url_escape(&t.name)));
     let body = html! {
         @if let Some(done) = done { p class="notice" { "Done: " (done) } }
@@ -313,7 +319,7 @@ pub(crate) fn job(
         h2 { "Columns" }
         table {
             @for (name, value) in &columns {
-                @if *name != c.execution_logs {
+                @if *name != c.execution_logs && Some(name.as_str()) != history {
                     tr {
                         th { (name) }
                         td {
@@ -324,6 +330,23 @@ pub(crate) fn job(
                             } @else {
                                 (value.to_string())
                             }
+                        }
+                    }
+                }
+            }
+        }
+        @if history.is_some() {
+            h2 { "Error history" }
+            @if entries.is_empty() { p class="muted" { "No failed attempt." } }
+            @else {
+                table class="error-history" {
+                    tr { th { "Attempt" } th { "At" } th { "Worker" } th { "Message" } }
+                    @for e in &entries {
+                        tr {
+                            td { (e["attempt"]) }
+                            td { (e["at"].as_str().unwrap_or("")) }
+                            td { (e["worker"].as_str().unwrap_or("")) }
+                            td { pre { (e["message"].as_str().unwrap_or("")) } }
                         }
                     }
                 }

@@ -111,6 +111,15 @@ pub struct OptionalColumns {
     /// `flags text[]` (NULL: no flag), set by [`NewJob::flags`](crate::NewJob::flags);
     /// claims skip jobs carrying a flag in `StoreOptions::forbidden_flags`.
     pub flags: bool,
+    /// `errors jsonb` (NULL: no failure yet), the per-attempt error history
+    /// for `StoreOptions::error_history_column`.
+    pub error_history: bool,
+    /// `result jsonb`, the result a handler stores with its completion
+    /// ([`DbJob::set_result`](crate::DbJob::set_result)), for
+    /// `StoreOptions::result_column`; and `upstream_ids bigint[]`, the jobs a
+    /// dependent waited for (`EnqueueOptions::results`), so it can read their
+    /// results ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
+    pub results: bool,
 }
 
 impl OptionalColumns {
@@ -124,6 +133,8 @@ impl OptionalColumns {
             kind: true,
             retention: true,
             flags: true,
+            error_history: true,
+            results: true,
         }
     }
 }
@@ -205,6 +216,22 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "max_retries" integer;
         ddl.push_str(&format!(
             r#"-- Flags: claims skip jobs carrying a forbidden flag (StoreOptions::forbidden_flags).
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "flags" text[];
+"#
+        ));
+    }
+    if columns.error_history {
+        ddl.push_str(&format!(
+            r#"-- Error history: StoreOptions::error_history_column = Some("errors"); failing marks append {{attempt, at, message, worker}}.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "errors" jsonb;
+"#
+        ));
+    }
+    if columns.results {
+        ddl.push_str(&format!(
+            r#"-- Results: StoreOptions::result_column = Some("result"); DbJob::set_result stores one with the completion.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "result" jsonb;
+-- The jobs a dependent waited for (EnqueueOptions::results), for DbJob::upstream_results.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "upstream_ids" bigint[];
 "#
         ));
     }

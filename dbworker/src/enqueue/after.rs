@@ -29,6 +29,22 @@ impl Enqueuer {
         })
     }
 
+    /// Sets `upstream_ids` on the new dependents (`EnqueueOptions::results`).
+    async fn record_upstreams(
+        &self,
+        conn: &mut PgConnection,
+        dependents: Vec<i64>,
+        upstream: Vec<i64>,
+    ) -> Result<()> {
+        let w = self.workflow_table()?;
+        sql::record_upstreams(w, dependents, upstream)
+            .query()
+            .execute(conn)
+            .await
+            .map_err(Error::db("record_upstreams"))?;
+        Ok(())
+    }
+
     /// Inserts `job`, waiting for its `after` jobs. Those are locked `FOR
     /// SHARE` first, so none finishes until this commits: each either
     /// finished before (a completed one counts at once, a failed or canceled
@@ -102,6 +118,12 @@ impl Enqueuer {
             .execute(&mut *tx)
             .await
             .map_err(Error::db("deps_insert"))?;
+        }
+        if self.record_upstreams {
+            // Every upstream, completed ones included: the handler reads them all.
+            let upstream: Vec<i64> = after.iter().map(|(u, _)| *u).collect();
+            self.record_upstreams(&mut tx, vec![id; upstream.len()], upstream)
+                .await?;
         }
         if let Some((upstream, state)) = blocker {
             let message = format!("upstream job {upstream} was {state}");
@@ -188,6 +210,10 @@ impl Enqueuer {
             }
         }
         if !dependents.is_empty() {
+            if self.record_upstreams {
+                self.record_upstreams(&mut tx, dependents.clone(), upstream.clone())
+                    .await?;
+            }
             sql::deps_insert(w, dependents, upstream, policies)
                 .query()
                 .execute(&mut *tx)

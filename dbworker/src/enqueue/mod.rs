@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{
-    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, WORKFLOW_ID, column_name, deps_table,
-    is_identifier,
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
+    column_name, deps_table, is_identifier,
 };
 use crate::error::{Error, Result};
 use crate::sql::{self, EnqueueTable, JobRow, WorkflowTable};
@@ -66,6 +66,12 @@ pub struct EnqueueOptions {
     /// wait for other jobs ([`NewJob::after`], [`Workflows`](crate::workflow::Workflows)).
     /// `false` (the default): [`NewJob::after`] is refused.
     pub workflows: bool,
+    /// With `workflows`: the table has the result columns (`dbworker
+    /// migration --results`), and each job that waits records the jobs it
+    /// waits for in `upstream_ids`, so its handler can read their results
+    /// ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
+    /// `false` (the default): nothing is recorded.
+    pub results: bool,
 }
 
 impl EnqueueOptions {
@@ -169,6 +175,8 @@ pub struct Enqueuer {
     pool: PgPool,
     target: EnqueueTable,
     workflows: Option<WorkflowTable>,
+    /// Record each dependent's upstream jobs (`EnqueueOptions::results`).
+    record_upstreams: bool,
 }
 
 impl Enqueuer {
@@ -221,10 +229,22 @@ impl Enqueuer {
             )
             .await?;
         }
+        let record_upstreams = options.results && workflows.is_some();
+        if let (true, Some(w)) = (record_upstreams, &workflows) {
+            crate::schema_check::require_columns(
+                pool,
+                &w.table,
+                "table",
+                &[UPSTREAM_IDS],
+                "(`dbworker migration --results` adds it; EnqueueOptions::results)",
+            )
+            .await?;
+        }
         Ok(Enqueuer {
             pool: pool.clone(),
             target,
             workflows,
+            record_upstreams,
         })
     }
 

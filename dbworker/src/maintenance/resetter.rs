@@ -10,7 +10,10 @@ use tokio_util::sync::CancellationToken;
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
-use crate::store::options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESET_FAILURE_MESSAGE};
+use crate::store::options::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_RESET_FAILURE_MESSAGE,
+    error_history,
+};
 use crate::store::{ResetConfig, ResetOutcome, reset_pass};
 
 /// What the resetter needs to know about a job table.
@@ -43,6 +46,13 @@ pub struct ResetterOptions {
     /// With `node_table`: a process whose registry heartbeat is older than
     /// this is dead. Default 10 s (as `NodeOptions::dead_after`).
     pub dead_after: Duration,
+    /// The job table's error history column, as in the store options
+    /// (`StoreOptions::error_history_column`): each reset or reset failure
+    /// appends an entry. `None` (the default): nothing is appended.
+    pub error_history_column: Option<String>,
+    /// With `error_history_column`: the most entries a job keeps. Default
+    /// [`DEFAULT_ERROR_HISTORY_LIMIT`](crate::DEFAULT_ERROR_HISTORY_LIMIT) (20).
+    pub error_history_limit: u32,
 }
 
 impl ResetterOptions {
@@ -59,6 +69,8 @@ impl ResetterOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             node_table: None,
             dead_after: Duration::from_secs(10),
+            error_history_column: None,
+            error_history_limit: DEFAULT_ERROR_HISTORY_LIMIT,
         }
     }
 
@@ -97,6 +109,10 @@ impl ResetterOptions {
                 Some(t) => Some(dead_nodes(t, self.dead_after)?),
                 None => None,
             },
+            error_history: error_history(
+                self.error_history_column.as_deref(),
+                self.error_history_limit,
+            )?,
         })
     }
 }
@@ -184,6 +200,18 @@ impl Resetter {
         .await?;
         if let Some((nodes, _)) = &self.config.dead_nodes {
             problems.extend(crate::cluster::nodes::problems(&self.pool, nodes).await?);
+        }
+        if let Some(h) = &self.config.error_history
+            && problems.is_empty()
+        {
+            problems.extend(
+                crate::schema_check::error_history_problem(
+                    &self.pool,
+                    &self.config.table,
+                    &h.column,
+                )
+                .await?,
+            );
         }
         crate::schema_check::none(problems)
     }

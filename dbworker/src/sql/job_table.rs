@@ -25,6 +25,10 @@ pub(crate) struct JobTable {
     pub(crate) flags_column: Option<String>,
     /// The `jsonb` payload column batch jobs rewrite, over the table's alias.
     pub(crate) payload_column: Option<String>,
+    /// The per-attempt error history failing marks append to, if kept.
+    pub(crate) error_history: Option<ErrorHistory>,
+    /// The `jsonb` column completions write the handler's result to, if any.
+    pub(crate) result_column: Option<String>,
 }
 
 impl JobTable {

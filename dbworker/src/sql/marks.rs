@@ -99,17 +99,23 @@ pub(super) fn errored_update(
             .finally(Expr::cust("now()").add(retry_delay(a, c, &retry.policy))),
         )
         .to_owned();
-    failed_attempt(q, a, c, message)
+    failed_attempt(q, o, message)
 }
 
 /// What every failed attempt writes besides its state: one more failure, the
-/// message, and when it finished.
-fn failed_attempt(mut q: UpdateStatement, a: &str, c: &Columns, message: &str) -> UpdateStatement {
+/// message, when it finished, and (with an error history) its entry.
+fn failed_attempt(mut q: UpdateStatement, o: &JobTable, message: &str) -> UpdateStatement {
+    let (a, c) = (&o.table.alias, &o.columns);
+    let message = sanitize_failure_message(message);
+    append_history(
+        &mut q,
+        o.error_history.as_ref(),
+        a,
+        c,
+        Expr::val(message.as_ref()),
+    );
     q.value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
-        .value(
-            alias(&c.failure_message),
-            sanitize_failure_message(message).as_ref(),
-        )
+        .value(alias(&c.failure_message), message.as_ref())
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"));
     q
 }
@@ -140,32 +146,47 @@ pub(crate) struct Mark {
     pub(crate) token: i64,
     pub(crate) kind: MarkKind,
     pub(crate) message: String,
+    /// A completion's result as JSON text; `''` for none.
+    pub(crate) result: String,
 }
 
 /// Completes many claimed jobs in one statement (heartbeat handling, a batch
-/// of completions only: the common case, planned once and cached). Returns the
-/// ids that were marked; any other was no longer ours.
-pub(crate) fn complete_batch(o: &JobTable, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+/// of completions only: the common case, planned once and cached). With a
+/// result column, each writes its result (JSON text, `''` for none) too.
+/// Returns the ids that were marked; any other was no longer ours.
+pub(crate) fn complete_batch(
+    o: &JobTable,
+    ids: Vec<i64>,
+    tokens: Vec<i64>,
+    results: Vec<String>,
+) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let a = &t.alias;
-    let q = Query::update()
+    let mut marks = Query::select()
+        .expr_as(
+            Expr::cust_with_values("unnest($1::bigint[])", [ids]),
+            alias("id"),
+        )
+        .expr_as(
+            Expr::cust_with_values("unnest($1::bigint[])", [tokens]),
+            alias("token"),
+        )
+        .to_owned();
+    let mut q = Query::update();
+    if let Some(column) = &o.result_column {
+        marks.expr_as(
+            Expr::cust_with_values("unnest($1::text[])", [results]),
+            alias("result"),
+        );
+        q.value(alias(column), batched_result(a, column));
+    }
+    let q = q
         .table(table_ref(t))
         .value(alias(&c.state), state(JobState::Completed))
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .from(TableRef::SubQuery(
-            Box::new(
-                Query::select()
-                    .expr_as(
-                        Expr::cust_with_values("unnest($1::bigint[])", [ids]),
-                        alias("id"),
-                    )
-                    .expr_as(
-                        Expr::cust_with_values("unnest($1::bigint[])", [tokens]),
-                        alias("token"),
-                    )
-                    .to_owned(),
-            ),
+            Box::new(marks),
             alias("dbworker_marks").into_iden(),
         ))
         .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
@@ -191,7 +212,7 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Sta
     let q = |name: &str| format!("{}.{}", quote(a), quote(name));
     let failures = format!("COALESCE({}, 0)", q(&c.num_failures)); // see counter()
     let cancel = format!("COALESCE({}, false)", q(&c.cancel));
-    let marks_q = Query::select()
+    let mut marks_q = Query::select()
         .expr_as(
             Expr::cust_with_values(
                 "unnest($1::bigint[])",
@@ -234,7 +255,27 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Sta
         .add(Expr::cust(kind_is(MarkKind::Errored)))
         .add(Expr::cust(format!("NOT {cancel}")))
         .add(exhausted.clone().not());
-    let update = Query::update()
+    let mut update = Query::update();
+    if let Some(column) = &o.result_column {
+        // Only completions carry a result; the others write `''`.
+        marks_q.expr_as(
+            Expr::cust_with_values(
+                "unnest($1::text[])",
+                [marks.iter().map(|m| m.result.clone()).collect::<Vec<_>>()],
+            ),
+            alias("result"),
+        );
+        update.value(alias(column), batched_result(a, column));
+    }
+    if let Some(h) = &o.error_history {
+        // Completions keep the history as it is; every other mark appends.
+        update.value(
+            alias(&h.column),
+            Expr::case(Expr::cust(kind_is(MarkKind::Complete)), col(a, &h.column))
+                .finally(appended(h, a, c, col("dbworker_marks", "message"))),
+        );
+    }
+    let update = update
         .table(table_ref(t))
         .value(
             alias(&c.state),
@@ -299,7 +340,7 @@ pub(crate) fn mark_failed(o: &JobTable, id: i64, token: i64, message: &str) -> S
                 .finally(state(JobState::Failed)),
         )
         .to_owned();
-    Statement::from(&failed_attempt(q, a, c, message))
+    Statement::from(&failed_attempt(q, o, message))
 }
 
 /// Puts a claimed job back in the queue without counting a failure.
@@ -350,7 +391,11 @@ pub(crate) fn requeue_lost(o: &JobTable, id: i64, token: i64, message: &str) -> 
     let a = &o.table.alias;
     let can_requeue = || counter(a, &c.num_resets).lt(o.max_num_resets);
     let mut q = fenced_update(o, id, token);
-    reset_or_fail(&mut q, a, c, o.max_num_resets, message);
+    let history = o
+        .error_history
+        .as_ref()
+        .map(|h| (h, "requeued: the job's database connection was lost"));
+    reset_or_fail(&mut q, a, c, o.max_num_resets, message, history);
     let q = q
         .value(
             alias(&c.process_after),

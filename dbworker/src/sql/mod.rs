@@ -32,10 +32,12 @@ mod enqueue;
 mod execution_logs;
 mod gauges;
 mod heartbeat;
+mod history;
 mod job_table;
 mod marks;
 mod purge;
 mod reset;
+mod results;
 mod schema;
 mod workflow;
 
@@ -50,10 +52,13 @@ pub(crate) use enqueue::*;
 pub(crate) use execution_logs::*;
 pub(crate) use gauges::*;
 pub(crate) use heartbeat::*;
+pub(crate) use history::ErrorHistory;
+use history::{append_history, appended};
 pub(crate) use job_table::*;
 pub(crate) use marks::*;
 pub(crate) use purge::*;
 pub(crate) use reset::*;
+pub(crate) use results::*;
 pub(crate) use schema::*;
 pub(crate) use workflow::*;
 
@@ -141,8 +146,15 @@ fn reset_or_fail(
     c: &Columns,
     max_num_resets: u32,
     message: &str,
+    history: Option<(&ErrorHistory, &str)>,
 ) {
     let can_requeue = || counter(a, &c.num_resets).lt(max_num_resets);
+    // The history's entry: `requeue_note` when the row goes back, else `message`.
+    if let Some((h, requeue_note)) = history {
+        let entry = Expr::case(can_requeue(), Expr::val(requeue_note))
+            .finally(Expr::val(sanitize_failure_message(message).as_ref()));
+        append_history(q, Some(h), a, c, entry.into());
+    }
     q.value(
         alias(&c.state),
         Expr::case(can_requeue(), state(JobState::Queued)).finally(state(JobState::Failed)),

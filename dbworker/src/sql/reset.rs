@@ -5,7 +5,7 @@ use super::*;
 /// The resetter's pass, in one atomic statement: processing rows whose
 /// heartbeat is older than the stalled max age and that no live transaction
 /// locks go back to `queued` (num_resets + 1), or to `failed` once they were
-/// reset `max_num_resets` times. Returns `(id, new state, heartbeat age in s)`.
+/// reset `max_num_resets` times; each appends to the error history, if kept. Returns `(id, new state, heartbeat age in s)`.
 pub(crate) fn reset_stalled(
     t: &Relation,
     c: &Columns,
@@ -13,6 +13,7 @@ pub(crate) fn reset_stalled(
     dead_nodes: Option<&(Relation, std::time::Duration)>,
     max_num_resets: u32,
     message: &str,
+    history: Option<&ErrorHistory>,
 ) -> Statement {
     let a = &t.alias;
     let mut stalled_or_orphaned = Condition::any()
@@ -43,7 +44,8 @@ pub(crate) fn reset_stalled(
         .to_owned();
     let mut update = Query::update();
     update.table(table_ref(t));
-    reset_or_fail(&mut update, a, c, max_num_resets, message);
+    let history = history.map(|h| (h, "reset: the job's heartbeat stopped (stalled)"));
+    reset_or_fail(&mut update, a, c, max_num_resets, message, history);
     let update = update
         .value(alias(&c.worker_hostname), "")
         .from(alias("dbworker_stalled"))

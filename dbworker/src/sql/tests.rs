@@ -52,6 +52,8 @@ fn table(name: &str) -> JobTable {
         queue_column: None,
         flags_column: None,
         payload_column: None,
+        error_history: None,
+        result_column: None,
     }
 }
 
@@ -117,6 +119,18 @@ fn statements() -> Vec<(&'static str, Statement)> {
         o.pause_table = Some(rel("dbworker_pauses"));
         o.queue_column = Some("queue".into());
         o
+    };
+    let history = ErrorHistory {
+        column: "errors".into(),
+        limit: 20,
+    };
+    let h = JobTable {
+        error_history: Some(history.clone()),
+        ..t.clone()
+    };
+    let r = JobTable {
+        result_column: Some("result".into()),
+        ..t.clone()
     };
     let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
     let limited = {
@@ -224,18 +238,73 @@ fn statements() -> Vec<(&'static str, Statement)> {
                     token: 2,
                     kind: MarkKind::Errored,
                     message: "m".into(),
+                    result: String::new(),
                 }],
                 &t.retry_rule(None),
             ),
         ),
-        ("complete_batch", complete_batch(&t, vec![1], vec![2])),
+        (
+            "complete_batch",
+            complete_batch(&t, vec![1], vec![2], vec![String::new()]),
+        ),
+        (
+            "complete_batch_with_results",
+            complete_batch(&r, vec![1, 3], vec![2, 4], vec!["{}".into(), String::new()]),
+        ),
+        (
+            "mark_batch_with_results",
+            mark_batch(
+                &r,
+                &[Mark {
+                    id: 1,
+                    token: 2,
+                    kind: MarkKind::Complete,
+                    message: String::new(),
+                    result: "{\"n\": 1}".into(),
+                }],
+                &r.retry_rule(None),
+            ),
+        ),
+        (
+            "mark_complete_with_result",
+            mark_complete_with_result(&r, 1, 2, "result", serde_json::json!({"n": 1})),
+        ),
+        ("upstream_results", upstream_results(&r, "result", 7)),
+        (
+            "record_upstreams",
+            record_upstreams(&w, vec![3, 3], vec![1, 2]),
+        ),
         ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
         ("log_append", log_append(&t, 1, 2, "{}".into())),
         ("log_update", log_update(&t, 1, 2, 0, "{}".into())),
         ("log_len", log_len(&t, 1, 2)),
         (
             "reset_stalled",
-            reset_stalled(&t.table, &t.columns, 5.0, None, 3, "m"),
+            reset_stalled(&t.table, &t.columns, 5.0, None, 3, "m", None),
+        ),
+        (
+            "reset_stalled_with_history",
+            reset_stalled(&t.table, &t.columns, 5.0, None, 3, "m", Some(&history)),
+        ),
+        (
+            "mark_errored_with_history",
+            mark_errored(&h, 1, 2, "m", &h.retry_rule(None)),
+        ),
+        ("mark_failed_with_history", mark_failed(&h, 1, 2, "m")),
+        ("requeue_lost_with_history", requeue_lost(&h, 1, 2, "m")),
+        (
+            "mark_batch_with_history",
+            mark_batch(
+                &h,
+                &[Mark {
+                    id: 1,
+                    token: 2,
+                    kind: MarkKind::Failed,
+                    message: "m".into(),
+                    result: String::new(),
+                }],
+                &h.retry_rule(None),
+            ),
         ),
         (
             "reset_stalled_or_orphaned",
@@ -249,6 +318,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
                 )),
                 3,
                 "m",
+                None,
             ),
         ),
         ("queued_count", queued_count(&t)),
@@ -532,7 +602,7 @@ fn quoted_statements() -> Vec<(&'static str, Statement)> {
         ("quoted_claim", claim(&o, "host", &[], 3, true)),
         (
             "quoted_reset_stalled",
-            reset_stalled(&o.table, &o.columns, 5.0, None, 3, "m"),
+            reset_stalled(&o.table, &o.columns, 5.0, None, 3, "m", None),
         ),
         ("quoted_relation_access", relation_access(&o.table)),
         ("quoted_enqueue_rows", enqueue_rows(&e, &[row(&payload)])),

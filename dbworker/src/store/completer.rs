@@ -134,7 +134,8 @@ async fn write(
     if marks.iter().all(|(m, _)| m.kind == MarkKind::Complete) {
         let ids = marks.iter().map(|(m, _)| m.id).collect();
         let tokens = marks.iter().map(|(m, _)| m.token).collect();
-        return run(pool, sql::complete_batch(options, ids, tokens)).await;
+        let results = marks.iter().map(|(m, _)| m.result.clone()).collect();
+        return run(pool, sql::complete_batch(options, ids, tokens, results)).await;
     }
     // One statement per retry rule: the store's, and each kind's own that
     // has errored marks here (a rule's values are bound per statement).

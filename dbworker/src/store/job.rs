@@ -1,9 +1,14 @@
 //! `DbJob`: a claimed job, with its transaction in transactional handling.
 
+use std::collections::HashMap;
 use std::fmt;
 
-use sqlx::{PgConnection, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Row, Transaction};
 use workerutil::{Job, Lease, Record};
+
+use super::DbStore;
+use crate::error::Error;
+use crate::sql;
 
 /// A job dequeued from a [`DbStore`](super::DbStore): the record and, in transactional
 /// handling, the transaction that locks its row.
@@ -13,6 +18,12 @@ pub struct DbJob<R> {
     pub(super) tx: Option<Transaction<'static, Postgres>>,
     /// What the errored mark writes to the payload column, if anything.
     pub(super) retry_payload: Option<serde_json::Value>,
+    /// What the completion writes to the result column, if anything.
+    pub(super) result: Option<serde_json::Value>,
+    /// A result refused for its size, `(bytes, cap)`: the job fails instead.
+    pub(super) result_refused: Option<(usize, usize)>,
+    /// The store's `max_result_bytes`, when it has a result column.
+    pub(super) result_cap: Option<usize>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {
@@ -50,6 +61,92 @@ impl<R> DbJob<R> {
     /// store has no `payload_column`.
     pub fn retry_with_payload(&mut self, payload: serde_json::Value) {
         self.retry_payload = Some(payload);
+    }
+
+    /// The result this attempt's completion stores in the job's result column
+    /// ([`StoreOptions::result_column`](super::StoreOptions::result_column)),
+    /// in the same statement (and, in transactional handling, the same
+    /// transaction) as the completion: jobs that waited for this one read it
+    /// with [`DbJob::upstream_results`].
+    /// Written only if the job completes; a later call replaces it.
+    ///
+    /// A result larger than `StoreOptions::max_result_bytes` (as JSON text) is
+    /// refused with [`Error::ResultTooLarge`], and the job then fails with that
+    /// message instead of completing, whatever the handler returns. Without a
+    /// result column the call is refused ([`Error::InvalidOption`]).
+    ///
+    /// ```no_run
+    /// # use dbworker::{DbJob, DbStore};
+    /// # use workerutil::{HandlerError, JobContext};
+    /// # async fn handle(job: &mut DbJob<i64>) -> Result<(), HandlerError> {
+    /// job.set_result(serde_json::json!({ "rows": 42 }))?;
+    /// Ok(())
+    /// # }
+    /// ```
+    pub fn set_result(&mut self, result: serde_json::Value) -> Result<(), Error> {
+        let Some(cap) = self.result_cap else {
+            return Err(Error::InvalidOption {
+                field: "result_column",
+                reason: "DbJob::set_result needs StoreOptions::result_column (dbworker migration --results adds `result`)".into(),
+            });
+        };
+        let bytes = result.to_string().len();
+        if bytes > cap {
+            self.result = None;
+            self.result_refused = Some((bytes, cap));
+            return Err(Error::ResultTooLarge { bytes, cap });
+        }
+        self.result = Some(result);
+        self.result_refused = None;
+        Ok(())
+    }
+
+    /// The results of the jobs this one waited for ([`Workflow`](crate::workflow::Workflow)
+    /// tasks named in its `after`, or [`NewJob::after`](crate::NewJob::after)
+    /// ids), keyed by their task name (a job outside a workflow: its id as
+    /// text). A job that completed without a result maps to `null`; one that
+    /// did not complete (an `ignore_failed` edge) is left out. Reads through
+    /// this job's transaction in transactional handling, else on the store's
+    /// pool. Needs the store's `result_column` and a table from `dbworker
+    /// migration --workflows --results` whose jobs were enqueued with
+    /// `EnqueueOptions::results`.
+    ///
+    /// ```no_run
+    /// # use dbworker::{DbJob, DbStore};
+    /// # #[derive(Debug)] struct Job { id: i64 }
+    /// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+    /// # async fn handle(job: &mut DbJob<Job>, store: &DbStore<Job>) -> Result<(), dbworker::Error> {
+    /// let upstream = job.upstream_results(store).await?;
+    /// let rows = upstream["extract"]["rows"].as_i64();
+    /// # Ok(()) }
+    /// ```
+    pub async fn upstream_results(
+        &mut self,
+        store: &DbStore<R>,
+    ) -> Result<HashMap<String, serde_json::Value>, Error>
+    where
+        R: Record,
+    {
+        let o = store.resolved();
+        let Some(column) = &o.result_column else {
+            return Err(Error::InvalidOption {
+                field: "result_column",
+                reason: "DbJob::upstream_results needs StoreOptions::result_column".into(),
+            });
+        };
+        let query = sql::upstream_results(o, column, self.lease.id).query();
+        let rows = match self.tx.as_deref_mut() {
+            Some(conn) => query.fetch_all(conn).await,
+            None => query.fetch_all(store.pool()).await,
+        }
+        .map_err(Error::db("upstream_results"))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let result: Option<serde_json::Value> = r.get("result");
+                (r.get("name"), result.unwrap_or(serde_json::Value::Null))
+            })
+            .collect())
     }
 }
 

@@ -36,8 +36,8 @@ pub use gauges::QueueStat;
 pub use job::DbJob;
 pub(crate) use options::Resolved;
 pub use options::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NUM_RETRIES, DEFAULT_RESET_FAILURE_MESSAGE, Handling,
-    ScanFn, StoreOptions,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_MAX_NUM_RETRIES,
+    DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE, Handling, ScanFn, StoreOptions,
 };
 pub use reset::ResetOutcome;
 pub(crate) use reset::{ResetConfig, reset_pass};
@@ -324,6 +324,13 @@ impl<R: Record> DbStore<R> {
                         lease,
                         tx,
                         retry_payload: None,
+                        result: None,
+                        result_refused: None,
+                        result_cap: self
+                            .options
+                            .result_column
+                            .as_ref()
+                            .map(|_| self.options.max_result_bytes),
                     }));
                 }
                 Ok(record) => format!(
@@ -393,7 +400,7 @@ impl<R: Record> DbStore<R> {
         }
         if job.tx.is_none() {
             return self
-                .batched(lease, kind, message, retry)
+                .batched(lease, kind, message, retry, None)
                 .await
                 .map(requeued);
         }
@@ -467,6 +474,7 @@ impl<R: Record> DbStore<R> {
         kind: MarkKind,
         message: &str,
         retry: Option<&Retry>,
+        result: Option<serde_json::Value>,
     ) -> std::result::Result<bool, BoxError> {
         let rule = self.options.retry_rule(retry);
         if let Some(completer) = &self.completer {
@@ -475,14 +483,12 @@ impl<R: Record> DbStore<R> {
                 token: lease.token,
                 kind,
                 message: message.to_owned(),
+                result: result.map(|r| r.to_string()).unwrap_or_default(),
             };
             return Ok(completer.mark(mark, rule).await?);
         }
         let (op, statement) = match kind {
-            MarkKind::Complete => (
-                "mark_complete",
-                sql::mark_complete(&self.options, lease.id, lease.token),
-            ),
+            MarkKind::Complete => ("mark_complete", self.complete_statement(lease, result)),
             MarkKind::Errored => (
                 "mark_errored",
                 sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
@@ -493,6 +499,21 @@ impl<R: Record> DbStore<R> {
             ),
         };
         Ok(self.fenced_write(op, lease, None, statement).await?)
+    }
+
+    /// The completion of `lease`, with the handler's result if it set one.
+    pub(super) fn complete_statement(
+        &self,
+        lease: Lease,
+        result: Option<serde_json::Value>,
+    ) -> sql::Statement {
+        let o = &self.options;
+        match (result, &o.result_column) {
+            (Some(result), Some(column)) => {
+                sql::mark_complete_with_result(o, lease.id, lease.token, column, result)
+            }
+            _ => sql::mark_complete(o, lease.id, lease.token),
+        }
     }
 
     /// Marks a claimed job failed without running it; returns whether the

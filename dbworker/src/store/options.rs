@@ -160,6 +160,25 @@ pub struct StoreOptions<R> {
     /// retry, in their errored mark ([`DbJob::retry_with_payload`](crate::DbJob::retry_with_payload)).
     /// Checked at start-up. `None` (the default): payloads are never rewritten.
     pub payload_column: Option<String>,
+    /// The `jsonb` column holding each job's per-attempt error history
+    /// (`dbworker migration --error-history` adds `errors`): every failing
+    /// mark (errored, failed, a reset, a requeue after a lost connection)
+    /// appends `{attempt, at, message, worker}` in the same fenced statement,
+    /// `at` from the database clock. Checked at start-up. `None` (the
+    /// default): no history is kept.
+    pub error_history_column: Option<String>,
+    /// With `error_history_column`: the most entries a job keeps, the oldest
+    /// dropped first. At least 1. Default [`DEFAULT_ERROR_HISTORY_LIMIT`] (20).
+    pub error_history_limit: u32,
+    /// The `jsonb` column a completion writes the handler's result to
+    /// ([`DbJob::set_result`](crate::DbJob::set_result); `dbworker migration
+    /// --results` adds `result`), in the completion's own statement (and so
+    /// transaction). Checked at start-up. `None` (the default): results are refused.
+    pub result_column: Option<String>,
+    /// With `result_column`: the largest result, in bytes of its JSON text.
+    /// A larger one is refused by `set_result`, and fails the job with a
+    /// message naming its size and the cap. Default [`DEFAULT_MAX_RESULT_BYTES`] (64 KiB).
+    pub max_result_bytes: usize,
 }
 
 impl<R> fmt::Debug for StoreOptions<R> {
@@ -187,6 +206,10 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("flags_column", &self.flags_column)
             .field("forbidden_flags", &self.forbidden_flags)
             .field("payload_column", &self.payload_column)
+            .field("error_history_column", &self.error_history_column)
+            .field("error_history_limit", &self.error_history_limit)
+            .field("result_column", &self.result_column)
+            .field("max_result_bytes", &self.max_result_bytes)
             .field("listen", &self.listen)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
@@ -220,6 +243,10 @@ impl<R> Clone for StoreOptions<R> {
             flags_column: self.flags_column.clone(),
             forbidden_flags: self.forbidden_flags.clone(),
             payload_column: self.payload_column.clone(),
+            error_history_column: self.error_history_column.clone(),
+            error_history_limit: self.error_history_limit,
+            result_column: self.result_column.clone(),
+            max_result_bytes: self.max_result_bytes,
             connect_timeout: self.connect_timeout,
         }
     }
@@ -231,6 +258,14 @@ impl<R> Clone for StoreOptions<R> {
 /// 2.4 hours of trouble, yet a job that can never succeed still ends `failed`
 /// the same day.
 pub const DEFAULT_MAX_NUM_RETRIES: u32 = 10;
+
+/// The default `max_result_bytes`: results are meant for what a downstream
+/// task needs (ids, counts, a summary), not for bulk data.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// The default `error_history_limit`: enough attempts to see a pattern
+/// (the default `max_num_retries` gives 11), small enough to keep rows narrow.
+pub const DEFAULT_ERROR_HISTORY_LIMIT: u32 = 20;
 
 /// The default `connect_timeout` of the store and the resetter.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -272,6 +307,10 @@ impl<R> StoreOptions<R> {
             flags_column: None,
             forbidden_flags: None,
             payload_column: None,
+            error_history_column: None,
+            error_history_limit: DEFAULT_ERROR_HISTORY_LIMIT,
+            result_column: None,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -395,6 +434,18 @@ impl<R> StoreOptions<R> {
             .as_deref()
             .map(|column| column_name("payload_column", column))
             .transpose()?;
+        let error_history = error_history(
+            self.error_history_column.as_deref(),
+            self.error_history_limit,
+        )?;
+        let result_column = self
+            .result_column
+            .as_deref()
+            .map(|column| column_name("result_column", column))
+            .transpose()?;
+        if self.max_result_bytes == 0 {
+            return Err(invalid("max_result_bytes", "must be at least 1"));
+        }
         let listen_channel = self.listen.resolve(&table)?;
         // The cursor is an id: it needs claims in id order over the table. A
         // paused queue's rows are passed over without being taken, and come
@@ -436,7 +487,10 @@ impl<R> StoreOptions<R> {
                 queue_column,
                 flags_column,
                 payload_column,
+                error_history,
+                result_column,
             },
+            max_result_bytes: self.max_result_bytes,
             forbidden_flags: self.forbidden_flags.clone(),
             stalled_max_age: self.stalled_max_age,
             reset_failure_message: self.reset_failure_message.clone(),
@@ -446,6 +500,26 @@ impl<R> StoreOptions<R> {
             connect_timeout: self.connect_timeout,
         })
     }
+}
+
+/// The error history's column and cap, checked (the store's and the resetter's).
+pub(crate) fn error_history(
+    column: Option<&str>,
+    limit: u32,
+) -> Result<Option<crate::sql::ErrorHistory>, Error> {
+    if limit == 0 {
+        return Err(Error::InvalidOption {
+            field: "error_history_limit",
+            reason: "must be at least 1".to_owned(),
+        });
+    }
+    Ok(match column {
+        Some(column) => Some(crate::sql::ErrorHistory {
+            column: column_name("error_history_column", column)?,
+            limit,
+        }),
+        None => None,
+    })
 }
 
 impl<R> StoreOptions<R>
@@ -477,6 +551,7 @@ pub(crate) struct Resolved {
     pub(crate) claim_cursor: Option<Duration>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,
+    pub(crate) max_result_bytes: usize,
 }
 
 impl Resolved {
@@ -489,6 +564,7 @@ impl Resolved {
             max_num_resets: self.max_num_resets,
             message: self.reset_failure_message.clone(),
             dead_nodes: None,
+            error_history: self.error_history.clone(),
         }
     }
 }
@@ -586,6 +662,19 @@ mod tests {
                 "payload_column",
                 Box::new(|o| o.payload_column = Some("no spaces".into())),
             ),
+            (
+                "error_history_column",
+                Box::new(|o| o.error_history_column = Some("no spaces".into())),
+            ),
+            (
+                "error_history_limit",
+                Box::new(|o| o.error_history_limit = 0),
+            ),
+            (
+                "result_column",
+                Box::new(|o| o.result_column = Some("no spaces".into())),
+            ),
+            ("max_result_bytes", Box::new(|o| o.max_result_bytes = 0)),
         ];
         for (field, break_it) in cases {
             let mut o = opts();

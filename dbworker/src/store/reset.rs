@@ -19,6 +19,8 @@ pub(crate) struct ResetConfig {
     pub(crate) max_num_resets: u32,
     pub(crate) message: String,
     pub(crate) dead_nodes: Option<(Relation, Duration)>,
+    /// The error history resets append to, if kept.
+    pub(crate) error_history: Option<sql::ErrorHistory>,
 }
 
 /// What one resetter pass did.
@@ -39,6 +41,7 @@ pub(crate) async fn reset_pass(pool: &PgPool, cfg: &ResetConfig) -> Result<Reset
         cfg.dead_nodes.as_ref(),
         cfg.max_num_resets,
         &cfg.message,
+        cfg.error_history.as_ref(),
     )
     .query()
     .fetch_all(pool)

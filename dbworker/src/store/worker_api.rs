@@ -282,11 +282,21 @@ impl<R: Record> Store for DbStore<R> {
         Ok(done.rows_affected() == 1)
     }
 
+    /// A result refused for its size fails the job instead (and reports it).
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        if let Some((bytes, cap)) = job.result_refused.take() {
+            let err = Error::ResultTooLarge { bytes, cap };
+            self.mark_failure(job, MarkKind::Failed, &err.to_string(), None)
+                .await?;
+            return Err(err.into());
+        }
+        let result = job.result.take();
         let Some(mut tx) = job.tx.take() else {
-            return self.batched(job.lease, MarkKind::Complete, "", None).await;
+            return self
+                .batched(job.lease, MarkKind::Complete, "", None, result)
+                .await;
         };
-        let statement = sql::mark_complete(&self.options, job.lease.id, job.lease.token);
+        let statement = self.complete_statement(job.lease, result);
         // The mark and the handler's writes commit together, or not at all.
         let done = match statement.query().execute(&mut *tx).await {
             Ok(done) => done,

@@ -1,0 +1,1 @@
+UPDATE "app"."example_jobs" AS "j" SET "upstream_ids" = "dbworker_ups"."ids" FROM (SELECT "x"."d" AS "id", array_agg(DISTINCT "x"."u") AS "ids" FROM (SELECT unnest($1::bigint[]) AS "d", unnest($2::bigint[]) AS "u") AS "x" GROUP BY "x"."d") AS "dbworker_ups" WHERE "j"."id" = "dbworker_ups"."id"

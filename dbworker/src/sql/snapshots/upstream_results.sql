@@ -1,0 +1,1 @@
+SELECT COALESCE("u"."task_name", "u"."id"::text) AS "name", "u"."result" AS "result" FROM "example_jobs" AS "d" INNER JOIN "example_jobs" AS "u" ON "u"."id" = ANY("d"."upstream_ids") WHERE "d"."id" = $1 AND "u"."status" = ('completed') ORDER BY "u"."id" ASC

@@ -1,0 +1,277 @@
+//! Results passed downstream on Postgres: a handler's result is stored with
+//! its completion (both handling modes, single and batched marks), a
+//! dependent reads the results of the jobs it waited for by task name, the
+//! size cap fails the job with a clear message, and a stale completion
+//! writes nothing.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dbworker::{
+    DbJob, DbStore, Enqueuer, Error, Handling, NewJob,
+    ddl::workflows_sql,
+    enqueue::EnqueueOptions,
+    new_worker,
+    workflow::{Task, Workflow, WorkflowOptions, Workflows},
+};
+use serde_json::{Value, json};
+use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions, async_trait};
+
+use common::{Db, Job};
+
+/// Fails with `payload.fail` (after setting a result that must not be
+/// stored); stores `payload.produce` as its result; with `payload.consume`, stores
+/// the results of its upstream jobs instead; with `payload.big`, tries a
+/// result of that many bytes and ignores the refusal.
+struct Results;
+
+#[async_trait]
+impl Handler<DbStore<Job>> for Results {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let payload = job.record().payload.clone();
+        if payload["fail"] == json!(true) {
+            job.set_result(json!("never stored"))?;
+            return Err(HandlerError::non_retryable("told to fail"));
+        }
+        if payload["consume"] == json!(true) {
+            let upstream = job.upstream_results(ctx.store()).await?;
+            let sorted: BTreeMap<String, Value> = upstream.into_iter().collect();
+            job.set_result(json!(sorted))?;
+        } else if let Some(n) = payload["big"].as_u64() {
+            let refused = job.set_result(json!("x".repeat(usize::try_from(n).unwrap())));
+            assert!(
+                matches!(refused, Err(Error::ResultTooLarge { .. })),
+                "{refused:?}"
+            );
+        } else if !payload["produce"].is_null() {
+            job.set_result(payload["produce"].clone())?;
+        }
+        Ok(())
+    }
+}
+
+async fn set_up() -> Db {
+    let db = Db::new().await;
+    db.execute(&workflows_sql("jobs", &HashMap::new()).unwrap())
+        .await;
+    db.add_columns(|c| c.results = true, &[]).await;
+    db
+}
+
+async fn store(db: &Db, handling: Handling, cap: usize) -> Arc<DbStore<Job>> {
+    let mut o = db.options();
+    o.handling = handling;
+    o.result_column = Some("result".into());
+    o.max_result_bytes = cap;
+    o.stalled_max_age = Duration::from_secs(30);
+    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
+}
+
+async fn workflows(db: &Db) -> Workflows {
+    let mut o = WorkflowOptions::new("jobs");
+    o.enqueue.results = true;
+    Workflows::new(&db.pool, o).await.unwrap()
+}
+
+/// Runs a worker of 4 handlers until nothing is left to run.
+async fn run(db: &Db, store: Arc<DbStore<Job>>) {
+    let mut o = WorkerOptions::new("results");
+    o.num_handlers = 4;
+    o.interval = Duration::from_millis(10);
+    let worker = new_worker(store, Results, o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE state IN ('pending', 'queued', 'errored', 'processing')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if live == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{live} jobs never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.graceful();
+    running.await.unwrap();
+}
+
+async fn result(db: &Db, id: i64) -> Option<Value> {
+    db.scalar("SELECT result FROM jobs WHERE id = $1", id).await
+}
+
+async fn diamond_passes_results_by_name(handling: Handling) {
+    let db = set_up().await;
+    let task = |name: &str, payload: Value| Task::new(name, NewJob::new().set("payload", payload));
+    let wf = workflows(&db)
+        .await
+        .enqueue(
+            &Workflow::new()
+                .task(task("a", json!({ "produce": { "rows": 3 } })))
+                .task(task("b", json!({ "produce": { "from": "b" } })).after(["a"]))
+                .task(task("c", json!({ "produce": [1, 2, 3] })).after(["a"]))
+                .task(task("d", json!({ "consume": true })).after(["b", "c"])),
+        )
+        .await
+        .unwrap();
+    run(&db, store(&db, handling, 64 * 1024).await).await;
+    let id = |n: &str| wf.id_of(n).unwrap();
+    for n in ["a", "b", "c", "d"] {
+        assert_eq!(db.state(id(n)).await, "completed", "{handling:?}: {n}");
+    }
+    assert_eq!(result(&db, id("a")).await, Some(json!({ "rows": 3 })));
+    assert_eq!(
+        result(&db, id("d")).await,
+        Some(json!({ "b": { "from": "b" }, "c": [1, 2, 3] })),
+        "{handling:?}: d read the results of b and c (not a), by name"
+    );
+}
+
+#[tokio::test]
+async fn a_diamond_passes_results_by_name_in_heartbeat_handling() {
+    diamond_passes_results_by_name(Handling::Heartbeat).await;
+}
+
+#[tokio::test]
+async fn a_diamond_passes_results_by_name_in_transactional_handling() {
+    diamond_passes_results_by_name(Handling::Transactional).await;
+}
+
+#[tokio::test]
+async fn a_dependent_of_existing_jobs_reads_their_results_by_id() {
+    let db = set_up().await;
+    let mut o = EnqueueOptions::new("jobs");
+    o.workflows = true;
+    o.results = true;
+    let enqueuer = Enqueuer::new(&db.pool, o).await.unwrap();
+    let first = db.enqueue(1, json!({ "produce": "done early" })).await[0];
+    run(&db, store(&db, Handling::Heartbeat, 1024).await).await;
+    // One upstream already completed, one still queued.
+    let second = db.enqueue(1, json!({ "produce": 2 })).await[0];
+    let dependent = enqueuer
+        .enqueue(
+            &NewJob::new()
+                .set("payload", json!({ "consume": true }))
+                .after([first, second]),
+        )
+        .await
+        .unwrap()
+        .id();
+    run(&db, store(&db, Handling::Transactional, 1024).await).await;
+    assert_eq!(
+        result(&db, dependent).await,
+        Some(json!({ first.to_string(): "done early", second.to_string(): 2 }))
+    );
+}
+
+#[tokio::test]
+async fn a_result_over_the_cap_fails_the_job_naming_size_and_cap() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = set_up().await;
+        let big = db.enqueue(1, json!({ "big": 100 })).await[0];
+        let small = db.enqueue(1, json!({ "produce": "ok" })).await[0];
+        run(&db, store(&db, handling, 64).await).await;
+        assert_eq!(db.state(big).await, "failed", "{handling:?}");
+        let message: String = db
+            .scalar("SELECT failure_message FROM jobs WHERE id = $1", big)
+            .await;
+        assert!(
+            message.contains("102 bytes") && message.contains("cap of 64 bytes"),
+            "{handling:?}: {message}"
+        );
+        assert_eq!(result(&db, big).await, None);
+        assert_eq!(db.state(small).await, "completed");
+        assert_eq!(result(&db, small).await, Some(json!("ok")));
+    }
+}
+
+#[tokio::test]
+async fn a_stale_completion_writes_no_result() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = set_up().await;
+        let id = db.enqueue(1, json!({})).await[0];
+        let store = store(&db, handling, 1024).await;
+        let mut stale = store.dequeue("a", &Default::default(), 1).await.unwrap();
+        db.age_heartbeats().await;
+        store.reset_stalled().await.unwrap();
+        let mut fresh = store.dequeue("b", &Default::default(), 1).await.unwrap();
+        assert!(store.open(&mut fresh[0]).await.unwrap());
+
+        stale[0].set_result(json!("stale")).unwrap();
+        assert!(!store.mark_complete(&mut stale[0]).await.unwrap());
+        assert_eq!(result(&db, id).await, None, "{handling:?}");
+        fresh[0].set_result(json!("fresh")).unwrap();
+        assert!(store.mark_complete(&mut fresh[0]).await.unwrap());
+        assert_eq!(result(&db, id).await, Some(json!("fresh")), "{handling:?}");
+    }
+}
+
+#[tokio::test]
+async fn results_need_the_column() {
+    let db = Db::new().await;
+    let mut o = db.options();
+    o.result_column = Some("result".into());
+    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
+    assert!(
+        err.contains("no column result (result_column)") && err.contains("--results"),
+        "{err}"
+    );
+    // Without one, set_result is refused and says why.
+    let store = db.store(Handling::Heartbeat).await;
+    db.enqueue(1, json!({})).await;
+    let mut jobs = store.dequeue("w", &Default::default(), 1).await.unwrap();
+    let err = jobs[0].set_result(json!(1)).unwrap_err().to_string();
+    assert!(err.contains("result_column"), "{err}");
+}
+
+/// Completions and failures finishing together share a batched mark (the
+/// statement for mixed batches): each completion keeps its own result, and a
+/// failure stores none.
+#[tokio::test]
+async fn mixed_batches_store_each_completions_result() {
+    let db = set_up().await;
+    let mut ids = Vec::new();
+    for n in 0..60 {
+        let payload = if n % 3 == 0 {
+            json!({ "fail": true })
+        } else {
+            json!({ "produce": n })
+        };
+        ids.push((n, db.enqueue(1, payload).await[0]));
+    }
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    o.result_column = Some("result".into());
+    o.stalled_max_age = Duration::from_secs(30);
+    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let mut wo = WorkerOptions::new("mixed");
+    wo.num_handlers = 16;
+    wo.interval = Duration::from_millis(10);
+    wo.num_total_jobs = Some(60);
+    new_worker(store, Results, wo).unwrap().run().await;
+    // The last batched marks may still be in flight when the worker returns.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.count("processing").await > 0 {
+        assert!(Instant::now() < deadline, "marks never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (n, id) in ids {
+        if n % 3 == 0 {
+            assert_eq!(db.state(id).await, "failed", "{n}");
+            assert_eq!(result(&db, id).await, None, "{n}");
+        } else {
+            assert_eq!(db.state(id).await, "completed", "{n}");
+            assert_eq!(result(&db, id).await, Some(json!(n)), "{n}");
+        }
+    }
+}
