@@ -2,25 +2,23 @@
 //! through the binary, one entry per failed attempt; `migration --results`
 //! prints the result columns.
 
+mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
 mod common;
-
-use std::process::Command;
 
 use dbworker::{DbStore, Handling};
 use serde_json::{Value, json};
 use workerutil::Store;
 
+use cli::dbworker;
 use common::Db;
+use std::process::Command;
 
 #[tokio::test]
 async fn show_prints_each_failed_attempt() {
     let db = Db::new().await;
     // The column as the migration command prints it.
-    let ddl = Command::new(env!("CARGO_BIN_EXE_dbworker"))
-        .args(["migration", "--table", "jobs", "--error-history"])
-        .output()
-        .unwrap();
+    let ddl = dbworker(&db, &["migration", "--error-history"]);
     assert!(ddl.status.success());
     let ddl = String::from_utf8(ddl.stdout).unwrap();
     let alter = ddl
@@ -46,12 +44,7 @@ async fn show_prints_each_failed_attempt() {
         db.execute("UPDATE jobs SET process_after = NULL").await;
     }
 
-    let out = Command::new(env!("CARGO_BIN_EXE_dbworker"))
-        .args(["show", &id.to_string(), "--table", "jobs"])
-        .env("DATABASE_URL", db.db.url())
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = dbworker(&db, &["show", &id.to_string()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -275,3 +275,31 @@ async fn mixed_batches_store_each_completions_result() {
         }
     }
 }
+
+/// A dependent made to wait from SQL (`jobs_wait_for`) reads its upstream
+/// results as one added through `NewJob::after` does.
+#[tokio::test]
+async fn a_dependent_added_from_sql_reads_its_upstream_results() {
+    let db = set_up().await;
+    let first = db.enqueue(1, json!({ "produce": "from sql" })).await[0];
+    let mut tx = db.pool.begin().await.unwrap();
+    let dependent: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (payload) VALUES ('{\"consume\": true}') RETURNING id",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let state: String = sqlx::query_scalar("SELECT jobs_wait_for($1, $2)")
+        .bind(dependent)
+        .bind(vec![first])
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(state, "pending");
+    run(&db, store(&db, Handling::Heartbeat, 1024).await).await;
+    assert_eq!(
+        result(&db, dependent).await,
+        Some(json!({ first.to_string(): "from sql" }))
+    );
+}

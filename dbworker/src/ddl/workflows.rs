@@ -195,6 +195,13 @@ BEGIN
         INSERT INTO {deps} ("job_id", "depends_on", "policy") VALUES (job, up.id, policy);
         waits := waits + 1;
     END LOOP;
+    -- With `--results`, the dependent remembers every upstream (finished or
+    -- not), so it can read their results by id.
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{table_literal}'::regclass
+               AND attname = 'upstream_ids' AND NOT attisdropped) THEN
+        EXECUTE format('UPDATE %s SET "upstream_ids" = $1 WHERE %s = $2', '{table_literal}', '{id_literal}')
+            USING after, job;
+    END IF;
     IF blocker IS NOT NULL THEN
         UPDATE {table}
            SET {state} = 'canceled', {finished_at} = now(), {blocked_by} = blocker,
@@ -209,6 +216,8 @@ BEGIN
 END
 $dbworker$;
 "#,
+        table_literal = table.replace('\'', "''"),
+        id_literal = id.replace('\'', "''"),
         wait_for = rel.quoted_sibling(&bounded_name(&format!("{}_wait_for", rel.name))),
         enqueue = bounded_name(&format!("{}_enqueue", rel.name)),
         workflow_idx = index("workflow_idx"),
