@@ -163,7 +163,9 @@ fn counts_note(total: u64, completed: u64, failed: u64, canceled: u64) -> String
 async fn callbacks_wait_pending_and_the_jobs_are_queued() {
     let (db, batches) = set_up().await;
     let b = batches
-        .enqueue(&with_callbacks(Batch::new().jobs((0..3).map(|_| job(false)))))
+        .enqueue(&with_callbacks(
+            Batch::new().jobs((0..3).map(|_| job(false))),
+        ))
         .await
         .unwrap();
     assert_eq!(b.jobs.len(), 3);
@@ -194,7 +196,10 @@ async fn each_callback_runs_exactly_once_in_its_situation_across_workers() {
     for b in 0..30 {
         let failing = [0, 1, 4][b % 3];
         let batch = Batch::new().jobs((0..12).map(|i| job(i < failing)));
-        enqueued.push((failing, batches.enqueue(&with_callbacks(batch)).await.unwrap()));
+        enqueued.push((
+            failing,
+            batches.enqueue(&with_callbacks(batch)).await.unwrap(),
+        ));
     }
     run_until_done(&db, &batches, 4, 8).await;
     for (failing, b) in &enqueued {
@@ -205,7 +210,11 @@ async fn each_callback_runs_exactly_once_in_its_situation_across_workers() {
             b.on_complete.unwrap(),
         );
         let at_end = counts_note(12, 12 - failing, failing, 0);
-        assert_eq!(notes(&db, complete).await, vec![at_end.clone()], "on_complete");
+        assert_eq!(
+            notes(&db, complete).await,
+            vec![at_end.clone()],
+            "on_complete"
+        );
         assert_eq!(db.state(complete).await, "completed");
         if failing == 0 {
             assert_eq!(notes(&db, success).await, vec![at_end], "on_success");
@@ -247,7 +256,9 @@ async fn each_callback_runs_exactly_once_in_its_situation_across_workers() {
 async fn on_failure_is_released_by_the_first_failure_only() {
     let (db, batches) = set_up().await;
     let b = batches
-        .enqueue(&with_callbacks(Batch::new().jobs((0..3).map(|_| job(false)))))
+        .enqueue(&with_callbacks(
+            Batch::new().jobs((0..3).map(|_| job(false))),
+        ))
         .await
         .unwrap();
     let fail = |id: i64| {
@@ -286,7 +297,9 @@ async fn on_failure_is_released_by_the_first_failure_only() {
 async fn a_canceled_job_runs_only_on_complete() {
     let (db, batches) = set_up().await;
     let b = batches
-        .enqueue(&with_callbacks(Batch::new().jobs((0..4).map(|_| job(false)))))
+        .enqueue(&with_callbacks(
+            Batch::new().jobs((0..4).map(|_| job(false))),
+        ))
         .await
         .unwrap();
     sqlx::query("UPDATE jobs SET state = 'canceled', finished_at = now() WHERE id = $1")
@@ -315,7 +328,9 @@ async fn a_canceled_job_runs_only_on_complete() {
 async fn simultaneous_completions_release_each_callback_once() {
     let (db, batches) = set_up().await;
     let b = batches
-        .enqueue(&with_callbacks(Batch::new().jobs((0..200).map(|_| job(false)))))
+        .enqueue(&with_callbacks(
+            Batch::new().jobs((0..200).map(|_| job(false))),
+        ))
         .await
         .unwrap();
     let pool = db.db.pool(40).await.unwrap();
@@ -327,11 +342,13 @@ async fn simultaneous_completions_release_each_callback_once() {
             let mut tx = pool.begin().await.unwrap();
             barrier.wait().await;
             for id in ids {
-                sqlx::query("UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
+                sqlx::query(
+                    "UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
             }
             tx.commit().await.unwrap();
         }));

@@ -19,7 +19,9 @@
 //! - insert → handler start latency at a low rate, NOTIFY on and off;
 //! - both burn-downs again with 1,000,000 completed rows in the table, with
 //!   jobs/s per second so that decay would show;
-//! - peak RSS of a worker process at 64 handlers.
+//! - peak RSS of a worker process at 64 handlers;
+//! - the cost of dependency release (`workflows`): fan-ins, chains and
+//!   diamonds beside the plain burn-down.
 //!
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
@@ -34,6 +36,7 @@ mod latency;
 mod ops;
 mod processes;
 mod report;
+mod workflows;
 
 use std::time::Duration;
 
@@ -88,6 +91,9 @@ enum Workload {
     /// The dashboard's pages on a table of 1,000,000 completed and 100,000
     /// queued rows.
     Dashboard,
+    /// Dependency release: fan-ins, chains and diamonds beside the plain
+    /// heartbeat burn-down.
+    Workflows,
     /// Dead index entries vacuum cannot remove: a long burn-down, and an
     /// offered load while another transaction pins the xmin; with and without
     /// the claim cursor.
@@ -153,7 +159,7 @@ struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes,dashboard,bloat"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,workflows,processes,dashboard,bloat"
     )]
     workloads: Vec<Workload>,
     /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
@@ -284,6 +290,25 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 run.rate()
             ));
             report.ops.push((variant.label().to_owned(), handlers, run));
+        }
+    }
+    if args.runs(Workload::Workflows) {
+        let handlers = args
+            .handlers
+            .iter()
+            .copied()
+            .filter(|&h| h <= 64)
+            .max()
+            .unwrap_or(64);
+        for shape in workflows::Shape::ALL {
+            let jobs = workflows::prepare(&bench, shape, args.jobs, args.enqueue_batch).await?;
+            let run = workflows::burn(&bench, shape, handlers, jobs).await?;
+            progress(format_args!(
+                "workflows: {} at {handlers} handlers: {:.0} jobs/s",
+                shape.label(),
+                run.rate()
+            ));
+            report.workflows.push((shape.label(), handlers, run));
         }
     }
     if args.runs(Workload::Processes) && !args.processes.is_empty() {

@@ -28,7 +28,7 @@ impl Run {
     }
 
     /// `all / non-utility` statements per job.
-    fn statements_per_job(&self) -> String {
+    pub(crate) fn statements_per_job(&self) -> String {
         match self.statements {
             Some(s) => format!(
                 "{:.2} / {:.2}",
@@ -168,6 +168,8 @@ pub(crate) struct Report {
     pub(crate) rss: Vec<Rss>,
     /// `(variant, handlers, run)`: the plain path first.
     pub(crate) ops: Vec<(String, usize, Run)>,
+    /// `(shape, handlers, run)` of the workflows workload: the plain run first.
+    pub(crate) workflows: Vec<(String, usize, Run)>,
     /// `(processes, handlers each, run)`.
     pub(crate) processes: Vec<(usize, usize, Run)>,
     /// The heartbeat floor measured before the process runs.
@@ -203,6 +205,7 @@ impl Report {
             transactional: Vec::new(),
             latency: Vec::new(),
             ops: Vec::new(),
+            workflows: Vec::new(),
             processes: Vec::new(),
             processes_floor: None,
             dashboard: Vec::new(),
@@ -343,6 +346,7 @@ impl Report {
                     .collect(),
             });
         }
+        tables.extend(crate::workflows::table(&self.workflows));
         if !self.bloat_burn_downs.is_empty() {
             tables.push(crate::bloat::burn_down_table(&self.bloat_burn_downs));
         }
@@ -567,7 +571,7 @@ fn intro() -> String {
          serialized behind the table's advisory lock), then under a rate limit far above the \
          throughput (the token bucket read and spent by every claim); the ratio is to the plain run \
          of the same run.\n\
-         - **Worker processes** (the `processes` workload): N separate worker processes of \
+         {}         - **Worker processes** (the `processes` workload): N separate worker processes of \
          `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
          last completion (database clock), beside the heartbeat floor measured just before.\n\
          - **Dashboard** (the `dashboard` workload): each page requested 20 times through the \
@@ -575,6 +579,7 @@ fn intro() -> String {
          queued rows; the overview's counts follow the partial indexes, never the whole table.\n\
          - The chart shows the newest run (the last section).\n\n\
          ![jobs/s against handler count]({})\n\n",
+        crate::workflows::INTRO,
         crate::chart::FILE_NAME
     )
 }

@@ -1,0 +1,172 @@
+//! The cost of dependency release, beside the plain burn-down in the same run:
+//! the same no-op jobs in heartbeat handling, as plain queued jobs, as wide
+//! fan-ins (every upstream job's completion deletes its edge to one shared
+//! dependent), as chains, and as diamonds. The release is the trigger of
+//! `dbworker migration --workflows`, inside each completion's `UPDATE`.
+
+use std::sync::Arc;
+
+use dbworker::NewJob;
+use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
+use sqlx::AssertSqlSafe;
+
+use crate::Result;
+use crate::db::{Bench, Mode, TABLE};
+use crate::framework::{self, NoOp, Progress};
+use crate::report::{Run, Table};
+
+/// The widest fan-in: one dependent waiting for this many jobs.
+pub(crate) const FAN_IN_WIDTH: u64 = 10_000;
+/// Tasks of a chain.
+const CHAIN_LENGTH: u64 = 10;
+
+/// The shape the jobs are enqueued in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Queued jobs, no workflow: the reference.
+    Plain,
+    /// Fan-ins of `FAN_IN_WIDTH` upstream jobs and one dependent each.
+    FanIn,
+    /// Chains of `CHAIN_LENGTH` tasks, each after the one before.
+    Chains,
+    /// Diamonds A → (B, C) → D.
+    Diamonds,
+}
+
+impl Shape {
+    pub(crate) const ALL: [Shape; 4] = [Shape::Plain, Shape::FanIn, Shape::Chains, Shape::Diamonds];
+
+    pub(crate) fn label(self) -> String {
+        match self {
+            Shape::Plain => "plain burn-down".into(),
+            Shape::FanIn => format!("fan-in: {FAN_IN_WIDTH} jobs → 1 dependent"),
+            Shape::Chains => format!("chains of {CHAIN_LENGTH}"),
+            Shape::Diamonds => "diamonds A → (B, C) → D".into(),
+        }
+    }
+
+    /// The workflows to enqueue for about `jobs` jobs (at least one), and
+    /// how many jobs that makes.
+    fn workflows(self, jobs: u64) -> (Vec<Workflow>, u64) {
+        let size = match self {
+            Shape::Plain => return (Vec::new(), jobs),
+            Shape::FanIn => FAN_IN_WIDTH.min(jobs.saturating_sub(1).max(1)) + 1,
+            Shape::Chains => CHAIN_LENGTH,
+            Shape::Diamonds => 4,
+        };
+        let count = (jobs / size).max(1);
+        let one = |shape: Shape| -> Workflow {
+            let name = |i: u64| format!("t{i}");
+            let mut w = Workflow::new();
+            match shape {
+                Shape::FanIn => {
+                    for i in 0..size - 1 {
+                        w = w.task(Task::new(name(i), NewJob::new()));
+                    }
+                    w = w.task(Task::new("sink", NewJob::new()).after((0..size - 1).map(name)));
+                }
+                Shape::Chains => {
+                    w = w.task(Task::new(name(0), NewJob::new()));
+                    for i in 1..size {
+                        w = w.task(Task::new(name(i), NewJob::new()).after([name(i - 1)]));
+                    }
+                }
+                _ => {
+                    w = w
+                        .task(Task::new("a", NewJob::new()))
+                        .task(Task::new("b", NewJob::new()).after(["a"]))
+                        .task(Task::new("c", NewJob::new()).after(["a"]))
+                        .task(Task::new("d", NewJob::new()).after(["b", "c"]));
+                }
+            }
+            w
+        };
+        ((0..count).map(|_| one(self)).collect(), count * size)
+    }
+}
+
+/// A fresh table with workflows, filled in `shape`; returns its job count.
+pub(crate) async fn prepare(bench: &Bench, shape: Shape, jobs: u64, batch: u64) -> Result<u64> {
+    let (workflows, total) = shape.workflows(jobs);
+    bench
+        .prepare(0, if shape == Shape::Plain { jobs } else { 0 }, batch)
+        .await?;
+    let ddl = dbworker::ddl::workflows_sql(TABLE, &Default::default())?;
+    sqlx::raw_sql(AssertSqlSafe(ddl))
+        .execute(bench.admin())
+        .await?;
+    if !workflows.is_empty() {
+        let enqueuer = Workflows::new(bench.admin(), WorkflowOptions::new(TABLE)).await?;
+        for w in &workflows {
+            enqueuer.enqueue(w).await?;
+        }
+    }
+    // Apart: VACUUM cannot run in the transaction of a multi-statement string.
+    sqlx::raw_sql(AssertSqlSafe(format!("VACUUM ANALYZE {TABLE}")))
+        .execute(bench.admin())
+        .await?;
+    Ok(total)
+}
+
+/// Burns down the prepared `jobs` (released ones included) in heartbeat
+/// handling with `handlers` handlers.
+pub(crate) async fn burn(bench: &Bench, shape: Shape, handlers: usize, jobs: u64) -> Result<Run> {
+    let pool = bench
+        .pool(framework::pool_size(Mode::Heartbeat, handlers))
+        .await?;
+    let progress = Progress::new();
+    let store =
+        Arc::new(dbworker::DbStore::new(&pool, framework::store_options(Mode::Heartbeat)).await?);
+    let handler = NoOp {
+        progress: progress.clone(),
+        starts: None,
+    };
+    let worker = dbworker::new_worker(
+        store,
+        handler,
+        framework::worker_options(handlers, Some(jobs)),
+    )?;
+    bench.reset_statements().await?;
+    framework::measure(bench, &pool, &progress, jobs, &shape.label(), async {
+        Ok(worker.run().await)
+    })
+    .await
+}
+
+/// The report's table: each shape beside the plain run.
+pub(crate) fn table(runs: &[(String, usize, Run)]) -> Option<Table> {
+    let (_, _, plain) = runs.first()?;
+    Some(Table {
+        title: "Workflows, heartbeat handling: dependency release beside the plain burn-down"
+            .into(),
+        headers: vec![
+            "shape",
+            "handlers",
+            "jobs",
+            "jobs/s",
+            "÷ plain",
+            "stmts/job",
+        ],
+        rows: runs
+            .iter()
+            .map(|(label, handlers, run)| {
+                vec![
+                    label.clone(),
+                    handlers.to_string(),
+                    run.jobs.to_string(),
+                    format!("{:.0}", run.rate()),
+                    format!("{:.2}", run.rate() / plain.rate().max(1e-9)),
+                    run.statements_per_job(),
+                ]
+            })
+            .collect(),
+    })
+}
+
+/// The intro's paragraph on this workload.
+pub(crate) const INTRO: &str = "- **Workflows** (the `workflows` workload): the plain heartbeat \
+burn-down, then the same no-op jobs enqueued as workflows on a table with `dbworker migration \
+--workflows`: fan-ins of 10,000 jobs releasing one shared dependent each, chains of 10, and \
+diamonds A → (B, C) → D, each burned down by the same worker (released jobs included); the \
+ratio is to the plain run. The release runs in the trigger inside each completion's `UPDATE`, \
+so it adds no top-level statement: the stmts/job column shows none, and its cost shows in jobs/s.\n";
