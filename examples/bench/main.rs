@@ -310,6 +310,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             ));
             report.workflows.push((shape.label(), handlers, run));
         }
+        workflows::drop_edges(&bench).await?;
     }
     if args.runs(Workload::Processes) && !args.processes.is_empty() {
         bench.prepare(0, args.jobs, args.enqueue_batch).await?;

@@ -88,6 +88,7 @@ impl Shape {
 /// A fresh table with workflows, filled in `shape`; returns its job count.
 pub(crate) async fn prepare(bench: &Bench, shape: Shape, jobs: u64, batch: u64) -> Result<u64> {
     let (workflows, total) = shape.workflows(jobs);
+    drop_edges(bench).await?;
     bench
         .prepare(0, if shape == Shape::Plain { jobs } else { 0 }, batch)
         .await?;
@@ -106,6 +107,15 @@ pub(crate) async fn prepare(bench: &Bench, shape: Shape, jobs: u64, batch: u64) 
         .execute(bench.admin())
         .await?;
     Ok(total)
+}
+
+/// Drops the edge table, whose foreign key would keep `fresh_table` from
+/// dropping the job table (the workload's last step, too).
+pub(crate) async fn drop_edges(bench: &Bench) -> Result<()> {
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {TABLE}_deps")))
+        .execute(bench.admin())
+        .await?;
+    Ok(())
 }
 
 /// Burns down the prepared `jobs` (released ones included) in heartbeat
