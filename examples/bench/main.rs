@@ -300,15 +300,15 @@ async fn bench(args: BenchArgs) -> Result<()> {
             .filter(|&h| h <= 64)
             .max()
             .unwrap_or(64);
-        for shape in workflows::Shape::ALL {
+        for (shape, cursor) in workflows::Shape::RUNS {
             let jobs = workflows::prepare(&bench, shape, args.jobs, args.enqueue_batch).await?;
-            let run = workflows::burn(&bench, shape, handlers, jobs).await?;
+            let run = workflows::burn(&bench, (shape, cursor), handlers, jobs).await?;
+            let label = shape.label(cursor);
             progress(format_args!(
-                "workflows: {} at {handlers} handlers: {:.0} jobs/s",
-                shape.label(),
+                "workflows: {label} at {handlers} handlers: {:.0} jobs/s",
                 run.rate()
             ));
-            report.workflows.push((shape.label(), handlers, run));
+            report.workflows.push((label, handlers, run));
         }
         workflows::drop_edges(&bench).await?;
     }
