@@ -17,6 +17,8 @@ use crate::report::{Run, Table};
 
 /// The widest fan-in: one dependent waiting for this many jobs.
 pub(crate) const FAN_IN_WIDTH: u64 = 10_000;
+/// The end of the label of a run without the claim cursor.
+const CURSOR_OFF: &str = ", claim cursor off";
 /// Tasks of a chain.
 const CHAIN_LENGTH: u64 = 10;
 
@@ -37,9 +39,11 @@ impl Shape {
     /// The runs, with the claim cursor on or off: a released job behind the
     /// cursor waits for its probe (`StoreOptions::claim_cursor`, 1 s), which
     /// bounds deep graphs; off, every claim scans from the start.
-    pub(crate) const RUNS: [(Shape, bool); 6] = [
+    pub(crate) const RUNS: [(Shape, bool); 8] = [
         (Shape::Plain, true),
+        (Shape::Plain, false),
         (Shape::FanIn, true),
+        (Shape::FanIn, false),
         (Shape::Chains, true),
         (Shape::Chains, false),
         (Shape::Diamonds, true),
@@ -56,7 +60,7 @@ impl Shape {
         if cursor {
             shape
         } else {
-            format!("{shape}, claim cursor off")
+            format!("{shape}{CURSOR_OFF}")
         }
     }
 
@@ -178,17 +182,24 @@ pub(crate) fn table(runs: &[(String, usize, Run)]) -> Option<Table> {
             "jobs",
             "jobs/s",
             "÷ plain",
+            "÷ plain, same cursor",
             "stmts/job",
         ],
         rows: runs
             .iter()
             .map(|(label, handlers, run)| {
+                let off = label.ends_with(CURSOR_OFF);
+                let same = runs
+                    .iter()
+                    .find(|(l, _, _)| l.starts_with("plain") && l.ends_with(CURSOR_OFF) == off)
+                    .map_or(plain, |(_, _, r)| r);
                 vec![
                     label.clone(),
                     handlers.to_string(),
                     run.jobs.to_string(),
                     format!("{:.0}", run.rate()),
                     format!("{:.2}", run.rate() / plain.rate().max(1e-9)),
+                    format!("{:.2}", run.rate() / same.rate().max(1e-9)),
                     run.statements_per_job(),
                 ]
             })
@@ -201,7 +212,8 @@ pub(crate) const INTRO: &str = "- **Workflows** (the `workflows` workload): the 
 burn-down, then the same no-op jobs enqueued as workflows on a table with `dbworker migration \
 --workflows`: fan-ins of 10,000 jobs releasing one shared dependent each, chains of 10, and \
 diamonds A → (B, C) → D, each burned down by the same worker (released jobs included); the \
-ratio is to the plain run. Chains and diamonds run twice: with the claim cursor (a \
-released job behind it waits for its probe, up to 1 s, so their rate measures that latency) and \
-without it (every claim scans from the start). The release runs in the trigger inside each completion's `UPDATE`, \
+ratio is to the plain run (and to the plain run with the same claim-cursor setting). Each \
+shape runs twice: with the claim cursor (a released job behind it waits for its probe, up to 1 s, \
+so a graph's rate measures that latency too) and without it (every claim scans from the start). \
+The release runs in the trigger inside each completion's `UPDATE`, \
 so it adds no top-level statement: the stmts/job column shows none, and its cost shows in jobs/s.\n";
