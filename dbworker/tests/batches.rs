@@ -247,7 +247,11 @@ async fn each_callback_runs_exactly_once_in_its_situation_across_workers() {
         .unwrap();
     // Only the success callbacks' edges to the failed jobs stay (so that a
     // retry of those brings the callback back).
-    assert_eq!(left, 10 * 1 + 10 * 4);
+    assert_eq!(
+        left,
+        10 + 10 * 4,
+        "ten batches with one failed job, ten with four"
+    );
 }
 
 /// The first failure releases on_failure at once, before the other jobs end;
