@@ -23,6 +23,8 @@
 //! - with `--peers graphile`: graphile_worker (Rust), built from
 //!   `bench-peers/graphile/` (outside the workspace) on demand, beside dbworker
 //!   with LISTEN on and the floor at 24 and 100 handlers, and its pickup latency.
+//! - the cost of dependency release (`workflows`): fan-ins, chains and
+//!   diamonds beside the plain burn-down.
 //!
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
@@ -41,6 +43,7 @@ mod processes;
 mod provenance;
 mod report;
 mod table;
+mod workflows;
 
 use std::time::Duration;
 
@@ -95,6 +98,9 @@ enum Workload {
     /// The dashboard's pages on a table of 1,000,000 completed and 100,000
     /// queued rows.
     Dashboard,
+    /// Dependency release: fan-ins, chains and diamonds beside the plain
+    /// heartbeat burn-down.
+    Workflows,
     /// Dead index entries vacuum cannot remove: a long burn-down, and an
     /// offered load while another transaction pins the xmin; with and without
     /// the claim cursor.
@@ -160,7 +166,7 @@ struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,processes,dashboard,bloat"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,workflows,processes,dashboard,bloat"
     )]
     workloads: Vec<Workload>,
     /// Peers to run beside dbworker and the floor (each built on demand from
@@ -310,6 +316,26 @@ async fn bench(args: BenchArgs) -> Result<()> {
             ));
             report.ops.push((variant.label().to_owned(), handlers, run));
         }
+    }
+    if args.runs(Workload::Workflows) {
+        let handlers = args
+            .handlers
+            .iter()
+            .copied()
+            .filter(|&h| h <= 64)
+            .max()
+            .unwrap_or(64);
+        for (shape, cursor) in workflows::Shape::RUNS {
+            let jobs = workflows::prepare(&bench, shape, args.jobs, args.enqueue_batch).await?;
+            let run = workflows::burn(&bench, (shape, cursor), handlers, jobs).await?;
+            let label = shape.label(cursor);
+            progress(format_args!(
+                "workflows: {label} at {handlers} handlers: {:.0} jobs/s",
+                run.rate()
+            ));
+            report.workflows.push((label, handlers, run));
+        }
+        workflows::drop_edges(&bench).await?;
     }
     if args.runs(Workload::Processes) && !args.processes.is_empty() {
         bench.prepare(0, args.jobs, args.enqueue_batch).await?;

@@ -32,7 +32,7 @@ impl Run {
     }
 
     /// `all / non-utility` statements per job.
-    fn statements_per_job(&self) -> String {
+    pub(crate) fn statements_per_job(&self) -> String {
         match self.statements {
             Some(s) => format!(
                 "{:.2} / {:.2}",
@@ -136,6 +136,8 @@ pub(crate) struct Report {
     pub(crate) rss: Vec<Rss>,
     /// `(variant, handlers, run)`: the plain path first.
     pub(crate) ops: Vec<(String, usize, Run)>,
+    /// `(shape, handlers, run)` of the workflows workload: the plain run first.
+    pub(crate) workflows: Vec<(String, usize, Run)>,
     /// `(processes, handlers each, run)`.
     pub(crate) processes: Vec<(usize, usize, Run)>,
     /// The heartbeat floor measured before the process runs.
@@ -173,6 +175,7 @@ impl Report {
             transactional: Vec::new(),
             latency: Vec::new(),
             ops: Vec::new(),
+            workflows: Vec::new(),
             processes: Vec::new(),
             processes_floor: None,
             dashboard: Vec::new(),
@@ -314,6 +317,7 @@ impl Report {
                     .collect(),
             });
         }
+        tables.extend(crate::workflows::table(&self.workflows));
         if !self.bloat_burn_downs.is_empty() {
             tables.push(crate::bloat::burn_down_table(&self.bloat_burn_downs));
         }

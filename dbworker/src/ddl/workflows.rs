@@ -18,7 +18,8 @@ use crate::error::Result;
 ///   `has_dependents boolean` (set when a job is first waited for: the
 ///   trigger fires only for such jobs);
 /// - the edge table `<table>_deps (job_id, depends_on, policy)`, one row per
-///   dependency not yet satisfied, indexed on `depends_on`;
+///   dependency not yet satisfied, indexed on `depends_on` (the policy
+///   `on_failure` is a batch's failure callback, see `workflow::Batch`);
 /// - the sequence `<table>_workflow_seq` that workflow ids come from;
 /// - the release trigger, `<table>_dbworker_release`.
 ///
@@ -69,11 +70,15 @@ CREATE TABLE IF NOT EXISTS {deps} (
     -- No foreign key: the trigger handles a deleted upstream (a cascade would
     -- delete the edges before it could see them).
     "depends_on" bigint NOT NULL,
-    "policy" text NOT NULL DEFAULT 'cancel'
-        CHECK ("policy" IN ('cancel', 'ignore_failed', 'ignore_canceled', 'ignore')),
+    "policy" text NOT NULL DEFAULT 'cancel',
     PRIMARY KEY ("job_id", "depends_on")
 );
 CREATE INDEX IF NOT EXISTS {deps_idx} ON {deps} ("depends_on");
+-- Dropped and added again so that running this again on an older table
+-- admits the policies added since ('on_failure': a batch's failure callback).
+ALTER TABLE {deps} DROP CONSTRAINT IF EXISTS {policy_check};
+ALTER TABLE {deps} ADD CONSTRAINT {policy_check}
+    CHECK ("policy" IN ('cancel', 'ignore_failed', 'ignore_canceled', 'ignore', 'on_failure'));
 
 -- Runs in the transaction of the write that finishes (or retries, or deletes)
 -- a job: releases, cancels or revives the jobs that wait for it.
@@ -82,6 +87,7 @@ DECLARE
     v_job bigint;
     v_outcome text;
     v_dep bigint;
+    v_policy text;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         -- An unfinished job deleted: its dependents see it canceled.
@@ -95,12 +101,23 @@ BEGIN
         -- The edges this outcome satisfies go; a dependent is released by
         -- whoever deletes its last edge. No counter row: concurrent upstream
         -- completions delete different rows and never wait for each other.
-        FOR v_dep IN
+        -- An 'on_failure' edge (a batch's failure callback) goes whatever the
+        -- outcome: a failure releases its dependent at once, and the deleter
+        -- of the last one cancels it if no failure did.
+        FOR v_dep, v_policy IN
             DELETE FROM {deps}
              WHERE "depends_on" = v_job
-               AND (v_outcome = 'completed' OR "policy" = 'ignore' OR "policy" = 'ignore_' || v_outcome)
-            RETURNING "job_id"
+               AND (v_outcome = 'completed' OR "policy" IN ('ignore', 'on_failure')
+                    OR "policy" = 'ignore_' || v_outcome)
+            RETURNING "job_id", "policy"
         LOOP
+            IF v_policy = 'on_failure' AND v_outcome = 'failed' THEN
+                -- Only the first failure finds it pending: a concurrent one
+                -- waits for this row and then sees it queued.
+                UPDATE {table} SET {state} = 'queued'
+                 WHERE {id} = v_dep AND {state} = 'pending';
+                CONTINUE;
+            END IF;
             -- Another edge no one is deleting right now: its deleter comes
             -- after us (our KEY SHARE lock makes it wait for our commit) and
             -- sees our delete, so the release is its to do. Highest first:
@@ -113,9 +130,19 @@ BEGIN
                 -- and each checks again with a snapshot taken after the lock:
                 -- the last one to get it sees every other delete committed.
                 PERFORM 1 FROM {table} WHERE {id} = v_dep FOR UPDATE;
-                UPDATE {table} SET {state} = 'queued'
-                 WHERE {id} = v_dep AND {state} = 'pending'
-                   AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
+                IF v_policy = 'on_failure' THEN
+                    -- Every upstream ended and none failed (a failure would
+                    -- have queued it): the failure callback never runs.
+                    UPDATE {table}
+                       SET {state} = 'canceled', {finished_at} = now(),
+                           {failure_message} = 'no job of its batch failed'
+                     WHERE {id} = v_dep AND {state} = 'pending'
+                       AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
+                ELSE
+                    UPDATE {table} SET {state} = 'queued'
+                     WHERE {id} = v_dep AND {state} = 'pending'
+                       AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
+                END IF;
             END IF;
         END LOOP;
         IF v_outcome <> 'completed' THEN
@@ -223,6 +250,8 @@ $dbworker$;
         workflow_idx = index("workflow_idx"),
         blocked_idx = index("blocked_by_idx"),
         deps_idx = index("deps_depends_on_idx"),
+        // Postgres's own name for the column's check in earlier versions.
+        policy_check = index("deps_policy_check"),
         sequence = workflow_sequence(&rel),
     ))
 }

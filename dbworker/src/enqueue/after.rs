@@ -7,18 +7,20 @@ use std::collections::HashMap;
 
 use sqlx::{Connection, PgConnection, Row};
 
-use super::{DependencyPolicy, Enqueued, Enqueuer, NewJob};
+use super::{Enqueued, Enqueuer, NewJob};
 use crate::columns::{HAS_DEPENDENTS, TASK_NAME, WORKFLOW_ID};
 use crate::error::{Error, Result};
 use crate::sql::{self, JobRow, WorkflowTable};
 
 /// One task of a graph to insert: its job, its name, and the tasks (by index
-/// into the graph) it waits for.
+/// into the graph) it waits for, each with the edge's stored policy (a
+/// [`DependencyPolicy`](super::DependencyPolicy)'s name, or `on_failure` for a batch's failure
+/// callback).
 #[derive(Debug)]
 pub(crate) struct GraphTask<'a> {
     pub(crate) name: &'a str,
     pub(crate) job: &'a NewJob,
-    pub(crate) after: Vec<(usize, DependencyPolicy)>,
+    pub(crate) after: Vec<(usize, &'static str)>,
 }
 
 impl Enqueuer {
@@ -206,7 +208,7 @@ impl Enqueuer {
             for &(u, policy) in &task.after {
                 dependents.push(ids[i]);
                 upstream.push(ids[u]);
-                policies.push(policy.as_str().to_owned());
+                policies.push(policy.to_owned());
             }
         }
         if !dependents.is_empty() {

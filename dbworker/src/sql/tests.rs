@@ -566,6 +566,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("workflow_cancel_waiting", workflow_cancel_waiting(&w, 7)),
         ("workflow_request_cancel", workflow_request_cancel(&w, 7)),
         ("workflow_tasks", workflow_tasks(&w, 7)),
+        ("batch_counts", batch_counts(&w, 7)),
     ]
     .into_iter()
     .chain(quoted_statements())

@@ -209,3 +209,26 @@ pub(crate) fn workflow_tasks(w: &WorkflowTable, workflow_id: i64) -> Statement {
         .to_owned();
     Statement::from(&q)
 }
+
+/// The names a batch's callback tasks have; every other task of a batch is
+/// one of its jobs.
+pub(crate) const BATCH_CALLBACKS: [&str; 3] = ["on_success", "on_failure", "on_complete"];
+
+/// A batch's jobs (its workflow's tasks but the callbacks) counted per state.
+pub(crate) fn batch_counts(w: &WorkflowTable, batch_id: i64) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = &t.alias;
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("{}.{}::text", quote(a), quote(&c.state))),
+            alias("state"),
+        )
+        .expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t))
+        .and_where(col(a, WORKFLOW_ID).eq(batch_id))
+        .and_where(col(a, TASK_NAME).is_not_in(BATCH_CALLBACKS))
+        .add_group_by([Expr::cust("1")])
+        .to_owned();
+    Statement::from(&q)
+}

@@ -175,7 +175,7 @@ impl Workflow {
                     after: task
                         .after
                         .iter()
-                        .map(|(name, policy)| (position[&index[name.as_str()]], *policy))
+                        .map(|(name, policy)| (position[&index[name.as_str()]], policy.as_str()))
                         .collect(),
                 }
             })

@@ -1,6 +1,7 @@
 //! Workflows: jobs that wait for other jobs. [`Workflow`] builds a DAG of
 //! named tasks, [`Workflows`] enqueues it in one transaction, cancels it and
-//! reports its status. A single dependent of existing jobs is
+//! reports its status. [`Batch`] is a set of jobs with callbacks run on
+//! success, failure or completion, enqueued by [`Batches`]. A single dependent of existing jobs is
 //! [`NewJob::after`](crate::NewJob::after).
 //!
 //! The release (a dependent becoming `queued` once the last job it waits for
@@ -10,6 +11,7 @@
 //! transaction of whatever write finishes the upstream job, so it commits
 //! with it or not at all. The guide's "Workflows" chapter explains it.
 
+mod batch;
 mod builder;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +23,7 @@ pub use crate::enqueue::DependencyPolicy;
 use crate::enqueue::{EnqueueOptions, Enqueuer};
 use crate::error::{Error, Result};
 use crate::sql::{self, WorkflowTable};
+pub use batch::{Batch, BatchCounts, Batches, EnqueuedBatch};
 pub use builder::{EnqueuedWorkflow, Task, Workflow};
 
 /// Options of [`Workflows`]: the job table, as an [`Enqueuer`] writes it.
