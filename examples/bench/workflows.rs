@@ -138,7 +138,7 @@ pub(crate) async fn drop_edges(bench: &Bench) -> Result<()> {
 }
 
 /// Burns down the prepared `jobs` (released ones included) in heartbeat
-/// handling with `handlers` handlers.
+/// handling with `handlers` handlers, LISTEN on.
 pub(crate) async fn burn(
     bench: &Bench,
     (shape, cursor): (Shape, bool),
@@ -153,16 +153,16 @@ pub(crate) async fn burn(
     if !cursor {
         options.claim_cursor = None;
     }
+    // LISTEN on, as recommended: a release announces the released job's id,
+    // and the cursor goes back for it.
+    let mut worker_options = framework::worker_options(handlers, Some(jobs));
+    crate::latency::enable_notify(&pool, &mut options, &mut worker_options).await?;
     let store = Arc::new(dbworker::DbStore::new(&pool, options).await?);
     let handler = NoOp {
         progress: progress.clone(),
         starts: None,
     };
-    let worker = dbworker::new_worker(
-        store,
-        handler,
-        framework::worker_options(handlers, Some(jobs)),
-    )?;
+    let worker = dbworker::new_worker(store, handler, worker_options)?;
     bench.reset_statements().await?;
     framework::measure(bench, &pool, &progress, jobs, &shape.label(cursor), async {
         Ok(worker.run().await)
