@@ -25,6 +25,7 @@ mod job;
 mod limited;
 pub(crate) mod options;
 mod reset;
+mod resolved;
 mod worker_api;
 
 pub use crate::message::MAX_FAILURE_MESSAGE_BYTES;
@@ -34,13 +35,13 @@ pub use conditions::DbConditions;
 pub use flags::{ForbiddenFlags, ForbiddenFlagsFn};
 pub use gauges::QueueStat;
 pub use job::DbJob;
-pub(crate) use options::Resolved;
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_MAX_NUM_RETRIES,
     DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE, Handling, ScanFn, StoreOptions,
 };
 pub use reset::ResetOutcome;
 pub(crate) use reset::{ResetConfig, reset_pass};
+pub(crate) use resolved::Resolved;
 
 /// Connections a worker needs besides its handlers: one for claims and one for
 /// heartbeats. Heartbeat handling needs one more, for the batched marks.

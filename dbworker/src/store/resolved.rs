@@ -1,0 +1,49 @@
+//! `StoreOptions` after validation, as the store and the SQL layer read them.
+
+use std::time::Duration;
+
+use super::ResetConfig;
+use super::{ForbiddenFlags, Handling};
+use crate::sql::JobTable;
+
+/// Options after validation, with names resolved. Derefs to the statement
+/// parameters it holds, so the store reads `o.columns` as the SQL layer does.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) name: String,
+    /// What the job-table statements need.
+    pub(crate) sql: JobTable,
+    /// What the claims skip, when set.
+    pub(crate) forbidden_flags: Option<ForbiddenFlags>,
+    pub(crate) stalled_max_age: Duration,
+    pub(crate) reset_failure_message: String,
+    pub(crate) handling: Handling,
+    /// The claim cursor's probe interval, when claims can use one.
+    pub(crate) claim_cursor: Option<Duration>,
+    pub(crate) listen_channel: Option<String>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_result_bytes: usize,
+}
+
+impl Resolved {
+    /// What a reset pass over this store's table needs.
+    pub(crate) fn reset_config(&self) -> ResetConfig {
+        ResetConfig {
+            table: self.table.clone(),
+            columns: self.columns.clone(),
+            stalled_max_age: self.stalled_max_age,
+            max_num_resets: self.max_num_resets,
+            message: self.reset_failure_message.clone(),
+            dead_nodes: None,
+            error_history: self.error_history.clone(),
+        }
+    }
+}
+
+impl std::ops::Deref for Resolved {
+    type Target = JobTable;
+
+    fn deref(&self) -> &JobTable {
+        &self.sql
+    }
+}
