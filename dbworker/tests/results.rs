@@ -88,20 +88,7 @@ async fn run(db: &Db, store: Arc<DbStore<Job>>) {
     let worker = new_worker(store, Results, o).unwrap();
     let shutdown = worker.shutdown_handle();
     let running = tokio::spawn(worker.run());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let live: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE state IN ('pending', 'queued', 'errored', 'processing')",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if live == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{live} jobs never finished");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    db.wait_until_no_live_job(Duration::from_secs(60)).await;
     shutdown.graceful();
     running.await.unwrap();
 }

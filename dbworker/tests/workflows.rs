@@ -90,20 +90,7 @@ async fn run_until_done(db: &Db, workers: usize, handlers: usize, handling: Opti
         shutdowns.push(worker.shutdown_handle());
         runs.push(tokio::spawn(worker.run()));
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let live: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE state IN ('pending', 'queued', 'errored', 'processing')",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if live == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{live} jobs never finished");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    db.wait_until_no_live_job(Duration::from_secs(120)).await;
     for s in &shutdowns {
         s.graceful();
     }

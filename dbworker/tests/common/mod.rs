@@ -148,6 +148,28 @@ impl Db {
             .unwrap()
     }
 
+    /// Waits until no job is pending, queued, errored or processing; panics
+    /// after `within`.
+    pub async fn wait_until_no_live_job(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let live: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM jobs WHERE state IN ('pending', 'queued', 'errored', 'processing')",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .unwrap();
+            if live == 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{live} jobs never finished"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// How many execution log entries job `id` has.
     pub async fn log_len(&self, id: i64) -> i32 {
         self.scalar(
