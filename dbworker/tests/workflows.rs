@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, Handling, NewJob, StoreOptions,
+    DbJob, DbStore, Handling, NewJob, Resetter, StoreOptions,
     admin::{Admin, AdminOptions},
     ddl::workflows_sql,
     enqueue::DependencyPolicy,
@@ -765,4 +765,116 @@ async fn the_sql_wait_for_function_makes_a_new_job_wait() {
     assert_eq!(db.state(d).await, "completed");
     let (a_times, d_times) = (times(&db, a).await, times(&db, d).await);
     assert!(d_times.0 >= a_times.1, "d started after a finished");
+}
+
+/// Heartbeat handling writes completions in batches, each batch one statement
+/// whose release trigger runs inside it. Backends writing such batches are
+/// terminated mid-statement (every completion is slowed by a trigger so the
+/// kills land inside the statement): each killed batch rolls back with its
+/// releases, the store writes its marks again or the resetter requeues them,
+/// and the fan-in's sink still runs once, after every upstream job completed.
+#[tokio::test]
+async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
+    let (db, workflows) = set_up().await;
+    let upstream = db.enqueue(300, serde_json::json!({})).await;
+    let sink = workflows
+        .enqueuer()
+        .enqueue(&NewJob::new().after(upstream.clone()))
+        .await
+        .unwrap()
+        .id();
+    db.execute(
+        "CREATE TABLE releases (job_id bigint);
+         CREATE FUNCTION count_release() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO releases VALUES (NEW.id); RETURN NULL; END $$;
+         CREATE TRIGGER count_release AFTER UPDATE OF state ON jobs FOR EACH ROW
+           WHEN (OLD.state = 'pending' AND NEW.state = 'queued') EXECUTE FUNCTION count_release();
+         CREATE FUNCTION slow_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_sleep(0.003); RETURN NEW; END $$;
+         CREATE TRIGGER slow_completion BEFORE UPDATE OF state ON jobs FOR EACH ROW
+           WHEN (NEW.state = 'completed') EXECUTE FUNCTION slow_completion();",
+    )
+    .await;
+    let mut so: StoreOptions<Job> = Db::options_for_tests();
+    so.handling = Handling::Heartbeat;
+    so.stalled_max_age = Duration::from_secs(3);
+    let s = Arc::new(
+        DbStore::new(&db.db.pool(20).await.unwrap(), so)
+            .await
+            .unwrap(),
+    );
+    let resetter = Resetter::for_store(&s, Duration::from_millis(500)).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let resetting = {
+        let stop = stop.clone();
+        tokio::spawn(async move { resetter.run(stop, |_| {}).await })
+    };
+    // Terminates the backends of batched completions (the statement names its
+    // `dbworker_marks` rows), a few of them, while the fan-in completes.
+    let killing = {
+        let (pool, stop) = (db.pool.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut killed = 0;
+            while killed < 6 && !stop.is_cancelled() {
+                let pids: Vec<i32> = sqlx::query_scalar(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+                       AND pid <> pg_backend_pid() AND state = 'active'
+                       AND query LIKE '%dbworker_marks%' AND query LIKE '%completed%'",
+                )
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+                for pid in pids {
+                    let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                        .bind(pid)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                    killed += usize::from(done);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            killed
+        })
+    };
+    let mut o = WorkerOptions::new("batched");
+    o.num_handlers = 16;
+    o.interval = Duration::from_millis(10);
+    o.heartbeat_interval = Duration::from_millis(200);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(1));
+    let worker = new_worker(s, Recorder(db.pool.clone()), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    db.wait_until_no_live_job(Duration::from_secs(120)).await;
+    shutdown.graceful();
+    run.await.unwrap();
+    stop.cancel();
+    resetting.await.unwrap();
+    let killed = killing.await.unwrap();
+    assert!(killed > 0, "no batched mark was caught mid-statement");
+    assert_eq!(db.count("completed").await, 301, "nothing stranded");
+    assert_eq!(runs(&db, sink).await, 1, "the sink ran once");
+    let releases: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(releases, 1, "the sink was released once");
+    let deps_left: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs_deps")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(deps_left, 0);
+    let (sink_ran, _) = times(&db, sink).await;
+    let last_upstream: i64 = sqlx::query_scalar(
+        "SELECT (EXTRACT(EPOCH FROM max(finished_at)) * 1e6)::bigint FROM jobs WHERE id <> $1",
+    )
+    .bind(sink)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        sink_ran >= last_upstream,
+        "the sink ran after the last upstream finished"
+    );
+    eprintln!("terminated {killed} backends writing batched completions");
 }
