@@ -45,7 +45,7 @@ pub use events::{Hook, WorkerEvent};
 pub use execution_log::{ExecutionLogEntry, MAX_EXECUTION_LOG_ENTRIES};
 pub use handler::{Handler, JobContext};
 pub use memory::{JobSnapshot, MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions};
-pub use options::{MIN_INTERVAL, WorkerOptions};
+pub use options::{DEFAULT_MAX_CLAIM_AHEAD, MIN_INTERVAL, WorkerOptions};
 pub use outcome::{HandlerError, Outcome, SharedError};
 pub use panics::panic_message;
 pub use registry::{KindOptions, KindRegistry};

@@ -13,6 +13,24 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 /// derives from them (4 × handlers, semaphores) in range.
 const MAX_JOBS_HELD: usize = 1_000_000;
 
+/// The least default bound of the adaptive claim-ahead allowance
+/// ([`WorkerOptions::max_claim_ahead`]). Measured on no-op jobs: with a bound
+/// of `4 × num_handlers`, 8 handlers ran at 0.37 × the raw-SQL floor, claims
+/// of a few dozen rows each bounding the rate; with 1,000, at 0.96 × (see
+/// docs/benchmarks.md).
+pub const DEFAULT_MAX_CLAIM_AHEAD: usize = 1_000;
+
+impl WorkerOptions {
+    /// The bound of the adaptive claim-ahead allowance these options give.
+    pub fn claim_ahead_bound(&self) -> usize {
+        self.max_claim_ahead.unwrap_or_else(|| {
+            self.num_handlers
+                .saturating_mul(4)
+                .max(DEFAULT_MAX_CLAIM_AHEAD)
+        })
+    }
+}
+
 /// How a [`Worker`](crate::Worker) runs. Build with [`WorkerOptions::new`] and
 /// override fields; [`WorkerOptions::validate`] runs when the worker is created.
 #[derive(Debug, Clone)]
@@ -50,8 +68,11 @@ pub struct WorkerOptions {
     /// bound is what one process may hold beyond its handlers: jobs it has
     /// claimed but not started cannot run elsewhere, so a lower bound spreads a
     /// short queue more evenly across processes, a higher one lets one process
-    /// run fast jobs with fewer, bigger claims. `None` (the default):
-    /// `4 × num_handlers`.
+    /// run fast jobs with fewer, bigger claims. `None` (the default): the
+    /// larger of `4 × num_handlers` and [`DEFAULT_MAX_CLAIM_AHEAD`] (1,000).
+    /// The allowance reaches a bound that high only for jobs that finish in
+    /// well under a round trip, so what one process holds stays about two
+    /// claims' worth of its own work: a few milliseconds.
     pub max_claim_ahead: Option<usize>,
     /// How many dequeue calls may be in flight at once while the queue keeps
     /// filling every claim: a second claim starts while the first is still on
@@ -189,6 +210,17 @@ impl WorkerOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_claim_ahead_bound_is_at_least_a_thousand_jobs() {
+        let mut o = WorkerOptions::new("w");
+        o.num_handlers = 8;
+        assert_eq!(o.claim_ahead_bound(), DEFAULT_MAX_CLAIM_AHEAD);
+        o.num_handlers = 400;
+        assert_eq!(o.claim_ahead_bound(), 1_600);
+        o.max_claim_ahead = Some(3);
+        assert_eq!(o.claim_ahead_bound(), 3);
+    }
 
     #[test]
     fn defaults_are_valid() {

@@ -127,9 +127,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         let adaptive =
             options.claim_ahead.is_none() && options.max_dequeue_batch.is_none() && claim_ahead > 0;
         let (claim_ahead, adaptive_from) = if adaptive {
-            let bound = options
-                .max_claim_ahead
-                .unwrap_or(options.num_handlers.saturating_mul(4));
+            let bound = options.claim_ahead_bound();
             (bound, Some(claim_ahead.min(bound)))
         } else {
             (claim_ahead, None)

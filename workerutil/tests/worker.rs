@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use workerutil::testing::{finished, wait_for};
 use workerutil::{
-    BoxError, Handler, HandlerError, HeartbeatResult, Hook, JobContext, JobState, Lease,
-    MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions, Outcome, Record, RecordId,
-    StopReason, Store, Worker, WorkerEvent, WorkerOptions, async_trait,
+    BoxError, DEFAULT_MAX_CLAIM_AHEAD, Handler, HandlerError, HeartbeatResult, Hook, JobContext,
+    JobState, Lease, MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions, Outcome, Record,
+    RecordId, StopReason, Store, Worker, WorkerEvent, WorkerOptions, async_trait,
 };
 
 /// What the test handler does with a job.
@@ -1258,9 +1258,19 @@ async fn the_adaptive_claim_ahead_grows_for_fast_jobs_within_its_bound() {
     // (jobs' run time, max_claim_ahead, the largest claim allowed, whether
     // claims must grow past the old fixed capacity of 16)
     for (run, bound, most, grows) in [
-        (Duration::from_micros(100), None, 8 + 32, true),
+        (
+            Duration::from_micros(100),
+            None,
+            8 + DEFAULT_MAX_CLAIM_AHEAD,
+            true,
+        ),
         (Duration::from_micros(100), Some(4), 8 + 4, false),
-        (Duration::from_millis(500), None, 8 + 32, false),
+        (
+            Duration::from_millis(500),
+            None,
+            8 + DEFAULT_MAX_CLAIM_AHEAD,
+            false,
+        ),
     ] {
         let store = Arc::new(Flaky::default());
         *store.dequeue_delay.lock().unwrap() = Duration::from_millis(20);
