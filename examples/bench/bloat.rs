@@ -9,8 +9,10 @@
 //!    completions per 10 s window, pickup p50/p99 before and during the pin,
 //!    dead tuples at the pin's end and WAL bytes per job.
 //!
-//! Each runs with the claim cursor (the default) and without it, one after the
-//! other, so the two are compared within one run.
+//! Each runs with the claim cursor (the default), without it, and as the
+//! raw-SQL floor (`floor.rs`'s claim and completion, which has no cursor; in
+//! the offered run it polls every 10 ms), one after the other, so the three
+//! are compared within one run.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,10 +31,25 @@ use crate::{Result, progress};
 /// Handlers of the bloat runs' worker.
 const HANDLERS: usize = 64;
 
+/// Who claims in a bloat run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claims {
+    /// dbworker with its claim cursor (the default).
+    Cursor,
+    /// dbworker without the cursor.
+    NoCursor,
+    /// The raw-SQL floor.
+    Floor,
+}
+
+impl Claims {
+    pub(crate) const ALL: [Claims; 3] = [Claims::Cursor, Claims::NoCursor, Claims::Floor];
+}
+
 /// One burn-down: jobs/s per 5 s window.
 #[derive(Debug)]
 pub(crate) struct BurnDown {
-    cursor: bool,
+    claims: Claims,
     jobs: u64,
     windows: Vec<f64>,
 }
@@ -40,7 +57,7 @@ pub(crate) struct BurnDown {
 /// One offered-load run under a pinned xmin.
 #[derive(Debug)]
 pub(crate) struct Offered {
-    cursor: bool,
+    claims: Claims,
     rate: f64,
     seconds: u64,
     pin_seconds: u64,
@@ -54,22 +71,33 @@ pub(crate) struct Offered {
     wal_bytes_per_job: f64,
 }
 
-fn label(cursor: bool) -> &'static str {
-    if cursor {
-        "cursor (default)"
-    } else {
-        "no cursor"
+fn label(claims: Claims) -> &'static str {
+    match claims {
+        Claims::Cursor => "cursor (default)",
+        Claims::NoCursor => "no cursor",
+        Claims::Floor => "raw-SQL floor (no cursor)",
     }
 }
 
-/// Burns down `jobs` queued rows with or without the claim cursor.
+/// Burns down `jobs` queued rows with or without the claim cursor, or as the
+/// floor (`floor` = its connections and claim size).
 pub(crate) async fn burn_down(
     bench: &Bench,
     jobs: u64,
     batch: u64,
-    cursor: bool,
+    claims: Claims,
+    floor: (usize, usize),
 ) -> Result<BurnDown> {
     bench.prepare(0, jobs, batch).await?;
+    if claims == Claims::Floor {
+        let run = crate::floor::heartbeat(bench, floor.0, floor.1, jobs).await?;
+        return Ok(BurnDown {
+            claims,
+            jobs,
+            windows: windows_of_5s(&run.per_second),
+        });
+    }
+    let cursor = claims == Claims::Cursor;
     let pool = bench
         .pool(framework::pool_size(Mode::Heartbeat, HANDLERS))
         .await?;
@@ -92,17 +120,20 @@ pub(crate) async fn burn_down(
         Ok(worker.run().await)
     })
     .await?;
-    let windows = run
-        .per_second
+    Ok(BurnDown {
+        claims,
+        jobs,
+        windows: windows_of_5s(&run.per_second),
+    })
+}
+
+/// Jobs/s of each whole 5 s window.
+fn windows_of_5s(per_second: &[u64]) -> Vec<f64> {
+    per_second
         .chunks(5)
         .filter(|w| w.len() == 5)
         .map(|w| w.iter().sum::<u64>() as f64 / 5.0)
-        .collect();
-    Ok(BurnDown {
-        cursor,
-        jobs,
-        windows,
-    })
+        .collect()
 }
 
 /// Offers jobs at `rate` per second for `seconds`, pinning the xmin for the
@@ -112,28 +143,41 @@ pub(crate) async fn offered(
     rate: f64,
     seconds: u64,
     pin_seconds: u64,
-    cursor: bool,
+    claims: Claims,
+    floor: (usize, usize),
 ) -> Result<Offered> {
     bench.fresh_table(0).await?;
-    let pool = bench
-        .pool(framework::pool_size(Mode::Heartbeat, 16))
-        .await?;
-    let mut options = framework::store_options(Mode::Heartbeat);
-    if !cursor {
-        options.claim_cursor = None;
-    }
-    let mut wo = framework::worker_options(16, None);
-    crate::latency::enable_notify(&pool, &mut options, &mut wo).await?;
-    let store = Arc::new(DbStore::new(&pool, options).await?);
     let done = Progress::new();
     let starts: Starts = Arc::default();
-    let handler = NoOp {
-        progress: done.clone(),
-        starts: Some(starts.clone()),
+    let consumer = if claims == Claims::Floor {
+        Consumer::Floor(
+            crate::floor::poll(bench, floor.0, floor.1, done.clone(), starts.clone()).await?,
+        )
+    } else {
+        let pool = bench
+            .pool(framework::pool_size(Mode::Heartbeat, 16))
+            .await?;
+        let mut options = framework::store_options(Mode::Heartbeat);
+        if claims == Claims::NoCursor {
+            options.claim_cursor = None;
+        }
+        let mut wo = framework::worker_options(16, None);
+        crate::latency::enable_notify(&pool, &mut options, &mut wo).await?;
+        let store = Arc::new(DbStore::new(&pool, options).await?);
+        let handler = NoOp {
+            progress: done.clone(),
+            starts: Some(starts.clone()),
+        };
+        let worker = new_worker(store.clone(), handler, wo)?;
+        let shutdown = worker.shutdown_handle();
+        let running = tokio::spawn(worker.run());
+        Consumer::Worker {
+            pool,
+            store,
+            shutdown,
+            running,
+        }
     };
-    let worker = new_worker(store.clone(), handler, wo)?;
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
     let stop_sampling = CancellationToken::new();
     let sampler = done.sample(stop_sampling.clone());
     let wal_start = wal_lsn(bench).await?;
@@ -152,13 +196,10 @@ pub(crate) async fn offered(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let dead_tuples = pin.await??;
-    shutdown.graceful();
-    running.await?;
+    consumer.stop().await?;
     stop_sampling.cancel();
     let per_second = sampler.await?;
     let wal = wal_bytes_since(bench, &wal_start).await?;
-    store.close().await;
-    pool.close().await;
 
     let starts = lock(&starts);
     let (mut before, mut during) = (Vec::new(), Vec::new());
@@ -176,7 +217,7 @@ pub(crate) async fn offered(
     let completed = starts.len() as u64;
     let windows = per_second.chunks(10).map(|w| w.iter().sum()).collect();
     Ok(Offered {
-        cursor,
+        claims,
         rate,
         seconds,
         pin_seconds,
@@ -188,6 +229,37 @@ pub(crate) async fn offered(
         dead_tuples,
         wal_bytes_per_job: wal / completed.max(1) as f64,
     })
+}
+
+/// What takes the offered jobs.
+enum Consumer {
+    Worker {
+        pool: sqlx::PgPool,
+        store: Arc<DbStore<framework::BenchJob>>,
+        shutdown: workerutil::ShutdownHandle,
+        running: tokio::task::JoinHandle<workerutil::WorkerSummary>,
+    },
+    Floor(crate::floor::Polling),
+}
+
+impl Consumer {
+    async fn stop(self) -> Result<()> {
+        match self {
+            Consumer::Worker {
+                pool,
+                store,
+                shutdown,
+                running,
+            } => {
+                shutdown.graceful();
+                running.await?;
+                store.close().await;
+                pool.close().await;
+            }
+            Consumer::Floor(polling) => polling.stop().await?,
+        }
+        Ok(())
+    }
 }
 
 /// Holds a REPEATABLE READ snapshot from `from` to `until` (after the start of
@@ -296,7 +368,7 @@ pub(crate) fn burn_down_table(runs: &[BurnDown]) -> Table {
                 let first = r.windows.first().copied().unwrap_or(0.0);
                 let last = r.windows.last().copied().unwrap_or(0.0);
                 vec![
-                    label(r.cursor).to_owned(),
+                    label(r.claims).to_owned(),
                     r.jobs.to_string(),
                     format!("{first:.0}"),
                     format!("{last:.0}"),
@@ -316,7 +388,7 @@ pub(crate) fn burn_down_table(runs: &[BurnDown]) -> Table {
 pub(crate) fn offered_table(runs: &[Offered]) -> Table {
     let title = match runs.first() {
         Some(r) => format!(
-            "Bloat: {:.0} jobs/s offered for {} s, xmin pinned for the middle {} s (heartbeat handling, 16 handlers, LISTEN on)",
+            "Bloat: {:.0} jobs/s offered for {} s, xmin pinned for the middle {} s (heartbeat handling, 16 handlers, LISTEN on; the floor polls every 10 ms)",
             r.rate, r.seconds, r.pin_seconds
         ),
         None => "Bloat: offered load under a pinned xmin".into(),
@@ -345,7 +417,7 @@ pub(crate) fn offered_table(runs: &[Offered]) -> Table {
                     .unwrap_or(&[]);
                 let slowest = inner.iter().copied().min().unwrap_or(0) as f64;
                 vec![
-                    label(r.cursor).to_owned(),
+                    label(r.claims).to_owned(),
                     r.offered.to_string(),
                     r.completed.to_string(),
                     format!("{:.2}", slowest / per_window.max(1e-9)),

@@ -114,6 +114,74 @@ pub(crate) async fn heartbeat(
     finish(bench, &progress, tasks, jobs, connections).await
 }
 
+/// The heartbeat floor taking jobs as they come: `connections` tasks claim
+/// up to `batch` rows, note each claimed id's start in `starts`, complete
+/// them, and poll again after 10 ms when a claim finds nothing.
+pub(crate) struct Polling {
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<Result<()>>>,
+}
+
+/// Starts [`Polling`].
+pub(crate) async fn poll(
+    bench: &Bench,
+    connections: usize,
+    batch: usize,
+    progress: Arc<Progress>,
+    starts: crate::framework::Starts,
+) -> Result<Polling> {
+    let conns = connect(bench, connections).await?;
+    let complete = format!(
+        "UPDATE {TABLE} SET state = 'completed', finished_at = now() \
+         WHERE id = ANY($1) AND state = 'processing'"
+    );
+    let stop = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for mut conn in conns {
+        let (progress, complete, starts, stop) = (
+            progress.clone(),
+            complete.clone(),
+            starts.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let ids = claim(&mut conn, batch).await?;
+                if ids.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+                let now = std::time::Instant::now();
+                {
+                    let mut starts = crate::latency::lock(&starts);
+                    for id in &ids {
+                        starts.insert(*id, now);
+                    }
+                }
+                let n = u64::try_from(ids.len())?;
+                sqlx::query(AssertSqlSafe(complete.clone()))
+                    .bind(ids)
+                    .execute(&mut conn)
+                    .await?;
+                progress.add(n);
+            }
+            Ok(())
+        }));
+    }
+    Ok(Polling { stop, tasks })
+}
+
+impl Polling {
+    /// Stops the tasks once their current claim is completed.
+    pub(crate) async fn stop(self) -> Result<()> {
+        self.stop.cancel();
+        for task in self.tasks {
+            task.await??;
+        }
+        Ok(())
+    }
+}
+
 /// Transactional floor: batch claims into free slots, one transaction per job,
 /// `handlers` jobs at once.
 pub(crate) async fn transactional(

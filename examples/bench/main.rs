@@ -361,18 +361,21 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
     }
     if args.runs(Workload::Bloat) {
-        for cursor in [true, false] {
-            let run = bloat::burn_down(&bench, args.bloat_jobs, args.enqueue_batch, cursor).await?;
+        let floor = (args.floor_connections, args.floor_batch);
+        for claims in bloat::Claims::ALL {
+            let run = bloat::burn_down(&bench, args.bloat_jobs, args.enqueue_batch, claims, floor)
+                .await?;
             progress(format_args!("bloat: burn-down {run:?}"));
             report.bloat_burn_downs.push(run);
         }
-        for cursor in [true, false] {
+        for claims in bloat::Claims::ALL {
             let run = bloat::offered(
                 &bench,
                 args.bloat_rate,
                 args.bloat_seconds,
                 args.bloat_pin_seconds,
-                cursor,
+                claims,
+                floor,
             )
             .await?;
             progress(format_args!("bloat: offered {run:?}"));
