@@ -20,9 +20,10 @@
 //! - both burn-downs again with 1,000,000 completed rows in the table, with
 //!   jobs/s per second so that decay would show;
 //! - peak RSS of a worker process at 64 handlers;
-//! - with `--peers graphile`: graphile_worker (Rust), built from
-//!   `bench-peers/graphile/` (outside the workspace) on demand, beside dbworker
-//!   with LISTEN on and the floor at 24 and 100 handlers, and its pickup latency.
+//! - the peers (`--peers`, default graphile; `--no-peers` for none):
+//!   graphile_worker (Rust), built from `bench-peers/graphile/` (outside the
+//!   workspace) on demand, beside dbworker with LISTEN on and the floor at 24
+//!   and 100 handlers, and its pickup latency.
 //! - the cost of dependency release (`workflows`): fan-ins, chains and
 //!   diamonds beside the plain burn-down.
 //!
@@ -170,10 +171,14 @@ struct BenchArgs {
     )]
     workloads: Vec<Workload>,
     /// Peers to run beside dbworker and the floor (each built on demand from
-    /// bench-peers/, outside the workspace): throughput at `--peer-handlers`
-    /// and pickup latency.
-    #[arg(long, value_delimiter = ',')]
+    /// bench-peers/, outside the workspace, needing crates.io the first time):
+    /// throughput at `--peer-handlers` and pickup latency. A peer that does not
+    /// build is skipped, saying why.
+    #[arg(long, value_delimiter = ',', default_value = "graphile")]
     peers: Vec<peers::Peer>,
+    /// Run no peer.
+    #[arg(long)]
+    no_peers: bool,
     /// Handler counts (the peer's concurrency) of the peers' burn-downs.
     #[arg(long, value_delimiter = ',', default_value = "24,100")]
     peer_handlers: Vec<usize>,
@@ -224,8 +229,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
     // Built first, so that a failing build stops the run before it starts and
     // compiling does not share the machine with a measurement.
     let mut peer_bins = Vec::new();
-    for &peer in &args.peers {
-        peer_bins.push(peers::build(peer).await?);
+    // Beside the heartbeat burn-downs and the latency runs only.
+    let with_peers =
+        !args.no_peers && (args.runs(Workload::Heartbeat) || args.runs(Workload::Latency));
+    for &peer in args.peers.iter().filter(|_| with_peers) {
+        match peers::build(peer).await {
+            Ok(bin) => peer_bins.push(bin),
+            Err(err) => progress(format_args!("peers: {peer:?} skipped: {err}")),
+        }
     }
     let bench = Bench::start().await?;
     let mut report = Report::new(&bench).await?;
@@ -391,15 +402,25 @@ async fn bench(args: BenchArgs) -> Result<()> {
         report.dashboard = pages;
     }
     for exe in &peer_bins {
+        let handler_counts: &[usize] = if args.runs(Workload::Heartbeat) {
+            &args.peer_handlers
+        } else {
+            &[]
+        };
+        let latency_jobs = if args.runs(Workload::Latency) {
+            args.latency_jobs
+        } else {
+            0
+        };
         let runs = peers::run(
             &bench,
             exe,
-            &args.peer_handlers,
+            handler_counts,
             args.jobs,
             args.enqueue_batch,
             args.floor_connections,
             args.floor_batch,
-            args.latency_jobs,
+            latency_jobs,
             args.latency_rate,
         )
         .await?;

@@ -23,18 +23,25 @@ pub(crate) fn intro() -> String {
          utility statements (BEGIN, COMMIT, ...).\n\
          - **Operations features** (runs from the `ops` workload on): the plain heartbeat \
          burn-down, then the same with a `KindRegistry` that restricts the claim to its kind, then \
-         with the queue under a global concurrency limit that is never reached (every claim \
-         serialized behind the table's advisory lock), then under a rate limit far above the \
-         throughput (the token bucket read and spent by every claim); the ratio is to the plain run \
-         of the same run.\n\
-         {}         - **Worker processes** (the `processes` workload): N separate worker processes of \
+         with the queue under a global concurrency limit that is never reached (claims in four \
+         claim lanes while every limited queue has room for all of them), then under a rate limit \
+         far above the throughput (the token bucket read and spent by every claim); the ratio is \
+         to the plain run of the same run.\n\
+         {}\
+         - **Bloat** (the `bloat` workload): a burn-down of `--bloat-jobs` queued rows (jobs/s per \
+         5 s window), then `--bloat-rate` jobs/s offered for `--bloat-seconds` while a REPEATABLE \
+         READ transaction pins the xmin for the middle `--bloat-pin-seconds` (completions per 10 s \
+         window, pickup before and during the pin, dead tuples, WAL bytes per job); each with the \
+         claim cursor, without it, and as the raw-SQL floor (which polls every 10 ms when idle).\n\
+         - **Worker processes** (the `processes` workload): N separate worker processes of \
          `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
          last completion (database clock), beside the heartbeat floor measured just before.\n\
          - **Dashboard** (the `dashboard` workload): each page requested 20 times through the \
          router (after two warm-up requests) on a table of `--completed-rows` completed and 100,000 \
          queued rows; the overview's counts follow the partial indexes, never the whole table.\n\
-         - **Peers** (opt-in: `cargo run --release --example bench -- --jobs 100000 --peers \
-         graphile`; with `--workloads latency` only that workload runs beside the peer): graphile_worker (Rust) from crates.io, built \
+         - **Peers** (on by default beside the `heartbeat` and `latency` workloads, each beside \
+         its own; `--no-peers` leaves them out, and a peer that does not build, e.g. offline, is \
+         skipped saying why): graphile_worker (Rust) from crates.io, built \
          by the benchmark from `bench-peers/graphile/` (a Cargo project outside the workspace, so \
          `cargo test` and CI never compile it) and run as a process at each of `--peer-handlers` \
          (24 and 100) right after dbworker (heartbeat handling, defaults, LISTEN on) and the \
