@@ -37,6 +37,8 @@ pub struct JobFilter {
     pub failure_contains: Option<String>,
     /// Only jobs whose column (or JSON field inside a column) equals a value.
     pub fields: Vec<FieldFilter>,
+    /// Only the tasks of this workflow (needs `dbworker migration --workflows`).
+    pub workflow_id: Option<i64>,
 }
 
 impl JobFilter {

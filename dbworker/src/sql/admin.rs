@@ -114,6 +114,9 @@ pub(super) fn filter_conditions(a: &AdminTable, f: &JobFilter) -> Vec<Expr> {
             [format!("%{escaped}%")],
         ));
     }
+    if let Some(id) = f.workflow_id {
+        conds.push(col(al, crate::columns::WORKFLOW_ID).eq(id));
+    }
     for field in &f.fields {
         let target = format!("{}.{}", quote(al), quote(&field.column));
         conds.push(if field.path.is_empty() {
