@@ -35,11 +35,24 @@ fn colour(state: &str) -> &'static str {
         .map_or("#ffffff", |(_, c)| c)
 }
 
-/// Layers of node ids, left to right. `nodes` are `(id, upstream ids)`;
+/// A place in a layer: a task, or a bend of an edge that spans more than
+/// one layer (it takes a row of its own, so it runs between boxes, never
+/// through one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Slot {
+    /// A task, by its id.
+    Task(i64),
+    /// The `step`-th bend of edge `(from, to)`.
+    Bend(i64, i64, usize),
+}
+
+/// Layers of slots, left to right. `nodes` are `(id, upstream ids)`;
 /// upstream ids that are not nodes are ignored. A node's layer is one more
-/// than the highest layer among its upstream nodes (0 for a root). Within a
-/// layer, nodes are ordered by the mean row of their upstream nodes, then id.
-pub(crate) fn layers(nodes: &[(i64, Vec<i64>)]) -> Vec<Vec<i64>> {
+/// than the highest layer among its upstream nodes (0 for a root); an edge
+/// spanning several layers gets a bend in each layer between. Within a
+/// layer, slots are ordered by the mean row of what they come from, tasks
+/// before bends, then by id.
+pub(crate) fn slots(nodes: &[(i64, Vec<i64>)]) -> Vec<Vec<Slot>> {
     let known: HashMap<i64, usize> = nodes.iter().enumerate().map(|(i, n)| (n.0, i)).collect();
     let ups: Vec<Vec<usize>> = nodes
         .iter()
@@ -79,33 +92,63 @@ pub(crate) fn layers(nodes: &[(i64, Vec<i64>)]) -> Vec<Vec<i64>> {
     let last = layer.iter().flatten().max().map_or(0, |l| l + 1);
     let layer: Vec<usize> = layer.into_iter().map(|l| l.unwrap_or(last)).collect();
     let depth = layer.iter().max().map_or(0, |l| l + 1);
-    let mut out: Vec<Vec<usize>> = vec![Vec::new(); depth];
+    // Each slot with what it comes from (the slots of the layer before it).
+    let mut out: Vec<Vec<(Slot, Vec<Slot>)>> = vec![Vec::new(); depth];
     for (i, &l) in layer.iter().enumerate() {
-        out[l].push(i);
+        let mut from = Vec::new();
+        for &u in &ups[i] {
+            let (id, uid) = (nodes[i].0, nodes[u].0);
+            let mut prev = Slot::Task(uid);
+            for (step, bend_layer) in (layer[u] + 1..l).enumerate() {
+                let bend = Slot::Bend(uid, id, step);
+                out[bend_layer].push((bend, vec![prev]));
+                prev = bend;
+            }
+            from.push(prev);
+        }
+        out[l].push((Slot::Task(nodes[i].0), from));
     }
-    let mut row = vec![0.0_f64; nodes.len()];
-    for l in 0..out.len() {
-        let key = |i: usize| {
-            let placed: Vec<f64> = ups[i].iter().map(|&u| row[u]).collect();
-            #[allow(clippy::cast_precision_loss)] // a few hundred nodes at most
-            let mean = if placed.is_empty() {
+    let mut row: HashMap<Slot, usize> = HashMap::new();
+    let mut layers = Vec::with_capacity(depth);
+    for mut slots in out {
+        let key = |(slot, from): &(Slot, Vec<Slot>)| {
+            let rows: Vec<usize> = from.iter().filter_map(|f| row.get(f).copied()).collect();
+            #[allow(clippy::cast_precision_loss)] // a few hundred slots at most
+            let mean = if rows.is_empty() {
                 0.0
             } else {
-                placed.iter().sum::<f64>() / placed.len() as f64
+                rows.iter().sum::<usize>() as f64 / rows.len() as f64
             };
-            (mean, nodes[i].0)
+            let tie = match *slot {
+                Slot::Task(id) => (0, id, 0, 0),
+                Slot::Bend(from, to, step) => (1, from, to, step),
+            };
+            (mean, tie)
         };
-        let mut keyed: Vec<((f64, i64), usize)> = out[l].iter().map(|&i| (key(i), i)).collect();
+        let mut keyed: Vec<_> = slots.drain(..).map(|s| (key(&s), s.0)).collect();
         keyed.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.cmp(&b.0.1)));
-        out[l] = keyed.into_iter().map(|(_, i)| i).collect();
-        for (r, &i) in out[l].iter().enumerate() {
-            #[allow(clippy::cast_precision_loss)]
-            let r = r as f64;
-            row[i] = r;
+        let ordered: Vec<Slot> = keyed.into_iter().map(|(_, s)| s).collect();
+        for (r, s) in ordered.iter().enumerate() {
+            row.insert(*s, r);
         }
+        layers.push(ordered);
     }
-    out.into_iter()
-        .map(|l| l.into_iter().map(|i| nodes[i].0).collect())
+    layers
+}
+
+/// The tasks of each layer, left to right ([`slots`] without the bends).
+#[cfg(test)]
+fn layers(nodes: &[(i64, Vec<i64>)]) -> Vec<Vec<i64>> {
+    slots(nodes)
+        .into_iter()
+        .map(|l| {
+            l.into_iter()
+                .filter_map(|s| match s {
+                    Slot::Task(id) => Some(id),
+                    Slot::Bend(..) => None,
+                })
+                .collect()
+        })
         .collect()
 }
 
@@ -127,12 +170,12 @@ pub(crate) fn svg(graph: &WorkflowGraph, job_href: impl Fn(i64) -> String) -> Ma
         .iter()
         .map(|t| (t.id, t.upstream.clone()))
         .collect();
-    let layers = layers(&nodes);
-    let mut at: HashMap<i64, (usize, usize)> = HashMap::new();
-    for (l, ids) in layers.iter().enumerate() {
-        for (r, id) in ids.iter().enumerate() {
+    let layers = slots(&nodes);
+    let mut at: HashMap<Slot, (usize, usize)> = HashMap::new();
+    for (l, slots) in layers.iter().enumerate() {
+        for (r, slot) in slots.iter().enumerate() {
             at.insert(
-                *id,
+                *slot,
                 (
                     MARGIN + l * (NODE_W + COL_GAP),
                     MARGIN + r * (NODE_H + ROW_GAP),
@@ -144,11 +187,34 @@ pub(crate) fn svg(graph: &WorkflowGraph, job_href: impl Fn(i64) -> String) -> Ma
     let width = 2 * MARGIN + (layers.len() * (NODE_W + COL_GAP)).saturating_sub(COL_GAP);
     let height = 2 * MARGIN + (rows * (NODE_H + ROW_GAP)).saturating_sub(ROW_GAP);
     let edges = graph.edges();
+    // From the upstream box's right side to the dependent's left side, a
+    // curve between layers and a straight run across each bend's slot.
     let path = |from: i64, to: i64| {
-        let ((x1, y1), (x2, y2)) = (at[&from], at[&to]);
-        let (x1, y1, x2, y2) = (x1 + NODE_W, y1 + NODE_H / 2, x2, y2 + NODE_H / 2);
-        let mid = (x1 + x2) / 2;
-        format!("M {x1} {y1} C {mid} {y1}, {mid} {y2}, {x2} {y2}")
+        let (x, y) = at[&Slot::Task(from)];
+        let mut d = format!("M {} {}", x + NODE_W, y + NODE_H / 2);
+        let mut last = (x + NODE_W, y + NODE_H / 2);
+        let mut step = 0;
+        loop {
+            let bend = Slot::Bend(from, to, step);
+            let (next, through) = match at.get(&bend) {
+                Some(&(x, y)) => ((x, y + NODE_H / 2), true),
+                None => {
+                    let (x, y) = at[&Slot::Task(to)];
+                    ((x, y + NODE_H / 2), false)
+                }
+            };
+            let mid = (last.0 + next.0) / 2;
+            d.push_str(&format!(
+                " C {mid} {}, {mid} {}, {} {}",
+                last.1, next.1, next.0, next.1
+            ));
+            if !through {
+                return d;
+            }
+            last = (next.0 + NODE_W, next.1);
+            d.push_str(&format!(" L {} {}", last.0, last.1));
+            step += 1;
+        }
     };
     html! {
         svg class="workflow" id="workflow-graph" xmlns="http://www.w3.org/2000/svg"
@@ -167,7 +233,7 @@ pub(crate) fn svg(graph: &WorkflowGraph, job_href: impl Fn(i64) -> String) -> Ma
                     marker-end="url(#arrow)" {}
             }
             @for t in &graph.tasks {
-                @let (x, y) = at[&t.id];
+                @let (x, y) = at[&Slot::Task(t.id)];
                 @let label = t.label();
                 a href=(job_href(t.id)) {
                     g id=(format!("node-{}", t.id)) class="node" data-state=(t.state) data-name=(label)
@@ -229,6 +295,22 @@ mod tests {
             (6, vec![4]),
         ];
         assert_eq!(layers(&nodes), vec![vec![1, 2], vec![4, 3], vec![6, 5]]);
+    }
+
+    #[test]
+    fn an_edge_across_layers_bends_through_each_layer_between() {
+        // 1 → 2 → 3 → 4 and 1 → 4: the long edge takes a row in layers 1
+        // and 2, below the chain.
+        let nodes = vec![(1, vec![]), (2, vec![1]), (3, vec![2]), (4, vec![3, 1])];
+        assert_eq!(
+            slots(&nodes),
+            vec![
+                vec![Slot::Task(1)],
+                vec![Slot::Task(2), Slot::Bend(1, 4, 0)],
+                vec![Slot::Task(3), Slot::Bend(1, 4, 1)],
+                vec![Slot::Task(4)],
+            ]
+        );
     }
 
     #[test]
