@@ -122,6 +122,9 @@ pub struct JobSummary {
     pub worker_hostname: String,
     /// The last failure message, if any.
     pub failure_message: Option<String>,
+    /// The workflow it is a task of, when the admin knows the table has
+    /// workflows (`AdminOptions::workflows`).
+    pub workflow_id: Option<i64>,
 }
 
 /// A page of `Admin::list`, and where the next page starts.

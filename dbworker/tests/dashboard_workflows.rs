@@ -205,6 +205,12 @@ async fn the_jobs_list_filters_by_workflow_across_pages() {
     for id in b.ids.iter().map(|(_, id)| *id).chain(plain) {
         assert!(!pages.contains(&job_link(id)), "job {id} is not in it");
     }
+    // Each row links to its workflow.
+    assert_eq!(
+        count(&first, &format!(r#"class="workflow" href="/t/jobs/workflows/{}""#, a.id)),
+        3,
+        "{first}"
+    );
     // Bulk actions carry it too.
     assert!(
         first.contains(&format!(r#"name="f_workflow" value="{}""#, a.id)),

@@ -202,6 +202,8 @@ impl Dashboard {
             admin_options.alternate_column_names = t.alternate_column_names.clone();
             admin_options.queue_column = t.queue_column.clone();
             admin_options.kind_column = t.kind_column.clone();
+            let workflows = workflow::open(pool, t).await?;
+            admin_options.workflows = workflows.is_some();
             let admin = Admin::new(pool, admin_options).await?;
             let pauses = match &t.pause_table {
                 Some(p) => {
@@ -226,7 +228,7 @@ impl Dashboard {
                 .transpose()?;
             tables.push(Table {
                 name: t.table_name.clone(),
-                workflows: workflow::open(pool, t).await?,
+                workflows,
                 error_history,
                 admin,
                 pauses,

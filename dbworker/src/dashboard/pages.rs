@@ -240,7 +240,9 @@ pub(crate) fn jobs(
             table {
                 tr {
                     @if admin { th {} }
-                    th { "id" } th { "state" } th { "queue" } th { "kind" } th { "failures" } th { "age" } th { "host" } th { "failure" }
+                    th { "id" } th { "state" } th { "queue" } th { "kind" }
+                    @if t.workflows.is_some() { th { "workflow" } }
+                    th { "failures" } th { "age" } th { "host" } th { "failure" }
                 }
                 @for j in &page.jobs {
                     tr {
@@ -249,6 +251,13 @@ pub(crate) fn jobs(
                         td { (state_cell(j.state.as_str())) }
                         td { (j.queue.as_deref().unwrap_or("-")) }
                         td { (j.kind.as_deref().unwrap_or("-")) }
+                        @if t.workflows.is_some() {
+                            td {
+                                @if let Some(w) = j.workflow_id {
+                                    a class="workflow" href=(super::workflow::href(viewer, t, w)) { (w) }
+                                } @else { "-" }
+                            }
+                        }
                         td class="num" { (j.num_failures) }
                         td { (format_age(j.age_seconds)) }
                         td { (j.worker_hostname) }

@@ -77,6 +77,7 @@ fn admin_table() -> AdminTable {
         key_column: Some("job_key".into()),
         priority_column: Some("priority".into()),
         max_retries_column: Some("max_retries".into()),
+        workflows: false,
     }
 }
 
@@ -450,7 +451,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
         (
             "admin_list_by_workflow",
             admin_list(
-                &a,
+                &AdminTable {
+                    workflows: true,
+                    ..a.clone()
+                },
                 &JobFilter {
                     workflow_id: Some(7),
                     ..JobFilter::default()

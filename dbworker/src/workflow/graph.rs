@@ -101,7 +101,8 @@ impl WorkflowGraph {
         if counts.is_empty() {
             return Ok(None);
         }
-        let limit = u64::try_from(max_tasks).unwrap_or(u64::MAX);
+        // Bound as a bigint: `usize::MAX` (everything) must fit.
+        let limit = u64::try_from(max_tasks).unwrap_or(u64::MAX).min(i64::MAX as u64);
         let tasks: Vec<GraphTask> = sql::workflow_graph(table, id, recorded, limit)
             .query()
             .fetch_all(pool)
