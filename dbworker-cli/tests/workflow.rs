@@ -39,7 +39,10 @@ async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
         publish.contains("pending") && publish.ends_with("fetch, resize"),
         "{shown}"
     );
-    assert!(shown.contains("edges:\n  fetch → resize\n  fetch → publish\n  resize → publish"), "{shown}");
+    assert!(
+        shown.contains("edges:\n  fetch → resize\n  fetch → publish\n  resize → publish"),
+        "{shown}"
+    );
 
     // Fetch done: its edges are gone from the edge table, not from the graph.
     let fetch = wf.id_of("fetch").unwrap();
@@ -48,13 +51,21 @@ async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
     ))
     .await;
     let shown = ok(&dbworker(&db, &["workflow", "show", &id]));
-    assert!(shown.contains("  fetch → resize\n  fetch → publish"), "{shown}");
+    assert!(
+        shown.contains("  fetch → resize\n  fetch → publish"),
+        "{shown}"
+    );
 
     // The list filtered by workflow: its tasks only.
     let other = db.enqueue(1, serde_json::json!({})).await[0];
     let listed = ok(&dbworker(&db, &["list", "--workflow", &id]));
     assert!(listed.contains("(3 job(s), end of list)"), "{listed}");
-    assert!(!listed.lines().any(|l| l.trim_start().starts_with(&format!("{other} "))), "{listed}");
+    assert!(
+        !listed
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{other} "))),
+        "{listed}"
+    );
 
     let canceled = ok(&dbworker(&db, &["workflow", "cancel", &id]));
     assert!(canceled.contains("2 waiting tasks canceled"), "{canceled}");

@@ -456,9 +456,15 @@ async fn operators_follow_a_task_to_its_workflow_graph() {
     page_with(&c, &format!("Workflow {}", wf.id)).await;
     let svg = c.find(Locator::Id("workflow-graph")).await.unwrap();
     assert!(svg.is_displayed().await.unwrap(), "the drawing is shown");
-    let nodes = c.find_all(Locator::Css("#workflow-graph g.node")).await.unwrap();
+    let nodes = c
+        .find_all(Locator::Css("#workflow-graph g.node"))
+        .await
+        .unwrap();
     assert_eq!(nodes.len(), 6);
-    let edges = c.find_all(Locator::Css("#workflow-graph path.edge")).await.unwrap();
+    let edges = c
+        .find_all(Locator::Css("#workflow-graph path.edge"))
+        .await
+        .unwrap();
     assert_eq!(edges.len(), 6);
     // Laid out: the drawing has room for its four layers, and every box
     // sits inside it.

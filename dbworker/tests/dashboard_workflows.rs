@@ -188,7 +188,10 @@ async fn the_jobs_list_filters_by_workflow_across_pages() {
     let (status, first) = get(&router, &format!("/t/jobs/jobs?workflow={}", a.id)).await;
     assert_eq!(status, StatusCode::OK, "{first}");
     assert!(
-        first.contains(&format!(r#"name="workflow" placeholder="workflow id" size="10" value="{}""#, a.id)),
+        first.contains(&format!(
+            r#"name="workflow" placeholder="workflow id" size="10" value="{}""#,
+            a.id
+        )),
         "the filter form shows it: {first}"
     );
     let next = first
@@ -199,15 +202,18 @@ async fn the_jobs_list_filters_by_workflow_across_pages() {
     assert!(next.contains(&format!("workflow={}", a.id)), "{next}");
     let (_, second) = get(&router, &format!("/t/jobs/jobs{next}")).await;
     let pages = format!("{first}{second}");
-    for (_, id) in &a.ids {
+    for id in a.ids.values() {
         assert_eq!(count(&pages, &job_link(*id)), 1, "job {id} once: {pages}");
     }
-    for id in b.ids.iter().map(|(_, id)| *id).chain(plain) {
+    for id in b.ids.values().copied().chain(plain) {
         assert!(!pages.contains(&job_link(id)), "job {id} is not in it");
     }
     // Each row links to its workflow.
     assert_eq!(
-        count(&first, &format!(r#"class="workflow" href="/t/jobs/workflows/{}""#, a.id)),
+        count(
+            &first,
+            &format!(r#"class="workflow" href="/t/jobs/workflows/{}""#, a.id)
+        ),
         3,
         "{first}"
     );
@@ -239,7 +245,10 @@ async fn task_names_are_escaped_on_the_workflow_page() {
     let (status, page) = get(&app, &format!("/t/jobs/workflows/{}", wf.id)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(!page.contains("<script>"), "{page}");
-    assert!(page.contains("&lt;script&gt;alert(&quot;x&quot;)"), "{page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(&quot;x&quot;)"),
+        "{page}"
+    );
     assert_eq!(count(&page, r#"class="node""#), 4, "{page}");
     assert_eq!(count(&page, r#"class="edge""#), 4, "{page}");
 }
@@ -250,7 +259,8 @@ async fn a_table_migrated_without_upstream_ids_draws_its_remaining_edges() {
     db.execute(&workflows_sql("jobs", &HashMap::new()).unwrap())
         .await;
     // As `--workflows` left a table before upstream_ids was part of it.
-    db.execute("ALTER TABLE jobs DROP COLUMN upstream_ids").await;
+    db.execute("ALTER TABLE jobs DROP COLUMN upstream_ids")
+        .await;
     let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
         .await
         .unwrap();
@@ -274,9 +284,8 @@ async fn a_table_migrated_without_upstream_ids_draws_its_remaining_edges() {
 #[tokio::test]
 async fn every_way_of_adding_a_dependency_records_it() {
     let (db, workflows) = set_up().await;
-    let upstream_ids = |id: i64| {
-        db.scalar::<Option<Vec<i64>>>("SELECT upstream_ids FROM jobs WHERE id = $1", id)
-    };
+    let upstream_ids =
+        |id: i64| db.scalar::<Option<Vec<i64>>>("SELECT upstream_ids FROM jobs WHERE id = $1", id);
     // The builder, without EnqueueOptions::results.
     let wf = diamond(&workflows, "scan").await;
     let id = |name: &str| wf.id_of(name).unwrap();
@@ -338,4 +347,29 @@ async fn every_way_of_adding_a_dependency_records_it() {
         upstream_ids(id("publish")).await,
         Some(vec![id("resize"), id("scan")])
     );
+}
+
+#[tokio::test]
+async fn a_workflow_too_large_to_draw_shows_counts_and_a_table() {
+    let (db, workflows) = set_up().await;
+    let mut workflow = Workflow::new().task(Task::new("t0", NewJob::new()));
+    for i in 1..=500 {
+        workflow = workflow.task(Task::new(format!("t{i}"), NewJob::new()).after(["t0"]));
+    }
+    let wf = workflows.enqueue(&workflow).await.unwrap();
+    let (app, _dashboard) = app(&db, 50).await;
+    let (status, page) = get(&app, &format!("/t/jobs/workflows/{}", wf.id)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="not-drawn""#), "it says so: {page}");
+    assert!(page.contains("This workflow has 501 tasks"), "{page}");
+    assert!(!page.contains("workflow-graph"), "no drawing");
+    assert!(
+        page.contains(r#"<td class="num" data-state="pending">500</td>"#),
+        "{page}"
+    );
+    assert!(page.contains(r#"<td class="num" data-state="queued">1</td>"#));
+    let rows = count(&page, "<tr>") - 3; // two rows of counts, one header
+    assert_eq!(rows, 500, "the first 500 tasks");
+    assert!(page.contains(&format!(">{}</a>", wf.id_of("t499").unwrap())));
+    assert!(!page.contains(&format!(">{}</a>", wf.id_of("t500").unwrap())));
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::admin::{
-    Admin, AdminOptions, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, Removed, Reschedule,
-    format_age,
+    Admin, AdminOptions, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest,
+    Removed, Reschedule, format_age,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;

@@ -100,7 +100,9 @@ async fn show(args: WorkflowIdArgs) -> Result<()> {
         graph.tasks.iter().map(|t| (t.id, t.label())).collect();
     let name = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
     if graph.from_edges_only {
-        println!("edges not yet satisfied (the table has no upstream_ids column: run `dbworker migration --workflows` again to keep them all):");
+        println!(
+            "edges not yet satisfied (the table has no upstream_ids column: run `dbworker migration --workflows` again to keep them all):"
+        );
     } else {
         println!("edges:");
     }

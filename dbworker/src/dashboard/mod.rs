@@ -458,7 +458,10 @@ pub(crate) fn filter_from(
     }
     f.failure_contains = given("failure").map(str::to_owned);
     if let Some(id) = given("workflow") {
-        f.workflow_id = Some(id.parse().map_err(|_| "workflow: a workflow id".to_owned())?);
+        f.workflow_id = Some(
+            id.parse()
+                .map_err(|_| "workflow: a workflow id".to_owned())?,
+        );
     }
     if let Some(field) = given("field") {
         let field: FieldFilter = field.parse().map_err(|e: Error| e.to_string())?;

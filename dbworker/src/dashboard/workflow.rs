@@ -30,8 +30,7 @@ pub(super) async fn open(pool: &PgPool, t: &TableConfig) -> Result<Option<Workfl
         .await?
         .into_iter()
         .chain(
-            crate::schema_check::missing_columns(pool, &deps_table(&rel), "table", &[], "")
-                .await?,
+            crate::schema_check::missing_columns(pool, &deps_table(&rel), "table", &[], "").await?,
         );
     if missing.count() > 0 {
         return Ok(None);

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use crate::columns::{
-    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, bounded_name,
-    deps_table, quote, workflow_sequence,
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
+    bounded_name, deps_table, quote, workflow_sequence,
 };
 use crate::error::Result;
 

@@ -5,8 +5,7 @@
 
 use super::*;
 use crate::columns::{
-    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table,
-    workflow_sequence,
+    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, workflow_sequence,
 };
 
 /// A job table with workflows (`dbworker migration --workflows`).

@@ -102,7 +102,9 @@ impl WorkflowGraph {
             return Ok(None);
         }
         // Bound as a bigint: `usize::MAX` (everything) must fit.
-        let limit = u64::try_from(max_tasks).unwrap_or(u64::MAX).min(i64::MAX as u64);
+        let limit = u64::try_from(max_tasks)
+            .unwrap_or(u64::MAX)
+            .min(i64::MAX as u64);
         let tasks: Vec<GraphTask> = sql::workflow_graph(table, id, recorded, limit)
             .query()
             .fetch_all(pool)
