@@ -39,10 +39,37 @@ async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
         publish.contains("pending") && publish.ends_with("fetch, resize"),
         "{shown}"
     );
+    assert!(
+        shown.contains("edges:\n  fetch → resize\n  fetch → publish\n  resize → publish"),
+        "{shown}"
+    );
+
+    // Fetch done: its edges are gone from the edge table, not from the graph.
+    let fetch = wf.id_of("fetch").unwrap();
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = {fetch}"
+    ))
+    .await;
+    let shown = ok(&dbworker(&db, &["workflow", "show", &id]));
+    assert!(
+        shown.contains("  fetch → resize\n  fetch → publish"),
+        "{shown}"
+    );
+
+    // The list filtered by workflow: its tasks only.
+    let other = db.enqueue(1, serde_json::json!({})).await[0];
+    let listed = ok(&dbworker(&db, &["list", "--workflow", &id]));
+    assert!(listed.contains("(3 job(s), end of list)"), "{listed}");
+    assert!(
+        !listed
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{other} "))),
+        "{listed}"
+    );
 
     let canceled = ok(&dbworker(&db, &["workflow", "cancel", &id]));
-    assert!(canceled.contains("3 waiting tasks canceled"), "{canceled}");
-    assert_eq!(db.count("canceled").await, 3);
+    assert!(canceled.contains("2 waiting tasks canceled"), "{canceled}");
+    assert_eq!(db.count("canceled").await, 2);
     let missing = dbworker(&db, &["workflow", "show", "999"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no workflow 999"));

@@ -37,6 +37,8 @@ pub struct JobFilter {
     pub failure_contains: Option<String>,
     /// Only jobs whose column (or JSON field inside a column) equals a value.
     pub fields: Vec<FieldFilter>,
+    /// Only the tasks of this workflow (needs `dbworker migration --workflows`).
+    pub workflow_id: Option<i64>,
 }
 
 impl JobFilter {
@@ -120,6 +122,9 @@ pub struct JobSummary {
     pub worker_hostname: String,
     /// The last failure message, if any.
     pub failure_message: Option<String>,
+    /// The workflow it is a task of, when the admin knows the table has
+    /// workflows (`AdminOptions::workflows`).
+    pub workflow_id: Option<i64>,
 }
 
 /// A page of `Admin::list`, and where the next page starts.

@@ -1,7 +1,7 @@
 //! The dashboard in a real headless Chromium (through chromedriver): load the
 //! overview, filter jobs by a payload field, open a job and retry it, pause a
 //! queue and see workers stop claiming from it, and check that a read-only
-//! user has no actions. Screenshots of each page go to
+//! user has no actions; follow a task to its workflow's graph. Screenshots of each page go to
 //! `target/dashboard-screenshots/`. Skips, saying why, when Chromium or
 //! chromedriver is missing (`.ci/run` installs them).
 
@@ -13,7 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, Role, TableConfig, User};
-use dbworker::{DbConditions, Handling, control::DEFAULT_PAUSE_TABLE, ddl::pause_table_sql};
+use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
+use dbworker::{
+    DbConditions, Handling, NewJob, control::DEFAULT_PAUSE_TABLE, ddl::pause_table_sql,
+    ddl::workflows_sql,
+};
 use fantoccini::{Client, ClientBuilder, Locator};
 use workerutil::Store;
 
@@ -390,5 +394,105 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
             .is_empty()
     );
     shot(&c, "read-only").await;
+    c.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_follow_a_task_to_its_workflow_graph() {
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = Db::new().await;
+    db.add_columns(
+        |col| {
+            col.queue = true;
+            col.kind = true;
+        },
+        &[
+            pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+            workflows_sql("jobs", &Default::default()).unwrap(),
+        ],
+    )
+    .await;
+    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
+        .await
+        .unwrap();
+    let job = || NewJob::new();
+    let wf = workflows
+        .enqueue(
+            &Workflow::new()
+                .task(Task::new("fetch", job()))
+                .task(Task::new("resize", job()).after(["fetch"]))
+                .task(Task::new("scan", job()).after(["fetch"]))
+                .task(Task::new("thumbnails", job()).after(["resize"]))
+                .task(Task::new("publish", job()).after(["thumbnails", "scan"]))
+                .task(Task::new("notify", job()).after(["publish"])),
+        )
+        .await
+        .unwrap();
+    // Fetch done, resize running: three states on the drawing.
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    let store = dbworker::DbStore::new(&db.pool, so).await.unwrap();
+    let mut fetch = store
+        .dequeue("browser-test", &DbConditions::new(), 1)
+        .await
+        .unwrap();
+    assert!(store.mark_complete(&mut fetch[0]).await.unwrap());
+    let resize = store
+        .dequeue("browser-test", &DbConditions::new(), 1)
+        .await
+        .unwrap();
+    assert_eq!(resize.len(), 1);
+    let (base, _dashboard) = serve(&db).await;
+    sign_in(&c, &base, "admin").await;
+
+    // From a task's job page to its workflow's page.
+    let scan = wf.id_of("scan").unwrap();
+    c.goto(&format!("{base}/t/jobs/jobs/{scan}")).await.unwrap();
+    page_with(&c, &format!("workflow {}", wf.id)).await;
+    click(&c, Locator::Id("workflow-link")).await;
+    at_url(&c, &format!("/t/jobs/workflows/{}", wf.id)).await;
+    page_with(&c, &format!("Workflow {}", wf.id)).await;
+    let svg = c.find(Locator::Id("workflow-graph")).await.unwrap();
+    assert!(svg.is_displayed().await.unwrap(), "the drawing is shown");
+    let nodes = c
+        .find_all(Locator::Css("#workflow-graph g.node"))
+        .await
+        .unwrap();
+    assert_eq!(nodes.len(), 6);
+    let edges = c
+        .find_all(Locator::Css("#workflow-graph path.edge"))
+        .await
+        .unwrap();
+    assert_eq!(edges.len(), 6);
+    // Laid out: the drawing has room for its four layers, and every box
+    // sits inside it.
+    let size = c
+        .execute(
+            "const r = document.getElementById('workflow-graph').getBoundingClientRect(); return [r.width, r.height];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(size[0].as_f64().unwrap() > 4.0 * 176.0, "{size:?}");
+    assert!(size[1].as_f64().unwrap() > 44.0, "{size:?}");
+    let states: Vec<String> = {
+        let mut v = Vec::new();
+        for n in &nodes {
+            v.push(n.attr("data-state").await.unwrap().unwrap());
+        }
+        v
+    };
+    for state in ["completed", "processing", "queued", "pending"] {
+        assert!(states.iter().any(|s| s == state), "{states:?}");
+    }
+    shot(&c, "workflow").await;
+
+    // A node leads to its task's job page.
+    let notify = wf.id_of("notify").unwrap();
+    click(&c, Locator::Css(&format!("#node-{notify}"))).await;
+    at_url(&c, &format!("/t/jobs/jobs/{notify}")).await;
+    page_with(&c, "State: pending").await;
     c.close().await.unwrap();
 }

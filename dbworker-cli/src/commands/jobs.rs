@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::admin::{
-    Admin, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, Removed, Reschedule,
-    format_age,
+    Admin, AdminOptions, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest,
+    Removed, Reschedule, format_age,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
@@ -42,6 +42,9 @@ pub(crate) struct FilterArgs {
     /// JSON column, `payload.customer_id=42` (repeatable).
     #[arg(long = "field", value_parser = parse_field)]
     fields: Vec<FieldFilter>,
+    /// Only the tasks of this workflow (a table migrated with --workflows).
+    #[arg(long)]
+    workflow: Option<i64>,
 }
 
 impl FilterArgs {
@@ -60,7 +63,13 @@ impl FilterArgs {
             .transpose()?;
         f.failure_contains = self.failure.clone();
         f.fields = self.fields.clone();
+        f.workflow_id = self.workflow;
         Ok(f)
+    }
+
+    /// What the admin must know of the table for this filter.
+    fn admin_options(&self, o: &mut AdminOptions) {
+        o.workflows = self.workflow.is_some();
     }
 }
 
@@ -101,7 +110,11 @@ fn parse_sort(s: &str) -> std::result::Result<JobSort, String> {
 }
 
 pub(crate) async fn list(args: ListArgs) -> Result<()> {
-    let admin = args.table.admin().await?;
+    let pool = args.table.target.connect().await?;
+    let admin = args
+        .table
+        .admin_with(&pool, |o| args.filter.admin_options(o))
+        .await?;
     let mut page = PageRequest::first(args.limit);
     page.after = args.after;
     page.newest_first = args.newest;
@@ -197,7 +210,11 @@ pub(crate) struct ActionArgs {
 }
 
 pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<()> {
-    let admin = args.table.admin().await?;
+    let pool = args.table.target.connect().await?;
+    let admin = args
+        .table
+        .admin_with(&pool, |o| args.filter.admin_options(o))
+        .await?;
     let action = verb.parse::<BulkAction>()?.with_message(&args.message);
     run(&admin, &action, &args).await
 }
@@ -270,6 +287,7 @@ pub(crate) async fn reschedule(args: RescheduleArgs) -> Result<()> {
         .action
         .table
         .admin_with(&pool, |o| {
+            args.action.filter.admin_options(o);
             if r.priority.is_some() {
                 o.priority_column = Some(args.priority_column.clone());
             }

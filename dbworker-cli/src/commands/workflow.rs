@@ -1,5 +1,5 @@
-//! `dbworker workflow show|cancel ID`: a workflow's tasks, their states and
-//! what each waits for; canceling the whole workflow.
+//! `dbworker workflow show|cancel ID`: a workflow's tasks, their states,
+//! what each waits for and the graph's edges; canceling the whole workflow.
 
 use std::time::SystemTime;
 
@@ -17,7 +17,7 @@ pub(crate) struct WorkflowArgs {
 
 #[derive(Debug, Subcommand)]
 enum WorkflowCommand {
-    /// Each task of a workflow: its job id, state, times, and what it waits for.
+    /// Each task of a workflow: its job id, state, times, what it waits for; then its edges.
     Show(WorkflowIdArgs),
     /// Cancel a workflow: waiting tasks now, running ones through their workers.
     Cancel(WorkflowIdArgs),
@@ -86,6 +86,28 @@ async fn show(args: WorkflowIdArgs) -> Result<()> {
             "{:>10}  {:<20} {:<11} {:>9}  {}",
             t.id, t.name, t.state, ran, waits
         );
+    }
+    // The whole graph, the edges already satisfied included (from
+    // `upstream_ids`), as `upstream → dependent`.
+    let Some(graph) = workflows
+        .graph(args.id, usize::MAX)
+        .await
+        .with_context(|| format!("reading workflow {}", args.id))?
+    else {
+        return Ok(());
+    };
+    let names: std::collections::HashMap<i64, String> =
+        graph.tasks.iter().map(|t| (t.id, t.label())).collect();
+    let name = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
+    if graph.from_edges_only {
+        println!(
+            "edges not yet satisfied (the table has no upstream_ids column: run `dbworker migration --workflows` again to keep them all):"
+        );
+    } else {
+        println!("edges:");
+    }
+    for (from, to) in graph.edges().into_iter().chain(graph.outside_edges()) {
+        println!("  {} → {}", name(from), name(to));
     }
     Ok(())
 }

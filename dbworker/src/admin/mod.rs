@@ -40,6 +40,10 @@ pub struct AdminOptions {
     /// The per-job retry limit column (`--max-retries` adds `max_retries`),
     /// for `Reschedule::max_retries`. Checked at start-up when set.
     pub max_retries_column: Option<String>,
+    /// The table has workflows (`dbworker migration --workflows`): lists
+    /// carry each job's workflow (`JobSummary::workflow_id`), and
+    /// `JobFilter::workflow_id` may be used. Checked at start-up when set.
+    pub workflows: bool,
 }
 
 impl AdminOptions {
@@ -197,6 +201,7 @@ impl Admin {
             .into_iter()
             .flatten()
             .map(String::as_str)
+            .chain(options.workflows.then_some(crate::columns::WORKFLOW_ID))
             .collect();
         if !needed.is_empty() {
             crate::schema_check::require_columns(pool, &table, "table", &needed, "").await?;
@@ -211,6 +216,7 @@ impl Admin {
                 key_column,
                 priority_column,
                 max_retries_column,
+                workflows: options.workflows,
             },
         })
     }
@@ -260,6 +266,12 @@ impl Admin {
                 });
             }
         }
+        if filter.workflow_id.is_some() && !self.t.workflows {
+            return Err(Error::InvalidOption {
+                field: "workflow_id",
+                reason: "filtering by workflow needs AdminOptions::workflows (a table migrated with --workflows)".into(),
+            });
+        }
         Ok(())
     }
 
@@ -292,6 +304,7 @@ impl Admin {
                     age_seconds: r.get("age"),
                     worker_hostname: r.get("host"),
                     failure_message: r.get("failure_message"),
+                    workflow_id: r.get("workflow_id"),
                 })
             })
             .collect();

@@ -21,8 +21,10 @@
 mod actions;
 mod auth;
 mod charts;
+mod dag;
 mod pages;
 mod sampler;
+mod workflow;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -152,6 +154,8 @@ pub(crate) struct Table {
     pub(crate) limits: Option<Limits>,
     /// The error history column, unquoted, if the table keeps one.
     pub(crate) error_history: Option<String>,
+    /// The table's workflows, if it has them (`--workflows`).
+    pub(crate) workflows: Option<crate::workflow::Workflows>,
     /// `(completed/s, failed/s)` per sample, oldest first.
     pub(crate) samples: Mutex<VecDeque<(f64, f64)>>,
 }
@@ -198,6 +202,8 @@ impl Dashboard {
             admin_options.alternate_column_names = t.alternate_column_names.clone();
             admin_options.queue_column = t.queue_column.clone();
             admin_options.kind_column = t.kind_column.clone();
+            let workflows = workflow::open(pool, t).await?;
+            admin_options.workflows = workflows.is_some();
             let admin = Admin::new(pool, admin_options).await?;
             let pauses = match &t.pause_table {
                 Some(p) => {
@@ -222,6 +228,7 @@ impl Dashboard {
                 .transpose()?;
             tables.push(Table {
                 name: t.table_name.clone(),
+                workflows,
                 error_history,
                 admin,
                 pauses,
@@ -252,6 +259,7 @@ impl Dashboard {
             .route("/t/{table}/jobs/{id}", get(job))
             .route("/t/{table}/jobs/{id}/action", post(actions::job_action))
             .route("/t/{table}/bulk", post(actions::bulk))
+            .route("/t/{table}/workflows/{id}", get(workflow::workflow))
             .route("/t/{table}/queues", get(queues))
             .route("/t/{table}/queues/pause", post(actions::pause))
             .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
@@ -449,6 +457,12 @@ pub(crate) fn filter_from(
         f.older_than = Some(Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())?);
     }
     f.failure_contains = given("failure").map(str::to_owned);
+    if let Some(id) = given("workflow") {
+        f.workflow_id = Some(
+            id.parse()
+                .map_err(|_| "workflow: a workflow id".to_owned())?,
+        );
+    }
     if let Some(field) = given("field") {
         let field: FieldFilter = field.parse().map_err(|e: Error| e.to_string())?;
         if hidden
@@ -471,6 +485,7 @@ async fn jobs(
     let t = s.table(&table)?;
     let filter = filter_from(&q, &s.options.hidden_fields)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
+    workflow::check_filter(t, &filter)?;
     let mut page = PageRequest::first(s.options.page_size);
     page.after = q.get("after").and_then(|a| a.parse().ok());
     page.after_value = q.get("after_value").cloned();

@@ -22,7 +22,7 @@ pub(crate) struct TableOverview<'a> {
 }
 
 /// A page; `refresh` is `None` on pages that must not reload (a confirmation).
-fn layout(
+pub(super) fn layout(
     viewer: &Viewer,
     s: &Shared,
     title: &str,
@@ -70,7 +70,7 @@ fn layout(
     }
 }
 
-fn state_cell(state: &str) -> Markup {
+pub(super) fn state_cell(state: &str) -> Markup {
     html! { span class=(format!("state-{state}")) { (state) } }
 }
 
@@ -169,7 +169,7 @@ fn with_idle_queues(
 
 fn hidden_filters(q: &HashMap<String, String>) -> Markup {
     html! {
-        @for key in ["state", "queue", "kind", "older_than_secs", "failure", "field"] {
+        @for key in ["state", "queue", "kind", "older_than_secs", "failure", "field", "workflow"] {
             @if let Some(v) = q.get(key) {
                 input type="hidden" name=(format!("f_{key}")) value=(v);
             }
@@ -198,8 +198,12 @@ pub(crate) fn jobs(
     {
         next.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
     }
+    let workflow = q.get("workflow").and_then(|w| w.trim().parse::<i64>().ok());
     let body = html! {
         @if let Some(done) = q.get("done") { p class="notice" { "Done: " (done) } }
+        @if let Some(w) = workflow {
+            p { "The tasks of workflow " (w) " · " a id="workflow-link" href=(super::workflow::href(viewer, t, w)) { "see its graph" } }
+        }
         form class="filters" method="get" {
             select name="state" {
                 option value="" { "any state" }
@@ -216,6 +220,9 @@ pub(crate) fn jobs(
             input name="older_than_secs" placeholder="older than (s)" size="10" value=(value("older_than_secs"));
             input name="failure" placeholder="failure contains" value=(value("failure"));
             input name="field" placeholder="payload.customer_id=42" value=(value("field"));
+            @if t.workflows.is_some() {
+                input name="workflow" placeholder="workflow id" size="10" value=(value("workflow"));
+            }
             select name="sort" {
                 @for (sort, label) in [("id", "by id"), ("queued_at", "by queued time"), ("finished_at", "by finish time"), ("failures", "by failures")] {
                     option value=(sort) selected[value("sort") == sort] { (label) }
@@ -233,7 +240,9 @@ pub(crate) fn jobs(
             table {
                 tr {
                     @if admin { th {} }
-                    th { "id" } th { "state" } th { "queue" } th { "kind" } th { "failures" } th { "age" } th { "host" } th { "failure" }
+                    th { "id" } th { "state" } th { "queue" } th { "kind" }
+                    @if t.workflows.is_some() { th { "workflow" } }
+                    th { "failures" } th { "age" } th { "host" } th { "failure" }
                 }
                 @for j in &page.jobs {
                     tr {
@@ -242,6 +251,13 @@ pub(crate) fn jobs(
                         td { (state_cell(j.state.as_str())) }
                         td { (j.queue.as_deref().unwrap_or("-")) }
                         td { (j.kind.as_deref().unwrap_or("-")) }
+                        @if t.workflows.is_some() {
+                            td {
+                                @if let Some(w) = j.workflow_id {
+                                    a class="workflow" href=(super::workflow::href(viewer, t, w)) { (w) }
+                                } @else { "-" }
+                            }
+                        }
                         td class="num" { (j.num_failures) }
                         td { (format_age(j.age_seconds)) }
                         td { (j.worker_hostname) }
@@ -301,9 +317,16 @@ pub(crate) fn job(
         .cloned()
         .unwrap_or_default();
     let action_url = viewer.href(&format!("/t/{}/jobs/{id}/action", url_escape(&t.name)));
+    let workflow = columns
+        .get(crate::columns::WORKFLOW_ID)
+        .and_then(serde_json::Value::as_i64)
+        .filter(|_| t.workflows.is_some());
     let body = html! {
         @if let Some(done) = done { p class="notice" { "Done: " (done) } }
         p { "State: " strong { (state_cell(state)) } }
+        @if let Some(w) = workflow {
+            p { "Task of " a id="workflow-link" href=(super::workflow::href(viewer, t, w)) { "workflow " (w) } }
+        }
         @if viewer.user.role == Role::Admin {
             p {
                 @for (action, label) in [("requeue", "Retry now"), ("cancel", "Cancel"), ("fail", "Fail"), ("complete", "Complete")] {

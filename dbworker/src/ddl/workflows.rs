@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use crate::columns::{
-    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, WORKFLOW_ID, bounded_name,
-    deps_table, quote, workflow_sequence,
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
+    bounded_name, deps_table, quote, workflow_sequence,
 };
 use crate::error::Result;
 
@@ -20,6 +20,10 @@ use crate::error::Result;
 /// - the edge table `<table>_deps (job_id, depends_on, policy)`, one row per
 ///   dependency not yet satisfied, indexed on `depends_on` (the policy
 ///   `on_failure` is a batch's failure callback, see `workflow::Batch`);
+/// - `upstream_ids bigint[]`: every job a dependent waited for, recorded when
+///   its edges are inserted (the edges go as they are satisfied; this keeps
+///   the graph for the dashboard and for `DbJob::upstream_results`; `--results`
+///   adds the same column, so running both is harmless);
 /// - the sequence `<table>_workflow_seq` that workflow ids come from;
 /// - the release trigger, `<table>_dbworker_release`.
 ///
@@ -59,6 +63,8 @@ pub fn workflows_sql(
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {workflow_id} bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {task_name} text;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {blocked_by} bigint;
+-- Every job a dependent waited for: the graph outlives its satisfied edges.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {upstream_ids} bigint[];
 -- Only the jobs others wait for fire the release trigger.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {has_dependents} boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS {workflow_idx} ON {table} ({workflow_id}) WHERE {workflow_id} IS NOT NULL;
@@ -222,13 +228,14 @@ BEGIN
         INSERT INTO {deps} ("job_id", "depends_on", "policy") VALUES (job, up.id, policy);
         waits := waits + 1;
     END LOOP;
-    -- With `--results`, the dependent remembers every upstream (finished or
-    -- not), so it can read their results by id.
-    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{table_literal}'::regclass
-               AND attname = 'upstream_ids' AND NOT attisdropped) THEN
-        EXECUTE format('UPDATE %s SET "upstream_ids" = $1 WHERE %s = $2', '{table_literal}', '{id_literal}')
-            USING after, job;
-    END IF;
+    -- The dependent remembers every upstream (finished or not), added to
+    -- those of earlier calls: the dashboard draws the graph from it, and a
+    -- handler reads their results by id.
+    UPDATE {table}
+       SET {upstream_ids} = ARRAY(SELECT DISTINCT u
+                                    FROM unnest(COALESCE({upstream_ids}, '{{}}') || after) AS u
+                                   ORDER BY u)
+     WHERE {id} = job;
     IF blocker IS NOT NULL THEN
         UPDATE {table}
            SET {state} = 'canceled', {finished_at} = now(), {blocked_by} = blocker,
@@ -243,8 +250,7 @@ BEGIN
 END
 $dbworker$;
 "#,
-        table_literal = table.replace('\'', "''"),
-        id_literal = id.replace('\'', "''"),
+        upstream_ids = quote(UPSTREAM_IDS),
         wait_for = rel.quoted_sibling(&bounded_name(&format!("{}_wait_for", rel.name))),
         enqueue = bounded_name(&format!("{}_enqueue", rel.name)),
         workflow_idx = index("workflow_idx"),

@@ -31,7 +31,7 @@ impl Enqueuer {
         })
     }
 
-    /// Sets `upstream_ids` on the new dependents (`EnqueueOptions::results`).
+    /// Sets `upstream_ids` on the new dependents (the table has the column).
     async fn record_upstreams(
         &self,
         conn: &mut PgConnection,

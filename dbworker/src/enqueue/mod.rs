@@ -66,11 +66,12 @@ pub struct EnqueueOptions {
     /// wait for other jobs ([`NewJob::after`], [`Workflows`](crate::workflow::Workflows)).
     /// `false` (the default): [`NewJob::after`] is refused.
     pub workflows: bool,
-    /// With `workflows`: the table has the result columns (`dbworker
-    /// migration --results`), and each job that waits records the jobs it
-    /// waits for in `upstream_ids`, so its handler can read their results
-    /// ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
-    /// `false` (the default): nothing is recorded.
+    /// With `workflows`: the table must have `upstream_ids` (`dbworker
+    /// migration --workflows` or `--results` adds it), where each job that
+    /// waits records the jobs it waits for, so its handler can read their
+    /// results ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
+    /// `false` (the default): they are recorded all the same when the column
+    /// exists (the dashboard draws workflows from it), and not otherwise.
     pub results: bool,
 }
 
@@ -175,7 +176,7 @@ pub struct Enqueuer {
     pool: PgPool,
     target: EnqueueTable,
     workflows: Option<WorkflowTable>,
-    /// Record each dependent's upstream jobs (`EnqueueOptions::results`).
+    /// Record each dependent's upstream jobs: the table has `upstream_ids`.
     record_upstreams: bool,
 }
 
@@ -229,23 +230,42 @@ impl Enqueuer {
             )
             .await?;
         }
-        let record_upstreams = options.results && workflows.is_some();
-        if let (true, Some(w)) = (record_upstreams, &workflows) {
-            crate::schema_check::require_columns(
-                pool,
-                &w.table,
-                "table",
-                &[UPSTREAM_IDS],
-                "(`dbworker migration --results` adds it; EnqueueOptions::results)",
-            )
-            .await?;
-        }
+        // Dependents record their upstream jobs whenever the table has the
+        // column (`--workflows` adds it; tables migrated before did not get
+        // it, and work as they did); `results` insists on it.
+        let record_upstreams = match &workflows {
+            Some(w) => {
+                let missing = crate::schema_check::missing_columns(
+                    pool,
+                    &w.table,
+                    "table",
+                    &[UPSTREAM_IDS],
+                    "",
+                )
+                .await?;
+                if options.results && !missing.is_empty() {
+                    return Err(Error::Schema {
+                        problems: missing
+                            .into_iter()
+                            .map(|p| format!("{p} (`dbworker migration --workflows` or `--results` adds it; EnqueueOptions::results)"))
+                            .collect(),
+                    });
+                }
+                missing.is_empty()
+            }
+            None => false,
+        };
         Ok(Enqueuer {
             pool: pool.clone(),
             target,
             workflows,
             record_upstreams,
         })
+    }
+
+    /// Whether dependents record their upstream jobs (`upstream_ids`).
+    pub(crate) fn records_upstreams(&self) -> bool {
+        self.record_upstreams
     }
 
     /// The job table.

@@ -13,6 +13,8 @@ pub(crate) struct AdminTable {
     pub(crate) key_column: Option<String>,
     pub(crate) priority_column: Option<String>,
     pub(crate) max_retries_column: Option<String>,
+    /// The table has workflows: lists carry `workflow_id`.
+    pub(crate) workflows: bool,
 }
 
 /// Live jobs per state (and queue) for an operator: the queue gauges' statement.
@@ -114,6 +116,9 @@ pub(super) fn filter_conditions(a: &AdminTable, f: &JobFilter) -> Vec<Expr> {
             [format!("%{escaped}%")],
         ));
     }
+    if let Some(id) = f.workflow_id {
+        conds.push(col(al, crate::columns::WORKFLOW_ID).eq(id));
+    }
     for field in &f.fields {
         let target = format!("{}.{}", quote(al), quote(&field.column));
         conds.push(if field.path.is_empty() {
@@ -173,6 +178,18 @@ pub(crate) fn admin_list(a: &AdminTable, f: &JobFilter, page: &PageRequest) -> S
     .expr_as(
         Expr::cust(format!("{}.{}::text", quote(al), quote(&c.failure_message))),
         alias("failure_message"),
+    )
+    .expr_as(
+        if a.workflows {
+            Expr::cust(format!(
+                "{}.{}::bigint",
+                quote(al),
+                quote(crate::columns::WORKFLOW_ID)
+            ))
+        } else {
+            Expr::cust("NULL::bigint")
+        },
+        alias("workflow_id"),
     )
     .from(table_ref(t));
     for cond in filter_conditions(a, f) {

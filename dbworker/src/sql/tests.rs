@@ -77,6 +77,7 @@ fn admin_table() -> AdminTable {
         key_column: Some("job_key".into()),
         priority_column: Some("priority".into()),
         max_retries_column: Some("max_retries".into()),
+        workflows: false,
     }
 }
 
@@ -167,6 +168,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
         newer_than: Some(Duration::from_secs(3600)),
         failure_contains: Some("timeout".into()),
         fields: vec![FieldFilter::new("payload", &["to", "domain"], "example.com").unwrap()],
+        workflow_id: None,
     };
     let nodes = rel("dbworker_nodes");
     let leaders = rel("dbworker_leaders");
@@ -447,6 +449,20 @@ fn statements() -> Vec<(&'static str, Statement)> {
             admin_list(&a, &filter, &PageRequest::first(50)),
         ),
         (
+            "admin_list_by_workflow",
+            admin_list(
+                &AdminTable {
+                    workflows: true,
+                    ..a.clone()
+                },
+                &JobFilter {
+                    workflow_id: Some(7),
+                    ..JobFilter::default()
+                },
+                &PageRequest::first(50),
+            ),
+        ),
+        (
             "admin_list_by_failures_newest_first",
             admin_list(
                 &a,
@@ -567,6 +583,12 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("workflow_request_cancel", workflow_request_cancel(&w, 7)),
         ("workflow_tasks", workflow_tasks(&w, 7)),
         ("batch_counts", batch_counts(&w, 7)),
+        ("workflow_counts", workflow_counts(&w, 7)),
+        ("workflow_graph", workflow_graph(&w, 7, true, 501)),
+        (
+            "workflow_graph_from_edges_only",
+            workflow_graph(&w, 7, false, 501),
+        ),
     ]
     .into_iter()
     .chain(quoted_statements())

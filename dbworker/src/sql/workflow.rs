@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::columns::{
-    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, WORKFLOW_ID, deps_table, workflow_sequence,
+    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, workflow_sequence,
 };
 
 /// A job table with workflows (`dbworker migration --workflows`).
@@ -229,6 +229,71 @@ pub(crate) fn batch_counts(w: &WorkflowTable, batch_id: i64) -> Statement {
         .and_where(col(a, WORKFLOW_ID).eq(batch_id))
         .and_where(col(a, TASK_NAME).is_not_in(BATCH_CALLBACKS))
         .add_group_by([Expr::cust("1")])
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// A workflow's tasks counted per state (the dashboard's counts, exact
+/// however many tasks the drawing shows).
+pub(crate) fn workflow_counts(w: &WorkflowTable, workflow_id: i64) -> Statement {
+    let t = &w.table;
+    let a = &t.alias;
+    let q = Query::select()
+        .expr_as(
+            Expr::cust(format!("{}.{}::text", quote(a), quote(&w.columns.state))),
+            alias("state"),
+        )
+        .expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .from(table_ref(t))
+        .and_where(col(a, WORKFLOW_ID).eq(workflow_id))
+        .add_group_by([Expr::cust("1")])
+        .order_by_expr(Expr::cust("1"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The first `limit` tasks of a workflow, in id order, each with every
+/// upstream job it waits or waited for: the edges still there (not yet
+/// satisfied) together with `upstream_ids` (recorded at enqueue, kept after
+/// the edges go) when `recorded` says the table has that column; without
+/// it, the edges alone. The arrays are `ARRAY(subquery … UNION …)`, which
+/// sea-query cannot build: raw text over quoted names.
+pub(crate) fn workflow_graph(
+    w: &WorkflowTable,
+    workflow_id: i64,
+    recorded: bool,
+    limit: u64,
+) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = &t.alias;
+    let d = deps(w);
+    let text = |name: &str, ty: &str| Expr::cust(format!("{}.{}::{ty}", quote(a), quote(name)));
+    let edges = format!(
+        "SELECT {da}.\"depends_on\" FROM {deps} AS {da} WHERE {da}.\"job_id\" = {a}.{id}",
+        da = quote(&d.alias),
+        deps = d.quoted(),
+        a = quote(a),
+        id = quote(&c.id),
+    );
+    let upstream = if recorded {
+        format!(
+            "ARRAY({edges} UNION SELECT unnest({}.{}) ORDER BY 1)",
+            quote(a),
+            quote(UPSTREAM_IDS)
+        )
+    } else {
+        format!("ARRAY({edges} ORDER BY 1)")
+    };
+    let q = Query::select()
+        .expr_as(text(&c.id, "bigint"), alias("id"))
+        .expr_as(text(TASK_NAME, "text"), alias("task_name"))
+        .expr_as(text(&c.state, "text"), alias("state"))
+        .expr_as(Expr::cust(upstream), alias("upstream"))
+        .from(table_ref(t))
+        .and_where(col(a, WORKFLOW_ID).eq(workflow_id))
+        .order_by_expr(col(a, &c.id), Order::Asc)
+        .limit(limit)
         .to_owned();
     Statement::from(&q)
 }

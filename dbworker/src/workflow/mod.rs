@@ -13,6 +13,7 @@
 
 mod batch;
 mod builder;
+mod graph;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -25,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::sql::{self, WorkflowTable};
 pub use batch::{Batch, BatchCounts, Batches, EnqueuedBatch};
 pub use builder::{EnqueuedWorkflow, Task, Workflow};
+pub use graph::{GraphTask, WorkflowGraph};
 
 /// Options of [`Workflows`]: the job table, as an [`Enqueuer`] writes it.
 ///
@@ -259,5 +261,21 @@ impl Workflows {
             counts,
             tasks,
         }))
+    }
+
+    /// Workflow `workflow_id`'s graph: counts per state, and its first
+    /// `max_tasks` tasks with every job each waits or waited for (from
+    /// `upstream_ids` and the edges still there; from the edges alone on a
+    /// table without `upstream_ids`, see [`WorkflowGraph::from_edges_only`]).
+    /// `None` if no job has this workflow id.
+    pub async fn graph(&self, workflow_id: i64, max_tasks: usize) -> Result<Option<WorkflowGraph>> {
+        WorkflowGraph::load(
+            &self.pool,
+            &self.table,
+            self.enqueuer.records_upstreams(),
+            workflow_id,
+            max_tasks,
+        )
+        .await
     }
 }

@@ -1,0 +1,173 @@
+//! The workflow page: a workflow's tasks counted per state and drawn as a
+//! graph (`dag.rs`), each task linked to its job page; the tables that have
+//! workflows found at start-up; the jobs list's workflow filter checked.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use sqlx::PgPool;
+
+use super::pages::{layout, state_cell};
+use super::{Shared, Table, TableConfig, Viewer, dag, refresh, server_error, url_escape};
+use crate::columns::{Relation, WORKFLOW_ID, deps_table};
+use crate::error::Result;
+use crate::job_filter::JobFilter;
+use crate::workflow::{WorkflowGraph, WorkflowOptions, Workflows};
+
+/// The most tasks drawn; a larger workflow is shown as counts and a table
+/// of its first tasks (a drawing of thousands of boxes helps nobody).
+pub(crate) const MAX_DRAWN: usize = 500;
+
+/// The table's workflows, when it has them (`dbworker migration
+/// --workflows`: the workflow column and the edge table); `None` otherwise.
+pub(super) async fn open(pool: &PgPool, t: &TableConfig) -> Result<Option<Workflows>> {
+    let rel = Relation::parse("table_name", &t.table_name)?;
+    let missing = crate::schema_check::missing_columns(pool, &rel, "table", &[WORKFLOW_ID], "")
+        .await?
+        .into_iter()
+        .chain(
+            crate::schema_check::missing_columns(pool, &deps_table(&rel), "table", &[], "").await?,
+        );
+    if missing.count() > 0 {
+        return Ok(None);
+    }
+    let mut options = WorkflowOptions::new(&t.table_name);
+    options.enqueue.alternate_column_names = t.alternate_column_names.clone();
+    Workflows::new(pool, options).await.map(Some)
+}
+
+/// Refuses a workflow filter on a table without workflows (its query would
+/// name a column the table does not have).
+pub(super) fn check_filter(t: &Table, f: &JobFilter) -> std::result::Result<(), Response> {
+    if f.workflow_id.is_some() && t.workflows.is_none() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "this table has no workflows (dbworker migration --workflows)",
+        )
+            .into_response());
+    }
+    Ok(())
+}
+
+fn jobs_href(viewer: &Viewer, t: &Table, id: i64) -> String {
+    viewer.href(&format!("/t/{}/jobs?workflow={id}", url_escape(&t.name)))
+}
+
+/// The link to a workflow's page.
+pub(super) fn href(viewer: &Viewer, t: &Table, id: i64) -> String {
+    viewer.href(&format!("/t/{}/workflows/{id}", url_escape(&t.name)))
+}
+
+/// `GET /t/{table}/workflows/{id}`.
+pub(super) async fn workflow(
+    State(s): State<Arc<Shared>>,
+    viewer: axum::Extension<Viewer>,
+    Path((table, id)): Path<(String, i64)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> std::result::Result<Response, Response> {
+    let t = s.table(&table)?;
+    let Some(workflows) = &t.workflows else {
+        return Err((
+            StatusCode::NOT_FOUND,
+            "this table has no workflows (dbworker migration --workflows)",
+        )
+            .into_response());
+    };
+    match workflows.graph(id, MAX_DRAWN).await {
+        Ok(Some(graph)) => Ok(page(&viewer, &s, t, &graph, &refresh(&q)).into_response()),
+        Ok(None) => Err((StatusCode::NOT_FOUND, "no such workflow").into_response()),
+        Err(err) => Err(server_error(err)),
+    }
+}
+
+/// States in the legend's order, then any other.
+fn ordered_counts(graph: &WorkflowGraph) -> Vec<(&str, u64)> {
+    let known = dag::STATE_COLOURS.iter().map(|(s, _)| *s);
+    let mut out: Vec<(&str, u64)> = known
+        .filter_map(|s| graph.counts.get(s).map(|n| (s, *n)))
+        .collect();
+    for (s, n) in &graph.counts {
+        if !dag::STATE_COLOURS.iter().any(|(k, _)| k == s) {
+            out.push((s.as_str(), *n));
+        }
+    }
+    out
+}
+
+fn page(
+    viewer: &Viewer,
+    s: &Shared,
+    t: &Table,
+    graph: &WorkflowGraph,
+    refresh: &super::Refresh,
+) -> Markup {
+    let job_href = |id: i64| viewer.href(&format!("/t/{}/jobs/{id}", url_escape(&t.name)));
+    let names: HashMap<i64, String> = graph.tasks.iter().map(|g| (g.id, g.label())).collect();
+    let outside = graph.outside_edges();
+    let body = html! {
+        table class="workflow-counts" {
+            tr { @for (state, _) in ordered_counts(graph) { th { (state_cell(state)) } } th { "total" } }
+            tr {
+                @for (state, n) in ordered_counts(graph) { td class="num" data-state=(state) { (n) } }
+                td class="num" { (graph.total()) }
+            }
+        }
+        p { a href=(jobs_href(viewer, t, graph.id)) { "List this workflow's jobs" } }
+        @if graph.from_edges_only {
+            p class="notice" id="edges-only" {
+                "This table has no " code { "upstream_ids" } " column (it was migrated with "
+                code { "--workflows" } " before the column was part of it), so the dependencies "
+                "already satisfied are gone: only the ones still waited for are drawn. Run "
+                code { "dbworker migration --workflows" } " again to keep the whole graph of the "
+                "workflows enqueued from then on."
+            }
+        }
+        @if graph.truncated {
+            p class="notice" id="not-drawn" {
+                "This workflow has " (graph.total()) " tasks: more than " (MAX_DRAWN)
+                " are not drawn. Its first " (graph.tasks.len()) " tasks, in id order:"
+            }
+            table class="workflow-tasks" {
+                tr { th { "job" } th { "task" } th { "state" } th { "waits or waited for" } }
+                @for task in &graph.tasks {
+                    tr {
+                        td { a href=(job_href(task.id)) { (task.id) } }
+                        td { (task.label()) }
+                        td { (state_cell(&task.state)) }
+                        td {
+                            @for (i, u) in task.upstream.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                (names.get(u).cloned().unwrap_or_else(|| format!("#{u}")))
+                            }
+                        }
+                    }
+                }
+            }
+        } @else {
+            (dag::legend())
+            div class="workflow-scroll" { (dag::svg(graph, job_href)) }
+            @if !outside.is_empty() {
+                h2 { "Jobs outside this workflow it waits or waited for" }
+                ul {
+                    @for (u, d) in &outside {
+                        li {
+                            (names.get(d).cloned().unwrap_or_default()) " waits or waited for "
+                            a href=(job_href(*u)) { "job " (u) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(
+        viewer,
+        s,
+        &format!("Workflow {} · {}", graph.id, t.name),
+        Some(refresh),
+        body,
+    )
+}

@@ -1,0 +1,1 @@
+SELECT "j"."id"::bigint AS "id", "j"."task_name"::text AS "task_name", "j"."status"::text AS "state", ARRAY(SELECT "dbworker_dep"."depends_on" FROM "app"."example_jobs_deps" AS "dbworker_dep" WHERE "dbworker_dep"."job_id" = "j"."id" ORDER BY 1) AS "upstream" FROM "app"."example_jobs" AS "j" WHERE "j"."workflow_id" = $1 ORDER BY "j"."id" ASC LIMIT $2
