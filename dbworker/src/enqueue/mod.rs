@@ -111,6 +111,7 @@ impl EnqueueOptions {
             max_retries: optional("max_retries_column", &self.max_retries_column)?,
             kind: optional("kind_column", &self.kind_column)?,
             flags: optional("flags_column", &self.flags_column)?,
+            key_table: None,
             table,
             columns,
         })
@@ -184,7 +185,7 @@ impl Enqueuer {
     /// (and, with keys, the unique index an enqueue relies on), naming
     /// whatever is missing.
     pub async fn new(pool: &PgPool, options: EnqueueOptions) -> Result<Enqueuer> {
-        let target = options.resolve()?;
+        let mut target = options.resolve()?;
         let c = &target.columns;
         let needed: Vec<&str> = [c.id.as_str(), c.state.as_str(), c.process_after.as_str()]
             .into_iter()
@@ -198,7 +199,29 @@ impl Enqueuer {
             "or not visible on the search_path",
         )
         .await?;
-        if target.key.is_some()
+        let partitioned = crate::schema_check::is_partitioned(pool, &target.table).await?;
+        if partitioned && options.workflows {
+            return Err(Error::InvalidOption {
+                field: "workflows",
+                reason: format!(
+                    "workflows cannot run on {}, a partitioned table: the dependency table's foreign key needs a unique id, and a partitioned table's primary key is (id, queued_at)",
+                    target.table.display_name()
+                ),
+            });
+        }
+        if partitioned && target.key.is_some() {
+            // No unique index on the key alone: the key table stands in for it.
+            let keys = crate::columns::key_table(&target.table);
+            crate::schema_check::require_columns(
+                pool,
+                &keys,
+                "key table",
+                &["job_key", "job_id"],
+                "a partitioned table keeps its job keys there; `dbworker migration --partitioned --keys` creates it",
+            )
+            .await?;
+            target.key_table = Some(keys);
+        } else if target.key.is_some()
             && let Err(err) = sql::explain_keyed_insert(&target)
                 .query()
                 .execute(pool)
@@ -279,11 +302,18 @@ impl Enqueuer {
         // look-up; then the key is free and the insert goes through next time.
         let mode: sql::OnKey = mode.into();
         for _ in 0..8 {
-            let row = sql::enqueue_keyed(&self.target, &job.row(), key, mode)
-                .query()
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(Error::db("enqueue"))?;
+            let row = match &self.target.key_table {
+                None => sql::enqueue_keyed(&self.target, &job.row(), key, mode)
+                    .query()
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(Error::db("enqueue"))?,
+                Some(keys) => match self.enqueue_keyed_partitioned(conn, keys, job, key, mode).await? {
+                    Some(row) => row,
+                    // Another enqueuer inserted a holder first: look again.
+                    None => continue,
+                },
+            };
             if let Some(row) = row {
                 let id = row.get("id");
                 return Ok(if row.get::<bool, _>("inserted") {
@@ -317,6 +347,35 @@ impl Enqueuer {
             field: "key",
             reason: format!("the job holding key {key:?} kept changing; try again"),
         })
+    }
+
+    /// A keyed insert into a partitioned table, in a savepoint: `None` when a
+    /// concurrent enqueuer of the same key inserted first (the key table's
+    /// unique violation), so the caller looks again.
+    async fn enqueue_keyed_partitioned(
+        &self,
+        conn: &mut PgConnection,
+        keys: &Relation,
+        job: &NewJob,
+        key: &str,
+        mode: sql::OnKey,
+    ) -> Result<Option<Option<sqlx::postgres::PgRow>>> {
+        let mut savepoint = conn.begin().await.map_err(Error::db("begin"))?;
+        let result = sql::enqueue_keyed_partitioned(&self.target, keys, &job.row(), key, mode)
+            .query()
+            .fetch_optional(&mut *savepoint)
+            .await;
+        match result {
+            Ok(row) => {
+                savepoint.commit().await.map_err(Error::db("commit"))?;
+                Ok(Some(row))
+            }
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                savepoint.rollback().await.map_err(Error::db("rollback"))?;
+                Ok(None)
+            }
+            Err(err) => Err(Error::db("enqueue")(err)),
+        }
     }
 
     /// Inserts many jobs on the enqueuer's pool, all or none; see

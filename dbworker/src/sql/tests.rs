@@ -29,6 +29,7 @@ fn enqueue_target() -> EnqueueTable {
         max_retries: Some("max_retries".into()),
         kind: None,
         flags: Some("flags".into()),
+        key_table: None,
     }
 }
 
@@ -361,6 +362,20 @@ fn statements() -> Vec<(&'static str, Statement)> {
             "enqueue_keyed_unsafe_dedupe",
             enqueue_keyed(&e, &keyed, "k", OnKey::UnsafeDedupe),
         ),
+        (
+            "enqueue_keyed_partitioned_replace",
+            enqueue_keyed_partitioned(&e, &rel("app.example_jobs_keys"), &keyed, "k", OnKey::Replace),
+        ),
+        (
+            "enqueue_keyed_partitioned_unsafe_dedupe",
+            enqueue_keyed_partitioned(
+                &e,
+                &rel("app.example_jobs_keys"),
+                &keyed,
+                "k",
+                OnKey::UnsafeDedupe,
+            ),
+        ),
         ("release_key", release_key(&e, "k")),
         ("live_job_with_key", live_job_with_key(&e, "k", false)),
         ("job_with_key_or_failed", live_job_with_key(&e, "k", true)),
@@ -596,6 +611,7 @@ fn quoted_statements() -> Vec<(&'static str, Statement)> {
         max_retries: None,
         kind: None,
         flags: None,
+        key_table: None,
     };
     let payload = [("payload".to_owned(), sea_query::Value::from("p"))];
     let pauses = Relation::parse("pause_table", "\"pause\"").unwrap();
