@@ -416,6 +416,46 @@ fn statements() -> Vec<(&'static str, Statement)> {
             ),
         ),
         ("explain_keyed_insert", explain_keyed_insert(&e)),
+        ("closed_partitions", closed_partitions(&rel("app.example_jobs"))),
+        (
+            "partition_rows",
+            partition_rows(
+                &rel("app.example_jobs_p20261124"),
+                &renamed(),
+                &[
+                    (JobState::Completed, Duration::from_secs(60)),
+                    (JobState::Failed, Duration::from_secs(3600)),
+                ],
+            ),
+        ),
+        (
+            "partition_rows_none_purged",
+            partition_rows(&rel("app.example_jobs_p20261124"), &renamed(), &[]),
+        ),
+        (
+            "set_lock_timeout",
+            set_lock_timeout(Duration::from_millis(1500)),
+        ),
+        (
+            "detach_partition",
+            detach_partition(&rel("app.example_jobs"), &rel("app.example_jobs_p20261124")),
+        ),
+        (
+            "archive_partition",
+            archive_partition(&rel("app.archive"), &rel("app.example_jobs_p20261124")),
+        ),
+        (
+            "drop_partition",
+            drop_partition(&rel("app.example_jobs_p20261124")),
+        ),
+        (
+            "create_partitions",
+            create_partitions(&rel("app.example_jobs"), 3),
+        ),
+        (
+            "create_partitions_exists",
+            create_partitions_exists(&rel("app.example_jobs")),
+        ),
         ("queue_stats", queue_stats(&paused)),
         ("notify", notify("dbworker_jobs")),
         ("database_now_micros", database_now_micros()),
