@@ -24,6 +24,17 @@ const LIVE_PARTITIONS: u64 = 10;
 /// Older partitions of finished rows, dropped during the third run.
 const OLD_PARTITIONS: u64 = 5;
 
+/// The workload's paragraph in the introduction of docs/benchmarks.md.
+pub(crate) const INTRO: &str = "- **Partitioned job tables** (the `partitioned` workload): the \
+heartbeat burn-down on the plain table, then on a table from `dbworker migration --partitioned` \
+(by day of `queued_at`) with the same number of jobs spread over ten daily partitions, then \
+there again with 100,000 finished rows (`--partition-old-rows`) in five older partitions and a \
+`Purger` pass every second beside the workers: its first pass detaches and drops those five \
+partitions (each in a transaction that holds the job table's lock while it re-counts the \
+partition), the later ones find nothing to drop but still count the rows of the ten live \
+partitions. The ratio is to the plain run; the slowest second and the jobs/s series show whether \
+the drops stall the claims.\n";
+
 /// One run of the workload.
 #[derive(Debug, Clone)]
 pub(crate) struct PartitionRun {

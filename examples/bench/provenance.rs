@@ -27,7 +27,7 @@ pub(crate) fn intro() -> String {
          serialized behind the table's advisory lock), then under a rate limit far above the \
          throughput (the token bucket read and spent by every claim); the ratio is to the plain run \
          of the same run.\n\
-         {}         - **Worker processes** (the `processes` workload): N separate worker processes of \
+         {}{}         - **Worker processes** (the `processes` workload): N separate worker processes of \
          `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
          last completion (database clock), beside the heartbeat floor measured just before.\n\
          - **Dashboard** (the `dashboard` workload): each page requested 20 times through the \
@@ -48,6 +48,7 @@ pub(crate) fn intro() -> String {
          - The chart shows the newest run (the last section).\n\n\
          ![jobs/s against handler count]({})\n\n",
         crate::workflows::INTRO,
+        crate::partitioned::INTRO,
         crate::chart::FILE_NAME
     )
 }
