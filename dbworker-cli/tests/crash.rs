@@ -81,7 +81,10 @@ async fn a_worker_killed_mid_job_on_a_partitioned_table_has_its_job_requeued_and
     .await
     .unwrap();
     let partition: String = db
-        .scalar("SELECT tableoid::regclass::text FROM jobs WHERE id = $1", id)
+        .scalar(
+            "SELECT tableoid::regclass::text FROM jobs WHERE id = $1",
+            id,
+        )
         .await;
     assert!(
         partition.starts_with("jobs_p"),

@@ -15,7 +15,10 @@ use common::Db;
 #[tokio::test]
 async fn migration_refuses_what_a_partitioned_table_cannot_carry() {
     let db = Db::new().await;
-    let err = refused(&dbworker(&db, &["migration", "--partitioned", "--workflows"]));
+    let err = refused(&dbworker(
+        &db,
+        &["migration", "--partitioned", "--workflows"],
+    ));
     assert!(
         err.contains("--workflows cannot be used with --partitioned"),
         "{err}"
@@ -24,14 +27,25 @@ async fn migration_refuses_what_a_partitioned_table_cannot_carry() {
         &db,
         &["migration", "--partitioned", "--keys", "--enqueue-function"],
     ));
-    assert!(err.contains("--enqueue-function and --add-jobs with --keys"), "{err}");
+    assert!(
+        err.contains("--enqueue-function and --add-jobs with --keys"),
+        "{err}"
+    );
     let err = refused(&dbworker(
         &db,
-        &["migration", "--partitioned", "--partition-interval", "fortnight"],
+        &[
+            "migration",
+            "--partitioned",
+            "--partition-interval",
+            "fortnight",
+        ],
     ));
     assert!(err.contains("partition_interval"), "{err}");
     // Without --keys the enqueue function works on a partitioned table.
-    ok(&dbworker(&db, &["migration", "--partitioned", "--enqueue-function"]));
+    ok(&dbworker(
+        &db,
+        &["migration", "--partitioned", "--enqueue-function"],
+    ));
 }
 
 #[tokio::test]
@@ -52,10 +66,11 @@ async fn partitions_are_created_ahead_and_purge_drops_an_old_one_whole() {
         ],
     ));
     db.execute(&ddl).await;
-    let kind: String = sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE oid = 'jobs'::regclass")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let kind: String =
+        sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE oid = 'jobs'::regclass")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(kind, "p");
 
     // Three days back: one finished job in a partition of its own.

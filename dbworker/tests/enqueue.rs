@@ -181,8 +181,10 @@ async fn keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_u
 }
 
 #[tokio::test]
-async fn on_a_partitioned_table_keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up() {
-    keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up_on(Table::Partitioned).await;
+async fn on_a_partitioned_table_keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up()
+ {
+    keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up_on(Table::Partitioned)
+        .await;
 }
 
 async fn keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up_on(table: Table) {
@@ -404,8 +406,10 @@ async fn concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job
 }
 
 #[tokio::test]
-async fn on_a_partitioned_table_concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job() {
-    concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job_on(Table::Partitioned).await;
+async fn on_a_partitioned_table_concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job()
+ {
+    concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job_on(Table::Partitioned)
+        .await;
 }
 
 async fn concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job_on(table: Table) {

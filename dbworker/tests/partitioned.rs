@@ -35,8 +35,11 @@ async fn partitions(db: &Db) -> Vec<String> {
 
 /// The partition job `id` lives in.
 async fn partition_of(db: &Db, id: i64) -> String {
-    db.scalar("SELECT tableoid::regclass::text FROM jobs WHERE id = $1", id)
-        .await
+    db.scalar(
+        "SELECT tableoid::regclass::text FROM jobs WHERE id = $1",
+        id,
+    )
+    .await
 }
 
 fn purger_options() -> PurgeOptions {
@@ -53,10 +56,8 @@ fn purger_options() -> PurgeOptions {
 /// completed just now seven days back. Returns those three ids.
 async fn finished_but_three(db: &Db) -> [i64; 3] {
     let ids = db.enqueue_spread(100, json!({})).await;
-    db.execute(
-        "UPDATE jobs SET state = 'completed', finished_at = now() - interval '2 days'",
-    )
-    .await;
+    db.execute("UPDATE jobs SET state = 'completed', finished_at = now() - interval '2 days'")
+        .await;
     let in_partition = |days: i64| {
         let pool = db.pool.clone();
         async move {
@@ -113,9 +114,15 @@ async fn purge_drops_whole_partitions_but_never_one_holding_an_unfinished_job() 
         .map(|p| p.name.as_str())
         .collect();
     assert_eq!(dropped.len(), 6, "{purged:?}");
-    assert!(purged.partitions_dropped.iter().all(|p| p.rows == 10), "{purged:?}");
+    assert!(
+        purged.partitions_dropped.iter().all(|p| p.rows == 10),
+        "{purged:?}"
+    );
     for name in &keep {
-        assert!(!dropped.iter().any(|d| d.ends_with(name.as_str())), "{name} kept");
+        assert!(
+            !dropped.iter().any(|d| d.ends_with(name.as_str())),
+            "{name} kept"
+        );
     }
     let after = partitions(&db).await;
     assert_eq!(after.len(), before.len() - 6, "{after:?}");
@@ -147,7 +154,11 @@ async fn purge_drops_whole_partitions_but_never_one_holding_an_unfinished_job() 
     .await;
     let purged = purger.purge_once().await.unwrap();
     assert_eq!(purged.partitions_dropped.len(), 1, "{purged:?}");
-    assert!(purged.partitions_dropped[0].name.ends_with(keep[0].as_str()));
+    assert!(
+        purged.partitions_dropped[0]
+            .name
+            .ends_with(keep[0].as_str())
+    );
     assert_eq!(db.state(processing).await, "processing");
 }
 
@@ -205,7 +216,14 @@ async fn partitions_are_created_ahead_and_an_insert_outside_them_never_fails() {
     assert_eq!(partition_of(&db, far).await, "jobs_default");
     assert_eq!(db.state(far).await, "queued");
     // The next pass creates nothing new.
-    assert!(purger.purge_once().await.unwrap().partitions_created.is_empty());
+    assert!(
+        purger
+            .purge_once()
+            .await
+            .unwrap()
+            .partitions_created
+            .is_empty()
+    );
 }
 
 async fn keyed_enqueuer(db: &Db) -> Enqueuer {
@@ -223,7 +241,11 @@ async fn a_key_is_held_by_one_live_job_across_every_partition() {
     let enqueuer = keyed_enqueuer(&db).await;
     // The holder was queued last week: another partition than today's.
     let old = enqueuer
-        .enqueue(&NewJob::new().json("payload", json!({"n": 1})).key("k", KeyMode::Replace))
+        .enqueue(
+            &NewJob::new()
+                .json("payload", json!({"n": 1}))
+                .key("k", KeyMode::Replace),
+        )
         .await
         .unwrap()
         .id();
@@ -234,40 +256,62 @@ async fn a_key_is_held_by_one_live_job_across_every_partition() {
     assert_ne!(partition_of(&db, old).await, "jobs_default");
     let today = NewJob::new().json("payload", json!({"n": 2}));
     assert_eq!(
-        enqueuer.enqueue(&today.clone().key("k", KeyMode::DedupeOnly)).await.unwrap(),
+        enqueuer
+            .enqueue(&today.clone().key("k", KeyMode::DedupeOnly))
+            .await
+            .unwrap(),
         Enqueued::Kept(old)
     );
     assert_eq!(
-        enqueuer.enqueue(&today.clone().key("k", KeyMode::Replace)).await.unwrap(),
+        enqueuer
+            .enqueue(&today.clone().key("k", KeyMode::Replace))
+            .await
+            .unwrap(),
         Enqueued::Updated(old)
     );
     let live: i64 = db
-        .scalar("SELECT count(*) FROM jobs WHERE job_key = 'k' AND id >= $1", old)
+        .scalar(
+            "SELECT count(*) FROM jobs WHERE job_key = 'k' AND id >= $1",
+            old,
+        )
         .await;
     assert_eq!(live, 1);
     // A second live holder is refused like the plain table's unique index
     // refuses it, whatever its partition.
-    let err = sqlx::query("INSERT INTO jobs (job_key, queued_at) VALUES ('k', now() - interval '2 days')")
-        .execute(&db.pool)
-        .await
-        .unwrap_err();
-    assert_eq!(err.as_database_error().unwrap().code().as_deref(), Some("23505"));
+    let err = sqlx::query(
+        "INSERT INTO jobs (job_key, queued_at) VALUES ('k', now() - interval '2 days')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.as_database_error().unwrap().code().as_deref(),
+        Some("23505")
+    );
 
     // The holder finishes: the key is free, a new job takes it today.
-    db.execute(&format!("UPDATE jobs SET state = 'failed' WHERE id = {old}"))
-        .await;
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'failed' WHERE id = {old}"
+    ))
+    .await;
     let new = enqueuer
         .enqueue(&today.clone().key("k", KeyMode::Replace))
         .await
         .unwrap();
-    assert!(matches!(new, Enqueued::Inserted(id) if id != old), "{new:?}");
+    assert!(
+        matches!(new, Enqueued::Inserted(id) if id != old),
+        "{new:?}"
+    );
     // Retrying the failed old holder now would make two live holders: refused.
     let err = sqlx::query("UPDATE jobs SET state = 'queued' WHERE id = $1")
         .bind(old)
         .execute(&db.pool)
         .await
         .unwrap_err();
-    assert_eq!(err.as_database_error().unwrap().code().as_deref(), Some("23505"));
+    assert_eq!(
+        err.as_database_error().unwrap().code().as_deref(),
+        Some("23505")
+    );
     // The key table holds exactly the live holder.
     let held: Vec<(String, i64)> = sqlx::query_as("SELECT job_key, job_id FROM jobs_keys")
         .fetch_all(&db.pool)
@@ -288,8 +332,11 @@ async fn a_key_is_held_by_one_live_job_across_every_partition() {
 #[tokio::test]
 async fn keys_without_the_key_table_and_workflows_are_refused_by_name() {
     let db = Db::partitioned().await;
-    db.add_columns(|c| c.keys = false, &["ALTER TABLE jobs ADD COLUMN job_key text".into()])
-        .await;
+    db.add_columns(
+        |c| c.keys = false,
+        &["ALTER TABLE jobs ADD COLUMN job_key text".into()],
+    )
+    .await;
     let mut o = EnqueueOptions::new("jobs");
     o.key_column = Some("job_key".into());
     let err = Enqueuer::new(&db.pool, o).await.unwrap_err().to_string();
@@ -305,9 +352,12 @@ async fn keys_without_the_key_table_and_workflows_are_refused_by_name() {
         }
         other => panic!("workflows must be refused: {other:?}"),
     }
-    let err = dbworker::workflow::Workflows::new(&db.pool, dbworker::workflow::WorkflowOptions::new("jobs"))
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = dbworker::workflow::Workflows::new(
+        &db.pool,
+        dbworker::workflow::WorkflowOptions::new("jobs"),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("workflows"), "{err}");
 }

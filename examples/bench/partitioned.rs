@@ -147,10 +147,11 @@ async fn burn_beside_purger(
                 }
                 let at = started.elapsed();
                 let purged = purger.purge_once().await?;
-                passes
-                    .lock()
-                    .await
-                    .push((at, started.elapsed() - at, purged.partitions_dropped.len()));
+                passes.lock().await.push((
+                    at,
+                    started.elapsed() - at,
+                    purged.partitions_dropped.len(),
+                ));
             }
         })
     };

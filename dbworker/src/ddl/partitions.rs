@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::str::FromStr;
 
 use crate::columns::{
-    Columns, Relation, bounded_name, bounded_name_to, create_partitions_function, key_table, literal,
-    quote,
+    Columns, Relation, bounded_name, bounded_name_to, create_partitions_function, key_table,
+    literal, quote,
 };
 use crate::error::{Error, Result};
 
@@ -227,21 +227,34 @@ mod tests {
     #[test]
     fn renames_and_intervals_reach_the_ddl() {
         let renames = HashMap::from([("queued_at".to_owned(), "created_at".to_owned())]);
-        let ddl = partitioned_job_table_sql("app.jobs", &renames, PartitionInterval::Month).unwrap();
+        let ddl =
+            partitioned_job_table_sql("app.jobs", &renames, PartitionInterval::Month).unwrap();
         assert!(ddl.contains(r#"PRIMARY KEY ("id", "created_at")"#), "{ddl}");
-        assert!(ddl.contains(r#"CREATE TABLE IF NOT EXISTS "app"."jobs_default" PARTITION OF "app"."jobs" DEFAULT"#));
+        assert!(ddl.contains(
+            r#"CREATE TABLE IF NOT EXISTS "app"."jobs_default" PARTITION OF "app"."jobs" DEFAULT"#
+        ));
         assert!(ddl.contains("date_trunc('month'"));
         assert!(ddl.contains(r#"FUNCTION "app"."jobs_create_partitions"("#));
         assert!(!ddl.contains("PRIMARY KEY,"), "the id alone is no key");
-        assert_eq!("week".parse::<PartitionInterval>().unwrap(), PartitionInterval::Week);
+        assert_eq!(
+            "week".parse::<PartitionInterval>().unwrap(),
+            PartitionInterval::Week
+        );
         assert!("fortnight".parse::<PartitionInterval>().is_err());
     }
 
     #[test]
     fn long_names_leave_room_for_the_date() {
         let long = "j".repeat(60);
-        let ddl = partitioned_job_table_sql(&long, &HashMap::new(), PartitionInterval::Hour).unwrap();
-        let prefix = ddl.split("part := '").nth(1).unwrap().split('\'').next().unwrap();
+        let ddl =
+            partitioned_job_table_sql(&long, &HashMap::new(), PartitionInterval::Hour).unwrap();
+        let prefix = ddl
+            .split("part := '")
+            .nth(1)
+            .unwrap()
+            .split('\'')
+            .next()
+            .unwrap();
         assert!(prefix.len() + "20261124h10".len() <= 63, "{prefix}");
     }
 }

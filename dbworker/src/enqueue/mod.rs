@@ -5,6 +5,7 @@
 mod after;
 mod copy;
 mod new_job;
+mod partitioned;
 
 pub(crate) use after::GraphTask;
 use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
@@ -200,27 +201,8 @@ impl Enqueuer {
         )
         .await?;
         let partitioned = crate::schema_check::is_partitioned(pool, &target.table).await?;
-        if partitioned && options.workflows {
-            return Err(Error::InvalidOption {
-                field: "workflows",
-                reason: format!(
-                    "workflows cannot run on {}, a partitioned table: the dependency table's foreign key needs a unique id, and a partitioned table's primary key is (id, queued_at)",
-                    target.table.display_name()
-                ),
-            });
-        }
-        if partitioned && target.key.is_some() {
-            // No unique index on the key alone: the key table stands in for it.
-            let keys = crate::columns::key_table(&target.table);
-            crate::schema_check::require_columns(
-                pool,
-                &keys,
-                "key table",
-                &["job_key", "job_id"],
-                "a partitioned table keeps its job keys there; `dbworker migration --partitioned --keys` creates it",
-            )
-            .await?;
-            target.key_table = Some(keys);
+        if partitioned {
+            target.key_table = partitioned::check(pool, &target, options.workflows).await?;
         } else if target.key.is_some()
             && let Err(err) = sql::explain_keyed_insert(&target)
                 .query()
@@ -308,11 +290,15 @@ impl Enqueuer {
                     .fetch_optional(&mut *conn)
                     .await
                     .map_err(Error::db("enqueue"))?,
-                Some(keys) => match self.enqueue_keyed_partitioned(conn, keys, job, key, mode).await? {
-                    Some(row) => row,
-                    // Another enqueuer inserted a holder first: look again.
-                    None => continue,
-                },
+                Some(keys) => {
+                    match partitioned::keyed_insert(conn, &self.target, keys, job, key, mode)
+                        .await?
+                    {
+                        Some(row) => row,
+                        // Another enqueuer inserted a holder first: look again.
+                        None => continue,
+                    }
+                }
             };
             if let Some(row) = row {
                 let id = row.get("id");
@@ -347,35 +333,6 @@ impl Enqueuer {
             field: "key",
             reason: format!("the job holding key {key:?} kept changing; try again"),
         })
-    }
-
-    /// A keyed insert into a partitioned table, in a savepoint: `None` when a
-    /// concurrent enqueuer of the same key inserted first (the key table's
-    /// unique violation), so the caller looks again.
-    async fn enqueue_keyed_partitioned(
-        &self,
-        conn: &mut PgConnection,
-        keys: &Relation,
-        job: &NewJob,
-        key: &str,
-        mode: sql::OnKey,
-    ) -> Result<Option<Option<sqlx::postgres::PgRow>>> {
-        let mut savepoint = conn.begin().await.map_err(Error::db("begin"))?;
-        let result = sql::enqueue_keyed_partitioned(&self.target, keys, &job.row(), key, mode)
-            .query()
-            .fetch_optional(&mut *savepoint)
-            .await;
-        match result {
-            Ok(row) => {
-                savepoint.commit().await.map_err(Error::db("commit"))?;
-                Ok(Some(row))
-            }
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
-                savepoint.rollback().await.map_err(Error::db("rollback"))?;
-                Ok(None)
-            }
-            Err(err) => Err(Error::db("enqueue")(err)),
-        }
     }
 
     /// Inserts many jobs on the enqueuer's pool, all or none; see

@@ -13,7 +13,11 @@ use crate::sql::{self, PurgeTable};
 
 /// Creates the partitions up to `ahead` intervals past the current one
 /// (`<table>_create_partitions`); returns the names of those it created.
-pub(crate) async fn create_ahead(pool: &PgPool, table: &Relation, ahead: u32) -> Result<Vec<String>> {
+pub(crate) async fn create_ahead(
+    pool: &PgPool,
+    table: &Relation,
+    ahead: u32,
+) -> Result<Vec<String>> {
     let rows = sql::create_partitions(table, ahead)
         .query()
         .fetch_all(pool)
@@ -77,7 +81,8 @@ pub(crate) async fn drop_purgeable(
         if kept > 0 {
             continue;
         }
-        if let Some(rows) = detach_and_drop(pool, &partition, target, max_age, lock_timeout).await? {
+        if let Some(rows) = detach_and_drop(pool, &partition, target, max_age, lock_timeout).await?
+        {
             dropped.push(DroppedPartition {
                 name: partition.display_name(),
                 rows,

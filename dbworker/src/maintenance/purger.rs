@@ -197,7 +197,12 @@ impl Purger {
         if !self.partitioned {
             return Ok(Vec::new());
         }
-        partitions::create_ahead(&self.pool, &self.target.table, self.options.partitions_ahead).await
+        partitions::create_ahead(
+            &self.pool,
+            &self.target.table,
+            self.options.partitions_ahead,
+        )
+        .await
     }
 
     /// Purges every configured state until none is left that old. On a

@@ -14,7 +14,8 @@ use crate::columns::create_partitions_function;
 
 /// The upper bound of a partition's range, read from its bound expression
 /// (`FOR VALUES FROM ('…') TO ('…')`); NULL for the default partition.
-const UPPER_BOUND: &str = r#"(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz"#;
+const UPPER_BOUND: &str =
+    r#"(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz"#;
 
 /// The partitions of `table` whose range ended before `now()`, oldest first:
 /// `(schema, name)`. No row can be queued into them any more (unless inserted
@@ -55,16 +56,14 @@ pub(crate) fn partition_rows(
     const P: &str = "dbworker_partition";
     let mut purgeable = Condition::any();
     for (s, age) in max_age {
-        purgeable = purgeable.add(
-            col(P, &c.state).eq(state(*s)).and(Expr::cust_with_values(
-                format!(
-                    "{}.{} < now() - make_interval(secs => $1::float8)",
-                    quote(P),
-                    quote(&c.finished_at)
-                ),
-                [age.as_secs_f64()],
-            )),
-        );
+        purgeable = purgeable.add(col(P, &c.state).eq(state(*s)).and(Expr::cust_with_values(
+            format!(
+                "{}.{} < now() - make_interval(secs => $1::float8)",
+                quote(P),
+                quote(&c.finished_at)
+            ),
+            [age.as_secs_f64()],
+        )));
     }
     let purgeable = if max_age.is_empty() {
         Expr::cust("false")
@@ -79,10 +78,7 @@ pub(crate) fn partition_rows(
         .to_owned();
     let q = Query::select()
         .expr_as(Expr::cust("count(*)::bigint"), alias("rows"))
-        .expr_as(
-            Expr::expr(kept),
-            alias("kept"),
-        )
+        .expr_as(Expr::expr(kept), alias("kept"))
         .from(plain_table(partition).alias(alias("dbworker_all")))
         .to_owned();
     Statement::from(&q)

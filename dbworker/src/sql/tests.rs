@@ -364,7 +364,13 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ),
         (
             "enqueue_keyed_partitioned_replace",
-            enqueue_keyed_partitioned(&e, &rel("app.example_jobs_keys"), &keyed, "k", OnKey::Replace),
+            enqueue_keyed_partitioned(
+                &e,
+                &rel("app.example_jobs_keys"),
+                &keyed,
+                "k",
+                OnKey::Replace,
+            ),
         ),
         (
             "enqueue_keyed_partitioned_unsafe_dedupe",
@@ -416,7 +422,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
             ),
         ),
         ("explain_keyed_insert", explain_keyed_insert(&e)),
-        ("closed_partitions", closed_partitions(&rel("app.example_jobs"))),
+        (
+            "closed_partitions",
+            closed_partitions(&rel("app.example_jobs")),
+        ),
         (
             "partition_rows",
             partition_rows(
