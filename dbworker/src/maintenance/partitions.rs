@@ -77,8 +77,13 @@ pub(crate) async fn drop_purgeable(
             alias: name.clone(),
             name,
         };
-        let (_, kept) = count(pool, &partition, target, max_age).await?;
-        if kept > 0 {
+        let keeps: bool = sql::partition_keeps_rows(&partition, &target.columns, max_age)
+            .query()
+            .fetch_one(pool)
+            .await
+            .map_err(Error::db("purge"))?
+            .get("kept");
+        if keeps {
             continue;
         }
         if let Some(rows) = detach_and_drop(pool, &partition, target, max_age, lock_timeout).await?

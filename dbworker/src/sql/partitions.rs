@@ -44,16 +44,12 @@ pub(crate) fn closed_partitions(table: &Relation) -> Statement {
     Statement::from(&q)
 }
 
-/// `(rows, kept)` of one partition: how many rows it holds, and how many the
-/// purger must keep (any row not in a purged state, or finished more recently
-/// than its state's age, or with no `finished_at`). A partition is dropped only
-/// when `kept` is 0.
-pub(crate) fn partition_rows(
-    partition: &Relation,
-    c: &Columns,
-    max_age: &[(JobState, Duration)],
-) -> Statement {
-    const P: &str = "dbworker_partition";
+const P: &str = "dbworker_partition";
+
+/// `NOT <purgeable>` over a partition aliased [`P`]: a row the purger must
+/// keep (not in a purged state, finished more recently than its state's age,
+/// or with no `finished_at`).
+fn kept_row(c: &Columns, max_age: &[(JobState, Duration)]) -> Expr {
     let mut purgeable = Condition::any();
     for (s, age) in max_age {
         purgeable = purgeable.add(col(P, &c.state).eq(state(*s)).and(Expr::cust_with_values(
@@ -71,10 +67,39 @@ pub(crate) fn partition_rows(
         // NULL (no finished_at) counts as kept.
         Expr::cust_with_expr("COALESCE($1, false)", purgeable)
     };
+    purgeable.not()
+}
+
+/// Whether one partition holds a row the purger must keep: the first look,
+/// which stops at the first such row (a partition of live jobs costs little).
+pub(crate) fn partition_keeps_rows(
+    partition: &Relation,
+    c: &Columns,
+    max_age: &[(JobState, Duration)],
+) -> Statement {
+    let kept = Query::select()
+        .expr(Expr::cust("1"))
+        .from(plain_table(partition).alias(alias(P)))
+        .and_where(kept_row(c, max_age))
+        .to_owned();
+    let q = Query::select()
+        .expr_as(Expr::exists(kept), alias("kept"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// `(rows, kept)` of one partition: how many rows it holds, and how many the
+/// purger must keep. Run after the detach: a partition is dropped only when
+/// `kept` is 0.
+pub(crate) fn partition_rows(
+    partition: &Relation,
+    c: &Columns,
+    max_age: &[(JobState, Duration)],
+) -> Statement {
     let kept = Query::select()
         .expr(Expr::cust("count(*)"))
         .from(plain_table(partition).alias(alias(P)))
-        .and_where(purgeable.not())
+        .and_where(kept_row(c, max_age))
         .to_owned();
     let q = Query::select()
         .expr_as(Expr::cust("count(*)::bigint"), alias("rows"))

@@ -438,6 +438,14 @@ fn statements() -> Vec<(&'static str, Statement)> {
             ),
         ),
         (
+            "partition_keeps_rows",
+            partition_keeps_rows(
+                &rel("app.example_jobs_p20261124"),
+                &renamed(),
+                &[(JobState::Completed, Duration::from_secs(60))],
+            ),
+        ),
+        (
             "partition_rows_none_purged",
             partition_rows(&rel("app.example_jobs_p20261124"), &renamed(), &[]),
         ),
