@@ -31,8 +31,8 @@ heartbeat burn-down on the plain table, then on a table from `dbworker migration
 there again with 100,000 finished rows (`--partition-old-rows`) in five older partitions and a \
 `Purger` pass every second beside the workers: its first pass detaches and drops those five \
 partitions (each in a transaction that holds the job table's lock while it re-counts the \
-partition), the later ones find nothing to drop but still count the rows of the ten live \
-partitions. The ratio is to the plain run; the slowest second and the jobs/s series show whether \
+partition), the later ones find nothing to drop after looking for a row to keep in each closed \
+partition of live jobs (stopping at the first). The ratio is to the plain run; the slowest second and the jobs/s series show whether \
 the drops stall the claims.\n";
 
 /// One run of the workload.
