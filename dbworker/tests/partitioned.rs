@@ -1,6 +1,7 @@
 //! Partitioned job tables (`dbworker migration --partitioned`) on real
 //! Postgres: retention by dropping whole partitions that never drops an
-//! unfinished job, a detach that cannot get its lock in time, partitions
+//! unfinished job (nor one retried while its partition is being detached), a
+//! detach that cannot get its lock in time, partitions
 //! created ahead, job keys held across every partition, and the features a
 //! partitioned table cannot carry refused by name. The conformance suite, the
 //! crash tests, keys, limits, admin and the dashboard also run on a
@@ -190,6 +191,65 @@ async fn a_detach_that_cannot_get_the_tables_lock_in_time_skips_the_partition() 
     let purged = purger.purge_once().await.unwrap();
     assert_eq!(purged.partitions_dropped.len(), 6, "{purged:?}");
     assert!(purged.partitions_dropped.iter().all(|p| p.rows == 0));
+}
+
+#[tokio::test]
+async fn a_job_retried_while_its_partition_is_being_detached_is_never_dropped() {
+    let db = Db::partitioned().await;
+    // A finished job, old enough, alone in the oldest partition: the first
+    // one the purger looks at.
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (state, queued_at, finished_at) VALUES ('completed', now() - interval '9 days', now() - interval '2 days') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let partition = partition_of(&db, id).await;
+    // An operator retries it, in a transaction still open when the purger's
+    // first look (which sees the committed, purgeable row) is done.
+    let mut retry = db.pool.begin().await.unwrap();
+    sqlx::query("UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = $1")
+        .bind(id)
+        .execute(&mut *retry)
+        .await
+        .unwrap();
+    let mut o = purger_options();
+    o.detach_lock_timeout = Duration::from_secs(30);
+    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let purge = tokio::spawn(async move { purger.purge_once().await });
+    // The detach waits for the retry's lock on the table...
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+             AND wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE%DETACH PARTITION%')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the purger never tried to detach"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ...and once the retry commits, its re-count finds a live job: no drop.
+    retry.commit().await.unwrap();
+    let purged = purge.await.unwrap().unwrap();
+    assert!(
+        !purged
+            .partitions_dropped
+            .iter()
+            .any(|p| p.name.ends_with(partition.as_str())),
+        "{purged:?}"
+    );
+    assert_eq!(db.state(id).await, "queued");
+    assert_eq!(partition_of(&db, id).await, partition, "still attached");
+    // The empty closed partitions after it were dropped in the same pass.
+    assert_eq!(purged.partitions_dropped.len(), 8, "{purged:?}");
 }
 
 #[tokio::test]
