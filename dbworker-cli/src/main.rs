@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{control, jobs, maintenance, migration, status, top, ui, workflow};
+use commands::{control, jobs, maintenance, migration, partitions, status, top, ui, workflow};
 
 #[derive(Debug, Parser)]
 #[command(name = "dbworker", version, about = "Operate dbworker job tables")]
@@ -28,6 +28,8 @@ enum Command {
     Migration(migration::MigrationArgs),
     /// Delete (or archive) finished jobs older than their state's age.
     Purge(maintenance::PurgeArgs),
+    /// Partitioned job tables: `create --ahead N` makes the upcoming partitions.
+    Partitions(partitions::PartitionsArgs),
     /// Live jobs per state and queue, the oldest wait, who is processing, and
     /// (with the registry) the live processes and the leader.
     Status(status::StatusArgs),
@@ -77,6 +79,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Migration(args) => migration::migration(args),
         Command::Purge(args) => maintenance::purge(args).await,
+        Command::Partitions(args) => partitions::partitions(args).await,
         Command::Status(args) => status::status(args).await,
         Command::List(args) => jobs::list(args).await,
         Command::Show(args) => jobs::show(args).await,

@@ -34,8 +34,22 @@ async fn seed(db: &Db) -> std::collections::HashMap<&'static str, i64> {
 
 #[tokio::test]
 async fn each_command_acts_only_on_the_states_it_names() {
-    let db = Db::new().await;
+    each_command_acts_only_on_the_states_it_names_on(Db::new().await, false).await;
+}
+
+/// The same on a table partitioned by day, each job in its own day's partition.
+#[tokio::test]
+async fn on_a_partitioned_table_each_command_acts_only_on_the_states_it_names() {
+    each_command_acts_only_on_the_states_it_names_on(Db::partitioned().await, true).await;
+}
+
+async fn each_command_acts_only_on_the_states_it_names_on(db: Db, spread: bool) {
     let ids = seed(&db).await;
+    if spread {
+        db.execute("UPDATE jobs SET queued_at = now() - (id % 5) * interval '1 day'")
+            .await;
+        assert_eq!(db.partitions_in_use().await, 5);
+    }
     let id = |s: &str| ids[s].to_string();
 
     let status = ok(&dbworker(&db, &["status", "--queue-column", "queue"]));

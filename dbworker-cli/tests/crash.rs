@@ -67,6 +67,35 @@ async fn crash_child_worker() {
 async fn a_worker_killed_mid_job_has_its_job_requeued_and_completed() {
     let db = Db::new().await;
     let id = db.enqueue(1, json!({})).await[0];
+    kill_mid_job_and_recover(&db, id).await;
+}
+
+/// The same on a table partitioned by day, the job in last week's partition.
+#[tokio::test]
+async fn a_worker_killed_mid_job_on_a_partitioned_table_has_its_job_requeued_and_completed() {
+    let db = Db::partitioned().await;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (queued_at) VALUES (now() - interval '5 days') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let partition: String = db
+        .scalar(
+            "SELECT tableoid::regclass::text FROM jobs WHERE id = $1",
+            id,
+        )
+        .await;
+    assert!(
+        partition.starts_with("jobs_p"),
+        "in a dated partition: {partition}"
+    );
+    kill_mid_job_and_recover(&db, id).await;
+}
+
+/// Starts a transactional worker as a child process, kills it mid-job, runs
+/// `dbworker reset` until the job is requeued and completes it with a new worker.
+async fn kill_mid_job_and_recover(db: &Db, id: i64) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child_worker", "--ignored", "--nocapture"])
         .env(CHILD_ENV, db.db.url())

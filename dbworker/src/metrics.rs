@@ -20,6 +20,9 @@ pub const RESET_ERRORS_TOTAL: &str = "dbworker_reset_errors_total";
 /// Rows the purger deleted or archived, by table and state (metric name).
 pub const PURGED_TOTAL: &str = "dbworker_purged_total";
 
+/// Partitions the purger dropped whole, by table (metric name).
+pub const PARTITIONS_DROPPED_TOTAL: &str = "dbworker_partitions_dropped_total";
+
 /// Live processes in the registry, as the last heartbeat counted them (gauge).
 pub const NODES_LIVE: &str = "dbworker_nodes_live";
 

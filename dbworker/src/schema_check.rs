@@ -151,6 +151,17 @@ async fn check_access(
     Ok(true)
 }
 
+/// Whether `rel` is a partitioned table (`pg_class.relkind` `p`); `false`
+/// when it does not exist (its own check reports that).
+pub(crate) async fn is_partitioned(pool: &PgPool, rel: &Relation) -> Result<bool> {
+    let row = sql::relation_access(rel)
+        .query()
+        .fetch_optional(pool)
+        .await
+        .map_err(Error::db("schema_check"))?;
+    Ok(row.is_some_and(|r| r.get::<String, _>("kind") == "p"))
+}
+
 /// Checks that `rel` exists, that the role may select and update it, and that
 /// it has every standard column, typed as expected, with counters that cannot
 /// silently hold NULL.

@@ -16,6 +16,8 @@ use common::{Db, Job};
 struct Postgres {
     db: Db,
     handling: Handling,
+    /// Jobs queued over ten days, so a partitioned table holds them in ten partitions.
+    spread: bool,
 }
 
 #[async_trait]
@@ -35,7 +37,13 @@ impl Harness for Postgres {
     }
 
     async fn enqueue(&self, _store: &DbStore<Job>, n: usize) -> Vec<RecordId> {
-        self.db.enqueue(n, serde_json::json!({})).await
+        if self.spread {
+            let ids = self.db.enqueue_spread(n, serde_json::json!({})).await;
+            assert_eq!(self.db.partitions_in_use().await, n.min(10) as i64);
+            ids
+        } else {
+            self.db.enqueue(n, serde_json::json!({})).await
+        }
     }
 
     async fn state(&self, _store: &DbStore<Job>, id: RecordId) -> JobState {
@@ -100,6 +108,7 @@ async fn postgres_store_passes_the_conformance_suite_with_transactional_handling
     let h = Postgres {
         db: Db::new().await,
         handling: Handling::Transactional,
+        spread: false,
     };
     conformance::run_all(&h).await;
 }
@@ -109,6 +118,27 @@ async fn postgres_store_passes_the_conformance_suite_with_heartbeat_handling() {
     let h = Postgres {
         db: Db::new().await,
         handling: Handling::Heartbeat,
+        spread: false,
+    };
+    conformance::run_all(&h).await;
+}
+
+#[tokio::test]
+async fn partitioned_table_passes_the_conformance_suite_with_transactional_handling() {
+    let h = Postgres {
+        db: Db::partitioned().await,
+        handling: Handling::Transactional,
+        spread: true,
+    };
+    conformance::run_all(&h).await;
+}
+
+#[tokio::test]
+async fn partitioned_table_passes_the_conformance_suite_with_heartbeat_handling() {
+    let h = Postgres {
+        db: Db::partitioned().await,
+        handling: Handling::Heartbeat,
+        spread: true,
     };
     conformance::run_all(&h).await;
 }

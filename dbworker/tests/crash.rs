@@ -64,6 +64,29 @@ async fn crash_child_batch_worker() {
 async fn a_worker_killed_with_marks_in_flight_loses_no_job() {
     let db = Db::new().await;
     let ids = db.enqueue(3000, json!({})).await;
+    kill_mid_stream_and_recover(&db, &ids).await;
+}
+
+/// The same crash on a table partitioned by day, its jobs queued over ten
+/// days (ten partitions): the stranded jobs come back from every partition.
+#[tokio::test]
+async fn a_worker_killed_on_a_partitioned_table_loses_no_job() {
+    let db = Db::partitioned().await;
+    let ids = db.enqueue_spread(3000, json!({})).await;
+    assert_eq!(db.partitions_in_use().await, 10);
+    kill_mid_stream_and_recover(&db, &ids).await;
+    let emptied: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT tableoid) FROM jobs j WHERE EXISTS (SELECT 1 FROM side_effects s WHERE s.job_id = j.id)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(emptied, 10, "jobs ran in every partition");
+}
+
+/// Starts a batch worker as a child process, kills it with jobs in flight,
+/// resets what it stranded and checks a new worker completes every job once.
+async fn kill_mid_stream_and_recover(db: &Db, ids: &[i64]) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",

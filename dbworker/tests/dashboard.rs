@@ -14,7 +14,7 @@ use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, Ta
 use tower::ServiceExt;
 
 use common::Db;
-use shared::seed;
+use shared::{seed, seed_partitioned};
 
 fn table() -> TableConfig {
     let mut t = TableConfig::new("jobs");
@@ -99,7 +99,16 @@ fn csrf(page: &str) -> String {
 
 #[tokio::test]
 async fn pages_render_counts_filters_and_escape_hostile_text() {
-    let (db, failed) = seed().await;
+    pages_render_counts_filters_and_escape_hostile_text_on(seed().await).await;
+}
+
+/// The same on a partitioned table, the jobs in ten partitions.
+#[tokio::test]
+async fn on_a_partitioned_table_pages_render_counts_filters_and_escape_hostile_text() {
+    pages_render_counts_filters_and_escape_hostile_text_on(seed_partitioned().await).await;
+}
+
+async fn pages_render_counts_filters_and_escape_hostile_text_on((db, failed): (Db, i64)) {
     let app = dashboard(&db, Auth::None).await.router();
 
     let (status, page, headers) = get(&app, "/", None).await;
@@ -180,7 +189,16 @@ async fn pages_render_counts_filters_and_escape_hostile_text() {
 
 #[tokio::test]
 async fn actions_need_the_token_an_admin_and_the_same_origin() {
-    let (db, failed) = seed().await;
+    actions_need_the_token_an_admin_and_the_same_origin_on(seed().await).await;
+}
+
+/// The same on a partitioned table, the jobs in ten partitions.
+#[tokio::test]
+async fn on_a_partitioned_table_actions_need_the_token_an_admin_and_the_same_origin() {
+    actions_need_the_token_an_admin_and_the_same_origin_on(seed_partitioned().await).await;
+}
+
+async fn actions_need_the_token_an_admin_and_the_same_origin_on((db, failed): (Db, i64)) {
     let app = dashboard(&db, Auth::None).await.router();
     let (_, page, _) = get(&app, &format!("/t/jobs/jobs/{failed}"), None).await;
     let token = csrf(&page);

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use dbworker::{
     DbConditions, Enqueuer, Error, Handling, NewJob,
-    ddl::{OptionalColumns, enqueue_function_sql},
+    ddl::{OptionalColumns, enqueue_function_sql, partitioned_keys_sql},
     enqueue::{EnqueueOptions, Enqueued, KeyMode},
 };
 use serde_json::json;
@@ -20,8 +20,37 @@ use common::Db;
 
 /// The test table with every optional column, and an enqueuer that uses them.
 async fn set_up() -> (Db, Enqueuer) {
-    let db = Db::new().await;
-    db.add_columns(|c| *c = OptionalColumns::all(), &[]).await;
+    set_up_on(Table::Plain).await
+}
+
+/// A plain job table, or one partitioned by day (its keys in a key table).
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Plain,
+    Partitioned,
+}
+
+async fn set_up_on(table: Table) -> (Db, Enqueuer) {
+    let db = match table {
+        Table::Plain => {
+            let db = Db::new().await;
+            db.add_columns(|c| *c = OptionalColumns::all(), &[]).await;
+            db
+        }
+        Table::Partitioned => {
+            let db = Db::partitioned().await;
+            let keys = partitioned_keys_sql("jobs", &Default::default()).unwrap();
+            db.add_columns(
+                |c| {
+                    *c = OptionalColumns::all();
+                    c.keys = false;
+                },
+                &[keys],
+            )
+            .await;
+            db
+        }
+    };
     let enqueuer = Enqueuer::new(&db.pool, full_options()).await.unwrap();
     (db, enqueuer)
 }
@@ -148,7 +177,18 @@ async fn run_at_is_by_the_database_clock_and_priority_orders_the_claim() {
 
 #[tokio::test]
 async fn keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up() {
-    let (db, enqueuer) = set_up().await;
+    keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up_on(Table::Plain).await;
+}
+
+#[tokio::test]
+async fn on_a_partitioned_table_keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up()
+ {
+    keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up_on(Table::Partitioned)
+        .await;
+}
+
+async fn keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_up_on(table: Table) {
+    let (db, enqueuer) = set_up_on(table).await;
     let keyed = |n: i64, mode: KeyMode| {
         NewJob::new()
             .json("payload", json!({ "n": n }))
@@ -272,7 +312,16 @@ async fn keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_u
 
 #[tokio::test]
 async fn replacing_an_errored_holder_starts_it_over() {
-    let (db, enqueuer) = set_up().await;
+    replacing_an_errored_holder_starts_it_over_on(Table::Plain).await;
+}
+
+#[tokio::test]
+async fn on_a_partitioned_table_replacing_an_errored_holder_starts_it_over() {
+    replacing_an_errored_holder_starts_it_over_on(Table::Partitioned).await;
+}
+
+async fn replacing_an_errored_holder_starts_it_over_on(table: Table) {
+    let (db, enqueuer) = set_up_on(table).await;
     let job = |n: i64, mode| {
         NewJob::new()
             .json("payload", json!({ "n": n }))
@@ -353,8 +402,19 @@ async fn running_holder(
 
 #[tokio::test]
 async fn concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job() {
+    concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job_on(Table::Plain).await;
+}
+
+#[tokio::test]
+async fn on_a_partitioned_table_concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job()
+ {
+    concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job_on(Table::Partitioned)
+        .await;
+}
+
+async fn concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job_on(table: Table) {
     for handling in [Handling::Transactional, Handling::Heartbeat] {
-        let (db, enqueuer) = set_up().await;
+        let (db, enqueuer) = set_up_on(table).await;
         let (store, mut running) = running_holder(&db, &enqueuer, handling).await;
         let running_id = running.record().id;
         let enqueuer = Arc::new(enqueuer);
@@ -419,7 +479,16 @@ async fn concurrent_replacing_enqueuers_on_a_running_key_add_exactly_one_new_job
 
 #[tokio::test]
 async fn eight_concurrent_enqueuers_on_one_key_leave_one_live_job() {
-    let (db, enqueuer) = set_up().await;
+    eight_concurrent_enqueuers_on_one_key_leave_one_live_job_on(Table::Plain).await;
+}
+
+#[tokio::test]
+async fn on_a_partitioned_table_eight_concurrent_enqueuers_on_one_key_leave_one_live_job() {
+    eight_concurrent_enqueuers_on_one_key_leave_one_live_job_on(Table::Partitioned).await;
+}
+
+async fn eight_concurrent_enqueuers_on_one_key_leave_one_live_job_on(table: Table) {
+    let (db, enqueuer) = set_up_on(table).await;
     let enqueuer = Arc::new(enqueuer);
     for (round, mode) in [
         KeyMode::Replace,

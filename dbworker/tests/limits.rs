@@ -51,7 +51,22 @@ impl Handler<DbStore<QueuedJob>> for Counter {
 }
 
 async fn set_up() -> (Db, Limits, Enqueuer) {
-    let db = Db::new().await;
+    set_up_on(Db::new().await).await
+}
+
+/// The limits set-up on a table partitioned by day.
+async fn set_up_partitioned() -> (Db, Limits, Enqueuer) {
+    set_up_on(Db::partitioned().await).await
+}
+
+/// Moves every job into one of the last ten days' partitions (by id).
+async fn spread_over_partitions(db: &Db) {
+    db.execute("UPDATE jobs SET queued_at = now() - (id % 10) * interval '1 day'")
+        .await;
+    assert_eq!(db.partitions_in_use().await, 10);
+}
+
+async fn set_up_on(db: Db) -> (Db, Limits, Enqueuer) {
     db.add_columns(
         |c| c.queue = true,
         &[
@@ -92,11 +107,23 @@ async fn processing_reports(db: &Db) -> i64 {
 
 #[tokio::test]
 async fn four_processes_of_sixteen_handlers_never_exceed_a_queue_limit() {
-    let (db, limits, enqueuer) = set_up().await;
+    never_exceed_a_queue_limit(set_up().await, false).await;
+}
+
+/// The same with the jobs in ten partitions of a partitioned table.
+#[tokio::test]
+async fn on_a_partitioned_table_four_processes_never_exceed_a_queue_limit() {
+    never_exceed_a_queue_limit(set_up_partitioned().await, true).await;
+}
+
+async fn never_exceed_a_queue_limit((db, limits, enqueuer): (Db, Limits, Enqueuer), spread: bool) {
     limits.set("reports", 3).await.unwrap();
     let mut jobs: Vec<NewJob> = (0..60).map(|_| NewJob::new().queue("reports")).collect();
     jobs.extend((0..200).map(|_| NewJob::new().queue("emails")));
     enqueuer.enqueue_many(&jobs).await.unwrap();
+    if spread {
+        spread_over_partitions(&db).await;
+    }
 
     let counter = Arc::new(Counter::default());
     // Watch the table too: claimed-ahead jobs count as processing.
@@ -128,7 +155,15 @@ async fn four_processes_of_sixteen_handlers_never_exceed_a_queue_limit() {
 
 #[tokio::test]
 async fn a_limit_of_zero_stops_a_queue_and_removing_it_frees_it() {
-    let (db, limits, enqueuer) = set_up().await;
+    limit_of_zero_stops_a_queue(set_up().await).await;
+}
+
+#[tokio::test]
+async fn on_a_partitioned_table_a_limit_of_zero_stops_a_queue() {
+    limit_of_zero_stops_a_queue(set_up_partitioned().await).await;
+}
+
+async fn limit_of_zero_stops_a_queue((db, limits, enqueuer): (Db, Limits, Enqueuer)) {
     let ids = enqueuer
         .enqueue_many(&[
             NewJob::new().queue("reports"),

@@ -26,6 +26,9 @@
 //!   and 100 handlers, and its pickup latency.
 //! - the cost of dependency release (`workflows`): fan-ins, chains and
 //!   diamonds beside the plain burn-down.
+//! - partitioned job tables (`partitioned`): the burn-down on the plain table,
+//!   on a table partitioned by day with the jobs in ten partitions, and there
+//!   again while a purger drops old partitions beside it.
 //!
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
@@ -39,6 +42,7 @@ mod framework;
 mod latency;
 mod machine;
 mod ops;
+mod partitioned;
 mod peers;
 mod processes;
 mod provenance;
@@ -102,6 +106,10 @@ enum Workload {
     /// Dependency release: fan-ins, chains and diamonds beside the plain
     /// heartbeat burn-down.
     Workflows,
+    /// A table partitioned by day: the claim rate with the jobs in ten
+    /// partitions and while the purger drops old partitions, beside the
+    /// plain table.
+    Partitioned,
     /// Dead index entries vacuum cannot remove: a long burn-down, and an
     /// offered load while another transaction pins the xmin; with and without
     /// the claim cursor.
@@ -163,11 +171,15 @@ struct BenchArgs {
     /// How long the xmin stays pinned (in the middle of the run), in seconds.
     #[arg(long, default_value_t = 300)]
     bloat_pin_seconds: u64,
+    /// Finished rows in the old partitions the `partitioned` workload's
+    /// purger drops (five partitions).
+    #[arg(long, default_value_t = 100_000)]
+    partition_old_rows: u64,
     /// Which workloads to run.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,workflows,processes,dashboard,bloat"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,workflows,partitioned,processes,dashboard,bloat"
     )]
     workloads: Vec<Workload>,
     /// Peers to run beside dbworker and the floor (each built on demand from
@@ -347,6 +359,31 @@ async fn bench(args: BenchArgs) -> Result<()> {
             report.workflows.push((label, handlers, run));
         }
         workflows::drop_edges(&bench).await?;
+    }
+    if args.runs(Workload::Partitioned) {
+        let handlers = args
+            .handlers
+            .iter()
+            .copied()
+            .filter(|&h| h <= 64)
+            .max()
+            .unwrap_or(64);
+        let runs = partitioned::run(
+            &bench,
+            handlers,
+            args.jobs,
+            args.partition_old_rows,
+            args.enqueue_batch,
+        )
+        .await?;
+        for r in &runs {
+            progress(format_args!(
+                "partitioned: {} at {handlers} handlers: {:.0} jobs/s",
+                r.label,
+                r.run.rate()
+            ));
+        }
+        report.partitioned = runs;
     }
     if args.runs(Workload::Processes) && !args.processes.is_empty() {
         bench.prepare(0, args.jobs, args.enqueue_batch).await?;

@@ -27,7 +27,7 @@ pub(crate) fn intro() -> String {
          claim lanes while every limited queue has room for all of them), then under a rate limit \
          far above the throughput (the token bucket read and spent by every claim); the ratio is \
          to the plain run of the same run.\n\
-         {}\
+         {}{}\
          - **Bloat** (the `bloat` workload): a burn-down of `--bloat-jobs` queued rows (jobs/s per \
          5 s window), then `--bloat-rate` jobs/s offered for `--bloat-seconds` while a REPEATABLE \
          READ transaction pins the xmin for the middle `--bloat-pin-seconds` (completions per 10 s \
@@ -55,6 +55,7 @@ pub(crate) fn intro() -> String {
          - The chart shows the newest run (the last section).\n\n\
          ![jobs/s against handler count]({})\n\n",
         crate::workflows::INTRO,
+        crate::partitioned::INTRO,
         crate::chart::FILE_NAME
     )
 }

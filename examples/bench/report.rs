@@ -138,6 +138,8 @@ pub(crate) struct Report {
     pub(crate) ops: Vec<(String, usize, Run)>,
     /// `(shape, handlers, run)` of the workflows workload: the plain run first.
     pub(crate) workflows: Vec<(String, usize, Run)>,
+    /// The partitioned workload's runs: the plain table first.
+    pub(crate) partitioned: Vec<crate::partitioned::PartitionRun>,
     /// `(processes, handlers each, run)`.
     pub(crate) processes: Vec<(usize, usize, Run)>,
     /// The heartbeat floor measured before the process runs.
@@ -176,6 +178,7 @@ impl Report {
             latency: Vec::new(),
             ops: Vec::new(),
             workflows: Vec::new(),
+            partitioned: Vec::new(),
             processes: Vec::new(),
             processes_floor: None,
             dashboard: Vec::new(),
@@ -318,6 +321,7 @@ impl Report {
             });
         }
         tables.extend(crate::workflows::table(&self.workflows));
+        tables.extend(crate::partitioned::table(&self.partitioned));
         if !self.bloat_burn_downs.is_empty() {
             tables.push(crate::bloat::burn_down_table(&self.bloat_burn_downs));
         }
@@ -421,9 +425,9 @@ impl Report {
         }
     }
 
-    /// Jobs/s per second of the runs on the big table.
+    /// Jobs/s per second of the runs on the big table (and the partitioned ones).
     fn decay_lines(&self) -> Vec<String> {
-        let mut lines = Vec::new();
+        let mut lines = crate::partitioned::series_lines(&self.partitioned);
         for p in &self.big {
             for (who, run) in [("dbworker", &p.framework), ("floor", &p.floor)] {
                 lines.push(format!(
@@ -507,7 +511,7 @@ impl Report {
         }
         let decay = self.decay_lines();
         if !decay.is_empty() {
-            s.push_str("Jobs/s in each full second, on the table with completed rows:\n\n");
+            s.push_str("Jobs/s in each full second:\n\n");
             for line in decay {
                 let _ = writeln!(s, "- {line}");
             }

@@ -86,6 +86,12 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
             .purge_once()
             .await
             .with_context(|| format!("purging {}", args.target.table))?;
+        for name in &purged.partitions_created {
+            println!("created partition {name}");
+        }
+        for p in &purged.partitions_dropped {
+            println!("dropped partition {} ({} job(s))", p.name, p.rows);
+        }
         for (state, n) in &purged.by_state {
             println!("purged {n} {} job(s)", state.as_str());
         }

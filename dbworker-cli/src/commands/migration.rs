@@ -11,7 +11,8 @@ use dbworker::{
     ddl::{
         OptionalColumns, add_jobs_function_sql, admin_functions_sql, consumer_tables_sql,
         cron_table_sql, enqueue_function_sql, job_table_sql, leader_table_sql, limit_table_sql,
-        node_table_sql, notify_trigger_sql, optional_columns_sql, pause_table_sql, workflows_sql,
+        node_table_sql, notify_trigger_sql, optional_columns_sql, partitioned_job_table_sql,
+        partitioned_keys_sql, pause_table_sql, workflows_sql,
     },
 };
 
@@ -25,6 +26,14 @@ pub(crate) struct MigrationArgs {
     /// Renamed standard columns, as `standard=actual` (repeatable).
     #[arg(long = "rename", value_parser = parse_rename)]
     renames: Vec<(String, String)>,
+    /// Partition the job table by range of `queued_at` (primary key `(id,
+    /// queued_at)`, a default partition, `<table>_create_partitions(ahead)`;
+    /// with --keys, a key table kept by triggers). Not with --workflows.
+    #[arg(long)]
+    partitioned: bool,
+    /// How much of `queued_at` one partition holds: hour, day, week or month.
+    #[arg(long, requires = "partitioned", default_value = "day")]
+    partition_interval: String,
     /// Also print the trigger that NOTIFYs listening workers when jobs are queued.
     #[arg(long)]
     notify: bool,
@@ -99,8 +108,15 @@ pub(crate) struct MigrationArgs {
 /// Prints the DDL; the generators' errors (a bad name, colliding renames)
 /// say what is wrong.
 pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
+    if args.partitioned {
+        refuse_on_partitioned(&args)?;
+    }
     let renames = args.renames.into_iter().collect();
-    let mut ddl = job_table_sql(&args.table, &renames)?;
+    let mut ddl = if args.partitioned {
+        partitioned_job_table_sql(&args.table, &renames, args.partition_interval.parse()?)?
+    } else {
+        job_table_sql(&args.table, &renames)?
+    };
     let mut optional = OptionalColumns::default();
     optional.keys = args.keys;
     optional.queue = args.queue;
@@ -111,9 +127,16 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
     optional.error_history = args.error_history;
     optional.results = args.results;
     optional.retention = args.retention;
-    if optional != OptionalColumns::default() {
+    // A partitioned table keeps its keys in a key table, not a unique index.
+    let mut columns = optional;
+    columns.keys = optional.keys && !args.partitioned;
+    if columns != OptionalColumns::default() {
         ddl.push('\n');
-        ddl.push_str(&optional_columns_sql(&args.table, &renames, optional)?);
+        ddl.push_str(&optional_columns_sql(&args.table, &renames, columns)?);
+    }
+    if optional.keys && args.partitioned {
+        ddl.push('\n');
+        ddl.push_str(&partitioned_keys_sql(&args.table, &renames)?);
     }
     if args.workflows {
         ddl.push('\n');
@@ -164,5 +187,20 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
         )?);
     }
     print!("{ddl}");
+    Ok(())
+}
+
+/// The features that cannot work on a partitioned job table, refused by name.
+fn refuse_on_partitioned(args: &MigrationArgs) -> Result<()> {
+    if args.workflows {
+        anyhow::bail!(
+            "--workflows cannot be used with --partitioned: the dependency table's foreign key must reference a unique id, and a partitioned table's primary key is (id, queued_at)"
+        );
+    }
+    if args.keys && (args.enqueue_function || args.add_jobs) {
+        anyhow::bail!(
+            "--enqueue-function and --add-jobs with --keys cannot be used with --partitioned: they rely on the unique key index (ON CONFLICT), which a partitioned table keeps in a key table instead; enqueue keyed jobs through dbworker's Enqueuer"
+        );
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@ pub(crate) mod control;
 pub(crate) mod jobs;
 pub(crate) mod maintenance;
 pub(crate) mod migration;
+pub(crate) mod partitions;
 pub(crate) mod status;
 pub(crate) mod top;
 pub(crate) mod ui;

@@ -5,9 +5,11 @@ use std::collections::HashMap;
 use crate::error::Error;
 
 mod names;
+mod partitions;
 mod workflow;
 
 pub(crate) use names::*;
+pub(crate) use partitions::*;
 pub(crate) use workflow::*;
 
 /// The standard columns every job table has, by their default names.

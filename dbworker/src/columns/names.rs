@@ -281,8 +281,13 @@ fn is_reserved(word: &str) -> bool {
 /// hash of the whole, so distinct long names stay distinct (Postgres would
 /// silently truncate them to the same name).
 pub(crate) fn bounded_name(name: &str) -> String {
-    const MAX: usize = 63;
-    if name.len() <= MAX {
+    bounded_name_to(name, 63)
+}
+
+/// [`bounded_name`] within `max` bytes (leaving room for a suffix added later,
+/// like a partition's date).
+pub(crate) fn bounded_name_to(name: &str, max: usize) -> String {
+    if name.len() <= max {
         return name.to_owned();
     }
     // FNV-1a: stable across Rust versions, unlike std's hasher.
@@ -290,7 +295,7 @@ pub(crate) fn bounded_name(name: &str) -> String {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
     let suffix = format!("_{:08x}", hash & 0xffff_ffff);
-    let mut cut = MAX - suffix.len();
+    let mut cut = max - suffix.len();
     while !name.is_char_boundary(cut) {
         cut -= 1;
     }

@@ -10,6 +10,7 @@ use crate::error::Result;
 
 mod functions;
 mod notify;
+mod partitions;
 mod tables;
 mod workflows;
 
@@ -18,6 +19,7 @@ pub use functions::{add_jobs_function_sql, admin_functions_sql};
 pub use crate::columns::STANDARD_COLUMNS;
 pub(crate) use notify::notify_function_sql;
 pub use notify::notify_trigger_sql;
+pub use partitions::{PartitionInterval, partitioned_job_table_sql, partitioned_keys_sql};
 pub use tables::{
     consumer_tables_sql, cron_table_sql, events_table_sql, leader_table_sql, limit_table_sql,
     node_table_sql, pause_table_sql,
@@ -42,10 +44,36 @@ pub fn job_table_sql(
     // Postgres truncates names to 63 bytes: long table names would give both
     // indexes one name, and `IF NOT EXISTS` would skip the second.
     let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
-    let q = |s: &str| quote(s);
     Ok(format!(
         r#"CREATE TABLE IF NOT EXISTS {table} (
-    {id} bigserial PRIMARY KEY,
+{columns}
+);
+
+-- The claim scans eligible rows in id order; a partial index keeps it small.
+CREATE INDEX IF NOT EXISTS {dequeue_idx} ON {table} ({id}) WHERE {state} IN ('queued', 'errored');
+-- The resetter looks only at processing rows. Keyed on id, not the heartbeat
+-- column, so heartbeats stay HOT updates.
+CREATE INDEX IF NOT EXISTS {processing_idx} ON {table} ({id}) WHERE {state} = 'processing';
+-- Claims leave dead index entries behind; vacuum this table often.
+ALTER TABLE {table} SET ({AUTOVACUUM});
+"#,
+        columns = standard_columns(&c, "bigserial PRIMARY KEY"),
+        id = quote(&c.id),
+        state = quote(&c.state),
+        dequeue_idx = index("dequeue_idx"),
+        processing_idx = index("processing_idx"),
+    ))
+}
+
+/// The per-table autovacuum settings of a job table (or of each partition).
+pub(crate) const AUTOVACUUM: &str =
+    "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0";
+
+/// The standard columns of a `CREATE TABLE`, the id typed as `id_type`.
+pub(super) fn standard_columns(c: &Columns, id_type: &str) -> String {
+    let q = |s: &str| quote(s);
+    format!(
+        r#"    {id} {id_type},
     {state} text NOT NULL DEFAULT 'queued',
     {failure_message} text,
     {queued_at} timestamptz NOT NULL DEFAULT now(),
@@ -57,17 +85,7 @@ pub fn job_table_sql(
     {last_heartbeat_at} timestamptz,
     {execution_logs} json[],
     {worker_hostname} text NOT NULL DEFAULT '',
-    {cancel} boolean NOT NULL DEFAULT false
-);
-
--- The claim scans eligible rows in id order; a partial index keeps it small.
-CREATE INDEX IF NOT EXISTS {dequeue_idx} ON {table} ({id}) WHERE {state} IN ('queued', 'errored');
--- The resetter looks only at processing rows. Keyed on id, not the heartbeat
--- column, so heartbeats stay HOT updates.
-CREATE INDEX IF NOT EXISTS {processing_idx} ON {table} ({id}) WHERE {state} = 'processing';
--- Claims leave dead index entries behind; vacuum this table often.
-ALTER TABLE {table} SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0);
-"#,
+    {cancel} boolean NOT NULL DEFAULT false"#,
         id = q(&c.id),
         state = q(&c.state),
         failure_message = q(&c.failure_message),
@@ -81,9 +99,7 @@ ALTER TABLE {table} SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuu
         execution_logs = q(&c.execution_logs),
         worker_hostname = q(&c.worker_hostname),
         cancel = q(&c.cancel),
-        dequeue_idx = index("dequeue_idx"),
-        processing_idx = index("processing_idx"),
-    ))
+    )
 }
 
 /// Optional columns for the enqueue side, each added by

@@ -5,6 +5,7 @@
 mod after;
 mod copy;
 mod new_job;
+mod partitioned;
 
 pub(crate) use after::GraphTask;
 use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
@@ -112,6 +113,7 @@ impl EnqueueOptions {
             max_retries: optional("max_retries_column", &self.max_retries_column)?,
             kind: optional("kind_column", &self.kind_column)?,
             flags: optional("flags_column", &self.flags_column)?,
+            key_table: None,
             table,
             columns,
         })
@@ -185,7 +187,7 @@ impl Enqueuer {
     /// (and, with keys, the unique index an enqueue relies on), naming
     /// whatever is missing.
     pub async fn new(pool: &PgPool, options: EnqueueOptions) -> Result<Enqueuer> {
-        let target = options.resolve()?;
+        let mut target = options.resolve()?;
         let c = &target.columns;
         let needed: Vec<&str> = [c.id.as_str(), c.state.as_str(), c.process_after.as_str()]
             .into_iter()
@@ -199,7 +201,10 @@ impl Enqueuer {
             "or not visible on the search_path",
         )
         .await?;
-        if target.key.is_some()
+        let partitioned = crate::schema_check::is_partitioned(pool, &target.table).await?;
+        if partitioned {
+            target.key_table = partitioned::check(pool, &target, options.workflows).await?;
+        } else if target.key.is_some()
             && let Err(err) = sql::explain_keyed_insert(&target)
                 .query()
                 .execute(pool)
@@ -299,11 +304,22 @@ impl Enqueuer {
         // look-up; then the key is free and the insert goes through next time.
         let mode: sql::OnKey = mode.into();
         for _ in 0..8 {
-            let row = sql::enqueue_keyed(&self.target, &job.row(), key, mode)
-                .query()
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(Error::db("enqueue"))?;
+            let row = match &self.target.key_table {
+                None => sql::enqueue_keyed(&self.target, &job.row(), key, mode)
+                    .query()
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(Error::db("enqueue"))?,
+                Some(keys) => {
+                    match partitioned::keyed_insert(conn, &self.target, keys, job, key, mode)
+                        .await?
+                    {
+                        Some(row) => row,
+                        // Another enqueuer inserted a holder first: look again.
+                        None => continue,
+                    }
+                }
+            };
             if let Some(row) = row {
                 let id = row.get("id");
                 return Ok(if row.get::<bool, _>("inserted") {

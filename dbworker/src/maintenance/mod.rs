@@ -1,9 +1,12 @@
 //! Maintenance services over a job table: the [`Resetter`] requeues stalled
-//! jobs, the [`Purger`] deletes or archives old finished ones.
+//! jobs, the [`Purger`] deletes or archives old finished ones (on a
+//! partitioned table, by dropping whole partitions where it can).
 
+pub(crate) mod partitions;
 pub(crate) mod purger;
 pub(crate) mod resetter;
 
 pub use crate::store::ResetOutcome;
+pub use partitions::DroppedPartition;
 pub use purger::{PurgeOptions, Purged, Purger};
 pub use resetter::{Resetter, ResetterOptions};

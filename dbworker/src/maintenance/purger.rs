@@ -1,5 +1,7 @@
 //! Retention: deletes (or archives) finished rows older than a per-state age,
-//! in small batches, in a worker process or alone (`dbworker purge`).
+//! in small batches, in a worker process or alone (`dbworker purge`). On a
+//! partitioned table it first drops whole partitions whose every row is
+//! purgeable, and keeps partitions created ahead.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,8 +12,10 @@ use workerutil::JobState;
 
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
-use crate::metrics::PURGED_TOTAL;
+use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
 use crate::sql::{self, PurgeTable};
+
+use super::partitions::{self, DroppedPartition};
 
 /// What to purge from a job table, and how.
 #[derive(Debug, Clone)]
@@ -33,6 +37,14 @@ pub struct PurgeOptions {
     pub archive_table: Option<String>,
     /// Time between passes of [`Purger::run`]. Default 60 s.
     pub interval: Duration,
+    /// Partitioned tables only: each pass creates the partitions up to this
+    /// many intervals past the current one (`<table>_create_partitions`), so
+    /// new jobs never land in the default partition. Default 3.
+    pub partitions_ahead: u32,
+    /// Partitioned tables only: how long detaching a partition waits for the
+    /// job table's lock before skipping it until the next pass (claims queue
+    /// behind a waiting detach, so keep it short). Default 1 s.
+    pub detach_lock_timeout: Duration,
 }
 
 impl PurgeOptions {
@@ -50,6 +62,8 @@ impl PurgeOptions {
             batch_size: 1_000,
             archive_table: None,
             interval: Duration::from_secs(60),
+            partitions_ahead: 3,
+            detach_lock_timeout: Duration::from_secs(1),
         }
     }
 
@@ -75,6 +89,12 @@ impl PurgeOptions {
         }
         if self.interval.is_zero() {
             return Err(invalid("interval", "must be positive".into()));
+        }
+        if self.detach_lock_timeout < Duration::from_millis(1) {
+            return Err(invalid(
+                "detach_lock_timeout",
+                "must be at least 1 ms (0 would wait forever)".into(),
+            ));
         }
         let archive = match &self.archive_table {
             Some(name) => Some(Relation::parse("archive_table", name)?),
@@ -106,20 +126,26 @@ pub struct Purger {
     pool: PgPool,
     options: PurgeOptions,
     target: PurgeTable,
+    partitioned: bool,
 }
 
 /// What one pass purged, per state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Purged {
-    /// Rows deleted (or archived), by state.
+    /// Rows deleted (or archived) in batches, by state.
     pub by_state: Vec<(JobState, u64)>,
+    /// Partitions dropped whole (partitioned tables), oldest first.
+    pub partitions_dropped: Vec<DroppedPartition>,
+    /// Partitions created ahead (partitioned tables).
+    pub partitions_created: Vec<String>,
 }
 
 impl Purged {
-    /// Rows purged in all.
+    /// Rows purged in all, in batches and with dropped partitions.
     pub fn total(&self) -> u64 {
-        self.by_state.iter().map(|(_, n)| n).sum()
+        self.by_state.iter().map(|(_, n)| n).sum::<u64>()
+            + self.partitions_dropped.iter().map(|p| p.rows).sum::<u64>()
     }
 }
 
@@ -142,17 +168,67 @@ impl Purger {
                     .await?,
             );
         }
+        let partitioned = crate::schema_check::is_partitioned(&pool, &target.table).await?;
+        if partitioned && !partitions::has_create_function(&pool, &target.table).await? {
+            problems.push(format!(
+                "partitioned table {} has no function {}_create_partitions (`dbworker migration --partitioned` prints it)",
+                target.table.display_name(),
+                target.table.name
+            ));
+        }
         crate::schema_check::none(problems)?;
         Ok(Purger {
             pool,
             options,
             target,
+            partitioned,
         })
     }
 
-    /// Purges every configured state in batches until none is left that old.
+    /// Whether the job table is partitioned (checked by [`Purger::new`]).
+    pub fn is_partitioned(&self) -> bool {
+        self.partitioned
+    }
+
+    /// On a partitioned table, creates the partitions `partitions_ahead`
+    /// intervals ahead (what `dbworker partitions create` runs); returns the
+    /// names of those created. Nothing on a plain table.
+    pub async fn create_partitions(&self) -> Result<Vec<String>> {
+        if !self.partitioned {
+            return Ok(Vec::new());
+        }
+        partitions::create_ahead(
+            &self.pool,
+            &self.target.table,
+            self.options.partitions_ahead,
+        )
+        .await
+    }
+
+    /// Purges every configured state until none is left that old. On a
+    /// partitioned table it first creates partitions ahead and drops whole
+    /// partitions whose every row is purgeable; the rest (the default
+    /// partition, partitions still holding a live job) goes in batches.
     pub async fn purge_once(&self) -> Result<Purged> {
         let mut purged = Purged::default();
+        if self.partitioned {
+            purged.partitions_created = self.create_partitions().await?;
+            purged.partitions_dropped = partitions::drop_purgeable(
+                &self.pool,
+                &self.target,
+                &self.options.max_age,
+                self.options.detach_lock_timeout,
+            )
+            .await?;
+            let table = self.target.table.display_name();
+            metrics::counter!(PARTITIONS_DROPPED_TOTAL, "table" => table.clone())
+                .increment(purged.partitions_dropped.len() as u64);
+            metrics::counter!(PURGED_TOTAL, "table" => table.clone(), "state" => "partition")
+                .increment(purged.partitions_dropped.iter().map(|p| p.rows).sum());
+            for p in &purged.partitions_dropped {
+                tracing::info!(table = %table, partition = %p.name, rows = p.rows, "partition dropped");
+            }
+        }
         for &(state, age) in &self.options.max_age {
             let mut n: u64 = 0;
             loop {

@@ -15,6 +15,9 @@ pub(crate) struct EnqueueTable {
     pub(crate) max_retries: Option<String>,
     pub(crate) kind: Option<String>,
     pub(crate) flags: Option<String>,
+    /// A partitioned table's key table (`<table>_keys`): keyed inserts go
+    /// through it, since the table can have no unique index on the key.
+    pub(crate) key_table: Option<Relation>,
 }
 
 impl EnqueueTable {
@@ -188,8 +191,59 @@ pub(crate) fn enqueue_rows(t: &EnqueueTable, jobs: &[JobRow<'_>]) -> Statement {
             .collect();
         q.values_panic(values);
     }
-    enqueue_returning(t, &mut q);
+    // An unkeyed insert always inserts: no `inserted` column (and no `xmax`,
+    // which a partitioned table cannot return).
+    q.returning(Query::returning().expr(Expr::cust(format!(
+        "{}.{}::bigint AS \"id\"",
+        quote(ENQUEUE_ALIAS),
+        quote(&t.columns.id)
+    ))));
     Statement::from(&q)
+}
+
+/// The columns a waiting key holder takes from a new job with the same key:
+/// the application's values, the run-at (`Replace`) and the optional columns set.
+pub(super) fn replaced_columns(t: &EnqueueTable, job: &JobRow<'_>, mode: OnKey) -> Vec<String> {
+    let mut updated: Vec<String> = job.values.iter().map(|(c, _)| c.clone()).collect();
+    if mode == OnKey::Replace {
+        updated.push(t.columns.process_after.clone());
+    }
+    for (set, column) in [
+        (job.priority.is_some(), &t.priority),
+        (job.queue.is_some(), &t.queue),
+        (job.max_retries.is_some(), &t.max_retries),
+        (job.kind.is_some(), &t.kind),
+        (job.flags.is_some(), &t.flags),
+    ] {
+        if set {
+            updated.extend(column.clone());
+        }
+    }
+    updated
+}
+
+/// What a replaced holder's state columns become: as if newly enqueued (an
+/// errored holder starts over).
+pub(super) fn as_new(c: &Columns) -> [(Alias, Expr); 4] {
+    [
+        (alias(&c.state), state(JobState::Queued)),
+        (alias(&c.num_failures), Expr::val(0)),
+        (alias(&c.failure_message), Expr::cust("NULL")),
+        (alias(&c.finished_at), Expr::cust("NULL")),
+    ]
+}
+
+/// `NOT EXISTS` a failed job with `key`: `UnsafeDedupe` inserts nothing then.
+pub(super) fn no_failed_holder(t: &EnqueueTable, key: &str) -> Expr {
+    const FAILED: &str = "dbworker_failed";
+    let key_column = t.key.clone().unwrap_or_default();
+    let failed = Query::select()
+        .expr(Expr::cust("1"))
+        .from(plain_table(&t.table).alias(alias(FAILED)))
+        .and_where(col(FAILED, &key_column).eq(key))
+        .and_where(col(FAILED, &t.columns.state).eq(state(JobState::Failed)))
+        .to_owned();
+    Expr::exists(failed).not()
 }
 
 /// The states in which a job holds its key (the unique index's predicate).
@@ -225,16 +279,9 @@ pub(crate) fn enqueue_keyed(
     if mode == OnKey::UnsafeDedupe {
         // INSERT … SELECT, so the row is only proposed while no failed job
         // holds the key (the unique index covers the live states only).
-        const FAILED: &str = "dbworker_failed";
-        let failed = Query::select()
-            .expr(Expr::cust("1"))
-            .from(plain_table(&t.table).alias(alias(FAILED)))
-            .and_where(col(FAILED, &key_column).eq(key))
-            .and_where(col(FAILED, &t.columns.state).eq(state(JobState::Failed)))
-            .to_owned();
         let select = Query::select()
             .exprs(row.iter().map(|(_, e)| e.clone()))
-            .and_where(Expr::exists(failed).not())
+            .and_where(no_failed_holder(t, key))
             .to_owned();
         q.select_from(select)
             .expect("the select has one expression per column");
@@ -243,36 +290,13 @@ pub(crate) fn enqueue_keyed(
     }
     let mut conflict = OnConflict::column(alias(&key_column));
     conflict.target_and_where(Expr::cust(key_live_states(&t.columns.state)));
-    let mut updated: Vec<String> = job.values.iter().map(|(c, _)| c.clone()).collect();
-    if mode == OnKey::Replace {
-        updated.push(t.columns.process_after.clone());
-    }
-    if job.priority.is_some() {
-        updated.extend(t.priority.clone());
-    }
-    if job.queue.is_some() {
-        updated.extend(t.queue.clone());
-    }
-    if job.max_retries.is_some() {
-        updated.extend(t.max_retries.clone());
-    }
-    if job.kind.is_some() {
-        updated.extend(t.kind.clone());
-    }
-    if job.flags.is_some() {
-        updated.extend(t.flags.clone());
-    }
+    let updated = replaced_columns(t, job, mode);
     if mode.replaces() {
         let c = &t.columns;
         // As if newly enqueued: an errored holder starts over.
         conflict
             .update_columns(updated.iter().map(|c| alias(c)))
-            .values([
-                (alias(&c.state), state(JobState::Queued)),
-                (alias(&c.num_failures), Expr::val(0)),
-                (alias(&c.failure_message), Expr::cust("NULL")),
-                (alias(&c.finished_at), Expr::cust("NULL")),
-            ])
+            .values(as_new(c))
             .action_and_where(Expr::cust(format!(
                 "{}.{} IN ('queued', 'errored')",
                 quote(ENQUEUE_ALIAS),

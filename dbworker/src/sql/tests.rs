@@ -29,6 +29,7 @@ fn enqueue_target() -> EnqueueTable {
         max_retries: Some("max_retries".into()),
         kind: None,
         flags: Some("flags".into()),
+        key_table: None,
     }
 }
 
@@ -363,6 +364,26 @@ fn statements() -> Vec<(&'static str, Statement)> {
             "enqueue_keyed_unsafe_dedupe",
             enqueue_keyed(&e, &keyed, "k", OnKey::UnsafeDedupe),
         ),
+        (
+            "enqueue_keyed_partitioned_replace",
+            enqueue_keyed_partitioned(
+                &e,
+                &rel("app.example_jobs_keys"),
+                &keyed,
+                "k",
+                OnKey::Replace,
+            ),
+        ),
+        (
+            "enqueue_keyed_partitioned_unsafe_dedupe",
+            enqueue_keyed_partitioned(
+                &e,
+                &rel("app.example_jobs_keys"),
+                &keyed,
+                "k",
+                OnKey::UnsafeDedupe,
+            ),
+        ),
         ("release_key", release_key(&e, "k")),
         ("live_job_with_key", live_job_with_key(&e, "k", false)),
         ("job_with_key_or_failed", live_job_with_key(&e, "k", true)),
@@ -403,6 +424,57 @@ fn statements() -> Vec<(&'static str, Statement)> {
             ),
         ),
         ("explain_keyed_insert", explain_keyed_insert(&e)),
+        (
+            "closed_partitions",
+            closed_partitions(&rel("app.example_jobs")),
+        ),
+        (
+            "partition_rows",
+            partition_rows(
+                &rel("app.example_jobs_p20261124"),
+                &renamed(),
+                &[
+                    (JobState::Completed, Duration::from_secs(60)),
+                    (JobState::Failed, Duration::from_secs(3600)),
+                ],
+            ),
+        ),
+        (
+            "partition_keeps_rows",
+            partition_keeps_rows(
+                &rel("app.example_jobs_p20261124"),
+                &renamed(),
+                &[(JobState::Completed, Duration::from_secs(60))],
+            ),
+        ),
+        (
+            "partition_rows_none_purged",
+            partition_rows(&rel("app.example_jobs_p20261124"), &renamed(), &[]),
+        ),
+        (
+            "set_lock_timeout",
+            set_lock_timeout(Duration::from_millis(1500)),
+        ),
+        (
+            "detach_partition",
+            detach_partition(&rel("app.example_jobs"), &rel("app.example_jobs_p20261124")),
+        ),
+        (
+            "archive_partition",
+            archive_partition(&rel("app.archive"), &rel("app.example_jobs_p20261124")),
+        ),
+        (
+            "drop_partition",
+            drop_partition(&rel("app.example_jobs_p20261124")),
+        ),
+        (
+            "create_partitions",
+            create_partitions(&rel("app.example_jobs"), 3),
+        ),
+        (
+            "create_partitions_exists",
+            create_partitions_exists(&rel("app.example_jobs")),
+        ),
         ("queue_stats", queue_stats(&paused)),
         ("notify", notify("dbworker_jobs")),
         ("database_now_micros", database_now_micros()),
@@ -618,6 +690,7 @@ fn quoted_statements() -> Vec<(&'static str, Statement)> {
         max_retries: None,
         kind: None,
         flags: None,
+        key_table: None,
     };
     let payload = [("payload".to_owned(), sea_query::Value::from("p"))];
     let pauses = Relation::parse("pause_table", "\"pause\"").unwrap();

@@ -13,7 +13,23 @@ use crate::common::Db;
 /// Jobs in every state, hostile text in a payload and a failure message, a
 /// secret in a payload; returns `(db, id of the hostile failed job)`.
 pub async fn seed() -> (Db, i64) {
-    let db = Db::new().await;
+    seed_on(Db::new().await).await
+}
+
+/// [`seed`] on a table partitioned by day, the jobs spread over the last ten
+/// days' partitions (the failed one five days back).
+pub async fn seed_partitioned() -> (Db, i64) {
+    let (db, failed) = seed_on(Db::partitioned().await).await;
+    db.execute(
+        "UPDATE jobs SET queued_at = now() - (id % 10) * interval '1 day' WHERE state <> 'failed';
+         UPDATE jobs SET queued_at = now() - interval '5 days' WHERE state = 'failed';",
+    )
+    .await;
+    assert_eq!(db.partitions_in_use().await, 10);
+    (db, failed)
+}
+
+async fn seed_on(db: Db) -> (Db, i64) {
     db.add_columns(
         |c| {
             c.queue = true;

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use dbworker::{
     DbStore, Handling, RetryPolicy, StoreOptions,
-    ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
+    ddl::{
+        OptionalColumns, PartitionInterval, job_table_sql, optional_columns_sql,
+        partitioned_job_table_sql,
+    },
 };
 use dbworker_testkit::TestDatabase;
 use sqlx::PgPool;
@@ -97,9 +100,24 @@ impl Db {
         Db::set_up(db, &HashMap::new()).await
     }
 
+    /// A database whose `jobs` table is partitioned by day of `queued_at`,
+    /// with partitions for the last nine days, today and three days ahead.
+    pub async fn partitioned() -> Db {
+        let db = TestDatabase::new().await.expect("test database");
+        let ddl = partitioned_job_table_sql("jobs", &HashMap::new(), PartitionInterval::Day)
+            .unwrap()
+            + "SELECT jobs_create_partitions(3, now() - interval '9 days');";
+        Db::set_up_with(db, &ddl).await
+    }
+
     async fn set_up(db: TestDatabase, renames: &HashMap<String, String>) -> Db {
-        let pool = db.pool(60).await.expect("pool");
         let ddl = job_table_sql("jobs", renames).unwrap();
+        Db::set_up_with(db, &ddl).await
+    }
+
+    async fn set_up_with(db: TestDatabase, ddl: &str) -> Db {
+        let pool = db.pool(60).await.expect("pool");
+        let ddl = ddl.to_owned();
         sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
             .execute(&pool)
             .await
@@ -127,6 +145,32 @@ impl Db {
         let mut ids: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// Inserts `n` jobs queued over the last ten days (job `i` queued
+    /// `i % 10` days ago), so a partitioned table holds them in ten
+    /// partitions; returns their ids in order.
+    pub async fn enqueue_spread(&self, n: usize, payload: serde_json::Value) -> Vec<i64> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "INSERT INTO jobs (payload, queued_at)
+             SELECT $1, now() - (g % 10) * interval '1 day' FROM generate_series(1, $2) AS g RETURNING id",
+        )
+        .bind(payload)
+        .bind(n as i64)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap();
+        let mut ids: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// How many partitions of `jobs` hold rows (1 for a plain table).
+    pub async fn partitions_in_use(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(DISTINCT tableoid) FROM jobs")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
     }
 
     pub async fn state(&self, id: i64) -> String {

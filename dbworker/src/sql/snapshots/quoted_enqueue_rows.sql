@@ -1,1 +1,1 @@
-INSERT INTO "order" AS "dbworker_job" ("process_after", "payload") VALUES (DEFAULT, $1) RETURNING "dbworker_job"."id"::bigint AS "id", ("dbworker_job".xmax = 0) AS "inserted"
+INSERT INTO "order" AS "dbworker_job" ("process_after", "payload") VALUES (DEFAULT, $1) RETURNING "dbworker_job"."id"::bigint AS "id"

@@ -1,0 +1,167 @@
+//! The purger's partition work on a partitioned job table: creating upcoming
+//! partitions, and dropping whole partitions whose every row is purgeable
+//! instead of deleting their rows in batches.
+
+use std::time::Duration;
+
+use sqlx::{PgPool, Row};
+use workerutil::JobState;
+
+use crate::columns::Relation;
+use crate::error::{Error, Result};
+use crate::sql::{self, PurgeTable};
+
+/// Creates the partitions up to `ahead` intervals past the current one
+/// (`<table>_create_partitions`); returns the names of those it created.
+pub(crate) async fn create_ahead(
+    pool: &PgPool,
+    table: &Relation,
+    ahead: u32,
+) -> Result<Vec<String>> {
+    let rows = sql::create_partitions(table, ahead)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("create_partitions"))?;
+    Ok(rows.iter().map(|r| r.get("partition")).collect())
+}
+
+/// Whether the table has its `<table>_create_partitions` function.
+pub(crate) async fn has_create_function(pool: &PgPool, table: &Relation) -> Result<bool> {
+    sql::create_partitions_exists(table)
+        .query()
+        .fetch_one(pool)
+        .await
+        .map(|r| r.get("exists"))
+        .map_err(Error::db("schema_check"))
+}
+
+/// A partition dropped whole, with how many rows it held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DroppedPartition {
+    /// The partition's name (schema-qualified when not on the search path's
+    /// first schema, as `regclass` prints it).
+    pub name: String,
+    /// The rows it held (deleted, or moved to the archive table).
+    pub rows: u64,
+}
+
+/// Drops every closed partition (its range ended before now) whose every row
+/// is purgeable under `max_age`, oldest first.
+///
+/// A first look, without locks, skips partitions that keep a row (a live job,
+/// a young or unlisted final state): their purgeable rows go the batch way.
+/// Then, in one transaction under `lock_timeout`, the partition is detached
+/// (which locks it and the job table), its rows are counted again (no one can
+/// change them now), and it is dropped only if still every row is purgeable;
+/// otherwise the transaction rolls back and the partition stays attached. A
+/// live job is never dropped. A lock not granted in time skips the partition
+/// until the next pass.
+pub(crate) async fn drop_purgeable(
+    pool: &PgPool,
+    target: &PurgeTable,
+    max_age: &[(JobState, Duration)],
+    lock_timeout: Duration,
+) -> Result<Vec<DroppedPartition>> {
+    let rows = sql::closed_partitions(&target.table)
+        .query()
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("purge"))?;
+    let mut dropped = Vec::new();
+    for row in rows {
+        let name: String = row.get("name");
+        let partition = Relation {
+            schema: Some(row.get("schema")),
+            alias: name.clone(),
+            name,
+        };
+        let keeps: bool = sql::partition_keeps_rows(&partition, &target.columns, max_age)
+            .query()
+            .fetch_one(pool)
+            .await
+            .map_err(Error::db("purge"))?
+            .get("kept");
+        if keeps {
+            continue;
+        }
+        if let Some(rows) = detach_and_drop(pool, &partition, target, max_age, lock_timeout).await?
+        {
+            dropped.push(DroppedPartition {
+                name: partition.display_name(),
+                rows,
+            });
+        }
+    }
+    Ok(dropped)
+}
+
+/// `(rows, kept)` of a partition, on `conn`.
+async fn count<'c, E>(
+    conn: E,
+    partition: &Relation,
+    target: &PurgeTable,
+    max_age: &[(JobState, Duration)],
+) -> Result<(u64, u64)>
+where
+    E: sqlx::PgExecutor<'c>,
+{
+    let row = sql::partition_rows(partition, &target.columns, max_age)
+        .query()
+        .fetch_one(conn)
+        .await
+        .map_err(Error::db("purge"))?;
+    let (rows, kept): (i64, i64) = (row.get("rows"), row.get("kept"));
+    Ok((rows as u64, kept as u64))
+}
+
+/// Detaches, re-checks and drops one partition in one transaction; `None`
+/// when it was left attached (a row to keep, or the lock not granted in time).
+async fn detach_and_drop(
+    pool: &PgPool,
+    partition: &Relation,
+    target: &PurgeTable,
+    max_age: &[(JobState, Duration)],
+    lock_timeout: Duration,
+) -> Result<Option<u64>> {
+    let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
+    sql::set_lock_timeout(lock_timeout)
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("purge"))?;
+    match sql::detach_partition(&target.table, partition)
+        .query()
+        .execute(&mut *tx)
+        .await
+    {
+        Ok(_) => {}
+        // lock_not_available: claims or long transactions hold the table.
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => {
+            tracing::info!(partition = %partition.display_name(), "partition not detached: the job table's lock was not granted in time; next pass");
+            return Ok(None);
+        }
+        Err(err) => return Err(Error::db("detach partition")(err)),
+    }
+    let (rows, kept) = count(&mut *tx, partition, target, max_age).await?;
+    if kept > 0 {
+        // A row changed between the first look and the detach: keep it all.
+        tx.rollback().await.map_err(Error::db("rollback"))?;
+        return Ok(None);
+    }
+    if let Some(archive) = &target.archive {
+        sql::archive_partition(archive, partition)
+            .query()
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("archive partition"))?;
+    }
+    sql::drop_partition(partition)
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("drop partition"))?;
+    tx.commit().await.map_err(Error::db("commit"))?;
+    Ok(Some(rows))
+}

@@ -1,0 +1,106 @@
+//! Keyed inserts on a partitioned job table. Such a table can have no unique
+//! index on the key alone (Postgres requires the partition key in it), so there
+//! is no `ON CONFLICT` arbiter: the key table `<table>_keys`, kept in step by
+//! the table's triggers (`ddl::partitioned_keys_sql`), says who holds a key, and
+//! its primary key refuses a second live holder.
+
+use super::*;
+
+/// Inserts a keyed job into a partitioned table, with [`enqueue_keyed`]'s
+/// results: `(id, inserted)` for a new job or an updated waiting holder, no
+/// row when a processing holder or a dedupe mode keeps the key.
+///
+/// The holder's key row is locked first (`FOR UPDATE`), so concurrent
+/// enqueuers of one key queue behind each other, and a holder that finishes
+/// meanwhile (its trigger deletes the key row) frees the key for this insert.
+/// Two enqueuers that both find no holder both insert: the second's trigger
+/// then fails with a unique violation on the key table, and the caller retries
+/// (in a savepoint), finding the first one's job as the holder.
+pub(crate) fn enqueue_keyed_partitioned(
+    t: &EnqueueTable,
+    keys: &Relation,
+    job: &JobRow<'_>,
+    key: &str,
+    mode: OnKey,
+) -> Statement {
+    const HOLDER: &str = "dbworker_holder";
+    const UPDATED: &str = "dbworker_updated";
+    const INSERTED: &str = "dbworker_inserted";
+    let c = &t.columns;
+    let row = enqueue_columns(t, job, Some(key));
+    let returning = |inserted: bool| {
+        Query::returning().exprs([
+            Expr::cust(format!(
+                "{}.{}::bigint AS \"id\"",
+                quote(ENQUEUE_ALIAS),
+                quote(&c.id)
+            )),
+            Expr::cust(format!("{inserted} AS \"inserted\"")),
+        ])
+    };
+    let mut with = WithClause::new();
+    let holder = Query::select()
+        .column(alias("job_id"))
+        .from(plain_table(keys))
+        .and_where(Expr::col(alias("job_key")).eq(key))
+        .lock(LockType::Update)
+        .to_owned();
+    with.cte(cte(holder, HOLDER, true));
+    let holder_ids = Query::select()
+        .column(alias("job_id"))
+        .from(alias(HOLDER))
+        .to_owned();
+
+    let mut select = Query::select();
+    select
+        .exprs(row.iter().map(|(_, e)| e.clone()))
+        .and_where(Expr::exists(holder_ids.clone()).not());
+    if mode == OnKey::UnsafeDedupe {
+        select.and_where(no_failed_holder(t, key));
+    }
+    let mut insert = Query::insert();
+    insert
+        .into_table(enqueue_target(t))
+        .columns(row.iter().map(|(c, _)| alias(c)))
+        .select_from(select)
+        .expect("the select has one expression per column")
+        .returning(returning(true));
+    with.cte(cte(insert, INSERTED, false));
+
+    let mut result = Query::select();
+    result
+        .column((alias(INSERTED), sea_query::Asterisk))
+        .from(alias(INSERTED));
+    if mode.replaces() {
+        // A waiting holder takes the new values, as `ON CONFLICT DO UPDATE` would.
+        let replaced = replaced_columns(t, job, mode);
+        let mut update = Query::update();
+        update.table(enqueue_target(t));
+        for column in &replaced {
+            // A column the job leaves unset takes its default, like `excluded.x`.
+            let value = row
+                .iter()
+                .find(|(c, _)| c == column)
+                .map_or_else(|| Expr::cust("DEFAULT"), |(_, v)| v.clone());
+            update.value(alias(column), value);
+        }
+        update
+            .values(as_new(c))
+            .and_where(col(ENQUEUE_ALIAS, &c.id).in_subquery(holder_ids))
+            .and_where(Expr::cust(format!(
+                "{}.{} IN ('queued', 'errored')",
+                quote(ENQUEUE_ALIAS),
+                quote(&c.state)
+            )))
+            .returning(returning(false));
+        with.cte(cte(update, UPDATED, false));
+        result.union(
+            sea_query::UnionType::All,
+            Query::select()
+                .column((alias(UPDATED), sea_query::Asterisk))
+                .from(alias(UPDATED))
+                .to_owned(),
+        );
+    }
+    Statement::from(&result.with(with))
+}

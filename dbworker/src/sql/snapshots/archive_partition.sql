@@ -1,0 +1,1 @@
+INSERT INTO "app"."archive" SELECT * FROM "app"."example_jobs_p20261124"

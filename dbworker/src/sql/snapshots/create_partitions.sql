@@ -1,0 +1,1 @@
+SELECT "app"."example_jobs_create_partitions"($1::integer) AS "partition"

@@ -1,0 +1,1 @@
+DROP TABLE "app"."example_jobs_p20261124"

@@ -1,0 +1,1 @@
+SELECT EXISTS(SELECT 1 FROM "app"."example_jobs_p20261124" AS "dbworker_partition" WHERE NOT (COALESCE("dbworker_partition"."status" = ('completed') AND ("dbworker_partition"."finished_at" < now() - make_interval(secs => $1::float8)), false))) AS "kept"
