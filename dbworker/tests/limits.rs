@@ -238,12 +238,15 @@ async fn a_lowered_or_reset_limit_still_counts_the_jobs_already_running() {
 
 /// Claims in lanes run side by side only while the limit is far; as it comes
 /// near they fall back to claiming one at a time, so eight concurrent
-/// claimers in four processes fill a limit of 1,030 exactly, never past it.
+/// claimers in four processes fill a limit of 6,010 exactly, never past it
+/// (lanes run while 4 × 1,024 rows of room remain).
 #[tokio::test]
 async fn concurrent_claims_in_lanes_fill_a_large_limit_exactly() {
     let (db, limits, enqueuer) = set_up().await;
-    limits.set("reports", 1030).await.unwrap();
-    let jobs: Vec<NewJob> = (0..2500).map(|_| NewJob::new().queue("reports")).collect();
+    limits.set("reports", 6010).await.unwrap();
+    let jobs: Vec<NewJob> = (0..12_000)
+        .map(|_| NewJob::new().queue("reports"))
+        .collect();
     enqueuer.enqueue_many(&jobs).await.unwrap();
     let mut stores = Vec::new();
     for _ in 0..4 {
@@ -256,7 +259,7 @@ async fn concurrent_claims_in_lanes_fill_a_large_limit_exactly() {
             let mut claimed = 0;
             loop {
                 let jobs = store
-                    .dequeue("host", &DbConditions::new(), 200)
+                    .dequeue("host", &DbConditions::new(), 1000)
                     .await
                     .unwrap();
                 if jobs.is_empty() {
@@ -270,8 +273,8 @@ async fn concurrent_claims_in_lanes_fill_a_large_limit_exactly() {
     while let Some(n) = claimers.join_next().await {
         claimed += n.unwrap();
     }
-    assert_eq!(claimed, 1030, "the limit, filled");
-    assert_eq!(processing_reports(&db).await, 1030);
+    assert_eq!(claimed, 6010, "the limit, filled");
+    assert_eq!(processing_reports(&db).await, 6010);
 }
 
 #[derive(Debug, sqlx::FromRow)]

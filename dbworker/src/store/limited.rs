@@ -26,7 +26,7 @@ use crate::sql::{self, JobTable, LimitedClaim, Statement};
 /// Claim lanes per job table.
 pub(super) const LANES: u32 = 4;
 /// The most rows a claim in a lane takes.
-pub(super) const LANE_CLAIM_MAX: usize = 256;
+pub(super) const LANE_CLAIM_MAX: usize = 1_024;
 
 /// Spreads this process's claims over the lanes.
 static NEXT_LANE: AtomicU32 = AtomicU32::new(0);
