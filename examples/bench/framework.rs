@@ -139,6 +139,14 @@ pub(crate) fn worker_options(handlers: usize, jobs: Option<u64>) -> WorkerOption
     options.num_total_jobs = jobs;
     // Only matters when a claim finds nothing (the end of a burn-down).
     options.interval = Duration::from_millis(10);
+    // A diagnostic knob (like BENCH_TOP_STATEMENTS): compare claim-ahead
+    // bounds in one build; child worker processes inherit it.
+    if let Some(bound) = std::env::var("BENCH_MAX_CLAIM_AHEAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        options.max_claim_ahead = Some(bound);
+    }
     options
 }
 

@@ -32,6 +32,11 @@
 //!
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
+//!
+//! Diagnostics (environment variables, never in a recorded run):
+//! `BENCH_TOP_STATEMENTS=1` prints each run's top statements from
+//! `pg_stat_statements`; `BENCH_MAX_CLAIM_AHEAD=N` sets the workers'
+//! `max_claim_ahead`, to compare bounds with one build.
 
 mod bloat;
 mod chart;
