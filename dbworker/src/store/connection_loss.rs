@@ -10,8 +10,8 @@
 //! connection still ends); if that fails too, the row stays `processing` with no
 //! lock and the resetter requeues it after `stalled_max_age`.
 
+use sqlx::Row;
 use sqlx::postgres::{PgDatabaseError, PgSeverity};
-use sqlx::{Postgres, Row, Transaction};
 use workerutil::{Lease, Record, error_chain};
 
 use crate::error::{Error, Result};
@@ -50,7 +50,7 @@ impl<R: Record> DbStore<R> {
         &self,
         op: &'static str,
         lease: Lease,
-        tx: Option<Transaction<'static, Postgres>>,
+        tx: Option<super::job_tx::JobTx>,
         statement: sql::Statement,
     ) -> Result<bool> {
         if let Some(tx) = tx

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use sqlx::{PgConnection, Postgres, Row, Transaction};
+use sqlx::{PgConnection, Row};
 use workerutil::{Job, Lease, Record};
 
 use super::DbStore;
@@ -15,7 +15,7 @@ use crate::sql;
 pub struct DbJob<R> {
     pub(super) record: R,
     pub(super) lease: Lease,
-    pub(super) tx: Option<Transaction<'static, Postgres>>,
+    pub(super) tx: Option<super::job_tx::JobTx>,
     /// What the errored mark writes to the payload column, if anything.
     pub(super) retry_payload: Option<serde_json::Value>,
     /// What the completion writes to the result column, if anything.

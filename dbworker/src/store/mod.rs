@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{PgPool, Row};
 use workerutil::{BoxError, Lease, Record, Wakeups, WorkerOptions, error_chain};
 
 use crate::error::{Error, Result};
@@ -22,6 +22,7 @@ mod cursor;
 mod flags;
 mod gauges;
 mod job;
+mod job_tx;
 mod limited;
 pub(crate) mod options;
 mod reset;
@@ -84,6 +85,8 @@ pub struct DbStore<R> {
     wakeups: Option<Wakeups>,
     /// The listener task, stopped when the store is dropped or closed.
     listener: Option<notify::ListenerTask>,
+    /// Connections kept between transactional jobs (see `store/job_tx.rs`).
+    kept: Arc<job_tx::Kept>,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -148,6 +151,7 @@ impl<R: Record> DbStore<R> {
             completer,
             wakeups,
             listener,
+            kept: Arc::default(),
         })
     }
 
@@ -157,6 +161,7 @@ impl<R: Record> DbStore<R> {
     /// a test, so the server sees a clean disconnect. Dropping the store stops
     /// the same work without waiting.
     pub async fn close(&self) {
+        self.kept.release_all();
         if let Some(probe) = &self.probe {
             probe.stop().await;
         }
@@ -310,7 +315,7 @@ impl<R: Record> DbStore<R> {
         &self,
         lease: Lease,
         row: std::result::Result<Option<PgRow>, sqlx::Error>,
-        tx: Option<Transaction<'static, Postgres>>,
+        tx: Option<job_tx::JobTx>,
     ) -> Result<Option<DbJob<R>>> {
         let failure = match row {
             // The scan is the user's code: a panic in it (`row.get` on a NULL)
@@ -522,7 +527,7 @@ impl<R: Record> DbStore<R> {
     async fn fail_unstarted(
         &self,
         lease: Lease,
-        tx: Option<Transaction<'static, Postgres>>,
+        tx: Option<job_tx::JobTx>,
         message: &str,
     ) -> Result<bool> {
         let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
@@ -536,7 +541,7 @@ impl<R: Record> DbStore<R> {
         &self,
         op: &'static str,
         lease: Lease,
-        tx: Option<Transaction<'static, Postgres>>,
+        tx: Option<job_tx::JobTx>,
         statement: sql::Statement,
     ) -> Result<bool> {
         if let Some(tx) = tx

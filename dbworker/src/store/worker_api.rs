@@ -12,6 +12,7 @@ use workerutil::{
 };
 
 use super::connection_loss::is_connection_loss;
+use super::job_tx::JobTx;
 use super::{DbConditions, DbJob, DbStore, Handling};
 use crate::error::{Error, Result};
 use crate::message::sanitize_log_entry;
@@ -205,7 +206,7 @@ impl<R: Record> Store for DbStore<R> {
         }
         let lease = job.lease;
         let locked = async {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = JobTx::begin(&self.pool, &self.kept).await?;
             let row = sql::lock_claimed(&self.options, lease.id, lease.token)
                 .query()
                 .fetch_optional(&mut *tx)

@@ -1,0 +1,156 @@
+//! A transactional job's transaction, on a connection the store keeps for the
+//! next job instead of handing it back to the pool.
+//!
+//! sqlx tests every connection that goes back to its pool with a round trip
+//! (and a task of its own) before another caller may take it. In
+//! transactional handling each job begins and commits one transaction, so a
+//! pooled connection per job costs that round trip per job. A connection
+//! whose transaction committed cleanly is known to be healthy: the store
+//! keeps it for the next job. Kept connections stay counted in the pool's
+//! size; one idle longer than [`KEEP_FOR`] (a quiet spell) goes back to the
+//! pool instead, so they never go stale or starve other users of the pool.
+//!
+//! The transaction is begun and ended through sqlx's own transaction manager,
+//! so a handler's nested `begin()` on `DbJob::tx()` still takes a savepoint,
+//! and a transaction dropped unfinished (a panic) is rolled back exactly as a
+//! dropped `sqlx::Transaction` is.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgTransactionManager;
+use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx_core::transaction::TransactionManager;
+use tokio::time::Instant;
+
+/// How long a kept connection may wait for the next job.
+pub(crate) const KEEP_FOR: Duration = Duration::from_secs(1);
+
+/// Connections kept between transactional jobs (most recent last).
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+}
+
+impl Kept {
+    /// The most recently kept connection, unless it has waited too long; the
+    /// ones that waited longer go back to the pool.
+    fn take(&self) -> Option<PoolConnection<Postgres>> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let (conn, since) = idle.pop()?;
+        if since.elapsed() <= KEEP_FOR {
+            return Some(conn);
+        }
+        // The newest waited too long, so every older one did too.
+        idle.clear();
+        None
+    }
+
+    /// Keeps `conn` for the next job, within the pool's size.
+    fn put(&self, conn: PoolConnection<Postgres>, max: usize) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < max {
+            idle.push((conn, Instant::now()));
+        }
+    }
+
+    /// Hands every kept connection back to the pool (before it closes).
+    pub(crate) fn release_all(&self) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
+/// An open transaction on a pool connection; derefs to the connection.
+#[derive(Debug)]
+pub(crate) struct JobTx {
+    /// `None` once committed or rolled back.
+    conn: Option<PoolConnection<Postgres>>,
+    kept: Arc<Kept>,
+    max_kept: usize,
+}
+
+impl JobTx {
+    /// Begins a transaction on a kept connection, or on one from `pool`. A
+    /// kept connection that fails to begin (the server restarted while it
+    /// waited) is closed and a fresh one tried: nothing had started on it.
+    pub(crate) async fn begin(pool: &PgPool, kept: &Arc<Kept>) -> Result<JobTx, sqlx::Error> {
+        let max_kept = usize::try_from(pool.options().get_max_connections()).unwrap_or(usize::MAX);
+        if let Some(mut conn) = kept.take() {
+            match PgTransactionManager::begin(&mut conn, None).await {
+                Ok(()) => {
+                    return Ok(JobTx {
+                        conn: Some(conn),
+                        kept: kept.clone(),
+                        max_kept,
+                    });
+                }
+                Err(err) => {
+                    tracing::debug!(error = %err, "a kept connection could not begin; taking a fresh one");
+                    conn.close_on_drop();
+                }
+            }
+        }
+        let mut conn = pool.acquire().await?;
+        PgTransactionManager::begin(&mut conn, None).await?;
+        Ok(JobTx {
+            conn: Some(conn),
+            kept: kept.clone(),
+            max_kept,
+        })
+    }
+
+    /// Commits; the connection is kept for the next job if that worked.
+    pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
+        let mut conn = self.conn.take().expect("an open transaction");
+        let result = PgTransactionManager::commit(&mut conn).await;
+        self.finish(conn, result.is_ok());
+        result
+    }
+
+    /// Rolls back; the connection is kept for the next job if that worked.
+    pub(crate) async fn rollback(mut self) -> Result<(), sqlx::Error> {
+        let mut conn = self.conn.take().expect("an open transaction");
+        let result = PgTransactionManager::rollback(&mut conn).await;
+        self.finish(conn, result.is_ok());
+        result
+    }
+
+    /// After a clean end the connection is kept; after a failed one it is
+    /// closed (its state is unknown), never handed to the next job.
+    fn finish(&self, mut conn: PoolConnection<Postgres>, clean: bool) {
+        if clean {
+            self.kept.put(conn, self.max_kept);
+        } else {
+            conn.close_on_drop();
+        }
+    }
+}
+
+impl Drop for JobTx {
+    /// Dropped unfinished: queue the rollback, which the pool's test of the
+    /// returned connection sends (as a dropped `sqlx::Transaction` does).
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            PgTransactionManager::start_rollback(&mut conn);
+        }
+    }
+}
+
+impl Deref for JobTx {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        self.conn.as_deref().expect("an open transaction")
+    }
+}
+
+impl DerefMut for JobTx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.conn.as_deref_mut().expect("an open transaction")
+    }
+}
