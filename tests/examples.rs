@@ -3,8 +3,9 @@
 //! back), so a broken example fails the suite. The last test runs them all
 //! again with `DATABASE_URL` set, as `cargo test` may be run.
 
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -38,19 +39,46 @@ fn run_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
         "{} is missing; `cargo test` builds examples",
         path.display()
     );
-    let out = Command::new(&path)
+    let mut child = Command::new(&path)
         .args(args)
         .envs(env.iter().copied())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run example");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{name} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
+    // An example that hangs (a pool closed while connections are held, say)
+    // fails here, naming itself, instead of stalling the whole suite.
+    let deadline = Instant::now() + EXAMPLE_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for example") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    let Some(status) = status else {
+        panic!("{name} did not finish within {EXAMPLE_TIMEOUT:?}:\n{stdout}\n{stderr}");
+    };
+    assert!(status.success(), "{name} failed:\n{stdout}\n{stderr}");
     stdout
 }
+
+/// How long an example may run.
+const EXAMPLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[test]
 fn quickstart_completes_every_job_and_fails_the_malformed_one() {

@@ -97,7 +97,9 @@ async fn a_kept_connection_that_died_while_it_waited_costs_the_next_job_nothing(
     let first = db.enqueue(1, json!({})).await[0];
     run_one(&store).await;
     let pid = backend_of(&db, first).await.expect("the first job ran");
-    // Its connection is kept for the next job: end its backend meanwhile.
+    let second = db.enqueue(1, json!({})).await[0];
+    // Its connection is kept for the next job (for 100 ms): end its backend
+    // meanwhile.
     let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
         .bind(pid)
         .fetch_one(&db.pool)
@@ -118,7 +120,6 @@ async fn a_kept_connection_that_died_while_it_waited_costs_the_next_job_nothing(
         assert!(Instant::now() < deadline, "backend {pid} never ended");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let second = db.enqueue(1, json!({})).await[0];
     run_one(&store).await;
     assert_eq!(db.state(second).await, "completed");
     let resets: i32 = db
@@ -129,4 +130,25 @@ async fn a_kept_connection_that_died_while_it_waited_costs_the_next_job_nothing(
         "the dead connection was replaced before the job began"
     );
     assert_ne!(backend_of(&db, second).await, Some(pid));
+}
+
+/// Kept connections are counted in the pool, and `PgPool::close` waits for
+/// every connection: a worker that has finished must not hold it up (the
+/// sweeper hands them back within 100 ms), though its store is still alive.
+#[tokio::test]
+async fn closing_the_pool_after_a_worker_finished_does_not_wait_for_kept_connections() {
+    let db = Db::new().await;
+    let pool = db.db.pool(6).await.unwrap();
+    let mut so = Db::options_for_tests();
+    so.handling = Handling::Transactional;
+    let store = Arc::new(DbStore::new(&pool, so).await.unwrap());
+    db.enqueue(3, json!({})).await;
+    let mut o = one_job("closing");
+    o.num_total_jobs = Some(3);
+    new_worker(store.clone(), Nested, o).unwrap().run().await;
+    assert_eq!(db.count("completed").await, 3);
+    tokio::time::timeout(Duration::from_secs(5), pool.close())
+        .await
+        .expect("the pool closed while the store still lived");
+    drop(store);
 }

@@ -7,8 +7,10 @@
 //! pooled connection per job costs that round trip per job. A connection
 //! whose transaction committed cleanly is known to be healthy: the store
 //! keeps it for the next job. Kept connections stay counted in the pool's
-//! size; one idle longer than [`KEEP_FOR`] (a quiet spell) goes back to the
-//! pool instead, so they never go stale or starve other users of the pool.
+//! size, so none may wait long: a sweeper hands back to the pool every one
+//! idle longer than [`KEEP_FOR`] (a busy worker reuses them within
+//! milliseconds), so a quiet worker holds none, and `PgPool::close`, which
+//! waits for every connection, is never held up for more than that.
 //!
 //! The transaction is begun and ended through sqlx's own transaction manager,
 //! so a handler's nested `begin()` on `DbJob::tx()` still takes a savepoint,
@@ -16,7 +18,8 @@
 //! dropped `sqlx::Transaction` is.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
@@ -26,12 +29,14 @@ use sqlx_core::transaction::TransactionManager;
 use tokio::time::Instant;
 
 /// How long a kept connection may wait for the next job.
-pub(crate) const KEEP_FOR: Duration = Duration::from_secs(1);
+pub(crate) const KEEP_FOR: Duration = Duration::from_millis(100);
 
 /// Connections kept between transactional jobs (most recent last).
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
     idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    /// Whether a sweeper task is running (while any connection is kept).
+    sweeping: AtomicBool,
 }
 
 impl Kept {
@@ -48,11 +53,16 @@ impl Kept {
         None
     }
 
-    /// Keeps `conn` for the next job, within the pool's size.
-    fn put(&self, conn: PoolConnection<Postgres>, max: usize) {
+    /// Keeps `conn` for the next job, within the pool's size, and makes sure
+    /// a sweeper will hand it back if no job takes it.
+    fn put(self: &Arc<Self>, conn: PoolConnection<Postgres>, max: usize) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < max {
-            idle.push((conn, Instant::now()));
+        if idle.len() >= max {
+            return;
+        }
+        idle.push((conn, Instant::now()));
+        if !self.sweeping.swap(true, Ordering::SeqCst) {
+            tokio::spawn(sweep(Arc::downgrade(self)));
         }
     }
 
@@ -62,6 +72,22 @@ impl Kept {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+}
+
+/// Hands back to the pool, every half [`KEEP_FOR`], the connections idle
+/// longer than that; ends when none is left (or the store is gone).
+async fn sweep(kept: Weak<Kept>) {
+    loop {
+        tokio::time::sleep(KEEP_FOR / 2).await;
+        let Some(kept) = kept.upgrade() else { return };
+        let mut idle = kept.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.retain(|(_, since)| since.elapsed() <= KEEP_FOR);
+        if idle.is_empty() {
+            // Under the lock: a `put` after this starts a new sweeper.
+            kept.sweeping.store(false, Ordering::SeqCst);
+            return;
+        }
     }
 }
 
