@@ -7,8 +7,7 @@ mod common;
 #[path = "common/crash.rs"]
 mod shared;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use dbworker::{DbJob, DbStore, Handling, Resetter, maintenance::ResetterOptions, new_worker};
@@ -87,28 +86,10 @@ async fn a_worker_killed_on_a_partitioned_table_loses_no_job() {
 /// Starts a batch worker as a child process, kills it with jobs in flight,
 /// resets what it stranded and checks a new worker completes every job once.
 async fn kill_mid_stream_and_recover(db: &Db, ids: &[i64]) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "crash_child_batch_worker",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env(BATCH_CHILD_ENV, db.db.url())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
     // Kill it mid-stream, while jobs are running, buffered and being marked.
-    while db.count("completed").await < 200 {
-        assert!(Instant::now() < deadline, "the child made no progress");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let stranded = db.count("processing").await;
-    assert!(stranded > 0, "the kill left claimed jobs behind");
+    let stranded = db
+        .kill_worker_process("crash_child_batch_worker", BATCH_CHILD_ENV, 200)
+        .await;
 
     // Stalled jobs go back to the queue; a new worker finishes everything.
     tokio::time::sleep(Duration::from_millis(2100)).await;

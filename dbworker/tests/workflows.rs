@@ -421,20 +421,7 @@ async fn a_wide_fan_in_is_released_exactly_once() {
     let fan_in = started.elapsed();
     assert_eq!(db.count("completed").await, 2001);
     assert_eq!(runs(&db, sink).await, 1);
-    let releases: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(releases, 1);
-    let (sink_ran, _) = times(&db, sink).await;
-    let last_upstream: i64 = sqlx::query_scalar(
-        "SELECT (EXTRACT(EPOCH FROM max(finished_at)) * 1e6)::bigint FROM jobs WHERE id <> $1",
-    )
-    .bind(sink)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert!(sink_ran >= last_upstream);
+    assert_released_once_after_the_rest(&db, sink).await;
     // The same burn-down without the dependent, for the record (the ratio is
     // what counts; both run on this machine, now).
     db.enqueue(2000, serde_json::json!({})).await;
@@ -443,6 +430,28 @@ async fn a_wide_fan_in_is_released_exactly_once() {
     eprintln!(
         "2,000 jobs released into a 2,000-wide fan-in: {fan_in:?}; 2,000 plain jobs: {:?}",
         started.elapsed()
+    );
+}
+
+/// Asserts that `sink` was released once (the `releases` table of the test's
+/// counting trigger) and ran after every other job of the table finished.
+async fn assert_released_once_after_the_rest(db: &Db, sink: i64) {
+    let releases: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(releases, 1, "the sink was released once");
+    let (sink_ran, _) = times(db, sink).await;
+    let last_upstream: i64 = sqlx::query_scalar(
+        "SELECT (EXTRACT(EPOCH FROM max(finished_at)) * 1e6)::bigint FROM jobs WHERE id <> $1",
+    )
+    .bind(sink)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        sink_ran >= last_upstream,
+        "the sink ran after the last upstream finished"
     );
 }
 
@@ -854,27 +863,11 @@ async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
     assert!(killed > 0, "no batched mark was caught mid-statement");
     assert_eq!(db.count("completed").await, 301, "nothing stranded");
     assert_eq!(runs(&db, sink).await, 1, "the sink ran once");
-    let releases: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(releases, 1, "the sink was released once");
     let deps_left: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs_deps")
         .fetch_one(&db.pool)
         .await
         .unwrap();
     assert_eq!(deps_left, 0);
-    let (sink_ran, _) = times(&db, sink).await;
-    let last_upstream: i64 = sqlx::query_scalar(
-        "SELECT (EXTRACT(EPOCH FROM max(finished_at)) * 1e6)::bigint FROM jobs WHERE id <> $1",
-    )
-    .bind(sink)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert!(
-        sink_ran >= last_upstream,
-        "the sink ran after the last upstream finished"
-    );
+    assert_released_once_after_the_rest(&db, sink).await;
     eprintln!("terminated {killed} backends writing batched completions");
 }

@@ -10,8 +10,7 @@ mod common;
 mod shared;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use dbworker::{
@@ -101,29 +100,11 @@ async fn a_worker_killed_mid_workflow_strands_and_repeats_no_release() {
             .await
             .unwrap();
     }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "workflow_crash_child",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, db.db.url())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
     // Kill it with the workflows half done: tasks running, buffered, and
     // being marked, dependents being released.
-    while db.count("completed").await < 150 {
-        assert!(Instant::now() < deadline, "the child made no progress");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let stranded = db.count("processing").await;
-    assert!(stranded > 0, "the kill left claimed jobs behind");
+    let stranded = db
+        .kill_worker_process("workflow_crash_child", CHILD_ENV, 150)
+        .await;
     assert!(db.count("pending").await > 0, "the kill came mid-workflow");
 
     tokio::time::sleep(Duration::from_millis(2100)).await;

@@ -239,6 +239,34 @@ impl Db {
             .unwrap();
     }
 
+    /// Runs the ignored test `child` of this test binary as a worker process
+    /// (`env` names the variable that hands it this database's URL), SIGKILLs
+    /// it once `completed` jobs have completed, and returns how many jobs it
+    /// left `processing`, asserting that there are some.
+    pub async fn kill_worker_process(&self, child: &str, env: &str, completed: i64) -> i64 {
+        use std::process::{Command, Stdio};
+        let mut process = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", child, "--ignored", "--nocapture"])
+            .env(env, self.db.url())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while self.count("completed").await < completed {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the child made no progress"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        process.kill().unwrap(); // SIGKILL
+        process.wait().unwrap();
+        let stranded = self.count("processing").await;
+        assert!(stranded > 0, "the kill left claimed jobs behind");
+        stranded
+    }
+
     /// Runs DDL (or any statements) on the test database.
     pub async fn execute(&self, ddl: &str) {
         sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_owned()))
