@@ -29,8 +29,11 @@ pub(crate) struct Shared<S> {
     /// Dequeue calls in flight at once while the queue is busy (resolved).
     pub(crate) concurrent_dequeues: usize,
     /// Bounds the finished jobs whose outcome is still being written (four
-    /// times the jobs a worker may hold), so slow marks slow the worker down
-    /// instead of piling up.
+    /// times the handlers, plus the claim-ahead bound), so slow marks slow the
+    /// worker down instead of piling up. Not four times the bound as well: at
+    /// the default bound of 1,000 that let 4,000 more finished jobs wait, and
+    /// measured 19-22 MiB peak RSS at 64 handlers against 17 MiB, for the same
+    /// jobs/s.
     pub(crate) recording: Arc<Semaphore>,
     /// Signaled whenever a job gives its handler slot back (`job_task::Slot`).
     pub(crate) slot_freed: Arc<Notify>,
@@ -64,8 +67,8 @@ impl<S> Shared<S> {
             concurrent_dequeues,
             recording: Arc::new(Semaphore::new(
                 num_handlers
-                    .saturating_add(claim_ahead)
                     .saturating_mul(4)
+                    .saturating_add(claim_ahead)
                     .min(Semaphore::MAX_PERMITS),
             )),
             slot_freed: Arc::new(Notify::new()),
