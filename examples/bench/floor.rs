@@ -36,6 +36,20 @@ async fn claim(conn: &mut PgConnection, limit: usize) -> Result<Vec<i64>> {
         .await?)
 }
 
+/// Completes the claimed `ids` in one statement and counts them.
+async fn complete(conn: &mut PgConnection, ids: Vec<i64>, progress: &Progress) -> Result<()> {
+    let n = u64::try_from(ids.len())?;
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE {TABLE} SET state = 'completed', finished_at = now() \
+         WHERE id = ANY($1) AND state = 'processing'"
+    )))
+    .bind(ids)
+    .execute(conn)
+    .await?;
+    progress.add(n);
+    Ok(())
+}
+
 /// Opens `n` connections (before the clock starts).
 async fn connect(bench: &Bench, n: usize) -> Result<Vec<PgConnection>> {
     let mut conns = Vec::with_capacity(n);
@@ -87,26 +101,17 @@ pub(crate) async fn heartbeat(
 ) -> Result<Run> {
     let conns = connect(bench, connections).await?;
     bench.reset_statements().await?;
-    let complete = format!(
-        "UPDATE {TABLE} SET state = 'completed', finished_at = now() \
-         WHERE id = ANY($1) AND state = 'processing'"
-    );
     let progress = Progress::new();
     let mut tasks = Vec::new();
     for mut conn in conns {
-        let (progress, complete) = (progress.clone(), complete.clone());
+        let progress = progress.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let ids = claim(&mut conn, batch).await?;
                 if ids.is_empty() {
                     return Ok(());
                 }
-                let n = u64::try_from(ids.len())?;
-                sqlx::query(AssertSqlSafe(complete.clone()))
-                    .bind(ids)
-                    .execute(&mut conn)
-                    .await?;
-                progress.add(n);
+                complete(&mut conn, ids, &progress).await?;
             }
         }));
     }
@@ -131,19 +136,10 @@ pub(crate) async fn poll(
     starts: crate::framework::Starts,
 ) -> Result<Polling> {
     let conns = connect(bench, connections).await?;
-    let complete = format!(
-        "UPDATE {TABLE} SET state = 'completed', finished_at = now() \
-         WHERE id = ANY($1) AND state = 'processing'"
-    );
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
     for mut conn in conns {
-        let (progress, complete, starts, stop) = (
-            progress.clone(),
-            complete.clone(),
-            starts.clone(),
-            stop.clone(),
-        );
+        let (progress, starts, stop) = (progress.clone(), starts.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.is_cancelled() {
                 let ids = claim(&mut conn, batch).await?;
@@ -158,12 +154,7 @@ pub(crate) async fn poll(
                         starts.insert(*id, now);
                     }
                 }
-                let n = u64::try_from(ids.len())?;
-                sqlx::query(AssertSqlSafe(complete.clone()))
-                    .bind(ids)
-                    .execute(&mut conn)
-                    .await?;
-                progress.add(n);
+                complete(&mut conn, ids, &progress).await?;
             }
             Ok(())
         }));
