@@ -32,32 +32,35 @@ use tokio::time::Instant;
 pub(crate) const KEEP_FOR: Duration = Duration::from_millis(100);
 
 /// Connections kept between transactional jobs (most recent last).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Kept {
     idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
     /// Whether a sweeper task is running (while any connection is kept).
     sweeping: AtomicBool,
+    max: usize,
 }
 
 impl Kept {
-    /// The most recently kept connection, unless it has waited too long; the
-    /// ones that waited longer go back to the pool.
+    /// Connections kept for the next job, at most `max` (the pool's size).
+    pub(crate) fn new(max: usize) -> Kept {
+        Kept {
+            idle: Mutex::default(),
+            sweeping: AtomicBool::new(false),
+            max,
+        }
+    }
+
+    /// The most recently kept connection (the sweeper hands back stale ones).
     fn take(&self) -> Option<PoolConnection<Postgres>> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let (conn, since) = idle.pop()?;
-        if since.elapsed() <= KEEP_FOR {
-            return Some(conn);
-        }
-        // The newest waited too long, so every older one did too.
-        idle.clear();
-        None
+        idle.pop().map(|(conn, _)| conn)
     }
 
     /// Keeps `conn` for the next job, within the pool's size, and makes sure
     /// a sweeper will hand it back if no job takes it.
-    fn put(self: &Arc<Self>, conn: PoolConnection<Postgres>, max: usize) {
+    fn put(self: &Arc<Self>, conn: PoolConnection<Postgres>) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() >= max {
+        if idle.len() >= self.max {
             return;
         }
         idle.push((conn, Instant::now()));
@@ -97,7 +100,6 @@ pub(crate) struct JobTx {
     /// `None` once committed or rolled back.
     conn: Option<PoolConnection<Postgres>>,
     kept: Arc<Kept>,
-    max_kept: usize,
 }
 
 impl JobTx {
@@ -105,14 +107,12 @@ impl JobTx {
     /// kept connection that fails to begin (the server restarted while it
     /// waited) is closed and a fresh one tried: nothing had started on it.
     pub(crate) async fn begin(pool: &PgPool, kept: &Arc<Kept>) -> Result<JobTx, sqlx::Error> {
-        let max_kept = usize::try_from(pool.options().get_max_connections()).unwrap_or(usize::MAX);
         if let Some(mut conn) = kept.take() {
             match PgTransactionManager::begin(&mut conn, None).await {
                 Ok(()) => {
                     return Ok(JobTx {
                         conn: Some(conn),
                         kept: kept.clone(),
-                        max_kept,
                     });
                 }
                 Err(err) => {
@@ -126,7 +126,6 @@ impl JobTx {
         Ok(JobTx {
             conn: Some(conn),
             kept: kept.clone(),
-            max_kept,
         })
     }
 
@@ -150,7 +149,7 @@ impl JobTx {
     /// closed (its state is unknown), never handed to the next job.
     fn finish(&self, mut conn: PoolConnection<Postgres>, clean: bool) {
         if clean {
-            self.kept.put(conn, self.max_kept);
+            self.kept.put(conn);
         } else {
             conn.close_on_drop();
         }

@@ -106,6 +106,9 @@ impl<R: Record> DbStore<R> {
     /// All problems are reported together in one [`Error::Schema`].
     pub async fn new(pool: &PgPool, options: StoreOptions<R>) -> Result<Self> {
         let pool = pool.clone();
+        let kept = Arc::new(job_tx::Kept::new(
+            usize::try_from(pool.options().get_max_connections()).unwrap_or(usize::MAX),
+        ));
         let resolved = Arc::new(options.resolve()?);
         schema_check::check(&pool, &resolved, resolved.connect_timeout).await?;
         let completer = (resolved.handling == Handling::Heartbeat)
@@ -151,7 +154,7 @@ impl<R: Record> DbStore<R> {
             completer,
             wakeups,
             listener,
-            kept: Arc::default(),
+            kept,
         })
     }
 
