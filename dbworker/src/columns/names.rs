@@ -64,6 +64,24 @@ impl Relation {
         self.quoted_sibling(&self.name)
     }
 
+    /// The name of an object derived from this relation, `<name>_<suffix>`,
+    /// kept within Postgres's identifier length.
+    pub(crate) fn derived(&self, suffix: &str) -> String {
+        bounded_name(&format!("{}_{suffix}", self.name))
+    }
+
+    /// [`derived`](Self::derived), quoted (an index or trigger: in the
+    /// relation's schema by definition).
+    pub(crate) fn quoted_derived(&self, suffix: &str) -> String {
+        quote(&self.derived(suffix))
+    }
+
+    /// [`derived`](Self::derived), quoted in this relation's schema (a
+    /// function, a sequence, a table).
+    pub(crate) fn quoted_derived_sibling(&self, suffix: &str) -> String {
+        self.quoted_sibling(&self.derived(suffix))
+    }
+
     /// Another object `name` (a function, a trigger) quoted in this
     /// relation's schema.
     pub(crate) fn quoted_sibling(&self, name: &str) -> String {

@@ -1,7 +1,7 @@
 //! The names workflows add to a job table (`dbworker migration --workflows`):
 //! fixed, like the other optional columns, and derived from the table's name.
 
-use super::{Relation, bounded_name};
+use super::Relation;
 
 /// The job's workflow (`bigint`, NULL for a job outside any workflow).
 pub(crate) const WORKFLOW_ID: &str = "workflow_id";
@@ -25,12 +25,12 @@ pub(crate) const HAS_DEPENDENTS: &str = "has_dependents";
 pub(crate) fn deps_table(table: &Relation) -> Relation {
     Relation {
         schema: table.schema.clone(),
-        name: bounded_name(&format!("{}_deps", table.name)),
+        name: table.derived("deps"),
         alias: "dbworker_dep".to_owned(),
     }
 }
 
 /// The sequence workflow ids come from: `<table>_workflow_seq`.
 pub(crate) fn workflow_sequence(table: &Relation) -> String {
-    table.quoted_sibling(&bounded_name(&format!("{}_workflow_seq", table.name)))
+    table.quoted_derived_sibling("workflow_seq")
 }

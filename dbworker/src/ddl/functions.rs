@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::{OptionalColumns, optional_params};
-use crate::columns::{Columns, Relation, bounded_name, quote};
+use crate::columns::{Columns, Relation, quote};
 use crate::error::Result;
 
 /// A PL/pgSQL function `<table>_add_jobs(specs jsonb[], key_mode text)` that
@@ -36,8 +36,8 @@ pub fn add_jobs_function_sql(
     let rel = Relation::parse("table_name", table_name)?;
     Columns::resolve(alternate_column_names)?;
     let table = rel.quoted();
-    let function = rel.quoted_sibling(&bounded_name(&format!("{}_add_jobs", rel.name)));
-    let enqueue = rel.quoted_sibling(&bounded_name(&format!("{}_enqueue", rel.name)));
+    let function = rel.quoted_derived_sibling("add_jobs");
+    let enqueue = rel.quoted_derived_sibling("enqueue");
     let mut known = vec!["'fields'".to_owned(), "'run_at'".to_owned()];
     let mut args = vec![
         "spec->'fields'".to_owned(),
@@ -132,7 +132,7 @@ pub fn admin_functions_sql(
 ) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
-    let name = |suffix: &str| rel.quoted_sibling(&bounded_name(&format!("{}_{suffix}", rel.name)));
+    let name = |suffix: &str| rel.quoted_derived_sibling(suffix);
     let j = |column: &str| format!("j.{}", quote(column));
     let set = |column: &str, value: String| format!("{} = {value}", quote(column));
     let mut reschedule_params = String::from(",\n    run_at timestamptz DEFAULT NULL");

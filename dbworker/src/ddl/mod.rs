@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::columns::{Columns, Relation, bounded_name, literal, quote};
+use crate::columns::{Columns, Relation, literal, quote};
 use crate::error::Result;
 
 mod functions;
@@ -43,7 +43,7 @@ pub fn job_table_sql(
     let table = rel.quoted();
     // Postgres truncates names to 63 bytes: long table names would give both
     // indexes one name, and `IF NOT EXISTS` would skip the second.
-    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
+    let index = |suffix: &str| rel.quoted_derived(suffix);
     Ok(format!(
         r#"CREATE TABLE IF NOT EXISTS {table} (
 {columns}
@@ -173,7 +173,7 @@ pub fn optional_columns_sql(
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
     let table = rel.quoted();
-    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
+    let index = |suffix: &str| rel.quoted_derived(suffix);
     let (id, state) = (quote(&c.id), quote(&c.state));
     let mut ddl = String::new();
     if columns.keys {
@@ -292,7 +292,7 @@ pub fn enqueue_function_sql(
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
     let table = rel.quoted();
-    let function = rel.quoted_sibling(&bounded_name(&format!("{}_enqueue", rel.name)));
+    let function = rel.quoted_derived_sibling("enqueue");
     // The table as a literal for format('%s'), and the record type for
     // jsonb_populate_record.
     let table_literal = table.replace('\'', "''");

@@ -1,6 +1,6 @@
 //! The NOTIFY trigger that wakes listening workers when a job becomes runnable.
 
-use crate::columns::{Columns, Relation, bounded_name, literal, quote};
+use crate::columns::{Columns, Relation, literal, quote};
 use crate::error::Result;
 use crate::notify::Listen;
 
@@ -28,21 +28,14 @@ pub fn notify_trigger_sql(
     }
     .unwrap_or_default();
     let table = rel.quoted();
-    let function = rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_notify", rel.name)));
-    let on_insert = quote(&bounded_name(&format!(
-        "{}_dbworker_notify_insert",
-        rel.name
-    )));
-    let on_requeue = quote(&bounded_name(&format!(
-        "{}_dbworker_notify_requeue",
-        rel.name
-    )));
+    let function = rel.quoted_derived_sibling("dbworker_notify");
+    let on_insert = rel.quoted_derived("dbworker_notify_insert");
+    let on_requeue = rel.quoted_derived("dbworker_notify_requeue");
     let state = quote(&c.state);
     let notify_function = notify_function_sql(&function);
     // Per row, the notification carries the row's id: a listening store whose
     // claim cursor has passed it takes the cursor back at once.
-    let row_function =
-        rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_notify_row", rel.name)));
+    let row_function = rel.quoted_derived_sibling("dbworker_notify_row");
     let id = quote(&c.id);
     // The channel derives from the table's name, which may hold a quote.
     let channel_literal = literal(&channel);

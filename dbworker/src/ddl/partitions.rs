@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use std::str::FromStr;
 
 use crate::columns::{
-    Columns, Relation, bounded_name, bounded_name_to, create_partitions_function, key_table,
-    literal, quote,
+    Columns, Relation, bounded_name_to, create_partitions_function, key_table, literal, quote,
 };
 use crate::error::{Error, Result};
 
@@ -89,9 +88,9 @@ pub fn partitioned_job_table_sql(
     let rel = Relation::parse("table_name", table_name)?;
     let c = Columns::resolve(alternate_column_names)?;
     let table = rel.quoted();
-    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
+    let index = |suffix: &str| rel.quoted_derived(suffix);
     let (id, state, queued_at) = (quote(&c.id), quote(&c.state), quote(&c.queued_at));
-    let default = rel.quoted_sibling(&bounded_name(&format!("{}_default", rel.name)));
+    let default = rel.quoted_derived_sibling("default");
     let function = create_partitions_function(&rel);
     // Room for the longest date suffix (`2026112400` plus `h`).
     let prefix = literal(&bounded_name_to(&format!("{}_p", rel.name), 52));
@@ -170,9 +169,9 @@ pub fn partitioned_keys_sql(
     let c = Columns::resolve(alternate_column_names)?;
     let table = rel.quoted();
     let keys = key_table(&rel).quoted();
-    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
-    let function = rel.quoted_sibling(&bounded_name(&format!("{}_keys_sync", rel.name)));
-    let trigger = |op: &str| quote(&bounded_name(&format!("{}_keys_{op}", rel.name)));
+    let index = |suffix: &str| rel.quoted_derived(suffix);
+    let function = rel.quoted_derived_sibling("keys_sync");
+    let trigger = |op: &str| rel.quoted_derived(&format!("keys_{op}"));
     let (id, state) = (quote(&c.id), quote(&c.state));
     let live = |row: &str| format!("{row}.{state} IN ('queued', 'errored', 'processing')");
     Ok(format!(

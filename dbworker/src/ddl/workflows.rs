@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::columns::{
     BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
-    bounded_name, deps_table, quote, workflow_sequence,
+    deps_table, quote, workflow_sequence,
 };
 use crate::error::Result;
 
@@ -46,13 +46,10 @@ pub fn workflows_sql(
     let c = Columns::resolve(alternate_column_names)?;
     let table = rel.quoted();
     let deps = deps_table(&rel).quoted();
-    let index = |suffix: &str| quote(&bounded_name(&format!("{}_{suffix}", rel.name)));
-    let function = rel.quoted_sibling(&bounded_name(&format!("{}_dbworker_release", rel.name)));
-    let on_update = quote(&bounded_name(&format!("{}_dbworker_release", rel.name)));
-    let on_delete = quote(&bounded_name(&format!(
-        "{}_dbworker_release_delete",
-        rel.name
-    )));
+    let index = |suffix: &str| rel.quoted_derived(suffix);
+    let function = rel.quoted_derived_sibling("dbworker_release");
+    let on_update = rel.quoted_derived("dbworker_release");
+    let on_delete = rel.quoted_derived("dbworker_release_delete");
     let (id, state) = (quote(&c.id), quote(&c.state));
     let (finished_at, failure_message) = (quote(&c.finished_at), quote(&c.failure_message));
     let (workflow_id, task_name, blocked_by) =
@@ -251,8 +248,8 @@ END
 $dbworker$;
 "#,
         upstream_ids = quote(UPSTREAM_IDS),
-        wait_for = rel.quoted_sibling(&bounded_name(&format!("{}_wait_for", rel.name))),
-        enqueue = bounded_name(&format!("{}_enqueue", rel.name)),
+        wait_for = rel.quoted_derived_sibling("wait_for"),
+        enqueue = rel.derived("enqueue"),
         workflow_idx = index("workflow_idx"),
         blocked_idx = index("blocked_by_idx"),
         deps_idx = index("deps_depends_on_idx"),
