@@ -376,7 +376,7 @@ pub(crate) fn explain_keyed_insert(t: &EnqueueTable) -> Statement {
     q.on_conflict(conflict);
     let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
     Statement {
-        sql: format!("EXPLAIN {sql}"),
+        sql: format!("EXPLAIN {sql}").into(),
         values,
     }
 }

@@ -80,7 +80,8 @@ pub(super) fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) 
             "{} UNION ALL {} ORDER BY 1, 2",
             branch("'queued', 'errored'"),
             branch("'processing'")
-        ),
+        )
+        .into(),
         values: SqlxValues(sea_query::Values(Vec::new())),
     }
 }

@@ -8,6 +8,8 @@
 //! sets `started_at = GREATEST(now(), started_at + 1µs)`, so every claim of a row
 //! gets a new, larger token, and every later write requires the token it got.
 
+use std::sync::Arc;
+
 use sea_query::{
     Alias, CommonTableExpression, Condition, Expr, ExprTrait, InsertStatement, IntoIden,
     LockBehavior, LockType, NullOrdering, OnConflict, Order, PostgresQueryBuilder, Query,
@@ -37,6 +39,7 @@ mod job_table;
 mod marks;
 mod partition_keys;
 mod partitions;
+mod per_job;
 mod purge;
 mod reset;
 mod results;
@@ -60,6 +63,7 @@ pub(crate) use job_table::*;
 pub(crate) use marks::*;
 pub(crate) use partition_keys::*;
 pub(crate) use partitions::*;
+pub(crate) use per_job::PerJob;
 pub(crate) use purge::*;
 pub(crate) use reset::*;
 pub(crate) use results::*;
@@ -69,14 +73,18 @@ pub(crate) use workflow::*;
 /// A rendered statement with its bound values.
 #[derive(Debug)]
 pub(crate) struct Statement {
-    pub(crate) sql: String,
+    /// Shared, so a statement rendered once is sent without a copy.
+    pub(crate) sql: Arc<str>,
     pub(crate) values: SqlxValues,
 }
 
 impl Statement {
     fn from(q: &impl SqlxBinder) -> Statement {
         let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
-        Statement { sql, values }
+        Statement {
+            sql: sql.into(),
+            values,
+        }
     }
 
     /// The statement as an sqlx query.

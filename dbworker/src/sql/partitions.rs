@@ -111,7 +111,7 @@ pub(crate) fn partition_rows(
 
 fn raw(sql: String) -> Statement {
     Statement {
-        sql,
+        sql: sql.into(),
         values: SqlxValues(sea_query::Values(Vec::new())),
     }
 }

@@ -57,7 +57,8 @@ pub(crate) fn purge_batch(
                 "WITH \"dbworker_moved\" AS ({sql}) INSERT INTO {} SELECT * FROM \"dbworker_moved\" RETURNING {}::bigint AS \"id\"",
                 archive.quoted(),
                 quote(&c.id)
-            ),
+            )
+            .into(),
             values,
         },
     }

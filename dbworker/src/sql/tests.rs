@@ -853,3 +853,27 @@ fn a_kinds_retry_rule_is_bound_values_in_the_same_statement() {
         "{store_values}"
     );
 }
+
+/// The statements rendered once per store are the ones the statement
+/// functions render for that job: same text, same values in the same order.
+#[test]
+fn per_job_statements_render_as_their_functions_do() {
+    let mut views = table("app.example_jobs");
+    views.view = Some(rel("app.example_view v"));
+    for t in [table("app.example_jobs"), table("\"Odd Name\""), views] {
+        let cached = PerJob::new(&t);
+        for (id, token) in [(1, 2), (i64::MAX, -7), (42, 1_700_000_000_000_000)] {
+            let pairs = [
+                (cached.lock_claimed(id, token), lock_claimed(&t, id, token)),
+                (
+                    cached.mark_complete(id, token),
+                    mark_complete(&t, id, token),
+                ),
+            ];
+            for (cached, rendered) in pairs {
+                assert_eq!(cached.sql, rendered.sql);
+                assert_eq!(cached.values.0, rendered.values.0, "{}", rendered.sql);
+            }
+        }
+    }
+}

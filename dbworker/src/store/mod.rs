@@ -521,7 +521,7 @@ impl<R: Record> DbStore<R> {
             (Some(result), Some(column)) => {
                 sql::mark_complete_with_result(o, lease.id, lease.token, column, result)
             }
-            _ => sql::mark_complete(o, lease.id, lease.token),
+            _ => o.per_job.mark_complete(lease.id, lease.token),
         }
     }
 

@@ -12,7 +12,7 @@ use crate::columns::{Columns, Relation, column_name};
 use crate::error::Error;
 use crate::notify::Listen;
 use crate::retry::RetryPolicy;
-use crate::sql::JobTable;
+use crate::sql::{JobTable, PerJob};
 
 use super::ForbiddenFlags;
 use super::resolved::Resolved;
@@ -469,28 +469,30 @@ impl<R> StoreOptions<R> {
         } else {
             self.column_expressions.clone()
         };
+        let sql = JobTable {
+            table,
+            view,
+            columns,
+            column_expressions,
+            order_by,
+            max_num_retries: self.max_num_retries,
+            max_retries_column,
+            retry: self.retry.clone(),
+            max_num_resets: self.max_num_resets,
+            candidate_window: self.candidate_window,
+            pause_table,
+            limit_table,
+            limit_key_column,
+            queue_column,
+            flags_column,
+            payload_column,
+            error_history,
+            result_column,
+        };
         Ok(Resolved {
             name: self.name.clone(),
-            sql: JobTable {
-                table,
-                view,
-                columns,
-                column_expressions,
-                order_by,
-                max_num_retries: self.max_num_retries,
-                max_retries_column,
-                retry: self.retry.clone(),
-                max_num_resets: self.max_num_resets,
-                candidate_window: self.candidate_window,
-                pause_table,
-                limit_table,
-                limit_key_column,
-                queue_column,
-                flags_column,
-                payload_column,
-                error_history,
-                result_column,
-            },
+            per_job: PerJob::new(&sql),
+            sql,
             max_result_bytes: self.max_result_bytes,
             forbidden_flags: self.forbidden_flags.clone(),
             stalled_max_age: self.stalled_max_age,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::ResetConfig;
 use super::{ForbiddenFlags, Handling};
-use crate::sql::JobTable;
+use crate::sql::{JobTable, PerJob};
 
 /// Options after validation, with names resolved. Derefs to the statement
 /// parameters it holds, so the store reads `o.columns` as the SQL layer does.
@@ -13,6 +13,8 @@ pub(crate) struct Resolved {
     pub(crate) name: String,
     /// What the job-table statements need.
     pub(crate) sql: JobTable,
+    /// The statements every transactional job runs, rendered once.
+    pub(crate) per_job: PerJob,
     /// What the claims skip, when set.
     pub(crate) forbidden_flags: Option<ForbiddenFlags>,
     pub(crate) stalled_max_age: Duration,
