@@ -18,7 +18,8 @@ pub(crate) fn intro() -> String {
          claim into the free slots, then one transaction per job (BEGIN; `FOR KEY SHARE`; UPDATE; \
          COMMIT) with as many jobs at once as the dbworker run has handlers.\n\
          - Jobs are no-ops; jobs/s runs from the start to the last recorded completion. Each run \
-         gets a freshly created, vacuumed and analyzed table.\n\
+         gets a freshly created, vacuumed and analyzed table, and starts right after a \
+         `CHECKPOINT`.\n\
          - Statements per job come from `pg_stat_statements` on the bench database: all / without \
          utility statements (BEGIN, COMMIT, ...).\n\
          - **Operations features** (runs from the `ops` workload on): the plain heartbeat \
