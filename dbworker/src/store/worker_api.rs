@@ -207,7 +207,9 @@ impl<R: Record> Store for DbStore<R> {
         let lease = job.lease;
         let locked = async {
             let mut tx = JobTx::begin(&self.pool, &self.kept).await?;
-            let row = (self.options.per_job)
+            let row = self
+                .options
+                .per_job
                 .lock_claimed(lease.id, lease.token)
                 .query()
                 .fetch_optional(&mut *tx)
