@@ -8,19 +8,46 @@ use workerutil::{Lease, Record};
 
 use super::books::Slot;
 
+/// A place in a log's reading order: the event's writing transaction, then its
+/// position. Consumers read events in this order, and only once every
+/// transaction that could still add an event before them has ended, so a
+/// checkpoint never passes an event that commits later (see the guide's
+/// consumer chapter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[non_exhaustive]
+pub struct LogPoint {
+    /// The transaction id (`xid8`) that wrote the event.
+    pub xid: i64,
+    /// The event's position.
+    pub position: i64,
+}
+
+impl LogPoint {
+    /// The point of the event at `position` written by transaction `xid`.
+    pub fn new(xid: i64, position: i64) -> LogPoint {
+        LogPoint { xid, position }
+    }
+
+    pub(crate) fn pair(self) -> (i64, i64) {
+        (self.xid, self.position)
+    }
+}
+
 /// One consumer's batch: what the handler gets.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ConsumerBatch<E> {
     /// The consumer's name.
     pub consumer: String,
-    /// The events after the checkpoint, in position order (empty until the
-    /// batch is opened).
+    /// The events after the checkpoint, in reading order (by writing
+    /// transaction, then position; empty until the batch is opened).
     pub events: Vec<E>,
     /// The checkpoint the batch starts after.
     pub after: i64,
     /// The position of the batch's last event.
     pub last: i64,
+    /// Where the checkpoint moves when the batch commits.
+    pub(crate) last_point: LogPoint,
     /// Why the events could not be read (a row that failed to scan): the
     /// batch then fails, counting toward `max_consecutive_failures`.
     pub problem: Option<String>,

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::batch::LogPoint;
+
 /// Per consumer, in this process.
 #[derive(Debug, Default)]
 struct ConsumerState {
@@ -27,7 +29,7 @@ struct Checked {
     at: Instant,
     /// `Some(checkpoint)`: held here, with no event after the checkpoint.
     /// `None`: not held by this process.
-    caught_up_to: Option<i64>,
+    caught_up_to: Option<LogPoint>,
 }
 
 /// When consumers are asked about again, with a dispatcher.
@@ -70,7 +72,7 @@ impl Books {
     pub(crate) fn behind(
         &self,
         ready: Vec<String>,
-        head: Option<i64>,
+        head: Option<LogPoint>,
         recheck: Recheck,
     ) -> Vec<String> {
         let Some(head) = head else {
@@ -87,7 +89,7 @@ impl Books {
                 let age = now.saturating_duration_since(checked.at);
                 age >= recheck.always
                     || match checked.caught_up_to {
-                        Some(position) => position < head,
+                        Some(point) => point < head,
                         None => age >= recheck.unheld,
                     }
             })
@@ -96,7 +98,7 @@ impl Books {
 
     /// Records what the database said: held and caught up to `caught_up_to`,
     /// or (`None`) not held here.
-    pub(crate) fn checked(&self, consumer: &str, caught_up_to: Option<i64>) {
+    pub(crate) fn checked(&self, consumer: &str, caught_up_to: Option<LogPoint>) {
         let mut state = self.state.lock().expect("not poisoned");
         state.entry(consumer.to_owned()).or_default().checked = Some(Checked {
             at: Instant::now(),
@@ -130,7 +132,7 @@ impl Books {
     pub(crate) fn settle(
         &self,
         consumer: &str,
-        outcome: std::result::Result<i64, ()>,
+        outcome: std::result::Result<LogPoint, ()>,
         pause: Duration,
         retry_after: Duration,
     ) -> u32 {

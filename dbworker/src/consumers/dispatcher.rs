@@ -1,8 +1,12 @@
 //! `LogDispatcher`: one reader of a log's head per process (per events table),
-//! shared by every consumer group of the process. It reads the head (`SELECT
-//! max(position)`) every `poll_interval`, or, with `listen`, on each NOTIFY and
-//! at least every `reconcile_interval` (a lost notification is then seen within
-//! that bound), and wakes the groups when the head moves. A group's store asks
+//! shared by every consumer group of the process. It reads the head (the last
+//! final event in reading order, see [`LogPoint`]) every `poll_interval`, or,
+//! with `listen`, on each NOTIFY and at least every `reconcile_interval` (a
+//! lost notification is then seen within that bound), and wakes the groups
+//! when the head moves. While committed events wait behind a writer
+//! transaction that is still running, it reads again soon (from 5 ms, doubling
+//! up to the interval): that transaction's end moves the head, and no insert
+//! announces it. A group's store asks
 //! the database only about consumers that are behind the head, so idle
 //! consumers cost nothing: N idle consumers make one head read per interval,
 //! not N reads.
@@ -21,6 +25,9 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::sql::{self, LogTables};
 
+use super::batch::LogPoint;
+use super::options::DEFAULT_TRANSACTION_COLUMN;
+
 /// How the process's dispatcher of one events table reads its head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -29,6 +36,8 @@ pub struct DispatcherOptions {
     pub events_table: String,
     /// The global position column. Default `global_position`.
     pub position_column: String,
+    /// The events' transaction column (`xid8`). Default `transaction_id`.
+    pub transaction_column: String,
     /// Poll mode (no `listen`): how often the head is read. Default 200 ms
     /// (the latency floor of poll mode).
     pub poll_interval: Duration,
@@ -50,6 +59,7 @@ impl DispatcherOptions {
         DispatcherOptions {
             events_table: events_table.into(),
             position_column: "global_position".into(),
+            transaction_column: DEFAULT_TRANSACTION_COLUMN.into(),
             poll_interval: Duration::from_millis(200),
             listen: None,
             reconcile_interval: Duration::from_secs(1),
@@ -72,6 +82,8 @@ impl DispatcherOptions {
         let events = Relation::parse("events_table", &self.events_table)?;
         let position_column =
             crate::columns::column_name("position_column", &self.position_column)?;
+        let transaction_column =
+            crate::columns::column_name("transaction_column", &self.transaction_column)?;
         if self.poll_interval < Duration::from_millis(1) {
             return invalid("poll_interval", "must be at least 1 ms");
         }
@@ -90,6 +102,7 @@ impl DispatcherOptions {
             checkpoints: events.clone(),
             events,
             position_column,
+            transaction_column,
             type_column: String::new(),
         })
     }
@@ -106,7 +119,7 @@ pub struct LogDispatcher {
 struct Shared {
     /// The last head read; `None` until the first read, and after a failed one
     /// (stores then ask the database on every claim, as without a dispatcher).
-    head: watch::Receiver<Option<i64>>,
+    head: watch::Receiver<Option<LogPoint>>,
     wake: Arc<WakeupSender>,
     reads: Arc<AtomicU64>,
     stop: CancellationToken,
@@ -150,7 +163,7 @@ impl LogDispatcher {
                 pool,
                 &tables.events,
                 "events table",
-                &[&tables.position_column],
+                &[&tables.position_column, &tables.transaction_column],
                 "",
             )
             .await?,
@@ -184,7 +197,7 @@ impl LogDispatcher {
     }
 
     /// The last head read (`None` before the first read or after a failed one).
-    pub fn head(&self) -> Option<i64> {
+    pub fn head(&self) -> Option<LogPoint> {
         *self.shared.head.borrow()
     }
 
@@ -217,7 +230,7 @@ impl LogDispatcher {
 struct Task {
     pool: PgPool,
     tables: LogTables,
-    head: watch::Sender<Option<i64>>,
+    head: watch::Sender<Option<LogPoint>>,
     wake: Arc<WakeupSender>,
     reads: Arc<AtomicU64>,
     stop: CancellationToken,
@@ -245,14 +258,20 @@ impl Task {
             Some(_) => options.reconcile_interval,
             None => options.poll_interval,
         };
+        // While events wait behind a running writer: the next read's delay.
+        let mut soon: Option<Duration> = None;
         loop {
             if let Some(n) = &mut notified {
                 n.mark_seen();
             }
-            self.read_once(&name).await;
+            let waiting = self.read_once(&name).await;
+            soon = waiting.then(|| {
+                soon.map_or(Duration::from_millis(5), |d| d * 2)
+                    .min(interval)
+            });
             tokio::select! {
                 () = self.stop.cancelled() => return,
-                () = tokio::time::sleep(interval) => {}
+                () = tokio::time::sleep(soon.unwrap_or(interval)) => {}
                 () = async {
                     match &mut notified {
                         Some(n) => n.woken().await,
@@ -263,16 +282,22 @@ impl Task {
         }
     }
 
-    /// Reads the head and wakes the groups if it moved.
-    async fn read_once(&self, name: &str) {
+    /// Reads the head and wakes the groups if it moved; returns whether
+    /// committed events wait behind a running transaction.
+    async fn read_once(&self, name: &str) -> bool {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let read = sql::log_head(&self.tables)
             .query()
             .fetch_one(&self.pool)
             .await
-            .map(|row| row.get::<i64, _>(sql::LOG_HEAD));
+            .map(|row| {
+                (
+                    LogPoint::new(row.get(sql::LOG_HEAD_XID), row.get(sql::LOG_HEAD)),
+                    row.get::<bool, _>(sql::LOG_WAITING),
+                )
+            });
         match read {
-            Ok(head) => {
+            Ok((head, waiting)) => {
                 self.wake.set_live(true);
                 let moved = self.head.send_if_modified(|h| {
                     let moved = *h != Some(head);
@@ -282,11 +307,13 @@ impl Task {
                 if moved {
                     self.wake.wake();
                 }
+                waiting
             }
             Err(err) => {
                 tracing::warn!(dispatcher = %name, error = %err, "cannot read the log's head; consumers check the database themselves until it is back");
                 self.head.send_replace(None);
                 self.wake.set_live(false);
+                false
             }
         }
     }

@@ -267,6 +267,7 @@ where
         // only about consumers behind it.
         let mut d = DispatcherOptions::new(log.events_table.clone());
         d.position_column = log.position_column.clone();
+        d.transaction_column = log.transaction_column.clone();
         d.poll_interval = options.poll_interval;
         d.listen = log.listen.take();
         d.reconcile_interval = options.reconcile_interval;

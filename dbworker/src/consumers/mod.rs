@@ -14,7 +14,7 @@ pub use dispatcher::{DispatcherOptions, LogDispatcher};
 pub use group::{
     Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
 };
-pub use options::{LogEvent, LogOptions};
+pub use options::{DEFAULT_TRANSACTION_COLUMN, LogEvent, LogOptions};
 pub use store::{
-    ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogJob, LogStore,
+    ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogJob, LogPoint, LogStore,
 };

@@ -12,6 +12,9 @@ use crate::sql::{self, LogTables};
 
 use super::store::{DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE};
 
+/// The events table's transaction column by default.
+pub const DEFAULT_TRANSACTION_COLUMN: &str = "transaction_id";
+
 /// An event type a `LogStore` scans rows into (any `sqlx::FromRow` type).
 pub trait LogEvent: for<'r> FromRow<'r, PgRow> + Send + Sync + Unpin + 'static {}
 
@@ -28,6 +31,11 @@ pub struct LogOptions {
     /// The global position column: increasing, unique, indexed. Default
     /// `global_position`.
     pub position_column: String,
+    /// The `xid8` column holding the writing transaction's id (`DEFAULT
+    /// pg_current_xact_id()`), indexed with the position: events are read in
+    /// `(transaction, position)` order once their transaction can no longer
+    /// be preceded. Default `transaction_id`.
+    pub transaction_column: String,
     /// The select list an event is scanned from (`FromRow`). Default: every
     /// column (`<alias>.*`).
     pub column_expressions: Vec<String>,
@@ -80,6 +88,7 @@ impl LogOptions {
             name: name.into(),
             events_table: events_table.into(),
             position_column: "global_position".into(),
+            transaction_column: DEFAULT_TRANSACTION_COLUMN.into(),
             column_expressions: Vec::new(),
             node_id: node_id.into(),
             consumers,
@@ -122,6 +131,8 @@ impl LogOptions {
         }
         let position_column =
             crate::columns::column_name("position_column", &self.position_column)?;
+        let transaction_column =
+            crate::columns::column_name("transaction_column", &self.transaction_column)?;
         if self.batch_size == 0 {
             return Err(invalid("batch_size", "must be at least 1"));
         }
@@ -160,6 +171,7 @@ impl LogOptions {
             name: self.name.clone(),
             tables: LogTables {
                 position_column,
+                transaction_column,
                 column_expressions,
                 assignments: Relation::parse("assignment_table", &self.assignment_table)?,
                 checkpoints: Relation::parse("checkpoint_table", &self.checkpoint_table)?,

@@ -20,7 +20,7 @@ use workerutil::{
 use crate::error::{Error, Result};
 use crate::sql;
 
-pub use super::batch::{ConsumerBatch, LogJob};
+pub use super::batch::{ConsumerBatch, LogJob, LogPoint};
 use super::books::{Books, Recheck};
 use super::dispatcher::LogDispatcher;
 use super::options::{LogEvent, LogOptions, LogResolved};
@@ -81,7 +81,7 @@ where
             (
                 &o.checkpoints,
                 "checkpoint table",
-                &["consumer_name", "last_position", "updated_at"][..],
+                &["consumer_name", "last_xid", "last_position", "updated_at"][..],
             ),
         ] {
             problems.extend(
@@ -95,7 +95,7 @@ where
                 .await?,
             );
         }
-        let mut event_columns = vec![o.position_column.as_str()];
+        let mut event_columns = vec![o.position_column.as_str(), o.transaction_column.as_str()];
         if !o.scopes.is_empty() {
             event_columns.push(&o.type_column);
         }
@@ -110,7 +110,10 @@ where
             .await?,
         );
         if problems.is_empty()
-            && let Err(err) = sql::log_batch(&o, i64::MAX, 1).query().execute(&pool).await
+            && let Err(err) = sql::log_batch(&o, (i64::MAX, i64::MAX), 1)
+                .query()
+                .execute(&pool)
+                .await
         {
             problems.push(format!(
                 "the column expressions are not valid against {}: {err}",
@@ -158,7 +161,7 @@ where
     }
 
     /// Ends a batch in this process's books: `Ok(checkpoint)` after a commit.
-    fn settle(&self, consumer: &str, outcome: std::result::Result<i64, &str>) {
+    fn settle(&self, consumer: &str, outcome: std::result::Result<LogPoint, &str>) {
         let failures = self.books.settle(
             consumer,
             outcome.map_err(|_| ()),
@@ -202,45 +205,51 @@ where
         if owned.is_none() {
             return Ok(false);
         }
-        let checkpoint: i64 = sql::log_checkpoint(&self.o, &consumer)
+        let row = sql::log_checkpoint(&self.o, &consumer)
             .query()
             .fetch_one(&mut *tx)
             .await
-            .map_err(Error::db("log_checkpoint"))?
-            .get("last_position");
-        if checkpoint != job.lease.token {
+            .map_err(Error::db("log_checkpoint"))?;
+        let checkpoint = LogPoint::new(row.get("last_xid"), row.get("last_position"));
+        if checkpoint.position != job.lease.token {
             return Ok(false);
         }
+        let point = |r: &sqlx::postgres::PgRow| {
+            LogPoint::new(
+                r.get::<i64, _>(sql::LOG_XID),
+                r.get::<i64, _>(sql::LOG_POSITION),
+            )
+        };
         let (rows, last) = match self.o.scopes.get(&consumer) {
             None => {
-                let rows = sql::log_batch(&self.o, checkpoint, self.o.batch_size)
+                let rows = sql::log_batch(&self.o, checkpoint.pair(), self.o.batch_size)
                     .query()
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(Error::db("log_batch"))?;
-                let Some(last) = rows.last().map(|r| r.get::<i64, _>(sql::LOG_POSITION)) else {
+                let Some(last) = rows.last().map(point) else {
                     return Ok(false);
                 };
                 (rows, last)
             }
             Some(types) => {
                 // Read the head first: every event up to it that is in scope
-                // is visible to the batch read after it, so the checkpoint may
-                // move to the head (past the events of other types) when the
-                // batch is not full.
-                let head: i64 = sql::log_head(&self.o)
+                // is final and visible to the batch read after it, so the
+                // checkpoint may move to the head (past the events of other
+                // types) when the batch is not full.
+                let row = sql::log_head(&self.o)
                     .query()
                     .fetch_one(&mut *tx)
                     .await
-                    .map_err(Error::db("log_head"))?
-                    .get(sql::LOG_HEAD);
+                    .map_err(Error::db("log_head"))?;
+                let head = LogPoint::new(row.get(sql::LOG_HEAD_XID), row.get(sql::LOG_HEAD));
                 if head <= checkpoint {
                     return Ok(false);
                 }
                 let rows = sql::log_scoped_batch(
                     &self.o,
-                    checkpoint,
-                    head,
+                    checkpoint.pair(),
+                    head.pair(),
                     types.clone(),
                     self.o.batch_size,
                 )
@@ -250,7 +259,7 @@ where
                 .map_err(Error::db("log_scoped_batch"))?;
                 let full = rows.len() >= self.o.batch_size as usize;
                 let last = match rows.last() {
-                    Some(r) if full => r.get::<i64, _>(sql::LOG_POSITION),
+                    Some(r) if full => point(r),
                     _ => head,
                 };
                 (rows, last)
@@ -270,7 +279,8 @@ where
             }
         }
         job.batch.events = events;
-        job.batch.last = last;
+        job.batch.last = last.position;
+        job.batch.last_point = last;
         job.tx = Some(tx);
         Ok(true)
     }
@@ -344,14 +354,16 @@ where
         if ready.is_empty() || self.stop.is_cancelled() {
             return Ok(Vec::new());
         }
-        let pending: Vec<(String, i64)> = match &self.dispatched {
+        let checkpoint =
+            |r: &sqlx::postgres::PgRow| LogPoint::new(r.get("last_xid"), r.get("last_position"));
+        let pending: Vec<(String, LogPoint)> = match &self.dispatched {
             None => sql::log_pending(&self.o, &self.o.node_id, ready, Some(limit))
                 .query()
                 .fetch_all(&self.pool)
                 .await
                 .map_err(Error::db("log_pending"))?
                 .iter()
-                .map(|r| (r.get("consumer_name"), r.get("last_position")))
+                .map(|r| (r.get("consumer_name"), checkpoint(r)))
                 .collect(),
             Some((dispatcher, recheck)) => {
                 // The head is read before the consumers: one found caught up
@@ -373,9 +385,9 @@ where
                     match row {
                         None => self.books.checked(name, None),
                         Some(r) if r.get::<bool, _>("pending") => {
-                            pending.push((name.clone(), r.get("last_position")));
+                            pending.push((name.clone(), checkpoint(r)));
                         }
-                        Some(r) => self.books.checked(name, Some(r.get("last_position"))),
+                        Some(r) => self.books.checked(name, Some(checkpoint(r))),
                     }
                 }
                 pending.truncate(limit);
@@ -393,14 +405,15 @@ where
                 batch: ConsumerBatch {
                     consumer,
                     events: Vec::new(),
-                    after,
-                    last: after,
+                    after: after.position,
+                    last: after.position,
+                    last_point: after,
                     problem: None,
                     index,
                 },
                 lease: Lease {
                     id: index,
-                    token: after,
+                    token: after.position,
                 },
                 tx: None,
                 _slot: slot,
@@ -474,11 +487,16 @@ where
         let Some(mut tx) = job.tx.take() else {
             return Ok(false);
         };
-        let advanced = sql::log_advance(&self.o, &consumer, job.lease.token, job.batch.last)
-            .query()
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("log_advance"));
+        let advanced = sql::log_advance(
+            &self.o,
+            &consumer,
+            job.lease.token,
+            job.batch.last_point.pair(),
+        )
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("log_advance"));
         let advanced = match advanced {
             Ok(done) if done.rows_affected() == 1 => true,
             Ok(_) => false,
@@ -494,7 +512,7 @@ where
         }
         match tx.commit().await {
             Ok(()) => {
-                self.settle(&consumer, Ok(job.batch.last));
+                self.settle(&consumer, Ok(job.batch.last_point));
                 Ok(true)
             }
             Err(err) => {

@@ -148,9 +148,11 @@ CREATE TABLE IF NOT EXISTS {a} (
     "updated_at" timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS {a_idx} ON {a} ("node_id");
--- The last event position each consumer has processed.
+-- The last event each consumer has processed, in reading order: its writing
+-- transaction, then its position.
 CREATE TABLE IF NOT EXISTS {c} (
     "consumer_name" text PRIMARY KEY,
+    "last_xid" xid8 NOT NULL DEFAULT '0',
     "last_position" bigint NOT NULL DEFAULT 0,
     "created_at" timestamptz NOT NULL DEFAULT now(),
     "updated_at" timestamptz NOT NULL DEFAULT now()
@@ -181,17 +183,21 @@ pub fn events_table_sql(events_table: &str, channel: &str) -> Result<String> {
     let t = rel.quoted();
     let function = rel.quoted_sibling(&format!("{}_notify", rel.name));
     let trigger = quote(&format!("{}_notify", rel.name));
+    let order_idx = quote(&format!("{}_reading_order_idx", rel.name));
     let notify_function = super::notify_function_sql(&function);
     Ok(format!(
-        r#"-- An append-only log: consumers read it in global_position order.
+        r#"-- An append-only log. Consumers read it by writing transaction, then
+-- position, once no transaction still running can add an event before.
 CREATE TABLE IF NOT EXISTS {t} (
     "global_position" bigserial PRIMARY KEY,
+    "transaction_id" xid8 NOT NULL DEFAULT pg_current_xact_id(),
     "aggregate_type" text NOT NULL,
     "aggregate_id" text NOT NULL,
     "event_type" text NOT NULL,
     "payload" jsonb NOT NULL DEFAULT '{{}}',
     "created_at" timestamptz NOT NULL DEFAULT now()
 );
+CREATE INDEX IF NOT EXISTS {order_idx} ON {t} ("transaction_id", "global_position");
 {notify_function}CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {t}
     FOR EACH STATEMENT EXECUTE FUNCTION {function}('{channel}');
 "#

@@ -12,7 +12,7 @@
 //! `since`), and the configured column expressions, which are SQL by design.
 //! Every value is bound.
 
-use sea_query::{BinOper, Func, PgFunc, UnionType, WindowStatement};
+use sea_query::{BinOper, Func, JoinType, PgFunc, UnionType, WindowStatement};
 
 use super::*;
 
@@ -21,6 +21,8 @@ use super::*;
 pub(crate) struct LogTables {
     pub(crate) events: Relation,
     pub(crate) position_column: String,
+    /// The `xid8` column holding each event's writing transaction.
+    pub(crate) transaction_column: String,
     pub(crate) column_expressions: Vec<String>,
     pub(crate) assignments: Relation,
     pub(crate) checkpoints: Relation,
@@ -38,6 +40,61 @@ fn int(n: i32) -> Expr {
     Expr::Constant(n.into())
 }
 
+/// `pg_snapshot_xmin(pg_current_snapshot())`: every transaction id below it
+/// has ended (committed or rolled back), and no transaction running now or
+/// started later can have one below it. Events written below it are final.
+fn horizon() -> Expr {
+    Func::cust("pg_snapshot_xmin")
+        .arg(Func::cust("pg_current_snapshot"))
+        .into()
+}
+
+/// A transaction id sent as a bigint, as `xid8` (no direct cast exists).
+fn xid8(xid: i64) -> Expr {
+    Expr::val(xid).cast_as("text").cast_as("xid8")
+}
+
+/// An `xid8` column read back as a bigint.
+fn xid_out(e: Expr) -> Expr {
+    e.cast_as("text").cast_as("bigint")
+}
+
+/// `'0'::xid8`, the checkpoint of a consumer that has read nothing.
+fn xid_zero() -> Expr {
+    // Raw: a typed constant; sea-query has no xid8 literal.
+    Expr::cust("'0'::xid8")
+}
+
+/// An event's place in the reading order: `(transaction, position)`.
+fn point(l: &LogTables) -> Expr {
+    let e = &l.events;
+    Expr::tuple([
+        col(&e.alias, &l.transaction_column),
+        col(&e.alias, &l.position_column),
+    ])
+}
+
+/// A checkpoint's place in the reading order, from the checkpoint row `c`
+/// (the start of the log when the consumer has none yet).
+fn checkpoint_point() -> Expr {
+    Expr::tuple([
+        Func::coalesce([col("c", "last_xid"), xid_zero()]).into(),
+        Func::coalesce([col("c", "last_position"), int(0)]).into(),
+    ])
+}
+
+/// `EXISTS` a final event after the checkpoint row `c`.
+fn final_event_after_checkpoint(l: &LogTables) -> Expr {
+    let e = &l.events;
+    let newer = Query::select()
+        .expr(int(1))
+        .from(table_ref(e))
+        .and_where(point(l).gt(checkpoint_point()))
+        .and_where(col(&e.alias, &l.transaction_column).lt(horizon()))
+        .to_owned();
+    Expr::exists(newer)
+}
+
 /// `SELECT "consumer_name", "node_id" FROM "cte"`.
 fn assignment_rows(from: &str) -> SelectStatement {
     Query::select()
@@ -47,35 +104,16 @@ fn assignment_rows(from: &str) -> SelectStatement {
 }
 
 /// Consumers assigned to `node` among `names`, with their checkpoint, that
-/// have events after it (by the position index), by name, at most `limit`.
+/// have final events after it (by the `(transaction, position)` index), by
+/// name, at most `limit`.
 pub(crate) fn log_pending(
     l: &LogTables,
     node: &str,
     names: Vec<String>,
     limit: Option<usize>,
 ) -> Statement {
-    let e = &l.events;
-    let checkpoint = Func::coalesce([col("c", "last_position"), int(0)]);
-    let newer = Query::select()
-        .expr(int(1))
-        .from(table_ref(e))
-        .and_where(col(&e.alias, &l.position_column).gt(checkpoint.clone()))
-        .to_owned();
-    let mut q = Query::select();
-    q.expr(col("a", "consumer_name"))
-        .expr_as(
-            Expr::from(checkpoint).cast_as("bigint"),
-            alias("last_position"),
-        )
-        .from(plain_table(&l.assignments).alias(alias("a")))
-        .left_join(
-            plain_table(&l.checkpoints).alias(alias("c")),
-            col("c", "consumer_name").equals((alias("a"), alias("consumer_name"))),
-        )
-        .and_where(col("a", "node_id").eq(node))
-        .and_where(col("a", "consumer_name").eq(PgFunc::any(Expr::val(names).cast_as("text[]"))))
-        .and_where(Expr::exists(newer))
-        .order_by((alias("a"), alias("consumer_name")), Order::Asc);
+    let mut q = held_query(l, node, names);
+    q.and_where(final_event_after_checkpoint(l));
     if let Some(limit) = limit {
         // The bound LIMIT is a bigint.
         let most = i64::MAX.unsigned_abs();
@@ -85,24 +123,28 @@ pub(crate) fn log_pending(
 }
 
 /// The consumers among `names` assigned to `node`, each with its checkpoint
-/// and whether the log has events after it: the dispatched claim, which must
-/// also learn which consumers are held and caught up, so it need not ask again
-/// until the log's head moves.
+/// and whether the log has final events after it: the dispatched claim, which
+/// must also learn which consumers are held and caught up, so it need not ask
+/// again until the log's head moves.
 pub(crate) fn log_held(l: &LogTables, node: &str, names: Vec<String>) -> Statement {
-    let e = &l.events;
-    let checkpoint = Func::coalesce([col("c", "last_position"), int(0)]);
-    let newer = Query::select()
-        .expr(int(1))
-        .from(table_ref(e))
-        .and_where(col(&e.alias, &l.position_column).gt(checkpoint.clone()))
-        .to_owned();
-    let q = Query::select()
+    let mut q = held_query(l, node, names);
+    q.expr_as(final_event_after_checkpoint(l), alias("pending"));
+    Statement::from(&q)
+}
+
+/// The consumers among `names` assigned to `node` with their checkpoints
+/// (`last_xid`, `last_position`; zero without one), by name.
+fn held_query(l: &LogTables, node: &str, names: Vec<String>) -> SelectStatement {
+    Query::select()
         .expr(col("a", "consumer_name"))
         .expr_as(
-            Expr::from(checkpoint).cast_as("bigint"),
+            xid_out(Func::coalesce([col("c", "last_xid"), xid_zero()]).into()),
+            alias("last_xid"),
+        )
+        .expr_as(
+            Expr::from(Func::coalesce([col("c", "last_position"), int(0)])).cast_as("bigint"),
             alias("last_position"),
         )
-        .expr_as(Expr::exists(newer), alias("pending"))
         .from(plain_table(&l.assignments).alias(alias("a")))
         .left_join(
             plain_table(&l.checkpoints).alias(alias("c")),
@@ -111,58 +153,99 @@ pub(crate) fn log_held(l: &LogTables, node: &str, names: Vec<String>) -> Stateme
         .and_where(col("a", "node_id").eq(node))
         .and_where(col("a", "consumer_name").eq(PgFunc::any(Expr::val(names).cast_as("text[]"))))
         .order_by((alias("a"), alias("consumer_name")), Order::Asc)
-        .to_owned();
-    Statement::from(&q)
+        .to_owned()
 }
 
-/// The log's head: its greatest position (0 when empty), one probe of the
-/// position index. The dispatcher reads it; a scoped batch reads it to know
-/// how far its checkpoint may advance past events of other types.
+/// The log's head: its last final event in reading order (`head_xid`,
+/// `head`; zero when there is none), and whether committed events wait behind
+/// a transaction still running (`waiting`: the head moves when that
+/// transaction ends, and no insert announces it). Two probes of the
+/// `(transaction, position)` index. The dispatcher reads it; a scoped batch
+/// reads it to know how far its checkpoint may advance past events of other
+/// types.
 pub(crate) fn log_head(l: &LogTables) -> Statement {
     let e = &l.events;
-    let q = Query::select()
+    let txn = col(&e.alias, &l.transaction_column);
+    let last = Query::select()
+        .expr_as(xid_out(txn.clone()), alias("x"))
         .expr_as(
-            Expr::from(Func::coalesce([
-                Func::max(col(&e.alias, &l.position_column)).into(),
-                int(0),
-            ]))
-            .cast_as("bigint"),
-            alias(LOG_HEAD),
+            col(&e.alias, &l.position_column).cast_as("bigint"),
+            alias("p"),
         )
         .from(table_ref(e))
+        .and_where(txn.clone().lt(horizon()))
+        .order_by_expr(txn.clone(), Order::Desc)
+        .order_by_expr(col(&e.alias, &l.position_column), Order::Desc)
+        .limit(1)
+        .to_owned();
+    let waiting = Query::select()
+        .expr(int(1))
+        .from(table_ref(e))
+        .and_where(txn.gte(horizon()))
+        .to_owned();
+    // One row whether or not the log has a final event: `(SELECT 1) AS one
+    // LEFT JOIN (…) AS h ON true`.
+    let q = Query::select()
+        .expr_as(
+            Expr::from(Func::coalesce([col("h", "x"), int(0)])).cast_as("bigint"),
+            alias(LOG_HEAD_XID),
+        )
+        .expr_as(
+            Expr::from(Func::coalesce([col("h", "p"), int(0)])).cast_as("bigint"),
+            alias(LOG_HEAD),
+        )
+        .expr_as(Expr::exists(waiting), alias(LOG_WAITING))
+        .from_subquery(Query::select().expr(int(1)).to_owned(), alias("one"))
+        .join_subquery(JoinType::LeftJoin, last, alias("h"), Expr::cust("true"))
         .to_owned();
     Statement::from(&q)
 }
 
-/// The column `log_head` returns the head in.
+/// The column `log_head` returns the head's position in.
 pub(crate) const LOG_HEAD: &str = "head";
+/// The column `log_head` returns the head's transaction id in.
+pub(crate) const LOG_HEAD_XID: &str = "head_xid";
+/// The column `log_head` says whether events wait behind a running writer in.
+pub(crate) const LOG_WAITING: &str = "waiting";
 
 /// A scoped consumer's next batch: the events after `after` and up to `upto`
-/// (the head read before it) whose aggregate type is one of `types`, in
-/// position order. Filtered here, so the consumer never receives the others.
+/// (the head read before it; both `(transaction, position)`) whose aggregate
+/// type is one of `types`, in reading order. Filtered here, so the consumer
+/// never receives the others.
 pub(crate) fn log_scoped_batch(
     l: &LogTables,
-    after: i64,
-    upto: i64,
+    after: (i64, i64),
+    upto: (i64, i64),
     types: Vec<String>,
     size: u32,
 ) -> Statement {
     let e = &l.events;
+    let mut q = batch_select(l);
+    q.and_where(point(l).gt(Expr::tuple([xid8(after.0), Expr::val(after.1)])))
+        .and_where(point(l).lte(Expr::tuple([xid8(upto.0), Expr::val(upto.1)])))
+        .and_where(
+            col(&e.alias, &l.type_column).eq(PgFunc::any(Expr::val(types).cast_as("text[]"))),
+        )
+        .limit(u64::from(size));
+    Statement::from(&q)
+}
+
+/// The configured select list, each event's position and transaction, in
+/// reading order.
+fn batch_select(l: &LogTables) -> SelectStatement {
+    let e = &l.events;
     let position = col(&e.alias, &l.position_column);
+    let txn = col(&e.alias, &l.transaction_column);
     let mut q = Query::select();
     for expr in &l.column_expressions {
         q.expr(Expr::cust(expr.clone()));
     }
     q.expr_as(position.clone().cast_as("bigint"), alias(LOG_POSITION))
+        .expr_as(xid_out(txn.clone()), alias(LOG_XID))
         .from(table_ref(e))
-        .and_where(position.clone().gt(after))
-        .and_where(position.clone().lte(upto))
-        .and_where(
-            col(&e.alias, &l.type_column).eq(PgFunc::any(Expr::val(types).cast_as("text[]"))),
-        )
-        .order_by_expr(position, Order::Asc)
-        .limit(u64::from(size));
-    Statement::from(&q)
+        .order_by_expr(txn, Order::Asc)
+        .order_by_expr(position, Order::Asc);
+    q
 }
 
 /// Locks the consumer's assignment row if `node` still holds it: the proof of
@@ -178,7 +261,8 @@ pub(crate) fn log_lock_assignment(l: &LogTables, consumer: &str, node: &str) -> 
     Statement::from(&q)
 }
 
-/// The consumer's checkpoint, created at 0 when it has none.
+/// The consumer's checkpoint (`last_xid`, `last_position`), created at the
+/// start of the log when it has none.
 pub(crate) fn log_checkpoint(l: &LogTables, consumer: &str) -> Statement {
     let create = Query::insert()
         .into_table(plain_table(&l.checkpoints))
@@ -189,47 +273,51 @@ pub(crate) fn log_checkpoint(l: &LogTables, consumer: &str) -> Statement {
                 .do_nothing()
                 .to_owned(),
         )
-        .returning_col(alias("last_position"))
+        .returning(Query::returning().columns([alias("last_xid"), alias("last_position")]))
         .to_owned();
-    let existing = Query::select()
-        .column(alias("last_position"))
-        .from(plain_table(&l.checkpoints))
-        .and_where(c("consumer_name").eq(consumer))
-        .to_owned();
-    let q = Query::select()
-        .column(alias("last_position"))
-        .from(alias("new"))
+    let read = |from: TableRef| {
+        Query::select()
+            .expr_as(xid_out(c("last_xid")), alias("last_xid"))
+            .column(alias("last_position"))
+            .from(from)
+            .to_owned()
+    };
+    let mut existing = read(plain_table(&l.checkpoints));
+    existing.and_where(c("consumer_name").eq(consumer));
+    let q = read(alias("new").into())
         .union(UnionType::All, existing)
         .to_owned()
         .with(WithClause::new().cte(cte(create, "new", false)).to_owned());
     Statement::from(&q)
 }
 
-/// The next batch of events after `after`, in position order, with each
-/// event's position after the configured expressions.
-pub(crate) fn log_batch(l: &LogTables, after: i64, size: u32) -> Statement {
+/// The next batch of final events after `after` (`(transaction, position)`),
+/// in reading order, with each event's position and transaction after the
+/// configured expressions. An event whose transaction is below the horizon
+/// can no longer be preceded by one that commits later, so the checkpoint
+/// may pass it.
+pub(crate) fn log_batch(l: &LogTables, after: (i64, i64), size: u32) -> Statement {
     let e = &l.events;
-    let position = col(&e.alias, &l.position_column);
-    let mut q = Query::select();
-    for expr in &l.column_expressions {
-        q.expr(Expr::cust(expr.clone()));
-    }
-    q.expr_as(position.clone().cast_as("bigint"), alias(LOG_POSITION))
-        .from(table_ref(e))
-        .and_where(position.clone().gt(after))
-        .order_by_expr(position, Order::Asc)
+    let mut q = batch_select(l);
+    q.and_where(point(l).gt(Expr::tuple([xid8(after.0), Expr::val(after.1)])))
+        .and_where(col(&e.alias, &l.transaction_column).lt(horizon()))
         .limit(u64::from(size));
     Statement::from(&q)
 }
 
 /// The column `log_batch` returns each event's position in.
 pub(crate) const LOG_POSITION: &str = "dbworker_position";
+/// The column `log_batch` returns each event's transaction id in.
+pub(crate) const LOG_XID: &str = "dbworker_xid";
 
-/// Advances a checkpoint, fenced by the position the batch started from.
-pub(crate) fn log_advance(l: &LogTables, consumer: &str, from: i64, to: i64) -> Statement {
+/// Advances a checkpoint to `to` (`(transaction, position)`), fenced by the
+/// position the batch started from (positions are unique, so the position
+/// alone names the checkpoint).
+pub(crate) fn log_advance(l: &LogTables, consumer: &str, from: i64, to: (i64, i64)) -> Statement {
     let q = Query::update()
         .table(plain_table(&l.checkpoints))
-        .value(alias("last_position"), to)
+        .value(alias("last_xid"), xid8(to.0))
+        .value(alias("last_position"), to.1)
         .value(alias("updated_at"), now())
         .and_where(c("consumer_name").eq(consumer))
         .and_where(c("last_position").eq(from))

@@ -88,6 +88,7 @@ fn log_tables() -> LogTables {
         column_expressions: vec![format!("{}.*", quote(&events.alias))],
         events,
         position_column: "position".into(),
+        transaction_column: "transaction_id".into(),
         assignments: rel("dbworker_consumer_assignments"),
         checkpoints: rel("dbworker_consumer_checkpoints"),
         type_column: "aggregate_type".into(),
@@ -615,11 +616,11 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ("log_head", log_head(&l)),
         (
             "log_scoped_batch",
-            log_scoped_batch(&l, 10, 500, vec!["order".into()], 100),
+            log_scoped_batch(&l, (7, 10), (9, 500), vec!["order".into()], 100),
         ),
         ("log_checkpoint", log_checkpoint(&l, "billing")),
-        ("log_batch", log_batch(&l, 10, 100)),
-        ("log_advance", log_advance(&l, "billing", 10, 20)),
+        ("log_batch", log_batch(&l, (7, 10), 100)),
+        ("log_advance", log_advance(&l, "billing", 10, (9, 20))),
         ("log_assigned", log_assigned(&l, "h:1:ab")),
         (
             "log_rebalance",

@@ -72,8 +72,20 @@ impl Consumer<Event> for Project {
     }
 }
 
+impl Event {
+    pub fn position(&self) -> i64 {
+        self.global_position
+    }
+}
+
 pub async fn set_up() -> Db {
     let db = Db::new().await;
+    create_tables(&db).await;
+    db
+}
+
+/// The registry, lease, consumer, events and projection tables.
+pub async fn create_tables(db: &Db) {
     db.execute(&format!(
         "{}{}{}{}
          CREATE TABLE projection (consumer text, position bigint, aggregate_id text, PRIMARY KEY (consumer, position));",
@@ -83,7 +95,6 @@ pub async fn set_up() -> Db {
         events_table_sql("events", "events_appended").unwrap(),
     ))
     .await;
-    db
 }
 
 pub async fn append(db: &Db, n: i64) {

@@ -1,1 +1,1 @@
-SELECT "e".*, CAST("e"."position" AS bigint) AS "dbworker_position" FROM "app"."events" AS "e" WHERE "e"."position" > $1 ORDER BY "e"."position" ASC LIMIT $2
+SELECT "e".*, CAST("e"."position" AS bigint) AS "dbworker_position", CAST(CAST("e"."transaction_id" AS text) AS bigint) AS "dbworker_xid" FROM "app"."events" AS "e" WHERE ("e"."transaction_id", "e"."position") > (CAST(CAST($1 AS text) AS xid8), $2) AND "e"."transaction_id" < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY "e"."transaction_id" ASC, "e"."position" ASC LIMIT $3
