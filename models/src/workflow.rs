@@ -1,0 +1,400 @@
+//! The release of workflow dependents when their upstream jobs complete.
+//!
+//! **The real code.** The release trigger (`dbworker/src/ddl/workflows.rs`)
+//! runs in the transaction that completes an upstream job: it deletes the
+//! job's edges, then for each dependent probes its other edges (`FOR KEY
+//! SHARE SKIP LOCKED`, highest first); an edge found is locked, and its
+//! deleter releases the dependent later; none found, it locks the dependent
+//! `FOR UPDATE` and, with a snapshot taken after that lock, sets it `queued`
+//! if it is `pending` with no edge left. A dependent enqueued later
+//! (`enqueue/after.rs`, `sql::lock_upstreams` in `sql/workflow.rs`, the SQL
+//! `wait_for`) locks its upstream rows `FOR SHARE` and waits only for those
+//! not completed.
+//!
+//! **The model.** Completions interleave statement by statement (READ
+//! COMMITTED: a statement sees what was committed when it started, and its
+//! own writes). Row locks: an edge being deleted is skipped by `SKIP LOCKED`;
+//! an edge held `FOR KEY SHARE` blocks its deleter; a dependent held `FOR
+//! UPDATE` (or updated) blocks the others; upstream rows held `FOR SHARE`
+//! block the completing `UPDATE`. A completion may roll back at any step (the mark's transaction
+//! fails), then run again; a wait-for cycle aborts one of its transactions
+//! (Postgres's deadlock detector). The `DELETE` takes its rows in one order
+//! for all upstreams, or ([`WorkflowModel::any_order`]) in any order each.
+//! Only completions are modelled (not failures, cancels or the `on_failure`
+//! policy). Bounds: the tests use 2 and 3 upstreams, 2 dependents waiting for
+//! all of them, one more enqueued concurrently, as many rollbacks as upstreams.
+//!
+//! **Invariants.**
+//! - `released at most once`: a dependent goes `pending` → `queued` once.
+//! - `never released early`: its release commits only once all its upstream
+//!   jobs committed `completed`.
+//! - `released once all completed`: once no transaction is open and all
+//!   upstream jobs completed, every dependent was released.
+//! - `completions overlap` (sometimes): two completions are in the trigger at
+//!   once; `a deadlock` (sometimes) is reported, and expected only when the
+//!   deletes may take their edges in different orders.
+//!
+//! **Guard removed.** [`Variant::SnapshotOnly`] releases when its own snapshot
+//! shows no edge (no probe, no lock): concurrent last completions each see the
+//! other's edge and nobody releases. [`Variant::NoRecheck`] trusts a probe that
+//! found nothing and releases without the `FOR UPDATE` and the fresh check:
+//! it releases while another upstream's completion has not committed.
+
+use crate::{Model, Property, in_wait_cycle};
+
+/// The release rule under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The trigger as written.
+    Real,
+    /// `UPDATE … WHERE pending AND NOT EXISTS (edges)` right after the delete.
+    SnapshotOnly,
+    /// Probe; if nothing is found, release without lock and recheck.
+    NoRecheck,
+}
+
+/// An edge `(dependent, upstream)` of the edge table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Edge {
+    /// No such row (not inserted yet, or its delete committed).
+    Absent,
+    /// A committed row.
+    Present,
+    /// Deleted by this upstream's open completion (locked, still visible to others).
+    DeletedBy(u8),
+}
+
+/// A step of a completion's trigger loop, for one dependent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// `PERFORM … FOR KEY SHARE SKIP LOCKED`.
+    Probe,
+    /// `PERFORM 1 FROM table WHERE id = dep FOR UPDATE`.
+    LockDep,
+    /// `UPDATE table SET state = 'queued' WHERE … pending AND NOT EXISTS …`.
+    Update,
+}
+
+/// An open completion, inside the trigger.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Trigger {
+    /// The dependents whose edge to this job exists, in delete order.
+    pub plan: Vec<u8>,
+    /// How many of `plan` are deleted.
+    pub deleted: usize,
+    /// The loop's position in `plan`.
+    pub at: usize,
+    /// The loop's step.
+    pub step: Step,
+}
+
+/// An upstream job's completing transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Completion {
+    /// Not running (the job is still processing).
+    Idle,
+    /// Open: the job's row is updated (locked), the trigger runs.
+    Active(Trigger),
+    /// Committed: the job is `completed`.
+    Done,
+}
+
+/// The whole system's state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Each upstream's completion.
+    pub ups: Vec<Completion>,
+    /// Rollbacks the completions may still do, besides deadlock victims.
+    pub aborts_left: u8,
+    /// The open completion that set each dependent `queued`, uncommitted.
+    pub queued_by: Vec<Option<u8>>,
+    /// The transaction holding each dependent's row lock.
+    pub dep_lock: Vec<Option<u8>>,
+    /// Edge `(d, u)` at `d * ups + u`.
+    pub edges: Vec<Edge>,
+    /// Transactions holding each edge `FOR KEY SHARE` (a bit each).
+    pub key_share: Vec<u8>,
+    /// The late enqueue: upstream rows it holds `FOR SHARE`; `None` once done.
+    pub enqueue: Option<u8>,
+    /// Releases committed per dependent: 0 while it is `pending`.
+    pub releases: Vec<u8>,
+    /// Ghost: a release committed before all its upstream jobs completed.
+    pub early: bool,
+}
+
+/// One atomic step; transactions are numbered by upstream, the enqueue last.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The completing `UPDATE` (its row lock), and its `DELETE`'s edge order.
+    Begin(u8, Vec<u8>),
+    /// Deletes the next planned edge.
+    Delete(u8),
+    /// The loop's next step.
+    Loop(u8),
+    /// Commits the completion.
+    Commit(u8),
+    /// Rolls the completion back (deadlock victim, or a failure).
+    Abort(u8),
+    /// The enqueue locks the next upstream row `FOR SHARE`.
+    EnqueueLock,
+    /// The enqueue inserts its edges and dependent, and commits.
+    EnqueueCommit,
+}
+
+/// The model: its bounds and flags.
+#[derive(Debug, Clone)]
+pub struct WorkflowModel {
+    /// Upstream jobs (each dependent waits for all of them).
+    pub ups: u8,
+    /// Dependents waiting from the start.
+    pub deps: u8,
+    /// Whether one more dependent is enqueued concurrently.
+    pub late: bool,
+    /// Whether each `DELETE` may take its edges in any order.
+    pub any_order: bool,
+    /// Rollbacks per upstream, pooled (`aborts × ups` in all), besides deadlock victims.
+    pub aborts: u8,
+    /// The release rule.
+    pub variant: Variant,
+}
+
+impl WorkflowModel {
+    fn edge(&self, d: u8, u: u8) -> usize {
+        usize::from(d) * usize::from(self.ups) + usize::from(u)
+    }
+
+    /// Whether `t`'s statement sees an edge of `d` (deleted only by others).
+    fn any_edge_visible(&self, s: &State, t: u8, d: u8) -> bool {
+        (0..self.ups).any(|u| match s.edges[self.edge(d, u)] {
+            Edge::Present => true,
+            Edge::DeletedBy(x) => x != t,
+            Edge::Absent => false,
+        })
+    }
+
+    /// The transactions `t` waits for now (a bit each); 0 if it can go on.
+    fn waits_for(&self, s: &State, t: u8) -> u8 {
+        if t == self.ups {
+            let next = usize::from(s.enqueue.unwrap_or(self.ups));
+            return u8::from(matches!(s.ups.get(next), Some(Completion::Active(_)))) << next;
+        }
+        let Completion::Active(tr) = &s.ups[usize::from(t)] else {
+            return 0;
+        };
+        if let Some(&d) = tr.plan.get(tr.deleted) {
+            s.key_share[self.edge(d, t)] & !(1 << t)
+        } else if tr.step != Step::Probe
+            && let Some(&d) = tr.plan.get(tr.at)
+        {
+            let holder = s.dep_lock[usize::from(d)].filter(|&h| h != t);
+            holder.map_or(0, |h| 1 << h)
+        } else {
+            0
+        }
+    }
+
+    fn deadlocked(&self, s: &State, t: u8) -> bool {
+        in_wait_cycle(self.ups + 1, t, |x| self.waits_for(s, x))
+    }
+
+    /// Ends completion `u`'s transaction: committed, or rolled back.
+    fn end(&self, n: &mut State, u: u8, commit: bool) {
+        for e in &mut n.edges {
+            if *e == Edge::DeletedBy(u) {
+                *e = if commit { Edge::Absent } else { Edge::Present };
+            }
+        }
+        for k in &mut n.key_share {
+            *k &= !(1 << u);
+        }
+        n.ups[usize::from(u)] = if commit {
+            Completion::Done
+        } else {
+            Completion::Idle
+        };
+        for d in 0..n.releases.len() {
+            if n.dep_lock[d] == Some(u) {
+                n.dep_lock[d] = None;
+            }
+            if n.queued_by[d] == Some(u) {
+                n.queued_by[d] = None;
+                n.releases[d] += u8::from(commit);
+                n.early |= commit && !n.ups.iter().all(|c| *c == Completion::Done);
+            }
+        }
+    }
+
+    /// A step of `u`'s loop over dependent `d`; `None` when done with `d`.
+    fn step(&self, n: &mut State, u: u8, d: u8, step: Step) -> Option<Step> {
+        let di = usize::from(d);
+        match step {
+            Step::Probe if self.variant == Variant::SnapshotOnly => {
+                self.step(n, u, d, Step::Update)
+            }
+            Step::Probe => {
+                // Highest first; `SKIP LOCKED` passes edges being deleted.
+                let unlocked = (0..self.ups)
+                    .rev()
+                    .find(|&v| n.edges[self.edge(d, v)] == Edge::Present);
+                if let Some(v) = unlocked {
+                    let e = self.edge(d, v);
+                    n.key_share[e] |= 1 << u;
+                    return None; // its deleter releases
+                }
+                Some(match self.variant {
+                    Variant::NoRecheck => Step::Update,
+                    _ => Step::LockDep,
+                })
+            }
+            Step::LockDep => {
+                n.dep_lock[di] = Some(u);
+                Some(Step::Update)
+            }
+            Step::Update => {
+                let none_left =
+                    self.variant == Variant::NoRecheck || !self.any_edge_visible(n, u, d);
+                if n.releases[di] == 0 && n.queued_by[di].is_none() && none_left {
+                    n.queued_by[di] = Some(u);
+                    n.dep_lock[di] = Some(u);
+                }
+                None
+            }
+        }
+    }
+}
+
+impl Model for WorkflowModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let (u, d) = (usize::from(self.ups), usize::from(self.deps));
+        let all = d + usize::from(self.late);
+        let mut edges = vec![Edge::Present; u * d];
+        edges.resize(u * all, Edge::Absent);
+        vec![State {
+            ups: vec![Completion::Idle; u],
+            aborts_left: self.aborts * self.ups,
+            queued_by: vec![None; all],
+            dep_lock: vec![None; all],
+            key_share: vec![0; u * all],
+            edges,
+            enqueue: self.late.then_some(0),
+            releases: vec![0; all],
+            early: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let deps = u8::try_from(s.releases.len()).expect("few dependents");
+        for u in 0..self.ups {
+            match &s.ups[usize::from(u)] {
+                // The completing UPDATE waits while the enqueue holds the row.
+                Completion::Idle if s.enqueue.is_none_or(|held| held <= u) => {
+                    let plan: Vec<u8> = (0..deps)
+                        .filter(|&d| s.edges[self.edge(d, u)] == Edge::Present)
+                        .collect();
+                    if self.any_order && plan.len() == 2 {
+                        actions.push(Action::Begin(u, vec![plan[1], plan[0]]));
+                    }
+                    actions.push(Action::Begin(u, plan));
+                }
+                Completion::Active(tr) => {
+                    if self.waits_for(s, u) == 0 {
+                        actions.push(match (tr.deleted < tr.plan.len(), tr.at < tr.plan.len()) {
+                            (true, _) => Action::Delete(u),
+                            (false, true) => Action::Loop(u),
+                            (false, false) => Action::Commit(u),
+                        });
+                    }
+                    if s.aborts_left > 0 || self.deadlocked(s, u) {
+                        actions.push(Action::Abort(u));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if s.enqueue.is_some() && self.waits_for(s, self.ups) == 0 {
+            let all_held = s.enqueue == Some(self.ups);
+            actions.push(if all_held {
+                Action::EnqueueCommit
+            } else {
+                Action::EnqueueLock
+            });
+        }
+    }
+
+    fn next_state(&self, s: &State, action: Action) -> Option<State> {
+        let mut n = s.clone();
+        match action {
+            Action::Begin(u, plan) => {
+                let (deleted, at, step) = (0, 0, Step::Probe);
+                n.ups[usize::from(u)] = Completion::Active(Trigger {
+                    plan,
+                    deleted,
+                    at,
+                    step,
+                });
+            }
+            Action::Delete(u) => {
+                let Completion::Active(tr) = &mut n.ups[usize::from(u)] else {
+                    return None;
+                };
+                let e = self.edge(tr.plan[tr.deleted], u);
+                tr.deleted += 1;
+                n.edges[e] = Edge::DeletedBy(u);
+            }
+            Action::Loop(u) => {
+                let Completion::Active(tr) = &s.ups[usize::from(u)] else {
+                    return None;
+                };
+                let next = self.step(&mut n, u, tr.plan[tr.at], tr.step);
+                let (at, step) = next.map_or((tr.at + 1, Step::Probe), |st| (tr.at, st));
+                if let Completion::Active(tr) = &mut n.ups[usize::from(u)] {
+                    (tr.at, tr.step) = (at, step);
+                }
+            }
+            Action::Commit(u) => self.end(&mut n, u, true),
+            Action::Abort(u) => {
+                if !self.deadlocked(s, u) {
+                    n.aborts_left -= 1;
+                }
+                self.end(&mut n, u, false);
+            }
+            Action::EnqueueLock => n.enqueue = n.enqueue.map(|held| held + 1),
+            Action::EnqueueCommit => {
+                // The late dependent waits for the upstream jobs not completed.
+                let d = self.deps;
+                let open: Vec<u8> = (0..self.ups)
+                    .filter(|&u| s.ups[usize::from(u)] != Completion::Done)
+                    .collect();
+                for &u in &open {
+                    n.edges[self.edge(d, u)] = Edge::Present;
+                }
+                n.releases[usize::from(d)] += u8::from(open.is_empty());
+                n.enqueue = None;
+            }
+        }
+        Some(n)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("released at most once", |_, s: &State| {
+                s.releases.iter().all(|&r| r <= 1)
+            }),
+            Property::always("never released early", |_, s: &State| !s.early),
+            Property::always("released once all completed", |_, s: &State| {
+                let quiet = s.enqueue.is_none() && s.ups.iter().all(|c| *c == Completion::Done);
+                !quiet || s.releases.iter().all(|&r| r == 1)
+            }),
+            Property::sometimes("completions overlap", |_, s: &State| {
+                let active = s.ups.iter().filter(|c| matches!(c, Completion::Active(_)));
+                active.count() >= 2
+            }),
+            Property::sometimes("a deadlock", |m: &Self, s: &State| {
+                (0..m.ups).any(|u| m.deadlocked(s, u))
+            }),
+        ]
+    }
+}

@@ -1,0 +1,7 @@
+//! Every model checked exhaustively, and each with its guard removed.
+//! One test binary, so the models are checked in parallel.
+
+mod checkpoint;
+mod claim;
+mod leader;
+mod workflow;
