@@ -4,18 +4,99 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use dbworker::admin::{Admin, AdminOptions};
 use dbworker::cluster::DEFAULT_LEADER_TABLE;
+use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-/// The database and the job table, as every command that connects takes them.
+/// The database, as every command that connects takes it.
+#[derive(Debug, Args)]
+pub(crate) struct Database {
+    /// The database to connect to: postgres://user:password@host:port/db.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// Seconds to wait for the database before reporting it unreachable.
+    #[arg(long, env = "DBWORKER_CONNECT_TIMEOUT_SECS", default_value_t = 5.0)]
+    connect_timeout_secs: f64,
+}
+
+impl Database {
+    /// The connect timeout, checked.
+    pub(crate) fn connect_timeout(&self) -> Result<Duration> {
+        seconds("connect-timeout-secs", self.connect_timeout_secs)
+    }
+
+    /// How every command connects, so all report a bad URL, a refused login
+    /// or an unreachable server alike. One connection is opened at once,
+    /// under the connect timeout: it fails fast with the cause and the
+    /// address, where a pool would retry until its acquire timeout and say
+    /// only "pool timed out". The pool then connects as it needs.
+    pub(crate) async fn connect(&self, max_connections: u32) -> Result<PgPool> {
+        let timeout = self.connect_timeout()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(timeout)
+            .connect_lazy_with(self.options()?);
+        dbworker::check_connection(&pool, timeout).await?;
+        Ok(pool)
+    }
+
+    /// The URL parsed; a malformed or foreign one is blamed by name instead
+    /// of with sqlx's bare text ("relative URL without a base"), its password
+    /// never shown.
+    fn options(&self) -> Result<PgConnectOptions> {
+        let url = &self.database_url;
+        let malformed = |why: String| {
+            anyhow!("DATABASE_URL (--database-url) {why}; expected postgres://user@host:port/db")
+        };
+        match url.split_once("://") {
+            Some((scheme, _))
+                if scheme.eq_ignore_ascii_case("postgres")
+                    || scheme.eq_ignore_ascii_case("postgresql") => {}
+            // Only a plain scheme is quoted: what precedes "://" could be a
+            // password in a URL missing its scheme.
+            Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) => {
+                return Err(malformed(format!(
+                    "is not a PostgreSQL URL: its scheme is {scheme}, not postgres or postgresql"
+                )));
+            }
+            _ => {
+                return Err(malformed(
+                    "is not a PostgreSQL URL: it does not start with postgres://".into(),
+                ));
+            }
+        }
+        url.parse().map_err(|err: sqlx::Error| {
+            // sqlx nests its configuration errors, each prefixed alike.
+            let text = err.to_string();
+            let mut why = text.as_str();
+            while let Some(rest) = why.strip_prefix("error with configuration: ") {
+                why = rest;
+            }
+            malformed(format!("is malformed: {}", without_password(url, why)))
+        })
+    }
+}
+
+/// `text` with the URL's password, if it quotes it, replaced by `***`.
+fn without_password(url: &str, text: &str) -> String {
+    let userinfo = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .map_or("", |(userinfo, _)| userinfo);
+    match userinfo.split_once(':') {
+        Some((_, password)) if !password.is_empty() => text.replace(password, "***"),
+        _ => text.to_owned(),
+    }
+}
+
+/// The database and the job table, as most commands take them.
 #[derive(Debug, Args)]
 pub(crate) struct Target {
-    /// The database to connect to.
-    #[arg(long, env = "DATABASE_URL")]
-    pub(crate) database_url: String,
+    #[command(flatten)]
+    pub(crate) database: Database,
     /// The job table, optionally schema-qualified.
     #[arg(long, env = "DBWORKER_TABLE")]
     pub(crate) table: String,
@@ -30,24 +111,8 @@ impl Target {
     }
 
     /// One connection (an operator's command needs no more).
-    pub(crate) async fn connect(&self) -> Result<sqlx::PgPool> {
-        // Parsed first, so a malformed URL says what was expected instead of
-        // sqlx's bare "relative URL without a base" (and never echoes it).
-        let malformed = |why: &dyn std::fmt::Display| {
-            anyhow::anyhow!(
-                "DATABASE_URL (--database-url) is not a PostgreSQL URL: {why}; expected postgres://user@host:port/db"
-            )
-        };
-        let url = &self.database_url;
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(malformed(&"it does not start with postgres://"));
-        }
-        let options: PgConnectOptions = url.parse().map_err(|err| malformed(&err))?;
-        PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .context("cannot connect")
+    pub(crate) async fn connect(&self) -> Result<PgPool> {
+        self.database.connect(1).await
     }
 }
 
@@ -77,7 +142,7 @@ impl TableArgs {
     /// The admin with options a command adds (a key or priority column).
     pub(crate) async fn admin_with(
         &self,
-        pool: &sqlx::PgPool,
+        pool: &PgPool,
         more: impl FnOnce(&mut AdminOptions),
     ) -> Result<Admin> {
         let t = &self.target;

@@ -68,7 +68,7 @@ impl FieldFilter {
         if !crate::columns::is_identifier(column) {
             return Err(Error::InvalidOption {
                 field: "fields",
-                reason: format!("{column:?} is not a plain column name"),
+                reason: format!("{} is not a plain column name", excerpt(column)),
             });
         }
         Ok(FieldFilter {
@@ -86,7 +86,10 @@ impl std::str::FromStr for FieldFilter {
         let Some((target, value)) = s.split_once('=') else {
             return Err(Error::InvalidOption {
                 field: "fields",
-                reason: format!("expected column=value or column.key=value, got {s:?}"),
+                reason: format!(
+                    "expected column=value or column.key=value, got {}",
+                    excerpt(s)
+                ),
             });
         };
         let mut parts = target.split('.');
@@ -95,7 +98,7 @@ impl std::str::FromStr for FieldFilter {
         if path.iter().any(|p| p.is_empty()) {
             return Err(Error::InvalidOption {
                 field: "fields",
-                reason: format!("empty key in {target:?}"),
+                reason: format!("empty key in {}", excerpt(target)),
             });
         }
         FieldFilter::new(column, &path, value)
@@ -179,7 +182,10 @@ impl std::str::FromStr for JobSort {
             other => {
                 return Err(Error::InvalidOption {
                     field: "sort",
-                    reason: format!("{other:?}: sort by id, queued_at, finished_at or failures"),
+                    reason: format!(
+                        "{}: sort by id, queued_at, finished_at or failures",
+                        excerpt(other)
+                    ),
                 });
             }
         })
@@ -344,11 +350,21 @@ impl std::str::FromStr for BulkAction {
                 return Err(Error::InvalidOption {
                     field: "action",
                     reason: format!(
-                        "{verb:?}: expected requeue, cancel, fail, delete, complete or reschedule"
+                        "{}: expected requeue, cancel, fail, delete, complete or reschedule",
+                        excerpt(verb)
                     ),
                 });
             }
         })
+    }
+}
+
+/// An operator's input as a message quotes it: cut to 64 characters, so a
+/// pasted blob (or a hostile request) does not come back whole.
+pub(crate) fn excerpt(input: &str) -> String {
+    match input.char_indices().nth(64) {
+        Some((cut, _)) => format!("{:?}…", &input[..cut]),
+        None => format!("{input:?}"),
     }
 }
 
@@ -386,6 +402,15 @@ mod tests {
         for bad in ["nothing", "pay load=1", "payload..x=1", "\"x\"=1", "=1"] {
             assert!(bad.parse::<FieldFilter>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn inputs_are_quoted_cut_to_64_characters() {
+        assert_eq!(excerpt("abc"), "\"abc\"");
+        let long = excerpt(&"é".repeat(10_000));
+        assert_eq!(long, format!("{:?}…", "é".repeat(64)));
+        let err = "x".repeat(10_000).parse::<FieldFilter>().unwrap_err();
+        assert!(err.to_string().len() < 200, "{err}");
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub mod workflow;
 pub use enqueue::{Enqueuer, NewJob};
 pub use error::{Error, Result};
 pub use maintenance::Resetter;
+pub use schema_check::probe_connection as check_connection;
 pub use store::{
     DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_MAX_RESULT_BYTES, DbConditions, DbJob, DbStore,
     ForbiddenFlags, Handling, Retry, RetryPolicy, StoreOptions,

@@ -14,9 +14,12 @@ use crate::sql;
 use crate::sql::JobTable;
 
 /// Opens one connection with the pool's settings, directly, so an unreachable
-/// server is reported with its real cause after `timeout`, not as a pool
-/// timeout after the pool's acquire timeout (30 s by default).
-pub(crate) async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
+/// server or a refused login is reported with its real cause and the address
+/// ([`Error::Connect`]) within `timeout`, not as a pool timeout after the
+/// pool's acquire timeout (30 s by default). Made with `connect_lazy`, a pool
+/// checked by this first fails fast. Re-exported as
+/// [`dbworker::check_connection`](crate::check_connection).
+pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
     let options = pool.connect_options();
     let target = match options.get_socket() {
         Some(socket) => socket.display().to_string(),

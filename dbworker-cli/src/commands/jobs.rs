@@ -335,43 +335,53 @@ pub(crate) async fn remove(args: RemoveArgs) -> Result<()> {
 
 async fn act_on_one(admin: &Admin, action: &BulkAction, id: i64) -> Result<()> {
     let doing = || format!("{} job {id}", action.verb());
-    let line = match action {
-        BulkAction::Requeue if admin.requeue(id).await.with_context(doing)? => {
-            format!("requeued job {id}")
-        }
-        BulkAction::Requeue => bail!("job {id} is not failed, canceled or errored"),
-        BulkAction::Delete if admin.delete(id).await.with_context(doing)? => {
-            format!("deleted job {id}")
-        }
-        BulkAction::Delete => bail!("job {id} does not exist or a worker holds it"),
-        BulkAction::Fail(message) if admin.fail(id, message).await.with_context(doing)? => {
-            format!("failed job {id}")
-        }
-        BulkAction::Fail(_) => bail!("job {id} is not queued or errored"),
+    // What was done, or why the job was left alone if it exists.
+    let (done, refusal) = match action {
+        BulkAction::Requeue => (
+            (admin.requeue(id).await.with_context(doing)?).then(|| format!("requeued job {id}")),
+            "is not failed, canceled or errored",
+        ),
+        BulkAction::Delete => (
+            (admin.delete(id).await.with_context(doing)?).then(|| format!("deleted job {id}")),
+            "is processing: a worker holds it",
+        ),
+        BulkAction::Fail(message) => (
+            (admin.fail(id, message).await.with_context(doing)?)
+                .then(|| format!("failed job {id}")),
+            "is not queued or errored",
+        ),
         BulkAction::Complete | BulkAction::Reschedule(_) => {
-            if admin.act_on_ids(&[id], action).await.with_context(doing)? == 1 {
-                let past = if *action == BulkAction::Complete {
-                    "completed"
-                } else {
-                    "rescheduled"
-                };
-                format!("{past} job {id}")
+            let past = if *action == BulkAction::Complete {
+                "completed"
             } else {
-                bail!(
-                    "job {id} is not queued, errored, failed or canceled (a processing job is left alone)"
-                )
-            }
+                "rescheduled"
+            };
+            let acted = admin.act_on_ids(&[id], action).await.with_context(doing)? == 1;
+            (
+                acted.then(|| format!("{past} job {id}")),
+                "is not queued, errored, failed or canceled (a processing job is left alone)",
+            )
         }
-        _ => match admin.cancel(id).await.with_context(doing)? {
-            Canceled::Now => format!("canceled job {id}"),
-            Canceled::Requested => {
-                format!("asked the worker of job {id} to cancel it (at its next heartbeat)")
-            }
-            _ => bail!("job {id} is not queued, errored or processing"),
-        },
+        _ => (
+            match admin.cancel(id).await.with_context(doing)? {
+                Canceled::Now => Some(format!("canceled job {id}")),
+                Canceled::Requested => Some(format!(
+                    "asked the worker of job {id} to cancel it (at its next heartbeat)"
+                )),
+                _ => None,
+            },
+            "is not queued, errored or processing",
+        ),
     };
-    println!("{line}");
-    Ok(())
+    if let Some(line) = done {
+        println!("{line}");
+        return Ok(());
+    }
+    // The statements match no row either way: tell a missing job apart.
+    if admin.show(id).await.with_context(doing)?.is_none() {
+        bail!("no job {id}");
+    }
+    bail!("job {id} {refusal}")
 }
 
 async fn act_on_matching(

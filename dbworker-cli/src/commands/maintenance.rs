@@ -11,7 +11,6 @@ use dbworker::{
     cluster::{LeaderElection, LeaderOptions, Node, NodeOptions},
     maintenance::{PurgeOptions, Purger, ResetterOptions},
 };
-use sqlx::postgres::PgPoolOptions;
 use workerutil::JobState;
 
 use crate::args::{RegistryArgs, Target, seconds};
@@ -118,9 +117,6 @@ pub(crate) struct ResetArgs {
     /// Seconds between passes.
     #[arg(long, env = "DBWORKER_RESET_INTERVAL_SECS", default_value_t = 30.0)]
     interval_secs: f64,
-    /// Seconds to wait for the database before reporting it unreachable.
-    #[arg(long, env = "DBWORKER_CONNECT_TIMEOUT_SECS", default_value_t = 5.0)]
-    connect_timeout_secs: f64,
     /// Run one pass, print what it did, and exit.
     #[arg(long)]
     once: bool,
@@ -151,18 +147,13 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
     options.max_num_resets = args.max_num_resets;
     options.reset_failure_message = args.reset_failure_message;
     options.interval = seconds("interval-secs", args.interval_secs)?;
-    options.connect_timeout = seconds("connect-timeout-secs", args.connect_timeout_secs)?;
+    options.connect_timeout = args.target.database.connect_timeout()?;
     options.node_table = args.registry.node_table.clone();
     options.dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
     options.error_history_column = args.error_history_column.clone();
     options.error_history_limit = args.error_history_limit;
     options.validate()?;
-    // Lazy: `check` below connects with the timeout and reports the real cause.
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(options.connect_timeout)
-        .connect_lazy(&args.target.database_url)
-        .context("invalid DATABASE_URL")?;
+    let pool = args.target.database.connect(2).await?;
     let resetter = Resetter::new(&pool, options)?;
     resetter.check().await?;
     if args.once {

@@ -1,21 +1,18 @@
 //! `dbworker ui`: the web dashboard served alone against `DATABASE_URL`.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
-use sqlx::postgres::PgPoolOptions;
 
-use crate::args::seconds;
+use crate::args::{Database, seconds};
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
 pub(crate) struct UiArgs {
-    /// The database to connect to.
-    #[arg(long, env = "DATABASE_URL")]
-    database_url: String,
+    #[command(flatten)]
+    database: Database,
     /// The job tables to show (repeatable or comma-separated).
     #[arg(
         long = "table",
@@ -108,12 +105,7 @@ fn auth(args: &UiArgs) -> Result<Auth> {
 
 pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     let auth = auth(&args)?;
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&args.database_url)
-        .await
-        .context("cannot connect")?;
+    let pool = args.database.connect(4).await?;
     let tables = args
         .tables
         .iter()

@@ -118,6 +118,20 @@ async fn cancel(args: WorkflowIdArgs) -> Result<()> {
         .cancel(args.id)
         .await
         .with_context(|| format!("canceling workflow {}", args.id))?;
+    if done.canceled + done.requested == 0 {
+        // Nothing matched: no such workflow, or every task has finished.
+        let status = workflows
+            .status(args.id)
+            .await
+            .with_context(|| format!("reading workflow {}", args.id))?;
+        match status {
+            None => bail!("no workflow {}", args.id),
+            Some(_) => bail!(
+                "workflow {} has no waiting or running task to cancel",
+                args.id
+            ),
+        }
+    }
     println!(
         "workflow {}: {} waiting tasks canceled, {} running tasks asked to cancel",
         args.id, done.canceled, done.requested

@@ -5,6 +5,8 @@
 //! removing the job that holds a key. Every action names the states it may
 //! act on, so it never overwrites a job a worker holds.
 
+mod inputs;
+
 use std::collections::HashMap;
 
 use sqlx::{PgPool, Row};
@@ -286,11 +288,12 @@ impl Admin {
                 reason: "a sorted page needs both `after` and `after_value`".into(),
             });
         }
+        inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         let rows = sql::admin_list(&self.t, filter, &page)
             .query()
             .fetch_all(&self.pool)
             .await
-            .map_err(Error::db("list"))?;
+            .map_err(|err| inputs::list_error(&page, err))?;
         let jobs: Vec<JobSummary> = rows
             .iter()
             .filter_map(|r| {
@@ -321,6 +324,7 @@ impl Admin {
     pub async fn count_matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<u64> {
         self.check(filter)?;
         self.check_action(action)?;
+        inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         let n: i64 = sql::admin_count(&self.t, filter, action.states())
             .query()
             .fetch_one(&self.pool)
@@ -343,6 +347,7 @@ impl Admin {
     ) -> Result<u64> {
         self.check(filter)?;
         self.check_action(action)?;
+        inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         if batch_size == 0 {
             return Err(Error::InvalidOption {
                 field: "batch_size",

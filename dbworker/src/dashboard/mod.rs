@@ -46,7 +46,7 @@ use crate::admin::{Admin, AdminOptions};
 use crate::control::limits::{Limit, Limits, LimitsOptions};
 use crate::control::pauses::{Pauses, PausesOptions};
 use crate::error::{Error, Result};
-use crate::job_filter::{FieldFilter, JobFilter, PageRequest};
+use crate::job_filter::{FieldFilter, JobFilter, PageRequest, excerpt};
 
 /// One job table on the dashboard.
 #[derive(Debug, Clone)]
@@ -342,13 +342,28 @@ impl Viewer {
     }
 }
 
+/// An admin call's error. An option the admin refuses came from the request
+/// (a filter, a page, a sort): 400 naming its parameter. Anything else: 500.
 fn server_error(err: Error) -> Response {
+    if let Error::InvalidOption { field, reason } = &err {
+        let parameter = match *field {
+            "fields" => "field",
+            "workflow_id" => "workflow",
+            other => other,
+        };
+        return bad_parameter(parameter, reason);
+    }
     tracing::error!(error = %err, "dashboard query failed");
     (
         StatusCode::INTERNAL_SERVER_ERROR,
         format!("database error: {err}"),
     )
         .into_response()
+}
+
+/// 400: what is wrong with the query parameter, named first.
+fn bad_parameter(parameter: &str, reason: &str) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{parameter}: {reason}")).into_response()
 }
 
 async fn style() -> impl IntoResponse {
@@ -434,7 +449,8 @@ fn refresh(q: &HashMap<String, String>) -> Refresh {
     }
 }
 
-/// The list filter from query parameters; refuses hidden fields.
+/// The list filter from query parameters; refuses hidden fields. Each error
+/// names its parameter and quotes the input cut short.
 pub(crate) fn filter_from(
     q: &HashMap<String, String>,
     hidden: &[String],
@@ -445,31 +461,34 @@ pub(crate) fn filter_from(
         f.states = vec![
             state
                 .parse::<JobState>()
-                .map_err(|_| format!("unknown state {state:?}"))?,
+                .map_err(|_| format!("state: unknown state {}", excerpt(state)))?,
         ];
     }
     f.queue = given("queue").map(str::to_owned);
     f.kind = given("kind").map(str::to_owned);
     if let Some(older) = given("older_than_secs") {
-        let secs: f64 = older
+        let age = older
             .parse()
-            .map_err(|_| "older than: seconds".to_owned())?;
-        f.older_than = Some(Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())?);
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        let not_secs = || format!("older_than_secs: {} is not seconds", excerpt(older));
+        f.older_than = Some(age.ok_or_else(not_secs)?);
     }
     f.failure_contains = given("failure").map(str::to_owned);
     if let Some(id) = given("workflow") {
-        f.workflow_id = Some(
-            id.parse()
-                .map_err(|_| "workflow: a workflow id".to_owned())?,
-        );
+        let not_id = |_| format!("workflow: {} is not a workflow id", excerpt(id));
+        f.workflow_id = Some(id.parse().map_err(not_id)?);
     }
     if let Some(field) = given("field") {
-        let field: FieldFilter = field.parse().map_err(|e: Error| e.to_string())?;
+        let field: FieldFilter = field.parse().map_err(|e| match e {
+            Error::InvalidOption { reason, .. } => format!("field: {reason}"),
+            other => format!("field: {other}"),
+        })?;
         if hidden
             .iter()
             .any(|h| *h == field.column || field.path.contains(h))
         {
-            return Err("that field is hidden".into());
+            return Err("field: that field is hidden".into());
         }
         f.fields.push(field);
     }
@@ -487,21 +506,18 @@ async fn jobs(
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     workflow::check_filter(t, &filter)?;
     let mut page = PageRequest::first(s.options.page_size);
-    page.after = q.get("after").and_then(|a| a.parse().ok());
+    if let Some(after) = q.get("after").filter(|v| !v.is_empty()) {
+        // Refused rather than ignored: a bad cursor must not restart the list.
+        let not_id = |_| bad_parameter("after", &format!("{} is not a job id", excerpt(after)));
+        page.after = Some(after.parse().map_err(not_id)?);
+    }
     page.after_value = q.get("after_value").cloned();
     page.newest_first = q.get("order").is_some_and(|o| o == "newest");
     if let Some(sort) = q.get("sort").filter(|v| !v.is_empty()) {
-        page.sort = sort
-            .parse()
-            .map_err(|err: Error| (StatusCode::BAD_REQUEST, err.to_string()).into_response())?;
+        page.sort = sort.parse().map_err(server_error)?;
     }
-    Ok(match t.admin.list(&filter, page).await {
-        Ok(list) => pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response(),
-        Err(Error::InvalidOption { reason, .. }) => {
-            (StatusCode::BAD_REQUEST, reason).into_response()
-        }
-        Err(err) => server_error(err),
-    })
+    let list = t.admin.list(&filter, page).await.map_err(server_error)?;
+    Ok(pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response())
 }
 
 async fn job(

@@ -46,7 +46,7 @@ pub(super) fn check_filter(t: &Table, f: &JobFilter) -> std::result::Result<(), 
     if f.workflow_id.is_some() && t.workflows.is_none() {
         return Err((
             StatusCode::BAD_REQUEST,
-            "this table has no workflows (dbworker migration --workflows)",
+            "workflow: this table has no workflows (dbworker migration --workflows)",
         )
             .into_response());
     }
@@ -73,7 +73,7 @@ pub(super) async fn workflow(
     let Some(workflows) = &t.workflows else {
         return Err((
             StatusCode::NOT_FOUND,
-            "this table has no workflows (dbworker migration --workflows)",
+            "workflow: this table has no workflows (dbworker migration --workflows)",
         )
             .into_response());
     };
