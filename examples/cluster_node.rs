@@ -173,13 +173,14 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
                 .run(stop, move |leading| {
                     let (resetter, store, purger, id) =
                         (resetter.clone(), store.clone(), purger.clone(), id.clone());
-                    // The leader's singleton services, until leadership ends.
+                    // The leader's singleton services, until leadership ends;
+                    // the writers fence every write by the leader's term.
                     async move {
-                        println!("leader {id}");
+                        println!("leader {id} (term {})", leading.term());
                         tokio::join!(
-                            resetter.run(leading.clone(), |_| {}),
-                            store.run_gauges(Duration::from_secs(1), leading.clone()),
-                            purger.run(leading),
+                            resetter.run_as_leader(leading.clone(), |_| {}),
+                            store.run_gauges(Duration::from_secs(1), leading.token()),
+                            purger.run_as_leader(leading),
                         );
                     }
                 })

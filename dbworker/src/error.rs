@@ -84,6 +84,16 @@ pub enum Error {
         /// The last failure's message.
         message: String,
     },
+    /// A leader's fenced write was refused: this node no longer holds the
+    /// scope's lease in this term (another node took it, or the lease
+    /// expired). The write's transaction must roll back.
+    #[error("leadership of {scope} in term {term} is over; the write was refused")]
+    LeadershipLost {
+        /// The scope led.
+        scope: String,
+        /// The term that is over.
+        term: i64,
+    },
 }
 
 impl Error {

@@ -203,7 +203,7 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
             election
                 .run(stop, move |leading| {
                     let resetter = resetter.clone();
-                    async move { resetter.run(leading, report).await }
+                    async move { resetter.run_as_leader(leading, report).await }
                 })
                 .await;
             heartbeats.await.context("the registry heartbeats")?;

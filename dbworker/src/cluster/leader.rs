@@ -1,11 +1,13 @@
-//! Leader election for singleton services (the resetter, retention, queue
-//! gauges): a lease row per scope, taken and renewed by one statement that
-//! only succeeds for the holder or once the lease has expired (database
-//! clock). Leadership is an optimisation — every service it runs is already
-//! safe to run twice — so a partitioned leader that has not yet noticed it
-//! lost the lease costs duplicate work, never a wrong result.
+//! Leader election for singleton services (the resetter, retention, consumer
+//! rebalancing, an application's own singletons): a lease row per scope,
+//! taken only once the lease has expired (database clock) and renewed by its
+//! holder. Each new leadership is a new term, one above the last; the
+//! services receive it as a [`Leadership`] and fence their writes with it, so
+//! a leader paused past its lease cannot write once another node leads — even
+//! in the moment before it notices.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::{PgPool, Row};
@@ -17,6 +19,8 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::metrics::LEADER;
 use crate::sql;
+
+use super::leadership::Leadership;
 
 /// The lease table's default name.
 pub const DEFAULT_LEADER_TABLE: &str = "dbworker_leaders";
@@ -74,18 +78,19 @@ impl LeaderOptions {
 }
 
 /// Campaigns for a scope's lease on behalf of a node, and runs the leader's
-/// services while it holds it.
+/// services while it holds it, each given the term's [`Leadership`].
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool, node: dbworker::cluster::Node, resetter: std::sync::Arc<dbworker::Resetter>) -> Result<(), dbworker::Error> {
 /// use dbworker::cluster::{LeaderElection, LeaderOptions};
 /// let election = LeaderElection::new(&pool, LeaderOptions::new("jobs", node.id())).await?;
 /// let stop = tokio_util::sync::CancellationToken::new();
-/// // Only the leader resets; it stops when leadership ends or `stop` fires.
+/// // Only the leader resets, each pass fenced by its term; it stops when
+/// // leadership ends or `stop` fires.
 /// election
-///     .run(stop, move |leading| {
+///     .run(stop, move |leadership| {
 ///         let resetter = resetter.clone();
-///         async move { resetter.run(leading, |_| {}).await }
+///         async move { resetter.run_as_leader(leadership, |_| {}).await }
 ///     })
 ///     .await;
 /// # Ok(()) }
@@ -96,6 +101,8 @@ pub struct LeaderElection {
     table: Relation,
     node_id: String,
     options: LeaderOptions,
+    /// The term [`try_lead`](Self::try_lead) last took or renewed.
+    held: Arc<Mutex<Option<i64>>>,
 }
 
 impl LeaderElection {
@@ -109,7 +116,7 @@ impl LeaderElection {
                 pool,
                 &table,
                 "leader table",
-                &["scope", "node_id", "acquired_at", "expires_at"],
+                &["scope", "node_id", "term", "acquired_at", "expires_at"],
                 "`dbworker migration --nodes` prints it",
             )
             .await?,
@@ -119,27 +126,45 @@ impl LeaderElection {
             table,
             node_id: options.node_id.clone(),
             options,
+            held: Arc::new(Mutex::new(None)),
         })
     }
 
     /// Takes or renews the lease; returns whether this node leads now.
     pub async fn try_lead(&self) -> Result<bool> {
-        let row = sql::leader_acquire(
-            &self.table,
-            &self.options.scope,
-            &self.node_id,
-            self.options.lease,
-        )
-        .query()
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(Error::db("leader_acquire"))?;
-        Ok(row.is_some_and(|r| r.get::<String, _>("node_id") == self.node_id))
+        let held = *self.held.lock().expect("not poisoned");
+        let now = self.campaign(held).await?;
+        *self.held.lock().expect("not poisoned") = now;
+        Ok(now.is_some())
     }
 
-    /// Gives the lease up, if this node holds it.
+    /// The term this node holds after renewing `held`, or after trying to
+    /// take the lease when it holds none.
+    async fn campaign(&self, held: Option<i64>) -> Result<Option<i64>> {
+        let (scope, node, lease) = (&self.options.scope, &self.node_id, self.options.lease);
+        let statement = match held {
+            Some(term) => sql::leader_renew(&self.table, scope, node, term, lease),
+            None => sql::leader_acquire(&self.table, scope, node, lease),
+        };
+        let row = statement
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("leader_acquire"))?;
+        Ok(row.map(|r| r.get::<i64, _>("term")))
+    }
+
+    /// Gives the lease up, if [`try_lead`](Self::try_lead) holds it.
     pub async fn release(&self) -> Result<()> {
-        sql::leader_release(&self.table, &self.options.scope, &self.node_id)
+        let held = self.held.lock().expect("not poisoned").take();
+        match held {
+            Some(term) => self.release_term(term).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn release_term(&self, term: i64) -> Result<()> {
+        sql::leader_release(&self.table, &self.options.scope, &self.node_id, term)
             .query()
             .execute(&self.pool)
             .await
@@ -153,64 +178,93 @@ impl LeaderElection {
     }
 
     /// Campaigns until `stop` fires. Each time this node becomes leader it
-    /// starts `services(leading)`; `leading` is canceled when leadership ends
-    /// (a renewal failed or found another leader, or `stop` fired), and the
-    /// services are awaited before campaigning again. A renewal not confirmed
-    /// within two thirds of the lease ends leadership, so a leader cut off
-    /// from the database steps down before its lease can pass to another.
-    /// On `stop` the lease is released, so a standby takes over at once.
+    /// starts `services(leadership)` for the new term; the leadership's
+    /// token is canceled when leadership ends (a renewal failed or found the
+    /// term over, or `stop` fired), and the services are awaited before
+    /// campaigning again. A renewal not confirmed within two thirds of the
+    /// lease ends leadership, so a leader cut off from the database usually
+    /// steps down before its lease can pass to another; a leader paused for
+    /// longer than that learns it late, which is why services fence their
+    /// writes ([`Leadership::fence`]). On `stop` the lease is released, so a
+    /// standby takes over at once.
     pub async fn run<F, Fut>(&self, stop: CancellationToken, mut services: F)
     where
-        F: FnMut(CancellationToken) -> Fut,
+        F: FnMut(Leadership) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let renew_every = self.options.lease / 3;
         let scope = self.options.scope.clone();
         // Dropping `run` (its task aborted) aborts the services too: nothing
         // keeps running as leader without the loop that renews the lease.
-        let mut leading: Option<(CancellationToken, AbortOnDropHandle<()>)> = None;
+        let mut leading: Option<(i64, CancellationToken, AbortOnDropHandle<()>)> = None;
         loop {
             let attempt = Instant::now();
-            let leads = tokio::select! {
+            let held = leading.as_ref().map(|(term, _, _)| *term);
+            let now = tokio::select! {
                 () = stop.cancelled() => break,
-                r = tokio::time::timeout(renew_every * 2, self.try_lead()) => match r {
-                    Ok(Ok(leads)) => leads,
+                r = tokio::time::timeout(renew_every * 2, self.campaign(held)) => match r {
+                    Ok(Ok(now)) => now,
                     Ok(Err(err)) => {
                         tracing::warn!(scope = %scope, node = %self.node_id, error = %err, "leader election failed; will retry");
-                        false
+                        None
                     }
                     Err(_) => {
                         tracing::warn!(scope = %scope, node = %self.node_id, "leader election timed out; will retry");
-                        false
+                        None
                     }
                 },
             };
-            match (leads, leading.take()) {
-                (true, Some(held)) => leading = Some(held),
-                (true, None) => {
-                    tracing::info!(scope = %scope, node = %self.node_id, "became leader");
-                    metrics::gauge!(LEADER, "scope" => scope.clone()).set(1.0);
-                    let token = stop.child_token();
-                    let task = AbortOnDropHandle::new(tokio::spawn(services(token.clone())));
-                    leading = Some((token, task));
-                }
-                (false, Some((token, task))) => {
-                    tracing::warn!(scope = %scope, node = %self.node_id, "lost leadership; stopping the leader's services");
+            match (now, leading.take()) {
+                (Some(term), Some(held)) if term == held.0 => leading = Some(held),
+                (now, Some((term, token, task))) => {
+                    tracing::warn!(scope = %scope, node = %self.node_id, term, "lost leadership; stopping the leader's services");
                     step_down(&scope, token, task).await;
+                    if let Some(term) = now {
+                        leading = Some(self.lead(term, &stop, &mut services));
+                    }
                 }
-                (false, None) => {}
+                (Some(term), None) => leading = Some(self.lead(term, &stop, &mut services)),
+                (None, None) => {}
             }
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep_until(attempt + renew_every) => {}
             }
         }
-        if let Some((token, task)) = leading {
+        if let Some((term, token, task)) = leading {
             step_down(&scope, token, task).await;
-            if let Err(err) = self.release().await {
+            if let Err(err) = self.release_term(term).await {
                 tracing::warn!(scope = %scope, error = %err, "releasing the lease failed; it expires on its own");
             }
         }
+    }
+
+    /// Starts the services for a new `term`.
+    fn lead<F, Fut>(
+        &self,
+        term: i64,
+        stop: &CancellationToken,
+        services: &mut F,
+    ) -> (i64, CancellationToken, AbortOnDropHandle<()>)
+    where
+        F: FnMut(Leadership) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let scope = &self.options.scope;
+        tracing::info!(scope = %scope, node = %self.node_id, term, "became leader");
+        metrics::gauge!(LEADER, "scope" => scope.clone()).set(1.0);
+        let token = stop.child_token();
+        let leadership = Leadership::new(
+            self.pool.clone(),
+            self.table.clone(),
+            scope.clone(),
+            self.node_id.clone(),
+            term,
+            self.options.lease,
+            token.clone(),
+        );
+        let task = AbortOnDropHandle::new(tokio::spawn(services(leadership)));
+        (term, token, task)
     }
 }
 

@@ -18,6 +18,7 @@ use super::books::Recheck;
 use super::dispatcher::{DispatcherOptions, LogDispatcher};
 use super::options::{LogEvent, LogOptions};
 use super::store::{LogJob, LogStore};
+use crate::cluster::Leadership;
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
 use crate::columns::Relation;
 use crate::error::{Error, Result};
@@ -223,7 +224,6 @@ pub struct ConsumerGroup<E: LogEvent> {
     dispatcher: LogDispatcher,
     worker: Worker<LogStore<E>, Dispatch<E>>,
     election: LeaderElection,
-    pool: PgPool,
     names: Vec<String>,
     options: ConsumerGroupOptions,
     assignments: Relation,
@@ -308,7 +308,6 @@ where
             dispatcher,
             worker,
             election,
-            pool: pool.clone(),
             names,
             assignments: Relation::parse("assignment_table", &log.assignment_table)?,
             nodes: Relation::parse("node_table", &options.node_table)?,
@@ -331,7 +330,6 @@ where
             dispatcher: _dispatcher,
             worker,
             election,
-            pool,
             names,
             options,
             assignments,
@@ -342,8 +340,7 @@ where
         let worker_run = tokio::spawn(worker.run());
         let rebalance = {
             let stop = stop.clone();
-            let (pool, names, interval, dead_after) = (
-                pool.clone(),
+            let (names, interval, dead_after) = (
                 names.clone(),
                 options.rebalance_interval,
                 options.dead_after,
@@ -352,11 +349,11 @@ where
             tokio::spawn(async move {
                 election
                     .run(stop, move |leading| {
-                        let (pool, names, assignments, nodes, scope) =
-                            (pool.clone(), names.clone(), assignments.clone(), nodes.clone(), scope.clone());
+                        let (names, assignments, nodes, scope) =
+                            (names.clone(), assignments.clone(), nodes.clone(), scope.clone());
                         async move {
                             loop {
-                                match rebalance_once(&pool, &assignments, &nodes, &names, dead_after).await {
+                                match rebalance_as_leader(&leading, &assignments, &nodes, &names, dead_after).await {
                                     Ok(moved) if !moved.is_empty() => {
                                         tracing::info!(group = %scope, ?moved, "rebalanced consumers");
                                     }
@@ -399,10 +396,25 @@ where
     }
 }
 
+/// [`rebalance_once`] in a transaction fenced by the leader's term: a leader
+/// whose term is over moves nothing.
+async fn rebalance_as_leader(
+    leadership: &Leadership,
+    assignments: &Relation,
+    nodes: &Relation,
+    names: &[String],
+    dead_after: Duration,
+) -> Result<Vec<(String, String)>> {
+    let mut tx = leadership.begin().await?;
+    let moved = rebalance_once(&mut tx, assignments, nodes, names, dead_after).await?;
+    tx.commit().await.map_err(Error::db("commit"))?;
+    Ok(moved)
+}
+
 /// One rebalance: the group's consumers over the live nodes; returns the
 /// consumers that moved, with their new node.
-pub(crate) async fn rebalance_once(
-    pool: &PgPool,
+async fn rebalance_once(
+    conn: &mut PgConnection,
     assignments: &Relation,
     nodes: &Relation,
     names: &[String],
@@ -410,7 +422,7 @@ pub(crate) async fn rebalance_once(
 ) -> Result<Vec<(String, String)>> {
     let rows = sql::log_rebalance(assignments, nodes, names.to_vec(), dead_after)
         .query()
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .map_err(Error::db("log_rebalance"))?;
     Ok(rows

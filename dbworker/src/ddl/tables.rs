@@ -119,6 +119,8 @@ pub fn leader_table_sql(leader_table: &str) -> Result<String> {
 CREATE TABLE IF NOT EXISTS {table} (
     "scope" text PRIMARY KEY,
     "node_id" text NOT NULL,
+    -- Grows by one at each new leadership; a leader's writes are fenced by it.
+    "term" bigint NOT NULL DEFAULT 1,
     "acquired_at" timestamptz NOT NULL DEFAULT now(),
     "expires_at" timestamptz NOT NULL
 );

@@ -10,6 +10,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use workerutil::JobState;
 
+use crate::cluster::Leadership;
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
@@ -210,6 +211,20 @@ impl Purger {
     /// partitions whose every row is purgeable; the rest (the default
     /// partition, partitions still holding a live job) goes in batches.
     pub async fn purge_once(&self) -> Result<Purged> {
+        self.purge(None).await
+    }
+
+    /// [`purge_once`](Self::purge_once) for a leader: each batch is deleted
+    /// in a transaction fenced by the term, so nothing is deleted once the
+    /// term is over ([`Error::LeadershipLost`]). Partitions are created and
+    /// dropped unfenced: both are idempotent, and a drop re-counts the
+    /// partition after detaching it, so two nodes doing it at once drop
+    /// nothing they should not.
+    pub async fn purge_once_as_leader(&self, leadership: &Leadership) -> Result<Purged> {
+        self.purge(Some(leadership)).await
+    }
+
+    async fn purge(&self, fence: Option<&Leadership>) -> Result<Purged> {
         let mut purged = Purged::default();
         if self.partitioned {
             purged.partitions_created = self.create_partitions().await?;
@@ -232,11 +247,19 @@ impl Purger {
         for &(state, age) in &self.options.max_age {
             let mut n: u64 = 0;
             loop {
-                let rows = sql::purge_batch(&self.target, state, age, self.options.batch_size)
-                    .query()
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(Error::db("purge"))?;
+                let batch = sql::purge_batch(&self.target, state, age, self.options.batch_size);
+                let rows = match fence {
+                    None => batch.query().fetch_all(&self.pool).await,
+                    Some(leadership) => {
+                        let mut tx = leadership.begin().await?;
+                        let rows = batch.query().fetch_all(&mut *tx).await;
+                        if rows.is_ok() {
+                            tx.commit().await.map_err(Error::db("commit"))?;
+                        }
+                        rows
+                    }
+                }
+                .map_err(Error::db("purge"))?;
                 let count = rows.len() as u64;
                 n += count;
                 if count < u64::from(self.options.batch_size) {
@@ -260,8 +283,20 @@ impl Purger {
     /// Purges every `interval` until `stop` fires. A failed pass is logged and
     /// retried at the next one.
     pub async fn run(&self, stop: CancellationToken) {
+        self.run_passes(&stop, None).await;
+    }
+
+    /// [`run`](Self::run) for a leader: every batch fenced by the term (see
+    /// [`purge_once_as_leader`](Self::purge_once_as_leader)); stops when
+    /// leadership ends.
+    pub async fn run_as_leader(&self, leadership: Leadership) {
+        self.run_passes(&leadership.token(), Some(&leadership))
+            .await;
+    }
+
+    async fn run_passes(&self, stop: &CancellationToken, fence: Option<&Leadership>) {
         loop {
-            if let Err(err) = self.purge_once().await {
+            if let Err(err) = self.purge(fence).await {
                 tracing::error!(table = %self.target.table.display_name(), error = %err, "purge pass failed");
             }
             tokio::select! {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::Leadership;
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
@@ -218,8 +219,28 @@ impl Resetter {
 
     /// Runs one pass now.
     pub async fn reset_once(&self) -> Result<ResetOutcome> {
+        self.pass(None).await
+    }
+
+    /// Runs one pass now in a transaction fenced by `leadership`: nothing is
+    /// written unless its term still holds the lease
+    /// ([`Error::LeadershipLost`] otherwise).
+    pub async fn reset_once_as_leader(&self, leadership: &Leadership) -> Result<ResetOutcome> {
+        self.pass(Some(leadership)).await
+    }
+
+    async fn pass(&self, fence: Option<&Leadership>) -> Result<ResetOutcome> {
         let table = self.config.table.display_name();
-        let out = match reset_pass(&self.pool, &self.config).await {
+        let out = async {
+            let mut tx = match fence {
+                Some(leadership) => leadership.begin().await?,
+                None => self.pool.begin().await.map_err(Error::db("begin"))?,
+            };
+            let out = reset_pass(&mut tx, &self.config).await?;
+            tx.commit().await.map_err(Error::db("commit"))?;
+            Ok::<_, Error>(out)
+        };
+        let out = match out.await {
             Ok(out) => out,
             Err(err) => {
                 metrics::counter!(RESET_ERRORS_TOTAL, "table" => table).increment(1);
@@ -240,13 +261,30 @@ impl Resetter {
 
     /// Runs passes every interval until `stop` fires. A failed pass is logged and
     /// retried next interval. `on_pass` sees each pass's outcome.
-    pub async fn run(
+    pub async fn run(&self, stop: CancellationToken, on_pass: impl FnMut(&ResetOutcome) + Send) {
+        self.run_passes(&stop, None, on_pass).await;
+    }
+
+    /// [`run`](Self::run) for a leader: every pass is fenced by the term
+    /// (a pass after the term is over writes nothing), and the runs stop when
+    /// leadership ends.
+    pub async fn run_as_leader(
         &self,
-        stop: CancellationToken,
+        leadership: Leadership,
+        on_pass: impl FnMut(&ResetOutcome) + Send,
+    ) {
+        self.run_passes(&leadership.token(), Some(&leadership), on_pass)
+            .await;
+    }
+
+    async fn run_passes(
+        &self,
+        stop: &CancellationToken,
+        fence: Option<&Leadership>,
         mut on_pass: impl FnMut(&ResetOutcome) + Send,
     ) {
         loop {
-            match self.reset_once().await {
+            match self.pass(fence).await {
                 Ok(out) => on_pass(&out),
                 Err(err) => {
                     tracing::error!(resetter = %self.name, error = %err, "reset pass failed")

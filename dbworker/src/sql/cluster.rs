@@ -137,46 +137,112 @@ pub(crate) fn nodes_prune(nodes: &Relation, older_than: std::time::Duration) -> 
     Statement::from(&q)
 }
 
-/// Takes the scope's lease if it is free or expired, or renews it if this
-/// node holds it; returns the holder only when it is this node.
+/// Takes the scope's lease if it is free or expired, or if its row still
+/// names this node from an earlier term: a new term, one above the row's last
+/// (the row is never deleted, so terms only grow). Returns the new term, or
+/// no row when another node holds the lease. The takeover updates the row,
+/// so it waits for every transaction a leader fenced with [`leader_fence`]
+/// (`FOR SHARE`) to end: no write of an older term commits after it.
 pub(crate) fn leader_acquire(
     leaders: &Relation,
     scope: &str,
     node_id: &str,
     lease: std::time::Duration,
 ) -> Statement {
-    let held = col("l", "node_id").equals((alias("excluded"), alias("node_id")));
+    let mine = col("l", "node_id").equals((alias("excluded"), alias("node_id")));
     let q = Query::insert()
         .into_table(plain_table(leaders).alias(alias("l")))
-        .columns(["scope", "node_id", "acquired_at", "expires_at"].map(alias))
+        .columns(["scope", "node_id", "term", "acquired_at", "expires_at"].map(alias))
         .values_panic([
             Expr::val(scope),
             Expr::val(node_id),
+            Expr::Constant(1.into()),
             now(),
             now().add(interval(lease)),
         ])
         .on_conflict(
             OnConflict::column(alias("scope"))
                 .update_column(alias("node_id"))
-                .value(
-                    alias("acquired_at"),
-                    Expr::case(held.clone(), col("l", "acquired_at")).finally(now()),
-                )
+                .value(alias("term"), col("l", "term").add(1))
+                .value(alias("acquired_at"), now())
                 .update_column(alias("expires_at"))
-                .action_and_where(held.or(col("l", "expires_at").lt(now())))
+                .action_and_where(mine.or(col("l", "expires_at").lte(now())))
                 .to_owned(),
         )
-        .returning(Query::returning().column((alias("l"), alias("node_id"))))
+        .returning(Query::returning().column((alias("l"), alias("term"))))
         .to_owned();
     Statement::from(&q)
 }
 
-/// Gives up the scope's lease if this node holds it.
-pub(crate) fn leader_release(leaders: &Relation, scope: &str, node_id: &str) -> Statement {
-    let q = Query::delete()
-        .from_table(plain_table(leaders))
+/// Renews the lease for `term` if this node still holds it in that term;
+/// returns the term, or no row when the term is over.
+pub(crate) fn leader_renew(
+    leaders: &Relation,
+    scope: &str,
+    node_id: &str,
+    term: i64,
+    lease: std::time::Duration,
+) -> Statement {
+    let q = Query::update()
+        .table(plain_table(leaders))
+        .value(alias("expires_at"), now().add(interval(lease)))
         .and_where(c("scope").eq(scope))
         .and_where(c("node_id").eq(node_id))
+        .and_where(c("term").eq(term))
+        .returning_col(alias("term"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Ends this node's `term` at once (the lease expires now; the row and its
+/// term stay, so the next term is a higher one).
+pub(crate) fn leader_release(
+    leaders: &Relation,
+    scope: &str,
+    node_id: &str,
+    term: i64,
+) -> Statement {
+    let q = Query::update()
+        .table(plain_table(leaders))
+        .value(alias("expires_at"), now())
+        .and_where(c("scope").eq(scope))
+        .and_where(c("node_id").eq(node_id))
+        .and_where(c("term").eq(term))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The fence of a leader's write, run first in the write's transaction: locks
+/// the lease row `FOR SHARE` if this node still holds it in `term` and the
+/// lease has not expired (`clock_timestamp()`, not the transaction's start).
+/// No row: the term is over, and the caller must roll back. While the lock is
+/// held no other node can take the lease, so the transaction's writes commit
+/// before any newer term begins. The transaction is also cut off if it sits
+/// idle for `idle_limit` (a leader paused mid-transaction must not hold the
+/// lease row, and with it every takeover, for as long as it is paused).
+pub(crate) fn leader_fence(
+    leaders: &Relation,
+    scope: &str,
+    node_id: &str,
+    term: i64,
+    idle_limit: std::time::Duration,
+) -> Statement {
+    let millis = i64::try_from(idle_limit.as_millis()).unwrap_or(i64::MAX);
+    let q = Query::select()
+        .expr_as(
+            Func::cust("set_config").args([
+                Expr::val("idle_in_transaction_session_timeout"),
+                Expr::val(millis.to_string()),
+                Expr::Constant(true.into()),
+            ]),
+            alias("idle_limit"),
+        )
+        .from(plain_table(leaders))
+        .and_where(c("scope").eq(scope))
+        .and_where(c("node_id").eq(node_id))
+        .and_where(c("term").eq(term))
+        .and_where(c("expires_at").gt(Func::cust("clock_timestamp")))
+        .lock(LockType::Share)
         .to_owned();
     Statement::from(&q)
 }

@@ -601,7 +601,15 @@ fn statements() -> Vec<(&'static str, Statement)> {
         ),
         (
             "leader_release",
-            leader_release(&leaders, "purger", "h:1:ab"),
+            leader_release(&leaders, "purger", "h:1:ab", 3),
+        ),
+        (
+            "leader_renew",
+            leader_renew(&leaders, "purger", "h:1:ab", 3, Duration::from_secs(15)),
+        ),
+        (
+            "leader_fence",
+            leader_fence(&leaders, "purger", "h:1:ab", 3, Duration::from_secs(15)),
         ),
         ("leader_current", leader_current(&leaders, "purger")),
         (

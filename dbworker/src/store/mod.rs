@@ -304,7 +304,8 @@ impl<R: Record> DbStore<R> {
 
     /// Runs one resetter pass over this store's table (see [`crate::Resetter`]).
     pub async fn reset_stalled(&self) -> Result<ResetOutcome> {
-        let out = reset_pass(&self.pool, &self.options.reset_config()).await?;
+        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+        let out = reset_pass(&mut conn, &self.options.reset_config()).await?;
         if let Some(first) = out.reset.iter().map(|(id, _)| *id).min() {
             self.back_in_queue(first);
         }

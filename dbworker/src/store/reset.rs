@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, Row};
 use workerutil::{JobState, RecordId};
 
 use crate::columns::{Columns, Relation};
@@ -33,7 +33,7 @@ pub struct ResetOutcome {
     pub failed: Vec<RecordId>,
 }
 
-pub(crate) async fn reset_pass(pool: &PgPool, cfg: &ResetConfig) -> Result<ResetOutcome> {
+pub(crate) async fn reset_pass(conn: &mut PgConnection, cfg: &ResetConfig) -> Result<ResetOutcome> {
     let rows = sql::reset_stalled(
         &cfg.table,
         &cfg.columns,
@@ -44,14 +44,14 @@ pub(crate) async fn reset_pass(pool: &PgPool, cfg: &ResetConfig) -> Result<Reset
         cfg.error_history.as_ref(),
     )
     .query()
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await
     .map_err(Error::db("reset_stalled"))?;
     if let Some((nodes, dead_after)) = &cfg.dead_nodes {
         // By then the heartbeat rule has reset anything the rescue missed.
         sql::nodes_prune(nodes, *dead_after + cfg.stalled_max_age)
             .query()
-            .execute(pool)
+            .execute(&mut *conn)
             .await
             .map_err(Error::db("nodes_prune"))?;
     }

@@ -1,0 +1,199 @@
+//! A leader paused past its lease (SIGSTOP, as a VM migration or a long page
+//! fault would pause it), then resumed: another node has taken the lease in a
+//! newer term, and every write the old leader tries after resuming is
+//! refused by its term's fence — before it has even noticed it lost the
+//! lease. Writes are checked by SQL: their terms never go back, and none of
+//! the paused node's writes lands after it resumed.
+//!
+//! Before terms and fences, the resumed leader wrote once more while the
+//! lease row already named another node.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dbworker::Error;
+use dbworker::cluster::{LeaderElection, LeaderOptions};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use common::Db;
+
+const CHILD_URL: &str = "DBWORKER_LEADER_PAUSE_URL";
+const CHILD_NODE: &str = "DBWORKER_LEADER_PAUSE_NODE";
+const LEASE: Duration = Duration::from_millis(1500);
+
+/// A node: campaigns for the scope and, while it leads, writes a row every
+/// few milliseconds in a transaction fenced by its term; a refused write is
+/// recorded (unfenced) in `leader_refusals`.
+#[tokio::test]
+#[ignore = "run by the test below as a child process"]
+async fn leader_pause_child() {
+    let url = std::env::var(CHILD_URL).expect("the parent hands over the URL");
+    let node = std::env::var(CHILD_NODE).expect("the parent names the node");
+    let pool = PgPool::connect(&url).await.unwrap();
+    let mut o = LeaderOptions::new("singleton", &node);
+    o.lease = LEASE;
+    let election = LeaderElection::new(&pool, o).await.unwrap();
+    election
+        .run(CancellationToken::new(), move |leadership| {
+            let (pool, node) = (pool.clone(), node.clone());
+            async move {
+                loop {
+                    // Tried whatever the token says: a paused leader resumes
+                    // here before its election loop can tell it anything.
+                    match leadership.begin().await {
+                        Ok(mut tx) => {
+                            let wrote = sqlx::query(
+                                "INSERT INTO leader_writes (node, term) VALUES ($1, $2)",
+                            )
+                            .bind(&node)
+                            .bind(leadership.term())
+                            .execute(&mut *tx)
+                            .await;
+                            if wrote.is_ok() {
+                                let _ = tx.commit().await;
+                            }
+                        }
+                        Err(Error::LeadershipLost { term, .. }) => {
+                            let _ = sqlx::query(
+                                "INSERT INTO leader_refusals (node, term) VALUES ($1, $2)",
+                            )
+                            .bind(&node)
+                            .bind(term)
+                            .execute(&pool)
+                            .await;
+                        }
+                        Err(err) => eprintln!("{node}: {err}"),
+                    }
+                    tokio::select! {
+                        () = leadership.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_millis(5)) => {}
+                    }
+                }
+            }
+        })
+        .await;
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal}");
+}
+
+async fn latest_writer(db: &Db) -> Option<(String, i64)> {
+    sqlx::query_as("SELECT node, term FROM leader_writes ORDER BY id DESC LIMIT 1")
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn clock(db: &Db) -> String {
+    sqlx::query_scalar("SELECT clock_timestamp()::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_leader_resumed_after_its_lease_passed_has_every_write_refused() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::leader_table_sql(dbworker::cluster::DEFAULT_LEADER_TABLE).unwrap())
+        .await;
+    db.execute(
+        "CREATE TABLE leader_writes (id bigserial PRIMARY KEY, node text NOT NULL, \
+             term bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE TABLE leader_refusals (node text NOT NULL, term bigint NOT NULL, \
+             at timestamptz NOT NULL DEFAULT clock_timestamp());",
+    )
+    .await;
+    let url = db.db.url().to_owned();
+    let mut children: Vec<(String, Child)> = (0..3)
+        .map(|i| {
+            let node = format!("node-{i}");
+            let child = Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "leader_pause_child", "--ignored", "--nocapture"])
+                .env(CHILD_URL, &url)
+                .env(CHILD_NODE, &node)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            (node, child)
+        })
+        .collect();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (leader, term) = loop {
+        if let Some(w) = latest_writer(&db).await {
+            break w;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no node led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let paused = children.iter().position(|(n, _)| *n == leader).unwrap();
+    signal(&children[paused].1, "-STOP");
+    tokio::time::sleep(LEASE * 3).await;
+    let (successor, new_term) = latest_writer(&db).await.unwrap();
+    assert_ne!(successor, leader, "another node leads while it is paused");
+    assert!(new_term > term, "a new leadership is a newer term");
+    let resumed_at = clock(&db).await;
+    signal(&children[paused].1, "-CONT");
+    tokio::time::sleep(LEASE).await;
+    for (_, child) in &mut children {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    let late_writes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM leader_writes WHERE node = $1 AND at > $2::timestamptz",
+    )
+    .bind(&leader)
+    .bind(&resumed_at)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let refused: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM leader_refusals WHERE node = $1 AND term = $2 AND at > $3::timestamptz",
+    )
+    .bind(&leader)
+    .bind(term)
+    .bind(&resumed_at)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let backwards: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT term, lag(term) OVER (ORDER BY id) AS before \
+         FROM leader_writes) w WHERE term < before",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let terms: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT node, term, count(*) FROM leader_writes GROUP BY 1, 2 ORDER BY min(id)",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    println!(
+        "{leader} (term {term}) paused, {successor} took term {new_term}; after resuming the old \
+         leader had {refused} writes refused and {late_writes} accepted; writes by term: {terms:?}"
+    );
+    assert_eq!(
+        late_writes, 0,
+        "the resumed leader wrote after another node took the lease"
+    );
+    assert!(
+        refused >= 1,
+        "the resumed leader tried to write at least once (and was refused)"
+    );
+    assert_eq!(
+        backwards, 0,
+        "a write of an older term landed after a newer one"
+    );
+}
