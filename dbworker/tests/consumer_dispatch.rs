@@ -21,6 +21,11 @@ use workerutil::BoxError;
 
 use shared::{Event, Project, fast_group, fast_node, projected, set_up, start, wait_for};
 
+/// The two tests that measure run one at a time: consumers read an event only
+/// once every transaction in the cluster that took an id before it has ended,
+/// so the other's long batches would hold this one's events back.
+static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[derive(Debug, sqlx::FromRow)]
 struct Typed {
     global_position: i64,
@@ -179,6 +184,7 @@ async fn events_scans(db: &common::Db) -> i64 {
 
 #[tokio::test]
 async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() {
+    let _alone = MEASURING.lock().await;
     let db = set_up().await;
     shared::append(&db, 2000).await;
     db.execute("ANALYZE events").await;
@@ -264,6 +270,7 @@ async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() 
 
 #[tokio::test]
 async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval() {
+    let _alone = MEASURING.lock().await;
     let mut bad = ConsumerGroupOptions::new("g", "events");
     bad.node_id = "n".into();
     bad.reconcile_interval = Duration::ZERO;

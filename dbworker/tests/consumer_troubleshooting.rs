@@ -66,6 +66,7 @@ fn every_marker_is_checked_here() {
         [
             "consumer-assignments",
             "consumer-lag",
+            "consumer-held-back",
             "consumer-not-advancing",
             "consumer-stuck-event",
             "consumer-leader",
@@ -156,5 +157,21 @@ async fn the_consumer_troubleshooting_queries_find_the_stuck_consumer_its_event_
         again[0].get::<Option<i32>, _>("pid").is_some(),
         "joined with the registry"
     );
+
+    // A transaction that wrote and stays open holds every consumer back; the
+    // query names it, and ending it releases the waiting event.
+    let mut open = db.pool.begin().await.unwrap();
+    let (holder, _xid): (i32, String) =
+        sqlx::query_as("SELECT pg_backend_pid(), pg_current_xact_id()::text")
+            .fetch_one(&mut *open)
+            .await
+            .unwrap();
+    append(&db, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(projected(&db, "audit").await, 10, "held behind the open transaction");
+    let held = run(&db, "consumer-held-back").await;
+    assert_eq!(held[0].get::<i32, _>("pid"), holder);
+    open.commit().await.unwrap();
+    wait_for("the waiting event", async || projected(&db, "audit").await == 11).await;
     p.stop().await.ok();
 }
