@@ -9,11 +9,11 @@
 //! their position from a sequence when they are inserted, but become visible
 //! when their transaction commits, in any order.
 //!
-//! - **Today's rule** ([`Rule::Position`]): the batch reads visible events with
+//! - **The old rule** ([`Rule::Position`], before issue 25): the batch reads visible events with
 //!   `position > checkpoint` in position order, and the checkpoint moves to the
 //!   last position read. A transaction holding a lower position that commits
 //!   after a higher one was read is skipped for good.
-//! - **The new rule** ([`Rule::XidHorizon`]): each event records its writer's
+//! - **The rule the code follows** ([`Rule::XidHorizon`]): each event records its writer's
 //!   top-level transaction id (`xid8`, assigned at the transaction's first
 //!   write, increasing); the batch reads events with `(xid, position) >
 //!   checkpoint` and `xid < pg_snapshot_xmin(pg_current_snapshot())` (the
@@ -43,14 +43,14 @@
 //! - `all handled when quiet`: once every writer ended and the consumer's next
 //!   batch would read nothing, every committed event was handled.
 //! - `a lower position commits after a higher one was handled` (sometimes):
-//!   the race that loses an event today is reached.
+//!   the race that lost an event under the old rule is reached.
 
 use crate::{Model, Property};
 
 /// How a batch picks its events and moves the checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
-    /// Today's: `position > checkpoint`, in position order.
+    /// The old rule: `position > checkpoint`, in position order.
     Position,
     /// `(xid, position) > checkpoint`, in that order, without the horizon.
     XidOnly,
@@ -98,7 +98,7 @@ pub struct State {
     pub next_xid: u8,
     /// The next position the sequence hands out.
     pub next_position: u8,
-    /// The consumer's checkpoint: `(xid, position)` (today's rule reads only
+    /// The consumer's checkpoint: `(xid, position)` (the old rule reads only
     /// the position).
     pub checkpoint: (u8, u8),
     /// The xid of the consumer's open batch, if one is open.

@@ -1,16 +1,16 @@
 //! The leader lease with a term (epoch), and writes only the leader may make.
 //!
-//! **The real code.** Today `sql::leader_acquire` (`dbworker/src/sql/cluster.rs`)
+//! **The real code.** `sql::leader_acquire` (`dbworker/src/sql/cluster.rs`)
 //! takes a scope's lease row with `INSERT … ON CONFLICT DO UPDATE … WHERE
-//! held OR expires_at < now()`, and `LeaderElection::run`
-//! (`dbworker/src/cluster/leader.rs`) starts the leader's services while it
-//! believes it holds the lease; their writes check nothing. The design being
-//! built adds a `term` to the row (name, holder, term, expires_at): taking the
-//! row, or taking over an expired lease from another holder, increments the
-//! term (a renewal by the holder keeps it), and a leader-only write runs in a
-//! transaction that first locks the lease row `FOR SHARE` and checks `holder =
-//! me AND term = my term AND expires_at > clock`; a takeover's `UPDATE` then
-//! waits for that transaction to end.
+//! mine OR expires_at <= now()`, incrementing its `term`; `sql::leader_renew`
+//! renews it for the holder's term only; `LeaderElection::run`
+//! (`dbworker/src/cluster/leader.rs`) hands each term's services a
+//! `Leadership` (`cluster/leadership.rs`) whose `fence` (`sql::leader_fence`)
+//! runs first in a leader-only write's transaction: it locks the lease row
+//! `FOR SHARE` and checks `holder = me AND term = my term AND expires_at >
+//! clock`; a takeover's `UPDATE` then waits for that transaction to end. The
+//! row is never deleted (a release expires it), so terms only grow. Before
+//! issue 25 the services' writes checked nothing ([`Guard::None`]).
 //!
 //! **The model.** A node's campaign step is one atomic statement (autocommit);
 //! it cannot run while any transaction holds the row `FOR SHARE` (the
@@ -29,7 +29,7 @@
 //! - `a new term writes while the old leader still believes` (sometimes): the
 //!   dangerous situation is reached.
 //!
-//! **Guard removed.** [`Guard::None`] is today's code: whoever believes it
+//! **Guard removed.** [`Guard::None`] is the code before terms: whoever believes it
 //! leads writes. [`Guard::Unlocked`] checks holder and term with a plain read
 //! (or `FOR KEY SHARE`), so a takeover can slip between check and commit.
 //! With [`Guard::Locked`] the clock check (`expires_at > clock`) can be
@@ -46,7 +46,7 @@ pub enum Guard {
     Locked,
     /// Checks holder, term (and expiry) without a lock that blocks a takeover.
     Unlocked,
-    /// Checks nothing (today).
+    /// Checks nothing (the code before terms).
     None,
 }
 
