@@ -168,10 +168,17 @@ async fn the_consumer_troubleshooting_queries_find_the_stuck_consumer_its_event_
             .unwrap();
     append(&db, 1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(projected(&db, "audit").await, 10, "held behind the open transaction");
+    assert_eq!(
+        projected(&db, "audit").await,
+        10,
+        "held behind the open transaction"
+    );
     let held = run(&db, "consumer-held-back").await;
     assert_eq!(held[0].get::<i32, _>("pid"), holder);
     open.commit().await.unwrap();
-    wait_for("the waiting event", async || projected(&db, "audit").await == 11).await;
+    wait_for("the waiting event", async || {
+        projected(&db, "audit").await == 11
+    })
+    .await;
     p.stop().await.ok();
 }

@@ -4,27 +4,14 @@
 //! the input cut short, and leave the next request unaffected.
 
 mod common;
+#[path = "common/router.rs"]
+mod router;
 #[path = "common/dashboard.rs"]
 mod shared;
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use dbworker::dashboard::{Dashboard, DashboardOptions, TableConfig};
-use tower::ServiceExt;
-
-async fn get(app: &Router, path: &str) -> (StatusCode, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
+use router::get;
 
 #[tokio::test]
 async fn bad_list_parameters_answer_400_naming_the_parameter() {

@@ -6,16 +6,17 @@
 //! `upstream_ids` was part of `--workflows` still draws what its edges hold.
 
 mod common;
+#[path = "common/router.rs"]
+mod router;
 
 use std::collections::HashMap;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use dbworker::dashboard::{Dashboard, DashboardOptions, TableConfig};
 use dbworker::workflow::{EnqueuedWorkflow, Task, Workflow, WorkflowOptions, Workflows};
 use dbworker::{DbConditions, DbStore, Handling, NewJob, ddl::workflows_sql};
-use tower::ServiceExt;
+use router::get;
 use workerutil::Store;
 
 use common::{Db, Job};
@@ -35,19 +36,6 @@ async fn app(db: &Db, page_size: u32) -> (Router, Dashboard) {
     o.page_size = page_size;
     let dashboard = Dashboard::new(&db.pool, o).await.unwrap();
     (dashboard.router(), dashboard)
-}
-
-async fn get(app: &Router, path: &str) -> (StatusCode, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// fetch → (resize, scan) → publish; `scan` names the third task.

@@ -254,15 +254,15 @@ impl LeaderElection {
         tracing::info!(scope = %scope, node = %self.node_id, term, "became leader");
         metrics::gauge!(LEADER, "scope" => scope.clone()).set(1.0);
         let token = stop.child_token();
-        let leadership = Leadership::new(
-            self.pool.clone(),
-            self.table.clone(),
-            scope.clone(),
-            self.node_id.clone(),
+        let leadership = Leadership {
+            pool: self.pool.clone(),
+            table: self.table.clone(),
+            scope: scope.clone(),
+            node_id: self.node_id.clone(),
             term,
-            self.options.lease,
-            token.clone(),
-        );
+            lease: self.options.lease,
+            token: token.clone(),
+        };
         let task = AbortOnDropHandle::new(tokio::spawn(services(leadership)));
         (term, token, task)
     }

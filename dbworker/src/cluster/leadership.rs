@@ -19,36 +19,17 @@ use crate::sql;
 /// hands one to the services it starts.
 #[derive(Debug, Clone)]
 pub struct Leadership {
-    pool: PgPool,
-    table: Relation,
-    scope: String,
-    node_id: String,
-    term: i64,
-    lease: Duration,
-    token: CancellationToken,
+    pub(super) pool: PgPool,
+    pub(super) table: Relation,
+    pub(super) scope: String,
+    pub(super) node_id: String,
+    pub(super) term: i64,
+    /// Also how long a fenced transaction may sit idle.
+    pub(super) lease: Duration,
+    pub(super) token: CancellationToken,
 }
 
 impl Leadership {
-    pub(crate) fn new(
-        pool: PgPool,
-        table: Relation,
-        scope: String,
-        node_id: String,
-        term: i64,
-        lease: Duration,
-        token: CancellationToken,
-    ) -> Leadership {
-        Leadership {
-            pool,
-            table,
-            scope,
-            node_id,
-            term,
-            lease,
-            token,
-        }
-    }
-
     /// The term: greater than every earlier term of this scope.
     pub fn term(&self) -> i64 {
         self.term
