@@ -197,3 +197,92 @@ async fn a_leader_resumed_after_its_lease_passed_has_every_write_refused() {
         "a write of an older term landed after a newer one"
     );
 }
+
+/// A leader stuck inside a fenced transaction (its process paused
+/// mid-transaction, here a service that ignores its token) holds the lease
+/// row `FOR SHARE`: its own renewals wait on it, so it loses the lease, and
+/// every takeover waits on it too. The fence limits how long: a fenced
+/// transaction idle for a whole lease is cut off by the server, and another
+/// node leads.
+#[tokio::test]
+async fn a_leader_stuck_in_a_fenced_transaction_is_cut_off_and_another_leads() {
+    use std::sync::Arc;
+    use tokio::sync::Mutex;
+
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::leader_table_sql(dbworker::cluster::DEFAULT_LEADER_TABLE).unwrap())
+        .await;
+    let lease = Duration::from_millis(900);
+    let election = |node: &str| {
+        let mut o = LeaderOptions::new("singleton", node);
+        o.lease = lease;
+        let pool = db.pool.clone();
+        async move { LeaderElection::new(&pool, o).await.unwrap() }
+    };
+    let (a, b) = (election("node-a").await, election("node-b").await);
+    let stop = CancellationToken::new();
+    // What node A's stuck service saw: whether its token had fired, and what
+    // its transaction answered afterwards.
+    let seen: Arc<Mutex<Option<(bool, bool)>>> = Arc::default();
+    let a_run = {
+        let (stop, seen) = (stop.clone(), seen.clone());
+        tokio::spawn(async move {
+            a.run(stop, move |leadership| {
+                let seen = seen.clone();
+                async move {
+                    let Ok(mut tx) = leadership.begin().await else {
+                        return;
+                    };
+                    // Stuck: no statement, no commit, token ignored.
+                    tokio::time::sleep(lease * 3).await;
+                    let answered = sqlx::query("SELECT 1").execute(&mut *tx).await.is_ok();
+                    *seen.lock().await = Some((leadership.token().is_cancelled(), answered));
+                }
+            })
+            .await;
+        })
+    };
+    tokio::time::sleep(lease / 2).await;
+    let b_led = Arc::new(Mutex::new(None));
+    let b_run = {
+        let (stop, b_led) = (stop.clone(), b_led.clone());
+        tokio::spawn(async move {
+            b.run(stop, move |leadership| {
+                let b_led = b_led.clone();
+                async move {
+                    *b_led.lock().await = Some(leadership.term());
+                    leadership.cancelled().await;
+                }
+            })
+            .await;
+        })
+    };
+    let started = tokio::time::Instant::now();
+    while b_led.lock().await.is_none() {
+        assert!(
+            started.elapsed() < lease * 2,
+            "no takeover while the stuck transaction holds the lease row"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "node-b took over {:?} after it started campaigning",
+        started.elapsed()
+    );
+    while seen.lock().await.is_none() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (cancelled, answered) = seen.lock().await.unwrap();
+    assert!(
+        cancelled,
+        "its own renewal could not pass its lock: leadership ended"
+    );
+    assert!(
+        !answered,
+        "the idle fenced transaction was cut off by the server"
+    );
+    assert_eq!(*b_led.lock().await, Some(2), "a new term");
+    stop.cancel();
+    a_run.await.unwrap();
+    b_run.await.unwrap();
+}
