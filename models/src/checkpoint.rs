@@ -33,7 +33,8 @@
 //! nothing). Consumers are independent of one another, so one is enough.
 //! Xids are renumbered after every step, keeping their order, so the state
 //! space stays finite although every batch takes a new xid. Bounds: the tests
-//! run 2 writers × 2 events and 3 writers × 1 event, batches of 2.
+//! run 2 writers × 2 events, 3 writers × 1 event and 3 writers × 2 events,
+//! batches of 2.
 //!
 //! **Invariants.**
 //! - `no event skipped`: an unhandled committed event is always still after the
