@@ -16,6 +16,14 @@ pub enum Error {
         /// The cap.
         cap: usize,
     },
+    /// A value to store holds a NUL character (U+0000), which PostgreSQL's
+    /// `text` and `jsonb` cannot hold: it is refused before any statement
+    /// runs (a result fails its job with this message instead of completing).
+    #[error("{what} holds a NUL character (U+0000), which PostgreSQL cannot store")]
+    NulCharacter {
+        /// What holds it, and where: `the job's result (at $.s)`.
+        what: String,
+    },
     /// An options struct failed validation.
     #[error("invalid option `{field}`: {reason}")]
     InvalidOption {
