@@ -70,6 +70,21 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A cron schedule's pass failed: its due tick was not enqueued (it is
+    /// tried again at the next pass), and the other schedules' passes ran.
+    #[error(
+        "cron schedule {schedule:?}{}: {source}",
+        line.map(|l| format!(" (crontab line {l})")).unwrap_or_default()
+    )]
+    CronSchedule {
+        /// The schedule's name.
+        schedule: String,
+        /// Its crontab line, if it came from a crontab.
+        line: Option<usize>,
+        /// Why its pass failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A database call failed.
     #[error("database error in {op}: {source}")]
     Database {
