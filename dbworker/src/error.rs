@@ -16,6 +16,14 @@ pub enum Error {
         /// The cap.
         cap: usize,
     },
+    /// A value to store holds a NUL character (U+0000), which PostgreSQL's
+    /// `text` and `jsonb` cannot hold: it is refused before any statement
+    /// runs (a result fails its job with this message instead of completing).
+    #[error("{what} holds a NUL character (U+0000), which PostgreSQL cannot store")]
+    NulCharacter {
+        /// What holds it, and where: `the job's result (at $.s)`.
+        what: String,
+    },
     /// An options struct failed validation.
     #[error("invalid option `{field}`: {reason}")]
     InvalidOption {
@@ -61,6 +69,21 @@ pub enum Error {
         line: usize,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A cron schedule's pass failed: its due tick was not enqueued (it is
+    /// tried again at the next pass), and the other schedules' passes ran.
+    #[error(
+        "cron schedule {schedule:?}{}: {source}",
+        line.map(|l| format!(" (crontab line {l})")).unwrap_or_default()
+    )]
+    CronSchedule {
+        /// The schedule's name.
+        schedule: String,
+        /// Its crontab line, if it came from a crontab.
+        line: Option<usize>,
+        /// Why its pass failed.
+        #[source]
+        source: Box<Error>,
     },
     /// A database call failed.
     #[error("database error in {op}: {source}")]

@@ -264,9 +264,10 @@ pub struct Reschedule {
     /// The priority (needs `AdminOptions::priority_column`).
     pub priority: Option<i32>,
     /// The failures counted so far (`num_failures`): 0 gives a failed job
-    /// all its retries again.
+    /// all its retries again. Negative values are refused.
     pub num_failures: Option<i32>,
     /// The job's own retry limit (needs `AdminOptions::max_retries_column`).
+    /// Negative values are refused.
     pub max_retries: Option<i32>,
 }
 

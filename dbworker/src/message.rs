@@ -4,6 +4,13 @@
 //! `\u0000`: a statement binding either fails, so a failure message containing a
 //! NUL once left its job `processing` to be reset and re-run, with the real
 //! reason lost. Every failure message and execution-log entry passes through here.
+//!
+//! Diagnostics (failure messages, log entries) have their NUL bytes replaced:
+//! they are read by people, and losing them loses the reason. Data (a
+//! handler's result, a payload to retry with, an enqueued job's values) is
+//! never altered: a value holding a NUL is refused, naming where it is
+//! ([`nul_path`], [`Error::NulCharacter`](crate::Error::NulCharacter)), so
+//! what a consumer later reads is what the producer wrote.
 
 use std::borrow::Cow;
 
@@ -54,6 +61,56 @@ pub(crate) fn sanitize_log_entry(entry: &ExecutionLogEntry) -> Cow<'_, Execution
     })
 }
 
+/// Where `value` first holds a NUL character, in a key or a string, as a
+/// path (`$`, `$.name`, `$[2]`, `$["odd key"]`); `None` when it holds none.
+pub(crate) fn nul_path(value: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    fn walk(value: &Value, path: &mut String) -> bool {
+        match value {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                let found = walk(item, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            Value::Object(map) => map.iter().any(|(key, item)| {
+                let len = path.len();
+                // A key that is not a plain name is written as a JSON string
+                // (a NUL in it shows as \u0000).
+                if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    path.push('.');
+                    path.push_str(key);
+                } else {
+                    path.push_str(&format!("[{}]", Value::String(key.clone())));
+                }
+                let found = key.contains('\0') || walk(item, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut path = String::from("$");
+    walk(value, &mut path).then_some(path)
+}
+
+/// The failure message of an errored job whose payload to retry with
+/// ([`DbJob::retry_with_payload`](crate::DbJob::retry_with_payload)) holds a
+/// NUL; `None` when the payload is storable.
+pub(crate) fn refused_payload(message: &str, payload: &serde_json::Value) -> Option<String> {
+    let path = nul_path(payload)?;
+    let refused = crate::error::Error::NulCharacter {
+        what: format!("the payload to retry with (at {path})"),
+    };
+    Some(format!("{message}; not retried: {refused}"))
+}
+
 fn replace_nul(s: &str) -> Cow<'_, str> {
     if s.contains('\0') {
         Cow::Owned(s.replace('\0', NUL_REPLACEMENT))
@@ -99,6 +156,22 @@ mod tests {
         assert!(!out.contains('\0'));
         let exact = "x".repeat(MAX_FAILURE_MESSAGE_BYTES);
         assert_eq!(sanitize_failure_message(&exact), exact);
+    }
+
+    #[test]
+    fn nul_paths_name_the_key_or_string_holding_it() {
+        use serde_json::json;
+        assert_eq!(nul_path(&json!({"s": "a\u{0}b"})).as_deref(), Some("$.s"));
+        assert_eq!(nul_path(&json!("\u{0}")).as_deref(), Some("$"));
+        assert_eq!(
+            nul_path(&json!({"ok": [1, "x"], "a": [{"b": 2}, {"c": ["", "\u{0}"]}]})).as_deref(),
+            Some("$.a[1].c[1]")
+        );
+        assert_eq!(
+            nul_path(&json!({"k\u{0}": 1})).as_deref(),
+            Some("$[\"k\\u0000\"]")
+        );
+        assert_eq!(nul_path(&json!({"a": [1, "b", null, {"c": "d"}]})), None);
     }
 
     #[test]

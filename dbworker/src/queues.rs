@@ -64,6 +64,12 @@ impl QueueWorkersOptions {
             if self.queues[..i].iter().any(|(q, _)| q == queue) {
                 return Err(invalid(format!("queue {queue:?} is named twice")));
             }
+            // Bound into every claim of its worker, it would fail them all.
+            if queue.contains('\0') {
+                return Err(invalid(format!(
+                    "queue {queue:?} holds a NUL character (U+0000), which PostgreSQL cannot store"
+                )));
+            }
         }
         self.worker.validate()?;
         Ok(())

@@ -15,7 +15,9 @@ pub(crate) struct RetryRule {
 
 impl RetryRule {
     /// The store's `max_num_retries` and `policy`, with what `over` sets in
-    /// their place.
+    /// their place. A delay that fails [`RetryPolicy::check`] (a negative
+    /// factor would give a negative delay) is not used: the store's applies,
+    /// as the worker does (and warns about) for a handler's answer.
     pub(crate) fn resolve(
         max_num_retries: u32,
         policy: &RetryPolicy,
@@ -25,6 +27,7 @@ impl RetryRule {
             max_num_retries: over.and_then(|r| r.max_retries).unwrap_or(max_num_retries),
             policy: over
                 .and_then(|r| r.delay.clone())
+                .filter(|delay| delay.check().is_ok())
                 .unwrap_or_else(|| policy.clone()),
         }
     }

@@ -51,7 +51,8 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
 
     /// How long this job may run, overriding `WorkerOptions::max_runtime_per_job`
     /// when `Some` (a [`KindRegistry`](crate::KindRegistry) answers with its
-    /// kind's). Default `None`: the worker's.
+    /// kind's). Default `None`: the worker's. `Some(Duration::ZERO)` would
+    /// time the job out at once: the worker logs a warning and uses its own.
     fn max_runtime(&self, _record: &S::Record) -> Option<std::time::Duration> {
         None
     }
@@ -60,7 +61,8 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
     /// policy when `Some` (a [`KindRegistry`](crate::KindRegistry) answers with
     /// its kind's): the worker hands it to [`Store::mark_errored`]. A job's own
     /// retry limit (a `max_retries` column) still wins. Default `None`: the
-    /// store's.
+    /// store's. A delay that fails [`RetryPolicy::check`](crate::RetryPolicy::check)
+    /// is not used: the worker logs a warning and the store's delay applies.
     fn retry(&self, _record: &S::Record) -> Option<Retry> {
         None
     }

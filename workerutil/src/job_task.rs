@@ -94,11 +94,13 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                 )
             };
             // The kind's (or handler's) retry policy goes with an errored mark;
-            // if asking for it panics, the store's applies.
+            // if asking for it panics, the store's applies, as it does for
+            // an invalid delay.
             let retry = match outcome {
                 Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
                 _ => std::panic::catch_unwind(AssertUnwindSafe(|| handler.retry(job.record())))
-                    .unwrap_or(None),
+                    .unwrap_or(None)
+                    .map(Retry::without_invalid_delay),
             };
             let marked = record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
             shared
@@ -174,9 +176,14 @@ async fn execute<S: Store, H: Handler<S>>(
         cancel: running.token.clone(),
         worker_name: shared.name.clone(),
     };
-    let max_runtime = handler
-        .max_runtime(job.record())
-        .or(shared.options.max_runtime_per_job);
+    // A zero answer would time the job out at once: the worker's applies.
+    let own = handler.max_runtime(job.record()).filter(|max| {
+        if max.is_zero() {
+            tracing::warn!("the handler's max_runtime for this job is zero; the worker's applies");
+        }
+        !max.is_zero()
+    });
+    let max_runtime = own.or(shared.options.max_runtime_per_job);
     let started = Instant::now();
     let outcome = tokio::select! {
         // A handler that finished wins over a cancellation that fired at the same time.

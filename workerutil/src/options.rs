@@ -150,6 +150,10 @@ impl WorkerOptions {
         if matches!(&self.hostname, Some(h) if h.trim().is_empty()) {
             return invalid("hostname", "must not be empty when set");
         }
+        // Stores write it into the job (a database's text cannot hold a NUL).
+        if matches!(&self.hostname, Some(h) if h.contains('\0')) {
+            return invalid("hostname", "must not hold a NUL character (U+0000)");
+        }
         if self.num_handlers == 0 {
             return invalid("num_handlers", "must be at least 1");
         }
@@ -233,6 +237,7 @@ mod tests {
         let cases: Vec<(&str, Breaker)> = vec![
             ("name", Box::new(|o| o.name = " ".into())),
             ("hostname", Box::new(|o| o.hostname = Some(String::new()))),
+            ("hostname", Box::new(|o| o.hostname = Some("a\0b".into()))),
             ("num_handlers", Box::new(|o| o.num_handlers = 0)),
             (
                 "max_claim_ahead",

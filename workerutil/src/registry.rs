@@ -93,9 +93,38 @@ impl KindOptions {
     }
 
     /// Sets the maximum runtime.
+    ///
+    /// # Panics
+    ///
+    /// If `max_runtime` is zero (every job of the kind would time out at
+    /// once, as `WorkerOptions::max_runtime_per_job` refuses too): a
+    /// configuration error, caught where the kind is set up.
     pub fn with_max_runtime(mut self, max_runtime: Duration) -> KindOptions {
+        assert!(
+            !max_runtime.is_zero(),
+            "invalid max_runtime: must be positive"
+        );
         self.max_runtime = Some(max_runtime);
         self
+    }
+
+    /// The first bad field, named, and why: `max_runtime` zero, or a retry
+    /// delay that fails [`RetryPolicy::check`](crate::RetryPolicy::check).
+    /// The builders check as they set; fields set directly are checked by
+    /// [`KindRegistry::register_with`].
+    fn check(&self) -> Result<(), String> {
+        if self.max_runtime.is_some_and(|max| max.is_zero()) {
+            return Err("max_runtime must be positive".to_owned());
+        }
+        match self
+            .retry
+            .as_ref()
+            .and_then(|r| r.delay.as_ref())
+            .map(|d| d.check())
+        {
+            Some(Err((field, reason))) => Err(format!("retry.delay.{field} {reason}")),
+            _ => Ok(()),
+        }
     }
 
     /// Sets the retry policy.
@@ -141,6 +170,13 @@ impl<S: Store> KindRegistry<S> {
     /// Registers `handler` for `kind` with options of its own (a maximum
     /// runtime overriding the worker's, a retry policy overriding the
     /// store's), replacing any handler it had.
+    ///
+    /// # Panics
+    ///
+    /// If `options` hold a zero `max_runtime` or a retry delay that fails
+    /// [`RetryPolicy::check`](crate::RetryPolicy::check) (fields set
+    /// directly, past the builders' checks): a configuration error, named
+    /// with the kind.
     pub fn register_with(
         mut self,
         kind: impl Into<String>,
@@ -148,6 +184,9 @@ impl<S: Store> KindRegistry<S> {
         options: KindOptions,
     ) -> Self {
         let kind = kind.into();
+        if let Err(reason) = options.check() {
+            panic!("invalid options for kind {kind:?}: {reason}");
+        }
         self.handlers.insert(kind.clone(), Arc::new(handler));
         self.options.insert(kind, options);
         self

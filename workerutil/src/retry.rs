@@ -116,4 +116,22 @@ impl Retry {
         self.delay = Some(delay);
         self
     }
+
+    /// This override without a delay that fails [`RetryPolicy::check`] (a
+    /// handler's answer, or a kind's `retry` field set without
+    /// [`KindOptions::with_retry`](crate::KindOptions::with_retry)), with a
+    /// warning naming the field: the store's delay applies instead. Not a
+    /// failure of the job: its error is its own and worth the retry, and the
+    /// store's policy was checked when the store was built.
+    pub(crate) fn without_invalid_delay(mut self) -> Retry {
+        if let Some(Err((field, reason))) = self.delay.as_ref().map(RetryPolicy::check) {
+            tracing::warn!(
+                field = %format_args!("retry.delay.{field}"),
+                reason,
+                "the handler's retry policy is invalid; the store's delay applies"
+            );
+            self.delay = None;
+        }
+        self
+    }
 }

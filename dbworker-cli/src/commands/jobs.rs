@@ -250,10 +250,10 @@ pub(crate) struct RescheduleArgs {
     #[arg(long, allow_negative_numbers = true)]
     priority: Option<i32>,
     /// Failures counted so far (`num_failures`): 0 gives every retry back.
-    #[arg(long, visible_alias = "num-failures")]
+    #[arg(long, visible_alias = "num-failures", value_parser = clap::value_parser!(i32).range(0..))]
     attempts: Option<i32>,
     /// The job's own retry limit (the `max_retries` column).
-    #[arg(long, conflicts_with = "max_attempts")]
+    #[arg(long, conflicts_with = "max_attempts", value_parser = clap::value_parser!(i32).range(0..))]
     max_retries: Option<i32>,
     /// Attempts allowed in all: sets the retry limit to this minus one.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]

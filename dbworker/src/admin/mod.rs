@@ -246,6 +246,18 @@ impl Admin {
                 });
             }
         }
+        // A negative count would be stored as given: what would -3 failures mean?
+        for (value, field) in [
+            (r.num_failures, "num_failures"),
+            (r.max_retries, "max_retries"),
+        ] {
+            if let Some(n) = value.filter(|n| *n < 0) {
+                return Err(Error::InvalidOption {
+                    field,
+                    reason: format!("{n} is negative; it must be 0 or more"),
+                });
+            }
+        }
         if r.run_at.is_some() && r.run_after.is_some() {
             return Err(Error::InvalidOption {
                 field: "run_at",

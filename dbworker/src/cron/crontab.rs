@@ -152,6 +152,12 @@ fn parse_line(line: usize, content: &str) -> std::result::Result<CrontabEntry, S
             Ok(_) => return Err("the payload must be a JSON object".to_owned()),
             Err(e) => return Err(format!("the payload is not valid JSON: {e}")),
         };
+        // Every tick's enqueue would fail on it.
+        if let Some(path) = crate::message::nul_path(&Value::Object(entry.payload.clone())) {
+            return Err(format!(
+                "the payload holds a NUL character (\\u0000) at {path}, which PostgreSQL cannot store"
+            ));
+        }
     }
     Ok(entry)
 }
@@ -335,6 +341,11 @@ mod tests {
             ("0 * * * * a [1]", "JSON object"),
             ("0 * * * * a {\"x\":", "not valid JSON"),
             ("0 * * * * a {\"x\": 1} trailing", "not valid JSON"),
+            (
+                "0 * * * * a {\"x\": \"a\\u0000b\"}",
+                "NUL character (\\u0000) at $.x",
+            ),
+            ("0 0 30 2 * a", "never fires"),
             (
                 "0 * * * * a ?id=b {} \n0 * * * * b",
                 "already used on line 3",

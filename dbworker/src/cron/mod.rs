@@ -111,6 +111,8 @@ struct Entry {
     /// A crontab entry's payload: each job gets it, plus `_cron`, in the
     /// payload column.
     payload: Option<Map<String, Value>>,
+    /// A crontab entry's line, for the logs.
+    line: Option<usize>,
 }
 
 /// Enqueues the jobs of cron schedules. Every process may run one: for each
@@ -199,6 +201,8 @@ impl Scheduler {
             field: "expression",
             reason,
         })?;
+        // Refused now, not at every tick (a NUL, a column set it cannot take).
+        self.enqueuer.check_job(&job)?;
         self.push(name.into(), schedule, job, backfill, None)
     }
 
@@ -258,6 +262,9 @@ impl Scheduler {
                     Some(e.payload.clone()),
                 )
                 .map_err(|err| at_line(err.to_string()))?;
+            if let Some(entry) = self.entries.last_mut() {
+                entry.line = Some(e.line);
+            }
         }
         Ok(self)
     }
@@ -276,12 +283,20 @@ impl Scheduler {
                 reason: format!("schedule {name:?} is added twice"),
             });
         }
+        // Bound into every pass of the schedule, it would fail them all.
+        if name.contains('\0') {
+            return Err(Error::InvalidOption {
+                field: "name",
+                reason: format!("schedule {name:?} holds a NUL character (U+0000)"),
+            });
+        }
         self.entries.push(Entry {
             name,
             schedule,
             job,
             backfill,
             payload,
+            line: None,
         });
         Ok(self)
     }
@@ -291,14 +306,32 @@ impl Scheduler {
     /// schedules that enqueued, with the job ids, oldest tick first. A
     /// schedule seen for the first time starts from now: its first job is
     /// its next tick.
+    ///
+    /// Each schedule's pass is its own transaction: one that fails is logged
+    /// (naming the schedule and its crontab line), its tick is tried again
+    /// next pass, and the others run all the same. The first failure is then
+    /// returned as [`Error::CronSchedule`] (what the others enqueued is
+    /// committed).
     pub async fn tick(&self) -> Result<Vec<(String, i64)>> {
         let mut enqueued = Vec::new();
+        let mut first_failure = None;
         for entry in &self.entries {
-            for id in self.tick_one(entry).await? {
-                enqueued.push((entry.name.clone(), id));
+            match self.tick_one(entry).await {
+                Ok(ids) => enqueued.extend(ids.into_iter().map(|id| (entry.name.clone(), id))),
+                Err(err) => {
+                    tracing::error!(schedule = %entry.name, crontab_line = entry.line, error = %err, "cron schedule's pass failed; the other schedules go on");
+                    first_failure.get_or_insert(Error::CronSchedule {
+                        schedule: entry.name.clone(),
+                        line: entry.line,
+                        source: Box::new(err),
+                    });
+                }
             }
         }
-        Ok(enqueued)
+        match first_failure {
+            Some(err) => Err(err),
+            None => Ok(enqueued),
+        }
     }
 
     async fn tick_one(&self, entry: &Entry) -> Result<Vec<i64>> {
@@ -372,13 +405,12 @@ impl Scheduler {
             .json(column.clone(), Value::Object(payload))
     }
 
-    /// Ticks every `interval` until `stop` fires; a failed pass is logged and
-    /// retried at the next.
+    /// Ticks every `interval` until `stop` fires; a failed schedule is
+    /// logged (by [`tick`](Self::tick)) and retried at the next pass.
     pub async fn run(&self, stop: CancellationToken) {
         loop {
-            if let Err(err) = self.tick().await {
-                tracing::error!(error = %err, "cron pass failed");
-            }
+            // Each failed schedule was logged as it failed.
+            let _ = self.tick().await;
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(self.interval) => {}

@@ -48,8 +48,27 @@ fn build(seconds: &str, fields: &[&str]) -> Result<cron::Schedule, String> {
         "{seconds} {} {} {} {} {weekdays}",
         fields[0], fields[1], fields[2], fields[3]
     );
-    cron::Schedule::from_str(&text).map_err(|e| format!("{text:?}: {e}"))
+    let schedule = cron::Schedule::from_str(&text).map_err(|e| format!("{text:?}: {e}"))?;
+    // `0 0 30 2 *` parses, field by field, yet never fires. Every day that
+    // exists (February 29 on a given weekday too) comes within 28 years.
+    let now = chrono::Utc::now();
+    let horizon = now + chrono::Duration::days(366 * NEVER_YEARS);
+    if schedule
+        .after(&now)
+        .next()
+        .is_none_or(|tick| tick > horizon)
+    {
+        return Err(format!(
+            "{:?} never fires (no tick within {NEVER_YEARS} years): no day matches its day-of-month, month and weekday fields",
+            fields.join(" ")
+        ));
+    }
+    Ok(schedule)
 }
+
+/// A schedule with no tick within this many years is refused as one that
+/// never fires.
+const NEVER_YEARS: i64 = 30;
 
 /// A standard day-of-week field (`*`, `*/n`, `a`, `a-b`, `a-b/n`, `a/n`,
 /// comma lists; 0-7 with 0 and 7 Sunday, or names) as the crate's names.
@@ -141,5 +160,16 @@ mod tests {
         assert!(parse("* 24 * * *").unwrap_err().starts_with("hour field"));
         assert!(parse("* * * 13 *").unwrap_err().starts_with("month field"));
         assert!(parse("* * *").unwrap_err().contains("3 fields"));
+    }
+
+    #[test]
+    fn schedules_that_never_fire_are_refused() {
+        for never in ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 31 2 1"] {
+            let err = parse(never).unwrap_err();
+            assert!(err.contains("never fires"), "{never}: {err}");
+        }
+        // February 29 comes every four years; on a Monday, every 28 at most.
+        assert!(parse("0 0 29 2 *").is_ok());
+        assert!(parse("0 0 29 2 1").is_ok());
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::{OptionalColumns, optional_params};
-use crate::columns::{Columns, Relation, quote};
+use crate::columns::{Columns, Relation, literal, quote};
 use crate::error::Result;
 
 /// A PL/pgSQL function `<table>_add_jobs(specs jsonb[], key_mode text)` that
@@ -55,21 +55,29 @@ pub fn add_jobs_function_sql(
         args.push(format!("{name} => {value}"));
     }
     let mut params = vec!["specs jsonb[]".to_owned()];
+    let mut signature = vec![("specs", "jsonb[]")];
+    // Checked before any spec, so a bad mode fails even when no spec has a key.
+    let mut check_mode = "";
     if columns.keys {
         known.push("'job_key'".into());
         args.push("job_key => spec->>'job_key'".into());
         args.push("key_mode => key_mode".into());
         params.push("key_mode text DEFAULT 'replace'".into());
+        signature.push(("key_mode", "text"));
+        check_mode = r#"
+    IF key_mode IS NULL OR key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only', 'unsafe_dedupe') THEN
+        RAISE EXCEPTION 'key_mode must be replace, preserve_run_at, dedupe_only or unsafe_dedupe, not %', key_mode;
+    END IF;"#;
     }
     Ok(format!(
-        r#"-- Enqueues many jobs into {table}, one {enqueue} call per spec; returns their ids in order.
+        r#"{drop}-- Enqueues many jobs into {table}, one {enqueue} call per spec; returns their ids in order.
 CREATE OR REPLACE FUNCTION {function}(
     {params}
 ) RETURNS SETOF bigint LANGUAGE plpgsql AS $dbworker$
 DECLARE
     spec jsonb;
     bad text;
-BEGIN
+BEGIN{check_mode}
     FOREACH spec IN ARRAY COALESCE(specs, ARRAY[]::jsonb[]) LOOP
         IF spec IS NULL OR jsonb_typeof(spec) <> 'object' THEN
             RAISE EXCEPTION 'each job spec must be a JSON object, not %', spec;
@@ -85,6 +93,7 @@ BEGIN
 END
 $dbworker$;
 "#,
+        drop = drop_other_overloads(&rel, "add_jobs", &signature),
         params = params.join(",\n    "),
         known = known.join(", "),
         known_text = known.join(", ").replace('\'', "").replace('%', "%%"),
@@ -92,11 +101,74 @@ $dbworker$;
     ))
 }
 
+/// The most ids one call of an admin function (`complete_jobs`,
+/// `permanently_fail_jobs`, `reschedule_jobs`) or `wait_for` takes: more
+/// raise an error naming this limit. One call is one statement holding its
+/// row locks to the end, and its outcome list grows with it (a million ids
+/// ran past 150 s): call again per slice of ids instead.
+pub const MAX_FUNCTION_IDS: usize = 10_000;
+
+/// The check at the top of a function taking the ids array `ids`.
+pub(super) fn bound_ids(ids: &str) -> String {
+    format!(
+        r#"
+    IF cardinality({ids}) > {MAX_FUNCTION_IDS} THEN
+        RAISE EXCEPTION 'at most {MAX_FUNCTION_IDS} ids per call, not %; call again per slice', cardinality({ids});
+    END IF;"#
+    )
+}
+
+/// A `DO` block dropping every overload of `<table>_<suffix>` but the one
+/// whose arguments are `signature` (name, type): generated again with other
+/// columns, a function then replaces the old one instead of standing beside
+/// it (with two, every call leaving parameters out fails as "not unique").
+/// The one kept is replaced in place by `CREATE OR REPLACE`, grants and all.
+pub(super) fn drop_other_overloads(
+    rel: &Relation,
+    suffix: &str,
+    signature: &[(&str, &str)],
+) -> String {
+    // An unqualified function is created in the first schema of the search path.
+    let schema = rel
+        .schema
+        .as_deref()
+        .map_or_else(|| "current_schema()".to_owned(), literal);
+    let list = |items: Vec<&str>| {
+        items
+            .into_iter()
+            .map(literal)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        r#"-- Replaces {function} generated with other columns: other overloads go first.
+DO $dbworker$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+              WHERE n.nspname = {schema} AND p.proname = {name}
+                AND (p.proargtypes::oid[] <> ARRAY[{types}]::regtype[]::oid[]
+                     OR p.proargnames IS DISTINCT FROM ARRAY[{names}]::text[]) LOOP
+        EXECUTE format('DROP FUNCTION %s', f);
+    END LOOP;
+END
+$dbworker$;
+"#,
+        function = rel.quoted_derived_sibling(suffix),
+        name = literal(&rel.derived(suffix)),
+        types = list(signature.iter().map(|(_, t)| *t).collect()),
+        names = list(signature.iter().map(|(n, _)| *n).collect()),
+    )
+}
+
 /// One admin function: locks the rows it will change, changes them, and
 /// returns `(id, outcome)` for every requested id, in order.
 struct AdminFunction<'a> {
     name: &'a str,
     extra_params: String,
+    /// Checks of the arguments, before anything is locked.
+    checks: String,
     states: &'a [&'a str],
     sets: Vec<String>,
 }
@@ -121,7 +193,9 @@ struct AdminFunction<'a> {
 /// `reschedule_jobs` puts queued, errored, failed and canceled jobs back to
 /// `queued`; each NULL (or omitted) argument leaves its column unchanged
 /// (`priority` exists with the priority column, `max_retries` with the retry
-/// limit column). `remove_job` (with the key column) deletes the queued or
+/// limit column); a negative `num_failures` or `max_retries` is an error.
+/// Each function taking `ids` takes at most [`MAX_FUNCTION_IDS`] (10,000) per
+/// call, and raises an error above. `remove_job` (with the key column) deletes the queued or
 /// errored job holding the key and returns `(id, 'done')`, or returns
 /// `(id, 'processing')` for a processing holder it left alone; no row when no
 /// live job holds the key.
@@ -136,6 +210,17 @@ pub fn admin_functions_sql(
     let j = |column: &str| format!("j.{}", quote(column));
     let set = |column: &str, value: String| format!("{} = {value}", quote(column));
     let mut reschedule_params = String::from(",\n    run_at timestamptz DEFAULT NULL");
+    let mut reschedule_signature = vec![("ids", "bigint[]"), ("run_at", "timestamptz")];
+    // A negative count would be stored as given.
+    let mut reschedule_checks = String::new();
+    let mut refuse_negative = |param: &str| {
+        reschedule_checks.push_str(&format!(
+            r#"
+    IF {param} < 0 THEN
+        RAISE EXCEPTION '{param} must be 0 or more, not %', {param};
+    END IF;"#
+        ));
+    };
     let mut reschedule_sets = vec![
         set(&c.state, "'queued'".into()),
         set(&c.finished_at, "NULL".into()),
@@ -147,18 +232,23 @@ pub fn admin_functions_sql(
     ];
     if columns.priority {
         reschedule_params.push_str(",\n    priority integer DEFAULT NULL");
+        reschedule_signature.push(("priority", "integer"));
         reschedule_sets.push(set(
             "priority",
             format!("COALESCE(priority, {})", j("priority")),
         ));
     }
     reschedule_params.push_str(",\n    num_failures integer DEFAULT NULL");
+    reschedule_signature.push(("num_failures", "integer"));
+    refuse_negative("num_failures");
     reschedule_sets.push(set(
         &c.num_failures,
         format!("COALESCE(num_failures, {})", j(&c.num_failures)),
     ));
     if columns.max_retries {
         reschedule_params.push_str(",\n    max_retries integer DEFAULT NULL");
+        reschedule_signature.push(("max_retries", "integer"));
+        refuse_negative("max_retries");
         reschedule_sets.push(set(
             "max_retries",
             format!("COALESCE(max_retries, {})", j("max_retries")),
@@ -168,6 +258,7 @@ pub fn admin_functions_sql(
         AdminFunction {
             name: "complete_jobs",
             extra_params: String::new(),
+            checks: String::new(),
             states: &["queued", "errored", "failed", "canceled"],
             sets: vec![
                 set(&c.state, "'completed'".into()),
@@ -177,6 +268,7 @@ pub fn admin_functions_sql(
         AdminFunction {
             name: "permanently_fail_jobs",
             extra_params: ",\n    reason text DEFAULT NULL".into(),
+            checks: String::new(),
             states: &["queued", "errored"],
             sets: vec![
                 set(&c.state, "'failed'".into()),
@@ -190,6 +282,7 @@ pub fn admin_functions_sql(
         AdminFunction {
             name: "reschedule_jobs",
             extra_params: reschedule_params,
+            checks: reschedule_checks,
             states: &["queued", "errored", "failed", "canceled"],
             sets: reschedule_sets,
         },
@@ -204,13 +297,18 @@ pub fn admin_functions_sql(
             .map(|s| format!("'{s}'"))
             .collect::<Vec<_>>()
             .join(", ");
+        if f.name == "reschedule_jobs" {
+            // Its parameters follow the table's optional columns.
+            sql.push_str(&drop_other_overloads(&rel, f.name, &reschedule_signature));
+        }
         sql.push_str(&format!(
-            r#"-- {table}: {name}, leaving processing jobs alone; (id, outcome) per requested id.
+            r#"-- {table}: {name}, leaving processing jobs alone; (id, outcome) per requested id,
+-- at most {MAX_FUNCTION_IDS} ids per call.
 CREATE OR REPLACE FUNCTION {function}(
     ids bigint[]{extra_params}
 ) RETURNS TABLE (id bigint, outcome text) LANGUAGE plpgsql AS $dbworker$
 #variable_conflict use_variable
-BEGIN
+BEGIN{bound}{checks}
     -- Lock the rows to change first, so no claim takes one in between and
     -- each outcome is exact. NO KEY UPDATE, like the claim: processing rows
     -- are not in the set, so no running job waits on this.
@@ -240,6 +338,8 @@ $dbworker$;
             name = f.name,
             function = name(f.name),
             extra_params = f.extra_params,
+            bound = bound_ids("ids"),
+            checks = f.checks,
             sets = f.sets.join(", "),
         ));
     }

@@ -14,7 +14,7 @@ mod partitions;
 mod tables;
 mod workflows;
 
-pub use functions::{add_jobs_function_sql, admin_functions_sql};
+pub use functions::{MAX_FUNCTION_IDS, add_jobs_function_sql, admin_functions_sql};
 
 pub use crate::columns::STANDARD_COLUMNS;
 pub(crate) use notify::notify_function_sql;
@@ -284,6 +284,8 @@ pub(super) fn optional_params(columns: OptionalColumns) -> Vec<(&'static str, &'
 ///
 /// `fields` names the application's columns (unset ones take their defaults);
 /// it returns the id of the job that carries the work (new, updated or kept).
+/// Generated again with other columns, it replaces the function it finds
+/// (other overloads are dropped first), as `add_jobs` and `reschedule_jobs` do.
 pub fn enqueue_function_sql(
     table_name: &str,
     alternate_column_names: &HashMap<String, String>,
@@ -300,14 +302,17 @@ pub fn enqueue_function_sql(
         "fields jsonb DEFAULT '{}'".to_owned(),
         "run_at timestamptz DEFAULT NULL".to_owned(),
     ];
+    let mut signature = vec![("fields", "jsonb"), ("run_at", "timestamptz")];
     let mut extra = vec![format!("{}, run_at", literal(&c.process_after))];
     for (name, ty) in optional_params(columns) {
         params.push(format!("{name} {ty} DEFAULT NULL"));
+        signature.push((name, ty));
         extra.push(format!("'{name}', {name}"));
     }
     if columns.keys {
         params.push("job_key text DEFAULT NULL".into());
         params.push("key_mode text DEFAULT 'replace'".into());
+        signature.extend([("job_key", "text"), ("key_mode", "text")]);
         extra.push("'job_key', job_key".into());
     }
     let params = params.join(",\n    ");
@@ -394,7 +399,7 @@ pub fn enqueue_function_sql(
         .map(|(_, name, _)| literal(name))
         .collect();
     Ok(format!(
-        r#"-- Enqueues a job into {table}: `fields` holds the application's columns.
+        r#"{drop}-- Enqueues a job into {table}: `fields` holds the application's columns.
 CREATE OR REPLACE FUNCTION {function}(
     {params}
 ) RETURNS bigint LANGUAGE plpgsql AS $dbworker$
@@ -422,6 +427,7 @@ BEGIN
 END
 $dbworker$;
 "#,
+        drop = functions::drop_other_overloads(&rel, "enqueue", &signature),
         standard = standard.join(", "),
         optional_names = if columns != OptionalColumns::default() {
             ", 'job_key', 'queue', 'priority', 'max_retries', 'kind', 'flags'"

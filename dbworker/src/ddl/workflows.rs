@@ -193,6 +193,8 @@ CREATE OR REPLACE TRIGGER {on_delete} AFTER DELETE ON {table}
 -- The upstream jobs are locked FOR SHARE first, so none finishes until this
 -- commits: a completed one counts at once, a failed or canceled one applies
 -- the policy at once. Returns the job's state: queued, pending or canceled.
+-- A job waiting for itself, a NULL id, or an edge closing a cycle is refused
+-- (the job would stay pending forever); at most {max_ids} ids per call.
 CREATE OR REPLACE FUNCTION {wait_for}(job bigint, after bigint[], policy text DEFAULT 'cancel')
 RETURNS text LANGUAGE plpgsql AS $dbworker$
 DECLARE
@@ -200,13 +202,39 @@ DECLARE
     waits integer := 0;
     blocker bigint;
     blocker_state text;
+    loop_through bigint;
 BEGIN
     IF policy IS NULL OR policy NOT IN ('cancel', 'ignore_failed', 'ignore_canceled', 'ignore') THEN
         RAISE EXCEPTION 'policy must be cancel, ignore_failed, ignore_canceled or ignore, not %', policy;
     END IF;
+    IF after IS NULL OR array_position(after, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'after must be an array of job ids without NULL, not %', after;
+    END IF;{bound}
+    IF job = ANY(after) THEN
+        RAISE EXCEPTION 'job % cannot wait for itself', job;
+    END IF;
     PERFORM 1 FROM {table} WHERE {id} = job AND {state} = 'queued' FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % is not a queued job', job;
+    END IF;
+    -- A cycle through this job needs a job waiting for it, and none can start
+    -- to before this commits (it would lock this job's row first). With one,
+    -- calls that could close a cycle take turns, and look at the edges once
+    -- the upstream jobs are locked (so a concurrent call on one of them has
+    -- committed): waiting for a job that already waits for this one, however
+    -- indirectly, is refused.
+    IF EXISTS (SELECT 1 FROM {deps} WHERE "depends_on" = job) THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended({cycle_lock}, 0));
+        PERFORM 1 FROM {table} WHERE {id} = ANY(after) ORDER BY {id} FOR SHARE;
+        WITH RECURSIVE downstream(id) AS (
+            SELECT "job_id" FROM {deps} WHERE "depends_on" = job
+            UNION
+            SELECT e."job_id" FROM {deps} AS e JOIN downstream AS d ON e."depends_on" = d.id
+        )
+        SELECT d.id INTO loop_through FROM downstream AS d WHERE d.id = ANY(after) LIMIT 1;
+        IF loop_through IS NOT NULL THEN
+            RAISE EXCEPTION 'job % cannot wait for job %, which already waits for it: the edges would form a cycle', job, loop_through;
+        END IF;
     END IF;
     IF (SELECT count(DISTINCT a) FROM unnest(after) AS a)
        <> (SELECT count(*) FROM {table} WHERE {id} = ANY(after)) THEN
@@ -248,6 +276,9 @@ END
 $dbworker$;
 "#,
         upstream_ids = quote(UPSTREAM_IDS),
+        bound = super::functions::bound_ids("after"),
+        cycle_lock = crate::columns::literal(&format!("dbworker wait_for {deps}")),
+        max_ids = super::MAX_FUNCTION_IDS,
         wait_for = rel.quoted_derived_sibling("wait_for"),
         enqueue = rel.derived("enqueue"),
         workflow_idx = index("workflow_idx"),

@@ -542,6 +542,9 @@ impl Enqueuer {
         if job.flags_value().is_some() && t.flags.is_none() {
             return refuse("flags_column", "flags");
         }
+        if let Some(what) = job.nul_field() {
+            return Err(Error::NulCharacter { what });
+        }
         // graphile-worker's limits: names an operator reads and filters by.
         for (field, value, max) in [
             ("queue", job.queue_value(), MAX_NAME_CHARS),

@@ -233,6 +233,26 @@ impl NewJob {
         }
     }
 
+    /// What of this job holds a NUL character (which Postgres's `text` and
+    /// `jsonb` cannot store), named for the error: its queue, kind, key, a
+    /// flag, or a column's value (with the JSON path where it is).
+    pub(crate) fn nul_field(&self) -> Option<String> {
+        for (name, value) in [("queue", &self.queue), ("kind", &self.kind)] {
+            if let Some(value) = value.as_ref().filter(|v| v.contains('\0')) {
+                return Some(format!("the job's {name} {value:?}"));
+            }
+        }
+        if let Some((key, _)) = self.key.as_ref().filter(|(k, _)| k.contains('\0')) {
+            return Some(format!("the job's key {key:?}"));
+        }
+        if let Some(flag) = self.flags.iter().flatten().find(|f| f.contains('\0')) {
+            return Some(format!("the job's flag {flag:?}"));
+        }
+        self.values.iter().find_map(|(column, value)| {
+            Some(format!("the job's column `{column}`{}", nul_in(value)?))
+        })
+    }
+
     pub(crate) fn values(&self) -> &[(String, Value)] {
         &self.values
     }
@@ -263,5 +283,22 @@ impl NewJob {
 
     pub(crate) fn key_value(&self) -> Option<(&str, KeyMode)> {
         self.key.as_ref().map(|(k, m)| (k.as_str(), *m))
+    }
+}
+
+/// Where a bound value holds a NUL character: `""` for the whole value, ` (at
+/// $.path)` inside JSON, ` (at [i])` in an array; `None` without one.
+fn nul_in(value: &Value) -> Option<String> {
+    match value {
+        Value::String(Some(s)) => s.contains('\0').then(String::new),
+        Value::Char(Some(c)) => (*c == '\0').then(String::new),
+        Value::Json(Some(json)) => {
+            crate::message::nul_path(json).map(|path| format!(" (at {path})"))
+        }
+        Value::Array(_, Some(items)) => items
+            .iter()
+            .position(|item| nul_in(item).is_some())
+            .map(|i| format!(" (at [{i}])")),
+        _ => None,
     }
 }

@@ -36,14 +36,22 @@ impl DbConditions {
     /// let only = DbConditions::new().column_in("j.kind", &["email".to_owned()]);
     /// assert_eq!(only.len(), 1);
     /// ```
+    ///
+    /// A value holding a NUL character is left out: no `text` value can equal
+    /// it, and bound, it would make every claim fail.
     pub fn column_in(self, column: &str, values: &[String]) -> Self {
         // `j."order"` is taken unquoted first; other text is split on dots.
         let parts = crate::columns::parse_dotted(column)
             .unwrap_or_else(|| column.split('.').map(str::to_owned).collect());
         let column: Vec<String> = parts.iter().map(|p| crate::sql::quote(p)).collect();
+        let values: Vec<String> = values
+            .iter()
+            .filter(|v| !v.contains('\0'))
+            .cloned()
+            .collect();
         self.and(Expr::cust_with_values(
             format!("{} = ANY($1)", column.join(".")),
-            [sea_query::Value::from(values.to_vec())],
+            [sea_query::Value::from(values)],
         ))
     }
 

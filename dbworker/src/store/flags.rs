@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+use crate::error::Error;
+
 /// Returns the flags forbidden right now; see [`ForbiddenFlags::callback`].
 pub type ForbiddenFlagsFn = Arc<dyn Fn() -> BoxFuture<'static, Vec<String>> + Send + Sync>;
 
@@ -57,6 +59,23 @@ impl ForbiddenFlags {
         ForbiddenFlags::Callback(Arc::new(move || Box::pin(f())))
     }
 
+    /// Refuses a fixed flag holding a NUL character: bound into the claim,
+    /// it would make every claim fail (`text` cannot hold one).
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        let ForbiddenFlags::Fixed(flags) = self else {
+            return Ok(());
+        };
+        match flags.iter().find(|f| f.contains('\0')) {
+            Some(flag) => Err(Error::InvalidOption {
+                field: "forbidden_flags",
+                reason: format!(
+                    "flag {flag:?} holds a NUL character (U+0000), which PostgreSQL cannot store; no job can carry it"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The flags forbidden now, sorted and without duplicates, so one set
     /// always gives one claim condition (and one claim cursor).
     pub(crate) async fn current(&self) -> Vec<String> {
@@ -64,6 +83,12 @@ impl ForbiddenFlags {
             ForbiddenFlags::Fixed(flags) => flags.clone(),
             ForbiddenFlags::Callback(f) => f().await,
         };
+        // A callback's flag holding a NUL would fail every claim. No job can
+        // carry it (`text` cannot hold one), so leaving it out skips the same jobs.
+        if flags.iter().any(|f| f.contains('\0')) {
+            tracing::warn!(flags = ?flags, "a forbidden flag holds a NUL character (U+0000); no job can carry it, so it is left out of the claim");
+            flags.retain(|f| !f.contains('\0'));
+        }
         flags.sort_unstable();
         flags.dedup();
         flags
@@ -89,5 +114,18 @@ mod tests {
         assert_eq!(fixed.current().await, ["a", "b"]);
         let asked = ForbiddenFlags::callback(|| async { vec!["b".to_owned(), "a".to_owned()] });
         assert_eq!(asked.current().await, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn a_flag_holding_nul_is_refused_fixed_and_left_out_asked() {
+        let err = ForbiddenFlags::fixed(["ok", "a\0b"]).check().unwrap_err();
+        assert!(
+            err.to_string().contains(r#"flag "a\0b" holds a NUL"#),
+            "{err}"
+        );
+        assert!(ForbiddenFlags::fixed(["ok"]).check().is_ok());
+        let asked = ForbiddenFlags::callback(|| async { vec!["a\0b".to_owned(), "c".to_owned()] });
+        assert!(asked.check().is_ok());
+        assert_eq!(asked.current().await, ["c"]);
     }
 }

@@ -20,8 +20,9 @@ pub struct DbJob<R> {
     pub(super) retry_payload: Option<serde_json::Value>,
     /// What the completion writes to the result column, if anything.
     pub(super) result: Option<serde_json::Value>,
-    /// A result refused for its size, `(bytes, cap)`: the job fails instead.
-    pub(super) result_refused: Option<(usize, usize)>,
+    /// Why a result was refused (its size, a NUL character): the job fails
+    /// with it instead of completing.
+    pub(super) result_refused: Option<Error>,
     /// The store's `max_result_bytes`, when it has a result column.
     pub(super) result_cap: Option<usize>,
 }
@@ -72,8 +73,10 @@ impl<R> DbJob<R> {
     ///
     /// A result larger than `StoreOptions::max_result_bytes` (as JSON text) is
     /// refused with [`Error::ResultTooLarge`], and the job then fails with that
-    /// message instead of completing, whatever the handler returns. Without a
-    /// result column the call is refused ([`Error::InvalidOption`]).
+    /// message instead of completing, whatever the handler returns. So is a
+    /// result holding a NUL character (U+0000) in a key or a string, which
+    /// `jsonb` cannot store ([`Error::NulCharacter`], naming where it is).
+    /// Without a result column the call is refused ([`Error::InvalidOption`]).
     ///
     /// ```no_run
     /// # use dbworker::{DbJob, DbStore};
@@ -91,10 +94,18 @@ impl<R> DbJob<R> {
             });
         };
         let bytes = result.to_string().len();
-        if bytes > cap {
+        let refused = || match crate::message::nul_path(&result) {
+            _ if bytes > cap => Some(Error::ResultTooLarge { bytes, cap }),
+            Some(path) => Some(Error::NulCharacter {
+                what: format!("the job's result (at {path})"),
+            }),
+            None => None,
+        };
+        if let Some(err) = refused() {
+            // Kept for the mark (Error is not Clone): the job fails with it.
+            self.result_refused = refused();
             self.result = None;
-            self.result_refused = Some((bytes, cap));
-            return Err(Error::ResultTooLarge { bytes, cap });
+            return Err(err);
         }
         self.result = Some(result);
         self.result_refused = None;

@@ -11,6 +11,7 @@ use sqlx::{PgPool, Row};
 use workerutil::{BoxError, Lease, Record, Wakeups, WorkerOptions, error_chain};
 
 use crate::error::{Error, Result};
+use crate::message::refused_payload;
 use crate::sql::{Mark, MarkKind};
 use crate::{notify, schema_check, sql};
 use completer::Completer;
@@ -390,6 +391,17 @@ impl<R: Record> DbStore<R> {
         retry: Option<&Retry>,
     ) -> std::result::Result<bool, BoxError> {
         let lease = job.lease;
+        let payload = job
+            .retry_payload
+            .take()
+            .filter(|_| kind == MarkKind::Errored);
+        // A payload jsonb cannot store would fail the mark and strand the job:
+        // it fails instead, saying why, and keeps the payload it had.
+        let refused = payload.as_ref().and_then(|p| refused_payload(message, p));
+        let (kind, message, payload) = match &refused {
+            Some(refused) => (MarkKind::Failed, refused.as_str(), None),
+            None => (kind, message, payload),
+        };
         // Taken back once the retry is written: a claim that passed the row
         // before then must not move the cursor past it (see store/cursor.rs).
         let requeued = |done: bool| {
@@ -398,10 +410,6 @@ impl<R: Record> DbStore<R> {
             }
             done
         };
-        let payload = job
-            .retry_payload
-            .take()
-            .filter(|_| kind == MarkKind::Errored);
         if let Some(payload) = payload {
             return self
                 .mark_errored_with_payload(job, message, retry, payload)

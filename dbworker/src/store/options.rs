@@ -414,6 +414,9 @@ impl<R> StoreOptions<R> {
         if self.forbidden_flags.is_some() && flags_column.is_none() {
             return Err(invalid("forbidden_flags", "set flags_column too"));
         }
+        if let Some(flags) = &self.forbidden_flags {
+            flags.check()?;
+        }
         let max_retries_column = self
             .max_retries_column
             .as_deref()

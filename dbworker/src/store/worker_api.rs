@@ -286,10 +286,10 @@ impl<R: Record> Store for DbStore<R> {
         Ok(done.rows_affected() == 1)
     }
 
-    /// A result refused for its size fails the job instead (and reports it).
+    /// A refused result (too large, or holding a NUL) fails the job instead
+    /// (and reports it).
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
-        if let Some((bytes, cap)) = job.result_refused.take() {
-            let err = Error::ResultTooLarge { bytes, cap };
+        if let Some(err) = job.result_refused.take() {
             self.mark_failure(job, MarkKind::Failed, &err.to_string(), None)
                 .await?;
             return Err(err.into());

@@ -122,6 +122,12 @@ impl Workflow {
             if task.name.is_empty() {
                 return Err(invalid(format!("task {i} has an empty name")));
             }
+            if task.name.contains('\0') {
+                return Err(invalid(format!(
+                    "task name {:?} holds a NUL character (U+0000), which PostgreSQL cannot store",
+                    task.name
+                )));
+            }
             if index.insert(task.name.as_str(), i).is_some() {
                 return Err(invalid(format!("two tasks are named {:?}", task.name)));
             }

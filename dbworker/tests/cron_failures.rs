@@ -1,0 +1,146 @@
+//! Cron schedules that fail on real Postgres: one schedule whose enqueue
+//! fails is reported by name (and crontab line) while the others still
+//! enqueue; schedules that can never be enqueued (a payload holding NUL) or
+//! never fire (February 30) are refused up front, naming the line.
+
+mod common;
+
+use dbworker::{
+    NewJob,
+    cron::{Backfill, Crontab, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
+    ddl::cron_table_sql,
+    enqueue::EnqueueOptions,
+};
+use serde_json::json;
+
+use common::Db;
+
+async fn set_up() -> Db {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.kind = true,
+        &[cron_table_sql(DEFAULT_CRON_TABLE).unwrap()],
+    )
+    .await;
+    db
+}
+
+fn options() -> SchedulerOptions {
+    let mut enqueue = EnqueueOptions::new("jobs");
+    enqueue.kind_column = Some("kind".into());
+    let mut o = SchedulerOptions::new(enqueue);
+    o.payload_column = Some("payload".into());
+    o
+}
+
+/// Every schedule's next tick is due: its last one a minute ago.
+async fn make_due(db: &Db) {
+    db.execute("UPDATE dbworker_cron SET last_tick = now() - interval '1 minute'")
+        .await;
+}
+
+#[tokio::test]
+async fn a_failing_schedule_is_named_and_the_others_still_enqueue() {
+    let db = set_up().await;
+    // The first fails at every tick: its job sets a column the table lacks.
+    let crontab = Crontab::parse("# the rollup\n* * * * * rollup ?fill=1h {\"n\": 1}\n").unwrap();
+    let scheduler = Scheduler::new(&db.pool, options())
+        .await
+        .unwrap()
+        .add(
+            "broken",
+            "* * * * *",
+            NewJob::new().set("no_such_column", 1),
+            Backfill::RunOnce,
+        )
+        .unwrap()
+        .crontab(&crontab)
+        .unwrap()
+        .add(
+            "fine",
+            "* * * * *",
+            NewJob::new().kind("fine"),
+            Backfill::RunOnce,
+        )
+        .unwrap();
+    // The first pass registers each schedule (from now); the second runs them.
+    scheduler.tick().await.unwrap();
+    make_due(&db).await;
+    let text = scheduler.tick().await.unwrap_err().to_string();
+    assert!(
+        text.starts_with("cron schedule \"broken\": ") && text.contains("no_such_column"),
+        "{text}"
+    );
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM jobs ORDER BY kind")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kinds, ["fine", "rollup"], "the schedules after it ran");
+
+    // A failing crontab entry names its line.
+    let crontab = Crontab::parse("\n* * * * * report ?queue=reports&fill=1h\n").unwrap();
+    let mut enqueue = EnqueueOptions::new("jobs");
+    enqueue.kind_column = Some("kind".into());
+    // The table has no queue column, but the options say it has.
+    enqueue.queue_column = Some("queue".into());
+    let mut o = SchedulerOptions::new(enqueue);
+    o.payload_column = Some("payload".into());
+    db.execute("ALTER TABLE jobs ADD COLUMN queue text").await;
+    let scheduler = Scheduler::new(&db.pool, o)
+        .await
+        .unwrap()
+        .crontab(&crontab)
+        .unwrap();
+    db.execute("ALTER TABLE jobs DROP COLUMN queue").await;
+    scheduler.tick().await.unwrap();
+    make_due(&db).await;
+    let err = scheduler.tick().await.unwrap_err().to_string();
+    assert!(
+        err.starts_with("cron schedule \"report\" (crontab line 2): "),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn schedules_that_cannot_enqueue_or_never_fire_are_refused_up_front() {
+    let db = set_up().await;
+    for (text, why) in [
+        (
+            "# header\n0 3 * * * report {\"s\": \"a\\u0000b\"}\n",
+            "crontab line 2: the payload holds a NUL character (\\u0000) at $.s",
+        ),
+        (
+            "\n\n0 0 30 2 * leap",
+            "crontab line 3: \"0 0 30 2 *\" never fires",
+        ),
+    ] {
+        let err = Crontab::parse(text).unwrap_err().to_string();
+        assert!(err.starts_with(why), "{err}");
+    }
+    let scheduler = Scheduler::new(&db.pool, options()).await.unwrap();
+    let err = scheduler
+        .clone()
+        .add("leap", "0 0 31 4 *", NewJob::new(), Backfill::RunOnce)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`expression`") && err.contains("never fires"),
+        "{err}"
+    );
+    let err = scheduler
+        .clone()
+        .add("a\0b", "0 3 * * *", NewJob::new(), Backfill::RunOnce)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`name`") && err.contains("NUL"), "{err}");
+    let err = scheduler
+        .add(
+            "nul",
+            "0 3 * * *",
+            NewJob::new().json("payload", json!({ "s": "a\u{0}b" })),
+            Backfill::RunOnce,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("(at $.s) holds a NUL"), "{err}");
+}
