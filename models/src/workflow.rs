@@ -18,8 +18,10 @@
 //! UPDATE` (or updated) blocks the others; upstream rows held `FOR SHARE`
 //! block the completing `UPDATE`. A completion may roll back at any step (the mark's transaction
 //! fails), then run again; a wait-for cycle aborts one of its transactions
-//! (Postgres's deadlock detector). The `DELETE` takes its rows in one order
-//! for all upstreams, or ([`WorkflowModel::any_order`]) in any order each.
+//! (Postgres's deadlock detector). The trigger handles the deleted edges in
+//! dependent-id order (`ORDER BY "job_id"` over the `DELETE … RETURNING`),
+//! one order for all upstreams; [`WorkflowModel::any_order`] lets each take
+//! them in any order, as the trigger did before, which can deadlock.
 //! Only completions are modelled (not failures, cancels or the `on_failure`
 //! policy). Bounds: the tests use 2 and 3 upstreams, 2 dependents waiting for
 //! all of them, one more enqueued concurrently, as many rollbacks as upstreams.

@@ -107,12 +107,18 @@ BEGIN
         -- An 'on_failure' edge (a batch's failure callback) goes whatever the
         -- outcome: a failure releases its dependent at once, and the deleter
         -- of the last one cancels it if no failure did.
+        -- Dependents in id order: two completions sharing dependents lock
+        -- them in one order, so they never deadlock (the delete's own order
+        -- follows the heap, which reused space can change).
         FOR v_dep, v_policy IN
-            DELETE FROM {deps}
-             WHERE "depends_on" = v_job
-               AND (v_outcome = 'completed' OR "policy" IN ('ignore', 'on_failure')
-                    OR "policy" = 'ignore_' || v_outcome)
-            RETURNING "job_id", "policy"
+            WITH gone AS (
+                DELETE FROM {deps}
+                 WHERE "depends_on" = v_job
+                   AND (v_outcome = 'completed' OR "policy" IN ('ignore', 'on_failure')
+                        OR "policy" = 'ignore_' || v_outcome)
+                RETURNING "job_id", "policy"
+            )
+            SELECT "job_id", "policy" FROM gone ORDER BY "job_id"
         LOOP
             IF v_policy = 'on_failure' AND v_outcome = 'failed' THEN
                 -- Only the first failure finds it pending: a concurrent one
