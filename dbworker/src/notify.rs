@@ -139,8 +139,9 @@ pub(crate) fn spawn_listener(
     (wakeups, task)
 }
 
-/// Told the job id a notification carries (the requeue trigger sends the id
-/// of the row that became `queued`), before the workers are woken.
+/// Told the job id a notification carries (the id of the row that became
+/// `queued`, or the lowest id an `INSERT` statement inserted), before the
+/// workers are woken.
 pub(crate) type OnId = std::sync::Arc<dyn Fn(i64) + Send + Sync>;
 
 /// The listener's loop: (re)connect, LISTEN, wake on each notification, until

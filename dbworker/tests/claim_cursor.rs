@@ -189,3 +189,101 @@ async fn a_requeue_announced_by_notify_takes_the_cursor_back_at_once() {
         started.elapsed()
     );
 }
+
+/// A listening store with the NOTIFY trigger, whose probe looks only every
+/// `probe` (long: a prompt claim behind the cursor is then the notification's
+/// doing).
+async fn listening_store(db: &Db, probe: Duration) -> DbStore<common::Job> {
+    db.execute(&dbworker::ddl::notify_trigger_sql("jobs", &Default::default(), None).unwrap())
+        .await;
+    let mut o = db.options();
+    o.claim_cursor = Some(probe);
+    o.listen = dbworker::store::Listen::TableChannel;
+    let store = DbStore::new(&db.pool, o).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !store.wakeups().is_some_and(|w| w.is_live()) {
+        assert!(Instant::now() < until, "the listener never went live");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store
+}
+
+/// Issue 25 §1b: with concurrent producers, a transaction that took its id
+/// may commit after another's higher id was claimed and the cursor moved past
+/// it. The insert's notification carries its lowest id and takes the cursor
+/// back, so the job is claimed at once rather than at the probe's next look
+/// (30 s here).
+#[tokio::test]
+async fn an_insert_that_commits_behind_the_cursor_is_claimed_at_once() {
+    let db = Db::new().await;
+    let store = listening_store(&db, Duration::from_secs(30)).await;
+    // One producer takes its id, then is slow to commit.
+    let mut slow = sqlx::PgConnection::connect(db.db.url()).await.unwrap();
+    let mut tx = slow.begin().await.unwrap();
+    let late: i64 = sqlx::query_scalar("INSERT INTO jobs (payload) VALUES ('{}') RETURNING id")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    // Another producer's higher ids commit and are claimed: the cursor passes `late`.
+    let after = db.enqueue(3, json!({})).await;
+    assert!(late < after[0]);
+    let first = claim_until(&store, &after, Duration::from_secs(10)).await;
+    assert!(after.iter().all(|id| first.contains(id)), "{first:?}");
+    assert!(!first.contains(&late), "not committed yet");
+
+    tx.commit().await.unwrap();
+    let started = Instant::now();
+    let second = claim_until(&store, &[late], Duration::from_secs(10)).await;
+    assert!(
+        second.contains(&late),
+        "the job that committed behind the cursor was not claimed within 10 s (the probe looks every 30 s)"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    store.close().await;
+}
+
+/// The insert trigger notifies once per statement, however many rows it
+/// inserts, with the lowest id; a statement that inserts nothing is silent.
+/// On a partitioned table too (its transition table spans the partitions).
+#[tokio::test]
+async fn each_insert_statement_announces_its_lowest_id_once() {
+    for db in [Db::new().await, Db::partitioned().await] {
+        db.execute(&dbworker::ddl::notify_trigger_sql("jobs", &Default::default(), None).unwrap())
+            .await;
+        let mut listener = sqlx::postgres::PgListener::connect(db.db.url())
+            .await
+            .unwrap();
+        listener.listen("dbworker_jobs").await.unwrap();
+        let bulk = db.enqueue(500, json!({})).await;
+        sqlx::query("INSERT INTO jobs (payload) SELECT '{}' WHERE false")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let mut tx = db.pool.begin().await.unwrap();
+        let mut one_by_one = Vec::new();
+        for _ in 0..2 {
+            let id: i64 =
+                sqlx::query_scalar("INSERT INTO jobs (payload) VALUES ('{}') RETURNING id")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .unwrap();
+            one_by_one.push(id);
+        }
+        tx.commit().await.unwrap();
+        let mut payloads = Vec::new();
+        while let Ok(received) =
+            tokio::time::timeout(Duration::from_millis(500), listener.try_recv()).await
+        {
+            payloads.push(received.unwrap().unwrap().payload().to_owned());
+        }
+        let want: Vec<String> = [bulk[0], one_by_one[0], one_by_one[1]]
+            .iter()
+            .map(i64::to_string)
+            .collect();
+        assert_eq!(payloads, want);
+    }
+}

@@ -1,6 +1,9 @@
-//! Insert → handler start, at a low rate: one INSERT per statement, the clock
-//! read just before the INSERT is sent and again on the handler's first line
-//! (both in this process), matched by job id.
+//! Insert → handler start: one INSERT per statement, the clock read just
+//! before the INSERT is sent and again on the handler's first line (both in
+//! this process), matched by job id. At a low rate from one producer, NOTIFY
+//! on and off; and from many producers at once (NOTIFY on), whose
+//! transactions commit out of id order, so jobs commit behind the claim
+//! cursor (with and without a snapshot that holds the xmin).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,10 +15,13 @@ use workerutil::WorkerOptions;
 
 use crate::db::{Bench, Mode, TABLE};
 use crate::framework::{self, BenchJob, NoOp, Progress, Starts};
+use crate::table::{Table, ms};
 use crate::{Result, progress};
 
 /// Handlers of the latency worker.
 pub(crate) const HANDLERS: usize = 4;
+/// Handlers of the many-producers runs (the rate is higher).
+pub(crate) const MANY_HANDLERS: usize = 64;
 /// The poll interval of the runs without LISTEN.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -72,67 +78,194 @@ pub(crate) async fn run(bench: &Bench, jobs: u64, rate: f64, notify: bool) -> Re
         ),
     };
     progress(format_args!("latency run: {label}"));
-
-    let store = Arc::new(DbStore::new(&pool, store_options).await?);
-    let starts: Starts = Arc::default();
-    let handler = NoOp {
-        progress: Progress::new(),
-        starts: Some(starts.clone()),
-    };
-    let worker = new_worker(store, handler, worker_options)?;
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
-    // Let the worker reach its idle loop first.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let sent = insert_at_rate(bench, jobs, rate).await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while lock(&starts).len() < sent.len() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    shutdown.graceful();
-    running.await?;
-    pool.close().await;
-
-    let starts = lock(&starts);
-    let mut waits: Vec<Duration> = sent
-        .iter()
-        .map(|(id, t0)| {
-            starts
-                .get(id)
-                .map(|t1| t1.saturating_duration_since(*t0))
-                .ok_or_else(|| format!("job {id} never started"))
-        })
-        .collect::<std::result::Result<_, _>>()?;
-    waits.sort();
-    Ok(Latency {
-        label,
-        jobs: waits.len(),
-        p50: percentile(&waits, 50),
-        p95: percentile(&waits, 95),
-        p99: percentile(&waits, 99),
-        max: waits.last().copied().unwrap_or_default(),
-    })
+    let waiting = Waiting::start(&pool, store_options, worker_options).await?;
+    let mut conn = PgConnection::connect(bench.url()).await?;
+    let sent = insert_at_rate(&mut conn, jobs, rate, Duration::ZERO).await?;
+    conn.close().await?;
+    waiting.finish(pool, label, &sent).await
 }
 
-/// Inserts `jobs` rows one statement each, `rate` per second, on one
-/// connection; returns when each INSERT was sent, by job id.
-async fn insert_at_rate(bench: &Bench, jobs: u64, rate: f64) -> Result<HashMap<i64, Instant>> {
+/// Runs `jobs` inserts at `rate` per second in all, from `producers`
+/// connections at once, against a waiting worker of [`MANY_HANDLERS`]
+/// handlers (heartbeat handling, NOTIFY on); with `hold_xmin`, a REPEATABLE
+/// READ snapshot taken before the first insert is held until the last job
+/// started.
+pub(crate) async fn run_many(
+    bench: &Bench,
+    jobs: u64,
+    rate: f64,
+    producers: usize,
+    hold_xmin: bool,
+) -> Result<Latency> {
+    bench.fresh_table(0).await?;
+    let pool = bench
+        .pool(framework::pool_size(Mode::Heartbeat, MANY_HANDLERS))
+        .await?;
+    let mut store_options = framework::store_options(Mode::Heartbeat);
+    let mut worker_options = framework::worker_options(MANY_HANDLERS, None);
+    enable_notify(&pool, &mut store_options, &mut worker_options).await?;
+    let label = format!(
+        "{producers} producers, {rate:.0} jobs/s, NOTIFY on{}",
+        if hold_xmin { ", xmin held" } else { "" }
+    );
+    progress(format_args!("latency run: {label}"));
+    let waiting = Waiting::start(&pool, store_options, worker_options).await?;
+    let pin = if hold_xmin {
+        Some(hold_xmin_on(bench).await?)
+    } else {
+        None
+    };
+    let producers = producers.max(1);
+    let each_rate = rate / producers as f64;
+    let mut tasks = Vec::with_capacity(producers);
+    for i in 0..producers {
+        let n = jobs / producers as u64 + u64::from((i as u64) < jobs % producers as u64);
+        // Spread over the first period, so the producers' inserts interleave.
+        let offset = Duration::from_secs_f64(i as f64 / rate.max(0.1));
+        let mut conn = PgConnection::connect(bench.url()).await?;
+        tasks.push(tokio::spawn(async move {
+            let sent = insert_at_rate(&mut conn, n, each_rate, offset).await;
+            conn.close().await?;
+            sent
+        }));
+    }
+    let mut sent = HashMap::new();
+    for task in tasks {
+        sent.extend(task.await??);
+    }
+    let latency = waiting.finish(pool, label, &sent).await;
+    if let Some(mut pin) = pin {
+        sqlx::raw_sql("COMMIT").execute(&mut pin).await?;
+        pin.close().await?;
+    }
+    latency
+}
+
+/// A connection in a REPEATABLE READ transaction that has taken its
+/// snapshot: vacuum keeps every row version newer than it.
+async fn hold_xmin_on(bench: &Bench) -> Result<PgConnection> {
     let mut conn = PgConnection::connect(bench.url()).await?;
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut conn)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!("SELECT count(*) FROM {TABLE}")))
+        .execute(&mut conn)
+        .await?;
+    Ok(conn)
+}
+
+/// A worker waiting for the inserts, recording when each handler started.
+struct Waiting {
+    starts: Starts,
+    shutdown: workerutil::ShutdownHandle,
+    running: tokio::task::JoinHandle<workerutil::WorkerSummary>,
+}
+
+impl Waiting {
+    async fn start(
+        pool: &PgPool,
+        store_options: StoreOptions<BenchJob>,
+        worker_options: WorkerOptions,
+    ) -> Result<Waiting> {
+        let store = Arc::new(DbStore::new(pool, store_options).await?);
+        let starts: Starts = Arc::default();
+        let handler = NoOp {
+            progress: Progress::new(),
+            starts: Some(starts.clone()),
+        };
+        let worker = new_worker(store, handler, worker_options)?;
+        let shutdown = worker.shutdown_handle();
+        let running = tokio::spawn(worker.run());
+        // Let the worker reach its idle loop first.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(Waiting {
+            starts,
+            shutdown,
+            running,
+        })
+    }
+
+    /// Waits for every job `sent` to start (30 s at most), stops the worker
+    /// and returns the percentiles of send → start.
+    async fn finish(
+        self,
+        pool: PgPool,
+        label: String,
+        sent: &HashMap<i64, Instant>,
+    ) -> Result<Latency> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while lock(&self.starts).len() < sent.len() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.shutdown.graceful();
+        self.running.await?;
+        pool.close().await;
+
+        let starts = lock(&self.starts);
+        let mut waits: Vec<Duration> = sent
+            .iter()
+            .map(|(id, t0)| {
+                starts
+                    .get(id)
+                    .map(|t1| t1.saturating_duration_since(*t0))
+                    .ok_or_else(|| format!("job {id} never started"))
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        waits.sort();
+        Ok(Latency {
+            label,
+            jobs: waits.len(),
+            p50: percentile(&waits, 50),
+            p95: percentile(&waits, 95),
+            p99: percentile(&waits, 99),
+            max: waits.last().copied().unwrap_or_default(),
+        })
+    }
+}
+
+/// Inserts `jobs` rows one statement each, `rate` per second, on `conn`,
+/// starting after `offset`; returns when each INSERT was sent, by job id.
+async fn insert_at_rate(
+    conn: &mut PgConnection,
+    jobs: u64,
+    rate: f64,
+    offset: Duration,
+) -> Result<HashMap<i64, Instant>> {
     let insert = format!("INSERT INTO {TABLE} (queued_at) VALUES (now()) RETURNING id");
-    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(0.1)));
+    let period = Duration::from_secs_f64(1.0 / rate.max(0.1));
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sent = HashMap::new();
     for _ in 0..jobs {
         ticks.tick().await;
         let t0 = Instant::now();
         let id: i64 = sqlx::query_scalar(AssertSqlSafe(insert.clone()))
-            .fetch_one(&mut conn)
+            .fetch_one(&mut *conn)
             .await?;
         sent.insert(id, t0);
     }
-    conn.close().await?;
     Ok(sent)
+}
+
+/// The table of latency runs, one row each.
+pub(crate) fn table(title: &str, runs: &[Latency]) -> Table {
+    Table {
+        title: title.to_owned(),
+        headers: vec!["variant", "jobs", "p50", "p95", "p99", "max"],
+        rows: runs
+            .iter()
+            .map(|l| {
+                vec![
+                    l.label.clone(),
+                    l.jobs.to_string(),
+                    ms(l.p50),
+                    ms(l.p95),
+                    ms(l.p99),
+                    ms(l.max),
+                ]
+            })
+            .collect(),
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -16,7 +16,9 @@
 //!   connections);
 //! - burn-down in transactional handling per handler count, each next to the
 //!   floor of a batch claim plus one transaction per job at the same concurrency;
-//! - insert → handler start latency at a low rate, NOTIFY on and off;
+//! - insert → handler start latency at a low rate, NOTIFY on and off; then
+//!   from `--producers` concurrent connections at `--producers-rate` (NOTIFY
+//!   on), with and without a snapshot that holds the xmin;
 //! - both burn-downs again with 1,000,000 completed rows in the table, with
 //!   jobs/s per second so that decay would show;
 //! - peak RSS of a worker process at 64 handlers;
@@ -155,6 +157,16 @@ struct BenchArgs {
     /// Inserts per second of the latency runs.
     #[arg(long, default_value_t = 50.0)]
     latency_rate: f64,
+    /// Concurrent inserting connections of the latency workload's
+    /// many-producers runs (0: none).
+    #[arg(long, default_value_t = 8)]
+    producers: usize,
+    /// Inserts per second, in all, of the many-producers runs.
+    #[arg(long, default_value_t = 1_200.0)]
+    producers_rate: f64,
+    /// Jobs of each many-producers run.
+    #[arg(long, default_value_t = 12_000)]
+    producers_jobs: u64,
     /// Handlers of the worker whose RSS is measured.
     #[arg(long, default_value_t = 64)]
     rss_handlers: usize,
@@ -289,6 +301,21 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 result.p50, result.p99
             ));
             report.latency.push(result);
+        }
+        for hold_xmin in [false, true].into_iter().filter(|_| args.producers > 0) {
+            let result = latency::run_many(
+                &bench,
+                args.producers_jobs,
+                args.producers_rate,
+                args.producers,
+                hold_xmin,
+            )
+            .await?;
+            progress(format_args!(
+                "latency: {}: p50 {:?}, p99 {:?}, max {:?}",
+                result.label, result.p50, result.p99, result.max
+            ));
+            report.latency_many.push(result);
         }
     }
     if args.runs(Workload::Big) && args.completed_rows > 0 {

@@ -28,6 +28,12 @@ pub(crate) fn intro() -> String {
          claim lanes while every limited queue has room for all of them), then under a rate limit \
          far above the throughput (the token bucket read and spent by every claim); the ratio is \
          to the plain run of the same run.\n\
+         - **Latency** (the `latency` workload): insert → handler start, the clock read just \
+         before each one-row INSERT is sent and on the handler's first line. At `--latency-rate` \
+         from one connection, NOTIFY off (polling every 10 ms) and on; then `--producers-rate` in \
+         all from `--producers` connections at once (NOTIFY on, 64 handlers), whose commits land \
+         out of id order, so some jobs commit behind the claim cursor: once as is, once while a \
+         REPEATABLE READ snapshot holds the xmin.\n\
          {}{}\
          - **Bloat** (the `bloat` workload): a burn-down of `--bloat-jobs` queued rows (jobs/s per \
          5 s window), then `--bloat-rate` jobs/s offered for `--bloat-seconds` while a REPEATABLE \

@@ -131,6 +131,8 @@ pub(crate) struct Report {
     pub(crate) heartbeat: Vec<Pair>,
     pub(crate) transactional: Vec<Pair>,
     pub(crate) latency: Vec<Latency>,
+    /// The latency runs with many producers at once.
+    pub(crate) latency_many: Vec<Latency>,
     /// Both modes again on a table with many completed rows.
     pub(crate) big: Vec<Pair>,
     pub(crate) rss: Vec<Rss>,
@@ -176,6 +178,7 @@ impl Report {
             heartbeat: Vec::new(),
             transactional: Vec::new(),
             latency: Vec::new(),
+            latency_many: Vec::new(),
             ops: Vec::new(),
             workflows: Vec::new(),
             partitioned: Vec::new(),
@@ -252,27 +255,22 @@ impl Report {
             ));
         }
         if !self.latency.is_empty() {
-            tables.push(Table {
-                title: format!(
+            tables.push(crate::latency::table(
+                &format!(
                     "Insert → handler start (heartbeat handling, {} handlers, one INSERT per statement)",
-                    4
+                    crate::latency::HANDLERS
                 ),
-                headers: vec!["variant", "jobs", "p50", "p95", "p99", "max"],
-                rows: self
-                    .latency
-                    .iter()
-                    .map(|l| {
-                        vec![
-                            l.label.clone(),
-                            l.jobs.to_string(),
-                            ms(l.p50),
-                            ms(l.p95),
-                            ms(l.p99),
-                            ms(l.max),
-                        ]
-                    })
-                    .collect(),
-            });
+                &self.latency,
+            ));
+        }
+        if !self.latency_many.is_empty() {
+            tables.push(crate::latency::table(
+                &format!(
+                    "Insert → handler start from many producers at once (heartbeat handling, {} handlers, one INSERT per statement, commits out of id order)",
+                    crate::latency::MANY_HANDLERS
+                ),
+                &self.latency_many,
+            ));
         }
         if !self.rss.is_empty() {
             tables.push(Table {

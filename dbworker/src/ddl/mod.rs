@@ -494,7 +494,8 @@ mod tests {
         let trigger = notify_trigger_sql("\"it's\"", &HashMap::new(), None).unwrap();
         assert!(trigger.contains(r#"ON "it's""#), "{trigger}");
         assert!(
-            trigger.contains(r#"EXECUTE FUNCTION "it's_dbworker_notify"('dbworker_it''s');"#),
+            trigger
+                .contains(r#"EXECUTE FUNCTION "it's_dbworker_notify_insert"('dbworker_it''s');"#),
             "{trigger}"
         );
     }

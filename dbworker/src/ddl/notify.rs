@@ -6,10 +6,13 @@ use crate::notify::Listen;
 
 /// SQL that makes Postgres announce new work on `channel` (default: the
 /// table's [`default_notify_channel`](crate::store::default_notify_channel)): one notification per `INSERT`
-/// statement, and one per row that goes back to `queued` (a requeue, a reset,
-/// a workflow's release), carrying the row's id so a listening store's claim
-/// cursor can go back for it. Retries that come due later are not announced: the poll interval
-/// covers them. Needs PostgreSQL 14 or newer (`CREATE OR REPLACE TRIGGER`).
+/// statement (however many rows it inserts) carrying the lowest id it
+/// inserted, and one per row that goes back to `queued` (a requeue, a reset,
+/// a workflow's release) carrying the row's id. A listening store whose claim
+/// cursor has passed that id takes the cursor back at once, so a job whose
+/// insert commits after claims passed its id waits for no probe. Retries that
+/// come due later are not announced: the poll interval covers them. Needs
+/// PostgreSQL 14 or newer (`CREATE OR REPLACE TRIGGER`).
 ///
 /// ```
 /// let ddl = dbworker::ddl::notify_trigger_sql("email_jobs", &Default::default(), None).unwrap();
@@ -28,27 +31,40 @@ pub fn notify_trigger_sql(
     }
     .unwrap_or_default();
     let table = rel.quoted();
-    let function = rel.quoted_derived_sibling("dbworker_notify");
     let on_insert = rel.quoted_derived("dbworker_notify_insert");
     let on_requeue = rel.quoted_derived("dbworker_notify_requeue");
     let state = quote(&c.state);
-    let notify_function = notify_function_sql(&function);
-    // Per row, the notification carries the row's id: a listening store whose
-    // claim cursor has passed it takes the cursor back at once.
-    let row_function = rel.quoted_derived_sibling("dbworker_notify_row");
     let id = quote(&c.id);
+    // A function of its own (not the empty-payload `_dbworker_notify` of
+    // earlier versions): replacing that one in place would break inserts
+    // between the two statements when the DDL runs outside a transaction.
+    let insert_function = rel.quoted_derived_sibling("dbworker_notify_insert");
+    let row_function = rel.quoted_derived_sibling("dbworker_notify_row");
     // The channel derives from the table's name, which may hold a quote.
     let channel_literal = literal(&channel);
     Ok(format!(
         r#"-- Wakes dbworker listeners on channel '{channel}' when jobs are queued.
-{notify_function}CREATE OR REPLACE FUNCTION {row_function}() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Each notification carries a job id: a listening store whose claim cursor
+-- has passed it takes the cursor back at once.
+CREATE OR REPLACE FUNCTION {insert_function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- The lowest id the statement inserted; nothing when it inserted none.
+    PERFORM pg_notify(TG_ARGV[0], min({id})::text) FROM dbworker_inserted
+        HAVING min({id}) IS NOT NULL;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE FUNCTION {row_function}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify(TG_ARGV[0], NEW.{id}::text);
     RETURN NULL;
 END
 $$;
+-- One notification per INSERT statement, however many rows it inserts.
 CREATE OR REPLACE TRIGGER {on_insert} AFTER INSERT ON {table}
-    FOR EACH STATEMENT EXECUTE FUNCTION {function}({channel_literal});
+    REFERENCING NEW TABLE AS dbworker_inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION {insert_function}({channel_literal});
+-- One per row that goes back to queued (a requeue, a reset, a release).
 CREATE OR REPLACE TRIGGER {on_requeue} AFTER UPDATE OF {state} ON {table}
     FOR EACH ROW WHEN (NEW.{state} = 'queued' AND OLD.{state} IS DISTINCT FROM 'queued')
     EXECUTE FUNCTION {row_function}({channel_literal});

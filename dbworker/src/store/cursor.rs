@@ -7,30 +7,31 @@
 //! down as they pile up. The cursor remembers the lowest id that can still be
 //! eligible for this store's claims, so they start there.
 //!
-//! What becomes eligible behind it (a scheduled job coming due, a reset by
-//! another process, an insert that committed late) is found by a probe that
-//! runs beside the claims, once per interval, and takes the cursor back: the
-//! walk over the dead entries happens there, off the claims' path.
+//! What becomes eligible behind it takes it back: at once when the store
+//! learns the row's id (its own retries and requeues; with LISTEN, the NOTIFY
+//! trigger's id of a requeued row and the lowest id of each INSERT, so a job
+//! whose insert commits after a claim passed its id is not left behind), and
+//! otherwise at the next look of the probe (`store/probe.rs`).
 //!
 //! Claims with different extra conditions (one worker per queue, kinds) see
 //! different rows, so each set of conditions has a cursor of its own.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use sea_query::Expr;
-use sqlx::{PgPool, Row};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use workerutil::WakeupSender;
-
-use crate::sql;
-use crate::store::Resolved;
 
 /// How many condition sets get a cursor; claims with further ones (conditions
 /// whose values change every call, say) always scan in full.
 const MAX_CURSORS: usize = 256;
+
+/// How many rewinds a cursor remembers for the claims in flight (with
+/// LISTEN, every insert statement anywhere is one; 256 cover a few hundred
+/// milliseconds of a busy table). A claim that started before the oldest one
+/// kept leaves the cursor where it is.
+const KEPT_REWINDS: usize = 256;
 
 /// Where this store's next claims start, per set of claim conditions.
 #[derive(Debug, Default)]
@@ -46,6 +47,12 @@ struct Position {
     /// Counts the rewinds: a claim that started before one must not move the
     /// cursor past the row it was taken back for.
     epoch: u64,
+    /// Recent rewinds as (epoch after it, id), both rising towards the back:
+    /// a later rewind to a lower id stands for every earlier one above it.
+    rewinds: VecDeque<(u64, i64)>,
+    /// Claims that started before this epoch may have passed a rewind no
+    /// longer kept.
+    forgotten: u64,
     /// The conditions themselves, for the probe.
     conditions: Vec<Expr>,
     /// When a claim last used it; idle cursors are dropped.
@@ -53,9 +60,36 @@ struct Position {
 }
 
 impl Position {
+    fn new(conditions: &[Expr], now: Instant) -> Self {
+        Position {
+            low: i64::MIN,
+            epoch: 0,
+            rewinds: VecDeque::new(),
+            forgotten: 0,
+            conditions: conditions.to_vec(),
+            used: now,
+        }
+    }
+
     fn rewind(&mut self, id: i64) {
         self.low = self.low.min(id);
         self.epoch += 1;
+        while self.rewinds.back().is_some_and(|&(_, r)| r >= id) {
+            self.rewinds.pop_back();
+        }
+        self.rewinds.push_back((self.epoch, id));
+        if self.rewinds.len() > KEPT_REWINDS
+            && let Some((epoch, _)) = self.rewinds.pop_front()
+        {
+            self.forgotten = epoch;
+        }
+    }
+
+    /// The lowest id the cursor was taken back to after `epoch`: a claim that
+    /// started then may have passed that row without seeing it.
+    fn rewound_since(&self, epoch: u64) -> Option<i64> {
+        let first = self.rewinds.partition_point(|&(e, _)| e <= epoch);
+        self.rewinds.get(first).map(|&(_, id)| id)
     }
 }
 
@@ -91,13 +125,7 @@ impl ClaimCursor {
             };
         }
         if !full {
-            let first = Position {
-                low: i64::MIN,
-                epoch: 0,
-                conditions: conditions.to_vec(),
-                used: now,
-            };
-            map.insert(key.to_owned(), first);
+            map.insert(key.to_owned(), Position::new(conditions, now));
         }
         Start {
             low: None,
@@ -108,18 +136,25 @@ impl ClaimCursor {
     /// A claim in id order with the conditions `key`, started at `start`,
     /// returned rows up to `max_id`: every eligible row below it was claimed
     /// by it or held by another claim, so the next claim may start just past
-    /// it, unless the cursor was taken back meanwhile.
+    /// it, though never past a row the cursor was taken back for meanwhile
+    /// (it may have committed after the claim's snapshot).
     pub(crate) fn claimed_up_to(&self, key: &str, start: Start, max_id: i64) {
         let mut map = self.by_conditions.lock().expect("not poisoned");
-        if let Some(p) = map.get_mut(key)
-            && p.epoch == start.epoch
-        {
-            p.low = p.low.max(max_id.saturating_add(1));
+        let Some(p) = map.get_mut(key) else { return };
+        // Started on a cursor since dropped (idle) and made anew, or before
+        // the oldest rewind kept: it may have passed a row it did not see.
+        if start.epoch > p.epoch || start.epoch < p.forgotten {
+            return;
         }
+        let mut past = max_id.saturating_add(1);
+        if let Some(id) = p.rewound_since(start.epoch) {
+            past = past.min(id);
+        }
+        p.low = p.low.max(past);
     }
 
-    /// The job `id` went back to the queue from this store (a retry, a
-    /// requeue, a reset): every claim starts at it again.
+    /// The job `id` became eligible (this store's retry, requeue or reset, or
+    /// a notification's id): every claim starts at it again.
     pub(crate) fn rewind_to(&self, id: i64) {
         let mut map = self.by_conditions.lock().expect("not poisoned");
         for p in map.values_mut() {
@@ -155,94 +190,6 @@ impl ClaimCursor {
                 low: p.low,
             })
             .collect()
-    }
-}
-
-/// The probe task; it stops when this is dropped or stopped.
-#[derive(Debug)]
-pub(crate) struct Probe {
-    stop: CancellationToken,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-impl Probe {
-    /// Stops the probe and waits until it has.
-    pub(crate) async fn stop(&self) {
-        self.stop.cancel();
-        let task = self.task.lock().expect("not poisoned").take();
-        if let Some(task) = task {
-            let _ = task.await;
-        }
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-/// Starts the probe: every `every`, for each cursor, the lowest eligible row
-/// behind it (with its claims' conditions) takes it back, and the workers are
-/// woken (`waker`, when the store listens) to claim it.
-pub(crate) fn spawn_probe(
-    pool: PgPool,
-    o: Arc<Resolved>,
-    cursor: Arc<ClaimCursor>,
-    every: Duration,
-    waker: Option<Arc<WakeupSender>>,
-) -> Probe {
-    let stop = CancellationToken::new();
-    let task_stop = stop.clone();
-    let task = tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = task_stop.cancelled() => return,
-                _ = ticks.tick() => {}
-            }
-            let behind = cursor.behind(every.saturating_mul(10));
-            if behind.is_empty() {
-                continue;
-            }
-            // Only an idle connection: the pool is sized for the handlers,
-            // claims and heartbeats. With none free the claims scan in full.
-            let Some(mut conn) = pool.try_acquire() else {
-                cursor.rewind_all();
-                continue;
-            };
-            let mut found = false;
-            for b in behind {
-                let probe = sql::eligible_behind(&o, &b.conditions, b.low)
-                    .query()
-                    .fetch_one(&mut *conn);
-                let row = tokio::select! {
-                    _ = task_stop.cancelled() => return,
-                    row = probe => row,
-                };
-                match row {
-                    Ok(row) => {
-                        if let Some(id) = row.get::<Option<i64>, _>("id") {
-                            cursor.rewind_key(&b.key, id);
-                            found = true;
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(store = %o.name, error = %err, "the claim cursor's probe failed; claims scan from the start");
-                        cursor.rewind_all();
-                    }
-                }
-            }
-            drop(conn);
-            if let (true, Some(waker)) = (found, &waker) {
-                waker.wake();
-            }
-        }
-    });
-    Probe {
-        stop,
-        task: Mutex::new(Some(task)),
     }
 }
 
@@ -294,6 +241,44 @@ mod tests {
         );
         cursor.claimed_up_to("", cursor.start("", &[]), 1030);
         assert_eq!(low(&cursor, ""), Some(1031));
+    }
+
+    /// Inserts announce their ids while claims are in flight: a claim stops
+    /// at the lowest id announced since it started (its snapshot may predate
+    /// that row's commit), yet the cursor keeps moving under a steady stream.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_in_flight_stops_at_ids_announced_since_it_started() {
+        let cursor = ClaimCursor::default();
+        cursor.claimed_up_to("", cursor.start("", &[]), 999);
+        let in_flight = cursor.start("", &[]);
+        cursor.rewind_to(1010); // ahead of the cursor: no rewind, but noted
+        assert_eq!(low(&cursor, ""), Some(1000));
+        let later = cursor.start("", &[]);
+        cursor.rewind_to(2000);
+        cursor.claimed_up_to("", in_flight, 1015);
+        assert_eq!(low(&cursor, ""), Some(1010), "1010 may be unseen");
+        cursor.claimed_up_to("", later, 1020);
+        assert_eq!(low(&cursor, ""), Some(1021), "2000 is past this claim");
+
+        // More announcements than are kept while one claim is in flight:
+        // that claim moves nothing; the claims after it move on.
+        let in_flight = cursor.start("", &[]);
+        cursor.rewind_to(1500);
+        for id in 3000..3000 + 2 * KEPT_REWINDS as i64 {
+            cursor.rewind_to(id);
+        }
+        let later = cursor.start("", &[]);
+        cursor.rewind_to(3100);
+        cursor.claimed_up_to("", in_flight, 4000);
+        assert_eq!(low(&cursor, ""), Some(1021), "it may have passed 1500");
+        cursor.claimed_up_to("", later, 4000);
+        assert_eq!(
+            low(&cursor, ""),
+            Some(3100),
+            "a lower id stands for later ones"
+        );
+        cursor.claimed_up_to("", cursor.start("", &[]), 4000);
+        assert_eq!(low(&cursor, ""), Some(4001));
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,6 +26,7 @@ mod job;
 mod job_tx;
 mod limited;
 pub(crate) mod options;
+mod probe;
 mod reset;
 mod resolved;
 mod worker_api;
@@ -81,7 +82,7 @@ pub struct DbStore<R> {
     /// Where claims start their scan, when they can use a cursor.
     cursor: Option<Arc<cursor::ClaimCursor>>,
     /// The cursor's probe, stopped when the store is dropped or closed.
-    probe: Option<cursor::Probe>,
+    probe: Option<probe::Probe>,
     /// Wake-ups from the listener, when `listen` is on.
     wakeups: Option<Wakeups>,
     /// The listener task, stopped when the store is dropped or closed.
@@ -118,8 +119,9 @@ impl<R: Record> DbStore<R> {
             .claim_cursor
             .map(|_| Arc::new(cursor::ClaimCursor::default()));
         // A row another process put back (a reset, a workflow's release, an
-        // operator's requeue) takes the cursor back as soon as its
-        // notification arrives, not at the probe's next look.
+        // operator's requeue) or inserted behind the cursor (its transaction
+        // committed after a claim passed its id) takes the cursor back as
+        // soon as its notification arrives, not at the probe's next look.
         let on_id = cursor
             .clone()
             .map(|c| -> notify::OnId { Arc::new(move |id| c.rewind_to(id)) });
@@ -137,7 +139,7 @@ impl<R: Record> DbStore<R> {
             None => (None, None),
         };
         let probe = match (&cursor, resolved.claim_cursor) {
-            (Some(c), Some(every)) => Some(cursor::spawn_probe(
+            (Some(c), Some(every)) => Some(probe::spawn_probe(
                 pool.clone(),
                 resolved.clone(),
                 c.clone(),

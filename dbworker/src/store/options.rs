@@ -104,12 +104,16 @@ pub struct StoreOptions<R> {
     /// forbidden flags) instead of walking, from the table's first row, over
     /// the dead index entries of every row claimed since the last vacuum, which a long-running
     /// transaction elsewhere (an analytics query, a forgotten `BEGIN`) keeps
-    /// in the index. A probe beside the claims looks behind the cursor once
-    /// per interval: a row that became eligible there (a scheduled job coming
-    /// due, a reset by another process, an insert that committed late, a row
-    /// a condition passed over) takes the cursor back and wakes the workers,
-    /// so it is claimed at most about this long later (this store's own
-    /// retries, requeues and `reset_stalled` take the cursor back at once).
+    /// in the index. A row that becomes eligible behind the cursor takes it
+    /// back at once when the store learns its id: its own retries, requeues
+    /// and `reset_stalled`, and with [`listen`](Self::listen) each
+    /// notification of the NOTIFY trigger (a row put back, the lowest id of an
+    /// insert that committed after claims passed it). Anything else (a
+    /// scheduled job coming due, a row a condition passed over) is found by a
+    /// probe beside the claims that looks behind the cursor once per interval,
+    /// takes it back and wakes the workers, so it is claimed at most about
+    /// this long later; while the probe's looks are slow (many dead entries
+    /// below the cursor) it starts at most once per 10 × its last duration.
     /// Applies when jobs are claimed in id order without a view (the default
     /// `order_by`) and without a pause table (a paused queue's rows are passed
     /// over, not taken); with a limit table, a claim that a limit binds
@@ -122,7 +126,8 @@ pub struct StoreOptions<R> {
     /// pool, so it needs a session connection: not PgBouncer's transaction
     /// pooling), reconnects it by itself, and workers poll while it is down.
     /// The table must be notified: install [`notify_trigger_sql`](crate::ddl::notify_trigger_sql)
-    /// (or call `pg_notify(channel, '')` where you enqueue). Default [`Listen::Off`].
+    /// (or call `pg_notify(channel, lowest_id::text)` where you enqueue).
+    /// Default [`Listen::Off`].
     pub listen: Listen,
     /// How long `DbStore::new` (and the listener) wait for a connection before
     /// reporting the server unreachable, with the real cause (refused, name

@@ -1,0 +1,245 @@
+//! The claim cursor's probe: beside the claims, it looks behind each cursor
+//! (`store/cursor.rs`) for a row that became eligible there without the store
+//! learning its id (a scheduled job coming due, a reset by another process
+//! while not listening, a row a condition passed over), takes the cursor back
+//! to it and wakes the workers.
+//!
+//! Its statement walks the dead index entries below the cursor, which a long
+//! transaction elsewhere keeps in the index; with millions of them one look
+//! takes longer than the interval. So the probe paces itself: it starts at
+//! most once per `PACE` times its last duration, and never more often than
+//! the configured interval, so it holds one connection at most a tenth of
+//! the time.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::{PgPool, Row};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use workerutil::WakeupSender;
+
+use super::cursor::ClaimCursor;
+use crate::sql;
+use crate::store::Resolved;
+
+/// The probe waits at least this many times its last duration between the
+/// starts of two looks.
+const PACE: u32 = 10;
+
+/// When the probe looks next.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    /// The configured interval (`StoreOptions::claim_cursor`).
+    every: Duration,
+    /// Between the starts of the last look and the next one.
+    period: Duration,
+}
+
+impl Pace {
+    fn new(every: Duration) -> Self {
+        Pace {
+            every,
+            period: every,
+        }
+    }
+
+    /// A look took `took`: the period until the next one starts.
+    fn after(&mut self, took: Duration) -> Duration {
+        self.period = self.every.max(took.saturating_mul(PACE));
+        self.period
+    }
+
+    fn stretched(&self) -> bool {
+        self.period > self.every
+    }
+}
+
+/// The probe task; it stops when this is dropped or stopped.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    stop: CancellationToken,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Probe {
+    /// Stops the probe and waits until it has.
+    pub(crate) async fn stop(&self) {
+        self.stop.cancel();
+        let task = self.task.lock().expect("not poisoned").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Starts the probe: about every `every` (longer while its looks are slow),
+/// for each cursor, the lowest eligible row behind it (with its claims'
+/// conditions) takes it back, and the workers are woken (`waker`, when the
+/// store listens) to claim it.
+pub(crate) fn spawn_probe(
+    pool: PgPool,
+    o: Arc<Resolved>,
+    cursor: Arc<ClaimCursor>,
+    every: Duration,
+    waker: Option<Arc<WakeupSender>>,
+) -> Probe {
+    let stop = CancellationToken::new();
+    let task_stop = stop.clone();
+    let task = tokio::spawn(async move {
+        let (pool, o, cursor, waker) = (&pool, &*o, &*cursor, waker.as_deref());
+        paced(every, &task_stop, &o.name, || {
+            look_behind(pool, o, cursor, every, waker)
+        })
+        .await;
+    });
+    Probe {
+        stop,
+        task: Mutex::new(Some(task)),
+    }
+}
+
+/// Runs `look` first after `every`, then at the pace its durations allow,
+/// until `stop`; logs when the pace stretches past `every` and when it is
+/// back.
+async fn paced<F, Fut>(every: Duration, stop: &CancellationToken, store: &str, mut look: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut pace = Pace::new(every);
+    let mut next = Instant::now() + every;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep_until(next) => {}
+        }
+        let started = Instant::now();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = look() => {}
+        }
+        let took = started.elapsed();
+        let was_stretched = pace.stretched();
+        next = started + pace.after(took);
+        match (was_stretched, pace.stretched()) {
+            (false, true) => {
+                tracing::warn!(store = %store, took = ?took, every = ?pace.period, configured = ?every, "the claim cursor's probe is slow (dead index entries below the cursor); it looks less often, so a row that becomes eligible behind the cursor without a notification waits up to that long");
+            }
+            (true, false) => {
+                tracing::info!(store = %store, took = ?took, every = ?every, "the claim cursor's probe is fast again");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One look behind every cursor in use.
+async fn look_behind(
+    pool: &PgPool,
+    o: &Resolved,
+    cursor: &ClaimCursor,
+    every: Duration,
+    waker: Option<&WakeupSender>,
+) {
+    let behind = cursor.behind(every.saturating_mul(10));
+    if behind.is_empty() {
+        return;
+    }
+    // Only an idle connection: the pool is sized for the handlers, claims
+    // and heartbeats. With none free the claims scan in full.
+    let Some(mut conn) = pool.try_acquire() else {
+        cursor.rewind_all();
+        return;
+    };
+    let mut found = false;
+    for b in behind {
+        let row = sql::eligible_behind(o, &b.conditions, b.low)
+            .query()
+            .fetch_one(&mut *conn)
+            .await;
+        match row {
+            Ok(row) => {
+                if let Some(id) = row.get::<Option<i64>, _>("id") {
+                    cursor.rewind_key(&b.key, id);
+                    found = true;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(store = %o.name, error = %err, "the claim cursor's probe failed; claims scan from the start");
+                cursor.rewind_all();
+            }
+        }
+    }
+    drop(conn);
+    if let (true, Some(waker)) = (found, waker) {
+        waker.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pace_is_the_interval_or_ten_times_the_last_look() {
+        let mut pace = Pace::new(Duration::from_secs(1));
+        assert_eq!(pace.after(Duration::from_millis(5)), Duration::from_secs(1));
+        assert!(!pace.stretched());
+        assert_eq!(
+            pace.after(Duration::from_millis(1500)),
+            Duration::from_secs(15)
+        );
+        assert!(pace.stretched());
+        assert_eq!(
+            pace.after(Duration::from_millis(99)),
+            Duration::from_secs(1)
+        );
+        assert!(!pace.stretched(), "a fast look brings the interval back");
+    }
+
+    /// On a paused clock: looks that take 2 s push the next start 20 s out;
+    /// once they are fast again, the probe is back to every second.
+    #[tokio::test(start_paused = true)]
+    async fn slow_looks_stretch_the_interval_and_fast_ones_restore_it() {
+        let t0 = Instant::now();
+        let stop = CancellationToken::new();
+        let took = [5, 2000, 2000, 20, 20, 0].map(Duration::from_millis);
+        let starts = Mutex::new(Vec::new());
+        paced(Duration::from_secs(1), &stop, "test", || {
+            let mut starts = starts.lock().unwrap();
+            let n = starts.len();
+            starts.push(t0.elapsed());
+            if n + 1 == took.len() {
+                stop.cancel();
+            }
+            tokio::time::sleep(took[n])
+        })
+        .await;
+        let secs = [1.0, 2.0, 22.0, 42.0, 43.0, 44.0].map(Duration::from_secs_f64);
+        assert_eq!(*starts.lock().unwrap(), secs);
+    }
+
+    /// A look still running when the store stops is abandoned at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_ends_a_look_in_progress() {
+        let stop = CancellationToken::new();
+        let t0 = Instant::now();
+        let run = paced(Duration::from_secs(1), &stop, "test", || {
+            tokio::time::sleep(Duration::from_secs(3600))
+        });
+        let stopper = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            stop.cancel();
+        };
+        tokio::join!(run, stopper);
+        assert_eq!(t0.elapsed(), Duration::from_secs(2));
+    }
+}
