@@ -106,6 +106,22 @@ pub async fn append(db: &Db, n: i64) {
     .execute(&db.pool)
     .await
     .unwrap();
+    wait_until_final(db).await;
+}
+
+/// Waits until every committed event is below the horizon consumers read up
+/// to: a transaction elsewhere in the cluster (another test's batch) may hold
+/// it back for a moment, and tests that claim by hand expect the events now.
+pub async fn wait_until_final(db: &Db) {
+    wait_for("the events to be final", async || {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT NOT EXISTS (SELECT 1 FROM events              WHERE transaction_id >= pg_snapshot_xmin(pg_current_snapshot()))",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    })
+    .await;
 }
 
 pub fn fast_node() -> NodeOptions {
