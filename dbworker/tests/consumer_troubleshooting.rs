@@ -166,7 +166,12 @@ async fn the_consumer_troubleshooting_queries_find_the_stuck_consumer_its_event_
             .fetch_one(&mut *open)
             .await
             .unwrap();
-    append(&db, 1).await;
+    // Appended without waiting for it to be final: it cannot be while the
+    // transaction above is open.
+    sqlx::query("INSERT INTO events (aggregate_type, aggregate_id, event_type) VALUES ('order', 'late', 'placed')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         projected(&db, "audit").await,
