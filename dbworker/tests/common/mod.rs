@@ -245,9 +245,14 @@ impl Db {
     /// left `processing`, asserting that there are some.
     pub async fn kill_worker_process(&self, child: &str, env: &str, completed: i64) -> i64 {
         use std::process::{Command, Stdio};
+        // The child's connections carry a name, so the count below can wait
+        // for the server to finish what they were running when it died.
+        let url = self.db.url();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}application_name=dbworker_killed_child");
         let mut process = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", child, "--ignored", "--nocapture"])
-            .env(env, self.db.url())
+            .env(env, &url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -262,6 +267,25 @@ impl Db {
         }
         process.kill().unwrap(); // SIGKILL
         process.wait().unwrap();
+        // A statement the child had sent still runs to its end (a claim in
+        // flight commits after the kill): count once its backends are gone.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dbworker_killed_child'",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .unwrap();
+            if left == 0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the killed child's backends never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let stranded = self.count("processing").await;
         assert!(stranded > 0, "the kill left claimed jobs behind");
         stranded
