@@ -17,6 +17,7 @@ use crate::wakeup::{WakeupSender, Wakeups};
 
 /// Retry and reset policy of a [`MemoryStore`].
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct MemoryStoreOptions {
     /// How many times a job that errored is tried again before it fails. Default 0.
     pub max_num_retries: u32,

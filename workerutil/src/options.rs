@@ -34,6 +34,7 @@ impl WorkerOptions {
 /// How a [`Worker`](crate::Worker) runs. Build with [`WorkerOptions::new`] and
 /// override fields; [`WorkerOptions::validate`] runs when the worker is created.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WorkerOptions {
     /// The worker's name, used in logs, spans and events. Required.
     pub name: String,

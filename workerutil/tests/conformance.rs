@@ -24,10 +24,11 @@ impl Harness for Memory {
     type Store = MemoryStore<Rec>;
 
     async fn new_store(&self, max_num_retries: u32) -> Arc<MemoryStore<Rec>> {
-        Arc::new(MemoryStore::new(MemoryStoreOptions {
-            max_num_retries,
-            max_num_resets: 1,
-            ..Default::default()
+        Arc::new(MemoryStore::new({
+            let mut o = MemoryStoreOptions::default();
+            o.max_num_retries = max_num_retries;
+            o.max_num_resets = 1;
+            o
         }))
     }
 

@@ -299,10 +299,11 @@ async fn a_kind_may_set_its_own_retry_policy() {
     use workerutil::{KindOptions, MemoryStoreOptions, Retry, RetryPolicy};
     // The store retries 5 times, 10 s apart; "charge" jobs once, 30 s later,
     // and "report" jobs answer through their handler: 2 times, doubling from 1 s.
-    let store = Arc::new(Store::new(MemoryStoreOptions {
-        max_num_retries: 5,
-        retry_after: Duration::from_secs(10),
-        ..MemoryStoreOptions::default()
+    let store = Arc::new(Store::new({
+        let mut o = MemoryStoreOptions::default();
+        o.max_num_retries = 5;
+        o.retry_after = Duration::from_secs(10);
+        o
     }));
     for (id, kind) in [(1, "charge"), (2, "email"), (3, "report")] {
         store.enqueue(Task { id, kind });

@@ -56,9 +56,10 @@ impl Handler<MemoryStore<Task>> for SnoozeOnce {
 
 #[tokio::test(start_paused = true)]
 async fn a_snoozed_job_runs_again_after_its_delay_without_a_failure() {
-    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
-        max_num_retries: 0,
-        ..Default::default()
+    let store = Arc::new(MemoryStore::new({
+        let mut o = MemoryStoreOptions::default();
+        o.max_num_retries = 0;
+        o
     }));
     store.enqueue(Task(1));
     let handler = Arc::new(SnoozeOnce::default());

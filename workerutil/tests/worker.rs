@@ -257,10 +257,11 @@ impl Drop for Decrement<'_> {
 }
 
 fn store_with(acts: &[Act]) -> Arc<MemoryStore<Task>> {
-    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
-        max_num_retries: 0,
-        max_num_resets: 5,
-        ..Default::default()
+    let store = Arc::new(MemoryStore::new({
+        let mut o = MemoryStoreOptions::default();
+        o.max_num_retries = 0;
+        o.max_num_resets = 5;
+        o
     }));
     for (i, act) in acts.iter().enumerate() {
         store.enqueue(Task {
@@ -475,9 +476,10 @@ async fn a_panic_in_any_hook_is_recorded_and_the_worker_goes_on() {
 
 #[tokio::test(start_paused = true)]
 async fn retryable_and_poison_errors_map_to_errored_and_failed() {
-    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
-        max_num_retries: 3,
-        ..Default::default()
+    let store = Arc::new(MemoryStore::new({
+        let mut o = MemoryStoreOptions::default();
+        o.max_num_retries = 3;
+        o
     }));
     store.enqueue(Task {
         id: 1,
@@ -738,10 +740,11 @@ async fn immediate_shutdown_cancels_everything_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn an_errored_job_is_retried_after_its_delay() {
-    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
-        max_num_retries: 1,
-        retry_after: Duration::from_secs(60),
-        ..Default::default()
+    let store = Arc::new(MemoryStore::new({
+        let mut o = MemoryStoreOptions::default();
+        o.max_num_retries = 1;
+        o.retry_after = Duration::from_secs(60);
+        o
     }));
     store.enqueue(Task {
         id: 1,
@@ -1329,9 +1332,10 @@ async fn the_adaptive_claim_ahead_grows_for_fast_jobs_within_its_bound() {
 #[tokio::test(start_paused = true)]
 async fn a_job_lost_before_it_opens_never_runs_and_one_that_cannot_open_goes_back() {
     let store = Arc::new(Flaky {
-        inner: MemoryStore::new(MemoryStoreOptions {
-            max_num_resets: 5,
-            ..Default::default()
+        inner: MemoryStore::new({
+            let mut o = MemoryStoreOptions::default();
+            o.max_num_resets = 5;
+            o
         }),
         ..Default::default()
     });
@@ -1409,10 +1413,11 @@ async fn after_a_short_claim_live_wake_ups_replace_the_next_claim() {
 #[tokio::test(start_paused = true)]
 async fn run_until_empty_returns_once_nothing_is_runnable_and_every_job_finished() {
     // Retries come due at once, so they are runnable work too.
-    let store = Arc::new(MemoryStore::new(MemoryStoreOptions {
-        max_num_retries: 2,
-        retry_after: Duration::ZERO,
-        ..Default::default()
+    let store = Arc::new(MemoryStore::new({
+        let mut o = MemoryStoreOptions::default();
+        o.max_num_retries = 2;
+        o.retry_after = Duration::ZERO;
+        o
     }));
     for id in 1..=30 {
         store.enqueue(Task {
@@ -1456,10 +1461,11 @@ async fn run_until_empty_waits_for_a_retry_whose_mark_is_still_being_written() {
     // The empty claim comes back while the first attempt's errored mark is
     // still on its way; the retry it makes runnable must still run.
     let store = Arc::new(Flaky {
-        inner: MemoryStore::new(MemoryStoreOptions {
-            max_num_retries: 1,
-            retry_after: Duration::ZERO,
-            ..Default::default()
+        inner: MemoryStore::new({
+            let mut o = MemoryStoreOptions::default();
+            o.max_num_retries = 1;
+            o.retry_after = Duration::ZERO;
+            o
         }),
         errored_mark_delay: Mutex::new(Duration::from_millis(200)),
         ..Default::default()

@@ -19,6 +19,7 @@ use crate::store::{ResetConfig, ResetOutcome, reset_pass};
 
 /// What the resetter needs to know about a job table.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ResetterOptions {
     /// The resetter's name, for logs.
     pub name: String,

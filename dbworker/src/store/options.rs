@@ -46,6 +46,7 @@ pub enum Handling {
 /// options.max_num_retries = 3;
 /// assert!(options.validate().is_ok());
 /// ```
+#[non_exhaustive]
 pub struct StoreOptions<R> {
     /// The store's name, used in logs and spans. Required.
     pub name: String,
