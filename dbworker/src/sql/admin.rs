@@ -1,7 +1,14 @@
 //! Operators' queries: status, lists and pages by filter, and bulk actions.
 
-use super::*;
+use super::enqueue::{RunAt, run_at_expr};
+use super::gauges::live_stats;
+use super::schema::regclass;
+use super::{Statement, alias, col, state, table_ref};
+use crate::columns::{Columns, Relation, quote};
 use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest, Reschedule};
+use crate::message::sanitize_failure_message;
+use sea_query::{Expr, ExprTrait, Order, Query, UpdateStatement};
+use workerutil::JobState;
 
 /// A job table as the operators' queries see it.
 #[derive(Debug, Clone)]

@@ -1,7 +1,11 @@
 //! Batch jobs: the errored mark that also leaves only the failed items in the
 //! job's payload, fenced by the claim's token like every mark.
 
-use super::*;
+use super::job_table::JobTable;
+use super::marks::errored_update;
+use super::{Statement, alias};
+use crate::retry::RetryRule;
+use sea_query::Expr;
 
 /// [`mark_errored`], plus `payload_column = payload`: a batch job's retry
 /// keeps only its failed items. One statement, so the payload changes exactly

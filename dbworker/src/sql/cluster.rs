@@ -8,7 +8,9 @@
 
 use sea_query::{Func, extension::postgres::PgExpr};
 
-use super::*;
+use super::{Statement, alias, col, plain_table};
+use crate::columns::Relation;
+use sea_query::{Expr, ExprTrait, InsertStatement, LockType, OnConflict, Order, Query};
 
 /// What a process registers about itself.
 #[derive(Debug, Clone, Copy)]

@@ -14,7 +14,13 @@
 
 use sea_query::{BinOper, Func, JoinType, PgFunc, UnionType, WindowStatement};
 
-use super::*;
+use super::claim::{cte, lock_skip};
+use super::cluster::{now, since};
+use super::{Statement, alias, col, plain_table, table_ref};
+use crate::columns::Relation;
+use sea_query::{
+    Expr, ExprTrait, LockType, OnConflict, Order, Query, SelectStatement, TableRef, WithClause,
+};
 
 /// The events table and the consumers' control tables.
 #[derive(Debug, Clone)]

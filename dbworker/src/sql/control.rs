@@ -1,7 +1,12 @@
 //! The control tables (pauses and limits): their own statements, and the
 //! `NOT EXISTS` pause check and limit CTEs the claim is built with.
 
-use super::*;
+use super::claim::{CLAIMED_QUEUE, order_select};
+use super::job_table::JobTable;
+use super::{Statement, alias, col, eligible, state, table_ref};
+use crate::columns::{Relation, quote};
+use sea_query::{Expr, ExprTrait, OnConflict, Order, Query, SelectStatement, UpdateStatement};
+use workerutil::JobState;
 
 /// The limit table's columns after its key, all replaced by `set_limit`.
 pub(crate) const LIMIT_SETTINGS: [&str; 6] = [

@@ -1,6 +1,8 @@
 //! Cron: each tick claimed exactly once across schedulers.
 
-use super::*;
+use super::{Statement, alias, col, table_ref};
+use crate::columns::{Relation, quote};
+use sea_query::{Expr, ExprTrait, LockType, OnConflict, Query};
 
 /// Registers a cron schedule, starting from now, unless it is known.
 pub(crate) fn cron_register(cron: &Relation, job_table: &str, schedule: &str) -> Statement {

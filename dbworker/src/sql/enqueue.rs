@@ -2,7 +2,13 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::*;
+use super::{Statement, alias, col, counter, plain_table, state};
+use crate::columns::{Columns, Relation, quote};
+use sea_query::{
+    Alias, Expr, ExprTrait, InsertStatement, OnConflict, PostgresQueryBuilder, Query, TableRef,
+};
+use sea_query_sqlx::SqlxBinder;
+use workerutil::JobState;
 
 /// The resolved table and columns an enqueuer writes.
 #[derive(Debug, Clone)]

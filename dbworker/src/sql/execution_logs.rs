@@ -1,6 +1,11 @@
 //! A job's execution log: appended and updated under the claim's token.
 
-use super::*;
+use super::job_table::JobTable;
+use super::marks::fenced_update;
+use super::{Statement, alias, owned, table_ref};
+use crate::columns::quote;
+use sea_query::{Expr, Query};
+use workerutil::MAX_EXECUTION_LOG_ENTRIES;
 
 /// Appends an execution log entry (filling in `start_time` from the database
 /// clock when absent) and returns the new length of the log. A log that holds

@@ -1,6 +1,11 @@
 //! Queue depth and age: the gauges the store and the dashboard read.
 
-use super::*;
+use super::job_table::JobTable;
+use super::{Statement, col, state, table_ref};
+use crate::columns::{Columns, Relation, quote};
+use sea_query::{Expr, ExprTrait, Query};
+use sea_query_sqlx::SqlxValues;
+use workerutil::JobState;
 
 /// How many jobs wait (queued, or errored awaiting a retry). Served by the
 /// partial index on those states, not a scan of the whole table.

@@ -1,6 +1,11 @@
 //! The heartbeat: one statement that touches every running job the worker still owns.
 
-use super::*;
+use super::claim::cte;
+use super::job_table::JobTable;
+use super::{Statement, alias, col, state, table_ref};
+use crate::columns::quote;
+use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
+use workerutil::JobState;
 
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
 /// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does

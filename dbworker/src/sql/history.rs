@@ -2,7 +2,9 @@
 //! reset, a requeue after a lost connection) appends one entry to the job's
 //! history column in the same fenced statement, so a stale mark appends nothing.
 
-use super::*;
+use super::alias;
+use crate::columns::{Columns, quote};
+use sea_query::{Expr, UpdateStatement};
 
 /// The `jsonb` column failing marks append to, and how many entries it keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,8 @@
 //! `JobTable`: what every job-table statement needs to know about the table.
 
-use super::*;
+use super::history::ErrorHistory;
+use crate::columns::{Columns, Relation};
+use crate::retry::{RetryPolicy, RetryRule};
 
 /// The job table as the statements see it: names resolved and validated by the
 /// store's options, plus the settings that shape the claim, marks and resets.

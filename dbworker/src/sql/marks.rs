@@ -1,7 +1,17 @@
 //! Every mark of a claimed job (complete, errored, failed, requeued, lost),
 //! single and batched, each fenced by the claim's token.
 
-use super::*;
+use super::claim::cte;
+use super::history::{append_history, appended};
+use super::job_table::JobTable;
+use super::results::batched_result;
+use super::{Statement, alias, col, counter, owned, reset_or_fail, state, table_ref, token_expr};
+use crate::columns::{Columns, quote};
+use crate::message::sanitize_failure_message;
+use crate::retry::{RetryPolicy, RetryRule};
+use sea_query::IntoIden;
+use sea_query::{Condition, Expr, ExprTrait, Query, TableRef, UpdateStatement, WithClause};
+use workerutil::JobState;
 
 pub(super) fn fenced_update(o: &JobTable, id: i64, token: i64) -> UpdateStatement {
     let t = &o.table;

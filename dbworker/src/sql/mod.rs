@@ -11,17 +11,14 @@
 use std::sync::Arc;
 
 use sea_query::{
-    Alias, CommonTableExpression, Condition, Expr, ExprTrait, InsertStatement, IntoIden,
-    LockBehavior, LockType, NullOrdering, OnConflict, Order, PostgresQueryBuilder, Query,
-    SelectStatement, TableRef, UpdateStatement, WithClause,
+    Alias, Condition, Expr, ExprTrait, PostgresQueryBuilder, Query, TableRef, UpdateStatement,
 };
 use sea_query_sqlx::{SqlxBinder, SqlxValues};
-use workerutil::{JobState, MAX_EXECUTION_LOG_ENTRIES};
+use workerutil::JobState;
 
 pub(crate) use crate::columns::quote;
 use crate::columns::{Columns, Relation};
 use crate::message::sanitize_failure_message;
-use crate::retry::{RetryPolicy, RetryRule};
 
 mod admin;
 mod batch;
@@ -46,29 +43,63 @@ mod results;
 mod schema;
 mod workflow;
 
-pub(crate) use admin::*;
-pub(crate) use batch::*;
-pub(crate) use claim::*;
-pub(crate) use cluster::*;
-pub(crate) use consumers::*;
-pub(crate) use control::*;
-pub(crate) use cron::*;
-pub(crate) use enqueue::*;
-pub(crate) use execution_logs::*;
-pub(crate) use gauges::*;
-pub(crate) use heartbeat::*;
+pub(crate) use admin::{
+    AdminTable, admin_cancel_waiting, admin_complete, admin_count, admin_delete, admin_estimate,
+    admin_fail, admin_hosts, admin_list, admin_live, admin_processing_key_holder, admin_recent,
+    admin_remove_key, admin_request_cancel, admin_requeue, admin_reschedule, admin_select_ids,
+    admin_show,
+};
+pub(crate) use batch::mark_errored_with_payload;
+#[cfg(test)]
+pub(crate) use claim::claim;
+pub(crate) use claim::{
+    CLAIM_BOUND, CLAIMED_CANCEL, CLAIMED_TOKEN, LimitedClaim, RECORD_ID, claim_cursor_condition,
+    claim_limited, conditions_key, eligible_behind, limited, lock_claimed, not_flagged,
+    select_records,
+};
+pub(crate) use cluster::{
+    NodeRow, leader_acquire, leader_current, leader_fence, leader_release, leader_renew,
+    node_deregister, node_heartbeat, node_register, nodes_live, nodes_prune,
+};
+pub(crate) use consumers::{
+    LOG_HEAD, LOG_HEAD_XID, LOG_POSITION, LOG_WAITING, LOG_XID, LogTables, log_advance,
+    log_assigned, log_assignments, log_batch, log_checkpoint, log_head, log_held, log_lag,
+    log_lock_assignment, log_pending, log_rebalance, log_scoped_batch,
+};
+pub(crate) use control::{
+    LIMIT_SETTINGS, LimitRow, claim_lane, claim_lock, list_limits, list_pauses, pause, pause_key,
+    remove_limit, resume, set_limit,
+};
+pub(crate) use cron::{cron_advance, cron_register, cron_state};
+pub(crate) use enqueue::{
+    EnqueueTable, JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
+    live_job_with_key, release_key,
+};
+pub(crate) use execution_logs::{log_append, log_len, log_update};
+pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
+pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
-use history::{append_history, appended};
-pub(crate) use job_table::*;
-pub(crate) use marks::*;
-pub(crate) use partition_keys::*;
-pub(crate) use partitions::*;
+use history::append_history;
+pub(crate) use job_table::JobTable;
+pub(crate) use marks::{
+    Mark, MarkKind, complete_batch, mark_batch, mark_complete, mark_errored, mark_failed, requeue,
+    requeue_lost, snooze,
+};
+pub(crate) use partition_keys::enqueue_keyed_partitioned;
+pub(crate) use partitions::{
+    archive_partition, closed_partitions, create_partitions, create_partitions_exists,
+    detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,
+};
 pub(crate) use per_job::PerJob;
-pub(crate) use purge::*;
-pub(crate) use reset::*;
-pub(crate) use results::*;
-pub(crate) use schema::*;
-pub(crate) use workflow::*;
+pub(crate) use purge::{PurgeTable, purge_batch};
+pub(crate) use reset::reset_stalled;
+pub(crate) use results::{mark_complete_with_result, record_upstreams, upstream_results};
+pub(crate) use schema::{probe_expressions, relation_access, relation_columns};
+pub(crate) use workflow::{
+    BATCH_CALLBACKS, WorkflowTable, batch_counts, cancel_blocked, deps_insert, lock_upstreams,
+    mark_has_dependents, workflow_cancel_waiting, workflow_counts, workflow_graph,
+    workflow_next_id, workflow_request_cancel, workflow_tasks,
+};
 
 /// A rendered statement with its bound values.
 #[derive(Debug)]

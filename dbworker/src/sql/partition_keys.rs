@@ -4,7 +4,14 @@
 //! the table's triggers (`ddl::partitioned_keys_sql`), says who holds a key, and
 //! its primary key refuses a second live holder.
 
-use super::*;
+use super::claim::cte;
+use super::enqueue::{
+    ENQUEUE_ALIAS, EnqueueTable, JobRow, OnKey, as_new, enqueue_columns, enqueue_target,
+    no_failed_holder, replaced_columns,
+};
+use super::{Statement, alias, col, plain_table};
+use crate::columns::{Relation, quote};
+use sea_query::{Expr, ExprTrait, LockType, Query, WithClause};
 
 /// Inserts a keyed job into a partitioned table, with [`enqueue_keyed`]'s
 /// results: `(id, inserted)` for a new job or an updated waiting holder, no

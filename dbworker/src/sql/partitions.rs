@@ -9,8 +9,13 @@ use std::time::Duration;
 
 use sea_query::JoinType;
 
-use super::*;
+use super::schema::regclass;
+use super::{Statement, alias, col, plain_table, state};
 use crate::columns::create_partitions_function;
+use crate::columns::{Columns, Relation, quote};
+use sea_query::{Condition, Expr, ExprTrait, Order, Query};
+use sea_query_sqlx::SqlxValues;
+use workerutil::JobState;
 
 /// The upper bound of a partition's range, read from its bound expression
 /// (`FOR VALUES FROM ('…') TO ('…')`); NULL for the default partition.

@@ -1,6 +1,9 @@
 //! Retention: old finished rows deleted or archived in batches.
 
-use super::*;
+use super::{Statement, alias, col, state, table_ref};
+use crate::columns::{Columns, Relation, quote};
+use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use workerutil::JobState;
 
 /// The resolved tables of a purger.
 #[derive(Debug, Clone)]

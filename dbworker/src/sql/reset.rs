@@ -1,6 +1,11 @@
 //! The reset of stalled (and orphaned) jobs: one atomic statement.
 
-use super::*;
+use super::claim::cte;
+use super::history::ErrorHistory;
+use super::{Statement, alias, col, reset_or_fail, state, table_ref};
+use crate::columns::{Columns, Relation, quote};
+use sea_query::{Condition, Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
+use workerutil::JobState;
 
 /// The resetter's pass, in one atomic statement: processing rows whose
 /// heartbeat is older than the stalled max age and that no live transaction

@@ -2,8 +2,15 @@
 //! completion (the same fenced statement), the upstream jobs a dependent
 //! waited for recorded when it is enqueued, and their results read back.
 
-use super::*;
+use super::job_table::JobTable;
+use super::marks::fenced_update;
+use super::workflow::WorkflowTable;
+use super::{Statement, alias, col, plain_table, state, table_ref};
+use crate::columns::quote;
 use crate::columns::{TASK_NAME, UPSTREAM_IDS};
+use sea_query::IntoIden;
+use sea_query::{Expr, ExprTrait, Order, Query, TableRef};
+use workerutil::JobState;
 
 /// [`mark_complete`], plus `result_column = result`: the result commits
 /// exactly when the completion does (in the handler's transaction, in

@@ -1,7 +1,11 @@
 //! Start-up checks: the columns and privileges of a relation, and a probe of the
 //! configured column expressions.
 
-use super::*;
+use super::claim::order_select;
+use super::job_table::JobTable;
+use super::{Statement, alias, table_ref};
+use crate::columns::Relation;
+use sea_query::{Expr, ExprTrait, Order, Query, TableRef};
 
 /// The relation's name as `to_regclass` takes it: quoted, and schema-qualified
 /// only when configured so, so an unqualified name resolves through

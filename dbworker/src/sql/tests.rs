@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::claim::order_select;
 use super::*;
 use crate::job_filter::{FieldFilter, JobFilter, JobSort, PageRequest};
+use crate::retry::RetryPolicy;
 
 fn rel(text: &str) -> Relation {
     Relation::parse("table_name", text).unwrap()

@@ -3,10 +3,14 @@
 //! release itself is the trigger `ddl::workflows_sql` installs: it runs in the
 //! transaction of whatever write finishes a job, so no statement here does it.
 
-use super::*;
+use super::{Statement, alias, col, plain_table, state, table_ref};
 use crate::columns::{
     BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, workflow_sequence,
 };
+use crate::columns::{Columns, Relation, quote};
+use crate::message::sanitize_failure_message;
+use sea_query::{Expr, ExprTrait, LockType, Order, Query};
+use workerutil::JobState;
 
 /// A job table with workflows (`dbworker migration --workflows`).
 #[derive(Debug, Clone)]
