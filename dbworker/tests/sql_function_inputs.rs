@@ -22,18 +22,7 @@ use common::Db;
 
 /// The test table with every optional column and the functions installed.
 async fn set_up() -> Db {
-    let db = Db::new().await;
-    let all = OptionalColumns::all();
-    db.add_columns(
-        |c| *c = all,
-        &[
-            enqueue_function_sql("jobs", &HashMap::new(), all).unwrap(),
-            add_jobs_function_sql("jobs", &HashMap::new(), all).unwrap(),
-            admin_functions_sql("jobs", &HashMap::new(), all).unwrap(),
-        ],
-    )
-    .await;
-    db
+    Db::with_sql_functions().await
 }
 
 /// The error `sql` (binding `ids`) fails with.

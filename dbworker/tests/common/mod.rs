@@ -10,8 +10,8 @@ use std::time::Duration;
 use dbworker::{
     DbStore, Handling, RetryPolicy, StoreOptions,
     ddl::{
-        OptionalColumns, PartitionInterval, job_table_sql, optional_columns_sql,
-        partitioned_job_table_sql,
+        OptionalColumns, PartitionInterval, add_jobs_function_sql, admin_functions_sql,
+        enqueue_function_sql, job_table_sql, optional_columns_sql, partitioned_job_table_sql,
     },
 };
 use dbworker_testkit::TestDatabase;
@@ -90,6 +90,23 @@ impl Db {
     pub async fn with_renames(renames: &HashMap<String, String>) -> Db {
         let db = TestDatabase::new().await.expect("test database");
         Db::set_up(db, renames).await
+    }
+
+    /// The test table with every optional column and the SQL functions
+    /// (`<table>_enqueue`, `_add_jobs`, the admin functions) installed.
+    pub async fn with_sql_functions() -> Db {
+        let db = Db::new().await;
+        let all = OptionalColumns::all();
+        db.add_columns(
+            |c| *c = all,
+            &[
+                enqueue_function_sql("jobs", &HashMap::new(), all).unwrap(),
+                add_jobs_function_sql("jobs", &HashMap::new(), all).unwrap(),
+                admin_functions_sql("jobs", &HashMap::new(), all).unwrap(),
+            ],
+        )
+        .await;
+        db
     }
 
     /// A database on the server at `admin_url` (a test's own server).
