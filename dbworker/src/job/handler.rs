@@ -69,6 +69,26 @@ pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
 /// wraps handlers in it; use it alone as a worker's handler when a table
 /// holds one kind of job. It answers [`Handler::max_runtime`] and
 /// [`Handler::retry`] with the kind's [`JobDefaults`](super::JobDefaults).
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use dbworker::{DbJob, DbStore, job::{JobArgs, JobHandler, TypedJob}};
+/// # use workerutil::{HandlerError, JobContext, async_trait};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
+/// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
+/// # struct Resizer;
+/// # #[async_trait] impl JobHandler for Resizer {
+/// #     type Args = Resize;
+/// #     async fn handle(&self, _: Resize, _: &mut DbJob<TypedJob>, _: &JobContext<DbStore<TypedJob>>) -> Result<(), HandlerError> { Ok(()) }
+/// # }
+/// # fn f(store: Arc<DbStore<TypedJob>>) -> Result<(), dbworker::Error> {
+/// use dbworker::job::ArgsHandler;
+///
+/// // Every job of this table is a `Resize`.
+/// let handler = ArgsHandler::new(Resizer);
+/// let worker = dbworker::new_worker(store, handler, workerutil::WorkerOptions::new("resize"))?;
+/// # let _ = worker; Ok(()) }
+/// ```
 pub struct ArgsHandler<H> {
     handler: H,
     options: KindOptions,
