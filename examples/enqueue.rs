@@ -71,10 +71,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &Default::default(),
         OptionalColumns::all(),
     )?);
-    ddl.push_str(
-        "ALTER TABLE mail_jobs ADD COLUMN payload jsonb NOT NULL DEFAULT '{}';
-         CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);",
-    );
+    // `OptionalColumns::all()` includes the jsonb `payload` column.
+    ddl.push_str("CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);");
     sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
         .execute(&pool)
         .await?;

@@ -1,4 +1,5 @@
-//! Quickstart: a job table, twenty jobs, a worker and a resetter.
+//! Quickstart: a typed job, enqueued through the API and run by a worker
+//! beside a resetter, its handler writing in the job's transaction.
 //!
 //! ```sh
 //! cargo run --example quickstart
@@ -6,190 +7,86 @@
 //!
 //! Needs no set-up: with `DATABASE_URL` unset it starts a throwaway PostgreSQL
 //! cluster (the server binaries must be installed); with it set, it creates a
-//! scratch database on that server and drops it at the end.
+//! scratch database on that server and drops it at the end. Its output is
+//! plain text, one line per job. The guide's "Typed jobs" chapter explains
+//! each piece; `examples/tour.rs` goes further (execution logs, a malformed
+//! payload, LISTEN/NOTIFY, logging).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use dbworker::{DbJob, DbStore, Resetter, StoreOptions, new_worker, store::Listen};
-use dbworker_testkit::TestDatabase;
-use tokio_util::sync::CancellationToken;
-use workerutil::{
-    ExecutionLogEntry, Handler, HandlerError, JobContext, Record, WorkerEvent, WorkerOptions,
-    async_trait,
-};
+use dbworker::prelude::*;
+use dbworker::workerutil::{CancellationToken, WorkerEvent};
+use serde::{Deserialize, Serialize};
 
-/// One row of `example_jobs`, read with `sqlx::FromRow`.
-#[derive(Debug, sqlx::FromRow)]
-struct ExampleJob {
-    id: i64,
-    payload: serde_json::Value,
+/// A job's arguments: JSON in the `payload` column, `"square"` in `kind`.
+#[derive(Serialize, Deserialize)]
+struct Square {
+    n: i64,
 }
 
-impl Record for ExampleJob {
-    fn id(&self) -> i64 {
-        self.id
-    }
+impl JobArgs for Square {
+    const KIND: &'static str = "square";
 }
 
-/// Squares the job's number and stores the result, in the job's transaction.
+/// Stores n² in the job's transaction: it commits with the job's completion.
 struct Squarer;
 
 #[async_trait]
-impl Handler<DbStore<ExampleJob>> for Squarer {
+impl JobHandler for Squarer {
+    type Args = Square;
+
     async fn handle(
         &self,
-        job: &mut DbJob<ExampleJob>,
-        ctx: &JobContext<DbStore<ExampleJob>>,
+        args: Square,
+        job: &mut DbJob<TypedJob>,
+        _ctx: &JobContext<DbStore<TypedJob>>,
     ) -> Result<(), HandlerError> {
-        let Some(n) = job.record().payload["n"].as_i64() else {
-            // Retrying cannot fix a malformed payload.
-            return Err(HandlerError::non_retryable("payload has no integer `n`"));
-        };
-        let step = ExecutionLogEntry {
-            key: "square".into(),
-            command: vec!["square".into(), n.to_string()],
-            ..Default::default()
-        };
-        let index = ctx.log(&step).await.map_err(HandlerError::Retryable)?;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let id = job.record().id;
-        let tx = job.tx().expect("transactional handling");
-        // Commits together with the job's `completed` state, or not at all.
-        sqlx::query("INSERT INTO squares (job_id, n, square) VALUES ($1, $2, $3)")
-            .bind(id)
-            .bind(n)
-            .bind(n * n)
-            .execute(tx)
+        sqlx::query("INSERT INTO squares (n, square) VALUES ($1, $1 * $1)")
+            .bind(args.n)
+            .execute(job.tx().expect("transactional handling, the default"))
             .await?;
-        if let Some(index) = index {
-            let done = ExecutionLogEntry {
-                exit_code: Some(0),
-                out: format!("{}\n", n * n),
-                duration_ms: Some(50),
-                ..step
-            };
-            ctx.update_log(index, &done)
-                .await
-                .map_err(HandlerError::Retryable)?;
-        }
         Ok(())
-    }
-}
-
-fn print_event(event: &WorkerEvent) {
-    if let WorkerEvent::JobFinished {
-        id,
-        outcome,
-        marked,
-    } = event
-    {
-        let detail = outcome
-            .failure_message()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default();
-        let note = if *marked { "" } else { " (not recorded)" };
-        println!("job {id:>2} {}{detail}{note}", outcome.kind());
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
-
-    let db = TestDatabase::new().await?;
+    let db = dbworker_testkit::TestDatabase::new().await?; // a throwaway cluster, or DATABASE_URL
     let pool = db.pool(10).await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
-    sqlx::raw_sql("CREATE TABLE squares (job_id bigint PRIMARY KEY, n bigint NOT NULL, square bigint NOT NULL)")
-        .execute(&pool)
-        .await?;
-    sqlx::query("INSERT INTO example_jobs (payload) SELECT jsonb_build_object('n', i) FROM generate_series(1, 20) AS i")
-        .execute(&pool)
-        .await?;
-    sqlx::query("INSERT INTO example_jobs (payload) VALUES ('{\"n\": \"not a number\"}')")
-        .execute(&pool)
-        .await?;
-    println!(
-        "enqueued 21 jobs in {} (one with a malformed payload)",
-        db.name()
-    );
+    sqlx::migrate!("./migrations").run(&pool).await?; // `example_jobs`, with `kind` and `payload`
+    let squares = "CREATE TABLE squares (n bigint PRIMARY KEY, square bigint NOT NULL)";
+    sqlx::raw_sql(squares).execute(&pool).await?;
 
-    let mut options = StoreOptions::<ExampleJob>::from_row("example_store", "example_jobs j");
-    options.column_expressions = vec!["j.id".into(), "j.payload".into()];
-    options.stalled_max_age = Duration::from_secs(5);
-    // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
-    options.listen = Listen::TableChannel;
+    let enqueuer = Enqueuer::new(&pool, EnqueueOptions::typed("example_jobs")).await?;
+    for n in 1..=20 {
+        enqueuer.enqueue_args(&Square { n }).await?;
+    }
+    println!("enqueued 20 jobs of kind \"square\"");
+
+    let options = StoreOptions::from_row("quickstart", "example_jobs j");
     let store = Arc::new(DbStore::new(&pool, options).await?);
-
-    let mut worker_options = WorkerOptions::new("example_worker");
-    worker_options.num_handlers = 4;
-    worker_options.interval = Duration::from_millis(100);
-    // Notifications bring new jobs at once, so an idle worker may poll rarely.
-    worker_options.max_interval = Some(Duration::from_secs(30));
-    worker_options.heartbeat_interval = Duration::from_millis(500);
-    worker_options.heartbeat_failure_limit = Some(Duration::from_secs(3));
-    let worker = new_worker(store.clone(), Squarer, worker_options)?;
-    let shutdown = worker.shutdown_handle();
+    let registry = KindRegistry::for_args().register_args(Squarer);
+    let worker = new_worker(store.clone(), registry, WorkerOptions::new("quickstart"))?;
     let mut events = worker.subscribe();
-
-    let resetter = Resetter::for_store(&store, Duration::from_secs(1))?;
-    let stop_resetter = CancellationToken::new();
-    let resetter_task = {
-        let stop = stop_resetter.clone();
-        tokio::spawn(async move { resetter.run(stop, |_| {}).await })
+    // Puts back the jobs of workers that died (none here) while the worker runs.
+    let resetter = Resetter::for_store(&store, Duration::from_secs(5))?;
+    let stop = CancellationToken::new();
+    let run = async {
+        worker.run_until_empty().await;
+        stop.cancel();
     };
+    tokio::join!(run, resetter.run(stop.clone(), |_| {}));
 
-    let run = tokio::spawn(worker.run());
-    // Print progress; stop once no job waits or runs (asked of the database,
-    // which is the one place that knows).
-    loop {
-        if let Ok(Ok(event)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await
-        {
-            print_event(&event);
-        }
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM example_jobs WHERE state IN ('queued', 'errored', 'processing')",
-        )
-        .fetch_one(&pool)
-        .await?;
-        if open == 0 {
-            break;
-        }
-    }
-    shutdown.graceful();
-    let summary = run.await?;
     while let Ok(event) = events.try_recv() {
-        print_event(&event);
+        if let WorkerEvent::JobFinished { id, outcome, .. } = event {
+            println!("job {id:>2} {}", outcome.kind());
+        }
     }
-    stop_resetter.cancel();
-    resetter_task.await?;
-    // Closes the store's LISTEN connection before the database goes at the end.
-    store.close().await;
-
-    let counts: Vec<(String, i64)> =
-        sqlx::query_as("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state")
-            .fetch_all(&pool)
-            .await?;
-    let total: i64 = sqlx::query_scalar("SELECT coalesce(sum(square), 0)::bigint FROM squares")
+    let sum: i64 = sqlx::query_scalar("SELECT sum(square)::bigint FROM squares")
         .fetch_one(&pool)
         .await?;
-    println!(
-        "worker stopped ({:?}) after {} jobs",
-        summary.reason, summary.dequeued
-    );
-    for (state, n) in counts {
-        println!("  {state:<10} {n}");
-    }
-    println!("sum of squares 1..=20 = {total}");
-    assert_eq!(
-        total,
-        (1..=20).map(|n: i64| n * n).sum::<i64>(),
-        "every job's write committed once"
-    );
+    println!("sum of squares 1..=20 = {sum}");
+    store.close().await;
     pool.close().await;
     Ok(())
 }

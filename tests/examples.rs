@@ -81,15 +81,37 @@ fn run_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
 const EXAMPLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[test]
-fn quickstart_completes_every_job_and_fails_the_malformed_one() {
+fn quickstart_runs_twenty_typed_jobs_and_prints_each_once_in_plain_text() {
     let out = run("quickstart");
+    assert!(out.contains("enqueued 20 jobs of kind \"square\""), "{out}");
+    let finished: Vec<&str> = out.lines().filter(|l| l.starts_with("job ")).collect();
+    assert_eq!(finished.len(), 20, "each job's outcome once:\n{out}");
+    assert!(finished.iter().all(|l| l.ends_with(" completed")), "{out}");
+    let mut ids: Vec<&str> = finished.iter().map(|l| l[4..6].trim()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 20, "{out}");
+    assert!(out.contains("sum of squares 1..=20 = 2870"), "{out}");
+    assert!(!out.contains('\x1b'), "no colour codes when piped:\n{out}");
+}
+
+#[test]
+fn tour_completes_every_job_and_fails_the_malformed_one_naming_the_field() {
+    let out = run("tour");
     assert!(out.contains("completed  20"), "{out}");
     assert!(out.contains("failed     1"), "{out}");
     assert!(
-        out.contains("job 21 failed: payload has no integer `n`"),
+        out.contains(
+            "job 21 failed: cannot read the arguments of kind \"square\" (at $.n): invalid type: string \"not a number\", expected i64"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("execution logs with a finished step: 20"),
         "{out}"
     );
     assert!(out.contains("sum of squares 1..=20 = 2870"), "{out}");
+    assert!(!out.contains('\x1b'), "no colour codes when piped:\n{out}");
 }
 
 #[test]
@@ -279,8 +301,9 @@ fn dashboard_is_mounted_in_an_application_behind_a_token() {
 
 /// Every example with its arguments, for the `DATABASE_URL` run (`bench`, a
 /// benchmark, is left out as everywhere in this file).
-const EXAMPLES: [(&str, &[&str]); 13] = [
+const EXAMPLES: [(&str, &[&str]); 14] = [
     ("quickstart", &[]),
+    ("tour", &[]),
     ("app_table", &[]),
     ("budget", &[]),
     ("resetter_process", &[]),

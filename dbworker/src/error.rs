@@ -24,6 +24,19 @@ pub enum Error {
         /// What holds it, and where: `the job's result (at $.s)`.
         what: String,
     },
+    /// A value did not convert between Rust and JSON: a job's arguments
+    /// ([`JobArgs`](crate::job::JobArgs)), a result, an upstream job's
+    /// result. `path` says where in the value, as `$.items[2].to`.
+    #[error("{what} (at {path}): {source}")]
+    Json {
+        /// What was converted: `the arguments of kind "send_email"`.
+        what: String,
+        /// Where in the value the conversion failed (`$` for the whole value).
+        path: String,
+        /// serde's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// An options struct failed validation.
     #[error("invalid option `{field}`: {reason}")]
     InvalidOption {
@@ -123,6 +136,43 @@ impl Error {
     pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
         move |source| Error::Database { op, source }
     }
+
+    /// Turns a path-tracking serde error into [`Error::Json`] about `what`.
+    pub(crate) fn json(
+        what: impl Into<String>,
+    ) -> impl FnOnce(serde_path_to_error::Error<serde_json::Error>) -> Error {
+        move |err| {
+            // serde_path_to_error writes the root as "." and a top-level
+            // index as "[0]"; the crate's other messages use JSONPath.
+            let path = match err.path().to_string() {
+                root if root == "." => "$".to_owned(),
+                index if index.starts_with('[') => format!("${index}"),
+                path => format!("$.{path}"),
+            };
+            Error::Json {
+                what: what.into(),
+                path,
+                source: err.into_inner(),
+            }
+        }
+    }
+}
+
+/// Reads `value` as a `T`, naming `what` and the path of the first mismatch.
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
+    value: &serde_json::Value,
+    what: impl FnOnce() -> String,
+) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|err| Error::json(what())(err))
+}
+
+/// Writes `value` as JSON, naming `what` and the path of the first failure.
+pub(crate) fn to_json<T: serde::Serialize + ?Sized>(
+    value: &T,
+    what: impl FnOnce() -> String,
+) -> Result<serde_json::Value> {
+    serde_path_to_error::serialize(value, serde_json::value::Serializer)
+        .map_err(|err| Error::json(what())(err))
 }
 
 /// `Result` with this crate's error.

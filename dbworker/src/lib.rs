@@ -30,6 +30,7 @@ pub mod cron;
 pub mod dashboard;
 pub mod ddl;
 pub mod enqueue;
+pub mod job;
 pub mod maintenance;
 pub mod metrics;
 pub mod prelude;

@@ -1,9 +1,11 @@
 //! What most applications import: `use dbworker::prelude::*;`.
 
-pub use crate::enqueue::{Enqueuer, NewJob};
+pub use crate::enqueue::{EnqueueOptions, Enqueuer, NewJob};
+pub use crate::job::{ArgsRegistry, JobArgs, JobDefaults, JobHandler, TypedJob};
 pub use crate::maintenance::Resetter;
 pub use crate::store::{DbJob, DbStore, StoreOptions};
 pub use crate::{Error, new_worker};
 pub use workerutil::{
-    Handler, HandlerError, JobContext, Outcome, Record, RecordId, Worker, WorkerOptions,
+    Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, RecordId, Worker,
+    WorkerOptions, async_trait,
 };

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use dbworker::ddl::{job_table_sql, notify_trigger_sql};
+use dbworker::ddl::{OptionalColumns, job_table_sql, notify_trigger_sql, optional_columns_sql};
 
 const TABLE: &str = "example_jobs";
 
@@ -31,6 +31,7 @@ fn reference_migrations() -> Vec<(&'static str, String)> {
     assert!(table.contains("\n);\n"), "{table}");
     let table = table.replacen("\n);\n", APPLICATION_COLUMNS, 1);
     let notify = notify_trigger_sql(TABLE, &renames, None).unwrap();
+    let typed = optional_columns_sql(TABLE, &renames, OptionalColumns::typed()).unwrap();
     vec![
         (
             "0001_example_jobs.sql",
@@ -46,6 +47,14 @@ fn reference_migrations() -> Vec<(&'static str, String)> {
                 "-- LISTEN/NOTIFY wake-ups for {TABLE} (dbworker migration --table {TABLE} --notify).
 -- Workers with StoreOptions::listen = Listen::TableChannel start new jobs at once.
 {notify}"
+            ),
+        ),
+        (
+            "0003_example_jobs_typed.sql",
+            format!(
+                "-- The columns typed jobs need (dbworker migration --table {TABLE} --typed):
+-- example_jobs has its payload column from 0001, so only `kind` is new here.
+{typed}"
             ),
         ),
     ]

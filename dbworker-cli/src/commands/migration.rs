@@ -55,6 +55,13 @@ pub(crate) struct MigrationArgs {
     /// Also add a `kind` column (many kinds of job in one table).
     #[arg(long)]
     kind: bool,
+    /// Also add a `payload` column (jsonb: typed jobs' arguments, for
+    /// `EnqueueOptions::payload_column`).
+    #[arg(long)]
+    payload: bool,
+    /// Also add what typed jobs need: `kind` and `payload` (as --kind --payload).
+    #[arg(long)]
+    typed: bool,
     /// Also add a `flags` column (text[]: claims skip jobs with a forbidden flag).
     #[arg(long)]
     flags: bool,
@@ -108,6 +115,12 @@ pub(crate) struct MigrationArgs {
 /// Prints the DDL; the generators' errors (a bad name, colliding renames)
 /// say what is wrong.
 pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
+    print!("{}", migration_sql(args)?);
+    Ok(())
+}
+
+/// The DDL the arguments ask for.
+fn migration_sql(args: MigrationArgs) -> Result<String> {
     if args.partitioned {
         refuse_on_partitioned(&args)?;
     }
@@ -122,7 +135,8 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
     optional.queue = args.queue;
     optional.priority = args.priority;
     optional.max_retries = args.max_retries;
-    optional.kind = args.kind;
+    optional.kind = args.kind || args.typed;
+    optional.payload = args.payload || args.typed;
     optional.flags = args.flags;
     optional.error_history = args.error_history;
     optional.results = args.results;
@@ -186,8 +200,7 @@ pub(crate) fn migration(args: MigrationArgs) -> Result<()> {
             args.channel.as_deref(),
         )?);
     }
-    print!("{ddl}");
-    Ok(())
+    Ok(ddl)
 }
 
 /// The features that cannot work on a partitioned job table, refused by name.
@@ -203,4 +216,34 @@ fn refuse_on_partitioned(args: &MigrationArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: MigrationArgs,
+    }
+
+    fn sql(args: &[&str]) -> String {
+        let command = Command::try_parse_from([&["migration"], args].concat()).unwrap();
+        migration_sql(command.args).unwrap()
+    }
+
+    #[test]
+    fn typed_prints_the_kind_and_payload_columns() {
+        let kind = r#"ALTER TABLE "jobs" ADD COLUMN IF NOT EXISTS "kind" text"#;
+        let payload =
+            r#"ALTER TABLE "jobs" ADD COLUMN IF NOT EXISTS "payload" jsonb NOT NULL DEFAULT '{}';"#;
+        let typed = sql(&["--table", "jobs", "--typed"]);
+        assert!(typed.contains(kind) && typed.contains(payload), "{typed}");
+        let only_payload = sql(&["--table", "jobs", "--payload"]);
+        assert!(only_payload.contains(payload) && !only_payload.contains(kind));
+        assert!(!sql(&["--table", "jobs"]).contains(payload));
+    }
 }

@@ -121,6 +121,10 @@ pub struct OptionalColumns {
     /// `kind text NOT NULL DEFAULT 'default'`, what a
     /// [`KindRegistry`](workerutil::KindRegistry) dispatches on.
     pub kind: bool,
+    /// `payload jsonb NOT NULL DEFAULT '{}'`, where typed jobs keep their
+    /// arguments ([`NewJob::args`](crate::NewJob::args); with `kind`, what
+    /// [`OptionalColumns::typed`] adds).
+    pub payload: bool,
     /// No column: an index on `finished_at` over the final states, so the
     /// [`Purger`](crate::maintenance::Purger) finds old rows without scanning the table.
     pub retention: bool,
@@ -147,10 +151,31 @@ impl OptionalColumns {
             priority: true,
             max_retries: true,
             kind: true,
+            payload: true,
             retention: true,
             flags: true,
             error_history: true,
             results: true,
+        }
+    }
+
+    /// The columns typed jobs need ([`crate::job`]): `kind` and `payload`.
+    ///
+    /// ```
+    /// let ddl = dbworker::ddl::optional_columns_sql(
+    ///     "jobs",
+    ///     &Default::default(),
+    ///     dbworker::ddl::OptionalColumns::typed(),
+    /// )
+    /// .unwrap();
+    /// assert!(ddl.contains(r#"ADD COLUMN IF NOT EXISTS "kind" text"#));
+    /// assert!(ddl.contains(r#"ADD COLUMN IF NOT EXISTS "payload" jsonb NOT NULL DEFAULT '{}'"#));
+    /// ```
+    pub fn typed() -> Self {
+        OptionalColumns {
+            kind: true,
+            payload: true,
+            ..OptionalColumns::default()
         }
     }
 }
@@ -217,6 +242,13 @@ CREATE INDEX IF NOT EXISTS {finished_idx} ON {table} ({finished_at}) WHERE {stat
         ddl.push_str(&format!(
             r#"-- Job kinds: one table, a handler per kind (workerutil::KindRegistry).
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "kind" text NOT NULL DEFAULT 'default';
+"#
+        ));
+    }
+    if columns.payload {
+        ddl.push_str(&format!(
+            r#"-- Typed jobs' arguments as JSON: EnqueueOptions::payload_column = Some("payload").
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "payload" jsonb NOT NULL DEFAULT '{{}}';
 "#
         ));
     }

@@ -193,8 +193,9 @@ impl Enqueuer {
             .collect();
         let rows: Vec<JobRow<'_>> = jobs.iter().map(NewJob::row).collect();
         let mut ids = Vec::with_capacity(tasks.len());
-        // Each row binds its values plus run-at, priority, queue, retry limit and kind at most.
-        let per_row = jobs.iter().map(|j| j.values().len() + 5).max().unwrap_or(1);
+        // Each row binds its values plus run-at, priority, queue, retry limit,
+        // kind, flags and arguments at most.
+        let per_row = jobs.iter().map(|j| j.values().len() + 7).max().unwrap_or(1);
         for chunk in rows.chunks((super::MAX_BIND_PARAMETERS / per_row).max(1)) {
             let inserted = sql::enqueue_rows(&self.target, chunk)
                 .query()

@@ -3,6 +3,8 @@
 //! with run-at, priority, queue and job keys (dedupe).
 
 mod after;
+mod args;
+mod check;
 mod copy;
 mod new_job;
 mod partitioned;
@@ -17,7 +19,7 @@ use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{
     BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
-    column_name, deps_table, is_identifier,
+    column_name, deps_table,
 };
 use crate::error::{Error, Result};
 use crate::sql::{self, EnqueueTable, JobRow, WorkflowTable};
@@ -63,6 +65,11 @@ pub struct EnqueueOptions {
     /// The `text[]` column holding a job's flags (`--flags` adds `flags`).
     /// `None`: [`NewJob::flags`] is refused.
     pub flags_column: Option<String>,
+    /// The `jsonb` column typed jobs' arguments go to ([`NewJob::args`];
+    /// `--payload` adds `payload`), checked to be `jsonb` by
+    /// [`Enqueuer::new`]. Untyped jobs may still set it by name. `None`:
+    /// [`NewJob::args`] is refused.
+    pub payload_column: Option<String>,
     /// The table has workflows (`dbworker migration --workflows`): jobs may
     /// wait for other jobs ([`NewJob::after`], [`Workflows`](crate::workflow::Workflows)).
     /// `false` (the default): [`NewJob::after`] is refused.
@@ -82,6 +89,21 @@ impl EnqueueOptions {
         EnqueueOptions {
             table_name: table_name.into(),
             ..Default::default()
+        }
+    }
+
+    /// Options for a table with the columns typed jobs need, `kind` and
+    /// `payload` (`dbworker migration --typed`): see [`crate::job`].
+    ///
+    /// ```
+    /// let options = dbworker::enqueue::EnqueueOptions::typed("jobs");
+    /// assert_eq!(options.payload_column.as_deref(), Some("payload"));
+    /// ```
+    pub fn typed(table_name: impl Into<String>) -> Self {
+        EnqueueOptions {
+            kind_column: Some("kind".into()),
+            payload_column: Some("payload".into()),
+            ..EnqueueOptions::new(table_name)
         }
     }
 
@@ -113,6 +135,7 @@ impl EnqueueOptions {
             max_retries: optional("max_retries_column", &self.max_retries_column)?,
             kind: optional("kind_column", &self.kind_column)?,
             flags: optional("flags_column", &self.flags_column)?,
+            payload: optional("payload_column", &self.payload_column)?,
             key_table: None,
             table,
             columns,
@@ -201,6 +224,18 @@ impl Enqueuer {
             "or not visible on the search_path",
         )
         .await?;
+        if let Some(column) = &target.payload {
+            let hint = "; `dbworker migration --payload` adds it";
+            let problem = crate::schema_check::jsonb_column_problem(
+                pool,
+                &target.table,
+                column,
+                "payload_column",
+                hint,
+            )
+            .await?;
+            crate::schema_check::none(problem.into_iter().collect())?;
+        }
         let partitioned = crate::schema_check::is_partitioned(pool, &target.table).await?;
         if partitioned {
             target.key_table = partitioned::check(pool, &target, options.workflows).await?;
@@ -389,8 +424,9 @@ impl Enqueuer {
         }
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let mut ids = Vec::with_capacity(jobs.len());
-        // Each row binds its values plus run-at, priority, queue, retry limit, kind and flags at most.
-        let per_row = jobs.iter().map(|j| j.values().len() + 6).max().unwrap_or(1);
+        // Each row binds its values plus run-at, priority, queue, retry limit,
+        // kind, flags and arguments at most.
+        let per_row = jobs.iter().map(|j| j.values().len() + 7).max().unwrap_or(1);
         let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
         for chunk in jobs.chunks(rows_per_statement) {
             let rows: Vec<JobRow<'_>> = chunk.iter().map(NewJob::row).collect();
@@ -425,7 +461,7 @@ impl Enqueuer {
         let Some(first) = jobs.first() else {
             return Ok(0);
         };
-        fn shape(j: &NewJob) -> (Vec<&str>, [bool; 5]) {
+        fn shape(j: &NewJob) -> (Vec<&str>, [bool; 6]) {
             (
                 j.columns().collect(),
                 [
@@ -434,6 +470,7 @@ impl Enqueuer {
                     j.max_retries_value().is_some(),
                     j.kind_value().is_some(),
                     j.flags_value().is_some(),
+                    j.payload_value().is_some(),
                 ],
             )
         }
@@ -460,6 +497,7 @@ impl Enqueuer {
             (first.max_retries_value().is_some(), &t.max_retries),
             (first.kind_value().is_some(), &t.kind),
             (first.flags_value().is_some(), &t.flags),
+            (first.payload_value().is_some(), &t.payload),
         ];
         columns.extend(
             optional
@@ -500,6 +538,9 @@ impl Enqueuer {
             if let Some(f) = job.flags_value() {
                 fields.push(copy_escape(&array_text(f)));
             }
+            if let (Some(column), Some(p)) = (&t.payload, job.payload_value()) {
+                fields.push(copy_text(column, p)?);
+            }
             data.push_str(&fields.join("\t"));
             data.push('\n');
         }
@@ -513,78 +554,5 @@ impl Enqueuer {
         let rows = copy.finish().await.map_err(Error::db("enqueue_copy"))?;
         tx.commit().await.map_err(Error::db("commit"))?;
         Ok(rows)
-    }
-
-    /// Refuses options this table was not configured for.
-    pub(crate) fn check_job(&self, job: &NewJob) -> Result<()> {
-        let t = &self.target;
-        let refuse = |field: &'static str, what: &str| {
-            Err(Error::InvalidOption {
-                field,
-                reason: format!("the job sets a {what}, but EnqueueOptions::{field} is not set"),
-            })
-        };
-        if job.key_value().is_some() && t.key.is_none() {
-            return refuse("key_column", "key");
-        }
-        if job.queue_value().is_some() && t.queue.is_none() {
-            return refuse("queue_column", "queue");
-        }
-        if job.priority_value().is_some() && t.priority.is_none() {
-            return refuse("priority_column", "priority");
-        }
-        if job.max_retries_value().is_some() && t.max_retries.is_none() {
-            return refuse("max_retries_column", "retry limit");
-        }
-        if job.kind_value().is_some() && t.kind.is_none() {
-            return refuse("kind_column", "kind");
-        }
-        if job.flags_value().is_some() && t.flags.is_none() {
-            return refuse("flags_column", "flags");
-        }
-        if let Some(what) = job.nul_field() {
-            return Err(Error::NulCharacter { what });
-        }
-        // graphile-worker's limits: names an operator reads and filters by.
-        for (field, value, max) in [
-            ("queue", job.queue_value(), MAX_NAME_CHARS),
-            ("kind", job.kind_value(), MAX_NAME_CHARS),
-            ("key", job.key_value().map(|(k, _)| k), MAX_KEY_CHARS),
-        ] {
-            if let Some(value) = value
-                && value.chars().count() > max
-            {
-                return Err(Error::InvalidOption {
-                    field,
-                    reason: format!(
-                        "is {} characters long; at most {max} are allowed",
-                        value.chars().count()
-                    ),
-                });
-            }
-        }
-        for (column, _) in job.values() {
-            if !is_identifier(column) {
-                return Err(Error::InvalidOption {
-                    field: "column",
-                    reason: format!("{column:?} is not a plain identifier"),
-                });
-            }
-            let standard = t
-                .columns
-                .expected_types()
-                .iter()
-                .any(|(_, c, _)| *c == column.as_str());
-            let optional = t.optional_columns().any(|c| c == column);
-            if standard || optional {
-                return Err(Error::InvalidOption {
-                    field: "column",
-                    reason: format!(
-                        "{column:?} is managed by dbworker; use the NewJob option for it"
-                    ),
-                });
-            }
-        }
-        Ok(())
     }
 }

@@ -97,6 +97,8 @@ pub struct NewJob {
     max_retries: Option<u32>,
     kind: Option<String>,
     flags: Option<Vec<String>>,
+    /// Typed arguments (`NewJob::args`), for the enqueuer's payload column.
+    payload: Option<Value>,
     key: Option<(String, KeyMode)>,
     after: Vec<(i64, DependencyPolicy)>,
 }
@@ -230,6 +232,7 @@ impl NewJob {
             max_retries: self.max_retries,
             kind: self.kind.as_deref(),
             flags: self.flags.as_deref(),
+            payload: self.payload.as_ref(),
         }
     }
 
@@ -247,6 +250,9 @@ impl NewJob {
         }
         if let Some(flag) = self.flags.iter().flatten().find(|f| f.contains('\0')) {
             return Some(format!("the job's flag {flag:?}"));
+        }
+        if let Some(at) = self.payload.as_ref().and_then(nul_in) {
+            return Some(format!("the job's arguments{at}"));
         }
         self.values.iter().find_map(|(column, value)| {
             Some(format!("the job's column `{column}`{}", nul_in(value)?))
@@ -279,6 +285,16 @@ impl NewJob {
 
     pub(crate) fn max_retries_value(&self) -> Option<u32> {
         self.max_retries
+    }
+
+    pub(crate) fn payload_value(&self) -> Option<&Value> {
+        self.payload.as_ref()
+    }
+
+    /// Sets the typed arguments' JSON (see `enqueue/args.rs`).
+    pub(super) fn with_payload(mut self, payload: serde_json::Value) -> Self {
+        self.payload = Some(Value::Json(Some(Box::new(payload))));
+        self
     }
 
     pub(crate) fn key_value(&self) -> Option<(&str, KeyMode)> {

@@ -21,6 +21,10 @@ pub(crate) struct EnqueueTable {
     pub(crate) max_retries: Option<String>,
     pub(crate) kind: Option<String>,
     pub(crate) flags: Option<String>,
+    /// The `jsonb` column typed jobs' arguments go to. Not among
+    /// `optional_columns`: it is the application's column, which untyped jobs
+    /// may set by name.
+    pub(crate) payload: Option<String>,
     /// A partitioned table's key table (`<table>_keys`): keyed inserts go
     /// through it, since the table can have no unique index on the key.
     pub(crate) key_table: Option<Relation>,
@@ -63,6 +67,8 @@ pub(crate) struct JobRow<'a> {
     pub(crate) max_retries: Option<u32>,
     pub(crate) kind: Option<&'a str>,
     pub(crate) flags: Option<&'a [String]>,
+    /// Typed arguments, for the payload column (a JSON value).
+    pub(crate) payload: Option<&'a sea_query::Value>,
 }
 
 /// What a keyed insert does when a live job holds the key (the enqueue side's
@@ -147,6 +153,9 @@ pub(super) fn enqueue_columns(
     if let (Some(column), Some(f)) = (&t.flags, job.flags) {
         row.push((column.clone(), flags_value(f)));
     }
+    if let (Some(column), Some(p)) = (&t.payload, job.payload) {
+        row.push((column.clone(), Expr::val(p.clone())));
+    }
     if let (Some(column), Some(k)) = (&t.key, key) {
         row.push((column.clone(), Expr::val(k)));
     }
@@ -220,6 +229,7 @@ pub(super) fn replaced_columns(t: &EnqueueTable, job: &JobRow<'_>, mode: OnKey) 
         (job.max_retries.is_some(), &t.max_retries),
         (job.kind.is_some(), &t.kind),
         (job.flags.is_some(), &t.flags),
+        (job.payload.is_some(), &t.payload),
     ] {
         if set {
             updated.extend(column.clone());

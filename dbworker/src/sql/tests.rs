@@ -31,6 +31,7 @@ fn enqueue_target() -> EnqueueTable {
         max_retries: Some("max_retries".into()),
         kind: None,
         flags: Some("flags".into()),
+        payload: None,
         key_table: None,
     }
 }
@@ -106,6 +107,7 @@ fn row(values: &[(String, sea_query::Value)]) -> JobRow<'_> {
         max_retries: None,
         kind: None,
         flags: None,
+        payload: None,
     }
 }
 
@@ -163,6 +165,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
     let payload_a = [("payload".to_owned(), sea_query::Value::from("a"))];
     let cost_3 = [("cost".to_owned(), sea_query::Value::from(3))];
     let flags = ["gpu".to_owned(), "slow".to_owned()];
+    let typed_args = sea_query::Value::Json(Some(Box::new(serde_json::json!({"to": "a@b.c"}))));
     let a = admin_table();
     let filter = JobFilter {
         states: vec![JobState::Failed],
@@ -349,6 +352,22 @@ fn statements() -> Vec<(&'static str, Statement)> {
                         ..row(&cost_3)
                     },
                 ],
+            ),
+        ),
+        (
+            "enqueue_typed",
+            enqueue_rows(
+                &EnqueueTable {
+                    kind: Some("kind".into()),
+                    payload: Some("args".into()),
+                    ..enqueue_target()
+                },
+                &[JobRow {
+                    kind: Some("send_email"),
+                    payload: Some(&typed_args),
+                    queue: Some("emails"),
+                    ..row(&[])
+                }],
             ),
         ),
         (
@@ -701,6 +720,7 @@ fn quoted_statements() -> Vec<(&'static str, Statement)> {
         max_retries: None,
         kind: None,
         flags: None,
+        payload: None,
         key_table: None,
     };
     let payload = [("payload".to_owned(), sea_query::Value::from("p"))];

@@ -3,11 +3,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sqlx::{PgConnection, Row};
 use workerutil::{Job, Lease, Record};
 
 use super::DbStore;
-use crate::error::Error;
+use crate::error::{Error, from_json, to_json};
 use crate::sql;
 
 /// A job dequeued from a [`DbStore`](super::DbStore): the record and, in transactional
@@ -78,6 +80,11 @@ impl<R> DbJob<R> {
     /// `jsonb` cannot store ([`Error::NulCharacter`], naming where it is).
     /// Without a result column the call is refused ([`Error::InvalidOption`]).
     ///
+    /// The result is any `Serialize` value (a `serde_json::Value`, or a type
+    /// of yours that [`upstream_result`](Self::upstream_result) reads back);
+    /// one that does not serialize (a map with non-string keys) is refused
+    /// with [`Error::Json`], and the job fails with it too.
+    ///
     /// ```no_run
     /// # use dbworker::{DbJob, DbStore};
     /// # use workerutil::{HandlerError, JobContext};
@@ -86,12 +93,22 @@ impl<R> DbJob<R> {
     /// Ok(())
     /// # }
     /// ```
-    pub fn set_result(&mut self, result: serde_json::Value) -> Result<(), Error> {
+    pub fn set_result(&mut self, result: impl Serialize) -> Result<(), Error> {
         let Some(cap) = self.result_cap else {
             return Err(Error::InvalidOption {
                 field: "result_column",
                 reason: "DbJob::set_result needs StoreOptions::result_column (dbworker migration --results adds `result`)".into(),
             });
+        };
+        let what = || "cannot write the job's result".to_owned();
+        let result = match to_json(&result, what) {
+            Ok(result) => result,
+            Err(err) => {
+                // Kept for the mark (Error is not Clone): the job fails with it.
+                self.result_refused = to_json(&result, what).err();
+                self.result = None;
+                return Err(err);
+            }
         };
         let bytes = result.to_string().len();
         let refused = || match crate::message::nul_path(&result) {
@@ -158,6 +175,41 @@ impl<R> DbJob<R> {
                 (r.get("name"), result.unwrap_or(serde_json::Value::Null))
             })
             .collect())
+    }
+
+    /// The result of the upstream job `task` (a task name, or an id as
+    /// text: the keys of [`upstream_results`](Self::upstream_results)),
+    /// read as a `T`. `None` when no such upstream job completed. A result
+    /// that does not fit `T` is [`Error::Json`], naming the task and the
+    /// path of the first mismatch; an upstream that completed without a
+    /// result is JSON `null` (read it as an `Option`).
+    ///
+    /// ```no_run
+    /// # use dbworker::{DbJob, DbStore};
+    /// # #[derive(Debug)] struct Job { id: i64 }
+    /// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Extracted { rows: i64, file: String }
+    ///
+    /// # async fn handle(job: &mut DbJob<Job>, store: &DbStore<Job>) -> Result<(), dbworker::Error> {
+    /// let extracted: Option<Extracted> = job.upstream_result(store, "extract").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn upstream_result<T: DeserializeOwned>(
+        &mut self,
+        store: &DbStore<R>,
+        task: &str,
+    ) -> Result<Option<T>, Error>
+    where
+        R: Record,
+    {
+        let Some(result) = self.upstream_results(store).await?.remove(task) else {
+            return Ok(None);
+        };
+        from_json(&result, || {
+            format!("cannot read the result of upstream task {task:?}")
+        })
+        .map(Some)
     }
 }
 

@@ -1,0 +1,99 @@
+//! The checks every enqueue path runs on a job before any statement: options
+//! the table was not configured for, names too long, NUL characters, columns
+//! that are dbworker's.
+
+use crate::columns::is_identifier;
+use crate::error::{Error, Result};
+
+use super::{Enqueuer, MAX_KEY_CHARS, MAX_NAME_CHARS, NewJob};
+
+impl Enqueuer {
+    /// Refuses options this table was not configured for.
+    pub(crate) fn check_job(&self, job: &NewJob) -> Result<()> {
+        let t = &self.target;
+        let refuse = |field: &'static str, what: &str| {
+            Err(Error::InvalidOption {
+                field,
+                reason: format!("the job sets a {what}, but EnqueueOptions::{field} is not set"),
+            })
+        };
+        if job.key_value().is_some() && t.key.is_none() {
+            return refuse("key_column", "key");
+        }
+        if job.queue_value().is_some() && t.queue.is_none() {
+            return refuse("queue_column", "queue");
+        }
+        if job.priority_value().is_some() && t.priority.is_none() {
+            return refuse("priority_column", "priority");
+        }
+        if job.max_retries_value().is_some() && t.max_retries.is_none() {
+            return refuse("max_retries_column", "retry limit");
+        }
+        if job.kind_value().is_some() && t.kind.is_none() {
+            return refuse("kind_column", "kind");
+        }
+        if job.flags_value().is_some() && t.flags.is_none() {
+            return refuse("flags_column", "flags");
+        }
+        if job.payload_value().is_some() {
+            let Some(payload) = &t.payload else {
+                return Err(Error::InvalidOption {
+                    field: "payload_column",
+                    reason: "the job has typed arguments (NewJob::args), but EnqueueOptions::payload_column is not set".into(),
+                });
+            };
+            if job.columns().any(|c| c == payload) {
+                return Err(Error::InvalidOption {
+                    field: "column",
+                    reason: format!(
+                        "the job sets the payload column {payload:?} by name and has typed arguments for it; set one"
+                    ),
+                });
+            }
+        }
+        if let Some(what) = job.nul_field() {
+            return Err(Error::NulCharacter { what });
+        }
+        // graphile-worker's limits: names an operator reads and filters by.
+        for (field, value, max) in [
+            ("queue", job.queue_value(), MAX_NAME_CHARS),
+            ("kind", job.kind_value(), MAX_NAME_CHARS),
+            ("key", job.key_value().map(|(k, _)| k), MAX_KEY_CHARS),
+        ] {
+            if let Some(value) = value
+                && value.chars().count() > max
+            {
+                return Err(Error::InvalidOption {
+                    field,
+                    reason: format!(
+                        "is {} characters long; at most {max} are allowed",
+                        value.chars().count()
+                    ),
+                });
+            }
+        }
+        for (column, _) in job.values() {
+            if !is_identifier(column) {
+                return Err(Error::InvalidOption {
+                    field: "column",
+                    reason: format!("{column:?} is not a plain identifier"),
+                });
+            }
+            let standard = t
+                .columns
+                .expected_types()
+                .iter()
+                .any(|(_, c, _)| *c == column.as_str());
+            let optional = t.optional_columns().any(|c| c == column);
+            if standard || optional {
+                return Err(Error::InvalidOption {
+                    field: "column",
+                    reason: format!(
+                        "{column:?} is managed by dbworker; use the NewJob option for it"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}

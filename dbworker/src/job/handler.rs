@@ -1,0 +1,194 @@
+//! Typed handlers: `JobHandler` receives the deserialized arguments;
+//! `ArgsHandler` makes one a `workerutil::Handler`.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use workerutil::{Handler, HandlerError, JobContext, KindOptions, Retry};
+
+use super::{ArgsRecord, JobArgs, TypedJob};
+use crate::error::{Error, from_json};
+use crate::store::{DbJob, DbStore};
+
+/// Handles one kind of job with its arguments already read: register it
+/// with [`ArgsRegistry::register_args`](super::ArgsRegistry::register_args)
+/// (or wrap it in [`ArgsHandler`] for a table with one kind).
+///
+/// Arguments that do not deserialize never reach `handle`: the job fails,
+/// non-retryable, with [`Error::Json`] naming the kind and the path of the
+/// first mismatch (`cannot read the arguments of kind "send_email" (at
+/// $.to): invalid type: integer `5`, expected a string`).
+///
+/// ```no_run
+/// use dbworker::job::{JobArgs, JobHandler, TypedJob};
+/// use dbworker::{DbJob, DbStore};
+/// use workerutil::{HandlerError, JobContext, async_trait};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct SendEmail { to: String }
+/// impl JobArgs for SendEmail { const KIND: &'static str = "send_email"; }
+///
+/// struct Mailer;
+///
+/// #[async_trait]
+/// impl JobHandler for Mailer {
+///     type Args = SendEmail;
+///
+///     async fn handle(
+///         &self,
+///         args: SendEmail,
+///         job: &mut DbJob<TypedJob>,
+///         _ctx: &JobContext<DbStore<TypedJob>>,
+///     ) -> Result<(), HandlerError> {
+///         let tx = job.tx().expect("transactional handling");
+///         sqlx::query("INSERT INTO sent (address) VALUES ($1)")
+///             .bind(&args.to)
+///             .execute(tx)
+///             .await?;
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
+    /// The kind's arguments.
+    type Args: JobArgs;
+
+    /// Processes one job, as [`Handler::handle`] does, given its arguments.
+    async fn handle(
+        &self,
+        args: Self::Args,
+        job: &mut DbJob<R>,
+        ctx: &JobContext<DbStore<R>>,
+    ) -> Result<(), HandlerError>;
+}
+
+/// A [`JobHandler`] as a [`Handler`]: reads each job's arguments, then runs
+/// it. [`ArgsRegistry::register_args`](super::ArgsRegistry::register_args)
+/// wraps handlers in it; use it alone as a worker's handler when a table
+/// holds one kind of job. It answers [`Handler::max_runtime`] and
+/// [`Handler::retry`] with the kind's [`JobDefaults`](super::JobDefaults).
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use dbworker::{DbJob, DbStore, job::{JobArgs, JobHandler, TypedJob}};
+/// # use workerutil::{HandlerError, JobContext, async_trait};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
+/// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
+/// # struct Resizer;
+/// # #[async_trait] impl JobHandler for Resizer {
+/// #     type Args = Resize;
+/// #     async fn handle(&self, _: Resize, _: &mut DbJob<TypedJob>, _: &JobContext<DbStore<TypedJob>>) -> Result<(), HandlerError> { Ok(()) }
+/// # }
+/// # fn f(store: Arc<DbStore<TypedJob>>) -> Result<(), dbworker::Error> {
+/// use dbworker::job::ArgsHandler;
+///
+/// // Every job of this table is a `Resize`.
+/// let handler = ArgsHandler::new(Resizer);
+/// let worker = dbworker::new_worker(store, handler, workerutil::WorkerOptions::new("resize"))?;
+/// # let _ = worker; Ok(()) }
+/// ```
+pub struct ArgsHandler<H> {
+    handler: H,
+    options: KindOptions,
+}
+
+impl<H> fmt::Debug for ArgsHandler<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArgsHandler")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H> ArgsHandler<H> {
+    /// Wraps `handler`, with its kind's defaults.
+    ///
+    /// # Panics
+    ///
+    /// If the kind is empty or its [`JobDefaults`](super::JobDefaults) fail
+    /// validation: a configuration error, named with the kind.
+    pub fn new<R: ArgsRecord>(handler: H) -> ArgsHandler<H>
+    where
+        H: JobHandler<R>,
+    {
+        let kind = <H::Args as JobArgs>::KIND;
+        let defaults = <H::Args as JobArgs>::defaults();
+        if let Err(err) = super::args::check_kind(kind).and_then(|()| defaults.validate()) {
+            panic!("invalid job kind {kind:?}: {err}");
+        }
+        ArgsHandler {
+            handler,
+            options: defaults.kind_options(),
+        }
+    }
+
+    /// The options its kind is registered with.
+    pub(crate) fn options(&self) -> &KindOptions {
+        &self.options
+    }
+}
+
+/// Reads a record's arguments as `A`, naming the kind and the failing path.
+pub(crate) fn read_args<A: JobArgs>(record: &impl ArgsRecord) -> Result<A, Error> {
+    from_json(record.payload(), || {
+        format!("cannot read the arguments of kind {:?}", record.kind())
+    })
+}
+
+#[async_trait]
+impl<R, H> Handler<DbStore<R>> for ArgsHandler<H>
+where
+    R: ArgsRecord,
+    H: JobHandler<R>,
+{
+    async fn handle(
+        &self,
+        job: &mut DbJob<R>,
+        ctx: &JobContext<DbStore<R>>,
+    ) -> Result<(), HandlerError> {
+        // Retrying cannot make a payload fit its type.
+        let args = read_args::<H::Args>(job.record()).map_err(HandlerError::non_retryable)?;
+        self.handler.handle(args, job, ctx).await
+    }
+
+    fn max_runtime(&self, _record: &R) -> Option<Duration> {
+        self.options.max_runtime
+    }
+
+    fn retry(&self, _record: &R) -> Option<Retry> {
+        self.options.retry.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Email {
+        to: String,
+        cc: Vec<String>,
+    }
+
+    impl JobArgs for Email {
+        const KIND: &'static str = "email";
+    }
+
+    #[test]
+    fn a_mismatch_names_the_kind_and_the_path() {
+        let record = TypedJob::new(1, "email", serde_json::json!({"to": "a", "cc": ["b", 3]}));
+        let err = read_args::<Email>(&record).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "cannot read the arguments of kind \"email\" (at $.cc[1]): invalid type: integer `3`, expected a string"
+        );
+        let record = TypedJob::new(1, "email", serde_json::json!({"cc": []}));
+        let err = read_args::<Email>(&record).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "cannot read the arguments of kind \"email\" (at $): missing field `to`"
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! Typed jobs: a Rust type per kind of job, serialized into the job's
+//! `jsonb` payload column on enqueue and deserialized for its handler.
+//!
+//! - [`JobArgs`]: the arguments, their [`KIND`](JobArgs::KIND) and the
+//!   kind's [`JobDefaults`] (queue, priority, retries, timeout).
+//! - [`NewJob::args`](crate::NewJob::args) and
+//!   [`Enqueuer::enqueue_args`](crate::Enqueuer::enqueue_args): typed
+//!   enqueue, with every [`NewJob`](crate::NewJob) option.
+//! - [`JobHandler`]: receives the arguments; registered per kind with
+//!   [`ArgsRegistry::register_args`], or alone through [`ArgsHandler`].
+//! - [`ArgsRecord`]: a record that carries the kind and the payload;
+//!   [`TypedJob`] is a ready-made one.
+//!
+//! The guide's "Typed jobs" chapter walks through them.
+
+mod args;
+mod defaults;
+mod handler;
+mod record;
+mod registry;
+
+pub use args::JobArgs;
+pub(crate) use args::check_kind;
+pub use defaults::JobDefaults;
+pub use handler::{ArgsHandler, JobHandler};
+pub use record::{ArgsRecord, TypedJob};
+pub use registry::ArgsRegistry;

@@ -1,0 +1,745 @@
+//! Typed jobs on Postgres: arguments enqueued through `NewJob::args` (one,
+//! in a transaction, many, COPY, a workflow) reach their `JobHandler`
+//! deserialized, in both handling modes and on a table of one's own with
+//! renamed columns; a payload that does not fit its type fails only its
+//! job, naming the kind and the field; a kind's defaults set its queue,
+//! priority, timeout and retries; results round-trip as Rust types.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dbworker::{
+    DbJob, DbStore, Enqueuer, Error, Handling, NewJob, RetryPolicy, StoreOptions,
+    ddl::{OptionalColumns, job_table_sql, workflows_sql},
+    enqueue::EnqueueOptions,
+    job::{ArgsRegistry, JobArgs, JobDefaults, JobHandler, TypedJob},
+    new_worker,
+    workflow::{Task, Workflow, WorkflowOptions, Workflows},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use workerutil::{HandlerError, JobContext, KindRegistry, WorkerOptions, async_trait};
+
+use common::Db;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+impl JobArgs for Add {
+    const KIND: &'static str = "add";
+
+    fn defaults() -> JobDefaults {
+        JobDefaults::new().queue("math").priority(3)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Greet {
+    name: String,
+    #[serde(default)]
+    loud: bool,
+}
+
+impl JobArgs for Greet {
+    const KIND: &'static str = "greet";
+}
+
+/// What the handlers saw: (job id, what they computed).
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<BTreeMap<i64, String>>>);
+
+impl Seen {
+    fn take(&self) -> BTreeMap<i64, String> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+/// Adds; in transactional handling also writes the sum in the job's
+/// transaction.
+struct Adder(Seen);
+
+#[async_trait]
+impl JobHandler for Adder {
+    type Args = Add;
+
+    async fn handle(
+        &self,
+        args: Add,
+        job: &mut DbJob<TypedJob>,
+        _ctx: &JobContext<DbStore<TypedJob>>,
+    ) -> Result<(), HandlerError> {
+        let id = job.record().id;
+        let sum = args.a + args.b;
+        if let Some(tx) = job.tx() {
+            sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, $2)")
+                .bind(id)
+                .bind(sum.to_string())
+                .execute(tx)
+                .await?;
+        }
+        self.0.0.lock().unwrap().insert(id, sum.to_string());
+        Ok(())
+    }
+}
+
+struct Greeter(Seen);
+
+#[async_trait]
+impl JobHandler for Greeter {
+    type Args = Greet;
+
+    async fn handle(
+        &self,
+        args: Greet,
+        job: &mut DbJob<TypedJob>,
+        _ctx: &JobContext<DbStore<TypedJob>>,
+    ) -> Result<(), HandlerError> {
+        let greeting = format!("hello {}", args.name);
+        let greeting = if args.loud {
+            greeting.to_uppercase()
+        } else {
+            greeting
+        };
+        self.0.0.lock().unwrap().insert(job.record().id, greeting);
+        Ok(())
+    }
+}
+
+/// The common `jobs` table (it has `payload`) with `kind`, `queue` and
+/// `priority`.
+async fn set_up() -> Db {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| {
+            *c = OptionalColumns::typed();
+            c.queue = true;
+            c.priority = true;
+        },
+        &[],
+    )
+    .await;
+    db
+}
+
+async fn enqueuer(db: &Db) -> Enqueuer {
+    let mut o = EnqueueOptions::typed("jobs");
+    o.queue_column = Some("queue".into());
+    o.priority_column = Some("priority".into());
+    Enqueuer::new(&db.pool, o).await.unwrap()
+}
+
+async fn store(db: &Db, handling: Handling) -> Arc<DbStore<TypedJob>> {
+    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
+    o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
+    o.handling = handling;
+    o.max_num_retries = 5;
+    o.retry = RetryPolicy::fixed(Duration::ZERO);
+    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
+}
+
+fn worker_options() -> WorkerOptions {
+    let mut o = WorkerOptions::new("typed");
+    o.num_handlers = 4;
+    o.interval = Duration::from_millis(10);
+    o
+}
+
+/// Runs both typed handlers until the queue is empty; returns what they saw.
+async fn run(store: Arc<DbStore<TypedJob>>) -> BTreeMap<i64, String> {
+    let seen = Seen::default();
+    let registry = KindRegistry::for_args()
+        .register_args(Adder(seen.clone()))
+        .register_args(Greeter(seen.clone()));
+    new_worker(store, registry, worker_options())
+        .unwrap()
+        .run_until_empty()
+        .await;
+    seen.take()
+}
+
+async fn typed_jobs_reach_their_handlers(handling: Handling) {
+    let db = set_up().await;
+    let enqueuer = enqueuer(&db).await;
+    let one = enqueuer
+        .enqueue_args(&Add { a: 1, b: 2 })
+        .await
+        .unwrap()
+        .id();
+    // In the caller's transaction: one commits, one rolls back.
+    let mut tx = db.pool.begin().await.unwrap();
+    let committed = enqueuer
+        .enqueue_args_in(
+            &mut tx,
+            &Greet {
+                name: "ada".into(),
+                loud: true,
+            },
+        )
+        .await
+        .unwrap()
+        .id();
+    tx.commit().await.unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    enqueuer
+        .enqueue_args_in(&mut tx, &Add { a: 100, b: 100 })
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    // Many, with NewJob options over the kind's defaults.
+    let many = enqueuer
+        .enqueue_many(&[
+            NewJob::args(&Add { a: 3, b: 4 }).unwrap().priority(9),
+            NewJob::args(&Greet {
+                name: "bob".into(),
+                loud: false,
+            })
+            .unwrap()
+            .run_after(Duration::from_millis(1)),
+        ])
+        .await
+        .unwrap();
+    // COPY, and a payload missing a field the type defaults.
+    let copied = enqueuer
+        .enqueue_copy(&[NewJob::args(&Add { a: 5, b: 6 }).unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(copied, 1);
+    let defaulted = enqueuer
+        .enqueue(
+            &NewJob::new()
+                .kind(Greet::KIND)
+                .json("payload", json!({"name": "cy"})),
+        )
+        .await
+        .unwrap()
+        .id();
+
+    // The kind's defaults, and the override, are in the rows.
+    let placed: Vec<(String, String, i32)> =
+        sqlx::query_as("SELECT kind, queue, priority FROM jobs ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        placed,
+        [
+            ("add", "math", 3),
+            ("greet", "default", 0),
+            ("add", "math", 9),
+            ("greet", "default", 0),
+            ("add", "math", 3),
+            ("greet", "default", 0),
+        ]
+        .map(|(k, q, p)| (k.to_owned(), q.to_owned(), p))
+    );
+    assert_eq!(
+        db.scalar::<serde_json::Value>("SELECT payload FROM jobs WHERE id = $1", one)
+            .await,
+        json!({"a": 1, "b": 2})
+    );
+
+    let seen = run(store(&db, handling).await).await;
+    assert_eq!(db.count("completed").await, 6, "{handling:?}");
+    let copied_id = many[1] + 1;
+    assert_eq!(
+        seen,
+        BTreeMap::from([
+            (one, "3".to_owned()),
+            (committed, "HELLO ADA".to_owned()),
+            (many[0], "7".to_owned()),
+            (many[1], "hello bob".to_owned()),
+            (copied_id, "11".to_owned()),
+            (defaulted, "hello cy".to_owned()),
+        ]),
+        "{handling:?}"
+    );
+    if handling == Handling::Transactional {
+        let written: Vec<String> =
+            sqlx::query_scalar("SELECT note FROM side_effects ORDER BY job_id")
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(written, ["3", "7", "11"]);
+    }
+}
+
+#[tokio::test]
+async fn typed_jobs_reach_their_handlers_in_transactional_handling() {
+    typed_jobs_reach_their_handlers(Handling::Transactional).await;
+}
+
+#[tokio::test]
+async fn typed_jobs_reach_their_handlers_in_heartbeat_handling() {
+    typed_jobs_reach_their_handlers(Handling::Heartbeat).await;
+}
+
+async fn failure_message(db: &Db, id: i64) -> String {
+    db.scalar("SELECT failure_message FROM jobs WHERE id = $1", id)
+        .await
+}
+
+async fn a_payload_that_does_not_fit_fails_only_its_job(handling: Handling) {
+    let db = set_up().await;
+    let enqueuer = enqueuer(&db).await;
+    let mut good = Vec::new();
+    for n in 0..6 {
+        good.push(
+            enqueuer
+                .enqueue_args(&Add { a: n, b: n })
+                .await
+                .unwrap()
+                .id(),
+        );
+    }
+    let raw = |kind: &str, payload| NewJob::new().kind(kind).json("payload", payload);
+    let wrong_type = enqueuer
+        .enqueue(&raw("add", json!({"a": 1, "b": "two"})))
+        .await
+        .unwrap()
+        .id();
+    let missing = enqueuer
+        .enqueue(&raw("greet", json!({"loud": true})))
+        .await
+        .unwrap()
+        .id();
+
+    let seen = run(store(&db, handling).await).await;
+    assert_eq!(seen.len(), 6, "{handling:?}: the others ran");
+    for id in good {
+        assert_eq!(db.state(id).await, "completed", "{handling:?}");
+    }
+    // Failed at once, though the store would retry five times.
+    for id in [wrong_type, missing] {
+        assert_eq!(db.state(id).await, "failed", "{handling:?}");
+        let failures: i32 = db
+            .scalar("SELECT num_failures FROM jobs WHERE id = $1", id)
+            .await;
+        assert_eq!(failures, 1, "{handling:?}");
+    }
+    assert_eq!(
+        failure_message(&db, wrong_type).await,
+        "cannot read the arguments of kind \"add\" (at $.b): invalid type: string \"two\", expected i64"
+    );
+    assert_eq!(
+        failure_message(&db, missing).await,
+        "cannot read the arguments of kind \"greet\" (at $): missing field `name`"
+    );
+}
+
+#[tokio::test]
+async fn a_payload_that_does_not_fit_fails_only_its_job_in_transactional_handling() {
+    a_payload_that_does_not_fit_fails_only_its_job(Handling::Transactional).await;
+}
+
+#[tokio::test]
+async fn a_payload_that_does_not_fit_fails_only_its_job_in_heartbeat_handling() {
+    a_payload_that_does_not_fit_fails_only_its_job(Handling::Heartbeat).await;
+}
+
+/// A kind whose jobs outlast its timeout, retried once at once.
+#[derive(Serialize, Deserialize)]
+struct Slow;
+
+impl JobArgs for Slow {
+    const KIND: &'static str = "slow";
+
+    fn defaults() -> JobDefaults {
+        JobDefaults::new()
+            .timeout(Duration::from_millis(200))
+            .max_retries(1)
+            .retry(RetryPolicy::fixed(Duration::ZERO))
+    }
+}
+
+struct Sleeper;
+
+#[async_trait]
+impl JobHandler for Sleeper {
+    type Args = Slow;
+
+    async fn handle(
+        &self,
+        _args: Slow,
+        _job: &mut DbJob<TypedJob>,
+        _ctx: &JobContext<DbStore<TypedJob>>,
+    ) -> Result<(), HandlerError> {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_kinds_defaults_set_its_timeout_and_retries() {
+    let db = set_up().await;
+    // A unit struct is JSON null, which the NOT NULL jsonb column holds.
+    let id = enqueuer(&db).await.enqueue_args(&Slow).await.unwrap().id();
+    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
+    o.max_num_retries = 0; // the kind's max_retries(1) overrides it
+    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let registry = KindRegistry::for_args().register_args(Sleeper);
+    new_worker(store, registry, worker_options())
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(db.state(id).await, "failed");
+    let failures: i32 = db
+        .scalar("SELECT num_failures FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!(failures, 2, "one attempt and the kind's one retry");
+    assert_eq!(
+        failure_message(&db, id).await,
+        "job exceeded maximum runtime of 200ms"
+    );
+}
+
+#[tokio::test]
+async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
+    let db = Db::new().await;
+    let renames = HashMap::from([("state".to_owned(), "status".to_owned())]);
+    db.execute(&job_table_sql("tasks", &renames).unwrap()).await;
+    db.execute(
+        "ALTER TABLE tasks ADD COLUMN task_type text NOT NULL, ADD COLUMN args jsonb NOT NULL",
+    )
+    .await;
+    let mut eo = EnqueueOptions::new("tasks");
+    eo.alternate_column_names = renames.clone();
+    eo.kind_column = Some("task_type".into());
+    eo.payload_column = Some("args".into());
+    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    // Add's default queue needs a queue column this table does not have.
+    let refused = enqueuer.enqueue_args(&Add { a: 1, b: 1 }).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidOption {
+                field: "queue_column",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let ids = enqueuer
+        .enqueue_many(&[
+            NewJob::args(&Greet {
+                name: "dee".into(),
+                loud: false,
+            })
+            .unwrap(),
+            NewJob::args(&Greet {
+                name: "eve".into(),
+                loud: true,
+            })
+            .unwrap(),
+        ])
+        .await
+        .unwrap();
+
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        sqlx::query("UPDATE tasks SET status = 'queued'")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let mut o = StoreOptions::<TypedJob>::from_row("tasks", "tasks t");
+        o.alternate_column_names = renames.clone();
+        o.column_expressions = vec![
+            "t.id".into(),
+            "t.task_type AS kind".into(),
+            "t.args AS payload".into(),
+        ];
+        o.handling = handling;
+        let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+        let seen = Seen::default();
+        let registry = KindRegistry::for_args().register_args(Greeter(seen.clone()));
+        new_worker(store, registry, worker_options())
+            .unwrap()
+            .run_until_empty()
+            .await;
+        assert_eq!(
+            seen.take(),
+            BTreeMap::from([
+                (ids[0], "hello dee".to_owned()),
+                (ids[1], "HELLO EVE".to_owned())
+            ]),
+            "{handling:?}"
+        );
+        let completed: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'completed'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(completed, 2, "{handling:?}");
+    }
+}
+
+#[tokio::test]
+async fn typed_enqueue_names_what_the_table_lacks() {
+    let db = Db::new().await;
+    // No payload column configured: typed arguments have nowhere to go.
+    let mut eo = EnqueueOptions::new("jobs");
+    eo.kind_column = Some("kind".into());
+    db.add_columns(|c| c.kind = true, &[]).await;
+    let plain = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let refused = plain
+        .enqueue_args(&Greet {
+            name: "x".into(),
+            loud: false,
+        })
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidOption {
+                field: "payload_column",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    // Typed arguments and the payload column set by name: one too many.
+    let typed = Enqueuer::new(&db.pool, EnqueueOptions::typed("jobs"))
+        .await
+        .unwrap();
+    let both = NewJob::args(&Greet {
+        name: "x".into(),
+        loud: false,
+    })
+    .unwrap()
+    .json("payload", json!({}));
+    let refused = typed.enqueue(&both).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidOption {
+                field: "column",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    // A payload column that is not jsonb is refused by name.
+    db.execute("ALTER TABLE jobs ADD COLUMN args text").await;
+    let mut eo = EnqueueOptions::typed("jobs");
+    eo.payload_column = Some("args".into());
+    let err = Enqueuer::new(&db.pool, eo).await.unwrap_err().to_string();
+    assert!(
+        err.contains("column jobs.args (payload_column) has type text, expected jsonb"),
+        "{err}"
+    );
+    // A NUL character, which jsonb cannot hold, is refused with its path.
+    let nul = typed
+        .enqueue_args(&Greet {
+            name: "a\0b".into(),
+            loud: false,
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(nul.contains("the job's arguments (at $.name)"), "{nul}");
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Extract {
+    file: String,
+}
+
+impl JobArgs for Extract {
+    const KIND: &'static str = "extract";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Extracted {
+    file: String,
+    rows: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Load;
+
+impl JobArgs for Load {
+    const KIND: &'static str = "load";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Loaded {
+    rows: u32,
+    from: String,
+}
+
+struct Extractor;
+
+#[async_trait]
+impl JobHandler for Extractor {
+    type Args = Extract;
+
+    async fn handle(
+        &self,
+        args: Extract,
+        job: &mut DbJob<TypedJob>,
+        _ctx: &JobContext<DbStore<TypedJob>>,
+    ) -> Result<(), HandlerError> {
+        job.set_result(Extracted {
+            file: args.file,
+            rows: 1200,
+        })?;
+        Ok(())
+    }
+}
+
+/// Reads "extract"'s result as `Extracted`, checks the typed reads that
+/// must fail or find nothing, and stores a `Loaded`.
+struct Loader;
+
+#[async_trait]
+impl JobHandler for Loader {
+    type Args = Load;
+
+    async fn handle(
+        &self,
+        _args: Load,
+        job: &mut DbJob<TypedJob>,
+        ctx: &JobContext<DbStore<TypedJob>>,
+    ) -> Result<(), HandlerError> {
+        let store = ctx.store();
+        let extracted: Extracted = job
+            .upstream_result(store, "extract")
+            .await?
+            .ok_or_else(|| HandlerError::non_retryable("no result from extract"))?;
+        let absent = job.upstream_result::<Extracted>(store, "transform").await?;
+        assert!(absent.is_none());
+        match job.upstream_result::<Loaded>(store, "extract").await {
+            Err(Error::Json { what, path, .. }) => {
+                assert_eq!(what, "cannot read the result of upstream task \"extract\"");
+                assert_eq!(path, "$");
+            }
+            other => panic!("{other:?}"),
+        }
+        job.set_result(Loaded {
+            rows: extracted.rows,
+            from: extracted.file,
+        })?;
+        Ok(())
+    }
+}
+
+async fn typed_results_round_trip(handling: Handling) {
+    let db = Db::new().await;
+    db.execute(&workflows_sql("jobs", &HashMap::new()).unwrap())
+        .await;
+    db.add_columns(
+        |c| {
+            *c = OptionalColumns::typed();
+            c.results = true;
+        },
+        &[],
+    )
+    .await;
+    let mut wo = WorkflowOptions::new("jobs");
+    wo.enqueue = EnqueueOptions::typed("jobs");
+    wo.enqueue.workflows = true;
+    wo.enqueue.results = true;
+    let workflows = Workflows::new(&db.pool, wo).await.unwrap();
+    let file = Extract {
+        file: "s3://bucket/part-0".into(),
+    };
+    let wf = workflows
+        .enqueue(
+            &Workflow::new()
+                .task(Task::new("extract", NewJob::args(&file).unwrap()))
+                .task(Task::new("load", NewJob::args(&Load).unwrap()).after(["extract"])),
+        )
+        .await
+        .unwrap();
+
+    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
+    o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
+    o.handling = handling;
+    o.result_column = Some("result".into());
+    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let registry = KindRegistry::for_args()
+        .register_args(Extractor)
+        .register_args(Loader);
+    new_worker(store, registry, worker_options())
+        .unwrap()
+        .run_until_empty()
+        .await;
+
+    let load = wf.id_of("load").unwrap();
+    assert_eq!(db.state(load).await, "completed", "{handling:?}");
+    let stored: serde_json::Value = db
+        .scalar("SELECT result FROM jobs WHERE id = $1", load)
+        .await;
+    let loaded: Loaded = serde_json::from_value(stored).unwrap();
+    assert_eq!(
+        loaded,
+        Loaded {
+            rows: 1200,
+            from: "s3://bucket/part-0".into()
+        },
+        "{handling:?}"
+    );
+}
+
+#[tokio::test]
+async fn typed_results_round_trip_in_transactional_handling() {
+    typed_results_round_trip(Handling::Transactional).await;
+}
+
+#[tokio::test]
+async fn typed_results_round_trip_in_heartbeat_handling() {
+    typed_results_round_trip(Handling::Heartbeat).await;
+}
+
+/// A result that does not serialize fails its job with the path, instead
+/// of completing without it.
+struct BadResult;
+
+#[async_trait]
+impl JobHandler for BadResult {
+    type Args = Extract;
+
+    async fn handle(
+        &self,
+        _args: Extract,
+        job: &mut DbJob<TypedJob>,
+        _ctx: &JobContext<DbStore<TypedJob>>,
+    ) -> Result<(), HandlerError> {
+        // JSON object keys must be strings.
+        let by_pair = HashMap::from([((1, 2), "x")]);
+        let refused = job.set_result(BTreeMap::from([("pairs", by_pair)]));
+        assert!(matches!(refused, Err(Error::Json { .. })), "{refused:?}");
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_result_that_does_not_serialize_fails_its_job() {
+    let db = set_up().await;
+    db.add_columns(|c| c.results = true, &[]).await;
+    let id = Enqueuer::new(&db.pool, EnqueueOptions::typed("jobs"))
+        .await
+        .unwrap()
+        .enqueue_args(&Extract { file: "f".into() })
+        .await
+        .unwrap()
+        .id();
+    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
+    o.result_column = Some("result".into());
+    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let registry = KindRegistry::for_args().register_args(BadResult);
+    new_worker(store, registry, worker_options())
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(db.state(id).await, "failed");
+    let message = failure_message(&db, id).await;
+    assert!(
+        message.starts_with("cannot write the job's result (at $.pairs): key must be a string"),
+        "{message}"
+    );
+}

@@ -1,0 +1,217 @@
+//! A longer tour than the quickstart: typed jobs enqueued many at once, a
+//! handler that keeps an execution log and writes in the job's transaction,
+//! a payload that does not fit its type (failed at once, the field named),
+//! LISTEN/NOTIFY wake-ups, progress from the worker's events, a resetter, and
+//! a graceful shutdown once the database says no job is left.
+//!
+//! ```sh
+//! cargo run --example tour
+//! ```
+//!
+//! Zero-config like the quickstart: a throwaway PostgreSQL cluster, or a
+//! scratch database on `DATABASE_URL`. Logs go to stderr, coloured only on a
+//! terminal; the output is plain text.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dbworker::prelude::*;
+use dbworker::store::Listen;
+use dbworker_testkit::TestDatabase;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use workerutil::{ExecutionLogEntry, WorkerEvent};
+
+/// The arguments of a `square` job.
+#[derive(Debug, Serialize, Deserialize)]
+struct Square {
+    n: i64,
+}
+
+impl JobArgs for Square {
+    const KIND: &'static str = "square";
+
+    fn defaults() -> JobDefaults {
+        // A job of this kind may run for ten seconds at most.
+        JobDefaults::new().timeout(Duration::from_secs(10))
+    }
+}
+
+/// Squares the number and stores the result in the job's transaction,
+/// logging the step in the job's execution log (which survives a rollback).
+struct Squarer;
+
+#[async_trait]
+impl JobHandler for Squarer {
+    type Args = Square;
+
+    async fn handle(
+        &self,
+        args: Square,
+        job: &mut DbJob<TypedJob>,
+        ctx: &JobContext<DbStore<TypedJob>>,
+    ) -> Result<(), HandlerError> {
+        let n = args.n;
+        let step = ExecutionLogEntry {
+            key: "square".into(),
+            command: vec!["square".into(), n.to_string()],
+            ..Default::default()
+        };
+        let index = ctx.log(&step).await.map_err(HandlerError::Retryable)?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let id = job.record().id;
+        let tx = job.tx().expect("transactional handling");
+        // Commits together with the job's `completed` state, or not at all.
+        sqlx::query("INSERT INTO squares (job_id, n, square) VALUES ($1, $2, $3)")
+            .bind(id)
+            .bind(n)
+            .bind(n * n)
+            .execute(tx)
+            .await?;
+        if let Some(index) = index {
+            let done = ExecutionLogEntry {
+                exit_code: Some(0),
+                out: format!("{}\n", n * n),
+                duration_ms: Some(50),
+                ..step
+            };
+            ctx.update_log(index, &done)
+                .await
+                .map_err(HandlerError::Retryable)?;
+        }
+        Ok(())
+    }
+}
+
+fn print_event(event: &WorkerEvent) {
+    if let WorkerEvent::JobFinished {
+        id,
+        outcome,
+        marked,
+    } = event
+    {
+        let detail = outcome
+            .failure_message()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        let note = if *marked { "" } else { " (not recorded)" };
+        println!("job {id:>2} {}{detail}{note}", outcome.kind());
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+
+    let db = TestDatabase::new().await?;
+    let pool = db.pool(10).await?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    sqlx::raw_sql("CREATE TABLE squares (job_id bigint PRIMARY KEY, n bigint NOT NULL, square bigint NOT NULL)")
+        .execute(&pool)
+        .await?;
+
+    // Twenty jobs in one statement, and one whose payload is not a `Square`
+    // (written as plain JSON, as another program might).
+    let enqueuer = Enqueuer::new(&pool, EnqueueOptions::typed("example_jobs")).await?;
+    let jobs = (1..=20)
+        .map(|n| NewJob::args(&Square { n }))
+        .collect::<Result<Vec<_>, _>>()?;
+    enqueuer.enqueue_many(&jobs).await?;
+    let malformed = NewJob::new()
+        .kind(Square::KIND)
+        .json("payload", serde_json::json!({"n": "not a number"}));
+    enqueuer.enqueue(&malformed).await?;
+    println!(
+        "enqueued 21 jobs in {} (one with a malformed payload)",
+        db.name()
+    );
+
+    let mut options = StoreOptions::<TypedJob>::from_row("tour_store", "example_jobs j");
+    options.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
+    options.stalled_max_age = Duration::from_secs(5);
+    // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
+    options.listen = Listen::TableChannel;
+    let store = Arc::new(DbStore::new(&pool, options).await?);
+
+    let mut worker_options = WorkerOptions::new("tour_worker");
+    worker_options.num_handlers = 4;
+    worker_options.interval = Duration::from_millis(100);
+    // Notifications bring new jobs at once, so an idle worker may poll rarely.
+    worker_options.max_interval = Some(Duration::from_secs(30));
+    worker_options.heartbeat_interval = Duration::from_millis(500);
+    worker_options.heartbeat_failure_limit = Some(Duration::from_secs(3));
+    let registry = KindRegistry::for_args().register_args(Squarer);
+    let worker = new_worker(store.clone(), registry, worker_options)?;
+    let shutdown = worker.shutdown_handle();
+    let mut events = worker.subscribe();
+
+    let resetter = Resetter::for_store(&store, Duration::from_secs(1))?;
+    let stop_resetter = CancellationToken::new();
+    let resetter_task = {
+        let stop = stop_resetter.clone();
+        tokio::spawn(async move { resetter.run(stop, |_| {}).await })
+    };
+
+    let run = tokio::spawn(worker.run());
+    // Print progress; stop once no job waits or runs (asked of the database,
+    // which is the one place that knows).
+    loop {
+        if let Ok(Ok(event)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await
+        {
+            print_event(&event);
+        }
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM example_jobs WHERE state IN ('queued', 'errored', 'processing')",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if open == 0 {
+            break;
+        }
+    }
+    shutdown.graceful();
+    let summary = run.await?;
+    while let Ok(event) = events.try_recv() {
+        print_event(&event);
+    }
+    stop_resetter.cancel();
+    resetter_task.await?;
+    // Closes the store's LISTEN connection before the database goes at the end.
+    store.close().await;
+
+    let counts: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state")
+            .fetch_all(&pool)
+            .await?;
+    let total: i64 = sqlx::query_scalar("SELECT coalesce(sum(square), 0)::bigint FROM squares")
+        .fetch_one(&pool)
+        .await?;
+    let logged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM example_jobs WHERE execution_logs[1]->>'exit_code' = '0'",
+    )
+    .fetch_one(&pool)
+    .await?;
+    println!(
+        "worker stopped ({:?}) after {} jobs",
+        summary.reason, summary.dequeued
+    );
+    for (state, n) in counts {
+        println!("  {state:<10} {n}");
+    }
+    println!("execution logs with a finished step: {logged}");
+    println!("sum of squares 1..=20 = {total}");
+    assert_eq!(
+        total,
+        (1..=20).map(|n: i64| n * n).sum::<i64>(),
+        "every job's write committed once"
+    );
+    pool.close().await;
+    Ok(())
+}
