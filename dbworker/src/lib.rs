@@ -16,6 +16,7 @@ mod sql;
 // Shared machinery the features build on.
 mod notify;
 mod schema_check;
+mod service;
 
 // Building a worker over a store (above the store).
 mod worker;

@@ -1,6 +1,6 @@
 //! Cron schedules on real Postgres: four schedulers racing on one schedule
-//! enqueue each tick exactly once, and ticks missed during downtime follow the
-//! backfill policy.
+//! enqueue each tick exactly once, ticks missed during downtime follow the
+//! backfill policy, and a running scheduler ticks until it is stopped.
 
 mod common;
 
@@ -91,6 +91,31 @@ async fn four_schedulers_enqueue_each_tick_exactly_once() {
         ticks,
         "one job per tick"
     );
+}
+
+/// `run` ticks every interval (1 s by default) until its token fires.
+#[tokio::test]
+async fn run_enqueues_each_tick_until_stopped() {
+    let db = set_up().await;
+    let s = scheduler(&db, "run", "* * * * * *", Backfill::default()).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { s.run(stop).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while jobs_of(&db, "run").await < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the running scheduler enqueued no tick"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(2), run)
+        .await
+        .expect("a stop ends the wait between passes")
+        .unwrap();
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Retention on real Postgres: old finished rows go (deleted or archived) in
-//! batches, per-state ages hold, and live rows are never touched. The archive
-//! and `dbworker purge --once`: dbworker-cli/tests/purge.rs.
+//! batches, per-state ages hold, live rows are never touched, and a running
+//! purger purges every interval until it is stopped. The archive and
+//! `dbworker purge --once`: dbworker-cli/tests/purge.rs.
 
 mod common;
 #[path = "common/purge.rs"]
@@ -41,4 +42,46 @@ async fn old_finished_rows_go_in_batches_and_live_rows_stay() {
         assert_eq!(db.count(state).await, left, "{state}");
     }
     assert_eq!(purger.purge_once().await.unwrap().total(), 0);
+}
+
+/// `run` purges at once, again each interval, and ends when its token fires.
+#[tokio::test]
+async fn run_purges_every_interval_until_stopped() {
+    use std::time::Duration;
+    use tokio::time::{Instant, timeout};
+
+    let db = Db::new().await;
+    seed(&db).await;
+    let mut o = PurgeOptions::new("jobs");
+    o.interval = Duration::from_millis(100);
+    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { purger.run(stop).await }
+    });
+    let until_completed = |left: i64| {
+        let db = &db;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while db.count("completed").await != left {
+                assert!(
+                    Instant::now() < deadline,
+                    "completed rows never came to {left}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    until_completed(2).await;
+    db.execute(
+        "INSERT INTO jobs (state, finished_at) VALUES ('completed', now() - interval '10 days')",
+    )
+    .await;
+    until_completed(2).await;
+    stop.cancel();
+    timeout(Duration::from_secs(2), run)
+        .await
+        .expect("a stop ends the wait between passes")
+        .unwrap();
 }

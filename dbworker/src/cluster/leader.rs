@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::{PgPool, Row};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::metrics::LEADER;
+use crate::service::{Next, Runner, Service};
 use crate::sql;
 
 use super::leadership::Leadership;
@@ -187,52 +187,28 @@ impl LeaderElection {
     /// longer than that learns it late, which is why services fence their
     /// writes ([`Leadership::fence`]). On `stop` the lease is released, so a
     /// standby takes over at once.
-    pub async fn run<F, Fut>(&self, stop: CancellationToken, mut services: F)
+    pub async fn run<F, Fut>(&self, stop: CancellationToken, services: F)
     where
         F: FnMut(Leadership) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let renew_every = self.options.lease / 3;
-        let scope = self.options.scope.clone();
-        // Dropping `run` (its task aborted) aborts the services too: nothing
-        // keeps running as leader without the loop that renews the lease.
-        let mut leading: Option<(i64, CancellationToken, AbortOnDropHandle<()>)> = None;
-        loop {
-            let attempt = Instant::now();
-            let held = leading.as_ref().map(|(term, _, _)| *term);
-            let now = tokio::select! {
-                () = stop.cancelled() => break,
-                r = tokio::time::timeout(renew_every * 2, self.campaign(held)) => match r {
-                    Ok(Ok(now)) => now,
-                    Ok(Err(err)) => {
-                        tracing::warn!(scope = %scope, node = %self.node_id, error = %err, "leader election failed; will retry");
-                        None
-                    }
-                    Err(_) => {
-                        tracing::warn!(scope = %scope, node = %self.node_id, "leader election timed out; will retry");
-                        None
-                    }
-                },
-            };
-            match (now, leading.take()) {
-                (Some(term), Some(held)) if term == held.0 => leading = Some(held),
-                (now, Some((term, token, task))) => {
-                    tracing::warn!(scope = %scope, node = %self.node_id, term, "lost leadership; stopping the leader's services");
-                    step_down(&scope, token, task).await;
-                    if let Some(term) = now {
-                        leading = Some(self.lead(term, &stop, &mut services));
-                    }
-                }
-                (Some(term), None) => leading = Some(self.lead(term, &stop, &mut services)),
-                (None, None) => {}
-            }
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = tokio::time::sleep_until(attempt + renew_every) => {}
-            }
-        }
-        if let Some((term, token, task)) = leading {
-            step_down(&scope, token, task).await;
+        // Attempts a third of the lease apart from their starts, and no
+        // back-off: the lease's arithmetic (a standby takes over within
+        // `lease + lease / 3`) counts on it.
+        let mut campaign = Campaign {
+            election: self,
+            stop: &stop,
+            services,
+            renew_every: self.options.lease / 3,
+            leading: None,
+        };
+        Runner::every(campaign.renew_every)
+            .steady_rate()
+            .run(&stop, &mut campaign)
+            .await;
+        if let Some((term, token, task)) = campaign.leading {
+            let scope = &self.options.scope;
+            step_down(scope, token, task).await;
             if let Err(err) = self.release_term(term).await {
                 tracing::warn!(scope = %scope, error = %err, "releasing the lease failed; it expires on its own");
             }
@@ -265,6 +241,67 @@ impl LeaderElection {
         };
         let task = AbortOnDropHandle::new(tokio::spawn(services(leadership)));
         (term, token, task)
+    }
+}
+
+/// [`LeaderElection::run`] as the runner sees it: one attempt to take or
+/// renew the lease per pass, starting or stopping the services.
+struct Campaign<'a, F> {
+    election: &'a LeaderElection,
+    stop: &'a CancellationToken,
+    services: F,
+    renew_every: Duration,
+    /// The term held, its services' token and task. Dropping it (the run
+    /// aborted) aborts the services too: nothing keeps running as leader
+    /// without the loop that renews the lease.
+    leading: Option<(i64, CancellationToken, AbortOnDropHandle<()>)>,
+}
+
+impl<F, Fut> Service for Campaign<'_, F>
+where
+    F: FnMut(Leadership) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    fn span(&self) -> tracing::Span {
+        let e = self.election;
+        tracing::info_span!("leader_election", scope = %e.options.scope, node = %e.node_id)
+    }
+
+    async fn pass(&mut self) -> Next {
+        let e = self.election;
+        let scope = &e.options.scope;
+        let held = self.leading.as_ref().map(|(term, _, _)| *term);
+        // A stop abandons only the attempt: a step-down under way still
+        // awaits the services.
+        let now = tokio::select! {
+            biased;
+            // The runner sees `stop` before it waits again.
+            () = self.stop.cancelled() => return Next::Interval,
+            r = tokio::time::timeout(self.renew_every * 2, e.campaign(held)) => match r {
+                Ok(Ok(now)) => now,
+                Ok(Err(err)) => {
+                    tracing::warn!(scope = %scope, node = %e.node_id, error = %err, "leader election failed; will retry");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(scope = %scope, node = %e.node_id, "leader election timed out; will retry");
+                    None
+                }
+            },
+        };
+        match (now, self.leading.take()) {
+            (Some(term), Some(held)) if term == held.0 => self.leading = Some(held),
+            (now, Some((term, token, task))) => {
+                tracing::warn!(scope = %scope, node = %e.node_id, term, "lost leadership; stopping the leader's services");
+                step_down(scope, token, task).await;
+                if let Some(term) = now {
+                    self.leading = Some(e.lead(term, self.stop, &mut self.services));
+                }
+            }
+            (Some(term), None) => self.leading = Some(e.lead(term, self.stop, &mut self.services)),
+            (None, None) => {}
+        }
+        Next::Interval
     }
 }
 

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::metrics::NODES_LIVE;
+use crate::service::{Next, Runner, Service};
 use crate::sql;
 
 /// The registry table's default name.
@@ -206,32 +207,14 @@ impl Node {
 
     /// Heartbeats every `heartbeat_interval` until `stop` fires, then
     /// deregisters. A failed heartbeat is logged and retried.
-    pub async fn run(self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.options.heartbeat_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                _ = tick.tick() => {}
-            }
-            match self.heartbeat().await {
-                Ok(()) => {
-                    if let Ok(live) = live_nodes(
-                        &self.pool,
-                        &self.options.node_table,
-                        self.options.dead_after,
-                    )
-                    .await
-                    {
-                        #[allow(clippy::cast_precision_loss)] // a few processes
-                        metrics::gauge!(NODES_LIVE).set(live.len() as f64);
-                    }
-                }
-                Err(err) => {
-                    tracing::warn!(node = %self.id, error = %err, "node heartbeat failed; will retry")
-                }
-            }
-        }
+    pub async fn run(mut self, stop: CancellationToken) {
+        // A steady rate from each heartbeat's start, and no back-off: the row
+        // must be fresh again as soon as the database is back, or the process
+        // would pass for dead (`dead_after`) and have its jobs requeued.
+        Runner::every(self.options.heartbeat_interval)
+            .steady_rate()
+            .run(&stop, &mut self)
+            .await;
         if let Err(err) = self.deregister().await {
             tracing::warn!(node = %self.id, error = %err, "deregistering failed; the row ages out");
         }
@@ -245,6 +228,35 @@ impl Node {
             .await
             .map_err(Error::db("node_deregister"))?;
         Ok(())
+    }
+}
+
+/// The node as the runner sees it: one heartbeat per pass.
+impl Service for Node {
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("node", node = %self.id)
+    }
+
+    /// One heartbeat, then the live-node gauge.
+    async fn pass(&mut self) -> Next {
+        match self.heartbeat().await {
+            Ok(()) => {
+                if let Ok(live) = live_nodes(
+                    &self.pool,
+                    &self.options.node_table,
+                    self.options.dead_after,
+                )
+                .await
+                {
+                    #[allow(clippy::cast_precision_loss)] // a few processes
+                    metrics::gauge!(NODES_LIVE).set(live.len() as f64);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(node = %self.id, error = %err, "node heartbeat failed; will retry")
+            }
+        }
+        Next::Interval
     }
 }
 

@@ -23,6 +23,7 @@ use workerutil::{WakeupSender, Wakeups};
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::service::{Next, Runner, Service};
 use crate::sql::{self, LogTables};
 
 use super::batch::LogPoint;
@@ -241,7 +242,7 @@ impl Task {
         let name = format!("dispatcher:{}", options.events_table);
         // Notify mode: the listener's wake-ups trigger reads between the
         // reconciliation reads; dropping `_listener` stops it.
-        let (mut notified, _listener) = match &options.listen {
+        let (notified, _listener) = match &options.listen {
             Some(channel) => {
                 let (w, task) = crate::notify::spawn_listener(
                     &self.pool,
@@ -258,28 +259,20 @@ impl Task {
             Some(_) => options.reconcile_interval,
             None => options.poll_interval,
         };
-        // While events wait behind a running writer: the next read's delay.
-        let mut soon: Option<Duration> = None;
-        loop {
-            if let Some(n) = &mut notified {
-                n.mark_seen();
-            }
-            let waiting = self.read_once(&name).await;
-            soon = waiting.then(|| {
-                soon.map_or(Duration::from_millis(5), |d| d * 2)
-                    .min(interval)
-            });
-            tokio::select! {
-                () = self.stop.cancelled() => return,
-                () = tokio::time::sleep(soon.unwrap_or(interval)) => {}
-                () = async {
-                    match &mut notified {
-                        Some(n) => n.woken().await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
-            }
+        // No back-off: while the head cannot be read every store asks the
+        // database itself, so this one read per interval is the cheap part,
+        // and reading again soon is what brings the cheap mode back.
+        let mut runner = Runner::every(interval);
+        if let Some(w) = notified {
+            runner = runner.woken_by(w);
         }
+        let mut reads = HeadReads {
+            task: &self,
+            name,
+            interval,
+            soon: None,
+        };
+        runner.run(&self.stop, &mut reads).await;
     }
 
     /// Reads the head and wakes the groups if it moved; returns whether
@@ -316,5 +309,31 @@ impl Task {
                 false
             }
         }
+    }
+}
+
+/// The dispatcher's task as the runner sees it: one head read per pass.
+struct HeadReads<'a> {
+    task: &'a Task,
+    /// The dispatcher's name, for the logs.
+    name: String,
+    interval: Duration,
+    /// While events wait behind a running writer: the next read's delay.
+    soon: Option<Duration>,
+}
+
+impl Service for HeadReads<'_> {
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("dispatcher", dispatcher = %self.name)
+    }
+
+    async fn pass(&mut self) -> Next {
+        let waiting = self.task.read_once(&self.name).await;
+        self.soon = waiting.then(|| {
+            self.soon
+                .map_or(Duration::from_millis(5), |d| d * 2)
+                .min(self.interval)
+        });
+        self.soon.map_or(Next::Interval, Next::After)
     }
 }

@@ -22,6 +22,7 @@ use crate::cluster::Leadership;
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::service::{Next, Runner, Service};
 use crate::sql;
 
 /// A named consumer of the log. Its writes through `tx` commit together with
@@ -338,34 +339,21 @@ where
         let failed = store.stopped();
         let shutdown = worker.shutdown_handle();
         let worker_run = tokio::spawn(worker.run());
+        let rebalancer = Rebalancer {
+            group: options.name.clone(),
+            names,
+            assignments,
+            nodes,
+            interval: options.rebalance_interval,
+            dead_after: options.dead_after,
+        };
         let rebalance = {
             let stop = stop.clone();
-            let (names, interval, dead_after) = (
-                names.clone(),
-                options.rebalance_interval,
-                options.dead_after,
-            );
-            let scope = options.name.clone();
             tokio::spawn(async move {
                 election
                     .run(stop, move |leading| {
-                        let (names, assignments, nodes, scope) =
-                            (names.clone(), assignments.clone(), nodes.clone(), scope.clone());
-                        async move {
-                            loop {
-                                match rebalance_as_leader(&leading, &assignments, &nodes, &names, dead_after).await {
-                                    Ok(moved) if !moved.is_empty() => {
-                                        tracing::info!(group = %scope, ?moved, "rebalanced consumers");
-                                    }
-                                    Ok(_) => {}
-                                    Err(err) => tracing::warn!(group = %scope, error = %err, "rebalance failed; will retry"),
-                                }
-                                tokio::select! {
-                                    () = leading.cancelled() => return,
-                                    () = tokio::time::sleep(interval) => {}
-                                }
-                            }
-                        }
+                        let rebalancer = rebalancer.clone();
+                        async move { rebalancer.run(&leading).await }
                     })
                     .await;
             })
@@ -392,6 +380,72 @@ where
                 message: f.message,
             }),
             None => Ok(()),
+        }
+    }
+}
+
+/// What the leader of a group needs to rebalance it.
+#[derive(Debug, Clone)]
+struct Rebalancer {
+    group: String,
+    names: Vec<String>,
+    assignments: Relation,
+    nodes: Relation,
+    interval: Duration,
+    dead_after: Duration,
+}
+
+impl Rebalancer {
+    /// Rebalances every `interval` while `leadership` lasts. A failed
+    /// rebalance is logged and retried after a back-off: twice the interval,
+    /// doubling with each failure in a row up to four intervals (consumers
+    /// of a dead process wait for it, so it comes back soon once the
+    /// database does).
+    async fn run(&self, leadership: &Leadership) {
+        Runner::every(self.interval)
+            .backoff_up_to(self.interval.saturating_mul(4))
+            .run(
+                &leadership.token(),
+                &mut Rebalances {
+                    rebalancer: self,
+                    leadership,
+                },
+            )
+            .await;
+    }
+}
+
+/// The leader's rebalancing as the runner sees it: one rebalance per pass.
+struct Rebalances<'a> {
+    rebalancer: &'a Rebalancer,
+    leadership: &'a Leadership,
+}
+
+impl Service for Rebalances<'_> {
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("rebalance", group = %self.rebalancer.group, term = self.leadership.term())
+    }
+
+    async fn pass(&mut self) -> Next {
+        let r = self.rebalancer;
+        let moved = rebalance_as_leader(
+            self.leadership,
+            &r.assignments,
+            &r.nodes,
+            &r.names,
+            r.dead_after,
+        );
+        match moved.await {
+            Ok(moved) => {
+                if !moved.is_empty() {
+                    tracing::info!(group = %r.group, ?moved, "rebalanced consumers");
+                }
+                Next::Interval
+            }
+            Err(err) => {
+                tracing::warn!(group = %r.group, error = %err, "rebalance failed; will retry");
+                Next::BackOff
+            }
         }
     }
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::columns::{Relation, column_name};
 use crate::enqueue::{EnqueueOptions, Enqueuer, NewJob};
 use crate::error::{Error, Result};
+use crate::service::{Next, Runner, Service};
 use crate::sql;
 pub use crontab::{Crontab, CrontabEntry};
 use ticks::{Due, due_ticks};
@@ -313,14 +314,29 @@ impl Scheduler {
     /// returned as [`Error::CronSchedule`] (what the others enqueued is
     /// committed).
     pub async fn tick(&self) -> Result<Vec<(String, i64)>> {
-        let mut enqueued = Vec::new();
-        let mut first_failure = None;
+        let pass = self.tick_all().await;
+        match pass.first_failure {
+            Some(err) => Err(err),
+            None => Ok(pass.enqueued),
+        }
+    }
+
+    /// Every schedule's pass, each logged as it fails.
+    async fn tick_all(&self) -> Pass {
+        let mut pass = Pass {
+            enqueued: Vec::new(),
+            first_failure: None,
+            failed: 0,
+        };
         for entry in &self.entries {
             match self.tick_one(entry).await {
-                Ok(ids) => enqueued.extend(ids.into_iter().map(|id| (entry.name.clone(), id))),
+                Ok(ids) => pass
+                    .enqueued
+                    .extend(ids.into_iter().map(|id| (entry.name.clone(), id))),
                 Err(err) => {
                     tracing::error!(schedule = %entry.name, crontab_line = entry.line, error = %err, "cron schedule's pass failed; the other schedules go on");
-                    first_failure.get_or_insert(Error::CronSchedule {
+                    pass.failed += 1;
+                    pass.first_failure.get_or_insert(Error::CronSchedule {
                         schedule: entry.name.clone(),
                         line: entry.line,
                         source: Box::new(err),
@@ -328,10 +344,7 @@ impl Scheduler {
                 }
             }
         }
-        match first_failure {
-            Some(err) => Err(err),
-            None => Ok(enqueued),
-        }
+        pass
     }
 
     async fn tick_one(&self, entry: &Entry) -> Result<Vec<i64>> {
@@ -406,17 +419,45 @@ impl Scheduler {
     }
 
     /// Ticks every `interval` until `stop` fires; a failed schedule is
-    /// logged (by [`tick`](Self::tick)) and retried at the next pass.
+    /// logged (by [`tick`](Self::tick)) and retried at the next pass. Only
+    /// when every schedule fails (the database, most likely) does the next
+    /// pass wait longer: twice the interval, doubling with each such pass in
+    /// a row up to 10 s (or the interval, if longer).
     pub async fn run(&self, stop: CancellationToken) {
-        loop {
-            // Each failed schedule was logged as it failed.
-            let _ = self.tick().await;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.interval) => {}
-            }
+        Runner::every(self.interval)
+            .backoff_up_to(Duration::from_secs(10))
+            .run(&stop, &mut Ticks(self))
+            .await;
+    }
+}
+
+/// The scheduler as the runner sees it: one [`Scheduler::tick`] per pass.
+struct Ticks<'a>(&'a Scheduler);
+
+impl Service for Ticks<'_> {
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("cron", table = %self.0.job_table)
+    }
+
+    async fn pass(&mut self) -> Next {
+        let failed = self.0.tick_all().await.failed;
+        // One broken schedule must not delay the others' ticks: only a pass
+        // where every schedule failed backs off.
+        if failed > 0 && failed == self.0.entries.len() {
+            Next::BackOff
+        } else {
+            Next::Interval
         }
     }
+}
+
+/// What one pass over the schedules did.
+struct Pass {
+    /// The jobs enqueued, by schedule, oldest tick first.
+    enqueued: Vec<(String, i64)>,
+    first_failure: Option<Error>,
+    /// How many schedules failed.
+    failed: usize,
 }
 
 fn micros(value: i64) -> DateTime<Utc> {

@@ -14,6 +14,7 @@ use crate::cluster::Leadership;
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
+use crate::service::{Next, Runner, Service};
 use crate::sql::{self, PurgeTable};
 
 use super::partitions::{self, DroppedPartition};
@@ -36,7 +37,8 @@ pub struct PurgeOptions {
     /// Move rows here instead of deleting them: a table with the job table's
     /// columns (`CREATE TABLE archive (LIKE jobs)`). Default `None` (delete).
     pub archive_table: Option<String>,
-    /// Time between passes of [`Purger::run`]. Default 60 s.
+    /// Time between passes of [`Purger::run`], spread by ±10 % so processes
+    /// started together do not purge in step. Default 60 s.
     pub interval: Duration,
     /// Partitioned tables only: each pass creates the partitions up to this
     /// many intervals past the current one (`<table>_create_partitions`), so
@@ -280,8 +282,9 @@ impl Purger {
         Ok(purged)
     }
 
-    /// Purges every `interval` until `stop` fires. A failed pass is logged and
-    /// retried at the next one.
+    /// Purges every `interval` (±10 %) until `stop` fires. A failed pass is
+    /// logged and retried after a back-off: twice the interval, doubling with
+    /// each failure in a row up to eight intervals.
     pub async fn run(&self, stop: CancellationToken) {
         self.run_passes(&stop, None).await;
     }
@@ -295,13 +298,40 @@ impl Purger {
     }
 
     async fn run_passes(&self, stop: &CancellationToken, fence: Option<&Leadership>) {
-        loop {
-            if let Err(err) = self.purge(fence).await {
-                tracing::error!(table = %self.target.table.display_name(), error = %err, "purge pass failed");
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.options.interval) => {}
+        let interval = self.options.interval;
+        // Jitter: processes deployed together would otherwise purge in step.
+        // Retention is never urgent, so a failing database is left alone long.
+        Runner::every(interval)
+            .jitter(0.1)
+            .backoff_up_to(interval.saturating_mul(8))
+            .run(
+                stop,
+                &mut Passes {
+                    purger: self,
+                    fence,
+                },
+            )
+            .await;
+    }
+}
+
+/// The purger as the runner sees it: one [`Purger::purge`] per pass.
+struct Passes<'a> {
+    purger: &'a Purger,
+    fence: Option<&'a Leadership>,
+}
+
+impl Service for Passes<'_> {
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("purger", table = %self.purger.target.table.display_name())
+    }
+
+    async fn pass(&mut self) -> Next {
+        match self.purger.purge(self.fence).await {
+            Ok(_) => Next::Interval,
+            Err(err) => {
+                tracing::error!(table = %self.purger.target.table.display_name(), error = %err, "purge pass failed");
+                Next::BackOff
             }
         }
     }

@@ -11,6 +11,7 @@ use crate::cluster::Leadership;
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
+use crate::service::{Next, Runner, Service};
 use crate::store::options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_RESET_FAILURE_MESSAGE,
     error_history,
@@ -260,8 +261,11 @@ impl Resetter {
         Ok(out)
     }
 
-    /// Runs passes every interval until `stop` fires. A failed pass is logged and
-    /// retried next interval. `on_pass` sees each pass's outcome.
+    /// Runs passes every interval until `stop` fires. A failed pass is logged
+    /// and retried after a back-off: twice the interval, doubling with each
+    /// failure in a row up to four intervals (stalled jobs wait for it, so it
+    /// comes back soon once the database does). `on_pass` sees each pass's
+    /// outcome.
     pub async fn run(&self, stop: CancellationToken, on_pass: impl FnMut(&ResetOutcome) + Send) {
         self.run_passes(&stop, None, on_pass).await;
     }
@@ -282,18 +286,43 @@ impl Resetter {
         &self,
         stop: &CancellationToken,
         fence: Option<&Leadership>,
-        mut on_pass: impl FnMut(&ResetOutcome) + Send,
+        on_pass: impl FnMut(&ResetOutcome) + Send,
     ) {
-        loop {
-            match self.pass(fence).await {
-                Ok(out) => on_pass(&out),
-                Err(err) => {
-                    tracing::error!(resetter = %self.name, error = %err, "reset pass failed")
-                }
+        Runner::every(self.interval)
+            .backoff_up_to(self.interval.saturating_mul(4))
+            .run(
+                stop,
+                &mut Passes {
+                    resetter: self,
+                    fence,
+                    on_pass,
+                },
+            )
+            .await;
+    }
+}
+
+/// The resetter as the runner sees it: one reset pass per pass.
+struct Passes<'a, F> {
+    resetter: &'a Resetter,
+    fence: Option<&'a Leadership>,
+    on_pass: F,
+}
+
+impl<F: FnMut(&ResetOutcome)> Service for Passes<'_, F> {
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("resetter", resetter = %self.resetter.name)
+    }
+
+    async fn pass(&mut self) -> Next {
+        match self.resetter.pass(self.fence).await {
+            Ok(out) => {
+                (self.on_pass)(&out);
+                Next::Interval
             }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.interval) => {}
+            Err(err) => {
+                tracing::error!(resetter = %self.resetter.name, error = %err, "reset pass failed");
+                Next::BackOff
             }
         }
     }

@@ -9,6 +9,7 @@ use workerutil::{JobState, Record};
 
 use crate::error::{Error, Result};
 use crate::metrics::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH};
+use crate::service::{Next, Runner, Service};
 use crate::sql;
 use crate::store::DbStore;
 
@@ -83,16 +84,40 @@ impl<R: Record> DbStore<R> {
     }
 
     /// Records the gauges every `interval` until `stop` fires; a failed sample
-    /// is logged and retried at the next tick.
+    /// is logged and retried after a back-off: twice the interval, doubling
+    /// with each failure in a row up to eight intervals.
     pub async fn run_gauges(&self, interval: Duration, stop: CancellationToken) {
-        let mut seen = Vec::new();
-        loop {
-            if let Err(err) = self.record_gauges(&mut seen).await {
-                tracing::warn!(store = %self.name(), error = %err, "sampling queue gauges failed");
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
+        Runner::every(interval)
+            .backoff_up_to(interval.saturating_mul(8))
+            .run(
+                &stop,
+                &mut Gauges {
+                    store: self,
+                    seen: Vec::new(),
+                },
+            )
+            .await;
+    }
+}
+
+/// The gauges as the runner sees them: one sample per pass.
+struct Gauges<'a, R> {
+    store: &'a DbStore<R>,
+    /// The states (and queues) seen so far, set to 0 once empty.
+    seen: Vec<(JobState, Option<String>)>,
+}
+
+impl<R: Record> Service for Gauges<'_, R> {
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("gauges", store = %self.store.name())
+    }
+
+    async fn pass(&mut self) -> Next {
+        match self.store.record_gauges(&mut self.seen).await {
+            Ok(()) => Next::Interval,
+            Err(err) => {
+                tracing::warn!(store = %self.store.name(), error = %err, "sampling queue gauges failed");
+                Next::BackOff
             }
         }
     }

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use workerutil::WakeupSender;
 
 use super::cursor::ClaimCursor;
+use crate::service::{Next, Runner, Service};
 use crate::sql;
 use crate::store::Resolved;
 
@@ -109,35 +110,61 @@ pub(crate) fn spawn_probe(
 /// Runs `look` first after `every`, then at the pace its durations allow,
 /// until `stop`; logs when the pace stretches past `every` and when it is
 /// back.
-async fn paced<F, Fut>(every: Duration, stop: &CancellationToken, store: &str, mut look: F)
+async fn paced<F, Fut>(every: Duration, stop: &CancellationToken, store: &str, look: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {
-    let mut pace = Pace::new(every);
-    let mut next = Instant::now() + every;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep_until(next) => {}
-        }
+    // The first look after `every`, each next one a pace after the last
+    // one's start; a stop abandons a look (its connection goes back).
+    Runner::every(every)
+        .first_after(every)
+        .steady_rate()
+        .abandon_pass_on_stop()
+        .run(
+            stop,
+            &mut Looks {
+                store,
+                look,
+                pace: Pace::new(every),
+            },
+        )
+        .await;
+}
+
+/// The probe as the runner sees it: one look per pass.
+struct Looks<'a, F> {
+    store: &'a str,
+    look: F,
+    pace: Pace,
+}
+
+impl<F, Fut> Service for Looks<'_, F>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("claim_cursor_probe", store = %self.store)
+    }
+
+    async fn pass(&mut self) -> Next {
+        let (store, every) = (self.store, self.pace.every);
         let started = Instant::now();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = look() => {}
-        }
+        (self.look)().await;
         let took = started.elapsed();
-        let was_stretched = pace.stretched();
-        next = started + pace.after(took);
-        match (was_stretched, pace.stretched()) {
+        let was_stretched = self.pace.stretched();
+        let period = self.pace.after(took);
+        match (was_stretched, self.pace.stretched()) {
             (false, true) => {
-                tracing::warn!(store = %store, took = ?took, every = ?pace.period, configured = ?every, "the claim cursor's probe is slow (dead index entries below the cursor); it looks less often, so a row that becomes eligible behind the cursor without a notification waits up to that long");
+                tracing::warn!(store = %store, took = ?took, every = ?period, configured = ?every, "the claim cursor's probe is slow (dead index entries below the cursor); it looks less often, so a row that becomes eligible behind the cursor without a notification waits up to that long");
             }
             (true, false) => {
                 tracing::info!(store = %store, took = ?took, every = ?every, "the claim cursor's probe is fast again");
             }
             _ => {}
         }
+        Next::After(period)
     }
 }
 
