@@ -47,7 +47,7 @@ async fn leader_pause_child() {
             async move {
                 loop {
                     // Tried whatever the token says: a paused leader resumes
-                    // here before its election loop can tell it anything.
+                    // before its election loop can tell it anything.
                     let how = match leadership.begin().await {
                         Ok(mut tx) => {
                             let wrote = sqlx::query(
@@ -78,10 +78,9 @@ async fn leader_pause_child() {
                         .execute(&pool)
                         .await;
                     }
-                    tokio::select! {
-                        () = leadership.cancelled() => return,
-                        () = tokio::time::sleep(Duration::from_millis(5)) => {}
-                    }
+                    // The token is not watched: a singleton that ignores it
+                    // (or has not noticed it yet) is what the fence must stop.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }
         })
