@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::batch::LogPoint;
+use crate::consumers::batch::LogPoint;
 
 /// Per consumer, in this process.
 #[derive(Debug, Default)]

@@ -26,8 +26,8 @@ use crate::error::{Error, Result};
 use crate::service::{Next, Runner, Service};
 use crate::sql::{self, LogTables};
 
-use super::batch::LogPoint;
 use super::options::DEFAULT_TRANSACTION_COLUMN;
+use crate::consumers::batch::LogPoint;
 
 /// How the process's dispatcher of one events table reads its head.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,10 +17,10 @@ use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOpti
 use super::books::Recheck;
 use super::dispatcher::{DispatcherOptions, LogDispatcher};
 use super::options::{LogEvent, LogOptions};
-use super::store::{LogJob, LogStore};
 use crate::cluster::Leadership;
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
 use crate::columns::Relation;
+use crate::consumers::store::{LogJob, LogStore};
 use crate::error::{Error, Result};
 use crate::service::{Next, Runner, Service};
 use crate::sql;

@@ -10,7 +10,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::sql::{self, LogTables};
 
-use super::store::{DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE};
+use crate::consumers::store::{DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE};
 
 /// The events table's transaction column by default.
 pub const DEFAULT_TRANSACTION_COLUMN: &str = "transaction_id";

@@ -20,10 +20,10 @@ use workerutil::{
 use crate::error::{Error, Result};
 use crate::sql;
 
-pub use super::batch::{ConsumerBatch, LogJob, LogPoint};
 use super::books::{Books, Recheck};
 use super::dispatcher::LogDispatcher;
 use super::options::{LogEvent, LogOptions, LogResolved};
+pub use crate::consumers::batch::{ConsumerBatch, LogJob, LogPoint};
 
 /// The assignment table's default name.
 pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";

@@ -113,7 +113,7 @@ pub(crate) async fn bulk(
         .collect();
     let filter = filter_from(&q, &s.options.hidden_fields)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
-    super::workflow::check_filter(t, &filter)?;
+    crate::dashboard::workflow::check_filter(t, &filter)?;
     if all_matching && !filter.is_restricted() {
         return Err(bad_request(
             "set a filter before acting on every matching job",

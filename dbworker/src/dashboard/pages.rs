@@ -202,7 +202,7 @@ pub(crate) fn jobs(
     let body = html! {
         @if let Some(done) = q.get("done") { p class="notice" { "Done: " (done) } }
         @if let Some(w) = workflow {
-            p { "The tasks of workflow " (w) " · " a id="workflow-link" href=(super::workflow::href(viewer, t, w)) { "see its graph" } }
+            p { "The tasks of workflow " (w) " · " a id="workflow-link" href=(crate::dashboard::workflow::href(viewer, t, w)) { "see its graph" } }
         }
         form class="filters" method="get" {
             select name="state" {
@@ -254,7 +254,7 @@ pub(crate) fn jobs(
                         @if t.workflows.is_some() {
                             td {
                                 @if let Some(w) = j.workflow_id {
-                                    a class="workflow" href=(super::workflow::href(viewer, t, w)) { (w) }
+                                    a class="workflow" href=(crate::dashboard::workflow::href(viewer, t, w)) { (w) }
                                 } @else { "-" }
                             }
                         }
@@ -325,7 +325,7 @@ pub(crate) fn job(
         @if let Some(done) = done { p class="notice" { "Done: " (done) } }
         p { "State: " strong { (state_cell(state)) } }
         @if let Some(w) = workflow {
-            p { "Task of " a id="workflow-link" href=(super::workflow::href(viewer, t, w)) { "workflow " (w) } }
+            p { "Task of " a id="workflow-link" href=(crate::dashboard::workflow::href(viewer, t, w)) { "workflow " (w) } }
         }
         @if viewer.user.role == Role::Admin {
             p {

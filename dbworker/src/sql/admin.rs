@@ -1,12 +1,12 @@
 //! Operators' queries: status, lists and pages by filter, and bulk actions.
 
-use super::enqueue::{RunAt, run_at_expr};
 use super::gauges::live_stats;
 use super::schema::regclass;
 use super::{Statement, alias, col, state, table_ref};
 use crate::columns::{Columns, Relation, quote};
 use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest, Reschedule};
 use crate::message::sanitize_failure_message;
+use crate::sql::enqueue::{RunAt, run_at_expr};
 use sea_query::{Expr, ExprTrait, Order, Query, UpdateStatement};
 use workerutil::JobState;
 

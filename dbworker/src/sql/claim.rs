@@ -1,10 +1,10 @@
 //! The claim (phase one of a dequeue: `FOR UPDATE SKIP LOCKED`, setting `processing`
 //! and a fresh fencing token), the records it returns, and the row lock of phase two.
 
-use super::control::{busy_keys, not_paused, queue_room, spend_tokens, within_limits};
 use super::job_table::JobTable;
 use super::{Statement, alias, col, eligible, owned, state, table_ref};
 use crate::columns::{Relation, quote};
+use crate::sql::control::{busy_keys, not_paused, queue_room, spend_tokens, within_limits};
 use sea_query::{
     CommonTableExpression, Expr, ExprTrait, LockBehavior, LockType, NullOrdering, Order,
     PostgresQueryBuilder, Query, SelectStatement, WithClause,

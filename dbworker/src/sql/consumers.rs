@@ -15,9 +15,9 @@
 use sea_query::{BinOper, Func, JoinType, PgFunc, UnionType, WindowStatement};
 
 use super::claim::{cte, lock_skip};
-use super::cluster::{now, since};
 use super::{Statement, alias, col, plain_table, table_ref};
 use crate::columns::Relation;
+use crate::sql::cluster::{now, since};
 use sea_query::{
     Expr, ExprTrait, LockType, OnConflict, Order, Query, SelectStatement, TableRef, WithClause,
 };

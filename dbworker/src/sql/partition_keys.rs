@@ -5,12 +5,12 @@
 //! its primary key refuses a second live holder.
 
 use super::claim::cte;
-use super::enqueue::{
+use super::{Statement, alias, col, plain_table};
+use crate::columns::{Relation, quote};
+use crate::sql::enqueue::{
     ENQUEUE_ALIAS, EnqueueTable, JobRow, OnKey, as_new, enqueue_columns, enqueue_target,
     no_failed_holder, replaced_columns,
 };
-use super::{Statement, alias, col, plain_table};
-use crate::columns::{Relation, quote};
 use sea_query::{Expr, ExprTrait, LockType, Query, WithClause};
 
 /// Inserts a keyed job into a partitioned table, with [`enqueue_keyed`]'s

@@ -4,10 +4,10 @@
 
 use super::job_table::JobTable;
 use super::marks::fenced_update;
-use super::workflow::WorkflowTable;
 use super::{Statement, alias, col, plain_table, state, table_ref};
 use crate::columns::quote;
 use crate::columns::{TASK_NAME, UPSTREAM_IDS};
+use crate::sql::workflow::WorkflowTable;
 use sea_query::IntoIden;
 use sea_query::{Expr, ExprTrait, Order, Query, TableRef};
 use workerutil::JobState;
