@@ -54,6 +54,10 @@ pub(crate) enum Violation {
     },
     /// A tool in a library's `[dependencies]`.
     Tool { manifest: PathBuf, package: String },
+    /// `super::x::…` in a folder's file, where `x` is a sibling that shares
+    /// its name with a top-level module: write `crate::<folder>::x`, so no
+    /// reader (nor a tool that reads paths as text) takes it for the other.
+    Shadowed { at: Use, sibling: String },
 }
 
 impl fmt::Display for Violation {
@@ -101,6 +105,12 @@ impl fmt::Display for Violation {
                 f,
                 "{}: the library depends on the tool {package}",
                 manifest.display()
+            ),
+            Self::Shadowed { at, sibling } => write!(
+                f,
+                "{}:{}: super::{sibling} names a sibling that shares its name with the top-level module {sibling}; write it from crate::",
+                at.file.display(),
+                at.line
             ),
         }
     }
@@ -155,8 +165,9 @@ fn module_path(rel: &Path) -> Vec<String> {
 }
 
 /// The graph of the crate's top-level modules, read from the non-test code of
-/// every file under `src/` but `src/bin/` and the roof (`lib.rs`, `main.rs`).
-pub(crate) fn module_graph(crate_dir: &Path) -> Graph {
+/// every file under `src/` but `src/bin/` and the roof (`lib.rs`, `main.rs`),
+/// with the `super::` paths that name a sibling by a top-level module's name.
+pub(crate) fn module_graph(crate_dir: &Path) -> (Graph, Vec<Violation>) {
     let src = crate_dir.join("src");
     let files: Vec<PathBuf> = rust_files(&src)
         .into_iter()
@@ -167,6 +178,7 @@ pub(crate) fn module_graph(crate_dir: &Path) -> Graph {
         .filter_map(|rel| module_path(rel).into_iter().next())
         .collect();
     let mut graph: Graph = tops.iter().map(|t| (t.clone(), BTreeMap::new())).collect();
+    let mut shadowed = Vec::new();
     for rel in files.iter().filter(|rel| !is_test_file(rel)) {
         let here = module_path(rel);
         let Some(top) = here.first() else { continue }; // the roof
@@ -180,6 +192,20 @@ pub(crate) fn module_graph(crate_dir: &Path) -> Graph {
                 continue;
             };
             let Some(to) = target.first() else { continue };
+            let after_supers = r.path.iter().find(|s| *s != "super");
+            if r.path.first().is_some_and(|s| s == "super")
+                && to == top
+                && let Some(sibling) = after_supers.filter(|s| *s != top && tops.contains(*s))
+            {
+                shadowed.push(Violation::Shadowed {
+                    at: Use {
+                        file: crate_dir.join("src").join(rel),
+                        line: r.line,
+                        name: sibling.clone(),
+                    },
+                    sibling: sibling.clone(),
+                });
+            }
             if to == top || !tops.contains(to) {
                 continue;
             }
@@ -196,7 +222,7 @@ pub(crate) fn module_graph(crate_dir: &Path) -> Graph {
             });
         }
     }
-    graph
+    (graph, shadowed)
 }
 
 /// The strongly connected components of more than one module (Tarjan).
@@ -349,7 +375,7 @@ pub(crate) fn tools_in(manifest: &Path, tools: &[&str]) -> Vec<Violation> {
 
 /// Every rule, on the crate at `crate_dir`; with the graph, to print.
 pub(crate) fn check_crate(crate_dir: &Path, extra: Extra<'_>) -> (Graph, Vec<Violation>) {
-    let graph = module_graph(crate_dir);
+    let (graph, shadowed) = module_graph(crate_dir);
     let mut out: Vec<Violation> = cycles(&graph)
         .into_iter()
         .map(|modules| Violation::Cycle {
@@ -370,6 +396,7 @@ pub(crate) fn check_crate(crate_dir: &Path, extra: Extra<'_>) -> (Graph, Vec<Vio
             }
         }
     }
+    out.extend(shadowed);
     out.extend(long_files(crate_dir));
     if !extra.no_tools.is_empty() {
         out.extend(tools_in(&crate_dir.join("Cargo.toml"), extra.no_tools));

@@ -10,6 +10,10 @@
 //!   out of `a` into `b`. The roof (`lib.rs`, `main.rs`) and `src/bin/` are
 //!   not counted. A cycle (`a` uses `b` uses … uses `a`) fails, named with the
 //!   file and line of each arrow.
+//! - **No sibling named like a top-level module through `super::`.** Inside a
+//!   folder, `super::cluster::now` may name the folder's `cluster` or read as
+//!   the top-level `cluster`; write `crate::<folder>::cluster::now`, so the
+//!   path says which (a text reader once saw a cycle through such paths).
 //! - **The ground floor** of `dbworker` (`error`, `message`, `retry`,
 //!   `metrics`, `columns`, `job_filter`, `sql`) uses no module above it.
 //! - **600 lines at most** in every non-test source file: every `.rs` file
@@ -291,4 +295,31 @@ fn paths_are_read_from_use_trees_and_code_but_not_comments_literals_or_tests() {
     assert!(check::is_test_file(Path::new("store/options_tests.rs")));
     assert!(check::is_test_file(Path::new("a/tests/b.rs")));
     assert!(!check::is_test_file(Path::new("tests_helper.rs")));
+}
+
+#[test]
+fn a_super_path_to_a_sibling_named_like_a_top_level_module_is_reported() {
+    let c = Planted::new("shadow");
+    c.write("src/lib.rs", "mod cluster;\nmod sql;\n");
+    c.write("src/cluster.rs", "pub(crate) fn now() {}\n");
+    c.write("src/sql/mod.rs", "mod claim;\nmod cluster;\n");
+    c.write("src/sql/cluster.rs", "pub(crate) fn now() {}\n");
+    c.write(
+        "src/sql/claim.rs",
+        "use super::cluster::now;\nfn f() { now(); }\n",
+    );
+    let (_, found) = check_crate(&c.0, Extra::default());
+    let report: Vec<String> = found.iter().map(ToString::to_string).collect();
+    assert_eq!(report.len(), 1, "{report:#?}");
+    assert!(
+        report[0].contains("claim.rs:1: super::cluster names a sibling"),
+        "{report:#?}"
+    );
+
+    c.write(
+        "src/sql/claim.rs",
+        "use crate::sql::cluster::now;\nfn f() { now(); }\n",
+    );
+    let (_, found) = check_crate(&c.0, Extra::default());
+    assert!(found.is_empty(), "{found:#?}");
 }
