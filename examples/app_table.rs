@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbJob, DbStore, StoreOptions, ddl::job_table_sql, new_worker};
+use dbworker::{
+    DbJob, DbStore, JobTable, JobTableOptions, StoreOptions, ddl::job_table_sql, new_worker,
+};
 use dbworker_testkit::TestDatabase;
 use sqlx::Row;
 use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
@@ -82,29 +84,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .execute(&pool)
     .await?;
 
-    // Steps 2 and 3: the columns to read, how to scan them, and the store.
-    let mut options = StoreOptions::new(
-        "example_job_worker_store",
-        "example_jobs j",
-        |row: &sqlx::postgres::PgRow| {
+    // Step 2: the job table, described once (its renamed column, the view
+    // records are read through) and checked against the database.
+    let mut table_options = JobTableOptions::new("example_jobs j");
+    table_options.view_name = Some("example_jobs_with_repository_name v".into());
+    table_options.alternate_column_names = renames;
+    let table = JobTable::new(&pool, table_options).await?;
+
+    // Step 3: the columns to read, how to scan them, and the store.
+    let mut options =
+        StoreOptions::new("example_job_worker_store", |row: &sqlx::postgres::PgRow| {
             Ok(IndexJob {
                 id: row.try_get(0)?,
                 repository_id: row.try_get(1)?,
                 repository_name: row.try_get(2)?,
             })
-        },
-    );
-    options.view_name = Some("example_jobs_with_repository_name v".into());
+        });
     options.column_expressions = vec![
         "v.id".into(),
         "v.repository_id".into(),
         "v.repository_name".into(),
     ];
-    options.order_by = Some("v.repository_id, v.id".into());
-    options.alternate_column_names = renames;
-    options.max_num_resets = 5;
-    options.stalled_max_age = Duration::from_secs(5);
-    let store = Arc::new(DbStore::new(&pool, options).await?);
+    options.claim.order_by = Some("v.repository_id, v.id".into());
+    options.stall.max_num_resets = 5;
+    options.stall.stalled_max_age = Duration::from_secs(5);
+    let store = Arc::new(DbStore::new(&pool, &table, options).await?);
 
     // Step 4: the worker; one handler so the order is easy to see.
     let mut worker_options = WorkerOptions::new("example_job_worker");

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use dbworker::sea_query::Expr;
-use dbworker::{DbConditions, DbJob, DbStore, StoreOptions, new_worker};
+use dbworker::{DbConditions, DbJob, DbStore, JobTable, JobTableOptions, StoreOptions, new_worker};
 use dbworker_testkit::TestDatabase;
 use workerutil::{
     BoxError, Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, async_trait,
@@ -85,9 +85,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    let mut options = StoreOptions::<CostlyJob>::from_row("budget_store", "example_jobs j");
+    let table = JobTable::new(&pool, JobTableOptions::new("example_jobs j")).await?;
+    let mut options = StoreOptions::<CostlyJob>::from_row("budget_store");
     options.column_expressions = vec!["j.id".into(), "j.cost".into()];
-    let store = Arc::new(DbStore::new(&pool, options).await?);
+    let store = Arc::new(DbStore::new(&pool, &table, options).await?);
 
     let handler = Arc::new(Budgeted::default());
     let mut worker_options = WorkerOptions::new("budget_worker");

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Handling, Resetter, StoreOptions,
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, Resetter, ResetterOptions, StoreOptions,
     cluster::{
         DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
     },
@@ -136,11 +136,21 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     println!("node {}", node.id());
     let beat = tokio::spawn(node.clone().run(stop.clone()));
 
-    let mut so = StoreOptions::<Job>::from_row("jobs", "jobs j");
+    // The job table, checked once; the store, the resetter and the purger take it.
+    let table = JobTable::new(&pool, JobTableOptions::new("jobs j")).await?;
+    let mut so = StoreOptions::<Job>::from_row("jobs");
     so.column_expressions = vec!["j.id".into()];
     so.handling = Handling::Transactional;
-    so.stalled_max_age = Duration::from_secs(30);
-    let store = Arc::new(DbStore::new(&pool, so).await?);
+    so.stall.stalled_max_age = Duration::from_secs(30);
+    // Only the leader resets (below): jobs stalled as the store counts them,
+    // and at once those of processes the registry shows dead.
+    let mut ro = ResetterOptions::new("jobs_resetter");
+    ro.stall = so.stall.clone();
+    ro.interval = Duration::from_millis(300);
+    ro.node_table = Some(DEFAULT_NODE_TABLE.into());
+    ro.dead_after = Duration::from_secs(1);
+    let resetter = Arc::new(Resetter::new(&pool, &table, ro)?);
+    let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("jobs");
     wo.hostname = Some(node.id().to_owned());
     wo.num_handlers = 4;
@@ -149,21 +159,16 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     let shutdown = worker.shutdown_handle();
     let jobs = tokio::spawn(worker.run());
 
-    // Only the leader resets; it rescues dead processes' jobs at once.
-    let resetter = Arc::new(
-        Resetter::for_store(&store, Duration::from_millis(300))?
-            .with_registry(DEFAULT_NODE_TABLE, Duration::from_secs(1))?,
-    );
     let mut lo = LeaderOptions::new("jobs", node.id());
     lo.lease = Duration::from_millis(1500);
     let election = LeaderElection::new(&pool, lo).await?;
     // Retention: finished jobs deleted an hour after they finished.
-    let mut po = PurgeOptions::new("jobs");
+    let mut po = PurgeOptions::new();
     po.max_age = vec![
         (JobState::Completed, Duration::from_secs(3600)),
         (JobState::Failed, Duration::from_secs(3600)),
     ];
-    let purger = Arc::new(Purger::new(&pool, po).await?);
+    let purger = Arc::new(Purger::new(&pool, &table, po).await?);
     let leading = {
         let stop = stop.clone();
         let id = node.id().to_owned();

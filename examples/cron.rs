@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, NewJob, StoreOptions,
+    DbJob, DbStore, JobTable, JobTableOptions, NewJob, StoreOptions,
     cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::{cron_table_sql, job_table_sql},
-    enqueue::EnqueueOptions,
     new_worker,
 };
 use dbworker_testkit::TestDatabase;
@@ -56,6 +55,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
+    // The job table, described and checked once: both schedulers and the
+    // store take it.
+    let table = JobTable::new(&pool, JobTableOptions::new("jobs j")).await?;
+
     let stop = CancellationToken::new();
     let mut schedulers = Vec::new();
     let mut pools = Vec::new();
@@ -63,8 +66,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Each on a pool of its own: another process, as Postgres sees it.
         let own = db.pool(2).await?;
         pools.push(own.clone());
-        let options = SchedulerOptions::new(EnqueueOptions::new("jobs"));
-        let scheduler = Scheduler::new(&own, options).await?.add(
+        let options = SchedulerOptions::default();
+        let scheduler = Scheduler::new(&own, &table, options).await?.add(
             "cleanup",
             "* * * * * *", // six fields: every second
             NewJob::new().json("payload", serde_json::json!({ "task": "cleanup" })),
@@ -84,9 +87,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }));
     }
 
-    let mut so = StoreOptions::<Job>::from_row("cron", "jobs j");
+    let mut so = StoreOptions::<Job>::from_row("cron");
     so.column_expressions = vec!["j.id".into()];
-    let store = Arc::new(DbStore::new(&pool, so).await?);
+    let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("cron-example");
     wo.interval = Duration::from_millis(50);
     let worker = new_worker(store, Arc::new(Cleanup), wo)?;

@@ -14,9 +14,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, header};
-use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, TableConfig};
+use dbworker::dashboard::{Auth, Dashboard, DashboardOptions};
 use dbworker::{
-    DbJob, DbStore, StoreOptions,
+    DbJob, DbStore, JobTable, JobTableOptions, StoreOptions,
     control::DEFAULT_PAUSE_TABLE,
     ddl::{OptionalColumns, job_table_sql, optional_columns_sql, pause_table_sql},
     new_worker,
@@ -77,20 +77,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    let mut so = StoreOptions::<Job>::from_row("app", "jobs j");
+    // The job table, described once: the store and the dashboard both take it.
+    let mut to = JobTableOptions::new("jobs j");
+    to.queue_column = Some("queue".into());
+    to.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+    let table = JobTable::new(&pool, to).await?;
+
+    let mut so = StoreOptions::<Job>::from_row("app");
     so.column_expressions = vec!["j.id".into(), "j.payload".into()];
-    so.queue_column = Some("queue".into());
-    so.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-    let store = Arc::new(DbStore::new(&pool, so).await?);
+    let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("app");
     wo.num_handlers = 2;
     let worker = new_worker(store, Send, wo)?;
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
 
-    let mut table = TableConfig::new("jobs");
-    table.queue_column = Some("queue".into());
-    table.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
     let mut options = DashboardOptions::new(vec![table]);
     // Behind a bearer token when checking (or with DASHBOARD_TOKEN set); open
     // on the loopback address otherwise, so a browser can just look.

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Handling, NewJob, StoreOptions,
+    DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob, StoreOptions,
     ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
-    enqueue::{EnqueueOptions, Enqueued, KeyMode},
+    enqueue::{Enqueued, KeyMode},
     new_worker,
 };
 use dbworker_testkit::TestDatabase;
@@ -77,11 +77,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    let mut options = EnqueueOptions::new("mail_jobs");
+    // The job table, described and checked once: the enqueuer and the store take it.
+    let mut options = JobTableOptions::new("mail_jobs j");
     options.key_column = Some("job_key".into());
     options.queue_column = Some("queue".into());
     options.priority_column = Some("priority".into());
-    let enqueuer = Enqueuer::new(&pool, options).await?;
+    let table = JobTable::new(&pool, options).await?;
+    let enqueuer = Enqueuer::new(&pool, &table).await?;
 
     // 1. The order and its confirmation commit together, or not at all.
     let mut tx = pool.begin().await?;
@@ -123,10 +125,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(matches!(outcomes[2], Enqueued::Updated(id) if id == outcomes[0].id()));
 
     // The worker takes the highest priority first (the generated index serves it).
-    let mut store_options = StoreOptions::<MailJob>::from_row("mailer", "mail_jobs j");
+    let mut store_options = StoreOptions::<MailJob>::from_row("mailer");
     store_options.handling = Handling::Heartbeat;
-    store_options.order_by = Some("j.priority DESC, j.id".into());
-    let store = Arc::new(DbStore::new(&pool, store_options).await?);
+    store_options.claim.order_by = Some("j.priority DESC, j.id".into());
+    let store = Arc::new(DbStore::new(&pool, &table, store_options).await?);
     let sent = Arc::new(Mutex::new(Vec::new()));
     let mut worker_options = WorkerOptions::new("mailer");
     worker_options.num_handlers = 1;

@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, NewJob, StoreOptions,
+    DbJob, DbStore, Enqueuer, JobTable, JobTableOptions, NewJob, StoreOptions,
     ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
-    enqueue::EnqueueOptions,
     queues::{QueueWorkers, QueueWorkersOptions},
 };
 use dbworker_testkit::TestDatabase;
@@ -79,10 +78,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.kind_column = Some("kind".into());
-    eo.queue_column = Some("queue".into());
-    let enqueuer = Enqueuer::new(&pool, eo).await?;
+    // The job table, described and checked once: the enqueuer and the store take it.
+    let mut to = JobTableOptions::new("jobs j");
+    to.kind_column = Some("kind".into());
+    to.queue_column = Some("queue".into());
+    let table = JobTable::new(&pool, to).await?;
+    let enqueuer = Enqueuer::new(&pool, &table).await?;
     let mut jobs: Vec<NewJob> = (0..12)
         .map(|i| {
             NewJob::new().kind("send_email").queue("emails").json(
@@ -95,9 +96,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     jobs.push(NewJob::new().kind("send_sms").queue("emails"));
     enqueuer.enqueue_many(&jobs).await?;
 
-    let mut so = StoreOptions::<Job>::from_row("app", "jobs j");
+    let mut so = StoreOptions::<Job>::from_row("app");
     so.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
-    let store = Arc::new(DbStore::new(&pool, so).await?);
+    let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
         .register("send_email", SendEmail)
         .register("build_report", BuildReport);

@@ -14,7 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbJob, DbStore, StoreOptions, ddl::job_table_sql, new_worker};
+use dbworker::{
+    DbJob, DbStore, JobTable, JobTableOptions, StoreOptions, ddl::job_table_sql, new_worker,
+};
 use dbworker_testkit::TestDatabase;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -81,9 +83,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .execute(&pool)
     .await?;
 
-    let mut so = StoreOptions::<Email>::from_row("emails", "emails e");
+    let table = JobTable::new(&pool, JobTableOptions::new("emails e")).await?;
+    let mut so = StoreOptions::<Email>::from_row("emails");
     so.column_expressions = vec!["e.id".into(), "e.address".into()];
-    let store = Arc::new(DbStore::new(&pool, so).await?);
+    let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("otel-example");
     wo.num_handlers = 2;
     wo.interval = Duration::from_millis(50);

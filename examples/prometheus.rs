@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, NewJob, StoreOptions,
+    DbJob, DbStore, Enqueuer, JobTable, JobTableOptions, NewJob, StoreOptions,
     ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
-    enqueue::EnqueueOptions,
     maintenance::{PurgeOptions, Purger},
     new_worker,
 };
@@ -71,10 +70,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.kind_column = Some("kind".into());
-    eo.queue_column = Some("queue".into());
-    let enqueuer = Enqueuer::new(&pool, eo).await?;
+    // The job table, described and checked once: the enqueuer, the store and
+    // the purger take it.
+    let mut to = JobTableOptions::new("jobs j");
+    to.kind_column = Some("kind".into());
+    to.queue_column = Some("queue".into());
+    let table = JobTable::new(&pool, to).await?;
+    let enqueuer = Enqueuer::new(&pool, &table).await?;
     let mut jobs: Vec<NewJob> = (0..20).map(|_| NewJob::new().kind("email")).collect();
     jobs.extend((0..5).map(|_| NewJob::new().kind("report").queue("reports")));
     jobs.extend((0..3).map(|_| {
@@ -84,11 +86,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }));
     enqueuer.enqueue_many(&jobs).await?;
 
-    let mut so = StoreOptions::<Job>::from_row("jobs", "jobs j");
+    let mut so = StoreOptions::<Job>::from_row("jobs");
     so.column_expressions = vec!["j.id".into(), "j.kind".into()];
-    so.queue_column = Some("queue".into());
     so.max_num_retries = 0;
-    let store = Arc::new(DbStore::new(&pool, so).await?);
+    let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
         .register("email", Outcome(true))
         .register("report", Outcome(false));
@@ -98,9 +99,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Gauges come from one cheap query; a service runs `run_gauges` on a timer.
     store.record_gauges(&mut Vec::new()).await?;
-    let mut po = PurgeOptions::new("jobs");
+    let mut po = PurgeOptions::new();
     po.max_age = vec![(JobState::Completed, Duration::ZERO)];
-    Purger::new(&pool, po).await?.purge_once().await?;
+    Purger::new(&pool, &table, po).await?.purge_once().await?;
 
     let text = metrics.render();
     for line in text.lines().filter(|l| {

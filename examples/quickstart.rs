@@ -1,18 +1,6 @@
-//! Quickstart: a typed job, enqueued through the API and run by a worker
-//! beside a resetter, its handler writing in the job's transaction.
-//!
-//! ```sh
-//! cargo run --example quickstart
-//! ```
-//!
-//! Needs no set-up: with `DATABASE_URL` unset it starts a throwaway PostgreSQL
-//! cluster (the server binaries must be installed); with it set, it creates a
-//! scratch database on that server and drops it at the end. Its output is
-//! plain text, one line per job. The guide's "Typed jobs" chapter explains
-//! each piece; `examples/tour.rs` goes further (execution logs, a malformed
-//! payload, LISTEN/NOTIFY, logging).
-
-use std::{sync::Arc, time::Duration};
+//! Quickstart: a typed job, enqueued and run by a worker beside a resetter, its handler writing in
+//! the job's transaction. Needs no set-up: with `DATABASE_URL` unset it starts a throwaway
+//! PostgreSQL cluster. The guide's "Typed jobs" chapter explains each piece.
 
 use dbworker::prelude::*;
 use dbworker::workerutil::{CancellationToken, WorkerEvent};
@@ -57,19 +45,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let squares = "CREATE TABLE squares (n bigint PRIMARY KEY, square bigint NOT NULL)";
     sqlx::raw_sql(squares).execute(&pool).await?;
 
-    let enqueuer = Enqueuer::new(&pool, EnqueueOptions::typed("example_jobs")).await?;
+    // The job table, described and checked once: every service below takes it.
+    let jobs = JobTable::new(&pool, JobTableOptions::typed("example_jobs")).await?;
+    let enqueuer = Enqueuer::new(&pool, &jobs).await?;
     for n in 1..=20 {
         enqueuer.enqueue_args(&Square { n }).await?;
     }
     println!("enqueued 20 jobs of kind \"square\"");
 
-    let options = StoreOptions::from_row("quickstart", "example_jobs j");
-    let store = Arc::new(DbStore::new(&pool, options).await?);
+    let store = DbStore::new(&pool, &jobs, StoreOptions::from_row("quickstart")).await?;
+    // Requeues the jobs of dead workers, stalled by the store's own measure.
+    let resetter = Resetter::new(&pool, &jobs, ResetterOptions::for_store(&store))?;
+    let store = std::sync::Arc::new(store);
     let registry = KindRegistry::for_args().register_args(Squarer);
     let worker = new_worker(store.clone(), registry, WorkerOptions::new("quickstart"))?;
     let mut events = worker.subscribe();
-    // Puts back the jobs of workers that died (none here) while the worker runs.
-    let resetter = Resetter::for_store(&store, Duration::from_secs(5))?;
     let stop = CancellationToken::new();
     let run = async {
         worker.run_until_empty().await;
@@ -82,9 +72,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("job {id:>2} {}", outcome.kind());
         }
     }
-    let sum: i64 = sqlx::query_scalar("SELECT sum(square)::bigint FROM squares")
-        .fetch_one(&pool)
-        .await?;
+    let sum = "SELECT sum(square)::bigint FROM squares";
+    let sum: i64 = sqlx::query_scalar(sum).fetch_one(&pool).await?;
     println!("sum of squares 1..=20 = {sum}");
     store.close().await;
     pool.close().await;

@@ -13,13 +13,28 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dbworker::{DbJob, DbStore, Resetter, StoreOptions, maintenance::ResetterOptions, new_worker};
+use dbworker::{
+    DbJob, DbStore, JobTable, JobTableOptions, Resetter, ResetterOptions, StallOptions,
+    StoreOptions, new_worker,
+};
 use dbworker_testkit::TestDatabase;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
 
-const STALLED_MAX_AGE: Duration = Duration::from_secs(2);
+/// When a processing job counts as stalled: the workers' stores and the
+/// standalone resetter must agree, so both take these.
+fn stall() -> StallOptions {
+    let mut stall = StallOptions::default();
+    stall.stalled_max_age = Duration::from_secs(2);
+    stall
+}
+
+/// The job table, described once in each process: its store or its resetter
+/// takes it.
+async fn table(pool: &PgPool) -> Result<JobTable, dbworker::Error> {
+    JobTable::new(pool, JobTableOptions::new("example_jobs j")).await
+}
 
 #[derive(Debug, sqlx::FromRow)]
 struct ExampleJob {
@@ -59,10 +74,11 @@ impl Handler<DbStore<ExampleJob>> for Work {
 }
 
 async fn store(pool: &PgPool) -> Result<Arc<DbStore<ExampleJob>>, dbworker::Error> {
-    let mut options = StoreOptions::<ExampleJob>::from_row("crash_store", "example_jobs j");
+    let table = table(pool).await?;
+    let mut options = StoreOptions::<ExampleJob>::from_row("crash_store");
     options.column_expressions = vec!["j.id".into()];
-    options.stalled_max_age = STALLED_MAX_AGE;
-    Ok(Arc::new(DbStore::new(pool, options).await?))
+    options.stall = stall();
+    Ok(Arc::new(DbStore::new(pool, &table, options).await?))
 }
 
 fn worker_options(name: &str) -> WorkerOptions {
@@ -97,10 +113,11 @@ async fn doomed_worker(url: &str) -> Result<(), Box<dyn std::error::Error>> {
 
 async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let pool = PgPool::connect(url).await?;
-    let mut options = ResetterOptions::new("standalone_resetter", "example_jobs");
-    options.stalled_max_age = STALLED_MAX_AGE;
+    let table = table(&pool).await?;
+    let mut options = ResetterOptions::new("standalone_resetter");
+    options.stall = stall();
     options.interval = Duration::from_millis(250);
-    let resetter = Resetter::new(&pool, options)?;
+    let resetter = Resetter::new(&pool, &table, options)?;
     // Runs until it has brought a job back, so the example ends.
     let stop = CancellationToken::new();
     let done = stop.clone();

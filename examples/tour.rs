@@ -117,9 +117,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
+    // The job table, described and checked once; the enqueuer, the store and
+    // the resetter all take it.
+    let table = JobTable::new(&pool, JobTableOptions::typed("example_jobs j")).await?;
+
     // Twenty jobs in one statement, and one whose payload is not a `Square`
     // (written as plain JSON, as another program might).
-    let enqueuer = Enqueuer::new(&pool, EnqueueOptions::typed("example_jobs")).await?;
+    let enqueuer = Enqueuer::new(&pool, &table).await?;
     let jobs = (1..=20)
         .map(|n| NewJob::args(&Square { n }))
         .collect::<Result<Vec<_>, _>>()?;
@@ -133,12 +137,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         db.name()
     );
 
-    let mut options = StoreOptions::<TypedJob>::from_row("tour_store", "example_jobs j");
+    let mut options = StoreOptions::<TypedJob>::from_row("tour_store");
     options.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
-    options.stalled_max_age = Duration::from_secs(5);
+    options.stall.stalled_max_age = Duration::from_secs(5);
     // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
     options.listen = Listen::TableChannel;
-    let store = Arc::new(DbStore::new(&pool, options).await?);
+    // The resetter counts a job as stalled exactly as the store does.
+    let mut resetter_options = ResetterOptions::new("tour_store_resetter");
+    resetter_options.stall = options.stall.clone();
+    resetter_options.interval = Duration::from_secs(1);
+    let store = Arc::new(DbStore::new(&pool, &table, options).await?);
 
     let mut worker_options = WorkerOptions::new("tour_worker");
     worker_options.num_handlers = 4;
@@ -152,7 +160,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = worker.shutdown_handle();
     let mut events = worker.subscribe();
 
-    let resetter = Resetter::for_store(&store, Duration::from_secs(1))?;
+    let resetter = Resetter::new(&pool, &table, resetter_options)?;
     let stop_resetter = CancellationToken::new();
     let resetter_task = {
         let stop = stop_resetter.clone();

@@ -12,12 +12,12 @@
 use std::sync::{Arc, Mutex};
 
 use dbworker::{
-    DbJob, DbStore, Handling, NewJob, StoreOptions,
-    admin::{Admin, AdminOptions},
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, NewJob, StoreOptions,
+    admin::Admin,
     ddl::{job_table_sql, workflows_sql},
     enqueue::DependencyPolicy,
     new_worker,
-    workflow::{Task, Workflow, WorkflowOptions, Workflows},
+    workflow::{Task, Workflow, Workflows},
 };
 use dbworker_testkit::TestDatabase;
 use serde_json::json;
@@ -63,13 +63,14 @@ impl Handler<DbStore<Step>> for Steps {
 
 async fn run_worker(
     pool: &sqlx::PgPool,
+    table: &JobTable,
     ran: &Arc<Mutex<Vec<String>>>,
     jobs: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let mut options = StoreOptions::<Step>::from_row("steps", "steps j");
+    let mut options = StoreOptions::<Step>::from_row("steps");
     options.handling = Handling::Transactional;
     options.max_num_retries = 0;
-    let store = Arc::new(DbStore::new(pool, options).await?);
+    let store = Arc::new(DbStore::new(pool, table, options).await?);
     let mut worker_options = WorkerOptions::new("steps");
     worker_options.num_handlers = 1;
     worker_options.num_total_jobs = Some(jobs);
@@ -90,7 +91,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    let workflows = Workflows::new(&pool, WorkflowOptions::new("steps")).await?;
+    // The job table, with workflows, described and checked once: workflows,
+    // the stores and the admin take it.
+    let mut to = JobTableOptions::new("steps j");
+    to.workflows = true;
+    let table = JobTable::new(&pool, to).await?;
+    let workflows = Workflows::new(&pool, &table).await?;
     let step = |name: &str| NewJob::new().json("payload", json!({ "step": name }));
     let failing = |name: &str| NewJob::new().json("payload", json!({ "step": name, "fail": true }));
     let enqueued = workflows
@@ -111,7 +117,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     let ran = Arc::new(Mutex::new(Vec::new()));
-    run_worker(&pool, &ran, 4).await?;
+    run_worker(&pool, &table, &ran, 4).await?;
     let status = workflows.status(enqueued.id).await?.expect("the workflow");
     println!("ran: {:?}", ran.lock().unwrap_or_else(|e| e.into_inner()));
     println!("after the first run: {:?}", status.counts);
@@ -132,9 +138,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bind(scan)
         .execute(&pool)
         .await?;
-    let admin = Admin::new(&pool, AdminOptions::new("steps")).await?;
+    let admin = Admin::new(&pool, &table).await?;
     admin.requeue(scan).await?;
-    run_worker(&pool, &ran, 2).await?;
+    run_worker(&pool, &table, &ran, 2).await?;
     let status = workflows.status(enqueued.id).await?.expect("the workflow");
     let ran = ran.lock().unwrap_or_else(|e| e.into_inner()).clone();
     println!("ran: {ran:?}");

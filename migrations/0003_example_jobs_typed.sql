@@ -2,5 +2,5 @@
 -- example_jobs has its payload column from 0001, so only `kind` is new here.
 -- Job kinds: one table, a handler per kind (workerutil::KindRegistry).
 ALTER TABLE "example_jobs" ADD COLUMN IF NOT EXISTS "kind" text NOT NULL DEFAULT 'default';
--- Typed jobs' arguments as JSON: EnqueueOptions::payload_column = Some("payload").
+-- Typed jobs' arguments as JSON: JobTableOptions::payload_column = Some("payload").
 ALTER TABLE "example_jobs" ADD COLUMN IF NOT EXISTS "payload" jsonb NOT NULL DEFAULT '{}';

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
-use dbworker::admin::{Admin, AdminOptions};
+use dbworker::admin::Admin;
 use dbworker::cluster::DEFAULT_LEADER_TABLE;
+use dbworker::{JobTable, JobTableOptions};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -41,6 +42,24 @@ impl Database {
             .connect_lazy_with(self.options()?);
         dbworker::check_connection(&pool, timeout).await?;
         Ok(pool)
+    }
+
+    /// The job table `name` as the command's flags describe it (`describe`
+    /// sets the renames, the optional columns and the control tables),
+    /// checked against the database by [`JobTable::new`]: the one place every
+    /// command builds its table, so they all describe it alike.
+    pub(crate) async fn job_table(
+        &self,
+        pool: &PgPool,
+        name: &str,
+        describe: impl FnOnce(&mut JobTableOptions),
+    ) -> Result<JobTable> {
+        let mut options = JobTableOptions::new(name);
+        options.connect_timeout = self.connect_timeout()?;
+        describe(&mut options);
+        JobTable::new(pool, options)
+            .await
+            .with_context(|| format!("job table {name}"))
     }
 
     /// The URL parsed; a malformed or foreign one is blamed by name instead
@@ -114,6 +133,26 @@ impl Target {
     pub(crate) async fn connect(&self) -> Result<PgPool> {
         self.database.connect(1).await
     }
+
+    /// The job table, its standard columns renamed as the flags say.
+    pub(crate) async fn job_table(&self, pool: &PgPool) -> Result<JobTable> {
+        self.job_table_with(pool, |_| {}).await
+    }
+
+    /// The job table with what a command adds to its description (a pause
+    /// table, workflows, an error history column).
+    pub(crate) async fn job_table_with(
+        &self,
+        pool: &PgPool,
+        more: impl FnOnce(&mut JobTableOptions),
+    ) -> Result<JobTable> {
+        self.database
+            .job_table(pool, &self.table, |o| {
+                o.alternate_column_names = self.renames();
+                more(o);
+            })
+            .await
+    }
 }
 
 /// The job table for the operator commands.
@@ -130,30 +169,43 @@ pub(crate) struct TableArgs {
 }
 
 impl TableArgs {
+    /// The job table as the shared flags describe it (table, renames, queue
+    /// and kind columns), with what `more` adds (a key, priority or retry
+    /// limit column, workflows, a pause table).
+    pub(crate) async fn job_table_with(
+        &self,
+        pool: &PgPool,
+        more: impl FnOnce(&mut JobTableOptions),
+    ) -> Result<JobTable> {
+        self.target
+            .job_table_with(pool, |o| {
+                o.queue_column = self.queue_column.clone();
+                o.kind_column = self.kind_column.clone();
+                more(o);
+            })
+            .await
+    }
+
+    /// The admin, on a connection of its own.
     pub(crate) async fn admin(&self) -> Result<Admin> {
         self.admin_on(&self.target.connect().await?).await
     }
 
     /// The admin on a connection the command already has.
-    pub(crate) async fn admin_on(&self, pool: &sqlx::PgPool) -> Result<Admin> {
+    pub(crate) async fn admin_on(&self, pool: &PgPool) -> Result<Admin> {
         self.admin_with(pool, |_| {}).await
     }
 
-    /// The admin with options a command adds (a key or priority column).
+    /// The admin of the table with what a command adds to its description.
     pub(crate) async fn admin_with(
         &self,
         pool: &PgPool,
-        more: impl FnOnce(&mut AdminOptions),
+        more: impl FnOnce(&mut JobTableOptions),
     ) -> Result<Admin> {
-        let t = &self.target;
-        let mut options = AdminOptions::new(&t.table);
-        options.alternate_column_names = t.renames();
-        options.queue_column = self.queue_column.clone();
-        options.kind_column = self.kind_column.clone();
-        more(&mut options);
-        Admin::new(pool, options)
+        let table = self.job_table_with(pool, more).await?;
+        Admin::new(pool, &table)
             .await
-            .with_context(|| format!("job table {}", t.table))
+            .with_context(|| format!("job table {}", self.target.table))
     }
 }
 

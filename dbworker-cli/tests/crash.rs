@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, new_worker};
+use dbworker::{DbJob, DbStore, Handling, JobTable, new_worker};
 use serde_json::json;
 use workerutil::{Handler, HandlerError, JobContext};
 
@@ -54,9 +54,10 @@ async fn crash_child_worker() {
         return;
     };
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
     let mut so = Db::options_for_tests();
-    so.stalled_max_age = Duration::from_secs(2);
-    let store = std::sync::Arc::new(DbStore::new(&pool, so).await.unwrap());
+    so.stall.stalled_max_age = Duration::from_secs(2);
+    let store = std::sync::Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
     new_worker(store, Hang { pool, hang: true }, options("doomed"))
         .unwrap()
         .run()

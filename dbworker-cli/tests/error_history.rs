@@ -31,8 +31,10 @@ async fn show_prints_each_failed_attempt() {
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
     o.max_num_retries = 3;
-    o.error_history_column = Some("errors".into());
-    let store = DbStore::new(&db.pool, o).await.unwrap();
+    let table = db
+        .table_with(|t| t.error_history_column = Some("errors".into()))
+        .await;
+    let store = DbStore::new(&db.pool, &table, o).await.unwrap();
     for (worker, message) in [("host-a", "first"), ("host-b", "second")] {
         let mut jobs = store.dequeue(worker, &Default::default(), 1).await.unwrap();
         assert!(

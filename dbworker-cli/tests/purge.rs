@@ -25,16 +25,17 @@ async fn count(db: &Db, table: &str) -> i64 {
 async fn rows_can_be_archived_instead_and_the_command_line_does_the_same() {
     let db = Db::new().await;
     seed(&db).await;
-    let mut o = PurgeOptions::new("jobs");
+    let table = db.table().await;
+    let mut o = PurgeOptions::new();
     o.archive_table = Some("jobs_archive".into());
-    let err = Purger::new(&db.pool, o.clone()).await.unwrap_err();
+    let err = Purger::new(&db.pool, &table, o.clone()).await.unwrap_err();
     assert!(err.to_string().contains("jobs_archive"), "{err}");
     sqlx::raw_sql("CREATE TABLE jobs_archive (LIKE jobs)")
         .execute(&db.pool)
         .await
         .unwrap();
     o.max_age = vec![(JobState::Completed, Duration::ZERO)];
-    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let purger = Purger::new(&db.pool, &table, o).await.unwrap();
     assert_eq!(purger.purge_once().await.unwrap().total(), 7);
     assert_eq!(count(&db, "jobs_archive").await, 7);
     assert_eq!(db.count("completed").await, 0);

@@ -21,7 +21,8 @@ async fn colliding_renames_are_rejected_by_the_generator_and_the_store() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("would both be named"));
-    let mut o = Db::options_for_tests();
+    // The store takes its columns from the table's description.
+    let mut o = Db::table_options();
     o.alternate_column_names = renames;
     assert!(
         o.validate()

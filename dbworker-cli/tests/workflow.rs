@@ -7,7 +7,7 @@ mod common;
 
 use dbworker::NewJob;
 use dbworker::ddl::workflows_sql;
-use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
+use dbworker::workflow::{Task, Workflow, Workflows};
 
 use cli::{dbworker, ok};
 use common::Db;
@@ -19,9 +19,8 @@ async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
     assert!(ddl.contains("jobs_dbworker_release"), "{ddl}");
     db.execute(&workflows_sql("jobs", &Default::default()).unwrap())
         .await;
-    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
-        .await
-        .unwrap();
+    let table = db.table_with(|t| t.workflows = true).await;
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
     let wf = workflows
         .enqueue(
             &Workflow::new()

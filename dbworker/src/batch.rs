@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! use dbworker::batch::{BatchHandler, BatchJobs, ItemResult};
-//! use dbworker::{DbStore, StoreOptions, new_worker};
+//! use dbworker::{DbStore, JobTable, JobTableOptions, StoreOptions, new_worker};
 //! use serde_json::Value;
 //! use workerutil::{WorkerOptions, async_trait};
 //!
@@ -25,9 +25,11 @@
 //! }
 //!
 //! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-//! let mut options = StoreOptions::<Job>::from_row("emails", "email_jobs j");
-//! options.payload_column = Some("payload".into());
-//! let store = std::sync::Arc::new(DbStore::new(&pool, options).await?);
+//! let mut table = JobTableOptions::new("email_jobs j");
+//! table.payload_column = Some("payload".into());
+//! let table = JobTable::new(&pool, table).await?;
+//! let options = StoreOptions::<Job>::from_row("emails");
+//! let store = std::sync::Arc::new(DbStore::new(&pool, &table, options).await?);
 //! let handler = BatchJobs::new(SendEmails, |job: &Job| &job.payload);
 //! new_worker(store, handler, WorkerOptions::new("emails"))?.run().await;
 //! # Ok(())
@@ -69,8 +71,9 @@ pub trait BatchHandler<R>: Send + Sync + 'static {
 type PayloadOf<R> = Arc<dyn Fn(&R) -> &Value + Send + Sync>;
 
 /// A [`Handler`] that runs a [`BatchHandler`] over the items of each job's
-/// payload. Needs [`StoreOptions::payload_column`](crate::StoreOptions::payload_column)
-/// naming the column `payload_of` reads.
+/// payload. Needs a store whose table has a
+/// [`payload_column`](crate::JobTableOptions::payload_column) naming the column
+/// `payload_of` reads.
 ///
 /// - Every item succeeded (or the array is empty): the job completes.
 /// - Some failed: the job errors with a message naming each failed item (by
@@ -126,7 +129,7 @@ impl<R: Record, B: BatchHandler<R>> Handler<DbStore<R>> for BatchJobs<R, B> {
     ) -> Result<(), HandlerError> {
         if ctx.store().payload_column().is_none() {
             return Err(HandlerError::non_retryable(
-                "batch jobs need StoreOptions::payload_column (the jsonb column holding the items)",
+                "batch jobs need the table's payload column (JobTableOptions::payload_column: the jsonb column holding the items)",
             ));
         }
         let payload = (self.payload_of)(job.record());

@@ -47,7 +47,7 @@ pub enum Error {
     },
     /// The job table or view does not have the shape the options describe.
     /// Every problem found is listed.
-    #[error("the job table does not match the store options:\n  - {}", problems.join("\n  - "))]
+    #[error("the job table does not match its description:\n  - {}", problems.join("\n  - "))]
     Schema {
         /// One line per missing or mistyped table, view or column.
         problems: Vec<String>,

@@ -126,7 +126,7 @@ pub struct JobSummary {
     /// The last failure message, if any.
     pub failure_message: Option<String>,
     /// The workflow it is a task of, when the admin knows the table has
-    /// workflows (`AdminOptions::workflows`).
+    /// workflows (`JobTableOptions::workflows`).
     pub workflow_id: Option<i64>,
 }
 
@@ -261,12 +261,12 @@ pub struct Reschedule {
     /// Run no earlier than this long after the action, by the database
     /// clock (instead of `run_at`).
     pub run_after: Option<Duration>,
-    /// The priority (needs `AdminOptions::priority_column`).
+    /// The priority (needs `JobTableOptions::priority_column`).
     pub priority: Option<i32>,
     /// The failures counted so far (`num_failures`): 0 gives a failed job
     /// all its retries again. Negative values are refused.
     pub num_failures: Option<i32>,
-    /// The job's own retry limit (needs `AdminOptions::max_retries_column`).
+    /// The job's own retry limit (needs `JobTableOptions::max_retries_column`).
     /// Negative values are refused.
     pub max_retries: Option<i32>,
 }

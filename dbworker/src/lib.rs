@@ -17,6 +17,8 @@ mod sql;
 mod notify;
 mod schema_check;
 mod service;
+// The job table every service takes (above the SQL, below the services).
+mod table;
 
 // Building a worker over a store (above the store).
 mod worker;
@@ -42,11 +44,13 @@ pub mod workflow;
 pub use enqueue::{Enqueuer, NewJob};
 pub use error::{Error, Result};
 pub use maintenance::Resetter;
+pub use maintenance::ResetterOptions;
 pub use schema_check::probe_connection as check_connection;
 pub use store::{
-    DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_MAX_RESULT_BYTES, DbConditions, DbJob, DbStore,
-    ForbiddenFlags, Handling, Retry, RetryPolicy, StoreOptions,
+    ClaimOptions, DEFAULT_MAX_RESULT_BYTES, DbConditions, DbJob, DbStore, ForbiddenFlags, Handling,
+    Retry, RetryPolicy, StallOptions, StoreOptions,
 };
+pub use table::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, JobTableOptions};
 pub use worker::new_worker;
 
 pub use sea_query;

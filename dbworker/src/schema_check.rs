@@ -11,7 +11,7 @@ use sqlx::{Connection, PgConnection, PgPool, Row};
 use crate::columns::{Columns, Relation};
 use crate::error::{Error, Result};
 use crate::sql;
-use crate::sql::JobTable;
+use crate::sql::StoreParams;
 
 /// Opens one connection with the pool's settings, directly, so an unreachable
 /// server or a refused login is reported with its real cause and the address
@@ -38,14 +38,14 @@ pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
 }
 
 /// A column as `pg_catalog` describes it.
-struct Column {
-    ty: String,
+pub(crate) struct Column {
+    pub(crate) ty: String,
     not_null: bool,
     has_default: bool,
 }
 
 /// The relation's columns by name; empty when it does not exist.
-async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, Column>> {
+pub(crate) async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, Column>> {
     let rows = sql::relation_columns(rel)
         .query()
         .fetch_all(pool)
@@ -109,7 +109,7 @@ pub(crate) fn none(problems: Vec<String>) -> Result<()> {
 /// Whether the relation exists (resolved as Postgres resolves it, through
 /// `search_path` when unqualified) and whether the role may read it (and
 /// update it, when `update`). Records what is wrong; returns whether it exists.
-async fn check_access(
+pub(crate) async fn check_access(
     pool: &PgPool,
     rel: &Relation,
     what: &str,
@@ -235,125 +235,25 @@ pub(crate) async fn jsonb_column_problem(
     })
 }
 
-/// The error history column's problem, if any, with how to add it.
-pub(crate) async fn error_history_problem(
+/// Checks a store's SQL fragments (column expressions, order-by) against the
+/// table or view they read; the table itself was checked by `JobTable::new`.
+pub(crate) async fn check_store(
     pool: &PgPool,
-    rel: &Relation,
-    column: &str,
-) -> Result<Option<String>> {
-    let hint = "; `dbworker migration --error-history` adds it";
-    jsonb_column_problem(pool, rel, column, "error_history_column", hint).await
-}
-
-/// Checks the resolved options against the database.
-pub(crate) async fn check(pool: &PgPool, o: &JobTable, connect_timeout: Duration) -> Result<()> {
+    o: &StoreParams,
+    connect_timeout: Duration,
+) -> Result<()> {
     probe_connection(pool, connect_timeout).await?;
-    let mut problems = Vec::new();
-    check_table(pool, &o.table, &o.columns, &mut problems).await?;
-    if let Some(column) = &o.max_retries_column
-        && problems.is_empty()
-    {
-        let table = o.table.display_name();
-        match columns_of(pool, &o.table).await?.get(column) {
-            None => problems.push(format!(
-                "table {table} has no column {column} (max_retries_column)"
-            )),
-            Some(col) if !matches!(col.ty.as_str(), "int2" | "int4" | "int8") => {
-                problems.push(format!(
-                    "column {table}.{column} (max_retries_column) has type {}, expected an integer",
-                    col.ty
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    if let Some(column) = &o.payload_column
-        && problems.is_empty()
-    {
-        problems.extend(jsonb_column_problem(pool, &o.table, column, "payload_column", "").await?);
-    }
-    if let Some(column) = &o.result_column
-        && problems.is_empty()
-    {
-        let hint = "; `dbworker migration --results` adds it";
-        problems.extend(jsonb_column_problem(pool, &o.table, column, "result_column", hint).await?);
-    }
-    if let Some(h) = &o.error_history
-        && problems.is_empty()
-    {
-        problems.extend(error_history_problem(pool, &o.table, &h.column).await?);
-    }
-    if let Some(pauses) = &o.pause_table {
-        problems.extend(pause_table_problems(pool, pauses).await?);
-    }
-    if let Some(limits) = &o.limit_table {
-        problems.extend(limit_table_problems(pool, limits).await?);
-    }
-    if let Some(column) = o.limit_key_column.as_deref() {
-        problems.extend(
-            missing_columns(pool, &o.table, "table", &[column], "")
-                .await?
-                .into_iter()
-                .map(|p| format!("{p} (limit_key_column)")),
-        );
-    }
-    if let Some(column) = o.queue_column.as_deref()
-        && (o.pause_table.is_some() || o.limit_table.is_some())
-    {
-        problems.extend(
-            missing_columns(pool, &o.table, "table", &[column], "")
-                .await?
-                .into_iter()
-                .map(|p| format!("{p} (queue_column)")),
-        );
-    }
-    if let Some(column) = &o.flags_column {
-        problems.extend(flags_column_problems(pool, o.source(), column).await?);
-    }
-    if let Some(view) = &o.view
-        && check_access(pool, view, "view", false, &mut problems).await?
-    {
-        let view_columns = columns_of(pool, view).await?;
-        let name = view.display_name();
-        for col in [&o.columns.id, &o.columns.state, &o.columns.process_after] {
-            if !view_columns.contains_key(col.as_str()) {
-                problems.push(format!("view {name} has no column {col}"));
-            }
-        }
-    }
-    // Only worth probing the SQL fragments once the relations are right.
-    if problems.is_empty()
-        && let Err(err) = sql::probe_expressions(o).query().execute(pool).await
-    {
+    if let Err(err) = sql::probe_expressions(o).query().execute(pool).await {
         let detail = match &err {
             sqlx::Error::Database(db) => db.message().to_owned(),
             other => other.to_string(),
         };
-        problems.push(format!(
+        return none(vec![format!(
             "the column expressions or order_by are not valid against {}: {detail}",
             o.source().display_name()
-        ));
+        )]);
     }
-    none(problems)
-}
-
-/// What is wrong with the flags column: missing from the relation claims
-/// read (the view, or the table), or not `text[]`.
-async fn flags_column_problems(pool: &PgPool, rel: &Relation, column: &str) -> Result<Vec<String>> {
-    let existing = columns_of(pool, rel).await?;
-    let name = rel.display_name();
-    Ok(match existing.get(column) {
-        // A missing relation is reported by its own check.
-        _ if existing.is_empty() => Vec::new(),
-        None => vec![format!(
-            "{name} has no column {column} (flags_column; `dbworker migration --flags` adds it)"
-        )],
-        Some(col) if col.ty != "_text" => vec![format!(
-            "column {name}.{column} (flags_column) has type {}, expected text[]",
-            col.ty
-        )],
-        Some(_) => Vec::new(),
-    })
+    Ok(())
 }
 
 /// What is wrong with the pause table `rel` (missing, or missing columns).

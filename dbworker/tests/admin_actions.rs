@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use dbworker::{
-    Error,
-    admin::{Admin, AdminOptions, BulkAction, JobFilter, Removed, Reschedule},
+    Error, JobTable,
+    admin::{Admin, BulkAction, JobFilter, Removed, Reschedule},
     ddl::OptionalColumns,
 };
 use workerutil::JobState;
@@ -17,12 +17,15 @@ use common::Db;
 async fn set_up() -> (Db, Admin) {
     let db = Db::new().await;
     db.add_columns(|c| *c = OptionalColumns::all(), &[]).await;
-    let mut o = AdminOptions::new("jobs");
-    o.key_column = Some("job_key".into());
-    o.priority_column = Some("priority".into());
-    o.max_retries_column = Some("max_retries".into());
-    o.queue_column = Some("queue".into());
-    let admin = Admin::new(&db.pool, o).await.unwrap();
+    let table = db
+        .table_with(|t| {
+            t.key_column = Some("job_key".into());
+            t.priority_column = Some("priority".into());
+            t.max_retries_column = Some("max_retries".into());
+            t.queue_column = Some("queue".into());
+        })
+        .await;
+    let admin = Admin::new(&db.pool, &table).await.unwrap();
     (db, admin)
 }
 
@@ -142,9 +145,7 @@ async fn reschedule_sets_only_what_it_is_given() {
         ),
         "{err}"
     );
-    let plain = Admin::new(&db.pool, AdminOptions::new("jobs"))
-        .await
-        .unwrap();
+    let plain = Admin::new(&db.pool, &db.table().await).await.unwrap();
     let mut r = Reschedule::default();
     r.priority = Some(1);
     let err = plain
@@ -179,8 +180,8 @@ async fn remove_key_deletes_a_waiting_holder_and_leaves_a_processing_one() {
 
     // The configured columns are checked at start-up.
     let bare = Db::new().await;
-    let mut o = AdminOptions::new("jobs");
+    let mut o = Db::table_options();
     o.key_column = Some("job_key".into());
-    let err = Admin::new(&bare.pool, o).await.unwrap_err();
+    let err = JobTable::new(&bare.pool, o).await.unwrap_err();
     assert!(err.to_string().contains("job_key"), "{err}");
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dbworker::batch::{BatchHandler, BatchJobs, ItemResult};
-use dbworker::{DbStore, Handling, new_worker};
+use dbworker::{DbStore, Handling, JobTable, new_worker};
 use serde_json::{Value, json};
 use workerutil::{Store, WorkerOptions};
 
@@ -66,8 +66,10 @@ async fn store(db: &Db, handling: Handling) -> Arc<DbStore<Job>> {
     let mut so = db.options();
     so.handling = handling;
     so.max_num_retries = 3;
-    so.payload_column = Some("payload".into());
-    Arc::new(DbStore::new(&db.pool, so).await.unwrap())
+    let table = db
+        .table_with(|t| t.payload_column = Some("payload".into()))
+        .await;
+    db.store_on(&table, so).await
 }
 
 /// Runs one attempt of the next job with `items`.
@@ -229,23 +231,23 @@ async fn a_stale_attempt_cannot_rewrite_the_payload() {
 #[tokio::test]
 async fn batch_jobs_need_a_jsonb_payload_column() {
     let db = Db::new().await;
-    let mut so = db.options();
-    so.payload_column = Some("cost".into());
-    let err = DbStore::new(&db.pool, so).await.unwrap_err().to_string();
+    let mut t = Db::table_options();
+    t.payload_column = Some("cost".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
     assert!(
         err.contains("cost (payload_column) has type int4, expected jsonb"),
         "{err}"
     );
     // Without the column the job fails with the reason, and nothing runs.
     let id = db.enqueue(1, five_items()).await[0];
-    let store = Arc::new(DbStore::new(&db.pool, db.options()).await.unwrap());
+    let store = db.store_on(&db.table().await, db.options()).await;
     let items = Items::default();
     attempt(&store, &items).await;
     assert_eq!(db.state(id).await, "failed");
     assert!(
         failure_message(&db, id)
             .await
-            .contains("StoreOptions::payload_column"),
+            .contains("JobTableOptions::payload_column"),
     );
     assert!(items.attempts().is_empty());
 }

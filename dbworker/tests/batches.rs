@@ -12,7 +12,7 @@ use dbworker::{
     DbJob, DbStore, Handling, NewJob, StoreOptions,
     ddl::workflows_sql,
     new_worker,
-    workflow::{Batch, BatchCounts, Batches, EnqueuedBatch, WorkflowOptions},
+    workflow::{Batch, BatchCounts, Batches, EnqueuedBatch},
 };
 use serde_json::json;
 use workerutil::{Handler, HandlerError, JobContext, ShutdownHandle, WorkerOptions, async_trait};
@@ -72,9 +72,8 @@ async fn set_up() -> (Db, Batches) {
     // Twice: the migration is safe to run again (its policy check is replaced).
     db.execute(&ddl).await;
     db.execute(&ddl).await;
-    let batches = Batches::new(&db.pool, WorkflowOptions::new("jobs"))
-        .await
-        .unwrap();
+    let table = db.table_with(|t| t.workflows = true).await;
+    let batches = Batches::new(&db.pool, &table).await.unwrap();
     (db, batches)
 }
 
@@ -82,6 +81,7 @@ async fn set_up() -> (Db, Batches) {
 /// modes, each on a pool of its own, until no job is pending, queued, errored
 /// or processing.
 async fn run_until_done(db: &Db, batches: &Batches, workers: usize, handlers: usize) {
+    let table = db.table().await;
     let mut shutdowns: Vec<ShutdownHandle> = Vec::new();
     let mut runs = Vec::new();
     for n in 0..workers {
@@ -91,13 +91,13 @@ async fn run_until_done(db: &Db, batches: &Batches, workers: usize, handlers: us
         } else {
             Handling::Transactional
         };
-        o.stalled_max_age = Duration::from_secs(30);
+        o.stall.stalled_max_age = Duration::from_secs(30);
         let pool = db
             .db
             .pool(u32::try_from(handlers).unwrap() + 4)
             .await
             .unwrap();
-        let store = Arc::new(DbStore::new(&pool, o).await.unwrap());
+        let store = Arc::new(DbStore::new(&pool, &table, o).await.unwrap());
         let mut wo = WorkerOptions::new(format!("process-{n}"));
         wo.num_handlers = handlers;
         wo.interval = Duration::from_millis(10);

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, Role, TableConfig, User};
-use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
+use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, Role, User};
+use dbworker::workflow::{Task, Workflow, Workflows};
 use dbworker::{
     DbConditions, Handling, NewJob, control::DEFAULT_PAUSE_TABLE, ddl::pause_table_sql,
     ddl::workflows_sql,
@@ -136,12 +136,17 @@ async fn at_url(c: &Client, part: &str) {
 }
 
 /// Serves the dashboard on a free port; the user comes from a `user` cookie
-/// (the embedding application's own auth, through the hook).
-async fn serve(db: &Db) -> (String, Dashboard) {
-    let mut t = TableConfig::new("jobs");
-    t.queue_column = Some("queue".into());
-    t.kind_column = Some("kind".into());
-    t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+/// (the embedding application's own auth, through the hook). `workflows`:
+/// the table has them (`workflows_sql`), so the dashboard shows them.
+async fn serve(db: &Db, workflows: bool) -> (String, Dashboard) {
+    let t = db
+        .table_with(|t| {
+            t.queue_column = Some("queue".into());
+            t.kind_column = Some("kind".into());
+            t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+            t.workflows = workflows;
+        })
+        .await;
     let mut o = DashboardOptions::new(vec![t]);
     o.sample_interval = Duration::from_millis(200);
     o.auth = Auth::Hook(Arc::new(|parts| {
@@ -205,7 +210,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
          INSERT INTO jobs (state, queue, kind, finished_at) SELECT 'completed', 'mail', 'send', now() FROM generate_series(1, 25);",
     )
     .await;
-    let (base, _dashboard) = serve(&db).await;
+    let (base, _dashboard) = serve(&db, false).await;
     sign_in(&c, &base, "admin").await;
 
     // Overview.
@@ -273,9 +278,13 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     shot(&c, "queues").await;
     let mut so = db.options();
     so.handling = Handling::Heartbeat;
-    so.queue_column = Some("queue".into());
-    so.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-    let store = dbworker::DbStore::new(&db.pool, so).await.unwrap();
+    let table = db
+        .table_with(|t| {
+            t.queue_column = Some("queue".into());
+            t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+        })
+        .await;
+    let store = db.store_on(&table, so).await;
     let claimed = store
         .dequeue("browser-test", &DbConditions::new(), 100)
         .await
@@ -414,9 +423,8 @@ async fn operators_follow_a_task_to_its_workflow_graph() {
         ],
     )
     .await;
-    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
-        .await
-        .unwrap();
+    let table = db.table_with(|t| t.workflows = true).await;
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
     let job = || NewJob::new();
     let wf = workflows
         .enqueue(
@@ -433,7 +441,7 @@ async fn operators_follow_a_task_to_its_workflow_graph() {
     // Fetch done, resize running: three states on the drawing.
     let mut so = db.options();
     so.handling = Handling::Heartbeat;
-    let store = dbworker::DbStore::new(&db.pool, so).await.unwrap();
+    let store = db.store_on(&table, so).await;
     let mut fetch = store
         .dequeue("browser-test", &DbConditions::new(), 1)
         .await
@@ -444,7 +452,7 @@ async fn operators_follow_a_task_to_its_workflow_graph() {
         .await
         .unwrap();
     assert_eq!(resize.len(), 1);
-    let (base, _dashboard) = serve(&db).await;
+    let (base, _dashboard) = serve(&db, true).await;
     sign_in(&c, &base, "admin").await;
 
     // From a task's job page to its workflow's page.

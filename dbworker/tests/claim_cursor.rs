@@ -21,9 +21,9 @@ const PROBE_EVERY: Duration = Duration::from_millis(300);
 
 async fn cursor_store(db: &Db) -> DbStore<common::Job> {
     let mut o = db.options();
-    o.claim_cursor = Some(PROBE_EVERY);
+    o.claim.claim_cursor = Some(PROBE_EVERY);
     o.max_num_retries = 3;
-    DbStore::new(&db.pool, o).await.unwrap()
+    DbStore::new(&db.pool, &db.table().await, o).await.unwrap()
 }
 
 /// Claims `limit` at a time (completing each job) until `want` is claimed or
@@ -84,9 +84,9 @@ async fn rows_that_become_eligible_behind_the_cursor_are_claimed_after_the_next_
     );
     // The cursor is now past every id.
     tx.commit().await.unwrap();
-    let mut ro = ResetterOptions::new("other process", "jobs j");
-    ro.stalled_max_age = Duration::from_secs(5);
-    let resetter = Resetter::new(&db.pool, ro).unwrap();
+    let mut ro = ResetterOptions::new("other process");
+    ro.stall.stalled_max_age = Duration::from_secs(5);
+    let resetter = Resetter::new(&db.pool, &db.table().await, ro).unwrap();
     let reset = resetter.reset_once().await.unwrap();
     assert_eq!(
         reset.reset.iter().map(|r| r.0).collect::<Vec<_>>(),
@@ -158,9 +158,9 @@ async fn a_requeue_announced_by_notify_takes_the_cursor_back_at_once() {
     db.execute(&dbworker::ddl::notify_trigger_sql("jobs", &Default::default(), None).unwrap())
         .await;
     let mut o = db.options();
-    o.claim_cursor = Some(Duration::from_secs(3600));
+    o.claim.claim_cursor = Some(Duration::from_secs(3600));
     o.listen = dbworker::store::Listen::TableChannel;
-    let store = DbStore::new(&db.pool, o).await.unwrap();
+    let store = DbStore::new(&db.pool, &db.table().await, o).await.unwrap();
     let ids = db.enqueue(20, json!({})).await;
     // Another process holds one of the first jobs.
     sqlx::query("UPDATE jobs SET state = 'processing', started_at = now() WHERE id = $1")
@@ -197,9 +197,9 @@ async fn listening_store(db: &Db, probe: Duration) -> DbStore<common::Job> {
     db.execute(&dbworker::ddl::notify_trigger_sql("jobs", &Default::default(), None).unwrap())
         .await;
     let mut o = db.options();
-    o.claim_cursor = Some(probe);
+    o.claim.claim_cursor = Some(probe);
     o.listen = dbworker::store::Listen::TableChannel;
-    let store = DbStore::new(&db.pool, o).await.unwrap();
+    let store = DbStore::new(&db.pool, &db.table().await, o).await.unwrap();
     let until = Instant::now() + Duration::from_secs(30);
     while !store.wakeups().is_some_and(|w| w.is_live()) {
         assert!(Instant::now() < until, "the listener never went live");

@@ -31,9 +31,9 @@ impl Harness for Postgres {
             .unwrap();
         let mut o = self.db.options();
         o.max_num_retries = max_num_retries;
-        o.max_num_resets = 1;
+        o.stall.max_num_resets = 1;
         o.handling = self.handling;
-        Arc::new(DbStore::new(&self.db.pool, o).await.unwrap())
+        self.db.store_on(&self.db.table().await, o).await
     }
 
     async fn enqueue(&self, _store: &DbStore<Job>, n: usize) -> Vec<RecordId> {

@@ -10,7 +10,9 @@ mod shared;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, Resetter, maintenance::ResetterOptions, new_worker};
+use dbworker::{
+    DbJob, DbStore, Handling, JobTable, Resetter, maintenance::ResetterOptions, new_worker,
+};
 use serde_json::json;
 use workerutil::{Handler, HandlerError, JobContext};
 
@@ -52,8 +54,9 @@ async fn crash_child_batch_worker() {
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let mut so = Db::options_for_tests();
     so.handling = Handling::Heartbeat;
-    so.stalled_max_age = Duration::from_secs(2);
-    let store = std::sync::Arc::new(DbStore::new(&pool, so).await.unwrap());
+    so.stall.stalled_max_age = Duration::from_secs(2);
+    let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
+    let store = std::sync::Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
     let mut o = options("doomed-batch");
     o.num_handlers = 16;
     new_worker(store, Note { pool }, o).unwrap().run().await;
@@ -93,9 +96,9 @@ async fn kill_mid_stream_and_recover(db: &Db, ids: &[i64]) {
 
     // Stalled jobs go back to the queue; a new worker finishes everything.
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let mut ro = ResetterOptions::new("r", "jobs");
-    ro.stalled_max_age = Duration::from_secs(2);
-    let out = Resetter::new(&db.pool, ro)
+    let mut ro = ResetterOptions::new("r");
+    ro.stall.stalled_max_age = Duration::from_secs(2);
+    let out = Resetter::new(&db.pool, &db.table().await, ro)
         .unwrap()
         .reset_once()
         .await

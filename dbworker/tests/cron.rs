@@ -10,7 +10,6 @@ use dbworker::{
     NewJob,
     cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::cron_table_sql,
-    enqueue::EnqueueOptions,
 };
 use serde_json::json;
 
@@ -29,7 +28,7 @@ async fn set_up() -> Db {
 /// A scheduler on a pool of its own (another process, as Postgres sees it).
 async fn scheduler(db: &Db, name: &str, expression: &str, backfill: Backfill) -> Scheduler {
     let pool = db.db.pool(2).await.unwrap();
-    Scheduler::new(&pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
+    Scheduler::new(&pool, &db.table().await, SchedulerOptions::default())
         .await
         .unwrap()
         .add(
@@ -154,12 +153,12 @@ async fn missed_ticks_run_once_or_are_skipped() {
 #[tokio::test]
 async fn bad_expressions_and_a_missing_cron_table_are_named() {
     let db = Db::new().await;
-    let err = Scheduler::new(&db.pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
+    let err = Scheduler::new(&db.pool, &db.table().await, SchedulerOptions::default())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("dbworker_cron"), "{err}");
     let db = set_up().await;
-    let s = Scheduler::new(&db.pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
+    let s = Scheduler::new(&db.pool, &db.table().await, SchedulerOptions::default())
         .await
         .unwrap();
     let err = s

@@ -6,10 +6,9 @@
 mod common;
 
 use dbworker::{
-    NewJob,
+    JobTable, NewJob,
     cron::{Backfill, Crontab, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::cron_table_sql,
-    enqueue::EnqueueOptions,
 };
 use serde_json::json;
 
@@ -25,12 +24,13 @@ async fn set_up() -> Db {
     db
 }
 
-fn options() -> SchedulerOptions {
-    let mut enqueue = EnqueueOptions::new("jobs");
-    enqueue.kind_column = Some("kind".into());
-    let mut o = SchedulerOptions::new(enqueue);
-    o.payload_column = Some("payload".into());
-    o
+/// The test table with its kind and (jsonb) payload columns.
+async fn table(db: &Db) -> JobTable {
+    db.table_with(|t| {
+        t.kind_column = Some("kind".into());
+        t.payload_column = Some("payload".into());
+    })
+    .await
 }
 
 /// Every schedule's next tick is due: its last one a minute ago.
@@ -44,7 +44,7 @@ async fn a_failing_schedule_is_named_and_the_others_still_enqueue() {
     let db = set_up().await;
     // The first fails at every tick: its job sets a column the table lacks.
     let crontab = Crontab::parse("# the rollup\n* * * * * rollup ?fill=1h {\"n\": 1}\n").unwrap();
-    let scheduler = Scheduler::new(&db.pool, options())
+    let scheduler = Scheduler::new(&db.pool, &table(&db).await, SchedulerOptions::default())
         .await
         .unwrap()
         .add(
@@ -79,14 +79,17 @@ async fn a_failing_schedule_is_named_and_the_others_still_enqueue() {
 
     // A failing crontab entry names its line.
     let crontab = Crontab::parse("\n* * * * * report ?queue=reports&fill=1h\n").unwrap();
-    let mut enqueue = EnqueueOptions::new("jobs");
-    enqueue.kind_column = Some("kind".into());
-    // The table has no queue column, but the options say it has.
-    enqueue.queue_column = Some("queue".into());
-    let mut o = SchedulerOptions::new(enqueue);
-    o.payload_column = Some("payload".into());
+    // The table has no queue column, but the options say it has (it had
+    // one while they were checked).
     db.execute("ALTER TABLE jobs ADD COLUMN queue text").await;
-    let scheduler = Scheduler::new(&db.pool, o)
+    let with_queue = db
+        .table_with(|t| {
+            t.kind_column = Some("kind".into());
+            t.payload_column = Some("payload".into());
+            t.queue_column = Some("queue".into());
+        })
+        .await;
+    let scheduler = Scheduler::new(&db.pool, &with_queue, SchedulerOptions::default())
         .await
         .unwrap()
         .crontab(&crontab)
@@ -117,7 +120,9 @@ async fn schedules_that_cannot_enqueue_or_never_fire_are_refused_up_front() {
         let err = Crontab::parse(text).unwrap_err().to_string();
         assert!(err.starts_with(why), "{err}");
     }
-    let scheduler = Scheduler::new(&db.pool, options()).await.unwrap();
+    let scheduler = Scheduler::new(&db.pool, &table(&db).await, SchedulerOptions::default())
+        .await
+        .unwrap();
     let err = scheduler
         .clone()
         .add("leap", "0 0 31 4 *", NewJob::new(), Backfill::RunOnce)

@@ -5,9 +5,9 @@
 mod common;
 
 use dbworker::{
+    JobTable, JobTableOptions,
     cron::{Crontab, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::cron_table_sql,
-    enqueue::EnqueueOptions,
 };
 
 use common::Db;
@@ -32,21 +32,22 @@ async fn set_up() -> Db {
     db
 }
 
-fn options() -> SchedulerOptions {
-    let mut enqueue = EnqueueOptions::new("jobs");
-    enqueue.kind_column = Some("kind".into());
-    enqueue.queue_column = Some("queue".into());
-    enqueue.priority_column = Some("priority".into());
-    enqueue.max_retries_column = Some("max_retries".into());
-    let mut options = SchedulerOptions::new(enqueue);
-    options.payload_column = Some("payload".into());
-    options
+/// The test table with every column the crontab's entry sets.
+fn options() -> JobTableOptions {
+    let mut t = Db::table_options();
+    t.kind_column = Some("kind".into());
+    t.queue_column = Some("queue".into());
+    t.priority_column = Some("priority".into());
+    t.max_retries_column = Some("max_retries".into());
+    t.payload_column = Some("payload".into());
+    t
 }
 
 /// A scheduler on a pool of its own (another process, as Postgres sees it).
 async fn scheduler(db: &Db) -> Scheduler {
     let pool = db.db.pool(2).await.unwrap();
-    Scheduler::new(&pool, options())
+    let table = JobTable::new(&pool, options()).await.unwrap();
+    Scheduler::new(&pool, &table, SchedulerOptions::default())
         .await
         .unwrap()
         .crontab(&Crontab::parse(CRONTAB).unwrap())
@@ -135,15 +136,16 @@ async fn fill_backfills_the_missed_ticks_once_across_two_schedulers() {
 async fn a_crontab_needs_its_columns_and_says_which_line() {
     let db = set_up().await;
     let crontab = Crontab::parse(CRONTAB).unwrap();
-    let err = Scheduler::new(&db.pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
+    let err = Scheduler::new(&db.pool, &db.table().await, SchedulerOptions::default())
         .await
         .unwrap()
         .crontab(&crontab)
         .unwrap_err();
     assert!(err.to_string().contains("payload_column"), "{err}");
-    let mut options = SchedulerOptions::new(EnqueueOptions::new("jobs"));
-    options.payload_column = Some("payload".into());
-    let err = Scheduler::new(&db.pool, options)
+    let payload_only = db
+        .table_with(|t| t.payload_column = Some("payload".into()))
+        .await;
+    let err = Scheduler::new(&db.pool, &payload_only, SchedulerOptions::default())
         .await
         .unwrap()
         .crontab(&crontab)
@@ -152,9 +154,10 @@ async fn a_crontab_needs_its_columns_and_says_which_line() {
         err.to_string().starts_with("crontab line 3: ") && err.to_string().contains("is not set"),
         "{err}"
     );
+    // The table's check names the missing payload column.
     let mut options = self::options();
     options.payload_column = Some("no_such_column".into());
-    let err = Scheduler::new(&db.pool, options).await.unwrap_err();
+    let err = JobTable::new(&db.pool, options).await.unwrap_err();
     assert!(
         err.to_string().contains("no_such_column (payload_column)"),
         "{err}"

@@ -9,24 +9,26 @@ mod shared;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use dbworker::control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, LimitsOptions};
-use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
+use dbworker::JobTable;
+use dbworker::control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits};
+use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 use tower::ServiceExt;
 
 use common::Db;
 use shared::{seed, seed_partitioned};
 
-fn table() -> TableConfig {
-    let mut t = TableConfig::new("jobs");
-    t.queue_column = Some("queue".into());
-    t.kind_column = Some("kind".into());
-    t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-    t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
-    t
+async fn table(db: &Db) -> JobTable {
+    db.table_with(|t| {
+        t.queue_column = Some("queue".into());
+        t.kind_column = Some("kind".into());
+        t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+        t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    })
+    .await
 }
 
 async fn dashboard(db: &Db, auth: Auth) -> Dashboard {
-    let mut o = DashboardOptions::new(vec![table()]);
+    let mut o = DashboardOptions::new(vec![table(db).await]);
     o.auth = auth;
     o.hidden_fields = vec!["api_key".into()];
     Dashboard::new(&db.pool, o).await.unwrap()
@@ -303,7 +305,7 @@ async fn actions_need_the_token_an_admin_and_the_same_origin_on((db, failed): (D
     );
 
     // Pause and resume a queue; the queues page shows it and its limit.
-    Limits::new(&db.pool, LimitsOptions::new("jobs"))
+    Limits::new(&db.pool, &table(&db).await)
         .await
         .unwrap()
         .set_limit("reports", Limit::processing(2).per_key(1))
@@ -435,8 +437,7 @@ async fn renamed_columns_are_read_by_their_configured_names() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let mut t = TableConfig::new("jobs");
-    t.alternate_column_names = renames;
+    let t = db.table_with(|t| t.alternate_column_names = renames).await;
     let d = Dashboard::new(&db.pool, DashboardOptions::new(vec![t]))
         .await
         .unwrap();
@@ -485,7 +486,7 @@ async fn pages_are_keyset_paged_in_every_sort() {
         "INSERT INTO jobs (state, num_failures, finished_at) SELECT 'failed', i % 3, now() - i * interval '1 minute' FROM generate_series(1, 11) AS i",
     )
     .await;
-    let mut o = DashboardOptions::new(vec![TableConfig::new("jobs")]);
+    let mut o = DashboardOptions::new(vec![db.table().await]);
     o.page_size = 4;
     let app = Dashboard::new(&db.pool, o).await.unwrap().router();
     let rows: Vec<(i64, i32)> = sqlx::query_as("SELECT id, num_failures FROM jobs")

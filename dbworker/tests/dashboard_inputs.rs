@@ -10,14 +10,15 @@ mod router;
 mod shared;
 
 use axum::http::StatusCode;
-use dbworker::dashboard::{Dashboard, DashboardOptions, TableConfig};
+use dbworker::dashboard::{Dashboard, DashboardOptions};
 use router::get;
 
 #[tokio::test]
 async fn bad_list_parameters_answer_400_naming_the_parameter() {
     let (db, failed) = shared::seed().await;
-    let mut table = TableConfig::new("jobs");
-    table.queue_column = Some("queue".into());
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
     let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
         .await
         .unwrap()

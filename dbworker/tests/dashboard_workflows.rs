@@ -13,8 +13,8 @@ use std::collections::HashMap;
 
 use axum::Router;
 use axum::http::StatusCode;
-use dbworker::dashboard::{Dashboard, DashboardOptions, TableConfig};
-use dbworker::workflow::{EnqueuedWorkflow, Task, Workflow, WorkflowOptions, Workflows};
+use dbworker::dashboard::{Dashboard, DashboardOptions};
+use dbworker::workflow::{EnqueuedWorkflow, Task, Workflow, Workflows};
 use dbworker::{DbConditions, DbStore, Handling, NewJob, ddl::workflows_sql};
 use router::get;
 use workerutil::Store;
@@ -25,14 +25,16 @@ async fn set_up() -> (Db, Workflows) {
     let db = Db::new().await;
     db.execute(&workflows_sql("jobs", &HashMap::new()).unwrap())
         .await;
-    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
-        .await
-        .unwrap();
+    let table = db.table_with(|t| t.workflows = true).await;
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
     (db, workflows)
 }
 
-async fn app(db: &Db, page_size: u32) -> (Router, Dashboard) {
-    let mut o = DashboardOptions::new(vec![TableConfig::new("jobs")]);
+/// The dashboard over the test table; `workflows`: the table has them
+/// (`workflows_sql`), so the dashboard shows them.
+async fn app(db: &Db, page_size: u32, workflows: bool) -> (Router, Dashboard) {
+    let table = db.table_with(|t| t.workflows = workflows).await;
+    let mut o = DashboardOptions::new(vec![table]);
     o.page_size = page_size;
     let dashboard = Dashboard::new(&db.pool, o).await.unwrap();
     (dashboard.router(), dashboard)
@@ -88,7 +90,7 @@ async fn the_workflow_page_draws_a_diamond_and_keeps_it_once_run() {
     let wf = diamond(&workflows, "scan").await;
     let id = |name: &str| wf.id_of(name).unwrap();
     let store = db.store(Handling::Heartbeat).await;
-    let (app, _dashboard) = app(&db, 50).await;
+    let (app, _dashboard) = app(&db, 50, true).await;
     let url = format!("/t/jobs/workflows/{}", wf.id);
 
     // Part of it run: fetch completed, resize running, scan released.
@@ -170,7 +172,7 @@ async fn the_jobs_list_filters_by_workflow_across_pages() {
     let a = diamond(&workflows, "scan").await;
     let b = diamond(&workflows, "scan").await;
     let plain = db.enqueue(2, serde_json::json!({})).await;
-    let (router, _dashboard) = app(&db, 3).await;
+    let (router, _dashboard) = app(&db, 3, true).await;
     let job_link = |id: i64| format!(r#"href="/t/jobs/jobs/{id}""#);
 
     let (status, first) = get(&router, &format!("/t/jobs/jobs?workflow={}", a.id)).await;
@@ -215,7 +217,7 @@ async fn the_jobs_list_filters_by_workflow_across_pages() {
 
     // A table without workflows refuses the filter and has no workflow page.
     let other = Db::new().await;
-    let (plain_app, _d) = app(&other, 50).await;
+    let (plain_app, _d) = app(&other, 50, false).await;
     let (status, page) = get(&plain_app, "/t/jobs/jobs?workflow=1").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
     let (_, page) = get(&plain_app, "/t/jobs/jobs").await;
@@ -229,7 +231,7 @@ async fn task_names_are_escaped_on_the_workflow_page() {
     let (db, workflows) = set_up().await;
     let hostile = r#"<script>alert("x")</script>"#;
     let wf = diamond(&workflows, hostile).await;
-    let (app, _dashboard) = app(&db, 50).await;
+    let (app, _dashboard) = app(&db, 50, true).await;
     let (status, page) = get(&app, &format!("/t/jobs/workflows/{}", wf.id)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(!page.contains("<script>"), "{page}");
@@ -249,14 +251,13 @@ async fn a_table_migrated_without_upstream_ids_draws_its_remaining_edges() {
     // As `--workflows` left a table before upstream_ids was part of it.
     db.execute("ALTER TABLE jobs DROP COLUMN upstream_ids")
         .await;
-    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
-        .await
-        .unwrap();
+    let table = db.table_with(|t| t.workflows = true).await;
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
     let wf = diamond(&workflows, "scan").await;
     let id = |name: &str| wf.id_of(name).unwrap();
     let store = db.store(Handling::Transactional).await;
     assert_eq!(run_one(&store).await, id("fetch"));
-    let (app, _dashboard) = app(&db, 50).await;
+    let (app, _dashboard) = app(&db, 50, true).await;
     let (status, page) = get(&app, &format!("/t/jobs/workflows/{}", wf.id)).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains(r#"id="edges-only""#), "it says so: {page}");
@@ -274,7 +275,7 @@ async fn every_way_of_adding_a_dependency_records_it() {
     let (db, workflows) = set_up().await;
     let upstream_ids =
         |id: i64| db.scalar::<Option<Vec<i64>>>("SELECT upstream_ids FROM jobs WHERE id = $1", id);
-    // The builder, without EnqueueOptions::results.
+    // The builder, on a table without a result column.
     let wf = diamond(&workflows, "scan").await;
     let id = |name: &str| wf.id_of(name).unwrap();
     assert_eq!(
@@ -345,7 +346,7 @@ async fn a_workflow_too_large_to_draw_shows_counts_and_a_table() {
         workflow = workflow.task(Task::new(format!("t{i}"), NewJob::new()).after(["t0"]));
     }
     let wf = workflows.enqueue(&workflow).await.unwrap();
-    let (app, _dashboard) = app(&db, 50).await;
+    let (app, _dashboard) = app(&db, 50, true).await;
     let (status, page) = get(&app, &format!("/t/jobs/workflows/{}", wf.id)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains(r#"id="not-drawn""#), "it says so: {page}");

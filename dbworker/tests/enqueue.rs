@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dbworker::{
-    DbConditions, Enqueuer, Error, Handling, NewJob,
+    DbConditions, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob,
     ddl::{OptionalColumns, enqueue_function_sql, partitioned_keys_sql},
-    enqueue::{EnqueueOptions, Enqueued, KeyMode},
+    enqueue::{Enqueued, KeyMode},
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -51,12 +51,13 @@ async fn set_up_on(table: Table) -> (Db, Enqueuer) {
             db
         }
     };
-    let enqueuer = Enqueuer::new(&db.pool, full_options()).await.unwrap();
+    let table = JobTable::new(&db.pool, full_options()).await.unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     (db, enqueuer)
 }
 
-fn full_options() -> EnqueueOptions {
-    let mut o = EnqueueOptions::new("jobs");
+fn full_options() -> JobTableOptions {
+    let mut o = Db::table_options();
     o.key_column = Some("job_key".into());
     o.queue_column = Some("queue".into());
     o.priority_column = Some("priority".into());
@@ -164,8 +165,10 @@ async fn run_at_is_by_the_database_clock_and_priority_orders_the_claim() {
 
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
-    o.order_by = Some("j.priority DESC, j.id".into());
-    let store = dbworker::DbStore::new(&db.pool, o).await.unwrap();
+    o.claim.order_by = Some("j.priority DESC, j.id".into());
+    let store = dbworker::DbStore::new(&db.pool, &db.table().await, o)
+        .await
+        .unwrap();
     let jobs = store
         .dequeue("host", &DbConditions::new(), 10)
         .await
@@ -544,12 +547,12 @@ async fn eight_concurrent_enqueuers_on_one_key_leave_one_live_job_on(table: Tabl
 #[tokio::test]
 async fn missing_columns_and_a_missing_key_index_are_named_at_start_up() {
     let db = Db::new().await;
-    let err = Enqueuer::new(&db.pool, full_options()).await.unwrap_err();
+    let err = JobTable::new(&db.pool, full_options()).await.unwrap_err();
     let text = err.to_string();
     for column in ["job_key", "queue", "priority"] {
         assert!(text.contains(column), "{text}");
     }
-    let err = Enqueuer::new(&db.pool, EnqueueOptions::new("no_such_jobs"))
+    let err = JobTable::new(&db.pool, JobTableOptions::new("no_such_jobs"))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no_such_jobs"), "{err}");
@@ -559,18 +562,16 @@ async fn missing_columns_and_a_missing_key_index_are_named_at_start_up() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let mut o = EnqueueOptions::new("jobs");
+    let mut o = Db::table_options();
     o.key_column = Some("job_key".into());
-    let err = Enqueuer::new(&db.pool, o).await.unwrap_err();
+    let err = JobTable::new(&db.pool, o).await.unwrap_err();
     assert!(
         matches!(&err, Error::Schema { problems } if problems[0].contains("unique index")),
         "{err}"
     );
 
     // Options the table was not configured for are refused, not ignored.
-    let plain = Enqueuer::new(&db.pool, EnqueueOptions::new("jobs"))
-        .await
-        .unwrap();
+    let plain = Enqueuer::new(&db.pool, &db.table().await).await.unwrap();
     let err = plain
         .enqueue(&NewJob::new().key("k", KeyMode::Replace))
         .await
@@ -839,8 +840,10 @@ async fn a_jobs_own_retry_limit_wins_over_the_stores_in_both_handling_modes() {
         let mut o = db.options();
         o.handling = handling;
         o.max_num_retries = 5;
-        o.max_retries_column = Some("max_retries".into());
-        let store = dbworker::DbStore::new(&db.pool, o).await.unwrap();
+        let table = db
+            .table_with(|t| t.max_retries_column = Some("max_retries".into()))
+            .await;
+        let store = dbworker::DbStore::new(&db.pool, &table, o).await.unwrap();
         // Every job fails once, then whatever is retried fails once more.
         for _ in 0..2 {
             let mut jobs = store
@@ -869,17 +872,15 @@ async fn a_jobs_own_retry_limit_wins_over_the_stores_in_both_handling_modes() {
 #[tokio::test]
 async fn a_missing_or_mistyped_retry_limit_column_is_named_at_start_up() {
     let db = Db::new().await;
-    let mut o = db.options();
+    let mut o = Db::table_options();
     o.max_retries_column = Some("max_retries".into());
-    let err = dbworker::DbStore::new(&db.pool, o.clone())
-        .await
-        .unwrap_err();
+    let err = JobTable::new(&db.pool, o.clone()).await.unwrap_err();
     assert!(err.to_string().contains("max_retries"), "{err}");
     sqlx::raw_sql("ALTER TABLE jobs ADD COLUMN max_retries text")
         .execute(&db.pool)
         .await
         .unwrap();
-    let err = dbworker::DbStore::new(&db.pool, o).await.unwrap_err();
+    let err = JobTable::new(&db.pool, o).await.unwrap_err();
     assert!(err.to_string().contains("expected an integer"), "{err}");
 }
 

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbJob, DbStore, Handling, Retry};
+use dbworker::{DbJob, DbStore, Handling, JobTable, JobTableOptions, Retry};
 use serde_json::{Value, json};
 use workerutil::Store;
 
@@ -19,13 +19,21 @@ async fn with_history(db: &Db) {
     db.add_columns(|c| c.error_history = true, &[]).await;
 }
 
+/// `table` (`jobs`, with or without an alias) with its error history in `errors`.
+fn history_table_options(table: &str) -> JobTableOptions {
+    let mut t = JobTableOptions::new(table);
+    t.error_history_column = Some("errors".into());
+    t
+}
+
 async fn store(db: &Db, handling: Handling, limit: u32) -> Arc<DbStore<Job>> {
+    let mut t = history_table_options("jobs j");
+    t.error_history_limit = limit;
+    let table = JobTable::new(&db.pool, t).await.expect("job table");
     let mut o = db.options();
     o.handling = handling;
     o.max_num_retries = 5;
-    o.error_history_column = Some("errors".into());
-    o.error_history_limit = limit;
-    Arc::new(DbStore::new(&db.pool, o).await.expect("store"))
+    db.store_on(&table, o).await
 }
 
 async fn history(db: &Db, id: i64) -> Vec<Value> {
@@ -180,10 +188,12 @@ async fn a_reset_past_its_budget_records_the_failure() {
     let id = db.enqueue(1, json!({})).await[0];
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
-    o.max_num_resets = 0;
-    o.reset_failure_message = "died too often".into();
-    o.error_history_column = Some("errors".into());
-    let store = DbStore::new(&db.pool, o).await.unwrap();
+    o.stall.max_num_resets = 0;
+    o.stall.reset_failure_message = "died too often".into();
+    let table = JobTable::new(&db.pool, history_table_options("jobs j"))
+        .await
+        .unwrap();
+    let store = DbStore::new(&db.pool, &table, o).await.unwrap();
     let _claimed = store.dequeue("w", &Default::default(), 1).await.unwrap();
     db.age_heartbeats().await;
     assert_eq!(store.reset_stalled().await.unwrap().failed, vec![id]);
@@ -228,16 +238,17 @@ async fn a_lost_connection_requeue_appends_an_entry() {
 #[tokio::test]
 async fn a_missing_history_column_is_named_at_start_up() {
     let db = Db::new().await;
-    let mut o = db.options();
-    o.error_history_column = Some("errors".into());
-    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
+    let err = JobTable::new(&db.pool, history_table_options("jobs j"))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("no column errors (error_history_column)") && err.contains("--error-history"),
         "{err}"
     );
-    let mut o = db.options();
-    o.error_history_column = Some("cost".into());
-    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
+    let mut t = Db::table_options();
+    t.error_history_column = Some("cost".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
     assert!(err.contains("has type int4, expected jsonb"), "{err}");
 }
 
@@ -262,7 +273,7 @@ async fn completions_leave_the_history_alone() {
 async fn the_dashboards_job_page_lists_the_entries() {
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
-    use dbworker::dashboard::{Dashboard, DashboardOptions, TableConfig};
+    use dbworker::dashboard::{Dashboard, DashboardOptions};
     use tower::ServiceExt;
 
     let db = Db::new().await;
@@ -277,8 +288,9 @@ async fn the_dashboards_job_page_lists_the_entries() {
         assert!(store.mark_errored(&mut job, message, None).await.unwrap());
         due(&db).await;
     }
-    let mut table = TableConfig::new("jobs");
-    table.error_history_column = Some("errors".into());
+    let table = JobTable::new(&db.pool, history_table_options("jobs"))
+        .await
+        .unwrap();
     let dashboard = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
         .await
         .unwrap();
@@ -369,11 +381,8 @@ async fn a_separate_resetter_appends_and_checks_the_column() {
     use dbworker::maintenance::ResetterOptions;
 
     let db = Db::new().await;
-    let mut ro = ResetterOptions::new("resetter", "jobs");
-    ro.error_history_column = Some("errors".into());
-    let err = dbworker::Resetter::new(&db.pool, ro.clone())
-        .unwrap()
-        .check()
+    // The resetter's error history is its table's: checked by `JobTable::new`.
+    let err = JobTable::new(&db.pool, history_table_options("jobs"))
         .await
         .unwrap_err()
         .to_string();
@@ -387,7 +396,11 @@ async fn a_separate_resetter_appends_and_checks_the_column() {
     let store = store(&db, Handling::Heartbeat, 20).await;
     let _claimed = store.dequeue("gone", &Default::default(), 1).await.unwrap();
     db.age_heartbeats().await;
-    let resetter = dbworker::Resetter::new(&db.pool, ro).unwrap();
+    let table = JobTable::new(&db.pool, history_table_options("jobs"))
+        .await
+        .unwrap();
+    let resetter =
+        dbworker::Resetter::new(&db.pool, &table, ResetterOptions::new("resetter")).unwrap();
     resetter.check().await.unwrap();
     assert_eq!(resetter.reset_once().await.unwrap().reset.len(), 1);
     let entries = history(&db, id).await;

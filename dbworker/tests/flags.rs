@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbConditions, DbStore, Enqueuer, ForbiddenFlags, NewJob,
+    DbConditions, DbStore, Enqueuer, ForbiddenFlags, JobTable, NewJob,
     ddl::{OptionalColumns, enqueue_function_sql},
-    enqueue::{EnqueueOptions, KeyMode},
+    enqueue::KeyMode,
     new_worker,
 };
 use workerutil::{Record, Store, WorkerOptions};
@@ -30,21 +30,26 @@ async fn set_up() -> (Db, Enqueuer) {
         &[],
     )
     .await;
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.flags_column = Some("flags".into());
-    eo.key_column = Some("job_key".into());
-    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let table = db
+        .table_with(|t| {
+            t.flags_column = Some("flags".into());
+            t.key_column = Some("job_key".into());
+        })
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     (db, enqueuer)
 }
 
 /// A store on a pool of its own (another process, as Postgres sees it).
 async fn store(db: &Db, forbidden: ForbiddenFlags, cursor: Duration) -> Arc<DbStore<Job>> {
+    let table = db
+        .table_with(|t| t.flags_column = Some("flags".into()))
+        .await;
     let mut o = db.options();
-    o.flags_column = Some("flags".into());
-    o.forbidden_flags = Some(forbidden);
-    o.claim_cursor = Some(cursor);
+    o.claim.forbidden_flags = Some(forbidden);
+    o.claim.claim_cursor = Some(cursor);
     let pool = db.db.pool(6).await.unwrap();
-    Arc::new(DbStore::new(&pool, o).await.unwrap())
+    Arc::new(DbStore::new(&pool, &table, o).await.unwrap())
 }
 
 /// A callback over a shared cache, counting its calls.
@@ -189,22 +194,27 @@ async fn a_fixed_list_skips_any_job_carrying_one_of_its_flags() {
 #[tokio::test]
 async fn a_missing_flags_column_is_named_at_start_up() {
     let db = Db::new().await;
-    let mut o = db.options();
-    o.flags_column = Some("flags".into());
-    o.forbidden_flags = Some(ForbiddenFlags::fixed(["gpu"]));
-    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
+    let mut t = Db::table_options();
+    t.flags_column = Some("flags".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
     assert!(err.contains("has no column flags"), "{err}");
     assert!(err.contains("--flags"), "{err}");
     // A column of another type is named too.
     db.execute("ALTER TABLE jobs ADD COLUMN flags jsonb").await;
-    let mut o = db.options();
-    o.flags_column = Some("flags".into());
-    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
+    let mut t = Db::table_options();
+    t.flags_column = Some("flags".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
     assert!(err.contains("expected text[]"), "{err}");
-    // An enqueuer without the column configured refuses flags.
-    let plain = Enqueuer::new(&db.pool, EnqueueOptions::new("jobs"))
+    // A store forbidding flags on a table without the column is refused.
+    let mut o = db.options();
+    o.claim.forbidden_flags = Some(ForbiddenFlags::fixed(["gpu"]));
+    let err = DbStore::new(&db.pool, &db.table().await, o)
         .await
-        .unwrap();
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("flags_column"), "{err}");
+    // An enqueuer without the column configured refuses flags.
+    let plain = Enqueuer::new(&db.pool, &db.table().await).await.unwrap();
     let err = plain
         .enqueue(&NewJob::new().flags(["a"]))
         .await

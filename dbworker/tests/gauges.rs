@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use dbworker::{DbStore, store::QueueStat};
+use dbworker::{DbStore, JobTable, store::QueueStat};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use workerutil::JobState;
 
@@ -25,13 +25,12 @@ async fn set_up() -> (Db, Arc<DbStore<Job>>) {
     .await
     .unwrap();
     // One connection, so the statistics read below are this connection's.
-    let mut o = db.options();
-    o.queue_column = Some("queue".into());
-    let store = Arc::new(
-        DbStore::new(&db.db.pool(1).await.unwrap(), o)
-            .await
-            .unwrap(),
-    );
+    // The table is checked on it too, as the store was before.
+    let pool = db.db.pool(1).await.unwrap();
+    let mut t = Db::table_options();
+    t.queue_column = Some("queue".into());
+    let table = JobTable::new(&pool, t).await.unwrap();
+    let store = Arc::new(DbStore::new(&pool, &table, db.options()).await.unwrap());
     (db, store)
 }
 

@@ -66,7 +66,7 @@ async fn bad_answers_fall_back(handling: Handling) {
     let mut so = db.options();
     so.handling = handling;
     so.retry = RetryPolicy::fixed(Duration::from_secs(3600));
-    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, &db.table().await, so).await.unwrap());
     let mut o = WorkerOptions::new("bad-answers");
     o.interval = Duration::from_millis(10);
     o.heartbeat_interval = Duration::from_millis(100);

@@ -110,11 +110,13 @@ async fn each_kind_retries_as_it_says(handling: Handling) {
         .await
         .unwrap();
 
+    let table = db
+        .table_with(|t| t.max_retries_column = Some("max_retries".into()))
+        .await;
     let mut so = db.options();
     so.handling = handling;
     so.max_num_retries = 5;
-    so.max_retries_column = Some("max_retries".into());
-    let store = std::sync::Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = db.store_on(&table, so).await;
     // 2 + 6 + 1 + 1 + 4 attempts: the delayed two are not due yet. (Not
     // `run_until_empty`: in heartbeat handling it can stop while a retry's
     // batched mark is still being written.)
@@ -180,8 +182,7 @@ async fn each_kind_retries_as_it_says(handling: Handling) {
     let mut so = db.options();
     so.handling = handling;
     so.max_num_retries = 5;
-    so.max_retries_column = Some("max_retries".into());
-    let store = std::sync::Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = db.store_on(&table, so).await;
     let mut o = options("kinds-again");
     o.num_total_jobs = Some(1);
     let only_report = KindRegistry::new(kind_of)
@@ -215,7 +216,7 @@ async fn batched_marks_of_different_kinds_each_get_their_own_rule() {
     let mut so = db.options();
     so.handling = Handling::Heartbeat;
     so.max_num_retries = 5;
-    let store = DbStore::new(&db.pool, so).await.unwrap();
+    let store = DbStore::new(&db.pool, &db.table().await, so).await.unwrap();
     let mut jobs = store.dequeue("h", &Default::default(), 40).await.unwrap();
     assert_eq!(jobs.len(), 40);
     // Even ids: no retry at all; multiples of 3: an hour's delay; the rest: the store's.

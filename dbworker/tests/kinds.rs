@@ -7,8 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use dbworker::{
-    DbConditions, DbJob, DbStore, Enqueuer, NewJob, StoreOptions, enqueue::EnqueueOptions,
-    new_worker,
+    DbConditions, DbJob, DbStore, Enqueuer, JobTable, NewJob, StoreOptions, new_worker,
 };
 use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Record, async_trait};
 
@@ -44,11 +43,11 @@ impl Handler<Store> for Ran {
     }
 }
 
-async fn store(db: &Db) -> Arc<Store> {
-    let mut o = StoreOptions::<KindJob>::from_row("kinds", "jobs j");
+async fn store(db: &Db, table: &JobTable) -> Arc<Store> {
+    let mut o = StoreOptions::<KindJob>::from_row("kinds");
     o.column_expressions = vec!["j.id".into(), "j.kind".into()];
     o.max_num_retries = 0;
-    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
+    Arc::new(DbStore::new(&db.pool, table, o).await.unwrap())
 }
 
 fn options(jobs: u64) -> workerutil::WorkerOptions {
@@ -61,9 +60,8 @@ fn options(jobs: u64) -> workerutil::WorkerOptions {
 async fn workers_take_their_kinds_and_an_unknown_kind_fails_clearly() {
     let db = Db::new().await;
     db.add_columns(|c| c.kind = true, &[]).await;
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.kind_column = Some("kind".into());
-    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let table = db.table_with(|t| t.kind_column = Some("kind".into())).await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let kinds = ["email", "report", "email", "fax", "report", "email"];
     let jobs: Vec<NewJob> = kinds.iter().map(|k| NewJob::new().kind(*k)).collect();
     let ids = enqueuer.enqueue_many(&jobs).await.unwrap();
@@ -80,7 +78,7 @@ async fn workers_take_their_kinds_and_an_unknown_kind_fails_clearly() {
     let registry = KindRegistry::<Store>::new(|j: &KindJob| j.kind.as_str())
         .register("email", mailer.clone())
         .restrict_dequeue(|kinds| DbConditions::new().column_in("j.kind", kinds));
-    new_worker(store(&db).await, registry, options(3))
+    new_worker(store(&db, &table).await, registry, options(3))
         .unwrap()
         .run()
         .await;
@@ -96,7 +94,7 @@ async fn workers_take_their_kinds_and_an_unknown_kind_fails_clearly() {
     let reporter = Ran::default();
     let registry = KindRegistry::<Store>::new(|j: &KindJob| j.kind.as_str())
         .register("report", reporter.clone());
-    new_worker(store(&db).await, registry, options(3))
+    new_worker(store(&db, &table).await, registry, options(3))
         .unwrap()
         .run()
         .await;

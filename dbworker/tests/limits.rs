@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbConditions, DbJob, DbStore, Enqueuer, Handling, NewJob, StoreOptions,
-    control::{DEFAULT_LIMIT_TABLE, Limit, Limits, LimitsOptions},
+    DbConditions, DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob,
+    StoreOptions,
+    control::{DEFAULT_LIMIT_TABLE, Limit, Limits},
     ddl::limit_table_sql,
-    enqueue::EnqueueOptions,
     new_worker,
 };
 use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions, async_trait};
@@ -66,6 +66,14 @@ async fn spread_over_partitions(db: &Db) {
     assert_eq!(db.partitions_in_use().await, 10);
 }
 
+/// `table` (the test table) with its queues limited by the default limit table.
+fn limited_table_options(table: &str) -> JobTableOptions {
+    let mut t = JobTableOptions::new(table);
+    t.queue_column = Some("queue".into());
+    t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    t
+}
+
 async fn set_up_on(db: Db) -> (Db, Limits, Enqueuer) {
     db.add_columns(
         |c| c.queue = true,
@@ -75,27 +83,24 @@ async fn set_up_on(db: Db) -> (Db, Limits, Enqueuer) {
         ],
     )
     .await;
-    let limits = Limits::new(&db.pool, LimitsOptions::new("jobs"))
+    let table = JobTable::new(&db.pool, limited_table_options("jobs"))
         .await
         .unwrap();
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.queue_column = Some("queue".into());
-    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let limits = Limits::new(&db.pool, &table).await.unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     (db, limits, enqueuer)
 }
 
 /// A store on a pool of its own: another process, as Postgres sees it.
 async fn limited_store(db: &Db) -> Arc<DbStore<QueuedJob>> {
-    let mut o = StoreOptions::<QueuedJob>::from_row("limited", "jobs j");
+    let pool = db.db.pool(8).await.unwrap();
+    let table = JobTable::new(&pool, limited_table_options("jobs j"))
+        .await
+        .unwrap();
+    let mut o = StoreOptions::<QueuedJob>::from_row("limited");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     o.handling = Handling::Heartbeat;
-    o.queue_column = Some("queue".into());
-    o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
-    Arc::new(
-        DbStore::new(&db.db.pool(8).await.unwrap(), o)
-            .await
-            .unwrap(),
-    )
+    Arc::new(DbStore::new(&pool, &table, o).await.unwrap())
 }
 
 async fn processing_reports(db: &Db) -> i64 {
@@ -329,17 +334,14 @@ impl Handler<DbStore<CustomerJob>> for PerCustomer {
 }
 
 async fn customer_store(db: &Db) -> Arc<DbStore<CustomerJob>> {
-    let mut o = StoreOptions::<CustomerJob>::from_row("per-key", "jobs j");
+    let pool = db.db.pool(8).await.unwrap();
+    let mut t = limited_table_options("jobs j");
+    t.limit_key_column = Some("customer".into());
+    let table = JobTable::new(&pool, t).await.unwrap();
+    let mut o = StoreOptions::<CustomerJob>::from_row("per-key");
     o.column_expressions = vec!["j.id".into(), "j.customer".into()];
     o.handling = Handling::Heartbeat;
-    o.queue_column = Some("queue".into());
-    o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
-    o.limit_key_column = Some("customer".into());
-    Arc::new(
-        DbStore::new(&db.db.pool(8).await.unwrap(), o)
-            .await
-            .unwrap(),
-    )
+    Arc::new(DbStore::new(&pool, &table, o).await.unwrap())
 }
 
 /// Runs four worker processes of sixteen handlers until `total` jobs are

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbConditions, Handling, Resetter,
+    DbConditions, Handling, JobTable, JobTableOptions, Resetter,
     cluster::{
         DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
         current_leader, live_nodes,
@@ -117,11 +117,14 @@ async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
         .unwrap();
     assert_eq!((dead_jobs.len(), live_jobs.len()), (2, 1));
 
-    let mut o = ResetterOptions::new("rescuer", "jobs");
-    o.stalled_max_age = Duration::from_secs(60);
+    let table = JobTable::new(&db.pool, JobTableOptions::new("jobs"))
+        .await
+        .unwrap();
+    let mut o = ResetterOptions::new("rescuer");
+    o.stall.stalled_max_age = Duration::from_secs(60);
     o.node_table = Some(DEFAULT_NODE_TABLE.into());
     o.dead_after = Duration::from_millis(400);
-    let resetter = Resetter::new(&db.pool, o).unwrap();
+    let resetter = Resetter::new(&db.pool, &table, o).unwrap();
     resetter.check().await.unwrap();
     // Nobody is dead yet: nothing moves.
     assert!(resetter.reset_once().await.unwrap().reset.is_empty());

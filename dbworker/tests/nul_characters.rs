@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbConditions, DbJob, DbStore, Enqueuer, ForbiddenFlags, Handling, NewJob,
-    enqueue::EnqueueOptions,
-    new_worker,
+    DbConditions, DbJob, DbStore, Enqueuer, ForbiddenFlags, Handling, NewJob, new_worker,
     queues::{QueueWorkers, QueueWorkersOptions},
     workflow::{Task, Workflow},
 };
@@ -97,11 +95,15 @@ async fn a_result_holding_nul_fails_its_job(handling: Handling) {
     let bad = db.enqueue(1, json!({ "nul": true })).await[0];
     let good = db.enqueue(2, json!({ "result": { "rows": 3 } })).await;
     let failing = db.enqueue(1, json!({ "fail_with_nul": true })).await[0];
+    let table = db
+        .table_with(|t| {
+            t.result_column = Some("result".into());
+            t.error_history_column = Some("errors".into());
+        })
+        .await;
     let mut o = db.options();
     o.handling = handling;
-    o.result_column = Some("result".into());
-    o.error_history_column = Some("errors".into());
-    run(Arc::new(DbStore::new(&db.pool, o).await.unwrap()), 4).await;
+    run(db.store_on(&table, o).await, 4).await;
     // A failure message keeps its NUL visible, in the history too.
     assert_eq!(db.state(failing).await, "failed", "{handling:?}");
     assert_eq!(failure(&db, failing).await, "bad a\\0b");
@@ -149,8 +151,10 @@ async fn a_payload_to_retry_with_holding_nul_fails_its_job(handling: Handling) {
     o.handling = handling;
     o.max_num_retries = 3;
     o.retry = dbworker::RetryPolicy::fixed(Duration::from_secs(3600));
-    o.payload_column = Some("payload".into());
-    run(Arc::new(DbStore::new(&db.pool, o).await.unwrap()), 2).await;
+    let table = db
+        .table_with(|t| t.payload_column = Some("payload".into()))
+        .await;
+    run(db.store_on(&table, o).await, 2).await;
     assert_eq!(
         db.state(bad).await,
         "failed",
@@ -202,12 +206,15 @@ async fn an_enqueue_holding_nul_is_refused_naming_the_field() {
         &[],
     )
     .await;
-    let mut o = EnqueueOptions::new("jobs");
-    o.key_column = Some("job_key".into());
-    o.queue_column = Some("queue".into());
-    o.kind_column = Some("kind".into());
-    o.flags_column = Some("flags".into());
-    let enqueuer = Enqueuer::new(&db.pool, o).await.unwrap();
+    let table = db
+        .table_with(|t| {
+            t.key_column = Some("job_key".into());
+            t.queue_column = Some("queue".into());
+            t.kind_column = Some("kind".into());
+            t.flags_column = Some("flags".into());
+        })
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let fine = || NewJob::new().json("payload", json!({ "n": 1 }));
     let cases = [
         (
@@ -273,14 +280,17 @@ async fn a_forbidden_flag_holding_nul_is_refused_or_left_out_and_claims_go_on() 
         ids[0]
     ))
     .await;
+    let table = db
+        .table_with(|t| t.flags_column = Some("flags".into()))
+        .await;
     let with_flags = |flags: ForbiddenFlags| {
         let mut o = db.options();
-        o.flags_column = Some("flags".into());
-        o.forbidden_flags = Some(flags);
+        o.claim.forbidden_flags = Some(flags);
         o
     };
     let err = DbStore::new(
         &db.pool,
+        &table,
         with_flags(ForbiddenFlags::fixed(["slow", "a\0b"])),
     )
     .await
@@ -293,7 +303,9 @@ async fn a_forbidden_flag_holding_nul_is_refused_or_left_out_and_claims_go_on() 
     // A callback's answer cannot be checked up front: the flag is left out
     // (no job can carry it), and the claims go on skipping the others.
     let asked = ForbiddenFlags::callback(|| async { vec!["a\0b".to_owned(), "slow".to_owned()] });
-    let store = DbStore::new(&db.pool, with_flags(asked)).await.unwrap();
+    let store = DbStore::new(&db.pool, &table, with_flags(asked))
+        .await
+        .unwrap();
     // So do kinds (a registry's restriction) holding one.
     let kinds = DbConditions::new().column_in("j.kind", &["k\0".to_owned(), "email".to_owned()]);
     let jobs = store.dequeue("host", &kinds, 5).await.unwrap();

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    Enqueuer, Error, NewJob,
+    Enqueuer, Error, JobTable, JobTableOptions, NewJob,
     ddl::{OptionalColumns, partitioned_keys_sql},
-    enqueue::{EnqueueOptions, Enqueued, KeyMode},
+    enqueue::{Enqueued, KeyMode},
     maintenance::{PurgeOptions, Purger},
 };
 use serde_json::json;
@@ -43,8 +43,15 @@ async fn partition_of(db: &Db, id: i64) -> String {
     .await
 }
 
+/// The test table, `jobs`, with no optional column.
+async fn jobs(db: &Db) -> JobTable {
+    JobTable::new(&db.pool, JobTableOptions::new("jobs"))
+        .await
+        .unwrap()
+}
+
 fn purger_options() -> PurgeOptions {
-    let mut o = PurgeOptions::new("jobs");
+    let mut o = PurgeOptions::new();
     o.max_age = vec![
         (JobState::Completed, Duration::from_secs(24 * 3600)),
         (JobState::Failed, Duration::from_secs(24 * 3600)),
@@ -103,7 +110,9 @@ async fn purge_drops_whole_partitions_but_never_one_holding_an_unfinished_job() 
     ];
     let before = partitions(&db).await;
 
-    let purger = Purger::new(&db.pool, purger_options()).await.unwrap();
+    let purger = Purger::new(&db.pool, &jobs(&db).await, purger_options())
+        .await
+        .unwrap();
     assert!(purger.is_partitioned());
     let purged = purger.purge_once().await.unwrap();
 
@@ -176,7 +185,7 @@ async fn a_detach_that_cannot_get_the_tables_lock_in_time_skips_the_partition() 
         .unwrap();
     let mut o = purger_options();
     o.detach_lock_timeout = Duration::from_millis(100);
-    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
     let started = Instant::now();
     let purged = purger.purge_once().await.unwrap();
     assert!(purged.partitions_dropped.is_empty(), "{purged:?}");
@@ -215,7 +224,7 @@ async fn a_job_retried_while_its_partition_is_being_detached_is_never_dropped() 
         .unwrap();
     let mut o = purger_options();
     o.detach_lock_timeout = Duration::from_secs(30);
-    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
     let purge = tokio::spawn(async move { purger.purge_once().await });
     // The detach waits for the retry's lock on the table...
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -266,7 +275,7 @@ async fn partitions_are_created_ahead_and_an_insert_outside_them_never_fails() {
     assert_eq!(partition_of(&db, far).await, "jobs_default");
     let mut o = purger_options();
     o.partitions_ahead = 6;
-    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
     let created = purger.create_partitions().await.unwrap();
     // Days +4 and +6: day +5 holds a row in the default partition, so
     // Postgres cannot create it (the function warns and goes on).
@@ -290,9 +299,10 @@ async fn keyed_enqueuer(db: &Db) -> Enqueuer {
     let keys = partitioned_keys_sql("jobs", &HashMap::new()).unwrap();
     db.add_columns(|c| *c = OptionalColumns::default(), &[keys])
         .await;
-    let mut o = EnqueueOptions::new("jobs");
+    let mut o = JobTableOptions::new("jobs");
     o.key_column = Some("job_key".into());
-    Enqueuer::new(&db.pool, o).await.unwrap()
+    let table = JobTable::new(&db.pool, o).await.unwrap();
+    Enqueuer::new(&db.pool, &table).await.unwrap()
 }
 
 #[tokio::test]
@@ -397,27 +407,26 @@ async fn keys_without_the_key_table_and_workflows_are_refused_by_name() {
         &["ALTER TABLE jobs ADD COLUMN job_key text".into()],
     )
     .await;
-    let mut o = EnqueueOptions::new("jobs");
+    let mut o = JobTableOptions::new("jobs");
     o.key_column = Some("job_key".into());
-    let err = Enqueuer::new(&db.pool, o).await.unwrap_err().to_string();
+    let err = JobTable::new(&db.pool, o).await.unwrap_err().to_string();
     assert!(err.contains("key table jobs_keys does not exist"), "{err}");
     assert!(err.contains("--partitioned --keys"), "{err}");
 
-    let mut o = EnqueueOptions::new("jobs");
+    let mut o = JobTableOptions::new("jobs");
     o.workflows = true;
-    match Enqueuer::new(&db.pool, o).await {
+    match JobTable::new(&db.pool, o).await {
         Err(Error::InvalidOption { field, reason }) => {
             assert_eq!(field, "workflows");
             assert!(reason.contains("partitioned"), "{reason}");
         }
         other => panic!("workflows must be refused: {other:?}"),
     }
-    let err = dbworker::workflow::Workflows::new(
-        &db.pool,
-        dbworker::workflow::WorkflowOptions::new("jobs"),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    // The table without them is all a partitioned table can be: its
+    // workflows are refused too.
+    let err = dbworker::workflow::Workflows::new(&db.pool, &jobs(&db).await)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("workflows"), "{err}");
 }

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbConditions, DbStore, Enqueuer, Handling, NewJob,
+    DbConditions, DbStore, Enqueuer, Handling, JobTable, NewJob,
     control::{DEFAULT_PAUSE_TABLE, Pauses, PausesOptions},
     ddl::{notify_trigger_sql, pause_table_sql},
-    enqueue::EnqueueOptions,
     new_worker,
     store::Listen,
 };
@@ -30,22 +29,40 @@ async fn set_up() -> Db {
     db
 }
 
+/// The test table with its queue column and the pause table.
+async fn pausable_table(db: &Db) -> JobTable {
+    db.table_with(|t| {
+        t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+        t.queue_column = Some("queue".into());
+    })
+    .await
+}
+
 async fn pausable_store(db: &Db, listen: bool) -> Arc<DbStore<Job>> {
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
-    o.stalled_max_age = Duration::from_secs(60);
-    o.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-    o.queue_column = Some("queue".into());
+    o.stall.stalled_max_age = Duration::from_secs(60);
     if listen {
         o.listen = Listen::TableChannel;
     }
-    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
+    db.store_on(&pausable_table(db).await, o).await
+}
+
+async fn pauses(db: &Db) -> Pauses {
+    Pauses::new(
+        &db.pool,
+        &pausable_table(db).await,
+        PausesOptions::default(),
+    )
+    .await
+    .unwrap()
 }
 
 async fn enqueue(db: &Db, queues: &[&str]) -> Vec<i64> {
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.queue_column = Some("queue".into());
-    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let jobs: Vec<NewJob> = queues.iter().map(|q| NewJob::new().queue(*q)).collect();
     enqueuer.enqueue_many(&jobs).await.unwrap()
 }
@@ -63,9 +80,7 @@ async fn a_paused_table_or_queue_is_skipped_by_every_store_until_resumed() {
     let db = set_up().await;
     let ids = enqueue(&db, &["emails", "reports", "emails", "reports"]).await;
     let store = pausable_store(&db, false).await;
-    let pauses = Pauses::new(&db.pool, PausesOptions::new("jobs"))
-        .await
-        .unwrap();
+    let pauses = pauses(&db).await;
 
     assert!(pauses.pause(None, "ops").await.unwrap());
     assert!(!pauses.pause(None, "ops").await.unwrap(), "already paused");
@@ -98,9 +113,7 @@ async fn a_paused_table_or_queue_is_skipped_by_every_store_until_resumed() {
 #[tokio::test]
 async fn a_resume_wakes_a_listening_worker_at_once() {
     let db = set_up().await;
-    let pauses = Pauses::new(&db.pool, PausesOptions::new("jobs"))
-        .await
-        .unwrap();
+    let pauses = pauses(&db).await;
     pauses.pause(None, "maintenance").await.unwrap();
     let store = pausable_store(&db, true).await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -147,14 +160,20 @@ async fn a_resume_wakes_a_listening_worker_at_once() {
 #[tokio::test]
 async fn a_missing_pause_table_or_queue_column_is_named_at_start_up() {
     let db = Db::new().await;
-    let mut o = db.options();
-    o.pause_table = Some("no_such_pauses".into());
-    o.queue_column = Some("queue".into());
-    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
+    let mut t = Db::table_options();
+    t.pause_table = Some("no_such_pauses".into());
+    t.queue_column = Some("queue".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
     assert!(err.contains("no_such_pauses"), "{err}");
     assert!(err.contains("queue_column"), "{err}");
-    let mut po = PausesOptions::new("jobs");
-    po.pause_table = "no_such_pauses".into();
-    let err = Pauses::new(&db.pool, po).await.unwrap_err();
+    // The pause table alone (what `Pauses` needs) is named too.
+    let mut t = Db::table_options();
+    t.pause_table = Some("no_such_pauses".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err();
     assert!(err.to_string().contains("no_such_pauses"), "{err}");
+    // `Pauses` over a table without one says what to set.
+    let err = Pauses::new(&db.pool, &db.table().await, PausesOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("pause_table"), "{err}");
 }

@@ -17,9 +17,9 @@ use shared::seed;
 async fn old_finished_rows_go_in_batches_and_live_rows_stay() {
     let db = Db::new().await;
     seed(&db).await;
-    let mut o = PurgeOptions::new("jobs");
+    let mut o = PurgeOptions::new();
     o.batch_size = 2;
-    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
     let purged = purger.purge_once().await.unwrap();
     assert_eq!(
         purged.by_state,
@@ -52,9 +52,9 @@ async fn run_purges_every_interval_until_stopped() {
 
     let db = Db::new().await;
     seed(&db).await;
-    let mut o = PurgeOptions::new("jobs");
+    let mut o = PurgeOptions::new();
     o.interval = Duration::from_millis(100);
-    let purger = Purger::new(&db.pool, o).await.unwrap();
+    let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let run = tokio::spawn({
         let stop = stop.clone();

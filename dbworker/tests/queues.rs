@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Error, NewJob, StoreOptions,
-    enqueue::EnqueueOptions,
+    DbJob, DbStore, Enqueuer, Error, JobTable, NewJob, StoreOptions,
     queues::{QueueWorkers, QueueWorkersOptions},
 };
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions, async_trait};
@@ -53,21 +52,30 @@ impl Handler<Store> for Tracker {
     }
 }
 
-async fn set_up() -> (Db, Arc<Store>) {
+async fn set_up() -> (Db, JobTable, Arc<Store>) {
     let db = Db::new().await;
     db.add_columns(|c| c.queue = true, &[]).await;
-    let mut o = StoreOptions::<QueuedJob>::from_row("queues", "jobs j");
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let store = Arc::new(
+        DbStore::new(&db.pool, &table, store_options())
+            .await
+            .unwrap(),
+    );
+    (db, table, store)
+}
+
+fn store_options() -> StoreOptions<QueuedJob> {
+    let mut o = StoreOptions::<QueuedJob>::from_row("queues");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
-    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
-    (db, store)
+    o
 }
 
 #[tokio::test]
 async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
-    let (db, store) = set_up().await;
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.queue_column = Some("queue".into());
-    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let (db, table, store) = set_up().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let mut jobs = Vec::new();
     for (queue, n) in [("emails", 12), ("reports", 4), ("unserved", 2)] {
         jobs.extend((0..n).map(|_| NewJob::new().queue(queue)));
@@ -101,11 +109,9 @@ async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
 
 #[tokio::test]
 async fn the_pool_must_serve_every_queue_at_once() {
-    let (db, _) = set_up().await;
-    let mut o = StoreOptions::<QueuedJob>::from_row("queues", "jobs j");
-    o.column_expressions = vec!["j.id".into(), "j.queue".into()];
+    let (db, table, _) = set_up().await;
     let small = db.db.pool(6).await.unwrap();
-    let store = Arc::new(DbStore::new(&small, o).await.unwrap());
+    let store = Arc::new(DbStore::new(&small, &table, store_options()).await.unwrap());
     let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
         .queue("emails", 3)
         .queue("reports", 1);

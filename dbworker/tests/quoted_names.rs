@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, NewJob, Resetter, StoreOptions,
+    DbJob, DbStore, Enqueuer, JobTable, JobTableOptions, NewJob, Resetter, StoreOptions,
     ddl::{
         OptionalColumns, add_jobs_function_sql, admin_functions_sql, enqueue_function_sql,
         job_table_sql, notify_trigger_sql, optional_columns_sql,
     },
-    enqueue::{EnqueueOptions, KeyMode},
+    enqueue::KeyMode,
     maintenance::ResetterOptions,
     new_worker,
     store::Listen,
@@ -79,11 +79,13 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
     ddl.push_str(r#"ALTER TABLE "order" ADD COLUMN "from" jsonb NOT NULL DEFAULT '{}';"#);
     db.execute(&ddl).await;
 
-    let mut eo = EnqueueOptions::new(TABLE);
-    eo.alternate_column_names = renames.clone();
-    eo.key_column = Some("\"job_key\"".into());
-    eo.queue_column = Some("\"queue\"".into());
-    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    // The table under an alias that is a keyword too.
+    let mut t = JobTableOptions::new(format!("{TABLE} \"select\""));
+    t.alternate_column_names = renames.clone();
+    t.key_column = Some("\"job_key\"".into());
+    t.queue_column = Some("\"queue\"".into());
+    let table = JobTable::new(&db.pool, t).await.unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let ids = enqueuer
         .enqueue_many(&[
             NewJob::new().json("from", json!({"n": 1})),
@@ -132,12 +134,10 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
             .unwrap();
     assert_eq!(outcome, "done");
 
-    let mut so = StoreOptions::<Order>::from_row("quoted", "\"order\" \"select\"");
-    so.alternate_column_names = renames.clone();
-    so.queue_column = Some("\"queue\"".into());
+    let mut so = StoreOptions::<Order>::from_row("quoted");
     so.listen = Listen::TableChannel;
     so.max_num_retries = 0;
-    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, &table, so).await.unwrap());
     let mut wo = WorkerOptions::new("quoted");
     wo.interval = Duration::from_millis(50);
     wo.num_total_jobs = Some(5);
@@ -163,10 +163,9 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let mut ro = ResetterOptions::new("quoted", TABLE);
-    ro.alternate_column_names = renames;
-    ro.stalled_max_age = Duration::from_secs(5);
-    let out = Resetter::new(&db.pool, ro)
+    let mut ro = ResetterOptions::new("quoted");
+    ro.stall.stalled_max_age = Duration::from_secs(5);
+    let out = Resetter::new(&db.pool, &table, ro)
         .unwrap()
         .reset_once()
         .await
@@ -180,18 +179,16 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
 
 #[tokio::test]
 async fn an_unquoted_keyword_is_still_refused() {
-    let err = EnqueueOptions::new("order").validate().unwrap_err();
+    let err = JobTableOptions::new("order").validate().unwrap_err();
     assert!(
         err.to_string()
             .contains("\"order\" is an SQL keyword, not a table name or alias"),
         "{err}"
     );
-    let err = StoreOptions::<Order>::from_row("s", "jobs where")
-        .validate()
-        .unwrap_err();
+    let err = JobTableOptions::new("jobs where").validate().unwrap_err();
     assert!(
         err.to_string().contains("\"where\" is an SQL keyword"),
         "{err}"
     );
-    assert!(EnqueueOptions::new("\"order\"").validate().is_ok());
+    assert!(JobTableOptions::new("\"order\"").validate().is_ok());
 }

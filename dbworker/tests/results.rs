@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Error, Handling, NewJob,
+    DbJob, DbStore, Enqueuer, Error, Handling, JobTable, NewJob,
     ddl::workflows_sql,
-    enqueue::EnqueueOptions,
     new_worker,
-    workflow::{Task, Workflow, WorkflowOptions, Workflows},
+    workflow::{Task, Workflow, Workflows},
 };
 use serde_json::{Value, json};
 use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions, async_trait};
@@ -65,19 +64,33 @@ async fn set_up() -> Db {
     db
 }
 
+/// The test table with its result column.
+async fn results_table(db: &Db) -> JobTable {
+    db.table_with(|t| t.result_column = Some("result".into()))
+        .await
+}
+
+/// The test table with workflows and results (which need `upstream_ids`).
+async fn workflow_table(db: &Db) -> JobTable {
+    db.table_with(|t| {
+        t.workflows = true;
+        t.result_column = Some("result".into());
+    })
+    .await
+}
+
 async fn store(db: &Db, handling: Handling, cap: usize) -> Arc<DbStore<Job>> {
     let mut o = db.options();
     o.handling = handling;
-    o.result_column = Some("result".into());
     o.max_result_bytes = cap;
-    o.stalled_max_age = Duration::from_secs(30);
-    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
+    o.stall.stalled_max_age = Duration::from_secs(30);
+    db.store_on(&results_table(db).await, o).await
 }
 
 async fn workflows(db: &Db) -> Workflows {
-    let mut o = WorkflowOptions::new("jobs");
-    o.enqueue.results = true;
-    Workflows::new(&db.pool, o).await.unwrap()
+    Workflows::new(&db.pool, &workflow_table(db).await)
+        .await
+        .unwrap()
 }
 
 /// Runs a worker of 4 handlers until nothing is left to run.
@@ -137,10 +150,9 @@ async fn a_diamond_passes_results_by_name_in_transactional_handling() {
 #[tokio::test]
 async fn a_dependent_of_existing_jobs_reads_their_results_by_id() {
     let db = set_up().await;
-    let mut o = EnqueueOptions::new("jobs");
-    o.workflows = true;
-    o.results = true;
-    let enqueuer = Enqueuer::new(&db.pool, o).await.unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, &workflow_table(&db).await)
+        .await
+        .unwrap();
     let first = db.enqueue(1, json!({ "produce": "done early" })).await[0];
     run(&db, store(&db, Handling::Heartbeat, 1024).await).await;
     // One upstream already completed, one still queued.
@@ -206,9 +218,9 @@ async fn a_stale_completion_writes_no_result() {
 #[tokio::test]
 async fn results_need_the_column() {
     let db = Db::new().await;
-    let mut o = db.options();
-    o.result_column = Some("result".into());
-    let err = DbStore::new(&db.pool, o).await.unwrap_err().to_string();
+    let mut t = Db::table_options();
+    t.result_column = Some("result".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
     assert!(
         err.contains("no column result (result_column)") && err.contains("--results"),
         "{err}"
@@ -238,9 +250,8 @@ async fn mixed_batches_store_each_completions_result() {
     }
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
-    o.result_column = Some("result".into());
-    o.stalled_max_age = Duration::from_secs(30);
-    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    o.stall.stalled_max_age = Duration::from_secs(30);
+    let store = db.store_on(&results_table(&db).await, o).await;
     let mut wo = WorkerOptions::new("mixed");
     wo.num_handlers = 16;
     wo.interval = Duration::from_millis(10);

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use dbworker::{
-    DbJob, DbStore, Error, Handling, Resetter, StoreOptions, ddl::job_table_sql,
-    maintenance::ResetterOptions, new_worker,
+    DbJob, DbStore, Error, Handling, JobTable, JobTableOptions, Resetter, StoreOptions,
+    ddl::job_table_sql, maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -28,8 +28,9 @@ async fn exec(db: &Db, sql: &str) {
         .unwrap();
 }
 
-async fn store_error(pool: sqlx::PgPool, o: StoreOptions<Job>) -> String {
-    DbStore::new(&pool, o).await.unwrap_err().to_string()
+/// What `JobTable::new` (which checks the table at start-up) reports.
+async fn table_error(pool: sqlx::PgPool, t: JobTableOptions) -> String {
+    JobTable::new(&pool, t).await.unwrap_err().to_string()
 }
 
 /// Fails every attempt with a retryable error and counts the attempts.
@@ -62,7 +63,7 @@ fn worker_options() -> WorkerOptions {
 async fn a_nullable_counter_without_default_is_reported_at_start_up() {
     let db = Db::new().await;
     exec(&db, "ALTER TABLE jobs ALTER COLUMN num_failures DROP NOT NULL, ALTER COLUMN num_failures DROP DEFAULT").await;
-    let err = store_error(db.pool.clone(), db.options()).await;
+    let err = table_error(db.pool.clone(), Db::table_options()).await;
     assert!(
         err.contains("column jobs.num_failures is a counter but nullable with no default"),
         "{err}"
@@ -83,7 +84,7 @@ async fn a_null_failure_count_still_honours_max_num_retries_in_both_modes() {
         let mut o = db.options();
         o.handling = handling;
         o.max_num_retries = 1;
-        let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+        let store = db.store_on(&db.table().await, o).await;
         let handler = Arc::new(AlwaysFails::default());
         new_worker(store, handler.clone(), worker_options())
             .unwrap()
@@ -112,9 +113,12 @@ async fn a_null_reset_count_is_requeued_on_its_first_stall() {
     .await;
     let id = db.enqueue(1, json!({})).await[0];
     exec(&db, "UPDATE jobs SET num_resets = NULL, state = 'processing', started_at = now(), last_heartbeat_at = now() - interval '1 hour'").await;
-    let mut ro = ResetterOptions::new("r", "jobs");
-    ro.max_num_resets = 3;
-    let out = Resetter::new(&db.pool, ro)
+    let table = JobTable::new(&db.pool, JobTableOptions::new("jobs"))
+        .await
+        .unwrap();
+    let mut ro = ResetterOptions::new("r");
+    ro.stall.max_num_resets = 3;
+    let out = Resetter::new(&db.pool, &table, ro)
         .unwrap()
         .reset_once()
         .await
@@ -128,7 +132,8 @@ async fn a_null_reset_count_is_requeued_on_its_first_stall() {
     assert_eq!(resets, 1);
 }
 
-/// A lazy pool to `options`, so that connecting happens in `DbStore::new`.
+/// A lazy pool to `options`, so that connecting happens in `JobTable::new`
+/// (or `DbStore::new`).
 fn lazy_pool(options: PgConnectOptions) -> sqlx::PgPool {
     PgPoolOptions::new()
         .max_connections(2)
@@ -149,7 +154,7 @@ async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() 
         .username("someone")
         .password("hunter2");
     let start = Instant::now();
-    let err = DbStore::new(&lazy_pool(options), Db::options_for_tests())
+    let err = JobTable::new(&lazy_pool(options), Db::table_options())
         .await
         .unwrap_err();
     assert!(
@@ -167,11 +172,32 @@ async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() 
     // A server that accepts the TCP connection and never answers: the timeout.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = silent.local_addr().unwrap().port();
+    let mut t = Db::table_options();
+    t.connect_timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let err = table_error(
+        lazy_pool(PgConnectOptions::new().host("127.0.0.1").port(port)),
+        t,
+    )
+    .await;
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(err.contains("connect timeout of 300ms"), "{err}");
+
+    // A store probes the server again with its own connect timeout: a table
+    // checked on a reachable database, the store's pool to the silent one.
+    let db = Db::new().await;
+    let table = db.table().await;
     let mut o = Db::options_for_tests();
     o.connect_timeout = Duration::from_millis(300);
     let start = Instant::now();
     let err = DbStore::new(
         &lazy_pool(PgConnectOptions::new().host("127.0.0.1").port(port)),
+        &table,
         o,
     )
     .await
@@ -191,9 +217,9 @@ async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() 
 async fn a_server_side_refusal_is_reported_as_the_server_said() {
     let db = Db::new().await;
     let options: PgConnectOptions = db.db.url().parse().unwrap();
-    let err = store_error(
+    let err = table_error(
         lazy_pool(options.database("no_such_database_here")),
-        Db::options_for_tests(),
+        Db::table_options(),
     )
     .await;
     assert!(err.contains("cannot connect to the database at"), "{err}");
@@ -221,20 +247,23 @@ async fn missing_privileges_are_named_at_start_up() {
     let options: PgConnectOptions = db.db.url().parse().unwrap();
     let pool = lazy_pool(options.username(role));
 
-    let err = store_error(pool.clone(), db.options()).await;
+    let err = table_error(pool.clone(), Db::table_options()).await;
     assert!(
         err.contains(&format!("role {role} lacks SELECT, UPDATE on table jobs")),
         "{err}"
     );
     assert!(!err.contains("does not exist"), "{err}");
     exec(&db, &format!("GRANT SELECT ON jobs TO \"{role}\"")).await;
-    let err = store_error(pool.clone(), db.options()).await;
+    let err = table_error(pool.clone(), Db::table_options()).await;
     assert!(
         err.contains(&format!("role {role} lacks UPDATE on table jobs")),
         "{err}"
     );
     exec(&db, &format!("GRANT UPDATE ON jobs TO \"{role}\"")).await;
-    DbStore::new(&pool, db.options())
+    let table = JobTable::new(&pool, Db::table_options())
+        .await
+        .expect("enough privileges");
+    DbStore::new(&pool, &table, db.options())
         .await
         .expect("enough privileges");
     pool.close().await;
@@ -282,10 +311,13 @@ async fn a_table_found_through_search_path_works_end_to_end() {
             Ok(())
         }
     }
-    let mut o = StoreOptions::<AppJob>::from_row("app", "app_jobs j");
+    let table = JobTable::new(&pool, JobTableOptions::new("app_jobs j"))
+        .await
+        .expect("found through search_path");
+    let mut o = StoreOptions::<AppJob>::from_row("app");
     o.column_expressions = vec!["j.id".into()];
     let store = Arc::new(
-        DbStore::new(&pool, o)
+        DbStore::new(&pool, &table, o)
             .await
             .expect("found through search_path"),
     );
@@ -304,9 +336,7 @@ async fn a_32_bit_id_is_rejected_at_start_up_with_the_fix() {
     let db = Db::new().await;
     exec(&db, &job_table_sql("int_jobs", &HashMap::new()).unwrap()).await;
     exec(&db, "ALTER TABLE int_jobs ALTER COLUMN id TYPE integer").await;
-    let mut o = db.options();
-    o.table_name = "int_jobs j".into();
-    let err = store_error(db.pool.clone(), o).await;
+    let err = table_error(db.pool.clone(), JobTableOptions::new("int_jobs j")).await;
     assert!(err.contains("column int_jobs.id has type int4"), "{err}");
     assert!(
         err.contains("ALTER TABLE int_jobs ALTER COLUMN id TYPE bigint"),
@@ -318,9 +348,7 @@ async fn a_32_bit_id_is_rejected_at_start_up_with_the_fix() {
 async fn a_trailing_keyword_is_not_taken_as_an_alias() {
     let db = Db::new().await;
     for table in ["jobs AS", "jobs where", "jobs j join"] {
-        let mut o = db.options();
-        o.table_name = table.into();
-        let err = store_error(db.pool.clone(), o).await;
+        let err = table_error(db.pool.clone(), JobTableOptions::new(table)).await;
         assert!(
             err.contains("invalid option `table_name`"),
             "{table}: {err}"
@@ -359,7 +387,7 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
         .await;
         // Reads the payload's "n" with a plain `get`, which panics on the row
         // whose payload has none.
-        let mut o = StoreOptions::<Job>::new("panicky", "jobs j", |row| {
+        let mut o = StoreOptions::<Job>::new("panicky", |row| {
             use sqlx::Row;
             let payload: serde_json::Value = row.get("payload");
             assert!(!payload.is_null(), "payload is NULL");
@@ -371,8 +399,8 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
         });
         o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         o.handling = handling;
-        o.stalled_max_age = Duration::from_secs(5);
-        let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+        o.stall.stalled_max_age = Duration::from_secs(5);
+        let store = db.store_on(&db.table().await, o).await;
         let mut wo = worker_options();
         wo.num_total_jobs = Some(2);
         let summary = new_worker(store, Completes, wo).unwrap().run().await;

@@ -36,7 +36,7 @@ async fn store(db: &Db, handling: Handling, max_num_retries: u32) -> Arc<DbStore
     let mut o = db.options();
     o.handling = handling;
     o.max_num_retries = max_num_retries;
-    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
+    db.store_on(&db.table().await, o).await
 }
 
 async fn counters(db: &Db, id: i64) -> (i32, i32) {
@@ -299,8 +299,8 @@ async fn a_job_that_keeps_losing_its_connection_fails_after_max_num_resets() {
     let db = Db::new().await;
     let id = db.enqueue(1, json!({})).await[0];
     let mut so = db.options();
-    so.max_num_resets = 0;
-    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    so.stall.max_num_resets = 0;
+    let store = db.store_on(&db.table().await, so).await;
     let (handler, mut pids) = LoseConnection::new(true);
     let mut o = options("lose-often");
     o.num_total_jobs = Some(1);
@@ -448,10 +448,10 @@ impl Handler<DbStore<Job>> for Flaky {
 async fn by_default_a_retryable_error_is_retried_ten_times_with_backoff() {
     let db = Db::new().await;
     let id = db.enqueue(1, json!({})).await[0];
-    let defaults = StoreOptions::<Job>::from_row("defaults", "jobs j");
+    let defaults = StoreOptions::<Job>::from_row("defaults");
     assert_eq!(defaults.max_num_retries, DEFAULT_MAX_NUM_RETRIES);
     assert_eq!(DEFAULT_MAX_NUM_RETRIES, 10);
-    let store = Arc::new(DbStore::new(&db.pool, defaults).await.unwrap());
+    let store = db.store_on(&db.table().await, defaults).await;
     let run_once = || async {
         let mut o = options("defaults");
         o.num_total_jobs = Some(1);

@@ -10,7 +10,7 @@ mod common;
 use std::collections::HashMap;
 
 use dbworker::{
-    admin::{Admin, AdminOptions, BulkAction, Reschedule},
+    admin::{Admin, BulkAction, Reschedule},
     ddl::{
         OptionalColumns, add_jobs_function_sql, admin_functions_sql, enqueue_function_sql,
         workflows_sql,
@@ -70,9 +70,10 @@ async fn negative_counts_are_refused_by_reschedule_jobs_and_admin() {
         let err = refused(&db, sql, &[id]).await;
         assert!(err.contains(why), "{err}");
     }
-    let mut o = AdminOptions::new("jobs");
-    o.max_retries_column = Some("max_retries".into());
-    let admin = Admin::new(&db.pool, o).await.unwrap();
+    let table = db
+        .table_with(|t| t.max_retries_column = Some("max_retries".into()))
+        .await;
+    let admin = Admin::new(&db.pool, &table).await.unwrap();
     for (set, field) in [
         (
             (|r: &mut Reschedule| r.num_failures = Some(-3)) as fn(&mut Reschedule),

@@ -1,5 +1,5 @@
 //! Transactional handling keeps each job's connection for the next job
-//! (`store/job_tx.rs`) instead of handing it back to the pool: the
+//! (`store/open.rs`) instead of handing it back to the pool: the
 //! transaction on it must still behave as sqlx's own (a handler's nested
 //! `begin()` is a savepoint), and a kept connection that died while it waited
 //! must cost the next job nothing.
@@ -141,7 +141,7 @@ async fn closing_the_pool_after_a_worker_finished_does_not_wait_for_kept_connect
     let pool = db.db.pool(6).await.unwrap();
     let mut so = Db::options_for_tests();
     so.handling = Handling::Transactional;
-    let store = Arc::new(DbStore::new(&pool, so).await.unwrap());
+    let store = Arc::new(DbStore::new(&pool, &db.table().await, so).await.unwrap());
     db.enqueue(3, json!({})).await;
     let mut o = one_job("closing");
     o.num_total_jobs = Some(3);

@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Error, Handling, NewJob, RetryPolicy, StoreOptions,
+    DbJob, DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, RetryPolicy,
+    StoreOptions,
     ddl::{OptionalColumns, job_table_sql, workflows_sql},
-    enqueue::EnqueueOptions,
     job::{ArgsRegistry, JobArgs, JobDefaults, JobHandler, TypedJob},
     new_worker,
-    workflow::{Task, Workflow, WorkflowOptions, Workflows},
+    workflow::{Task, Workflow, Workflows},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -127,20 +127,26 @@ async fn set_up() -> Db {
     db
 }
 
+/// The table of `set_up` as its enqueuer and stores take it: typed, with
+/// its queue and priority columns.
+async fn table(db: &Db) -> JobTable {
+    let mut t = JobTableOptions::typed("jobs j");
+    t.queue_column = Some("queue".into());
+    t.priority_column = Some("priority".into());
+    JobTable::new(&db.pool, t).await.unwrap()
+}
+
 async fn enqueuer(db: &Db) -> Enqueuer {
-    let mut o = EnqueueOptions::typed("jobs");
-    o.queue_column = Some("queue".into());
-    o.priority_column = Some("priority".into());
-    Enqueuer::new(&db.pool, o).await.unwrap()
+    Enqueuer::new(&db.pool, &table(db).await).await.unwrap()
 }
 
 async fn store(db: &Db, handling: Handling) -> Arc<DbStore<TypedJob>> {
-    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
+    let mut o = StoreOptions::<TypedJob>::from_row("typed");
     o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     o.handling = handling;
     o.max_num_retries = 5;
     o.retry = RetryPolicy::fixed(Duration::ZERO);
-    Arc::new(DbStore::new(&db.pool, o).await.unwrap())
+    Arc::new(DbStore::new(&db.pool, &table(db).await, o).await.unwrap())
 }
 
 fn worker_options() -> WorkerOptions {
@@ -379,9 +385,9 @@ async fn a_kinds_defaults_set_its_timeout_and_retries() {
     let db = set_up().await;
     // A unit struct is JSON null, which the NOT NULL jsonb column holds.
     let id = enqueuer(&db).await.enqueue_args(&Slow).await.unwrap().id();
-    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
+    let mut o = StoreOptions::<TypedJob>::from_row("typed");
     o.max_num_retries = 0; // the kind's max_retries(1) overrides it
-    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, &table(&db).await, o).await.unwrap());
     let registry = KindRegistry::for_args().register_args(Sleeper);
     new_worker(store, registry, worker_options())
         .unwrap()
@@ -407,11 +413,12 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
         "ALTER TABLE tasks ADD COLUMN task_type text NOT NULL, ADD COLUMN args jsonb NOT NULL",
     )
     .await;
-    let mut eo = EnqueueOptions::new("tasks");
-    eo.alternate_column_names = renames.clone();
-    eo.kind_column = Some("task_type".into());
-    eo.payload_column = Some("args".into());
-    let enqueuer = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let mut t = JobTableOptions::new("tasks t");
+    t.alternate_column_names = renames;
+    t.kind_column = Some("task_type".into());
+    t.payload_column = Some("args".into());
+    let table = JobTable::new(&db.pool, t).await.unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     // Add's default queue needs a queue column this table does not have.
     let refused = enqueuer.enqueue_args(&Add { a: 1, b: 1 }).await;
     assert!(
@@ -445,15 +452,14 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
             .execute(&db.pool)
             .await
             .unwrap();
-        let mut o = StoreOptions::<TypedJob>::from_row("tasks", "tasks t");
-        o.alternate_column_names = renames.clone();
+        let mut o = StoreOptions::<TypedJob>::from_row("tasks");
         o.column_expressions = vec![
             "t.id".into(),
             "t.task_type AS kind".into(),
             "t.args AS payload".into(),
         ];
         o.handling = handling;
-        let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+        let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
         let seen = Seen::default();
         let registry = KindRegistry::for_args().register_args(Greeter(seen.clone()));
         new_worker(store, registry, worker_options())
@@ -481,10 +487,12 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
 async fn typed_enqueue_names_what_the_table_lacks() {
     let db = Db::new().await;
     // No payload column configured: typed arguments have nowhere to go.
-    let mut eo = EnqueueOptions::new("jobs");
-    eo.kind_column = Some("kind".into());
+    let mut t = JobTableOptions::new("jobs");
+    t.kind_column = Some("kind".into());
     db.add_columns(|c| c.kind = true, &[]).await;
-    let plain = Enqueuer::new(&db.pool, eo).await.unwrap();
+    let plain = Enqueuer::new(&db.pool, &JobTable::new(&db.pool, t).await.unwrap())
+        .await
+        .unwrap();
     let refused = plain
         .enqueue_args(&Greet {
             name: "x".into(),
@@ -502,9 +510,10 @@ async fn typed_enqueue_names_what_the_table_lacks() {
         "{refused:?}"
     );
     // Typed arguments and the payload column set by name: one too many.
-    let typed = Enqueuer::new(&db.pool, EnqueueOptions::typed("jobs"))
+    let typed_table = JobTable::new(&db.pool, JobTableOptions::typed("jobs"))
         .await
         .unwrap();
+    let typed = Enqueuer::new(&db.pool, &typed_table).await.unwrap();
     let both = NewJob::args(&Greet {
         name: "x".into(),
         loud: false,
@@ -522,11 +531,12 @@ async fn typed_enqueue_names_what_the_table_lacks() {
         ),
         "{refused:?}"
     );
-    // A payload column that is not jsonb is refused by name.
+    // A payload column that is not jsonb is refused by name (by the
+    // table's check, which the enqueuer's used to be).
     db.execute("ALTER TABLE jobs ADD COLUMN args text").await;
-    let mut eo = EnqueueOptions::typed("jobs");
-    eo.payload_column = Some("args".into());
-    let err = Enqueuer::new(&db.pool, eo).await.unwrap_err().to_string();
+    let mut t = JobTableOptions::typed("jobs");
+    t.payload_column = Some("args".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
     assert!(
         err.contains("column jobs.args (payload_column) has type text, expected jsonb"),
         "{err}"
@@ -639,11 +649,11 @@ async fn typed_results_round_trip(handling: Handling) {
         &[],
     )
     .await;
-    let mut wo = WorkflowOptions::new("jobs");
-    wo.enqueue = EnqueueOptions::typed("jobs");
-    wo.enqueue.workflows = true;
-    wo.enqueue.results = true;
-    let workflows = Workflows::new(&db.pool, wo).await.unwrap();
+    let mut t = JobTableOptions::typed("jobs j");
+    t.workflows = true;
+    t.result_column = Some("result".into());
+    let table = JobTable::new(&db.pool, t).await.unwrap();
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
     let file = Extract {
         file: "s3://bucket/part-0".into(),
     };
@@ -656,11 +666,10 @@ async fn typed_results_round_trip(handling: Handling) {
         .await
         .unwrap();
 
-    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
+    let mut o = StoreOptions::<TypedJob>::from_row("typed");
     o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     o.handling = handling;
-    o.result_column = Some("result".into());
-    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
     let registry = KindRegistry::for_args()
         .register_args(Extractor)
         .register_args(Loader);
@@ -721,16 +730,25 @@ impl JobHandler for BadResult {
 async fn a_result_that_does_not_serialize_fails_its_job() {
     let db = set_up().await;
     db.add_columns(|c| c.results = true, &[]).await;
-    let id = Enqueuer::new(&db.pool, EnqueueOptions::typed("jobs"))
+    let mut t = JobTableOptions::typed("jobs j");
+    t.result_column = Some("result".into());
+    let table = JobTable::new(&db.pool, t).await.unwrap();
+    let id = Enqueuer::new(&db.pool, &table)
         .await
         .unwrap()
         .enqueue_args(&Extract { file: "f".into() })
         .await
         .unwrap()
         .id();
-    let mut o = StoreOptions::<TypedJob>::from_row("typed", "jobs j");
-    o.result_column = Some("result".into());
-    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let store = Arc::new(
+        DbStore::new(
+            &db.pool,
+            &table,
+            StoreOptions::<TypedJob>::from_row("typed"),
+        )
+        .await
+        .unwrap(),
+    );
     let registry = KindRegistry::for_args().register_args(BadResult);
     new_worker(store, registry, worker_options())
         .unwrap()

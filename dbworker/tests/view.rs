@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dbworker::{DbJob, DbStore, Handling, StoreOptions, ddl::job_table_sql, new_worker};
+use dbworker::{
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, StoreOptions, ddl::job_table_sql,
+    new_worker,
+};
 use dbworker_testkit::TestDatabase;
 use sqlx::Row;
 use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
@@ -71,23 +74,21 @@ async fn concurrent_workers_through_a_joined_view_take_each_job_once() {
         .await
         .unwrap();
 
-        let mut so = StoreOptions::new(
-            "view_store",
-            "repo_jobs t",
-            |row: &sqlx::postgres::PgRow| {
-                Ok(RepoJob {
-                    id: row.try_get(0)?,
-                    repo_name: row.try_get(1)?,
-                })
-            },
-        );
-        so.view_name = Some("repo_jobs_view v".into());
+        let mut to = JobTableOptions::new("repo_jobs t");
+        to.view_name = Some("repo_jobs_view v".into());
+        to.alternate_column_names = renames.clone();
+        let table = JobTable::new(&pool, to).await.unwrap();
+        let mut so = StoreOptions::new("view_store", |row: &sqlx::postgres::PgRow| {
+            Ok(RepoJob {
+                id: row.try_get(0)?,
+                repo_name: row.try_get(1)?,
+            })
+        });
         so.column_expressions = vec!["v.job_id".into(), "v.repo_name".into()];
-        so.order_by = Some("v.siblings DESC, v.repository_id, v.job_id".into());
-        so.alternate_column_names = renames.clone();
+        so.claim.order_by = Some("v.siblings DESC, v.repository_id, v.job_id".into());
         so.handling = handling;
-        so.stalled_max_age = Duration::from_secs(10);
-        let store = Arc::new(DbStore::new(&pool, so).await.unwrap());
+        so.stall.stalled_max_age = Duration::from_secs(10);
+        let store = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
 
         let handler = Arc::new(Count::default());
         let mut runs = Vec::new();

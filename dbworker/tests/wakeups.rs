@@ -26,9 +26,9 @@ async fn listening_store(db: &Db) -> Arc<DbStore<Job>> {
         .unwrap();
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
-    o.stalled_max_age = Duration::from_secs(60);
+    o.stall.stalled_max_age = Duration::from_secs(60);
     o.listen = Listen::TableChannel;
-    let store = Arc::new(DbStore::new(&db.pool, o).await.unwrap());
+    let store = db.store_on(&db.table().await, o).await;
     wait_until(|| store.wakeups().is_some_and(|w| w.is_live())).await;
     store
 }

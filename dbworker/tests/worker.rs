@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dbworker::sea_query::Expr;
 use dbworker::{
-    DbConditions, DbJob, DbStore, Error, Handling, Resetter, StoreOptions,
-    maintenance::ResetterOptions, new_worker,
+    DbConditions, DbJob, DbStore, Error, Handling, JobTable, JobTableOptions, Resetter,
+    StoreOptions, maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
 use tokio::sync::Notify;
@@ -142,7 +142,7 @@ async fn retries_then_failure() {
     so.max_num_retries = 2;
     // A long delay keeps each errored state observable; the test makes it due.
     so.retry = dbworker::RetryPolicy::fixed(Duration::from_secs(3600));
-    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = db.store_on(&db.table().await, so).await;
     let worker = new_worker(store, Script::default(), {
         let mut o = options("retry");
         o.num_total_jobs = Some(3);
@@ -184,7 +184,7 @@ async fn retry_delay_comes_from_the_database_clock_with_backoff() {
         max_delay: Duration::from_secs(250),
         jitter: 0.0,
     };
-    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = db.store_on(&db.table().await, so).await;
     let expected = [100.0, 250.0];
     for (attempt, want) in expected.iter().enumerate() {
         // Make it due again, then fail it once more.
@@ -217,7 +217,7 @@ async fn poison_and_panics_fail_the_job_and_the_worker_goes_on() {
     let mut so = db.options();
     so.max_num_retries = 3;
     so.retry = dbworker::RetryPolicy::fixed(Duration::from_secs(3600));
-    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = db.store_on(&db.table().await, so).await;
     let mut o = options("p");
     o.num_total_jobs = Some(3);
     new_worker(store, Script::default(), o).unwrap().run().await;
@@ -250,7 +250,7 @@ async fn a_row_that_fails_to_scan_is_failed_with_the_reason_and_the_worker_goes_
         "j.payload".into(),
         format!("CASE WHEN j.id = {bad} THEN NULL ELSE j.cost END AS cost"),
     ];
-    let store = Arc::new(DbStore::new(&db.pool, so).await.unwrap());
+    let store = db.store_on(&db.table().await, so).await;
     let mut o = options("scan");
     o.num_total_jobs = Some(1);
     o.num_handlers = 2;
@@ -373,8 +373,8 @@ async fn a_paused_worker_whose_job_was_reset_and_reclaimed_cannot_write() {
     // checks every worker's options); the resetter below uses the 5 s one.
     let mut slow = db.options();
     slow.handling = Handling::Heartbeat;
-    slow.stalled_max_age = Duration::from_secs(5 * 3600);
-    let store_a = Arc::new(DbStore::new(&db.pool, slow).await.unwrap());
+    slow.stall.stalled_max_age = Duration::from_secs(5 * 3600);
+    let store_a = db.store_on(&db.table().await, slow).await;
     let a = Worker::new(store_a, a_handler, ao).unwrap();
     let mut a_events = a.subscribe();
     let a_run = tokio::spawn(a.run());
@@ -432,7 +432,11 @@ async fn a_transactional_job_locks_its_row_when_it_starts_and_not_if_it_was_rese
     let ids = db.enqueue(3, json!({})).await;
     // Two connections: claimed jobs hold none until they open.
     let pool = db.db.pool(2).await.unwrap();
-    let store = Arc::new(DbStore::new(&pool, db.options()).await.unwrap());
+    let store = Arc::new(
+        DbStore::new(&pool, &db.table().await, db.options())
+            .await
+            .unwrap(),
+    );
     let mut jobs = store
         .dequeue("host", &DbConditions::new(), 3)
         .await
@@ -537,11 +541,12 @@ async fn extra_conditions_from_pre_dequeue_select_jobs() {
 async fn resetter_requeues_then_fails_stalled_jobs_and_two_resetters_do_not_conflict() {
     let db = Db::new().await;
     let ids = db.enqueue(20, json!({})).await;
-    let mut ro = ResetterOptions::new("r", "jobs");
-    ro.stalled_max_age = Duration::from_secs(5);
-    ro.max_num_resets = 1;
-    let r1 = Resetter::new(&db.pool, ro.clone()).unwrap();
-    let r2 = Resetter::new(&db.pool, ro).unwrap();
+    let table = db.table().await;
+    let mut ro = ResetterOptions::new("r");
+    ro.stall.stalled_max_age = Duration::from_secs(5);
+    ro.stall.max_num_resets = 1;
+    let r1 = Resetter::new(&db.pool, &table, ro.clone()).unwrap();
+    let r2 = Resetter::new(&db.pool, &table, ro).unwrap();
     let claim = || async {
         sqlx::query("UPDATE jobs SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'h'")
             .execute(&db.pool)
@@ -605,9 +610,18 @@ async fn queued_count_any_and_max_age() {
     );
 }
 
-/// The error `DbStore::new` reports for `o`, rendered.
+/// The error `JobTable::new` reports for `t`, rendered.
+async fn table_error(db: &Db, t: JobTableOptions) -> String {
+    JobTable::new(&db.pool, t)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
+/// The error `DbStore::new` reports for `o` over the test table, rendered.
 async fn store_error(db: &Db, o: StoreOptions<Job>) -> String {
-    DbStore::new(&db.pool, o)
+    DbStore::new(&db.pool, &db.table().await, o)
         .await
         .map(|_| ())
         .unwrap_err()
@@ -618,19 +632,19 @@ async fn store_error(db: &Db, o: StoreOptions<Job>) -> String {
 async fn bad_configuration_is_reported_with_every_name() {
     let db = Db::new().await;
 
-    let mut o = db.options();
-    o.table_name = "missing_jobs j".into();
-    let err = store_error(&db, o).await;
+    let mut t = Db::table_options();
+    t.table_name = "missing_jobs j".into();
+    let err = table_error(&db, t).await;
     assert!(err.contains("table missing_jobs does not exist"), "{err}");
 
     sqlx::raw_sql("ALTER TABLE jobs DROP COLUMN cancel, DROP COLUMN num_resets; ALTER TABLE jobs ALTER COLUMN started_at TYPE timestamp")
         .execute(&db.pool)
         .await
         .unwrap();
-    let mut o = db.options();
-    o.alternate_column_names
+    let mut t = Db::table_options();
+    t.alternate_column_names
         .insert("state".into(), "status".into());
-    let err = store_error(&db, o).await;
+    let err = table_error(&db, t).await;
     for needle in [
         "table jobs has no column cancel",
         "table jobs has no column num_resets",
@@ -641,9 +655,9 @@ async fn bad_configuration_is_reported_with_every_name() {
     }
 
     let db = Db::new().await;
-    let mut o = db.options();
-    o.view_name = Some("no_such_view v".into());
-    let err = store_error(&db, o).await;
+    let mut t = Db::table_options();
+    t.view_name = Some("no_such_view v".into());
+    let err = table_error(&db, t).await;
     assert!(err.contains("view no_such_view does not exist"), "{err}");
 
     let mut o = db.options();
@@ -655,7 +669,7 @@ async fn bad_configuration_is_reported_with_every_name() {
     );
 
     let mut o = db.options();
-    o.order_by = Some("j.priority DESC".into());
+    o.claim.order_by = Some("j.priority DESC".into());
     let err = store_error(&db, o).await;
     assert!(err.contains("column j.priority does not exist"), "{err}");
 
@@ -669,7 +683,11 @@ async fn bad_configuration_is_reported_with_every_name() {
 async fn worker_options_that_do_not_fit_the_store_are_rejected() {
     let db = Db::new().await;
     let small = db.db.pool(3).await.unwrap();
-    let store = Arc::new(DbStore::new(&small, db.options()).await.unwrap());
+    let store = Arc::new(
+        DbStore::new(&small, &db.table().await, db.options())
+            .await
+            .unwrap(),
+    );
     let mut o = options("w");
     o.num_handlers = 4;
     let err = new_worker(store.clone(), Script::default(), o).unwrap_err();
@@ -713,11 +731,16 @@ async fn worker_new_runs_the_store_checks_too() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("heartbeat_failure_limit"), "{err}");
+    let table = db.table().await;
     let store_on_pool_of = async |connections: u32| {
         Arc::new(
-            DbStore::new(&db.db.pool(connections).await.unwrap(), db.options())
-                .await
-                .unwrap(),
+            DbStore::new(
+                &db.db.pool(connections).await.unwrap(),
+                &table,
+                db.options(),
+            )
+            .await
+            .unwrap(),
         )
     };
     let small = store_on_pool_of(3).await;
@@ -745,8 +768,11 @@ async fn worker_new_runs_the_store_checks_too() {
 #[tokio::test]
 async fn default_worker_options_fit_a_default_store() {
     let db = Db::new().await;
+    let table = JobTable::new(&db.pool, JobTableOptions::new("jobs"))
+        .await
+        .unwrap();
     let store = Arc::new(
-        DbStore::new(&db.pool, StoreOptions::<Job>::from_row("defaults", "jobs"))
+        DbStore::new(&db.pool, &table, StoreOptions::<Job>::from_row("defaults"))
             .await
             .unwrap(),
     );
@@ -757,21 +783,16 @@ async fn default_worker_options_fit_a_default_store() {
 #[tokio::test]
 async fn the_resetter_checks_its_table_at_start_up() {
     let db = Db::new().await;
-    let ok = Resetter::new(&db.pool, ResetterOptions::new("r", "jobs")).unwrap();
+    let ok = Resetter::new(&db.pool, &db.table().await, ResetterOptions::new("r")).unwrap();
     ok.check().await.unwrap();
-    let missing = Resetter::new(&db.pool, ResetterOptions::new("r", "no_jobs")).unwrap();
-    let err = missing.check().await.unwrap_err().to_string();
+    // The resetter's table is checked by the `JobTable` it is built on.
+    let err = table_error(&db, JobTableOptions::new("no_jobs")).await;
     assert!(err.contains("table no_jobs does not exist"), "{err}");
-    let mut renamed = ResetterOptions::new("r", "jobs");
+    let mut renamed = JobTableOptions::new("jobs");
     renamed
         .alternate_column_names
         .insert("state".into(), "status".into());
-    let err = Resetter::new(&db.pool, renamed)
-        .unwrap()
-        .check()
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = table_error(&db, renamed).await;
     assert!(
         err.contains("table jobs has no column status (standard column state)"),
         "{err}"
@@ -796,7 +817,7 @@ fn the_resetter_counts_what_it_does_in_metrics() {
                 .execute(&db.pool)
                 .await
                 .unwrap();
-            let r = Resetter::new(&db.pool, ResetterOptions::new("r", "jobs")).unwrap();
+            let r = Resetter::new(&db.pool, &db.table().await, ResetterOptions::new("r")).unwrap();
             let out = r.reset_once().await.unwrap();
             assert_eq!((out.reset.len(), out.failed.len()), (2, 1));
         })

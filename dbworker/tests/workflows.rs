@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, Handling, NewJob, Resetter, StoreOptions,
-    admin::{Admin, AdminOptions},
+    DbJob, DbStore, Handling, JobTable, NewJob, Resetter, ResetterOptions, StoreOptions,
+    admin::Admin,
     ddl::workflows_sql,
     enqueue::DependencyPolicy,
     new_worker,
-    workflow::{Task, Workflow, WorkflowOptions, Workflows},
+    workflow::{Task, Workflow, Workflows},
 };
 use workerutil::{Handler, HandlerError, JobContext, ShutdownHandle, WorkerOptions, async_trait};
 
@@ -56,19 +56,22 @@ async fn set_up() -> (Db, Workflows) {
         "ALTER TABLE side_effects ADD COLUMN at timestamptz NOT NULL DEFAULT clock_timestamp()",
     )
     .await;
-    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
-        .await
-        .unwrap();
+    let workflows = Workflows::new(&db.pool, &table(&db).await).await.unwrap();
     (db, workflows)
+}
+
+/// The test table with workflows, as every service here takes it.
+async fn table(db: &Db) -> JobTable {
+    db.table_with(|t| t.workflows = true).await
 }
 
 /// A store on a pool of its own (another process, as Postgres sees it).
 async fn store(db: &Db, handling: Handling, handlers: u32) -> Arc<DbStore<Job>> {
     let mut o: StoreOptions<Job> = Db::options_for_tests();
     o.handling = handling;
-    o.stalled_max_age = Duration::from_secs(30);
+    o.stall.stalled_max_age = Duration::from_secs(30);
     let pool = db.db.pool(handlers + 4).await.unwrap();
-    Arc::new(DbStore::new(&pool, o).await.unwrap())
+    Arc::new(DbStore::new(&pool, &table(db).await, o).await.unwrap())
 }
 
 /// Runs `workers` workers of `handlers` handlers each (alternating handling
@@ -280,9 +283,7 @@ async fn a_failed_upstream_cancels_its_dependents_unless_they_ignore_it() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let admin = Admin::new(&db.pool, AdminOptions::new("jobs"))
-        .await
-        .unwrap();
+    let admin = Admin::new(&db.pool, &table(&db).await).await.unwrap();
     assert!(admin.requeue(id("a")).await.unwrap());
     for n in ["b", "c", "e"] {
         assert_eq!(db.state(id(n)).await, "pending", "{n} waits again");
@@ -806,13 +807,15 @@ async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
     .await;
     let mut so: StoreOptions<Job> = Db::options_for_tests();
     so.handling = Handling::Heartbeat;
-    so.stalled_max_age = Duration::from_secs(3);
-    let s = Arc::new(
-        DbStore::new(&db.db.pool(20).await.unwrap(), so)
-            .await
-            .unwrap(),
-    );
-    let resetter = Resetter::for_store(&s, Duration::from_millis(500)).unwrap();
+    so.stall.stalled_max_age = Duration::from_secs(3);
+    let table = table(&db).await;
+    let pool = db.db.pool(20).await.unwrap();
+    // The store's resetter: its stall options, every 500 ms.
+    let mut ro = ResetterOptions::new(format!("{}_resetter", so.name));
+    ro.stall = so.stall.clone();
+    ro.interval = Duration::from_millis(500);
+    let s = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
+    let resetter = Resetter::new(&pool, &table, ro).unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let resetting = {
         let stop = stop.clone();

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dbworker::{
-    DbJob, DbStore, Handling, NewJob, Resetter,
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, NewJob, Resetter,
     ddl::workflows_sql,
     maintenance::ResetterOptions,
     new_worker,
-    workflow::{Task, Workflow, WorkflowOptions, Workflows},
+    workflow::{Task, Workflow, Workflows},
 };
 use workerutil::{Handler, HandlerError, JobContext};
 
@@ -50,10 +50,18 @@ impl Handler<DbStore<Job>> for Note {
     }
 }
 
+/// The test table with workflows: what the child, the workflows, the
+/// resetter and the survivor all take.
+fn table_options() -> JobTableOptions {
+    let mut t = Db::table_options();
+    t.workflows = true;
+    t
+}
+
 fn store_options() -> dbworker::StoreOptions<Job> {
     let mut so = Db::options_for_tests();
     so.handling = Handling::Heartbeat;
-    so.stalled_max_age = Duration::from_secs(2);
+    so.stall.stalled_max_age = Duration::from_secs(2);
     so
 }
 
@@ -65,7 +73,8 @@ async fn workflow_crash_child() {
         return;
     };
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let store = std::sync::Arc::new(DbStore::new(&pool, store_options()).await.unwrap());
+    let table = JobTable::new(&pool, table_options()).await.unwrap();
+    let store = std::sync::Arc::new(DbStore::new(&pool, &table, store_options()).await.unwrap());
     let mut o = options("doomed-workflows");
     o.num_handlers = 16;
     new_worker(store, Note { pool }, o).unwrap().run().await;
@@ -85,9 +94,8 @@ async fn a_worker_killed_mid_workflow_strands_and_repeats_no_release() {
            WHEN (OLD.state = 'pending' AND NEW.state = 'queued') EXECUTE FUNCTION count_release();",
     )
     .await;
-    let workflows = Workflows::new(&db.pool, WorkflowOptions::new("jobs"))
-        .await
-        .unwrap();
+    let table = JobTable::new(&db.pool, table_options()).await.unwrap();
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
     for _ in 0..100 {
         workflows
             .enqueue(
@@ -108,16 +116,16 @@ async fn a_worker_killed_mid_workflow_strands_and_repeats_no_release() {
     assert!(db.count("pending").await > 0, "the kill came mid-workflow");
 
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let mut ro = ResetterOptions::new("r", "jobs");
-    ro.stalled_max_age = Duration::from_secs(2);
-    let out = Resetter::new(&db.pool, ro)
+    let mut ro = ResetterOptions::new("r");
+    ro.stall.stalled_max_age = Duration::from_secs(2);
+    let out = Resetter::new(&db.pool, &table, ro)
         .unwrap()
         .reset_once()
         .await
         .unwrap();
     assert_eq!(out.reset.len() as i64, stranded, "{out:?}");
 
-    let store = std::sync::Arc::new(DbStore::new(&db.pool, store_options()).await.unwrap());
+    let store = db.store_on(&table, store_options()).await;
     let mut o = options("survivor");
     o.num_handlers = 16;
     let worker = new_worker(

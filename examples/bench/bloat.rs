@@ -103,9 +103,10 @@ pub(crate) async fn burn_down(
         .await?;
     let mut options = framework::store_options(Mode::Heartbeat);
     if !cursor {
-        options.claim_cursor = None;
+        options.claim.claim_cursor = None;
     }
-    let store = Arc::new(DbStore::new(&pool, options).await?);
+    let table = framework::job_table(&pool).await?;
+    let store = Arc::new(DbStore::new(&pool, &table, options).await?);
     let done = Progress::new();
     let handler = NoOp {
         progress: done.clone(),
@@ -159,11 +160,12 @@ pub(crate) async fn offered(
             .await?;
         let mut options = framework::store_options(Mode::Heartbeat);
         if claims == Claims::NoCursor {
-            options.claim_cursor = None;
+            options.claim.claim_cursor = None;
         }
         let mut wo = framework::worker_options(16, None);
         crate::latency::enable_notify(&pool, &mut options, &mut wo).await?;
-        let store = Arc::new(DbStore::new(&pool, options).await?);
+        let table = framework::job_table(&pool).await?;
+        let store = Arc::new(DbStore::new(&pool, &table, options).await?);
         let handler = NoOp {
             progress: done.clone(),
             starts: Some(starts.clone()),

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use dbworker::dashboard::{Dashboard, DashboardOptions, TableConfig};
+use dbworker::dashboard::{Dashboard, DashboardOptions};
+use dbworker::{JobTable, JobTableOptions};
 use tower::ServiceExt;
 
 use crate::Result;
@@ -21,8 +22,8 @@ pub(crate) async fn run(
 ) -> Result<Vec<(String, Duration, Duration)>> {
     bench.prepare(completed, queued, batch).await?;
     let pool = bench.pool(4).await?;
-    let dashboard =
-        Dashboard::new(&pool, DashboardOptions::new(vec![TableConfig::new(TABLE)])).await?;
+    let table = JobTable::new(&pool, JobTableOptions::new(TABLE)).await?;
+    let dashboard = Dashboard::new(&pool, DashboardOptions::new(vec![table])).await?;
     let app = dashboard.router();
     let pages = [
         ("overview", "/".to_owned()),

@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dbworker::{DbJob, DbStore, Handling, StoreOptions, new_worker, store::RESERVED_CONNECTIONS};
+use dbworker::{
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, StoreOptions, new_worker,
+    store::RESERVED_CONNECTIONS,
+};
 use tokio_util::sync::CancellationToken;
 use workerutil::{
     Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, WorkerSummary, async_trait,
@@ -120,9 +123,21 @@ impl Progress {
     }
 }
 
+/// The bench table as its stores see it (`{TABLE} j`, the standard columns).
+pub(crate) fn table_options() -> JobTableOptions {
+    JobTableOptions::new(format!("{TABLE} j"))
+}
+
+/// The bench table, described and checked on `pool`: built in each run, where
+/// the run's store is (the workloads drop and create the table between runs,
+/// and the description records what the check found, e.g. partitioning).
+pub(crate) async fn job_table(pool: &sqlx::PgPool) -> Result<JobTable> {
+    Ok(JobTable::new(pool, table_options()).await?)
+}
+
 /// Store options for the bench table in `mode`.
 pub(crate) fn store_options(mode: Mode) -> StoreOptions<BenchJob> {
-    let mut options = StoreOptions::<BenchJob>::from_row("bench", format!("{TABLE} j"));
+    let mut options = StoreOptions::<BenchJob>::from_row("bench");
     options.column_expressions = vec!["j.id".into()];
     options.handling = match mode {
         Mode::Heartbeat => Handling::Heartbeat,
@@ -183,7 +198,8 @@ pub(crate) async fn burn_with(
     if listen {
         crate::latency::enable_notify(&pool, &mut store_options, &mut worker_options).await?;
     }
-    let store = Arc::new(DbStore::new(&pool, store_options).await?);
+    let table = job_table(&pool).await?;
+    let store = Arc::new(DbStore::new(&pool, &table, store_options).await?);
     bench.reset_statements().await?;
 
     let progress = Progress::new();
@@ -259,7 +275,8 @@ pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
         .test_before_acquire(false)
         .connect(&args.url)
         .await?;
-    let store = Arc::new(DbStore::new(&pool, store_options(args.mode)).await?);
+    let table = job_table(&pool).await?;
+    let store = Arc::new(DbStore::new(&pool, &table, store_options(args.mode)).await?);
     let progress = Progress::new();
     let handler = NoOp {
         progress: progress.clone(),

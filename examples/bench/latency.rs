@@ -167,7 +167,8 @@ impl Waiting {
         store_options: StoreOptions<BenchJob>,
         worker_options: WorkerOptions,
     ) -> Result<Waiting> {
-        let store = Arc::new(DbStore::new(pool, store_options).await?);
+        let table = framework::job_table(pool).await?;
+        let store = Arc::new(DbStore::new(pool, &table, store_options).await?);
         let starts: Starts = Arc::default();
         let handler = NoOp {
             progress: Progress::new(),

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use dbworker::{
-    DbConditions, DbJob, DbStore, Handling, StoreOptions, control::DEFAULT_LIMIT_TABLE, new_worker,
+    DbConditions, DbJob, DbStore, Handling, JobTable, StoreOptions, control::DEFAULT_LIMIT_TABLE,
+    new_worker,
 };
 use sqlx::AssertSqlSafe;
 use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, async_trait};
@@ -116,12 +117,14 @@ pub(crate) async fn burn(
         bench.reset_statements().await?;
         let summary = match variant {
             Variant::Plain | Variant::Limited | Variant::RateLimited => {
-                let mut o = framework::store_options(Mode::Heartbeat);
+                let o = framework::store_options(Mode::Heartbeat);
+                let mut to = framework::table_options();
                 if variant != Variant::Plain {
-                    o.queue_column = Some("queue".into());
-                    o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+                    to.queue_column = Some("queue".into());
+                    to.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
                 }
-                let store = Arc::new(DbStore::new(&pool, o).await?);
+                let table = JobTable::new(&pool, to).await?;
+                let store = Arc::new(DbStore::new(&pool, &table, o).await?);
                 let handler = NoOp {
                     progress: progress.clone(),
                     starts: None,
@@ -129,10 +132,11 @@ pub(crate) async fn burn(
                 new_worker(store, handler, options)?.run().await
             }
             Variant::Kinds => {
-                let mut o = StoreOptions::<KindJob>::from_row("bench", format!("{TABLE} j"));
+                let mut o = StoreOptions::<KindJob>::from_row("bench");
                 o.column_expressions = vec!["j.id".into(), "j.kind".into()];
                 o.handling = Handling::Heartbeat;
-                let store = Arc::new(DbStore::new(&pool, o).await?);
+                let table = framework::job_table(&pool).await?;
+                let store = Arc::new(DbStore::new(&pool, &table, o).await?);
                 let registry = KindRegistry::<DbStore<KindJob>>::new(|j: &KindJob| j.kind.as_str())
                     .register(
                         "bench",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use dbworker::ddl::{PartitionInterval, partitioned_job_table_sql};
 use dbworker::maintenance::{PurgeOptions, Purger};
+use dbworker::{JobTable, JobTableOptions};
 use sqlx::AssertSqlSafe;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -130,10 +131,11 @@ async fn burn_beside_purger(
     jobs: u64,
 ) -> Result<(Run, Vec<(Duration, Duration, usize)>)> {
     let pool = bench.pool(2).await?;
-    let mut o = PurgeOptions::new(TABLE);
+    let table = JobTable::new(&pool, JobTableOptions::new(TABLE)).await?;
+    let mut o = PurgeOptions::new();
     o.max_age = vec![(JobState::Completed, Duration::from_secs(24 * 3600))];
     o.partitions_ahead = 3;
-    let purger = Purger::new(&pool, o).await?;
+    let purger = Purger::new(&pool, &table, o).await?;
     let passes = Arc::new(Mutex::new(Vec::new()));
     let stop = CancellationToken::new();
     let started = Instant::now();

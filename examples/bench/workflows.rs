@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use dbworker::NewJob;
-use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
+use dbworker::workflow::{Task, Workflow, Workflows};
 use sqlx::AssertSqlSafe;
 
 use crate::Result;
@@ -37,7 +37,7 @@ pub(crate) enum Shape {
 
 impl Shape {
     /// The runs, with the claim cursor on or off: a released job behind the
-    /// cursor waits for its probe (`StoreOptions::claim_cursor`, 1 s), which
+    /// cursor waits for its probe (`ClaimOptions::claim_cursor`, 1 s), which
     /// bounds deep graphs; off, every claim scans from the start.
     pub(crate) const RUNS: [(Shape, bool); 8] = [
         (Shape::Plain, true),
@@ -116,7 +116,10 @@ pub(crate) async fn prepare(bench: &Bench, shape: Shape, jobs: u64, batch: u64) 
         .execute(bench.admin())
         .await?;
     if !workflows.is_empty() {
-        let enqueuer = Workflows::new(bench.admin(), WorkflowOptions::new(TABLE)).await?;
+        let mut to = dbworker::JobTableOptions::new(TABLE);
+        to.workflows = true;
+        let table = dbworker::JobTable::new(bench.admin(), to).await?;
+        let enqueuer = Workflows::new(bench.admin(), &table).await?;
         for w in &workflows {
             enqueuer.enqueue(w).await?;
         }
@@ -151,13 +154,14 @@ pub(crate) async fn burn(
     let progress = Progress::new();
     let mut options = framework::store_options(Mode::Heartbeat);
     if !cursor {
-        options.claim_cursor = None;
+        options.claim.claim_cursor = None;
     }
     // LISTEN on, as recommended: a release announces the released job's id,
     // and the cursor goes back for it.
     let mut worker_options = framework::worker_options(handlers, Some(jobs));
     crate::latency::enable_notify(&pool, &mut options, &mut worker_options).await?;
-    let store = Arc::new(dbworker::DbStore::new(&pool, options).await?);
+    let table = framework::job_table(&pool).await?;
+    let store = Arc::new(dbworker::DbStore::new(&pool, &table, options).await?);
     let handler = NoOp {
         progress: progress.clone(),
         starts: None,

@@ -12,7 +12,7 @@
 //! `store/worker_api.rs`'s `open`). `sql::reset_stalled` (`sql/reset.rs`, run by
 //! `store/reset.rs`'s `reset_pass` for `maintenance/resetter.rs`) requeues
 //! processing rows whose heartbeat is too old, skipping rows a live
-//! transaction locks, or fails them once reset `max_num_resets` times
+//! transaction locks, or fails them once reset `stall.max_num_resets` times
 //! (`reset_or_fail` in `sql/mod.rs`).
 //!
 //! **The model.** Each statement is one atomic step (each is one statement in
@@ -181,7 +181,7 @@ pub struct ClaimModel {
     pub workers: u8,
     /// Jobs, all queued at the start.
     pub jobs: u8,
-    /// `max_num_resets`.
+    /// `StallOptions::max_num_resets` (a store's and its resetter's `stall`).
     pub max_num_resets: u8,
     /// `max_num_retries`.
     pub max_num_retries: u8,

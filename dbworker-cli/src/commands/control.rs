@@ -26,9 +26,11 @@ pub(crate) struct PauseArgs {
 pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
     let t = &args.table.target;
     let pool = t.connect().await?;
-    let mut options = PausesOptions::new(&t.table);
-    options.pause_table = args.pause_table.clone();
-    let pauses = Pauses::new(&pool, options)
+    let table = args
+        .table
+        .job_table_with(&pool, |o| o.pause_table = Some(args.pause_table.clone()))
+        .await?;
+    let pauses = Pauses::new(&pool, &table, PausesOptions::default())
         .await
         .with_context(|| format!("pause table {}", args.pause_table))?;
     let what = args

@@ -8,9 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use dbworker::JobTableOptions;
 use dbworker::admin::{
-    Admin, AdminOptions, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest,
-    Removed, Reschedule, format_age,
+    Admin, BulkAction, Canceled, FieldFilter, JobFilter, JobSort, PageRequest, Removed, Reschedule,
+    format_age,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
@@ -67,8 +68,8 @@ impl FilterArgs {
         Ok(f)
     }
 
-    /// What the admin must know of the table for this filter.
-    fn admin_options(&self, o: &mut AdminOptions) {
+    /// What the table's description needs for this filter.
+    fn describe(&self, o: &mut JobTableOptions) {
         o.workflows = self.workflow.is_some();
     }
 }
@@ -113,7 +114,7 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
     let pool = args.table.target.connect().await?;
     let admin = args
         .table
-        .admin_with(&pool, |o| args.filter.admin_options(o))
+        .admin_with(&pool, |o| args.filter.describe(o))
         .await?;
     let mut page = PageRequest::first(args.limit);
     page.after = args.after;
@@ -213,7 +214,7 @@ pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<()> {
     let pool = args.table.target.connect().await?;
     let admin = args
         .table
-        .admin_with(&pool, |o| args.filter.admin_options(o))
+        .admin_with(&pool, |o| args.filter.describe(o))
         .await?;
     let action = verb.parse::<BulkAction>()?.with_message(&args.message);
     run(&admin, &action, &args).await
@@ -287,7 +288,7 @@ pub(crate) async fn reschedule(args: RescheduleArgs) -> Result<()> {
         .action
         .table
         .admin_with(&pool, |o| {
-            args.action.filter.admin_options(o);
+            args.action.filter.describe(o);
             if r.priority.is_some() {
                 o.priority_column = Some(args.priority_column.clone());
             }

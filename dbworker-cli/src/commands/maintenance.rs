@@ -45,8 +45,7 @@ pub(crate) struct PurgeArgs {
 }
 
 pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
-    let mut options = PurgeOptions::new(&args.target.table);
-    options.alternate_column_names = args.target.renames();
+    let mut options = PurgeOptions::new();
     let ages = [
         (
             JobState::Completed,
@@ -77,7 +76,8 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
     options.interval = seconds("interval-secs", args.interval_secs)?;
     options.validate()?;
     let pool = args.target.connect().await?;
-    let purger = Purger::new(&pool, options)
+    let table = args.target.job_table(&pool).await?;
+    let purger = Purger::new(&pool, &table, options)
         .await
         .with_context(|| format!("purger for {}", args.target.table))?;
     if args.once {
@@ -141,20 +141,24 @@ pub(crate) struct ResetArgs {
 }
 
 pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
-    let mut options = ResetterOptions::new("dbworker_resetter", &args.target.table);
-    options.alternate_column_names = args.target.renames();
-    options.stalled_max_age = seconds("stalled-max-age-secs", args.stalled_max_age_secs)?;
-    options.max_num_resets = args.max_num_resets;
-    options.reset_failure_message = args.reset_failure_message;
+    let mut options = ResetterOptions::new("dbworker_resetter");
+    options.stall.stalled_max_age = seconds("stalled-max-age-secs", args.stalled_max_age_secs)?;
+    options.stall.max_num_resets = args.max_num_resets;
+    options.stall.reset_failure_message = args.reset_failure_message;
     options.interval = seconds("interval-secs", args.interval_secs)?;
     options.connect_timeout = args.target.database.connect_timeout()?;
     options.node_table = args.registry.node_table.clone();
     options.dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
-    options.error_history_column = args.error_history_column.clone();
-    options.error_history_limit = args.error_history_limit;
     options.validate()?;
     let pool = args.target.database.connect(2).await?;
-    let resetter = Resetter::new(&pool, options)?;
+    let table = args
+        .target
+        .job_table_with(&pool, |o| {
+            o.error_history_column = args.error_history_column.clone();
+            o.error_history_limit = args.error_history_limit;
+        })
+        .await?;
+    let resetter = Resetter::new(&pool, &table, options)?;
     resetter.check().await?;
     if args.once {
         let out = resetter

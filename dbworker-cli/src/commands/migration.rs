@@ -56,7 +56,7 @@ pub(crate) struct MigrationArgs {
     #[arg(long)]
     kind: bool,
     /// Also add a `payload` column (jsonb: typed jobs' arguments, for
-    /// `EnqueueOptions::payload_column`).
+    /// `JobTableOptions::payload_column`).
     #[arg(long)]
     payload: bool,
     /// Also add what typed jobs need: `kind` and `payload` (as --kind --payload).
@@ -66,11 +66,11 @@ pub(crate) struct MigrationArgs {
     #[arg(long)]
     flags: bool,
     /// Also add an `errors` column (jsonb: the per-attempt error history,
-    /// for `StoreOptions::error_history_column`).
+    /// for `JobTableOptions::error_history_column`).
     #[arg(long)]
     error_history: bool,
     /// Also add a `result` column (jsonb: what handlers return with their
-    /// completion, for `StoreOptions::result_column`).
+    /// completion, for `JobTableOptions::result_column`).
     #[arg(long)]
     results: bool,
     /// Also create the pause table (`dbworker_pauses`), shared by every job table.

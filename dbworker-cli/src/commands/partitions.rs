@@ -28,11 +28,11 @@ enum PartitionsCommand {
 
 pub(crate) async fn partitions(args: PartitionsArgs) -> Result<()> {
     let PartitionsCommand::Create { target, ahead } = args.command;
-    let mut options = PurgeOptions::new(&target.table);
-    options.alternate_column_names = target.renames();
+    let mut options = PurgeOptions::new();
     options.partitions_ahead = ahead;
     let pool = target.connect().await?;
-    let purger = Purger::new(&pool, options)
+    let table = target.job_table(&pool).await?;
+    let purger = Purger::new(&pool, &table, options)
         .await
         .with_context(|| format!("partitions of {}", target.table))?;
     if !purger.is_partitioned() {

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role, TableConfig};
+use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 
 use crate::args::{Database, seconds};
 use crate::signal::stop_on_signal;
@@ -37,6 +37,10 @@ pub(crate) struct UiArgs {
     /// --error-history`): the job page shows its entries as a table.
     #[arg(long, env = "DBWORKER_ERROR_HISTORY_COLUMN")]
     error_history_column: Option<String>,
+    /// The tables have workflows (`dbworker migration --workflows`): show
+    /// their graphs and filter jobs by workflow.
+    #[arg(long)]
+    workflows: bool,
     /// The worker registry (live processes on the overview).
     #[arg(long, env = "DBWORKER_NODE_TABLE")]
     node_table: Option<String>,
@@ -106,19 +110,21 @@ fn auth(args: &UiArgs) -> Result<Auth> {
 pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     let auth = auth(&args)?;
     let pool = args.database.connect(4).await?;
-    let tables = args
-        .tables
-        .iter()
-        .map(|t| {
-            let mut c = TableConfig::new(t.clone());
-            c.queue_column = args.queue_column.clone();
-            c.kind_column = args.kind_column.clone();
-            c.pause_table = args.pause_table.clone();
-            c.limit_table = args.limit_table.clone();
-            c.error_history_column = args.error_history_column.clone();
-            c
-        })
-        .collect();
+    let mut tables = Vec::with_capacity(args.tables.len());
+    for name in &args.tables {
+        let table = args
+            .database
+            .job_table(&pool, name, |o| {
+                o.queue_column = args.queue_column.clone();
+                o.kind_column = args.kind_column.clone();
+                o.pause_table = args.pause_table.clone();
+                o.limit_table = args.limit_table.clone();
+                o.error_history_column = args.error_history_column.clone();
+                o.workflows = args.workflows;
+            })
+            .await?;
+        tables.push(table);
+    }
     let mut options = DashboardOptions::new(tables);
     options.auth = auth;
     options.hidden_fields = args.hide.clone();

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use dbworker::workflow::{WorkflowOptions, Workflows};
+use dbworker::workflow::Workflows;
 
 use crate::args::Target;
 
@@ -40,9 +40,11 @@ pub(crate) async fn workflow(args: WorkflowArgs) -> Result<()> {
 
 async fn workflows(target: &Target) -> Result<Workflows> {
     let pool = target.connect().await?;
-    let mut options = WorkflowOptions::new(target.table.clone());
-    options.enqueue.alternate_column_names = target.renames();
-    Workflows::new(&pool, options)
+    let table = target
+        .job_table_with(&pool, |o| o.workflows = true)
+        .await
+        .context("the job table's workflows (`dbworker migration --workflows` adds them)")?;
+    Workflows::new(&pool, &table)
         .await
         .context("the job table has no workflows (`dbworker migration --workflows`)")
 }

@@ -7,86 +7,25 @@
 
 mod inputs;
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlx::{PgPool, Row};
 use workerutil::JobState;
 
-use crate::columns::{Columns, Relation};
+use crate::columns::Columns;
 use crate::error::{Error, Result};
 pub use crate::job_filter::{
     BulkAction, DEFAULT_FAIL_MESSAGE, FieldFilter, JobFilter, JobPage, JobSort, JobSummary,
     PageRequest, Reschedule, format_age,
 };
-use crate::sql::{self, AdminTable};
-
-/// Which job table an [`Admin`] acts on, and how its columns are named.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct AdminOptions {
-    /// The job table, optionally schema-qualified. Required.
-    pub table_name: String,
-    /// Renamed standard columns, as in the store's options.
-    pub alternate_column_names: HashMap<String, String>,
-    /// The queue column, if the table has one (for `JobFilter::queue`,
-    /// per-queue status and lists).
-    pub queue_column: Option<String>,
-    /// The kind column, if the table has one (for `JobFilter::kind` and lists).
-    pub kind_column: Option<String>,
-    /// The job key column (`dbworker migration --keys` adds `job_key`), for
-    /// [`Admin::remove_key`]. Checked at start-up when set.
-    pub key_column: Option<String>,
-    /// The priority column (`--priority` adds `priority`), for
-    /// `Reschedule::priority`. Checked at start-up when set.
-    pub priority_column: Option<String>,
-    /// The per-job retry limit column (`--max-retries` adds `max_retries`),
-    /// for `Reschedule::max_retries`. Checked at start-up when set.
-    pub max_retries_column: Option<String>,
-    /// The table has workflows (`dbworker migration --workflows`): lists
-    /// carry each job's workflow (`JobSummary::workflow_id`), and
-    /// `JobFilter::workflow_id` may be used. Checked at start-up when set.
-    pub workflows: bool,
-}
-
-impl AdminOptions {
-    /// The table `table_name` with the standard column names.
-    pub fn new(table_name: impl Into<String>) -> AdminOptions {
-        AdminOptions {
-            table_name: table_name.into(),
-            ..AdminOptions::default()
-        }
-    }
-
-    /// Checks every field; the error names the first bad one.
-    pub fn validate(&self) -> Result<()> {
-        Relation::parse("table_name", &self.table_name)?;
-        Columns::resolve(&self.alternate_column_names)?;
-        self.optional_columns().map(|_| ())
-    }
-
-    /// The optional columns, unquoted: queue, kind, key, priority, retry limit.
-    fn optional_columns(&self) -> Result<[Option<String>; 5]> {
-        let column = |field, column: &Option<String>| {
-            column
-                .as_deref()
-                .map(|c| crate::columns::column_name(field, c))
-                .transpose()
-        };
-        Ok([
-            column("queue_column", &self.queue_column)?,
-            column("kind_column", &self.kind_column)?,
-            column("key_column", &self.key_column)?,
-            column("priority_column", &self.priority_column)?,
-            column("max_retries_column", &self.max_retries_column)?,
-        ])
-    }
-}
+use crate::sql::{self, Table};
+use crate::table::JobTable;
 
 /// A job table as an operator sees it.
 #[derive(Debug, Clone)]
 pub struct Admin {
     pool: PgPool,
-    t: AdminTable,
+    t: Arc<Table>,
 }
 
 /// What [`Admin::status`] reports.
@@ -183,43 +122,11 @@ impl Admin {
         &self.t.columns
     }
 
-    /// The table `options.table_name`, checked now (its standard columns,
-    /// renamed as configured).
-    pub async fn new(pool: &PgPool, options: AdminOptions) -> Result<Admin> {
-        options.validate()?;
-        let table = Relation::parse("table_name", &options.table_name)?;
-        let columns = Columns::resolve(&options.alternate_column_names)?;
-        let [
-            queue_column,
-            kind_column,
-            key_column,
-            priority_column,
-            max_retries_column,
-        ] = options.optional_columns()?;
-        let mut problems = Vec::new();
-        crate::schema_check::check_table(pool, &table, &columns, &mut problems).await?;
-        crate::schema_check::none(problems)?;
-        let needed: Vec<&str> = [&key_column, &priority_column, &max_retries_column]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .chain(options.workflows.then_some(crate::columns::WORKFLOW_ID))
-            .collect();
-        if !needed.is_empty() {
-            crate::schema_check::require_columns(pool, &table, "table", &needed, "").await?;
-        }
+    /// An operator's view of `table` (checked when it was built).
+    pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Admin> {
         Ok(Admin {
             pool: pool.clone(),
-            t: AdminTable {
-                table,
-                columns,
-                queue_column,
-                kind_column,
-                key_column,
-                priority_column,
-                max_retries_column,
-                workflows: options.workflows,
-            },
+            t: table.sql().clone(),
         })
     }
 
@@ -241,7 +148,7 @@ impl Admin {
                 return Err(Error::InvalidOption {
                     field,
                     reason: format!(
-                        "rescheduling with a {field} needs AdminOptions::{field}_column"
+                        "rescheduling with a {field} needs the table's {field}_column (JobTableOptions::{field}_column)"
                     ),
                 });
             }
@@ -283,7 +190,7 @@ impl Admin {
         if filter.workflow_id.is_some() && !self.t.workflows {
             return Err(Error::InvalidOption {
                 field: "workflow_id",
-                reason: "filtering by workflow needs AdminOptions::workflows (a table migrated with --workflows)".into(),
+                reason: "filtering by workflow needs a table with workflows (JobTableOptions::workflows; migrated with --workflows)".into(),
             });
         }
         Ok(())
@@ -544,13 +451,13 @@ impl Admin {
     }
 
     /// Deletes the waiting (queued or errored) job holding `key` (needs
-    /// `AdminOptions::key_column`); a processing holder is left alone and
+    /// `JobTableOptions::key_column`); a processing holder is left alone and
     /// reported.
     pub async fn remove_key(&self, key: &str) -> Result<Removed> {
         if self.t.key_column.is_none() {
             return Err(Error::InvalidOption {
                 field: "key_column",
-                reason: "removing a job by key needs AdminOptions::key_column".into(),
+                reason: "removing a job by key needs the table's key_column (JobTableOptions::key_column)".into(),
             });
         }
         let gone = sql::admin_remove_key(&self.t, key)

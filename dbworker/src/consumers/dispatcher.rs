@@ -64,7 +64,7 @@ impl DispatcherOptions {
             poll_interval: Duration::from_millis(200),
             listen: None,
             reconcile_interval: Duration::from_secs(1),
-            connect_timeout: crate::store::options::DEFAULT_CONNECT_TIMEOUT,
+            connect_timeout: crate::table::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 

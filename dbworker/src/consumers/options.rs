@@ -101,7 +101,7 @@ impl LogOptions {
             scopes: BTreeMap::new(),
             aggregate_type_column: "aggregate_type".into(),
             listen: None,
-            connect_timeout: crate::store::options::DEFAULT_CONNECT_TIMEOUT,
+            connect_timeout: crate::table::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 

@@ -4,9 +4,9 @@
 
 use sqlx::{PgPool, Row};
 
-use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::sql;
+use crate::table::JobTable;
 
 use super::ControlTable;
 
@@ -27,8 +27,8 @@ pub struct Limit {
     /// At most this many jobs of the queue processing at once (0 stops it).
     pub max_processing: Option<u32>,
     /// At most this many jobs of the queue processing at once with one value
-    /// of the store's `limit_key_column` (jobs whose value is NULL are not
-    /// limited per key). Needs `StoreOptions::limit_key_column`.
+    /// of the table's `limit_key_column` (jobs whose value is NULL are not
+    /// limited per key). Needs `JobTableOptions::limit_key_column`.
     pub max_per_key: Option<u32>,
     /// At most this many jobs of the queue started per second, on average.
     pub rate_per_second: Option<f64>,
@@ -95,14 +95,17 @@ impl Limit {
 }
 
 /// Sets and removes the global limits of a job table's queues, for every
-/// worker whose store sets `StoreOptions::limit_table`. A new limit applies
+/// worker whose table sets `JobTableOptions::limit_table`. A new limit applies
 /// at the next claim; jobs already processing are not stopped. A new rate
 /// starts with an empty bucket.
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use dbworker::control::{Limit, Limits};
-/// let limits = Limits::new(&pool, dbworker::control::LimitsOptions::new("jobs")).await?;
+/// let mut options = dbworker::JobTableOptions::detected("jobs");
+/// options.limit_table = Some(dbworker::control::DEFAULT_LIMIT_TABLE.into());
+/// let jobs = dbworker::JobTable::new(&pool, options).await?;
+/// let limits = Limits::new(&pool, &jobs).await?;
 /// limits.set("reports", 3).await?; // at most 3 reports processing anywhere
 /// limits.set_limit("emails", Limit::default().rate(50.0, 100)).await?;
 /// # Ok(()) }
@@ -112,50 +115,16 @@ pub struct Limits {
     t: ControlTable,
 }
 
-/// Which job table [`Limits`] limits, and where the limits are kept.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct LimitsOptions {
-    /// The job table, as named in `StoreOptions::table_name`. Required.
-    pub job_table: String,
-    /// The limit table (it must exist). Default [`DEFAULT_LIMIT_TABLE`].
-    pub limit_table: String,
-}
-
-impl LimitsOptions {
-    /// Limits of `job_table`, kept in the default limit table.
-    pub fn new(job_table: impl Into<String>) -> LimitsOptions {
-        LimitsOptions {
-            job_table: job_table.into(),
-            limit_table: DEFAULT_LIMIT_TABLE.to_owned(),
-        }
-    }
-
-    /// Checks every field; the error names the first bad one.
-    pub fn validate(&self) -> Result<()> {
-        Relation::parse("job_table", &self.job_table)?;
-        Relation::parse("limit_table", &self.limit_table)?;
-        Ok(())
-    }
-}
-
 impl Limits {
-    /// Limits of `options.job_table`, kept in `options.limit_table`, which
-    /// must exist.
-    pub async fn new(pool: &PgPool, options: LimitsOptions) -> Result<Limits> {
-        options.validate()?;
-        let job = Relation::parse("job_table", &options.job_table)?;
-        let t =
-            ControlTable::open(
-                pool,
-                "limit_table",
-                &options.limit_table,
-                &job,
-                |pool, table| async move {
-                    crate::schema_check::limit_table_problems(&pool, &table).await
-                },
-            )
-            .await?;
+    /// Limits of `table`, kept in its limit table (`JobTableOptions::limit_table`).
+    pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Limits> {
+        let t = ControlTable::of(
+            pool,
+            table,
+            table.sql().limit_table.as_ref(),
+            "limit_table",
+            "--limits",
+        )?;
         Ok(Limits { t })
     }
 

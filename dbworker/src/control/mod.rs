@@ -4,7 +4,6 @@
 pub(crate) mod limits;
 pub(crate) mod pauses;
 
-pub use limits::LimitsOptions;
 pub use limits::{DEFAULT_LIMIT_TABLE, Limit, Limits};
 pub use pauses::PausesOptions;
 pub use pauses::{DEFAULT_PAUSE_TABLE, Pause, Pauses};
@@ -12,8 +11,9 @@ pub use pauses::{DEFAULT_PAUSE_TABLE, Pause, Pauses};
 use sqlx::PgPool;
 
 use crate::columns::Relation;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sql;
+use crate::table::JobTable;
 
 /// What [`Pauses`] and [`Limits`] share: a control table (one for every job
 /// table) and the job table its rows are keyed by.
@@ -26,25 +26,37 @@ struct ControlTable {
 }
 
 impl ControlTable {
-    /// The control table `table_name` (option `field`) for `job_table`, after
-    /// `problems` found nothing wrong with it.
-    async fn open<F, Fut>(
-        pool: &PgPool,
-        field: &'static str,
-        table_name: &str,
-        job_table: &Relation,
-        problems: F,
-    ) -> Result<ControlTable>
-    where
-        F: FnOnce(PgPool, Relation) -> Fut,
-        Fut: Future<Output = Result<Vec<String>>>,
-    {
-        let table = Relation::parse(field, table_name)?;
-        crate::schema_check::none(problems(pool.clone(), table.clone()).await?)?;
-        Ok(ControlTable {
+    /// The control table `table` (checked by `JobTable::new`) for `job_table`.
+    fn new(pool: &PgPool, table: Relation, job_table: &Relation) -> ControlTable {
+        ControlTable {
             pool: pool.clone(),
             job_table: sql::pause_key(job_table),
             table,
-        })
+        }
+    }
+
+    /// `job`'s control table in `slot`, or an error naming the option to set.
+    fn of(
+        pool: &PgPool,
+        job: &JobTable,
+        slot: Option<&Relation>,
+        field: &'static str,
+        migration: &str,
+    ) -> Result<ControlTable> {
+        match slot {
+            Some(table) => Ok(ControlTable::new(pool, table.clone(), job.relation())),
+            None => Err(Error::InvalidOption {
+                field,
+                reason: format!(
+                    "table {} has no {field}: set JobTableOptions::{field} (`dbworker migration {migration}` creates {})",
+                    job.name(),
+                    if field == "pause_table" {
+                        DEFAULT_PAUSE_TABLE
+                    } else {
+                        DEFAULT_LIMIT_TABLE
+                    }
+                ),
+            }),
+        }
     }
 }

@@ -3,10 +3,10 @@
 
 use sqlx::{PgPool, Row};
 
-use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::notify::channel_for;
 use crate::sql;
+use crate::table::JobTable;
 
 use super::ControlTable;
 
@@ -30,13 +30,17 @@ pub struct Pause {
 }
 
 /// Pauses and resumes a job table, or queues in it, for every worker whose
-/// store sets `StoreOptions::pause_table`. A pause applies at each worker's
+/// table sets `JobTableOptions::pause_table`. A pause applies at each worker's
 /// next claim (within one poll interval); a resume also notifies the table's
 /// channel, so listening workers claim at once.
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// let pauses = dbworker::control::Pauses::new(&pool, dbworker::control::PausesOptions::new("email_jobs")).await?;
+/// use dbworker::control::{Pauses, PausesOptions};
+/// let mut options = dbworker::JobTableOptions::detected("email_jobs");
+/// options.pause_table = Some(dbworker::control::DEFAULT_PAUSE_TABLE.into());
+/// let jobs = dbworker::JobTable::new(&pool, options).await?;
+/// let pauses = Pauses::new(&pool, &jobs, PausesOptions::default()).await?;
 /// pauses.pause(Some("newsletters"), "ops: provider outage").await?;
 /// // ... later, from any process:
 /// pauses.resume(Some("newsletters")).await?;
@@ -49,33 +53,18 @@ pub struct Pauses {
     channel: String,
 }
 
-/// Which job table [`Pauses`] pauses, and where the pauses are kept.
-#[derive(Debug, Clone)]
+/// How [`Pauses`] wake the workers.
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct PausesOptions {
-    /// The job table, as named in `StoreOptions::table_name`. Required.
-    pub job_table: String,
-    /// The pause table (it must exist). Default [`DEFAULT_PAUSE_TABLE`].
-    pub pause_table: String,
     /// The channel a resume notifies; `None`: the table's default channel
     /// (set it when the store listens on `Listen::Channel`).
     pub notify_channel: Option<String>,
 }
 
 impl PausesOptions {
-    /// Pauses of `job_table`, kept in the default pause table.
-    pub fn new(job_table: impl Into<String>) -> PausesOptions {
-        PausesOptions {
-            job_table: job_table.into(),
-            pause_table: DEFAULT_PAUSE_TABLE.to_owned(),
-            notify_channel: None,
-        }
-    }
-
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
-        Relation::parse("job_table", &self.job_table)?;
-        Relation::parse("pause_table", &self.pause_table)?;
         if let Some(channel) = &self.notify_channel
             && !crate::columns::is_identifier(channel)
         {
@@ -89,25 +78,21 @@ impl PausesOptions {
 }
 
 impl Pauses {
-    /// Pauses of `options.job_table`, kept in `options.pause_table`, which
-    /// must exist.
-    pub async fn new(pool: &PgPool, options: PausesOptions) -> Result<Pauses> {
+    /// Pauses of `table`, kept in its pause table (`JobTableOptions::pause_table`).
+    pub async fn new(pool: &PgPool, table: &JobTable, options: PausesOptions) -> Result<Pauses> {
         options.validate()?;
-        let job = Relation::parse("job_table", &options.job_table)?;
-        let t =
-            ControlTable::open(
-                pool,
-                "pause_table",
-                &options.pause_table,
-                &job,
-                |pool, table| async move {
-                    crate::schema_check::pause_table_problems(&pool, &table).await
-                },
-            )
-            .await?;
+        let t = ControlTable::of(
+            pool,
+            table,
+            table.sql().pause_table.as_ref(),
+            "pause_table",
+            "--pauses",
+        )?;
         Ok(Pauses {
             t,
-            channel: options.notify_channel.unwrap_or_else(|| channel_for(&job)),
+            channel: options
+                .notify_channel
+                .unwrap_or_else(|| channel_for(table.relation())),
         })
     }
 

@@ -13,53 +13,43 @@ use serde_json::{Map, Value, json};
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
-use crate::columns::{Relation, column_name};
-use crate::enqueue::{EnqueueOptions, Enqueuer, NewJob};
+use crate::columns::Relation;
+use crate::enqueue::{Enqueuer, NewJob};
 use crate::error::{Error, Result};
 use crate::service::{Next, Runner, Service};
 use crate::sql;
+use crate::table::JobTable;
 pub use crontab::{Crontab, CrontabEntry};
 use ticks::{Due, due_ticks};
 
 /// The cron table's default name.
 pub const DEFAULT_CRON_TABLE: &str = "dbworker_cron";
 
-/// Where a [`Scheduler`] enqueues and records its ticks.
+/// Where a [`Scheduler`] records its ticks, and how often it looks.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SchedulerOptions {
-    /// The job table the ticks' jobs go to (and its optional columns).
-    pub enqueue: EnqueueOptions,
     /// The cron table (it must exist; one serves every job table). Default
     /// [`DEFAULT_CRON_TABLE`].
     pub cron_table: String,
     /// How often [`Scheduler::run`] looks for due ticks. At least 10 ms.
     /// Default 1 s.
     pub interval: Duration,
-    /// The `json`/`jsonb` column a [`Crontab`]'s jobs get their payload in,
-    /// with `_cron: {ts, backfilled}` added (checked by [`Scheduler::new`]).
-    /// `None` (the default): [`Scheduler::crontab`] is refused.
-    pub payload_column: Option<String>,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            cron_table: DEFAULT_CRON_TABLE.to_owned(),
+            interval: Duration::from_secs(1),
+        }
+    }
 }
 
 impl SchedulerOptions {
-    /// Ticks enqueued through `enqueue`, recorded in the default cron table.
-    pub fn new(enqueue: EnqueueOptions) -> SchedulerOptions {
-        SchedulerOptions {
-            enqueue,
-            cron_table: DEFAULT_CRON_TABLE.to_owned(),
-            interval: Duration::from_secs(1),
-            payload_column: None,
-        }
-    }
-
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
-        self.enqueue.validate()?;
         Relation::parse("cron_table", &self.cron_table)?;
-        if let Some(column) = &self.payload_column {
-            column_name("payload_column", column)?;
-        }
         if self.interval < Duration::from_millis(10) {
             return Err(Error::InvalidOption {
                 field: "interval",
@@ -123,8 +113,9 @@ struct Entry {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// use dbworker::{NewJob, cron::{Backfill, Scheduler, SchedulerOptions}, enqueue::EnqueueOptions};
-/// let scheduler = Scheduler::new(&pool, SchedulerOptions::new(EnqueueOptions::new("jobs")))
+/// use dbworker::{JobTable, JobTableOptions, NewJob, cron::{Backfill, Scheduler, SchedulerOptions}};
+/// let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
+/// let scheduler = Scheduler::new(&pool, &jobs, SchedulerOptions::default())
 ///     .await?
 ///     // Standard 5 fields (minute hour day month weekday), or 6 with seconds first.
 ///     .add("nightly-report", "0 3 * * *", NewJob::new().kind("report"), Backfill::RunOnce)?;
@@ -143,12 +134,16 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler enqueueing into `options.enqueue`'s table, recording ticks
-    /// in `options.cron_table` (which must exist). Add schedules with
+    /// A scheduler enqueueing into `table`, recording ticks in
+    /// `options.cron_table` (which must exist). Add schedules with
     /// [`add`](Self::add).
-    pub async fn new(pool: &PgPool, options: SchedulerOptions) -> Result<Scheduler> {
+    pub async fn new(
+        pool: &PgPool,
+        table: &JobTable,
+        options: SchedulerOptions,
+    ) -> Result<Scheduler> {
         options.validate()?;
-        let enqueuer = Enqueuer::new(pool, options.enqueue).await?;
+        let enqueuer = Enqueuer::new(pool, table).await?;
         let cron_table = Relation::parse("cron_table", &options.cron_table)?;
         crate::schema_check::require_columns(
             pool,
@@ -158,25 +153,6 @@ impl Scheduler {
             "`dbworker migration --cron` prints it",
         )
         .await?;
-        if let Some(column) = &options.payload_column {
-            crate::schema_check::require_columns(
-                pool,
-                enqueuer.table(),
-                "table",
-                &[column.as_str()],
-                "",
-            )
-            .await
-            .map_err(|err| match err {
-                Error::Schema { problems } => Error::Schema {
-                    problems: problems
-                        .into_iter()
-                        .map(|p| format!("{p} (payload_column)"))
-                        .collect(),
-                },
-                other => other,
-            })?;
-        }
         Ok(Scheduler {
             pool: pool.clone(),
             job_table: sql::pause_key(enqueuer.table()),
@@ -184,7 +160,7 @@ impl Scheduler {
             cron_table,
             entries: Vec::new(),
             interval: options.interval,
-            payload_column: options.payload_column,
+            payload_column: table.payload_column().map(str::to_owned),
         })
     }
 
@@ -208,28 +184,28 @@ impl Scheduler {
     }
 
     /// Adds every entry of a crontab: each tick enqueues a job of the entry's
-    /// kind (needs `EnqueueOptions::kind_column`; `?queue=`, `?priority=` and
+    /// kind (needs the table's kind column; `?queue=`, `?priority=` and
     /// `?max=` need their columns too) whose payload column
-    /// ([`SchedulerOptions::payload_column`]) holds the entry's JSON plus
+    /// ([`JobTableOptions::payload_column`](crate::JobTableOptions::payload_column)) holds the entry's JSON plus
     /// `_cron: {"ts": <the tick, RFC 3339>, "backfilled": <bool>}`. `?fill=`
     /// is [`Backfill::Fill`]; without it, [`Backfill::default`].
     ///
     /// ```no_run
     /// # async fn f(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-    /// use dbworker::{cron::{Crontab, Scheduler, SchedulerOptions}, enqueue::EnqueueOptions};
-    /// let mut enqueue = EnqueueOptions::new("jobs");
-    /// enqueue.kind_column = Some("kind".into());
-    /// let mut options = SchedulerOptions::new(enqueue);
-    /// options.payload_column = Some("payload".into());
+    /// use dbworker::{JobTable, JobTableOptions, cron::{Crontab, Scheduler, SchedulerOptions}};
+    /// // `kind` and `payload` (`dbworker migration --typed`).
+    /// let jobs = JobTable::new(&pool, JobTableOptions::typed("jobs")).await?;
     /// let crontab = Crontab::parse(&std::fs::read_to_string("crontab")?)?;
-    /// let scheduler = Scheduler::new(&pool, options).await?.crontab(&crontab)?;
+    /// let scheduler = Scheduler::new(&pool, &jobs, SchedulerOptions::default())
+    ///     .await?
+    ///     .crontab(&crontab)?;
     /// # let _ = scheduler; Ok(()) }
     /// ```
     pub fn crontab(mut self, crontab: &Crontab) -> Result<Self> {
         if self.payload_column.is_none() {
             return Err(Error::InvalidOption {
                 field: "payload_column",
-                reason: "a crontab's jobs carry their payload and `_cron` in it; set it".into(),
+                reason: "a crontab's jobs carry their payload and `_cron` in the table's payload column; set JobTableOptions::payload_column".into(),
             });
         }
         for e in crontab.entries() {

@@ -7,8 +7,10 @@
 //!
 //! ```no_run
 //! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-//! use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, TableConfig};
-//! let mut options = DashboardOptions::new(vec![TableConfig::new("jobs")]);
+//! use dbworker::dashboard::{Auth, Dashboard, DashboardOptions};
+//! use dbworker::{JobTable, JobTableOptions};
+//! let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
+//! let mut options = DashboardOptions::new(vec![jobs]);
 //! options.auth = Auth::Bearer { admin: Some("s3cret".into()), read_only: None };
 //! let dashboard = Dashboard::new(&pool, options).await?;
 //! let app: axum::Router = axum::Router::new().nest("/admin/jobs", dashboard.router());
@@ -42,54 +44,22 @@ use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
 
-use crate::admin::{Admin, AdminOptions};
-use crate::control::limits::{Limit, Limits, LimitsOptions};
+use crate::admin::Admin;
+use crate::control::limits::{Limit, Limits};
 use crate::control::pauses::{Pauses, PausesOptions};
 use crate::error::{Error, Result};
 use crate::job_filter::{FieldFilter, JobFilter, PageRequest, excerpt};
-
-/// One job table on the dashboard.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct TableConfig {
-    /// The job table, optionally schema-qualified (also its name in URLs).
-    pub table_name: String,
-    /// Renamed standard columns, as in the store options.
-    pub alternate_column_names: HashMap<String, String>,
-    /// The queue column, if the table has one.
-    pub queue_column: Option<String>,
-    /// The kind column, if the table has one.
-    pub kind_column: Option<String>,
-    /// The pause table, for pause/resume on the queues page.
-    pub pause_table: Option<String>,
-    /// The limit table, to show the queues' limits.
-    pub limit_table: Option<String>,
-    /// The error history column (`StoreOptions::error_history_column`): the
-    /// job page shows its entries as a table, one row per failed attempt.
-    pub error_history_column: Option<String>,
-}
-
-impl TableConfig {
-    /// A table with the standard columns and no optional features.
-    pub fn new(table_name: impl Into<String>) -> TableConfig {
-        TableConfig {
-            table_name: table_name.into(),
-            alternate_column_names: HashMap::new(),
-            queue_column: None,
-            kind_column: None,
-            pause_table: None,
-            limit_table: None,
-            error_history_column: None,
-        }
-    }
-}
+use crate::table::JobTable;
 
 /// What the dashboard shows and who may see it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct DashboardOptions {
-    /// The job tables, in the order shown.
-    pub tables: Vec<TableConfig>,
+    /// The job tables, in the order shown (each by its [`JobTable::name`] in
+    /// URLs). A table's pause and limit tables give the queues page its
+    /// pause buttons and limits; its error history column, the job page's
+    /// table of failed attempts.
+    pub tables: Vec<JobTable>,
     /// How users are authenticated (default: nobody is asked; see [`Auth::None`]).
     pub auth: Auth,
     /// JSON fields (at any depth) and columns whose values are never shown
@@ -109,7 +79,7 @@ pub struct DashboardOptions {
 
 impl DashboardOptions {
     /// A dashboard over `tables` with defaults.
-    pub fn new(tables: Vec<TableConfig>) -> DashboardOptions {
+    pub fn new(tables: Vec<JobTable>) -> DashboardOptions {
         DashboardOptions {
             tables,
             auth: Auth::None,
@@ -198,36 +168,19 @@ impl Dashboard {
         options.validate()?;
         let mut tables = Vec::new();
         for t in &options.tables {
-            let mut admin_options = AdminOptions::new(&t.table_name);
-            admin_options.alternate_column_names = t.alternate_column_names.clone();
-            admin_options.queue_column = t.queue_column.clone();
-            admin_options.kind_column = t.kind_column.clone();
             let workflows = workflow::open(pool, t).await?;
-            admin_options.workflows = workflows.is_some();
-            let admin = Admin::new(pool, admin_options).await?;
-            let pauses = match &t.pause_table {
-                Some(p) => {
-                    let mut o = PausesOptions::new(&t.table_name);
-                    o.pause_table = p.clone();
-                    Some(Pauses::new(pool, o).await?)
-                }
+            let admin = Admin::new(pool, t).await?;
+            let pauses = match t.sql().pause_table {
+                Some(_) => Some(Pauses::new(pool, t, PausesOptions::default()).await?),
                 None => None,
             };
-            let limits = match &t.limit_table {
-                Some(l) => {
-                    let mut o = LimitsOptions::new(&t.table_name);
-                    o.limit_table = l.clone();
-                    Some(Limits::new(pool, o).await?)
-                }
+            let limits = match t.sql().limit_table {
+                Some(_) => Some(Limits::new(pool, t).await?),
                 None => None,
             };
-            let error_history = t
-                .error_history_column
-                .as_deref()
-                .map(|c| crate::columns::column_name("error_history_column", c))
-                .transpose()?;
+            let error_history = t.sql().error_history.as_ref().map(|h| h.column.clone());
             tables.push(Table {
-                name: t.table_name.clone(),
+                name: t.name(),
                 workflows,
                 error_history,
                 admin,

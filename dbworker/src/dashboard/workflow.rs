@@ -12,32 +12,22 @@ use maud::{Markup, html};
 use sqlx::PgPool;
 
 use super::pages::{layout, state_cell};
-use super::{Shared, Table, TableConfig, Viewer, dag, refresh, server_error, url_escape};
-use crate::columns::{Relation, WORKFLOW_ID, deps_table};
+use super::{Shared, Table, Viewer, dag, refresh, server_error, url_escape};
 use crate::error::Result;
 use crate::job_filter::JobFilter;
-use crate::workflow::{WorkflowGraph, WorkflowOptions, Workflows};
+use crate::table::JobTable;
+use crate::workflow::{WorkflowGraph, Workflows};
 
 /// The most tasks drawn; a larger workflow is shown as counts and a table
 /// of its first tasks (a drawing of thousands of boxes helps nobody).
 pub(crate) const MAX_DRAWN: usize = 500;
 
-/// The table's workflows, when it has them (`dbworker migration
-/// --workflows`: the workflow column and the edge table); `None` otherwise.
-pub(super) async fn open(pool: &PgPool, t: &TableConfig) -> Result<Option<Workflows>> {
-    let rel = Relation::parse("table_name", &t.table_name)?;
-    let missing = crate::schema_check::missing_columns(pool, &rel, "table", &[WORKFLOW_ID], "")
-        .await?
-        .into_iter()
-        .chain(
-            crate::schema_check::missing_columns(pool, &deps_table(&rel), "table", &[], "").await?,
-        );
-    if missing.count() > 0 {
+/// The table's workflows, when it has them (`JobTableOptions::workflows`).
+pub(super) async fn open(pool: &PgPool, t: &JobTable) -> Result<Option<Workflows>> {
+    if !t.has_workflows() {
         return Ok(None);
     }
-    let mut options = WorkflowOptions::new(&t.table_name);
-    options.enqueue.alternate_column_names = t.alternate_column_names.clone();
-    Workflows::new(pool, options).await.map(Some)
+    Workflows::new(pool, t).await.map(Some)
 }
 
 /// Refuses a workflow filter on a table without workflows (its query would

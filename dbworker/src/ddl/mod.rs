@@ -113,10 +113,10 @@ pub struct OptionalColumns {
     /// `queue text NOT NULL DEFAULT 'default'`.
     pub queue: bool,
     /// `priority integer NOT NULL DEFAULT 0` and a dequeue index for
-    /// `order_by = "j.priority DESC, j.id"`.
+    /// `ClaimOptions::order_by = "j.priority DESC, j.id"`.
     pub priority: bool,
     /// `max_retries integer` (NULL: the store's `max_num_retries`), for
-    /// `StoreOptions::max_retries_column`.
+    /// `JobTableOptions::max_retries_column`.
     pub max_retries: bool,
     /// `kind text NOT NULL DEFAULT 'default'`, what a
     /// [`KindRegistry`](workerutil::KindRegistry) dispatches on.
@@ -129,15 +129,16 @@ pub struct OptionalColumns {
     /// [`Purger`](crate::maintenance::Purger) finds old rows without scanning the table.
     pub retention: bool,
     /// `flags text[]` (NULL: no flag), set by [`NewJob::flags`](crate::NewJob::flags);
-    /// claims skip jobs carrying a flag in `StoreOptions::forbidden_flags`.
+    /// claims skip jobs carrying a flag in `ClaimOptions::forbidden_flags`.
     pub flags: bool,
     /// `errors jsonb` (NULL: no failure yet), the per-attempt error history
-    /// for `StoreOptions::error_history_column`.
+    /// for `JobTableOptions::error_history_column`.
     pub error_history: bool,
     /// `result jsonb`, the result a handler stores with its completion
     /// ([`DbJob::set_result`](crate::DbJob::set_result)), for
-    /// `StoreOptions::result_column`; and `upstream_ids bigint[]`, the jobs a
-    /// dependent waited for (`EnqueueOptions::results`), so it can read their
+    /// `JobTableOptions::result_column`; and `upstream_ids bigint[]`, the jobs a
+    /// dependent waited for (required by `JobTable::new` with workflows and a
+    /// result column), so it can read their
     /// results ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
     pub results: bool,
 }
@@ -247,14 +248,14 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "kind" text NOT NULL DEFAULT 'defau
     }
     if columns.payload {
         ddl.push_str(&format!(
-            r#"-- Typed jobs' arguments as JSON: EnqueueOptions::payload_column = Some("payload").
+            r#"-- Typed jobs' arguments as JSON: JobTableOptions::payload_column = Some("payload").
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "payload" jsonb NOT NULL DEFAULT '{{}}';
 "#
         ));
     }
     if columns.max_retries {
         ddl.push_str(&format!(
-            r#"-- Per-job retry limits: StoreOptions::max_retries_column = Some("max_retries").
+            r#"-- Per-job retry limits: JobTableOptions::max_retries_column = Some("max_retries").
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "max_retries" integer;
 "#
         ));
@@ -262,23 +263,23 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "max_retries" integer;
     if columns.flags {
         // No index: the claim tests flags on rows its own index already found.
         ddl.push_str(&format!(
-            r#"-- Flags: claims skip jobs carrying a forbidden flag (StoreOptions::forbidden_flags).
+            r#"-- Flags: claims skip jobs carrying a forbidden flag (JobTableOptions::flags_column, StoreOptions::claim.forbidden_flags).
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "flags" text[];
 "#
         ));
     }
     if columns.error_history {
         ddl.push_str(&format!(
-            r#"-- Error history: StoreOptions::error_history_column = Some("errors"); failing marks append {{attempt, at, message, worker}}.
+            r#"-- Error history: JobTableOptions::error_history_column = Some("errors"); failing marks append {{attempt, at, message, worker}}.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "errors" jsonb;
 "#
         ));
     }
     if columns.results {
         ddl.push_str(&format!(
-            r#"-- Results: StoreOptions::result_column = Some("result"); DbJob::set_result stores one with the completion.
+            r#"-- Results: JobTableOptions::result_column = Some("result"); DbJob::set_result stores one with the completion.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "result" jsonb;
--- The jobs a dependent waited for (EnqueueOptions::results), for DbJob::upstream_results.
+-- The jobs a dependent waited for (required by JobTable::new with workflows and results), for DbJob::upstream_results.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "upstream_ids" bigint[];
 "#
         ));

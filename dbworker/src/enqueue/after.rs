@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection, Row};
 use super::{Enqueued, Enqueuer, NewJob};
 use crate::columns::{HAS_DEPENDENTS, TASK_NAME, WORKFLOW_ID};
 use crate::error::{Error, Result};
-use crate::sql::{self, JobRow, WorkflowTable};
+use crate::sql::{self, JobRow, Table};
 
 /// One task of a graph to insert: its job, its name, and the tasks (by index
 /// into the graph) it waits for, each with the edge's stored policy (a
@@ -24,11 +24,14 @@ pub(crate) struct GraphTask<'a> {
 }
 
 impl Enqueuer {
-    fn workflow_table(&self) -> Result<&WorkflowTable> {
-        self.workflows.as_ref().ok_or_else(|| Error::InvalidOption {
-            field: "workflows",
-            reason: "the job waits for other jobs, but EnqueueOptions::workflows is not set".into(),
-        })
+    fn workflow_table(&self) -> Result<&Table> {
+        if !self.target.workflows {
+            return Err(Error::InvalidOption {
+                field: "workflows",
+                reason: "the job waits for other jobs, but the table has no workflows (JobTableOptions::workflows)".into(),
+            });
+        }
+        Ok(&self.target)
     }
 
     /// Sets `upstream_ids` on the new dependents (the table has the column).
@@ -121,7 +124,7 @@ impl Enqueuer {
             .await
             .map_err(Error::db("deps_insert"))?;
         }
-        if self.record_upstreams {
+        if self.target.upstream_ids {
             // Every upstream, completed ones included: the handler reads them all.
             let upstream: Vec<i64> = after.iter().map(|(u, _)| *u).collect();
             self.record_upstreams(&mut tx, vec![id; upstream.len()], upstream)
@@ -213,7 +216,7 @@ impl Enqueuer {
             }
         }
         if !dependents.is_empty() {
-            if self.record_upstreams {
+            if self.target.upstream_ids {
                 self.record_upstreams(&mut tx, dependents.clone(), upstream.clone())
                     .await?;
             }

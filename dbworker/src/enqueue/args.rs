@@ -13,8 +13,8 @@ impl NewJob {
     /// with the kind's default queue and priority
     /// ([`JobArgs::defaults`]). Every builder method still applies, and
     /// overrides a default: `NewJob::args(&a)?.queue("urgent").run_after(d)`.
-    /// The enqueuer needs `EnqueueOptions::kind_column` and
-    /// `payload_column` ([`EnqueueOptions::typed`](super::EnqueueOptions::typed)).
+    /// The enqueuer's table needs `kind_column` and `payload_column`
+    /// ([`JobTableOptions::typed`](crate::JobTableOptions::typed)).
     ///
     /// Fails with [`Error::Json`](crate::Error::Json) if `args` does not
     /// serialize (a map with non-string keys, say), and with
@@ -56,11 +56,12 @@ impl Enqueuer {
     /// for many, [`enqueue_many`](Self::enqueue_many) the `NewJob`s.
     ///
     /// ```no_run
-    /// # use dbworker::{Enqueuer, NewJob, enqueue::EnqueueOptions, job::JobArgs};
+    /// # use dbworker::{Enqueuer, JobTable, JobTableOptions, NewJob, job::JobArgs};
     /// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
     /// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
     /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-    /// let enqueuer = Enqueuer::new(&pool, EnqueueOptions::typed("jobs")).await?;
+    /// let jobs = JobTable::new(&pool, JobTableOptions::typed("jobs")).await?;
+    /// let enqueuer = Enqueuer::new(&pool, &jobs).await?;
     /// let id = enqueuer.enqueue_args(&Resize { width: 200 }).await?.id();
     /// // Many, all or none:
     /// let jobs = [100, 200, 400].map(|width| NewJob::args(&Resize { width }));

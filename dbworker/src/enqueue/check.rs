@@ -14,32 +14,34 @@ impl Enqueuer {
         let refuse = |field: &'static str, what: &str| {
             Err(Error::InvalidOption {
                 field,
-                reason: format!("the job sets a {what}, but EnqueueOptions::{field} is not set"),
+                reason: format!(
+                    "the job sets a {what}, but the table's {field} is not set (JobTableOptions::{field})"
+                ),
             })
         };
-        if job.key_value().is_some() && t.key.is_none() {
+        if job.key_value().is_some() && t.key_column.is_none() {
             return refuse("key_column", "key");
         }
-        if job.queue_value().is_some() && t.queue.is_none() {
+        if job.queue_value().is_some() && t.queue_column.is_none() {
             return refuse("queue_column", "queue");
         }
-        if job.priority_value().is_some() && t.priority.is_none() {
+        if job.priority_value().is_some() && t.priority_column.is_none() {
             return refuse("priority_column", "priority");
         }
-        if job.max_retries_value().is_some() && t.max_retries.is_none() {
+        if job.max_retries_value().is_some() && t.max_retries_column.is_none() {
             return refuse("max_retries_column", "retry limit");
         }
-        if job.kind_value().is_some() && t.kind.is_none() {
+        if job.kind_value().is_some() && t.kind_column.is_none() {
             return refuse("kind_column", "kind");
         }
-        if job.flags_value().is_some() && t.flags.is_none() {
+        if job.flags_value().is_some() && t.flags_column.is_none() {
             return refuse("flags_column", "flags");
         }
         if job.payload_value().is_some() {
-            let Some(payload) = &t.payload else {
+            let Some(payload) = &t.payload_column else {
                 return Err(Error::InvalidOption {
                     field: "payload_column",
-                    reason: "the job has typed arguments (NewJob::args), but EnqueueOptions::payload_column is not set".into(),
+                    reason: "the job has typed arguments (NewJob::args), but the table's payload_column is not set (JobTableOptions::payload_column)".into(),
                 });
             };
             if job.columns().any(|c| c == payload) {
@@ -84,7 +86,7 @@ impl Enqueuer {
                 .expected_types()
                 .iter()
                 .any(|(_, c, _)| *c == column.as_str());
-            let optional = t.optional_columns().any(|c| c == column);
+            let optional = t.insert_columns().any(|c| c == column);
             if standard || optional {
                 return Err(Error::InvalidOption {
                     field: "column",

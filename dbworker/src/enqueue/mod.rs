@@ -13,145 +13,19 @@ pub(crate) use after::GraphTask;
 use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
 pub use new_job::{DependencyPolicy, KeyMode, NewJob};
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
-use crate::columns::{
-    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
-    column_name, deps_table,
-};
+use crate::columns::Relation;
 use crate::error::{Error, Result};
-use crate::sql::{self, EnqueueTable, JobRow, WorkflowTable};
+use crate::sql::{self, JobRow, Table};
+use crate::table::JobTable;
 
 /// The most characters a job's queue or kind may have.
 pub const MAX_NAME_CHARS: usize = 128;
 /// The most characters a job's key may have.
 pub const MAX_KEY_CHARS: usize = 512;
-
-/// Which table an [`Enqueuer`] writes and which optional columns it has.
-///
-/// ```
-/// let mut options = dbworker::enqueue::EnqueueOptions::new("email_jobs");
-/// options.key_column = Some("job_key".into());
-/// assert!(options.validate().is_ok());
-/// ```
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct EnqueueOptions {
-    /// The job table: `name` or `schema.name` (an alias is accepted and
-    /// ignored); double-quoted where SQL needs it: `"\"order\""`.
-    pub table_name: String,
-    /// Standard columns renamed in this table, `standard → actual`, as in
-    /// `StoreOptions::alternate_column_names`.
-    pub alternate_column_names: HashMap<String, String>,
-    /// The column holding job keys (`dbworker migration --keys` adds `job_key`
-    /// and its unique index). `None`: [`NewJob::key`] is refused.
-    pub key_column: Option<String>,
-    /// The column naming a job's queue (`--queue` adds `queue`). `None`:
-    /// [`NewJob::queue`] is refused.
-    pub queue_column: Option<String>,
-    /// The integer column the store's `order_by` ranks by (`--priority` adds
-    /// `priority` and an index for `order_by = "j.priority DESC, j.id"`).
-    /// `None`: [`NewJob::priority`] is refused.
-    pub priority_column: Option<String>,
-    /// The integer column with a per-job retry limit (`--max-retries` adds
-    /// `max_retries`; the store reads it through `StoreOptions::max_retries_column`).
-    /// `None`: [`NewJob::max_retries`] is refused.
-    pub max_retries_column: Option<String>,
-    /// The column naming a job's kind (`--kind` adds `kind`). `None`:
-    /// [`NewJob::kind`] is refused.
-    pub kind_column: Option<String>,
-    /// The `text[]` column holding a job's flags (`--flags` adds `flags`).
-    /// `None`: [`NewJob::flags`] is refused.
-    pub flags_column: Option<String>,
-    /// The `jsonb` column typed jobs' arguments go to ([`NewJob::args`];
-    /// `--payload` adds `payload`), checked to be `jsonb` by
-    /// [`Enqueuer::new`]. Untyped jobs may still set it by name. `None`:
-    /// [`NewJob::args`] is refused.
-    pub payload_column: Option<String>,
-    /// The table has workflows (`dbworker migration --workflows`): jobs may
-    /// wait for other jobs ([`NewJob::after`], [`Workflows`](crate::workflow::Workflows)).
-    /// `false` (the default): [`NewJob::after`] is refused.
-    pub workflows: bool,
-    /// With `workflows`: the table must have `upstream_ids` (`dbworker
-    /// migration --workflows` or `--results` adds it), where each job that
-    /// waits records the jobs it waits for, so its handler can read their
-    /// results ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
-    /// `false` (the default): they are recorded all the same when the column
-    /// exists (the dashboard draws workflows from it), and not otherwise.
-    pub results: bool,
-}
-
-impl EnqueueOptions {
-    /// Options for `table_name` with the standard column names and no optional column.
-    pub fn new(table_name: impl Into<String>) -> Self {
-        EnqueueOptions {
-            table_name: table_name.into(),
-            ..Default::default()
-        }
-    }
-
-    /// Options for a table with the columns typed jobs need, `kind` and
-    /// `payload` (`dbworker migration --typed`): see [`crate::job`].
-    ///
-    /// ```
-    /// let options = dbworker::enqueue::EnqueueOptions::typed("jobs");
-    /// assert_eq!(options.payload_column.as_deref(), Some("payload"));
-    /// ```
-    pub fn typed(table_name: impl Into<String>) -> Self {
-        EnqueueOptions {
-            kind_column: Some("kind".into()),
-            payload_column: Some("payload".into()),
-            ..EnqueueOptions::new(table_name)
-        }
-    }
-
-    /// Checks every name; the error names the field.
-    pub fn validate(&self) -> Result<()> {
-        self.resolve().map(|_| ())
-    }
-
-    pub(crate) fn resolve(&self) -> Result<EnqueueTable> {
-        let table = Relation::parse("table_name", &self.table_name)?;
-        let columns = Columns::resolve(&self.alternate_column_names)?;
-        let optional = |field: &'static str, name: &Option<String>| match name {
-            Some(n) => {
-                let n = column_name(field, n)?;
-                if columns.expected_types().iter().any(|(_, c, _)| *c == n) {
-                    return Err(Error::InvalidOption {
-                        field,
-                        reason: format!("{n:?} is one of the standard columns"),
-                    });
-                }
-                Ok(Some(n))
-            }
-            None => Ok(None),
-        };
-        Ok(EnqueueTable {
-            key: optional("key_column", &self.key_column)?,
-            queue: optional("queue_column", &self.queue_column)?,
-            priority: optional("priority_column", &self.priority_column)?,
-            max_retries: optional("max_retries_column", &self.max_retries_column)?,
-            kind: optional("kind_column", &self.kind_column)?,
-            flags: optional("flags_column", &self.flags_column)?,
-            payload: optional("payload_column", &self.payload_column)?,
-            key_table: None,
-            table,
-            columns,
-        })
-    }
-
-    pub(crate) fn resolve_workflows(&self) -> Result<Option<WorkflowTable>> {
-        if !self.workflows {
-            return Ok(None);
-        }
-        Ok(Some(WorkflowTable {
-            table: Relation::parse("table_name", &self.table_name)?,
-            columns: Columns::resolve(&self.alternate_column_names)?,
-        }))
-    }
-}
 
 /// What an enqueue did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,8 +58,9 @@ const MAX_BIND_PARAMETERS: usize = 65_535;
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// use dbworker::{Enqueuer, NewJob, enqueue::EnqueueOptions};
-/// let enqueuer = Enqueuer::new(&pool, EnqueueOptions::new("email_jobs")).await?;
+/// use dbworker::{Enqueuer, JobTable, JobTableOptions, NewJob};
+/// let jobs = JobTable::new(&pool, JobTableOptions::new("email_jobs")).await?;
+/// let enqueuer = Enqueuer::new(&pool, &jobs).await?;
 /// let job = NewJob::new().json("payload", serde_json::json!({"to": "a@example.com"}));
 /// // On the enqueuer's pool:
 /// let id = enqueuer.enqueue(&job).await?.id();
@@ -199,113 +74,22 @@ const MAX_BIND_PARAMETERS: usize = 65_535;
 #[derive(Debug, Clone)]
 pub struct Enqueuer {
     pool: PgPool,
-    target: EnqueueTable,
-    workflows: Option<WorkflowTable>,
-    /// Record each dependent's upstream jobs: the table has `upstream_ids`.
-    record_upstreams: bool,
+    target: Arc<Table>,
 }
 
 impl Enqueuer {
-    /// Validates the options and checks the table and the configured columns
-    /// (and, with keys, the unique index an enqueue relies on), naming
-    /// whatever is missing.
-    pub async fn new(pool: &PgPool, options: EnqueueOptions) -> Result<Enqueuer> {
-        let mut target = options.resolve()?;
-        let c = &target.columns;
-        let needed: Vec<&str> = [c.id.as_str(), c.state.as_str(), c.process_after.as_str()]
-            .into_iter()
-            .chain(target.optional_columns())
-            .collect();
-        crate::schema_check::require_columns(
-            pool,
-            &target.table,
-            "table",
-            &needed,
-            "or not visible on the search_path",
-        )
-        .await?;
-        if let Some(column) = &target.payload {
-            let hint = "; `dbworker migration --payload` adds it";
-            let problem = crate::schema_check::jsonb_column_problem(
-                pool,
-                &target.table,
-                column,
-                "payload_column",
-                hint,
-            )
-            .await?;
-            crate::schema_check::none(problem.into_iter().collect())?;
-        }
-        let partitioned = crate::schema_check::is_partitioned(pool, &target.table).await?;
-        if partitioned {
-            target.key_table = partitioned::check(pool, &target, options.workflows).await?;
-        } else if target.key.is_some()
-            && let Err(err) = sql::explain_keyed_insert(&target)
-                .query()
-                .execute(pool)
-                .await
-        {
-            return Err(Error::Schema {
-                problems: vec![format!(
-                    "the key column needs a unique index on it WHERE its state is queued, errored or processing (`dbworker migration --keys` prints it): {err}"
-                )],
-            });
-        }
-        let workflows = options.resolve_workflows()?;
-        if let Some(w) = &workflows {
-            crate::schema_check::require_columns(
-                pool,
-                &w.table,
-                "table",
-                &[WORKFLOW_ID, TASK_NAME, BLOCKED_BY, HAS_DEPENDENTS],
-                "or not visible on the search_path",
-            )
-            .await?;
-            crate::schema_check::require_columns(
-                pool,
-                &deps_table(&w.table),
-                "dependency table",
-                &["job_id", "depends_on", "policy"],
-                "(`dbworker migration --workflows` creates it)",
-            )
-            .await?;
-        }
-        // Dependents record their upstream jobs whenever the table has the
-        // column (`--workflows` adds it; tables migrated before did not get
-        // it, and work as they did); `results` insists on it.
-        let record_upstreams = match &workflows {
-            Some(w) => {
-                let missing = crate::schema_check::missing_columns(
-                    pool,
-                    &w.table,
-                    "table",
-                    &[UPSTREAM_IDS],
-                    "",
-                )
-                .await?;
-                if options.results && !missing.is_empty() {
-                    return Err(Error::Schema {
-                        problems: missing
-                            .into_iter()
-                            .map(|p| format!("{p} (`dbworker migration --workflows` or `--results` adds it; EnqueueOptions::results)"))
-                            .collect(),
-                    });
-                }
-                missing.is_empty()
-            }
-            None => false,
-        };
+    /// An enqueuer into `table` (checked when it was built, keys' unique
+    /// index included).
+    pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Enqueuer> {
         Ok(Enqueuer {
             pool: pool.clone(),
-            target,
-            workflows,
-            record_upstreams,
+            target: table.sql().clone(),
         })
     }
 
     /// Whether dependents record their upstream jobs (`upstream_ids`).
     pub(crate) fn records_upstreams(&self) -> bool {
-        self.record_upstreams
+        self.target.upstream_ids
     }
 
     /// The job table.
@@ -492,12 +276,12 @@ impl Enqueuer {
         let mut columns: Vec<String> = first.columns().map(str::to_owned).collect();
         columns.push(t.columns.process_after.clone());
         let optional = [
-            (first.priority_value().is_some(), &t.priority),
-            (first.queue_value().is_some(), &t.queue),
-            (first.max_retries_value().is_some(), &t.max_retries),
-            (first.kind_value().is_some(), &t.kind),
-            (first.flags_value().is_some(), &t.flags),
-            (first.payload_value().is_some(), &t.payload),
+            (first.priority_value().is_some(), &t.priority_column),
+            (first.queue_value().is_some(), &t.queue_column),
+            (first.max_retries_value().is_some(), &t.max_retries_column),
+            (first.kind_value().is_some(), &t.kind_column),
+            (first.flags_value().is_some(), &t.flags_column),
+            (first.payload_value().is_some(), &t.payload_column),
         ];
         columns.extend(
             optional
@@ -538,7 +322,7 @@ impl Enqueuer {
             if let Some(f) = job.flags_value() {
                 fields.push(copy_escape(&array_text(f)));
             }
-            if let (Some(column), Some(p)) = (&t.payload, job.payload_value()) {
+            if let (Some(column), Some(p)) = (&t.payload_column, job.payload_value()) {
                 fields.push(copy_text(column, p)?);
             }
             data.push_str(&fields.join("\t"));

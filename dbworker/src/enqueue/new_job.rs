@@ -134,27 +134,27 @@ impl NewJob {
         self
     }
 
-    /// Sets the priority column (needs `EnqueueOptions::priority_column`).
+    /// Sets the priority column (needs `JobTableOptions::priority_column`).
     pub fn priority(mut self, priority: i32) -> Self {
         self.priority = Some(priority);
         self
     }
 
-    /// Sets the queue column (needs `EnqueueOptions::queue_column`).
+    /// Sets the queue column (needs `JobTableOptions::queue_column`).
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = Some(queue.into());
         self
     }
 
-    /// Sets the job's kind (needs `EnqueueOptions::kind_column`): which handler
+    /// Sets the job's kind (needs `JobTableOptions::kind_column`): which handler
     /// of a [`KindRegistry`](workerutil::KindRegistry) runs it.
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
         self
     }
 
-    /// Sets the job's flags (needs `EnqueueOptions::flags_column`): a store
-    /// whose `StoreOptions::forbidden_flags` holds any of them skips the job.
+    /// Sets the job's flags (needs `JobTableOptions::flags_column`): a store
+    /// whose `ClaimOptions::forbidden_flags` holds any of them skips the job.
     ///
     /// ```
     /// let job = dbworker::NewJob::new().flags(["slow-api", "customer:7"]);
@@ -170,15 +170,15 @@ impl NewJob {
     }
 
     /// Overrides the store's `max_num_retries` for this job (needs
-    /// `EnqueueOptions::max_retries_column`, and the store's
-    /// `StoreOptions::max_retries_column` to honour it).
+    /// `JobTableOptions::max_retries_column`, which every store on the table
+    /// honours).
     pub fn max_retries(mut self, max_retries: u32) -> Self {
         self.max_retries = Some(max_retries);
         self
     }
 
     /// Gives the job a key: at most one live job holds a key at a time
-    /// (needs `EnqueueOptions::key_column`); `mode` says what happens when one
+    /// (needs `JobTableOptions::key_column`); `mode` says what happens when one
     /// already does. A processing job's columns are never changed.
     pub fn key(mut self, key: impl Into<String>, mode: KeyMode) -> Self {
         self.key = Some((key.into(), mode));
@@ -186,7 +186,7 @@ impl NewJob {
     }
 
     /// Runs only after the jobs `ids` complete (needs
-    /// `EnqueueOptions::workflows`): the job waits as `pending`. An upstream
+    /// `JobTableOptions::workflows`): the job waits as `pending`. An upstream
     /// job that already completed counts at once; one that already failed or
     /// was canceled applies [`DependencyPolicy::Cancel`] at once. Call again
     /// to add more.

@@ -31,10 +31,10 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct JobDefaults {
-    /// The queue new jobs go to (needs `EnqueueOptions::queue_column`).
+    /// The queue new jobs go to (needs the table's `JobTableOptions::queue_column`).
     /// `None` (the default): the column's default.
     pub queue: Option<String>,
-    /// New jobs' priority (needs `EnqueueOptions::priority_column`). `None`
+    /// New jobs' priority (needs the table's `JobTableOptions::priority_column`). `None`
     /// (the default): the column's default.
     pub priority: Option<i32>,
     /// How many times an errored job is retried, overriding the store's

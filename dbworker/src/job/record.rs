@@ -33,13 +33,16 @@ pub trait ArgsRecord: Record {
 /// A ready-made record for typed jobs: the id, the kind and the payload.
 ///
 /// Read with `sqlx::FromRow`, so
-/// `StoreOptions::<TypedJob>::from_row(name, "jobs j")` reads it from a
-/// table with `kind` and `payload` columns (`dbworker migration --typed`);
-/// under other names, select them as these:
+/// `StoreOptions::<TypedJob>::from_row(name)` reads it from a table with
+/// `kind` and `payload` columns (`dbworker migration --typed`,
+/// [`JobTableOptions::typed`](crate::JobTableOptions::typed)); under other
+/// names, select them as these:
 ///
 /// ```
 /// # use dbworker::{StoreOptions, job::TypedJob};
-/// let mut options = StoreOptions::<TypedJob>::from_row("tasks", "tasks t");
+/// // Over a JobTable of "tasks t" whose kind_column is "task_type" and
+/// // payload_column "args".
+/// let mut options = StoreOptions::<TypedJob>::from_row("tasks");
 /// options.column_expressions = vec![
 ///     "t.id".into(),
 ///     "t.task_type AS kind".into(),

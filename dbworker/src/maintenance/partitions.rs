@@ -7,9 +7,10 @@ use std::time::Duration;
 use sqlx::{PgPool, Row};
 use workerutil::JobState;
 
+use super::purger::PurgeTarget;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
-use crate::sql::{self, PurgeTable};
+use crate::sql;
 
 /// Creates the partitions up to `ahead` intervals past the current one
 /// (`<table>_create_partitions`); returns the names of those it created.
@@ -60,7 +61,7 @@ pub struct DroppedPartition {
 /// until the next pass.
 pub(crate) async fn drop_purgeable(
     pool: &PgPool,
-    target: &PurgeTable,
+    target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
     lock_timeout: Duration,
 ) -> Result<Vec<DroppedPartition>> {
@@ -101,7 +102,7 @@ pub(crate) async fn drop_purgeable(
 async fn count<'c, E>(
     conn: E,
     partition: &Relation,
-    target: &PurgeTable,
+    target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
 ) -> Result<(u64, u64)>
 where
@@ -121,7 +122,7 @@ where
 async fn detach_and_drop(
     pool: &PgPool,
     partition: &Relation,
-    target: &PurgeTable,
+    target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
     lock_timeout: Duration,
 ) -> Result<Option<u64>> {

@@ -3,7 +3,7 @@
 //! partitioned table it first drops whole partitions whose every row is
 //! purgeable, and keeps partitions created ahead.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -11,11 +11,12 @@ use tokio_util::sync::CancellationToken;
 use workerutil::JobState;
 
 use crate::cluster::Leadership;
-use crate::columns::{Columns, Relation};
+use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
 use crate::service::{Next, Runner, Service};
-use crate::sql::{self, PurgeTable};
+use crate::sql::{self, Table};
+use crate::table::JobTable;
 
 use super::partitions::{self, DroppedPartition};
 
@@ -23,10 +24,6 @@ use super::partitions::{self, DroppedPartition};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct PurgeOptions {
-    /// The job table (optionally schema-qualified; an alias is ignored).
-    pub table_name: String,
-    /// Renamed standard columns, as in the store options.
-    pub alternate_column_names: HashMap<String, String>,
     /// Final states to purge and how long after `finished_at` (database
     /// clock) a row of each goes. States not listed are kept. Default:
     /// completed after 7 days, failed and canceled after 30.
@@ -51,34 +48,19 @@ pub struct PurgeOptions {
 }
 
 impl PurgeOptions {
-    /// Options for `table_name` with the defaults.
-    pub fn new(table_name: impl Into<String>) -> Self {
-        const DAY: u64 = 24 * 3600;
-        PurgeOptions {
-            table_name: table_name.into(),
-            alternate_column_names: HashMap::new(),
-            max_age: vec![
-                (JobState::Completed, Duration::from_secs(7 * DAY)),
-                (JobState::Failed, Duration::from_secs(30 * DAY)),
-                (JobState::Canceled, Duration::from_secs(30 * DAY)),
-            ],
-            batch_size: 1_000,
-            archive_table: None,
-            interval: Duration::from_secs(60),
-            partitions_ahead: 3,
-            detach_lock_timeout: Duration::from_secs(1),
-        }
+    /// The defaults.
+    pub fn new() -> Self {
+        PurgeOptions::default()
     }
 
     /// Checks every field; the error names it.
     pub fn validate(&self) -> Result<()> {
-        self.resolve().map(|_| ())
+        self.archive().map(|_| ())
     }
 
-    pub(crate) fn resolve(&self) -> Result<PurgeTable> {
+    /// The archive table, with every field checked.
+    fn archive(&self) -> Result<Option<Relation>> {
         let invalid = |field: &'static str, reason: String| Error::InvalidOption { field, reason };
-        let table = Relation::parse("table_name", &self.table_name)?;
-        let columns = Columns::resolve(&self.alternate_column_names)?;
         for (state, _) in &self.max_age {
             if !state.is_final() {
                 return Err(invalid(
@@ -99,15 +81,43 @@ impl PurgeOptions {
                 "must be at least 1 ms (0 would wait forever)".into(),
             ));
         }
-        let archive = match &self.archive_table {
-            Some(name) => Some(Relation::parse("archive_table", name)?),
-            None => None,
-        };
-        Ok(PurgeTable {
-            table,
-            columns,
-            archive,
-        })
+        self.archive_table
+            .as_deref()
+            .map(|name| Relation::parse("archive_table", name))
+            .transpose()
+    }
+}
+
+impl Default for PurgeOptions {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 3600;
+        PurgeOptions {
+            max_age: vec![
+                (JobState::Completed, Duration::from_secs(7 * DAY)),
+                (JobState::Failed, Duration::from_secs(30 * DAY)),
+                (JobState::Canceled, Duration::from_secs(30 * DAY)),
+            ],
+            batch_size: 1_000,
+            archive_table: None,
+            interval: Duration::from_secs(60),
+            partitions_ahead: 3,
+            detach_lock_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The table a purger works on, and where its rows go.
+#[derive(Debug, Clone)]
+pub(crate) struct PurgeTarget {
+    pub(crate) t: Arc<Table>,
+    pub(crate) archive: Option<Relation>,
+}
+
+impl std::ops::Deref for PurgeTarget {
+    type Target = Table;
+
+    fn deref(&self) -> &Table {
+        &self.t
     }
 }
 
@@ -117,9 +127,11 @@ impl PurgeOptions {
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use std::time::Duration;
 /// use dbworker::maintenance::{PurgeOptions, Purger};
-/// let mut options = PurgeOptions::new("email_jobs");
+/// use dbworker::{JobTable, JobTableOptions};
+/// let jobs = JobTable::new(&pool, JobTableOptions::new("email_jobs")).await?;
+/// let mut options = PurgeOptions::new();
 /// options.max_age = vec![(workerutil::JobState::Completed, Duration::from_secs(3600))];
-/// let purger = Purger::new(&pool, options).await?;
+/// let purger = Purger::new(&pool, &jobs, options).await?;
 /// let purged = purger.purge_once().await?;
 /// println!("purged {}", purged.total());
 /// # Ok(()) }
@@ -128,7 +140,7 @@ impl PurgeOptions {
 pub struct Purger {
     pool: PgPool,
     options: PurgeOptions,
-    target: PurgeTable,
+    target: PurgeTarget,
     partitioned: bool,
 }
 
@@ -153,13 +165,16 @@ impl Purged {
 }
 
 impl Purger {
-    /// Validates the options and checks the table (and the archive table).
-    pub async fn new(pool: &PgPool, options: PurgeOptions) -> Result<Purger> {
+    /// A purger of `table` (checked when it was built): validates the
+    /// options and checks the archive table and, on a partitioned table, its
+    /// partition function.
+    pub async fn new(pool: &PgPool, table: &JobTable, options: PurgeOptions) -> Result<Purger> {
         let pool = pool.clone();
-        let target = options.resolve()?;
+        let target = PurgeTarget {
+            t: table.sql().clone(),
+            archive: options.archive()?,
+        };
         let mut problems = Vec::new();
-        crate::schema_check::check_table(&pool, &target.table, &target.columns, &mut problems)
-            .await?;
         if let Some(archive) = &target.archive {
             let hint = format!(
                 "CREATE TABLE {} (LIKE {})",
@@ -249,7 +264,13 @@ impl Purger {
         for &(state, age) in &self.options.max_age {
             let mut n: u64 = 0;
             loop {
-                let batch = sql::purge_batch(&self.target, state, age, self.options.batch_size);
+                let batch = sql::purge_batch(
+                    &self.target,
+                    self.target.archive.as_ref(),
+                    state,
+                    age,
+                    self.options.batch_size,
+                );
                 let rows = match fence {
                     None => batch.query().fetch_all(&self.pool).await,
                     Some(leadership) => {
@@ -343,11 +364,11 @@ mod tests {
 
     #[test]
     fn only_final_states_and_sane_sizes_are_accepted() {
-        let mut o = PurgeOptions::new("jobs");
+        let mut o = PurgeOptions::new();
         assert!(o.validate().is_ok());
         o.max_age = vec![(JobState::Queued, Duration::from_secs(1))];
         assert!(o.validate().unwrap_err().to_string().contains("max_age"));
-        let mut o = PurgeOptions::new("jobs");
+        let mut o = PurgeOptions::new();
         o.batch_size = 0;
         assert!(o.validate().unwrap_err().to_string().contains("batch_size"));
     }

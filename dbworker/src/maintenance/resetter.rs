@@ -1,40 +1,28 @@
 //! The `Resetter`: requeues or fails stalled processing rows. Runs inside a
 //! worker process or alone (see the `dbworker reset` command).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Leadership;
-use crate::columns::{Columns, Relation};
+use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
 use crate::service::{Next, Runner, Service};
-use crate::store::options::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_RESET_FAILURE_MESSAGE,
-    error_history,
-};
-use crate::store::{ResetConfig, ResetOutcome, reset_pass};
+use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass};
+use crate::table::{DEFAULT_CONNECT_TIMEOUT, JobTable};
 
-/// What the resetter needs to know about a job table.
+/// How a resetter runs; the table comes from its [`JobTable`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ResetterOptions {
-    /// The resetter's name, for logs.
+    /// The resetter's name, for logs. Default `"resetter"`.
     pub name: String,
-    /// The job table (optionally schema-qualified, with an optional alias).
-    pub table_name: String,
-    /// Renamed standard columns, as in the store options.
-    pub alternate_column_names: HashMap<String, String>,
-    /// A processing row whose heartbeat is older than this, and that no live
-    /// transaction locks, is stalled. Default 30 s.
-    pub stalled_max_age: Duration,
-    /// Resets allowed before a stalled job is failed instead. Default 3.
-    pub max_num_resets: u32,
-    /// The failure message of jobs failed for too many resets.
-    pub reset_failure_message: String,
+    /// When a processing job is stalled and how often it may be reset: the
+    /// same values as the table's stores (`StoreOptions::stall`).
+    pub stall: StallOptions,
     /// Time between passes. Default 30 s.
     pub interval: Duration,
     /// How long [`Resetter::check`] waits for a connection before reporting the
@@ -49,40 +37,44 @@ pub struct ResetterOptions {
     /// With `node_table`: a process whose registry heartbeat is older than
     /// this is dead. Default 10 s (as `NodeOptions::dead_after`).
     pub dead_after: Duration,
-    /// The job table's error history column, as in the store options
-    /// (`StoreOptions::error_history_column`): each reset or reset failure
-    /// appends an entry. `None` (the default): nothing is appended.
-    pub error_history_column: Option<String>,
-    /// With `error_history_column`: the most entries a job keeps. Default
-    /// [`DEFAULT_ERROR_HISTORY_LIMIT`](crate::DEFAULT_ERROR_HISTORY_LIMIT) (20).
-    pub error_history_limit: u32,
 }
 
-impl ResetterOptions {
-    /// Options for `table_name` with defaults.
-    pub fn new(name: impl Into<String>, table_name: impl Into<String>) -> Self {
+impl Default for ResetterOptions {
+    fn default() -> Self {
         ResetterOptions {
-            name: name.into(),
-            table_name: table_name.into(),
-            alternate_column_names: HashMap::new(),
-            stalled_max_age: Duration::from_secs(30),
-            max_num_resets: 3,
-            reset_failure_message: DEFAULT_RESET_FAILURE_MESSAGE.to_owned(),
+            name: "resetter".to_owned(),
+            stall: StallOptions::default(),
             interval: Duration::from_secs(30),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             node_table: None,
             dead_after: Duration::from_secs(10),
-            error_history_column: None,
-            error_history_limit: DEFAULT_ERROR_HISTORY_LIMIT,
+        }
+    }
+}
+
+impl ResetterOptions {
+    /// Options named `name`, with defaults.
+    pub fn new(name: impl Into<String>) -> Self {
+        ResetterOptions {
+            name: name.into(),
+            ..ResetterOptions::default()
+        }
+    }
+
+    /// Options for a resetter of `store`'s table: named after it, with its
+    /// stall settings and connect timeout, so the two agree on when a job is
+    /// stalled.
+    pub fn for_store<R: workerutil::Record>(store: &DbStore<R>) -> Self {
+        ResetterOptions {
+            name: format!("{}_resetter", store.name()),
+            stall: store.stall(),
+            connect_timeout: store.resolved().connect_timeout,
+            ..ResetterOptions::default()
         }
     }
 
     /// Checks every field.
     pub fn validate(&self) -> Result<()> {
-        self.resolve().map(|_| ())
-    }
-
-    fn resolve(&self) -> Result<ResetConfig> {
         let invalid = |field, reason: &str| Error::InvalidOption {
             field,
             reason: reason.to_owned(),
@@ -90,32 +82,33 @@ impl ResetterOptions {
         if self.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
-        if self.stalled_max_age < Duration::from_millis(100) {
-            return Err(invalid("stalled_max_age", "must be at least 100ms"));
-        }
+        self.stall.validate()?;
         if self.interval.is_zero() {
             return Err(invalid("interval", "must be positive"));
         }
         if self.connect_timeout.is_zero() {
             return Err(invalid("connect_timeout", "must be positive"));
         }
-        if self.reset_failure_message.trim().is_empty() {
-            return Err(invalid("reset_failure_message", "must not be empty"));
+        if let Some(t) = &self.node_table {
+            dead_nodes(t, self.dead_after)?;
         }
+        Ok(())
+    }
+
+    fn resolve(&self, table: &JobTable) -> Result<ResetConfig> {
+        self.validate()?;
+        let t = table.sql();
         Ok(ResetConfig {
-            table: Relation::parse("table_name", &self.table_name)?,
-            columns: Columns::resolve(&self.alternate_column_names)?,
-            stalled_max_age: self.stalled_max_age,
-            max_num_resets: self.max_num_resets,
-            message: self.reset_failure_message.clone(),
+            table: t.table.clone(),
+            columns: t.columns.clone(),
+            stalled_max_age: self.stall.stalled_max_age,
+            max_num_resets: self.stall.max_num_resets,
+            message: self.stall.reset_failure_message.clone(),
             dead_nodes: match &self.node_table {
-                Some(t) => Some(dead_nodes(t, self.dead_after)?),
+                Some(n) => Some(dead_nodes(n, self.dead_after)?),
                 None => None,
             },
-            error_history: error_history(
-                self.error_history_column.as_deref(),
-                self.error_history_limit,
-            )?,
+            error_history: t.error_history.clone(),
         })
     }
 }
@@ -147,12 +140,11 @@ pub struct Resetter {
 }
 
 impl Resetter {
-    /// A resetter for the table in `options`.
-    pub fn new(pool: &PgPool, options: ResetterOptions) -> Result<Self> {
-        let pool = pool.clone();
-        let config = options.resolve()?;
+    /// A resetter for `table` (checked when it was built).
+    pub fn new(pool: &PgPool, table: &JobTable, options: ResetterOptions) -> Result<Self> {
+        let config = options.resolve(table)?;
         Ok(Resetter {
-            pool,
+            pool: pool.clone(),
             name: options.name,
             interval: options.interval,
             connect_timeout: options.connect_timeout,
@@ -160,61 +152,14 @@ impl Resetter {
         })
     }
 
-    /// A resetter for a store's table, with the store's stalled max age, max
-    /// resets and message, running every `interval`.
-    pub fn for_store<R: workerutil::Record>(
-        store: &crate::DbStore<R>,
-        interval: Duration,
-    ) -> Result<Self> {
-        if interval.is_zero() {
-            return Err(Error::InvalidOption {
-                field: "interval",
-                reason: "must be positive".to_owned(),
-            });
-        }
-        Ok(Resetter {
-            pool: store.pool().clone(),
-            name: format!("{}_resetter", store.name()),
-            interval,
-            connect_timeout: store.resolved().connect_timeout,
-            config: store.resolved().reset_config(),
-        })
-    }
-
-    /// Also requeues at once the jobs of processes the registry in
-    /// `node_table` shows dead for `dead_after` (see
-    /// `ResetterOptions::node_table`).
-    pub fn with_registry(mut self, node_table: &str, dead_after: Duration) -> Result<Self> {
-        self.config.dead_nodes = Some(dead_nodes(node_table, dead_after)?);
-        Ok(self)
-    }
-
-    /// Checks that the table and every standard column exist with usable types,
-    /// naming each problem. The `dbworker reset` command runs it at start-up.
+    /// Checks that the server answers and, with a registry, that its table
+    /// exists, naming each problem. The `dbworker reset` command runs it at
+    /// start-up (the job table was checked by its `JobTable`).
     pub async fn check(&self) -> Result<()> {
         crate::schema_check::probe_connection(&self.pool, self.connect_timeout).await?;
         let mut problems = Vec::new();
-        crate::schema_check::check_table(
-            &self.pool,
-            &self.config.table,
-            &self.config.columns,
-            &mut problems,
-        )
-        .await?;
         if let Some((nodes, _)) = &self.config.dead_nodes {
             problems.extend(crate::cluster::nodes::problems(&self.pool, nodes).await?);
-        }
-        if let Some(h) = &self.config.error_history
-            && problems.is_empty()
-        {
-            problems.extend(
-                crate::schema_check::error_history_problem(
-                    &self.pool,
-                    &self.config.table,
-                    &h.column,
-                )
-                .await?,
-            );
         }
         crate::schema_check::none(problems)
     }

@@ -2,35 +2,21 @@
 
 use super::gauges::live_stats;
 use super::schema::regclass;
-use super::{Statement, alias, col, state, table_ref};
-use crate::columns::{Columns, Relation, quote};
+use super::{Statement, Table, alias, col, state, table_ref};
+use crate::columns::quote;
 use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest, Reschedule};
 use crate::message::sanitize_failure_message;
 use crate::sql::enqueue::{RunAt, run_at_expr};
 use sea_query::{Expr, ExprTrait, Order, Query, UpdateStatement};
 use workerutil::JobState;
 
-/// A job table as the operators' queries see it.
-#[derive(Debug, Clone)]
-pub(crate) struct AdminTable {
-    pub(crate) table: Relation,
-    pub(crate) columns: Columns,
-    pub(crate) queue_column: Option<String>,
-    pub(crate) kind_column: Option<String>,
-    pub(crate) key_column: Option<String>,
-    pub(crate) priority_column: Option<String>,
-    pub(crate) max_retries_column: Option<String>,
-    /// The table has workflows: lists carry `workflow_id`.
-    pub(crate) workflows: bool,
-}
-
 /// Live jobs per state (and queue) for an operator: the queue gauges' statement.
-pub(crate) fn admin_live(a: &AdminTable) -> Statement {
+pub(crate) fn admin_live(a: &Table) -> Statement {
     live_stats(&a.table, &a.columns, a.queue_column.as_deref())
 }
 
 /// Processing jobs per worker host.
-pub(crate) fn admin_hosts(a: &AdminTable) -> Statement {
+pub(crate) fn admin_hosts(a: &Table) -> Statement {
     let (t, c) = (&a.table, &a.columns);
     let q = Query::select()
         .expr_as(
@@ -51,7 +37,7 @@ pub(crate) fn admin_hosts(a: &AdminTable) -> Statement {
 }
 
 /// The planner's estimate of the table's rows.
-pub(crate) fn admin_estimate(a: &AdminTable) -> Statement {
+pub(crate) fn admin_estimate(a: &Table) -> Statement {
     let q = Query::select()
         .expr_as(
             Expr::cust("GREATEST(c.reltuples, 0)::bigint"),
@@ -64,7 +50,7 @@ pub(crate) fn admin_estimate(a: &AdminTable) -> Statement {
 }
 
 /// One job's row as JSON.
-pub(crate) fn admin_show(a: &AdminTable, id: i64) -> Statement {
+pub(crate) fn admin_show(a: &Table, id: i64) -> Statement {
     let t = &a.table;
     let q = Query::select()
         .expr_as(
@@ -78,7 +64,7 @@ pub(crate) fn admin_show(a: &AdminTable, id: i64) -> Statement {
 }
 
 /// The conditions of an operator's filter on the table (aliased as usual).
-pub(super) fn filter_conditions(a: &AdminTable, f: &JobFilter) -> Vec<Expr> {
+pub(super) fn filter_conditions(a: &Table, f: &JobFilter) -> Vec<Expr> {
     let (t, c) = (&a.table, &a.columns);
     let al = &t.alias;
     let mut conds = Vec::new();
@@ -144,7 +130,7 @@ pub(super) fn filter_conditions(a: &AdminTable, f: &JobFilter) -> Vec<Expr> {
 }
 
 /// A page of jobs matching a filter, by id (keyset).
-pub(crate) fn admin_list(a: &AdminTable, f: &JobFilter, page: &PageRequest) -> Statement {
+pub(crate) fn admin_list(a: &Table, f: &JobFilter, page: &PageRequest) -> Statement {
     let (t, c) = (&a.table, &a.columns);
     let al = &t.alias;
     let text_or_null = |column: &Option<String>| match column {
@@ -237,7 +223,7 @@ pub(crate) fn admin_list(a: &AdminTable, f: &JobFilter, page: &PageRequest) -> S
 
 /// A list sort's expression (NULLs folded so row comparison works) and its
 /// SQL type; `None` for the id.
-pub(super) fn list_sort(a: &AdminTable, sort: JobSort) -> Option<(String, &'static str)> {
+pub(super) fn list_sort(a: &Table, sort: JobSort) -> Option<(String, &'static str)> {
     let (al, c) = (quote(&a.table.alias), &a.columns);
     let ts = |column: &str| format!("COALESCE({al}.{}, '-infinity'::timestamptz)", quote(column));
     match sort {
@@ -268,7 +254,7 @@ pub(super) fn filter_for(f: &JobFilter, states: &[JobState]) -> JobFilter {
 /// The next batch of ids a bulk action selects, after `after` (keyset by id,
 /// so a batch whose jobs changed is never selected again).
 pub(crate) fn admin_select_ids(
-    a: &AdminTable,
+    a: &Table,
     f: &JobFilter,
     states: &[JobState],
     after: i64,
@@ -296,7 +282,7 @@ pub(crate) fn admin_select_ids(
 }
 
 /// How many jobs a bulk action would select.
-pub(crate) fn admin_count(a: &AdminTable, f: &JobFilter, states: &[JobState]) -> Statement {
+pub(crate) fn admin_count(a: &Table, f: &JobFilter, states: &[JobState]) -> Statement {
     let t = &a.table;
     let f = filter_for(f, states);
     let mut q = Query::select();
@@ -313,7 +299,7 @@ pub(crate) fn admin_count(a: &AdminTable, f: &JobFilter, states: &[JobState]) ->
 
 /// `UPDATE` of the jobs among `ids` still in one of `states` (checked again
 /// on the row itself, so a job that moved on meanwhile is left alone).
-pub(super) fn admin_update(a: &AdminTable, ids: &[i64], states: &[JobState]) -> UpdateStatement {
+pub(super) fn admin_update(a: &Table, ids: &[i64], states: &[JobState]) -> UpdateStatement {
     let t = &a.table;
     Query::update()
         .table(table_ref(t))
@@ -330,7 +316,7 @@ pub(super) fn ids_in(a: &str, id: &str, ids: &[i64]) -> Expr {
 }
 
 /// Finished or errored jobs back to `queued`, to run now, failures reset.
-pub(crate) fn admin_requeue(a: &AdminTable, ids: &[i64]) -> Statement {
+pub(crate) fn admin_requeue(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
     let q = admin_update(a, ids, BulkAction::Requeue.states())
         .value(alias(&c.state), state(JobState::Queued))
@@ -343,7 +329,7 @@ pub(crate) fn admin_requeue(a: &AdminTable, ids: &[i64]) -> Statement {
 }
 
 /// Waiting jobs to `canceled`.
-pub(crate) fn admin_cancel_waiting(a: &AdminTable, ids: &[i64]) -> Statement {
+pub(crate) fn admin_cancel_waiting(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
     let q = admin_update(
         a,
@@ -359,7 +345,7 @@ pub(crate) fn admin_cancel_waiting(a: &AdminTable, ids: &[i64]) -> Statement {
 }
 
 /// Asks processing jobs' workers to cancel them.
-pub(crate) fn admin_request_cancel(a: &AdminTable, ids: &[i64]) -> Statement {
+pub(crate) fn admin_request_cancel(a: &Table, ids: &[i64]) -> Statement {
     let q = admin_update(a, ids, &[JobState::Processing])
         .value(alias(&a.columns.cancel), true)
         .to_owned();
@@ -367,7 +353,7 @@ pub(crate) fn admin_request_cancel(a: &AdminTable, ids: &[i64]) -> Statement {
 }
 
 /// Waiting jobs to `failed` with `message`.
-pub(crate) fn admin_fail(a: &AdminTable, ids: &[i64], message: &str) -> Statement {
+pub(crate) fn admin_fail(a: &Table, ids: &[i64], message: &str) -> Statement {
     let c = &a.columns;
     let q = admin_update(a, ids, &[JobState::Queued, JobState::Errored])
         .value(alias(&c.state), state(JobState::Failed))
@@ -381,7 +367,7 @@ pub(crate) fn admin_fail(a: &AdminTable, ids: &[i64], message: &str) -> Statemen
 }
 
 /// Deletes jobs no worker holds.
-pub(crate) fn admin_delete(a: &AdminTable, ids: &[i64]) -> Statement {
+pub(crate) fn admin_delete(a: &Table, ids: &[i64]) -> Statement {
     let t = &a.table;
     let c = &a.columns;
     let q = Query::delete()
@@ -393,7 +379,7 @@ pub(crate) fn admin_delete(a: &AdminTable, ids: &[i64]) -> Statement {
 }
 
 /// Jobs no worker holds (queued, errored, failed, canceled) to `completed`.
-pub(crate) fn admin_complete(a: &AdminTable, ids: &[i64]) -> Statement {
+pub(crate) fn admin_complete(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
     let q = admin_update(a, ids, BulkAction::Complete.states())
         .value(alias(&c.state), state(JobState::Completed))
@@ -404,7 +390,7 @@ pub(crate) fn admin_complete(a: &AdminTable, ids: &[i64]) -> Statement {
 
 /// Jobs no worker holds (queued, errored, failed, canceled) back to
 /// `queued`, with the scheduling values `r` sets (the others unchanged).
-pub(crate) fn admin_reschedule(a: &AdminTable, ids: &[i64], r: &Reschedule) -> Statement {
+pub(crate) fn admin_reschedule(a: &Table, ids: &[i64], r: &Reschedule) -> Statement {
     let c = &a.columns;
     let mut q = admin_update(a, ids, BulkAction::Reschedule(r.clone()).states());
     q.value(alias(&c.state), state(JobState::Queued))
@@ -431,7 +417,7 @@ pub(crate) fn admin_reschedule(a: &AdminTable, ids: &[i64], r: &Reschedule) -> S
 }
 
 /// Deletes the waiting (queued or errored) job holding `key`; returns its id.
-pub(crate) fn admin_remove_key(a: &AdminTable, key: &str) -> Statement {
+pub(crate) fn admin_remove_key(a: &Table, key: &str) -> Statement {
     let (t, c) = (&a.table, &a.columns);
     let key_column = a.key_column.clone().unwrap_or_default();
     let q = Query::delete()
@@ -450,7 +436,7 @@ pub(crate) fn admin_remove_key(a: &AdminTable, key: &str) -> Statement {
 }
 
 /// The processing job holding `key`, if any.
-pub(crate) fn admin_processing_key_holder(a: &AdminTable, key: &str) -> Statement {
+pub(crate) fn admin_processing_key_holder(a: &Table, key: &str) -> Statement {
     let (t, c) = (&a.table, &a.columns);
     let key_column = a.key_column.clone().unwrap_or_default();
     let q = Query::select()
@@ -470,7 +456,7 @@ pub(crate) fn admin_processing_key_holder(a: &AdminTable, key: &str) -> Statemen
 /// state: a throughput sample for `dbworker top`. The states are exactly the
 /// predicate of the retention index (`dbworker migration --retention`), so
 /// the planner can use it.
-pub(crate) fn admin_recent(a: &AdminTable, window: std::time::Duration) -> Statement {
+pub(crate) fn admin_recent(a: &Table, window: std::time::Duration) -> Statement {
     let (t, c) = (&a.table, &a.columns);
     let al = quote(&t.alias);
     let q = Query::select()

@@ -1,10 +1,10 @@
 //! The claim (phase one of a dequeue: `FOR UPDATE SKIP LOCKED`, setting `processing`
 //! and a fresh fencing token), the records it returns, and the row lock of phase two.
 
-use super::job_table::JobTable;
 use super::{Statement, alias, col, eligible, owned, state, table_ref};
 use crate::columns::{Relation, quote};
 use crate::sql::control::{busy_keys, not_paused, queue_room, spend_tokens, within_limits};
+use crate::sql::table::StoreParams;
 use sea_query::{
     CommonTableExpression, Expr, ExprTrait, LockBehavior, LockType, NullOrdering, Order,
     PostgresQueryBuilder, Query, SelectStatement, WithClause,
@@ -107,7 +107,7 @@ pub(super) const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
 
 /// `a.id >= $low`: the claim cursor's condition, ANDed into a claim so its
 /// index scan starts at `low` (see `store/cursor.rs`).
-pub(crate) fn claim_cursor_condition(o: &JobTable, low: i64) -> Expr {
+pub(crate) fn claim_cursor_condition(o: &StoreParams, low: i64) -> Expr {
     col(&o.table.alias, &o.columns.id).gte(low)
 }
 
@@ -115,7 +115,7 @@ pub(crate) fn claim_cursor_condition(o: &JobTable, low: i64) -> Expr {
 /// table's) alias: the claim skips rows carrying a forbidden flag. Added as
 /// one of the claim's conditions, so each set of forbidden flags has a claim
 /// cursor of its own (see `store/cursor.rs`).
-pub(crate) fn not_flagged(o: &JobTable, flags_column: &str, forbidden: &[String]) -> Expr {
+pub(crate) fn not_flagged(o: &StoreParams, flags_column: &str, forbidden: &[String]) -> Expr {
     let column = format!("{}.{}", quote(&o.source().alias), quote(flags_column));
     Expr::cust_with_values(
         format!("({column} IS NULL OR NOT ({column} && $1::text[]))"),
@@ -125,7 +125,7 @@ pub(crate) fn not_flagged(o: &JobTable, flags_column: &str, forbidden: &[String]
 
 /// The lowest eligible id below `before` that `conditions` admit: the claim
 /// cursor's probe, which looks behind the cursor beside the claims.
-pub(crate) fn eligible_behind(o: &JobTable, conditions: &[Expr], before: i64) -> Statement {
+pub(crate) fn eligible_behind(o: &StoreParams, conditions: &[Expr], before: i64) -> Statement {
     let (t, c) = (&o.table, &o.columns);
     let mut q = Query::select();
     q.expr_as(col(&t.alias, &c.id).min(), alias("id"))
@@ -165,7 +165,7 @@ pub(crate) fn conditions_key(conditions: &[Expr]) -> String {
 /// of its own columns: the whole dequeue is then this one statement.
 #[cfg(test)]
 pub(crate) fn claim(
-    o: &JobTable,
+    o: &StoreParams,
     hostname: &str,
     conditions: &[Expr],
     limit: usize,
@@ -195,7 +195,7 @@ pub(crate) enum LimitedClaim {
 
 /// [`claim`] with the way a limited claim counts other claims.
 pub(crate) fn claim_limited(
-    o: &JobTable,
+    o: &StoreParams,
     hostname: &str,
     conditions: &[Expr],
     limit: usize,
@@ -399,7 +399,7 @@ pub(crate) fn claim_limited(
 
 /// The limit table, when the claim enforces limits (a table, not a view,
 /// with a queue column).
-pub(crate) fn limited(o: &JobTable) -> Option<&Relation> {
+pub(crate) fn limited(o: &StoreParams) -> Option<&Relation> {
     match (&o.limit_table, &o.queue_column, &o.view) {
         (Some(limits), Some(_), None) => Some(limits),
         _ => None,
@@ -422,7 +422,7 @@ pub(super) fn sort_key(i: usize) -> String {
 }
 
 /// `SELECT <column expressions>, id AS dbworker_record_id FROM <view or table>`.
-pub(super) fn select_columns(o: &JobTable) -> SelectStatement {
+pub(super) fn select_columns(o: &StoreParams) -> SelectStatement {
     let s = o.source();
     let mut q = Query::select();
     for e in &o.column_expressions {
@@ -439,7 +439,7 @@ pub(super) fn select_columns(o: &JobTable) -> SelectStatement {
 }
 
 /// Phase 2, heartbeat handling: reads every claimed record in one statement.
-pub(crate) fn select_records(o: &JobTable, ids: Vec<i64>) -> Statement {
+pub(crate) fn select_records(o: &StoreParams, ids: Vec<i64>) -> Statement {
     let s = o.source();
     let mut q = select_columns(o);
     q.and_where(Expr::cust_with_values(
@@ -457,7 +457,7 @@ pub(crate) fn select_records(o: &JobTable, ids: Vec<i64>) -> Statement {
 /// claimed row with `FOR KEY SHARE`, which blocks neither heartbeats nor the
 /// cancel flag, but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it. The
 /// record was read by the claim. No row: the claim was reset in between.
-pub(crate) fn lock_claimed(o: &JobTable, id: i64, token: i64) -> Statement {
+pub(crate) fn lock_claimed(o: &StoreParams, id: i64, token: i64) -> Statement {
     let t = &o.table;
     let q = Query::select()
         .expr_as(col(&t.alias, &o.columns.id), alias("id"))

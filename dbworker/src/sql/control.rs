@@ -2,9 +2,9 @@
 //! `NOT EXISTS` pause check and limit CTEs the claim is built with.
 
 use super::claim::{CLAIMED_QUEUE, order_select};
-use super::job_table::JobTable;
 use super::{Statement, alias, col, eligible, state, table_ref};
 use crate::columns::{Relation, quote};
+use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, OnConflict, Order, Query, SelectStatement, UpdateStatement};
 use workerutil::JobState;
 
@@ -25,7 +25,7 @@ pub(crate) fn pause_key(table: &Relation) -> String {
 
 /// `NOT EXISTS` a pause of the table (queue `*`) or of the row's queue, when
 /// the store consults a pause table.
-pub(super) fn not_paused(o: &JobTable, a: &str) -> Option<Expr> {
+pub(super) fn not_paused(o: &StoreParams, a: &str) -> Option<Expr> {
     let pauses = o.pause_table.as_ref()?;
     let queue = match &o.queue_column {
         Some(column) => format!(" OR p.\"queue\" = {}.{}", quote(a), quote(column)),
@@ -45,7 +45,7 @@ pub(super) fn not_paused(o: &JobTable, a: &str) -> Option<Expr> {
 /// processing partial index) and the whole tokens its rate bucket holds at
 /// the statement's start; NULL when neither is limited. The bucket's level
 /// and time come along, so the claim can spend what it took.
-pub(super) fn queue_room(o: &JobTable, limits: &Relation, queue: &str) -> SelectStatement {
+pub(super) fn queue_room(o: &StoreParams, limits: &Relation, queue: &str) -> SelectStatement {
     let c = &o.columns;
     let l = quote(&limits.alias);
     let busy = format!(
@@ -74,7 +74,7 @@ pub(super) fn queue_room(o: &JobTable, limits: &Relation, queue: &str) -> Select
 }
 
 /// Processing jobs per queue and key, for the queues limited per key.
-pub(super) fn busy_keys(o: &JobTable, queue: &str, key: &str) -> SelectStatement {
+pub(super) fn busy_keys(o: &StoreParams, queue: &str, key: &str) -> SelectStatement {
     let b = "dbworker_busy";
     Query::select()
         .expr_as(Expr::cust(format!("{}.{}::text", quote(b), quote(queue))), alias("queue"))
@@ -108,7 +108,7 @@ pub(super) fn key_room(a: &str, queue: &str, key: &str) -> String {
 /// and keys without room are skipped whole, so they never crowd out the
 /// others): `window` rows are ranked per key, then per queue.
 pub(super) fn within_limits(
-    o: &JobTable,
+    o: &StoreParams,
     conditions: &[Expr],
     queue: &str,
     window: u64,
@@ -210,7 +210,7 @@ pub(super) fn within_limits(
 /// level is computed from the bucket row being updated, not from the claim's
 /// snapshot: two claims in different lanes may spend from one bucket, and the
 /// second, after waiting for the first, must start from what it left.
-pub(super) fn spend_tokens(o: &JobTable, limits: &Relation) -> UpdateStatement {
+pub(super) fn spend_tokens(o: &StoreParams, limits: &Relation) -> UpdateStatement {
     let l = quote(&limits.alias);
     let taken = format!(
         "(SELECT count(*) FROM \"dbworker_claimed\" AS \"c\" WHERE \"c\".{} = {l}.\"queue\")",
@@ -240,13 +240,13 @@ fn bucket_level(limits: &Relation) -> String {
 }
 
 /// The key of one claim lane of a job table.
-fn lane_key(o: &JobTable) -> String {
+fn lane_key(o: &StoreParams) -> String {
     format!("dbworker_claim:{}", pause_key(&o.table))
 }
 
 /// Takes every claim lane of the table, in order (so two serialized claims
 /// never deadlock): the claim after it sees every claim before it.
-pub(crate) fn claim_lock(o: &JobTable, lanes: u32) -> Statement {
+pub(crate) fn claim_lock(o: &StoreParams, lanes: u32) -> Statement {
     let q = Query::select()
         .expr(Expr::cust_with_values(
             "count(pg_advisory_xact_lock(hashtextextended($1, \"lane\")))",
@@ -263,7 +263,7 @@ pub(crate) fn claim_lock(o: &JobTable, lanes: u32) -> Statement {
 
 /// Takes one free claim lane, trying them from `first` on, without waiting:
 /// its number, or no row when every lane is taken.
-pub(crate) fn claim_lane(o: &JobTable, lanes: u32, first: u32) -> Statement {
+pub(crate) fn claim_lane(o: &StoreParams, lanes: u32, first: u32) -> Statement {
     let q = Query::select()
         .expr(Expr::cust("\"lane\""))
         .from_subquery(

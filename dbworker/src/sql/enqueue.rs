@@ -2,50 +2,13 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{Statement, alias, col, counter, plain_table, state};
-use crate::columns::{Columns, Relation, quote};
+use super::{Statement, Table, alias, col, counter, plain_table, state};
+use crate::columns::{Columns, quote};
 use sea_query::{
     Alias, Expr, ExprTrait, InsertStatement, OnConflict, PostgresQueryBuilder, Query, TableRef,
 };
 use sea_query_sqlx::SqlxBinder;
 use workerutil::JobState;
-
-/// The resolved table and columns an enqueuer writes.
-#[derive(Debug, Clone)]
-pub(crate) struct EnqueueTable {
-    pub(crate) table: Relation,
-    pub(crate) columns: Columns,
-    pub(crate) key: Option<String>,
-    pub(crate) queue: Option<String>,
-    pub(crate) priority: Option<String>,
-    pub(crate) max_retries: Option<String>,
-    pub(crate) kind: Option<String>,
-    pub(crate) flags: Option<String>,
-    /// The `jsonb` column typed jobs' arguments go to. Not among
-    /// `optional_columns`: it is the application's column, which untyped jobs
-    /// may set by name.
-    pub(crate) payload: Option<String>,
-    /// A partitioned table's key table (`<table>_keys`): keyed inserts go
-    /// through it, since the table can have no unique index on the key.
-    pub(crate) key_table: Option<Relation>,
-}
-
-impl EnqueueTable {
-    /// The optional columns this table was configured with.
-    pub(crate) fn optional_columns(&self) -> impl Iterator<Item = &str> {
-        [
-            &self.key,
-            &self.queue,
-            &self.priority,
-            &self.max_retries,
-            &self.kind,
-            &self.flags,
-        ]
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-    }
-}
 
 /// When a new job becomes eligible. Both are computed by the database clock
 /// or stored as given; the worker compares them with the database clock.
@@ -97,7 +60,7 @@ impl OnKey {
 /// can name the existing row.
 pub(super) const ENQUEUE_ALIAS: &str = "dbworker_job";
 
-pub(super) fn enqueue_target(t: &EnqueueTable) -> TableRef {
+pub(super) fn enqueue_target(t: &Table) -> TableRef {
     let r: TableRef = match &t.table.schema {
         Some(schema) => (alias(schema), alias(&t.table.name)).into(),
         None => alias(&t.table.name).into(),
@@ -126,7 +89,7 @@ pub(super) fn run_at_expr(run_at: RunAt) -> Expr {
 /// The columns and values of a new row: the application's columns, then
 /// `process_after`, priority, queue and key where configured and set.
 pub(super) fn enqueue_columns(
-    t: &EnqueueTable,
+    t: &Table,
     job: &JobRow<'_>,
     key: Option<&str>,
 ) -> Vec<(String, Expr)> {
@@ -138,25 +101,25 @@ pub(super) fn enqueue_columns(
     if let Some(run_at) = job.run_at {
         row.push((t.columns.process_after.clone(), run_at_expr(run_at)));
     }
-    if let (Some(column), Some(p)) = (&t.priority, job.priority) {
+    if let (Some(column), Some(p)) = (&t.priority_column, job.priority) {
         row.push((column.clone(), Expr::val(p)));
     }
-    if let (Some(column), Some(q)) = (&t.queue, job.queue) {
+    if let (Some(column), Some(q)) = (&t.queue_column, job.queue) {
         row.push((column.clone(), Expr::val(q)));
     }
-    if let (Some(column), Some(m)) = (&t.max_retries, job.max_retries) {
+    if let (Some(column), Some(m)) = (&t.max_retries_column, job.max_retries) {
         row.push((column.clone(), Expr::val(i64::from(m))));
     }
-    if let (Some(column), Some(k)) = (&t.kind, job.kind) {
+    if let (Some(column), Some(k)) = (&t.kind_column, job.kind) {
         row.push((column.clone(), Expr::val(k)));
     }
-    if let (Some(column), Some(f)) = (&t.flags, job.flags) {
+    if let (Some(column), Some(f)) = (&t.flags_column, job.flags) {
         row.push((column.clone(), flags_value(f)));
     }
-    if let (Some(column), Some(p)) = (&t.payload, job.payload) {
+    if let (Some(column), Some(p)) = (&t.payload_column, job.payload) {
         row.push((column.clone(), Expr::val(p.clone())));
     }
-    if let (Some(column), Some(k)) = (&t.key, key) {
+    if let (Some(column), Some(k)) = (&t.key_column, key) {
         row.push((column.clone(), Expr::val(k)));
     }
     row
@@ -169,7 +132,7 @@ pub(crate) fn flags_value(flags: &[String]) -> Expr {
 
 /// `RETURNING id::bigint AS id, (xmax = 0) AS inserted`: an updated row has the
 /// updating transaction in `xmax`, a new one has none.
-pub(super) fn enqueue_returning(t: &EnqueueTable, q: &mut InsertStatement) {
+pub(super) fn enqueue_returning(t: &Table, q: &mut InsertStatement) {
     q.returning(Query::returning().exprs([
         Expr::cust(format!(
             "{}.{}::bigint AS \"id\"",
@@ -185,7 +148,7 @@ pub(super) fn enqueue_returning(t: &EnqueueTable, q: &mut InsertStatement) {
 
 /// Inserts unkeyed jobs in one statement: the union of their columns, with
 /// `DEFAULT` where a job sets none. Returns `(id, inserted)` in input order.
-pub(crate) fn enqueue_rows(t: &EnqueueTable, jobs: &[JobRow<'_>]) -> Statement {
+pub(crate) fn enqueue_rows(t: &Table, jobs: &[JobRow<'_>]) -> Statement {
     let rows: Vec<Vec<(String, Expr)>> = jobs.iter().map(|j| enqueue_columns(t, j, None)).collect();
     let mut names: Vec<String> = vec![t.columns.process_after.clone()];
     for (c, _) in rows.iter().flatten() {
@@ -218,18 +181,18 @@ pub(crate) fn enqueue_rows(t: &EnqueueTable, jobs: &[JobRow<'_>]) -> Statement {
 
 /// The columns a waiting key holder takes from a new job with the same key:
 /// the application's values, the run-at (`Replace`) and the optional columns set.
-pub(super) fn replaced_columns(t: &EnqueueTable, job: &JobRow<'_>, mode: OnKey) -> Vec<String> {
+pub(super) fn replaced_columns(t: &Table, job: &JobRow<'_>, mode: OnKey) -> Vec<String> {
     let mut updated: Vec<String> = job.values.iter().map(|(c, _)| c.clone()).collect();
     if mode == OnKey::Replace {
         updated.push(t.columns.process_after.clone());
     }
     for (set, column) in [
-        (job.priority.is_some(), &t.priority),
-        (job.queue.is_some(), &t.queue),
-        (job.max_retries.is_some(), &t.max_retries),
-        (job.kind.is_some(), &t.kind),
-        (job.flags.is_some(), &t.flags),
-        (job.payload.is_some(), &t.payload),
+        (job.priority.is_some(), &t.priority_column),
+        (job.queue.is_some(), &t.queue_column),
+        (job.max_retries.is_some(), &t.max_retries_column),
+        (job.kind.is_some(), &t.kind_column),
+        (job.flags.is_some(), &t.flags_column),
+        (job.payload.is_some(), &t.payload_column),
     ] {
         if set {
             updated.extend(column.clone());
@@ -250,9 +213,9 @@ pub(super) fn as_new(c: &Columns) -> [(Alias, Expr); 4] {
 }
 
 /// `NOT EXISTS` a failed job with `key`: `UnsafeDedupe` inserts nothing then.
-pub(super) fn no_failed_holder(t: &EnqueueTable, key: &str) -> Expr {
+pub(super) fn no_failed_holder(t: &Table, key: &str) -> Expr {
     const FAILED: &str = "dbworker_failed";
-    let key_column = t.key.clone().unwrap_or_default();
+    let key_column = t.key_column.clone().unwrap_or_default();
     let failed = Query::select()
         .expr(Expr::cust("1"))
         .from(plain_table(&t.table).alias(alias(FAILED)))
@@ -281,14 +244,9 @@ fn key_states(state_column: &str, with_failed: bool) -> String {
 /// failures reset, last error cleared, `queued`), and a processing one or any
 /// with `DedupeOnly` is left alone (no row returned). `UnsafeDedupe` also
 /// inserts nothing while a failed job holds the key.
-pub(crate) fn enqueue_keyed(
-    t: &EnqueueTable,
-    job: &JobRow<'_>,
-    key: &str,
-    mode: OnKey,
-) -> Statement {
+pub(crate) fn enqueue_keyed(t: &Table, job: &JobRow<'_>, key: &str, mode: OnKey) -> Statement {
     let row = enqueue_columns(t, job, Some(key));
-    let key_column = t.key.clone().unwrap_or_default();
+    let key_column = t.key_column.clone().unwrap_or_default();
     let mut q = Query::insert();
     q.into_table(enqueue_target(t))
         .columns(row.iter().map(|(c, _)| alias(c)));
@@ -330,13 +288,13 @@ pub(crate) fn enqueue_keyed(
 /// job: its key set NULL and, with a retry-limit column, its retries ended
 /// (the new job carries the work now). Only the key and the limit change:
 /// the running attempt's state, token and marks are untouched.
-pub(crate) fn release_key(t: &EnqueueTable, key: &str) -> Statement {
-    let key_column = t.key.clone().unwrap_or_default();
+pub(crate) fn release_key(t: &Table, key: &str) -> Statement {
+    let key_column = t.key_column.clone().unwrap_or_default();
     let c = &t.columns;
     let mut q = Query::update();
     q.table(enqueue_target(t))
         .value(alias(&key_column), Expr::cust("NULL"));
-    if let Some(limit) = &t.max_retries {
+    if let Some(limit) = &t.max_retries_column {
         q.value(alias(limit), counter(ENQUEUE_ALIAS, &c.num_failures));
     }
     q.and_where(col(ENQUEUE_ALIAS, &key_column).eq(key))
@@ -350,15 +308,15 @@ pub(crate) fn release_key(t: &EnqueueTable, key: &str) -> Statement {
 }
 
 /// `COPY <table> (<columns>) FROM STDIN` in text format, for bulk loads.
-pub(crate) fn copy_in(t: &EnqueueTable, columns: &[String]) -> String {
+pub(crate) fn copy_in(t: &Table, columns: &[String]) -> String {
     let table = t.table.quoted();
     let columns: Vec<String> = columns.iter().map(|c| quote(c)).collect();
     format!("COPY {table} ({}) FROM STDIN", columns.join(", "))
 }
 
 /// The live job holding `key` (or, `with_failed`, a failed job with it).
-pub(crate) fn live_job_with_key(t: &EnqueueTable, key: &str, with_failed: bool) -> Statement {
-    let key_column = t.key.clone().unwrap_or_default();
+pub(crate) fn live_job_with_key(t: &Table, key: &str, with_failed: bool) -> Statement {
+    let key_column = t.key_column.clone().unwrap_or_default();
     let q = Query::select()
         .expr(Expr::cust(format!(
             "{}.{}::bigint AS \"id\"",
@@ -379,8 +337,8 @@ pub(crate) fn live_job_with_key(t: &EnqueueTable, key: &str, with_failed: bool) 
 
 /// Plans (never runs) a keyed insert: fails when no unique index matches the
 /// `ON CONFLICT` target, so a missing index is reported at start-up.
-pub(crate) fn explain_keyed_insert(t: &EnqueueTable) -> Statement {
-    let key_column = t.key.clone().unwrap_or_default();
+pub(crate) fn explain_keyed_insert(t: &Table) -> Statement {
+    let key_column = t.key_column.clone().unwrap_or_default();
     let mut q = Query::insert();
     q.into_table(enqueue_target(t))
         .columns([alias(&key_column)])

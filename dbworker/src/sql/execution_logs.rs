@@ -1,9 +1,9 @@
 //! A job's execution log: appended and updated under the claim's token.
 
-use super::job_table::JobTable;
 use super::marks::fenced_update;
 use super::{Statement, alias, owned, table_ref};
 use crate::columns::quote;
+use crate::sql::table::StoreParams;
 use sea_query::{Expr, Query};
 use workerutil::MAX_EXECUTION_LOG_ENTRIES;
 
@@ -11,7 +11,7 @@ use workerutil::MAX_EXECUTION_LOG_ENTRIES;
 /// clock when absent) and returns the new length of the log. A log that holds
 /// `MAX_EXECUTION_LOG_ENTRIES` already matches no row, as a lost lease does;
 /// [`log_len`] tells the two apart.
-pub(crate) fn log_append(o: &JobTable, id: i64, token: i64, entry_json: String) -> Statement {
+pub(crate) fn log_append(o: &StoreParams, id: i64, token: i64, entry_json: String) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
     let logs = format!("{}.{}", quote(a), quote(&c.execution_logs));
@@ -38,7 +38,7 @@ pub(crate) fn log_append(o: &JobTable, id: i64, token: i64, entry_json: String) 
 }
 
 /// The length of a claimed job's execution log, if the lease still owns it.
-pub(crate) fn log_len(o: &JobTable, id: i64, token: i64) -> Statement {
+pub(crate) fn log_len(o: &StoreParams, id: i64, token: i64) -> Statement {
     let t = &o.table;
     let q = Query::select()
         .expr(Expr::cust(format!(
@@ -55,7 +55,7 @@ pub(crate) fn log_len(o: &JobTable, id: i64, token: i64) -> Statement {
 /// Replaces the log entry at 0-based `index`, keeping its `start_time` unless
 /// the new entry sets one.
 pub(crate) fn log_update(
-    o: &JobTable,
+    o: &StoreParams,
     id: i64,
     token: i64,
     index: usize,

@@ -1,15 +1,15 @@
 //! Queue depth and age: the gauges the store and the dashboard read.
 
-use super::job_table::JobTable;
 use super::{Statement, col, state, table_ref};
 use crate::columns::{Columns, Relation, quote};
+use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, Query};
 use sea_query_sqlx::SqlxValues;
 use workerutil::JobState;
 
 /// How many jobs wait (queued, or errored awaiting a retry). Served by the
 /// partial index on those states, not a scan of the whole table.
-pub(crate) fn queued_count(o: &JobTable) -> Statement {
+pub(crate) fn queued_count(o: &StoreParams) -> Statement {
     let t = &o.table;
     let c = &o.columns;
     let q = Query::select()
@@ -23,7 +23,7 @@ pub(crate) fn queued_count(o: &JobTable) -> Statement {
 }
 
 /// Whether any job waits: stops at the first row.
-pub(crate) fn any_queued(o: &JobTable) -> Statement {
+pub(crate) fn any_queued(o: &StoreParams) -> Statement {
     let t = &o.table;
     let c = &o.columns;
     let inner = Query::select()
@@ -39,7 +39,7 @@ pub(crate) fn any_queued(o: &JobTable) -> Statement {
 }
 
 /// Seconds the oldest waiting job has been queued (0 when none), by the database clock.
-pub(crate) fn max_age_in_queue(o: &JobTable) -> Statement {
+pub(crate) fn max_age_in_queue(o: &StoreParams) -> Statement {
     let t = &o.table;
     let c = &o.columns;
     let q = Query::select()
@@ -60,7 +60,7 @@ pub(crate) fn max_age_in_queue(o: &JobTable) -> Statement {
 /// oldest `queued_at` age in seconds. Two branches, each matching one partial
 /// index (waiting, processing), so the cost follows the live rows, never the
 /// finished ones.
-pub(crate) fn queue_stats(o: &JobTable) -> Statement {
+pub(crate) fn queue_stats(o: &StoreParams) -> Statement {
     live_stats(&o.table, &o.columns, o.queue_column.as_deref())
 }
 

@@ -1,9 +1,9 @@
 //! The heartbeat: one statement that touches every running job the worker still owns.
 
 use super::claim::cte;
-use super::job_table::JobTable;
 use super::{Statement, alias, col, state, table_ref};
 use crate::columns::quote;
+use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
 use workerutil::JobState;
 
@@ -11,7 +11,7 @@ use workerutil::JobState;
 /// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does
 /// not block this update; a row the handler itself updated (a stronger lock) is
 /// skipped rather than waited on, and its lock shows it is alive.
-pub(crate) fn heartbeat(o: &JobTable, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+pub(crate) fn heartbeat(o: &StoreParams, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let a = &t.alias;

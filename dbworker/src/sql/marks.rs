@@ -1,19 +1,19 @@
-//! Every mark of a claimed job (complete, errored, failed, requeued, lost),
-//! single and batched, each fenced by the claim's token.
+//! Every mark of a claimed job (complete, with a result, errored, errored
+//! with a batch job's items left, failed, snoozed, requeued, lost), single
+//! and batched, each fenced by the claim's token.
 
 use super::claim::cte;
 use super::history::{append_history, appended};
-use super::job_table::JobTable;
-use super::results::batched_result;
 use super::{Statement, alias, col, counter, owned, reset_or_fail, state, table_ref, token_expr};
 use crate::columns::{Columns, quote};
 use crate::message::sanitize_failure_message;
 use crate::retry::{RetryPolicy, RetryRule};
+use crate::sql::table::StoreParams;
 use sea_query::IntoIden;
 use sea_query::{Condition, Expr, ExprTrait, Query, TableRef, UpdateStatement, WithClause};
 use workerutil::JobState;
 
-pub(super) fn fenced_update(o: &JobTable, id: i64, token: i64) -> UpdateStatement {
+pub(super) fn fenced_update(o: &StoreParams, id: i64, token: i64) -> UpdateStatement {
     let t = &o.table;
     Query::update()
         .table(table_ref(t))
@@ -24,7 +24,7 @@ pub(super) fn fenced_update(o: &JobTable, id: i64, token: i64) -> UpdateStatemen
 /// Marks a claimed job completed. Runs inside the handler's transaction in
 /// transactional handling, where `now()` is the transaction's start: times use
 /// `clock_timestamp()`.
-pub(crate) fn mark_complete(o: &JobTable, id: i64, token: i64) -> Statement {
+pub(crate) fn mark_complete(o: &StoreParams, id: i64, token: i64) -> Statement {
     let c = &o.columns;
     let q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Completed))
@@ -35,7 +35,7 @@ pub(crate) fn mark_complete(o: &JobTable, id: i64, token: i64) -> Statement {
 
 /// The job's retry limit: its own column's value when the table has one and it
 /// is set, else `max_num_retries` (the store's, or its kind's).
-pub(super) fn max_retries(o: &JobTable, a: &str, max_num_retries: u32) -> Expr {
+pub(super) fn max_retries(o: &StoreParams, a: &str, max_num_retries: u32) -> Expr {
     match &o.max_retries_column {
         Some(column) => Expr::cust_with_values(
             format!("COALESCE({}.{}, $1)", quote(a), quote(column)),
@@ -68,7 +68,7 @@ pub(super) fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
 /// set to the next retry time. `retry` is the store's rule or the job kind's:
 /// its values are bound, so every rule shares one statement.
 pub(crate) fn mark_errored(
-    o: &JobTable,
+    o: &StoreParams,
     id: i64,
     token: i64,
     message: &str,
@@ -79,7 +79,7 @@ pub(crate) fn mark_errored(
 
 /// The update of [`mark_errored`], for statements that write more beside it.
 pub(super) fn errored_update(
-    o: &JobTable,
+    o: &StoreParams,
     id: i64,
     token: i64,
     message: &str,
@@ -114,7 +114,7 @@ pub(super) fn errored_update(
 
 /// What every failed attempt writes besides its state: one more failure, the
 /// message, when it finished, and (with an error history) its entry.
-fn failed_attempt(mut q: UpdateStatement, o: &JobTable, message: &str) -> UpdateStatement {
+fn failed_attempt(mut q: UpdateStatement, o: &StoreParams, message: &str) -> UpdateStatement {
     let (a, c) = (&o.table.alias, &o.columns);
     let message = sanitize_failure_message(message);
     append_history(
@@ -165,7 +165,7 @@ pub(crate) struct Mark {
 /// result column, each writes its result (JSON text, `''` for none) too.
 /// Returns the ids that were marked; any other was no longer ours.
 pub(crate) fn complete_batch(
-    o: &JobTable,
+    o: &StoreParams,
     ids: Vec<i64>,
     tokens: Vec<i64>,
     results: Vec<String>,
@@ -215,7 +215,7 @@ pub(crate) fn complete_batch(
 /// what its own mark would do, and only while its lease still owns the row.
 /// Its errored marks share `retry` (the batch writer groups marks by rule).
 /// Returns the ids that were marked; any other was no longer ours.
-pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Statement {
+pub(crate) fn mark_batch(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let a = &t.alias;
@@ -340,7 +340,7 @@ pub(crate) fn mark_batch(o: &JobTable, marks: &[Mark], retry: &RetryRule) -> Sta
 }
 
 /// Records a final failure: `canceled` if cancellation was requested, else `failed`.
-pub(crate) fn mark_failed(o: &JobTable, id: i64, token: i64, message: &str) -> Statement {
+pub(crate) fn mark_failed(o: &StoreParams, id: i64, token: i64, message: &str) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
     let q = fenced_update(o, id, token)
@@ -354,7 +354,7 @@ pub(crate) fn mark_failed(o: &JobTable, id: i64, token: i64, message: &str) -> S
 }
 
 /// Puts a claimed job back in the queue without counting a failure.
-pub(crate) fn requeue(o: &JobTable, id: i64, token: i64) -> Statement {
+pub(crate) fn requeue(o: &StoreParams, id: i64, token: i64) -> Statement {
     let c = &o.columns;
     let q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Queued))
@@ -368,7 +368,12 @@ pub(crate) fn requeue(o: &JobTable, id: i64, token: i64) -> Statement {
 /// Puts a snoozed job back in the queue, eligible `delay` from now (the
 /// database clock), its failures and resets untouched; canceled instead if a
 /// cancel was requested meanwhile.
-pub(crate) fn snooze(o: &JobTable, id: i64, token: i64, delay: std::time::Duration) -> Statement {
+pub(crate) fn snooze(
+    o: &StoreParams,
+    id: i64,
+    token: i64,
+    delay: std::time::Duration,
+) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
     let canceled = col(a, &c.cancel).eq(true);
@@ -396,7 +401,7 @@ pub(crate) fn snooze(o: &JobTable, id: i64, token: i64, delay: std::time::Durati
 /// untouched. It counts as a reset, as if the resetter had found it: `queued`
 /// with `num_resets + 1`, or `failed` with `message` once it was reset
 /// `max_num_resets` times, so a job that keeps killing its connection still ends.
-pub(crate) fn requeue_lost(o: &JobTable, id: i64, token: i64, message: &str) -> Statement {
+pub(crate) fn requeue_lost(o: &StoreParams, id: i64, token: i64, message: &str) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
     let can_requeue = || counter(a, &c.num_resets).lt(o.max_num_resets);
@@ -418,6 +423,56 @@ pub(crate) fn requeue_lost(o: &JobTable, id: i64, token: i64, message: &str) -> 
             quote(a),
             quote(&c.state)
         ))))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// [`mark_complete`], plus `result_column = result`: the result commits
+/// exactly when the completion does (in the handler's transaction, in
+/// transactional handling), and a stale attempt writes neither.
+pub(crate) fn mark_complete_with_result(
+    o: &StoreParams,
+    id: i64,
+    token: i64,
+    result_column: &str,
+    result: serde_json::Value,
+) -> Statement {
+    let c = &o.columns;
+    let q = fenced_update(o, id, token)
+        .value(alias(&c.state), state(JobState::Completed))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .value(alias(result_column), Expr::val(result))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The value a batched completion writes to the result column: the mark's
+/// result (JSON text, `''` for none) or, with none, what the row holds.
+fn batched_result(a: &str, result_column: &str) -> Expr {
+    Expr::cust(format!(
+        "CASE WHEN \"dbworker_marks\".\"result\" = '' THEN {}.{} ELSE \"dbworker_marks\".\"result\"::jsonb END",
+        quote(a),
+        quote(result_column)
+    ))
+}
+
+/// [`mark_errored`], plus `payload_column = payload`: a batch job's retry
+/// keeps only its failed items. One statement, so the payload changes exactly
+/// when the mark lands (the same fence, the same transaction); a stale attempt
+/// matches no row and rewrites nothing. The payload is rewritten whichever
+/// state the mark writes (errored, failed once retries are exhausted, or
+/// canceled): it always holds what was left undone.
+pub(crate) fn mark_errored_with_payload(
+    o: &StoreParams,
+    id: i64,
+    token: i64,
+    message: &str,
+    retry: &RetryRule,
+    payload_column: &str,
+    payload: serde_json::Value,
+) -> Statement {
+    let q = errored_update(o, id, token, message, retry)
+        .value(alias(payload_column), Expr::val(payload))
         .to_owned();
     Statement::from(&q)
 }

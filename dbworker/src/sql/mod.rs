@@ -21,7 +21,6 @@ use crate::columns::{Columns, Relation};
 use crate::message::sanitize_failure_message;
 
 mod admin;
-mod batch;
 mod claim;
 mod cluster;
 mod consumers;
@@ -32,7 +31,6 @@ mod execution_logs;
 mod gauges;
 mod heartbeat;
 mod history;
-mod job_table;
 mod marks;
 mod partition_keys;
 mod partitions;
@@ -41,15 +39,15 @@ mod purge;
 mod reset;
 mod results;
 mod schema;
+mod table;
 mod workflow;
 
 pub(crate) use admin::{
-    AdminTable, admin_cancel_waiting, admin_complete, admin_count, admin_delete, admin_estimate,
-    admin_fail, admin_hosts, admin_list, admin_live, admin_processing_key_holder, admin_recent,
+    admin_cancel_waiting, admin_complete, admin_count, admin_delete, admin_estimate, admin_fail,
+    admin_hosts, admin_list, admin_live, admin_processing_key_holder, admin_recent,
     admin_remove_key, admin_request_cancel, admin_requeue, admin_reschedule, admin_select_ids,
     admin_show,
 };
-pub(crate) use batch::mark_errored_with_payload;
 #[cfg(test)]
 pub(crate) use claim::claim;
 pub(crate) use claim::{
@@ -72,7 +70,7 @@ pub(crate) use control::{
 };
 pub(crate) use cron::{cron_advance, cron_register, cron_state};
 pub(crate) use enqueue::{
-    EnqueueTable, JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
+    JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
     live_job_with_key, release_key,
 };
 pub(crate) use execution_logs::{log_append, log_len, log_update};
@@ -80,10 +78,9 @@ pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count}
 pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
 use history::append_history;
-pub(crate) use job_table::JobTable;
 pub(crate) use marks::{
-    Mark, MarkKind, complete_batch, mark_batch, mark_complete, mark_errored, mark_failed, requeue,
-    requeue_lost, snooze,
+    Mark, MarkKind, complete_batch, mark_batch, mark_complete, mark_complete_with_result,
+    mark_errored, mark_errored_with_payload, mark_failed, requeue, requeue_lost, snooze,
 };
 pub(crate) use partition_keys::enqueue_keyed_partitioned;
 pub(crate) use partitions::{
@@ -91,12 +88,13 @@ pub(crate) use partitions::{
     detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,
 };
 pub(crate) use per_job::PerJob;
-pub(crate) use purge::{PurgeTable, purge_batch};
+pub(crate) use purge::purge_batch;
 pub(crate) use reset::reset_stalled;
-pub(crate) use results::{mark_complete_with_result, record_upstreams, upstream_results};
+pub(crate) use results::{record_upstreams, upstream_results};
 pub(crate) use schema::{probe_expressions, relation_access, relation_columns};
+pub(crate) use table::{StoreParams, Table};
 pub(crate) use workflow::{
-    BATCH_CALLBACKS, WorkflowTable, batch_counts, cancel_blocked, deps_insert, lock_upstreams,
+    BATCH_CALLBACKS, batch_counts, cancel_blocked, deps_insert, lock_upstreams,
     mark_has_dependents, workflow_cancel_waiting, workflow_counts, workflow_graph,
     workflow_next_id, workflow_request_cancel, workflow_tasks,
 };

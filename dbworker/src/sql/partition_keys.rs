@@ -5,11 +5,11 @@
 //! its primary key refuses a second live holder.
 
 use super::claim::cte;
-use super::{Statement, alias, col, plain_table};
+use super::{Statement, Table, alias, col, plain_table};
 use crate::columns::{Relation, quote};
 use crate::sql::enqueue::{
-    ENQUEUE_ALIAS, EnqueueTable, JobRow, OnKey, as_new, enqueue_columns, enqueue_target,
-    no_failed_holder, replaced_columns,
+    ENQUEUE_ALIAS, JobRow, OnKey, as_new, enqueue_columns, enqueue_target, no_failed_holder,
+    replaced_columns,
 };
 use sea_query::{Expr, ExprTrait, LockType, Query, WithClause};
 
@@ -24,7 +24,7 @@ use sea_query::{Expr, ExprTrait, LockType, Query, WithClause};
 /// then fails with a unique violation on the key table, and the caller retries
 /// (in a savepoint), finding the first one's job as the holder.
 pub(crate) fn enqueue_keyed_partitioned(
-    t: &EnqueueTable,
+    t: &Table,
     keys: &Relation,
     job: &JobRow<'_>,
     key: &str,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use sea_query::{Value, Values};
 use sea_query_sqlx::SqlxValues;
 
-use super::{JobTable, Statement, lock_claimed, mark_complete};
+use super::{Statement, StoreParams, lock_claimed, mark_complete};
 
 /// `lock_claimed` and `mark_complete`, rendered for one job table.
 #[derive(Debug, Clone)]
@@ -22,7 +22,7 @@ pub(crate) struct PerJob {
 }
 
 impl PerJob {
-    pub(crate) fn new(o: &JobTable) -> PerJob {
+    pub(crate) fn new(o: &StoreParams) -> PerJob {
         PerJob {
             lock_claimed: lock_claimed(o, 0, 0).sql,
             mark_complete: mark_complete(o, 0, 0).sql,

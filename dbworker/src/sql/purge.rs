@@ -1,23 +1,17 @@
 //! Retention: old finished rows deleted or archived in batches.
 
-use super::{Statement, alias, col, state, table_ref};
-use crate::columns::{Columns, Relation, quote};
+use super::{Statement, Table, alias, col, state, table_ref};
+use crate::columns::{Relation, quote};
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
 use workerutil::JobState;
 
-/// The resolved tables of a purger.
-#[derive(Debug, Clone)]
-pub(crate) struct PurgeTable {
-    pub(crate) table: Relation,
-    pub(crate) columns: Columns,
-    pub(crate) archive: Option<Relation>,
-}
-
 /// Deletes (or moves to the archive table) up to `batch` rows in `state`
 /// finished longer than `age` ago, oldest first, skipping locked rows.
-/// Returns their ids.
+/// Returns their ids. With `archive` (a table with the job table's columns in
+/// the same order) the rows are moved there.
 pub(crate) fn purge_batch(
-    t: &PurgeTable,
+    t: &Table,
+    archive: Option<&Relation>,
     state_: JobState,
     age: std::time::Duration,
     batch: u32,
@@ -46,13 +40,13 @@ pub(crate) fn purge_batch(
     let delete = Query::delete()
         .from_table(table_ref(&t.table))
         .and_where(col(a, &c.id).in_subquery(doomed))
-        .returning(Query::returning().expr(Expr::cust(match &t.archive {
+        .returning(Query::returning().expr(Expr::cust(match archive {
             Some(_) => format!("{}.*", quote(a)),
             None => format!("{}.{}::bigint AS \"id\"", quote(a), quote(&c.id)),
         })))
         .to_owned();
     let Statement { sql, values } = Statement::from(&delete);
-    match &t.archive {
+    match archive {
         None => Statement { sql, values },
         // The archive has the table's columns in the same order (LIKE).
         Some(archive) => Statement {

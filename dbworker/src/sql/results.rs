@@ -1,54 +1,19 @@
-//! Results passed downstream: a handler's JSON result written with its
-//! completion (the same fenced statement), the upstream jobs a dependent
-//! waited for recorded when it is enqueued, and their results read back.
+//! Results passed downstream: the upstream jobs a dependent waited for,
+//! recorded when it is enqueued, and their results read back. (The handler's
+//! result is written by its completion: `sql/marks.rs`.)
 
-use super::job_table::JobTable;
-use super::marks::fenced_update;
 use super::{Statement, alias, col, plain_table, state, table_ref};
 use crate::columns::quote;
 use crate::columns::{TASK_NAME, UPSTREAM_IDS};
-use crate::sql::workflow::WorkflowTable;
+use crate::sql::table::{StoreParams, Table};
 use sea_query::IntoIden;
 use sea_query::{Expr, ExprTrait, Order, Query, TableRef};
 use workerutil::JobState;
 
-/// [`mark_complete`], plus `result_column = result`: the result commits
-/// exactly when the completion does (in the handler's transaction, in
-/// transactional handling), and a stale attempt writes neither.
-pub(crate) fn mark_complete_with_result(
-    o: &JobTable,
-    id: i64,
-    token: i64,
-    result_column: &str,
-    result: serde_json::Value,
-) -> Statement {
-    let c = &o.columns;
-    let q = fenced_update(o, id, token)
-        .value(alias(&c.state), state(JobState::Completed))
-        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
-        .value(alias(result_column), Expr::val(result))
-        .to_owned();
-    Statement::from(&q)
-}
-
-/// The value a batched completion writes to the result column: the mark's
-/// result (JSON text, `''` for none) or, with none, what the row holds.
-pub(super) fn batched_result(a: &str, result_column: &str) -> Expr {
-    Expr::cust(format!(
-        "CASE WHEN \"dbworker_marks\".\"result\" = '' THEN {}.{} ELSE \"dbworker_marks\".\"result\"::jsonb END",
-        quote(a),
-        quote(result_column)
-    ))
-}
-
 /// Records, on each new dependent, the jobs it waits for
 /// (`dependents[i]` waits for `upstream[i]`), so it can read their results
 /// once they completed: the edges themselves are gone by then.
-pub(crate) fn record_upstreams(
-    w: &WorkflowTable,
-    dependents: Vec<i64>,
-    upstream: Vec<i64>,
-) -> Statement {
+pub(crate) fn record_upstreams(w: &Table, dependents: Vec<i64>, upstream: Vec<i64>) -> Statement {
     let t = &w.table;
     let a = &t.alias;
     let pairs = Query::select()
@@ -82,7 +47,7 @@ pub(crate) fn record_upstreams(
 /// The results of the jobs job `id` waited for, each named by its task name
 /// (its id as text outside a workflow): two primary-key lookups, the job's
 /// row and each upstream's, through `= ANY(upstream_ids)`.
-pub(crate) fn upstream_results(o: &JobTable, result_column: &str, id: i64) -> Statement {
+pub(crate) fn upstream_results(o: &StoreParams, result_column: &str, id: i64) -> Statement {
     let c = &o.columns;
     let q = Query::select()
         .expr_as(

@@ -2,9 +2,9 @@
 //! configured column expressions.
 
 use super::claim::order_select;
-use super::job_table::JobTable;
 use super::{Statement, alias, table_ref};
 use crate::columns::Relation;
+use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, Order, Query, TableRef};
 
 /// The relation's name as `to_regclass` takes it: quoted, and schema-qualified
@@ -57,7 +57,7 @@ pub(crate) fn relation_access(rel: &Relation) -> Statement {
 
 /// A query that selects nothing but makes Postgres check every configured SQL
 /// fragment: the column expressions and the order-by, against the view (or table).
-pub(crate) fn probe_expressions(o: &JobTable) -> Statement {
+pub(crate) fn probe_expressions(o: &StoreParams) -> Statement {
     let s = o.source();
     let mut q = Query::select();
     for e in &o.column_expressions {

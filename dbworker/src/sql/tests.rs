@@ -21,47 +21,31 @@ fn renamed() -> Columns {
     Columns::resolve(&HashMap::from([("state".to_owned(), "status".to_owned())])).unwrap()
 }
 
-fn enqueue_target() -> EnqueueTable {
-    EnqueueTable {
-        table: rel("app.example_jobs"),
-        columns: renamed(),
-        key: Some("job_key".into()),
-        queue: Some("queue".into()),
-        priority: Some("priority".into()),
-        max_retries: Some("max_retries".into()),
-        kind: None,
-        flags: Some("flags".into()),
-        payload: None,
-        key_table: None,
-    }
+fn enqueue_target() -> Table {
+    let mut t = Table::new(rel("app.example_jobs"), renamed());
+    t.key_column = Some("job_key".into());
+    t.queue_column = Some("queue".into());
+    t.priority_column = Some("priority".into());
+    t.max_retries_column = Some("max_retries".into());
+    t.flags_column = Some("flags".into());
+    t
 }
 
 /// `example_jobs j` with `state` renamed, as `StoreOptions` resolves it.
-fn table(name: &str) -> JobTable {
+fn table(name: &str) -> StoreParams {
     let table = rel(name);
-    JobTable {
+    StoreParams {
         column_expressions: vec![format!("{}.*", quote(&table.alias))],
         order_by: format!("{}.{}", quote(&table.alias), quote("id")),
-        table,
-        view: None,
-        columns: renamed(),
+        shared: std::sync::Arc::new(Table::new(table, renamed())),
         max_num_retries: 2,
-        max_retries_column: None,
         retry: RetryPolicy::default(),
         max_num_resets: 3,
         candidate_window: 50,
-        pause_table: None,
-        limit_table: None,
-        limit_key_column: None,
-        queue_column: None,
-        flags_column: None,
-        payload_column: None,
-        error_history: None,
-        result_column: None,
     }
 }
 
-fn resolved(view: bool) -> JobTable {
+fn resolved(view: bool) -> StoreParams {
     let mut t = table("example_jobs j");
     if view {
         let v = rel("example_jobs_with_repository_name v");
@@ -72,17 +56,14 @@ fn resolved(view: bool) -> JobTable {
     t
 }
 
-fn admin_table() -> AdminTable {
-    AdminTable {
-        table: rel("app.example_jobs"),
-        columns: renamed(),
-        queue_column: Some("queue".into()),
-        kind_column: Some("kind".into()),
-        key_column: Some("job_key".into()),
-        priority_column: Some("priority".into()),
-        max_retries_column: Some("max_retries".into()),
-        workflows: false,
-    }
+fn admin_table() -> Table {
+    let mut t = Table::new(rel("app.example_jobs"), renamed());
+    t.queue_column = Some("queue".into());
+    t.kind_column = Some("kind".into());
+    t.key_column = Some("job_key".into());
+    t.priority_column = Some("priority".into());
+    t.max_retries_column = Some("max_retries".into());
+    t
 }
 
 fn log_tables() -> LogTables {
@@ -115,10 +96,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
     let t = resolved(false);
     let v = resolved(true);
     let e = enqueue_target();
-    let w = WorkflowTable {
-        table: rel("app.example_jobs j"),
-        columns: renamed(),
-    };
+    let w = Table::new(rel("app.example_jobs j"), renamed());
     let paused = {
         let mut o = table("app.jobs j");
         o.columns = Columns::resolve(&HashMap::new()).unwrap();
@@ -131,14 +109,10 @@ fn statements() -> Vec<(&'static str, Statement)> {
         column: "errors".into(),
         limit: 20,
     };
-    let h = JobTable {
-        error_history: Some(history.clone()),
-        ..t.clone()
-    };
-    let r = JobTable {
-        result_column: Some("result".into()),
-        ..t.clone()
-    };
+    let mut h = t.clone();
+    h.error_history = Some(history.clone());
+    let mut r = t.clone();
+    r.result_column = Some("result".into());
     let pauses = Relation::parse("pause_table", "dbworker_pauses").unwrap();
     let limited = {
         let mut o = table("app.jobs j");
@@ -148,15 +122,8 @@ fn statements() -> Vec<(&'static str, Statement)> {
         o.queue_column = Some("queue".into());
         o
     };
-    let purge = PurgeTable {
-        table: rel("app.jobs"),
-        columns: Columns::resolve(&HashMap::new()).unwrap(),
-        archive: None,
-    };
-    let archive = PurgeTable {
-        archive: Some(rel("app.jobs_archive")),
-        ..purge.clone()
-    };
+    let purge = Table::new(rel("app.jobs"), Columns::resolve(&HashMap::new()).unwrap());
+    let archive = rel("app.jobs_archive");
     let payload_p = [("payload".to_owned(), sea_query::Value::from("p"))];
     let keyed = JobRow {
         queue: Some("emails"),
@@ -357,9 +324,9 @@ fn statements() -> Vec<(&'static str, Statement)> {
         (
             "enqueue_typed",
             enqueue_rows(
-                &EnqueueTable {
-                    kind: Some("kind".into()),
-                    payload: Some("args".into()),
+                &Table {
+                    kind_column: Some("kind".into()),
+                    payload_column: Some("args".into()),
                     ..enqueue_target()
                 },
                 &[JobRow {
@@ -431,6 +398,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
             "purge_batch",
             purge_batch(
                 &purge,
+                None,
                 JobState::Completed,
                 std::time::Duration::from_secs(60),
                 100,
@@ -439,7 +407,8 @@ fn statements() -> Vec<(&'static str, Statement)> {
         (
             "purge_batch_to_archive",
             purge_batch(
-                &archive,
+                &purge,
+                Some(&archive),
                 JobState::Failed,
                 std::time::Duration::from_secs(60),
                 100,
@@ -545,7 +514,7 @@ fn statements() -> Vec<(&'static str, Statement)> {
         (
             "admin_list_by_workflow",
             admin_list(
-                &AdminTable {
+                &Table {
                     workflows: true,
                     ..a.clone()
                 },
@@ -711,18 +680,9 @@ fn quoted_statements() -> Vec<(&'static str, Statement)> {
     o.queue_column = Some(crate::columns::column_name("queue_column", "\"group\"").unwrap());
     o.limit_key_column =
         Some(crate::columns::column_name("limit_key_column", "\"My Key\"").unwrap());
-    let e = EnqueueTable {
-        table: rel("\"order\""),
-        columns: Columns::resolve(&HashMap::new()).unwrap(),
-        key: Some("key".into()),
-        queue: Some("group".into()),
-        priority: None,
-        max_retries: None,
-        kind: None,
-        flags: None,
-        payload: None,
-        key_table: None,
-    };
+    let mut e = Table::new(rel("\"order\""), Columns::resolve(&HashMap::new()).unwrap());
+    e.key_column = Some("key".into());
+    e.queue_column = Some("group".into());
     let payload = [("payload".to_owned(), sea_query::Value::from("p"))];
     let pauses = Relation::parse("pause_table", "\"pause\"").unwrap();
     vec![

@@ -3,29 +3,22 @@
 //! release itself is the trigger `ddl::workflows_sql` installs: it runs in the
 //! transaction of whatever write finishes a job, so no statement here does it.
 
-use super::{Statement, alias, col, plain_table, state, table_ref};
+use super::{Statement, Table, alias, col, plain_table, state, table_ref};
 use crate::columns::{
     BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, workflow_sequence,
 };
-use crate::columns::{Columns, Relation, quote};
+use crate::columns::{Relation, quote};
 use crate::message::sanitize_failure_message;
 use sea_query::{Expr, ExprTrait, LockType, Order, Query};
 use workerutil::JobState;
 
-/// A job table with workflows (`dbworker migration --workflows`).
-#[derive(Debug, Clone)]
-pub(crate) struct WorkflowTable {
-    pub(crate) table: Relation,
-    pub(crate) columns: Columns,
-}
-
 /// The dependency edges' table, aliased `dbworker_dep`.
-fn deps(w: &WorkflowTable) -> Relation {
+fn deps(w: &Table) -> Relation {
     deps_table(&w.table)
 }
 
 /// A new workflow id from the table's sequence.
-pub(crate) fn workflow_next_id(w: &WorkflowTable) -> Statement {
+pub(crate) fn workflow_next_id(w: &Table) -> Statement {
     let q = Query::select()
         .expr_as(
             Expr::cust_with_values(
@@ -41,7 +34,7 @@ pub(crate) fn workflow_next_id(w: &WorkflowTable) -> Statement {
 /// Inserts dependency edges: `job_ids[i]` waits for `upstream[i]` under
 /// `policies[i]` (`cancel`, `ignore_failed`, `ignore_canceled`, `ignore`).
 pub(crate) fn deps_insert(
-    w: &WorkflowTable,
+    w: &Table,
     job_ids: Vec<i64>,
     upstream: Vec<i64>,
     policies: Vec<String>,
@@ -65,7 +58,7 @@ pub(crate) fn deps_insert(
 /// job, so none of them finishes between this read and the commit of the new
 /// edges: an edge is never inserted behind the completion that should have
 /// deleted it.
-pub(crate) fn lock_upstreams(w: &WorkflowTable, ids: Vec<i64>) -> Statement {
+pub(crate) fn lock_upstreams(w: &Table, ids: Vec<i64>) -> Statement {
     let t = &w.table;
     let c = &w.columns;
     let a = &t.alias;
@@ -93,7 +86,7 @@ pub(crate) fn lock_upstreams(w: &WorkflowTable, ids: Vec<i64>) -> Statement {
 /// write fires the release trigger. Runs before the edges are inserted, in
 /// their transaction, on rows `lock_upstreams` holds: a mark of one of them
 /// waits for this commit and then sees the flag.
-pub(crate) fn mark_has_dependents(w: &WorkflowTable, ids: Vec<i64>) -> Statement {
+pub(crate) fn mark_has_dependents(w: &Table, ids: Vec<i64>) -> Statement {
     let t = &w.table;
     let a = &t.alias;
     let q = Query::update()
@@ -111,12 +104,7 @@ pub(crate) fn mark_has_dependents(w: &WorkflowTable, ids: Vec<i64>) -> Statement
 /// Cancels a new dependent at once: one of its upstream jobs already failed
 /// (or was canceled) under a policy that cancels. `blocked_by` names it, so
 /// a retry of that job brings this one back to `pending`.
-pub(crate) fn cancel_blocked(
-    w: &WorkflowTable,
-    id: i64,
-    upstream: i64,
-    message: &str,
-) -> Statement {
+pub(crate) fn cancel_blocked(w: &Table, id: i64, upstream: i64, message: &str) -> Statement {
     let t = &w.table;
     let c = &w.columns;
     let a = &t.alias;
@@ -138,7 +126,7 @@ pub(crate) fn cancel_blocked(
 /// Cancels the waiting tasks of a workflow (pending, queued, errored). Their
 /// dependents outside it follow through the release trigger. `blocked_by` is
 /// cleared: a canceled workflow stays canceled when an upstream is retried.
-pub(crate) fn workflow_cancel_waiting(w: &WorkflowTable, workflow_id: i64) -> Statement {
+pub(crate) fn workflow_cancel_waiting(w: &Table, workflow_id: i64) -> Statement {
     let t = &w.table;
     let c = &w.columns;
     let a = &t.alias;
@@ -160,7 +148,7 @@ pub(crate) fn workflow_cancel_waiting(w: &WorkflowTable, workflow_id: i64) -> St
 }
 
 /// Asks the workers running a workflow's tasks to cancel them.
-pub(crate) fn workflow_request_cancel(w: &WorkflowTable, workflow_id: i64) -> Statement {
+pub(crate) fn workflow_request_cancel(w: &Table, workflow_id: i64) -> Statement {
     let t = &w.table;
     let c = &w.columns;
     let a = &t.alias;
@@ -177,7 +165,7 @@ pub(crate) fn workflow_request_cancel(w: &WorkflowTable, workflow_id: i64) -> St
 /// (database clock, seconds since the epoch), the upstream whose failure canceled it, and the ids of
 /// the upstream jobs it still waits for. The last is an `ARRAY(subquery)`,
 /// which sea-query cannot build: raw text over quoted names.
-pub(crate) fn workflow_tasks(w: &WorkflowTable, workflow_id: i64) -> Statement {
+pub(crate) fn workflow_tasks(w: &Table, workflow_id: i64) -> Statement {
     let t = &w.table;
     let c = &w.columns;
     let a = &t.alias;
@@ -219,7 +207,7 @@ pub(crate) fn workflow_tasks(w: &WorkflowTable, workflow_id: i64) -> Statement {
 pub(crate) const BATCH_CALLBACKS: [&str; 3] = ["on_success", "on_failure", "on_complete"];
 
 /// A batch's jobs (its workflow's tasks but the callbacks) counted per state.
-pub(crate) fn batch_counts(w: &WorkflowTable, batch_id: i64) -> Statement {
+pub(crate) fn batch_counts(w: &Table, batch_id: i64) -> Statement {
     let t = &w.table;
     let c = &w.columns;
     let a = &t.alias;
@@ -239,7 +227,7 @@ pub(crate) fn batch_counts(w: &WorkflowTable, batch_id: i64) -> Statement {
 
 /// A workflow's tasks counted per state (the dashboard's counts, exact
 /// however many tasks the drawing shows).
-pub(crate) fn workflow_counts(w: &WorkflowTable, workflow_id: i64) -> Statement {
+pub(crate) fn workflow_counts(w: &Table, workflow_id: i64) -> Statement {
     let t = &w.table;
     let a = &t.alias;
     let q = Query::select()
@@ -262,12 +250,7 @@ pub(crate) fn workflow_counts(w: &WorkflowTable, workflow_id: i64) -> Statement 
 /// the edges go) when `recorded` says the table has that column; without
 /// it, the edges alone. The arrays are `ARRAY(subquery … UNION …)`, which
 /// sea-query cannot build: raw text over quoted names.
-pub(crate) fn workflow_graph(
-    w: &WorkflowTable,
-    workflow_id: i64,
-    recorded: bool,
-    limit: u64,
-) -> Statement {
+pub(crate) fn workflow_graph(w: &Table, workflow_id: i64, recorded: bool, limit: u64) -> Statement {
     let t = &w.table;
     let c = &w.columns;
     let a = &t.alias;

@@ -14,7 +14,8 @@ pub type ForbiddenFlagsFn = Arc<dyn Fn() -> BoxFuture<'static, Vec<String>> + Se
 
 /// Jobs carrying any of these flags (set by [`NewJob::flags`](crate::NewJob::flags))
 /// are skipped by the store's claims; they stay queued for a store (or a
-/// later claim) that allows them. Set in `StoreOptions::forbidden_flags`.
+/// later claim) that allows them. Set in `ClaimOptions::forbidden_flags`
+/// (a store's `StoreOptions::claim`); the table needs a `flags_column`.
 ///
 /// ```
 /// use dbworker::ForbiddenFlags;

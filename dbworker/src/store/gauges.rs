@@ -19,7 +19,7 @@ use crate::store::DbStore;
 pub struct QueueStat {
     /// `queued`, `errored` or `processing`.
     pub state: JobState,
-    /// The queue, when the store has a `queue_column`.
+    /// The queue, when the store's table has a `queue_column`.
     pub queue: Option<String>,
     /// How many jobs.
     pub count: u64,
@@ -28,7 +28,7 @@ pub struct QueueStat {
 }
 
 impl<R: Record> DbStore<R> {
-    /// Live jobs per state (and queue, with `StoreOptions::queue_column`): one
+    /// Live jobs per state (and queue, with `JobTableOptions::queue_column`): one
     /// query whose two branches each follow a partial index, so it costs what
     /// the live rows cost however many finished rows the table holds.
     pub async fn queue_stats(&self) -> Result<Vec<QueueStat>> {

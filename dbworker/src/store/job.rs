@@ -17,7 +17,7 @@ use crate::sql;
 pub struct DbJob<R> {
     pub(super) record: R,
     pub(super) lease: Lease,
-    pub(super) tx: Option<super::job_tx::JobTx>,
+    pub(super) tx: Option<super::open::JobTx>,
     /// What the errored mark writes to the payload column, if anything.
     pub(super) retry_payload: Option<serde_json::Value>,
     /// What the completion writes to the result column, if anything.
@@ -56,18 +56,18 @@ impl<R> DbJob<R> {
     }
 
     /// If this attempt ends errored, its mark also sets the job's payload
-    /// ([`StoreOptions::payload_column`](super::StoreOptions::payload_column))
+    /// ([`JobTableOptions::payload_column`](crate::JobTableOptions::payload_column))
     /// to `payload`, in the same fenced statement: the next attempt sees only
     /// what is left to do. [`BatchJobs`](crate::batch::BatchJobs) uses it to
     /// keep a batch's failed items. Ignored if the job completes or fails
     /// for good (a non-retryable error), and, with an error logged, if the
-    /// store has no `payload_column`.
+    /// store's table has no `payload_column`.
     pub fn retry_with_payload(&mut self, payload: serde_json::Value) {
         self.retry_payload = Some(payload);
     }
 
     /// The result this attempt's completion stores in the job's result column
-    /// ([`StoreOptions::result_column`](super::StoreOptions::result_column)),
+    /// ([`JobTableOptions::result_column`](crate::JobTableOptions::result_column)),
     /// in the same statement (and, in transactional handling, the same
     /// transaction) as the completion: jobs that waited for this one read it
     /// with [`DbJob::upstream_results`].
@@ -97,7 +97,7 @@ impl<R> DbJob<R> {
         let Some(cap) = self.result_cap else {
             return Err(Error::InvalidOption {
                 field: "result_column",
-                reason: "DbJob::set_result needs StoreOptions::result_column (dbworker migration --results adds `result`)".into(),
+                reason: "DbJob::set_result needs the table's result column (JobTableOptions::result_column; dbworker migration --results adds `result`)".into(),
             });
         };
         let what = || "cannot write the job's result".to_owned();
@@ -135,9 +135,10 @@ impl<R> DbJob<R> {
     /// text). A job that completed without a result maps to `null`; one that
     /// did not complete (an `ignore_failed` edge) is left out. Reads through
     /// this job's transaction in transactional handling, else on the store's
-    /// pool. Needs the store's `result_column` and a table from `dbworker
-    /// migration --workflows --results` whose jobs were enqueued with
-    /// `EnqueueOptions::results`.
+    /// pool. Needs a table from `dbworker migration --workflows --results`
+    /// whose `JobTable` names its `result_column` (and so, checked by
+    /// `JobTable::new`, has `upstream_ids`, where dependents record the jobs
+    /// they wait for).
     ///
     /// ```no_run
     /// # use dbworker::{DbJob, DbStore};
@@ -159,7 +160,7 @@ impl<R> DbJob<R> {
         let Some(column) = &o.result_column else {
             return Err(Error::InvalidOption {
                 field: "result_column",
-                reason: "DbJob::upstream_results needs StoreOptions::result_column".into(),
+                reason: "DbJob::upstream_results needs the table's result column (JobTableOptions::result_column)".into(),
             });
         };
         let query = sql::upstream_results(o, column, self.lease.id).query();

@@ -21,7 +21,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgRow;
 
 use crate::error::{Error, Result};
-use crate::sql::{self, JobTable, LimitedClaim, Statement};
+use crate::sql::{self, LimitedClaim, Statement, StoreParams};
 
 /// Claim lanes per job table.
 pub(super) const LANES: u32 = 4;
@@ -35,7 +35,7 @@ static NEXT_LANE: AtomicU32 = AtomicU32::new(0);
 /// mode.
 pub(super) async fn claim(
     pool: &PgPool,
-    o: &JobTable,
+    o: &StoreParams,
     limit: usize,
     build: impl Fn(usize, LimitedClaim) -> Statement,
 ) -> Result<Vec<PgRow>> {

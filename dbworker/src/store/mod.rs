@@ -2,29 +2,29 @@
 //! handling, fenced marks, heartbeats and execution logs.
 
 use std::fmt;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
-use workerutil::{BoxError, Lease, Record, Wakeups, WorkerOptions, error_chain};
+use workerutil::{Record, Wakeups, WorkerOptions};
 
 use crate::error::{Error, Result};
-use crate::message::refused_payload;
-use crate::sql::{Mark, MarkKind};
+use crate::table::JobTable;
 use crate::{notify, schema_check, sql};
 use completer::Completer;
 
 mod completer;
 mod conditions;
-mod connection_loss;
 mod cursor;
+mod dequeue;
 mod flags;
 mod gauges;
+mod heartbeat;
 mod job;
-mod job_tx;
 mod limited;
+mod logs;
+mod marks;
+mod open;
 pub(crate) mod options;
 mod probe;
 mod reset;
@@ -39,8 +39,8 @@ pub use flags::{ForbiddenFlags, ForbiddenFlagsFn};
 pub use gauges::QueueStat;
 pub use job::DbJob;
 pub use options::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, DEFAULT_MAX_NUM_RETRIES,
-    DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE, Handling, ScanFn, StoreOptions,
+    ClaimOptions, DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE,
+    Handling, ScanFn, StallOptions, StoreOptions,
 };
 pub use reset::ResetOutcome;
 pub(crate) use reset::{ResetConfig, reset_pass};
@@ -64,13 +64,13 @@ pub(crate) struct PoolNeed {
 /// A [`Store`](workerutil::Store) over an application's own Postgres job table.
 ///
 /// ```no_run
-/// # use dbworker::{DbStore, StoreOptions};
+/// # use dbworker::{DbStore, JobTable, JobTableOptions, StoreOptions};
 /// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
 /// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-/// let options = StoreOptions::<Job>::from_row("jobs_store", "jobs j");
 /// // Checks the table and every column now, naming whatever is missing.
-/// let store = DbStore::new(&pool, options).await?;
+/// let jobs = JobTable::new(&pool, JobTableOptions::new("jobs j")).await?;
+/// let store = DbStore::new(&pool, &jobs, StoreOptions::<Job>::from_row("jobs_store")).await?;
 /// # Ok(()) }
 /// ```
 pub struct DbStore<R> {
@@ -87,8 +87,8 @@ pub struct DbStore<R> {
     wakeups: Option<Wakeups>,
     /// The listener task, stopped when the store is dropped or closed.
     listener: Option<notify::ListenerTask>,
-    /// Connections kept between transactional jobs (see `store/job_tx.rs`).
-    kept: Arc<job_tx::Kept>,
+    /// Connections kept between transactional jobs (see `store/open.rs`).
+    kept: Arc<open::Kept>,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -103,16 +103,16 @@ impl<R> fmt::Debug for DbStore<R> {
 }
 
 impl<R: Record> DbStore<R> {
-    /// Validates the options, then checks the table, the view and every column
-    /// (after renaming) and every configured SQL fragment against the database.
-    /// All problems are reported together in one [`Error::Schema`].
-    pub async fn new(pool: &PgPool, options: StoreOptions<R>) -> Result<Self> {
+    /// A store over `table` (checked when it was built): validates the
+    /// options, then checks the configured SQL fragments (column expressions,
+    /// order-by) against the table or its view.
+    pub async fn new(pool: &PgPool, table: &JobTable, options: StoreOptions<R>) -> Result<Self> {
         let pool = pool.clone();
-        let kept = Arc::new(job_tx::Kept::new(
+        let kept = Arc::new(open::Kept::new(
             usize::try_from(pool.options().get_max_connections()).unwrap_or(usize::MAX),
         ));
-        let resolved = Arc::new(options.resolve()?);
-        schema_check::check(&pool, &resolved, resolved.connect_timeout).await?;
+        let resolved = Arc::new(options.resolve(table)?);
+        schema_check::check_store(&pool, &resolved, resolved.connect_timeout).await?;
         let completer = (resolved.handling == Handling::Heartbeat)
             .then(|| Completer::spawn(pool.clone(), resolved.clone()));
         let cursor = resolved
@@ -276,9 +276,24 @@ impl<R: Record> DbStore<R> {
         self.options.handling
     }
 
+    /// The store's stall settings: give a [`Resetter`](crate::Resetter) of
+    /// the same table these (`ResetterOptions::stall`).
+    pub fn stall(&self) -> StallOptions {
+        StallOptions {
+            stalled_max_age: self.options.stalled_max_age,
+            max_num_resets: self.options.max_num_resets,
+            reset_failure_message: self.options.reset_failure_message.clone(),
+        }
+    }
+
     /// The stalled max age.
     pub fn stalled_max_age(&self) -> Duration {
         self.options.stalled_max_age
+    }
+
+    /// The store's payload column (`JobTableOptions::payload_column`), if set.
+    pub fn payload_column(&self) -> Option<&str> {
+        self.options.payload_column.as_deref()
     }
 
     pub(crate) fn resolved(&self) -> &Arc<Resolved> {
@@ -313,282 +328,5 @@ impl<R: Record> DbStore<R> {
             self.back_in_queue(first);
         }
         Ok(out)
-    }
-
-    /// Turns a phase-2 row into a job. A row that cannot become one (it fails to
-    /// scan, the view hides it, the read failed) is failed here with the reason,
-    /// so a bad row never stops the worker.
-    async fn scan_or_fail(
-        &self,
-        lease: Lease,
-        row: std::result::Result<Option<PgRow>, sqlx::Error>,
-        tx: Option<job_tx::JobTx>,
-    ) -> Result<Option<DbJob<R>>> {
-        let failure = match row {
-            // The scan is the user's code: a panic in it (`row.get` on a NULL)
-            // fails this row with the panic message, like an error would.
-            Ok(Some(row)) => match std::panic::catch_unwind(AssertUnwindSafe(|| (self.scan)(&row)))
-                .unwrap_or_else(|panic| {
-                    Err(format!("the scan panicked: {}", workerutil::panic_message(&panic)).into())
-                }) {
-                Ok(record) if record.id() == lease.id => {
-                    return Ok(Some(DbJob {
-                        record,
-                        lease,
-                        tx,
-                        retry_payload: None,
-                        result: None,
-                        result_refused: None,
-                        result_cap: self
-                            .options
-                            .result_column
-                            .as_ref()
-                            .map(|_| self.options.max_result_bytes),
-                    }));
-                }
-                Ok(record) => format!(
-                    "failed to scan record {}: the scanned record has id {}",
-                    lease.id,
-                    record.id()
-                ),
-                Err(err) => format!(
-                    "failed to scan record {}: {}",
-                    lease.id,
-                    error_chain(err.as_ref())
-                ),
-            },
-            Ok(None) => format!(
-                "record {} is not visible through {}",
-                lease.id,
-                self.options.source().display_name()
-            ),
-            Err(err) => format!("failed to read record {}: {}", lease.id, error_chain(&err)),
-        };
-        let marked = self.fail_unstarted(lease, tx, &failure).await?;
-        if marked {
-            tracing::error!(store = %self.options.name, record_id = lease.id, reason = %failure, "marked the job failed");
-        } else {
-            // The fenced mark found it reset between the two phases: not ours any more.
-            tracing::warn!(store = %self.options.name, record_id = lease.id, "claimed row was reset before it could be opened");
-        }
-        Ok(None)
-    }
-
-    /// The job `id` is going back to the queue: this store's claims look at
-    /// it again (see `store/cursor.rs`).
-    pub(super) fn back_in_queue(&self, id: i64) {
-        if let Some(cursor) = &self.cursor {
-            cursor.rewind_to(id);
-        }
-    }
-
-    /// Marks a claimed job errored or failed: through the batched marks when
-    /// it has no transaction (heartbeat handling), else fenced on the pool
-    /// after rolling the handler's transaction back (`write_failure`).
-    pub(super) async fn mark_failure(
-        &self,
-        job: &mut DbJob<R>,
-        kind: MarkKind,
-        message: &str,
-        retry: Option<&Retry>,
-    ) -> std::result::Result<bool, BoxError> {
-        let lease = job.lease;
-        let payload = job
-            .retry_payload
-            .take()
-            .filter(|_| kind == MarkKind::Errored);
-        // A payload jsonb cannot store would fail the mark and strand the job:
-        // it fails instead, saying why, and keeps the payload it had.
-        let refused = payload.as_ref().and_then(|p| refused_payload(message, p));
-        let (kind, message, payload) = match &refused {
-            Some(refused) => (MarkKind::Failed, refused.as_str(), None),
-            None => (kind, message, payload),
-        };
-        // Taken back once the retry is written: a claim that passed the row
-        // before then must not move the cursor past it (see store/cursor.rs).
-        let requeued = |done: bool| {
-            if done && kind == MarkKind::Errored {
-                self.back_in_queue(lease.id);
-            }
-            done
-        };
-        if let Some(payload) = payload {
-            return self
-                .mark_errored_with_payload(job, message, retry, payload)
-                .await
-                .map(requeued);
-        }
-        if job.tx.is_none() {
-            return self
-                .batched(lease, kind, message, retry, None)
-                .await
-                .map(requeued);
-        }
-        let (id, token) = (job.lease.id, job.lease.token);
-        let (op, statement) = match kind {
-            MarkKind::Failed => (
-                "mark_failed",
-                sql::mark_failed(&self.options, id, token, message),
-            ),
-            _ => (
-                "mark_errored",
-                sql::mark_errored(
-                    &self.options,
-                    id,
-                    token,
-                    message,
-                    &self.options.retry_rule(retry),
-                ),
-            ),
-        };
-        let done = self
-            .write_failure(op, job.lease, job.tx.take(), statement)
-            .await?;
-        Ok(requeued(done))
-    }
-
-    /// The errored mark that also rewrites the payload (batch jobs): one fenced
-    /// statement on the pool, after the handler's transaction is rolled back,
-    /// in either handling mode (never batched).
-    async fn mark_errored_with_payload(
-        &self,
-        job: &mut DbJob<R>,
-        message: &str,
-        retry: Option<&Retry>,
-        payload: serde_json::Value,
-    ) -> std::result::Result<bool, BoxError> {
-        let o = &self.options;
-        let (lease, rule) = (job.lease, o.retry_rule(retry));
-        let statement = match &o.payload_column {
-            Some(column) => sql::mark_errored_with_payload(
-                o,
-                lease.id,
-                lease.token,
-                message,
-                &rule,
-                column,
-                payload,
-            ),
-            None => {
-                tracing::error!(store = %o.name, record_id = lease.id, "retry_with_payload needs StoreOptions::payload_column; the payload is left as it was");
-                sql::mark_errored(o, lease.id, lease.token, message, &rule)
-            }
-        };
-        let done = self
-            .write_failure("mark_errored", lease, job.tx.take(), statement)
-            .await?;
-        Ok(done)
-    }
-
-    /// The store's payload column ([`StoreOptions::payload_column`]), if set.
-    pub fn payload_column(&self) -> Option<&str> {
-        self.options.payload_column.as_deref()
-    }
-
-    /// A mark without a handler transaction: written with the next batch in
-    /// heartbeat handling, else (a transactional job whose transaction is
-    /// already gone) on its own.
-    async fn batched(
-        &self,
-        lease: Lease,
-        kind: MarkKind,
-        message: &str,
-        retry: Option<&Retry>,
-        result: Option<serde_json::Value>,
-    ) -> std::result::Result<bool, BoxError> {
-        let rule = self.options.retry_rule(retry);
-        if let Some(completer) = &self.completer {
-            let mark = Mark {
-                id: lease.id,
-                token: lease.token,
-                kind,
-                message: message.to_owned(),
-                result: result.map(|r| r.to_string()).unwrap_or_default(),
-            };
-            return Ok(completer.mark(mark, rule).await?);
-        }
-        let (op, statement) = match kind {
-            MarkKind::Complete => ("mark_complete", self.complete_statement(lease, result)),
-            MarkKind::Errored => (
-                "mark_errored",
-                sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
-            ),
-            MarkKind::Failed => (
-                "mark_failed",
-                sql::mark_failed(&self.options, lease.id, lease.token, message),
-            ),
-        };
-        Ok(self.fenced_write(op, lease, None, statement).await?)
-    }
-
-    /// The completion of `lease`, with the handler's result if it set one.
-    pub(super) fn complete_statement(
-        &self,
-        lease: Lease,
-        result: Option<serde_json::Value>,
-    ) -> sql::Statement {
-        let o = &self.options;
-        match (result, &o.result_column) {
-            (Some(result), Some(column)) => {
-                sql::mark_complete_with_result(o, lease.id, lease.token, column, result)
-            }
-            _ => o.per_job.mark_complete(lease.id, lease.token),
-        }
-    }
-
-    /// Marks a claimed job failed without running it; returns whether the
-    /// claim still owned it.
-    async fn fail_unstarted(
-        &self,
-        lease: Lease,
-        tx: Option<job_tx::JobTx>,
-        message: &str,
-    ) -> Result<bool> {
-        let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
-        self.write_failure("mark_failed", lease, tx, statement)
-            .await
-    }
-
-    /// Runs a fenced statement on the pool, after rolling back the handler's
-    /// transaction (a failure is recorded outside it, without its writes).
-    pub(crate) async fn fenced_write(
-        &self,
-        op: &'static str,
-        lease: Lease,
-        tx: Option<job_tx::JobTx>,
-        statement: sql::Statement,
-    ) -> Result<bool> {
-        if let Some(tx) = tx
-            && let Err(err) = tx.rollback().await
-        {
-            tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
-        }
-        let done = statement
-            .query()
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db(op))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// An append matched no row: the lease was lost (`None`), or this attempt's
-    /// log is full (an error the handler sees).
-    async fn log_refused(&self, lease: Lease) -> std::result::Result<Option<usize>, BoxError> {
-        let owned = sql::log_len(&self.options, lease.id, lease.token)
-            .query()
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(Error::db("log_len"))?;
-        let limit = workerutil::MAX_EXECUTION_LOG_ENTRIES;
-        match owned.map(|r| r.get::<i64, _>("len")) {
-            Some(len) if usize::try_from(len).unwrap_or(0) >= limit => {
-                Err(workerutil::Error::ExecutionLogFull {
-                    id: lease.id,
-                    limit,
-                }
-                .into())
-            }
-            _ => Ok(None),
-        }
     }
 }

@@ -1,23 +1,57 @@
-//! Every `StoreOptions` field that can be wrong is named by `validate`.
+//! Every `StoreOptions` and `JobTableOptions` field that can be wrong is
+//! named by `validate`.
 
 use super::*;
+use crate::store::ForbiddenFlags;
+use crate::table::JobTableOptions;
 
 fn opts() -> StoreOptions<()> {
-    StoreOptions::new("s", "jobs j", |_| Ok(()))
+    StoreOptions::new("s", |_| Ok(()))
+}
+
+fn table() -> JobTableOptions {
+    JobTableOptions::new("jobs j")
 }
 
 #[test]
 fn defaults_are_valid() {
-    let r = opts().resolve().unwrap();
+    let t = JobTable::unchecked(table()).unwrap();
+    let r = opts().resolve(&t).unwrap();
     assert_eq!(r.order_by, r#""j"."id""#);
     assert_eq!(r.column_expressions, vec![r#""j".*"#.to_owned()]);
 }
 
 #[test]
-fn each_bad_field_is_named() {
-    type Breaker = Box<dyn Fn(&mut StoreOptions<()>)>;
+fn forbidden_flags_need_the_tables_flags_column() {
+    let mut o = opts();
+    o.claim.forbidden_flags = Some(ForbiddenFlags::fixed(["a"]));
+    let plain = JobTable::unchecked(table()).unwrap();
+    match o.resolve(&plain) {
+        Err(Error::InvalidOption { field, .. }) => assert_eq!(field, "forbidden_flags"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let mut flagged = table();
+    flagged.flags_column = Some("flags".into());
+    assert!(o.resolve(&JobTable::unchecked(flagged).unwrap()).is_ok());
+}
+
+#[test]
+fn the_cursor_is_off_with_a_view_an_order_or_pauses() {
+    let t = JobTable::unchecked(table()).unwrap();
+    assert!(opts().resolve(&t).unwrap().claim_cursor.is_some());
+    let mut ordered = opts();
+    ordered.claim.order_by = Some("j.priority DESC, j.id".into());
+    assert_eq!(ordered.resolve(&t).unwrap().claim_cursor, None);
+    let mut paused = table();
+    paused.pause_table = Some("dbworker_pauses".into());
+    let paused = JobTable::unchecked(paused).unwrap();
+    assert_eq!(opts().resolve(&paused).unwrap().claim_cursor, None);
+}
+
+#[test]
+fn each_bad_table_field_is_named() {
+    type Breaker = Box<dyn Fn(&mut JobTableOptions)>;
     let cases: Vec<(&str, Breaker)> = vec![
-        ("name", Box::new(|o| o.name.clear())),
         (
             "table_name",
             Box::new(|o| o.table_name = "jobs; drop".into()),
@@ -33,47 +67,8 @@ fn each_bad_field_is_named() {
             }),
         ),
         (
-            "column_expressions",
-            Box::new(|o| o.column_expressions = vec![" ".into()]),
-        ),
-        ("order_by", Box::new(|o| o.order_by = Some(String::new()))),
-        (
-            "retry.backoff_factor",
-            Box::new(|o| o.retry.backoff_factor = 0.5),
-        ),
-        ("retry.jitter", Box::new(|o| o.retry.jitter = 1.0)),
-        (
-            "retry.max_delay",
-            Box::new(|o| o.retry.max_delay = Duration::ZERO),
-        ),
-        (
-            "stalled_max_age",
-            Box::new(|o| o.stalled_max_age = Duration::ZERO),
-        ),
-        (
-            "reset_failure_message",
-            Box::new(|o| o.reset_failure_message.clear()),
-        ),
-        ("candidate_window", Box::new(|o| o.candidate_window = 0)),
-        (
-            "claim_cursor",
-            Box::new(|o| o.claim_cursor = Some(Duration::from_millis(1))),
-        ),
-        (
-            "connect_timeout",
-            Box::new(|o| o.connect_timeout = Duration::ZERO),
-        ),
-        (
-            "listen",
-            Box::new(|o| o.listen = Listen::Channel("no spaces".into())),
-        ),
-        (
             "max_retries_column",
             Box::new(|o| o.max_retries_column = Some("num_failures".into())),
-        ),
-        (
-            "forbidden_flags",
-            Box::new(|o| o.forbidden_flags = Some(ForbiddenFlags::fixed(["a"]))),
         ),
         (
             "flags_column",
@@ -94,6 +89,79 @@ fn each_bad_field_is_named() {
         (
             "result_column",
             Box::new(|o| o.result_column = Some("no spaces".into())),
+        ),
+        (
+            "limit_table",
+            Box::new(|o| o.limit_table = Some("dbworker_limits".into())),
+        ),
+        (
+            "limit_key_column",
+            Box::new(|o| o.limit_key_column = Some("customer".into())),
+        ),
+        (
+            "connect_timeout",
+            Box::new(|o| o.connect_timeout = Duration::ZERO),
+        ),
+    ];
+    for (field, break_it) in cases {
+        let mut o = table();
+        break_it(&mut o);
+        match o.validate() {
+            Err(Error::InvalidOption { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected an error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn each_bad_field_is_named() {
+    type Breaker = Box<dyn Fn(&mut StoreOptions<()>)>;
+    let cases: Vec<(&str, Breaker)> = vec![
+        ("name", Box::new(|o| o.name.clear())),
+        (
+            "column_expressions",
+            Box::new(|o| o.column_expressions = vec![" ".into()]),
+        ),
+        (
+            "order_by",
+            Box::new(|o| o.claim.order_by = Some(String::new())),
+        ),
+        (
+            "retry.backoff_factor",
+            Box::new(|o| o.retry.backoff_factor = 0.5),
+        ),
+        ("retry.jitter", Box::new(|o| o.retry.jitter = 1.0)),
+        (
+            "retry.max_delay",
+            Box::new(|o| o.retry.max_delay = Duration::ZERO),
+        ),
+        (
+            "stalled_max_age",
+            Box::new(|o| o.stall.stalled_max_age = Duration::ZERO),
+        ),
+        (
+            "reset_failure_message",
+            Box::new(|o| o.stall.reset_failure_message.clear()),
+        ),
+        (
+            "candidate_window",
+            Box::new(|o| o.claim.candidate_window = 0),
+        ),
+        (
+            "claim_cursor",
+            Box::new(|o| o.claim.claim_cursor = Some(Duration::from_millis(1))),
+        ),
+        (
+            "connect_timeout",
+            Box::new(|o| o.connect_timeout = Duration::ZERO),
+        ),
+        (
+            "listen",
+            Box::new(|o| o.listen = Listen::Channel("no spaces".into())),
+        ),
+        (
+            "forbidden_flags",
+            Box::new(|o| o.claim.forbidden_flags = Some(ForbiddenFlags::fixed(["a\0"]))),
         ),
         ("max_result_bytes", Box::new(|o| o.max_result_bytes = 0)),
     ];

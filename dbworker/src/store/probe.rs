@@ -32,7 +32,7 @@ const PACE: u32 = 10;
 /// When the probe looks next.
 #[derive(Debug, Clone, Copy)]
 struct Pace {
-    /// The configured interval (`StoreOptions::claim_cursor`).
+    /// The configured interval (`ClaimOptions::claim_cursor`).
     every: Duration,
     /// Between the starts of the last look and the next one.
     period: Duration,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::ResetConfig;
 use super::{ForbiddenFlags, Handling};
-use crate::sql::{JobTable, PerJob};
+use crate::sql::{PerJob, StoreParams};
 
 /// Options after validation, with names resolved. Derefs to the statement
 /// parameters it holds, so the store reads `o.columns` as the SQL layer does.
@@ -12,7 +12,7 @@ use crate::sql::{JobTable, PerJob};
 pub(crate) struct Resolved {
     pub(crate) name: String,
     /// What the job-table statements need.
-    pub(crate) sql: JobTable,
+    pub(crate) sql: StoreParams,
     /// The statements every transactional job runs, rendered once.
     pub(crate) per_job: PerJob,
     /// What the claims skip, when set.
@@ -43,9 +43,9 @@ impl Resolved {
 }
 
 impl std::ops::Deref for Resolved {
-    type Target = JobTable;
+    type Target = StoreParams;
 
-    fn deref(&self) -> &JobTable {
+    fn deref(&self) -> &StoreParams {
         &self.sql
     }
 }

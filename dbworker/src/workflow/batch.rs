@@ -4,10 +4,11 @@
 
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::{WorkflowOptions, Workflows};
+use super::Workflows;
 use crate::enqueue::{GraphTask, NewJob};
 use crate::error::{Error, Result};
 use crate::sql::{self, BATCH_CALLBACKS};
+use crate::table::JobTable;
 
 /// A batch of jobs with callback jobs, enqueued all at once by
 /// [`Batches::enqueue`]. Each callback is a dependent of every job of the
@@ -144,8 +145,9 @@ impl BatchCounts {
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use dbworker::NewJob;
-/// use dbworker::workflow::{Batch, Batches, WorkflowOptions};
-/// let batches = Batches::new(&pool, WorkflowOptions::new("jobs")).await?;
+/// use dbworker::workflow::{Batch, Batches};
+/// let jobs = dbworker::JobTable::new(&pool, dbworker::JobTableOptions::detected("jobs")).await?;
+/// let batches = Batches::new(&pool, &jobs).await?;
 /// let batch = batches
 ///     .enqueue(&Batch::new().job(NewJob::new()).job(NewJob::new()).on_complete(NewJob::new()))
 ///     .await?;
@@ -160,11 +162,11 @@ pub struct Batches {
 }
 
 impl Batches {
-    /// Validates the options and checks the table, as [`Workflows::new`].
-    pub async fn new(pool: &PgPool, options: WorkflowOptions) -> Result<Batches> {
+    /// Batches in `table`, which must have workflows, as [`Workflows::new`].
+    pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Batches> {
         Ok(Batches {
             pool: pool.clone(),
-            workflows: Workflows::new(pool, options).await?,
+            workflows: Workflows::new(pool, table).await?,
         })
     }
 

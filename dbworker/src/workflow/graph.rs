@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sqlx::{PgPool, Row};
 
 use crate::error::{Error, Result};
-use crate::sql::{self, WorkflowTable};
+use crate::sql::{self, Table};
 
 /// One task of a [`WorkflowGraph`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +82,7 @@ impl WorkflowGraph {
     /// if no job has this workflow id.
     pub(crate) async fn load(
         pool: &PgPool,
-        table: &WorkflowTable,
+        table: &Table,
         recorded: bool,
         id: i64,
         max_tasks: usize,

@@ -16,51 +16,19 @@ mod builder;
 mod graph;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sqlx::{PgConnection, PgPool, Row};
 
 pub use crate::enqueue::DependencyPolicy;
-use crate::enqueue::{EnqueueOptions, Enqueuer};
+use crate::enqueue::Enqueuer;
 use crate::error::{Error, Result};
-use crate::sql::{self, WorkflowTable};
+use crate::sql::{self, Table};
+use crate::table::JobTable;
 pub use batch::{Batch, BatchCounts, Batches, EnqueuedBatch};
 pub use builder::{EnqueuedWorkflow, Task, Workflow};
 pub use graph::{GraphTask, WorkflowGraph};
-
-/// Options of [`Workflows`]: the job table, as an [`Enqueuer`] writes it.
-///
-/// ```
-/// let options = dbworker::workflow::WorkflowOptions::new("jobs");
-/// assert!(options.validate().is_ok());
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct WorkflowOptions {
-    /// The job table and its optional columns, as for an [`Enqueuer`]
-    /// (`workflows` is turned on whatever it holds).
-    pub enqueue: EnqueueOptions,
-}
-
-impl WorkflowOptions {
-    /// Options for `table_name` with the standard column names.
-    pub fn new(table_name: impl Into<String>) -> WorkflowOptions {
-        WorkflowOptions {
-            enqueue: EnqueueOptions::new(table_name),
-        }
-    }
-
-    /// Checks every name; the error names the field.
-    pub fn validate(&self) -> Result<()> {
-        self.enqueue_options().validate()
-    }
-
-    fn enqueue_options(&self) -> EnqueueOptions {
-        let mut options = self.enqueue.clone();
-        options.workflows = true;
-        options
-    }
-}
 
 /// Enqueues workflows into a job table with workflows (`dbworker migration
 /// --workflows`), cancels them, and reports their status.
@@ -68,8 +36,12 @@ impl WorkflowOptions {
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use dbworker::NewJob;
-/// use dbworker::workflow::{Task, Workflow, WorkflowOptions, Workflows};
-/// let workflows = Workflows::new(&pool, WorkflowOptions::new("jobs")).await?;
+/// use dbworker::{JobTable, JobTableOptions};
+/// use dbworker::workflow::{Task, Workflow, Workflows};
+/// let mut options = JobTableOptions::new("jobs");
+/// options.workflows = true;
+/// let jobs = JobTable::new(&pool, options).await?;
+/// let workflows = Workflows::new(&pool, &jobs).await?;
 /// let enqueued = workflows
 ///     .enqueue(
 ///         &Workflow::new()
@@ -84,7 +56,7 @@ impl WorkflowOptions {
 pub struct Workflows {
     pool: PgPool,
     enqueuer: Enqueuer,
-    table: WorkflowTable,
+    table: Arc<Table>,
 }
 
 /// What [`Workflows::cancel`] did.
@@ -141,14 +113,20 @@ impl WorkflowStatus {
 }
 
 impl Workflows {
-    /// Validates the options and checks the table, its workflow columns and
-    /// the dependency table, naming whatever is missing.
-    pub async fn new(pool: &PgPool, options: WorkflowOptions) -> Result<Workflows> {
-        let enqueue = options.enqueue_options();
-        let table = enqueue
-            .resolve_workflows()?
-            .expect("workflows are turned on");
-        let enqueuer = Enqueuer::new(pool, enqueue).await?;
+    /// Workflows in `table`, which must have them (`JobTableOptions::workflows`;
+    /// its workflow columns and dependency table were checked when it was built).
+    pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Workflows> {
+        if !table.has_workflows() {
+            return Err(Error::InvalidOption {
+                field: "workflows",
+                reason: format!(
+                    "table {} has no workflows: set JobTableOptions::workflows (`dbworker migration --workflows` adds what they need)",
+                    table.name()
+                ),
+            });
+        }
+        let enqueuer = Enqueuer::new(pool, table).await?;
+        let table = table.sql().clone();
         Ok(Workflows {
             pool: pool.clone(),
             enqueuer,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbStore, Handling, RetryPolicy, StoreOptions,
+    DbStore, Handling, JobTable, JobTableOptions, RetryPolicy, StoreOptions,
     ddl::{
         OptionalColumns, PartitionInterval, add_jobs_function_sql, admin_functions_sql,
         enqueue_function_sql, job_table_sql, optional_columns_sql, partitioned_job_table_sql,
@@ -327,23 +327,53 @@ impl Db {
         self.execute(&ddl).await;
     }
 
+    /// The description of the test table, `jobs j`, with no optional column.
+    pub fn table_options() -> JobTableOptions {
+        JobTableOptions::new("jobs j")
+    }
+
+    /// The test table, checked, as every service takes it.
+    pub async fn table(&self) -> JobTable {
+        self.table_with(|_| {}).await
+    }
+
+    /// The test table with what `set` adds to its description.
+    pub async fn table_with(&self, set: impl FnOnce(&mut JobTableOptions)) -> JobTable {
+        let mut o = Db::table_options();
+        set(&mut o);
+        JobTable::new(&self.pool, o).await.expect("job table")
+    }
+
     pub fn options(&self) -> StoreOptions<Job> {
         Db::options_for_tests()
     }
 
     pub fn options_for_tests() -> StoreOptions<Job> {
-        let mut o = StoreOptions::<Job>::from_row("test_store", "jobs j");
+        let mut o = StoreOptions::<Job>::from_row("test_store");
         o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         // Tests opt into retries where they test them, so one error is final here.
         o.max_num_retries = 0;
         o.retry = RetryPolicy::fixed(Duration::ZERO);
-        o.stalled_max_age = Duration::from_secs(5);
+        o.stall.stalled_max_age = Duration::from_secs(5);
         o
     }
 
     pub async fn store(&self, handling: Handling) -> Arc<DbStore<Job>> {
         let mut o = self.options();
         o.handling = handling;
-        Arc::new(DbStore::new(&self.pool, o).await.expect("store"))
+        self.store_on(&self.table().await, o).await
+    }
+
+    /// A store over `table` with `options`.
+    pub async fn store_on(
+        &self,
+        table: &JobTable,
+        options: StoreOptions<Job>,
+    ) -> Arc<DbStore<Job>> {
+        Arc::new(
+            DbStore::new(&self.pool, table, options)
+                .await
+                .expect("store"),
+        )
     }
 }

@@ -1,5 +1,7 @@
-//! A transactional job's transaction, on a connection the store keeps for the
-//! next job instead of handing it back to the pool.
+//! The transactional open: a job's own transaction, begun when its handler
+//! starts, locking its row `FOR KEY SHARE` if the claim still owns it, on a
+//! connection the store keeps for the next job instead of handing it back to
+//! the pool.
 //!
 //! sqlx tests every connection that goes back to its pool with a round trip
 //! (and a task of its own) before another caller may take it. In
@@ -27,6 +29,11 @@ use sqlx::postgres::PgTransactionManager;
 use sqlx::{PgConnection, PgPool, Postgres};
 use sqlx_core::transaction::TransactionManager;
 use tokio::time::Instant;
+use workerutil::{BoxError, Record};
+
+use super::marks::is_connection_loss;
+use super::{DbJob, DbStore, Handling};
+use crate::error::Error;
 
 /// How long a kept connection may wait for the next job.
 pub(crate) const KEEP_FOR: Duration = Duration::from_millis(100);
@@ -177,5 +184,43 @@ impl Deref for JobTx {
 impl DerefMut for JobTx {
     fn deref_mut(&mut self) -> &mut PgConnection {
         self.conn.as_deref_mut().expect("an open transaction")
+    }
+}
+
+impl<R: Record> DbStore<R> {
+    /// Transactional handling: begins the job's transaction and locks its row
+    /// `FOR KEY SHARE`, if the claim still owns it. A lost connection puts the
+    /// job back (counted as a reset) instead of failing it.
+    pub(super) async fn open_job(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        if self.options.handling != Handling::Transactional || job.tx.is_some() {
+            return Ok(true);
+        }
+        let lease = job.lease;
+        let locked = async {
+            let mut tx = JobTx::begin(&self.pool, &self.kept).await?;
+            let row = self
+                .options
+                .per_job
+                .lock_claimed(lease.id, lease.token)
+                .query()
+                .fetch_optional(&mut *tx)
+                .await?;
+            Ok::<_, sqlx::Error>(row.map(|_| tx))
+        };
+        match locked.await {
+            Ok(Some(tx)) => {
+                job.tx = Some(tx);
+                Ok(true)
+            }
+            Ok(None) => {
+                tracing::warn!(store = %self.options.name, record_id = lease.id, "claimed row was reset before it could be locked; not running it");
+                Ok(false)
+            }
+            Err(err) if is_connection_loss(&err) => {
+                self.requeue_lost(lease, "open", &err).await?;
+                Ok(false)
+            }
+            Err(err) => Err(Error::db("open")(err).into()),
+        }
     }
 }

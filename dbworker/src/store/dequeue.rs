@@ -1,0 +1,214 @@
+//! The claim: phase one claims rows in one statement (limits, pauses, flags
+//! and the claim cursor shape it), phase two turns each row into a job, failing
+//! a row that cannot become one with the reason, so one bad row never stops
+//! the worker.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use workerutil::{BoxError, Lease, Record, error_chain};
+
+use super::open::JobTx;
+use super::{DbConditions, DbJob, DbStore};
+use crate::error::{Error, Result};
+use crate::sql;
+
+impl<R: Record> DbStore<R> {
+    pub(super) async fn claim_jobs(
+        &self,
+        hostname: &str,
+        conditions: &DbConditions,
+        limit: usize,
+    ) -> std::result::Result<Vec<DbJob<R>>, BoxError> {
+        let o = &self.options;
+        // The claim reads the records itself, unless a view must be read after
+        // the table's rows are claimed. Transactional handling locks each row
+        // later, in the job's own task (`open`), so claims never wait for that.
+        let with_record = o.view.is_none();
+        let started = std::time::Instant::now();
+        let mut claim_conditions = std::borrow::Cow::Borrowed(conditions.0.as_slice());
+        // Forbidden flags are one more condition: each set of them names a
+        // cursor of its own, so rows a set skipped are never behind the
+        // cursor of a set that allows them.
+        if let (Some(forbidden), Some(column)) = (&o.forbidden_flags, &o.flags_column) {
+            let flags = forbidden.current().await;
+            if !flags.is_empty() {
+                claim_conditions
+                    .to_mut()
+                    .push(sql::not_flagged(o, column, &flags));
+            }
+        }
+        // The conditions as text (values inlined) name their cursor.
+        let cursor = self
+            .cursor
+            .as_ref()
+            .map(|c| (c, sql::conditions_key(&claim_conditions)));
+        let start = cursor
+            .as_ref()
+            .map(|(c, key)| c.start(key, &claim_conditions));
+        if let Some(low) = start.and_then(|s| s.low) {
+            claim_conditions
+                .to_mut()
+                .push(sql::claim_cursor_condition(o, low));
+        }
+        let claim = |limit: usize, mode| {
+            let conditions = &claim_conditions;
+            sql::claim_limited(o, hostname, conditions, limit.max(1), with_record, mode)
+        };
+        let rows = if sql::limited(o).is_some() {
+            super::limited::claim(&self.pool, o, limit.max(1), claim).await?
+        } else {
+            claim(limit, sql::LimitedClaim::Serialized)
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(Error::db("claim"))?
+        };
+        tracing::debug!(store = %o.name, limit, claimed = rows.len(), cursor = ?start.and_then(|s| s.low), took = ?started.elapsed(), "claimed");
+        // The rows come back in id order (the cursor's condition for use). A
+        // claim that a limit bound may have passed rows over: the cursor stays.
+        let bound = sql::limited(o).is_some()
+            && rows
+                .iter()
+                .any(|r| r.get::<Option<bool>, _>(sql::CLAIM_BOUND) != Some(false));
+        let last = rows.iter().map(|r| r.get::<i64, _>(sql::RECORD_ID)).max();
+        if let (Some((cursor, key)), Some(start), Some(last), false) = (&cursor, start, last, bound)
+        {
+            cursor.claimed_up_to(key, start, last);
+        }
+        let mut leases = Vec::with_capacity(rows.len());
+        let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
+        let mut claimed_rows = Vec::new();
+        for row in rows {
+            let lease = Lease {
+                id: row.get(sql::RECORD_ID),
+                token: row.get(sql::CLAIMED_TOKEN),
+            };
+            if row
+                .get::<Option<bool>, _>(sql::CLAIMED_CANCEL)
+                .unwrap_or(false)
+            {
+                // Canceled while it waited: record that instead of running it.
+                let canceled = self
+                    .fail_unstarted(lease, None, "job was canceled before it started")
+                    .await;
+                opened.push(canceled.map(|_| None));
+            } else if with_record {
+                claimed_rows.push((lease, row));
+            } else {
+                leases.push(lease);
+            }
+        }
+        for (lease, row) in claimed_rows {
+            opened.push(self.scan_or_fail(lease, Ok(Some(row)), None).await);
+        }
+        // One read for the whole batch, through the view.
+        if !leases.is_empty() {
+            let ids = leases.iter().map(|l| l.id).collect();
+            match sql::select_records(o, ids)
+                .query()
+                .fetch_all(&self.pool)
+                .await
+            {
+                Ok(rows) => {
+                    let mut by_id: HashMap<i64, PgRow> = rows
+                        .into_iter()
+                        .map(|r| (r.get::<i64, _>(sql::RECORD_ID), r))
+                        .collect();
+                    for lease in leases {
+                        let row = Ok(by_id.remove(&lease.id));
+                        opened.push(self.scan_or_fail(lease, row, None).await);
+                    }
+                }
+                // Left processing: the resetter requeues them.
+                Err(err) => opened.push(Err(Error::db("select_records")(err))),
+            }
+        }
+        let mut jobs = Vec::with_capacity(opened.len());
+        let mut first_error = None;
+        // One bad row must not strand the others this call claimed.
+        for result in opened {
+            match result {
+                Ok(Some(job)) => jobs.push(job),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::error!(error = %err, "could not open a claimed job; the resetter will requeue it");
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        match first_error {
+            Some(err) if jobs.is_empty() => Err(err.into()),
+            _ => Ok(jobs),
+        }
+    }
+
+    /// Turns a phase-2 row into a job. A row that cannot become one (it fails to
+    /// scan, the view hides it, the read failed) is failed here with the reason,
+    /// so a bad row never stops the worker.
+    async fn scan_or_fail(
+        &self,
+        lease: Lease,
+        row: std::result::Result<Option<PgRow>, sqlx::Error>,
+        tx: Option<JobTx>,
+    ) -> Result<Option<DbJob<R>>> {
+        let failure = match row {
+            // The scan is the user's code: a panic in it (`row.get` on a NULL)
+            // fails this row with the panic message, like an error would.
+            Ok(Some(row)) => match std::panic::catch_unwind(AssertUnwindSafe(|| (self.scan)(&row)))
+                .unwrap_or_else(|panic| {
+                    Err(format!("the scan panicked: {}", workerutil::panic_message(&panic)).into())
+                }) {
+                Ok(record) if record.id() == lease.id => {
+                    return Ok(Some(DbJob {
+                        record,
+                        lease,
+                        tx,
+                        retry_payload: None,
+                        result: None,
+                        result_refused: None,
+                        result_cap: self
+                            .options
+                            .result_column
+                            .as_ref()
+                            .map(|_| self.options.max_result_bytes),
+                    }));
+                }
+                Ok(record) => format!(
+                    "failed to scan record {}: the scanned record has id {}",
+                    lease.id,
+                    record.id()
+                ),
+                Err(err) => format!(
+                    "failed to scan record {}: {}",
+                    lease.id,
+                    error_chain(err.as_ref())
+                ),
+            },
+            Ok(None) => format!(
+                "record {} is not visible through {}",
+                lease.id,
+                self.options.source().display_name()
+            ),
+            Err(err) => format!("failed to read record {}: {}", lease.id, error_chain(&err)),
+        };
+        let marked = self.fail_unstarted(lease, tx, &failure).await?;
+        if marked {
+            tracing::error!(store = %self.options.name, record_id = lease.id, reason = %failure, "marked the job failed");
+        } else {
+            // The fenced mark found it reset between the two phases: not ours any more.
+            tracing::warn!(store = %self.options.name, record_id = lease.id, "claimed row was reset before it could be opened");
+        }
+        Ok(None)
+    }
+
+    /// The job `id` is going back to the queue: this store's claims look at
+    /// it again (see `store/cursor.rs`).
+    pub(super) fn back_in_queue(&self, id: i64) {
+        if let Some(cursor) = &self.cursor {
+            cursor.rewind_to(id);
+        }
+    }
+}

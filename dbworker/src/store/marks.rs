@@ -1,0 +1,403 @@
+//! Every mark of a claimed job, each fenced by its lease: completion (with
+//! the handler's result, in its transaction), errored and failed (through the
+//! batched marks in heartbeat handling), snoozed, requeued; and the
+//! lost-connection path.
+//!
+//! A job whose own transaction connection died (a Postgres restart, a
+//! terminated backend, a network cut) goes back to the queue instead of being
+//! charged a failure: the handler did nothing wrong, and with the default retry
+//! policy one such fault used to fail every in-flight job for good.
+//!
+//! The store cannot see the handler's error (marks take only a message), so it
+//! asks the transaction itself: rolling it back fails when its connection is
+//! gone. Then the job is requeued on the pool with `sql::requeue_lost` (counted
+//! as a reset, like the resetter would, so a job that keeps killing its
+//! connection still ends); if that fails too, the row stays `processing` with no
+//! lock and the resetter requeues it after `stalled_max_age`.
+
+use sqlx::Row;
+use sqlx::postgres::{PgDatabaseError, PgSeverity};
+use workerutil::{BoxError, Lease, Record, Retry, error_chain};
+
+use super::open::JobTx;
+use super::{DbJob, DbStore};
+use crate::error::{Error, Result};
+use crate::message::refused_payload;
+use crate::sql::{self, Mark, MarkKind};
+
+/// Whether `err` means the connection is unusable, as opposed to a statement
+/// that failed on a healthy connection.
+pub(crate) fn is_connection_loss(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(db) => {
+            // Class 08: connection exception; 57P01-03: the server shut down or
+            // terminated this backend. Any FATAL or PANIC ends the session too.
+            let code_says = db
+                .code()
+                .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03"));
+            let severity_says = db
+                .try_downcast_ref::<PgDatabaseError>()
+                .is_some_and(|e| matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic));
+            code_says || severity_says
+        }
+        _ => false,
+    }
+}
+
+impl<R: Record> DbStore<R> {
+    /// A refused result (too large, or holding a NUL) fails the job instead
+    /// (and reports it).
+    pub(super) async fn complete_job(
+        &self,
+        job: &mut DbJob<R>,
+    ) -> std::result::Result<bool, BoxError> {
+        if let Some(err) = job.result_refused.take() {
+            self.mark_failure(job, MarkKind::Failed, &err.to_string(), None)
+                .await?;
+            return Err(err.into());
+        }
+        let result = job.result.take();
+        let Some(mut tx) = job.tx.take() else {
+            return self
+                .batched(job.lease, MarkKind::Complete, "", None, result)
+                .await;
+        };
+        let statement = self.complete_statement(job.lease, result);
+        // The mark and the handler's writes commit together, or not at all.
+        let done = match statement.query().execute(&mut *tx).await {
+            Ok(done) => done,
+            Err(err) => {
+                return Err(self
+                    .completion_failed("mark_complete", job.lease, err)
+                    .await
+                    .into());
+            }
+        };
+        if done.rows_affected() != 1 {
+            // No longer ours: the handler's writes must not land either.
+            tx.rollback().await.map_err(Error::db("rollback"))?;
+            return Ok(false);
+        }
+        if let Err(err) = tx.commit().await {
+            return Err(self
+                .completion_failed("commit", job.lease, err)
+                .await
+                .into());
+        }
+        Ok(true)
+    }
+
+    /// Marks a claimed job errored or failed: through the batched marks when
+    /// it has no transaction (heartbeat handling), else fenced on the pool
+    /// after rolling the handler's transaction back (`write_failure`).
+    pub(super) async fn mark_failure(
+        &self,
+        job: &mut DbJob<R>,
+        kind: MarkKind,
+        message: &str,
+        retry: Option<&Retry>,
+    ) -> std::result::Result<bool, BoxError> {
+        let lease = job.lease;
+        let payload = job
+            .retry_payload
+            .take()
+            .filter(|_| kind == MarkKind::Errored);
+        // A payload jsonb cannot store would fail the mark and strand the job:
+        // it fails instead, saying why, and keeps the payload it had.
+        let refused = payload.as_ref().and_then(|p| refused_payload(message, p));
+        let (kind, message, payload) = match &refused {
+            Some(refused) => (MarkKind::Failed, refused.as_str(), None),
+            None => (kind, message, payload),
+        };
+        // Taken back once the retry is written: a claim that passed the row
+        // before then must not move the cursor past it (see store/cursor.rs).
+        let requeued = |done: bool| {
+            if done && kind == MarkKind::Errored {
+                self.back_in_queue(lease.id);
+            }
+            done
+        };
+        if let Some(payload) = payload {
+            return self
+                .mark_errored_with_payload(job, message, retry, payload)
+                .await
+                .map(requeued);
+        }
+        if job.tx.is_none() {
+            return self
+                .batched(lease, kind, message, retry, None)
+                .await
+                .map(requeued);
+        }
+        let (id, token) = (job.lease.id, job.lease.token);
+        let (op, statement) = match kind {
+            MarkKind::Failed => (
+                "mark_failed",
+                sql::mark_failed(&self.options, id, token, message),
+            ),
+            _ => (
+                "mark_errored",
+                sql::mark_errored(
+                    &self.options,
+                    id,
+                    token,
+                    message,
+                    &self.options.retry_rule(retry),
+                ),
+            ),
+        };
+        let done = self
+            .write_failure(op, job.lease, job.tx.take(), statement)
+            .await?;
+        Ok(requeued(done))
+    }
+
+    /// The errored mark that also rewrites the payload (batch jobs): one fenced
+    /// statement on the pool, after the handler's transaction is rolled back,
+    /// in either handling mode (never batched).
+    pub(super) async fn mark_errored_with_payload(
+        &self,
+        job: &mut DbJob<R>,
+        message: &str,
+        retry: Option<&Retry>,
+        payload: serde_json::Value,
+    ) -> std::result::Result<bool, BoxError> {
+        let o = &self.options;
+        let (lease, rule) = (job.lease, o.retry_rule(retry));
+        let statement = match &o.payload_column {
+            Some(column) => sql::mark_errored_with_payload(
+                o,
+                lease.id,
+                lease.token,
+                message,
+                &rule,
+                column,
+                payload,
+            ),
+            None => {
+                tracing::error!(store = %o.name, record_id = lease.id, "retry_with_payload needs the table's payload column (JobTableOptions::payload_column); the payload is left as it was");
+                sql::mark_errored(o, lease.id, lease.token, message, &rule)
+            }
+        };
+        let done = self
+            .write_failure("mark_errored", lease, job.tx.take(), statement)
+            .await?;
+        Ok(done)
+    }
+
+    /// A mark without a handler transaction: written with the next batch in
+    /// heartbeat handling, else (a transactional job whose transaction is
+    /// already gone) on its own.
+    pub(super) async fn batched(
+        &self,
+        lease: Lease,
+        kind: MarkKind,
+        message: &str,
+        retry: Option<&Retry>,
+        result: Option<serde_json::Value>,
+    ) -> std::result::Result<bool, BoxError> {
+        let rule = self.options.retry_rule(retry);
+        if let Some(completer) = &self.completer {
+            let mark = Mark {
+                id: lease.id,
+                token: lease.token,
+                kind,
+                message: message.to_owned(),
+                result: result.map(|r| r.to_string()).unwrap_or_default(),
+            };
+            return Ok(completer.mark(mark, rule).await?);
+        }
+        let (op, statement) = match kind {
+            MarkKind::Complete => ("mark_complete", self.complete_statement(lease, result)),
+            MarkKind::Errored => (
+                "mark_errored",
+                sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
+            ),
+            MarkKind::Failed => (
+                "mark_failed",
+                sql::mark_failed(&self.options, lease.id, lease.token, message),
+            ),
+        };
+        Ok(self.fenced_write(op, lease, None, statement).await?)
+    }
+
+    /// The completion of `lease`, with the handler's result if it set one.
+    pub(super) fn complete_statement(
+        &self,
+        lease: Lease,
+        result: Option<serde_json::Value>,
+    ) -> sql::Statement {
+        let o = &self.options;
+        match (result, &o.result_column) {
+            (Some(result), Some(column)) => {
+                sql::mark_complete_with_result(o, lease.id, lease.token, column, result)
+            }
+            _ => o.per_job.mark_complete(lease.id, lease.token),
+        }
+    }
+
+    /// Marks a claimed job failed without running it; returns whether the
+    /// claim still owned it.
+    pub(super) async fn fail_unstarted(
+        &self,
+        lease: Lease,
+        tx: Option<JobTx>,
+        message: &str,
+    ) -> Result<bool> {
+        let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
+        self.write_failure("mark_failed", lease, tx, statement)
+            .await
+    }
+
+    /// Runs a fenced statement on the pool, after rolling back the handler's
+    /// transaction (a failure is recorded outside it, without its writes).
+    pub(crate) async fn fenced_write(
+        &self,
+        op: &'static str,
+        lease: Lease,
+        tx: Option<JobTx>,
+        statement: sql::Statement,
+    ) -> Result<bool> {
+        if let Some(tx) = tx
+            && let Err(err) = tx.rollback().await
+        {
+            tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
+        }
+        let done = statement
+            .query()
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db(op))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(super) async fn snooze_job(
+        &self,
+        job: &mut DbJob<R>,
+        delay: std::time::Duration,
+    ) -> std::result::Result<bool, BoxError> {
+        let statement = sql::snooze(&self.options, job.lease.id, job.lease.token, delay);
+        let done = self
+            .fenced_write("mark_snoozed", job.lease, job.tx.take(), statement)
+            .await?;
+        if done {
+            // Behind the claim cursor once its delay is over.
+            self.back_in_queue(job.lease.id);
+        }
+        Ok(done)
+    }
+
+    pub(super) async fn requeue_job(
+        &self,
+        job: &mut DbJob<R>,
+    ) -> std::result::Result<bool, BoxError> {
+        let statement = sql::requeue(&self.options, job.lease.id, job.lease.token);
+        let done = self
+            .fenced_write("requeue", job.lease, job.tx.take(), statement)
+            .await?;
+        if done {
+            self.back_in_queue(job.lease.id);
+        }
+        Ok(done)
+    }
+
+    /// Records a failure of a claimed job: rolls back the handler's transaction,
+    /// then runs `statement` (a fenced `mark_errored` or `mark_failed`) on the
+    /// pool, unless the transaction's connection turned out to be lost, in which
+    /// case the job is requeued without counting a failure.
+    pub(crate) async fn write_failure(
+        &self,
+        op: &'static str,
+        lease: Lease,
+        tx: Option<super::open::JobTx>,
+        statement: sql::Statement,
+    ) -> Result<bool> {
+        if let Some(tx) = tx
+            && let Err(err) = tx.rollback().await
+        {
+            if is_connection_loss(&err) {
+                return self.requeue_lost(lease, op, &err).await;
+            }
+            tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
+        }
+        self.fenced_write(op, lease, None, statement).await
+    }
+
+    /// The completion (`op`: the mark or the commit) failed with `err`. If the
+    /// transaction's connection was lost, nothing committed: requeue the job now
+    /// rather than leave it to the resetter. Returns the error to report.
+    pub(crate) async fn completion_failed(
+        &self,
+        op: &'static str,
+        lease: Lease,
+        err: sqlx::Error,
+    ) -> Error {
+        if is_connection_loss(&err) {
+            // A commit that landed before the connection dropped left the row
+            // `completed`: the fenced requeue then matches nothing.
+            let _ = self.requeue_lost(lease, op, &err).await;
+        }
+        Error::db(op)(err)
+    }
+
+    /// Requeues (or, past `max_num_resets`, fails) a job whose transaction
+    /// connection was lost, fenced by its lease. Logs what happened.
+    pub(crate) async fn requeue_lost(
+        &self,
+        lease: Lease,
+        op: &'static str,
+        cause: &sqlx::Error,
+    ) -> Result<bool> {
+        let cause = error_chain(cause);
+        let o = self.resolved();
+        let message = format!(
+            "{} (last time, the job's database connection was lost: {cause})",
+            o.reset_failure_message
+        );
+        let row = sql::requeue_lost(o, lease.id, lease.token, &message)
+            .query()
+            .fetch_optional(self.pool())
+            .await;
+        match row {
+            Ok(Some(row)) => {
+                let state: String = row.get("state");
+                tracing::warn!(
+                    store = %o.name,
+                    record_id = lease.id,
+                    op,
+                    error = %cause,
+                    new_state = %state,
+                    "the job's transaction connection was lost: put it back without counting a failure (counted as a reset)"
+                );
+                self.back_in_queue(lease.id);
+                Ok(true)
+            }
+            Ok(None) => {
+                tracing::warn!(store = %o.name, record_id = lease.id, op, error = %cause, "the job's transaction connection was lost, and the job is no longer ours");
+                Ok(false)
+            }
+            Err(err) => {
+                tracing::error!(store = %o.name, record_id = lease.id, op, error = %cause, requeue_error = %err, "the job's transaction connection was lost and the requeue failed; the resetter will requeue it");
+                Err(Error::db("requeue_lost")(err))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_and_protocol_errors_are_connection_losses() {
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "eof");
+        assert!(is_connection_loss(&sqlx::Error::Io(eof)));
+        assert!(is_connection_loss(&sqlx::Error::Protocol("x".into())));
+        assert!(!is_connection_loss(&sqlx::Error::RowNotFound));
+        assert!(!is_connection_loss(&sqlx::Error::PoolTimedOut));
+    }
+}

@@ -1,0 +1,277 @@
+//! The job table's start-up check: every relation, column, type, index and
+//! privilege the description names, and the optional columns found when
+//! asked to detect them. All problems are collected into one error.
+
+use sqlx::PgPool;
+
+use crate::columns::{
+    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, key_table,
+};
+use crate::error::{Error, Result};
+use crate::schema_check::{
+    self as schema, check_access, check_table, columns_of, jsonb_column_problem,
+};
+use crate::sql::{self, ErrorHistory, Table};
+
+/// Optional columns under the names `dbworker migration` gives them, with the
+/// types a detected one must have.
+const STANDARD_OPTIONAL: [(&str, &[&str]); 9] = [
+    ("queue", &["text", "varchar", "bpchar"]),
+    ("kind", &["text", "varchar", "bpchar"]),
+    ("job_key", &["text", "varchar", "bpchar"]),
+    ("priority", &["int2", "int4", "int8"]),
+    ("max_retries", &["int2", "int4", "int8"]),
+    ("flags", &["_text"]),
+    ("payload", &["jsonb"]),
+    ("result", &["jsonb"]),
+    ("errors", &["jsonb"]),
+];
+
+/// Checks `t` against the database, after turning on the optional columns it
+/// has when `detect` is set; records whether it has `upstream_ids` and, when
+/// partitioned with keys, its key table.
+pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<()> {
+    let mut problems = Vec::new();
+    check_table(pool, &t.table, &t.columns, &mut problems).await?;
+    schema::none(problems)?;
+    let existing = columns_of(pool, &t.table).await?;
+    if detect {
+        detected(t, |name, types| {
+            existing
+                .get(name)
+                .is_some_and(|c| types.contains(&c.ty.as_str()))
+        });
+        t.workflows |= existing.contains_key(WORKFLOW_ID);
+    }
+    let mut problems = Vec::new();
+    let table = t.table.display_name();
+    for (field, column) in [
+        ("queue_column", &t.queue_column),
+        ("kind_column", &t.kind_column),
+        ("key_column", &t.key_column),
+        ("priority_column", &t.priority_column),
+    ] {
+        if let Some(column) = column
+            && !existing.contains_key(column)
+        {
+            problems.push(format!("table {table} has no column {column} ({field})"));
+        }
+    }
+    if let Some(column) = &t.max_retries_column {
+        match existing.get(column) {
+            None => problems.push(format!(
+                "table {table} has no column {column} (max_retries_column)"
+            )),
+            Some(col) if !matches!(col.ty.as_str(), "int2" | "int4" | "int8") => {
+                problems.push(format!(
+                    "column {table}.{column} (max_retries_column) has type {}, expected an integer",
+                    col.ty
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let jsonb = [
+        (
+            "payload_column",
+            t.payload_column.as_deref(),
+            "; `dbworker migration --payload` adds it",
+        ),
+        (
+            "result_column",
+            t.result_column.as_deref(),
+            "; `dbworker migration --results` adds it",
+        ),
+        (
+            "error_history_column",
+            t.error_history
+                .as_ref()
+                .map(|h: &ErrorHistory| h.column.as_str()),
+            "; `dbworker migration --error-history` adds it",
+        ),
+    ];
+    for (field, column, hint) in jsonb {
+        if let Some(column) = column {
+            problems.extend(jsonb_column_problem(pool, &t.table, column, field, hint).await?);
+        }
+    }
+    if let Some(column) = &t.flags_column {
+        problems.extend(flags_column_problems(pool, t, column).await?);
+    }
+    if let Some(pauses) = &t.pause_table {
+        problems.extend(schema::pause_table_problems(pool, pauses).await?);
+    }
+    if let Some(limits) = &t.limit_table {
+        problems.extend(schema::limit_table_problems(pool, limits).await?);
+    }
+    if let Some(column) = &t.limit_key_column
+        && !existing.contains_key(column)
+    {
+        problems.push(format!(
+            "table {table} has no column {column} (limit_key_column)"
+        ));
+    }
+    if let Some(view) = &t.view
+        && check_access(pool, view, "view", false, &mut problems).await?
+    {
+        let view_columns = columns_of(pool, view).await?;
+        let name = view.display_name();
+        for col in [&t.columns.id, &t.columns.state, &t.columns.process_after] {
+            if !view_columns.contains_key(col.as_str()) {
+                problems.push(format!("view {name} has no column {col}"));
+            }
+        }
+    }
+    schema::none(problems)?;
+    if schema::is_partitioned(pool, &t.table).await? {
+        t.key_table = partitioned(pool, t).await?;
+    } else if t.key_column.is_some()
+        && let Err(err) = sql::explain_keyed_insert(t).query().execute(pool).await
+    {
+        return Err(Error::Schema {
+            problems: vec![format!(
+                "the key column needs a unique index on it WHERE its state is queued, errored or processing (`dbworker migration --keys` prints it): {err}"
+            )],
+        });
+    }
+    if t.workflows {
+        schema::require_columns(
+            pool,
+            &t.table,
+            "table",
+            &[WORKFLOW_ID, TASK_NAME, BLOCKED_BY, HAS_DEPENDENTS],
+            "or not visible on the search_path",
+        )
+        .await?;
+        schema::require_columns(
+            pool,
+            &deps_table(&t.table),
+            "dependency table",
+            &["job_id", "depends_on", "policy"],
+            "(`dbworker migration --workflows` creates it)",
+        )
+        .await?;
+        // Tables migrated before `upstream_ids` existed work as they did:
+        // their dependents just do not record what they waited for.
+        t.upstream_ids = existing.contains_key(UPSTREAM_IDS);
+        // A table with results is read through `DbJob::upstream_results`,
+        // which needs the record.
+        if t.result_column.is_some() && !t.upstream_ids {
+            return Err(Error::Schema {
+                problems: vec![format!(
+                    "table {table} has results and workflows but no column {UPSTREAM_IDS}, where dependents record the jobs they waited for (`dbworker migration --workflows` or `--results` adds it)"
+                )],
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Turns on each optional column not named in the options that `has` finds
+/// under its standard name with a usable type.
+fn detected(t: &mut Table, has: impl Fn(&str, &[&str]) -> bool) {
+    let found = |name: &str| {
+        STANDARD_OPTIONAL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .filter(|(n, types)| has(n, types))
+            .map(|(n, _)| (*n).to_owned())
+    };
+    for (slot, name) in [
+        (&mut t.queue_column, "queue"),
+        (&mut t.kind_column, "kind"),
+        (&mut t.key_column, "job_key"),
+        (&mut t.priority_column, "priority"),
+        (&mut t.max_retries_column, "max_retries"),
+        (&mut t.flags_column, "flags"),
+        (&mut t.payload_column, "payload"),
+        (&mut t.result_column, "result"),
+    ] {
+        if slot.is_none() {
+            *slot = found(name);
+        }
+    }
+    if t.error_history.is_none() {
+        t.error_history = found("errors").map(|column| ErrorHistory {
+            column,
+            limit: crate::table::DEFAULT_ERROR_HISTORY_LIMIT,
+        });
+    }
+}
+
+/// A partitioned table: workflows are refused by name (the dependency table's
+/// foreign key needs a unique id), and with a key column the key table must
+/// exist. Returns the key table, if keys are used.
+async fn partitioned(pool: &PgPool, t: &Table) -> Result<Option<crate::columns::Relation>> {
+    if t.workflows {
+        return Err(Error::InvalidOption {
+            field: "workflows",
+            reason: format!(
+                "workflows cannot run on {}, a partitioned table: the dependency table's foreign key needs a unique id, and a partitioned table's primary key is (id, queued_at)",
+                t.table.display_name()
+            ),
+        });
+    }
+    if t.key_column.is_none() {
+        return Ok(None);
+    }
+    // No unique index on the key alone: the key table stands in for it.
+    let keys = key_table(&t.table);
+    schema::require_columns(
+        pool,
+        &keys,
+        "key table",
+        &["job_key", "job_id"],
+        "a partitioned table keeps its job keys there; `dbworker migration --partitioned --keys` creates it",
+    )
+    .await?;
+    Ok(Some(keys))
+}
+
+/// What is wrong with the flags column: missing from the relation claims
+/// read (the view, or the table), or not `text[]`.
+async fn flags_column_problems(pool: &PgPool, t: &Table, column: &str) -> Result<Vec<String>> {
+    let rel = t.source();
+    let existing = columns_of(pool, rel).await?;
+    let name = rel.display_name();
+    Ok(match existing.get(column) {
+        // A missing relation is reported by its own check.
+        _ if existing.is_empty() => Vec::new(),
+        None => vec![format!(
+            "{name} has no column {column} (flags_column; `dbworker migration --flags` adds it)"
+        )],
+        Some(col) if col.ty != "_text" => vec![format!(
+            "column {name}.{column} (flags_column) has type {}, expected text[]",
+            col.ty
+        )],
+        Some(_) => Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::JobTableOptions;
+
+    #[test]
+    fn detection_takes_standard_names_with_usable_types_and_keeps_named_ones() {
+        let mut options = JobTableOptions::new("jobs");
+        options.queue_column = Some("lane".into());
+        let mut t = options.resolve().unwrap();
+        detected(&mut t, |name, types| match name {
+            "queue" | "kind" => types.contains(&"text"),
+            // Present, but json rather than jsonb: not usable as the payload.
+            "payload" => types.contains(&"json"),
+            "errors" => true,
+            _ => false,
+        });
+        assert_eq!(t.queue_column.as_deref(), Some("lane"));
+        assert_eq!(t.kind_column.as_deref(), Some("kind"));
+        assert_eq!(t.payload_column, None);
+        assert_eq!(t.key_column, None);
+        assert_eq!(
+            t.error_history.as_ref().map(|h| h.column.as_str()),
+            Some("errors")
+        );
+    }
+}
