@@ -1,5 +1,5 @@
-//! Quickstart: a typed job, enqueued and run by a worker beside a resetter, its handler writing in
-//! the job's transaction. Needs no set-up: with `DATABASE_URL` unset it starts a throwaway
+//! Quickstart: a typed job, enqueued and run by a worker beside a resetter, its handler writing
+//! in the job's transaction. Needs no set-up: with `DATABASE_URL` unset it starts a throwaway
 //! PostgreSQL cluster. The guide's "Typed jobs" chapter explains each piece.
 
 use dbworker::prelude::*;
@@ -27,11 +27,12 @@ impl JobHandler for Squarer {
         &self,
         args: Square,
         job: &mut DbJob<TypedJob>,
-        _ctx: &JobContext<DbStore<TypedJob>>,
+        _: &JobContext<DbStore<TypedJob>>,
     ) -> Result<(), HandlerError> {
-        sqlx::query("INSERT INTO squares (n, square) VALUES ($1, $1 * $1)")
+        let tx = job.tx().expect("transactional handling, the default");
+        sqlx::query("INSERT INTO squares VALUES ($1, $1 * $1)")
             .bind(args.n)
-            .execute(job.tx().expect("transactional handling, the default"))
+            .execute(tx)
             .await?;
         Ok(())
     }
@@ -42,8 +43,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = dbworker_testkit::TestDatabase::new().await?; // a throwaway cluster, or DATABASE_URL
     let pool = db.pool(10).await?;
     sqlx::migrate!("./migrations").run(&pool).await?; // `example_jobs`, with `kind` and `payload`
-    let squares = "CREATE TABLE squares (n bigint PRIMARY KEY, square bigint NOT NULL)";
-    sqlx::raw_sql(squares).execute(&pool).await?;
+    sqlx::raw_sql("CREATE TABLE squares (n bigint PRIMARY KEY, square bigint)")
+        .execute(&pool)
+        .await?;
 
     // The job table, described and checked once: every service below takes it.
     let jobs = JobTable::new(&pool, JobTableOptions::typed("example_jobs")).await?;
@@ -63,7 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stop = CancellationToken::new();
     let run = async {
         worker.run_until_empty().await;
-        stop.cancel();
+        stop.cancel()
     };
     tokio::join!(run, resetter.run(stop.clone(), |_| {}));
 
@@ -72,8 +74,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("job {id:>2} {}", outcome.kind());
         }
     }
-    let sum = "SELECT sum(square)::bigint FROM squares";
-    let sum: i64 = sqlx::query_scalar(sum).fetch_one(&pool).await?;
+    let sum: i64 = sqlx::query_scalar("SELECT sum(square)::bigint FROM squares")
+        .fetch_one(&pool)
+        .await?;
     println!("sum of squares 1..=20 = {sum}");
     store.close().await;
     pool.close().await;
