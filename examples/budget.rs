@@ -94,7 +94,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut worker_options = WorkerOptions::new("budget_worker");
     worker_options.num_handlers = 8;
     // The condition is per row: claim one job per call so the sum stays in budget.
-    worker_options.max_dequeue_batch = Some(1);
+    worker_options.max_per_dequeue = Some(1);
     worker_options.num_total_jobs = Some(40);
     worker_options.interval = Duration::from_millis(10);
     worker_options.heartbeat_failure_limit = Some(Duration::from_secs(10));

@@ -200,8 +200,8 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     go.rebalance_interval = Duration::from_millis(200);
     go.poll_interval = Duration::from_millis(100);
     go.max_poll_interval = Duration::from_millis(500);
-    go.log.batch_size = 50;
-    go.log.batch_pause = Duration::from_millis(10);
+    go.log.slice_size = 50;
+    go.log.slice_pause = Duration::from_millis(10);
     go.log.listen = Some("events_appended".into());
     let consumers: Vec<Arc<dyn Consumer<Event>>> = CONSUMERS
         .iter()

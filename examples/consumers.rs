@@ -1,6 +1,6 @@
 //! Checkpointed log consumers survive SIGKILL with exactly-once effects: a
 //! child process runs a consumer group (two consumers writing a projection in
-//! each batch's transaction) over 3,000 events and is killed with SIGKILL
+//! each slice's transaction) over 3,000 events and is killed with SIGKILL
 //! mid-way; what it committed matches its checkpoints exactly; a second child
 //! takes over from the checkpoints, and every event ends up projected exactly
 //! once per consumer.
@@ -33,7 +33,7 @@ struct Event {
     global_position: i64,
 }
 
-/// Writes one projection row per event, in the batch's transaction (no
+/// Writes one projection row per event, in the slice's transaction (no
 /// unique key: a second row for a position would show a double effect).
 struct Project(&'static str);
 
@@ -73,8 +73,8 @@ async fn child(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     go.lease = Duration::from_millis(600);
     go.rebalance_interval = Duration::from_millis(100);
     go.poll_interval = Duration::from_millis(50);
-    go.log.batch_size = 50;
-    go.log.batch_pause = Duration::ZERO;
+    go.log.slice_size = 50;
+    go.log.slice_pause = Duration::ZERO;
     let consumers: Vec<Arc<dyn Consumer<Event>>> =
         vec![Arc::new(Project("audit")), Arc::new(Project("totals"))];
     let group = ConsumerGroup::new(&pool, go, consumers).await?;
@@ -149,7 +149,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    doomed.kill()?; // SIGKILL, mid-batch: no chance to clean up.
+    doomed.kill()?; // SIGKILL, mid-slice: no chance to clean up.
     doomed.wait()?;
     println!("[parent] killed the first child with SIGKILL mid-way");
     for (consumer, rows, distinct, checkpoint) in tally(&pool).await? {

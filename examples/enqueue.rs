@@ -99,11 +99,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     enqueuer.enqueue_in(&mut tx, &mail).await?;
     tx.commit().await?;
 
-    // 2. A newsletter batch: one statement.
-    let batch: Vec<NewJob> = (1..=3)
+    // 2. Three newsletters: one statement.
+    let newsletters: Vec<NewJob> = (1..=3)
         .map(|n| NewJob::new().json("payload", json!({"subject": format!("newsletter {n}")})))
         .collect();
-    enqueuer.enqueue_many(&batch).await?;
+    enqueuer.enqueue_many(&newsletters).await?;
 
     // 3. A reminder for tomorrow: not run today.
     let reminder = NewJob::new()

@@ -245,7 +245,7 @@ async fn list_pages_through_a_filter_and_bulk_actions_act_on_it_only() {
             "mail",
             "--state",
             "queued,processing",
-            "--batch-size",
+            "--chunk-size",
             "3",
             "--yes",
         ],

@@ -110,8 +110,8 @@ pub enum Error {
     /// A worker could not be built.
     #[error(transparent)]
     Worker(#[from] workerutil::Error),
-    /// A log consumer failed too many batches in a row; its group stopped.
-    #[error("consumer {consumer} failed {failures} batches in a row; last error: {message}")]
+    /// A log consumer failed too many slices in a row; its group stopped.
+    #[error("consumer {consumer} failed {failures} slices in a row; last error: {message}")]
     ConsumerFailed {
         /// The consumer.
         consumer: String,

@@ -24,7 +24,6 @@ mod table;
 mod worker;
 
 pub mod admin;
-pub mod batch;
 pub mod cluster;
 pub mod consumers;
 pub mod control;
@@ -33,6 +32,7 @@ pub mod cron;
 pub mod dashboard;
 pub mod ddl;
 pub mod enqueue;
+pub mod items;
 pub mod job;
 pub mod maintenance;
 pub mod metrics;

@@ -11,8 +11,10 @@ use workerutil::{WakeupSender, Wakeups};
 use crate::columns::{Relation, bounded_name, is_identifier};
 use crate::error::{Error, Result};
 
-/// Whether a store listens for notifications, and on which channel.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// Whether a store listens for notifications, and on which channel. In a
+/// config file: `"off"`, `"table_channel"` or `{ "channel": "name" }`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Listen {
     /// No listener: workers poll every `interval`. The default.

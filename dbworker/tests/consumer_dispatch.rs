@@ -23,7 +23,7 @@ use shared::{Event, Project, fast_group, fast_node, projected, set_up, start, wa
 
 /// The two tests that measure run one at a time: consumers read an event only
 /// once every transaction in the cluster that took an id before it has ended,
-/// so the other's long batches would hold this one's events back.
+/// so the other's long slices would hold this one's events back.
 static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Debug, sqlx::FromRow)]
@@ -32,7 +32,7 @@ struct Typed {
     aggregate_type: String,
 }
 
-/// Reads only `order` events; fails the batch if it ever receives another type.
+/// Reads only `order` events; fails the slice if it ever receives another type.
 struct Orders {
     calls: AtomicUsize,
 }
@@ -121,7 +121,7 @@ impl Proc {
 async fn a_scoped_consumer_reads_only_its_types_and_its_checkpoint_passes_the_others() {
     let db = set_up().await;
     // A log mostly of other types: 200 invoices first, then every tenth an
-    // order, then 150 invoices last — far more than a batch (40) of others.
+    // order, then 150 invoices last — far more than a slice (40) of others.
     append_mixed(&db, 200, 1_000_000).await;
     append_mixed(&db, 300, 10).await;
     let last = append_mixed(&db, 150, 1_000_000).await;
@@ -209,7 +209,7 @@ async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() 
         o.name = g.into();
         o.node_id = node.id().to_owned();
         o.log.listen = None; // poll mode
-        o.log.batch_size = 1000;
+        o.log.slice_size = 1000;
         o.poll_interval = interval;
         o.max_poll_interval = interval;
         groups.push(
@@ -255,7 +255,7 @@ async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() 
     );
     // What the database counted: every probe of the events table, by anyone,
     // over the whole run. The catch-up needs a few per consumer (the claim's
-    // check, the batch, the check that finds it caught up); the idle time
+    // check, the slice, the check that finds it caught up); the idle time
     // needs only the head reads — not 16 consumers x 30 intervals. A head
     // read is two probes: the last final event, and whether committed events
     // wait behind a running writer.

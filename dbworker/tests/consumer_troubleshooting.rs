@@ -109,7 +109,7 @@ async fn the_consumer_troubleshooting_queries_find_the_stuck_consumer_its_event_
     })
     .await;
     // As if it had been stuck for five minutes (the query asks for one). It
-    // has no checkpoint row: its first batch never committed.
+    // has no checkpoint row: its first slice never committed.
     db.execute(
         "UPDATE dbworker_consumer_assignments SET updated_at = now() - interval '5 minutes' \
          WHERE consumer_name = 'order_totals'",

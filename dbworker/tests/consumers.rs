@@ -82,8 +82,8 @@ async fn a_process_that_lost_its_consumer_cannot_advance_the_checkpoint() {
     let db = set_up().await;
     append(&db, 10).await;
     let mut o = LogOptions::new("log", "events e", "node-a", vec!["audit".into()]);
-    o.batch_size = 5;
-    o.batch_pause = Duration::ZERO;
+    o.slice_size = 5;
+    o.slice_pause = Duration::ZERO;
     let store = LogStore::<Event>::new(&db.db.pool(4).await.unwrap(), o)
         .await
         .unwrap();
@@ -111,9 +111,9 @@ async fn a_process_that_lost_its_consumer_cannot_advance_the_checkpoint() {
         "not assigned here"
     );
 
-    // Opened while assigned: the batch holds the assignment row, so a
-    // reassignment waits for the batch and cannot steal it (and the leader's
-    // rebalance skips the row until the batch ends).
+    // Opened while assigned: the slice holds the assignment row, so a
+    // reassignment waits for the slice and cannot steal it (and the leader's
+    // rebalance skips the row until the slice ends).
     db.execute("UPDATE dbworker_consumer_assignments SET node_id = 'node-a'")
         .await;
     let mut job = store
@@ -129,11 +129,11 @@ async fn a_process_that_lost_its_consumer_cannot_advance_the_checkpoint() {
     )
     .execute(&db.pool)
     .await;
-    assert!(blocked.is_err(), "the reassignment waits for the batch");
+    assert!(blocked.is_err(), "the reassignment waits for the slice");
     assert!(store.mark_complete(&mut job).await.unwrap());
     assert_eq!(checkpoint().await, Some(5));
 
-    // A late write from a batch whose checkpoint moved on is fenced off.
+    // A late write from a slice whose checkpoint moved on is fenced off.
     let mut stale = store
         .dequeue("node-a", &(), 1)
         .await
@@ -184,9 +184,9 @@ async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
     assert_eq!(
         broken.calls.load(Ordering::SeqCst),
         3,
-        "one event per failed batch"
+        "one event per failed slice"
     );
-    assert_eq!(projected(&db, "broken").await, 0, "every batch rolled back");
+    assert_eq!(projected(&db, "broken").await, 0, "every slice rolled back");
     let cp: Option<i64> =
         sqlx::query_scalar("SELECT last_position FROM dbworker_consumer_checkpoints")
             .fetch_optional(&db.pool)
@@ -196,7 +196,7 @@ async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
 }
 
 #[tokio::test]
-async fn a_batch_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
+async fn a_slice_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
     let db = set_up().await;
     append(&db, 5).await;
     let slow = Arc::new(Project {
@@ -206,7 +206,7 @@ async fn a_batch_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
         slow: Duration::from_secs(5),
     });
     let mut o = fast_group();
-    o.batch_timeout = Duration::from_millis(200);
+    o.slice_timeout = Duration::from_millis(200);
     o.log.max_consecutive_failures = 2;
     let result = start(&db, vec![slow.clone()], o)
         .await
@@ -227,6 +227,6 @@ async fn a_batch_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
     assert_eq!(
         projected(&db, "slow").await,
         0,
-        "the timed-out batches rolled back"
+        "the timed-out slices rolled back"
     );
 }

@@ -2,11 +2,11 @@
 //! of position order, with a consumer process SIGKILLed and the server
 //! restarted mid-run: every committed event is handled exactly once by every
 //! consumer, and no event of a rolled-back transaction is handled at all.
-//! Checked by SQL over what the consumers wrote in their batches'
+//! Checked by SQL over what the consumers wrote in their slices'
 //! transactions.
 //!
 //! Before consumers read in `(transaction, position)` order below the
-//! snapshot's xmin, a batch could move a checkpoint past an event whose
+//! snapshot's xmin, a slice could move a checkpoint past an event whose
 //! transaction took its position earlier but committed later: that event was
 //! never handled by anyone.
 
@@ -32,7 +32,7 @@ const CHILD_URL: &str = "DBWORKER_CONCURRENT_WRITERS_URL";
 const CONSUMERS: [&str; 3] = ["audit", "billing", "crm"];
 const WRITERS: u64 = 8;
 
-/// Records every event it is given in `handled`, in the batch's transaction.
+/// Records every event it is given in `handled`, in the slice's transaction.
 struct Record(&'static str);
 
 #[async_trait::async_trait]
@@ -65,7 +65,7 @@ async fn concurrent_writers_consumer_child() {
     tokio::spawn(node.clone().run(stop.clone()));
     let mut o = fast_group();
     o.node_id = node.id().to_owned();
-    // The server restarts mid-run: a batch that fails then is retried, and
+    // The server restarts mid-run: a slice that fails then is retried, and
     // the group must not give up.
     o.log.max_consecutive_failures = 100_000;
     o.log.retry_after = Duration::from_millis(50);
@@ -187,7 +187,7 @@ async fn every_event_is_handled_once_per_consumer_under_concurrent_writers_kills
         .collect();
 
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // SIGKILL one consumer process mid-batch; the others take its consumers
+    // SIGKILL one consumer process mid-slice; the others take its consumers
     // once the registry sees it dead.
     children[0].kill().unwrap();
     children[0].wait().unwrap();

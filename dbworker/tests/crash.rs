@@ -19,9 +19,9 @@ use workerutil::{Handler, HandlerError, JobContext};
 use common::{Db, Job};
 use shared::options;
 
-const BATCH_CHILD_ENV: &str = "DBWORKER_CRASH_BATCH_CHILD_URL";
+const GROUPED_CHILD_ENV: &str = "DBWORKER_CRASH_GROUPED_CHILD_URL";
 
-/// Records each run of a job, then completes it (through the batched marks).
+/// Records each run of a job, then completes it (through the grouped marks).
 struct Note {
     pool: sqlx::PgPool,
 }
@@ -44,11 +44,11 @@ impl Handler<DbStore<Job>> for Note {
     }
 }
 
-/// A heartbeat-handling worker with batched marks, killed by the test below.
+/// A heartbeat-handling worker with grouped marks, killed by the test below.
 #[tokio::test]
 #[ignore = "run as a child process by a_worker_killed_with_marks_in_flight_loses_no_job"]
-async fn crash_child_batch_worker() {
-    let Ok(url) = std::env::var(BATCH_CHILD_ENV) else {
+async fn crash_child_grouped_worker() {
+    let Ok(url) = std::env::var(GROUPED_CHILD_ENV) else {
         return;
     };
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
@@ -57,7 +57,7 @@ async fn crash_child_batch_worker() {
     so.stall.stalled_max_age = Duration::from_secs(2);
     let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
     let store = std::sync::Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
-    let mut o = options("doomed-batch");
+    let mut o = options("doomed-grouped");
     o.num_handlers = 16;
     new_worker(store, Note { pool }, o).unwrap().run().await;
 }
@@ -86,12 +86,12 @@ async fn a_worker_killed_on_a_partitioned_table_loses_no_job() {
     assert_eq!(emptied, 10, "jobs ran in every partition");
 }
 
-/// Starts a batch worker as a child process, kills it with jobs in flight,
+/// Starts a grouped-mark worker as a child process, kills it with jobs in flight,
 /// resets what it stranded and checks a new worker completes every job once.
 async fn kill_mid_stream_and_recover(db: &Db, ids: &[i64]) {
     // Kill it mid-stream, while jobs are running, buffered and being marked.
     let stranded = db
-        .kill_worker_process("crash_child_batch_worker", BATCH_CHILD_ENV, 200)
+        .kill_worker_process("crash_child_grouped_worker", GROUPED_CHILD_ENV, 200)
         .await;
 
     // Stalled jobs go back to the queue; a new worker finishes everything.

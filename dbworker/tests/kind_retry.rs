@@ -119,7 +119,7 @@ async fn each_kind_retries_as_it_says(handling: Handling) {
     let store = db.store_on(&table, so).await;
     // 2 + 6 + 1 + 1 + 4 attempts: the delayed two are not due yet. (Not
     // `run_until_empty`: in heartbeat handling it can stop while a retry's
-    // batched mark is still being written.)
+    // grouped mark is still being written.)
     let mut o = options("kinds");
     o.num_handlers = 3;
     o.num_total_jobs = Some(14);
@@ -209,7 +209,7 @@ async fn each_kind_retries_as_it_says_with_heartbeat_handling() {
 }
 
 #[tokio::test]
-async fn batched_marks_of_different_kinds_each_get_their_own_rule() {
+async fn grouped_marks_of_different_kinds_each_get_their_own_rule() {
     use workerutil::Store;
     let db = Db::new().await;
     let ids = db.enqueue(40, json!({})).await;
@@ -227,7 +227,7 @@ async fn batched_marks_of_different_kinds_each_get_their_own_rule() {
         (_, 0) => Some(&hourly),
         _ => None,
     };
-    // All at once: the batch writer groups them into as few statements as it can.
+    // All at once: the grouped-mark writer groups them into as few statements as it can.
     let marks = jobs.iter_mut().map(|job| {
         let id = job.record().id;
         store.mark_errored(job, "boom", rule(id))

@@ -18,7 +18,7 @@ async fn old_finished_rows_go_in_batches_and_live_rows_stay() {
     let db = Db::new().await;
     seed(&db).await;
     let mut o = PurgeOptions::new();
-    o.batch_size = 2;
+    o.chunk_size = 2;
     let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
     let purged = purger.purge_once().await.unwrap();
     assert_eq!(

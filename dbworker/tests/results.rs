@@ -1,5 +1,5 @@
 //! Results passed downstream on Postgres: a handler's result is stored with
-//! its completion (both handling modes, single and batched marks), a
+//! its completion (both handling modes, single and grouped marks), a
 //! dependent reads the results of the jobs it waited for by task name, the
 //! size cap fails the job with a clear message, and a stale completion
 //! writes nothing.
@@ -233,11 +233,11 @@ async fn results_need_the_column() {
     assert!(err.contains("result_column"), "{err}");
 }
 
-/// Completions and failures finishing together share a batched mark (the
-/// statement for mixed batches): each completion keeps its own result, and a
+/// Completions and failures finishing together share a grouped mark (the
+/// statement for mixed groups): each completion keeps its own result, and a
 /// failure stores none.
 #[tokio::test]
-async fn mixed_batches_store_each_completions_result() {
+async fn mixed_groups_store_each_completions_result() {
     let db = set_up().await;
     let mut ids = Vec::new();
     for n in 0..60 {
@@ -257,7 +257,7 @@ async fn mixed_batches_store_each_completions_result() {
     wo.interval = Duration::from_millis(10);
     wo.num_total_jobs = Some(60);
     new_worker(store, Results, wo).unwrap().run().await;
-    // The last batched marks may still be in flight when the worker returns.
+    // The last grouped marks may still be in flight when the worker returns.
     let deadline = Instant::now() + Duration::from_secs(10);
     while db.count("processing").await > 0 {
         assert!(Instant::now() < deadline, "marks never landed");

@@ -777,14 +777,14 @@ async fn the_sql_wait_for_function_makes_a_new_job_wait() {
     assert!(d_times.0 >= a_times.1, "d started after a finished");
 }
 
-/// Heartbeat handling writes completions in batches, each batch one statement
-/// whose release trigger runs inside it. Backends writing such batches are
+/// Heartbeat handling writes completions in groups, each group one statement
+/// whose release trigger runs inside it. Backends writing such groups are
 /// terminated mid-statement (every completion is slowed by a trigger so the
-/// kills land inside the statement): each killed batch rolls back with its
+/// kills land inside the statement): each killed group rolls back with its
 /// releases, the store writes its marks again or the resetter requeues them,
 /// and the fan-in's sink still runs once, after every upstream job completed.
 #[tokio::test]
-async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
+async fn backends_killed_during_grouped_marks_of_a_fan_in_strand_nothing() {
     let (db, workflows) = set_up().await;
     let upstream = db.enqueue(300, serde_json::json!({})).await;
     let sink = workflows
@@ -821,7 +821,7 @@ async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
         let stop = stop.clone();
         tokio::spawn(async move { resetter.run(stop, |_| {}).await })
     };
-    // Terminates the backends of batched completions (the statement names its
+    // Terminates the backends of grouped completions (the statement names its
     // `dbworker_marks` rows), a few of them, while the fan-in completes.
     let killing = {
         let (pool, stop) = (db.pool.clone(), stop.clone());
@@ -849,7 +849,7 @@ async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
             killed
         })
     };
-    let mut o = WorkerOptions::new("batched");
+    let mut o = WorkerOptions::new("grouped");
     o.num_handlers = 16;
     o.interval = Duration::from_millis(10);
     o.heartbeat_interval = Duration::from_millis(200);
@@ -863,7 +863,7 @@ async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
     stop.cancel();
     resetting.await.unwrap();
     let killed = killing.await.unwrap();
-    assert!(killed > 0, "no batched mark was caught mid-statement");
+    assert!(killed > 0, "no grouped mark was caught mid-statement");
     assert_eq!(db.count("completed").await, 301, "nothing stranded");
     assert_eq!(runs(&db, sink).await, 1, "the sink ran once");
     let deps_left: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs_deps")
@@ -872,5 +872,5 @@ async fn backends_killed_during_batched_marks_of_a_fan_in_strand_nothing() {
         .unwrap();
     assert_eq!(deps_left, 0);
     assert_released_once_after_the_rest(&db, sink).await;
-    eprintln!("terminated {killed} backends writing batched completions");
+    eprintln!("terminated {killed} backends writing grouped completions");
 }

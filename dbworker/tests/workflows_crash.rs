@@ -1,5 +1,5 @@
 //! Workflows when a worker process dies: SIGKILL a heartbeat-handling worker
-//! (batched marks) in the middle of 100 diamond workflows. The release runs in
+//! (grouped marks) in the middle of 100 diamond workflows. The release runs in
 //! the transaction of the completion that causes it, so there is no moment
 //! between the two for a kill to split: jobs whose marks were lost go back to
 //! the queue through the resetter and run again, their dependents stay
@@ -28,7 +28,7 @@ use shared::options;
 const CHILD_ENV: &str = "DBWORKER_WORKFLOW_CRASH_CHILD_URL";
 
 /// Records each run (with the database clock), then completes the job
-/// through the batched marks.
+/// through the grouped marks.
 struct Note {
     pool: sqlx::PgPool,
 }

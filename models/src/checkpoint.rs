@@ -1,23 +1,23 @@
 //! A log consumer's checkpoint, under writers whose transactions interleave.
 //!
-//! **The real code.** `LogStore::open_batch` (`dbworker/src/consumers/store.rs`)
+//! **The real code.** `LogStore::open_slice` (`dbworker/src/consumers/store.rs`)
 //! locks the consumer's assignment row (`sql::log_lock_assignment`, `FOR
-//! UPDATE`: the batch's transaction gets an xid there), reads the checkpoint
-//! (`sql::log_checkpoint`), and reads the next batch (`sql::log_batch`,
+//! UPDATE`: the slice's transaction gets an xid there), reads the checkpoint
+//! (`sql::log_checkpoint`), and reads the next slice (`sql::log_slice`,
 //! `sql/consumers.rs`); `LogStore::mark_complete` moves the checkpoint to the
 //! last event read (`sql::log_advance`) in the same transaction. Events take
 //! their position from a sequence when they are inserted, but become visible
 //! when their transaction commits, in any order.
 //!
-//! - **The old rule** ([`Rule::Position`], before issue 25): the batch reads visible events with
+//! - **The old rule** ([`Rule::Position`], before issue 25): the slice reads visible events with
 //!   `position > checkpoint` in position order, and the checkpoint moves to the
 //!   last position read. A transaction holding a lower position that commits
 //!   after a higher one was read is skipped for good.
 //! - **The rule the code follows** ([`Rule::XidHorizon`]): each event records its writer's
 //!   top-level transaction id (`xid8`, assigned at the transaction's first
-//!   write, increasing); the batch reads events with `(xid, position) >
+//!   write, increasing); the slice reads events with `(xid, position) >
 //!   checkpoint` and `xid < pg_snapshot_xmin(pg_current_snapshot())` (the
-//!   lowest xid still running, the batch's own included; if none, the next xid
+//!   lowest xid still running, the slice's own included; if none, the next xid
 //!   to be assigned), in `(xid, position)` order.
 //! - [`Rule::XidOnly`]: the new order without the horizon, to show the horizon
 //!   is what makes it safe.
@@ -25,30 +25,30 @@
 //! **The model.** Writers each run one transaction: it may take its xid
 //! before writing an event (an earlier write to another table), inserts up to
 //! `events_per_writer` events (each takes the next position), and commits or
-//! rolls back. One consumer runs batches of at most `batch_size` events, one
-//! after another (the assignment lock serializes a consumer's batches): a
-//! batch takes an xid, then reads, handles and advances atomically (the read
+//! rolls back. One consumer runs slices of at most `slice_size` events, one
+//! after another (the assignment lock serializes a consumer's slices): a
+//! slice takes an xid, then reads, handles and advances atomically (the read
 //! and the horizon are one statement, one snapshot; the checkpoint is written
-//! only by this consumer, so the rest of the batch's transaction races with
+//! only by this consumer, so the rest of the slice's transaction races with
 //! nothing). Consumers are independent of one another, so one is enough.
 //! Xids are renumbered after every step, keeping their order, so the state
-//! space stays finite although every batch takes a new xid. Bounds: the tests
+//! space stays finite although every slice takes a new xid. Bounds: the tests
 //! run 2 writers × 2 events, 3 writers × 1 event and 3 writers × 2 events,
-//! batches of 2.
+//! slices of 2.
 //!
 //! **Invariants.**
 //! - `no event skipped`: an unhandled committed event is always still after the
-//!   checkpoint (in the rule's order), so a later batch can read it.
+//!   checkpoint (in the rule's order), so a later slice can read it.
 //! - `no event handled twice`.
 //! - `only committed events handled`: a rolled-back transaction's events never are.
 //! - `all handled when quiet`: once every writer ended and the consumer's next
-//!   batch would read nothing, every committed event was handled.
+//!   slice would read nothing, every committed event was handled.
 //! - `a lower position commits after a higher one was handled` (sometimes):
 //!   the race that lost an event under the old rule is reached.
 
 use crate::{Model, Property};
 
-/// How a batch picks its events and moves the checkpoint.
+/// How a slice picks its events and moves the checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
     /// The old rule: `position > checkpoint`, in position order.
@@ -102,8 +102,8 @@ pub struct State {
     /// The consumer's checkpoint: `(xid, position)` (the old rule reads only
     /// the position).
     pub checkpoint: (u8, u8),
-    /// The xid of the consumer's open batch, if one is open.
-    pub batch: Option<u8>,
+    /// The xid of the consumer's open slice, if one is open.
+    pub slice: Option<u8>,
     /// Ghost: an event committed below a position already handled.
     pub late_commit_seen: bool,
 }
@@ -119,10 +119,10 @@ pub enum Action {
     Commit(u8),
     /// The writer rolls back.
     Abort(u8),
-    /// The consumer's batch begins and locks its assignment (takes an xid).
-    BeginBatch,
-    /// The batch reads, handles, advances the checkpoint and commits.
-    ReadBatch,
+    /// The consumer's slice begins and locks its assignment (takes an xid).
+    BeginSlice,
+    /// The slice reads, handles, advances the checkpoint and commits.
+    ReadSlice,
 }
 
 /// The model: its bounds and rule.
@@ -132,8 +132,8 @@ pub struct CheckpointModel {
     pub writers: u8,
     /// Events each writer may insert.
     pub events_per_writer: u8,
-    /// `LogOptions::batch_size`.
-    pub batch_size: usize,
+    /// `LogOptions::slice_size`.
+    pub slice_size: usize,
     /// The rule under test.
     pub rule: Rule,
 }
@@ -147,14 +147,14 @@ impl CheckpointModel {
         }
     }
 
-    /// The events the consumer's batch would read now (indexes into `events`),
+    /// The events the consumer's slice would read now (indexes into `events`),
     /// in reading order.
-    fn batch(&self, s: &State) -> Vec<usize> {
+    fn slice(&self, s: &State) -> Vec<usize> {
         let running = s.writers.iter().filter_map(|w| match w {
             Writer::Running { xid, .. } => *xid,
             _ => None,
         });
-        let xmin = running.chain(s.batch).min().unwrap_or(s.next_xid);
+        let xmin = running.chain(s.slice).min().unwrap_or(s.next_xid);
         let mut read: Vec<usize> = (0..s.events.len())
             .filter(|&i| {
                 let e = &s.events[i];
@@ -167,7 +167,7 @@ impl CheckpointModel {
             Rule::Position => read.sort_by_key(|&i| s.events[i].position),
             _ => read.sort_by_key(|&i| (s.events[i].xid, s.events[i].position)),
         }
-        read.truncate(self.batch_size);
+        read.truncate(self.slice_size);
         read
     }
 }
@@ -180,7 +180,7 @@ fn renumber(s: &mut State) {
         Writer::Running { xid, .. } => *xid,
         _ => None,
     }));
-    used.extend(s.batch);
+    used.extend(s.slice);
     used.push(s.checkpoint.0);
     used.retain(|&x| x != 0);
     used.sort_unstable();
@@ -197,7 +197,7 @@ fn renumber(s: &mut State) {
             *x = map(*x);
         }
     }
-    s.batch = s.batch.map(map);
+    s.slice = s.slice.map(map);
     s.checkpoint.0 = map(s.checkpoint.0);
     s.next_xid = u8::try_from(used.len() + 1).expect("few xids");
 }
@@ -219,7 +219,7 @@ impl Model for CheckpointModel {
             next_xid: 1,
             next_position: 1,
             checkpoint: (0, 0),
-            batch: None,
+            slice: None,
             late_commit_seen: false,
         }]
     }
@@ -239,10 +239,10 @@ impl Model for CheckpointModel {
                 }
             }
         }
-        match s.batch {
-            None => actions.push(Action::BeginBatch),
-            // A batch that would read nothing is rolled back: no change.
-            Some(_) if !self.batch(s).is_empty() => actions.push(Action::ReadBatch),
+        match s.slice {
+            None => actions.push(Action::BeginSlice),
+            // A slice that would read nothing is rolled back: no change.
+            Some(_) if !self.slice(s).is_empty() => actions.push(Action::ReadSlice),
             Some(_) => {}
         }
     }
@@ -283,12 +283,12 @@ impl Model for CheckpointModel {
                     .any(|e| e.writer == w && highest.is_some_and(|h| e.position < h));
             }
             Action::Abort(w) => n.writers[usize::from(w)] = Writer::Aborted,
-            Action::BeginBatch => {
-                n.batch = Some(n.next_xid);
+            Action::BeginSlice => {
+                n.slice = Some(n.next_xid);
                 n.next_xid += 1;
             }
-            Action::ReadBatch => {
-                let read = self.batch(s);
+            Action::ReadSlice => {
+                let read = self.slice(s);
                 let last = s.events[*read.last()?];
                 for i in read {
                     n.events[i].handled += 1;
@@ -299,7 +299,7 @@ impl Model for CheckpointModel {
                     last.xid
                 };
                 n.checkpoint = (xid, last.position);
-                n.batch = None;
+                n.slice = None;
             }
         }
         renumber(&mut n);
@@ -324,11 +324,11 @@ impl Model for CheckpointModel {
                 })
             }),
             Property::always("all handled when quiet", |m: &Self, s: &State| {
-                let quiet = s.batch.is_none()
+                let quiet = s.slice.is_none()
                     && s.writers
                         .iter()
                         .all(|w| !matches!(w, Writer::Running { .. }))
-                    && m.batch(s).is_empty();
+                    && m.slice(s).is_empty();
                 !quiet
                     || s.events.iter().all(|e| {
                         e.handled == 1 || s.writers[usize::from(e.writer)] != Writer::Committed

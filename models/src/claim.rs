@@ -6,7 +6,7 @@
 //! token of the row (`sql/mod.rs` explains it). Every later write is fenced by
 //! `owned()` (`sql/mod.rs`: `id = $id AND state = 'processing' AND token =
 //! $token`): `sql::mark_complete`, `mark_errored`, `mark_failed`,
-//! `requeue_lost` (`sql/marks.rs`), the batched marks of `store/completer.rs`,
+//! `requeue_lost` (`sql/marks.rs`), the grouped marks of `store/completer.rs`,
 //! `sql::heartbeat` (`sql/heartbeat.rs`) and, in transactional handling,
 //! `sql::lock_claimed` (`sql/claim.rs`, `FOR KEY SHARE`, run by
 //! `store/worker_api.rs`'s `open`). `sql::reset_stalled` (`sql/reset.rs`, run by

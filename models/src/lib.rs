@@ -7,7 +7,7 @@
 //! | [`claim`] | `sql/claim.rs`, `sql/marks.rs`, `sql/reset.rs`, `sql/heartbeat.rs`, `store/reset.rs` | the fencing token keeps every mark to the latest claim; no job is lost |
 //! | [`workflow`] | `ddl/workflows.rs` (the release trigger), `sql/workflow.rs` (`lock_upstreams`) | a dependent is released exactly once, only after all its upstream jobs completed |
 //! | [`leader`] | `sql/cluster.rs` (`leader_acquire`, `leader_renew`, `leader_fence`), `cluster/leader.rs`, `cluster/leadership.rs` | with a term and a `FOR SHARE` check, writes of two terms never interleave |
-//! | [`checkpoint`] | `consumers/store.rs` (`open_batch`), `sql/consumers.rs` (`log_batch`, `log_advance`) | the old position checkpoint lost events; the `(xid, position)` rule under the snapshot's xmin does not |
+//! | [`checkpoint`] | `consumers/store.rs` (`open_slice`), `sql/consumers.rs` (`log_slice`, `log_advance`) | the old position checkpoint lost events; the `(xid, position)` rule under the snapshot's xmin does not |
 //!
 //! Each model has a flag that removes its guard (or selects the old rule),
 //! and its tests assert that the checker then finds a counterexample.

@@ -12,6 +12,7 @@
 
 mod ahead;
 mod backoff;
+pub mod duration;
 mod error;
 mod events;
 mod execution_log;

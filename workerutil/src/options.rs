@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::Error;
 
 /// The shortest poll `interval` allowed: a shorter one only burns the
@@ -33,36 +35,56 @@ impl WorkerOptions {
 
 /// How a [`Worker`](crate::Worker) runs. Build with [`WorkerOptions::new`] and
 /// override fields; [`WorkerOptions::validate`] runs when the worker is created.
-#[derive(Debug, Clone)]
+///
+/// Deserializable from a config file: `name` is required, every other field
+/// left out keeps its default, durations are written as in
+/// [`crate::duration`] (an optional one may be `"off"`), and an unknown field
+/// is refused.
+///
+/// ```
+/// let o: workerutil::WorkerOptions = serde_json::from_str(
+///     r#"{ "name": "emails", "num_handlers": 8, "max_interval": "30s" }"#,
+/// ).unwrap();
+/// assert_eq!(o.num_handlers, 8);
+/// assert_eq!(o.interval, std::time::Duration::from_secs(1)); // the default
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct WorkerOptions {
     /// The worker's name, used in logs, spans and events. Required.
     pub name: String,
     /// The host name recorded on claimed jobs. `None` uses the machine's host name.
+    #[serde(default)]
     pub hostname: Option<String>,
     /// How many jobs run at once. At least 1. Default 1.
+    #[serde(default = "default::num_handlers")]
     pub num_handlers: usize,
     /// The most jobs one dequeue call may claim. `None` (the default) claims as
     /// many as there are free handler slots. Extra conditions from
     /// `pre_dequeue` apply to each row on its own, so a worker whose budget is an
     /// aggregate (total cost of running jobs) should set `Some(1)`.
-    pub max_dequeue_batch: Option<usize>,
+    #[serde(default)]
+    pub max_per_dequeue: Option<usize>,
     /// Stop dequeuing after this many jobs were dequeued, then wait for them to
     /// finish and return. `None` (the default) runs until shut down.
+    #[serde(default)]
     pub num_total_jobs: Option<u64>,
     /// Stop dequeuing after the worker has been running this long, then wait for
     /// the running jobs and return. `None` (the default) runs until shut down.
+    #[serde(default, with = "crate::duration::option")]
     pub max_active_time: Option<Duration>,
     /// How many jobs the worker may claim beyond its free handler slots, into a
     /// local buffer, so the next handler starts without a round trip to the
     /// store. Buffered jobs are heartbeated like running ones and handed back to
     /// the queue (fenced requeue) at once on any shutdown. `Some(n)`: always
-    /// `n`. `None` (the default): 0 when `max_dequeue_batch` is set (budgeted
+    /// `n`. `None` (the default): 0 when `max_per_dequeue` is set (budgeted
     /// workers decide job by job), else adaptive (see `max_claim_ahead`),
     /// starting at what the store suggests (`num_handlers` for the in-memory
     /// and the Postgres store).
+    #[serde(default)]
     pub claim_ahead: Option<usize>,
-    /// With `claim_ahead` left `None` (and no `max_dequeue_batch`), the
+    /// With `claim_ahead` left `None` (and no `max_per_dequeue`), the
     /// claim-ahead allowance adapts: it starts at what the store suggests and
     /// follows twice the jobs the handlers start during one claim's round trip
     /// (Little's law), from 1 for slow jobs up to this bound for fast ones. The
@@ -74,18 +96,21 @@ pub struct WorkerOptions {
     /// The allowance reaches a bound that high only for jobs that finish in
     /// well under a round trip, so what one process holds stays about two
     /// claims' worth of its own work: a few milliseconds.
+    #[serde(default)]
     pub max_claim_ahead: Option<usize>,
     /// How many dequeue calls may be in flight at once while the queue keeps
     /// filling every claim: a second claim starts while the first is still on
     /// its way, so the store's round trip no longer bounds throughput. An idle
     /// queue (a claim that came back short) is always polled by one claim at a
-    /// time. `None` (the default): 1 when `max_dequeue_batch` is set (budgeted
+    /// time. `None` (the default): 1 when `max_per_dequeue` is set (budgeted
     /// workers decide job by job), else what the store suggests (2 for the
     /// in-memory and the Postgres store).
+    #[serde(default)]
     pub concurrent_dequeues: Option<usize>,
     /// How long to wait before polling again after a dequeue found nothing (or
     /// `pre_dequeue` declined, or the store failed). At least [`MIN_INTERVAL`]
     /// (10 ms). Default 1 s.
+    #[serde(default = "default::interval", with = "crate::duration")]
     pub interval: Duration,
     /// Adaptive polling: while dequeues keep finding nothing, the wait doubles
     /// from `interval` up to this; it drops back to `interval` as soon as a job
@@ -93,25 +118,70 @@ pub struct WorkerOptions {
     /// is down (listener disconnected) the wait stays at `interval`. `None`
     /// (the default) never backs off. With LISTEN/NOTIFY wake-ups, 30 s is a
     /// sensible value: notifications bring new jobs at once.
+    #[serde(default, with = "crate::duration::option")]
     pub max_interval: Option<Duration>,
     /// How often running jobs are heartbeated. Keep it well below the store's
     /// stalled max age. Default 1 s.
+    #[serde(default = "default::heartbeat_interval", with = "crate::duration")]
     pub heartbeat_interval: Duration,
     /// A job running longer than this is canceled and marked errored with
     /// "job exceeded maximum runtime of …". `None` (the default) means no limit.
+    #[serde(default, with = "crate::duration::option")]
     pub max_runtime_per_job: Option<Duration>,
     /// When heartbeats keep failing for longer than this, the worker cancels its
     /// own running jobs: a resetter may already have requeued them for another
     /// worker, so going on could run a job twice at once. Set it below the
     /// store's stalled max age. `None` disables it. Default 15 s (half the
     /// Postgres store's default stalled max age).
+    #[serde(
+        default = "default::heartbeat_failure_limit",
+        with = "crate::duration::option"
+    )]
     pub heartbeat_failure_limit: Option<Duration>,
     /// On a graceful shutdown, how long running jobs may take to finish before
     /// they are canceled and put back in the queue. Default 30 s.
+    #[serde(default = "default::drain_timeout", with = "crate::duration")]
     pub drain_timeout: Duration,
     /// Capacity of the event channel ([`Worker::subscribe`](crate::Worker::subscribe)).
     /// Default 1024.
+    #[serde(default = "default::event_capacity")]
     pub event_capacity: usize,
+}
+
+/// The defaults of fields a config file leaves out, read from
+/// [`WorkerOptions::new`] so they are stated once.
+mod default {
+    use std::time::Duration;
+
+    use super::WorkerOptions;
+
+    fn defaults() -> WorkerOptions {
+        WorkerOptions::new(String::new())
+    }
+
+    pub(super) fn num_handlers() -> usize {
+        defaults().num_handlers
+    }
+
+    pub(super) fn interval() -> Duration {
+        defaults().interval
+    }
+
+    pub(super) fn heartbeat_interval() -> Duration {
+        defaults().heartbeat_interval
+    }
+
+    pub(super) fn heartbeat_failure_limit() -> Option<Duration> {
+        defaults().heartbeat_failure_limit
+    }
+
+    pub(super) fn drain_timeout() -> Duration {
+        defaults().drain_timeout
+    }
+
+    pub(super) fn event_capacity() -> usize {
+        defaults().event_capacity
+    }
 }
 
 impl WorkerOptions {
@@ -121,7 +191,7 @@ impl WorkerOptions {
             name: name.into(),
             hostname: None,
             num_handlers: 1,
-            max_dequeue_batch: None,
+            max_per_dequeue: None,
             claim_ahead: None,
             max_claim_ahead: None,
             concurrent_dequeues: None,
@@ -167,8 +237,8 @@ impl WorkerOptions {
         if self.max_claim_ahead.is_some_and(|n| n > MAX_JOBS_HELD) {
             return invalid("max_claim_ahead", "must be at most 1,000,000");
         }
-        if self.max_dequeue_batch == Some(0) {
-            return invalid("max_dequeue_batch", "must be at least 1 when set");
+        if self.max_per_dequeue == Some(0) {
+            return invalid("max_per_dequeue", "must be at least 1 when set");
         }
         if self.concurrent_dequeues == Some(0) {
             return invalid("concurrent_dequeues", "must be at least 1 when set");
@@ -232,6 +302,93 @@ mod tests {
         WorkerOptions::new("w").validate().unwrap();
     }
 
+    /// What an application's config file holds: a worker and a retry policy.
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Config {
+        worker: WorkerOptions,
+        #[serde(default)]
+        retry: crate::RetryPolicy,
+    }
+
+    #[test]
+    fn a_config_file_sets_only_what_it_names() {
+        let config: Config = serde_json::from_str(
+            r#"{
+                "worker": {
+                    "name": "emails",
+                    "num_handlers": 8,
+                    "interval": "250ms",
+                    "max_interval": "30s",
+                    "max_runtime_per_job": "1h 30m",
+                    "heartbeat_failure_limit": "off",
+                    "num_total_jobs": 1000
+                },
+                "retry": { "retry_after": "1m", "backoff_factor": 3.0 }
+            }"#,
+        )
+        .unwrap();
+        let o = &config.worker;
+        assert_eq!(o.name, "emails");
+        assert_eq!(o.num_handlers, 8);
+        assert_eq!(o.interval, Duration::from_millis(250));
+        assert_eq!(o.max_interval, Some(Duration::from_secs(30)));
+        assert_eq!(o.max_runtime_per_job, Some(Duration::from_secs(5400)));
+        assert_eq!(o.heartbeat_failure_limit, None);
+        assert_eq!(o.num_total_jobs, Some(1000));
+        // Everything else is WorkerOptions::new's.
+        let d = WorkerOptions::new("emails");
+        assert_eq!(o.heartbeat_interval, d.heartbeat_interval);
+        assert_eq!(o.drain_timeout, d.drain_timeout);
+        assert_eq!(o.event_capacity, d.event_capacity);
+        assert_eq!(o.hostname, None);
+        assert_eq!(o.max_active_time, None);
+        o.validate().unwrap();
+        let r = &config.retry;
+        assert_eq!(r.retry_after, Duration::from_secs(60));
+        assert_eq!(r.backoff_factor, 3.0);
+        assert_eq!(r.max_delay, crate::RetryPolicy::default().max_delay);
+    }
+
+    #[test]
+    fn written_options_read_back_the_same() {
+        let mut o = WorkerOptions::new("w");
+        o.max_active_time = Some(Duration::from_millis(1500));
+        let written = serde_json::to_value(&o).unwrap();
+        assert_eq!(written["heartbeat_failure_limit"], "15s");
+        assert_eq!(written["max_active_time"], "1s 500ms");
+        assert_eq!(written["max_interval"], "off");
+        let read: WorkerOptions = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), written);
+    }
+
+    #[test]
+    fn a_config_error_names_the_field_or_the_text() {
+        let err = |text: &str| {
+            serde_json::from_str::<Config>(text)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(r#"{"worker": {"num_handlers": 2}}"#);
+        assert!(e.starts_with("missing field `name`"), "{e}");
+        let e = err(r#"{"worker": {"name": "w", "handlers": 2}}"#);
+        assert!(
+            e.starts_with("unknown field `handlers`, expected one of"),
+            "{e}"
+        );
+        let e = err(r#"{"worker": {"name": "w", "interval": "30 parsecs"}}"#);
+        assert!(
+            e.starts_with(r#""30 parsecs" is not a duration: unknown unit "parsecs""#),
+            "{e}"
+        );
+        let e = err(r#"{"worker": {"name": "w"}, "retry": {"delay": "1s"}}"#);
+        assert!(e.starts_with("unknown field `delay`"), "{e}");
+        // Values are checked where they are used, by validate.
+        let config: Config =
+            serde_json::from_str(r#"{"worker": {"name": "w", "num_handlers": 0}}"#).unwrap();
+        assert!(config.worker.validate().is_err());
+    }
+
     #[test]
     fn each_bad_field_is_named() {
         type Breaker = Box<dyn Fn(&mut WorkerOptions)>;
@@ -250,10 +407,7 @@ mod tests {
                 "concurrent_dequeues",
                 Box::new(|o| o.concurrent_dequeues = Some(0)),
             ),
-            (
-                "max_dequeue_batch",
-                Box::new(|o| o.max_dequeue_batch = Some(0)),
-            ),
+            ("max_per_dequeue", Box::new(|o| o.max_per_dequeue = Some(0))),
             (
                 "max_active_time",
                 Box::new(|o| o.max_active_time = Some(Duration::ZERO)),

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// How long an errored job waits before its next attempt.
 ///
 /// The delay of retry `n` (counting from 0) is
@@ -10,13 +12,19 @@ use std::time::Duration;
 /// factor in `[1 - jitter, 1 + jitter]`. The Postgres store computes it in SQL,
 /// on the database's clock; [`MemoryStore`](crate::MemoryStore) computes it on
 /// tokio's clock without the jitter, so a paused-clock test sees exact delays.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Deserializable (unset fields default; durations as in [`crate::duration`]):
+/// `{ "retry_after": "30s", "max_delay": "2h" }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RetryPolicy {
     /// The first delay. Default 10 s.
+    #[serde(with = "crate::duration")]
     pub retry_after: Duration,
     /// Multiplier per failed attempt; 1.0 gives a fixed delay. Default 2.0.
     pub backoff_factor: f64,
     /// Cap on the delay before jitter. Default 1 h.
+    #[serde(with = "crate::duration")]
     pub max_delay: Duration,
     /// Relative jitter in `[0, 1)`; 0.1 spreads delays ±10 %. Default 0.1.
     pub jitter: f64,

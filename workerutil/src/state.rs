@@ -3,8 +3,12 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 /// The state of a job record. See `docs/state-machine.md` for the transitions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Serialized by the name stored in the `state` column (`"completed"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum JobState {
     /// Waiting for the jobs it depends on (workflows, `dbworker migration
     /// --workflows`); never claimed. The last dependency's completion makes it
@@ -91,5 +95,14 @@ mod tests {
             assert_eq!(state.as_str().parse::<JobState>().unwrap(), state);
         }
         assert!("done".parse::<JobState>().is_err());
+    }
+
+    #[test]
+    fn serde_uses_the_column_names() {
+        for state in JobState::ALL {
+            let text = serde_json::to_string(&state).unwrap();
+            assert_eq!(text, format!("{:?}", state.as_str()));
+            assert_eq!(serde_json::from_str::<JobState>(&text).unwrap(), state);
+        }
     }
 }

@@ -96,7 +96,7 @@ pub trait Store: Send + Sync + 'static {
     /// Whether a dequeued job holds a store resource (a transaction, a
     /// connection) until its outcome is recorded. If not (the default), the
     /// worker gives the job's handler slot to the next job as soon as the
-    /// handler returns, and records the outcome meanwhile (a store that batches
+    /// handler returns, and records the outcome meanwhile (a store that groups
     /// its marks then never holds a handler idle).
     fn job_holds_resources(&self) -> bool {
         false
@@ -200,11 +200,11 @@ pub trait Store: Send + Sync + 'static {
 
 /// How many jobs a worker with `options` claims ahead over `store` at first:
 /// `claim_ahead` when set (and always), else 0 with a capped
-/// `max_dequeue_batch`, else what the store suggests
+/// `max_per_dequeue`, else what the store suggests
 /// ([`Store::default_claim_ahead`]), where the adaptive allowance starts.
 pub fn claim_ahead<S: Store + ?Sized>(options: &WorkerOptions, store: &S) -> usize {
     options.claim_ahead.unwrap_or_else(|| {
-        if options.max_dequeue_batch.is_some() {
+        if options.max_per_dequeue.is_some() {
             0
         } else {
             store.default_claim_ahead(options.num_handlers)
@@ -214,11 +214,11 @@ pub fn claim_ahead<S: Store + ?Sized>(options: &WorkerOptions, store: &S) -> usi
 
 /// How many dequeue calls a worker with `options` keeps in flight over
 /// `store`: `concurrent_dequeues` when set, else 1 with a capped
-/// `max_dequeue_batch`, else what the store suggests
+/// `max_per_dequeue`, else what the store suggests
 /// ([`Store::default_concurrent_dequeues`]).
 pub fn concurrent_dequeues<S: Store + ?Sized>(options: &WorkerOptions, store: &S) -> usize {
     options.concurrent_dequeues.unwrap_or_else(|| {
-        if options.max_dequeue_batch.is_some() {
+        if options.max_per_dequeue.is_some() {
             1
         } else {
             store.default_concurrent_dequeues()

@@ -125,7 +125,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         // Left to the worker, the allowance adapts between 1 and its bound;
         // a store that wants none (its claimed jobs hold a resource) gets none.
         let adaptive =
-            options.claim_ahead.is_none() && options.max_dequeue_batch.is_none() && claim_ahead > 0;
+            options.claim_ahead.is_none() && options.max_per_dequeue.is_none() && claim_ahead > 0;
         let (claim_ahead, adaptive_from) = if adaptive {
             let bound = options.claim_ahead_bound();
             (bound, Some(claim_ahead.min(bound)))
@@ -405,7 +405,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         if let Some(total) = options.num_total_jobs {
             room = room.min(usize::try_from(total.saturating_sub(dequeued)).unwrap_or(usize::MAX));
         }
-        if let Some(max) = options.max_dequeue_batch {
+        if let Some(max) = options.max_per_dequeue {
             room = room.min(max);
         }
         room

@@ -792,7 +792,7 @@ async fn one_dequeue_fills_every_free_slot_unless_the_batch_is_capped() {
         let mut o = options();
         o.num_handlers = 5;
         o.num_total_jobs = Some(5);
-        o.max_dequeue_batch = cap;
+        o.max_per_dequeue = cap;
         Worker::new(store.clone(), Acts::default(), o)
             .unwrap()
             .run()

@@ -204,7 +204,7 @@ pub(crate) struct ActionArgs {
     yes: bool,
     /// Jobs per statement in a bulk action (each a short transaction).
     #[arg(long, default_value_t = 500)]
-    batch_size: u32,
+    chunk_size: u32,
     /// With `fail`: the failure message recorded.
     #[arg(long, default_value = dbworker::admin::DEFAULT_FAIL_MESSAGE)]
     message: String,
@@ -232,7 +232,7 @@ async fn run(admin: &Admin, action: &BulkAction, args: &ActionArgs) -> Result<()
             "give a job id, or filter flags (--state, --queue, --kind, --field, ...) to {} every matching job",
             action.verb()
         ),
-        None => act_on_matching(admin, action, &filter, args.yes, args.batch_size).await,
+        None => act_on_matching(admin, action, &filter, args.yes, args.chunk_size).await,
     }
 }
 
@@ -390,7 +390,7 @@ async fn act_on_matching(
     action: &BulkAction,
     filter: &JobFilter,
     yes: bool,
-    batch_size: u32,
+    chunk_size: u32,
 ) -> Result<()> {
     let verb = action.verb();
     let count = admin
@@ -412,7 +412,7 @@ async fn act_on_matching(
     bar.set_message(verb.to_owned());
     bar.enable_steady_tick(Duration::from_millis(200));
     let done = admin
-        .act_on_matching(filter, action, batch_size, |done| bar.set_position(done))
+        .act_on_matching(filter, action, chunk_size, |done| bar.set_position(done))
         .await;
     bar.finish_and_clear();
     let done = done.with_context(|| format!("{verb} the matching jobs"))?;

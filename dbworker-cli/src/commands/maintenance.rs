@@ -32,7 +32,7 @@ pub(crate) struct PurgeArgs {
     canceled_after_secs: Option<f64>,
     /// Rows per statement (each batch is a short transaction).
     #[arg(long, default_value_t = 1000)]
-    batch_size: u32,
+    chunk_size: u32,
     /// Move rows to this table (same columns as the job table) instead of deleting.
     #[arg(long)]
     archive_table: Option<String>,
@@ -71,7 +71,7 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
             }
         }
     }
-    options.batch_size = args.batch_size;
+    options.chunk_size = args.chunk_size;
     options.archive_table = args.archive_table;
     options.interval = seconds("interval-secs", args.interval_secs)?;
     options.validate()?;

@@ -254,29 +254,29 @@ impl Admin {
     }
 
     /// Applies `action` to every job matching `filter` (and in a state the
-    /// action may touch), `batch_size` jobs per short statement, in id order;
+    /// action may touch), `chunk_size` jobs per short statement, in id order;
     /// `on_batch` gets the jobs acted on so far after each batch. Returns how
     /// many it acted on: jobs that changed state in between are left alone.
     pub async fn act_on_matching(
         &self,
         filter: &JobFilter,
         action: &BulkAction,
-        batch_size: u32,
+        chunk_size: u32,
         mut on_batch: impl FnMut(u64),
     ) -> Result<u64> {
         self.check(filter)?;
         self.check_action(action)?;
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
-        if batch_size == 0 {
+        if chunk_size == 0 {
             return Err(Error::InvalidOption {
-                field: "batch_size",
+                field: "chunk_size",
                 reason: "must be at least 1".into(),
             });
         }
         let (mut after, mut done) = (0i64, 0u64);
         loop {
             let ids: Vec<i64> =
-                sql::admin_select_ids(&self.t, filter, action.states(), after, batch_size)
+                sql::admin_select_ids(&self.t, filter, action.states(), after, chunk_size)
                     .query()
                     .fetch_all(&self.pool)
                     .await

@@ -1,4 +1,4 @@
-//! A `LogStore`'s books in this process: per consumer, the batch running now,
+//! A `LogStore`'s books in this process: per consumer, the slice running now,
 //! when it may start the next one, its failures in a row, and (with a
 //! dispatcher) what the database last said about it, so a consumer that is
 //! caught up is not asked about again until the log's head moves.
@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::consumers::batch::LogPoint;
+use crate::consumers::slice::LogPoint;
 
 /// Per consumer, in this process.
 #[derive(Debug, Default)]
 struct ConsumerState {
-    /// The batch running now, by its number in this process.
+    /// The slice running now, by its number in this process.
     in_flight: Option<u64>,
     not_before: Option<Instant>,
     failures: u32,
@@ -47,11 +47,11 @@ pub(crate) struct Recheck {
 #[derive(Debug, Default)]
 pub(crate) struct Books {
     state: Arc<Mutex<HashMap<String, ConsumerState>>>,
-    batches: AtomicU64,
+    slices: AtomicU64,
 }
 
 impl Books {
-    /// The consumers among `consumers` that may start a batch now.
+    /// The consumers among `consumers` that may start a slice now.
     pub(crate) fn ready(&self, consumers: &[String]) -> Vec<String> {
         let now = Instant::now();
         let state = self.state.lock().expect("not poisoned");
@@ -114,19 +114,19 @@ impl Books {
         }
     }
 
-    /// Marks a batch of `consumer` in flight; the slot frees it when dropped.
+    /// Marks a slice of `consumer` in flight; the slot frees it when dropped.
     pub(crate) fn start(&self, consumer: &str) -> Slot {
-        let batch = self.batches.fetch_add(1, Ordering::Relaxed);
+        let slice = self.slices.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state.lock().expect("not poisoned");
-        state.entry(consumer.to_owned()).or_default().in_flight = Some(batch);
+        state.entry(consumer.to_owned()).or_default().in_flight = Some(slice);
         Slot {
             state: self.state.clone(),
             consumer: consumer.to_owned(),
-            batch,
+            slice,
         }
     }
 
-    /// Ends a batch: on success the consumer pauses `pause` and is known to
+    /// Ends a slice: on success the consumer pauses `pause` and is known to
     /// be at `advanced_to`; on failure it waits `retry_after`. Returns the
     /// failures in a row.
     pub(crate) fn settle(
@@ -157,19 +157,19 @@ impl Books {
     }
 }
 
-/// A consumer's in-flight mark in the process's books, for one batch.
+/// A consumer's in-flight mark in the process's books, for one slice.
 #[derive(Debug)]
 pub(crate) struct Slot {
     state: Arc<Mutex<HashMap<String, ConsumerState>>>,
     consumer: String,
-    batch: u64,
+    slice: u64,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut state = self.state.lock().expect("not poisoned");
         if let Some(s) = state.get_mut(&self.consumer)
-            && s.in_flight == Some(self.batch)
+            && s.in_flight == Some(self.slice)
         {
             s.in_flight = None;
         }

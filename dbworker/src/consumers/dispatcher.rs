@@ -27,7 +27,7 @@ use crate::service::{Next, Runner, Service};
 use crate::sql::{self, LogTables};
 
 use super::options::DEFAULT_TRANSACTION_COLUMN;
-use crate::consumers::batch::LogPoint;
+use crate::consumers::slice::LogPoint;
 
 /// How the process's dispatcher of one events table reads its head.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +213,7 @@ impl LogDispatcher {
     }
 
     /// Wakes the groups after `delay`: a consumer left behind the head by a
-    /// full batch starts its next one once its pause is over.
+    /// full slice starts its next one once its pause is over.
     pub(crate) fn wake_after(&self, delay: Duration) {
         let wake = self.shared.wake.clone();
         tokio::spawn(async move {

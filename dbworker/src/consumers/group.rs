@@ -2,7 +2,7 @@
 //! `ConsumerGroup` with the same consumers; the leader of the group's scope
 //! assigns consumers to live processes round-robin (sorted names over sorted
 //! node ids) and rebalances when processes join or die; every process runs the
-//! batches of the consumers assigned to it through a `Worker` over a
+//! slices of the consumers assigned to it through a `Worker` over a
 //! [`LogStore`].
 
 use std::collections::HashMap;
@@ -41,13 +41,13 @@ pub trait Consumer<E>: Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Handles one event, in position order, inside the batch's transaction.
-    /// An error rolls the whole batch back; it is retried from the same
+    /// Handles one event, in position order, inside the slice's transaction.
+    /// An error rolls the whole slice back; it is retried from the same
     /// position.
     async fn handle(&self, tx: &mut PgConnection, event: &E) -> std::result::Result<(), BoxError>;
 }
 
-/// Runs each batch with the consumer it belongs to.
+/// Runs each slice with the consumer it belongs to.
 struct Dispatch<E> {
     consumers: HashMap<String, Arc<dyn Consumer<E>>>,
 }
@@ -62,18 +62,18 @@ where
         job: &mut LogJob<E>,
         _ctx: &JobContext<LogStore<E>>,
     ) -> std::result::Result<(), HandlerError> {
-        if let Some(problem) = &job.batch().problem {
+        if let Some(problem) = &job.slice().problem {
             return Err(HandlerError::non_retryable(problem.clone()));
         }
         let consumer = self
             .consumers
-            .get(&job.batch().consumer)
+            .get(&job.slice().consumer)
             .cloned()
             .ok_or_else(|| HandlerError::non_retryable("no such consumer in this process"))?;
         let span = tracing::info_span!(
             "consumer",
             consumer = consumer.name(),
-            after = job.batch().after
+            after = job.slice().after
         );
         let _entered = span.enter();
         // Take the events out so the transaction can be borrowed mutably.
@@ -87,7 +87,7 @@ where
                 }
             }
         } else {
-            result = Err(HandlerError::non_retryable("the batch has no transaction"));
+            result = Err(HandlerError::non_retryable("the slice has no transaction"));
         }
         *job.events_mut() = events;
         result
@@ -100,7 +100,7 @@ where
 pub struct ConsumerGroupOptions {
     /// The group's name: its leader scope is `consumers:<name>`.
     pub name: String,
-    /// How the log is read (events table, position column, batch size, pause,
+    /// How the log is read (events table, position column, slice size, pause,
     /// retry wait, failure limit, NOTIFY channel). Its `node_id` and
     /// `consumers` are filled in by the group.
     pub log: LogOptions,
@@ -118,9 +118,9 @@ pub struct ConsumerGroupOptions {
     pub lease: Duration,
     /// How often the leader rebalances. Default 2 s.
     pub rebalance_interval: Duration,
-    /// A batch running longer is rolled back and counts as a failure.
+    /// A slice running longer is rolled back and counts as a failure.
     /// Default 30 s.
-    pub batch_timeout: Duration,
+    pub slice_timeout: Duration,
     /// Poll mode (no `log.listen`): how often the process's dispatcher reads
     /// the log's head (one statement, shared by every group of the process on
     /// the same events table and settings; consumers behind the head are then
@@ -153,7 +153,7 @@ impl ConsumerGroupOptions {
             leader_table: crate::cluster::leader::DEFAULT_LEADER_TABLE.into(),
             lease: Duration::from_secs(6),
             rebalance_interval: Duration::from_secs(2),
-            batch_timeout: Duration::from_secs(30),
+            slice_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_millis(200),
             reconcile_interval: Duration::from_secs(1),
             max_poll_interval: Duration::from_secs(30),
@@ -180,8 +180,8 @@ impl ConsumerGroupOptions {
         }
         Relation::parse("node_table", &self.node_table)?;
         Relation::parse("leader_table", &self.leader_table)?;
-        if self.batch_timeout.is_zero() {
-            return invalid("batch_timeout", "must be positive");
+        if self.slice_timeout.is_zero() {
+            return invalid("slice_timeout", "must be positive");
         }
         if self.poll_interval < Duration::from_millis(1) {
             return invalid("poll_interval", "must be at least 1 ms");
@@ -288,7 +288,7 @@ where
         wo.hostname = Some(options.node_id.clone());
         wo.interval = options.poll_interval;
         wo.max_interval = Some(options.max_poll_interval.max(options.poll_interval));
-        wo.max_runtime_per_job = Some(options.batch_timeout);
+        wo.max_runtime_per_job = Some(options.slice_timeout);
         wo.heartbeat_interval = options.rebalance_interval;
         let dispatch = Dispatch {
             consumers: consumers
@@ -322,8 +322,8 @@ where
     }
 
     /// Runs until `stop` fires (returning `Ok`) or a consumer fails
-    /// `max_consecutive_failures` batches in a row (returning
-    /// `Error::ConsumerFailed` after stopping everything): the batches of the
+    /// `max_consecutive_failures` slices in a row (returning
+    /// `Error::ConsumerFailed` after stopping everything): the slices of the
     /// consumers assigned here and, while this process leads, the rebalancing.
     pub async fn run(self, stop: CancellationToken) -> Result<()> {
         let ConsumerGroup {

@@ -1,13 +1,13 @@
 //! Log consumers: named consumers of an append-only events table, each with a
-//! checkpoint advanced in its batch's transaction ([`LogStore`]), assigned to
+//! checkpoint advanced in its slice's transaction ([`LogStore`]), assigned to
 //! live processes by the leader ([`ConsumerGroup`]), woken by the process's
 //! reader of the log's head ([`LogDispatcher`]).
 
-pub(crate) mod batch;
 pub(crate) mod books;
 pub(crate) mod dispatcher;
 pub(crate) mod group;
 pub(crate) mod options;
+pub(crate) mod slice;
 pub(crate) mod store;
 
 pub use dispatcher::{DispatcherOptions, LogDispatcher};
@@ -16,5 +16,5 @@ pub use group::{
 };
 pub use options::{DEFAULT_TRANSACTION_COLUMN, LogEvent, LogOptions};
 pub use store::{
-    ConsumerBatch, DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, LogJob, LogPoint, LogStore,
+    DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, EventSlice, LogJob, LogPoint, LogStore,
 };

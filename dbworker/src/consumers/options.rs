@@ -47,23 +47,23 @@ pub struct LogOptions {
     pub assignment_table: String,
     /// The checkpoint table. Default [`DEFAULT_CHECKPOINT_TABLE`].
     pub checkpoint_table: String,
-    /// Events per batch at most. Default 100.
-    pub batch_size: u32,
-    /// Pause after a consumer's batch before its next one. Default 200 ms.
-    pub batch_pause: Duration,
-    /// Wait after a failed batch before it is tried again from the same
+    /// Events per slice at most. Default 100.
+    pub slice_size: u32,
+    /// Pause after a consumer's slice before its next one. Default 200 ms.
+    pub slice_pause: Duration,
+    /// Wait after a failed slice before it is tried again from the same
     /// position. Default 1 s.
     pub retry_after: Duration,
-    /// A consumer failing this many batches in a row stops the group (the
+    /// A consumer failing this many slices in a row stops the group (the
     /// process should exit and be looked at). Default 5.
     pub max_consecutive_failures: u32,
     /// The aggregate types each scoped consumer reads, by consumer name (the
     /// seed's `ScopedConsumer`; `ConsumerGroup` fills it from
     /// `Consumer::aggregate_types`). A consumer absent here, or with no types,
-    /// reads every event. The batch filters in SQL (`aggregate_type_column =
+    /// reads every event. The slice filters in SQL (`aggregate_type_column =
     /// ANY($types)`), so a scoped consumer never receives the other events, and
     /// its checkpoint still advances past them (to the head of the log read
-    /// in the batch's transaction). Default: none.
+    /// in the slice's transaction). Default: none.
     pub scopes: BTreeMap<String, Vec<String>>,
     /// The column scoped consumers' types are matched against. Default
     /// `aggregate_type`.
@@ -94,8 +94,8 @@ impl LogOptions {
             consumers,
             assignment_table: DEFAULT_ASSIGNMENT_TABLE.into(),
             checkpoint_table: DEFAULT_CHECKPOINT_TABLE.into(),
-            batch_size: 100,
-            batch_pause: Duration::from_millis(200),
+            slice_size: 100,
+            slice_pause: Duration::from_millis(200),
             retry_after: Duration::from_secs(1),
             max_consecutive_failures: 5,
             scopes: BTreeMap::new(),
@@ -133,8 +133,8 @@ impl LogOptions {
             crate::columns::column_name("position_column", &self.position_column)?;
         let transaction_column =
             crate::columns::column_name("transaction_column", &self.transaction_column)?;
-        if self.batch_size == 0 {
-            return Err(invalid("batch_size", "must be at least 1"));
+        if self.slice_size == 0 {
+            return Err(invalid("slice_size", "must be at least 1"));
         }
         if self.max_consecutive_failures == 0 {
             return Err(invalid("max_consecutive_failures", "must be at least 1"));
@@ -181,8 +181,8 @@ impl LogOptions {
             node_id: self.node_id.clone(),
             consumers: names,
             scopes,
-            batch_size: self.batch_size,
-            batch_pause: self.batch_pause,
+            slice_size: self.slice_size,
+            slice_pause: self.slice_pause,
             retry_after: self.retry_after,
             max_consecutive_failures: self.max_consecutive_failures,
         })
@@ -199,8 +199,8 @@ pub(crate) struct LogResolved {
     pub(crate) consumers: Vec<String>,
     /// The scoped consumers' aggregate types (never empty lists).
     pub(crate) scopes: HashMap<String, Vec<String>>,
-    pub(crate) batch_size: u32,
-    pub(crate) batch_pause: Duration,
+    pub(crate) slice_size: u32,
+    pub(crate) slice_pause: Duration,
     pub(crate) retry_after: Duration,
     pub(crate) max_consecutive_failures: u32,
 }

@@ -1,5 +1,5 @@
 //! `LogStore`: the second `Store`, over an append-only events table ordered by
-//! a global position. A "job" is the next batch of one consumer: its
+//! a global position. A "job" is the next slice of one consumer: its
 //! transaction first locks the consumer's assignment row (proof that this
 //! process still owns the consumer), reads the checkpoint, and fetches the
 //! events after it; completing the job advances the checkpoint in the same
@@ -23,7 +23,7 @@ use crate::sql;
 use super::books::{Books, Recheck};
 use super::dispatcher::LogDispatcher;
 use super::options::{LogEvent, LogOptions, LogResolved};
-pub use crate::consumers::batch::{ConsumerBatch, LogJob, LogPoint};
+pub use crate::consumers::slice::{EventSlice, LogJob, LogPoint};
 
 /// The assignment table's default name.
 pub const DEFAULT_ASSIGNMENT_TABLE: &str = "dbworker_consumer_assignments";
@@ -110,7 +110,7 @@ where
             .await?,
         );
         if problems.is_empty()
-            && let Err(err) = sql::log_batch(&o, (i64::MAX, i64::MAX), 1)
+            && let Err(err) = sql::log_slice(&o, (i64::MAX, i64::MAX), 1)
                 .query()
                 .execute(&pool)
                 .await
@@ -143,7 +143,7 @@ where
         })
     }
 
-    /// Fires when a consumer failed `max_consecutive_failures` batches in a row.
+    /// Fires when a consumer failed `max_consecutive_failures` slices in a row.
     pub(crate) fn stopped(&self) -> CancellationToken {
         self.stop.clone()
     }
@@ -160,23 +160,23 @@ where
         self.dispatched = Some((dispatcher, recheck));
     }
 
-    /// Ends a batch in this process's books: `Ok(checkpoint)` after a commit.
+    /// Ends a slice in this process's books: `Ok(checkpoint)` after a commit.
     fn settle(&self, consumer: &str, outcome: std::result::Result<LogPoint, &str>) {
         let failures = self.books.settle(
             consumer,
             outcome.map_err(|_| ()),
-            self.o.batch_pause,
+            self.o.slice_pause,
             self.o.retry_after,
         );
         if let (Ok(at), Some((dispatcher, _))) = (outcome, &self.dispatched)
             && dispatcher.head().is_none_or(|head| at < head)
         {
-            dispatcher.wake_after(self.o.batch_pause);
+            dispatcher.wake_after(self.o.slice_pause);
         }
         if let Err(message) = outcome
             && failures >= self.o.max_consecutive_failures
         {
-            tracing::error!(store = %self.o.name, consumer, failures, error = message, "consumer failed too many batches in a row; stopping");
+            tracing::error!(store = %self.o.name, consumer, failures, error = message, "consumer failed too many slices in a row; stopping");
             *self.fatal.lock().expect("not poisoned") = Some(Fatal {
                 consumer: consumer.to_owned(),
                 failures,
@@ -194,8 +194,8 @@ where
         }
     }
 
-    async fn open_batch(&self, job: &mut LogJob<E>) -> Result<bool> {
-        let consumer = job.batch.consumer.clone();
+    async fn open_slice(&self, job: &mut LogJob<E>) -> Result<bool> {
+        let consumer = job.slice.consumer.clone();
         let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         let owned = sql::log_lock_assignment(&self.o, &consumer, &self.o.node_id)
             .query()
@@ -222,11 +222,11 @@ where
         };
         let (rows, last) = match self.o.scopes.get(&consumer) {
             None => {
-                let rows = sql::log_batch(&self.o, checkpoint.pair(), self.o.batch_size)
+                let rows = sql::log_slice(&self.o, checkpoint.pair(), self.o.slice_size)
                     .query()
                     .fetch_all(&mut *tx)
                     .await
-                    .map_err(Error::db("log_batch"))?;
+                    .map_err(Error::db("log_slice"))?;
                 let Some(last) = rows.last().map(point) else {
                     return Ok(false);
                 };
@@ -234,9 +234,9 @@ where
             }
             Some(types) => {
                 // Read the head first: every event up to it that is in scope
-                // is final and visible to the batch read after it, so the
+                // is final and visible to the slice read after it, so the
                 // checkpoint may move to the head (past the events of other
-                // types) when the batch is not full.
+                // types) when the slice is not full.
                 let row = sql::log_head(&self.o)
                     .query()
                     .fetch_one(&mut *tx)
@@ -246,18 +246,18 @@ where
                 if head <= checkpoint {
                     return Ok(false);
                 }
-                let rows = sql::log_scoped_batch(
+                let rows = sql::log_scoped_slice(
                     &self.o,
                     checkpoint.pair(),
                     head.pair(),
                     types.clone(),
-                    self.o.batch_size,
+                    self.o.slice_size,
                 )
                 .query()
                 .fetch_all(&mut *tx)
                 .await
-                .map_err(Error::db("log_scoped_batch"))?;
-                let full = rows.len() >= self.o.batch_size as usize;
+                .map_err(Error::db("log_scoped_slice"))?;
+                let full = rows.len() >= self.o.slice_size as usize;
                 let last = match rows.last() {
                     Some(r) if full => point(r),
                     _ => head,
@@ -271,16 +271,16 @@ where
                 Ok(e) => events.push(e),
                 Err(err) => {
                     let position: i64 = row.get(sql::LOG_POSITION);
-                    job.batch.problem = Some(format!(
+                    job.slice.problem = Some(format!(
                         "event at position {position} failed to scan: {err}"
                     ));
                     break;
                 }
             }
         }
-        job.batch.events = events;
-        job.batch.last = last.position;
-        job.batch.last_point = last;
+        job.slice.events = events;
+        job.slice.last = last.position;
+        job.slice.last_point = last;
         job.tx = Some(tx);
         Ok(true)
     }
@@ -291,7 +291,7 @@ impl<E> Store for LogStore<E>
 where
     E: LogEvent,
 {
-    type Record = ConsumerBatch<E>;
+    type Record = EventSlice<E>;
     type Job = LogJob<E>;
     type Conditions = ();
 
@@ -306,7 +306,7 @@ where
             return Err(Box::new(Error::InvalidOption {
                 field: "num_handlers",
                 reason: format!(
-                    "{} handlers each hold a batch transaction; the pool needs at least {need} connections (it has {max})",
+                    "{} handlers each hold a slice transaction; the pool needs at least {need} connections (it has {max})",
                     options.num_handlers
                 ),
             }));
@@ -314,8 +314,8 @@ where
         Ok(())
     }
 
-    /// A claimed batch holds nothing until it opens, but claiming ahead would
-    /// only delay the next batch of the same consumer.
+    /// A claimed slice holds nothing until it opens, but claiming ahead would
+    /// only delay the next slice of the same consumer.
     fn default_claim_ahead(&self, _num_handlers: usize) -> usize {
         0
     }
@@ -402,7 +402,7 @@ where
             let slot = self.books.start(&consumer);
             let index = i64::try_from(index).unwrap_or(i64::MAX);
             jobs.push(LogJob {
-                batch: ConsumerBatch {
+                slice: EventSlice {
                     consumer,
                     events: Vec::new(),
                     after: after.position,
@@ -423,12 +423,12 @@ where
     }
 
     async fn open(&self, job: &mut LogJob<E>) -> std::result::Result<bool, BoxError> {
-        match self.open_batch(job).await {
+        match self.open_slice(job).await {
             Ok(true) => Ok(true),
             Ok(false) => {
                 // Lost the assignment, or nothing left to read: not an error.
                 // Ask the database again next time rather than trust the books.
-                self.books.forget(&job.batch.consumer);
+                self.books.forget(&job.slice.consumer);
                 Self::rollback(job).await;
                 Ok(false)
             }
@@ -439,7 +439,7 @@ where
         }
     }
 
-    /// A batch is alive while this process still holds its consumer.
+    /// A slice is alive while this process still holds its consumer.
     async fn heartbeat(&self, leases: &[Lease]) -> std::result::Result<HeartbeatResult, BoxError> {
         let held: Vec<String> = sql::log_assigned(&self.o, &self.o.node_id)
             .query()
@@ -483,7 +483,7 @@ where
     }
 
     async fn mark_complete(&self, job: &mut LogJob<E>) -> std::result::Result<bool, BoxError> {
-        let consumer = job.batch.consumer.clone();
+        let consumer = job.slice.consumer.clone();
         let Some(mut tx) = job.tx.take() else {
             return Ok(false);
         };
@@ -491,7 +491,7 @@ where
             &self.o,
             &consumer,
             job.lease.token,
-            job.batch.last_point.pair(),
+            job.slice.last_point.pair(),
         )
         .query()
         .execute(&mut *tx)
@@ -512,7 +512,7 @@ where
         }
         match tx.commit().await {
             Ok(()) => {
-                self.settle(&consumer, Ok(job.batch.last_point));
+                self.settle(&consumer, Ok(job.slice.last_point));
                 Ok(true)
             }
             Err(err) => {
@@ -522,7 +522,7 @@ where
         }
     }
 
-    /// A failed batch is retried from the same position, at once: there is no
+    /// A failed slice is retried from the same position, at once: there is no
     /// retry limit or delay to override, so `retry` is not used.
     async fn mark_errored(
         &self,
@@ -531,8 +531,8 @@ where
         _retry: Option<&workerutil::Retry>,
     ) -> std::result::Result<bool, BoxError> {
         Self::rollback(job).await;
-        tracing::warn!(store = %self.o.name, consumer = %job.batch.consumer, after = job.batch.after, error = message, "batch failed; it is retried from the same position");
-        self.settle(&job.batch.consumer, Err(message));
+        tracing::warn!(store = %self.o.name, consumer = %job.slice.consumer, after = job.slice.after, error = message, "slice failed; it is retried from the same position");
+        self.settle(&job.slice.consumer, Err(message));
         Ok(true)
     }
 

@@ -53,8 +53,9 @@ pub struct Pauses {
     channel: String,
 }
 
-/// How [`Pauses`] wake the workers.
-#[derive(Debug, Clone, Default)]
+/// How [`Pauses`] wake the workers. Deserializable from a config file.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PausesOptions {
     /// The channel a resume notifies; `None`: the table's default channel

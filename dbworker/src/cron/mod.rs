@@ -26,7 +26,10 @@ use ticks::{Due, due_ticks};
 pub const DEFAULT_CRON_TABLE: &str = "dbworker_cron";
 
 /// Where a [`Scheduler`] records its ticks, and how often it looks.
-#[derive(Debug, Clone)]
+/// Deserializable from a config file (fields left out keep their defaults;
+/// `interval` as in [`workerutil::duration`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SchedulerOptions {
     /// The cron table (it must exist; one serves every job table). Default
@@ -34,6 +37,7 @@ pub struct SchedulerOptions {
     pub cron_table: String,
     /// How often [`Scheduler::run`] looks for due ticks. At least 10 ms.
     /// Default 1 s.
+    #[serde(with = "workerutil::duration")]
     pub interval: Duration,
 }
 

@@ -29,7 +29,7 @@ use crate::error::Result;
 ///
 /// A job that waits is `pending`, a state the claim never takes. Every write
 /// that moves a job to `completed`, `failed` or `canceled` (a worker's mark,
-/// single or batched, in either handling mode; a reset that fails it; an
+/// single or grouped, in either handling mode; a reset that fails it; an
 /// operator's cancel; plain SQL) fires the trigger in that same transaction:
 /// so a dependency is released exactly when, and only if, its upstream's
 /// final state commits. See the guide's "Workflows" chapter for the design.

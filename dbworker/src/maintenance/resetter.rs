@@ -15,7 +15,12 @@ use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass}
 use crate::table::{DEFAULT_CONNECT_TIMEOUT, JobTable};
 
 /// How a resetter runs; the table comes from its [`JobTable`].
-#[derive(Debug, Clone)]
+///
+/// Deserializable from a config file: every field left out keeps its
+/// default, durations are written as in [`workerutil::duration`], and an
+/// unknown field is refused.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ResetterOptions {
     /// The resetter's name, for logs. Default `"resetter"`.
@@ -24,9 +29,11 @@ pub struct ResetterOptions {
     /// same values as the table's stores (`StoreOptions::stall`).
     pub stall: StallOptions,
     /// Time between passes. Default 30 s.
+    #[serde(with = "workerutil::duration")]
     pub interval: Duration,
     /// How long [`Resetter::check`] waits for a connection before reporting the
     /// server unreachable with the real cause. Default 5 s.
+    #[serde(with = "workerutil::duration")]
     pub connect_timeout: Duration,
     /// The worker registry (`dbworker migration --nodes`): processing jobs
     /// whose `worker_hostname` names a process dead for `dead_after` are
@@ -36,6 +43,7 @@ pub struct ResetterOptions {
     pub node_table: Option<String>,
     /// With `node_table`: a process whose registry heartbeat is older than
     /// this is dead. Default 10 s (as `NodeOptions::dead_after`).
+    #[serde(with = "workerutil::duration")]
     pub dead_after: Duration,
 }
 

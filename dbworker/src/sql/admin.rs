@@ -484,3 +484,85 @@ pub(crate) fn admin_recent(a: &Table, window: std::time::Duration) -> Statement 
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use crate::job_filter::FieldFilter;
+    use std::time::Duration;
+    let a = super::fixtures::admin_table();
+    let filter = JobFilter {
+        states: vec![JobState::Failed],
+        queue: Some("emails".into()),
+        kind: Some("send".into()),
+        older_than: Some(Duration::from_secs(60)),
+        newer_than: Some(Duration::from_secs(3600)),
+        failure_contains: Some("timeout".into()),
+        fields: vec![FieldFilter::new("payload", &["to", "domain"], "example.com").unwrap()],
+        workflow_id: None,
+    };
+    let workflows = Table {
+        workflows: true,
+        ..a.clone()
+    };
+    let of_workflow = JobFilter {
+        workflow_id: Some(7),
+        ..JobFilter::default()
+    };
+    let by_failures = PageRequest {
+        after: Some(10),
+        after_value: Some("3".into()),
+        newest_first: true,
+        sort: JobSort::Failures,
+        ..PageRequest::first(50)
+    };
+    let reschedule = Reschedule {
+        run_after: Some(Duration::from_secs(60)),
+        priority: Some(3),
+        num_failures: Some(0),
+        max_retries: Some(5),
+        ..Default::default()
+    };
+    let waiting = [JobState::Queued, JobState::Errored];
+    let page = PageRequest::first(50);
+    vec![
+        ("admin_live", admin_live(&a)),
+        ("admin_hosts", admin_hosts(&a)),
+        ("admin_estimate", admin_estimate(&a)),
+        ("admin_show", admin_show(&a, 1)),
+        ("admin_list", admin_list(&a, &filter, &page)),
+        (
+            "admin_list_by_workflow",
+            admin_list(&workflows, &of_workflow, &page),
+        ),
+        (
+            "admin_list_by_failures_newest_first",
+            admin_list(&a, &JobFilter::default(), &by_failures),
+        ),
+        (
+            "admin_select_ids",
+            admin_select_ids(&a, &filter, &waiting, 0, 100),
+        ),
+        ("admin_count", admin_count(&a, &filter, &waiting)),
+        ("admin_requeue", admin_requeue(&a, &[1, 2])),
+        ("admin_cancel_waiting", admin_cancel_waiting(&a, &[1, 2])),
+        ("admin_request_cancel", admin_request_cancel(&a, &[1, 2])),
+        ("admin_fail", admin_fail(&a, &[1, 2], "m")),
+        ("admin_delete", admin_delete(&a, &[1, 2])),
+        ("admin_complete", admin_complete(&a, &[1, 2])),
+        (
+            "admin_reschedule",
+            admin_reschedule(&a, &[1, 2], &reschedule),
+        ),
+        (
+            "admin_reschedule_state_only",
+            admin_reschedule(&a, &[1], &Default::default()),
+        ),
+        ("admin_remove_key", admin_remove_key(&a, "k")),
+        (
+            "admin_processing_key_holder",
+            admin_processing_key_holder(&a, "k"),
+        ),
+        ("admin_recent", admin_recent(&a, Duration::from_secs(300))),
+    ]
+}

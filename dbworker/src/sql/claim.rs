@@ -467,3 +467,43 @@ pub(crate) fn lock_claimed(o: &StoreParams, id: i64, token: i64) -> Statement {
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{limited, paused, quoted, resolved};
+    let (t, v, limited) = (resolved(false), resolved(true), limited());
+    let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
+    let lane = LimitedClaim::Lane { threshold: 1024 };
+    let gpu = ["gpu".to_owned()];
+    vec![
+        ("claim", claim(&t, "host", &[cost()], 3, false)),
+        ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
+        ("claim_through_view", claim(&v, "host", &[cost()], 3, true)),
+        ("eligible_behind", eligible_behind(&t, &[cost()], 1000)),
+        (
+            "claim_after_cursor",
+            claim(&t, "host", &[claim_cursor_condition(&t, 1000)], 3, true),
+        ),
+        (
+            "claim_without_forbidden_flags",
+            claim(&t, "host", &[not_flagged(&t, "flags", &gpu)], 3, true),
+        ),
+        ("lock_claimed", lock_claimed(&t, 1, 2)),
+        ("select_records", select_records(&t, vec![1, 2])),
+        (
+            "select_records_through_view",
+            select_records(&v, vec![1, 2]),
+        ),
+        (
+            "claim_unless_paused",
+            claim(&paused(), "host", &[], 3, true),
+        ),
+        ("claim_within_limits", claim(&limited, "host", &[], 3, true)),
+        (
+            "claim_limited_in_a_lane",
+            claim_limited(&limited, "host", &[], 3, true, lane),
+        ),
+        ("claim_quoted", claim(&quoted(), "host", &[], 3, true)),
+    ]
+}

@@ -259,3 +259,46 @@ pub(crate) fn leader_current(leaders: &Relation, scope: &str) -> Statement {
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use std::time::Duration;
+    let (nodes, leaders) = (
+        super::fixtures::nodes(),
+        super::fixtures::rel("dbworker_leaders"),
+    );
+    let queues = ["emails".to_owned()];
+    let node = NodeRow {
+        host: "h",
+        pid: 1,
+        version: "0.1.0",
+        queues: &queues,
+        handlers: 8,
+    };
+    let (id, lease) = ("h:1:ab", Duration::from_secs(15));
+    vec![
+        ("node_register", node_register(&nodes, node)),
+        ("node_heartbeat", node_heartbeat(&nodes, id, node)),
+        ("node_deregister", node_deregister(&nodes, id)),
+        ("nodes_live", nodes_live(&nodes, Duration::from_secs(10))),
+        (
+            "nodes_prune",
+            nodes_prune(&nodes, Duration::from_secs(3600)),
+        ),
+        (
+            "leader_acquire",
+            leader_acquire(&leaders, "purger", id, lease),
+        ),
+        ("leader_release", leader_release(&leaders, "purger", id, 3)),
+        (
+            "leader_renew",
+            leader_renew(&leaders, "purger", id, 3, lease),
+        ),
+        (
+            "leader_fence",
+            leader_fence(&leaders, "purger", id, 3, lease),
+        ),
+        ("leader_current", leader_current(&leaders, "purger")),
+    ]
+}

@@ -1,4 +1,4 @@
-//! Log consumers: assignments, checkpoints and batches of the events table.
+//! Log consumers: assignments, checkpoints and slices of the events table.
 //!
 //! Built with sea-query: the pending check joins the checkpoints with
 //! `LEFT JOIN` and tests the events table with `EXISTS`; the checkpoint and the
@@ -166,7 +166,7 @@ fn held_query(l: &LogTables, node: &str, names: Vec<String>) -> SelectStatement 
 /// `head`; zero when there is none), and whether committed events wait behind
 /// a transaction still running (`waiting`: the head moves when that
 /// transaction ends, and no insert announces it). Two probes of the
-/// `(transaction, position)` index. The dispatcher reads it; a scoped batch
+/// `(transaction, position)` index. The dispatcher reads it; a scoped slice
 /// reads it to know how far its checkpoint may advance past events of other
 /// types.
 pub(crate) fn log_head(l: &LogTables) -> Statement {
@@ -214,11 +214,11 @@ pub(crate) const LOG_HEAD_XID: &str = "head_xid";
 /// The column `log_head` says whether events wait behind a running writer in.
 pub(crate) const LOG_WAITING: &str = "waiting";
 
-/// A scoped consumer's next batch: the events after `after` and up to `upto`
+/// A scoped consumer's next slice: the events after `after` and up to `upto`
 /// (the head read before it; both `(transaction, position)`) whose aggregate
 /// type is one of `types`, in reading order. Filtered here, so the consumer
 /// never receives the others.
-pub(crate) fn log_scoped_batch(
+pub(crate) fn log_scoped_slice(
     l: &LogTables,
     after: (i64, i64),
     upto: (i64, i64),
@@ -226,7 +226,7 @@ pub(crate) fn log_scoped_batch(
     size: u32,
 ) -> Statement {
     let e = &l.events;
-    let mut q = batch_select(l);
+    let mut q = slice_select(l);
     q.and_where(point(l).gt(Expr::tuple([xid8(after.0), Expr::val(after.1)])))
         .and_where(point(l).lte(Expr::tuple([xid8(upto.0), Expr::val(upto.1)])))
         .and_where(
@@ -238,7 +238,7 @@ pub(crate) fn log_scoped_batch(
 
 /// The configured select list, each event's position and transaction, in
 /// reading order.
-fn batch_select(l: &LogTables) -> SelectStatement {
+fn slice_select(l: &LogTables) -> SelectStatement {
     let e = &l.events;
     let position = col(&e.alias, &l.position_column);
     let txn = col(&e.alias, &l.transaction_column);
@@ -297,23 +297,23 @@ pub(crate) fn log_checkpoint(l: &LogTables, consumer: &str) -> Statement {
     Statement::from(&q)
 }
 
-/// The next batch of final events after `after` (`(transaction, position)`),
+/// The next slice of final events after `after` (`(transaction, position)`),
 /// in reading order, with each event's position and transaction after the
 /// configured expressions. An event whose transaction is below the horizon
 /// can no longer be preceded by one that commits later, so the checkpoint
 /// may pass it.
-pub(crate) fn log_batch(l: &LogTables, after: (i64, i64), size: u32) -> Statement {
+pub(crate) fn log_slice(l: &LogTables, after: (i64, i64), size: u32) -> Statement {
     let e = &l.events;
-    let mut q = batch_select(l);
+    let mut q = slice_select(l);
     q.and_where(point(l).gt(Expr::tuple([xid8(after.0), Expr::val(after.1)])))
         .and_where(col(&e.alias, &l.transaction_column).lt(horizon()))
         .limit(u64::from(size));
     Statement::from(&q)
 }
 
-/// The column `log_batch` returns each event's position in.
+/// The column `log_slice` returns each event's position in.
 pub(crate) const LOG_POSITION: &str = "dbworker_position";
-/// The column `log_batch` returns each event's transaction id in.
+/// The column `log_slice` returns each event's transaction id in.
 pub(crate) const LOG_XID: &str = "dbworker_xid";
 
 /// Advances a checkpoint to `to` (`(transaction, position)`), fenced by the
@@ -486,4 +486,38 @@ pub(crate) fn log_lag(
         .order_by((alias("c"), alias("consumer_name")), Order::Asc)
         .to_owned();
     Statement::from(&q)
+}
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    let (l, nodes) = (super::fixtures::log_tables(), super::fixtures::nodes());
+    let (node, billing) = ("h:1:ab", || vec!["billing".to_owned()]);
+    let ten_seconds = std::time::Duration::from_secs(10);
+    vec![
+        ("log_pending", log_pending(&l, node, billing(), Some(4))),
+        (
+            "log_lock_assignment",
+            log_lock_assignment(&l, "billing", node),
+        ),
+        ("log_held", log_held(&l, node, billing())),
+        ("log_head", log_head(&l)),
+        (
+            "log_scoped_slice",
+            log_scoped_slice(&l, (7, 10), (9, 500), vec!["order".into()], 100),
+        ),
+        ("log_checkpoint", log_checkpoint(&l, "billing")),
+        ("log_slice", log_slice(&l, (7, 10), 100)),
+        ("log_advance", log_advance(&l, "billing", 10, (9, 20))),
+        ("log_assigned", log_assigned(&l, node)),
+        (
+            "log_rebalance",
+            log_rebalance(&l.assignments, &nodes, billing(), ten_seconds),
+        ),
+        ("log_assignments", log_assignments(&l.assignments)),
+        (
+            "log_lag",
+            log_lag(&l.events, &l.position_column, &l.checkpoints),
+        ),
+    ]
 }

@@ -400,3 +400,34 @@ pub(crate) fn list_pauses(pauses: &Relation, job_table: &str) -> Statement {
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{limited, pauses, quoted, quoted_pauses, rel};
+    let (limited, pauses, limits) = (limited(), pauses(), rel("dbworker_limits"));
+    let settings = LimitRow {
+        max_processing: Some(4),
+        max_per_key: Some(1),
+        rate_per_second: Some(40.0),
+        burst: Some(4),
+    };
+    let quoted = pause_key(&quoted().table);
+    vec![
+        ("claim_lock", claim_lock(&limited, 4)),
+        ("claim_lane", claim_lane(&limited, 4, 1)),
+        ("pause", pause(&pauses, "app.jobs", "emails", "ops")),
+        ("resume", resume(&pauses, "app.jobs", "emails")),
+        ("list_pauses", list_pauses(&pauses, "app.jobs")),
+        (
+            "set_limit",
+            set_limit(&limits, "app.jobs", "emails", settings),
+        ),
+        ("remove_limit", remove_limit(&limits, "app.jobs", "emails")),
+        ("list_limits", list_limits(&limits, "app.jobs")),
+        (
+            "pause_quoted",
+            pause(&quoted_pauses(), &quoted, "emails", "ops"),
+        ),
+    ]
+}

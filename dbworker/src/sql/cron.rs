@@ -66,3 +66,20 @@ pub(crate) fn cron_advance(
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    let (cron, every_minute) = (super::fixtures::rel("dbworker_cron"), "0 * * * * *");
+    vec![
+        (
+            "cron_register",
+            cron_register(&cron, "app.jobs", every_minute),
+        ),
+        ("cron_state", cron_state(&cron, "app.jobs", every_minute)),
+        (
+            "cron_advance",
+            cron_advance(&cron, "app.jobs", every_minute, 7),
+        ),
+    ]
+}

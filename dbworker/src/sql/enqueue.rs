@@ -354,3 +354,84 @@ pub(crate) fn explain_keyed_insert(t: &Table) -> Statement {
         values,
     }
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{enqueue_target, keyed, payload, quoted_enqueue_target, row};
+    let e = enqueue_target();
+    let (payload_a, payload_p) = (payload("a"), payload("p"));
+    let keyed = keyed(&payload_p);
+    let cost_3 = [("cost".to_owned(), sea_query::Value::from(3))];
+    let flags = ["gpu".to_owned(), "slow".to_owned()];
+    let typed_args = sea_query::Value::Json(Some(Box::new(serde_json::json!({"to": "a@b.c"}))));
+    let typed = Table {
+        kind_column: Some("kind".into()),
+        payload_column: Some("args".into()),
+        ..enqueue_target()
+    };
+    let quoted = quoted_enqueue_target();
+    vec![
+        (
+            "enqueue_rows",
+            enqueue_rows(
+                &e,
+                &[
+                    JobRow {
+                        priority: Some(2),
+                        max_retries: Some(1),
+                        ..row(&payload_a)
+                    },
+                    JobRow {
+                        run_at: Some(RunAt::After(Duration::from_secs(5))),
+                        flags: Some(&flags),
+                        ..row(&cost_3)
+                    },
+                ],
+            ),
+        ),
+        (
+            "enqueue_rows_typed",
+            enqueue_rows(
+                &typed,
+                &[JobRow {
+                    kind: Some("send_email"),
+                    payload: Some(&typed_args),
+                    queue: Some("emails"),
+                    ..row(&[])
+                }],
+            ),
+        ),
+        (
+            "enqueue_keyed_replace",
+            enqueue_keyed(&e, &keyed, "k", OnKey::Replace),
+        ),
+        (
+            "enqueue_keyed_preserve_run_at",
+            enqueue_keyed(&e, &keyed, "k", OnKey::PreserveRunAt),
+        ),
+        (
+            "enqueue_keyed_dedupe_only",
+            enqueue_keyed(&e, &keyed, "k", OnKey::DedupeOnly),
+        ),
+        (
+            "enqueue_keyed_unsafe_dedupe",
+            enqueue_keyed(&e, &keyed, "k", OnKey::UnsafeDedupe),
+        ),
+        ("release_key", release_key(&e, "k")),
+        ("live_job_with_key", live_job_with_key(&e, "k", false)),
+        (
+            "live_job_with_key_or_failed",
+            live_job_with_key(&e, "k", true),
+        ),
+        ("explain_keyed_insert", explain_keyed_insert(&e)),
+        (
+            "enqueue_rows_quoted",
+            enqueue_rows(&quoted, &[row(&payload_p)]),
+        ),
+        (
+            "enqueue_keyed_quoted",
+            enqueue_keyed(&quoted, &row(&payload_p), "k", OnKey::Replace),
+        ),
+    ]
+}

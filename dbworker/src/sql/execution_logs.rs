@@ -82,3 +82,14 @@ pub(crate) fn log_update(
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    let t = super::fixtures::resolved(false);
+    vec![
+        ("log_append", log_append(&t, 1, 2, "{}".into())),
+        ("log_update", log_update(&t, 1, 2, 0, "{}".into())),
+        ("log_len", log_len(&t, 1, 2)),
+    ]
+}

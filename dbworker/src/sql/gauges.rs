@@ -90,3 +90,15 @@ pub(super) fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) 
         values: SqlxValues(sea_query::Values(Vec::new())),
     }
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    let t = super::fixtures::resolved(false);
+    vec![
+        ("queued_count", queued_count(&t)),
+        ("any_queued", any_queued(&t)),
+        ("max_age_in_queue", max_age_in_queue(&t)),
+        ("queue_stats", queue_stats(&super::fixtures::paused())),
+    ]
+}

@@ -59,3 +59,10 @@ pub(crate) fn heartbeat(o: &StoreParams, ids: Vec<i64>, tokens: Vec<i64>) -> Sta
         .to_owned();
     Statement::from(&q.with(with))
 }
+
+/// The statement above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    let t = super::fixtures::resolved(false);
+    vec![("heartbeat", heartbeat(&t, vec![1], vec![2]))]
+}

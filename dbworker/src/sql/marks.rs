@@ -1,6 +1,7 @@
 //! Every mark of a claimed job (complete, with a result, errored, errored
 //! with a batch job's items left, failed, snoozed, requeued, lost), single
-//! and batched, each fenced by the claim's token.
+//! and grouped (several jobs' marks written by one statement), each fenced by
+//! the claim's token.
 
 use super::claim::cte;
 use super::history::{append_history, appended};
@@ -130,7 +131,7 @@ fn failed_attempt(mut q: UpdateStatement, o: &StoreParams, message: &str) -> Upd
     q
 }
 
-/// What a batched mark does to one job: what [`mark_complete`],
+/// What a grouped mark does to one job: what [`mark_complete`],
 /// [`mark_errored`] or [`mark_failed`] would do to it alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MarkKind {
@@ -149,7 +150,7 @@ impl MarkKind {
     }
 }
 
-/// One job of a batched mark.
+/// One job of a grouped mark.
 #[derive(Debug, Clone)]
 pub(crate) struct Mark {
     pub(crate) id: i64,
@@ -160,11 +161,11 @@ pub(crate) struct Mark {
     pub(crate) result: String,
 }
 
-/// Completes many claimed jobs in one statement (heartbeat handling, a batch
+/// Completes many claimed jobs in one statement (heartbeat handling, a group
 /// of completions only: the common case, planned once and cached). With a
 /// result column, each writes its result (JSON text, `''` for none) too.
 /// Returns the ids that were marked; any other was no longer ours.
-pub(crate) fn complete_batch(
+pub(crate) fn complete_group(
     o: &StoreParams,
     ids: Vec<i64>,
     tokens: Vec<i64>,
@@ -189,7 +190,7 @@ pub(crate) fn complete_batch(
             Expr::cust_with_values("unnest($1::text[])", [results]),
             alias("result"),
         );
-        q.value(alias(column), batched_result(a, column));
+        q.value(alias(column), grouped_result(a, column));
     }
     let q = q
         .table(table_ref(t))
@@ -213,9 +214,9 @@ pub(crate) fn complete_batch(
 
 /// Marks many claimed jobs in one statement (heartbeat handling): each gets
 /// what its own mark would do, and only while its lease still owns the row.
-/// Its errored marks share `retry` (the batch writer groups marks by rule).
+/// Its errored marks share `retry` (the completer groups marks by rule).
 /// Returns the ids that were marked; any other was no longer ours.
-pub(crate) fn mark_batch(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> Statement {
+pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let a = &t.alias;
@@ -275,7 +276,7 @@ pub(crate) fn mark_batch(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
             ),
             alias("result"),
         );
-        update.value(alias(column), batched_result(a, column));
+        update.value(alias(column), grouped_result(a, column));
     }
     if let Some(h) = &o.error_history {
         // Completions keep the history as it is; every other mark appends.
@@ -446,9 +447,9 @@ pub(crate) fn mark_complete_with_result(
     Statement::from(&q)
 }
 
-/// The value a batched completion writes to the result column: the mark's
+/// The value a grouped completion writes to the result column: the mark's
 /// result (JSON text, `''` for none) or, with none, what the row holds.
-fn batched_result(a: &str, result_column: &str) -> Expr {
+fn grouped_result(a: &str, result_column: &str) -> Expr {
     Expr::cust(format!(
         "CASE WHEN \"dbworker_marks\".\"result\" = '' THEN {}.{} ELSE \"dbworker_marks\".\"result\"::jsonb END",
         quote(a),
@@ -475,4 +476,64 @@ pub(crate) fn mark_errored_with_payload(
         .value(alias(payload_column), Expr::val(payload))
         .to_owned();
     Statement::from(&q)
+}
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{resolved, with_history, with_results};
+    let (t, r, h) = (resolved(false), with_results(), with_history());
+    let mark = |kind, message: &str, result: &str| Mark {
+        id: 1,
+        token: 2,
+        kind,
+        message: message.into(),
+        result: result.into(),
+    };
+    let errored = [mark(MarkKind::Errored, "m", "")];
+    let completed = [mark(MarkKind::Complete, "", "{\"n\": 1}")];
+    let failed = [mark(MarkKind::Failed, "m", "")];
+    let (rule, items) = (t.retry_rule(None), serde_json::json!([1, 2]));
+    vec![
+        ("mark_complete", mark_complete(&t, 1, 2)),
+        ("mark_errored", mark_errored(&t, 1, 2, "m", &rule)),
+        ("mark_failed", mark_failed(&t, 1, 2, "m")),
+        (
+            "snooze",
+            snooze(&t, 1, 2, std::time::Duration::from_millis(1500)),
+        ),
+        (
+            "mark_errored_with_payload",
+            mark_errored_with_payload(&t, 1, 2, "m", &rule, "payload", items),
+        ),
+        ("requeue", requeue(&t, 1, 2)),
+        ("mark_group", mark_group(&t, &errored, &rule)),
+        (
+            "complete_group",
+            complete_group(&t, vec![1], vec![2], vec![String::new()]),
+        ),
+        (
+            "complete_group_with_results",
+            complete_group(&r, vec![1, 3], vec![2, 4], vec!["{}".into(), String::new()]),
+        ),
+        (
+            "mark_group_with_results",
+            mark_group(&r, &completed, &r.retry_rule(None)),
+        ),
+        (
+            "mark_complete_with_result",
+            mark_complete_with_result(&r, 1, 2, "result", serde_json::json!({"n": 1})),
+        ),
+        ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
+        (
+            "mark_errored_with_history",
+            mark_errored(&h, 1, 2, "m", &h.retry_rule(None)),
+        ),
+        ("mark_failed_with_history", mark_failed(&h, 1, 2, "m")),
+        ("requeue_lost_with_history", requeue_lost(&h, 1, 2, "m")),
+        (
+            "mark_group_with_history",
+            mark_group(&h, &failed, &h.retry_rule(None)),
+        ),
+    ]
 }

@@ -61,8 +61,8 @@ pub(crate) use cluster::{
 };
 pub(crate) use consumers::{
     LOG_HEAD, LOG_HEAD_XID, LOG_POSITION, LOG_WAITING, LOG_XID, LogTables, log_advance,
-    log_assigned, log_assignments, log_batch, log_checkpoint, log_head, log_held, log_lag,
-    log_lock_assignment, log_pending, log_rebalance, log_scoped_batch,
+    log_assigned, log_assignments, log_checkpoint, log_head, log_held, log_lag,
+    log_lock_assignment, log_pending, log_rebalance, log_scoped_slice, log_slice,
 };
 pub(crate) use control::{
     LIMIT_SETTINGS, LimitRow, claim_lane, claim_lock, list_limits, list_pauses, pause, pause_key,
@@ -79,8 +79,8 @@ pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
 use history::append_history;
 pub(crate) use marks::{
-    Mark, MarkKind, complete_batch, mark_batch, mark_complete, mark_complete_with_result,
-    mark_errored, mark_errored_with_payload, mark_failed, requeue, requeue_lost, snooze,
+    Mark, MarkKind, complete_group, mark_complete, mark_complete_with_result, mark_errored,
+    mark_errored_with_payload, mark_failed, mark_group, requeue, requeue_lost, snooze,
 };
 pub(crate) use partition_keys::enqueue_keyed_partitioned;
 pub(crate) use partitions::{
@@ -246,5 +246,16 @@ pub(crate) fn database_now_micros() -> Statement {
     Statement::from(&q)
 }
 
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+fn snapshots() -> Vec<(&'static str, Statement)> {
+    vec![
+        ("notify", notify("dbworker_jobs")),
+        ("database_now_micros", database_now_micros()),
+    ]
+}
+
+#[cfg(test)]
+mod fixtures;
 #[cfg(test)]
 mod tests;

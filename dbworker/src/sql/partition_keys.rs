@@ -111,3 +111,21 @@ pub(crate) fn enqueue_keyed_partitioned(
     }
     Statement::from(&result.with(with))
 }
+
+/// The statement above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{enqueue_target, keyed, payload, rel};
+    let (e, keys, values) = (enqueue_target(), rel("app.example_jobs_keys"), payload("p"));
+    let job = keyed(&values);
+    vec![
+        (
+            "enqueue_keyed_partitioned_replace",
+            enqueue_keyed_partitioned(&e, &keys, &job, "k", OnKey::Replace),
+        ),
+        (
+            "enqueue_keyed_partitioned_unsafe_dedupe",
+            enqueue_keyed_partitioned(&e, &keys, &job, "k", OnKey::UnsafeDedupe),
+        ),
+    ]
+}

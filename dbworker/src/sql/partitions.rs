@@ -186,3 +186,39 @@ pub(crate) fn create_partitions_exists(table: &Relation) -> Statement {
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{rel, renamed};
+    let (table, partition) = (rel("app.example_jobs"), rel("app.example_jobs_p20261124"));
+    let c = renamed();
+    let max_age = [
+        (JobState::Completed, Duration::from_secs(60)),
+        (JobState::Failed, Duration::from_secs(3600)),
+    ];
+    vec![
+        ("closed_partitions", closed_partitions(&table)),
+        ("partition_rows", partition_rows(&partition, &c, &max_age)),
+        (
+            "partition_keeps_rows",
+            partition_keeps_rows(&partition, &c, &max_age[..1]),
+        ),
+        (
+            "partition_rows_none_purged",
+            partition_rows(&partition, &c, &[]),
+        ),
+        (
+            "set_lock_timeout",
+            set_lock_timeout(Duration::from_millis(1500)),
+        ),
+        ("detach_partition", detach_partition(&table, &partition)),
+        (
+            "archive_partition",
+            archive_partition(&rel("app.archive"), &partition),
+        ),
+        ("drop_partition", drop_partition(&partition)),
+        ("create_partitions", create_partitions(&table, 3)),
+        ("create_partitions_exists", create_partitions_exists(&table)),
+    ]
+}

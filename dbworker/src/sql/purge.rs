@@ -60,3 +60,21 @@ pub(crate) fn purge_batch(
         },
     }
 }
+
+/// The statement above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{plain, rel};
+    let purge = Table::new(rel("app.jobs"), plain());
+    let (archive, minute) = (rel("app.jobs_archive"), std::time::Duration::from_secs(60));
+    vec![
+        (
+            "purge_batch",
+            purge_batch(&purge, None, JobState::Completed, minute, 100),
+        ),
+        (
+            "purge_batch_to_archive",
+            purge_batch(&purge, Some(&archive), JobState::Failed, minute, 100),
+        ),
+    ]
+}

@@ -75,3 +75,33 @@ pub(crate) fn reset_stalled(
         .to_owned();
     Statement::from(&update.with(with))
 }
+
+/// The statement above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{error_history, quoted, resolved};
+    let (t, o) = (resolved(false), quoted());
+    let nodes = (
+        Relation::parse("node_table", "dbworker_nodes").unwrap(),
+        std::time::Duration::from_secs(10),
+    );
+    let (c, h) = (&t.columns, error_history());
+    vec![
+        (
+            "reset_stalled",
+            reset_stalled(&t.table, c, 5.0, None, 3, "m", None),
+        ),
+        (
+            "reset_stalled_with_history",
+            reset_stalled(&t.table, c, 5.0, None, 3, "m", Some(&h)),
+        ),
+        (
+            "reset_stalled_or_orphaned",
+            reset_stalled(&t.table, c, 5.0, Some(&nodes), 3, "m", None),
+        ),
+        (
+            "reset_stalled_quoted",
+            reset_stalled(&o.table, &o.columns, 5.0, None, 3, "m", None),
+        ),
+    ]
+}

@@ -76,3 +76,17 @@ pub(crate) fn upstream_results(o: &StoreParams, result_column: &str, id: i64) ->
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{with_results, workflow_table};
+    let (r, w) = (with_results(), workflow_table());
+    vec![
+        ("upstream_results", upstream_results(&r, "result", 7)),
+        (
+            "record_upstreams",
+            record_upstreams(&w, vec![3, 3], vec![1, 2]),
+        ),
+    ]
+}

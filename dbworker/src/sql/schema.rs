@@ -67,3 +67,16 @@ pub(crate) fn probe_expressions(o: &StoreParams) -> Statement {
     order_select(&mut q, &o.order_by);
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::{quoted, resolved};
+    let (t, v) = (resolved(false), resolved(true));
+    vec![
+        ("relation_columns", relation_columns(&t.table)),
+        ("relation_access", relation_access(&t.table)),
+        ("probe_expressions", probe_expressions(&v)),
+        ("relation_access_quoted", relation_access(&quoted().table)),
+    ]
+}

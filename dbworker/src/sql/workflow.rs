@@ -284,3 +284,33 @@ pub(crate) fn workflow_graph(w: &Table, workflow_id: i64, recorded: bool, limit:
         .to_owned();
     Statement::from(&q)
 }
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    let w = super::fixtures::workflow_table();
+    let on_failure = vec!["cancel".into(), "ignore".into()];
+    vec![
+        ("workflow_next_id", workflow_next_id(&w)),
+        (
+            "deps_insert",
+            deps_insert(&w, vec![3, 3], vec![1, 2], on_failure),
+        ),
+        ("lock_upstreams", lock_upstreams(&w, vec![1, 2])),
+        ("mark_has_dependents", mark_has_dependents(&w, vec![1, 2])),
+        (
+            "cancel_blocked",
+            cancel_blocked(&w, 3, 1, "upstream job 1 was failed"),
+        ),
+        ("workflow_cancel_waiting", workflow_cancel_waiting(&w, 7)),
+        ("workflow_request_cancel", workflow_request_cancel(&w, 7)),
+        ("workflow_tasks", workflow_tasks(&w, 7)),
+        ("batch_counts", batch_counts(&w, 7)),
+        ("workflow_counts", workflow_counts(&w, 7)),
+        ("workflow_graph", workflow_graph(&w, 7, true, 501)),
+        (
+            "workflow_graph_from_edges_only",
+            workflow_graph(&w, 7, false, 501),
+        ),
+    ]
+}

@@ -1,9 +1,9 @@
-//! Batched marks for heartbeat handling. Jobs that finish while the batches in
+//! Grouped marks for heartbeat handling. Jobs that finish while the groups in
 //! flight (at most two) are being written wait for the next, so under load one fenced statement marks
 //! many jobs (group commit), and an idle worker adds no delay at all. Each job
 //! still gets its own answer: whether its lease still owned the row.
 //!
-//! A crash before a batch is written leaves its jobs `processing` with their
+//! A crash before a group is written leaves its jobs `processing` with their
 //! heartbeats stopping: the resetter requeues them, so nothing is lost, but a
 //! job that had finished may run again (at-least-once, as heartbeat handling
 //! always is).
@@ -19,11 +19,11 @@ use crate::sql::{self, Mark, MarkKind};
 use crate::store::Resolved;
 
 /// The most jobs one statement marks.
-const MAX_BATCH: usize = 1000;
-/// Batches written at once: while they are, the next one fills.
+const MAX_GROUP: usize = 1000;
+/// Groups written at once: while they are, the next one fills.
 const MAX_IN_FLIGHT: usize = 2;
-/// Below this many marks, a second batch waits for the one in flight.
-const SMALL_BATCH: usize = 16;
+/// Below this many marks, a second group waits for the one in flight.
+const SMALL_GROUP: usize = 16;
 
 /// A job's answer: marked or not, or the database error rendered.
 type Answer = Result<bool, String>;
@@ -45,44 +45,44 @@ impl Completer {
     /// Starts the writer task.
     pub(crate) fn spawn(pool: PgPool, options: Arc<Resolved>) -> Completer {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_batches(pool, options, rx));
+        tokio::spawn(write_groups(pool, options, rx));
         Completer { tx }
     }
 
-    /// Queues `mark` for the next batch and waits until it is written.
+    /// Queues `mark` for the next group and waits until it is written.
     pub(crate) async fn mark(&self, mark: Mark, retry: RetryRule) -> Answer {
         let (done, answer) = oneshot::channel();
         self.tx
             .send(Pending { mark, retry, done })
-            .map_err(|_| "the batch writer has stopped".to_owned())?;
+            .map_err(|_| "the grouped-mark writer has stopped".to_owned())?;
         answer
             .await
-            .map_err(|_| "the batch writer stopped before writing".to_owned())?
+            .map_err(|_| "the grouped-mark writer stopped before writing".to_owned())?
     }
 }
 
-async fn write_batches(
+async fn write_groups(
     pool: PgPool,
     options: Arc<Resolved>,
     mut rx: mpsc::UnboundedReceiver<Pending>,
 ) {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
-        // While every writer is busy, marks pile up into the next batch.
+        // While every writer is busy, marks pile up into the next group.
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+        let mut group = Vec::with_capacity(MAX_GROUP);
+        if rx.recv_many(&mut group, MAX_GROUP).await == 0 {
             return;
         }
-        if batch.len() < SMALL_BATCH && in_flight.available_permits() == 0 {
-            // Another batch is on its way: rather than a round trip for a few
+        if group.len() < SMALL_GROUP && in_flight.available_permits() == 0 {
+            // Another group is on its way: rather than a round trip for a few
             // rows, let it land and take what piled up meanwhile.
             drop(in_flight.clone().acquire_owned().await);
-            while batch.len() < MAX_BATCH {
+            while group.len() < MAX_GROUP {
                 match rx.try_recv() {
-                    Ok(pending) => batch.push(pending),
+                    Ok(pending) => group.push(pending),
                     Err(_) => break,
                 }
             }
@@ -90,26 +90,26 @@ async fn write_batches(
         let (pool, options) = (pool.clone(), options.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            write_answering(&pool, &options, batch).await;
+            write_answering(&pool, &options, group).await;
         });
     }
 }
 
-/// Writes one batch and answers each of its jobs.
-async fn write_answering(pool: &PgPool, options: &Resolved, batch: Vec<Pending>) {
-    let marks: Vec<(Mark, &RetryRule)> = batch.iter().map(|p| (p.mark.clone(), &p.retry)).collect();
+/// Writes one group and answers each of its jobs.
+async fn write_answering(pool: &PgPool, options: &Resolved, group: Vec<Pending>) {
+    let marks: Vec<(Mark, &RetryRule)> = group.iter().map(|p| (p.mark.clone(), &p.retry)).collect();
     let started = std::time::Instant::now();
     let result = write(pool, options, &marks).await;
-    tracing::debug!(store = %options.name, marks = marks.len(), took = ?started.elapsed(), "wrote a batch of marks");
+    tracing::debug!(store = %options.name, marks = marks.len(), took = ?started.elapsed(), "wrote a group of marks");
     match result {
         Ok(marked) => {
-            for p in batch {
+            for p in group {
                 let _ = p.done.send(Ok(marked.contains(&p.mark.id)));
             }
         }
         // One bad row must not sink the others: write them one by one.
-        Err(_) if batch.len() > 1 => {
-            for p in batch {
+        Err(_) if group.len() > 1 => {
+            for p in group {
                 let answer = write(pool, options, &[(p.mark.clone(), &p.retry)])
                     .await
                     .map(|marked| marked.contains(&p.mark.id));
@@ -117,25 +117,25 @@ async fn write_answering(pool: &PgPool, options: &Resolved, batch: Vec<Pending>)
             }
         }
         Err(message) => {
-            for p in batch {
+            for p in group {
                 let _ = p.done.send(Err(message.clone()));
             }
         }
     }
 }
 
-/// Writes one batch; returns the ids that were still owned and got marked.
+/// Writes one group; returns the ids that were still owned and got marked.
 async fn write(
     pool: &PgPool,
     options: &Resolved,
     marks: &[(Mark, &RetryRule)],
 ) -> Result<HashSet<i64>, String> {
-    // Completions alone (the usual batch) take a smaller statement.
+    // Completions alone (the usual group) take a smaller statement.
     if marks.iter().all(|(m, _)| m.kind == MarkKind::Complete) {
         let ids = marks.iter().map(|(m, _)| m.id).collect();
         let tokens = marks.iter().map(|(m, _)| m.token).collect();
         let results = marks.iter().map(|(m, _)| m.result.clone()).collect();
-        return run(pool, sql::complete_batch(options, ids, tokens, results)).await;
+        return run(pool, sql::complete_group(options, ids, tokens, results)).await;
     }
     // One statement per retry rule: the store's, and each kind's own that
     // has errored marks here (a rule's values are bound per statement).
@@ -152,15 +152,15 @@ async fn write(
         }
     }
     if let [(rule, group)] = &groups[..] {
-        return run(pool, sql::mark_batch(options, group, rule)).await;
+        return run(pool, sql::mark_group(options, group, rule)).await;
     }
-    // Several statements commit together, so a failed batch written again
+    // Several statements commit together, so a failed group written again
     // one by one finds none of its marks already written.
-    let db_error = |err: sqlx::Error| format!("database error in mark_batch: {err}");
+    let db_error = |err: sqlx::Error| format!("database error in mark_group: {err}");
     let mut tx = pool.begin().await.map_err(db_error)?;
     let mut marked = HashSet::new();
     for (rule, group) in groups {
-        marked.extend(run(&mut *tx, sql::mark_batch(options, &group, rule)).await?);
+        marked.extend(run(&mut *tx, sql::mark_group(options, &group, rule)).await?);
     }
     tx.commit().await.map_err(db_error)?;
     Ok(marked)
@@ -174,6 +174,6 @@ async fn run<'c>(
         .query()
         .fetch_all(db)
         .await
-        .map_err(|err| format!("database error in mark_batch: {err}"))?;
+        .map_err(|err| format!("database error in mark_group: {err}"))?;
     Ok(rows.iter().map(|r| r.get::<i64, _>("id")).collect())
 }

@@ -193,6 +193,16 @@ impl ClaimCursor {
     }
 }
 
+impl<R: workerutil::Record> super::DbStore<R> {
+    /// The job `id` is going back to the queue: this store's claims look at
+    /// it again (see the cursor above).
+    pub(super) fn back_in_queue(&self, id: i64) {
+        if let Some(cursor) = &self.cursor {
+            cursor.rewind_to(id);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,6 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use workerutil::{BoxError, Lease, Record, error_chain};
 
-use super::open::JobTx;
 use super::{DbConditions, DbJob, DbStore};
 use crate::error::{Error, Result};
 use crate::sql;
@@ -92,7 +91,7 @@ impl<R: Record> DbStore<R> {
             {
                 // Canceled while it waited: record that instead of running it.
                 let canceled = self
-                    .fail_unstarted(lease, None, "job was canceled before it started")
+                    .fail_unstarted(lease, "job was canceled before it started")
                     .await;
                 opened.push(canceled.map(|_| None));
             } else if with_record {
@@ -102,7 +101,7 @@ impl<R: Record> DbStore<R> {
             }
         }
         for (lease, row) in claimed_rows {
-            opened.push(self.scan_or_fail(lease, Ok(Some(row)), None).await);
+            opened.push(self.scan_or_fail(lease, Ok(Some(row))).await);
         }
         // One read for the whole batch, through the view.
         if !leases.is_empty() {
@@ -119,7 +118,7 @@ impl<R: Record> DbStore<R> {
                         .collect();
                     for lease in leases {
                         let row = Ok(by_id.remove(&lease.id));
-                        opened.push(self.scan_or_fail(lease, row, None).await);
+                        opened.push(self.scan_or_fail(lease, row).await);
                     }
                 }
                 // Left processing: the resetter requeues them.
@@ -152,7 +151,6 @@ impl<R: Record> DbStore<R> {
         &self,
         lease: Lease,
         row: std::result::Result<Option<PgRow>, sqlx::Error>,
-        tx: Option<JobTx>,
     ) -> Result<Option<DbJob<R>>> {
         let failure = match row {
             // The scan is the user's code: a panic in it (`row.get` on a NULL)
@@ -165,7 +163,7 @@ impl<R: Record> DbStore<R> {
                     return Ok(Some(DbJob {
                         record,
                         lease,
-                        tx,
+                        tx: None,
                         retry_payload: None,
                         result: None,
                         result_refused: None,
@@ -194,7 +192,7 @@ impl<R: Record> DbStore<R> {
             ),
             Err(err) => format!("failed to read record {}: {}", lease.id, error_chain(&err)),
         };
-        let marked = self.fail_unstarted(lease, tx, &failure).await?;
+        let marked = self.fail_unstarted(lease, &failure).await?;
         if marked {
             tracing::error!(store = %self.options.name, record_id = lease.id, reason = %failure, "marked the job failed");
         } else {
@@ -202,13 +200,5 @@ impl<R: Record> DbStore<R> {
             tracing::warn!(store = %self.options.name, record_id = lease.id, "claimed row was reset before it could be opened");
         }
         Ok(None)
-    }
-
-    /// The job `id` is going back to the queue: this store's claims look at
-    /// it again (see `store/cursor.rs`).
-    pub(super) fn back_in_queue(&self, id: i64) {
-        if let Some(cursor) = &self.cursor {
-            cursor.rewind_to(id);
-        }
     }
 }

@@ -58,8 +58,8 @@ impl<R> DbJob<R> {
     /// If this attempt ends errored, its mark also sets the job's payload
     /// ([`JobTableOptions::payload_column`](crate::JobTableOptions::payload_column))
     /// to `payload`, in the same fenced statement: the next attempt sees only
-    /// what is left to do. [`BatchJobs`](crate::batch::BatchJobs) uses it to
-    /// keep a batch's failed items. Ignored if the job completes or fails
+    /// what is left to do. [`ItemJobs`](crate::items::ItemJobs) uses it to
+    /// keep an item job's failed items. Ignored if the job completes or fails
     /// for good (a non-retryable error), and, with an error logged, if the
     /// store's table has no `payload_column`.
     pub fn retry_with_payload(&mut self, payload: serde_json::Value) {

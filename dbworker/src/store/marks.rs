@@ -1,6 +1,6 @@
 //! Every mark of a claimed job, each fenced by its lease: completion (with
 //! the handler's result, in its transaction), errored and failed (through the
-//! batched marks in heartbeat handling), snoozed, requeued; and the
+//! grouped marks in heartbeat handling), snoozed, requeued; and the
 //! lost-connection path.
 //!
 //! A job whose own transaction connection died (a Postgres restart, a
@@ -63,7 +63,7 @@ impl<R: Record> DbStore<R> {
         let result = job.result.take();
         let Some(mut tx) = job.tx.take() else {
             return self
-                .batched(job.lease, MarkKind::Complete, "", None, result)
+                .grouped(job.lease, MarkKind::Complete, "", None, result)
                 .await;
         };
         let statement = self.complete_statement(job.lease, result);
@@ -91,7 +91,7 @@ impl<R: Record> DbStore<R> {
         Ok(true)
     }
 
-    /// Marks a claimed job errored or failed: through the batched marks when
+    /// Marks a claimed job errored or failed: through the grouped marks when
     /// it has no transaction (heartbeat handling), else fenced on the pool
     /// after rolling the handler's transaction back (`write_failure`).
     pub(super) async fn mark_failure(
@@ -129,7 +129,7 @@ impl<R: Record> DbStore<R> {
         }
         if job.tx.is_none() {
             return self
-                .batched(lease, kind, message, retry, None)
+                .grouped(lease, kind, message, retry, None)
                 .await
                 .map(requeued);
         }
@@ -156,9 +156,9 @@ impl<R: Record> DbStore<R> {
         Ok(requeued(done))
     }
 
-    /// The errored mark that also rewrites the payload (batch jobs): one fenced
+    /// The errored mark that also rewrites the payload (item jobs): one fenced
     /// statement on the pool, after the handler's transaction is rolled back,
-    /// in either handling mode (never batched).
+    /// in either handling mode (never grouped).
     pub(super) async fn mark_errored_with_payload(
         &self,
         job: &mut DbJob<R>,
@@ -189,10 +189,10 @@ impl<R: Record> DbStore<R> {
         Ok(done)
     }
 
-    /// A mark without a handler transaction: written with the next batch in
+    /// A mark without a handler transaction: written with the next group in
     /// heartbeat handling, else (a transactional job whose transaction is
     /// already gone) on its own.
-    pub(super) async fn batched(
+    pub(super) async fn grouped(
         &self,
         lease: Lease,
         kind: MarkKind,
@@ -242,14 +242,9 @@ impl<R: Record> DbStore<R> {
 
     /// Marks a claimed job failed without running it; returns whether the
     /// claim still owned it.
-    pub(super) async fn fail_unstarted(
-        &self,
-        lease: Lease,
-        tx: Option<JobTx>,
-        message: &str,
-    ) -> Result<bool> {
+    pub(super) async fn fail_unstarted(&self, lease: Lease, message: &str) -> Result<bool> {
         let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
-        self.write_failure("mark_failed", lease, tx, statement)
+        self.write_failure("mark_failed", lease, None, statement)
             .await
     }
 

@@ -47,7 +47,7 @@ pub(crate) use reset::{ResetConfig, reset_pass};
 pub(crate) use resolved::Resolved;
 
 /// Connections a worker needs besides its handlers: one for claims and one for
-/// heartbeats. Heartbeat handling needs one more, for the batched marks.
+/// heartbeats. Heartbeat handling needs one more, for the grouped marks.
 pub const RESERVED_CONNECTIONS: u32 = 2;
 
 /// What workers need of the pool: see [`DbStore::pool_need`].
@@ -55,7 +55,7 @@ pub const RESERVED_CONNECTIONS: u32 = 2;
 pub(crate) struct PoolNeed {
     /// Held at once by one worker.
     pub(crate) per_worker: u32,
-    /// Held by the store for all its workers (the batched-mark writer).
+    /// Held by the store for all its workers (the grouped-mark writer).
     pub(crate) shared: u32,
     /// Where the need comes from, for the error.
     pub(crate) reason: String,
@@ -77,7 +77,7 @@ pub struct DbStore<R> {
     pool: PgPool,
     options: Arc<Resolved>,
     scan: ScanFn<R>,
-    /// Batched marks (heartbeat handling only).
+    /// Grouped marks (heartbeat handling only).
     completer: Option<Completer>,
     /// Where claims start their scan, when they can use a cursor.
     cursor: Option<Arc<cursor::ClaimCursor>>,
@@ -183,7 +183,7 @@ impl<R: Record> DbStore<R> {
     ///   transactional handling one per running job (claimed-ahead jobs hold
     ///   none until they start), plus one for
     ///   claims, one more per further concurrent claim, and one for heartbeats
-    ///   (and one for batched marks in heartbeat handling); too small a pool
+    ///   (and one for grouped marks in heartbeat handling); too small a pool
     ///   deadlocks;
     /// - heartbeats come at least twice per stalled max age, or the resetter
     ///   would requeue live jobs;
@@ -243,7 +243,7 @@ impl<R: Record> DbStore<R> {
             Handling::Heartbeat => PoolNeed {
                 per_worker: RESERVED_CONNECTIONS,
                 shared: 1,
-                reason: "one for claims and one for heartbeats per worker, and one for the store's batched marks".to_owned(),
+                reason: "one for claims and one for heartbeats per worker, and one for the store's grouped marks".to_owned(),
             },
         }
     }

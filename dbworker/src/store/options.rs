@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgRow;
 use workerutil::BoxError;
 
@@ -20,8 +21,10 @@ use super::resolved::Resolved;
 /// Turns one selected row (the values of `column_expressions`, in order) into a record.
 pub type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
 
-/// How the handler's work relates to the job row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the handler's work relates to the job row. In a config file,
+/// `"transactional"` or `"heartbeat"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Handling {
     /// The handler runs inside a transaction that locks the job row (`FOR KEY
     /// SHARE`); what it writes through [`DbJob::tx`](crate::DbJob::tx) commits
@@ -48,6 +51,27 @@ pub enum Handling {
 /// options.max_num_retries = 3;
 /// assert!(options.validate().is_ok());
 /// ```
+///
+/// Deserializable from a config file when `R` is `sqlx::FromRow` (records are
+/// then read as [`StoreOptions::from_row`] reads them): `name` is required,
+/// every other field left out keeps its default, durations are written as in
+/// [`workerutil::duration`], and an unknown field is refused.
+///
+/// ```
+/// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
+/// let options: dbworker::StoreOptions<Job> = serde_json::from_str(r#"{
+///     "name": "emails",
+///     "handling": "heartbeat",
+///     "stall": { "stalled_max_age": "2m" },
+///     "claim": { "order_by": "j.priority DESC, j.id", "forbidden_flags": ["gpu"] }
+/// }"#).unwrap();
+/// assert_eq!(options.stall.stalled_max_age, std::time::Duration::from_secs(120));
+/// ```
+#[derive(Serialize, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    bound(serialize = "", deserialize = "R: for<'r> sqlx::FromRow<'r, PgRow>")
+)]
 #[non_exhaustive]
 pub struct StoreOptions<R> {
     /// The store's name, used in logs and spans. Required.
@@ -55,10 +79,14 @@ pub struct StoreOptions<R> {
     /// SQL expressions selected from the view (or table) for each record, in the
     /// order `scan` reads them, e.g. `["j.id", "j.payload", "r.name"]`. Empty
     /// selects `alias.*`, which suits a [`StoreOptions::from_row`] record.
+    #[serde(default)]
     pub column_expressions: Vec<String>,
-    /// Reads a record from a selected row.
+    /// Reads a record from a selected row. Not in a config file: read there,
+    /// it is `R`'s `sqlx::FromRow`.
+    #[serde(skip, default = "from_row_scan")]
     pub scan: ScanFn<R>,
     /// Transactional (default) or heartbeat handling.
+    #[serde(default)]
     pub handling: Handling,
     /// How many times an errored job is retried before it fails for good; a job
     /// gets at most `max_num_retries + 1` attempts (a table's
@@ -66,13 +94,17 @@ pub struct StoreOptions<R> {
     /// [`DEFAULT_MAX_NUM_RETRIES`] (10): with the default [`RetryPolicy`] the
     /// retries span about 2.4 hours. 0 disables retries: a retryable error fails
     /// the job.
+    #[serde(default = "default_max_num_retries")]
     pub max_num_retries: u32,
     /// The delay before each retry.
+    #[serde(default)]
     pub retry: RetryPolicy,
     /// When a processing job counts as stalled and how often it may be reset:
     /// give a [`Resetter`](crate::Resetter) of the table the same values.
+    #[serde(default)]
     pub stall: StallOptions,
     /// Which jobs a claim takes, in what order.
+    #[serde(default)]
     pub claim: ClaimOptions,
     /// Wake idle workers with LISTEN/NOTIFY instead of waiting for their next
     /// poll. The store then holds one extra connection of its own (outside the
@@ -81,28 +113,46 @@ pub struct StoreOptions<R> {
     /// The table must be notified: install [`notify_trigger_sql`](crate::ddl::notify_trigger_sql)
     /// (or call `pg_notify(channel, lowest_id::text)` where you enqueue).
     /// Default [`Listen::Off`].
+    #[serde(default)]
     pub listen: Listen,
     /// How long `DbStore::new` (and the listener) wait for a connection before
     /// reporting the server unreachable, with the real cause (refused, name
     /// lookup, authentication) and `host:port`. Default 5 s.
+    #[serde(default = "default_connect_timeout", with = "workerutil::duration")]
     pub connect_timeout: Duration,
     /// With the table's `result_column`: the largest result, in bytes of its
     /// JSON text. A larger one is refused by `set_result`, and fails the job
     /// with a message naming its size and the cap. Default
     /// [`DEFAULT_MAX_RESULT_BYTES`] (64 KiB).
+    #[serde(default = "default_max_result_bytes")]
     pub max_result_bytes: usize,
+}
+
+/// The defaults of the `StoreOptions` fields a config file leaves out.
+fn default_max_num_retries() -> u32 {
+    DEFAULT_MAX_NUM_RETRIES
+}
+
+fn default_connect_timeout() -> Duration {
+    DEFAULT_CONNECT_TIMEOUT
+}
+
+fn default_max_result_bytes() -> usize {
+    DEFAULT_MAX_RESULT_BYTES
 }
 
 /// When a processing job is stalled, and what becomes of it: shared by a
 /// store (its own resets and requeues after a lost connection) and the
 /// [`Resetter`](crate::Resetter) of the same table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StallOptions {
     /// A processing job whose heartbeat is older than this, and whose row no
     /// live transaction locks, is stalled: the resetter requeues or fails it.
     /// Must exceed the worker's heartbeat interval comfortably. At least
     /// 100 ms. Default 30 s.
+    #[serde(with = "workerutil::duration")]
     pub stalled_max_age: Duration,
     /// How many times a stalled job is requeued before it is failed (a job
     /// that keeps killing its worker is poison). Default 3.
@@ -135,7 +185,8 @@ impl StallOptions {
 }
 
 /// Which jobs a store's claims take, and in what order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ClaimOptions {
     /// An SQL `ORDER BY` expression over the view's (or table's) alias giving
@@ -165,13 +216,44 @@ pub struct ClaimOptions {
     /// over, not taken); with a limit table, a claim that a limit binds
     /// (some queue has less room than the claim may take) leaves the cursor
     /// where it was, for the same reason. `None` scans from the start every
-    /// time. At least 10 ms. Default 1 s.
+    /// time (`"off"` in a config file). At least 10 ms. Default 1 s.
+    #[serde(with = "workerutil::duration::option")]
     pub claim_cursor: Option<Duration>,
     /// Claims skip jobs carrying any of these flags: a fixed list, or a
     /// callback asked before each claim (it must answer from a cache; see
     /// [`ForbiddenFlags::callback`]). Needs the table's `flags_column`.
-    /// `None` (the default): flags are not consulted.
+    /// `None` (the default): flags are not consulted. In a config file, a
+    /// list of strings: the fixed flags.
+    #[serde(with = "fixed_flags")]
     pub forbidden_flags: Option<ForbiddenFlags>,
+}
+
+/// `ClaimOptions::forbidden_flags` in a config file: a list of strings, the
+/// fixed flags. A callback cannot be written.
+mod fixed_flags {
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::ForbiddenFlags;
+
+    pub(super) fn serialize<S: Serializer>(
+        flags: &Option<ForbiddenFlags>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match flags {
+            None => serializer.serialize_none(),
+            Some(ForbiddenFlags::Fixed(flags)) => serializer.collect_seq(flags),
+            Some(_) => Err(S::Error::custom(
+                "forbidden_flags holds a callback, which a config file cannot hold",
+            )),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<ForbiddenFlags>, D::Error> {
+        Ok(Option::<Vec<String>>::deserialize(deserializer)?.map(ForbiddenFlags::Fixed))
+    }
 }
 
 impl Default for ClaimOptions {
@@ -387,6 +469,18 @@ where
     }
 }
 
+/// The scan of a deserialized `StoreOptions`: [`StoreOptions::from_row`]'s.
+fn from_row_scan<R>() -> ScanFn<R>
+where
+    R: for<'r> sqlx::FromRow<'r, PgRow>,
+{
+    StoreOptions::<R>::from_row(String::new()).scan
+}
+
 #[cfg(test)]
 #[path = "options_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod config_tests;

@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 use crate::columns::{Columns, Relation, column_name};
@@ -42,7 +43,21 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// options.alternate_column_names.insert("state".into(), "status".into());
 /// assert!(options.validate().is_ok());
 /// ```
-#[derive(Debug, Clone)]
+///
+/// Deserializable from a config file: `table_name` is required, every other
+/// field left out keeps its default, `connect_timeout` is written as in
+/// [`workerutil::duration`] (`"10s"`), and an unknown field is refused.
+///
+/// ```
+/// let options: dbworker::JobTableOptions = serde_json::from_str(r#"{
+///     "table_name": "app.email_jobs j",
+///     "queue_column": "queue",
+///     "alternate_column_names": { "state": "status" }
+/// }"#).unwrap();
+/// assert!(options.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct JobTableOptions {
     /// The job table, optionally schema-qualified and with an alias:
@@ -52,58 +67,84 @@ pub struct JobTableOptions {
     /// joining the job table to related tables. It must expose the table's
     /// `id`, `state` and `process_after` (renamed as configured). Claims and
     /// state changes still run on the table. `None`: records come from the table.
+    #[serde(default)]
     pub view_name: Option<String>,
     /// Renames standard columns: `{"state": "status"}` makes every statement
     /// use `status` where it would use `state`.
+    #[serde(default)]
     pub alternate_column_names: HashMap<String, String>,
     /// Turn on every optional column the table has under its standard name
     /// (`queue`, `kind`, `job_key`, `priority`, `max_retries`, `flags`,
     /// `payload`, `result`, `errors`) with a usable type, and workflows when
     /// it has `workflow_id`, as `dbworker migration` adds them. A column named
     /// below is used as named. Default `false`: only the columns named below.
+    #[serde(default)]
     pub detect: bool,
     /// The queue column: per-queue workers, pauses, limits, filters.
+    #[serde(default)]
     pub queue_column: Option<String>,
     /// The kind column: typed jobs, per-kind handlers, filters.
+    #[serde(default)]
     pub kind_column: Option<String>,
     /// The job key column (`dbworker migration --keys` adds `job_key` and the
     /// unique index enqueues rely on, which the check looks for).
+    #[serde(default)]
     pub key_column: Option<String>,
     /// The integer column a store's `order_by` may rank by (`--priority`).
+    #[serde(default)]
     pub priority_column: Option<String>,
     /// A nullable integer column holding a per-job retry limit
     /// (`--max-retries`); NULL means the store's `max_num_retries`.
+    #[serde(default)]
     pub max_retries_column: Option<String>,
     /// The `text[]` column holding each job's flags (`--flags`), over the
     /// view's alias when records are read through a view.
+    #[serde(default)]
     pub flags_column: Option<String>,
-    /// The `jsonb` payload column: typed jobs' arguments, batch jobs' items,
+    /// The `jsonb` payload column: typed jobs' arguments, item jobs' items,
     /// cron jobs' payloads (`--payload`).
+    #[serde(default)]
     pub payload_column: Option<String>,
     /// The `jsonb` column a completion writes the handler's result to (`--results`).
+    #[serde(default)]
     pub result_column: Option<String>,
     /// The `jsonb` column every failing mark appends its error to
     /// (`--error-history` adds `errors`), `at` from the database clock.
+    #[serde(default)]
     pub error_history_column: Option<String>,
     /// With `error_history_column`: the most entries a job keeps, the oldest
     /// dropped first. At least 1. Default [`DEFAULT_ERROR_HISTORY_LIMIT`].
+    #[serde(default = "default_error_history_limit")]
     pub error_history_limit: u32,
     /// The table has workflows (`dbworker migration --workflows`): jobs may
     /// wait for other jobs.
+    #[serde(default)]
     pub workflows: bool,
     /// The pause table (`--pauses` creates `dbworker_pauses`): claims skip
     /// the table or a queue while it is paused. Needs `queue_column` for
     /// per-queue pauses.
+    #[serde(default)]
     pub pause_table: Option<String>,
     /// The limit table (`--limits` creates `dbworker_limits`): per-queue
     /// concurrency, per-key and rate limits, enforced by the claim. Needs
     /// `queue_column`; not with a view.
+    #[serde(default)]
     pub limit_table: Option<String>,
     /// With `limit_table`: the column whose value keys per-key limits.
+    #[serde(default)]
     pub limit_key_column: Option<String>,
     /// How long the check waits for a connection before reporting the server
     /// unreachable, with the cause and `host:port`. Default 5 s.
+    #[serde(default = "default_connect_timeout", with = "workerutil::duration")]
     pub connect_timeout: Duration,
+}
+
+fn default_error_history_limit() -> u32 {
+    DEFAULT_ERROR_HISTORY_LIMIT
+}
+
+fn default_connect_timeout() -> Duration {
+    DEFAULT_CONNECT_TIMEOUT
 }
 
 impl Default for JobTableOptions {

@@ -28,7 +28,7 @@ pub struct Event {
     aggregate_id: String,
 }
 
-/// Records each event it sees in `projection`, in the batch's transaction.
+/// Records each event it sees in `projection`, in the slice's transaction.
 pub struct Project {
     pub name: String,
     pub calls: AtomicUsize,
@@ -110,7 +110,7 @@ pub async fn append(db: &Db, n: i64) {
 }
 
 /// Waits until every committed event is below the horizon consumers read up
-/// to: a transaction elsewhere in the cluster (another test's batch) may hold
+/// to: a transaction elsewhere in the cluster (another test's slice) may hold
 /// it back for a moment, and tests that claim by hand expect the events now.
 pub async fn wait_until_final(db: &Db) {
     wait_for("the events to be final", async || {
@@ -137,8 +137,8 @@ pub fn fast_group() -> ConsumerGroupOptions {
     o.lease = Duration::from_millis(600);
     o.rebalance_interval = Duration::from_millis(100);
     o.poll_interval = Duration::from_millis(50);
-    o.log.batch_size = 40;
-    o.log.batch_pause = Duration::from_millis(5);
+    o.log.slice_size = 40;
+    o.log.slice_pause = Duration::from_millis(5);
     o.log.retry_after = Duration::from_millis(20);
     o.log.listen = Some("events_appended".into());
     o

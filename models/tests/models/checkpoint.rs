@@ -15,7 +15,7 @@ fn run(writers: u8, events_per_writer: u8, rule: Rule) -> dbworker_models::Repor
     let model = CheckpointModel {
         writers,
         events_per_writer,
-        batch_size: 2,
+        slice_size: 2,
         rule,
     };
     let r = check(&model);

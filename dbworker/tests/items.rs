@@ -1,4 +1,4 @@
-//! Batch jobs on Postgres: a job whose payload is an array completes when
+//! Item jobs on Postgres: a job whose payload is an array completes when
 //! every item succeeded, and is otherwise retried with only its failed items,
 //! written by the fenced errored mark, in both handling modes.
 
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dbworker::batch::{BatchHandler, BatchJobs, ItemResult};
+use dbworker::items::{ItemHandler, ItemJobs, ItemResult};
 use dbworker::{DbStore, Handling, JobTable, new_worker};
 use serde_json::{Value, json};
 use workerutil::{Store, WorkerOptions};
@@ -26,7 +26,7 @@ struct Items {
 }
 
 #[async_trait]
-impl BatchHandler<Job> for Items {
+impl ItemHandler<Job> for Items {
     async fn handle_items(&self, _job: &Job, items: &[Value]) -> Vec<ItemResult> {
         self.attempts.lock().unwrap().push(items.to_vec());
         items
@@ -74,8 +74,8 @@ async fn store(db: &Db, handling: Handling) -> Arc<DbStore<Job>> {
 
 /// Runs one attempt of the next job with `items`.
 async fn attempt(store: &Arc<DbStore<Job>>, items: &Items) {
-    let handler = BatchJobs::new(items.clone(), |job: &Job| &job.payload);
-    let worker = new_worker(store.clone(), handler, options("batch")).unwrap();
+    let handler = ItemJobs::new(items.clone(), |job: &Job| &job.payload);
+    let worker = new_worker(store.clone(), handler, options("items")).unwrap();
     let summary = tokio::time::timeout(Duration::from_secs(30), worker.run())
         .await
         .expect("one attempt");
@@ -115,14 +115,14 @@ async fn failed_items_are_retried_alone(handling: Handling) {
         json!([{ "n": 1 }, { "n": 3 }]),
         "only the failed items are left"
     );
-    // docs/operations.md, "Batch jobs with items left".
+    // docs/operations.md, "Item jobs with items left".
     let left: Vec<(i64, String, i32, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(
         "SELECT id, state, num_failures, jsonb_array_length(payload) AS items_left,
        process_after AS next_attempt, left(failure_message, 200) AS failure_message
   FROM example_jobs
  WHERE state IN ('errored', 'failed')
    AND jsonb_typeof(payload) = 'array'
-   AND failure_message LIKE '% batch items failed (%'
+   AND failure_message LIKE '% items failed (%'
  ORDER BY finished_at DESC
  LIMIT 50"
             .replace("example_jobs", "jobs"),
@@ -133,7 +133,7 @@ async fn failed_items_are_retried_alone(handling: Handling) {
     assert_eq!(left, vec![(id, "errored".to_owned(), 1, 2)]);
     let message = failure_message(&db, id).await;
     assert!(
-        message.contains("2 of 5 batch items failed")
+        message.contains("2 of 5 items failed")
             && message.contains("item 1: item 1 is not ready")
             && message.contains("item 3: item 3 is not ready"),
         "{message}"
@@ -163,7 +163,7 @@ async fn failed_items_are_retried_alone_with_heartbeat_handling() {
 }
 
 #[tokio::test]
-async fn a_batch_whose_items_all_succeed_completes_at_once() {
+async fn an_item_job_whose_items_all_succeed_completes_at_once() {
     let db = Db::new().await;
     let id = db.enqueue(1, five_items()).await[0];
     let store = store(&db, Handling::Transactional).await;
@@ -185,7 +185,7 @@ async fn a_payload_that_is_not_an_array_fails_the_job_with_the_reason() {
     assert_eq!(db.state(id).await, "failed", "final despite 3 retries left");
     assert_eq!(
         failure_message(&db, id).await,
-        "a batch job's payload must be a JSON array of items, not an object"
+        "an item job's payload must be a JSON array of items, not an object"
     );
     assert!(items.attempts().is_empty(), "the handler never ran");
     assert_eq!(payload(&db, id).await, json!({ "n": 1 }));
@@ -229,7 +229,7 @@ async fn a_stale_attempt_cannot_rewrite_the_payload() {
 }
 
 #[tokio::test]
-async fn batch_jobs_need_a_jsonb_payload_column() {
+async fn item_jobs_need_a_jsonb_payload_column() {
     let db = Db::new().await;
     let mut t = Db::table_options();
     t.payload_column = Some("cost".into());

@@ -1,5 +1,5 @@
-//! A consumer's batch (`ConsumerBatch`, what the handler gets) and the claimed
-//! job that carries it with its transaction (`LogJob`).
+//! A consumer's slice of the log (`EventSlice`, what the handler gets) and the
+//! claimed job that carries it with its transaction (`LogJob`).
 
 use std::fmt;
 
@@ -33,36 +33,36 @@ impl LogPoint {
     }
 }
 
-/// One consumer's batch: what the handler gets.
+/// One consumer's slice of the log: what the handler gets.
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct ConsumerBatch<E> {
+pub struct EventSlice<E> {
     /// The consumer's name.
     pub consumer: String,
     /// The events after the checkpoint, in reading order (by writing
-    /// transaction, then position; empty until the batch is opened).
+    /// transaction, then position; empty until the slice is opened).
     pub events: Vec<E>,
-    /// The checkpoint the batch starts after.
+    /// The checkpoint the slice starts after.
     pub after: i64,
-    /// The position of the batch's last event.
+    /// The position of the slice's last event.
     pub last: i64,
-    /// Where the checkpoint moves when the batch commits.
+    /// Where the checkpoint moves when the slice commits.
     pub(crate) last_point: LogPoint,
     /// Why the events could not be read (a row that failed to scan): the
-    /// batch then fails, counting toward `max_consecutive_failures`.
+    /// slice then fails, counting toward `max_consecutive_failures`.
     pub problem: Option<String>,
     pub(crate) index: i64,
 }
 
-impl<E: Send + Sync + 'static> Record for ConsumerBatch<E> {
+impl<E: Send + Sync + 'static> Record for EventSlice<E> {
     fn id(&self) -> i64 {
         self.index
     }
 }
 
-/// A claimed batch and its transaction.
+/// A claimed slice and its transaction.
 pub struct LogJob<E> {
-    pub(crate) batch: ConsumerBatch<E>,
+    pub(crate) slice: EventSlice<E>,
     pub(crate) lease: Lease,
     pub(crate) tx: Option<Transaction<'static, Postgres>>,
     /// Frees the consumer in this process however the job ends (also when the
@@ -73,35 +73,35 @@ pub struct LogJob<E> {
 impl<E> fmt::Debug for LogJob<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LogJob")
-            .field("consumer", &self.batch.consumer)
-            .field("after", &self.batch.after)
-            .field("events", &self.batch.events.len())
+            .field("consumer", &self.slice.consumer)
+            .field("after", &self.slice.after)
+            .field("events", &self.slice.events.len())
             .finish_non_exhaustive()
     }
 }
 
 impl<E> LogJob<E> {
-    /// The batch.
-    pub fn batch(&self) -> &ConsumerBatch<E> {
-        &self.batch
+    /// The slice.
+    pub fn slice(&self) -> &EventSlice<E> {
+        &self.slice
     }
 
     pub(crate) fn events_mut(&mut self) -> &mut Vec<E> {
-        &mut self.batch.events
+        &mut self.slice.events
     }
 
-    /// The batch's transaction: what the consumer writes here commits with the
-    /// checkpoint advance, or not at all. `None` before the batch is opened.
+    /// The slice's transaction: what the consumer writes here commits with the
+    /// checkpoint advance, or not at all. `None` before the slice is opened.
     pub fn tx(&mut self) -> Option<&mut PgConnection> {
         self.tx.as_deref_mut()
     }
 }
 
 impl<E: Send + Sync + 'static> workerutil::Job for LogJob<E> {
-    type Record = ConsumerBatch<E>;
+    type Record = EventSlice<E>;
 
-    fn record(&self) -> &ConsumerBatch<E> {
-        &self.batch
+    fn record(&self) -> &EventSlice<E> {
+        &self.slice
     }
 
     fn lease(&self) -> Lease {

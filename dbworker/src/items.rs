@@ -1,10 +1,10 @@
-//! Batch jobs: a job whose payload is a JSON array of items, handled item by
+//! Item jobs: a job whose payload is a JSON array of items, handled item by
 //! item. The job completes when every item succeeded; otherwise it is retried
 //! with only the failed items left in its payload, written by the errored mark
 //! itself (one fenced statement, so a stale attempt rewrites nothing).
 //!
 //! ```no_run
-//! use dbworker::batch::{BatchHandler, BatchJobs, ItemResult};
+//! use dbworker::items::{ItemHandler, ItemJobs, ItemResult};
 //! use dbworker::{DbStore, JobTable, JobTableOptions, StoreOptions, new_worker};
 //! use serde_json::Value;
 //! use workerutil::{WorkerOptions, async_trait};
@@ -15,7 +15,7 @@
 //!
 //! struct SendEmails;
 //! #[async_trait]
-//! impl BatchHandler<Job> for SendEmails {
+//! impl ItemHandler<Job> for SendEmails {
 //!     async fn handle_items(&self, _job: &Job, items: &[Value]) -> Vec<ItemResult> {
 //!         items.iter().map(|item| match item["to"].as_str() {
 //!             Some(_to) => Ok(()), // send it
@@ -30,7 +30,7 @@
 //! let table = JobTable::new(&pool, table).await?;
 //! let options = StoreOptions::<Job>::from_row("emails");
 //! let store = std::sync::Arc::new(DbStore::new(&pool, &table, options).await?);
-//! let handler = BatchJobs::new(SendEmails, |job: &Job| &job.payload);
+//! let handler = ItemJobs::new(SendEmails, |job: &Job| &job.payload);
 //! new_worker(store, handler, WorkerOptions::new("emails"))?.run().await;
 //! # Ok(())
 //! # }
@@ -47,7 +47,7 @@ use crate::store::{DbJob, DbStore};
 /// What became of one item: `Ok` done, `Err` to be retried (with the reason).
 pub type ItemResult = Result<(), BoxError>;
 
-/// Handles the items of batch jobs; wrap it in [`BatchJobs`] to get a
+/// Handles the items of item jobs; wrap it in [`ItemJobs`] to get a
 /// [`Handler`].
 ///
 /// The handler is not given the job's transaction: when some items fail, the
@@ -55,7 +55,7 @@ pub type ItemResult = Result<(), BoxError>;
 /// dropped from the payload and never run again. Commit what an item does
 /// yourself, before reporting it done.
 #[async_trait]
-pub trait BatchHandler<R>: Send + Sync + 'static {
+pub trait ItemHandler<R>: Send + Sync + 'static {
     /// Handles `items` (the job's payload array, or what is left of it) and
     /// returns one result per item, in order.
     async fn handle_items(&self, record: &R, items: &[Value]) -> Vec<ItemResult>;
@@ -70,7 +70,7 @@ pub trait BatchHandler<R>: Send + Sync + 'static {
 /// Reads a record's payload.
 type PayloadOf<R> = Arc<dyn Fn(&R) -> &Value + Send + Sync>;
 
-/// A [`Handler`] that runs a [`BatchHandler`] over the items of each job's
+/// A [`Handler`] that runs a [`ItemHandler`] over the items of each job's
 /// payload. Needs a store whose table has a
 /// [`payload_column`](crate::JobTableOptions::payload_column) naming the column
 /// `payload_of` reads.
@@ -84,24 +84,24 @@ type PayloadOf<R> = Arc<dyn Fn(&R) -> &Value + Send + Sync>;
 /// - The payload is not an array, or the handler returned a result count that
 ///   differs from the item count: the job fails at once (non-retryable), with
 ///   the reason.
-pub struct BatchJobs<R, B> {
-    handler: B,
+pub struct ItemJobs<R, H> {
+    handler: H,
     payload_of: PayloadOf<R>,
 }
 
-impl<R, B> std::fmt::Debug for BatchJobs<R, B> {
+impl<R, H> std::fmt::Debug for ItemJobs<R, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BatchJobs").finish_non_exhaustive()
+        f.debug_struct("ItemJobs").finish_non_exhaustive()
     }
 }
 
-impl<R, B: BatchHandler<R>> BatchJobs<R, B> {
+impl<R, H: ItemHandler<R>> ItemJobs<R, H> {
     /// Runs `handler` over the array `payload_of` reads from each record.
     pub fn new(
-        handler: B,
+        handler: H,
         payload_of: impl Fn(&R) -> &Value + Send + Sync + 'static,
-    ) -> BatchJobs<R, B> {
-        BatchJobs {
+    ) -> ItemJobs<R, H> {
+        ItemJobs {
             handler,
             payload_of: Arc::new(payload_of),
         }
@@ -121,7 +121,7 @@ fn type_name(value: &Value) -> &'static str {
 }
 
 #[async_trait]
-impl<R: Record, B: BatchHandler<R>> Handler<DbStore<R>> for BatchJobs<R, B> {
+impl<R: Record, H: ItemHandler<R>> Handler<DbStore<R>> for ItemJobs<R, H> {
     async fn handle(
         &self,
         job: &mut DbJob<R>,
@@ -129,20 +129,20 @@ impl<R: Record, B: BatchHandler<R>> Handler<DbStore<R>> for BatchJobs<R, B> {
     ) -> Result<(), HandlerError> {
         if ctx.store().payload_column().is_none() {
             return Err(HandlerError::non_retryable(
-                "batch jobs need the table's payload column (JobTableOptions::payload_column: the jsonb column holding the items)",
+                "item jobs need the table's payload column (JobTableOptions::payload_column: the jsonb column holding the items)",
             ));
         }
         let payload = (self.payload_of)(job.record());
         let Value::Array(items) = payload else {
             return Err(HandlerError::non_retryable(format!(
-                "a batch job's payload must be a JSON array of items, not {}",
+                "an item job's payload must be a JSON array of items, not {}",
                 type_name(payload)
             )));
         };
         let results = self.handler.handle_items(job.record(), items).await;
         if results.len() != items.len() {
             return Err(HandlerError::non_retryable(format!(
-                "the batch handler returned {} results for {} items",
+                "the item handler returned {} results for {} items",
                 results.len(),
                 items.len()
             )));
@@ -159,7 +159,7 @@ impl<R: Record, B: BatchHandler<R>> Handler<DbStore<R>> for BatchJobs<R, B> {
             return Ok(());
         }
         let message = format!(
-            "{} of {} batch items failed ({})",
+            "{} of {} items failed ({})",
             left.len(),
             items.len(),
             reasons.join("; ")
