@@ -378,7 +378,7 @@ mod tests {
         );
         let e = err(r#"{"worker": {"name": "w", "interval": "30 parsecs"}}"#);
         assert!(
-            e.starts_with(r#""30 parsecs" is not a duration: unknown unit "parsecs""#),
+            e.starts_with(r#""30 parsecs" is not a duration: unknown time unit "parsecs""#),
             "{e}"
         );
         let e = err(r#"{"worker": {"name": "w"}, "retry": {"delay": "1s"}}"#);

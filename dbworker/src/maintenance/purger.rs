@@ -456,7 +456,9 @@ mod tests {
         assert_eq!(o.interval, PurgeOptions::default().interval);
         let written = serde_json::to_string(&PurgeOptions::default()).unwrap();
         assert!(
-            written.contains(r#""max_age":{"completed":"7d","failed":"30d","canceled":"30d"}"#),
+            written.contains(
+                r#""max_age":{"completed":"7days","failed":"30days","canceled":"30days"}"#
+            ),
             "{written}"
         );
         let read: PurgeOptions = serde_json::from_str(&written).unwrap();

@@ -196,9 +196,7 @@ fn an_unknown_field_or_a_bad_value_is_refused_by_name() {
     let (path, e) = refused(r#""interval": "15s""#, r#""interval": "15 parsecs""#);
     assert_eq!(path, "resetter.interval");
     assert!(
-        e.starts_with(
-            r#""15 parsecs" is not a duration: unknown unit "parsecs" (use ms, s, m, h or d)"#
-        ),
+        e.starts_with(r#""15 parsecs" is not a duration: "#) && e.contains("parsecs"),
         "{e}"
     );
 
