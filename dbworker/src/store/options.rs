@@ -480,7 +480,3 @@ where
 #[cfg(test)]
 #[path = "options_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "config_tests.rs"]
-mod config_tests;

@@ -9,11 +9,15 @@ use std::time::Duration;
 use serde::Deserialize;
 use workerutil::{RetryPolicy, WorkerOptions};
 
-use super::*;
-use crate::control::PausesOptions;
-use crate::cron::SchedulerOptions;
-use crate::maintenance::ResetterOptions;
-use crate::table::JobTableOptions;
+use dbworker::control::PausesOptions;
+use dbworker::cron::SchedulerOptions;
+use dbworker::store::{
+    DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE, Listen,
+};
+use dbworker::{
+    ClaimOptions, DEFAULT_CONNECT_TIMEOUT, Error, ForbiddenFlags, Handling, JobTableOptions,
+    ResetterOptions, StallOptions, StoreOptions,
+};
 
 #[derive(sqlx::FromRow)]
 #[allow(dead_code)]
@@ -75,10 +79,7 @@ fn a_config_file_sets_only_what_it_names() {
         HashMap::from([("state".to_owned(), "status".to_owned())])
     );
     assert_eq!(t.connect_timeout, Duration::from_secs(10));
-    assert_eq!(
-        t.error_history_limit,
-        crate::table::DEFAULT_ERROR_HISTORY_LIMIT
-    );
+    assert_eq!(t.error_history_limit, dbworker::DEFAULT_ERROR_HISTORY_LIMIT);
     assert!(!t.detect && t.kind_column.is_none());
 
     let s = &c.store;
@@ -127,12 +128,12 @@ fn a_config_file_sets_only_what_it_names() {
     assert_eq!(w.interval, WorkerOptions::new("w").interval);
 
     assert_eq!(c.scheduler.interval, Duration::from_millis(500));
-    assert_eq!(c.scheduler.cron_table, crate::cron::DEFAULT_CRON_TABLE);
+    assert_eq!(c.scheduler.cron_table, dbworker::cron::DEFAULT_CRON_TABLE);
     assert_eq!(c.pauses.notify_channel.as_deref(), Some("email_wakeup"));
 
     // What the services check where they take the options.
-    let table = JobTable::unchecked(c.table.clone()).unwrap();
-    c.store.resolve(&table).unwrap();
+    c.table.validate().unwrap();
+    c.store.validate().unwrap();
     c.resetter.validate().unwrap();
     c.worker.validate().unwrap();
     c.scheduler.validate().unwrap();
@@ -145,9 +146,9 @@ fn the_smallest_config_is_the_required_names() {
         r#"{ "table": { "table_name": "jobs" }, "store": { "name": "s" }, "worker": { "name": "w" } }"#,
     )
     .unwrap();
-    let table = JobTable::unchecked(c.table).unwrap();
-    let r = c.store.resolve(&table).unwrap();
-    assert_eq!(r.sql.max_num_retries, DEFAULT_MAX_NUM_RETRIES);
+    c.table.validate().unwrap();
+    c.store.validate().unwrap();
+    assert_eq!(c.store.max_num_retries, DEFAULT_MAX_NUM_RETRIES);
     assert_eq!(c.store.handling, Handling::Transactional);
     assert_eq!(c.store.listen, Listen::Off);
     assert_eq!(c.resetter.name, "resetter");
