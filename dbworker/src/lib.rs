@@ -3,6 +3,8 @@
 //! The crate's documentation is its guide (below, from `docs/guide.md`); the
 //! operations manual is [`operations`]; `docs/architecture.md` maps the code.
 #![doc = include_str!("../../docs/guide.md")]
+// docs.rs (`[package.metadata.docs.rs]`) labels feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The ground floor: names, errors, values and every SQL statement. None of
 // these imports a feature module.
@@ -30,6 +32,7 @@ pub mod consumers;
 pub mod control;
 pub mod cron;
 #[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
 pub mod ddl;
 pub mod enqueue;

@@ -9,6 +9,8 @@
 //! The Postgres store lives in the `dbworker` crate. [`MemoryStore`] is an
 //! in-memory store for unit-testing handlers; with the `testing` feature,
 //! `conformance` holds the suite every store must pass.
+// docs.rs (`[package.metadata.docs.rs]`) labels feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod ahead;
 mod backoff;
@@ -33,8 +35,10 @@ mod wakeup;
 mod worker;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod conformance;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use async_trait::async_trait;
