@@ -1,8 +1,10 @@
 //! `dbworker`: background workers over your own PostgreSQL job tables.
 //!
-//! The crate's documentation is its guide (below, from `docs/guide.md`); the
-//! operations manual is [`operations`]; `docs/architecture.md` maps the code.
-#![doc = include_str!("../../docs/guide.md")]
+//! The crate's documentation is its guide (below, from `docs/guide.md` in
+//! this crate); the operations manual is [`operations`];
+//! [architecture.md](https://github.com/dbworker/dbworker/blob/main/docs/architecture.md)
+//! in the repository maps the code.
+#![doc = include_str!("../docs/guide.md")]
 // docs.rs (`[package.metadata.docs.rs]`) labels feature-gated items.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -59,5 +61,5 @@ pub use worker::new_worker;
 pub use sea_query;
 pub use workerutil;
 
-#[doc = include_str!("../../docs/operations.md")]
+#[doc = include_str!("../docs/operations.md")]
 pub mod operations {}

@@ -21,6 +21,8 @@
 //!   under a `tests/` folder.
 //! - **The library pulls in no tool**: the `[dependencies]` of `workerutil`
 //!   and `dbworker` name none of clap, indicatif, ratatui, tracing-subscriber.
+//! - **No relative link ships** in a published crate's Markdown files or doc
+//!   comments (`links.rs`): they render on docs.rs and crates.io.
 //!
 //! Test code is left out of the graph: `#[cfg(test)]` items (a `mod tests
 //! { … }`, a function, a `use`), files under `#![cfg(test)]`, and the test
@@ -30,6 +32,7 @@
 //! a crate in a temporary directory and check that it is reported by name.
 
 mod check;
+mod links;
 mod scan;
 
 use std::fs;
