@@ -63,3 +63,8 @@ pub use workerutil;
 
 #[doc = include_str!("../docs/operations.md")]
 pub mod operations {}
+
+// The README's example compiles as a doctest (crates.io shows the README).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

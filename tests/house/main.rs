@@ -21,8 +21,10 @@
 //!   under a `tests/` folder.
 //! - **The library pulls in no tool**: the `[dependencies]` of `workerutil`
 //!   and `dbworker` name none of clap, indicatif, ratatui, tracing-subscriber.
-//! - **No relative link ships** in a published crate's Markdown files or doc
-//!   comments (`links.rs`): they render on docs.rs and crates.io.
+//! - **What ships is whole** (`shipped.rs`): no relative link in a published
+//!   crate's Markdown files or doc comments (they render on docs.rs and
+//!   crates.io), and each published crate has a README.md and copies of the
+//!   workspace's LICENSE-MIT and LICENSE-APACHE.
 //!
 //! Test code is left out of the graph: `#[cfg(test)]` items (a `mod tests
 //! { … }`, a function, a `use`), files under `#![cfg(test)]`, and the test
@@ -32,8 +34,8 @@
 //! a crate in a temporary directory and check that it is reported by name.
 
 mod check;
-mod links;
 mod scan;
+mod shipped;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -41,6 +41,11 @@ pub mod conformance;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+// The README's example runs (or compiles) as a doctest (crates.io shows the README).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 pub use async_trait::async_trait;
 pub use tokio_util::sync::CancellationToken;
 

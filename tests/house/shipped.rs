@@ -1,3 +1,7 @@
+//! What ships in each published crate: its README.md and the workspace's two
+//! license files (copies, since a package holds only its own folder), and
+//! no relative link.
+//!
 //! No relative link in what ships: the published crates' Markdown files (the
 //! guide and the operations manual that `dbworker` includes as its docs, each
 //! crate's README) and the doc comments of their Rust files render on docs.rs
@@ -181,6 +185,26 @@ fn no_relative_link_ships_in_a_published_crate() {
         "links that 404 on docs.rs or crates.io:\n{}",
         report.join("\n")
     );
+}
+
+#[test]
+fn every_published_crate_has_a_readme_and_the_workspaces_license_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for name in PUBLISHED {
+        let dir = root.join(name);
+        assert!(
+            dir.join("README.md").is_file(),
+            "{name}/README.md: every published crate has a README (crates.io shows it)"
+        );
+        for license in ["LICENSE-MIT", "LICENSE-APACHE"] {
+            let original = fs::read_to_string(root.join(license)).expect("the workspace's license");
+            let copy = fs::read_to_string(dir.join(license)).unwrap_or_default();
+            assert!(
+                copy == original,
+                "{name}/{license} is missing or differs from the workspace's: cp {license} {name}/"
+            );
+        }
+    }
 }
 
 #[test]
