@@ -1,5 +1,6 @@
 //! The house's rules, checked by `cargo test` on every crate of the workspace
-//! (`workerutil`, `dbworker`, `dbworker-cli`, `testkit`, `models`); see "The
+//! (`workerutil`, `dbworker`, `dbworker-cli`, `testkit`, `models`; not the
+//! benchmark in `bench/`, a tool kept as it was under examples/); see "The
 //! rules of the house" in docs/architecture.md.
 //!
 //! - **Arrows only go down: no cycle between top-level modules.** A top-level
