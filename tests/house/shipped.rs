@@ -134,10 +134,9 @@ fn link_targets(line: &str) -> Vec<String> {
     let t = line.trim_start();
     if t.starts_with('[')
         && let Some(i) = t.find("]: ")
+        && let Some(target) = t[i + 3..].split_whitespace().next()
     {
-        if let Some(target) = t[i + 3..].split_whitespace().next() {
-            out.push(target.to_owned());
-        }
+        out.push(target.to_owned());
     }
     for attr in ["href=\"", "src=\""] {
         let mut rest = line;
