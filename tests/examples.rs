@@ -299,8 +299,7 @@ fn dashboard_is_mounted_in_an_application_behind_a_token() {
     );
 }
 
-/// Every example with its arguments, for the `DATABASE_URL` run (`bench`, a
-/// benchmark, is left out as everywhere in this file).
+/// Every example with its arguments, for the `DATABASE_URL` run.
 const EXAMPLES: [(&str, &[&str]); 14] = [
     ("quickstart", &[]),
     ("tour", &[]),

@@ -1,8 +1,12 @@
 //! `dbworker`: background workers over your own PostgreSQL job tables.
 //!
-//! The crate's documentation is its guide (below, from `docs/guide.md`); the
-//! operations manual is [`operations`]; `docs/architecture.md` maps the code.
-#![doc = include_str!("../../docs/guide.md")]
+//! The crate's documentation is its guide (below, from `docs/guide.md` in
+//! this crate); the operations manual is [`operations`];
+//! [architecture.md](https://github.com/dbworker/dbworker/blob/main/docs/architecture.md)
+//! in the repository maps the code.
+#![doc = include_str!("../docs/guide.md")]
+// docs.rs (`[package.metadata.docs.rs]`) labels feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The ground floor: names, errors, values and every SQL statement. None of
 // these imports a feature module.
@@ -29,6 +33,7 @@ pub mod consumers;
 pub mod control;
 pub mod cron;
 #[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
 pub mod ddl;
 pub mod enqueue;
@@ -56,5 +61,10 @@ pub use worker::new_worker;
 pub use sea_query;
 pub use workerutil;
 
-#[doc = include_str!("../../docs/operations.md")]
+#[doc = include_str!("../docs/operations.md")]
 pub mod operations {}
+
+// The README's example compiles as a doctest (crates.io shows the README).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

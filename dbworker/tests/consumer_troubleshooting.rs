@@ -1,4 +1,4 @@
-//! The log consumers' troubleshooting SQL of docs/operations.md, read from the
+//! The log consumers' troubleshooting SQL of dbworker/docs/operations.md, read from the
 //! file by its `sql-check` markers and run against a real database with a
 //! healthy consumer, a stuck one and a leader: each query answers what its
 //! section says it does, so the docs cannot drift from the tables.
@@ -17,14 +17,14 @@ use sqlx::postgres::PgRow;
 
 use shared::{Event, Project, append, fast_group, projected, set_up, start, wait_for};
 
-const OPERATIONS: &str = include_str!("../../docs/operations.md");
+const OPERATIONS: &str = include_str!("../docs/operations.md");
 
 /// The SQL block after `<!-- sql-check: name -->`.
 fn checked_sql(name: &str) -> String {
     let marker = format!("<!-- sql-check: {name} -->");
     let at = OPERATIONS
         .find(&marker)
-        .unwrap_or_else(|| panic!("docs/operations.md has no {marker}"));
+        .unwrap_or_else(|| panic!("dbworker/docs/operations.md has no {marker}"));
     let rest = &OPERATIONS[at + marker.len()..];
     let body = rest
         .trim_start()

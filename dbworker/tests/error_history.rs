@@ -324,10 +324,10 @@ async fn the_dashboards_job_page_lists_the_entries() {
     }
 }
 
-/// The queries of docs/operations.md, "A job's attempts (error history)".
+/// The queries of dbworker/docs/operations.md, "A job's attempts (error history)".
 #[tokio::test]
 async fn the_operations_queries_read_the_history() {
-    const OPERATIONS: &str = include_str!("../../docs/operations.md");
+    const OPERATIONS: &str = include_str!("../docs/operations.md");
     let section = OPERATIONS
         .split("### A job's attempts (error history)")
         .nth(1)

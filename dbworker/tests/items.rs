@@ -115,7 +115,7 @@ async fn failed_items_are_retried_alone(handling: Handling) {
         json!([{ "n": 1 }, { "n": 3 }]),
         "only the failed items are left"
     );
-    // docs/operations.md, "Item jobs with items left".
+    // dbworker/docs/operations.md, "Item jobs with items left".
     let left: Vec<(i64, String, i32, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(
         "SELECT id, state, num_failures, jsonb_array_length(payload) AS items_left,
        process_after AS next_attempt, left(failure_message, 200) AS failure_message

@@ -144,7 +144,7 @@ async fn each_kind_retries_as_it_says(handling: Handling) {
         "the job's own max_retries (3) wins over its kind's"
     );
 
-    // docs/operations.md, "Per-kind retry limits".
+    // dbworker/docs/operations.md, "Per-kind retry limits".
     db.execute("UPDATE jobs SET kind = payload->>'kind'").await;
     let per_kind: Vec<(String, i32, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(
         "SELECT kind, num_failures AS attempts_failed, count(*) AS jobs

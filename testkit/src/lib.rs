@@ -33,6 +33,11 @@
 //! # }
 //! ```
 
+// The README's example runs (or compiles) as a doctest (crates.io shows the README).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod bin_dir;
 mod cluster;
 mod database;

@@ -9,6 +9,8 @@
 //! The Postgres store lives in the `dbworker` crate. [`MemoryStore`] is an
 //! in-memory store for unit-testing handlers; with the `testing` feature,
 //! `conformance` holds the suite every store must pass.
+// docs.rs (`[package.metadata.docs.rs]`) labels feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod ahead;
 mod backoff;
@@ -34,9 +36,16 @@ mod wakeup;
 mod worker;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod conformance;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+
+// The README's example runs (or compiles) as a doctest (crates.io shows the README).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
 
 pub use async_trait::async_trait;
 pub use tokio_util::sync::CancellationToken;

@@ -17,7 +17,7 @@
 //! - `latency`: starts the worker (concurrency C), waits 500 ms, then calls
 //!   `add_job` once per tick at R per second; the clock is read just before each
 //!   call and again on the handler's first line, matched by job id (as
-//!   `examples/bench/latency.rs` measures dbworker).
+//!   `bench/src/latency.rs` measures dbworker).
 //!
 //! The configuration is the crate's own advice for many small jobs, tuned to
 //! be the fastest we found: a local queue (docs/src/guides/local-queue.md) of

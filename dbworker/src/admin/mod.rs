@@ -12,7 +12,6 @@ use std::sync::Arc;
 use sqlx::{PgPool, Row};
 use workerutil::JobState;
 
-use crate::columns::Columns;
 use crate::error::{Error, Result};
 pub use crate::job_filter::{
     BulkAction, DEFAULT_FAIL_MESSAGE, FieldFilter, JobFilter, JobPage, JobSort, JobSummary,
@@ -118,7 +117,7 @@ pub enum Canceled {
 impl Admin {
     /// The resolved columns (the dashboard's job page reads renamed ones).
     #[cfg(feature = "dashboard")]
-    pub(crate) fn columns(&self) -> &Columns {
+    pub(crate) fn columns(&self) -> &crate::columns::Columns {
         &self.t.columns
     }
 

@@ -1,8 +1,8 @@
 //! The benchmark: dbworker beside the raw-SQL floor, in one run.
 //!
 //! ```sh
-//! cargo run --release --example bench -- --jobs 100000
-//! cargo run --release --example bench -- --jobs 100000 --write-docs   # also docs/benchmarks.md
+//! cargo run --release -p dbworker-bench -- --jobs 100000
+//! cargo run --release -p dbworker-bench -- --jobs 100000 --write-docs   # also docs/benchmarks.md
 //! ```
 //!
 //! With `DATABASE_URL` unset it starts a throwaway PostgreSQL cluster with
@@ -57,12 +57,21 @@ mod report;
 mod table;
 mod workflows;
 
+use std::path::Path;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::db::Bench;
 use crate::report::{Pair, Report};
+
+/// The workspace's root (this package is its `bench/` folder): docs/,
+/// bench-peers/ and the code version are read there.
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("bench/ is a folder of the workspace")
+}
 
 /// Errors of the benchmark: reported, never handled.
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;

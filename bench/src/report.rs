@@ -1,7 +1,6 @@
 //! Results: the tables on stdout, and the record in `docs/benchmarks.md`.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Result;
@@ -160,7 +159,7 @@ impl Report {
     pub(crate) async fn new(bench: &Bench) -> Result<Report> {
         let (version, settings) = bench.settings().await?;
         let args: Vec<String> = std::env::args().skip(1).collect();
-        let mut command = "cargo run --release --example bench".to_owned();
+        let mut command = "cargo run --release -p dbworker-bench".to_owned();
         if !args.is_empty() {
             command.push_str(" -- ");
             command.push_str(&args.join(" "));
@@ -443,7 +442,7 @@ impl Report {
     /// earlier run of the same commit, else appending) and redraws the chart;
     /// returns the paths written.
     pub(crate) fn write_docs(&self) -> Result<Vec<String>> {
-        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let docs = crate::workspace_root().join("docs");
         let md_path = docs.join("benchmarks.md");
         let svg_path = docs.join(crate::chart::FILE_NAME);
         let mut written = Vec::new();

@@ -4,9 +4,9 @@
 pub(crate) fn intro() -> String {
     format!(
         "# Benchmarks\n\n\
-         Written by the benchmark itself (`examples/bench/`):\n\n\
+         Written by the benchmark itself (`bench/`):\n\n\
          ```sh\n\
-         cargo run --release --example bench -- --jobs 100000 --write-docs\n\
+         cargo run --release -p dbworker-bench -- --jobs 100000 --write-docs\n\
          ```\n\n\
          ## How to read this\n\n\
          - Only ratios within one run count. Absolute figures on a shared 2-core machine drift \
@@ -74,7 +74,7 @@ pub(crate) fn code_version() -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
+            .arg(crate::workspace_root())
             .args(args)
             .output()
             .ok()

@@ -81,7 +81,7 @@ pub(crate) struct PeerRuns {
 /// Builds the peer's binary (cargo prints its progress on stderr); returns its path.
 pub(crate) async fn build(peer: Peer) -> Result<PathBuf> {
     let (dir, bin) = peer.project();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::workspace_root();
     let manifest = root.join("bench-peers").join(dir).join("Cargo.toml");
     let target = match std::env::var_os("BENCH_PEERS_TARGET_DIR") {
         Some(t) => PathBuf::from(t),
