@@ -18,15 +18,16 @@ pub(crate) struct Database {
     /// The database to connect to: postgres://user:password@host:port/db.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
-    /// Seconds to wait for the database before reporting it unreachable.
-    #[arg(long, env = "DBWORKER_CONNECT_TIMEOUT_SECS", default_value_t = 5.0)]
-    connect_timeout_secs: f64,
+    /// How long to wait for the database before reporting it unreachable
+    /// (`5s`, `500ms`, `1m`).
+    #[arg(long, env = "DBWORKER_CONNECT_TIMEOUT", default_value = "5s", value_parser = duration, alias = "connect-timeout-secs")]
+    connect_timeout: Duration,
 }
 
 impl Database {
     /// The connect timeout, checked.
     pub(crate) fn connect_timeout(&self) -> Result<Duration> {
-        seconds("connect-timeout-secs", self.connect_timeout_secs)
+        Ok(self.connect_timeout)
     }
 
     /// How every command connects, so all report a bad URL, a refused login
@@ -160,10 +161,12 @@ impl Target {
 pub(crate) struct TableArgs {
     #[command(flatten)]
     pub(crate) target: Target,
-    /// The queue column, if the table has one.
+    /// The queue column. Without it (and without --kind-column), the
+    /// table's optional columns are found by their standard names (`queue`,
+    /// `kind`, …), as `dbworker migration` adds them.
     #[arg(long, env = "DBWORKER_QUEUE_COLUMN")]
     queue_column: Option<String>,
-    /// The kind column, if the table has one.
+    /// The kind column (see --queue-column).
     #[arg(long, env = "DBWORKER_KIND_COLUMN")]
     kind_column: Option<String>,
 }
@@ -181,6 +184,8 @@ impl TableArgs {
             .job_table_with(pool, |o| {
                 o.queue_column = self.queue_column.clone();
                 o.kind_column = self.kind_column.clone();
+                // The reference table's columns by their standard names.
+                o.detect = o.queue_column.is_none() && o.kind_column.is_none();
                 more(o);
             })
             .await
@@ -209,6 +214,25 @@ impl TableArgs {
     }
 }
 
+/// How a command prints what it reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// Aligned text for people.
+    #[default]
+    Text,
+    /// One JSON document on one line, for scripts (its shape: docs/operations.md).
+    Json,
+}
+
+/// `--format text|json`.
+#[derive(Debug, Args)]
+pub(crate) struct FormatArg {
+    /// Print as text, or as one JSON document (the shape is documented in
+    /// docs/operations.md).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub(crate) format: Format,
+}
+
 /// The worker registry, for the commands that use it.
 #[derive(Debug, Args)]
 pub(crate) struct RegistryArgs {
@@ -216,8 +240,8 @@ pub(crate) struct RegistryArgs {
     #[arg(long, env = "DBWORKER_NODE_TABLE")]
     pub(crate) node_table: Option<String>,
     /// A process whose registry heartbeat is older than this is dead.
-    #[arg(long, env = "DBWORKER_DEAD_AFTER_SECS", default_value_t = 10.0)]
-    pub(crate) dead_after_secs: f64,
+    #[arg(long, env = "DBWORKER_DEAD_AFTER", default_value = "10s", value_parser = duration, alias = "dead-after-secs")]
+    pub(crate) dead_after: Duration,
     /// The leader lease table (with --node-table).
     #[arg(long, default_value = DEFAULT_LEADER_TABLE)]
     pub(crate) leader_table: String,
@@ -231,7 +255,24 @@ pub(crate) fn parse_rename(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// A flag's seconds as a duration; the error names the flag.
-pub(crate) fn seconds(flag: &str, secs: f64) -> Result<Duration> {
-    Duration::try_from_secs_f64(secs).with_context(|| format!("--{flag}"))
+/// A duration flag's value: humantime (`30s`, `2h`, `1h 30m`, `250ms`) or
+/// a bare number of seconds (`90`, `0.5`), as the old `--…-secs` flags took.
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.trim().parse::<f64>() {
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{s:?} is not a duration: seconds must be 0 or more"));
+    }
+    humantime::parse_duration(s.trim()).map_err(|err| {
+        format!("{s:?} is not a duration ({err}); write it as 30s, 5m, 2h, 1h 30m or 250ms")
+    })
+}
+
+/// A duration as an operator reads it: `3m 12s`, `2h 5m`, `450ms` (the two
+/// largest units, rounded down).
+pub(crate) fn human(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    let full = humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
+    full.split(' ').take(2).collect::<Vec<_>>().join(" ")
 }

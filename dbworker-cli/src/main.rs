@@ -9,9 +9,11 @@ mod signal;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
-use commands::{control, jobs, maintenance, migration, partitions, status, top, ui, workflow};
+use commands::{
+    completions, control, jobs, maintenance, migration, partitions, status, top, ui, workflow,
+};
 
 #[derive(Debug, Parser)]
 #[command(name = "dbworker", version, about = "Operate dbworker job tables")]
@@ -30,8 +32,9 @@ enum Command {
     Purge(maintenance::PurgeArgs),
     /// Partitioned job tables: `create --ahead N` makes the upcoming partitions.
     Partitions(partitions::PartitionsArgs),
-    /// Live jobs per state and queue, the oldest wait, who is processing, and
-    /// (with the registry) the live processes and the leader.
+    /// Every state per queue and in total, paused queues, the oldest wait,
+    /// who is processing, and (with the registry) the live processes and the
+    /// leader.
     Status(status::StatusArgs),
     /// Jobs matching a filter, a page at a time (by id).
     List(jobs::ListArgs),
@@ -65,6 +68,9 @@ enum Command {
     Resume(control::PauseArgs),
     /// Workflows (`migration --workflows`): `show ID`, `cancel ID`.
     Workflow(workflow::WorkflowArgs),
+    /// Print the shell completion script: `dbworker completions bash >
+    /// /etc/bash_completion.d/dbworker` (also zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -96,6 +102,10 @@ async fn main() -> ExitCode {
         Command::Resume(args) => control::pause(args, true).await,
         Command::Reset(args) => maintenance::reset(args).await,
         Command::Workflow(args) => workflow::workflow(args).await,
+        Command::Completions(args) => {
+            completions::completions(args, Cli::command());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

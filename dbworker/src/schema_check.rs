@@ -31,8 +31,19 @@ pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
             return Ok(());
         }
         Ok(Err(sqlx::Error::Database(db))) => db.message().to_owned(),
-        Ok(Err(err)) => workerutil::error_chain(&err),
-        Err(_) => format!("no answer within the connect timeout of {timeout:?}"),
+        Ok(Err(err)) => {
+            let chain = workerutil::error_chain(&err);
+            if chain.to_lowercase().contains("refused") {
+                format!(
+                    "{chain} (nothing listens there: is the server running, and is the port right?)"
+                )
+            } else {
+                chain
+            }
+        }
+        Err(_) => format!(
+            "no answer within the connect timeout of {timeout:?} (a wrong or unreachable host, a firewall dropping the packets, or a server too busy to answer; a longer connect timeout waits more)"
+        ),
     };
     Err(Error::Connect { target, reason })
 }

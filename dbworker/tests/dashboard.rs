@@ -122,11 +122,13 @@ async fn pages_render_counts_filters_and_escape_hostile_text_on((db, failed): (D
     );
     assert!(
         page.contains(
-            "<td>mail</td><td class=\"num\">30</td><td class=\"num\">0</td><td class=\"num\">1</td>"
+            // pending, scheduled, available, errored, processing
+            "<td>mail</td><td class=\"num\">0</td><td class=\"num\">0</td><td class=\"num\">30</td><td class=\"num\">0</td><td class=\"num\">1</td>"
         ),
         "{page}"
     );
     assert!(page.contains("Oldest waiting job"), "{page}");
+    assert!(page.contains("<th>total</th>"), "{page}");
     assert!(!page.contains("<script"), "no script anywhere");
 
     // Filter by a payload field; hostile failure text is escaped.
@@ -187,6 +189,8 @@ async fn pages_render_counts_filters_and_escape_hostile_text_on((db, failed): (D
     let (status, css, _) = get(&app, "/assets/style.css", None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(css.contains("svg.chart"));
+    // Dark mode follows the browser's preference.
+    assert!(css.contains("@media (prefers-color-scheme: dark)"), "{css}");
 }
 
 #[tokio::test]

@@ -16,7 +16,8 @@ use dbworker::admin::{
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
 
-use crate::args::{TableArgs, seconds};
+use crate::args::{Format, FormatArg, TableArgs, duration};
+use crate::commands::json::{self, print_json};
 
 /// Which jobs: every flag given must match.
 #[derive(Debug, Args, Default)]
@@ -24,18 +25,18 @@ pub(crate) struct FilterArgs {
     /// Only jobs in these states (repeatable or comma-separated).
     #[arg(long = "state", value_delimiter = ',', value_parser = parse_state)]
     states: Vec<JobState>,
-    /// Only jobs of this queue (needs --queue-column).
+    /// Only jobs of this queue (the table's `queue` column, or --queue-column).
     #[arg(long)]
     queue: Option<String>,
-    /// Only jobs of this kind (needs --kind-column).
+    /// Only jobs of this kind (the table's `kind` column, or --kind-column).
     #[arg(long)]
     kind: Option<String>,
-    /// Only jobs queued at least this many seconds ago.
-    #[arg(long)]
-    older_than_secs: Option<f64>,
-    /// Only jobs queued at most this many seconds ago.
-    #[arg(long)]
-    newer_than_secs: Option<f64>,
+    /// Only jobs queued at least this long ago (`30m`, `2h`, `1d`).
+    #[arg(long, value_parser = duration, alias = "older-than-secs")]
+    older_than: Option<Duration>,
+    /// Only jobs queued at most this long ago.
+    #[arg(long, value_parser = duration, alias = "newer-than-secs")]
+    newer_than: Option<Duration>,
     /// Only jobs whose failure message contains this text (any case).
     #[arg(long)]
     failure: Option<String>,
@@ -49,19 +50,25 @@ pub(crate) struct FilterArgs {
 }
 
 impl FilterArgs {
-    pub(crate) fn filter(&self) -> Result<JobFilter> {
+    /// The filter, checked against `admin`'s table: a queue or kind needs
+    /// its column, and the error names the flag that gives it.
+    pub(crate) fn filter(&self, admin: &Admin) -> Result<JobFilter> {
+        for (wanted, column, flag) in [
+            (&self.queue, admin.queue_column(), "queue"),
+            (&self.kind, admin.kind_column(), "kind"),
+        ] {
+            if wanted.is_some() && column.is_none() {
+                bail!(
+                    "--{flag} needs the table's {flag} column: the table has no column named {flag}, so name yours with --{flag}-column"
+                );
+            }
+        }
         let mut f = JobFilter::default();
         f.states = self.states.clone();
         f.queue = self.queue.clone();
         f.kind = self.kind.clone();
-        f.older_than = self
-            .older_than_secs
-            .map(|s| seconds("older-than-secs", s))
-            .transpose()?;
-        f.newer_than = self
-            .newer_than_secs
-            .map(|s| seconds("newer-than-secs", s))
-            .transpose()?;
+        f.older_than = self.older_than;
+        f.newer_than = self.newer_than;
         f.failure_contains = self.failure.clone();
         f.fields = self.fields.clone();
         f.workflow_id = self.workflow;
@@ -75,8 +82,13 @@ impl FilterArgs {
 }
 
 fn parse_state(s: &str) -> std::result::Result<JobState, String> {
-    s.parse::<JobState>()
-        .map_err(|_| format!("{s:?} is not a job state"))
+    s.parse::<JobState>().map_err(|_| {
+        let valid: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+        format!(
+            "{s:?} is not a job state; the states are {}",
+            valid.join(", ")
+        )
+    })
 }
 
 fn parse_field(s: &str) -> std::result::Result<FieldFilter, String> {
@@ -104,6 +116,8 @@ pub(crate) struct ListArgs {
     /// With a sort other than id: the `--after-value` the previous page printed.
     #[arg(long)]
     after_value: Option<String>,
+    #[command(flatten)]
+    format: FormatArg,
 }
 
 fn parse_sort(s: &str) -> std::result::Result<JobSort, String> {
@@ -122,9 +136,12 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
     page.sort = args.sort;
     page.after_value = args.after_value.clone();
     let page = admin
-        .list(&args.filter.filter()?, page)
+        .list(&args.filter.filter(&admin)?, page)
         .await
         .context("listing jobs")?;
+    if args.format.format == Format::Json {
+        return print_json(&json::page(&page));
+    }
     println!(
         "{:>10} {:<10} {:<14} {:<14} {:>8} {:>10} {:<16} failure",
         "id", "state", "queue", "kind", "failures", "age", "host"
@@ -169,6 +186,8 @@ pub(crate) struct JobArgs {
     table: TableArgs,
     /// The job's id.
     id: i64,
+    #[command(flatten)]
+    format: FormatArg,
 }
 
 pub(crate) async fn show(args: JobArgs) -> Result<()> {
@@ -178,6 +197,7 @@ pub(crate) async fn show(args: JobArgs) -> Result<()> {
         .await
         .with_context(|| format!("reading job {}", args.id))?
     {
+        Some(row) if args.format.format == Format::Json => print_json(&row),
         Some(row) => {
             println!(
                 "{}",
@@ -222,7 +242,7 @@ pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<()> {
 
 /// One job by id, or every job matching the filter.
 async fn run(admin: &Admin, action: &BulkAction, args: &ActionArgs) -> Result<()> {
-    let filter = args.filter.filter()?;
+    let filter = args.filter.filter(admin)?;
     match args.id {
         Some(id) if filter.is_restricted() => {
             bail!("give a job id or filter flags, not both (job {id})")
@@ -242,11 +262,11 @@ pub(crate) struct RescheduleArgs {
     #[command(flatten)]
     action: ActionArgs,
     /// Run no earlier than this instant (RFC 3339: 2030-01-01T09:00:00Z).
-    #[arg(long, value_parser = parse_instant, conflicts_with = "run_in_secs")]
+    #[arg(long, value_parser = parse_instant, conflicts_with = "run_in")]
     run_at: Option<SystemTime>,
-    /// Run no earlier than this many seconds from now (database clock).
-    #[arg(long)]
-    run_in_secs: Option<f64>,
+    /// Run no earlier than this long from now (`10m`, `2h`; database clock).
+    #[arg(long, value_parser = duration, alias = "run-in-secs")]
+    run_in: Option<Duration>,
     /// The new priority (needs the priority column, --priority-column).
     #[arg(long, allow_negative_numbers = true)]
     priority: Option<i32>,
@@ -276,10 +296,7 @@ fn parse_instant(s: &str) -> std::result::Result<SystemTime, String> {
 pub(crate) async fn reschedule(args: RescheduleArgs) -> Result<()> {
     let mut r = Reschedule::default();
     r.run_at = args.run_at;
-    r.run_after = args
-        .run_in_secs
-        .map(|s| seconds("run-in-secs", s))
-        .transpose()?;
+    r.run_after = args.run_in;
     r.priority = args.priority;
     r.num_failures = args.attempts;
     r.max_retries = args.max_retries.or(args.max_attempts.map(|n| n - 1));

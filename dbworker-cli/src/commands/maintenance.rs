@@ -2,6 +2,8 @@
 //! pass with `--once`: `dbworker purge` (retention) and `dbworker reset` (the
 //! resetter, optionally leading among standbys).
 
+use std::time::Duration;
+
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -13,7 +15,7 @@ use dbworker::{
 };
 use workerutil::JobState;
 
-use crate::args::{RegistryArgs, Target, seconds};
+use crate::args::{RegistryArgs, Target, duration};
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
@@ -22,14 +24,14 @@ pub(crate) struct PurgeArgs {
     target: Target,
     /// Purge completed jobs this many seconds after they finished. With none of
     /// the three ages given: completed after 7 days, failed and canceled after 30.
-    #[arg(long)]
-    completed_after_secs: Option<f64>,
+    #[arg(long, value_parser = duration, alias = "completed-after-secs")]
+    completed_after: Option<Duration>,
     /// Purge failed jobs this many seconds after they finished.
-    #[arg(long)]
-    failed_after_secs: Option<f64>,
+    #[arg(long, value_parser = duration, alias = "failed-after-secs")]
+    failed_after: Option<Duration>,
     /// Purge canceled jobs this many seconds after they finished.
-    #[arg(long)]
-    canceled_after_secs: Option<f64>,
+    #[arg(long, value_parser = duration, alias = "canceled-after-secs")]
+    canceled_after: Option<Duration>,
     /// Rows per statement (each batch is a short transaction).
     #[arg(long, default_value_t = 1000)]
     chunk_size: u32,
@@ -37,8 +39,8 @@ pub(crate) struct PurgeArgs {
     #[arg(long)]
     archive_table: Option<String>,
     /// Seconds between passes.
-    #[arg(long, default_value_t = 60.0)]
-    interval_secs: f64,
+    #[arg(long, default_value = "60s", value_parser = duration, alias = "interval-secs")]
+    interval: Duration,
     /// Run one pass, print what it did, and exit.
     #[arg(long)]
     once: bool,
@@ -47,33 +49,19 @@ pub(crate) struct PurgeArgs {
 pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
     let mut options = PurgeOptions::new();
     let ages = [
-        (
-            JobState::Completed,
-            args.completed_after_secs,
-            "completed-after-secs",
-        ),
-        (
-            JobState::Failed,
-            args.failed_after_secs,
-            "failed-after-secs",
-        ),
-        (
-            JobState::Canceled,
-            args.canceled_after_secs,
-            "canceled-after-secs",
-        ),
+        (JobState::Completed, args.completed_after),
+        (JobState::Failed, args.failed_after),
+        (JobState::Canceled, args.canceled_after),
     ];
-    if ages.iter().any(|(_, age, _)| age.is_some()) {
-        options.max_age = Vec::new();
-        for (state, age, flag) in ages {
-            if let Some(secs) = age {
-                options.max_age.push((state, seconds(flag, secs)?));
-            }
-        }
+    if ages.iter().any(|(_, age)| age.is_some()) {
+        options.max_age = ages
+            .into_iter()
+            .filter_map(|(state, age)| Some((state, age?)))
+            .collect();
     }
     options.chunk_size = args.chunk_size;
     options.archive_table = args.archive_table;
-    options.interval = seconds("interval-secs", args.interval_secs)?;
+    options.interval = args.interval;
     options.validate()?;
     let pool = args.target.connect().await?;
     let table = args.target.job_table(&pool).await?;
@@ -106,8 +94,8 @@ pub(crate) struct ResetArgs {
     #[command(flatten)]
     target: Target,
     /// Seconds without a heartbeat after which an unlocked processing job is stalled.
-    #[arg(long, env = "DBWORKER_STALLED_MAX_AGE_SECS", default_value_t = 30.0)]
-    stalled_max_age_secs: f64,
+    #[arg(long, env = "DBWORKER_STALLED_MAX_AGE", default_value = "30s", value_parser = duration, alias = "stalled-max-age-secs")]
+    stalled_max_age: Duration,
     /// Resets allowed before a stalled job is failed.
     #[arg(long, env = "DBWORKER_MAX_NUM_RESETS", default_value_t = 3)]
     max_num_resets: u32,
@@ -115,8 +103,8 @@ pub(crate) struct ResetArgs {
     #[arg(long, default_value = dbworker::store::DEFAULT_RESET_FAILURE_MESSAGE)]
     reset_failure_message: String,
     /// Seconds between passes.
-    #[arg(long, env = "DBWORKER_RESET_INTERVAL_SECS", default_value_t = 30.0)]
-    interval_secs: f64,
+    #[arg(long, env = "DBWORKER_RESET_INTERVAL", default_value = "30s", value_parser = duration, alias = "interval-secs")]
+    interval: Duration,
     /// Run one pass, print what it did, and exit.
     #[arg(long)]
     once: bool,
@@ -129,8 +117,8 @@ pub(crate) struct ResetArgs {
     lead: bool,
     /// With --lead: the leader's lease; a standby takes over within 4/3 of it
     /// after the leader dies.
-    #[arg(long, default_value_t = 6.0)]
-    lease_secs: f64,
+    #[arg(long, default_value = "6s", value_parser = duration, alias = "lease-secs")]
+    lease: Duration,
     /// The table's error history column (`dbworker migration --error-history`
     /// adds `errors`): each reset appends an entry to it.
     #[arg(long)]
@@ -142,13 +130,13 @@ pub(crate) struct ResetArgs {
 
 pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
     let mut options = ResetterOptions::new("dbworker_resetter");
-    options.stall.stalled_max_age = seconds("stalled-max-age-secs", args.stalled_max_age_secs)?;
+    options.stall.stalled_max_age = args.stalled_max_age;
     options.stall.max_num_resets = args.max_num_resets;
     options.stall.reset_failure_message = args.reset_failure_message;
-    options.interval = seconds("interval-secs", args.interval_secs)?;
+    options.interval = args.interval;
     options.connect_timeout = args.target.database.connect_timeout()?;
     options.node_table = args.registry.node_table.clone();
-    options.dead_after = seconds("dead-after-secs", args.registry.dead_after_secs)?;
+    options.dead_after = args.registry.dead_after;
     options.validate()?;
     let pool = args.target.database.connect(2).await?;
     let table = args
@@ -198,7 +186,7 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
                 .with_context(|| format!("registering in {node_table}"))?;
             let mut lo = LeaderOptions::new(args.target.table.clone(), node.id());
             lo.leader_table = args.registry.leader_table.clone();
-            lo.lease = seconds("lease-secs", args.lease_secs)?;
+            lo.lease = args.lease;
             let election = LeaderElection::new(&pool, lo)
                 .await
                 .with_context(|| format!("leader election in {}", args.registry.leader_table))?;

@@ -1,7 +1,9 @@
 //! One module per family of subcommands.
 
+pub(crate) mod completions;
 pub(crate) mod control;
 pub(crate) mod jobs;
+pub(crate) mod json;
 pub(crate) mod maintenance;
 pub(crate) mod migration;
 pub(crate) mod partitions;

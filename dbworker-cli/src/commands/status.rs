@@ -1,16 +1,22 @@
-//! `dbworker status`: live jobs per state and queue, the oldest wait, who is
-//! processing, and (optionally) the registry's processes and the consumers' lag.
+//! `dbworker status`: every state per queue and in total, paused queues, the
+//! oldest wait, who is processing, and (optionally) the registry's processes
+//! and the consumers' lag; as text or JSON.
+
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::{
+    admin::{FinishedCounts, QueueCounts, Status},
     cluster::{current_leader, live_nodes},
     consumers::{
         DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, consumer_assignments, consumer_lag,
     },
+    control::{DEFAULT_PAUSE_TABLE, Pause, Pauses, PausesOptions},
 };
 
-use crate::args::{RegistryArgs, TableArgs, seconds};
+use crate::args::{Format, FormatArg, RegistryArgs, TableArgs, duration, human};
+use crate::commands::json::{self, print_json};
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
@@ -20,6 +26,16 @@ pub(crate) struct StatusArgs {
     registry: RegistryArgs,
     #[command(flatten)]
     consumers: ConsumerArgs,
+    /// A processing job whose heartbeat is older than this counts as
+    /// stalled (the resetter's `--stalled-max-age`).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    stalled_after: Duration,
+    /// The pause table, to show paused queues (default: dbworker_pauses,
+    /// when it exists).
+    #[arg(long)]
+    pause_table: Option<String>,
+    #[command(flatten)]
+    format: FormatArg,
 }
 
 /// Log consumers, for `status`.
@@ -43,30 +59,121 @@ pub(crate) async fn status(args: StatusArgs) -> Result<()> {
     // One connection for every section.
     let pool = args.table.target.connect().await?;
     let admin = args.table.admin_on(&pool).await?;
+    let table = &args.table.target.table;
     let status = admin
-        .status()
+        .status_with(args.stalled_after)
         .await
-        .with_context(|| format!("status of {}", args.table.target.table))?;
-    println!("{:<12} {:<16} {:>10}", "state", "queue", "jobs");
-    for (state, queue, count) in &status.live {
-        println!(
-            "{:<12} {:<16} {count:>10}",
-            state.as_str(),
-            queue.as_deref().unwrap_or("-")
-        );
+        .with_context(|| format!("status of {table}"))?;
+    let paused = paused(&pool, &args).await?;
+    if args.format.format == Format::Json {
+        return print_json(&json::status(table, &status, paused.as_deref()));
     }
-    println!("oldest waiting: {:.1} s", status.oldest_waiting_seconds);
+    print_counts(&status);
+    if let Some(paused) = &paused {
+        if paused.is_empty() {
+            println!("paused: none");
+        }
+        for p in paused {
+            let what = p
+                .queue
+                .as_deref()
+                .map_or_else(|| "the whole table".to_owned(), |q| format!("queue {q}"));
+            println!(
+                "paused: {what}, by {} for {}",
+                p.paused_by,
+                human(Duration::from_secs_f64(p.seconds.max(0.0)))
+            );
+        }
+    }
+    println!(
+        "oldest waiting: {}",
+        human(Duration::from_secs_f64(
+            status.oldest_waiting_seconds.max(0.0)
+        ))
+    );
     for (host, count) in &status.processing_by_host {
         println!("processing on {host}: {count}");
     }
     println!("rows in the table (estimate): {}", status.estimated_rows);
     if let Some(node_table) = &args.registry.node_table {
-        process_status(&pool, &args.registry, node_table, &args.table.target.table).await?;
+        process_status(&pool, &args.registry, node_table, table).await?;
     }
     if let Some(events) = &args.consumers.events_table {
         consumer_status(&pool, &args.consumers, events).await?;
     }
     Ok(())
+}
+
+/// The table's pauses: from `--pause-table`, or from the default pause table
+/// when it exists (`None` when there is none).
+async fn paused(pool: &sqlx::PgPool, args: &StatusArgs) -> Result<Option<Vec<Pause>>> {
+    let name = args
+        .pause_table
+        .clone()
+        .unwrap_or_else(|| DEFAULT_PAUSE_TABLE.to_owned());
+    let pauses = async {
+        let table = args
+            .table
+            .job_table_with(pool, |o| o.pause_table = Some(name.clone()))
+            .await?;
+        let pauses = Pauses::new(pool, &table, PausesOptions::default()).await?;
+        anyhow::Ok(pauses.list().await?)
+    }
+    .await;
+    match pauses {
+        Ok(list) => Ok(Some(list)),
+        // Without the flag, a table without pauses just has none to show.
+        Err(_) if args.pause_table.is_none() => Ok(None),
+        Err(err) => Err(err.context(format!("pause table {name}"))),
+    }
+}
+
+/// Every state per queue, then the totals.
+fn print_counts(s: &Status) {
+    let exact = s.finished == FinishedCounts::Exact;
+    let n = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    println!(
+        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>10} {:>7} {:>10} {:>8} {:>8} {:>9}",
+        "queue",
+        "pending",
+        "scheduled",
+        "available",
+        "errored",
+        "processing",
+        "stalled",
+        "completed",
+        "failed",
+        "canceled",
+        "failed/1h"
+    );
+    let row = |name: &str, q: &QueueCounts| {
+        println!(
+            "{name:<16} {:>8} {:>9} {:>9} {:>8} {:>10} {:>7} {:>10} {:>8} {:>8} {:>9}",
+            q.pending,
+            q.scheduled,
+            q.available,
+            q.errored,
+            q.processing,
+            q.stalled,
+            n(q.completed),
+            n(q.failed),
+            n(q.canceled),
+            n(q.failed_last_hour)
+        );
+    };
+    for q in &s.queues {
+        row(q.queue.as_deref().unwrap_or("-"), q);
+    }
+    row("total", &s.total);
+    println!(
+        "stalled: processing with no heartbeat for {}; available: due now (errored ones included)",
+        human(s.stalled_age)
+    );
+    if !exact {
+        println!(
+            "completed, failed, canceled: planner estimates, in total only (no index over the final states; `dbworker migration --retention` adds one)"
+        );
+    }
 }
 
 /// The live processes of the registry, the table's leader marked.
@@ -76,7 +183,7 @@ async fn process_status(
     node_table: &str,
     table: &str,
 ) -> Result<()> {
-    let dead_after = seconds("dead-after-secs", r.dead_after_secs)?;
+    let dead_after = r.dead_after;
     let nodes = live_nodes(pool, node_table, dead_after)
         .await
         .with_context(|| format!("live processes in {node_table}"))?;

@@ -17,7 +17,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use workerutil::JobState;
 
-use crate::args::{TableArgs, seconds};
+use crate::args::{TableArgs, duration};
 use dbworker::admin::format_age;
 
 #[derive(Debug, Args)]
@@ -25,11 +25,11 @@ pub(crate) struct TopArgs {
     #[command(flatten)]
     table: TableArgs,
     /// Seconds between refreshes.
-    #[arg(long, default_value_t = 1.0)]
-    interval_secs: f64,
+    #[arg(long, default_value = "1s", value_parser = duration, alias = "interval-secs")]
+    interval: Duration,
     /// Jobs per second are averaged over this many seconds.
-    #[arg(long, default_value_t = 10.0)]
-    window_secs: f64,
+    #[arg(long, default_value = "10s", value_parser = duration, alias = "window-secs")]
+    window: Duration,
     /// Print one frame as text and exit (for scripts, and where there is no terminal).
     #[arg(long)]
     once: bool,
@@ -167,8 +167,8 @@ pub(crate) fn render_text(snap: &Snapshot, width: u16, height: u16) -> Result<St
 
 pub(crate) async fn top(args: TopArgs) -> Result<()> {
     let admin = args.table.admin().await?;
-    let interval = seconds("interval-secs", args.interval_secs)?;
-    let window = seconds("window-secs", args.window_secs)?;
+    let interval = args.interval;
+    let window = args.window;
     let table = args.table.target.table.clone();
     if args.once {
         let snap = Snapshot::take(&admin, &table, window).await?;
@@ -208,16 +208,20 @@ async fn live(
 
 #[cfg(test)]
 mod tests {
+    use dbworker::admin::QueueCounts;
+
     use super::*;
 
     #[test]
     fn a_frame_shows_queues_rates_and_hosts() {
         let mut status = Status::default();
-        status.live = vec![
-            (JobState::Queued, Some("emails".into()), 120),
-            (JobState::Processing, Some("emails".into()), 4),
-            (JobState::Errored, Some("reports".into()), 2),
-        ];
+        let queue = |name: &str, queued, errored, processing| {
+            let mut q = QueueCounts::default();
+            q.queue = Some(name.into());
+            (q.queued, q.errored, q.processing) = (queued, errored, processing);
+            q
+        };
+        status.queues = vec![queue("emails", 120, 0, 4), queue("reports", 0, 2, 0)];
         status.oldest_waiting_seconds = 90.0;
         status.processing_by_host = vec![("host-a".into(), 4)];
         let snap = Snapshot {

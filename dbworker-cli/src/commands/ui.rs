@@ -1,12 +1,14 @@
 //! `dbworker ui`: the web dashboard served alone against `DATABASE_URL`.
 
+use std::time::Duration;
+
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 
-use crate::args::{Database, seconds};
+use crate::args::{Database, duration};
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
@@ -65,8 +67,8 @@ pub(crate) struct UiArgs {
     )]
     users: Vec<String>,
     /// Seconds between samples of the throughput counters.
-    #[arg(long, default_value_t = 5.0)]
-    sample_secs: f64,
+    #[arg(long, default_value = "5s", value_parser = duration, alias = "sample-secs")]
+    sample: Duration,
 }
 
 fn auth(args: &UiArgs) -> Result<Auth> {
@@ -129,7 +131,7 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.auth = auth;
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
-    options.sample_interval = seconds("sample-secs", args.sample_secs)?;
+    options.sample_interval = args.sample;
     let dashboard = Dashboard::new(&pool, options)
         .await
         .context("the dashboard")?;

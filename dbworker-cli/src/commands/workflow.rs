@@ -7,7 +7,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use dbworker::workflow::Workflows;
 
-use crate::args::Target;
+use crate::args::{Format, FormatArg, Target};
+use crate::commands::json::{self, print_json};
 
 #[derive(Debug, Args)]
 pub(crate) struct WorkflowArgs {
@@ -18,9 +19,17 @@ pub(crate) struct WorkflowArgs {
 #[derive(Debug, Subcommand)]
 enum WorkflowCommand {
     /// Each task of a workflow: its job id, state, times, what it waits for; then its edges.
-    Show(WorkflowIdArgs),
+    Show(WorkflowShowArgs),
     /// Cancel a workflow: waiting tasks now, running ones through their workers.
     Cancel(WorkflowIdArgs),
+}
+
+#[derive(Debug, Args)]
+struct WorkflowShowArgs {
+    #[command(flatten)]
+    workflow: WorkflowIdArgs,
+    #[command(flatten)]
+    format: FormatArg,
 }
 
 #[derive(Debug, Args)]
@@ -49,7 +58,8 @@ async fn workflows(target: &Target) -> Result<Workflows> {
         .context("the job table has no workflows (`dbworker migration --workflows`)")
 }
 
-async fn show(args: WorkflowIdArgs) -> Result<()> {
+async fn show(show: WorkflowShowArgs) -> Result<()> {
+    let args = show.workflow;
     let workflows = workflows(&args.target).await?;
     let Some(status) = workflows
         .status(args.id)
@@ -58,6 +68,15 @@ async fn show(args: WorkflowIdArgs) -> Result<()> {
     else {
         bail!("no workflow {}", args.id);
     };
+    if show.format.format == Format::Json {
+        let edges: Vec<(i64, i64)> = workflows
+            .graph(args.id, usize::MAX)
+            .await
+            .with_context(|| format!("reading workflow {}", args.id))?
+            .map(|g| g.edges().into_iter().chain(g.outside_edges()).collect())
+            .unwrap_or_default();
+        return print_json(&json::workflow(&status, &edges));
+    }
     let counts: Vec<String> = status
         .counts
         .iter()

@@ -6,6 +6,7 @@
 //! act on, so it never overwrites a job a worker holds.
 
 mod inputs;
+mod status;
 
 use std::sync::Arc;
 
@@ -19,74 +20,13 @@ pub use crate::job_filter::{
 };
 use crate::sql::{self, Table};
 use crate::table::JobTable;
+pub use status::{FinishedCounts, QueueCounts, Status};
 
 /// A job table as an operator sees it.
 #[derive(Debug, Clone)]
 pub struct Admin {
     pool: PgPool,
     t: Arc<Table>,
-}
-
-/// What [`Admin::status`] reports.
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct Status {
-    /// Live jobs per state and queue: `(state, queue, count)`.
-    pub live: Vec<(JobState, Option<String>, u64)>,
-    /// Seconds the oldest waiting job has waited (database clock).
-    pub oldest_waiting_seconds: f64,
-    /// Processing jobs per worker host.
-    pub processing_by_host: Vec<(String, u64)>,
-    /// Rows in the table, as the planner estimates them (no full count).
-    pub estimated_rows: i64,
-}
-
-impl Status {
-    /// The live jobs folded per queue (`None`: the table has no queue
-    /// column), by queue name.
-    pub fn per_queue(&self) -> Vec<QueueCounts> {
-        let mut rows: Vec<QueueCounts> = Vec::new();
-        for (state, queue, n) in &self.live {
-            let i = match rows.iter().position(|r| r.queue == *queue) {
-                Some(i) => i,
-                None => {
-                    rows.push(QueueCounts::idle(queue.clone()));
-                    rows.len() - 1
-                }
-            };
-            match state {
-                JobState::Queued => rows[i].queued += n,
-                JobState::Errored => rows[i].errored += n,
-                _ => rows[i].processing += n,
-            }
-        }
-        rows.sort();
-        rows
-    }
-}
-
-/// One queue's live jobs, from [`Status::per_queue`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
-#[non_exhaustive]
-pub struct QueueCounts {
-    /// The queue; `None` when the table has no queue column.
-    pub queue: Option<String>,
-    /// Jobs waiting to run.
-    pub queued: u64,
-    /// Jobs waiting for a retry.
-    pub errored: u64,
-    /// Jobs a worker holds.
-    pub processing: u64,
-}
-
-impl QueueCounts {
-    /// A queue with no live job.
-    pub(crate) fn idle(queue: Option<String>) -> QueueCounts {
-        QueueCounts {
-            queue,
-            ..QueueCounts::default()
-        }
-    }
 }
 
 /// What [`Admin::remove_key`] did.
@@ -339,50 +279,6 @@ impl Admin {
                 Some((state.parse().ok()?, u64::try_from(n).unwrap_or(0)))
             })
             .collect())
-    }
-
-    /// Live jobs per state and queue, the oldest wait, who is processing, and
-    /// the table's estimated size; each bounded by the partial indexes.
-    pub async fn status(&self) -> Result<Status> {
-        let db = Error::db("status");
-        let live = sql::admin_live(&self.t)
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db)?;
-        let mut status = Status::default();
-        for row in live {
-            let state: String = row.get("state");
-            let Ok(state) = state.parse::<JobState>() else {
-                continue;
-            };
-            let count = u64::try_from(row.get::<i64, _>("count")).unwrap_or(0);
-            if matches!(state, JobState::Queued | JobState::Errored) {
-                status.oldest_waiting_seconds = status
-                    .oldest_waiting_seconds
-                    .max(row.get::<f64, _>("oldest"));
-            }
-            status.live.push((state, row.get("queue"), count));
-        }
-        let hosts = sql::admin_hosts(&self.t)
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(Error::db("status"))?;
-        status.processing_by_host = hosts
-            .iter()
-            .map(|r| {
-                let n: i64 = r.get("count");
-                (r.get("host"), u64::try_from(n).unwrap_or(0))
-            })
-            .collect();
-        status.estimated_rows = sql::admin_estimate(&self.t)
-            .query()
-            .fetch_one(&self.pool)
-            .await
-            .map_err(Error::db("status"))?
-            .get("rows");
-        Ok(status)
     }
 
     /// The queue column, if the admin knows one.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use maud::{DOCTYPE, Markup, html};
 
 use super::{Refresh, Role, Shared, Table, Viewer, charts, url_escape};
-use crate::admin::Status;
+use crate::admin::{FinishedCounts, QueueCounts, Status};
 use crate::cluster::nodes::NodeInfo;
 use crate::control::limits::Limit;
 use crate::control::pauses::Pause;
@@ -84,15 +84,7 @@ pub(crate) fn overview(
     let body = html! {
         @for t in tables {
             h2 { a href=(viewer.href(&format!("/t/{}/jobs", url_escape(t.name)))) { (t.name) } }
-            table {
-                tr { th { "queue" } th { "queued" } th { "errored" } th { "processing" } }
-                @for (queue, counts) in by_queue(&t.status) {
-                    tr {
-                        td { (queue) }
-                        @for n in counts { td class="num" { (n) } }
-                    }
-                }
-            }
+            (state_counts(&t.status))
             p {
                 "Oldest waiting job: " strong { (format_age(t.status.oldest_waiting_seconds)) }
                 " · about " (t.status.estimated_rows) " rows in the table (planner estimate)"
@@ -134,6 +126,58 @@ pub(crate) fn overview(
         }
     };
     layout(viewer, s, "Overview", Some(refresh), body)
+}
+
+/// Every state per queue and the total (`Admin::status`); finished states
+/// marked when they are the planner's estimates.
+fn state_counts(status: &Status) -> Markup {
+    let heads = [
+        "pending",
+        "scheduled",
+        "available",
+        "errored",
+        "processing",
+        "stalled",
+        "completed",
+        "failed",
+        "canceled",
+        "failed (1 h)",
+    ];
+    let cells = |q: &QueueCounts| {
+        let live = [
+            q.pending,
+            q.scheduled,
+            q.available,
+            q.errored,
+            q.processing,
+            q.stalled,
+        ];
+        let finished = [q.completed, q.failed, q.canceled, q.failed_last_hour];
+        let finished = finished.map(|n| n.map_or_else(|| "–".to_owned(), |n| n.to_string()));
+        live.map(|n| n.to_string()).into_iter().chain(finished)
+    };
+    let estimated = status.finished != FinishedCounts::Exact;
+    html! {
+        table {
+            tr { th { "queue" } @for h in heads { th { (h) } } }
+            @for q in &status.queues {
+                tr {
+                    td { (q.queue.as_deref().unwrap_or("(all)")) }
+                    @for n in cells(q) { td class="num" { (n) } }
+                }
+            }
+            tr class="total" {
+                th { "total" }
+                @for n in cells(&status.total) { td class="num" { (n) } }
+            }
+        }
+        @if estimated {
+            p class="muted" {
+                "Completed, failed and canceled: planner estimates, in total only (no index over the final states; "
+                code { "dbworker migration --retention" } " adds one)."
+            }
+        }
+    }
 }
 
 /// `(queue, [queued, errored, processing])`, by queue.

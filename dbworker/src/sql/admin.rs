@@ -1,6 +1,5 @@
 //! Operators' queries: status, lists and pages by filter, and bulk actions.
 
-use super::gauges::live_stats;
 use super::schema::regclass;
 use super::{Statement, Table, alias, col, state, table_ref};
 use crate::columns::quote;
@@ -9,11 +8,6 @@ use crate::message::sanitize_failure_message;
 use crate::sql::enqueue::{RunAt, run_at_expr};
 use sea_query::{Expr, ExprTrait, Order, Query, UpdateStatement};
 use workerutil::JobState;
-
-/// Live jobs per state (and queue) for an operator: the queue gauges' statement.
-pub(crate) fn admin_live(a: &Table) -> Statement {
-    live_stats(&a.table, &a.columns, a.queue_column.as_deref())
-}
 
 /// Processing jobs per worker host.
 pub(crate) fn admin_hosts(a: &Table) -> Statement {
@@ -475,7 +469,7 @@ pub(crate) fn admin_recent(a: &Table, window: std::time::Duration) -> Statement 
         ))
         .and_where(
             col(&t.alias, &c.state).is_in(
-                [JobState::Completed, JobState::Failed, JobState::Errored]
+                [JobState::Completed, JobState::Failed, JobState::Canceled]
                     .into_iter()
                     .map(state),
             ),
@@ -526,7 +520,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let waiting = [JobState::Queued, JobState::Errored];
     let page = PageRequest::first(50);
     vec![
-        ("admin_live", admin_live(&a)),
         ("admin_hosts", admin_hosts(&a)),
         ("admin_estimate", admin_estimate(&a)),
         ("admin_show", admin_show(&a, 1)),

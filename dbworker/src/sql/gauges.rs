@@ -64,7 +64,7 @@ pub(crate) fn queue_stats(o: &StoreParams) -> Statement {
     live_stats(&o.table, &o.columns, o.queue_column.as_deref())
 }
 
-pub(super) fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statement {
+fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statement {
     let a = quote(&t.alias);
     let queue = match queue_column {
         Some(column) => format!("{a}.{}::text", quote(column)),

@@ -25,6 +25,7 @@ mod claim;
 mod cluster;
 mod consumers;
 mod control;
+mod counts;
 mod cron;
 mod enqueue;
 mod execution_logs;
@@ -44,9 +45,8 @@ mod workflow;
 
 pub(crate) use admin::{
     admin_cancel_waiting, admin_complete, admin_count, admin_delete, admin_estimate, admin_fail,
-    admin_hosts, admin_list, admin_live, admin_processing_key_holder, admin_recent,
-    admin_remove_key, admin_request_cancel, admin_requeue, admin_reschedule, admin_select_ids,
-    admin_show,
+    admin_hosts, admin_list, admin_processing_key_holder, admin_recent, admin_remove_key,
+    admin_request_cancel, admin_requeue, admin_reschedule, admin_select_ids, admin_show,
 };
 #[cfg(test)]
 pub(crate) use claim::claim;
@@ -67,6 +67,9 @@ pub(crate) use consumers::{
 pub(crate) use control::{
     LIMIT_SETTINGS, LimitRow, claim_lane, claim_lock, list_limits, list_pauses, pause, pause_key,
     remove_limit, resume, set_limit,
+};
+pub(crate) use counts::{
+    counts_avoid_seq_scan, counts_estimate, counts_explain, counts_finished, counts_live,
 };
 pub(crate) use cron::{cron_advance, cron_register, cron_state};
 pub(crate) use enqueue::{

@@ -19,13 +19,14 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 19] = [
+const FILES: [(&str, Snapshots); 20] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("claim.rs", crate::sql::claim::snapshots),
     ("cluster.rs", crate::sql::cluster::snapshots),
     ("consumers.rs", crate::sql::consumers::snapshots),
     ("control.rs", crate::sql::control::snapshots),
+    ("counts.rs", crate::sql::counts::snapshots),
     ("cron.rs", crate::sql::cron::snapshots),
     ("enqueue.rs", crate::sql::enqueue::snapshots),
     ("execution_logs.rs", crate::sql::execution_logs::snapshots),

@@ -1,1 +1,1 @@
-SELECT "example_jobs"."status"::text AS "state", count(*)::bigint AS "count" FROM "app"."example_jobs" AS "example_jobs" WHERE ("example_jobs"."finished_at" >= now() - $1 * interval '1 second') AND "example_jobs"."status" IN ('completed', 'failed', 'errored') GROUP BY 1
+SELECT "example_jobs"."status"::text AS "state", count(*)::bigint AS "count" FROM "app"."example_jobs" AS "example_jobs" WHERE ("example_jobs"."finished_at" >= now() - $1 * interval '1 second') AND "example_jobs"."status" IN ('completed', 'failed', 'canceled') GROUP BY 1
