@@ -209,7 +209,6 @@ impl Admin {
         }
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         let rows = sql::admin_list(&self.t, filter, &page)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(|err| inputs::list_error(&page, err))?;
@@ -245,7 +244,6 @@ impl Admin {
         self.check_action(action)?;
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         let n: i64 = sql::admin_count(&self.t, filter, action.states())
-            .query()
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("count"))?
@@ -277,7 +275,6 @@ impl Admin {
         loop {
             let ids: Vec<i64> =
                 sql::admin_select_ids(&self.t, filter, action.states(), after, chunk_size)
-                    .query()
                     .fetch_all(&self.pool)
                     .await
                     .map_err(Error::db("select"))?
@@ -328,7 +325,6 @@ impl Admin {
     /// `dbworker migration --retention` adds).
     pub async fn recent(&self, window: std::time::Duration) -> Result<Vec<(JobState, u64)>> {
         let rows = sql::admin_recent(&self.t, window)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("recent"))?;
@@ -347,7 +343,6 @@ impl Admin {
     pub async fn status(&self) -> Result<Status> {
         let db = Error::db("status");
         let live = sql::admin_live(&self.t)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(db)?;
@@ -366,7 +361,6 @@ impl Admin {
             status.live.push((state, row.get("queue"), count));
         }
         let hosts = sql::admin_hosts(&self.t)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("status"))?;
@@ -378,7 +372,6 @@ impl Admin {
             })
             .collect();
         status.estimated_rows = sql::admin_estimate(&self.t)
-            .query()
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("status"))?
@@ -399,7 +392,6 @@ impl Admin {
     /// The job's row as JSON (every column), or `None`.
     pub async fn show(&self, id: i64) -> Result<Option<serde_json::Value>> {
         let row = sql::admin_show(&self.t, id)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("show"))?;
@@ -461,7 +453,6 @@ impl Admin {
             });
         }
         let gone = sql::admin_remove_key(&self.t, key)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("remove"))?;
@@ -469,7 +460,6 @@ impl Admin {
             return Ok(Removed::Deleted(row.get("id")));
         }
         let holder = sql::admin_processing_key_holder(&self.t, key)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("remove"))?;
@@ -480,11 +470,7 @@ impl Admin {
     }
 
     async fn act(&self, statement: sql::Statement, op: &'static str) -> Result<u64> {
-        let done = statement
-            .query()
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db(op))?;
+        let done = statement.execute(&self.pool).await.map_err(Error::db(op))?;
         Ok(done.rows_affected())
     }
 }
