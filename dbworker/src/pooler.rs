@@ -78,12 +78,13 @@ pub(crate) async fn check(
     if sql::pooler().is_transaction() {
         return Ok(());
     }
-    match transaction_pooler_evidence(first, options).await {
-        Ok(Some(evidence)) => Err(direct_behind_pooler(target, &evidence)),
-        Ok(None) => Ok(()),
+    let probe = transaction_pooler_evidence(first, options);
+    match tokio::time::timeout(WAIT * 4, probe).await {
+        Ok(Ok(Some(evidence))) => Err(direct_behind_pooler(target, &evidence)),
+        Ok(Ok(None)) | Err(_) => Ok(()),
         // A probe that cannot run decides nothing; the statements that follow
         // report whatever is wrong with the connection.
-        Err(err) => {
+        Ok(Err(err)) => {
             tracing::debug!(error = %err, "the pooler probe could not run");
             Ok(())
         }
