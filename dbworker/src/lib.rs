@@ -19,6 +19,7 @@ mod sql;
 
 // Shared machinery the features build on.
 mod notify;
+mod pooler;
 mod schema_check;
 mod service;
 // The job table every service takes (above the SQL, below the services).
@@ -51,6 +52,7 @@ pub use error::{Error, Result};
 pub use maintenance::Resetter;
 pub use maintenance::ResetterOptions;
 pub use schema_check::probe_connection as check_connection;
+pub use sql::{Pooler, pooler, set_pooler};
 pub use store::{
     ClaimOptions, DEFAULT_MAX_RESULT_BYTES, DbConditions, DbJob, DbStore, ForbiddenFlags, Handling,
     Retry, RetryPolicy, StallOptions, StoreOptions,

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio_util::sync::CancellationToken;
 use workerutil::{WakeupSender, Wakeups};
 
 use crate::columns::{Relation, bounded_name, is_identifier};
 use crate::error::{Error, Result};
+use crate::sql::Pooler;
 
 /// Whether a store listens for notifications, and on which channel. In a
 /// config file: `"off"`, `"table_channel"` or `{ "channel": "name" }`.
@@ -111,7 +112,14 @@ pub(crate) fn spawn_listener(
     let wakeups = sender.subscribe();
     let task_sender = sender.clone();
     let stop = CancellationToken::new();
-    let connect = (*pool.connect_options()).clone();
+    let Some(connect) = listen_options(pool, &channel, &store) else {
+        let task = ListenerTask {
+            stop,
+            sender,
+            task: std::sync::Mutex::new(None),
+        };
+        return (wakeups, task);
+    };
     let task_stop = stop.clone();
     let task = tokio::spawn(async move {
         // One pool for the task's whole life, closed (awaited) when it stops.
@@ -139,6 +147,29 @@ pub(crate) fn spawn_listener(
         task: std::sync::Mutex::new(Some(task)),
     };
     (wakeups, task)
+}
+
+/// The connection options the listener connects with: the pool's, or behind
+/// a transaction pooler the `listen_url` of [`Pooler::Transaction`]
+/// (`LISTEN` needs a session); `None`, said once in the log, when there is
+/// none, and the workers poll.
+fn listen_options(pool: &PgPool, channel: &str, store: &str) -> Option<PgConnectOptions> {
+    match crate::sql::pooler() {
+        Pooler::Transaction {
+            listen_url: Some(url),
+        } => match url.parse::<PgConnectOptions>() {
+            Ok(options) => Some(options),
+            Err(err) => {
+                tracing::warn!(store = %store, channel = %channel, error = %err, "the pooler's listen_url is not a valid connection string; workers poll instead of listening");
+                None
+            }
+        },
+        Pooler::Transaction { listen_url: None } => {
+            tracing::warn!(store = %store, channel = %channel, "LISTEN needs a session, which a transaction pooler does not keep: workers poll instead of listening (set listen_url in Pooler::Transaction, or DBWORKER_LISTEN_URL, to a direct or session-mode connection string)");
+            None
+        }
+        _ => Some((*pool.connect_options()).clone()),
+    }
 }
 
 /// Told the job id a notification carries (the id of the row that became

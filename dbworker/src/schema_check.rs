@@ -17,7 +17,10 @@ use crate::sql::StoreParams;
 /// server or a refused login is reported with its real cause and the address
 /// ([`Error::Connect`]) within `timeout`, not as a pool timeout after the
 /// pool's acquire timeout (30 s by default). Made with `connect_lazy`, a pool
-/// checked by this first fails fast. Re-exported as
+/// checked by this first fails fast. A pooler refusing sqlx's
+/// `extra_float_digits` is named with the pgbouncer.ini line that fixes it,
+/// and in [`Pooler::Direct`](crate::Pooler::Direct) mode a transaction pooler
+/// found on the way ([`Error::InvalidOption`] for `pooler`) with the setting. Re-exported as
 /// [`dbworker::check_connection`](crate::check_connection).
 pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
     let options = pool.connect_options();
@@ -26,9 +29,10 @@ pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
         None => format!("{}:{}", options.get_host(), options.get_port()),
     };
     let reason = match tokio::time::timeout(timeout, PgConnection::connect_with(&options)).await {
-        Ok(Ok(conn)) => {
+        Ok(Ok(mut conn)) => {
+            let checked = crate::pooler::check(&mut conn, &options, &target).await;
             let _ = conn.close().await;
-            return Ok(());
+            return checked;
         }
         Ok(Err(sqlx::Error::Database(db))) => db.message().to_owned(),
         Ok(Err(err)) => {
@@ -45,6 +49,10 @@ pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
             "no answer within the connect timeout of {timeout:?} (a wrong or unreachable host, a firewall dropping the packets, or a server too busy to answer; a longer connect timeout waits more)"
         ),
     };
+    let reason = match crate::pooler::startup_parameter_hint(&reason) {
+        Some(hint) => format!("{reason}: {hint}"),
+        None => reason,
+    };
     Err(Error::Connect { target, reason })
 }
 
@@ -58,7 +66,6 @@ pub(crate) struct Column {
 /// The relation's columns by name; empty when it does not exist.
 pub(crate) async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<String, Column>> {
     let rows = sql::relation_columns(rel)
-        .query()
         .fetch_all(pool)
         .await
         .map_err(Error::db("schema_check"))?;
@@ -129,7 +136,6 @@ pub(crate) async fn check_access(
 ) -> Result<bool> {
     let name = rel.display_name();
     let row = sql::relation_access(rel)
-        .query()
         .fetch_optional(pool)
         .await
         .map_err(Error::db("schema_check"))?;
@@ -169,7 +175,6 @@ pub(crate) async fn check_access(
 /// when it does not exist (its own check reports that).
 pub(crate) async fn is_partitioned(pool: &PgPool, rel: &Relation) -> Result<bool> {
     let row = sql::relation_access(rel)
-        .query()
         .fetch_optional(pool)
         .await
         .map_err(Error::db("schema_check"))?;
@@ -254,7 +259,7 @@ pub(crate) async fn check_store(
     connect_timeout: Duration,
 ) -> Result<()> {
     probe_connection(pool, connect_timeout).await?;
-    if let Err(err) = sql::probe_expressions(o).query().execute(pool).await {
+    if let Err(err) = sql::probe_expressions(o).execute(pool).await {
         let detail = match &err {
             sqlx::Error::Database(db) => db.message().to_owned(),
             other => other.to_string(),

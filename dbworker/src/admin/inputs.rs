@@ -24,7 +24,6 @@ pub(super) async fn check_fields(
         return Ok(());
     }
     let types: HashMap<String, String> = sql::relation_columns(table)
-        .query()
         .fetch_all(pool)
         .await
         .map_err(Error::db("field filter columns"))?

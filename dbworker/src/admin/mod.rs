@@ -148,7 +148,6 @@ impl Admin {
         }
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         let rows = sql::admin_list(&self.t, filter, &page)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(|err| inputs::list_error(&page, err))?;
@@ -184,7 +183,6 @@ impl Admin {
         self.check_action(action)?;
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         let n: i64 = sql::admin_count(&self.t, filter, action.states())
-            .query()
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("count"))?
@@ -216,7 +214,6 @@ impl Admin {
         loop {
             let ids: Vec<i64> =
                 sql::admin_select_ids(&self.t, filter, action.states(), after, chunk_size)
-                    .query()
                     .fetch_all(&self.pool)
                     .await
                     .map_err(Error::db("select"))?
@@ -267,7 +264,6 @@ impl Admin {
     /// `dbworker migration --retention` adds).
     pub async fn recent(&self, window: std::time::Duration) -> Result<Vec<(JobState, u64)>> {
         let rows = sql::admin_recent(&self.t, window)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("recent"))?;
@@ -294,7 +290,6 @@ impl Admin {
     /// The job's row as JSON (every column), or `None`.
     pub async fn show(&self, id: i64) -> Result<Option<serde_json::Value>> {
         let row = sql::admin_show(&self.t, id)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("show"))?;
@@ -356,7 +351,6 @@ impl Admin {
             });
         }
         let gone = sql::admin_remove_key(&self.t, key)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("remove"))?;
@@ -364,7 +358,6 @@ impl Admin {
             return Ok(Removed::Deleted(row.get("id")));
         }
         let holder = sql::admin_processing_key_holder(&self.t, key)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("remove"))?;
@@ -375,11 +368,7 @@ impl Admin {
     }
 
     async fn act(&self, statement: sql::Statement, op: &'static str) -> Result<u64> {
-        let done = statement
-            .query()
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db(op))?;
+        let done = statement.execute(&self.pool).await.map_err(Error::db(op))?;
         Ok(done.rows_affected())
     }
 }

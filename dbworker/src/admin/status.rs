@@ -175,7 +175,6 @@ impl Admin {
         // statement takes an index wherever one serves.
         let mut tx = self.pool.begin().await.map_err(db())?;
         sql::counts_avoid_seq_scan()
-            .query()
             .execute(&mut *tx)
             .await
             .map_err(db())?;
@@ -192,7 +191,6 @@ impl Admin {
         };
         let mut queues: Vec<QueueCounts> = Vec::new();
         let live = sql::counts_live(&self.t, stalled_age)
-            .query()
             .fetch_all(&mut *conn)
             .await
             .map_err(db())?;
@@ -228,7 +226,6 @@ impl Admin {
             status.live.push((state, queue, n));
         }
         let plan: serde_json::Value = sql::counts_explain(sql::counts_finished(&self.t, RECENT))
-            .query()
             .fetch_one(&mut *conn)
             .await
             .map_err(db())?
@@ -238,7 +235,6 @@ impl Admin {
             status.finished = FinishedCounts::Estimated;
             for state in [JobState::Completed, JobState::Failed, JobState::Canceled] {
                 let plan: serde_json::Value = sql::counts_estimate(&self.t, state)
-                    .query()
                     .fetch_one(&mut *conn)
                     .await
                     .map_err(db())?
@@ -260,7 +256,6 @@ impl Admin {
                     (Some(0), Some(0), Some(0), Some(0));
             }
             let rows = sql::counts_finished(&self.t, RECENT)
-                .query()
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(db())?;
@@ -286,7 +281,6 @@ impl Admin {
         status.queues = queues;
         status.total = total;
         let hosts = sql::admin_hosts(&self.t)
-            .query()
             .fetch_all(&mut *conn)
             .await
             .map_err(db())?;
@@ -295,7 +289,6 @@ impl Admin {
             .map(|r| (r.get("host"), count(r, "count")))
             .collect();
         status.estimated_rows = sql::admin_estimate(&self.t)
-            .query()
             .fetch_one(&mut *conn)
             .await
             .map_err(db())?

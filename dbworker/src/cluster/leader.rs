@@ -147,7 +147,6 @@ impl LeaderElection {
             None => sql::leader_acquire(&self.table, scope, node, lease),
         };
         let row = statement
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("leader_acquire"))?;
@@ -165,7 +164,6 @@ impl LeaderElection {
 
     async fn release_term(&self, term: i64) -> Result<()> {
         sql::leader_release(&self.table, &self.options.scope, &self.node_id, term)
-            .query()
             .execute(&self.pool)
             .await
             .map_err(Error::db("leader_release"))?;
@@ -321,7 +319,6 @@ pub async fn current_leader(
 ) -> Result<Option<String>> {
     let table = Relation::parse("leader_table", leader_table)?;
     let row = sql::leader_current(&table, scope)
-        .query()
         .fetch_optional(pool)
         .await
         .map_err(Error::db("leader_current"))?;

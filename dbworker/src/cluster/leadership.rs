@@ -69,7 +69,6 @@ impl Leadership {
             self.term,
             self.lease,
         )
-        .query()
         .fetch_optional(&mut *tx)
         .await
         .map_err(Error::db("leader_fence"))?;

@@ -170,7 +170,6 @@ impl Node {
         };
         let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
         let id: String = sql::node_register(&table, options.row(&host, pid))
-            .query()
             .fetch_one(pool)
             .await
             .map_err(Error::db("node_register"))?
@@ -198,7 +197,6 @@ impl Node {
             &self.id,
             self.options.row(&self.host, self.pid),
         )
-        .query()
         .execute(&self.pool)
         .await
         .map_err(Error::db("node_heartbeat"))?;
@@ -223,7 +221,6 @@ impl Node {
     /// Removes this process's row (a graceful stop).
     pub async fn deregister(&self) -> Result<()> {
         sql::node_deregister(&self.table, &self.id)
-            .query()
             .execute(&self.pool)
             .await
             .map_err(Error::db("node_deregister"))?;
@@ -269,7 +266,6 @@ pub async fn live_nodes(
 ) -> Result<Vec<NodeInfo>> {
     let table = Relation::parse("node_table", node_table)?;
     let rows = sql::nodes_live(&table, dead_after)
-        .query()
         .fetch_all(pool)
         .await
         .map_err(Error::db("nodes_live"))?;

@@ -280,7 +280,6 @@ impl Task {
     async fn read_once(&self, name: &str) -> bool {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let read = sql::log_head(&self.tables)
-            .query()
             .fetch_one(&self.pool)
             .await
             .map(|row| {

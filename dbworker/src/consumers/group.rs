@@ -475,7 +475,6 @@ async fn rebalance_once(
     dead_after: Duration,
 ) -> Result<Vec<(String, String)>> {
     let rows = sql::log_rebalance(assignments, nodes, names.to_vec(), dead_after)
-        .query()
         .fetch_all(&mut *conn)
         .await
         .map_err(Error::db("log_rebalance"))?;
@@ -515,7 +514,6 @@ pub async fn consumer_lag(
     let checkpoints = Relation::parse("checkpoint_table", checkpoint_table)?;
     let position_column = crate::columns::column_name("position_column", position_column)?;
     let rows = sql::log_lag(&events, &position_column, &checkpoints)
-        .query()
         .fetch_all(pool)
         .await
         .map_err(Error::db("log_lag"))?;
@@ -536,7 +534,6 @@ pub async fn consumer_assignments(
 ) -> Result<Vec<(String, String)>> {
     let table = Relation::parse("assignment_table", assignment_table)?;
     let rows = sql::log_assignments(&table)
-        .query()
         .fetch_all(pool)
         .await
         .map_err(Error::db("log_assignments"))?;

@@ -111,7 +111,6 @@ where
         );
         if problems.is_empty()
             && let Err(err) = sql::log_slice(&o, (i64::MAX, i64::MAX), 1)
-                .query()
                 .execute(&pool)
                 .await
         {
@@ -198,7 +197,6 @@ where
         let consumer = job.slice.consumer.clone();
         let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         let owned = sql::log_lock_assignment(&self.o, &consumer, &self.o.node_id)
-            .query()
             .fetch_optional(&mut *tx)
             .await
             .map_err(Error::db("log_lock_assignment"))?;
@@ -206,7 +204,6 @@ where
             return Ok(false);
         }
         let row = sql::log_checkpoint(&self.o, &consumer)
-            .query()
             .fetch_one(&mut *tx)
             .await
             .map_err(Error::db("log_checkpoint"))?;
@@ -223,7 +220,6 @@ where
         let (rows, last) = match self.o.scopes.get(&consumer) {
             None => {
                 let rows = sql::log_slice(&self.o, checkpoint.pair(), self.o.slice_size)
-                    .query()
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(Error::db("log_slice"))?;
@@ -238,7 +234,6 @@ where
                 // checkpoint may move to the head (past the events of other
                 // types) when the slice is not full.
                 let row = sql::log_head(&self.o)
-                    .query()
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(Error::db("log_head"))?;
@@ -253,7 +248,6 @@ where
                     types.clone(),
                     self.o.slice_size,
                 )
-                .query()
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(Error::db("log_scoped_slice"))?;
@@ -337,7 +331,6 @@ where
 
     async fn queued_count(&self) -> std::result::Result<u64, BoxError> {
         let rows = sql::log_pending(&self.o, &self.o.node_id, self.o.consumers.clone(), None)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("log_pending"))?;
@@ -358,7 +351,6 @@ where
             |r: &sqlx::postgres::PgRow| LogPoint::new(r.get("last_xid"), r.get("last_position"));
         let pending: Vec<(String, LogPoint)> = match &self.dispatched {
             None => sql::log_pending(&self.o, &self.o.node_id, ready, Some(limit))
-                .query()
                 .fetch_all(&self.pool)
                 .await
                 .map_err(Error::db("log_pending"))?
@@ -373,7 +365,6 @@ where
                     return Ok(Vec::new());
                 }
                 let rows = sql::log_held(&self.o, &self.o.node_id, behind.clone())
-                    .query()
                     .fetch_all(&self.pool)
                     .await
                     .map_err(Error::db("log_held"))?;
@@ -442,7 +433,6 @@ where
     /// A slice is alive while this process still holds its consumer.
     async fn heartbeat(&self, leases: &[Lease]) -> std::result::Result<HeartbeatResult, BoxError> {
         let held: Vec<String> = sql::log_assigned(&self.o, &self.o.node_id)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("log_assigned"))?
@@ -493,7 +483,6 @@ where
             job.lease.token,
             job.slice.last_point.pair(),
         )
-        .query()
         .execute(&mut *tx)
         .await
         .map_err(Error::db("log_advance"));

@@ -145,7 +145,6 @@ impl Limits {
             burst: limit.burst,
         };
         sql::set_limit(&self.t.table, &self.t.job_table, queue, row)
-            .query()
             .execute(&self.t.pool)
             .await
             .map_err(Error::db("set_limit"))?;
@@ -155,7 +154,6 @@ impl Limits {
     /// Removes `queue`'s limits; returns whether it had any.
     pub async fn remove(&self, queue: &str) -> Result<bool> {
         let done = sql::remove_limit(&self.t.table, &self.t.job_table, queue)
-            .query()
             .execute(&self.t.pool)
             .await
             .map_err(Error::db("remove_limit"))?;
@@ -165,7 +163,6 @@ impl Limits {
     /// The limits in force, by queue.
     pub async fn list(&self) -> Result<Vec<(String, Limit)>> {
         let rows = sql::list_limits(&self.t.table, &self.t.job_table)
-            .query()
             .fetch_all(&self.t.pool)
             .await
             .map_err(Error::db("list_limits"))?;

@@ -101,7 +101,6 @@ impl Pauses {
     /// it. Returns whether it was not paused before.
     pub async fn pause(&self, queue: Option<&str>, by: &str) -> Result<bool> {
         let row = sql::pause(&self.t.table, &self.t.job_table, key(queue)?, by)
-            .query()
             .fetch_optional(&self.t.pool)
             .await
             .map_err(Error::db("pause"))?;
@@ -113,13 +112,11 @@ impl Pauses {
     pub async fn resume(&self, queue: Option<&str>) -> Result<bool> {
         let mut tx = self.t.pool.begin().await.map_err(Error::db("begin"))?;
         let row = sql::resume(&self.t.table, &self.t.job_table, key(queue)?)
-            .query()
             .fetch_optional(&mut *tx)
             .await
             .map_err(Error::db("resume"))?;
         // Delivered when the resume commits.
         sql::notify(&self.channel)
-            .query()
             .execute(&mut *tx)
             .await
             .map_err(Error::db("resume"))?;
@@ -130,7 +127,6 @@ impl Pauses {
     /// The pauses in force, the whole table's first.
     pub async fn list(&self) -> Result<Vec<Pause>> {
         let rows = sql::list_pauses(&self.t.table, &self.t.job_table)
-            .query()
             .fetch_all(&self.t.pool)
             .await
             .map_err(Error::db("list_pauses"))?;

@@ -330,14 +330,12 @@ impl Scheduler {
     async fn tick_one(&self, entry: &Entry) -> Result<Vec<i64>> {
         let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         sql::cron_register(&self.cron_table, &self.job_table, &entry.name)
-            .query()
             .execute(&mut *tx)
             .await
             .map_err(Error::db("cron"))?;
         // Locks the schedule's row: concurrent schedulers wait here, then see
         // the tick this one advanced to.
         let row = sql::cron_state(&self.cron_table, &self.job_table, &entry.name)
-            .query()
             .fetch_one(&mut *tx)
             .await
             .map_err(Error::db("cron"))?;
@@ -371,7 +369,6 @@ impl Scheduler {
             &entry.name,
             advance.timestamp_micros(),
         )
-        .query()
         .execute(&mut *tx)
         .await
         .map_err(Error::db("cron"))?;

@@ -43,7 +43,6 @@ impl Enqueuer {
     ) -> Result<()> {
         let w = self.workflow_table()?;
         sql::record_upstreams(w, dependents, upstream)
-            .query()
             .execute(conn)
             .await
             .map_err(Error::db("record_upstreams"))?;
@@ -70,7 +69,6 @@ impl Enqueuer {
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let ids: Vec<i64> = after.iter().map(|(id, _)| *id).collect();
         let states: HashMap<i64, String> = sql::lock_upstreams(w, ids)
-            .query()
             .fetch_all(&mut *tx)
             .await
             .map_err(Error::db("lock_upstreams"))?
@@ -102,14 +100,12 @@ impl Enqueuer {
             row = row.set(w.columns.state.clone(), "pending");
         }
         let id: i64 = sql::enqueue_rows(&self.target, &[row.row()])
-            .query()
             .fetch_one(&mut *tx)
             .await
             .map_err(Error::db("enqueue"))?
             .get("id");
         if !edges.is_empty() {
             sql::mark_has_dependents(w, edges.iter().map(|(u, _)| *u).collect())
-                .query()
                 .execute(&mut *tx)
                 .await
                 .map_err(Error::db("mark_has_dependents"))?;
@@ -119,7 +115,6 @@ impl Enqueuer {
                 edges.iter().map(|(u, _)| *u).collect(),
                 edges.iter().map(|(_, p)| p.as_str().to_owned()).collect(),
             )
-            .query()
             .execute(&mut *tx)
             .await
             .map_err(Error::db("deps_insert"))?;
@@ -133,7 +128,6 @@ impl Enqueuer {
         if let Some((upstream, state)) = blocker {
             let message = format!("upstream job {upstream} was {state}");
             sql::cancel_blocked(w, id, upstream, &message)
-                .query()
                 .execute(&mut *tx)
                 .await
                 .map_err(Error::db("cancel_blocked"))?;
@@ -166,7 +160,6 @@ impl Enqueuer {
         }
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let workflow_id: i64 = sql::workflow_next_id(w)
-            .query()
             .fetch_one(&mut *tx)
             .await
             .map_err(Error::db("workflow_next_id"))?
@@ -201,7 +194,6 @@ impl Enqueuer {
         let per_row = jobs.iter().map(|j| j.values().len() + 7).max().unwrap_or(1);
         for chunk in rows.chunks((super::MAX_BIND_PARAMETERS / per_row).max(1)) {
             let inserted = sql::enqueue_rows(&self.target, chunk)
-                .query()
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(Error::db("enqueue_workflow"))?;
@@ -221,7 +213,6 @@ impl Enqueuer {
                     .await?;
             }
             sql::deps_insert(w, dependents, upstream, policies)
-                .query()
                 .execute(&mut *tx)
                 .await
                 .map_err(Error::db("deps_insert"))?;

@@ -113,7 +113,6 @@ impl Enqueuer {
         }
         let Some((key, mode)) = job.key_value() else {
             let row = sql::enqueue_rows(&self.target, &[job.row()])
-                .query()
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(Error::db("enqueue"))?;
@@ -125,7 +124,6 @@ impl Enqueuer {
         for _ in 0..8 {
             let row = match &self.target.key_table {
                 None => sql::enqueue_keyed(&self.target, &job.row(), key, mode)
-                    .query()
                     .fetch_optional(&mut *conn)
                     .await
                     .map_err(Error::db("enqueue"))?,
@@ -152,7 +150,6 @@ impl Enqueuer {
                 // insert goes through. A concurrent enqueuer waits on the
                 // holder's row lock, then finds the new job and updates it.
                 sql::release_key(&self.target, key)
-                    .query()
                     .execute(&mut *conn)
                     .await
                     .map_err(Error::db("enqueue"))?;
@@ -160,7 +157,6 @@ impl Enqueuer {
             }
             let with_failed = mode == sql::OnKey::UnsafeDedupe;
             let holder = sql::live_job_with_key(&self.target, key, with_failed)
-                .query()
                 .fetch_optional(&mut *conn)
                 .await
                 .map_err(Error::db("enqueue"))?;
@@ -215,7 +211,6 @@ impl Enqueuer {
         for chunk in jobs.chunks(rows_per_statement) {
             let rows: Vec<JobRow<'_>> = chunk.iter().map(NewJob::row).collect();
             let rows = sql::enqueue_rows(&self.target, &rows)
-                .query()
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(Error::db("enqueue_many"))?;
@@ -291,7 +286,6 @@ impl Enqueuer {
         );
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let now: i64 = sql::database_now_micros()
-            .query()
             .fetch_one(&mut *tx)
             .await
             .map_err(Error::db("enqueue_copy"))?

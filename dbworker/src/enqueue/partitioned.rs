@@ -25,7 +25,6 @@ pub(super) async fn keyed_insert(
 ) -> Result<Option<Option<sqlx::postgres::PgRow>>> {
     let mut savepoint = conn.begin().await.map_err(Error::db("begin"))?;
     let result = sql::enqueue_keyed_partitioned(target, keys, &job.row(), key, mode)
-        .query()
         .fetch_optional(&mut *savepoint)
         .await;
     match result {

@@ -20,7 +20,6 @@ pub(crate) async fn create_ahead(
     ahead: u32,
 ) -> Result<Vec<String>> {
     let rows = sql::create_partitions(table, ahead)
-        .query()
         .fetch_all(pool)
         .await
         .map_err(Error::db("create_partitions"))?;
@@ -30,7 +29,6 @@ pub(crate) async fn create_ahead(
 /// Whether the table has its `<table>_create_partitions` function.
 pub(crate) async fn has_create_function(pool: &PgPool, table: &Relation) -> Result<bool> {
     sql::create_partitions_exists(table)
-        .query()
         .fetch_one(pool)
         .await
         .map(|r| r.get("exists"))
@@ -66,7 +64,6 @@ pub(crate) async fn drop_purgeable(
     lock_timeout: Duration,
 ) -> Result<Vec<DroppedPartition>> {
     let rows = sql::closed_partitions(&target.table)
-        .query()
         .fetch_all(pool)
         .await
         .map_err(Error::db("purge"))?;
@@ -79,7 +76,6 @@ pub(crate) async fn drop_purgeable(
             name,
         };
         let keeps: bool = sql::partition_keeps_rows(&partition, &target.columns, max_age)
-            .query()
             .fetch_one(pool)
             .await
             .map_err(Error::db("purge"))?
@@ -99,17 +95,13 @@ pub(crate) async fn drop_purgeable(
 }
 
 /// `(rows, kept)` of a partition, on `conn`.
-async fn count<'c, E>(
-    conn: E,
+async fn count(
+    conn: &mut sqlx::PgConnection,
     partition: &Relation,
     target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
-) -> Result<(u64, u64)>
-where
-    E: sqlx::PgExecutor<'c>,
-{
+) -> Result<(u64, u64)> {
     let row = sql::partition_rows(partition, &target.columns, max_age)
-        .query()
         .fetch_one(conn)
         .await
         .map_err(Error::db("purge"))?;
@@ -128,12 +120,10 @@ async fn detach_and_drop(
 ) -> Result<Option<u64>> {
     let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
     sql::set_lock_timeout(lock_timeout)
-        .query()
         .execute(&mut *tx)
         .await
         .map_err(Error::db("purge"))?;
     match sql::detach_partition(&target.table, partition)
-        .query()
         .execute(&mut *tx)
         .await
     {
@@ -145,7 +135,7 @@ async fn detach_and_drop(
         }
         Err(err) => return Err(Error::db("detach partition")(err)),
     }
-    let (rows, kept) = count(&mut *tx, partition, target, max_age).await?;
+    let (rows, kept) = count(&mut tx, partition, target, max_age).await?;
     if kept > 0 {
         // A row changed between the first look and the detach: keep it all.
         tx.rollback().await.map_err(Error::db("rollback"))?;
@@ -153,13 +143,11 @@ async fn detach_and_drop(
     }
     if let Some(archive) = &target.archive {
         sql::archive_partition(archive, partition)
-            .query()
             .execute(&mut *tx)
             .await
             .map_err(Error::db("archive partition"))?;
     }
     sql::drop_partition(partition)
-        .query()
         .execute(&mut *tx)
         .await
         .map_err(Error::db("drop partition"))?;

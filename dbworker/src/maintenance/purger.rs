@@ -337,10 +337,10 @@ impl Purger {
                     self.options.chunk_size,
                 );
                 let rows = match fence {
-                    None => batch.query().fetch_all(&self.pool).await,
+                    None => batch.fetch_all(&self.pool).await,
                     Some(leadership) => {
                         let mut tx = leadership.begin().await?;
-                        let rows = batch.query().fetch_all(&mut *tx).await;
+                        let rows = batch.fetch_all(&mut *tx).await;
                         if rows.is_ok() {
                             tx.commit().await.map_err(Error::db("commit"))?;
                         }

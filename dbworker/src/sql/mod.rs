@@ -36,6 +36,7 @@ mod marks;
 mod partition_keys;
 mod partitions;
 mod per_job;
+mod pooler;
 mod purge;
 mod reset;
 mod results;
@@ -91,6 +92,8 @@ pub(crate) use partitions::{
     detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,
 };
 pub(crate) use per_job::PerJob;
+pub(crate) use pooler::{On, backend_pid};
+pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use purge::purge_batch;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
@@ -119,8 +122,9 @@ impl Statement {
         }
     }
 
-    /// The statement as an sqlx query.
-    pub(crate) fn query(self) -> sqlx::query::Query<'static, sqlx::Postgres, SqlxValues> {
+    /// The statement as an sqlx query: sent only through the methods of
+    /// `pooler.rs`, which choose how for the [`Pooler`] in force.
+    fn query(self) -> sqlx::query::Query<'static, sqlx::Postgres, SqlxValues> {
         sqlx::query_with(sqlx::AssertSqlSafe(self.sql), self.values)
     }
 }

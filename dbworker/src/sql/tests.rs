@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 20] = [
+const FILES: [(&str, Snapshots); 21] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("claim.rs", crate::sql::claim::snapshots),
@@ -35,6 +35,7 @@ const FILES: [(&str, Snapshots); 20] = [
     ("marks.rs", crate::sql::marks::snapshots),
     ("partition_keys.rs", crate::sql::partition_keys::snapshots),
     ("partitions.rs", crate::sql::partitions::snapshots),
+    ("pooler.rs", crate::sql::pooler::snapshots),
     ("purge.rs", crate::sql::purge::snapshots),
     ("reset.rs", crate::sql::reset::snapshots),
     ("results.rs", crate::sql::results::snapshots),

@@ -167,11 +167,10 @@ async fn write(
 }
 
 async fn run<'c>(
-    db: impl sqlx::PgExecutor<'c>,
+    db: impl Into<sql::On<'c>>,
     statement: sql::Statement,
 ) -> Result<HashSet<i64>, String> {
     let rows = statement
-        .query()
         .fetch_all(db)
         .await
         .map_err(|err| format!("database error in mark_group: {err}"))?;

@@ -33,7 +33,6 @@ impl<R: Record> DbStore<R> {
     /// the live rows cost however many finished rows the table holds.
     pub async fn queue_stats(&self) -> Result<Vec<QueueStat>> {
         let rows = sql::queue_stats(self.resolved())
-            .query()
             .fetch_all(self.pool())
             .await
             .map_err(Error::db("queue_stats"))?;

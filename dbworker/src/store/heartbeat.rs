@@ -16,7 +16,6 @@ impl<R: Record> DbStore<R> {
         let ids = leases.iter().map(|l| l.id).collect();
         let tokens = leases.iter().map(|l| l.token).collect();
         let rows = sql::heartbeat(&self.options, ids, tokens)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("heartbeat"))?;

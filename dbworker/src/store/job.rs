@@ -163,10 +163,10 @@ impl<R> DbJob<R> {
                 reason: "DbJob::upstream_results needs the table's result column (JobTableOptions::result_column)".into(),
             });
         };
-        let query = sql::upstream_results(o, column, self.lease.id).query();
+        let statement = sql::upstream_results(o, column, self.lease.id);
         let rows = match self.tx.as_deref_mut() {
-            Some(conn) => query.fetch_all(conn).await,
-            None => query.fetch_all(store.pool()).await,
+            Some(conn) => statement.fetch_all(conn).await,
+            None => statement.fetch_all(store.pool()).await,
         }
         .map_err(Error::db("upstream_results"))?;
         Ok(rows

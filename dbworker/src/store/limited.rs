@@ -44,14 +44,12 @@ pub(super) async fn claim(
     let first = NEXT_LANE.fetch_add(1, Ordering::Relaxed) % LANES;
     let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
     let lane = sql::claim_lane(o, LANES, first)
-        .query()
         .fetch_optional(&mut *tx)
         .await
         .map_err(Error::db("claim_lane"))?;
     let mut rows = Vec::new();
     if lane.is_some() {
         rows = build(in_lane, LimitedClaim::Lane { threshold })
-            .query()
             .fetch_all(&mut *tx)
             .await
             .map_err(Error::db("claim"))?;
@@ -65,13 +63,11 @@ pub(super) async fn claim(
     let rest = limit - rows.len();
     let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
     sql::claim_lock(o, LANES)
-        .query()
         .execute(&mut *tx)
         .await
         .map_err(Error::db("claim_lock"))?;
     rows.extend(
         build(rest, LimitedClaim::Serialized)
-            .query()
             .fetch_all(&mut *tx)
             .await
             .map_err(Error::db("claim"))?,

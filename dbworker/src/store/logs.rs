@@ -17,7 +17,6 @@ impl<R: Record> DbStore<R> {
     ) -> std::result::Result<Option<usize>, BoxError> {
         let json = serde_json::to_string(&sanitize_log_entry(entry))?;
         let row = sql::log_append(&self.options, lease.id, lease.token, json)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("log_append"))?;
@@ -37,7 +36,6 @@ impl<R: Record> DbStore<R> {
     ) -> std::result::Result<bool, BoxError> {
         let json = serde_json::to_string(&sanitize_log_entry(entry))?;
         let done = sql::log_update(&self.options, lease.id, lease.token, index, json)
-            .query()
             .execute(&self.pool)
             .await
             .map_err(Error::db("log_update"))?;
@@ -51,7 +49,6 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
     ) -> std::result::Result<Option<usize>, BoxError> {
         let owned = sql::log_len(&self.options, lease.id, lease.token)
-            .query()
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("log_len"))?;

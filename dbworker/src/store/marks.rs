@@ -68,7 +68,7 @@ impl<R: Record> DbStore<R> {
         };
         let statement = self.complete_statement(job.lease, result);
         // The mark and the handler's writes commit together, or not at all.
-        let done = match statement.query().execute(&mut *tx).await {
+        let done = match statement.execute(&mut *tx).await {
             Ok(done) => done,
             Err(err) => {
                 return Err(self
@@ -262,11 +262,7 @@ impl<R: Record> DbStore<R> {
         {
             tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
         }
-        let done = statement
-            .query()
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db(op))?;
+        let done = statement.execute(&self.pool).await.map_err(Error::db(op))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -354,7 +350,6 @@ impl<R: Record> DbStore<R> {
             o.reset_failure_message
         );
         let row = sql::requeue_lost(o, lease.id, lease.token, &message)
-            .query()
             .fetch_optional(self.pool())
             .await;
         match row {

@@ -303,7 +303,6 @@ impl<R: Record> DbStore<R> {
     /// Whether any job waits. Stops at the first row; cheaper than a count.
     pub async fn any_queued(&self) -> Result<bool> {
         let row = sql::any_queued(&self.options)
-            .query()
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("any_queued"))?;
@@ -313,7 +312,6 @@ impl<R: Record> DbStore<R> {
     /// How long the oldest waiting job has waited, by the database clock.
     pub async fn max_age_in_queue(&self) -> Result<Duration> {
         let row = sql::max_age_in_queue(&self.options)
-            .query()
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("max_age_in_queue"))?;

@@ -202,7 +202,6 @@ impl<R: Record> DbStore<R> {
                 .options
                 .per_job
                 .lock_claimed(lease.id, lease.token)
-                .query()
                 .fetch_optional(&mut *tx)
                 .await?;
             Ok::<_, sqlx::Error>(row.map(|_| tx))

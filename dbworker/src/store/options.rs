@@ -108,8 +108,10 @@ pub struct StoreOptions<R> {
     pub claim: ClaimOptions,
     /// Wake idle workers with LISTEN/NOTIFY instead of waiting for their next
     /// poll. The store then holds one extra connection of its own (outside the
-    /// pool, so it needs a session connection: not PgBouncer's transaction
-    /// pooling), reconnects it by itself, and workers poll while it is down.
+    /// pool, so it needs a session connection: behind PgBouncer's transaction
+    /// pooling, the `listen_url` of [`Pooler::Transaction`](crate::Pooler),
+    /// else workers poll), reconnects it by itself, and workers poll while it
+    /// is down.
     /// The table must be notified: install [`notify_trigger_sql`](crate::ddl::notify_trigger_sql)
     /// (or call `pg_notify(channel, lowest_id::text)` where you enqueue).
     /// Default [`Listen::Off`].

@@ -189,7 +189,6 @@ async fn look_behind(
     let mut found = false;
     for b in behind {
         let row = sql::eligible_behind(o, &b.conditions, b.low)
-            .query()
             .fetch_one(&mut *conn)
             .await;
         match row {

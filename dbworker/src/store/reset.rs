@@ -43,14 +43,12 @@ pub(crate) async fn reset_pass(conn: &mut PgConnection, cfg: &ResetConfig) -> Re
         &cfg.message,
         cfg.error_history.as_ref(),
     )
-    .query()
     .fetch_all(&mut *conn)
     .await
     .map_err(Error::db("reset_stalled"))?;
     if let Some((nodes, dead_after)) = &cfg.dead_nodes {
         // By then the heartbeat rule has reset anything the rescue missed.
         sql::nodes_prune(nodes, *dead_after + cfg.stalled_max_age)
-            .query()
             .execute(&mut *conn)
             .await
             .map_err(Error::db("nodes_prune"))?;

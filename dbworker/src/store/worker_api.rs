@@ -57,7 +57,6 @@ impl<R: Record> Store for DbStore<R> {
 
     async fn queued_count(&self) -> std::result::Result<u64, BoxError> {
         let row = sql::queued_count(&self.options)
-            .query()
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("queued_count"))?;

@@ -126,7 +126,7 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     if schema::is_partitioned(pool, &t.table).await? {
         t.key_table = partitioned(pool, t).await?;
     } else if t.key_column.is_some()
-        && let Err(err) = sql::explain_keyed_insert(t).query().execute(pool).await
+        && let Err(err) = sql::explain_keyed_insert(t).execute(pool).await
     {
         return Err(Error::Schema {
             problems: vec![format!(

@@ -235,7 +235,6 @@ impl Batches {
     /// running count as unfinished.
     pub async fn counts(&self, batch_id: i64) -> Result<BatchCounts> {
         let rows = sql::batch_counts(&self.workflows.table, batch_id)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("batch_counts"))?;

@@ -88,7 +88,6 @@ impl WorkflowGraph {
         max_tasks: usize,
     ) -> Result<Option<WorkflowGraph>> {
         let counts: BTreeMap<String, u64> = sql::workflow_counts(table, id)
-            .query()
             .fetch_all(pool)
             .await
             .map_err(Error::db("workflow_graph"))?
@@ -106,7 +105,6 @@ impl WorkflowGraph {
             .unwrap_or(u64::MAX)
             .min(i64::MAX as u64);
         let tasks: Vec<GraphTask> = sql::workflow_graph(table, id, recorded, limit)
-            .query()
             .fetch_all(pool)
             .await
             .map_err(Error::db("workflow_graph"))?

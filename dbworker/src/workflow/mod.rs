@@ -174,13 +174,11 @@ impl Workflows {
     pub async fn cancel(&self, workflow_id: i64) -> Result<WorkflowCanceled> {
         let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         let canceled = sql::workflow_cancel_waiting(&self.table, workflow_id)
-            .query()
             .execute(&mut *tx)
             .await
             .map_err(Error::db("workflow_cancel"))?
             .rows_affected();
         let requested = sql::workflow_request_cancel(&self.table, workflow_id)
-            .query()
             .execute(&mut *tx)
             .await
             .map_err(Error::db("workflow_cancel"))?
@@ -196,7 +194,6 @@ impl Workflows {
     /// `None` if no job has this workflow id.
     pub async fn status(&self, workflow_id: i64) -> Result<Option<WorkflowStatus>> {
         let rows = sql::workflow_tasks(&self.table, workflow_id)
-            .query()
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("workflow_status"))?;

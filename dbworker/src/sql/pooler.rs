@@ -1,0 +1,236 @@
+//! How statements reach the server: [`Pooler`], the process-wide choice
+//! between direct (or session-pooled) connections and a transaction pooler
+//! such as PgBouncer in `pool_mode = transaction`, and the one way every
+//! statement is sent ([`Statement::execute`] and the `fetch_*` methods).
+//!
+//! Directly, a statement is prepared once per connection under a name
+//! (sqlx's statement cache) and re-bound on later calls. Behind a transaction
+//! pooler a connection's next transaction may run on another server
+//! connection, so a named statement is unknown there, or another client's
+//! statement of the same name is. Under [`Pooler::Transaction`] every
+//! statement is therefore sent unnamed, and one not already inside a
+//! transaction is wrapped in `BEGIN … COMMIT`: sqlx sends an unnamed
+//! statement as Parse/Describe/Sync and then Bind/Execute/Sync, and between
+//! the two Syncs an idle connection could be handed to another client.
+
+use std::sync::RwLock;
+
+use sqlx::postgres::{PgQueryResult, PgRow};
+use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres};
+
+use super::Statement;
+
+/// How this process reaches PostgreSQL: set once at start-up with
+/// [`set_pooler`] (or the `DBWORKER_POOLER` and `DBWORKER_LISTEN_URL`
+/// environment variables), before any service starts. It applies to every
+/// statement of every service, so no service can be left on the wrong mode.
+///
+/// ```
+/// dbworker::set_pooler(dbworker::Pooler::Transaction {
+///     listen_url: Some("postgres://app@db-primary:5432/app".into()),
+/// });
+/// assert!(dbworker::pooler().is_transaction());
+/// # dbworker::set_pooler(dbworker::Pooler::Direct);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Pooler {
+    /// Connections straight to PostgreSQL, or through a pooler in session
+    /// mode: statements are prepared once per connection and cached. The
+    /// default.
+    #[default]
+    Direct,
+    /// Through a pooler in transaction mode (PgBouncer's `pool_mode =
+    /// transaction`): every statement is sent unnamed, inside a transaction,
+    /// and nothing depends on a session.
+    Transaction {
+        /// A direct (or session-pooled) connection string for what needs a
+        /// session of its own: LISTEN. Without it, stores and consumers that
+        /// were asked to listen poll instead, and say so once in the log.
+        listen_url: Option<String>,
+    },
+}
+
+impl Pooler {
+    /// Whether statements go through a transaction pooler.
+    pub fn is_transaction(&self) -> bool {
+        matches!(self, Pooler::Transaction { .. })
+    }
+
+    /// The mode the environment asks for: `DBWORKER_POOLER=transaction` (or
+    /// `direct`, the default) and, with it, `DBWORKER_LISTEN_URL`.
+    fn from_env() -> Pooler {
+        match std::env::var("DBWORKER_POOLER").as_deref() {
+            Ok("transaction") => Pooler::Transaction {
+                listen_url: std::env::var("DBWORKER_LISTEN_URL").ok(),
+            },
+            _ => Pooler::Direct,
+        }
+    }
+}
+
+static SETTING: RwLock<Option<Pooler>> = RwLock::new(None);
+
+/// Chooses how this process reaches PostgreSQL (see [`Pooler`]); it takes
+/// the place of the environment variables.
+pub fn set_pooler(pooler: Pooler) {
+    *SETTING.write().unwrap_or_else(|e| e.into_inner()) = Some(pooler);
+}
+
+/// The mode in force: the one [`set_pooler`] chose, else the environment's.
+pub fn pooler() -> Pooler {
+    if let Some(p) = SETTING.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        return p.clone();
+    }
+    let from_env = Pooler::from_env();
+    SETTING
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert(from_env)
+        .clone()
+}
+
+fn transaction_mode() -> bool {
+    if let Some(p) = SETTING.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        return p.is_transaction();
+    }
+    pooler().is_transaction()
+}
+
+/// Where a statement runs: the pool (a connection of its own, committed at
+/// once) or a connection the caller holds, in a transaction or not.
+pub(crate) enum On<'a> {
+    Pool(&'a PgPool),
+    Conn(&'a mut PgConnection),
+}
+
+impl<'a> From<&'a PgPool> for On<'a> {
+    fn from(pool: &'a PgPool) -> On<'a> {
+        On::Pool(pool)
+    }
+}
+
+impl<'a> From<&'a mut PgConnection> for On<'a> {
+    fn from(conn: &'a mut PgConnection) -> On<'a> {
+        On::Conn(conn)
+    }
+}
+
+enum Fetch {
+    Execute,
+    All,
+    One,
+    Optional,
+}
+
+enum Fetched {
+    Done(PgQueryResult),
+    All(Vec<PgRow>),
+    One(PgRow),
+    Optional(Option<PgRow>),
+}
+
+async fn fetch<'e, E: Executor<'e, Database = Postgres>>(
+    statement: Statement,
+    on: E,
+    how: Fetch,
+    persistent: bool,
+) -> sqlx::Result<Fetched> {
+    let q = statement.query().persistent(persistent);
+    Ok(match how {
+        Fetch::Execute => Fetched::Done(q.execute(on).await?),
+        Fetch::All => Fetched::All(q.fetch_all(on).await?),
+        Fetch::One => Fetched::One(q.fetch_one(on).await?),
+        Fetch::Optional => Fetched::Optional(q.fetch_optional(on).await?),
+    })
+}
+
+/// Runs `statement` in a transaction of its own on `conn`.
+async fn wrapped(
+    statement: Statement,
+    conn: &mut PgConnection,
+    how: Fetch,
+) -> sqlx::Result<Fetched> {
+    let mut tx = conn.begin().await?;
+    let fetched = fetch(statement, &mut *tx, how, false).await?;
+    tx.commit().await?;
+    Ok(fetched)
+}
+
+impl Statement {
+    async fn run(self, on: On<'_>, how: Fetch) -> sqlx::Result<Fetched> {
+        let pooled = transaction_mode();
+        match on {
+            On::Pool(pool) if pooled => wrapped(self, &mut *pool.acquire().await?, how).await,
+            On::Pool(pool) => fetch(self, pool, how, true).await,
+            On::Conn(conn) if pooled && !conn.is_in_transaction() => wrapped(self, conn, how).await,
+            On::Conn(conn) => fetch(self, conn, how, !pooled).await,
+        }
+    }
+
+    /// Runs the statement; how many rows it changed.
+    pub(crate) async fn execute<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<PgQueryResult> {
+        match self.run(on.into(), Fetch::Execute).await? {
+            Fetched::Done(done) => Ok(done),
+            _ => unreachable!("asked to execute"),
+        }
+    }
+
+    /// Runs the statement; every row it returned.
+    pub(crate) async fn fetch_all<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<Vec<PgRow>> {
+        match self.run(on.into(), Fetch::All).await? {
+            Fetched::All(rows) => Ok(rows),
+            _ => unreachable!("asked for all rows"),
+        }
+    }
+
+    /// Runs the statement; its one row (an error without one).
+    pub(crate) async fn fetch_one<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<PgRow> {
+        match self.run(on.into(), Fetch::One).await? {
+            Fetched::One(row) => Ok(row),
+            _ => unreachable!("asked for one row"),
+        }
+    }
+
+    /// Runs the statement; its first row, if any.
+    pub(crate) async fn fetch_optional<'a>(
+        self,
+        on: impl Into<On<'a>>,
+    ) -> sqlx::Result<Option<PgRow>> {
+        match self.run(on.into(), Fetch::Optional).await? {
+            Fetched::Optional(row) => Ok(row),
+            _ => unreachable!("asked for an optional row"),
+        }
+    }
+}
+
+impl Statement {
+    /// Runs a statement without parameters as one simple-protocol Query
+    /// message, prepared under no name in any mode: for the probe, which must
+    /// not depend on the mode it checks.
+    pub(crate) async fn fetch_one_simple(self, conn: &mut PgConnection) -> sqlx::Result<PgRow> {
+        debug_assert!(self.values.0.0.is_empty(), "a simple query binds nothing");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(self.sql))
+            .fetch_one(conn)
+            .await
+    }
+}
+
+/// `SELECT pg_backend_pid()`: which server session ran the statement, for
+/// the start-up probe that tells a transaction pooler from a direct
+/// connection.
+pub(crate) fn backend_pid() -> Statement {
+    let q = sea_query::Query::select()
+        .expr_as(
+            sea_query::Expr::cust("pg_backend_pid()"),
+            sea_query::Alias::new("pid"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    vec![("backend_pid", backend_pid())]
+}

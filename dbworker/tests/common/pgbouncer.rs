@@ -1,0 +1,171 @@
+//! PgBouncer in transaction mode in front of a test database: its ini in a
+//! temporary directory, started from PATH or /usr/sbin, stopped on drop.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgConnectOptions;
+
+/// A running PgBouncer; killed and its directory removed on drop.
+pub struct Bouncer {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+    database: String,
+}
+
+/// The pgbouncer binary, or why the test cannot run.
+pub fn find() -> Result<PathBuf, String> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("pgbouncer"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain([PathBuf::from("/usr/sbin/pgbouncer")])
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "pgbouncer is not installed (apt-get install pgbouncer; .ci/run installs it)".to_owned()
+        })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The uid and gid of `postgres` from /etc/passwd: PgBouncer refuses to run as root.
+fn postgres_user() -> Option<(u32, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.first() == Some(&"postgres"))
+            .then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))?
+    })
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The password in `url` (`postgres://user:password@host/...`), if any.
+fn password(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = rest.split_once('@')?.0;
+    userinfo.split_once(':').map(|(_, p)| p.to_owned())
+}
+
+impl Bouncer {
+    /// Starts PgBouncer in transaction mode with `pool_size` server
+    /// connections in front of the database at `url`; `ignore_float_digits`:
+    /// with `ignore_startup_parameters = extra_float_digits`, which sqlx needs.
+    pub fn start(binary: &Path, url: &str, pool_size: u32, ignore_float_digits: bool) -> Bouncer {
+        let target = PgConnectOptions::from_str(url).expect("the test database's url");
+        let database = target.get_database().expect("a database name").to_owned();
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("dbworker-pgbouncer-{}-{port}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let host = target.get_host();
+        let host = if host.starts_with('/') {
+            "127.0.0.1"
+        } else {
+            host
+        };
+        let mut server = format!(
+            "host={host} port={} dbname={database} user={}",
+            target.get_port(),
+            target.get_username()
+        );
+        if let Some(p) = password(url) {
+            server.push_str(&format!(" password={p}"));
+        }
+        let ini = format!(
+            "[databases]\n{database} = {server}\n\n[pgbouncer]\n\
+             listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+             auth_type = any\npool_mode = transaction\n\
+             default_pool_size = {pool_size}\nmin_pool_size = 0\nreserve_pool_size = 0\n\
+             max_client_conn = 500\nserver_reset_query =\n\
+             {ignore}\n\
+             logfile = {log}\npidfile = {pid}\n",
+            ignore = if ignore_float_digits {
+                "ignore_startup_parameters = extra_float_digits"
+            } else {
+                ""
+            },
+            log = dir.join("pgbouncer.log").display(),
+            pid = dir.join("pgbouncer.pid").display(),
+        );
+        let ini_path = dir.join("pgbouncer.ini");
+        fs::write(&ini_path, ini).unwrap();
+        let mut command = Command::new(binary);
+        command
+            .arg(&ini_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if is_root() {
+            let (uid, gid) = postgres_user().expect("a postgres system user to run pgbouncer as");
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+            std::os::unix::fs::chown(&ini_path, Some(uid), Some(gid)).unwrap();
+            command.uid(uid).gid(gid);
+        }
+        let child = command.spawn().expect("starting pgbouncer");
+        let bouncer = Bouncer {
+            child,
+            dir,
+            port,
+            database,
+        };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "pgbouncer did not listen within 10 s: {}",
+                bouncer.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bouncer
+    }
+
+    /// A URL through PgBouncer to the database.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{}",
+            self.port, self.database
+        )
+    }
+
+    /// PgBouncer's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,315 @@
+//! Everything through PgBouncer in transaction mode (`Pooler::Transaction`):
+//! PgBouncer with four server connections in front of the test database,
+//! sixteen client connections, so one client's statements run on server
+//! connections other clients prepared theirs on. Enqueues (single, bulk,
+//! COPY, keyed), a workflow, workers in both handling modes writing through
+//! `job.tx()` with heartbeats, retries and execution logs, the resetter and
+//! the admin: nothing errors and every job completes exactly once. In
+//! `Pooler::Direct` mode the start-up check names the setting; a PgBouncer
+//! refusing `extra_float_digits` is named with its pgbouncer.ini line.
+//! Skipped, saying why, without pgbouncer (.ci/run installs it).
+
+#[path = "common/pgbouncer.rs"]
+mod bouncer;
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dbworker::{
+    DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob, Pooler, Resetter,
+    ResetterOptions,
+    admin::{Admin, JobFilter, PageRequest},
+    ddl::{OptionalColumns, workflows_sql},
+    enqueue::KeyMode,
+    new_worker,
+    workflow::{Task, Workflow, Workflows},
+};
+use serde_json::json;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use workerutil::{ExecutionLogEntry, Handler, HandlerError, JobContext, WorkerOptions};
+
+use bouncer::Bouncer;
+use common::{Db, Job};
+
+/// Writes a side effect (in the job's transaction, or through the pool),
+/// logs an entry, and fails the first attempt of a job whose payload says
+/// `fail_once`. Its own statements are unnamed (`persistent(false)`) and run
+/// in a transaction, as an application's must behind a transaction pooler.
+struct Writes {
+    pool: PgPool,
+}
+
+#[async_trait]
+impl Handler<DbStore<Job>> for Writes {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let id = job.record().id;
+        if job.record().payload["fail_once"] == json!(true) {
+            let mut tx = self.pool.begin().await?;
+            let failures: i32 = sqlx::query_scalar("SELECT num_failures FROM jobs WHERE id = $1")
+                .bind(id)
+                .persistent(false)
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            if failures == 0 {
+                return Err(std::io::Error::other("first attempt fails").into());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let insert = sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'ran')")
+            .bind(id)
+            .persistent(false);
+        match job.tx() {
+            Some(tx) => {
+                insert.execute(tx).await?;
+            }
+            None => {
+                let mut tx = self.pool.begin().await?;
+                insert.execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+        }
+        let entry = ExecutionLogEntry {
+            key: "ran".into(),
+            ..Default::default()
+        };
+        ctx.log(&entry).await.map_err(HandlerError::Retryable)?;
+        Ok(())
+    }
+}
+
+fn table_options() -> JobTableOptions {
+    let mut o = Db::table_options();
+    o.key_column = Some("job_key".into());
+    o.queue_column = Some("queue".into());
+    o.workflows = true;
+    o
+}
+
+/// Transactional handling holds a server connection per running handler:
+/// three of PgBouncer's four, so heartbeats, logs and claims share the last.
+fn worker_options(name: &str, handling: Handling) -> WorkerOptions {
+    let mut o = WorkerOptions::new(name);
+    o.num_handlers = match handling {
+        Handling::Transactional => 3,
+        _ => 8,
+    };
+    o.interval = Duration::from_millis(20);
+    o.heartbeat_interval = Duration::from_millis(100);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    o
+}
+
+async fn pgbouncer() -> Option<(Db, Bouncer, PgPool)> {
+    let binary = match bouncer::find() {
+        Ok(b) => b,
+        Err(reason) => {
+            println!("skipping the PgBouncer test: {reason}");
+            return None;
+        }
+    };
+    let db = Db::new().await;
+    db.add_columns(|c| *c = OptionalColumns::all(), &[]).await;
+    db.execute(&workflows_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let b = Bouncer::start(&binary, db.db.url(), 4, true);
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .connect(&b.url())
+        .await
+        .expect("a pool through PgBouncer");
+    Some((db, b, pool))
+}
+
+async fn run_worker(pool: &PgPool, table: &JobTable, handling: Handling, db: &Db) {
+    let mut so = Db::options_for_tests();
+    so.handling = handling;
+    so.max_num_retries = 3;
+    let name = format!("{handling:?}");
+    // A workflow's next task is queued as the one before completes: run
+    // until nothing is left (a new store each time: a claim cursor does not
+    // look back at a lower id).
+    for _ in 0..20 {
+        let store = Arc::new(DbStore::new(pool, table, so.clone()).await.expect("store"));
+        let handler = Writes { pool: pool.clone() };
+        new_worker(store, handler, worker_options(&name, handling))
+            .unwrap()
+            .run_until_empty()
+            .await;
+        if db.count("pending").await == 0 {
+            break;
+        }
+    }
+    let live: Vec<(i64, String, Option<String>, i32)> = sqlx::query_as(
+        "SELECT id, state, failure_message, num_failures FROM jobs WHERE state IN ('pending', 'queued', 'errored', 'processing')",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(live.is_empty(), "{handling:?}: {live:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn everything_runs_through_pgbouncer_in_transaction_mode() {
+    let Some((db, b, pool)) = pgbouncer().await else {
+        return;
+    };
+    dbworker::set_pooler(Pooler::Transaction { listen_url: None });
+    let table = JobTable::new(&pool, table_options()).await.unwrap();
+    let enqueuer = Enqueuer::new(&pool, &table).await.unwrap();
+
+    // Enqueues: one at a time from many tasks, in bulk, by COPY, keyed.
+    let mut singles = Vec::new();
+    for i in 0..40 {
+        let enqueuer = enqueuer.clone();
+        singles.push(tokio::spawn(async move {
+            let job = NewJob::new().json("payload", json!({ "fail_once": i % 10 == 0 }));
+            enqueuer.enqueue(&job).await.unwrap().id()
+        }));
+    }
+    for s in singles {
+        s.await.unwrap();
+    }
+    let bulk: Vec<NewJob> = (0..100).map(|_| NewJob::new().queue("bulk")).collect();
+    assert_eq!(enqueuer.enqueue_many(&bulk).await.unwrap().len(), 100);
+    assert_eq!(enqueuer.enqueue_copy(&bulk[..50]).await.unwrap(), 50);
+    let keyed = NewJob::new().key("user:42", KeyMode::DedupeOnly);
+    let first = enqueuer.enqueue(&keyed).await.unwrap().id();
+    assert_eq!(
+        enqueuer.enqueue(&keyed).await.unwrap().id(),
+        first,
+        "deduplicated"
+    );
+
+    // A stalled job for the resetter.
+    sqlx::query(
+        "UPDATE jobs SET state = 'processing', started_at = now() - interval '1 hour', last_heartbeat_at = now() - interval '1 hour' WHERE id = $1",
+    )
+    .bind(first)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut ro = ResetterOptions::new("r");
+    ro.stall.stalled_max_age = Duration::from_secs(5);
+    let reset = Resetter::new(&pool, &table, ro)
+        .unwrap()
+        .reset_once()
+        .await
+        .unwrap();
+    let reset: Vec<i64> = reset.reset.iter().map(|(id, _)| *id).collect();
+    assert_eq!(reset, vec![first]);
+
+    // The admin reads through it too.
+    let admin = Admin::new(&pool, &table).await.unwrap();
+    let status = admin.status().await.unwrap();
+    let live: u64 = status.live.iter().map(|(_, _, n)| n).sum();
+    assert_eq!(live, 191);
+    let page = admin
+        .list(&JobFilter::default(), PageRequest::first(10))
+        .await
+        .unwrap();
+    assert_eq!(page.jobs.len(), 10);
+
+    // Half the jobs in heartbeat handling, then the rest and a workflow in
+    // transactional handling.
+    run_worker(&pool, &table, Handling::Heartbeat, &db).await;
+    let workflows = Workflows::new(&pool, &table).await.unwrap();
+    let wf = workflows
+        .enqueue(
+            &Workflow::new()
+                .task(Task::new("a", NewJob::new()))
+                .task(Task::new("b", NewJob::new()).after(["a"]))
+                .task(Task::new("c", NewJob::new()).after(["a", "b"])),
+        )
+        .await
+        .unwrap();
+    for _ in 0..60 {
+        enqueuer
+            .enqueue(&NewJob::new().json("payload", json!({ "fail_once": true })))
+            .await
+            .unwrap();
+    }
+    run_worker(&pool, &table, Handling::Transactional, &db).await;
+    assert!(
+        workflows
+            .status(wf.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_finished(),
+        "the workflow finished"
+    );
+
+    let (jobs, completed, once, logged, retried): (i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*),
+                count(*) FILTER (WHERE state = 'completed'),
+                count(*) FILTER (WHERE (SELECT count(*) FROM side_effects s WHERE s.job_id = j.id) = 1),
+                count(*) FILTER (WHERE coalesce(array_length(execution_logs, 1), 0) >= 1),
+                count(*) FILTER (WHERE num_failures = 1)
+         FROM jobs j",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let not_done: Vec<(i64, String, Option<String>, i32)> = sqlx::query_as(
+        "SELECT id, state, failure_message, num_failures FROM jobs WHERE state <> 'completed' ORDER BY id LIMIT 5",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(not_done.is_empty(), "{not_done:?}");
+    assert_eq!(jobs, 254, "191 + 3 workflow tasks + 60");
+    assert_eq!(completed, jobs, "every job completed");
+    assert_eq!(once, jobs, "every job ran its side effect exactly once");
+    assert_eq!(logged, jobs, "every job has its execution log");
+    assert_eq!(retried, 4 + 60, "each job failing once was retried once");
+    let log = b.log();
+    assert!(!log.contains("ERROR"), "PgBouncer logged errors:\n{log}");
+
+    // The same pooler in direct mode: the start-up check names the setting.
+    dbworker::set_pooler(Pooler::Direct);
+    let err = JobTable::new(&pool, table_options()).await.unwrap_err();
+    dbworker::set_pooler(Pooler::Transaction { listen_url: None });
+    let message = err.to_string();
+    assert!(
+        message.contains("pooler in transaction mode")
+            && message.contains("set_pooler(Pooler::Transaction")
+            && message.contains("DBWORKER_POOLER=transaction"),
+        "{message}"
+    );
+}
+
+/// A stock pgbouncer.ini refuses sqlx's `extra_float_digits`: the start-up
+/// check says which line to add.
+#[tokio::test]
+async fn a_pooler_refusing_extra_float_digits_is_named_with_the_fix() {
+    let binary = match bouncer::find() {
+        Ok(b) => b,
+        Err(reason) => {
+            println!("skipping the PgBouncer test: {reason}");
+            return;
+        }
+    };
+    let db = Db::new().await;
+    let b = Bouncer::start(&binary, db.db.url(), 2, false);
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy(&b.url())
+        .unwrap();
+    let err = JobTable::new(&pool, Db::table_options())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("extra_float_digits")
+            && err.contains("ignore_startup_parameters = extra_float_digits"),
+        "{err}"
+    );
+}
