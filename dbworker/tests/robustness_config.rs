@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use dbworker::{
-    DbJob, DbStore, Error, Handling, JobTable, JobTableOptions, Resetter, StoreOptions,
-    ddl::job_table_sql, maintenance::ResetterOptions, new_worker,
+    DbJob, DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, Resetter,
+    StoreOptions, ddl::job_table_sql, maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -266,6 +266,49 @@ async fn missing_privileges_are_named_at_start_up() {
     DbStore::new(&pool, &table, db.options())
         .await
         .expect("enough privileges");
+
+    // A worker's grants do not let it enqueue: the enqueuer names what it
+    // lacks, with the statement that gives it, before any insert fails.
+    let enqueuer_error = || async {
+        Enqueuer::new(&pool, &table)
+            .await
+            .expect_err("too few privileges to enqueue")
+            .to_string()
+    };
+    let err = enqueuer_error().await;
+    assert!(
+        err.contains(&format!(
+            "role {role} lacks INSERT on table jobs, which enqueueing needs: GRANT INSERT ON jobs TO {role}"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "role {role} lacks USAGE on sequence public.jobs_id_seq"
+        )),
+        "{err}"
+    );
+    exec(&db, &format!("GRANT INSERT ON jobs TO \"{role}\"")).await;
+    let err = enqueuer_error().await;
+    assert!(!err.contains("lacks INSERT"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "GRANT USAGE ON SEQUENCE public.jobs_id_seq TO {role}"
+        )),
+        "{err}"
+    );
+    exec(
+        &db,
+        &format!("GRANT USAGE ON SEQUENCE jobs_id_seq TO \"{role}\""),
+    )
+    .await;
+    let enqueuer = Enqueuer::new(&pool, &table)
+        .await
+        .expect("enough privileges to enqueue");
+    enqueuer
+        .enqueue(&NewJob::new())
+        .await
+        .expect("the enqueue the check promised");
     pool.close().await;
     exec(
         &db,

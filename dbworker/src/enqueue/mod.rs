@@ -79,11 +79,36 @@ pub struct Enqueuer {
 
 impl Enqueuer {
     /// An enqueuer into `table` (checked when it was built, keys' unique
-    /// index included).
+    /// index included). Checks what only an enqueuer needs: INSERT on the
+    /// table and USAGE on its id's sequence, naming a missing grant with the
+    /// statement that gives it.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Enqueuer> {
+        let t = table.sql();
+        let row = sql::insert_access(&t.table, &t.columns.id)
+            .fetch_optional(pool)
+            .await
+            .map_err(Error::db("schema_check"))?;
+        let mut problems = Vec::new();
+        if let Some(row) = row {
+            let role: String = row.get("role");
+            let name = t.table.display_name();
+            if !row.get::<bool, _>("may_insert") {
+                problems.push(format!(
+                    "role {role} lacks INSERT on table {name}, which enqueueing needs: GRANT INSERT ON {name} TO {role}"
+                ));
+            }
+            if !row.get::<bool, _>("may_use_sequence") {
+                let sequence: String = row.get("sequence");
+                problems.push(format!(
+                    "role {role} lacks USAGE on sequence {sequence} (the default of {name}.{}), which enqueueing needs: GRANT USAGE ON SEQUENCE {sequence} TO {role}",
+                    t.columns.id
+                ));
+            }
+        }
+        crate::schema_check::none(problems)?;
         Ok(Enqueuer {
             pool: pool.clone(),
-            target: table.sql().clone(),
+            target: t.clone(),
         })
     }
 

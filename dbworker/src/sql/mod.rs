@@ -97,7 +97,7 @@ pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use purge::purge_batch;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
-pub(crate) use schema::{probe_expressions, relation_access, relation_columns};
+pub(crate) use schema::{insert_access, probe_expressions, relation_access, relation_columns};
 pub(crate) use table::{StoreParams, Table};
 pub(crate) use workflow::{
     BATCH_CALLBACKS, batch_counts, cancel_blocked, deps_insert, lock_upstreams,

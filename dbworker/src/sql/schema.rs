@@ -55,6 +55,38 @@ pub(crate) fn relation_access(rel: &Relation) -> Statement {
     Statement::from(&q)
 }
 
+/// What the current role may do to insert into the relation, whose id column
+/// is `id_column`: `(may insert, the id's sequence or NULL, may use it,
+/// role)`. No row: no such relation. A sequence of another kind than the
+/// column's own (a default calling `nextval` of a sequence named elsewhere)
+/// is not seen: `pg_get_serial_sequence` knows only owned sequences.
+pub(crate) fn insert_access(rel: &Relation, id_column: &str) -> Statement {
+    let q = Query::select()
+        .expr_as(
+            Expr::cust("has_table_privilege(c.oid, 'INSERT')"),
+            alias("may_insert"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "pg_get_serial_sequence(c.oid::regclass::text, $1::text)",
+                [id_column.to_owned()],
+            ),
+            alias("sequence"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                "COALESCE(has_sequence_privilege(pg_get_serial_sequence(c.oid::regclass::text, $1::text), 'USAGE'), true)",
+                [id_column.to_owned()],
+            ),
+            alias("may_use_sequence"),
+        )
+        .expr_as(Expr::cust("current_user::text"), alias("role"))
+        .from_as((alias("pg_catalog"), alias("pg_class")), alias("c"))
+        .and_where(Expr::cust("c.oid").eq(regclass(rel)))
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// A query that selects nothing but makes Postgres check every configured SQL
 /// fragment: the column expressions and the order-by, against the view (or table).
 pub(crate) fn probe_expressions(o: &StoreParams) -> Statement {
@@ -76,6 +108,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("relation_columns", relation_columns(&t.table)),
         ("relation_access", relation_access(&t.table)),
+        ("insert_access", insert_access(&t.table, &t.columns.id)),
         ("probe_expressions", probe_expressions(&v)),
         ("relation_access_quoted", relation_access(&quoted().table)),
     ]

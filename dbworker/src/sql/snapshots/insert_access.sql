@@ -1,0 +1,1 @@
+SELECT has_table_privilege(c.oid, 'INSERT') AS "may_insert", pg_get_serial_sequence(c.oid::regclass::text, $1::text) AS "sequence", COALESCE(has_sequence_privilege(pg_get_serial_sequence(c.oid::regclass::text, $2::text), 'USAGE'), true) AS "may_use_sequence", current_user::text AS "role" FROM "pg_catalog"."pg_class" AS "c" WHERE (c.oid) = (to_regclass($3::text))
