@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::{
-    admin::{FinishedCounts, QueueCounts, Status},
+    admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status},
     cluster::{current_leader, live_nodes},
     consumers::{
         DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, consumer_assignments, consumer_lag,
@@ -132,35 +132,18 @@ async fn paused(pool: &sqlx::PgPool, args: &StatusArgs) -> Result<Option<Vec<Pau
 fn print_counts(s: &Status) {
     let exact = s.finished == FinishedCounts::Exact;
     let n = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
-    println!(
-        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>10} {:>7} {:>10} {:>8} {:>8} {:>9}",
-        "queue",
-        "pending",
-        "scheduled",
-        "available",
-        "errored",
-        "processing",
-        "stalled",
-        "completed",
-        "failed",
-        "canceled",
-        "failed/1h"
-    );
-    let row = |name: &str, q: &QueueCounts| {
-        println!(
-            "{name:<16} {:>8} {:>9} {:>9} {:>8} {:>10} {:>7} {:>10} {:>8} {:>8} {:>9}",
-            q.pending,
-            q.scheduled,
-            q.available,
-            q.errored,
-            q.processing,
-            q.stalled,
-            n(q.completed),
-            n(q.failed),
-            n(q.canceled),
-            n(q.failed_last_hour)
-        );
+    // Each column as wide as its heading (at least 8), right-aligned.
+    let widths = STATE_COLUMNS.map(|h| h.len().max(8));
+    let line = |name: &str, cells: [String; 10]| {
+        let cells: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect();
+        println!("{name:<16} {}", cells.join(" "));
     };
+    line("queue", STATE_COLUMNS.map(str::to_owned));
+    let row = |name: &str, q: &QueueCounts| line(name, q.in_columns().map(n));
     for q in &s.queues {
         row(q.queue.as_deref().unwrap_or("-"), q);
     }

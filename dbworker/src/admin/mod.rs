@@ -20,7 +20,7 @@ pub use crate::job_filter::{
 };
 use crate::sql::{self, Table};
 use crate::table::JobTable;
-pub use status::{FinishedCounts, QueueCounts, Status};
+pub use status::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status};
 
 /// A job table as an operator sees it.
 #[derive(Debug, Clone)]

@@ -100,7 +100,40 @@ pub struct QueueCounts {
     pub failed_last_hour: Option<u64>,
 }
 
+/// The counted states in the order an operator reads them: the headings of
+/// `dbworker status` and of the dashboard's overview, one per value of
+/// [`QueueCounts::in_columns`].
+pub const STATE_COLUMNS: [&str; 10] = [
+    "pending",
+    "scheduled",
+    "available",
+    "errored",
+    "processing",
+    "stalled",
+    "completed",
+    "failed",
+    "canceled",
+    "failed/1h",
+];
+
 impl QueueCounts {
+    /// The counts in the order of [`STATE_COLUMNS`]; `None` where a finished
+    /// state was not counted exactly.
+    pub fn in_columns(&self) -> [Option<u64>; 10] {
+        [
+            Some(self.pending),
+            Some(self.scheduled),
+            Some(self.available),
+            Some(self.errored),
+            Some(self.processing),
+            Some(self.stalled),
+            self.completed,
+            self.failed,
+            self.canceled,
+            self.failed_last_hour,
+        ]
+    }
+
     /// A queue with no job.
     pub(crate) fn idle(queue: Option<String>) -> QueueCounts {
         QueueCounts {

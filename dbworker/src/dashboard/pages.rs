@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use maud::{DOCTYPE, Markup, html};
 
 use super::{Refresh, Role, Shared, Table, Viewer, charts, url_escape};
-use crate::admin::{FinishedCounts, QueueCounts, Status};
+use crate::admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status};
 use crate::cluster::nodes::NodeInfo;
 use crate::control::limits::Limit;
 use crate::control::pauses::Pause;
@@ -131,30 +131,10 @@ pub(crate) fn overview(
 /// Every state per queue and the total (`Admin::status`); finished states
 /// marked when they are the planner's estimates.
 fn state_counts(status: &Status) -> Markup {
-    let heads = [
-        "pending",
-        "scheduled",
-        "available",
-        "errored",
-        "processing",
-        "stalled",
-        "completed",
-        "failed",
-        "canceled",
-        "failed (1 h)",
-    ];
+    let heads = STATE_COLUMNS;
     let cells = |q: &QueueCounts| {
-        let live = [
-            q.pending,
-            q.scheduled,
-            q.available,
-            q.errored,
-            q.processing,
-            q.stalled,
-        ];
-        let finished = [q.completed, q.failed, q.canceled, q.failed_last_hour];
-        let finished = finished.map(|n| n.map_or_else(|| "–".to_owned(), |n| n.to_string()));
-        live.map(|n| n.to_string()).into_iter().chain(finished)
+        q.in_columns()
+            .map(|n| n.map_or_else(|| "–".to_owned(), |n| n.to_string()))
     };
     let estimated = status.finished != FinishedCounts::Exact;
     html! {
