@@ -18,6 +18,7 @@ mod retry;
 mod sql;
 
 // Shared machinery the features build on.
+mod grants;
 mod notify;
 mod pooler;
 mod schema_check;

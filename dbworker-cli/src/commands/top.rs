@@ -17,13 +17,15 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use workerutil::JobState;
 
-use crate::args::{TableArgs, duration};
+use crate::args::{ReadArgs, TableArgs, duration};
 use dbworker::admin::format_age;
 
 #[derive(Debug, Args)]
 pub(crate) struct TopArgs {
     #[command(flatten)]
     table: TableArgs,
+    #[command(flatten)]
+    read: ReadArgs,
     /// Seconds between refreshes.
     #[arg(long, default_value = "1s", value_parser = duration, alias = "interval-secs")]
     interval: Duration,
@@ -166,7 +168,7 @@ pub(crate) fn render_text(snap: &Snapshot, width: u16, height: u16) -> Result<St
 }
 
 pub(crate) async fn top(args: TopArgs) -> Result<()> {
-    let admin = args.table.admin().await?;
+    let (_, admin) = args.table.reader(&args.read).await?;
     let interval = args.interval;
     let window = args.window;
     let table = args.table.target.table.clone();

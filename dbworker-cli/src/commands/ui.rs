@@ -8,13 +8,20 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 
-use crate::args::{Database, duration};
+use crate::args::{Database, ReadArgs, duration};
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
 pub(crate) struct UiArgs {
     #[command(flatten)]
     database: Database,
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Offer no actions, whatever the user's role: the database role then
+    /// needs only SELECT (without this flag the dashboard checks the grants
+    /// its actions use, and names those missing).
+    #[arg(long)]
+    read_only: bool,
     /// The job tables to show (repeatable or comma-separated).
     #[arg(
         long = "table",
@@ -132,6 +139,10 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
     options.sample_interval = args.sample;
+    options.read_only = args.read_only;
+    if args.read.replica_url.is_some() {
+        options.replica = Some(args.database.connect_reads(&args.read, 4).await?);
+    }
     let dashboard = Dashboard::new(&pool, options)
         .await
         .context("the dashboard")?;

@@ -75,6 +75,18 @@ pub struct DashboardOptions {
     pub samples_kept: usize,
     /// Jobs per page. Default 50.
     pub page_size: u32,
+    /// Show no actions to anyone, whatever their [`Role`]: the dashboard then
+    /// needs only `SELECT` (on the job table, its view, pause, limit and
+    /// dependency tables). Default `false`: actions are offered to admins,
+    /// and [`Dashboard::new`] checks the grants they use, refusing to start
+    /// without them (naming each `GRANT`, or this option).
+    pub read_only: bool,
+    /// A pool on a streaming replica of the database: the pages' job lists,
+    /// counts, job rows, workflows and charts are read from it, and every
+    /// page says how far behind it is; actions, pauses and limits stay on the
+    /// primary (the pool given to [`Dashboard::new`]). Default `None`: all on
+    /// the primary.
+    pub replica: Option<PgPool>,
 }
 
 impl DashboardOptions {
@@ -89,6 +101,8 @@ impl DashboardOptions {
             sample_interval: Duration::from_secs(5),
             samples_kept: 120,
             page_size: 50,
+            read_only: false,
+            replica: None,
         }
     }
 
@@ -119,7 +133,10 @@ impl DashboardOptions {
 /// One table's admin and what belongs to it.
 pub(crate) struct Table {
     pub(crate) name: String,
+    /// For reading: on the replica when there is one.
     pub(crate) admin: Admin,
+    /// For actions: on the primary.
+    pub(crate) writer: Admin,
     pub(crate) pauses: Option<Pauses>,
     pub(crate) limits: Option<Limits>,
     /// The error history column, unquoted, if the table keeps one.
@@ -162,18 +179,30 @@ impl std::fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// Checks every table (and its pause and limit tables) now and starts
-    /// sampling the throughput counters.
+    /// Checks every table (and its pause and limit tables) now, and, unless
+    /// [`read_only`](DashboardOptions::read_only), the grants its actions
+    /// use; then starts sampling the throughput counters.
     pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
         options.validate()?;
+        let reads = match &options.replica {
+            Some(replica) => {
+                crate::check_connection(replica, crate::DEFAULT_CONNECT_TIMEOUT).await?;
+                replica.clone()
+            }
+            None => pool.clone(),
+        };
         let mut tables = Vec::new();
         for t in &options.tables {
-            let workflows = workflow::open(pool, t).await?;
-            let admin = Admin::new(pool, t).await?;
+            let workflows = workflow::open(&reads, t);
+            let admin = Admin::new(&reads, t).await?;
+            let writer = Admin::new(pool, t).await?;
             let pauses = match t.sql().pause_table {
                 Some(_) => Some(Pauses::new(pool, t, PausesOptions::default()).await?),
                 None => None,
             };
+            if !options.read_only {
+                check_actions(&writer, pauses.as_ref()).await?;
+            }
             let limits = match t.sql().limit_table {
                 Some(_) => Some(Limits::new(pool, t).await?),
                 None => None,
@@ -184,6 +213,7 @@ impl Dashboard {
                 workflows,
                 error_history,
                 admin,
+                writer,
                 pauses,
                 limits,
                 samples: Mutex::new(VecDeque::new()),
@@ -220,10 +250,34 @@ impl Dashboard {
     }
 }
 
+/// The grants a dashboard with actions uses: the actions' (delete
+/// included) and the pause table's writes. Missing ones are named with the
+/// way out that needs none.
+async fn check_actions(writer: &Admin, pauses: Option<&Pauses>) -> Result<()> {
+    let mut checked = writer.check_actions().await;
+    if checked.is_ok() {
+        checked = writer.check_deletes().await;
+    }
+    if checked.is_ok()
+        && let Some(p) = pauses
+    {
+        checked = p.check_writes().await;
+    }
+    match checked {
+        Err(Error::Schema { mut problems }) => {
+            problems.push(
+                "a dashboard without actions needs only SELECT: set DashboardOptions::read_only (`dbworker ui --read-only`)".to_owned(),
+            );
+            Err(Error::Schema { problems })
+        }
+        other => other,
+    }
+}
+
 /// Authenticates every request and sets the security headers.
 async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let Some(user) = s.options.auth.user(&parts) else {
+    let Some(mut user) = s.options.auth.user(&parts) else {
         let mut response =
             (StatusCode::UNAUTHORIZED, "sign in to see the dashboard").into_response();
         if let Some(challenge) = s.options.auth.challenge() {
@@ -248,7 +302,23 @@ async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
         }
         None => String::new(),
     };
-    parts.extensions.insert(Viewer { user, base });
+    if s.options.read_only {
+        user.role = Role::ReadOnly;
+    }
+    // Asked on every page: how old what it shows may be.
+    let replica = match &s.options.replica {
+        Some(replica) => Some(
+            crate::admin::replica_lag(replica)
+                .await
+                .map_err(|e| e.to_string()),
+        ),
+        None => None,
+    };
+    parts.extensions.insert(Viewer {
+        user,
+        base,
+        replica,
+    });
     let mut response = next.run(Request::from_parts(parts, body)).await;
     let h = response.headers_mut();
     h.insert(
@@ -274,6 +344,8 @@ async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
 pub(crate) struct Viewer {
     pub(crate) user: User,
     pub(crate) base: String,
+    /// With a replica: how far behind it is (or why that is unknown).
+    pub(crate) replica: Option<std::result::Result<crate::admin::ReplicaLag, String>>,
 }
 
 impl Viewer {

@@ -50,6 +50,15 @@ pub(super) fn layout(
                         @if viewer.user.role == Role::Admin { "admin" } @else { "read-only" }
                     }
                 }
+                @if let Some(lag) = &viewer.replica {
+                    p class="muted replica" {
+                        "Read from a replica · "
+                        @match lag {
+                            Ok(lag) => { (lag.describe()) }
+                            Err(e) => { "its lag is unknown: " (e) }
+                        }
+                    }
+                }
                 main {
                     h1 { (title) }
                     @if let Some(refresh) = refresh {
