@@ -233,7 +233,7 @@ impl Purged {
 impl Purger {
     /// A purger of `table` (checked when it was built): validates the
     /// options and checks the archive table, the grants purging uses
-    /// (`DELETE` on the table, `INSERT` on the archive) and, on a partitioned
+    /// (`UPDATE, DELETE` on the table, `INSERT` on the archive) and, on a partitioned
     /// table, its partition function.
     pub async fn new(pool: &PgPool, table: &JobTable, options: PurgeOptions) -> Result<Purger> {
         let pool = pool.clone();
@@ -241,7 +241,10 @@ impl Purger {
             t: table.sql().clone(),
             archive: options.archive()?,
         };
-        let mut grants = Grants::new("purging").on_table(&target.t, &[Privilege::Delete]);
+        // Each batch locks its rows (FOR UPDATE SKIP LOCKED) before deleting
+        // them, and a row lock needs UPDATE.
+        let mut grants =
+            Grants::new("purging").on_table(&target.t, &[Privilege::Update, Privilege::Delete]);
         if let Some(archive) = &target.archive {
             grants = grants.on("archive table", archive, &[Privilege::Insert]);
         }
