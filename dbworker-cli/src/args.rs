@@ -100,7 +100,12 @@ pub(crate) struct ReadArgs {
     /// primary: postgres://user:password@replica:port/db. What is shown is as
     /// old as the replica's lag (`status` prints it, the dashboard shows it
     /// on every page); actions still go to DATABASE_URL.
-    #[arg(long, env = "DBWORKER_REPLICA_URL", hide_env_values = true, visible_alias = "read-url")]
+    #[arg(
+        long,
+        env = "DBWORKER_REPLICA_URL",
+        hide_env_values = true,
+        visible_alias = "read-url"
+    )]
     pub(crate) replica_url: Option<String>,
 }
 
@@ -108,34 +113,33 @@ pub(crate) struct ReadArgs {
 /// instead of with sqlx's bare text ("relative URL without a base"), its
 /// password never shown.
 fn parse_url(url: &str, flag: &str) -> Result<PgConnectOptions> {
-        let malformed =
-            |why: String| anyhow!("{flag} {why}; expected postgres://user@host:port/db");
-        match url.split_once("://") {
-            Some((scheme, _))
-                if scheme.eq_ignore_ascii_case("postgres")
-                    || scheme.eq_ignore_ascii_case("postgresql") => {}
-            // Only a plain scheme is quoted: what precedes "://" could be a
-            // password in a URL missing its scheme.
-            Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) => {
-                return Err(malformed(format!(
-                    "is not a PostgreSQL URL: its scheme is {scheme}, not postgres or postgresql"
-                )));
-            }
-            _ => {
-                return Err(malformed(
-                    "is not a PostgreSQL URL: it does not start with postgres://".into(),
-                ));
-            }
+    let malformed = |why: String| anyhow!("{flag} {why}; expected postgres://user@host:port/db");
+    match url.split_once("://") {
+        Some((scheme, _))
+            if scheme.eq_ignore_ascii_case("postgres")
+                || scheme.eq_ignore_ascii_case("postgresql") => {}
+        // Only a plain scheme is quoted: what precedes "://" could be a
+        // password in a URL missing its scheme.
+        Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) => {
+            return Err(malformed(format!(
+                "is not a PostgreSQL URL: its scheme is {scheme}, not postgres or postgresql"
+            )));
         }
-        url.parse().map_err(|err: sqlx::Error| {
-            // sqlx nests its configuration errors, each prefixed alike.
-            let text = err.to_string();
-            let mut why = text.as_str();
-            while let Some(rest) = why.strip_prefix("error with configuration: ") {
-                why = rest;
-            }
-            malformed(format!("is malformed: {}", without_password(url, why)))
-        })
+        _ => {
+            return Err(malformed(
+                "is not a PostgreSQL URL: it does not start with postgres://".into(),
+            ));
+        }
+    }
+    url.parse().map_err(|err: sqlx::Error| {
+        // sqlx nests its configuration errors, each prefixed alike.
+        let text = err.to_string();
+        let mut why = text.as_str();
+        while let Some(rest) = why.strip_prefix("error with configuration: ") {
+            why = rest;
+        }
+        malformed(format!("is malformed: {}", without_password(url, why)))
+    })
 }
 
 /// `text` with the URL's password, if it quotes it, replaced by `***`.

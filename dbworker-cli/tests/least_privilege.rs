@@ -50,9 +50,7 @@ async fn each_command_names_the_grant_it_lacks() {
         "INSERT INTO jobs (state, finished_at) VALUES ('failed', now()), ('completed', now() - interval '30 days')",
     )
     .await;
-    let failed: i64 = db
-        .scalar("SELECT min(id) FROM jobs WHERE $1 = $1", 0)
-        .await;
+    let failed: i64 = db.scalar("SELECT min(id) FROM jobs WHERE $1 = $1", 0).await;
     let id = failed.to_string();
 
     // SELECT: reads work, an action is refused by name.
@@ -91,7 +89,9 @@ async fn each_command_names_the_grant_it_lacks() {
     let deleter = role(&db, "deleter", &["SELECT ON jobs", "DELETE ON jobs"]).await;
     let err = refused(&as_role(&db, &deleter, &["purge", "--once"]));
     assert!(
-        err.contains(&format!("role {deleter} lacks UPDATE on table jobs, which purging needs")),
+        err.contains(&format!(
+            "role {deleter} lacks UPDATE on table jobs, which purging needs"
+        )),
         "{err}"
     );
     ok(&as_role(&db, &deleter, &["delete", &id]));

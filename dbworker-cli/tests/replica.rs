@@ -31,12 +31,11 @@ async fn caught_up(primary: &PgPool, replica: &PgPool) {
         .await
         .unwrap();
     for _ in 0..500 {
-        let behind: bool =
-            sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() < $1::text::pg_lsn")
-                .bind(&lsn)
-                .fetch_one(replica)
-                .await
-                .unwrap();
+        let behind: bool = sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() < $1::text::pg_lsn")
+            .bind(&lsn)
+            .fetch_one(replica)
+            .await
+            .unwrap();
         if !behind {
             return;
         }
@@ -48,14 +47,24 @@ async fn caught_up(primary: &PgPool, replica: &PgPool) {
 #[tokio::test]
 async fn status_list_and_show_read_the_replica() {
     if !find_pg_bin_dir().is_ok_and(|d| d.join("pg_basebackup").exists()) {
-        eprintln!("skipping: pg_basebackup is not installed next to the PostgreSQL server binaries");
+        eprintln!(
+            "skipping: pg_basebackup is not installed next to the PostgreSQL server binaries"
+        );
         return;
     }
     let primary = ThrowawayServer::start(&["fsync=off"]).expect("primary");
     let db = Db::on_server(primary.admin_url()).await;
     let replica_server = primary.start_replica().expect("replica");
     // The test database on the replica: its URL with the replica's port.
-    let port = |url: &str| url.rsplit(':').next().unwrap().split('/').next().unwrap().to_owned();
+    let port = |url: &str| {
+        url.rsplit(':')
+            .next()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
     let replica_url = db.db.url().replacen(
         &format!(":{}/", port(primary.admin_url())),
         &format!(":{}/", port(replica_server.admin_url())),
@@ -73,10 +82,16 @@ async fn status_list_and_show_read_the_replica() {
     let later = db.enqueue(1, serde_json::json!({"note": "not yet"})).await[0];
 
     let status = ok(&dbworker(&db, &replica_url, &["status"]));
-    assert!(status.contains("read from a replica: last replayed commit"), "{status}");
+    assert!(
+        status.contains("read from a replica: last replayed commit"),
+        "{status}"
+    );
     let list = ok(&dbworker(&db, &replica_url, &["list"]));
     assert!(list.contains(&first.to_string()), "{list}");
-    assert!(!list.lines().any(|l| l.starts_with(&later.to_string())), "{list}");
+    assert!(
+        !list.lines().any(|l| l.starts_with(&later.to_string())),
+        "{list}"
+    );
     assert!(ok(&dbworker(&db, &replica_url, &["show", &first.to_string()])).contains("replayed"));
     refused(&dbworker(&db, &replica_url, &["show", &later.to_string()]));
 

@@ -76,9 +76,18 @@ impl Grants {
 
     /// `privileges` on `rel`, the service's `what` ("table", "pause table").
     /// Asked twice for one relation, its privileges are named together.
-    pub(crate) fn on(mut self, what: &'static str, rel: &Relation, privileges: &[Privilege]) -> Grants {
+    pub(crate) fn on(
+        mut self,
+        what: &'static str,
+        rel: &Relation,
+        privileges: &[Privilege],
+    ) -> Grants {
         for need in &mut self.needs {
-            if let Need::Table { rel: r, privileges: p, .. } = need
+            if let Need::Table {
+                rel: r,
+                privileges: p,
+                ..
+            } = need
                 && r.display_name() == rel.display_name()
             {
                 let more: Vec<Privilege> = privileges

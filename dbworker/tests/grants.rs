@@ -175,8 +175,10 @@ async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {
 #[tokio::test]
 async fn a_read_only_dashboard_serves_with_select_and_offers_no_action() {
     let db = Db::new().await;
-    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'boom', now())")
-        .await;
+    db.execute(
+        "INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'boom', now())",
+    )
+    .await;
     let id: i64 = db.scalar("SELECT max(id) FROM jobs WHERE $1 = $1", 0).await;
     let (name, pool) = role_with(&db, DASHBOARD.0).await;
     let jobs = table(&pool).await.unwrap();

@@ -80,13 +80,21 @@ async fn a_workflow_worker_releases_dependents_with_the_dependency_grants() {
     new_worker(store.clone(), Completes, w).unwrap().run().await;
     store.close().await;
     for task in ["first", "second"] {
-        assert_eq!(db.state(run.id_of(task).unwrap()).await, "completed", "{task}");
+        assert_eq!(
+            db.state(run.id_of(task).unwrap()).await,
+            "completed",
+            "{task}"
+        );
     }
     drop_role(&db, pool, &name).await;
 
     // Each dependency grant is one the trigger really uses: finishing an
     // upstream job as a role without it fails in the trigger.
-    for missing in ["SELECT ON jobs_deps", "UPDATE ON jobs_deps", "DELETE ON jobs_deps"] {
+    for missing in [
+        "SELECT ON jobs_deps",
+        "UPDATE ON jobs_deps",
+        "DELETE ON jobs_deps",
+    ] {
         let run = owner.enqueue(&two_steps()).await.unwrap();
         let others: Vec<&str> = WORKFLOW_WORKER
             .0
@@ -106,7 +114,10 @@ async fn a_workflow_worker_releases_dependents_with_the_dependency_grants() {
             .await
             .expect_err(&format!("finished an upstream job without {missing}"))
             .to_string();
-        assert!(err.contains("permission denied for table jobs_deps"), "{missing}: {err}");
+        assert!(
+            err.contains("permission denied for table jobs_deps"),
+            "{missing}: {err}"
+        );
         drop(tx);
         drop_role(&db, pool, &name).await;
     }

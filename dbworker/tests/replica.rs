@@ -54,12 +54,11 @@ async fn caught_up(primary: &PgPool, replica: &PgPool) {
         .await
         .unwrap();
     for _ in 0..500 {
-        let behind: bool =
-            sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() < $1::text::pg_lsn")
-                .bind(&lsn)
-                .fetch_one(replica)
-                .await
-                .unwrap();
+        let behind: bool = sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() < $1::text::pg_lsn")
+            .bind(&lsn)
+            .fetch_one(replica)
+            .await
+            .unwrap();
         if !behind {
             return;
         }
@@ -72,7 +71,9 @@ async fn caught_up(primary: &PgPool, replica: &PgPool) {
 async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
     let has_basebackup = find_pg_bin_dir().is_ok_and(|d| d.join("pg_basebackup").exists());
     if !has_basebackup {
-        eprintln!("skipping: pg_basebackup is not installed next to the PostgreSQL server binaries");
+        eprintln!(
+            "skipping: pg_basebackup is not installed next to the PostgreSQL server binaries"
+        );
         return;
     }
     let primary = ThrowawayServer::start(&["fsync=off"]).expect("primary");
@@ -88,8 +89,10 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
         .unwrap();
     assert!(in_recovery, "the replica is a standby");
 
-    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'boom', now())")
-        .await;
+    db.execute(
+        "INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'boom', now())",
+    )
+    .await;
     let failed: i64 = db.scalar("SELECT max(id) FROM jobs WHERE $1 = $1", 0).await;
     caught_up(&db.pool, &replica).await;
 
@@ -104,7 +107,10 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
     assert!(page.contains("last replayed commit"), "{page}");
     let (status, overview) = get(&app, "/").await;
     assert_eq!(status, StatusCode::OK, "{overview}");
-    assert!(overview.contains("bytes of WAL still to replay"), "{overview}");
+    assert!(
+        overview.contains("bytes of WAL still to replay"),
+        "{overview}"
+    );
 
     // The replica stops replaying: a job enqueued on the primary now is not
     // on its pages until it replays again, so the pages read the replica.
@@ -112,7 +118,9 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
         .execute(&replica)
         .await
         .unwrap();
-    let queued = db.enqueue(1, serde_json::json!({"note": "after the pause"})).await[0];
+    let queued = db
+        .enqueue(1, serde_json::json!({"note": "after the pause"}))
+        .await[0];
     let (status, _) = get(&app, &format!("/t/jobs/jobs/{queued}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "not replayed yet");
 

@@ -5,9 +5,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::Error;
-use crate::cluster::{admin_url, init_and_start, own_dirs, prepare_cluster_dir, start_on_free_port};
-use crate::owner::SERVER_USER;
+use crate::cluster::{
+    admin_url, init_and_start, own_dirs, prepare_cluster_dir, start_on_free_port,
+};
 use crate::layout::{Layout, run};
+use crate::owner::SERVER_USER;
 use crate::postmaster::{StartError, start_postgres};
 
 /// A throwaway cluster with settings of the caller's choosing, owned by this value: stopped

@@ -136,7 +136,9 @@ pub(crate) async fn bulk(
         );
     }
     let done = if all_matching {
-        t.writer.act_on_matching(&filter, &action, 500, |_| {}).await
+        t.writer
+            .act_on_matching(&filter, &action, 500, |_| {})
+            .await
     } else {
         t.writer.act_on_ids(&ids, &action).await
     };

@@ -11,9 +11,9 @@ use crate::cluster::Leadership;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::sql::Table;
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
 use crate::service::{Next, Runner, Service};
+use crate::sql::Table;
 use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass};
 use crate::table::{DEFAULT_CONNECT_TIMEOUT, JobTable};
 

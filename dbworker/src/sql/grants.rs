@@ -35,12 +35,10 @@ pub(crate) fn sequence_privilege(quoted: &str) -> Statement {
         )
         .expr_as(Expr::cust("current_user::text"), alias("role"))
         .from_as((alias("pg_catalog"), alias("pg_class")), alias("c"))
-        .and_where(
-            Expr::cust("c.oid").eq(Expr::cust_with_values(
-                "to_regclass($1::text)",
-                [quoted.to_owned()],
-            )),
-        )
+        .and_where(Expr::cust("c.oid").eq(Expr::cust_with_values(
+            "to_regclass($1::text)",
+            [quoted.to_owned()],
+        )))
         .to_owned();
     Statement::from(&q)
 }

@@ -12,9 +12,7 @@ pub(crate) fn replica_lag() -> Statement {
     let q = Query::select()
         .expr_as(Expr::cust("pg_is_in_recovery()"), alias("in_recovery"))
         .expr_as(
-            Expr::cust(
-                "EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())::float8",
-            ),
+            Expr::cust("EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())::float8"),
             alias("replay_age_seconds"),
         )
         .expr_as(

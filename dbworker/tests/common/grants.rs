@@ -77,4 +77,3 @@ where
         drop_role(db, pool, &name).await;
     }
 }
-
