@@ -48,11 +48,11 @@ pub async fn replica_lag(pool: &PgPool) -> Result<ReplicaLag> {
         .await
         .map_err(Error::db("replica_lag"))?;
     let age: Option<f64> = row.get("replay_age_seconds");
-    let bytes: Option<f64> = row.get("replay_lag_bytes");
+    let bytes: Option<i64> = row.get("replay_lag_bytes");
     Ok(ReplicaLag {
         in_recovery: row.get("in_recovery"),
         // A replica's clock a little behind the primary's gives a small negative age.
         replay_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
-        behind_bytes: bytes.map(|b| b.max(0.0) as u64),
+        behind_bytes: bytes.map(|b| u64::try_from(b).unwrap_or(0)),
     })
 }

@@ -17,7 +17,7 @@ pub(crate) fn replica_lag() -> Statement {
         )
         .expr_as(
             Expr::cust(
-                "pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::float8",
+                "pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint",
             ),
             alias("replay_lag_bytes"),
         )
