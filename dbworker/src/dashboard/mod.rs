@@ -24,7 +24,9 @@ mod actions;
 mod auth;
 mod charts;
 mod dag;
+mod grants;
 mod pages;
+mod replica;
 mod sampler;
 mod workflow;
 
@@ -201,7 +203,7 @@ impl Dashboard {
                 None => None,
             };
             if !options.read_only {
-                check_actions(&writer, pauses.as_ref()).await?;
+                grants::check_actions(&writer, pauses.as_ref()).await?;
             }
             let limits = match t.sql().limit_table {
                 Some(_) => Some(Limits::new(pool, t).await?),
@@ -250,30 +252,6 @@ impl Dashboard {
     }
 }
 
-/// The grants a dashboard with actions uses: the actions' (delete
-/// included) and the pause table's writes. Missing ones are named with the
-/// way out that needs none.
-async fn check_actions(writer: &Admin, pauses: Option<&Pauses>) -> Result<()> {
-    let mut checked = writer.check_actions().await;
-    if checked.is_ok() {
-        checked = writer.check_deletes().await;
-    }
-    if checked.is_ok()
-        && let Some(p) = pauses
-    {
-        checked = p.check_writes().await;
-    }
-    match checked {
-        Err(Error::Schema { mut problems }) => {
-            problems.push(
-                "a dashboard without actions needs only SELECT: set DashboardOptions::read_only (`dbworker ui --read-only`)".to_owned(),
-            );
-            Err(Error::Schema { problems })
-        }
-        other => other,
-    }
-}
-
 /// Authenticates every request and sets the security headers.
 async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
@@ -305,15 +283,7 @@ async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
     if s.options.read_only {
         user.role = Role::ReadOnly;
     }
-    // Asked on every page: how old what it shows may be.
-    let replica = match &s.options.replica {
-        Some(replica) => Some(
-            crate::admin::replica_lag(replica)
-                .await
-                .map_err(|e| e.to_string()),
-        ),
-        None => None,
-    };
+    let replica = replica::lag(&s).await;
     parts.extensions.insert(Viewer {
         user,
         base,
@@ -345,7 +315,7 @@ pub(crate) struct Viewer {
     pub(crate) user: User,
     pub(crate) base: String,
     /// With a replica: how far behind it is (or why that is unknown).
-    pub(crate) replica: Option<std::result::Result<crate::admin::ReplicaLag, String>>,
+    pub(crate) replica: replica::Lag,
 }
 
 impl Viewer {

@@ -50,15 +50,7 @@ pub(super) fn layout(
                         @if viewer.user.role == Role::Admin { "admin" } @else { "read-only" }
                     }
                 }
-                @if let Some(lag) = &viewer.replica {
-                    p class="muted replica" {
-                        "Read from a replica · "
-                        @match lag {
-                            Ok(lag) => { (lag.describe()) }
-                            Err(e) => { "its lag is unknown: " (e) }
-                        }
-                    }
-                }
+                (super::replica::line(&viewer.replica))
                 main {
                     h1 { (title) }
                     @if let Some(refresh) = refresh {
