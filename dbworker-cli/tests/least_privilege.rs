@@ -43,6 +43,45 @@ fn as_role(db: &Db, role: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `dbworker ui --read-only` as `role`: the overview's raw HTTP response.
+fn ui_overview(db: &Db, role: &str) -> String {
+    use std::io::{BufRead, Read, Write};
+    let url = db
+        .db
+        .url()
+        .replacen("://postgres@", &format!("://{role}@"), 1);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args([
+            "ui",
+            "--read-only",
+            "--table",
+            "jobs",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("dashboard on http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut out = String::new();
+    let mut s = std::net::TcpStream::connect(&addr).expect(&line);
+    write!(s, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    s.read_to_string(&mut out).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    out
+}
+
 #[tokio::test]
 async fn each_command_names_the_grant_it_lacks() {
     let db = Db::new().await;
@@ -63,6 +102,20 @@ async fn each_command_names_the_grant_it_lacks() {
             "role {reader} lacks UPDATE on table jobs, which acting on jobs needs: GRANT UPDATE ON jobs TO {reader}"
         )),
         "{err}"
+    );
+
+    // The dashboard as a reader: refused with actions (naming UPDATE and the
+    // way out), served with --read-only.
+    let err = refused(&as_role(&db, &reader, &["ui", "--listen", "127.0.0.1:0"]));
+    assert!(
+        err.contains(&format!("role {reader} lacks UPDATE on table jobs"))
+            && err.contains("dbworker ui --read-only"),
+        "{err}"
+    );
+    let page = ui_overview(&db, &reader);
+    assert!(
+        page.contains(" 200 OK") && page.contains("read-only"),
+        "{page}"
     );
 
     // SELECT, UPDATE: actions work; delete and purge name DELETE.
