@@ -327,10 +327,15 @@ mod tests {
         assert_eq!(e[2].priority, Some(-5));
         assert_eq!(Crontab::parse("# only\n\n").unwrap().entries().len(), 0);
         assert!(e.iter().all(|e| e.time_zone.is_none()), "UTC by default");
-        let zoned = Crontab::parse("CRON_TZ=Europe/Berlin 0 3 * * * report\nTZ=Etc/GMT+5 0 3 * * * other").unwrap();
+        let zoned =
+            Crontab::parse("CRON_TZ=Europe/Berlin 0 3 * * * report\nTZ=Etc/GMT+5 0 3 * * * other")
+                .unwrap();
         let z = zoned.entries();
         assert_eq!(z[0].time_zone.as_deref(), Some("Europe/Berlin"));
-        assert_eq!((z[0].expression.as_str(), z[0].kind.as_str()), ("0 3 * * *", "report"));
+        assert_eq!(
+            (z[0].expression.as_str(), z[0].kind.as_str()),
+            ("0 3 * * *", "report")
+        );
         assert_eq!(z[1].time_zone.as_deref(), Some("Etc/GMT+5"));
     }
 

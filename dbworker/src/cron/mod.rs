@@ -427,9 +427,9 @@ impl Scheduler {
             schedule.expression(),
             schedule.time_zone(),
         )
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("cron"))?;
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("cron"))?;
         // Locks the schedule's row: concurrent schedulers wait here, then see
         // the tick this one advanced to.
         let row = sql::cron_state(&self.cron_table, &self.job_table, &entry.name)

@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(next("0 0 * * 6/2").weekday(), Weekday::Sat);
         for bad in ["8", "5-1", "*/0", "funday"] {
             let err = Schedule::parse(&format!("0 0 * * {bad}")).unwrap_err();
-            assert!(err.to_string().contains("day of week field"), "{bad:?}: {err}");
+            assert!(
+                err.to_string().contains("day of week field"),
+                "{bad:?}: {err}"
+            );
         }
     }
 
@@ -230,7 +233,11 @@ mod tests {
     fn six_fields_put_seconds_first_and_errors_name_the_field() {
         assert_eq!(next("15 * * * * *"), at("2026-01-01T00:00:15Z"));
         let err = |e: &str| Schedule::parse(e).unwrap_err().to_string();
-        assert!(err("61 * * * *").contains("minute field"), "{}", err("61 * * * *"));
+        assert!(
+            err("61 * * * *").contains("minute field"),
+            "{}",
+            err("61 * * * *")
+        );
         assert!(err("* 24 * * *").contains("hour field"));
         assert!(err("* * * 13 *").contains("month field"));
         assert!(err("61 * * * * *").contains("seconds field"));

@@ -237,12 +237,22 @@ mod tests {
     #[test]
     fn an_interval_schedule_in_berlin_runs_every_real_half_hour_once() {
         let half_hourly = berlin("*/30 * * * *");
-        let ticks = passes(&half_hourly, "2026-03-29T00:10:00Z", "2026-03-29T01:40:00Z", 10);
+        let ticks = passes(
+            &half_hourly,
+            "2026-03-29T00:10:00Z",
+            "2026-03-29T01:40:00Z",
+            10,
+        );
         assert_eq!(
             local(&ticks),
             ["03-29 01:30 CET", "03-29 03:00 CEST", "03-29 03:30 CEST"]
         );
-        let ticks = passes(&half_hourly, "2026-10-24T23:40:00Z", "2026-10-25T02:10:00Z", 10);
+        let ticks = passes(
+            &half_hourly,
+            "2026-10-24T23:40:00Z",
+            "2026-10-25T02:10:00Z",
+            10,
+        );
         assert_eq!(
             local(&ticks),
             [
@@ -254,7 +264,11 @@ mod tests {
             ]
         );
         // Half an hour apart in real time, each instant once.
-        assert!(ticks.windows(2).all(|w| w[1] - w[0] == chrono::Duration::minutes(30)));
+        assert!(
+            ticks
+                .windows(2)
+                .all(|w| w[1] - w[0] == chrono::Duration::minutes(30))
+        );
     }
 
     /// A scheduler that was down over the change and catches up with `Fill`

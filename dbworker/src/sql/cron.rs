@@ -86,7 +86,10 @@ pub(crate) fn cron_advance(
         .value(
             alias("last_job_id"),
             Expr::cust_with_values(
-                format!("COALESCE($1::bigint, {}.\"last_job_id\")", quote(&cron.alias)),
+                format!(
+                    "COALESCE($1::bigint, {}.\"last_job_id\")",
+                    quote(&cron.alias)
+                ),
                 [last_job],
             ),
         )
@@ -119,7 +122,10 @@ pub(crate) fn cron_list(cron: &Relation, job_table: &str) -> Statement {
         )
         .from(table_ref(cron))
         .and_where(col(&cron.alias, "job_table").eq(job_table))
-        .order_by((alias(&cron.alias), alias("schedule")), sea_query::Order::Asc)
+        .order_by(
+            (alias(&cron.alias), alias("schedule")),
+            sea_query::Order::Asc,
+        )
         .to_owned();
     Statement::from(&q)
 }
