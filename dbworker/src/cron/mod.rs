@@ -3,7 +3,7 @@
 //! (no leader needed).
 
 mod crontab;
-mod schedule;
+pub(crate) mod schedule;
 mod ticks;
 
 use std::time::Duration;

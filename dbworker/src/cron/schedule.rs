@@ -112,7 +112,7 @@ pub(crate) fn time_zone(name: &str) -> Result<Tz> {
     name.parse::<Tz>().map_err(|_| Error::InvalidOption {
         field: "time_zone",
         reason: format!(
-            "unknown time zone {name:?}: expected an IANA name such as Europe/Berlin or America/New_York (chrono-tz {} knows {} zones)",
+            "unknown time zone {name:?}: expected an IANA name such as Europe/Berlin or America/New_York (this build's time-zone database, IANA {}, knows {} names)",
             chrono_tz::IANA_TZDB_VERSION,
             chrono_tz::TZ_VARIANTS.len()
         ),
