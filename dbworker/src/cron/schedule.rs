@@ -254,6 +254,8 @@ mod tests {
         // February 29 comes every four years; on a Monday, every 28 at most.
         assert!(Schedule::parse("0 0 29 2 *").is_ok());
         assert!(Schedule::parse("0 0 29 2 1").is_ok());
+        // Croner's extensions: the last day of the month.
+        assert_eq!(next("0 0 L * *"), at("2026-01-31T00:00:00Z"));
         // Both restricted: both must match (Friday the 13th).
         assert_eq!(next("0 0 13 * 5"), at("2026-02-13T00:00:00Z"));
     }
