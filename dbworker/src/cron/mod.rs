@@ -21,6 +21,7 @@ use crate::sql;
 use crate::table::JobTable;
 pub use crontab::{Crontab, CrontabEntry};
 use schedule::Schedule;
+pub use ticks::Backfill;
 use ticks::{Due, due_ticks};
 
 /// The cron table's default name.
@@ -62,38 +63,6 @@ impl SchedulerOptions {
             });
         }
         Ok(())
-    }
-}
-
-/// What happens to ticks missed while no scheduler ran (downtime).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backfill {
-    /// Enqueue the latest due tick only if it is at most `grace` late; older
-    /// missed ticks are dropped.
-    Skip {
-        /// How late a tick may be and still run.
-        grace: Duration,
-    },
-    /// Enqueue one job for the latest due tick however late (a run that
-    /// "catches up" once, never once per missed tick).
-    RunOnce,
-    /// Enqueue one job for every tick missed within `window` before now
-    /// (oldest first, in one transaction), and drop older ones. The latest
-    /// due tick also runs if it is at most a minute late, so a window
-    /// shorter than the scheduler's pass loses no regular tick. A crontab's
-    /// `?fill=`.
-    Fill {
-        /// How far back missed ticks are enqueued.
-        window: Duration,
-    },
-}
-
-impl Default for Backfill {
-    fn default() -> Self {
-        Backfill::Skip {
-            grace: Duration::from_secs(60),
-        }
     }
 }
 

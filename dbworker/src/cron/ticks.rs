@@ -5,8 +5,39 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::Backfill;
 use super::schedule::Schedule;
+
+/// What happens to ticks missed while no scheduler ran (downtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backfill {
+    /// Enqueue the latest due tick only if it is at most `grace` late; older
+    /// missed ticks are dropped.
+    Skip {
+        /// How late a tick may be and still run.
+        grace: Duration,
+    },
+    /// Enqueue one job for the latest due tick however late (a run that
+    /// "catches up" once, never once per missed tick).
+    RunOnce,
+    /// Enqueue one job for every tick missed within `window` before now
+    /// (oldest first, in one transaction), and drop older ones. The latest
+    /// due tick also runs if it is at most a minute late, so a window
+    /// shorter than the scheduler's pass loses no regular tick. A crontab's
+    /// `?fill=`.
+    Fill {
+        /// How far back missed ticks are enqueued.
+        window: Duration,
+    },
+}
+
+impl Default for Backfill {
+    fn default() -> Self {
+        Backfill::Skip {
+            grace: Duration::from_secs(60),
+        }
+    }
+}
 
 /// How late the latest tick of a [`Backfill::Fill`] schedule may be and
 /// still run when it is older than the window (the default grace).
