@@ -188,6 +188,9 @@ impl Drop for Bouncer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("PgBouncer's log:\n{}", self.log());
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
