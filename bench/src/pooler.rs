@@ -116,20 +116,22 @@ pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
     let rows = runs
         .iter()
         .flat_map(|r| {
-            [("direct", &r.direct), ("PgBouncer, transaction mode", &r.pooled)].map(
-                |(how, run)| {
-                    vec![
-                        r.mode.to_string(),
-                        how.to_owned(),
-                        format!("{} × {}", r.processes, r.handlers),
-                        run.connections.to_string(),
-                        count(run.jobs),
-                        rate(run.rate()),
-                        format!("{:.2}", run.rate() / r.direct.rate().max(1e-9)),
-                        format!("{:.2}", run.rate() / r.floor.rate().max(1e-9)),
-                    ]
-                },
-            )
+            [
+                ("direct", &r.direct),
+                ("PgBouncer, transaction mode", &r.pooled),
+            ]
+            .map(|(how, run)| {
+                vec![
+                    r.mode.to_string(),
+                    how.to_owned(),
+                    format!("{} × {}", r.processes, r.handlers),
+                    run.connections.to_string(),
+                    count(run.jobs),
+                    rate(run.rate()),
+                    format!("{:.2}", run.rate() / r.direct.rate().max(1e-9)),
+                    format!("{:.2}", run.rate() / r.floor.rate().max(1e-9)),
+                ]
+            })
         })
         .collect();
     Some(Table {
@@ -140,7 +142,7 @@ pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
             "handling",
             "connections via",
             "processes × handlers",
-            "server connections",
+            "connections (at most)",
             "jobs",
             "jobs/s",
             "÷ direct",

@@ -102,7 +102,6 @@ pub(crate) async fn run_as(
         elapsed: Duration::from_secs_f64((last - first).max(1e-6)),
         per_second: Vec::new(),
         statements: None,
-        connections: u32::try_from(processes).unwrap_or(u32::MAX)
-            * pool_size(spawn.mode, handlers),
+        connections: u32::try_from(processes).unwrap_or(u32::MAX) * pool_size(spawn.mode, handlers),
     })
 }

@@ -82,11 +82,7 @@ fn campaign(
                 async move {
                     let n = watch.now.fetch_add(1, Ordering::SeqCst) + 1;
                     watch.most.fetch_max(n, Ordering::SeqCst);
-                    watch
-                        .terms
-                        .lock()
-                        .unwrap()
-                        .push((name, leadership.clone()));
+                    watch.terms.lock().unwrap().push((name, leadership.clone()));
                     let _leading = Leading(watch);
                     leadership.cancelled().await;
                 }
@@ -130,7 +126,10 @@ async fn elect_and_fence(db: &Db, bouncer: &Bouncer) {
             .as_deref(),
         Some(first.as_str())
     );
-    let mut tx = old.begin().await.expect("the leader's own term is fenced in");
+    let mut tx = old
+        .begin()
+        .await
+        .expect("the leader's own term is fenced in");
     sqlx::query("SELECT 1")
         .persistent(false)
         .execute(&mut *tx)

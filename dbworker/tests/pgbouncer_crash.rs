@@ -85,7 +85,12 @@ async fn pgbouncer_crash_child() {
 
 fn spawn_child(url: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "pgbouncer_crash_child", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "pgbouncer_crash_child",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(CHILD_ENV, url)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -108,13 +113,14 @@ async fn busy_sessions(db: &Db) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_worker_processes_killed_through_pgbouncer_lose_and_repeat_nothing() {
     let db = Db::new().await;
-    let Some(bouncer) = Bouncer::start_or_skip("the PgBouncer crash test", db.db.url(), 20)
-    else {
+    let Some(bouncer) = Bouncer::start_or_skip("the PgBouncer crash test", db.db.url(), 20) else {
         return;
     };
     dbworker::set_pooler(Pooler::Transaction { listen_url: None });
     let ids = db.enqueue(JOBS, json!({})).await;
-    let mut children: Vec<Child> = (0..PROCESSES).map(|_| spawn_child(&bouncer.url())).collect();
+    let mut children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn_child(&bouncer.url()))
+        .collect();
 
     // Kill every process once jobs are completing and some are mid-way.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -51,7 +51,10 @@ struct Captured(&'static SyncMutex<Vec<u8>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -174,7 +177,10 @@ async fn without_listen_url_the_store_says_it_polls_and_still_runs_every_job() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let said = "LISTEN needs a session, which a transaction pooler does not keep: workers poll";
     while !String::from_utf8_lossy(&logs().lock().unwrap()).contains(said) {
-        assert!(Instant::now() < deadline, "no log line says the store polls");
+        assert!(
+            Instant::now() < deadline,
+            "no log line says the store polls"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(

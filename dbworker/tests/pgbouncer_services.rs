@@ -191,7 +191,10 @@ async fn a_paused_queue_is_not_claimed_and_a_limit_holds_through_pgbouncer() {
         controlled_store(&bouncer.pool(8).await).await,
     );
     let claim = async |store: &DbStore<QueuedJob>| -> Vec<i64> {
-        let jobs = store.dequeue("host", &DbConditions::new(), 10).await.unwrap();
+        let jobs = store
+            .dequeue("host", &DbConditions::new(), 10)
+            .await
+            .unwrap();
         jobs.iter().map(|j| j.record().id).collect()
     };
     assert_eq!(claim(&a).await, [ids[0]], "only the queue not paused");
@@ -299,7 +302,10 @@ async fn the_dashboard_serves_its_pages_and_actions_through_pgbouncer() {
     assert_eq!(status, StatusCode::OK, "{page}");
 
     // An action: requeue the failed job.
-    let at = page.find("name=\"csrf\" value=\"").expect("a form with a token") + 19;
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a token")
+        + 19;
     let token = page[at..at + 32].to_owned();
     let res = app
         .clone()
@@ -343,7 +349,12 @@ async fn a_slice_with_a_column_of_a_new_type_reads_through_pgbouncer() {
     )
     .await;
     consumers::append(&db, 3).await;
-    let mut job = store.dequeue("node-a", &(), 1).await.unwrap().pop().unwrap();
+    let mut job = store
+        .dequeue("node-a", &(), 1)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
     assert!(store.open(&mut job).await.unwrap(), "the slice opened");
     assert_eq!(job.record().events.len(), 3);
     assert_no_errors(&bouncer);
