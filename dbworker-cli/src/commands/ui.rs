@@ -53,6 +53,10 @@ pub(crate) struct UiArgs {
     /// The worker registry (live processes on the overview).
     #[arg(long, env = "DBWORKER_NODE_TABLE")]
     node_table: Option<String>,
+    /// The cron table (`dbworker migration --cron`): each table gets a cron
+    /// page (schedules, time zones, last and next tick, last job).
+    #[arg(long, env = "DBWORKER_CRON_TABLE")]
+    cron_table: Option<String>,
     /// JSON fields and columns never shown (comma-separated).
     #[arg(long, value_delimiter = ',')]
     hide: Vec<String>,
@@ -138,6 +142,7 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.auth = auth;
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
+    options.cron_table = args.cron_table.clone();
     options.sample_interval = args.sample;
     options.read_only = args.read_only;
     if args.read.replica_url.is_some() {

@@ -23,6 +23,7 @@
 mod actions;
 mod auth;
 mod charts;
+mod cron;
 mod dag;
 mod grants;
 mod pages;
@@ -69,6 +70,9 @@ pub struct DashboardOptions {
     pub hidden_fields: Vec<String>,
     /// The worker registry, to list live processes.
     pub node_table: Option<String>,
+    /// The cron table (`dbworker migration --cron`), for each table's cron
+    /// page (schedules, last and next tick, the job last enqueued).
+    pub cron_table: Option<String>,
     /// A process whose registry heartbeat is older than this is not listed.
     pub dead_after: Duration,
     /// How often the throughput counters are sampled. Default 5 s.
@@ -99,6 +103,7 @@ impl DashboardOptions {
             auth: Auth::None,
             hidden_fields: Vec::new(),
             node_table: None,
+            cron_table: None,
             dead_after: Duration::from_secs(10),
             sample_interval: Duration::from_secs(5),
             samples_kept: 120,
@@ -193,6 +198,7 @@ impl Dashboard {
             }
             None => pool.clone(),
         };
+        cron::check(pool, options.cron_table.as_deref()).await?;
         let mut tables = Vec::new();
         for t in &options.tables {
             let workflows = workflow::open(&reads, t);
@@ -246,6 +252,7 @@ impl Dashboard {
             .route("/t/{table}/bulk", post(actions::bulk))
             .route("/t/{table}/workflows/{id}", get(workflow::workflow))
             .route("/t/{table}/queues", get(queues))
+            .route("/t/{table}/cron", get(cron::cron))
             .route("/t/{table}/queues/pause", post(actions::pause))
             .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
             .with_state(self.shared.clone())
