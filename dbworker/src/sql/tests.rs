@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 21] = [
+const FILES: [(&str, Snapshots); 22] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("claim.rs", crate::sql::claim::snapshots),
@@ -32,6 +32,7 @@ const FILES: [(&str, Snapshots); 21] = [
     ("execution_logs.rs", crate::sql::execution_logs::snapshots),
     ("gauges.rs", crate::sql::gauges::snapshots),
     ("heartbeat.rs", crate::sql::heartbeat::snapshots),
+    ("job_history.rs", crate::sql::job_history::snapshots),
     ("marks.rs", crate::sql::marks::snapshots),
     ("partition_keys.rs", crate::sql::partition_keys::snapshots),
     ("partitions.rs", crate::sql::partitions::snapshots),
