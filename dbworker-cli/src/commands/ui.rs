@@ -1,14 +1,12 @@
 //! `dbworker ui`: the web dashboard served alone against `DATABASE_URL`.
 
-use std::time::Duration;
-
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 
-use crate::args::{Database, duration};
+use crate::args::Database;
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
@@ -66,9 +64,10 @@ pub(crate) struct UiArgs {
         hide_env_values = true
     )]
     users: Vec<String>,
-    /// Seconds between samples of the throughput counters.
-    #[arg(long, default_value = "5s", value_parser = duration, alias = "sample-secs")]
-    sample: Duration,
+    /// The history table the overview's charts read (`dbworker migration
+    /// --history` creates it, `dbworker history` records it).
+    #[arg(long, default_value = dbworker::history::DEFAULT_HISTORY_TABLE)]
+    history_table: String,
 }
 
 fn auth(args: &UiArgs) -> Result<Auth> {
@@ -131,7 +130,7 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.auth = auth;
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
-    options.sample_interval = args.sample;
+    options.history_table = args.history_table.clone();
     let dashboard = Dashboard::new(&pool, options)
         .await
         .context("the dashboard")?;

@@ -25,11 +25,10 @@ mod auth;
 mod charts;
 mod dag;
 mod pages;
-mod sampler;
 mod workflow;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -39,7 +38,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sqlx::PgPool;
-use tokio_util::sync::DropGuard;
 use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
@@ -69,10 +67,11 @@ pub struct DashboardOptions {
     pub node_table: Option<String>,
     /// A process whose registry heartbeat is older than this is not listed.
     pub dead_after: Duration,
-    /// How often the throughput counters are sampled. Default 5 s.
-    pub sample_interval: Duration,
-    /// How many samples the charts keep. Default 120 (10 minutes at 5 s).
-    pub samples_kept: usize,
+    /// The history table the overview's charts read (written by
+    /// [`History`](crate::history::History)); when it does not exist the
+    /// overview says how to create it. Default
+    /// [`DEFAULT_HISTORY_TABLE`](crate::history::DEFAULT_HISTORY_TABLE).
+    pub history_table: String,
     /// Jobs per page. Default 50.
     pub page_size: u32,
 }
@@ -86,8 +85,7 @@ impl DashboardOptions {
             hidden_fields: Vec::new(),
             node_table: None,
             dead_after: Duration::from_secs(10),
-            sample_interval: Duration::from_secs(5),
-            samples_kept: 120,
+            history_table: crate::history::DEFAULT_HISTORY_TABLE.to_owned(),
             page_size: 50,
         }
     }
@@ -103,12 +101,7 @@ impl DashboardOptions {
         if self.tables.is_empty() {
             return invalid("tables", "name at least one job table");
         }
-        if self.sample_interval.is_zero() {
-            return invalid("sample_interval", "must be positive");
-        }
-        if self.samples_kept == 0 {
-            return invalid("samples_kept", "must be at least 1");
-        }
+        crate::columns::Relation::parse("history_table", &self.history_table)?;
         if self.page_size == 0 {
             return invalid("page_size", "must be at least 1");
         }
@@ -126,8 +119,6 @@ pub(crate) struct Table {
     pub(crate) error_history: Option<String>,
     /// The table's workflows, if it has them (`--workflows`).
     pub(crate) workflows: Option<crate::workflow::Workflows>,
-    /// `(completed/s, failed/s)` per sample, oldest first.
-    pub(crate) samples: Mutex<VecDeque<(f64, f64)>>,
 }
 
 pub(crate) struct Shared {
@@ -147,10 +138,8 @@ impl Shared {
 }
 
 /// The dashboard: build it once, mount its [`router`](Dashboard::router).
-/// Dropping it stops its counter sampling.
 pub struct Dashboard {
     shared: Arc<Shared>,
-    _sampler: DropGuard,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -162,8 +151,7 @@ impl std::fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// Checks every table (and its pause and limit tables) now and starts
-    /// sampling the throughput counters.
+    /// Checks every table (and its pause and limit tables) now.
     pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
         options.validate()?;
         let mut tables = Vec::new();
@@ -186,7 +174,6 @@ impl Dashboard {
                 admin,
                 pauses,
                 limits,
-                samples: Mutex::new(VecDeque::new()),
             });
         }
         let shared = Arc::new(Shared {
@@ -195,11 +182,7 @@ impl Dashboard {
             options,
             csrf: auth::random_token(),
         });
-        let sampler = sampler::spawn(shared.clone());
-        Ok(Dashboard {
-            shared,
-            _sampler: sampler,
-        })
+        Ok(Dashboard { shared })
     }
 
     /// The routes, to serve alone or to `nest` under a prefix; every link
@@ -331,6 +314,10 @@ async fn overview(
     viewer: axum::Extension<Viewer>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, Response> {
+    let range = match q.get("range").filter(|r| !r.is_empty()) {
+        Some(r) => r.parse().map_err(server_error)?,
+        None => crate::history::Range::default(),
+    };
     let mut tables = Vec::new();
     for t in &s.tables {
         let status = t.admin.status().await.map_err(server_error)?;
@@ -338,18 +325,12 @@ async fn overview(
             Some(p) => p.list().await.unwrap_or_default(),
             None => Vec::new(),
         };
-        let samples: Vec<(f64, f64)> = t
-            .samples
-            .lock()
-            .expect("not poisoned")
-            .iter()
-            .copied()
-            .collect();
+        let charts = charts::read(&s.pool, &s.options.history_table, &t.name, range).await;
         tables.push(pages::TableOverview {
             name: &t.name,
             status,
             paused,
-            samples,
+            charts,
         });
     }
     let nodes = match &s.options.node_table {
@@ -358,7 +339,10 @@ async fn overview(
             .ok(),
         None => None,
     };
-    Ok(pages::overview(&viewer, &s, &tables, nodes.as_deref(), &refresh(&q)).into_response())
+    Ok(
+        pages::overview(&viewer, &s, &tables, nodes.as_deref(), range, &refresh(&q))
+            .into_response(),
+    )
 }
 
 /// Live refresh: the interval asked for (`?refresh=5`), and the page's other
