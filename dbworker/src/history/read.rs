@@ -18,10 +18,13 @@ use crate::sql;
 pub enum Range {
     /// The last hour, a step per minute.
     #[default]
+    #[serde(rename = "1h")]
     Hour,
     /// The last 24 hours, a step per 15 minutes.
+    #[serde(rename = "24h")]
     Day,
     /// The last 7 days, a step per 3 hours.
+    #[serde(rename = "7d")]
     Week,
 }
 
