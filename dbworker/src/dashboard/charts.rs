@@ -286,6 +286,9 @@ fn throughput(s: &Series) -> Markup {
     )
 }
 
+/// Reads one time of a point.
+type Measure = fn(&Point) -> Option<f64>;
+
 /// Wait and run times per step: p95 as a line, p50 dashed.
 fn times(s: &Series) -> Markup {
     let highest = s
@@ -301,7 +304,7 @@ fn times(s: &Series) -> Markup {
     let mut body = String::new();
     frame.axes(&mut body, seconds);
     let half = frame.step_width() / 2.0;
-    let lines: [(fn(&Point) -> Option<f64>, &str, &str); 4] = [
+    let lines: [(Measure, &str, &str); 4] = [
         (|p| p.wait_p95, WAIT, ""),
         (|p| p.wait_p50, WAIT, r#" stroke-dasharray="4 3""#),
         (|p| p.run_p95, RUN, ""),

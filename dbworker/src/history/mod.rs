@@ -329,15 +329,19 @@ mod tests {
     #[test]
     fn options_are_checked_and_read_from_a_config_file() {
         assert!(HistoryOptions::default().validate().is_ok());
-        let mut o = HistoryOptions::default();
-        o.downsample_after = Duration::from_secs(3600);
+        let o = HistoryOptions {
+            downsample_after: Duration::from_secs(3600),
+            ..HistoryOptions::default()
+        };
         let e = o.validate().unwrap_err().to_string();
         assert!(
             e.contains("downsample_after") && e.contains("catch_up"),
             "{e}"
         );
-        let mut o = HistoryOptions::default();
-        o.history_table = "no; drop".into();
+        let o = HistoryOptions {
+            history_table: "no; drop".into(),
+            ..HistoryOptions::default()
+        };
         assert!(
             o.validate()
                 .unwrap_err()
