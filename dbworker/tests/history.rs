@@ -263,6 +263,33 @@ async fn rows_older_than_keep_are_removed() {
     assert_eq!(other, 1);
 }
 
+async fn seq_scans(db: &Db) -> i64 {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query_scalar("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'jobs'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_pass_reads_the_job_table_through_the_index_only() {
+    let db = seed().await;
+    let h = &histories(&db, 1).await[0];
+    let before = seq_scans(&db).await;
+    let r = h.record_once().await.unwrap();
+    assert!(r.minutes > 100, "{r:?}");
+    assert_eq!(seq_scans(&db).await, before, "no sequential scan of jobs");
+    // The measure sees a scan: without the index (dropped after the check
+    // of `History::new`), the same pass scans the table.
+    db.execute("DROP INDEX jobs_finished_idx; DELETE FROM dbworker_history;")
+        .await;
+    h.record_once().await.unwrap();
+    assert!(seq_scans(&db).await > before, "the scan is counted");
+}
+
 #[tokio::test]
 async fn history_needs_its_table_and_an_index_over_finished_at() {
     let db = Db::new().await;

@@ -123,6 +123,7 @@ fn nice_ceiling(v: f64) -> f64 {
 /// Seconds as an operator reads them: `850 ms`, `4.2 s`, `3.5 min`, `2.1 h`.
 pub(crate) fn seconds(s: f64) -> String {
     match s {
+        s if s <= 0.0 => "0 s".to_owned(),
         s if s < 1.0 => format!("{:.0} ms", s * 1000.0),
         s if s < 60.0 => format!("{s:.1} s"),
         s if s < 3600.0 => format!("{:.1} min", s / 60.0),

@@ -246,11 +246,19 @@ impl History {
         let mut recorded = Recorded::default();
         while lo < hi {
             let to = hi.min(lo + sql::HOUR);
+            // As in `Admin::status`: the planner takes the index that
+            // `new` found, even where a small table would make a scan cheaper.
+            let mut tx = self.pool.begin().await.map_err(db())?;
+            sql::counts_avoid_seq_scan()
+                .execute(&mut *tx)
+                .await
+                .map_err(db())?;
             recorded.minutes += sql::history_record(&self.t, &self.h, &self.key, lo, to)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(db())?
                 .rows_affected();
+            tx.commit().await.map_err(db())?;
             lo = to;
         }
         recorded.hours = sql::history_downsample(&self.h, &self.key, o.downsample_after)
