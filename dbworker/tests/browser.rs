@@ -518,3 +518,56 @@ async fn operators_follow_a_task_to_its_workflow_graph() {
     page_with(&c, "State: pending").await;
     c.close().await.unwrap();
 }
+
+/// The cron page in a real browser: reached from the header's link, it
+/// shows a Berlin schedule with its zone and ticks, and its last job links
+/// to the job's page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_read_the_cron_page_and_follow_its_last_job() {
+    use dbworker::cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions};
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::cron_table_sql(DEFAULT_CRON_TABLE).unwrap())
+        .await;
+    let table = db.table().await;
+    let scheduler = Scheduler::new(&db.pool, &table, SchedulerOptions::default())
+        .await
+        .unwrap()
+        .add_in_zone(
+            "berlin-nightly",
+            "30 2 * * *",
+            "Europe/Berlin",
+            NewJob::new(),
+            Backfill::RunOnce,
+        )
+        .unwrap();
+    scheduler.tick().await.unwrap();
+    db.execute("UPDATE dbworker_cron SET last_tick = now() - interval '3 days'")
+        .await;
+    let job = scheduler.tick().await.unwrap()[0].1;
+
+    let mut o = DashboardOptions::new(vec![table]);
+    o.cron_table = Some(DEFAULT_CRON_TABLE.into());
+    let dashboard = Dashboard::new(&db.pool, o).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://localhost:{}", listener.local_addr().unwrap().port());
+    let app = dashboard.router();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    c.goto(&format!("{base}/")).await.unwrap();
+    click(&c, Locator::LinkText("cron")).await;
+    at_url(&c, "/t/jobs/cron").await;
+    let text = page_with(&c, "berlin-nightly").await;
+    assert!(
+        text.contains("30 2 * * *") && text.contains("Europe/Berlin"),
+        "{text}"
+    );
+    assert!(text.contains(" ago") && text.contains("in "), "{text}");
+    shot(&c, "cron").await;
+    click(&c, Locator::LinkText(&job.to_string())).await;
+    at_url(&c, &format!("/t/jobs/jobs/{job}")).await;
+    page_with(&c, &format!("{job}")).await;
+    c.close().await.unwrap();
+}

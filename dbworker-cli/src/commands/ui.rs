@@ -44,6 +44,10 @@ pub(crate) struct UiArgs {
     /// The worker registry (live processes on the overview).
     #[arg(long, env = "DBWORKER_NODE_TABLE")]
     node_table: Option<String>,
+    /// The cron table (`dbworker migration --cron`): each table gets a cron
+    /// page (schedules, time zones, last and next tick, last job).
+    #[arg(long, env = "DBWORKER_CRON_TABLE")]
+    cron_table: Option<String>,
     /// JSON fields and columns never shown (comma-separated).
     #[arg(long, value_delimiter = ',')]
     hide: Vec<String>,
@@ -131,6 +135,7 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
     options.history_table = args.history_table.clone();
+    options.cron_table = args.cron_table.clone();
     let dashboard = Dashboard::new(&pool, options)
         .await
         .context("the dashboard")?;

@@ -23,6 +23,7 @@
 mod actions;
 mod auth;
 mod charts;
+mod cron;
 mod dag;
 mod pages;
 mod workflow;
@@ -65,6 +66,9 @@ pub struct DashboardOptions {
     pub hidden_fields: Vec<String>,
     /// The worker registry, to list live processes.
     pub node_table: Option<String>,
+    /// The cron table (`dbworker migration --cron`), for each table's cron
+    /// page (schedules, last and next tick, the job last enqueued).
+    pub cron_table: Option<String>,
     /// A process whose registry heartbeat is older than this is not listed.
     pub dead_after: Duration,
     /// The history table the overview's charts read (written by
@@ -84,6 +88,7 @@ impl DashboardOptions {
             auth: Auth::None,
             hidden_fields: Vec::new(),
             node_table: None,
+            cron_table: None,
             dead_after: Duration::from_secs(10),
             history_table: crate::history::DEFAULT_HISTORY_TABLE.to_owned(),
             page_size: 50,
@@ -154,6 +159,7 @@ impl Dashboard {
     /// Checks every table (and its pause and limit tables) now.
     pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
         options.validate()?;
+        cron::check(pool, options.cron_table.as_deref()).await?;
         let mut tables = Vec::new();
         for t in &options.tables {
             let workflows = workflow::open(pool, t).await?;
@@ -197,6 +203,7 @@ impl Dashboard {
             .route("/t/{table}/bulk", post(actions::bulk))
             .route("/t/{table}/workflows/{id}", get(workflow::workflow))
             .route("/t/{table}/queues", get(queues))
+            .route("/t/{table}/cron", get(cron::cron))
             .route("/t/{table}/queues/pause", post(actions::pause))
             .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
             .with_state(self.shared.clone())

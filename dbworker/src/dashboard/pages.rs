@@ -44,6 +44,7 @@ pub(super) fn layout(
                     @for t in &s.tables {
                         a href=(viewer.href(&format!("/t/{}/jobs", url_escape(&t.name)))) { (t.name) }
                         a href=(viewer.href(&format!("/t/{}/queues", url_escape(&t.name)))) { "queues" }
+                        @if s.options.cron_table.is_some() { a href=(viewer.href(&format!("/t/{}/cron", url_escape(&t.name)))) { "cron" } }
                     }
                     span class="who" {
                         (viewer.user.name) " · "

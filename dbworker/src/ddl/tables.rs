@@ -58,23 +58,34 @@ CREATE TABLE IF NOT EXISTS {table} (
 }
 
 /// `CREATE TABLE` for the cron table (`dbworker migration --cron`): the last
-/// tick enqueued per schedule, shared by every scheduler process.
+/// tick enqueued per schedule, shared by every scheduler process, and what
+/// the dashboard's cron page shows (each schedule's expression, time zone
+/// and last job). The `ALTER TABLE`s bring a table made by an earlier
+/// version up to date; on a new one they do nothing.
 ///
 /// ```
 /// let ddl = dbworker::ddl::cron_table_sql(dbworker::cron::DEFAULT_CRON_TABLE).unwrap();
 /// assert!(ddl.contains("\"last_tick\" timestamptz NOT NULL"));
+/// assert!(ddl.contains("ADD COLUMN IF NOT EXISTS \"time_zone\" text"));
 /// ```
 pub fn cron_table_sql(cron_table: &str) -> Result<String> {
     let rel = Relation::parse("cron_table", cron_table)?;
     let table = rel.quoted();
     Ok(format!(
         r#"-- The last tick enqueued per cron schedule; every scheduler advances it atomically.
+-- expression, time_zone and last_job_id are what the dashboard's cron page shows.
 CREATE TABLE IF NOT EXISTS {table} (
     "job_table" text NOT NULL,
     "schedule" text NOT NULL,
     "last_tick" timestamptz NOT NULL,
+    "expression" text,
+    "time_zone" text,
+    "last_job_id" bigint,
     PRIMARY KEY ("job_table", "schedule")
 );
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "expression" text;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "time_zone" text;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "last_job_id" bigint;
 "#
     ))
 }
