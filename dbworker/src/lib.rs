@@ -39,6 +39,7 @@ pub mod cron;
 pub mod dashboard;
 pub mod ddl;
 pub mod enqueue;
+pub mod history;
 pub mod items;
 pub mod job;
 pub mod maintenance;

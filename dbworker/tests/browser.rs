@@ -148,7 +148,6 @@ async fn serve(db: &Db, workflows: bool) -> (String, Dashboard) {
         })
         .await;
     let mut o = DashboardOptions::new(vec![t]);
-    o.sample_interval = Duration::from_millis(200);
     o.auth = Auth::Hook(Arc::new(|parts| {
         let cookies = parts.headers.get("cookie")?.to_str().ok()?;
         match cookies.split("; ").find_map(|c| c.strip_prefix("user="))? {
@@ -199,25 +198,40 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         |col| {
             col.queue = true;
             col.kind = true;
+            col.retention = true;
         },
-        &[pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap()],
+        &[
+            pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+            dbworker::ddl::history_table_sql(dbworker::history::DEFAULT_HISTORY_TABLE).unwrap(),
+        ],
     )
     .await;
     db.execute(
-        "INSERT INTO jobs (state, queue, kind, payload) SELECT 'queued', CASE WHEN i % 2 = 0 THEN 'mail' ELSE 'reports' END, 'send', jsonb_build_object('customer_id', i::text) FROM generate_series(1, 40) AS i;
+        "INSERT INTO jobs (state, queue, kind, finished_at, started_at, queued_at)
+           SELECT CASE WHEN i % 29 = 0 THEN 'failed' ELSE 'completed' END, 'mail', 'send', f, f - (1 + i % 5) * interval '1 second', f - (3 + i % 11) * interval '1 second'
+           FROM generate_series(1, 3000) AS i, LATERAL (SELECT now() - interval '2 minutes' - (i * 7 % 3600) * interval '1 second' AS f) AS t;
+         INSERT INTO jobs (state, queue, kind, payload) SELECT 'queued', CASE WHEN i % 2 = 0 THEN 'mail' ELSE 'reports' END, 'send', jsonb_build_object('customer_id', i::text) FROM generate_series(1, 40) AS i;
          INSERT INTO jobs (state, queue, kind, num_failures, failure_message, finished_at, payload)
            VALUES ('failed', 'mail', 'send', 3, 'SMTP 550: mailbox unavailable', now(), '{\"customer_id\": \"4242\"}');
          INSERT INTO jobs (state, queue, kind, finished_at) SELECT 'completed', 'mail', 'send', now() FROM generate_series(1, 25);",
     )
     .await;
+    let history_of = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    dbworker::history::History::new(&db.pool, &history_of, Default::default())
+        .await
+        .unwrap()
+        .record_once()
+        .await
+        .unwrap();
     let (base, _dashboard) = serve(&db, false).await;
     sign_in(&c, &base, "admin").await;
 
-    // Overview.
+    // Overview, with the history's charts.
     c.goto(&base).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await; // a few counter samples
-    c.refresh().await.unwrap();
     let page = page_with(&c, "Oldest waiting job").await;
+    assert!(page.contains("Finished jobs per minute"), "{page}");
     assert!(page.contains("alice · admin"), "{page}");
     let background = c
         .execute(

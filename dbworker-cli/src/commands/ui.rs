@@ -1,14 +1,12 @@
 //! `dbworker ui`: the web dashboard served alone against `DATABASE_URL`.
 
-use std::time::Duration;
-
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 
-use crate::args::{Database, ReadArgs, duration};
+use crate::args::{Database, ReadArgs};
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
@@ -77,9 +75,10 @@ pub(crate) struct UiArgs {
         hide_env_values = true
     )]
     users: Vec<String>,
-    /// Seconds between samples of the throughput counters.
-    #[arg(long, default_value = "5s", value_parser = duration, alias = "sample-secs")]
-    sample: Duration,
+    /// The history table the overview's charts read (`dbworker migration
+    /// --history` creates it, `dbworker history` records it).
+    #[arg(long, default_value = dbworker::history::DEFAULT_HISTORY_TABLE)]
+    history_table: String,
 }
 
 fn auth(args: &UiArgs) -> Result<Auth> {
@@ -142,8 +141,8 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.auth = auth;
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
+    options.history_table = args.history_table.clone();
     options.cron_table = args.cron_table.clone();
-    options.sample_interval = args.sample;
     options.read_only = args.read_only;
     if args.read.replica_url.is_some() {
         options.replica = Some(args.database.connect_reads(&args.read, 4).await?);

@@ -77,7 +77,7 @@ pub(super) async fn cron(
     };
     let rel = Relation::parse("cron_table", cron_table).map_err(server_error)?;
     let rows = sql::cron_list(&rel, &t.name)
-        .fetch_all(&s.pool)
+        .fetch_all(s.reads())
         .await
         .map_err(|e| server_error(Error::db("cron page")(e)))?;
     let now = rows.first().map_or_else(Utc::now, |r| micros(r.get("now")));

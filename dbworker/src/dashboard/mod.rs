@@ -28,11 +28,10 @@ mod dag;
 mod grants;
 mod pages;
 mod replica;
-mod sampler;
 mod workflow;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -42,7 +41,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sqlx::PgPool;
-use tokio_util::sync::DropGuard;
 use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
@@ -75,10 +73,11 @@ pub struct DashboardOptions {
     pub cron_table: Option<String>,
     /// A process whose registry heartbeat is older than this is not listed.
     pub dead_after: Duration,
-    /// How often the throughput counters are sampled. Default 5 s.
-    pub sample_interval: Duration,
-    /// How many samples the charts keep. Default 120 (10 minutes at 5 s).
-    pub samples_kept: usize,
+    /// The history table the overview's charts read (written by
+    /// [`History`](crate::history::History)); when it does not exist the
+    /// overview says how to create it. Default
+    /// [`DEFAULT_HISTORY_TABLE`](crate::history::DEFAULT_HISTORY_TABLE).
+    pub history_table: String,
     /// Jobs per page. Default 50.
     pub page_size: u32,
     /// Show no actions to anyone, whatever their [`Role`]: the dashboard then
@@ -105,8 +104,7 @@ impl DashboardOptions {
             node_table: None,
             cron_table: None,
             dead_after: Duration::from_secs(10),
-            sample_interval: Duration::from_secs(5),
-            samples_kept: 120,
+            history_table: crate::history::DEFAULT_HISTORY_TABLE.to_owned(),
             page_size: 50,
             read_only: false,
             replica: None,
@@ -124,12 +122,7 @@ impl DashboardOptions {
         if self.tables.is_empty() {
             return invalid("tables", "name at least one job table");
         }
-        if self.sample_interval.is_zero() {
-            return invalid("sample_interval", "must be positive");
-        }
-        if self.samples_kept == 0 {
-            return invalid("samples_kept", "must be at least 1");
-        }
+        crate::columns::Relation::parse("history_table", &self.history_table)?;
         if self.page_size == 0 {
             return invalid("page_size", "must be at least 1");
         }
@@ -150,8 +143,6 @@ pub(crate) struct Table {
     pub(crate) error_history: Option<String>,
     /// The table's workflows, if it has them (`--workflows`).
     pub(crate) workflows: Option<crate::workflow::Workflows>,
-    /// `(completed/s, failed/s)` per sample, oldest first.
-    pub(crate) samples: Mutex<VecDeque<(f64, f64)>>,
 }
 
 pub(crate) struct Shared {
@@ -162,6 +153,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Where pages read: the replica when there is one.
+    pub(crate) fn reads(&self) -> &PgPool {
+        self.options.replica.as_ref().unwrap_or(&self.pool)
+    }
+
     fn table(&self, name: &str) -> std::result::Result<&Table, Response> {
         self.tables
             .iter()
@@ -171,10 +167,8 @@ impl Shared {
 }
 
 /// The dashboard: build it once, mount its [`router`](Dashboard::router).
-/// Dropping it stops its counter sampling.
 pub struct Dashboard {
     shared: Arc<Shared>,
-    _sampler: DropGuard,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -188,7 +182,7 @@ impl std::fmt::Debug for Dashboard {
 impl Dashboard {
     /// Checks every table (and its pause and limit tables) now, and, unless
     /// [`read_only`](DashboardOptions::read_only), the grants its actions
-    /// use; then starts sampling the throughput counters.
+    /// use.
     pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
         options.validate()?;
         let reads = match &options.replica {
@@ -224,7 +218,6 @@ impl Dashboard {
                 writer,
                 pauses,
                 limits,
-                samples: Mutex::new(VecDeque::new()),
             });
         }
         let shared = Arc::new(Shared {
@@ -233,11 +226,7 @@ impl Dashboard {
             options,
             csrf: auth::random_token(),
         });
-        let sampler = sampler::spawn(shared.clone());
-        Ok(Dashboard {
-            shared,
-            _sampler: sampler,
-        })
+        Ok(Dashboard { shared })
     }
 
     /// The routes, to serve alone or to `nest` under a prefix; every link
@@ -380,6 +369,10 @@ async fn overview(
     viewer: axum::Extension<Viewer>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, Response> {
+    let range = match q.get("range").filter(|r| !r.is_empty()) {
+        Some(r) => r.parse().map_err(server_error)?,
+        None => crate::history::Range::default(),
+    };
     let mut tables = Vec::new();
     for t in &s.tables {
         let status = t.admin.status().await.map_err(server_error)?;
@@ -387,27 +380,24 @@ async fn overview(
             Some(p) => p.list().await.unwrap_or_default(),
             None => Vec::new(),
         };
-        let samples: Vec<(f64, f64)> = t
-            .samples
-            .lock()
-            .expect("not poisoned")
-            .iter()
-            .copied()
-            .collect();
+        let charts = charts::read(s.reads(), &s.options.history_table, &t.name, range).await;
         tables.push(pages::TableOverview {
             name: &t.name,
             status,
             paused,
-            samples,
+            charts,
         });
     }
     let nodes = match &s.options.node_table {
-        Some(nt) => crate::cluster::nodes::live_nodes(&s.pool, nt, s.options.dead_after)
+        Some(nt) => crate::cluster::nodes::live_nodes(s.reads(), nt, s.options.dead_after)
             .await
             .ok(),
         None => None,
     };
-    Ok(pages::overview(&viewer, &s, &tables, nodes.as_deref(), &refresh(&q)).into_response())
+    Ok(
+        pages::overview(&viewer, &s, &tables, nodes.as_deref(), range, &refresh(&q))
+            .into_response(),
+    )
 }
 
 /// Live refresh: the interval asked for (`?refresh=5`), and the page's other

@@ -18,7 +18,7 @@ pub(crate) struct TableOverview<'a> {
     pub(crate) name: &'a str,
     pub(crate) status: Status,
     pub(crate) paused: Vec<Pause>,
-    pub(crate) samples: Vec<(f64, f64)>,
+    pub(crate) charts: charts::Charts,
 }
 
 /// A page; `refresh` is `None` on pages that must not reload (a confirmation).
@@ -81,6 +81,7 @@ pub(crate) fn overview(
     s: &Shared,
     tables: &[TableOverview<'_>],
     nodes: Option<&[NodeInfo]>,
+    range: crate::history::Range,
     refresh: &Refresh,
 ) -> Markup {
     let body = html! {
@@ -99,16 +100,7 @@ pub(crate) fn overview(
                     }
                 }
             }
-            @let completed: Vec<f64> = t.samples.iter().map(|x| x.0).collect();
-            @let failed: Vec<f64> = t.samples.iter().map(|x| x.1).collect();
-            div {
-                (charts::bars(&completed, "completed per second", 360, 80))
-                span class="failures" { (charts::bars(&failed, "failed per second", 360, 80)) }
-            }
-            p class="muted" {
-                "Sampled every " (s.options.sample_interval.as_secs_f64()) " s from jobs finished in the interval; "
-                (t.samples.len()) " samples."
-            }
+            (charts::section(t.name, &t.charts, range, refresh))
         }
         @if let Some(nodes) = nodes {
             h2 { "Live processes" }

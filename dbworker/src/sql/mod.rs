@@ -33,6 +33,7 @@ mod gauges;
 mod grants;
 mod heartbeat;
 mod history;
+mod job_history;
 mod marks;
 mod partition_keys;
 mod partitions;
@@ -85,6 +86,10 @@ pub(crate) use grants::{sequence_privilege, table_privileges};
 pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
 use history::append_history;
+pub(crate) use job_history::{
+    HOUR, history_bounds, history_by_queue, history_clock, history_downsample, history_purge,
+    history_record, history_series,
+};
 pub(crate) use marks::{
     Mark, MarkKind, complete_group, mark_complete, mark_complete_with_result, mark_errored,
     mark_errored_with_payload, mark_failed, mark_group, requeue, requeue_lost, snooze,

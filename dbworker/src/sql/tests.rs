@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 23] = [
+const FILES: [(&str, Snapshots); 24] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("claim.rs", crate::sql::claim::snapshots),
@@ -33,6 +33,7 @@ const FILES: [(&str, Snapshots); 23] = [
     ("gauges.rs", crate::sql::gauges::snapshots),
     ("grants.rs", crate::sql::grants::snapshots),
     ("heartbeat.rs", crate::sql::heartbeat::snapshots),
+    ("job_history.rs", crate::sql::job_history::snapshots),
     ("marks.rs", crate::sql::marks::snapshots),
     ("partition_keys.rs", crate::sql::partition_keys::snapshots),
     ("partitions.rs", crate::sql::partitions::snapshots),
