@@ -24,9 +24,14 @@ mod actions;
 mod auth;
 mod charts;
 mod dag;
+mod job_page;
+mod limits;
 mod pages;
+mod processes;
+mod refresh;
 mod sampler;
 mod workflow;
+mod workflows_list;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -43,6 +48,7 @@ use tokio_util::sync::DropGuard;
 use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
+pub(crate) use refresh::{Refresh, refresh};
 
 use crate::admin::Admin;
 use crate::control::limits::{Limit, Limits};
@@ -65,9 +71,15 @@ pub struct DashboardOptions {
     /// JSON fields (at any depth) and columns whose values are never shown
     /// nor filtered on: secrets in payloads.
     pub hidden_fields: Vec<String>,
-    /// The worker registry, to list live processes.
+    /// The worker registry, to list live processes (the overview) and every
+    /// registered one with its health (the processes page).
     pub node_table: Option<String>,
-    /// A process whose registry heartbeat is older than this is not listed.
+    /// The lease table of leader election, to show which process leads
+    /// each scope (the processes page).
+    pub leader_table: Option<String>,
+    /// A process whose registry heartbeat is older than this is dead: the
+    /// overview does not list it, the processes page flags it (and flags it
+    /// stale past half of it). Default 10 s, the registry's own default.
     pub dead_after: Duration,
     /// How often the throughput counters are sampled. Default 5 s.
     pub sample_interval: Duration,
@@ -85,6 +97,7 @@ impl DashboardOptions {
             auth: Auth::None,
             hidden_fields: Vec::new(),
             node_table: None,
+            leader_table: None,
             dead_after: Duration::from_secs(10),
             sample_interval: Duration::from_secs(5),
             samples_kept: 120,
@@ -209,12 +222,15 @@ impl Dashboard {
             .route("/", get(overview))
             .route("/assets/style.css", get(style))
             .route("/t/{table}/jobs", get(jobs))
-            .route("/t/{table}/jobs/{id}", get(job))
+            .route("/t/{table}/jobs/{id}", get(job_page::job))
             .route("/t/{table}/jobs/{id}/action", post(actions::job_action))
             .route("/t/{table}/bulk", post(actions::bulk))
+            .route("/t/{table}/workflows", get(workflows_list::list))
             .route("/t/{table}/workflows/{id}", get(workflow::workflow))
             .route("/t/{table}/queues", get(queues))
             .route("/t/{table}/queues/pause", post(actions::pause))
+            .route("/t/{table}/queues/limit", post(limits::set))
+            .route("/processes", get(processes::processes))
             .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
             .with_state(self.shared.clone())
     }
@@ -361,47 +377,6 @@ async fn overview(
     Ok(pages::overview(&viewer, &s, &tables, nodes.as_deref(), &refresh(&q)).into_response())
 }
 
-/// Live refresh: the interval asked for (`?refresh=5`), and the page's other
-/// query parameters, so the refresh links keep the filters.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Refresh {
-    pub(crate) every: Option<u32>,
-    pub(crate) query: String,
-}
-
-impl Refresh {
-    /// The page's own address with `refresh` set (or removed).
-    pub(crate) fn link(&self, every: Option<u32>) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        if !self.query.is_empty() {
-            parts.push(self.query.clone());
-        }
-        if let Some(e) = every {
-            parts.push(format!("refresh={e}"));
-        }
-        format!("?{}", parts.join("&"))
-    }
-}
-
-fn refresh(q: &HashMap<String, String>) -> Refresh {
-    let mut keys: Vec<&String> = q
-        .keys()
-        .filter(|k| *k != "refresh" && *k != "done")
-        .collect();
-    keys.sort();
-    Refresh {
-        every: q
-            .get("refresh")
-            .and_then(|r| r.parse::<u32>().ok())
-            .filter(|r| (1..=3600).contains(r)),
-        query: keys
-            .iter()
-            .map(|k| format!("{}={}", url_escape(k), url_escape(&q[*k])))
-            .collect::<Vec<_>>()
-            .join("&"),
-    }
-}
-
 /// The list filter from query parameters; refuses hidden fields. Each error
 /// names its parameter and quotes the input cut short.
 pub(crate) fn filter_from(
@@ -473,32 +448,6 @@ async fn jobs(
     Ok(pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response())
 }
 
-async fn job(
-    State(s): State<Arc<Shared>>,
-    viewer: axum::Extension<Viewer>,
-    Path((table, id)): Path<(String, i64)>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, Response> {
-    let t = s.table(&table)?;
-    Ok(match t.admin.show(id).await {
-        Ok(Some(mut row)) => {
-            hide(&mut row, &s.options.hidden_fields);
-            pages::job(
-                &viewer,
-                &s,
-                t,
-                id,
-                &row,
-                q.get("done").map(String::as_str),
-                &refresh(&q),
-            )
-            .into_response()
-        }
-        Ok(None) => (StatusCode::NOT_FOUND, "no such job").into_response(),
-        Err(err) => server_error(err),
-    })
-}
-
 /// Replaces hidden fields' values, at any depth.
 pub(crate) fn hide(value: &mut serde_json::Value, hidden: &[String]) {
     match value {
@@ -532,7 +481,18 @@ async fn queues(
         Some(l) => l.list().await.map_err(server_error)?,
         None => Vec::new(),
     };
-    Ok(pages::queues(&viewer, &s, t, &status, &paused, &limits, &refresh(&q)).into_response())
+    let done = q.get("done").map(String::as_str);
+    Ok(pages::queues(
+        &viewer,
+        &s,
+        t,
+        &status,
+        &paused,
+        &limits,
+        done,
+        &refresh(&q),
+    )
+    .into_response())
 }
 
 /// Percent-encodes a URL component.
