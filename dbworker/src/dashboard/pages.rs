@@ -131,7 +131,7 @@ fn state_counts(status: &Status) -> Markup {
     };
     let estimated = status.finished != FinishedCounts::Exact;
     html! {
-        table {
+        table class="state-counts" {
             tr { th { "queue" } @for h in heads { th { (h) } } }
             @for q in &status.queues {
                 tr {
