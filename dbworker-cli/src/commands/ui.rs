@@ -43,9 +43,14 @@ pub(crate) struct UiArgs {
     /// their graphs and filter jobs by workflow.
     #[arg(long)]
     workflows: bool,
-    /// The worker registry (live processes on the overview).
+    /// The worker registry (live processes on the overview, their health on
+    /// the processes page).
     #[arg(long, env = "DBWORKER_NODE_TABLE")]
     node_table: Option<String>,
+    /// The leader election's lease table (which process leads, on the
+    /// processes page).
+    #[arg(long, env = "DBWORKER_LEADER_TABLE", requires = "node_table")]
+    leader_table: Option<String>,
     /// JSON fields and columns never shown (comma-separated).
     #[arg(long, value_delimiter = ',')]
     hide: Vec<String>,
@@ -131,6 +136,7 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.auth = auth;
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
+    options.leader_table = args.leader_table.clone();
     options.sample_interval = args.sample;
     let dashboard = Dashboard::new(&pool, options)
         .await
