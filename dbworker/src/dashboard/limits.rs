@@ -109,11 +109,12 @@ pub(super) async fn set(
         .map(str::trim)
         .filter(|q| !q.is_empty())
         .ok_or_else(|| super::bad_parameter("queue", "name the queue"))?;
-    let mut limit = Limit::default();
-    limit.max_processing = parse(&form, "max_processing", "a whole number")?;
-    limit.max_per_key = parse(&form, "max_per_key", "a whole number")?;
-    limit.rate_per_second = parse(&form, "rate_per_second", "a number")?;
-    limit.burst = parse(&form, "burst", "a whole number")?;
+    let limit = Limit {
+        max_processing: parse(&form, "max_processing", "a whole number")?,
+        max_per_key: parse(&form, "max_per_key", "a whole number")?,
+        rate_per_second: parse(&form, "rate_per_second", "a number")?,
+        burst: parse(&form, "burst", "a whole number")?,
+    };
     if limit.max_per_key.is_some() && t.admin.table().limit_key_column.is_none() {
         return Err(super::bad_parameter(
             "max_per_key",

@@ -343,6 +343,7 @@ pub(crate) fn confirm(
     layout(viewer, s, "Confirm", None, body)
 }
 
+#[allow(clippy::too_many_arguments)] // the page's parts, each used once
 pub(crate) fn queues(
     viewer: &Viewer,
     s: &Shared,

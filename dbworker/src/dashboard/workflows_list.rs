@@ -96,7 +96,7 @@ fn page(
             }
             @for w in &list.workflows {
                 tr data-workflow=(w.id) {
-                    td { a href=(super::workflow::href(viewer, t, w.id)) { (w.id) } }
+                    td { a href=(crate::dashboard::workflow::href(viewer, t, w.id)) { (w.id) } }
                     td { span class=(format!("workflow-{}", w.state.as_str())) { (w.state.as_str()) } }
                     @for st in &job_states {
                         td class="num" data-state=(st) { (w.counts.get(*st).copied().unwrap_or(0)) }
