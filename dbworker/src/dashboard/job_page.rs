@@ -186,6 +186,7 @@ fn page(
         @if let Some(message) = &failure { pre class="failure" { (message) } }
         @else { p class="muted" { "No failure message." } }
         @if history.is_some() {
+            h3 { "Error history" }
             @if entries.is_empty() { p class="muted" { "No failed attempt." } }
             @else {
                 table class="error-history" {
