@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use dbworker::dashboard::{Dashboard, DashboardOptions};
 use dbworker::cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE};
+use dbworker::dashboard::{Dashboard, DashboardOptions};
 use dbworker::ddl::{leader_table_sql, node_table_sql, workflows_sql};
 use dbworker::{JobTable, JobTableOptions};
 use sqlx::AssertSqlSafe;
@@ -73,7 +73,10 @@ pub(crate) async fn run(
             "workflows, failed (1 in 10)",
             format!("/t/{TABLE}/workflows?state=failed"),
         ),
-        ("workflows, page 100", format!("/t/{TABLE}/workflows?before=5000")),
+        (
+            "workflows, page 100",
+            format!("/t/{TABLE}/workflows?before=5000"),
+        ),
         ("a workflow", format!("/t/{TABLE}/workflows/4242")),
         ("processes", "/processes".to_owned()),
         ("jobs, first page", format!("/t/{TABLE}/jobs")),
