@@ -64,9 +64,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = db.pool(8).await?;
     let mut columns = OptionalColumns::default();
     columns.queue = true;
+    columns.retention = true; // the index the history reads through
     let mut ddl = job_table_sql("jobs", &Default::default())?;
     ddl.push_str(&optional_columns_sql("jobs", &Default::default(), columns)?);
     ddl.push_str(&pause_table_sql(DEFAULT_PAUSE_TABLE)?);
+    ddl.push_str(&dbworker::ddl::history_table_sql(
+        dbworker::history::DEFAULT_HISTORY_TABLE,
+    )?);
     ddl.push_str(
         "ALTER TABLE jobs ADD COLUMN payload jsonb NOT NULL DEFAULT '{}';
          INSERT INTO jobs (queue, payload) SELECT CASE WHEN i % 3 = 0 THEN 'reports' ELSE 'mail' END,
@@ -91,6 +95,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let worker = new_worker(store, Send, wo)?;
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
+    // The history the overview's charts read: each closed minute, recorded
+    // once whichever process records it.
+    let history = dbworker::history::History::new(&pool, &table, Default::default()).await?;
+    let stop_history = tokio_util::sync::CancellationToken::new();
+    tokio::spawn({
+        let stop = stop_history.clone();
+        async move { history.run(stop).await }
+    });
 
     let mut options = DashboardOptions::new(vec![table]);
     // Behind a bearer token when checking (or with DASHBOARD_TOKEN set); open
@@ -135,6 +147,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         shutdown.immediate();
         run.await?;
+        stop_history.cancel();
         pool.close().await;
         return Ok(());
     }
@@ -151,6 +164,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     shutdown.graceful();
     run.await?;
+    stop_history.cancel();
     pool.close().await;
     Ok(())
 }

@@ -266,10 +266,16 @@ pub(crate) struct ChildArgs {
     /// until SIGTERM (one of several processes sharing the queue).
     #[arg(long)]
     jobs: Option<u64>,
+    /// `url` is a transaction pooler's (`Pooler::Transaction`).
+    #[arg(long)]
+    pooler: bool,
 }
 
 /// The worker process: burns down the queued jobs, then prints its peak RSS.
 pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
+    if args.pooler {
+        dbworker::set_pooler(dbworker::Pooler::Transaction { listen_url: None });
+    }
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(pool_size(args.mode, args.handlers))
         .test_before_acquire(false)

@@ -51,6 +51,7 @@ mod machine;
 mod ops;
 mod partitioned;
 mod peers;
+mod pooler;
 mod processes;
 mod provenance;
 mod report;
@@ -116,6 +117,9 @@ enum Workload {
     Ops,
     /// Several worker processes sharing one queue.
     Processes,
+    /// Worker processes through PgBouncer in transaction mode beside direct
+    /// connections, both handling modes.
+    Pooler,
     /// The dashboard's pages on a table of 1,000,000 completed and 100,000
     /// queued rows.
     Dashboard,
@@ -185,6 +189,12 @@ struct BenchArgs {
     /// Handlers of each worker process in the `processes` workload.
     #[arg(long, default_value_t = 32)]
     process_handlers: usize,
+    /// Worker processes of the `pooler` workload.
+    #[arg(long, default_value_t = 8)]
+    pooler_processes: usize,
+    /// Handlers of each worker process in the `pooler` workload.
+    #[arg(long, default_value_t = 8)]
+    pooler_handlers: usize,
     /// Queued rows of the bloat workload's burn-down.
     #[arg(long, default_value_t = 2_000_000)]
     bloat_jobs: u64,
@@ -205,7 +215,7 @@ struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,workflows,partitioned,processes,dashboard,bloat"
+        default_value = "enqueue,heartbeat,transactional,latency,big,rss,ops,workflows,partitioned,processes,pooler,dashboard,bloat"
     )]
     workloads: Vec<Workload>,
     /// Peers to run beside dbworker and the floor (each built on demand from
@@ -448,6 +458,18 @@ async fn bench(args: BenchArgs) -> Result<()> {
             ));
             report.processes.push((n, args.process_handlers, run));
         }
+    }
+    if args.runs(Workload::Pooler) {
+        let sizes = pooler::Sizes {
+            processes: args.pooler_processes,
+            handlers: args.pooler_handlers,
+            jobs: args.jobs,
+            tx_jobs: args.tx_jobs(),
+            batch: args.enqueue_batch,
+            floor_connections: args.floor_connections,
+            floor_batch: args.floor_batch,
+        };
+        report.pooler = pooler::run(&bench, &sizes).await?.unwrap_or_default();
     }
     if args.runs(Workload::Bloat) {
         let floor = (args.floor_connections, args.floor_batch);

@@ -1,5 +1,6 @@
 //! Several worker processes sharing one queue: each is this benchmark binary
-//! run as `worker` (heartbeat handling) until SIGTERM; throughput is measured
+//! run as `worker` until SIGTERM (heartbeat handling, or as `pooler.rs`
+//! asks: either mode, through a transaction pooler); throughput is measured
 //! on the database clock, from the first claim to the last completion.
 
 use std::time::{Duration, Instant};
@@ -9,10 +10,36 @@ use crate::db::{Bench, Mode, TABLE};
 use crate::framework::pool_size;
 use crate::report::Run;
 
+/// How the worker processes reach the database.
+pub(crate) struct Spawn<'a> {
+    /// Their connection string.
+    pub(crate) url: &'a str,
+    pub(crate) mode: Mode,
+    /// Behind a transaction pooler (`Pooler::Transaction`).
+    pub(crate) pooler: bool,
+}
+
 /// Burns down `jobs` queued jobs with `processes` worker processes of
-/// `handlers` handlers each.
+/// `handlers` handlers each, in heartbeat handling on direct connections.
 pub(crate) async fn run(
     bench: &Bench,
+    processes: usize,
+    handlers: usize,
+    jobs: u64,
+    batch: u64,
+) -> Result<Run> {
+    let spawn = Spawn {
+        url: bench.url(),
+        mode: Mode::Heartbeat,
+        pooler: false,
+    };
+    run_as(bench, &spawn, processes, handlers, jobs, batch).await
+}
+
+/// [`run`] with the processes started as `spawn` says.
+pub(crate) async fn run_as(
+    bench: &Bench,
+    spawn: &Spawn<'_>,
     processes: usize,
     handlers: usize,
     jobs: u64,
@@ -27,11 +54,12 @@ pub(crate) async fn run(
                 .args([
                     "worker",
                     "--url",
-                    bench.url(),
+                    spawn.url,
                     "--mode",
-                    &Mode::Heartbeat.to_string(),
+                    &spawn.mode.to_string(),
                 ])
                 .args(["--handlers", &handlers.to_string()])
+                .args(spawn.pooler.then_some("--pooler"))
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .kill_on_drop(true)
@@ -74,7 +102,6 @@ pub(crate) async fn run(
         elapsed: Duration::from_secs_f64((last - first).max(1e-6)),
         per_second: Vec::new(),
         statements: None,
-        connections: u32::try_from(processes).unwrap_or(u32::MAX)
-            * pool_size(Mode::Heartbeat, handlers),
+        connections: u32::try_from(processes).unwrap_or(u32::MAX) * pool_size(spawn.mode, handlers),
     })
 }

@@ -43,6 +43,15 @@ pub(crate) fn intro() -> String {
          - **Worker processes** (the `processes` workload): N separate worker processes of \
          `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
          last completion (database clock), beside the heartbeat floor measured just before.\n\
+         - **Through a transaction pooler** (the `pooler` workload): `--pooler-processes` (8) \
+         worker processes of `--pooler-handlers` (8) handlers each burn down one queue, in heartbeat \
+         and then in transactional handling, once on direct connections and once through PgBouncer \
+         in `pool_mode = transaction` with `default_pool_size = 20`, started by the benchmark in \
+         front of the same server (`Pooler::Transaction`, no listen URL: every statement unnamed and \
+         in a transaction, the workers poll); jobs/s from the first claim to the last completion \
+         (database clock), beside the floor of the same mode measured right after (transactional: \
+         at all the processes' handlers at once). Connections are the direct pools' sizes summed, \
+         or PgBouncer's server connections. Skipped, saying why, without pgbouncer.\n\
          - **Dashboard** (the `dashboard` workload): each page requested 20 times through the \
          router (after two warm-up requests) on a table of `--completed-rows` completed and 100,000 \
          queued rows; the overview's counts follow the partial indexes, never the whole table.\n\

@@ -145,6 +145,7 @@ pub(crate) struct Report {
     pub(crate) processes: Vec<(usize, usize, Run)>,
     /// The heartbeat floor measured before the process runs.
     pub(crate) processes_floor: Option<Run>,
+    pub(crate) pooler: Vec<crate::pooler::PoolerRun>,
     /// `(page, p50, p95)` of the dashboard on a big table.
     pub(crate) dashboard: Vec<(String, Duration, Duration)>,
     /// The bloat workload's burn-downs, with and without the claim cursor.
@@ -183,6 +184,7 @@ impl Report {
             partitioned: Vec::new(),
             processes: Vec::new(),
             processes_floor: None,
+            pooler: Vec::new(),
             dashboard: Vec::new(),
             big: Vec::new(),
             rss: Vec::new(),
@@ -352,6 +354,7 @@ impl Report {
                     .collect(),
             });
         }
+        tables.extend(crate::pooler::table(&self.pooler));
         if !self.dashboard.is_empty() {
             tables.push(Table {
                 title: "Dashboard pages on 1,000,000 completed and 100,000 queued rows (20 requests each)".into(),

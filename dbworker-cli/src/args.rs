@@ -36,11 +36,35 @@ impl Database {
     /// address, where a pool would retry until its acquire timeout and say
     /// only "pool timed out". The pool then connects as it needs.
     pub(crate) async fn connect(&self, max_connections: u32) -> Result<PgPool> {
+        self.connect_with(self.options()?, max_connections).await
+    }
+
+    /// [`connect`](Self::connect) to the replica `read` names, if it names
+    /// one, else to the database.
+    pub(crate) async fn connect_reads(
+        &self,
+        read: &ReadArgs,
+        max_connections: u32,
+    ) -> Result<PgPool> {
+        match &read.replica_url {
+            Some(url) => {
+                let options = parse_url(url, "DBWORKER_REPLICA_URL (--replica-url)")?;
+                self.connect_with(options, max_connections).await
+            }
+            None => self.connect(max_connections).await,
+        }
+    }
+
+    async fn connect_with(
+        &self,
+        options: PgConnectOptions,
+        max_connections: u32,
+    ) -> Result<PgPool> {
         let timeout = self.connect_timeout()?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(timeout)
-            .connect_lazy_with(self.options()?);
+            .connect_lazy_with(options);
         dbworker::check_connection(&pool, timeout).await?;
         Ok(pool)
     }
@@ -63,41 +87,59 @@ impl Database {
             .with_context(|| format!("job table {name}"))
     }
 
-    /// The URL parsed; a malformed or foreign one is blamed by name instead
-    /// of with sqlx's bare text ("relative URL without a base"), its password
-    /// never shown.
     fn options(&self) -> Result<PgConnectOptions> {
-        let url = &self.database_url;
-        let malformed = |why: String| {
-            anyhow!("DATABASE_URL (--database-url) {why}; expected postgres://user@host:port/db")
-        };
-        match url.split_once("://") {
-            Some((scheme, _))
-                if scheme.eq_ignore_ascii_case("postgres")
-                    || scheme.eq_ignore_ascii_case("postgresql") => {}
-            // Only a plain scheme is quoted: what precedes "://" could be a
-            // password in a URL missing its scheme.
-            Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) => {
-                return Err(malformed(format!(
-                    "is not a PostgreSQL URL: its scheme is {scheme}, not postgres or postgresql"
-                )));
-            }
-            _ => {
-                return Err(malformed(
-                    "is not a PostgreSQL URL: it does not start with postgres://".into(),
-                ));
-            }
-        }
-        url.parse().map_err(|err: sqlx::Error| {
-            // sqlx nests its configuration errors, each prefixed alike.
-            let text = err.to_string();
-            let mut why = text.as_str();
-            while let Some(rest) = why.strip_prefix("error with configuration: ") {
-                why = rest;
-            }
-            malformed(format!("is malformed: {}", without_password(url, why)))
-        })
+        parse_url(&self.database_url, "DATABASE_URL (--database-url)")
     }
+}
+
+/// Where a read-only command (`status`, `list`, `show`, `top`, the
+/// dashboard's pages) reads.
+#[derive(Debug, Args)]
+pub(crate) struct ReadArgs {
+    /// A streaming replica of the database to read from, sparing the
+    /// primary: postgres://user:password@replica:port/db. What is shown is as
+    /// old as the replica's lag (`status` prints it, the dashboard shows it
+    /// on every page); actions still go to DATABASE_URL.
+    #[arg(
+        long,
+        env = "DBWORKER_REPLICA_URL",
+        hide_env_values = true,
+        visible_alias = "read-url"
+    )]
+    pub(crate) replica_url: Option<String>,
+}
+
+/// The URL `flag` gave, parsed; a malformed or foreign one is blamed by name
+/// instead of with sqlx's bare text ("relative URL without a base"), its
+/// password never shown.
+fn parse_url(url: &str, flag: &str) -> Result<PgConnectOptions> {
+    let malformed = |why: String| anyhow!("{flag} {why}; expected postgres://user@host:port/db");
+    match url.split_once("://") {
+        Some((scheme, _))
+            if scheme.eq_ignore_ascii_case("postgres")
+                || scheme.eq_ignore_ascii_case("postgresql") => {}
+        // Only a plain scheme is quoted: what precedes "://" could be a
+        // password in a URL missing its scheme.
+        Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) => {
+            return Err(malformed(format!(
+                "is not a PostgreSQL URL: its scheme is {scheme}, not postgres or postgresql"
+            )));
+        }
+        _ => {
+            return Err(malformed(
+                "is not a PostgreSQL URL: it does not start with postgres://".into(),
+            ));
+        }
+    }
+    url.parse().map_err(|err: sqlx::Error| {
+        // sqlx nests its configuration errors, each prefixed alike.
+        let text = err.to_string();
+        let mut why = text.as_str();
+        while let Some(rest) = why.strip_prefix("error with configuration: ") {
+            why = rest;
+        }
+        malformed(format!("is malformed: {}", without_password(url, why)))
+    })
 }
 
 /// `text` with the URL's password, if it quotes it, replaced by `***`.
@@ -191,9 +233,12 @@ impl TableArgs {
             .await
     }
 
-    /// The admin, on a connection of its own.
-    pub(crate) async fn admin(&self) -> Result<Admin> {
-        self.admin_on(&self.target.connect().await?).await
+    /// The admin for reading, on a connection of its own to the replica
+    /// `read` names (the table checked there), or to the database.
+    pub(crate) async fn reader(&self, read: &ReadArgs) -> Result<(PgPool, Admin)> {
+        let pool = self.target.database.connect_reads(read, 1).await?;
+        let admin = self.admin_on(&pool).await?;
+        Ok((pool, admin))
     }
 
     /// The admin on a connection the command already has.

@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use commands::{
-    completions, control, jobs, maintenance, migration, partitions, status, top, ui, workflow,
+    completions, control, history, jobs, maintenance, migration, partitions, status, top, ui,
+    workflow,
 };
 
 #[derive(Debug, Parser)]
@@ -30,6 +31,9 @@ enum Command {
     Migration(migration::MigrationArgs),
     /// Delete (or archive) finished jobs older than their state's age.
     Purge(maintenance::PurgeArgs),
+    /// Record the job history (finished jobs per queue and minute) the
+    /// dashboard's charts and `top` read, every interval until stopped.
+    History(history::HistoryArgs),
     /// Partitioned job tables: `create --ahead N` makes the upcoming partitions.
     Partitions(partitions::PartitionsArgs),
     /// Every state per queue and in total, paused queues, the oldest wait,
@@ -58,7 +62,7 @@ enum Command {
     /// Delete the queued or errored job holding a key (a processing one is
     /// left alone).
     Remove(jobs::RemoveArgs),
-    /// A live view of queues, throughput and the hosts working (q quits).
+    /// A live view of queues, their history and the hosts working (q quits).
     Top(top::TopArgs),
     /// Serve the web dashboard.
     Ui(ui::UiArgs),
@@ -85,6 +89,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Migration(args) => migration::migration(args),
         Command::Purge(args) => maintenance::purge(args).await,
+        Command::History(args) => history::history(args).await,
         Command::Partitions(args) => partitions::partitions(args).await,
         Command::Status(args) => status::status(args).await,
         Command::List(args) => jobs::list(args).await,

@@ -280,39 +280,3 @@ async fn list_pages_through_a_filter_and_bulk_actions_act_on_it_only() {
     // The table's `queue` column serves --queue without --queue-column.
     assert!(ok(&dbworker(&db, &["list", "--queue", "mail"])).contains("processing mail"));
 }
-
-#[tokio::test]
-async fn top_renders_queues_throughput_and_hosts() {
-    let db = Db::new().await;
-    seed_many(&db).await;
-    db.execute(
-        "INSERT INTO jobs (state, queue, finished_at) SELECT 'completed', 'mail', now() FROM generate_series(1, 50); \
-         INSERT INTO jobs (state, queue) SELECT 'queued', 'reports' FROM generate_series(1, 7)",
-    )
-    .await;
-    let frame = ok(&dbworker(
-        &db,
-        &[
-            "top",
-            "--once",
-            "--queue-column",
-            "queue",
-            "--window",
-            "10s",
-        ],
-    ));
-    assert!(frame.contains("dbworker top — jobs"), "{frame}");
-    assert!(frame.contains("completed 5.0/s"), "{frame}");
-    let reports = frame.lines().find(|l| l.contains("reports")).unwrap();
-    assert_eq!(
-        reports.split_whitespace().collect::<Vec<_>>()[1..4],
-        ["7", "0", "0"],
-        "{frame}"
-    );
-    assert!(
-        frame
-            .lines()
-            .any(|l| l.contains("host-9") && l.contains('1')),
-        "{frame}"
-    );
-}

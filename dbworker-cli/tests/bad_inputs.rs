@@ -28,6 +28,7 @@ const COMMANDS: &[&[&str]] = &[
     &["reset", "--once"],
     &["pause"],
     &["top", "--once"],
+    &["history", "--once"],
     &["partitions", "create"],
     &["ui", "--listen", "127.0.0.1:0"],
 ];

@@ -74,3 +74,50 @@ async fn dbworker_ui_serves_alone_and_refuses_an_open_network_address() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `dbworker ui --cron-table`: each table's cron page, from the cron table.
+#[tokio::test]
+async fn dbworker_ui_serves_the_cron_page_with_the_cron_table() {
+    let (db, _) = seed().await;
+    db.execute(&dbworker::ddl::cron_table_sql(dbworker::cron::DEFAULT_CRON_TABLE).unwrap())
+        .await;
+    db.execute(
+        "INSERT INTO dbworker_cron (job_table, schedule, last_tick, expression, time_zone)
+         VALUES ('jobs', 'berlin-nightly', now(), '30 2 * * *', 'Europe/Berlin')",
+    )
+    .await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args([
+            "ui",
+            "--table",
+            "jobs",
+            "--cron-table",
+            "dbworker_cron",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("DATABASE_URL", db.db.url())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("dashboard on http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let page = http_get(&addr, "/t/jobs/cron", None);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        page.contains(" 200 OK")
+            && page.contains("<td>berlin-nightly</td>")
+            && page.contains("Europe/Berlin"),
+        "{page}"
+    );
+}

@@ -18,6 +18,7 @@ mod retry;
 mod sql;
 
 // Shared machinery the features build on.
+mod grants;
 mod notify;
 mod pooler;
 mod schema_check;
@@ -38,6 +39,7 @@ pub mod cron;
 pub mod dashboard;
 pub mod ddl;
 pub mod enqueue;
+pub mod history;
 pub mod items;
 pub mod job;
 pub mod maintenance;

@@ -125,13 +125,13 @@ pub(crate) fn none(problems: Vec<String>) -> Result<()> {
 }
 
 /// Whether the relation exists (resolved as Postgres resolves it, through
-/// `search_path` when unqualified) and whether the role may read it (and
-/// update it, when `update`). Records what is wrong; returns whether it exists.
+/// `search_path` when unqualified) and whether the role may read it (what a
+/// service writes, it checks itself: `crate::grants`). Records what is
+/// wrong; returns whether it exists.
 pub(crate) async fn check_access(
     pool: &PgPool,
     rel: &Relation,
     what: &str,
-    update: bool,
     problems: &mut Vec<String>,
 ) -> Result<bool> {
     let name = rel.display_name();
@@ -149,17 +149,9 @@ pub(crate) async fn check_access(
         return Ok(false);
     };
     let role: String = row.get("role");
-    let mut missing = Vec::new();
     if !row.get::<bool, _>("may_select") {
-        missing.push("SELECT");
-    }
-    if update && !row.get::<bool, _>("may_update") {
-        missing.push("UPDATE");
-    }
-    if !missing.is_empty() {
-        let missing = missing.join(", ");
         problems.push(format!(
-            "role {role} lacks {missing} on {what} {name}: GRANT {missing} ON {name} TO {role}"
+            "role {role} lacks SELECT on {what} {name}: GRANT SELECT ON {name} TO {role}"
         ));
     }
     let kind: String = row.get("kind");
@@ -181,7 +173,7 @@ pub(crate) async fn is_partitioned(pool: &PgPool, rel: &Relation) -> Result<bool
     Ok(row.is_some_and(|r| r.get::<String, _>("kind") == "p"))
 }
 
-/// Checks that `rel` exists, that the role may select and update it, and that
+/// Checks that `rel` exists, that the role may select it, and that
 /// it has every standard column, typed as expected, with counters that cannot
 /// silently hold NULL.
 pub(crate) async fn check_table(
@@ -190,7 +182,7 @@ pub(crate) async fn check_table(
     columns: &Columns,
     problems: &mut Vec<String>,
 ) -> Result<()> {
-    if !check_access(pool, rel, "table", true, problems).await? {
+    if !check_access(pool, rel, "table", problems).await? {
         return Ok(());
     }
     let table_columns = columns_of(pool, rel).await?;

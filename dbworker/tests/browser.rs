@@ -169,7 +169,6 @@ async fn serve_table(
     set: impl FnOnce(&mut DashboardOptions),
 ) -> (String, Dashboard) {
     let mut o = DashboardOptions::new(vec![t]);
-    o.sample_interval = Duration::from_millis(200);
     set(&mut o);
     o.auth = Auth::Hook(Arc::new(|parts| {
         let cookies = parts.headers.get("cookie")?.to_str().ok()?;
@@ -221,25 +220,40 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         |col| {
             col.queue = true;
             col.kind = true;
+            col.retention = true;
         },
-        &[pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap()],
+        &[
+            pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+            dbworker::ddl::history_table_sql(dbworker::history::DEFAULT_HISTORY_TABLE).unwrap(),
+        ],
     )
     .await;
     db.execute(
-        "INSERT INTO jobs (state, queue, kind, payload) SELECT 'queued', CASE WHEN i % 2 = 0 THEN 'mail' ELSE 'reports' END, 'send', jsonb_build_object('customer_id', i::text) FROM generate_series(1, 40) AS i;
+        "INSERT INTO jobs (state, queue, kind, finished_at, started_at, queued_at)
+           SELECT CASE WHEN i % 29 = 0 THEN 'failed' ELSE 'completed' END, 'mail', 'send', f, f - (1 + i % 5) * interval '1 second', f - (3 + i % 11) * interval '1 second'
+           FROM generate_series(1, 3000) AS i, LATERAL (SELECT now() - interval '2 minutes' - (i * 7 % 3600) * interval '1 second' AS f) AS t;
+         INSERT INTO jobs (state, queue, kind, payload) SELECT 'queued', CASE WHEN i % 2 = 0 THEN 'mail' ELSE 'reports' END, 'send', jsonb_build_object('customer_id', i::text) FROM generate_series(1, 40) AS i;
          INSERT INTO jobs (state, queue, kind, num_failures, failure_message, finished_at, payload)
            VALUES ('failed', 'mail', 'send', 3, 'SMTP 550: mailbox unavailable', now(), '{\"customer_id\": \"4242\"}');
          INSERT INTO jobs (state, queue, kind, finished_at) SELECT 'completed', 'mail', 'send', now() FROM generate_series(1, 25);",
     )
     .await;
+    let history_of = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    dbworker::history::History::new(&db.pool, &history_of, Default::default())
+        .await
+        .unwrap()
+        .record_once()
+        .await
+        .unwrap();
     let (base, _dashboard) = serve(&db, false).await;
     sign_in(&c, &base, "admin").await;
 
-    // Overview.
+    // Overview, with the history's charts.
     c.goto(&base).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await; // a few counter samples
-    c.refresh().await.unwrap();
     let page = page_with(&c, "Oldest waiting job").await;
+    assert!(page.contains("Finished jobs per minute"), "{page}");
     assert!(page.contains("alice · admin"), "{page}");
     let background = c
         .execute(
@@ -820,5 +834,58 @@ async fn operators_see_every_state_counted_and_the_new_pages_in_a_real_browser()
     at_url(&c, "refresh=5").await;
     page_with(&c, "Auto-refresh: every 5 s").await;
     assert_eq!(refreshes(c.clone()).await, 1);
+    c.close().await.unwrap();
+}
+
+/// The cron page in a real browser: reached from the header's link, it
+/// shows a Berlin schedule with its zone and ticks, and its last job links
+/// to the job's page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_read_the_cron_page_and_follow_its_last_job() {
+    use dbworker::cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions};
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::cron_table_sql(DEFAULT_CRON_TABLE).unwrap())
+        .await;
+    let table = db.table().await;
+    let scheduler = Scheduler::new(&db.pool, &table, SchedulerOptions::default())
+        .await
+        .unwrap()
+        .add_in_zone(
+            "berlin-nightly",
+            "30 2 * * *",
+            "Europe/Berlin",
+            NewJob::new(),
+            Backfill::RunOnce,
+        )
+        .unwrap();
+    scheduler.tick().await.unwrap();
+    db.execute("UPDATE dbworker_cron SET last_tick = now() - interval '3 days'")
+        .await;
+    let job = scheduler.tick().await.unwrap()[0].1;
+
+    let mut o = DashboardOptions::new(vec![table]);
+    o.cron_table = Some(DEFAULT_CRON_TABLE.into());
+    let dashboard = Dashboard::new(&db.pool, o).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://localhost:{}", listener.local_addr().unwrap().port());
+    let app = dashboard.router();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    c.goto(&format!("{base}/")).await.unwrap();
+    click(&c, Locator::LinkText("cron")).await;
+    at_url(&c, "/t/jobs/cron").await;
+    let text = page_with(&c, "berlin-nightly").await;
+    assert!(
+        text.contains("30 2 * * *") && text.contains("Europe/Berlin"),
+        "{text}"
+    );
+    assert!(text.contains(" ago") && text.contains("in "), "{text}");
+    shot(&c, "cron").await;
+    click(&c, Locator::LinkText(&job.to_string())).await;
+    at_url(&c, &format!("/t/jobs/jobs/{job}")).await;
+    page_with(&c, &format!("{job}")).await;
     c.close().await.unwrap();
 }

@@ -149,3 +149,55 @@ async fn schedules_that_cannot_enqueue_or_never_fire_are_refused_up_front() {
         .to_string();
     assert!(err.contains("(at $.s) holds a NUL"), "{err}");
 }
+
+/// A crontab line naming a zone this build does not know fails that
+/// schedule's every pass, naming the schedule, its line and the zone; the
+/// other lines enqueue. In code, `add` refuses it up front.
+#[tokio::test]
+async fn an_unknown_time_zone_fails_its_schedule_alone() {
+    let db = set_up().await;
+    let crontab = Crontab::parse(
+        "# two reports\nCRON_TZ=Europe/Berln * * * * * berlin\nCRON_TZ=Europe/Berlin * * * * * fine\n",
+    )
+    .unwrap();
+    let scheduler = Scheduler::new(&db.pool, &table(&db).await, SchedulerOptions::default())
+        .await
+        .unwrap()
+        .crontab(&crontab)
+        .unwrap();
+    for _ in 0..2 {
+        let err = scheduler.tick().await.unwrap_err().to_string();
+        assert!(
+            err.starts_with("cron schedule \"berlin\" (crontab line 2): ")
+                && err.contains("unknown time zone \"Europe/Berln\""),
+            "{err}"
+        );
+        make_due(&db).await;
+    }
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM jobs")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kinds, ["fine"], "the other line ran");
+    let schedules: Vec<String> = sqlx::query_scalar("SELECT schedule FROM dbworker_cron")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(schedules, ["fine"]);
+
+    let err = Scheduler::new(&db.pool, &table(&db).await, SchedulerOptions::default())
+        .await
+        .unwrap()
+        .add(
+            "nightly",
+            "CRON_TZ=Mars/Olympus 0 3 * * *",
+            NewJob::new(),
+            Backfill::RunOnce,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("cron schedule \"nightly\": ") && err.contains("\"Mars/Olympus\""),
+        "{err}"
+    );
+}

@@ -11,7 +11,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use dbworker::ddl::{OptionalColumns, job_table_sql, notify_trigger_sql, optional_columns_sql};
+use dbworker::ddl::{
+    OptionalColumns, history_table_sql, job_table_sql, notify_trigger_sql, optional_columns_sql,
+};
+use dbworker::history::DEFAULT_HISTORY_TABLE;
 
 const TABLE: &str = "example_jobs";
 
@@ -32,6 +35,10 @@ fn reference_migrations() -> Vec<(&'static str, String)> {
     let table = table.replacen("\n);\n", APPLICATION_COLUMNS, 1);
     let notify = notify_trigger_sql(TABLE, &renames, None).unwrap();
     let typed = optional_columns_sql(TABLE, &renames, OptionalColumns::typed()).unwrap();
+    let mut retention = OptionalColumns::default();
+    retention.retention = true;
+    let retention = optional_columns_sql(TABLE, &renames, retention).unwrap();
+    let history = history_table_sql(DEFAULT_HISTORY_TABLE).unwrap();
     vec![
         (
             "0001_example_jobs.sql",
@@ -55,6 +62,16 @@ fn reference_migrations() -> Vec<(&'static str, String)> {
                 "-- The columns typed jobs need (dbworker migration --table {TABLE} --typed):
 -- example_jobs has its payload column from 0001, so only `kind` is new here.
 {typed}"
+            ),
+        ),
+        (
+            "0004_example_jobs_history.sql",
+            format!(
+                "-- The job history the dashboard's charts and `dbworker top` read, written by
+-- dbworker::history::History (dbworker migration --table {TABLE} --history):
+-- the index over finished_at it aggregates through, and the history table.
+{retention}
+{history}"
             ),
         ),
     ]

@@ -57,19 +57,7 @@ pub(crate) fn prepare_cluster_dir(prefix: &str) -> Result<Layout, Error> {
 /// Runs initdb and starts the server with `postmaster::BASE_SETTINGS` and `settings`; returns
 /// its port and pid.
 pub(crate) fn init_and_start(layout: &Layout, settings: &[&str]) -> Result<(u16, u32), Error> {
-    fs::create_dir_all(&layout.socket_dir)
-        .map_err(|e| Error::io(format!("creating {}", layout.socket_dir.display()), e))?;
-    if let Some(owner) = layout.owner {
-        for dir in [&layout.base_dir, &layout.socket_dir] {
-            chown(dir, Some(owner.uid), Some(owner.gid)).map_err(|e| {
-                Error::io(
-                    format!("changing the owner of {} to {SERVER_USER}", dir.display()),
-                    e,
-                )
-            })?;
-        }
-    }
-
+    own_dirs(layout)?;
     let started = Instant::now();
     let mut initdb = layout.command("initdb");
     initdb
@@ -88,7 +76,30 @@ pub(crate) fn init_and_start(layout: &Layout, settings: &[&str]) -> Result<(u16,
         .stdin(Stdio::null());
     run(&mut initdb)?;
     tracing::debug!(elapsed = ?started.elapsed(), "initdb finished");
+    start_on_free_port(layout, settings)
+}
 
+/// Creates the socket directory and hands it and the base directory to the
+/// server user (when we are root), so its binaries may write there.
+pub(crate) fn own_dirs(layout: &Layout) -> Result<(), Error> {
+    fs::create_dir_all(&layout.socket_dir)
+        .map_err(|e| Error::io(format!("creating {}", layout.socket_dir.display()), e))?;
+    if let Some(owner) = layout.owner {
+        for dir in [&layout.base_dir, &layout.socket_dir] {
+            chown(dir, Some(owner.uid), Some(owner.gid)).map_err(|e| {
+                Error::io(
+                    format!("changing the owner of {} to {SERVER_USER}", dir.display()),
+                    e,
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts the cluster in `layout` on a free port, trying another when one is
+/// taken meanwhile; returns its port and pid.
+pub(crate) fn start_on_free_port(layout: &Layout, settings: &[&str]) -> Result<(u16, u32), Error> {
     let mut last_error = None;
     for attempt in 1..=START_ATTEMPTS {
         let port = free_port()?;

@@ -5,8 +5,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::Error;
-use crate::cluster::{admin_url, init_and_start, prepare_cluster_dir};
+use crate::cluster::{
+    admin_url, init_and_start, own_dirs, prepare_cluster_dir, start_on_free_port,
+};
 use crate::layout::{Layout, run};
+use crate::owner::SERVER_USER;
 use crate::postmaster::{StartError, start_postgres};
 
 /// A throwaway cluster with settings of the caller's choosing, owned by this value: stopped
@@ -54,6 +57,48 @@ impl ThrowawayServer {
                 pid,
                 port,
                 settings: settings.iter().map(|s| (*s).to_owned()).collect(),
+            }),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&layout.base_dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts a streaming replica of this server: a `pg_basebackup -R` of it
+    /// (the default `pg_hba.conf` of a throwaway cluster trusts replication
+    /// from 127.0.0.1) into a new throwaway directory, started with the same
+    /// settings on another free port as a hot standby that follows this
+    /// server until it is dropped. Blocks until it accepts (read-only)
+    /// connections.
+    ///
+    /// # Errors
+    ///
+    /// Whatever prevented the backup or the start ([`Error::Command`] when
+    /// `pg_basebackup` is missing or refused, ...).
+    pub fn start_replica(&self) -> Result<ThrowawayServer, Error> {
+        let layout = prepare_cluster_dir("dbworker-replica")?;
+        let started = (|| {
+            own_dirs(&layout)?;
+            let mut backup = layout.command("pg_basebackup");
+            backup
+                .arg("-D")
+                .arg(&layout.data_dir)
+                .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+                .args(["-h", "127.0.0.1", "-U", SERVER_USER, "-p"])
+                .arg(self.port.to_string())
+                .stdin(Stdio::null());
+            run(&mut backup)?;
+            let settings: Vec<&str> = self.settings.iter().map(String::as_str).collect();
+            start_on_free_port(&layout, &settings)
+        })();
+        match started {
+            Ok((port, pid)) => Ok(ThrowawayServer {
+                admin_url: admin_url(port),
+                layout,
+                pid,
+                port,
+                settings: self.settings.clone(),
             }),
             Err(e) => {
                 let _ = fs::remove_dir_all(&layout.base_dir);

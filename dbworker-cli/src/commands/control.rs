@@ -33,6 +33,7 @@ pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
     let pauses = Pauses::new(&pool, &table, PausesOptions::default())
         .await
         .with_context(|| format!("pause table {}", args.pause_table))?;
+    pauses.check_writes().await?;
     let what = args
         .queue
         .as_deref()

@@ -16,7 +16,7 @@ use dbworker::admin::{
 use indicatif::{ProgressBar, ProgressStyle};
 use workerutil::JobState;
 
-use crate::args::{Format, FormatArg, TableArgs, duration};
+use crate::args::{Format, FormatArg, ReadArgs, TableArgs, duration};
 use crate::commands::json::{self, print_json};
 
 /// Which jobs: every flag given must match.
@@ -100,6 +100,8 @@ pub(crate) struct ListArgs {
     #[command(flatten)]
     table: TableArgs,
     #[command(flatten)]
+    read: ReadArgs,
+    #[command(flatten)]
     filter: FilterArgs,
     /// Start after this id (the `--after` the previous page printed).
     #[arg(long)]
@@ -125,7 +127,12 @@ fn parse_sort(s: &str) -> std::result::Result<JobSort, String> {
 }
 
 pub(crate) async fn list(args: ListArgs) -> Result<()> {
-    let pool = args.table.target.connect().await?;
+    let pool = args
+        .table
+        .target
+        .database
+        .connect_reads(&args.read, 1)
+        .await?;
     let admin = args
         .table
         .admin_with(&pool, |o| args.filter.describe(o))
@@ -184,6 +191,8 @@ fn one_line(text: &str, max: usize) -> String {
 pub(crate) struct JobArgs {
     #[command(flatten)]
     table: TableArgs,
+    #[command(flatten)]
+    read: ReadArgs,
     /// The job's id.
     id: i64,
     #[command(flatten)]
@@ -191,7 +200,7 @@ pub(crate) struct JobArgs {
 }
 
 pub(crate) async fn show(args: JobArgs) -> Result<()> {
-    let admin = args.table.admin().await?;
+    let (_, admin) = args.table.reader(&args.read).await?;
     match admin
         .show(args.id)
         .await
@@ -237,7 +246,17 @@ pub(crate) async fn act(verb: &str, args: ActionArgs) -> Result<()> {
         .admin_with(&pool, |o| args.filter.describe(o))
         .await?;
     let action = verb.parse::<BulkAction>()?.with_message(&args.message);
+    check_grants(&admin, &action).await?;
     run(&admin, &action, &args).await
+}
+
+/// Refuses to start without the grants `action` uses, naming each.
+async fn check_grants(admin: &Admin, action: &BulkAction) -> Result<()> {
+    match action {
+        BulkAction::Delete => admin.check_deletes().await?,
+        _ => admin.check_actions().await?,
+    }
+    Ok(())
 }
 
 /// One job by id, or every job matching the filter.
@@ -314,7 +333,9 @@ pub(crate) async fn reschedule(args: RescheduleArgs) -> Result<()> {
             }
         })
         .await?;
-    run(&admin, &BulkAction::Reschedule(r), &args.action).await
+    let action = BulkAction::Reschedule(r);
+    check_grants(&admin, &action).await?;
+    run(&admin, &action, &args.action).await
 }
 
 /// `remove --key`: the waiting job holding a key.
@@ -336,6 +357,7 @@ pub(crate) async fn remove(args: RemoveArgs) -> Result<()> {
         .table
         .admin_with(&pool, |o| o.key_column = Some(args.key_column.clone()))
         .await?;
+    admin.check_deletes().await?;
     let key = &args.key;
     match admin
         .remove_key(key)

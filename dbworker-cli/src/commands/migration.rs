@@ -10,10 +10,11 @@ use dbworker::{
     cron::DEFAULT_CRON_TABLE,
     ddl::{
         OptionalColumns, add_jobs_function_sql, admin_functions_sql, consumer_tables_sql,
-        cron_table_sql, enqueue_function_sql, job_table_sql, leader_table_sql, limit_table_sql,
-        node_table_sql, notify_trigger_sql, optional_columns_sql, partitioned_job_table_sql,
-        partitioned_keys_sql, pause_table_sql, workflows_sql,
+        cron_table_sql, enqueue_function_sql, history_table_sql, job_table_sql, leader_table_sql,
+        limit_table_sql, node_table_sql, notify_trigger_sql, optional_columns_sql,
+        partitioned_job_table_sql, partitioned_keys_sql, pause_table_sql, workflows_sql,
     },
+    history::DEFAULT_HISTORY_TABLE,
 };
 
 use crate::args::parse_rename;
@@ -85,6 +86,11 @@ pub(crate) struct MigrationArgs {
     /// Also create the cron table (`dbworker_cron`), shared by every job table.
     #[arg(long)]
     cron: bool,
+    /// Also create the history table (`dbworker_history`), shared by every
+    /// job table, and the index over `finished_at` it reads through (as
+    /// --retention): the dashboard's charts and `dbworker top` read it.
+    #[arg(long)]
+    history: bool,
     /// Also create the worker registry (`dbworker_nodes`) and the leader lease
     /// table (`dbworker_leaders`), shared by every job table.
     #[arg(long)]
@@ -140,7 +146,7 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
     optional.flags = args.flags;
     optional.error_history = args.error_history;
     optional.results = args.results;
-    optional.retention = args.retention;
+    optional.retention = args.retention || args.history;
     // A partitioned table keeps its keys in a key table, not a unique index.
     let mut columns = optional;
     columns.keys = optional.keys && !args.partitioned;
@@ -159,6 +165,10 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
     if args.cron {
         ddl.push('\n');
         ddl.push_str(&cron_table_sql(DEFAULT_CRON_TABLE)?);
+    }
+    if args.history {
+        ddl.push('\n');
+        ddl.push_str(&history_table_sql(DEFAULT_HISTORY_TABLE)?);
     }
     if args.nodes {
         ddl.push('\n');
@@ -245,5 +255,18 @@ mod tests {
         let only_payload = sql(&["--table", "jobs", "--payload"]);
         assert!(only_payload.contains(payload) && !only_payload.contains(kind));
         assert!(!sql(&["--table", "jobs"]).contains(payload));
+    }
+
+    #[test]
+    fn history_prints_its_table_and_the_retention_index() {
+        let ddl = sql(&["--table", "jobs", "--history"]);
+        assert!(
+            ddl.contains(r#"CREATE TABLE IF NOT EXISTS "dbworker_history""#),
+            "{ddl}"
+        );
+        assert!(
+            ddl.contains(r#"CREATE INDEX IF NOT EXISTS "jobs_finished_idx""#),
+            "{ddl}"
+        );
     }
 }

@@ -15,13 +15,15 @@ use dbworker::{
     control::{DEFAULT_PAUSE_TABLE, Pause, Pauses, PausesOptions},
 };
 
-use crate::args::{Format, FormatArg, RegistryArgs, TableArgs, duration, human};
+use crate::args::{Format, FormatArg, ReadArgs, RegistryArgs, TableArgs, duration, human};
 use crate::commands::json::{self, print_json};
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     table: TableArgs,
+    #[command(flatten)]
+    read: ReadArgs,
     #[command(flatten)]
     registry: RegistryArgs,
     #[command(flatten)]
@@ -57,8 +59,7 @@ struct ConsumerArgs {
 
 pub(crate) async fn status(args: StatusArgs) -> Result<()> {
     // One connection for every section.
-    let pool = args.table.target.connect().await?;
-    let admin = args.table.admin_on(&pool).await?;
+    let (pool, admin) = args.table.reader(&args.read).await?;
     let table = &args.table.target.table;
     let status = admin
         .status_with(args.stalled_after)
@@ -67,6 +68,12 @@ pub(crate) async fn status(args: StatusArgs) -> Result<()> {
     let paused = paused(&pool, &args).await?;
     if args.format.format == Format::Json {
         return print_json(&json::status(table, &status, paused.as_deref()));
+    }
+    if args.read.replica_url.is_some() {
+        let lag = dbworker::admin::replica_lag(&pool)
+            .await
+            .context("the replica's lag")?;
+        println!("read from a replica: {}", lag.describe());
     }
     print_counts(&status);
     if let Some(paused) = &paused {

@@ -1,88 +1,118 @@
-//! `dbworker top`: a live terminal view of a job table — jobs per queue and
-//! state, jobs finished per second, the oldest wait, and the hosts working.
-//! Every refresh runs the status queries (bounded by the partial indexes) and
-//! one count of jobs finished within the window.
+//! `dbworker top`: a live terminal view of a job table — the live states per
+//! queue (`Admin::status`, bounded by the partial indexes), what each queue
+//! finished over the last window with its wait and run times, and jobs
+//! finished per minute over the last hour, both from the job history
+//! (`dbworker history` records it), and the hosts working. `--once` prints
+//! one frame (or, with `--format json`, one JSON document) and exits.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dbworker::admin::{Admin, Status};
+use dbworker::admin::{Admin, Status, format_age};
+use dbworker::history::{self, DEFAULT_HISTORY_TABLE, QueueHistory, Range, Series};
 use ratatui::Frame;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Paragraph, Row, Table};
-use workerutil::JobState;
+use ratatui::widgets::{Block, Paragraph, Row, Sparkline, Table};
+use serde_json::{Value, json};
+use sqlx::PgPool;
 
-use crate::args::{TableArgs, duration};
-use dbworker::admin::format_age;
+use crate::args::{Format, FormatArg, ReadArgs, TableArgs, duration};
+use crate::commands::json::{self, print_json};
 
 #[derive(Debug, Args)]
 pub(crate) struct TopArgs {
     #[command(flatten)]
     table: TableArgs,
-    /// Seconds between refreshes.
-    #[arg(long, default_value = "1s", value_parser = duration, alias = "interval-secs")]
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Time between refreshes (`2s`, `500ms`).
+    #[arg(long, default_value = "2s", value_parser = duration, alias = "interval-secs")]
     interval: Duration,
-    /// Jobs per second are averaged over this many seconds.
-    #[arg(long, default_value = "10s", value_parser = duration, alias = "window-secs")]
+    /// Each queue's finished jobs and times are summed over this much of the
+    /// history (whole minutes).
+    #[arg(long, default_value = "1h", value_parser = duration, alias = "window-secs")]
     window: Duration,
-    /// Print one frame as text and exit (for scripts, and where there is no terminal).
+    /// The history table (`dbworker migration --history`).
+    #[arg(long, default_value = DEFAULT_HISTORY_TABLE)]
+    history_table: String,
+    /// Print one frame as text (or JSON) and exit (for scripts, and where
+    /// there is no terminal).
     #[arg(long)]
     once: bool,
+    #[command(flatten)]
+    format: FormatArg,
 }
 
 /// What one frame shows.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Snapshot {
     pub(crate) table: String,
     pub(crate) status: Status,
-    /// Jobs finished per second over the window, per state.
-    pub(crate) per_second: Vec<(JobState, f64)>,
+    /// Each queue's history over the window; `None`: no history table.
+    pub(crate) queues: Option<Vec<QueueHistory>>,
+    /// The last hour, a point per minute with finished jobs.
+    pub(crate) hour: Option<Series>,
     pub(crate) window: Duration,
+    pub(crate) history_table: String,
 }
 
 impl Snapshot {
-    async fn take(admin: &Admin, table: &str, window: Duration) -> Result<Snapshot> {
+    async fn take(pool: &PgPool, admin: &Admin, table: &str, args: &TopArgs) -> Result<Snapshot> {
         let status = admin
             .status()
             .await
             .with_context(|| format!("status of {table}"))?;
-        let recent = admin
-            .recent(window)
+        let h = &args.history_table;
+        let queues = history::by_queue(pool, h, table, args.window)
             .await
-            .with_context(|| format!("jobs finished recently in {table}"))?;
-        let secs = window.as_secs_f64().max(f64::EPSILON);
-        let per_second = [JobState::Completed, JobState::Failed, JobState::Canceled]
-            .into_iter()
-            .map(|state| {
-                let n = recent
-                    .iter()
-                    .find(|(s, _)| *s == state)
-                    .map_or(0, |(_, n)| *n);
-                #[allow(clippy::cast_precision_loss)] // counts far below 2^52
-                (state, n as f64 / secs)
-            })
-            .collect();
+            .with_context(|| format!("history of {table} in {h}"))?;
+        let hour = history::series(pool, h, table, Range::Hour)
+            .await
+            .with_context(|| format!("history of {table} in {h}"))?;
         Ok(Snapshot {
             table: table.to_owned(),
             status,
-            per_second,
-            window,
+            queues,
+            hour,
+            window: args.window,
+            history_table: h.clone(),
         })
     }
+
+    /// Jobs finished per minute over the last hour, oldest first, a value
+    /// for every minute (0 where none finished).
+    fn per_minute(&self) -> Vec<u64> {
+        let Some(s) = &self.hour else {
+            return Vec::new();
+        };
+        let step = i64::try_from(s.range.step().as_secs()).unwrap_or(60);
+        (0..i64::try_from(s.range.steps()).unwrap_or(0))
+            .map(|i| {
+                let at = s.from + i * step;
+                s.points
+                    .iter()
+                    .find(|p| p.at == at)
+                    .map_or(0, history::Point::finished)
+            })
+            .collect()
+    }
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), format_age)
 }
 
 /// Draws one frame.
 pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
-    let queues = snap.status.per_queue();
-    let hosts = &snap.status.processing_by_host;
-    let [header, rates, queue_area, host_area, footer] = Layout::vertical([
+    let status = &snap.status;
+    let [header, spark_area, queue_area, host_area, footer] = Layout::vertical([
         Constraint::Length(1),
-        Constraint::Length(3),
+        Constraint::Length(5),
         Constraint::Min(4),
         Constraint::Min(3),
         Constraint::Length(1),
@@ -93,48 +123,81 @@ pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
         Paragraph::new(Line::from(format!(
             "dbworker top — {}   oldest waiting {}   ~{} rows",
             snap.table,
-            format_age(snap.status.oldest_waiting_seconds),
-            snap.status.estimated_rows
+            format_age(status.oldest_waiting_seconds),
+            status.estimated_rows
         )))
         .style(bold),
         header,
     );
-    let rate_text = snap
-        .per_second
-        .iter()
-        .map(|(state, r)| format!("{} {r:.1}/s", state.as_str()))
-        .collect::<Vec<_>>()
-        .join("   ");
-    frame.render_widget(
-        Paragraph::new(rate_text).block(Block::bordered().title(format!(
-            " finished, last {:.0}s ",
-            snap.window.as_secs_f64()
-        ))),
-        rates,
-    );
-    let queue_rows = queues.iter().map(|q| {
+    match &snap.hour {
+        Some(hour) => {
+            let t = &hour.total;
+            let title = format!(
+                " finished per minute, last hour: completed {} failed {} canceled {} retried {} ",
+                t.completed, t.failed, t.canceled, t.retried
+            );
+            frame.render_widget(
+                Sparkline::default()
+                    .data(snap.per_minute())
+                    .block(Block::bordered().title(title)),
+                spark_area,
+            );
+        }
+        None => frame.render_widget(
+            Paragraph::new(format!(
+                "no history table {}: `dbworker migration --history` creates it, `dbworker history` records it",
+                snap.history_table
+            ))
+            .block(Block::bordered().title(" history ")),
+            spark_area,
+        ),
+    }
+    let window = format_age(snap.window.as_secs_f64());
+    let mut names: Vec<Option<String>> = status.queues.iter().map(|q| q.queue.clone()).collect();
+    for q in snap.queues.iter().flatten() {
+        if !names.contains(&q.queue) {
+            names.push(q.queue.clone());
+        }
+    }
+    names.sort();
+    let queue_rows = names.iter().map(|name| {
+        let live = status.queues.iter().find(|q| q.queue == *name);
+        let done = snap.queues.iter().flatten().find(|q| q.queue == *name);
+        let n = |f: fn(&dbworker::admin::QueueCounts) -> u64| live.map_or(0, f).to_string();
+        let d = |f: fn(&history::Point) -> u64| done.map_or(0, |q| f(&q.point)).to_string();
         Row::new([
-            q.queue.clone().unwrap_or_else(|| "-".into()),
-            q.queued.to_string(),
-            q.errored.to_string(),
-            q.processing.to_string(),
+            name.clone().unwrap_or_else(|| "-".into()),
+            n(|q| q.available),
+            n(|q| q.scheduled),
+            n(|q| q.errored),
+            n(|q| q.processing),
+            n(|q| q.stalled),
+            d(|p| p.completed),
+            d(|p| p.failed),
+            d(|p| p.retried),
+            secs(done.and_then(|q| q.point.wait_p95)),
+            secs(done.and_then(|q| q.point.run_p95)),
         ])
     });
+    let widths = [Constraint::Fill(3)]
+        .into_iter()
+        .chain(std::iter::repeat_n(Constraint::Fill(2), 10));
     frame.render_widget(
-        Table::new(
-            queue_rows,
-            [
-                Constraint::Fill(2),
-                Constraint::Fill(1),
-                Constraint::Fill(1),
-                Constraint::Fill(1),
-            ],
-        )
-        .header(Row::new(["queue", "queued", "errored", "processing"]).style(bold))
-        .block(Block::bordered().title(" queues ")),
+        Table::new(queue_rows, widths)
+            .header(
+                Row::new([
+                    "queue", "avail", "sched", "errored", "running", "stalled", "done", "failed",
+                    "retried", "wait p95", "run p95",
+                ])
+                .style(bold),
+            )
+            .block(Block::bordered().title(format!(
+                " queues: live now; done, failed, retried and times over the last {window} "
+            ))),
         queue_area,
     );
-    let host_rows = hosts
+    let host_rows = status
+        .processing_by_host
         .iter()
         .map(|(host, n)| Row::new([host.clone(), n.to_string()]));
     frame.render_widget(
@@ -165,35 +228,61 @@ pub(crate) fn render_text(snap: &Snapshot, width: u16, height: u16) -> Result<St
     Ok(text)
 }
 
+/// `dbworker top --once --format json`: the status as `dbworker status`
+/// prints it, and the history (null without a history table).
+pub(crate) fn to_json(snap: &Snapshot) -> Value {
+    json!({
+        "status": json::status(&snap.table, &snap.status, None),
+        "history_table": snap.history_table,
+        "window_seconds": snap.window.as_secs_f64(),
+        "queues": snap.queues,
+        "last_hour": snap.hour,
+    })
+}
+
 pub(crate) async fn top(args: TopArgs) -> Result<()> {
-    let admin = args.table.admin().await?;
-    let interval = args.interval;
-    let window = args.window;
-    let table = args.table.target.table.clone();
+    // Reads only: from the replica when --replica-url names one.
+    let pool = args
+        .table
+        .target
+        .database
+        .connect_reads(&args.read, 1)
+        .await?;
+    let job_table = args.table.job_table_with(&pool, |_| {}).await?;
+    let admin = Admin::new(&pool, &job_table)
+        .await
+        .with_context(|| format!("job table {}", args.table.target.table))?;
+    // The name the history records the table under.
+    let table = job_table.name();
     if args.once {
-        let snap = Snapshot::take(&admin, &table, window).await?;
-        print!("{}", render_text(&snap, 100, 30)?);
-        return Ok(());
+        let snap = Snapshot::take(&pool, &admin, &table, &args).await?;
+        return match args.format.format {
+            Format::Json => print_json(&to_json(&snap)),
+            Format::Text => {
+                print!("{}", render_text(&snap, 110, 30)?);
+                Ok(())
+            }
+        };
     }
     let mut terminal = ratatui::init();
-    let result = live(&mut terminal, &admin, &table, interval, window).await;
+    let result = live(&mut terminal, &pool, &admin, &table, &args).await;
     ratatui::restore();
     result
 }
 
 async fn live(
     terminal: &mut ratatui::DefaultTerminal,
+    pool: &PgPool,
     admin: &Admin,
     table: &str,
-    interval: Duration,
-    window: Duration,
+    args: &TopArgs,
 ) -> Result<()> {
     loop {
-        let snap = Snapshot::take(admin, table, window).await?;
+        let snap = Snapshot::take(pool, admin, table, args).await?;
         terminal
             .draw(|f| render(f, &snap))
             .context("drawing on the terminal")?;
-        let next = Instant::now() + interval;
+        let next = Instant::now() + args.interval;
         while let Some(left) = next.checked_duration_since(Instant::now()) {
             if event::poll(left.min(Duration::from_millis(100))).context("waiting for a key")?
                 && let Event::Key(key) = event::read().context("reading a key")?
@@ -213,12 +302,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_frame_shows_queues_rates_and_hosts() {
+    fn a_frame_shows_live_queues_their_history_and_hosts() {
         let mut status = Status::default();
-        let queue = |name: &str, queued, errored, processing| {
+        let queue = |name: &str, available, errored, processing| {
             let mut q = QueueCounts::default();
             q.queue = Some(name.into());
-            (q.queued, q.errored, q.processing) = (queued, errored, processing);
+            (q.available, q.errored, q.processing) = (available, errored, processing);
             q
         };
         status.queues = vec![queue("emails", 120, 0, 4), queue("reports", 0, 2, 0)];
@@ -227,16 +316,35 @@ mod tests {
         let snap = Snapshot {
             table: "jobs".into(),
             status,
-            per_second: vec![(JobState::Completed, 12.5), (JobState::Failed, 0.0)],
-            window: Duration::from_secs(10),
+            queues: None,
+            hour: None,
+            window: Duration::from_secs(3600),
+            history_table: "dbworker_history".into(),
         };
-        let text = render_text(&snap, 80, 20).unwrap();
+        let text = render_text(&snap, 110, 20).unwrap();
         assert!(text.contains("dbworker top — jobs"), "{text}");
         assert!(text.contains("oldest waiting 2m"), "{text}");
-        assert!(text.contains("completed 12.5/s"), "{text}");
+        assert!(text.contains("no history table dbworker_history"), "{text}");
         let emails = text.lines().find(|l| l.contains("emails")).unwrap();
         let cells: Vec<&str> = emails.split_whitespace().collect();
-        assert_eq!(cells, ["│emails", "120", "0", "4", "│"], "{text}");
+        assert_eq!(
+            cells,
+            [
+                "│emails",
+                "120",
+                "0",
+                "0",
+                "4",
+                "0",
+                "0",
+                "0",
+                "0",
+                "-",
+                "-",
+                "│"
+            ],
+            "{text}"
+        );
         assert!(
             text.lines()
                 .any(|l| l.contains("host-a") && l.contains('4')),

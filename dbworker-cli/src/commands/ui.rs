@@ -1,20 +1,25 @@
 //! `dbworker ui`: the web dashboard served alone against `DATABASE_URL`.
 
-use std::time::Duration;
-
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 
-use crate::args::{Database, duration};
+use crate::args::{Database, ReadArgs};
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
 pub(crate) struct UiArgs {
     #[command(flatten)]
     database: Database,
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Offer no actions, whatever the user's role: the database role then
+    /// needs only SELECT (without this flag the dashboard checks the grants
+    /// its actions use, and names those missing).
+    #[arg(long)]
+    read_only: bool,
     /// The job tables to show (repeatable or comma-separated).
     #[arg(
         long = "table",
@@ -51,6 +56,10 @@ pub(crate) struct UiArgs {
     /// processes page).
     #[arg(long, env = "DBWORKER_LEADER_TABLE", requires = "node_table")]
     leader_table: Option<String>,
+    /// The cron table (`dbworker migration --cron`): each table gets a cron
+    /// page (schedules, time zones, last and next tick, last job).
+    #[arg(long, env = "DBWORKER_CRON_TABLE")]
+    cron_table: Option<String>,
     /// JSON fields and columns never shown (comma-separated).
     #[arg(long, value_delimiter = ',')]
     hide: Vec<String>,
@@ -71,9 +80,10 @@ pub(crate) struct UiArgs {
         hide_env_values = true
     )]
     users: Vec<String>,
-    /// Seconds between samples of the throughput counters.
-    #[arg(long, default_value = "5s", value_parser = duration, alias = "sample-secs")]
-    sample: Duration,
+    /// The history table the overview's charts read (`dbworker migration
+    /// --history` creates it, `dbworker history` records it).
+    #[arg(long, default_value = dbworker::history::DEFAULT_HISTORY_TABLE)]
+    history_table: String,
 }
 
 fn auth(args: &UiArgs) -> Result<Auth> {
@@ -137,7 +147,12 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
     options.leader_table = args.leader_table.clone();
-    options.sample_interval = args.sample;
+    options.history_table = args.history_table.clone();
+    options.cron_table = args.cron_table.clone();
+    options.read_only = args.read_only;
+    if args.read.replica_url.is_some() {
+        options.replica = Some(args.database.connect_reads(&args.read, 4).await?);
+    }
     let dashboard = Dashboard::new(&pool, options)
         .await
         .context("the dashboard")?;

@@ -6,6 +6,7 @@
 //! act on, so it never overwrites a job a worker holds.
 
 mod inputs;
+mod replica;
 mod status;
 
 use std::sync::Arc;
@@ -14,12 +15,14 @@ use sqlx::{PgPool, Row};
 use workerutil::JobState;
 
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 pub use crate::job_filter::{
     BulkAction, DEFAULT_FAIL_MESSAGE, FieldFilter, JobFilter, JobPage, JobSort, JobSummary,
     PageRequest, Reschedule, format_age,
 };
 use crate::sql::{self, Table};
 use crate::table::JobTable;
+pub use replica::{ReplicaLag, replica_lag};
 pub use status::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status};
 
 /// A job table as an operator sees it.
@@ -55,12 +58,41 @@ pub enum Canceled {
 }
 
 impl Admin {
-    /// An operator's view of `table` (checked when it was built).
+    /// An operator's view of `table` (checked when it was built). Reading
+    /// (status, lists, a job's row) needs only the table's `SELECT`; a tool
+    /// that acts checks [`check_actions`](Self::check_actions) (and
+    /// [`check_deletes`](Self::check_deletes)) at start-up.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Admin> {
         Ok(Admin {
             pool: pool.clone(),
             t: table.sql().clone(),
         })
+    }
+
+    /// Checks the grants the actions other than deleting use: `UPDATE` on
+    /// the table and, with workflows, what the release trigger touches when
+    /// an action finishes or retries a job. Each missing grant is named with
+    /// its `GRANT` ([`Error::Schema`]).
+    pub async fn check_actions(&self) -> Result<()> {
+        Grants::new("acting on jobs")
+            .on_table(&self.t, &[Privilege::Update])
+            .release_trigger(&self.t)
+            .check(&self.pool)
+            .await
+    }
+
+    /// Checks the grants [`delete`](Self::delete), [`remove_key`](Self::remove_key)
+    /// and a bulk delete use: `DELETE` on the table and, with workflows,
+    /// what the release trigger does when an unfinished job goes (it cancels
+    /// the job's dependents: `UPDATE` on the table too).
+    pub async fn check_deletes(&self) -> Result<()> {
+        let mut grants = Grants::new("deleting jobs").on_table(&self.t, &[Privilege::Delete]);
+        if self.t.workflows {
+            grants = grants
+                .on_table(&self.t, &[Privilege::Update])
+                .release_trigger(&self.t);
+        }
+        grants.check(&self.pool).await
     }
 
     /// An action this admin can apply: a reschedule's priority or retry

@@ -5,6 +5,7 @@
 use sqlx::{PgPool, Row};
 
 use crate::error::{Error, Result};
+use crate::grants::Privilege;
 use crate::sql;
 use crate::table::JobTable;
 
@@ -117,6 +118,8 @@ pub struct Limits {
 
 impl Limits {
     /// Limits of `table`, kept in its limit table (`JobTableOptions::limit_table`).
+    /// Checks that the role may read it (`SELECT`); a tool that sets limits
+    /// checks [`check_writes`](Self::check_writes) too.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Limits> {
         let t = ControlTable::of(
             pool,
@@ -125,7 +128,26 @@ impl Limits {
             "limit_table",
             "--limits",
         )?;
+        t.check("limit table", "reading limits", &[Privilege::Select])
+            .await?;
         Ok(Limits { t })
+    }
+
+    /// Checks the grants setting (`INSERT`, `UPDATE`) and removing
+    /// (`DELETE`) limits use, naming each missing one with its `GRANT`.
+    pub async fn check_writes(&self) -> Result<()> {
+        self.t
+            .check(
+                "limit table",
+                "setting limits",
+                &[
+                    Privilege::Select,
+                    Privilege::Insert,
+                    Privilege::Update,
+                    Privilege::Delete,
+                ],
+            )
+            .await
     }
 
     /// Allows at most `max_processing` jobs of `queue` to be processing at once

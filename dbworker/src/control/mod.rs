@@ -12,6 +12,7 @@ use sqlx::PgPool;
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::sql;
 use crate::table::JobTable;
 
@@ -33,6 +34,20 @@ impl ControlTable {
             job_table: sql::pause_key(job_table),
             table,
         }
+    }
+
+    /// Checks that the role has `privileges` on the control table (its
+    /// `what`: "pause table"), which `needed_by` needs.
+    async fn check(
+        &self,
+        what: &'static str,
+        needed_by: &'static str,
+        privileges: &[Privilege],
+    ) -> Result<()> {
+        Grants::new(needed_by)
+            .on(what, &self.table, privileges)
+            .check(&self.pool)
+            .await
     }
 
     /// `job`'s control table in `slot`, or an error naming the option to set.

@@ -4,6 +4,7 @@
 use sqlx::{PgPool, Row};
 
 use crate::error::{Error, Result};
+use crate::grants::Privilege;
 use crate::notify::channel_for;
 use crate::sql;
 use crate::table::JobTable;
@@ -80,6 +81,8 @@ impl PausesOptions {
 
 impl Pauses {
     /// Pauses of `table`, kept in its pause table (`JobTableOptions::pause_table`).
+    /// Checks that the role may read it (`SELECT`); a tool that pauses and
+    /// resumes checks [`check_writes`](Self::check_writes) too.
     pub async fn new(pool: &PgPool, table: &JobTable, options: PausesOptions) -> Result<Pauses> {
         options.validate()?;
         let t = ControlTable::of(
@@ -89,12 +92,26 @@ impl Pauses {
             "pause_table",
             "--pauses",
         )?;
+        t.check("pause table", "reading pauses", &[Privilege::Select])
+            .await?;
         Ok(Pauses {
             t,
             channel: options
                 .notify_channel
                 .unwrap_or_else(|| channel_for(table.relation())),
         })
+    }
+
+    /// Checks the grants pausing (`INSERT`) and resuming (`DELETE`) use,
+    /// naming each missing one with its `GRANT`.
+    pub async fn check_writes(&self) -> Result<()> {
+        self.t
+            .check(
+                "pause table",
+                "pausing and resuming",
+                &[Privilege::Select, Privilege::Insert, Privilege::Delete],
+            )
+            .await
     }
 
     /// Pauses `queue`, or the whole table with `None`; `by` is recorded with

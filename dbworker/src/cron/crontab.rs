@@ -5,6 +5,8 @@
 //! # ┌ minute ┌ hour ┌ day of month ┌ month ┌ day of week (0-7, Sun = 0 or 7)
 //! # │        │      │              │       │  kind        options               payload
 //!   30       4      *              *       1  send_email  ?fill=2d&max=10       {"onboarding": false}
+//! # The same fields read in a time zone (UTC without the prefix):
+//!   CRON_TZ=Europe/Berlin 0 3 * * *           nightly_report
 //! ```
 
 use std::time::Duration;
@@ -23,8 +25,13 @@ pub struct CrontabEntry {
     /// entries of one crontab may not share it.
     pub id: String,
     /// The five time fields as written (minute hour day-of-month month
-    /// day-of-week; UTC).
+    /// day-of-week), read in [`time_zone`](Self::time_zone).
     pub expression: String,
+    /// The line's `CRON_TZ=` (or `TZ=`) prefix: the IANA time zone its
+    /// fields are read in; `None` is UTC. Not checked against the time-zone
+    /// database here: [`Scheduler::crontab`](super::Scheduler::crontab) does,
+    /// and an unknown zone fails that schedule alone.
+    pub time_zone: Option<String>,
     /// The task identifier: the job's kind.
     pub kind: String,
     /// `?fill=`: every tick missed within this window is enqueued when a
@@ -62,7 +69,8 @@ pub struct Crontab {
 
 impl Crontab {
     /// Parses crontab text: `#` comments and blank lines are skipped; each
-    /// other line is five time fields, a task identifier, then optionally
+    /// other line is optionally `CRON_TZ=Zone`, five time fields, a task
+    /// identifier, then optionally
     /// `?opts` (`id`, `fill`, `max`, `queue`, `priority`, query-string
     /// style) and a JSON object. The first bad line is reported as
     /// [`Error::Crontab`] with its number.
@@ -107,7 +115,17 @@ fn token(s: &str) -> Option<(&str, &str)> {
 }
 
 fn parse_line(line: usize, content: &str) -> std::result::Result<CrontabEntry, String> {
-    let mut rest = content;
+    let (time_zone, mut rest) = super::schedule::split_zone(content);
+    if let Some(zone) = time_zone
+        && (zone.is_empty()
+            || !zone
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '+')))
+    {
+        return Err(format!(
+            "time zone {zone:?} must be an IANA name such as CRON_TZ=Europe/Berlin"
+        ));
+    }
     let mut fields = Vec::with_capacity(6);
     for _ in 0..6 {
         let Some((t, r)) = token(rest) else {
@@ -118,7 +136,7 @@ fn parse_line(line: usize, content: &str) -> std::result::Result<CrontabEntry, S
     }
     let kind = fields.pop().unwrap_or_default().to_owned();
     let expression = fields.join(" ");
-    super::schedule::parse_five(&expression)?;
+    super::schedule::Schedule::parse_five(&expression)?;
     if !is_name(&kind, true) {
         return Err(format!(
             "task identifier {kind:?} must start with a letter or _ and hold only letters, digits, _, - and :"
@@ -128,6 +146,7 @@ fn parse_line(line: usize, content: &str) -> std::result::Result<CrontabEntry, S
         line,
         id: kind.clone(),
         expression,
+        time_zone: time_zone.map(str::to_owned),
         kind,
         fill: None,
         max_attempts: None,
@@ -307,6 +326,17 @@ mod tests {
         assert_eq!(e[2].queue.as_deref(), Some("reports"));
         assert_eq!(e[2].priority, Some(-5));
         assert_eq!(Crontab::parse("# only\n\n").unwrap().entries().len(), 0);
+        assert!(e.iter().all(|e| e.time_zone.is_none()), "UTC by default");
+        let zoned =
+            Crontab::parse("CRON_TZ=Europe/Berlin 0 3 * * * report\nTZ=Etc/GMT+5 0 3 * * * other")
+                .unwrap();
+        let z = zoned.entries();
+        assert_eq!(z[0].time_zone.as_deref(), Some("Europe/Berlin"));
+        assert_eq!(
+            (z[0].expression.as_str(), z[0].kind.as_str()),
+            ("0 3 * * *", "report")
+        );
+        assert_eq!(z[1].time_zone.as_deref(), Some("Etc/GMT+5"));
     }
 
     #[test]
@@ -346,6 +376,9 @@ mod tests {
                 "NUL character (\\u0000) at $.x",
             ),
             ("0 0 30 2 * a", "never fires"),
+            ("CRON_TZ= 0 * * * * a", "time zone \"\""),
+            ("CRON_TZ=Europe/Berlin;rm 0 * * * * a", "IANA name"),
+            ("CRON_TZ=Europe/Berlin 0 * * * a", "expected 5 time fields"),
             (
                 "0 * * * * a ?id=b {} \n0 * * * * b",
                 "already used on line 3",

@@ -3,7 +3,7 @@
 //! (no leader needed).
 
 mod crontab;
-mod schedule;
+pub(crate) mod schedule;
 mod ticks;
 
 use std::time::Duration;
@@ -20,6 +20,8 @@ use crate::service::{Next, Runner, Service};
 use crate::sql;
 use crate::table::JobTable;
 pub use crontab::{Crontab, CrontabEntry};
+use schedule::Schedule;
+pub use ticks::Backfill;
 use ticks::{Due, due_ticks};
 
 /// The cron table's default name.
@@ -64,43 +66,13 @@ impl SchedulerOptions {
     }
 }
 
-/// What happens to ticks missed while no scheduler ran (downtime).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backfill {
-    /// Enqueue the latest due tick only if it is at most `grace` late; older
-    /// missed ticks are dropped.
-    Skip {
-        /// How late a tick may be and still run.
-        grace: Duration,
-    },
-    /// Enqueue one job for the latest due tick however late (a run that
-    /// "catches up" once, never once per missed tick).
-    RunOnce,
-    /// Enqueue one job for every tick missed within `window` before now
-    /// (oldest first, in one transaction), and drop older ones. The latest
-    /// due tick also runs if it is at most a minute late, so a window
-    /// shorter than the scheduler's pass loses no regular tick. A crontab's
-    /// `?fill=`.
-    Fill {
-        /// How far back missed ticks are enqueued.
-        window: Duration,
-    },
-}
-
-impl Default for Backfill {
-    fn default() -> Self {
-        Backfill::Skip {
-            grace: Duration::from_secs(60),
-        }
-    }
-}
-
 /// One named schedule and the job each tick enqueues.
 #[derive(Debug, Clone)]
 struct Entry {
     name: String,
-    schedule: cron::Schedule,
+    /// `Err`: a crontab line's time zone this build does not know; the
+    /// schedule fails every pass (naming the zone), the others run.
+    schedule: std::result::Result<Schedule, String>,
     job: NewJob,
     backfill: Backfill,
     /// A crontab entry's payload: each job gets it, plus `_cron`, in the
@@ -149,14 +121,26 @@ impl Scheduler {
         options.validate()?;
         let enqueuer = Enqueuer::new(pool, table).await?;
         let cron_table = Relation::parse("cron_table", &options.cron_table)?;
-        crate::schema_check::require_columns(
+        let mut problems = crate::schema_check::missing_columns(
             pool,
             &cron_table,
             "cron table",
-            &["job_table", "schedule", "last_tick"],
+            &[
+                "job_table",
+                "schedule",
+                "last_tick",
+                "expression",
+                "time_zone",
+                "last_job_id",
+            ],
             "`dbworker migration --cron` prints it",
         )
         .await?;
+        for p in problems.iter_mut().filter(|p| p.contains("has no column")) {
+            // A table made before the dashboard's cron page.
+            p.push_str(" (`dbworker migration --cron` prints the ALTER TABLE that adds it)");
+        }
+        crate::schema_check::none(problems)?;
         Ok(Scheduler {
             pool: pool.clone(),
             job_table: sql::pause_key(enqueuer.table()),
@@ -169,8 +153,11 @@ impl Scheduler {
     }
 
     /// Adds a schedule: `expression` in standard cron syntax (5 fields, or 6
-    /// with seconds first; UTC; weekdays 0-7 with Sunday 0 or 7), `job`
-    /// enqueued at each tick.
+    /// with seconds first; weekdays 0-7 with Sunday 0 or 7), read in UTC or,
+    /// after a `CRON_TZ=` prefix, in that IANA time zone
+    /// (`CRON_TZ=Europe/Berlin 0 3 * * *`, as robfig/cron reads it); `job`
+    /// enqueued at each tick. A bad expression or an unknown zone is refused
+    /// here, naming the schedule.
     pub fn add(
         self,
         name: impl Into<String>,
@@ -178,13 +165,63 @@ impl Scheduler {
         job: NewJob,
         backfill: Backfill,
     ) -> Result<Self> {
-        let schedule = schedule::parse(expression).map_err(|reason| Error::InvalidOption {
-            field: "expression",
-            reason,
-        })?;
+        let name = name.into();
+        let schedule = Schedule::parse(expression).map_err(|e| named(&name, e))?;
+        self.add_schedule(name, schedule, job, backfill)
+    }
+
+    /// [`add`](Self::add) with the time zone apart: `expression`'s fields
+    /// are read in `time_zone`, an IANA name (`Europe/Berlin`,
+    /// `America/New_York`, `UTC`). Across a daylight-saving change each
+    /// local tick is enqueued once: see the guide's "Time zones and
+    /// daylight saving".
+    ///
+    /// ```no_run
+    /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+    /// use dbworker::{JobTable, JobTableOptions, NewJob, cron::{Backfill, Scheduler, SchedulerOptions}};
+    /// let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
+    /// let scheduler = Scheduler::new(&pool, &jobs, SchedulerOptions::default())
+    ///     .await?
+    ///     // 03:00 in Berlin, summer and winter (01:00 or 02:00 UTC).
+    ///     .add_in_zone("berlin-report", "0 3 * * *", "Europe/Berlin", NewJob::new().kind("report"), Backfill::RunOnce)?;
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
+    pub fn add_in_zone(
+        self,
+        name: impl Into<String>,
+        expression: &str,
+        time_zone: &str,
+        job: NewJob,
+        backfill: Backfill,
+    ) -> Result<Self> {
+        let name = name.into();
+        if let (Some(prefix), _) = schedule::split_zone(expression) {
+            return Err(named(
+                &name,
+                Error::InvalidOption {
+                    field: "time_zone",
+                    reason: format!(
+                        "given twice: CRON_TZ={prefix} in the expression and {time_zone:?}"
+                    ),
+                },
+            ));
+        }
+        let schedule = Schedule::parse(expression)
+            .and_then(|s| s.in_zone(time_zone))
+            .map_err(|e| named(&name, e))?;
+        self.add_schedule(name, schedule, job, backfill)
+    }
+
+    fn add_schedule(
+        self,
+        name: String,
+        schedule: Schedule,
+        job: NewJob,
+        backfill: Backfill,
+    ) -> Result<Self> {
         // Refused now, not at every tick (a NUL, a column set it cannot take).
         self.enqueuer.check_job(&job)?;
-        self.push(name.into(), schedule, job, backfill, None)
+        self.push(name, Ok(schedule), job, backfill, None)
     }
 
     /// Adds every entry of a crontab: each tick enqueues a job of the entry's
@@ -193,6 +230,12 @@ impl Scheduler {
     /// ([`JobTableOptions::payload_column`](crate::JobTableOptions::payload_column)) holds the entry's JSON plus
     /// `_cron: {"ts": <the tick, RFC 3339>, "backfilled": <bool>}`. `?fill=`
     /// is [`Backfill::Fill`]; without it, [`Backfill::default`].
+    ///
+    /// A line's `CRON_TZ=` names its time zone. One this build's time-zone
+    /// database does not know (a typo, or a zone newer than the build:
+    /// several builds may share a crontab) is logged now and fails that
+    /// schedule's every pass with an error naming the schedule, its line and
+    /// the zone ([`tick`](Self::tick)); the other lines run.
     ///
     /// ```no_run
     /// # async fn f(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -230,7 +273,17 @@ impl Scheduler {
             self.enqueuer
                 .check_job(&job)
                 .map_err(|err| at_line(err.to_string()))?;
-            let schedule = schedule::parse_five(&e.expression).map_err(at_line)?;
+            let schedule = Schedule::parse_five(&e.expression).map_err(at_line)?;
+            let schedule = match &e.time_zone {
+                None => Ok(schedule),
+                Some(zone) => schedule.in_zone(zone).map_err(|err| {
+                    tracing::error!(schedule = %e.id, crontab_line = e.line, time_zone = %zone, error = %err, "cron schedule's time zone is unknown: it fails every pass; the other schedules go on");
+                    match err {
+                        Error::InvalidOption { reason, .. } => reason,
+                        other => other.to_string(),
+                    }
+                }),
+            };
             let backfill = e
                 .fill
                 .map_or_else(Backfill::default, |window| Backfill::Fill { window });
@@ -253,7 +306,7 @@ impl Scheduler {
     fn push(
         mut self,
         name: String,
-        schedule: cron::Schedule,
+        schedule: std::result::Result<Schedule, String>,
         job: NewJob,
         backfill: Backfill,
         payload: Option<Map<String, Value>>,
@@ -328,11 +381,24 @@ impl Scheduler {
     }
 
     async fn tick_one(&self, entry: &Entry) -> Result<Vec<i64>> {
+        let schedule = entry
+            .schedule
+            .as_ref()
+            .map_err(|reason| Error::InvalidOption {
+                field: "time_zone",
+                reason: reason.clone(),
+            })?;
         let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-        sql::cron_register(&self.cron_table, &self.job_table, &entry.name)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("cron"))?;
+        sql::cron_register(
+            &self.cron_table,
+            &self.job_table,
+            &entry.name,
+            schedule.expression(),
+            schedule.time_zone(),
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("cron"))?;
         // Locks the schedule's row: concurrent schedulers wait here, then see
         // the tick this one advanced to.
         let row = sql::cron_state(&self.cron_table, &self.job_table, &entry.name)
@@ -342,7 +408,7 @@ impl Scheduler {
         let (last, now) = (micros(row.get("last_tick")), micros(row.get("now")));
         // A tick is on time if a running scheduler could have found it now.
         let on_time = self.interval + Duration::from_secs(60);
-        let (due, advance) = due_ticks(&entry.schedule, entry.backfill, last, now, on_time);
+        let (due, advance) = due_ticks(schedule, entry.backfill, last, now, on_time);
         let Some(advance) = advance else {
             // Keeps a first registration; releases the row lock.
             tx.commit().await.map_err(Error::db("commit"))?;
@@ -368,6 +434,7 @@ impl Scheduler {
             &self.job_table,
             &entry.name,
             advance.timestamp_micros(),
+            ids.last().copied(),
         )
         .execute(&mut *tx)
         .await
@@ -435,6 +502,15 @@ struct Pass {
     first_failure: Option<Error>,
     /// How many schedules failed.
     failed: usize,
+}
+
+/// A schedule's error from `add`, naming it.
+fn named(schedule: &str, err: Error) -> Error {
+    Error::CronSchedule {
+        schedule: schedule.to_owned(),
+        line: None,
+        source: Box::new(err),
+    }
 }
 
 fn micros(value: i64) -> DateTime<Utc> {

@@ -81,7 +81,7 @@ pub(crate) async fn job_action(
     let t = s.table(&table)?;
     let action = action_of(&form).ok_or_else(|| bad_request("unknown action"))?;
     let n = t
-        .admin
+        .writer
         .act_on_ids(&[id], &action)
         .await
         .map_err(server_error)?;
@@ -124,7 +124,7 @@ pub(crate) async fn bulk(
     }
     if field(&form, "confirm") != Some("yes") {
         let count = if all_matching {
-            t.admin
+            t.writer
                 .count_matching(&filter, &action)
                 .await
                 .map_err(server_error)?
@@ -136,9 +136,11 @@ pub(crate) async fn bulk(
         );
     }
     let done = if all_matching {
-        t.admin.act_on_matching(&filter, &action, 500, |_| {}).await
+        t.writer
+            .act_on_matching(&filter, &action, 500, |_| {})
+            .await
     } else {
-        t.admin.act_on_ids(&ids, &action).await
+        t.writer.act_on_ids(&ids, &action).await
     };
     let n = done.map_err(server_error)?;
     tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");

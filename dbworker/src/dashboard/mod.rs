@@ -23,18 +23,20 @@
 mod actions;
 mod auth;
 mod charts;
+mod cron;
 mod dag;
+mod grants;
 mod job_page;
 mod limits;
 mod pages;
 mod processes;
 mod refresh;
-mod sampler;
+mod replica;
 mod workflow;
 mod workflows_list;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -44,7 +46,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sqlx::PgPool;
-use tokio_util::sync::DropGuard;
 use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
@@ -77,16 +78,32 @@ pub struct DashboardOptions {
     /// The lease table of leader election, to show which process leads
     /// each scope (the processes page).
     pub leader_table: Option<String>,
+    /// The cron table (`dbworker migration --cron`), for each table's cron
+    /// page (schedules, last and next tick, the job last enqueued).
+    pub cron_table: Option<String>,
     /// A process whose registry heartbeat is older than this is dead: the
     /// overview does not list it, the processes page flags it (and flags it
     /// stale past half of it). Default 10 s, the registry's own default.
     pub dead_after: Duration,
-    /// How often the throughput counters are sampled. Default 5 s.
-    pub sample_interval: Duration,
-    /// How many samples the charts keep. Default 120 (10 minutes at 5 s).
-    pub samples_kept: usize,
+    /// The history table the overview's charts read (written by
+    /// [`History`](crate::history::History)); when it does not exist the
+    /// overview says how to create it. Default
+    /// [`DEFAULT_HISTORY_TABLE`](crate::history::DEFAULT_HISTORY_TABLE).
+    pub history_table: String,
     /// Jobs per page. Default 50.
     pub page_size: u32,
+    /// Show no actions to anyone, whatever their [`Role`]: the dashboard then
+    /// needs only `SELECT` (on the job table, its view, pause, limit and
+    /// dependency tables). Default `false`: actions are offered to admins,
+    /// and [`Dashboard::new`] checks the grants they use, refusing to start
+    /// without them (naming each `GRANT`, or this option).
+    pub read_only: bool,
+    /// A pool on a streaming replica of the database: the pages' job lists,
+    /// counts, job rows, workflows and charts are read from it, and every
+    /// page says how far behind it is; actions, pauses and limits stay on the
+    /// primary (the pool given to [`Dashboard::new`]). Default `None`: all on
+    /// the primary.
+    pub replica: Option<PgPool>,
 }
 
 impl DashboardOptions {
@@ -98,10 +115,12 @@ impl DashboardOptions {
             hidden_fields: Vec::new(),
             node_table: None,
             leader_table: None,
+            cron_table: None,
             dead_after: Duration::from_secs(10),
-            sample_interval: Duration::from_secs(5),
-            samples_kept: 120,
+            history_table: crate::history::DEFAULT_HISTORY_TABLE.to_owned(),
             page_size: 50,
+            read_only: false,
+            replica: None,
         }
     }
 
@@ -116,12 +135,7 @@ impl DashboardOptions {
         if self.tables.is_empty() {
             return invalid("tables", "name at least one job table");
         }
-        if self.sample_interval.is_zero() {
-            return invalid("sample_interval", "must be positive");
-        }
-        if self.samples_kept == 0 {
-            return invalid("samples_kept", "must be at least 1");
-        }
+        crate::columns::Relation::parse("history_table", &self.history_table)?;
         if self.page_size == 0 {
             return invalid("page_size", "must be at least 1");
         }
@@ -132,15 +146,16 @@ impl DashboardOptions {
 /// One table's admin and what belongs to it.
 pub(crate) struct Table {
     pub(crate) name: String,
+    /// For reading: on the replica when there is one.
     pub(crate) admin: Admin,
+    /// For actions: on the primary.
+    pub(crate) writer: Admin,
     pub(crate) pauses: Option<Pauses>,
     pub(crate) limits: Option<Limits>,
     /// The error history column, unquoted, if the table keeps one.
     pub(crate) error_history: Option<String>,
     /// The table's workflows, if it has them (`--workflows`).
     pub(crate) workflows: Option<crate::workflow::Workflows>,
-    /// `(completed/s, failed/s)` per sample, oldest first.
-    pub(crate) samples: Mutex<VecDeque<(f64, f64)>>,
 }
 
 pub(crate) struct Shared {
@@ -151,6 +166,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Where pages read: the replica when there is one.
+    pub(crate) fn reads(&self) -> &PgPool {
+        self.options.replica.as_ref().unwrap_or(&self.pool)
+    }
+
     fn table(&self, name: &str) -> std::result::Result<&Table, Response> {
         self.tables
             .iter()
@@ -160,10 +180,8 @@ impl Shared {
 }
 
 /// The dashboard: build it once, mount its [`router`](Dashboard::router).
-/// Dropping it stops its counter sampling.
 pub struct Dashboard {
     shared: Arc<Shared>,
-    _sampler: DropGuard,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -175,18 +193,31 @@ impl std::fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// Checks every table (and its pause and limit tables) now and starts
-    /// sampling the throughput counters.
+    /// Checks every table (and its pause and limit tables) now, and, unless
+    /// [`read_only`](DashboardOptions::read_only), the grants its actions
+    /// use.
     pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
         options.validate()?;
+        let reads = match &options.replica {
+            Some(replica) => {
+                crate::check_connection(replica, crate::DEFAULT_CONNECT_TIMEOUT).await?;
+                replica.clone()
+            }
+            None => pool.clone(),
+        };
+        cron::check(pool, options.cron_table.as_deref()).await?;
         let mut tables = Vec::new();
         for t in &options.tables {
-            let workflows = workflow::open(pool, t).await?;
-            let admin = Admin::new(pool, t).await?;
+            let workflows = workflow::open(&reads, t);
+            let admin = Admin::new(&reads, t).await?;
+            let writer = Admin::new(pool, t).await?;
             let pauses = match t.sql().pause_table {
                 Some(_) => Some(Pauses::new(pool, t, PausesOptions::default()).await?),
                 None => None,
             };
+            if !options.read_only {
+                grants::check_actions(&writer, pauses.as_ref()).await?;
+            }
             let limits = match t.sql().limit_table {
                 Some(_) => Some(Limits::new(pool, t).await?),
                 None => None,
@@ -197,9 +228,9 @@ impl Dashboard {
                 workflows,
                 error_history,
                 admin,
+                writer,
                 pauses,
                 limits,
-                samples: Mutex::new(VecDeque::new()),
             });
         }
         let shared = Arc::new(Shared {
@@ -208,11 +239,7 @@ impl Dashboard {
             options,
             csrf: auth::random_token(),
         });
-        let sampler = sampler::spawn(shared.clone());
-        Ok(Dashboard {
-            shared,
-            _sampler: sampler,
-        })
+        Ok(Dashboard { shared })
     }
 
     /// The routes, to serve alone or to `nest` under a prefix; every link
@@ -228,6 +255,7 @@ impl Dashboard {
             .route("/t/{table}/workflows", get(workflows_list::list))
             .route("/t/{table}/workflows/{id}", get(workflow::workflow))
             .route("/t/{table}/queues", get(queues))
+            .route("/t/{table}/cron", get(cron::cron))
             .route("/t/{table}/queues/pause", post(actions::pause))
             .route("/t/{table}/queues/limit", post(limits::set))
             .route("/processes", get(processes::processes))
@@ -239,7 +267,7 @@ impl Dashboard {
 /// Authenticates every request and sets the security headers.
 async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let Some(user) = s.options.auth.user(&parts) else {
+    let Some(mut user) = s.options.auth.user(&parts) else {
         let mut response =
             (StatusCode::UNAUTHORIZED, "sign in to see the dashboard").into_response();
         if let Some(challenge) = s.options.auth.challenge() {
@@ -264,7 +292,15 @@ async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
         }
         None => String::new(),
     };
-    parts.extensions.insert(Viewer { user, base });
+    if s.options.read_only {
+        user.role = Role::ReadOnly;
+    }
+    let replica = replica::lag(&s).await;
+    parts.extensions.insert(Viewer {
+        user,
+        base,
+        replica,
+    });
     let mut response = next.run(Request::from_parts(parts, body)).await;
     let h = response.headers_mut();
     h.insert(
@@ -290,6 +326,8 @@ async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
 pub(crate) struct Viewer {
     pub(crate) user: User,
     pub(crate) base: String,
+    /// With a replica: how far behind it is (or why that is unknown).
+    pub(crate) replica: replica::Lag,
 }
 
 impl Viewer {
@@ -347,6 +385,10 @@ async fn overview(
     viewer: axum::Extension<Viewer>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, Response> {
+    let range = match q.get("range").filter(|r| !r.is_empty()) {
+        Some(r) => r.parse().map_err(server_error)?,
+        None => crate::history::Range::default(),
+    };
     let mut tables = Vec::new();
     for t in &s.tables {
         let status = t.admin.status().await.map_err(server_error)?;
@@ -354,27 +396,24 @@ async fn overview(
             Some(p) => p.list().await.unwrap_or_default(),
             None => Vec::new(),
         };
-        let samples: Vec<(f64, f64)> = t
-            .samples
-            .lock()
-            .expect("not poisoned")
-            .iter()
-            .copied()
-            .collect();
+        let charts = charts::read(s.reads(), &s.options.history_table, &t.name, range).await;
         tables.push(pages::TableOverview {
             name: &t.name,
             status,
             paused,
-            samples,
+            charts,
         });
     }
     let nodes = match &s.options.node_table {
-        Some(nt) => crate::cluster::nodes::live_nodes(&s.pool, nt, s.options.dead_after)
+        Some(nt) => crate::cluster::nodes::live_nodes(s.reads(), nt, s.options.dead_after)
             .await
             .ok(),
         None => None,
     };
-    Ok(pages::overview(&viewer, &s, &tables, nodes.as_deref(), &refresh(&q)).into_response())
+    Ok(
+        pages::overview(&viewer, &s, &tables, nodes.as_deref(), range, &refresh(&q))
+            .into_response(),
+    )
 }
 
 /// The list filter from query parameters; refuses hidden fields. Each error

@@ -18,7 +18,7 @@ pub(crate) struct TableOverview<'a> {
     pub(crate) name: &'a str,
     pub(crate) status: Status,
     pub(crate) paused: Vec<Pause>,
-    pub(crate) samples: Vec<(f64, f64)>,
+    pub(crate) charts: charts::Charts,
 }
 
 /// A page; `refresh` is `None` on pages that must not reload (a confirmation).
@@ -46,6 +46,7 @@ pub(super) fn layout(
                         a href=(nav(format!("/t/{}/jobs", url_escape(&t.name)))) { (t.name) }
                         a href=(nav(format!("/t/{}/queues", url_escape(&t.name)))) { "queues" }
                         @if t.workflows.is_some() { a href=(nav(format!("/t/{}/workflows", url_escape(&t.name)))) { "workflows" } }
+                        @if s.options.cron_table.is_some() { a href=(nav(format!("/t/{}/cron", url_escape(&t.name)))) { "cron" } }
                     }
                     @if s.options.node_table.is_some() { a href=(nav("/processes".into())) { "processes" } }
                     span class="who" {
@@ -53,6 +54,7 @@ pub(super) fn layout(
                         @if viewer.user.role == Role::Admin { "admin" } @else { "read-only" }
                     }
                 }
+                (super::replica::line(&viewer.replica))
                 main {
                     h1 { (title) }
                     @if let Some(refresh) = refresh { (refresh.bar()) }
@@ -72,6 +74,7 @@ pub(crate) fn overview(
     s: &Shared,
     tables: &[TableOverview<'_>],
     nodes: Option<&[NodeInfo]>,
+    range: crate::history::Range,
     refresh: &Refresh,
 ) -> Markup {
     let body = html! {
@@ -90,16 +93,7 @@ pub(crate) fn overview(
                     }
                 }
             }
-            @let completed: Vec<f64> = t.samples.iter().map(|x| x.0).collect();
-            @let failed: Vec<f64> = t.samples.iter().map(|x| x.1).collect();
-            div {
-                (charts::bars(&completed, "completed per second", 360, 80))
-                span class="failures" { (charts::bars(&failed, "failed per second", 360, 80)) }
-            }
-            p class="muted" {
-                "Sampled every " (s.options.sample_interval.as_secs_f64()) " s from jobs finished in the interval; "
-                (t.samples.len()) " samples."
-            }
+            (charts::section(t.name, &t.charts, range, refresh))
         }
         @if let Some(nodes) = nodes {
             h2 { "Live processes" }

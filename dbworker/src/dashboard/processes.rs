@@ -63,11 +63,11 @@ pub(super) async fn processes(
         )
             .into_response());
     };
-    let nodes = registered_nodes(&s.pool, node_table)
+    let nodes = registered_nodes(s.reads(), node_table)
         .await
         .map_err(server_error)?;
     let leases = match &s.options.leader_table {
-        Some(lt) => Some(leases(&s.pool, lt).await.map_err(server_error)?),
+        Some(lt) => Some(leases(s.reads(), lt).await.map_err(server_error)?),
         None => None,
     };
     Ok(page(&viewer, &s, &nodes, leases.as_deref(), &refresh(&q)).into_response())

@@ -13,7 +13,6 @@ use sqlx::PgPool;
 
 use super::pages::{layout, state_cell};
 use super::{Shared, Table, Viewer, dag, refresh, server_error, url_escape};
-use crate::error::Result;
 use crate::job_filter::JobFilter;
 use crate::table::JobTable;
 use crate::workflow::{WorkflowGraph, Workflows};
@@ -22,12 +21,10 @@ use crate::workflow::{WorkflowGraph, Workflows};
 /// of its first tasks (a drawing of thousands of boxes helps nobody).
 pub(crate) const MAX_DRAWN: usize = 500;
 
-/// The table's workflows, when it has them (`JobTableOptions::workflows`).
-pub(super) async fn open(pool: &PgPool, t: &JobTable) -> Result<Option<Workflows>> {
-    if !t.has_workflows() {
-        return Ok(None);
-    }
-    Workflows::new(pool, t).await.map(Some)
+/// The table's workflows, when it has them (`JobTableOptions::workflows`),
+/// for reading: the dashboard never enqueues.
+pub(super) fn open(pool: &PgPool, t: &JobTable) -> Option<Workflows> {
+    t.has_workflows().then(|| Workflows::reader(pool, t))
 }
 
 /// Refuses a workflow filter on a table without workflows (its query would

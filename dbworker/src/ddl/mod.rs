@@ -21,8 +21,8 @@ pub(crate) use notify::notify_function_sql;
 pub use notify::notify_trigger_sql;
 pub use partitions::{PartitionInterval, partitioned_job_table_sql, partitioned_keys_sql};
 pub use tables::{
-    consumer_tables_sql, cron_table_sql, events_table_sql, leader_table_sql, limit_table_sql,
-    node_table_sql, pause_table_sql,
+    consumer_tables_sql, cron_table_sql, events_table_sql, history_table_sql, leader_table_sql,
+    limit_table_sql, node_table_sql, pause_table_sql,
 };
 pub use workflows::workflows_sql;
 

@@ -1,5 +1,5 @@
 //! The shared control tables (pauses, limits, cron, the node registry, leader
-//! leases) and the log consumers' tables: one generator each.
+//! leases, the job history) and the log consumers' tables: one generator each.
 
 use crate::columns::{Relation, quote};
 use crate::error::{Error, Result};
@@ -58,24 +58,79 @@ CREATE TABLE IF NOT EXISTS {table} (
 }
 
 /// `CREATE TABLE` for the cron table (`dbworker migration --cron`): the last
-/// tick enqueued per schedule, shared by every scheduler process.
+/// tick enqueued per schedule, shared by every scheduler process, and what
+/// the dashboard's cron page shows (each schedule's expression, time zone
+/// and last job). The `ALTER TABLE`s bring a table made by an earlier
+/// version up to date; on a new one they do nothing.
 ///
 /// ```
 /// let ddl = dbworker::ddl::cron_table_sql(dbworker::cron::DEFAULT_CRON_TABLE).unwrap();
 /// assert!(ddl.contains("\"last_tick\" timestamptz NOT NULL"));
+/// assert!(ddl.contains("ADD COLUMN IF NOT EXISTS \"time_zone\" text"));
 /// ```
 pub fn cron_table_sql(cron_table: &str) -> Result<String> {
     let rel = Relation::parse("cron_table", cron_table)?;
     let table = rel.quoted();
     Ok(format!(
         r#"-- The last tick enqueued per cron schedule; every scheduler advances it atomically.
+-- expression, time_zone and last_job_id are what the dashboard's cron page shows.
 CREATE TABLE IF NOT EXISTS {table} (
     "job_table" text NOT NULL,
     "schedule" text NOT NULL,
     "last_tick" timestamptz NOT NULL,
+    "expression" text,
+    "time_zone" text,
+    "last_job_id" bigint,
     PRIMARY KEY ("job_table", "schedule")
 );
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "expression" text;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "time_zone" text;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "last_job_id" bigint;
 "#
+    ))
+}
+
+/// `CREATE TABLE` for the history table (`dbworker migration --history`):
+/// finished jobs per job table, queue and minute (hour, once downsampled),
+/// written by [`History`](crate::history::History); one history table serves
+/// every job table.
+///
+/// ```
+/// let ddl = dbworker::ddl::history_table_sql(dbworker::history::DEFAULT_HISTORY_TABLE).unwrap();
+/// assert!(ddl.contains("PRIMARY KEY (\"job_table\", \"queue\", \"bucket\", \"seconds\")"));
+/// ```
+pub fn history_table_sql(history_table: &str) -> Result<String> {
+    let rel = Relation::parse("history_table", history_table)?;
+    let table = rel.quoted();
+    Ok(format!(
+        r#"-- Finished jobs per job table, queue ('' without a queue column) and bucket:
+-- a minute (seconds = 60), or an hour (3600) once downsampled. Counts and
+-- sums are exact; an hour's percentiles are its minutes' weighted by "timed".
+-- Times in seconds: wait from due (queued_at or process_after) to start, run
+-- from start to finish, of the jobs that started ("timed").
+CREATE TABLE IF NOT EXISTS {table} (
+    "job_table" text NOT NULL,
+    "queue" text NOT NULL,
+    "bucket" timestamptz NOT NULL,
+    "seconds" integer NOT NULL CHECK ("seconds" > 0),
+    "completed" bigint NOT NULL DEFAULT 0,
+    "failed" bigint NOT NULL DEFAULT 0,
+    "canceled" bigint NOT NULL DEFAULT 0,
+    "retried" bigint NOT NULL DEFAULT 0,
+    "timed" bigint NOT NULL DEFAULT 0,
+    "wait_p50" double precision,
+    "wait_p95" double precision,
+    "wait_max" double precision,
+    "wait_sum" double precision NOT NULL DEFAULT 0,
+    "run_p50" double precision,
+    "run_p95" double precision,
+    "run_max" double precision,
+    "run_sum" double precision NOT NULL DEFAULT 0,
+    PRIMARY KEY ("job_table", "queue", "bucket", "seconds")
+);
+CREATE INDEX IF NOT EXISTS {bucket_idx} ON {table} ("job_table", "bucket");
+"#,
+        bucket_idx = rel.quoted_derived("bucket_idx"),
     ))
 }
 

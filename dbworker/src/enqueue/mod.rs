@@ -19,6 +19,7 @@ use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::sql::{self, JobRow, Table};
 use crate::table::JobTable;
 
@@ -84,32 +85,25 @@ impl Enqueuer {
     /// statement that gives it.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Enqueuer> {
         let t = table.sql();
-        let row = sql::insert_access(&t.table, &t.columns.id)
-            .fetch_optional(pool)
-            .await
-            .map_err(Error::db("schema_check"))?;
-        let mut problems = Vec::new();
-        if let Some(row) = row {
-            let role: String = row.get("role");
-            let name = t.table.display_name();
-            if !row.get::<bool, _>("may_insert") {
-                problems.push(format!(
-                    "role {role} lacks INSERT on table {name}, which enqueueing needs: GRANT INSERT ON {name} TO {role}"
-                ));
-            }
-            if !row.get::<bool, _>("may_use_sequence") {
-                let sequence: String = row.get("sequence");
-                problems.push(format!(
-                    "role {role} lacks USAGE on sequence {sequence} (the default of {name}.{}), which enqueueing needs: GRANT USAGE ON SEQUENCE {sequence} TO {role}",
-                    t.columns.id
-                ));
-            }
-        }
-        crate::schema_check::none(problems)?;
+        Grants::new("enqueueing")
+            .on_table(t, &[Privilege::Insert])
+            .id_sequence(t)
+            .check(pool)
+            .await?;
         Ok(Enqueuer {
             pool: pool.clone(),
             target: t.clone(),
         })
+    }
+
+    /// An enqueuer whose grants were not checked (for a reader that never
+    /// enqueues).
+    #[cfg(feature = "dashboard")]
+    pub(crate) fn unchecked(pool: &PgPool, table: &JobTable) -> Enqueuer {
+        Enqueuer {
+            pool: pool.clone(),
+            target: table.sql().clone(),
+        }
     }
 
     /// Whether dependents record their upstream jobs (`upstream_ids`).

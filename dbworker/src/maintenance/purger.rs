@@ -13,6 +13,7 @@ use workerutil::JobState;
 use crate::cluster::Leadership;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
 use crate::service::{Next, Runner, Service};
 use crate::sql::{self, Table};
@@ -231,15 +232,23 @@ impl Purged {
 
 impl Purger {
     /// A purger of `table` (checked when it was built): validates the
-    /// options and checks the archive table and, on a partitioned table, its
-    /// partition function.
+    /// options and checks the archive table, the grants purging uses
+    /// (`UPDATE, DELETE` on the table, `INSERT` on the archive) and, on a partitioned
+    /// table, its partition function.
     pub async fn new(pool: &PgPool, table: &JobTable, options: PurgeOptions) -> Result<Purger> {
         let pool = pool.clone();
         let target = PurgeTarget {
             t: table.sql().clone(),
             archive: options.archive()?,
         };
-        let mut problems = Vec::new();
+        // Each batch locks its rows (FOR UPDATE SKIP LOCKED) before deleting
+        // them, and a row lock needs UPDATE.
+        let mut grants =
+            Grants::new("purging").on_table(&target.t, &[Privilege::Update, Privilege::Delete]);
+        if let Some(archive) = &target.archive {
+            grants = grants.on("archive table", archive, &[Privilege::Insert]);
+        }
+        let mut problems = grants.problems(&pool).await?;
         if let Some(archive) = &target.archive {
             let hint = format!(
                 "CREATE TABLE {} (LIKE {})",

@@ -1,6 +1,7 @@
 //! The `Resetter`: requeues or fails stalled processing rows. Runs inside a
 //! worker process or alone (see the `dbworker reset` command).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -9,8 +10,10 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::Leadership;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
 use crate::service::{Next, Runner, Service};
+use crate::sql::Table;
 use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass};
 use crate::table::{DEFAULT_CONNECT_TIMEOUT, JobTable};
 
@@ -145,6 +148,7 @@ pub struct Resetter {
     interval: Duration,
     connect_timeout: Duration,
     config: ResetConfig,
+    table: Arc<Table>,
 }
 
 impl Resetter {
@@ -157,15 +161,23 @@ impl Resetter {
             interval: options.interval,
             connect_timeout: options.connect_timeout,
             config,
+            table: table.sql().clone(),
         })
     }
 
-    /// Checks that the server answers and, with a registry, that its table
-    /// exists, naming each problem. The `dbworker reset` command runs it at
-    /// start-up (the job table was checked by its `JobTable`).
+    /// Checks that the server answers, that the role may `UPDATE` the table
+    /// (and, with workflows, what the release trigger touches when a reset
+    /// fails a job), and, with a registry, that its table exists, naming
+    /// each problem. The `dbworker reset` command runs it at start-up (the
+    /// job table was checked by its `JobTable`); so should a process that
+    /// runs a resetter alone.
     pub async fn check(&self) -> Result<()> {
         crate::schema_check::probe_connection(&self.pool, self.connect_timeout).await?;
-        let mut problems = Vec::new();
+        let mut problems = Grants::new("resetting stalled jobs")
+            .on_table(&self.table, &[Privilege::Update])
+            .release_trigger(&self.table)
+            .problems(&self.pool)
+            .await?;
         if let Some((nodes, _)) = &self.config.dead_nodes {
             problems.extend(crate::cluster::nodes::problems(&self.pool, nodes).await?);
         }

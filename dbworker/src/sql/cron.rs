@@ -4,19 +4,39 @@ use super::{Statement, alias, col, table_ref};
 use crate::columns::{Relation, quote};
 use sea_query::{Expr, ExprTrait, LockType, OnConflict, Query};
 
-/// Registers a cron schedule, starting from now, unless it is known.
-pub(crate) fn cron_register(cron: &Relation, job_table: &str, schedule: &str) -> Statement {
+/// Registers a cron schedule, starting from now, unless it is known; a known
+/// one whose expression or time zone changed gets the new ones (written only
+/// when they differ, so a pass adds no row version).
+pub(crate) fn cron_register(
+    cron: &Relation,
+    job_table: &str,
+    schedule: &str,
+    expression: &str,
+    time_zone: &str,
+) -> Statement {
     let mut q = Query::insert();
     q.into_table(table_ref(cron))
-        .columns([alias("job_table"), alias("schedule"), alias("last_tick")])
+        .columns([
+            alias("job_table"),
+            alias("schedule"),
+            alias("last_tick"),
+            alias("expression"),
+            alias("time_zone"),
+        ])
         .values_panic([
             Expr::val(job_table),
             Expr::val(schedule),
             Expr::cust("clock_timestamp()"),
+            Expr::val(expression),
+            Expr::val(time_zone),
         ])
         .on_conflict(
             OnConflict::columns([alias("job_table"), alias("schedule")])
-                .do_nothing()
+                .update_columns([alias("expression"), alias("time_zone")])
+                .action_and_where(Expr::cust(format!(
+                    "({a}.\"expression\", {a}.\"time_zone\") IS DISTINCT FROM (EXCLUDED.\"expression\", EXCLUDED.\"time_zone\")",
+                    a = quote(&cron.alias)
+                )))
                 .to_owned(),
         );
     Statement::from(&q)
@@ -45,12 +65,14 @@ pub(crate) fn cron_state(cron: &Relation, job_table: &str, schedule: &str) -> St
     Statement::from(&q)
 }
 
-/// Records the tick a schedule has enqueued (or skipped) up to.
+/// Records the tick a schedule has enqueued (or skipped) up to, and the
+/// last job it enqueued (kept when this pass enqueued none).
 pub(crate) fn cron_advance(
     cron: &Relation,
     job_table: &str,
     schedule: &str,
     tick_micros: i64,
+    last_job: Option<i64>,
 ) -> Statement {
     let q = Query::update()
         .table(table_ref(cron))
@@ -61,8 +83,49 @@ pub(crate) fn cron_advance(
                 [tick_micros],
             ),
         )
+        .value(
+            alias("last_job_id"),
+            Expr::cust_with_values(
+                format!(
+                    "COALESCE($1::bigint, {}.\"last_job_id\")",
+                    quote(&cron.alias)
+                ),
+                [last_job],
+            ),
+        )
         .and_where(col(&cron.alias, "job_table").eq(job_table))
         .and_where(col(&cron.alias, "schedule").eq(schedule))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Every schedule of a job table, by name: its expression and time zone (as
+/// the last scheduler to run it wrote them), its last tick and last job, and
+/// the database clock, timestamps in microseconds since the epoch. Read by
+/// the dashboard without locking anything.
+pub(crate) fn cron_list(cron: &Relation, job_table: &str) -> Statement {
+    let micros = |column: &str| {
+        Expr::cust(format!(
+            "(EXTRACT(EPOCH FROM {}.\"{column}\") * 1000000)::bigint",
+            quote(&cron.alias)
+        ))
+    };
+    let q = Query::select()
+        .expr_as(col(&cron.alias, "schedule"), alias("schedule"))
+        .expr_as(col(&cron.alias, "expression"), alias("expression"))
+        .expr_as(col(&cron.alias, "time_zone"), alias("time_zone"))
+        .expr_as(micros("last_tick"), alias("last_tick"))
+        .expr_as(col(&cron.alias, "last_job_id"), alias("last_job_id"))
+        .expr_as(
+            Expr::cust("(EXTRACT(EPOCH FROM now()) * 1000000)::bigint"),
+            alias("now"),
+        )
+        .from(table_ref(cron))
+        .and_where(col(&cron.alias, "job_table").eq(job_table))
+        .order_by(
+            (alias(&cron.alias), alias("schedule")),
+            sea_query::Order::Asc,
+        )
         .to_owned();
     Statement::from(&q)
 }
@@ -74,12 +137,13 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         (
             "cron_register",
-            cron_register(&cron, "app.jobs", every_minute),
+            cron_register(&cron, "app.jobs", "nightly", every_minute, "Europe/Berlin"),
         ),
         ("cron_state", cron_state(&cron, "app.jobs", every_minute)),
         (
             "cron_advance",
-            cron_advance(&cron, "app.jobs", every_minute, 7),
+            cron_advance(&cron, "app.jobs", every_minute, 7, Some(42)),
         ),
+        ("cron_list", cron_list(&cron, "app.jobs")),
     ]
 }

@@ -4,11 +4,11 @@
 //! the claim's token.
 
 use super::claim::cte;
-use super::history::{append_history, appended};
 use super::{Statement, alias, col, counter, owned, reset_or_fail, state, table_ref, token_expr};
 use crate::columns::{Columns, quote};
 use crate::message::sanitize_failure_message;
 use crate::retry::{RetryPolicy, RetryRule};
+use crate::sql::history::{append_history, appended};
 use crate::sql::table::StoreParams;
 use sea_query::IntoIden;
 use sea_query::{Condition, Expr, ExprTrait, Query, TableRef, UpdateStatement, WithClause};

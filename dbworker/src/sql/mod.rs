@@ -30,14 +30,17 @@ mod cron;
 mod enqueue;
 mod execution_logs;
 mod gauges;
+mod grants;
 mod heartbeat;
 mod history;
+mod job_history;
 mod marks;
 mod partition_keys;
 mod partitions;
 mod per_job;
 mod pooler;
 mod purge;
+mod replica;
 mod reset;
 mod results;
 mod schema;
@@ -73,16 +76,21 @@ pub(crate) use control::{
 pub(crate) use counts::{
     counts_avoid_seq_scan, counts_estimate, counts_explain, counts_finished, counts_live,
 };
-pub(crate) use cron::{cron_advance, cron_register, cron_state};
+pub(crate) use cron::{cron_advance, cron_list, cron_register, cron_state};
 pub(crate) use enqueue::{
     JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
     live_job_with_key, release_key,
 };
 pub(crate) use execution_logs::{log_append, log_len, log_update};
 pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
+pub(crate) use grants::{sequence_privilege, table_privileges};
 pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
 use history::append_history;
+pub(crate) use job_history::{
+    HOUR, history_bounds, history_by_queue, history_clock, history_downsample, history_purge,
+    history_record, history_series,
+};
 pub(crate) use marks::{
     Mark, MarkKind, complete_group, mark_complete, mark_complete_with_result, mark_errored,
     mark_errored_with_payload, mark_failed, mark_group, requeue, requeue_lost, snooze,
@@ -96,6 +104,7 @@ pub(crate) use per_job::PerJob;
 pub(crate) use pooler::{On, backend_pid};
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use purge::purge_batch;
+pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
 pub(crate) use schema::{insert_access, probe_expressions, relation_access, relation_columns};

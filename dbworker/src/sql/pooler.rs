@@ -12,6 +12,17 @@
 //! transaction is wrapped in `BEGIN … COMMIT`: sqlx sends an unnamed
 //! statement as Parse/Describe/Sync and then Bind/Execute/Sync, and between
 //! the two Syncs an idle connection could be handed to another client.
+//!
+//! One more trap: between those two Syncs sqlx looks up, with a simple
+//! query, any result column type it does not know (an application's enum or
+//! domain, `xid8`, an extension's type), once per connection, and a simple
+//! query discards the unnamed statement: its Bind then fails with "unnamed
+//! prepared statement does not exist". A wrapped statement is therefore run
+//! again once on that error (the types are known by then, and its own
+//! transaction rolled back). In a caller's transaction, where a failure
+//! would abort the caller's work, a statement returning rows is prepared
+//! under a name instead and closed before it returns, all on the server
+//! connection the transaction holds.
 
 use std::sync::RwLock;
 
@@ -116,6 +127,7 @@ impl<'a> From<&'a mut PgConnection> for On<'a> {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Fetch {
     Execute,
     All,
@@ -145,8 +157,24 @@ async fn fetch<'e, E: Executor<'e, Database = Postgres>>(
     })
 }
 
-/// Runs `statement` in a transaction of its own on `conn`.
+/// Runs `statement` in a transaction of its own on `conn`; once more if
+/// sqlx's type lookup discarded it (see the module's doc).
 async fn wrapped(
+    statement: Statement,
+    conn: &mut PgConnection,
+    how: Fetch,
+) -> sqlx::Result<Fetched> {
+    let again = Statement {
+        sql: statement.sql.clone(),
+        values: statement.values.clone(),
+    };
+    match wrapped_once(statement, conn, how).await {
+        Err(err) if unnamed_statement_lost(&err) => wrapped_once(again, conn, how).await,
+        done => done,
+    }
+}
+
+async fn wrapped_once(
     statement: Statement,
     conn: &mut PgConnection,
     how: Fetch,
@@ -157,6 +185,33 @@ async fn wrapped(
     Ok(fetched)
 }
 
+/// Runs `statement` in the caller's transaction behind a transaction pooler.
+/// A statement returning rows is prepared under a name, so that sqlx's type
+/// lookup cannot discard it, and closed at once: the next transaction may
+/// run on another server connection (see the module's doc).
+async fn in_callers_transaction(
+    statement: Statement,
+    conn: &mut PgConnection,
+    how: Fetch,
+) -> sqlx::Result<Fetched> {
+    if matches!(how, Fetch::Execute) {
+        return fetch(statement, conn, how, false).await;
+    }
+    let fetched = fetch(statement, &mut *conn, how, true).await;
+    let closed = conn.clear_cached_statements().await;
+    let fetched = fetched?;
+    closed?;
+    Ok(fetched)
+}
+
+/// Whether `err` is the server's "unnamed prepared statement does not
+/// exist" (SQLSTATE 26000, invalid_sql_statement_name).
+fn unnamed_statement_lost(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "26000")
+}
+
 impl Statement {
     async fn run(self, on: On<'_>, how: Fetch) -> sqlx::Result<Fetched> {
         let pooled = transaction_mode();
@@ -164,7 +219,8 @@ impl Statement {
             On::Pool(pool) if pooled => wrapped(self, &mut *pool.acquire().await?, how).await,
             On::Pool(pool) => fetch(self, pool, how, true).await,
             On::Conn(conn) if pooled && !conn.is_in_transaction() => wrapped(self, conn, how).await,
-            On::Conn(conn) => fetch(self, conn, how, !pooled).await,
+            On::Conn(conn) if pooled => in_callers_transaction(self, conn, how).await,
+            On::Conn(conn) => fetch(self, conn, how, true).await,
         }
     }
 

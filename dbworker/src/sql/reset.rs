@@ -1,9 +1,9 @@
 //! The reset of stalled (and orphaned) jobs: one atomic statement.
 
 use super::claim::cte;
-use super::history::ErrorHistory;
 use super::{Statement, alias, col, reset_or_fail, state, table_ref};
 use crate::columns::{Columns, Relation, quote};
+use crate::sql::history::ErrorHistory;
 use sea_query::{Condition, Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
 use workerutil::JobState;
 

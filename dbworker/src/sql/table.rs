@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::history::ErrorHistory;
 use crate::columns::{Columns, Relation};
 use crate::retry::{RetryPolicy, RetryRule};
+use crate::sql::history::ErrorHistory;
 
 /// A job table with its names resolved and checked: the relation, the view
 /// records are read through, the renamed standard columns, the optional

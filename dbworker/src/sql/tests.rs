@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 21] = [
+const FILES: [(&str, Snapshots); 24] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("claim.rs", crate::sql::claim::snapshots),
@@ -31,12 +31,15 @@ const FILES: [(&str, Snapshots); 21] = [
     ("enqueue.rs", crate::sql::enqueue::snapshots),
     ("execution_logs.rs", crate::sql::execution_logs::snapshots),
     ("gauges.rs", crate::sql::gauges::snapshots),
+    ("grants.rs", crate::sql::grants::snapshots),
     ("heartbeat.rs", crate::sql::heartbeat::snapshots),
+    ("job_history.rs", crate::sql::job_history::snapshots),
     ("marks.rs", crate::sql::marks::snapshots),
     ("partition_keys.rs", crate::sql::partition_keys::snapshots),
     ("partitions.rs", crate::sql::partitions::snapshots),
     ("pooler.rs", crate::sql::pooler::snapshots),
     ("purge.rs", crate::sql::purge::snapshots),
+    ("replica.rs", crate::sql::replica::snapshots),
     ("reset.rs", crate::sql::reset::snapshots),
     ("results.rs", crate::sql::results::snapshots),
     ("schema.rs", crate::sql::schema::snapshots),

@@ -105,7 +105,9 @@ impl<R> fmt::Debug for DbStore<R> {
 impl<R: Record> DbStore<R> {
     /// A store over `table` (checked when it was built): validates the
     /// options, then checks the configured SQL fragments (column expressions,
-    /// order-by) against the table or its view.
+    /// order-by) against the table or its view and the grants a worker uses
+    /// (`UPDATE` on the table, the control tables' and, with workflows, the
+    /// dependency table's), naming each missing one with its `GRANT`.
     pub async fn new(pool: &PgPool, table: &JobTable, options: StoreOptions<R>) -> Result<Self> {
         let pool = pool.clone();
         let kept = Arc::new(open::Kept::new(
@@ -113,6 +115,9 @@ impl<R: Record> DbStore<R> {
         ));
         let resolved = Arc::new(options.resolve(table)?);
         schema_check::check_store(&pool, &resolved, resolved.connect_timeout).await?;
+        crate::grants::Grants::worker(table.sql())
+            .check(&pool)
+            .await?;
         let completer = (resolved.handling == Handling::Heartbeat)
             .then(|| Completer::spawn(pool.clone(), resolved.clone()));
         let cursor = resolved

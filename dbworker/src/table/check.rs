@@ -112,7 +112,7 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         ));
     }
     if let Some(view) = &t.view
-        && check_access(pool, view, "view", false, &mut problems).await?
+        && check_access(pool, view, "view", &mut problems).await?
     {
         let view_columns = columns_of(pool, view).await?;
         let name = view.display_name();

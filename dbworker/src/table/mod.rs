@@ -325,7 +325,8 @@ impl fmt::Debug for JobTable {
 
 impl JobTable {
     /// Validates `options`, then checks the table against the database: the
-    /// relation and the view exist and the role may read and update them,
+    /// relation and the view exist and the role may read them (`SELECT` is
+    /// all a table needs: each service that writes checks its own grants),
     /// every standard column (renamed as configured) and every named optional
     /// column exists with a usable type, a key column has its unique index,
     /// the control tables exist. Every problem is reported together in one

@@ -25,6 +25,7 @@ use sqlx::{PgConnection, PgPool, Row};
 pub use crate::enqueue::DependencyPolicy;
 use crate::enqueue::Enqueuer;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 pub use batch::{Batch, BatchCounts, Batches, EnqueuedBatch};
@@ -128,12 +129,32 @@ impl Workflows {
             });
         }
         let enqueuer = Enqueuer::new(pool, table).await?;
-        let table = table.sql().clone();
+        let t = table.sql();
+        Grants::new("enqueueing workflows")
+            .on_table(t, &[Privilege::Update])
+            .on_deps(t, &[Privilege::Insert])
+            .workflow_sequence(t)
+            .release_trigger(t)
+            .check(pool)
+            .await?;
+        let table = t.clone();
         Ok(Workflows {
             pool: pool.clone(),
             enqueuer,
             table,
         })
+    }
+
+    /// Workflows in `table` for reading only (their status and graph), as
+    /// the dashboard shows them: no grant beyond `SELECT` is checked, so
+    /// enqueueing through it fails on the first statement a role may not run.
+    #[cfg(feature = "dashboard")]
+    pub(crate) fn reader(pool: &PgPool, table: &JobTable) -> Workflows {
+        Workflows {
+            pool: pool.clone(),
+            enqueuer: Enqueuer::unchecked(pool, table),
+            table: table.sql().clone(),
+        }
     }
 
     /// The enqueuer over the same table (with workflows on), for

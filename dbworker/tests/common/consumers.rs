@@ -62,6 +62,8 @@ impl Consumer<Event> for Project {
         .bind(&self.name)
         .bind(event.global_position)
         .bind(&event.aggregate_id)
+        // Unnamed, so it also runs behind a transaction pooler.
+        .persistent(false)
         .execute(&mut *tx)
         .await?;
         tokio::time::sleep(self.slow).await;
@@ -181,9 +183,17 @@ impl Process {
 pub async fn start(
     db: &Db,
     consumers: Vec<Arc<dyn Consumer<Event>>>,
+    group: ConsumerGroupOptions,
+) -> Process {
+    start_on(db.db.pool(8).await.unwrap(), consumers, group).await
+}
+
+/// [`start`] on `pool` (a pool through a pooler, say).
+pub async fn start_on(
+    pool: sqlx::PgPool,
+    consumers: Vec<Arc<dyn Consumer<Event>>>,
     mut group: ConsumerGroupOptions,
 ) -> Process {
-    let pool = db.db.pool(8).await.unwrap();
     let node = Node::new(&pool, fast_node()).await.unwrap();
     group.node_id = node.id().to_owned();
     let stop = CancellationToken::new();

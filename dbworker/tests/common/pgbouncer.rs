@@ -156,6 +156,28 @@ impl Bouncer {
         )
     }
 
+    /// Starts PgBouncer in transaction mode (`pool_size` server connections,
+    /// `extra_float_digits` ignored) in front of `url`, or prints why `test`
+    /// is skipped and returns `None` when pgbouncer is not installed.
+    pub fn start_or_skip(test: &str, url: &str, pool_size: u32) -> Option<Bouncer> {
+        match find() {
+            Ok(binary) => Some(Bouncer::start(&binary, url, pool_size, true)),
+            Err(reason) => {
+                println!("skipping {test}: {reason}");
+                None
+            }
+        }
+    }
+
+    /// A pool of at most `max` client connections through PgBouncer.
+    pub async fn pool(&self, max: u32) -> sqlx::PgPool {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(max)
+            .connect(&self.url())
+            .await
+            .expect("a pool through PgBouncer")
+    }
+
     /// PgBouncer's log so far.
     pub fn log(&self) -> String {
         fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
@@ -166,6 +188,9 @@ impl Drop for Bouncer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("PgBouncer's log:\n{}", self.log());
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,1 +1,1 @@
-UPDATE "dbworker_cron" AS "dbworker_cron" SET "last_tick" = timestamptz 'epoch' + $1::bigint * interval '1 microsecond' WHERE "dbworker_cron"."job_table" = $2 AND "dbworker_cron"."schedule" = $3
+UPDATE "dbworker_cron" AS "dbworker_cron" SET "last_tick" = timestamptz 'epoch' + $1::bigint * interval '1 microsecond', "last_job_id" = COALESCE($2::bigint, "dbworker_cron"."last_job_id") WHERE "dbworker_cron"."job_table" = $3 AND "dbworker_cron"."schedule" = $4

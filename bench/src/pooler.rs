@@ -1,0 +1,153 @@
+//! The cost of a transaction pooler: eight worker processes sharing one
+//! queue, in heartbeat and in transactional handling, once on direct
+//! connections and once through PgBouncer in transaction mode with a pool of
+//! 20 server connections (`Pooler::Transaction`: every statement unnamed and
+//! in a transaction), each beside the raw-SQL floor of its mode. PgBouncer is
+//! started by the benchmark (as by the tests); without it installed the
+//! workload is skipped, saying why.
+
+#[path = "../../dbworker/tests/common/pgbouncer.rs"]
+mod bouncer;
+
+use crate::Result;
+use crate::db::{Bench, Mode};
+use crate::floor;
+use crate::processes::{self, Spawn};
+use crate::report::{Run, Table};
+use crate::table::{count, rate};
+
+/// PgBouncer's server connections (`default_pool_size`).
+pub(crate) const SERVER_CONNECTIONS: u32 = 20;
+
+/// One mode's runs: direct, through PgBouncer, and the floor.
+#[derive(Debug)]
+pub(crate) struct PoolerRun {
+    pub(crate) mode: Mode,
+    pub(crate) processes: usize,
+    pub(crate) handlers: usize,
+    pub(crate) direct: Run,
+    pub(crate) pooled: Run,
+    pub(crate) floor: Run,
+}
+
+/// The knobs of the workload.
+pub(crate) struct Sizes {
+    pub(crate) processes: usize,
+    pub(crate) handlers: usize,
+    /// Jobs of the heartbeat runs, and of the transactional ones.
+    pub(crate) jobs: u64,
+    pub(crate) tx_jobs: u64,
+    pub(crate) batch: u64,
+    /// The heartbeat floor's connections and rows per statement.
+    pub(crate) floor_connections: usize,
+    pub(crate) floor_batch: usize,
+}
+
+/// Runs both modes, direct and through PgBouncer; `Ok(None)`, with the
+/// reason printed, when PgBouncer is not installed.
+pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<PoolerRun>>> {
+    let binary = match bouncer::find() {
+        Ok(binary) => binary,
+        Err(reason) => {
+            crate::progress(format_args!("pooler: skipped: {reason}"));
+            return Ok(None);
+        }
+    };
+    let url = bench.url().to_owned();
+    let pgbouncer = tokio::task::spawn_blocking(move || {
+        bouncer::Bouncer::start(&binary, &url, SERVER_CONNECTIONS, true)
+    })
+    .await?;
+    let mut runs = Vec::new();
+    for (mode, jobs) in [
+        (Mode::Heartbeat, sizes.jobs),
+        (Mode::Transactional, sizes.tx_jobs),
+    ] {
+        let burn = async |url: &str, pooler: bool| {
+            let spawn = Spawn { url, mode, pooler };
+            processes::run_as(
+                bench,
+                &spawn,
+                sizes.processes,
+                sizes.handlers,
+                jobs,
+                sizes.batch,
+            )
+            .await
+        };
+        let direct = burn(bench.url(), false).await?;
+        let mut pooled = burn(&pgbouncer.url(), true).await?;
+        pooled.connections = SERVER_CONNECTIONS;
+        bench.prepare(0, jobs, sizes.batch).await?;
+        let floor = match mode {
+            Mode::Heartbeat => {
+                floor::heartbeat(bench, sizes.floor_connections, sizes.floor_batch, jobs).await?
+            }
+            Mode::Transactional => {
+                let handlers = sizes.processes * sizes.handlers;
+                floor::transactional(bench, handlers, sizes.floor_batch, jobs).await?
+            }
+        };
+        crate::progress(format_args!(
+            "pooler: {mode}, {} × {} handlers: direct {:.0} jobs/s, PgBouncer {:.0} jobs/s, floor {:.0} jobs/s",
+            sizes.processes,
+            sizes.handlers,
+            direct.rate(),
+            pooled.rate(),
+            floor.rate()
+        ));
+        runs.push(PoolerRun {
+            mode,
+            processes: sizes.processes,
+            handlers: sizes.handlers,
+            direct,
+            pooled,
+            floor,
+        });
+    }
+    Ok(Some(runs))
+}
+
+/// The workload's table: each mode direct and through PgBouncer.
+pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
+    if runs.is_empty() {
+        return None;
+    }
+    let rows = runs
+        .iter()
+        .flat_map(|r| {
+            [
+                ("direct", &r.direct),
+                ("PgBouncer, transaction mode", &r.pooled),
+            ]
+            .map(|(how, run)| {
+                vec![
+                    r.mode.to_string(),
+                    how.to_owned(),
+                    format!("{} × {}", r.processes, r.handlers),
+                    run.connections.to_string(),
+                    count(run.jobs),
+                    rate(run.rate()),
+                    format!("{:.2}", run.rate() / r.direct.rate().max(1e-9)),
+                    format!("{:.2}", run.rate() / r.floor.rate().max(1e-9)),
+                ]
+            })
+        })
+        .collect();
+    Some(Table {
+        title: format!(
+            "Through a transaction pooler (PgBouncer, pool of {SERVER_CONNECTIONS}) beside direct connections"
+        ),
+        headers: vec![
+            "handling",
+            "connections via",
+            "processes × handlers",
+            "connections (at most)",
+            "jobs",
+            "jobs/s",
+            "÷ direct",
+            "÷ floor",
+        ],
+        rows,
+    })
+}

@@ -1,0 +1,163 @@
+//! The operator commands check their own grants at start-up: reading needs
+//! only SELECT, an action UPDATE, `delete` and `purge` DELETE (a purge also
+//! UPDATE: it locks the rows it deletes); a missing grant is named with the
+//! table and the `GRANT` that gives it, before anything is touched.
+
+mod cli;
+#[path = "../../dbworker/tests/common/mod.rs"]
+mod common;
+
+use std::process::{Command, Output};
+
+use cli::{ok, refused};
+use common::Db;
+
+/// A login role holding `grants` on the test database.
+async fn role(db: &Db, name: &str, grants: &[&str]) -> String {
+    let name = format!("{name}_{}", db.db.name());
+    let name = name[..name.len().min(63)].to_owned();
+    let mut sql = format!(
+        "CREATE ROLE \"{name}\" LOGIN; GRANT CONNECT ON DATABASE \"{}\" TO \"{name}\"; GRANT USAGE ON SCHEMA public TO \"{name}\";",
+        db.db.name()
+    );
+    for g in grants {
+        sql.push_str(&format!("GRANT {g} TO \"{name}\";"));
+    }
+    db.execute(&sql).await;
+    name
+}
+
+/// `dbworker <args> --table jobs` logged in as `role`.
+fn as_role(db: &Db, role: &str, args: &[&str]) -> Output {
+    let url = db
+        .db
+        .url()
+        .replacen("://postgres@", &format!("://{role}@"), 1);
+    assert_ne!(url, db.db.url(), "the test database's URL names its user");
+    Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(args)
+        .args(["--table", "jobs"])
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// `dbworker ui --read-only` as `role`: the overview's raw HTTP response.
+fn ui_overview(db: &Db, role: &str) -> String {
+    use std::io::{BufRead, Read, Write};
+    let url = db
+        .db
+        .url()
+        .replacen("://postgres@", &format!("://{role}@"), 1);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args([
+            "ui",
+            "--read-only",
+            "--table",
+            "jobs",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("dashboard on http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut out = String::new();
+    let mut s = std::net::TcpStream::connect(&addr).expect(&line);
+    write!(s, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    s.read_to_string(&mut out).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    out
+}
+
+#[tokio::test]
+async fn each_command_names_the_grant_it_lacks() {
+    let db = Db::new().await;
+    db.execute(
+        "INSERT INTO jobs (state, finished_at) VALUES ('failed', now()), ('completed', now() - interval '30 days')",
+    )
+    .await;
+    let failed: i64 = db.scalar("SELECT min(id) FROM jobs WHERE $1 = $1", 0).await;
+    let id = failed.to_string();
+
+    // SELECT: reads work, an action is refused by name.
+    let reader = role(&db, "reader", &["SELECT ON jobs"]).await;
+    assert!(ok(&as_role(&db, &reader, &["status"])).contains("failed"));
+    ok(&as_role(&db, &reader, &["show", &id]));
+    let err = refused(&as_role(&db, &reader, &["requeue", &id]));
+    assert!(
+        err.contains(&format!(
+            "role {reader} lacks UPDATE on table jobs, which acting on jobs needs: GRANT UPDATE ON jobs TO {reader}"
+        )),
+        "{err}"
+    );
+
+    // The dashboard as a reader: refused with actions (naming UPDATE and the
+    // way out), served with --read-only.
+    let err = refused(&as_role(&db, &reader, &["ui", "--listen", "127.0.0.1:0"]));
+    assert!(
+        err.contains(&format!("role {reader} lacks UPDATE on table jobs"))
+            && err.contains("dbworker ui --read-only"),
+        "{err}"
+    );
+    let page = ui_overview(&db, &reader);
+    assert!(
+        page.contains(" 200 OK") && page.contains("read-only"),
+        "{page}"
+    );
+
+    // SELECT, UPDATE: actions work; delete and purge name DELETE.
+    let operator = role(&db, "operator", &["SELECT ON jobs", "UPDATE ON jobs"]).await;
+    ok(&as_role(&db, &operator, &["requeue", &id]));
+    assert_eq!(db.state(failed).await, "queued");
+    let err = refused(&as_role(&db, &operator, &["delete", &id]));
+    assert!(
+        err.contains(&format!(
+            "role {operator} lacks DELETE on table jobs, which deleting jobs needs: GRANT DELETE ON jobs TO {operator}"
+        )),
+        "{err}"
+    );
+    let err = refused(&as_role(&db, &operator, &["purge", "--once"]));
+    assert!(
+        err.contains(&format!(
+            "role {operator} lacks DELETE on table jobs, which purging needs: GRANT DELETE ON jobs TO {operator}"
+        )),
+        "{err}"
+    );
+    assert_eq!(db.count("completed").await, 1, "nothing purged");
+
+    // SELECT, DELETE without UPDATE: a purge names UPDATE (it locks rows).
+    let deleter = role(&db, "deleter", &["SELECT ON jobs", "DELETE ON jobs"]).await;
+    let err = refused(&as_role(&db, &deleter, &["purge", "--once"]));
+    assert!(
+        err.contains(&format!(
+            "role {deleter} lacks UPDATE on table jobs, which purging needs"
+        )),
+        "{err}"
+    );
+    ok(&as_role(&db, &deleter, &["delete", &id]));
+    assert_eq!(db.count("queued").await, 0);
+
+    // The documented operator grants: purge works.
+    db.execute(&format!("GRANT UPDATE ON jobs TO \"{deleter}\""))
+        .await;
+    ok(&as_role(&db, &deleter, &["purge", "--once"]));
+    assert_eq!(db.count("completed").await, 0);
+
+    for r in [reader, operator, deleter] {
+        db.execute(&format!("DROP OWNED BY \"{r}\"; DROP ROLE \"{r}\""))
+            .await;
+    }
+}

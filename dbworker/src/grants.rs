@@ -1,0 +1,258 @@
+//! Least privilege: each service checks at start-up the grants its own
+//! statements use, and names each missing one with the table and the `GRANT`
+//! that gives it, instead of failing later on the first statement with
+//! PostgreSQL's bare `permission denied`. A [`JobTable`](crate::JobTable)
+//! needs only `SELECT`; the services that write ask for more (see the
+//! operations manual's "Roles and grants", which lists the same needs).
+
+use sqlx::{PgPool, Row};
+
+use crate::columns::{Relation, deps_table, workflow_sequence};
+use crate::error::{Error, Result};
+use crate::sql::{self, Table};
+
+/// A table privilege.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Privilege {
+    Select,
+    Insert,
+    Update,
+    Delete,
+}
+
+impl Privilege {
+    fn name(self) -> &'static str {
+        match self {
+            Privilege::Select => "SELECT",
+            Privilege::Insert => "INSERT",
+            Privilege::Update => "UPDATE",
+            Privilege::Delete => "DELETE",
+        }
+    }
+
+    /// The column of `sql::table_privileges` that answers for it.
+    fn column(self) -> &'static str {
+        match self {
+            Privilege::Select => "may_select",
+            Privilege::Insert => "may_insert",
+            Privilege::Update => "may_update",
+            Privilege::Delete => "may_delete",
+        }
+    }
+}
+
+use Privilege::{Delete, Select, Update};
+
+#[derive(Debug)]
+enum Need {
+    /// Privileges on a table or view, `what` it is to the service.
+    Table {
+        what: &'static str,
+        rel: Relation,
+        privileges: Vec<Privilege>,
+    },
+    /// `USAGE` on the sequence the job table's id column draws from.
+    IdSequence { table: Relation, id_column: String },
+    /// `USAGE` on a sequence named in SQL, `what` it is.
+    Sequence { what: String, quoted: String },
+}
+
+/// What one service needs, checked together: [`Grants::check`] reports every
+/// missing grant in one [`Error::Schema`].
+#[derive(Debug)]
+pub(crate) struct Grants {
+    /// What needs them, as the message says it: "a worker", "enqueueing".
+    needed_by: &'static str,
+    needs: Vec<Need>,
+}
+
+impl Grants {
+    pub(crate) fn new(needed_by: &'static str) -> Grants {
+        Grants {
+            needed_by,
+            needs: Vec::new(),
+        }
+    }
+
+    /// `privileges` on `rel`, the service's `what` ("table", "pause table").
+    /// Asked twice for one relation, its privileges are named together.
+    pub(crate) fn on(
+        mut self,
+        what: &'static str,
+        rel: &Relation,
+        privileges: &[Privilege],
+    ) -> Grants {
+        for need in &mut self.needs {
+            if let Need::Table {
+                rel: r,
+                privileges: p,
+                ..
+            } = need
+                && r.display_name() == rel.display_name()
+            {
+                let more: Vec<Privilege> = privileges
+                    .iter()
+                    .copied()
+                    .filter(|x| !p.contains(x))
+                    .collect();
+                p.extend(more);
+                return self;
+            }
+        }
+        self.needs.push(Need::Table {
+            what,
+            rel: rel.clone(),
+            privileges: privileges.to_vec(),
+        });
+        self
+    }
+
+    /// `privileges` on the job table.
+    pub(crate) fn on_table(self, t: &Table, privileges: &[Privilege]) -> Grants {
+        self.on("table", &t.table, privileges)
+    }
+
+    /// `privileges` on the table's dependency table, when it has workflows.
+    pub(crate) fn on_deps(self, t: &Table, privileges: &[Privilege]) -> Grants {
+        if !t.workflows {
+            return self;
+        }
+        self.on("dependency table", &deps_table(&t.table), privileges)
+    }
+
+    /// `USAGE` on the sequence of the job table's id.
+    pub(crate) fn id_sequence(mut self, t: &Table) -> Grants {
+        self.needs.push(Need::IdSequence {
+            table: t.table.clone(),
+            id_column: t.columns.id.clone(),
+        });
+        self
+    }
+
+    /// `USAGE` on the sequence workflow ids come from, when it has workflows.
+    pub(crate) fn workflow_sequence(mut self, t: &Table) -> Grants {
+        if t.workflows {
+            self.needs.push(Need::Sequence {
+                what: "workflow ids".to_owned(),
+                quoted: workflow_sequence(&t.table),
+            });
+        }
+        self
+    }
+
+    /// What a worker's store writes and reads: `SELECT, UPDATE` on the table
+    /// (claims, heartbeats, execution logs and marks are updates), `SELECT`
+    /// on the pause table, `SELECT, UPDATE` on the limit table (a limited
+    /// claim spends its tokens) and, with workflows, what the release trigger
+    /// does in the transaction of the mark that finishes a job.
+    pub(crate) fn worker(t: &Table) -> Grants {
+        let mut g = Grants::new("a worker").on_table(t, &[Select, Update]);
+        if let Some(pauses) = &t.pause_table {
+            g = g.on("pause table", pauses, &[Select]);
+        }
+        if let Some(limits) = &t.limit_table {
+            g = g.on("limit table", limits, &[Select, Update]);
+        }
+        g.release_trigger(t)
+    }
+
+    /// What finishing, failing, cancelling or retrying a job of a table with
+    /// workflows needs besides the update: the release trigger runs as the
+    /// role that wrote, reading, locking and deleting dependency edges.
+    pub(crate) fn release_trigger(self, t: &Table) -> Grants {
+        self.on_deps(t, &[Select, Update, Delete])
+    }
+
+    /// Runs the check: every missing grant, one line each, in one error.
+    pub(crate) async fn check(&self, pool: &PgPool) -> Result<()> {
+        crate::schema_check::none(self.problems(pool).await?)
+    }
+
+    /// Every missing grant, one line each, with the statement that gives it.
+    pub(crate) async fn problems(&self, pool: &PgPool) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let by = self.needed_by;
+        for need in &self.needs {
+            match need {
+                Need::Table {
+                    what,
+                    rel,
+                    privileges,
+                } => {
+                    // A missing relation is named by its own check.
+                    let Some(row) = fetch(pool, sql::table_privileges(rel)).await? else {
+                        continue;
+                    };
+                    let missing: Vec<&str> = privileges
+                        .iter()
+                        .filter(|p| !row.get::<bool, _>(p.column()))
+                        .map(|p| p.name())
+                        .collect();
+                    if !missing.is_empty() {
+                        let (role, name) = (row.get::<String, _>("role"), rel.display_name());
+                        let missing = missing.join(", ");
+                        problems.push(format!(
+                            "role {role} lacks {missing} on {what} {name}, which {by} needs: GRANT {missing} ON {name} TO {role}"
+                        ));
+                    }
+                }
+                Need::IdSequence { table, id_column } => {
+                    let Some(row) = fetch(pool, sql::insert_access(table, id_column)).await? else {
+                        continue;
+                    };
+                    if !row.get::<bool, _>("may_use_sequence") {
+                        let role: String = row.get("role");
+                        let sequence: String = row.get("sequence");
+                        let name = table.display_name();
+                        problems.push(format!(
+                            "role {role} lacks USAGE on sequence {sequence} (the default of {name}.{id_column}), which {by} needs: GRANT USAGE ON SEQUENCE {sequence} TO {role}"
+                        ));
+                    }
+                }
+                Need::Sequence { what, quoted } => {
+                    let Some(row) = fetch(pool, sql::sequence_privilege(quoted)).await? else {
+                        continue;
+                    };
+                    if !row.get::<bool, _>("may_use") {
+                        let role: String = row.get("role");
+                        problems.push(format!(
+                            "role {role} lacks USAGE on sequence {quoted} ({what}), which {by} needs: GRANT USAGE ON SEQUENCE {quoted} TO {role}"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(problems)
+    }
+}
+
+async fn fetch(pool: &PgPool, statement: sql::Statement) -> Result<Option<sqlx::postgres::PgRow>> {
+    statement
+        .fetch_optional(pool)
+        .await
+        .map_err(Error::db("grants"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::JobTableOptions;
+
+    #[test]
+    fn a_worker_needs_what_its_tables_have() {
+        let mut options = JobTableOptions::new("jobs");
+        options.queue_column = Some("queue".into());
+        options.pause_table = Some("dbworker_pauses".into());
+        let t = options.resolve().unwrap();
+        let g = Grants::worker(&t);
+        let names: Vec<String> = g
+            .needs
+            .iter()
+            .map(|n| match n {
+                Need::Table { rel, .. } => rel.display_name(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(names, ["jobs", "dbworker_pauses"]);
+    }
+}

@@ -1,0 +1,1 @@
+SELECT EXTRACT(EPOCH FROM GREATEST((SELECT max("bucket") + interval '1 minute' FROM "dbworker_history" WHERE "job_table" = $1 AND "seconds" = 60), to_timestamp(floor(EXTRACT(EPOCH FROM now() - $3 * interval '1 second') / 60) * 60)))::bigint AS "lo", EXTRACT(EPOCH FROM to_timestamp(floor(EXTRACT(EPOCH FROM now() - $2 * interval '1 second') / 60) * 60))::bigint AS "hi"

@@ -1,0 +1,1 @@
+SELECT pg_is_in_recovery() AS "in_recovery", EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())::float8 AS "replay_age_seconds", pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint AS "replay_lag_bytes"

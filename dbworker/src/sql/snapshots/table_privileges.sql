@@ -1,0 +1,1 @@
+SELECT has_table_privilege(c.oid, 'SELECT') AS "may_select", has_table_privilege(c.oid, 'INSERT') AS "may_insert", has_table_privilege(c.oid, 'UPDATE') AS "may_update", has_table_privilege(c.oid, 'DELETE') AS "may_delete", current_user::text AS "role" FROM "pg_catalog"."pg_class" AS "c" WHERE (c.oid) = (to_regclass($1::text))
