@@ -1,12 +1,17 @@
 //! How fast the dashboard's pages answer on a big table: 1,000,000 completed
-//! and 100,000 queued rows, each page requested through the router itself.
+//! and 100,000 queued rows, and 10,000 workflows of three tasks, each page
+//! requested through the router itself.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use dbworker::cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE};
 use dbworker::dashboard::{Dashboard, DashboardOptions};
+use dbworker::ddl::{leader_table_sql, node_table_sql, workflows_sql};
 use dbworker::{JobTable, JobTableOptions};
+use sqlx::AssertSqlSafe;
 use tower::ServiceExt;
 
 use crate::Result;
@@ -22,11 +27,58 @@ pub(crate) async fn run(
 ) -> Result<Vec<(String, Duration, Duration)>> {
     bench.prepare(completed, queued, batch).await?;
     let pool = bench.pool(4).await?;
-    let table = JobTable::new(&pool, JobTableOptions::new(TABLE)).await?;
-    let dashboard = Dashboard::new(&pool, DashboardOptions::new(vec![table])).await?;
+    // Workflows (10,000 of three tasks: a tenth failed, a tenth running),
+    // the registry with three processes and a leader, for the newer pages.
+    let ddl = format!(
+        "{}{}{}",
+        workflows_sql(TABLE, &HashMap::new())?,
+        node_table_sql(DEFAULT_NODE_TABLE)?,
+        leader_table_sql(DEFAULT_LEADER_TABLE)?
+    );
+    sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await?;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "INSERT INTO {TABLE} (state, workflow_id, task_name, finished_at) \
+         SELECT CASE WHEN w % 10 = 0 AND t = 3 THEN 'failed' WHEN w % 10 = 1 AND t = 3 THEN 'queued' ELSE 'completed' END, \
+         w, 'task' || t, now() FROM generate_series(1, 10000) AS w, generate_series(1, 3) AS t;
+         DELETE FROM {DEFAULT_NODE_TABLE}; DELETE FROM {DEFAULT_LEADER_TABLE};
+         INSERT INTO {DEFAULT_NODE_TABLE} (id, host, pid, version, queues, handlers, heartbeat_at) \
+         SELECT 'h' || i || ':1:x', 'h' || i, 1, '0', ARRAY['default'], 8, now() - i * interval '4 seconds' FROM generate_series(1, 3) AS i;
+         INSERT INTO {DEFAULT_LEADER_TABLE} (scope, node_id, term, acquired_at, expires_at) VALUES ('{TABLE}', 'h1:1:x', 1, now(), now() + interval '1 hour');"
+    )))
+    .execute(&pool)
+    .await?;
+    // Alone: VACUUM refuses to run in a multi-statement string's transaction.
+    sqlx::raw_sql(AssertSqlSafe(format!("VACUUM ANALYZE {TABLE}")))
+        .execute(&pool)
+        .await?;
+    let job: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT max(id) FROM {TABLE} WHERE state = 'queued'"
+    )))
+    .fetch_one(&pool)
+    .await?;
+    let mut options = JobTableOptions::new(TABLE);
+    options.workflows = true;
+    let table = JobTable::new(&pool, options).await?;
+    let mut options = DashboardOptions::new(vec![table]);
+    options.node_table = Some(DEFAULT_NODE_TABLE.into());
+    options.leader_table = Some(DEFAULT_LEADER_TABLE.into());
+    let dashboard = Dashboard::new(&pool, options).await?;
     let app = dashboard.router();
     let pages = [
         ("overview", "/".to_owned()),
+        ("job page", format!("/t/{TABLE}/jobs/{job}")),
+        ("queues", format!("/t/{TABLE}/queues")),
+        ("workflows, first page", format!("/t/{TABLE}/workflows")),
+        (
+            "workflows, failed (1 in 10)",
+            format!("/t/{TABLE}/workflows?state=failed"),
+        ),
+        (
+            "workflows, page 100",
+            format!("/t/{TABLE}/workflows?before=5000"),
+        ),
+        ("a workflow", format!("/t/{TABLE}/workflows/4242")),
+        ("processes", "/processes".to_owned()),
         ("jobs, first page", format!("/t/{TABLE}/jobs")),
         (
             "jobs, queued, newest first",
@@ -60,6 +112,12 @@ pub(crate) async fn run(
         let at = |percent: usize| times[(times.len() - 1) * percent / 100];
         out.push((name.to_owned(), at(50), at(95)));
     }
+    // The edges' table holds a foreign key to the job table, which the next
+    // workload drops and creates again.
+    drop(dashboard);
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {TABLE}_deps")))
+        .execute(&pool)
+        .await?;
     pool.close().await;
     Ok(out)
 }

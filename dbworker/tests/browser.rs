@@ -1,8 +1,11 @@
 //! The dashboard in a real headless Chromium (through chromedriver): load the
 //! overview, filter jobs by a payload field, open a job and retry it, pause a
 //! queue and see workers stop claiming from it, and check that a read-only
-//! user has no actions; follow a task to its workflow's graph. Screenshots of each page go to
-//! `target/dashboard-screenshots/`. Skips, saying why, when Chromium or
+//! user has no actions; follow a task to its workflow's graph; on a table
+//! with rows in every state, check every count the overview, the workflows
+//! list and the processes page show against SQL, edit a limit, read a job
+//! page, pause and resume the refresh. Screenshots of each page go to
+//! `target/dashboard-screenshots/` (`UPDATE_SCREENSHOTS=1`: docs/dashboard/). Skips, saying why, when Chromium or
 //! chromedriver is missing (`.ci/run` installs them).
 
 mod common;
@@ -12,7 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dbworker::cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE};
+use dbworker::control::DEFAULT_LIMIT_TABLE;
 use dbworker::dashboard::{Auth, Dashboard, DashboardOptions, Role, User};
+use dbworker::ddl::{leader_table_sql, limit_table_sql, node_table_sql};
 use dbworker::workflow::{Task, Workflow, Workflows};
 use dbworker::{
     DbConditions, Handling, NewJob, control::DEFAULT_PAUSE_TABLE, ddl::pause_table_sql,
@@ -85,8 +91,14 @@ async fn browser() -> Option<(Driver, Client)> {
     }
 }
 
+/// Where screenshots go: `target/dashboard-screenshots/`, or with
+/// `UPDATE_SCREENSHOTS=1` the pictures docs/dashboard.md shows.
 fn screenshots() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots");
+    let dir = if std::env::var_os("UPDATE_SCREENSHOTS").is_some() {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/dashboard")
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots")
+    };
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -147,7 +159,17 @@ async fn serve(db: &Db, workflows: bool) -> (String, Dashboard) {
             t.workflows = workflows;
         })
         .await;
+    serve_table(db, t, |_| {}).await
+}
+
+/// [`serve`] over `t`, with what `set` changes in the options.
+async fn serve_table(
+    db: &Db,
+    t: dbworker::JobTable,
+    set: impl FnOnce(&mut DashboardOptions),
+) -> (String, Dashboard) {
     let mut o = DashboardOptions::new(vec![t]);
+    set(&mut o);
     o.auth = Auth::Hook(Arc::new(|parts| {
         let cookies = parts.headers.get("cookie")?.to_str().ok()?;
         match cookies.split("; ").find_map(|c| c.strip_prefix("user="))? {
@@ -516,6 +538,302 @@ async fn operators_follow_a_task_to_its_workflow_graph() {
     click(&c, Locator::Css(&format!("#node-{notify}"))).await;
     at_url(&c, &format!("/t/jobs/jobs/{notify}")).await;
     page_with(&c, "State: pending").await;
+    c.close().await.unwrap();
+}
+
+/// The cells of the table `css` finds, row by row, as the browser shows them.
+async fn cells(c: &Client, css: &str) -> Vec<Vec<String>> {
+    let found = c
+        .execute(
+            "const t = document.querySelector(arguments[0]); return t ? [...t.rows].map(r => [...r.cells].map(x => x.textContent.trim())) : [];",
+            vec![serde_json::json!(css)],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(found).unwrap()
+}
+
+/// A count from SQL.
+async fn sql_count(db: &Db, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_see_every_state_counted_and_the_new_pages_in_a_real_browser() {
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = Db::new().await;
+    db.add_columns(
+        |col| {
+            col.queue = true;
+            col.kind = true;
+            col.retention = true;
+            col.error_history = true;
+            col.max_retries = true;
+        },
+        &[
+            pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+            limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap(),
+            workflows_sql("jobs", &Default::default()).unwrap(),
+            node_table_sql(DEFAULT_NODE_TABLE).unwrap(),
+            leader_table_sql(DEFAULT_LEADER_TABLE).unwrap(),
+        ],
+    )
+    .await;
+    // Every state, in two queues; three workflows (running, failed, completed).
+    db.execute(
+        "INSERT INTO jobs (state, queue, kind, finished_at) SELECT 'completed', CASE WHEN i % 3 = 0 THEN 'reports' ELSE 'mail' END, 'send', now() - interval '2 hours' FROM generate_series(1, 300) AS i;
+         INSERT INTO jobs (state, queue, kind, queued_at) SELECT 'queued', 'mail', 'send', now() - interval '2 minutes' FROM generate_series(1, 12);
+         INSERT INTO jobs (state, queue, kind, process_after) SELECT 'queued', 'mail', 'send', now() + interval '1 hour' FROM generate_series(1, 4);
+         INSERT INTO jobs (state, queue, kind, num_failures, max_retries, process_after, failure_message, errors) SELECT 'errored', 'reports', 'build', 1, 3, now() + interval '5 minutes', 'disk full',
+           jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '1 minute', 'worker', 'host-2', 'message', 'disk full')) FROM generate_series(1, 3);
+         INSERT INTO jobs (state, queue, kind, started_at, last_heartbeat_at, worker_hostname) SELECT 'processing', 'mail', 'send', now(), now(), 'a:1:x' FROM generate_series(1, 2);
+         INSERT INTO jobs (state, queue, kind, started_at, last_heartbeat_at, worker_hostname) SELECT 'processing', 'reports', 'build', now() - interval '1 hour', now() - interval '20 minutes', 'c:3:z' FROM generate_series(1, 2);
+         INSERT INTO jobs (state, queue, kind, num_failures, max_retries, failure_message, finished_at, payload, errors) SELECT 'failed', 'reports', 'build', 4, 3, 'SMTP 550: mailbox unavailable', now() - interval '10 minutes',
+           '{\"customer\": {\"id\": 42, \"plan\": \"pro\"}}', jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '30 minutes', 'worker', 'a:1:x', 'message', 'timeout'), jsonb_build_object('attempt', 2, 'at', now() - interval '20 minutes', 'worker', 'b:2:y', 'message', 'SMTP 550: mailbox unavailable')) FROM generate_series(1, 5);
+         INSERT INTO jobs (state, queue, kind, finished_at) SELECT 'failed', 'mail', 'send', now() - interval '3 hours' FROM generate_series(1, 2);
+         INSERT INTO jobs (state, queue, kind, finished_at) SELECT 'canceled', 'mail', 'send', now() FROM generate_series(1, 3);
+         INSERT INTO jobs (state, queue, kind, workflow_id, task_name, queued_at, finished_at) VALUES
+           ('completed', 'mail', 'send', 11, 'fetch', now() - interval '1 day', now()), ('completed', 'mail', 'send', 11, 'send', now(), now()),
+           ('completed', 'mail', 'send', 12, 'fetch', now() - interval '5 hours', now()), ('failed', 'mail', 'send', 12, 'send', now(), now()), ('canceled', 'mail', 'send', 12, 'notify', now(), now()),
+           ('completed', 'mail', 'send', 13, 'fetch', now() - interval '10 minutes', now());
+         WITH p AS (INSERT INTO jobs (state, queue, kind, workflow_id, task_name) SELECT 'pending', 'mail', 'send', 13, 'send' || i FROM generate_series(1, 2) AS i RETURNING id)
+         INSERT INTO jobs_deps (job_id, depends_on) SELECT p.id, (SELECT id FROM jobs WHERE workflow_id = 13 AND task_name = 'fetch') FROM p;
+         INSERT INTO dbworker_nodes (id, host, pid, version, queues, handlers, heartbeat_at) VALUES
+           ('a:1:x', 'a', 1, '0.1.0', ARRAY['mail'], 8, now()),
+           ('b:2:y', 'b', 2, '0.1.0', ARRAY['mail', 'reports'], 4, now() - interval '40 seconds'),
+           ('c:3:z', 'c', 3, '0.1.0', ARRAY['reports'], 4, now() - interval '5 minutes');
+         INSERT INTO dbworker_leaders (scope, node_id, term, acquired_at, expires_at) VALUES
+           ('jobs', 'a:1:x', 3, now(), now() + interval '1 hour');
+         ANALYZE jobs;",
+    )
+    .await;
+    let table = db
+        .table_with(|t| {
+            t.queue_column = Some("queue".into());
+            t.kind_column = Some("kind".into());
+            t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+            t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+            t.error_history_column = Some("errors".into());
+            t.max_retries_column = Some("max_retries".into());
+            t.payload_column = Some("payload".into());
+            t.workflows = true;
+        })
+        .await;
+    let (base, _dashboard) = serve_table(&db, table.clone(), |o| {
+        o.node_table = Some(DEFAULT_NODE_TABLE.into());
+        o.leader_table = Some(DEFAULT_LEADER_TABLE.into());
+        // Room for the test's own seconds: stale past 30 s, dead past 60 s.
+        o.dead_after = Duration::from_secs(60);
+    })
+    .await;
+    sign_in(&c, &base, "admin").await;
+
+    // The overview: every state per queue and in total, as SQL counts them.
+    c.goto(&base).await.unwrap();
+    page_with(&c, "Oldest waiting job").await;
+    let shown = cells(&c, "table.state-counts").await;
+    let heads = &shown[0];
+    assert_eq!(
+        heads[1..],
+        dbworker::admin::STATE_COLUMNS.map(str::to_owned)
+    );
+    let condition = |column: &str| match column {
+        "pending" => "state = 'pending' AND id IN (SELECT job_id FROM jobs_deps)",
+        "scheduled" => "state = 'queued' AND process_after > now()",
+        "available" => {
+            "state IN ('queued', 'errored') AND COALESCE(process_after, '-infinity') <= now()"
+        }
+        "errored" => "state = 'errored'",
+        "processing" => "state = 'processing'",
+        "stalled" => {
+            "state = 'processing' AND COALESCE(last_heartbeat_at, started_at) < now() - interval '30 seconds'"
+        }
+        "completed" => "state = 'completed'",
+        "failed" => "state = 'failed'",
+        "canceled" => "state = 'canceled'",
+        "failed/1h" => "state = 'failed' AND finished_at >= now() - interval '1 hour'",
+        other => panic!("no SQL for the column {other}"),
+    };
+    assert_eq!(shown.len(), 4, "mail, reports and the total: {shown:?}");
+    for row in &shown[1..] {
+        let queue = match row[0].as_str() {
+            "total" => "true".to_owned(),
+            q => format!("queue = '{q}'"),
+        };
+        for (column, cell) in heads[1..].iter().zip(&row[1..]) {
+            let expected = sql_count(
+                &db,
+                &format!(
+                    "SELECT count(*) FROM jobs WHERE {queue} AND {}",
+                    condition(column)
+                ),
+            )
+            .await;
+            assert_eq!(
+                cell,
+                &expected.to_string(),
+                "{} {column}: {shown:?}",
+                row[0]
+            );
+        }
+    }
+    let total = &shown[3];
+    assert!(
+        total[1..].iter().all(|n| n != "0"),
+        "every state is present: {shown:?}"
+    );
+    shot(&c, "overview-every-state").await;
+
+    // The workflows list, from the nav: each workflow's counts as SQL has them.
+    click(&c, Locator::LinkText("workflows")).await;
+    page_with(&c, "Workflows · jobs").await;
+    let shown = cells(&c, "table.workflows").await;
+    let heads = shown[0].clone();
+    assert_eq!(shown.len(), 4, "{shown:?}");
+    let ids: Vec<&str> = shown[1..].iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(ids, ["13", "12", "11"], "newest first");
+    let states: Vec<&str> = shown[1..].iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(states, ["running", "failed", "completed"]);
+    for row in &shown[1..] {
+        for (head, cell) in heads.iter().zip(row).skip(2).take(7) {
+            let n = sql_count(
+                &db,
+                &format!(
+                    "SELECT count(*) FROM jobs WHERE workflow_id = {} AND state = '{head}'",
+                    row[0]
+                ),
+            )
+            .await;
+            assert_eq!(cell, &n.to_string(), "workflow {} {head}", row[0]);
+        }
+    }
+    shot(&c, "workflows-list").await;
+    c.find(Locator::Css("select[name=state]"))
+        .await
+        .unwrap()
+        .select_by_value("failed")
+        .await
+        .unwrap();
+    click(&c, Locator::Css("form.filters button")).await;
+    at_url(&c, "state=failed").await;
+    let shown = cells(&c, "table.workflows").await;
+    assert_eq!(shown.len(), 2, "only workflow 12: {shown:?}");
+    assert_eq!(shown[1][0], "12");
+    click(&c, Locator::LinkText("12")).await;
+    page_with(&c, "Workflow 12").await;
+
+    // A limit set from the queues page holds at a worker's next claim.
+    c.goto(&format!("{base}/t/jobs/queues")).await.unwrap();
+    let form = "//tr[td[text()='mail']]//form[contains(@class, 'limit')]";
+    c.find(Locator::XPath(&format!(
+        "{form}//input[@name='max_processing']"
+    )))
+    .await
+    .unwrap()
+    .send_keys("3")
+    .await
+    .unwrap();
+    click(&c, Locator::XPath(&format!("{form}//button[@value='set']"))).await;
+    let page = page_with(&c, "Done: limit set on mail").await;
+    assert!(page.contains("at most 3 processing"), "{page}");
+    shot(&c, "queues-limits").await;
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    let store = db.store_on(&table, so).await;
+    let claimed = store
+        .dequeue("browser-test", &DbConditions::new(), 20)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.len(),
+        1,
+        "2 were processing already; the limit is 3"
+    );
+
+    // A failed job's page, ordered as an operator reads it.
+    let failed = sql_count(
+        &db,
+        "SELECT min(id) FROM jobs WHERE failure_message LIKE 'SMTP%'",
+    )
+    .await;
+    c.goto(&format!("{base}/t/jobs/jobs/{failed}"))
+        .await
+        .unwrap();
+    let page = page_with(&c, "State: failed").await;
+    let at = |needle: &str| {
+        page.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?}: {page}"))
+    };
+    assert!(
+        at("attempts") < at("Times")
+            && at("Times") < at("Errors")
+            && at("Errors") < at("Payload")
+            && at("Payload") < at("Execution logs")
+            && at("Execution logs") < at("Other columns"),
+        "{page}"
+    );
+    assert!(
+        page.contains("4/3 failures") && page.contains("10m ago"),
+        "{page}"
+    );
+    shot(&c, "job-operator").await;
+
+    // The processes: heartbeat health and the leader.
+    click(&c, Locator::LinkText("processes")).await;
+    page_with(&c, "live of 3 registered").await;
+    let shown = cells(&c, "table.processes").await;
+    let health: Vec<(&str, &str)> = shown[1..]
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str()))
+        .collect();
+    assert_eq!(
+        health,
+        [("a:1:x", "live"), ("b:2:y", "stale"), ("c:3:z", "dead")]
+    );
+    assert_eq!(shown[1][3], "leader of jobs");
+    let live = sql_count(
+        &db,
+        "SELECT count(*) FROM dbworker_nodes WHERE heartbeat_at > now() - interval '60 seconds'",
+    )
+    .await;
+    assert_eq!(
+        c.find(Locator::Id("live-count"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        live.to_string()
+    );
+    shot(&c, "processes").await;
+
+    // Auto-refresh: on, paused by its link, resumed by its link.
+    click(&c, Locator::LinkText("every 5 s")).await;
+    at_url(&c, "refresh=5").await;
+    let refreshes = |c: Client| async move {
+        c.find_all(Locator::Css("meta[http-equiv=refresh]"))
+            .await
+            .unwrap()
+            .len()
+    };
+    assert_eq!(refreshes(c.clone()).await, 1);
+    click(&c, Locator::Id("refresh-pause")).await;
+    at_url(&c, "paused=5").await;
+    let page = page_with(&c, "Auto-refresh: paused").await;
+    assert_eq!(refreshes(c.clone()).await, 0, "{page}");
+    shot(&c, "refresh-paused").await;
+    // The nav keeps it paused; resuming brings the 5 s back.
+    click(&c, Locator::LinkText("queues")).await;
+    at_url(&c, "/t/jobs/queues?paused=5").await;
+    click(&c, Locator::Id("refresh-resume")).await;
+    at_url(&c, "refresh=5").await;
+    page_with(&c, "Auto-refresh: every 5 s").await;
+    assert_eq!(refreshes(c.clone()).await, 1);
     c.close().await.unwrap();
 }
 

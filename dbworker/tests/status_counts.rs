@@ -1,8 +1,11 @@
 //! `Admin::status` counts every state per queue and in total on a table with
 //! many finished rows, without a sequential scan of it: exact finished counts
-//! through the retention index, the planner's estimate without it.
+//! through the retention index, the planner's estimate without it; and the
+//! dashboard's overview, which shows them, scans nothing either.
 
 mod common;
+#[path = "common/router.rs"]
+mod router;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -154,4 +157,36 @@ async fn without_an_index_over_the_final_states_they_are_estimated_without_a_sca
     let completed = status.total.completed.unwrap();
     assert!((18_000..=22_000).contains(&completed), "{completed}");
     assert!(status.total.failed.is_some() && status.total.failed_last_hour.is_none());
+}
+
+/// The dashboard's overview shows these counts without scanning the table
+/// either, with or without the index over the final states.
+#[tokio::test]
+async fn the_dashboards_overview_counts_without_a_scan() {
+    for retention in [true, false] {
+        let db = seed(retention).await;
+        let (pool, _) = admin(&db).await;
+        let mut o = Db::table_options();
+        o.queue_column = Some("queue".into());
+        o.workflows = true;
+        let table = JobTable::new(&pool, o).await.unwrap();
+        let options = dbworker::dashboard::DashboardOptions::new(vec![table]);
+        let dashboard = dbworker::dashboard::Dashboard::new(&pool, options)
+            .await
+            .unwrap();
+        let before = seq_scans(&pool).await;
+        let (status, page) = router::get(&dashboard.router(), "/").await;
+        assert_eq!(status, axum::http::StatusCode::OK);
+        assert!(page.contains("table class=\"state-counts\""), "{page}");
+        // The emails row: pending, scheduled, available, errored, processing, stalled.
+        assert!(
+            page.contains("<td>emails</td><td class=\"num\">0</td><td class=\"num\">2</td><td class=\"num\">5</td><td class=\"num\">2</td><td class=\"num\">0</td><td class=\"num\">0</td>"),
+            "{page}"
+        );
+        assert_eq!(
+            seq_scans(&pool).await,
+            before,
+            "no sequential scan (retention index: {retention})"
+        );
+    }
 }

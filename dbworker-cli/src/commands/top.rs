@@ -242,7 +242,12 @@ pub(crate) fn to_json(snap: &Snapshot) -> Value {
 
 pub(crate) async fn top(args: TopArgs) -> Result<()> {
     // Reads only: from the replica when --replica-url names one.
-    let pool = args.table.target.database.connect_reads(&args.read, 1).await?;
+    let pool = args
+        .table
+        .target
+        .database
+        .connect_reads(&args.read, 1)
+        .await?;
     let job_table = args.table.job_table_with(&pool, |_| {}).await?;
     let admin = Admin::new(&pool, &job_table)
         .await

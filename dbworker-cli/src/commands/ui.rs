@@ -48,9 +48,14 @@ pub(crate) struct UiArgs {
     /// their graphs and filter jobs by workflow.
     #[arg(long)]
     workflows: bool,
-    /// The worker registry (live processes on the overview).
+    /// The worker registry (live processes on the overview, their health on
+    /// the processes page).
     #[arg(long, env = "DBWORKER_NODE_TABLE")]
     node_table: Option<String>,
+    /// The leader election's lease table (which process leads, on the
+    /// processes page).
+    #[arg(long, env = "DBWORKER_LEADER_TABLE", requires = "node_table")]
+    leader_table: Option<String>,
     /// The cron table (`dbworker migration --cron`): each table gets a cron
     /// page (schedules, time zones, last and next tick, last job).
     #[arg(long, env = "DBWORKER_CRON_TABLE")]
@@ -141,6 +146,7 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.auth = auth;
     options.hidden_fields = args.hide.clone();
     options.node_table = args.node_table.clone();
+    options.leader_table = args.leader_table.clone();
     options.history_table = args.history_table.clone();
     options.cron_table = args.cron_table.clone();
     options.read_only = args.read_only;

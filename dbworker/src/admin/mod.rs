@@ -58,12 +58,6 @@ pub enum Canceled {
 }
 
 impl Admin {
-    /// The resolved columns (the dashboard's job page reads renamed ones).
-    #[cfg(feature = "dashboard")]
-    pub(crate) fn columns(&self) -> &crate::columns::Columns {
-        &self.t.columns
-    }
-
     /// An operator's view of `table` (checked when it was built). Reading
     /// (status, lists, a job's row) needs only the table's `SELECT`; a tool
     /// that acts checks [`check_actions`](Self::check_actions) (and
@@ -321,11 +315,22 @@ impl Admin {
 
     /// The job's row as JSON (every column), or `None`.
     pub async fn show(&self, id: i64) -> Result<Option<serde_json::Value>> {
+        Ok(self.show_at(id).await?.map(|(row, _)| row))
+    }
+
+    /// The job's row, and the database clock's now (seconds since the epoch).
+    pub(crate) async fn show_at(&self, id: i64) -> Result<Option<(serde_json::Value, f64)>> {
         let row = sql::admin_show(&self.t, id)
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("show"))?;
-        Ok(row.map(|r| r.get("row")))
+        Ok(row.map(|r| (r.get("row"), r.get("now"))))
+    }
+
+    /// The resolved table (the dashboard's job page reads its optional columns).
+    #[cfg(feature = "dashboard")]
+    pub(crate) fn table(&self) -> &Table {
+        &self.t
     }
 
     /// Puts a failed, canceled or errored job back in the queue, to run now;

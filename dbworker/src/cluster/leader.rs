@@ -324,3 +324,36 @@ pub async fn current_leader(
         .map_err(Error::db("leader_current"))?;
     Ok(row.map(|r| r.get("node_id")))
 }
+
+/// One scope's lease, as [`leases`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Lease {
+    /// What is led.
+    pub scope: String,
+    /// The node that holds (or last held) the lease.
+    pub node_id: String,
+    /// Its term.
+    pub term: i64,
+    /// Whether the lease is held now (not expired, database clock).
+    pub held: bool,
+}
+
+/// Every scope's lease in `leader_table`, by scope: who leads each now, and
+/// who led last where the lease has expired.
+pub async fn leases(pool: &PgPool, leader_table: &str) -> Result<Vec<Lease>> {
+    let table = Relation::parse("leader_table", leader_table)?;
+    let rows = sql::leaders_all(&table)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("leaders_all"))?;
+    Ok(rows
+        .iter()
+        .map(|r| Lease {
+            scope: r.get("scope"),
+            node_id: r.get("node_id"),
+            term: r.get("term"),
+            held: r.get("held"),
+        })
+        .collect())
+}

@@ -6,6 +6,8 @@ pub(crate) mod leader;
 pub(crate) mod leadership;
 pub(crate) mod nodes;
 
-pub use leader::{DEFAULT_LEADER_TABLE, LeaderElection, LeaderOptions, current_leader};
+pub use leader::{
+    DEFAULT_LEADER_TABLE, LeaderElection, LeaderOptions, Lease, current_leader, leases,
+};
 pub use leadership::Leadership;
-pub use nodes::{DEFAULT_NODE_TABLE, Node, NodeInfo, NodeOptions, live_nodes};
+pub use nodes::{DEFAULT_NODE_TABLE, Node, NodeInfo, NodeOptions, live_nodes, registered_nodes};

@@ -269,17 +269,29 @@ pub async fn live_nodes(
         .fetch_all(pool)
         .await
         .map_err(Error::db("nodes_live"))?;
-    Ok(rows
-        .iter()
-        .map(|r| NodeInfo {
-            id: r.get("id"),
-            host: r.get("host"),
-            pid: r.get("pid"),
-            version: r.get("version"),
-            queues: r.get("queues"),
-            handlers: r.get("handlers"),
-            up_seconds: r.get("up"),
-            heartbeat_age_seconds: r.get("age"),
-        })
-        .collect())
+    Ok(rows.iter().map(node_info).collect())
+}
+
+/// Every process `node_table` still holds, live or dead (a dead one stays
+/// until pruned), by id: compare each heartbeat age with `dead_after`.
+pub async fn registered_nodes(pool: &PgPool, node_table: &str) -> Result<Vec<NodeInfo>> {
+    let table = Relation::parse("node_table", node_table)?;
+    let rows = sql::nodes_all(&table)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("nodes_all"))?;
+    Ok(rows.iter().map(node_info).collect())
+}
+
+fn node_info(r: &sqlx::postgres::PgRow) -> NodeInfo {
+    NodeInfo {
+        id: r.get("id"),
+        host: r.get("host"),
+        pid: r.get("pid"),
+        version: r.get("version"),
+        queues: r.get("queues"),
+        handlers: r.get("handlers"),
+        up_seconds: r.get("up"),
+        heartbeat_age_seconds: r.get("age"),
+    }
 }

@@ -47,7 +47,7 @@ impl FromRequest<Arc<Shared>> for AdminForm {
     }
 }
 
-fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub(super) fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a str> {
     form.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 

@@ -26,9 +26,14 @@ mod charts;
 mod cron;
 mod dag;
 mod grants;
+mod job_page;
+mod limits;
 mod pages;
+mod processes;
+mod refresh;
 mod replica;
 mod workflow;
+mod workflows_list;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +49,7 @@ use sqlx::PgPool;
 use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
+pub(crate) use refresh::{Refresh, refresh};
 
 use crate::admin::Admin;
 use crate::control::limits::{Limit, Limits};
@@ -66,12 +72,18 @@ pub struct DashboardOptions {
     /// JSON fields (at any depth) and columns whose values are never shown
     /// nor filtered on: secrets in payloads.
     pub hidden_fields: Vec<String>,
-    /// The worker registry, to list live processes.
+    /// The worker registry, to list live processes (the overview) and every
+    /// registered one with its health (the processes page).
     pub node_table: Option<String>,
+    /// The lease table of leader election, to show which process leads
+    /// each scope (the processes page).
+    pub leader_table: Option<String>,
     /// The cron table (`dbworker migration --cron`), for each table's cron
     /// page (schedules, last and next tick, the job last enqueued).
     pub cron_table: Option<String>,
-    /// A process whose registry heartbeat is older than this is not listed.
+    /// A process whose registry heartbeat is older than this is dead: the
+    /// overview does not list it, the processes page flags it (and flags it
+    /// stale past half of it). Default 10 s, the registry's own default.
     pub dead_after: Duration,
     /// The history table the overview's charts read (written by
     /// [`History`](crate::history::History)); when it does not exist the
@@ -102,6 +114,7 @@ impl DashboardOptions {
             auth: Auth::None,
             hidden_fields: Vec::new(),
             node_table: None,
+            leader_table: None,
             cron_table: None,
             dead_after: Duration::from_secs(10),
             history_table: crate::history::DEFAULT_HISTORY_TABLE.to_owned(),
@@ -236,13 +249,16 @@ impl Dashboard {
             .route("/", get(overview))
             .route("/assets/style.css", get(style))
             .route("/t/{table}/jobs", get(jobs))
-            .route("/t/{table}/jobs/{id}", get(job))
+            .route("/t/{table}/jobs/{id}", get(job_page::job))
             .route("/t/{table}/jobs/{id}/action", post(actions::job_action))
             .route("/t/{table}/bulk", post(actions::bulk))
+            .route("/t/{table}/workflows", get(workflows_list::list))
             .route("/t/{table}/workflows/{id}", get(workflow::workflow))
             .route("/t/{table}/queues", get(queues))
             .route("/t/{table}/cron", get(cron::cron))
             .route("/t/{table}/queues/pause", post(actions::pause))
+            .route("/t/{table}/queues/limit", post(limits::set))
+            .route("/processes", get(processes::processes))
             .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
             .with_state(self.shared.clone())
     }
@@ -400,47 +416,6 @@ async fn overview(
     )
 }
 
-/// Live refresh: the interval asked for (`?refresh=5`), and the page's other
-/// query parameters, so the refresh links keep the filters.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Refresh {
-    pub(crate) every: Option<u32>,
-    pub(crate) query: String,
-}
-
-impl Refresh {
-    /// The page's own address with `refresh` set (or removed).
-    pub(crate) fn link(&self, every: Option<u32>) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        if !self.query.is_empty() {
-            parts.push(self.query.clone());
-        }
-        if let Some(e) = every {
-            parts.push(format!("refresh={e}"));
-        }
-        format!("?{}", parts.join("&"))
-    }
-}
-
-fn refresh(q: &HashMap<String, String>) -> Refresh {
-    let mut keys: Vec<&String> = q
-        .keys()
-        .filter(|k| *k != "refresh" && *k != "done")
-        .collect();
-    keys.sort();
-    Refresh {
-        every: q
-            .get("refresh")
-            .and_then(|r| r.parse::<u32>().ok())
-            .filter(|r| (1..=3600).contains(r)),
-        query: keys
-            .iter()
-            .map(|k| format!("{}={}", url_escape(k), url_escape(&q[*k])))
-            .collect::<Vec<_>>()
-            .join("&"),
-    }
-}
-
 /// The list filter from query parameters; refuses hidden fields. Each error
 /// names its parameter and quotes the input cut short.
 pub(crate) fn filter_from(
@@ -512,32 +487,6 @@ async fn jobs(
     Ok(pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response())
 }
 
-async fn job(
-    State(s): State<Arc<Shared>>,
-    viewer: axum::Extension<Viewer>,
-    Path((table, id)): Path<(String, i64)>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, Response> {
-    let t = s.table(&table)?;
-    Ok(match t.admin.show(id).await {
-        Ok(Some(mut row)) => {
-            hide(&mut row, &s.options.hidden_fields);
-            pages::job(
-                &viewer,
-                &s,
-                t,
-                id,
-                &row,
-                q.get("done").map(String::as_str),
-                &refresh(&q),
-            )
-            .into_response()
-        }
-        Ok(None) => (StatusCode::NOT_FOUND, "no such job").into_response(),
-        Err(err) => server_error(err),
-    })
-}
-
 /// Replaces hidden fields' values, at any depth.
 pub(crate) fn hide(value: &mut serde_json::Value, hidden: &[String]) {
     match value {
@@ -571,7 +520,18 @@ async fn queues(
         Some(l) => l.list().await.map_err(server_error)?,
         None => Vec::new(),
     };
-    Ok(pages::queues(&viewer, &s, t, &status, &paused, &limits, &refresh(&q)).into_response())
+    let done = q.get("done").map(String::as_str);
+    Ok(pages::queues(
+        &viewer,
+        &s,
+        t,
+        &status,
+        &paused,
+        &limits,
+        done,
+        &refresh(&q),
+    )
+    .into_response())
 }
 
 /// Percent-encodes a URL component.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use maud::{DOCTYPE, Markup, html};
 
-use super::{Refresh, Role, Shared, Table, Viewer, charts, url_escape};
+use super::{Refresh, Role, Shared, Table, Viewer, charts, limits, url_escape};
 use crate::admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status};
 use crate::cluster::nodes::NodeInfo;
 use crate::control::limits::Limit;
@@ -40,12 +40,15 @@ pub(super) fn layout(
             }
             body {
                 header {
-                    a href=(viewer.href("/")) { strong { "dbworker" } }
+                    @let nav = |path: String| refresh.map_or_else(|| viewer.href(&path), |r| r.carried(viewer.href(&path)));
+                    a href=(nav("/".into())) { strong { "dbworker" } }
                     @for t in &s.tables {
-                        a href=(viewer.href(&format!("/t/{}/jobs", url_escape(&t.name)))) { (t.name) }
-                        a href=(viewer.href(&format!("/t/{}/queues", url_escape(&t.name)))) { "queues" }
-                        @if s.options.cron_table.is_some() { a href=(viewer.href(&format!("/t/{}/cron", url_escape(&t.name)))) { "cron" } }
+                        a href=(nav(format!("/t/{}/jobs", url_escape(&t.name)))) { (t.name) }
+                        a href=(nav(format!("/t/{}/queues", url_escape(&t.name)))) { "queues" }
+                        @if t.workflows.is_some() { a href=(nav(format!("/t/{}/workflows", url_escape(&t.name)))) { "workflows" } }
+                        @if s.options.cron_table.is_some() { a href=(nav(format!("/t/{}/cron", url_escape(&t.name)))) { "cron" } }
                     }
+                    @if s.options.node_table.is_some() { a href=(nav("/processes".into())) { "processes" } }
                     span class="who" {
                         (viewer.user.name) " · "
                         @if viewer.user.role == Role::Admin { "admin" } @else { "read-only" }
@@ -54,17 +57,7 @@ pub(super) fn layout(
                 (super::replica::line(&viewer.replica))
                 main {
                     h1 { (title) }
-                    @if let Some(refresh) = refresh {
-                        p class="muted" {
-                            @match refresh.every {
-                                Some(r) => { "Refreshing every " (r) " s · " a href=(refresh.link(None)) { "pause" } }
-                                None => {
-                                    "Live refresh: " a href=(refresh.link(Some(5))) { "every 5 s" }
-                                    " · " a href=(refresh.link(Some(30))) { "every 30 s" }
-                                }
-                            }
-                        }
-                    }
+                    @if let Some(refresh) = refresh { (refresh.bar()) }
                     (body)
                 }
             }
@@ -132,7 +125,7 @@ fn state_counts(status: &Status) -> Markup {
     };
     let estimated = status.finished != FinishedCounts::Exact;
     html! {
-        table {
+        table class="state-counts" {
             tr { th { "queue" } @for h in heads { th { (h) } } }
             @for q in &status.queues {
                 tr {
@@ -314,98 +307,6 @@ pub(crate) fn jobs(
     )
 }
 
-pub(crate) fn job(
-    viewer: &Viewer,
-    s: &Shared,
-    t: &Table,
-    id: i64,
-    row: &serde_json::Value,
-    done: Option<&str>,
-    refresh: &Refresh,
-) -> Markup {
-    let columns = row.as_object().cloned().unwrap_or_default();
-    // The configured (possibly renamed) column names.
-    let c = t.admin.columns();
-    let state = columns.get(&c.state).and_then(|v| v.as_str()).unwrap_or("");
-    let logs = columns.get(&c.execution_logs).cloned().unwrap_or_default();
-    let history = t.error_history.as_deref();
-    let entries = history
-        .and_then(|h| columns.get(h))
-        .and_then(|v| v.as_array())
-        .cloned()
-        .unwrap_or_default();
-    let action_url = viewer.href(&format!("/t/{}/jobs/{id}/action", url_escape(&t.name)));
-    let workflow = columns
-        .get(crate::columns::WORKFLOW_ID)
-        .and_then(serde_json::Value::as_i64)
-        .filter(|_| t.workflows.is_some());
-    let body = html! {
-        @if let Some(done) = done { p class="notice" { "Done: " (done) } }
-        p { "State: " strong { (state_cell(state)) } }
-        @if let Some(w) = workflow {
-            p { "Task of " a id="workflow-link" href=(crate::dashboard::workflow::href(viewer, t, w)) { "workflow " (w) } }
-        }
-        @if viewer.user.role == Role::Admin {
-            p {
-                @for (action, label) in [("requeue", "Retry now"), ("cancel", "Cancel"), ("fail", "Fail"), ("complete", "Complete")] {
-                    form class="inline" method="post" action=(action_url) {
-                        input type="hidden" name="csrf" value=(s.csrf);
-                        input type="hidden" name="action" value=(action);
-                        button type="submit" class=@if action != "requeue" { "danger" } { (label) }
-                        " "
-                    }
-                }
-            }
-        }
-        h2 { "Columns" }
-        table {
-            @for (name, value) in &columns {
-                @if *name != c.execution_logs && Some(name.as_str()) != history {
-                    tr {
-                        th { (name) }
-                        td {
-                            @if value.is_object() || value.is_array() {
-                                pre { (serde_json::to_string_pretty(value).unwrap_or_default()) }
-                            } @else if let Some(text) = value.as_str() {
-                                (text)
-                            } @else {
-                                (value.to_string())
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        @if history.is_some() {
-            h2 { "Error history" }
-            @if entries.is_empty() { p class="muted" { "No failed attempt." } }
-            @else {
-                table class="error-history" {
-                    tr { th { "Attempt" } th { "At" } th { "Worker" } th { "Message" } }
-                    @for e in &entries {
-                        tr {
-                            td { (e["attempt"]) }
-                            td { (e["at"].as_str().unwrap_or("")) }
-                            td { (e["worker"].as_str().unwrap_or("")) }
-                            td { pre { (e["message"].as_str().unwrap_or("")) } }
-                        }
-                    }
-                }
-            }
-        }
-        h2 { "Execution logs" }
-        @if logs.is_null() { p class="muted" { "None." } }
-        @else { pre { (serde_json::to_string_pretty(&logs).unwrap_or_default()) } }
-    };
-    layout(
-        viewer,
-        s,
-        &format!("Job {id} · {}", t.name),
-        Some(refresh),
-        body,
-    )
-}
-
 pub(crate) fn confirm(
     viewer: &Viewer,
     s: &Shared,
@@ -436,6 +337,7 @@ pub(crate) fn confirm(
     layout(viewer, s, "Confirm", None, body)
 }
 
+#[allow(clippy::too_many_arguments)] // the page's parts, each used once
 pub(crate) fn queues(
     viewer: &Viewer,
     s: &Shared,
@@ -443,9 +345,11 @@ pub(crate) fn queues(
     status: &Status,
     paused: &[Pause],
     limits: &[(String, Limit)],
+    done: Option<&str>,
     refresh: &Refresh,
 ) -> Markup {
     let admin = viewer.user.role == Role::Admin && t.pauses.is_some();
+    let edit_limits = viewer.user.role == Role::Admin && t.limits.is_some();
     let pause_url = viewer.href(&format!("/t/{}/queues/pause", url_escape(&t.name)));
     let is_paused = |q: Option<&str>| paused.iter().any(|p| p.queue.as_deref() == q);
     let limit_of = |q: &str| limits.iter().find(|(name, _)| name == q).map(|(_, l)| l);
@@ -463,6 +367,7 @@ pub(crate) fn queues(
         }
     };
     let body = html! {
+        @if let Some(done) = done { p class="notice" { "Done: " (done) } }
         p {
             "The whole table: "
             @if is_paused(None) { strong { "paused" } } @else { "running" }
@@ -477,17 +382,16 @@ pub(crate) fn queues(
                     @for n in counts { td class="num" { (n) } }
                     td { @if is_paused(Some(&queue)) { strong { "paused" } } @else { "running" } }
                     td {
-                        @if let Some(l) = limit_of(&queue) {
-                            @if let Some(m) = l.max_processing { "at most " (m) " processing " }
-                            @if let Some(m) = l.max_per_key { "· " (m) " per key " }
-                            @if let Some(r) = l.rate_per_second { "· " (r) "/s" }
-                        } @else { span class="muted" { "none" } }
+                        (limits::describe(&limit_of(&queue).copied().unwrap_or_default()))
+                        @if edit_limits { br; (limits::form(viewer, s, t, Some(&queue), limit_of(&queue))) }
                     }
                     @if admin { td { (pause_form(Some(&queue))) } }
                 }
             }
         }
+        @if edit_limits { p { "Limit another queue: " (limits::form(viewer, s, t, None, None)) } }
         @if t.pauses.is_none() { p class="muted" { "Pausing needs the pause table in the dashboard's table options." } }
+        @if t.limits.is_none() { p class="muted" { "Limits need the limit table in the dashboard's table options." } }
     };
     layout(
         viewer,

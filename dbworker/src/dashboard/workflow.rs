@@ -103,7 +103,10 @@ fn page(
                 td class="num" { (graph.total()) }
             }
         }
-        p { a href=(jobs_href(viewer, t, graph.id)) { "List this workflow's jobs" } }
+        p {
+            a href=(jobs_href(viewer, t, graph.id)) { "List this workflow's jobs" } " · "
+            a href=(super::workflows_list::href(viewer, t)) { "all workflows" }
+        }
         @if graph.from_edges_only {
             p class="notice" id="edges-only" {
                 "This table has no " code { "upstream_ids" } " column (it was migrated with "

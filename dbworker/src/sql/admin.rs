@@ -43,13 +43,18 @@ pub(crate) fn admin_estimate(a: &Table) -> Statement {
     Statement::from(&q)
 }
 
-/// One job's row as JSON.
+/// One job's row as JSON, and the database clock's `now` (seconds since
+/// the epoch), which the dashboard's relative times count from.
 pub(crate) fn admin_show(a: &Table, id: i64) -> Statement {
     let t = &a.table;
     let q = Query::select()
         .expr_as(
             Expr::cust(format!("to_jsonb({})", quote(&t.alias))),
             alias("row"),
+        )
+        .expr_as(
+            Expr::cust("EXTRACT(EPOCH FROM now())::float8"),
+            alias("now"),
         )
         .from(table_ref(t))
         .and_where(col(&t.alias, &a.columns.id).eq(id))

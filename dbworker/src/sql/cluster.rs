@@ -129,6 +129,19 @@ pub(crate) fn nodes_live(nodes: &Relation, dead_after: std::time::Duration) -> S
     Statement::from(&q)
 }
 
+/// Every process the registry still holds, live or not (a dead one stays
+/// until pruned), with the seconds since it started and since its heartbeat.
+pub(crate) fn nodes_all(nodes: &Relation) -> Statement {
+    let q = Query::select()
+        .columns(NODE_COLUMNS.map(alias))
+        .expr_as(seconds_since("started_at"), alias("up"))
+        .expr_as(seconds_since("heartbeat_at"), alias("age"))
+        .from(plain_table(nodes))
+        .order_by(alias("id"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// Forgets processes dead for longer than `older_than` (their jobs were
 /// rescued long since).
 pub(crate) fn nodes_prune(nodes: &Relation, older_than: std::time::Duration) -> Statement {
@@ -260,6 +273,18 @@ pub(crate) fn leader_current(leaders: &Relation, scope: &str) -> Statement {
     Statement::from(&q)
 }
 
+/// Every scope's lease: its node, term, and whether it is held now (not
+/// expired, database clock), by scope.
+pub(crate) fn leaders_all(leaders: &Relation) -> Statement {
+    let q = Query::select()
+        .columns(["scope", "node_id", "term"].map(alias))
+        .expr_as(c("expires_at").gt(now()), alias("held"))
+        .from(plain_table(leaders))
+        .order_by(alias("scope"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
@@ -300,5 +325,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             leader_fence(&leaders, "purger", id, 3, lease),
         ),
         ("leader_current", leader_current(&leaders, "purger")),
+        ("nodes_all", nodes_all(&nodes)),
+        ("leaders_all", leaders_all(&leaders)),
     ]
 }

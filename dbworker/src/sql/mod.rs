@@ -61,7 +61,8 @@ pub(crate) use claim::{
 };
 pub(crate) use cluster::{
     NodeRow, leader_acquire, leader_current, leader_fence, leader_release, leader_renew,
-    node_deregister, node_heartbeat, node_register, nodes_live, nodes_prune,
+    leaders_all, node_deregister, node_heartbeat, node_register, nodes_all, nodes_live,
+    nodes_prune,
 };
 pub(crate) use consumers::{
     LOG_HEAD, LOG_HEAD_XID, LOG_POSITION, LOG_WAITING, LOG_XID, LogTables, log_advance,
@@ -110,7 +111,7 @@ pub(crate) use schema::{insert_access, probe_expressions, relation_access, relat
 pub(crate) use table::{StoreParams, Table};
 pub(crate) use workflow::{
     BATCH_CALLBACKS, batch_counts, cancel_blocked, deps_insert, lock_upstreams,
-    mark_has_dependents, workflow_cancel_waiting, workflow_counts, workflow_graph,
+    mark_has_dependents, workflow_cancel_waiting, workflow_counts, workflow_graph, workflow_list,
     workflow_next_id, workflow_request_cancel, workflow_tasks,
 };
 

@@ -285,6 +285,71 @@ pub(crate) fn workflow_graph(w: &Table, workflow_id: i64, recorded: bool, limit:
     Statement::from(&q)
 }
 
+/// A page of workflows, newest (highest id) first, below the cursor
+/// `before`: each with its tasks counted per state (`counts`, a JSON object),
+/// its task total, its age (seconds since its first task was queued) and its
+/// state (`running` while a task is not final, else `failed` if one failed,
+/// `canceled` if one was canceled, else `completed`). `state` filters on it
+/// (`finished`: any but `running`; empty: every workflow).
+///
+/// Never a scan of the job table: the workflow ids are walked down the
+/// `workflow_id` index one distinct id at a time (a recursive CTE, each step
+/// one index descent), at most `budget` of them, and each one's tasks are
+/// read through the same index. The first row carries `scanned` (ids walked)
+/// and `last` (the lowest walked), so a filtered page that ran out of budget
+/// can continue below it; no matching workflow leaves `id` NULL. Raw text
+/// over quoted names: sea-query builds neither the recursive step nor the
+/// lateral join.
+pub(crate) fn workflow_list(
+    w: &Table,
+    before: i64,
+    budget: u64,
+    state: &str,
+    page: u64,
+) -> Statement {
+    let t = &w.table;
+    let c = &w.columns;
+    let a = quote(&t.alias);
+    let table = t.quoted();
+    let wf = format!("{a}.{}", quote(WORKFLOW_ID));
+    let next_below = |bound: &str| {
+        format!(
+            "SELECT {wf} FROM {table} AS {a} WHERE {wf} IS NOT NULL AND {wf} < {bound} ORDER BY {wf} DESC LIMIT 1"
+        )
+    };
+    let sql = format!(
+        "WITH RECURSIVE \"ids\"(\"id\") AS (({first}) UNION ALL SELECT ({step}) FROM \"ids\" WHERE \"ids\".\"id\" IS NOT NULL), \
+         \"scan\" AS (SELECT \"id\" FROM \"ids\" WHERE \"id\" IS NOT NULL LIMIT $2), \
+         \"page\" AS (SELECT \"w\".\"id\", \"c\".\"counts\", \"c\".\"total\", \"c\".\"age\", \"c\".\"state\" FROM \"scan\" AS \"w\" CROSS JOIN LATERAL (\
+         SELECT jsonb_object_agg(\"s\".\"state\", \"s\".\"n\") AS \"counts\", sum(\"s\".\"n\")::bigint AS \"total\", \
+         COALESCE(EXTRACT(EPOCH FROM now() - min(\"s\".\"first\")), 0)::float8 AS \"age\", \
+         CASE WHEN bool_or(\"s\".\"state\" NOT IN ('completed', 'failed', 'canceled')) THEN 'running' \
+         WHEN bool_or(\"s\".\"state\" = 'failed') THEN 'failed' WHEN bool_or(\"s\".\"state\" = 'canceled') THEN 'canceled' \
+         ELSE 'completed' END AS \"state\" \
+         FROM (SELECT {a}.{state}::text AS \"state\", count(*)::bigint AS \"n\", min({a}.{queued_at}) AS \"first\" \
+         FROM {table} AS {a} WHERE {wf} = \"w\".\"id\" GROUP BY 1) AS \"s\") AS \"c\" \
+         WHERE $3::text = '' OR \"c\".\"state\" = $3::text OR ($3::text = 'finished' AND \"c\".\"state\" <> 'running') \
+         ORDER BY \"w\".\"id\" DESC LIMIT $4) \
+         SELECT \"x\".\"scanned\", \"x\".\"last\", \"p\".\"id\", \"p\".\"counts\", \"p\".\"total\", \"p\".\"age\", \"p\".\"state\" \
+         FROM (SELECT count(*)::bigint AS \"scanned\", min(\"id\") AS \"last\" FROM \"scan\") AS \"x\" \
+         LEFT JOIN \"page\" AS \"p\" ON true ORDER BY \"p\".\"id\" DESC",
+        first = next_below("$1"),
+        step = next_below("\"ids\".\"id\""),
+        state = quote(&c.state),
+        queued_at = quote(&c.queued_at),
+    );
+    let values = vec![
+        sea_query::Value::from(before),
+        sea_query::Value::from(i64::try_from(budget).unwrap_or(i64::MAX)),
+        sea_query::Value::from(state.to_owned()),
+        sea_query::Value::from(i64::try_from(page).unwrap_or(i64::MAX)),
+    ];
+    Statement {
+        sql: sql.into(),
+        values: sea_query_sqlx::SqlxValues(sea_query::Values(values)),
+    }
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
@@ -311,6 +376,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "workflow_graph_from_edges_only",
             workflow_graph(&w, 7, false, 501),
+        ),
+        (
+            "workflow_list",
+            workflow_list(&w, i64::MAX, 1000, "failed", 51),
         ),
     ]
 }

@@ -1,6 +1,6 @@
 //! Workflows: jobs that wait for other jobs. [`Workflow`] builds a DAG of
 //! named tasks, [`Workflows`] enqueues it in one transaction, cancels it and
-//! reports its status. [`Batch`] is a set of jobs with callbacks run on
+//! reports its status, and lists them ([`Workflows::list`]). [`Batch`] is a set of jobs with callbacks run on
 //! success, failure or completion, enqueued by [`Batches`]. A single dependent of existing jobs is
 //! [`NewJob::after`](crate::NewJob::after).
 //!
@@ -14,6 +14,7 @@
 mod batch;
 mod builder;
 mod graph;
+mod list;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use crate::table::JobTable;
 pub use batch::{Batch, BatchCounts, Batches, EnqueuedBatch};
 pub use builder::{EnqueuedWorkflow, Task, Workflow};
 pub use graph::{GraphTask, WorkflowGraph};
+pub use list::{WorkflowFilter, WorkflowList, WorkflowListRequest, WorkflowState, WorkflowSummary};
 
 /// Enqueues workflows into a job table with workflows (`dbworker migration
 /// --workflows`), cancels them, and reports their status.

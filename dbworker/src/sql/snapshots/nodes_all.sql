@@ -1,0 +1,1 @@
+SELECT "id", "host", "pid", "version", "queues", "handlers", CAST((EXTRACT(EPOCH FROM now() - "started_at")) AS float8) AS "up", CAST((EXTRACT(EPOCH FROM now() - "heartbeat_at")) AS float8) AS "age" FROM "dbworker_nodes" ORDER BY "id" ASC
