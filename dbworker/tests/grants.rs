@@ -6,6 +6,8 @@
 mod common;
 #[path = "common/grants.rs"]
 mod roles;
+#[path = "common/router.rs"]
+mod router;
 
 use std::time::Duration;
 
@@ -21,6 +23,7 @@ use workerutil::{JobState, WorkerOptions};
 
 use common::{Completes, Db};
 use roles::{Grants, drop_role, each_grant_is_needed, role_with};
+use router::get;
 
 const WORKER: Grants = Grants(&["SELECT ON jobs", "UPDATE ON jobs"]);
 const ENQUEUER: Grants = Grants(&[
@@ -157,19 +160,6 @@ async fn a_purger_deletes_with_update_and_delete() {
         Ok(())
     })
     .await;
-}
-
-async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test]

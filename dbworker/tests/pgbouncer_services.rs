@@ -15,6 +15,8 @@ mod consumers;
 mod dashboard;
 #[path = "common/purge.rs"]
 mod purge;
+#[path = "common/router.rs"]
+mod router;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +40,7 @@ use workerutil::{Handler, HandlerError, JobContext, JobState, Store, WorkerOptio
 
 use bouncer::Bouncer;
 use common::{Db, QueuedJob};
+use router::get;
 
 /// Every test here runs behind the pooler, without a listen URL.
 fn behind_pgbouncer(db: &Db, test: &str) -> Option<Bouncer> {
@@ -260,19 +263,6 @@ async fn two_log_consumer_processes_project_every_event_once_through_pgbouncer()
     a.stop().await.unwrap();
     b.stop().await.unwrap();
     assert_no_errors(&bouncer);
-}
-
-async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test]

@@ -4,6 +4,8 @@
 //! it is, and an action still writes to the primary.
 
 mod common;
+#[path = "common/router.rs"]
+mod router;
 
 use std::time::Duration;
 
@@ -17,19 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceExt;
 
 use common::Db;
-
-async fn get(app: &Router, path: &str) -> (StatusCode, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
+use router::get;
 
 async fn post(app: &Router, path: &str, form: String) -> StatusCode {
     let r = Request::post(path)

@@ -103,6 +103,7 @@ pub(crate) fn cron_advance(
 /// the last scheduler to run it wrote them), its last tick and last job, and
 /// the database clock, timestamps in microseconds since the epoch. Read by
 /// the dashboard without locking anything.
+#[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
 pub(crate) fn cron_list(cron: &Relation, job_table: &str) -> Statement {
     let micros = |column: &str| {
         Expr::cust(format!(

@@ -76,7 +76,10 @@ pub(crate) use control::{
 pub(crate) use counts::{
     counts_avoid_seq_scan, counts_estimate, counts_explain, counts_finished, counts_live,
 };
-pub(crate) use cron::{cron_advance, cron_list, cron_register, cron_state};
+// The cron page's read; only the dashboard lists schedules.
+#[cfg(feature = "dashboard")]
+pub(crate) use cron::cron_list;
+pub(crate) use cron::{cron_advance, cron_register, cron_state};
 pub(crate) use enqueue::{
     JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
     live_job_with_key, release_key,
