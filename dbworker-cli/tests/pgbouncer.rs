@@ -32,7 +32,7 @@ fn dbworker(url: &str, pooler: Option<&str>, args: &[&str]) -> Output {
 #[tokio::test]
 async fn operator_commands_work_through_pgbouncer_in_transaction_mode() {
     let db = Db::new().await;
-    let Some(b) = Bouncer::start_or_skip("the CLI's PgBouncer test", &db.db.url(), 2) else {
+    let Some(b) = Bouncer::start_or_skip("the CLI's PgBouncer test", db.db.url(), 2) else {
         return;
     };
     let failed: Vec<i64> = sqlx::query_scalar(

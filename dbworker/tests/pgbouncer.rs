@@ -134,8 +134,8 @@ async fn run_worker(pool: &PgPool, table: &JobTable, handling: Handling, db: &Db
     so.max_num_retries = 3;
     let name = format!("{handling:?}");
     // A workflow's next task is queued as the one before completes: run
-    // until nothing is left (a new store each time: a claim cursor does not
-    // look back at a lower id).
+    // until nothing is left (a new store each time, its claim cursor from
+    // the start).
     for _ in 0..20 {
         let store = Arc::new(DbStore::new(pool, table, so.clone()).await.expect("store"));
         let handler = Writes { pool: pool.clone() };
@@ -143,7 +143,9 @@ async fn run_worker(pool: &PgPool, table: &JobTable, handling: Handling, db: &Db
             .unwrap()
             .run_until_empty()
             .await;
-        if db.count("pending").await == 0 {
+        // A dependent released below the claim cursor waits for the
+        // cursor's wrap, past `run_until_empty`'s first empty claim.
+        if db.count("pending").await + db.count("queued").await + db.count("errored").await == 0 {
             break;
         }
     }
@@ -230,6 +232,13 @@ async fn everything_runs_through_pgbouncer_in_transaction_mode() {
         )
         .await
         .unwrap();
+    // A job enqueued after another (`NewJob::after`) waits for it.
+    let upstream = enqueuer.enqueue(&NewJob::new()).await.unwrap().id();
+    let downstream = enqueuer
+        .enqueue(&NewJob::new().after([upstream]))
+        .await
+        .unwrap()
+        .id();
     for _ in 0..60 {
         enqueuer
             .enqueue(&NewJob::new().json("payload", json!({ "fail_once": true })))
@@ -265,7 +274,19 @@ async fn everything_runs_through_pgbouncer_in_transaction_mode() {
     .await
     .unwrap();
     assert!(not_done.is_empty(), "{not_done:?}");
-    assert_eq!(jobs, 254, "191 + 3 workflow tasks + 60");
+    assert_eq!(jobs, 256, "191 + 3 workflow tasks + 2 after + 60");
+    let (in_order,): (bool,) = sqlx::query_as(
+        "SELECT d.started_at >= u.finished_at FROM jobs u, jobs d WHERE u.id = $1 AND d.id = $2",
+    )
+    .bind(upstream)
+    .bind(downstream)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        in_order,
+        "the job enqueued after another started once it finished"
+    );
     assert_eq!(completed, jobs, "every job completed");
     assert_eq!(once, jobs, "every job ran its side effect exactly once");
     assert_eq!(logged, jobs, "every job has its execution log");
