@@ -21,6 +21,7 @@ use crate::columns::{Columns, Relation};
 use crate::message::sanitize_failure_message;
 
 mod admin;
+mod admin_search;
 mod claim;
 mod cluster;
 mod consumers;
@@ -47,6 +48,7 @@ mod schema;
 mod table;
 mod workflow;
 
+pub(crate) use admin_search::admin_list_window;
 pub(crate) use admin::{
     admin_cancel_waiting, admin_complete, admin_count, admin_delete, admin_estimate, admin_fail,
     admin_hosts, admin_list, admin_processing_key_holder, admin_recent, admin_remove_key,
