@@ -168,7 +168,9 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
         );
     }
     if let (Some(rows), Some(next)) = (page.searched, page.next) {
-        println!("searched {rows} rows down to id {next}, no more matches yet; more: --after {next}");
+        println!(
+            "searched {rows} rows down to id {next}, no more matches yet; more: --after {next}"
+        );
         return Ok(());
     }
     match (page.next, &page.next_value) {

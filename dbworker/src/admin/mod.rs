@@ -177,12 +177,15 @@ impl Admin {
         Ok(())
     }
 
-    /// A page of jobs matching `filter`, by id.
+    /// A page of jobs matching `filter`, in `page`'s order. By id with a
+    /// failure-text or field filter (no index serves those), the page looks
+    /// at no more than [`PageRequest::search_window`] rows below its cursor;
+    /// if it stops there, [`JobPage::searched`] says so and `next` is where
+    /// it stopped: the next page continues there, skipping or repeating no
+    /// match.
     pub async fn list(&self, filter: &JobFilter, page: PageRequest) -> Result<JobPage> {
         self.check(filter)?;
-        if page.sort != JobSort::Id
-            && page.after.is_some() != page.after_value.is_some()
-        {
+        if page.sort != JobSort::Id && page.after.is_some() != page.after_value.is_some() {
             return Err(Error::InvalidOption {
                 field: "after_value",
                 reason: "a sorted page needs both `after` and `after_value`".into(),

@@ -2,10 +2,10 @@
 //! text, payload fields): it looks at a bounded window of rows below the
 //! cursor in id order, so a page costs the same however rare the matches.
 
-use super::admin::{filter_conditions, list_select};
 use super::{Statement, Table, alias, table_ref};
 use crate::columns::quote;
 use crate::job_filter::{JobFilter, PageRequest};
+use crate::sql::admin::{filter_conditions, list_select};
 use sea_query::{Expr, ExprTrait, Order, Query};
 
 /// The window's row number (a name no job table is likely to have).
