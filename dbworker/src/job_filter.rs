@@ -140,7 +140,19 @@ pub struct JobPage {
     pub next: Option<i64>,
     /// With a sort other than by id: pass as `after_value` too.
     pub next_value: Option<String>,
+    /// Set when the page stopped at its search window before filling up
+    /// (see [`PageRequest::search_window`]): how many rows it looked at,
+    /// down to the id in `next`, where the next page continues. More
+    /// matches may lie beyond.
+    pub searched: Option<u32>,
 }
+
+/// How many rows one page of `Admin::list` looks at, in id order, when its
+/// filter has a condition no index serves (the failure text, payload
+/// fields): enough to fill most pages, little enough to keep one under
+/// ~100 ms on a large table. A page that stops there says so
+/// ([`JobPage::searched`]) and the next one continues from where it stopped.
+pub const SEARCH_WINDOW: u32 = 50_000;
 
 /// What `Admin::list` sorts by; ties (and `Id`) by id, so pages never skip
 /// or repeat a job.
@@ -209,6 +221,11 @@ pub struct PageRequest {
     pub newest_first: bool,
     /// What to sort by.
     pub sort: JobSort,
+    /// Sorted by id with a filter on the failure text or payload fields:
+    /// the most rows one page looks at ([`SEARCH_WINDOW`] by default; 0
+    /// for no bound). Other sorts and filters are served by indexes and
+    /// not bounded.
+    pub search_window: u32,
 }
 
 impl PageRequest {
@@ -220,6 +237,7 @@ impl PageRequest {
             size,
             newest_first: false,
             sort: JobSort::Id,
+            search_window: SEARCH_WINDOW,
         }
     }
 }

@@ -167,6 +167,12 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
             one_line(failure, 60),
         );
     }
+    if let (Some(rows), Some(next)) = (page.searched, page.next) {
+        println!(
+            "searched {rows} rows down to id {next}, no more matches yet; more: --after {next}"
+        );
+        return Ok(());
+    }
     match (page.next, &page.next_value) {
         (Some(next), Some(value)) => println!("more: --after {next} --after-value '{value}'"),
         (Some(next), None) => println!("more: --after {next}"),

@@ -85,7 +85,11 @@ pub(crate) fn page(page: &JobPage) -> Value {
             })
         })
         .collect();
-    json!({ "jobs": jobs, "next": page.next.map(|after| json!({ "after": after, "after_value": page.next_value })) })
+    json!({
+        "jobs": jobs,
+        "next": page.next.map(|after| json!({ "after": after, "after_value": page.next_value })),
+        "searched": page.searched.map(|rows| json!({ "rows": rows, "down_to": page.next })),
+    })
 }
 
 fn instant(t: Option<SystemTime>) -> Value {

@@ -18,12 +18,28 @@ use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 pub use crate::job_filter::{
     BulkAction, DEFAULT_FAIL_MESSAGE, FieldFilter, JobFilter, JobPage, JobSort, JobSummary,
-    PageRequest, Reschedule, format_age,
+    PageRequest, Reschedule, SEARCH_WINDOW, format_age,
 };
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 pub use replica::{ReplicaLag, replica_lag};
 pub use status::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status};
+
+/// A list row as a job's summary (`None` for a state this version does not know).
+fn summary(r: &sqlx::postgres::PgRow) -> Option<JobSummary> {
+    let state: String = r.get("state");
+    Some(JobSummary {
+        id: r.get("id"),
+        state: state.parse().ok()?,
+        queue: r.get("queue"),
+        kind: r.get("kind"),
+        num_failures: r.get("num_failures"),
+        age_seconds: r.get("age"),
+        worker_hostname: r.get("host"),
+        failure_message: r.get("failure_message"),
+        workflow_id: r.get("workflow_id"),
+    })
+}
 
 /// A job table as an operator sees it.
 #[derive(Debug, Clone)]
@@ -161,45 +177,71 @@ impl Admin {
         Ok(())
     }
 
-    /// A page of jobs matching `filter`, by id.
+    /// A page of jobs matching `filter`, in `page`'s order. By id with a
+    /// failure-text or field filter (no index serves those), the page looks
+    /// at no more than [`PageRequest::search_window`] rows below its cursor;
+    /// if it stops there, [`JobPage::searched`] says so and `next` is where
+    /// it stopped: the next page continues there, skipping or repeating no
+    /// match.
     pub async fn list(&self, filter: &JobFilter, page: PageRequest) -> Result<JobPage> {
         self.check(filter)?;
-        if page.sort != crate::job_filter::JobSort::Id
-            && page.after.is_some() != page.after_value.is_some()
-        {
+        if page.sort != JobSort::Id && page.after.is_some() != page.after_value.is_some() {
             return Err(Error::InvalidOption {
                 field: "after_value",
                 reason: "a sorted page needs both `after` and `after_value`".into(),
             });
         }
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
+        let window = page.search_window;
+        if page.sort == JobSort::Id
+            && window > 0
+            && (filter.failure_contains.is_some() || !filter.fields.is_empty())
+        {
+            return self.search(filter, &page, window).await;
+        }
         let rows = sql::admin_list(&self.t, filter, &page)
             .fetch_all(&self.pool)
             .await
             .map_err(|err| inputs::list_error(&page, err))?;
-        let jobs: Vec<JobSummary> = rows
-            .iter()
-            .filter_map(|r| {
-                let state: String = r.get("state");
-                Some(JobSummary {
-                    id: r.get("id"),
-                    state: state.parse().ok()?,
-                    queue: r.get("queue"),
-                    kind: r.get("kind"),
-                    num_failures: r.get("num_failures"),
-                    age_seconds: r.get("age"),
-                    worker_hostname: r.get("host"),
-                    failure_message: r.get("failure_message"),
-                    workflow_id: r.get("workflow_id"),
-                })
-            })
-            .collect();
+        let jobs: Vec<JobSummary> = rows.iter().filter_map(summary).collect();
         let full = rows.len() == page.size as usize && page.size > 0;
         let last = rows.last().filter(|_| full);
         Ok(JobPage {
             jobs,
             next: last.map(|r| r.get("id")),
             next_value: last.and_then(|r| r.get("sort_value")),
+            searched: None,
+        })
+    }
+
+    /// A page by id looking at no more than `window` rows below the cursor
+    /// (the filter has a condition no index serves).
+    async fn search(&self, filter: &JobFilter, page: &PageRequest, window: u32) -> Result<JobPage> {
+        let rows = sql::admin_list_window(&self.t, filter, page, window)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|err| inputs::list_error(page, err))?;
+        // The window's last row comes back matching or not: it was full.
+        let edge = rows
+            .iter()
+            .find(|r| r.get::<i64, _>("n") == i64::from(window))
+            .map(|r| r.get::<i64, _>("id"));
+        let jobs: Vec<JobSummary> = rows
+            .iter()
+            .filter(|r| r.get::<bool, _>("matched"))
+            .filter_map(summary)
+            .collect();
+        let full = jobs.len() == page.size as usize && page.size > 0;
+        let (next, searched) = match (jobs.last().filter(|_| full), edge) {
+            (Some(last), _) => (Some(last.id), None),
+            (None, Some(edge)) => (Some(edge), Some(window)),
+            (None, None) => (None, None),
+        };
+        Ok(JobPage {
+            jobs,
+            next,
+            next_value: None,
+            searched,
         })
     }
 

@@ -276,8 +276,15 @@ pub(crate) fn jobs(
                     }
                 }
             }
-            @if page.jobs.is_empty() { p class="muted" { "No job matches." } }
-            @if page.next.is_some() { p { a href=(next) { "Next page →" } } }
+            @if let (Some(rows), Some(to)) = (page.searched, page.next) {
+                p class="muted" id="searched" {
+                    "Searched " (rows) " rows down to id " (to) ", no more matches yet: "
+                    a href=(next) { "search on →" }
+                }
+            } @else {
+                @if page.jobs.is_empty() { p class="muted" { "No job matches." } }
+                @if page.next.is_some() { p { a href=(next) { "Next page →" } } }
+            }
             @if admin {
                 p {
                     select name="action" {

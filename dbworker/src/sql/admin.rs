@@ -6,7 +6,7 @@ use crate::columns::quote;
 use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest, Reschedule};
 use crate::message::sanitize_failure_message;
 use crate::sql::enqueue::{RunAt, run_at_expr};
-use sea_query::{Expr, ExprTrait, Order, Query, UpdateStatement};
+use sea_query::{Expr, ExprTrait, Order, Query, SelectStatement, UpdateStatement};
 use workerutil::JobState;
 
 /// Processing jobs per worker host.
@@ -128,8 +128,8 @@ pub(super) fn filter_conditions(a: &Table, f: &JobFilter) -> Vec<Expr> {
     conds
 }
 
-/// A page of jobs matching a filter, by id (keyset).
-pub(crate) fn admin_list(a: &Table, f: &JobFilter, page: &PageRequest) -> Statement {
+/// The columns a list page shows (no `FROM` yet), of the row aliased as usual.
+pub(super) fn list_select(a: &Table) -> SelectStatement {
     let (t, c) = (&a.table, &a.columns);
     let al = &t.alias;
     let text_or_null = |column: &Option<String>| match column {
@@ -182,8 +182,16 @@ pub(crate) fn admin_list(a: &Table, f: &JobFilter, page: &PageRequest) -> Statem
             Expr::cust("NULL::bigint")
         },
         alias("workflow_id"),
-    )
-    .from(table_ref(t));
+    );
+    q
+}
+
+/// A page of jobs matching a filter, by id (keyset).
+pub(crate) fn admin_list(a: &Table, f: &JobFilter, page: &PageRequest) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let al = &t.alias;
+    let mut q = list_select(a);
+    q.from(table_ref(t));
     for cond in filter_conditions(a, f) {
         q.and_where(cond);
     }

@@ -21,6 +21,7 @@ use crate::columns::{Columns, Relation};
 use crate::message::sanitize_failure_message;
 
 mod admin;
+mod admin_search;
 mod claim;
 mod cluster;
 mod consumers;
@@ -52,6 +53,7 @@ pub(crate) use admin::{
     admin_hosts, admin_list, admin_processing_key_holder, admin_recent, admin_remove_key,
     admin_request_cancel, admin_requeue, admin_reschedule, admin_select_ids, admin_show,
 };
+pub(crate) use admin_search::admin_list_window;
 #[cfg(test)]
 pub(crate) use claim::claim;
 pub(crate) use claim::{
