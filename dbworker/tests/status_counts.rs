@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use dbworker::JobTable;
 use dbworker::admin::{Admin, FinishedCounts, QueueCounts, Status};
-use dbworker::ddl::workflows_sql;
+use dbworker::ddl::{history_table_sql, workflows_sql};
+use dbworker::history::DEFAULT_HISTORY_TABLE;
 use sqlx::PgPool;
 
 use common::Db;
@@ -157,6 +158,102 @@ async fn without_an_index_over_the_final_states_they_are_estimated_without_a_sca
     let completed = status.total.completed.unwrap();
     assert!((18_000..=22_000).contains(&completed), "{completed}");
     assert!(status.total.failed.is_some() && status.total.failed_last_hour.is_none());
+}
+
+/// The history table with rows for `jobs` over the last 3 days (an hour
+/// row 3 days back, minutes since): emails 40 completed, 3 failed;
+/// reports 2 failed, 1 canceled; and a row of another job table, ignored.
+async fn seed_history(db: &Db) {
+    db.execute(&history_table_sql(DEFAULT_HISTORY_TABLE).unwrap())
+        .await;
+    sqlx::raw_sql(
+        "INSERT INTO dbworker_history (job_table, queue, bucket, seconds, completed, failed, canceled) VALUES
+           ('jobs', 'emails', to_timestamp(floor(EXTRACT(EPOCH FROM now() - interval '3 days') / 3600) * 3600), 3600, 30, 0, 0),
+           ('jobs', 'emails', to_timestamp(floor(EXTRACT(EPOCH FROM now() - interval '10 minutes') / 60) * 60), 60, 10, 3, 0),
+           ('jobs', 'reports', to_timestamp(floor(EXTRACT(EPOCH FROM now() - interval '2 days') / 3600) * 3600), 3600, 0, 2, 1),
+           ('other', 'emails', now() - interval '20 days', 3600, 500, 500, 500);",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn without_the_index_the_history_gives_the_finished_counts_per_queue() {
+    let db = seed(false).await;
+    seed_history(&db).await;
+    let (pool, admin) = admin(&db).await;
+    let status = admin
+        .status_with_history(Duration::from_secs(60), DEFAULT_HISTORY_TABLE)
+        .await
+        .unwrap();
+    let FinishedCounts::FromHistory { covered } = status.finished else {
+        panic!("{:?}", status.finished);
+    };
+    // From the oldest row (3 days back, rounded down to the hour) to now.
+    assert!(
+        (3 * 86_400..3 * 86_400 + 3700).contains(&covered.as_secs()),
+        "{covered:?}"
+    );
+    let (emails, reports) = (&status.queues[0], &status.queues[1]);
+    assert_eq!(emails.queue.as_deref(), Some("emails"));
+    assert_eq!(finished(emails), [Some(40), Some(3), Some(0), None]);
+    assert_eq!(finished(reports), [Some(0), Some(2), Some(1), None]);
+    assert_eq!(finished(&status.total), [Some(40), Some(5), Some(1), None]);
+    // The live states are the table's, as without the history.
+    assert_eq!(live(&status.total), [2, 6, 2, 5, 2, 5, 3]);
+    // The dashboard's overview shows them, labelled with the period.
+    let mut o = Db::table_options();
+    o.queue_column = Some("queue".into());
+    o.workflows = true;
+    let table = JobTable::new(&pool, o).await.unwrap();
+    let options = dbworker::dashboard::DashboardOptions::new(vec![table]);
+    let dashboard = dbworker::dashboard::Dashboard::new(&pool, options)
+        .await
+        .unwrap();
+    let (_, page) = router::get(&dashboard.router(), "/").await;
+    assert!(
+        page.contains("finished in the last 3d, from the history"),
+        "{page}"
+    );
+    assert!(!page.contains("planner estimates"), "{page}");
+    assert!(
+        page.contains("<td class=\"num\">40</td><td class=\"num\">3</td><td class=\"num\">0</td>"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn the_history_is_read_only_without_the_index_or_when_it_exists() {
+    // With the index: exact, whatever the history says.
+    let db = seed(true).await;
+    seed_history(&db).await;
+    let (_, exact) = admin(&db).await;
+    let status = exact
+        .status_with_history(Duration::from_secs(60), DEFAULT_HISTORY_TABLE)
+        .await
+        .unwrap();
+    assert_eq!(status.finished, FinishedCounts::Exact);
+    assert_eq!(status.total.completed, Some(20_000));
+    // Without the index nor a history table: the estimate, labelled so.
+    let db = seed(false).await;
+    let (pool, admin) = admin(&db).await;
+    let status = admin
+        .status_with_history(Duration::from_secs(60), DEFAULT_HISTORY_TABLE)
+        .await
+        .unwrap();
+    assert_eq!(status.finished, FinishedCounts::Estimated);
+    assert_eq!(finished(&status.queues[0]), [None; 4]);
+    let mut o = Db::table_options();
+    o.queue_column = Some("queue".into());
+    let table = JobTable::new(&pool, o).await.unwrap();
+    let options = dbworker::dashboard::DashboardOptions::new(vec![table]);
+    let dashboard = dbworker::dashboard::Dashboard::new(&pool, options)
+        .await
+        .unwrap();
+    let (_, page) = router::get(&dashboard.router(), "/").await;
+    assert!(page.contains("planner estimates"), "{page}");
+    assert!(!page.contains("from the history"), "{page}");
 }
 
 /// The dashboard's overview shows these counts without scanning the table

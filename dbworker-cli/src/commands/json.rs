@@ -39,9 +39,10 @@ fn counts(q: &QueueCounts) -> Value {
 
 /// `dbworker status --format json`.
 pub(crate) fn status(table: &str, s: &Status, paused: Option<&[Pause]>) -> Value {
-    let finished = match s.finished {
-        FinishedCounts::Exact => "exact",
-        _ => "estimated",
+    let (finished, period) = match s.finished {
+        FinishedCounts::Exact => ("exact", None),
+        FinishedCounts::FromHistory { covered } => ("history", Some(covered.as_secs_f64())),
+        _ => ("estimated", None),
     };
     let hosts: Vec<Value> = s
         .processing_by_host
@@ -58,6 +59,7 @@ pub(crate) fn status(table: &str, s: &Status, paused: Option<&[Pause]>) -> Value
         "queues": s.queues.iter().map(counts).collect::<Vec<_>>(),
         "total": counts(&s.total),
         "finished_counts": finished,
+        "finished_period_seconds": period,
         "stalled_after_seconds": s.stalled_age.as_secs_f64(),
         "oldest_waiting_seconds": s.oldest_waiting_seconds,
         "processing_by_host": hosts,

@@ -13,6 +13,7 @@ use dbworker::{
         DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, consumer_assignments, consumer_lag,
     },
     control::{DEFAULT_PAUSE_TABLE, Pause, Pauses, PausesOptions},
+    history::DEFAULT_HISTORY_TABLE,
 };
 
 use crate::args::{Format, FormatArg, ReadArgs, RegistryArgs, TableArgs, duration, human};
@@ -32,6 +33,11 @@ pub(crate) struct StatusArgs {
     /// stalled (the resetter's `--stalled-max-age`).
     #[arg(long, default_value = "30s", value_parser = duration)]
     stalled_after: Duration,
+    /// The history table (`dbworker history`): without an index over the
+    /// final states, their counts come from it, over the period it keeps,
+    /// rather than from the planner's estimate (used when it exists).
+    #[arg(long, default_value = DEFAULT_HISTORY_TABLE)]
+    history_table: String,
     /// The pause table, to show paused queues (default: dbworker_pauses,
     /// when it exists).
     #[arg(long)]
@@ -62,7 +68,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<()> {
     let (pool, admin) = args.table.reader(&args.read).await?;
     let table = &args.table.target.table;
     let status = admin
-        .status_with(args.stalled_after)
+        .status_with_history(args.stalled_after, &args.history_table)
         .await
         .with_context(|| format!("status of {table}"))?;
     let paused = paused(&pool, &args).await?;
@@ -137,7 +143,6 @@ async fn paused(pool: &sqlx::PgPool, args: &StatusArgs) -> Result<Option<Vec<Pau
 
 /// Every state per queue, then the totals.
 fn print_counts(s: &Status) {
-    let exact = s.finished == FinishedCounts::Exact;
     let n = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     // Each column as wide as its heading (at least 8), right-aligned.
     let widths = STATE_COLUMNS.map(|h| h.len().max(8));
@@ -159,7 +164,12 @@ fn print_counts(s: &Status) {
         "stalled: processing with no heartbeat for {}; available: due now (errored ones included)",
         human(s.stalled_age)
     );
-    if !exact {
+    if let FinishedCounts::FromHistory { covered } = s.finished {
+        println!(
+            "completed, failed, canceled: finished in the last {}, from the history (no index over the final states; `dbworker migration --retention` adds one)",
+            dbworker::admin::format_age(covered.as_secs_f64())
+        );
+    } else if s.finished != FinishedCounts::Exact {
         println!(
             "completed, failed, canceled: planner estimates, in total only (no index over the final states; `dbworker migration --retention` adds one)"
         );

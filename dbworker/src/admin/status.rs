@@ -4,7 +4,8 @@
 //! job table has; finished states (completed, failed, canceled) and the
 //! failures of the last hour are exact when an index over the final states
 //! serves them (the retention index, `dbworker migration --retention`), and
-//! otherwise the finished states are the planner's estimate, in total only.
+//! otherwise the finished states are the planner's estimate, in total only,
+//! or, with [`Admin::status_with_history`], the job history's sums per queue.
 
 use std::time::Duration;
 
@@ -56,6 +57,15 @@ pub enum FinishedCounts {
     /// unknown.
     #[default]
     Estimated,
+    /// No index serves them, but the job history
+    /// ([`History`](crate::history::History)) records them: the counts per
+    /// queue and in total are the jobs finished over the period it keeps
+    /// (`covered`: from its oldest row to now), not every finished row of
+    /// the table; the failures of the last hour are unknown.
+    FromHistory {
+        /// From the history's oldest row to now (database clock).
+        covered: Duration,
+    },
 }
 
 impl Status {
@@ -213,6 +223,60 @@ impl Admin {
             .map_err(db())?;
         let status = self.counts(&mut tx, stalled_age).await?;
         tx.commit().await.map_err(db())?;
+        Ok(status)
+    }
+
+    /// [`Admin::status_with`], the finished states read from the job history
+    /// in `history_table` (see [`crate::history`]) when no index serves an
+    /// exact count and the history holds rows for this table
+    /// ([`FinishedCounts::FromHistory`]); otherwise as
+    /// [`Admin::status_with`] (a missing history table is no error).
+    pub async fn status_with_history(
+        &self,
+        stalled_age: Duration,
+        history_table: &str,
+    ) -> Result<Status> {
+        let mut status = self.status_with(stalled_age).await?;
+        if status.finished != FinishedCounts::Estimated {
+            return Ok(status);
+        }
+        let db = || Error::db("status from the history");
+        let h = crate::columns::Relation::parse("history_table", history_table)?;
+        let exists: bool = sql::history_clock(&h)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db())?
+            .get("exists");
+        if !exists {
+            return Ok(status);
+        }
+        let rows = sql::history_finished(&h, &self.t.table.display_name())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db())?;
+        if rows.is_empty() {
+            return Ok(status);
+        }
+        let mut covered = 0.0_f64;
+        for q in &mut status.queues {
+            (q.completed, q.failed, q.canceled) = (Some(0), Some(0), Some(0));
+        }
+        for row in &rows {
+            let queue: String = row.get("queue");
+            let q = entry(&mut status.queues, (!queue.is_empty()).then_some(queue));
+            let n = |c: &str| Some(count(row, c));
+            (q.completed, q.failed, q.canceled) = (n("completed"), n("failed"), n("canceled"));
+            covered = covered.max(row.get::<Option<f64>, _>("covered").unwrap_or(0.0));
+        }
+        status.queues.sort();
+        let mut total = QueueCounts::default();
+        for q in &status.queues {
+            total.add(q);
+        }
+        status.total = total;
+        status.finished = FinishedCounts::FromHistory {
+            covered: Duration::try_from_secs_f64(covered).unwrap_or_default(),
+        };
         Ok(status)
     }
 

@@ -391,7 +391,14 @@ async fn overview(
     };
     let mut tables = Vec::new();
     for t in &s.tables {
-        let status = t.admin.status().await.map_err(server_error)?;
+        let status = t
+            .admin
+            .status_with_history(
+                crate::store::StallOptions::default().stalled_max_age,
+                &s.options.history_table,
+            )
+            .await
+            .map_err(server_error)?;
         let paused = match &t.pauses {
             Some(p) => p.list().await.unwrap_or_default(),
             None => Vec::new(),
@@ -511,7 +518,14 @@ async fn queues(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
-    let status = t.admin.status().await.map_err(server_error)?;
+    let status = t
+        .admin
+        .status_with_history(
+            crate::store::StallOptions::default().stalled_max_age,
+            &s.options.history_table,
+        )
+        .await
+        .map_err(server_error)?;
     let paused = match &t.pauses {
         Some(p) => p.list().await.map_err(server_error)?,
         None => Vec::new(),

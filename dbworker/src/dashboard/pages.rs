@@ -116,14 +116,18 @@ pub(crate) fn overview(
 }
 
 /// Every state per queue and the total (`Admin::status`); finished states
-/// marked when they are the planner's estimates.
+/// marked when they are the planner's estimates or the history's sums.
 fn state_counts(status: &Status) -> Markup {
     let heads = STATE_COLUMNS;
     let cells = |q: &QueueCounts| {
         q.in_columns()
             .map(|n| n.map_or_else(|| "–".to_owned(), |n| n.to_string()))
     };
-    let estimated = status.finished != FinishedCounts::Exact;
+    let estimated = status.finished == FinishedCounts::Estimated;
+    let from_history = match status.finished {
+        FinishedCounts::FromHistory { covered } => Some(format_age(covered.as_secs_f64())),
+        _ => None,
+    };
     html! {
         table class="state-counts" {
             tr { th { "queue" } @for h in heads { th { (h) } } }
@@ -136,6 +140,13 @@ fn state_counts(status: &Status) -> Markup {
             tr class="total" {
                 th { "total" }
                 @for n in cells(&status.total) { td class="num" { (n) } }
+            }
+        }
+        @if let Some(period) = from_history {
+            p class="muted" {
+                "Completed, failed and canceled: finished in the last " (period)
+                ", from the history (no index over the final states; "
+                code { "dbworker migration --retention" } " adds one)."
             }
         }
         @if estimated {

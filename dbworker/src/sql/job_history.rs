@@ -284,6 +284,23 @@ pub(crate) fn history_by_queue(h: &Relation, job_table: &str, from: i64) -> Stat
     }
 }
 
+/// Job table `$1`'s finished jobs per queue over every row the history
+/// keeps, and how far back it reaches (`"covered"`: seconds from the oldest
+/// bucket to now, database clock).
+pub(crate) fn history_finished(h: &Relation, job_table: &str) -> Statement {
+    Statement {
+        sql: format!(
+            "SELECT \"queue\", sum(\"completed\")::bigint AS \"completed\", \
+             sum(\"failed\")::bigint AS \"failed\", sum(\"canceled\")::bigint AS \"canceled\", \
+             EXTRACT(EPOCH FROM now() - min(\"bucket\"))::float8 AS \"covered\" \
+             FROM {} WHERE \"job_table\" = $1 GROUP BY 1 ORDER BY 1",
+            h.quoted()
+        )
+        .into(),
+        values: values(vec![Value::from(job_table.to_owned())]),
+    }
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
@@ -313,5 +330,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("history_clock", history_clock(&h)),
         ("history_series", history_series(&h, key, 0, 60)),
         ("history_by_queue", history_by_queue(&h, key, 0)),
+        ("history_finished", history_finished(&h, key)),
     ]
 }

@@ -93,8 +93,8 @@ pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
 use history::append_history;
 pub(crate) use job_history::{
-    HOUR, history_bounds, history_by_queue, history_clock, history_downsample, history_purge,
-    history_record, history_series,
+    HOUR, history_bounds, history_by_queue, history_clock, history_downsample, history_finished,
+    history_purge, history_record, history_series,
 };
 pub(crate) use marks::{
     Mark, MarkKind, complete_group, mark_complete, mark_complete_with_result, mark_errored,

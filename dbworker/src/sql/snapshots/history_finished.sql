@@ -1,0 +1,1 @@
+SELECT "queue", sum("completed")::bigint AS "completed", sum("failed")::bigint AS "failed", sum("canceled")::bigint AS "canceled", EXTRACT(EPOCH FROM now() - min("bucket"))::float8 AS "covered" FROM "dbworker_history" WHERE "job_table" = $1 GROUP BY 1 ORDER BY 1
