@@ -1,7 +1,8 @@
 //! What operators type and read: `status` with every state, paused queues
 //! and human durations; `--format json` on `status`, `list`, `show` and
 //! `workflow show`; `--queue` without `--queue-column`; durations as `2h`;
-//! an invalid `--state`; shell completions; the connect timeout.
+//! an invalid `--state`; shell completions; the connect timeout; finished
+//! counts without the retention index, estimated or from the history.
 
 mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
@@ -13,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dbworker::control::DEFAULT_PAUSE_TABLE;
-use dbworker::ddl::{pause_table_sql, workflows_sql};
+use dbworker::ddl::{history_table_sql, pause_table_sql, workflows_sql};
 use serde_json::Value;
 
 use cli::{dbworker, ok, refused};
@@ -105,6 +106,74 @@ async fn status_shows_every_state_per_queue_paused_queues_and_human_durations() 
         .await
         .unwrap();
     assert_eq!(doc["total"]["completed"], counted);
+}
+
+/// Without the retention index, `status` shows the planner's estimate,
+/// labelled so; with a history table holding rows, the history's sums per
+/// queue over the period it covers, labelled so, in text and JSON.
+#[tokio::test]
+async fn without_the_index_finished_counts_are_estimated_or_from_the_history() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.queue = true, &[]).await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, finished_at) SELECT 'completed', 'emails', now() FROM generate_series(1, 50);
+         INSERT INTO jobs (state, queue) VALUES ('queued', 'emails'), ('queued', 'reports');
+         ANALYZE jobs;",
+    )
+    .await;
+    let text = ok(&dbworker(&db, &["status"]));
+    assert!(text.contains("planner estimates, in total only"), "{text}");
+    assert!(!text.contains("from the history"), "{text}");
+    let doc = json(&ok(&dbworker(&db, &["status", "--format", "json"])));
+    assert_eq!(doc["finished_counts"], "estimated");
+    assert_eq!(doc["finished_period_seconds"], Value::Null);
+    assert_eq!(doc["queues"][0]["completed"], Value::Null);
+
+    db.execute(&history_table_sql("ops_history").unwrap()).await;
+    db.execute(
+        "INSERT INTO ops_history (job_table, queue, bucket, seconds, completed, failed, canceled) VALUES
+           ('jobs', 'emails', date_trunc('hour', now() - interval '2 days'), 3600, 30, 1, 0),
+           ('jobs', 'emails', date_trunc('minute', now() - interval '5 minutes'), 60, 12, 0, 2),
+           ('jobs', 'reports', date_trunc('minute', now() - interval '1 hour'), 60, 0, 4, 0);",
+    )
+    .await;
+    let args = ["status", "--history-table", "ops_history"];
+    let text = ok(&dbworker(&db, &args));
+    assert!(
+        text.contains("finished in the last 2d, from the history"),
+        "{text}"
+    );
+    let row = |name: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name}: {text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    // completed failed canceled failed/1h, the last four columns.
+    assert_eq!(row("emails")[7..], ["42", "1", "2", "-"]);
+    assert_eq!(row("reports")[7..], ["0", "4", "0", "-"]);
+    assert_eq!(row("total")[7..], ["42", "5", "2", "-"]);
+    let doc = json(&ok(&dbworker(
+        &db,
+        &[
+            "status",
+            "--history-table",
+            "ops_history",
+            "--format",
+            "json",
+        ],
+    )));
+    assert_eq!(doc["finished_counts"], "history");
+    let period = doc["finished_period_seconds"].as_f64().unwrap();
+    assert!(
+        (2.0 * 86_400.0..2.0 * 86_400.0 + 3700.0).contains(&period),
+        "{period}"
+    );
+    assert_eq!(doc["queues"][0]["completed"], 42);
+    assert_eq!(doc["queues"][1]["failed"], 4);
+    assert_eq!(doc["total"]["canceled"], 2);
 }
 
 #[tokio::test]
