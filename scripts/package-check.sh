@@ -26,13 +26,20 @@ export CARGO_PROFILE_DEV_DEBUG=false
 started=$SECONDS
 step() { echo "package-check [$((SECONDS - started)) s]: $*"; }
 
+# Cargo unpacks the temporary registry's crates under CARGO_HOME, in a folder
+# named after the registry's path, and reuses an unpacked crate of the same
+# name and version: a second run from the same checkout would verify the
+# first run's sources. Remove our crates' old unpacked copies first.
+version=$(cargo pkgid --offline -p dbworker | sed 's/.*[#@]//')
+for crate in workerutil dbworker-testkit dbworker dbworker-cli; do
+    rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$crate-$version"
+done
 # Not published (publish = false): the suite of examples and end-to-end tests
 # (the root package), the protocol models, the benchmark.
 step "cargo package: every published crate, each verified from its package alone"
 cargo package --workspace --offline --allow-dirty \
     --exclude dbworker-suite --exclude dbworker-models --exclude dbworker-bench
 
-version=$(cargo pkgid --offline -p dbworker | sed 's/.*[#@]//')
 packages="$CARGO_TARGET_DIR/package"
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/dbworker-package-check.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
