@@ -4,21 +4,18 @@
 //! it is, and an action still writes to the primary.
 
 mod common;
+#[path = "common/replica.rs"]
+mod replica;
 #[path = "common/router.rs"]
 mod router;
-
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use dbworker::dashboard::{Dashboard, DashboardOptions};
-use dbworker_testkit::{ThrowawayServer, find_pg_bin_dir};
-use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceExt;
 
-use common::Db;
+use replica::Replicated;
 use router::get;
 
 async fn post(app: &Router, path: &str, form: String) -> StatusCode {
@@ -37,54 +34,19 @@ fn csrf(page: &str) -> String {
     page[start..][..page[start..].find('"').unwrap()].to_owned()
 }
 
-/// Waits until the replica has replayed everything the primary wrote so far.
-async fn caught_up(primary: &PgPool, replica: &PgPool) {
-    let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
-        .fetch_one(primary)
-        .await
-        .unwrap();
-    for _ in 0..500 {
-        let behind: bool = sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() < $1::text::pg_lsn")
-            .bind(&lsn)
-            .fetch_one(replica)
-            .await
-            .unwrap();
-        if !behind {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the replica never replayed up to {lsn}");
-}
-
 #[tokio::test]
 async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
-    let has_basebackup = find_pg_bin_dir().is_ok_and(|d| d.join("pg_basebackup").exists());
-    if !has_basebackup {
-        eprintln!(
-            "skipping: pg_basebackup is not installed next to the PostgreSQL server binaries"
-        );
+    let Some(r) = Replicated::start_or_skip("the dashboard's replica test").await else {
         return;
-    }
-    let primary = ThrowawayServer::start(&["fsync=off"]).expect("primary");
-    let db = Db::on_server(primary.admin_url()).await;
-    let replica_server = primary.start_replica().expect("replica");
-    let options: PgConnectOptions = replica_server.admin_url().parse().unwrap();
-    let replica = PgPoolOptions::new()
-        .max_connections(4)
-        .connect_lazy_with(options.database(db.db.name()));
-    let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
-        .fetch_one(&replica)
-        .await
-        .unwrap();
-    assert!(in_recovery, "the replica is a standby");
+    };
+    let (db, replica) = (&r.db, &r.replica);
 
     db.execute(
         "INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'boom', now())",
     )
     .await;
     let failed: i64 = db.scalar("SELECT max(id) FROM jobs WHERE $1 = $1", 0).await;
-    caught_up(&db.pool, &replica).await;
+    r.caught_up().await;
 
     let table = db.table().await;
     let mut o = DashboardOptions::new(vec![table]);
@@ -105,7 +67,7 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
     // The replica stops replaying: a job enqueued on the primary now is not
     // on its pages until it replays again, so the pages read the replica.
     sqlx::query("SELECT pg_wal_replay_pause()")
-        .execute(&replica)
+        .execute(replica)
         .await
         .unwrap();
     let queued = db
@@ -125,16 +87,13 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
     assert!(page.contains("state-failed"), "{page}");
 
     sqlx::query("SELECT pg_wal_replay_resume()")
-        .execute(&replica)
+        .execute(replica)
         .await
         .unwrap();
-    caught_up(&db.pool, &replica).await;
+    r.caught_up().await;
     let (status, page) = get(&app, &format!("/t/jobs/jobs/{queued}")).await;
     assert_eq!(status, StatusCode::OK, "replayed now");
     assert!(page.contains("after the pause"), "{page}");
     let (_, page) = get(&app, &format!("/t/jobs/jobs/{failed}")).await;
     assert!(page.contains("state-queued"), "{page}");
-
-    replica.close().await;
-    drop(replica_server);
 }
