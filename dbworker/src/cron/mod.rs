@@ -27,6 +27,20 @@ use ticks::{Due, due_ticks};
 /// The cron table's default name.
 pub const DEFAULT_CRON_TABLE: &str = "dbworker_cron";
 
+/// The cron table's columns, checked by [`Scheduler::new`] and by the
+/// dashboard's cron page (which reads them without running a scheduler).
+pub(crate) const CRON_COLUMNS: &[&str] = &[
+    "job_table",
+    "schedule",
+    "last_tick",
+    "expression",
+    "time_zone",
+    "last_job_id",
+];
+
+/// Where a missing cron table or column comes from.
+pub(crate) const CRON_TABLE_HINT: &str = "`dbworker migration --cron` prints it";
+
 /// Where a [`Scheduler`] records its ticks, and how often it looks.
 /// Deserializable from a config file (fields left out keep their defaults;
 /// `interval` as in [`workerutil::duration`]).
@@ -125,15 +139,8 @@ impl Scheduler {
             pool,
             &cron_table,
             "cron table",
-            &[
-                "job_table",
-                "schedule",
-                "last_tick",
-                "expression",
-                "time_zone",
-                "last_job_id",
-            ],
-            "`dbworker migration --cron` prints it",
+            CRON_COLUMNS,
+            CRON_TABLE_HINT,
         )
         .await?;
         for p in problems.iter_mut().filter(|p| p.contains("has no column")) {

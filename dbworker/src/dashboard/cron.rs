@@ -36,15 +36,8 @@ pub(super) async fn check(pool: &PgPool, cron_table: Option<&str>) -> Result<()>
         pool,
         &rel,
         "cron table",
-        &[
-            "job_table",
-            "schedule",
-            "last_tick",
-            "expression",
-            "time_zone",
-            "last_job_id",
-        ],
-        "`dbworker migration --cron` prints it",
+        crate::cron::CRON_COLUMNS,
+        crate::cron::CRON_TABLE_HINT,
     )
     .await
 }
