@@ -171,6 +171,18 @@ impl Shared {
         self.options.replica.as_ref().unwrap_or(&self.pool)
     }
 
+    /// A table's counts as the overview and the queues page show them: the
+    /// finished states from the history when no index counts them.
+    async fn status(&self, t: &Table) -> std::result::Result<crate::admin::Status, Response> {
+        t.admin
+            .status_with_history(
+                crate::store::StallOptions::default().stalled_max_age,
+                &self.options.history_table,
+            )
+            .await
+            .map_err(server_error)
+    }
+
     fn table(&self, name: &str) -> std::result::Result<&Table, Response> {
         self.tables
             .iter()
@@ -391,14 +403,7 @@ async fn overview(
     };
     let mut tables = Vec::new();
     for t in &s.tables {
-        let status = t
-            .admin
-            .status_with_history(
-                crate::store::StallOptions::default().stalled_max_age,
-                &s.options.history_table,
-            )
-            .await
-            .map_err(server_error)?;
+        let status = s.status(t).await?;
         let paused = match &t.pauses {
             Some(p) => p.list().await.unwrap_or_default(),
             None => Vec::new(),
@@ -518,14 +523,7 @@ async fn queues(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
-    let status = t
-        .admin
-        .status_with_history(
-            crate::store::StallOptions::default().stalled_max_age,
-            &s.options.history_table,
-        )
-        .await
-        .map_err(server_error)?;
+    let status = s.status(t).await?;
     let paused = match &t.pauses {
         Some(p) => p.list().await.map_err(server_error)?,
         None => Vec::new(),
