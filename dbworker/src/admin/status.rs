@@ -216,11 +216,7 @@ impl Admin {
         let db = || Error::db("status");
         // One transaction, the planner told to avoid sequential scans: each
         // statement takes an index wherever one serves.
-        let mut tx = self.pool.begin().await.map_err(db())?;
-        sql::counts_avoid_seq_scan()
-            .execute(&mut *tx)
-            .await
-            .map_err(db())?;
+        let mut tx = sql::begin_index_only(&self.pool).await.map_err(db())?;
         let status = self.counts(&mut tx, stalled_age).await?;
         tx.commit().await.map_err(db())?;
         Ok(status)

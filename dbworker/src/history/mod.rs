@@ -210,11 +210,7 @@ impl History {
     /// `finished_at` for the final states).
     async fn check_index(&self) -> Result<()> {
         let db = || Error::db("history");
-        let mut tx = self.pool.begin().await.map_err(db())?;
-        sql::counts_avoid_seq_scan()
-            .execute(&mut *tx)
-            .await
-            .map_err(db())?;
+        let mut tx = sql::begin_index_only(&self.pool).await.map_err(db())?;
         let record = sql::history_record(&self.t, &self.h, &self.key, 0, 60);
         let plan: serde_json::Value = sql::counts_explain(record)
             .fetch_one(&mut *tx)
@@ -248,11 +244,7 @@ impl History {
             let to = hi.min(lo + sql::HOUR);
             // As in `Admin::status`: the planner takes the index that
             // `new` found, even where a small table would make a scan cheaper.
-            let mut tx = self.pool.begin().await.map_err(db())?;
-            sql::counts_avoid_seq_scan()
-                .execute(&mut *tx)
-                .await
-                .map_err(db())?;
+            let mut tx = sql::begin_index_only(&self.pool).await.map_err(db())?;
             recorded.minutes += sql::history_record(&self.t, &self.h, &self.key, lo, to)
                 .execute(&mut *tx)
                 .await

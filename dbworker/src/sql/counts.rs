@@ -131,6 +131,16 @@ pub(crate) fn counts_avoid_seq_scan() -> Statement {
     }
 }
 
+/// A transaction on `pool` whose statements take an index wherever one
+/// serves ([`counts_avoid_seq_scan`]): the counts', the history's.
+pub(crate) async fn begin_index_only(
+    pool: &sqlx::PgPool,
+) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let mut tx = pool.begin().await?;
+    counts_avoid_seq_scan().execute(&mut *tx).await?;
+    Ok(tx)
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {

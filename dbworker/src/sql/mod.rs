@@ -76,7 +76,7 @@ pub(crate) use control::{
     remove_limit, resume, set_limit,
 };
 pub(crate) use counts::{
-    counts_avoid_seq_scan, counts_estimate, counts_explain, counts_finished, counts_live,
+    begin_index_only, counts_estimate, counts_explain, counts_finished, counts_live,
 };
 // The cron page's read; only the dashboard lists schedules.
 #[cfg(feature = "dashboard")]
