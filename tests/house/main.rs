@@ -27,6 +27,11 @@
 //!   crates.io), and each published crate has a README.md and copies of the
 //!   workspace's LICENSE-MIT and LICENSE-APACHE.
 //!
+//! - **No session state** (`session_state.rs`): no statement or DDL of
+//!   `dbworker` takes a session advisory lock, makes a temporary table or
+//!   sets a setting past its transaction (docs/scaling.md's promise behind a
+//!   transaction pooler).
+//!
 //! Test code is left out of the graph: `#[cfg(test)]` items (a `mod tests
 //! { … }`, a function, a `use`), files under `#![cfg(test)]`, and the test
 //! files named above. The checker reads text, not the compiler's view:
@@ -36,6 +41,7 @@
 
 mod check;
 mod scan;
+mod session_state;
 mod shipped;
 
 use std::fs;
