@@ -6,15 +6,13 @@
 //! started by the benchmark (as by the tests); without it installed the
 //! workload is skipped, saying why.
 
-#[path = "../../dbworker/tests/common/pgbouncer.rs"]
-mod bouncer;
-
 use crate::Result;
 use crate::db::{Bench, Mode};
 use crate::floor;
 use crate::processes::{self, Spawn};
 use crate::report::{Run, Table};
 use crate::table::{count, rate};
+use dbworker_testkit::pgbouncer as bouncer;
 
 /// PgBouncer's server connections (`default_pool_size`).
 pub(crate) const SERVER_CONNECTIONS: u32 = 20;

@@ -3,12 +3,11 @@
 //! `DBWORKER_POOLER=transaction`, reading and acting as they do on a direct
 //! connection, with no error in PgBouncer's log.
 
-#[path = "../../dbworker/tests/common/pgbouncer.rs"]
-mod bouncer;
 mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
 mod common;
 
+use dbworker_testkit::pgbouncer as bouncer;
 use std::process::{Command, Output};
 
 use bouncer::Bouncer;

@@ -9,10 +9,9 @@
 //! refusing `extra_float_digits` is named with its pgbouncer.ini line.
 //! Skipped, saying why, without pgbouncer (.ci/run installs it).
 
-#[path = "common/pgbouncer.rs"]
-mod bouncer;
 mod common;
 
+use dbworker_testkit::pgbouncer as bouncer;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -6,10 +6,9 @@
 //! one schedule enqueue each tick once. Skipped, saying why, without
 //! pgbouncer (.ci/run installs it).
 
-#[path = "common/pgbouncer.rs"]
-mod bouncer;
 mod common;
 
+use dbworker_testkit::pgbouncer as bouncer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -4,13 +4,12 @@
 //! connections), the suite sets up and inspects its jobs directly. Skipped,
 //! saying why, without pgbouncer (.ci/run installs it).
 
-#[path = "common/pgbouncer.rs"]
-mod bouncer;
 mod common;
 #[path = "common/conformance.rs"]
 mod harness;
 
 use dbworker::{Handling, Pooler};
+use dbworker_testkit::pgbouncer as bouncer;
 use workerutil::conformance;
 
 use bouncer::Bouncer;

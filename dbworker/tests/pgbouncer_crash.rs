@@ -5,12 +5,11 @@
 //! with it: every job completes and every side effect is there exactly once.
 //! Skipped, saying why, without pgbouncer (.ci/run installs it).
 
-#[path = "common/pgbouncer.rs"]
-mod bouncer;
 mod common;
 #[path = "common/crash.rs"]
 mod shared;
 
+use dbworker_testkit::pgbouncer as bouncer;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,10 +6,9 @@
 //! nowhere, and its workers still find every job at their poll. Skipped,
 //! saying why, without pgbouncer (.ci/run installs it).
 
-#[path = "common/pgbouncer.rs"]
-mod bouncer;
 mod common;
 
+use dbworker_testkit::pgbouncer as bouncer;
 use std::io::Write;
 use std::sync::{Arc, Mutex as SyncMutex, OnceLock};
 use std::time::{Duration, Instant};

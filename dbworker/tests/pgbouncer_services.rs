@@ -6,8 +6,6 @@
 //! dashboard's main pages and an action. Skipped, saying why, without
 //! pgbouncer (.ci/run installs it).
 
-#[path = "common/pgbouncer.rs"]
-mod bouncer;
 mod common;
 #[path = "common/consumers.rs"]
 mod consumers;
@@ -18,6 +16,7 @@ mod purge;
 #[path = "common/router.rs"]
 mod router;
 
+use dbworker_testkit::pgbouncer as bouncer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -44,6 +44,7 @@ mod database;
 mod error;
 mod layout;
 mod owner;
+pub mod pgbouncer;
 mod postmaster;
 mod process_tag;
 mod server;

@@ -1,7 +1,7 @@
 //! PgBouncer in transaction mode in front of a test database: its ini in a
 //! temporary directory, started from PATH or /usr/sbin, stopped on drop.
-
-#![allow(dead_code, unreachable_pub)]
+//! Tests that use it skip, saying why, when pgbouncer is not installed
+//! ([`find`], [`Bouncer::start_or_skip`]); `.ci/run` installs it.
 
 use std::fs;
 use std::net::TcpListener;
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgConnectOptions;
 
 /// A running PgBouncer; killed and its directory removed on drop.
+#[derive(Debug)]
 pub struct Bouncer {
     child: Child,
     dir: PathBuf,
