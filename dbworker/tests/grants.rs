@@ -14,6 +14,9 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use dbworker::admin::Admin;
+use dbworker::control::{
+    DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
+};
 use dbworker::dashboard::{Dashboard, DashboardOptions};
 use dbworker::maintenance::{PurgeOptions, Purger, ResetterOptions};
 use dbworker::{DbStore, Enqueuer, Handling, JobTable, NewJob, Resetter, new_worker};
@@ -216,6 +219,201 @@ async fn a_read_only_dashboard_serves_with_select_and_offers_no_action() {
         let mut o = DashboardOptions::new(vec![table(&pool).await?]);
         o.read_only = true;
         Dashboard::new(&pool, o).await?;
+        Ok(())
+    })
+    .await;
+}
+
+// The control tables, as the manual's list under the table gives them.
+const CONTROLLED_WORKER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON dbworker_pauses",
+    // A claim under a rate limit spends the queue's tokens.
+    "SELECT ON dbworker_limits",
+    "UPDATE ON dbworker_limits",
+]);
+const PAUSER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "SELECT ON dbworker_pauses",
+    "INSERT ON dbworker_pauses",
+    "DELETE ON dbworker_pauses",
+]);
+const LIMITER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "SELECT ON dbworker_limits",
+    "INSERT ON dbworker_limits",
+    "UPDATE ON dbworker_limits",
+    "DELETE ON dbworker_limits",
+]);
+const ARCHIVER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "DELETE ON jobs",
+    "INSERT ON jobs_archive",
+]);
+
+/// The test table with a queue column, a pause table and a limit table.
+async fn with_control_tables() -> Db {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.queue = true,
+        &[
+            dbworker::ddl::pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+            dbworker::ddl::limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap(),
+        ],
+    )
+    .await;
+    db
+}
+
+async fn controlled_table(pool: &PgPool) -> Result<JobTable, dbworker::Error> {
+    let mut o = Db::table_options();
+    o.queue_column = Some("queue".into());
+    o.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+    o.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    JobTable::new(pool, o).await
+}
+
+#[tokio::test]
+async fn a_worker_honours_pauses_and_spends_rate_tokens_with_the_documented_grants() {
+    let db = with_control_tables().await;
+    db.execute("INSERT INTO jobs (queue) VALUES ('emails'), ('held')")
+        .await;
+    let emails: i64 = db
+        .scalar("SELECT id FROM jobs WHERE queue = 'emails' AND $1 = $1", 0)
+        .await;
+    let held: i64 = db
+        .scalar("SELECT id FROM jobs WHERE queue = 'held' AND $1 = $1", 0)
+        .await;
+    let owner = controlled_table(&db.pool).await.unwrap();
+    Pauses::new(&db.pool, &owner, PausesOptions::default())
+        .await
+        .unwrap()
+        .pause(Some("held"), "test")
+        .await
+        .unwrap();
+    Limits::new(&db.pool, &owner)
+        .await
+        .unwrap()
+        .set_limit("emails", Limit::default().rate(1.0, 5))
+        .await
+        .unwrap();
+    // A full bucket: the claim need not wait for a refill.
+    db.execute("UPDATE dbworker_limits SET tokens = 5").await;
+    let tokens = "SELECT tokens FROM dbworker_limits WHERE queue = 'emails'";
+    let before: f64 = sqlx::query_scalar(tokens)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+
+    let (name, pool) = role_with(&db, CONTROLLED_WORKER.0).await;
+    let jobs = controlled_table(&pool).await.unwrap();
+    let store = std::sync::Arc::new(DbStore::new(&pool, &jobs, db.options()).await.unwrap());
+    let mut w = WorkerOptions::new("grants");
+    w.interval = Duration::from_millis(20);
+    w.heartbeat_interval = Duration::from_millis(100);
+    w.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    w.num_total_jobs = Some(1);
+    new_worker(store.clone(), Completes, w).unwrap().run().await;
+    store.close().await;
+    assert_eq!(db.state(emails).await, "completed");
+    assert_eq!(db.state(held).await, "queued", "a paused queue was claimed");
+    let after: f64 = sqlx::query_scalar(tokens)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        after < before,
+        "the claim spent no token: {before} -> {after}"
+    );
+    drop_role(&db, pool, &name).await;
+
+    each_grant_is_needed(&db, &CONTROLLED_WORKER, |pool| async move {
+        let jobs = controlled_table(&pool).await?;
+        DbStore::new(&pool, &jobs, Db::options_for_tests()).await?;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_operator_pauses_and_sets_limits_with_the_documented_grants() {
+    let db = with_control_tables().await;
+
+    let (name, pool) = role_with(&db, PAUSER.0).await;
+    let pauses = Pauses::new(
+        &pool,
+        &controlled_table(&pool).await.unwrap(),
+        PausesOptions::default(),
+    )
+    .await
+    .unwrap();
+    pauses.check_writes().await.unwrap();
+    assert!(pauses.pause(Some("emails"), "ops").await.unwrap());
+    assert_eq!(pauses.list().await.unwrap().len(), 1);
+    assert!(pauses.resume(Some("emails")).await.unwrap());
+    assert!(pauses.list().await.unwrap().is_empty());
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &PAUSER, |pool| async move {
+        Pauses::new(
+            &pool,
+            &controlled_table(&pool).await?,
+            PausesOptions::default(),
+        )
+        .await?
+        .check_writes()
+        .await
+    })
+    .await;
+
+    let (name, pool) = role_with(&db, LIMITER.0).await;
+    let limits = Limits::new(&pool, &controlled_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    limits.check_writes().await.unwrap();
+    limits.set("emails", 2).await.unwrap();
+    limits.set("emails", 3).await.unwrap();
+    assert_eq!(
+        limits.list().await.unwrap(),
+        [("emails".to_owned(), Limit::processing(3))]
+    );
+    assert!(limits.remove("emails").await.unwrap());
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &LIMITER, |pool| async move {
+        Limits::new(&pool, &controlled_table(&pool).await?)
+            .await?
+            .check_writes()
+            .await
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_purger_archives_with_insert_on_the_archive() {
+    let db = Db::new().await;
+    db.execute(
+        "CREATE TABLE jobs_archive (LIKE jobs); INSERT INTO jobs (state, finished_at) VALUES ('completed', now() - interval '30 days'), ('completed', now())",
+    )
+    .await;
+    let options = || {
+        let mut o = PurgeOptions::new();
+        o.archive_table = Some("jobs_archive".into());
+        o
+    };
+    let (name, pool) = role_with(&db, ARCHIVER.0).await;
+    let purger = Purger::new(&pool, &table(&pool).await.unwrap(), options())
+        .await
+        .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 1);
+    assert_eq!(db.count("completed").await, 1);
+    let archived: i64 = db
+        .scalar("SELECT count(*) FROM jobs_archive WHERE $1 = $1", 0)
+        .await;
+    assert_eq!(archived, 1);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &ARCHIVER, |pool| async move {
+        Purger::new(&pool, &table(&pool).await?, options()).await?;
         Ok(())
     })
     .await;

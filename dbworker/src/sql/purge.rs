@@ -48,10 +48,12 @@ pub(crate) fn purge_batch(
     let Statement { sql, values } = Statement::from(&delete);
     match archive {
         None => Statement { sql, values },
-        // The archive has the table's columns in the same order (LIKE).
+        // The archive has the table's columns in the same order (LIKE). The
+        // ids come from the deleted rows: `INSERT … RETURNING` would need
+        // SELECT on the archive, and a purger is granted only INSERT there.
         Some(archive) => Statement {
             sql: format!(
-                "WITH \"dbworker_moved\" AS ({sql}) INSERT INTO {} SELECT * FROM \"dbworker_moved\" RETURNING {}::bigint AS \"id\"",
+                "WITH \"dbworker_moved\" AS ({sql}), \"dbworker_archived\" AS (INSERT INTO {} SELECT * FROM \"dbworker_moved\") SELECT {}::bigint AS \"id\" FROM \"dbworker_moved\"",
                 archive.quoted(),
                 quote(&c.id)
             )
