@@ -120,6 +120,18 @@ impl Grants {
         self.on("dependency table", &deps_table(&t.table), privileges)
     }
 
+    /// On a partitioned table with job keys, `privileges` on its key table:
+    /// the table's key triggers run as the role that writes, deleting a key
+    /// when its job leaves the live states (`SELECT, DELETE`) and inserting
+    /// it when a job turns live (`INSERT`); a keyed enqueue also locks the
+    /// holder's key row (`UPDATE`).
+    pub(crate) fn on_keys(self, t: &Table, privileges: &[Privilege]) -> Grants {
+        match &t.key_table {
+            Some(keys) => self.on("key table", keys, privileges),
+            None => self,
+        }
+    }
+
     /// `USAGE` on the sequence of the job table's id.
     pub(crate) fn id_sequence(mut self, t: &Table) -> Grants {
         self.needs.push(Need::IdSequence {
@@ -153,7 +165,8 @@ impl Grants {
         if let Some(limits) = &t.limit_table {
             g = g.on("limit table", limits, &[Select, Update]);
         }
-        g.release_trigger(t)
+        // A mark that finishes a keyed job frees its key.
+        g.release_trigger(t).on_keys(t, &[Select, Delete])
     }
 
     /// What finishing, failing, cancelling or retrying a job of a table with

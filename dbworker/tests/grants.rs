@@ -18,6 +18,7 @@ use dbworker::control::{
     DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
 };
 use dbworker::dashboard::{Dashboard, DashboardOptions};
+use dbworker::enqueue::KeyMode;
 use dbworker::maintenance::{PurgeOptions, Purger, ResetterOptions};
 use dbworker::{DbStore, Enqueuer, Handling, JobTable, NewJob, Resetter, new_worker};
 use sqlx::PgPool;
@@ -86,6 +87,39 @@ async fn an_enqueuer_inserts_with_insert_and_the_sequence() {
     drop_role(&db, pool, &name).await;
     each_grant_is_needed(&db, &ENQUEUER, |pool| async move {
         Enqueuer::new(&pool, &table(&pool).await?).await?;
+        Ok(())
+    })
+    .await;
+}
+
+// With keys, a keyed enqueue may replace the waiting holder in place.
+const KEYED_PLAIN_ENQUEUER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "UPDATE ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+]);
+
+#[tokio::test]
+async fn a_keyed_enqueuer_replaces_its_holder_with_update_too() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.keys = true, &[]).await;
+    let (name, pool) = role_with(&db, KEYED_PLAIN_ENQUEUER.0).await;
+    let enqueuer = Enqueuer::new(&pool, &keyed_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    let job = NewJob::new().key("k", KeyMode::Replace);
+    let first = enqueuer.enqueue(&job).await.unwrap().id();
+    assert_eq!(enqueuer.enqueue(&job).await.unwrap().id(), first);
+    assert_eq!(db.count("queued").await, 1);
+    drop_role(&db, pool, &name).await;
+    // A reader describes the keyed table with SELECT alone: the unique index
+    // is checked by EXPLAIN of a keyed insert, which a reader may not run.
+    let (name, pool) = role_with(&db, DASHBOARD.0).await;
+    keyed_table(&pool).await.unwrap();
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_PLAIN_ENQUEUER, |pool| async move {
+        Enqueuer::new(&pool, &keyed_table(&pool).await?).await?;
         Ok(())
     })
     .await;
@@ -415,6 +449,160 @@ async fn a_purger_archives_with_insert_on_the_archive() {
     each_grant_is_needed(&db, &ARCHIVER, |pool| async move {
         Purger::new(&pool, &table(&pool).await?, options()).await?;
         Ok(())
+    })
+    .await;
+}
+
+// A partitioned table's job keys live in its key table `jobs_keys`, which
+// the table's triggers keep as the writing role.
+const KEYED_ENQUEUER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "UPDATE ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON jobs_keys",
+    "INSERT ON jobs_keys",
+    "UPDATE ON jobs_keys",
+]);
+const KEYED_WORKER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_keys",
+    "DELETE ON jobs_keys",
+]);
+const KEYED_ADMIN: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "DELETE ON jobs",
+    "SELECT ON jobs_keys",
+    "INSERT ON jobs_keys",
+    "DELETE ON jobs_keys",
+]);
+const KEYED_RESETTER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_keys",
+    "DELETE ON jobs_keys",
+]);
+
+async fn keyed_table(pool: &PgPool) -> Result<JobTable, dbworker::Error> {
+    let mut o = Db::table_options();
+    o.key_column = Some("job_key".into());
+    JobTable::new(pool, o).await
+}
+
+async fn held_keys(db: &Db) -> i64 {
+    db.scalar("SELECT count(*) FROM jobs_keys WHERE $1 = $1", 0)
+        .await
+}
+
+#[tokio::test]
+async fn a_partitioned_tables_key_table_gets_what_each_role_writes_through_it() {
+    let db = Db::partitioned().await;
+    let keys = dbworker::ddl::partitioned_keys_sql("jobs", &Default::default()).unwrap();
+    db.execute(&keys).await;
+
+    // The enqueuer inserts a keyed job, then replaces it in place.
+    let (name, pool) = role_with(&db, KEYED_ENQUEUER.0).await;
+    let enqueuer = Enqueuer::new(&pool, &keyed_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    let first = enqueuer
+        .enqueue(&NewJob::new().key("k1", KeyMode::Replace))
+        .await
+        .unwrap();
+    let again = enqueuer
+        .enqueue(&NewJob::new().key("k1", KeyMode::Replace))
+        .await
+        .unwrap();
+    assert_eq!(first.id(), again.id(), "the live holder was replaced");
+    enqueuer
+        .enqueue(&NewJob::new().key("k2", KeyMode::Replace))
+        .await
+        .unwrap();
+    assert_eq!(held_keys(&db).await, 2);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_ENQUEUER, |pool| async move {
+        Enqueuer::new(&pool, &keyed_table(&pool).await?).await?;
+        Ok(())
+    })
+    .await;
+
+    // The worker's completions free both keys.
+    let (name, pool) = role_with(&db, KEYED_WORKER.0).await;
+    let jobs = keyed_table(&pool).await.unwrap();
+    let store = std::sync::Arc::new(DbStore::new(&pool, &jobs, db.options()).await.unwrap());
+    let mut w = WorkerOptions::new("grants");
+    w.interval = Duration::from_millis(20);
+    w.heartbeat_interval = Duration::from_millis(100);
+    w.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    w.num_total_jobs = Some(2);
+    new_worker(store.clone(), Completes, w).unwrap().run().await;
+    store.close().await;
+    assert_eq!(db.count("completed").await, 2);
+    assert_eq!(held_keys(&db).await, 0);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_WORKER, |pool| async move {
+        let jobs = keyed_table(&pool).await?;
+        DbStore::new(&pool, &jobs, Db::options_for_tests()).await?;
+        Ok(())
+    })
+    .await;
+
+    // An operator cancels (frees the key), requeues (takes it again) and
+    // deletes (frees it).
+    let id = Enqueuer::new(&db.pool, &keyed_table(&db.pool).await.unwrap())
+        .await
+        .unwrap()
+        .enqueue(&NewJob::new().key("k3", KeyMode::Replace))
+        .await
+        .unwrap()
+        .id();
+    let (name, pool) = role_with(&db, KEYED_ADMIN.0).await;
+    let admin = Admin::new(&pool, &keyed_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    admin.check_actions().await.unwrap();
+    admin.check_deletes().await.unwrap();
+    admin.cancel(id).await.unwrap();
+    assert_eq!(held_keys(&db).await, 0);
+    assert!(admin.requeue(id).await.unwrap());
+    assert_eq!(held_keys(&db).await, 1);
+    assert!(admin.delete(id).await.unwrap());
+    assert_eq!(held_keys(&db).await, 0);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_ADMIN, |pool| async move {
+        let admin = Admin::new(&pool, &keyed_table(&pool).await?).await?;
+        admin.check_actions().await?;
+        admin.check_deletes().await
+    })
+    .await;
+
+    // A job reset past its limit fails and frees its key.
+    db.execute(
+        "INSERT INTO jobs (state, job_key, started_at, last_heartbeat_at, num_resets) VALUES ('processing', 'k4', now() - interval '1 hour', now() - interval '1 hour', 100)",
+    )
+    .await;
+    assert_eq!(held_keys(&db).await, 1);
+    let (name, pool) = role_with(&db, KEYED_RESETTER.0).await;
+    let resetter = Resetter::new(
+        &pool,
+        &keyed_table(&pool).await.unwrap(),
+        ResetterOptions::default(),
+    )
+    .unwrap();
+    resetter.check().await.unwrap();
+    assert_eq!(resetter.reset_once().await.unwrap().failed.len(), 1);
+    assert_eq!(held_keys(&db).await, 0);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_RESETTER, |pool| async move {
+        Resetter::new(
+            &pool,
+            &keyed_table(&pool).await?,
+            ResetterOptions::default(),
+        )?
+        .check()
+        .await
     })
     .await;
 }

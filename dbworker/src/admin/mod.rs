@@ -86,13 +86,19 @@ impl Admin {
     }
 
     /// Checks the grants the actions other than deleting use: `UPDATE` on
-    /// the table and, with workflows, what the release trigger touches when
-    /// an action finishes or retries a job. Each missing grant is named with
+    /// the table, with workflows what the release trigger touches when an
+    /// action finishes or retries a job, and on a partitioned table with
+    /// keys `SELECT, INSERT, DELETE` on its key table. Each missing grant is named with
     /// its `GRANT` ([`Error::Schema`]).
     pub async fn check_actions(&self) -> Result<()> {
         Grants::new("acting on jobs")
             .on_table(&self.t, &[Privilege::Update])
             .release_trigger(&self.t)
+            // A requeue takes the job's key again, a cancel frees it.
+            .on_keys(
+                &self.t,
+                &[Privilege::Select, Privilege::Insert, Privilege::Delete],
+            )
             .check(&self.pool)
             .await
     }
@@ -102,7 +108,9 @@ impl Admin {
     /// what the release trigger does when an unfinished job goes (it cancels
     /// the job's dependents: `UPDATE` on the table too).
     pub async fn check_deletes(&self) -> Result<()> {
-        let mut grants = Grants::new("deleting jobs").on_table(&self.t, &[Privilege::Delete]);
+        let mut grants = Grants::new("deleting jobs")
+            .on_table(&self.t, &[Privilege::Delete])
+            .on_keys(&self.t, &[Privilege::Select, Privilege::Delete]);
         if self.t.workflows {
             grants = grants
                 .on_table(&self.t, &[Privilege::Update])

@@ -81,13 +81,25 @@ pub struct Enqueuer {
 impl Enqueuer {
     /// An enqueuer into `table` (checked when it was built, keys' unique
     /// index included). Checks what only an enqueuer needs: INSERT on the
-    /// table and USAGE on its id's sequence, naming a missing grant with the
-    /// statement that gives it.
+    /// table (and UPDATE with keys: a keyed enqueue may replace the waiting
+    /// holder), USAGE on its id's sequence and, on a partitioned table with
+    /// keys, SELECT, INSERT and UPDATE on its key table, naming a missing
+    /// grant with the statement that gives it.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Enqueuer> {
         let t = table.sql();
+        // A keyed enqueue replaces a waiting holder in place (an UPDATE, or
+        // ON CONFLICT DO UPDATE).
+        let writes: &[Privilege] = match t.key_column {
+            Some(_) => &[Privilege::Insert, Privilege::Update],
+            None => &[Privilege::Insert],
+        };
         Grants::new("enqueueing")
-            .on_table(t, &[Privilege::Insert])
+            .on_table(t, writes)
             .id_sequence(t)
+            .on_keys(
+                t,
+                &[Privilege::Select, Privilege::Insert, Privilege::Update],
+            )
             .check(pool)
             .await?;
         Ok(Enqueuer {

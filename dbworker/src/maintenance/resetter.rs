@@ -176,6 +176,8 @@ impl Resetter {
         let mut problems = Grants::new("resetting stalled jobs")
             .on_table(&self.table, &[Privilege::Update])
             .release_trigger(&self.table)
+            // A job reset past its limit fails, freeing its key.
+            .on_keys(&self.table, &[Privilege::Select, Privilege::Delete])
             .problems(&self.pool)
             .await?;
         if let Some((nodes, _)) = &self.config.dead_nodes {

@@ -107,7 +107,8 @@ impl<R: Record> DbStore<R> {
     /// options, then checks the configured SQL fragments (column expressions,
     /// order-by) against the table or its view and the grants a worker uses
     /// (`UPDATE` on the table, the control tables' and, with workflows, the
-    /// dependency table's), naming each missing one with its `GRANT`.
+    /// dependency table's, a partitioned table's key table's), naming
+    /// each missing one with its `GRANT`.
     pub async fn new(pool: &PgPool, table: &JobTable, options: StoreOptions<R>) -> Result<Self> {
         let pool = pool.clone();
         let kept = Arc::new(open::Kept::new(
