@@ -9,8 +9,6 @@ mod roles;
 #[path = "common/router.rs"]
 mod router;
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use dbworker::admin::Admin;
@@ -20,13 +18,13 @@ use dbworker::control::{
 use dbworker::dashboard::{Dashboard, DashboardOptions};
 use dbworker::enqueue::KeyMode;
 use dbworker::maintenance::{PurgeOptions, Purger, ResetterOptions};
-use dbworker::{DbStore, Enqueuer, Handling, JobTable, NewJob, Resetter, new_worker};
+use dbworker::{DbStore, Enqueuer, Handling, JobTable, NewJob, Resetter};
 use sqlx::PgPool;
 use tower::ServiceExt;
-use workerutil::{JobState, WorkerOptions};
+use workerutil::JobState;
 
-use common::{Completes, Db};
-use roles::{Grants, drop_role, each_grant_is_needed, role_with};
+use common::Db;
+use roles::{Grants, complete_jobs, drop_role, each_grant_is_needed, role_with};
 use router::get;
 
 const WORKER: Grants = Grants(&["SELECT ON jobs", "UPDATE ON jobs"]);
@@ -54,14 +52,7 @@ async fn a_worker_claims_and_completes_with_select_and_update_only() {
     for handling in [Handling::Heartbeat, Handling::Transactional] {
         let mut o = db.options();
         o.handling = handling;
-        let store = std::sync::Arc::new(DbStore::new(&pool, &jobs, o).await.unwrap());
-        let mut w = WorkerOptions::new("grants");
-        w.interval = Duration::from_millis(20);
-        w.heartbeat_interval = Duration::from_millis(100);
-        w.heartbeat_failure_limit = Some(Duration::from_secs(2));
-        w.num_total_jobs = Some(1);
-        new_worker(store.clone(), Completes, w).unwrap().run().await;
-        store.close().await;
+        complete_jobs(&pool, &jobs, o, 1).await;
         assert_eq!(db.state(id).await, "completed", "{handling:?}");
         db.execute(&format!("UPDATE jobs SET state = 'queued' WHERE id = {id}"))
             .await;
@@ -343,14 +334,7 @@ async fn a_worker_honours_pauses_and_spends_rate_tokens_with_the_documented_gran
 
     let (name, pool) = role_with(&db, CONTROLLED_WORKER.0).await;
     let jobs = controlled_table(&pool).await.unwrap();
-    let store = std::sync::Arc::new(DbStore::new(&pool, &jobs, db.options()).await.unwrap());
-    let mut w = WorkerOptions::new("grants");
-    w.interval = Duration::from_millis(20);
-    w.heartbeat_interval = Duration::from_millis(100);
-    w.heartbeat_failure_limit = Some(Duration::from_secs(2));
-    w.num_total_jobs = Some(1);
-    new_worker(store.clone(), Completes, w).unwrap().run().await;
-    store.close().await;
+    complete_jobs(&pool, &jobs, db.options(), 1).await;
     assert_eq!(db.state(emails).await, "completed");
     assert_eq!(db.state(held).await, "queued", "a paused queue was claimed");
     let after: f64 = sqlx::query_scalar(tokens)
@@ -531,14 +515,7 @@ async fn a_partitioned_tables_key_table_gets_what_each_role_writes_through_it() 
     // The worker's completions free both keys.
     let (name, pool) = role_with(&db, KEYED_WORKER.0).await;
     let jobs = keyed_table(&pool).await.unwrap();
-    let store = std::sync::Arc::new(DbStore::new(&pool, &jobs, db.options()).await.unwrap());
-    let mut w = WorkerOptions::new("grants");
-    w.interval = Duration::from_millis(20);
-    w.heartbeat_interval = Duration::from_millis(100);
-    w.heartbeat_failure_limit = Some(Duration::from_secs(2));
-    w.num_total_jobs = Some(2);
-    new_worker(store.clone(), Completes, w).unwrap().run().await;
-    store.close().await;
+    complete_jobs(&pool, &jobs, db.options(), 2).await;
     assert_eq!(db.count("completed").await, 2);
     assert_eq!(held_keys(&db).await, 0);
     drop_role(&db, pool, &name).await;

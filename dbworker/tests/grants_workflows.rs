@@ -9,17 +9,14 @@ mod common;
 mod roles;
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use dbworker::ddl::workflows_sql;
 use dbworker::workflow::{Task, Workflow, Workflows};
-use dbworker::{DbStore, JobTable, NewJob, new_worker};
+use dbworker::{DbStore, JobTable, NewJob};
 use sqlx::PgPool;
-use workerutil::WorkerOptions;
 
-use common::{Completes, Db};
-use roles::{Grants, drop_role, each_grant_is_needed, role_with};
+use common::Db;
+use roles::{Grants, complete_jobs, drop_role, each_grant_is_needed, role_with};
 
 const WORKFLOW_WORKER: Grants = Grants(&[
     "SELECT ON jobs",
@@ -67,18 +64,13 @@ async fn a_workflow_worker_releases_dependents_with_the_dependency_grants() {
         .unwrap();
     let run = owner.enqueue(&two_steps()).await.unwrap();
     let (name, pool) = role_with(&db, WORKFLOW_WORKER.0).await;
-    let store = Arc::new(
-        DbStore::new(&pool, &table(&pool).await.unwrap(), Db::options_for_tests())
-            .await
-            .unwrap(),
-    );
-    let mut w = WorkerOptions::new("grants");
-    w.interval = Duration::from_millis(20);
-    w.heartbeat_interval = Duration::from_millis(100);
-    w.heartbeat_failure_limit = Some(Duration::from_secs(2));
-    w.num_total_jobs = Some(2);
-    new_worker(store.clone(), Completes, w).unwrap().run().await;
-    store.close().await;
+    complete_jobs(
+        &pool,
+        &table(&pool).await.unwrap(),
+        Db::options_for_tests(),
+        2,
+    )
+    .await;
     for task in ["first", "second"] {
         assert_eq!(
             db.state(run.id_of(task).unwrap()).await,

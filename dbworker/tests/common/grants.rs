@@ -8,7 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::common::Db;
+use std::time::Duration;
+
+use dbworker::{DbStore, JobTable, new_worker};
+use workerutil::WorkerOptions;
+
+use crate::common::{Completes, Db, Job};
 
 /// One role of the manual: its grants, each as `PRIVILEGE ON object`
 /// (`USAGE ON SEQUENCE jobs_id_seq`), exactly as the manual writes them.
@@ -76,4 +81,22 @@ where
         );
         drop_role(db, pool, &name).await;
     }
+}
+
+/// Runs a worker on `pool` (a role's) over `table` until it has completed
+/// `jobs` jobs, with `options`.
+pub async fn complete_jobs(
+    pool: &PgPool,
+    table: &JobTable,
+    options: dbworker::StoreOptions<Job>,
+    jobs: u64,
+) {
+    let store = std::sync::Arc::new(DbStore::new(pool, table, options).await.unwrap());
+    let mut w = WorkerOptions::new("grants");
+    w.interval = Duration::from_millis(20);
+    w.heartbeat_interval = Duration::from_millis(100);
+    w.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    w.num_total_jobs = Some(jobs);
+    new_worker(store.clone(), Completes, w).unwrap().run().await;
+    store.close().await;
 }
