@@ -5,11 +5,11 @@
 //! needs only `SELECT`; the services that write ask for more (see the
 //! operations manual's "Roles and grants", which lists the same needs).
 
-use sqlx::{PgPool, Row};
+use sqlx::Row;
 
 use crate::columns::{Relation, deps_table, workflow_sequence};
 use crate::error::{Error, Result};
-use crate::sql::{self, Table};
+use crate::sql::{self, On, Table};
 
 /// A table privilege.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,12 +177,13 @@ impl Grants {
     }
 
     /// Runs the check: every missing grant, one line each, in one error.
-    pub(crate) async fn check(&self, pool: &PgPool) -> Result<()> {
-        crate::schema_check::none(self.problems(pool).await?)
+    pub(crate) async fn check<'a>(&self, on: impl Into<On<'a>>) -> Result<()> {
+        crate::schema_check::none(self.problems(on).await?)
     }
 
     /// Every missing grant, one line each, with the statement that gives it.
-    pub(crate) async fn problems(&self, pool: &PgPool) -> Result<Vec<String>> {
+    pub(crate) async fn problems<'a>(&self, on: impl Into<On<'a>>) -> Result<Vec<String>> {
+        let mut on = on.into();
         let mut problems = Vec::new();
         let by = self.needed_by;
         for need in &self.needs {
@@ -193,7 +194,7 @@ impl Grants {
                     privileges,
                 } => {
                     // A missing relation is named by its own check.
-                    let Some(row) = fetch(pool, sql::table_privileges(rel)).await? else {
+                    let Some(row) = fetch(on.reborrow(), sql::table_privileges(rel)).await? else {
                         continue;
                     };
                     let missing: Vec<&str> = privileges
@@ -210,7 +211,9 @@ impl Grants {
                     }
                 }
                 Need::IdSequence { table, id_column } => {
-                    let Some(row) = fetch(pool, sql::insert_access(table, id_column)).await? else {
+                    let Some(row) =
+                        fetch(on.reborrow(), sql::insert_access(table, id_column)).await?
+                    else {
                         continue;
                     };
                     if !row.get::<bool, _>("may_use_sequence") {
@@ -223,7 +226,8 @@ impl Grants {
                     }
                 }
                 Need::Sequence { what, quoted } => {
-                    let Some(row) = fetch(pool, sql::sequence_privilege(quoted)).await? else {
+                    let Some(row) = fetch(on.reborrow(), sql::sequence_privilege(quoted)).await?
+                    else {
                         continue;
                     };
                     if !row.get::<bool, _>("may_use") {
@@ -239,9 +243,9 @@ impl Grants {
     }
 }
 
-async fn fetch(pool: &PgPool, statement: sql::Statement) -> Result<Option<sqlx::postgres::PgRow>> {
+async fn fetch(on: On<'_>, statement: sql::Statement) -> Result<Option<sqlx::postgres::PgRow>> {
     statement
-        .fetch_optional(pool)
+        .fetch_optional(on)
         .await
         .map_err(Error::db("grants"))
 }

@@ -11,7 +11,13 @@ mod router;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use std::time::Duration;
+
 use dbworker::admin::Admin;
+use dbworker::cluster::{
+    DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
+    live_nodes,
+};
 use dbworker::control::{
     DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
 };
@@ -580,6 +586,96 @@ async fn a_partitioned_tables_key_table_gets_what_each_role_writes_through_it() 
         )?
         .check()
         .await
+    })
+    .await;
+}
+
+// The cluster's tables, as the manual lists them.
+const NODE: Grants = Grants(&[
+    "SELECT ON dbworker_nodes",
+    "INSERT ON dbworker_nodes",
+    "UPDATE ON dbworker_nodes",
+    "DELETE ON dbworker_nodes",
+]);
+const LEADER: Grants = Grants(&[
+    "SELECT ON dbworker_leaders",
+    "INSERT ON dbworker_leaders",
+    "UPDATE ON dbworker_leaders",
+]);
+const REGISTRY_RESETTER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON dbworker_nodes",
+    "DELETE ON dbworker_nodes",
+]);
+
+fn registry_resetter() -> ResetterOptions {
+    let mut o = ResetterOptions::default();
+    o.node_table = Some(DEFAULT_NODE_TABLE.into());
+    o.dead_after = Duration::from_millis(300);
+    o
+}
+
+#[tokio::test]
+async fn a_process_registers_leads_and_is_rescued_with_the_cluster_grants() {
+    let db = Db::new().await;
+    db.execute(&format!(
+        "{}{}",
+        dbworker::ddl::node_table_sql(DEFAULT_NODE_TABLE).unwrap(),
+        dbworker::ddl::leader_table_sql(DEFAULT_LEADER_TABLE).unwrap()
+    ))
+    .await;
+
+    // A node registers, heartbeats and deregisters.
+    let (name, pool) = role_with(&db, NODE.0).await;
+    let node = Node::new(&pool, NodeOptions::default()).await.unwrap();
+    node.heartbeat().await.unwrap();
+    assert_eq!(
+        live_nodes(&pool, DEFAULT_NODE_TABLE, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    node.deregister().await.unwrap();
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &NODE, |pool| async move {
+        Node::new(&pool, NodeOptions::default()).await?;
+        Ok(())
+    })
+    .await;
+
+    // A leader takes, fences and releases its lease.
+    let (name, pool) = role_with(&db, LEADER.0).await;
+    let election = LeaderElection::new(&pool, LeaderOptions::new("jobs", "n1"))
+        .await
+        .unwrap();
+    assert!(election.try_lead().await.unwrap());
+    assert_eq!(election.leader().await.unwrap().as_deref(), Some("n1"));
+    election.release().await.unwrap();
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &LEADER, |pool| async move {
+        LeaderElection::new(&pool, LeaderOptions::new("jobs", "n1")).await?;
+        Ok(())
+    })
+    .await;
+
+    // A resetter requeues a dead process's job at once and prunes its row.
+    db.execute(
+        "INSERT INTO dbworker_nodes (id, host, pid, version, queues, handlers, heartbeat_at) VALUES ('dead:1:x', 'dead', 1, '0', '{}', 1, now() - interval '1 hour');
+         INSERT INTO jobs (state, worker_hostname, started_at, last_heartbeat_at) VALUES ('processing', 'dead:1:x', now(), now())",
+    )
+    .await;
+    let (name, pool) = role_with(&db, REGISTRY_RESETTER.0).await;
+    let resetter = Resetter::new(&pool, &table(&pool).await.unwrap(), registry_resetter()).unwrap();
+    resetter.check().await.unwrap();
+    assert_eq!(resetter.reset_once().await.unwrap().reset.len(), 1);
+    assert_eq!(db.count("queued").await, 1);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &REGISTRY_RESETTER, |pool| async move {
+        Resetter::new(&pool, &table(&pool).await?, registry_resetter())?
+            .check()
+            .await
     })
     .await;
 }

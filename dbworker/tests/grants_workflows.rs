@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use dbworker::ddl::workflows_sql;
 use dbworker::workflow::{Task, Workflow, Workflows};
-use dbworker::{DbStore, JobTable, NewJob};
+use dbworker::{DbStore, Enqueuer, JobTable, NewJob};
 use sqlx::PgPool;
 
 use common::Db;
@@ -136,4 +136,57 @@ async fn a_workflow_enqueuer_needs_the_edges_and_the_workflow_sequence() {
         Ok(())
     })
     .await;
+}
+
+// `NewJob::after` through a plain enqueuer: what the workflow enqueuer has
+// but the workflow sequence, checked at the first job that waits.
+const AFTER_ENQUEUER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "UPDATE ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON jobs_deps",
+    "INSERT ON jobs_deps",
+    "UPDATE ON jobs_deps",
+    "DELETE ON jobs_deps",
+]);
+
+#[tokio::test]
+async fn a_job_that_waits_is_enqueued_with_the_edges_grants_named_at_its_first_enqueue() {
+    let db = set_up().await;
+    let upstream = db.enqueue(1, serde_json::json!({})).await[0];
+    let (name, pool) = role_with(&db, AFTER_ENQUEUER.0).await;
+    let enqueuer = Enqueuer::new(&pool, &table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    let id = enqueuer
+        .enqueue(&NewJob::new().after([upstream]))
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(db.state(id).await, "pending");
+    // Inside the caller's transaction too, on its connection.
+    let mut tx = pool.begin().await.unwrap();
+    enqueuer
+        .enqueue_in(&mut tx, &NewJob::new().after([upstream]))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(db.count("pending").await, 2);
+    drop_role(&db, pool, &name).await;
+
+    // A plain enqueue needs none of it; the first job that waits names what
+    // is missing.
+    each_grant_is_needed(&db, &AFTER_ENQUEUER, |pool| async move {
+        let enqueuer = Enqueuer::new(&pool, &table(&pool).await?).await?;
+        enqueuer.enqueue(&NewJob::new().after([upstream])).await?;
+        Ok(())
+    })
+    .await;
+    let (name, pool) = role_with(&db, &AFTER_ENQUEUER.0[..4]).await;
+    let enqueuer = Enqueuer::new(&pool, &table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    enqueuer.enqueue(&NewJob::new()).await.unwrap();
+    drop_role(&db, pool, &name).await;
 }

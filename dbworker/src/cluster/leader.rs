@@ -16,6 +16,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::metrics::LEADER;
 use crate::service::{Next, Runner, Service};
 use crate::sql;
@@ -111,16 +112,27 @@ impl LeaderElection {
     pub async fn new(pool: &PgPool, options: LeaderOptions) -> Result<LeaderElection> {
         options.validate()?;
         let table = Relation::parse("leader_table", &options.leader_table)?;
-        crate::schema_check::none(
-            crate::schema_check::missing_columns(
-                pool,
-                &table,
-                "leader table",
-                &["scope", "node_id", "term", "acquired_at", "expires_at"],
-                "`dbworker migration --nodes` prints it",
-            )
-            .await?,
-        )?;
+        let mut problems = crate::schema_check::missing_columns(
+            pool,
+            &table,
+            "leader table",
+            &["scope", "node_id", "term", "acquired_at", "expires_at"],
+            "`dbworker migration --nodes` prints it",
+        )
+        .await?;
+        // Taking and renewing the lease upsert it; fencing a write locks it
+        // FOR SHARE, which needs UPDATE too.
+        problems.extend(
+            Grants::new("leader election")
+                .on(
+                    "leader table",
+                    &table,
+                    &[Privilege::Select, Privilege::Insert, Privilege::Update],
+                )
+                .problems(pool)
+                .await?,
+        );
+        crate::schema_check::none(problems)?;
         Ok(LeaderElection {
             pool: pool.clone(),
             table,

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::metrics::NODES_LIVE;
 use crate::service::{Next, Runner, Service};
 use crate::sql;
@@ -161,7 +162,25 @@ impl Node {
     pub async fn new(pool: &PgPool, options: NodeOptions) -> Result<Node> {
         options.validate()?;
         let table = Relation::parse("node_table", &options.node_table)?;
-        crate::schema_check::none(problems(pool, &table).await?)?;
+        let mut problems = problems(pool, &table).await?;
+        // Registering inserts the row, heartbeats upsert it, a graceful stop
+        // deletes it.
+        problems.extend(
+            Grants::new("registering this process")
+                .on(
+                    "node table",
+                    &table,
+                    &[
+                        Privilege::Select,
+                        Privilege::Insert,
+                        Privilege::Update,
+                        Privilege::Delete,
+                    ],
+                )
+                .problems(pool)
+                .await?,
+        );
+        crate::schema_check::none(problems)?;
         let host = match &options.host {
             Some(h) => h.clone(),
             None => hostname::get()

@@ -4,12 +4,14 @@
 //! transaction; the release trigger (`ddl::workflows_sql`) does the rest.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use sqlx::{Connection, PgConnection, Row};
 
 use super::{Enqueued, Enqueuer, NewJob};
 use crate::columns::{HAS_DEPENDENTS, TASK_NAME, WORKFLOW_ID};
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::sql::{self, JobRow, Table};
 
 /// One task of a graph to insert: its job, its name, and the tasks (by index
@@ -32,6 +34,26 @@ impl Enqueuer {
             });
         }
         Ok(&self.target)
+    }
+
+    /// The grants a job that waits needs beyond an enqueue: `UPDATE` on the
+    /// table (the upstream jobs are locked and marked), `INSERT` of its edges
+    /// and what the release trigger does. Checked once, at the first such
+    /// enqueue, so a missing one is named instead of a bare `permission
+    /// denied`.
+    /// On the caller's connection: one from the pool could wait for it.
+    async fn check_after_grants(&self, conn: &mut PgConnection, w: &Table) -> Result<()> {
+        if self.after_checked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Grants::new("enqueueing a job that waits for others (NewJob::after)")
+            .on_table(w, &[Privilege::Update])
+            .on_deps(w, &[Privilege::Insert])
+            .release_trigger(w)
+            .check(conn)
+            .await?;
+        self.after_checked.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Sets `upstream_ids` on the new dependents (the table has the column).
@@ -65,6 +87,7 @@ impl Enqueuer {
                 reason: "a job that waits for other jobs cannot have a key".into(),
             });
         }
+        self.check_after_grants(conn, w).await?;
         let after = job.after_value();
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let ids: Vec<i64> = after.iter().map(|(id, _)| *id).collect();

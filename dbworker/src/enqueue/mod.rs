@@ -14,6 +14,7 @@ use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, time
 pub use new_job::{DependencyPolicy, KeyMode, NewJob};
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
@@ -76,6 +77,9 @@ const MAX_BIND_PARAMETERS: usize = 65_535;
 pub struct Enqueuer {
     pool: PgPool,
     target: Arc<Table>,
+    /// Whether the grants of [`NewJob::after`] were found: they are checked
+    /// at the first enqueue that waits, not at start-up (most never do).
+    after_checked: Arc<AtomicBool>,
 }
 
 impl Enqueuer {
@@ -105,6 +109,7 @@ impl Enqueuer {
         Ok(Enqueuer {
             pool: pool.clone(),
             target: t.clone(),
+            after_checked: Arc::default(),
         })
     }
 
@@ -115,6 +120,7 @@ impl Enqueuer {
         Enqueuer {
             pool: pool.clone(),
             target: table.sql().clone(),
+            after_checked: Arc::default(),
         }
     }
 

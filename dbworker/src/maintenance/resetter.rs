@@ -182,6 +182,13 @@ impl Resetter {
             .await?;
         if let Some((nodes, _)) = &self.config.dead_nodes {
             problems.extend(crate::cluster::nodes::problems(&self.pool, nodes).await?);
+            // It reads the dead processes and prunes the long-dead rows.
+            problems.extend(
+                Grants::new("resetting the jobs of dead processes")
+                    .on("node table", nodes, &[Privilege::Select, Privilege::Delete])
+                    .problems(&self.pool)
+                    .await?,
+            );
         }
         crate::schema_check::none(problems)
     }

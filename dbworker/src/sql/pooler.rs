@@ -115,6 +115,16 @@ pub(crate) enum On<'a> {
     Conn(&'a mut PgConnection),
 }
 
+impl On<'_> {
+    /// The same pool or connection, for one more statement.
+    pub(crate) fn reborrow(&mut self) -> On<'_> {
+        match self {
+            On::Pool(pool) => On::Pool(pool),
+            On::Conn(conn) => On::Conn(conn),
+        }
+    }
+}
+
 impl<'a> From<&'a PgPool> for On<'a> {
     fn from(pool: &'a PgPool) -> On<'a> {
         On::Pool(pool)
