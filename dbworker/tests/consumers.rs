@@ -5,6 +5,8 @@
 //! lag: dbworker-cli/tests/consumers.rs.
 
 mod common;
+#[path = "common/grants.rs"]
+mod roles;
 #[path = "common/consumers.rs"]
 mod shared;
 
@@ -18,7 +20,11 @@ use dbworker::{
 };
 use workerutil::{Job, Store};
 
-use shared::{Event, Project, append, assignments, fast_group, projected, set_up, start, wait_for};
+use roles::{Grants, drop_role, each_grant_is_needed, role_with};
+use shared::{
+    Event, Project, append, assignments, fast_group, fast_node, projected, set_up, start, start_on,
+    wait_for,
+};
 
 #[tokio::test]
 async fn consumers_are_rebalanced_when_processes_join_and_die() {
@@ -229,4 +235,47 @@ async fn a_slice_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
         0,
         "the timed-out slices rolled back"
     );
+}
+
+// A group's process, as the operations manual lists its grants: its node,
+// the leader's lease, the log and the group's own tables (the consumers'
+// own writes, the projection here, are the application's).
+const GROUP: Grants = Grants(&[
+    "SELECT ON dbworker_nodes",
+    "INSERT ON dbworker_nodes",
+    "UPDATE ON dbworker_nodes",
+    "DELETE ON dbworker_nodes",
+    "SELECT ON dbworker_leaders",
+    "INSERT ON dbworker_leaders",
+    "UPDATE ON dbworker_leaders",
+    "SELECT ON events",
+    "SELECT ON dbworker_consumer_checkpoints",
+    "INSERT ON dbworker_consumer_checkpoints",
+    "UPDATE ON dbworker_consumer_checkpoints",
+    "SELECT ON dbworker_consumer_assignments",
+    "INSERT ON dbworker_consumer_assignments",
+    "UPDATE ON dbworker_consumer_assignments",
+]);
+
+#[tokio::test]
+async fn a_group_runs_with_its_documented_grants_and_names_a_missing_one() {
+    let db = set_up().await;
+    let mut grants = GROUP.0.to_vec();
+    grants.push("INSERT ON projection");
+    let (name, pool) = role_with(&db, &grants).await;
+    let process = start_on(pool.clone(), vec![Project::new("a")], fast_group()).await;
+    append(&db, 50).await;
+    wait_for("the projection", async || projected(&db, "a").await == 50).await;
+    process.stop().await.unwrap();
+    drop_role(&db, pool, &name).await;
+
+    each_grant_is_needed(&db, &GROUP, |pool| async move {
+        let node = dbworker::cluster::Node::new(&pool, fast_node()).await?;
+        let mut group = fast_group();
+        group.node_id = node.id().to_owned();
+        let consumers: Vec<Arc<dyn Consumer<Event>>> = vec![Project::new("a")];
+        dbworker::consumers::ConsumerGroup::new(&pool, group, consumers).await?;
+        Ok(())
+    })
+    .await;
 }

@@ -22,6 +22,7 @@ use crate::cluster::leader::{LeaderElection, LeaderOptions};
 use crate::columns::Relation;
 use crate::consumers::store::{LogJob, LogStore};
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::service::{Next, Runner, Service};
 use crate::sql;
 
@@ -304,14 +305,27 @@ where
         lo.leader_table = options.leader_table.clone();
         lo.lease = options.lease;
         let election = LeaderElection::new(pool, lo).await?;
+        let assignments = Relation::parse("assignment_table", &log.assignment_table)?;
+        let nodes = Relation::parse("node_table", &options.node_table)?;
+        // Any process may lead, and the leader assigns the consumers to the
+        // live processes.
+        Grants::new("rebalancing a consumer group")
+            .on(
+                "assignment table",
+                &assignments,
+                &[Privilege::Select, Privilege::Insert, Privilege::Update],
+            )
+            .on("node table", &nodes, &[Privilege::Select])
+            .check(pool)
+            .await?;
         Ok(ConsumerGroup {
             store,
             dispatcher,
             worker,
             election,
             names,
-            assignments: Relation::parse("assignment_table", &log.assignment_table)?,
-            nodes: Relation::parse("node_table", &options.node_table)?,
+            assignments,
+            nodes,
             options,
         })
     }

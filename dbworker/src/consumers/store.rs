@@ -18,6 +18,7 @@ use workerutil::{
 };
 
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::sql;
 
 use super::books::{Books, Recheck};
@@ -108,6 +109,24 @@ where
                 "",
             )
             .await?,
+        );
+        // Reading the log, keeping checkpoints, and locking this process's
+        // assignment while a slice commits (FOR UPDATE needs UPDATE).
+        problems.extend(
+            Grants::new("a log consumer")
+                .on("events table", &o.events, &[Privilege::Select])
+                .on(
+                    "checkpoint table",
+                    &o.checkpoints,
+                    &[Privilege::Select, Privilege::Insert, Privilege::Update],
+                )
+                .on(
+                    "assignment table",
+                    &o.assignments,
+                    &[Privilege::Select, Privilege::Update],
+                )
+                .problems(&pool)
+                .await?,
         );
         if problems.is_empty()
             && let Err(err) = sql::log_slice(&o, (i64::MAX, i64::MAX), 1)
