@@ -21,8 +21,10 @@ use dbworker::cluster::{
 use dbworker::control::{
     DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
 };
+use dbworker::cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions};
 use dbworker::dashboard::{Dashboard, DashboardOptions};
 use dbworker::enqueue::KeyMode;
+use dbworker::history::{DEFAULT_HISTORY_TABLE, History, HistoryOptions};
 use dbworker::maintenance::{PurgeOptions, Purger, ResetterOptions};
 use dbworker::{DbStore, Enqueuer, Handling, JobTable, NewJob, Resetter};
 use sqlx::PgPool;
@@ -676,6 +678,91 @@ async fn a_process_registers_leads_and_is_rescued_with_the_cluster_grants() {
         Resetter::new(&pool, &table(&pool).await?, registry_resetter())?
             .check()
             .await
+    })
+    .await;
+}
+
+const CRON: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON dbworker_cron",
+    "INSERT ON dbworker_cron",
+    "UPDATE ON dbworker_cron",
+]);
+const HISTORY: Grants = Grants(&[
+    "SELECT ON jobs",
+    "SELECT ON dbworker_history",
+    "INSERT ON dbworker_history",
+    "UPDATE ON dbworker_history",
+    "DELETE ON dbworker_history",
+]);
+
+async fn scheduler(pool: &PgPool) -> Result<Scheduler, dbworker::Error> {
+    Scheduler::new(pool, &table(pool).await?, SchedulerOptions::default())
+        .await?
+        .add(
+            "every second",
+            "* * * * * *",
+            NewJob::new(),
+            Backfill::RunOnce,
+        )
+}
+
+#[tokio::test]
+async fn a_cron_scheduler_and_the_history_run_with_their_documented_grants() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.retention = true,
+        &[
+            dbworker::ddl::cron_table_sql(DEFAULT_CRON_TABLE).unwrap(),
+            dbworker::ddl::history_table_sql(DEFAULT_HISTORY_TABLE).unwrap(),
+        ],
+    )
+    .await;
+
+    // The first pass records the schedule, a later one enqueues its tick.
+    let (name, pool) = role_with(&db, CRON.0).await;
+    let cron = scheduler(&pool).await.unwrap();
+    assert!(cron.tick().await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(!cron.tick().await.unwrap().is_empty());
+    assert!(db.count("queued").await >= 1);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &CRON, |pool| async move {
+        scheduler(&pool).await?;
+        Ok(())
+    })
+    .await;
+
+    // A pass counts the jobs finished minutes ago.
+    db.execute(
+        "INSERT INTO jobs (state, finished_at, started_at, queued_at)
+           SELECT 'completed', now() - interval '5 minutes', now() - interval '6 minutes', now() - interval '7 minutes'
+           FROM generate_series(1, 3);
+         ANALYZE jobs",
+    )
+    .await;
+    let (name, pool) = role_with(&db, HISTORY.0).await;
+    let history = History::new(
+        &pool,
+        &table(&pool).await.unwrap(),
+        HistoryOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(history.record_once().await.unwrap().minutes >= 1);
+    let completed: i64 = db
+        .scalar(
+            "SELECT sum(completed)::bigint FROM dbworker_history WHERE $1 = $1",
+            0,
+        )
+        .await;
+    assert_eq!(completed, 3);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &HISTORY, |pool| async move {
+        History::new(&pool, &table(&pool).await?, HistoryOptions::default()).await?;
+        Ok(())
     })
     .await;
 }

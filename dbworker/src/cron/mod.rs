@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::columns::Relation;
 use crate::enqueue::{Enqueuer, NewJob};
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::service::{Next, Runner, Service};
 use crate::sql;
 use crate::table::JobTable;
@@ -125,7 +126,8 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// A scheduler enqueueing into `table`, recording ticks in
-    /// `options.cron_table` (which must exist). Add schedules with
+    /// `options.cron_table` (which must exist; the role needs `SELECT,
+    /// INSERT, UPDATE` on it and an enqueuer's grants). Add schedules with
     /// [`add`](Self::add).
     pub async fn new(
         pool: &PgPool,
@@ -147,6 +149,18 @@ impl Scheduler {
             // A table made before the dashboard's cron page.
             p.push_str(" (`dbworker migration --cron` prints the ALTER TABLE that adds it)");
         }
+        // Schedules are upserted, each pass locks its schedule's row and
+        // advances it.
+        problems.extend(
+            Grants::new("a cron scheduler")
+                .on(
+                    "cron table",
+                    &cron_table,
+                    &[Privilege::Select, Privilege::Insert, Privilege::Update],
+                )
+                .problems(pool)
+                .await?,
+        );
         crate::schema_check::none(problems)?;
         Ok(Scheduler {
             pool: pool.clone(),

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::grants::{Grants, Privilege};
 use crate::service::{Next, Runner, Service};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
@@ -182,7 +183,8 @@ pub struct History {
 
 impl History {
     /// Validates `options` and checks that the history table exists with its
-    /// columns and that the job table has an index serving the aggregation
+    /// columns, that the role may write it (`SELECT, INSERT, UPDATE,
+    /// DELETE`) and that the job table has an index serving the aggregation
     /// (over `finished_at` for the final states: `dbworker migration
     /// --retention`), so no pass scans the table.
     pub async fn new(pool: &PgPool, table: &JobTable, options: HistoryOptions) -> Result<History> {
@@ -195,6 +197,21 @@ impl History {
             "`dbworker migration --history` prints it",
         )
         .await?;
+        // A pass inserts minutes; downsampling deletes them and upserts
+        // hours; retention deletes old rows.
+        Grants::new("recording the job history")
+            .on(
+                "history table",
+                &h,
+                &[
+                    Privilege::Select,
+                    Privilege::Insert,
+                    Privilege::Update,
+                    Privilege::Delete,
+                ],
+            )
+            .check(pool)
+            .await?;
         let history = History {
             pool: pool.clone(),
             t: table.sql().clone(),
