@@ -283,11 +283,21 @@ where
         let held = self.leading.as_ref().map(|(term, _, _)| *term);
         // A stop abandons only the attempt: a step-down under way still
         // awaits the services.
+        let (limit, started) = (self.renew_every * 2, tokio::time::Instant::now());
         let now = tokio::select! {
             biased;
             // The runner sees `stop` before it waits again.
             () = self.stop.cancelled() => return Next::Interval,
-            r = tokio::time::timeout(self.renew_every * 2, e.campaign(held)) => match r {
+            r = tokio::time::timeout(limit, e.campaign(held)) => match r {
+                // `timeout` polls the renewal before its deadline, so a
+                // renewal whose lock wait ended as the deadline passed (its
+                // own fenced transaction cut off, a busy runtime) would
+                // count: the promise is "confirmed within two thirds of the
+                // lease", so it ends leadership.
+                Ok(Ok(Some(_))) if held.is_some() && started.elapsed() > limit => {
+                    tracing::warn!(scope = %scope, node = %e.node_id, late = ?started.elapsed(), "lease renewal confirmed too late; stepping down");
+                    None
+                }
                 Ok(Ok(now)) => now,
                 Ok(Err(err)) => {
                     tracing::warn!(scope = %scope, node = %e.node_id, error = %err, "leader election failed; will retry");
