@@ -88,8 +88,8 @@ impl Admin {
     /// Checks the grants the actions other than deleting use: `UPDATE` on
     /// the table, with workflows what the release trigger touches when an
     /// action finishes or retries a job, and on a partitioned table with
-    /// keys `SELECT, INSERT, DELETE` on its key table. Each missing grant is named with
-    /// its `GRANT` ([`Error::Schema`]).
+    /// keys `SELECT, INSERT, DELETE` on its key table. Each missing grant
+    /// is named with its `GRANT` ([`Error::Schema`]).
     pub async fn check_actions(&self) -> Result<()> {
         Grants::new("acting on jobs")
             .on_table(&self.t, &[Privilege::Update])

@@ -40,8 +40,8 @@ impl Enqueuer {
     /// table (the upstream jobs are locked and marked), `INSERT` of its edges
     /// and what the release trigger does. Checked once, at the first such
     /// enqueue, so a missing one is named instead of a bare `permission
-    /// denied`.
-    /// On the caller's connection: one from the pool could wait for it.
+    /// denied`; on the caller's connection, since waiting for another from
+    /// the pool could wait for this one.
     async fn check_after_grants(&self, conn: &mut PgConnection, w: &Table) -> Result<()> {
         if self.after_checked.load(Ordering::Relaxed) {
             return Ok(());
