@@ -223,8 +223,10 @@ pub struct PageRequest {
     pub sort: JobSort,
     /// Sorted by id with a filter on the failure text or payload fields:
     /// the most rows one page looks at ([`SEARCH_WINDOW`] by default; 0
-    /// for no bound). Other sorts and filters are served by indexes and
-    /// not bounded.
+    /// for no bound). Not bounded otherwise: a sort other than by id orders
+    /// every matching row unless an index covers it (only `finished_at` has
+    /// one, for the final states, with `dbworker migration --retention`), so
+    /// on a large table narrow such a page with a filter, or sort by id.
     pub search_window: u32,
 }
 
