@@ -3,6 +3,8 @@
 //! role checks, hidden fields, hostile text escaped, and a prefix mount.
 
 mod common;
+#[path = "common/router.rs"]
+mod router;
 #[path = "common/dashboard.rs"]
 mod shared;
 
@@ -15,6 +17,7 @@ use dbworker::dashboard::{Auth, BasicUser, Dashboard, DashboardOptions, Role};
 use tower::ServiceExt;
 
 use common::Db;
+use router::{csrf, post};
 use shared::{seed, seed_partitioned};
 
 async fn table(db: &Db) -> JobTable {
@@ -54,49 +57,6 @@ async fn get(
         .await
         .unwrap();
     (status, String::from_utf8_lossy(&body).into_owned(), headers)
-}
-
-async fn post(
-    app: &Router,
-    path: &str,
-    form: &str,
-    auth: Option<&str>,
-) -> (StatusCode, String, Option<String>) {
-    let mut r = Request::post(path)
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(header::HOST, "localhost")
-        .header(header::ORIGIN, "http://localhost")
-        .header("sec-fetch-site", "same-origin");
-    if let Some(a) = auth {
-        r = r.header(header::AUTHORIZATION, a);
-    }
-    let res = app
-        .clone()
-        .oneshot(r.body(Body::from(form.to_owned())).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let location = res
-        .headers()
-        .get(header::LOCATION)
-        .map(|l| l.to_str().unwrap().to_owned());
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        String::from_utf8_lossy(&body).into_owned(),
-        location,
-    )
-}
-
-/// The page's CSRF token.
-fn csrf(page: &str) -> String {
-    let at = page
-        .find("name=\"csrf\" value=\"")
-        .expect("a form with a token")
-        + 19;
-    page[at..at + 32].to_owned()
 }
 
 #[tokio::test]

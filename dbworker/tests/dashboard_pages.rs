@@ -13,8 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use dbworker::cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE};
 use dbworker::control::{DEFAULT_LIMIT_TABLE, Limits};
 use dbworker::dashboard::{Auth, Dashboard, DashboardOptions};
@@ -22,72 +21,10 @@ use dbworker::ddl::{leader_table_sql, limit_table_sql, node_table_sql, workflows
 use dbworker::workflow::{WorkflowFilter, WorkflowListRequest, WorkflowState, Workflows};
 use dbworker::{DbConditions, JobTable};
 use sqlx::PgPool;
-use tower::ServiceExt;
 use workerutil::Store;
 
 use common::Db;
-use router::get;
-
-/// POSTs a form as a same-origin browser would, with `auth` if any;
-/// returns the status, the body and the redirect.
-async fn post(
-    app: &Router,
-    path: &str,
-    form: &str,
-    auth: Option<&str>,
-) -> (StatusCode, String, Option<String>) {
-    let mut r = Request::post(path)
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header("sec-fetch-site", "same-origin");
-    if let Some(a) = auth {
-        r = r.header(header::AUTHORIZATION, a);
-    }
-    let res = app
-        .clone()
-        .oneshot(r.body(Body::from(form.to_owned())).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let location = res
-        .headers()
-        .get(header::LOCATION)
-        .map(|l| l.to_str().unwrap().to_owned());
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        String::from_utf8_lossy(&body).into_owned(),
-        location,
-    )
-}
-
-/// GETs `path` with an `Authorization` header.
-async fn get_as(app: &Router, path: &str, auth: &str) -> (StatusCode, String) {
-    let res = app
-        .clone()
-        .oneshot(
-            Request::get(path)
-                .header(header::AUTHORIZATION, auth)
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let status = res.status();
-    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
-fn csrf(page: &str) -> String {
-    let at = page
-        .find("name=\"csrf\" value=\"")
-        .expect("a form with a token")
-        + 19;
-    page[at..at + 32].to_owned()
-}
+use router::{csrf, get, get_as, post};
 
 /// 20,000 jobs outside any workflow, and seven workflows of three tasks:
 /// 101 completed, 102 failed, 103 canceled, 104–107 running.

@@ -9,30 +9,11 @@ mod replica;
 #[path = "common/router.rs"]
 mod router;
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use dbworker::dashboard::{Dashboard, DashboardOptions};
-use tower::ServiceExt;
 
 use replica::Replicated;
-use router::get;
-
-async fn post(app: &Router, path: &str, form: String) -> StatusCode {
-    let r = Request::post(path)
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(header::HOST, "localhost")
-        .header(header::ORIGIN, "http://localhost")
-        .header("sec-fetch-site", "same-origin")
-        .body(Body::from(form))
-        .unwrap();
-    app.clone().oneshot(r).await.unwrap().status()
-}
-
-fn csrf(page: &str) -> String {
-    let start = page.find("name=\"csrf\" value=\"").expect("a form") + 19;
-    page[start..][..page[start..].find('"').unwrap()].to_owned()
-}
+use router::{csrf, get, post};
 
 #[tokio::test]
 async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
@@ -79,7 +60,7 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
     // An action meanwhile goes to the primary (the replica could not take
     // it: it is read-only, and paused besides).
     let form = format!("action=requeue&csrf={}", csrf(&page));
-    let status = post(&app, &format!("/t/jobs/jobs/{failed}/action"), form).await;
+    let (status, _, _) = post(&app, &format!("/t/jobs/jobs/{failed}/action"), &form, None).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(db.state(failed).await, "queued");
     // What the paused replica still shows is the old state, and its lag.

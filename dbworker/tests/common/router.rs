@@ -5,7 +5,7 @@
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::{Request, StatusCode, header};
 use tower::ServiceExt;
 
 /// GETs `path`; returns the status and the body as text.
@@ -20,4 +20,69 @@ pub async fn get(app: &Router, path: &str) -> (StatusCode, String) {
         .await
         .unwrap();
     (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// GETs `path` with an `Authorization` header.
+pub async fn get_as(app: &Router, path: &str, auth: &str) -> (StatusCode, String) {
+    let res = app
+        .clone()
+        .oneshot(
+            Request::get(path)
+                .header(header::AUTHORIZATION, auth)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = res.status();
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// POSTs `form` to `path` as a same-origin page would (with `auth` as its
+/// `Authorization`, if any); returns the status, the body and where it
+/// redirects.
+pub async fn post(
+    app: &Router,
+    path: &str,
+    form: &str,
+    auth: Option<&str>,
+) -> (StatusCode, String, Option<String>) {
+    let mut r = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::HOST, "localhost")
+        .header(header::ORIGIN, "http://localhost")
+        .header("sec-fetch-site", "same-origin");
+    if let Some(a) = auth {
+        r = r.header(header::AUTHORIZATION, a);
+    }
+    let res = app
+        .clone()
+        .oneshot(r.body(Body::from(form.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let location = res
+        .headers()
+        .get(header::LOCATION)
+        .map(|l| l.to_str().unwrap().to_owned());
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+        location,
+    )
+}
+
+/// The CSRF token of the first form on `page`.
+pub fn csrf(page: &str) -> String {
+    let start = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a token")
+        + 19;
+    page[start..][..page[start..].find('"').unwrap()].to_owned()
 }
