@@ -4,34 +4,17 @@
 //! never fire (February 30) are refused up front, naming the line.
 
 mod common;
+#[path = "common/cron.rs"]
+mod cron_table;
 
 use dbworker::{
-    JobTable, NewJob,
-    cron::{Backfill, Crontab, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
-    ddl::cron_table_sql,
+    NewJob,
+    cron::{Backfill, Crontab, Scheduler, SchedulerOptions},
 };
 use serde_json::json;
 
 use common::Db;
-
-async fn set_up() -> Db {
-    let db = Db::new().await;
-    db.add_columns(
-        |c| c.kind = true,
-        &[cron_table_sql(DEFAULT_CRON_TABLE).unwrap()],
-    )
-    .await;
-    db
-}
-
-/// The test table with its kind and (jsonb) payload columns.
-async fn table(db: &Db) -> JobTable {
-    db.table_with(|t| {
-        t.kind_column = Some("kind".into());
-        t.payload_column = Some("payload".into());
-    })
-    .await
-}
+use cron_table::{set_up, table};
 
 /// Every schedule's next tick is due: its last one a minute ago.
 async fn make_due(db: &Db) {

@@ -6,33 +6,17 @@
 //! statement that upgrades it.
 
 mod common;
+#[path = "common/cron.rs"]
+mod cron_table;
 
 use dbworker::{
-    JobTable, NewJob,
+    NewJob,
     cron::{Backfill, Crontab, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::cron_table_sql,
 };
 
 use common::Db;
-
-async fn set_up() -> Db {
-    let db = Db::new().await;
-    db.add_columns(
-        |c| c.kind = true,
-        &[cron_table_sql(DEFAULT_CRON_TABLE).unwrap()],
-    )
-    .await;
-    db
-}
-
-/// The test table with its kind and (jsonb) payload columns.
-async fn table(db: &Db) -> JobTable {
-    db.table_with(|t| {
-        t.kind_column = Some("kind".into());
-        t.payload_column = Some("payload".into());
-    })
-    .await
-}
+use cron_table::{set_up, table};
 
 /// The ticks' local times, as Postgres reads them in Europe/Berlin.
 const LOCAL: &str = "(payload->'_cron'->>'ts')::timestamptz AT TIME ZONE 'Europe/Berlin'";
