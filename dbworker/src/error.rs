@@ -158,6 +158,13 @@ impl Error {
     }
 }
 
+/// Whether `err` is the server's error with SQLSTATE `code`.
+pub(crate) fn has_sqlstate(err: &sqlx::Error, code: &str) -> bool {
+    err.as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|c| c == code)
+}
+
 /// Reads `value` as a `T`, naming `what` and the path of the first mismatch.
 pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
     value: &serde_json::Value,

@@ -32,7 +32,8 @@ pub(super) async fn keyed_insert(
             savepoint.commit().await.map_err(Error::db("commit"))?;
             Ok(Some(row))
         }
-        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+        // unique_violation: another live job took the key meanwhile.
+        Err(err) if crate::error::has_sqlstate(&err, "23505") => {
             savepoint.rollback().await.map_err(Error::db("rollback"))?;
             Ok(None)
         }

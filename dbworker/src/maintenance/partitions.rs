@@ -129,7 +129,7 @@ async fn detach_and_drop(
     {
         Ok(_) => {}
         // lock_not_available: claims or long transactions hold the table.
-        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => {
+        Err(err) if crate::error::has_sqlstate(&err, "55P03") => {
             tracing::info!(partition = %partition.display_name(), "partition not detached: the job table's lock was not granted in time; next pass");
             return Ok(None);
         }

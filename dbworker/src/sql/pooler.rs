@@ -217,9 +217,7 @@ async fn in_callers_transaction(
 /// Whether `err` is the server's "unnamed prepared statement does not
 /// exist" (SQLSTATE 26000, invalid_sql_statement_name).
 fn unnamed_statement_lost(err: &sqlx::Error) -> bool {
-    err.as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| code == "26000")
+    crate::error::has_sqlstate(err, "26000")
 }
 
 impl Statement {

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use crate::columns::{
     BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, key_table,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
     self as schema, check_access, check_table, columns_of, jsonb_column_problem,
 };
@@ -127,9 +127,10 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         t.key_table = partitioned(pool, t).await?;
     } else if t.key_column.is_some()
         && let Err(err) = sql::explain_keyed_insert(t).execute(pool).await
-        // EXPLAIN of an insert needs INSERT: a reader's role cannot ask, and
-        // needs no answer (an enqueuer's start-up names the missing INSERT).
-        && !is_insufficient_privilege(&err)
+        // EXPLAIN of an insert needs INSERT (42501, insufficient_privilege
+        // otherwise): a reader's role cannot ask, and needs no answer (an
+        // enqueuer's start-up names the missing INSERT).
+        && !has_sqlstate(&err, "42501")
     {
         return Err(Error::Schema {
             problems: vec![format!(
@@ -249,12 +250,6 @@ async fn flags_column_problems(pool: &PgPool, t: &Table, column: &str) -> Result
         )],
         Some(_) => Vec::new(),
     })
-}
-
-fn is_insufficient_privilege(err: &sqlx::Error) -> bool {
-    err.as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| code == "42501")
 }
 
 #[cfg(test)]
