@@ -39,6 +39,7 @@
 //! re-exports (`crate::Name`) is not seen. Its self-tests plant each fault in
 //! a crate in a temporary directory and check that it is reported by name.
 
+mod budget_doc;
 mod check;
 mod scan;
 mod session_state;
