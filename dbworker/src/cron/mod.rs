@@ -410,16 +410,22 @@ impl Scheduler {
                 reason: reason.clone(),
             })?;
         let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-        sql::cron_register(
+        let registered = sql::cron_register(
             &self.cron_table,
             &self.job_table,
             &entry.name,
             schedule.expression(),
             schedule.time_zone(),
         )
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(Error::db("cron"))?;
+        // A schedule seen for the first time starts from now, whatever the
+        // clock reads by the next statement: this pass only registers it.
+        if registered.is_some_and(|r| r.get::<bool, _>("registered")) {
+            tx.commit().await.map_err(Error::db("commit"))?;
+            return Ok(Vec::new());
+        }
         // Locks the schedule's row: concurrent schedulers wait here, then see
         // the tick this one advanced to.
         let row = sql::cron_state(&self.cron_table, &self.job_table, &entry.name)

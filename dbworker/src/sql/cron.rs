@@ -38,6 +38,10 @@ pub(crate) fn cron_register(
                     a = quote(&cron.alias)
                 )))
                 .to_owned(),
+        )
+        // Only a row just inserted has no xmax: this pass registered it.
+        .returning(
+            Query::returning().expr(Expr::cust("xmax = 0 AS \"registered\"")),
         );
     Statement::from(&q)
 }
