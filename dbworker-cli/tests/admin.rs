@@ -280,3 +280,108 @@ async fn list_pages_through_a_filter_and_bulk_actions_act_on_it_only() {
     // The table's `queue` column serves --queue without --queue-column.
     assert!(ok(&dbworker(&db, &["list", "--queue", "mail"])).contains("processing mail"));
 }
+
+/// Takes a while over each job, so a backlog outlasts the pause below.
+struct Slow;
+
+#[async_trait::async_trait]
+impl workerutil::Handler<dbworker::DbStore<common::Job>> for Slow {
+    async fn handle(
+        &self,
+        _job: &mut dbworker::DbJob<common::Job>,
+        _ctx: &workerutil::JobContext<dbworker::DbStore<common::Job>>,
+    ) -> Result<(), workerutil::HandlerError> {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        Ok(())
+    }
+}
+
+/// A pause from the command line holds for workers built each way the guide
+/// shows: the table described with its columns named and no pause table,
+/// `detected`, `typed`, and schema-qualified. After `dbworker pause` returns,
+/// no worker claims from the paused queue while the other queue goes on; after
+/// `dbworker resume` every job completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pause_from_the_command_line_holds_for_every_worker_however_built() {
+    use dbworker::{DbStore, JobTableOptions, new_worker};
+    use std::time::Duration;
+
+    let db = Db::new().await;
+    db.add_columns(
+        |c| *c = dbworker::ddl::OptionalColumns::all(),
+        &[pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap()],
+    )
+    .await;
+    db.execute(
+        "INSERT INTO jobs (queue, kind, payload) SELECT CASE WHEN i % 2 = 0 THEN 'pipelines' ELSE 'other' END, 'k', '{}' FROM generate_series(1, 4000) AS i",
+    )
+    .await;
+    let mut named = JobTableOptions::new("jobs");
+    named.queue_column = Some("queue".into());
+    let mut typed = JobTableOptions::typed("jobs");
+    typed.queue_column = Some("queue".into());
+    let mut qualified = JobTableOptions::new("public.jobs");
+    qualified.queue_column = Some("queue".into());
+    let descriptions = [named, JobTableOptions::detected("jobs"), typed, qualified];
+    let mut shutdowns = Vec::new();
+    let mut runs = Vec::new();
+    for options in descriptions {
+        let table = dbworker::JobTable::new(&db.pool, options).await.unwrap();
+        assert_eq!(table.pause_table().as_deref(), Some(DEFAULT_PAUSE_TABLE));
+        let mut so = db.options();
+        so.column_expressions = vec!["id".into(), "payload".into(), "cost".into()];
+        so.handling = dbworker::Handling::Heartbeat;
+        so.stall.stalled_max_age = Duration::from_secs(60);
+        let store = std::sync::Arc::new(DbStore::new(&db.pool, &table, so).await.unwrap());
+        let mut wo = workerutil::WorkerOptions::new("pause-test");
+        wo.num_handlers = 2;
+        wo.interval = Duration::from_millis(10);
+        let worker = new_worker(store, Slow, wo).unwrap();
+        shutdowns.push(worker.shutdown_handle());
+        runs.push(tokio::spawn(worker.run()));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let db_url = db.db.url().to_owned();
+    let paused = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+            .args(["pause", "--queue", "pipelines", "--table", "jobs"])
+            .env("DATABASE_URL", db_url)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(ok(&paused).trim(), "paused queue pipelines");
+    let after: String = sqlx::query_scalar("SELECT clock_timestamp()::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (pipelines, other, waiting): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE queue = 'pipelines' AND started_at > $1::timestamptz),
+                count(*) FILTER (WHERE queue = 'other' AND started_at > $1::timestamptz),
+                count(*) FILTER (WHERE queue = 'pipelines' AND state = 'queued')
+         FROM jobs",
+    )
+    .bind(after)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(pipelines, 0, "claims from the paused queue after the pause");
+    assert!(other > 0, "the other queue goes on");
+    assert!(waiting > 0, "the paused queue still has work");
+
+    assert_eq!(
+        ok(&dbworker(&db, &["resume", "--queue", "pipelines"])).trim(),
+        "resumed queue pipelines"
+    );
+    db.wait_until_no_live_job(Duration::from_secs(120)).await;
+    for s in &shutdowns {
+        s.graceful();
+    }
+    for r in runs {
+        r.await.unwrap();
+    }
+    assert_eq!(db.count("completed").await, 4000);
+}

@@ -100,3 +100,19 @@ pub(crate) fn startup_parameter_hint(reason: &str) -> Option<&'static str> {
          section of pgbouncer.ini and reload it",
     )
 }
+
+/// A handler's failure `message` with the cause and the fix appended, when
+/// behind a transaction pooler it failed on a statement prepared under a
+/// name (sqlx's default): another client's statement of that name was on the
+/// server connection, or the one prepared before is on another.
+pub(crate) fn named_statement_hint(message: &str) -> Option<String> {
+    let named = message.contains("prepared statement \"sqlx_s_")
+        && (message.contains("already exists") || message.contains("does not exist"));
+    (named && sql::pooler().is_transaction()).then(|| {
+        format!(
+            "{message} (behind a transaction pooler a statement must not be prepared under a \
+             name, and sqlx's query() prepares one by default: add .persistent(false) to the \
+             handler's query, or reach PostgreSQL directly or through a session pooler)"
+        )
+    })
+}

@@ -12,6 +12,14 @@ pub(crate) use names::*;
 pub(crate) use partitions::*;
 pub(crate) use workflow::*;
 
+/// The pause table's standard name (`dbworker migration --pauses`): every
+/// job table adopts it when it exists, so no worker misses a pause.
+pub(crate) const STANDARD_PAUSE_TABLE: &str = "dbworker_pauses";
+
+/// The limit table's standard name (`dbworker migration --limits`), adopted
+/// like the pause table by every job table that can apply limits.
+pub(crate) const STANDARD_LIMIT_TABLE: &str = "dbworker_limits";
+
 /// The standard columns every job table has, by their default names.
 pub const STANDARD_COLUMNS: [&str; 13] = [
     "id",

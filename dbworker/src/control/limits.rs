@@ -12,7 +12,7 @@ use crate::table::JobTable;
 use super::ControlTable;
 
 /// The limit table's default name.
-pub const DEFAULT_LIMIT_TABLE: &str = "dbworker_limits";
+pub const DEFAULT_LIMIT_TABLE: &str = crate::columns::STANDARD_LIMIT_TABLE;
 
 /// One queue's limits; every field `None` means no such limit.
 ///

@@ -12,7 +12,7 @@ use crate::table::JobTable;
 use super::ControlTable;
 
 /// The pause table's default name.
-pub const DEFAULT_PAUSE_TABLE: &str = "dbworker_pauses";
+pub const DEFAULT_PAUSE_TABLE: &str = crate::columns::STANDARD_PAUSE_TABLE;
 
 /// What pausing the whole table is recorded as (a queue can never be named so
 /// in [`Pauses::pause`]).

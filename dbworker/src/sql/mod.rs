@@ -35,6 +35,7 @@ mod grants;
 mod heartbeat;
 mod history;
 mod job_history;
+mod known_types;
 mod marks;
 mod partition_keys;
 mod partitions;
@@ -112,7 +113,9 @@ pub(crate) use purge::purge_batch;
 pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
-pub(crate) use schema::{insert_access, probe_expressions, relation_access, relation_columns};
+pub(crate) use schema::{
+    insert_access, probe_expressions, relation_access, relation_columns, visible_unqualified,
+};
 pub(crate) use table::{StoreParams, Table};
 pub(crate) use workflow::{
     BATCH_CALLBACKS, batch_counts, cancel_blocked, deps_insert, lock_upstreams,

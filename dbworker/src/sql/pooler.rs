@@ -19,10 +19,17 @@
 //! query discards the unnamed statement: its Bind then fails with "unnamed
 //! prepared statement does not exist". A wrapped statement is therefore run
 //! again once on that error (the types are known by then, and its own
-//! transaction rolled back). In a caller's transaction, where a failure
-//! would abort the caller's work, a statement returning rows is prepared
-//! under a name instead and closed before it returns, all on the server
-//! connection the transaction holds.
+//! transaction rolled back).
+//!
+//! In a caller's transaction, where a failure would abort the caller's work,
+//! a statement returning rows whose result types this process has not yet
+//! seen to be built-in ones runs behind a savepoint: on that error it is
+//! rolled back to the savepoint and sent again. Once a statement has
+//! returned only types sqlx knows without a lookup, it is sent unnamed
+//! without the savepoint from then on. No statement is ever prepared under a
+//! name in this mode: a server connection a pooler shares may hold other
+//! clients' statements under sqlx's names (`sqlx_s_1`, ...), which PgBouncer
+//! (before 1.21) does not reset between clients.
 
 use std::sync::RwLock;
 
@@ -30,6 +37,7 @@ use sqlx::postgres::{PgQueryResult, PgRow};
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres};
 
 use super::Statement;
+use super::known_types;
 
 /// How this process reaches PostgreSQL: set once at start-up with
 /// [`set_pooler`] (or the `DBWORKER_POOLER` and `DBWORKER_LISTEN_URL`
@@ -152,6 +160,16 @@ enum Fetched {
     Optional(Option<PgRow>),
 }
 
+impl Fetched {
+    fn rows(&self) -> &[PgRow] {
+        match self {
+            Fetched::Done(_) | Fetched::Optional(None) => &[],
+            Fetched::All(rows) => rows,
+            Fetched::One(row) | Fetched::Optional(Some(row)) => std::slice::from_ref(row),
+        }
+    }
+}
+
 async fn fetch<'e, E: Executor<'e, Database = Postgres>>(
     statement: Statement,
     on: E,
@@ -195,24 +213,46 @@ async fn wrapped_once(
     Ok(fetched)
 }
 
-/// Runs `statement` in the caller's transaction behind a transaction pooler.
-/// A statement returning rows is prepared under a name, so that sqlx's type
-/// lookup cannot discard it, and closed at once: the next transaction may
-/// run on another server connection (see the module's doc).
+/// Runs `statement` in the caller's transaction behind a transaction pooler,
+/// unnamed. A statement returning rows not yet known to return only built-in
+/// types runs behind a savepoint, so that sqlx's type lookup discarding it
+/// costs one more try instead of the caller's transaction (see the module's
+/// doc).
 async fn in_callers_transaction(
     statement: Statement,
     conn: &mut PgConnection,
     how: Fetch,
 ) -> sqlx::Result<Fetched> {
-    if matches!(how, Fetch::Execute) {
+    if matches!(how, Fetch::Execute) || known_types::builtin(&statement.sql) {
         return fetch(statement, conn, how, false).await;
     }
-    let fetched = fetch(statement, &mut *conn, how, true).await;
-    let closed = conn.clear_cached_statements().await;
-    let fetched = fetched?;
-    closed?;
+    let sql = statement.sql.clone();
+    let again = Statement {
+        sql: statement.sql.clone(),
+        values: statement.values.clone(),
+    };
+    sqlx::raw_sql(sqlx::AssertSqlSafe(SAVEPOINT))
+        .execute(&mut *conn)
+        .await?;
+    let fetched = match fetch(statement, &mut *conn, how, false).await {
+        Err(err) if unnamed_statement_lost(&err) => {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(ROLLBACK_TO_SAVEPOINT))
+                .execute(&mut *conn)
+                .await?;
+            fetch(again, &mut *conn, how, false).await?
+        }
+        done => done?,
+    };
+    sqlx::raw_sql(sqlx::AssertSqlSafe(RELEASE_SAVEPOINT))
+        .execute(&mut *conn)
+        .await?;
+    known_types::record(&sql, fetched.rows());
     Ok(fetched)
 }
+
+const SAVEPOINT: &str = "SAVEPOINT dbworker_statement";
+const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT dbworker_statement";
+const RELEASE_SAVEPOINT: &str = "RELEASE SAVEPOINT dbworker_statement";
 
 /// Whether `err` is the server's "unnamed prepared statement does not
 /// exist" (SQLSTATE 26000, invalid_sql_statement_name).

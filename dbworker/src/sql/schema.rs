@@ -100,6 +100,27 @@ pub(crate) fn probe_expressions(o: &StoreParams) -> Statement {
     Statement::from(&q)
 }
 
+/// Whether the schema-qualified relation is the one its name alone resolves
+/// to through `search_path`: `(same)`. Then the name alone is how the table
+/// is named everywhere (pause and limit rows, cron schedules, leases), so
+/// `jobs` and `public.jobs` address the same control rows.
+pub(crate) fn visible_unqualified(rel: &Relation) -> Statement {
+    let bare = Relation {
+        schema: None,
+        ..rel.clone()
+    };
+    let q = Query::select()
+        .expr_as(
+            Expr::cust_with_values(
+                "to_regclass($1::text) IS NOT NULL AND to_regclass($2::text) = to_regclass($3::text)",
+                [rel.quoted(), rel.quoted(), bare.quoted()],
+            ),
+            alias("same"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
@@ -111,5 +132,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("insert_access", insert_access(&t.table, &t.columns.id)),
         ("probe_expressions", probe_expressions(&v)),
         ("relation_access_quoted", relation_access(&quoted().table)),
+        ("visible_unqualified", visible_unqualified(&quoted().table)),
     ]
 }

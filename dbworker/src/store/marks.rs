@@ -113,6 +113,8 @@ impl<R: Record> DbStore<R> {
             Some(refused) => (MarkKind::Failed, refused.as_str(), None),
             None => (kind, message, payload),
         };
+        let hinted = crate::pooler::named_statement_hint(message);
+        let message = hinted.as_deref().unwrap_or(message);
         // Taken back once the retry is written: a claim that passed the row
         // before then must not move the cursor past it (see store/cursor.rs).
         let requeued = |done: bool| {

@@ -2,10 +2,11 @@
 //! privilege the description names, and the optional columns found when
 //! asked to detect them. All problems are collected into one error.
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 
 use crate::columns::{
-    BLOCKED_BY, HAS_DEPENDENTS, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, key_table,
+    BLOCKED_BY, HAS_DEPENDENTS, STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME,
+    UPSTREAM_IDS, WORKFLOW_ID, deps_table, key_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -31,6 +32,7 @@ const STANDARD_OPTIONAL: [(&str, &[&str]); 9] = [
 /// has when `detect` is set; records whether it has `upstream_ids` and, when
 /// partitioned with keys, its key table.
 pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<()> {
+    canonical_name(pool, t).await?;
     let mut problems = Vec::new();
     check_table(pool, &t.table, &t.columns, &mut problems).await?;
     schema::none(problems)?;
@@ -43,18 +45,32 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         });
         t.workflows |= existing.contains_key(WORKFLOW_ID);
     }
+    adopt_control_tables(pool, t).await?;
     let mut problems = Vec::new();
     let table = t.table.display_name();
-    for (field, column) in [
-        ("queue_column", &t.queue_column),
-        ("kind_column", &t.kind_column),
-        ("key_column", &t.key_column),
-        ("priority_column", &t.priority_column),
+    for (field, column, standard) in [
+        ("queue_column", &t.queue_column, "queue"),
+        ("kind_column", &t.kind_column, "kind"),
+        ("key_column", &t.key_column, "job_key"),
+        ("priority_column", &t.priority_column, "priority"),
     ] {
-        if let Some(column) = column
-            && !existing.contains_key(column)
-        {
-            problems.push(format!("table {table} has no column {column} ({field})"));
+        let Some(column) = column else { continue };
+        let types = STANDARD_OPTIONAL
+            .iter()
+            .find(|(n, _)| *n == standard)
+            .map_or(&[][..], |(_, types)| *types);
+        match existing.get(column) {
+            None => problems.push(format!("table {table} has no column {column} ({field})")),
+            Some(col) if !types.contains(&col.ty.as_str()) => problems.push(format!(
+                "column {table}.{column} ({field}) has type {}, expected {}",
+                col.ty,
+                if standard == "priority" {
+                    "an integer (smallint, integer or bigint)"
+                } else {
+                    "text (text, varchar or char)"
+                }
+            )),
+            Some(_) => {}
         }
     }
     if let Some(column) = &t.max_retries_column {
@@ -166,6 +182,59 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
                     "table {table} has results and workflows but no column {UPSTREAM_IDS}, where dependents record the jobs they waited for (`dbworker migration --workflows` or `--results` adds it)"
                 )],
             });
+        }
+    }
+    Ok(())
+}
+
+/// Names the table by its name alone when it was written schema-qualified
+/// but the name alone resolves to it: every process then keys its pause and
+/// limit rows, cron schedules and leases the same way, however it wrote the
+/// name (the operator's `--table jobs` pauses a worker of `public.jobs`).
+async fn canonical_name(pool: &PgPool, t: &mut Table) -> Result<()> {
+    if t.table.schema.is_none() {
+        return Ok(());
+    }
+    let row = sql::visible_unqualified(&t.table)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::db("schema_check"))?;
+    if row.get::<Option<bool>, _>("same") == Some(true) {
+        t.table.schema = None;
+    }
+    Ok(())
+}
+
+/// Adopts the control tables under their standard names when they exist and
+/// the options name none: a pause or limit the operator sets there (the CLI
+/// and the dashboard write there by default) must hold for every worker of
+/// the table, whichever way it was described. A limit table this table
+/// cannot apply (no queue column, or read through a view) is said once in
+/// the log.
+async fn adopt_control_tables(pool: &PgPool, t: &mut Table) -> Result<()> {
+    let standard = |name: &str| crate::columns::Relation::parse("pause_table", name);
+    if t.pause_table.is_none() {
+        let pauses = standard(STANDARD_PAUSE_TABLE)?;
+        if !columns_of(pool, &pauses).await?.is_empty() {
+            t.pause_table = Some(pauses);
+        }
+    }
+    if t.limit_table.is_none() {
+        let limits = standard(STANDARD_LIMIT_TABLE)?;
+        if !columns_of(pool, &limits).await?.is_empty() {
+            if t.queue_column.is_some() && t.view.is_none() {
+                t.limit_table = Some(limits);
+            } else {
+                tracing::warn!(
+                    table = %t.table.display_name(),
+                    "limit table {STANDARD_LIMIT_TABLE} exists, but limits set there for this table are not enforced by this process: {}",
+                    if t.view.is_some() {
+                        "it reads the table through a view"
+                    } else {
+                        "it has no queue column (set JobTableOptions::queue_column)"
+                    }
+                );
+            }
         }
     }
     Ok(())

@@ -344,6 +344,18 @@ impl JobTable {
         self.t.table.display_name()
     }
 
+    /// The pause table its claims honour, if any: the one the options name,
+    /// else `dbworker_pauses` when it exists (see [`crate::control::Pauses`]).
+    pub fn pause_table(&self) -> Option<String> {
+        self.t.pause_table.as_ref().map(|r| r.display_name())
+    }
+
+    /// The limit table its claims honour, if any: the one the options name,
+    /// else `dbworker_limits` when it exists and the table has a queue column.
+    pub fn limit_table(&self) -> Option<String> {
+        self.t.limit_table.as_ref().map(|r| r.display_name())
+    }
+
     /// The queue column, if the table has one.
     pub fn queue_column(&self) -> Option<&str> {
         self.t.queue_column.as_deref()
