@@ -5,6 +5,7 @@
 use dbworker::prelude::*;
 use dbworker::workerutil::{CancellationToken, WorkerEvent};
 use serde::{Deserialize, Serialize};
+use sqlx::Row;
 
 /// A job's arguments: JSON in the `payload` column, `"square"` in `kind`.
 #[derive(Serialize, Deserialize)]
@@ -30,8 +31,10 @@ impl JobHandler for Squarer {
         _: &JobContext<DbStore<TypedJob>>,
     ) -> Result<(), HandlerError> {
         let tx = job.tx().expect("transactional handling, the default");
+        // Unnamed, so it also runs behind a transaction pooler (PgBouncer).
         sqlx::query("INSERT INTO squares VALUES ($1, $1 * $1)")
             .bind(args.n)
+            .persistent(false)
             .execute(tx)
             .await?;
         Ok(())
@@ -74,9 +77,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("job {id:>2} {}", outcome.kind());
         }
     }
-    let sum: i64 = sqlx::query_scalar("SELECT sum(square)::bigint FROM squares")
+    let sum: i64 = sqlx::raw_sql("SELECT sum(square)::bigint FROM squares")
         .fetch_one(&pool)
-        .await?;
+        .await?
+        .try_get(0)?;
     println!("sum of squares 1..=20 = {sum}");
     store.close().await;
     pool.close().await;

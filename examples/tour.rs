@@ -20,6 +20,7 @@ use dbworker::prelude::*;
 use dbworker::store::Listen;
 use dbworker_testkit::TestDatabase;
 use serde::{Deserialize, Serialize};
+use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 use workerutil::{ExecutionLogEntry, WorkerEvent};
 
@@ -63,10 +64,13 @@ impl JobHandler for Squarer {
         let id = job.record().id;
         let tx = job.tx().expect("transactional handling");
         // Commits together with the job's `completed` state, or not at all.
+        // Unnamed (`persistent(false)`), so it also runs behind a transaction
+        // pooler, whose server connections other programs' statements share.
         sqlx::query("INSERT INTO squares (job_id, n, square) VALUES ($1, $2, $3)")
             .bind(id)
             .bind(n)
             .bind(n * n)
+            .persistent(false)
             .execute(tx)
             .await?;
         if let Some(index) = index {
@@ -175,11 +179,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         {
             print_event(&event);
         }
-        let open: i64 = sqlx::query_scalar(
+        let open: i64 = sqlx::raw_sql(
             "SELECT count(*) FROM example_jobs WHERE state IN ('queued', 'errored', 'processing')",
         )
         .fetch_one(&pool)
-        .await?;
+        .await?
+        .try_get(0)?;
         if open == 0 {
             break;
         }
@@ -194,18 +199,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Closes the store's LISTEN connection before the database goes at the end.
     store.close().await;
 
+    // Simple queries (`raw_sql`), which prepare nothing: safe behind a pooler.
     let counts: Vec<(String, i64)> =
-        sqlx::query_as("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state")
+        sqlx::raw_sql("SELECT state, count(*) FROM example_jobs GROUP BY state ORDER BY state")
             .fetch_all(&pool)
-            .await?;
-    let total: i64 = sqlx::query_scalar("SELECT coalesce(sum(square), 0)::bigint FROM squares")
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+    let total: i64 = sqlx::raw_sql("SELECT coalesce(sum(square), 0)::bigint FROM squares")
         .fetch_one(&pool)
-        .await?;
-    let logged: i64 = sqlx::query_scalar(
+        .await?
+        .try_get(0)?;
+    let logged: i64 = sqlx::raw_sql(
         "SELECT count(*) FROM example_jobs WHERE execution_logs[1]->>'exit_code' = '0'",
     )
     .fetch_one(&pool)
-    .await?;
+    .await?
+    .try_get(0)?;
     println!(
         "worker stopped ({:?}) after {} jobs",
         summary.reason, summary.dequeued

@@ -182,3 +182,28 @@ async fn actions_on_a_job_or_workflow_that_does_not_exist_say_so() {
     let err = refused(&cli::dbworker(&db, &["workflow", "cancel", "987654321"]));
     assert!(err.contains("no workflow 987654321"), "{err}");
 }
+
+/// A mistyped `DBWORKER_POOLER` is refused by every command that connects,
+/// naming the variable and the accepted values, instead of being ignored.
+#[tokio::test]
+async fn an_unknown_pooler_mode_is_refused_naming_the_variable() {
+    let db = Db::new().await;
+    for args in [&["status"][..], &["list"], &["pause"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dbworker"))
+            .args(args)
+            .args(["--table", "jobs"])
+            .env("DATABASE_URL", db.db.url())
+            .env("DBWORKER_POOLER", "transactional")
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        let err = refused(&out);
+        assert!(
+            err.contains("DBWORKER_POOLER")
+                && err.contains("\"transactional\"")
+                && err.contains("\"transaction\"")
+                && err.contains("\"direct\""),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -116,3 +116,58 @@ pub(crate) fn named_statement_hint(message: &str) -> Option<String> {
         )
     })
 }
+
+/// Behind a transaction pooler with a `listen_url`: fails unless it reaches
+/// the pool's database (NOTIFY is per database, so a listener on another
+/// would never wake a worker), naming both, or names the address and the
+/// cause when it cannot be reached within `timeout`.
+pub(crate) async fn check_listen_url(pool: &sqlx::PgPool, timeout: Duration) -> Result<()> {
+    let crate::Pooler::Transaction {
+        listen_url: Some(url),
+    } = sql::pooler()
+    else {
+        return Ok(());
+    };
+    let invalid = |reason: String| Error::InvalidOption {
+        field: "listen_url",
+        reason,
+    };
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e| invalid(format!("not a connection string: {e}")))?;
+    let target = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    let mut conn = match tokio::time::timeout(timeout, PgConnection::connect_with(&options)).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(err)) => {
+            return Err(invalid(format!(
+                "cannot connect to {target} for LISTEN: {}",
+                workerutil::error_chain(&err)
+            )));
+        }
+        Err(_) => {
+            return Err(invalid(format!(
+                "cannot connect to {target} for LISTEN: no answer within {timeout:?}"
+            )));
+        }
+    };
+    let listening: String = sql::current_database()
+        .fetch_one_simple(&mut conn)
+        .await
+        .map_err(Error::db("listen_url check"))?
+        .get("db");
+    let _ = conn.close().await;
+    let pooled: String = sql::current_database()
+        .fetch_one(pool)
+        .await
+        .map_err(Error::db("listen_url check"))?
+        .get("db");
+    if listening != pooled {
+        return Err(invalid(format!(
+            "it reaches database {listening:?} at {target}, but the pool's database is {pooled:?}: NOTIFY is per database, so no wake-up would ever arrive; point listen_url (DBWORKER_LISTEN_URL) at {pooled:?}"
+        )));
+    }
+    Ok(())
+}

@@ -23,6 +23,12 @@ use crate::sql::StoreParams;
 /// found on the way ([`Error::InvalidOption`] for `pooler`) with the setting. Re-exported as
 /// [`dbworker::check_connection`](crate::check_connection).
 pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
+    if let Some(reason) = sql::env_problem() {
+        return Err(Error::InvalidOption {
+            field: "DBWORKER_POOLER",
+            reason,
+        });
+    }
     let options = pool.connect_options();
     let target = match options.get_socket() {
         Some(socket) => socket.display().to_string(),

@@ -26,8 +26,8 @@ use dbworker::{
     workflow::{Task, Workflow, Workflows},
 };
 use serde_json::json;
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgPool, Row};
 use workerutil::{ExecutionLogEntry, Handler, HandlerError, JobContext, WorkerOptions};
 
 use bouncer::Bouncer;
@@ -80,6 +80,27 @@ impl Handler<DbStore<Job>> for Writes {
             ..Default::default()
         };
         ctx.log(&entry).await.map_err(HandlerError::Retryable)?;
+        Ok(())
+    }
+}
+
+/// Writes with sqlx's default, a statement prepared under a name: behind a
+/// transaction pooler it meets another client's statement of that name.
+struct NamedStatement;
+
+#[async_trait]
+impl Handler<DbStore<Job>> for NamedStatement {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let id = job.record().id;
+        let tx = job.tx().expect("transactional handling");
+        sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'named')")
+            .bind(id)
+            .execute(tx)
+            .await?;
         Ok(())
     }
 }
@@ -157,11 +178,58 @@ async fn run_worker(pool: &PgPool, table: &JobTable, handling: Handling, db: &Db
     assert!(live.is_empty(), "{handling:?}: {live:?}");
 }
 
+/// What a plain sqlx program leaves on PgBouncer's server connections: its
+/// default statements, prepared under sqlx's names (`sqlx_s_1`, ...) and
+/// never closed. Four clients hold a transaction each at once, so each of the
+/// four server connections gets a full set.
+async fn leave_named_statements(b: &Bouncer) {
+    let other = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&b.url())
+        .await
+        .expect("another program's pool");
+    let barrier = Arc::new(tokio::sync::Barrier::new(4));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (other, barrier) = (other.clone(), barrier.clone());
+        clients.push(tokio::spawn(async move {
+            let mut tx = other.begin().await.unwrap();
+            barrier.wait().await;
+            for i in 0..60_i64 {
+                let sql = format!("SELECT $1::bigint + {i}");
+                let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(i)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .unwrap();
+                assert_eq!(n, 2 * i);
+            }
+            barrier.wait().await;
+            tx.commit().await.unwrap();
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    // Dropped without closing: the server connections keep what was prepared.
+    drop(other);
+    // A simple query prepares nothing of its own.
+    let left: i64 = sqlx::raw_sql("SELECT count(*) FROM pg_prepared_statements")
+        .fetch_one(&b.pool(1).await)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 60, "the other program's statements are left behind");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn everything_runs_through_pgbouncer_in_transaction_mode() {
     let Some((db, b, pool)) = pgbouncer().await else {
         return;
     };
+    // Another sqlx program used the same server connections first (the
+    // operator's report: `prepared statement "sqlx_s_2" already exists`).
+    leave_named_statements(&b).await;
     dbworker::set_pooler(Pooler::Transaction { listen_url: None });
     let table = JobTable::new(&pool, table_options()).await.unwrap();
     let enqueuer = Enqueuer::new(&pool, &table).await.unwrap();
@@ -292,6 +360,30 @@ async fn everything_runs_through_pgbouncer_in_transaction_mode() {
     assert_eq!(retried, 4 + 60, "each job failing once was retried once");
     let log = b.log();
     assert!(!log.contains("ERROR"), "PgBouncer logged errors:\n{log}");
+
+    // A handler whose own statement is prepared under a name (sqlx's
+    // default) fails its job saying why and what to change.
+    let named = NewJob::new().json("payload", json!({}));
+    let id = enqueuer.enqueue(&named).await.unwrap().id();
+    let fresh = b.pool(3).await;
+    let store = Arc::new(
+        DbStore::new(&fresh, &table, Db::options_for_tests())
+            .await
+            .unwrap(),
+    );
+    let mut wo = worker_options("named", Handling::Transactional);
+    wo.num_handlers = 1;
+    new_worker(store, NamedStatement, wo)
+        .unwrap()
+        .run_until_empty()
+        .await;
+    let message: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", id)
+        .await;
+    assert!(
+        message.contains("sqlx_s_") && message.contains(".persistent(false)"),
+        "{message}"
+    );
 
     // The same pooler in direct mode: the start-up check names the setting.
     dbworker::set_pooler(Pooler::Direct);

@@ -196,3 +196,67 @@ async fn without_listen_url_the_store_says_it_polls_and_still_runs_every_job() {
     new_worker(store, Completes, o).unwrap().run().await;
     assert_eq!(db.count("completed").await, 5, "found by polling");
 }
+
+/// `url` with its database replaced by `db`.
+fn on_database(url: &str, db: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, ""), |(b, q)| (b, q));
+    let (server, _) = base.rsplit_once('/').expect("a URL with a database");
+    if query.is_empty() {
+        format!("{server}/{db}")
+    } else {
+        format!("{server}/{db}?{query}")
+    }
+}
+
+/// NOTIFY is per database: a `listen_url` naming another database than the
+/// pool's is refused at start-up naming both, and one nobody answers at is
+/// refused naming its address, not after a silent wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_url_on_another_database_or_a_closed_port_is_refused_at_start_up() {
+    let _turn = POOLER.lock().await;
+    let Some((db, _bouncer, pool)) = set_up("listen_url checks").await else {
+        return;
+    };
+    let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
+    let mut o = Db::options_for_tests();
+    o.handling = Handling::Heartbeat;
+    o.stall.stalled_max_age = Duration::from_secs(60);
+    o.listen = Listen::TableChannel;
+    let ours: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+
+    dbworker::set_pooler(Pooler::Transaction {
+        listen_url: Some(on_database(db.db.url(), "postgres")),
+    });
+    let err = DbStore::new(&pool, &table, o.clone())
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("listen_url") && err.contains("\"postgres\"") && err.contains(&ours),
+        "{err}"
+    );
+
+    dbworker::set_pooler(Pooler::Transaction {
+        listen_url: Some("postgres://nobody@127.0.0.1:1/app".into()),
+    });
+    let err = DbStore::new(&pool, &table, o.clone())
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("listen_url") && err.contains("127.0.0.1:1"),
+        "{err}"
+    );
+
+    // The pool's own database is accepted.
+    dbworker::set_pooler(Pooler::Transaction {
+        listen_url: Some(db.db.url().to_owned()),
+    });
+    let store = DbStore::new(&pool, &table, o).await.unwrap();
+    store.close().await;
+}

@@ -107,7 +107,7 @@ pub(crate) use partitions::{
     detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,
 };
 pub(crate) use per_job::PerJob;
-pub(crate) use pooler::{On, backend_pid};
+pub(crate) use pooler::{On, backend_pid, current_database, env_problem};
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use purge::purge_batch;
 pub(crate) use replica::replica_lag;

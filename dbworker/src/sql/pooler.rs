@@ -77,7 +77,8 @@ impl Pooler {
     }
 
     /// The mode the environment asks for: `DBWORKER_POOLER=transaction` (or
-    /// `direct`, the default) and, with it, `DBWORKER_LISTEN_URL`.
+    /// `direct`, the default) and, with it, `DBWORKER_LISTEN_URL`. Another
+    /// value is refused by every start-up check ([`env_problem`]).
     fn from_env() -> Pooler {
         match std::env::var("DBWORKER_POOLER").as_deref() {
             Ok("transaction") => Pooler::Transaction {
@@ -85,6 +86,24 @@ impl Pooler {
             },
             _ => Pooler::Direct,
         }
+    }
+}
+
+/// What is wrong with `DBWORKER_POOLER`, when it is set to a value other
+/// than the accepted ones, unless [`set_pooler`] chose the mode in code.
+pub(crate) fn env_problem() -> Option<String> {
+    if SETTING.read().unwrap_or_else(|e| e.into_inner()).is_some()
+        && std::env::var_os("DBWORKER_POOLER").is_none()
+    {
+        return None;
+    }
+    match std::env::var("DBWORKER_POOLER") {
+        Err(std::env::VarError::NotPresent) => None,
+        Ok(v) if v == "transaction" || v == "direct" => None,
+        Ok(v) => Some(format!(
+            "{v:?} is not a pooler mode: use \"transaction\" (PgBouncer in pool_mode = transaction) or \"direct\" (the default: direct connections or a session-mode pooler)"
+        )),
+        Err(_) => Some("is not valid Unicode: use \"transaction\" or \"direct\"".into()),
     }
 }
 
@@ -333,8 +352,24 @@ pub(crate) fn backend_pid() -> Statement {
     Statement::from(&q)
 }
 
+/// `SELECT current_database()`: which database a connection reached, for
+/// the start-up check that `listen_url` names the pool's (NOTIFY is per
+/// database).
+pub(crate) fn current_database() -> Statement {
+    let q = sea_query::Query::select()
+        .expr_as(
+            sea_query::Expr::cust("current_database()::text"),
+            sea_query::Alias::new("db"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    vec![("backend_pid", backend_pid())]
+    vec![
+        ("backend_pid", backend_pid()),
+        ("current_database", current_database()),
+    ]
 }

@@ -131,6 +131,9 @@ impl<R: Record> DbStore<R> {
         let on_id = cursor
             .clone()
             .map(|c| -> notify::OnId { Arc::new(move |id| c.rewind_to(id)) });
+        if resolved.listen_channel.is_some() {
+            crate::pooler::check_listen_url(&pool, resolved.connect_timeout).await?;
+        }
         let (wakeups, listener) = match &resolved.listen_channel {
             Some(channel) => {
                 let (w, guard) = notify::spawn_listener(

@@ -1,0 +1,1 @@
+SELECT current_database()::text AS "db"
