@@ -225,7 +225,7 @@ async fn dump(pool: &PgPool) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_in_separate_network_namespaces_process_everything_exactly_once() {
     if let Some(why) = unsupported() {
-        println!("skipped: {why}");
+        dbworker_testkit::skip("the network-namespace test", &why);
         return;
     }
     // Backends of cut-off processes are noticed dead within a few seconds.

@@ -53,8 +53,9 @@ fn free_port() -> u16 {
 async fn browser() -> Option<(Driver, Client)> {
     for needed in [CHROMIUM, CHROMEDRIVER] {
         if !std::path::Path::new(needed).exists() {
-            println!(
-                "skipped: {needed} is not installed (apt-get install chromium chromium-driver)"
+            dbworker_testkit::skip(
+                "the browser test",
+                &format!("{needed} is not installed (apt-get install chromium chromium-driver)"),
             );
             return None;
         }

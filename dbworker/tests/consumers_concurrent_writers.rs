@@ -162,7 +162,10 @@ async fn every_event_is_handled_once_per_consumer_under_concurrent_writers_kills
     let server = match server {
         Ok(server) => server,
         Err(err) => {
-            eprintln!("skipped: no PostgreSQL server of its own to restart here: {err}");
+            dbworker_testkit::skip(
+                "the server-restart test",
+                &format!("no PostgreSQL server of its own to restart here: {err}"),
+            );
             return;
         }
     };

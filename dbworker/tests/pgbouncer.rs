@@ -131,7 +131,7 @@ async fn pgbouncer() -> Option<(Db, Bouncer, PgPool)> {
     let binary = match bouncer::find() {
         Ok(b) => b,
         Err(reason) => {
-            println!("skipping the PgBouncer test: {reason}");
+            dbworker_testkit::skip("the PgBouncer test", &reason);
             return None;
         }
     };
@@ -222,8 +222,13 @@ async fn leave_named_statements(b: &Bouncer) {
     assert_eq!(left, 60, "the other program's statements are left behind");
 }
 
+/// `set_pooler` is process-wide: the tests of this binary that set it take
+/// turns.
+static POOLER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn everything_runs_through_pgbouncer_in_transaction_mode() {
+    let _turn = POOLER.lock().await;
     let Some((db, b, pool)) = pgbouncer().await else {
         return;
     };
@@ -405,7 +410,7 @@ async fn a_pooler_refusing_extra_float_digits_is_named_with_the_fix() {
     let binary = match bouncer::find() {
         Ok(b) => b,
         Err(reason) => {
-            println!("skipping the PgBouncer test: {reason}");
+            dbworker_testkit::skip("the PgBouncer test", &reason);
             return;
         }
     };
@@ -423,5 +428,115 @@ async fn a_pooler_refusing_extra_float_digits_is_named_with_the_fix() {
         err.contains("extra_float_digits")
             && err.contains("ignore_startup_parameters = extra_float_digits"),
         "{err}"
+    );
+}
+
+/// The `pgbouncer.ini` of the operations manual, as printed there, with the
+/// host, ports, names and paths replaced by this test's: PgBouncer starts
+/// from it, a role logs in through it with its password, and the services
+/// run through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manuals_pgbouncer_ini_serves_every_service() {
+    let binary = match bouncer::find() {
+        Ok(b) => b,
+        Err(reason) => {
+            dbworker_testkit::skip("the PgBouncer test", &reason);
+            return;
+        }
+    };
+    let _turn = POOLER.lock().await;
+    let manual =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
+    let ini = manual
+        .split_once("<!-- pgbouncer.ini -->\n```ini\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(ini, _)| ini.to_owned())
+        .expect("the manual's pgbouncer.ini");
+    let db = Db::new().await;
+    let role = "dbworker_manual_ini";
+    db.execute(&format!(
+        "DO $$ BEGIN CREATE ROLE {role} LOGIN SUPERUSER; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+         ALTER ROLE {role} PASSWORD 'ini-secret'"
+    ))
+    .await;
+    let target: sqlx::postgres::PgConnectOptions = db.db.url().parse().unwrap();
+    let database = target.get_database().unwrap().to_owned();
+    let server_port = target.get_port();
+    let b = Bouncer::start_with_ini(&binary, &database, |dir, port| {
+        let userlist = dir.join("userlist.txt");
+        std::fs::write(&userlist, format!("\"{role}\" \"ini-secret\"\n")).unwrap();
+        let replaced = ini
+            .replace("\napp = ", &format!("\n{database} = "))
+            .replace("host=db-primary", "host=127.0.0.1")
+            .replace("port=5432", &format!("port={server_port}"))
+            .replace("dbname=app", &format!("dbname={database}"))
+            .replace("listen_addr = 0.0.0.0", "listen_addr = 127.0.0.1")
+            .replace("listen_port = 6432", &format!("listen_port = {port}"))
+            .replace(
+                "/etc/pgbouncer/userlist.txt",
+                &userlist.display().to_string(),
+            )
+            .replace(
+                "/var/log/postgresql/pgbouncer.log",
+                &dir.join("pgbouncer.log").display().to_string(),
+            )
+            .replace(
+                "/var/run/postgresql/pgbouncer.pid",
+                &dir.join("pgbouncer.pid").display().to_string(),
+            );
+        assert!(!replaced.contains("db-primary") && !replaced.contains("6432"));
+        // Many PgBouncers share this machine's sockets directory.
+        format!("{replaced}unix_socket_dir =\n")
+    });
+    let url = format!(
+        "postgres://{role}:ini-secret@127.0.0.1:{}/{database}",
+        b.url()
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .split_once('/')
+            .unwrap()
+            .0
+    );
+    let pool = PgPoolOptions::new()
+        .max_connections(6)
+        .connect(&url)
+        .await
+        .expect("a login through the manual's PgBouncer");
+    dbworker::set_pooler(Pooler::Transaction {
+        listen_url: Some(db.db.url().to_owned()),
+    });
+    let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
+    let enqueuer = Enqueuer::new(&pool, &table).await.unwrap();
+    let jobs: Vec<NewJob> = (0..20).map(|_| NewJob::new()).collect();
+    enqueuer.enqueue_many(&jobs).await.unwrap();
+    let store = Arc::new(
+        DbStore::new(&pool, &table, Db::options_for_tests())
+            .await
+            .unwrap(),
+    );
+    let mut wo = worker_options("manual", Handling::Transactional);
+    wo.num_handlers = 2;
+    new_worker(store, Writes { pool: pool.clone() }, wo)
+        .unwrap()
+        .run_until_empty()
+        .await;
+    Resetter::new(&pool, &table, ResetterOptions::new("r"))
+        .unwrap()
+        .reset_once()
+        .await
+        .unwrap();
+    assert_eq!(db.count("completed").await, 20);
+    let log = b.log();
+    assert!(!log.contains("ERROR"), "PgBouncer logged errors:\n{log}");
+    let wrong = url.replace("ini-secret", "wrong");
+    assert!(
+        PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&wrong)
+            .await
+            .is_err(),
+        "a wrong password is refused"
     );
 }

@@ -287,3 +287,27 @@ async fn the_dashboards_overview_counts_without_a_scan() {
         );
     }
 }
+
+/// "Oldest waiting" counts from when a job became runnable: a week-old job
+/// requeued a minute ago (its `process_after` now) has waited a minute, not
+/// a week.
+#[tokio::test]
+async fn the_oldest_wait_counts_from_when_the_job_became_runnable() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.queue = true, &[]).await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, queued_at, process_after) VALUES ('queued', 'q', now() - interval '7 days', now() - interval '60 seconds')",
+    )
+    .await;
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let status = Admin::new(&db.pool, &table)
+        .await
+        .unwrap()
+        .status()
+        .await
+        .unwrap();
+    let oldest = status.oldest_waiting_seconds;
+    assert!((59.0..3600.0).contains(&oldest), "{oldest}");
+}

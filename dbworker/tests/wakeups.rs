@@ -148,7 +148,10 @@ async fn the_listener_reconnects_after_a_server_restart() {
     let mut server = match server {
         Ok(server) => server,
         Err(err) => {
-            eprintln!("skipped: no PostgreSQL server of its own to restart here: {err}");
+            dbworker_testkit::skip(
+                "the server-restart test",
+                &format!("no PostgreSQL server of its own to restart here: {err}"),
+            );
             return;
         }
     };

@@ -116,6 +116,26 @@ impl Bouncer {
             log = dir.join("pgbouncer.log").display(),
             pid = dir.join("pgbouncer.pid").display(),
         );
+        Bouncer::run(binary, dir, port, database, &ini)
+    }
+
+    /// Starts PgBouncer with the ini `make_ini(dir, port)` writes: `dir` is
+    /// its own temporary directory (for its log, pid and auth files), `port`
+    /// a free one to listen on. Clients reach `database` through it.
+    pub fn start_with_ini(
+        binary: &Path,
+        database: &str,
+        make_ini: impl FnOnce(&Path, u16) -> String,
+    ) -> Bouncer {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("dbworker-pgbouncer-{}-{port}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let ini = make_ini(&dir, port);
+        Bouncer::run(binary, dir, port, database.to_owned(), &ini)
+    }
+
+    fn run(binary: &Path, dir: PathBuf, port: u16, database: String, ini: &str) -> Bouncer {
         let ini_path = dir.join("pgbouncer.ini");
         fs::write(&ini_path, ini).unwrap();
         let mut command = Command::new(binary);
@@ -164,7 +184,7 @@ impl Bouncer {
         match find() {
             Ok(binary) => Some(Bouncer::start(&binary, url, pool_size, true)),
             Err(reason) => {
-                println!("skipping {test}: {reason}");
+                crate::skip(test, &reason);
                 None
             }
         }

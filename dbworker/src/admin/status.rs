@@ -27,8 +27,9 @@ pub struct Status {
     /// Live jobs per state and queue: `(state, queue, count)` (pending,
     /// queued, errored, processing).
     pub live: Vec<(JobState, Option<String>, u64)>,
-    /// Seconds the oldest waiting job that is due has waited since it was
-    /// queued (database clock); jobs scheduled for later do not count.
+    /// Seconds the longest-waiting due job has been runnable: since it was
+    /// queued or, when later, since its `process_after` (a requeued job
+    /// counts from its requeue), by the database clock.
     pub oldest_waiting_seconds: f64,
     /// Processing jobs per worker host.
     pub processing_by_host: Vec<(String, u64)>,

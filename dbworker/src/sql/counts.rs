@@ -31,7 +31,8 @@ fn values(v: Vec<Value>) -> SqlxValues {
 /// oldest)`. `later`: waiting jobs whose `process_after` is still ahead
 /// (scheduled, or an errored job's retry delay); `stalled`: processing jobs
 /// whose heartbeat (or, before the first, whose start) is older than `$1`
-/// seconds; `oldest`: seconds the oldest due waiting job has waited. One
+/// seconds; `oldest`: seconds the longest-waiting due job has been runnable
+/// (since it was queued or, if later, since its `process_after`). One
 /// branch per partial index (waiting, processing) and, with workflows, one
 /// for pending jobs through the dependency table (a pending job waits for at
 /// least one row there; the table has no index on the pending state).
@@ -47,9 +48,10 @@ pub(crate) fn counts_live(a: &Table, stalled_age: std::time::Duration) -> Statem
     let waiting = format!(
         "SELECT {st}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
          (count(*) FILTER (WHERE NOT ({now_due})))::bigint AS \"later\", 0::bigint AS \"stalled\", \
-         COALESCE(EXTRACT(EPOCH FROM now() - min({al}.{queued_at}) FILTER (WHERE {now_due})), 0)::float8 AS \"oldest\" \
+         COALESCE(EXTRACT(EPOCH FROM now() - min(GREATEST({al}.{queued_at}, {al}.{process_after})) FILTER (WHERE {now_due})), 0)::float8 AS \"oldest\" \
          FROM {table} AS {al} WHERE {st} IN ('queued', 'errored') GROUP BY 1, 2",
         queued_at = quote(&c.queued_at),
+        process_after = quote(&c.process_after),
     );
     let processing = format!(
         "SELECT {st}::text, {queue}, count(*)::bigint, 0::bigint, \

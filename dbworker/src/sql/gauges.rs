@@ -38,16 +38,14 @@ pub(crate) fn any_queued(o: &StoreParams) -> Statement {
     Statement::from(&q)
 }
 
-/// Seconds the oldest waiting job has been queued (0 when none), by the database clock.
+/// Seconds the longest-waiting due job has been runnable (0 when none), by
+/// the database clock: since it was queued or, if later, since its
+/// `process_after` (a requeued week-old job has waited since its requeue).
 pub(crate) fn max_age_in_queue(o: &StoreParams) -> Statement {
     let t = &o.table;
     let c = &o.columns;
     let q = Query::select()
-        .expr(Expr::cust(format!(
-            "COALESCE(EXTRACT(EPOCH FROM now() - min({}.{})), 0)::float8",
-            quote(&t.alias),
-            quote(&c.queued_at)
-        )))
+        .expr(Expr::cust(runnable_age(&quote(&t.alias), c)))
         .from(table_ref(t))
         .and_where(
             col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
@@ -56,8 +54,18 @@ pub(crate) fn max_age_in_queue(o: &StoreParams) -> Statement {
     Statement::from(&q)
 }
 
+/// Seconds since the longest-waiting due row of alias `a` became runnable:
+/// `greatest(queued_at, process_after)`, over the rows already due.
+fn runnable_age(a: &str, c: &Columns) -> String {
+    let (queued_at, after) = (quote(&c.queued_at), quote(&c.process_after));
+    format!(
+        "COALESCE(EXTRACT(EPOCH FROM now() - min(GREATEST({a}.{queued_at}, {a}.{after})) FILTER (WHERE COALESCE({a}.{after}, '-infinity') <= now())), 0)::float8"
+    )
+}
+
 /// Live rows per state (and queue): `(state, queue, count, oldest)` with the
-/// oldest `queued_at` age in seconds. Two branches, each matching one partial
+/// age in seconds of the longest-runnable waiting job (of the oldest
+/// `queued_at` for processing rows). Two branches, each matching one partial
 /// index (waiting, processing), so the cost follows the live rows, never the
 /// finished ones.
 pub(crate) fn queue_stats(o: &StoreParams) -> Statement {
@@ -73,10 +81,17 @@ fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statemen
     let branch = |states: &str| {
         format!(
             "SELECT {a}.{state}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
-             COALESCE(EXTRACT(EPOCH FROM now() - min({a}.{queued_at})), 0)::float8 AS \"oldest\" \
+             {oldest} AS \"oldest\" \
              FROM {table} AS {a} WHERE {a}.{state} IN ({states}) GROUP BY 1, 2",
             state = quote(&c.state),
-            queued_at = quote(&c.queued_at),
+            oldest = if states.contains("queued") {
+                runnable_age(&a, c)
+            } else {
+                format!(
+                    "COALESCE(EXTRACT(EPOCH FROM now() - min({a}.{})), 0)::float8",
+                    quote(&c.queued_at)
+                )
+            },
             table = t.quoted(),
         )
     };

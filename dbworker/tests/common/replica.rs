@@ -28,8 +28,9 @@ impl Replicated {
     /// when pg_basebackup is not installed beside the server binaries.
     pub async fn start_or_skip(test: &str) -> Option<Replicated> {
         if !find_pg_bin_dir().is_ok_and(|d| d.join("pg_basebackup").exists()) {
-            eprintln!(
-                "skipping {test}: pg_basebackup is not installed next to the PostgreSQL server binaries"
+            dbworker_testkit::skip(
+                test,
+                "pg_basebackup is not installed next to the PostgreSQL server binaries",
             );
             return None;
         }

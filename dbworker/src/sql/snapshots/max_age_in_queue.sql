@@ -1,1 +1,1 @@
-SELECT COALESCE(EXTRACT(EPOCH FROM now() - min("j"."queued_at")), 0)::float8 FROM "example_jobs" AS "j" WHERE "j"."status" IN ('queued', 'errored')
+SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(GREATEST("j"."queued_at", "j"."process_after")) FILTER (WHERE COALESCE("j"."process_after", '-infinity') <= now())), 0)::float8 FROM "example_jobs" AS "j" WHERE "j"."status" IN ('queued', 'errored')
