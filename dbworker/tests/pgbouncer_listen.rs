@@ -230,11 +230,10 @@ async fn a_listen_url_on_another_database_or_a_closed_port_is_refused_at_start_u
     dbworker::set_pooler(Pooler::Transaction {
         listen_url: Some(on_database(db.db.url(), "postgres")),
     });
-    let err = DbStore::new(&pool, &table, o.clone())
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let Err(err) = DbStore::new(&pool, &table, o.clone()).await else {
+        panic!("refused");
+    };
+    let err = err.to_string();
     assert!(
         err.contains("listen_url") && err.contains("\"postgres\"") && err.contains(&ours),
         "{err}"
@@ -243,11 +242,10 @@ async fn a_listen_url_on_another_database_or_a_closed_port_is_refused_at_start_u
     dbworker::set_pooler(Pooler::Transaction {
         listen_url: Some("postgres://nobody@127.0.0.1:1/app".into()),
     });
-    let err = DbStore::new(&pool, &table, o.clone())
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let Err(err) = DbStore::new(&pool, &table, o.clone()).await else {
+        panic!("refused");
+    };
+    let err = err.to_string();
     assert!(
         err.contains("listen_url") && err.contains("127.0.0.1:1"),
         "{err}"
