@@ -27,6 +27,11 @@ pub(crate) struct Database {
 impl Database {
     /// The connect timeout, checked.
     pub(crate) fn connect_timeout(&self) -> Result<Duration> {
+        if self.connect_timeout.is_zero() {
+            anyhow::bail!(
+                "--connect-timeout (DBWORKER_CONNECT_TIMEOUT) must be more than 0: it is how long to wait for the server"
+            );
+        }
         Ok(self.connect_timeout)
     }
 
@@ -304,8 +309,15 @@ pub(crate) fn parse_rename(s: &str) -> Result<(String, String), String> {
 /// a bare number of seconds (`90`, `0.5`), as the old `--…-secs` flags took.
 pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     if let Ok(secs) = s.trim().parse::<f64>() {
+        let why = if secs.is_nan() {
+            "it is not a number"
+        } else if secs < 0.0 {
+            "seconds must be 0 or more"
+        } else {
+            "it is too large (at most about 584 billion years)"
+        };
         return Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("{s:?} is not a duration: seconds must be 0 or more"));
+            .map_err(|_| format!("{s:?} is not a duration: {why}"));
     }
     humantime::parse_duration(s.trim()).map_err(|err| {
         format!("{s:?} is not a duration ({err}); write it as 30s, 5m, 2h, 1h 30m or 250ms")

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use commands::{
-    completions, control, history, jobs, maintenance, migration, partitions, status, top, ui,
+    completions, control, cron, history, jobs, maintenance, migration, partitions, status, top, ui,
     workflow,
 };
 
@@ -31,6 +31,9 @@ enum Command {
     Migration(migration::MigrationArgs),
     /// Delete (or archive) finished jobs older than their state's age.
     Purge(maintenance::PurgeArgs),
+    /// Enqueue the jobs of a crontab file's schedules (`./crontab`), each
+    /// tick once however many run, every interval until stopped.
+    Cron(cron::CronArgs),
     /// Record the job history (finished jobs per queue and minute) the
     /// dashboard's charts and `top` read, every interval until stopped.
     History(history::HistoryArgs),
@@ -90,6 +93,7 @@ async fn main() -> ExitCode {
         Command::Migration(args) => migration::migration(args),
         Command::Purge(args) => maintenance::purge(args).await,
         Command::History(args) => history::history(args).await,
+        Command::Cron(args) => cron::cron(args).await,
         Command::Partitions(args) => partitions::partitions(args).await,
         Command::Status(args) => status::status(args).await,
         Command::List(args) => jobs::list(args).await,

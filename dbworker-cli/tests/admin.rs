@@ -195,17 +195,20 @@ async fn list_pages_through_a_filter_and_bulk_actions_act_on_it_only() {
         ok(&dbworker(&db, &args))
     };
 
-    // Two pages of 6 by keyset, then the rest.
-    let first = list(&["--limit", "6"]);
+    // Two pages of 6 by keyset, oldest first, then the rest.
+    let first = list(&["--limit", "6", "--oldest"]);
     assert_eq!(listed_ids(&first), customer_42[..6], "{first}");
     let next = customer_42[5].to_string();
     assert!(first.contains(&format!("more: --after {next}")), "{first}");
-    let second = list(&["--limit", "6", "--after", &next]);
+    let second = list(&["--limit", "6", "--after", &next, "--oldest"]);
     assert_eq!(listed_ids(&second), customer_42[6..], "{second}");
     assert!(second.contains("end of list"), "{second}");
     assert!(first.contains("SMTP <b>refused</b> 'x'"), "{first}");
     let newest = list(&["--limit", "1", "--newest"]);
     assert_eq!(listed_ids(&newest), [*customer_42.last().unwrap()]);
+    // A search (--field, --failure) starts at the newest matches by default.
+    let default = list(&["--limit", "1"]);
+    assert_eq!(listed_ids(&default), [*customer_42.last().unwrap()]);
     // Hostile text is bound, never spliced into SQL.
     let none = ok(&dbworker(
         &db,
@@ -384,4 +387,80 @@ async fn a_pause_from_the_command_line_holds_for_every_worker_however_built() {
         r.await.unwrap();
     }
     assert_eq!(db.count("completed").await, 4000);
+}
+
+/// `list --state stalled` lists the processing jobs whose heartbeat is
+/// older than --stalled-after, as `status` counts them; not the live ones.
+#[tokio::test]
+async fn list_takes_the_stalled_state_that_status_counts() {
+    let db = Db::new().await;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO jobs (state, started_at, last_heartbeat_at) VALUES
+           ('processing', now() - interval '1 hour', now() - interval '10 minutes'),
+           ('processing', now() - interval '1 hour', now())
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let listed = ok(&dbworker(&db, &["list", "--state", "stalled"]));
+    assert_eq!(listed_ids(&listed), [ids[0]], "{listed}");
+    let none = ok(&dbworker(
+        &db,
+        &["list", "--state", "stalled", "--stalled-after", "1h"],
+    ));
+    assert!(listed_ids(&none).is_empty(), "{none}");
+    let err = refused(&dbworker(&db, &["list", "--state", "stalled,failed"]));
+    assert!(err.contains("cannot be combined"), "{err}");
+}
+
+/// `dbworker cron` runs the schedules of a crontab file as its own process:
+/// the first pass registers them, a pass after a missed tick enqueues it
+/// once, with the entry's payload; a bad line is refused naming it.
+#[tokio::test]
+async fn the_cron_command_runs_a_crontab_file() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| {
+            c.kind = true;
+            c.queue = true;
+        },
+        &[dbworker::ddl::cron_table_sql(dbworker::cron::DEFAULT_CRON_TABLE).unwrap()],
+    )
+    .await;
+    let dir = std::env::temp_dir().join(format!("dbworker-crontab-{}", db.db.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let crontab = dir.join("crontab");
+    std::fs::write(
+        &crontab,
+        "# every minute\n* * * * * send_digest ?id=digest&queue=mail {\"to\": \"ops\"}\n",
+    )
+    .unwrap();
+    let path = crontab.display().to_string();
+    let once = || ok(&dbworker(&db, &["cron", "--crontab", &path, "--once"]));
+    assert!(
+        once().contains("enqueued 0 job(s)"),
+        "the first pass registers"
+    );
+    db.execute("UPDATE dbworker_cron SET last_tick = last_tick - interval '2 minutes'")
+        .await;
+    let out = once();
+    assert!(
+        out.contains("enqueued 1 job(s)") && out.contains("digest: job"),
+        "{out}"
+    );
+    let (kind, queue, to): (String, String, String) =
+        sqlx::query_as("SELECT kind, queue, payload->>'to' FROM jobs")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (kind.as_str(), queue.as_str(), to.as_str()),
+        ("send_digest", "mail", "ops")
+    );
+
+    std::fs::write(&crontab, "* * * * send_digest\n").unwrap();
+    let err = refused(&dbworker(&db, &["cron", "--crontab", &path, "--once"]));
+    assert!(err.contains("line 1"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

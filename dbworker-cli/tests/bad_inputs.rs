@@ -207,3 +207,49 @@ async fn an_unknown_pooler_mode_is_refused_naming_the_variable() {
         );
     }
 }
+
+/// The command line speaks TLS (rustls), as managed PostgreSQL services
+/// require: against a server whose `pg_hba.conf` admits only `hostssl`,
+/// `sslmode=require` and `verify-full` with the CA file connect; a plain
+/// connection is refused with the server's reason; `verify-full` against
+/// other authorities is refused.
+#[tokio::test]
+async fn the_command_line_speaks_tls_to_a_server_that_requires_it() {
+    let tls = match dbworker_testkit::TlsServer::start() {
+        Ok(tls) => tls,
+        Err(err) => {
+            dbworker_testkit::skip("the TLS test", &err.to_string());
+            return;
+        }
+    };
+    let db = Db::on_server(tls.server.admin_url()).await;
+    let url = db.db.url().to_owned();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let ca = tls.ca_file.display().to_string();
+    let status = |query: &str| {
+        Command::new(env!("CARGO_BIN_EXE_dbworker"))
+            .args(["status", "--table", "jobs"])
+            .env("DATABASE_URL", format!("{url}{sep}{query}"))
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap()
+    };
+    for query in [
+        "sslmode=require".to_owned(),
+        format!("sslmode=verify-full&sslrootcert={ca}"),
+    ] {
+        let out = status(&query);
+        assert!(
+            out.status.success(),
+            "{query}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let plain = refused(&status("sslmode=disable"));
+    assert!(
+        plain.contains("no pg_hba.conf entry") && plain.contains("no encryption"),
+        "{plain}"
+    );
+    // The system's authorities did not sign the test server's certificate.
+    refused(&status("sslmode=verify-full"));
+}

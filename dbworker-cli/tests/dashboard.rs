@@ -121,3 +121,41 @@ async fn dbworker_ui_serves_the_cron_page_with_the_cron_table() {
         "{page}"
     );
 }
+
+/// `dbworker ui --table jobs` alone finds what `status` finds (the queue
+/// column by its standard name) and says on its error output what it could
+/// not find, instead of a silently cut-down dashboard.
+#[tokio::test]
+async fn dbworker_ui_alone_detects_the_columns_and_says_what_it_lacks() {
+    let (db, _) = seed().await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+        .args(["ui", "--table", "jobs", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.db.url())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("dashboard on http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let page = http_get(&addr, "/", None);
+    assert!(
+        page.contains("<td>mail</td>"),
+        "the queue column found: {page}"
+    );
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("no worker registry (--node-table)"), "{said}");
+    assert!(said.contains("no cron table (--cron-table)"), "{said}");
+    assert!(!said.contains("no queue column"), "{said}");
+}

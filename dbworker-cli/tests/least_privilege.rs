@@ -161,3 +161,35 @@ async fn each_command_names_the_grant_it_lacks() {
             .await;
     }
 }
+
+/// On a table with workflows and a pause table, `status` as a role with only
+/// `SELECT ON jobs` names both missing reads at once (not one per try, and
+/// no raw "permission denied", no silently missing pause line); with them
+/// granted it shows the pause.
+#[tokio::test]
+async fn status_names_every_read_it_lacks_at_once() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.queue = true,
+        &[
+            dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap(),
+            dbworker::ddl::pause_table_sql(dbworker::control::DEFAULT_PAUSE_TABLE).unwrap(),
+        ],
+    )
+    .await;
+    ok(&cli::dbworker(&db, &["pause", "--queue", "mail"]));
+    let reader = role(&db, "reader", &["SELECT ON jobs"]).await;
+    let err = refused(&as_role(&db, &reader, &["status"]));
+    assert!(
+        err.contains("GRANT SELECT ON jobs_deps")
+            && err.contains("GRANT SELECT ON dbworker_pauses"),
+        "{err}"
+    );
+    assert!(!err.contains("permission denied"), "{err}");
+    db.execute(&format!(
+        "GRANT SELECT ON jobs_deps, dbworker_pauses TO \"{reader}\""
+    ))
+    .await;
+    let status = ok(&as_role(&db, &reader, &["status"]));
+    assert!(status.contains("paused: queue mail"), "{status}");
+}

@@ -61,3 +61,30 @@ async fn status_list_and_show_read_the_replica() {
     r.caught_up().await;
     assert!(ok(&dbworker(db, replica_url, &["show", &later.to_string()])).contains("not yet"));
 }
+
+/// A writing command pointed at the replica (`DATABASE_URL` naming it)
+/// refuses at start-up, naming the server as a read-only replica.
+#[tokio::test]
+async fn a_writing_command_pointed_at_a_replica_refuses_naming_it() {
+    let Some(r) = Replicated::start_or_skip("the command line's replica-refusal test").await else {
+        return;
+    };
+    let (db, replica_url) = (&r.db, r.replica_url.as_str());
+    let id = db.enqueue(1, serde_json::json!({})).await[0];
+    r.caught_up().await;
+    for args in [
+        vec!["requeue".to_owned(), id.to_string()],
+        vec!["reset".to_owned(), "--once".to_owned()],
+        vec!["cancel".to_owned(), id.to_string()],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dbworker"))
+            .args(&args)
+            .args(["--table", "jobs"])
+            .env("DATABASE_URL", replica_url)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        let err = refused(&out);
+        assert!(err.contains("read-only replica"), "{args:?}: {err}");
+    }
+}

@@ -52,6 +52,14 @@ pub enum Error {
         /// One line per missing or mistyped table, view or column.
         problems: Vec<String>,
     },
+    /// The database refuses what the service needs: a missing grant (each
+    /// named with the `GRANT` that gives it), or a read-only server for a
+    /// service that writes. Every problem found is listed.
+    #[error("the database refuses what this service needs:\n  - {}", problems.join("\n  - "))]
+    Access {
+        /// One line per missing grant or read-only server.
+        problems: Vec<String>,
+    },
     /// The pool cannot serve the worker: transactional handling holds a
     /// connection per running handler.
     #[error(

@@ -58,7 +58,7 @@ enum Need {
 }
 
 /// What one service needs, checked together: [`Grants::check`] reports every
-/// missing grant in one [`Error::Schema`].
+/// missing grant in one [`Error::Access`].
 #[derive(Debug)]
 pub(crate) struct Grants {
     /// What needs them, as the message says it: "a worker", "enqueueing".
@@ -176,9 +176,23 @@ impl Grants {
         self.on_deps(t, &[Select, Update, Delete])
     }
 
+    /// Whether any need is a write (a privilege other than `SELECT`, or a
+    /// sequence's `USAGE`): a service that writes refuses a read-only server.
+    fn writes(&self) -> bool {
+        self.needs.iter().any(|need| match need {
+            Need::Table { privileges, .. } => privileges.iter().any(|p| *p != Select),
+            Need::IdSequence { .. } | Need::Sequence { .. } => true,
+        })
+    }
+
     /// Runs the check: every missing grant, one line each, in one error.
     pub(crate) async fn check<'a>(&self, on: impl Into<On<'a>>) -> Result<()> {
-        crate::schema_check::none(self.problems(on).await?)
+        let problems = self.problems(on).await?;
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Access { problems })
+        }
     }
 
     /// Every missing grant, one line each, with the statement that gives it.
@@ -186,6 +200,31 @@ impl Grants {
         let mut on = on.into();
         let mut problems = Vec::new();
         let by = self.needed_by;
+        if self.writes() {
+            let target = match &on {
+                On::Pool(pool) => {
+                    let o = pool.connect_options();
+                    match o.get_socket() {
+                        Some(socket) => format!(" at {}", socket.display()),
+                        None => format!(" at {}:{}", o.get_host(), o.get_port()),
+                    }
+                }
+                On::Conn(_) => String::new(),
+            };
+            let row = sql::server_read_only()
+                .fetch_one(on.reborrow())
+                .await
+                .map_err(Error::db("grants"))?;
+            if row.get::<bool, _>("replica") {
+                problems.push(format!(
+                    "the server{target} is a read-only replica (pg_is_in_recovery()), where {by} cannot write: give it the primary's URL"
+                ));
+            } else if row.get::<bool, _>("read_only") {
+                problems.push(format!(
+                    "the server{target} makes every session read-only (default_transaction_read_only = on), so {by} cannot write: give it a writable server or role"
+                ));
+            }
+        }
         for need in &self.needs {
             match need {
                 Need::Table {

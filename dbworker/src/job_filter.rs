@@ -39,6 +39,10 @@ pub struct JobFilter {
     pub fields: Vec<FieldFilter>,
     /// Only the tasks of this workflow (needs `dbworker migration --workflows`).
     pub workflow_id: Option<i64>,
+    /// Only stalled jobs: processing, with a heartbeat (or, before the first,
+    /// a start) older than this, by the database clock: what `status`
+    /// counts as stalled with the same age.
+    pub stalled_after: Option<Duration>,
 }
 
 impl JobFilter {

@@ -185,3 +185,27 @@ async fn remove_key_deletes_a_waiting_holder_and_leaves_a_processing_one() {
     let err = JobTable::new(&bare.pool, o).await.unwrap_err();
     assert!(err.to_string().contains("job_key"), "{err}");
 }
+
+/// A requeued job has not run in its new life: its old start goes, so one
+/// canceled before its next claim records no run of days.
+#[tokio::test]
+async fn a_requeue_forgets_the_old_attempts_start() {
+    let db = Db::new().await;
+    db.execute(
+        "INSERT INTO jobs (state, started_at, finished_at) VALUES ('failed', now() - interval '7 days', now() - interval '7 days')",
+    )
+    .await;
+    let id: i64 = db.scalar("SELECT max(id) FROM jobs WHERE $1 = $1", 0).await;
+    let admin = dbworker::admin::Admin::new(&db.pool, &db.table().await)
+        .await
+        .unwrap();
+    assert!(admin.requeue(id).await.unwrap());
+    admin.cancel(id).await.unwrap();
+    let (state, started): (String, Option<String>) =
+        sqlx::query_as("SELECT state, started_at::text FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), started), ("canceled", None));
+}

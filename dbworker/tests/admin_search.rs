@@ -178,7 +178,7 @@ async fn the_dashboards_failure_filter_pages_by_search_window() {
         .unwrap()
         .router();
     let condition = "failure_message ILIKE '%timeout%'";
-    let (ids, bodies) = dashboard_pages(&app, "?failure=timeout").await;
+    let (ids, bodies) = dashboard_pages(&app, "?failure=timeout&order=oldest").await;
     assert_eq!(ids, expected(&db, condition, false).await);
     assert_eq!(bodies.len(), 3, "{bodies:?}");
     let stop = first - 1 + i64::from(SEARCH_WINDOW);
@@ -191,5 +191,8 @@ async fn the_dashboards_failure_filter_pages_by_search_window() {
     );
     assert!(!bodies[2].contains("Searched"), "{}", bodies[2]);
     let (ids, _) = dashboard_pages(&app, "?failure=timeout&order=newest").await;
+    assert_eq!(ids, expected(&db, condition, true).await);
+    // A search without an order asked for starts at the newest matches.
+    let (ids, _) = dashboard_pages(&app, "?failure=timeout").await;
     assert_eq!(ids, expected(&db, condition, true).await);
 }

@@ -78,3 +78,37 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
     let (_, page) = get(&app, &format!("/t/jobs/jobs/{failed}")).await;
     assert!(page.contains("state-queued"), "{page}");
 }
+
+/// A writing service given the replica's URL refuses to start, naming the
+/// server as a read-only replica, instead of failing at every claim; a
+/// reader (the job table's check, the admin) works there.
+#[tokio::test]
+async fn a_writer_given_a_replica_refuses_to_start_naming_it() {
+    let Some(r) = Replicated::start_or_skip("the replica-refusal test").await else {
+        return;
+    };
+    let (db, replica) = (&r.db, &r.replica);
+    r.caught_up().await;
+    let table = dbworker::JobTable::new(replica, common::Db::table_options())
+        .await
+        .expect("a reader works on a replica");
+    dbworker::admin::Admin::new(replica, &table)
+        .await
+        .expect("so does the admin");
+    let port = {
+        let o: sqlx::postgres::PgConnectOptions = r.replica_url.parse().unwrap();
+        o.get_port()
+    };
+    let Err(worker) = dbworker::DbStore::new(replica, &table, db.options()).await else {
+        panic!("a worker's store started on a replica");
+    };
+    let Err(enqueuer) = dbworker::Enqueuer::new(replica, &table).await else {
+        panic!("an enqueuer started on a replica");
+    };
+    for err in [worker.to_string(), enqueuer.to_string()] {
+        assert!(
+            err.contains("read-only replica") && err.contains(&format!(":{port}")),
+            "{err}"
+        );
+    }
+}

@@ -50,6 +50,7 @@ mod process_tag;
 mod server;
 mod skip;
 mod throwaway;
+mod tls;
 mod url;
 mod watchdog;
 
@@ -59,3 +60,4 @@ pub use error::Error;
 pub use server::{Server, server};
 pub use skip::skip;
 pub use throwaway::ThrowawayServer;
+pub use tls::TlsServer;

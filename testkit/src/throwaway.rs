@@ -122,6 +122,11 @@ impl ThrowawayServer {
         self.pid
     }
 
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Restarts the server as an operator would: a fast shutdown (every
     /// session is terminated), then a start on the same port with the same
     /// settings. Blocks until it accepts connections again.

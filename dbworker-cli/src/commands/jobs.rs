@@ -22,9 +22,15 @@ use crate::commands::json::{self, print_json};
 /// Which jobs: every flag given must match.
 #[derive(Debug, Args, Default)]
 pub(crate) struct FilterArgs {
-    /// Only jobs in these states (repeatable or comma-separated).
+    /// Only jobs in these states (repeatable or comma-separated), or
+    /// `stalled`: processing jobs whose heartbeat is older than
+    /// --stalled-after, as `status` counts them.
     #[arg(long = "state", value_delimiter = ',', value_parser = parse_state)]
-    states: Vec<JobState>,
+    states: Vec<StateArg>,
+    /// With `--state stalled`: a processing job whose heartbeat is older
+    /// than this counts as stalled (`status`'s --stalled-after).
+    #[arg(long, default_value = "30s", value_parser = crate::args::duration)]
+    stalled_after: Duration,
     /// Only jobs of this queue (the table's `queue` column, or --queue-column).
     #[arg(long)]
     queue: Option<String>,
@@ -64,7 +70,21 @@ impl FilterArgs {
             }
         }
         let mut f = JobFilter::default();
-        f.states = self.states.clone();
+        let stalled = self.states.contains(&StateArg::Stalled);
+        if stalled && self.states.len() > 1 {
+            bail!(
+                "--state stalled is a kind of processing job: it cannot be combined with other states"
+            );
+        }
+        f.states = self
+            .states
+            .iter()
+            .filter_map(|s| match s {
+                StateArg::State(s) => Some(*s),
+                StateArg::Stalled => None,
+            })
+            .collect();
+        f.stalled_after = stalled.then_some(self.stalled_after);
         f.queue = self.queue.clone();
         f.kind = self.kind.clone();
         f.older_than = self.older_than;
@@ -81,11 +101,21 @@ impl FilterArgs {
     }
 }
 
-fn parse_state(s: &str) -> std::result::Result<JobState, String> {
-    s.parse::<JobState>().map_err(|_| {
+/// A `--state` value: a job state, or `stalled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StateArg {
+    State(JobState),
+    Stalled,
+}
+
+fn parse_state(s: &str) -> std::result::Result<StateArg, String> {
+    if s == "stalled" {
+        return Ok(StateArg::Stalled);
+    }
+    s.parse::<JobState>().map(StateArg::State).map_err(|_| {
         let valid: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
         format!(
-            "{s:?} is not a job state; the states are {}",
+            "{s:?} is not a job state; the states are {}, and stalled",
             valid.join(", ")
         )
     })
@@ -109,9 +139,13 @@ pub(crate) struct ListArgs {
     /// Rows per page.
     #[arg(long, default_value_t = 50)]
     limit: u32,
-    /// Newest (or highest) first.
-    #[arg(long)]
+    /// Newest (or highest) first. The default with --failure or --field,
+    /// so a search reaches recent failures on its first page.
+    #[arg(long, conflicts_with = "oldest")]
     newest: bool,
+    /// Oldest (or lowest) first. The default without --failure or --field.
+    #[arg(long)]
+    oldest: bool,
     /// Sort by id, queued_at, finished_at or failures (ties by id).
     #[arg(long, default_value = "id", value_parser = parse_sort)]
     sort: JobSort,
@@ -139,7 +173,8 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
         .await?;
     let mut page = PageRequest::first(args.limit);
     page.after = args.after;
-    page.newest_first = args.newest;
+    let searching = args.filter.failure.is_some() || !args.filter.fields.is_empty();
+    page.newest_first = args.newest || (searching && !args.oldest);
     page.sort = args.sort;
     page.after_value = args.after_value.clone();
     let page = admin

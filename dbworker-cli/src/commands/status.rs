@@ -12,7 +12,7 @@ use dbworker::{
     consumers::{
         DEFAULT_ASSIGNMENT_TABLE, DEFAULT_CHECKPOINT_TABLE, consumer_assignments, consumer_lag,
     },
-    control::{DEFAULT_PAUSE_TABLE, Pause, Pauses, PausesOptions},
+    control::{Pause, Pauses, PausesOptions},
     history::DEFAULT_HISTORY_TABLE,
 };
 
@@ -117,28 +117,26 @@ pub(crate) async fn status(args: StatusArgs) -> Result<()> {
     Ok(())
 }
 
-/// The table's pauses: from `--pause-table`, or from the default pause table
-/// when it exists (`None` when there is none).
+/// The table's pauses: from `--pause-table`, or from the pause table the job
+/// table honours (the standard one, when it exists); `None` when there is
+/// none. A pause table that cannot be read is an error naming why (a
+/// missing grant with its `GRANT`), never a silently missing line.
 async fn paused(pool: &sqlx::PgPool, args: &StatusArgs) -> Result<Option<Vec<Pause>>> {
-    let name = args
-        .pause_table
-        .clone()
-        .unwrap_or_else(|| DEFAULT_PAUSE_TABLE.to_owned());
-    let pauses = async {
-        let table = args
-            .table
-            .job_table_with(pool, |o| o.pause_table = Some(name.clone()))
-            .await?;
-        let pauses = Pauses::new(pool, &table, PausesOptions::default()).await?;
-        anyhow::Ok(pauses.list().await?)
-    }
-    .await;
-    match pauses {
-        Ok(list) => Ok(Some(list)),
-        // Without the flag, a table without pauses just has none to show.
-        Err(_) if args.pause_table.is_none() => Ok(None),
-        Err(err) => Err(err.context(format!("pause table {name}"))),
-    }
+    let table = args
+        .table
+        .job_table_with(pool, |o| o.pause_table = args.pause_table.clone())
+        .await?;
+    let Some(name) = table.pause_table() else {
+        return Ok(None);
+    };
+    let pauses = Pauses::new(pool, &table, PausesOptions::default())
+        .await
+        .with_context(|| format!("pause table {name}"))?;
+    let list = pauses
+        .list()
+        .await
+        .with_context(|| format!("pause table {name}"))?;
+    Ok(Some(list))
 }
 
 /// Every state per queue, then the totals.

@@ -134,13 +134,27 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
             .job_table(&pool, name, |o| {
                 o.queue_column = args.queue_column.clone();
                 o.kind_column = args.kind_column.clone();
+                // As `status` does: the optional columns (and workflows) by
+                // their standard names, unless named.
+                o.detect = o.queue_column.is_none() && o.kind_column.is_none();
                 o.pause_table = args.pause_table.clone();
                 o.limit_table = args.limit_table.clone();
                 o.error_history_column = args.error_history_column.clone();
                 o.workflows = args.workflows;
             })
             .await?;
+        for missing in not_found(&table) {
+            eprintln!("dashboard: table {name} has {missing}");
+        }
         tables.push(table);
+    }
+    if args.node_table.is_none() {
+        eprintln!(
+            "dashboard: no worker registry (--node-table): no live processes or leader shown"
+        );
+    }
+    if args.cron_table.is_none() {
+        eprintln!("dashboard: no cron table (--cron-table): no cron pages");
     }
     let mut options = DashboardOptions::new(tables);
     options.auth = auth;
@@ -166,4 +180,24 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
         .context("serving the dashboard")
+}
+
+/// What the dashboard could not find on `table`, each with what it costs
+/// and how to give it, so a cut-down dashboard says why.
+fn not_found(table: &dbworker::JobTable) -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    if table.queue_column().is_none() {
+        missing
+            .push("no queue column (--queue-column): one (all) row, no per-queue pauses or limits");
+    }
+    if table.kind_column().is_none() {
+        missing.push("no kind column (--kind-column): no filter by kind");
+    }
+    if table.pause_table().is_none() {
+        missing.push("no pause table (--pause-table; `dbworker migration --pauses` creates dbworker_pauses): no pause or resume");
+    }
+    if !table.has_workflows() {
+        missing.push("no workflows (`dbworker migration --workflows`): no workflow pages");
+    }
+    missing
 }

@@ -75,13 +75,26 @@ pub enum Canceled {
 
 impl Admin {
     /// An operator's view of `table` (checked when it was built). Reading
-    /// (status, lists, a job's row) needs only the table's `SELECT`; a tool
-    /// that acts checks [`check_actions`](Self::check_actions) (and
-    /// [`check_deletes`](Self::check_deletes)) at start-up.
+    /// (status, lists, a job's row) needs `SELECT` on the table and on what
+    /// status reads beside it: the dependency table (with workflows) and the
+    /// pause and limit tables it honours; every missing one is named at
+    /// once. A tool that acts checks [`check_actions`](Self::check_actions)
+    /// (and [`check_deletes`](Self::check_deletes)) at start-up.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Admin> {
+        let t = table.sql();
+        let mut reads = Grants::new("reading the jobs (status, lists)")
+            .on_table(t, &[Privilege::Select])
+            .on_deps(t, &[Privilege::Select]);
+        if let Some(pauses) = &t.pause_table {
+            reads = reads.on("pause table", pauses, &[Privilege::Select]);
+        }
+        if let Some(limits) = &t.limit_table {
+            reads = reads.on("limit table", limits, &[Privilege::Select]);
+        }
+        reads.check(pool).await?;
         Ok(Admin {
             pool: pool.clone(),
-            t: table.sql().clone(),
+            t: t.clone(),
         })
     }
 
@@ -89,7 +102,7 @@ impl Admin {
     /// the table, with workflows what the release trigger touches when an
     /// action finishes or retries a job, and on a partitioned table with
     /// keys `SELECT, INSERT, DELETE` on its key table. Each missing grant
-    /// is named with its `GRANT` ([`Error::Schema`]).
+    /// is named with its `GRANT` ([`Error::Access`]).
     pub async fn check_actions(&self) -> Result<()> {
         Grants::new("acting on jobs")
             .on_table(&self.t, &[Privilege::Update])

@@ -131,6 +131,12 @@ impl Word {
                     self.text
                 ));
             }
+        } else if self.text.len() > 63 && identifier_chars(&self.text) {
+            return Err(format!(
+                "{:?} is {} bytes, over PostgreSQL's limit of 63 for a name (it would cut it to 63)",
+                self.text,
+                self.text.len()
+            ));
         } else if !is_identifier(&self.text) {
             return Err(format!("{:?} is not a plain identifier", self.text));
         }
@@ -322,8 +328,34 @@ pub(crate) fn bounded_name_to(name: &str, max: usize) -> String {
 
 /// Whether `s` is a plain SQL identifier (letters, digits, `_`, `$`; not starting with a digit).
 pub(crate) fn is_identifier(s: &str) -> bool {
+    identifier_chars(s) && s.len() <= 63
+}
+
+/// Whether `s` is made of what a plain identifier may hold, whatever its length.
+fn identifier_chars(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_alphabetic() || c == '_')
         && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '$')
-        && s.len() <= 63
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Relation;
+
+    #[test]
+    fn a_name_over_63_bytes_is_refused_saying_so() {
+        let long = "j".repeat(64);
+        let err = Relation::parse("table_name", &long)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("64 bytes") && err.contains("limit of 63"),
+            "{err}"
+        );
+        assert!(Relation::parse("table_name", &"j".repeat(63)).is_ok());
+        let err = Relation::parse("table_name", "jobs-2")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a plain identifier"), "{err}");
+    }
 }

@@ -9,22 +9,30 @@ use crate::error::{Error, Result};
 /// included) and the pause table's writes. Missing ones are named with the
 /// way out that needs none.
 pub(super) async fn check_actions(writer: &Admin, pauses: Option<&Pauses>) -> Result<()> {
-    let mut checked = writer.check_actions().await;
-    if checked.is_ok() {
-        checked = writer.check_deletes().await;
+    // Every check runs, so one start-up names every missing grant.
+    let mut problems = Vec::new();
+    let mut checks = vec![writer.check_actions().await, writer.check_deletes().await];
+    if let Some(p) = pauses {
+        checks.push(p.check_writes().await);
     }
-    if checked.is_ok()
-        && let Some(p) = pauses
-    {
-        checked = p.check_writes().await;
-    }
-    match checked {
-        Err(Error::Schema { mut problems }) => {
-            problems.push(
-                "a dashboard without actions needs only SELECT: set DashboardOptions::read_only (`dbworker ui --read-only`)".to_owned(),
-            );
-            Err(Error::Schema { problems })
+    for checked in checks {
+        match checked {
+            Ok(()) => {}
+            Err(Error::Access { problems: more }) => {
+                for m in more {
+                    if !problems.contains(&m) {
+                        problems.push(m);
+                    }
+                }
+            }
+            Err(other) => return Err(other),
         }
-        other => other,
     }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    problems.push(
+        "a dashboard without actions needs only SELECT: set DashboardOptions::read_only (`dbworker ui --read-only`)".to_owned(),
+    );
+    Err(Error::Access { problems })
 }

@@ -428,6 +428,18 @@ async fn overview(
     )
 }
 
+/// Whether a job list shows newest first: as `order` asks, else when it
+/// searches the failure text or a field, so a search's first page holds the
+/// recent matches rather than the oldest.
+pub(crate) fn newest_first(q: &HashMap<String, String>) -> bool {
+    let given = |k: &str| q.get(k).is_some_and(|v| !v.trim().is_empty());
+    match q.get("order").map(String::as_str) {
+        Some("newest") => true,
+        Some("oldest") => false,
+        _ => given("failure") || given("field"),
+    }
+}
+
 /// The list filter from query parameters; refuses hidden fields. Each error
 /// names its parameter and quotes the input cut short.
 pub(crate) fn filter_from(
@@ -491,7 +503,7 @@ async fn jobs(
         page.after = Some(after.parse().map_err(not_id)?);
     }
     page.after_value = q.get("after_value").cloned();
-    page.newest_first = q.get("order").is_some_and(|o| o == "newest");
+    page.newest_first = newest_first(&q);
     if let Some(sort) = q.get("sort").filter(|v| !v.is_empty()) {
         page.sort = sort.parse().map_err(server_error)?;
     }

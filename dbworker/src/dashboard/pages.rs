@@ -209,7 +209,7 @@ pub(crate) fn jobs(
 ) -> Markup {
     let value = |k: &str| q.get(k).cloned().unwrap_or_default();
     let admin = viewer.user.role == Role::Admin;
-    let newest = q.get("order").is_some_and(|o| o == "newest");
+    let newest = super::newest_first(q);
     let mut next = format!("?after={}", page.next.unwrap_or_default());
     if let Some(value) = &page.next_value {
         next.push_str(&format!("&after_value={}", url_escape(value)));

@@ -111,6 +111,18 @@ pub(super) fn filter_conditions(a: &Table, f: &JobFilter) -> Vec<Expr> {
     if let Some(id) = f.workflow_id {
         conds.push(col(al, crate::columns::WORKFLOW_ID).eq(id));
     }
+    if let Some(age) = f.stalled_after {
+        conds.push(col(al, &c.state).eq(state(JobState::Processing)));
+        conds.push(Expr::cust_with_values(
+            format!(
+                "COALESCE({al}.{heartbeat}, {al}.{started}) < now() - $1 * interval '1 second'",
+                al = quote(al),
+                heartbeat = quote(&c.last_heartbeat_at),
+                started = quote(&c.started_at),
+            ),
+            [age.as_secs_f64()],
+        ));
+    }
     for field in &f.fields {
         let target = format!("{}.{}", quote(al), quote(&field.column));
         conds.push(if field.path.is_empty() {
@@ -323,11 +335,15 @@ pub(super) fn ids_in(a: &str, id: &str, ids: &[i64]) -> Expr {
 }
 
 /// Finished or errored jobs back to `queued`, to run now, failures reset.
+/// The old attempt's start goes too: a requeued job has not run in its new
+/// life, so one canceled before its next claim has no run time (not the
+/// days since the old start).
 pub(crate) fn admin_requeue(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
     let q = admin_update(a, ids, BulkAction::Requeue.states())
         .value(alias(&c.state), state(JobState::Queued))
         .value(alias(&c.process_after), Expr::cust("NULL"))
+        .value(alias(&c.started_at), Expr::cust("NULL"))
         .value(alias(&c.num_failures), 0)
         .value(alias(&c.cancel), false)
         .value(alias(&c.finished_at), Expr::cust("NULL"))
@@ -507,6 +523,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         failure_contains: Some("timeout".into()),
         fields: vec![FieldFilter::new("payload", &["to", "domain"], "example.com").unwrap()],
         workflow_id: None,
+        stalled_after: None,
     };
     let workflows = Table {
         workflows: true,
@@ -544,6 +561,17 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "admin_list_by_failures_newest_first",
             admin_list(&a, &JobFilter::default(), &by_failures),
+        ),
+        (
+            "admin_list_stalled",
+            admin_list(
+                &a,
+                &JobFilter {
+                    stalled_after: Some(Duration::from_secs(30)),
+                    ..JobFilter::default()
+                },
+                &page,
+            ),
         ),
         (
             "admin_select_ids",

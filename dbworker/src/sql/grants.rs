@@ -43,6 +43,19 @@ pub(crate) fn sequence_privilege(quoted: &str) -> Statement {
     Statement::from(&q)
 }
 
+/// Whether the server takes writes: `(replica, read_only)`, a standby in
+/// recovery, or sessions read-only by default (`default_transaction_read_only`).
+pub(crate) fn server_read_only() -> Statement {
+    let q = Query::select()
+        .expr_as(Expr::cust("pg_is_in_recovery()"), alias("replica"))
+        .expr_as(
+            Expr::cust("current_setting('default_transaction_read_only') = 'on'"),
+            alias("read_only"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
@@ -54,5 +67,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "sequence_privilege",
             sequence_privilege("\"jobs_workflow_seq\""),
         ),
+        ("server_read_only", server_read_only()),
     ]
 }

@@ -89,7 +89,7 @@ pub(crate) use enqueue::{
 };
 pub(crate) use execution_logs::{log_append, log_len, log_update};
 pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
-pub(crate) use grants::{sequence_privilege, table_privileges};
+pub(crate) use grants::{sequence_privilege, server_read_only, table_privileges};
 pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
 use history::append_history;

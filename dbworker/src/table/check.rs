@@ -148,10 +148,19 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         // enqueuer's start-up names the missing INSERT).
         && !has_sqlstate(&err, "42501")
     {
+        let column = t.key_column.as_deref().unwrap_or_default();
+        let advice = format!(
+            "key column {table}.{column} (key_column) needs a unique index on it WHERE its state is queued, errored or processing (`dbworker migration --keys` prints it)"
+        );
+        // 42P10: no unique index matches the keyed insert's ON CONFLICT,
+        // which the advice says; any other failure is shown as it came.
+        let problem = if has_sqlstate(&err, "42P10") {
+            advice
+        } else {
+            format!("{advice}; checking it failed: {err}")
+        };
         return Err(Error::Schema {
-            problems: vec![format!(
-                "the key column needs a unique index on it WHERE its state is queued, errored or processing (`dbworker migration --keys` prints it): {err}"
-            )],
+            problems: vec![problem],
         });
     }
     if t.workflows {

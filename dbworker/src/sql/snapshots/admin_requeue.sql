@@ -1,1 +1,1 @@
-UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'queued', "process_after" = NULL, "num_failures" = $1, "cancel" = $2, "finished_at" = NULL WHERE ("example_jobs"."id" = ANY($3::bigint[])) AND "example_jobs"."status" IN ('failed', 'canceled', 'errored')
+UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'queued', "process_after" = NULL, "started_at" = NULL, "num_failures" = $1, "cancel" = $2, "finished_at" = NULL WHERE ("example_jobs"."id" = ANY($3::bigint[])) AND "example_jobs"."status" IN ('failed', 'canceled', 'errored')
