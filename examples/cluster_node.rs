@@ -127,17 +127,18 @@ async fn setup(pool: &PgPool, jobs: i64, events: i64) -> Result<(), BoxError> {
 
 /// Runs this node until `stop` fires.
 async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError> {
+    // The job table, checked once; the store, the resetter and the purger take it.
+    let table = JobTable::new(&pool, JobTableOptions::new("jobs j")).await?;
     let mut no = NodeOptions::default();
     no.heartbeat_interval = Duration::from_millis(200);
     no.dead_after = Duration::from_secs(1);
     no.queues = vec!["jobs".into()];
     no.handlers = 4;
+    // Operators see what its claims honour (`dbworker status`, the dashboard).
+    no.honours = table.honours();
     let node = Node::new(&pool, no).await?;
     println!("node {}", node.id());
     let beat = tokio::spawn(node.clone().run(stop.clone()));
-
-    // The job table, checked once; the store, the resetter and the purger take it.
-    let table = JobTable::new(&pool, JobTableOptions::new("jobs j")).await?;
     let mut so = StoreOptions::<Job>::from_row("jobs");
     so.column_expressions = vec!["j.id".into()];
     so.handling = Handling::Transactional;

@@ -72,6 +72,11 @@ async fn resetter_processes_elect_a_leader_and_status_shows_them() {
         .unwrap();
     let status = String::from_utf8(status.stdout).unwrap();
     assert!(status.contains("live processes: 2"), "{status}");
+    // A resetter claims nothing, so it honours no pause or limit table.
+    assert!(
+        status.contains("honours: no pause or limit table"),
+        "{status}"
+    );
     assert!(status.contains(&format!("{first} (leader)")), "{status}");
 
     // SIGKILL the leader: the other process leads within the lease and a third.

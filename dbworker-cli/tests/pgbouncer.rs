@@ -34,6 +34,8 @@ async fn operator_commands_work_through_pgbouncer_in_transaction_mode() {
     let Some(b) = Bouncer::start_or_skip("the CLI's PgBouncer test", db.db.url(), 2) else {
         return;
     };
+    // Another sqlx program's statements are on both server connections.
+    assert_eq!(b.leave_named_statements().await, 60);
     let failed: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO jobs (state, failure_message, num_failures, finished_at)
          SELECT 'failed', 'boom ' || i, 1, now() FROM generate_series(1, 3) i RETURNING id",

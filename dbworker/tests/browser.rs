@@ -274,7 +274,7 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
         .send_keys("payload.customer_id=4242")
         .await
         .unwrap();
-    click(&c, Locator::Css("form.filters button")).await;
+    click(&c, Locator::Css("form.filters:not(.goto) button")).await;
     at_url(&c, "field=payload").await;
     page_with(&c, "SMTP 550: mailbox unavailable").await;
     let rows = c
@@ -443,16 +443,15 @@ async fn operators_use_the_dashboard_in_a_real_browser() {
     c.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operators_follow_a_task_to_its_workflow_graph() {
-    let Some((_driver, c)) = browser().await else {
-        return;
-    };
+/// A table with queues, kinds, workflows and the pause table (and, with
+/// `errors`, an error history).
+async fn workflow_db(errors: bool) -> Db {
     let db = Db::new().await;
     db.add_columns(
         |col| {
             col.queue = true;
             col.kind = true;
+            col.error_history = errors;
         },
         &[
             pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
@@ -460,6 +459,15 @@ async fn operators_follow_a_task_to_its_workflow_graph() {
         ],
     )
     .await;
+    db
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_follow_a_task_to_its_workflow_graph() {
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = workflow_db(false).await;
     let table = db.table_with(|t| t.workflows = true).await;
     let workflows = Workflows::new(&db.pool, &table).await.unwrap();
     let job = || NewJob::new();
@@ -720,7 +728,7 @@ async fn operators_see_every_state_counted_and_the_new_pages_in_a_real_browser()
         .select_by_value("failed")
         .await
         .unwrap();
-    click(&c, Locator::Css("form.filters button")).await;
+    click(&c, Locator::Css("form.filters:not(.goto) button")).await;
     at_url(&c, "state=failed").await;
     let shown = cells(&c, "table.workflows").await;
     assert_eq!(shown.len(), 2, "only workflow 12: {shown:?}");
@@ -888,5 +896,251 @@ async fn operators_read_the_cron_page_and_follow_its_last_job() {
     click(&c, Locator::LinkText(&job.to_string())).await;
     at_url(&c, &format!("/t/jobs/jobs/{job}")).await;
     page_with(&c, &format!("{job}")).await;
+    c.close().await.unwrap();
+}
+
+/// Waits up to `within` for the page's text to contain `needle`.
+async fn text_within(c: &Client, needle: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(body) = c.find(Locator::Css("body")).await
+            && let Ok(text) = body.text().await
+            && text.contains(needle)
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// A page keeps itself current without a reload while its tab is visible,
+/// and stops while it is hidden: a job failing meanwhile appears in the list
+/// in place (the page's own state survives), not while the tab is hidden,
+/// and at once when it is shown again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_updates_itself_live_while_its_tab_is_visible() {
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = Db::new().await;
+    let dashboard = Dashboard::new(&db.pool, DashboardOptions::new(vec![db.table().await]))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://localhost:{}", listener.local_addr().unwrap().port());
+    let app = dashboard.router();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    c.goto(&format!("{base}/t/jobs/jobs?order=newest"))
+        .await
+        .unwrap();
+    page_with(
+        &c,
+        "Auto-refresh: live (every 5 s while this tab is visible)",
+    )
+    .await;
+    // A value of this page's own: a reload would lose it.
+    c.execute("window.dbworkerMark = 42; return 1;", vec![])
+        .await
+        .unwrap();
+    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'arrived while watching', now())")
+        .await;
+    assert!(
+        text_within(&c, "arrived while watching", Duration::from_secs(15)).await,
+        "the list updated in place"
+    );
+    let mark = c
+        .execute("return window.dbworkerMark;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(mark, serde_json::json!(42), "no reload");
+    shot(&c, "live-list").await;
+
+    // The tab hidden: no update.
+    c.execute(
+        "Object.defineProperty(document, 'hidden', { configurable: true, get: function () { return true; } }); document.dispatchEvent(new Event('visibilitychange')); return 1;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'arrived while hidden', now())")
+        .await;
+    assert!(
+        !text_within(&c, "arrived while hidden", Duration::from_secs(8)).await,
+        "a hidden tab does not update"
+    );
+    // Shown again: updated at once.
+    c.execute(
+        "Object.defineProperty(document, 'hidden', { configurable: true, get: function () { return false; } }); document.dispatchEvent(new Event('visibilitychange')); return 1;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert!(
+        text_within(&c, "arrived while hidden", Duration::from_secs(3)).await,
+        "a tab shown again updates at once"
+    );
+    // `?paused=` stops the live updates too.
+    c.goto(&format!("{base}/t/jobs/jobs?order=newest&paused=5"))
+        .await
+        .unwrap();
+    page_with(&c, "Auto-refresh: paused").await;
+    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'arrived while paused', now())")
+        .await;
+    assert!(
+        !text_within(&c, "arrived while paused", Duration::from_secs(8)).await,
+        "a paused page does not update"
+    );
+    c.close().await.unwrap();
+}
+
+/// The search suggests the queues and kinds the table holds and opens a job
+/// by its id; a job's page draws its timeline (queued, each failed attempt
+/// with its worker and error, the last attempt, the end); a workflow's page
+/// retries its failed task (its dependent canceled with it comes back to
+/// pending) and cancels the whole workflow, each after a confirmation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_search_read_a_timeline_and_act_on_a_workflow() {
+    let Some((_driver, c)) = browser().await else {
+        return;
+    };
+    let db = workflow_db(true).await;
+    let table = db
+        .table_with(|t| {
+            t.workflows = true;
+            t.queue_column = Some("queue".into());
+            t.kind_column = Some("kind".into());
+            t.error_history_column = Some("errors".into());
+        })
+        .await;
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
+    let wf = workflows
+        .enqueue(
+            &Workflow::new()
+                .task(Task::new(
+                    "fetch",
+                    NewJob::new().queue("media").kind("fetch_image"),
+                ))
+                .task(
+                    Task::new("resize", NewJob::new().queue("media").kind("resize"))
+                        .after(["fetch"]),
+                ),
+        )
+        .await
+        .unwrap();
+    let (fetch, resize) = (wf.id_of("fetch").unwrap(), wf.id_of("resize").unwrap());
+    // The fetch fails twice, the second time for good.
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    so.max_num_retries = 1;
+    so.retry = dbworker::RetryPolicy::fixed(Duration::ZERO);
+    let store = db.store_on(&table, so).await;
+    for message in [
+        "timeout talking to the image server",
+        "image server said 500",
+    ] {
+        let mut got = store
+            .dequeue("host-a", &DbConditions::new(), 1)
+            .await
+            .unwrap();
+        assert_eq!(got[0].record().id, fetch);
+        assert!(
+            store
+                .mark_errored(&mut got[0], message, None)
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(db.state(fetch).await, "failed");
+    assert_eq!(
+        db.state(resize).await,
+        "canceled",
+        "canceled with its upstream"
+    );
+
+    let (base, _dashboard) = serve_table(&db, table, |_| {}).await;
+    sign_in(&c, &base, "admin").await;
+
+    // Suggestions and the id box.
+    c.goto(&format!("{base}/t/jobs/jobs")).await.unwrap();
+    page_with(&c, "Open").await;
+    let options = |list: &'static str| {
+        let c = c.clone();
+        async move {
+            let mut values = Vec::new();
+            for o in c
+                .find_all(Locator::Css(&format!("datalist#{list} option")))
+                .await
+                .unwrap()
+            {
+                values.push(o.attr("value").await.unwrap().unwrap_or_default());
+            }
+            values
+        }
+    };
+    assert_eq!(options("queues").await, ["media"]);
+    assert_eq!(options("kinds").await, ["fetch_image", "resize"]);
+    c.find(Locator::Css("input[name=id]"))
+        .await
+        .unwrap()
+        .send_keys(&fetch.to_string())
+        .await
+        .unwrap();
+    click(&c, Locator::Id("go-to-job")).await;
+    at_url(&c, &format!("/t/jobs/jobs/{fetch}")).await;
+
+    // The timeline.
+    let rows = cells(&c, "#timeline").await;
+    let text: Vec<String> = rows.iter().map(|r| r.join(" | ")).collect();
+    // The heading, then queued, two failed attempts, failed.
+    let rows = &rows[1..];
+    assert_eq!(
+        rows.len(),
+        4,
+        "queued, two failed attempts, failed: {text:?}"
+    );
+    assert!(rows[0][1].contains("queued"), "{text:?}");
+    assert!(
+        rows[1][1].contains("attempt 1 failed on host-a")
+            && rows[1][1].contains("timeout talking to the image server"),
+        "{text:?}"
+    );
+    assert!(
+        rows[2][1].contains("attempt 2 failed on host-a") && rows[2][1].contains("after "),
+        "{text:?}"
+    );
+    assert!(
+        rows[3][1].starts_with("failed") && rows[3][1].contains("image server said 500"),
+        "{text:?}"
+    );
+    shot(&c, "job-timeline").await;
+
+    // Retry the workflow's failed task: confirmed, then its dependent is
+    // pending again behind it.
+    c.goto(&format!("{base}/t/jobs/workflows/{}", wf.id))
+        .await
+        .unwrap();
+    click(&c, Locator::Id("workflow-requeue")).await;
+    page_with(&c, "Yes, requeue 1 job(s)").await;
+    click(&c, Locator::Css("button.danger")).await;
+    page_with(&c, "Done: requeue 1").await;
+    assert_eq!(db.state(fetch).await, "queued");
+    assert_eq!(
+        db.state(resize).await,
+        "pending",
+        "back behind its upstream"
+    );
+
+    // Cancel the whole workflow.
+    c.goto(&format!("{base}/t/jobs/workflows/{}", wf.id))
+        .await
+        .unwrap();
+    click(&c, Locator::Id("workflow-cancel")).await;
+    page_with(&c, "Yes, cancel 2 job(s)").await;
+    click(&c, Locator::Css("button.danger")).await;
+    page_with(&c, "Done: cancel 2").await;
+    assert_eq!(db.state(fetch).await, "canceled");
+    assert_eq!(db.state(resize).await, "canceled");
     c.close().await.unwrap();
 }

@@ -340,3 +340,46 @@ async fn a_graceful_leader_hands_over_within_a_third_of_the_lease() {
         run.await.unwrap();
     }
 }
+
+/// A process says what its claims honour (`JobTable::honours`), and the
+/// registry shows it; on a node table made before the `honours` column, a
+/// process still registers, and readers say it did not tell.
+#[tokio::test]
+async fn a_process_records_the_control_tables_its_claims_honour() {
+    let db = set_up().await;
+    db.add_columns(
+        |c| c.queue = true,
+        &[
+            dbworker::ddl::pause_table_sql(dbworker::control::DEFAULT_PAUSE_TABLE).unwrap(),
+            dbworker::ddl::limit_table_sql(dbworker::control::DEFAULT_LIMIT_TABLE).unwrap(),
+        ],
+    )
+    .await;
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    assert_eq!(
+        table.honours(),
+        ["pauses in dbworker_pauses", "limits in dbworker_limits"]
+    );
+    let mut o = fast_nodes(&["emails"], 2);
+    o.honours = table.honours();
+    let node = Node::new(&db.pool, o.clone()).await.unwrap();
+    let live = live_nodes(&db.pool, DEFAULT_NODE_TABLE, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let me = live.iter().find(|n| n.id == node.id()).unwrap();
+    assert_eq!(me.honours.as_deref(), Some(table.honours().as_slice()));
+    node.deregister().await.unwrap();
+
+    // A registry made before the column: registering works, nobody says.
+    db.execute("ALTER TABLE dbworker_nodes DROP COLUMN honours")
+        .await;
+    let old = Node::new(&db.pool, o).await.unwrap();
+    let live = live_nodes(&db.pool, DEFAULT_NODE_TABLE, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let me = live.iter().find(|n| n.id == old.id()).unwrap();
+    assert_eq!(me.honours, None);
+    old.heartbeat().await.unwrap();
+}

@@ -1,8 +1,11 @@
 //! Durable pause and resume on real Postgres: a paused table or queue is
 //! skipped by every store at its next claim, a resume wakes listening workers
-//! at once, and a missing pause table is named at start-up.
+//! at once, and a missing pause table is named at start-up. A pause set on
+//! the dashboard holds for every description of the table.
 
 mod common;
+#[path = "common/router.rs"]
+mod router;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -176,4 +179,57 @@ async fn a_missing_pause_table_or_queue_column_is_named_at_start_up() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("pause_table"), "{err}");
+}
+
+/// A pause set on the dashboard holds for stores over the table however it
+/// was described (columns named with no pause table, `detected`, `typed`):
+/// none claims from the paused queue, each claims from the other.
+#[tokio::test]
+async fn a_pause_from_the_dashboard_holds_for_every_description_of_the_table() {
+    use dbworker::JobTableOptions;
+    use dbworker::dashboard::{Dashboard, DashboardOptions};
+    let db = Db::new().await;
+    db.add_columns(
+        |c| {
+            c.queue = true;
+            c.kind = true;
+        },
+        &[pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap()],
+    )
+    .await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![db.table().await]))
+        .await
+        .unwrap()
+        .router();
+    let (_, page) = router::get(&app, "/t/jobs/queues").await;
+    let token = router::csrf(&page);
+    let (status, _, _) = router::post(
+        &app,
+        "/t/jobs/queues/pause",
+        &format!("csrf={token}&queue=mail&do=pause"),
+        None,
+    )
+    .await;
+    assert!(status.is_redirection(), "{status}");
+
+    let mut named = JobTableOptions::new("jobs");
+    named.queue_column = Some("queue".into());
+    let mut typed = JobTableOptions::typed("jobs");
+    typed.queue_column = Some("queue".into());
+    for options in [named, JobTableOptions::detected("jobs"), typed] {
+        let table = JobTable::new(&db.pool, options).await.unwrap();
+        let mut o = db.options();
+        o.column_expressions = vec!["id".into(), "payload".into(), "cost".into()];
+        o.handling = Handling::Heartbeat;
+        o.stall.stalled_max_age = Duration::from_secs(60);
+        let store = db.store_on(&table, o).await;
+        let ids = enqueue(&db, &["mail", "other"]).await;
+        assert_eq!(claim(&store).await, vec![ids[1]], "only the other queue");
+    }
+    let waiting: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE queue = 'mail' AND state = 'queued'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(waiting, 3, "every paused job still waits");
 }

@@ -26,8 +26,8 @@ use dbworker::{
     workflow::{Task, Workflow, Workflows},
 };
 use serde_json::json;
+use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgPool, Row};
 use workerutil::{ExecutionLogEntry, Handler, HandlerError, JobContext, WorkerOptions};
 
 use bouncer::Bouncer;
@@ -178,50 +178,6 @@ async fn run_worker(pool: &PgPool, table: &JobTable, handling: Handling, db: &Db
     assert!(live.is_empty(), "{handling:?}: {live:?}");
 }
 
-/// What a plain sqlx program leaves on PgBouncer's server connections: its
-/// default statements, prepared under sqlx's names (`sqlx_s_1`, ...) and
-/// never closed. Four clients hold a transaction each at once, so each of the
-/// four server connections gets a full set.
-async fn leave_named_statements(b: &Bouncer) {
-    let other = PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&b.url())
-        .await
-        .expect("another program's pool");
-    let barrier = Arc::new(tokio::sync::Barrier::new(4));
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        let (other, barrier) = (other.clone(), barrier.clone());
-        clients.push(tokio::spawn(async move {
-            let mut tx = other.begin().await.unwrap();
-            barrier.wait().await;
-            for i in 0..60_i64 {
-                let sql = format!("SELECT $1::bigint + {i}");
-                let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                    .bind(i)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .unwrap();
-                assert_eq!(n, 2 * i);
-            }
-            barrier.wait().await;
-            tx.commit().await.unwrap();
-        }));
-    }
-    for c in clients {
-        c.await.unwrap();
-    }
-    // Dropped without closing: the server connections keep what was prepared.
-    drop(other);
-    // A simple query prepares nothing of its own.
-    let left: i64 = sqlx::raw_sql("SELECT count(*) FROM pg_prepared_statements")
-        .fetch_one(&b.pool(1).await)
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 60, "the other program's statements are left behind");
-}
-
 /// `set_pooler` is process-wide: the tests of this binary that set it take
 /// turns.
 static POOLER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -234,7 +190,7 @@ async fn everything_runs_through_pgbouncer_in_transaction_mode() {
     };
     // Another sqlx program used the same server connections first (the
     // operator's report: `prepared statement "sqlx_s_2" already exists`).
-    leave_named_statements(&b).await;
+    assert_eq!(b.leave_named_statements().await, 60);
     dbworker::set_pooler(Pooler::Transaction { listen_url: None });
     let table = JobTable::new(&pool, table_options()).await.unwrap();
     let enqueuer = Enqueuer::new(&pool, &table).await.unwrap();

@@ -49,6 +49,8 @@ async fn set_up(test: &str) -> Option<(Db, Bouncer)> {
         cron_table_sql(DEFAULT_CRON_TABLE).unwrap()
     ))
     .await;
+    // Another sqlx program's statements are on every server connection.
+    assert_eq!(bouncer.leave_named_statements().await, 60);
     Some((db, bouncer))
 }
 

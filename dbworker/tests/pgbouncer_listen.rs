@@ -217,6 +217,8 @@ async fn a_listen_url_on_another_database_or_a_closed_port_is_refused_at_start_u
     let Some((db, _bouncer, pool)) = set_up("listen_url checks").await else {
         return;
     };
+    // Whichever test of this binary ran before, the pool is behind PgBouncer.
+    dbworker::set_pooler(Pooler::Transaction { listen_url: None });
     let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
     let mut o = Db::options_for_tests();
     o.handling = Handling::Heartbeat;

@@ -41,10 +41,13 @@ use bouncer::Bouncer;
 use common::{Db, QueuedJob};
 use router::get;
 
-/// Every test here runs behind the pooler, without a listen URL.
-fn behind_pgbouncer(db: &Db, test: &str) -> Option<Bouncer> {
+/// Every test here runs behind the pooler, without a listen URL, after
+/// another sqlx program left its named statements on every server
+/// connection (`sqlx_s_1`, ...): nothing of dbworker's may collide with them.
+async fn behind_pgbouncer(db: &Db, test: &str) -> Option<Bouncer> {
     let bouncer = Bouncer::start_or_skip(test, db.db.url(), 6)?;
     dbworker::set_pooler(Pooler::Transaction { listen_url: None });
+    assert_eq!(bouncer.leave_named_statements().await, 60);
     Some(bouncer)
 }
 
@@ -56,7 +59,7 @@ fn assert_no_errors(bouncer: &Bouncer) {
 #[tokio::test]
 async fn a_purger_pass_runs_through_pgbouncer_alone_and_as_leader() {
     let db = Db::new().await;
-    let Some(bouncer) = behind_pgbouncer(&db, "the purger through PgBouncer") else {
+    let Some(bouncer) = behind_pgbouncer(&db, "the purger through PgBouncer").await else {
         return;
     };
     db.execute(&leader_table_sql(DEFAULT_LEADER_TABLE).unwrap())
@@ -163,7 +166,7 @@ impl Handler<DbStore<QueuedJob>> for Counter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_is_not_claimed_and_a_limit_holds_through_pgbouncer() {
     let db = Db::new().await;
-    let Some(bouncer) = behind_pgbouncer(&db, "pauses and limits through PgBouncer") else {
+    let Some(bouncer) = behind_pgbouncer(&db, "pauses and limits through PgBouncer").await else {
         return;
     };
     db.add_columns(
@@ -235,7 +238,7 @@ async fn a_paused_queue_is_not_claimed_and_a_limit_holds_through_pgbouncer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_log_consumer_processes_project_every_event_once_through_pgbouncer() {
     let db = consumers::set_up().await;
-    let Some(bouncer) = behind_pgbouncer(&db, "log consumers through PgBouncer") else {
+    let Some(bouncer) = behind_pgbouncer(&db, "log consumers through PgBouncer").await else {
         return;
     };
     let (one, two) = (
@@ -267,7 +270,7 @@ async fn two_log_consumer_processes_project_every_event_once_through_pgbouncer()
 #[tokio::test]
 async fn the_dashboard_serves_its_pages_and_actions_through_pgbouncer() {
     let (db, failed) = dashboard::seed().await;
-    let Some(bouncer) = behind_pgbouncer(&db, "the dashboard through PgBouncer") else {
+    let Some(bouncer) = behind_pgbouncer(&db, "the dashboard through PgBouncer").await else {
         return;
     };
     let pool = bouncer.pool(4).await;
@@ -322,7 +325,7 @@ async fn a_slice_with_a_column_of_a_new_type_reads_through_pgbouncer() {
     use dbworker::consumers::{LogOptions, LogStore};
     use workerutil::Job as _;
     let db = consumers::set_up().await;
-    let Some(bouncer) = behind_pgbouncer(&db, "a new column type through PgBouncer") else {
+    let Some(bouncer) = behind_pgbouncer(&db, "a new column type through PgBouncer").await else {
         return;
     };
     let mut o = LogOptions::new("log", "events e", "node-a", vec!["audit".into()]);

@@ -20,6 +20,9 @@ pub struct Bouncer {
     dir: PathBuf,
     port: u16,
     database: String,
+    /// Its server connections (`default_pool_size`), when it was started
+    /// with a known number.
+    server_connections: u32,
 }
 
 /// The pgbouncer binary, or why the test cannot run.
@@ -116,7 +119,9 @@ impl Bouncer {
             log = dir.join("pgbouncer.log").display(),
             pid = dir.join("pgbouncer.pid").display(),
         );
-        Bouncer::run(binary, dir, port, database, &ini)
+        let mut bouncer = Bouncer::run(binary, dir, port, database, &ini);
+        bouncer.server_connections = pool_size;
+        bouncer
     }
 
     /// Starts PgBouncer with the ini `make_ini(dir, port)` writes: `dir` is
@@ -156,6 +161,7 @@ impl Bouncer {
             dir,
             port,
             database,
+            server_connections: 0,
         };
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -197,6 +203,49 @@ impl Bouncer {
             .connect(&self.url())
             .await
             .expect("a pool through PgBouncer")
+    }
+
+    /// Does what any sqlx program with default statements does through a
+    /// pooler: prepares statements under sqlx's names (`sqlx_s_1` …
+    /// `sqlx_s_60`) and leaves them there, on every server connection (one
+    /// transaction per server connection held at once), where PgBouncer
+    /// before 1.21 keeps them for the next client. Returns how many it left
+    /// on one of them.
+    pub async fn leave_named_statements(&self) -> i64 {
+        use sqlx::Row;
+        let n = self.server_connections.max(1);
+        let other = self.pool(n).await;
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n as usize));
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            let (other, barrier) = (other.clone(), barrier.clone());
+            clients.push(tokio::spawn(async move {
+                let mut tx = other.begin().await.expect("a transaction");
+                barrier.wait().await;
+                for i in 0..60_i64 {
+                    let sql = format!("SELECT $1::bigint + {i}");
+                    let got: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                        .bind(i)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .expect("another program's statement");
+                    assert_eq!(got, 2 * i);
+                }
+                barrier.wait().await;
+                tx.commit().await.expect("commit");
+            }));
+        }
+        for c in clients {
+            c.await.expect("a client of the other program");
+        }
+        // Dropped without closing: the server connections keep them.
+        drop(other);
+        // A simple query prepares nothing of its own.
+        sqlx::raw_sql("SELECT count(*) FROM pg_prepared_statements")
+            .fetch_one(&self.pool(1).await)
+            .await
+            .expect("the count")
+            .get(0)
     }
 
     /// PgBouncer's log so far.

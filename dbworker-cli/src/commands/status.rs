@@ -195,8 +195,14 @@ async fn process_status(
         } else {
             ""
         };
+        let honours = match &n.honours {
+            Some(h) if h.is_empty() => "no pause or limit table".to_owned(),
+            Some(h) => h.join(", "),
+            // A process of a version before the registry recorded it.
+            None => "unknown (it may ignore pauses and limits)".to_owned(),
+        };
         println!(
-            "  {}{lead}  pid {}  v{}  handlers {}  queues [{}]  up {}  heartbeat {:.1} s ago",
+            "  {}{lead}  pid {}  v{}  handlers {}  queues [{}]  up {}  heartbeat {:.1} s ago  honours: {honours}",
             n.id,
             n.pid,
             n.version,

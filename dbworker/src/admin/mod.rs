@@ -60,6 +60,16 @@ pub enum Removed {
     NotFound,
 }
 
+/// What a search box suggests ([`Admin::suggestions`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Suggestions {
+    /// Queues seen among the live jobs and the newest rows.
+    pub queues: Vec<String>,
+    /// Kinds seen likewise.
+    pub kinds: Vec<String>,
+}
+
 /// What [`Admin::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -96,6 +106,27 @@ impl Admin {
             pool: pool.clone(),
             t: t.clone(),
         })
+    }
+
+    /// What a search box suggests: the values the queue and the kind columns
+    /// take among the live jobs and the 1,000 newest rows (sorted, at most
+    /// 200 each; empty without the column). Bounded by the partial indexes
+    /// and the primary key, whatever the table's size.
+    pub async fn suggestions(&self) -> Result<Suggestions> {
+        let mut out = Suggestions::default();
+        for (column, values) in [
+            (&self.t.queue_column, &mut out.queues),
+            (&self.t.kind_column, &mut out.kinds),
+        ] {
+            if let Some(column) = column {
+                let rows = sql::suggest_values(&self.t, column)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(Error::db("suggestions"))?;
+                *values = rows.iter().map(|r| r.get::<String, _>("v")).collect();
+            }
+        }
+        Ok(out)
     }
 
     /// Checks the grants the actions other than deleting use: `UPDATE` on

@@ -61,6 +61,12 @@ pub struct NodeOptions {
     pub version: String,
     /// The host name recorded. Default: the machine's host name.
     pub host: Option<String>,
+    /// The control tables its workers' claims honour, for operators (the
+    /// CLI's `status`, the dashboard's processes page):
+    /// [`JobTable::honours`](crate::JobTable::honours) of each table it
+    /// works. Stored when the node table has the `honours` column
+    /// (`dbworker migration --nodes` adds it).
+    pub honours: Vec<String>,
 }
 
 impl Default for NodeOptions {
@@ -73,19 +79,22 @@ impl Default for NodeOptions {
             handlers: 0,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             host: None,
+            honours: Vec::new(),
         }
     }
 }
 
 impl NodeOptions {
-    /// What the registry stores about this process.
-    fn row<'a>(&'a self, host: &'a str, pid: i32) -> sql::NodeRow<'a> {
+    /// What the registry stores about this process; `honours` only where
+    /// the node table has the column.
+    fn row<'a>(&'a self, host: &'a str, pid: i32, honours: bool) -> sql::NodeRow<'a> {
         sql::NodeRow {
             host,
             pid,
             version: &self.version,
             queues: &self.queues,
             handlers: self.handlers,
+            honours: honours.then_some(self.honours.as_slice()),
         }
     }
 
@@ -131,6 +140,10 @@ pub struct NodeInfo {
     pub up_seconds: f64,
     /// Seconds since its last heartbeat (database clock).
     pub heartbeat_age_seconds: f64,
+    /// The control tables its workers honour (`NodeOptions::honours`);
+    /// `None` when it did not say (a version before the `honours` column,
+    /// or a node table without it): its workers may ignore pauses.
+    pub honours: Option<Vec<String>>,
 }
 
 /// This process's registration. Give its [`id`](Node::id) to every worker as
@@ -155,6 +168,8 @@ pub struct Node {
     host: String,
     pid: i32,
     options: NodeOptions,
+    /// The node table has the `honours` column.
+    has_honours: bool,
 }
 
 impl Node {
@@ -188,7 +203,10 @@ impl Node {
                 .unwrap_or_else(|_| "unknown".into()),
         };
         let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-        let id: String = sql::node_register(&table, options.row(&host, pid))
+        let has_honours = crate::schema_check::columns_of(pool, &table)
+            .await?
+            .contains_key("honours");
+        let id: String = sql::node_register(&table, options.row(&host, pid, has_honours))
             .fetch_one(pool)
             .await
             .map_err(Error::db("node_register"))?
@@ -201,6 +219,7 @@ impl Node {
             host,
             pid,
             options,
+            has_honours,
         })
     }
 
@@ -214,7 +233,7 @@ impl Node {
         sql::node_heartbeat(
             &self.table,
             &self.id,
-            self.options.row(&self.host, self.pid),
+            self.options.row(&self.host, self.pid, self.has_honours),
         )
         .execute(&self.pool)
         .await
@@ -312,5 +331,8 @@ fn node_info(r: &sqlx::postgres::PgRow) -> NodeInfo {
         handlers: r.get("handlers"),
         up_seconds: r.get("up"),
         heartbeat_age_seconds: r.get("age"),
+        honours: r
+            .get::<Option<serde_json::Value>, _>("honours")
+            .and_then(|v| serde_json::from_value(v).ok()),
     }
 }

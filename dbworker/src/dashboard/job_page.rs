@@ -14,8 +14,8 @@ use maud::{Markup, html};
 use serde_json::{Map, Value};
 
 use super::pages::{layout, state_cell};
+use super::timeline::{self, when};
 use super::{Refresh, Role, Shared, Table, Viewer, hide, refresh, server_error, url_escape};
-use crate::job_filter::format_age;
 
 /// `GET /t/{table}/jobs/{id}`.
 pub(super) async fn job(
@@ -34,30 +34,6 @@ pub(super) async fn job(
         Ok(None) => Err((StatusCode::NOT_FOUND, "no such job").into_response()),
         Err(err) => Err(server_error(err)),
     }
-}
-
-/// A timestamp as `3m ago (2026-11-26 19:06:24 UTC)`, or `in 5m (…)` for one
-/// ahead, against the database clock's `now` (seconds since the epoch).
-pub(crate) fn when(value: &Value, now: f64) -> Markup {
-    let Some(text) = value.as_str() else {
-        return html! { span class="muted" { "–" } };
-    };
-    let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) else {
-        return html! { (text) };
-    };
-    #[allow(clippy::cast_precision_loss)] // microseconds since 1970 fit an f64 well enough
-    let secs = at.timestamp_micros() as f64 / 1e6;
-    let ago = now - secs;
-    let relative = if ago >= 0.0 {
-        format!("{} ago", format_age(ago))
-    } else {
-        format!("in {}", format_age(-ago))
-    };
-    let absolute = at
-        .with_timezone(&chrono::Utc)
-        .format("%Y-%m-%d %H:%M:%S UTC")
-        .to_string();
-    html! { span class="when" title=(text) { (relative) } " " span class="muted" { "(" (absolute) ")" } }
 }
 
 /// A column's value: JSON indented, text as text.
@@ -176,6 +152,16 @@ fn page(
             }
             tr { th { "worker" } td { (value_cell(&get(&c.worker_hostname))) } }
         }
+        h2 { "Timeline" }
+        (timeline::timeline(&timeline::Facts {
+            state: &state,
+            queued_at: get(&c.queued_at),
+            started_at: get(&c.started_at),
+            finished_at: get(&c.finished_at),
+            worker: get(&c.worker_hostname).as_str().unwrap_or(""),
+            failure: failure.as_deref(),
+            attempts: &entries,
+        }, now))
         h2 { "Times" }
         table class="job-times" {
             @for (label, col) in times {

@@ -1,7 +1,8 @@
 //! The web dashboard: an `axum` router an application mounts under a path of
-//! its choice, or `dbworker ui` serves alone. Server-rendered HTML with no
-//! script at all (a strict Content-Security-Policy, every page readable and
-//! every action a plain form), on the same queries as the admin CLI
+//! its choice, or `dbworker ui` serves alone. Server-rendered HTML under a
+//! strict Content-Security-Policy: one small same-origin script keeps pages
+//! current (`live.js`), and with scripts blocked every page is still
+//! readable and every action a plain form; on the same queries as the admin CLI
 //! ([`Admin`]): counts bounded by the partial indexes, keyset-paged lists,
 //! actions in batches that check each row's state.
 //!
@@ -32,6 +33,7 @@ mod pages;
 mod processes;
 mod refresh;
 mod replica;
+mod timeline;
 mod workflow;
 mod workflows_list;
 
@@ -260,6 +262,7 @@ impl Dashboard {
         Router::new()
             .route("/", get(overview))
             .route("/assets/style.css", get(style))
+            .route("/assets/live.js", get(live_script))
             .route("/t/{table}/jobs", get(jobs))
             .route("/t/{table}/jobs/{id}", get(job_page::job))
             .route("/t/{table}/jobs/{id}/action", post(actions::job_action))
@@ -318,7 +321,7 @@ async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Re
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     h.insert(
@@ -389,6 +392,13 @@ async fn style() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("style.css"),
+    )
+}
+
+async fn live_script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("live.js"),
     )
 }
 
@@ -493,6 +503,12 @@ async fn jobs(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
+    if let Some(id) = q.get("id").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        let not_id = |_| bad_parameter("id", &format!("{} is not a job id", excerpt(id)));
+        let id: i64 = id.parse().map_err(not_id)?;
+        let to = viewer.href(&format!("/t/{}/jobs/{id}", url_escape(&t.name)));
+        return Ok(axum::response::Redirect::to(&to).into_response());
+    }
     let filter = filter_from(&q, &s.options.hidden_fields)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     workflow::check_filter(t, &filter)?;
@@ -508,7 +524,8 @@ async fn jobs(
         page.sort = sort.parse().map_err(server_error)?;
     }
     let list = t.admin.list(&filter, page).await.map_err(server_error)?;
-    Ok(pages::jobs(&viewer, &s, t, &q, &list, &refresh(&q)).into_response())
+    let suggest = t.admin.suggestions().await.map_err(server_error)?;
+    Ok(pages::jobs(&viewer, &s, t, &q, &list, &suggest, &refresh(&q)).into_response())
 }
 
 /// Replaces hidden fields' values, at any depth.

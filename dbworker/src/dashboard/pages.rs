@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use maud::{DOCTYPE, Markup, html};
 
 use super::{Refresh, Role, Shared, Table, Viewer, charts, limits, url_escape};
-use crate::admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status};
+use crate::admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status, Suggestions};
 use crate::cluster::nodes::NodeInfo;
 use crate::control::limits::Limit;
 use crate::control::pauses::Pause;
@@ -55,11 +55,12 @@ pub(super) fn layout(
                     }
                 }
                 (super::replica::line(&viewer.replica))
-                main {
+                main data-live=[refresh.and_then(Refresh::live)] {
                     h1 { (title) }
                     @if let Some(refresh) = refresh { (refresh.bar()) }
                     (body)
                 }
+                script src=(viewer.href("/assets/live.js")) defer {}
             }
         }
     }
@@ -205,6 +206,7 @@ pub(crate) fn jobs(
     t: &Table,
     q: &HashMap<String, String>,
     page: &JobPage,
+    suggest: &Suggestions,
     refresh: &Refresh,
 ) -> Markup {
     let value = |k: &str| q.get(k).cloned().unwrap_or_default();
@@ -226,6 +228,13 @@ pub(crate) fn jobs(
         @if let Some(w) = workflow {
             p { "The tasks of workflow " (w) " · " a id="workflow-link" href=(crate::dashboard::workflow::href(viewer, t, w)) { "see its graph" } }
         }
+        // Straight to a job by its id (the list's handler redirects).
+        form class="filters goto" method="get" {
+            input name="id" type="number" min="1" placeholder="job id" size="10";
+            button type="submit" id="go-to-job" { "Open" }
+        }
+        datalist id="queues" { @for v in &suggest.queues { option value=(v) {} } }
+        datalist id="kinds" { @for v in &suggest.kinds { option value=(v) {} } }
         form class="filters" method="get" {
             select name="state" {
                 option value="" { "any state" }
@@ -234,10 +243,10 @@ pub(crate) fn jobs(
                 }
             }
             @if t.admin.queue_column().is_some() {
-                input name="queue" placeholder="queue" value=(value("queue"));
+                input name="queue" list="queues" placeholder="queue" value=(value("queue"));
             }
             @if t.admin.kind_column().is_some() {
-                input name="kind" placeholder="kind" value=(value("kind"));
+                input name="kind" list="kinds" placeholder="kind" value=(value("kind"));
             }
             input name="older_than_secs" placeholder="older than (s)" size="10" value=(value("older_than_secs"));
             input name="failure" placeholder="failure contains" value=(value("failure"));

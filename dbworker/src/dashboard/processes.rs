@@ -104,7 +104,7 @@ fn page(
             table class="processes" {
                 tr {
                     th { "process" } th { "health" } th { "heartbeat" } th { "leads" }
-                    th { "host" } th { "pid" } th { "version" } th { "queues" } th { "handlers" } th { "up" }
+                    th { "host" } th { "pid" } th { "version" } th { "queues" } th { "handlers" } th { "up" } th { "honours" }
                 }
                 @for n in nodes {
                     @let health = Health::of(n.heartbeat_age_seconds, dead_after);
@@ -119,6 +119,13 @@ fn page(
                         td { (n.queues.join(", ")) }
                         td class="num" { (n.handlers) }
                         td { (format_age(n.up_seconds)) }
+                        td class="honours" {
+                            @match &n.honours {
+                                Some(h) if h.is_empty() => span class="muted" { "no pause or limit table" },
+                                Some(h) => (h.join(", ")),
+                                None => span class="muted" title="a process of a version before the registry recorded it: its workers may ignore pauses and limits" { "unknown" },
+                            }
+                        }
                     }
                 }
             }

@@ -1,13 +1,19 @@
-//! Auto-refresh without script: `?refresh=5` adds a refresh meta tag to the
-//! page; "pause" links to `?paused=5`, which shows the refresh as paused
-//! (no meta tag) and offers to resume it at the same interval. Links between
-//! pages carry the state along, so a paused dashboard stays paused.
+//! Keeping a page current. By default a page updates live: `live.js`
+//! re-fetches it every [`LIVE_SECONDS`] while the tab is visible and swaps
+//! in its content. Without script, `?refresh=5` adds a refresh meta tag to
+//! the page (and turns the live updates off: the page reloads instead);
+//! "pause" links to `?paused=5`, which stops both and offers to resume at
+//! the same interval. Links between pages carry the state along, so a
+//! paused dashboard stays paused.
 
 use std::collections::HashMap;
 
 use maud::{Markup, html};
 
 use super::url_escape;
+
+/// How often a page updates live, in seconds.
+pub(crate) const LIVE_SECONDS: u32 = 5;
 
 /// The shortest and longest intervals a page accepts, in seconds.
 const INTERVALS: std::ops::RangeInclusive<u32> = 1..=3600;
@@ -46,6 +52,12 @@ impl Refresh {
         }
     }
 
+    /// The interval of the live updates, unless the page reloads itself
+    /// (`refresh`) or is paused.
+    pub(crate) fn live(&self) -> Option<u32> {
+        (self.every.is_none() && self.paused.is_none()).then_some(LIVE_SECONDS)
+    }
+
     /// The toggle: the state, and the links that change it.
     pub(crate) fn bar(&self) -> Markup {
         html! {
@@ -61,7 +73,12 @@ impl Refresh {
                         a id="refresh-resume" href=(self.link(Some(("refresh", r)))) { "resume (every " (r) " s)" }
                     }
                     (None, None) => {
-                        "off · "
+                        // Shown by live.js: without script the page is still.
+                        span id="live-note" hidden {
+                            strong { "live" } " (every " (LIVE_SECONDS) " s while this tab is visible) · "
+                            a id="live-pause" href=(self.link(Some(("paused", LIVE_SECONDS)))) { "pause" } " · or reload "
+                        }
+                        span id="live-off" { "off · " }
                         a href=(self.link(Some(("refresh", 5)))) { "every 5 s" } " · "
                         a href=(self.link(Some(("refresh", 30)))) { "every 30 s" }
                     }

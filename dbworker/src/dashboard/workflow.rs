@@ -12,7 +12,7 @@ use maud::{Markup, html};
 use sqlx::PgPool;
 
 use super::pages::{layout, state_cell};
-use super::{Shared, Table, Viewer, dag, refresh, server_error, url_escape};
+use super::{Role, Shared, Table, Viewer, dag, refresh, server_error, url_escape};
 use crate::job_filter::JobFilter;
 use crate::table::JobTable;
 use crate::workflow::{WorkflowGraph, Workflows};
@@ -85,6 +85,33 @@ fn ordered_counts(graph: &WorkflowGraph) -> Vec<(&str, u64)> {
     out
 }
 
+/// The whole workflow's actions, through the bulk action on its tasks (each
+/// asks for confirmation with the count first): retry its failed tasks
+/// (the tasks canceled because one of them failed come back to `pending`
+/// with it, `blocked_by`), or cancel it (waiting tasks now, running ones
+/// through their workers).
+fn actions(viewer: &Viewer, s: &Shared, t: &Table, id: i64) -> Markup {
+    let bulk = viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)));
+    html! {
+        p class="workflow-actions" {
+            @for (action, state, label, class) in [
+                ("requeue", Some("failed"), "Retry the workflow's failed tasks", ""),
+                ("cancel", None, "Cancel the workflow", "danger"),
+            ] {
+                form class="inline" method="post" action=(bulk) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="action" value=(action);
+                    input type="hidden" name="scope" value="matching";
+                    input type="hidden" name="f_workflow" value=(id);
+                    @if let Some(state) = state { input type="hidden" name="f_state" value=(state); }
+                    button type="submit" id=(format!("workflow-{action}")) class=(class) { (label) }
+                    " "
+                }
+            }
+        }
+    }
+}
+
 fn page(
     viewer: &Viewer,
     s: &Shared,
@@ -106,6 +133,9 @@ fn page(
         p {
             a href=(jobs_href(viewer, t, graph.id)) { "List this workflow's jobs" } " · "
             a href=(super::workflows_list::href(viewer, t)) { "all workflows" }
+        }
+        @if viewer.user.role == Role::Admin {
+            (actions(viewer, s, t, graph.id))
         }
         @if graph.from_edges_only {
             p class="notice" id="edges-only" {

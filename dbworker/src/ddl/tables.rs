@@ -154,8 +154,12 @@ CREATE TABLE IF NOT EXISTS {table} (
     "queues" text[] NOT NULL DEFAULT '{{}}',
     "handlers" integer NOT NULL DEFAULT 0,
     "started_at" timestamptz NOT NULL DEFAULT now(),
-    "heartbeat_at" timestamptz NOT NULL DEFAULT now()
+    "heartbeat_at" timestamptz NOT NULL DEFAULT now(),
+    -- The control tables its workers honour (pauses, limits), for operators.
+    "honours" text[] NOT NULL DEFAULT '{{}}'
 );
+-- A registry made before "honours" existed gets it (safe to rerun).
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "honours" text[] NOT NULL DEFAULT '{{}}';
 "#
     ))
 }

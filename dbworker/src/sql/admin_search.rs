@@ -5,7 +5,8 @@
 use super::{Statement, Table, alias, table_ref};
 use crate::columns::quote;
 use crate::job_filter::{JobFilter, PageRequest};
-use crate::sql::admin::{filter_conditions, list_select};
+use crate::sql::admin::list_select;
+use crate::sql::admin_filter::filter_conditions;
 use sea_query::{Expr, ExprTrait, Order, Query};
 
 /// The window's row number (a name no job table is likely to have).

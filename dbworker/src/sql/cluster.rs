@@ -20,6 +20,9 @@ pub(crate) struct NodeRow<'a> {
     pub(crate) version: &'a str,
     pub(crate) queues: &'a [String],
     pub(crate) handlers: u32,
+    /// The control tables its workers honour; `None` when the node table
+    /// has no `honours` column (made before it existed).
+    pub(crate) honours: Option<&'a [String]>,
 }
 
 /// The columns a node registers, in the order of [`node_values`].
@@ -66,10 +69,23 @@ fn node_values(o: NodeRow<'_>) -> [Expr; 5] {
 /// An insert of a node row whose id is `id`.
 fn node_insert(nodes: &Relation, id: Expr, o: NodeRow<'_>) -> InsertStatement {
     let mut q = Query::insert();
+    let honours = o.honours.map(|h| Expr::val(h.to_vec()));
     q.into_table(plain_table(nodes))
-        .columns(NODE_COLUMNS.map(alias))
-        .values_panic(std::iter::once(id).chain(node_values(o)));
+        .columns(
+            NODE_COLUMNS
+                .iter()
+                .copied()
+                .chain(honours.as_ref().map(|_| "honours"))
+                .map(alias),
+        )
+        .values_panic(std::iter::once(id).chain(node_values(o)).chain(honours));
     q
+}
+
+/// The row's `honours` as JSON, or NULL on a node table without the column
+/// (`to_jsonb` of the whole row never names it, so no error either way).
+fn honours_of(nodes: &Relation) -> Expr {
+    Expr::cust(format!("to_jsonb({}.*) -> 'honours'", nodes.quoted()))
 }
 
 /// Registers a process; the database makes its id `host:pid:random`.
@@ -120,6 +136,7 @@ pub(crate) fn node_deregister(nodes: &Relation, id: &str) -> Statement {
 pub(crate) fn nodes_live(nodes: &Relation, dead_after: std::time::Duration) -> Statement {
     let q = Query::select()
         .columns(NODE_COLUMNS.map(alias))
+        .expr_as(honours_of(nodes), alias("honours"))
         .expr_as(seconds_since("started_at"), alias("up"))
         .expr_as(seconds_since("heartbeat_at"), alias("age"))
         .from(plain_table(nodes))
@@ -134,6 +151,7 @@ pub(crate) fn nodes_live(nodes: &Relation, dead_after: std::time::Duration) -> S
 pub(crate) fn nodes_all(nodes: &Relation) -> Statement {
     let q = Query::select()
         .columns(NODE_COLUMNS.map(alias))
+        .expr_as(honours_of(nodes), alias("honours"))
         .expr_as(seconds_since("started_at"), alias("up"))
         .expr_as(seconds_since("heartbeat_at"), alias("age"))
         .from(plain_table(nodes))
@@ -294,16 +312,26 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         super::fixtures::rel("dbworker_leaders"),
     );
     let queues = ["emails".to_owned()];
+    let honours = ["pauses in dbworker_pauses".to_owned()];
     let node = NodeRow {
         host: "h",
         pid: 1,
         version: "0.1.0",
         queues: &queues,
         handlers: 8,
+        honours: Some(&honours),
+    };
+    let before_honours = NodeRow {
+        honours: None,
+        ..node
     };
     let (id, lease) = ("h:1:ab", Duration::from_secs(15));
     vec![
         ("node_register", node_register(&nodes, node)),
+        (
+            "node_register_before_honours",
+            node_register(&nodes, before_honours),
+        ),
         ("node_heartbeat", node_heartbeat(&nodes, id, node)),
         ("node_deregister", node_deregister(&nodes, id)),
         ("nodes_live", nodes_live(&nodes, Duration::from_secs(10))),

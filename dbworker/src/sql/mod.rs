@@ -21,6 +21,7 @@ use crate::columns::{Columns, Relation};
 use crate::message::sanitize_failure_message;
 
 mod admin;
+mod admin_filter;
 mod admin_search;
 mod claim;
 mod cluster;
@@ -46,6 +47,7 @@ mod replica;
 mod reset;
 mod results;
 mod schema;
+mod suggest;
 mod table;
 mod workflow;
 
@@ -79,6 +81,7 @@ pub(crate) use control::{
 pub(crate) use counts::{
     begin_index_only, counts_estimate, counts_explain, counts_finished, counts_live,
 };
+pub(crate) use suggest::suggest_values;
 // The cron page's read; only the dashboard lists schedules.
 #[cfg(feature = "dashboard")]
 pub(crate) use cron::cron_list;

@@ -19,10 +19,11 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 25] = [
+const FILES: [(&str, Snapshots); 26] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("admin_search.rs", crate::sql::admin_search::snapshots),
+    ("suggest.rs", crate::sql::suggest::snapshots),
     ("claim.rs", crate::sql::claim::snapshots),
     ("cluster.rs", crate::sql::cluster::snapshots),
     ("consumers.rs", crate::sql::consumers::snapshots),

@@ -356,6 +356,20 @@ impl JobTable {
         self.t.limit_table.as_ref().map(|r| r.display_name())
     }
 
+    /// What its claims honour, as the registry records it
+    /// ([`NodeOptions::honours`](crate::cluster::NodeOptions::honours)):
+    /// `pauses in dbworker_pauses`, `limits in dbworker_limits`.
+    pub fn honours(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(p) = self.pause_table() {
+            out.push(format!("pauses in {p}"));
+        }
+        if let Some(l) = self.limit_table() {
+            out.push(format!("limits in {l}"));
+        }
+        out
+    }
+
     /// The queue column, if the table has one.
     pub fn queue_column(&self) -> Option<&str> {
         self.t.queue_column.as_deref()

@@ -1,1 +1,1 @@
-INSERT INTO "dbworker_nodes" ("id", "host", "pid", "version", "queues", "handlers") VALUES ($1 || ':' || $2 || ':' || substr(MD5(CAST(RANDOM() AS text) || CAST(clock_timestamp() AS text)), 1, 8), $3, $4, $5, $6, $7) RETURNING "id"
+INSERT INTO "dbworker_nodes" ("id", "host", "pid", "version", "queues", "handlers", "honours") VALUES ($1 || ':' || $2 || ':' || substr(MD5(CAST(RANDOM() AS text) || CAST(clock_timestamp() AS text)), 1, 8), $3, $4, $5, $6, $7, $8) RETURNING "id"

@@ -1,1 +1,1 @@
-SELECT "id", "host", "pid", "version", "queues", "handlers", CAST((EXTRACT(EPOCH FROM now() - "started_at")) AS float8) AS "up", CAST((EXTRACT(EPOCH FROM now() - "heartbeat_at")) AS float8) AS "age" FROM "dbworker_nodes" ORDER BY "id" ASC
+SELECT "id", "host", "pid", "version", "queues", "handlers", to_jsonb("dbworker_nodes".*) -> 'honours' AS "honours", CAST((EXTRACT(EPOCH FROM now() - "started_at")) AS float8) AS "up", CAST((EXTRACT(EPOCH FROM now() - "heartbeat_at")) AS float8) AS "age" FROM "dbworker_nodes" ORDER BY "id" ASC

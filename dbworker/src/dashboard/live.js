@@ -1,0 +1,78 @@
+// Live updates for the dashboard: while the tab is visible, re-fetch this
+// page every few seconds and swap in its <main>; stop while it is hidden.
+// The only script the dashboard serves (same origin, under its CSP); with
+// scripts blocked every page is as served, and reloads if asked to.
+(function () {
+  "use strict";
+  var main = document.querySelector("main[data-live]");
+  if (!main || !window.fetch || !window.DOMParser) {
+    return;
+  }
+  var every = (parseInt(main.getAttribute("data-live"), 10) || 5) * 1000;
+  var timer = null;
+  var busy = false;
+  function mark() {
+    // The refresh bar says the page is live.
+    var note = document.getElementById("live-note");
+    var off = document.getElementById("live-off");
+    if (note) {
+      note.hidden = false;
+    }
+    if (off) {
+      off.hidden = true;
+    }
+  }
+  mark();
+  function typing() {
+    // Never replace a form the operator is filling in.
+    var active = document.activeElement;
+    return active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
+  }
+  function tick() {
+    if (document.hidden || busy || typing()) {
+      return;
+    }
+    busy = true;
+    fetch(location.href, { credentials: "same-origin", headers: { "X-Dashboard-Live": "1" } })
+      .then(function (response) {
+        return response.ok ? response.text() : null;
+      })
+      .then(function (html) {
+        if (!html) {
+          return;
+        }
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("main[data-live]");
+        if (fresh && !typing()) {
+          main.innerHTML = fresh.innerHTML;
+          mark();
+          document.body.setAttribute("data-live-updated", String(Date.now()));
+        }
+      })
+      .catch(function () {})
+      .then(function () {
+        busy = false;
+      });
+  }
+  function start() {
+    if (!timer) {
+      timer = setInterval(tick, every);
+    }
+  }
+  function stop() {
+    if (timer) {
+      clearInterval(timer);
+      timer = null;
+    }
+  }
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) {
+      stop();
+    } else {
+      tick();
+      start();
+    }
+  });
+  if (!document.hidden) {
+    start();
+  }
+})();

@@ -1,0 +1,1 @@
+SELECT "v" FROM (SELECT "queue"::text AS "v" FROM "app"."example_jobs" WHERE "status" IN ('queued', 'errored', 'processing') UNION SELECT "recent"."v" FROM (SELECT "queue"::text AS "v" FROM "app"."example_jobs" ORDER BY "id" DESC LIMIT 1000) AS "recent") AS "s" WHERE "v" IS NOT NULL ORDER BY "v" LIMIT 200
