@@ -320,3 +320,26 @@ async fn history_needs_its_table_and_an_index_over_finished_at() {
         .await
         .unwrap();
 }
+
+/// A job that ended while waiting (canceled during a retry's wait, a week
+/// after its failed attempt started) records no run and no wait: a run is
+/// measured within the attempt that ended the job.
+#[tokio::test]
+async fn a_job_that_ended_while_waiting_records_no_run_time() {
+    let db = seed().await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, queued_at, started_at, process_after, finished_at, num_failures)
+         VALUES ('canceled', 'stale', now() - interval '7 days', now() - interval '7 days',
+                 now() - interval '6 days', now() - interval '2 minutes', 1)",
+    )
+    .await;
+    let h = &histories(&db, 1).await[0];
+    h.record_once().await.unwrap();
+    let (canceled, timed, run_max): (i64, i64, Option<f64>) = sqlx::query_as(
+        "SELECT sum(canceled)::bigint, sum(timed)::bigint, max(run_max) FROM dbworker_history WHERE queue = 'stale'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((canceled, timed, run_max), (1, 0, None));
+}

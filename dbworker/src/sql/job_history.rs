@@ -75,7 +75,8 @@ pub(crate) fn history_bounds(
 /// counted in the minute their job finished (the job table keeps only a job's
 /// last state). Wait: from due (`queued_at`, or a later `process_after`: a
 /// run-at or a retry) to the last start; run: from the last start to the
-/// finish; over the jobs that started. Returns the rows inserted.
+/// finish; over the jobs whose last attempt ran to their end (one put back
+/// to wait and ended while waiting has neither). Returns the rows inserted.
 pub(crate) fn history_record(
     a: &Table,
     h: &Relation,
@@ -97,6 +98,14 @@ pub(crate) fn history_record(
         after = col(&c.process_after),
     );
     let run = format!("GREATEST(EXTRACT(EPOCH FROM {finished} - {started}), 0)::float8");
+    // The job ended in the attempt that last started: a claim needs
+    // `process_after <= now()` and sets `started_at = now()`, so a later
+    // `process_after` means the job was put back to wait (a retry, a snooze)
+    // and ended without running again (canceled or failed while waiting).
+    let ran = format!(
+        "({started} IS NOT NULL AND ({after} IS NULL OR {after} <= {started}))",
+        after = col(&c.process_after),
+    );
     let failures = format!("COALESCE({}, 0)", col(&c.num_failures));
     let sql = format!(
         "INSERT INTO {h} (\"job_table\", \"queue\", \"bucket\", \"seconds\", {MEASURES}) \
@@ -113,8 +122,8 @@ pub(crate) fn history_record(
          percentile_cont(0.95) WITHIN GROUP (ORDER BY \"x\".\"run\"), \
          max(\"x\".\"run\"), COALESCE(sum(\"x\".\"run\"), 0) \
          FROM {table} AS {al} CROSS JOIN LATERAL (SELECT \
-         CASE WHEN {started} IS NOT NULL THEN {wait} END AS \"wait\", \
-         CASE WHEN {started} IS NOT NULL THEN {run} END AS \"run\") AS \"x\" \
+         CASE WHEN {ran} THEN {wait} END AS \"wait\", \
+         CASE WHEN {ran} THEN {run} END AS \"run\") AS \"x\" \
          WHERE {state} IN ({FINISHED}) AND {finished} >= to_timestamp($2) AND {finished} < to_timestamp($3) \
          GROUP BY 2, 3 \
          ON CONFLICT (\"job_table\", \"queue\", \"bucket\", \"seconds\") DO NOTHING",
