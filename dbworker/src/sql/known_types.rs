@@ -19,6 +19,11 @@ const BUILTIN: [u32; 37] = [
     2951, 3802,
 ];
 
+/// The most statement texts remembered: a statement whose text varies (a
+/// multi-row insert renders one text per row count) must not grow the set
+/// without end; past the cap a new text keeps paying the savepoint.
+const MAX_KNOWN: usize = 1024;
+
 /// The statements (by their text) seen to return only [`BUILTIN`] types.
 static KNOWN: LazyLock<RwLock<HashSet<std::sync::Arc<str>>>> =
     LazyLock::new(|| RwLock::new(HashSet::new()));
@@ -42,10 +47,10 @@ pub(super) fn record(sql: &std::sync::Arc<str>, rows: &[PgRow]) {
         !ty.is_null() && ty.oid().is_some_and(|oid| BUILTIN.contains(&oid.0))
     });
     if all_builtin {
-        KNOWN
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(sql.clone());
+        let mut known = KNOWN.write().unwrap_or_else(|e| e.into_inner());
+        if known.len() < MAX_KNOWN {
+            known.insert(sql.clone());
+        }
     }
 }
 
