@@ -166,10 +166,14 @@ fn parse_line(line: usize, content: &str) -> std::result::Result<CrontabEntry, S
                 "expected ?options or a JSON object after the task identifier, found {rest:?}"
             ));
         }
-        entry.payload = match serde_json::from_str::<Value>(rest) {
+        // JSON, or JSON5 as graphile-worker's crontabs write it (unquoted
+        // keys, single quotes, trailing commas: `{onboarding:false}`).
+        let parsed = serde_json::from_str::<Value>(rest)
+            .or_else(|_| json5::from_str::<Value>(rest).map_err(|e| e.to_string()));
+        entry.payload = match parsed {
             Ok(Value::Object(map)) => map,
             Ok(_) => return Err("the payload must be a JSON object".to_owned()),
-            Err(e) => return Err(format!("the payload is not valid JSON: {e}")),
+            Err(e) => return Err(format!("the payload is not valid JSON or JSON5: {e}")),
         };
         // Every tick's enqueue would fail on it.
         if let Some(path) = crate::message::nul_path(&Value::Object(entry.payload.clone())) {
@@ -299,6 +303,22 @@ mod tests {
             Err(Error::Crontab { line, reason }) => (line, reason),
             other => panic!("expected a crontab error, got {other:?}"),
         }
+    }
+
+    /// Seed 004's line as it writes it: a JSON5 payload.
+    #[test]
+    fn a_json5_payload_parses_as_graphile_writes_it() {
+        let crontab = Crontab::parse(
+            "30 4 * * 1 send_weekly_email ?fill=2d&max=10 {onboarding:false, to: 'ops', tags: ['a',],}\n",
+        )
+        .unwrap();
+        let p = &crontab.entries()[0].payload;
+        assert_eq!(p["onboarding"], Value::Bool(false));
+        assert_eq!(p["to"], Value::String("ops".into()));
+        assert_eq!(p["tags"], serde_json::json!(["a"]));
+        let (line, reason) = error("* * * * * k {onboarding:}\n");
+        assert_eq!(line, 1);
+        assert!(reason.contains("not valid JSON or JSON5"), "{reason}");
     }
 
     #[test]
