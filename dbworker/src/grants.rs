@@ -202,13 +202,10 @@ impl Grants {
         let by = self.needed_by;
         if self.writes() {
             let target = match &on {
-                On::Pool(pool) => {
-                    let o = pool.connect_options();
-                    match o.get_socket() {
-                        Some(socket) => format!(" at {}", socket.display()),
-                        None => format!(" at {}:{}", o.get_host(), o.get_port()),
-                    }
-                }
+                On::Pool(pool) => format!(
+                    " at {}",
+                    crate::schema_check::address(&pool.connect_options())
+                ),
                 On::Conn(_) => String::new(),
             };
             let row = sql::server_read_only()

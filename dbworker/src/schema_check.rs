@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use std::time::Duration;
 
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::{Columns, Relation};
@@ -30,16 +31,36 @@ pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
         });
     }
     let options = pool.connect_options();
-    let target = match options.get_socket() {
+    let target = address(&options);
+    let mut conn = connect_within(&options, timeout)
+        .await
+        .map_err(|reason| Error::Connect {
+            target: target.clone(),
+            reason,
+        })?;
+    let checked = crate::pooler::check(&mut conn, &options, &target).await;
+    let _ = conn.close().await;
+    checked
+}
+
+/// Where `options` connect, as errors name it: `host:port`, or the socket
+/// path (never the password).
+pub(crate) fn address(options: &PgConnectOptions) -> String {
+    match options.get_socket() {
         Some(socket) => socket.display().to_string(),
         None => format!("{}:{}", options.get_host(), options.get_port()),
-    };
-    let reason = match tokio::time::timeout(timeout, PgConnection::connect_with(&options)).await {
-        Ok(Ok(mut conn)) => {
-            let checked = crate::pooler::check(&mut conn, &options, &target).await;
-            let _ = conn.close().await;
-            return checked;
-        }
+    }
+}
+
+/// One connection with `options` within `timeout`, or why not, in words an
+/// operator can act on: the server's own message, nothing listening, no
+/// answer, or the pgbouncer.ini line a pooler's refusal needs.
+async fn connect_within(
+    options: &PgConnectOptions,
+    timeout: Duration,
+) -> std::result::Result<PgConnection, String> {
+    let reason = match tokio::time::timeout(timeout, PgConnection::connect_with(options)).await {
+        Ok(Ok(conn)) => return Ok(conn),
         Ok(Err(sqlx::Error::Database(db))) => db.message().to_owned(),
         Ok(Err(err)) => {
             let chain = workerutil::error_chain(&err);
@@ -55,11 +76,48 @@ pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
             "no answer within the connect timeout of {timeout:?} (a wrong or unreachable host, a firewall dropping the packets, or a server too busy to answer; a longer connect timeout waits more)"
         ),
     };
-    let reason = match crate::pooler::startup_parameter_hint(&reason) {
+    Err(match crate::pooler::startup_parameter_hint(&reason) {
         Some(hint) => format!("{reason}: {hint}"),
         None => reason,
+    })
+}
+
+/// Behind a transaction pooler with a `listen_url`: fails unless it reaches
+/// the pool's database (NOTIFY is per database, so a listener on another
+/// would never wake a worker), naming both, or names the address and the
+/// cause when it cannot be reached within `timeout`.
+pub(crate) async fn check_listen_url(pool: &PgPool, timeout: Duration) -> Result<()> {
+    let crate::Pooler::Transaction {
+        listen_url: Some(url),
+    } = sql::pooler()
+    else {
+        return Ok(());
     };
-    Err(Error::Connect { target, reason })
+    let invalid = |reason: String| Error::InvalidOption {
+        field: "listen_url",
+        reason,
+    };
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e| invalid(format!("not a connection string: {e}")))?;
+    let target = address(&options);
+    let mut conn = connect_within(&options, timeout)
+        .await
+        .map_err(|reason| invalid(format!("cannot connect to {target} for LISTEN: {reason}")))?;
+    let listening = sql::current_database().fetch_one_simple(&mut conn).await;
+    let _ = conn.close().await;
+    let listening: String = listening.map_err(Error::db("listen_url check"))?.get("db");
+    let pooled: String = sql::current_database()
+        .fetch_one(pool)
+        .await
+        .map_err(Error::db("listen_url check"))?
+        .get("db");
+    if listening != pooled {
+        return Err(invalid(format!(
+            "it reaches database {listening:?} at {target}, but the pool's database is {pooled:?}: NOTIFY is per database, so no wake-up would ever arrive; point listen_url (DBWORKER_LISTEN_URL) at {pooled:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// A column as `pg_catalog` describes it.

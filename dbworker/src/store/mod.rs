@@ -132,7 +132,7 @@ impl<R: Record> DbStore<R> {
             .clone()
             .map(|c| -> notify::OnId { Arc::new(move |id| c.rewind_to(id)) });
         if resolved.listen_channel.is_some() {
-            crate::pooler::check_listen_url(&pool, resolved.connect_timeout).await?;
+            schema_check::check_listen_url(&pool, resolved.connect_timeout).await?;
         }
         let (wakeups, listener) = match &resolved.listen_channel {
             Some(channel) => {
