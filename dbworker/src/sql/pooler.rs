@@ -90,13 +90,9 @@ impl Pooler {
 }
 
 /// What is wrong with `DBWORKER_POOLER`, when it is set to a value other
-/// than the accepted ones, unless [`set_pooler`] chose the mode in code.
+/// than the accepted ones (a typo is refused even where [`set_pooler`]
+/// chose the mode in code: the environment says something was meant).
 pub(crate) fn env_problem() -> Option<String> {
-    if SETTING.read().unwrap_or_else(|e| e.into_inner()).is_some()
-        && std::env::var_os("DBWORKER_POOLER").is_none()
-    {
-        return None;
-    }
     match std::env::var("DBWORKER_POOLER") {
         Err(std::env::VarError::NotPresent) => None,
         Ok(v) if v == "transaction" || v == "direct" => None,
@@ -250,28 +246,46 @@ async fn in_callers_transaction(
         sql: statement.sql.clone(),
         values: statement.values.clone(),
     };
-    sqlx::raw_sql(sqlx::AssertSqlSafe(SAVEPOINT))
-        .execute(&mut *conn)
-        .await?;
+    savepoint(Savepoint::Set).execute_simple(&mut *conn).await?;
     let fetched = match fetch(statement, &mut *conn, how, false).await {
         Err(err) if unnamed_statement_lost(&err) => {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(ROLLBACK_TO_SAVEPOINT))
-                .execute(&mut *conn)
+            savepoint(Savepoint::RollBack)
+                .execute_simple(&mut *conn)
                 .await?;
             fetch(again, &mut *conn, how, false).await?
         }
         done => done?,
     };
-    sqlx::raw_sql(sqlx::AssertSqlSafe(RELEASE_SAVEPOINT))
-        .execute(&mut *conn)
+    savepoint(Savepoint::Release)
+        .execute_simple(&mut *conn)
         .await?;
     known_types::record(&sql, fetched.rows());
     Ok(fetched)
 }
 
-const SAVEPOINT: &str = "SAVEPOINT dbworker_statement";
-const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT dbworker_statement";
-const RELEASE_SAVEPOINT: &str = "RELEASE SAVEPOINT dbworker_statement";
+/// What to do with the savepoint a statement in a caller's transaction runs
+/// behind.
+#[derive(Clone, Copy)]
+pub(crate) enum Savepoint {
+    Set,
+    RollBack,
+    Release,
+}
+
+/// `SAVEPOINT`, `ROLLBACK TO SAVEPOINT` or `RELEASE SAVEPOINT` of that one
+/// savepoint, sent as a simple query (one round trip, nothing prepared).
+/// Raw text: sea-query builds no transaction control.
+pub(crate) fn savepoint(what: Savepoint) -> Statement {
+    let sql = match what {
+        Savepoint::Set => "SAVEPOINT dbworker_statement",
+        Savepoint::RollBack => "ROLLBACK TO SAVEPOINT dbworker_statement",
+        Savepoint::Release => "RELEASE SAVEPOINT dbworker_statement",
+    };
+    Statement {
+        sql: sql.into(),
+        values: sea_query_sqlx::SqlxValues(sea_query::Values(Vec::new())),
+    }
+}
 
 /// Whether `err` is the server's "unnamed prepared statement does not
 /// exist" (SQLSTATE 26000, invalid_sql_statement_name).
@@ -337,6 +351,14 @@ impl Statement {
             .fetch_one(conn)
             .await
     }
+
+    /// The same, for a statement that returns no row.
+    async fn execute_simple(self, conn: &mut PgConnection) -> sqlx::Result<PgQueryResult> {
+        debug_assert!(self.values.0.0.is_empty(), "a simple query binds nothing");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(self.sql))
+            .execute(conn)
+            .await
+    }
 }
 
 /// `SELECT pg_backend_pid()`: which server session ran the statement, for
@@ -371,5 +393,8 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("backend_pid", backend_pid()),
         ("current_database", current_database()),
+        ("savepoint", savepoint(Savepoint::Set)),
+        ("savepoint_rollback", savepoint(Savepoint::RollBack)),
+        ("savepoint_release", savepoint(Savepoint::Release)),
     ]
 }

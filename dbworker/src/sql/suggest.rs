@@ -2,27 +2,45 @@
 //! kind) takes among the live jobs and the newest rows, at a bounded cost on
 //! a table of any size.
 
-use super::{Statement, Table};
-use crate::columns::quote;
+use super::{Statement, Table, alias, col, state, table_ref};
+use sea_query::{Expr, ExprTrait, Order, Query, UnionType};
+use workerutil::JobState;
 
 /// The distinct values of `column` (as text, sorted, at most 200) among the
 /// live jobs (through the partial indexes on the live states) and the 1,000
 /// newest rows (through the primary key): `(v)`.
 pub(crate) fn suggest_values(a: &Table, column: &str) -> Statement {
     let (t, c) = (&a.table, &a.columns);
-    let table = t.quoted();
-    let (col, state, id) = (quote(column), quote(&c.state), quote(&c.id));
-    let sql = format!(
-        "SELECT \"v\" FROM (\
-         SELECT {col}::text AS \"v\" FROM {table} WHERE {state} IN ('queued', 'errored', 'processing') \
-         UNION \
-         SELECT \"recent\".\"v\" FROM (SELECT {col}::text AS \"v\" FROM {table} ORDER BY {id} DESC LIMIT 1000) AS \"recent\"\
-         ) AS \"s\" WHERE \"v\" IS NOT NULL ORDER BY \"v\" LIMIT 200"
-    );
-    Statement {
-        sql: sql.into(),
-        values: sea_query_sqlx::SqlxValues(sea_query::Values(Vec::new())),
-    }
+    let value = || col(&t.alias, column).cast_as("text");
+    let recent = Query::select()
+        .expr_as(value(), alias("v"))
+        .from(table_ref(t))
+        .order_by_expr(col(&t.alias, &c.id), Order::Desc)
+        .limit(1000)
+        .to_owned();
+    let live = Query::select()
+        .expr_as(value(), alias("v"))
+        .from(table_ref(t))
+        .and_where(
+            col(&t.alias, &c.state)
+                .is_in([JobState::Queued, JobState::Errored, JobState::Processing].map(state)),
+        )
+        .union(
+            UnionType::Distinct,
+            Query::select()
+                .column(alias("v"))
+                .from_subquery(recent, alias("recent"))
+                .to_owned(),
+        )
+        .to_owned();
+    let q = Query::select()
+        .column(alias("v"))
+        .from_subquery(live, alias("s"))
+        .and_where(Expr::col(alias("v")).is_not_null())
+        .order_by(alias("v"), Order::Asc)
+        .limit(200)
+        .to_owned();
+    Statement::from(&q)
 }
 
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).

@@ -1,0 +1,1 @@
+SAVEPOINT dbworker_statement

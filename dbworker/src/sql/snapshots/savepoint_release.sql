@@ -1,0 +1,1 @@
+RELEASE SAVEPOINT dbworker_statement
