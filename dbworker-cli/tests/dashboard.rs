@@ -1,30 +1,21 @@
 //! `dbworker ui`: the dashboard served alone, refusing an open network address
 //! without authentication (the dashboard itself: dbworker/tests/dashboard.rs).
 
+mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
 mod common;
 #[path = "../../dbworker/tests/common/dashboard.rs"]
 mod shared;
 
-use shared::seed;
+use std::process::{Command, Stdio};
 
-/// `GET path` over plain HTTP/1.0; the whole response.
-fn http_get(addr: &str, path: &str, auth: Option<&str>) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let auth = auth
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
+use cli::{http_get, serve_ui};
+use shared::seed;
 
 #[tokio::test]
 async fn dbworker_ui_serves_alone_and_refuses_an_open_network_address() {
     let (db, _) = seed().await;
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+    let refused = Command::new(env!("CARGO_BIN_EXE_dbworker"))
         .args(["ui", "--table", "jobs", "--listen", "0.0.0.0:0"])
         .env("DATABASE_URL", db.db.url())
         .output()
@@ -32,7 +23,8 @@ async fn dbworker_ui_serves_alone_and_refuses_an_open_network_address() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("without authentication"));
 
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dbworker"));
+    command
         .args([
             "ui",
             "--table",
@@ -43,24 +35,8 @@ async fn dbworker_ui_serves_alone_and_refuses_an_open_network_address() {
             "0.0.0.0:0",
         ])
         .env("DATABASE_URL", db.db.url())
-        .env("DBWORKER_UI_TOKEN", "tok")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let port = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_owned();
-    let addr = format!("127.0.0.1:{port}");
+        .env("DBWORKER_UI_TOKEN", "tok");
+    let (mut child, addr) = serve_ui(command);
     let denied = http_get(&addr, "/", None);
     assert!(
         denied.starts_with("HTTP/1.0 401") || denied.starts_with("HTTP/1.1 401"),
@@ -86,7 +62,8 @@ async fn dbworker_ui_serves_the_cron_page_with_the_cron_table() {
          VALUES ('jobs', 'berlin-nightly', now(), '30 2 * * *', 'Europe/Berlin')",
     )
     .await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dbworker"));
+    command
         .args([
             "ui",
             "--table",
@@ -96,21 +73,8 @@ async fn dbworker_ui_serves_the_cron_page_with_the_cron_table() {
             "--listen",
             "127.0.0.1:0",
         ])
-        .env("DATABASE_URL", db.db.url())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr = line
-        .trim()
-        .trim_start_matches("dashboard on http://")
-        .trim_end_matches('/')
-        .to_owned();
+        .env("DATABASE_URL", db.db.url());
+    let (mut child, addr) = serve_ui(command);
     let page = http_get(&addr, "/t/jobs/cron", None);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -128,25 +92,13 @@ async fn dbworker_ui_serves_the_cron_page_with_the_cron_table() {
 #[tokio::test]
 async fn dbworker_ui_alone_detects_the_columns_and_says_what_it_lacks() {
     let (db, _) = seed().await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dbworker"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dbworker"));
+    command
         .args(["ui", "--table", "jobs", "--listen", "127.0.0.1:0"])
         .env("DATABASE_URL", db.db.url())
         .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr = line
-        .trim()
-        .trim_start_matches("dashboard on http://")
-        .trim_end_matches('/')
-        .to_owned();
+        .stderr(Stdio::piped());
+    let (mut child, addr) = serve_ui(command);
     let page = http_get(&addr, "/", None);
     assert!(
         page.contains("<td>mail</td>"),

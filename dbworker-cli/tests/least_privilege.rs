@@ -9,7 +9,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use cli::{ok, refused};
+use cli::{http_get, ok, refused, serve_ui};
 use common::Db;
 
 /// A login role holding `grants` on the test database.
@@ -45,12 +45,12 @@ fn as_role(db: &Db, role: &str, args: &[&str]) -> Output {
 
 /// `dbworker ui --read-only` as `role`: the overview's raw HTTP response.
 fn ui_overview(db: &Db, role: &str) -> String {
-    use std::io::{BufRead, Read, Write};
     let url = db
         .db
         .url()
         .replacen("://postgres@", &format!("://{role}@"), 1);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dbworker"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dbworker"));
+    command
         .args([
             "ui",
             "--read-only",
@@ -60,23 +60,9 @@ fn ui_overview(db: &Db, role: &str) -> String {
             "127.0.0.1:0",
         ])
         .env("DATABASE_URL", url)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .trim_start_matches("dashboard on http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let mut out = String::new();
-    let mut s = std::net::TcpStream::connect(&addr).expect(&line);
-    write!(s, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    s.read_to_string(&mut out).unwrap();
+        .env("RUST_LOG", "warn");
+    let (mut child, addr) = serve_ui(command);
+    let out = http_get(&addr, "/", None);
     child.kill().unwrap();
     child.wait().unwrap();
     out

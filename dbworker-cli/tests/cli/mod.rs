@@ -2,7 +2,8 @@
 //! command-line tests. Each test file uses what it needs.
 #![allow(dead_code)]
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Output, Stdio};
 
 use crate::common::Db;
 
@@ -36,4 +37,34 @@ pub(crate) fn refused(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout)
     );
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Starts `command` (a `dbworker ui …`) with its standard output piped and
+/// returns it with the address its first line names (`dashboard on
+/// http://ADDR/`); a dashboard listening on 0.0.0.0 is reached on 127.0.0.1.
+pub(crate) fn serve_ui(mut command: Command) -> (Child, String) {
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("dashboard on http://")
+        .trim_end_matches('/')
+        .replace("0.0.0.0", "127.0.0.1");
+    (child, addr)
+}
+
+/// `GET path` over plain HTTP/1.0 (with `auth` as its `Authorization`); the
+/// whole response.
+pub(crate) fn http_get(addr: &str, path: &str, auth: Option<&str>) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let auth = auth
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }

@@ -7,18 +7,33 @@ use serde_json::Value;
 
 use crate::job_filter::format_age;
 
+/// An RFC 3339 timestamp, parsed.
+fn parsed(value: &Value) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    chrono::DateTime::parse_from_rfc3339(value.as_str()?).ok()
+}
+
+/// Seconds since the epoch of `at`.
+fn epoch(at: &chrono::DateTime<chrono::FixedOffset>) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // microseconds since 1970 fit an f64 well enough
+    let micros = at.timestamp_micros() as f64;
+    micros / 1e6
+}
+
+/// Seconds since the epoch of an RFC 3339 timestamp.
+fn secs(value: &Value) -> Option<f64> {
+    parsed(value).as_ref().map(epoch)
+}
+
 /// A timestamp as `3m ago (2026-11-26 19:06:24 UTC)`, or `in 5m (…)` for one
 /// ahead, against the database clock's `now` (seconds since the epoch).
 pub(crate) fn when(value: &Value, now: f64) -> Markup {
     let Some(text) = value.as_str() else {
         return html! { span class="muted" { "–" } };
     };
-    let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) else {
+    let Some(at) = parsed(value) else {
         return html! { (text) };
     };
-    #[allow(clippy::cast_precision_loss)] // microseconds since 1970 fit an f64 well enough
-    let secs = at.timestamp_micros() as f64 / 1e6;
-    let ago = now - secs;
+    let ago = now - epoch(&at);
     let relative = if ago >= 0.0 {
         format!("{} ago", format_age(ago))
     } else {
@@ -29,13 +44,6 @@ pub(crate) fn when(value: &Value, now: f64) -> Markup {
         .format("%Y-%m-%d %H:%M:%S UTC")
         .to_string();
     html! { span class="when" title=(text) { (relative) } " " span class="muted" { "(" (absolute) ")" } }
-}
-
-/// Seconds since the epoch of an RFC 3339 timestamp.
-fn secs(value: &Value) -> Option<f64> {
-    let at = chrono::DateTime::parse_from_rfc3339(value.as_str()?).ok()?;
-    #[allow(clippy::cast_precision_loss)] // microseconds since 1970 fit an f64 well enough
-    Some(at.timestamp_micros() as f64 / 1e6)
 }
 
 /// How long from `from` to `to`, when both are times and in order.

@@ -24,25 +24,18 @@ pub(crate) fn filter_conditions(a: &Table, f: &JobFilter) -> Vec<Expr> {
             ));
         }
     }
-    if let Some(age) = f.older_than {
-        conds.push(Expr::cust_with_values(
-            format!(
-                "{}.{} <= now() - $1 * interval '1 second'",
-                quote(al),
-                quote(&c.queued_at)
-            ),
-            [age.as_secs_f64()],
-        ));
-    }
-    if let Some(age) = f.newer_than {
-        conds.push(Expr::cust_with_values(
-            format!(
-                "{}.{} >= now() - $1 * interval '1 second'",
-                quote(al),
-                quote(&c.queued_at)
-            ),
-            [age.as_secs_f64()],
-        ));
+    // Queued at least (`<=`) or at most (`>=`) this long ago.
+    for (age, cmp) in [(f.older_than, "<="), (f.newer_than, ">=")] {
+        if let Some(age) = age {
+            conds.push(Expr::cust_with_values(
+                format!(
+                    "{}.{} {cmp} now() - $1 * interval '1 second'",
+                    quote(al),
+                    quote(&c.queued_at)
+                ),
+                [age.as_secs_f64()],
+            ));
+        }
     }
     if let Some(text) = &f.failure_contains {
         let escaped = text
