@@ -236,6 +236,7 @@ async fn the_command_line_speaks_tls_to_a_server_that_requires_it() {
     };
     for query in [
         "sslmode=require".to_owned(),
+        format!("sslmode=verify-ca&sslrootcert={ca}"),
         format!("sslmode=verify-full&sslrootcert={ca}"),
     ] {
         let out = status(&query);

@@ -899,6 +899,18 @@ async fn operators_read_the_cron_page_and_follow_its_last_job() {
     c.close().await.unwrap();
 }
 
+/// Tells the page its tab was hidden (or shown), as a browser does.
+async fn tab_hidden(c: &Client, hidden: bool) {
+    c.execute(
+        &format!(
+            "Object.defineProperty(document, 'hidden', {{ configurable: true, get: function () {{ return {hidden}; }} }}); document.dispatchEvent(new Event('visibilitychange')); return 1;"
+        ),
+        vec![],
+    )
+    .await
+    .unwrap();
+}
+
 /// Waits up to `within` for the page's text to contain `needle`.
 async fn text_within(c: &Client, needle: &str, within: Duration) -> bool {
     let deadline = Instant::now() + within;
@@ -958,12 +970,7 @@ async fn a_page_updates_itself_live_while_its_tab_is_visible() {
     shot(&c, "live-list").await;
 
     // The tab hidden: no update.
-    c.execute(
-        "Object.defineProperty(document, 'hidden', { configurable: true, get: function () { return true; } }); document.dispatchEvent(new Event('visibilitychange')); return 1;",
-        vec![],
-    )
-    .await
-    .unwrap();
+    tab_hidden(&c, true).await;
     db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'arrived while hidden', now())")
         .await;
     assert!(
@@ -971,15 +978,30 @@ async fn a_page_updates_itself_live_while_its_tab_is_visible() {
         "a hidden tab does not update"
     );
     // Shown again: updated at once.
+    tab_hidden(&c, false).await;
+    assert!(
+        text_within(&c, "arrived while hidden", Duration::from_secs(3)).await,
+        "a tab shown again updates at once"
+    );
+    // A form being filled in is never replaced; once left, the page catches up.
     c.execute(
-        "Object.defineProperty(document, 'hidden', { configurable: true, get: function () { return false; } }); document.dispatchEvent(new Event('visibilitychange')); return 1;",
+        "document.querySelector('main input[name=failure]').focus(); return 1;",
         vec![],
     )
     .await
     .unwrap();
+    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'arrived while typing', now())")
+        .await;
     assert!(
-        text_within(&c, "arrived while hidden", Duration::from_secs(3)).await,
-        "a tab shown again updates at once"
+        !text_within(&c, "arrived while typing", Duration::from_secs(8)).await,
+        "a form being typed in is not replaced"
+    );
+    c.execute("document.activeElement.blur(); return 1;", vec![])
+        .await
+        .unwrap();
+    assert!(
+        text_within(&c, "arrived while typing", Duration::from_secs(8)).await,
+        "the page catches up once the form is left"
     );
     // `?paused=` stops the live updates too.
     c.goto(&format!("{base}/t/jobs/jobs?order=newest&paused=5"))

@@ -134,3 +134,27 @@ fn the_gauges_follow_the_table_and_drop_to_zero() {
         });
     });
 }
+
+/// The gauges measure a wait from when the job became runnable, as `status`
+/// does: a week-old job requeued a minute ago (its `process_after` now) has
+/// waited a minute, and a job scheduled ahead has not started waiting.
+#[tokio::test]
+async fn a_requeued_job_has_waited_since_its_requeue() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.queue = true, &[]).await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, queued_at, process_after) VALUES
+           ('queued', 'q', now() - interval '7 days', now() - interval '60 seconds'),
+           ('queued', 'q', now() - interval '30 days', now() + interval '1 hour')",
+    )
+    .await;
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let store = db.store_on(&table, db.options()).await;
+    let waited = store.max_age_in_queue().await.unwrap().as_secs_f64();
+    assert!((59.0..3600.0).contains(&waited), "{waited}");
+    let stats = store.queue_stats().await.unwrap();
+    let queued = stats.iter().find(|s| s.state == JobState::Queued).unwrap();
+    assert!((59.0..3600.0).contains(&queued.oldest_seconds), "{stats:?}");
+}

@@ -361,6 +361,16 @@ async fn a_worker_honours_pauses_and_spends_rate_tokens_with_the_documented_gran
         Ok(())
     })
     .await;
+    // A table described without its control tables adopts them, so its
+    // worker needs the same grants, each named when missing.
+    each_grant_is_needed(&db, &CONTROLLED_WORKER, |pool| async move {
+        let mut o = Db::table_options();
+        o.queue_column = Some("queue".into());
+        let jobs = JobTable::new(&pool, o).await?;
+        DbStore::new(&pool, &jobs, Db::options_for_tests()).await?;
+        Ok(())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -79,9 +79,11 @@ async fn the_dashboard_reads_from_a_replica_and_acts_on_the_primary() {
     assert!(page.contains("state-queued"), "{page}");
 }
 
-/// A writing service given the replica's URL refuses to start, naming the
-/// server as a read-only replica, instead of failing at every claim; a
-/// reader (the job table's check, the admin) works there.
+/// A writing service given the replica's URL (a worker's store, an
+/// enqueuer, a purger, the dashboard with actions, the resetter's check)
+/// refuses to start, naming the server as a read-only replica, instead of
+/// failing at every claim; a reader (the job table's check, the admin)
+/// works there.
 #[tokio::test]
 async fn a_writer_given_a_replica_refuses_to_start_naming_it() {
     let Some(r) = Replicated::start_or_skip("the replica-refusal test").await else {
@@ -105,7 +107,29 @@ async fn a_writer_given_a_replica_refuses_to_start_naming_it() {
     let Err(enqueuer) = dbworker::Enqueuer::new(replica, &table).await else {
         panic!("an enqueuer started on a replica");
     };
-    for err in [worker.to_string(), enqueuer.to_string()] {
+    let Err(purger) = dbworker::maintenance::Purger::new(
+        replica,
+        &table,
+        dbworker::maintenance::PurgeOptions::default(),
+    )
+    .await
+    else {
+        panic!("a purger started on a replica");
+    };
+    let Err(dashboard) = Dashboard::new(replica, DashboardOptions::new(vec![table.clone()])).await
+    else {
+        panic!("a dashboard with actions started on a replica");
+    };
+    let resetter =
+        dbworker::Resetter::new(replica, &table, dbworker::ResetterOptions::new("r")).unwrap();
+    let resetter = resetter.check().await.unwrap_err();
+    for err in [
+        worker.to_string(),
+        enqueuer.to_string(),
+        purger.to_string(),
+        dashboard.to_string(),
+        resetter.to_string(),
+    ] {
         assert!(
             err.contains("read-only replica") && err.contains(&format!(":{port}")),
             "{err}"

@@ -23,7 +23,9 @@ pub struct QueueStat {
     pub queue: Option<String>,
     /// How many jobs.
     pub count: u64,
-    /// Seconds since the oldest of them was queued, by the database clock.
+    /// For waiting jobs, seconds since the longest-waiting due one became
+    /// runnable (queued, or its later `process_after`); for processing ones,
+    /// since the oldest was queued. By the database clock.
     pub oldest_seconds: f64,
 }
 

@@ -318,7 +318,9 @@ impl<R: Record> DbStore<R> {
         Ok(row.get::<bool, _>(0))
     }
 
-    /// How long the oldest waiting job has waited, by the database clock.
+    /// How long the longest-waiting due job has been runnable (since it was
+    /// queued or, when later, since its `process_after`: a requeue or a
+    /// retry), by the database clock; a job scheduled ahead does not count.
     pub async fn max_age_in_queue(&self) -> Result<Duration> {
         let row = sql::max_age_in_queue(&self.options)
             .fetch_one(&self.pool)
