@@ -493,3 +493,32 @@ async fn pages_are_keyset_paged_in_every_sort() {
     let (status, _, _) = get(&app, "/t/jobs/jobs?sort=payload", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+/// The jobs page suggests the queues the table holds, asked once and reused
+/// (a page updating itself every few seconds must not ask each time): a
+/// queue that appears meanwhile is suggested once the minute has passed.
+#[tokio::test]
+async fn the_jobs_page_suggests_queues_and_reuses_what_it_asked() {
+    let (db, _) = seed().await;
+    let app = dashboard(&db, Auth::None).await.router();
+    let (status, page, _) = get(&app, "/t/jobs/jobs", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("<datalist id=\"queues\">") && page.contains("<option value=\"mail\">"),
+        "{page}"
+    );
+    db.execute("INSERT INTO jobs (queue) VALUES ('brand-new')")
+        .await;
+    let (_, page, _) = get(&app, "/t/jobs/jobs", None).await;
+    let queues = page
+        .split("<datalist id=\"queues\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</datalist>").next())
+        .unwrap();
+    assert!(queues.contains("\"mail\""), "{queues}");
+    assert!(
+        !queues.contains("brand-new"),
+        "asked again within the minute"
+    );
+    assert!(page.contains("brand-new"), "the list itself is current");
+}

@@ -109,9 +109,9 @@ impl Admin {
     }
 
     /// What a search box suggests: the values the queue and the kind columns
-    /// take among the live jobs and the 1,000 newest rows (sorted, at most
-    /// 200 each; empty without the column). Bounded by the partial indexes
-    /// and the primary key, whatever the table's size.
+    /// take among up to 10,000 live jobs and the 1,000 newest rows (sorted,
+    /// at most 200 each; empty without the column). Bounded by the partial
+    /// indexes and the primary key, whatever the table's size.
     pub async fn suggestions(&self) -> Result<Suggestions> {
         let mut out = Suggestions::default();
         for (column, values) in [

@@ -33,6 +33,7 @@ mod pages;
 mod processes;
 mod refresh;
 mod replica;
+mod suggest;
 mod timeline;
 mod workflow;
 mod workflows_list;
@@ -158,6 +159,8 @@ pub(crate) struct Table {
     pub(crate) error_history: Option<String>,
     /// The table's workflows, if it has them (`--workflows`).
     pub(crate) workflows: Option<crate::workflow::Workflows>,
+    /// What its search boxes suggest, reused for a minute.
+    pub(crate) suggested: suggest::Suggested,
 }
 
 pub(crate) struct Shared {
@@ -245,6 +248,7 @@ impl Dashboard {
                 writer,
                 pauses,
                 limits,
+                suggested: suggest::Suggested::default(),
             });
         }
         let shared = Arc::new(Shared {
@@ -524,7 +528,7 @@ async fn jobs(
         page.sort = sort.parse().map_err(server_error)?;
     }
     let list = t.admin.list(&filter, page).await.map_err(server_error)?;
-    let suggest = t.admin.suggestions().await.map_err(server_error)?;
+    let suggest = t.suggested.get(&t.admin).await.map_err(server_error)?;
     Ok(pages::jobs(&viewer, &s, t, &q, &list, &suggest, &refresh(&q)).into_response())
 }
 

@@ -6,9 +6,10 @@ use super::{Statement, Table, alias, col, state, table_ref};
 use sea_query::{Expr, ExprTrait, Order, Query, UnionType};
 use workerutil::JobState;
 
-/// The distinct values of `column` (as text, sorted, at most 200) among the
-/// live jobs (through the partial indexes on the live states) and the 1,000
-/// newest rows (through the primary key): `(v)`.
+/// The distinct values of `column` (as text, sorted, at most 200) among
+/// 10,000 live jobs at most (through the partial indexes on the live states,
+/// in no order: a backlog of millions costs the same) and the 1,000 newest
+/// rows (through the primary key): `(v)`.
 pub(crate) fn suggest_values(a: &Table, column: &str) -> Statement {
     let (t, c) = (&a.table, &a.columns);
     let value = || col(&t.alias, column).cast_as("text");
@@ -25,6 +26,11 @@ pub(crate) fn suggest_values(a: &Table, column: &str) -> Statement {
             col(&t.alias, &c.state)
                 .is_in([JobState::Queued, JobState::Errored, JobState::Processing].map(state)),
         )
+        .limit(10_000)
+        .to_owned();
+    let both = Query::select()
+        .column(alias("v"))
+        .from_subquery(live, alias("live"))
         .union(
             UnionType::Distinct,
             Query::select()
@@ -35,7 +41,7 @@ pub(crate) fn suggest_values(a: &Table, column: &str) -> Statement {
         .to_owned();
     let q = Query::select()
         .column(alias("v"))
-        .from_subquery(live, alias("s"))
+        .from_subquery(both, alias("s"))
         .and_where(Expr::col(alias("v")).is_not_null())
         .order_by(alias("v"), Order::Asc)
         .limit(200)
