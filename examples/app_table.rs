@@ -15,7 +15,7 @@ use dbworker::{
 };
 use dbworker_testkit::TestDatabase;
 use sqlx::Row;
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 /// A job with the repository it is about, read through the view.
 #[derive(Debug)]
@@ -32,8 +32,6 @@ impl Record for IndexJob {
 }
 
 struct Indexer;
-
-#[async_trait]
 impl Handler<DbStore<IndexJob>> for Indexer {
     async fn handle(
         &self,

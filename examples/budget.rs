@@ -13,9 +13,7 @@ use std::time::Duration;
 use dbworker::sea_query::Expr;
 use dbworker::{DbConditions, DbJob, DbStore, JobTable, JobTableOptions, StoreOptions, new_worker};
 use dbworker_testkit::TestDatabase;
-use workerutil::{
-    BoxError, Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, async_trait,
-};
+use workerutil::{BoxError, Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions};
 
 const BUDGET: i64 = 100;
 
@@ -36,8 +34,6 @@ struct Budgeted {
     in_use: AtomicI64,
     peak: AtomicI64,
 }
-
-#[async_trait]
 impl Handler<DbStore<CostlyJob>> for Budgeted {
     async fn pre_dequeue(&self) -> Result<Option<DbConditions>, BoxError> {
         let headroom = BUDGET - self.in_use.load(Ordering::SeqCst);

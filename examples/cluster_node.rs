@@ -29,7 +29,7 @@ use dbworker::{
         DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
     },
     consumers::{
-        Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
+        Consumer, ConsumerGroup, ConsumerGroupOptions, Consumers, DEFAULT_ASSIGNMENT_TABLE,
         DEFAULT_CHECKPOINT_TABLE,
     },
     ddl::{consumer_tables_sql, events_table_sql, job_table_sql, leader_table_sql, node_table_sql},
@@ -38,9 +38,7 @@ use dbworker::{
 };
 use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
-use workerutil::{
-    BoxError, Handler, HandlerError, JobContext, JobState, Record, WorkerOptions, async_trait,
-};
+use workerutil::{BoxError, Handler, HandlerError, JobContext, JobState, Record, WorkerOptions};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Job {
@@ -56,8 +54,6 @@ impl Record for Job {
 /// Writes the job's effect in its transaction: it commits with the job's
 /// completion or not at all.
 struct Effect(String);
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Effect {
     async fn handle(
         &self,
@@ -88,8 +84,6 @@ struct Event {
 const CONSUMERS: [&str; 4] = ["audit", "billing", "crm", "totals"];
 
 struct Project(&'static str);
-
-#[async_trait]
 impl Consumer<Event> for Project {
     fn name(&self) -> &str {
         self.0
@@ -204,10 +198,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     go.log.slice_size = 50;
     go.log.slice_pause = Duration::from_millis(10);
     go.log.listen = Some("events_appended".into());
-    let consumers: Vec<Arc<dyn Consumer<Event>>> = CONSUMERS
-        .iter()
-        .map(|&name| Arc::new(Project(name)) as Arc<dyn Consumer<Event>>)
-        .collect();
+    let consumers: Consumers<Event> = CONSUMERS.iter().map(|&name| Project(name)).collect();
     let group = ConsumerGroup::new(&pool, go, consumers).await?;
     let consuming = tokio::spawn(group.run(stop.clone()));
 

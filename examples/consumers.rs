@@ -10,13 +10,12 @@
 //! ```
 
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
     cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, Node, NodeOptions},
     consumers::{
-        Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
+        Consumer, ConsumerGroup, ConsumerGroupOptions, Consumers, DEFAULT_ASSIGNMENT_TABLE,
         DEFAULT_CHECKPOINT_TABLE,
     },
     ddl::{consumer_tables_sql, events_table_sql, leader_table_sql, node_table_sql},
@@ -36,8 +35,6 @@ struct Event {
 /// Writes one projection row per event, in the slice's transaction (no
 /// unique key: a second row for a position would show a double effect).
 struct Project(&'static str);
-
-#[async_trait::async_trait]
 impl Consumer<Event> for Project {
     fn name(&self) -> &str {
         self.0
@@ -75,8 +72,9 @@ async fn child(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     go.poll_interval = Duration::from_millis(50);
     go.log.slice_size = 50;
     go.log.slice_pause = Duration::ZERO;
-    let consumers: Vec<Arc<dyn Consumer<Event>>> =
-        vec![Arc::new(Project("audit")), Arc::new(Project("totals"))];
+    let consumers = Consumers::new()
+        .add(Project("audit"))
+        .add(Project("totals"));
     let group = ConsumerGroup::new(&pool, go, consumers).await?;
     let run = tokio::spawn(group.run(stop.clone()));
     while checkpoints(&pool).await? != [EVENTS, EVENTS] {

@@ -18,7 +18,7 @@ use dbworker::{
 };
 use dbworker_testkit::TestDatabase;
 use tokio_util::sync::CancellationToken;
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Job {
@@ -32,8 +32,6 @@ impl Record for Job {
 }
 
 struct Cleanup;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Cleanup {
     async fn handle(
         &self,

@@ -23,7 +23,7 @@ use dbworker::{
 };
 use dbworker_testkit::TestDatabase;
 use tower::ServiceExt;
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Job {
@@ -39,8 +39,6 @@ impl Record for Job {
 
 /// Slow, and fails the jobs of customer 13.
 struct Send;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Send {
     async fn handle(
         &self,

@@ -20,7 +20,7 @@ use dbworker::{
 };
 use dbworker_testkit::TestDatabase;
 use serde_json::json;
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 #[derive(Debug, sqlx::FromRow)]
 struct MailJob {
@@ -39,8 +39,6 @@ impl Record for MailJob {
 struct Mailer {
     sent: Arc<Mutex<Vec<String>>>,
 }
-
-#[async_trait]
 impl Handler<DbStore<MailJob>> for Mailer {
     async fn handle(
         &self,

@@ -16,9 +16,7 @@ use dbworker::{
     queues::{QueueWorkers, QueueWorkersOptions},
 };
 use dbworker_testkit::TestDatabase;
-use workerutil::{
-    Handler, HandlerError, JobContext, KindRegistry, Record, WorkerOptions, async_trait,
-};
+use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Record, WorkerOptions};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Job {
@@ -34,8 +32,6 @@ impl Record for Job {
 }
 
 struct SendEmail;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for SendEmail {
     async fn handle(
         &self,
@@ -51,8 +47,6 @@ impl Handler<DbStore<Job>> for SendEmail {
 }
 
 struct BuildReport;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for BuildReport {
     async fn handle(
         &self,

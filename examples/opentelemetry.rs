@@ -22,7 +22,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Email {
@@ -37,8 +37,6 @@ impl Record for Email {
 }
 
 struct SendEmail;
-
-#[async_trait]
 impl Handler<DbStore<Email>> for SendEmail {
     async fn handle(
         &self,

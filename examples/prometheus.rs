@@ -20,7 +20,7 @@ use dbworker::{
 use dbworker_testkit::TestDatabase;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use workerutil::{
-    Handler, HandlerError, JobContext, JobState, KindRegistry, Record, WorkerOptions, async_trait,
+    Handler, HandlerError, JobContext, JobState, KindRegistry, Record, WorkerOptions,
 };
 
 #[derive(Debug, sqlx::FromRow)]
@@ -37,8 +37,6 @@ impl Record for Job {
 
 /// Succeeds, or fails for good: one handler per kind.
 struct Outcome(bool);
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Outcome {
     async fn handle(
         &self,

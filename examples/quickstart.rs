@@ -19,8 +19,6 @@ impl JobArgs for Square {
 
 /// Stores n² in the job's transaction: it commits with the job's completion.
 struct Squarer;
-
-#[async_trait]
 impl JobHandler for Squarer {
     type Args = Square;
 

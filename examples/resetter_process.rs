@@ -20,7 +20,7 @@ use dbworker::{
 use dbworker_testkit::TestDatabase;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 /// When a processing job counts as stalled: the workers' stores and the
 /// standalone resetter must agree, so both take these.
@@ -52,8 +52,6 @@ struct Work {
     pool: PgPool,
     hang: bool,
 }
-
-#[async_trait]
 impl Handler<DbStore<ExampleJob>> for Work {
     async fn handle(
         &self,

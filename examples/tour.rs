@@ -42,8 +42,6 @@ impl JobArgs for Square {
 /// Squares the number and stores the result in the job's transaction,
 /// logging the step in the job's execution log (which survives a rollback).
 struct Squarer;
-
-#[async_trait]
 impl JobHandler for Squarer {
     type Args = Square;
 

@@ -21,7 +21,7 @@ use dbworker::{
 };
 use dbworker_testkit::TestDatabase;
 use serde_json::json;
-use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Step {
@@ -40,8 +40,6 @@ impl Record for Step {
 struct Steps {
     ran: Arc<Mutex<Vec<String>>>,
 }
-
-#[async_trait]
 impl Handler<DbStore<Step>> for Steps {
     async fn handle(
         &self,

@@ -12,7 +12,7 @@ use dbworker::{
 };
 use tokio_util::sync::CancellationToken;
 use workerutil::{
-    Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, WorkerSummary, async_trait,
+    Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, WorkerSummary,
 };
 
 use crate::db::{Bench, Mode, TABLE};
@@ -40,8 +40,6 @@ pub(crate) struct NoOp {
     /// Set in latency runs: every handler's start.
     pub(crate) starts: Option<Starts>,
 }
-
-#[async_trait]
 impl Handler<DbStore<BenchJob>> for NoOp {
     async fn handle(
         &self,

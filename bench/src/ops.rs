@@ -11,7 +11,7 @@ use dbworker::{
     new_worker,
 };
 use sqlx::AssertSqlSafe;
-use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Outcome, Record};
 
 use crate::Result;
 use crate::db::{Bench, Mode, TABLE};
@@ -61,8 +61,6 @@ impl Record for KindJob {
 struct KindNoOp {
     progress: Arc<Progress>,
 }
-
-#[async_trait]
 impl Handler<DbStore<KindJob>> for KindNoOp {
     async fn handle(
         &self,

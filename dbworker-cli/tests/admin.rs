@@ -286,8 +286,6 @@ async fn list_pages_through_a_filter_and_bulk_actions_act_on_it_only() {
 
 /// Takes a while over each job, so a backlog outlasts the pause below.
 struct Slow;
-
-#[async_trait::async_trait]
 impl workerutil::Handler<dbworker::DbStore<common::Job>> for Slow {
     async fn handle(
         &self,

@@ -22,7 +22,12 @@ async fn every_event_is_handled_once_per_consumer_with_its_writes() {
         Project::new("billing"),
         Project::new("crm"),
     );
-    let p = start(&db, vec![a.clone(), b.clone(), c.clone()], fast_group()).await;
+    let p = start(
+        &db,
+        [a.clone(), b.clone(), c.clone()].into_iter().collect(),
+        fast_group(),
+    )
+    .await;
     wait_for("the first 250", async || projected(&db, "crm").await == 250).await;
     // More events while running: a notification wakes the consumers.
     append(&db, 50).await;

@@ -6,12 +6,10 @@ mod common;
 #[path = "../../dbworker/tests/common/crash.rs"]
 mod shared;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use async_trait::async_trait;
 use dbworker::{DbJob, DbStore, Handling, JobTable, new_worker};
 use serde_json::json;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 use workerutil::{Handler, HandlerError, JobContext};
 
 use common::{Db, Job};
@@ -23,8 +21,6 @@ struct Hang {
     pool: sqlx::PgPool,
     hang: bool,
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Hang {
     async fn handle(
         &self,

@@ -7,14 +7,13 @@
 //! use dbworker::items::{ItemHandler, ItemJobs, ItemResult};
 //! use dbworker::{DbStore, JobTable, JobTableOptions, StoreOptions, new_worker};
 //! use serde_json::Value;
-//! use workerutil::{WorkerOptions, async_trait};
+//! use workerutil::{WorkerOptions};
 //!
 //! #[derive(Debug, sqlx::FromRow)]
 //! struct Job { id: i64, payload: Value }
 //! impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
 //!
 //! struct SendEmails;
-//! #[async_trait]
 //! impl ItemHandler<Job> for SendEmails {
 //!     async fn handle_items(&self, _job: &Job, items: &[Value]) -> Vec<ItemResult> {
 //!         items.iter().map(|item| match item["to"].as_str() {
@@ -36,10 +35,9 @@
 //! # }
 //! ```
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
 use workerutil::{BoxError, Handler, HandlerError, JobContext, Record, Retry, error_chain};
 
 use crate::store::{DbJob, DbStore};
@@ -54,11 +52,14 @@ pub type ItemResult = Result<(), BoxError>;
 /// job's transaction is rolled back, while the items that succeeded are
 /// dropped from the payload and never run again. Commit what an item does
 /// yourself, before reporting it done.
-#[async_trait]
 pub trait ItemHandler<R>: Send + Sync + 'static {
     /// Handles `items` (the job's payload array, or what is left of it) and
     /// returns one result per item, in order.
-    async fn handle_items(&self, record: &R, items: &[Value]) -> Vec<ItemResult>;
+    fn handle_items(
+        &self,
+        record: &R,
+        items: &[Value],
+    ) -> impl Future<Output = Vec<ItemResult>> + Send;
 
     /// The retry policy of these jobs, as [`Handler::retry`]. Default `None`:
     /// the store's.
@@ -119,8 +120,6 @@ fn type_name(value: &Value) -> &'static str {
         Value::Object(_) => "an object",
     }
 }
-
-#[async_trait]
 impl<R: Record, H: ItemHandler<R>> Handler<DbStore<R>> for ItemJobs<R, H> {
     async fn handle(
         &self,

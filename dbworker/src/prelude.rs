@@ -8,5 +8,5 @@ pub use crate::table::{JobTable, JobTableOptions};
 pub use crate::{Error, new_worker};
 pub use workerutil::{
     Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, RecordId, Worker,
-    WorkerOptions, async_trait,
+    WorkerOptions,
 };

@@ -1,10 +1,8 @@
 //! Named queues in one process: one worker per queue over a shared store, each
 //! claiming only its queue's rows with its own handler count.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use futures_util::future::join_all;
+use std::sync::Arc;
 use workerutil::{
     BoxError, Handler, HandlerError, JobContext, Outcome, Record, ShutdownHandle, Worker,
     WorkerOptions, WorkerSummary,
@@ -86,11 +84,11 @@ impl QueueWorkersOptions {
 /// ```no_run
 /// # use std::sync::Arc;
 /// # use dbworker::{DbJob, DbStore, queues::{QueueWorkers, QueueWorkersOptions}};
-/// # use workerutil::{async_trait, Handler, HandlerError, JobContext, Record, WorkerOptions};
+/// # use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 /// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
 /// # impl Record for Job { fn id(&self) -> i64 { self.id } }
 /// # struct Send;
-/// # #[async_trait] impl Handler<DbStore<Job>> for Send { async fn handle(&self, _: &mut DbJob<Job>, _: &JobContext<DbStore<Job>>) -> Result<(), HandlerError> { Ok(()) } }
+/// # impl Handler<DbStore<Job>> for Send { async fn handle(&self, _: &mut DbJob<Job>, _: &JobContext<DbStore<Job>>) -> Result<(), HandlerError> { Ok(()) } }
 /// # async fn f(store: Arc<DbStore<Job>>) -> Result<(), dbworker::Error> {
 /// let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
 ///     .queue("emails", 4)
@@ -204,8 +202,6 @@ struct QueueHandler<H> {
     column: String,
     queue: String,
 }
-
-#[async_trait]
 impl<R: Record, H: Handler<DbStore<R>>> Handler<DbStore<R>> for QueueHandler<H> {
     async fn pre_dequeue(&self) -> std::result::Result<Option<DbConditions>, BoxError> {
         let conditions = self.inner.pre_dequeue().await?;

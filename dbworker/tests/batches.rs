@@ -15,7 +15,7 @@ use dbworker::{
     workflow::{Batch, BatchCounts, Batches, EnqueuedBatch},
 };
 use serde_json::json;
-use workerutil::{Handler, HandlerError, JobContext, ShutdownHandle, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, ShutdownHandle, WorkerOptions};
 
 use common::{Db, Job};
 
@@ -26,8 +26,6 @@ struct Recorder {
     pool: sqlx::PgPool,
     batches: Batches,
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Recorder {
     async fn handle(
         &self,

@@ -4,12 +4,10 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{DbJob, DbStore, Handling, new_worker};
 use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use workerutil::testing::wait_for;
 use workerutil::{Handler, HandlerError, JobContext, StopReason, WorkerEvent, WorkerOptions};
@@ -18,8 +16,6 @@ use common::Db;
 
 /// Each job waits for a permit, so the test decides when jobs finish.
 struct Gate(Arc<Semaphore>);
-
-#[async_trait]
 impl Handler<DbStore<common::Job>> for Gate {
     async fn handle(
         &self,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use dbworker::Error;
 use dbworker::cluster::Node;
-use dbworker::consumers::{Consumer, ConsumerGroup, ConsumerGroupOptions};
+use dbworker::consumers::{Consumer, ConsumerGroup, ConsumerGroupOptions, Consumers};
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
 use workerutil::BoxError;
@@ -36,8 +36,6 @@ struct Typed {
 struct Orders {
     calls: AtomicUsize,
 }
-
-#[async_trait::async_trait]
 impl Consumer<Typed> for Orders {
     fn name(&self) -> &str {
         "orders"
@@ -102,7 +100,7 @@ async fn start_typed(db: &common::Db, consumer: Arc<Orders>) -> Proc {
     o.node_id = node.id().to_owned();
     let stop = CancellationToken::new();
     let beat = tokio::spawn(node.run(stop.clone()));
-    let group = ConsumerGroup::<Typed>::new(&pool, o, vec![consumer as Arc<dyn Consumer<Typed>>])
+    let group = ConsumerGroup::<Typed>::new(&pool, o, Consumers::new().add(consumer))
         .await
         .unwrap();
     let run = tokio::spawn(group.run(stop.clone()));
@@ -189,10 +187,10 @@ async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() 
     shared::append(&db, 2000).await;
     db.execute("ANALYZE events").await;
     let names: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
-    let consumers = |prefix: &str| -> Vec<Arc<dyn Consumer<Event>>> {
+    let consumers = |prefix: &str| -> Consumers<Event> {
         names
             .iter()
-            .map(|n| Project::new(&format!("{prefix}{n}")) as Arc<dyn Consumer<Event>>)
+            .map(|n| Project::new(&format!("{prefix}{n}")))
             .collect()
     };
     // Two groups of eight consumers in one process, on the same log, polling
@@ -290,7 +288,7 @@ async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval
     o.log.listen = Some("events_appended".into()); // notify mode
     o.poll_interval = Duration::from_millis(50);
     o.reconcile_interval = Duration::from_millis(300);
-    let p = start(&db, vec![Project::new("audit")], o).await;
+    let p = start(&db, Consumers::new().add(Project::new("audit")), o).await;
     shared::append(&db, 5).await;
     wait_for("notified events", async || {
         projected(&db, "audit").await == 5

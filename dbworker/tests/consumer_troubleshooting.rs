@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dbworker::consumers::Consumer;
+use dbworker::consumers::Consumers;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use shared::{Event, Project, append, fast_group, projected, set_up, start, wait_for};
+use shared::{Project, append, fast_group, projected, set_up, start, wait_for};
 
 const OPERATIONS: &str = include_str!("../docs/operations.md");
 
@@ -88,10 +88,7 @@ async fn the_consumer_troubleshooting_queries_find_the_stuck_consumer_its_event_
     o.log.max_consecutive_failures = 1_000_000;
     let p = start(
         &db,
-        vec![
-            healthy.clone() as Arc<dyn Consumer<Event>>,
-            broken.clone() as Arc<dyn Consumer<Event>>,
-        ],
+        Consumers::new().add(healthy.clone()).add(broken.clone()),
         o,
     )
     .await;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use dbworker::{
     Error,
-    consumers::{Consumer, LogOptions, LogStore},
+    consumers::{Consumers, LogOptions, LogStore},
 };
 use workerutil::{Job, Store};
 
@@ -30,12 +30,7 @@ use shared::{
 async fn consumers_are_rebalanced_when_processes_join_and_die() {
     let db = set_up().await;
     let names = ["a", "b", "c", "d"];
-    let consumers = || -> Vec<Arc<dyn Consumer<Event>>> {
-        names
-            .iter()
-            .map(|n| Project::new(n) as Arc<dyn Consumer<Event>>)
-            .collect()
-    };
+    let consumers = || -> Consumers<Event> { names.iter().map(|n| Project::new(n)).collect() };
     let first = start(&db, consumers(), fast_group()).await;
     wait_for("all four on the first process", async || {
         let a = assignments(&db).await;
@@ -171,7 +166,7 @@ async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
     });
     let mut o = fast_group();
     o.log.max_consecutive_failures = 3;
-    let result = start(&db, vec![broken.clone()], o)
+    let result = start(&db, Consumers::new().add(broken.clone()), o)
         .await
         .until_it_stops()
         .await;
@@ -214,7 +209,7 @@ async fn a_slice_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
     let mut o = fast_group();
     o.slice_timeout = Duration::from_millis(200);
     o.log.max_consecutive_failures = 2;
-    let result = start(&db, vec![slow.clone()], o)
+    let result = start(&db, Consumers::new().add(slow.clone()), o)
         .await
         .until_it_stops()
         .await;
@@ -263,7 +258,12 @@ async fn a_group_runs_with_its_documented_grants_and_names_a_missing_one() {
     let mut grants = GROUP.0.to_vec();
     grants.push("INSERT ON projection");
     let (name, pool) = role_with(&db, &grants).await;
-    let process = start_on(pool.clone(), vec![Project::new("a")], fast_group()).await;
+    let process = start_on(
+        pool.clone(),
+        Consumers::new().add(Project::new("a")),
+        fast_group(),
+    )
+    .await;
     append(&db, 50).await;
     wait_for("the projection", async || projected(&db, "a").await == 50).await;
     process.stop().await.unwrap();
@@ -273,7 +273,7 @@ async fn a_group_runs_with_its_documented_grants_and_names_a_missing_one() {
         let node = dbworker::cluster::Node::new(&pool, fast_node()).await?;
         let mut group = fast_group();
         group.node_id = node.id().to_owned();
-        let consumers: Vec<Arc<dyn Consumer<Event>>> = vec![Project::new("a")];
+        let consumers = Consumers::new().add(Project::new("a"));
         dbworker::consumers::ConsumerGroup::new(&pool, group, consumers).await?;
         Ok(())
     })

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use dbworker::consumers::{Consumer, ConsumerGroup};
+use dbworker::consumers::{Consumer, ConsumerGroup, Consumers};
 use dbworker_testkit::ThrowawayServer;
 use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
@@ -34,8 +34,6 @@ const WRITERS: u64 = 8;
 
 /// Records every event it is given in `handled`, in the slice's transaction.
 struct Record(&'static str);
-
-#[async_trait::async_trait]
 impl Consumer<Event> for Record {
     fn name(&self) -> &str {
         self.0
@@ -69,10 +67,7 @@ async fn concurrent_writers_consumer_child() {
     // the group must not give up.
     o.log.max_consecutive_failures = 100_000;
     o.log.retry_after = Duration::from_millis(50);
-    let consumers = CONSUMERS
-        .iter()
-        .map(|c| Arc::new(Record(c)) as Arc<dyn Consumer<Event>>)
-        .collect();
+    let consumers: Consumers<Event> = CONSUMERS.iter().map(|c| Record(c)).collect();
     let group = ConsumerGroup::new(&pool, o, consumers).await.unwrap();
     group.run(stop).await.unwrap();
 }

@@ -7,13 +7,11 @@ mod common;
 #[path = "common/crash.rs"]
 mod shared;
 
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{
     DbJob, DbStore, Handling, JobTable, Resetter, maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
+use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext};
 
 use common::{Db, Job};
@@ -25,8 +23,6 @@ const GROUPED_CHILD_ENV: &str = "DBWORKER_CRASH_GROUPED_CHILD_URL";
 struct Note {
     pool: sqlx::PgPool,
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Note {
     async fn handle(
         &self,

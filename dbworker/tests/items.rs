@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::items::{ItemHandler, ItemJobs, ItemResult};
 use dbworker::{DbStore, Handling, JobTable, new_worker};
 use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use workerutil::{Store, WorkerOptions};
 
 use common::{Db, Job};
@@ -24,8 +22,6 @@ struct Items {
     failed: Arc<Mutex<HashSet<i64>>>,
     attempts: Arc<Mutex<Vec<Vec<Value>>>>,
 }
-
-#[async_trait]
 impl ItemHandler<Job> for Items {
     async fn handle_items(&self, _job: &Job, items: &[Value]) -> Vec<ItemResult> {
         self.attempts.lock().unwrap().push(items.to_vec());

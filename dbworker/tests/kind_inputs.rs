@@ -6,12 +6,10 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{DbJob, DbStore, Handling, Retry, RetryPolicy, new_worker};
 use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext, KindOptions, KindRegistry, WorkerOptions};
 
 use common::{Completes, Db, Job};
@@ -30,8 +28,6 @@ fn backwards() -> RetryPolicy {
 /// Completes after 50 ms, or errors when the payload says `fail`; answers a
 /// zero runtime and the backwards delay for every job.
 struct BadAnswers;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for BadAnswers {
     async fn handle(
         &self,

@@ -4,19 +4,15 @@
 
 mod common;
 
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{DbJob, DbStore, Handling, Retry, RetryPolicy, new_worker};
 use serde_json::json;
+use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext, KindOptions, KindRegistry, WorkerOptions};
 
 use common::{Db, Job};
 
 /// Fails every job it is given.
 struct Fails;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Fails {
     async fn handle(
         &self,
@@ -29,8 +25,6 @@ impl Handler<DbStore<Job>> for Fails {
 
 /// Fails, and answers its own retry policy: retried once, a day later.
 struct FailsRetriedDaily;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for FailsRetriedDaily {
     async fn handle(
         &self,

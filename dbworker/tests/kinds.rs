@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use dbworker::{
     DbConditions, DbJob, DbStore, Enqueuer, JobTable, NewJob, StoreOptions, new_worker,
 };
-use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Record, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, KindRegistry, Record};
 
 use common::Db;
 
@@ -30,8 +30,6 @@ type Store = DbStore<KindJob>;
 /// Records the ids it ran.
 #[derive(Clone, Default)]
 struct Ran(Arc<Mutex<Vec<i64>>>);
-
-#[async_trait]
 impl Handler<Store> for Ran {
     async fn handle(
         &self,

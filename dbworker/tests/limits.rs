@@ -17,7 +17,7 @@ use dbworker::{
     ddl::limit_table_sql,
     new_worker,
 };
-use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions};
 
 use common::{Db, QueuedJob};
 
@@ -29,8 +29,6 @@ struct Counter {
     emails: AtomicUsize,
     most_emails: AtomicUsize,
 }
-
-#[async_trait]
 impl Handler<DbStore<QueuedJob>> for Counter {
     async fn handle(
         &self,
@@ -317,8 +315,6 @@ impl PerCustomer {
         r.most = r.most.max(r.now);
     }
 }
-
-#[async_trait]
 impl Handler<DbStore<CustomerJob>> for PerCustomer {
     async fn handle(
         &self,

@@ -16,7 +16,7 @@ use dbworker::{
     workflow::{Task, Workflow},
 };
 use serde_json::{Value, json};
-use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions};
 
 use common::{Completes, Db, Job};
 
@@ -29,8 +29,6 @@ const NUL: &str = "a\u{0}b";
 /// `payload.nul`, one holding a NUL); else stores `payload.result` (with
 /// `payload.nul`, `{"s": NUL}`) as the result, ignoring a refusal, and completes.
 struct Writes;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Writes {
     async fn handle(
         &self,

@@ -11,11 +11,6 @@
 
 mod common;
 
-use dbworker_testkit::pgbouncer as bouncer;
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{
     DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob, Pooler, Resetter,
     ResetterOptions,
@@ -25,9 +20,12 @@ use dbworker::{
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };
+use dbworker_testkit::pgbouncer as bouncer;
 use serde_json::json;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use std::sync::Arc;
+use std::time::Duration;
 use workerutil::{ExecutionLogEntry, Handler, HandlerError, JobContext, WorkerOptions};
 
 use bouncer::Bouncer;
@@ -40,8 +38,6 @@ use common::{Db, Job};
 struct Writes {
     pool: PgPool,
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Writes {
     async fn handle(
         &self,
@@ -87,8 +83,6 @@ impl Handler<DbStore<Job>> for Writes {
 /// Writes with sqlx's default, a statement prepared under a name: behind a
 /// transaction pooler it meets another client's statement of that name.
 struct NamedStatement;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for NamedStatement {
     async fn handle(
         &self,

@@ -9,16 +9,14 @@ mod common;
 #[path = "common/crash.rs"]
 mod shared;
 
-use dbworker_testkit::pgbouncer as bouncer;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{
     DbJob, DbStore, Handling, JobTable, Pooler, Resetter, maintenance::ResetterOptions, new_worker,
 };
+use dbworker_testkit::pgbouncer as bouncer;
 use serde_json::json;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext};
 
 use bouncer::Bouncer;
@@ -33,8 +31,6 @@ const STALLED_MAX_AGE: Duration = Duration::from_secs(2);
 /// Writes the side effect in the job's transaction, then works a little, so
 /// a kill finds jobs mid-way with their write not yet committed.
 struct WritesInTx;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for WritesInTx {
     async fn handle(
         &self,

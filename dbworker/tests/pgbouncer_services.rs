@@ -35,7 +35,7 @@ use dbworker::{
 };
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
-use workerutil::{Handler, HandlerError, JobContext, JobState, Store, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, JobState, Store, WorkerOptions};
 
 use bouncer::Bouncer;
 use common::{Db, QueuedJob};
@@ -142,8 +142,6 @@ struct Counter {
     now: AtomicUsize,
     most: AtomicUsize,
 }
-
-#[async_trait]
 impl Handler<DbStore<QueuedJob>> for Counter {
     async fn handle(
         &self,
@@ -245,8 +243,10 @@ async fn two_log_consumer_processes_project_every_event_once_through_pgbouncer()
         consumers::Project::new("one"),
         consumers::Project::new("two"),
     );
-    let both = || -> Vec<Arc<dyn dbworker::consumers::Consumer<consumers::Event>>> {
-        vec![one.clone(), two.clone()]
+    let both = || {
+        dbworker::consumers::Consumers::new()
+            .add(one.clone())
+            .add(two.clone())
     };
     let a = consumers::start_on(bouncer.pool(6).await, both(), consumers::fast_group()).await;
     let b = consumers::start_on(bouncer.pool(6).await, both(), consumers::fast_group()).await;

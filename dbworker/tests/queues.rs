@@ -11,7 +11,7 @@ use dbworker::{
     DbJob, DbStore, Enqueuer, Error, JobTable, NewJob, StoreOptions,
     queues::{QueueWorkers, QueueWorkersOptions},
 };
-use workerutil::{Handler, HandlerError, JobContext, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
 
 use common::{Db, QueuedJob};
 
@@ -25,8 +25,6 @@ struct Tracker {
     most: Mutex<HashMap<String, usize>>,
     workers: Mutex<HashMap<String, String>>,
 }
-
-#[async_trait]
 impl Handler<Store> for Tracker {
     async fn handle(
         &self,

@@ -40,7 +40,6 @@ impl Record for Order {
 
 struct Completes;
 
-#[workerutil::async_trait]
 impl Handler<DbStore<Order>> for Completes {
     async fn handle(
         &self,

@@ -17,7 +17,7 @@ use dbworker::{
     workflow::{Task, Workflow, Workflows},
 };
 use serde_json::{Value, json};
-use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions};
 
 use common::{Db, Job};
 
@@ -26,8 +26,6 @@ use common::{Db, Job};
 /// the results of its upstream jobs instead; with `payload.big`, tries a
 /// result of that many bytes and ignores the refusal.
 struct Results;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Results {
     async fn handle(
         &self,

@@ -5,18 +5,16 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-use async_trait::async_trait;
 use dbworker::{
     DbJob, DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, Resetter,
     StoreOptions, ddl::job_table_sql, maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
 
 use common::{Completes, Db, Job};
@@ -36,8 +34,6 @@ async fn table_error(pool: sqlx::PgPool, t: JobTableOptions) -> String {
 /// Fails every attempt with a retryable error and counts the attempts.
 #[derive(Default)]
 struct AlwaysFails(AtomicUsize);
-
-#[async_trait]
 impl Handler<DbStore<Job>> for AlwaysFails {
     async fn handle(
         &self,
@@ -352,7 +348,6 @@ async fn a_table_found_through_search_path_works_end_to_end() {
         }
     }
     struct Done;
-    #[async_trait]
     impl Handler<DbStore<AppJob>> for Done {
         async fn handle(
             &self,
@@ -483,7 +478,6 @@ async fn a_poll_interval_below_the_minimum_is_an_error() {
 #[tokio::test]
 async fn a_handler_that_blocks_past_its_runtime_is_reported() {
     struct Blocks;
-    #[async_trait]
     impl Handler<DbStore<Job>> for Blocks {
         async fn handle(
             &self,

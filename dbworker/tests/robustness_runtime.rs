@@ -4,16 +4,14 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-use async_trait::async_trait;
 use dbworker::{
     DbJob, DbStore, Handling, StoreOptions, new_worker,
     store::{DEFAULT_MAX_NUM_RETRIES, MAX_FAILURE_MESSAGE_BYTES},
 };
 use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 use workerutil::testing::{finished, wait_for};
 use workerutil::{
@@ -69,8 +67,6 @@ struct NulFailure {
 }
 
 const NUL_HEAD: &str = "bad input: \0 in field \0name";
-
-#[async_trait]
 impl Handler<DbStore<Job>> for NulFailure {
     async fn handle(
         &self,
@@ -183,8 +179,6 @@ async fn write_side_effect(job: &mut DbJob<Job>) -> Result<(), sqlx::Error> {
         .await?;
     Ok(())
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for LoseConnection {
     async fn handle(
         &self,
@@ -321,8 +315,6 @@ async fn a_job_that_keeps_losing_its_connection_fails_after_max_num_resets() {
 
 /// Fails inside its transaction on a healthy connection.
 struct GenuineError;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for GenuineError {
     async fn handle(
         &self,
@@ -361,8 +353,6 @@ struct Chatty {
     appended: AtomicUsize,
     refusal: std::sync::Mutex<Option<String>>,
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Chatty {
     async fn handle(
         &self,
@@ -432,8 +422,6 @@ async fn appending_past_the_execution_log_cap_is_refused_and_stays_fast() {
 
 /// Always fails with a retryable error.
 struct Flaky;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Flaky {
     async fn handle(
         &self,

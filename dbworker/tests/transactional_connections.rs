@@ -6,13 +6,11 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use async_trait::async_trait;
 use dbworker::{DbJob, DbStore, Handling, new_worker};
 use serde_json::json;
 use sqlx::Connection;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
 
 use common::{Db, Job};
@@ -20,8 +18,6 @@ use common::{Db, Job};
 /// Commits a nested transaction holding a write, then fails the job when its
 /// payload says so; also notes the backend its transaction runs on.
 struct Nested;
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Nested {
     async fn handle(
         &self,

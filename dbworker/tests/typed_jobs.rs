@@ -21,7 +21,7 @@ use dbworker::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use workerutil::{HandlerError, JobContext, KindRegistry, WorkerOptions, async_trait};
+use workerutil::{HandlerError, JobContext, KindRegistry, WorkerOptions};
 
 use common::Db;
 
@@ -63,8 +63,6 @@ impl Seen {
 /// Adds; in transactional handling also writes the sum in the job's
 /// transaction.
 struct Adder(Seen);
-
-#[async_trait]
 impl JobHandler for Adder {
     type Args = Add;
 
@@ -89,8 +87,6 @@ impl JobHandler for Adder {
 }
 
 struct Greeter(Seen);
-
-#[async_trait]
 impl JobHandler for Greeter {
     type Args = Greet;
 
@@ -364,8 +360,6 @@ impl JobArgs for Slow {
 }
 
 struct Sleeper;
-
-#[async_trait]
 impl JobHandler for Sleeper {
     type Args = Slow;
 
@@ -582,8 +576,6 @@ struct Loaded {
 }
 
 struct Extractor;
-
-#[async_trait]
 impl JobHandler for Extractor {
     type Args = Extract;
 
@@ -604,8 +596,6 @@ impl JobHandler for Extractor {
 /// Reads "extract"'s result as `Extracted`, checks the typed reads that
 /// must fail or find nothing, and stores a `Loaded`.
 struct Loader;
-
-#[async_trait]
 impl JobHandler for Loader {
     type Args = Load;
 
@@ -707,8 +697,6 @@ async fn typed_results_round_trip_in_heartbeat_handling() {
 /// A result that does not serialize fails its job with the path, instead
 /// of completing without it.
 struct BadResult;
-
-#[async_trait]
 impl JobHandler for BadResult {
     type Args = Extract;
 

@@ -1,17 +1,15 @@
 //! Dequeuing through a view that joins other tables, with renamed columns, under
 //! contention: each job exactly once (the trap of Sourcegraph PR 37067).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{
     DbJob, DbStore, Handling, JobTable, JobTableOptions, StoreOptions, ddl::job_table_sql,
     new_worker,
 };
 use dbworker_testkit::TestDatabase;
 use sqlx::Row;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext, Record, WorkerOptions};
 
 #[derive(Debug)]
@@ -28,8 +26,6 @@ impl Record for RepoJob {
 
 #[derive(Default)]
 struct Count(Mutex<HashMap<i64, (usize, String)>>);
-
-#[async_trait]
 impl Handler<DbStore<RepoJob>> for Count {
     async fn handle(
         &self,

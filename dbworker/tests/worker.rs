@@ -3,17 +3,15 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::sea_query::Expr;
 use dbworker::{
     DbConditions, DbJob, DbStore, Error, Handling, JobTable, JobTableOptions, Resetter,
     StoreOptions, maintenance::ResetterOptions, new_worker,
 };
 use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Notify;
 use workerutil::testing::{finished, wait_for};
 use workerutil::{
@@ -30,8 +28,6 @@ struct Script {
     release: Arc<Notify>,
     max_cost: Option<i32>,
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Script {
     async fn pre_dequeue(&self) -> Result<Option<DbConditions>, BoxError> {
         Ok(Some(match self.max_cost {

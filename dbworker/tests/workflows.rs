@@ -18,15 +18,13 @@ use dbworker::{
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };
-use workerutil::{Handler, HandlerError, JobContext, ShutdownHandle, WorkerOptions, async_trait};
+use workerutil::{Handler, HandlerError, JobContext, ShutdownHandle, WorkerOptions};
 
 use common::{Db, Job};
 
 /// Records each run in `side_effects` (in the job's transaction when it has
 /// one); fails, for good, the jobs whose payload says `"fail": true`.
 struct Recorder(sqlx::PgPool);
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Recorder {
     async fn handle(
         &self,
@@ -544,8 +542,6 @@ async fn fan_in_completions_do_not_wait_for_each_other() {
 /// `"kill": true` terminates its own transaction's backend after its write,
 /// so its completion is lost with the connection (and rolled back).
 struct KillsFirstAttempt(sqlx::PgPool);
-
-#[async_trait]
 impl Handler<DbStore<Job>> for KillsFirstAttempt {
     async fn handle(
         &self,

@@ -9,10 +9,6 @@ mod common;
 #[path = "common/crash.rs"]
 mod shared;
 
-use std::collections::HashMap;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use dbworker::{
     DbJob, DbStore, Handling, JobTable, JobTableOptions, NewJob, Resetter,
     ddl::workflows_sql,
@@ -20,6 +16,8 @@ use dbworker::{
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };
+use std::collections::HashMap;
+use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext};
 
 use common::{Db, Job};
@@ -32,8 +30,6 @@ const CHILD_ENV: &str = "DBWORKER_WORKFLOW_CRASH_CHILD_URL";
 struct Note {
     pool: sqlx::PgPool,
 }
-
-#[async_trait]
 impl Handler<DbStore<Job>> for Note {
     async fn handle(
         &self,

@@ -7,9 +7,8 @@
 //!
 //! Each case panics with a message naming the case and what differed.
 
+use std::future::Future;
 use std::sync::Arc;
-
-use async_trait::async_trait;
 
 use crate::error::Error;
 use crate::execution_log::{ExecutionLogEntry, MAX_EXECUTION_LOG_ENTRIES};
@@ -17,7 +16,6 @@ use crate::state::JobState;
 use crate::store::{Job, Lease, RecordId, Store};
 
 /// What the suite needs from a store's test setup.
-#[async_trait]
 pub trait Harness: Send + Sync {
     /// The store under test.
     type Store: Store;
@@ -25,28 +23,36 @@ pub trait Harness: Send + Sync {
     /// A new, empty store that retries an errored job `max_num_retries` times
     /// with no retry delay and allows one reset (`max_num_resets` = 1: the first
     /// reset requeues, a second would fail the job).
-    async fn new_store(&self, max_num_retries: u32) -> Arc<Self::Store>;
+    fn new_store(&self, max_num_retries: u32) -> impl Future<Output = Arc<Self::Store>> + Send;
 
     /// Adds `n` queued jobs; returns their ids in the order the store dequeues them.
-    async fn enqueue(&self, store: &Self::Store, n: usize) -> Vec<RecordId>;
+    fn enqueue(&self, store: &Self::Store, n: usize) -> impl Future<Output = Vec<RecordId>> + Send;
 
     /// The job's current state.
-    async fn state(&self, store: &Self::Store, id: RecordId) -> JobState;
+    fn state(&self, store: &Self::Store, id: RecordId) -> impl Future<Output = JobState> + Send;
 
     /// The job's failure message.
-    async fn failure_message(&self, store: &Self::Store, id: RecordId) -> Option<String>;
+    fn failure_message(
+        &self,
+        store: &Self::Store,
+        id: RecordId,
+    ) -> impl Future<Output = Option<String>> + Send;
 
     /// Asks for the job to be canceled.
-    async fn request_cancel(&self, store: &Self::Store, id: RecordId);
+    fn request_cancel(&self, store: &Self::Store, id: RecordId) -> impl Future<Output = ()> + Send;
 
     /// Does what the resetter does to a stalled processing job.
-    async fn reset(&self, store: &Self::Store, id: RecordId);
+    fn reset(&self, store: &Self::Store, id: RecordId) -> impl Future<Output = ()> + Send;
 
     /// Conditions that match only the given ids.
     fn only(&self, ids: &[RecordId]) -> <Self::Store as Store>::Conditions;
 
     /// The job's execution log.
-    async fn execution_log(&self, store: &Self::Store, id: RecordId) -> Vec<ExecutionLogEntry>;
+    fn execution_log(
+        &self,
+        store: &Self::Store,
+        id: RecordId,
+    ) -> impl Future<Output = Vec<ExecutionLogEntry>> + Send;
 }
 
 mod retry;

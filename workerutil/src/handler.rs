@@ -1,8 +1,8 @@
 //! The `Handler` trait: the hooks the worker calls around each job.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::BoxError;
@@ -18,15 +18,17 @@ use crate::store::{Lease, Store};
 /// the store, then `post_handle`. A panic in any hook is caught: a panic in
 /// `pre_handle` or `handle` marks the job errored with the panic message; a panic
 /// in `pre_dequeue` or `post_handle` is logged and the worker goes on.
-#[async_trait]
+///
+/// Implement the hooks with `async fn`: the trait declares them as returning
+/// `impl Future + Send`, so the worker can run each job on its own task.
 pub trait Handler<S: Store>: Send + Sync + 'static {
     /// Called before each dequeue. Return `Ok(None)` to skip this round (the
     /// worker waits one poll interval), or `Ok(Some(conditions))` to dequeue only
     /// jobs that also match `conditions`; this is how a budget-aware worker skips
     /// jobs larger than its remaining headroom. An error is logged and the worker
     /// waits one interval.
-    async fn pre_dequeue(&self) -> Result<Option<S::Conditions>, BoxError> {
-        Ok(Some(S::Conditions::default()))
+    fn pre_dequeue(&self) -> impl Future<Output = Result<Option<S::Conditions>, BoxError>> + Send {
+        async { Ok(Some(S::Conditions::default())) }
     }
 
     /// Called for each dequeued job before it is handled, e.g. to take its share
@@ -34,7 +36,10 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
     ///
     /// This hook runs on the dequeue loop: while it runs, nothing else is
     /// dequeued. Keep it short.
-    async fn pre_handle(&self, _record: &S::Record) {}
+    fn pre_handle(&self, record: &S::Record) -> impl Future<Output = ()> + Send {
+        let _ = record;
+        async {}
+    }
 
     /// Processes the job. With the Postgres store, `job` gives access to the
     /// transaction that locks the record: writes made there commit atomically
@@ -43,11 +48,22 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
     /// The future is dropped (at its next `.await`) when the job times out, is
     /// canceled, is lost, or the worker stops immediately; `ctx.cancellation()`
     /// lets blocking or spawned work notice that too.
-    async fn handle(&self, job: &mut S::Job, ctx: &JobContext<S>) -> Result<(), HandlerError>;
+    fn handle(
+        &self,
+        job: &mut S::Job,
+        ctx: &JobContext<S>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 
     /// Called after the job's outcome was recorded, e.g. to give back its share
     /// of a budget. Called for every job that reached `pre_handle`.
-    async fn post_handle(&self, _record: &S::Record, _outcome: &Outcome) {}
+    fn post_handle(
+        &self,
+        record: &S::Record,
+        outcome: &Outcome,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (record, outcome);
+        async {}
+    }
 
     /// How long this job may run, overriding `WorkerOptions::max_runtime_per_job`
     /// when `Some` (a [`KindRegistry`](crate::KindRegistry) answers with its
@@ -129,7 +145,6 @@ impl<S: Store> JobContext<S> {
 
 /// A shared handler is a handler: keep an `Arc` to read its state (counters, a
 /// budget) while the worker runs it.
-#[async_trait]
 impl<S: Store, H: Handler<S>> Handler<S> for Arc<H> {
     async fn pre_dequeue(&self) -> Result<Option<S::Conditions>, BoxError> {
         (**self).pre_dequeue().await

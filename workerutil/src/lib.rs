@@ -47,7 +47,6 @@ pub mod testing;
 #[doc = include_str!("../README.md")]
 struct ReadmeExample;
 
-pub use async_trait::async_trait;
 pub use tokio_util::sync::CancellationToken;
 
 pub use error::{BoxError, Error, error_chain};

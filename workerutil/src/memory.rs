@@ -4,8 +4,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-
-use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::error::{BoxError, Error};
@@ -263,8 +261,6 @@ impl<R: Record + Clone> MemoryStore<R> {
         (e.snapshot.state == JobState::Processing && e.token == lease.token).then(|| f(e))
     }
 }
-
-#[async_trait]
 impl<R: Record + Clone> Store for MemoryStore<R> {
     type Record = R;
     type Job = MemoryJob<R>;

@@ -1,10 +1,11 @@
 //! Many kinds of job in one table: a handler per kind, one worker dispatching.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tracing::Instrument;
 
 use crate::error::BoxError;
@@ -13,6 +14,51 @@ use crate::metrics;
 use crate::outcome::{HandlerError, Outcome};
 use crate::retry::Retry;
 use crate::store::{Job, Store};
+
+/// A future a registered handler returns, boxed so handlers of different
+/// types share one map.
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A [`Handler`] behind a pointer: the registry's map holds handlers of
+/// many types, and `Handler`'s `impl Future` returns cannot be called
+/// through `dyn`.
+trait AnyHandler<S: Store>: Send + Sync + 'static {
+    fn pre_handle<'a>(&'a self, record: &'a S::Record) -> BoxFuture<'a, ()>;
+    fn handle<'a>(
+        &'a self,
+        job: &'a mut S::Job,
+        ctx: &'a JobContext<S>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>>;
+    fn post_handle<'a>(&'a self, record: &'a S::Record, outcome: &'a Outcome) -> BoxFuture<'a, ()>;
+    fn max_runtime(&self, record: &S::Record) -> Option<Duration>;
+    fn retry(&self, record: &S::Record) -> Option<Retry>;
+}
+
+impl<S: Store, H: Handler<S>> AnyHandler<S> for H {
+    fn pre_handle<'a>(&'a self, record: &'a S::Record) -> BoxFuture<'a, ()> {
+        Box::pin(Handler::pre_handle(self, record))
+    }
+
+    fn handle<'a>(
+        &'a self,
+        job: &'a mut S::Job,
+        ctx: &'a JobContext<S>,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(Handler::handle(self, job, ctx))
+    }
+
+    fn post_handle<'a>(&'a self, record: &'a S::Record, outcome: &'a Outcome) -> BoxFuture<'a, ()> {
+        Box::pin(Handler::post_handle(self, record, outcome))
+    }
+
+    fn max_runtime(&self, record: &S::Record) -> Option<Duration> {
+        Handler::max_runtime(self, record)
+    }
+
+    fn retry(&self, record: &S::Record) -> Option<Retry> {
+        Handler::retry(self, record)
+    }
+}
 
 /// Reads a record's kind.
 type KindOf<R> = Box<dyn for<'a> Fn(&'a R) -> &'a str + Send + Sync>;
@@ -32,14 +78,13 @@ type Restrict<C> = Box<dyn Fn(&[String]) -> C + Send + Sync>;
 /// `job_duration_seconds{kind}` and `in_flight{kind}`).
 ///
 /// ```
-/// use workerutil::{async_trait, Handler, HandlerError, JobContext, KindRegistry, MemoryJob, MemoryStore, Record};
+/// use workerutil::{Handler, HandlerError, JobContext, KindRegistry, MemoryJob, MemoryStore, Record};
 ///
 /// #[derive(Clone, Debug)]
 /// struct Task { id: i64, kind: String }
 /// impl Record for Task { fn id(&self) -> i64 { self.id } }
 ///
 /// struct SendEmail;
-/// #[async_trait]
 /// impl Handler<MemoryStore<Task>> for SendEmail {
 ///     async fn handle(&self, _job: &mut MemoryJob<Task>, _ctx: &JobContext<MemoryStore<Task>>) -> Result<(), HandlerError> {
 ///         Ok(())
@@ -52,7 +97,7 @@ type Restrict<C> = Box<dyn Fn(&[String]) -> C + Send + Sync>;
 /// ```
 pub struct KindRegistry<S: Store> {
     kind_of: KindOf<S::Record>,
-    handlers: BTreeMap<String, Arc<dyn Handler<S>>>,
+    handlers: BTreeMap<String, Arc<dyn AnyHandler<S>>>,
     options: BTreeMap<String, KindOptions>,
     restrict: Option<Restrict<S::Conditions>>,
 }
@@ -211,13 +256,12 @@ impl<S: Store> KindRegistry<S> {
     fn handler_for<'a>(
         &'a self,
         record: &'a S::Record,
-    ) -> (&'a str, Option<&'a Arc<dyn Handler<S>>>) {
+    ) -> (&'a str, Option<&'a Arc<dyn AnyHandler<S>>>) {
         let kind = (self.kind_of)(record);
         (kind, self.handlers.get(kind))
     }
 }
 
-#[async_trait]
 impl<S: Store> Handler<S> for KindRegistry<S> {
     async fn pre_dequeue(&self) -> Result<Option<S::Conditions>, BoxError> {
         Ok(Some(match &self.restrict {

@@ -1,8 +1,7 @@
 //! The `Store` trait: where jobs live and how their state changes.
 
+use std::future::Future;
 use std::time::Duration;
-
-use async_trait::async_trait;
 
 use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
@@ -57,7 +56,9 @@ pub struct HeartbeatResult {
 /// Every method after `dequeue` is fenced: it takes effect only while the lease
 /// (or the job's lease) still owns the record, and reports `false` (or `None`)
 /// otherwise instead of overwriting someone else's claim.
-#[async_trait]
+///
+/// Implement the methods with `async fn`; the trait declares them as
+/// returning `impl Future + Send`.
 pub trait Store: Send + Sync + 'static {
     /// The record type handed to the handler.
     type Record: Record;
@@ -110,17 +111,17 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many jobs are waiting: queued, or errored and waiting for a retry
     /// (whether or not the retry is due yet).
-    async fn queued_count(&self) -> Result<u64, BoxError>;
+    fn queued_count(&self) -> impl Future<Output = Result<u64, BoxError>> + Send;
 
     /// Claims up to `limit` eligible jobs (in the store's priority order) for the
     /// worker on `hostname`, restricted by `conditions`. Returns fewer, or none,
     /// when fewer are eligible. `limit` is at least 1.
-    async fn dequeue(
+    fn dequeue(
         &self,
         hostname: &str,
         conditions: &Self::Conditions,
         limit: usize,
-    ) -> Result<Vec<Self::Job>, BoxError>;
+    ) -> impl Future<Output = Result<Vec<Self::Job>, BoxError>> + Send;
 
     /// Phase two of a dequeue, run in the job's own task right before `handle`:
     /// acquire what the job holds while it runs (for the Postgres store in
@@ -134,39 +135,45 @@ pub trait Store: Send + Sync + 'static {
     /// worker, which hands the job back with [`requeue`](Self::requeue).
     /// Default: `true` with no work (heartbeats and fenced marks still guard a
     /// job lost in between).
-    async fn open(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
+    fn open(&self, job: &mut Self::Job) -> impl Future<Output = Result<bool, BoxError>> + Send {
         let _ = job;
-        Ok(true)
+        async { Ok(true) }
     }
 
     /// Records that the given leases are alive and reports which are still known
     /// and which were asked to cancel.
-    async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError>;
+    fn heartbeat(
+        &self,
+        leases: &[Lease],
+    ) -> impl Future<Output = Result<HeartbeatResult, BoxError>> + Send;
 
     /// Appends an entry to the job's execution log and returns its index, or `None`
     /// when the lease no longer owns the record. Refuses with
     /// [`Error::ExecutionLogFull`](crate::Error::ExecutionLogFull) once this
     /// attempt's log holds [`MAX_EXECUTION_LOG_ENTRIES`](crate::MAX_EXECUTION_LOG_ENTRIES).
-    async fn add_execution_log_entry(
+    fn add_execution_log_entry(
         &self,
         lease: Lease,
         entry: &ExecutionLogEntry,
-    ) -> Result<Option<usize>, BoxError>;
+    ) -> impl Future<Output = Result<Option<usize>, BoxError>> + Send;
 
     /// Replaces the entry at `index` (as returned by `add_execution_log_entry`).
     /// Returns whether the update took effect.
-    async fn update_execution_log_entry(
+    fn update_execution_log_entry(
         &self,
         lease: Lease,
         index: usize,
         entry: &ExecutionLogEntry,
-    ) -> Result<bool, BoxError>;
+    ) -> impl Future<Output = Result<bool, BoxError>> + Send;
 
     /// Marks the job completed (committing the handler's transaction, if any).
     ///
     /// Marks take the job by `&mut` so the record stays readable for
     /// `post_handle`; a store may consume resources held in it (a transaction).
-    async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
+    fn mark_complete(
+        &self,
+        job: &mut Self::Job,
+    ) -> impl Future<Output = Result<bool, BoxError>> + Send;
 
     /// Records a retryable failure: the store makes it `errored` (to be retried)
     /// or `failed` when retries are exhausted, or `canceled` if cancellation was
@@ -176,26 +183,34 @@ pub trait Store: Send + Sync + 'static {
     /// job ([`Handler::retry`](crate::Handler::retry)): each part it sets
     /// replaces the store's, and a job's own retry limit, where the store has
     /// one, wins over both.
-    async fn mark_errored(
+    fn mark_errored(
         &self,
         job: &mut Self::Job,
         message: &str,
         retry: Option<&Retry>,
-    ) -> Result<bool, BoxError>;
+    ) -> impl Future<Output = Result<bool, BoxError>> + Send;
 
     /// Records a final failure: `failed`, or `canceled` if cancellation was
     /// requested. Any handler transaction is rolled back first.
-    async fn mark_failed(&self, job: &mut Self::Job, message: &str) -> Result<bool, BoxError>;
+    fn mark_failed(
+        &self,
+        job: &mut Self::Job,
+        message: &str,
+    ) -> impl Future<Output = Result<bool, BoxError>> + Send;
 
     /// Puts the job back in the queue without counting a failure (used when a
     /// shutdown interrupts it). Any handler transaction is rolled back first.
-    async fn requeue(&self, job: &mut Self::Job) -> Result<bool, BoxError>;
+    fn requeue(&self, job: &mut Self::Job) -> impl Future<Output = Result<bool, BoxError>> + Send;
 
     /// Puts a job its handler snoozed back in the queue, to be claimed no
     /// sooner than `delay` from now (the store's clock), without counting a
     /// failure or a retry. Fenced like every mark: `Ok(false)` when this
     /// attempt no longer owns the job.
-    async fn mark_snoozed(&self, job: &mut Self::Job, delay: Duration) -> Result<bool, BoxError>;
+    fn mark_snoozed(
+        &self,
+        job: &mut Self::Job,
+        delay: Duration,
+    ) -> impl Future<Output = Result<bool, BoxError>> + Send;
 }
 
 /// How many jobs a worker with `options` claims ahead over `store` at first:

@@ -68,14 +68,13 @@ pub struct WorkerSummary {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use workerutil::{async_trait, Handler, HandlerError, JobContext, MemoryStore, Record, Worker, WorkerOptions};
+/// use workerutil::{Handler, HandlerError, JobContext, MemoryStore, Record, Worker, WorkerOptions};
 ///
 /// #[derive(Clone, Debug)]
 /// struct Email { id: i64, to: String }
 /// impl Record for Email { fn id(&self) -> i64 { self.id } }
 ///
 /// struct Send;
-/// #[async_trait]
 /// impl Handler<MemoryStore<Email>> for Send {
 ///     async fn handle(&self, job: &mut workerutil::MemoryJob<Email>, _ctx: &JobContext<MemoryStore<Email>>) -> Result<(), HandlerError> {
 ///         println!("sending to {}", job.record.to);

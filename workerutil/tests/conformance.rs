@@ -5,7 +5,7 @@ use std::sync::Arc;
 use workerutil::conformance::{self, Harness};
 use workerutil::{
     ExecutionLogEntry, JobState, MemoryConditions, MemoryStore, MemoryStoreOptions, Record,
-    RecordId, async_trait,
+    RecordId,
 };
 
 #[derive(Debug, Clone)]
@@ -18,8 +18,6 @@ impl Record for Rec {
 }
 
 struct Memory;
-
-#[async_trait]
 impl Harness for Memory {
     type Store = MemoryStore<Rec>;
 

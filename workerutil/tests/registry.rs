@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use workerutil::{
     Handler, HandlerError, JobContext, JobState, KindRegistry, MemoryConditions, MemoryJob,
-    MemoryStore, Outcome, Record, Worker, WorkerOptions, async_trait,
+    MemoryStore, Outcome, Record, Worker, WorkerOptions,
 };
 
 #[derive(Debug, Clone)]
@@ -30,8 +30,6 @@ struct Named {
     name: &'static str,
     log: Arc<Mutex<Vec<String>>>,
 }
-
-#[async_trait]
 impl Handler<Store> for Named {
     async fn handle(
         &self,
@@ -145,8 +143,6 @@ async fn a_restricted_registry_claims_only_its_kinds() {
 
 /// Sleeps, then succeeds.
 struct Sleeps(std::time::Duration);
-
-#[async_trait]
 impl Handler<Store> for Sleeps {
     async fn handle(
         &self,
@@ -264,8 +260,6 @@ fn each_kind_has_its_own_duration_histogram_and_in_flight_gauge() {
 /// Fails every job, noting when (on tokio's clock) each attempt ran.
 #[derive(Clone, Default)]
 struct FailsAlways(Arc<Mutex<Vec<(i64, tokio::time::Instant)>>>);
-
-#[async_trait]
 impl Handler<Store> for FailsAlways {
     async fn handle(
         &self,
@@ -309,7 +303,6 @@ async fn a_kind_may_set_its_own_retry_policy() {
         store.enqueue(Task { id, kind });
     }
     struct Report(FailsAlways);
-    #[async_trait]
     impl Handler<Store> for Report {
         async fn handle(
             &self,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use workerutil::{
     Handler, HandlerError, JobContext, JobState, MemoryJob, MemoryStore, MemoryStoreOptions,
-    Outcome, Record, RecordId, Worker, WorkerOptions, async_trait,
+    Outcome, Record, RecordId, Worker, WorkerOptions,
 };
 
 #[derive(Debug, Clone)]
@@ -28,8 +28,6 @@ struct SnoozeOnce {
     started: std::sync::Mutex<Vec<tokio::time::Instant>>,
     outcomes: std::sync::Mutex<Vec<String>>,
 }
-
-#[async_trait]
 impl Handler<MemoryStore<Task>> for SnoozeOnce {
     async fn handle(
         &self,

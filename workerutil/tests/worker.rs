@@ -9,7 +9,7 @@ use workerutil::testing::{finished, wait_for};
 use workerutil::{
     BoxError, DEFAULT_MAX_CLAIM_AHEAD, Handler, HandlerError, HeartbeatResult, Hook, JobContext,
     JobState, Lease, MemoryConditions, MemoryJob, MemoryStore, MemoryStoreOptions, Outcome, Record,
-    RecordId, StopReason, Store, Worker, WorkerEvent, WorkerOptions, async_trait,
+    RecordId, StopReason, Store, Worker, WorkerEvent, WorkerOptions,
 };
 
 /// What the test handler does with a job.
@@ -76,8 +76,6 @@ impl Flaky {
         }
     }
 }
-
-#[async_trait]
 impl Store for Flaky {
     type Record = Task;
     type Job = MemoryJob<Task>;
@@ -186,8 +184,6 @@ struct Acts {
     handled: Mutex<Vec<RecordId>>,
     post_handled: Mutex<Vec<(RecordId, &'static str)>>,
 }
-
-#[async_trait]
 impl<S> Handler<S> for Acts
 where
     S: Store<Record = Task, Conditions = MemoryConditions<Task>>,
@@ -1087,7 +1083,6 @@ async fn a_handler_that_blocks_past_its_runtime_is_reported() {
         act: Act::Succeed,
     });
     struct Blocking;
-    #[async_trait]
     impl Handler<MemoryStore<Task>> for Blocking {
         async fn handle(
             &self,
@@ -1117,7 +1112,6 @@ async fn a_handler_that_blocks_past_its_runtime_is_reported() {
 async fn a_panic_inside_a_store_call_is_an_error_and_the_worker_goes_on() {
     // The conditions predicate runs inside the store's dequeue.
     struct PanickyFilter(AtomicBool);
-    #[async_trait]
     impl Handler<MemoryStore<Task>> for PanickyFilter {
         async fn pre_dequeue(&self) -> Result<Option<MemoryConditions<Task>>, BoxError> {
             if self.0.swap(false, Ordering::SeqCst) {
@@ -1157,7 +1151,6 @@ async fn a_panic_inside_a_store_call_is_an_error_and_the_worker_goes_on() {
 #[tokio::test(start_paused = true)]
 async fn a_handler_that_errors_because_of_a_shutdown_is_requeued_not_failed() {
     struct GivesUp;
-    #[async_trait]
     impl Handler<MemoryStore<Task>> for GivesUp {
         async fn handle(
             &self,

@@ -9,12 +9,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
-use workerutil::{BoxError, Handler, HandlerError, JobContext, Worker, WorkerOptions};
+use workerutil::{Handler, HandlerError, JobContext, Worker, WorkerOptions};
 
 use super::books::Recheck;
+use super::consumer::{AnyConsumer, Consumers};
 use super::dispatcher::{DispatcherOptions, LogDispatcher};
 use super::options::{LogEvent, LogOptions};
 use crate::cluster::Leadership;
@@ -26,34 +26,11 @@ use crate::grants::{Grants, Privilege};
 use crate::service::{Next, Runner, Service};
 use crate::sql;
 
-/// A named consumer of the log. Its writes through `tx` commit together with
-/// its checkpoint's advance (exactly once within Postgres); effects outside
-/// Postgres are at least once, so make them idempotent.
-#[async_trait]
-pub trait Consumer<E>: Send + Sync + 'static {
-    /// The consumer's name: its checkpoint and its assignment.
-    fn name(&self) -> &str;
-
-    /// The aggregate types this consumer reads (the seed's `ScopedConsumer`).
-    /// Empty (the default): every event. The store filters in SQL on
-    /// `LogOptions::aggregate_type_column`, so the consumer never receives
-    /// events of other types, and its checkpoint still advances past them.
-    fn aggregate_types(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// Handles one event, in position order, inside the slice's transaction.
-    /// An error rolls the whole slice back; it is retried from the same
-    /// position.
-    async fn handle(&self, tx: &mut PgConnection, event: &E) -> std::result::Result<(), BoxError>;
-}
-
 /// Runs each slice with the consumer it belongs to.
 struct Dispatch<E> {
-    consumers: HashMap<String, Arc<dyn Consumer<E>>>,
+    consumers: HashMap<String, Arc<dyn AnyConsumer<E>>>,
 }
 
-#[async_trait]
 impl<E> Handler<LogStore<E>> for Dispatch<E>
 where
     E: LogEvent,
@@ -203,10 +180,10 @@ impl ConsumerGroupOptions {
 /// A process's part of a consumer group.
 ///
 /// ```no_run
-/// # use dbworker::{consumers::{Consumer, ConsumerGroup, ConsumerGroupOptions}, cluster::{Node, NodeOptions}};
+/// # use dbworker::{consumers::{Consumer, ConsumerGroup, ConsumerGroupOptions, Consumers}, cluster::{Node, NodeOptions}};
 /// # #[derive(sqlx::FromRow)] struct Event { global_position: i64 }
 /// # struct Projection;
-/// # #[async_trait::async_trait] impl Consumer<Event> for Projection {
+/// # impl Consumer<Event> for Projection {
 /// #     fn name(&self) -> &str { "orders" }
 /// #     async fn handle(&self, _tx: &mut sqlx::PgConnection, _e: &Event) -> Result<(), workerutil::BoxError> { Ok(()) }
 /// # }
@@ -216,7 +193,7 @@ impl ConsumerGroupOptions {
 /// tokio::spawn(node.clone().run(stop.clone()));
 /// let mut options = ConsumerGroupOptions::new("projections", "events");
 /// options.node_id = options.node_id.clone();
-/// let group = ConsumerGroup::<Event>::new(&pool, options, vec![std::sync::Arc::new(Projection)])
+/// let group = ConsumerGroup::<Event>::new(&pool, options, Consumers::new().add(Projection))
 ///     .await?;
 /// group.run(stop).await?; // Err when a consumer keeps failing
 /// # Ok(()) }
@@ -251,9 +228,10 @@ where
     pub async fn new(
         pool: &PgPool,
         options: ConsumerGroupOptions,
-        consumers: Vec<Arc<dyn Consumer<E>>>,
+        consumers: Consumers<E>,
     ) -> Result<ConsumerGroup<E>> {
         options.validate()?;
+        let consumers = consumers.list;
         let mut names: Vec<String> = consumers.iter().map(|c| c.name().to_owned()).collect();
         names.sort();
         let mut log = options.log.clone();

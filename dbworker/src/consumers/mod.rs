@@ -4,15 +4,17 @@
 //! reader of the log's head ([`LogDispatcher`]).
 
 pub(crate) mod books;
+mod consumer;
 pub(crate) mod dispatcher;
 pub(crate) mod group;
 pub(crate) mod options;
 pub(crate) mod slice;
 pub(crate) mod store;
 
+pub use consumer::{Consumer, Consumers};
 pub use dispatcher::{DispatcherOptions, LogDispatcher};
 pub use group::{
-    Consumer, ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
+    ConsumerGroup, ConsumerGroupOptions, ConsumerLag, consumer_assignments, consumer_lag,
 };
 pub use options::{DEFAULT_TRANSACTION_COLUMN, LogEvent, LogOptions};
 pub use store::{

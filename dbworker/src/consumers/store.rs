@@ -6,12 +6,10 @@
 //! transaction, so what the consumer wrote through that transaction and the
 //! checkpoint commit together (exactly once within Postgres).
 
+use sqlx::{PgPool, Row};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
-
-use async_trait::async_trait;
-use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{
     BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Store, Wakeups, WorkerOptions,
@@ -298,8 +296,6 @@ where
         Ok(true)
     }
 }
-
-#[async_trait]
 impl<E> Store for LogStore<E>
 where
     E: LogEvent,

@@ -2,9 +2,8 @@
 //! `ArgsHandler` makes one a `workerutil::Handler`.
 
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
-
-use async_trait::async_trait;
 use workerutil::{Handler, HandlerError, JobContext, KindOptions, Retry};
 
 use super::{ArgsRecord, JobArgs, TypedJob};
@@ -23,7 +22,7 @@ use crate::store::{DbJob, DbStore};
 /// ```no_run
 /// use dbworker::job::{JobArgs, JobHandler, TypedJob};
 /// use dbworker::{DbJob, DbStore};
-/// use workerutil::{HandlerError, JobContext, async_trait};
+/// use workerutil::{HandlerError, JobContext};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct SendEmail { to: String }
@@ -31,7 +30,6 @@ use crate::store::{DbJob, DbStore};
 ///
 /// struct Mailer;
 ///
-/// #[async_trait]
 /// impl JobHandler for Mailer {
 ///     type Args = SendEmail;
 ///
@@ -50,18 +48,17 @@ use crate::store::{DbJob, DbStore};
 ///     }
 /// }
 /// ```
-#[async_trait]
 pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
     /// The kind's arguments.
     type Args: JobArgs;
 
     /// Processes one job, as [`Handler::handle`] does, given its arguments.
-    async fn handle(
+    fn handle(
         &self,
         args: Self::Args,
         job: &mut DbJob<R>,
         ctx: &JobContext<DbStore<R>>,
-    ) -> Result<(), HandlerError>;
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 }
 
 /// A [`JobHandler`] as a [`Handler`]: reads each job's arguments, then runs
@@ -73,11 +70,11 @@ pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
 /// ```no_run
 /// # use std::sync::Arc;
 /// # use dbworker::{DbJob, DbStore, job::{JobArgs, JobHandler, TypedJob}};
-/// # use workerutil::{HandlerError, JobContext, async_trait};
+/// # use workerutil::{HandlerError, JobContext};
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
 /// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
 /// # struct Resizer;
-/// # #[async_trait] impl JobHandler for Resizer {
+/// # impl JobHandler for Resizer {
 /// #     type Args = Resize;
 /// #     async fn handle(&self, _: Resize, _: &mut DbJob<TypedJob>, _: &JobContext<DbStore<TypedJob>>) -> Result<(), HandlerError> { Ok(()) }
 /// # }
@@ -136,8 +133,6 @@ pub(crate) fn read_args<A: JobArgs>(record: &impl ArgsRecord) -> Result<A, Error
         format!("cannot read the arguments of kind {:?}", record.kind())
     })
 }
-
-#[async_trait]
 impl<R, H> Handler<DbStore<R>> for ArgsHandler<H>
 where
     R: ArgsRecord,

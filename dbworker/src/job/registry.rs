@@ -12,11 +12,11 @@ use crate::store::DbStore;
 /// ```no_run
 /// # use std::sync::Arc;
 /// # use dbworker::{DbJob, DbStore, job::{JobArgs, JobHandler, TypedJob}};
-/// # use workerutil::{HandlerError, JobContext, async_trait};
+/// # use workerutil::{HandlerError, JobContext};
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
 /// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
 /// # struct Resizer;
-/// # #[async_trait] impl JobHandler for Resizer {
+/// # impl JobHandler for Resizer {
 /// #     type Args = Resize;
 /// #     async fn handle(&self, _: Resize, _: &mut DbJob<TypedJob>, _: &JobContext<DbStore<TypedJob>>) -> Result<(), HandlerError> { Ok(()) }
 /// # }

@@ -2,8 +2,6 @@
 //! to the last mark, each delegated to the file of its concept: the claim to
 //! `dequeue.rs`, the transactional open to `open.rs`, heartbeats and execution
 //! logs to `heartbeat.rs` and `logs.rs`, every mark to `marks.rs`.
-
-use async_trait::async_trait;
 use sqlx::Row;
 use workerutil::{
     BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Retry, Store, Wakeups,
@@ -14,8 +12,6 @@ use super::{DbConditions, DbJob, DbStore, Handling};
 use crate::error::Error;
 use crate::sql;
 use crate::sql::MarkKind;
-
-#[async_trait]
 impl<R: Record> Store for DbStore<R> {
     type Record = R;
     type Job = DbJob<R>;
@@ -109,9 +105,8 @@ impl<R: Record> Store for DbStore<R> {
         message: &str,
         retry: Option<&Retry>,
     ) -> std::result::Result<bool, BoxError> {
-        Ok(self
-            .mark_failure(job, MarkKind::Errored, message, retry)
-            .await?)
+        self.mark_failure(job, MarkKind::Errored, message, retry)
+            .await
     }
 
     async fn mark_failed(
@@ -119,9 +114,8 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        Ok(self
-            .mark_failure(job, MarkKind::Failed, message, None)
-            .await?)
+        self.mark_failure(job, MarkKind::Failed, message, None)
+            .await
     }
 
     async fn mark_snoozed(

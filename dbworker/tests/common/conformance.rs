@@ -3,12 +3,10 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use dbworker::sea_query::Expr;
 use dbworker::{DbConditions, DbStore, Handling, JobTable};
 use sqlx::PgPool;
+use std::sync::Arc;
 use workerutil::conformance::Harness;
 use workerutil::{ExecutionLogEntry, JobState, RecordId};
 
@@ -38,8 +36,6 @@ impl Postgres {
         }
     }
 }
-
-#[async_trait]
 impl Harness for Postgres {
     type Store = DbStore<Job>;
 

@@ -11,7 +11,7 @@ use dbworker::{
     Error,
     cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, Node, NodeOptions},
     consumers::{
-        Consumer, ConsumerGroup, ConsumerGroupOptions, DEFAULT_ASSIGNMENT_TABLE,
+        Consumer, ConsumerGroup, ConsumerGroupOptions, Consumers, DEFAULT_ASSIGNMENT_TABLE,
         DEFAULT_CHECKPOINT_TABLE,
     },
     ddl::{consumer_tables_sql, events_table_sql, leader_table_sql, node_table_sql},
@@ -47,8 +47,6 @@ impl Project {
         })
     }
 }
-
-#[async_trait::async_trait]
 impl Consumer<Event> for Project {
     fn name(&self) -> &str {
         &self.name
@@ -180,18 +178,14 @@ impl Process {
     }
 }
 
-pub async fn start(
-    db: &Db,
-    consumers: Vec<Arc<dyn Consumer<Event>>>,
-    group: ConsumerGroupOptions,
-) -> Process {
+pub async fn start(db: &Db, consumers: Consumers<Event>, group: ConsumerGroupOptions) -> Process {
     start_on(db.db.pool(8).await.unwrap(), consumers, group).await
 }
 
 /// [`start`] on `pool` (a pool through a pooler, say).
 pub async fn start_on(
     pool: sqlx::PgPool,
-    consumers: Vec<Arc<dyn Consumer<Event>>>,
+    consumers: Consumers<Event>,
     mut group: ConsumerGroupOptions,
 ) -> Process {
     let node = Node::new(&pool, fast_node()).await.unwrap();

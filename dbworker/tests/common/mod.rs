@@ -48,7 +48,6 @@ impl Record for QueuedJob {
 /// A handler that completes every job at once.
 pub struct Completes;
 
-#[workerutil::async_trait]
 impl workerutil::Handler<DbStore<Job>> for Completes {
     async fn handle(
         &self,
