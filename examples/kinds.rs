@@ -94,8 +94,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     so.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
-        .register("send_email", SendEmail)
-        .register("build_report", BuildReport);
+        .register("send_email", SendEmail)?
+        .register("build_report", BuildReport)?;
     let mut wo = WorkerOptions::new("app");
     wo.interval = Duration::from_millis(50);
     let options = QueueWorkersOptions::new(wo, "j.queue")

@@ -89,8 +89,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     so.max_num_retries = 0;
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
-        .register("email", Outcome(true))
-        .register("report", Outcome(false));
+        .register("email", Outcome(true))?
+        .register("report", Outcome(false))?;
     let mut wo = WorkerOptions::new("prometheus-example");
     wo.num_total_jobs = Some(25);
     new_worker(store.clone(), registry, wo)?.run().await;

@@ -13,7 +13,6 @@
 //! terminal; the output is plain text.
 
 use std::io::IsTerminal;
-use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::prelude::*;
@@ -21,7 +20,6 @@ use dbworker::store::Listen;
 use dbworker_testkit::TestDatabase;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
-use tokio_util::sync::CancellationToken;
 use workerutil::{ExecutionLogEntry, WorkerEvent};
 
 /// The arguments of a `square` job.
@@ -45,22 +43,16 @@ struct Squarer;
 impl JobHandler for Squarer {
     type Args = Square;
 
-    async fn handle(
-        &self,
-        args: Square,
-        job: &mut DbJob<TypedJob>,
-        ctx: &JobContext<DbStore<TypedJob>>,
-    ) -> Result<(), HandlerError> {
-        let n = args.n;
+    async fn handle(&self, mut job: Job<'_, Square>) -> Result<(), HandlerError> {
+        let n = job.args.n;
         let step = ExecutionLogEntry {
             key: "square".into(),
             command: vec!["square".into(), n.to_string()],
             ..Default::default()
         };
-        let index = ctx.log(&step).await.map_err(HandlerError::Retryable)?;
+        let index = job.log(&step).await.map_err(HandlerError::Retryable)?;
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let id = job.record().id;
-        let tx = job.tx().expect("transactional handling");
+        let id = job.id();
         // Commits together with the job's `completed` state, or not at all.
         // Unnamed (`persistent(false)`), so it also runs behind a transaction
         // pooler, whose server connections other programs' statements share.
@@ -69,7 +61,7 @@ impl JobHandler for Squarer {
             .bind(n)
             .bind(n * n)
             .persistent(false)
-            .execute(tx)
+            .execute(job.tx()?)
             .await?;
         if let Some(index) = index {
             let done = ExecutionLogEntry {
@@ -78,7 +70,8 @@ impl JobHandler for Squarer {
                 duration_ms: Some(50),
                 ..step
             };
-            ctx.update_log(index, &done)
+            job.context()
+                .update_log(index, &done)
                 .await
                 .map_err(HandlerError::Retryable)?;
         }
@@ -119,57 +112,47 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    // The job table, described and checked once; the enqueuer, the store and
-    // the resetter all take it.
+    // The job table, described and checked once; the client enqueues into it
+    // and runs its worker and resetter.
     let table = JobTable::new(&pool, JobTableOptions::typed("example_jobs j")).await?;
+    let mut store = StoreOptions::<TypedJob>::from_row("tour_store");
+    store.stall.stalled_max_age = Duration::from_secs(5);
+    // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
+    store.listen = Listen::TableChannel;
+    let mut options = ClientOptions::default();
+    options.worker = WorkerOptions::new("tour_worker");
+    options.worker.num_handlers = 4;
+    options.worker.interval = Duration::from_millis(100);
+    // Notifications bring new jobs at once, so an idle worker may poll rarely.
+    options.worker.max_interval = Some(Duration::from_secs(30));
+    options.worker.heartbeat_interval = Duration::from_millis(500);
+    options.worker.heartbeat_failure_limit = Some(Duration::from_secs(3));
+    // The resetter counts a job as stalled exactly as the store does.
+    let mut resetter = ResetterOptions::new("tour_resetter");
+    resetter.stall = store.stall.clone();
+    resetter.interval = Duration::from_secs(1);
+    options.resetter = Some(resetter);
+    let client = Client::builder(&pool, &table)
+        .handler(Squarer)
+        .store_options(store)
+        .options(options)
+        .build()
+        .await?;
 
     // Twenty jobs in one statement, and one whose payload is not a `Square`
     // (written as plain JSON, as another program might).
-    let enqueuer = Enqueuer::new(&pool, &table).await?;
-    let jobs = (1..=20)
-        .map(|n| NewJob::args(&Square { n }))
-        .collect::<Result<Vec<_>, _>>()?;
-    enqueuer.enqueue_many(&jobs).await?;
+    client.enqueue_many((1..=20).map(|n| Square { n })).await?;
     let malformed = NewJob::new()
         .kind(Square::KIND)
         .json("payload", serde_json::json!({"n": "not a number"}));
-    enqueuer.enqueue(&malformed).await?;
+    client.enqueue(malformed).await?;
     println!(
         "enqueued 21 jobs in {} (one with a malformed payload)",
         db.name()
     );
 
-    let mut options = StoreOptions::<TypedJob>::from_row("tour_store");
-    options.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
-    options.stall.stalled_max_age = Duration::from_secs(5);
-    // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
-    options.listen = Listen::TableChannel;
-    // The resetter counts a job as stalled exactly as the store does.
-    let mut resetter_options = ResetterOptions::new("tour_store_resetter");
-    resetter_options.stall = options.stall.clone();
-    resetter_options.interval = Duration::from_secs(1);
-    let store = Arc::new(DbStore::new(&pool, &table, options).await?);
-
-    let mut worker_options = WorkerOptions::new("tour_worker");
-    worker_options.num_handlers = 4;
-    worker_options.interval = Duration::from_millis(100);
-    // Notifications bring new jobs at once, so an idle worker may poll rarely.
-    worker_options.max_interval = Some(Duration::from_secs(30));
-    worker_options.heartbeat_interval = Duration::from_millis(500);
-    worker_options.heartbeat_failure_limit = Some(Duration::from_secs(3));
-    let registry = KindRegistry::for_args().register_args(Squarer);
-    let worker = new_worker(store.clone(), registry, worker_options)?;
-    let shutdown = worker.shutdown_handle();
-    let mut events = worker.subscribe();
-
-    let resetter = Resetter::new(&pool, &table, resetter_options)?;
-    let stop_resetter = CancellationToken::new();
-    let resetter_task = {
-        let stop = stop_resetter.clone();
-        tokio::spawn(async move { resetter.run(stop, |_| {}).await })
-    };
-
-    let run = tokio::spawn(worker.run());
+    let mut events = client.subscribe();
+    client.start()?;
     // Print progress; stop once no job waits or runs (asked of the database,
     // which is the one place that knows).
     loop {
@@ -187,15 +170,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             break;
         }
     }
-    shutdown.graceful();
-    let summary = run.await?;
+    // Stops the worker (running jobs drain) and the resetter, and closes the
+    // store's LISTEN connection before the database goes at the end.
+    let summary = client
+        .shutdown()
+        .await?
+        .ok_or("the client was not started")?;
     while let Ok(event) = events.try_recv() {
         print_event(&event);
     }
-    stop_resetter.cancel();
-    resetter_task.await?;
-    // Closes the store's LISTEN connection before the database goes at the end.
-    store.close().await;
 
     // Simple queries (`raw_sql`), which prepare nothing: safe behind a pooler.
     let counts: Vec<(String, i64)> =

@@ -81,16 +81,10 @@ fn run_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
 const EXAMPLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[test]
-fn quickstart_runs_twenty_typed_jobs_and_prints_each_once_in_plain_text() {
+fn quickstart_runs_twenty_typed_jobs_each_once_in_plain_text() {
     let out = run("quickstart");
-    assert!(out.contains("enqueued 20 jobs of kind \"square\""), "{out}");
-    let finished: Vec<&str> = out.lines().filter(|l| l.starts_with("job ")).collect();
-    assert_eq!(finished.len(), 20, "each job's outcome once:\n{out}");
-    assert!(finished.iter().all(|l| l.ends_with(" completed")), "{out}");
-    let mut ids: Vec<&str> = finished.iter().map(|l| l[4..6].trim()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), 20, "{out}");
+    assert!(out.contains("ran 20 jobs of kind \"square\""), "{out}");
+    // `n` is the squares table's primary key: a job run twice would fail.
     assert!(out.contains("sum of squares 1..=20 = 2870"), "{out}");
     assert!(!out.contains('\x1b'), "no colour codes when piped:\n{out}");
 }

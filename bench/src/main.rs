@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run --release -p dbworker-bench -- --jobs 100000
-//! cargo run --release -p dbworker-bench -- --jobs 100000 --write-docs   # also docs/benchmarks.md
+//! cargo run --release -p dbworker-bench -- --jobs 100000 --write-docs   # also records it in docs/
 //! ```
 //!
 //! With `DATABASE_URL` unset it starts a throwaway PostgreSQL cluster with
@@ -44,6 +44,7 @@ mod bloat;
 mod chart;
 mod dashboard;
 mod db;
+mod docs_merge;
 mod floor;
 mod framework;
 mod latency;
@@ -230,7 +231,9 @@ struct BenchArgs {
     /// Handler counts (the peer's concurrency) of the peers' burn-downs.
     #[arg(long, value_delimiter = ',', default_value = "24,100")]
     peer_handlers: Vec<usize>,
-    /// Record the run in docs/benchmarks.md and redraw docs/bench-jobs-per-handler.svg.
+    /// Record the run: its section first in docs/benchmarks-archive.md, its
+    /// summary between the latest-run markers of docs/benchmarks.md (nothing
+    /// else there changes), and redraw docs/bench-jobs-per-handler.svg.
     #[arg(long)]
     write_docs: bool,
 }

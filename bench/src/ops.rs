@@ -141,7 +141,7 @@ pub(crate) async fn burn(
                         KindNoOp {
                             progress: progress.clone(),
                         },
-                    )
+                    )?
                     .restrict_dequeue(|kinds| DbConditions::new().column_in("j.kind", kinds));
                 new_worker(store, registry, options)?.run().await
             }

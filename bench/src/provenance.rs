@@ -1,13 +1,19 @@
-//! What a run records about itself: the introduction of docs/benchmarks.md
-//! and the code version it measured.
+//! What a run records about itself: the introduction of a new
+//! docs/benchmarks-archive.md and the code version it measured.
 
+/// The header of the archive when there is none yet: what the runs below it
+/// are and how to read them. An existing archive keeps its own header (the
+/// benchmark only adds runs under it), so a change here reaches only a new
+/// archive.
 pub(crate) fn intro() -> String {
     format!(
-        "# Benchmarks\n\n\
-         Written by the benchmark itself (`bench/`):\n\n\
+        "# Benchmark runs: the archive\n\n\
+         Every run the benchmark (`bench/`) recorded with\n\n\
          ```sh\n\
          cargo run --release -p dbworker-bench -- --jobs 100000 --write-docs\n\
          ```\n\n\
+         newest first. [benchmarks.md](benchmarks.md) shows the current figures and a summary \
+         of the latest run.\n\n\
          ## How to read this\n\n\
          - Only ratios within one run count. Absolute figures on a shared 2-core machine drift \
          by 2× between minutes, so each dbworker run is followed at once by its raw-SQL floor, and \
@@ -67,12 +73,9 @@ pub(crate) fn intro() -> String {
          fastest variant we found (a local queue of 1,000 jobs × 4 queues, completion batching; \
          the table titles state version and configuration, `bench-peers/graphile/src/main.rs` the \
          variants tried). Only the ratios of one run count: other builds \
-         share the machine.\n\
-         - The chart shows the newest run (the last section).\n\n\
-         ![jobs/s against handler count]({})\n\n",
+         share the machine.\n\n",
         crate::workflows::INTRO,
-        crate::partitioned::INTRO,
-        crate::chart::FILE_NAME
+        crate::partitioned::INTRO
     )
 }
 

@@ -1,4 +1,5 @@
-//! Results: the tables on stdout, and the record in `docs/benchmarks.md`.
+//! Results: the tables on stdout, and the record in docs/ (written by
+//! `docs_merge`).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use crate::db::{Bench, Mode, Statements};
 use crate::framework::Rss;
 use crate::latency::Latency;
 use crate::machine::Machine;
-use crate::provenance::{code_version, intro};
+use crate::provenance::code_version;
 use crate::table::ms;
 pub(crate) use crate::table::{Table, count, met, rate};
 
@@ -441,48 +442,54 @@ impl Report {
         lines
     }
 
-    /// Writes this run into docs/benchmarks.md (replacing the section of an
-    /// earlier run of the same commit, else appending) and redraws the chart;
-    /// returns the paths written.
+    /// Records this run: its section first among the runs of
+    /// docs/benchmarks-archive.md (replacing the section of an earlier run of
+    /// the same commit), its summary between the markers of docs/benchmarks.md,
+    /// and the chart redrawn; returns the paths written.
     pub(crate) fn write_docs(&self) -> Result<Vec<String>> {
-        let docs = crate::workspace_root().join("docs");
-        let md_path = docs.join("benchmarks.md");
-        let svg_path = docs.join(crate::chart::FILE_NAME);
-        let mut written = Vec::new();
-        if let Some(svg) = crate::chart::render(&self.heartbeat, &self.transactional, &self.date) {
-            std::fs::write(&svg_path, svg)?;
-            written.push(svg_path.display().to_string());
-        }
-        let old = std::fs::read_to_string(&md_path).unwrap_or_default();
-        std::fs::write(&md_path, self.merge_into(&old))?;
-        written.push(md_path.display().to_string());
-        Ok(written)
+        crate::docs_merge::write(
+            &self.code,
+            &self.markdown_section(),
+            &self.markdown_summary(),
+            crate::chart::render(&self.heartbeat, &self.transactional, &self.date),
+        )
     }
 
-    /// The document with this run's section in it.
-    fn merge_into(&self, old: &str) -> String {
-        let mine = format!("{RUN_MARKER}{} -->", self.code);
-        let mut sections: Vec<String> = old
-            .split(RUN_MARKER)
-            .skip(1)
-            .map(|s| format!("{RUN_MARKER}{s}"))
-            .filter(|s| !s.starts_with(&mine))
-            .collect();
-        sections.push(self.markdown_section());
-        let mut out = intro();
-        for s in sections {
-            out.push_str(s.trim_end());
-            out.push_str("\n\n");
+    /// `Run of <date>, commit <code>`: the heading of this run's section.
+    fn heading(&self) -> String {
+        format!("Run of {}, commit {}", self.date, self.code)
+    }
+
+    /// The front page's few lines on this run: its heading, linked to its
+    /// whole section in the archive, its command (which says what ran) and
+    /// its main table.
+    fn markdown_summary(&self) -> String {
+        let heading = self.heading();
+        let mut s = format!(
+            "{heading} ([the full section]({}#{})):\n\n```sh\n{}\n```\n\n",
+            crate::docs_merge::ARCHIVE,
+            crate::docs_merge::anchor(&heading),
+            self.command
+        );
+        if let Some(table) = self.main_table() {
+            s.push_str(&table.markdown());
         }
-        out.truncate(out.trim_end().len());
-        out.push('\n');
-        out
+        s
+    }
+
+    /// The table a summary shows: the first after the enqueue rate (which
+    /// says least about the library), so the heartbeat burn-down of a full
+    /// run and the workload's own table of a partial one.
+    fn main_table(&self) -> Option<Table> {
+        let tables = self.tables();
+        let skip = usize::from(self.enqueue.is_some() && tables.len() > 1);
+        tables.into_iter().nth(skip)
     }
 
     fn markdown_section(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "{RUN_MARKER}{} -->", self.code);
-        let _ = writeln!(s, "## Run of {}, commit {}\n", self.date, self.code);
+        let _ = writeln!(s, "{}", crate::docs_merge::run_marker(&self.code));
+        let _ = writeln!(s, "## {}\n", self.heading());
         let _ = writeln!(s, "```sh\n{}\n```\n", self.command);
         let _ = writeln!(
             s,
@@ -519,9 +526,6 @@ impl Report {
         s
     }
 }
-
-/// Starts every run's section in benchmarks.md, followed by its commit and ` -->`.
-const RUN_MARKER: &str = "<!-- bench run ";
 
 /// The table of framework/floor pairs.
 fn pair_table(title: &str, pairs: &[Pair]) -> Table {

@@ -30,6 +30,7 @@ mod table;
 mod worker;
 
 pub mod admin;
+mod client;
 pub mod cluster;
 pub mod consumers;
 pub mod control;
@@ -49,8 +50,10 @@ pub mod queues;
 pub mod store;
 pub mod workflow;
 
-pub use enqueue::{Enqueuer, NewJob};
+pub use client::{Client, ClientBuilder, ClientOptions};
+pub use enqueue::{Enqueuer, IntoJob, NewJob};
 pub use error::{Error, Result};
+pub use job::{Handlers, Job, JobArgs, JobHandler};
 pub use maintenance::Resetter;
 pub use maintenance::ResetterOptions;
 pub use schema_check::probe_connection as check_connection;

@@ -1,11 +1,11 @@
 //! What most applications import: `use dbworker::prelude::*;`.
 
-pub use crate::enqueue::{Enqueuer, NewJob};
-pub use crate::job::{ArgsRegistry, JobArgs, JobDefaults, JobHandler, TypedJob};
+pub use crate::enqueue::{Enqueuer, IntoJob, NewJob};
+pub use crate::job::{Handlers, Job, JobArgs, JobDefaults, JobHandler, TypedJob};
 pub use crate::maintenance::{Resetter, ResetterOptions};
 pub use crate::store::{DbJob, DbStore, StoreOptions};
 pub use crate::table::{JobTable, JobTableOptions};
-pub use crate::{Error, new_worker};
+pub use crate::{Client, ClientOptions, Error, new_worker};
 pub use workerutil::{
     Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, RecordId, Worker,
     WorkerOptions,

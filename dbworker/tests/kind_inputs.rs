@@ -122,7 +122,9 @@ fn a_kind_with_a_zero_runtime_or_an_unchecked_delay_is_refused() {
     assert!(message.contains("max_runtime"), "{message}");
     let kinds = |options: KindOptions| {
         move || {
-            KindRegistry::<DbStore<Job>>::new(kind_of).register_with("email", Completes, options);
+            KindRegistry::<DbStore<Job>>::new(kind_of)
+                .register_with("email", Completes, options)
+                .unwrap();
         }
     };
     let mut zero = KindOptions::default();

@@ -54,9 +54,13 @@ fn registry() -> KindRegistry<DbStore<Job>> {
             Fails,
             KindOptions::retry(Retry::new().max_retries(1)),
         )
+        .unwrap()
         .register("email", Fails)
+        .unwrap()
         .register_with("slow", Fails, KindOptions::retry(slow))
+        .unwrap()
         .register("report", FailsRetriedDaily)
+        .unwrap()
 }
 
 /// Seconds from the job's last finish to its next attempt, on the database clock.
@@ -181,6 +185,7 @@ async fn each_kind_retries_as_it_says(handling: Handling) {
     o.num_total_jobs = Some(1);
     let only_report = KindRegistry::new(kind_of)
         .register("report", FailsRetriedDaily)
+        .unwrap()
         .restrict_dequeue(|kinds| {
             dbworker::DbConditions::new().and(dbworker::sea_query::Expr::cust_with_values(
                 "j.payload->>'kind' = ANY($1)",

@@ -75,6 +75,7 @@ async fn workers_take_their_kinds_and_an_unknown_kind_fails_clearly() {
     let mailer = Ran::default();
     let registry = KindRegistry::<Store>::new(|j: &KindJob| j.kind.as_str())
         .register("email", mailer.clone())
+        .unwrap()
         .restrict_dequeue(|kinds| DbConditions::new().column_in("j.kind", kinds));
     new_worker(store(&db, &table).await, registry, options(3))
         .unwrap()
@@ -91,7 +92,8 @@ async fn workers_take_their_kinds_and_an_unknown_kind_fails_clearly() {
     // for fails at once, saying why.
     let reporter = Ran::default();
     let registry = KindRegistry::<Store>::new(|j: &KindJob| j.kind.as_str())
-        .register("report", reporter.clone());
+        .register("report", reporter.clone())
+        .unwrap();
     new_worker(store(&db, &table).await, registry, options(3))
         .unwrap()
         .run()

@@ -12,16 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, RetryPolicy,
+    DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, RetryPolicy,
     StoreOptions,
     ddl::{OptionalColumns, job_table_sql, workflows_sql},
-    job::{ArgsRegistry, JobArgs, JobDefaults, JobHandler, TypedJob},
+    job::{Handlers, Job, JobArgs, JobDefaults, JobHandler, TypedJob},
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use workerutil::{HandlerError, JobContext, KindRegistry, WorkerOptions};
+use workerutil::{HandlerError, WorkerOptions};
 
 use common::Db;
 
@@ -66,15 +66,10 @@ struct Adder(Seen);
 impl JobHandler for Adder {
     type Args = Add;
 
-    async fn handle(
-        &self,
-        args: Add,
-        job: &mut DbJob<TypedJob>,
-        _ctx: &JobContext<DbStore<TypedJob>>,
-    ) -> Result<(), HandlerError> {
+    async fn handle(&self, mut job: Job<'_, Add>) -> Result<(), HandlerError> {
         let id = job.record().id;
-        let sum = args.a + args.b;
-        if let Some(tx) = job.tx() {
+        let sum = job.args.a + job.args.b;
+        if let Ok(tx) = job.tx() {
             sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, $2)")
                 .bind(id)
                 .bind(sum.to_string())
@@ -90,14 +85,9 @@ struct Greeter(Seen);
 impl JobHandler for Greeter {
     type Args = Greet;
 
-    async fn handle(
-        &self,
-        args: Greet,
-        job: &mut DbJob<TypedJob>,
-        _ctx: &JobContext<DbStore<TypedJob>>,
-    ) -> Result<(), HandlerError> {
-        let greeting = format!("hello {}", args.name);
-        let greeting = if args.loud {
+    async fn handle(&self, job: Job<'_, Greet>) -> Result<(), HandlerError> {
+        let greeting = format!("hello {}", job.args.name);
+        let greeting = if job.args.loud {
             greeting.to_uppercase()
         } else {
             greeting
@@ -155,9 +145,11 @@ fn worker_options() -> WorkerOptions {
 /// Runs both typed handlers until the queue is empty; returns what they saw.
 async fn run(store: Arc<DbStore<TypedJob>>) -> BTreeMap<i64, String> {
     let seen = Seen::default();
-    let registry = KindRegistry::for_args()
-        .register_args(Adder(seen.clone()))
-        .register_args(Greeter(seen.clone()));
+    let registry = Handlers::new()
+        .with(Adder(seen.clone()))
+        .unwrap()
+        .with(Greeter(seen.clone()))
+        .unwrap();
     new_worker(store, registry, worker_options())
         .unwrap()
         .run_until_empty()
@@ -168,17 +160,13 @@ async fn run(store: Arc<DbStore<TypedJob>>) -> BTreeMap<i64, String> {
 async fn typed_jobs_reach_their_handlers(handling: Handling) {
     let db = set_up().await;
     let enqueuer = enqueuer(&db).await;
-    let one = enqueuer
-        .enqueue_args(&Add { a: 1, b: 2 })
-        .await
-        .unwrap()
-        .id();
+    let one = enqueuer.enqueue(Add { a: 1, b: 2 }).await.unwrap().id();
     // In the caller's transaction: one commits, one rolls back.
     let mut tx = db.pool.begin().await.unwrap();
     let committed = enqueuer
-        .enqueue_args_in(
+        .enqueue_in(
             &mut tx,
-            &Greet {
+            Greet {
                 name: "ada".into(),
                 loud: true,
             },
@@ -189,7 +177,7 @@ async fn typed_jobs_reach_their_handlers(handling: Handling) {
     tx.commit().await.unwrap();
     let mut tx = db.pool.begin().await.unwrap();
     enqueuer
-        .enqueue_args_in(&mut tx, &Add { a: 100, b: 100 })
+        .enqueue_in(&mut tx, Add { a: 100, b: 100 })
         .await
         .unwrap();
     tx.rollback().await.unwrap();
@@ -291,13 +279,7 @@ async fn a_payload_that_does_not_fit_fails_only_its_job(handling: Handling) {
     let enqueuer = enqueuer(&db).await;
     let mut good = Vec::new();
     for n in 0..6 {
-        good.push(
-            enqueuer
-                .enqueue_args(&Add { a: n, b: n })
-                .await
-                .unwrap()
-                .id(),
-        );
+        good.push(enqueuer.enqueue(Add { a: n, b: n }).await.unwrap().id());
     }
     let raw = |kind: &str, payload| NewJob::new().kind(kind).json("payload", payload);
     let wrong_type = enqueuer
@@ -363,12 +345,7 @@ struct Sleeper;
 impl JobHandler for Sleeper {
     type Args = Slow;
 
-    async fn handle(
-        &self,
-        _args: Slow,
-        _job: &mut DbJob<TypedJob>,
-        _ctx: &JobContext<DbStore<TypedJob>>,
-    ) -> Result<(), HandlerError> {
+    async fn handle(&self, _job: Job<'_, Slow>) -> Result<(), HandlerError> {
         tokio::time::sleep(Duration::from_secs(30)).await;
         Ok(())
     }
@@ -378,11 +355,11 @@ impl JobHandler for Sleeper {
 async fn a_kinds_defaults_set_its_timeout_and_retries() {
     let db = set_up().await;
     // A unit struct is JSON null, which the NOT NULL jsonb column holds.
-    let id = enqueuer(&db).await.enqueue_args(&Slow).await.unwrap().id();
+    let id = enqueuer(&db).await.enqueue(Slow).await.unwrap().id();
     let mut o = StoreOptions::<TypedJob>::from_row("typed");
     o.max_num_retries = 0; // the kind's max_retries(1) overrides it
     let store = Arc::new(DbStore::new(&db.pool, &table(&db).await, o).await.unwrap());
-    let registry = KindRegistry::for_args().register_args(Sleeper);
+    let registry = Handlers::new().with(Sleeper).unwrap();
     new_worker(store, registry, worker_options())
         .unwrap()
         .run_until_empty()
@@ -414,7 +391,7 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
     let table = JobTable::new(&db.pool, t).await.unwrap();
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     // Add's default queue needs a queue column this table does not have.
-    let refused = enqueuer.enqueue_args(&Add { a: 1, b: 1 }).await;
+    let refused = enqueuer.enqueue(Add { a: 1, b: 1 }).await;
     assert!(
         matches!(
             refused,
@@ -455,7 +432,7 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
         o.handling = handling;
         let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
         let seen = Seen::default();
-        let registry = KindRegistry::for_args().register_args(Greeter(seen.clone()));
+        let registry = Handlers::new().with(Greeter(seen.clone())).unwrap();
         new_worker(store, registry, worker_options())
             .unwrap()
             .run_until_empty()
@@ -488,7 +465,7 @@ async fn typed_enqueue_names_what_the_table_lacks() {
         .await
         .unwrap();
     let refused = plain
-        .enqueue_args(&Greet {
+        .enqueue(Greet {
             name: "x".into(),
             loud: false,
         })
@@ -537,7 +514,7 @@ async fn typed_enqueue_names_what_the_table_lacks() {
     );
     // A NUL character, which jsonb cannot hold, is refused with its path.
     let nul = typed
-        .enqueue_args(&Greet {
+        .enqueue(Greet {
             name: "a\0b".into(),
             loud: false,
         })
@@ -579,16 +556,9 @@ struct Extractor;
 impl JobHandler for Extractor {
     type Args = Extract;
 
-    async fn handle(
-        &self,
-        args: Extract,
-        job: &mut DbJob<TypedJob>,
-        _ctx: &JobContext<DbStore<TypedJob>>,
-    ) -> Result<(), HandlerError> {
-        job.set_result(Extracted {
-            file: args.file,
-            rows: 1200,
-        })?;
+    async fn handle(&self, mut job: Job<'_, Extract>) -> Result<(), HandlerError> {
+        let file = job.args.file.clone();
+        job.set_result(Extracted { file, rows: 1200 })?;
         Ok(())
     }
 }
@@ -599,20 +569,14 @@ struct Loader;
 impl JobHandler for Loader {
     type Args = Load;
 
-    async fn handle(
-        &self,
-        _args: Load,
-        job: &mut DbJob<TypedJob>,
-        ctx: &JobContext<DbStore<TypedJob>>,
-    ) -> Result<(), HandlerError> {
-        let store = ctx.store();
+    async fn handle(&self, mut job: Job<'_, Load>) -> Result<(), HandlerError> {
         let extracted: Extracted = job
-            .upstream_result(store, "extract")
+            .upstream_result("extract")
             .await?
             .ok_or_else(|| HandlerError::non_retryable("no result from extract"))?;
-        let absent = job.upstream_result::<Extracted>(store, "transform").await?;
+        let absent = job.upstream_result::<Extracted>("transform").await?;
         assert!(absent.is_none());
-        match job.upstream_result::<Loaded>(store, "extract").await {
+        match job.upstream_result::<Loaded>("extract").await {
             Err(Error::Json { what, path, .. }) => {
                 assert_eq!(what, "cannot read the result of upstream task \"extract\"");
                 assert_eq!(path, "$");
@@ -660,9 +624,11 @@ async fn typed_results_round_trip(handling: Handling) {
     o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     o.handling = handling;
     let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
-    let registry = KindRegistry::for_args()
-        .register_args(Extractor)
-        .register_args(Loader);
+    let registry = Handlers::new()
+        .with(Extractor)
+        .unwrap()
+        .with(Loader)
+        .unwrap();
     new_worker(store, registry, worker_options())
         .unwrap()
         .run_until_empty()
@@ -700,12 +666,7 @@ struct BadResult;
 impl JobHandler for BadResult {
     type Args = Extract;
 
-    async fn handle(
-        &self,
-        _args: Extract,
-        job: &mut DbJob<TypedJob>,
-        _ctx: &JobContext<DbStore<TypedJob>>,
-    ) -> Result<(), HandlerError> {
+    async fn handle(&self, mut job: Job<'_, Extract>) -> Result<(), HandlerError> {
         // JSON object keys must be strings.
         let by_pair = HashMap::from([((1, 2), "x")]);
         let refused = job.set_result(BTreeMap::from([("pairs", by_pair)]));
@@ -724,7 +685,7 @@ async fn a_result_that_does_not_serialize_fails_its_job() {
     let id = Enqueuer::new(&db.pool, &table)
         .await
         .unwrap()
-        .enqueue_args(&Extract { file: "f".into() })
+        .enqueue(Extract { file: "f".into() })
         .await
         .unwrap()
         .id();
@@ -737,7 +698,7 @@ async fn a_result_that_does_not_serialize_fails_its_job() {
         .await
         .unwrap(),
     );
-    let registry = KindRegistry::for_args().register_args(BadResult);
+    let registry = Handlers::new().with(BadResult).unwrap();
     new_worker(store, registry, worker_options())
         .unwrap()
         .run_until_empty()

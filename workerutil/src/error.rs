@@ -15,6 +15,10 @@ pub enum Error {
         /// Why it is wrong.
         reason: String,
     },
+    /// A kind was registered twice in a [`KindRegistry`](crate::KindRegistry)
+    /// (as a kind or an alias): the second would silently replace the first.
+    #[error("kind {0:?} is registered twice; each kind (and alias) has one handler")]
+    DuplicateKind(String),
     /// The host name could not be determined and none was configured.
     #[error("cannot determine the worker hostname: {0}")]
     Hostname(#[source] std::io::Error),

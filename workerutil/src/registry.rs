@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::error::BoxError;
+use crate::error::{BoxError, Error};
 use crate::handler::{Handler, JobContext};
 use crate::metrics;
 use crate::outcome::{HandlerError, Outcome};
@@ -92,8 +92,11 @@ type Restrict<C> = Box<dyn Fn(&[String]) -> C + Send + Sync>;
 /// }
 ///
 /// let registry = KindRegistry::<MemoryStore<Task>>::new(|t: &Task| t.kind.as_str())
-///     .register("send_email", SendEmail);
-/// assert_eq!(registry.kinds(), ["send_email"]);
+///     .register("send_email", SendEmail)?
+///     .alias("email", "send_email")?; // its name before a rename
+/// assert_eq!(registry.kinds(), ["email", "send_email"]);
+/// assert!(registry.register("email", SendEmail).is_err()); // one handler per kind
+/// # Ok::<(), workerutil::Error>(())
 /// ```
 pub struct KindRegistry<S: Store> {
     kind_of: KindOf<S::Record>,
@@ -137,26 +140,17 @@ impl KindOptions {
         KindOptions::default().with_retry(retry)
     }
 
-    /// Sets the maximum runtime.
-    ///
-    /// # Panics
-    ///
-    /// If `max_runtime` is zero (every job of the kind would time out at
-    /// once, as `WorkerOptions::max_runtime_per_job` refuses too): a
-    /// configuration error, caught where the kind is set up.
+    /// Sets the maximum runtime: positive (a zero one, which would time
+    /// every job of the kind out at once, is refused where the kind is
+    /// registered, as `WorkerOptions::max_runtime_per_job` refuses it).
     pub fn with_max_runtime(mut self, max_runtime: Duration) -> KindOptions {
-        assert!(
-            !max_runtime.is_zero(),
-            "invalid max_runtime: must be positive"
-        );
         self.max_runtime = Some(max_runtime);
         self
     }
 
     /// The first bad field, named, and why: `max_runtime` zero, or a retry
     /// delay that fails [`RetryPolicy::check`](crate::RetryPolicy::check).
-    /// The builders check as they set; fields set directly are checked by
-    /// [`KindRegistry::register_with`].
+    /// [`KindRegistry::register_with`] checks them.
     fn check(&self) -> Result<(), String> {
         if self.max_runtime.is_some_and(|max| max.is_zero()) {
             return Err("max_runtime must be positive".to_owned());
@@ -172,16 +166,9 @@ impl KindOptions {
         }
     }
 
-    /// Sets the retry policy.
-    ///
-    /// # Panics
-    ///
-    /// If its delay is invalid (see [`RetryPolicy::check`](crate::RetryPolicy::check)):
-    /// a configuration error, caught where the kind is set up.
+    /// Sets the retry policy (its delay is checked where the kind is
+    /// registered, see [`RetryPolicy::check`](crate::RetryPolicy::check)).
     pub fn with_retry(mut self, retry: Retry) -> KindOptions {
-        if let Some(Err((field, reason))) = retry.delay.as_ref().map(|d| d.check()) {
-            panic!("invalid retry policy: delay.{field} {reason}");
-        }
         self.retry = Some(retry);
         self
     }
@@ -207,34 +194,72 @@ impl<S: Store> KindRegistry<S> {
         }
     }
 
-    /// Registers `handler` for `kind`, replacing any handler it had.
-    pub fn register(self, kind: impl Into<String>, handler: impl Handler<S>) -> Self {
+    /// Registers `handler` for `kind`. A kind registered already (as a kind
+    /// or an alias) is refused ([`Error::DuplicateKind`]), as is an empty one.
+    pub fn register(
+        self,
+        kind: impl Into<String>,
+        handler: impl Handler<S>,
+    ) -> Result<Self, Error> {
         self.register_with(kind, handler, KindOptions::default())
     }
 
     /// Registers `handler` for `kind` with options of its own (a maximum
     /// runtime overriding the worker's, a retry policy overriding the
-    /// store's), replacing any handler it had.
-    ///
-    /// # Panics
-    ///
-    /// If `options` hold a zero `max_runtime` or a retry delay that fails
-    /// [`RetryPolicy::check`](crate::RetryPolicy::check) (fields set
-    /// directly, past the builders' checks): a configuration error, named
-    /// with the kind.
+    /// store's). Refuses a kind registered already ([`Error::DuplicateKind`]),
+    /// an empty kind, a zero `max_runtime` and a retry delay that fails
+    /// [`RetryPolicy::check`](crate::RetryPolicy::check)
+    /// ([`Error::InvalidOption`], naming the kind).
     pub fn register_with(
         mut self,
         kind: impl Into<String>,
         handler: impl Handler<S>,
         options: KindOptions,
-    ) -> Self {
+    ) -> Result<Self, Error> {
         let kind = kind.into();
+        self.check_new(&kind)?;
         if let Err(reason) = options.check() {
-            panic!("invalid options for kind {kind:?}: {reason}");
+            return Err(Error::InvalidOption {
+                field: "KindOptions",
+                reason: format!("kind {kind:?}: {reason}"),
+            });
         }
         self.handlers.insert(kind.clone(), Arc::new(handler));
         self.options.insert(kind, options);
-        self
+        Ok(self)
+    }
+
+    /// Runs jobs of kind `alias` with `kind`'s handler and options: the old
+    /// name of a renamed kind, so jobs enqueued under it still run. `kind`
+    /// must be registered; `alias` must not be.
+    pub fn alias(mut self, alias: impl Into<String>, kind: &str) -> Result<Self, Error> {
+        let alias = alias.into();
+        self.check_new(&alias)?;
+        let (Some(handler), Some(options)) = (self.handlers.get(kind), self.options.get(kind))
+        else {
+            return Err(Error::InvalidOption {
+                field: "alias",
+                reason: format!("alias {alias:?} names kind {kind:?}, which is not registered"),
+            });
+        };
+        let (handler, options) = (handler.clone(), options.clone());
+        self.handlers.insert(alias.clone(), handler);
+        self.options.insert(alias, options);
+        Ok(self)
+    }
+
+    /// Refuses an empty kind and one registered already.
+    fn check_new(&self, kind: &str) -> Result<(), Error> {
+        if kind.is_empty() {
+            return Err(Error::InvalidOption {
+                field: "kind",
+                reason: "a kind must not be empty".into(),
+            });
+        }
+        if self.handlers.contains_key(kind) {
+            return Err(Error::DuplicateKind(kind.to_owned()));
+        }
+        Ok(())
     }
 
     /// Claims only jobs of registered kinds: `conditions` turns the registered

@@ -69,7 +69,9 @@ fn registry(log: &Arc<Mutex<Vec<String>>>) -> KindRegistry<Store> {
     };
     KindRegistry::new(|t: &Task| t.kind)
         .register("email", named("mailer"))
+        .unwrap()
         .register("report", named("reporter"))
+        .unwrap()
 }
 
 #[test]
@@ -166,7 +168,9 @@ async fn a_kind_may_set_its_own_maximum_runtime() {
             Sleeps(Duration::from_millis(300)),
             KindOptions::max_runtime(Duration::from_millis(50)),
         )
-        .register("email", Sleeps(Duration::from_millis(300)));
+        .unwrap()
+        .register("email", Sleeps(Duration::from_millis(300)))
+        .unwrap();
     let mut o = options(3);
     o.max_runtime_per_job = Some(Duration::from_secs(2));
     let summary = Worker::new(store.clone(), registry, o).unwrap().run().await;
@@ -230,7 +234,9 @@ fn each_kind_has_its_own_duration_histogram_and_in_flight_gauge() {
             .block_on(async {
                 let registry = KindRegistry::new(|t: &Task| t.kind)
                     .register("email", Sleeps(std::time::Duration::from_secs(1)))
-                    .register("report", Sleeps(std::time::Duration::from_secs(3)));
+                    .unwrap()
+                    .register("report", Sleeps(std::time::Duration::from_secs(3)))
+                    .unwrap();
                 let mut o = options(3);
                 o.num_handlers = 4;
                 let worker = Worker::new(store.clone(), registry, o).unwrap();
@@ -327,8 +333,11 @@ async fn a_kind_may_set_its_own_retry_policy() {
         .delay(RetryPolicy::fixed(Duration::from_secs(30)));
     let registry = KindRegistry::new(|t: &Task| t.kind)
         .register_with("charge", fails.clone(), KindOptions::retry(charge))
+        .unwrap()
         .register("email", fails.clone())
-        .register("report", Report(fails.clone()));
+        .unwrap()
+        .register("report", Report(fails.clone()))
+        .unwrap();
     let mut o = options(2 + 6 + 3);
     o.interval = Duration::from_millis(100);
     let summary = Worker::new(store.clone(), registry, o).unwrap().run().await;

@@ -1,10 +1,8 @@
 //! Typed enqueue: a [`JobArgs`] value as a `NewJob` (its kind, its
-//! arguments as JSON, its kind's queue and priority), and the `Enqueuer`
-//! shortcuts for one.
+//! arguments as JSON, its kind's queue and priority), and [`IntoJob`], what
+//! the `Enqueuer` methods take.
 
-use sqlx::PgConnection;
-
-use super::{Enqueued, Enqueuer, NewJob};
+use super::NewJob;
 use crate::error::{Result, to_json};
 use crate::job::{JobArgs, check_kind};
 
@@ -50,42 +48,39 @@ impl NewJob {
     }
 }
 
-impl Enqueuer {
-    /// Enqueues `args` on the enqueuer's pool: [`NewJob::args`], then
-    /// [`enqueue`](Self::enqueue). For other options build the `NewJob`;
-    /// for many, [`enqueue_many`](Self::enqueue_many) the `NewJob`s.
-    ///
-    /// ```no_run
-    /// # use dbworker::{Enqueuer, JobTable, JobTableOptions, NewJob, job::JobArgs};
-    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
-    /// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
-    /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-    /// let jobs = JobTable::new(&pool, JobTableOptions::typed("jobs")).await?;
-    /// let enqueuer = Enqueuer::new(&pool, &jobs).await?;
-    /// let id = enqueuer.enqueue_args(&Resize { width: 200 }).await?.id();
-    /// // Many, all or none:
-    /// let jobs = [100, 200, 400].map(|width| NewJob::args(&Resize { width }));
-    /// let ids = enqueuer.enqueue_many(&jobs.into_iter().collect::<Result<Vec<_>, _>>()?).await?;
-    /// # let _ = (id, ids); Ok(()) }
-    /// ```
-    pub fn enqueue_args<A: JobArgs>(
-        &self,
-        args: &A,
-    ) -> impl Future<Output = Result<Enqueued>> + Send + use<'_, A> {
-        // Serialized before the future, which so holds no `&A` (and needs no
-        // `A: Sync` to be sent).
-        let job = NewJob::args(args);
-        async move { self.enqueue(&job?).await }
-    }
+/// What the enqueue methods take: a [`JobArgs`] value (enqueued as
+/// [`NewJob::args`] makes it) or a [`NewJob`] (by value or by reference).
+///
+/// ```no_run
+/// # use dbworker::prelude::*;
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
+/// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
+/// # async fn f(enqueuer: Enqueuer) -> Result<(), dbworker::Error> {
+/// enqueuer.enqueue(Resize { width: 200 }).await?; // the kind's defaults
+/// enqueuer.enqueue(NewJob::args(&Resize { width: 400 })?.priority(1)).await?;
+/// let ids = enqueuer.enqueue_many([100, 800].map(|width| Resize { width })).await?;
+/// # let _ = ids; Ok(()) }
+/// ```
+pub trait IntoJob {
+    /// The job to insert; an error if the arguments do not serialize or
+    /// their kind's defaults are invalid.
+    fn into_job(self) -> Result<NewJob>;
+}
 
-    /// Enqueues `args` on the caller's connection or inside its transaction:
-    /// the job commits with the caller's writes.
-    pub fn enqueue_args_in<'a, A: JobArgs>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        args: &A,
-    ) -> impl Future<Output = Result<Enqueued>> + Send + use<'a, A> {
-        let job = NewJob::args(args);
-        async move { self.enqueue_in(conn, &job?).await }
+impl IntoJob for NewJob {
+    fn into_job(self) -> Result<NewJob> {
+        Ok(self)
+    }
+}
+
+impl IntoJob for &NewJob {
+    fn into_job(self) -> Result<NewJob> {
+        Ok(self.clone())
+    }
+}
+
+impl<A: JobArgs> IntoJob for A {
+    fn into_job(self) -> Result<NewJob> {
+        NewJob::args(&self)
     }
 }

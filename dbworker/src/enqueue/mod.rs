@@ -10,9 +10,11 @@ mod new_job;
 mod partitioned;
 
 pub(crate) use after::GraphTask;
+pub use args::IntoJob;
 use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
 pub use new_job::{DependencyPolicy, KeyMode, NewJob};
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -136,14 +138,30 @@ impl Enqueuer {
 
     /// Inserts one job on the enqueuer's pool. With a key, at most one live
     /// job holds it: see [`KeyMode`].
-    pub async fn enqueue(&self, job: &NewJob) -> Result<Enqueued> {
-        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
-        self.enqueue_in(&mut conn, job).await
+    /// `job` is a [`JobArgs`](crate::JobArgs) value or a [`NewJob`]
+    /// ([`IntoJob`]).
+    pub fn enqueue(&self, job: impl IntoJob) -> impl Future<Output = Result<Enqueued>> + Send {
+        // Converted before the future, which so holds no argument value.
+        let job = job.into_job();
+        async move {
+            let job = job?;
+            let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+            self.insert_one(&mut conn, &job).await
+        }
     }
 
     /// Inserts one job on the caller's connection or inside its transaction
     /// (pass `&mut tx` or `&mut *tx`): the job commits with the caller's writes.
-    pub async fn enqueue_in(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
+    pub fn enqueue_in<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        job: impl IntoJob,
+    ) -> impl Future<Output = Result<Enqueued>> + Send + 'a {
+        let job = job.into_job();
+        async move { self.insert_one(conn, &job?).await }
+    }
+
+    async fn insert_one(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
         self.check_job(job)?;
         if !job.after_value().is_empty() {
             return self.enqueue_after(conn, job).await;
@@ -209,20 +227,32 @@ impl Enqueuer {
 
     /// Inserts many jobs on the enqueuer's pool, all or none; see
     /// [`enqueue_many_in`](Self::enqueue_many_in).
-    pub async fn enqueue_many(&self, jobs: &[NewJob]) -> Result<Vec<i64>> {
-        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
-        self.enqueue_many_in(&mut conn, jobs).await
+    pub fn enqueue_many<J: IntoJob>(
+        &self,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> impl Future<Output = Result<Vec<i64>>> + Send {
+        let jobs: Result<Vec<NewJob>> = jobs.into_iter().map(IntoJob::into_job).collect();
+        async move {
+            let jobs = jobs?;
+            let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+            self.insert_many(&mut conn, &jobs).await
+        }
     }
 
     /// Inserts many jobs with as few statements as the bind-parameter limit
     /// allows, all or none (in a transaction, or a savepoint inside the
     /// caller's). Returns the new ids in the order of `jobs`. Keyed jobs go
     /// through [`enqueue_in`](Self::enqueue_in), one by one.
-    pub async fn enqueue_many_in(
-        &self,
-        conn: &mut PgConnection,
-        jobs: &[NewJob],
-    ) -> Result<Vec<i64>> {
+    pub fn enqueue_many_in<'a, J: IntoJob>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> impl Future<Output = Result<Vec<i64>>> + Send + 'a {
+        let jobs: Result<Vec<NewJob>> = jobs.into_iter().map(IntoJob::into_job).collect();
+        async move { self.insert_many(conn, &jobs?).await }
+    }
+
+    async fn insert_many(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<i64>> {
         for job in jobs {
             self.check_job(job)?;
             if !job.after_value().is_empty() {

@@ -36,6 +36,11 @@ pub trait JobArgs: Serialize + DeserializeOwned + Send + 'static {
     /// Renaming it strands the jobs already enqueued under the old name.
     const KIND: &'static str;
 
+    /// Other kinds whose jobs this type's handler runs: the old names of a
+    /// renamed kind, so jobs enqueued under them still run (River's kind
+    /// aliases). Default: none.
+    const ALIASES: &'static [&'static str] = &[];
+
     /// The kind's defaults: queue and priority for new jobs, and the retry
     /// limit, retry delay and timeout its handler runs with. Default: none,
     /// so the table's, the store's and the worker's apply.

@@ -26,7 +26,8 @@ use crate::error::{Error, Result};
 ///     .retry(RetryPolicy::fixed(Duration::from_secs(10)))
 ///     .timeout(Duration::from_secs(30));
 /// assert!(defaults.validate().is_ok());
-/// assert_eq!(defaults.kind_options().max_runtime, Some(Duration::from_secs(30)));
+/// assert_eq!(defaults.kind_options()?.max_runtime, Some(Duration::from_secs(30)));
+/// # Ok::<(), dbworker::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
@@ -101,16 +102,10 @@ impl JobDefaults {
 
     /// The kind's options for a [`KindRegistry`](workerutil::KindRegistry):
     /// `timeout` as its maximum runtime, `max_retries` and `retry` as its
-    /// retry override.
-    ///
-    /// # Panics
-    ///
-    /// If the defaults fail [`validate`](Self::validate): a configuration
-    /// error, caught where the kind is registered.
-    pub fn kind_options(&self) -> KindOptions {
-        if let Err(err) = self.validate() {
-            panic!("invalid job defaults: {err}");
-        }
+    /// retry override. Defaults that fail [`validate`](Self::validate)
+    /// are refused.
+    pub fn kind_options(&self) -> Result<KindOptions> {
+        self.validate()?;
         let mut options = KindOptions::default();
         if let Some(timeout) = self.timeout {
             options = options.with_max_runtime(timeout);
@@ -121,7 +116,7 @@ impl JobDefaults {
             retry.delay = self.retry.clone();
             options = options.with_retry(retry);
         }
-        options
+        Ok(options)
     }
 }
 
@@ -146,8 +141,11 @@ mod tests {
 
     #[test]
     fn no_defaults_are_no_kind_options() {
-        assert_eq!(JobDefaults::new().kind_options(), KindOptions::default());
-        let options = JobDefaults::new().max_retries(2).kind_options();
+        assert_eq!(
+            JobDefaults::new().kind_options().unwrap(),
+            KindOptions::default()
+        );
+        let options = JobDefaults::new().max_retries(2).kind_options().unwrap();
         assert_eq!(options.retry.unwrap().max_retries, Some(2));
     }
 }

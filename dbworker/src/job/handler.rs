@@ -1,18 +1,18 @@
-//! Typed handlers: `JobHandler` receives the deserialized arguments;
-//! `ArgsHandler` makes one a `workerutil::Handler`.
+//! Typed handlers: `JobHandler` receives a [`Job`] with the deserialized
+//! arguments; `ArgsHandler` makes one a `workerutil::Handler`.
 
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext, KindOptions, Retry};
 
-use super::{ArgsRecord, JobArgs, TypedJob};
+use super::{ArgsRecord, Job, JobArgs, TypedJob};
 use crate::error::{Error, from_json};
 use crate::store::{DbJob, DbStore};
 
-/// Handles one kind of job with its arguments already read: register it
-/// with [`ArgsRegistry::register_args`](super::ArgsRegistry::register_args)
-/// (or wrap it in [`ArgsHandler`] for a table with one kind).
+/// Handles one kind of job, given its arguments: add it to a
+/// [`Client`](crate::Client) (or a [`Handlers`](super::Handlers)).
+/// Implement [`handle`](Self::handle) with `async fn`.
 ///
 /// Arguments that do not deserialize never reach `handle`: the job fails,
 /// non-retryable, with [`Error::Json`] naming the kind and the path of the
@@ -20,9 +20,7 @@ use crate::store::{DbJob, DbStore};
 /// $.to): invalid type: integer `5`, expected a string`).
 ///
 /// ```no_run
-/// use dbworker::job::{JobArgs, JobHandler, TypedJob};
-/// use dbworker::{DbJob, DbStore};
-/// use workerutil::{HandlerError, JobContext};
+/// use dbworker::prelude::*;
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct SendEmail { to: String }
@@ -33,16 +31,12 @@ use crate::store::{DbJob, DbStore};
 /// impl JobHandler for Mailer {
 ///     type Args = SendEmail;
 ///
-///     async fn handle(
-///         &self,
-///         args: SendEmail,
-///         job: &mut DbJob<TypedJob>,
-///         _ctx: &JobContext<DbStore<TypedJob>>,
-///     ) -> Result<(), HandlerError> {
-///         let tx = job.tx().expect("transactional handling");
+///     async fn handle(&self, mut job: Job<'_, SendEmail>) -> Result<(), HandlerError> {
+///         let to = job.args.to.clone();
 ///         sqlx::query("INSERT INTO sent (address) VALUES ($1)")
-///             .bind(&args.to)
-///             .execute(tx)
+///             .bind(to)
+///             .persistent(false)
+///             .execute(job.tx()?)
 ///             .await?;
 ///         Ok(())
 ///     }
@@ -55,9 +49,7 @@ pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
     /// Processes one job, as [`Handler::handle`] does, given its arguments.
     fn handle(
         &self,
-        args: Self::Args,
-        job: &mut DbJob<R>,
-        ctx: &JobContext<DbStore<R>>,
+        job: Job<'_, Self::Args, R>,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 }
 
@@ -69,20 +61,19 @@ pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
 ///
 /// ```no_run
 /// # use std::sync::Arc;
-/// # use dbworker::{DbJob, DbStore, job::{JobArgs, JobHandler, TypedJob}};
-/// # use workerutil::{HandlerError, JobContext};
+/// # use dbworker::prelude::*;
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Resize { width: u32 }
 /// # impl JobArgs for Resize { const KIND: &'static str = "resize"; }
 /// # struct Resizer;
 /// # impl JobHandler for Resizer {
 /// #     type Args = Resize;
-/// #     async fn handle(&self, _: Resize, _: &mut DbJob<TypedJob>, _: &JobContext<DbStore<TypedJob>>) -> Result<(), HandlerError> { Ok(()) }
+/// #     async fn handle(&self, _: Job<'_, Resize>) -> Result<(), HandlerError> { Ok(()) }
 /// # }
 /// # fn f(store: Arc<DbStore<TypedJob>>) -> Result<(), dbworker::Error> {
 /// use dbworker::job::ArgsHandler;
 ///
 /// // Every job of this table is a `Resize`.
-/// let handler = ArgsHandler::new(Resizer);
+/// let handler = ArgsHandler::new(Resizer)?;
 /// let worker = dbworker::new_worker(store, handler, workerutil::WorkerOptions::new("resize"))?;
 /// # let _ = worker; Ok(()) }
 /// ```
@@ -100,25 +91,26 @@ impl<H> fmt::Debug for ArgsHandler<H> {
 }
 
 impl<H> ArgsHandler<H> {
-    /// Wraps `handler`, with its kind's defaults.
-    ///
-    /// # Panics
-    ///
-    /// If the kind is empty or its [`JobDefaults`](super::JobDefaults) fail
-    /// validation: a configuration error, named with the kind.
-    pub fn new<R: ArgsRecord>(handler: H) -> ArgsHandler<H>
+    /// Wraps `handler`, with its kind's defaults. Refuses an empty kind
+    /// and [`JobDefaults`](super::JobDefaults) that fail validation
+    /// ([`Error::InvalidOption`], naming the kind).
+    pub fn new<R: ArgsRecord>(handler: H) -> Result<ArgsHandler<H>, Error>
     where
         H: JobHandler<R>,
     {
         let kind = <H::Args as JobArgs>::KIND;
-        let defaults = <H::Args as JobArgs>::defaults();
-        if let Err(err) = super::args::check_kind(kind).and_then(|()| defaults.validate()) {
-            panic!("invalid job kind {kind:?}: {err}");
-        }
-        ArgsHandler {
-            handler,
-            options: defaults.kind_options(),
-        }
+        let named = |err: Error| match err {
+            Error::InvalidOption { field, reason } => Error::InvalidOption {
+                field,
+                reason: format!("kind {kind:?}: {reason}"),
+            },
+            other => other,
+        };
+        super::args::check_kind(kind).map_err(named)?;
+        let options = <H::Args as JobArgs>::defaults()
+            .kind_options()
+            .map_err(named)?;
+        Ok(ArgsHandler { handler, options })
     }
 
     /// The options its kind is registered with.
@@ -145,7 +137,7 @@ where
     ) -> Result<(), HandlerError> {
         // Retrying cannot make a payload fit its type.
         let args = read_args::<H::Args>(job.record()).map_err(HandlerError::non_retryable)?;
-        self.handler.handle(args, job, ctx).await
+        self.handler.handle(Job::new(args, job, ctx)).await
     }
 
     fn max_runtime(&self, _record: &R) -> Option<Duration> {

@@ -3,11 +3,12 @@
 //!
 //! - [`JobArgs`]: the arguments, their [`KIND`](JobArgs::KIND) and the
 //!   kind's [`JobDefaults`] (queue, priority, retries, timeout).
-//! - [`NewJob::args`](crate::NewJob::args) and
-//!   [`Enqueuer::enqueue_args`](crate::Enqueuer::enqueue_args): typed
-//!   enqueue, with every [`NewJob`](crate::NewJob) option.
-//! - [`JobHandler`]: receives the arguments; registered per kind with
-//!   [`ArgsRegistry::register_args`], or alone through [`ArgsHandler`].
+//! - [`Enqueuer::enqueue`](crate::Enqueuer::enqueue) takes the arguments
+//!   ([`IntoJob`](crate::enqueue::IntoJob)), or a [`NewJob::args`](crate::NewJob::args)
+//!   with every [`NewJob`](crate::NewJob) option.
+//! - [`JobHandler`]: receives a [`Job`] (the arguments and the claimed job);
+//!   added per kind to a [`Client`](crate::Client) or [`Handlers`], or alone
+//!   through [`ArgsHandler`].
 //! - [`ArgsRecord`]: a record that carries the kind and the payload;
 //!   [`TypedJob`] is a ready-made one.
 //!
@@ -18,10 +19,12 @@ mod defaults;
 mod handler;
 mod record;
 mod registry;
+mod typed;
 
 pub use args::JobArgs;
 pub(crate) use args::check_kind;
 pub use defaults::JobDefaults;
 pub use handler::{ArgsHandler, JobHandler};
 pub use record::{ArgsRecord, TypedJob};
-pub use registry::ArgsRegistry;
+pub use registry::Handlers;
+pub use typed::Job;

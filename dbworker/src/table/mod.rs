@@ -370,6 +370,13 @@ impl JobTable {
         out
     }
 
+    /// The alias records are read under (the view's, when read through one)
+    /// and the id column's name.
+    pub(crate) fn read_alias_and_id(&self) -> (String, String) {
+        let relation = self.t.view.as_ref().unwrap_or(&self.t.table);
+        (relation.alias.clone(), self.t.columns.id.clone())
+    }
+
     /// The queue column, if the table has one.
     pub fn queue_column(&self) -> Option<&str> {
         self.t.queue_column.as_deref()

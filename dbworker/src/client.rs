@@ -1,0 +1,389 @@
+//! `Client`: one value that enqueues typed jobs and runs everything a job
+//! table needs in this process: the worker with its typed handlers, the
+//! resetter that brings back the jobs of dead workers and, when asked, the
+//! purger. Started with one call, stopped with one `shutdown()`. The pieces
+//! stay public for applications that assemble their own.
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use workerutil::{ShutdownHandle, Worker, WorkerEvent, WorkerOptions, WorkerSummary};
+
+use crate::columns::quote;
+use crate::enqueue::{Enqueued, Enqueuer, IntoJob};
+use crate::error::{Error, Result};
+use crate::job::{Handlers, JobHandler, TypedJob};
+use crate::maintenance::{PurgeOptions, Purger, Resetter, ResetterOptions};
+use crate::store::{DbStore, StoreOptions};
+use crate::table::JobTable;
+
+/// How a [`Client`] runs. Deserializable from a config file; every field
+/// left out keeps its default.
+///
+/// ```
+/// let options: dbworker::ClientOptions = serde_json::from_str(r#"{
+///     "worker": { "name": "emails", "num_handlers": 8 },
+///     "purge": { "interval": "1m" }
+/// }"#).unwrap();
+/// assert_eq!(options.worker.num_handlers, 8);
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The worker: its name (also the store's, in logs and the registry),
+    /// its handler count, timing and drain bound. Default
+    /// `WorkerOptions::new("dbworker")`.
+    pub worker: WorkerOptions,
+    /// The resetter, which requeues the jobs of dead workers; runs in every
+    /// client (passes are idempotent). `None` (the default): the resetter's
+    /// defaults, with the store's stalled age.
+    pub resetter: Option<ResetterOptions>,
+    /// The purger, which deletes finished jobs after their retention. `None`
+    /// (the default): no purger in this client.
+    pub purge: Option<PurgeOptions>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            worker: WorkerOptions::new("dbworker"),
+            resetter: None,
+            purge: None,
+        }
+    }
+}
+
+/// Builds a [`Client`]: the handlers, the options, then
+/// [`build`](Self::build). A refused handler (a kind added twice, invalid
+/// defaults) is reported by `build`.
+#[must_use = "a builder does nothing until build() is awaited"]
+pub struct ClientBuilder {
+    pool: PgPool,
+    table: JobTable,
+    handlers: Result<Handlers>,
+    store: Option<StoreOptions<TypedJob>>,
+    options: ClientOptions,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("table", &self.table.name())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    /// Adds the handler of one kind of job (its arguments' `KIND` and
+    /// aliases).
+    pub fn handler<H: JobHandler>(mut self, handler: H) -> ClientBuilder {
+        self.handlers = self.handlers.and_then(|h| h.with(handler));
+        self
+    }
+
+    /// Sets the options (default [`ClientOptions::default`]).
+    pub fn options(mut self, options: ClientOptions) -> ClientBuilder {
+        self.options = options;
+        self
+    }
+
+    /// Sets the store's options (retries, handling, claim); default
+    /// `StoreOptions::from_row` named as the worker.
+    pub fn store_options(mut self, options: StoreOptions<TypedJob>) -> ClientBuilder {
+        self.store = Some(options);
+        self
+    }
+
+    /// Checks everything and builds the client, not yet running: the
+    /// handlers, the options, the grants of every part (the enqueuer's, the
+    /// store's, the resetter's, the purger's), the pool's size against the
+    /// worker's handlers. Jobs can be enqueued at once; [`Client::start`]
+    /// or [`Client::run_until_empty`] runs them.
+    pub async fn build(self) -> Result<Client> {
+        let handlers = self.handlers?;
+        if handlers.is_empty() {
+            return Err(Error::InvalidOption {
+                field: "handler",
+                reason: "a client needs at least one handler (ClientBuilder::handler)".into(),
+            });
+        }
+        let o = self.options;
+        o.worker.validate()?;
+        let mut store = match self.store {
+            Some(store) => store,
+            None => StoreOptions::from_row(o.worker.name.clone()),
+        };
+        if store.column_expressions.is_empty() {
+            store.column_expressions = typed_select(&self.table)?;
+        }
+        let enqueuer = Enqueuer::new(&self.pool, &self.table).await?;
+        let store = DbStore::new(&self.pool, &self.table, store).await?;
+        let mut ro = o
+            .resetter
+            .clone()
+            .unwrap_or_else(|| ResetterOptions::for_store(&store));
+        ro.validate()?;
+        if ro.name.is_empty() {
+            ro.name = o.worker.name.clone();
+        }
+        let resetter = Resetter::new(&self.pool, &self.table, ro)?;
+        resetter.check().await?;
+        let purger = match &o.purge {
+            Some(po) => Some(Purger::new(&self.pool, &self.table, po.clone()).await?),
+            None => None,
+        };
+        let store = Arc::new(store);
+        let kind_column = self.table.kind_column().map(|c| format!("j.{}", quote(c)));
+        let handlers = match kind_column {
+            Some(column) => handlers.restrict_dequeue(column),
+            None => handlers,
+        };
+        let worker = crate::new_worker(store.clone(), handlers, o.worker)?;
+        let events = worker.subscribe();
+        Ok(Client {
+            enqueuer,
+            store,
+            shutdown: worker.shutdown_handle(),
+            events,
+            stop: CancellationToken::new(),
+            parts: Mutex::new(Parts::Built {
+                worker: Box::new(worker),
+                resetter: Box::new(resetter),
+                purger: purger.map(Box::new),
+            }),
+        })
+    }
+}
+
+/// The select a `TypedJob` is read with: `alias.*` when the table's columns
+/// carry its names, else each one renamed.
+fn typed_select(table: &JobTable) -> Result<Vec<String>> {
+    let (Some(kind), Some(payload)) = (table.kind_column(), table.payload_column()) else {
+        return Err(Error::InvalidOption {
+            field: "kind_column",
+            reason: "a client runs typed jobs: the table needs a kind and a payload column (JobTableOptions::typed; `dbworker migration --typed` adds them)".into(),
+        });
+    };
+    let (alias, id) = table.read_alias_and_id();
+    if kind == "kind" && payload == "payload" && id == "id" {
+        return Ok(Vec::new());
+    }
+    let a = quote(&alias);
+    Ok(vec![
+        format!("{a}.{} AS id", quote(&id)),
+        format!("{a}.{} AS kind", quote(kind)),
+        format!("{a}.{} AS payload", quote(payload)),
+    ])
+}
+
+type Worker_ = Worker<DbStore<TypedJob>, Handlers>;
+
+enum Parts {
+    Built {
+        worker: Box<Worker_>,
+        resetter: Box<Resetter>,
+        purger: Option<Box<Purger>>,
+    },
+    Running {
+        worker: JoinHandle<WorkerSummary>,
+        services: Vec<JoinHandle<()>>,
+    },
+    Stopped,
+}
+
+/// Enqueues typed jobs into one job table and runs them in this process.
+///
+/// ```no_run
+/// use dbworker::prelude::*;
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Square { n: i64 }
+/// impl JobArgs for Square { const KIND: &'static str = "square"; }
+///
+/// struct Squarer;
+/// impl JobHandler for Squarer {
+///     type Args = Square;
+///     async fn handle(&self, job: Job<'_, Square>) -> Result<(), HandlerError> {
+///         println!("{}", job.args.n * job.args.n);
+///         Ok(())
+///     }
+/// }
+///
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
+/// let jobs = JobTable::new(&pool, JobTableOptions::typed("jobs")).await?;
+/// let client = Client::builder(&pool, &jobs).handler(Squarer).build().await?;
+/// client.start()?;
+/// client.enqueue(Square { n: 7 }).await?;
+/// // ... until the application stops:
+/// client.shutdown().await?;
+/// # Ok(()) }
+/// ```
+pub struct Client {
+    enqueuer: Enqueuer,
+    store: Arc<DbStore<TypedJob>>,
+    shutdown: ShutdownHandle,
+    events: broadcast::Receiver<WorkerEvent>,
+    stop: CancellationToken,
+    parts: Mutex<Parts>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("store", &self.store.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A builder over `table`, on `pool` (sized for the worker's handlers
+    /// plus a few: the store checks it).
+    pub fn builder(pool: &PgPool, table: &JobTable) -> ClientBuilder {
+        ClientBuilder {
+            pool: pool.clone(),
+            table: table.clone(),
+            handlers: Ok(Handlers::new()),
+            store: None,
+            options: ClientOptions::default(),
+        }
+    }
+
+    /// Enqueues one job (arguments, or a [`NewJob`](crate::NewJob)) on the
+    /// pool.
+    pub async fn enqueue(&self, job: impl IntoJob) -> Result<Enqueued> {
+        self.enqueuer.enqueue(job).await
+    }
+
+    /// Enqueues one job inside the caller's transaction: it commits with the
+    /// caller's writes.
+    pub async fn enqueue_in(&self, conn: &mut PgConnection, job: impl IntoJob) -> Result<Enqueued> {
+        self.enqueuer.enqueue_in(conn, job).await
+    }
+
+    /// Enqueues many jobs, all or none; returns their ids in order.
+    pub async fn enqueue_many<J: IntoJob>(
+        &self,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<i64>> {
+        self.enqueuer.enqueue_many(jobs).await
+    }
+
+    /// The enqueuer (bulk `COPY`, workflows' enqueue).
+    pub fn enqueuer(&self) -> &Enqueuer {
+        &self.enqueuer
+    }
+
+    /// The store the worker claims from.
+    pub fn store(&self) -> &Arc<DbStore<TypedJob>> {
+        &self.store
+    }
+
+    /// The worker's events (a job started, finished, ...), from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.events.resubscribe()
+    }
+
+    /// Starts the worker and the services on the current Tokio runtime and
+    /// returns at once. Refused if the client was started already.
+    pub fn start(&self) -> Result<()> {
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        let Parts::Built {
+            worker,
+            resetter,
+            purger,
+        } = std::mem::replace(&mut *parts, Parts::Stopped)
+        else {
+            return Err(Error::InvalidOption {
+                field: "start",
+                reason: "the client was started already".into(),
+            });
+        };
+        let services = self.spawn_services(resetter, purger);
+        *parts = Parts::Running {
+            worker: tokio::spawn(worker.run()),
+            services,
+        };
+        Ok(())
+    }
+
+    /// Runs the worker until no job is due, with the services beside it,
+    /// then stops them all: for scripts, tests and batch runs. Refused if
+    /// the client was started already.
+    pub async fn run_until_empty(&self) -> Result<WorkerSummary> {
+        let (worker, resetter, purger) = {
+            let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+            match std::mem::replace(&mut *parts, Parts::Stopped) {
+                Parts::Built {
+                    worker,
+                    resetter,
+                    purger,
+                } => (worker, resetter, purger),
+                other => {
+                    *parts = other;
+                    return Err(Error::InvalidOption {
+                        field: "run_until_empty",
+                        reason: "the client was started already".into(),
+                    });
+                }
+            }
+        };
+        let services = self.spawn_services(resetter, purger);
+        let summary = worker.run_until_empty().await;
+        self.stop.cancel();
+        join_services(services).await;
+        Ok(summary)
+    }
+
+    /// Stops the worker (no new claim; running jobs get the worker's
+    /// `drain_timeout` to finish, then are canceled and handed back) and
+    /// every service, waits for them, and closes the store's listener.
+    /// Returns what the worker did; `None` for a client never started (or
+    /// stopped already).
+    pub async fn shutdown(&self) -> Result<Option<WorkerSummary>> {
+        self.shutdown.graceful();
+        self.stop.cancel();
+        let parts = {
+            let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *parts, Parts::Stopped)
+        };
+        let summary = match parts {
+            Parts::Running { worker, services } => {
+                let summary = worker.await.map_err(|e| Error::InvalidOption {
+                    field: "worker",
+                    reason: format!("the worker's task ended abnormally: {e}"),
+                })?;
+                join_services(services).await;
+                Some(summary)
+            }
+            Parts::Built { .. } | Parts::Stopped => None,
+        };
+        self.store.close().await;
+        Ok(summary)
+    }
+
+    fn spawn_services(&self, resetter: Box<Resetter>, purger: Option<Box<Purger>>) -> Vec<JoinHandle<()>> {
+        let stop = self.stop.clone();
+        let mut services = vec![tokio::spawn(
+            async move { resetter.run(stop, |_| {}).await },
+        )];
+        if let Some(purger) = purger {
+            let stop = self.stop.clone();
+            services.push(tokio::spawn(async move { purger.run(stop).await }));
+        }
+        services
+    }
+}
+
+async fn join_services(services: Vec<JoinHandle<()>>) {
+    for service in services {
+        if let Err(err) = service.await {
+            tracing::error!(error = %err, "a client's service ended abnormally");
+        }
+    }
+}
