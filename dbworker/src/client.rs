@@ -139,7 +139,10 @@ impl ClientBuilder {
             None => None,
         };
         let store = Arc::new(store);
-        let kind_column = self.table.kind_column().map(|c| format!("j.{}", quote(c)));
+        // Claims only the kinds this client handles, over the read alias.
+        let (alias, _) = self.table.read_alias_and_id();
+        let kind_column =
+            (self.table.kind_column()).map(|c| format!("{}.{}", quote(&alias), quote(c)));
         let handlers = match kind_column {
             Some(column) => handlers.restrict_dequeue(column),
             None => handlers,
@@ -293,17 +296,7 @@ impl Client {
     /// returns at once. Refused if the client was started already.
     pub fn start(&self) -> Result<()> {
         let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
-        let Parts::Built {
-            worker,
-            resetter,
-            purger,
-        } = std::mem::replace(&mut *parts, Parts::Stopped)
-        else {
-            return Err(Error::InvalidOption {
-                field: "start",
-                reason: "the client was started already".into(),
-            });
-        };
+        let (worker, resetter, purger) = take_built(&mut parts, "start")?;
         let services = self.spawn_services(resetter, purger);
         *parts = Parts::Running {
             worker: tokio::spawn(worker.run()),
@@ -318,20 +311,7 @@ impl Client {
     pub async fn run_until_empty(&self) -> Result<WorkerSummary> {
         let (worker, resetter, purger) = {
             let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
-            match std::mem::replace(&mut *parts, Parts::Stopped) {
-                Parts::Built {
-                    worker,
-                    resetter,
-                    purger,
-                } => (worker, resetter, purger),
-                other => {
-                    *parts = other;
-                    return Err(Error::InvalidOption {
-                        field: "run_until_empty",
-                        reason: "the client was started already".into(),
-                    });
-                }
-            }
+            take_built(&mut parts, "run_until_empty")?
         };
         let services = self.spawn_services(resetter, purger);
         let summary = worker.run_until_empty().await;
@@ -367,7 +347,11 @@ impl Client {
         Ok(summary)
     }
 
-    fn spawn_services(&self, resetter: Box<Resetter>, purger: Option<Box<Purger>>) -> Vec<JoinHandle<()>> {
+    fn spawn_services(
+        &self,
+        resetter: Box<Resetter>,
+        purger: Option<Box<Purger>>,
+    ) -> Vec<JoinHandle<()>> {
         let stop = self.stop.clone();
         let mut services = vec![tokio::spawn(
             async move { resetter.run(stop, |_| {}).await },
@@ -377,6 +361,28 @@ impl Client {
             services.push(tokio::spawn(async move { purger.run(stop).await }));
         }
         services
+    }
+}
+
+/// The parts of a client not yet started, taken out; refused (and left as
+/// they are) once it was.
+fn take_built(
+    parts: &mut Parts,
+    what: &'static str,
+) -> Result<(Box<Worker_>, Box<Resetter>, Option<Box<Purger>>)> {
+    match std::mem::replace(parts, Parts::Stopped) {
+        Parts::Built {
+            worker,
+            resetter,
+            purger,
+        } => Ok((worker, resetter, purger)),
+        other => {
+            *parts = other;
+            Err(Error::InvalidOption {
+                field: what,
+                reason: "the client was started already".into(),
+            })
+        }
     }
 }
 

@@ -105,40 +105,59 @@ fn kind_of(job: &Job) -> &str {
     job.payload["kind"].as_str().unwrap_or("")
 }
 
-fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
-    let panic = std::panic::catch_unwind(f).expect_err("refused");
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+/// What registering `options` for kind "email" answers: the error's text.
+fn refusal(options: KindOptions) -> String {
+    KindRegistry::<DbStore<Job>>::new(kind_of)
+        .register_with("email", Completes, options)
+        .err()
+        .map(|e| e.to_string())
         .unwrap_or_default()
 }
 
 #[test]
-fn a_kind_with_a_zero_runtime_or_an_unchecked_delay_is_refused() {
-    let message = panic_message(|| {
-        KindOptions::max_runtime(Duration::ZERO);
-    });
-    assert!(message.contains("max_runtime"), "{message}");
-    let kinds = |options: KindOptions| {
-        move || {
-            KindRegistry::<DbStore<Job>>::new(kind_of)
-                .register_with("email", Completes, options)
-                .unwrap();
-        }
-    };
-    let mut zero = KindOptions::default();
-    zero.max_runtime = Some(Duration::ZERO);
-    let message = panic_message(kinds(zero));
+fn a_kind_with_a_zero_runtime_or_an_unchecked_delay_is_refused_not_a_panic() {
+    let message = refusal(KindOptions::max_runtime(Duration::ZERO));
     assert!(
         message.contains("\"email\"") && message.contains("max_runtime"),
         "{message}"
     );
-    let mut unchecked = KindOptions::default();
-    unchecked.retry = Some(Retry::new().delay(backwards()));
-    let message = panic_message(kinds(unchecked));
+    let mut zero = KindOptions::default();
+    zero.max_runtime = Some(Duration::ZERO);
+    let message = refusal(zero);
+    assert!(
+        message.contains("\"email\"") && message.contains("max_runtime"),
+        "{message}"
+    );
+    let message = refusal(KindOptions::retry(Retry::new().delay(backwards())));
     assert!(
         message.contains("\"email\"") && message.contains("retry.delay.backoff_factor"),
         "{message}"
     );
+    assert_eq!(
+        refusal(KindOptions::default()),
+        "",
+        "valid options are registered"
+    );
+}
+
+#[test]
+fn a_kind_registered_twice_or_an_alias_of_nothing_is_refused() {
+    let registry = KindRegistry::<DbStore<Job>>::new(kind_of)
+        .register("email", Completes)
+        .unwrap();
+    let twice = registry.register("email", Completes).unwrap_err();
+    assert!(
+        matches!(&twice, workerutil::Error::DuplicateKind(k) if k == "email"),
+        "{twice}"
+    );
+    let registry = KindRegistry::<DbStore<Job>>::new(kind_of)
+        .register("email", Completes)
+        .unwrap();
+    let dangling = registry.alias("mail", "sms").unwrap_err().to_string();
+    assert!(dangling.contains("\"sms\""), "{dangling}");
+    let empty = KindRegistry::<DbStore<Job>>::new(kind_of)
+        .register("", Completes)
+        .unwrap_err()
+        .to_string();
+    assert!(empty.contains("empty"), "{empty}");
 }

@@ -710,3 +710,123 @@ async fn a_result_that_does_not_serialize_fails_its_job() {
         "{message}"
     );
 }
+
+/// `Add` renamed: its jobs are now `add_v2`, and those enqueued as `add`
+/// before the rename still run.
+#[derive(Debug, Serialize, Deserialize)]
+struct AddV2 {
+    a: i64,
+    b: i64,
+}
+
+impl JobArgs for AddV2 {
+    const KIND: &'static str = "add_v2";
+    const ALIASES: &'static [&'static str] = &["add"];
+}
+
+/// Records each sum, and whether the job had a transaction to write in.
+struct Summer(Seen);
+impl JobHandler for Summer {
+    type Args = AddV2;
+
+    async fn handle(&self, mut job: Job<'_, AddV2>) -> Result<(), HandlerError> {
+        let sum = job.args.a + job.args.b;
+        let tx = job.tx().map(|_| "tx").unwrap_or_else(|e| {
+            assert!(e.to_string().contains("heartbeat handling"), "{e}");
+            "no tx"
+        });
+        self.0
+            .0
+            .lock()
+            .unwrap()
+            .insert(job.id(), format!("{sum} {tx}"));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_client_runs_a_kind_under_its_name_and_its_aliases() {
+    let db = set_up().await;
+    let table = table(&db).await;
+    let seen = Seen::default();
+    let client = dbworker::Client::builder(&db.pool, &table)
+        .handler(Summer(seen.clone()))
+        .build()
+        .await
+        .unwrap();
+    let old = client.enqueue(Add { a: 1, b: 2 }).await.unwrap().id();
+    let new = client.enqueue(AddV2 { a: 3, b: 4 }).await.unwrap().id();
+    let ids = client
+        .enqueue_many([5, 6].map(|a| AddV2 { a, b: 0 }))
+        .await
+        .unwrap();
+    let summary = client.run_until_empty().await.unwrap();
+    assert_eq!(summary.dequeued, 4);
+    let seen = seen.take();
+    assert_eq!(seen[&old], "3 tx", "the old kind runs under its alias");
+    assert_eq!(seen[&new], "7 tx");
+    assert_eq!(seen[&ids[1]], "6 tx");
+    for id in [old, new, ids[0], ids[1]] {
+        assert_eq!(db.state(id).await, "completed");
+    }
+    let again = client.run_until_empty().await.unwrap_err().to_string();
+    assert!(again.contains("started already"), "{again}");
+}
+
+#[tokio::test]
+async fn a_client_refuses_a_kind_twice_and_no_handler_at_build() {
+    let db = set_up().await;
+    let table = table(&db).await;
+    let seen = Seen::default();
+    let err = dbworker::Client::builder(&db.pool, &table)
+        .handler(Adder(seen.clone()))
+        .handler(Summer(seen.clone())) // its alias is Adder's kind
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("\"add\""), "{err}");
+    let err = dbworker::Client::builder(&db.pool, &table)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("at least one handler"), "{err}");
+    // A refused handler adds nothing: the registry is as it was.
+    let mut handlers = Handlers::new();
+    handlers.add(Adder(seen.clone())).unwrap();
+    assert!(handlers.add(Summer(seen.clone())).is_err());
+    assert_eq!(handlers.kinds(), ["add"]);
+}
+
+#[tokio::test]
+async fn a_started_client_runs_what_comes_and_shutdown_stops_it_all() {
+    let db = set_up().await;
+    let table = table(&db).await;
+    let seen = Seen::default();
+    let mut store = StoreOptions::<TypedJob>::from_row("client");
+    store.handling = Handling::Heartbeat;
+    let mut options = dbworker::ClientOptions::default();
+    options.worker.interval = Duration::from_millis(10);
+    let client = dbworker::Client::builder(&db.pool, &table)
+        .handler(Summer(seen.clone()))
+        .store_options(store)
+        .options(options)
+        .build()
+        .await
+        .unwrap();
+    client.start().unwrap();
+    assert!(client.start().is_err(), "started once");
+    let id = client.enqueue(AddV2 { a: 20, b: 22 }).await.unwrap().id();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while db.state(id).await != "completed" {
+        assert!(tokio::time::Instant::now() < deadline, "the job ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen.take()[&id], "42 no tx", "heartbeat handling has no tx");
+    let summary = client.shutdown().await.unwrap().expect("it was running");
+    assert_eq!(summary.dequeued, 1);
+    // Stopped: a job enqueued now waits for the next process.
+    let later = client.enqueue(AddV2 { a: 1, b: 1 }).await.unwrap().id();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(db.state(later).await, "queued");
+    assert!(client.shutdown().await.unwrap().is_none(), "stopped once");
+}
