@@ -830,3 +830,40 @@ async fn a_started_client_runs_what_comes_and_shutdown_stops_it_all() {
     assert_eq!(db.state(later).await, "queued");
     assert!(client.shutdown().await.unwrap().is_none(), "stopped once");
 }
+
+/// Cancels every job after writing in its transaction.
+struct Withdrawer;
+impl JobHandler for Withdrawer {
+    type Args = AddV2;
+
+    async fn handle(&self, mut job: Job<'_, AddV2>) -> Result<(), HandlerError> {
+        let id = job.id();
+        sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'written')")
+            .bind(id)
+            .execute(job.tx()?)
+            .await?;
+        Err(HandlerError::cancel("the order was withdrawn"))
+    }
+}
+
+#[tokio::test]
+async fn a_job_its_handler_cancels_is_canceled_with_the_reason_and_its_writes_undone() {
+    let db = set_up().await;
+    let table = table(&db).await;
+    let client = dbworker::Client::builder(&db.pool, &table)
+        .handler(Withdrawer)
+        .build()
+        .await
+        .unwrap();
+    let id = client.enqueue(AddV2 { a: 1, b: 1 }).await.unwrap().id();
+    assert_eq!(client.run_until_empty().await.unwrap().dequeued, 1);
+    assert_eq!(db.state(id).await, "canceled");
+    let message: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!(message, "canceled by its handler: the order was withdrawn");
+    let written: i64 = db
+        .scalar("SELECT count(*) FROM side_effects WHERE job_id = $1", id)
+        .await;
+    assert_eq!(written, 0, "the attempt's writes are rolled back");
+}

@@ -55,8 +55,10 @@ pub trait Harness: Send + Sync {
     ) -> impl Future<Output = Vec<ExecutionLogEntry>> + Send;
 }
 
+mod cancel;
 mod retry;
 mod snooze;
+pub use cancel::handler_cancel_is_final;
 pub use retry::retry_override;
 pub use snooze::snooze_waits_without_a_failure;
 
@@ -83,6 +85,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     requeue_keeps_failures(h).await;
     snooze_waits_without_a_failure(h).await;
     retry_override(h).await;
+    handler_cancel_is_final(h).await;
 }
 
 pub(crate) async fn dequeue<S: Store>(

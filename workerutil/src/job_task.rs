@@ -260,6 +260,10 @@ async fn record_outcome<S: Store>(
             "mark_failed",
             guarded("mark_failed", store.mark_failed(job, &message)).await,
         ),
+        Outcome::CanceledByHandler(_) => (
+            "mark_canceled",
+            guarded("mark_canceled", store.mark_canceled(job, &message)).await,
+        ),
         Outcome::Interrupted => ("requeue", guarded("requeue", store.requeue(job)).await),
         Outcome::Snoozed(delay) => (
             "mark_snoozed",

@@ -435,6 +435,17 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
             .is_some())
     }
 
+    async fn mark_canceled(&self, job: &mut MemoryJob<R>, message: &str) -> Result<bool, BoxError> {
+        Ok(self
+            .with_owned(job.lease, |e| {
+                let s = &mut e.snapshot;
+                s.num_failures += 1;
+                s.failure_message = Some(message.to_owned());
+                s.state = JobState::Canceled;
+            })
+            .is_some())
+    }
+
     async fn mark_snoozed(
         &self,
         job: &mut MemoryJob<R>,

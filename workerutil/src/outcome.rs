@@ -6,16 +6,26 @@ use std::time::Duration;
 
 use crate::error::{BoxError, error_chain};
 
-/// The error a handler returns. It keeps its source error.
+/// What a handler returns instead of success. It keeps its source error.
 ///
 /// `?` on any error gives a [`HandlerError::Retryable`]; wrap poison inputs in
-/// [`HandlerError::non_retryable`] so they fail at once instead of being retried.
+/// [`HandlerError::non_retryable`] so they fail at once instead of being
+/// retried; [`snooze`](HandlerError::snooze) and [`cancel`](HandlerError::cancel)
+/// are not failures of the attempt but decisions about the job.
+#[non_exhaustive]
 pub enum HandlerError {
     /// The job may succeed if tried again: the store marks it `errored`, or
     /// `failed` once its retries are exhausted.
     Retryable(BoxError),
     /// Trying again cannot help (a malformed payload, say): the job is `failed`.
     NonRetryable(BoxError),
+    /// Run the job again after this delay, without counting a failure or a
+    /// retry (waiting on a rate-limited API, say): the job is queued again.
+    Snooze(Duration),
+    /// The job must not run again, and it did not fail (the order it was for
+    /// was withdrawn, say): the job is `canceled`, with this reason as its
+    /// message. Any write of the attempt's transaction is rolled back.
+    Cancel(BoxError),
 }
 
 impl HandlerError {
@@ -39,12 +49,28 @@ impl HandlerError {
     /// assert_eq!(err.snoozed_for(), Some(Duration::from_secs(30)));
     /// ```
     pub fn snooze(delay: Duration) -> Self {
-        HandlerError::Retryable(Box::new(Snooze(delay)))
+        HandlerError::Snooze(delay)
     }
 
-    /// The delay, when this is a [`HandlerError::snooze`].
+    /// Cancels the job for good, with `reason` as its message (River's
+    /// `JobCancel`).
+    ///
+    /// ```
+    /// use workerutil::HandlerError;
+    /// let err = HandlerError::cancel("the order was withdrawn");
+    /// assert!(!err.is_retryable());
+    /// assert_eq!(err.to_string(), "canceled: the order was withdrawn");
+    /// ```
+    pub fn cancel(reason: impl Into<BoxError>) -> Self {
+        HandlerError::Cancel(reason.into())
+    }
+
+    /// The delay, when this is a [`HandlerError::Snooze`].
     pub fn snoozed_for(&self) -> Option<Duration> {
-        self.source_error().downcast_ref::<Snooze>().map(|s| s.0)
+        match self {
+            HandlerError::Snooze(delay) => Some(*delay),
+            _ => None,
+        }
     }
 
     /// Whether a retry may help.
@@ -52,16 +78,13 @@ impl HandlerError {
         matches!(self, HandlerError::Retryable(_))
     }
 
-    /// The source error.
-    pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+    /// The source error; `None` for a snooze, which has none.
+    pub fn source_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         match self {
-            HandlerError::Retryable(e) | HandlerError::NonRetryable(e) => e.as_ref(),
-        }
-    }
-
-    fn into_source(self) -> BoxError {
-        match self {
-            HandlerError::Retryable(e) | HandlerError::NonRetryable(e) => e,
+            HandlerError::Retryable(e)
+            | HandlerError::NonRetryable(e)
+            | HandlerError::Cancel(e) => Some(e.as_ref()),
+            HandlerError::Snooze(_) => None,
         }
     }
 }
@@ -77,33 +100,26 @@ where
 
 impl fmt::Debug for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.is_retryable() {
-            "Retryable"
-        } else {
-            "NonRetryable"
-        };
-        f.debug_tuple(kind).field(&self.source_error()).finish()
+        match self {
+            HandlerError::Retryable(e) => f.debug_tuple("Retryable").field(e).finish(),
+            HandlerError::NonRetryable(e) => f.debug_tuple("NonRetryable").field(e).finish(),
+            HandlerError::Snooze(d) => f.debug_tuple("Snooze").field(d).finish(),
+            HandlerError::Cancel(e) => f.debug_tuple("Cancel").field(e).finish(),
+        }
     }
 }
 
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&error_chain(self.source_error()))
+        match self {
+            HandlerError::Retryable(e) | HandlerError::NonRetryable(e) => {
+                f.write_str(&error_chain(e.as_ref()))
+            }
+            HandlerError::Snooze(d) => write!(f, "snoozed for {}", humanize(*d)),
+            HandlerError::Cancel(e) => write!(f, "canceled: {}", error_chain(e.as_ref())),
+        }
     }
 }
-
-/// The error [`HandlerError::snooze`] carries: not a failure, a request to run
-/// the job again later.
-#[derive(Debug, Clone, Copy)]
-struct Snooze(Duration);
-
-impl fmt::Display for Snooze {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "snoozed for {}", humanize(self.0))
-    }
-}
-
-impl std::error::Error for Snooze {}
 
 /// A shared handler error, as kept in an [`Outcome`].
 pub type SharedError = Arc<dyn std::error::Error + Send + Sync + 'static>;
@@ -123,6 +139,9 @@ pub enum Outcome {
     TimedOut(Duration),
     /// Cancellation was requested through the store; the job was marked canceled.
     Canceled,
+    /// The handler canceled the job ([`HandlerError::cancel`]); it was marked
+    /// canceled with the reason.
+    CanceledByHandler(SharedError),
     /// The store no longer knows the job under this worker's lease (it was reset
     /// and possibly claimed by another worker); nothing was written.
     Lost,
@@ -141,15 +160,11 @@ pub enum Outcome {
 
 impl Outcome {
     pub(crate) fn from_handler_error(err: HandlerError) -> Self {
-        if let Some(delay) = err.snoozed_for() {
-            return Outcome::Snoozed(delay);
-        }
-        let retryable = err.is_retryable();
-        let source: SharedError = Arc::from(err.into_source());
-        if retryable {
-            Outcome::Errored(source)
-        } else {
-            Outcome::Failed(source)
+        match err {
+            HandlerError::Retryable(e) => Outcome::Errored(Arc::from(e)),
+            HandlerError::NonRetryable(e) => Outcome::Failed(Arc::from(e)),
+            HandlerError::Snooze(delay) => Outcome::Snoozed(delay),
+            HandlerError::Cancel(e) => Outcome::CanceledByHandler(Arc::from(e)),
         }
     }
 
@@ -163,6 +178,10 @@ impl Outcome {
                 humanize(*limit)
             )),
             Outcome::Canceled => Some("job was canceled".to_owned()),
+            Outcome::CanceledByHandler(e) => Some(format!(
+                "canceled by its handler: {}",
+                error_chain(e.as_ref())
+            )),
             Outcome::HeartbeatExpired(limit) => Some(format!(
                 "worker canceled the job: heartbeats failed for more than {}",
                 humanize(*limit)
@@ -178,7 +197,7 @@ impl Outcome {
             Outcome::Errored(_) => "errored",
             Outcome::Failed(_) => "failed",
             Outcome::TimedOut(_) => "timed_out",
-            Outcome::Canceled => "canceled",
+            Outcome::Canceled | Outcome::CanceledByHandler(_) => "canceled",
             Outcome::Lost => "lost",
             Outcome::HeartbeatExpired(_) => "heartbeat_expired",
             Outcome::Panicked(_) => "panicked",

@@ -198,6 +198,19 @@ pub trait Store: Send + Sync + 'static {
         message: &str,
     ) -> impl Future<Output = Result<bool, BoxError>> + Send;
 
+    /// Cancels the job for good at its handler's request
+    /// ([`HandlerError::cancel`](crate::HandlerError::cancel)): `canceled`,
+    /// with `message`. Any handler transaction is rolled back first. Default:
+    /// [`mark_failed`](Self::mark_failed), for a store without a canceled
+    /// state.
+    fn mark_canceled(
+        &self,
+        job: &mut Self::Job,
+        message: &str,
+    ) -> impl Future<Output = Result<bool, BoxError>> + Send {
+        self.mark_failed(job, message)
+    }
+
     /// Puts the job back in the queue without counting a failure (used when a
     /// shutdown interrupts it). Any handler transaction is rolled back first.
     fn requeue(&self, job: &mut Self::Job) -> impl Future<Output = Result<bool, BoxError>> + Send;

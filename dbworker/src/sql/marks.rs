@@ -354,6 +354,17 @@ pub(crate) fn mark_failed(o: &StoreParams, id: i64, token: i64, message: &str) -
     Statement::from(&failed_attempt(q, o, message))
 }
 
+/// Cancels a claimed job at its handler's request: `canceled` (its cancel
+/// flag set, as a requested cancel leaves it), with the reason.
+pub(crate) fn mark_canceled(o: &StoreParams, id: i64, token: i64, message: &str) -> Statement {
+    let c = &o.columns;
+    let q = fenced_update(o, id, token)
+        .value(alias(&c.state), state(JobState::Canceled))
+        .value(alias(&c.cancel), true)
+        .to_owned();
+    Statement::from(&failed_attempt(q, o, message))
+}
+
 /// Puts a claimed job back in the queue without counting a failure.
 pub(crate) fn requeue(o: &StoreParams, id: i64, token: i64) -> Statement {
     let c = &o.columns;
@@ -498,6 +509,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("mark_complete", mark_complete(&t, 1, 2)),
         ("mark_errored", mark_errored(&t, 1, 2, "m", &rule)),
         ("mark_failed", mark_failed(&t, 1, 2, "m")),
+        ("mark_canceled", mark_canceled(&t, 1, 2, "m")),
         (
             "snooze",
             snooze(&t, 1, 2, std::time::Duration::from_millis(1500)),

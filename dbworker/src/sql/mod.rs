@@ -101,8 +101,9 @@ pub(crate) use job_history::{
     history_purge, history_record, history_series,
 };
 pub(crate) use marks::{
-    Mark, MarkKind, complete_group, mark_complete, mark_complete_with_result, mark_errored,
-    mark_errored_with_payload, mark_failed, mark_group, requeue, requeue_lost, snooze,
+    Mark, MarkKind, complete_group, mark_canceled, mark_complete, mark_complete_with_result,
+    mark_errored, mark_errored_with_payload, mark_failed, mark_group, requeue, requeue_lost,
+    snooze,
 };
 pub(crate) use partition_keys::enqueue_keyed_partitioned;
 pub(crate) use partitions::{

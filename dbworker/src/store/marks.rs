@@ -158,6 +158,19 @@ impl<R: Record> DbStore<R> {
         Ok(requeued(done))
     }
 
+    /// The canceled mark of a job its handler canceled.
+    pub(super) async fn cancel_job(
+        &self,
+        job: &mut DbJob<R>,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
+        let lease = job.lease;
+        let statement = sql::mark_canceled(&self.options, lease.id, lease.token, message);
+        Ok(self
+            .write_failure("mark_canceled", lease, job.tx.take(), statement)
+            .await?)
+    }
+
     /// The errored mark that also rewrites the payload (item jobs): one fenced
     /// statement on the pool, after the handler's transaction is rolled back,
     /// in either handling mode (never grouped).

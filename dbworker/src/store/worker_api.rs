@@ -118,6 +118,16 @@ impl<R: Record> Store for DbStore<R> {
             .await
     }
 
+    /// One fenced statement on the pool, after the handler's transaction is
+    /// rolled back, in either handling mode (never grouped: rare).
+    async fn mark_canceled(
+        &self,
+        job: &mut DbJob<R>,
+        message: &str,
+    ) -> std::result::Result<bool, BoxError> {
+        self.cancel_job(job, message).await
+    }
+
     async fn mark_snoozed(
         &self,
         job: &mut DbJob<R>,

@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "status" = 'canceled', "cancel" = $1, "num_failures" = (COALESCE("j"."num_failures", 0)) + $2, "failure_message" = $3, "finished_at" = clock_timestamp() WHERE "j"."id" = $4 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $5
