@@ -144,7 +144,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     ro.interval = Duration::from_millis(300);
     ro.node_table = Some(DEFAULT_NODE_TABLE.into());
     ro.dead_after = Duration::from_secs(1);
-    let resetter = Arc::new(Resetter::new(&pool, &table, ro)?);
+    let resetter = Arc::new(Resetter::new(&pool, &table, ro).await?);
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("jobs");
     wo.hostname = Some(node.id().to_owned());

@@ -8,6 +8,7 @@
 //! cargo run --example dashboard -- --check # request the pages once and exit
 //! ```
 
+use dbworker::Service;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -115,12 +115,12 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
     let mut options = ResetterOptions::new("standalone_resetter");
     options.stall = stall();
     options.interval = Duration::from_millis(250);
-    let resetter = Resetter::new(&pool, &table, options)?;
+    let resetter = Resetter::new(&pool, &table, options).await?;
     // Runs until it has brought a job back, so the example ends.
     let stop = CancellationToken::new();
     let done = stop.clone();
     resetter
-        .run(stop, move |out| {
+        .run_reporting(stop, move |out| {
             for (id, age) in &out.reset {
                 println!(
                     "[resetter {}] requeued job {id}; its heartbeat was {:.1}s old",

@@ -18,6 +18,7 @@ use crate::enqueue::{Enqueued, Enqueuer, IntoJob};
 use crate::error::{Error, Result};
 use crate::job::{Handlers, JobHandler, TypedJob};
 use crate::maintenance::{PurgeOptions, Purger, Resetter, ResetterOptions};
+use crate::service::Service;
 use crate::store::{DbStore, StoreOptions};
 use crate::table::JobTable;
 
@@ -132,8 +133,7 @@ impl ClientBuilder {
         if ro.name.is_empty() {
             ro.name = o.worker.name.clone();
         }
-        let resetter = Resetter::new(&self.pool, &self.table, ro)?;
-        resetter.check().await?;
+        let resetter = Resetter::new(&self.pool, &self.table, ro).await?;
         let purger = match &o.purge {
             Some(po) => Some(Purger::new(&self.pool, &self.table, po.clone()).await?),
             None => None,
@@ -186,6 +186,8 @@ fn typed_select(table: &JobTable) -> Result<Vec<String>> {
 }
 
 type Worker_ = Worker<DbStore<TypedJob>, Handlers>;
+/// A client's parts before it starts: the worker, the resetter, the purger.
+type BuiltParts = (Box<Worker_>, Box<Resetter>, Option<Box<Purger>>);
 
 enum Parts {
     Built {
@@ -352,13 +354,9 @@ impl Client {
         resetter: Box<Resetter>,
         purger: Option<Box<Purger>>,
     ) -> Vec<JoinHandle<()>> {
-        let stop = self.stop.clone();
-        let mut services = vec![tokio::spawn(
-            async move { resetter.run(stop, |_| {}).await },
-        )];
+        let mut services = vec![spawn(*resetter, self.stop.clone())];
         if let Some(purger) = purger {
-            let stop = self.stop.clone();
-            services.push(tokio::spawn(async move { purger.run(stop).await }));
+            services.push(spawn(*purger, self.stop.clone()));
         }
         services
     }
@@ -369,7 +367,7 @@ impl Client {
 fn take_built(
     parts: &mut Parts,
     what: &'static str,
-) -> Result<(Box<Worker_>, Box<Resetter>, Option<Box<Purger>>)> {
+) -> Result<BuiltParts> {
     match std::mem::replace(parts, Parts::Stopped) {
         Parts::Built {
             worker,
@@ -384,6 +382,15 @@ fn take_built(
             })
         }
     }
+}
+
+/// Runs `service` on its own task; an error is logged with its name.
+fn spawn(service: impl Service, stop: CancellationToken) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(err) = service.run(stop).await {
+            tracing::error!(service = service.name(), error = %err, "a client's service stopped");
+        }
+    })
 }
 
 async fn join_services(services: Vec<JoinHandle<()>>) {

@@ -57,6 +57,7 @@ pub use job::{Handlers, Job, JobArgs, JobHandler};
 pub use maintenance::Resetter;
 pub use maintenance::ResetterOptions;
 pub use schema_check::probe_connection as check_connection;
+pub use service::Service;
 pub use sql::{Pooler, pooler, set_pooler};
 pub use store::{
     ClaimOptions, DEFAULT_MAX_RESULT_BYTES, DbConditions, DbJob, DbStore, ForbiddenFlags, Handling,

@@ -5,7 +5,7 @@ pub use crate::job::{Handlers, Job, JobArgs, JobDefaults, JobHandler, TypedJob};
 pub use crate::maintenance::{Resetter, ResetterOptions};
 pub use crate::store::{DbJob, DbStore, StoreOptions};
 pub use crate::table::{JobTable, JobTableOptions};
-pub use crate::{Client, ClientOptions, Error, new_worker};
+pub use crate::{Client, ClientOptions, Error, Service, new_worker};
 pub use workerutil::{
     Handler, HandlerError, JobContext, KindRegistry, Outcome, Record, RecordId, Worker,
     WorkerOptions,

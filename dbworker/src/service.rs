@@ -1,7 +1,7 @@
 //! The runner every periodic service shares (purger, resetter, cron, gauges,
 //! node heartbeats, leader election, the log dispatcher, consumer
 //! rebalancing, the claim cursor's probe): start, wait, run a pass, until a
-//! token fires. Each service writes only its pass ([`Service`]), which says
+//! token fires. Each service writes only its pass ([`Pass`]), which says
 //! when the next one runs ([`Next`]); the runner owns the waiting, the
 //! jitter, the back-off after failures, the wake-ups, the stop and a
 //! `tracing` span per pass.
@@ -11,6 +11,7 @@
 //! compiler cannot prove `Send` for every lifetime, so it could not be
 //! spawned.
 
+use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
@@ -18,6 +19,21 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use workerutil::Wakeups;
+
+/// A long-running part of a process: the resetter, the purger, the cron
+/// scheduler, the history recorder. Each runs until `stop` fires, and a
+/// [`Client`](crate::Client) runs its own; run one alone with
+/// `tokio::spawn(async move { service.run(stop).await })`.
+///
+/// A failed pass is logged and retried (with a back-off): `run` returns an
+/// error only when the service cannot go on at all.
+pub trait Service: Send + Sync + 'static {
+    /// A short name for logs: `resetter`, `purger`, `cron`, `history`.
+    fn name(&self) -> &str;
+
+    /// Runs until `stop` fires (a pass in progress finishes first).
+    fn run(&self, stop: CancellationToken) -> impl Future<Output = crate::Result<()>> + Send;
+}
 
 /// What a pass tells the runner: when the next pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +50,7 @@ pub(crate) enum Next {
 }
 
 /// A periodic service, as the runner sees it.
-pub(crate) trait Service {
+pub(crate) trait Pass {
     /// A new span for one pass, named by the service (`purger`, `node`, …).
     fn span(&self) -> tracing::Span;
 
@@ -130,7 +146,7 @@ impl Runner {
     /// of its own. A stop during a wait ends it at once; a stop during a
     /// pass ends the run once the pass is over (or at once, with
     /// [`abandon_pass_on_stop`](Self::abandon_pass_on_stop)).
-    pub(crate) async fn run(mut self, stop: &CancellationToken, service: &mut impl Service) {
+    pub(crate) async fn run(mut self, stop: &CancellationToken, service: &mut impl Pass) {
         let mut failures: u32 = 0;
         let mut next =
             (!self.first_after.is_zero()).then(|| later(Instant::now(), self.first_after));

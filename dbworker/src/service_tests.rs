@@ -15,7 +15,7 @@ fn secs(s: f64) -> Duration {
 /// A service whose pass is the future its closure makes, in no span.
 struct Script<F>(F);
 
-impl<F, Fut> Service for Script<F>
+impl<F, Fut> Pass for Script<F>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Next>,
@@ -268,7 +268,7 @@ struct Named<'a> {
     passes: usize,
 }
 
-impl Service for Named<'_> {
+impl Pass for Named<'_> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("purger", table = "jobs")
     }

@@ -86,7 +86,9 @@ async fn rows_that_become_eligible_behind_the_cursor_are_claimed_after_the_next_
     tx.commit().await.unwrap();
     let mut ro = ResetterOptions::new("other process");
     ro.stall.stalled_max_age = Duration::from_secs(5);
-    let resetter = Resetter::new(&db.pool, &db.table().await, ro).unwrap();
+    let resetter = Resetter::new(&db.pool, &db.table().await, ro)
+        .await
+        .unwrap();
     let reset = resetter.reset_once().await.unwrap();
     assert_eq!(
         reset.reset.iter().map(|r| r.0).collect::<Vec<_>>(),

@@ -95,6 +95,7 @@ async fn kill_mid_stream_and_recover(db: &Db, ids: &[i64]) {
     let mut ro = ResetterOptions::new("r");
     ro.stall.stalled_max_age = Duration::from_secs(2);
     let out = Resetter::new(&db.pool, &db.table().await, ro)
+        .await
         .unwrap()
         .reset_once()
         .await

@@ -4,6 +4,7 @@
 
 mod common;
 
+use dbworker::Service;
 use std::time::{Duration, Instant};
 
 use dbworker::{
@@ -100,7 +101,7 @@ async fn run_enqueues_each_tick_until_stopped() {
     let stop = tokio_util::sync::CancellationToken::new();
     let run = tokio::spawn({
         let stop = stop.clone();
-        async move { s.run(stop).await }
+        async move { s.run(stop).await.unwrap() }
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     while jobs_of(&db, "run").await < 2 {

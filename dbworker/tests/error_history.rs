@@ -400,8 +400,9 @@ async fn a_separate_resetter_appends_and_checks_the_column() {
     let table = JobTable::new(&db.pool, history_table_options("jobs"))
         .await
         .unwrap();
-    let resetter =
-        dbworker::Resetter::new(&db.pool, &table, ResetterOptions::new("resetter")).unwrap();
+    let resetter = dbworker::Resetter::new(&db.pool, &table, ResetterOptions::new("resetter"))
+        .await
+        .unwrap();
     resetter.check().await.unwrap();
     assert_eq!(resetter.reset_once().await.unwrap().reset.len(), 1);
     let entries = history(&db, id).await;

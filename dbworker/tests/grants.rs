@@ -162,13 +162,15 @@ async fn a_resetter_resets_with_update() {
         &table(&pool).await.unwrap(),
         ResetterOptions::default(),
     )
+    .await
     .unwrap();
     resetter.check().await.unwrap();
     assert_eq!(resetter.reset_once().await.unwrap().reset.len(), 1);
     assert_eq!(db.count("queued").await, 1);
     drop_role(&db, pool, &name).await;
     each_grant_is_needed(&db, &RESETTER, |pool| async move {
-        Resetter::new(&pool, &table(&pool).await?, ResetterOptions::default())?
+        Resetter::new(&pool, &table(&pool).await?, ResetterOptions::default())
+            .await?
             .check()
             .await
     })
@@ -585,6 +587,7 @@ async fn a_partitioned_tables_key_table_gets_what_each_role_writes_through_it() 
         &keyed_table(&pool).await.unwrap(),
         ResetterOptions::default(),
     )
+    .await
     .unwrap();
     resetter.check().await.unwrap();
     assert_eq!(resetter.reset_once().await.unwrap().failed.len(), 1);
@@ -595,7 +598,8 @@ async fn a_partitioned_tables_key_table_gets_what_each_role_writes_through_it() 
             &pool,
             &keyed_table(&pool).await?,
             ResetterOptions::default(),
-        )?
+        )
+        .await?
         .check()
         .await
     })
@@ -679,13 +683,16 @@ async fn a_process_registers_leads_and_is_rescued_with_the_cluster_grants() {
     )
     .await;
     let (name, pool) = role_with(&db, REGISTRY_RESETTER.0).await;
-    let resetter = Resetter::new(&pool, &table(&pool).await.unwrap(), registry_resetter()).unwrap();
+    let resetter = Resetter::new(&pool, &table(&pool).await.unwrap(), registry_resetter())
+        .await
+        .unwrap();
     resetter.check().await.unwrap();
     assert_eq!(resetter.reset_once().await.unwrap().reset.len(), 1);
     assert_eq!(db.count("queued").await, 1);
     drop_role(&db, pool, &name).await;
     each_grant_is_needed(&db, &REGISTRY_RESETTER, |pool| async move {
-        Resetter::new(&pool, &table(&pool).await?, registry_resetter())?
+        Resetter::new(&pool, &table(&pool).await?, registry_resetter())
+            .await?
             .check()
             .await
     })

@@ -7,6 +7,7 @@ mod common;
 #[path = "common/history.rs"]
 mod shared;
 
+use dbworker::Service;
 use std::time::Duration;
 
 use dbworker::history::{self, History, HistoryOptions, Range};
@@ -46,7 +47,7 @@ async fn three_processes_record_every_finished_job_once() {
         .cloned()
         .map(|h| {
             let stop = stop.clone();
-            tokio::spawn(async move { h.run(stop).await })
+            tokio::spawn(async move { h.run(stop).await.unwrap() })
         })
         .collect();
     for _ in 0..3 {

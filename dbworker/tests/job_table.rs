@@ -91,7 +91,9 @@ async fn one_table_value_serves_the_enqueuer_store_admin_resetter_and_dashboard(
     .await;
     let mut resetter_options = ResetterOptions::new("resetter");
     resetter_options.stall = store_options.stall.clone();
-    let resetter = Resetter::new(&db.pool, &table, resetter_options).unwrap();
+    let resetter = Resetter::new(&db.pool, &table, resetter_options)
+        .await
+        .unwrap();
     let reset = resetter.reset_once().await.unwrap();
     assert_eq!(
         reset.reset.iter().map(|(id, _)| *id).collect::<Vec<_>>(),

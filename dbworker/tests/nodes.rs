@@ -124,7 +124,7 @@ async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
     o.stall.stalled_max_age = Duration::from_secs(60);
     o.node_table = Some(DEFAULT_NODE_TABLE.into());
     o.dead_after = Duration::from_millis(400);
-    let resetter = Resetter::new(&db.pool, &table, o).unwrap();
+    let resetter = Resetter::new(&db.pool, &table, o).await.unwrap();
     resetter.check().await.unwrap();
     // Nobody is dead yet: nothing moves.
     assert!(resetter.reset_once().await.unwrap().reset.is_empty());

@@ -223,6 +223,7 @@ async fn everything_runs_through_pgbouncer_in_transaction_mode() {
     let mut ro = ResetterOptions::new("r");
     ro.stall.stalled_max_age = Duration::from_secs(5);
     let reset = Resetter::new(&pool, &table, ro)
+        .await
         .unwrap()
         .reset_once()
         .await
@@ -473,6 +474,7 @@ async fn the_manuals_pgbouncer_ini_serves_every_service() {
         .run_until_empty()
         .await;
     Resetter::new(&pool, &table, ResetterOptions::new("r"))
+        .await
         .unwrap()
         .reset_once()
         .await

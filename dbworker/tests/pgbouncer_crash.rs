@@ -165,6 +165,7 @@ async fn four_worker_processes_killed_through_pgbouncer_lose_and_repeat_nothing(
     let mut ro = ResetterOptions::new("r");
     ro.stall.stalled_max_age = STALLED_MAX_AGE;
     let out = Resetter::new(&pool, &table, ro)
+        .await
         .unwrap()
         .reset_once()
         .await

@@ -7,6 +7,7 @@ mod common;
 #[path = "common/purge.rs"]
 mod shared;
 
+use dbworker::Service;
 use dbworker::maintenance::{PurgeOptions, Purger};
 use workerutil::JobState;
 
@@ -58,7 +59,7 @@ async fn run_purges_every_interval_until_stopped() {
     let stop = tokio_util::sync::CancellationToken::new();
     let run = tokio::spawn({
         let stop = stop.clone();
-        async move { purger.run(stop).await }
+        async move { purger.run(stop).await.unwrap() }
     });
     let until_completed = |left: i64| {
         let db = &db;

@@ -165,6 +165,7 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
     let mut ro = ResetterOptions::new("quoted");
     ro.stall.stalled_max_age = Duration::from_secs(5);
     let out = Resetter::new(&db.pool, &table, ro)
+        .await
         .unwrap()
         .reset_once()
         .await

@@ -120,9 +120,12 @@ async fn a_writer_given_a_replica_refuses_to_start_naming_it() {
     else {
         panic!("a dashboard with actions started on a replica");
     };
-    let resetter =
-        dbworker::Resetter::new(replica, &table, dbworker::ResetterOptions::new("r")).unwrap();
-    let resetter = resetter.check().await.unwrap_err();
+    // Refused where it is built: `new` checks the grants.
+    let Err(resetter) =
+        dbworker::Resetter::new(replica, &table, dbworker::ResetterOptions::new("r")).await
+    else {
+        panic!("a resetter started on a replica");
+    };
     for err in [
         worker.to_string(),
         enqueuer.to_string(),

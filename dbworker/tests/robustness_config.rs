@@ -115,6 +115,7 @@ async fn a_null_reset_count_is_requeued_on_its_first_stall() {
     let mut ro = ResetterOptions::new("r");
     ro.stall.max_num_resets = 3;
     let out = Resetter::new(&db.pool, &table, ro)
+        .await
         .unwrap()
         .reset_once()
         .await

@@ -541,8 +541,8 @@ async fn resetter_requeues_then_fails_stalled_jobs_and_two_resetters_do_not_conf
     let mut ro = ResetterOptions::new("r");
     ro.stall.stalled_max_age = Duration::from_secs(5);
     ro.stall.max_num_resets = 1;
-    let r1 = Resetter::new(&db.pool, &table, ro.clone()).unwrap();
-    let r2 = Resetter::new(&db.pool, &table, ro).unwrap();
+    let r1 = Resetter::new(&db.pool, &table, ro.clone()).await.unwrap();
+    let r2 = Resetter::new(&db.pool, &table, ro).await.unwrap();
     let claim = || async {
         sqlx::query("UPDATE jobs SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'h'")
             .execute(&db.pool)
@@ -779,7 +779,9 @@ async fn default_worker_options_fit_a_default_store() {
 #[tokio::test]
 async fn the_resetter_checks_its_table_at_start_up() {
     let db = Db::new().await;
-    let ok = Resetter::new(&db.pool, &db.table().await, ResetterOptions::new("r")).unwrap();
+    let ok = Resetter::new(&db.pool, &db.table().await, ResetterOptions::new("r"))
+        .await
+        .unwrap();
     ok.check().await.unwrap();
     // The resetter's table is checked by the `JobTable` it is built on.
     let err = table_error(&db, JobTableOptions::new("no_jobs")).await;
@@ -813,7 +815,7 @@ fn the_resetter_counts_what_it_does_in_metrics() {
                 .execute(&db.pool)
                 .await
                 .unwrap();
-            let r = Resetter::new(&db.pool, &db.table().await, ResetterOptions::new("r")).unwrap();
+            let r = Resetter::new(&db.pool, &db.table().await, ResetterOptions::new("r")).await.unwrap();
             let out = r.reset_once().await.unwrap();
             assert_eq!((out.reset.len(), out.failed.len()), (2, 1));
         })

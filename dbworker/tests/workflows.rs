@@ -811,11 +811,11 @@ async fn backends_killed_during_grouped_marks_of_a_fan_in_strand_nothing() {
     ro.stall = so.stall.clone();
     ro.interval = Duration::from_millis(500);
     let s = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
-    let resetter = Resetter::new(&pool, &table, ro).unwrap();
+    let resetter = Resetter::new(&pool, &table, ro).await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let resetting = {
         let stop = stop.clone();
-        tokio::spawn(async move { resetter.run(stop, |_| {}).await })
+        tokio::spawn(async move { resetter.run_reporting(stop, |_| {}).await })
     };
     // Terminates the backends of grouped completions (the statement names its
     // `dbworker_marks` rows), a few of them, while the fan-in completes.

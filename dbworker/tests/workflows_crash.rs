@@ -115,6 +115,7 @@ async fn a_worker_killed_mid_workflow_strands_and_repeats_no_release() {
     let mut ro = ResetterOptions::new("r");
     ro.stall.stalled_max_age = Duration::from_secs(2);
     let out = Resetter::new(&db.pool, &table, ro)
+        .await
         .unwrap()
         .reset_once()
         .await

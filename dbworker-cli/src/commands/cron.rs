@@ -3,6 +3,7 @@
 //! enqueued exactly once however many run, every interval until stopped, or
 //! one pass with `--once`.
 
+use dbworker::Service;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -64,6 +65,6 @@ pub(crate) async fn cron(args: CronArgs) -> Result<()> {
         schedules = crontab.entries().len(),
         "cron scheduler running; stop with SIGINT or SIGTERM"
     );
-    scheduler.run(stop_on_signal()).await;
+    scheduler.run(stop_on_signal()).await?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! dashboard's charts and `dbworker top` read; every interval until
 //! stopped, or one pass with `--once`. Any number may run at once.
 
+use dbworker::Service;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -57,6 +58,6 @@ pub(crate) async fn history(args: HistoryArgs) -> Result<()> {
         return Ok(());
     }
     tracing::info!(table = %args.table.target.table, "history running; stop with SIGINT or SIGTERM");
-    history.run(stop_on_signal()).await;
+    history.run(stop_on_signal()).await?;
     Ok(())
 }

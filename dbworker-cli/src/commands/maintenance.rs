@@ -2,6 +2,7 @@
 //! pass with `--once`: `dbworker purge` (retention) and `dbworker reset` (the
 //! resetter, optionally leading among standbys).
 
+use dbworker::Service;
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -85,7 +86,7 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
         return Ok(());
     }
     tracing::info!(table = %args.target.table, "purger running; stop with SIGINT or SIGTERM");
-    purger.run(stop_on_signal()).await;
+    purger.run(stop_on_signal()).await?;
     Ok(())
 }
 
@@ -146,8 +147,7 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
             o.error_history_limit = args.error_history_limit;
         })
         .await?;
-    let resetter = Resetter::new(&pool, &table, options)?;
-    resetter.check().await?;
+    let resetter = Resetter::new(&pool, &table, options).await?;
     if args.once {
         let out = resetter
             .reset_once()
@@ -200,7 +200,7 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
                 .await;
             heartbeats.await.context("the registry heartbeats")?;
         }
-        _ => resetter.run(stop, report).await,
+        _ => resetter.run_reporting(stop, report).await,
     }
     Ok(())
 }

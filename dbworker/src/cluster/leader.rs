@@ -18,7 +18,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::LEADER;
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql;
 
 use super::leadership::Leadership;
@@ -267,7 +267,7 @@ struct Campaign<'a, F> {
     leading: Option<(i64, CancellationToken, AbortOnDropHandle<()>)>,
 }
 
-impl<F, Fut> Service for Campaign<'_, F>
+impl<F, Fut> Pass for Campaign<'_, F>
 where
     F: FnMut(Leadership) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,

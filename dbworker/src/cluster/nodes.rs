@@ -14,7 +14,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::NODES_LIVE;
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql;
 
 /// The registry table's default name.
@@ -267,7 +267,7 @@ impl Node {
 }
 
 /// The node as the runner sees it: one heartbeat per pass.
-impl Service for Node {
+impl Pass for Node {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("node", node = %self.id)
     }

@@ -23,7 +23,7 @@ use workerutil::{WakeupSender, Wakeups};
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql::{self, LogTables};
 
 use super::options::DEFAULT_TRANSACTION_COLUMN;
@@ -321,7 +321,7 @@ struct HeadReads<'a> {
     soon: Option<Duration>,
 }
 
-impl Service for HeadReads<'_> {
+impl Pass for HeadReads<'_> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("dispatcher", dispatcher = %self.name)
     }

@@ -23,7 +23,7 @@ use crate::columns::Relation;
 use crate::consumers::store::{LogJob, LogStore};
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql;
 
 /// Runs each slice with the consumer it belongs to.
@@ -413,7 +413,7 @@ struct Rebalances<'a> {
     leadership: &'a Leadership,
 }
 
-impl Service for Rebalances<'_> {
+impl Pass for Rebalances<'_> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("rebalance", group = %self.rebalancer.group, term = self.leadership.term())
     }

@@ -17,7 +17,7 @@ use crate::columns::Relation;
 use crate::enqueue::{Enqueuer, NewJob};
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass as RunnerPass, Runner};
 use crate::sql;
 use crate::table::JobTable;
 pub use crontab::{Crontab, CrontabEntry};
@@ -103,6 +103,7 @@ struct Entry {
 /// transaction, so each tick is enqueued exactly once.
 ///
 /// ```no_run
+/// # use dbworker::Service;
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// use dbworker::{JobTable, JobTableOptions, NewJob, cron::{Backfill, Scheduler, SchedulerOptions}};
 /// let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
@@ -110,7 +111,7 @@ struct Entry {
 ///     .await?
 ///     // Standard 5 fields (minute hour day month weekday), or 6 with seconds first.
 ///     .add("nightly-report", "0 3 * * *", NewJob::new().kind("report"), Backfill::RunOnce)?;
-/// scheduler.run(tokio_util::sync::CancellationToken::new()).await;
+/// scheduler.run(tokio_util::sync::CancellationToken::new()).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -488,24 +489,12 @@ impl Scheduler {
             .clone()
             .json(column.clone(), Value::Object(payload))
     }
-
-    /// Ticks every `interval` until `stop` fires; a failed schedule is
-    /// logged (by [`tick`](Self::tick)) and retried at the next pass. Only
-    /// when every schedule fails (the database, most likely) does the next
-    /// pass wait longer: twice the interval, doubling with each such pass in
-    /// a row up to 10 s (or the interval, if longer).
-    pub async fn run(&self, stop: CancellationToken) {
-        Runner::every(self.interval)
-            .backoff_up_to(Duration::from_secs(10))
-            .run(&stop, &mut Ticks(self))
-            .await;
-    }
 }
 
 /// The scheduler as the runner sees it: one [`Scheduler::tick`] per pass.
 struct Ticks<'a>(&'a Scheduler);
 
-impl Service for Ticks<'_> {
+impl RunnerPass for Ticks<'_> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("cron", table = %self.0.job_table)
     }
@@ -542,4 +531,23 @@ fn named(schedule: &str, err: Error) -> Error {
 
 fn micros(value: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(value).unwrap_or_default()
+}
+
+impl crate::Service for Scheduler {
+    fn name(&self) -> &str {
+        "cron"
+    }
+
+    /// Ticks every `interval` until `stop` fires; a failed schedule is
+    /// logged (by [`tick`](Self::tick)) and retried at the next pass. Only
+    /// when every schedule fails (the database, most likely) does the next
+    /// pass wait longer: twice the interval, doubling with each such pass in
+    /// a row up to 10 s (or the interval, if longer).
+    async fn run(&self, stop: CancellationToken) -> crate::Result<()> {
+        Runner::every(self.interval)
+            .backoff_up_to(Duration::from_secs(10))
+            .run(&stop, &mut Ticks(self))
+            .await;
+        Ok(())
+    }
 }

@@ -11,6 +11,7 @@
 //! counts a job twice. [`series`] and [`by_queue`] read it.
 //!
 //! ```no_run
+//! # use dbworker::Service;
 //! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 //! use dbworker::history::{History, HistoryOptions};
 //! use dbworker::{JobTable, JobTableOptions};
@@ -31,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 
@@ -282,19 +283,6 @@ impl History {
             .rows_affected();
         Ok(recorded)
     }
-
-    /// Runs a pass every `interval` (±10 %) until `stop` fires. A failed
-    /// pass is logged and retried after a back-off doubling up to eight
-    /// intervals; the minutes it missed are recorded by the next (within
-    /// `catch_up`).
-    pub async fn run(&self, stop: CancellationToken) {
-        let interval = self.options.interval;
-        Runner::every(interval)
-            .jitter(0.1)
-            .backoff_up_to(interval.saturating_mul(8))
-            .run(&stop, &mut Passes { history: self })
-            .await;
-    }
 }
 
 /// The history as the runner sees it: one [`History::record_once`] per pass.
@@ -302,7 +290,7 @@ struct Passes<'a> {
     history: &'a History,
 }
 
-impl Service for Passes<'_> {
+impl Pass for Passes<'_> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("history", table = %self.history.key)
     }
@@ -336,6 +324,26 @@ fn scans_sequentially(plan: &serde_json::Value) -> bool {
         }),
         serde_json::Value::Array(items) => items.iter().any(scans_sequentially),
         _ => false,
+    }
+}
+
+impl crate::Service for History {
+    fn name(&self) -> &str {
+        "history"
+    }
+
+    /// Runs a pass every `interval` (±10 %) until `stop` fires. A failed
+    /// pass is logged and retried after a back-off doubling up to eight
+    /// intervals; the minutes it missed are recorded by the next (within
+    /// `catch_up`).
+    async fn run(&self, stop: CancellationToken) -> crate::Result<()> {
+        let interval = self.options.interval;
+        Runner::every(interval)
+            .jitter(0.1)
+            .backoff_up_to(interval.saturating_mul(8))
+            .run(&stop, &mut Passes { history: self })
+            .await;
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 
@@ -376,15 +376,7 @@ impl Purger {
         }
         Ok(purged)
     }
-
-    /// Purges every `interval` (±10 %) until `stop` fires. A failed pass is
-    /// logged and retried after a back-off: twice the interval, doubling with
-    /// each failure in a row up to eight intervals.
-    pub async fn run(&self, stop: CancellationToken) {
-        self.run_passes(&stop, None).await;
-    }
-
-    /// [`run`](Self::run) for a leader: every batch fenced by the term (see
+    /// [`Service::run`](crate::Service::run) for a leader: every batch fenced by the term (see
     /// [`purge_once_as_leader`](Self::purge_once_as_leader)); stops when
     /// leadership ends.
     pub async fn run_as_leader(&self, leadership: Leadership) {
@@ -416,7 +408,7 @@ struct Passes<'a> {
     fence: Option<&'a Leadership>,
 }
 
-impl Service for Passes<'_> {
+impl Pass for Passes<'_> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("purger", table = %self.purger.target.table.display_name())
     }
@@ -429,6 +421,20 @@ impl Service for Passes<'_> {
                 Next::BackOff
             }
         }
+    }
+}
+
+impl crate::Service for Purger {
+    fn name(&self) -> &str {
+        "purger"
+    }
+
+    /// Purges every `interval` (±10 %) until `stop` fires. A failed pass is
+    /// logged and retried after a back-off: twice the interval, doubling with
+    /// each failure in a row up to eight intervals.
+    async fn run(&self, stop: CancellationToken) -> crate::Result<()> {
+        self.run_passes(&stop, None).await;
+        Ok(())
     }
 }
 

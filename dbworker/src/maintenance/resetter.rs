@@ -12,7 +12,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql::Table;
 use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass};
 use crate::table::{DEFAULT_CONNECT_TIMEOUT, JobTable};
@@ -152,25 +152,28 @@ pub struct Resetter {
 }
 
 impl Resetter {
-    /// A resetter for `table` (checked when it was built).
-    pub fn new(pool: &PgPool, table: &JobTable, options: ResetterOptions) -> Result<Self> {
+    /// A resetter for `table` (checked when it was built), checked now as
+    /// [`check`](Self::check) says: the options, the server, the grants, the
+    /// registry.
+    pub async fn new(pool: &PgPool, table: &JobTable, options: ResetterOptions) -> Result<Self> {
         let config = options.resolve(table)?;
-        Ok(Resetter {
+        let resetter = Resetter {
             pool: pool.clone(),
             name: options.name,
             interval: options.interval,
             connect_timeout: options.connect_timeout,
             config,
             table: table.sql().clone(),
-        })
+        };
+        resetter.check().await?;
+        Ok(resetter)
     }
 
     /// Checks that the server answers, that the role may `UPDATE` the table
     /// (and, with workflows, what the release trigger touches when a reset
     /// fails a job), and, with a registry, that its table exists, naming
-    /// each problem. The `dbworker reset` command runs it at start-up (the
-    /// job table was checked by its `JobTable`); so should a process that
-    /// runs a resetter alone.
+    /// each problem. [`new`](Self::new) runs it; run it again to re-check a
+    /// resetter built long ago.
     pub async fn check(&self) -> Result<()> {
         crate::schema_check::probe_connection(&self.pool, self.connect_timeout).await?;
         let mut problems = Grants::new("resetting stalled jobs")
@@ -239,12 +242,17 @@ impl Resetter {
     /// and retried after a back-off: twice the interval, doubling with each
     /// failure in a row up to four intervals (stalled jobs wait for it, so it
     /// comes back soon once the database does). `on_pass` sees each pass's
-    /// outcome.
-    pub async fn run(&self, stop: CancellationToken, on_pass: impl FnMut(&ResetOutcome) + Send) {
+    /// outcome. [`Service::run`](crate::Service::run) is this with no
+    /// `on_pass`.
+    pub async fn run_reporting(
+        &self,
+        stop: CancellationToken,
+        on_pass: impl FnMut(&ResetOutcome) + Send,
+    ) {
         self.run_passes(&stop, None, on_pass).await;
     }
 
-    /// [`run`](Self::run) for a leader: every pass is fenced by the term
+    /// [`run_reporting`](Self::run_reporting) for a leader: every pass is fenced by the term
     /// (a pass after the term is over writes nothing), and the runs stop when
     /// leadership ends.
     pub async fn run_as_leader(
@@ -283,7 +291,7 @@ struct Passes<'a, F> {
     on_pass: F,
 }
 
-impl<F: FnMut(&ResetOutcome)> Service for Passes<'_, F> {
+impl<F: FnMut(&ResetOutcome)> Pass for Passes<'_, F> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("resetter", resetter = %self.resetter.name)
     }
@@ -299,5 +307,18 @@ impl<F: FnMut(&ResetOutcome)> Service for Passes<'_, F> {
                 Next::BackOff
             }
         }
+    }
+}
+
+impl crate::Service for Resetter {
+    fn name(&self) -> &str {
+        "resetter"
+    }
+
+    /// Runs passes every interval until `stop` fires (see
+    /// [`Resetter::run_reporting`]).
+    async fn run(&self, stop: CancellationToken) -> crate::Result<()> {
+        self.run_reporting(stop, |_| {}).await;
+        Ok(())
     }
 }

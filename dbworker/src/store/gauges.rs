@@ -9,7 +9,7 @@ use workerutil::{JobState, Record};
 
 use crate::error::{Error, Result};
 use crate::metrics::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH};
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql;
 use crate::store::DbStore;
 
@@ -108,7 +108,7 @@ struct Gauges<'a, R> {
     seen: Vec<(JobState, Option<String>)>,
 }
 
-impl<R: Record> Service for Gauges<'_, R> {
+impl<R: Record> Pass for Gauges<'_, R> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("gauges", store = %self.store.name())
     }

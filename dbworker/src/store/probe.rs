@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use workerutil::WakeupSender;
 
 use super::cursor::ClaimCursor;
-use crate::service::{Next, Runner, Service};
+use crate::service::{Next, Pass, Runner};
 use crate::sql;
 use crate::store::Resolved;
 
@@ -139,7 +139,7 @@ struct Looks<'a, F> {
     pace: Pace,
 }
 
-impl<F, Fut> Service for Looks<'_, F>
+impl<F, Fut> Pass for Looks<'_, F>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,

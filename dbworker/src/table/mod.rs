@@ -301,7 +301,7 @@ impl JobTableOptions {
 /// // Checked now: a missing table, column, index or privilege is named here.
 /// let jobs = JobTable::new(&pool, JobTableOptions::typed("jobs")).await?;
 /// let enqueuer = Enqueuer::new(&pool, &jobs).await?;
-/// let resetter = Resetter::new(&pool, &jobs, ResetterOptions::default())?;
+/// let resetter = Resetter::new(&pool, &jobs, ResetterOptions::default()).await?;
 /// # let _ = (enqueuer, resetter); Ok(()) }
 /// ```
 #[derive(Clone)]
