@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob, StoreOptions,
+    DbJob, DbStore, Enqueued, Enqueuer, Handling, JobTable, JobTableOptions, KeyMode, NewJob,
+    StoreOptions,
     ddl::{OptionalColumns, job_table_sql, optional_columns_sql},
-    enqueue::{Enqueued, KeyMode},
     new_worker,
 };
 use dbworker_testkit::TestDatabase;

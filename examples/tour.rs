@@ -15,8 +15,8 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use dbworker::Listen;
 use dbworker::prelude::*;
-use dbworker::store::Listen;
 use dbworker_testkit::TestDatabase;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;

@@ -12,10 +12,9 @@
 use std::sync::{Arc, Mutex};
 
 use dbworker::{
-    DbJob, DbStore, Handling, JobTable, JobTableOptions, NewJob, StoreOptions,
+    DbJob, DbStore, DependencyPolicy, Handling, JobTable, JobTableOptions, NewJob, StoreOptions,
     admin::Admin,
     ddl::{job_table_sql, workflows_sql},
-    enqueue::DependencyPolicy,
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };

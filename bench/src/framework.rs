@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, Handling, JobTable, JobTableOptions, StoreOptions, new_worker,
-    store::RESERVED_CONNECTIONS,
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, RESERVED_CONNECTIONS, StoreOptions,
+    new_worker,
 };
 use tokio_util::sync::CancellationToken;
 use workerutil::{

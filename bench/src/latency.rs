@@ -48,7 +48,7 @@ pub(crate) async fn enable_notify(
     sqlx::raw_sql(sqlx::AssertSqlSafe(trigger))
         .execute(pool)
         .await?;
-    store.listen = dbworker::store::Listen::TableChannel;
+    store.listen = dbworker::Listen::TableChannel;
     // Polling is only the backstop; an idle worker backs off to 5 s.
     worker.interval = Duration::from_secs(1);
     worker.max_interval = Some(Duration::from_secs(5));

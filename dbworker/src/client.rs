@@ -17,7 +17,8 @@ use crate::columns::quote;
 use crate::enqueue::{Enqueued, Enqueuer, IntoJob};
 use crate::error::{Error, Result};
 use crate::job::{Handlers, JobHandler, TypedJob};
-use crate::maintenance::{PurgeOptions, Purger, Resetter, ResetterOptions};
+use crate::maintenance::resetter::{Resetter, ResetterOptions};
+use crate::maintenance::{PurgeOptions, Purger};
 use crate::service::Service;
 use crate::store::{DbStore, StoreOptions};
 use crate::table::JobTable;
@@ -364,10 +365,7 @@ impl Client {
 
 /// The parts of a client not yet started, taken out; refused (and left as
 /// they are) once it was.
-fn take_built(
-    parts: &mut Parts,
-    what: &'static str,
-) -> Result<BuiltParts> {
+fn take_built(parts: &mut Parts, what: &'static str) -> Result<BuiltParts> {
     match std::mem::replace(parts, Parts::Stopped) {
         Parts::Built {
             worker,

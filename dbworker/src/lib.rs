@@ -39,29 +39,32 @@ pub mod cron;
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
 pub mod ddl;
-pub mod enqueue;
+mod enqueue;
 pub mod history;
 pub mod items;
-pub mod job;
+mod job;
 pub mod maintenance;
 pub mod metrics;
 pub mod prelude;
 pub mod queues;
-pub mod store;
+mod store;
 pub mod workflow;
 
 pub use client::{Client, ClientBuilder, ClientOptions};
-pub use enqueue::{Enqueuer, IntoJob, NewJob};
+pub use enqueue::{
+    DependencyPolicy, Enqueued, Enqueuer, IntoJob, KeyMode, MAX_KEY_CHARS, MAX_NAME_CHARS, NewJob,
+};
 pub use error::{Error, Result};
-pub use job::{Handlers, Job, JobArgs, JobHandler};
-pub use maintenance::Resetter;
-pub use maintenance::ResetterOptions;
+pub use job::{ArgsHandler, ArgsRecord, Handlers, Job, JobArgs, JobDefaults, JobHandler, TypedJob};
+pub use maintenance::resetter::{Resetter, ResetterOptions};
 pub use schema_check::probe_connection as check_connection;
 pub use service::Service;
 pub use sql::{Pooler, pooler, set_pooler};
 pub use store::{
-    ClaimOptions, DEFAULT_MAX_RESULT_BYTES, DbConditions, DbJob, DbStore, ForbiddenFlags, Handling,
-    Retry, RetryPolicy, StallOptions, StoreOptions,
+    ClaimOptions, DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE,
+    DbConditions, DbJob, DbStore, ForbiddenFlags, ForbiddenFlagsFn, Handling, Listen,
+    MAX_FAILURE_MESSAGE_BYTES, QueueStat, RESERVED_CONNECTIONS, Retry, RetryPolicy, ScanFn,
+    StallOptions, StoreOptions, default_notify_channel,
 };
 pub use table::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, JobTableOptions};
 pub use worker::new_worker;

@@ -32,7 +32,7 @@ pub enum Listen {
 /// (shortened with a hash to Postgres's 63-byte limit for long names).
 ///
 /// ```
-/// assert_eq!(dbworker::store::default_notify_channel("app.email_jobs j").unwrap(), "dbworker_email_jobs");
+/// assert_eq!(dbworker::default_notify_channel("app.email_jobs j").unwrap(), "dbworker_email_jobs");
 /// ```
 pub fn default_notify_channel(table_name: &str) -> Result<String> {
     let rel = Relation::parse("table_name", table_name)?;

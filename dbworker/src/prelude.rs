@@ -2,7 +2,7 @@
 
 pub use crate::enqueue::{Enqueuer, IntoJob, NewJob};
 pub use crate::job::{Handlers, Job, JobArgs, JobDefaults, JobHandler, TypedJob};
-pub use crate::maintenance::{Resetter, ResetterOptions};
+pub use crate::maintenance::resetter::{Resetter, ResetterOptions};
 pub use crate::store::{DbJob, DbStore, StoreOptions};
 pub use crate::table::{JobTable, JobTableOptions};
 pub use crate::{Client, ClientOptions, Error, Service, new_worker};

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use dbworker::DbStore;
-use dbworker::maintenance::{Resetter, ResetterOptions};
+use dbworker::{Resetter, ResetterOptions};
 use serde_json::json;
 use sqlx::Connection;
 use tokio::time::Instant;
@@ -161,7 +161,7 @@ async fn a_requeue_announced_by_notify_takes_the_cursor_back_at_once() {
         .await;
     let mut o = db.options();
     o.claim.claim_cursor = Some(Duration::from_secs(3600));
-    o.listen = dbworker::store::Listen::TableChannel;
+    o.listen = dbworker::Listen::TableChannel;
     let store = DbStore::new(&db.pool, &db.table().await, o).await.unwrap();
     let ids = db.enqueue(20, json!({})).await;
     // Another process holds one of the first jobs.
@@ -200,7 +200,7 @@ async fn listening_store(db: &Db, probe: Duration) -> DbStore<common::Job> {
         .await;
     let mut o = db.options();
     o.claim.claim_cursor = Some(probe);
-    o.listen = dbworker::store::Listen::TableChannel;
+    o.listen = dbworker::Listen::TableChannel;
     let store = DbStore::new(&db.pool, &db.table().await, o).await.unwrap();
     let until = Instant::now() + Duration::from_secs(30);
     while !store.wakeups().is_some_and(|w| w.is_live()) {

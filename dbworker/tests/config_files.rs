@@ -11,12 +11,12 @@ use workerutil::{RetryPolicy, WorkerOptions};
 
 use dbworker::control::PausesOptions;
 use dbworker::cron::SchedulerOptions;
-use dbworker::store::{
-    DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE, Listen,
-};
 use dbworker::{
     ClaimOptions, DEFAULT_CONNECT_TIMEOUT, Error, ForbiddenFlags, Handling, JobTableOptions,
     ResetterOptions, StallOptions, StoreOptions,
+};
+use dbworker::{
+    DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE, Listen,
 };
 
 #[derive(sqlx::FromRow)]

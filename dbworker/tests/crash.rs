@@ -7,9 +7,7 @@ mod common;
 #[path = "common/crash.rs"]
 mod shared;
 
-use dbworker::{
-    DbJob, DbStore, Handling, JobTable, Resetter, maintenance::ResetterOptions, new_worker,
-};
+use dbworker::{DbJob, DbStore, Handling, JobTable, Resetter, ResetterOptions, new_worker};
 use serde_json::json;
 use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext};

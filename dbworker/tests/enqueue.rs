@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dbworker::{
-    DbConditions, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob,
+    DbConditions, Enqueued, Enqueuer, Error, Handling, JobTable, JobTableOptions, KeyMode, NewJob,
     ddl::{OptionalColumns, enqueue_function_sql, partitioned_keys_sql},
-    enqueue::{Enqueued, KeyMode},
 };
 use serde_json::json;
 use tokio::sync::Barrier;

@@ -379,7 +379,7 @@ async fn the_operations_queries_read_the_history() {
 
 #[tokio::test]
 async fn a_separate_resetter_appends_and_checks_the_column() {
-    use dbworker::maintenance::ResetterOptions;
+    use dbworker::ResetterOptions;
 
     let db = Db::new().await;
     // The resetter's error history is its table's: checked by `JobTable::new`.

@@ -11,9 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbConditions, DbStore, Enqueuer, ForbiddenFlags, JobTable, NewJob,
+    DbConditions, DbStore, Enqueuer, ForbiddenFlags, JobTable, KeyMode, NewJob,
     ddl::{OptionalColumns, enqueue_function_sql},
-    enqueue::KeyMode,
     new_worker,
 };
 use workerutil::{Record, Store, WorkerOptions};

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use dbworker::{DbStore, JobTable, store::QueueStat};
+use dbworker::{DbStore, JobTable, QueueStat};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use workerutil::JobState;
 

@@ -13,6 +13,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use std::time::Duration;
 
+use dbworker::KeyMode;
+use dbworker::ResetterOptions;
 use dbworker::admin::Admin;
 use dbworker::cluster::{
     DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
@@ -23,9 +25,8 @@ use dbworker::control::{
 };
 use dbworker::cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions};
 use dbworker::dashboard::{Dashboard, DashboardOptions};
-use dbworker::enqueue::KeyMode;
 use dbworker::history::{DEFAULT_HISTORY_TABLE, History, HistoryOptions};
-use dbworker::maintenance::{PurgeOptions, Purger, ResetterOptions};
+use dbworker::maintenance::{PurgeOptions, Purger};
 use dbworker::{DbStore, Enqueuer, Handling, JobTable, NewJob, Resetter};
 use sqlx::PgPool;
 use tower::ServiceExt;

@@ -14,11 +14,11 @@ use axum::http::StatusCode;
 use dbworker::admin::{Admin, JobFilter, PageRequest};
 use dbworker::dashboard::{Dashboard, DashboardOptions};
 use dbworker::ddl::{OptionalColumns, optional_columns_sql};
-use dbworker::enqueue::{Enqueued, KeyMode};
 use dbworker::{
     DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, Resetter,
     ResetterOptions,
 };
+use dbworker::{Enqueued, KeyMode};
 use serde_json::json;
 use workerutil::{JobState, Store};
 

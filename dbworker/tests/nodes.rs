@@ -12,12 +12,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbConditions, Handling, JobTable, JobTableOptions, Resetter,
+    DbConditions, Handling, JobTable, JobTableOptions, Resetter, ResetterOptions,
     cluster::{
         DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
         current_leader, live_nodes,
     },
-    maintenance::ResetterOptions,
 };
 use tokio_util::sync::CancellationToken;
 use workerutil::Store;

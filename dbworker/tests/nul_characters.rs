@@ -229,7 +229,7 @@ async fn an_enqueue_holding_nul_is_refused_naming_the_field() {
         ),
         (fine().kind("k\u{0}"), r#"the job's kind "k\0" holds a NUL"#),
         (
-            fine().key("k\u{0}", dbworker::enqueue::KeyMode::Replace),
+            fine().key("k\u{0}", dbworker::KeyMode::Replace),
             r#"the job's key "k\0" holds a NUL"#,
         ),
         (

@@ -13,9 +13,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    Enqueuer, Error, JobTable, JobTableOptions, NewJob,
+    Enqueued, Enqueuer, Error, JobTable, JobTableOptions, KeyMode, NewJob,
     ddl::{OptionalColumns, partitioned_keys_sql},
-    enqueue::{Enqueued, KeyMode},
     maintenance::{PurgeOptions, Purger},
 };
 use serde_json::json;

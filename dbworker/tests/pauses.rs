@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbConditions, DbStore, Enqueuer, Handling, JobTable, NewJob,
+    DbConditions, DbStore, Enqueuer, Handling, JobTable, Listen, NewJob,
     control::{DEFAULT_PAUSE_TABLE, Pauses, PausesOptions},
     ddl::{notify_trigger_sql, pause_table_sql},
     new_worker,
-    store::Listen,
 };
 use workerutil::testing::wait_for;
 use workerutil::{Store, WorkerEvent, WorkerOptions};

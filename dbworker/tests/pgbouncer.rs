@@ -12,11 +12,10 @@
 mod common;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob, Pooler, Resetter,
-    ResetterOptions,
+    DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, KeyMode, NewJob, Pooler,
+    Resetter, ResetterOptions,
     admin::{Admin, JobFilter, PageRequest},
     ddl::{OptionalColumns, workflows_sql},
-    enqueue::KeyMode,
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };

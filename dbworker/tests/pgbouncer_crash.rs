@@ -9,9 +9,7 @@ mod common;
 #[path = "common/crash.rs"]
 mod shared;
 
-use dbworker::{
-    DbJob, DbStore, Handling, JobTable, Pooler, Resetter, maintenance::ResetterOptions, new_worker,
-};
+use dbworker::{DbJob, DbStore, Handling, JobTable, Pooler, Resetter, ResetterOptions, new_worker};
 use dbworker_testkit::pgbouncer as bouncer;
 use serde_json::json;
 use std::process::{Child, Command, Stdio};

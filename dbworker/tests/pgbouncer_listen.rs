@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex as SyncMutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbStore, Enqueuer, Handling, JobTable, NewJob, Pooler, ddl::notify_trigger_sql, new_worker,
-    store::Listen,
+    DbStore, Enqueuer, Handling, JobTable, Listen, NewJob, Pooler, ddl::notify_trigger_sql,
+    new_worker,
 };
 use tokio::sync::Mutex;
 use workerutil::testing::wait_for;

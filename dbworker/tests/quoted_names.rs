@@ -10,15 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Enqueuer, JobTable, JobTableOptions, NewJob, Resetter, StoreOptions,
+    DbJob, DbStore, Enqueuer, JobTable, JobTableOptions, KeyMode, Listen, NewJob, Resetter,
+    ResetterOptions, StoreOptions,
     ddl::{
         OptionalColumns, add_jobs_function_sql, admin_functions_sql, enqueue_function_sql,
         job_table_sql, notify_trigger_sql, optional_columns_sql,
     },
-    enqueue::KeyMode,
-    maintenance::ResetterOptions,
     new_worker,
-    store::Listen,
 };
 use serde_json::json;
 use workerutil::{Handler, HandlerError, JobContext, Record, RecordId, WorkerOptions};

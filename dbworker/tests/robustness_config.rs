@@ -7,7 +7,7 @@ mod common;
 
 use dbworker::{
     DbJob, DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, Resetter,
-    StoreOptions, ddl::job_table_sql, maintenance::ResetterOptions, new_worker,
+    ResetterOptions, StoreOptions, ddl::job_table_sql, new_worker,
 };
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

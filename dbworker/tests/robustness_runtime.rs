@@ -5,8 +5,8 @@
 mod common;
 
 use dbworker::{
-    DbJob, DbStore, Handling, StoreOptions, new_worker,
-    store::{DEFAULT_MAX_NUM_RETRIES, MAX_FAILURE_MESSAGE_BYTES},
+    DEFAULT_MAX_NUM_RETRIES, DbJob, DbStore, Handling, MAX_FAILURE_MESSAGE_BYTES, StoreOptions,
+    new_worker,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -307,7 +307,7 @@ async fn a_job_that_keeps_losing_its_connection_fails_after_max_num_resets() {
     assert_eq!(counters(&db, id).await, (0, 0));
     let msg = failure_message(&db, id).await.unwrap();
     assert!(
-        msg.starts_with(dbworker::store::DEFAULT_RESET_FAILURE_MESSAGE)
+        msg.starts_with(dbworker::DEFAULT_RESET_FAILURE_MESSAGE)
             && msg.contains("the job's database connection was lost: "),
         "{msg}"
     );

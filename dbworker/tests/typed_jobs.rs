@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dbworker::{
-    DbStore, Enqueuer, Error, Handling, JobTable, JobTableOptions, NewJob, RetryPolicy,
-    StoreOptions,
+    DbStore, Enqueuer, Error, Handlers, Handling, Job, JobArgs, JobDefaults, JobHandler, JobTable,
+    JobTableOptions, NewJob, RetryPolicy, StoreOptions, TypedJob,
     ddl::{OptionalColumns, job_table_sql, workflows_sql},
-    job::{Handlers, Job, JobArgs, JobDefaults, JobHandler, TypedJob},
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dbworker::{DbStore, Handling, ddl::notify_trigger_sql, new_worker, store::Listen};
+use dbworker::{DbStore, Handling, Listen, ddl::notify_trigger_sql, new_worker};
 use serde_json::json;
 use workerutil::testing::wait_for;
 use workerutil::{Store, WorkerEvent, WorkerOptions};

@@ -6,7 +6,7 @@ mod common;
 use dbworker::sea_query::Expr;
 use dbworker::{
     DbConditions, DbJob, DbStore, Error, Handling, JobTable, JobTableOptions, Resetter,
-    StoreOptions, maintenance::ResetterOptions, new_worker,
+    ResetterOptions, StoreOptions, new_worker,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -581,7 +581,7 @@ async fn resetter_requeues_then_fails_stalled_jobs_and_two_resetters_do_not_conf
     let msg: String = db
         .scalar("SELECT failure_message FROM jobs WHERE id = $1", ids[0])
         .await;
-    assert_eq!(msg, dbworker::store::DEFAULT_RESET_FAILURE_MESSAGE);
+    assert_eq!(msg, dbworker::DEFAULT_RESET_FAILURE_MESSAGE);
 }
 
 #[tokio::test]

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, Handling, JobTable, NewJob, Resetter, ResetterOptions, StoreOptions,
+    DbJob, DbStore, DependencyPolicy, Handling, JobTable, NewJob, Resetter, ResetterOptions,
+    StoreOptions,
     admin::Admin,
     ddl::workflows_sql,
-    enqueue::DependencyPolicy,
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };
@@ -672,7 +672,7 @@ async fn a_release_notifies_listening_workers() {
         .await
         .unwrap();
     listener
-        .listen(&dbworker::store::default_notify_channel("jobs").unwrap())
+        .listen(&dbworker::default_notify_channel("jobs").unwrap())
         .await
         .unwrap();
     complete_in(&mut db.pool.acquire().await.unwrap(), upstream).await;

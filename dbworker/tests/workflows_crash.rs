@@ -10,9 +10,8 @@ mod common;
 mod shared;
 
 use dbworker::{
-    DbJob, DbStore, Handling, JobTable, JobTableOptions, NewJob, Resetter,
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, NewJob, Resetter, ResetterOptions,
     ddl::workflows_sql,
-    maintenance::ResetterOptions,
     new_worker,
     workflow::{Task, Workflow, Workflows},
 };

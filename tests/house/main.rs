@@ -30,6 +30,10 @@
 //! - **The map names every file** (`map.rs`): docs/architecture.md lists
 //!   every source file of each crate, and no file that is gone.
 //!
+//! - **The public API is on record** (`public_api.rs`): each library's public
+//!   API, read from its sources, matches its `public-api.txt`, and no public
+//!   item is at two paths but those listed in `public_api_aliases.txt`.
+//!
 //! - **No session state** (`session_state.rs`): no statement or DDL of
 //!   `dbworker` takes a session advisory lock, makes a temporary table or
 //!   sets a setting past its transaction (docs/scaling.md's promise behind a
@@ -45,6 +49,7 @@
 mod budget_doc;
 mod check;
 mod map;
+mod public_api;
 mod scan;
 mod session_state;
 mod shipped;

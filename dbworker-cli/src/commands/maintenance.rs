@@ -10,9 +10,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::{
-    Resetter,
+    Resetter, ResetterOptions,
     cluster::{LeaderElection, LeaderOptions, Node, NodeOptions},
-    maintenance::{PurgeOptions, Purger, ResetterOptions},
+    maintenance::{PurgeOptions, Purger},
 };
 use workerutil::JobState;
 
@@ -101,7 +101,7 @@ pub(crate) struct ResetArgs {
     #[arg(long, env = "DBWORKER_MAX_NUM_RESETS", default_value_t = 3)]
     max_num_resets: u32,
     /// The failure message of jobs failed for too many resets.
-    #[arg(long, default_value = dbworker::store::DEFAULT_RESET_FAILURE_MESSAGE)]
+    #[arg(long, default_value = dbworker::DEFAULT_RESET_FAILURE_MESSAGE)]
     reset_failure_message: String,
     /// Seconds between passes.
     #[arg(long, env = "DBWORKER_RESET_INTERVAL", default_value = "30s", value_parser = duration, alias = "interval-secs")]

@@ -52,7 +52,7 @@ pub struct SchedulerOptions {
     /// The cron table (it must exist; one serves every job table). Default
     /// [`DEFAULT_CRON_TABLE`].
     pub cron_table: String,
-    /// How often [`Scheduler::run`] looks for due ticks. At least 10 ms.
+    /// How often the scheduler's [`run`](crate::Service::run) looks for due ticks. At least 10 ms.
     /// Default 1 s.
     #[serde(with = "workerutil::duration")]
     pub interval: Duration,

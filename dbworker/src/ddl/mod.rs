@@ -160,7 +160,7 @@ impl OptionalColumns {
         }
     }
 
-    /// The columns typed jobs need ([`crate::job`]): `kind` and `payload`.
+    /// The columns typed jobs need ([`JobArgs`](crate::JobArgs)): `kind` and `payload`.
     ///
     /// ```
     /// let ddl = dbworker::ddl::optional_columns_sql(

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// use std::time::Duration;
-/// use dbworker::job::{JobArgs, JobDefaults};
+/// use dbworker::{JobArgs, JobDefaults};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct SendEmail {

@@ -54,7 +54,7 @@ pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
 }
 
 /// A [`JobHandler`] as a [`Handler`]: reads each job's arguments, then runs
-/// it. [`ArgsRegistry::register_args`](super::ArgsRegistry::register_args)
+/// it. [`Handlers`](super::Handlers)
 /// wraps handlers in it; use it alone as a worker's handler when a table
 /// holds one kind of job. It answers [`Handler::max_runtime`] and
 /// [`Handler::retry`] with the kind's [`JobDefaults`](super::JobDefaults).
@@ -70,7 +70,7 @@ pub trait JobHandler<R: ArgsRecord = TypedJob>: Send + Sync + 'static {
 /// #     async fn handle(&self, _: Job<'_, Resize>) -> Result<(), HandlerError> { Ok(()) }
 /// # }
 /// # fn f(store: Arc<DbStore<TypedJob>>) -> Result<(), dbworker::Error> {
-/// use dbworker::job::ArgsHandler;
+/// use dbworker::ArgsHandler;
 ///
 /// // Every job of this table is a `Resize`.
 /// let handler = ArgsHandler::new(Resizer)?;

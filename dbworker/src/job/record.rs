@@ -8,7 +8,7 @@ use workerutil::{Record, RecordId};
 /// record type to keep other columns beside them.
 ///
 /// ```
-/// use dbworker::job::ArgsRecord;
+/// use dbworker::ArgsRecord;
 ///
 /// #[derive(Debug, sqlx::FromRow)]
 /// struct Job { id: i64, tenant_id: i64, kind: String, payload: serde_json::Value }

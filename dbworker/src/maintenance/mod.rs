@@ -1,4 +1,4 @@
-//! Maintenance services over a job table: the [`Resetter`] requeues stalled
+//! Maintenance services over a job table: the [`Resetter`](crate::Resetter) requeues stalled
 //! jobs, the [`Purger`] deletes or archives old finished ones (on a
 //! partitioned table, by dropping whole partitions where it can).
 
@@ -9,4 +9,3 @@ pub(crate) mod resetter;
 pub use crate::store::ResetOutcome;
 pub use partitions::DroppedPartition;
 pub use purger::{PurgeOptions, Purged, Purger};
-pub use resetter::{Resetter, ResetterOptions};

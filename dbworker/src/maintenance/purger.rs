@@ -43,7 +43,7 @@ pub struct PurgeOptions {
     /// Move rows here instead of deleting them: a table with the job table's
     /// columns (`CREATE TABLE archive (LIKE jobs)`). Default `None` (delete).
     pub archive_table: Option<String>,
-    /// Time between passes of [`Purger::run`], spread by ±10 % so processes
+    /// Time between passes of the purger's [`run`](crate::Service::run), spread by ±10 % so processes
     /// started together do not purge in step. Default 60 s.
     #[serde(with = "workerutil::duration")]
     pub interval: Duration,

@@ -193,7 +193,7 @@ impl JobTableOptions {
     }
 
     /// `table_name` with the columns typed jobs need, `kind` and `payload`
-    /// (`dbworker migration --typed`): see [`crate::job`].
+    /// (`dbworker migration --typed`): see [`JobArgs`](crate::JobArgs).
     ///
     /// ```
     /// let options = dbworker::JobTableOptions::typed("jobs");

@@ -22,7 +22,6 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::{PgConnection, PgPool, Row};
 
-pub use crate::enqueue::DependencyPolicy;
 use crate::enqueue::Enqueuer;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
