@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use dbworker::sea_query::Expr;
 use dbworker::{DbConditions, DbJob, DbStore, JobTable, JobTableOptions, StoreOptions, new_worker};
 use dbworker_testkit::TestDatabase;
 use workerutil::{BoxError, Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions};
@@ -42,7 +41,7 @@ impl Handler<DbStore<CostlyJob>> for Budgeted {
         }
         // Skip jobs larger than what is left; the value is bound, not formatted.
         Ok(Some(
-            DbConditions::new().and(Expr::cust_with_values("j.cost <= $1", [headroom])),
+            DbConditions::new().and_sql("j.cost <= $1", [headroom]),
         ))
     }
 

@@ -23,6 +23,8 @@ mod notify;
 mod pooler;
 mod schema_check;
 mod service;
+// A value bound to a statement (ground floor: sea-query's Value, wrapped).
+mod sql_value;
 // The job table every service takes (above the SQL, below the services).
 mod table;
 
@@ -60,6 +62,7 @@ pub use maintenance::resetter::{Resetter, ResetterOptions};
 pub use schema_check::probe_connection as check_connection;
 pub use service::Service;
 pub use sql::{Pooler, pooler, set_pooler};
+pub use sql_value::SqlValue;
 pub use store::{
     ClaimOptions, DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE,
     DbConditions, DbJob, DbStore, ForbiddenFlags, ForbiddenFlagsFn, Handling, Listen,
@@ -69,7 +72,6 @@ pub use store::{
 pub use table::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, JobTableOptions};
 pub use worker::new_worker;
 
-pub use sea_query;
 pub use workerutil;
 
 #[doc = include_str!("../docs/operations.md")]

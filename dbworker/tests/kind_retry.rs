@@ -187,10 +187,7 @@ async fn each_kind_retries_as_it_says(handling: Handling) {
         .register("report", FailsRetriedDaily)
         .unwrap()
         .restrict_dequeue(|kinds| {
-            dbworker::DbConditions::new().and(dbworker::sea_query::Expr::cust_with_values(
-                "j.payload->>'kind' = ANY($1)",
-                [kinds.to_vec()],
-            ))
+            dbworker::DbConditions::new().and_sql("j.payload->>'kind' = ANY($1)", [kinds.to_vec()])
         });
     new_worker(store, only_report, o).unwrap().run().await;
     assert_eq!(db.state(report).await, "failed");

@@ -3,7 +3,6 @@
 
 mod common;
 
-use dbworker::sea_query::Expr;
 use dbworker::{
     DbConditions, DbJob, DbStore, Error, Handling, JobTable, JobTableOptions, Resetter,
     ResetterOptions, StoreOptions, new_worker,
@@ -31,7 +30,7 @@ struct Script {
 impl Handler<DbStore<Job>> for Script {
     async fn pre_dequeue(&self) -> Result<Option<DbConditions>, BoxError> {
         Ok(Some(match self.max_cost {
-            Some(max) => DbConditions::new().and(Expr::cust_with_values("j.cost <= $1", [max])),
+            Some(max) => DbConditions::new().and_sql("j.cost <= $1", [max]),
             None => DbConditions::new(),
         }))
     }

@@ -4,6 +4,8 @@ use std::time::{Duration, SystemTime};
 
 use sea_query::Value;
 
+use crate::sql_value::SqlValue;
+
 use crate::sql::{JobRow, OnKey, RunAt};
 
 /// What to do when a live job (queued, errored or processing) already holds
@@ -110,16 +112,16 @@ impl NewJob {
     }
 
     /// Sets one of the application's columns (bound, never formatted into SQL).
-    pub fn set(mut self, column: impl Into<String>, value: impl Into<Value>) -> Self {
+    pub fn set(mut self, column: impl Into<String>, value: impl Into<SqlValue>) -> Self {
         let column = column.into();
         self.values.retain(|(c, _)| *c != column);
-        self.values.push((column, value.into()));
+        self.values.push((column, value.into().0));
         self
     }
 
     /// Sets a `json` or `jsonb` column.
     pub fn json(self, column: impl Into<String>, value: serde_json::Value) -> Self {
-        self.set(column, Value::Json(Some(Box::new(value))))
+        self.set(column, value)
     }
 
     /// Runs no earlier than `at` (stored in `process_after`).

@@ -2,14 +2,15 @@
 
 use sea_query::Expr;
 
-/// Extra dequeue conditions returned by `pre_dequeue`: sea-query expressions
-/// ANDed into the claim's `WHERE`, over the view's (or table's) alias.
+use crate::sql_value::SqlValue;
+
+/// Extra dequeue conditions returned by `pre_dequeue`: SQL conditions ANDed
+/// into the claim's `WHERE`, over the view's (or table's) alias.
 ///
 /// ```
 /// use dbworker::DbConditions;
-/// use sea_query::Expr;
 /// // Values are bound, never formatted into the SQL.
-/// let conditions = DbConditions::new().and(Expr::cust_with_values("j.cost <= $1", [40i64]));
+/// let conditions = DbConditions::new().and_sql("j.cost <= $1", [40_i64]);
 /// assert_eq!(conditions.len(), 1);
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -21,8 +22,18 @@ impl DbConditions {
         DbConditions(Vec::new())
     }
 
-    /// Adds a condition.
-    pub fn and(mut self, condition: Expr) -> Self {
+    /// Adds a condition written in SQL over the claim's alias, its `$1`,
+    /// `$2`, … bound to `values` in order (never formatted into the text).
+    pub fn and_sql<V: Into<SqlValue>>(
+        self,
+        sql: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        let values: Vec<sea_query::Value> = values.into_iter().map(|v| v.into().0).collect();
+        self.and(Expr::cust_with_values(sql.into(), values))
+    }
+
+    fn and(mut self, condition: Expr) -> Self {
         self.0.push(condition);
         self
     }

@@ -3,7 +3,6 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use dbworker::sea_query::Expr;
 use dbworker::{DbConditions, DbStore, Handling, JobTable};
 use sqlx::PgPool;
 use std::sync::Arc;
@@ -108,7 +107,7 @@ impl Harness for Postgres {
     }
 
     fn only(&self, ids: &[RecordId]) -> DbConditions {
-        DbConditions::new().and(Expr::cust_with_values("j.id = ANY($1)", [ids.to_vec()]))
+        DbConditions::new().and_sql("j.id = ANY($1)", [ids.to_vec()])
     }
 
     async fn execution_log(&self, _store: &DbStore<Job>, id: RecordId) -> Vec<ExecutionLogEntry> {
