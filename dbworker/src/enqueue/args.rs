@@ -20,7 +20,7 @@ impl NewJob {
     /// empty or its defaults are invalid.
     ///
     /// ```
-    /// use dbworker::{NewJob, job::JobArgs};
+    /// use dbworker::{NewJob, JobArgs};
     ///
     /// #[derive(serde::Serialize, serde::Deserialize)]
     /// struct Resize { image: String, width: u32 }

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// use std::time::Duration;
-/// use dbworker::{RetryPolicy, job::JobDefaults};
+/// use dbworker::{RetryPolicy, JobDefaults};
 ///
 /// let defaults = JobDefaults::new()
 ///     .queue("emails")

@@ -39,7 +39,7 @@ pub trait ArgsRecord: Record {
 /// names, select them as these:
 ///
 /// ```
-/// # use dbworker::{StoreOptions, job::TypedJob};
+/// # use dbworker::{StoreOptions, TypedJob};
 /// // Over a JobTable of "tasks t" whose kind_column is "task_type" and
 /// // payload_column "args".
 /// let mut options = StoreOptions::<TypedJob>::from_row("tasks");

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// the tasks it runs after.
 ///
 /// ```
-/// use dbworker::{NewJob, enqueue::DependencyPolicy, workflow::Task};
+/// use dbworker::{NewJob, DependencyPolicy, workflow::Task};
 /// let report = Task::new("report", NewJob::new())
 ///     .after(["fetch"])
 ///     .after_with(["optional_enrichment"], DependencyPolicy::IgnoreFailed);
