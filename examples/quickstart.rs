@@ -4,10 +4,9 @@
 //! each piece.
 
 use dbworker::prelude::*;
-use serde::{Deserialize, Serialize};
 
 /// A job's arguments: JSON in the `payload` column, `"square"` in `kind`.
-#[derive(Serialize, Deserialize)]
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Square {
     n: i64,
 }
@@ -37,10 +36,7 @@ impl JobHandler for Squarer {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = dbworker_testkit::TestDatabase::new().await?; // a throwaway cluster, or DATABASE_URL
     let pool = db.pool(10).await?;
-    sqlx::migrate!("./migrations").run(&pool).await?; // `example_jobs`, with `kind` and `payload`
-    sqlx::raw_sql("CREATE TABLE squares (n bigint PRIMARY KEY, square bigint)")
-        .execute(&pool)
-        .await?;
+    sqlx::migrate!("./migrations").run(&pool).await?; // `example_jobs` (with `kind`, `payload`), `squares`
 
     // The job table, checked once; the client enqueues into it and runs its jobs.
     let jobs = JobTable::new(&pool, JobTableOptions::typed("example_jobs")).await?;
@@ -49,8 +45,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()
         .await?;
     client.enqueue_many((1..=20).map(|n| Square { n })).await?;
-    let ran = client.run_until_empty().await?.dequeued;
-    println!("ran {ran} jobs of kind \"square\"");
+    let summary = client.run_until_empty().await?; // no job left: every part stops
+    println!("ran {} jobs of kind \"square\"", summary.dequeued);
 
     let sum: i64 = sqlx::query_scalar("SELECT sum(square)::bigint FROM squares")
         .persistent(false)

@@ -56,7 +56,7 @@ impl JobHandler for Squarer {
         // Commits together with the job's `completed` state, or not at all.
         // Unnamed (`persistent(false)`), so it also runs behind a transaction
         // pooler, whose server connections other programs' statements share.
-        sqlx::query("INSERT INTO squares (job_id, n, square) VALUES ($1, $2, $3)")
+        sqlx::query("INSERT INTO tour_squares (job_id, n, square) VALUES ($1, $2, $3)")
             .bind(id)
             .bind(n)
             .bind(n * n)
@@ -108,7 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = TestDatabase::new().await?;
     let pool = db.pool(10).await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
-    sqlx::raw_sql("CREATE TABLE squares (job_id bigint PRIMARY KEY, n bigint NOT NULL, square bigint NOT NULL)")
+    sqlx::raw_sql("CREATE TABLE tour_squares (job_id bigint PRIMARY KEY, n bigint NOT NULL, square bigint NOT NULL)")
         .execute(&pool)
         .await?;
 
@@ -188,7 +188,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<Result<_, sqlx::Error>>()?;
-    let total: i64 = sqlx::raw_sql("SELECT coalesce(sum(square), 0)::bigint FROM squares")
+    let total: i64 = sqlx::raw_sql("SELECT coalesce(sum(square), 0)::bigint FROM tour_squares")
         .fetch_one(&pool)
         .await?
         .try_get(0)?;

@@ -30,6 +30,10 @@
 //! - **The map names every file** (`map.rs`): docs/architecture.md lists
 //!   every source file of each crate, and no file that is gone.
 //!
+//! - **The first page stays short** (`first_page.rs`): the quickstart is at
+//!   most 40 code lines of the client, and it and dbworker's README example
+//!   hold no `Arc`, `CancellationToken`, `join!`, `expect` or `unwrap`.
+//!
 //! - **The public API is on record** (`public_api.rs`): each library's public
 //!   API, read from its sources, matches its `public-api.txt`, and no public
 //!   item is at two paths but those listed in `public_api_aliases.txt`.
@@ -48,6 +52,7 @@
 
 mod budget_doc;
 mod check;
+mod first_page;
 mod map;
 mod public_api;
 mod scan;
