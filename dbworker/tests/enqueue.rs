@@ -219,6 +219,28 @@ async fn keys_replace_or_keep_a_waiting_job_and_a_processing_one_gives_its_key_u
     assert_eq!(payload(&db, id).await, json!({"n": 2}));
     assert!(delay_of(&db, id).await.unwrap() > 590.0, "run-at kept");
 
+    // PreserveRunAt on a holder that failed before (graphile-worker's rule):
+    // its run-at was a retry's, so it takes the new one, and starts over.
+    sqlx::query("UPDATE jobs SET state = 'errored', num_failures = 1, failure_message = 'boom', process_after = now() + interval '1 day' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let retaken = enqueuer
+        .enqueue(&keyed(2, KeyMode::PreserveRunAt))
+        .await
+        .unwrap();
+    assert_eq!(retaken, Enqueued::Updated(id));
+    let delay = delay_of(&db, id).await.unwrap();
+    assert!(
+        (100.0..130.0).contains(&delay),
+        "the new run-at (2 min), not the retry's: {delay}"
+    );
+    let failures: i32 = db
+        .scalar("SELECT num_failures FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!((db.state(id).await.as_str(), failures), ("queued", 0));
+
     // DedupeOnly: nothing changes.
     let kept = enqueuer
         .enqueue(&keyed(3, KeyMode::DedupeOnly))

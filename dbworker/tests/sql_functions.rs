@@ -228,6 +228,30 @@ async fn add_jobs_enqueues_in_order_and_applies_keys_per_spec() {
         )
         .await;
     assert_eq!(year, 2100.0);
+    // ... unless the holder failed before: that run-at was a retry's.
+    sqlx::query("UPDATE jobs SET state = 'errored', num_failures = 2 WHERE id = $1")
+        .bind(ids[1])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let retaken: Vec<i64> = sqlx::query_scalar(
+        "SELECT * FROM jobs_add_jobs($1, 'preserve_run_at')",
+    )
+    .bind(vec![
+        json!({"fields": {"payload": {"n": 4}}, "job_key": "k", "run_at": "2000-01-01T00:00:00Z"}),
+    ])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(retaken, [ids[1]]);
+    let (year, failures): (f64, i32) = sqlx::query_as(
+        "SELECT EXTRACT(YEAR FROM process_after)::float8, num_failures FROM jobs WHERE id = $1",
+    )
+    .bind(ids[1])
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((year, failures), (2000.0, 0));
     sqlx::query("UPDATE jobs SET state = 'processing' WHERE id = $1")
         .bind(ids[1])
         .execute(&db.pool)

@@ -42,8 +42,15 @@ fn read(path: &str) -> String {
 fn the_quickstart_is_forty_code_lines_of_the_client_and_no_plumbing() {
     let text = read("examples/quickstart.rs");
     let code = code_lines(&text);
-    assert!(code.len() <= 40, "the quickstart has {} code lines", code.len());
-    assert!(text.contains("Client::builder"), "the quickstart uses the client");
+    assert!(
+        code.len() <= 40,
+        "the quickstart has {} code lines",
+        code.len()
+    );
+    assert!(
+        text.contains("Client::builder"),
+        "the quickstart uses the client"
+    );
     assert_eq!(plumbing(&code), Vec::<String>::new());
 }
 
@@ -53,7 +60,10 @@ fn the_readme_example_uses_the_client_and_no_plumbing() {
     let start = readme.find("```rust").expect("a Rust example") + "```rust".len();
     let block = &readme[start..];
     let block = &block[block.find('\n').unwrap_or(0)..block.find("\n```").unwrap_or(block.len())];
-    assert!(block.contains("Client::builder"), "the README uses the client");
+    assert!(
+        block.contains("Client::builder"),
+        "the README uses the client"
+    );
     let code: Vec<&str> = code_lines(block)
         .into_iter()
         // Its table's DDL comes from the ddl module: part of the set-up.

@@ -365,6 +365,13 @@ pub fn enqueue_function_sql(
             lit(&c.failure_message),
             lit(&c.finished_at)
         );
+        // preserve_run_at keeps the run-at, unless the holder failed before:
+        // that run-at was a retry's (like sql::enqueue_keyed).
+        let retaken = format!(
+            "{pa} = CASE WHEN j.{nf} > 0 THEN excluded.{pa} ELSE j.{pa} END",
+            pa = lit(&c.process_after),
+            nf = lit(&c.num_failures),
+        );
         // A processing holder gives the key up to the new job (like sql::release_key).
         let cap = if columns.max_retries {
             format!(
@@ -384,6 +391,9 @@ pub fn enqueue_function_sql(
           FROM jsonb_object_keys(vals) AS k
          WHERE k <> 'job_key' AND (key_mode = 'replace' OR k <> {process_after});
         sets := concat_ws(', ', sets, '{fresh}');
+        IF key_mode = 'preserve_run_at' THEN
+            sets := concat_ws(', ', sets, '{retaken}');
+        END IF;
         -- A live job holds at most one key. A waiting holder takes the new
         -- values (replace, preserve_run_at); a processing one gives up the key
         -- and a new job is inserted; the dedupe modes change nothing.

@@ -202,14 +202,28 @@ pub(super) fn replaced_columns(t: &Table, job: &JobRow<'_>, mode: OnKey) -> Vec<
 }
 
 /// What a replaced holder's state columns become: as if newly enqueued (an
-/// errored holder starts over).
-pub(super) fn as_new(c: &Columns) -> [(Alias, Expr); 4] {
-    [
+/// errored holder starts over). Under `PreserveRunAt` a holder that has
+/// failed before takes the new run time `new_run_at` all the same (as
+/// graphile-worker does): its old one was a retry's, not the schedule the
+/// mode preserves.
+pub(super) fn as_new(c: &Columns, mode: OnKey, new_run_at: Expr) -> Vec<(Alias, Expr)> {
+    let mut values = vec![
         (alias(&c.state), state(JobState::Queued)),
         (alias(&c.num_failures), Expr::val(0)),
         (alias(&c.failure_message), Expr::cust("NULL")),
         (alias(&c.finished_at), Expr::cust("NULL")),
-    ]
+    ];
+    if mode == OnKey::PreserveRunAt {
+        // SET reads the row as it was: these are the holder's old failures.
+        let failed_before = counter(ENQUEUE_ALIAS, &c.num_failures).gt(0);
+        values.push((
+            alias(&c.process_after),
+            Expr::case(failed_before, new_run_at)
+                .finally(col(ENQUEUE_ALIAS, &c.process_after))
+                .into(),
+        ));
+    }
+    values
 }
 
 /// `NOT EXISTS` a failed job with `key`: `UnsafeDedupe` inserts nothing then.
@@ -270,7 +284,11 @@ pub(crate) fn enqueue_keyed(t: &Table, job: &JobRow<'_>, key: &str, mode: OnKey)
         // As if newly enqueued: an errored holder starts over.
         conflict
             .update_columns(updated.iter().map(|c| alias(c)))
-            .values(as_new(c))
+            .values(as_new(
+                c,
+                mode,
+                Expr::cust(format!("\"excluded\".{}", quote(&c.process_after))),
+            ))
             .action_and_where(Expr::cust(format!(
                 "{}.{} IN ('queued', 'errored')",
                 quote(ENQUEUE_ALIAS),

@@ -91,8 +91,13 @@ pub(crate) fn enqueue_keyed_partitioned(
                 .map_or_else(|| Expr::cust("DEFAULT"), |(_, v)| v.clone());
             update.value(alias(column), value);
         }
+        // The new run time, or the column's default (NULL: at once).
+        let new_run_at = row
+            .iter()
+            .find(|(column, _)| *column == c.process_after)
+            .map_or_else(|| Expr::cust("NULL"), |(_, v)| v.clone());
         update
-            .values(as_new(c))
+            .values(as_new(c, mode, new_run_at))
             .and_where(col(ENQUEUE_ALIAS, &c.id).in_subquery(holder_ids))
             .and_where(Expr::cust(format!(
                 "{}.{} IN ('queued', 'errored')",
