@@ -156,7 +156,7 @@ async fn reschedule_sets_only_what_it_is_given() {
 }
 
 #[tokio::test]
-async fn remove_key_deletes_a_waiting_holder_and_leaves_a_processing_one() {
+async fn remove_key_deletes_a_waiting_holder_and_ends_a_processing_ones_retries() {
     let (db, admin) = set_up().await;
     let queued = job(&db, "queued", "a").await;
     let processing = job(&db, "processing", "a").await;
@@ -172,7 +172,16 @@ async fn remove_key_deletes_a_waiting_holder_and_leaves_a_processing_one() {
         admin.remove_key("key-processing-a").await.unwrap(),
         Removed::Processing(processing)
     );
+    // It runs on, but gives up its key, and an error will not be retried:
+    // its limit is its failures so far (graphile-worker's remove_job).
     assert_eq!(db.state(processing).await, "processing");
+    let (key, limit): (Option<String>, Option<i32>) =
+        sqlx::query_as("SELECT job_key, max_retries FROM jobs WHERE id = $1")
+            .bind(processing)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((key, limit), (None, Some(2)), "its two failures so far");
     assert_eq!(
         admin.remove_key("no-such-key").await.unwrap(),
         Removed::NotFound

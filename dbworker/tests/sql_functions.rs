@@ -149,7 +149,7 @@ async fn reschedule_changes_only_the_fields_given() {
 }
 
 #[tokio::test]
-async fn remove_job_deletes_a_waiting_holder_and_reports_a_processing_one() {
+async fn remove_job_deletes_a_waiting_holder_and_ends_a_processing_ones_retries() {
     let db = set_up().await;
     let ids = seed(&db).await;
     let remove = |key: &'static str| {
@@ -170,6 +170,15 @@ async fn remove_job_deletes_a_waiting_holder_and_reports_a_processing_one() {
         [(ids["processing"], "processing".to_owned())]
     );
     assert_eq!(db.state(ids["processing"]).await, "processing");
+    // It runs on without its key, and its limit (4) is now its failures so
+    // far (2): a failure will not be retried.
+    let (key, limit): (Option<String>, i32) =
+        sqlx::query_as("SELECT job_key, max_retries FROM jobs WHERE id = $1")
+            .bind(ids["processing"])
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((key, limit), (None, 2));
     // A finished job holds no key; nothing to remove.
     assert!(remove("key-failed").await.unwrap().is_empty());
     assert_eq!(db.state(ids["failed"]).await, "failed");

@@ -406,9 +406,9 @@ pub(crate) async fn remove(args: RemoveArgs) -> Result<()> {
         .with_context(|| format!("removing the job with key {key:?}"))?
     {
         Removed::Deleted(id) => println!("removed job {id} (key {key:?})"),
-        Removed::Processing(id) => {
-            bail!("job {id} holds key {key:?} but is processing: left alone")
-        }
+        Removed::Processing(id) => println!(
+            "job {id} held key {key:?} and is processing: it runs on without the key, and is not retried if it fails (with a retry-limit column)"
+        ),
         _ => bail!("no queued or errored job holds key {key:?}"),
     }
     Ok(())

@@ -54,7 +54,9 @@ pub struct Admin {
 pub enum Removed {
     /// The waiting (queued or errored) job holding the key was deleted.
     Deleted(i64),
-    /// A processing job holds the key and was left alone.
+    /// A processing job held the key: it runs on, but its key is freed and,
+    /// with a retry-limit column, it will not be retried if it fails
+    /// (graphile-worker's `remove_job` on a locked job).
     Processing(i64),
     /// No live job holds the key.
     NotFound,
@@ -488,7 +490,7 @@ impl Admin {
         if let Some(row) = gone {
             return Ok(Removed::Deleted(row.get("id")));
         }
-        let holder = sql::admin_processing_key_holder(&self.t, key)
+        let holder = sql::release_key(&self.t, key)
             .fetch_optional(&self.pool)
             .await
             .map_err(Error::db("remove"))?;

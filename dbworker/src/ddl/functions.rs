@@ -196,9 +196,10 @@ struct AdminFunction<'a> {
 /// limit column); a negative `num_failures` or `max_retries` is an error.
 /// Each function taking `ids` takes at most [`MAX_FUNCTION_IDS`] (10,000) per
 /// call, and raises an error above. `remove_job` (with the key column) deletes the queued or
-/// errored job holding the key and returns `(id, 'done')`, or returns
-/// `(id, 'processing')` for a processing holder it left alone; no row when no
-/// live job holds the key.
+/// errored job holding the key and returns `(id, 'done')`; a processing
+/// holder runs on but gives up the key and, with the retry-limit column, its
+/// retries (graphile-worker's `remove_job` on a locked job), returning
+/// `(id, 'processing')`; no row when no live job holds the key.
 pub fn admin_functions_sql(
     table_name: &str,
     alternate_column_names: &HashMap<String, String>,
@@ -345,7 +346,8 @@ $dbworker$;
     }
     if columns.keys {
         sql.push_str(&format!(
-            r#"-- {table}: removes the waiting job holding a key; a processing holder is left alone.
+            r#"-- {table}: removes the waiting job holding a key; a processing holder runs on without
+-- the key{cap_note}.
 CREATE OR REPLACE FUNCTION {function}(
     job_key text
 ) RETURNS TABLE (id bigint, outcome text) LANGUAGE plpgsql AS $dbworker$
@@ -359,15 +361,28 @@ BEGIN
         DELETE FROM {table} AS j
          WHERE j."job_key" = job_key AND j.{state} IN ('queued', 'errored')
         RETURNING j.{id} AS gone_id
+    ), released AS (
+        UPDATE {table} AS j SET "job_key" = NULL{cap}
+         WHERE j."job_key" = job_key AND j.{state} = 'processing'
+        RETURNING j.{id} AS released_id
     )
     SELECT g.gone_id::bigint, 'done' FROM gone AS g
     UNION ALL
-    SELECT j.{id}::bigint, 'processing' FROM {table} AS j
-     WHERE j."job_key" = job_key AND j.{state} = 'processing';
+    SELECT r.released_id::bigint, 'processing' FROM released AS r;
 END
 $dbworker$;
 "#,
             function = name("remove_job"),
+            cap = if columns.max_retries {
+                format!(r#", "max_retries" = j.{}"#, quote(&c.num_failures))
+            } else {
+                String::new()
+            },
+            cap_note = if columns.max_retries {
+                " and will not be retried"
+            } else {
+                ""
+            },
         ));
     }
     Ok(sql)

@@ -381,23 +381,6 @@ pub(crate) fn admin_remove_key(a: &Table, key: &str) -> Statement {
     Statement::from(&q)
 }
 
-/// The processing job holding `key`, if any.
-pub(crate) fn admin_processing_key_holder(a: &Table, key: &str) -> Statement {
-    let (t, c) = (&a.table, &a.columns);
-    let key_column = a.key_column.clone().unwrap_or_default();
-    let q = Query::select()
-        .expr_as(
-            Expr::cust(format!("{}.{}::bigint", quote(&t.alias), quote(&c.id))),
-            alias("id"),
-        )
-        .from(table_ref(t))
-        .and_where(col(&t.alias, &key_column).eq(key))
-        .and_where(col(&t.alias, &c.state).eq(state(JobState::Processing)))
-        .limit(1)
-        .to_owned();
-    Statement::from(&q)
-}
-
 /// Jobs that finished (completed, failed, canceled) in the last `window`, per
 /// state: a throughput sample for `dbworker top`. The states are exactly the
 /// predicate of the retention index (`dbworker migration --retention`), so
@@ -516,10 +499,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             admin_reschedule(&a, &[1], &Default::default()),
         ),
         ("admin_remove_key", admin_remove_key(&a, "k")),
-        (
-            "admin_processing_key_holder",
-            admin_processing_key_holder(&a, "k"),
-        ),
         ("admin_recent", admin_recent(&a, Duration::from_secs(300))),
     ]
 }

@@ -53,8 +53,8 @@ mod workflow;
 
 pub(crate) use admin::{
     admin_cancel_waiting, admin_complete, admin_count, admin_delete, admin_estimate, admin_fail,
-    admin_hosts, admin_list, admin_processing_key_holder, admin_recent, admin_remove_key,
-    admin_request_cancel, admin_requeue, admin_reschedule, admin_select_ids, admin_show,
+    admin_hosts, admin_list, admin_recent, admin_remove_key, admin_request_cancel, admin_requeue,
+    admin_reschedule, admin_select_ids, admin_show,
 };
 pub(crate) use admin_search::admin_list_window;
 #[cfg(test)]
