@@ -67,8 +67,9 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
 
     /// How long this job may run, overriding `WorkerOptions::max_runtime_per_job`
     /// when `Some` (a [`KindRegistry`](crate::KindRegistry) answers with its
-    /// kind's). Default `None`: the worker's. `Some(Duration::ZERO)` would
-    /// time the job out at once: the worker logs a warning and uses its own.
+    /// kind's). Default `None`: the worker's; `Some(Duration::MAX)`: no limit
+    /// at all. `Some(Duration::ZERO)` would time the job out at once: the
+    /// worker logs a warning and uses its own.
     fn max_runtime(&self, _record: &S::Record) -> Option<std::time::Duration> {
         None
     }

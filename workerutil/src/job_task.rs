@@ -183,7 +183,11 @@ async fn execute<S: Store, H: Handler<S>>(
         }
         !max.is_zero()
     });
-    let max_runtime = own.or(shared.options.max_runtime_per_job);
+    // `Duration::MAX` (`KindOptions::no_timeout`) opts out of the worker's
+    // limit: no deadline at all.
+    let max_runtime = own
+        .or(shared.options.max_runtime_per_job)
+        .filter(|max| *max != Duration::MAX);
     let started = Instant::now();
     let outcome = tokio::select! {
         // A handler that finished wins over a cancellation that fired at the same time.
@@ -212,7 +216,7 @@ async fn execute<S: Store, H: Handler<S>>(
             }
         },
         _ = running.token.cancelled() => canceled_outcome(shared, running),
-        _ = sleep_until_opt(max_runtime.map(|d| started + d)) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
+        _ = sleep_until_opt(max_runtime.and_then(|d| started.checked_add(d))) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
     };
     // Anything the handler spawned with the token should stop too.
     running.token.cancel();

@@ -120,7 +120,8 @@ pub struct KindRegistry<S: Store> {
 #[non_exhaustive]
 pub struct KindOptions {
     /// How long one of its jobs may run before it times out (as
-    /// `WorkerOptions::max_runtime_per_job`). `None`: the worker's.
+    /// `WorkerOptions::max_runtime_per_job`). `None`: the worker's;
+    /// `Duration::MAX`: no limit ([`KindOptions::no_timeout`]).
     pub max_runtime: Option<Duration>,
     /// How its errored jobs are retried (the delay and how many times),
     /// overriding the store's policy; a job's own retry limit (a `max_retries`
@@ -133,6 +134,14 @@ impl KindOptions {
     /// Jobs of the kind time out after `max_runtime`.
     pub fn max_runtime(max_runtime: Duration) -> KindOptions {
         KindOptions::default().with_max_runtime(max_runtime)
+    }
+
+    /// Jobs of the kind run without a time limit, whatever the worker's
+    /// `max_runtime_per_job` (River's `Timeout() == -1`): for a kind whose
+    /// jobs legitimately run for hours. Cancellation, a lost lease and a
+    /// shutdown still stop them.
+    pub fn no_timeout() -> KindOptions {
+        KindOptions::default().with_max_runtime(Duration::MAX)
     }
 
     /// Jobs of the kind are retried as `retry` says.

@@ -194,6 +194,37 @@ async fn a_kind_may_set_its_own_maximum_runtime() {
     assert!(failure.contains("50ms"), "{failure}");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_kind_may_opt_out_of_the_workers_timeout() {
+    use std::time::Duration;
+    use workerutil::KindOptions;
+    // The worker lets jobs run 50 ms; "import" jobs as long as they take.
+    let store = store(&[(1, "import"), (2, "email")]);
+    let registry = KindRegistry::new(|t: &Task| t.kind)
+        .register_with(
+            "import",
+            Sleeps(Duration::from_secs(3600)),
+            KindOptions::no_timeout(),
+        )
+        .unwrap()
+        .register("email", Sleeps(Duration::from_secs(3600)))
+        .unwrap();
+    let mut o = options(2);
+    o.max_runtime_per_job = Some(Duration::from_millis(50));
+    let summary = Worker::new(store.clone(), registry, o).unwrap().run().await;
+    assert_eq!(summary.dequeued, 2);
+    assert_eq!(
+        store.state(1),
+        Some(JobState::Completed),
+        "the import ran its hour"
+    );
+    assert_ne!(
+        store.state(2),
+        Some(JobState::Completed),
+        "the email timed out"
+    );
+}
+
 /// The series of `name` as `labels=value` lines, sorted.
 fn series(
     snapshot: metrics_util::debugging::Snapshot,

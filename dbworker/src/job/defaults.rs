@@ -45,7 +45,8 @@ pub struct JobDefaults {
     /// (the default): the store's.
     pub retry: Option<RetryPolicy>,
     /// How long one job may run before it times out, overriding the worker's
-    /// `max_runtime_per_job`. Positive. `None` (the default): the worker's.
+    /// `max_runtime_per_job`. Positive. `None` (the default): the worker's;
+    /// `Duration::MAX` ([`no_timeout`](Self::no_timeout)): no limit.
     pub timeout: Option<Duration>,
 }
 
@@ -83,6 +84,12 @@ impl JobDefaults {
     pub fn timeout(mut self, timeout: Duration) -> JobDefaults {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Jobs of the kind run without a time limit, whatever the worker's
+    /// (River's `-1`): `timeout` becomes `Duration::MAX`.
+    pub fn no_timeout(self) -> JobDefaults {
+        self.timeout(Duration::MAX)
     }
 
     /// Checks every field; the error names the first bad one.
