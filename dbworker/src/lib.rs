@@ -1,10 +1,11 @@
 //! `dbworker`: background workers over your own PostgreSQL job tables.
 //!
-//! The crate's documentation is its guide (below, from `docs/guide.md` in
-//! this crate); the operations manual is [`operations`];
+//! This page is the short tour (`docs/front.md` in this crate); the book is
+//! the [`guide`], the operations manual [`operations`];
 //! [architecture.md](https://github.com/dbworker/dbworker/blob/main/docs/architecture.md)
 //! in the repository maps the code.
-#![doc = include_str!("../docs/guide.md")]
+//!
+#![doc = include_str!("../docs/front.md")]
 // docs.rs (`[package.metadata.docs.rs]`) labels feature-gated items.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -73,6 +74,9 @@ pub use table::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, 
 pub use worker::new_worker;
 
 pub use workerutil;
+
+#[doc = include_str!("../docs/guide.md")]
+pub mod guide {}
 
 #[doc = include_str!("../docs/operations.md")]
 pub mod operations {}
