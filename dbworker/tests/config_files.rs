@@ -12,8 +12,8 @@ use workerutil::{RetryPolicy, WorkerOptions};
 use dbworker::control::PausesOptions;
 use dbworker::cron::SchedulerOptions;
 use dbworker::{
-    ClaimOptions, DEFAULT_CONNECT_TIMEOUT, Error, ForbiddenFlags, Handling, JobTableOptions,
-    ResetterOptions, StallOptions, StoreOptions,
+    ClaimOptions, Error, ForbiddenFlags, Handling, JobTableOptions, ResetterOptions, StallOptions,
+    StoreOptions,
 };
 use dbworker::{
     DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE, Listen,
@@ -107,7 +107,6 @@ fn a_config_file_sets_only_what_it_names() {
         matches!(&s.claim.forbidden_flags, Some(ForbiddenFlags::Fixed(f)) if f == &["gpu", "slow-api"])
     );
     assert_eq!(s.listen, Listen::TableChannel);
-    assert_eq!(s.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
     assert_eq!(s.max_result_bytes, DEFAULT_MAX_RESULT_BYTES);
     assert!(s.column_expressions.is_empty());
 

@@ -185,12 +185,13 @@ async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() 
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     assert!(err.contains("connect timeout of 300ms"), "{err}");
 
-    // A store probes the server again with its own connect timeout: a table
-    // checked on a reachable database, the store's pool to the silent one.
+    // A store probes the server again with its table's connect timeout: a
+    // table checked on a reachable database, the store's pool to the silent one.
     let db = Db::new().await;
-    let table = db.table().await;
-    let mut o = Db::options_for_tests();
-    o.connect_timeout = Duration::from_millis(300);
+    let table = db
+        .table_with(|t| t.connect_timeout = Duration::from_millis(300))
+        .await;
+    let o = Db::options_for_tests();
     let start = Instant::now();
     let err = DbStore::new(
         &lazy_pool(PgConnectOptions::new().host("127.0.0.1").port(port)),

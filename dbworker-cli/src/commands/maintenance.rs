@@ -135,7 +135,6 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
     options.stall.max_num_resets = args.max_num_resets;
     options.stall.reset_failure_message = args.reset_failure_message;
     options.interval = args.interval;
-    options.connect_timeout = args.target.database.connect_timeout()?;
     options.node_table = args.registry.node_table.clone();
     options.dead_after = args.registry.dead_after;
     options.validate()?;

@@ -15,7 +15,7 @@ use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
 use crate::service::{Next, Pass, Runner};
 use crate::sql::Table;
 use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass};
-use crate::table::{DEFAULT_CONNECT_TIMEOUT, JobTable};
+use crate::table::JobTable;
 
 /// How a resetter runs; the table comes from its [`JobTable`].
 ///
@@ -34,10 +34,6 @@ pub struct ResetterOptions {
     /// Time between passes. Default 30 s.
     #[serde(with = "workerutil::duration")]
     pub interval: Duration,
-    /// How long [`Resetter::check`] waits for a connection before reporting the
-    /// server unreachable with the real cause. Default 5 s.
-    #[serde(with = "workerutil::duration")]
-    pub connect_timeout: Duration,
     /// The worker registry (`dbworker migration --nodes`): processing jobs
     /// whose `worker_hostname` names a process dead for `dead_after` are
     /// requeued at once, without waiting for `stalled_max_age` (rows a live
@@ -56,7 +52,6 @@ impl Default for ResetterOptions {
             name: "resetter".to_owned(),
             stall: StallOptions::default(),
             interval: Duration::from_secs(30),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             node_table: None,
             dead_after: Duration::from_secs(10),
         }
@@ -73,13 +68,11 @@ impl ResetterOptions {
     }
 
     /// Options for a resetter of `store`'s table: named after it, with its
-    /// stall settings and connect timeout, so the two agree on when a job is
-    /// stalled.
+    /// stall settings, so the two agree on when a job is stalled.
     pub fn for_store<R: workerutil::Record>(store: &DbStore<R>) -> Self {
         ResetterOptions {
             name: format!("{}_resetter", store.name()),
             stall: store.stall(),
-            connect_timeout: store.resolved().connect_timeout,
             ..ResetterOptions::default()
         }
     }
@@ -96,9 +89,6 @@ impl ResetterOptions {
         self.stall.validate()?;
         if self.interval.is_zero() {
             return Err(invalid("interval", "must be positive"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(invalid("connect_timeout", "must be positive"));
         }
         if let Some(t) = &self.node_table {
             dead_nodes(t, self.dead_after)?;
@@ -161,7 +151,7 @@ impl Resetter {
             pool: pool.clone(),
             name: options.name,
             interval: options.interval,
-            connect_timeout: options.connect_timeout,
+            connect_timeout: table.connect_timeout(),
             config,
             table: table.sql().clone(),
         };

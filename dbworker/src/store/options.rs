@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::notify::Listen;
 use crate::retry::RetryPolicy;
 use crate::sql::{PerJob, StoreParams};
-use crate::table::{DEFAULT_CONNECT_TIMEOUT, JobTable};
+use crate::table::JobTable;
 
 use super::ForbiddenFlags;
 use super::resolved::Resolved;
@@ -117,11 +117,6 @@ pub struct StoreOptions<R> {
     /// Default [`Listen::Off`].
     #[serde(default)]
     pub listen: Listen,
-    /// How long `DbStore::new` (and the listener) wait for a connection before
-    /// reporting the server unreachable, with the real cause (refused, name
-    /// lookup, authentication) and `host:port`. Default 5 s.
-    #[serde(default = "default_connect_timeout", with = "workerutil::duration")]
-    pub connect_timeout: Duration,
     /// With the table's `result_column`: the largest result, in bytes of its
     /// JSON text. A larger one is refused by `set_result`, and fails the job
     /// with a message naming its size and the cap. Default
@@ -133,10 +128,6 @@ pub struct StoreOptions<R> {
 /// The defaults of the `StoreOptions` fields a config file leaves out.
 fn default_max_num_retries() -> u32 {
     DEFAULT_MAX_NUM_RETRIES
-}
-
-fn default_connect_timeout() -> Duration {
-    DEFAULT_CONNECT_TIMEOUT
 }
 
 fn default_max_result_bytes() -> usize {
@@ -287,7 +278,6 @@ impl<R> fmt::Debug for StoreOptions<R> {
             .field("stall", &self.stall)
             .field("claim", &self.claim)
             .field("listen", &self.listen)
-            .field("connect_timeout", &self.connect_timeout)
             .field("max_result_bytes", &self.max_result_bytes)
             .finish_non_exhaustive()
     }
@@ -305,7 +295,6 @@ impl<R> Clone for StoreOptions<R> {
             stall: self.stall.clone(),
             claim: self.claim.clone(),
             listen: self.listen.clone(),
-            connect_timeout: self.connect_timeout,
             max_result_bytes: self.max_result_bytes,
         }
     }
@@ -342,7 +331,6 @@ impl<R> StoreOptions<R> {
             stall: StallOptions::default(),
             claim: ClaimOptions::default(),
             listen: Listen::Off,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
@@ -385,9 +373,6 @@ impl<R> StoreOptions<R> {
         }
         if let Some(flags) = &c.forbidden_flags {
             flags.check()?;
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(invalid("connect_timeout", "must be positive"));
         }
         if let Listen::Channel(name) = &self.listen
             && !crate::columns::is_identifier(name)
@@ -453,7 +438,7 @@ impl<R> StoreOptions<R> {
             handling: self.handling,
             claim_cursor,
             listen_channel,
-            connect_timeout: self.connect_timeout,
+            connect_timeout: table.connect_timeout(),
         })
     }
 }

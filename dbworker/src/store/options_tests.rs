@@ -152,10 +152,6 @@ fn each_bad_field_is_named() {
             Box::new(|o| o.claim.claim_cursor = Some(Duration::from_millis(1))),
         ),
         (
-            "connect_timeout",
-            Box::new(|o| o.connect_timeout = Duration::ZERO),
-        ),
-        (
             "listen",
             Box::new(|o| o.listen = Listen::Channel("no spaces".into())),
         ),

@@ -133,8 +133,9 @@ pub struct JobTableOptions {
     /// With `limit_table`: the column whose value keys per-key limits.
     #[serde(default)]
     pub limit_key_column: Option<String>,
-    /// How long the check waits for a connection before reporting the server
-    /// unreachable, with the cause and `host:port`. Default 5 s.
+    /// How long the checks wait for a connection before reporting the server
+    /// unreachable, with the cause and `host:port`: this one's, and those of
+    /// every service built on the table (store, resetter, ...). Default 5 s.
     #[serde(default = "default_connect_timeout", with = "workerutil::duration")]
     pub connect_timeout: Duration,
 }
@@ -147,10 +148,11 @@ fn default_connect_timeout() -> Duration {
     DEFAULT_CONNECT_TIMEOUT
 }
 
-impl Default for JobTableOptions {
-    fn default() -> Self {
+impl JobTableOptions {
+    /// `table_name` with the standard columns and no optional one.
+    pub fn new(table_name: impl Into<String>) -> JobTableOptions {
         JobTableOptions {
-            table_name: String::new(),
+            table_name: table_name.into(),
             view_name: None,
             alternate_column_names: HashMap::new(),
             detect: false,
@@ -169,16 +171,6 @@ impl Default for JobTableOptions {
             limit_table: None,
             limit_key_column: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-        }
-    }
-}
-
-impl JobTableOptions {
-    /// `table_name` with the standard columns and no optional one.
-    pub fn new(table_name: impl Into<String>) -> JobTableOptions {
-        JobTableOptions {
-            table_name: table_name.into(),
-            ..JobTableOptions::default()
         }
     }
 
@@ -307,6 +299,8 @@ impl JobTableOptions {
 #[derive(Clone)]
 pub struct JobTable {
     t: Arc<Table>,
+    /// How long every start-up check over this table waits for a connection.
+    connect_timeout: Duration,
 }
 
 impl fmt::Debug for JobTable {
@@ -336,7 +330,17 @@ impl JobTable {
         let mut t = options.resolve()?;
         crate::schema_check::probe_connection(pool, options.connect_timeout).await?;
         check::check(pool, &mut t, options.detect).await?;
-        Ok(JobTable { t: Arc::new(t) })
+        Ok(JobTable {
+            t: Arc::new(t),
+            connect_timeout: options.connect_timeout,
+        })
+    }
+
+    /// How long the start-up checks of every service over this table wait
+    /// for a connection ([`JobTableOptions::connect_timeout`]): the one
+    /// connect timeout of a table's services.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// The table's name as written in SQL (schema-qualified when it was).
@@ -418,6 +422,7 @@ impl JobTable {
     pub(crate) fn unchecked(options: JobTableOptions) -> Result<JobTable> {
         Ok(JobTable {
             t: Arc::new(options.resolve()?),
+            connect_timeout: options.connect_timeout,
         })
     }
 }
