@@ -98,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .register("build_report", BuildReport)?;
     let mut wo = WorkerOptions::new("app");
     wo.interval = Duration::from_millis(50);
-    let options = QueueWorkersOptions::new(wo, "j.queue")
+    let options = QueueWorkersOptions::new(wo)
         .queue("emails", 4)
         .queue("reports", 1);
     let workers = QueueWorkers::new(store, registry, options)?;

@@ -21,18 +21,21 @@ pub struct QueueWorkersOptions {
     /// `<name>:<queue>`, and handler count).
     pub worker: WorkerOptions,
     /// The queue column over the view's (or table's) alias, e.g. `"j.queue"`.
-    pub queue_column: String,
+    /// `None` (the default): the store's table's
+    /// [`queue_column`](crate::JobTableOptions::queue_column), which the
+    /// `JobTable` knows.
+    pub queue_column: Option<String>,
     /// `(queue, handlers)`: each queue served, with its handler count.
     pub queues: Vec<(String, usize)>,
 }
 
 impl QueueWorkersOptions {
-    /// Workers with `worker` options over `queue_column`; add queues with
-    /// [`queue`](Self::queue).
-    pub fn new(worker: WorkerOptions, queue_column: impl Into<String>) -> QueueWorkersOptions {
+    /// Workers with `worker` options over the table's queue column; add
+    /// queues with [`queue`](Self::queue).
+    pub fn new(worker: WorkerOptions) -> QueueWorkersOptions {
         QueueWorkersOptions {
             worker,
-            queue_column: queue_column.into(),
+            queue_column: None,
             queues: Vec::new(),
         }
     }
@@ -52,10 +55,12 @@ impl QueueWorkersOptions {
         if self.queues.is_empty() {
             return Err(invalid("name at least one queue".into()));
         }
-        if parse_dotted(&self.queue_column).is_none() {
+        if let Some(column) = &self.queue_column
+            && parse_dotted(column).is_none()
+        {
             return Err(Error::InvalidOption {
                 field: "queue_column",
-                reason: format!("{:?} is not `alias.column`", self.queue_column),
+                reason: format!("{column:?} is not `alias.column`"),
             });
         }
         for (i, (queue, _)) in self.queues.iter().enumerate() {
@@ -90,7 +95,7 @@ impl QueueWorkersOptions {
 /// # struct Send;
 /// # impl Handler<DbStore<Job>> for Send { async fn handle(&self, _: &mut DbJob<Job>, _: &JobContext<DbStore<Job>>) -> Result<(), HandlerError> { Ok(()) } }
 /// # async fn f(store: Arc<DbStore<Job>>) -> Result<(), dbworker::Error> {
-/// let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+/// let options = QueueWorkersOptions::new(WorkerOptions::new("app"))
 ///     .queue("emails", 4)
 ///     .queue("reports", 1);
 /// let workers = QueueWorkers::new(store, Send, options)?;
@@ -123,6 +128,12 @@ impl<R: Record, H: Handler<DbStore<R>>> QueueWorkers<R, H> {
         } = options;
         let queues: Vec<(&str, usize)> = queues.iter().map(|(q, n)| (q.as_str(), *n)).collect();
         let queues = queues.as_slice();
+        let Some(queue_column) = queue_column.or_else(|| store.queue_claim_column()) else {
+            return Err(Error::InvalidOption {
+                field: "queue_column",
+                reason: "named queues need the table's queue column (JobTableOptions::queue_column; `dbworker migration --queue` adds it)".into(),
+            });
+        };
         let queue_column = queue_column.as_str();
         Self::check_pool(&store, &options, queues)?;
         let handler = Arc::new(handler);

@@ -323,7 +323,7 @@ async fn a_queue_or_hostname_holding_nul_is_refused_naming_it() {
         o.heartbeat_failure_limit = Some(Duration::from_secs(2));
         o
     };
-    let options = QueueWorkersOptions::new(worker("q"), "j.queue")
+    let options = QueueWorkersOptions::new(worker("q"))
         .queue("mail", 1)
         .queue("a\0b", 1);
     let err = QueueWorkers::new(store.clone(), Completes, options)

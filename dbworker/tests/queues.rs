@@ -81,7 +81,7 @@ async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
     enqueuer.enqueue_many(&jobs).await.unwrap();
 
     let tracker = Arc::new(Tracker::default());
-    let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app"))
         .queue("emails", 3)
         .queue("reports", 1);
     let workers = QueueWorkers::new(store, tracker.clone(), options).unwrap();
@@ -110,7 +110,7 @@ async fn the_pool_must_serve_every_queue_at_once() {
     let (db, table, _) = set_up().await;
     let small = db.db.pool(6).await.unwrap();
     let store = Arc::new(DbStore::new(&small, &table, store_options()).await.unwrap());
-    let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app"))
         .queue("emails", 3)
         .queue("reports", 1);
     let err = QueueWorkers::new(store.clone(), Tracker::default(), options).unwrap_err();
@@ -119,9 +119,38 @@ async fn the_pool_must_serve_every_queue_at_once() {
         matches!(err, Error::PoolTooSmall { needed: 8, .. }),
         "{err}"
     );
-    let options = QueueWorkersOptions::new(WorkerOptions::new("app"), "j.queue")
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app"))
         .queue("emails", 1)
         .queue("emails", 1);
     let err = QueueWorkers::new(store, Tracker::default(), options).unwrap_err();
     assert!(err.to_string().contains("named twice"), "{err}");
+}
+
+#[tokio::test]
+async fn the_queue_column_comes_from_the_table_and_a_table_without_one_is_refused() {
+    // The store's table names no queue column: nothing to claim by.
+    let db = Db::new().await;
+    db.add_columns(|c| c.queue = true, &[]).await;
+    let table = db.table().await;
+    let store = Arc::new(
+        DbStore::new(&db.pool, &table, store_options())
+            .await
+            .unwrap(),
+    );
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app")).queue("emails", 1);
+    let err = QueueWorkers::new(store, Tracker::default(), options).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::InvalidOption {
+                field: "queue_column",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("JobTableOptions::queue_column"),
+        "{err}"
+    );
 }

@@ -305,6 +305,19 @@ impl<R: Record> DbStore<R> {
         self.options.payload_column.as_deref()
     }
 
+    /// The table's queue column over the alias claims read (`"j"."queue"`),
+    /// if it has one.
+    pub(crate) fn queue_claim_column(&self) -> Option<String> {
+        let t = &self.options.sql.shared;
+        let column = t.queue_column.as_deref()?;
+        let relation = t.view.as_ref().unwrap_or(&t.table);
+        Some(format!(
+            "{}.{}",
+            crate::columns::quote(&relation.alias),
+            crate::columns::quote(column)
+        ))
+    }
+
     pub(crate) fn resolved(&self) -> &Arc<Resolved> {
         &self.options
     }
