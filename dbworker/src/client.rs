@@ -70,6 +70,7 @@ pub struct ClientBuilder {
     handlers: Result<Handlers>,
     store: Option<StoreOptions<TypedJob>>,
     options: ClientOptions,
+    services: Vec<Starter>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -86,6 +87,14 @@ impl ClientBuilder {
     /// aliases).
     pub fn handler<H: JobHandler>(mut self, handler: H) -> ClientBuilder {
         self.handlers = self.handlers.and_then(|h| h.with(handler));
+        self
+    }
+
+    /// Runs `service` (a cron [`Scheduler`](crate::cron::Scheduler), the
+    /// [`History`](crate::history::History), one of yours) with the client:
+    /// started by [`Client::start`], stopped by [`Client::shutdown`].
+    pub fn service(mut self, service: impl Service) -> ClientBuilder {
+        self.services.push(starter(service));
         self
     }
 
@@ -135,10 +144,13 @@ impl ClientBuilder {
             ro.name = o.worker.name.clone();
         }
         let resetter = Resetter::new(&self.pool, &self.table, ro).await?;
-        let purger = match &o.purge {
-            Some(po) => Some(Purger::new(&self.pool, &self.table, po.clone()).await?),
-            None => None,
-        };
+        let mut services = vec![starter(resetter)];
+        if let Some(po) = &o.purge {
+            services.push(starter(
+                Purger::new(&self.pool, &self.table, po.clone()).await?,
+            ));
+        }
+        services.extend(self.services);
         let store = Arc::new(store);
         // Claims only the kinds this client handles, over the read alias.
         let (alias, _) = self.table.read_alias_and_id();
@@ -158,8 +170,7 @@ impl ClientBuilder {
             stop: CancellationToken::new(),
             parts: Mutex::new(Parts::Built {
                 worker: Box::new(worker),
-                resetter: Box::new(resetter),
-                purger: purger.map(Box::new),
+                services,
             }),
         })
     }
@@ -187,14 +198,15 @@ fn typed_select(table: &JobTable) -> Result<Vec<String>> {
 }
 
 type Worker_ = Worker<DbStore<TypedJob>, Handlers>;
-/// A client's parts before it starts: the worker, the resetter, the purger.
-type BuiltParts = (Box<Worker_>, Box<Resetter>, Option<Box<Purger>>);
+/// Spawns a service on the runtime, to run until the token fires.
+type Starter = Box<dyn FnOnce(CancellationToken) -> JoinHandle<()> + Send>;
+/// A client's parts before it starts: the worker and its services.
+type BuiltParts = (Box<Worker_>, Vec<Starter>);
 
 enum Parts {
     Built {
         worker: Box<Worker_>,
-        resetter: Box<Resetter>,
-        purger: Option<Box<Purger>>,
+        services: Vec<Starter>,
     },
     Running {
         worker: JoinHandle<WorkerSummary>,
@@ -257,6 +269,7 @@ impl Client {
             handlers: Ok(Handlers::new()),
             store: None,
             options: ClientOptions::default(),
+            services: Vec::new(),
         }
     }
 
@@ -299,8 +312,8 @@ impl Client {
     /// returns at once. Refused if the client was started already.
     pub fn start(&self) -> Result<()> {
         let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
-        let (worker, resetter, purger) = take_built(&mut parts, "start")?;
-        let services = self.spawn_services(resetter, purger);
+        let (worker, services) = take_built(&mut parts, "start")?;
+        let services = self.spawn_services(services);
         *parts = Parts::Running {
             worker: tokio::spawn(worker.run()),
             services,
@@ -312,11 +325,11 @@ impl Client {
     /// then stops them all: for scripts, tests and batch runs. Refused if
     /// the client was started already.
     pub async fn run_until_empty(&self) -> Result<WorkerSummary> {
-        let (worker, resetter, purger) = {
+        let (worker, services) = {
             let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
             take_built(&mut parts, "run_until_empty")?
         };
-        let services = self.spawn_services(resetter, purger);
+        let services = self.spawn_services(services);
         let summary = worker.run_until_empty().await;
         self.stop.cancel();
         join_services(services).await;
@@ -350,16 +363,11 @@ impl Client {
         Ok(summary)
     }
 
-    fn spawn_services(
-        &self,
-        resetter: Box<Resetter>,
-        purger: Option<Box<Purger>>,
-    ) -> Vec<JoinHandle<()>> {
-        let mut services = vec![spawn(*resetter, self.stop.clone())];
-        if let Some(purger) = purger {
-            services.push(spawn(*purger, self.stop.clone()));
-        }
+    fn spawn_services(&self, services: Vec<Starter>) -> Vec<JoinHandle<()>> {
         services
+            .into_iter()
+            .map(|start| start(self.stop.clone()))
+            .collect()
     }
 }
 
@@ -367,11 +375,7 @@ impl Client {
 /// they are) once it was.
 fn take_built(parts: &mut Parts, what: &'static str) -> Result<BuiltParts> {
     match std::mem::replace(parts, Parts::Stopped) {
-        Parts::Built {
-            worker,
-            resetter,
-            purger,
-        } => Ok((worker, resetter, purger)),
+        Parts::Built { worker, services } => Ok((worker, services)),
         other => {
             *parts = other;
             Err(Error::InvalidOption {
@@ -382,12 +386,15 @@ fn take_built(parts: &mut Parts, what: &'static str) -> Result<BuiltParts> {
     }
 }
 
-/// Runs `service` on its own task; an error is logged with its name.
-fn spawn(service: impl Service, stop: CancellationToken) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        if let Err(err) = service.run(stop).await {
-            tracing::error!(service = service.name(), error = %err, "a client's service stopped");
-        }
+/// `service`, to run on its own task when the client starts; an error is
+/// logged with its name.
+fn starter(service: impl Service) -> Starter {
+    Box::new(move |stop| {
+        tokio::spawn(async move {
+            if let Err(err) = service.run(stop).await {
+                tracing::error!(service = service.name(), error = %err, "a client's service stopped");
+            }
+        })
     })
 }
 

@@ -866,3 +866,41 @@ async fn a_job_its_handler_cancels_is_canceled_with_the_reason_and_its_writes_un
         .await;
     assert_eq!(written, 0, "the attempt's writes are rolled back");
 }
+
+/// A service of the application's, run with the client.
+struct Watcher(Arc<Mutex<Vec<&'static str>>>);
+impl dbworker::Service for Watcher {
+    fn name(&self) -> &str {
+        "watcher"
+    }
+
+    async fn run(&self, stop: tokio_util::sync::CancellationToken) -> dbworker::Result<()> {
+        self.0.lock().unwrap().push("started");
+        stop.cancelled().await;
+        self.0.lock().unwrap().push("stopped");
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_client_runs_the_services_it_is_given_and_stops_them_with_itself() {
+    let db = set_up().await;
+    let table = table(&db).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let client = dbworker::Client::builder(&db.pool, &table)
+        .handler(Summer(Seen::default()))
+        .service(Watcher(seen.clone()))
+        .build()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(seen.lock().unwrap().is_empty(), "not before start");
+    client.start().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    client.shutdown().await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["started", "stopped"]);
+}
