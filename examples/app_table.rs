@@ -90,14 +90,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let table = JobTable::new(&pool, table_options).await?;
 
     // Step 3: the columns to read, how to scan them, and the store.
-    let mut options =
-        StoreOptions::new("example_job_worker_store", |row: &sqlx::postgres::PgRow| {
-            Ok(IndexJob {
-                id: row.try_get(0)?,
-                repository_id: row.try_get(1)?,
-                repository_name: row.try_get(2)?,
-            })
-        });
+    let scan = |row: &sqlx::postgres::PgRow| {
+        Ok(IndexJob {
+            id: row.try_get(0)?,
+            repository_id: row.try_get(1)?,
+            repository_name: row.try_get(2)?,
+        })
+    };
+    let mut options = StoreOptions::new("example_job_worker_store");
     options.column_expressions = vec![
         "v.id".into(),
         "v.repository_id".into(),
@@ -106,7 +106,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     options.claim.order_by = Some("v.repository_id, v.id".into());
     options.stall.max_num_resets = 5;
     options.stall.stalled_max_age = Duration::from_secs(5);
-    let store = Arc::new(DbStore::new(&pool, &table, options).await?);
+    let store = Arc::new(DbStore::with_scan(&pool, &table, options, scan).await?);
 
     // Step 4: the worker; one handler so the order is easy to see.
     let mut worker_options = WorkerOptions::new("example_job_worker");

@@ -133,7 +133,7 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     let node = Node::new(&pool, no).await?;
     println!("node {}", node.id());
     let beat = tokio::spawn(node.clone().run(stop.clone()));
-    let mut so = StoreOptions::<Job>::from_row("jobs");
+    let mut so = StoreOptions::new("jobs");
     so.column_expressions = vec!["j.id".into()];
     so.handling = Handling::Transactional;
     so.stall.stalled_max_age = Duration::from_secs(30);

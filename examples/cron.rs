@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }));
     }
 
-    let mut so = StoreOptions::<Job>::from_row("cron");
+    let mut so = StoreOptions::new("cron");
     so.column_expressions = vec!["j.id".into()];
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("cron-example");

@@ -123,7 +123,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(matches!(outcomes[2], Enqueued::Updated(id) if id == outcomes[0].id()));
 
     // The worker takes the highest priority first (the generated index serves it).
-    let mut store_options = StoreOptions::<MailJob>::from_row("mailer");
+    let mut store_options = StoreOptions::new("mailer");
     store_options.handling = Handling::Heartbeat;
     store_options.claim.order_by = Some("j.priority DESC, j.id".into());
     let store = Arc::new(DbStore::new(&pool, &table, store_options).await?);

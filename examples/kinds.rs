@@ -90,7 +90,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     jobs.push(NewJob::new().kind("send_sms").queue("emails"));
     enqueuer.enqueue_many(&jobs).await?;
 
-    let mut so = StoreOptions::<Job>::from_row("app");
+    let mut so = StoreOptions::new("app");
     so.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())

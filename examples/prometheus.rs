@@ -84,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }));
     enqueuer.enqueue_many(&jobs).await?;
 
-    let mut so = StoreOptions::<Job>::from_row("jobs");
+    let mut so = StoreOptions::new("jobs");
     so.column_expressions = vec!["j.id".into(), "j.kind".into()];
     so.max_num_retries = 0;
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);

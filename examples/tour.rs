@@ -115,7 +115,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The job table, described and checked once; the client enqueues into it
     // and runs its worker and resetter.
     let table = JobTable::new(&pool, JobTableOptions::typed("example_jobs j")).await?;
-    let mut store = StoreOptions::<TypedJob>::from_row("tour_store");
+    let mut store = StoreOptions::new("tour_store");
     store.stall.stalled_max_age = Duration::from_secs(5);
     // Wake the worker with LISTEN/NOTIFY (the trigger is in migrations/0002).
     store.listen = Listen::TableChannel;

@@ -64,7 +64,7 @@ async fn run_worker(
     ran: &Arc<Mutex<Vec<String>>>,
     jobs: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let mut options = StoreOptions::<Step>::from_row("steps");
+    let mut options = StoreOptions::new("steps");
     options.handling = Handling::Transactional;
     options.max_num_retries = 0;
     let store = Arc::new(DbStore::new(pool, table, options).await?);

@@ -134,8 +134,8 @@ pub(crate) async fn job_table(pool: &sqlx::PgPool) -> Result<JobTable> {
 }
 
 /// Store options for the bench table in `mode`.
-pub(crate) fn store_options(mode: Mode) -> StoreOptions<BenchJob> {
-    let mut options = StoreOptions::<BenchJob>::from_row("bench");
+pub(crate) fn store_options(mode: Mode) -> StoreOptions {
+    let mut options = StoreOptions::new("bench");
     options.column_expressions = vec!["j.id".into()];
     options.handling = match mode {
         Mode::Heartbeat => Handling::Heartbeat,

@@ -14,7 +14,7 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
 use workerutil::WorkerOptions;
 
 use crate::db::{Bench, Mode, TABLE};
-use crate::framework::{self, BenchJob, NoOp, Progress, Starts};
+use crate::framework::{self, NoOp, Progress, Starts};
 use crate::table::{Table, ms};
 use crate::{Result, progress};
 
@@ -41,7 +41,7 @@ pub(crate) struct Latency {
 /// run is labelled accordingly).
 pub(crate) async fn enable_notify(
     pool: &PgPool,
-    store: &mut StoreOptions<BenchJob>,
+    store: &mut StoreOptions,
     worker: &mut WorkerOptions,
 ) -> Result<bool> {
     let trigger = dbworker::ddl::notify_trigger_sql(TABLE, &Default::default(), None)?;
@@ -164,7 +164,7 @@ struct Waiting {
 impl Waiting {
     async fn start(
         pool: &PgPool,
-        store_options: StoreOptions<BenchJob>,
+        store_options: StoreOptions,
         worker_options: WorkerOptions,
     ) -> Result<Waiting> {
         let table = framework::job_table(pool).await?;

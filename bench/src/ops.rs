@@ -130,7 +130,7 @@ pub(crate) async fn burn(
                 new_worker(store, handler, options)?.run().await
             }
             Variant::Kinds => {
-                let mut o = StoreOptions::<KindJob>::from_row("bench");
+                let mut o = StoreOptions::new("bench");
                 o.column_expressions = vec!["j.id".into(), "j.kind".into()];
                 o.handling = Handling::Heartbeat;
                 let table = framework::job_table(&pool).await?;

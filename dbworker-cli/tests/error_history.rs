@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use workerutil::Store;
 
 use cli::dbworker;
-use common::Db;
+use common::{Db, Job};
 use std::process::Command;
 
 #[tokio::test]
@@ -34,7 +34,7 @@ async fn show_prints_each_failed_attempt() {
     let table = db
         .table_with(|t| t.error_history_column = Some("errors".into()))
         .await;
-    let store = DbStore::new(&db.pool, &table, o).await.unwrap();
+    let store = DbStore::<Job>::new(&db.pool, &table, o).await.unwrap();
     for (worker, message) in [("host-a", "first"), ("host-b", "second")] {
         let mut jobs = store.dequeue(worker, &Default::default(), 1).await.unwrap();
         assert!(

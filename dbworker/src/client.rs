@@ -68,7 +68,7 @@ pub struct ClientBuilder {
     pool: PgPool,
     table: JobTable,
     handlers: Result<Handlers>,
-    store: Option<StoreOptions<TypedJob>>,
+    store: Option<StoreOptions>,
     options: ClientOptions,
     services: Vec<Starter>,
 }
@@ -106,7 +106,7 @@ impl ClientBuilder {
 
     /// Sets the store's options (retries, handling, claim); default
     /// `StoreOptions::from_row` named as the worker.
-    pub fn store_options(mut self, options: StoreOptions<TypedJob>) -> ClientBuilder {
+    pub fn store_options(mut self, options: StoreOptions) -> ClientBuilder {
         self.store = Some(options);
         self
     }
@@ -128,7 +128,7 @@ impl ClientBuilder {
         o.worker.validate()?;
         let mut store = match self.store {
             Some(store) => store,
-            None => StoreOptions::from_row(o.worker.name.clone()),
+            None => StoreOptions::new(o.worker.name.clone()),
         };
         if store.column_expressions.is_empty() {
             store.column_expressions = typed_select(&self.table)?;

@@ -27,7 +27,7 @@
 //! let mut table = JobTableOptions::new("email_jobs j");
 //! table.payload_column = Some("payload".into());
 //! let table = JobTable::new(&pool, table).await?;
-//! let options = StoreOptions::<Job>::from_row("emails");
+//! let options = StoreOptions::new("emails");
 //! let store = std::sync::Arc::new(DbStore::new(&pool, &table, options).await?);
 //! let handler = ItemJobs::new(SendEmails, |job: &Job| &job.payload);
 //! new_worker(store, handler, WorkerOptions::new("emails"))?.run().await;

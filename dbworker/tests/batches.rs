@@ -83,7 +83,7 @@ async fn run_until_done(db: &Db, batches: &Batches, workers: usize, handlers: us
     let mut shutdowns: Vec<ShutdownHandle> = Vec::new();
     let mut runs = Vec::new();
     for n in 0..workers {
-        let mut o: StoreOptions<Job> = Db::options_for_tests();
+        let mut o: StoreOptions = Db::options_for_tests();
         o.handling = if n % 2 == 0 {
             Handling::Heartbeat
         } else {

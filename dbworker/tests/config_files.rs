@@ -30,7 +30,7 @@ struct Job {
 #[serde(deny_unknown_fields)]
 struct Config {
     table: JobTableOptions,
-    store: StoreOptions<Job>,
+    store: StoreOptions,
     #[serde(default)]
     resetter: ResetterOptions,
     worker: WorkerOptions,
@@ -156,7 +156,7 @@ fn the_smallest_config_is_the_required_names() {
 
 #[test]
 fn written_options_read_back_the_same() {
-    let mut o = StoreOptions::<Job>::from_row("emails");
+    let mut o = StoreOptions::new("emails");
     o.listen = Listen::Channel("wake".into());
     o.claim.forbidden_flags = Some(ForbiddenFlags::fixed(["gpu"]));
     let written = serde_json::to_value(&o).unwrap();
@@ -164,7 +164,7 @@ fn written_options_read_back_the_same() {
     assert_eq!(written["stall"]["stalled_max_age"], "30s");
     assert_eq!(written["claim"]["claim_cursor"], "1s");
     assert!(written.get("scan").is_none());
-    let read: StoreOptions<Job> = serde_json::from_value(written.clone()).unwrap();
+    let read: StoreOptions = serde_json::from_value(written.clone()).unwrap();
     assert_eq!(serde_json::to_value(&read).unwrap(), written);
 
     // A callback has no written form: said, not dropped.

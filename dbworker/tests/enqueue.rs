@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::sync::Barrier;
 use workerutil::Store;
 
-use common::Db;
+use common::{Db, Job};
 
 /// The test table with every optional column, and an enqueuer that uses them.
 async fn set_up() -> (Db, Enqueuer) {
@@ -165,7 +165,7 @@ async fn run_at_is_by_the_database_clock_and_priority_orders_the_claim() {
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
     o.claim.order_by = Some("j.priority DESC, j.id".into());
-    let store = dbworker::DbStore::new(&db.pool, &db.table().await, o)
+    let store = dbworker::DbStore::<Job>::new(&db.pool, &db.table().await, o)
         .await
         .unwrap();
     let jobs = store
@@ -866,7 +866,9 @@ async fn a_jobs_own_retry_limit_wins_over_the_stores_in_both_handling_modes() {
         let table = db
             .table_with(|t| t.max_retries_column = Some("max_retries".into()))
             .await;
-        let store = dbworker::DbStore::new(&db.pool, &table, o).await.unwrap();
+        let store = dbworker::DbStore::<Job>::new(&db.pool, &table, o)
+            .await
+            .unwrap();
         // Every job fails once, then whatever is retried fails once more.
         for _ in 0..2 {
             let mut jobs = store

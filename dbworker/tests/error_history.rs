@@ -193,7 +193,7 @@ async fn a_reset_past_its_budget_records_the_failure() {
     let table = JobTable::new(&db.pool, history_table_options("jobs j"))
         .await
         .unwrap();
-    let store = DbStore::new(&db.pool, &table, o).await.unwrap();
+    let store = DbStore::<Job>::new(&db.pool, &table, o).await.unwrap();
     let _claimed = store.dequeue("w", &Default::default(), 1).await.unwrap();
     db.age_heartbeats().await;
     assert_eq!(store.reset_stalled().await.unwrap().failed, vec![id]);

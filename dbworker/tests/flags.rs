@@ -207,7 +207,7 @@ async fn a_missing_flags_column_is_named_at_start_up() {
     // A store forbidding flags on a table without the column is refused.
     let mut o = db.options();
     o.claim.forbidden_flags = Some(ForbiddenFlags::fixed(["gpu"]));
-    let err = DbStore::new(&db.pool, &db.table().await, o)
+    let err = DbStore::<Job>::new(&db.pool, &db.table().await, o)
         .await
         .unwrap_err()
         .to_string();

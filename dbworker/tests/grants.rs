@@ -32,7 +32,7 @@ use sqlx::PgPool;
 use tower::ServiceExt;
 use workerutil::JobState;
 
-use common::Db;
+use common::{Db, Job};
 use roles::{Grants, complete_jobs, drop_role, each_grant_is_needed, role_with};
 use router::get;
 
@@ -69,7 +69,7 @@ async fn a_worker_claims_and_completes_with_select_and_update_only() {
     drop_role(&db, pool, &name).await;
     each_grant_is_needed(&db, &WORKER, |pool| async move {
         let jobs = table(&pool).await?;
-        DbStore::new(&pool, &jobs, Db::options_for_tests()).await?;
+        DbStore::<Job>::new(&pool, &jobs, Db::options_for_tests()).await?;
         Ok(())
     })
     .await;
@@ -360,7 +360,7 @@ async fn a_worker_honours_pauses_and_spends_rate_tokens_with_the_documented_gran
 
     each_grant_is_needed(&db, &CONTROLLED_WORKER, |pool| async move {
         let jobs = controlled_table(&pool).await?;
-        DbStore::new(&pool, &jobs, Db::options_for_tests()).await?;
+        DbStore::<Job>::new(&pool, &jobs, Db::options_for_tests()).await?;
         Ok(())
     })
     .await;
@@ -370,7 +370,7 @@ async fn a_worker_honours_pauses_and_spends_rate_tokens_with_the_documented_gran
         let mut o = Db::table_options();
         o.queue_column = Some("queue".into());
         let jobs = JobTable::new(&pool, o).await?;
-        DbStore::new(&pool, &jobs, Db::options_for_tests()).await?;
+        DbStore::<Job>::new(&pool, &jobs, Db::options_for_tests()).await?;
         Ok(())
     })
     .await;
@@ -542,7 +542,7 @@ async fn a_partitioned_tables_key_table_gets_what_each_role_writes_through_it() 
     drop_role(&db, pool, &name).await;
     each_grant_is_needed(&db, &KEYED_WORKER, |pool| async move {
         let jobs = keyed_table(&pool).await?;
-        DbStore::new(&pool, &jobs, Db::options_for_tests()).await?;
+        DbStore::<Job>::new(&pool, &jobs, Db::options_for_tests()).await?;
         Ok(())
     })
     .await;

@@ -115,7 +115,7 @@ async fn a_workflow_worker_releases_dependents_with_the_dependency_grants() {
     }
 
     each_grant_is_needed(&db, &WORKFLOW_WORKER, |pool| async move {
-        DbStore::new(&pool, &table(&pool).await?, Db::options_for_tests()).await?;
+        DbStore::<common::Job>::new(&pool, &table(&pool).await?, Db::options_for_tests()).await?;
         Ok(())
     })
     .await;

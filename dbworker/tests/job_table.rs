@@ -22,7 +22,7 @@ use dbworker::{Enqueued, KeyMode};
 use serde_json::json;
 use workerutil::{JobState, Store};
 
-use common::Db;
+use common::{Db, Job};
 
 #[tokio::test]
 async fn one_table_value_serves_the_enqueuer_store_admin_resetter_and_dashboard() {
@@ -65,7 +65,7 @@ async fn one_table_value_serves_the_enqueuer_store_admin_resetter_and_dashboard(
     // the other is left as a dead worker would leave it.
     let mut store_options = db.options();
     store_options.handling = Handling::Heartbeat;
-    let store = DbStore::new(&db.pool, &table, store_options.clone())
+    let store = DbStore::<Job>::new(&db.pool, &table, store_options.clone())
         .await
         .unwrap();
     let mut claimed = store

@@ -212,7 +212,9 @@ async fn grouped_marks_of_different_kinds_each_get_their_own_rule() {
     let mut so = db.options();
     so.handling = Handling::Heartbeat;
     so.max_num_retries = 5;
-    let store = DbStore::new(&db.pool, &db.table().await, so).await.unwrap();
+    let store = DbStore::<Job>::new(&db.pool, &db.table().await, so)
+        .await
+        .unwrap();
     let mut jobs = store.dequeue("h", &Default::default(), 40).await.unwrap();
     assert_eq!(jobs.len(), 40);
     // Even ids: no retry at all; multiples of 3: an hour's delay; the rest: the store's.

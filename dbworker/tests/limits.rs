@@ -95,7 +95,7 @@ async fn limited_store(db: &Db) -> Arc<DbStore<QueuedJob>> {
     let table = JobTable::new(&pool, limited_table_options("jobs j"))
         .await
         .unwrap();
-    let mut o = StoreOptions::<QueuedJob>::from_row("limited");
+    let mut o = StoreOptions::new("limited");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     o.handling = Handling::Heartbeat;
     Arc::new(DbStore::new(&pool, &table, o).await.unwrap())
@@ -334,7 +334,7 @@ async fn customer_store(db: &Db) -> Arc<DbStore<CustomerJob>> {
     let mut t = limited_table_options("jobs j");
     t.limit_key_column = Some("customer".into());
     let table = JobTable::new(&pool, t).await.unwrap();
-    let mut o = StoreOptions::<CustomerJob>::from_row("per-key");
+    let mut o = StoreOptions::new("per-key");
     o.column_expressions = vec!["j.id".into(), "j.customer".into()];
     o.handling = Handling::Heartbeat;
     Arc::new(DbStore::new(&pool, &table, o).await.unwrap())

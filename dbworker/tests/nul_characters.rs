@@ -286,7 +286,7 @@ async fn a_forbidden_flag_holding_nul_is_refused_or_left_out_and_claims_go_on() 
         o.claim.forbidden_flags = Some(flags);
         o
     };
-    let err = DbStore::new(
+    let err = DbStore::<Job>::new(
         &db.pool,
         &table,
         with_flags(ForbiddenFlags::fixed(["slow", "a\0b"])),
@@ -301,7 +301,7 @@ async fn a_forbidden_flag_holding_nul_is_refused_or_left_out_and_claims_go_on() 
     // A callback's answer cannot be checked up front: the flag is left out
     // (no job can carry it), and the claims go on skipping the others.
     let asked = ForbiddenFlags::callback(|| async { vec!["a\0b".to_owned(), "slow".to_owned()] });
-    let store = DbStore::new(&db.pool, &table, with_flags(asked))
+    let store = DbStore::<Job>::new(&db.pool, &table, with_flags(asked))
         .await
         .unwrap();
     // So do kinds (a registry's restriction) holding one.

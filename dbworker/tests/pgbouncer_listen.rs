@@ -232,7 +232,7 @@ async fn a_listen_url_on_another_database_or_a_closed_port_is_refused_at_start_u
     dbworker::set_pooler(Pooler::Transaction {
         listen_url: Some(on_database(db.db.url(), "postgres")),
     });
-    let Err(err) = DbStore::new(&pool, &table, o.clone()).await else {
+    let Err(err) = DbStore::<Job>::new(&pool, &table, o.clone()).await else {
         panic!("refused");
     };
     let err = err.to_string();
@@ -244,7 +244,7 @@ async fn a_listen_url_on_another_database_or_a_closed_port_is_refused_at_start_u
     dbworker::set_pooler(Pooler::Transaction {
         listen_url: Some("postgres://nobody@127.0.0.1:1/app".into()),
     });
-    let Err(err) = DbStore::new(&pool, &table, o.clone()).await else {
+    let Err(err) = DbStore::<Job>::new(&pool, &table, o.clone()).await else {
         panic!("refused");
     };
     let err = err.to_string();
@@ -257,6 +257,6 @@ async fn a_listen_url_on_another_database_or_a_closed_port_is_refused_at_start_u
     dbworker::set_pooler(Pooler::Transaction {
         listen_url: Some(db.db.url().to_owned()),
     });
-    let store = DbStore::new(&pool, &table, o).await.unwrap();
+    let store = DbStore::<Job>::new(&pool, &table, o).await.unwrap();
     store.close().await;
 }

@@ -129,7 +129,7 @@ fn controlled(relation: &str) -> JobTableOptions {
 
 async fn controlled_store(pool: &sqlx::PgPool) -> Arc<DbStore<QueuedJob>> {
     let table = JobTable::new(pool, controlled("jobs j")).await.unwrap();
-    let mut o = StoreOptions::<QueuedJob>::from_row("controlled");
+    let mut o = StoreOptions::new("controlled");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     o.handling = Handling::Heartbeat;
     o.stall.stalled_max_age = Duration::from_secs(60);

@@ -64,8 +64,8 @@ async fn set_up() -> (Db, JobTable, Arc<Store>) {
     (db, table, store)
 }
 
-fn store_options() -> StoreOptions<QueuedJob> {
-    let mut o = StoreOptions::<QueuedJob>::from_row("queues");
+fn store_options() -> StoreOptions {
+    let mut o = StoreOptions::new("queues");
     o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     o
 }

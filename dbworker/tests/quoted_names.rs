@@ -131,7 +131,7 @@ async fn a_table_named_order_is_enqueued_worked_and_reset() {
             .unwrap();
     assert_eq!(outcome, "done");
 
-    let mut so = StoreOptions::<Order>::from_row("quoted");
+    let mut so = StoreOptions::new("quoted");
     so.listen = Listen::TableChannel;
     so.max_num_retries = 0;
     let store = Arc::new(DbStore::new(&db.pool, &table, so).await.unwrap());

@@ -101,7 +101,8 @@ async fn a_writer_given_a_replica_refuses_to_start_naming_it() {
         let o: sqlx::postgres::PgConnectOptions = r.replica_url.parse().unwrap();
         o.get_port()
     };
-    let Err(worker) = dbworker::DbStore::new(replica, &table, db.options()).await else {
+    let Err(worker) = dbworker::DbStore::<common::Job>::new(replica, &table, db.options()).await
+    else {
         panic!("a worker's store started on a replica");
     };
     let Err(enqueuer) = dbworker::Enqueuer::new(replica, &table).await else {

@@ -193,7 +193,7 @@ async fn an_unreachable_server_is_reported_with_its_cause_and_address_quickly() 
         .await;
     let o = Db::options_for_tests();
     let start = Instant::now();
-    let err = DbStore::new(
+    let err = DbStore::<Job>::new(
         &lazy_pool(PgConnectOptions::new().host("127.0.0.1").port(port)),
         &table,
         o,
@@ -258,7 +258,7 @@ async fn missing_privileges_are_named_at_start_up() {
     let table = JobTable::new(&pool, Db::table_options())
         .await
         .expect("SELECT is enough for the table");
-    let err = DbStore::new(&pool, &table, db.options())
+    let err = DbStore::<Job>::new(&pool, &table, db.options())
         .await
         .expect_err("a worker needs UPDATE")
         .to_string();
@@ -269,7 +269,7 @@ async fn missing_privileges_are_named_at_start_up() {
         "{err}"
     );
     exec(&db, &format!("GRANT UPDATE ON jobs TO \"{role}\"")).await;
-    DbStore::new(&pool, &table, db.options())
+    DbStore::<Job>::new(&pool, &table, db.options())
         .await
         .expect("enough privileges");
 
@@ -362,7 +362,7 @@ async fn a_table_found_through_search_path_works_end_to_end() {
     let table = JobTable::new(&pool, JobTableOptions::new("app_jobs j"))
         .await
         .expect("found through search_path");
-    let mut o = StoreOptions::<AppJob>::from_row("app");
+    let mut o = StoreOptions::new("app");
     o.column_expressions = vec!["j.id".into()];
     let store = Arc::new(
         DbStore::new(&pool, &table, o)
@@ -435,7 +435,7 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
         .await;
         // Reads the payload's "n" with a plain `get`, which panics on the row
         // whose payload has none.
-        let mut o = StoreOptions::<Job>::new("panicky", |row| {
+        let scan = |row: &sqlx::postgres::PgRow| {
             use sqlx::Row;
             let payload: serde_json::Value = row.get("payload");
             assert!(!payload.is_null(), "payload is NULL");
@@ -444,11 +444,16 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
                 payload,
                 cost: row.get("cost"),
             })
-        });
+        };
+        let mut o = StoreOptions::new("panicky");
         o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         o.handling = handling;
         o.stall.stalled_max_age = Duration::from_secs(5);
-        let store = db.store_on(&db.table().await, o).await;
+        let store = std::sync::Arc::new(
+            dbworker::DbStore::with_scan(&db.pool, &db.table().await, o, scan)
+                .await
+                .unwrap(),
+        );
         let mut wo = worker_options();
         wo.num_total_jobs = Some(2);
         let summary = new_worker(store, Completes, wo).unwrap().run().await;

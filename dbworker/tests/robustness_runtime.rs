@@ -436,7 +436,7 @@ impl Handler<DbStore<Job>> for Flaky {
 async fn by_default_a_retryable_error_is_retried_ten_times_with_backoff() {
     let db = Db::new().await;
     let id = db.enqueue(1, json!({})).await[0];
-    let defaults = StoreOptions::<Job>::from_row("defaults");
+    let defaults = StoreOptions::new("defaults");
     assert_eq!(defaults.max_num_retries, DEFAULT_MAX_NUM_RETRIES);
     assert_eq!(DEFAULT_MAX_NUM_RETRIES, 10);
     let store = db.store_on(&db.table().await, defaults).await;

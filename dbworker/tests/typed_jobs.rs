@@ -126,7 +126,7 @@ async fn enqueuer(db: &Db) -> Enqueuer {
 }
 
 async fn store(db: &Db, handling: Handling) -> Arc<DbStore<TypedJob>> {
-    let mut o = StoreOptions::<TypedJob>::from_row("typed");
+    let mut o = StoreOptions::new("typed");
     o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     o.handling = handling;
     o.max_num_retries = 5;
@@ -355,7 +355,7 @@ async fn a_kinds_defaults_set_its_timeout_and_retries() {
     let db = set_up().await;
     // A unit struct is JSON null, which the NOT NULL jsonb column holds.
     let id = enqueuer(&db).await.enqueue(Slow).await.unwrap().id();
-    let mut o = StoreOptions::<TypedJob>::from_row("typed");
+    let mut o = StoreOptions::new("typed");
     o.max_num_retries = 0; // the kind's max_retries(1) overrides it
     let store = Arc::new(DbStore::new(&db.pool, &table(&db).await, o).await.unwrap());
     let registry = Handlers::new().with(Sleeper).unwrap();
@@ -422,7 +422,7 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
             .execute(&db.pool)
             .await
             .unwrap();
-        let mut o = StoreOptions::<TypedJob>::from_row("tasks");
+        let mut o = StoreOptions::new("tasks");
         o.column_expressions = vec![
             "t.id".into(),
             "t.task_type AS kind".into(),
@@ -619,7 +619,7 @@ async fn typed_results_round_trip(handling: Handling) {
         .await
         .unwrap();
 
-    let mut o = StoreOptions::<TypedJob>::from_row("typed");
+    let mut o = StoreOptions::new("typed");
     o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     o.handling = handling;
     let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
@@ -689,13 +689,9 @@ async fn a_result_that_does_not_serialize_fails_its_job() {
         .unwrap()
         .id();
     let store = Arc::new(
-        DbStore::new(
-            &db.pool,
-            &table,
-            StoreOptions::<TypedJob>::from_row("typed"),
-        )
-        .await
-        .unwrap(),
+        DbStore::new(&db.pool, &table, StoreOptions::new("typed"))
+            .await
+            .unwrap(),
     );
     let registry = Handlers::new().with(BadResult).unwrap();
     new_worker(store, registry, worker_options())
@@ -801,7 +797,7 @@ async fn a_started_client_runs_what_comes_and_shutdown_stops_it_all() {
     let db = set_up().await;
     let table = table(&db).await;
     let seen = Seen::default();
-    let mut store = StoreOptions::<TypedJob>::from_row("client");
+    let mut store = StoreOptions::new("client");
     store.handling = Handling::Heartbeat;
     let mut options = dbworker::ClientOptions::default();
     options.worker.interval = Duration::from_millis(10);

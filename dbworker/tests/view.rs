@@ -74,17 +74,18 @@ async fn concurrent_workers_through_a_joined_view_take_each_job_once() {
         to.view_name = Some("repo_jobs_view v".into());
         to.alternate_column_names = renames.clone();
         let table = JobTable::new(&pool, to).await.unwrap();
-        let mut so = StoreOptions::new("view_store", |row: &sqlx::postgres::PgRow| {
+        let scan = |row: &sqlx::postgres::PgRow| {
             Ok(RepoJob {
                 id: row.try_get(0)?,
                 repo_name: row.try_get(1)?,
             })
-        });
+        };
+        let mut so = StoreOptions::new("view_store");
         so.column_expressions = vec!["v.job_id".into(), "v.repo_name".into()];
         so.claim.order_by = Some("v.siblings DESC, v.repository_id, v.job_id".into());
         so.handling = handling;
         so.stall.stalled_max_age = Duration::from_secs(10);
-        let store = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
+        let store = Arc::new(DbStore::with_scan(&pool, &table, so, scan).await.unwrap());
 
         let handler = Arc::new(Count::default());
         let mut runs = Vec::new();

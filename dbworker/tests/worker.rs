@@ -428,7 +428,7 @@ async fn a_transactional_job_locks_its_row_when_it_starts_and_not_if_it_was_rese
     // Two connections: claimed jobs hold none until they open.
     let pool = db.db.pool(2).await.unwrap();
     let store = Arc::new(
-        DbStore::new(&pool, &db.table().await, db.options())
+        DbStore::<Job>::new(&pool, &db.table().await, db.options())
             .await
             .unwrap(),
     );
@@ -615,8 +615,8 @@ async fn table_error(db: &Db, t: JobTableOptions) -> String {
 }
 
 /// The error `DbStore::new` reports for `o` over the test table, rendered.
-async fn store_error(db: &Db, o: StoreOptions<Job>) -> String {
-    DbStore::new(&db.pool, &db.table().await, o)
+async fn store_error(db: &Db, o: StoreOptions) -> String {
+    DbStore::<Job>::new(&db.pool, &db.table().await, o)
         .await
         .map(|_| ())
         .unwrap_err()
@@ -767,7 +767,7 @@ async fn default_worker_options_fit_a_default_store() {
         .await
         .unwrap();
     let store = Arc::new(
-        DbStore::new(&db.pool, &table, StoreOptions::<Job>::from_row("defaults"))
+        DbStore::new(&db.pool, &table, StoreOptions::new("defaults"))
             .await
             .unwrap(),
     );

@@ -65,7 +65,7 @@ async fn table(db: &Db) -> JobTable {
 
 /// A store on a pool of its own (another process, as Postgres sees it).
 async fn store(db: &Db, handling: Handling, handlers: u32) -> Arc<DbStore<Job>> {
-    let mut o: StoreOptions<Job> = Db::options_for_tests();
+    let mut o: StoreOptions = Db::options_for_tests();
     o.handling = handling;
     o.stall.stalled_max_age = Duration::from_secs(30);
     let pool = db.db.pool(handlers + 4).await.unwrap();
@@ -801,7 +801,7 @@ async fn backends_killed_during_grouped_marks_of_a_fan_in_strand_nothing() {
            WHEN (NEW.state = 'completed') EXECUTE FUNCTION slow_completion();",
     )
     .await;
-    let mut so: StoreOptions<Job> = Db::options_for_tests();
+    let mut so: StoreOptions = Db::options_for_tests();
     so.handling = Handling::Heartbeat;
     so.stall.stalled_max_age = Duration::from_secs(3);
     let table = table(&db).await;

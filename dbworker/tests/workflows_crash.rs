@@ -53,7 +53,7 @@ fn table_options() -> JobTableOptions {
     t
 }
 
-fn store_options() -> dbworker::StoreOptions<Job> {
+fn store_options() -> dbworker::StoreOptions {
     let mut so = Db::options_for_tests();
     so.handling = Handling::Heartbeat;
     so.stall.stalled_max_age = Duration::from_secs(2);

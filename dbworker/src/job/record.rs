@@ -33,7 +33,7 @@ pub trait ArgsRecord: Record {
 /// A ready-made record for typed jobs: the id, the kind and the payload.
 ///
 /// Read with `sqlx::FromRow`, so
-/// `StoreOptions::<TypedJob>::from_row(name)` reads it from a table with
+/// `StoreOptions::new(name)` reads it from a table with
 /// `kind` and `payload` columns (`dbworker migration --typed`,
 /// [`JobTableOptions::typed`](crate::JobTableOptions::typed)); under other
 /// names, select them as these:
@@ -42,7 +42,7 @@ pub trait ArgsRecord: Record {
 /// # use dbworker::{StoreOptions, TypedJob};
 /// // Over a JobTable of "tasks t" whose kind_column is "task_type" and
 /// // payload_column "args".
-/// let mut options = StoreOptions::<TypedJob>::from_row("tasks");
+/// let mut options = StoreOptions::new("tasks");
 /// options.column_expressions = vec![
 ///     "t.id".into(),
 ///     "t.task_type AS kind".into(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{PgPool, Row};
-use workerutil::{Record, Wakeups, WorkerOptions};
+use workerutil::{BoxError, Record, Wakeups, WorkerOptions};
 
 use crate::error::{Error, Result};
 use crate::table::JobTable;
@@ -38,9 +38,10 @@ pub use conditions::DbConditions;
 pub use flags::{ForbiddenFlags, ForbiddenFlagsFn};
 pub use gauges::QueueStat;
 pub use job::DbJob;
+pub(crate) use options::ScanFn;
 pub use options::{
     ClaimOptions, DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE,
-    Handling, ScanFn, StallOptions, StoreOptions,
+    Handling, StallOptions, StoreOptions,
 };
 pub use reset::ResetOutcome;
 pub(crate) use reset::{ResetConfig, reset_pass};
@@ -70,7 +71,7 @@ pub(crate) struct PoolNeed {
 /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
 /// // Checks the table and every column now, naming whatever is missing.
 /// let jobs = JobTable::new(&pool, JobTableOptions::new("jobs j")).await?;
-/// let store = DbStore::new(&pool, &jobs, StoreOptions::<Job>::from_row("jobs_store")).await?;
+/// let store = DbStore::<Job>::new(&pool, &jobs, StoreOptions::new("jobs_store")).await?;
 /// # Ok(()) }
 /// ```
 pub struct DbStore<R> {
@@ -102,14 +103,37 @@ impl<R> fmt::Debug for DbStore<R> {
     }
 }
 
+impl<R> DbStore<R>
+where
+    R: Record + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+{
+    /// A store over `table` (checked when it was built) whose records are
+    /// read with `R`'s `sqlx::FromRow`: validates the options, then checks
+    /// the configured SQL fragments (column expressions, order-by) against
+    /// the table or its view and the grants a worker uses (`UPDATE` on the
+    /// table, the control tables' and, with workflows, the dependency
+    /// table's, a partitioned table's key table's), naming each missing one
+    /// with its `GRANT`. A record read another way: [`with_scan`](Self::with_scan).
+    pub async fn new(pool: &PgPool, table: &JobTable, options: StoreOptions) -> Result<Self> {
+        DbStore::with_scan(pool, table, options, |row: &sqlx::postgres::PgRow| {
+            R::from_row(row).map_err(|e| Box::new(e) as BoxError)
+        })
+        .await
+    }
+}
+
 impl<R: Record> DbStore<R> {
-    /// A store over `table` (checked when it was built): validates the
-    /// options, then checks the configured SQL fragments (column expressions,
-    /// order-by) against the table or its view and the grants a worker uses
-    /// (`UPDATE` on the table, the control tables' and, with workflows, the
-    /// dependency table's, a partitioned table's key table's), naming
-    /// each missing one with its `GRANT`.
-    pub async fn new(pool: &PgPool, table: &JobTable, options: StoreOptions<R>) -> Result<Self> {
+    /// [`new`](DbStore::new) with `scan` reading each selected row (the
+    /// values of `column_expressions`, in order) into a record.
+    pub async fn with_scan(
+        pool: &PgPool,
+        table: &JobTable,
+        options: StoreOptions,
+        scan: impl Fn(&sqlx::postgres::PgRow) -> std::result::Result<R, BoxError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Result<Self> {
         let pool = pool.clone();
         let kept = Arc::new(open::Kept::new(
             usize::try_from(pool.options().get_max_connections()).unwrap_or(usize::MAX),
@@ -160,7 +184,7 @@ impl<R: Record> DbStore<R> {
         Ok(DbStore {
             pool,
             options: resolved,
-            scan: options.scan,
+            scan: Arc::new(scan),
             cursor,
             probe,
             completer,

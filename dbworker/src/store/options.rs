@@ -1,6 +1,5 @@
 //! `StoreOptions`: how a `DbStore` reads, claims, retries and marks a job table's jobs.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use super::ForbiddenFlags;
 use super::resolved::Resolved;
 
 /// Turns one selected row (the values of `column_expressions`, in order) into a record.
-pub type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
+pub(crate) type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
 
 /// How the handler's work relates to the job row. In a config file,
 /// `"transactional"` or `"heartbeat"`.
@@ -45,21 +44,22 @@ pub enum Handling {
 /// use dbworker::{StoreOptions, Handling};
 /// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
 /// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
-/// let mut options = StoreOptions::<Job>::from_row("example_job_store");
+/// let mut options = StoreOptions::new("example_job_store");
 /// options.column_expressions = vec!["j.id::bigint AS id".into()];
 /// options.claim.order_by = Some("j.id".into());
 /// options.max_num_retries = 3;
 /// assert!(options.validate().is_ok());
 /// ```
 ///
-/// Deserializable from a config file when `R` is `sqlx::FromRow` (records are
-/// then read as [`StoreOptions::from_row`] reads them): `name` is required,
+/// Plain data, deserializable from a config file (how records are read is
+/// the store's: `sqlx::FromRow`, or a scan given to
+/// [`DbStore::with_scan`](crate::DbStore::with_scan)): `name` is required,
 /// every other field left out keeps its default, durations are written as in
 /// [`workerutil::duration`], and an unknown field is refused.
 ///
 /// ```
 /// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
-/// let options: dbworker::StoreOptions<Job> = serde_json::from_str(r#"{
+/// let options: dbworker::StoreOptions = serde_json::from_str(r#"{
 ///     "name": "emails",
 ///     "handling": "heartbeat",
 ///     "stall": { "stalled_max_age": "2m" },
@@ -67,24 +67,17 @@ pub enum Handling {
 /// }"#).unwrap();
 /// assert_eq!(options.stall.stalled_max_age, std::time::Duration::from_secs(120));
 /// ```
-#[derive(Serialize, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    bound(serialize = "", deserialize = "R: for<'r> sqlx::FromRow<'r, PgRow>")
-)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[non_exhaustive]
-pub struct StoreOptions<R> {
+pub struct StoreOptions {
     /// The store's name, used in logs and spans. Required.
     pub name: String,
     /// SQL expressions selected from the view (or table) for each record, in the
-    /// order `scan` reads them, e.g. `["j.id", "j.payload", "r.name"]`. Empty
-    /// selects `alias.*`, which suits a [`StoreOptions::from_row`] record.
+    /// order the record is read, e.g. `["j.id", "j.payload", "r.name"]`. Empty
+    /// selects `alias.*`, which suits a record read with `sqlx::FromRow`.
     #[serde(default)]
     pub column_expressions: Vec<String>,
-    /// Reads a record from a selected row. Not in a config file: read there,
-    /// it is `R`'s `sqlx::FromRow`.
-    #[serde(skip, default = "from_row_scan")]
-    pub scan: ScanFn<R>,
     /// Transactional (default) or heartbeat handling.
     #[serde(default)]
     pub handling: Handling,
@@ -267,39 +260,6 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-impl<R> fmt::Debug for StoreOptions<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreOptions")
-            .field("name", &self.name)
-            .field("column_expressions", &self.column_expressions)
-            .field("handling", &self.handling)
-            .field("max_num_retries", &self.max_num_retries)
-            .field("retry", &self.retry)
-            .field("stall", &self.stall)
-            .field("claim", &self.claim)
-            .field("listen", &self.listen)
-            .field("max_result_bytes", &self.max_result_bytes)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<R> Clone for StoreOptions<R> {
-    fn clone(&self) -> Self {
-        StoreOptions {
-            name: self.name.clone(),
-            column_expressions: self.column_expressions.clone(),
-            scan: self.scan.clone(),
-            handling: self.handling,
-            max_num_retries: self.max_num_retries,
-            retry: self.retry.clone(),
-            stall: self.stall.clone(),
-            claim: self.claim.clone(),
-            listen: self.listen.clone(),
-            max_result_bytes: self.max_result_bytes,
-        }
-    }
-}
-
 /// The default `max_num_retries`. Retryable errors are mostly transient (an
 /// upstream that is down, a database failover in heartbeat handling): with the
 /// default backoff (10 s, doubling, capped at 1 h) ten retries ride out about
@@ -315,16 +275,13 @@ pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
 pub const DEFAULT_RESET_FAILURE_MESSAGE: &str =
     "job processor died while handling this job too many times";
 
-impl<R> StoreOptions<R> {
-    /// Options with a custom scan function; every other field at its default.
-    pub fn new(
-        name: impl Into<String>,
-        scan: impl Fn(&PgRow) -> Result<R, BoxError> + Send + Sync + 'static,
-    ) -> Self {
+impl StoreOptions {
+    /// Options named `name` (in logs and spans), every other field at its
+    /// default.
+    pub fn new(name: impl Into<String>) -> Self {
         StoreOptions {
             name: name.into(),
             column_expressions: Vec::new(),
-            scan: Arc::new(scan),
             handling: Handling::Transactional,
             max_num_retries: DEFAULT_MAX_NUM_RETRIES,
             retry: RetryPolicy::default(),
@@ -441,27 +398,6 @@ impl<R> StoreOptions<R> {
             connect_timeout: table.connect_timeout(),
         })
     }
-}
-
-impl<R> StoreOptions<R>
-where
-    R: for<'r> sqlx::FromRow<'r, PgRow>,
-{
-    /// Options whose records are read with `R`'s `sqlx::FromRow` impl, so no scan
-    /// code is needed; `column_expressions` defaults to `alias.*`.
-    pub fn from_row(name: impl Into<String>) -> Self {
-        StoreOptions::new(name, |row: &PgRow| {
-            R::from_row(row).map_err(|e| Box::new(e) as BoxError)
-        })
-    }
-}
-
-/// The scan of a deserialized `StoreOptions`: [`StoreOptions::from_row`]'s.
-fn from_row_scan<R>() -> ScanFn<R>
-where
-    R: for<'r> sqlx::FromRow<'r, PgRow>,
-{
-    StoreOptions::<R>::from_row(String::new()).scan
 }
 
 #[cfg(test)]

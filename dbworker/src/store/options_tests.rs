@@ -5,8 +5,8 @@ use super::*;
 use crate::store::ForbiddenFlags;
 use crate::table::JobTableOptions;
 
-fn opts() -> StoreOptions<()> {
-    StoreOptions::new("s", |_| Ok(()))
+fn opts() -> StoreOptions {
+    StoreOptions::new("s")
 }
 
 fn table() -> JobTableOptions {
@@ -115,7 +115,7 @@ fn each_bad_table_field_is_named() {
 
 #[test]
 fn each_bad_field_is_named() {
-    type Breaker = Box<dyn Fn(&mut StoreOptions<()>)>;
+    type Breaker = Box<dyn Fn(&mut StoreOptions)>;
     let cases: Vec<(&str, Breaker)> = vec![
         ("name", Box::new(|o| o.name.clear())),
         (

@@ -13,7 +13,7 @@ use std::time::Duration;
 use dbworker::{DbStore, JobTable, new_worker};
 use workerutil::WorkerOptions;
 
-use crate::common::{Completes, Db, Job};
+use crate::common::{Completes, Db};
 
 /// One role of the manual: its grants, each as `PRIVILEGE ON object`
 /// (`USAGE ON SEQUENCE jobs_id_seq`), exactly as the manual writes them.
@@ -88,7 +88,7 @@ where
 pub async fn complete_jobs(
     pool: &PgPool,
     table: &JobTable,
-    options: dbworker::StoreOptions<Job>,
+    options: dbworker::StoreOptions,
     jobs: u64,
 ) {
     let store = std::sync::Arc::new(DbStore::new(pool, table, options).await.unwrap());

@@ -343,12 +343,12 @@ impl Db {
         JobTable::new(&self.pool, o).await.expect("job table")
     }
 
-    pub fn options(&self) -> StoreOptions<Job> {
+    pub fn options(&self) -> StoreOptions {
         Db::options_for_tests()
     }
 
-    pub fn options_for_tests() -> StoreOptions<Job> {
-        let mut o = StoreOptions::<Job>::from_row("test_store");
+    pub fn options_for_tests() -> StoreOptions {
+        let mut o = StoreOptions::new("test_store");
         o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         // Tests opt into retries where they test them, so one error is final here.
         o.max_num_retries = 0;
@@ -364,11 +364,7 @@ impl Db {
     }
 
     /// A store over `table` with `options`.
-    pub async fn store_on(
-        &self,
-        table: &JobTable,
-        options: StoreOptions<Job>,
-    ) -> Arc<DbStore<Job>> {
+    pub async fn store_on(&self, table: &JobTable, options: StoreOptions) -> Arc<DbStore<Job>> {
         Arc::new(
             DbStore::new(&self.pool, table, options)
                 .await
