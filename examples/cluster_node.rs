@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dbworker::{
-    DbJob, DbStore, Handling, JobTable, JobTableOptions, Resetter, ResetterOptions, StoreOptions,
+    DbJob, DbStore, Handling, JobTable, JobTableOptions, QueueGauges, Resetter, ResetterOptions,
+    Service, StoreOptions,
     cluster::{
         DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE, LeaderElection, LeaderOptions, Node, NodeOptions,
     },
@@ -164,22 +165,22 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
         (JobState::Failed, Duration::from_secs(3600)),
     ];
     let purger = Arc::new(Purger::new(&pool, &table, po).await?);
+    let gauges = Arc::new(QueueGauges::new(store.clone(), Duration::from_secs(1))?);
     let leading = {
         let stop = stop.clone();
         let id = node.id().to_owned();
-        let store = store.clone();
         tokio::spawn(async move {
             election
                 .run(stop, move |leading| {
-                    let (resetter, store, purger, id) =
-                        (resetter.clone(), store.clone(), purger.clone(), id.clone());
+                    let (resetter, gauges, purger, id) =
+                        (resetter.clone(), gauges.clone(), purger.clone(), id.clone());
                     // The leader's singleton services, until leadership ends;
                     // the writers fence every write by the leader's term.
                     async move {
                         println!("leader {id} (term {})", leading.term());
-                        tokio::join!(
+                        let _ = tokio::join!(
                             resetter.run_as_leader(leading.clone(), |_| {}),
-                            store.run_gauges(Duration::from_secs(1), leading.token()),
+                            gauges.run(leading.token()),
                             purger.run_as_leader(leading),
                         );
                     }

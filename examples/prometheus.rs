@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     wo.num_total_jobs = Some(25);
     new_worker(store.clone(), registry, wo)?.run().await;
 
-    // Gauges come from one cheap query; a service runs `run_gauges` on a timer.
+    // Gauges come from one cheap query; the `QueueGauges` service runs it on a timer.
     store.record_gauges(&mut Vec::new()).await?;
     let mut po = PurgeOptions::new();
     po.max_age = vec![(JobState::Completed, Duration::ZERO)];

@@ -5,6 +5,7 @@
 //! stay public for applications that assemble their own.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool};
@@ -20,7 +21,7 @@ use crate::job::{Handlers, JobHandler, TypedJob};
 use crate::maintenance::resetter::{Resetter, ResetterOptions};
 use crate::maintenance::{PurgeOptions, Purger};
 use crate::service::Service;
-use crate::store::{DbStore, StoreOptions};
+use crate::store::{DbStore, QueueGauges, StoreOptions};
 use crate::table::JobTable;
 
 /// How a [`Client`] runs. Deserializable from a config file; every field
@@ -29,9 +30,11 @@ use crate::table::JobTable;
 /// ```
 /// let options: dbworker::ClientOptions = serde_json::from_str(r#"{
 ///     "worker": { "name": "emails", "num_handlers": 8 },
-///     "purge": { "interval": "1m" }
+///     "purge": { "interval": "1m" },
+///     "gauges": "15s"
 /// }"#).unwrap();
 /// assert_eq!(options.worker.num_handlers, 8);
+/// assert_eq!(options.gauges, Some(std::time::Duration::from_secs(15)));
 /// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -48,6 +51,10 @@ pub struct ClientOptions {
     /// The purger, which deletes finished jobs after their retention. `None`
     /// (the default): no purger in this client.
     pub purge: Option<PurgeOptions>,
+    /// How often the queue gauges ([`QueueGauges`]) are sampled. `None`
+    /// (the default, `"off"` in a file): no gauges from this client.
+    #[serde(with = "workerutil::duration::option")]
+    pub gauges: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -56,6 +63,7 @@ impl Default for ClientOptions {
             worker: WorkerOptions::new("dbworker"),
             resetter: None,
             purge: None,
+            gauges: None,
         }
     }
 }
@@ -150,8 +158,12 @@ impl ClientBuilder {
                 Purger::new(&self.pool, &self.table, po.clone()).await?,
             ));
         }
-        services.extend(self.services);
         let store = Arc::new(store);
+        if let Some(interval) = o.gauges {
+            services.push(starter(QueueGauges::new(store.clone(), interval)?));
+        }
+        services.extend(self.services);
+
         // Claims only the kinds this client handles, over the read alias.
         let (alias, _) = self.table.read_alias_and_id();
         let kind_column =

@@ -67,8 +67,8 @@ pub use sql_value::SqlValue;
 pub use store::{
     ClaimOptions, DEFAULT_MAX_NUM_RETRIES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESET_FAILURE_MESSAGE,
     DbConditions, DbJob, DbStore, ForbiddenFlags, ForbiddenFlagsFn, Handling, Listen,
-    MAX_FAILURE_MESSAGE_BYTES, QueueStat, RESERVED_CONNECTIONS, Retry, RetryPolicy, StallOptions,
-    StoreOptions, default_notify_channel,
+    MAX_FAILURE_MESSAGE_BYTES, QueueGauges, QueueStat, RESERVED_CONNECTIONS, Retry, RetryPolicy,
+    StallOptions, StoreOptions, default_notify_channel,
 };
 pub use table::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, JobTableOptions};
 pub use worker::new_worker;

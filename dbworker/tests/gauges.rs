@@ -158,3 +158,19 @@ async fn a_requeued_job_has_waited_since_its_requeue() {
     let queued = stats.iter().find(|s| s.state == JobState::Queued).unwrap();
     assert!((59.0..3600.0).contains(&queued.oldest_seconds), "{stats:?}");
 }
+
+#[tokio::test]
+async fn the_gauges_service_refuses_a_zero_interval() {
+    let db = Db::new().await;
+    let table = db.table().await;
+    let store = std::sync::Arc::new(
+        DbStore::<common::Job>::new(&db.pool, &table, Db::options_for_tests())
+            .await
+            .unwrap(),
+    );
+    let err = dbworker::QueueGauges::new(store, std::time::Duration::ZERO).unwrap_err();
+    assert!(
+        matches!(err, dbworker::Error::InvalidOption { field: "interval", .. }),
+        "{err}"
+    );
+}

@@ -1,6 +1,7 @@
 //! Queue gauges: depth per live state and queue and the oldest waiting age,
 //! sampled by one cheap query and exposed through the `metrics` facade.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Row;
@@ -83,21 +84,67 @@ impl<R: Record> DbStore<R> {
         }
         Ok(())
     }
+}
 
-    /// Records the gauges every `interval` until `stop` fires; a failed sample
+/// The queue gauges of a store, sampled every `interval` by one query: a
+/// [`Service`](crate::Service) (a [`Client`](crate::Client) runs one when
+/// `ClientOptions::gauges` is set).
+///
+/// ```no_run
+/// # use std::{sync::Arc, time::Duration};
+/// # use dbworker::{DbStore, QueueGauges, Service};
+/// # async fn f(store: Arc<DbStore<dbworker::TypedJob>>) -> Result<(), dbworker::Error> {
+/// let gauges = QueueGauges::new(store, Duration::from_secs(15))?;
+/// let stop = tokio_util::sync::CancellationToken::new();
+/// tokio::spawn(async move { gauges.run(stop).await });
+/// # Ok(()) }
+/// ```
+pub struct QueueGauges<R> {
+    store: Arc<DbStore<R>>,
+    interval: Duration,
+}
+
+impl<R> std::fmt::Debug for QueueGauges<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueGauges")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Record> QueueGauges<R> {
+    /// Gauges of `store`, sampled every `interval` (positive).
+    pub fn new(store: Arc<DbStore<R>>, interval: Duration) -> Result<QueueGauges<R>> {
+        if interval.is_zero() {
+            return Err(Error::InvalidOption {
+                field: "interval",
+                reason: "must be positive".into(),
+            });
+        }
+        Ok(QueueGauges { store, interval })
+    }
+}
+
+impl<R: Record> crate::Service for QueueGauges<R> {
+    fn name(&self) -> &str {
+        "gauges"
+    }
+
+    /// Records the gauges every interval until `stop` fires; a failed sample
     /// is logged and retried after a back-off: twice the interval, doubling
     /// with each failure in a row up to eight intervals.
-    pub async fn run_gauges(&self, interval: Duration, stop: CancellationToken) {
-        Runner::every(interval)
-            .backoff_up_to(interval.saturating_mul(8))
+    async fn run(&self, stop: CancellationToken) -> Result<()> {
+        Runner::every(self.interval)
+            .backoff_up_to(self.interval.saturating_mul(8))
             .run(
                 &stop,
                 &mut Gauges {
-                    store: self,
+                    store: &self.store,
                     seen: Vec::new(),
                 },
             )
             .await;
+        Ok(())
     }
 }
 

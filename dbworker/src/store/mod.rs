@@ -36,7 +36,7 @@ pub use crate::notify::{Listen, default_notify_channel};
 pub use crate::retry::{Retry, RetryPolicy};
 pub use conditions::DbConditions;
 pub use flags::{ForbiddenFlags, ForbiddenFlagsFn};
-pub use gauges::QueueStat;
+pub use gauges::{QueueGauges, QueueStat};
 pub use job::DbJob;
 pub(crate) use options::ScanFn;
 pub use options::{
