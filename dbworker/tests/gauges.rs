@@ -170,7 +170,13 @@ async fn the_gauges_service_refuses_a_zero_interval() {
     );
     let err = dbworker::QueueGauges::new(store, std::time::Duration::ZERO).unwrap_err();
     assert!(
-        matches!(err, dbworker::Error::InvalidOption { field: "interval", .. }),
+        matches!(
+            err,
+            dbworker::Error::InvalidOption {
+                field: "interval",
+                ..
+            }
+        ),
         "{err}"
     );
 }
