@@ -229,6 +229,10 @@ enum Parts {
 
 /// Enqueues typed jobs into one job table and runs them in this process.
 ///
+/// A started client runs on the Tokio runtime's tasks until
+/// [`shutdown`](Client::shutdown): dropping it does not stop them, so call
+/// `shutdown` when the application stops (a SIGTERM handler, say).
+///
 /// ```no_run
 /// use dbworker::prelude::*;
 ///
@@ -334,8 +338,8 @@ impl Client {
     }
 
     /// Runs the worker until no job is due, with the services beside it,
-    /// then stops them all: for scripts, tests and batch runs. Refused if
-    /// the client was started already.
+    /// then stops them all and closes the store's listener: for scripts,
+    /// tests and batch runs. Refused if the client was started already.
     pub async fn run_until_empty(&self) -> Result<WorkerSummary> {
         let (worker, services) = {
             let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
@@ -345,6 +349,8 @@ impl Client {
         let summary = worker.run_until_empty().await;
         self.stop.cancel();
         join_services(services).await;
+        // Nothing runs on this client again: its listener goes now.
+        self.store.close().await;
         Ok(summary)
     }
 
