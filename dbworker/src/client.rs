@@ -113,7 +113,7 @@ impl ClientBuilder {
     }
 
     /// Sets the store's options (retries, handling, claim); default
-    /// `StoreOptions::from_row` named as the worker.
+    /// `StoreOptions::new` named as the worker.
     pub fn store_options(mut self, options: StoreOptions) -> ClientBuilder {
         self.store = Some(options);
         self
