@@ -14,7 +14,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use workerutil::{ShutdownHandle, Worker, WorkerEvent, WorkerOptions, WorkerSummary};
 
-use crate::columns::quote;
 use crate::enqueue::{Enqueued, Enqueuer, IntoJob};
 use crate::error::{Error, Result};
 use crate::job::{Handlers, JobHandler, TypedJob};
@@ -143,14 +142,10 @@ impl ClientBuilder {
         }
         let enqueuer = Enqueuer::new(&self.pool, &self.table).await?;
         let store = DbStore::new(&self.pool, &self.table, store).await?;
-        let mut ro = o
+        let ro = o
             .resetter
             .clone()
             .unwrap_or_else(|| ResetterOptions::for_store(&store));
-        ro.validate()?;
-        if ro.name.is_empty() {
-            ro.name = o.worker.name.clone();
-        }
         let resetter = Resetter::new(&self.pool, &self.table, ro).await?;
         let mut services = vec![starter(resetter)];
         if let Some(po) = &o.purge {
@@ -164,10 +159,8 @@ impl ClientBuilder {
         }
         services.extend(self.services);
 
-        // Claims only the kinds this client handles, over the read alias.
-        let (alias, _) = self.table.read_alias_and_id();
-        let kind_column =
-            (self.table.kind_column()).map(|c| format!("{}.{}", quote(&alias), quote(c)));
+        // Claims only the kinds this client handles.
+        let kind_column = (self.table.kind_column()).map(|c| self.table.sql().read_column(c));
         let handlers = match kind_column {
             Some(column) => handlers.restrict_dequeue(column),
             None => handlers,
@@ -197,15 +190,15 @@ fn typed_select(table: &JobTable) -> Result<Vec<String>> {
             reason: "a client runs typed jobs: the table needs a kind and a payload column (JobTableOptions::typed; `dbworker migration --typed` adds them)".into(),
         });
     };
-    let (alias, id) = table.read_alias_and_id();
+    let id = table.id_column();
     if kind == "kind" && payload == "payload" && id == "id" {
         return Ok(Vec::new());
     }
-    let a = quote(&alias);
+    let read = |column| table.sql().read_column(column);
     Ok(vec![
-        format!("{a}.{} AS id", quote(&id)),
-        format!("{a}.{} AS kind", quote(kind)),
-        format!("{a}.{} AS payload", quote(payload)),
+        format!("{} AS id", read(id)),
+        format!("{} AS kind", read(kind)),
+        format!("{} AS payload", read(payload)),
     ])
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::columns::{Columns, Relation};
+use crate::columns::{Columns, Relation, quote};
 use crate::retry::{RetryPolicy, RetryRule};
 use crate::sql::history::ErrorHistory;
 
@@ -71,6 +71,12 @@ impl Table {
     /// The relation records are read from: the view, or the table.
     pub(crate) fn source(&self) -> &Relation {
         self.view.as_ref().unwrap_or(&self.table)
+    }
+
+    /// `column` over the alias records are read under (`"j"."queue"`), as
+    /// claim conditions and the select name it.
+    pub(crate) fn read_column(&self, column: &str) -> String {
+        format!("{}.{}", quote(&self.source().alias), quote(column))
     }
 
     /// The optional columns an insert may write.

@@ -333,13 +333,7 @@ impl<R: Record> DbStore<R> {
     /// if it has one.
     pub(crate) fn queue_claim_column(&self) -> Option<String> {
         let t = &self.options.sql.shared;
-        let column = t.queue_column.as_deref()?;
-        let relation = t.view.as_ref().unwrap_or(&t.table);
-        Some(format!(
-            "{}.{}",
-            crate::columns::quote(&relation.alias),
-            crate::columns::quote(column)
-        ))
+        Some(t.read_column(t.queue_column.as_deref()?))
     }
 
     pub(crate) fn resolved(&self) -> &Arc<Resolved> {

@@ -374,11 +374,9 @@ impl JobTable {
         out
     }
 
-    /// The alias records are read under (the view's, when read through one)
-    /// and the id column's name.
-    pub(crate) fn read_alias_and_id(&self) -> (String, String) {
-        let relation = self.t.view.as_ref().unwrap_or(&self.t.table);
-        (relation.alias.clone(), self.t.columns.id.clone())
+    /// The id column's name.
+    pub(crate) fn id_column(&self) -> &str {
+        &self.t.columns.id
     }
 
     /// The queue column, if the table has one.
