@@ -451,11 +451,11 @@ impl Scheduler {
         } else if entry.job.key_value().is_some() {
             let mut ids = Vec::with_capacity(jobs.len());
             for job in &jobs {
-                ids.push(self.enqueuer.enqueue_in(&mut tx, job).await?.id());
+                ids.push(self.enqueuer.insert_one(&mut tx, job).await?.id());
             }
             ids
         } else {
-            self.enqueuer.enqueue_many_in(&mut tx, &jobs).await?
+            self.enqueuer.insert_many(&mut tx, &jobs).await?
         };
         sql::cron_advance(
             &self.cron_table,

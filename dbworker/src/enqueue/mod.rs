@@ -161,7 +161,12 @@ impl Enqueuer {
         async move { self.insert_one(conn, &job?).await }
     }
 
-    async fn insert_one(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
+    /// Inserts `job` (its options checked), without converting it again.
+    pub(crate) async fn insert_one(
+        &self,
+        conn: &mut PgConnection,
+        job: &NewJob,
+    ) -> Result<Enqueued> {
         self.check_job(job)?;
         if !job.after_value().is_empty() {
             return self.enqueue_after(conn, job).await;
@@ -252,7 +257,12 @@ impl Enqueuer {
         async move { self.insert_many(conn, &jobs?).await }
     }
 
-    async fn insert_many(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<i64>> {
+    /// Inserts `jobs`, all or none, without converting them again.
+    pub(crate) async fn insert_many(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &[NewJob],
+    ) -> Result<Vec<i64>> {
         for job in jobs {
             self.check_job(job)?;
             if !job.after_value().is_empty() {
