@@ -900,3 +900,37 @@ async fn a_client_runs_the_services_it_is_given_and_stops_them_with_itself() {
     client.shutdown().await.unwrap();
     assert_eq!(*seen.lock().unwrap(), ["started", "stopped"]);
 }
+
+#[tokio::test]
+async fn a_client_runs_over_a_detected_table_and_renamed_kind_and_payload_columns() {
+    let db = set_up().await;
+    let seen = Seen::default();
+    let run_one = async |table: &JobTable, a: i64| {
+        let client = dbworker::Client::builder(&db.pool, table)
+            .handler(Summer(seen.clone()))
+            .build()
+            .await
+            .unwrap();
+        let id = client.enqueue(AddV2 { a, b: 1 }).await.unwrap().id();
+        assert_eq!(client.run_until_empty().await.unwrap().dequeued, 1);
+        id
+    };
+    // The columns found by their standard names.
+    let detected = JobTable::new(&db.pool, JobTableOptions::detected("jobs"))
+        .await
+        .unwrap();
+    let first = run_one(&detected, 1).await;
+    // The same columns under other names: the client selects them as
+    // `kind` and `payload` from the table's description.
+    db.execute("ALTER TABLE jobs RENAME COLUMN kind TO task_type")
+        .await;
+    db.execute("ALTER TABLE jobs RENAME COLUMN payload TO args")
+        .await;
+    let mut renamed = JobTableOptions::new("jobs t");
+    renamed.kind_column = Some("task_type".into());
+    renamed.payload_column = Some("args".into());
+    let renamed = JobTable::new(&db.pool, renamed).await.unwrap();
+    let second = run_one(&renamed, 41).await;
+    let seen = seen.take();
+    assert_eq!((&seen[&first][..], &seen[&second][..]), ("2 tx", "42 tx"));
+}
