@@ -133,6 +133,20 @@ fn non_exhaustive(attrs: &[syn::Attribute]) -> &'static str {
 }
 
 /// Generics and where clause without rustfmt's trailing commas.
+/// `: A + B` for a trait's supertraits or an associated type's bounds;
+/// nothing when there are none.
+fn bound_list<P: ToTokens + Clone>(
+    bounds: &syn::punctuated::Punctuated<syn::TypeParamBound, P>,
+) -> String {
+    let mut bounds = bounds.clone();
+    bounds.pop_punct();
+    if bounds.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", tokens(&bounds))
+    }
+}
+
 fn generics(g: &Generics) -> (String, String) {
     let mut g = g.clone();
     g.params.pop_punct();
@@ -244,13 +258,7 @@ pub(crate) fn item_lines(item: &Item, path: &str, cfgs: &[String]) -> Vec<String
         }
         Item::Trait(t) => {
             let (g, w) = generics(&t.generics);
-            let mut supers = t.supertraits.clone();
-            supers.pop_punct();
-            let bounds = if supers.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", tokens(&supers))
-            };
+            let bounds = bound_list(&t.supertraits);
             let unsafety = if t.unsafety.is_some() { "unsafe " } else { "" };
             out.push(line(
                 path,
@@ -365,13 +373,7 @@ fn trait_item(ti: &TraitItem) -> Option<(String, &[syn::Attribute], String)> {
         }
         TraitItem::Type(t) => {
             let (g, w) = generics(&t.generics);
-            let mut bounds = t.bounds.clone();
-            bounds.pop_punct();
-            let bounds = if bounds.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", tokens(&bounds))
-            };
+            let bounds = bound_list(&t.bounds);
             let default = t
                 .default
                 .as_ref()
