@@ -179,8 +179,8 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
                     async move {
                         println!("leader {id} (term {})", leading.term());
                         let _ = tokio::join!(
-                            resetter.run_as_leader(leading.clone(), |_| {}),
-                            gauges.run(leading.token()),
+                            resetter.run_as_leader(leading.clone()),
+                            gauges.run_as_leader(leading.clone()),
                             purger.run_as_leader(leading),
                         );
                     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbJob, DbStore, JobTable, JobTableOptions, Resetter, ResetterOptions, StallOptions,
+    DbJob, DbStore, JobTable, JobTableOptions, Resetter, ResetterOptions, Service, StallOptions,
     StoreOptions, new_worker,
 };
 use dbworker_testkit::TestDatabase;
@@ -119,8 +119,9 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
     // Runs until it has brought a job back, so the example ends.
     let stop = CancellationToken::new();
     let done = stop.clone();
-    resetter
-        .run_reporting(stop, move |out| {
+    let mut passes = resetter.subscribe();
+    tokio::spawn(async move {
+        while let Ok(out) = passes.recv().await {
             for (id, age) in &out.reset {
                 println!(
                     "[resetter {}] requeued job {id}; its heartbeat was {:.1}s old",
@@ -129,8 +130,9 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
                 );
                 done.cancel();
             }
-        })
-        .await;
+        }
+    });
+    resetter.run(stop).await?;
     pool.close().await;
     Ok(())
 }

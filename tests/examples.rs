@@ -154,7 +154,7 @@ fn prometheus_renders_the_worker_gauge_and_purger_series() {
     for line in [
         "workerutil_jobs_total{worker=\"prometheus-example\",outcome=\"completed\"} 20",
         "workerutil_jobs_total{worker=\"prometheus-example\",outcome=\"failed\"} 5",
-        "workerutil_jobs_by_kind_total{kind=\"report\",outcome=\"failed\"} 5",
+        "workerutil_jobs_by_kind_total{kind=\"report\",outcome=\"poison\"} 5",
         "dbworker_queue_depth{table=\"jobs\",state=\"queued\",queue=\"default\"} 3",
         "dbworker_purged_total{table=\"jobs\",state=\"completed\"} 20",
     ] {

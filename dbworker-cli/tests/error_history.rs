@@ -42,6 +42,7 @@ async fn show_prints_each_failed_attempt() {
                 .mark_errored(&mut jobs[0], message, None)
                 .await
                 .unwrap()
+                .is_some()
         );
         db.execute("UPDATE jobs SET process_after = NULL").await;
     }

@@ -1,39 +1,7 @@
 //! Item jobs: a job whose payload is a JSON array of items, handled item by
-//! item. The job completes when every item succeeded; otherwise it is retried
-//! with only the failed items left in its payload, written by the errored mark
-//! itself (one fenced statement, so a stale attempt rewrites nothing).
+//! item.
 //!
-//! ```no_run
-//! use dbworker::items::{ItemHandler, ItemJobs, ItemResult};
-//! use dbworker::{DbStore, JobTable, JobTableOptions, StoreOptions, new_worker};
-//! use serde_json::Value;
-//! use workerutil::{WorkerOptions};
-//!
-//! #[derive(Debug, sqlx::FromRow)]
-//! struct Job { id: i64, payload: Value }
-//! impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
-//!
-//! struct SendEmails;
-//! impl ItemHandler<Job> for SendEmails {
-//!     async fn handle_items(&self, _job: &Job, items: &[Value]) -> Vec<ItemResult> {
-//!         items.iter().map(|item| match item["to"].as_str() {
-//!             Some(_to) => Ok(()), // send it
-//!             None => Err("no recipient".into()),
-//!         }).collect()
-//!     }
-//! }
-//!
-//! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-//! let mut table = JobTableOptions::new("email_jobs j");
-//! table.payload_column = Some("payload".into());
-//! let table = JobTable::new(&pool, table).await?;
-//! let options = StoreOptions::new("emails");
-//! let store = std::sync::Arc::new(DbStore::new(&pool, &table, options).await?);
-//! let handler = ItemJobs::new(SendEmails, |job: &Job| &job.payload);
-//! new_worker(store, handler, WorkerOptions::new("emails"))?.run().await;
-//! # Ok(())
-//! # }
-//! ```
+#![doc = include_str!("../docs/modules/items.md")]
 
 use serde_json::Value;
 use std::future::Future;

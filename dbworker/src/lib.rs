@@ -22,8 +22,8 @@ mod sql;
 mod grants;
 mod notify;
 mod pooler;
+mod runner;
 mod schema_check;
-mod service;
 // A value bound to a statement (ground floor: sea-query's Value, wrapped).
 mod sql_value;
 // The job table every service takes (above the SQL, below the services).
@@ -52,8 +52,10 @@ pub mod prelude;
 pub mod queues;
 mod store;
 pub mod workflow;
+// The contract every service meets (above the leader election it may run under).
+mod service;
 
-pub use client::{Client, ClientBuilder, ClientOptions};
+pub use client::{Client, ClientBuilder, ClientOptions, ClusterOptions};
 pub use enqueue::{
     DependencyPolicy, Enqueued, Enqueuer, IntoJob, KeyMode, MAX_KEY_CHARS, MAX_NAME_CHARS, NewJob,
 };

@@ -1,8 +1,11 @@
 //! Named queues in one process: one worker per queue over a shared store, each
 //! claiming only its queue's rows with its own handler count.
+//!
+#![doc = include_str!("../docs/modules/queues.md")]
 
 use futures_util::future::join_all;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 use workerutil::{
     BoxError, Handler, HandlerError, JobContext, Outcome, Record, ShutdownHandle, Worker,
     WorkerOptions, WorkerSummary,
@@ -187,6 +190,21 @@ impl<R: Record, H: Handler<DbStore<R>>> QueueWorkers<R, H> {
     /// Runs every queue's worker until each stops; their summaries in queue order.
     pub async fn run(self) -> Vec<WorkerSummary> {
         join_all(self.workers.into_iter().map(Worker::run)).await
+    }
+}
+
+/// Every queue's worker as one service: they run until `stop` fires, then
+/// shut down gracefully (each within its drain timeout).
+impl<R: Record, H: Handler<DbStore<R>>> crate::Service for QueueWorkers<R, H> {
+    fn name(&self) -> &str {
+        "queues"
+    }
+
+    async fn run(&self, stop: CancellationToken) -> Result<()> {
+        for ran in join_all(self.workers.iter().map(|w| w.run_until(stop.clone()))).await {
+            ran?;
+        }
+        Ok(())
     }
 }
 

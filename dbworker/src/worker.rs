@@ -24,3 +24,21 @@ where
     store.check_worker(&options, workerutil::claim_ahead(&options, &*store))?;
     Ok(Worker::new(store, handler, options)?)
 }
+
+/// A worker is a service like the others: it runs until `stop` fires, then
+/// shuts down gracefully (running jobs get its drain timeout). It runs once
+/// ([`Worker::run_until`]).
+impl<R, H> crate::Service for Worker<DbStore<R>, H>
+where
+    R: Record,
+    H: Handler<DbStore<R>>,
+{
+    fn name(&self) -> &str {
+        Worker::name(self)
+    }
+
+    async fn run(&self, stop: tokio_util::sync::CancellationToken) -> Result<()> {
+        self.run_until(stop).await?;
+        Ok(())
+    }
+}

@@ -1072,6 +1072,7 @@ async fn operators_search_read_a_timeline_and_act_on_a_workflow() {
                 .mark_errored(&mut got[0], message, None)
                 .await
                 .unwrap()
+                .is_some()
         );
     }
     assert_eq!(db.state(fetch).await, "failed");

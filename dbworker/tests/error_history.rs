@@ -69,7 +69,13 @@ async fn three_failing_attempts_leave_three_entries_in_order() {
         let store = store(&db, handling, 20).await;
 
         let mut job = claim(&store, "worker-1").await;
-        assert!(store.mark_errored(&mut job, "first", None).await.unwrap());
+        assert!(
+            store
+                .mark_errored(&mut job, "first", None)
+                .await
+                .unwrap()
+                .is_some()
+        );
         due(&db).await;
         // A kind's own retry rule: the override path writes the entry too.
         let mut job = claim(&store, "worker-2").await;
@@ -79,6 +85,7 @@ async fn three_failing_attempts_leave_three_entries_in_order() {
                 .mark_errored(&mut job, "second", Some(&kind_rule))
                 .await
                 .unwrap()
+                .is_some()
         );
         due(&db).await;
         let mut job = claim(&store, "worker-3").await;
@@ -123,7 +130,13 @@ async fn the_history_keeps_only_the_last_entries() {
         for attempt in 1..=4 {
             let mut job = claim(&store, &format!("w{attempt}")).await;
             let message = format!("failure {attempt}");
-            assert!(store.mark_errored(&mut job, &message, None).await.unwrap());
+            assert!(
+                store
+                    .mark_errored(&mut job, &message, None)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
             due(&db).await;
         }
         let entries = history(&db, id).await;
@@ -154,10 +167,11 @@ async fn a_stale_mark_appends_nothing_and_resets_append_their_own_entry() {
         let mut fresh = claim(&store, "new").await;
 
         assert!(
-            !store
+            store
                 .mark_errored(&mut stale[0], "stale", None)
                 .await
-                .unwrap(),
+                .unwrap()
+                .is_none(),
             "{handling:?}: the stale mark is refused"
         );
         let entries = history(&db, id).await;
@@ -173,7 +187,13 @@ async fn a_stale_mark_appends_nothing_and_resets_append_their_own_entry() {
             "{entries:?}"
         );
 
-        assert!(store.mark_errored(&mut fresh, "real", None).await.unwrap());
+        assert!(
+            store
+                .mark_errored(&mut fresh, "real", None)
+                .await
+                .unwrap()
+                .is_some()
+        );
         let entries = history(&db, id).await;
         assert_eq!(field(&entries, "attempt"), [&json!(1), &json!(2)]);
         assert_eq!(entries[1]["worker"], json!("new"));
@@ -221,7 +241,11 @@ async fn a_lost_connection_requeue_appends_an_entry() {
         .unwrap();
     assert!(killed);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(store.mark_errored(&mut job, "boom", None).await.unwrap());
+    // The mark says what it wrote: the job went back to the queue.
+    assert_eq!(
+        store.mark_errored(&mut job, "boom", None).await.unwrap(),
+        Some(workerutil::JobState::Queued)
+    );
     assert_eq!(db.state(id).await, "queued", "requeued, not errored");
     let entries = history(&db, id).await;
     assert_eq!(entries.len(), 1, "{entries:?}");
@@ -260,7 +284,13 @@ async fn completions_leave_the_history_alone() {
         let id = db.enqueue(1, json!({})).await[0];
         let store = store(&db, handling, 20).await;
         let mut job = claim(&store, "w").await;
-        assert!(store.mark_errored(&mut job, "once", None).await.unwrap());
+        assert!(
+            store
+                .mark_errored(&mut job, "once", None)
+                .await
+                .unwrap()
+                .is_some()
+        );
         due(&db).await;
         let mut job = claim(&store, "w").await;
         assert!(store.mark_complete(&mut job).await.unwrap());
@@ -285,7 +315,13 @@ async fn the_dashboards_job_page_lists_the_entries() {
         ("host-b", "refused"),
     ] {
         let mut job = claim(&store, worker).await;
-        assert!(store.mark_errored(&mut job, message, None).await.unwrap());
+        assert!(
+            store
+                .mark_errored(&mut job, message, None)
+                .await
+                .unwrap()
+                .is_some()
+        );
         due(&db).await;
     }
     let table = JobTable::new(&db.pool, history_table_options("jobs"))
@@ -349,7 +385,13 @@ async fn the_operations_queries_read_the_history() {
     let store = store(&db, Handling::Heartbeat, 20).await;
     for worker in ["host-a", "host-b"] {
         let mut job = claim(&store, worker).await;
-        assert!(store.mark_errored(&mut job, "nope", None).await.unwrap());
+        assert!(
+            store
+                .mark_errored(&mut job, "nope", None)
+                .await
+                .unwrap()
+                .is_some()
+        );
         due(&db).await;
     }
     let sql = |q: &str| {

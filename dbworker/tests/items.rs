@@ -203,10 +203,11 @@ async fn a_stale_attempt_cannot_rewrite_the_payload() {
 
         stale[0].retry_with_payload(json!([{ "n": "stale" }]));
         assert!(
-            !store
+            store
                 .mark_errored(&mut stale[0], "stale", None)
                 .await
-                .unwrap(),
+                .unwrap()
+                .is_none(),
             "{handling:?}: the stale mark is refused"
         );
         assert_eq!(db.state(id).await, "processing");
@@ -218,6 +219,7 @@ async fn a_stale_attempt_cannot_rewrite_the_payload() {
                 .mark_errored(&mut fresh[0], "one left", None)
                 .await
                 .unwrap()
+                .is_some()
         );
         assert_eq!(db.state(id).await, "errored");
         assert_eq!(payload(&db, id).await, json!([{ "n": 4 }]), "{handling:?}");

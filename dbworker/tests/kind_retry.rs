@@ -231,7 +231,7 @@ async fn grouped_marks_of_different_kinds_each_get_their_own_rule() {
         store.mark_errored(job, "boom", rule(id))
     });
     for marked in futures_util::future::join_all(marks).await {
-        assert!(marked.unwrap());
+        assert!(marked.unwrap().is_some());
     }
     for id in ids {
         let state = db.state(id).await;

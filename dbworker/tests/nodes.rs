@@ -123,13 +123,23 @@ async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
     o.stall.stalled_max_age = Duration::from_secs(60);
     o.node_table = Some(DEFAULT_NODE_TABLE.into());
     o.dead_after = Duration::from_millis(400);
-    let resetter = Resetter::new(&db.pool, &table, o).await.unwrap();
+    o.interval = Duration::from_millis(50);
+    let resetter = Arc::new(Resetter::new(&db.pool, &table, o).await.unwrap());
     resetter.check().await.unwrap();
     // Nobody is dead yet: nothing moves.
     assert!(resetter.reset_once().await.unwrap().reset.is_empty());
 
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let out = resetter.reset_once().await.unwrap();
+    // Run as a service: its passes reach a subscriber.
+    let mut passes = resetter.subscribe();
+    let stop_resetter = CancellationToken::new();
+    let resetting = {
+        let (resetter, stop) = (resetter.clone(), stop_resetter.clone());
+        tokio::spawn(async move { dbworker::Service::run(&*resetter, stop).await })
+    };
+    let out = passes.recv().await.unwrap();
+    stop_resetter.cancel();
+    resetting.await.unwrap().unwrap();
     let mut rescued: Vec<i64> = out.reset.iter().map(|(id, _)| *id).collect();
     rescued.sort_unstable();
     let mut expected: Vec<i64> = dead_jobs.iter().map(|j| j.record().id).collect();
@@ -381,4 +391,129 @@ async fn a_process_records_the_control_tables_its_claims_honour() {
     let me = live.iter().find(|n| n.id == old.id()).unwrap();
     assert_eq!(me.honours, None);
     old.heartbeat().await.unwrap();
+}
+
+/// A singleton of the test: counts how many run at once and records which
+/// client runs it.
+struct Singleton {
+    client: &'static str,
+    watch: Arc<Watch>,
+}
+
+impl dbworker::Service for Singleton {
+    fn name(&self) -> &str {
+        "singleton"
+    }
+
+    async fn run(&self, stop: CancellationToken) -> dbworker::Result<()> {
+        let n = self.watch.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.watch.most.fetch_max(n, Ordering::SeqCst);
+        *self.watch.leader.lock().unwrap() = Some(self.client.to_owned());
+        let _guard = Leading(self.watch.clone());
+        stop.cancelled().await;
+        Ok(())
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Ping;
+impl dbworker::JobArgs for Ping {
+    const KIND: &'static str = "ping";
+}
+struct Pong;
+impl dbworker::JobHandler for Pong {
+    type Args = Ping;
+    async fn handle(&self, _: dbworker::Job<'_, Ping>) -> Result<(), workerutil::HandlerError> {
+        Ok(())
+    }
+}
+
+/// Two clients of one table that join a cluster: both register, one leads,
+/// and the singletons (the resetter, the purger, the application's own) run
+/// on the leader only; when it shuts down the other takes them over, and the
+/// registry is left empty.
+#[tokio::test]
+async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
+    let db = set_up().await;
+    db.add_columns(|c| *c = dbworker::ddl::OptionalColumns::typed(), &[])
+        .await;
+    let table = JobTable::new(&db.pool, JobTableOptions::typed("jobs"))
+        .await
+        .unwrap();
+    let watch = Arc::new(Watch {
+        now: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        leader: std::sync::Mutex::new(None),
+    });
+    let mut options = dbworker::ClientOptions::default();
+    let mut cluster = dbworker::ClusterOptions::default();
+    cluster.node = fast_nodes(&[], 0);
+    cluster.lease = Duration::from_millis(300);
+    options.cluster = Some(cluster);
+    options.purge = Some(dbworker::maintenance::PurgeOptions::default());
+    let mut clients = Vec::new();
+    for name in ["a", "b"] {
+        let pool = db.db.pool(6).await.unwrap();
+        let mut o = options.clone();
+        o.worker.name = name.to_owned();
+        let client = dbworker::Client::builder(&pool, &table)
+            .handler(Pong)
+            .leader_service(Singleton {
+                client: name,
+                watch: watch.clone(),
+            })
+            .options(o)
+            .build()
+            .await
+            .unwrap();
+        client.start().unwrap();
+        clients.push((name, client));
+    }
+    let live = live_nodes(&db.pool, DEFAULT_NODE_TABLE, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(live.len(), 2, "both clients registered: {live:?}");
+    let (first, _) = next_leader(&watch, None).await;
+    let lease = current_leader(&db.pool, DEFAULT_LEADER_TABLE, "jobs")
+        .await
+        .unwrap()
+        .expect("a leader holds the table's lease");
+    assert!(
+        live.iter().any(|n| n.id == lease),
+        "the leader is a registered node"
+    );
+    // The jobs a client claims carry its node id, so the resetter knows
+    // them when the process dies.
+    let (_, leader) = clients.iter().find(|(n, _)| *n == first).unwrap();
+    leader.enqueue(Ping).await.unwrap();
+    let owner: Option<String> = loop {
+        let row: Option<String> =
+            sqlx::query_scalar("SELECT worker_hostname FROM jobs WHERE state = 'completed'")
+                .fetch_optional(&db.pool)
+                .await
+                .unwrap();
+        if row.is_some() {
+            break row;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        live.iter().any(|n| Some(&n.id) == owner.as_ref()),
+        "{owner:?} names a registered node"
+    );
+
+    let at = clients.iter().position(|(n, _)| *n == first).unwrap();
+    let (_, leader) = clients.remove(at);
+    leader.shutdown().await.unwrap();
+    let (second, took) = next_leader(&watch, Some(&first)).await;
+    assert_ne!(first, second);
+    // The lease was released on shutdown: a standby takes over within a
+    // third of it, plus scheduling.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(watch.most.load(Ordering::SeqCst), 1, "never two at once");
+    for (_, client) in clients {
+        client.shutdown().await.unwrap();
+    }
+    assert_eq!(watch.now.load(Ordering::SeqCst), 0);
+    assert_eq!(rows_in_registry(&db).await, 0);
 }

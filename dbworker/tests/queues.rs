@@ -105,6 +105,41 @@ async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
     assert_eq!(db.count("queued").await, 2, "no worker serves `unserved`");
 }
 
+/// A `QueueWorkers` (and each worker in it) is a `Service`: it runs until
+/// its token fires, then stops gracefully; a worker runs once.
+#[tokio::test]
+async fn queue_workers_run_as_a_service_until_stopped_and_only_once() {
+    let (db, table, store) = set_up().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let jobs: Vec<NewJob> = (0..6).map(|_| NewJob::new().queue("emails")).collect();
+    enqueuer.enqueue_many(&jobs).await.unwrap();
+    let options = QueueWorkersOptions::new(WorkerOptions::new("app")).queue("emails", 2);
+    let workers =
+        Arc::new(QueueWorkers::new(store, Arc::new(Tracker::default()), options).unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = {
+        let (workers, stop) = (workers.clone(), stop.clone());
+        tokio::spawn(async move { dbworker::Service::run(&*workers, stop).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db.count("completed").await < 6 {
+        assert!(Instant::now() < deadline, "the queue did not drain");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!run.is_finished(), "it runs until stopped, not until empty");
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("stopped within the drain timeout")
+        .unwrap()
+        .unwrap();
+    let again = dbworker::Service::run(&*workers, tokio_util::sync::CancellationToken::new()).await;
+    assert!(
+        matches!(again, Err(Error::Worker(workerutil::Error::AlreadyRan))),
+        "{again:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_pool_must_serve_every_queue_at_once() {
     let (db, table, _) = set_up().await;

@@ -815,7 +815,7 @@ async fn backends_killed_during_grouped_marks_of_a_fan_in_strand_nothing() {
     let stop = tokio_util::sync::CancellationToken::new();
     let resetting = {
         let stop = stop.clone();
-        tokio::spawn(async move { resetter.run_reporting(stop, |_| {}).await })
+        tokio::spawn(async move { dbworker::Service::run(&resetter, stop).await })
     };
     // Terminates the backends of grouped completions (the statement names its
     // `dbworker_marks` rows), a few of them, while the fan-in completes.
@@ -857,7 +857,7 @@ async fn backends_killed_during_grouped_marks_of_a_fan_in_strand_nothing() {
     shutdown.graceful();
     run.await.unwrap();
     stop.cancel();
-    resetting.await.unwrap();
+    resetting.await.unwrap().unwrap();
     let killed = killing.await.unwrap();
     assert!(killed > 0, "no grouped mark was caught mid-statement");
     assert_eq!(db.count("completed").await, 301, "nothing stranded");

@@ -195,18 +195,21 @@ pub async fn retries_then_failure<H: Harness>(h: &H) {
             .await
             .pop()
             .unwrap_or_else(|| panic!("retries: attempt {attempt} found no job"));
-        assert!(
-            store
-                .mark_errored(&mut job, &format!("boom {attempt}"), None)
-                .await
-                .unwrap(),
-            "retries: mark"
-        );
+        let written = store
+            .mark_errored(&mut job, &format!("boom {attempt}"), None)
+            .await
+            .unwrap();
         let expected = if attempt < 3 {
             JobState::Errored
         } else {
             JobState::Failed
         };
+        // The mark says what it wrote: a retry, then the final failure.
+        assert_eq!(
+            written,
+            Some(expected),
+            "retries: the state the mark of attempt {attempt} reports"
+        );
         assert_eq!(
             h.state(&store, id).await,
             expected,
@@ -380,7 +383,12 @@ pub async fn fencing_after_reset<H: Harness>(h: &H) {
         "fencing: stale complete"
     );
     assert!(
-        refused(store.mark_errored(&mut stale, "stale", None).await),
+        refused(
+            store
+                .mark_errored(&mut stale, "stale", None)
+                .await
+                .map(|s| s.is_some())
+        ),
         "fencing: stale errored"
     );
     assert!(
@@ -567,7 +575,10 @@ pub async fn requeue_keeps_failures<H: Harness>(h: &H) {
         .await
         .pop()
         .expect("requeue: claimable again");
-    assert!(store.mark_errored(&mut again, "x", None).await.unwrap());
+    assert_eq!(
+        store.mark_errored(&mut again, "x", None).await.unwrap(),
+        Some(JobState::Errored)
+    );
     assert_eq!(
         h.state(&store, id).await,
         JobState::Errored,

@@ -38,6 +38,10 @@ pub enum Error {
         /// The cap.
         limit: usize,
     },
+    /// [`Worker::run_until`](crate::Worker::run_until) was called on a worker
+    /// that ran already: a worker runs once.
+    #[error("this worker ran already: a worker runs once, build another")]
+    AlreadyRan,
     /// A store operation failed.
     #[error("store operation `{op}` failed: {source}")]
     Store {

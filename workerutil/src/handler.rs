@@ -83,6 +83,14 @@ pub trait Handler<S: Store>: Send + Sync + 'static {
     fn retry(&self, _record: &S::Record) -> Option<Retry> {
         None
     }
+
+    /// The kind of job `record` is, for the metrics by kind
+    /// ([`JOBS_BY_KIND_TOTAL`](crate::metrics::JOBS_BY_KIND_TOTAL)): a
+    /// [`KindRegistry`](crate::KindRegistry) answers with the record's kind.
+    /// Default `None`: not counted by kind.
+    fn kind<'a>(&'a self, _record: &'a S::Record) -> Option<&'a str> {
+        None
+    }
 }
 
 /// What a running handler can reach besides its job.
@@ -165,6 +173,10 @@ impl<S: Store, H: Handler<S>> Handler<S> for Arc<H> {
 
     fn max_runtime(&self, record: &S::Record) -> Option<std::time::Duration> {
         (**self).max_runtime(record)
+    }
+
+    fn kind<'a>(&'a self, record: &'a S::Record) -> Option<&'a str> {
+        (**self).kind(record)
     }
 
     fn retry(&self, record: &S::Record) -> Option<Retry> {

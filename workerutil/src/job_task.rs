@@ -21,6 +21,7 @@ use crate::outcome::Outcome;
 use crate::panics::{guarded, panic_message};
 use crate::retry::Retry;
 use crate::running::{CancelReason, Claimed, Running, Shared};
+use crate::state::JobState;
 use crate::store::{Job, Store};
 
 /// Runs `pre_handle` on the loop, then spawns the job's task, which owns `permit`.
@@ -102,7 +103,11 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                     .unwrap_or(None)
                     .map(Retry::without_invalid_delay),
             };
-            let marked = record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
+            let (marked, written) =
+                record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
+            if let Some(kind) = catch_unwind_kind(&*handler, job.record()) {
+                metrics::job_of_kind_finished(&kind, outcome.label(marked, written));
+            }
             shared
                 .recorded
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -239,15 +244,18 @@ fn canceled_outcome<S>(shared: &Shared<S>, running: &Running) -> Outcome {
     }
 }
 
-/// Records the outcome in the store; returns whether the mark took effect.
+/// Records the outcome in the store; returns whether the mark took effect
+/// and, for an errored mark, the state the store wrote (a retry or a final
+/// failure).
 async fn record_outcome<S: Store>(
     shared: &Shared<S>,
     job: &mut S::Job,
     outcome: &Outcome,
     retry: Option<&Retry>,
-) -> bool {
+) -> (bool, Option<JobState>) {
     let store = &shared.store;
     let message = outcome.failure_message().unwrap_or_default();
+    let mut written = None;
     let (op, result) = match outcome {
         Outcome::Completed => (
             "mark_complete",
@@ -256,10 +264,14 @@ async fn record_outcome<S: Store>(
         Outcome::Errored(_)
         | Outcome::TimedOut(_)
         | Outcome::Panicked(_)
-        | Outcome::HeartbeatExpired(_) => (
-            "mark_errored",
-            guarded("mark_errored", store.mark_errored(job, &message, retry)).await,
-        ),
+        | Outcome::HeartbeatExpired(_) => {
+            let mark = guarded("mark_errored", store.mark_errored(job, &message, retry)).await;
+            let mark = mark.map(|state| {
+                written = state;
+                state.is_some()
+            });
+            ("mark_errored", mark)
+        }
         Outcome::Failed(_) | Outcome::Canceled => (
             "mark_failed",
             guarded("mark_failed", store.mark_failed(job, &message)).await,
@@ -274,9 +286,9 @@ async fn record_outcome<S: Store>(
             guarded("mark_snoozed", store.mark_snoozed(job, *delay)).await,
         ),
         // Someone else owns the record now: write nothing.
-        Outcome::Lost => return false,
+        Outcome::Lost => return (false, None),
     };
-    match result {
+    let marked = match result {
         Ok(true) => true,
         Ok(false) => {
             tracing::warn!(
@@ -291,7 +303,15 @@ async fn record_outcome<S: Store>(
             shared.emit(WorkerEvent::StoreFailed { op, message });
             false
         }
-    }
+    };
+    (marked, written)
+}
+
+/// The handler's answer to [`Handler::kind`]; a panic in it counts the job
+/// under no kind.
+fn catch_unwind_kind<S: Store, H: Handler<S>>(handler: &H, record: &S::Record) -> Option<String> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| handler.kind(record).map(str::to_owned)))
+        .unwrap_or(None)
 }
 
 /// A job's handler slot. Giving it back wakes the dequeue loop, which may now

@@ -397,27 +397,26 @@ impl<R: Record + Clone> Store for MemoryStore<R> {
         job: &mut MemoryJob<R>,
         message: &str,
         retry: Option<&Retry>,
-    ) -> Result<bool, BoxError> {
+    ) -> Result<Option<JobState>, BoxError> {
         let max = retry
             .and_then(|r| r.max_retries)
             .unwrap_or(self.options.max_num_retries);
         let policy = retry.and_then(|r| r.delay.as_ref());
-        Ok(self
-            .with_owned(job.lease, |e| {
-                let s = &mut e.snapshot;
-                let delay = policy.map_or(self.options.retry_after, |p| p.delay(s.num_failures));
-                s.num_failures += 1;
-                s.failure_message = Some(message.to_owned());
-                s.state = if s.cancel {
-                    JobState::Canceled
-                } else if s.num_failures > max {
-                    JobState::Failed
-                } else {
-                    e.process_after = Some(Instant::now() + delay);
-                    JobState::Errored
-                };
-            })
-            .is_some())
+        Ok(self.with_owned(job.lease, |e| {
+            let s = &mut e.snapshot;
+            let delay = policy.map_or(self.options.retry_after, |p| p.delay(s.num_failures));
+            s.num_failures += 1;
+            s.failure_message = Some(message.to_owned());
+            s.state = if s.cancel {
+                JobState::Canceled
+            } else if s.num_failures > max {
+                JobState::Failed
+            } else {
+                e.process_after = Some(Instant::now() + delay);
+                JobState::Errored
+            };
+            s.state
+        }))
     }
 
     async fn mark_failed(&self, job: &mut MemoryJob<R>, message: &str) -> Result<bool, BoxError> {

@@ -19,8 +19,12 @@ pub const RUNNING_JOBS: &str = "workerutil_running_jobs";
 pub const STORE_ERRORS_TOTAL: &str = "workerutil_store_errors_total";
 /// Handlers that ran past `max_runtime_per_job` without yielding (blocking the thread).
 pub const JOBS_OVERRAN_TOTAL: &str = "workerutil_jobs_overran_total";
-/// Jobs finished, by kind and outcome (jobs dispatched by a
-/// [`KindRegistry`](crate::KindRegistry)).
+/// Jobs finished, by kind and outcome (jobs whose handler names their kind,
+/// as a [`KindRegistry`](crate::KindRegistry) does). The outcome tells a
+/// retry from a final failure: `ok`, `retry` (errored, to run again),
+/// `failed` (errored with its retries used up), `poison` (a non-retryable
+/// error, failed at once), `canceled`, `snoozed`, `interrupted`, `lost`
+/// (the attempt no longer owned the job).
 pub const JOBS_BY_KIND_TOTAL: &str = "workerutil_jobs_by_kind_total";
 /// How long handlers of each kind ran, by kind (jobs dispatched by a
 /// [`KindRegistry`](crate::KindRegistry); measured around the kind's handler).
@@ -42,11 +46,13 @@ pub(crate) fn job_finished(worker: &str, outcome: &Outcome, marked: bool, ran: D
     }
 }
 
-pub(crate) fn job_of_kind_finished(kind: &str, outcome: &Outcome) {
+/// `outcome`: the label of [`Outcome::label`] (`ok`, `retry`, `failed`,
+/// `poison`, ...).
+pub(crate) fn job_of_kind_finished(kind: &str, outcome: &'static str) {
     metrics::counter!(
         JOBS_BY_KIND_TOTAL,
         "kind" => kind.to_owned(),
-        "outcome" => outcome.kind()
+        "outcome" => outcome
     )
     .increment(1);
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{BoxError, error_chain};
+use crate::state::JobState;
 
 /// What a handler returns instead of success. It keeps its source error.
 ///
@@ -203,6 +204,36 @@ impl Outcome {
             Outcome::Panicked(_) => "panicked",
             Outcome::Interrupted => "interrupted",
             Outcome::Snoozed(_) => "snoozed",
+        }
+    }
+}
+
+impl Outcome {
+    /// The outcome as the metrics by kind label it (seed 002's vocabulary),
+    /// once recorded: `ok`; `retry` (an errored mark that runs again) or
+    /// `failed` (its retries used up), as the store's `written` state says;
+    /// `poison` (a non-retryable error); `canceled`, `snoozed`,
+    /// `interrupted`; `lost` when the mark was not taken.
+    pub(crate) fn label(&self, marked: bool, written: Option<JobState>) -> &'static str {
+        if !marked {
+            return "lost";
+        }
+        match self {
+            Outcome::Completed => "ok",
+            Outcome::Errored(_)
+            | Outcome::TimedOut(_)
+            | Outcome::Panicked(_)
+            | Outcome::HeartbeatExpired(_) => match written {
+                Some(JobState::Failed) => "failed",
+                Some(JobState::Canceled) => "canceled",
+                // Errored, or queued again after a lost connection.
+                _ => "retry",
+            },
+            Outcome::Failed(_) => "poison",
+            Outcome::Canceled | Outcome::CanceledByHandler(_) => "canceled",
+            Outcome::Snoozed(_) => "snoozed",
+            Outcome::Interrupted => "interrupted",
+            Outcome::Lost => "lost",
         }
     }
 }

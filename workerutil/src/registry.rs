@@ -335,9 +335,12 @@ impl<S: Store> Handler<S> for KindRegistry<S> {
         own.or_else(|| self.handlers.get(kind)?.retry(record))
     }
 
+    fn kind<'a>(&'a self, record: &'a S::Record) -> Option<&'a str> {
+        Some((self.kind_of)(record))
+    }
+
     async fn post_handle(&self, record: &S::Record, outcome: &Outcome) {
-        let (kind, handler) = self.handler_for(record);
-        metrics::job_of_kind_finished(kind, outcome);
+        let (_, handler) = self.handler_for(record);
         if let Some(handler) = handler {
             handler.post_handle(record, outcome).await;
         }

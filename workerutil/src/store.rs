@@ -7,6 +7,7 @@ use crate::error::BoxError;
 use crate::execution_log::ExecutionLogEntry;
 use crate::options::WorkerOptions;
 use crate::retry::Retry;
+use crate::state::JobState;
 use crate::wakeup::Wakeups;
 
 /// The primary key of a job record.
@@ -177,7 +178,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records a retryable failure: the store makes it `errored` (to be retried)
     /// or `failed` when retries are exhausted, or `canceled` if cancellation was
-    /// requested. Any handler transaction is rolled back first.
+    /// requested. Any handler transaction is rolled back first. Returns the
+    /// state written (`None`: this attempt no longer owns the job), so the
+    /// worker tells a retry from a final failure (its `retry` and `failed`
+    /// outcome labels).
     ///
     /// `retry` is the handler's override of the store's retry policy for this
     /// job ([`Handler::retry`](crate::Handler::retry)): each part it sets
@@ -188,7 +192,7 @@ pub trait Store: Send + Sync + 'static {
         job: &mut Self::Job,
         message: &str,
         retry: Option<&Retry>,
-    ) -> impl Future<Output = Result<bool, BoxError>> + Send;
+    ) -> impl Future<Output = Result<Option<JobState>, BoxError>> + Send;
 
     /// Records a final failure: `failed`, or `canceled` if cancellation was
     /// requested. Any handler transaction is rolled back first.

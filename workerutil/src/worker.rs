@@ -9,7 +9,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -97,6 +97,8 @@ pub struct Worker<S: Store, H: Handler<S>> {
     shutdown: ShutdownHandle,
     /// Stop once nothing is runnable ([`Worker::run_until_empty`]).
     until_empty: bool,
+    /// [`Worker::run_until`] started it (a worker runs once).
+    ran: AtomicBool,
 }
 
 impl<S: Store, H: Handler<S>> std::fmt::Debug for Worker<S, H> {
@@ -147,6 +149,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             handler: Arc::new(handler),
             shutdown: ShutdownHandle::new(),
             until_empty: false,
+            ran: AtomicBool::new(false),
         })
     }
 
@@ -185,11 +188,39 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
     /// Runs until `num_total_jobs` or `max_active_time` is reached or a shutdown
     /// is requested, then waits for every job task and the heartbeat loop to end.
     pub async fn run(self) -> WorkerSummary {
+        self.ran.store(true, Ordering::SeqCst);
+        self.run_spanned().await
+    }
+
+    /// Runs as [`run`](Self::run) does, from a shared reference (a worker
+    /// held by a service or an `Arc`), until `stop` fires (then a graceful
+    /// shutdown: running jobs get the drain timeout) or the worker stops on
+    /// its own limits. A worker runs once: a second call is refused
+    /// ([`Error::AlreadyRan`]).
+    pub async fn run_until(&self, stop: CancellationToken) -> Result<WorkerSummary, Error> {
+        if self.ran.swap(true, Ordering::SeqCst) {
+            return Err(Error::AlreadyRan);
+        }
+        let run = self.run_spanned();
+        tokio::pin!(run);
+        tokio::select! {
+            summary = &mut run => return Ok(summary),
+            () = stop.cancelled() => self.shutdown.graceful(),
+        }
+        Ok(run.await)
+    }
+
+    async fn run_spanned(&self) -> WorkerSummary {
         let span = tracing::info_span!("worker", worker = %self.shared.name);
         self.run_inner().instrument(span).await
     }
 
-    async fn run_inner(self) -> WorkerSummary {
+    /// The worker's name (its options' `name`).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    async fn run_inner(&self) -> WorkerSummary {
         let shared = &self.shared;
         let tracker = TaskTracker::new();
         let heartbeat_stop = CancellationToken::new();

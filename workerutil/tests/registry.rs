@@ -119,9 +119,85 @@ fn each_kind_goes_to_its_handler_and_an_unknown_kind_fails_clearly() {
         }
     }
     counted.sort();
+    assert_eq!(counted, ["email/ok=1", "fax/poison=1", "report/ok=1"]);
+}
+
+/// Fails with a retryable error, or a non-retryable one.
+struct Fails {
+    retryable: bool,
+}
+impl Handler<Store> for Fails {
+    async fn handle(
+        &self,
+        _: &mut MemoryJob<Task>,
+        _: &JobContext<Store>,
+    ) -> Result<(), HandlerError> {
+        Err(match self.retryable {
+            true => HandlerError::retryable("the mail server is down"),
+            false => HandlerError::non_retryable("the template is missing"),
+        })
+    }
+}
+
+/// Seed 002's outcome labels: a retryable error with retries left is a
+/// `retry`, the same error with none left a `failed`, a non-retryable one a
+/// `poison`, a success an `ok`: told apart by the state the store wrote.
+#[test]
+fn outcomes_by_kind_tell_a_retry_from_a_final_failure_from_a_poison_error() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut mo = workerutil::MemoryStoreOptions::default();
+    mo.max_num_retries = 1;
+    let store = Arc::new(Store::new(mo));
+    for (id, kind) in [(1, "email"), (2, "report"), (3, "sms")] {
+        store.enqueue(Task { id, kind });
+    }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(async {
+                let registry = KindRegistry::new(|t: &Task| t.kind)
+                    .register("email", Fails { retryable: true })
+                    .unwrap()
+                    .register("report", Fails { retryable: false })
+                    .unwrap()
+                    .register(
+                        "sms",
+                        Named {
+                            name: "texter",
+                            log: log.clone(),
+                        },
+                    )
+                    .unwrap();
+                // Two attempts of the email (one retry), one of each other.
+                let worker = Worker::new(store.clone(), registry, options(4)).unwrap();
+                worker.run().await;
+            })
+    });
+    assert_eq!(store.state(1), Some(JobState::Failed));
+    assert_eq!(store.state(2), Some(JobState::Failed));
+    let mut counted = Vec::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if key.key().name() == workerutil::metrics::JOBS_BY_KIND_TOTAL
+            && let DebugValue::Counter(n) = value
+        {
+            let labels: Vec<String> = key.key().labels().map(|l| l.value().to_owned()).collect();
+            counted.push(format!("{}={n}", labels.join("/")));
+        }
+    }
+    counted.sort();
     assert_eq!(
         counted,
-        ["email/completed=1", "fax/failed=1", "report/completed=1"]
+        [
+            "email/failed=1",
+            "email/retry=1",
+            "report/poison=1",
+            "sms/ok=1"
+        ]
     );
 }
 

@@ -156,7 +156,7 @@ impl Store for Flaky {
         job: &mut Self::Job,
         m: &str,
         retry: Option<&workerutil::Retry>,
-    ) -> Result<bool, BoxError> {
+    ) -> Result<Option<JobState>, BoxError> {
         let delay = *self.errored_mark_delay.lock().unwrap();
         tokio::time::sleep(delay).await;
         self.inner.mark_errored(job, m, retry).await

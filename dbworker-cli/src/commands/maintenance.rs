@@ -166,15 +166,19 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
         return Ok(());
     }
     tracing::info!(table = %args.target.table, "resetter running; stop with SIGINT or SIGTERM");
-    let report = |out: &dbworker::maintenance::ResetOutcome| {
-        if !out.reset.is_empty() || !out.failed.is_empty() {
-            tracing::info!(
-                reset = out.reset.len(),
-                failed = out.failed.len(),
-                "reset pass"
-            );
+    // Each pass that did something, logged as it ends.
+    let mut passes = resetter.subscribe();
+    tokio::spawn(async move {
+        while let Ok(out) = passes.recv().await {
+            if !out.reset.is_empty() || !out.failed.is_empty() {
+                tracing::info!(
+                    reset = out.reset.len(),
+                    failed = out.failed.len(),
+                    "reset pass"
+                );
+            }
         }
-    };
+    });
     let stop = stop_on_signal();
     match (&args.registry.node_table, args.lead) {
         (Some(node_table), true) => {
@@ -194,12 +198,16 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
             election
                 .run(stop, move |leading| {
                     let resetter = resetter.clone();
-                    async move { resetter.run_as_leader(leading, report).await }
+                    async move {
+                        if let Err(err) = resetter.run_as_leader(leading).await {
+                            tracing::error!(error = %err, "the resetter stopped");
+                        }
+                    }
                 })
                 .await;
             heartbeats.await.context("the registry heartbeats")?;
         }
-        _ => resetter.run_reporting(stop, report).await,
+        _ => resetter.run(stop).await?,
     }
     Ok(())
 }

@@ -1,9 +1,7 @@
-//! Operator actions on a job table, for the `dbworker` command line and for
-//! applications' own admin tools: status, a page of jobs matching a filter,
-//! one job's row, and the actions (requeue, cancel, fail, delete, complete,
-//! reschedule) on one job or in batches on every job matching a filter, and
-//! removing the job that holds a key. Every action names the states it may
-//! act on, so it never overwrites a job a worker holds.
+//! Operator actions on a job table, for the `dbworker` command line, the
+//! dashboard and applications' own admin tools.
+//!
+#![doc = include_str!("../../docs/modules/admin.md")]
 
 mod inputs;
 mod replica;

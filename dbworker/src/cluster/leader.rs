@@ -18,7 +18,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::LEADER;
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql;
 
 use super::leadership::Leadership;
@@ -83,6 +83,7 @@ impl LeaderOptions {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool, node: dbworker::cluster::Node, resetter: std::sync::Arc<dbworker::Resetter>) -> Result<(), dbworker::Error> {
+/// use dbworker::Service;
 /// use dbworker::cluster::{LeaderElection, LeaderOptions};
 /// let election = LeaderElection::new(&pool, LeaderOptions::new("jobs", node.id())).await?;
 /// let stop = tokio_util::sync::CancellationToken::new();
@@ -91,7 +92,7 @@ impl LeaderOptions {
 /// election
 ///     .run(stop, move |leadership| {
 ///         let resetter = resetter.clone();
-///         async move { resetter.run_as_leader(leadership, |_| {}).await }
+///         async move { let _ = resetter.run_as_leader(leadership).await; }
 ///     })
 ///     .await;
 /// # Ok(()) }
@@ -145,24 +146,9 @@ impl LeaderElection {
     /// Takes or renews the lease; returns whether this node leads now.
     pub async fn try_lead(&self) -> Result<bool> {
         let held = *self.held.lock().expect("not poisoned");
-        let now = self.campaign(held).await?;
+        let now = campaign(self.clone(), held).await?;
         *self.held.lock().expect("not poisoned") = now;
         Ok(now.is_some())
-    }
-
-    /// The term this node holds after renewing `held`, or after trying to
-    /// take the lease when it holds none.
-    async fn campaign(&self, held: Option<i64>) -> Result<Option<i64>> {
-        let (scope, node, lease) = (&self.options.scope, &self.node_id, self.options.lease);
-        let statement = match held {
-            Some(term) => sql::leader_renew(&self.table, scope, node, term, lease),
-            None => sql::leader_acquire(&self.table, scope, node, lease),
-        };
-        let row = statement
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(Error::db("leader_acquire"))?;
-        Ok(row.map(|r| r.get::<i64, _>("term")))
     }
 
     /// Gives the lease up, if [`try_lead`](Self::try_lead) holds it.
@@ -197,17 +183,21 @@ impl LeaderElection {
     /// longer than that learns it late, which is why services fence their
     /// writes ([`Leadership::fence`]). On `stop` the lease is released, so a
     /// standby takes over at once.
-    pub async fn run<F, Fut>(&self, stop: CancellationToken, services: F)
+    pub async fn run<F, Fut>(&self, stop: CancellationToken, mut services: F)
     where
-        F: FnMut(Leadership) -> Fut,
+        F: FnMut(Leadership) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        // Erased: a pass generic over a closure that captures anything could
+        // not be proven `Send` (a compiler limit with async trait methods),
+        // so a campaign could not be spawned.
+        let services: StartTerm = Box::new(move |leadership| Box::pin(services(leadership)));
         // Attempts a third of the lease apart from their starts, and no
         // back-off: the lease's arithmetic (a standby takes over within
         // `lease + lease / 3`) counts on it.
         let mut campaign = Campaign {
-            election: self,
-            stop: &stop,
+            election: self.clone(),
+            stop: stop.clone(),
             services,
             renew_every: self.options.lease / 3,
             leading: None,
@@ -226,16 +216,12 @@ impl LeaderElection {
     }
 
     /// Starts the services for a new `term`.
-    fn lead<F, Fut>(
+    fn lead(
         &self,
         term: i64,
         stop: &CancellationToken,
-        services: &mut F,
-    ) -> (i64, CancellationToken, AbortOnDropHandle<()>)
-    where
-        F: FnMut(Leadership) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+        services: &mut StartTerm,
+    ) -> (i64, CancellationToken, AbortOnDropHandle<()>) {
         let scope = &self.options.scope;
         tracing::info!(scope = %scope, node = %self.node_id, term, "became leader");
         metrics::gauge!(LEADER, "scope" => scope.clone()).set(1.0);
@@ -254,12 +240,19 @@ impl LeaderElection {
     }
 }
 
+/// What starts the leader's services for a term.
+type StartTerm =
+    Box<dyn FnMut(Leadership) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
 /// [`LeaderElection::run`] as the runner sees it: one attempt to take or
 /// renew the lease per pass, starting or stopping the services.
-struct Campaign<'a, F> {
-    election: &'a LeaderElection,
-    stop: &'a CancellationToken,
-    services: F,
+/// Owns what it holds (clones): a pass borrowing the election would make a
+/// future the compiler cannot prove `Send` for every lifetime, so a campaign
+/// could not be spawned.
+struct Campaign {
+    election: LeaderElection,
+    stop: CancellationToken,
+    services: StartTerm,
     renew_every: Duration,
     /// The term held, its services' token and task. Dropping it (the run
     /// aborted) aborts the services too: nothing keeps running as leader
@@ -267,19 +260,15 @@ struct Campaign<'a, F> {
     leading: Option<(i64, CancellationToken, AbortOnDropHandle<()>)>,
 }
 
-impl<F, Fut> Pass for Campaign<'_, F>
-where
-    F: FnMut(Leadership) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
+impl Pass for Campaign {
     fn span(&self) -> tracing::Span {
-        let e = self.election;
+        let e = &self.election;
         tracing::info_span!("leader_election", scope = %e.options.scope, node = %e.node_id)
     }
 
     async fn pass(&mut self) -> Next {
-        let e = self.election;
-        let scope = &e.options.scope;
+        let e = self.election.clone();
+        let scope = e.options.scope.clone();
         let held = self.leading.as_ref().map(|(term, _, _)| *term);
         // A stop abandons only the attempt: a step-down under way still
         // awaits the services.
@@ -288,7 +277,7 @@ where
             biased;
             // The runner sees `stop` before it waits again.
             () = self.stop.cancelled() => return Next::Interval,
-            r = tokio::time::timeout(limit, e.campaign(held)) => match r {
+            r = tokio::time::timeout(limit, campaign(e.clone(), held)) => match r {
                 // `timeout` polls the renewal before its deadline, so a
                 // renewal whose lock wait ended as the deadline passed (its
                 // own fenced transaction cut off, a busy runtime) would
@@ -313,16 +302,32 @@ where
             (Some(term), Some(held)) if term == held.0 => self.leading = Some(held),
             (now, Some((term, token, task))) => {
                 tracing::warn!(scope = %scope, node = %e.node_id, term, "lost leadership; stopping the leader's services");
-                step_down(scope, token, task).await;
+                step_down(&scope, token, task).await;
                 if let Some(term) = now {
-                    self.leading = Some(e.lead(term, self.stop, &mut self.services));
+                    self.leading = Some(e.lead(term, &self.stop, &mut self.services));
                 }
             }
-            (Some(term), None) => self.leading = Some(e.lead(term, self.stop, &mut self.services)),
+            (Some(term), None) => self.leading = Some(e.lead(term, &self.stop, &mut self.services)),
             (None, None) => {}
         }
         Next::Interval
     }
+}
+
+/// The term `e`'s node holds after renewing `held`, or after trying to take
+/// the lease when it holds none (by value: a pass holds no borrow of the
+/// election across its await).
+async fn campaign(e: LeaderElection, held: Option<i64>) -> Result<Option<i64>> {
+    let (scope, node, lease) = (&e.options.scope, &e.node_id, e.options.lease);
+    let statement = match held {
+        Some(term) => sql::leader_renew(&e.table, scope, node, term, lease),
+        None => sql::leader_acquire(&e.table, scope, node, lease),
+    };
+    let row = statement
+        .fetch_optional(&e.pool)
+        .await
+        .map_err(Error::db("leader_acquire"))?;
+    Ok(row.map(|r| r.get::<i64, _>("term")))
 }
 
 async fn step_down(scope: &str, token: CancellationToken, task: AbortOnDropHandle<()>) {

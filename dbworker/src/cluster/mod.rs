@@ -1,6 +1,8 @@
 //! Many processes: a registry of live [`Node`]s (a dead process's jobs are
 //! requeued early) and [`LeaderElection`] by lease for singleton services,
 //! whose writes a [`Leadership`] term fences.
+//!
+#![doc = include_str!("../../docs/modules/cluster.md")]
 
 pub(crate) mod leader;
 pub(crate) mod leadership;

@@ -14,7 +14,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::NODES_LIVE;
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql;
 
 /// The registry table's default name.
@@ -42,16 +42,22 @@ pub(crate) async fn problems(pool: &PgPool, rel: &Relation) -> Result<Vec<String
 }
 
 /// How a process registers itself.
-#[derive(Debug, Clone)]
+///
+/// Deserializable from a config file: every field left out keeps its
+/// default, durations are written as in [`workerutil::duration`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct NodeOptions {
     /// The registry table. Default [`DEFAULT_NODE_TABLE`].
     pub node_table: String,
     /// Time between the process's heartbeats. Default 2 s.
+    #[serde(with = "workerutil::duration")]
     pub heartbeat_interval: Duration,
     /// A process whose heartbeat is older than this is dead. Default 10 s;
     /// at least three heartbeat intervals, so one slow heartbeat never
     /// declares a live process dead.
+    #[serde(with = "workerutil::duration")]
     pub dead_after: Duration,
     /// The queues the process serves, for operators (informational).
     pub queues: Vec<String>,
@@ -262,6 +268,19 @@ impl Node {
             .execute(&self.pool)
             .await
             .map_err(Error::db("node_deregister"))?;
+        Ok(())
+    }
+}
+
+/// The registry row as a service: heartbeats until `stop` fires, then
+/// deregisters (as [`Node::run`] on a clone).
+impl crate::Service for Node {
+    fn name(&self) -> &str {
+        "node"
+    }
+
+    async fn run(&self, stop: CancellationToken) -> Result<()> {
+        Node::run(self.clone(), stop).await;
         Ok(())
     }
 }

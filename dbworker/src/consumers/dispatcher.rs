@@ -23,7 +23,7 @@ use workerutil::{WakeupSender, Wakeups};
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql::{self, LogTables};
 
 use super::options::DEFAULT_TRANSACTION_COLUMN;

@@ -23,7 +23,7 @@ use crate::columns::Relation;
 use crate::consumers::store::{LogJob, LogStore};
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql;
 
 /// Runs each slice with the consumer it belongs to.

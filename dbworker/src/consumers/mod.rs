@@ -2,6 +2,8 @@
 //! checkpoint advanced in its slice's transaction ([`LogStore`]), assigned to
 //! live processes by the leader ([`ConsumerGroup`]), woken by the process's
 //! reader of the log's head ([`LogDispatcher`]).
+//!
+#![doc = include_str!("../../docs/modules/consumers.md")]
 
 pub(crate) mod books;
 mod consumer;

@@ -11,8 +11,8 @@ use super::books::Slot;
 /// A place in a log's reading order: the event's writing transaction, then its
 /// position. Consumers read events in this order, and only once every
 /// transaction that could still add an event before them has ended, so a
-/// checkpoint never passes an event that commits later (see the guide's
-/// consumer chapter).
+/// checkpoint never passes an event that commits later (see
+/// [checkpointed log consumers](crate::consumers#checkpointed-log-consumers)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[non_exhaustive]
 pub struct LogPoint {

@@ -533,11 +533,12 @@ where
         job: &mut LogJob<E>,
         message: &str,
         _retry: Option<&workerutil::Retry>,
-    ) -> std::result::Result<bool, BoxError> {
+    ) -> std::result::Result<Option<workerutil::JobState>, BoxError> {
         Self::rollback(job).await;
         tracing::warn!(store = %self.o.name, consumer = %job.slice.consumer, after = job.slice.after, error = message, "slice failed; it is retried from the same position");
         self.settle(&job.slice.consumer, Err(message));
-        Ok(true)
+        // Always a retry: a slice has no retry limit.
+        Ok(Some(workerutil::JobState::Errored))
     }
 
     async fn mark_failed(
@@ -545,7 +546,7 @@ where
         job: &mut LogJob<E>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        self.mark_errored(job, message, None).await
+        Ok(self.mark_errored(job, message, None).await?.is_some())
     }
 
     async fn requeue(&self, job: &mut LogJob<E>) -> std::result::Result<bool, BoxError> {

@@ -1,5 +1,7 @@
 //! Control tables shared by every process: durable [`Pauses`] of a table or a
 //! queue, and global [`Limits`] (processing, per key, rate) the claim enforces.
+//!
+#![doc = include_str!("../../docs/modules/control.md")]
 
 pub(crate) mod limits;
 pub(crate) mod pauses;

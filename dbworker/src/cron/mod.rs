@@ -1,6 +1,8 @@
 //! Periodic jobs: cron schedules declared in code or read from a crontab,
 //! each tick enqueued exactly once however many processes run the scheduler
 //! (no leader needed).
+//!
+#![doc = include_str!("../../docs/modules/cron.md")]
 
 mod crontab;
 pub(crate) mod schedule;
@@ -17,7 +19,7 @@ use crate::columns::Relation;
 use crate::enqueue::{Enqueuer, NewJob};
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::service::{Next, Pass as RunnerPass, Runner};
+use crate::runner::{Next, Pass as RunnerPass, Runner};
 use crate::sql;
 use crate::table::JobTable;
 pub use crontab::{Crontab, CrontabEntry};
@@ -195,8 +197,8 @@ impl Scheduler {
     /// [`add`](Self::add) with the time zone apart: `expression`'s fields
     /// are read in `time_zone`, an IANA name (`Europe/Berlin`,
     /// `America/New_York`, `UTC`). Across a daylight-saving change each
-    /// local tick is enqueued once: see the guide's "Time zones and
-    /// daylight saving".
+    /// local tick is enqueued once: see
+    /// [time zones and daylight saving](crate::cron#time-zones-and-daylight-saving).
     ///
     /// ```no_run
     /// # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {

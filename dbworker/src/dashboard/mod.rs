@@ -1,23 +1,7 @@
 //! The web dashboard: an `axum` router an application mounts under a path of
-//! its choice, or `dbworker ui` serves alone. Server-rendered HTML under a
-//! strict Content-Security-Policy: one small same-origin script keeps pages
-//! current (`live.js`), and with scripts blocked every page is still
-//! readable and every action a plain form; on the same queries as the admin CLI
-//! ([`Admin`]): counts bounded by the partial indexes, keyset-paged lists,
-//! actions in batches that check each row's state.
+//! its choice, or `dbworker ui` serves alone.
 //!
-//! ```no_run
-//! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-//! use dbworker::dashboard::{Auth, Dashboard, DashboardOptions};
-//! use dbworker::{JobTable, JobTableOptions};
-//! let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
-//! let mut options = DashboardOptions::new(vec![jobs]);
-//! options.auth = Auth::Bearer { admin: Some("s3cret".into()), read_only: None };
-//! let dashboard = Dashboard::new(&pool, options).await?;
-//! let app: axum::Router = axum::Router::new().nest("/admin/jobs", dashboard.router());
-//! # let _ = app; Ok(()) }
-//! ```
-
+#![doc = include_str!("../../docs/modules/dashboard.md")]
 // Early returns from handlers are ready responses; boxing them buys nothing.
 #![allow(clippy::result_large_err)]
 

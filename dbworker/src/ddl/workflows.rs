@@ -32,7 +32,8 @@ use crate::error::Result;
 /// single or grouped, in either handling mode; a reset that fails it; an
 /// operator's cancel; plain SQL) fires the trigger in that same transaction:
 /// so a dependency is released exactly when, and only if, its upstream's
-/// final state commits. See the guide's "Workflows" chapter for the design.
+/// final state commits. See [the release](crate::workflow#the-release) for
+/// the design.
 ///
 /// ```
 /// let ddl = dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap();

@@ -3,24 +3,7 @@
 //! table (`dbworker migration --history`), read by the dashboard's charts and
 //! `dbworker top`.
 //!
-//! [`History`] writes it: each pass aggregates the closed minutes not yet
-//! recorded from the job table, through the index over `finished_at` that
-//! `dbworker migration --retention` adds (never a scan of the table), turns
-//! minutes older than `downsample_after` into hours, and deletes rows older
-//! than `keep`. Every process may run it: see [`History`] for why none
-//! counts a job twice. [`series`] and [`by_queue`] read it.
-//!
-//! ```no_run
-//! # use dbworker::Service;
-//! # async fn f(pool: sqlx::PgPool) -> Result<(), dbworker::Error> {
-//! use dbworker::history::{History, HistoryOptions};
-//! use dbworker::{JobTable, JobTableOptions};
-//! let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
-//! let history = History::new(&pool, &jobs, HistoryOptions::default()).await?;
-//! let stop = tokio_util::sync::CancellationToken::new();
-//! tokio::spawn(async move { history.run(stop).await });
-//! # Ok(()) }
-//! ```
+#![doc = include_str!("../../docs/modules/history.md")]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 

@@ -149,4 +149,8 @@ impl<R: ArgsRecord> Handler<DbStore<R>> for Handlers<R> {
     fn retry(&self, record: &R) -> Option<Retry> {
         self.registry().retry(record)
     }
+
+    fn kind<'a>(&'a self, record: &'a R) -> Option<&'a str> {
+        self.registry().kind(record)
+    }
 }

@@ -1,6 +1,8 @@
 //! Maintenance services over a job table: the [`Resetter`](crate::Resetter) requeues stalled
 //! jobs, the [`Purger`] deletes or archives old finished ones (on a
 //! partitioned table, by dropping whole partitions where it can).
+//!
+#![doc = include_str!("../../docs/modules/maintenance.md")]
 
 pub(crate) mod partitions;
 pub(crate) mod purger;

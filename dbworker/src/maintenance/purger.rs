@@ -15,7 +15,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 
@@ -376,14 +376,6 @@ impl Purger {
         }
         Ok(purged)
     }
-    /// [`Service::run`](crate::Service::run) for a leader: every batch fenced by the term (see
-    /// [`purge_once_as_leader`](Self::purge_once_as_leader)); stops when
-    /// leadership ends.
-    pub async fn run_as_leader(&self, leadership: Leadership) {
-        self.run_passes(&leadership.token(), Some(&leadership))
-            .await;
-    }
-
     async fn run_passes(&self, stop: &CancellationToken, fence: Option<&Leadership>) {
         let interval = self.options.interval;
         // Jitter: processes deployed together would otherwise purge in step.
@@ -434,6 +426,14 @@ impl crate::Service for Purger {
     /// each failure in a row up to eight intervals.
     async fn run(&self, stop: CancellationToken) -> crate::Result<()> {
         self.run_passes(&stop, None).await;
+        Ok(())
+    }
+
+    /// [`run`](crate::Service::run) for a leader: every batch fenced by the term (see
+    /// [`Purger::purge_once_as_leader`]); stops when leadership ends.
+    async fn run_as_leader(&self, leadership: Leadership) -> crate::Result<()> {
+        self.run_passes(&leadership.token(), Some(&leadership))
+            .await;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Leadership;
@@ -12,7 +13,7 @@ use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql::Table;
 use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass};
 use crate::table::JobTable;
@@ -139,6 +140,8 @@ pub struct Resetter {
     connect_timeout: Duration,
     config: ResetConfig,
     table: Arc<Table>,
+    /// Each pass's outcome, to [`subscribe`](Resetter::subscribe)rs.
+    passes: broadcast::Sender<ResetOutcome>,
 }
 
 impl Resetter {
@@ -154,6 +157,7 @@ impl Resetter {
             connect_timeout: table.connect_timeout(),
             config,
             table: table.sql().clone(),
+            passes: broadcast::channel(16).0,
         };
         resetter.check().await?;
         Ok(resetter)
@@ -228,38 +232,16 @@ impl Resetter {
         Ok(out)
     }
 
-    /// Runs passes every interval until `stop` fires. A failed pass is logged
-    /// and retried after a back-off: twice the interval, doubling with each
-    /// failure in a row up to four intervals (stalled jobs wait for it, so it
-    /// comes back soon once the database does). `on_pass` sees each pass's
-    /// outcome. [`Service::run`](crate::Service::run) is this with no
-    /// `on_pass`.
-    pub async fn run_reporting(
-        &self,
-        stop: CancellationToken,
-        on_pass: impl FnMut(&ResetOutcome) + Send,
-    ) {
-        self.run_passes(&stop, None, on_pass).await;
+    /// Each pass's outcome from now on, as passes run (under
+    /// [`Service::run`](crate::Service::run) or
+    /// [`run_as_leader`](crate::Service::run_as_leader)): what was requeued and
+    /// what was failed. A receiver that lags by more than 16 passes loses the
+    /// oldest.
+    pub fn subscribe(&self) -> broadcast::Receiver<ResetOutcome> {
+        self.passes.subscribe()
     }
 
-    /// [`run_reporting`](Self::run_reporting) for a leader: every pass is fenced by the term
-    /// (a pass after the term is over writes nothing), and the runs stop when
-    /// leadership ends.
-    pub async fn run_as_leader(
-        &self,
-        leadership: Leadership,
-        on_pass: impl FnMut(&ResetOutcome) + Send,
-    ) {
-        self.run_passes(&leadership.token(), Some(&leadership), on_pass)
-            .await;
-    }
-
-    async fn run_passes(
-        &self,
-        stop: &CancellationToken,
-        fence: Option<&Leadership>,
-        on_pass: impl FnMut(&ResetOutcome) + Send,
-    ) {
+    async fn run_passes(&self, stop: &CancellationToken, fence: Option<&Leadership>) {
         Runner::every(self.interval)
             .backoff_up_to(self.interval.saturating_mul(4))
             .run(
@@ -267,7 +249,6 @@ impl Resetter {
                 &mut Passes {
                     resetter: self,
                     fence,
-                    on_pass,
                 },
             )
             .await;
@@ -275,13 +256,12 @@ impl Resetter {
 }
 
 /// The resetter as the runner sees it: one reset pass per pass.
-struct Passes<'a, F> {
+struct Passes<'a> {
     resetter: &'a Resetter,
     fence: Option<&'a Leadership>,
-    on_pass: F,
 }
 
-impl<F: FnMut(&ResetOutcome)> Pass for Passes<'_, F> {
+impl Pass for Passes<'_> {
     fn span(&self) -> tracing::Span {
         tracing::info_span!("resetter", resetter = %self.resetter.name)
     }
@@ -289,7 +269,8 @@ impl<F: FnMut(&ResetOutcome)> Pass for Passes<'_, F> {
     async fn pass(&mut self) -> Next {
         match self.resetter.pass(self.fence).await {
             Ok(out) => {
-                (self.on_pass)(&out);
+                // No subscriber is no error.
+                let _ = self.resetter.passes.send(out);
                 Next::Interval
             }
             Err(err) => {
@@ -305,10 +286,22 @@ impl crate::Service for Resetter {
         "resetter"
     }
 
-    /// Runs passes every interval until `stop` fires (see
-    /// [`Resetter::run_reporting`]).
+    /// Runs passes every interval until `stop` fires. A failed pass is
+    /// logged and retried after a back-off: twice the interval, doubling with
+    /// each failure in a row up to four intervals (stalled jobs wait for it,
+    /// so it comes back soon once the database does). Each pass's outcome
+    /// goes to [`Resetter::subscribe`]rs.
     async fn run(&self, stop: CancellationToken) -> crate::Result<()> {
-        self.run_reporting(stop, |_| {}).await;
+        self.run_passes(&stop, None).await;
+        Ok(())
+    }
+
+    /// [`run`](crate::Service::run) for a leader: every pass is fenced by the term (a
+    /// pass after the term is over writes nothing), and the runs stop when
+    /// leadership ends.
+    async fn run_as_leader(&self, leadership: Leadership) -> crate::Result<()> {
+        self.run_passes(&leadership.token(), Some(&leadership))
+            .await;
         Ok(())
     }
 }

@@ -78,6 +78,15 @@ pub(crate) fn mark_errored(
     Statement::from(&errored_update(o, id, token, message, retry))
 }
 
+/// `RETURNING` the state a mark wrote, as text named `state`.
+fn returning_state(a: &str, c: &Columns) -> sea_query::ReturningClause {
+    Query::returning().expr(Expr::cust(format!(
+        "{}.{}::text AS \"state\"",
+        quote(a),
+        quote(&c.state)
+    )))
+}
+
 /// The update of [`mark_errored`], for statements that write more beside it.
 pub(super) fn errored_update(
     o: &StoreParams,
@@ -114,7 +123,8 @@ pub(super) fn errored_update(
 }
 
 /// What every failed attempt writes besides its state: one more failure, the
-/// message, when it finished, and (with an error history) its entry.
+/// message, when it finished, and (with an error history) its entry. It
+/// returns the state written: a retry, a final failure or a cancel.
 fn failed_attempt(mut q: UpdateStatement, o: &StoreParams, message: &str) -> UpdateStatement {
     let (a, c) = (&o.table.alias, &o.columns);
     let message = sanitize_failure_message(message);
@@ -127,7 +137,8 @@ fn failed_attempt(mut q: UpdateStatement, o: &StoreParams, message: &str) -> Upd
     );
     q.value(alias(&c.num_failures), counter(a, &c.num_failures).add(1))
         .value(alias(&c.failure_message), message.as_ref())
-        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"));
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
+        .returning(returning_state(a, c));
     q
 }
 
@@ -164,7 +175,8 @@ pub(crate) struct Mark {
 /// Completes many claimed jobs in one statement (heartbeat handling, a group
 /// of completions only: the common case, planned once and cached). With a
 /// result column, each writes its result (JSON text, `''` for none) too.
-/// Returns the ids that were marked; any other was no longer ours.
+/// Returns the ids that were marked, each with the state it got; any other
+/// was no longer ours.
 pub(crate) fn complete_group(
     o: &StoreParams,
     ids: Vec<i64>,
@@ -332,7 +344,10 @@ pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
         .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
         .and_where(col(a, &c.state).eq(state(JobState::Processing)))
         .and_where(token_expr(a, c).equals(("dbworker_marks", "token")))
-        .returning(Query::returning().expr(Expr::cust(format!("{}::bigint AS \"id\"", q(&c.id)))))
+        .returning(Query::returning().exprs([
+            Expr::cust(format!("{}::bigint AS \"id\"", q(&c.id))),
+            Expr::cust(format!("{}::text AS \"state\"", q(&c.state))),
+        ]))
         .to_owned();
     let with = WithClause::new()
         .cte(cte(marks_q, "dbworker_marks", true))

@@ -1,18 +1,21 @@
 //! Grouped marks for heartbeat handling. Jobs that finish while the groups in
 //! flight (at most two) are being written wait for the next, so under load one fenced statement marks
 //! many jobs (group commit), and an idle worker adds no delay at all. Each job
-//! still gets its own answer: whether its lease still owned the row.
+//! still gets its own answer: the state written, or none when its lease no
+//! longer owned the row.
 //!
 //! A crash before a group is written leaves its jobs `processing` with their
 //! heartbeats stopping: the resetter requeues them, so nothing is lost, but a
 //! job that had finished may run again (at-least-once, as heartbeat handling
 //! always is).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlx::{PgPool, Row};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use workerutil::JobState;
 
 use crate::retry::RetryRule;
 use crate::sql::{self, Mark, MarkKind};
@@ -25,8 +28,9 @@ const MAX_IN_FLIGHT: usize = 2;
 /// Below this many marks, a second group waits for the one in flight.
 const SMALL_GROUP: usize = 16;
 
-/// A job's answer: marked or not, or the database error rendered.
-type Answer = Result<bool, String>;
+/// A job's answer: the state written (`None`: not marked, the lease no
+/// longer owned the row), or the database error rendered.
+type Answer = Result<Option<JobState>, String>;
 
 struct Pending {
     mark: Mark,
@@ -104,7 +108,7 @@ async fn write_answering(pool: &PgPool, options: &Resolved, group: Vec<Pending>)
     match result {
         Ok(marked) => {
             for p in group {
-                let _ = p.done.send(Ok(marked.contains(&p.mark.id)));
+                let _ = p.done.send(Ok(marked.get(&p.mark.id).copied()));
             }
         }
         // One bad row must not sink the others: write them one by one.
@@ -112,7 +116,7 @@ async fn write_answering(pool: &PgPool, options: &Resolved, group: Vec<Pending>)
             for p in group {
                 let answer = write(pool, options, &[(p.mark.clone(), &p.retry)])
                     .await
-                    .map(|marked| marked.contains(&p.mark.id));
+                    .map(|marked| marked.get(&p.mark.id).copied());
                 let _ = p.done.send(answer);
             }
         }
@@ -124,12 +128,13 @@ async fn write_answering(pool: &PgPool, options: &Resolved, group: Vec<Pending>)
     }
 }
 
-/// Writes one group; returns the ids that were still owned and got marked.
+/// Writes one group; returns the ids that were still owned and got marked,
+/// each with the state written.
 async fn write(
     pool: &PgPool,
     options: &Resolved,
     marks: &[(Mark, &RetryRule)],
-) -> Result<HashSet<i64>, String> {
+) -> Result<HashMap<i64, JobState>, String> {
     // Completions alone (the usual group) take a smaller statement.
     if marks.iter().all(|(m, _)| m.kind == MarkKind::Complete) {
         let ids = marks.iter().map(|(m, _)| m.id).collect();
@@ -158,7 +163,7 @@ async fn write(
     // one by one finds none of its marks already written.
     let db_error = |err: sqlx::Error| format!("database error in mark_group: {err}");
     let mut tx = pool.begin().await.map_err(db_error)?;
-    let mut marked = HashSet::new();
+    let mut marked = HashMap::new();
     for (rule, group) in groups {
         marked.extend(run(&mut *tx, sql::mark_group(options, &group, rule)).await?);
     }
@@ -166,13 +171,23 @@ async fn write(
     Ok(marked)
 }
 
+/// Runs a group's statement: the ids it marked, with the state each got
+/// (`completed` where the statement returns none: completions alone).
 async fn run<'c>(
     db: impl Into<sql::On<'c>>,
     statement: sql::Statement,
-) -> Result<HashSet<i64>, String> {
+) -> Result<HashMap<i64, JobState>, String> {
     let rows = statement
         .fetch_all(db)
         .await
         .map_err(|err| format!("database error in mark_group: {err}"))?;
-    Ok(rows.iter().map(|r| r.get::<i64, _>("id")).collect())
+    rows.iter()
+        .map(|r| {
+            let state = match r.try_get::<String, _>("state") {
+                Ok(state) => state.parse().map_err(|e| format!("mark_group: {e}"))?,
+                Err(_) => JobState::Completed,
+            };
+            Ok((r.get::<i64, _>("id"), state))
+        })
+        .collect()
 }

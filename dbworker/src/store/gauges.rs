@@ -10,7 +10,7 @@ use workerutil::{JobState, Record};
 
 use crate::error::{Error, Result};
 use crate::metrics::{OLDEST_JOB_AGE_SECONDS, QUEUE_DEPTH};
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql;
 use crate::store::DbStore;
 

@@ -17,7 +17,7 @@
 
 use sqlx::Row;
 use sqlx::postgres::{PgDatabaseError, PgSeverity};
-use workerutil::{BoxError, Lease, Record, Retry, error_chain};
+use workerutil::{BoxError, JobState, Lease, Record, Retry, error_chain};
 
 use super::open::JobTx;
 use super::{DbJob, DbStore};
@@ -62,9 +62,10 @@ impl<R: Record> DbStore<R> {
         }
         let result = job.result.take();
         let Some(mut tx) = job.tx.take() else {
-            return self
+            return Ok(self
                 .grouped(job.lease, MarkKind::Complete, "", None, result)
-                .await;
+                .await?
+                .is_some());
         };
         let statement = self.complete_statement(job.lease, result);
         // The mark and the handler's writes commit together, or not at all.
@@ -100,7 +101,7 @@ impl<R: Record> DbStore<R> {
         kind: MarkKind,
         message: &str,
         retry: Option<&Retry>,
-    ) -> std::result::Result<bool, BoxError> {
+    ) -> std::result::Result<Option<JobState>, BoxError> {
         let lease = job.lease;
         let payload = job
             .retry_payload
@@ -117,8 +118,8 @@ impl<R: Record> DbStore<R> {
         let message = hinted.as_deref().unwrap_or(message);
         // Taken back once the retry is written: a claim that passed the row
         // before then must not move the cursor past it (see store/cursor.rs).
-        let requeued = |done: bool| {
-            if done && kind == MarkKind::Errored {
+        let requeued = |done: Option<JobState>| {
+            if done.is_some() && kind == MarkKind::Errored {
                 self.back_in_queue(lease.id);
             }
             done
@@ -168,7 +169,8 @@ impl<R: Record> DbStore<R> {
         let statement = sql::mark_canceled(&self.options, lease.id, lease.token, message);
         Ok(self
             .write_failure("mark_canceled", lease, job.tx.take(), statement)
-            .await?)
+            .await?
+            .is_some())
     }
 
     /// The errored mark that also rewrites the payload (item jobs): one fenced
@@ -180,7 +182,7 @@ impl<R: Record> DbStore<R> {
         message: &str,
         retry: Option<&Retry>,
         payload: serde_json::Value,
-    ) -> std::result::Result<bool, BoxError> {
+    ) -> std::result::Result<Option<JobState>, BoxError> {
         let o = &self.options;
         let (lease, rule) = (job.lease, o.retry_rule(retry));
         let statement = match &o.payload_column {
@@ -214,7 +216,7 @@ impl<R: Record> DbStore<R> {
         message: &str,
         retry: Option<&Retry>,
         result: Option<serde_json::Value>,
-    ) -> std::result::Result<bool, BoxError> {
+    ) -> std::result::Result<Option<JobState>, BoxError> {
         let rule = self.options.retry_rule(retry);
         if let Some(completer) = &self.completer {
             let mark = Mark {
@@ -227,7 +229,11 @@ impl<R: Record> DbStore<R> {
             return Ok(completer.mark(mark, rule).await?);
         }
         let (op, statement) = match kind {
-            MarkKind::Complete => ("mark_complete", self.complete_statement(lease, result)),
+            MarkKind::Complete => {
+                let statement = self.complete_statement(lease, result);
+                let done = self.fenced_write("mark_complete", lease, None, statement);
+                return Ok(done.await?.then_some(JobState::Completed));
+            }
             MarkKind::Errored => (
                 "mark_errored",
                 sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
@@ -237,7 +243,7 @@ impl<R: Record> DbStore<R> {
                 sql::mark_failed(&self.options, lease.id, lease.token, message),
             ),
         };
-        Ok(self.fenced_write(op, lease, None, statement).await?)
+        Ok(self.write_failure(op, lease, None, statement).await?)
     }
 
     /// The completion of `lease`, with the handler's result if it set one.
@@ -259,8 +265,10 @@ impl<R: Record> DbStore<R> {
     /// claim still owned it.
     pub(super) async fn fail_unstarted(&self, lease: Lease, message: &str) -> Result<bool> {
         let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
-        self.write_failure("mark_failed", lease, None, statement)
-            .await
+        Ok(self
+            .write_failure("mark_failed", lease, None, statement)
+            .await?
+            .is_some())
     }
 
     /// Runs a fenced statement on the pool, after rolling back the handler's
@@ -321,7 +329,7 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
         tx: Option<super::open::JobTx>,
         statement: sql::Statement,
-    ) -> Result<bool> {
+    ) -> Result<Option<JobState>> {
         if let Some(tx) = tx
             && let Err(err) = tx.rollback().await
         {
@@ -330,7 +338,11 @@ impl<R: Record> DbStore<R> {
             }
             tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
         }
-        self.fenced_write(op, lease, None, statement).await
+        let row = statement
+            .fetch_optional(self.pool())
+            .await
+            .map_err(Error::db(op))?;
+        row.map(|row| written_state(op, &row)).transpose()
     }
 
     /// The completion (`op`: the mark or the commit) failed with `err`. If the
@@ -357,7 +369,7 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
         op: &'static str,
         cause: &sqlx::Error,
-    ) -> Result<bool> {
+    ) -> Result<Option<JobState>> {
         let cause = error_chain(cause);
         let o = self.resolved();
         let message = format!(
@@ -369,7 +381,7 @@ impl<R: Record> DbStore<R> {
             .await;
         match row {
             Ok(Some(row)) => {
-                let state: String = row.get("state");
+                let state = written_state("requeue_lost", &row)?;
                 tracing::warn!(
                     store = %o.name,
                     record_id = lease.id,
@@ -379,11 +391,11 @@ impl<R: Record> DbStore<R> {
                     "the job's transaction connection was lost: put it back without counting a failure (counted as a reset)"
                 );
                 self.back_in_queue(lease.id);
-                Ok(true)
+                Ok(Some(state))
             }
             Ok(None) => {
                 tracing::warn!(store = %o.name, record_id = lease.id, op, error = %cause, "the job's transaction connection was lost, and the job is no longer ours");
-                Ok(false)
+                Ok(None)
             }
             Err(err) => {
                 tracing::error!(store = %o.name, record_id = lease.id, op, error = %cause, requeue_error = %err, "the job's transaction connection was lost and the requeue failed; the resetter will requeue it");
@@ -391,6 +403,17 @@ impl<R: Record> DbStore<R> {
             }
         }
     }
+}
+
+/// The state a fenced statement wrote (its `RETURNING ... AS state`).
+fn written_state(op: &'static str, row: &sqlx::postgres::PgRow) -> Result<JobState> {
+    let state: String = row.try_get("state").map_err(Error::db(op))?;
+    state
+        .parse()
+        .map_err(|e: workerutil::UnknownState| Error::InvalidOption {
+            field: "state",
+            reason: format!("{op} wrote a state this version does not know: {e}"),
+        })
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use workerutil::WakeupSender;
 
 use super::cursor::ClaimCursor;
-use crate::service::{Next, Pass, Runner};
+use crate::runner::{Next, Pass, Runner};
 use crate::sql;
 use crate::store::Resolved;
 

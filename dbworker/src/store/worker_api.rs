@@ -4,7 +4,7 @@
 //! logs to `heartbeat.rs` and `logs.rs`, every mark to `marks.rs`.
 use sqlx::Row;
 use workerutil::{
-    BoxError, ExecutionLogEntry, HeartbeatResult, Lease, Record, Retry, Store, Wakeups,
+    BoxError, ExecutionLogEntry, HeartbeatResult, JobState, Lease, Record, Retry, Store, Wakeups,
     WorkerOptions,
 };
 
@@ -104,7 +104,7 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
         retry: Option<&Retry>,
-    ) -> std::result::Result<bool, BoxError> {
+    ) -> std::result::Result<Option<JobState>, BoxError> {
         self.mark_failure(job, MarkKind::Errored, message, retry)
             .await
     }
@@ -114,8 +114,10 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        self.mark_failure(job, MarkKind::Failed, message, None)
-            .await
+        Ok(self
+            .mark_failure(job, MarkKind::Failed, message, None)
+            .await?
+            .is_some())
     }
 
     /// One fenced statement on the pool, after the handler's transaction is

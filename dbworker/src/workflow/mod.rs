@@ -1,15 +1,7 @@
-//! Workflows: jobs that wait for other jobs. [`Workflow`] builds a DAG of
-//! named tasks, [`Workflows`] enqueues it in one transaction, cancels it and
-//! reports its status, and lists them ([`Workflows::list`]). [`Batch`] is a set of jobs with callbacks run on
-//! success, failure or completion, enqueued by [`Batches`]. A single dependent of existing jobs is
-//! [`NewJob::after`](crate::NewJob::after).
+//! Workflows: jobs that wait for other jobs (graphs of named tasks), and
+//! batches of jobs with callbacks.
 //!
-//! The release (a dependent becoming `queued` once the last job it waits for
-//! completes; the failure policies; a retry bringing canceled dependents
-//! back) is the trigger `dbworker migration --workflows` installs
-//! ([`ddl::workflows_sql`](crate::ddl::workflows_sql)): it runs in the
-//! transaction of whatever write finishes the upstream job, so it commits
-//! with it or not at all. The guide's "Workflows" chapter explains it.
+#![doc = include_str!("../../docs/modules/workflow.md")]
 
 mod batch;
 mod builder;

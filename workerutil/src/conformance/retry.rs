@@ -73,7 +73,8 @@ async fn error_all<H: Harness>(
             store
                 .mark_errored(job, &format!("boom {attempt}"), retry.as_ref())
                 .await
-                .unwrap(),
+                .unwrap()
+                .is_some(),
             "retry_override: mark of attempt {attempt}"
         );
     }

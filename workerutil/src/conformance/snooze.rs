@@ -31,7 +31,10 @@ pub async fn snooze_waits_without_a_failure<H: Harness>(h: &H) {
         .pop()
         .expect("snooze: claimable after its delay");
     // One retry is allowed: had the snooze counted a failure, this error would be final.
-    assert!(store.mark_errored(&mut again, "x", None).await.unwrap());
+    assert_eq!(
+        store.mark_errored(&mut again, "x", None).await.unwrap(),
+        Some(JobState::Errored)
+    );
     assert_eq!(
         h.state(&store, id).await,
         JobState::Errored,

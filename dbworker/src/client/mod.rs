@@ -1,8 +1,12 @@
 //! `Client`: one value that enqueues typed jobs and runs everything a job
 //! table needs in this process: the worker with its typed handlers, the
 //! resetter that brings back the jobs of dead workers and, when asked, the
-//! purger. Started with one call, stopped with one `shutdown()`. The pieces
-//! stay public for applications that assemble their own.
+//! purger, the gauges and the application's services; in a cluster, the
+//! singletons only while it leads. Started with one call, stopped with one
+//! `shutdown()`. The pieces stay public for applications that assemble
+//! their own.
+
+mod leading;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +26,9 @@ use crate::maintenance::{PurgeOptions, Purger};
 use crate::service::Service;
 use crate::store::{DbStore, QueueGauges, StoreOptions};
 use crate::table::JobTable;
+
+pub use leading::ClusterOptions;
+use leading::{LeaderStarter, Membership, Run, leader_starter};
 
 /// How a [`Client`] runs. Deserializable from a config file; every field
 /// left out keeps its default.
@@ -54,6 +61,14 @@ pub struct ClientOptions {
     /// (the default, `"off"` in a file): no gauges from this client.
     #[serde(with = "workerutil::duration::option")]
     pub gauges: Option<Duration>,
+    /// Joins a cluster: the client registers its process in the worker
+    /// registry and campaigns for its table's lease, and the singletons (the
+    /// resetter, the purger, the gauges and the services added with
+    /// [`ClientBuilder::leader_service`]) run only on the leader, their
+    /// writes fenced by its term; the resetter then also requeues the jobs
+    /// of a dead process at once. `None` (the default): every client runs
+    /// its own singletons (their passes are idempotent).
+    pub cluster: Option<ClusterOptions>,
 }
 
 impl Default for ClientOptions {
@@ -63,6 +78,7 @@ impl Default for ClientOptions {
             resetter: None,
             purge: None,
             gauges: None,
+            cluster: None,
         }
     }
 }
@@ -78,6 +94,7 @@ pub struct ClientBuilder {
     store: Option<StoreOptions>,
     options: ClientOptions,
     services: Vec<Starter>,
+    singletons: Vec<LeaderStarter>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -102,6 +119,15 @@ impl ClientBuilder {
     /// started by [`Client::start`], stopped by [`Client::shutdown`].
     pub fn service(mut self, service: impl Service) -> ClientBuilder {
         self.services.push(starter(service));
+        self
+    }
+
+    /// Runs `service` as a singleton: in a cluster
+    /// ([`ClientOptions::cluster`]) only while this client leads, given the
+    /// term ([`Service::run_as_leader`]); outside one, as
+    /// [`service`](Self::service) does.
+    pub fn leader_service(mut self, service: impl Service) -> ClientBuilder {
+        self.singletons.push(leader_starter(service));
         self
     }
 
@@ -131,7 +157,7 @@ impl ClientBuilder {
                 reason: "a client needs at least one handler (ClientBuilder::handler)".into(),
             });
         }
-        let o = self.options;
+        let mut o = self.options;
         o.worker.validate()?;
         let mut store = match self.store {
             Some(store) => store,
@@ -142,22 +168,45 @@ impl ClientBuilder {
         }
         let enqueuer = Enqueuer::new(&self.pool, &self.table).await?;
         let store = DbStore::new(&self.pool, &self.table, store).await?;
-        let ro = o
+        let mut ro = o
             .resetter
             .clone()
             .unwrap_or_else(|| ResetterOptions::for_store(&store));
-        let resetter = Resetter::new(&self.pool, &self.table, ro).await?;
-        let mut services = vec![starter(resetter)];
+        if let Some(cluster) = &o.cluster
+            && ro.node_table.is_none()
+        {
+            ro.node_table = Some(cluster.node.node_table.clone());
+            ro.dead_after = cluster.node.dead_after;
+        }
+        let mut singletons = vec![leader_starter(
+            Resetter::new(&self.pool, &self.table, ro).await?,
+        )];
         if let Some(po) = &o.purge {
-            services.push(starter(
+            singletons.push(leader_starter(
                 Purger::new(&self.pool, &self.table, po.clone()).await?,
             ));
         }
         let store = Arc::new(store);
         if let Some(interval) = o.gauges {
-            services.push(starter(QueueGauges::new(store.clone(), interval)?));
+            singletons.push(leader_starter(QueueGauges::new(store.clone(), interval)?));
         }
-        services.extend(self.services);
+        singletons.extend(self.singletons);
+        // Registers last: nothing after it can fail and leave the row behind.
+        let membership = match &o.cluster {
+            Some(cluster) => {
+                let mut cluster = cluster.clone();
+                cluster.node.handlers = u32::try_from(o.worker.num_handlers).unwrap_or(u32::MAX);
+                cluster.node.honours = self.table.honours();
+                Some(Membership::join(&self.pool, &cluster, self.table.name()).await?)
+            }
+            None => None,
+        };
+        if let Some(m) = &membership
+            && o.worker.hostname.is_none()
+        {
+            // The resetter knows a dead process's jobs by this name.
+            o.worker.hostname = Some(m.node.id().to_owned());
+        }
 
         // Claims only the kinds this client handles.
         let kind_column = (self.table.kind_column()).map(|c| self.table.sql().read_column(c));
@@ -165,7 +214,15 @@ impl ClientBuilder {
             Some(column) => handlers.restrict_dequeue(column),
             None => handlers,
         };
-        let worker = crate::new_worker(store.clone(), handlers, o.worker)?;
+        let worker = match crate::new_worker(store.clone(), handlers, o.worker) {
+            Ok(worker) => worker,
+            Err(err) => {
+                if let Some(m) = &membership {
+                    let _ = m.node.deregister().await;
+                }
+                return Err(err);
+            }
+        };
         let events = worker.subscribe();
         Ok(Client {
             enqueuer,
@@ -173,10 +230,12 @@ impl ClientBuilder {
             shutdown: worker.shutdown_handle(),
             events,
             stop: CancellationToken::new(),
-            parts: Mutex::new(Parts::Built {
+            parts: Mutex::new(Parts::Built(Box::new(Built {
                 worker: Box::new(worker),
-                services,
-            }),
+                services: self.services,
+                singletons,
+                membership,
+            }))),
         })
     }
 }
@@ -205,14 +264,17 @@ fn typed_select(table: &JobTable) -> Result<Vec<String>> {
 type Worker_ = Worker<DbStore<TypedJob>, Handlers>;
 /// Spawns a service on the runtime, to run until the token fires.
 type Starter = Box<dyn FnOnce(CancellationToken) -> JoinHandle<()> + Send>;
-/// A client's parts before it starts: the worker and its services.
-type BuiltParts = (Box<Worker_>, Vec<Starter>);
+/// A client's parts before it starts: the worker, its services, its
+/// singletons and, in a cluster, its registry row and election.
+struct Built {
+    worker: Box<Worker_>,
+    services: Vec<Starter>,
+    singletons: Vec<LeaderStarter>,
+    membership: Option<Membership>,
+}
 
 enum Parts {
-    Built {
-        worker: Box<Worker_>,
-        services: Vec<Starter>,
-    },
+    Built(Box<Built>),
     Running {
         worker: JoinHandle<WorkerSummary>,
         services: Vec<JoinHandle<()>>,
@@ -279,6 +341,7 @@ impl Client {
             store: None,
             options: ClientOptions::default(),
             services: Vec::new(),
+            singletons: Vec::new(),
         }
     }
 
@@ -321,8 +384,13 @@ impl Client {
     /// returns at once. Refused if the client was started already.
     pub fn start(&self) -> Result<()> {
         let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
-        let (worker, services) = take_built(&mut parts, "start")?;
-        let services = self.spawn_services(services);
+        let Built {
+            worker,
+            services,
+            singletons,
+            membership,
+        } = take_built(&mut parts, "start")?;
+        let services = self.spawn_services(services, singletons, membership);
         *parts = Parts::Running {
             worker: tokio::spawn(worker.run()),
             services,
@@ -334,11 +402,17 @@ impl Client {
     /// then stops them all and closes the store's listener: for scripts,
     /// tests and batch runs. Refused if the client was started already.
     pub async fn run_until_empty(&self) -> Result<WorkerSummary> {
-        let (worker, services) = {
+        let built = {
             let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
             take_built(&mut parts, "run_until_empty")?
         };
-        let services = self.spawn_services(services);
+        let Built {
+            worker,
+            services,
+            singletons,
+            membership,
+        } = built;
+        let services = self.spawn_services(services, singletons, membership);
         let summary = worker.run_until_empty().await;
         self.stop.cancel();
         join_services(services).await;
@@ -368,25 +442,48 @@ impl Client {
                 join_services(services).await;
                 Some(summary)
             }
-            Parts::Built { .. } | Parts::Stopped => None,
+            Parts::Built(built) => {
+                // Never started: its registry row goes now.
+                if let Some(m) = built.membership {
+                    let _ = m.node.deregister().await;
+                }
+                None
+            }
+            Parts::Stopped => None,
         };
         self.store.close().await;
         Ok(summary)
     }
 
-    fn spawn_services(&self, services: Vec<Starter>) -> Vec<JoinHandle<()>> {
-        services
+    /// Starts the services, and the singletons: under the election in a
+    /// cluster, else at once.
+    fn spawn_services(
+        &self,
+        services: Vec<Starter>,
+        singletons: Vec<LeaderStarter>,
+        membership: Option<Membership>,
+    ) -> Vec<JoinHandle<()>> {
+        let mut running: Vec<JoinHandle<()>> = services
             .into_iter()
             .map(|start| start(self.stop.clone()))
-            .collect()
+            .collect();
+        match membership {
+            Some(m) => running.extend(m.spawn(singletons, &self.stop)),
+            None => running.extend(
+                singletons
+                    .into_iter()
+                    .map(|start| tokio::spawn(start(Run::Always(self.stop.clone())))),
+            ),
+        }
+        running
     }
 }
 
 /// The parts of a client not yet started, taken out; refused (and left as
 /// they are) once it was.
-fn take_built(parts: &mut Parts, what: &'static str) -> Result<BuiltParts> {
+fn take_built(parts: &mut Parts, what: &'static str) -> Result<Built> {
     match std::mem::replace(parts, Parts::Stopped) {
-        Parts::Built { worker, services } => Ok((worker, services)),
+        Parts::Built(built) => Ok(*built),
         other => {
             *parts = other;
             Err(Error::InvalidOption {
