@@ -87,9 +87,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut table_options = JobTableOptions::new("example_jobs j");
     table_options.view_name = Some("example_jobs_with_repository_name v".into());
     table_options.alternate_column_names = renames;
+    // What a claim reads of each row (in the scan's order), and in what order
+    // claims take them.
+    table_options.column_expressions = vec![
+        "v.id".into(),
+        "v.repository_id".into(),
+        "v.repository_name".into(),
+    ];
+    table_options.order_by = Some("v.repository_id, v.id".into());
     let table = JobTable::new(&pool, table_options).await?;
 
-    // Step 3: the columns to read, how to scan them, and the store.
+    // Step 3: how to scan a row, and the store.
     let scan = |row: &sqlx::postgres::PgRow| {
         Ok(IndexJob {
             id: row.try_get(0)?,
@@ -98,12 +106,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
     };
     let mut options = StoreOptions::new("example_job_worker_store");
-    options.column_expressions = vec![
-        "v.id".into(),
-        "v.repository_id".into(),
-        "v.repository_name".into(),
-    ];
-    options.claim.order_by = Some("v.repository_id, v.id".into());
     options.stall.max_num_resets = 5;
     options.stall.stalled_max_age = Duration::from_secs(5);
     let store = Arc::new(DbStore::with_scan(&pool, &table, options, scan).await?);

@@ -81,8 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     let table = JobTable::new(&pool, JobTableOptions::new("example_jobs j")).await?;
-    let mut options = StoreOptions::new("budget_store");
-    options.column_expressions = vec!["j.id".into(), "j.cost".into()];
+    let options = StoreOptions::new("budget_store");
     let store = Arc::new(DbStore::new(&pool, &table, options).await?);
 
     let handler = Arc::new(Budgeted::default());

@@ -135,7 +135,6 @@ async fn run_node(pool: PgPool, stop: CancellationToken) -> Result<(), BoxError>
     println!("node {}", node.id());
     let beat = tokio::spawn(node.clone().run(stop.clone()));
     let mut so = StoreOptions::new("jobs");
-    so.column_expressions = vec!["j.id".into()];
     so.handling = Handling::Transactional;
     so.stall.stalled_max_age = Duration::from_secs(30);
     // Only the leader resets (below): jobs stalled as the store counts them,

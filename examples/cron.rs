@@ -85,8 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }));
     }
 
-    let mut so = StoreOptions::new("cron");
-    so.column_expressions = vec!["j.id".into()];
+    let so = StoreOptions::new("cron");
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("cron-example");
     wo.interval = Duration::from_millis(50);

@@ -86,8 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     to.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
     let table = JobTable::new(&pool, to).await?;
 
-    let mut so = StoreOptions::new("app");
-    so.column_expressions = vec!["j.id".into(), "j.payload".into()];
+    let so = StoreOptions::new("app");
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("app");
     wo.num_handlers = 2;

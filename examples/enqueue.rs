@@ -80,6 +80,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     options.key_column = Some("job_key".into());
     options.queue_column = Some("queue".into());
     options.priority_column = Some("priority".into());
+    // Claims take the highest priority first (the generated index serves it).
+    options.order_by = Some("j.priority DESC, j.id".into());
     let table = JobTable::new(&pool, options).await?;
     let enqueuer = Enqueuer::new(&pool, &table).await?;
 
@@ -125,7 +127,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The worker takes the highest priority first (the generated index serves it).
     let mut store_options = StoreOptions::new("mailer");
     store_options.handling = Handling::Heartbeat;
-    store_options.claim.order_by = Some("j.priority DESC, j.id".into());
     let store = Arc::new(DbStore::new(&pool, &table, store_options).await?);
     let sent = Arc::new(Mutex::new(Vec::new()));
     let mut worker_options = WorkerOptions::new("mailer");

@@ -90,8 +90,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     jobs.push(NewJob::new().kind("send_sms").queue("emails"));
     enqueuer.enqueue_many(&jobs).await?;
 
-    let mut so = StoreOptions::new("app");
-    so.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
+    let so = StoreOptions::new("app");
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())
         .register("send_email", SendEmail)?

@@ -82,8 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
 
     let table = JobTable::new(&pool, JobTableOptions::new("emails e")).await?;
-    let mut so = StoreOptions::new("emails");
-    so.column_expressions = vec!["e.id".into(), "e.address".into()];
+    let so = StoreOptions::new("emails");
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let mut wo = WorkerOptions::new("otel-example");
     wo.num_handlers = 2;

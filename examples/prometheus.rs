@@ -85,7 +85,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     enqueuer.enqueue_many(&jobs).await?;
 
     let mut so = StoreOptions::new("jobs");
-    so.column_expressions = vec!["j.id".into(), "j.kind".into()];
     so.max_num_retries = 0;
     let store = Arc::new(DbStore::new(&pool, &table, so).await?);
     let registry = KindRegistry::<DbStore<Job>>::new(|j: &Job| j.kind.as_str())

@@ -74,7 +74,6 @@ impl Handler<DbStore<ExampleJob>> for Work {
 async fn store(pool: &PgPool) -> Result<Arc<DbStore<ExampleJob>>, dbworker::Error> {
     let table = table(pool).await?;
     let mut options = StoreOptions::new("crash_store");
-    options.column_expressions = vec!["j.id".into()];
     options.stall = stall();
     Ok(Arc::new(DbStore::new(pool, &table, options).await?))
 }

@@ -131,9 +131,10 @@ pub(crate) async fn burn(
             }
             Variant::Kinds => {
                 let mut o = StoreOptions::new("bench");
-                o.column_expressions = vec!["j.id".into(), "j.kind".into()];
                 o.handling = Handling::Heartbeat;
-                let table = framework::job_table(&pool).await?;
+                let mut to = framework::table_options();
+                to.column_expressions = vec!["j.id".into(), "j.kind".into()];
+                let table = JobTable::new(&pool, to).await?;
                 let store = Arc::new(DbStore::new(&pool, &table, o).await?);
                 let registry = KindRegistry::<DbStore<KindJob>>::new(|j: &KindJob| j.kind.as_str())
                     .register(

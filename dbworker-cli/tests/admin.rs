@@ -330,7 +330,6 @@ async fn a_pause_from_the_command_line_holds_for_every_worker_however_built() {
         let table = dbworker::JobTable::new(&db.pool, options).await.unwrap();
         assert_eq!(table.pause_table().as_deref(), Some(DEFAULT_PAUSE_TABLE));
         let mut so = db.options();
-        so.column_expressions = vec!["id".into(), "payload".into(), "cost".into()];
         so.handling = dbworker::Handling::Heartbeat;
         so.stall.stalled_max_age = Duration::from_secs(60);
         let store = std::sync::Arc::new(DbStore::new(&db.pool, &table, so).await.unwrap());

@@ -46,6 +46,7 @@ const CONFIG: &str = r#"{
         "queue_column": "queue",
         "flags_column": "flags",
         "alternate_column_names": { "state": "status" },
+        "order_by": "j.id",
         "connect_timeout": "10s"
     },
     "store": {
@@ -55,7 +56,6 @@ const CONFIG: &str = r#"{
         "retry": { "retry_after": "30s", "max_delay": "2h" },
         "stall": { "stalled_max_age": "1m", "max_num_resets": 5 },
         "claim": {
-            "order_by": "j.id",
             "claim_cursor": "off",
             "forbidden_flags": ["gpu", "slow-api"]
         },
@@ -81,6 +81,8 @@ fn a_config_file_sets_only_what_it_names() {
     assert_eq!(t.connect_timeout, Duration::from_secs(10));
     assert_eq!(t.error_history_limit, dbworker::DEFAULT_ERROR_HISTORY_LIMIT);
     assert!(!t.detect && t.kind_column.is_none());
+    assert_eq!(t.order_by.as_deref(), Some("j.id"));
+    assert!(t.column_expressions.is_empty());
 
     let s = &c.store;
     assert_eq!(s.name, "emails");
@@ -97,7 +99,6 @@ fn a_config_file_sets_only_what_it_names() {
     assert_eq!(s.stall.stalled_max_age, Duration::from_secs(60));
     assert_eq!(s.stall.max_num_resets, 5);
     assert_eq!(s.stall.reset_failure_message, DEFAULT_RESET_FAILURE_MESSAGE);
-    assert_eq!(s.claim.order_by.as_deref(), Some("j.id"));
     assert_eq!(s.claim.claim_cursor, None);
     assert_eq!(
         s.claim.candidate_window,
@@ -108,7 +109,6 @@ fn a_config_file_sets_only_what_it_names() {
     );
     assert_eq!(s.listen, Listen::TableChannel);
     assert_eq!(s.max_result_bytes, DEFAULT_MAX_RESULT_BYTES);
-    assert!(s.column_expressions.is_empty());
 
     let r = &c.resetter;
     assert_eq!(r.name, "emails_resetter");

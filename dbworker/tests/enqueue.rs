@@ -164,8 +164,10 @@ async fn run_at_is_by_the_database_clock_and_priority_orders_the_claim() {
 
     let mut o = db.options();
     o.handling = Handling::Heartbeat;
-    o.claim.order_by = Some("j.priority DESC, j.id".into());
-    let store = dbworker::DbStore::<Job>::new(&db.pool, &db.table().await, o)
+    let table = db
+        .table_with(|t| t.order_by = Some("j.priority DESC, j.id".into()))
+        .await;
+    let store = dbworker::DbStore::<Job>::new(&db.pool, &table, o)
         .await
         .unwrap();
     let jobs = store

@@ -43,7 +43,6 @@ impl Handler<Store> for Ran {
 
 async fn store(db: &Db, table: &JobTable) -> Arc<Store> {
     let mut o = StoreOptions::new("kinds");
-    o.column_expressions = vec!["j.id".into(), "j.kind".into()];
     o.max_num_retries = 0;
     Arc::new(DbStore::new(&db.pool, table, o).await.unwrap())
 }

@@ -96,7 +96,6 @@ async fn limited_store(db: &Db) -> Arc<DbStore<QueuedJob>> {
         .await
         .unwrap();
     let mut o = StoreOptions::new("limited");
-    o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     o.handling = Handling::Heartbeat;
     Arc::new(DbStore::new(&pool, &table, o).await.unwrap())
 }
@@ -335,7 +334,6 @@ async fn customer_store(db: &Db) -> Arc<DbStore<CustomerJob>> {
     t.limit_key_column = Some("customer".into());
     let table = JobTable::new(&pool, t).await.unwrap();
     let mut o = StoreOptions::new("per-key");
-    o.column_expressions = vec!["j.id".into(), "j.customer".into()];
     o.handling = Handling::Heartbeat;
     Arc::new(DbStore::new(&pool, &table, o).await.unwrap())
 }

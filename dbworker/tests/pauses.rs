@@ -218,7 +218,6 @@ async fn a_pause_from_the_dashboard_holds_for_every_description_of_the_table() {
     for options in [named, JobTableOptions::detected("jobs"), typed] {
         let table = JobTable::new(&db.pool, options).await.unwrap();
         let mut o = db.options();
-        o.column_expressions = vec!["id".into(), "payload".into(), "cost".into()];
         o.handling = Handling::Heartbeat;
         o.stall.stalled_max_age = Duration::from_secs(60);
         let store = db.store_on(&table, o).await;

@@ -130,7 +130,6 @@ fn controlled(relation: &str) -> JobTableOptions {
 async fn controlled_store(pool: &sqlx::PgPool) -> Arc<DbStore<QueuedJob>> {
     let table = JobTable::new(pool, controlled("jobs j")).await.unwrap();
     let mut o = StoreOptions::new("controlled");
-    o.column_expressions = vec!["j.id".into(), "j.queue".into()];
     o.handling = Handling::Heartbeat;
     o.stall.stalled_max_age = Duration::from_secs(60);
     Arc::new(DbStore::new(pool, &table, o).await.unwrap())

@@ -65,9 +65,7 @@ async fn set_up() -> (Db, JobTable, Arc<Store>) {
 }
 
 fn store_options() -> StoreOptions {
-    let mut o = StoreOptions::new("queues");
-    o.column_expressions = vec!["j.id".into(), "j.queue".into()];
-    o
+    StoreOptions::new("queues")
 }
 
 #[tokio::test]

@@ -362,8 +362,7 @@ async fn a_table_found_through_search_path_works_end_to_end() {
     let table = JobTable::new(&pool, JobTableOptions::new("app_jobs j"))
         .await
         .expect("found through search_path");
-    let mut o = StoreOptions::new("app");
-    o.column_expressions = vec!["j.id".into()];
+    let o = StoreOptions::new("app");
     let store = Arc::new(
         DbStore::new(&pool, &table, o)
             .await
@@ -446,7 +445,6 @@ async fn a_scan_that_panics_fails_that_row_and_the_worker_goes_on() {
             })
         };
         let mut o = StoreOptions::new("panicky");
-        o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         o.handling = handling;
         o.stall.stalled_max_age = Duration::from_secs(5);
         let store = std::sync::Arc::new(

@@ -127,7 +127,6 @@ async fn enqueuer(db: &Db) -> Enqueuer {
 
 async fn store(db: &Db, handling: Handling) -> Arc<DbStore<TypedJob>> {
     let mut o = StoreOptions::new("typed");
-    o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     o.handling = handling;
     o.max_num_retries = 5;
     o.retry = RetryPolicy::fixed(Duration::ZERO);
@@ -387,6 +386,12 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
     t.alternate_column_names = renames;
     t.kind_column = Some("task_type".into());
     t.payload_column = Some("args".into());
+    // A worker of its own reads the renamed columns under TypedJob's names.
+    t.column_expressions = vec![
+        "t.id".into(),
+        "t.task_type AS kind".into(),
+        "t.args AS payload".into(),
+    ];
     let table = JobTable::new(&db.pool, t).await.unwrap();
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     // Add's default queue needs a queue column this table does not have.
@@ -423,11 +428,6 @@ async fn typed_jobs_run_on_a_table_of_your_own_with_renamed_columns() {
             .await
             .unwrap();
         let mut o = StoreOptions::new("tasks");
-        o.column_expressions = vec![
-            "t.id".into(),
-            "t.task_type AS kind".into(),
-            "t.args AS payload".into(),
-        ];
         o.handling = handling;
         let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
         let seen = Seen::default();
@@ -620,7 +620,6 @@ async fn typed_results_round_trip(handling: Handling) {
         .unwrap();
 
     let mut o = StoreOptions::new("typed");
-    o.column_expressions = vec!["j.id".into(), "j.kind".into(), "j.payload".into()];
     o.handling = handling;
     let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
     let registry = Handlers::new()

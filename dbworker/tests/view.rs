@@ -73,6 +73,8 @@ async fn concurrent_workers_through_a_joined_view_take_each_job_once() {
         let mut to = JobTableOptions::new("repo_jobs t");
         to.view_name = Some("repo_jobs_view v".into());
         to.alternate_column_names = renames.clone();
+        to.column_expressions = vec!["v.job_id".into(), "v.repo_name".into()];
+        to.order_by = Some("v.siblings DESC, v.repository_id, v.job_id".into());
         let table = JobTable::new(&pool, to).await.unwrap();
         let scan = |row: &sqlx::postgres::PgRow| {
             Ok(RepoJob {
@@ -81,8 +83,6 @@ async fn concurrent_workers_through_a_joined_view_take_each_job_once() {
             })
         };
         let mut so = StoreOptions::new("view_store");
-        so.column_expressions = vec!["v.job_id".into(), "v.repo_name".into()];
-        so.claim.order_by = Some("v.siblings DESC, v.repository_id, v.job_id".into());
         so.handling = handling;
         so.stall.stalled_max_age = Duration::from_secs(10);
         let store = Arc::new(DbStore::with_scan(&pool, &table, so, scan).await.unwrap());

@@ -239,13 +239,16 @@ async fn a_row_that_fails_to_scan_is_failed_with_the_reason_and_the_worker_goes_
     let bad = db.enqueue(1, json!({"act": "ok"})).await[0];
     let good = db.enqueue(1, json!({"act": "ok"})).await[0];
     // `cost` as text: the FromRow scan of an integer field fails for that row only.
-    let mut so = db.options();
-    so.column_expressions = vec![
-        "j.id".into(),
-        "j.payload".into(),
-        format!("CASE WHEN j.id = {bad} THEN NULL ELSE j.cost END AS cost"),
-    ];
-    let store = db.store_on(&db.table().await, so).await;
+    let table = db
+        .table_with(|t| {
+            t.column_expressions = vec![
+                "j.id".into(),
+                "j.payload".into(),
+                format!("CASE WHEN j.id = {bad} THEN NULL ELSE j.cost END AS cost"),
+            ]
+        })
+        .await;
+    let store = db.store_on(&table, db.options()).await;
     let mut o = options("scan");
     o.num_total_jobs = Some(1);
     o.num_handlers = 2;
@@ -616,7 +619,12 @@ async fn table_error(db: &Db, t: JobTableOptions) -> String {
 
 /// The error `DbStore::new` reports for `o` over the test table, rendered.
 async fn store_error(db: &Db, o: StoreOptions) -> String {
-    DbStore::<Job>::new(&db.pool, &db.table().await, o)
+    store_error_on(db, &db.table().await, o).await
+}
+
+/// The error `DbStore::new` reports for `o` over `table`, rendered.
+async fn store_error_on(db: &Db, table: &JobTable, o: StoreOptions) -> String {
+    DbStore::<Job>::new(&db.pool, table, o)
         .await
         .map(|_| ())
         .unwrap_err()
@@ -655,17 +663,20 @@ async fn bad_configuration_is_reported_with_every_name() {
     let err = table_error(&db, t).await;
     assert!(err.contains("view no_such_view does not exist"), "{err}");
 
-    let mut o = db.options();
-    o.column_expressions = vec!["j.id".into(), "j.no_such_column".into()];
-    let err = store_error(&db, o).await;
+    // The table's read shape is checked when a store first reads through it.
+    let table = db
+        .table_with(|t| t.column_expressions = vec!["j.id".into(), "j.no_such_column".into()])
+        .await;
+    let err = store_error_on(&db, &table, db.options()).await;
     assert!(
         err.contains("column j.no_such_column does not exist"),
         "{err}"
     );
 
-    let mut o = db.options();
-    o.claim.order_by = Some("j.priority DESC".into());
-    let err = store_error(&db, o).await;
+    let table = db
+        .table_with(|t| t.order_by = Some("j.priority DESC".into()))
+        .await;
+    let err = store_error_on(&db, &table, db.options()).await;
     assert!(err.contains("column j.priority does not exist"), "{err}");
 
     let mut o = db.options();

@@ -159,15 +159,19 @@ impl ClientBuilder {
         }
         let mut o = self.options;
         o.worker.validate()?;
-        let mut store = match self.store {
+        let store = match self.store {
             Some(store) => store,
             None => StoreOptions::new(o.worker.name.clone()),
         };
-        if store.column_expressions.is_empty() {
-            store.column_expressions = typed_select(&self.table)?;
-        }
+        // Typed jobs are read as `id`, `kind`, `payload`, unless the table
+        // says how it is read.
+        let typed = typed_select(&self.table)?;
+        let read = match self.table.column_expressions() {
+            [] => self.table.reading(typed),
+            _ => self.table.clone(),
+        };
         let enqueuer = Enqueuer::new(&self.pool, &self.table).await?;
-        let store = DbStore::new(&self.pool, &self.table, store).await?;
+        let store = DbStore::new(&self.pool, &read, store).await?;
         let mut ro = o
             .resetter
             .clone()

@@ -317,30 +317,25 @@ where
     /// `max_consecutive_failures` slices in a row (returning
     /// `Error::ConsumerFailed` after stopping everything): the slices of the
     /// consumers assigned here and, while this process leads, the rebalancing.
+    /// The same as [`Service::run`](crate::Service::run), for a group its
+    /// task owns.
     pub async fn run(self, stop: CancellationToken) -> Result<()> {
-        let ConsumerGroup {
-            store,
-            dispatcher: _dispatcher,
-            worker,
-            election,
-            names,
-            options,
-            assignments,
-            nodes,
-        } = self;
-        let failed = store.stopped();
-        let shutdown = worker.shutdown_handle();
-        let worker_run = tokio::spawn(worker.run());
+        self.run_group(stop).await
+    }
+
+    async fn run_group(&self, stop: CancellationToken) -> Result<()> {
+        let failed = self.store.stopped();
+        let shutdown = self.worker.shutdown_handle();
         let rebalancer = Rebalancer {
-            group: options.name.clone(),
-            names,
-            assignments,
-            nodes,
-            interval: options.rebalance_interval,
-            dead_after: options.dead_after,
+            group: self.options.name.clone(),
+            names: self.names.clone(),
+            assignments: self.assignments.clone(),
+            nodes: self.nodes.clone(),
+            interval: self.options.rebalance_interval,
+            dead_after: self.options.dead_after,
         };
         let rebalance = {
-            let stop = stop.clone();
+            let (stop, election) = (stop.clone(), self.election.clone());
             tokio::spawn(async move {
                 election
                     .run(stop, move |leading| {
@@ -350,22 +345,29 @@ where
                     .await;
             })
         };
-        let stopped_by_failure = tokio::select! {
-            () = stop.cancelled() => false,
-            () = failed.cancelled() => true,
+        // The worker stops through its handle: gracefully with `stop`, at
+        // once on a consumer's failure.
+        let watch = async {
+            let stopped_by_failure = tokio::select! {
+                () = stop.cancelled() => false,
+                () = failed.cancelled() => true,
+            };
+            if stopped_by_failure {
+                shutdown.immediate();
+            } else {
+                shutdown.graceful();
+            }
+            stopped_by_failure
         };
-        if stopped_by_failure {
-            shutdown.immediate();
-        } else {
-            shutdown.graceful();
-        }
-        let _ = worker_run.await;
+        let (ran, stopped_by_failure) =
+            tokio::join!(self.worker.run_until(CancellationToken::new()), watch);
+        ran?;
         // The election stops with `stop`; on a failure stop it here too.
         if stopped_by_failure {
             rebalance.abort();
         }
         let _ = rebalance.await;
-        match store.fatal() {
+        match self.store.fatal() {
             Some(f) => Err(Error::ConsumerFailed {
                 consumer: f.consumer,
                 failures: f.failures,
@@ -373,6 +375,18 @@ where
             }),
             None => Ok(()),
         }
+    }
+}
+
+/// A consumer group is a service: it runs once, until `stop` fires or a
+/// consumer fails for good (see [`ConsumerGroup::run`]).
+impl<E: LogEvent> crate::Service for ConsumerGroup<E> {
+    fn name(&self) -> &str {
+        &self.options.name
+    }
+
+    async fn run(&self, stop: CancellationToken) -> Result<()> {
+        self.run_group(stop).await
     }
 }
 

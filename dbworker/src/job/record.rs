@@ -32,17 +32,18 @@ pub trait ArgsRecord: Record {
 
 /// A ready-made record for typed jobs: the id, the kind and the payload.
 ///
-/// Read with `sqlx::FromRow`, so
-/// `StoreOptions::new(name)` reads it from a table with
+/// Read with `sqlx::FromRow`, so a store reads it from a table with
 /// `kind` and `payload` columns (`dbworker migration --typed`,
 /// [`JobTableOptions::typed`](crate::JobTableOptions::typed)); under other
-/// names, select them as these:
+/// names a [`Client`](crate::Client) selects them as these by itself, and a
+/// store of your own reads them through the table's `column_expressions`:
 ///
 /// ```
-/// # use dbworker::{StoreOptions, TypedJob};
-/// // Over a JobTable of "tasks t" whose kind_column is "task_type" and
-/// // payload_column "args".
-/// let mut options = StoreOptions::new("tasks");
+/// // A table "tasks t" whose kind_column is "task_type" and payload_column
+/// // "args".
+/// let mut options = dbworker::JobTableOptions::new("tasks t");
+/// options.kind_column = Some("task_type".into());
+/// options.payload_column = Some("args".into());
 /// options.column_expressions = vec![
 ///     "t.id".into(),
 ///     "t.task_type AS kind".into(),

@@ -41,6 +41,10 @@ pub(crate) struct Table {
     pub(crate) pause_table: Option<Relation>,
     pub(crate) limit_table: Option<Relation>,
     pub(crate) limit_key_column: Option<String>,
+    /// What a store reads of each claimed row (empty: `alias.*`).
+    pub(crate) column_expressions: Vec<String>,
+    /// The claim's `ORDER BY` over the source's alias (`None`: by id).
+    pub(crate) order_by: Option<String>,
 }
 
 impl Table {
@@ -65,6 +69,8 @@ impl Table {
             pause_table: None,
             limit_table: None,
             limit_key_column: None,
+            column_expressions: Vec::new(),
+            order_by: None,
         }
     }
 

@@ -124,7 +124,7 @@ where
 
 impl<R: Record> DbStore<R> {
     /// [`new`](DbStore::new) with `scan` reading each selected row (the
-    /// values of `column_expressions`, in order) into a record.
+    /// values of the table's `column_expressions`, in order) into a record.
     pub async fn with_scan(
         pool: &PgPool,
         table: &JobTable,

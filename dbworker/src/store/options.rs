@@ -17,7 +17,9 @@ use crate::table::JobTable;
 use super::ForbiddenFlags;
 use super::resolved::Resolved;
 
-/// Turns one selected row (the values of `column_expressions`, in order) into a record.
+/// Turns one selected row (the values of the table's
+/// [`column_expressions`](crate::JobTableOptions::column_expressions), in
+/// order) into a record.
 pub(crate) type ScanFn<R> = Arc<dyn Fn(&PgRow) -> Result<R, BoxError> + Send + Sync>;
 
 /// How the handler's work relates to the job row. In a config file,
@@ -45,8 +47,6 @@ pub enum Handling {
 /// # #[derive(sqlx::FromRow)] struct Job { id: i64 }
 /// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
 /// let mut options = StoreOptions::new("example_job_store");
-/// options.column_expressions = vec!["j.id::bigint AS id".into()];
-/// options.claim.order_by = Some("j.id".into());
 /// options.max_num_retries = 3;
 /// assert!(options.validate().is_ok());
 /// ```
@@ -63,7 +63,7 @@ pub enum Handling {
 ///     "name": "emails",
 ///     "handling": "heartbeat",
 ///     "stall": { "stalled_max_age": "2m" },
-///     "claim": { "order_by": "j.priority DESC, j.id", "forbidden_flags": ["gpu"] }
+///     "claim": { "forbidden_flags": ["gpu"] }
 /// }"#).unwrap();
 /// assert_eq!(options.stall.stalled_max_age, std::time::Duration::from_secs(120));
 /// ```
@@ -73,11 +73,6 @@ pub enum Handling {
 pub struct StoreOptions {
     /// The store's name, used in logs and spans. Required.
     pub name: String,
-    /// SQL expressions selected from the view (or table) for each record, in the
-    /// order the record is read, e.g. `["j.id", "j.payload", "r.name"]`. Empty
-    /// selects `alias.*`, which suits a record read with `sqlx::FromRow`.
-    #[serde(default)]
-    pub column_expressions: Vec<String>,
     /// Transactional (default) or heartbeat handling.
     #[serde(default)]
     pub handling: Handling,
@@ -175,9 +170,6 @@ impl StallOptions {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ClaimOptions {
-    /// An SQL `ORDER BY` expression over the view's (or table's) alias giving
-    /// dequeue priority, e.g. `"j.priority DESC, j.id"`. `None` orders by id.
-    pub order_by: Option<String>,
     /// With a view, how many candidate rows (beyond the requested batch) the
     /// claim considers before locking rows of the table. Default 50.
     pub candidate_window: usize,
@@ -198,7 +190,7 @@ pub struct ClaimOptions {
     /// this long later; while the probe's looks are slow (many dead entries
     /// below the cursor) it starts at most once per 10 × its last duration.
     /// Applies when jobs are claimed in id order without a view (the default
-    /// `order_by`) and without a pause table (a paused queue's rows are passed
+    /// [`JobTableOptions::order_by`](crate::JobTableOptions::order_by)) and without a pause table (a paused queue's rows are passed
     /// over, not taken); with a limit table, a claim that a limit binds
     /// (some queue has less room than the claim may take) leaves the cursor
     /// where it was, for the same reason. `None` scans from the start every
@@ -245,7 +237,6 @@ mod fixed_flags {
 impl Default for ClaimOptions {
     fn default() -> Self {
         ClaimOptions {
-            order_by: None,
             candidate_window: 50,
             claim_cursor: Some(Duration::from_secs(1)),
             forbidden_flags: None,
@@ -281,7 +272,6 @@ impl StoreOptions {
     pub fn new(name: impl Into<String>) -> Self {
         StoreOptions {
             name: name.into(),
-            column_expressions: Vec::new(),
             handling: Handling::Transactional,
             max_num_retries: DEFAULT_MAX_NUM_RETRIES,
             retry: RetryPolicy::default(),
@@ -297,9 +287,6 @@ impl StoreOptions {
     pub fn validate(&self) -> Result<(), Error> {
         if self.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
-        }
-        if self.column_expressions.iter().any(|e| e.trim().is_empty()) {
-            return Err(invalid("column_expressions", "an expression is empty"));
         }
         let r = &self.retry;
         if !(r.backoff_factor.is_finite() && r.backoff_factor >= 1.0) {
@@ -319,9 +306,6 @@ impl StoreOptions {
         }
         self.stall.validate()?;
         let c = &self.claim;
-        if matches!(&c.order_by, Some(o) if o.trim().is_empty()) {
-            return Err(invalid("order_by", "must not be empty when set"));
-        }
         if c.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
@@ -361,19 +345,19 @@ impl StoreOptions {
         // back with no event the store sees, so those claims scan in full. (A
         // limited claim passes rows over only when a limit binds it, and such
         // a claim leaves the cursor where it was.)
-        let claim_cursor = self.claim.claim_cursor.filter(|_| {
-            t.view.is_none() && self.claim.order_by.is_none() && t.pause_table.is_none()
-        });
-        let source = t.source();
-        let order_by = self
+        let claim_cursor = self
             .claim
+            .claim_cursor
+            .filter(|_| t.view.is_none() && t.order_by.is_none() && t.pause_table.is_none());
+        let source = t.source();
+        let order_by = t
             .order_by
             .clone()
             .unwrap_or_else(|| format!("{}.{}", quote(&source.alias), quote(&t.columns.id)));
-        let column_expressions = if self.column_expressions.is_empty() {
+        let column_expressions = if t.column_expressions.is_empty() {
             vec![format!("{}.*", quote(&source.alias))]
         } else {
-            self.column_expressions.clone()
+            t.column_expressions.clone()
         };
         let sql = StoreParams {
             shared: t.clone(),

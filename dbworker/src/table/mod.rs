@@ -133,6 +133,20 @@ pub struct JobTableOptions {
     /// With `limit_table`: the column whose value keys per-key limits.
     #[serde(default)]
     pub limit_key_column: Option<String>,
+    /// What a store reads of each claimed row: SQL expressions over the
+    /// view's (or table's) alias, in the order its record type reads them,
+    /// e.g. `["j.id", "j.payload", "r.name"]`. Empty (the default): `alias.*`,
+    /// which suits a record read with `sqlx::FromRow`; a
+    /// [`Client`](crate::Client) then reads its typed jobs' `id`, `kind` and
+    /// `payload` from the table's columns, renamed or not.
+    #[serde(default)]
+    pub column_expressions: Vec<String>,
+    /// The order claims take jobs in: an SQL `ORDER BY` over the view's (or
+    /// table's) alias, e.g. `"j.priority DESC, j.id"`. `None` (the default):
+    /// by id, which also lets stores keep a claim cursor
+    /// ([`ClaimOptions::claim_cursor`](crate::ClaimOptions::claim_cursor)).
+    #[serde(default)]
+    pub order_by: Option<String>,
     /// How long the checks wait for a connection before reporting the server
     /// unreachable, with the cause and `host:port`: this one's, and those of
     /// every service built on the table (store, resetter, ...). Default 5 s.
@@ -170,6 +184,8 @@ impl JobTableOptions {
             pause_table: None,
             limit_table: None,
             limit_key_column: None,
+            column_expressions: Vec::new(),
+            order_by: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -239,6 +255,12 @@ impl JobTableOptions {
         if self.connect_timeout.is_zero() {
             return Err(invalid("connect_timeout", "must be positive"));
         }
+        if self.column_expressions.iter().any(|e| e.trim().is_empty()) {
+            return Err(invalid("column_expressions", "an expression is empty"));
+        }
+        if matches!(&self.order_by, Some(o) if o.trim().is_empty()) {
+            return Err(invalid("order_by", "must not be empty when set"));
+        }
         let mut t = Table::new(table, columns.clone());
         t.queue_column = optional("queue_column", &self.queue_column)?;
         t.kind_column = optional("kind_column", &self.kind_column)?;
@@ -280,6 +302,8 @@ impl JobTableOptions {
             None => None,
         };
         t.view = view;
+        t.column_expressions = self.column_expressions.clone();
+        t.order_by = self.order_by.clone();
         Ok(t)
     }
 }
@@ -407,6 +431,23 @@ impl JobTable {
     /// The resolved description every statement reads.
     pub(crate) fn sql(&self) -> &Arc<Table> {
         &self.t
+    }
+
+    /// This table read with `column_expressions` instead of its own (a
+    /// client's typed select): the same checked description otherwise.
+    pub(crate) fn reading(&self, column_expressions: Vec<String>) -> JobTable {
+        let mut t = (*self.t).clone();
+        t.column_expressions = column_expressions;
+        JobTable {
+            t: Arc::new(t),
+            connect_timeout: self.connect_timeout,
+        }
+    }
+
+    /// What stores read of each claimed row
+    /// ([`JobTableOptions::column_expressions`]; empty: `alias.*`).
+    pub fn column_expressions(&self) -> &[String] {
+        &self.t.column_expressions
     }
 
     /// The job table's relation.

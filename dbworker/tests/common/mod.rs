@@ -349,7 +349,6 @@ impl Db {
 
     pub fn options_for_tests() -> StoreOptions {
         let mut o = StoreOptions::new("test_store");
-        o.column_expressions = vec!["j.id".into(), "j.payload".into(), "j.cost".into()];
         // Tests opt into retries where they test them, so one error is final here.
         o.max_num_retries = 0;
         o.retry = RetryPolicy::fixed(Duration::ZERO);
