@@ -63,6 +63,21 @@ pub(crate) struct Statements {
     pub(crate) all: u64,
     /// Without utility statements (BEGIN, COMMIT, SET, ...).
     pub(crate) non_utility: u64,
+    /// WAL the server wrote meanwhile (`pg_current_wal_lsn` moved by this
+    /// many bytes: the run's writes, plus whatever else the server did then,
+    /// which on the bench's own cluster is little: autovacuum, checkpoints).
+    pub(crate) wal_bytes: u64,
+}
+
+impl std::ops::Add for Statements {
+    type Output = Statements;
+    fn add(self, o: Statements) -> Statements {
+        Statements {
+            all: self.all + o.all,
+            non_utility: self.non_utility + o.non_utility,
+            wal_bytes: self.wal_bytes + o.wal_bytes,
+        }
+    }
 }
 
 /// The database the benchmark works in, on a throwaway cluster or `DATABASE_URL`.
@@ -74,6 +89,8 @@ pub(crate) struct Bench {
     server: Option<ThrowawayServer>,
     /// Why statements cannot be counted, if they cannot.
     statements_unavailable: Option<String>,
+    /// The WAL position at the last [`reset_statements`](Self::reset_statements).
+    wal_mark: std::sync::Mutex<Option<String>>,
 }
 
 impl Bench {
@@ -96,6 +113,7 @@ impl Bench {
             admin,
             server,
             statements_unavailable: None,
+            wal_mark: std::sync::Mutex::new(None),
         };
         if let Err(e) = sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             .execute(&bench.admin)
@@ -171,12 +189,18 @@ impl Bench {
     }
 
     /// Clears `pg_stat_statements` (all databases: the counts are read per database).
+    /// Also marks the WAL position, from which [`statements`](Self::statements)
+    /// counts the bytes written.
     pub(crate) async fn reset_statements(&self) -> Result<()> {
         if self.statements_unavailable.is_none() {
             sqlx::query("SELECT pg_stat_statements_reset()")
                 .execute(&self.admin)
                 .await?;
         }
+        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&self.admin)
+            .await?;
+        *self.wal_mark.lock().unwrap_or_else(|e| e.into_inner()) = Some(lsn);
         Ok(())
     }
 
@@ -198,9 +222,21 @@ impl Bench {
         if std::env::var_os("BENCH_TOP_STATEMENTS").is_some() {
             self.print_top_statements().await?;
         }
+        let mark = self
+            .wal_mark
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or("statements read before any reset")?;
+        let wal: i64 =
+            sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint")
+                .bind(mark)
+                .fetch_one(&self.admin)
+                .await?;
         Ok(Some(Statements {
             all: u64::try_from(all)?,
             non_utility: u64::try_from(non_utility)?,
+            wal_bytes: u64::try_from(wal)?,
         }))
     }
 

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::db::{Bench, Mode};
+use crate::db::{Bench, Mode, Statements};
 use crate::latency::{self, Latency};
-use crate::report::{Run, Table, count, met, rate};
+use crate::report::{Run, Table, count, met, rate, statements_per_job, wal_per_job};
 use crate::{RUN_TIMEOUT, Result, floor, framework, progress};
 
 /// The peers `--peers` can name.
@@ -67,6 +67,10 @@ pub(crate) struct Throughput {
     pub(crate) dbworker: Run,
     pub(crate) floor: Run,
     pub(crate) peer: PeerLine,
+    /// dbworker's statements and WAL, enqueue and burn-down together.
+    pub(crate) ours_with_enqueue: Option<Statements>,
+    /// The peer's, its whole run: enqueue, burn-down, and its set-up.
+    pub(crate) peer_cost: Option<Statements>,
 }
 
 /// Everything measured of one peer.
@@ -154,10 +158,14 @@ pub(crate) async fn run(
         latency: None,
     };
     for &handlers in handler_counts {
+        bench.reset_statements().await?;
         bench.prepare(0, jobs, enqueue_batch).await?;
+        let enqueued = bench.statements().await?;
         let dbworker = framework::burn_with(bench, Mode::Heartbeat, handlers, jobs, true).await?;
+        let ours_with_enqueue = enqueued.zip(dbworker.statements).map(|(a, b)| a + b);
         bench.prepare(0, jobs, enqueue_batch).await?;
         let floor = floor::heartbeat(bench, floor_connections, floor_batch, jobs).await?;
+        bench.reset_statements().await?;
         let peer = run_peer(
             exe,
             bench,
@@ -171,6 +179,7 @@ pub(crate) async fn run(
             ],
         )
         .await?;
+        let peer_cost = bench.statements().await?;
         progress(format_args!(
             "peers: {handlers} handlers: dbworker {:.0}, floor {:.0}, {} {:.0} jobs/s",
             dbworker.rate(),
@@ -183,6 +192,8 @@ pub(crate) async fn run(
             dbworker,
             floor,
             peer,
+            ours_with_enqueue,
+            peer_cost,
         });
     }
     if latency_jobs > 0 {
@@ -266,6 +277,38 @@ pub(crate) fn tables(runs: &PeerRuns) -> Vec<Table> {
                         format!("{ratio:.2}"),
                         format!("{:.2}", t.peer.jobs_per_s / t.floor.rate().max(1e-9)),
                         met(ratio >= 1.5).to_owned(),
+                    ]
+                })
+                .collect(),
+        });
+    }
+    if !runs.throughput.is_empty() {
+        tables.push(Table {
+            title: format!(
+                "Peers: statements (pg_stat_statements: all / without BEGIN, COMMIT, ...) and WAL \
+                 bytes per job, enqueue and burn-down together; {name}'s include its schema \
+                 set-up and start-up (amortized over the run)"
+            ),
+            headers: vec![
+                "handlers",
+                "jobs",
+                "stmts/job dbworker",
+                "stmts/job peer",
+                "WAL/job dbworker",
+                "WAL/job peer",
+            ],
+            rows: runs
+                .throughput
+                .iter()
+                .map(|t| {
+                    let jobs = t.dbworker.jobs;
+                    vec![
+                        t.handlers.to_string(),
+                        count(jobs),
+                        statements_per_job(t.ours_with_enqueue, jobs),
+                        statements_per_job(t.peer_cost, jobs),
+                        wal_per_job(t.ours_with_enqueue, jobs),
+                        wal_per_job(t.peer_cost, jobs),
                     ]
                 })
                 .collect(),

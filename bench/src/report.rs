@@ -13,6 +13,29 @@ use crate::provenance::code_version;
 use crate::table::ms;
 pub(crate) use crate::table::{Table, count, met, rate};
 
+/// `s`'s WAL bytes per job (`n/a` when not counted).
+pub(crate) fn wal_per_job(s: Option<Statements>, jobs: u64) -> String {
+    match s {
+        Some(s) => format!(
+            "{} B",
+            count((s.wal_bytes as f64 / jobs.max(1) as f64).round() as u64)
+        ),
+        None => "n/a".to_owned(),
+    }
+}
+
+/// `s`'s statements per job, `all / non-utility` (`n/a` when not counted).
+pub(crate) fn statements_per_job(s: Option<Statements>, jobs: u64) -> String {
+    match s {
+        Some(s) => format!(
+            "{:.2} / {:.2}",
+            s.all as f64 / jobs.max(1) as f64,
+            s.non_utility as f64 / jobs.max(1) as f64
+        ),
+        None => "n/a".to_owned(),
+    }
+}
+
 /// One measured burn-down (framework or floor).
 #[derive(Debug, Clone)]
 pub(crate) struct Run {
@@ -33,14 +56,12 @@ impl Run {
 
     /// `all / non-utility` statements per job.
     pub(crate) fn statements_per_job(&self) -> String {
-        match self.statements {
-            Some(s) => format!(
-                "{:.2} / {:.2}",
-                s.all as f64 / self.jobs as f64,
-                s.non_utility as f64 / self.jobs as f64
-            ),
-            None => "n/a".to_owned(),
-        }
+        statements_per_job(self.statements, self.jobs)
+    }
+
+    /// WAL bytes per job, rounded.
+    pub(crate) fn wal_per_job(&self) -> String {
+        wal_per_job(self.statements, self.jobs)
     }
 
     /// Mean jobs/s over the first and the last few full seconds (up to 10).
@@ -542,6 +563,8 @@ fn pair_table(title: &str, pairs: &[Pair]) -> Table {
             "dbworker ÷ floor",
             "stmts/job dbworker",
             "stmts/job floor",
+            "WAL/job dbworker",
+            "WAL/job floor",
         ],
         rows: pairs
             .iter()
@@ -565,6 +588,8 @@ fn pair_table(title: &str, pairs: &[Pair]) -> Table {
                     format!("{:.2}", p.ratio()),
                     p.framework.statements_per_job(),
                     p.floor.statements_per_job(),
+                    p.framework.wal_per_job(),
+                    p.floor.wal_per_job(),
                 ]
             })
             .collect(),
