@@ -16,10 +16,8 @@ pub(crate) use crate::table::{Table, count, met, rate};
 /// `s`'s WAL bytes per job (`n/a` when not counted).
 pub(crate) fn wal_per_job(s: Option<Statements>, jobs: u64) -> String {
     match s {
-        Some(s) => format!(
-            "{} B",
-            count((s.wal_bytes as f64 / jobs.max(1) as f64).round() as u64)
-        ),
+        // Whole bytes, rounded to the nearest.
+        Some(s) => format!("{} B", count((s.wal_bytes + jobs.max(1) / 2) / jobs.max(1))),
         None => "n/a".to_owned(),
     }
 }
