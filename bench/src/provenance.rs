@@ -27,7 +27,10 @@ pub(crate) fn intro() -> String {
          gets a freshly created, vacuumed and analyzed table, and starts right after a \
          `CHECKPOINT`.\n\
          - Statements per job come from `pg_stat_statements` on the bench database: all / without \
-         utility statements (BEGIN, COMMIT, ...).\n\
+         utility statements (BEGIN, COMMIT, ...). WAL per job is how far `pg_current_wal_lsn()` \
+         moved during the run, divided by its jobs (the server's other writes meanwhile, \
+         autovacuum and checkpoints, included). Beside a peer, both count the enqueue too, and \
+         the peer's its schema set-up.\n\
          - **Operations features** (runs from the `ops` workload on): the plain heartbeat \
          burn-down, then the same with a `KindRegistry` that restricts the claim to its kind, then \
          with the queue under a global concurrency limit that is never reached (claims in four \

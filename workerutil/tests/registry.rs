@@ -74,6 +74,21 @@ fn registry(log: &Arc<Mutex<Vec<String>>>) -> KindRegistry<Store> {
         .unwrap()
 }
 
+/// `kind/outcome=n` for each series of the jobs-by-kind counter, sorted.
+fn counted_by_kind(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<String> {
+    let mut counted = Vec::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if key.key().name() == workerutil::metrics::JOBS_BY_KIND_TOTAL
+            && let DebugValue::Counter(n) = value
+        {
+            let labels: Vec<String> = key.key().labels().map(|l| l.value().to_owned()).collect();
+            counted.push(format!("{}={n}", labels.join("/")));
+        }
+    }
+    counted.sort();
+    counted
+}
+
 #[test]
 fn each_kind_goes_to_its_handler_and_an_unknown_kind_fails_clearly() {
     let recorder = DebuggingRecorder::new();
@@ -109,16 +124,7 @@ fn each_kind_goes_to_its_handler_and_an_unknown_kind_fails_clearly() {
         "no handler is registered for kind \"fax\" (registered: email, report)"
     );
 
-    let mut counted = Vec::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        if key.key().name() == workerutil::metrics::JOBS_BY_KIND_TOTAL
-            && let DebugValue::Counter(n) = value
-        {
-            let labels: Vec<String> = key.key().labels().map(|l| l.value().to_owned()).collect();
-            counted.push(format!("{}={n}", labels.join("/")));
-        }
-    }
-    counted.sort();
+    let counted = counted_by_kind(&snapshotter);
     assert_eq!(counted, ["email/ok=1", "fax/poison=1", "report/ok=1"]);
 }
 
@@ -180,16 +186,7 @@ fn outcomes_by_kind_tell_a_retry_from_a_final_failure_from_a_poison_error() {
     });
     assert_eq!(store.state(1), Some(JobState::Failed));
     assert_eq!(store.state(2), Some(JobState::Failed));
-    let mut counted = Vec::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        if key.key().name() == workerutil::metrics::JOBS_BY_KIND_TOTAL
-            && let DebugValue::Counter(n) = value
-        {
-            let labels: Vec<String> = key.key().labels().map(|l| l.value().to_owned()).collect();
-            counted.push(format!("{}={n}", labels.join("/")));
-        }
-    }
-    counted.sort();
+    let counted = counted_by_kind(&snapshotter);
     assert_eq!(
         counted,
         [
