@@ -1,7 +1,8 @@
 //! The cost of a transaction pooler: eight worker processes sharing one
 //! queue, in heartbeat and in transactional handling, once on direct
-//! connections and once through PgBouncer in transaction mode with a pool of
-//! 20 server connections (`Pooler::Transaction`: every statement unnamed and
+//! connections, once on direct connections as few as PgBouncer's (as many
+//! processes as fit in its 20 server connections), and once through PgBouncer
+//! in transaction mode with a pool of 20 server connections (`Pooler::Transaction`: every statement unnamed and
 //! in a transaction), each beside the raw-SQL floor of its mode. PgBouncer is
 //! started by the benchmark (as by the tests); without it installed the
 //! workload is skipped, saying why.
@@ -24,6 +25,10 @@ pub(crate) struct PoolerRun {
     pub(crate) processes: usize,
     pub(crate) handlers: usize,
     pub(crate) direct: Run,
+    /// Direct, on no more connections than PgBouncer's server pool: fewer
+    /// processes of the same handlers.
+    pub(crate) direct_same: Run,
+    pub(crate) same_processes: usize,
     pub(crate) pooled: Run,
     pub(crate) floor: Run,
 }
@@ -61,20 +66,17 @@ pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<Poole
         (Mode::Heartbeat, sizes.jobs),
         (Mode::Transactional, sizes.tx_jobs),
     ] {
-        let burn = async |url: &str, pooler: bool| {
+        let burn = async |url: &str, pooler: bool, processes: usize| {
             let spawn = Spawn { url, mode, pooler };
-            processes::run_as(
-                bench,
-                &spawn,
-                sizes.processes,
-                sizes.handlers,
-                jobs,
-                sizes.batch,
-            )
-            .await
+            processes::run_as(bench, &spawn, processes, sizes.handlers, jobs, sizes.batch).await
         };
-        let direct = burn(bench.url(), false).await?;
-        let mut pooled = burn(&pgbouncer.url(), true).await?;
+        let direct = burn(bench.url(), false, sizes.processes).await?;
+        let per_process = crate::framework::pool_size(mode, sizes.handlers);
+        let same_processes = usize::try_from(SERVER_CONNECTIONS / per_process.max(1))
+            .unwrap_or(1)
+            .clamp(1, sizes.processes);
+        let direct_same = burn(bench.url(), false, same_processes).await?;
+        let mut pooled = burn(&pgbouncer.url(), true, sizes.processes).await?;
         pooled.connections = SERVER_CONNECTIONS;
         bench.prepare(0, jobs, sizes.batch).await?;
         let floor = match mode {
@@ -87,10 +89,12 @@ pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<Poole
             }
         };
         crate::progress(format_args!(
-            "pooler: {mode}, {} × {} handlers: direct {:.0} jobs/s, PgBouncer {:.0} jobs/s, floor {:.0} jobs/s",
+            "pooler: {mode}, {} × {} handlers: direct {:.0} jobs/s ({same_processes} × {}: {:.0}), PgBouncer {:.0} jobs/s, floor {:.0} jobs/s",
             sizes.processes,
             sizes.handlers,
             direct.rate(),
+            sizes.handlers,
+            direct_same.rate(),
             pooled.rate(),
             floor.rate()
         ));
@@ -99,6 +103,8 @@ pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<Poole
             processes: sizes.processes,
             handlers: sizes.handlers,
             direct,
+            direct_same,
+            same_processes,
             pooled,
             floor,
         });
@@ -115,18 +121,24 @@ pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
         .iter()
         .flat_map(|r| {
             [
-                ("direct", &r.direct),
-                ("PgBouncer, transaction mode", &r.pooled),
+                ("direct", &r.direct, r.processes),
+                (
+                    "direct, as few connections as PgBouncer's",
+                    &r.direct_same,
+                    r.same_processes,
+                ),
+                ("PgBouncer, transaction mode", &r.pooled, r.processes),
             ]
-            .map(|(how, run)| {
+            .map(|(how, run, processes)| {
                 vec![
                     r.mode.to_string(),
                     how.to_owned(),
-                    format!("{} × {}", r.processes, r.handlers),
+                    format!("{processes} × {}", r.handlers),
                     run.connections.to_string(),
                     count(run.jobs),
                     rate(run.rate()),
                     format!("{:.2}", run.rate() / r.direct.rate().max(1e-9)),
+                    format!("{:.2}", run.rate() / r.direct_same.rate().max(1e-9)),
                     format!("{:.2}", run.rate() / r.floor.rate().max(1e-9)),
                 ]
             })
@@ -144,6 +156,7 @@ pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
             "jobs",
             "jobs/s",
             "÷ direct",
+            "÷ direct, same server conns",
             "÷ floor",
         ],
         rows,
