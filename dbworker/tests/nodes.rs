@@ -53,7 +53,11 @@ async fn processes_register_heartbeat_deregister_and_a_silent_one_is_dead() {
     let pid = std::process::id().to_string();
     assert!(a.id().contains(&format!(":{pid}:")), "{}", a.id());
     let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
-    let run_a = tokio::spawn(a.clone().run(stop_a.clone()));
+    // One run owned by its task, the other as a `Service`: the same loop.
+    let run_a = {
+        let (a, stop) = (a.clone(), stop_a.clone());
+        tokio::spawn(async move { dbworker::Service::run(&a, stop).await })
+    };
     let run_b = tokio::spawn(b.clone().run(stop_b.clone()));
 
     // Both stay live across several dead_after periods while they heartbeat.
@@ -72,7 +76,7 @@ async fn processes_register_heartbeat_deregister_and_a_silent_one_is_dead() {
 
     // A graceful stop removes the row.
     stop_a.cancel();
-    run_a.await.unwrap();
+    run_a.await.unwrap().unwrap();
     let live = live_nodes(&db.pool, DEFAULT_NODE_TABLE, dead_after)
         .await
         .unwrap();
