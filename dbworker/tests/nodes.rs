@@ -521,3 +521,62 @@ async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
     assert_eq!(watch.now.load(Ordering::SeqCst), 0);
     assert_eq!(rows_in_registry(&db).await, 0);
 }
+
+/// Bad cluster options are refused when the client is built, naming the
+/// field, and leave no registry row behind (the node registers before the
+/// election checks its lease).
+#[tokio::test]
+async fn a_client_refuses_bad_cluster_options_and_leaves_no_row() {
+    let db = set_up().await;
+    db.add_columns(|c| *c = dbworker::ddl::OptionalColumns::typed(), &[])
+        .await;
+    let table = JobTable::new(&db.pool, JobTableOptions::typed("jobs"))
+        .await
+        .unwrap();
+    let build = async |set: &dyn Fn(&mut dbworker::ClusterOptions)| {
+        let mut cluster = dbworker::ClusterOptions::default();
+        cluster.node = fast_nodes(&[], 0);
+        set(&mut cluster);
+        let mut options = dbworker::ClientOptions::default();
+        options.cluster = Some(cluster);
+        dbworker::Client::builder(&db.pool, &table)
+            .handler(Pong)
+            .options(options)
+            .build()
+            .await
+    };
+    let short_lease = build(&|c| c.lease = Duration::from_millis(1)).await;
+    assert!(
+        matches!(
+            short_lease,
+            Err(dbworker::Error::InvalidOption { field: "lease", .. })
+        ),
+        "{short_lease:?}"
+    );
+    assert_eq!(
+        rows_in_registry(&db).await,
+        0,
+        "the refused client's row is gone"
+    );
+    let hasty = build(&|c| c.node.dead_after = c.node.heartbeat_interval).await;
+    assert!(
+        matches!(
+            hasty,
+            Err(dbworker::Error::InvalidOption {
+                field: "dead_after",
+                ..
+            })
+        ),
+        "{hasty:?}"
+    );
+    let no_table = build(&|c| c.leader_table = "no_such_leaders".into()).await;
+    let message = no_table.map(|_| ()).unwrap_err().to_string();
+    assert!(message.contains("no_such_leaders"), "{message}");
+    assert_eq!(rows_in_registry(&db).await, 0);
+    // Good options register at build; a client shut down without ever
+    // starting removes its row.
+    let client = build(&|_| {}).await.unwrap();
+    assert_eq!(rows_in_registry(&db).await, 1);
+    client.shutdown().await.unwrap();
+    assert_eq!(rows_in_registry(&db).await, 0);
+}
