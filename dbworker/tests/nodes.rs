@@ -432,18 +432,24 @@ impl dbworker::JobHandler for Pong {
     }
 }
 
-/// Two clients of one table that join a cluster: both register, one leads,
-/// and the singletons (the resetter, the purger, the application's own) run
-/// on the leader only; when it shuts down the other takes them over, and the
-/// registry is left empty.
-#[tokio::test]
-async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
+/// The registry's database with a typed `jobs` table, as a client takes it.
+async fn typed_set_up() -> (Db, JobTable) {
     let db = set_up().await;
     db.add_columns(|c| *c = dbworker::ddl::OptionalColumns::typed(), &[])
         .await;
     let table = JobTable::new(&db.pool, JobTableOptions::typed("jobs"))
         .await
         .unwrap();
+    (db, table)
+}
+
+/// Two clients of one table that join a cluster: both register, one leads,
+/// and the singletons (the resetter, the purger, the application's own) run
+/// on the leader only; when it shuts down the other takes them over, and the
+/// registry is left empty.
+#[tokio::test]
+async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
+    let (db, table) = typed_set_up().await;
     let watch = Arc::new(Watch {
         now: AtomicUsize::new(0),
         most: AtomicUsize::new(0),
@@ -527,12 +533,7 @@ async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
 /// election checks its lease).
 #[tokio::test]
 async fn a_client_refuses_bad_cluster_options_and_leaves_no_row() {
-    let db = set_up().await;
-    db.add_columns(|c| *c = dbworker::ddl::OptionalColumns::typed(), &[])
-        .await;
-    let table = JobTable::new(&db.pool, JobTableOptions::typed("jobs"))
-        .await
-        .unwrap();
+    let (db, table) = typed_set_up().await;
     let build = async |set: &dyn Fn(&mut dbworker::ClusterOptions)| {
         let mut cluster = dbworker::ClusterOptions::default();
         cluster.node = fast_nodes(&[], 0);

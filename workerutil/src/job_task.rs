@@ -106,7 +106,7 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
             let (marked, written) =
                 record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
             if let Some(kind) = catch_unwind_kind(&*handler, job.record()) {
-                metrics::job_of_kind_finished(&kind, outcome.label(marked, written));
+                metrics::job_of_kind_finished(kind, outcome.label(marked, written));
             }
             shared
                 .recorded
@@ -266,11 +266,8 @@ async fn record_outcome<S: Store>(
         | Outcome::Panicked(_)
         | Outcome::HeartbeatExpired(_) => {
             let mark = guarded("mark_errored", store.mark_errored(job, &message, retry)).await;
-            let mark = mark.map(|state| {
-                written = state;
-                state.is_some()
-            });
-            ("mark_errored", mark)
+            written = mark.as_ref().ok().copied().flatten();
+            ("mark_errored", mark.map(|state| state.is_some()))
         }
         Outcome::Failed(_) | Outcome::Canceled => (
             "mark_failed",
@@ -309,9 +306,11 @@ async fn record_outcome<S: Store>(
 
 /// The handler's answer to [`Handler::kind`]; a panic in it counts the job
 /// under no kind.
-fn catch_unwind_kind<S: Store, H: Handler<S>>(handler: &H, record: &S::Record) -> Option<String> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| handler.kind(record).map(str::to_owned)))
-        .unwrap_or(None)
+fn catch_unwind_kind<'a, S: Store, H: Handler<S>>(
+    handler: &'a H,
+    record: &'a S::Record,
+) -> Option<&'a str> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| handler.kind(record))).unwrap_or(None)
 }
 
 /// A job's handler slot. Giving it back wakes the dequeue loop, which may now

@@ -188,7 +188,6 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
     /// Runs until `num_total_jobs` or `max_active_time` is reached or a shutdown
     /// is requested, then waits for every job task and the heartbeat loop to end.
     pub async fn run(self) -> WorkerSummary {
-        self.ran.store(true, Ordering::SeqCst);
         self.run_spanned().await
     }
 

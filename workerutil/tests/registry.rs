@@ -74,6 +74,19 @@ fn registry(log: &Arc<Mutex<Vec<String>>>) -> KindRegistry<Store> {
         .unwrap()
 }
 
+/// Runs `work` to its end on a current-thread runtime with tokio's clock
+/// paused, recording metrics into `recorder`.
+fn on_paused_runtime<T>(recorder: &DebuggingRecorder, work: impl Future<Output = T>) -> T {
+    metrics::with_local_recorder(recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(work)
+    })
+}
+
 /// `kind/outcome=n` for each series of the jobs-by-kind counter, sorted.
 fn counted_by_kind(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<String> {
     let mut counted = Vec::new();
@@ -95,16 +108,9 @@ fn each_kind_goes_to_its_handler_and_an_unknown_kind_fails_clearly() {
     let snapshotter = recorder.snapshotter();
     let log = Arc::new(Mutex::new(Vec::new()));
     let store = store(&[(1, "email"), (2, "report"), (3, "fax")]);
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap()
-            .block_on(async {
-                let worker = Worker::new(store.clone(), registry(&log), options(3)).unwrap();
-                worker.run().await;
-            })
+    on_paused_runtime(&recorder, async {
+        let worker = Worker::new(store.clone(), registry(&log), options(3)).unwrap();
+        worker.run().await;
     });
     let mut lines = log.lock().unwrap().clone();
     lines.sort();
@@ -159,30 +165,23 @@ fn outcomes_by_kind_tell_a_retry_from_a_final_failure_from_a_poison_error() {
         store.enqueue(Task { id, kind });
     }
     let log = Arc::new(Mutex::new(Vec::new()));
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
+    on_paused_runtime(&recorder, async {
+        let registry = KindRegistry::new(|t: &Task| t.kind)
+            .register("email", Fails { retryable: true })
             .unwrap()
-            .block_on(async {
-                let registry = KindRegistry::new(|t: &Task| t.kind)
-                    .register("email", Fails { retryable: true })
-                    .unwrap()
-                    .register("report", Fails { retryable: false })
-                    .unwrap()
-                    .register(
-                        "sms",
-                        Named {
-                            name: "texter",
-                            log: log.clone(),
-                        },
-                    )
-                    .unwrap();
-                // Two attempts of the email (one retry), one of each other.
-                let worker = Worker::new(store.clone(), registry, options(4)).unwrap();
-                worker.run().await;
-            })
+            .register("report", Fails { retryable: false })
+            .unwrap()
+            .register(
+                "sms",
+                Named {
+                    name: "texter",
+                    log: log.clone(),
+                },
+            )
+            .unwrap();
+        // Two attempts of the email (one retry), one of each other.
+        let worker = Worker::new(store.clone(), registry, options(4)).unwrap();
+        worker.run().await;
     });
     assert_eq!(store.state(1), Some(JobState::Failed));
     assert_eq!(store.state(2), Some(JobState::Failed));
@@ -329,26 +328,19 @@ fn each_kind_has_its_own_duration_histogram_and_in_flight_gauge() {
     // Two emails of 1 s and one report of 3 s, all at once.
     let store = store(&[(1, "email"), (2, "email"), (3, "report")]);
     let mut during = Vec::new();
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
+    on_paused_runtime(&recorder, async {
+        let registry = KindRegistry::new(|t: &Task| t.kind)
+            .register("email", Sleeps(std::time::Duration::from_secs(1)))
             .unwrap()
-            .block_on(async {
-                let registry = KindRegistry::new(|t: &Task| t.kind)
-                    .register("email", Sleeps(std::time::Duration::from_secs(1)))
-                    .unwrap()
-                    .register("report", Sleeps(std::time::Duration::from_secs(3)))
-                    .unwrap();
-                let mut o = options(3);
-                o.num_handlers = 4;
-                let worker = Worker::new(store.clone(), registry, o).unwrap();
-                let run = tokio::spawn(async move { worker.run().await });
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                during = series(snapshotter.snapshot(), IN_FLIGHT_BY_KIND, gauge);
-                run.await.unwrap();
-            })
+            .register("report", Sleeps(std::time::Duration::from_secs(3)))
+            .unwrap();
+        let mut o = options(3);
+        o.num_handlers = 4;
+        let worker = Worker::new(store.clone(), registry, o).unwrap();
+        let run = tokio::spawn(async move { worker.run().await });
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        during = series(snapshotter.snapshot(), IN_FLIGHT_BY_KIND, gauge);
+        run.await.unwrap();
     });
     assert_eq!(
         during,

@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
@@ -87,20 +88,16 @@ pub(super) fn leader_starter(service: impl Service) -> LeaderStarter {
     })
 }
 
-/// Starts every singleton for a new term; done when they all are.
+/// Every singleton for a new term, as one future (on the election's term
+/// task, so an aborted election stops them all); done when they all are.
 fn start_term(
-    services: Arc<Vec<LeaderStarter>>,
-    leadership: Leadership,
-) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    let terms: Vec<JoinHandle<()>> = services
+    services: &[LeaderStarter],
+    leadership: &Leadership,
+) -> impl Future<Output = ()> + Send + use<> {
+    let terms = services
         .iter()
-        .map(|start| tokio::spawn(start(Run::Leading(leadership.clone()))))
-        .collect();
-    Box::pin(async move {
-        for term in terms {
-            let _ = term.await;
-        }
-    })
+        .map(|start| start(Run::Leading(leadership.clone())));
+    futures_util::future::join_all(terms).map(|_| ())
 }
 
 /// The registry row and the election of a client in a cluster.
@@ -140,14 +137,11 @@ impl Membership {
         stop: &CancellationToken,
     ) -> Vec<JoinHandle<()>> {
         let beat = tokio::spawn(self.node.run(stop.clone()));
-        let services = Arc::new(services);
         let stop = stop.clone();
         let election = self.election;
         let campaign = tokio::spawn(async move {
             election
-                .run(stop, move |leadership| {
-                    start_term(services.clone(), leadership)
-                })
+                .run(stop, move |leadership| start_term(&services, &leadership))
                 .await;
         });
         vec![campaign, beat]

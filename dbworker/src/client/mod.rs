@@ -195,7 +195,8 @@ impl ClientBuilder {
             singletons.push(leader_starter(QueueGauges::new(store.clone(), interval)?));
         }
         singletons.extend(self.singletons);
-        // Registers last: nothing after it can fail and leave the row behind.
+        // Registers as late as it can: only the worker, named by the node's
+        // id, comes after, and a refused worker deregisters it.
         let membership = match &o.cluster {
             Some(cluster) => {
                 let mut cluster = cluster.clone();

@@ -146,9 +146,24 @@ impl LeaderElection {
     /// Takes or renews the lease; returns whether this node leads now.
     pub async fn try_lead(&self) -> Result<bool> {
         let held = *self.held.lock().expect("not poisoned");
-        let now = campaign(self.clone(), held).await?;
+        let now = self.campaign(held).await?;
         *self.held.lock().expect("not poisoned") = now;
         Ok(now.is_some())
+    }
+
+    /// The term this node holds after renewing `held`, or after trying to
+    /// take the lease when it holds none.
+    async fn campaign(&self, held: Option<i64>) -> Result<Option<i64>> {
+        let (scope, node, lease) = (&self.options.scope, &self.node_id, self.options.lease);
+        let statement = match held {
+            Some(term) => sql::leader_renew(&self.table, scope, node, term, lease),
+            None => sql::leader_acquire(&self.table, scope, node, lease),
+        };
+        let row = statement
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(Error::db("leader_acquire"))?;
+        Ok(row.map(|r| r.get::<i64, _>("term")))
     }
 
     /// Gives the lease up, if [`try_lead`](Self::try_lead) holds it.
@@ -196,8 +211,8 @@ impl LeaderElection {
         // back-off: the lease's arithmetic (a standby takes over within
         // `lease + lease / 3`) counts on it.
         let mut campaign = Campaign {
-            election: self.clone(),
-            stop: stop.clone(),
+            election: self,
+            stop: &stop,
             services,
             renew_every: self.options.lease / 3,
             leading: None,
@@ -246,12 +261,9 @@ type StartTerm =
 
 /// [`LeaderElection::run`] as the runner sees it: one attempt to take or
 /// renew the lease per pass, starting or stopping the services.
-/// Owns what it holds (clones): a pass borrowing the election would make a
-/// future the compiler cannot prove `Send` for every lifetime, so a campaign
-/// could not be spawned.
-struct Campaign {
-    election: LeaderElection,
-    stop: CancellationToken,
+struct Campaign<'a> {
+    election: &'a LeaderElection,
+    stop: &'a CancellationToken,
     services: StartTerm,
     renew_every: Duration,
     /// The term held, its services' token and task. Dropping it (the run
@@ -260,15 +272,15 @@ struct Campaign {
     leading: Option<(i64, CancellationToken, AbortOnDropHandle<()>)>,
 }
 
-impl Pass for Campaign {
+impl Pass for Campaign<'_> {
     fn span(&self) -> tracing::Span {
-        let e = &self.election;
+        let e = self.election;
         tracing::info_span!("leader_election", scope = %e.options.scope, node = %e.node_id)
     }
 
     async fn pass(&mut self) -> Next {
-        let e = self.election.clone();
-        let scope = e.options.scope.clone();
+        let e = self.election;
+        let scope = &e.options.scope;
         let held = self.leading.as_ref().map(|(term, _, _)| *term);
         // A stop abandons only the attempt: a step-down under way still
         // awaits the services.
@@ -277,7 +289,7 @@ impl Pass for Campaign {
             biased;
             // The runner sees `stop` before it waits again.
             () = self.stop.cancelled() => return Next::Interval,
-            r = tokio::time::timeout(limit, campaign(e.clone(), held)) => match r {
+            r = tokio::time::timeout(limit, e.campaign(held)) => match r {
                 // `timeout` polls the renewal before its deadline, so a
                 // renewal whose lock wait ended as the deadline passed (its
                 // own fenced transaction cut off, a busy runtime) would
@@ -302,32 +314,16 @@ impl Pass for Campaign {
             (Some(term), Some(held)) if term == held.0 => self.leading = Some(held),
             (now, Some((term, token, task))) => {
                 tracing::warn!(scope = %scope, node = %e.node_id, term, "lost leadership; stopping the leader's services");
-                step_down(&scope, token, task).await;
+                step_down(scope, token, task).await;
                 if let Some(term) = now {
-                    self.leading = Some(e.lead(term, &self.stop, &mut self.services));
+                    self.leading = Some(e.lead(term, self.stop, &mut self.services));
                 }
             }
-            (Some(term), None) => self.leading = Some(e.lead(term, &self.stop, &mut self.services)),
+            (Some(term), None) => self.leading = Some(e.lead(term, self.stop, &mut self.services)),
             (None, None) => {}
         }
         Next::Interval
     }
-}
-
-/// The term `e`'s node holds after renewing `held`, or after trying to take
-/// the lease when it holds none (by value: a pass holds no borrow of the
-/// election across its await).
-async fn campaign(e: LeaderElection, held: Option<i64>) -> Result<Option<i64>> {
-    let (scope, node, lease) = (&e.options.scope, &e.node_id, e.options.lease);
-    let statement = match held {
-        Some(term) => sql::leader_renew(&e.table, scope, node, term, lease),
-        None => sql::leader_acquire(&e.table, scope, node, lease),
-    };
-    let row = statement
-        .fetch_optional(&e.pool)
-        .await
-        .map_err(Error::db("leader_acquire"))?;
-    Ok(row.map(|r| r.get::<i64, _>("term")))
 }
 
 async fn step_down(scope: &str, token: CancellationToken, task: AbortOnDropHandle<()>) {
