@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use commands::{
-    completions, control, cron, history, jobs, maintenance, migration, partitions, status, top, ui,
-    workflow,
+    completions, control, cron, fair, history, jobs, maintenance, migration, partitions, status,
+    top, ui, workflow,
 };
 
 #[derive(Debug, Parser)]
@@ -73,6 +73,9 @@ enum Command {
     Pause(control::PauseArgs),
     /// Resume the table, or one queue, and wake listening workers.
     Resume(control::PauseArgs),
+    /// A fair table's keys (`migration --fair`): what each has waiting and
+    /// running, its weight; `--set key=weight`, `--remove key`.
+    Fair(fair::FairArgs),
     /// Workflows (`migration --workflows`): `show ID`, `cancel ID`.
     Workflow(workflow::WorkflowArgs),
     /// Print the shell completion script: `dbworker completions bash >
@@ -109,6 +112,7 @@ async fn main() -> ExitCode {
         Command::Ui(args) => ui::serve(args).await,
         Command::Pause(args) => control::pause(args, false).await,
         Command::Resume(args) => control::pause(args, true).await,
+        Command::Fair(args) => fair::fair(args).await,
         Command::Reset(args) => maintenance::reset(args).await,
         Command::Workflow(args) => workflow::workflow(args).await,
         Command::Completions(args) => {

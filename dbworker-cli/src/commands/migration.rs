@@ -9,10 +9,11 @@ use dbworker::{
     control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE},
     cron::DEFAULT_CRON_TABLE,
     ddl::{
-        OptionalColumns, add_jobs_function_sql, admin_functions_sql, consumer_tables_sql,
-        cron_table_sql, enqueue_function_sql, history_table_sql, job_table_sql, leader_table_sql,
-        limit_table_sql, node_table_sql, notify_trigger_sql, optional_columns_sql,
-        partitioned_job_table_sql, partitioned_keys_sql, pause_table_sql, workflows_sql,
+        FairClaims, OptionalColumns, add_jobs_function_sql, admin_functions_sql,
+        consumer_tables_sql, cron_table_sql, enqueue_function_sql, fair_claims_sql,
+        history_table_sql, job_table_sql, leader_table_sql, limit_table_sql, node_table_sql,
+        notify_trigger_sql, optional_columns_sql, partitioned_job_table_sql, partitioned_keys_sql,
+        pause_table_sql, workflows_sql,
     },
     history::DEFAULT_HISTORY_TABLE,
 };
@@ -74,6 +75,16 @@ pub(crate) struct MigrationArgs {
     /// completion, for `JobTableOptions::result_column`).
     #[arg(long)]
     results: bool,
+    /// Also add fair claims: `fair_key`, `fair_tag`, `fair_cost`, the weight
+    /// table `<table>_fair_weights` and the triggers that tag jobs, so every
+    /// key gets its share of the claims (per queue and priority with --queue
+    /// and --priority).
+    #[arg(long)]
+    fair: bool,
+    /// With --fair: where a job inserted without a `fair_key` takes it from,
+    /// an SQL expression over NEW (e.g. "NEW.payload->>'customer'").
+    #[arg(long, requires = "fair")]
+    fair_key_from: Option<String>,
     /// Also create the pause table (`dbworker_pauses`), shared by every job table.
     #[arg(long)]
     pauses: bool,
@@ -161,6 +172,14 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
     if args.workflows {
         ddl.push('\n');
         ddl.push_str(&workflows_sql(&args.table, &renames)?);
+    }
+    if args.fair {
+        let mut fair = FairClaims::default();
+        fair.queue_column = optional.queue.then(|| "queue".to_owned());
+        fair.priority_column = optional.priority.then(|| "priority".to_owned());
+        fair.key_from = args.fair_key_from.clone();
+        ddl.push('\n');
+        ddl.push_str(&fair_claims_sql(&args.table, &renames, &fair)?);
     }
     if args.cron {
         ddl.push('\n');

@@ -3,6 +3,7 @@
 pub(crate) mod completions;
 pub(crate) mod control;
 pub(crate) mod cron;
+pub(crate) mod fair;
 pub(crate) mod history;
 pub(crate) mod jobs;
 pub(crate) mod json;

@@ -4,10 +4,12 @@ use std::collections::HashMap;
 
 use crate::error::Error;
 
+mod fairness;
 mod names;
 mod partitions;
 mod workflow;
 
+pub(crate) use fairness::*;
 pub(crate) use names::*;
 pub(crate) use partitions::*;
 pub(crate) use workflow::*;

@@ -1,11 +1,14 @@
 //! Control tables shared by every process: durable [`Pauses`] of a table or a
-//! queue, and global [`Limits`] (processing, per key, rate) the claim enforces.
+//! queue, global [`Limits`] (processing, per key, rate) the claim enforces,
+//! and the [`FairWeights`] of a fair table's keys.
 //!
 #![doc = include_str!("../../docs/modules/control.md")]
 
+pub(crate) mod fairness;
 pub(crate) mod limits;
 pub(crate) mod pauses;
 
+pub use fairness::{FairShare, FairWeights, MAX_FAIR_WEIGHT};
 pub use limits::{DEFAULT_LIMIT_TABLE, Limit, Limits};
 pub use pauses::PausesOptions;
 pub use pauses::{DEFAULT_PAUSE_TABLE, Pause, Pauses};

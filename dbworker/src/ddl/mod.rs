@@ -8,12 +8,14 @@ use std::collections::HashMap;
 use crate::columns::{Columns, Relation, literal, quote};
 use crate::error::Result;
 
+mod fairness;
 mod functions;
 mod notify;
 mod partitions;
 mod tables;
 mod workflows;
 
+pub use fairness::{FairClaims, fair_claims_sql};
 pub use functions::{MAX_FUNCTION_IDS, add_jobs_function_sql, admin_functions_sql};
 
 pub use crate::columns::STANDARD_COLUMNS;

@@ -44,6 +44,9 @@ impl NewJob {
         if let Some(priority) = defaults.priority {
             job = job.priority(priority);
         }
+        if let Some(key) = args.fair_key() {
+            job = job.fair_key(key);
+        }
         Ok(job)
     }
 }

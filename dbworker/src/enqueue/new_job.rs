@@ -171,6 +171,23 @@ impl NewJob {
         self
     }
 
+    /// Sets the job's fairness key on a fair table (`dbworker migration
+    /// --fair`): the tenant, customer or account whose share of the claims
+    /// it counts against. Unset: the table's `key_from`, else the NULL key.
+    pub fn fair_key(self, key: impl Into<String>) -> Self {
+        self.set(crate::columns::FAIR_KEY, key.into())
+    }
+
+    /// Sets the job's declared cost on a fair table (default 1, at most
+    /// 1,000,000): a key's share is counted in cost, so a job of cost 10 uses
+    /// as much of it as ten of cost 1.
+    pub fn fair_cost(self, cost: u32) -> Self {
+        self.set(
+            crate::columns::FAIR_COST,
+            i32::try_from(cost).unwrap_or(i32::MAX),
+        )
+    }
+
     /// Overrides the store's `max_num_retries` for this job (needs
     /// `JobTableOptions::max_retries_column`, which every store on the table
     /// honours).

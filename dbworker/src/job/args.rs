@@ -47,6 +47,12 @@ pub trait JobArgs: Serialize + DeserializeOwned + Send + 'static {
     fn defaults() -> JobDefaults {
         JobDefaults::new()
     }
+
+    /// The job's fairness key on a fair table ([`NewJob::fair_key`](crate::NewJob::fair_key)):
+    /// usually the customer or account the arguments name. Default: none.
+    fn fair_key(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Refuses an empty kind, which no handler could be registered for usefully.

@@ -31,6 +31,7 @@ mod counts;
 mod cron;
 mod enqueue;
 mod execution_logs;
+mod fairness;
 mod gauges;
 mod grants;
 mod heartbeat;
@@ -91,6 +92,9 @@ pub(crate) use enqueue::{
     live_job_with_key, release_key,
 };
 pub(crate) use execution_logs::{log_append, log_len, log_update};
+pub(crate) use fairness::{
+    fair_shares, fair_trigger_names, list_fair_weights, remove_fair_weight, set_fair_weight,
+};
 pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
 pub(crate) use grants::{sequence_privilege, server_read_only, table_privileges};
 pub(crate) use heartbeat::heartbeat;

@@ -45,6 +45,9 @@ pub(crate) struct Table {
     pub(crate) column_expressions: Vec<String>,
     /// The claim's `ORDER BY` over the source's alias (`None`: by id).
     pub(crate) order_by: Option<String>,
+    /// A fair table's weight table (`dbworker migration --fair`): its jobs
+    /// carry `fair_key`, `fair_tag` and `fair_cost`, and claims order by tag.
+    pub(crate) fair_weights: Option<Relation>,
 }
 
 impl Table {
@@ -71,6 +74,7 @@ impl Table {
             limit_key_column: None,
             column_expressions: Vec::new(),
             order_by: None,
+            fair_weights: None,
         }
     }
 

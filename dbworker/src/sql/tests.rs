@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 26] = [
+const FILES: [(&str, Snapshots); 27] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("admin_search.rs", crate::sql::admin_search::snapshots),
@@ -32,6 +32,7 @@ const FILES: [(&str, Snapshots); 26] = [
     ("cron.rs", crate::sql::cron::snapshots),
     ("enqueue.rs", crate::sql::enqueue::snapshots),
     ("execution_logs.rs", crate::sql::execution_logs::snapshots),
+    ("fairness.rs", crate::sql::fairness::snapshots),
     ("gauges.rs", crate::sql::gauges::snapshots),
     ("grants.rs", crate::sql::grants::snapshots),
     ("heartbeat.rs", crate::sql::heartbeat::snapshots),

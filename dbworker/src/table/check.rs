@@ -5,8 +5,9 @@
 use sqlx::{PgPool, Row};
 
 use crate::columns::{
-    BLOCKED_BY, HAS_DEPENDENTS, STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME,
-    UPSTREAM_IDS, WORKFLOW_ID, deps_table, key_table,
+    BLOCKED_BY, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, STANDARD_LIMIT_TABLE,
+    STANDARD_PAUSE_TABLE, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, fair_triggers,
+    fair_weights_table, key_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -46,7 +47,7 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         t.workflows |= existing.contains_key(WORKFLOW_ID);
     }
     adopt_control_tables(pool, t).await?;
-    let mut problems = Vec::new();
+    let mut problems = fairness_problems(pool, t, &existing).await?;
     let table = t.table.display_name();
     for (field, column, standard) in [
         ("queue_column", &t.queue_column, "queue"),
@@ -247,6 +248,88 @@ async fn adopt_control_tables(pool: &PgPool, t: &mut Table) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A table whose tagging triggers exist is fair for every worker (its
+/// producers tag jobs for claims in tag order; a worker claiming by id would
+/// undo the shares the operator sees). Fair, by the options or the triggers:
+/// what is missing of it, and the claim's order, by priority then tag.
+async fn fairness_problems(
+    pool: &PgPool,
+    t: &mut Table,
+    existing: &std::collections::HashMap<String, schema::Column>,
+) -> Result<Vec<String>> {
+    let found: Vec<String> = sql::fair_trigger_names(&t.table)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("schema_check"))?
+        .iter()
+        .map(|r| r.get("name"))
+        .collect();
+    if t.fair_weights.is_none() && found.is_empty() {
+        return Ok(Vec::new());
+    }
+    let weights = fair_weights_table(&t.table);
+    t.fair_weights = Some(weights.clone());
+    let table = t.table.display_name();
+    let hint = "`dbworker migration --fair` (dbworker::ddl::fair_claims_sql) adds it";
+    let mut problems = Vec::new();
+    for (column, types, expected) in [
+        (FAIR_KEY, &["text", "varchar", "bpchar"][..], "text"),
+        (FAIR_TAG, &["int8"][..], "bigint"),
+        (FAIR_COST, &["int2", "int4", "int8"][..], "an integer"),
+    ] {
+        match existing.get(column) {
+            None => problems.push(format!(
+                "table {table} is fair but has no column {column}; {hint}"
+            )),
+            Some(c) if !types.contains(&c.ty.as_str()) => problems.push(format!(
+                "column {table}.{column} has type {}, expected {expected}",
+                c.ty
+            )),
+            Some(_) => {}
+        }
+    }
+    for trigger in fair_triggers(&t.table) {
+        if !found.contains(&trigger) {
+            problems.push(format!(
+                "table {table} is fair but has no trigger {trigger}, which tags its jobs; {hint}"
+            ));
+        }
+    }
+    if columns_of(pool, &weights).await?.is_empty() {
+        problems.push(format!(
+            "table {table} is fair but its weight table {} does not exist; {hint}",
+            weights.display_name()
+        ));
+    }
+    let source = t.source();
+    if t.view.is_some() && !columns_of(pool, source).await?.contains_key(FAIR_TAG) {
+        problems.push(format!(
+            "view {} has no column {FAIR_TAG}, which fair claims order by",
+            source.display_name()
+        ));
+    }
+    match &t.order_by {
+        None => {
+            let read = |c: &str| t.read_column(c);
+            let priority = t
+                .priority_column
+                .as_deref()
+                .map(|p| format!("{} DESC, ", read(p)))
+                .unwrap_or_default();
+            t.order_by = Some(format!(
+                "{priority}{}, {}",
+                read(FAIR_TAG),
+                read(&t.columns.id)
+            ));
+        }
+        Some(order) if !order.contains(FAIR_TAG) => problems.push(format!(
+            "table {table} is fair, but order_by {order:?} does not order by {FAIR_TAG}: leave it unset (priority, then tag) or put {FAIR_TAG} after the priority"
+        )),
+        Some(_) => {}
+    }
+    Ok(problems)
 }
 
 /// Turns on each optional column not named in the options that `has` finds

@@ -147,6 +147,13 @@ pub struct JobTableOptions {
     /// ([`ClaimOptions::claim_cursor`](crate::ClaimOptions::claim_cursor)).
     #[serde(default)]
     pub order_by: Option<String>,
+    /// The table has fair claims (`dbworker migration --fair`): the check
+    /// requires its columns, weight table and tagging triggers. A table whose
+    /// tagging triggers exist is fair for every worker, whatever this says,
+    /// as a pause is honoured by all: claims then take jobs by priority, then
+    /// tag (`order_by` must order by `fair_tag` when set). Default `false`.
+    #[serde(default)]
+    pub fair: bool,
     /// How long the checks wait for a connection before reporting the server
     /// unreachable, with the cause and `host:port`: this one's, and those of
     /// every service built on the table (store, resetter, ...). Default 5 s.
@@ -186,6 +193,7 @@ impl JobTableOptions {
             limit_key_column: None,
             column_expressions: Vec::new(),
             order_by: None,
+            fair: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -304,6 +312,9 @@ impl JobTableOptions {
         t.view = view;
         t.column_expressions = self.column_expressions.clone();
         t.order_by = self.order_by.clone();
+        t.fair_weights = self
+            .fair
+            .then(|| crate::columns::fair_weights_table(&t.table));
         Ok(t)
     }
 }
@@ -421,6 +432,11 @@ impl JobTable {
     /// The `jsonb` payload column, if the table has one.
     pub fn payload_column(&self) -> Option<&str> {
         self.t.payload_column.as_deref()
+    }
+
+    /// Whether claims are fair across keys (`dbworker migration --fair`).
+    pub fn is_fair(&self) -> bool {
+        self.t.fair_weights.is_some()
     }
 
     /// Whether the table has workflows.

@@ -1,0 +1,275 @@
+//! Fair claims on real Postgres: a tenant's backlog does not delay the others,
+//! sharding it over many limit keys does not help it, weights hold in every
+//! window, and a retried job goes to the back of its key's share.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use dbworker::{
+    DbStore, Enqueuer, JobTable, NewJob, StoreOptions,
+    control::{FairWeights, Limit, Limits},
+    ddl::{FairClaims, fair_claims_sql, limit_table_sql},
+};
+use workerutil::{Record, Store};
+
+use common::{Db, Job};
+
+/// The test table with a queue column and fair claims.
+async fn fair_db() -> Db {
+    let db = Db::new().await;
+    let mut fair = FairClaims::default();
+    fair.queue_column = Some("queue".into());
+    db.add_columns(
+        |c| c.queue = true,
+        &[fair_claims_sql("jobs", &HashMap::new(), &fair).unwrap()],
+    )
+    .await;
+    db
+}
+
+/// `n` jobs of `key`, in one COPY.
+async fn copy_jobs(enqueuer: &Enqueuer, key: &str, n: usize) {
+    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new().fair_key(key)).collect();
+    enqueuer.enqueue_copy(&jobs).await.unwrap();
+}
+
+/// Claims every waiting job, `batch` at a time, and returns their keys in
+/// claim order.
+async fn claim_all(db: &Db, store: &DbStore<Job>, batch: usize, most: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    while ids.len() < most {
+        let jobs = store
+            .dequeue("host", &Default::default(), batch)
+            .await
+            .unwrap();
+        if jobs.is_empty() {
+            break;
+        }
+        ids.extend(jobs.iter().map(|j| j.record().id()));
+    }
+    let keys: HashMap<i64, String> =
+        sqlx::query_as("SELECT id, coalesce(fair_key, '(none)') FROM jobs WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    ids.iter().map(|id| keys[id].clone()).collect()
+}
+
+async fn store(db: &Db, table: &JobTable) -> DbStore<Job> {
+    let o: StoreOptions = db.options();
+    DbStore::new(&db.pool, table, o).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_tenants_backlog_does_not_delay_the_others_and_a_plain_table_would() {
+    for fair in [true, false] {
+        let db = if fair {
+            fair_db().await
+        } else {
+            Db::new().await
+        };
+        if !fair {
+            // The same columns, no triggers: claims by id.
+            db.execute("ALTER TABLE jobs ADD COLUMN fair_key text")
+                .await;
+        }
+        let table = db.table().await;
+        assert_eq!(table.is_fair(), fair);
+        let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+        copy_jobs(&enqueuer, "a", 20_000).await;
+        for tenant in ["b", "c", "d", "e", "f", "g", "h"] {
+            enqueuer
+                .enqueue(NewJob::new().fair_key(tenant))
+                .await
+                .unwrap();
+        }
+        let store = store(&db, &table).await;
+        let first = claim_all(&db, &store, 8, 16).await;
+        let others = first.iter().filter(|k| *k != "a").count();
+        if fair {
+            assert_eq!(others, 7, "B..H wait behind A's backlog: {first:?}");
+            // A is not starved either: it has the other half.
+            assert!(first.iter().filter(|k| *k == "a").count() >= 8);
+        } else {
+            assert_eq!(others, 0, "a plain table claims by id: {first:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn spreading_a_backlog_over_many_limit_keys_does_not_beat_the_fairness_key() {
+    for fair in [true, false] {
+        let db = if fair {
+            fair_db().await
+        } else {
+            Db::new().await
+        };
+        if !fair {
+            db.add_columns(|c| c.queue = true, &[]).await;
+            db.execute("ALTER TABLE jobs ADD COLUMN fair_key text")
+                .await;
+        }
+        db.execute(&limit_table_sql(dbworker::control::DEFAULT_LIMIT_TABLE).unwrap())
+            .await;
+        db.execute("ALTER TABLE jobs ADD COLUMN customer text")
+            .await;
+        let table = db
+            .table_with(|o| {
+                o.queue_column = Some("queue".into());
+                o.limit_table = Some(dbworker::control::DEFAULT_LIMIT_TABLE.into());
+                o.limit_key_column = Some("customer".into());
+            })
+            .await;
+        let limits = Limits::new(&db.pool, &table).await.unwrap();
+        limits
+            .set_limit("default", Limit::default().per_key(1))
+            .await
+            .unwrap();
+        let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+        // A: 5,000 jobs over 1,000 limit keys, one fairness key.
+        let jobs: Vec<NewJob> = (0..5_000)
+            .map(|i| {
+                NewJob::new()
+                    .fair_key("a")
+                    .set("customer", format!("a-{}", i % 1_000))
+            })
+            .collect();
+        enqueuer.enqueue_copy(&jobs).await.unwrap();
+        for tenant in ["b", "c", "d", "e", "f", "g", "h"] {
+            enqueuer
+                .enqueue(
+                    NewJob::new()
+                        .fair_key(tenant)
+                        .set("customer", tenant.to_owned()),
+                )
+                .await
+                .unwrap();
+        }
+        let store = store(&db, &table).await;
+        // One claim of 64, as a busy worker makes: the limit keys let A take
+        // all 64 by id; the tags give B..H theirs at once.
+        let first = claim_all(&db, &store, 64, 64).await;
+        let others = first.iter().filter(|k| *k != "a").count();
+        if fair {
+            assert_eq!(others, 7, "B..H lost to A's thousand keys: {first:?}");
+        } else {
+            assert_eq!(others, 0, "caps alone let A through: {first:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn weights_one_two_four_hold_in_every_window_of_claims() {
+    let db = fair_db().await;
+    let table = db.table().await;
+    let weights = FairWeights::new(&db.pool, &table).await.unwrap();
+    weights.check_writes().await.unwrap();
+    weights.set("two", 2).await.unwrap();
+    weights.set("four", 4).await.unwrap();
+    assert!(weights.set("zero", 0).await.is_err());
+    assert_eq!(
+        weights.list().await.unwrap(),
+        vec![("four".to_owned(), 4), ("two".to_owned(), 2)]
+    );
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    for key in ["one", "two", "four"] {
+        copy_jobs(&enqueuer, key, 8_000).await;
+    }
+    let shares = weights.shares(10).await.unwrap();
+    assert_eq!(shares.len(), 3);
+    assert!(shares.iter().all(|s| s.waiting == 8_000));
+    let store = store(&db, &table).await;
+    // "four" runs out after 14,000 claims: every window of 7,000 before that.
+    let order = claim_all(&db, &store, 100, 14_000).await;
+    for start in (0..=order.len() - 7_000).step_by(250) {
+        let window = &order[start..start + 7_000];
+        let count = |k: &str| window.iter().filter(|w| *w == k).count() as f64;
+        let (one, two, four) = (count("one"), count("two"), count("four"));
+        for (got, share) in [(one, 1.0), (two, 2.0), (four, 4.0)] {
+            let expected = 7_000.0 * share / 7.0;
+            assert!(
+                (got - expected).abs() <= expected * 0.02,
+                "window at {start}: {one}/{two}/{four}, expected 1:2:4 within 2 %"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_retried_job_goes_to_the_back_of_its_keys_share() {
+    let db = fair_db().await;
+    let table = db.table().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    copy_jobs(&enqueuer, "a", 4).await;
+    copy_jobs(&enqueuer, "b", 4).await;
+    let mut o = db.options();
+    o.max_num_retries = 3;
+    o.retry = dbworker::RetryPolicy::fixed(Duration::ZERO);
+    let store = DbStore::<Job>::new(&db.pool, &table, o).await.unwrap();
+    let mut first = store.dequeue("host", &Default::default(), 1).await.unwrap();
+    let job = &mut first[0];
+    let retried = job.record().id();
+    store.mark_errored(job, "try again", None).await.unwrap();
+    // A's other three, B's four, interleaved; the retried job after A's last.
+    let tags: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT id, fair_key, fair_tag FROM jobs WHERE state IN ('queued', 'errored') ORDER BY fair_tag, id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let keys: Vec<&str> = tags.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["b", "a", "b", "a", "b", "a", "b", "a"], "{tags:?}");
+    assert_eq!(tags.last().unwrap().0, retried, "{tags:?}");
+}
+
+#[tokio::test]
+async fn a_fair_table_is_fair_for_every_worker_and_missing_parts_are_named() {
+    let db = Db::new().await;
+    // Fair by the options, with nothing of it in the table: every part named.
+    let mut o = Db::table_options();
+    o.fair = true;
+    let err = JobTable::new(&db.pool, o).await.unwrap_err().to_string();
+    for part in [
+        "fair_key",
+        "fair_tag",
+        "fair_cost",
+        "jobs_fair_tag_insert",
+        "jobs_fair_weights",
+    ] {
+        assert!(err.contains(part), "{part} not named: {err}");
+    }
+    // Migrated: a worker that says nothing of fairness claims by tag too, and
+    // an order_by without the tag is refused by name.
+    db.add_columns(
+        |_| {},
+        &[fair_claims_sql("jobs", &HashMap::new(), &FairClaims::default()).unwrap()],
+    )
+    .await;
+    assert!(db.table().await.is_fair());
+    let mut o = Db::table_options();
+    o.order_by = Some("j.id".into());
+    let err = JobTable::new(&db.pool, o).await.unwrap_err().to_string();
+    assert!(err.contains("does not order by fair_tag"), "{err}");
+    // Every other way in tags too: a plain INSERT, and a key from the payload.
+    let mut fair = FairClaims::default();
+    fair.key_from = Some("NEW.payload->>'customer'".into());
+    db.execute(&fair_claims_sql("jobs", &HashMap::new(), &fair).unwrap())
+        .await;
+    db.execute(
+        "INSERT INTO jobs (payload) SELECT jsonb_build_object('customer', 'x') FROM generate_series(1, 3);
+         INSERT INTO jobs (payload) VALUES ('{\"customer\": \"y\"}');",
+    )
+    .await;
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT fair_key, fair_tag FROM jobs ORDER BY fair_tag, id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["x", "y", "x", "x"], "{rows:?}");
+}
