@@ -4,4 +4,6 @@
 mod checkpoint;
 mod claim;
 mod leader;
+mod progress;
+mod signal;
 mod workflow;
