@@ -72,7 +72,9 @@ pub use store::{
     MAX_FAILURE_MESSAGE_BYTES, QueueGauges, QueueStat, RESERVED_CONNECTIONS, Retry, RetryPolicy,
     StallOptions, StoreOptions, default_notify_channel,
 };
-pub use table::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, JobTableOptions};
+pub use table::{
+    Aging, DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, JobTableOptions,
+};
 pub use worker::new_worker;
 
 pub use workerutil;

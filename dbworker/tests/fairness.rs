@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use dbworker::{
-    DbStore, Enqueuer, JobTable, NewJob, StoreOptions,
+    Aging, DbStore, Enqueuer, JobTable, NewJob, StoreOptions,
     control::{FairWeights, Limit, Limits},
     ddl::{FairClaims, fair_claims_sql, limit_table_sql},
 };
@@ -272,4 +272,91 @@ async fn a_fair_table_is_fair_for_every_worker_and_missing_parts_are_named() {
             .unwrap();
     let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, ["x", "y", "x", "x"], "{rows:?}");
+}
+
+/// Claims 10 jobs every 100 ms for `most`, or until `done` says stop.
+async fn claim_paced(store: &DbStore<Job>, most: Duration, done: impl AsyncFn() -> bool) {
+    let deadline = tokio::time::Instant::now() + most;
+    while tokio::time::Instant::now() < deadline && !done().await {
+        store
+            .dequeue("host", &Default::default(), 10)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn priorities_age_so_a_flood_of_urgent_work_starves_nothing() {
+    for aging in [true, false] {
+        let db = Db::new().await;
+        db.add_columns(|c| c.priority = true, &[]).await;
+        let table = db
+            .table_with(|o| {
+                o.priority_column = Some("priority".into());
+                if aging {
+                    o.aging = Some(Aging::every(Duration::from_secs(1)));
+                }
+            })
+            .await;
+        let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+        // Four levels: a backlog at the top (3) that outlasts the test, and
+        // one job two and three levels below it.
+        let urgent: Vec<NewJob> = (0..5_000).map(|_| NewJob::new().priority(3)).collect();
+        enqueuer.enqueue_copy(&urgent).await.unwrap();
+        let low = enqueuer
+            .enqueue(NewJob::new().priority(1))
+            .await
+            .unwrap()
+            .id();
+        let lowest = enqueuer
+            .enqueue(NewJob::new().priority(0))
+            .await
+            .unwrap()
+            .id();
+        let store = store(&db, &table).await;
+        let waited = |id: i64| {
+            let pool = db.pool.clone();
+            async move {
+                sqlx::query_scalar::<_, Option<f64>>(
+                    "SELECT CASE WHEN state = 'processing' THEN EXTRACT(EPOCH FROM started_at - queued_at)::float8 END FROM jobs WHERE id = $1",
+                )
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+            }
+        };
+        if aging {
+            claim_paced(&store, Duration::from_secs(8), async || {
+                waited(lowest).await.is_some()
+            })
+            .await;
+            // A level a second: two levels up after 2 s, three after 3 s,
+            // then the next claim (every 100 ms) takes it.
+            let low = waited(low).await.expect("the priority-1 job never started");
+            let lowest = waited(lowest)
+                .await
+                .expect("the priority-0 job never started");
+            assert!(
+                (1.9..2.8).contains(&low),
+                "priority 1 started after {low} s"
+            );
+            assert!(
+                (2.9..3.8).contains(&lowest),
+                "priority 0 started after {lowest} s"
+            );
+        } else {
+            claim_paced(&store, Duration::from_secs(5), async || false).await;
+            assert_eq!(waited(lowest).await, None, "strict priorities starve it");
+            assert_eq!(waited(low).await, None, "strict priorities starve it");
+        }
+        let priorities: Vec<i32> =
+            sqlx::query_scalar("SELECT priority FROM jobs WHERE id = ANY($1) ORDER BY id")
+                .bind(vec![low, lowest])
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(priorities, [1, 0], "stored priorities are never changed");
+    }
 }

@@ -1,6 +1,7 @@
 //! The claim (phase one of a dequeue: `FOR UPDATE SKIP LOCKED`, setting `processing`
 //! and a fresh fencing token), the records it returns, and the row lock of phase two.
 
+use super::aging::aging_candidates;
 use super::{Statement, alias, col, eligible, owned, state, table_ref};
 use crate::columns::{Relation, quote};
 use crate::sql::control::{busy_keys, not_paused, queue_room, spend_tokens, within_limits};
@@ -181,6 +182,18 @@ pub(crate) fn claim(
     )
 }
 
+/// Orders the claimed rows by the order-by values the claim returns, so they
+/// are sorted without reading the table a second time.
+fn order_claimed(final_select: &mut SelectStatement, order_by: &str) {
+    for (i, (_, order, nulls)) in order_terms(order_by).into_iter().enumerate() {
+        let key = Expr::col((alias("dbworker_claimed"), alias(&sort_key(i))));
+        match nulls {
+            Some(n) => final_select.order_by_expr_with_nulls(key, order, n),
+            None => final_select.order_by_expr(key, order),
+        };
+    }
+}
+
 /// How a claim of a limited table counts what other claims took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LimitedClaim {
@@ -214,6 +227,21 @@ pub(crate) fn claim_limited(
         .from(alias("dbworker_claimed"));
 
     match &o.view {
+        None if o.aging.is_some() && o.priority_column.is_some() => {
+            let (Some(aging), Some(priority)) = (&o.aging, &o.priority_column) else {
+                unreachable!("matched above")
+            };
+            let cand = aging_candidates(o, aging, priority, conditions, limit, &mut with);
+            with.cte(cte(cand, "dbworker_candidates", true));
+            final_select
+                .inner_join(
+                    candidates.clone(),
+                    col("dbworker_candidates", "id").equals(("dbworker_claimed", RECORD_ID)),
+                )
+                .order_by(("dbworker_candidates", "eff"), Order::Desc)
+                .order_by(("dbworker_candidates", "boost"), Order::Desc);
+            order_claimed(&mut final_select, &o.order_by);
+        }
         None => {
             let mut cand = Query::select();
             cand.expr_as(col(&t.alias, &c.id), alias("id"))
@@ -266,15 +294,7 @@ pub(crate) fn claim_limited(
             cand.limit(limit);
             lock_skip(&mut cand, &t.alias);
             with.cte(cte(cand, "dbworker_candidates", true));
-            // The claim returns its order-by values, so the claimed rows are
-            // sorted without reading the table a second time.
-            for (i, (_, order, nulls)) in order_terms(&o.order_by).into_iter().enumerate() {
-                let key = Expr::col((alias("dbworker_claimed"), alias(&sort_key(i))));
-                match nulls {
-                    Some(n) => final_select.order_by_expr_with_nulls(key, order, n),
-                    None => final_select.order_by_expr(key, order),
-                };
-            }
+            order_claimed(&mut final_select, &o.order_by);
         }
         Some(v) => {
             let mut window = Query::select();
@@ -471,7 +491,7 @@ pub(crate) fn lock_claimed(o: &StoreParams, id: i64, token: i64) -> Statement {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    use super::fixtures::{limited, paused, quoted, resolved};
+    use super::fixtures::{aging, limited, paused, quoted, resolved};
     let (t, v, limited) = (resolved(false), resolved(true), limited());
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     let lane = LimitedClaim::Lane { threshold: 1024 };
@@ -505,5 +525,9 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             claim_limited(&limited, "host", &[], 3, true, lane),
         ),
         ("claim_quoted", claim(&quoted(), "host", &[], 3, true)),
+        (
+            "claim_with_aging",
+            claim(&aging(), "host", &[cost()], 3, true),
+        ),
     ]
 }

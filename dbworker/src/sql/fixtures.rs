@@ -98,6 +98,17 @@ pub(super) fn paused() -> StoreParams {
     o
 }
 
+/// `app.jobs j`, fair, paused by table, its priorities aging a level a minute
+/// up to two levels.
+pub(super) fn aging() -> StoreParams {
+    let mut o = paused();
+    o.priority_column = Some("priority".into());
+    o.fair_weights = Some(rel("jobs_fair_weights"));
+    o.order_by = r#""j"."priority" DESC, "j"."fair_tag", "j"."id""#.into();
+    o.aging = Some(crate::table::Aging::every(std::time::Duration::from_secs(60)).max_boost(2));
+    o
+}
+
 /// `app.jobs j` with a limit table.
 pub(super) fn limited() -> StoreParams {
     let mut o = queued_jobs();

@@ -23,6 +23,7 @@ use crate::message::sanitize_failure_message;
 mod admin;
 mod admin_filter;
 mod admin_search;
+mod aging;
 mod claim;
 mod cluster;
 mod consumers;
@@ -63,7 +64,7 @@ pub(crate) use claim::claim;
 pub(crate) use claim::{
     CLAIM_BOUND, CLAIMED_CANCEL, CLAIMED_TOKEN, LimitedClaim, RECORD_ID, claim_cursor_condition,
     claim_limited, conditions_key, eligible_behind, limited, lock_claimed, not_flagged,
-    select_records,
+    order_terms, select_records,
 };
 pub(crate) use cluster::{
     NodeRow, leader_acquire, leader_current, leader_fence, leader_release, leader_renew,

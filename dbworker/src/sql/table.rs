@@ -48,6 +48,8 @@ pub(crate) struct Table {
     /// A fair table's weight table (`dbworker migration --fair`): its jobs
     /// carry `fair_key`, `fair_tag` and `fair_cost`, and claims order by tag.
     pub(crate) fair_weights: Option<Relation>,
+    /// Priority aging: the claim ranks each level's head by its wait.
+    pub(crate) aging: Option<crate::table::Aging>,
 }
 
 impl Table {
@@ -75,6 +77,7 @@ impl Table {
             column_expressions: Vec::new(),
             order_by: None,
             fair_weights: None,
+            aging: None,
         }
     }
 

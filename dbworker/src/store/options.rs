@@ -345,10 +345,9 @@ impl StoreOptions {
         // back with no event the store sees, so those claims scan in full. (A
         // limited claim passes rows over only when a limit binds it, and such
         // a claim leaves the cursor where it was.)
-        let claim_cursor = self
-            .claim
-            .claim_cursor
-            .filter(|_| t.view.is_none() && t.order_by.is_none() && t.pause_table.is_none());
+        let claim_cursor = self.claim.claim_cursor.filter(|_| {
+            t.view.is_none() && t.order_by.is_none() && t.pause_table.is_none() && t.aging.is_none()
+        });
         let source = t.source();
         let order_by = t
             .order_by

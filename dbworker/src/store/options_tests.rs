@@ -108,6 +108,34 @@ fn each_bad_table_field_is_named() {
             Box::new(|o| o.column_expressions = vec![" ".into()]),
         ),
         ("order_by", Box::new(|o| o.order_by = Some(String::new()))),
+        // Aging without a priority, too fast, boosting nothing, or with limits.
+        (
+            "aging",
+            Box::new(|o| o.aging = Some(crate::Aging::every(Duration::from_secs(1)))),
+        ),
+        (
+            "aging",
+            Box::new(|o| {
+                o.priority_column = Some("priority".into());
+                o.aging = Some(crate::Aging::every(Duration::from_millis(1)));
+            }),
+        ),
+        (
+            "aging",
+            Box::new(|o| {
+                o.priority_column = Some("priority".into());
+                o.aging = Some(crate::Aging::every(Duration::from_secs(1)).max_boost(0));
+            }),
+        ),
+        (
+            "aging",
+            Box::new(|o| {
+                o.priority_column = Some("priority".into());
+                o.queue_column = Some("queue".into());
+                o.limit_table = Some("dbworker_limits".into());
+                o.aging = Some(crate::Aging::every(Duration::from_secs(1)));
+            }),
+        ),
     ];
     for (field, break_it) in cases {
         let mut o = table();

@@ -48,6 +48,7 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     }
     adopt_control_tables(pool, t).await?;
     let mut problems = fairness_problems(pool, t, &existing).await?;
+    problems.extend(aging_problems(t));
     let table = t.table.display_name();
     for (field, column, standard) in [
         ("queue_column", &t.queue_column, "queue"),
@@ -330,6 +331,33 @@ async fn fairness_problems(
         Some(_) => {}
     }
     Ok(problems)
+}
+
+/// What keeps aging from working on `t` as checked: a limit table it adopted
+/// (limits rank rows in their own order), or an order that claims the lowest
+/// priority first (aging raises priorities).
+fn aging_problems(t: &Table) -> Vec<String> {
+    let (Some(_), Some(priority)) = (&t.aging, &t.priority_column) else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    if let Some(limits) = &t.limit_table {
+        problems.push(format!(
+            "aging is not supported with limits yet, and table {} honours the limit table {}",
+            t.table.display_name(),
+            limits.display_name()
+        ));
+    }
+    if let Some(order) = &t.order_by
+        && let Some((first, direction, _)) = crate::sql::order_terms(order).into_iter().next()
+        && first.contains(priority.as_str())
+        && direction == sea_query::Order::Asc
+    {
+        problems.push(format!(
+            "aging raises priorities, but order_by {order:?} claims the lowest {priority} first: order by {priority} DESC"
+        ));
+    }
+    problems
 }
 
 /// Turns on each optional column not named in the options that `has` finds

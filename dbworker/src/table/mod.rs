@@ -22,7 +22,10 @@ use crate::columns::{Columns, Relation, column_name};
 use crate::error::{Error, Result};
 use crate::sql::{ErrorHistory, Table};
 
+mod aging;
 mod check;
+
+pub use aging::Aging;
 
 /// The default `error_history_limit`: enough attempts to see a pattern
 /// (the default `max_num_retries` gives 11), small enough to keep rows narrow.
@@ -154,6 +157,13 @@ pub struct JobTableOptions {
     /// tag (`order_by` must order by `fair_tag` when set). Default `false`.
     #[serde(default)]
     pub fair: bool,
+    /// Priority aging: a waiting job rises a priority level for every
+    /// `interval` it waits, so a flood of urgent work cannot starve the rest.
+    /// Computed by the claim, never written. Needs `priority_column`
+    /// (highest claimed first); not with a view or limits. `None`: strict
+    /// priorities.
+    #[serde(default)]
+    pub aging: Option<Aging>,
     /// How long the checks wait for a connection before reporting the server
     /// unreachable, with the cause and `host:port`: this one's, and those of
     /// every service built on the table (store, resetter, ...). Default 5 s.
@@ -194,6 +204,7 @@ impl JobTableOptions {
             column_expressions: Vec::new(),
             order_by: None,
             fair: false,
+            aging: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -312,6 +323,22 @@ impl JobTableOptions {
         t.view = view;
         t.column_expressions = self.column_expressions.clone();
         t.order_by = self.order_by.clone();
+        if let Some(aging) = &self.aging {
+            aging.validate()?;
+            if t.priority_column.is_none() {
+                return Err(invalid(
+                    "aging",
+                    "aging raises priorities: set priority_column too",
+                ));
+            }
+            if t.view.is_some() || t.limit_table.is_some() {
+                return Err(invalid(
+                    "aging",
+                    "aging is not supported with a view or a limit table yet",
+                ));
+            }
+            t.aging = Some(aging.clone());
+        }
         t.fair_weights = self
             .fair
             .then(|| crate::columns::fair_weights_table(&t.table));

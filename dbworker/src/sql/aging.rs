@@ -1,0 +1,116 @@
+//! The claim's candidates under priority aging: the priority levels waiting,
+//! the head of each level ranked by how far its wait raised it, and the rows
+//! locked in that order. Nothing is written but the claim itself.
+
+use super::claim::{cte, lock_skip, order_select};
+use super::control::not_paused;
+use super::{StoreParams, alias, col, eligible, quote, table_ref};
+use crate::table::Aging;
+use sea_query::{Expr, ExprTrait, Func, JoinType, Order, Query, SelectStatement, WithClause};
+
+/// The most priority levels an aging claim looks at; lower levels wait for
+/// the ones above to drain, as without aging.
+pub(crate) const MAX_AGING_LEVELS: u32 = 32;
+
+/// Adds the levels and lanes to `with`, and returns the candidate select:
+/// up to `limit` rows in the order of their effective priority (highest
+/// first), then of how far they rose, then of the table's order, locked with
+/// `SKIP LOCKED`. Each candidate carries `eff` and `boost`, by which the
+/// claimed rows are returned.
+pub(super) fn aging_candidates(
+    o: &StoreParams,
+    aging: &Aging,
+    priority: &str,
+    conditions: &[Expr],
+    limit: u64,
+    with: &mut WithClause,
+) -> SelectStatement {
+    let (t, c) = (&o.table, &o.columns);
+    let a = quote(&t.alias);
+    let p = quote(priority);
+    let waiting = format!("{a}.{} IN ('queued', 'errored')", quote(&c.state));
+    // The levels waiting, highest first: a loose index scan, one probe each.
+    let levels = format!(
+        "ARRAY(WITH RECURSIVE \"l\"(\"p\", \"n\") AS (\
+         (SELECT {a}.{p}, 1 FROM {table} WHERE {waiting} ORDER BY {a}.{p} DESC LIMIT 1) \
+         UNION ALL SELECT (SELECT {a}.{p} FROM {table} WHERE {waiting} AND {a}.{p} < \"l\".\"p\" ORDER BY {a}.{p} DESC LIMIT 1), \"l\".\"n\" + 1 \
+         FROM \"l\" WHERE \"l\".\"p\" IS NOT NULL AND \"l\".\"n\" < {MAX_AGING_LEVELS}) \
+         SELECT \"p\" FROM \"l\" WHERE \"p\" IS NOT NULL)",
+        table = format!("{} AS {a}", t.quoted()),
+    );
+    let mut level_select = Query::select();
+    level_select.expr_as(Expr::cust(levels), alias("levels"));
+    with.cte(cte(level_select, "dbworker_levels", true));
+
+    // A job's effective priority: its own, raised a level per interval
+    // waited since it became runnable, at most max_boost, never above the top.
+    let waited = format!(
+        "floor(EXTRACT(EPOCH FROM now() - greatest({a}.{}, {a}.{})) / $1)::bigint",
+        quote(&c.queued_at),
+        quote(&c.process_after)
+    );
+    let boost = match aging.max_boost {
+        Some(max) => format!("least({waited}, {max})"),
+        None => waited,
+    };
+    // The top level is read from the CTE, not the lateral's left side, which
+    // a lateral in a join may not name past the comma.
+    let eff = format!("least((SELECT \"levels\"[1] FROM \"dbworker_levels\"), {a}.{p} + {boost})");
+    let mut lane = Query::select();
+    lane.expr_as(col(&t.alias, &c.id), alias("id"))
+        .expr_as(
+            Expr::cust_with_values(eff.clone(), [aging.interval.as_secs_f64()]),
+            alias("eff"),
+        )
+        .expr_as(
+            Expr::cust_with_values(format!("{eff} - {a}.{p}"), [aging.interval.as_secs_f64()]),
+            alias("boost"),
+        )
+        .from(table_ref(t))
+        .cond_where(eligible(&t.alias, c))
+        .and_where(Expr::cust(format!("{a}.{p} = \"dbworker_level\"")));
+    for cond in conditions {
+        lane.and_where(cond.clone());
+    }
+    if let Some(e) = not_paused(o, &t.alias) {
+        lane.and_where(e);
+    }
+    order_select(&mut lane, &o.order_by);
+    lane.limit(limit + o.candidate_window as u64);
+    let mut lanes = Query::select();
+    lanes
+        .columns([
+            (alias("dbworker_lane"), alias("id")),
+            (alias("dbworker_lane"), alias("eff")),
+            (alias("dbworker_lane"), alias("boost")),
+        ])
+        .from(alias("dbworker_levels"))
+        .from_function(
+            Func::cust("unnest").arg(Expr::col((alias("dbworker_levels"), alias("levels")))),
+            alias("dbworker_level"),
+        )
+        .join_lateral(
+            JoinType::InnerJoin,
+            lane,
+            alias("dbworker_lane"),
+            Expr::cust("TRUE"),
+        );
+    with.cte(cte(lanes, "dbworker_lanes", true));
+
+    let mut cand = Query::select();
+    cand.expr_as(col(&t.alias, &c.id), alias("id"))
+        .expr_as(col("dbworker_lanes", "eff"), alias("eff"))
+        .expr_as(col("dbworker_lanes", "boost"), alias("boost"))
+        .from(table_ref(t))
+        .inner_join(
+            alias("dbworker_lanes"),
+            col("dbworker_lanes", "id").equals((alias(&t.alias), alias(&c.id))),
+        )
+        .cond_where(eligible(&t.alias, c))
+        .order_by(("dbworker_lanes", "eff"), Order::Desc)
+        .order_by(("dbworker_lanes", "boost"), Order::Desc);
+    order_select(&mut cand, &o.order_by);
+    cand.limit(limit);
+    lock_skip(&mut cand, &t.alias);
+    cand
+}
