@@ -1,7 +1,8 @@
 //! The operators' pages of the dashboard, through the router against real
-//! Postgres: the workflows list (counts against SQL, the state filter, keyset
-//! pages, no sequential scan), limits edited by an admin and obeyed at the
-//! next claim (refused to a reader), the job page in an operator's order,
+//! Postgres: limits edited by an admin and obeyed at the next claim (refused
+//! to a reader), a fair table's keys with their work and weights (set and
+//! reset by an admin, bad weights refused, no form in read-only views, no
+//! page on a plain table), the job page in an operator's order,
 //! the processes page (stale and dead heartbeats, the leader), and the
 //! paused-refresh toggle.
 
@@ -9,217 +10,20 @@ mod common;
 #[path = "common/router.rs"]
 mod router;
 
-use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use axum::Router;
 use axum::http::StatusCode;
 use dbworker::cluster::{DEFAULT_LEADER_TABLE, DEFAULT_NODE_TABLE};
-use dbworker::control::{DEFAULT_LIMIT_TABLE, Limits};
+use dbworker::control::{DEFAULT_LIMIT_TABLE, FairWeights, Limits};
 use dbworker::dashboard::{Auth, Dashboard, DashboardOptions};
-use dbworker::ddl::{leader_table_sql, limit_table_sql, node_table_sql, workflows_sql};
-use dbworker::workflow::{WorkflowFilter, WorkflowListRequest, WorkflowState, Workflows};
-use dbworker::{DbConditions, JobTable};
-use sqlx::PgPool;
+use dbworker::ddl::{
+    FairClaims, fair_claims_sql, leader_table_sql, limit_table_sql, node_table_sql,
+};
+use dbworker::{DbConditions, Enqueuer, JobTable, NewJob};
 use workerutil::Store;
 
 use common::Db;
 use router::{csrf, get, get_as, post};
-
-/// 20,000 jobs outside any workflow, and seven workflows of three tasks:
-/// 101 completed, 102 failed, 103 canceled, 104–107 running.
-async fn seed_workflows() -> Db {
-    let db = Db::new().await;
-    db.add_columns(
-        |c| c.queue = true,
-        &[workflows_sql("jobs", &HashMap::new()).unwrap()],
-    )
-    .await;
-    db.execute(
-        "INSERT INTO jobs (state, finished_at) SELECT 'completed', now() FROM generate_series(1, 20000);
-         INSERT INTO jobs (state, workflow_id, task_name, queued_at, finished_at) VALUES
-           ('completed', 101, 'a', now() - interval '3 hours', now()), ('completed', 101, 'b', now(), now()), ('completed', 101, 'c', now(), now()),
-           ('completed', 102, 'a', now() - interval '2 hours', now()), ('failed', 102, 'b', now(), now()), ('canceled', 102, 'c', now(), now()),
-           ('completed', 103, 'a', now(), now()), ('canceled', 103, 'b', now(), now()), ('canceled', 103, 'c', now(), now());
-         INSERT INTO jobs (state, workflow_id, task_name) SELECT s, w, s FROM generate_series(104, 107) AS w,
-           unnest(ARRAY['completed', 'processing', 'pending']) AS s;
-         UPDATE jobs SET finished_at = NULL WHERE state IN ('processing', 'pending');
-         ANALYZE jobs;",
-    )
-    .await;
-    db
-}
-
-async fn seq_scans(pool: &PgPool) -> i64 {
-    sqlx::query("SELECT pg_stat_force_next_flush()")
-        .execute(pool)
-        .await
-        .unwrap();
-    sqlx::query_scalar("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'jobs'")
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-/// Workflow `id`'s tasks per state, counted by SQL.
-async fn counted(pool: &PgPool, id: i64) -> BTreeMap<String, i64> {
-    sqlx::query_as::<_, (String, i64)>(
-        "SELECT state::text, count(*) FROM jobs WHERE workflow_id = $1 GROUP BY 1",
-    )
-    .bind(id)
-    .fetch_all(pool)
-    .await
-    .unwrap()
-    .into_iter()
-    .collect()
-}
-
-/// The workflow ids on a list page, in order, and its "Next page" link.
-fn rows(page: &str) -> (Vec<i64>, Option<String>) {
-    let ids = page
-        .split("<tr data-workflow=\"")
-        .skip(1)
-        .map(|r| r[..r.find('"').unwrap()].parse().unwrap())
-        .collect();
-    let needle = "id=\"next-page\" href=\"";
-    let next = page.find(needle).map(|at| {
-        let rest = &page[at + needle.len()..];
-        rest[..rest.find('"').unwrap()].replace("&amp;", "&")
-    });
-    (ids, next)
-}
-
-/// Follows the list's pages from `query`; every workflow id in order.
-async fn all_pages(app: &Router, query: &str) -> Vec<i64> {
-    let mut ids = Vec::new();
-    let mut next = Some(query.to_owned());
-    while let Some(q) = next.take() {
-        let (status, page) = get(app, &format!("/t/jobs/workflows{q}")).await;
-        assert_eq!(status, StatusCode::OK, "{page}");
-        let (more, link) = rows(&page);
-        ids.extend(more);
-        next = link;
-        assert!(ids.len() < 100, "too many pages");
-    }
-    ids
-}
-
-#[tokio::test]
-async fn the_workflows_list_counts_filters_and_pages_without_a_scan() {
-    let db = seed_workflows().await;
-    // One connection, so the statistics read are the pages' own.
-    let pool = db.db.pool(1).await.unwrap();
-    let mut o = Db::table_options();
-    o.queue_column = Some("queue".into());
-    o.workflows = true;
-    let table = JobTable::new(&pool, o).await.unwrap();
-    let mut options = DashboardOptions::new(vec![table.clone()]);
-    options.page_size = 3;
-    let dashboard = Dashboard::new(&pool, options).await.unwrap();
-    let app = dashboard.router();
-
-    let before = seq_scans(&pool).await;
-    let (status, page) = get(&app, "/t/jobs/workflows").await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    assert!(
-        page.contains("href=\"/t/jobs/workflows\">workflows</a>"),
-        "in the nav: {page}"
-    );
-    // Every count shown is the table's own.
-    let (ids, next) = rows(&page);
-    assert_eq!(ids, [107, 106, 105]);
-    assert_eq!(next.as_deref(), Some("?before=105"));
-    for id in &ids {
-        let row = &page[page.find(&format!("<tr data-workflow=\"{id}\"")).unwrap()..];
-        let row = &row[..row.find("</tr>").unwrap()];
-        assert!(
-            row.contains(&format!("href=\"/t/jobs/workflows/{id}\"")),
-            "{row}"
-        );
-        assert!(
-            row.contains("<span class=\"workflow-running\">running</span>"),
-            "{row}"
-        );
-        for (state, n) in counted(&pool, *id).await {
-            assert!(
-                row.contains(&format!("data-state=\"{state}\">{n}</td>")),
-                "{state} {n}: {row}"
-            );
-        }
-        assert!(row.contains("data-state=\"failed\">0</td>"), "{row}");
-    }
-    assert_eq!(
-        all_pages(&app, "").await,
-        [107, 106, 105, 104, 103, 102, 101]
-    );
-    assert_eq!(
-        all_pages(&app, "?state=running").await,
-        [107, 106, 105, 104]
-    );
-    assert_eq!(all_pages(&app, "?state=finished").await, [103, 102, 101]);
-    assert_eq!(all_pages(&app, "?state=failed").await, [102]);
-    assert_eq!(all_pages(&app, "?state=canceled").await, [103]);
-    assert_eq!(all_pages(&app, "?state=completed").await, [101]);
-    let (_, page) = get(&app, "/t/jobs/workflows?state=failed").await;
-    let row = &page[page.find("<tr data-workflow=\"102\"").unwrap()..];
-    assert!(
-        row.contains("data-state=\"failed\">1</td>")
-            && row.contains("data-state=\"canceled\">1</td>"),
-        "{row}"
-    );
-    assert!(
-        row.contains("<td>2h</td>"),
-        "its age, from its first task: {row}"
-    );
-    assert_eq!(
-        seq_scans(&pool).await,
-        before,
-        "no sequential scan of the job table"
-    );
-    sqlx::query("SELECT count(*) FROM jobs")
-        .execute(&pool)
-        .await
-        .unwrap();
-    assert!(seq_scans(&pool).await > before, "the counter sees a scan");
-
-    // Bad parameters are refused, naming what is wrong.
-    let (status, page) = get(&app, "/t/jobs/workflows?state=bogus").await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(
-        page.starts_with("state: unknown workflow state \"bogus\""),
-        "{page}"
-    );
-    let (status, page) = get(&app, "/t/jobs/workflows?before=x").await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(page.starts_with("before:"), "{page}");
-
-    // A rare state on a big table: each page looks at a bounded number of
-    // workflows and says where to go on from.
-    let workflows = Workflows::new(&pool, &table).await.unwrap();
-    let mut request =
-        WorkflowListRequest::first(1, WorkflowFilter::State(WorkflowState::Completed));
-    request.look_at_most = 2;
-    let first = workflows.list(request).await.unwrap();
-    assert!(first.workflows.is_empty() && first.cut_short, "{first:?}");
-    assert_eq!((first.looked_at, first.next), (3, Some(105)));
-    request.before = first.next;
-    let second = workflows.list(request).await.unwrap();
-    assert_eq!((second.looked_at, second.next), (3, Some(102)));
-    request.before = second.next;
-    let third = workflows.list(request).await.unwrap();
-    assert_eq!(third.workflows.len(), 1);
-    assert_eq!(third.workflows[0].id, 101);
-    assert_eq!(third.workflows[0].total, 3);
-    assert_eq!(third.next, None, "the oldest workflow: nothing below");
-
-    // A table without workflows has no such page.
-    let plain = Dashboard::new(&pool, DashboardOptions::new(vec![db.table().await]))
-        .await
-        .unwrap()
-        .router();
-    let (status, _) = get(&plain, "/t/jobs/workflows").await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-}
 
 #[tokio::test]
 async fn a_limit_edited_by_an_admin_holds_at_the_next_claim_and_readers_cannot_edit() {
@@ -348,6 +152,224 @@ async fn a_limit_edited_by_an_admin_holds_at_the_next_claim_and_readers_cannot_e
         page.contains("<td>emails</td>") && page.contains("2.5/s (burst 5)"),
         "{page}"
     );
+}
+
+/// A fair table with a queue column: "acme" has 4 jobs waiting and 1
+/// running, "globex" 2 waiting, a hostile key 1, and one job has no key;
+/// acme weighs 3 and "idle", with no job, 7.
+async fn fair_db() -> (Db, JobTable) {
+    let db = Db::new().await;
+    let mut fair = FairClaims::default();
+    fair.queue_column = Some("queue".into());
+    db.add_columns(
+        |c| c.queue = true,
+        &[fair_claims_sql("jobs", &Default::default(), &fair).unwrap()],
+    )
+    .await;
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    assert!(table.is_fair(), "found by its triggers");
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    for (key, n) in [("acme", 5), ("globex", 2), ("<i>x</i>", 1)] {
+        let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new().fair_key(key)).collect();
+        enqueuer.enqueue_copy(&jobs).await.unwrap();
+    }
+    enqueuer.enqueue_copy(&[NewJob::new()]).await.unwrap();
+    db.execute(
+        "UPDATE jobs SET state = 'processing' WHERE id = (SELECT min(id) FROM jobs WHERE fair_key = 'acme')",
+    )
+    .await;
+    let weights = FairWeights::new(&db.pool, &table).await.unwrap();
+    weights.set("acme", 3).await.unwrap();
+    weights.set("idle", 7).await.unwrap();
+    (db, table)
+}
+
+/// The dashboard over `table` with an admin and a reader (bearer tokens).
+async fn fair_app(db: &Db, table: &JobTable, read_only: bool) -> axum::Router {
+    let mut o = DashboardOptions::new(vec![table.clone()]);
+    o.auth = Auth::Bearer {
+        admin: Some("admin-secret".into()),
+        read_only: Some("read-secret".into()),
+    };
+    o.read_only = read_only;
+    Dashboard::new(&db.pool, o).await.unwrap().router()
+}
+
+/// A row of the keys' table: key, waiting, running, weight.
+fn key_row(key: &str, waiting: u64, running: u64, weight: u32) -> String {
+    format!(
+        "<td>{key}</td><td class=\"num\">{waiting}</td><td class=\"num\">{running}</td><td class=\"num\">{weight}</td>"
+    )
+}
+
+#[tokio::test]
+async fn the_fairness_page_lists_each_keys_work_and_weight_on_a_fair_table_only() {
+    let (db, table) = fair_db().await;
+    let app = fair_app(&db, &table, false).await;
+    let (status, page) = get_as(&app, "/t/jobs/fairness", "Bearer read-secret").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("href=\"/t/jobs/fairness\">fairness</a>"),
+        "in the nav: {page}"
+    );
+    // Most waiting first; a key without a weight has 1; text escaped.
+    let acme = page.find(&key_row("acme", 4, 1, 3)).expect(&page);
+    let globex = page.find(&key_row("globex", 2, 0, 1)).expect(&page);
+    assert!(acme < globex, "{page}");
+    assert!(
+        page.contains(&key_row("&lt;i&gt;x&lt;/i&gt;", 1, 0, 1)) && !page.contains("<i>x</i>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td><span class=\"muted\">(none)</span></td><td class=\"num\">1</td>"),
+        "the jobs without a key: {page}"
+    );
+    // A weight set for a key with no job is listed too.
+    let others = &page[page.find("id=\"fair-weights\"").expect(&page)..];
+    assert!(
+        others.contains("<td>idle</td><td class=\"num\">7</td>"),
+        "{others}"
+    );
+
+    // A plain table: no link, no section, no page.
+    let plain = Db::new().await;
+    let table = plain.table().await;
+    assert!(!table.is_fair());
+    let app = fair_app(&plain, &table, false).await;
+    for path in ["/", "/t/jobs/queues", "/t/jobs/jobs"] {
+        let (status, page) = get_as(&app, path, "Bearer admin-secret").await;
+        assert_eq!(status, StatusCode::OK, "{path}: {page}");
+        assert!(
+            !page.contains("fairness") && !page.contains("weight"),
+            "{path}: {page}"
+        );
+    }
+    let (status, body) = get_as(&app, "/t/jobs/fairness", "Bearer admin-secret").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("no fair claims"), "{body}");
+}
+
+#[tokio::test]
+async fn an_admin_sets_and_resets_weights_and_a_bad_weight_changes_nothing() {
+    let (db, table) = fair_db().await;
+    let app = fair_app(&db, &table, false).await;
+    let admin = Some("Bearer admin-secret");
+    let weights = FairWeights::new(&db.pool, &table).await.unwrap();
+    let weight = |key: &'static str| {
+        let weights = weights.clone();
+        async move {
+            let set = weights.list().await.unwrap();
+            set.into_iter().find(|(k, _)| k == key).map(|(_, w)| w)
+        }
+    };
+
+    // A form per key (not the keyless jobs'), per other weight, and one to
+    // name a key; "Reset to 1" where a weight is set.
+    let (_, page) = get_as(&app, "/t/jobs/fairness", "Bearer admin-secret").await;
+    let url = "action=\"/t/jobs/fairness/weight\"";
+    assert_eq!(page.matches(url).count(), 5, "{page}");
+    assert_eq!(page.matches("value=\"reset\"").count(), 2, "{page}");
+    let token = csrf(&page);
+    let post_form = |form: String| {
+        let app = app.clone();
+        async move { post(&app, "/t/jobs/fairness/weight", &form, admin).await }
+    };
+
+    let (status, _, location) = post_form(format!("csrf={token}&key=globex&do=set&weight=5")).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        location.as_deref(),
+        Some("/t/jobs/fairness?done=weight+of+%22globex%22+set+to+5")
+    );
+    assert_eq!(weight("globex").await, Some(5));
+    let (_, page) = get_as(&app, &location.unwrap(), "Bearer admin-secret").await;
+    assert!(
+        page.contains("Done: weight of &quot;globex&quot; set to 5")
+            && page.contains(&key_row("globex", 2, 0, 5)),
+        "{page}"
+    );
+    // A key named in the form, with no job yet.
+    post_form(format!("csrf={token}&key=newco&do=set&weight=10000")).await;
+    assert_eq!(weight("newco").await, Some(10_000));
+
+    // Reset: back to 1 (no row); a second reset says it already was.
+    let (_, _, location) = post_form(format!("csrf={token}&key=acme&do=reset&weight=")).await;
+    assert!(location.unwrap().ends_with("reset+to+1"));
+    assert_eq!(weight("acme").await, None);
+    let (_, _, location) = post_form(format!("csrf={token}&key=acme&do=reset")).await;
+    assert!(location.unwrap().ends_with("already+1"));
+
+    // Bad weights are refused, naming the field and why; nothing changes.
+    let before = weights.list().await.unwrap();
+    for (bad, why) in [
+        ("0", "weight: must be between 1 and 10000, not 0"),
+        ("10001", "weight: must be between 1 and 10000, not 10001"),
+        (
+            "two",
+            "weight: \"two\" is not a whole number from 1 to 10000",
+        ),
+        ("-1", "weight: \"-1\" is not a whole number from 1 to 10000"),
+        (
+            "2.5",
+            "weight: \"2.5\" is not a whole number from 1 to 10000",
+        ),
+        ("", "weight: give a whole number from 1 to 10000"),
+    ] {
+        let form = format!("csrf={token}&key=globex&do=set&weight={bad}");
+        let (status, body, _) = post_form(form).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(body, why, "{bad}");
+    }
+    let (status, body, _) = post_form(format!("csrf={token}&key=&do=set&weight=2")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::BAD_REQUEST, "key: name the key")
+    );
+    let (status, _, _) = post_form("key=globex&do=set&weight=2".into()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no token, no change");
+    assert_eq!(weights.list().await.unwrap(), before);
+    assert_eq!(weight("globex").await, Some(5));
+}
+
+#[tokio::test]
+async fn read_only_views_show_the_weights_with_no_form_and_refuse_the_post() {
+    let (db, table) = fair_db().await;
+    let weights = FairWeights::new(&db.pool, &table).await.unwrap();
+    let before = weights.list().await.unwrap();
+    let token = csrf(
+        &get_as(
+            &fair_app(&db, &table, false).await,
+            "/t/jobs/fairness",
+            "Bearer admin-secret",
+        )
+        .await
+        .1,
+    );
+    // A reader of a dashboard with actions, and an admin of a read-only one.
+    for (read_only, auth) in [(false, "Bearer read-secret"), (true, "Bearer admin-secret")] {
+        let app = fair_app(&db, &table, read_only).await;
+        let (status, page) = get_as(&app, "/t/jobs/fairness", auth).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert!(page.contains(&key_row("acme", 4, 1, 3)), "{page}");
+        assert!(
+            page.contains("<td>idle</td><td class=\"num\">7</td>"),
+            "{page}"
+        );
+        assert!(
+            !page.contains("/fairness/weight") && !page.contains("method=\"post\""),
+            "{page}"
+        );
+        let form = format!("csrf={token}&key=acme&do=set&weight=9");
+        let (status, body, _) = post(&app, "/t/jobs/fairness/weight", &form, Some(auth)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{read_only}: {body}");
+        assert_eq!(body, "read-only users cannot act");
+        let form = format!("csrf={token}&key=acme&do=reset");
+        let (status, _, _) = post(&app, "/t/jobs/fairness/weight", &form, Some(auth)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(weights.list().await.unwrap(), before, "nothing changed");
 }
 
 #[tokio::test]

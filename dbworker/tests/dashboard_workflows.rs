@@ -1,5 +1,6 @@
-//! Workflows on the dashboard, against real Postgres through the router: a
-//! workflow's page draws its tasks and edges with their states and keeps
+//! Workflows on the dashboard, against real Postgres through the router: the
+//! workflows list (counts against SQL, the state filter, keyset pages, no
+//! sequential scan), a workflow's page draws its tasks and edges with their states and keeps
 //! the whole graph after the edges are satisfied (`upstream_ids`, recorded
 //! by every way of adding a dependency), the jobs list filters by workflow
 //! across pages, task names are escaped, and a table migrated before
@@ -9,14 +10,17 @@ mod common;
 #[path = "common/router.rs"]
 mod router;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::Router;
 use axum::http::StatusCode;
 use dbworker::dashboard::{Dashboard, DashboardOptions};
-use dbworker::workflow::{EnqueuedWorkflow, Task, Workflow, Workflows};
-use dbworker::{DbConditions, DbStore, Handling, NewJob, ddl::workflows_sql};
+use dbworker::workflow::{
+    EnqueuedWorkflow, Task, Workflow, WorkflowFilter, WorkflowListRequest, WorkflowState, Workflows,
+};
+use dbworker::{DbConditions, DbStore, Handling, JobTable, NewJob, ddl::workflows_sql};
 use router::get;
+use sqlx::PgPool;
 use workerutil::Store;
 
 use common::{Db, Job};
@@ -361,4 +365,199 @@ async fn a_workflow_too_large_to_draw_shows_counts_and_a_table() {
     assert_eq!(rows, 500, "the first 500 tasks");
     assert!(page.contains(&format!(">{}</a>", wf.id_of("t499").unwrap())));
     assert!(!page.contains(&format!(">{}</a>", wf.id_of("t500").unwrap())));
+}
+
+/// 20,000 jobs outside any workflow, and seven workflows of three tasks:
+/// 101 completed, 102 failed, 103 canceled, 104–107 running.
+async fn seed_workflows() -> Db {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.queue = true,
+        &[workflows_sql("jobs", &HashMap::new()).unwrap()],
+    )
+    .await;
+    db.execute(
+        "INSERT INTO jobs (state, finished_at) SELECT 'completed', now() FROM generate_series(1, 20000);
+         INSERT INTO jobs (state, workflow_id, task_name, queued_at, finished_at) VALUES
+           ('completed', 101, 'a', now() - interval '3 hours', now()), ('completed', 101, 'b', now(), now()), ('completed', 101, 'c', now(), now()),
+           ('completed', 102, 'a', now() - interval '2 hours', now()), ('failed', 102, 'b', now(), now()), ('canceled', 102, 'c', now(), now()),
+           ('completed', 103, 'a', now(), now()), ('canceled', 103, 'b', now(), now()), ('canceled', 103, 'c', now(), now());
+         INSERT INTO jobs (state, workflow_id, task_name) SELECT s, w, s FROM generate_series(104, 107) AS w,
+           unnest(ARRAY['completed', 'processing', 'pending']) AS s;
+         UPDATE jobs SET finished_at = NULL WHERE state IN ('processing', 'pending');
+         ANALYZE jobs;",
+    )
+    .await;
+    db
+}
+
+async fn seq_scans(pool: &PgPool) -> i64 {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query_scalar("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'jobs'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Workflow `id`'s tasks per state, counted by SQL.
+async fn counted(pool: &PgPool, id: i64) -> BTreeMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "SELECT state::text, count(*) FROM jobs WHERE workflow_id = $1 GROUP BY 1",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+/// The workflow ids on a list page, in order, and its "Next page" link.
+fn rows(page: &str) -> (Vec<i64>, Option<String>) {
+    let ids = page
+        .split("<tr data-workflow=\"")
+        .skip(1)
+        .map(|r| r[..r.find('"').unwrap()].parse().unwrap())
+        .collect();
+    let needle = "id=\"next-page\" href=\"";
+    let next = page.find(needle).map(|at| {
+        let rest = &page[at + needle.len()..];
+        rest[..rest.find('"').unwrap()].replace("&amp;", "&")
+    });
+    (ids, next)
+}
+
+/// Follows the list's pages from `query`; every workflow id in order.
+async fn all_pages(app: &Router, query: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    let mut next = Some(query.to_owned());
+    while let Some(q) = next.take() {
+        let (status, page) = get(app, &format!("/t/jobs/workflows{q}")).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let (more, link) = rows(&page);
+        ids.extend(more);
+        next = link;
+        assert!(ids.len() < 100, "too many pages");
+    }
+    ids
+}
+
+#[tokio::test]
+async fn the_workflows_list_counts_filters_and_pages_without_a_scan() {
+    let db = seed_workflows().await;
+    // One connection, so the statistics read are the pages' own.
+    let pool = db.db.pool(1).await.unwrap();
+    let mut o = Db::table_options();
+    o.queue_column = Some("queue".into());
+    o.workflows = true;
+    let table = JobTable::new(&pool, o).await.unwrap();
+    let mut options = DashboardOptions::new(vec![table.clone()]);
+    options.page_size = 3;
+    let dashboard = Dashboard::new(&pool, options).await.unwrap();
+    let app = dashboard.router();
+
+    let before = seq_scans(&pool).await;
+    let (status, page) = get(&app, "/t/jobs/workflows").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("href=\"/t/jobs/workflows\">workflows</a>"),
+        "in the nav: {page}"
+    );
+    // Every count shown is the table's own.
+    let (ids, next) = rows(&page);
+    assert_eq!(ids, [107, 106, 105]);
+    assert_eq!(next.as_deref(), Some("?before=105"));
+    for id in &ids {
+        let row = &page[page.find(&format!("<tr data-workflow=\"{id}\"")).unwrap()..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(
+            row.contains(&format!("href=\"/t/jobs/workflows/{id}\"")),
+            "{row}"
+        );
+        assert!(
+            row.contains("<span class=\"workflow-running\">running</span>"),
+            "{row}"
+        );
+        for (state, n) in counted(&pool, *id).await {
+            assert!(
+                row.contains(&format!("data-state=\"{state}\">{n}</td>")),
+                "{state} {n}: {row}"
+            );
+        }
+        assert!(row.contains("data-state=\"failed\">0</td>"), "{row}");
+    }
+    assert_eq!(
+        all_pages(&app, "").await,
+        [107, 106, 105, 104, 103, 102, 101]
+    );
+    assert_eq!(
+        all_pages(&app, "?state=running").await,
+        [107, 106, 105, 104]
+    );
+    assert_eq!(all_pages(&app, "?state=finished").await, [103, 102, 101]);
+    assert_eq!(all_pages(&app, "?state=failed").await, [102]);
+    assert_eq!(all_pages(&app, "?state=canceled").await, [103]);
+    assert_eq!(all_pages(&app, "?state=completed").await, [101]);
+    let (_, page) = get(&app, "/t/jobs/workflows?state=failed").await;
+    let row = &page[page.find("<tr data-workflow=\"102\"").unwrap()..];
+    assert!(
+        row.contains("data-state=\"failed\">1</td>")
+            && row.contains("data-state=\"canceled\">1</td>"),
+        "{row}"
+    );
+    assert!(
+        row.contains("<td>2h</td>"),
+        "its age, from its first task: {row}"
+    );
+    assert_eq!(
+        seq_scans(&pool).await,
+        before,
+        "no sequential scan of the job table"
+    );
+    sqlx::query("SELECT count(*) FROM jobs")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(seq_scans(&pool).await > before, "the counter sees a scan");
+
+    // Bad parameters are refused, naming what is wrong.
+    let (status, page) = get(&app, "/t/jobs/workflows?state=bogus").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        page.starts_with("state: unknown workflow state \"bogus\""),
+        "{page}"
+    );
+    let (status, page) = get(&app, "/t/jobs/workflows?before=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(page.starts_with("before:"), "{page}");
+
+    // A rare state on a big table: each page looks at a bounded number of
+    // workflows and says where to go on from.
+    let workflows = Workflows::new(&pool, &table).await.unwrap();
+    let mut request =
+        WorkflowListRequest::first(1, WorkflowFilter::State(WorkflowState::Completed));
+    request.look_at_most = 2;
+    let first = workflows.list(request).await.unwrap();
+    assert!(first.workflows.is_empty() && first.cut_short, "{first:?}");
+    assert_eq!((first.looked_at, first.next), (3, Some(105)));
+    request.before = first.next;
+    let second = workflows.list(request).await.unwrap();
+    assert_eq!((second.looked_at, second.next), (3, Some(102)));
+    request.before = second.next;
+    let third = workflows.list(request).await.unwrap();
+    assert_eq!(third.workflows.len(), 1);
+    assert_eq!(third.workflows[0].id, 101);
+    assert_eq!(third.workflows[0].total, 3);
+    assert_eq!(third.next, None, "the oldest workflow: nothing below");
+
+    // A table without workflows has no such page.
+    let plain = Dashboard::new(&pool, DashboardOptions::new(vec![db.table().await]))
+        .await
+        .unwrap()
+        .router();
+    let (status, _) = get(&plain, "/t/jobs/workflows").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

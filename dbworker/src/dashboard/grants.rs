@@ -2,18 +2,26 @@
 //! grants they use; with `DashboardOptions::read_only`, `SELECT` alone.
 
 use crate::admin::Admin;
+use crate::control::FairWeights;
 use crate::control::pauses::Pauses;
 use crate::error::{Error, Result};
 
 /// The grants a dashboard with actions uses: the actions' (delete
-/// included) and the pause table's writes. Missing ones are named with the
-/// way out that needs none.
-pub(super) async fn check_actions(writer: &Admin, pauses: Option<&Pauses>) -> Result<()> {
+/// included), the pause table's and the weight table's writes. Missing ones
+/// are named with the way out that needs none.
+pub(super) async fn check_actions(
+    writer: &Admin,
+    pauses: Option<&Pauses>,
+    fairness: Option<&FairWeights>,
+) -> Result<()> {
     // Every check runs, so one start-up names every missing grant.
     let mut problems = Vec::new();
     let mut checks = vec![writer.check_actions().await, writer.check_deletes().await];
     if let Some(p) = pauses {
         checks.push(p.check_writes().await);
+    }
+    if let Some(f) = fairness {
+        checks.push(f.check_writes().await);
     }
     for checked in checks {
         match checked {

@@ -10,6 +10,7 @@ mod auth;
 mod charts;
 mod cron;
 mod dag;
+mod fairness;
 mod grants;
 mod job_page;
 mod limits;
@@ -39,6 +40,7 @@ pub use auth::{Auth, AuthHook, BasicUser, Role, User};
 pub(crate) use refresh::{Refresh, refresh};
 
 use crate::admin::Admin;
+use crate::control::FairWeights;
 use crate::control::limits::{Limit, Limits};
 use crate::control::pauses::{Pauses, PausesOptions};
 use crate::error::{Error, Result};
@@ -51,8 +53,9 @@ use crate::table::JobTable;
 pub struct DashboardOptions {
     /// The job tables, in the order shown (each by its [`JobTable::name`] in
     /// URLs). A table's pause and limit tables give the queues page its
-    /// pause buttons and limits; its error history column, the job page's
-    /// table of failed attempts.
+    /// pause buttons and limits; fair claims, a fairness page with each
+    /// key's weight; its error history column, the job page's table of
+    /// failed attempts.
     pub tables: Vec<JobTable>,
     /// How users are authenticated (default: nobody is asked; see [`Auth::None`]).
     pub auth: Auth,
@@ -80,16 +83,16 @@ pub struct DashboardOptions {
     /// Jobs per page. Default 50.
     pub page_size: u32,
     /// Show no actions to anyone, whatever their [`Role`]: the dashboard then
-    /// needs only `SELECT` (on the job table, its view, pause, limit and
-    /// dependency tables). Default `false`: actions are offered to admins,
-    /// and [`Dashboard::new`] checks the grants they use, refusing to start
-    /// without them (naming each `GRANT`, or this option).
+    /// needs only `SELECT` (on the job table, its view, pause, limit,
+    /// weight and dependency tables). Default `false`: actions are offered
+    /// to admins, and [`Dashboard::new`] checks the grants they use, refusing
+    /// to start without them (naming each `GRANT`, or this option).
     pub read_only: bool,
     /// A pool on a streaming replica of the database: the pages' job lists,
     /// counts, job rows, workflows and charts are read from it, and every
-    /// page says how far behind it is; actions, pauses and limits stay on the
-    /// primary (the pool given to [`Dashboard::new`]). Default `None`: all on
-    /// the primary.
+    /// page says how far behind it is; actions, pauses, limits and fair
+    /// weights (with each key's work) stay on the primary (the pool given to
+    /// [`Dashboard::new`]). Default `None`: all on the primary.
     pub replica: Option<PgPool>,
 }
 
@@ -139,6 +142,8 @@ pub(crate) struct Table {
     pub(crate) writer: Admin,
     pub(crate) pauses: Option<Pauses>,
     pub(crate) limits: Option<Limits>,
+    /// The weights of a fair table's keys, on the primary.
+    pub(crate) fairness: Option<FairWeights>,
     /// The error history column, unquoted, if the table keeps one.
     pub(crate) error_history: Option<String>,
     /// The table's workflows, if it has them (`--workflows`).
@@ -194,9 +199,9 @@ impl std::fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// Checks every table (and its pause and limit tables) now, and, unless
-    /// [`read_only`](DashboardOptions::read_only), the grants its actions
-    /// use.
+    /// Checks every table (and its pause, limit and weight tables) now,
+    /// and, unless [`read_only`](DashboardOptions::read_only), the grants
+    /// its actions use.
     pub async fn new(pool: &PgPool, options: DashboardOptions) -> Result<Dashboard> {
         options.validate()?;
         let reads = match &options.replica {
@@ -216,8 +221,13 @@ impl Dashboard {
                 Some(_) => Some(Pauses::new(pool, t, PausesOptions::default()).await?),
                 None => None,
             };
+            let fairness = if t.is_fair() {
+                Some(FairWeights::new(pool, t).await?)
+            } else {
+                None
+            };
             if !options.read_only {
-                grants::check_actions(&writer, pauses.as_ref()).await?;
+                grants::check_actions(&writer, pauses.as_ref(), fairness.as_ref()).await?;
             }
             let limits = match t.sql().limit_table {
                 Some(_) => Some(Limits::new(pool, t).await?),
@@ -232,6 +242,7 @@ impl Dashboard {
                 writer,
                 pauses,
                 limits,
+                fairness,
                 suggested: suggest::Suggested::default(),
             });
         }
@@ -261,6 +272,8 @@ impl Dashboard {
             .route("/t/{table}/cron", get(cron::cron))
             .route("/t/{table}/queues/pause", post(actions::pause))
             .route("/t/{table}/queues/limit", post(limits::set))
+            .route("/t/{table}/fairness", get(fairness::page))
+            .route("/t/{table}/fairness/weight", post(fairness::set))
             .route("/processes", get(processes::processes))
             .layer(middleware::from_fn_with_state(self.shared.clone(), guard))
             .with_state(self.shared.clone())

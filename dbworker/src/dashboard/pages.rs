@@ -46,6 +46,7 @@ pub(super) fn layout(
                         a href=(nav(format!("/t/{}/jobs", url_escape(&t.name)))) { (t.name) }
                         a href=(nav(format!("/t/{}/queues", url_escape(&t.name)))) { "queues" }
                         @if t.workflows.is_some() { a href=(nav(format!("/t/{}/workflows", url_escape(&t.name)))) { "workflows" } }
+                        @if t.fairness.is_some() { a href=(nav(format!("/t/{}/fairness", url_escape(&t.name)))) { "fairness" } }
                         @if s.options.cron_table.is_some() { a href=(nav(format!("/t/{}/cron", url_escape(&t.name)))) { "cron" } }
                     }
                     @if s.options.node_table.is_some() { a href=(nav("/processes".into())) { "processes" } }

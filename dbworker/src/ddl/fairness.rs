@@ -123,7 +123,9 @@ CREATE INDEX IF NOT EXISTS {claim_idx} ON {table} ({claim_order}) WHERE {state} 
 -- smallest tag waiting) and its key's last tag plus that job's cost over the
 -- key's weight. Rows earlier in the same statement are seen, so a batch of one
 -- key is spread out; nothing shared is locked or written.
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $fair$
+-- No sort: each probe walks its index in order and stops at the first row, even
+-- when statistics taken while the table was empty make a bitmap scan look cheaper.
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SET enable_sort = off AS $fair$
 DECLARE
     v_weight integer;
     v_head bigint;

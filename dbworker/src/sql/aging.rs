@@ -3,9 +3,9 @@
 //! locked in that order. Nothing is written but the claim itself.
 
 use super::claim::{cte, lock_skip, order_select};
-use super::control::not_paused;
 use super::{StoreParams, alias, col, eligible, quote, table_ref};
-use crate::table::Aging;
+use crate::sql::control::not_paused;
+use crate::sql::table::AgingParams;
 use sea_query::{Expr, ExprTrait, Func, JoinType, Order, Query, SelectStatement, WithClause};
 
 /// The most priority levels an aging claim looks at; lower levels wait for
@@ -19,7 +19,7 @@ pub(crate) const MAX_AGING_LEVELS: u32 = 32;
 /// claimed rows are returned.
 pub(super) fn aging_candidates(
     o: &StoreParams,
-    aging: &Aging,
+    aging: &AgingParams,
     priority: &str,
     conditions: &[Expr],
     limit: u64,
@@ -59,11 +59,11 @@ pub(super) fn aging_candidates(
     let mut lane = Query::select();
     lane.expr_as(col(&t.alias, &c.id), alias("id"))
         .expr_as(
-            Expr::cust_with_values(eff.clone(), [aging.interval.as_secs_f64()]),
+            Expr::cust_with_values(eff.clone(), [aging.interval_secs]),
             alias("eff"),
         )
         .expr_as(
-            Expr::cust_with_values(format!("{eff} - {a}.{p}"), [aging.interval.as_secs_f64()]),
+            Expr::cust_with_values(format!("{eff} - {a}.{p}"), [aging.interval_secs]),
             alias("boost"),
         )
         .from(table_ref(t))

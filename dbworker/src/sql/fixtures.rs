@@ -105,7 +105,10 @@ pub(super) fn aging() -> StoreParams {
     o.priority_column = Some("priority".into());
     o.fair_weights = Some(rel("jobs_fair_weights"));
     o.order_by = r#""j"."priority" DESC, "j"."fair_tag", "j"."id""#.into();
-    o.aging = Some(crate::table::Aging::every(std::time::Duration::from_secs(60)).max_boost(2));
+    o.aging = Some(crate::sql::AgingParams {
+        interval_secs: 60.0,
+        max_boost: Some(2),
+    });
     o
 }
 

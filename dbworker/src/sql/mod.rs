@@ -125,7 +125,7 @@ pub(crate) use results::{record_upstreams, upstream_results};
 pub(crate) use schema::{
     insert_access, probe_expressions, relation_access, relation_columns, visible_unqualified,
 };
-pub(crate) use table::{StoreParams, Table};
+pub(crate) use table::{AgingParams, StoreParams, Table};
 pub(crate) use workflow::{
     BATCH_CALLBACKS, batch_counts, cancel_blocked, deps_insert, lock_upstreams,
     mark_has_dependents, workflow_cancel_waiting, workflow_counts, workflow_graph, workflow_list,

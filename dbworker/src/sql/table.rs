@@ -49,7 +49,16 @@ pub(crate) struct Table {
     /// carry `fair_key`, `fair_tag` and `fair_cost`, and claims order by tag.
     pub(crate) fair_weights: Option<Relation>,
     /// Priority aging: the claim ranks each level's head by its wait.
-    pub(crate) aging: Option<crate::table::Aging>,
+    pub(crate) aging: Option<AgingParams>,
+}
+
+/// Priority aging as the claim reads it (`JobTableOptions::aging`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct AgingParams {
+    /// How long a job waits to rise one level, in seconds.
+    pub(crate) interval_secs: f64,
+    /// The most levels a job rises (`None`: up to the top level waiting).
+    pub(crate) max_boost: Option<u32>,
 }
 
 impl Table {

@@ -337,7 +337,10 @@ impl JobTableOptions {
                     "aging is not supported with a view or a limit table yet",
                 ));
             }
-            t.aging = Some(aging.clone());
+            t.aging = Some(crate::sql::AgingParams {
+                interval_secs: aging.interval.as_secs_f64(),
+                max_boost: aging.max_boost,
+            });
         }
         t.fair_weights = self
             .fair
