@@ -66,9 +66,15 @@ pub(super) fn aging_candidates(
             Expr::cust_with_values(format!("{eff} - {a}.{p}"), [aging.interval_secs]),
             alias("boost"),
         )
+        .expr_as(col(&t.alias, priority), alias("prio"))
         .from(table_ref(t))
         .cond_where(eligible(&t.alias, c))
-        .and_where(Expr::cust(format!("{a}.{p} = \"dbworker_level\"")));
+        // `<=`, not `=`: the scan then starts at the level as the plain
+        // claim's does, and stays an index scan in order when statistics
+        // taken of an empty table call a level one row (an equality was then
+        // read by a bitmap scan and sorted whole). Rows of lower levels that
+        // fill the lane are dropped by the lanes' filter.
+        .and_where(Expr::cust(format!("{a}.{p} <= \"dbworker_level\"")));
     for cond in conditions {
         lane.and_where(cond.clone());
     }
@@ -94,7 +100,8 @@ pub(super) fn aging_candidates(
             lane,
             alias("dbworker_lane"),
             Expr::cust("TRUE"),
-        );
+        )
+        .and_where(Expr::cust("\"dbworker_lane\".\"prio\" = \"dbworker_level\""));
     with.cte(cte(lanes, "dbworker_lanes", true));
 
     let mut cand = Query::select();

@@ -334,10 +334,10 @@ async fn fairness_problems(
 }
 
 /// What keeps aging from working on `t` as checked: a limit table it adopted
-/// (limits rank rows in their own order), or an order that claims the lowest
-/// priority first (aging raises priorities).
-fn aging_problems(t: &Table) -> Vec<String> {
-    let (Some(_), Some(priority)) = (&t.aging, &t.priority_column) else {
+/// (limits rank rows in their own order), or an order that does not start
+/// with the highest priority; and the claim's order, by priority then id.
+fn aging_problems(t: &mut Table) -> Vec<String> {
+    let (Some(_), Some(priority)) = (&t.aging, t.priority_column.clone()) else {
         return Vec::new();
     };
     let mut problems = Vec::new();
@@ -348,14 +348,25 @@ fn aging_problems(t: &Table) -> Vec<String> {
             limits.display_name()
         ));
     }
-    if let Some(order) = &t.order_by
-        && let Some((first, direction, _)) = crate::sql::order_terms(order).into_iter().next()
-        && first.contains(priority.as_str())
-        && direction == sea_query::Order::Asc
-    {
-        problems.push(format!(
-            "aging raises priorities, but order_by {order:?} claims the lowest {priority} first: order by {priority} DESC"
-        ));
+    match &t.order_by {
+        // Each level is read in the table's order, which must therefore
+        // start at the level: the highest priority first.
+        None => {
+            t.order_by = Some(format!(
+                "{} DESC, {}",
+                t.read_column(&priority),
+                t.read_column(&t.columns.id)
+            ));
+        }
+        Some(order) => {
+            let first = crate::sql::order_terms(order).into_iter().next();
+            if !matches!(&first, Some((term, sea_query::Order::Desc, _)) if term.contains(priority.as_str()))
+            {
+                problems.push(format!(
+                    "aging raises priorities, so order_by {order:?} must start with {priority} DESC (the highest first)"
+                ));
+            }
+        }
     }
     problems
 }
