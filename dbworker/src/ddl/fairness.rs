@@ -120,8 +120,8 @@ CREATE INDEX IF NOT EXISTS {claim_idx} ON {table} ({claim_order}) WHERE {state} 
 -- What the tagging reads: {head_note}a key's last tag in its level.
 {head_index}CREATE INDEX IF NOT EXISTS {key_idx} ON {table} ({level_columns}{key}, {tag}) WHERE {state} IN ('queued', 'errored');
 -- Start-time fair queuing: a job starts at the later of its level's head (the
--- smallest tag waiting) and its key's last tag plus that job's cost over the
--- key's weight. Rows earlier in the same statement are seen, so a batch of one
+-- smallest tag waiting) and its key's last tag plus the cost of the jobs there
+-- over the key's weight. Rows earlier in the same statement are seen, so a batch of one
 -- key is spread out; nothing shared is locked or written.
 -- No sort: each probe walks its index in order and stops at the first row, even
 -- when statistics taken while the table was empty make a bitmap scan look cheaper.
@@ -142,14 +142,22 @@ BEGIN
          WHERE {waiting}{same_level}
          ORDER BY j.{tag} LIMIT 1;
     END IF;
+    -- The key's last tag, then past every job waiting at it: jobs of one key
+    -- enqueued by concurrent transactions cannot see each other and share a
+    -- tag; counting them all here keeps the key's jobs one cost apart on
+    -- average, however many producers it has.
     IF NEW.{key} IS NULL THEN
-        SELECT j.{tag} + ({TAG_SCALE}::bigint * j.{cost}) / v_weight INTO v_last FROM {table} AS j
+        SELECT j.{tag} INTO v_last FROM {table} AS j
          WHERE {waiting}{same_level} AND j.{key} IS NULL
          ORDER BY j.{tag} DESC LIMIT 1;
+        SELECT v_last + ({TAG_SCALE}::bigint * sum(j.{cost})) / v_weight INTO v_last FROM {table} AS j
+         WHERE {waiting}{same_level} AND j.{key} IS NULL AND j.{tag} = v_last;
     ELSE
-        SELECT j.{tag} + ({TAG_SCALE}::bigint * j.{cost}) / v_weight INTO v_last FROM {table} AS j
+        SELECT j.{tag} INTO v_last FROM {table} AS j
          WHERE {waiting}{same_level} AND j.{key} = NEW.{key}
          ORDER BY j.{tag} DESC LIMIT 1;
+        SELECT v_last + ({TAG_SCALE}::bigint * sum(j.{cost})) / v_weight INTO v_last FROM {table} AS j
+         WHERE {waiting}{same_level} AND j.{key} = NEW.{key} AND j.{tag} = v_last;
     END IF;
     NEW.{tag} := greatest(coalesce(v_head, 0), coalesce(v_last, 0));
     RETURN NEW;

@@ -101,7 +101,9 @@ pub(super) fn aging_candidates(
             alias("dbworker_lane"),
             Expr::cust("TRUE"),
         )
-        .and_where(Expr::cust("\"dbworker_lane\".\"prio\" = \"dbworker_level\""));
+        .and_where(Expr::cust(
+            "\"dbworker_lane\".\"prio\" = \"dbworker_level\"",
+        ));
     with.cte(cte(lanes, "dbworker_lanes", true));
 
     let mut cand = Query::select();
