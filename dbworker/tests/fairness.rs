@@ -300,9 +300,14 @@ async fn claim_paced(store: &DbStore<Job>, most: Duration, done: impl AsyncFn() 
 #[tokio::test]
 async fn priorities_age_so_a_flood_of_urgent_work_starves_nothing() {
     let _serial = SERIAL.lock().await;
-    for aging in [true, false] {
+    // Aging alone, aging on a fair table, and strict priorities.
+    for (aging, fair) in [(true, false), (true, true), (false, false)] {
         let db = Db::new().await;
-        db.add_columns(|c| c.priority = true, &[]).await;
+        let mut fair_ddl = FairClaims::default();
+        fair_ddl.priority_column = Some("priority".into());
+        let ddl = fair.then(|| fair_claims_sql("jobs", &HashMap::new(), &fair_ddl).unwrap());
+        db.add_columns(|c| c.priority = true, &Vec::from_iter(ddl))
+            .await;
         let table = db
             .table_with(|o| {
                 o.priority_column = Some("priority".into());
