@@ -34,7 +34,7 @@ pub struct FairClaims {
 }
 
 /// Statements (safe to run again) that make claims of `table_name` fair
-/// across keys (see [fair claims](crate::guide#fair-claims)):
+/// across keys (see [fair claims](crate::control#fair-claims-every-key-its-share)):
 ///
 /// - columns `fair_key text` (the job's key; NULL is one key),
 ///   `fair_tag bigint` (its start tag) and `fair_cost integer` (default 1);
