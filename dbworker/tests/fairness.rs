@@ -729,3 +729,40 @@ async fn concurrent_producers_bound_how_far_shares_drift() {
         b * 100.0
     );
 }
+
+#[tokio::test]
+async fn a_declared_cost_counts_against_its_keys_share() {
+    let _serial = SERIAL.lock().await;
+    let db = fair_db().await;
+    let table = db.table().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let heavy: Vec<NewJob> = (0..300)
+        .map(|_| NewJob::new().fair_key("heavy").fair_cost(3))
+        .collect();
+    enqueuer.enqueue_copy(&heavy).await.unwrap();
+    copy_jobs(&enqueuer, "light", 600).await;
+    let claims = store(&db, &table).await;
+    let order = claim_all(&db, &claims, 10, 400).await;
+    let heavy = order.iter().filter(|k| *k == "heavy").count();
+    // Cost 3 against cost 1: a quarter of the claims, 100 of 400.
+    assert!(
+        (98..=102).contains(&heavy),
+        "heavy jobs took {heavy} of 400"
+    );
+}
+
+#[tokio::test]
+async fn a_partitioned_table_is_fair_too() {
+    let _serial = SERIAL.lock().await;
+    let db = Db::partitioned().await;
+    db.execute(&fair_claims_sql("jobs", &HashMap::new(), &FairClaims::default()).unwrap())
+        .await;
+    let table = db.table().await;
+    assert!(table.is_fair());
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    copy_jobs(&enqueuer, "a", 2_000).await;
+    copy_jobs(&enqueuer, "b", 10).await;
+    let claims = store(&db, &table).await;
+    let first = claim_all(&db, &claims, 10, 20).await;
+    assert_eq!(first.iter().filter(|k| *k == "b").count(), 10, "{first:?}");
+}
