@@ -128,6 +128,27 @@ pub enum Error {
         /// The last failure's message.
         message: String,
     },
+    /// A job's progress or checkpoint was not written: its claim was lost (a
+    /// reset, or a newer attempt), or another write came first. The attempt
+    /// should stop; the job's next attempt reads what was written last.
+    #[error("the {what} of job {id} was not written: this attempt no longer owns the job")]
+    ProgressRefused {
+        /// `progress` or `checkpoint`.
+        what: &'static str,
+        /// The job.
+        id: i64,
+    },
+    /// A progress value or checkpoint is larger than the 64 KiB cap (as JSON
+    /// text): it is not written.
+    #[error("the job's {what} is {bytes} bytes of JSON, over the cap of {cap} bytes")]
+    ProgressTooLarge {
+        /// `progress` or `checkpoint`.
+        what: &'static str,
+        /// Its size, in bytes of its JSON text.
+        bytes: usize,
+        /// The cap.
+        cap: usize,
+    },
     /// A leader's fenced write was refused: this node no longer holds the
     /// scope's lease in this term (another node took it, or the lease
     /// expired). The write's transaction must roll back.

@@ -2,7 +2,8 @@
 //! its completion (both handling modes, single and grouped marks), a
 //! dependent reads the results of the jobs it waited for by task name, the
 //! size cap fails the job with a clear message, and a stale completion
-//! writes nothing.
+//! writes nothing. And what a handler keeps while it runs: progress and
+//! checkpoints, fenced, surviving retries and resets.
 
 mod common;
 
@@ -298,4 +299,161 @@ async fn a_dependent_added_from_sql_reads_its_upstream_results() {
         result(&db, dependent).await,
         Some(json!({ first.to_string(): "from sql" }))
     );
+}
+
+/// The test table with progress columns, and a store over it.
+async fn progress_store(handling: Handling) -> (Db, DbStore<Job>) {
+    let db = Db::new().await;
+    db.add_columns(|c| c.progress = true, &[]).await;
+    let table = db.table_with(|o| o.progress = true).await;
+    assert!(table.has_progress());
+    let mut o = db.options();
+    o.handling = handling;
+    o.max_num_retries = 5;
+    let store = DbStore::new(&db.pool, &table, o).await.unwrap();
+    (db, store)
+}
+
+/// Claims the next job (a grouped mark may take a moment to land).
+async fn claim(store: &DbStore<Job>) -> DbJob<Job> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut jobs = store.dequeue("host", &Default::default(), 1).await.unwrap();
+        if let Some(mut job) = jobs.pop() {
+            assert!(store.open(&mut job).await.unwrap());
+            return job;
+        }
+        assert!(Instant::now() < deadline, "no job to claim");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_checkpoint_survives_retries_and_resets_and_completion_drops_it() {
+    let (db, store) = progress_store(Handling::Heartbeat).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut first = claim(&store).await;
+    assert_eq!(first.checkpoint::<Value>(&store).await.unwrap(), None);
+    first
+        .save_checkpoint(&store, json!({"next": 1}))
+        .await
+        .unwrap();
+    first
+        .save_checkpoint(&store, json!({"next": 2}))
+        .await
+        .unwrap();
+    first
+        .set_progress(&store, json!({"percent": 20}))
+        .await
+        .unwrap();
+    store.mark_errored(&mut first, "retry", None).await.unwrap();
+    db.execute("UPDATE jobs SET process_after = now()").await;
+
+    let mut second = claim(&store).await;
+    assert_eq!(
+        second.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"next": 2}))
+    );
+    second
+        .save_checkpoint(&store, json!({"next": 3}))
+        .await
+        .unwrap();
+    // Reset (as the resetter does for a dead worker): the attempt is stale.
+    db.execute("UPDATE jobs SET state = 'queued'").await;
+    let mut third = claim(&store).await;
+    let refused = second.save_checkpoint(&store, json!({"next": 99})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressRefused { .. })),
+        "{refused:?}"
+    );
+    let refused = second.set_progress(&store, json!({"percent": 0})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressRefused { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        third.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"next": 3}))
+    );
+    third
+        .set_progress(&store, json!({"percent": 100}))
+        .await
+        .unwrap();
+    store.mark_complete(&mut third).await.unwrap();
+    let (progress, checkpoint, seq): (Option<Value>, Option<Value>, i64) =
+        sqlx::query_as("SELECT progress, checkpoint, progress_seq FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(progress, Some(json!({"percent": 100})));
+    assert_eq!(checkpoint, None, "completion drops the checkpoint");
+    assert_eq!(seq, 5, "every write counted, none of the stale ones");
+}
+
+#[tokio::test]
+async fn a_transactional_checkpoint_commits_with_the_handlers_writes() {
+    let (db, store) = progress_store(Handling::Transactional).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim(&store).await;
+    let write = |note: &'static str| {
+        sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, $2)")
+            .bind(id)
+            .bind(note)
+    };
+    write("before").execute(job.tx().unwrap()).await.unwrap();
+    job.save_checkpoint(&store, json!({"done": "before"}))
+        .await
+        .unwrap();
+    // Committed together: visible outside the job's transaction now.
+    let notes: Vec<String> = sqlx::query_scalar("SELECT note FROM side_effects")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(notes, ["before"]);
+    write("after").execute(job.tx().unwrap()).await.unwrap();
+    store.mark_errored(&mut job, "crash", None).await.unwrap();
+    let notes: Vec<String> = sqlx::query_scalar("SELECT note FROM side_effects")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        notes,
+        ["before"],
+        "what came after the checkpoint rolled back"
+    );
+    db.execute("UPDATE jobs SET process_after = now()").await;
+    let mut again = claim(&store).await;
+    assert_eq!(
+        again.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"done": "before"}))
+    );
+}
+
+#[tokio::test]
+async fn oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named() {
+    let (db, store) = progress_store(Handling::Heartbeat).await;
+    db.enqueue(1, json!({})).await;
+    let mut job = claim(&store).await;
+    let big = "x".repeat(70_000);
+    let refused = job.save_checkpoint(&store, json!({"big": big})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressTooLarge { cap: 65_536, .. })),
+        "{refused:?}"
+    );
+    let refused = job.set_progress(&store, json!({"s": "a\u{0}b"})).await;
+    assert!(
+        matches!(refused, Err(Error::NulCharacter { .. })),
+        "{refused:?}"
+    );
+    let plain = Db::new().await;
+    plain.enqueue(1, json!({})).await;
+    let store = plain.store(Handling::Heartbeat).await;
+    let mut job = claim(&store).await;
+    let err = job
+        .set_progress(&store, json!(1))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--progress"), "{err}");
 }

@@ -85,6 +85,10 @@ pub(crate) struct MigrationArgs {
     /// an SQL expression over NEW (e.g. "NEW.payload->>'customer'").
     #[arg(long, requires = "fair")]
     fair_key_from: Option<String>,
+    /// Also add `progress`, `checkpoint` and `progress_seq` (a handler's
+    /// public progress and the checkpoint its next attempt resumes from).
+    #[arg(long)]
+    progress: bool,
     /// Also create the pause table (`dbworker_pauses`), shared by every job table.
     #[arg(long)]
     pauses: bool,
@@ -157,6 +161,7 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
     optional.flags = args.flags;
     optional.error_history = args.error_history;
     optional.results = args.results;
+    optional.progress = args.progress;
     optional.retention = args.retention || args.history;
     // A partitioned table keeps its keys in a key table, not a unique index.
     let mut columns = optional;

@@ -7,11 +7,13 @@ use crate::error::Error;
 mod fairness;
 mod names;
 mod partitions;
+mod progress;
 mod workflow;
 
 pub(crate) use fairness::*;
 pub(crate) use names::*;
 pub(crate) use partitions::*;
+pub(crate) use progress::*;
 pub(crate) use workflow::*;
 
 /// The pause table's standard name (`dbworker migration --pauses`): every

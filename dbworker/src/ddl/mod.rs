@@ -143,6 +143,11 @@ pub struct OptionalColumns {
     /// result column), so it can read their
     /// results ([`DbJob::upstream_results`](crate::DbJob::upstream_results)).
     pub results: bool,
+    /// `progress jsonb` (public), `checkpoint jsonb` (private) and
+    /// `progress_seq bigint`, for `JobTableOptions::progress`:
+    /// [`DbJob::set_progress`](crate::DbJob::set_progress) and
+    /// [`DbJob::save_checkpoint`](crate::DbJob::save_checkpoint).
+    pub progress: bool,
 }
 
 impl OptionalColumns {
@@ -159,6 +164,7 @@ impl OptionalColumns {
             flags: true,
             error_history: true,
             results: true,
+            progress: true,
         }
     }
 
@@ -274,6 +280,15 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "flags" text[];
         ddl.push_str(&format!(
             r#"-- Error history: JobTableOptions::error_history_column = Some("errors"); failing marks append {{attempt, at, message, worker}}.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "errors" jsonb;
+"#
+        ));
+    }
+    if columns.progress {
+        ddl.push_str(&format!(
+            r#"-- Progress and checkpoints: JobTableOptions::progress = true; DbJob::set_progress, DbJob::save_checkpoint.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "progress" jsonb;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "checkpoint" jsonb;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "progress_seq" bigint NOT NULL DEFAULT 0;
 "#
         ));
     }

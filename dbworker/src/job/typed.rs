@@ -110,6 +110,24 @@ impl<'a, A, R: ArgsRecord> Job<'a, A, R> {
         self.job.upstream_result(self.ctx.store(), task).await
     }
 
+    /// The checkpoint the last attempt saved, read as a `T`; `None` on the
+    /// first attempt (see [`DbJob::checkpoint`]).
+    pub async fn checkpoint<T: DeserializeOwned>(&mut self) -> Result<Option<T>> {
+        self.job.checkpoint(self.ctx.store()).await
+    }
+
+    /// Saves the checkpoint the next attempt resumes from; in transactional
+    /// handling it commits with what the handler wrote so far (see
+    /// [`DbJob::save_checkpoint`]).
+    pub async fn save_checkpoint(&mut self, checkpoint: impl serde::Serialize) -> Result<()> {
+        self.job.save_checkpoint(self.ctx.store(), checkpoint).await
+    }
+
+    /// Sets the job's public progress (see [`DbJob::set_progress`]).
+    pub async fn set_progress(&mut self, progress: impl serde::Serialize) -> Result<()> {
+        self.job.set_progress(self.ctx.store(), progress).await
+    }
+
     /// What the worker gives every running job: the store, the lease, the
     /// worker's name.
     pub fn context(&self) -> &JobContext<DbStore<R>> {

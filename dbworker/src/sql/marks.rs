@@ -22,15 +22,24 @@ pub(super) fn fenced_update(o: &StoreParams, id: i64, token: i64) -> UpdateState
         .to_owned()
 }
 
+/// A completion drops the job's checkpoint (its progress stays): the work it
+/// resumed is done.
+fn drop_checkpoint(q: &mut UpdateStatement, o: &StoreParams) {
+    if o.progress {
+        q.value(alias(crate::columns::CHECKPOINT), Expr::cust("NULL"));
+    }
+}
+
 /// Marks a claimed job completed. Runs inside the handler's transaction in
 /// transactional handling, where `now()` is the transaction's start: times use
 /// `clock_timestamp()`.
 pub(crate) fn mark_complete(o: &StoreParams, id: i64, token: i64) -> Statement {
     let c = &o.columns;
-    let q = fenced_update(o, id, token)
+    let mut q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Completed))
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
+    drop_checkpoint(&mut q, o);
     Statement::from(&q)
 }
 
@@ -197,6 +206,7 @@ pub(crate) fn complete_group(
         )
         .to_owned();
     let mut q = Query::update();
+    drop_checkpoint(&mut q, o);
     if let Some(column) = &o.result_column {
         marks.expr_as(
             Expr::cust_with_values("unnest($1::text[])", [results]),
@@ -465,11 +475,12 @@ pub(crate) fn mark_complete_with_result(
     result: serde_json::Value,
 ) -> Statement {
     let c = &o.columns;
-    let q = fenced_update(o, id, token)
+    let mut q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Completed))
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .value(alias(result_column), Expr::val(result))
         .to_owned();
+    drop_checkpoint(&mut q, o);
     Statement::from(&q)
 }
 

@@ -44,6 +44,7 @@ mod partition_keys;
 mod partitions;
 mod per_job;
 mod pooler;
+mod progress;
 mod purge;
 mod replica;
 mod reset;
@@ -118,6 +119,7 @@ pub(crate) use partitions::{
 pub(crate) use per_job::PerJob;
 pub(crate) use pooler::{On, backend_pid, current_database, env_problem};
 pub use pooler::{Pooler, pooler, set_pooler};
+pub(crate) use progress::{read_checkpoint, write_progress};
 pub(crate) use purge::purge_batch;
 pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;

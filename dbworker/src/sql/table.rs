@@ -50,6 +50,9 @@ pub(crate) struct Table {
     pub(crate) fair_weights: Option<Relation>,
     /// Priority aging: the claim ranks each level's head by its wait.
     pub(crate) aging: Option<AgingParams>,
+    /// The table has `progress`, `checkpoint` and `progress_seq`
+    /// (`dbworker migration --progress`): completions drop the checkpoint.
+    pub(crate) progress: bool,
 }
 
 /// Priority aging as the claim reads it (`JobTableOptions::aging`).
@@ -87,6 +90,7 @@ impl Table {
             order_by: None,
             fair_weights: None,
             aging: None,
+            progress: false,
         }
     }
 

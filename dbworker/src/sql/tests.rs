@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 27] = [
+const FILES: [(&str, Snapshots); 28] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("admin_search.rs", crate::sql::admin_search::snapshots),
@@ -41,6 +41,7 @@ const FILES: [(&str, Snapshots); 27] = [
     ("partition_keys.rs", crate::sql::partition_keys::snapshots),
     ("partitions.rs", crate::sql::partitions::snapshots),
     ("pooler.rs", crate::sql::pooler::snapshots),
+    ("progress.rs", crate::sql::progress::snapshots),
     ("purge.rs", crate::sql::purge::snapshots),
     ("replica.rs", crate::sql::replica::snapshots),
     ("reset.rs", crate::sql::reset::snapshots),

@@ -167,6 +167,7 @@ impl<R: Record> DbStore<R> {
                             .result_column
                             .as_ref()
                             .map(|_| self.options.max_result_bytes),
+                        progress_seq: None,
                     }));
                 }
                 Ok(record) => format!(

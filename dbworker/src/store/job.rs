@@ -27,6 +27,9 @@ pub struct DbJob<R> {
     pub(super) result_refused: Option<Error>,
     /// The store's `max_result_bytes`, when it has a result column.
     pub(super) result_cap: Option<usize>,
+    /// The job's progress write count as this attempt last read or wrote it
+    /// (`None`: not read yet): each write names it.
+    pub(super) progress_seq: Option<i64>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {

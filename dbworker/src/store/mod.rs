@@ -27,6 +27,7 @@ mod marks;
 mod open;
 pub(crate) mod options;
 mod probe;
+mod progress;
 mod reset;
 mod resolved;
 mod worker_api;
@@ -334,6 +335,11 @@ impl<R: Record> DbStore<R> {
     pub(crate) fn queue_claim_column(&self) -> Option<String> {
         let t = &self.options.sql.shared;
         Some(t.read_column(t.queue_column.as_deref()?))
+    }
+
+    /// The connections kept between transactional jobs.
+    pub(super) fn kept(&self) -> &Arc<open::Kept> {
+        &self.kept
     }
 
     pub(crate) fn resolved(&self) -> &Arc<Resolved> {

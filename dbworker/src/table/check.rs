@@ -5,9 +5,9 @@
 use sqlx::{PgPool, Row};
 
 use crate::columns::{
-    BLOCKED_BY, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, STANDARD_LIMIT_TABLE,
-    STANDARD_PAUSE_TABLE, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table, fair_triggers,
-    fair_weights_table, key_table,
+    BLOCKED_BY, CHECKPOINT, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, PROGRESS, PROGRESS_SEQ,
+    STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table,
+    fair_triggers, fair_weights_table, key_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -45,6 +45,9 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
                 .is_some_and(|c| types.contains(&c.ty.as_str()))
         });
         t.workflows |= existing.contains_key(WORKFLOW_ID);
+        t.progress |= [PROGRESS, CHECKPOINT, PROGRESS_SEQ]
+            .iter()
+            .all(|c| existing.contains_key(*c));
     }
     adopt_control_tables(pool, t).await?;
     let mut problems = fairness_problems(pool, t, &existing).await?;
@@ -115,6 +118,24 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     }
     if let Some(column) = &t.flags_column {
         problems.extend(flags_column_problems(pool, t, column).await?);
+    }
+    if t.progress {
+        for (column, types, expected) in [
+            (PROGRESS, &["jsonb"][..], "jsonb"),
+            (CHECKPOINT, &["jsonb"][..], "jsonb"),
+            (PROGRESS_SEQ, &["int8"][..], "bigint"),
+        ] {
+            match existing.get(column) {
+                None => problems.push(format!(
+                    "table {table} has no column {column} (progress; `dbworker migration --progress` adds it)"
+                )),
+                Some(c) if !types.contains(&c.ty.as_str()) => problems.push(format!(
+                    "column {table}.{column} (progress) has type {}, expected {expected}",
+                    c.ty
+                )),
+                Some(_) => {}
+            }
+        }
     }
     if let Some(pauses) = &t.pause_table {
         problems.extend(schema::pause_table_problems(pool, pauses).await?);

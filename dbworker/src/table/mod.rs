@@ -157,6 +157,13 @@ pub struct JobTableOptions {
     /// tag (`order_by` must order by `fair_tag` when set). Default `false`.
     #[serde(default)]
     pub fair: bool,
+    /// The table has `progress`, `checkpoint` and `progress_seq`
+    /// (`dbworker migration --progress`): handlers report progress and save
+    /// checkpoints the next attempt resumes from
+    /// ([`DbJob::save_checkpoint`](crate::DbJob::save_checkpoint)). Turned on
+    /// by `detect` when the three exist. Default `false`.
+    #[serde(default)]
+    pub progress: bool,
     /// Priority aging: a waiting job rises a priority level for every
     /// `interval` it waits, so a flood of urgent work cannot starve the rest.
     /// Computed by the claim, never written. Needs `priority_column`
@@ -204,6 +211,7 @@ impl JobTableOptions {
             column_expressions: Vec::new(),
             order_by: None,
             fair: false,
+            progress: false,
             aging: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
@@ -342,6 +350,7 @@ impl JobTableOptions {
                 max_boost: aging.max_boost,
             });
         }
+        t.progress = self.progress;
         t.fair_weights = self
             .fair
             .then(|| crate::columns::fair_weights_table(&t.table));
@@ -462,6 +471,11 @@ impl JobTable {
     /// The `jsonb` payload column, if the table has one.
     pub fn payload_column(&self) -> Option<&str> {
         self.t.payload_column.as_deref()
+    }
+
+    /// Whether jobs keep progress and checkpoints (`dbworker migration --progress`).
+    pub fn has_progress(&self) -> bool {
+        self.t.progress
     }
 
     /// Whether claims are fair across keys (`dbworker migration --fair`).

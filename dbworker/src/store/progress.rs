@@ -1,0 +1,183 @@
+//! A handler's progress and checkpoints (`dbworker migration --progress`):
+//! written fenced by the claim's token and by the write count it read, so
+//! neither a stale attempt nor a write out of order can move them back.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::Row;
+use workerutil::Record;
+
+use super::open::JobTx;
+use super::{DbJob, DbStore};
+use crate::columns::{CHECKPOINT, MAX_PROGRESS_BYTES, PROGRESS_SEQ};
+use crate::error::{Error, from_json, to_json};
+use crate::sql;
+
+impl<R: Record> DbJob<R> {
+    /// The checkpoint the last attempt saved ([`save_checkpoint`](Self::save_checkpoint)),
+    /// read as a `T`; `None` on a job's first attempt (or once none was
+    /// saved). Kept across retries, snoozes, resets and waits; dropped when
+    /// the job completes. In transactional handling it is read in the job's
+    /// transaction.
+    ///
+    /// ```no_run
+    /// # use dbworker::{DbJob, DbStore};
+    /// # #[derive(Debug)] struct Job { id: i64 }
+    /// # impl workerutil::Record for Job { fn id(&self) -> i64 { self.id } }
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Import { next_row: u64 }
+    ///
+    /// # async fn handle(job: &mut DbJob<Job>, store: &DbStore<Job>) -> Result<(), dbworker::Error> {
+    /// let from = job.checkpoint::<Import>(store).await?.map_or(0, |c| c.next_row);
+    /// for chunk in (from..1_000_000).step_by(10_000) {
+    ///     // ... import rows chunk..chunk + 10,000 ...
+    ///     job.save_checkpoint(store, &Import { next_row: chunk + 10_000 }).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn checkpoint<T: DeserializeOwned>(
+        &mut self,
+        store: &DbStore<R>,
+    ) -> Result<Option<T>, Error> {
+        needs_progress(store, "checkpoint")?;
+        let statement = sql::read_checkpoint(store.resolved(), self.lease.id, self.lease.token);
+        let row = match self.tx.as_deref_mut() {
+            Some(conn) => statement.fetch_optional(conn).await,
+            None => statement.fetch_optional(store.pool()).await,
+        }
+        .map_err(Error::db("read_checkpoint"))?
+        .ok_or(Error::ProgressRefused {
+            what: "checkpoint",
+            id: self.lease.id,
+        })?;
+        self.progress_seq = Some(row.get(PROGRESS_SEQ));
+        row.get::<Option<serde_json::Value>, _>(CHECKPOINT)
+            .map(|v| from_json(&v, || format!("the checkpoint of job {}", self.lease.id)))
+            .transpose()
+    }
+
+    /// Saves the checkpoint the next attempt resumes from. In heartbeat
+    /// handling it is written at once, on the pool. In transactional handling
+    /// it is written in the job's transaction, which then commits, with what
+    /// the handler wrote so far, and opens again on the job's row: the
+    /// handler's output and its checkpoint commit together or not at all
+    /// (exactly-once progress within Postgres).
+    ///
+    /// Refused with [`Error::ProgressRefused`] when this attempt no longer
+    /// owns the job (the handler should stop), with
+    /// [`Error::ProgressTooLarge`] over 64 KiB of JSON.
+    pub async fn save_checkpoint(
+        &mut self,
+        store: &DbStore<R>,
+        checkpoint: impl Serialize,
+    ) -> Result<(), Error> {
+        let value = value_of("checkpoint", &checkpoint)?;
+        self.write(store, "checkpoint", None, Some(value)).await?;
+        if let Some(tx) = self.tx.take() {
+            self.tx = Some(reopen(store, self.lease, tx).await?);
+        }
+        Ok(())
+    }
+
+    /// Sets the job's public progress (a percentage, a message, counters):
+    /// shown by `dbworker show` and the dashboard's job page, kept when the
+    /// job completes. Written at once, fenced as
+    /// [`save_checkpoint`](Self::save_checkpoint) is; in transactional
+    /// handling it commits with the job's transaction.
+    pub async fn set_progress(
+        &mut self,
+        store: &DbStore<R>,
+        progress: impl Serialize,
+    ) -> Result<(), Error> {
+        let value = value_of("progress", &progress)?;
+        self.write(store, "progress", Some(value), None).await
+    }
+
+    /// One fenced write, naming the write count this attempt last saw.
+    async fn write(
+        &mut self,
+        store: &DbStore<R>,
+        what: &'static str,
+        progress: Option<serde_json::Value>,
+        checkpoint: Option<serde_json::Value>,
+    ) -> Result<(), Error> {
+        needs_progress(store, what)?;
+        let statement = sql::write_progress(
+            store.resolved(),
+            self.lease.id,
+            self.lease.token,
+            self.progress_seq,
+            progress,
+            checkpoint,
+        );
+        let row = match self.tx.as_deref_mut() {
+            Some(conn) => statement.fetch_optional(conn).await,
+            None => statement.fetch_optional(store.pool()).await,
+        }
+        .map_err(Error::db("write_progress"))?
+        .ok_or(Error::ProgressRefused {
+            what,
+            id: self.lease.id,
+        })?;
+        self.progress_seq = Some(row.get(PROGRESS_SEQ));
+        Ok(())
+    }
+}
+
+/// Commits the job's transaction and begins another that locks its row again
+/// (`FOR KEY SHARE`, fenced by the token). No row: the claim was lost.
+async fn reopen<R: Record>(
+    store: &DbStore<R>,
+    lease: workerutil::Lease,
+    tx: JobTx,
+) -> Result<JobTx, Error> {
+    tx.commit().await.map_err(Error::db("checkpoint_commit"))?;
+    let mut tx = JobTx::begin(store.pool(), store.kept())
+        .await
+        .map_err(Error::db("checkpoint_begin"))?;
+    let locked = store
+        .resolved()
+        .per_job
+        .lock_claimed(lease.id, lease.token)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Error::db("checkpoint_lock"))?;
+    match locked {
+        Some(_) => Ok(tx),
+        None => Err(Error::ProgressRefused {
+            what: "checkpoint",
+            id: lease.id,
+        }),
+    }
+}
+
+fn needs_progress<R: Record>(store: &DbStore<R>, what: &'static str) -> Result<(), Error> {
+    if store.resolved().progress {
+        return Ok(());
+    }
+    Err(Error::InvalidOption {
+        field: "progress",
+        reason: format!(
+            "the job's {what} needs the table's progress columns (JobTableOptions::progress; `dbworker migration --progress` adds them)"
+        ),
+    })
+}
+
+/// The value as JSON, refused over the cap or holding a NUL character.
+fn value_of(what: &'static str, value: &impl Serialize) -> Result<serde_json::Value, Error> {
+    let json = to_json(value, || format!("cannot write the job's {what}"))?;
+    let bytes = json.to_string().len();
+    if bytes > MAX_PROGRESS_BYTES {
+        return Err(Error::ProgressTooLarge {
+            what,
+            bytes,
+            cap: MAX_PROGRESS_BYTES,
+        });
+    }
+    if let Some(path) = crate::message::nul_path(&json) {
+        return Err(Error::NulCharacter {
+            what: format!("the job's {what} (at {path})"),
+        });
+    }
+    Ok(json)
+}
