@@ -157,6 +157,8 @@ fn prometheus_renders_the_worker_gauge_and_purger_series() {
         "workerutil_jobs_by_kind_total{kind=\"report\",outcome=\"poison\"} 5",
         "dbworker_queue_depth{table=\"jobs\",state=\"queued\",queue=\"default\"} 3",
         "dbworker_purged_total{table=\"jobs\",state=\"completed\"} 20",
+        "dbworker_store_operations_total{store=\"jobs\",op=\"complete\",outcome=\"ok\"} 20",
+        "dbworker_store_operation_seconds",
     ] {
         assert!(out.contains(line), "missing {line}:\n{out}");
     }

@@ -28,3 +28,26 @@ pub const NODES_LIVE: &str = "dbworker_nodes_live";
 
 /// 1 while this process leads the scope, else 0 (gauge, labels `scope`).
 pub const LEADER: &str = "dbworker_leader";
+
+/// Store operations, by store, operation and outcome (counter). `op`:
+/// `dequeue`, `open`, `heartbeat`, `complete`, `errored`, `failed`,
+/// `canceled`, `snoozed`, `requeue`. `outcome`: `ok`, `empty` (a dequeue
+/// that found nothing), `retry` and `failed` (an errored mark: retried, or
+/// out of retries), `lost` (the claim was no longer this worker's), `error`.
+pub const STORE_OPERATIONS_TOTAL: &str = "dbworker_store_operations_total";
+
+/// How long each store operation took, in seconds, by store and operation
+/// (histogram; a grouped mark counts the wait for its group).
+pub const STORE_OPERATION_SECONDS: &str = "dbworker_store_operation_seconds";
+
+/// Jobs claimed, by store (counter).
+pub const CLAIMED_TOTAL: &str = "dbworker_claimed_total";
+
+/// Jobs enqueued, by table and how (`one`, `many`, `copy`) (counter).
+pub const ENQUEUED_TOTAL: &str = "dbworker_enqueued_total";
+
+/// How long each enqueue call took, in seconds, by table and how (histogram).
+pub const ENQUEUE_SECONDS: &str = "dbworker_enqueue_seconds";
+
+/// How long each resetter pass took, in seconds, by table (histogram).
+pub const RESET_PASS_SECONDS: &str = "dbworker_reset_pass_seconds";

@@ -180,3 +180,107 @@ async fn the_gauges_service_refuses_a_zero_interval() {
         "{err}"
     );
 }
+
+/// Every store operation moves its counter (by outcome) and its histogram;
+/// enqueues and resetter passes are counted and timed too.
+#[test]
+fn store_operations_are_counted_and_timed_by_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // "name{label=value,…}" => count, or samples for a histogram.
+    let seen = || {
+        let mut out = std::collections::BTreeMap::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .filter(|l| l.key() != "store" && l.key() != "table")
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = format!("{}{{{}}}", key.key().name(), labels.join(","));
+            let n = match value {
+                DebugValue::Counter(n) => n,
+                DebugValue::Histogram(samples) => samples.len() as u64,
+                DebugValue::Gauge(_) => continue,
+            };
+            out.insert(name, n);
+        }
+        out
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            use workerutil::Store;
+            let db = Db::new().await;
+            let table = db.table().await;
+            let enqueuer = dbworker::Enqueuer::new(&db.pool, &table).await.unwrap();
+            enqueuer.enqueue(dbworker::NewJob::new()).await.unwrap();
+            enqueuer
+                .enqueue_many([dbworker::NewJob::new(), dbworker::NewJob::new()])
+                .await
+                .unwrap();
+            let mut o = db.options();
+            o.max_num_retries = 1;
+            o.handling = dbworker::Handling::Heartbeat;
+            let store = DbStore::<Job>::new(&db.pool, &table, o).await.unwrap();
+            let mut jobs = store.dequeue("host", &Default::default(), 3).await.unwrap();
+            assert!(
+                store
+                    .dequeue("host", &Default::default(), 3)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+            let leases: Vec<_> = jobs.iter().map(workerutil::Job::lease).collect();
+            store.heartbeat(&leases).await.unwrap();
+            store.mark_complete(&mut jobs[0]).await.unwrap();
+            store
+                .mark_errored(&mut jobs[1], "once", None)
+                .await
+                .unwrap();
+            assert!(
+                !store.mark_complete(&mut jobs[0]).await.unwrap(),
+                "not ours twice"
+            );
+            store.mark_failed(&mut jobs[2], "bad").await.unwrap();
+            let resetter = dbworker::Resetter::new(&db.pool, &table, Default::default())
+                .await
+                .unwrap();
+            resetter.reset_once().await.unwrap();
+            let seen = seen();
+            for (name, n) in [
+                ("dbworker_enqueued_total{how=one}", 1),
+                ("dbworker_enqueued_total{how=many}", 2),
+                ("dbworker_enqueue_seconds{how=many}", 1),
+                ("dbworker_claimed_total{}", 3),
+                ("dbworker_store_operations_total{op=dequeue,outcome=ok}", 1),
+                (
+                    "dbworker_store_operations_total{op=dequeue,outcome=empty}",
+                    1,
+                ),
+                ("dbworker_store_operation_seconds{op=dequeue}", 2),
+                (
+                    "dbworker_store_operations_total{op=heartbeat,outcome=ok}",
+                    1,
+                ),
+                ("dbworker_store_operations_total{op=complete,outcome=ok}", 1),
+                (
+                    "dbworker_store_operations_total{op=complete,outcome=lost}",
+                    1,
+                ),
+                (
+                    "dbworker_store_operations_total{op=errored,outcome=retry}",
+                    1,
+                ),
+                ("dbworker_store_operations_total{op=failed,outcome=ok}", 1),
+                ("dbworker_store_operation_seconds{op=complete}", 2),
+                ("dbworker_reset_pass_seconds{}", 1),
+            ] {
+                assert_eq!(seen.get(name), Some(&n), "{name} in {seen:#?}");
+            }
+        });
+    });
+}

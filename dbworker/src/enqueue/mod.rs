@@ -17,12 +17,14 @@ pub use new_job::{DependencyPolicy, KeyMode, NewJob};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 
 use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
+use crate::metrics::{ENQUEUE_SECONDS, ENQUEUED_TOTAL};
 use crate::sql::{self, JobRow, Table};
 use crate::table::JobTable;
 
@@ -136,6 +138,15 @@ impl Enqueuer {
         &self.target.table
     }
 
+    /// Counts the jobs one enqueue call inserted, and times it.
+    fn observe(&self, how: &'static str, started: Instant, rows: usize) {
+        let table = self.target.table.display_name();
+        metrics::counter!(ENQUEUED_TOTAL, "table" => table.clone(), "how" => how)
+            .increment(rows as u64);
+        metrics::histogram!(ENQUEUE_SECONDS, "table" => table, "how" => how)
+            .record(started.elapsed().as_secs_f64());
+    }
+
     /// Inserts one job on the enqueuer's pool. With a key, at most one live
     /// job holds it: see [`KeyMode`].
     /// `job` is a [`JobArgs`](crate::JobArgs) value or a [`NewJob`]
@@ -161,12 +172,20 @@ impl Enqueuer {
         async move { self.insert_one(conn, &job?).await }
     }
 
-    /// Inserts `job` (its options checked), without converting it again.
+    /// Inserts `job` (its options checked), without converting it again;
+    /// counted and timed.
     pub(crate) async fn insert_one(
         &self,
         conn: &mut PgConnection,
         job: &NewJob,
     ) -> Result<Enqueued> {
+        let started = Instant::now();
+        let result = self.insert_one_now(conn, job).await;
+        self.observe("one", started, result.as_ref().map_or(0, |_| 1));
+        result
+    }
+
+    async fn insert_one_now(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
         self.check_job(job)?;
         if !job.after_value().is_empty() {
             return self.enqueue_after(conn, job).await;
@@ -257,12 +276,20 @@ impl Enqueuer {
         async move { self.insert_many(conn, &jobs?).await }
     }
 
-    /// Inserts `jobs`, all or none, without converting them again.
+    /// Inserts `jobs`, all or none, without converting them again; counted
+    /// and timed.
     pub(crate) async fn insert_many(
         &self,
         conn: &mut PgConnection,
         jobs: &[NewJob],
     ) -> Result<Vec<i64>> {
+        let started = Instant::now();
+        let result = self.insert_many_now(conn, jobs).await;
+        self.observe("many", started, result.as_ref().map_or(0, Vec::len));
+        result
+    }
+
+    async fn insert_many_now(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<i64>> {
         for job in jobs {
             self.check_job(job)?;
             if !job.after_value().is_empty() {
@@ -314,6 +341,16 @@ impl Enqueuer {
     /// Values must be scalars (booleans, numbers, text, JSON); keyed jobs go
     /// through [`enqueue_in`](Self::enqueue_in).
     pub async fn enqueue_copy_in(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<u64> {
+        let started = Instant::now();
+        let result = self.copy_now(conn, jobs).await;
+        let rows = result
+            .as_ref()
+            .map_or(0, |n| usize::try_from(*n).unwrap_or(usize::MAX));
+        self.observe("copy", started, rows);
+        result
+    }
+
+    async fn copy_now(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<u64> {
         let Some(first) = jobs.first() else {
             return Ok(0);
         };

@@ -12,7 +12,7 @@ use crate::cluster::Leadership;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESETS_TOTAL};
+use crate::metrics::{RESET_ERRORS_TOTAL, RESET_FAILURES_TOTAL, RESET_PASS_SECONDS, RESETS_TOTAL};
 use crate::runner::{Next, Pass, Runner};
 use crate::sql::Table;
 use crate::store::{DbStore, ResetConfig, ResetOutcome, StallOptions, reset_pass};
@@ -204,6 +204,7 @@ impl Resetter {
 
     async fn pass(&self, fence: Option<&Leadership>) -> Result<ResetOutcome> {
         let table = self.config.table.display_name();
+        let started = std::time::Instant::now();
         let out = async {
             let mut tx = match fence {
                 Some(leadership) => leadership.begin().await?,
@@ -213,7 +214,10 @@ impl Resetter {
             tx.commit().await.map_err(Error::db("commit"))?;
             Ok::<_, Error>(out)
         };
-        let out = match out.await {
+        let out = out.await;
+        metrics::histogram!(RESET_PASS_SECONDS, "table" => table.clone())
+            .record(started.elapsed().as_secs_f64());
+        let out = match out {
             Ok(out) => out,
             Err(err) => {
                 metrics::counter!(RESET_ERRORS_TOTAL, "table" => table).increment(1);

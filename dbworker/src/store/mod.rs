@@ -24,6 +24,7 @@ mod job;
 mod limited;
 mod logs;
 mod marks;
+mod observe;
 mod open;
 pub(crate) mod options;
 mod probe;

@@ -369,6 +369,7 @@ impl StoreOptions {
         };
         Ok(Resolved {
             name: self.name.clone(),
+            label: metrics::SharedString::from(std::sync::Arc::<str>::from(self.name.as_str())),
             per_job: PerJob::new(&sql),
             sql,
             max_result_bytes: self.max_result_bytes,

@@ -11,6 +11,9 @@ use crate::sql::{PerJob, StoreParams};
 #[derive(Debug, Clone)]
 pub(crate) struct Resolved {
     pub(crate) name: String,
+    /// The name as a metric label: shared, so each operation's label is a
+    /// reference count, not a copy.
+    pub(crate) label: metrics::SharedString,
     /// What the job-table statements need.
     pub(crate) sql: StoreParams,
     /// The statements every transactional job runs, rendered once.

@@ -8,6 +8,9 @@ use workerutil::{
     WorkerOptions,
 };
 
+use std::time::Instant;
+
+use super::observe::Outcome;
 use super::{DbConditions, DbJob, DbStore, Handling};
 use crate::error::Error;
 use crate::sql;
@@ -65,15 +68,22 @@ impl<R: Record> Store for DbStore<R> {
         conditions: &DbConditions,
         limit: usize,
     ) -> std::result::Result<Vec<DbJob<R>>, BoxError> {
-        self.claim_jobs(hostname, conditions, limit).await
+        let started = Instant::now();
+        let result = self.claim_jobs(hostname, conditions, limit).await;
+        self.observe_dequeue(started, result)
     }
 
     async fn open(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
-        self.open_job(job).await
+        let started = Instant::now();
+        let result = self.open_job(job).await;
+        self.observe("open", started, result)
     }
 
     async fn heartbeat(&self, leases: &[Lease]) -> std::result::Result<HeartbeatResult, BoxError> {
-        self.heartbeat_jobs(leases).await
+        let started = Instant::now();
+        let result = self.heartbeat_jobs(leases).await;
+        self.observe("heartbeat", started, result.map(Beat))
+            .map(|b| b.0)
     }
 
     async fn add_execution_log_entry(
@@ -94,7 +104,9 @@ impl<R: Record> Store for DbStore<R> {
     }
 
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
-        self.complete_job(job).await
+        let started = Instant::now();
+        let result = self.complete_job(job).await;
+        self.observe("complete", started, result)
     }
 
     /// `retry` (a kind's policy) replaces the store's `max_num_retries` and
@@ -105,8 +117,11 @@ impl<R: Record> Store for DbStore<R> {
         message: &str,
         retry: Option<&Retry>,
     ) -> std::result::Result<Option<JobState>, BoxError> {
-        self.mark_failure(job, MarkKind::Errored, message, retry)
-            .await
+        let started = Instant::now();
+        let result = self
+            .mark_failure(job, MarkKind::Errored, message, retry)
+            .await;
+        self.observe("errored", started, result)
     }
 
     async fn mark_failed(
@@ -114,10 +129,12 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        Ok(self
+        let started = Instant::now();
+        let result = self
             .mark_failure(job, MarkKind::Failed, message, None)
-            .await?
-            .is_some())
+            .await
+            .map(|state| state.is_some());
+        self.observe("failed", started, result)
     }
 
     /// One fenced statement on the pool, after the handler's transaction is
@@ -127,7 +144,9 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
-        self.cancel_job(job, message).await
+        let started = Instant::now();
+        let result = self.cancel_job(job, message).await;
+        self.observe("canceled", started, result)
     }
 
     async fn mark_snoozed(
@@ -135,10 +154,23 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         delay: std::time::Duration,
     ) -> std::result::Result<bool, BoxError> {
-        self.snooze_job(job, delay).await
+        let started = Instant::now();
+        let result = self.snooze_job(job, delay).await;
+        self.observe("snoozed", started, result)
     }
 
     async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
-        self.requeue_job(job).await
+        let started = Instant::now();
+        let result = self.requeue_job(job).await;
+        self.observe("requeue", started, result)
+    }
+}
+
+/// A heartbeat's answer, counted as `ok` (what it found is in its own fields).
+struct Beat(HeartbeatResult);
+
+impl Outcome for Beat {
+    fn label(&self) -> &'static str {
+        "ok"
     }
 }
