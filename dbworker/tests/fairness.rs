@@ -286,15 +286,20 @@ async fn a_fair_table_is_fair_for_every_worker_and_missing_parts_are_named() {
 }
 
 /// Claims 10 jobs every 100 ms for `most`, or until `done` says stop.
-async fn claim_paced(store: &DbStore<Job>, most: Duration, done: impl AsyncFn() -> bool) {
+/// Claims 10 jobs every 100 ms for `most`, or until `done` says stop;
+/// returns how many it claimed.
+async fn claim_paced(store: &DbStore<Job>, most: Duration, done: impl AsyncFn() -> bool) -> usize {
     let deadline = tokio::time::Instant::now() + most;
+    let mut claimed = 0;
     while tokio::time::Instant::now() < deadline && !done().await {
-        store
+        claimed += store
             .dequeue("host", &Default::default(), 10)
             .await
-            .unwrap();
+            .unwrap()
+            .len();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    claimed
 }
 
 #[tokio::test]
@@ -331,7 +336,11 @@ async fn priorities_age_so_a_flood_of_urgent_work_starves_nothing() {
             .await
             .unwrap()
             .id();
-        let store = store(&db, &table).await;
+        // One connection: the statistics read below are its own.
+        let pool = db.db.pool(1).await.unwrap();
+        let store = DbStore::<Job>::new(&pool, &table, db.options())
+            .await
+            .unwrap();
         let waited = |id: i64| {
             let pool = db.pool.clone();
             async move {
@@ -344,8 +353,8 @@ async fn priorities_age_so_a_flood_of_urgent_work_starves_nothing() {
                 .unwrap()
             }
         };
-        if aging {
-            claim_paced(&store, Duration::from_secs(8), async || {
+        let claimed = if aging {
+            let claimed = claim_paced(&store, Duration::from_secs(8), async || {
                 waited(lowest).await.is_some()
             })
             .await;
@@ -363,11 +372,24 @@ async fn priorities_age_so_a_flood_of_urgent_work_starves_nothing() {
                 (2.9..3.8).contains(&lowest),
                 "priority 0 started after {lowest} s"
             );
+            claimed
         } else {
-            claim_paced(&store, Duration::from_secs(5), async || false).await;
+            let claimed = claim_paced(&store, Duration::from_secs(5), async || false).await;
             assert_eq!(waited(lowest).await, None, "strict priorities starve it");
             assert_eq!(waited(low).await, None, "strict priorities starve it");
-        }
+            claimed
+        };
+        // Aging writes nothing: the claims are the table's only updates.
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let updated: i64 =
+            sqlx::query_scalar("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'jobs'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(updated, claimed as i64, "rows updated beside the claims");
         let priorities: Vec<i32> =
             sqlx::query_scalar("SELECT priority FROM jobs WHERE id = ANY($1) ORDER BY id")
                 .bind(vec![low, lowest])
