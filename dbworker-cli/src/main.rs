@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use commands::{
-    completions, control, cron, fair, history, jobs, maintenance, migration, partitions, status,
-    top, ui, workflow,
+    completions, control, cron, fair, history, jobs, maintenance, migration, partitions,
+    send_signal, status, top, ui, workflow,
 };
 
 #[derive(Debug, Parser)]
@@ -76,6 +76,9 @@ enum Command {
     /// A fair table's keys (`migration --fair`): what each has waiting and
     /// running, its weight; `--set key=weight`, `--remove key`.
     Fair(fair::FairArgs),
+    /// Send a job the signal it waits for (`migration --signals`): `--id N`
+    /// or `--key K`, `--name`, `--payload JSON`, `--dedupe KEY`.
+    Signal(send_signal::SignalArgs),
     /// Workflows (`migration --workflows`): `show ID`, `cancel ID`.
     Workflow(workflow::WorkflowArgs),
     /// Print the shell completion script: `dbworker completions bash >
@@ -113,6 +116,7 @@ async fn main() -> ExitCode {
         Command::Pause(args) => control::pause(args, false).await,
         Command::Resume(args) => control::pause(args, true).await,
         Command::Fair(args) => fair::fair(args).await,
+        Command::Signal(args) => send_signal::signal(args).await,
         Command::Reset(args) => maintenance::reset(args).await,
         Command::Workflow(args) => workflow::workflow(args).await,
         Command::Completions(args) => {

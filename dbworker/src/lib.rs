@@ -58,6 +58,7 @@ mod service;
 pub use client::{Client, ClientBuilder, ClientOptions, ClusterOptions};
 pub use enqueue::{
     DependencyPolicy, Enqueued, Enqueuer, IntoJob, KeyMode, MAX_KEY_CHARS, MAX_NAME_CHARS, NewJob,
+    Signals,
 };
 pub use error::{Error, Result};
 pub use job::{ArgsHandler, ArgsRecord, Handlers, Job, JobArgs, JobDefaults, JobHandler, TypedJob};

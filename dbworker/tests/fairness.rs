@@ -750,6 +750,27 @@ async fn concurrent_producers_bound_how_far_shares_drift() {
         "b's four producers took {:.1} % of the claims while both waited",
         b * 100.0
     );
+    // With keys serialized, b's producers take turns: 2 jobs, as with one.
+    let db = Db::new().await;
+    let mut fair = FairClaims::default();
+    fair.queue_column = Some("queue".into());
+    fair.serialize_keys = true;
+    db.add_columns(
+        |c| c.queue = true,
+        &[fair_claims_sql("jobs", &HashMap::new(), &fair).unwrap()],
+    )
+    .await;
+    let table = db.table().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let mut tasks = produce(&enqueuer, "a", 1, 400).await;
+    tasks.extend(produce(&enqueuer, "b", 4, 400).await);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let claims = store(&db, &table).await;
+    let order = claim_all(&db, &claims, 10, 800).await;
+    let drift = worst_drift(while_both_wait(&order, "a"), "a");
+    assert!(drift <= 2, "serialized keys: drifted by {drift}");
 }
 
 #[tokio::test]

@@ -457,3 +457,56 @@ async fn oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named() 
         .to_string();
     assert!(err.contains("--progress"), "{err}");
 }
+
+/// Reports its progress every 10 ms for a second, then sets the last word.
+struct Reports;
+impl Handler<DbStore<Job>> for Reports {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        for n in 0..100 {
+            job.report_progress(ctx.store(), json!({ "n": n }))?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        job.set_progress(ctx.store(), json!({ "n": "done" }))
+            .await?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn reported_progress_rides_on_the_heartbeat() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.progress = true, &[]).await;
+    let table = db.table_with(|o| o.progress = true).await;
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    so.stall.stalled_max_age = Duration::from_secs(60);
+    let store = Arc::new(DbStore::<Job>::new(&db.pool, &table, so).await.unwrap());
+    db.enqueue(10, json!({})).await;
+    let mut wo = WorkerOptions::new("reports");
+    wo.num_handlers = 10;
+    wo.heartbeat_interval = Duration::from_millis(200);
+    wo.num_total_jobs = Some(10);
+    let worker = new_worker(store, Arc::new(Reports), wo).unwrap();
+    let run = tokio::spawn(worker.run());
+    // Halfway, other connections see progress that never had a statement.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let midway: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE progress IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(midway, 10, "every running job's progress is visible midway");
+    run.await.unwrap();
+    let rows: Vec<(Value, i64)> = sqlx::query_as("SELECT progress, progress_seq FROM jobs")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    for (progress, seq) in rows {
+        assert_eq!(progress, json!({"n": "done"}));
+        // A second of heartbeats every 200 ms, and the last word: not 101.
+        assert!((2..=9).contains(&seq), "{seq} progress writes");
+    }
+}

@@ -1,6 +1,8 @@
 //! LISTEN/NOTIFY wake-ups on real Postgres: an idle worker starts a new job at
 //! once instead of at its next poll, and the listener comes back by itself
-//! after its backend is terminated or the server restarts.
+//! after its backend is terminated or the server restarts. And jobs woken by
+//! signals: durable, delivered once, never lost to a sender that races the
+//! wait.
 
 mod common;
 
@@ -8,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dbworker::{DbStore, Handling, Listen, ddl::notify_trigger_sql, new_worker};
-use serde_json::json;
+use serde_json::{Value, json};
 use workerutil::testing::wait_for;
 use workerutil::{Store, WorkerEvent, WorkerOptions};
 
@@ -170,4 +172,224 @@ async fn the_listener_reconnects_after_a_server_restart() {
     listens_again_and_wakes_a_worker(&db, store, first).await;
     drop(db);
     drop(server);
+}
+
+/// The test table with signals, a store over it in `handling`, and the
+/// signal sender.
+async fn signal_store(handling: Handling) -> (Db, DbStore<Job>, dbworker::Signals) {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let table = db.table_with(|o| o.signals = true).await;
+    assert!(table.has_signals());
+    let mut o = db.options();
+    o.handling = handling;
+    o.stall.stalled_max_age = Duration::from_secs(60);
+    let store = DbStore::new(&db.pool, &table, o).await.unwrap();
+    let signals = dbworker::Signals::new(&db.pool, &table).unwrap();
+    (db, store, signals)
+}
+
+/// Claims the job (once its wait is over), within 5 s.
+async fn claim_one(store: &DbStore<Job>) -> dbworker::DbJob<Job> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(mut job) = store
+            .dequeue("host", &Default::default(), 1)
+            .await
+            .unwrap()
+            .pop()
+        {
+            assert!(store.open(&mut job).await.unwrap());
+            return job;
+        }
+        assert!(Instant::now() < deadline, "no job became claimable");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `(state, awaiting, seconds until it may run)` of job `id`.
+async fn waiting(db: &Db, id: i64) -> (String, Option<String>, f64) {
+    sqlx::query_as(
+        "SELECT state, awaiting, EXTRACT(EPOCH FROM coalesce(process_after, now()) - now())::float8 FROM jobs WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn a_signal_wakes_a_waiting_job_once_and_an_early_one_is_kept() {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        let (db, store, signals) = signal_store(handling).await;
+        let id = db.enqueue(1, json!({})).await[0];
+        // Sent before the job ever waits: kept, and the wait ends at once.
+        assert!(
+            signals
+                .send(id, "early", json!({"n": 1}), None)
+                .await
+                .unwrap()
+        );
+        let mut job = claim_one(&store).await;
+        assert!(store.mark_waiting(&mut job, "early", HOUR).await.unwrap());
+        let (state, awaiting, wait) = waiting(&db, id).await;
+        assert_eq!((state.as_str(), awaiting), ("queued", None));
+        assert!(wait <= 0.0, "it waits {wait} s for a signal it has");
+        let mut job = claim_one(&store).await;
+        assert_eq!(
+            job.signal::<Value>(&store, "early").await.unwrap(),
+            Some(json!({"n": 1}))
+        );
+        assert_eq!(
+            job.signal::<Value>(&store, "early").await.unwrap(),
+            None,
+            "consumed once"
+        );
+
+        // Waits for one it does not have: parked until its timeout...
+        assert!(store.mark_waiting(&mut job, "paid", HOUR).await.unwrap());
+        let (state, awaiting, wait) = waiting(&db, id).await;
+        assert_eq!(
+            (state.as_str(), awaiting.as_deref()),
+            ("queued", Some("paid"))
+        );
+        assert!(wait > 3500.0, "{wait}");
+        // ... until it comes, once however often it is sent, never from a
+        // transaction that rolled back.
+        let mut tx = db.pool.begin().await.unwrap();
+        assert!(
+            signals
+                .send_in(&mut tx, id, "paid", json!("rolled back"), None)
+                .await
+                .unwrap()
+        );
+        tx.rollback().await.unwrap();
+        assert!(
+            waiting(&db, id).await.2 > 3500.0,
+            "a rolled-back send woke it"
+        );
+        assert!(
+            signals
+                .send(id, "paid", json!({"amount": 5}), Some("evt_1"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !signals
+                .send(id, "paid", json!({"amount": 5}), Some("evt_1"))
+                .await
+                .unwrap()
+        );
+        let (_, awaiting, wait) = waiting(&db, id).await;
+        assert_eq!(awaiting, None);
+        assert!(wait <= 0.0, "the signal did not wake it: {wait}");
+        let mut job = claim_one(&store).await;
+        let payment = job.signal::<Value>(&store, "paid").await.unwrap();
+        assert_eq!(payment, Some(json!({"amount": 5})));
+        assert!(store.mark_complete(&mut job).await.unwrap());
+        let consumed: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM jobs_signals WHERE consumed_at IS NOT NULL")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(consumed, 2, "{handling:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_sender_racing_the_wait_is_never_lost_and_a_stale_attempt_consumes_nothing() {
+    let (db, store, signals) = signal_store(Handling::Heartbeat).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim_one(&store).await;
+    // The sender's transaction sends while the job still runs, and commits
+    // only after the wait mark has started: the mark waits for it, then sees
+    // the signal, and the job runs again at once instead of sleeping an hour.
+    let mut tx = db.pool.begin().await.unwrap();
+    assert!(
+        signals
+            .send_in(&mut tx, id, "paid", json!(1), None)
+            .await
+            .unwrap()
+    );
+    let mark = async { store.mark_waiting(&mut job, "paid", HOUR).await.unwrap() };
+    let commit = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tx.commit().await.unwrap();
+    };
+    let (marked, ()) = tokio::join!(mark, commit);
+    assert!(marked);
+    let (state, awaiting, wait) = waiting(&db, id).await;
+    assert_eq!((state.as_str(), awaiting), ("queued", None));
+    assert!(
+        wait <= 0.0,
+        "lost wake-up: the job waits {wait} s with its signal in the mailbox"
+    );
+
+    // A stale attempt (reset, and claimed again) consumes nothing.
+    let mut stale = claim_one(&store).await;
+    db.execute("UPDATE jobs SET state = 'queued'").await;
+    let mut fresh = claim_one(&store).await;
+    assert_eq!(stale.signal::<Value>(&store, "paid").await.unwrap(), None);
+    assert_eq!(
+        fresh.signal::<Value>(&store, "paid").await.unwrap(),
+        Some(json!(1))
+    );
+    // A job that does not exist is named.
+    let err = signals
+        .send(999_999, "paid", json!(1), None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no job 999999"), "{err}");
+}
+
+#[tokio::test]
+async fn a_handler_that_waits_frees_its_slot_and_resumes_with_its_signal() {
+    struct Pays;
+    impl workerutil::Handler<DbStore<Job>> for Pays {
+        async fn handle(
+            &self,
+            job: &mut dbworker::DbJob<Job>,
+            ctx: &workerutil::JobContext<DbStore<Job>>,
+        ) -> Result<(), workerutil::HandlerError> {
+            match job.signal::<Value>(ctx.store(), "paid").await? {
+                Some(_) => Ok(()),
+                None => Err(workerutil::HandlerError::wait_for("paid", HOUR)),
+            }
+        }
+    }
+    let (db, store, signals) = signal_store(Handling::Transactional).await;
+    let ids = db.enqueue(3, json!({})).await;
+    let store = Arc::new(store);
+    let mut wo = WorkerOptions::new("pays");
+    wo.num_handlers = 1;
+    wo.interval = Duration::from_millis(20);
+    let worker = new_worker(store.clone(), Arc::new(Pays), wo).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    // One handler, three waiting jobs: waiting holds no slot.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while db.count("queued").await < 3 || waiting_count(&db).await < 3 {
+        assert!(Instant::now() < deadline, "the jobs did not all wait");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for id in &ids {
+        signals.send(*id, "paid", json!(true), None).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while db.count("completed").await < 3 {
+        assert!(Instant::now() < deadline, "signalled jobs did not complete");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.graceful();
+    run.await.unwrap();
+}
+
+async fn waiting_count(db: &Db) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM jobs WHERE awaiting = 'paid'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }

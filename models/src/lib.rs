@@ -8,8 +8,8 @@
 //! | [`workflow`] | `ddl/workflows.rs` (the release trigger), `sql/workflow.rs` (`lock_upstreams`) | a dependent is released exactly once, only after all its upstream jobs completed |
 //! | [`leader`] | `sql/cluster.rs` (`leader_acquire`, `leader_renew`, `leader_fence`), `cluster/leader.rs`, `cluster/leadership.rs` | with a term and a `FOR SHARE` check, writes of two terms never interleave |
 //! | [`checkpoint`] | `consumers/store.rs` (`open_slice`), `sql/consumers.rs` (`log_slice`, `log_advance`) | the old position checkpoint lost events; the `(xid, position)` rule under the snapshot's xmin does not |
-//! | [`signal`] | none yet: the protocol issue 37 (durable signals) specifies | a sender and a wait mark that both lock the job row first lose no wake-up; a conditional wake alone does |
-//! | [`progress`] | none yet: the planned fenced checkpoint write (progress that survives retries) | a write fenced by token and `seq` never moves progress back nor lands after the next claim |
+//! | [`signal`] | `ddl/signals.rs` (`<table>_signal`: the row locked first), `store/signals.rs` (`wait_job`: the row locked, the mailbox read in a statement of its own, the mark), `sql/signals.rs` (`consume_signal`, fenced by the token) | a sender and a wait mark that both lock the job row first lose no wake-up; a conditional wake alone does |
+//! | [`progress`] | `store/progress.rs`, `sql/progress.rs` (`write_progress`: the token and the write count) | a write fenced by token and `seq` never moves progress back nor lands after the next claim |
 //!
 //! Each model has a flag that removes its guard (or selects the old rule),
 //! and its tests assert that the checker then finds a counterexample.

@@ -1,7 +1,9 @@
 //! Fenced progress checkpoints that survive retries.
 //!
-//! **The real code.** None yet: this is the checkpoint write planned for
-//! progress that survives retries. An attempt writes its resume state with
+//! **The real code.** `store/progress.rs` and `sql/progress.rs`
+//! (`write_progress`), which compare the write count for equality and count
+//! each write (the same guard: a write that names an old count is refused).
+//! An attempt writes its resume state with
 //! `UPDATE … SET checkpoint = $v, seq = $s WHERE id = $id AND token = $t AND
 //! seq < $s`; a retried attempt reads the checkpoint when it is claimed and
 //! resumes from it. Writes may be coalesced

@@ -1,7 +1,9 @@
 //! Durable waits and signals on a job row: no lost wake-up.
 //!
-//! **The real code.** None yet: this is the protocol issue 37 (durable
-//! signals) specifies. A handler ends its attempt by waiting for a signal
+//! **The real code.** `ddl/signals.rs` (`<table>_signal`), `store/signals.rs`
+//! (`wait_job`) and `sql/signals.rs`, where "waiting" is `queued` with the
+//! signal's name in `awaiting` and the timeout as the run time. A handler ends
+//! its attempt by waiting for a signal
 //! name; its wait mark parks the row `waiting` unless the signal is already
 //! in the mailbox (a sidecar table, one row per `(job, name, dedupe key)`,
 //! `INSERT … ON CONFLICT DO NOTHING`). A sender, in its own transaction,

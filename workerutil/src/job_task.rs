@@ -282,6 +282,10 @@ async fn record_outcome<S: Store>(
             "mark_snoozed",
             guarded("mark_snoozed", store.mark_snoozed(job, *delay)).await,
         ),
+        Outcome::Waiting { signal, timeout } => (
+            "mark_waiting",
+            guarded("mark_waiting", store.mark_waiting(job, signal, *timeout)).await,
+        ),
         // Someone else owns the record now: write nothing.
         Outcome::Lost => return (false, None),
     };

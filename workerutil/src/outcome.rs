@@ -27,6 +27,16 @@ pub enum HandlerError {
     /// was withdrawn, say): the job is `canceled`, with this reason as its
     /// message. Any write of the attempt's transaction is rolled back.
     Cancel(BoxError),
+    /// End this attempt by waiting for the signal `signal`, at most `timeout`
+    /// ([`wait_for`](HandlerError::wait_for)): the handler's slot is freed,
+    /// and the job runs again when the signal arrives (or one already did),
+    /// or when the timeout is up, whichever comes first. Not a failure.
+    Wait {
+        /// The signal's name.
+        signal: String,
+        /// The longest wait: the job's next run time if no signal comes.
+        timeout: Duration,
+    },
 }
 
 impl HandlerError {
@@ -66,6 +76,24 @@ impl HandlerError {
         HandlerError::Cancel(reason.into())
     }
 
+    /// Ends the attempt waiting for the signal `signal`, at most `timeout`:
+    /// the job runs again when it arrives (or at once if it already did), or
+    /// when the timeout is up. A store without signals runs it again after
+    /// the timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workerutil::HandlerError;
+    /// let err = HandlerError::wait_for("payment_confirmed", Duration::from_secs(1800));
+    /// assert_eq!(err.to_string(), "waiting for signal payment_confirmed, at most 30m");
+    /// ```
+    pub fn wait_for(signal: impl Into<String>, timeout: Duration) -> Self {
+        HandlerError::Wait {
+            signal: signal.into(),
+            timeout,
+        }
+    }
+
     /// The delay, when this is a [`HandlerError::Snooze`].
     pub fn snoozed_for(&self) -> Option<Duration> {
         match self {
@@ -85,7 +113,7 @@ impl HandlerError {
             HandlerError::Retryable(e)
             | HandlerError::NonRetryable(e)
             | HandlerError::Cancel(e) => Some(e.as_ref()),
-            HandlerError::Snooze(_) => None,
+            HandlerError::Snooze(_) | HandlerError::Wait { .. } => None,
         }
     }
 }
@@ -106,6 +134,11 @@ impl fmt::Debug for HandlerError {
             HandlerError::NonRetryable(e) => f.debug_tuple("NonRetryable").field(e).finish(),
             HandlerError::Snooze(d) => f.debug_tuple("Snooze").field(d).finish(),
             HandlerError::Cancel(e) => f.debug_tuple("Cancel").field(e).finish(),
+            HandlerError::Wait { signal, timeout } => f
+                .debug_struct("Wait")
+                .field("signal", signal)
+                .field("timeout", timeout)
+                .finish(),
         }
     }
 }
@@ -118,6 +151,13 @@ impl fmt::Display for HandlerError {
             }
             HandlerError::Snooze(d) => write!(f, "snoozed for {}", humanize(*d)),
             HandlerError::Cancel(e) => write!(f, "canceled: {}", error_chain(e.as_ref())),
+            HandlerError::Wait { signal, timeout } => {
+                write!(
+                    f,
+                    "waiting for signal {signal}, at most {}",
+                    humanize(*timeout)
+                )
+            }
         }
     }
 }
@@ -157,6 +197,15 @@ pub enum Outcome {
     /// ([`HandlerError::snooze`]); it was put back in the queue without
     /// counting a failure.
     Snoozed(Duration),
+    /// The handler ended its attempt waiting for a signal
+    /// ([`HandlerError::wait_for`]); the job runs again when it arrives or
+    /// its timeout is up.
+    Waiting {
+        /// The signal's name.
+        signal: String,
+        /// The longest wait.
+        timeout: Duration,
+    },
 }
 
 impl Outcome {
@@ -166,13 +215,18 @@ impl Outcome {
             HandlerError::NonRetryable(e) => Outcome::Failed(Arc::from(e)),
             HandlerError::Snooze(delay) => Outcome::Snoozed(delay),
             HandlerError::Cancel(e) => Outcome::CanceledByHandler(Arc::from(e)),
+            HandlerError::Wait { signal, timeout } => Outcome::Waiting { signal, timeout },
         }
     }
 
     /// The failure message recorded with the job, if the outcome is a failure.
     pub fn failure_message(&self) -> Option<String> {
         match self {
-            Outcome::Completed | Outcome::Lost | Outcome::Interrupted | Outcome::Snoozed(_) => None,
+            Outcome::Completed
+            | Outcome::Lost
+            | Outcome::Interrupted
+            | Outcome::Snoozed(_)
+            | Outcome::Waiting { .. } => None,
             Outcome::Errored(e) | Outcome::Failed(e) => Some(error_chain(e.as_ref())),
             Outcome::TimedOut(limit) => Some(format!(
                 "job exceeded maximum runtime of {}",
@@ -204,6 +258,7 @@ impl Outcome {
             Outcome::Panicked(_) => "panicked",
             Outcome::Interrupted => "interrupted",
             Outcome::Snoozed(_) => "snoozed",
+            Outcome::Waiting { .. } => "waiting",
         }
     }
 }
@@ -212,7 +267,7 @@ impl Outcome {
     /// The outcome as the metrics by kind label it (seed 002's vocabulary),
     /// once recorded: `ok`; `retry` (an errored mark that runs again) or
     /// `failed` (its retries used up), as the store's `written` state says;
-    /// `poison` (a non-retryable error); `canceled`, `snoozed`,
+    /// `poison` (a non-retryable error); `canceled`, `snoozed`, `waiting`,
     /// `interrupted`; `lost` when the mark was not taken.
     pub(crate) fn label(&self, marked: bool, written: Option<JobState>) -> &'static str {
         if !marked {
@@ -232,6 +287,7 @@ impl Outcome {
             Outcome::Failed(_) => "poison",
             Outcome::Canceled | Outcome::CanceledByHandler(_) => "canceled",
             Outcome::Snoozed(_) => "snoozed",
+            Outcome::Waiting { .. } => "waiting",
             Outcome::Interrupted => "interrupted",
             Outcome::Lost => "lost",
         }

@@ -228,6 +228,21 @@ pub trait Store: Send + Sync + 'static {
         job: &mut Self::Job,
         delay: Duration,
     ) -> impl Future<Output = Result<bool, BoxError>> + Send;
+
+    /// Ends a job's attempt waiting for the signal `signal`, at most
+    /// `timeout` ([`HandlerError::wait_for`](crate::HandlerError::wait_for)):
+    /// the job runs again when the signal arrives (at once if it already
+    /// did) or when the timeout is up. Fenced like every mark. By default a
+    /// store without signals snoozes the job for `timeout`.
+    fn mark_waiting(
+        &self,
+        job: &mut Self::Job,
+        signal: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, BoxError>> + Send {
+        let _ = signal;
+        self.mark_snoozed(job, timeout)
+    }
 }
 
 /// How many jobs a worker with `options` claims ahead over `store` at first:

@@ -13,7 +13,7 @@ use dbworker::{
         consumer_tables_sql, cron_table_sql, enqueue_function_sql, fair_claims_sql,
         history_table_sql, job_table_sql, leader_table_sql, limit_table_sql, node_table_sql,
         notify_trigger_sql, optional_columns_sql, partitioned_job_table_sql, partitioned_keys_sql,
-        pause_table_sql, workflows_sql,
+        pause_table_sql, signals_sql, workflows_sql,
     },
     history::DEFAULT_HISTORY_TABLE,
 };
@@ -85,6 +85,14 @@ pub(crate) struct MigrationArgs {
     /// an SQL expression over NEW (e.g. "NEW.payload->>'customer'").
     #[arg(long, requires = "fair")]
     fair_key_from: Option<String>,
+    /// With --fair: one key's enqueue transactions take turns, so shares hold
+    /// to 2 jobs however many producers a key has (they wait for each other).
+    #[arg(long, requires = "fair")]
+    fair_serialize_keys: bool,
+    /// Also add waits and signals: the `awaiting` column, the mailbox
+    /// `<table>_signals` and `<table>_signal(job_id, name, payload, dedupe)`.
+    #[arg(long)]
+    signals: bool,
     /// Also add `progress`, `checkpoint` and `progress_seq` (a handler's
     /// public progress and the checkpoint its next attempt resumes from).
     #[arg(long)]
@@ -183,8 +191,13 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
         fair.queue_column = optional.queue.then(|| "queue".to_owned());
         fair.priority_column = optional.priority.then(|| "priority".to_owned());
         fair.key_from = args.fair_key_from.clone();
+        fair.serialize_keys = args.fair_serialize_keys;
         ddl.push('\n');
         ddl.push_str(&fair_claims_sql(&args.table, &renames, &fair)?);
+    }
+    if args.signals {
+        ddl.push('\n');
+        ddl.push_str(&signals_sql(&args.table, &renames)?);
     }
     if args.cron {
         ddl.push('\n');

@@ -10,6 +10,7 @@ pub(crate) mod json;
 pub(crate) mod maintenance;
 pub(crate) mod migration;
 pub(crate) mod partitions;
+pub(crate) mod send_signal;
 pub(crate) mod status;
 pub(crate) mod top;
 pub(crate) mod ui;

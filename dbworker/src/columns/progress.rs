@@ -1,5 +1,6 @@
-//! The names progress and checkpoints add to a job table (`dbworker
-//! migration --progress`): fixed, like the other optional columns.
+//! The names a long-running job's state adds to a job table: progress and
+//! checkpoints (`dbworker migration --progress`), waits and signals
+//! (`--signals`). Fixed, like the other optional columns.
 
 /// The job's public progress (`jsonb`): what `dbworker show` and the
 /// dashboard show; kept when the job completes.
@@ -12,3 +13,16 @@ pub(crate) const CHECKPOINT: &str = "checkpoint";
 pub(crate) const PROGRESS_SEQ: &str = "progress_seq";
 /// The largest progress or checkpoint stored, as JSON text.
 pub(crate) const MAX_PROGRESS_BYTES: usize = 64 * 1024;
+
+/// The signal a waiting job waits for (`text`, `dbworker migration
+/// --signals`); NULL when it waits for none.
+pub(crate) const AWAITING: &str = "awaiting";
+
+/// The mailbox of `table`'s signals: `<table>_signals`, in its schema.
+pub(crate) fn signals_table(table: &super::Relation) -> super::Relation {
+    super::Relation {
+        schema: table.schema.clone(),
+        name: table.derived("signals"),
+        alias: "dbworker_signal".to_owned(),
+    }
+}

@@ -8,11 +8,13 @@ mod check;
 mod copy;
 mod new_job;
 mod partitioned;
+mod signals;
 
 pub(crate) use after::GraphTask;
 pub use args::IntoJob;
 use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
 pub use new_job::{DependencyPolicy, KeyMode, NewJob};
+pub use signals::Signals;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -123,6 +123,19 @@ impl<'a, A, R: ArgsRecord> Job<'a, A, R> {
         self.job.save_checkpoint(self.ctx.store(), checkpoint).await
     }
 
+    /// Consumes the signal `name` this job waited for, read as a `T` (see
+    /// [`DbJob::signal`]); to wait for one, return
+    /// [`HandlerError::wait_for`](workerutil::HandlerError::wait_for).
+    pub async fn signal<T: DeserializeOwned>(&mut self, name: &str) -> Result<Option<T>> {
+        self.job.signal(self.ctx.store(), name).await
+    }
+
+    /// Reports the job's public progress with the next heartbeat, without a
+    /// statement of its own (see [`DbJob::report_progress`]).
+    pub fn report_progress(&mut self, progress: impl serde::Serialize) -> Result<()> {
+        self.job.report_progress(self.ctx.store(), progress)
+    }
+
     /// Sets the job's public progress (see [`DbJob::set_progress`]).
     pub async fn set_progress(&mut self, progress: impl serde::Serialize) -> Result<()> {
         self.job.set_progress(self.ctx.store(), progress).await

@@ -354,7 +354,12 @@ pub(crate) fn claim_limited(
         .value(alias(&c.finished_at), Expr::cust("NULL"))
         .value(alias(&c.failure_message), Expr::cust("NULL"))
         .value(alias(&c.execution_logs), Expr::cust("NULL"))
-        .value(alias(&c.worker_hostname), hostname)
+        .value(alias(&c.worker_hostname), hostname);
+    // A resumed job waits for nothing any more.
+    if o.signals.is_some() {
+        update.value(alias(crate::columns::AWAITING), Expr::cust("NULL"));
+    }
+    update
         // `= ANY(ARRAY(…))`, not a join: a generic plan of a prepared claim,
         // which cannot see how few candidates there are, chose a hash join
         // that read the whole table; the array always walks the primary key.

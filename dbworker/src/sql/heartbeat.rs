@@ -2,7 +2,7 @@
 
 use super::claim::cte;
 use super::{Statement, alias, col, state, table_ref};
-use crate::columns::quote;
+use crate::columns::{PROGRESS, PROGRESS_SEQ, quote};
 use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
 use workerutil::JobState;
@@ -10,8 +10,15 @@ use workerutil::JobState;
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
 /// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does
 /// not block this update; a row the handler itself updated (a stronger lock) is
-/// skipped rather than waited on, and its lock shows it is alive.
-pub(crate) fn heartbeat(o: &StoreParams, ids: Vec<i64>, tokens: Vec<i64>) -> Statement {
+/// skipped rather than waited on, and its lock shows it is alive. `progress`
+/// (reported since the last beat, by job) is written to the owned rows it
+/// names, each write counted in `progress_seq`.
+pub(crate) fn heartbeat(
+    o: &StoreParams,
+    ids: Vec<i64>,
+    tokens: Vec<i64>,
+    progress: Vec<(i64, serde_json::Value)>,
+) -> Statement {
     let c = &o.columns;
     let t = &o.table;
     let a = &t.alias;
@@ -44,11 +51,46 @@ pub(crate) fn heartbeat(o: &StoreParams, ids: Vec<i64>, tokens: Vec<i64>) -> Sta
         )
         .lock_with_behavior(LockType::NoKeyUpdate, LockBehavior::SkipLocked)
         .to_owned();
-    let touch = Query::update()
+    let mut touch = Query::update()
         .table(table_ref(t))
         .value(alias(&c.last_heartbeat_at), Expr::cust("now()"))
         .and_where(col(a, &c.id).in_subquery(lockable))
         .to_owned();
+    if !progress.is_empty() && o.progress {
+        let (ids, values): (Vec<i64>, Vec<serde_json::Value>) = progress.into_iter().unzip();
+        // Each row's reported value, if it has one (as JSON text: one array).
+        let reported = format!(
+            "(SELECT \"p\".\"v\"::jsonb FROM unnest($1::bigint[], $2::text[]) AS \"p\"(\"id\", \"v\") WHERE \"p\".\"id\" = {}.{})",
+            quote(a),
+            quote(&c.id)
+        );
+        let texts: Vec<String> = values.iter().map(serde_json::Value::to_string).collect();
+        let bound = || {
+            [
+                sea_query::Value::from(ids.clone()),
+                sea_query::Value::from(texts.clone()),
+            ]
+        };
+        touch
+            .value(
+                alias(PROGRESS),
+                Expr::cust_with_values(
+                    format!("COALESCE({reported}, {}.{})", quote(a), quote(PROGRESS)),
+                    bound(),
+                ),
+            )
+            .value(
+                alias(PROGRESS_SEQ),
+                Expr::cust_with_values(
+                    format!(
+                        "{}.{} + ({reported} IS NOT NULL)::int",
+                        quote(a),
+                        quote(PROGRESS_SEQ)
+                    ),
+                    bound(),
+                ),
+            );
+    }
     let mut with = WithClause::new();
     with.cte(cte(owned_q, "dbworker_owned", true))
         .cte(cte(touch, "dbworker_touched", false));
@@ -64,5 +106,18 @@ pub(crate) fn heartbeat(o: &StoreParams, ids: Vec<i64>, tokens: Vec<i64>) -> Sta
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let t = super::fixtures::resolved(false);
-    vec![("heartbeat", heartbeat(&t, vec![1], vec![2]))]
+    let mut p = t.clone();
+    p.progress = true;
+    vec![
+        ("heartbeat", heartbeat(&t, vec![1], vec![2], Vec::new())),
+        (
+            "heartbeat_with_progress",
+            heartbeat(
+                &p,
+                vec![1],
+                vec![2],
+                vec![(1, serde_json::json!({"percent": 40}))],
+            ),
+        ),
+    ]
 }

@@ -14,7 +14,7 @@ use sea_query::IntoIden;
 use sea_query::{Condition, Expr, ExprTrait, Query, TableRef, UpdateStatement, WithClause};
 use workerutil::JobState;
 
-pub(super) fn fenced_update(o: &StoreParams, id: i64, token: i64) -> UpdateStatement {
+pub(crate) fn fenced_update(o: &StoreParams, id: i64, token: i64) -> UpdateStatement {
     let t = &o.table;
     Query::update()
         .table(table_ref(t))

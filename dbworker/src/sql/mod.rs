@@ -50,6 +50,7 @@ mod replica;
 mod reset;
 mod results;
 mod schema;
+mod signals;
 mod suggest;
 mod table;
 mod workflow;
@@ -126,6 +127,9 @@ pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
 pub(crate) use schema::{
     insert_access, probe_expressions, relation_access, relation_columns, visible_unqualified,
+};
+pub(crate) use signals::{
+    SignalTarget, consume_signal, lock_owned, mark_waiting, send_signal, signal_sent,
 };
 pub(crate) use table::{AgingParams, StoreParams, Table};
 pub(crate) use workflow::{

@@ -53,6 +53,9 @@ pub(crate) struct Table {
     /// The table has `progress`, `checkpoint` and `progress_seq`
     /// (`dbworker migration --progress`): completions drop the checkpoint.
     pub(crate) progress: bool,
+    /// The mailbox, when jobs may wait for signals (`dbworker migration
+    /// --signals`): the table has `awaiting`, claims clear it.
+    pub(crate) signals: Option<Relation>,
 }
 
 /// Priority aging as the claim reads it (`JobTableOptions::aging`).
@@ -91,6 +94,7 @@ impl Table {
             fair_weights: None,
             aging: None,
             progress: false,
+            signals: None,
         }
     }
 

@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 28] = [
+const FILES: [(&str, Snapshots); 29] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("admin_search.rs", crate::sql::admin_search::snapshots),
@@ -47,6 +47,7 @@ const FILES: [(&str, Snapshots); 28] = [
     ("reset.rs", crate::sql::reset::snapshots),
     ("results.rs", crate::sql::results::snapshots),
     ("schema.rs", crate::sql::schema::snapshots),
+    ("signals.rs", crate::sql::signals::snapshots),
     ("workflow.rs", crate::sql::workflow::snapshots),
 ];
 

@@ -15,7 +15,9 @@ impl<R: Record> DbStore<R> {
     ) -> std::result::Result<HeartbeatResult, BoxError> {
         let ids = leases.iter().map(|l| l.id).collect();
         let tokens = leases.iter().map(|l| l.token).collect();
-        let rows = sql::heartbeat(&self.options, ids, tokens)
+        // Progress reported since the last beat rides on this statement.
+        let progress = self.pending_progress.take(leases);
+        let rows = sql::heartbeat(&self.options, ids, tokens, progress)
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("heartbeat"))?;

@@ -31,6 +31,7 @@ mod probe;
 mod progress;
 mod reset;
 mod resolved;
+mod signals;
 mod worker_api;
 
 pub use crate::message::MAX_FAILURE_MESSAGE_BYTES;
@@ -92,6 +93,9 @@ pub struct DbStore<R> {
     listener: Option<notify::ListenerTask>,
     /// Connections kept between transactional jobs (see `store/open.rs`).
     kept: Arc<open::Kept>,
+    /// Progress reported since the last heartbeat, by job: each job's latest,
+    /// with the token it was reported under (`DbJob::report_progress`).
+    pending_progress: progress::Pending,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -193,6 +197,7 @@ impl<R: Record> DbStore<R> {
             wakeups,
             listener,
             kept,
+            pending_progress: progress::Pending::default(),
         })
     }
 

@@ -2,10 +2,13 @@
 //! written fenced by the claim's token and by the write count it read, so
 //! neither a stale attempt nor a write out of order can move them back.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::Row;
-use workerutil::Record;
+use workerutil::{Lease, Record};
 
 use super::open::JobTx;
 use super::{DbJob, DbStore};
@@ -91,6 +94,25 @@ impl<R: Record> DbJob<R> {
     ) -> Result<(), Error> {
         let value = value_of("progress", &progress)?;
         self.write(store, "progress", Some(value), None).await
+    }
+
+    /// Reports the job's public progress without a statement of its own: the
+    /// latest value reported reaches the row with the store's next heartbeat
+    /// (fenced by the heartbeat's token check, counted in `progress_seq`), so
+    /// a handler may report as often as it likes — per row, ten times a
+    /// second — for at most one write per heartbeat interval. A value still
+    /// waiting when the job's attempt ends is dropped: use
+    /// [`set_progress`](Self::set_progress) for the last word. Refused at
+    /// once over 64 KiB or with a NUL character, as `set_progress` is.
+    pub fn report_progress(
+        &mut self,
+        store: &DbStore<R>,
+        progress: impl Serialize,
+    ) -> Result<(), Error> {
+        needs_progress(store, "progress")?;
+        let value = value_of("progress", &progress)?;
+        store.pending_progress.put(self.lease, value);
+        Ok(())
     }
 
     /// One fenced write, naming the write count this attempt last saw.
@@ -180,4 +202,44 @@ fn value_of(what: &'static str, value: &impl Serialize) -> Result<serde_json::Va
         });
     }
     Ok(json)
+}
+
+/// Progress reported since the last heartbeat: each job's latest value, under
+/// the token it was reported with.
+#[derive(Debug, Default)]
+pub(super) struct Pending(Mutex<HashMap<i64, (i64, serde_json::Value)>>);
+
+impl Pending {
+    fn put(&self, lease: Lease, value: serde_json::Value) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(lease.id, (lease.token, value));
+    }
+
+    /// Takes the values reported under `leases` (a heartbeat writes them).
+    pub(super) fn take(&self, leases: &[Lease]) -> Vec<(i64, serde_json::Value)> {
+        let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        leases
+            .iter()
+            .filter_map(|l| match pending.remove(&l.id) {
+                Some((token, value)) if token == l.token => Some((l.id, value)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Drops what the attempt `lease` reported: it has ended.
+    pub(super) fn forget(&self, lease: Lease) {
+        let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if pending
+            .get(&lease.id)
+            .is_some_and(|(token, _)| *token == lease.token)
+        {
+            pending.remove(&lease.id);
+        }
+    }
 }

@@ -104,6 +104,7 @@ impl<R: Record> Store for DbStore<R> {
     }
 
     async fn mark_complete(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        self.pending_progress.forget(job.lease);
         let started = Instant::now();
         let result = self.complete_job(job).await;
         self.observe("complete", started, result)
@@ -117,6 +118,7 @@ impl<R: Record> Store for DbStore<R> {
         message: &str,
         retry: Option<&Retry>,
     ) -> std::result::Result<Option<JobState>, BoxError> {
+        self.pending_progress.forget(job.lease);
         let started = Instant::now();
         let result = self
             .mark_failure(job, MarkKind::Errored, message, retry)
@@ -129,6 +131,7 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
+        self.pending_progress.forget(job.lease);
         let started = Instant::now();
         let result = self
             .mark_failure(job, MarkKind::Failed, message, None)
@@ -144,6 +147,7 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
+        self.pending_progress.forget(job.lease);
         let started = Instant::now();
         let result = self.cancel_job(job, message).await;
         self.observe("canceled", started, result)
@@ -154,12 +158,28 @@ impl<R: Record> Store for DbStore<R> {
         job: &mut DbJob<R>,
         delay: std::time::Duration,
     ) -> std::result::Result<bool, BoxError> {
+        self.pending_progress.forget(job.lease);
         let started = Instant::now();
         let result = self.snooze_job(job, delay).await;
         self.observe("snoozed", started, result)
     }
 
+    /// The row locked first, then the mailbox read, then the mark, in the
+    /// handler's transaction or one of its own (see `store/signals.rs`).
+    async fn mark_waiting(
+        &self,
+        job: &mut DbJob<R>,
+        signal: &str,
+        timeout: std::time::Duration,
+    ) -> std::result::Result<bool, BoxError> {
+        self.pending_progress.forget(job.lease);
+        let started = Instant::now();
+        let result = self.wait_job(job, signal, timeout).await;
+        self.observe("waiting", started, result)
+    }
+
     async fn requeue(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
+        self.pending_progress.forget(job.lease);
         let started = Instant::now();
         let result = self.requeue_job(job).await;
         self.observe("requeue", started, result)

@@ -5,9 +5,9 @@
 use sqlx::{PgPool, Row};
 
 use crate::columns::{
-    BLOCKED_BY, CHECKPOINT, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, PROGRESS, PROGRESS_SEQ,
-    STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID, deps_table,
-    fair_triggers, fair_weights_table, key_table,
+    AWAITING, BLOCKED_BY, CHECKPOINT, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, PROGRESS,
+    PROGRESS_SEQ, STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
+    deps_table, fair_triggers, fair_weights_table, key_table, signals_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -48,6 +48,12 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         t.progress |= [PROGRESS, CHECKPOINT, PROGRESS_SEQ]
             .iter()
             .all(|c| existing.contains_key(*c));
+        if t.signals.is_none()
+            && existing.contains_key(AWAITING)
+            && !columns_of(pool, &signals_table(&t.table)).await?.is_empty()
+        {
+            t.signals = Some(signals_table(&t.table));
+        }
     }
     adopt_control_tables(pool, t).await?;
     let mut problems = fairness_problems(pool, t, &existing).await?;
@@ -118,6 +124,30 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     }
     if let Some(column) = &t.flags_column {
         problems.extend(flags_column_problems(pool, t, column).await?);
+    }
+    if let Some(mailbox) = &t.signals {
+        let hint = "`dbworker migration --signals` (dbworker::ddl::signals_sql) adds it";
+        if !existing.contains_key(AWAITING) {
+            problems.push(format!(
+                "table {table} has no column {AWAITING} (signals; {hint})"
+            ));
+        }
+        let columns = columns_of(pool, mailbox).await?;
+        for column in [
+            "job_id",
+            "name",
+            "payload",
+            "dedupe_key",
+            "consumed_at",
+            "consumed_token",
+        ] {
+            if !columns.contains_key(column) {
+                problems.push(format!(
+                    "signal mailbox {} has no column {column} (signals; {hint})",
+                    mailbox.display_name()
+                ));
+            }
+        }
     }
     if t.progress {
         for (column, types, expected) in [

@@ -164,6 +164,13 @@ pub struct JobTableOptions {
     /// by `detect` when the three exist. Default `false`.
     #[serde(default)]
     pub progress: bool,
+    /// Jobs may wait for signals (`dbworker migration --signals`): the table
+    /// has `awaiting` and the mailbox `<table>_signals`
+    /// ([`HandlerError::wait_for`](workerutil::HandlerError::wait_for),
+    /// [`Signals`](crate::Signals)). Turned on by `detect` when both exist.
+    /// Default `false`.
+    #[serde(default)]
+    pub signals: bool,
     /// Priority aging: a waiting job rises a priority level for every
     /// `interval` it waits, so a flood of urgent work cannot starve the rest.
     /// Computed by the claim, never written. Needs `priority_column`
@@ -212,6 +219,7 @@ impl JobTableOptions {
             order_by: None,
             fair: false,
             progress: false,
+            signals: false,
             aging: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
@@ -351,6 +359,9 @@ impl JobTableOptions {
             });
         }
         t.progress = self.progress;
+        t.signals = self
+            .signals
+            .then(|| crate::columns::signals_table(&t.table));
         t.fair_weights = self
             .fair
             .then(|| crate::columns::fair_weights_table(&t.table));
@@ -476,6 +487,11 @@ impl JobTable {
     /// Whether jobs keep progress and checkpoints (`dbworker migration --progress`).
     pub fn has_progress(&self) -> bool {
         self.t.progress
+    }
+
+    /// Whether jobs may wait for signals (`dbworker migration --signals`).
+    pub fn has_signals(&self) -> bool {
+        self.t.signals.is_some()
     }
 
     /// Whether claims are fair across keys (`dbworker migration --fair`).

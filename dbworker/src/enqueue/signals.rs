@@ -1,0 +1,111 @@
+//! [`Signals`]: sending a job the signal it waits for, from Rust, on the pool
+//! or inside the sender's own transaction.
+
+use sqlx::{PgConnection, PgPool, Row};
+
+use crate::error::{Error, Result};
+use crate::sql::{self, SignalTarget};
+use crate::table::JobTable;
+
+/// Sends signals to a table's jobs (`dbworker migration --signals`). A
+/// signal is durable (one sent before the job waits is kept, and the job's
+/// wait then ends at once), delivered once (a repeated `dedupe` key is
+/// dropped, so a webhook retried three times delivers once), and consumed by
+/// the attempt it resumes ([`DbJob::signal`](crate::DbJob::signal)).
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool, order_job: i64) -> Result<(), Box<dyn std::error::Error>> {
+/// use dbworker::{JobTable, JobTableOptions, Signals};
+/// let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
+/// let signals = Signals::new(&pool, &jobs)?;
+/// // In the webhook's own transaction: its write and the signal commit together.
+/// let mut tx = pool.begin().await?;
+/// // ... record the payment in tx ...
+/// let new = signals
+///     .send_in(&mut tx, order_job, "payment_confirmed", serde_json::json!({"amount": 42}), Some("evt_123"))
+///     .await?;
+/// tx.commit().await?;
+/// # let _ = new; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Signals {
+    pool: PgPool,
+    table: JobTable,
+}
+
+impl Signals {
+    /// Signals for `table`'s jobs; the table must have signals
+    /// ([`JobTable::has_signals`]).
+    pub fn new(pool: &PgPool, table: &JobTable) -> Result<Signals> {
+        if !table.has_signals() {
+            return Err(Error::InvalidOption {
+                field: "signals",
+                reason: format!(
+                    "table {} has no signals (`dbworker migration --signals` adds them)",
+                    table.name()
+                ),
+            });
+        }
+        Ok(Signals {
+            pool: pool.clone(),
+            table: table.clone(),
+        })
+    }
+
+    /// Sends `name` with `payload` to job `job_id` on the pool; returns
+    /// whether it is new (`false`: `dedupe` was sent before). An unknown job
+    /// is an error.
+    pub async fn send(
+        &self,
+        job_id: i64,
+        name: &str,
+        payload: serde_json::Value,
+        dedupe: Option<&str>,
+    ) -> Result<bool> {
+        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+        self.send_in(&mut conn, job_id, name, payload, dedupe).await
+    }
+
+    /// [`send`](Self::send) on the caller's connection or inside its
+    /// transaction: the signal is delivered if, and when, it commits.
+    pub async fn send_in(
+        &self,
+        conn: &mut PgConnection,
+        job_id: i64,
+        name: &str,
+        payload: serde_json::Value,
+        dedupe: Option<&str>,
+    ) -> Result<bool> {
+        self.deliver(conn, SignalTarget::Id(job_id), name, payload, dedupe)
+            .await
+    }
+
+    /// [`send`](Self::send) to the live job holding `key` (a keyed table).
+    pub async fn send_to_key(
+        &self,
+        key: &str,
+        name: &str,
+        payload: serde_json::Value,
+        dedupe: Option<&str>,
+    ) -> Result<bool> {
+        let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
+        self.deliver(&mut conn, SignalTarget::Key(key), name, payload, dedupe)
+            .await
+    }
+
+    async fn deliver(
+        &self,
+        conn: &mut PgConnection,
+        to: SignalTarget<'_>,
+        name: &str,
+        payload: serde_json::Value,
+        dedupe: Option<&str>,
+    ) -> Result<bool> {
+        let payload = (!payload.is_null()).then_some(payload);
+        let row = sql::send_signal(self.table.relation(), to, name, payload, dedupe)
+            .fetch_one(conn)
+            .await
+            .map_err(Error::db("send_signal"))?;
+        Ok(row.get::<Option<bool>, _>("sent").unwrap_or(false))
+    }
+}

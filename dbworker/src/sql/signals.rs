@@ -1,0 +1,197 @@
+//! Durable waits and signals: the wait mark's three statements (lock the job
+//! row, look in the mailbox, mark), a resumed attempt's fenced consumption,
+//! and the sender's call of the table's signal function.
+
+use super::marks::fenced_update;
+use super::{Statement, StoreParams, alias, col, owned, state, table_ref};
+use crate::columns::{AWAITING, Relation, quote};
+use sea_query::{Expr, ExprTrait, LockType, Query};
+use workerutil::JobState;
+
+/// The wait mark's first statement: locks the job's row `FOR NO KEY UPDATE`
+/// if its claim still owns it (senders lock it the same way first), `(id)`.
+pub(crate) fn lock_owned(o: &StoreParams, id: i64, token: i64) -> Statement {
+    let t = &o.table;
+    let q = Query::select()
+        .expr_as(col(&t.alias, &o.columns.id), alias("id"))
+        .from(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .lock_with_tables(LockType::NoKeyUpdate, [alias(&t.alias)])
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Whether a signal `name` for the job waits in the mailbox, unconsumed:
+/// `(sent)`. Run after [`lock_owned`], in a statement of its own, so its
+/// snapshot sees every sender that committed before the lock was granted.
+pub(crate) fn signal_sent(signals: &Relation, id: i64, name: &str) -> Statement {
+    let s = &signals.alias;
+    let exists = Query::select()
+        .expr(Expr::val(1))
+        .from(table_ref(signals))
+        .and_where(col(s, "job_id").eq(id))
+        .and_where(col(s, "name").eq(name))
+        .and_where(col(s, "consumed_at").is_null())
+        .to_owned();
+    let q = Query::select()
+        .expr_as(Expr::exists(exists), alias("sent"))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The wait mark: back to `queued` (or `canceled` when cancellation was
+/// asked), to run at once when its signal was `sent`, else after `timeout`
+/// waiting for `name`. Fenced by the token.
+pub(crate) fn mark_waiting(
+    o: &StoreParams,
+    id: i64,
+    token: i64,
+    name: &str,
+    timeout: std::time::Duration,
+    sent: bool,
+) -> Statement {
+    let c = &o.columns;
+    let a = &o.table.alias;
+    let canceled = col(a, &c.cancel).eq(true);
+    let run_at = if sent {
+        Expr::cust("now()")
+    } else {
+        Expr::cust_with_values("now() + make_interval(secs => $1)", [timeout.as_secs_f64()])
+    };
+    let awaiting = if sent {
+        Expr::cust("NULL")
+    } else {
+        Expr::val(name)
+    };
+    let q = fenced_update(o, id, token)
+        .value(
+            alias(&c.state),
+            Expr::case(canceled.clone(), state(JobState::Canceled))
+                .finally(state(JobState::Queued)),
+        )
+        .value(alias(&c.worker_hostname), "")
+        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
+        .value(
+            alias(&c.process_after),
+            Expr::case(canceled, col(a, &c.process_after)).finally(run_at),
+        )
+        .value(alias(AWAITING), awaiting)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Consumes the oldest unconsumed signal `name` of a job its claim still
+/// owns, recording the token: `(payload)`, or no row.
+pub(crate) fn consume_signal(
+    o: &StoreParams,
+    signals: &Relation,
+    id: i64,
+    token: i64,
+    name: &str,
+) -> Statement {
+    let t = &o.table;
+    let s = &signals.alias;
+    let oldest = Query::select()
+        .column((alias("dbworker_oldest"), alias("id")))
+        .from_as(super::plain_table(signals), alias("dbworker_oldest"))
+        .and_where(col("dbworker_oldest", "job_id").eq(id))
+        .and_where(col("dbworker_oldest", "name").eq(name))
+        .and_where(col("dbworker_oldest", "consumed_at").is_null())
+        .order_by(("dbworker_oldest", "id"), sea_query::Order::Asc)
+        .limit(1)
+        .lock(LockType::Update)
+        .to_owned();
+    let ours = Query::select()
+        .expr(Expr::val(1))
+        .from(table_ref(t))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .to_owned();
+    let q = Query::update()
+        .table(table_ref(signals))
+        .value(alias("consumed_at"), Expr::cust("now()"))
+        .value(alias("consumed_token"), token)
+        .and_where(col(s, "id").in_subquery(oldest))
+        .and_where(Expr::exists(ours))
+        .returning(Query::returning().expr(Expr::cust(format!("{}.\"payload\"", quote(s)))))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Sends a signal through the table's function (`<table>_signal`, or
+/// `<table>_signal_key` when `key` addresses the job): `(sent)`, whether it
+/// is new.
+pub(crate) fn send_signal(
+    table: &Relation,
+    to: SignalTarget<'_>,
+    name: &str,
+    payload: Option<serde_json::Value>,
+    dedupe: Option<&str>,
+) -> Statement {
+    let (function, target) = match to {
+        SignalTarget::Id(id) => (
+            table.quoted_derived_sibling("signal"),
+            sea_query::Value::from(id),
+        ),
+        SignalTarget::Key(key) => (
+            table.quoted_derived_sibling("signal_key"),
+            sea_query::Value::from(key.to_owned()),
+        ),
+    };
+    let q = Query::select()
+        .expr_as(
+            Expr::cust_with_values(
+                format!("{function}($1, $2, $3::jsonb, $4)"),
+                [
+                    target,
+                    sea_query::Value::from(name.to_owned()),
+                    sea_query::Value::from(payload),
+                    sea_query::Value::from(dedupe.map(str::to_owned)),
+                ],
+            ),
+            alias("sent"),
+        )
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Which job a signal is for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SignalTarget<'a> {
+    /// By id.
+    Id(i64),
+    /// The live job holding a key.
+    Key(&'a str),
+}
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
+#[cfg(test)]
+pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::fixtures::resolved;
+    let t = resolved(false);
+    let signals = crate::columns::signals_table(&t.table);
+    let hour = std::time::Duration::from_secs(3600);
+    vec![
+        ("lock_owned", lock_owned(&t, 1, 2)),
+        ("signal_sent", signal_sent(&signals, 1, "paid")),
+        ("mark_waiting", mark_waiting(&t, 1, 2, "paid", hour, false)),
+        (
+            "mark_waiting_sent",
+            mark_waiting(&t, 1, 2, "paid", hour, true),
+        ),
+        ("consume_signal", consume_signal(&t, &signals, 1, 2, "paid")),
+        (
+            "send_signal",
+            send_signal(
+                &t.table,
+                SignalTarget::Id(1),
+                "paid",
+                Some(serde_json::json!({"amount": 5})),
+                Some("evt_1"),
+            ),
+        ),
+        (
+            "send_signal_key",
+            send_signal(&t.table, SignalTarget::Key("order:7"), "paid", None, None),
+        ),
+    ]
+}

@@ -1,0 +1,1 @@
+SELECT "j"."id" AS "id" FROM "example_jobs" AS "j" WHERE "j"."id" = $1 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $2 FOR NO KEY UPDATE OF "j"
