@@ -305,6 +305,12 @@ impl Bench {
     pub(crate) async fn prepare(&self, completed: u64, jobs: u64, batch: u64) -> Result<()> {
         self.fresh_table(completed).await?;
         self.enqueue(jobs, batch).await?;
+        self.settle().await
+    }
+
+    /// Vacuums, analyzes and checkpoints the job table as it is: the state
+    /// every run starts from.
+    pub(crate) async fn settle(&self) -> Result<()> {
         sqlx::raw_sql(AssertSqlSafe(format!("VACUUM ANALYZE {TABLE}")))
             .execute(&self.admin)
             .await?;

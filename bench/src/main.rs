@@ -31,6 +31,9 @@
 //! - partitioned job tables (`partitioned`): the burn-down on the plain table,
 //!   on a table partitioned by day with the jobs in ten partitions, and there
 //!   again while a purger drops old partitions beside it.
+//! - fair claims (`fair`, only when asked for): burn-downs, the enqueue
+//!   paths and a claim on a large backlog (with its plan), each beside the
+//!   plain table, and where the tagging trigger's time goes.
 //!
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
@@ -45,11 +48,13 @@ mod chart;
 mod dashboard;
 mod db;
 mod docs_merge;
+mod fair;
 mod floor;
 mod framework;
 mod latency;
 mod machine;
 mod ops;
+mod pairs;
 mod partitioned;
 mod peers;
 mod pooler;
@@ -65,7 +70,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::db::Bench;
-use crate::report::{Pair, Report};
+use crate::pairs::{heartbeat_pair, transactional_pair};
+use crate::report::Report;
 
 /// The workspace's root (this package is its `bench/` folder): docs/,
 /// bench-peers/ and the code version are read there.
@@ -135,6 +141,9 @@ enum Workload {
     /// offered load while another transaction pins the xmin; with and without
     /// the claim cursor.
     Bloat,
+    /// Fair claims (`dbworker migration --fair`) beside the plain table:
+    /// burn-downs, enqueues and the claim on a backlog. Not in the default set.
+    Fair,
 }
 
 #[derive(Debug, Args)]
@@ -212,6 +221,8 @@ struct BenchArgs {
     /// purger drops (five partitions).
     #[arg(long, default_value_t = 100_000)]
     partition_old_rows: u64,
+    #[command(flatten)]
+    fair: fair::FairArgs,
     /// Which workloads to run.
     #[arg(
         long,
@@ -439,6 +450,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
         report.partitioned = runs;
     }
+    if args.runs(Workload::Fair) {
+        let sizes = (args.jobs, args.enqueue_batch);
+        report.fair = Some(fair::run(&bench, &args.fair, &args.handlers, sizes).await?);
+    }
     if args.runs(Workload::Processes) && !args.processes.is_empty() {
         bench.prepare(0, args.jobs, args.enqueue_batch).await?;
         let floor =
@@ -536,47 +551,6 @@ async fn bench(args: BenchArgs) -> Result<()> {
     }
     bench.close().await;
     Ok(())
-}
-
-/// Heartbeat handling at `handlers`, then the floor right after it (so both
-/// see the same machine weather), on a table with `completed` old rows.
-async fn heartbeat_pair(
-    bench: &Bench,
-    args: &BenchArgs,
-    handlers: usize,
-    completed: u64,
-) -> Result<Pair> {
-    let mode = db::Mode::Heartbeat;
-    bench
-        .prepare(completed, args.jobs, args.enqueue_batch)
-        .await?;
-    let framework = framework::burn(bench, mode, handlers, args.jobs).await?;
-    bench
-        .prepare(completed, args.jobs, args.enqueue_batch)
-        .await?;
-    let floor =
-        floor::heartbeat(bench, args.floor_connections, args.floor_batch, args.jobs).await?;
-    let pair = Pair::new(mode, handlers, completed, framework, floor);
-    progress(format_args!("{}", pair.summary()));
-    Ok(pair)
-}
-
-/// Transactional handling at `handlers`, then its floor at the same concurrency.
-async fn transactional_pair(
-    bench: &Bench,
-    args: &BenchArgs,
-    handlers: usize,
-    completed: u64,
-) -> Result<Pair> {
-    let mode = db::Mode::Transactional;
-    let jobs = args.tx_jobs();
-    bench.prepare(completed, jobs, args.enqueue_batch).await?;
-    let framework = framework::burn(bench, mode, handlers, jobs).await?;
-    bench.prepare(completed, jobs, args.enqueue_batch).await?;
-    let floor = floor::transactional(bench, handlers, args.floor_batch, jobs).await?;
-    let pair = Pair::new(mode, handlers, completed, framework, floor);
-    progress(format_args!("{}", pair.summary()));
-    Ok(pair)
 }
 
 /// A progress line on stderr; the tables go to stdout at the end.

@@ -43,7 +43,7 @@ pub(crate) fn intro() -> String {
          all from `--producers` connections at once (NOTIFY on, 64 handlers), whose commits land \
          out of id order, so some jobs commit behind the claim cursor: once as is, once while a \
          REPEATABLE READ snapshot holds the xmin.\n\
-         {}{}\
+         {}{}{}\
          - **Bloat** (the `bloat` workload): a burn-down of `--bloat-jobs` queued rows (jobs/s per \
          5 s window), then `--bloat-rate` jobs/s offered for `--bloat-seconds` while a REPEATABLE \
          READ transaction pins the xmin for the middle `--bloat-pin-seconds` (completions per 10 s \
@@ -78,7 +78,8 @@ pub(crate) fn intro() -> String {
          variants tried). Only the ratios of one run count: other builds \
          share the machine.\n\n",
         crate::workflows::INTRO,
-        crate::partitioned::INTRO
+        crate::partitioned::INTRO,
+        crate::fair::INTRO
     )
 }
 

@@ -161,6 +161,8 @@ pub(crate) struct Report {
     pub(crate) workflows: Vec<(String, usize, Run)>,
     /// The partitioned workload's runs: the plain table first.
     pub(crate) partitioned: Vec<crate::partitioned::PartitionRun>,
+    /// The fair workload's runs, each beside the plain table.
+    pub(crate) fair: Option<crate::fair::FairReport>,
     /// `(processes, handlers each, run)`.
     pub(crate) processes: Vec<(usize, usize, Run)>,
     /// The heartbeat floor measured before the process runs.
@@ -202,6 +204,7 @@ impl Report {
             ops: Vec::new(),
             workflows: Vec::new(),
             partitioned: Vec::new(),
+            fair: None,
             processes: Vec::new(),
             processes_floor: None,
             pooler: Vec::new(),
@@ -341,6 +344,7 @@ impl Report {
         }
         tables.extend(crate::workflows::table(&self.workflows));
         tables.extend(crate::partitioned::table(&self.partitioned));
+        tables.extend(self.fair.iter().flat_map(crate::fair::tables));
         if !self.bloat_burn_downs.is_empty() {
             tables.push(crate::bloat::burn_down_table(&self.bloat_burn_downs));
         }

@@ -146,9 +146,12 @@ CREATE INDEX IF NOT EXISTS {claim_idx} ON {table} ({claim_order}) WHERE {state} 
 -- smallest tag waiting) and its key's last tag plus the cost of the jobs there
 -- over the key's weight. Rows earlier in the same statement are seen, so a batch of one
 -- key is spread out; nothing shared is locked or written.
--- No sort: each probe walks its index in order and stops at the first row, even
--- when statistics taken while the table was empty make a bitmap scan look cheaper.
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SET enable_sort = off AS $fair$
+-- No sort and no sequential scan: each probe walks its index, even when
+-- statistics taken while the table was empty (a new table's first COPY, whose
+-- plans are cached for the whole statement) make a scan of the table look
+-- cheaper; otherwise every row of a bulk load reads every row before it.
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql
+    SET enable_sort = off SET enable_seqscan = off AS $fair$
 DECLARE
     v_weight integer;
     v_head bigint;
