@@ -14,7 +14,7 @@ use sea_query::IntoIden;
 use sea_query::{Condition, Expr, ExprTrait, Query, TableRef, UpdateStatement, WithClause};
 use workerutil::JobState;
 
-pub(crate) fn fenced_update(o: &StoreParams, id: i64, token: i64) -> UpdateStatement {
+pub(super) fn fenced_update(o: &StoreParams, id: i64, token: i64) -> UpdateStatement {
     let t = &o.table;
     Query::update()
         .table(table_ref(t))
@@ -411,10 +411,18 @@ pub(crate) fn snooze(
     token: i64,
     delay: std::time::Duration,
 ) -> Statement {
+    let run_at = Expr::cust_with_values("now() + make_interval(secs => $1)", [delay.as_secs_f64()]);
+    Statement::from(&back_to_queue(o, id, token, run_at))
+}
+
+/// A claimed job's fenced return to `queued`, to run at `run_at`, without
+/// counting a failure or a reset (a snooze, a wait); `canceled` instead, its
+/// run time kept, if a cancel was requested meanwhile.
+pub(crate) fn back_to_queue(o: &StoreParams, id: i64, token: i64, run_at: Expr) -> UpdateStatement {
     let c = &o.columns;
     let a = &o.table.alias;
     let canceled = col(a, &c.cancel).eq(true);
-    let q = fenced_update(o, id, token)
+    fenced_update(o, id, token)
         .value(
             alias(&c.state),
             Expr::case(canceled.clone(), state(JobState::Canceled))
@@ -424,13 +432,9 @@ pub(crate) fn snooze(
         .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
         .value(
             alias(&c.process_after),
-            Expr::case(canceled, col(a, &c.process_after)).finally(Expr::cust_with_values(
-                "now() + make_interval(secs => $1)",
-                [delay.as_secs_f64()],
-            )),
+            Expr::case(canceled, col(a, &c.process_after)).finally(run_at),
         )
-        .to_owned();
-    Statement::from(&q)
+        .to_owned()
 }
 
 /// Puts back a claimed job whose transaction connection was lost (a Postgres

@@ -2,11 +2,10 @@
 //! row, look in the mailbox, mark), a resumed attempt's fenced consumption,
 //! and the sender's call of the table's signal function.
 
-use super::marks::fenced_update;
-use super::{Statement, StoreParams, alias, col, owned, state, table_ref};
+use super::marks::back_to_queue;
+use super::{Statement, StoreParams, alias, col, owned, table_ref};
 use crate::columns::{AWAITING, Relation, quote};
 use sea_query::{Expr, ExprTrait, LockType, Query};
-use workerutil::JobState;
 
 /// The wait mark's first statement: locks the job's row `FOR NO KEY UPDATE`
 /// if its claim still owns it (senders lock it the same way first), `(id)`.
@@ -50,31 +49,15 @@ pub(crate) fn mark_waiting(
     timeout: std::time::Duration,
     sent: bool,
 ) -> Statement {
-    let c = &o.columns;
-    let a = &o.table.alias;
-    let canceled = col(a, &c.cancel).eq(true);
-    let run_at = if sent {
-        Expr::cust("now()")
+    let (run_at, awaiting) = if sent {
+        (Expr::cust("now()"), Expr::cust("NULL"))
     } else {
-        Expr::cust_with_values("now() + make_interval(secs => $1)", [timeout.as_secs_f64()])
-    };
-    let awaiting = if sent {
-        Expr::cust("NULL")
-    } else {
-        Expr::val(name)
-    };
-    let q = fenced_update(o, id, token)
-        .value(
-            alias(&c.state),
-            Expr::case(canceled.clone(), state(JobState::Canceled))
-                .finally(state(JobState::Queued)),
+        (
+            Expr::cust_with_values("now() + make_interval(secs => $1)", [timeout.as_secs_f64()]),
+            Expr::val(name),
         )
-        .value(alias(&c.worker_hostname), "")
-        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
-        .value(
-            alias(&c.process_after),
-            Expr::case(canceled, col(a, &c.process_after)).finally(run_at),
-        )
+    };
+    let q = back_to_queue(o, id, token, run_at)
         .value(alias(AWAITING), awaiting)
         .to_owned();
     Statement::from(&q)
