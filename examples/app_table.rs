@@ -51,6 +51,7 @@ impl Handler<DbStore<IndexJob>> for Indexer {
             .bind(repo)
             .bind(id)
             .bind(format!("indexed {name}"))
+            .persistent(false)
             .execute(tx)
             .await?;
         Ok(())
@@ -120,7 +121,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let order: Vec<(i32, i64)> =
         sqlx::query_as("SELECT repository_id, job_id FROM repo_index ORDER BY ctid")
-            .fetch_all(&pool)
+            .persistent(false)
+            .fetch_all(&mut *pool.begin().await?)
             .await?;
     println!("processed in order (repository_id, job id): {order:?}");
     let mut sorted = order.clone();
@@ -128,7 +130,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(order, sorted, "dequeued by (repository_id, id)");
     let done: i64 =
         sqlx::query_scalar("SELECT count(*) FROM example_jobs WHERE status = 'completed'")
-            .fetch_one(&pool)
+            .persistent(false)
+            .fetch_one(&mut *pool.begin().await?)
             .await?;
     assert_eq!(done, 6);
     println!("all 6 jobs completed");

@@ -75,8 +75,8 @@ impl Handler<DbStore<CostlyJob>> for Budgeted {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = TestDatabase::new().await?;
     let pool = db.pool(20).await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
-    sqlx::query("INSERT INTO example_jobs (cost) SELECT 10 + (i * 37) % 60 FROM generate_series(1, 40) AS i")
+    db.migrate(&sqlx::migrate!("./migrations")).await?;
+    sqlx::raw_sql("INSERT INTO example_jobs (cost) SELECT 10 + (i * 37) % 60 FROM generate_series(1, 40) AS i")
         .execute(&pool)
         .await?;
 
@@ -99,7 +99,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let peak = handler.peak.load(Ordering::SeqCst);
     let done: i64 =
         sqlx::query_scalar("SELECT count(*) FROM example_jobs WHERE state = 'completed'")
-            .fetch_one(&pool)
+            .persistent(false)
+            .fetch_one(&mut *pool.begin().await?)
             .await?;
     println!("{done} jobs completed; peak cost in use {peak} of a budget of {BUDGET}");
     assert_eq!(done, 40);

@@ -68,6 +68,7 @@ impl Handler<DbStore<Job>> for Effect {
         sqlx::query("INSERT INTO effects (job_id, node) VALUES ($1, $2)")
             .bind(id)
             .bind(&self.0)
+            .persistent(false)
             .execute(&mut *tx)
             .await
             .map_err(HandlerError::retryable)?;
@@ -94,6 +95,7 @@ impl Consumer<Event> for Project {
         sqlx::query("INSERT INTO projection (consumer, position) VALUES ($1, $2)")
             .bind(self.0)
             .bind(event.global_position)
+            .persistent(false)
             .execute(&mut *tx)
             .await?;
         Ok(())
@@ -295,7 +297,8 @@ async fn main() -> Result<(), BoxError> {
             "SELECT (SELECT count(*) FROM jobs WHERE state = 'completed'), \
                     (SELECT COALESCE(min(last_position), 0) FROM dbworker_consumer_checkpoints)",
         )
-        .fetch_one(&pool)
+        .persistent(false)
+        .fetch_one(&mut *pool.begin().await?)
         .await?;
         if jobs == 200 && events == 300 {
             break;
@@ -308,7 +311,8 @@ async fn main() -> Result<(), BoxError> {
         "SELECT (SELECT count(*) FROM effects), (SELECT count(DISTINCT job_id) FROM effects), \
                 (SELECT count(*) FROM projection)",
     )
-    .fetch_one(&pool)
+    .persistent(false)
+    .fetch_one(&mut *pool.begin().await?)
     .await?;
     println!(
         "jobs completed: 200, effects: {effects} ({distinct} distinct), projected events: {projected} ({} consumers)",

@@ -44,6 +44,7 @@ impl Consumer<Event> for Project {
         sqlx::query("INSERT INTO projection (consumer, position) VALUES ($1, $2)")
             .bind(self.0)
             .bind(event.global_position)
+            .persistent(false)
             .execute(&mut *tx)
             .await?;
         // Slow enough that the kill lands mid-way.
@@ -91,7 +92,8 @@ async fn checkpoints(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
     let mut cps: Vec<i64> = sqlx::query_scalar(
         "SELECT last_position FROM dbworker_consumer_checkpoints ORDER BY consumer_name",
     )
-    .fetch_all(pool)
+    .persistent(false)
+    .fetch_all(&mut *pool.begin().await?)
     .await?;
     cps.resize(2, 0);
     Ok(cps)
@@ -104,7 +106,8 @@ async fn tally(pool: &PgPool) -> Result<Vec<(String, i64, i64, i64)>, sqlx::Erro
          FROM dbworker_consumer_checkpoints c LEFT JOIN projection p ON p.consumer = c.consumer_name \
          GROUP BY c.consumer_name, c.last_position ORDER BY 1",
     )
-    .fetch_all(pool)
+    .persistent(false)
+    .fetch_all(&mut *pool.begin().await?)
     .await
 }
 

@@ -105,7 +105,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (jobs, completed): (i64, i64) =
         sqlx::query_as("SELECT count(*), count(*) FILTER (WHERE state = 'completed') FROM jobs")
-            .fetch_one(&pool)
+            .persistent(false)
+            .fetch_one(&mut *pool.begin().await?)
             .await?;
     println!("enqueued by scheduler: {by_scheduler:?}");
     println!("jobs: {jobs}, completed: {completed} (one per second, however many schedulers)");

@@ -88,6 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. The order and its confirmation commit together, or not at all.
     let mut tx = pool.begin().await?;
     let order: i64 = sqlx::query_scalar("INSERT INTO orders (item) VALUES ('book') RETURNING id")
+        .persistent(false)
         .fetch_one(&mut *tx)
         .await?;
     let mail = NewJob::new()
@@ -139,7 +140,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sent = sent.lock().unwrap_or_else(|e| e.into_inner()).clone();
     println!("sent in order: {sent:?}");
     let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM mail_jobs WHERE state = 'queued'")
-        .fetch_one(&pool)
+        .persistent(false)
+        .fetch_one(&mut *pool.begin().await?)
         .await?;
     println!("still waiting: {waiting} (the reminder)");
     assert_eq!(sent.len(), 5);

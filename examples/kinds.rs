@@ -106,7 +106,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while sqlx::query_scalar::<_, i64>(
         "SELECT count(*) FROM jobs WHERE state IN ('completed', 'failed')",
     )
-    .fetch_one(&pool)
+    .persistent(false)
+    .fetch_one(&mut *pool.begin().await?)
     .await?
         < 16
     {
@@ -119,13 +120,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
         "SELECT kind, queue, state, failure_message FROM jobs GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3",
     )
-    .fetch_all(&pool)
+    .persistent(false)
+    .fetch_all(&mut *pool.begin().await?)
     .await?;
     for (kind, queue, state, failure) in rows {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE kind = $1 AND state = $2")
             .bind(&kind)
             .bind(&state)
-            .fetch_one(&pool)
+            .persistent(false)
+            .fetch_one(&mut *pool.begin().await?)
             .await?;
         println!(
             "{kind:<13} {queue:<8} {state:<10} {n:>3} {}",

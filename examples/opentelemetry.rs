@@ -93,7 +93,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while sqlx::query_scalar::<_, i64>(
         "SELECT count(*) FROM emails WHERE state IN ('completed', 'failed')",
     )
-    .fetch_one(&pool)
+    .persistent(false)
+    .fetch_one(&mut *pool.begin().await?)
     .await?
         < 3
     {

@@ -36,7 +36,9 @@ impl JobHandler for Squarer {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = dbworker_testkit::TestDatabase::new().await?; // a throwaway cluster, or DATABASE_URL
     let pool = db.pool(10).await?;
-    sqlx::migrate!("./migrations").run(&pool).await?; // `example_jobs` (with `kind`, `payload`), `squares`
+    // `example_jobs` (with `kind`, `payload`) and `squares`, on a direct connection: a
+    // migration keeps a session lock, which a pooler in transaction mode would not.
+    db.migrate(&sqlx::migrate!("./migrations")).await?;
 
     // The job table, checked once; the client enqueues into it and runs its jobs.
     let jobs = JobTable::new(&pool, JobTableOptions::typed("example_jobs")).await?;
@@ -48,9 +50,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let summary = client.run_until_empty().await?; // no job left: every part stops
     println!("ran {} jobs of kind \"square\"", summary.dequeued);
 
+    // Unnamed, in a transaction of its own: what a statement behind PgBouncer needs.
     let sum: i64 = sqlx::query_scalar("SELECT sum(square)::bigint FROM squares")
         .persistent(false)
-        .fetch_one(&pool)
+        .fetch_one(&mut *pool.begin().await?)
         .await?;
     println!("sum of squares 1..=20 = {sum}");
     Ok(())

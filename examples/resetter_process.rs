@@ -62,6 +62,7 @@ impl Handler<DbStore<ExampleJob>> for Work {
         sqlx::query("INSERT INTO attempts (job_id, pid) VALUES ($1, $2)")
             .bind(job.record().id)
             .bind(i64::from(std::process::id()))
+            .persistent(false)
             .execute(&self.pool)
             .await?;
         if self.hang {
@@ -139,7 +140,7 @@ async fn standalone_resetter(url: &str) -> Result<(), Box<dyn std::error::Error>
 async fn parent() -> Result<(), Box<dyn std::error::Error>> {
     let db = TestDatabase::new().await?;
     let pool = db.pool(10).await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
+    db.migrate(&sqlx::migrate!("./migrations")).await?;
     sqlx::raw_sql("CREATE TABLE attempts (job_id bigint NOT NULL, pid bigint NOT NULL); INSERT INTO example_jobs DEFAULT VALUES;")
         .execute(&pool)
         .await?;
@@ -152,7 +153,8 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
     println!("[parent] started worker process {}", doomed.id());
     let deadline = Instant::now() + Duration::from_secs(60);
     while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts")
-        .fetch_one(&pool)
+        .persistent(false)
+        .fetch_one(&mut *pool.begin().await?)
         .await?
         == 0
     {
@@ -165,7 +167,8 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
     doomed.kill()?; // SIGKILL: no chance to clean up.
     doomed.wait()?;
     let state: String = sqlx::query_scalar("SELECT state FROM example_jobs")
-        .fetch_one(&pool)
+        .persistent(false)
+        .fetch_one(&mut *pool.begin().await?)
         .await?;
     println!("[parent] killed it mid-job with SIGKILL; the job is left {state}");
 
@@ -176,7 +179,8 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
     assert!(status.success(), "resetter process failed");
     let (state, resets): (String, i32) =
         sqlx::query_as("SELECT state, num_resets FROM example_jobs")
-            .fetch_one(&pool)
+            .persistent(false)
+            .fetch_one(&mut *pool.begin().await?)
             .await?;
     println!("[parent] after the resetter: {state}, num_resets = {resets}");
     assert_eq!((state.as_str(), resets), ("queued", 1));
@@ -195,10 +199,12 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
     .run()
     .await;
     let state: String = sqlx::query_scalar("SELECT state FROM example_jobs")
-        .fetch_one(&pool)
+        .persistent(false)
+        .fetch_one(&mut *pool.begin().await?)
         .await?;
     let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
-        .fetch_one(&pool)
+        .persistent(false)
+        .fetch_one(&mut *pool.begin().await?)
         .await?;
     println!("[parent] a new worker finished it: {state} after {attempts} attempts");
     assert_eq!(state, "completed");

@@ -107,7 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let db = TestDatabase::new().await?;
     let pool = db.pool(10).await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
+    db.migrate(&sqlx::migrate!("./migrations")).await?;
     sqlx::raw_sql("CREATE TABLE tour_squares (job_id bigint PRIMARY KEY, n bigint NOT NULL, square bigint NOT NULL)")
         .execute(&pool)
         .await?;

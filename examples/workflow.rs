@@ -131,10 +131,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The scanner is back: retry the scan; index waits again, then runs.
     let scan = enqueued.id_of("scan").expect("scan");
+    let mut tx = pool.begin().await?;
     sqlx::query("UPDATE steps SET payload = '{\"step\": \"scan\"}' WHERE id = $1")
         .bind(scan)
-        .execute(&pool)
+        .persistent(false)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     let admin = Admin::new(&pool, &table).await?;
     admin.requeue(scan).await?;
     run_worker(&pool, &table, &ran, 2).await?;

@@ -382,3 +382,55 @@ fn every_example_makes_its_scratch_database_on_the_database_url_server() {
     assert_eq!(left, 0, "every example drops its scratch database");
     let _ = runtime.block_on(stats.close());
 }
+
+/// Every example through PgBouncer in transaction mode
+/// (`DBWORKER_POOLER=transaction`), three server connections shared by all
+/// of an example's client connections, so a statement prepared under a name
+/// by one client meets another's of the same name: each must succeed, its
+/// migrations run on a direct connection (`TestDatabase::migrate`) and
+/// everything else through the pooler (`TestDatabase::pool`).
+#[test]
+fn every_example_runs_through_pgbouncer_in_transaction_mode() {
+    let binary = match dbworker_testkit::pgbouncer::find() {
+        Ok(binary) => binary,
+        Err(reason) => {
+            dbworker_testkit::skip("the examples through PgBouncer", &reason);
+            return;
+        }
+    };
+    let server =
+        ThrowawayServer::start(&["fsync=off", "synchronous_commit=off"]).expect("throwaway server");
+    let bouncer = dbworker_testkit::pgbouncer::Bouncer::start_for_any_database(
+        &binary,
+        server.admin_url(),
+        3,
+    );
+    let address = bouncer.address();
+    let env = [
+        ("DATABASE_URL", server.admin_url()),
+        ("DBWORKER_TEST_PGBOUNCER", address.as_str()),
+        ("DBWORKER_POOLER", "transaction"),
+    ];
+    // Two at a time, like the test harness on a small machine.
+    let outputs = std::sync::Mutex::new(std::collections::HashMap::new());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while let Some((name, args)) = EXAMPLES.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let out = run_with_env(name, args, &env);
+                    outputs.lock().unwrap().insert(*name, out);
+                }
+            });
+        }
+    });
+    let outputs = outputs.into_inner().unwrap();
+    let quickstart = &outputs["quickstart"];
+    assert!(
+        quickstart.contains("sum of squares 1..=20 = 2870"),
+        "{quickstart}"
+    );
+    let tour = &outputs["tour"];
+    assert!(tour.contains("completed  20"), "{tour}");
+    assert!(tour.contains("sum of squares 1..=20 = 2870"), "{tour}");
+}

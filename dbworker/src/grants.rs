@@ -206,7 +206,7 @@ impl Grants {
                     " at {}",
                     crate::schema_check::address(&pool.connect_options())
                 ),
-                On::Conn(_) => String::new(),
+                On::Conn(..) => String::new(),
             };
             let row = sql::server_read_only()
                 .fetch_one(on.reborrow())

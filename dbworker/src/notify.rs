@@ -154,7 +154,7 @@ pub(crate) fn spawn_listener(
 /// (`LISTEN` needs a session); `None`, said once in the log, when there is
 /// none, and the workers poll.
 fn listen_options(pool: &PgPool, channel: &str, store: &str) -> Option<PgConnectOptions> {
-    match crate::sql::pooler() {
+    match Pooler::of(pool) {
         Pooler::Transaction {
             listen_url: Some(url),
         } => match url.parse::<PgConnectOptions>() {

@@ -61,21 +61,23 @@ pub(crate) fn direct_behind_pooler(target: &str, evidence: &str) -> Error {
             "the connections to {target} go through a pooler in transaction mode \
              ({evidence}), but dbworker is in Pooler::Direct mode, whose named \
              prepared statements fail there; call \
-             dbworker::set_pooler(Pooler::Transaction {{ listen_url }}) at start-up \
-             (or set DBWORKER_POOLER=transaction), or point the pool at PostgreSQL \
+             Pooler::Transaction {{ listen_url }}.apply_to(&pool) (or \
+             dbworker::set_pooler for the whole process, or DBWORKER_POOLER=transaction) \
+             at start-up, or point the pool at PostgreSQL \
              or at a session-mode pool"
         ),
     }
 }
 
-/// In `Pooler::Direct` mode, fails when `first`'s server is reached through
+/// In `Pooler::Direct` mode (the pool's), fails when `first`'s server is reached through
 /// a transaction pooler; in transaction mode there is nothing to check.
 pub(crate) async fn check(
+    mode: &crate::Pooler,
     first: &mut PgConnection,
     options: &PgConnectOptions,
     target: &str,
 ) -> Result<()> {
-    if sql::pooler().is_transaction() {
+    if mode.is_transaction() {
         return Ok(());
     }
     let probe = transaction_pooler_evidence(first, options);
@@ -105,10 +107,10 @@ pub(crate) fn startup_parameter_hint(reason: &str) -> Option<&'static str> {
 /// behind a transaction pooler it failed on a statement prepared under a
 /// name (sqlx's default): another client's statement of that name was on the
 /// server connection, or the one prepared before is on another.
-pub(crate) fn named_statement_hint(message: &str) -> Option<String> {
+pub(crate) fn named_statement_hint(pool: &sqlx::PgPool, message: &str) -> Option<String> {
     let named = message.contains("prepared statement \"sqlx_s_")
         && (message.contains("already exists") || message.contains("does not exist"));
-    (named && sql::pooler().is_transaction()).then(|| {
+    (named && crate::Pooler::of(pool).is_transaction()).then(|| {
         format!(
             "{message} (behind a transaction pooler a statement must not be prepared under a \
              name, and sqlx's query() prepares one by default: add .persistent(false) to the \

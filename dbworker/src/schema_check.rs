@@ -38,7 +38,8 @@ pub async fn probe_connection(pool: &PgPool, timeout: Duration) -> Result<()> {
             target: target.clone(),
             reason,
         })?;
-    let checked = crate::pooler::check(&mut conn, &options, &target).await;
+    let mode = sql::Pooler::of(pool);
+    let checked = crate::pooler::check(&mode, &mut conn, &options, &target).await;
     let _ = conn.close().await;
     checked
 }
@@ -89,7 +90,7 @@ async fn connect_within(
 pub(crate) async fn check_listen_url(pool: &PgPool, timeout: Duration) -> Result<()> {
     let crate::Pooler::Transaction {
         listen_url: Some(url),
-    } = sql::pooler()
+    } = sql::Pooler::of(pool)
     else {
         return Ok(());
     };

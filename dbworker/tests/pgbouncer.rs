@@ -347,10 +347,101 @@ async fn everything_runs_through_pgbouncer_in_transaction_mode() {
     let message = err.to_string();
     assert!(
         message.contains("pooler in transaction mode")
-            && message.contains("set_pooler(Pooler::Transaction")
+            && message.contains("Pooler::Transaction { listen_url }.apply_to(&pool)")
             && message.contains("DBWORKER_POOLER=transaction"),
         "{message}"
     );
+}
+
+/// One process, two pools: one through PgBouncer (its own mode, after
+/// another program left sqlx's statement names on the server connections)
+/// and one straight to PostgreSQL (the process default, `Direct`). Workers
+/// of both run the same table at once; every job completes exactly once,
+/// the pooled side never collides, and the direct side keeps its named,
+/// cached statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_process_holds_a_direct_pool_and_one_through_pgbouncer() {
+    let _turn = POOLER.lock().await;
+    let Some((db, b, pooled)) = pgbouncer().await else {
+        return;
+    };
+    assert_eq!(b.leave_named_statements().await, 60);
+    dbworker::set_pooler(Pooler::Direct);
+    Pooler::Transaction { listen_url: None }.apply_to(&pooled);
+    let direct = PgPoolOptions::new()
+        .max_connections(6)
+        .connect(db.db.url())
+        .await
+        .unwrap();
+    assert!(Pooler::of(&pooled).is_transaction());
+    assert_eq!(Pooler::of(&direct), Pooler::Direct);
+
+    let through = JobTable::new(&pooled, table_options()).await.unwrap();
+    let straight = JobTable::new(&direct, table_options()).await.unwrap();
+    let (pooled_enqueuer, direct_enqueuer) = (
+        Enqueuer::new(&pooled, &through).await.unwrap(),
+        Enqueuer::new(&direct, &straight).await.unwrap(),
+    );
+    let job = |i: i32| NewJob::new().json("payload", json!({ "fail_once": i % 7 == 0 }));
+    for i in 0..30 {
+        pooled_enqueuer.enqueue(&job(i)).await.unwrap();
+        direct_enqueuer.enqueue(&job(i)).await.unwrap();
+    }
+    let many: Vec<NewJob> = (0..30).map(job).collect();
+    pooled_enqueuer.enqueue_many(&many).await.unwrap();
+    direct_enqueuer.enqueue_many(&many).await.unwrap();
+    // A caller's transaction on the pooled side: its pool is not known to
+    // the enqueuer, so it is sent the transaction-mode way.
+    let mut tx = pooled.begin().await.unwrap();
+    pooled_enqueuer.enqueue_in(&mut tx, &job(1)).await.unwrap();
+    tx.commit().await.unwrap();
+
+    // Both sides at once on the one table, until nothing is left (a
+    // retried job comes back after its back-off).
+    let work = async |pool: &PgPool, table: &JobTable, handling: Handling| {
+        let mut so = Db::options_for_tests();
+        so.handling = handling;
+        so.max_num_retries = 3;
+        let store = Arc::new(DbStore::new(pool, table, so).await.expect("store"));
+        let handler = Writes { pool: pool.clone() };
+        new_worker(
+            store,
+            handler,
+            worker_options(&format!("{handling:?}"), handling),
+        )
+        .unwrap()
+        .run_until_empty()
+        .await;
+    };
+    for _ in 0..20 {
+        tokio::join!(
+            work(&pooled, &through, Handling::Transactional),
+            work(&direct, &straight, Handling::Heartbeat),
+        );
+        if db.count("completed").await == 121 {
+            break;
+        }
+    }
+    assert_eq!(db.count("completed").await, 121);
+    let twice: Option<i64> = sqlx::query_scalar(
+        "SELECT job_id FROM side_effects GROUP BY job_id HAVING count(*) > 1 LIMIT 1",
+    )
+    .fetch_optional(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(twice, None, "a job's side effect written twice");
+
+    // The direct pool prepared its statements under names (the fast way):
+    // a connection of it holds some.
+    let mut conn = direct.acquire().await.unwrap();
+    let named: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_prepared_statements")
+        .persistent(false)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert!(named > 0, "the direct pool sent its statements unnamed");
+    drop(conn);
+    dbworker::set_pooler(Pooler::Transaction { listen_url: None });
 }
 
 /// A stock pgbouncer.ini refuses sqlx's `extra_float_digits`: the start-up

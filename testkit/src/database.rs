@@ -91,17 +91,40 @@ impl TestDatabase {
         &self.name
     }
 
-    /// A new pool ([`sqlx::PgPool`]) to this database with the given max connections.
+    /// A new pool ([`sqlx::PgPool`]) to this database with the given max connections. With
+    /// `DBWORKER_TEST_PGBOUNCER=host:port` set (a PgBouncer in front of the same server that
+    /// serves any database name, as the examples' pooler test starts one), the pool goes
+    /// through that pooler.
     ///
     /// # Errors
     ///
-    /// [`Error::Sqlx`] if no connection can be made.
+    /// [`Error::Sqlx`] if no connection can be made, [`Error::InvalidUrl`] for an unusable
+    /// `DBWORKER_TEST_PGBOUNCER`.
     pub async fn pool(&self, max_connections: u32) -> Result<PgPool, Error> {
+        let url = match std::env::var("DBWORKER_TEST_PGBOUNCER") {
+            Ok(address) if !address.is_empty() => url::through(&self.url, &address)
+                .map_err(|reason| url::invalid(&self.url, reason))?,
+            _ => self.url.clone(),
+        };
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .connect(&self.url)
+            .connect(&url)
             .await?;
         Ok(pool)
+    }
+
+    /// Runs `migrator` on a connection straight to this database, never through a pooler: a
+    /// migration holds a session-level advisory lock and prepares its statements under names,
+    /// neither of which a pooler in transaction mode keeps between transactions.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Sqlx`] if no connection can be made, [`Error::Migrate`] if a migration fails.
+    pub async fn migrate(&self, migrator: &sqlx::migrate::Migrator) -> Result<(), Error> {
+        let mut conn = PgConnection::connect(&self.url).await?;
+        let done = migrator.run(&mut conn).await;
+        let _ = conn.close().await;
+        done.map_err(Error::Migrate)
     }
 }
 

@@ -85,6 +85,10 @@ pub enum Error {
     /// A database operation failed.
     #[error("database error: {0}")]
     Sqlx(#[from] sqlx::Error),
+
+    /// A migration failed.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
 impl Error {

@@ -83,6 +83,28 @@ impl Bouncer {
     /// connections in front of the database at `url`; `ignore_float_digits`:
     /// with `ignore_startup_parameters = extra_float_digits`, which sqlx needs.
     pub fn start(binary: &Path, url: &str, pool_size: u32, ignore_float_digits: bool) -> Bouncer {
+        Bouncer::start_for(binary, url, pool_size, ignore_float_digits, false)
+    }
+
+    /// Like [`Bouncer::start`] (`extra_float_digits` ignored), serving every database of the
+    /// server at `url` by its own name (a `*` entry in `[databases]`): for programs that create
+    /// their database first, as the examples do (see `TestDatabase::pool`).
+    pub fn start_for_any_database(binary: &Path, url: &str, pool_size: u32) -> Bouncer {
+        Bouncer::start_for(binary, url, pool_size, true, true)
+    }
+
+    /// The address clients connect to, `127.0.0.1:<port>`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn start_for(
+        binary: &Path,
+        url: &str,
+        pool_size: u32,
+        ignore_float_digits: bool,
+        any_database: bool,
+    ) -> Bouncer {
         let target = PgConnectOptions::from_str(url).expect("the test database's url");
         let database = target.get_database().expect("a database name").to_owned();
         let port = free_port();
@@ -96,15 +118,20 @@ impl Bouncer {
             host
         };
         let mut server = format!(
-            "host={host} port={} dbname={database} user={}",
+            "host={host} port={} user={}",
             target.get_port(),
             target.get_username()
         );
         if let Some(p) = password(url) {
             server.push_str(&format!(" password={p}"));
         }
+        let entry = if any_database {
+            format!("* = {server}")
+        } else {
+            format!("{database} = {server} dbname={database}")
+        };
         let ini = format!(
-            "[databases]\n{database} = {server}\n\n[pgbouncer]\n\
+            "[databases]\n{entry}\n\n[pgbouncer]\n\
              listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
              auth_type = any\npool_mode = transaction\n\
              default_pool_size = {pool_size}\nmin_pool_size = 0\nreserve_pool_size = 0\n\

@@ -42,6 +42,34 @@ pub(crate) fn with_database(url: &str, database: &str) -> Result<String, String>
     Ok(parsed.into())
 }
 
+/// Returns `url` reaching `address` (`host:port`, a pooler in front of the same server)
+/// instead of its own host and port.
+pub(crate) fn through(url: &str, address: &str) -> Result<String, String> {
+    let mut parsed = parse(url)?;
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{address:?} is not host:port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{address:?} is not host:port"))?;
+    parsed
+        .set_host(Some(host))
+        .map_err(|e| format!("{address:?}: {e}"))?;
+    parsed
+        .set_port(Some(port))
+        .map_err(|()| format!("{address:?}: no port here"))?;
+    // A socket directory given as `host=` would take precedence.
+    let kept: Vec<String> = parsed
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("host"))
+        .map(str::to_owned)
+        .collect();
+    parsed.set_query((!kept.is_empty()).then(|| kept.join("&")).as_deref());
+    Ok(parsed.into())
+}
+
 /// The error for an unusable URL: what is wrong, the expected form, and the URL without its
 /// password.
 pub(crate) fn invalid(url: &str, reason: String) -> Error {

@@ -1,7 +1,15 @@
-//! How statements reach the server: [`Pooler`], the process-wide choice
-//! between direct (or session-pooled) connections and a transaction pooler
-//! such as PgBouncer in `pool_mode = transaction`, and the one way every
-//! statement is sent ([`Statement::execute`] and the `fetch_*` methods).
+//! How statements reach the server: [`Pooler`], each pool's choice between
+//! direct (or session-pooled) connections and a transaction pooler such as
+//! PgBouncer in `pool_mode = transaction` (a process-wide default, and a
+//! mode of its own for any pool given one), and the one way every statement
+//! is sent ([`Statement::execute`] and the `fetch_*` methods).
+//!
+//! A statement sent on a connection rather than a pool takes the mode of
+//! the pool that connection came from, which the service sending it names
+//! (its own pool, or the one a caller's transaction was begun on). A
+//! connection whose pool nobody named gets transaction mode as soon as any
+//! pool of the process has it: correct on a direct connection too, at one
+//! more round trip per statement.
 //!
 //! Directly, a statement is prepared once per connection under a name
 //! (sqlx's statement cache) and re-bound on later calls. Behind a transaction
@@ -31,25 +39,34 @@
 //! clients' statements under sqlx's names (`sqlx_s_1`, ...), which PgBouncer
 //! (before 1.21) does not reset between clients.
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
-use sqlx::postgres::{PgQueryResult, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgQueryResult, PgRow};
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres};
 
 use super::Statement;
 use super::known_types;
 
-/// How this process reaches PostgreSQL: set once at start-up with
-/// [`set_pooler`] (or the `DBWORKER_POOLER` and `DBWORKER_LISTEN_URL`
-/// environment variables), before any service starts. It applies to every
-/// statement of every service, so no service can be left on the wrong mode.
+/// How a pool reaches PostgreSQL. The process-wide default is set once at
+/// start-up with [`set_pooler`] (or the `DBWORKER_POOLER` and
+/// `DBWORKER_LISTEN_URL` environment variables), before any service starts;
+/// a pool given a mode of its own with [`Pooler::apply_to`] keeps it, so one
+/// process can hold a direct pool and one through PgBouncer. Every statement
+/// of every service built on a pool follows that pool's mode, including the
+/// statements a service runs in a transaction begun on it.
 ///
 /// ```
-/// dbworker::set_pooler(dbworker::Pooler::Transaction {
+/// # async fn f() -> Result<(), sqlx::Error> {
+/// use dbworker::Pooler;
+/// let direct = sqlx::PgPool::connect_lazy("postgres://app@db-primary:5432/app")?;
+/// let pooled = sqlx::PgPool::connect_lazy("postgres://app@pgbouncer:6432/app")?;
+/// Pooler::Transaction {
 ///     listen_url: Some("postgres://app@db-primary:5432/app".into()),
-/// });
-/// assert!(dbworker::pooler().is_transaction());
-/// # dbworker::set_pooler(dbworker::Pooler::Direct);
+/// }
+/// .apply_to(&pooled);
+/// assert!(Pooler::of(&pooled).is_transaction());
+/// assert!(!Pooler::of(&direct).is_transaction());
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -74,6 +91,30 @@ impl Pooler {
     /// Whether statements go through a transaction pooler.
     pub fn is_transaction(&self) -> bool {
         matches!(self, Pooler::Transaction { .. })
+    }
+
+    /// Gives `pool` (and every clone of it) this mode, whatever the
+    /// process-wide default: call it before building services on the pool.
+    /// A pool whose connect options are later replaced
+    /// (`PgPool::set_connect_options`) falls back to the default.
+    pub fn apply_to(self, pool: &PgPool) {
+        let options = pool.connect_options();
+        let mut pools = POOLS.write().unwrap_or_else(|e| e.into_inner());
+        pools.retain(|(known, _)| !Arc::ptr_eq(known, &options));
+        pools.push((options, self));
+    }
+
+    /// The mode `pool` is in: its own ([`Pooler::apply_to`]), else the
+    /// process-wide default ([`pooler`]).
+    pub fn of(pool: &PgPool) -> Pooler {
+        let options = pool.connect_options();
+        let own = POOLS
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(known, _)| Arc::ptr_eq(known, &options))
+            .map(|(_, mode)| mode.clone());
+        own.unwrap_or_else(pooler)
     }
 
     /// The mode the environment asks for: `DBWORKER_POOLER=transaction` (or
@@ -105,13 +146,19 @@ pub(crate) fn env_problem() -> Option<String> {
 
 static SETTING: RwLock<Option<Pooler>> = RwLock::new(None);
 
+/// The pools given a mode of their own, by the identity of their connect
+/// options (shared by every clone of a pool). Holding the options keeps an
+/// identity from being reused by another pool.
+static POOLS: RwLock<Vec<(Arc<PgConnectOptions>, Pooler)>> = RwLock::new(Vec::new());
+
 /// Chooses how this process reaches PostgreSQL (see [`Pooler`]); it takes
 /// the place of the environment variables.
 pub fn set_pooler(pooler: Pooler) {
     *SETTING.write().unwrap_or_else(|e| e.into_inner()) = Some(pooler);
 }
 
-/// The mode in force: the one [`set_pooler`] chose, else the environment's.
+/// The process-wide default mode: the one [`set_pooler`] chose, else the
+/// environment's. A pool may have its own ([`Pooler::of`]).
 pub fn pooler() -> Pooler {
     if let Some(p) = SETTING.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
         return p.clone();
@@ -124,26 +171,53 @@ pub fn pooler() -> Pooler {
         .clone()
 }
 
-fn transaction_mode() -> bool {
+fn default_transaction_mode() -> bool {
     if let Some(p) = SETTING.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
         return p.is_transaction();
     }
     pooler().is_transaction()
 }
 
-/// Where a statement runs: the pool (a connection of its own, committed at
-/// once) or a connection the caller holds, in a transaction or not.
-pub(crate) enum On<'a> {
-    Pool(&'a PgPool),
-    Conn(&'a mut PgConnection),
+/// The mode for a connection whose pool nobody named: transaction mode if
+/// the default or any pool has it (see the module's doc).
+fn unknown_connection_mode() -> bool {
+    default_transaction_mode()
+        || POOLS
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(_, mode)| mode.is_transaction())
 }
 
-impl On<'_> {
+/// Where a statement runs: the pool (a connection of its own, committed at
+/// once) or a connection the caller holds, in a transaction or not, with
+/// its pool's mode when known (`Some(true)`: a transaction pooler).
+pub(crate) enum On<'a> {
+    Pool(&'a PgPool),
+    Conn(&'a mut PgConnection, Option<bool>),
+}
+
+impl<'a> On<'a> {
+    /// `conn`, which came from `pool`: statements on it follow the pool's
+    /// mode.
+    pub(crate) fn conn_of(pool: &PgPool, conn: &'a mut PgConnection) -> On<'a> {
+        On::Conn(conn, Some(Pooler::of(pool).is_transaction()))
+    }
+
     /// The same pool or connection, for one more statement.
     pub(crate) fn reborrow(&mut self) -> On<'_> {
         match self {
             On::Pool(pool) => On::Pool(pool),
-            On::Conn(conn) => On::Conn(conn),
+            On::Conn(conn, mode) => On::Conn(conn, *mode),
+        }
+    }
+
+    /// Whether statements here go through a transaction pooler.
+    pub(crate) fn transaction_mode(&self) -> bool {
+        match self {
+            On::Pool(pool) => Pooler::of(pool).is_transaction(),
+            On::Conn(_, Some(mode)) => *mode,
+            On::Conn(_, None) => unknown_connection_mode(),
         }
     }
 }
@@ -156,7 +230,7 @@ impl<'a> From<&'a PgPool> for On<'a> {
 
 impl<'a> From<&'a mut PgConnection> for On<'a> {
     fn from(conn: &'a mut PgConnection) -> On<'a> {
-        On::Conn(conn)
+        On::Conn(conn, None)
     }
 }
 
@@ -295,13 +369,15 @@ fn unnamed_statement_lost(err: &sqlx::Error) -> bool {
 
 impl Statement {
     async fn run(self, on: On<'_>, how: Fetch) -> sqlx::Result<Fetched> {
-        let pooled = transaction_mode();
+        let pooled = on.transaction_mode();
         match on {
             On::Pool(pool) if pooled => wrapped(self, &mut *pool.acquire().await?, how).await,
             On::Pool(pool) => fetch(self, pool, how, true).await,
-            On::Conn(conn) if pooled && !conn.is_in_transaction() => wrapped(self, conn, how).await,
-            On::Conn(conn) if pooled => in_callers_transaction(self, conn, how).await,
-            On::Conn(conn) => fetch(self, conn, how, true).await,
+            On::Conn(conn, _) if pooled && !conn.is_in_transaction() => {
+                wrapped(self, conn, how).await
+            }
+            On::Conn(conn, _) if pooled => in_callers_transaction(self, conn, how).await,
+            On::Conn(conn, _) => fetch(self, conn, how, true).await,
         }
     }
 

@@ -167,8 +167,8 @@ impl<R> DbJob<R> {
             });
         };
         let statement = sql::upstream_results(o, column, self.lease.id);
-        let rows = match self.tx.as_deref_mut() {
-            Some(conn) => statement.fetch_all(conn).await,
+        let rows = match self.tx.as_mut() {
+            Some(tx) => statement.fetch_all(tx).await,
             None => statement.fetch_all(store.pool()).await,
         }
         .map_err(Error::db("upstream_results"))?;

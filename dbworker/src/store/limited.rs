@@ -44,13 +44,13 @@ pub(super) async fn claim(
     let first = NEXT_LANE.fetch_add(1, Ordering::Relaxed) % LANES;
     let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
     let lane = sql::claim_lane(o, LANES, first)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(sql::On::conn_of(pool, &mut tx))
         .await
         .map_err(Error::db("claim_lane"))?;
     let mut rows = Vec::new();
     if lane.is_some() {
         rows = build(in_lane, LimitedClaim::Lane { threshold })
-            .fetch_all(&mut *tx)
+            .fetch_all(sql::On::conn_of(pool, &mut tx))
             .await
             .map_err(Error::db("claim"))?;
         tx.commit().await.map_err(Error::db("commit"))?;
@@ -63,12 +63,12 @@ pub(super) async fn claim(
     let rest = limit - rows.len();
     let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
     sql::claim_lock(o, LANES)
-        .execute(&mut *tx)
+        .execute(sql::On::conn_of(pool, &mut tx))
         .await
         .map_err(Error::db("claim_lock"))?;
     rows.extend(
         build(rest, LimitedClaim::Serialized)
-            .fetch_all(&mut *tx)
+            .fetch_all(sql::On::conn_of(pool, &mut tx))
             .await
             .map_err(Error::db("claim"))?,
     );

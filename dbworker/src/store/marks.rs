@@ -69,7 +69,7 @@ impl<R: Record> DbStore<R> {
         };
         let statement = self.complete_statement(job.lease, result);
         // The mark and the handler's writes commit together, or not at all.
-        let done = match statement.execute(&mut *tx).await {
+        let done = match statement.execute(&mut tx).await {
             Ok(done) => done,
             Err(err) => {
                 return Err(self
@@ -114,7 +114,7 @@ impl<R: Record> DbStore<R> {
             Some(refused) => (MarkKind::Failed, refused.as_str(), None),
             None => (kind, message, payload),
         };
-        let hinted = crate::pooler::named_statement_hint(message);
+        let hinted = crate::pooler::named_statement_hint(&self.pool, message);
         let message = hinted.as_deref().unwrap_or(message);
         // Taken back once the retry is written: a claim that passed the row
         // before then must not move the cursor past it (see store/cursor.rs).

@@ -34,6 +34,7 @@ use workerutil::{BoxError, Record};
 use super::marks::is_connection_loss;
 use super::{DbJob, DbStore, Handling};
 use crate::error::Error;
+use crate::sql;
 
 /// How long a kept connection may wait for the next job.
 pub(crate) const KEEP_FOR: Duration = Duration::from_millis(100);
@@ -107,6 +108,9 @@ pub(crate) struct JobTx {
     /// `None` once committed or rolled back.
     conn: Option<PoolConnection<Postgres>>,
     kept: Arc<Kept>,
+    /// Whether the pool goes through a transaction pooler (its statements
+    /// follow the pool's mode, see `sql/pooler.rs`).
+    pooled: bool,
 }
 
 impl JobTx {
@@ -114,12 +118,14 @@ impl JobTx {
     /// kept connection that fails to begin (the server restarted while it
     /// waited) is closed and a fresh one tried: nothing had started on it.
     pub(crate) async fn begin(pool: &PgPool, kept: &Arc<Kept>) -> Result<JobTx, sqlx::Error> {
+        let pooled = crate::Pooler::of(pool).is_transaction();
         if let Some(mut conn) = kept.take() {
             match PgTransactionManager::begin(&mut conn, None).await {
                 Ok(()) => {
                     return Ok(JobTx {
                         conn: Some(conn),
                         kept: kept.clone(),
+                        pooled,
                     });
                 }
                 Err(err) => {
@@ -133,6 +139,7 @@ impl JobTx {
         Ok(JobTx {
             conn: Some(conn),
             kept: kept.clone(),
+            pooled,
         })
     }
 
@@ -173,6 +180,13 @@ impl Drop for JobTx {
     }
 }
 
+impl<'a> From<&'a mut JobTx> for sql::On<'a> {
+    fn from(tx: &'a mut JobTx) -> sql::On<'a> {
+        let pooled = tx.pooled;
+        sql::On::Conn(DerefMut::deref_mut(tx), Some(pooled))
+    }
+}
+
 impl Deref for JobTx {
     type Target = PgConnection;
 
@@ -202,7 +216,7 @@ impl<R: Record> DbStore<R> {
                 .options
                 .per_job
                 .lock_claimed(lease.id, lease.token)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut tx)
                 .await?;
             Ok::<_, sqlx::Error>(row.map(|_| tx))
         };

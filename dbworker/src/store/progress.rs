@@ -44,8 +44,8 @@ impl<R: Record> DbJob<R> {
     ) -> Result<Option<T>, Error> {
         needs_progress(store, "checkpoint")?;
         let statement = sql::read_checkpoint(store.resolved(), self.lease.id, self.lease.token);
-        let row = match self.tx.as_deref_mut() {
-            Some(conn) => statement.fetch_optional(conn).await,
+        let row = match self.tx.as_mut() {
+            Some(tx) => statement.fetch_optional(tx).await,
             None => statement.fetch_optional(store.pool()).await,
         }
         .map_err(Error::db("read_checkpoint"))?
@@ -132,8 +132,8 @@ impl<R: Record> DbJob<R> {
             progress,
             checkpoint,
         );
-        let row = match self.tx.as_deref_mut() {
-            Some(conn) => statement.fetch_optional(conn).await,
+        let row = match self.tx.as_mut() {
+            Some(tx) => statement.fetch_optional(tx).await,
             None => statement.fetch_optional(store.pool()).await,
         }
         .map_err(Error::db("write_progress"))?
@@ -161,7 +161,7 @@ async fn reopen<R: Record>(
         .resolved()
         .per_job
         .lock_claimed(lease.id, lease.token)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await
         .map_err(Error::db("checkpoint_lock"))?;
     match locked {

@@ -24,12 +24,13 @@ impl<R: Record> DbStore<R> {
             return self.snooze_job(job, timeout).await;
         };
         let lease = job.lease;
+        let pooled = Some(crate::Pooler::of(&self.pool).is_transaction());
         let mark = async |conn: &mut PgConnection| -> Result<bool> {
             // The row first, as every sender locks it: a sender that came
             // before has committed its signal by now, one that comes after
             // waits for this mark and then finds the job waiting.
             let owned = sql::lock_owned(&self.options, lease.id, lease.token)
-                .fetch_optional(&mut *conn)
+                .fetch_optional(sql::On::Conn(&mut *conn, pooled))
                 .await
                 .map_err(Error::db("mark_waiting"))?;
             if owned.is_none() {
@@ -37,13 +38,13 @@ impl<R: Record> DbStore<R> {
             }
             // A statement of its own: its snapshot is taken after the lock.
             let sent: bool = sql::signal_sent(&mailbox, lease.id, signal)
-                .fetch_one(&mut *conn)
+                .fetch_one(sql::On::Conn(&mut *conn, pooled))
                 .await
                 .map_err(Error::db("mark_waiting"))?
                 .get("sent");
             let done =
                 sql::mark_waiting(&self.options, lease.id, lease.token, signal, timeout, sent)
-                    .execute(&mut *conn)
+                    .execute(sql::On::Conn(&mut *conn, pooled))
                     .await
                     .map_err(Error::db("mark_waiting"))?;
             Ok(done.rows_affected() == 1)
@@ -111,8 +112,8 @@ impl<R: Record> DbJob<R> {
             });
         };
         let statement = sql::consume_signal(o, mailbox, self.lease.id, self.lease.token, name);
-        let row = match self.tx.as_deref_mut() {
-            Some(conn) => statement.fetch_optional(conn).await,
+        let row = match self.tx.as_mut() {
+            Some(tx) => statement.fetch_optional(tx).await,
             None => statement.fetch_optional(store.pool()).await,
         }
         .map_err(Error::db("consume_signal"))?;
