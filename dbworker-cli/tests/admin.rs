@@ -1,6 +1,7 @@
 //! The `dbworker` operator commands end to end against real Postgres: status,
 //! show, requeue, cancel, fail, delete, pause and resume — each acting only on
-//! the states it names, never on a job a worker holds.
+//! the states it names, never on a job a worker holds; `fair` (a fair table's
+//! keys and weights) and `signal` (a waiting job's signal).
 
 mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
@@ -9,7 +10,7 @@ mod common;
 use dbworker::{control::DEFAULT_PAUSE_TABLE, ddl::pause_table_sql};
 
 use cli::{dbworker, ok, refused};
-use common::Db;
+use common::{Db, Job};
 
 /// One job per state; returns their ids by state.
 async fn seed(db: &Db) -> std::collections::HashMap<&'static str, i64> {
@@ -460,4 +461,261 @@ async fn the_cron_command_runs_a_crontab_file() {
     let err = refused(&dbworker(&db, &["cron", "--crontab", &path, "--once"]));
     assert!(err.contains("line 1"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `dbworker fair` lists each key's waiting and running jobs with its
+/// weight, most waiting first (jobs without a key last among equals); `--set key=N` writes the weight table,
+/// `--remove key` deletes the row (weight 1 again); a bad weight is refused
+/// and changes nothing.
+#[tokio::test]
+async fn fair_lists_each_keys_share_and_sets_and_removes_weights() {
+    let db = Db::new().await;
+    let fair = dbworker::ddl::FairClaims::default();
+    db.execute(&dbworker::ddl::fair_claims_sql("jobs", &Default::default(), &fair).unwrap())
+        .await;
+    db.execute(
+        "INSERT INTO jobs (fair_key) SELECT 'acme' FROM generate_series(1, 3);
+         INSERT INTO jobs (fair_key) VALUES ('globex'), (NULL);
+         INSERT INTO jobs (fair_key, state, started_at, last_heartbeat_at) VALUES ('globex', 'processing', now(), now());
+         INSERT INTO jobs (fair_key, state, finished_at) VALUES ('initech', 'completed', now());",
+    )
+    .await;
+    // Each key's row as its cells: key, waiting, running, weight.
+    let rows = |out: &str| -> Vec<Vec<String>> {
+        out.lines()
+            .skip_while(|l| !l.starts_with("KEY"))
+            .skip(1)
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    };
+    let weights = async || -> Vec<(String, i32)> {
+        sqlx::query_as("SELECT fair_key, weight FROM jobs_fair_weights ORDER BY fair_key")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+    };
+
+    let out = ok(&dbworker(&db, &["fair"]));
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["KEY", "WAITING", "RUNNING", "WEIGHT"], "{out}");
+    assert_eq!(
+        rows(&out),
+        [
+            ["acme", "3", "0", "1"],
+            ["globex", "1", "1", "1"],
+            ["(none)", "1", "0", "1"],
+        ],
+        "{out}"
+    );
+
+    let out = ok(&dbworker(
+        &db,
+        &["fair", "--set", "acme=4", "--set", "globex=2"],
+    ));
+    assert!(
+        out.contains("weight of \"acme\" is 4") && out.contains("weight of \"globex\" is 2"),
+        "{out}"
+    );
+    assert_eq!(rows(&out)[0], ["acme", "3", "0", "4"], "{out}");
+    assert_eq!(rows(&out)[1], ["globex", "1", "1", "2"], "{out}");
+    assert_eq!(
+        weights().await,
+        [("acme".to_owned(), 4), ("globex".to_owned(), 2)]
+    );
+    // Set again: the row is updated, not doubled.
+    ok(&dbworker(&db, &["fair", "--set", "acme=5"]));
+    assert_eq!(weights().await[0], ("acme".to_owned(), 5));
+
+    let out = ok(&dbworker(
+        &db,
+        &[
+            "fair", "--remove", "acme", "--remove", "nobody", "--top", "1",
+        ],
+    ));
+    assert!(out.contains("weight of \"acme\" is 1\n"), "{out}");
+    assert!(out.contains("weight of \"nobody\" is 1 (it was)"), "{out}");
+    assert_eq!(rows(&out), [["acme", "3", "0", "1"]], "--top 1: {out}");
+    assert_eq!(weights().await, [("globex".to_owned(), 2)]);
+
+    // Refused, naming what is wrong; the weight table is unchanged.
+    let err = refused(&dbworker(&db, &["fair", "--set", "acme=0"]));
+    assert!(err.contains("between 1 and 10000"), "{err}");
+    let err = refused(&dbworker(&db, &["fair", "--set", "acme"]));
+    assert!(err.contains("is not key=weight"), "{err}");
+    assert_eq!(weights().await, [("globex".to_owned(), 2)]);
+}
+
+/// `dbworker signal` puts the signal in the mailbox and wakes the job that
+/// waits for it: a worker's handler waiting for `paid` resumes at once and
+/// consumes the payload; a repeated dedupe key is delivered once; `--key`
+/// addresses the live job holding a key; an unknown job or a payload that
+/// is not JSON is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_wakes_the_waiting_job_which_consumes_it_once() {
+    use dbworker::{DbJob, DbStore, Handling, new_worker};
+    use std::time::{Duration, Instant};
+    use workerutil::{HandlerError, JobContext};
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    /// Waits for `paid`, then records its payload in the job's transaction.
+    struct Pays;
+    impl workerutil::Handler<DbStore<Job>> for Pays {
+        async fn handle(
+            &self,
+            job: &mut DbJob<Job>,
+            ctx: &JobContext<DbStore<Job>>,
+        ) -> Result<(), HandlerError> {
+            let Some(paid) = job.signal::<serde_json::Value>(ctx.store(), "paid").await? else {
+                return Err(HandlerError::wait_for("paid", HOUR));
+            };
+            let id = job.record().id;
+            sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, $2)")
+                .bind(id)
+                .bind(paid.to_string())
+                .execute(job.tx().expect("transactional handling"))
+                .await
+                .map_err(HandlerError::retryable)?;
+            Ok(())
+        }
+    }
+    async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done().await {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.keys = true,
+        &[dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap()],
+    )
+    .await;
+    let table = db.table_with(|o| o.signals = true).await;
+    let mut so = db.options();
+    so.handling = Handling::Transactional;
+    so.stall.stalled_max_age = Duration::from_secs(60);
+    let store = std::sync::Arc::new(DbStore::new(&db.pool, &table, so).await.unwrap());
+    let mut wo = workerutil::WorkerOptions::new("signal-test");
+    wo.interval = Duration::from_millis(20);
+    let worker = new_worker(store, Pays, wo).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+
+    let id = db.enqueue(1, serde_json::json!({})).await[0];
+    let awaiting = async || -> Option<String> {
+        sqlx::query_scalar("SELECT awaiting FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    until("the job never waited for paid", async || {
+        awaiting().await.as_deref() == Some("paid")
+    })
+    .await;
+    let ids = id.to_string();
+    let send = [
+        "signal",
+        "--id",
+        &ids,
+        "--name",
+        "paid",
+        "--payload",
+        r#"{"amount": 5}"#,
+        "--dedupe",
+        "evt_1",
+    ];
+    assert_eq!(ok(&dbworker(&db, &send)), "sent paid\n");
+    let (name, payload, dedupe): (String, Option<serde_json::Value>, Option<String>) =
+        sqlx::query_as("SELECT name, payload, dedupe_key FROM jobs_signals WHERE job_id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (name.as_str(), payload, dedupe.as_deref()),
+        (
+            "paid",
+            Some(serde_json::json!({"amount": 5})),
+            Some("evt_1")
+        )
+    );
+    // Woken at once (not in an hour): the handler ran again and consumed it.
+    until("the signalled job did not complete", async || {
+        db.state(id).await == "completed"
+    })
+    .await;
+    let note: String = db
+        .scalar("SELECT note FROM side_effects WHERE job_id = $1", id)
+        .await;
+    assert_eq!(note, r#"{"amount":5}"#);
+    let consumed: bool = db
+        .scalar(
+            "SELECT consumed_at IS NOT NULL FROM jobs_signals WHERE job_id = $1",
+            id,
+        )
+        .await;
+    assert!(consumed, "the resumed attempt did not consume its signal");
+    // The same dedupe key again: delivered once, no second row.
+    assert_eq!(
+        ok(&dbworker(&db, &send)),
+        "paid was sent before with this dedupe key: delivered once\n"
+    );
+    let rows: i64 = db
+        .scalar("SELECT count(*) FROM jobs_signals WHERE job_id = $1", id)
+        .await;
+    assert_eq!(rows, 1);
+    shutdown.graceful();
+    run.await.unwrap();
+
+    // By key, to a job waiting with no worker running: requeued to run now.
+    let keyed: i64 = db
+        .scalar(
+            "INSERT INTO jobs (job_key, awaiting, process_after) VALUES ('order-7', 'shipped', now() + interval '1 hour') RETURNING id + $1",
+            0,
+        )
+        .await;
+    let out = ok(&dbworker(
+        &db,
+        &["signal", "--key", "order-7", "--name", "shipped"],
+    ));
+    assert_eq!(out, "sent shipped\n");
+    let (state, awaiting, due): (String, Option<String>, bool) =
+        sqlx::query_as("SELECT state, awaiting, process_after <= now() FROM jobs WHERE id = $1")
+            .bind(keyed)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), awaiting, due), ("queued", None, true));
+    let mailbox: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs_signals WHERE job_id = $1 AND name = 'shipped' AND payload IS NULL AND consumed_at IS NULL",
+            keyed,
+        )
+        .await;
+    assert_eq!(mailbox, 1);
+
+    // Refused, naming what is wrong.
+    let err = refused(&dbworker(
+        &db,
+        &["signal", "--id", "999999", "--name", "paid"],
+    ));
+    assert!(err.contains("no job 999999"), "{err}");
+    let err = refused(&dbworker(
+        &db,
+        &[
+            "signal",
+            "--id",
+            &ids,
+            "--name",
+            "paid",
+            "--payload",
+            "{oops",
+        ],
+    ));
+    assert!(err.contains("--payload is not JSON"), "{err}");
+    let err = refused(&dbworker(&db, &["signal", "--name", "paid"]));
+    assert!(err.contains("--id") || err.contains("--key"), "{err}");
 }

@@ -1,6 +1,7 @@
 //! The operator commands check their own grants at start-up: reading needs
 //! only SELECT, an action UPDATE, `delete` and `purge` DELETE (a purge also
-//! UPDATE: it locks the rows it deletes); a missing grant is named with the
+//! UPDATE: it locks the rows it deletes), `signal` and `fair --set` theirs on
+//! the signal mailbox and the weight table; a missing grant is named with the
 //! table and the `GRANT` that gives it, before anything is touched.
 
 mod cli;
@@ -178,4 +179,93 @@ async fn status_names_every_read_it_lacks_at_once() {
     .await;
     let status = ok(&as_role(&db, &reader, &["status"]));
     assert!(status.contains("paused: queue mail"), "{status}");
+}
+
+/// `dbworker signal` and `dbworker fair` check their grants at start-up,
+/// as the manual's rows for `jobs_signals` and `jobs_fair_weights` give
+/// them: a role missing one is refused, naming its `GRANT`, before anything
+/// is written; with them all the signal is sent and the weight set.
+#[tokio::test]
+async fn signal_and_fair_name_the_grant_they_lack() {
+    let db = Db::new().await;
+    db.execute(&format!(
+        "{}{}",
+        dbworker::ddl::fair_claims_sql("jobs", &Default::default(), &Default::default()).unwrap(),
+        dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap(),
+    ))
+    .await;
+    let id: i64 = db
+        .scalar(
+            "INSERT INTO jobs (awaiting, process_after) VALUES ('paid', now() + interval '1 hour') RETURNING id + $1",
+            0,
+        )
+        .await;
+    let id = id.to_string();
+    let sent = async || -> i64 {
+        db.scalar("SELECT count(*) FROM jobs_signals WHERE $1 = $1", 0)
+            .await
+    };
+
+    let sender = [
+        "SELECT ON jobs",
+        "UPDATE ON jobs",
+        "SELECT ON jobs_signals",
+        "USAGE ON SEQUENCE jobs_signals_id_seq",
+    ];
+    let partial = role(&db, "sender", &sender).await;
+    let err = refused(&as_role(
+        &db,
+        &partial,
+        &["signal", "--id", &id, "--name", "paid"],
+    ));
+    assert!(
+        err.contains(&format!(
+            "role {partial} lacks INSERT on signal mailbox jobs_signals, which sending signals needs: GRANT INSERT ON jobs_signals TO {partial}"
+        )) && !err.contains("permission denied"),
+        "{err}"
+    );
+    assert_eq!(sent().await, 0);
+    db.execute(&format!("GRANT INSERT ON jobs_signals TO \"{partial}\""))
+        .await;
+    let out = ok(&as_role(
+        &db,
+        &partial,
+        &["signal", "--id", &id, "--name", "paid"],
+    ));
+    assert_eq!(out, "sent paid\n");
+    assert_eq!(sent().await, 1);
+
+    // Reading the shares needs SELECT on the weights; setting one, writes.
+    let reader = role(
+        &db,
+        "weights",
+        &["SELECT ON jobs", "SELECT ON jobs_fair_weights"],
+    )
+    .await;
+    let listed = ok(&as_role(&db, &reader, &["fair"]));
+    assert!(listed.starts_with("KEY"), "{listed}");
+    let err = refused(&as_role(&db, &reader, &["fair", "--set", "acme=4"]));
+    assert!(
+        err.contains(&format!(
+            "role {reader} lacks INSERT, UPDATE, DELETE on weight table jobs_fair_weights, which setting fair weights needs: GRANT INSERT, UPDATE, DELETE ON jobs_fair_weights TO {reader}"
+        )),
+        "{err}"
+    );
+    db.execute(&format!(
+        "GRANT INSERT, UPDATE, DELETE ON jobs_fair_weights TO \"{reader}\""
+    ))
+    .await;
+    ok(&as_role(&db, &reader, &["fair", "--set", "acme=4"]));
+    let weight: i32 = db
+        .scalar(
+            "SELECT weight FROM jobs_fair_weights WHERE fair_key = 'acme' AND $1 = $1",
+            0,
+        )
+        .await;
+    assert_eq!(weight, 4);
+
+    for r in [partial, reader] {
+        db.execute(&format!("DROP OWNED BY \"{r}\"; DROP ROLE \"{r}\""))
+            .await;
+    }
 }

@@ -1,5 +1,6 @@
 //! `dbworker history` records the job history and `dbworker top --once`
-//! prints it with the live states, as text and as JSON.
+//! prints it with the live states, as text and as JSON; on a table with
+//! progress, the running jobs with their progress.
 
 mod cli;
 #[path = "../../dbworker/tests/common/mod.rs"]
@@ -25,6 +26,8 @@ async fn top_once_prints_the_live_states_and_the_history() {
     ));
     assert!(frame.contains("dbworker top — jobs"), "{frame}");
     assert!(frame.contains("no history table no_history"), "{frame}");
+    // No progress column: no running jobs' panel.
+    assert!(!frame.contains("running jobs"), "{frame}");
 
     let recorded = ok(&dbworker(&db, &["history", "--once"]));
     assert!(recorded.starts_with("recorded "), "{recorded}");
@@ -69,8 +72,76 @@ async fn top_once_prints_the_live_states_and_the_history() {
     assert!(v["last_hour"]["points"].is_array());
     let total = &v["status"]["total"];
     assert_eq!(total["processing"], 1);
+    assert!(v["running"].is_null(), "{out}");
 
     // A duration that does not parse is named.
     let e = refused(&dbworker(&db, &["top", "--once", "--interval", "soon"]));
     assert!(e.contains("--interval"), "{e}");
+}
+
+/// On a table with progress (`migration --progress`), `top` lists the
+/// running jobs, longest first, each with its host, time running and the
+/// progress its handler set (`-` before any); as JSON too. Waiting and
+/// finished jobs are not listed.
+#[tokio::test]
+async fn top_shows_the_running_jobs_progress_where_the_table_has_it() {
+    let db = common::Db::new().await;
+    db.add_columns(|c| c.progress = true, &[]).await;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO jobs (state, started_at, last_heartbeat_at, worker_hostname, progress) VALUES
+           ('processing', now() - interval '2 minutes', now(), 'host-a', '{\"rows\": 40, \"of\": 100}'),
+           ('processing', now() - interval '5 seconds', now(), 'host-b', NULL),
+           ('queued', NULL, NULL, '', '{\"rows\": 1}'),
+           ('completed', now(), now(), 'host-c', '{\"rows\": 100}')
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+
+    let frame = ok(&dbworker(
+        &db,
+        &["top", "--once", "--history-table", "no_history"],
+    ));
+    assert!(frame.contains("running jobs, longest first"), "{frame}");
+    let row = |id: i64| -> Vec<String> {
+        frame
+            .lines()
+            .find(|l| l.starts_with(&format!("│{id} ")))
+            .unwrap_or_else(|| panic!("no row for job {id}: {frame}"))
+            .trim_matches('│')
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let first = row(ids[0]);
+    assert_eq!(first[1], "host-a", "{frame}");
+    assert!(first[2].starts_with("2m"), "{frame}");
+    assert_eq!(first[3], r#"{"of":100,"rows":40}"#, "{frame}");
+    assert_eq!(row(ids[1])[3], "-", "{frame}");
+    let pos = |id: i64| frame.find(&format!("│{id} ")).unwrap();
+    assert!(pos(ids[0]) < pos(ids[1]), "longest first: {frame}");
+    for id in &ids[2..] {
+        assert!(!frame.contains(&format!("│{id} ")), "{frame}");
+    }
+
+    let out = ok(&dbworker(
+        &db,
+        &[
+            "top",
+            "--once",
+            "--history-table",
+            "no_history",
+            "--format",
+            "json",
+        ],
+    ));
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let running = v["running"].as_array().unwrap();
+    assert_eq!(running.len(), 2, "{out}");
+    assert_eq!(running[0]["id"], ids[0]);
+    assert_eq!(running[0]["worker_hostname"], "host-a");
+    assert_eq!(running[0]["progress"]["rows"], 40);
+    assert!(running[0]["running_seconds"].as_f64().unwrap() >= 120.0);
+    assert!(running[1]["progress"].is_null());
 }

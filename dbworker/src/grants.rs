@@ -41,7 +41,7 @@ impl Privilege {
     }
 }
 
-use Privilege::{Delete, Select, Update};
+use Privilege::{Delete, Insert, Select, Update};
 
 #[derive(Debug)]
 enum Need {
@@ -107,9 +107,25 @@ impl Grants {
         self
     }
 
-    /// `privileges` on the job table.
+    /// `privileges` on the job table. An insert also fires a fair table's
+    /// tagging trigger, as the role that inserts.
     pub(crate) fn on_table(self, t: &Table, privileges: &[Privilege]) -> Grants {
-        self.on("table", &t.table, privileges)
+        let g = self.on("table", &t.table, privileges);
+        if privileges.contains(&Insert) {
+            g.fair_tagging(t)
+        } else {
+            g
+        }
+    }
+
+    /// On a fair table, `SELECT` on its weight table: the tagging trigger
+    /// reads the key's weight as the role whose statement fired it (an
+    /// insert, or a job that waits again).
+    pub(crate) fn fair_tagging(self, t: &Table) -> Grants {
+        match &t.fair_weights {
+            Some(weights) => self.on("weight table", weights, &[Select]),
+            None => self,
+        }
     }
 
     /// `privileges` on the table's dependency table, when it has workflows.
@@ -155,8 +171,10 @@ impl Grants {
     /// What a worker's store writes and reads: `SELECT, UPDATE` on the table
     /// (claims, heartbeats, execution logs and marks are updates), `SELECT`
     /// on the pause table, `SELECT, UPDATE` on the limit table (a limited
-    /// claim spends its tokens) and, with workflows, what the release trigger
-    /// does in the transaction of the mark that finishes a job.
+    /// claim spends its tokens), `SELECT, UPDATE` on the signal mailbox (the
+    /// wait mark reads it, a resumed attempt marks its signal consumed) and
+    /// what the triggers do in the transaction of a mark: with workflows the
+    /// release trigger's, on a fair table the tagging trigger's read.
     pub(crate) fn worker(t: &Table) -> Grants {
         let mut g = Grants::new("a worker").on_table(t, &[Select, Update]);
         if let Some(pauses) = &t.pause_table {
@@ -165,15 +183,40 @@ impl Grants {
         if let Some(limits) = &t.limit_table {
             g = g.on("limit table", limits, &[Select, Update]);
         }
+        if let Some(signals) = &t.signals {
+            g = g.on("signal mailbox", signals, &[Select, Update]);
+        }
         // A mark that finishes a keyed job frees its key.
         g.release_trigger(t).on_keys(t, &[Select, Delete])
     }
 
-    /// What finishing, failing, cancelling or retrying a job of a table with
-    /// workflows needs besides the update: the release trigger runs as the
-    /// role that wrote, reading, locking and deleting dependency edges.
+    /// What finishing, failing, cancelling or retrying a job needs besides
+    /// the update, since the table's triggers run as the role that wrote:
+    /// with workflows the release trigger reads, locks and deletes
+    /// dependency edges; on a fair table a job that waits again (a retry, a
+    /// reset, a requeue, a released dependent) is tagged again.
     pub(crate) fn release_trigger(self, t: &Table) -> Grants {
-        self.on_deps(t, &[Select, Update, Delete])
+        self.on_deps(t, &[Select, Update, Delete]).fair_tagging(t)
+    }
+
+    /// What sending a signal needs (the table's signal function runs as the
+    /// sender): `SELECT, UPDATE` on the job table (it locks the job's row and
+    /// wakes a waiting job), `SELECT, INSERT` on the mailbox (`ON CONFLICT`
+    /// reads the dedupe key) and `USAGE` on the mailbox's id sequence. None
+    /// on a table without signals.
+    pub(crate) fn signal_sender(t: &Table) -> Grants {
+        let g = Grants::new("sending signals");
+        let Some(signals) = &t.signals else {
+            return g;
+        };
+        let mut g =
+            g.on_table(t, &[Select, Update])
+                .on("signal mailbox", signals, &[Select, Insert]);
+        g.needs.push(Need::IdSequence {
+            table: signals.clone(),
+            id_column: "id".to_owned(),
+        });
+        g
     }
 
     /// Whether any need is a write (a privilege other than `SELECT`, or a

@@ -28,6 +28,8 @@ mod schema_check;
 mod sql_value;
 // The job table every service takes (above the SQL, below the services).
 mod table;
+// Trace context from enqueue to every attempt (enqueue and store use it).
+mod trace;
 
 // Building a worker over a store (above the store).
 mod worker;
@@ -76,6 +78,7 @@ pub use store::{
 pub use table::{
     Aging, DEFAULT_CONNECT_TIMEOUT, DEFAULT_ERROR_HISTORY_LIMIT, JobTable, JobTableOptions,
 };
+pub use trace::TraceContext;
 pub use worker::new_worker;
 
 pub use workerutil;

@@ -2,7 +2,9 @@
 //! Postgres: limits edited by an admin and obeyed at the next claim (refused
 //! to a reader), a fair table's keys with their work and weights (set and
 //! reset by an admin, bad weights refused, no form in read-only views, no
-//! page on a plain table), the job page in an operator's order,
+//! page on a plain table), the job page in an operator's order (with a
+//! running job's progress on a table that keeps it),
+//! a waiting job's signal sent from its page (by an admin, with the token),
 //! the processes page (stale and dead heartbeats, the leader), and the
 //! paused-refresh toggle.
 
@@ -464,6 +466,192 @@ async fn the_job_page_reads_in_an_operators_order() {
     assert!(
         !rest.contains("<th>payload</th>") && !rest.contains("<th>state</th>"),
         "{rest}"
+    );
+    // A table without progress has no such section.
+    assert!(!page.contains("<h2>Progress</h2>"), "{page}");
+}
+
+/// On a table with progress (`migration --progress`), the job page shows
+/// the progress the handler reported, indented, under the job's summary
+/// and before its timeline (not again among the other columns); "None
+/// reported." before any.
+#[tokio::test]
+async fn the_job_page_shows_the_progress_where_the_table_has_it() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.progress = true, &[]).await;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO jobs (state, started_at, last_heartbeat_at, worker_hostname, progress) VALUES
+           ('processing', now(), now(), 'host-a', '{\"rows\": 40, \"of\": 100}'),
+           ('processing', now(), now(), 'host-b', NULL)
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let table = db.table_with(|t| t.progress = true).await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap()
+        .router();
+    let (status, page) = get(&app, &format!("/t/jobs/jobs/{}", ids[0])).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let at = |needle: &str| {
+        page.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in {page}"))
+    };
+    assert!(at("<th>worker</th>") < at("<h2>Progress</h2>"), "{page}");
+    assert!(at("<h2>Progress</h2>") < at("<h2>Timeline</h2>"), "{page}");
+    assert!(
+        page.contains(
+            "<div id=\"progress\"><pre>{\n  &quot;of&quot;: 100,\n  &quot;rows&quot;: 40\n}</pre></div>"
+        ),
+        "{page}"
+    );
+    let rest = &page[at("<h2>Other columns</h2>")..];
+    assert!(!rest.contains("<th>progress</th>"), "{rest}");
+    assert!(rest.contains("<th>progress_seq</th>"), "{rest}");
+
+    let (_, page) = get(&app, &format!("/t/jobs/jobs/{}", ids[1])).await;
+    assert!(
+        page.contains("<div id=\"progress\"><p class=\"muted\">None reported.</p></div>"),
+        "{page}"
+    );
+}
+
+/// A job waiting for a signal (`awaiting`, on a table with signals) says so
+/// on its page and, to an admin, offers a form: the awaited name prefilled
+/// and an optional JSON payload, posted with the CSRF token. Sent, the
+/// signal is in the mailbox and the job is woken to run now. A reader, a
+/// read-only dashboard, a missing token, a missing name or a payload that
+/// is not JSON send nothing; a job that does not wait has no form.
+#[tokio::test]
+async fn an_admin_sends_a_waiting_job_its_signal_from_its_page() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO jobs (awaiting, process_after) VALUES
+           ('paid', now() + interval '1 hour'),
+           (NULL, NULL)
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let (waiting, plain) = (ids[0], ids[1]);
+    let table = db.table_with(|t| t.signals = true).await;
+    let app = |read_only: bool| {
+        let (db, table) = (&db, &table);
+        async move {
+            let mut o = DashboardOptions::new(vec![table.clone()]);
+            o.auth = Auth::Bearer {
+                admin: Some("admin-secret".into()),
+                read_only: Some("read-secret".into()),
+            };
+            o.read_only = read_only;
+            Dashboard::new(&db.pool, o).await.unwrap().router()
+        }
+    };
+    let app_rw = app(false).await;
+    let (admin, reader) = ("Bearer admin-secret", "Bearer read-secret");
+    let url = format!("/t/jobs/jobs/{waiting}/signal");
+    let mailbox = async || -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM jobs_signals")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+
+    let (status, page) = get_as(&app_rw, &format!("/t/jobs/jobs/{waiting}"), admin).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("<h2>Waiting for a signal</h2>")
+            && page.contains("Waits for the signal <code>paid</code>"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("action=\"{url}\""))
+            && page.contains("<input name=\"name\" value=\"paid\"")
+            && page.contains("<textarea name=\"payload\""),
+        "{page}"
+    );
+    let token = csrf(&page);
+    // Not waiting: no section, no form.
+    let (_, other) = get_as(&app_rw, &format!("/t/jobs/jobs/{plain}"), admin).await;
+    assert!(
+        !other.contains("Waiting for a signal") && !other.contains("/signal\""),
+        "{other}"
+    );
+    // A reader sees what it waits for, but no form, and its post is refused.
+    let (_, page) = get_as(&app_rw, &format!("/t/jobs/jobs/{waiting}"), reader).await;
+    assert!(
+        page.contains("Waits for the signal") && !page.contains(&url),
+        "{page}"
+    );
+    let form = format!("csrf={token}&name=paid&payload=");
+    let (status, _, _) = post(&app_rw, &url, &form, Some(reader)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // A read-only dashboard: no form for anyone, the post refused.
+    let app_ro = app(true).await;
+    let (_, page) = get_as(&app_ro, &format!("/t/jobs/jobs/{waiting}"), admin).await;
+    assert!(!page.contains(&url), "{page}");
+    let (status, _, _) = post(&app_ro, &url, &form, Some(admin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // No token; no name; a payload that is not JSON.
+    let (status, _, _) = post(&app_rw, &url, "name=paid", Some(admin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no token, no signal");
+    let (status, body, _) = post(&app_rw, &url, &format!("csrf={token}&name="), Some(admin)).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::BAD_REQUEST, "name: name the signal")
+    );
+    let (status, body, _) = post(
+        &app_rw,
+        &url,
+        &format!("csrf={token}&name=paid&payload=%7Boops"),
+        Some(admin),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.starts_with("payload: \"{oops\" is not JSON"), "{body}");
+    assert_eq!(mailbox().await, 0, "nothing sent");
+
+    // Sent: in the mailbox with its payload, the job woken to run now.
+    let (status, _, location) = post(
+        &app_rw,
+        &url,
+        &format!("csrf={token}&name=paid&payload=%7B%22amount%22%3A+5%7D"),
+        Some(admin),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let location = location.unwrap();
+    assert_eq!(
+        location,
+        format!("/t/jobs/jobs/{waiting}?done=signal+%22paid%22+sent")
+    );
+    let (name, payload): (String, Option<serde_json::Value>) =
+        sqlx::query_as("SELECT name, payload FROM jobs_signals WHERE job_id = $1")
+            .bind(waiting)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (name.as_str(), payload),
+        ("paid", Some(serde_json::json!({"amount": 5})))
+    );
+    let (awaiting, due): (Option<String>, bool) =
+        sqlx::query_as("SELECT awaiting, process_after <= now() FROM jobs WHERE id = $1")
+            .bind(waiting)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((awaiting, due), (None, true));
+    let (_, page) = get_as(&app_rw, &location, admin).await;
+    assert!(
+        page.contains("Done: signal &quot;paid&quot; sent")
+            && !page.contains("Waiting for a signal"),
+        "{page}"
     );
 }
 

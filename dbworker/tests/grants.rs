@@ -784,3 +784,265 @@ async fn a_cron_scheduler_and_the_history_run_with_their_documented_grants() {
     })
     .await;
 }
+
+// A fair table with signals, as the manual's rows for `jobs_fair_weights`
+// and `jobs_signals` give them: every writer whose statement tags a job (an
+// insert, a job that waits again) reads its key's weight; a worker reads
+// the mailbox and marks a signal consumed; a sender inserts into it.
+const FAIR_SIGNAL_WORKER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_fair_weights",
+    "SELECT ON jobs_signals",
+    "UPDATE ON jobs_signals",
+]);
+const FAIR_ENQUEUER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON jobs_fair_weights",
+]);
+const SIGNAL_SENDER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_signals",
+    "INSERT ON jobs_signals",
+    "USAGE ON SEQUENCE jobs_signals_id_seq",
+]);
+const FAIR_OPERATOR: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_fair_weights",
+]);
+const FAIR_RESETTER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_fair_weights",
+]);
+// A dashboard with actions on such a table: the operator's, the weights'
+// writes and the sender's (its job page sends signals).
+const SIGNAL_DASHBOARD: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "DELETE ON jobs",
+    "SELECT ON jobs_fair_weights",
+    "INSERT ON jobs_fair_weights",
+    "UPDATE ON jobs_fair_weights",
+    "DELETE ON jobs_fair_weights",
+    "SELECT ON jobs_signals",
+    "INSERT ON jobs_signals",
+    "USAGE ON SEQUENCE jobs_signals_id_seq",
+]);
+const WEIGHER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "SELECT ON jobs_fair_weights",
+    "INSERT ON jobs_fair_weights",
+    "UPDATE ON jobs_fair_weights",
+    "DELETE ON jobs_fair_weights",
+]);
+
+async fn fair_signal_table(pool: &PgPool) -> Result<JobTable, dbworker::Error> {
+    let mut o = Db::table_options();
+    o.fair = true;
+    o.signals = true;
+    JobTable::new(pool, o).await
+}
+
+/// Waits for `paid`; resumed, consumes it and completes.
+struct Pays;
+
+impl workerutil::Handler<DbStore<Job>> for Pays {
+    async fn handle(
+        &self,
+        job: &mut dbworker::DbJob<Job>,
+        ctx: &workerutil::JobContext<DbStore<Job>>,
+    ) -> Result<(), workerutil::HandlerError> {
+        match job.signal::<serde_json::Value>(ctx.store(), "paid").await? {
+            Some(_) => Ok(()),
+            None => Err(workerutil::HandlerError::wait_for(
+                "paid",
+                Duration::from_secs(3600),
+            )),
+        }
+    }
+}
+
+/// Polls `done` every 20 ms for up to 10 s.
+async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_signalled_job_on_a_fair_table_runs_end_to_end_with_the_documented_grants() {
+    let db = Db::new().await;
+    db.execute(&format!(
+        "{}{}INSERT INTO jobs_fair_weights VALUES ('acme', 4);",
+        dbworker::ddl::fair_claims_sql("jobs", &Default::default(), &Default::default()).unwrap(),
+        dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap(),
+    ))
+    .await;
+
+    // The enqueuer's insert is tagged with its key's weight.
+    let (enqueuer_role, enqueuer_pool) = role_with(&db, FAIR_ENQUEUER.0).await;
+    let enqueuer = Enqueuer::new(
+        &enqueuer_pool,
+        &fair_signal_table(&enqueuer_pool).await.unwrap(),
+    )
+    .await
+    .unwrap();
+    let id = enqueuer
+        .enqueue(&NewJob::new().fair_key("acme"))
+        .await
+        .unwrap()
+        .id();
+    drop_role(&db, enqueuer_pool, &enqueuer_role).await;
+
+    // The worker's first attempt waits (a wait mark: the job is queued
+    // again, so tagged again), the sender's signal wakes it, the second
+    // attempt consumes the signal and completes.
+    let (worker_role, worker_pool) = role_with(&db, FAIR_SIGNAL_WORKER.0).await;
+    let jobs = fair_signal_table(&worker_pool).await.unwrap();
+    let mut o = db.options();
+    o.handling = Handling::Transactional;
+    o.stall.stalled_max_age = Duration::from_secs(60);
+    let store = std::sync::Arc::new(DbStore::new(&worker_pool, &jobs, o).await.unwrap());
+    let mut w = workerutil::WorkerOptions::new("grants");
+    w.interval = Duration::from_millis(20);
+    w.num_total_jobs = Some(2);
+    let worker = dbworker::new_worker(store.clone(), Pays, w).unwrap();
+    let run = tokio::spawn(worker.run());
+    until("the job never waited for its signal", async || {
+        let awaiting: Option<String> = db
+            .scalar("SELECT awaiting FROM jobs WHERE id = $1", id)
+            .await;
+        awaiting.as_deref() == Some("paid")
+    })
+    .await;
+
+    let (sender_role, sender_pool) = role_with(&db, SIGNAL_SENDER.0).await;
+    let sender_table = fair_signal_table(&sender_pool).await.unwrap();
+    let admin = Admin::new(&sender_pool, &sender_table).await.unwrap();
+    admin.check_signals().await.unwrap();
+    let signals = dbworker::Signals::new(&sender_pool, &sender_table).unwrap();
+    assert!(
+        signals
+            .send(id, "paid", serde_json::json!({"amount": 5}), Some("evt_1"))
+            .await
+            .unwrap()
+    );
+    drop_role(&db, sender_pool, &sender_role).await;
+
+    // Two attempts: the wait, then the completion (num_total_jobs).
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the signalled job did not complete")
+        .unwrap();
+    store.close().await;
+    assert_eq!(db.state(id).await, "completed");
+    let consumed: bool = db
+        .scalar(
+            "SELECT consumed_at IS NOT NULL FROM jobs_signals WHERE job_id = $1",
+            id,
+        )
+        .await;
+    assert!(consumed, "the resumed attempt did not consume the signal");
+    drop_role(&db, worker_pool, &worker_role).await;
+
+    // An operator's requeue and a resetter's reset tag the job again.
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'failed' WHERE id = {id};
+         INSERT INTO jobs (state, fair_key, started_at, last_heartbeat_at) VALUES ('processing', 'acme', now() - interval '1 hour', now() - interval '1 hour');"
+    ))
+    .await;
+    let (name, pool) = role_with(&db, FAIR_OPERATOR.0).await;
+    let admin = Admin::new(&pool, &fair_signal_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    admin.check_actions().await.unwrap();
+    assert!(admin.requeue(id).await.unwrap());
+    drop_role(&db, pool, &name).await;
+    let (name, pool) = role_with(&db, FAIR_RESETTER.0).await;
+    let resetter = Resetter::new(
+        &pool,
+        &fair_signal_table(&pool).await.unwrap(),
+        ResetterOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resetter.reset_once().await.unwrap().reset.len(), 1);
+    assert_eq!(db.count("queued").await, 2);
+    drop_role(&db, pool, &name).await;
+
+    // Weights set and removed as `dbworker fair` does.
+    let (name, pool) = role_with(&db, WEIGHER.0).await;
+    let weights =
+        dbworker::control::FairWeights::new(&pool, &fair_signal_table(&pool).await.unwrap())
+            .await
+            .unwrap();
+    weights.check_writes().await.unwrap();
+    weights.set("globex", 2).await.unwrap();
+    weights.set("globex", 3).await.unwrap();
+    assert!(weights.remove("acme").await.unwrap());
+    assert_eq!(weights.list().await.unwrap(), [("globex".to_owned(), 3)]);
+    drop_role(&db, pool, &name).await;
+
+    // Each of them refused at start-up without any one grant, naming it.
+    each_grant_is_needed(&db, &FAIR_SIGNAL_WORKER, |pool| async move {
+        let jobs = fair_signal_table(&pool).await?;
+        DbStore::<Job>::new(&pool, &jobs, Db::options_for_tests()).await?;
+        Ok(())
+    })
+    .await;
+    each_grant_is_needed(&db, &FAIR_ENQUEUER, |pool| async move {
+        Enqueuer::new(&pool, &fair_signal_table(&pool).await?).await?;
+        Ok(())
+    })
+    .await;
+    each_grant_is_needed(&db, &SIGNAL_SENDER, |pool| async move {
+        Admin::new(&pool, &fair_signal_table(&pool).await?)
+            .await?
+            .check_signals()
+            .await
+    })
+    .await;
+    each_grant_is_needed(&db, &FAIR_OPERATOR, |pool| async move {
+        Admin::new(&pool, &fair_signal_table(&pool).await?)
+            .await?
+            .check_actions()
+            .await
+    })
+    .await;
+    each_grant_is_needed(&db, &FAIR_RESETTER, |pool| async move {
+        Resetter::new(
+            &pool,
+            &fair_signal_table(&pool).await?,
+            ResetterOptions::default(),
+        )
+        .await?
+        .check()
+        .await
+    })
+    .await;
+    each_grant_is_needed(&db, &WEIGHER, |pool| async move {
+        dbworker::control::FairWeights::new(&pool, &fair_signal_table(&pool).await?)
+            .await?
+            .check_writes()
+            .await
+    })
+    .await;
+
+    let (name, pool) = role_with(&db, SIGNAL_DASHBOARD.0).await;
+    let o = DashboardOptions::new(vec![fair_signal_table(&pool).await.unwrap()]);
+    Dashboard::new(&pool, o).await.unwrap();
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &SIGNAL_DASHBOARD, |pool| async move {
+        let o = DashboardOptions::new(vec![fair_signal_table(&pool).await?]);
+        Dashboard::new(&pool, o).await?;
+        Ok(())
+    })
+    .await;
+}

@@ -34,7 +34,7 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
 ) {
     let shared = shared.clone();
     let handler = handler.clone();
-    let Claimed { job, running } = claimed;
+    let Claimed { mut job, running } = claimed;
     let lease = running.lease;
     // A root span per job (one trace per job in OpenTelemetry, not one
     // trace for the worker's whole life), linked to the worker's span.
@@ -49,6 +49,7 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
         otel.status_message = tracing::field::Empty,
     );
     span.follows_from(tracing::Span::current());
+    job.trace_attempt(&span);
     shared.emit(WorkerEvent::Dequeued { id: lease.id });
 
     let pre_handle = AssertUnwindSafe(handler.pre_handle(job.record()))

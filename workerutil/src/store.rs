@@ -39,6 +39,13 @@ pub trait Job: Send + 'static {
     fn record(&self) -> &Self::Record;
     /// The lease of this claim.
     fn lease(&self) -> Lease;
+    /// Told this attempt's `job` span as soon as it is made, before it is
+    /// entered: a store that keeps the job's trace context ties the span to
+    /// it (dbworker's traces: a child of the enqueue, or a root linked to it
+    /// and to the previous attempt). Default: nothing.
+    fn trace_attempt(&mut self, span: &tracing::Span) {
+        let _ = span;
+    }
 }
 
 /// What a heartbeat learned about the running jobs it was given.

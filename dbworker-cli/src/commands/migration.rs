@@ -97,6 +97,11 @@ pub(crate) struct MigrationArgs {
     /// public progress and the checkpoint its next attempt resumes from).
     #[arg(long)]
     progress: bool,
+    /// Also add `traceparent`, `tracestate` (the enqueue's W3C trace
+    /// context; SQL producers set it with `SET LOCAL dbworker.traceparent`)
+    /// and `trace_follows` (the span the next attempt links to).
+    #[arg(long)]
+    traces: bool,
     /// Also create the pause table (`dbworker_pauses`), shared by every job table.
     #[arg(long)]
     pauses: bool,
@@ -170,6 +175,7 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
     optional.error_history = args.error_history;
     optional.results = args.results;
     optional.progress = args.progress;
+    optional.traces = args.traces;
     optional.retention = args.retention || args.history;
     // A partitioned table keeps its keys in a key table, not a unique index.
     let mut columns = optional;

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::Signals;
+use dbworker::admin::Admin;
 
 use crate::args::TableArgs;
 
@@ -38,6 +39,8 @@ pub(crate) async fn signal(args: SignalArgs) -> Result<()> {
         .job_table_with(&pool, |o| o.signals = true)
         .await?;
     let signals = Signals::new(&pool, &table)?;
+    // Every missing grant named before anything is sent.
+    Admin::new(&pool, &table).await?.check_signals().await?;
     let dedupe = args.dedupe.as_deref();
     let new = match (&args.id, &args.key) {
         (Some(id), _) => signals.send(*id, &args.name, payload, dedupe).await,

@@ -2,14 +2,16 @@
 //! queue (`Admin::status`, bounded by the partial indexes), what each queue
 //! finished over the last window with its wait and run times, and jobs
 //! finished per minute over the last hour, both from the job history
-//! (`dbworker history` records it), and the hosts working. `--once` prints
-//! one frame (or, with `--format json`, one JSON document) and exits.
+//! (`dbworker history` records it), the hosts working and, on a table with
+//! progress (`migration --progress`), the running jobs with their progress.
+//! `--once` prints one frame (or, with `--format json`, one JSON document)
+//! and exits.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dbworker::admin::{Admin, Status, format_age};
+use dbworker::admin::{Admin, RunningJob, Status, format_age};
 use dbworker::history::{self, DEFAULT_HISTORY_TABLE, QueueHistory, Range, Series};
 use ratatui::Frame;
 use ratatui::backend::TestBackend;
@@ -59,7 +61,13 @@ pub(crate) struct Snapshot {
     pub(crate) hour: Option<Series>,
     pub(crate) window: Duration,
     pub(crate) history_table: String,
+    /// The longest-running jobs with their progress; `None`: the table has
+    /// no progress column.
+    pub(crate) running: Option<Vec<RunningJob>>,
 }
+
+/// How many running jobs a frame lists, longest first.
+const RUNNING_ROWS: u32 = 10;
 
 impl Snapshot {
     async fn take(pool: &PgPool, admin: &Admin, table: &str, args: &TopArgs) -> Result<Snapshot> {
@@ -74,6 +82,12 @@ impl Snapshot {
         let hour = history::series(pool, h, table, Range::Hour)
             .await
             .with_context(|| format!("history of {table} in {h}"))?;
+        let running = if admin.has_progress() {
+            let jobs = admin.running(RUNNING_ROWS).await;
+            Some(jobs.with_context(|| format!("running jobs of {table}"))?)
+        } else {
+            None
+        };
         Ok(Snapshot {
             table: table.to_owned(),
             status,
@@ -81,6 +95,7 @@ impl Snapshot {
             hour,
             window: args.window,
             history_table: h.clone(),
+            running,
         })
     }
 
@@ -110,11 +125,24 @@ fn secs(v: Option<f64>) -> String {
 /// Draws one frame.
 pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
     let status = &snap.status;
-    let [header, spark_area, queue_area, host_area, footer] = Layout::vertical([
+    // The running jobs' panel only where there is progress to show.
+    let running_rows = match &snap.running {
+        Some(_) => Constraint::Min(3),
+        None => Constraint::Length(0),
+    };
+    let [
+        header,
+        spark_area,
+        queue_area,
+        host_area,
+        running_area,
+        footer,
+    ] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(5),
         Constraint::Min(4),
         Constraint::Min(3),
+        running_rows,
         Constraint::Length(1),
     ])
     .areas(frame.area());
@@ -206,7 +234,42 @@ pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
             .block(Block::bordered().title(" processes working ")),
         host_area,
     );
+    if let Some(running) = &snap.running {
+        render_running(frame, running_area, running);
+    }
     frame.render_widget(Paragraph::new("q: quit"), footer);
+}
+
+/// The running jobs, longest first: id, host, time running, progress as
+/// one line of JSON.
+fn render_running(frame: &mut Frame<'_>, area: ratatui::layout::Rect, running: &[RunningJob]) {
+    let rows = running.iter().map(|j| {
+        let progress = j
+            .progress
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |p| p.to_string());
+        Row::new([
+            j.id.to_string(),
+            j.worker_hostname.clone(),
+            format_age(j.running_for.as_secs_f64()),
+            progress,
+        ])
+    });
+    let widths = [
+        Constraint::Length(10),
+        Constraint::Fill(2),
+        Constraint::Length(10),
+        Constraint::Fill(5),
+    ];
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    frame.render_widget(
+        Table::new(rows, widths)
+            .header(Row::new(["id", "host", "running", "progress"]).style(bold))
+            .block(Block::bordered().title(format!(
+                " running jobs, longest first (at most {RUNNING_ROWS}), with their progress "
+            ))),
+        area,
+    );
 }
 
 /// The frame as text, `width` × `height` characters.
@@ -237,6 +300,16 @@ pub(crate) fn to_json(snap: &Snapshot) -> Value {
         "window_seconds": snap.window.as_secs_f64(),
         "queues": snap.queues,
         "last_hour": snap.hour,
+        "running": snap.running.as_ref().map(|jobs| {
+            jobs.iter()
+                .map(|j| json!({
+                    "id": j.id,
+                    "worker_hostname": j.worker_hostname,
+                    "running_seconds": j.running_for.as_secs_f64(),
+                    "progress": j.progress,
+                }))
+                .collect::<Vec<_>>()
+        }),
     })
 }
 
@@ -320,6 +393,7 @@ mod tests {
             hour: None,
             window: Duration::from_secs(3600),
             history_table: "dbworker_history".into(),
+            running: None,
         };
         let text = render_text(&snap, 110, 20).unwrap();
         assert!(text.contains("dbworker top — jobs"), "{text}");

@@ -5,6 +5,7 @@
 
 mod inputs;
 mod replica;
+mod running;
 mod status;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub use crate::job_filter::{
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 pub use replica::{ReplicaLag, replica_lag};
+pub use running::RunningJob;
 pub use status::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status};
 
 /// A list row as a job's summary (`None` for a state this version does not know).
@@ -161,6 +163,15 @@ impl Admin {
                 .release_trigger(&self.t);
         }
         grants.check(&self.pool).await
+    }
+
+    /// Checks the grants sending a signal ([`Signals`](crate::Signals))
+    /// uses, as `dbworker signal` and the dashboard's signal form send it:
+    /// `SELECT, UPDATE` on the table, `SELECT, INSERT` on its mailbox and
+    /// `USAGE` on the mailbox's id sequence. Nothing on a table without
+    /// signals.
+    pub async fn check_signals(&self) -> Result<()> {
+        Grants::signal_sender(&self.t).check(&self.pool).await
     }
 
     /// An action this admin can apply: a reschedule's priority or retry

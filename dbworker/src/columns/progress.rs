@@ -14,6 +14,16 @@ pub(crate) const PROGRESS_SEQ: &str = "progress_seq";
 /// The largest progress or checkpoint stored, as JSON text.
 pub(crate) const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 
+/// The trace context of the job's enqueue (`text`, W3C `traceparent`,
+/// `dbworker migration --traces`): set by the enqueuer, or by the column's
+/// default from the session setting `dbworker.traceparent`.
+pub(crate) const TRACEPARENT: &str = "traceparent";
+/// The enqueue's W3C `tracestate` (`text`), kept byte for byte.
+pub(crate) const TRACESTATE: &str = "tracestate";
+/// The span the job's next attempt follows (`text`, a `traceparent`): the
+/// last attempt's, written by its fenced mark.
+pub(crate) const TRACE_FOLLOWS: &str = "trace_follows";
+
 /// The signal a waiting job waits for (`text`, `dbworker migration
 /// --signals`); NULL when it waits for none.
 pub(crate) const AWAITING: &str = "awaiting";

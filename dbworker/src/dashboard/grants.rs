@@ -7,8 +7,9 @@ use crate::control::pauses::Pauses;
 use crate::error::{Error, Result};
 
 /// The grants a dashboard with actions uses: the actions' (delete
-/// included), the pause table's and the weight table's writes. Missing ones
-/// are named with the way out that needs none.
+/// included), the pause table's and the weight table's writes, and sending
+/// signals on a table with them. Missing ones are named with the way out
+/// that needs none.
 pub(super) async fn check_actions(
     writer: &Admin,
     pauses: Option<&Pauses>,
@@ -16,7 +17,11 @@ pub(super) async fn check_actions(
 ) -> Result<()> {
     // Every check runs, so one start-up names every missing grant.
     let mut problems = Vec::new();
-    let mut checks = vec![writer.check_actions().await, writer.check_deletes().await];
+    let mut checks = vec![
+        writer.check_actions().await,
+        writer.check_deletes().await,
+        writer.check_signals().await,
+    ];
     if let Some(p) = pauses {
         checks.push(p.check_writes().await);
     }

@@ -1,5 +1,7 @@
 //! The job page, ordered as an operator reads it: what the job is and where
-//! it stands (state, kind, queue, attempts), when things happened (relative
+//! it stands (state, kind, queue, attempts, and the progress its handler
+//! reports on a table with progress; what it waits for, with a form that
+//! sends it, on a table with signals), when things happened (relative
 //! to the database clock, and absolute), what went wrong (the failure, the
 //! error history), what it was given and gave back (payload and result,
 //! indented), its execution logs; every other column after.
@@ -84,6 +86,12 @@ fn page(
     let payload = optional(sql.payload_column.as_deref(), "payload", &columns);
     let result = optional(sql.result_column.as_deref(), "result", &columns);
     let history = t.error_history.as_deref();
+    // Only where the table keeps it (`dbworker migration --progress`).
+    let progress = sql.progress.then_some(crate::columns::PROGRESS);
+    let awaiting_column = sql.signals.as_ref().map(|_| crate::columns::AWAITING);
+    // Only a job that waits (queued or errored) can be woken by its signal.
+    let waiting = ["queued", "errored"].contains(&state.as_str());
+    let awaiting = awaiting_column.and_then(&text).filter(|_| waiting);
     let entries = history
         .and_then(|h| columns.get(h))
         .and_then(Value::as_array)
@@ -112,9 +120,18 @@ fn page(
     ];
     shown.extend(times.iter().map(|(_, col)| *col));
     shown.extend(
-        [kind, queue, max_retries, payload, result, history]
-            .into_iter()
-            .flatten(),
+        [
+            kind,
+            queue,
+            max_retries,
+            payload,
+            result,
+            history,
+            progress,
+            awaiting_column,
+        ]
+        .into_iter()
+        .flatten(),
     );
     let action_url = viewer.href(&format!("/t/{}/jobs/{id}/action", url_escape(&t.name)));
     let logs = get(&c.execution_logs);
@@ -151,6 +168,21 @@ fn page(
                 }
             }
             tr { th { "worker" } td { (value_cell(&get(&c.worker_hostname))) } }
+        }
+        @if let Some(column) = progress {
+            h2 { "Progress" }
+            div id="progress" {
+                @if get(column).is_null() { p class="muted" { "None reported." } }
+                @else { (value_cell(&get(column))) }
+            }
+        }
+        @if let Some(signal) = &awaiting {
+            h2 { "Waiting for a signal" }
+            p id="awaiting" {
+                "Waits for the signal " code { (signal) } ": it runs again as soon as the signal is sent, "
+                "or once its wait is over (runs after: " (when(&get(&c.process_after), now)) ")."
+            }
+            @if viewer.user.role == Role::Admin { (super::signal::form(viewer, s, t, id, signal)) }
         }
         h2 { "Timeline" }
         (timeline::timeline(&timeline::Facts {

@@ -18,6 +18,7 @@ mod pages;
 mod processes;
 mod refresh;
 mod replica;
+mod signal;
 mod suggest;
 mod timeline;
 mod workflow;
@@ -144,6 +145,8 @@ pub(crate) struct Table {
     pub(crate) limits: Option<Limits>,
     /// The weights of a fair table's keys, on the primary.
     pub(crate) fairness: Option<FairWeights>,
+    /// The sender of a table with signals, on the primary.
+    pub(crate) signals: Option<crate::Signals>,
     /// The error history column, unquoted, if the table keeps one.
     pub(crate) error_history: Option<String>,
     /// The table's workflows, if it has them (`--workflows`).
@@ -234,6 +237,7 @@ impl Dashboard {
                 None => None,
             };
             let error_history = t.sql().error_history.as_ref().map(|h| h.column.clone());
+            let signals = t.has_signals().then(|| crate::Signals::new(pool, t));
             tables.push(Table {
                 name: t.name(),
                 workflows,
@@ -243,6 +247,7 @@ impl Dashboard {
                 pauses,
                 limits,
                 fairness,
+                signals: signals.transpose()?,
                 suggested: suggest::Suggested::default(),
             });
         }
@@ -265,6 +270,7 @@ impl Dashboard {
             .route("/t/{table}/jobs", get(jobs))
             .route("/t/{table}/jobs/{id}", get(job_page::job))
             .route("/t/{table}/jobs/{id}/action", post(actions::job_action))
+            .route("/t/{table}/jobs/{id}/signal", post(signal::send))
             .route("/t/{table}/bulk", post(actions::bulk))
             .route("/t/{table}/workflows", get(workflows_list::list))
             .route("/t/{table}/workflows/{id}", get(workflow::workflow))

@@ -150,6 +150,12 @@ pub struct OptionalColumns {
     /// [`DbJob::set_progress`](crate::DbJob::set_progress) and
     /// [`DbJob::save_checkpoint`](crate::DbJob::save_checkpoint).
     pub progress: bool,
+    /// `traceparent text` and `tracestate text`, the W3C trace context of the
+    /// job's enqueue (defaulting to the session settings
+    /// `dbworker.traceparent` and `dbworker.tracestate`, so SQL producers and
+    /// triggers pass it with `SET LOCAL`), and `trace_follows text`, the span
+    /// the next attempt links to: for `JobTableOptions::traces`.
+    pub traces: bool,
 }
 
 impl OptionalColumns {
@@ -167,6 +173,7 @@ impl OptionalColumns {
             error_history: true,
             results: true,
             progress: true,
+            traces: true,
         }
     }
 
@@ -291,6 +298,15 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "errors" jsonb;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "progress" jsonb;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "checkpoint" jsonb;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "progress_seq" bigint NOT NULL DEFAULT 0;
+"#
+        ));
+    }
+    if columns.traces {
+        ddl.push_str(&format!(
+            r#"-- Traces: JobTableOptions::traces = true; each attempt's span links to its enqueue (SET LOCAL dbworker.traceparent in SQL producers).
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "traceparent" text DEFAULT nullif(current_setting('dbworker.traceparent', true), '');
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "tracestate" text DEFAULT nullif(current_setting('dbworker.tracestate', true), '');
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "trace_follows" text;
 "#
         ));
     }

@@ -10,6 +10,8 @@ mod new_job;
 mod partitioned;
 mod signals;
 
+use crate::columns::{TRACEPARENT, TRACESTATE};
+use crate::trace::TraceContext;
 pub(crate) use after::GraphTask;
 pub use args::IntoJob;
 use copy::{array_text, copy_escape, copy_refused, copy_text, run_at_micros, timestamp_text};
@@ -187,7 +189,23 @@ impl Enqueuer {
         result
     }
 
+    /// The current span's trace context, for a job that names none on a
+    /// table with traces (read while the caller's span is current).
+    fn ambient_trace(&self, job: &NewJob) -> Option<TraceContext> {
+        (self.target.traces && job.trace_value().is_none())
+            .then(TraceContext::current)
+            .flatten()
+    }
+
     async fn insert_one_now(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
+        let traced;
+        let job = match self.ambient_trace(job) {
+            Some(cx) => {
+                traced = job.clone().trace_context(cx);
+                &traced
+            }
+            None => job,
+        };
         self.check_job(job)?;
         if !job.after_value().is_empty() {
             return self.enqueue_after(conn, job).await;
@@ -292,6 +310,7 @@ impl Enqueuer {
     }
 
     async fn insert_many_now(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<i64>> {
+        let ambient = jobs.first().and_then(|j| self.ambient_trace(j));
         for job in jobs {
             self.check_job(job)?;
             if !job.after_value().is_empty() {
@@ -315,7 +334,10 @@ impl Enqueuer {
         let per_row = jobs.iter().map(|j| j.values().len() + 7).max().unwrap_or(1);
         let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
         for chunk in jobs.chunks(rows_per_statement) {
-            let rows: Vec<JobRow<'_>> = chunk.iter().map(NewJob::row).collect();
+            let rows: Vec<JobRow<'_>> = chunk
+                .iter()
+                .map(|j| j.row_traced(ambient.as_ref()))
+                .collect();
             let rows = sql::enqueue_rows(&self.target, &rows)
                 .fetch_all(&mut *tx)
                 .await
@@ -384,6 +406,9 @@ impl Enqueuer {
             }
         }
         let t = &self.target;
+        let ambient = self.ambient_trace(first);
+        let traced = |j: &'_ NewJob| j.trace_value().cloned().or_else(|| ambient.clone());
+        let with_traces = t.traces && jobs.iter().any(|j| traced(j).is_some());
         let mut columns: Vec<String> = first.columns().map(str::to_owned).collect();
         columns.push(t.columns.process_after.clone());
         let optional = [
@@ -400,6 +425,9 @@ impl Enqueuer {
                 .filter(|(set, _)| *set)
                 .filter_map(|(_, c)| c.clone()),
         );
+        if with_traces {
+            columns.extend([TRACEPARENT.to_owned(), TRACESTATE.to_owned()]);
+        }
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let now: i64 = sql::database_now_micros()
             .fetch_one(&mut *tx)
@@ -434,6 +462,15 @@ impl Enqueuer {
             }
             if let (Some(column), Some(p)) = (&t.payload_column, job.payload_value()) {
                 fields.push(copy_text(column, p)?);
+            }
+            if with_traces {
+                let cx = traced(job);
+                let (parent, state) = cx
+                    .as_ref()
+                    .map_or((None, None), |c| (Some(c.traceparent()), c.tracestate()));
+                fields.extend(
+                    [parent, state].map(|v| v.map_or_else(|| "\\N".to_owned(), copy_escape)),
+                );
             }
             data.push_str(&fields.join("\t"));
             data.push('\n');

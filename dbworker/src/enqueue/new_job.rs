@@ -1,5 +1,6 @@
 //! `NewJob`: the values and scheduling options of one job to enqueue.
 
+use crate::trace::TraceContext;
 use std::time::{Duration, SystemTime};
 
 use sea_query::Value;
@@ -103,6 +104,7 @@ pub struct NewJob {
     payload: Option<Value>,
     key: Option<(String, KeyMode)>,
     after: Vec<(i64, DependencyPolicy)>,
+    trace: Option<TraceContext>,
 }
 
 impl NewJob {
@@ -231,6 +233,20 @@ impl NewJob {
         self
     }
 
+    /// Stores `context` as the job's trace context, on a table with
+    /// `dbworker migration --traces`, instead of the current span's (which
+    /// the enqueue stores by default with the `opentelemetry` feature):
+    /// for a producer that carries a request's `traceparent` itself.
+    pub fn trace_context(mut self, context: TraceContext) -> Self {
+        self.trace = Some(context);
+        self
+    }
+
+    /// The trace context the job names, if any.
+    pub(crate) fn trace_value(&self) -> Option<&TraceContext> {
+        self.trace.as_ref()
+    }
+
     /// The jobs this one waits for, with their policies.
     pub(crate) fn after_value(&self) -> &[(i64, DependencyPolicy)] {
         &self.after
@@ -243,7 +259,18 @@ impl NewJob {
 
     /// The job as the enqueue statements take it.
     pub(crate) fn row(&self) -> JobRow<'_> {
+        self.row_traced(None)
+    }
+
+    /// The job as the enqueue statements take it, with `ambient` (the
+    /// enqueuer's current span) as its trace context unless it names one.
+    pub(crate) fn row_traced<'a>(&'a self, ambient: Option<&'a TraceContext>) -> JobRow<'a> {
         JobRow {
+            trace: self
+                .trace
+                .as_ref()
+                .or(ambient)
+                .map(|t| (t.traceparent(), t.tracestate())),
             values: &self.values,
             run_at: self.run_at,
             priority: self.priority,

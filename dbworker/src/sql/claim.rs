@@ -4,6 +4,7 @@
 use super::aging::aging_candidates;
 use super::{Statement, alias, col, eligible, owned, state, table_ref};
 use crate::columns::{Relation, quote};
+use crate::columns::{TRACE_FOLLOWS, TRACEPARENT, TRACESTATE};
 use crate::sql::control::{busy_keys, not_paused, queue_room, spend_tokens, within_limits};
 use crate::sql::table::StoreParams;
 use sea_query::{
@@ -103,8 +104,51 @@ pub(crate) const CLAIMED_CANCEL: &str = "dbworker_cancel";
 /// See [`RECORD_ID`]: whether a limit bound the claim (a limited claim only),
 /// in which case it may have passed rows over and must not move the cursor.
 pub(crate) const CLAIM_BOUND: &str = "dbworker_limit_bound";
+/// See [`RECORD_ID`]: a table with traces returns the enqueue's context
+/// (`…_traceparent`, `…_tracestate`), the span the previous attempt ran
+/// under (`…_trace_follows`) and whether this attempt is the first and
+/// prompt (`…_trace_fresh`, see `trace.rs`).
+pub(crate) const CLAIMED_TRACE: &str = "dbworker_trace";
 /// See [`RECORD_ID`]: the claimed row's queue, for a limited claim.
 pub(super) const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
+
+/// How soon after its enqueue a job's first attempt must start to be a
+/// child of the enqueue's span rather than a root linked to it.
+pub(crate) const TRACE_CHILD_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a claim on a table with traces returns about each job's trace (see
+/// [`CLAIMED_TRACE`]): first and prompt means no attempt before it (no
+/// failure, reset or earlier span) and enqueued within
+/// [`TRACE_CHILD_WITHIN`], by the database clock.
+fn trace_returning(o: &StoreParams) -> Vec<Expr> {
+    if !o.traces {
+        return Vec::new();
+    }
+    let (a, c) = (&o.table.alias, &o.columns);
+    let q = |name: &str| format!("{}.{}", quote(a), quote(name));
+    let named = |expr: String, suffix: &str| {
+        Expr::cust(format!(
+            "{expr} AS {}",
+            quote(&format!("{CLAIMED_TRACE}_{suffix}"))
+        ))
+    };
+    let within = TRACE_CHILD_WITHIN.as_secs();
+    vec![
+        named(q(TRACEPARENT), "parent"),
+        named(q(TRACESTATE), "state"),
+        named(q(TRACE_FOLLOWS), "follows"),
+        named(
+            format!(
+                "({} IS NULL AND COALESCE({}, 0) = 0 AND COALESCE({}, 0) = 0 AND {} >= now() - interval '{within} seconds')",
+                q(TRACE_FOLLOWS),
+                q(&c.num_failures),
+                q(&c.num_resets),
+                q(&c.queued_at),
+            ),
+            "fresh",
+        ),
+    ]
+}
 
 /// `a.id >= $low`: the claim cursor's condition, ANDed into a claim so its
 /// index scan starts at `low` (see `store/cursor.rs`).
@@ -405,6 +449,7 @@ pub(crate) fn claim_limited(
                                 Expr::cust(format!("{expr} AS {}", quote(&sort_key(i))))
                             }),
                     )
+                    .chain(trace_returning(o))
                     .chain(limited(o).and(o.queue_column.as_ref()).map(|queue| {
                         Expr::cust(format!(
                             "{}.{}::text AS {}",
@@ -496,7 +541,7 @@ pub(crate) fn lock_claimed(o: &StoreParams, id: i64, token: i64) -> Statement {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    use super::fixtures::{aging, limited, paused, quoted, resolved};
+    use super::fixtures::{aging, limited, paused, quoted, resolved, with_traces};
     let (t, v, limited) = (resolved(false), resolved(true), limited());
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     let lane = LimitedClaim::Lane { threshold: 1024 };
@@ -504,6 +549,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("claim", claim(&t, "host", &[cost()], 3, false)),
         ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
+        (
+            "claim_with_traces",
+            claim(&with_traces(), "host", &[], 3, true),
+        ),
         ("claim_through_view", claim(&v, "host", &[cost()], 3, true)),
         ("eligible_behind", eligible_behind(&t, &[cost()], 1000)),
         (

@@ -1,5 +1,6 @@
 //! The enqueue side: rows inserted one or many per statement, keyed inserts, COPY.
 
+use crate::columns::{TRACEPARENT, TRACESTATE};
 use std::time::{Duration, SystemTime};
 
 use super::{Statement, Table, alias, col, counter, plain_table, state};
@@ -32,6 +33,9 @@ pub(crate) struct JobRow<'a> {
     pub(crate) flags: Option<&'a [String]>,
     /// Typed arguments, for the payload column (a JSON value).
     pub(crate) payload: Option<&'a sea_query::Value>,
+    /// The trace context (`traceparent`, `tracestate`), for a table with
+    /// traces.
+    pub(crate) trace: Option<(&'a str, Option<&'a str>)>,
 }
 
 /// What a keyed insert does when a live job holds the key (the enqueue side's
@@ -121,6 +125,12 @@ pub(super) fn enqueue_columns(
     }
     if let (Some(column), Some(k)) = (&t.key_column, key) {
         row.push((column.clone(), Expr::val(k)));
+    }
+    if let (true, Some((parent, state))) = (t.traces, job.trace) {
+        row.push((TRACEPARENT.to_owned(), Expr::val(parent)));
+        // Set beside it even when absent: a session setting's state belongs
+        // to another context.
+        row.push((TRACESTATE.to_owned(), Expr::val(state.map(str::to_owned))));
     }
     row
 }

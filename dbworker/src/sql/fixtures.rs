@@ -82,6 +82,13 @@ pub(super) fn with_results() -> StoreParams {
     r
 }
 
+/// The store's table with traces (`dbworker migration --traces`).
+pub(super) fn with_traces() -> StoreParams {
+    let mut r = resolved(false);
+    r.traces = true;
+    r
+}
+
 /// `app.jobs j` with the default columns and a queue column.
 fn queued_jobs() -> StoreParams {
     let mut o = table("app.jobs j");
@@ -168,6 +175,7 @@ pub(super) fn row(values: &[(String, sea_query::Value)]) -> JobRow<'_> {
         kind: None,
         flags: None,
         payload: None,
+        trace: None,
     }
 }
 

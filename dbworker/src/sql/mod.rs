@@ -35,6 +35,7 @@ mod execution_logs;
 mod fairness;
 mod gauges;
 mod grants;
+mod grouped_marks;
 mod heartbeat;
 mod history;
 mod job_history;
@@ -64,9 +65,9 @@ pub(crate) use admin_search::admin_list_window;
 #[cfg(test)]
 pub(crate) use claim::claim;
 pub(crate) use claim::{
-    CLAIM_BOUND, CLAIMED_CANCEL, CLAIMED_TOKEN, LimitedClaim, RECORD_ID, claim_cursor_condition,
-    claim_limited, conditions_key, eligible_behind, limited, lock_claimed, not_flagged,
-    order_terms, select_records,
+    CLAIM_BOUND, CLAIMED_CANCEL, CLAIMED_TOKEN, CLAIMED_TRACE, LimitedClaim, RECORD_ID,
+    claim_cursor_condition, claim_limited, conditions_key, eligible_behind, limited, lock_claimed,
+    not_flagged, order_terms, select_records,
 };
 pub(crate) use cluster::{
     NodeRow, leader_acquire, leader_current, leader_fence, leader_release, leader_renew,
@@ -100,6 +101,7 @@ pub(crate) use fairness::{
 };
 pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
 pub(crate) use grants::{sequence_privilege, server_read_only, table_privileges};
+pub(crate) use grouped_marks::{Mark, MarkKind, complete_group, mark_group};
 pub(crate) use heartbeat::heartbeat;
 pub(crate) use history::ErrorHistory;
 use history::append_history;
@@ -108,9 +110,8 @@ pub(crate) use job_history::{
     history_purge, history_record, history_series,
 };
 pub(crate) use marks::{
-    Mark, MarkKind, complete_group, mark_canceled, mark_complete, mark_complete_with_result,
-    mark_errored, mark_errored_with_payload, mark_failed, mark_group, requeue, requeue_lost,
-    snooze,
+    mark_canceled, mark_complete, mark_complete_with_result, mark_errored,
+    mark_errored_with_payload, mark_failed, requeue, requeue_lost, snooze,
 };
 pub(crate) use partition_keys::enqueue_keyed_partitioned;
 pub(crate) use partitions::{
@@ -120,7 +121,7 @@ pub(crate) use partitions::{
 pub(crate) use per_job::PerJob;
 pub(crate) use pooler::{On, backend_pid, current_database, env_problem};
 pub use pooler::{Pooler, pooler, set_pooler};
-pub(crate) use progress::{read_checkpoint, write_progress};
+pub(crate) use progress::{read_checkpoint, running_jobs, write_progress};
 pub(crate) use purge::purge_batch;
 pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;

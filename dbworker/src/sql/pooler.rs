@@ -178,6 +178,20 @@ fn default_transaction_mode() -> bool {
     pooler().is_transaction()
 }
 
+/// Whether `pool` goes through a transaction pooler ([`Pooler::of`], without
+/// copying the mode: it is asked once per statement).
+fn pool_transaction_mode(pool: &PgPool) -> bool {
+    let pools = POOLS.read().unwrap_or_else(|e| e.into_inner());
+    if pools.is_empty() {
+        return default_transaction_mode();
+    }
+    let options = pool.connect_options();
+    match pools.iter().find(|(known, _)| Arc::ptr_eq(known, &options)) {
+        Some((_, mode)) => mode.is_transaction(),
+        None => default_transaction_mode(),
+    }
+}
+
 /// The mode for a connection whose pool nobody named: transaction mode if
 /// the default or any pool has it (see the module's doc).
 fn unknown_connection_mode() -> bool {
@@ -201,7 +215,7 @@ impl<'a> On<'a> {
     /// `conn`, which came from `pool`: statements on it follow the pool's
     /// mode.
     pub(crate) fn conn_of(pool: &PgPool, conn: &'a mut PgConnection) -> On<'a> {
-        On::Conn(conn, Some(Pooler::of(pool).is_transaction()))
+        On::Conn(conn, Some(pool_transaction_mode(pool)))
     }
 
     /// The same pool or connection, for one more statement.
@@ -215,7 +229,7 @@ impl<'a> On<'a> {
     /// Whether statements here go through a transaction pooler.
     pub(crate) fn transaction_mode(&self) -> bool {
         match self {
-            On::Pool(pool) => Pooler::of(pool).is_transaction(),
+            On::Pool(pool) => pool_transaction_mode(pool),
             On::Conn(_, Some(mode)) => *mode,
             On::Conn(_, None) => unknown_connection_mode(),
         }

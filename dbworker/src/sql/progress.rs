@@ -1,9 +1,11 @@
 //! Progress and checkpoints: a claimed job's fenced read of its checkpoint,
-//! and its fenced writes, each naming the write count it read.
+//! and its fenced writes, each naming the write count it read; the running
+//! jobs with their progress, as operators see them.
 
-use super::{Statement, StoreParams, alias, col, owned, table_ref};
+use super::{Statement, StoreParams, Table, alias, col, owned, quote, state, table_ref};
 use crate::columns::{CHECKPOINT, PROGRESS, PROGRESS_SEQ};
-use sea_query::{Expr, ExprTrait, Query};
+use sea_query::{Expr, ExprTrait, Order, Query};
+use workerutil::JobState;
 
 /// The checkpoint and write count of a job its claim still owns:
 /// `(checkpoint, progress_seq)`, or no row.
@@ -48,12 +50,52 @@ pub(crate) fn write_progress(
     Statement::from(&q)
 }
 
+/// The `limit` longest-running processing jobs: `(id, host, running_for
+/// (seconds, database clock), progress)`; `progress` is NULL on a table
+/// without the column. Read through the processing rows only.
+pub(crate) fn running_jobs(a: &Table, limit: u64) -> Statement {
+    let (t, c) = (&a.table, &a.columns);
+    let progress = if a.progress {
+        col(&t.alias, PROGRESS)
+    } else {
+        Expr::cust("NULL::jsonb")
+    };
+    let q = Query::select()
+        .expr_as(col(&t.alias, &c.id), alias("id"))
+        .expr_as(
+            Expr::cust(format!(
+                "{}.{}::text",
+                quote(&t.alias),
+                quote(&c.worker_hostname)
+            )),
+            alias("host"),
+        )
+        .expr_as(
+            Expr::cust(format!(
+                "EXTRACT(EPOCH FROM now() - {}.{})::float8",
+                quote(&t.alias),
+                quote(&c.started_at)
+            )),
+            alias("running_for"),
+        )
+        .expr_as(progress, alias(PROGRESS))
+        .from(table_ref(t))
+        .and_where(col(&t.alias, &c.state).eq(state(JobState::Processing)))
+        .order_by((alias(&t.alias), alias(&c.started_at)), Order::Asc)
+        .order_by((alias(&t.alias), alias(&c.id)), Order::Asc)
+        .limit(limit)
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     use super::fixtures::resolved;
     let t = resolved(false);
     let v = serde_json::json!({"rows": 10});
+    let mut with_progress = resolved(false);
+    with_progress.progress = true;
     vec![
         ("read_checkpoint", read_checkpoint(&t, 1, 2)),
         (
@@ -64,5 +106,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "write_progress_first",
             write_progress(&t, 1, 2, None, None, Some(v)),
         ),
+        ("running_jobs", running_jobs(&with_progress, 20)),
+        ("running_jobs_no_progress", running_jobs(&t, 20)),
     ]
 }

@@ -48,6 +48,7 @@ pub(crate) fn mark_waiting(
     name: &str,
     timeout: std::time::Duration,
     sent: bool,
+    span: Option<&str>,
 ) -> Statement {
     let (run_at, awaiting) = if sent {
         (Expr::cust("now()"), Expr::cust("NULL"))
@@ -57,9 +58,10 @@ pub(crate) fn mark_waiting(
             Expr::val(name),
         )
     };
-    let q = back_to_queue(o, id, token, run_at)
+    let mut q = back_to_queue(o, id, token, run_at)
         .value(alias(AWAITING), awaiting)
         .to_owned();
+    super::marks::record_span(&mut q, o, span);
     Statement::from(&q)
 }
 
@@ -156,10 +158,13 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("lock_owned", lock_owned(&t, 1, 2)),
         ("signal_sent", signal_sent(&signals, 1, "paid")),
-        ("mark_waiting", mark_waiting(&t, 1, 2, "paid", hour, false)),
+        (
+            "mark_waiting",
+            mark_waiting(&t, 1, 2, "paid", hour, false, None),
+        ),
         (
             "mark_waiting_sent",
-            mark_waiting(&t, 1, 2, "paid", hour, true),
+            mark_waiting(&t, 1, 2, "paid", hour, true, None),
         ),
         ("consume_signal", consume_signal(&t, &signals, 1, 2, "paid")),
         (

@@ -56,6 +56,10 @@ pub(crate) struct Table {
     /// The mailbox, when jobs may wait for signals (`dbworker migration
     /// --signals`): the table has `awaiting`, claims clear it.
     pub(crate) signals: Option<Relation>,
+    /// The table has `traceparent`, `tracestate` and `trace_follows`
+    /// (`dbworker migration --traces`): enqueues store the trace context,
+    /// claims read it, marks record the attempt's span.
+    pub(crate) traces: bool,
 }
 
 /// Priority aging as the claim reads it (`JobTableOptions::aging`).
@@ -94,6 +98,7 @@ impl Table {
             fair_weights: None,
             aging: None,
             progress: false,
+            traces: false,
             signals: None,
         }
     }

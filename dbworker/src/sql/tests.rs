@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 29] = [
+const FILES: [(&str, Snapshots); 30] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("admin_search.rs", crate::sql::admin_search::snapshots),
@@ -38,6 +38,7 @@ const FILES: [(&str, Snapshots); 29] = [
     ("heartbeat.rs", crate::sql::heartbeat::snapshots),
     ("job_history.rs", crate::sql::job_history::snapshots),
     ("marks.rs", crate::sql::marks::snapshots),
+    ("grouped_marks.rs", crate::sql::grouped_marks::snapshots),
     ("partition_keys.rs", crate::sql::partition_keys::snapshots),
     ("partitions.rs", crate::sql::partitions::snapshots),
     ("pooler.rs", crate::sql::pooler::snapshots),
@@ -252,8 +253,8 @@ fn a_kinds_retry_rule_is_bound_values_in_the_same_statement() {
     let over = workerutil::Retry::new()
         .max_retries(7)
         .delay(RetryPolicy::fixed(Duration::from_secs(42)));
-    let store = mark_errored(&t, 1, 2, "m", &t.retry_rule(None));
-    let kind = mark_errored(&t, 1, 2, "m", &t.retry_rule(Some(&over)));
+    let store = mark_errored(&t, 1, 2, "m", &t.retry_rule(None), None);
+    let kind = mark_errored(&t, 1, 2, "m", &t.retry_rule(Some(&over)), None);
     assert_eq!(store.sql, kind.sql, "one statement for every rule");
     let values = format!("{:?}", kind.values);
     assert!(values.contains("Unsigned(Some(7))"), "{values}");

@@ -79,11 +79,15 @@ impl<R: Record> DbStore<R> {
         let mut leases = Vec::with_capacity(rows.len());
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
         let mut claimed_rows = Vec::new();
+        let mut traces: HashMap<i64, crate::trace::JobTrace> = HashMap::new();
         for row in rows {
             let lease = Lease {
                 id: row.get(sql::RECORD_ID),
                 token: row.get(sql::CLAIMED_TOKEN),
             };
+            if o.traces {
+                traces.insert(lease.id, crate::trace::JobTrace::from_claim(&row));
+            }
             if row
                 .get::<Option<bool>, _>(sql::CLAIMED_CANCEL)
                 .unwrap_or(false)
@@ -100,7 +104,8 @@ impl<R: Record> DbStore<R> {
             }
         }
         for (lease, row) in claimed_rows {
-            opened.push(self.scan_or_fail(lease, Ok(Some(row))).await);
+            let trace = traces.remove(&lease.id);
+            opened.push(self.scan_or_fail(lease, Ok(Some(row)), trace).await);
         }
         // One read for the whole batch, through the view.
         if !leases.is_empty() {
@@ -113,7 +118,8 @@ impl<R: Record> DbStore<R> {
                         .collect();
                     for lease in leases {
                         let row = Ok(by_id.remove(&lease.id));
-                        opened.push(self.scan_or_fail(lease, row).await);
+                        let trace = traces.remove(&lease.id);
+                        opened.push(self.scan_or_fail(lease, row, trace).await);
                     }
                 }
                 // Left processing: the resetter requeues them.
@@ -146,6 +152,7 @@ impl<R: Record> DbStore<R> {
         &self,
         lease: Lease,
         row: std::result::Result<Option<PgRow>, sqlx::Error>,
+        trace: Option<crate::trace::JobTrace>,
     ) -> Result<Option<DbJob<R>>> {
         let failure = match row {
             // The scan is the user's code: a panic in it (`row.get` on a NULL)
@@ -168,6 +175,8 @@ impl<R: Record> DbStore<R> {
                             .as_ref()
                             .map(|_| self.options.max_result_bytes),
                         progress_seq: None,
+                        trace,
+                        attempt_trace: None,
                     }));
                 }
                 Ok(record) => format!(

@@ -30,6 +30,11 @@ pub struct DbJob<R> {
     /// The job's progress write count as this attempt last read or wrote it
     /// (`None`: not read yet): each write names it.
     pub(super) progress_seq: Option<i64>,
+    /// The job's trace as its claim read it (a table with traces).
+    pub(super) trace: Option<crate::trace::JobTrace>,
+    /// The span this attempt runs under (`traceparent`), once tied to the
+    /// job's trace: its mark records it for the next attempt.
+    pub(super) attempt_trace: Option<String>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {
@@ -226,5 +231,11 @@ impl<R: Record> Job for DbJob<R> {
 
     fn lease(&self) -> Lease {
         self.lease
+    }
+
+    fn trace_attempt(&mut self, span: &tracing::Span) {
+        if let Some(trace) = &self.trace {
+            self.attempt_trace = crate::trace::link_attempt(span, trace);
+        }
     }
 }

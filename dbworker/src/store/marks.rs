@@ -63,7 +63,7 @@ impl<R: Record> DbStore<R> {
         let result = job.result.take();
         let Some(mut tx) = job.tx.take() else {
             return Ok(self
-                .grouped(job.lease, MarkKind::Complete, "", None, result)
+                .grouped(job.lease, MarkKind::Complete, "", None, result, None)
                 .await?
                 .is_some());
         };
@@ -131,8 +131,9 @@ impl<R: Record> DbStore<R> {
                 .map(requeued);
         }
         if job.tx.is_none() {
+            let span = job.attempt_trace.clone();
             return self
-                .grouped(lease, kind, message, retry, None)
+                .grouped(lease, kind, message, retry, None, span)
                 .await
                 .map(requeued);
         }
@@ -150,6 +151,7 @@ impl<R: Record> DbStore<R> {
                     token,
                     message,
                     &self.options.retry_rule(retry),
+                    job.attempt_trace.as_deref(),
                 ),
             ),
         };
@@ -192,12 +194,19 @@ impl<R: Record> DbStore<R> {
                 lease.token,
                 message,
                 &rule,
-                column,
-                payload,
+                (column, payload),
+                job.attempt_trace.as_deref(),
             ),
             None => {
                 tracing::error!(store = %o.name, record_id = lease.id, "retry_with_payload needs the table's payload column (JobTableOptions::payload_column); the payload is left as it was");
-                sql::mark_errored(o, lease.id, lease.token, message, &rule)
+                sql::mark_errored(
+                    o,
+                    lease.id,
+                    lease.token,
+                    message,
+                    &rule,
+                    job.attempt_trace.as_deref(),
+                )
             }
         };
         let done = self
@@ -216,6 +225,7 @@ impl<R: Record> DbStore<R> {
         message: &str,
         retry: Option<&Retry>,
         result: Option<serde_json::Value>,
+        span: Option<String>,
     ) -> std::result::Result<Option<JobState>, BoxError> {
         let rule = self.options.retry_rule(retry);
         if let Some(completer) = &self.completer {
@@ -225,6 +235,7 @@ impl<R: Record> DbStore<R> {
                 kind,
                 message: message.to_owned(),
                 result: result.map(|r| r.to_string()).unwrap_or_default(),
+                span: span.unwrap_or_default(),
             };
             return Ok(completer.mark(mark, rule).await?);
         }
@@ -236,7 +247,14 @@ impl<R: Record> DbStore<R> {
             }
             MarkKind::Errored => (
                 "mark_errored",
-                sql::mark_errored(&self.options, lease.id, lease.token, message, &rule),
+                sql::mark_errored(
+                    &self.options,
+                    lease.id,
+                    lease.token,
+                    message,
+                    &rule,
+                    span.as_deref(),
+                ),
             ),
             MarkKind::Failed => (
                 "mark_failed",
@@ -294,7 +312,13 @@ impl<R: Record> DbStore<R> {
         job: &mut DbJob<R>,
         delay: std::time::Duration,
     ) -> std::result::Result<bool, BoxError> {
-        let statement = sql::snooze(&self.options, job.lease.id, job.lease.token, delay);
+        let statement = sql::snooze(
+            &self.options,
+            job.lease.id,
+            job.lease.token,
+            delay,
+            job.attempt_trace.as_deref(),
+        );
         let done = self
             .fenced_write("mark_snoozed", job.lease, job.tx.take(), statement)
             .await?;

@@ -24,6 +24,7 @@ impl<R: Record> DbStore<R> {
             return self.snooze_job(job, timeout).await;
         };
         let lease = job.lease;
+        let span = job.attempt_trace.clone();
         let pooled = Some(crate::Pooler::of(&self.pool).is_transaction());
         let mark = async |conn: &mut PgConnection| -> Result<bool> {
             // The row first, as every sender locks it: a sender that came
@@ -42,11 +43,18 @@ impl<R: Record> DbStore<R> {
                 .await
                 .map_err(Error::db("mark_waiting"))?
                 .get("sent");
-            let done =
-                sql::mark_waiting(&self.options, lease.id, lease.token, signal, timeout, sent)
-                    .execute(sql::On::Conn(&mut *conn, pooled))
-                    .await
-                    .map_err(Error::db("mark_waiting"))?;
+            let done = sql::mark_waiting(
+                &self.options,
+                lease.id,
+                lease.token,
+                signal,
+                timeout,
+                sent,
+                span.as_deref(),
+            )
+            .execute(sql::On::Conn(&mut *conn, pooled))
+            .await
+            .map_err(Error::db("mark_waiting"))?;
             Ok(done.rows_affected() == 1)
         };
         let done = match job.tx.take() {

@@ -6,8 +6,9 @@ use sqlx::{PgPool, Row};
 
 use crate::columns::{
     AWAITING, BLOCKED_BY, CHECKPOINT, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, PROGRESS,
-    PROGRESS_SEQ, STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
-    deps_table, fair_triggers, fair_weights_table, key_table, signals_table,
+    PROGRESS_SEQ, STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME, TRACE_FOLLOWS,
+    TRACEPARENT, TRACESTATE, UPSTREAM_IDS, WORKFLOW_ID, deps_table, fair_triggers,
+    fair_weights_table, key_table, signals_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -46,6 +47,9 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         });
         t.workflows |= existing.contains_key(WORKFLOW_ID);
         t.progress |= [PROGRESS, CHECKPOINT, PROGRESS_SEQ]
+            .iter()
+            .all(|c| existing.contains_key(*c));
+        t.traces |= [TRACEPARENT, TRACESTATE, TRACE_FOLLOWS]
             .iter()
             .all(|c| existing.contains_key(*c));
         if t.signals.is_none()
@@ -161,6 +165,20 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
                 )),
                 Some(c) if !types.contains(&c.ty.as_str()) => problems.push(format!(
                     "column {table}.{column} (progress) has type {}, expected {expected}",
+                    c.ty
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    if t.traces {
+        for column in [TRACEPARENT, TRACESTATE, TRACE_FOLLOWS] {
+            match existing.get(column) {
+                None => problems.push(format!(
+                    "table {table} has no column {column} (traces; `dbworker migration --traces` adds it)"
+                )),
+                Some(c) if c.ty != "text" => problems.push(format!(
+                    "column {table}.{column} (traces) has type {}, expected text",
                     c.ty
                 )),
                 Some(_) => {}

@@ -164,6 +164,12 @@ pub struct JobTableOptions {
     /// by `detect` when the three exist. Default `false`.
     #[serde(default)]
     pub progress: bool,
+    /// The table has `traceparent`, `tracestate` and `trace_follows`
+    /// (`dbworker migration --traces`): every enqueue stores its trace
+    /// context, and each attempt's span is linked to it (the `opentelemetry`
+    /// feature). Turned on by `detect` when the three exist. Default `false`.
+    #[serde(default)]
+    pub traces: bool,
     /// Jobs may wait for signals (`dbworker migration --signals`): the table
     /// has `awaiting` and the mailbox `<table>_signals`
     /// ([`HandlerError::wait_for`](workerutil::HandlerError::wait_for),
@@ -219,6 +225,7 @@ impl JobTableOptions {
             order_by: None,
             fair: false,
             progress: false,
+            traces: false,
             signals: false,
             aging: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -359,6 +366,7 @@ impl JobTableOptions {
             });
         }
         t.progress = self.progress;
+        t.traces = self.traces;
         t.signals = self
             .signals
             .then(|| crate::columns::signals_table(&t.table));
@@ -487,6 +495,11 @@ impl JobTable {
     /// Whether jobs keep progress and checkpoints (`dbworker migration --progress`).
     pub fn has_progress(&self) -> bool {
         self.t.progress
+    }
+
+    /// Whether jobs carry their trace context (`dbworker migration --traces`).
+    pub fn has_traces(&self) -> bool {
+        self.t.traces
     }
 
     /// Whether jobs may wait for signals (`dbworker migration --signals`).

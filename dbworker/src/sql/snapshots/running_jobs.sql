@@ -1,0 +1,1 @@
+SELECT "j"."id" AS "id", "j"."worker_hostname"::text AS "host", EXTRACT(EPOCH FROM now() - "j"."started_at")::float8 AS "running_for", "j"."progress" AS "progress" FROM "example_jobs" AS "j" WHERE "j"."status" = ('processing') ORDER BY "j"."started_at" ASC, "j"."id" ASC LIMIT $1

@@ -1,0 +1,374 @@
+//! Trace context from enqueue to every attempt (`dbworker migration
+//! --traces`, the `opentelemetry` feature), seen by an exporter of the
+//! test's own on real Postgres: attempt 1 is a child of the enqueue's span;
+//! attempts 2 and 3 are roots linked to the enqueue's span and to the
+//! attempt before; a job claimed two minutes after its enqueue is a linked
+//! root; a trigger's SQL enqueue under `SET LOCAL dbworker.traceparent` is
+//! parented by it; `tracestate` and the payload come back byte for byte;
+//! every enqueue path (one, many, COPY) stores the current span's context.
+//!
+//! Each test runs on one thread with its own subscriber (`set_default`), so
+//! the worker's tasks report to the test's exporter and no other test's.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Db, Job};
+use dbworker::ddl::OptionalColumns;
+use dbworker::{DbJob, DbStore, Enqueuer, Handling, JobTable, NewJob, TraceContext, new_worker};
+use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TracerProvider as _};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use serde_json::json;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
+
+/// Keeps every exported span.
+#[derive(Debug, Clone, Default)]
+struct Spans(Arc<Mutex<Vec<SpanData>>>);
+
+impl SpanExporter for Spans {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+impl Spans {
+    /// The `job` spans, in the order they started.
+    fn attempts(&self) -> Vec<SpanData> {
+        let mut jobs: Vec<SpanData> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.name == "job")
+            .cloned()
+            .collect();
+        jobs.sort_by_key(|s| s.start_time);
+        jobs
+    }
+}
+
+/// A subscriber exporting to `spans` at once (a simple processor), for this
+/// thread only.
+fn traced(spans: &Spans) -> (SdkTracerProvider, tracing::subscriber::DefaultGuard) {
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(spans.clone())
+        .build();
+    let tracer = provider.tracer("dbworker-traces-test");
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
+    (provider, tracing::subscriber::set_default(subscriber))
+}
+
+/// Fails each job's first `fail` attempts (`payload.fail`), then completes.
+struct FailsFirst;
+
+impl Handler<DbStore<Job>> for FailsFirst {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let fail = job.record().payload["fail"].as_i64().unwrap_or(0);
+        let attempts = job.record().cost;
+        if i64::from(attempts) < fail {
+            return Err(HandlerError::retryable(std::io::Error::other(
+                "not this time",
+            )));
+        }
+        Ok(())
+    }
+}
+
+async fn traced_db() -> (Db, JobTable) {
+    let db = Db::new().await;
+    db.add_columns(|c| *c = OptionalColumns::all(), &[]).await;
+    let table = db.table_with(|o| o.traces = true).await;
+    assert!(table.has_traces());
+    (db, table)
+}
+
+/// Runs the jobs until none is live; a failed attempt counts itself in
+/// `cost`, which the handler reads as the attempt number.
+async fn run(db: &Db, table: &JobTable) {
+    run_handled(db, table, Handling::Heartbeat).await;
+}
+
+async fn run_handled(db: &Db, table: &JobTable, handling: Handling) {
+    db.execute(
+        "CREATE OR REPLACE FUNCTION count_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.state = 'errored' THEN NEW.cost := NEW.cost + 1; END IF; RETURN NEW; END $$;
+         DROP TRIGGER IF EXISTS count_attempt ON jobs;
+         CREATE TRIGGER count_attempt BEFORE UPDATE OF state ON jobs FOR EACH ROW EXECUTE FUNCTION count_attempt();",
+    )
+    .await;
+    let mut so = db.options();
+    so.max_num_retries = 5;
+    so.handling = handling;
+    let store = db.store_on(table, so).await;
+    let mut wo = WorkerOptions::new("traces");
+    wo.num_handlers = 2;
+    wo.interval = Duration::from_millis(10);
+    wo.heartbeat_interval = Duration::from_millis(200);
+    wo.heartbeat_failure_limit = Some(Duration::from_secs(1));
+    for _ in 0..50 {
+        new_worker(store.clone(), FailsFirst, wo.clone())
+            .unwrap()
+            .run_until_empty()
+            .await;
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE state NOT IN ('completed', 'failed', 'canceled')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if live == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("jobs still live");
+}
+
+fn ids(span: &tracing::Span) -> (TraceId, SpanId) {
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    (sc.trace_id(), sc.span_id())
+}
+
+fn linked(attempt: &SpanData) -> Vec<(TraceId, SpanId)> {
+    attempt
+        .links
+        .iter()
+        .map(|l| (l.span_context.trace_id(), l.span_context.span_id()))
+        .collect()
+}
+
+#[tokio::test]
+async fn attempt_one_is_a_child_of_the_enqueue_and_retries_are_roots_linked_to_it_and_the_attempt_before()
+ {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        attempts_in_one_trace_and_linked_roots(handling).await;
+    }
+}
+
+async fn attempts_in_one_trace_and_linked_roots(handling: Handling) {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let payload = json!({"fail": 2, "note": "ünïcode  spaced", "n": 1.5});
+    let producer = tracing::info_span!("http_request");
+    let enqueue = ids(&producer);
+    let job = NewJob::new()
+        .json("payload", payload.clone())
+        .set("cost", 0_i32);
+    let id = enqueuer
+        .enqueue(job)
+        .instrument(producer.clone())
+        .await
+        .unwrap()
+        .id();
+    drop(producer);
+    run_handled(&db, &table, handling).await;
+    provider.force_flush().unwrap();
+
+    let attempts = spans.attempts();
+    assert_eq!(attempts.len(), 3, "three attempts");
+    let (first, second, third) = (&attempts[0], &attempts[1], &attempts[2]);
+    assert_eq!(
+        first.span_context.trace_id(),
+        enqueue.0,
+        "attempt 1 is in the enqueue's trace"
+    );
+    assert_eq!(
+        first.parent_span_id, enqueue.1,
+        "attempt 1 is the enqueue span's child"
+    );
+    for (later, before) in [(second, first), (third, second)] {
+        assert_eq!(later.parent_span_id, SpanId::INVALID, "a retry is a root");
+        assert_ne!(later.span_context.trace_id(), enqueue.0);
+        let links = linked(later);
+        assert!(links.contains(&enqueue), "linked to the enqueue: {links:?}");
+        assert!(
+            links.contains(&(
+                before.span_context.trace_id(),
+                before.span_context.span_id()
+            )),
+            "linked to the attempt before: {links:?}"
+        );
+    }
+    // The context lives in its own columns; the payload is the producer's.
+    let stored: String = db
+        .scalar("SELECT payload::text FROM jobs WHERE id = $1", id)
+        .await;
+    let expected: String = sqlx::query_scalar("SELECT $1::jsonb::text")
+        .bind(payload.to_string())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, expected);
+    assert!(!stored.contains("traceparent"));
+}
+
+#[tokio::test]
+async fn a_job_claimed_two_minutes_after_its_enqueue_is_a_root_linked_to_it() {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let producer = tracing::info_span!("producer");
+    let enqueue = ids(&producer);
+    let job = NewJob::new().json("payload", json!({})).set("cost", 0_i32);
+    enqueuer.enqueue(job).instrument(producer).await.unwrap();
+    db.execute("UPDATE jobs SET queued_at = queued_at - interval '2 minutes'")
+        .await;
+    run(&db, &table).await;
+    provider.force_flush().unwrap();
+    let attempts = spans.attempts();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].parent_span_id, SpanId::INVALID);
+    assert_ne!(attempts[0].span_context.trace_id(), enqueue.0);
+    assert!(linked(&attempts[0]).contains(&enqueue));
+}
+
+#[tokio::test]
+async fn a_triggers_sql_enqueue_under_the_session_setting_parents_the_attempt() {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    db.execute(
+        "CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
+         CREATE FUNCTION order_job() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO jobs (payload) VALUES (jsonb_build_object('order', NEW.id)); RETURN NEW; END $$;
+         CREATE TRIGGER order_job AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION order_job();",
+    )
+    .await;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // Not canonical (spaces around a comma): kept byte for byte in the row.
+    let tracestate = "congo=t61rcWkgMzE ,  rojo=00f067aa0ba902b7";
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT set_config('dbworker.traceparent', $1, true), set_config('dbworker.tracestate', $2, true)")
+        .bind(traceparent)
+        .bind(tracestate)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO orders (item) VALUES ('book')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let (parent, state): (String, String) =
+        sqlx::query_as("SELECT traceparent, tracestate FROM jobs")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((parent.as_str(), state.as_str()), (traceparent, tracestate));
+    // A session without the setting stores nothing.
+    db.execute("INSERT INTO jobs (payload) VALUES ('{}')").await;
+    let unset: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE traceparent IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(unset, 1);
+
+    run(&db, &table).await;
+    provider.force_flush().unwrap();
+    let attempts = spans.attempts();
+    assert_eq!(attempts.len(), 2);
+    let child = attempts
+        .iter()
+        .find(|s| {
+            s.span_context.trace_id()
+                == TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
+        })
+        .expect("the order's job runs in the producer's trace");
+    assert_eq!(
+        child.parent_span_id,
+        SpanId::from_hex("00f067aa0ba902b7").unwrap()
+    );
+    assert!(child.parent_span_is_remote);
+}
+
+#[tokio::test]
+async fn every_enqueue_path_stores_the_current_context_and_a_given_one_byte_for_byte() {
+    let spans = Spans::default();
+    let (_provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let producer = tracing::info_span!("batch");
+    let (trace, _) = ids(&producer);
+    let job = || NewJob::new().json("payload", json!({})).set("cost", 0_i32);
+    async {
+        enqueuer.enqueue(job()).await.unwrap();
+        enqueuer.enqueue_many((0..3).map(|_| job())).await.unwrap();
+        enqueuer.enqueue_copy(&[job(), job()]).await.unwrap();
+    }
+    .instrument(producer)
+    .await;
+    let given = TraceContext::new(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        Some("vendor=a:b , other=c".into()),
+    )
+    .unwrap();
+    enqueuer
+        .enqueue_copy(&[job().trace_context(given.clone())])
+        .await
+        .unwrap();
+    enqueuer.enqueue(job()).await.unwrap(); // outside any span: nothing
+
+    let rows: Vec<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT traceparent, tracestate FROM jobs ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 8);
+    for (parent, _) in &rows[..6] {
+        let parent = parent.as_deref().expect("a context");
+        assert!(parent.starts_with(&format!("00-{trace}-")), "{parent}");
+    }
+    assert_eq!(
+        rows[6],
+        (
+            Some(given.traceparent().to_owned()),
+            given.tracestate().map(str::to_owned)
+        )
+    );
+    assert_eq!(rows[7], (None, None));
+    assert!(TraceContext::new("00-abc-def-01", None).is_err());
+}
+
+#[tokio::test]
+async fn attempt_one_keeps_the_producers_sampling_decision() {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let context = |flags: &str| {
+        TraceContext::new(
+            format!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}"),
+            None,
+        )
+        .unwrap()
+    };
+    for flags in ["00", "01"] {
+        let job = NewJob::new()
+            .json("payload", json!({ "flags": flags }))
+            .set("cost", 0_i32)
+            .trace_context(context(flags));
+        enqueuer.enqueue(job).await.unwrap();
+    }
+    run(&db, &table).await;
+    provider.force_flush().unwrap();
+    // The producer that did not sample its trace gets no attempt span.
+    let attempts = spans.attempts();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert!(attempts[0].span_context.is_sampled());
+}
