@@ -45,6 +45,59 @@ async fn old_finished_rows_go_in_batches_and_live_rows_stay() {
     assert_eq!(purger.purge_once().await.unwrap().total(), 0);
 }
 
+/// A purged job's signals go with it, in the same statement; a live job's
+/// mailbox is untouched. A purger without DELETE on the mailbox is refused
+/// at start-up, naming it.
+#[tokio::test]
+async fn a_purged_jobs_signals_go_with_it() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    seed(&db).await;
+    db.execute(
+        "INSERT INTO jobs_signals (job_id, name) SELECT id, 'paid' FROM jobs;
+         DO $$ BEGIN CREATE ROLE purge_only_signals_read; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+         GRANT SELECT, UPDATE, DELETE ON jobs TO purge_only_signals_read;
+         GRANT SELECT ON jobs_signals TO purge_only_signals_read;",
+    )
+    .await;
+    let table = db.table_with(|o| o.signals = true).await;
+    let purger = Purger::new(&db.pool, &table, PurgeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 9);
+    let (left, orphans): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.job_id)) FROM jobs_signals s",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((left, orphans), (7, 0), "the kept jobs' signals stay, the purged ones' go");
+
+    let options: sqlx::postgres::PgConnectOptions = db.db.url().parse().unwrap();
+    let restricted = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::raw_sql("SET ROLE purge_only_signals_read")
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .connect_with(options)
+        .await
+        .unwrap();
+    let err = Purger::new(&restricted, &table, PurgeOptions::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("DELETE") && err.contains("jobs_signals"),
+        "{err}"
+    );
+}
+
 /// `run` purges at once, again each interval, and ends when its token fires.
 #[tokio::test]
 async fn run_purges_every_interval_until_stopped() {

@@ -248,6 +248,14 @@ impl Purger {
         if let Some(archive) = &target.archive {
             grants = grants.on("archive table", archive, &[Privilege::Insert]);
         }
+        // The purged jobs' signals go with them (the delete's subquery reads).
+        if let Some(mailbox) = &target.t.signals {
+            grants = grants.on(
+                "signal mailbox",
+                mailbox,
+                &[Privilege::Select, Privilege::Delete],
+            );
+        }
         let mut problems = grants.problems(&pool).await?;
         if let Some(archive) = &target.archive {
             let hint = format!(

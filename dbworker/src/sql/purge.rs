@@ -8,7 +8,8 @@ use workerutil::JobState;
 /// Deletes (or moves to the archive table) up to `batch` rows in `state`
 /// finished longer than `age` ago, oldest first, skipping locked rows.
 /// Returns their ids. With `archive` (a table with the job table's columns in
-/// the same order) the rows are moved there.
+/// the same order) the rows are moved there. A table with signals loses the
+/// purged jobs' mailbox rows in the same statement (they would only grow).
 pub(crate) fn purge_batch(
     t: &Table,
     archive: Option<&Relation>,
@@ -46,20 +47,34 @@ pub(crate) fn purge_batch(
         })))
         .to_owned();
     let Statement { sql, values } = Statement::from(&delete);
-    match archive {
-        None => Statement { sql, values },
-        // The archive has the table's columns in the same order (LIKE). The
-        // ids come from the deleted rows: `INSERT … RETURNING` would need
-        // SELECT on the archive, and a purger is granted only INSERT there.
-        Some(archive) => Statement {
-            sql: format!(
-                "WITH \"dbworker_moved\" AS ({sql}), \"dbworker_archived\" AS (INSERT INTO {} SELECT * FROM \"dbworker_moved\") SELECT {}::bigint AS \"id\" FROM \"dbworker_moved\"",
-                archive.quoted(),
-                quote(&c.id)
-            )
-            .into(),
-            values,
-        },
+    // The archive has the table's columns in the same order (LIKE). The ids
+    // come from the deleted rows: `INSERT … RETURNING` would need SELECT on
+    // the archive, and a purger is granted only INSERT there.
+    let archived = archive.map(|archive| {
+        format!(
+            ", \"dbworker_archived\" AS (INSERT INTO {} SELECT * FROM \"dbworker_moved\")",
+            archive.quoted()
+        )
+    });
+    let mail = t.signals.as_ref().map(|mailbox| {
+        format!(
+            ", \"dbworker_mail\" AS (DELETE FROM {} WHERE \"job_id\" IN (SELECT {}::bigint FROM \"dbworker_moved\"))",
+            mailbox.quoted(),
+            quote(&c.id)
+        )
+    });
+    if archived.is_none() && mail.is_none() {
+        return Statement { sql, values };
+    }
+    Statement {
+        sql: format!(
+            "WITH \"dbworker_moved\" AS ({sql}){}{} SELECT {}::bigint AS \"id\" FROM \"dbworker_moved\"",
+            archived.unwrap_or_default(),
+            mail.unwrap_or_default(),
+            quote(&c.id)
+        )
+        .into(),
+        values,
     }
 }
 
@@ -68,6 +83,8 @@ pub(crate) fn purge_batch(
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     use super::fixtures::{plain, rel};
     let purge = Table::new(rel("app.jobs"), plain());
+    let mut signalled = purge.clone();
+    signalled.signals = Some(rel("app.jobs_signals"));
     let (archive, minute) = (rel("app.jobs_archive"), std::time::Duration::from_secs(60));
     vec![
         (
@@ -77,6 +94,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "purge_batch_to_archive",
             purge_batch(&purge, Some(&archive), JobState::Failed, minute, 100),
+        ),
+        (
+            "purge_batch_with_signals",
+            purge_batch(&signalled, None, JobState::Completed, minute, 100),
         ),
     ]
 }
