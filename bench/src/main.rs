@@ -34,6 +34,9 @@
 //! - fair claims (`fair`, only when asked for): burn-downs, the enqueue
 //!   paths and a claim on a large backlog (with its plan), each beside the
 //!   plain table, and where the tagging trigger's time goes.
+//! - long jobs (`long`, only when asked for): trace capture on enqueue,
+//!   signal → resume latency and checkpoint cost, each in interleaved
+//!   rounds beside the plain path.
 //!
 //! Only ratios within one run mean much: absolute figures on a shared machine
 //! drift between minutes.
@@ -52,6 +55,7 @@ mod fair;
 mod floor;
 mod framework;
 mod latency;
+mod long;
 mod machine;
 mod ops;
 mod pairs;
@@ -144,6 +148,10 @@ enum Workload {
     /// Fair claims (`dbworker migration --fair`) beside the plain table:
     /// burn-downs, enqueues and the claim on a backlog. Not in the default set.
     Fair,
+    /// Long jobs' features beside the plain path, in interleaved rounds:
+    /// trace capture on enqueue, signal → resume latency, checkpoint cost.
+    /// Not in the default set.
+    Long,
 }
 
 #[derive(Debug, Args)]
@@ -223,6 +231,8 @@ struct BenchArgs {
     partition_old_rows: u64,
     #[command(flatten)]
     fair: fair::FairArgs,
+    #[command(flatten)]
+    long: long::LongArgs,
     /// Which workloads to run.
     #[arg(
         long,
@@ -454,6 +464,11 @@ async fn bench(args: BenchArgs) -> Result<()> {
         let sizes = (args.jobs, args.enqueue_batch);
         report.fair = Some(fair::run(&bench, &args.fair, &args.handlers, sizes).await?);
     }
+    // Printed after the report's tables (not recorded by --write-docs).
+    let long = match args.runs(Workload::Long) {
+        true => Some(long::run(&bench, &args.long).await?),
+        false => None,
+    };
     if args.runs(Workload::Processes) && !args.processes.is_empty() {
         bench.prepare(0, args.jobs, args.enqueue_batch).await?;
         let floor =
@@ -545,6 +560,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
         report.peers.push(runs);
     }
     report.print_tables();
+    for table in long.iter().flat_map(long::tables) {
+        println!("{}", table.text());
+    }
     if args.write_docs {
         let written = report.write_docs()?;
         println!("\nwrote {}", written.join(", "));
