@@ -393,3 +393,91 @@ async fn waiting_count(db: &Db) -> i64 {
         .await
         .unwrap()
 }
+
+/// A workflow task may wait on a signal: `approve` (after `build`) waits,
+/// holding its dependent `ship` back, until its signal comes; then both run,
+/// in order, each once.
+#[tokio::test]
+async fn a_workflow_task_waits_for_its_signal_and_its_dependent_after_it() {
+    use dbworker::workflow::{Task, Workflow, Workflows};
+    struct Approves;
+    impl workerutil::Handler<DbStore<Job>> for Approves {
+        async fn handle(
+            &self,
+            job: &mut dbworker::DbJob<Job>,
+            ctx: &workerutil::JobContext<DbStore<Job>>,
+        ) -> Result<(), workerutil::HandlerError> {
+            if job.record().payload["step"] == json!("approve")
+                && job
+                    .signal::<Value>(ctx.store(), "approved")
+                    .await?
+                    .is_none()
+            {
+                return Err(workerutil::HandlerError::wait_for("approved", HOUR));
+            }
+            Ok(())
+        }
+    }
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap())
+        .await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let table = db
+        .table_with(|o| {
+            o.signals = true;
+            o.workflows = true;
+        })
+        .await;
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
+    let step = |name: &str| dbworker::NewJob::new().json("payload", json!({ "step": name }));
+    let wf = Workflow::new()
+        .task(Task::new("build", step("build")))
+        .task(Task::new("approve", step("approve")).after(["build"]))
+        .task(Task::new("ship", step("ship")).after(["approve"]));
+    let enqueued = workflows.enqueue(&wf).await.unwrap();
+    let (approve, ship) = (
+        enqueued.id_of("approve").unwrap(),
+        enqueued.id_of("ship").unwrap(),
+    );
+    let mut o = db.options();
+    o.stall.stalled_max_age = Duration::from_secs(60);
+    let store = Arc::new(DbStore::new(&db.pool, &table, o).await.unwrap());
+    let mut wo = WorkerOptions::new("approvals");
+    wo.num_handlers = 2;
+    wo.interval = Duration::from_millis(20);
+    let worker = new_worker(store, Arc::new(Approves), wo).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting(&db, approve).await.1.as_deref() != Some("approved") {
+        assert!(Instant::now() < deadline, "approve never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(db.state(ship).await, "pending", "ship waits for approve");
+    let signals = dbworker::Signals::new(&db.pool, &table).unwrap();
+    assert!(
+        signals
+            .send(approve, "approved", json!(true), None)
+            .await
+            .unwrap()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.state(ship).await != "completed" {
+        assert!(Instant::now() < deadline, "ship never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.graceful();
+    run.await.unwrap();
+    let in_order: bool = sqlx::query_scalar(
+        "SELECT (SELECT finished_at FROM jobs WHERE id = $1) <= (SELECT started_at FROM jobs WHERE id = $2)",
+    )
+    .bind(approve)
+    .bind(ship)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(in_order, "ship started after approve finished");
+    assert_eq!(db.count("completed").await, 3);
+}
