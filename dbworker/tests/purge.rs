@@ -72,7 +72,11 @@ async fn a_purged_jobs_signals_go_with_it() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!((left, orphans), (7, 0), "the kept jobs' signals stay, the purged ones' go");
+    assert_eq!(
+        (left, orphans),
+        (7, 0),
+        "the kept jobs' signals stay, the purged ones' go"
+    );
 
     let options: sqlx::postgres::PgConnectOptions = db.db.url().parse().unwrap();
     let restricted = sqlx::postgres::PgPoolOptions::new()
