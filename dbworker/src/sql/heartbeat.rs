@@ -57,37 +57,36 @@ pub(crate) fn heartbeat(
         .and_where(col(a, &c.id).in_subquery(lockable))
         .to_owned();
     if !progress.is_empty() && o.progress {
-        let (ids, values): (Vec<i64>, Vec<serde_json::Value>) = progress.into_iter().unzip();
-        // Each row's reported value, if it has one (as JSON text: one array).
-        let reported = format!(
-            "(SELECT \"p\".\"v\"::jsonb FROM unnest($1::bigint[], $2::text[]) AS \"p\"(\"id\", \"v\") WHERE \"p\".\"id\" = {}.{})",
-            quote(a),
-            quote(&c.id)
-        );
-        let texts: Vec<String> = values.iter().map(serde_json::Value::to_string).collect();
-        let bound = || {
-            [
-                sea_query::Value::from(ids.clone()),
-                sea_query::Value::from(texts.clone()),
-            ]
-        };
+        // One object keyed by job id: each row finds its value by key (a
+        // subquery over an array per row made the beat quadratic in the
+        // jobs reporting: 2.6 s at 4,000).
+        let reported: serde_json::Map<String, serde_json::Value> = progress
+            .into_iter()
+            .map(|(id, value)| (id.to_string(), value))
+            .collect();
+        let reported = serde_json::Value::Object(reported);
+        let key = format!("{}.{}::text", quote(a), quote(&c.id));
         touch
             .value(
                 alias(PROGRESS),
                 Expr::cust_with_values(
-                    format!("COALESCE({reported}, {}.{})", quote(a), quote(PROGRESS)),
-                    bound(),
+                    format!(
+                        "COALESCE($1::jsonb -> {key}, {}.{})",
+                        quote(a),
+                        quote(PROGRESS)
+                    ),
+                    [reported.clone()],
                 ),
             )
             .value(
                 alias(PROGRESS_SEQ),
                 Expr::cust_with_values(
                     format!(
-                        "{}.{} + ({reported} IS NOT NULL)::int",
+                        "{}.{} + jsonb_exists($1::jsonb, {key})::int",
                         quote(a),
                         quote(PROGRESS_SEQ)
                     ),
-                    bound(),
+                    [reported],
                 ),
             );
     }
