@@ -264,13 +264,43 @@ async fn rows_older_than_keep_are_removed() {
     assert_eq!(other, 1);
 }
 
-async fn seq_scans(db: &Db) -> i64 {
+/// Ends every other session of the database and waits until they are gone,
+/// so their statistics are reported.
+async fn settle(conn: &mut sqlx::PgConnection) {
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let others: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        if others == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{others} sessions left"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Sequential scans of `jobs` as the statistics say, read on `conn` (whose
+/// own pending statistics are flushed first).
+async fn seq_scans(conn: &mut sqlx::PgConnection) -> i64 {
     sqlx::query("SELECT pg_stat_force_next_flush()")
-        .execute(&db.pool)
+        .execute(&mut *conn)
         .await
         .unwrap();
     sqlx::query_scalar("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'jobs'")
-        .fetch_one(&db.pool)
+        .fetch_one(&mut *conn)
         .await
         .unwrap()
 }
@@ -279,24 +309,27 @@ async fn seq_scans(db: &Db) -> i64 {
 async fn a_pass_reads_the_job_table_through_the_index_only() {
     let db = seed().await;
     let h = &histories(&db, 1).await[0];
-    // The set-up's other connections may hold statistics not yet reported,
-    // which would land between the two readings: they report as they end.
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let before = seq_scans(&db).await;
+    // Every other connection may hold statistics not yet reported, which
+    // would land late: each reading first ends them (a backend reports as it
+    // exits) and waits until they are gone.
+    let mut conn = db.pool.acquire().await.unwrap();
+    settle(&mut conn).await;
+    let before = seq_scans(&mut conn).await;
     let r = h.record_once().await.unwrap();
     assert!(r.minutes > 100, "{r:?}");
-    assert_eq!(seq_scans(&db).await, before, "no sequential scan of jobs");
+    settle(&mut conn).await;
+    assert_eq!(
+        seq_scans(&mut conn).await,
+        before,
+        "no sequential scan of jobs"
+    );
     // The measure sees a scan: without the index (dropped after the check
     // of `History::new`), the same pass scans the table.
     db.execute("DROP INDEX jobs_finished_idx; DELETE FROM dbworker_history;")
         .await;
     h.record_once().await.unwrap();
-    assert!(seq_scans(&db).await > before, "the scan is counted");
+    settle(&mut conn).await;
+    assert!(seq_scans(&mut conn).await > before, "the scan is counted");
 }
 
 #[tokio::test]
