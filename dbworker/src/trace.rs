@@ -121,25 +121,23 @@ pub(crate) struct JobTrace {
 }
 
 impl JobTrace {
-    /// What a claim's row returned (see `sql::CLAIMED_TRACE`).
+    /// What a claim's row returned (see `sql::CLAIMED_TRACE_PARENT`).
     pub(crate) fn from_claim(row: &sqlx::postgres::PgRow) -> JobTrace {
-        use sqlx::Row;
-        let get = |suffix: &str| {
-            row.try_get::<Option<String>, _>(
-                format!("{}_{suffix}", crate::sql::CLAIMED_TRACE).as_str(),
-            )
-            .ok()
-            .flatten()
+        use crate::sql::{
+            CLAIMED_TRACE_FOLLOWS, CLAIMED_TRACE_FRESH, CLAIMED_TRACE_PARENT, CLAIMED_TRACE_STATE,
         };
-        let enqueue = get("parent").and_then(|p| TraceContext::new(p, get("state")).ok());
+        use sqlx::Row;
+        let get = |name: &str| row.try_get::<Option<String>, _>(name).ok().flatten();
+        let enqueue = get(CLAIMED_TRACE_PARENT)
+            .and_then(|p| TraceContext::new(p, get(CLAIMED_TRACE_STATE)).ok());
         let fresh = row
-            .try_get::<Option<bool>, _>(format!("{}_fresh", crate::sql::CLAIMED_TRACE).as_str())
+            .try_get::<Option<bool>, _>(CLAIMED_TRACE_FRESH)
             .ok()
             .flatten()
             .unwrap_or(false);
         JobTrace {
             enqueue,
-            follows: get("follows"),
+            follows: get(CLAIMED_TRACE_FOLLOWS),
             fresh,
         }
     }

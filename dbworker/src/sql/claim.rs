@@ -105,10 +105,15 @@ pub(crate) const CLAIMED_CANCEL: &str = "dbworker_cancel";
 /// in which case it may have passed rows over and must not move the cursor.
 pub(crate) const CLAIM_BOUND: &str = "dbworker_limit_bound";
 /// See [`RECORD_ID`]: a table with traces returns the enqueue's context
-/// (`…_traceparent`, `…_tracestate`), the span the previous attempt ran
-/// under (`…_trace_follows`) and whether this attempt is the first and
-/// prompt (`…_trace_fresh`, see `trace.rs`).
-pub(crate) const CLAIMED_TRACE: &str = "dbworker_trace";
+/// (parent and state), the span the previous attempt ran under (follows)
+/// and whether this attempt is the first and prompt (fresh, see `trace.rs`).
+pub(crate) const CLAIMED_TRACE_PARENT: &str = "dbworker_trace_parent";
+/// See [`CLAIMED_TRACE_PARENT`].
+pub(crate) const CLAIMED_TRACE_STATE: &str = "dbworker_trace_state";
+/// See [`CLAIMED_TRACE_PARENT`].
+pub(crate) const CLAIMED_TRACE_FOLLOWS: &str = "dbworker_trace_follows";
+/// See [`CLAIMED_TRACE_PARENT`].
+pub(crate) const CLAIMED_TRACE_FRESH: &str = "dbworker_trace_fresh";
 /// See [`RECORD_ID`]: the claimed row's queue, for a limited claim.
 pub(super) const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
 
@@ -117,7 +122,7 @@ pub(super) const CLAIMED_QUEUE: &str = "dbworker_limit_queue";
 pub(crate) const TRACE_CHILD_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What a claim on a table with traces returns about each job's trace (see
-/// [`CLAIMED_TRACE`]): first and prompt means no attempt before it (no
+/// [`CLAIMED_TRACE_PARENT`]): first and prompt means no attempt before it (no
 /// failure, reset or earlier span) and enqueued within
 /// [`TRACE_CHILD_WITHIN`], by the database clock.
 fn trace_returning(o: &StoreParams) -> Vec<Expr> {
@@ -126,17 +131,12 @@ fn trace_returning(o: &StoreParams) -> Vec<Expr> {
     }
     let (a, c) = (&o.table.alias, &o.columns);
     let q = |name: &str| format!("{}.{}", quote(a), quote(name));
-    let named = |expr: String, suffix: &str| {
-        Expr::cust(format!(
-            "{expr} AS {}",
-            quote(&format!("{CLAIMED_TRACE}_{suffix}"))
-        ))
-    };
+    let named = |expr: String, name: &str| Expr::cust(format!("{expr} AS {}", quote(name)));
     let within = TRACE_CHILD_WITHIN.as_secs();
     vec![
-        named(q(TRACEPARENT), "parent"),
-        named(q(TRACESTATE), "state"),
-        named(q(TRACE_FOLLOWS), "follows"),
+        named(q(TRACEPARENT), CLAIMED_TRACE_PARENT),
+        named(q(TRACESTATE), CLAIMED_TRACE_STATE),
+        named(q(TRACE_FOLLOWS), CLAIMED_TRACE_FOLLOWS),
         named(
             format!(
                 "({} IS NULL AND COALESCE({}, 0) = 0 AND COALESCE({}, 0) = 0 AND {} >= now() - interval '{within} seconds')",
@@ -145,7 +145,7 @@ fn trace_returning(o: &StoreParams) -> Vec<Expr> {
                 q(&c.num_resets),
                 q(&c.queued_at),
             ),
-            "fresh",
+            CLAIMED_TRACE_FRESH,
         ),
     ]
 }

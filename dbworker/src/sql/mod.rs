@@ -65,9 +65,10 @@ pub(crate) use admin_search::admin_list_window;
 #[cfg(test)]
 pub(crate) use claim::claim;
 pub(crate) use claim::{
-    CLAIM_BOUND, CLAIMED_CANCEL, CLAIMED_TOKEN, CLAIMED_TRACE, LimitedClaim, RECORD_ID,
-    claim_cursor_condition, claim_limited, conditions_key, eligible_behind, limited, lock_claimed,
-    not_flagged, order_terms, select_records,
+    CLAIM_BOUND, CLAIMED_CANCEL, CLAIMED_TOKEN, CLAIMED_TRACE_FOLLOWS, CLAIMED_TRACE_FRESH,
+    CLAIMED_TRACE_PARENT, CLAIMED_TRACE_STATE, LimitedClaim, RECORD_ID, claim_cursor_condition,
+    claim_limited, conditions_key, eligible_behind, limited, lock_claimed, not_flagged,
+    order_terms, select_records,
 };
 pub(crate) use cluster::{
     NodeRow, leader_acquire, leader_current, leader_fence, leader_release, leader_renew,
@@ -119,7 +120,7 @@ pub(crate) use partitions::{
     detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,
 };
 pub(crate) use per_job::PerJob;
-pub(crate) use pooler::{On, backend_pid, current_database, env_problem};
+pub(crate) use pooler::{On, backend_pid, current_database, env_problem, pool_transaction_mode};
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use progress::{read_checkpoint, running_jobs, write_progress};
 pub(crate) use purge::purge_batch;

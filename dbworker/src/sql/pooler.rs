@@ -107,14 +107,7 @@ impl Pooler {
     /// The mode `pool` is in: its own ([`Pooler::apply_to`]), else the
     /// process-wide default ([`pooler`]).
     pub fn of(pool: &PgPool) -> Pooler {
-        let options = pool.connect_options();
-        let own = POOLS
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .find(|(known, _)| Arc::ptr_eq(known, &options))
-            .map(|(_, mode)| mode.clone());
-        own.unwrap_or_else(pooler)
+        own_mode(pool, Pooler::clone).unwrap_or_else(pooler)
     }
 
     /// The mode the environment asks for: `DBWORKER_POOLER=transaction` (or
@@ -178,18 +171,24 @@ fn default_transaction_mode() -> bool {
     pooler().is_transaction()
 }
 
-/// Whether `pool` goes through a transaction pooler ([`Pooler::of`], without
-/// copying the mode: it is asked once per statement).
-fn pool_transaction_mode(pool: &PgPool) -> bool {
+/// What `read` finds in the mode `pool` was given with
+/// [`Pooler::apply_to`], if it was given one.
+fn own_mode<T>(pool: &PgPool, read: impl FnOnce(&Pooler) -> T) -> Option<T> {
     let pools = POOLS.read().unwrap_or_else(|e| e.into_inner());
     if pools.is_empty() {
-        return default_transaction_mode();
+        return None;
     }
     let options = pool.connect_options();
-    match pools.iter().find(|(known, _)| Arc::ptr_eq(known, &options)) {
-        Some((_, mode)) => mode.is_transaction(),
-        None => default_transaction_mode(),
-    }
+    pools
+        .iter()
+        .find(|(known, _)| Arc::ptr_eq(known, &options))
+        .map(|(_, mode)| read(mode))
+}
+
+/// Whether `pool` goes through a transaction pooler ([`Pooler::of`], without
+/// copying the mode: it is asked once per statement and per job).
+pub(crate) fn pool_transaction_mode(pool: &PgPool) -> bool {
+    own_mode(pool, Pooler::is_transaction).unwrap_or_else(default_transaction_mode)
 }
 
 /// The mode for a connection whose pool nobody named: transaction mode if

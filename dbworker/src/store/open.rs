@@ -118,7 +118,7 @@ impl JobTx {
     /// kept connection that fails to begin (the server restarted while it
     /// waited) is closed and a fresh one tried: nothing had started on it.
     pub(crate) async fn begin(pool: &PgPool, kept: &Arc<Kept>) -> Result<JobTx, sqlx::Error> {
-        let pooled = crate::Pooler::of(pool).is_transaction();
+        let pooled = sql::pool_transaction_mode(pool);
         if let Some(mut conn) = kept.take() {
             match PgTransactionManager::begin(&mut conn, None).await {
                 Ok(()) => {

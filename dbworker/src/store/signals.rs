@@ -25,7 +25,7 @@ impl<R: Record> DbStore<R> {
         };
         let lease = job.lease;
         let span = job.attempt_trace.clone();
-        let pooled = Some(crate::Pooler::of(&self.pool).is_transaction());
+        let pooled = Some(sql::pool_transaction_mode(&self.pool));
         let mark = async |conn: &mut PgConnection| -> Result<bool> {
             // The row first, as every sender locks it: a sender that came
             // before has committed its signal by now, one that comes after
