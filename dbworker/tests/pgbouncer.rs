@@ -395,6 +395,31 @@ async fn one_process_holds_a_direct_pool_and_one_through_pgbouncer() {
     let mut tx = pooled.begin().await.unwrap();
     pooled_enqueuer.enqueue_in(&mut tx, &job(1)).await.unwrap();
     tx.commit().await.unwrap();
+    // The other services built on the pooled pool follow its mode too: a
+    // resetter puts back a stalled job, the admin reads.
+    let stalled: i64 = sqlx::query_scalar(
+        "UPDATE jobs SET state = 'processing', started_at = now() - interval '1 hour', last_heartbeat_at = now() - interval '1 hour' WHERE id = (SELECT min(id) FROM jobs) RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut ro = ResetterOptions::new("r");
+    ro.stall.stalled_max_age = Duration::from_secs(5);
+    let reset = Resetter::new(&pooled, &through, ro)
+        .await
+        .unwrap()
+        .reset_once()
+        .await
+        .unwrap();
+    let reset: Vec<i64> = reset.reset.iter().map(|(id, _)| *id).collect();
+    assert_eq!(reset, vec![stalled]);
+    let status = Admin::new(&pooled, &through)
+        .await
+        .unwrap()
+        .status()
+        .await
+        .unwrap();
+    assert_eq!(status.live.iter().map(|(_, _, n)| n).sum::<u64>(), 121);
 
     // Both sides at once on the one table, until nothing is left (a
     // retried job comes back after its back-off).
