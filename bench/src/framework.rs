@@ -339,7 +339,18 @@ pub(crate) async fn measure_rss(
     jobs: u64,
 ) -> Result<Rss> {
     bench.prepare(0, jobs, 5_000).await?;
-    let output = tokio::process::Command::new(std::env::current_exe()?)
+    // A diagnostic knob: BENCH_WRAP_WORKER=heaptrack runs the worker under
+    // that program (a heap profile of the same run).
+    let exe = std::env::current_exe()?;
+    let mut command = match std::env::var("BENCH_WRAP_WORKER") {
+        Ok(wrapper) => {
+            let mut c = tokio::process::Command::new(wrapper);
+            c.arg(exe);
+            c
+        }
+        Err(_) => tokio::process::Command::new(exe),
+    };
+    let output = command
         .args(["worker", "--url", bench.url(), "--mode", &mode.to_string()])
         .args([
             "--handlers",

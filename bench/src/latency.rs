@@ -192,7 +192,7 @@ impl Waiting {
         self,
         pool: PgPool,
         label: String,
-        sent: &HashMap<i64, Instant>,
+        sent: &HashMap<i64, Sent>,
     ) -> Result<Latency> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while lock(&self.starts).len() < sent.len() && Instant::now() < deadline {
@@ -203,16 +203,24 @@ impl Waiting {
         pool.close().await;
 
         let starts = lock(&self.starts);
-        let mut waits: Vec<Duration> = sent
+        let mut phases: Vec<(Duration, Duration, Duration)> = sent
             .iter()
-            .map(|(id, t0)| {
+            .map(|(id, t)| {
                 starts
                     .get(id)
-                    .map(|t1| t1.saturating_duration_since(*t0))
+                    .map(|t1| {
+                        (
+                            t1.saturating_duration_since(t.at),
+                            t.returned.saturating_duration_since(t.at),
+                            t1.saturating_duration_since(t.returned),
+                        )
+                    })
                     .ok_or_else(|| format!("job {id} never started"))
             })
             .collect::<std::result::Result<_, _>>()?;
-        waits.sort();
+        phases.sort();
+        report_phases(&label, &phases);
+        let waits: Vec<Duration> = phases.iter().map(|p| p.0).collect();
         Ok(Latency {
             label,
             jobs: waits.len(),
@@ -224,6 +232,44 @@ impl Waiting {
     }
 }
 
+/// When a job's INSERT was sent, and when it returned (committed, its
+/// NOTIFY queued).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sent {
+    at: Instant,
+    returned: Instant,
+}
+
+/// Where the time goes: the INSERT's own round trip (commit included)
+/// apart from what follows its return (NOTIFY delivery, the claim, the
+/// start), for the slowest pickups too. Printed, not tabled: a diagnosis.
+fn report_phases(label: &str, sorted: &[(Duration, Duration, Duration)]) {
+    let mut insert: Vec<Duration> = sorted.iter().map(|p| p.1).collect();
+    let mut after: Vec<Duration> = sorted.iter().map(|p| p.2).collect();
+    insert.sort();
+    after.sort();
+    progress(format_args!(
+        "latency phases: {label}: INSERT round trip p50 {:?} p99 {:?} max {:?}; \
+         INSERT return → handler start p50 {:?} p99 {:?} max {:?}",
+        percentile(&insert, 50),
+        percentile(&insert, 99),
+        insert.last().copied().unwrap_or_default(),
+        percentile(&after, 50),
+        percentile(&after, 99),
+        after.last().copied().unwrap_or_default(),
+    ));
+    let slowest: Vec<String> = sorted
+        .iter()
+        .rev()
+        .take(5)
+        .map(|(all, insert, after)| format!("{all:.1?} = {insert:.1?} + {after:.1?}"))
+        .collect();
+    progress(format_args!(
+        "latency phases: slowest (insert + after): {}",
+        slowest.join(", ")
+    ));
+}
+
 /// Inserts `jobs` rows one statement each, `rate` per second, on `conn`,
 /// starting after `offset`; returns when each INSERT was sent, by job id.
 async fn insert_at_rate(
@@ -231,7 +277,7 @@ async fn insert_at_rate(
     jobs: u64,
     rate: f64,
     offset: Duration,
-) -> Result<HashMap<i64, Instant>> {
+) -> Result<HashMap<i64, Sent>> {
     let insert = format!("INSERT INTO {TABLE} (queued_at) VALUES (now()) RETURNING id");
     let period = Duration::from_secs_f64(1.0 / rate.max(0.1));
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
@@ -243,7 +289,13 @@ async fn insert_at_rate(
         let id: i64 = sqlx::query_scalar(AssertSqlSafe(insert.clone()))
             .fetch_one(&mut *conn)
             .await?;
-        sent.insert(id, t0);
+        sent.insert(
+            id,
+            Sent {
+                at: t0,
+                returned: Instant::now(),
+            },
+        );
     }
     Ok(sent)
 }

@@ -58,6 +58,10 @@ pub(crate) struct PeerLine {
     max_ms: f64,
     #[serde(default)]
     jobs: u64,
+    /// The peer process's peak RSS (throughput runs), its own enqueue
+    /// included.
+    #[serde(default)]
+    pub(crate) vmhwm_kib: u64,
 }
 
 /// One handler count: dbworker, the floor and the peer, in that order.
@@ -71,6 +75,9 @@ pub(crate) struct Throughput {
     pub(crate) ours_with_enqueue: Option<Statements>,
     /// The peer's, its whole run: enqueue, burn-down, and its set-up.
     pub(crate) peer_cost: Option<Statements>,
+    /// A dbworker worker process's peak RSS burning down the same jobs at
+    /// the same handlers (heartbeat handling, defaults).
+    pub(crate) rss: framework::Rss,
 }
 
 /// Everything measured of one peer.
@@ -180,6 +187,7 @@ pub(crate) async fn run(
         )
         .await?;
         let peer_cost = bench.statements().await?;
+        let rss = framework::measure_rss(bench, Mode::Heartbeat, handlers, jobs).await?;
         progress(format_args!(
             "peers: {handlers} handlers: dbworker {:.0}, floor {:.0}, {} {:.0} jobs/s",
             dbworker.rate(),
@@ -194,6 +202,7 @@ pub(crate) async fn run(
             peer,
             ours_with_enqueue,
             peer_cost,
+            rss,
         });
     }
     if latency_jobs > 0 {
@@ -283,6 +292,36 @@ pub(crate) fn tables(runs: &PeerRuns) -> Vec<Table> {
         });
     }
     if !runs.throughput.is_empty() {
+        tables.push(Table {
+            title: format!(
+                "Peers: peak RSS (VmHWM) of a worker process burning down the same jobs; \
+                 {name}'s process also enqueued them"
+            ),
+            headers: vec![
+                "handlers",
+                "jobs",
+                "dbworker",
+                "peer",
+                "dbworker ÷ peer",
+                "≤ peer (issue 38)",
+            ],
+            rows: runs
+                .throughput
+                .iter()
+                .map(|t| {
+                    let peer = t.peer.vmhwm_kib as f64 / 1024.0;
+                    let ratio = t.rss.mib() / peer.max(1e-9);
+                    vec![
+                        t.handlers.to_string(),
+                        count(t.rss.jobs),
+                        format!("{:.1} MiB", t.rss.mib()),
+                        format!("{peer:.1} MiB"),
+                        format!("{ratio:.2}"),
+                        met(t.peer.vmhwm_kib > 0 && ratio <= 1.0).to_owned(),
+                    ]
+                })
+                .collect(),
+        });
         tables.push(Table {
             title: format!(
                 "Peers: statements (pg_stat_statements: all / without BEGIN, COMMIT, ...) and WAL \

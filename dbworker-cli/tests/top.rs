@@ -85,19 +85,55 @@ async fn top_once_prints_the_live_states_and_the_history() {
 /// finished jobs are not listed.
 #[tokio::test]
 async fn top_shows_the_running_jobs_progress_where_the_table_has_it() {
+    running_jobs_progress(false).await;
+}
+
+/// The same on a table that keeps progress in its side table
+/// (`migration --progress-table`), found as the columns are.
+#[tokio::test]
+async fn top_shows_the_running_jobs_progress_kept_in_the_side_table() {
+    running_jobs_progress(true).await;
+}
+
+async fn running_jobs_progress(side: bool) {
     let db = common::Db::new().await;
-    db.add_columns(|c| c.progress = true, &[]).await;
+    if side {
+        db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+            .await;
+    } else {
+        db.add_columns(|c| c.progress = true, &[]).await;
+    }
     let ids: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO jobs (state, started_at, last_heartbeat_at, worker_hostname, progress) VALUES
-           ('processing', now() - interval '2 minutes', now(), 'host-a', '{\"rows\": 40, \"of\": 100}'),
-           ('processing', now() - interval '5 seconds', now(), 'host-b', NULL),
-           ('queued', NULL, NULL, '', '{\"rows\": 1}'),
-           ('completed', now(), now(), 'host-c', '{\"rows\": 100}')
+        "INSERT INTO jobs (state, started_at, last_heartbeat_at, worker_hostname) VALUES
+           ('processing', now() - interval '2 minutes', now(), 'host-a'),
+           ('processing', now() - interval '5 seconds', now(), 'host-b'),
+           ('queued', NULL, NULL, ''),
+           ('completed', now(), now(), 'host-c')
          RETURNING id",
     )
     .fetch_all(&db.pool)
     .await
     .unwrap();
+    let progress = [
+        Some(r#"{"rows": 40, "of": 100}"#),
+        None,
+        Some(r#"{"rows": 1}"#),
+        Some(r#"{"rows": 100}"#),
+    ];
+    for (id, value) in ids.iter().zip(progress) {
+        let Some(value) = value else { continue };
+        let sql = if side {
+            "INSERT INTO jobs_progress (job_id, progress) VALUES ($1, $2::jsonb)"
+        } else {
+            "UPDATE jobs SET progress = $2::jsonb WHERE id = $1"
+        };
+        sqlx::query(sql)
+            .bind(id)
+            .bind(value)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
 
     let frame = ok(&dbworker(
         &db,

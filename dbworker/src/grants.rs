@@ -172,7 +172,10 @@ impl Grants {
     /// (claims, heartbeats, execution logs and marks are updates), `SELECT`
     /// on the pause table, `SELECT, UPDATE` on the limit table (a limited
     /// claim spends its tokens), `SELECT, UPDATE` on the signal mailbox (the
-    /// wait mark reads it, a resumed attempt marks its signal consumed) and
+    /// wait mark reads it, a resumed attempt marks its signal consumed),
+    /// `SELECT, INSERT, UPDATE` on the progress table (progress and
+    /// checkpoint writes upsert a job's row, a completion drops its
+    /// checkpoint) and
     /// what the triggers do in the transaction of a mark: with workflows the
     /// release trigger's, on a fair table the tagging trigger's read.
     pub(crate) fn worker(t: &Table) -> Grants {
@@ -185,6 +188,9 @@ impl Grants {
         }
         if let Some(signals) = &t.signals {
             g = g.on("signal mailbox", signals, &[Select, Update]);
+        }
+        if let Some(side) = &t.progress_table {
+            g = g.on("progress table", side, &[Select, Insert, Update]);
         }
         // A mark that finishes a keyed job frees its key.
         g.release_trigger(t).on_keys(t, &[Select, Delete])

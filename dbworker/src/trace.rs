@@ -158,6 +158,19 @@ pub(crate) fn link_attempt(span: &tracing::Span, job: &JobTrace) -> Option<Strin
     }
 }
 
+/// Links the attempt's `span` to the span that sent it a signal (a stored
+/// `traceparent`; one that does not parse is ignored).
+pub(crate) fn link_sender(span: &tracing::Span, sender: &str) {
+    #[cfg(feature = "opentelemetry")]
+    {
+        otel::link_to(span, sender);
+    }
+    #[cfg(not(feature = "opentelemetry"))]
+    {
+        let _ = (span, sender);
+    }
+}
+
 #[cfg(feature = "opentelemetry")]
 mod otel {
     use opentelemetry::trace::{
@@ -205,6 +218,12 @@ mod otel {
             state,
         );
         cx.is_valid().then_some(cx)
+    }
+
+    pub(super) fn link_to(span: &tracing::Span, traceparent: &str) {
+        if let Some(cx) = parse(traceparent, None) {
+            span.add_link(cx);
+        }
     }
 
     pub(super) fn link_attempt(span: &tracing::Span, job: &JobTrace) -> Option<String> {

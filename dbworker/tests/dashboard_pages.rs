@@ -471,23 +471,52 @@ async fn the_job_page_reads_in_an_operators_order() {
     assert!(!page.contains("<h2>Progress</h2>"), "{page}");
 }
 
-/// On a table with progress (`migration --progress`), the job page shows
-/// the progress the handler reported, indented, under the job's summary
-/// and before its timeline (not again among the other columns); "None
-/// reported." before any.
+/// On a table with progress (`migration --progress`, or its side table:
+/// `--progress-table`), the job page shows the progress the handler
+/// reported, indented, under the job's summary and before its timeline (not
+/// again among the other columns); "None reported." before any.
 #[tokio::test]
 async fn the_job_page_shows_the_progress_where_the_table_has_it() {
+    job_page_progress(false).await;
+}
+
+#[tokio::test]
+async fn the_job_page_shows_the_progress_kept_in_the_side_table() {
+    job_page_progress(true).await;
+}
+
+async fn job_page_progress(side: bool) {
     let db = Db::new().await;
-    db.add_columns(|c| c.progress = true, &[]).await;
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO jobs (state, started_at, last_heartbeat_at, worker_hostname, progress) VALUES
-           ('processing', now(), now(), 'host-a', '{\"rows\": 40, \"of\": 100}'),
-           ('processing', now(), now(), 'host-b', NULL)
-         RETURNING id",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let progress = "'{\"rows\": 40, \"of\": 100}'";
+    let ids: Vec<i64> = if side {
+        db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+            .await;
+        let ids = sqlx::query_scalar(
+            "INSERT INTO jobs (state, started_at, last_heartbeat_at, worker_hostname) VALUES
+               ('processing', now(), now(), 'host-a'), ('processing', now(), now(), 'host-b')
+             RETURNING id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        db.execute(&format!(
+            "INSERT INTO jobs_progress (job_id, progress) VALUES ({}, {progress})",
+            ids[0]
+        ))
+        .await;
+        ids
+    } else {
+        db.add_columns(|c| c.progress = true, &[]).await;
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO jobs (state, started_at, last_heartbeat_at, worker_hostname, progress) VALUES
+               ('processing', now(), now(), 'host-a', {progress}),
+               ('processing', now(), now(), 'host-b', NULL)
+             RETURNING id"
+        )))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
     let table = db.table_with(|t| t.progress = true).await;
     let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
         .await
@@ -509,7 +538,7 @@ async fn the_job_page_shows_the_progress_where_the_table_has_it() {
     );
     let rest = &page[at("<h2>Other columns</h2>")..];
     assert!(!rest.contains("<th>progress</th>"), "{rest}");
-    assert!(rest.contains("<th>progress_seq</th>"), "{rest}");
+    assert_eq!(rest.contains("<th>progress_seq</th>"), !side, "{rest}");
 
     let (_, page) = get(&app, &format!("/t/jobs/jobs/{}", ids[1])).await;
     assert!(
@@ -652,6 +681,21 @@ async fn an_admin_sends_a_waiting_job_its_signal_from_its_page() {
         page.contains("Done: signal &quot;paid&quot; sent")
             && !page.contains("Waiting for a signal"),
         "{page}"
+    );
+    // A job that is gone (deleted, purged) meanwhile: a 404 saying so.
+    db.execute(&format!("DELETE FROM jobs WHERE id = {plain}"))
+        .await;
+    let (status, body, _) = post(
+        &app_rw,
+        &format!("/t/jobs/jobs/{plain}/signal"),
+        &format!("csrf={token}&name=paid&payload="),
+        Some(admin),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        body.contains(&format!("no job {plain} in table jobs")),
+        "{body}"
     );
 }
 

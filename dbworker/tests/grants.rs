@@ -927,7 +927,9 @@ async fn a_signalled_job_on_a_fair_table_runs_end_to_end_with_the_documented_gra
     let sender_table = fair_signal_table(&sender_pool).await.unwrap();
     let admin = Admin::new(&sender_pool, &sender_table).await.unwrap();
     admin.check_signals().await.unwrap();
-    let signals = dbworker::Signals::new(&sender_pool, &sender_table).unwrap();
+    let signals = dbworker::Signals::new(&sender_pool, &sender_table)
+        .await
+        .unwrap();
     assert!(
         signals
             .send(id, "paid", serde_json::json!({"amount": 5}), Some("evt_1"))
@@ -1042,6 +1044,136 @@ async fn a_signalled_job_on_a_fair_table_runs_end_to_end_with_the_documented_gra
     each_grant_is_needed(&db, &SIGNAL_DASHBOARD, |pool| async move {
         let o = DashboardOptions::new(vec![fair_signal_table(&pool).await?]);
         Dashboard::new(&pool, o).await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// A worker on a table that keeps progress in its side table
+/// (`migration --progress-table`): the table's grants and, on the side
+/// table, what its writes use.
+const PROGRESS_WORKER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_progress",
+    "INSERT ON jobs_progress",
+    "UPDATE ON jobs_progress",
+]);
+const PROGRESS_READER: Grants = Grants(&["SELECT ON jobs", "SELECT ON jobs_progress"]);
+const PROGRESS_PURGER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "DELETE ON jobs",
+    "SELECT ON jobs_progress",
+    "DELETE ON jobs_progress",
+]);
+
+async fn progress_table(pool: &PgPool) -> Result<JobTable, dbworker::Error> {
+    let mut o = Db::table_options();
+    o.progress = true;
+    JobTable::new(pool, o).await
+}
+
+/// With exactly the documented grants a worker saves a checkpoint, sets and
+/// reports progress and completes, a reader shows the job with it and a
+/// purger purges both rows; without any one, each refuses to start and
+/// names it.
+#[tokio::test]
+async fn a_progress_table_is_written_read_and_purged_with_the_documented_grants() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+        .await;
+    let id = db.enqueue(1, serde_json::json!({})).await[0];
+
+    let (name, pool) = role_with(&db, PROGRESS_WORKER.0).await;
+    let jobs = progress_table(&pool).await.unwrap();
+    let store = DbStore::<Job>::new(&pool, &jobs, db.options())
+        .await
+        .unwrap();
+    let mut job = workerutil::Store::dequeue(&store, "host", &Default::default(), 1)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert!(workerutil::Store::open(&store, &mut job).await.unwrap());
+    job.save_checkpoint(&store, serde_json::json!({"next": 1}))
+        .await
+        .unwrap();
+    job.set_progress(&store, serde_json::json!({"percent": 50}))
+        .await
+        .unwrap();
+    job.report_progress(&store, serde_json::json!({"percent": 100}))
+        .unwrap();
+    assert!(
+        workerutil::Store::mark_complete(&store, &mut job)
+            .await
+            .unwrap()
+    );
+    store.close().await;
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &PROGRESS_WORKER, |pool| async move {
+        let jobs = progress_table(&pool).await?;
+        DbStore::<Job>::new(&pool, &jobs, Db::options_for_tests()).await?;
+        Ok(())
+    })
+    .await;
+
+    let (name, pool) = role_with(&db, PROGRESS_READER.0).await;
+    let admin = Admin::new(&pool, &progress_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    let row = admin.show(id).await.unwrap().unwrap();
+    assert_eq!(row["progress"], serde_json::json!({"percent": 100}));
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &PROGRESS_READER, |pool| async move {
+        Admin::new(&pool, &progress_table(&pool).await?).await?;
+        Ok(())
+    })
+    .await;
+
+    db.execute("UPDATE jobs SET finished_at = now() - interval '30 days'")
+        .await;
+    let (name, pool) = role_with(&db, PROGRESS_PURGER.0).await;
+    let purger = Purger::new(
+        &pool,
+        &progress_table(&pool).await.unwrap(),
+        PurgeOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 1);
+    let side: i64 = db
+        .scalar("SELECT count(*) FROM jobs_progress WHERE job_id = $1", id)
+        .await;
+    assert_eq!(side, 0);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &PROGRESS_PURGER, |pool| async move {
+        Purger::new(&pool, &progress_table(&pool).await?, PurgeOptions::new()).await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// `Signals::new` checks the grants sending uses, as `Admin::check_signals`
+/// does: without any one of them it refuses to start, naming it, instead of
+/// failing the first send with a bare `permission denied`.
+#[tokio::test]
+async fn signals_are_refused_at_construction_without_the_senders_grants() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let signal_table = async |pool: &PgPool| {
+        let mut o = Db::table_options();
+        o.signals = true;
+        JobTable::new(pool, o).await
+    };
+    let (name, pool) = role_with(&db, SIGNAL_SENDER.0).await;
+    dbworker::Signals::new(&pool, &signal_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &SIGNAL_SENDER, |pool| async move {
+        dbworker::Signals::new(&pool, &signal_table(&pool).await?).await?;
         Ok(())
     })
     .await;

@@ -301,17 +301,87 @@ async fn a_dependent_added_from_sql_reads_its_upstream_results() {
     );
 }
 
-/// The test table with progress columns, and a store over it.
-async fn progress_store(handling: Handling) -> (Db, DbStore<Job>) {
+/// Where the test table keeps progress and checkpoints: its own columns
+/// (`migration --progress`) or the side table `jobs_progress`
+/// (`--progress-table`). Every progress test runs on both.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Storage {
+    Columns,
+    Side,
+}
+
+/// One `#[tokio::test]` per storage for the test body `$name(storage)`.
+macro_rules! on_both_storages {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn columns() {
+                super::$name(super::Storage::Columns).await
+            }
+            #[tokio::test]
+            async fn side_table() {
+                super::$name(super::Storage::Side).await
+            }
+        }
+    )*};
+}
+
+on_both_storages!(
+    a_checkpoint_survives_retries_and_resets_and_completion_drops_it,
+    a_transactional_checkpoint_commits_with_the_handlers_writes,
+    oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named,
+    reported_progress_rides_on_the_heartbeat,
+    a_write_that_lost_to_another_is_refused,
+    the_last_reported_progress_survives_completion_error_and_snooze,
+);
+
+/// The test table keeping progress in `storage`, found by `JobTable::new`.
+async fn progress_table(storage: Storage) -> (Db, JobTable) {
     let db = Db::new().await;
-    db.add_columns(|c| c.progress = true, &[]).await;
+    match storage {
+        Storage::Columns => db.add_columns(|c| c.progress = true, &[]).await,
+        Storage::Side => {
+            db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+                .await
+        }
+    }
     let table = db.table_with(|o| o.progress = true).await;
     assert!(table.has_progress());
+    let columns: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'progress'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(columns, i64::from(storage == Storage::Columns));
+    (db, table)
+}
+
+/// The test table keeping progress in `storage`, and a store over it.
+async fn progress_store(handling: Handling, storage: Storage) -> (Db, DbStore<Job>) {
+    let (db, table) = progress_table(storage).await;
     let mut o = db.options();
     o.handling = handling;
     o.max_num_retries = 5;
     let store = DbStore::new(&db.pool, &table, o).await.unwrap();
     (db, store)
+}
+
+/// `(progress, checkpoint, progress_seq)` of job `id`, wherever kept (no
+/// side row yet: none, none, 0).
+async fn stored(db: &Db, storage: Storage, id: i64) -> (Option<Value>, Option<Value>, i64) {
+    let sql = match storage {
+        Storage::Columns => "SELECT progress, checkpoint, progress_seq FROM jobs WHERE id = $1",
+        Storage::Side => {
+            "SELECT s.progress, s.checkpoint, COALESCE(s.progress_seq, 0)
+               FROM jobs j LEFT JOIN jobs_progress s ON s.job_id = j.id WHERE j.id = $1"
+        }
+    };
+    sqlx::query_as(sql)
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }
 
 /// Claims the next job (a grouped mark may take a moment to land).
@@ -328,9 +398,8 @@ async fn claim(store: &DbStore<Job>) -> DbJob<Job> {
     }
 }
 
-#[tokio::test]
-async fn a_checkpoint_survives_retries_and_resets_and_completion_drops_it() {
-    let (db, store) = progress_store(Handling::Heartbeat).await;
+async fn a_checkpoint_survives_retries_and_resets_and_completion_drops_it(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
     let id = db.enqueue(1, json!({})).await[0];
     let mut first = claim(&store).await;
     assert_eq!(first.checkpoint::<Value>(&store).await.unwrap(), None);
@@ -380,20 +449,14 @@ async fn a_checkpoint_survives_retries_and_resets_and_completion_drops_it() {
         .await
         .unwrap();
     store.mark_complete(&mut third).await.unwrap();
-    let (progress, checkpoint, seq): (Option<Value>, Option<Value>, i64) =
-        sqlx::query_as("SELECT progress, checkpoint, progress_seq FROM jobs WHERE id = $1")
-            .bind(id)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let (progress, checkpoint, seq) = stored(&db, storage, id).await;
     assert_eq!(progress, Some(json!({"percent": 100})));
     assert_eq!(checkpoint, None, "completion drops the checkpoint");
     assert_eq!(seq, 5, "every write counted, none of the stale ones");
 }
 
-#[tokio::test]
-async fn a_transactional_checkpoint_commits_with_the_handlers_writes() {
-    let (db, store) = progress_store(Handling::Transactional).await;
+async fn a_transactional_checkpoint_commits_with_the_handlers_writes(storage: Storage) {
+    let (db, store) = progress_store(Handling::Transactional, storage).await;
     let id = db.enqueue(1, json!({})).await[0];
     let mut job = claim(&store).await;
     let write = |note: &'static str| {
@@ -430,9 +493,8 @@ async fn a_transactional_checkpoint_commits_with_the_handlers_writes() {
     );
 }
 
-#[tokio::test]
-async fn oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named() {
-    let (db, store) = progress_store(Handling::Heartbeat).await;
+async fn oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
     db.enqueue(1, json!({})).await;
     let mut job = claim(&store).await;
     let big = "x".repeat(70_000);
@@ -456,6 +518,15 @@ async fn oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named() 
         .unwrap_err()
         .to_string();
     assert!(err.contains("--progress"), "{err}");
+    // Asked for on a table that keeps it nowhere: both ways to add it named.
+    let mut o = Db::table_options();
+    o.progress = true;
+    let err = JobTable::new(&plain.pool, o).await.unwrap_err().to_string();
+    assert!(
+        err.contains("--progress` adds")
+            && err.contains("`--progress-table` creates the side table jobs_progress"),
+        "{err}"
+    );
 }
 
 /// Reports its progress every 10 ms for a second, then sets the last word.
@@ -476,11 +547,8 @@ impl Handler<DbStore<Job>> for Reports {
     }
 }
 
-#[tokio::test]
-async fn reported_progress_rides_on_the_heartbeat() {
-    let db = Db::new().await;
-    db.add_columns(|c| c.progress = true, &[]).await;
-    let table = db.table_with(|o| o.progress = true).await;
+async fn reported_progress_rides_on_the_heartbeat(storage: Storage) {
+    let (db, table) = progress_table(storage).await;
     let mut so = db.options();
     so.handling = Handling::Heartbeat;
     so.stall.stalled_max_age = Duration::from_secs(60);
@@ -494,19 +562,163 @@ async fn reported_progress_rides_on_the_heartbeat() {
     let run = tokio::spawn(worker.run());
     // Halfway, other connections see progress that never had a statement.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let midway: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE progress IS NOT NULL")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(midway, 10, "every running job's progress is visible midway");
-    run.await.unwrap();
-    let rows: Vec<(Value, i64)> = sqlx::query_as("SELECT progress, progress_seq FROM jobs")
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM jobs")
         .fetch_all(&db.pool)
         .await
         .unwrap();
-    for (progress, seq) in rows {
-        assert_eq!(progress, json!({"n": "done"}));
+    let mut midway = 0;
+    for id in &ids {
+        midway += i64::from(stored(&db, storage, *id).await.0.is_some());
+    }
+    assert_eq!(midway, 10, "every running job's progress is visible midway");
+    run.await.unwrap();
+    for id in ids {
+        let (progress, _, seq) = stored(&db, storage, id).await;
+        assert_eq!(progress, Some(json!({"n": "done"})));
         // A second of heartbeats every 200 ms, and the last word: not 101.
         assert!((2..=9).contains(&seq), "{seq} progress writes");
     }
+}
+
+/// A write names the count its attempt last read: one that another write
+/// overtook (here a write from elsewhere) is refused, and changes nothing.
+async fn a_write_that_lost_to_another_is_refused(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim(&store).await;
+    job.save_checkpoint(&store, json!({"next": 1}))
+        .await
+        .unwrap();
+    assert_eq!(
+        job.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"next": 1}))
+    );
+    db.execute(match storage {
+        Storage::Columns => "UPDATE jobs SET progress_seq = progress_seq + 1",
+        Storage::Side => "UPDATE jobs_progress SET progress_seq = progress_seq + 1",
+    })
+    .await;
+    let refused = job.save_checkpoint(&store, json!({"next": 0})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressRefused { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(stored(&db, storage, id).await.1, Some(json!({"next": 1})));
+}
+
+/// A value reported and not yet carried by a heartbeat (none runs here) is
+/// written by the attempt's end, whichever way it ends, in both handling
+/// modes: the last word reported is never dropped.
+async fn the_last_reported_progress_survives_completion_error_and_snooze(storage: Storage) {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        let (db, store) = progress_store(handling, storage).await;
+        for outcome in ["complete", "error", "snooze"] {
+            let id = db.enqueue(1, json!({})).await[0];
+            let mut job = claim(&store).await;
+            job.set_progress(&store, json!({"n": 0})).await.unwrap();
+            job.report_progress(&store, json!({"n": 1})).unwrap();
+            job.report_progress(&store, json!({"last": outcome}))
+                .unwrap();
+            let marked = match outcome {
+                "complete" => store.mark_complete(&mut job).await.unwrap(),
+                "error" => store
+                    .mark_errored(&mut job, "retry", None)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                _ => store
+                    .mark_snoozed(&mut job, Duration::from_secs(3600))
+                    .await
+                    .unwrap(),
+            };
+            assert!(marked, "{handling:?} {outcome}");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while db.state(id).await == "processing" {
+                assert!(
+                    Instant::now() < deadline,
+                    "{handling:?} {outcome}: never marked"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let (progress, checkpoint, seq) = stored(&db, storage, id).await;
+            assert_eq!(
+                progress,
+                Some(json!({"last": outcome})),
+                "{handling:?} {outcome}"
+            );
+            assert_eq!(checkpoint, None);
+            // In transactional handling, a set progress commits with the
+            // job's transaction: a failed or snoozed attempt's rolls back.
+            let rolled_back = matches!(handling, Handling::Transactional) && outcome != "complete";
+            let expected = if rolled_back { 1 } else { 2 };
+            assert_eq!(
+                seq, expected,
+                "{handling:?} {outcome}: set, then the last report"
+            );
+            // Out of the next claim's way (an errored job retries at once here).
+            db.execute(&format!(
+                "UPDATE jobs SET process_after = now() + interval '1 day' WHERE id = {id}"
+            ))
+            .await;
+        }
+    }
+}
+
+/// On a table without the columns, the side table is what `dbworker show`,
+/// the job page and `top` read, and what the purger cleans: a purged job's
+/// row goes with it, so the side table never only grows.
+#[tokio::test]
+async fn the_side_table_is_shown_listed_and_purged_with_its_jobs() {
+    let (db, table) = progress_table(Storage::Side).await;
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    let store = DbStore::<Job>::new(&db.pool, &table, o).await.unwrap();
+    let ids = db.enqueue(2, json!({})).await;
+    let mut running = claim(&store).await;
+    let rid = running.record().id;
+    running
+        .set_progress(&store, json!({"percent": 40}))
+        .await
+        .unwrap();
+    let admin = dbworker::admin::Admin::new(&db.pool, &table).await.unwrap();
+    assert!(admin.has_progress());
+    // Detected, as the columns are.
+    let detected = JobTable::new(&db.pool, dbworker::JobTableOptions::detected("jobs"))
+        .await
+        .unwrap();
+    assert!(detected.has_progress());
+    let listed = admin.running(10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].progress, Some(json!({"percent": 40})));
+    let row = admin.show(rid).await.unwrap().unwrap();
+    assert_eq!(row["progress"], json!({"percent": 40}));
+    // A job without a side row shows none.
+    let other = ids.iter().copied().find(|i| *i != rid).unwrap();
+    assert_eq!(
+        admin.show(other).await.unwrap().unwrap()["progress"],
+        Value::Null
+    );
+    assert!(store.mark_complete(&mut running).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while db.state(rid).await != "completed" {
+        assert!(Instant::now() < deadline, "never completed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    db.execute(
+        "UPDATE jobs SET finished_at = now() - interval '30 days' WHERE state = 'completed'",
+    )
+    .await;
+    let purger = dbworker::maintenance::Purger::new(
+        &db.pool,
+        &table,
+        dbworker::maintenance::PurgeOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 1);
+    let side_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs_progress")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(side_rows, 0, "the purged job's side row went with it");
 }

@@ -623,7 +623,7 @@ async fn signalled_jobs_resume_exactly_once_under_kills_and_a_restart_and_the_ot
         .await;
     db.execute(SIGNAL_LOG_DDL).await;
     let table = db.table_with(|o| o.signals = true).await;
-    let signals = Signals::new(&db.pool, &table).unwrap();
+    let signals = Signals::new(&db.pool, &table).await.unwrap();
 
     let mut workers = Workers::new(&db, "signals");
     for _ in 0..SIGNAL_PROCESSES {
@@ -1291,10 +1291,33 @@ async fn stale_worker(url: &str) {
 
 #[tokio::test]
 async fn a_paused_attempt_reset_behind_its_back_has_every_progress_and_checkpoint_write_refused() {
+    paused_attempt(false).await;
+}
+
+/// The same on a table that keeps progress in its side table
+/// (`migration --progress-table`): the worker finds it as it finds the
+/// columns.
+#[tokio::test]
+async fn a_paused_attempt_reset_behind_its_back_is_refused_by_the_side_table_too() {
+    paused_attempt(true).await;
+}
+
+async fn paused_attempt(side: bool) {
     let _shared = HEAVY.read().await;
     const STEPS: i64 = 100;
     let db = Db::new().await;
-    db.add_columns(|c| c.progress = true, &[]).await;
+    if side {
+        db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+            .await;
+    } else {
+        db.add_columns(|c| c.progress = true, &[]).await;
+    }
+    // Where the job's progress is kept: its row, or its side row.
+    let kept = if side {
+        "(SELECT s FROM jobs_progress s WHERE s.job_id = j.id)"
+    } else {
+        "j"
+    };
     db.execute(
         "CREATE TABLE writes (token bigint NOT NULL, kind text NOT NULL, step bigint NOT NULL,
                               accepted boolean NOT NULL, issued float8 NOT NULL)",
@@ -1304,7 +1327,17 @@ async fn a_paused_attempt_reset_behind_its_back_has_every_progress_and_checkpoin
     let mut workers = Workers::new(&db, "stale");
     workers.spawn();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while checkpoint_next(&db, id).await < 20 {
+    let next = format!(
+        "SELECT coalesce((({kept}).checkpoint->>'next')::int8, 0) FROM jobs j WHERE j.id = $1"
+    );
+    let checkpoint_next = async || -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(next.clone()))
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    while checkpoint_next().await < 20 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the job never made progress"
@@ -1394,9 +1427,10 @@ async fn a_paused_attempt_reset_behind_its_back_has_every_progress_and_checkpoin
         "resumed where the checkpoint said"
     );
     let accepted = i64::try_from(writes.iter().filter(|w| w.3).count()).unwrap();
-    let (seq, progress, failures, resets): (i64, Option<Value>, i32, i32) = sqlx::query_as(
-        "SELECT progress_seq, progress, num_failures, num_resets FROM jobs WHERE id = $1",
-    )
+    let (seq, progress, failures, resets): (i64, Option<Value>, i32, i32) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT ({kept}).progress_seq, ({kept}).progress, num_failures, num_resets FROM jobs j WHERE j.id = $1"
+        )))
     .bind(id)
     .fetch_one(&db.pool)
     .await

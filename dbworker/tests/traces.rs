@@ -5,7 +5,10 @@
 //! attempt before; a job claimed two minutes after its enqueue is a linked
 //! root; a trigger's SQL enqueue under `SET LOCAL dbworker.traceparent` is
 //! parented by it; `tracestate` and the payload come back byte for byte;
-//! every enqueue path (one, many, COPY) stores the current span's context.
+//! every enqueue path (one, many, COPY) stores the current span's context;
+//! a resumed wait links to the span that sent its signal (Rust or SQL), a
+//! released workflow task to the attempt that released it, and an
+//! operator's requeue of a failed or canceled job to its last attempt.
 //!
 //! Each test runs on one thread with its own subscriber (`set_default`), so
 //! the worker's tasks report to the test's exporter and no other test's.
@@ -101,6 +104,17 @@ async fn run(db: &Db, table: &JobTable) {
 }
 
 async fn run_handled(db: &Db, table: &JobTable, handling: Handling) {
+    run_with(db, table, handling, Arc::new(FailsFirst)).await;
+}
+
+/// Runs the jobs with `handler` until none is queued, errored or
+/// processing (jobs that wait for a signal count as live).
+async fn run_with<H: Handler<DbStore<Job>>>(
+    db: &Db,
+    table: &JobTable,
+    handling: Handling,
+    handler: Arc<H>,
+) {
     db.execute(
         "CREATE OR REPLACE FUNCTION count_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN IF NEW.state = 'errored' THEN NEW.cost := NEW.cost + 1; END IF; RETURN NEW; END $$;
@@ -118,7 +132,7 @@ async fn run_handled(db: &Db, table: &JobTable, handling: Handling) {
     wo.heartbeat_interval = Duration::from_millis(200);
     wo.heartbeat_failure_limit = Some(Duration::from_secs(1));
     for _ in 0..50 {
-        new_worker(store.clone(), FailsFirst, wo.clone())
+        new_worker(store.clone(), handler.clone(), wo.clone())
             .unwrap()
             .run_until_empty()
             .await;
@@ -371,4 +385,369 @@ async fn attempt_one_keeps_the_producers_sampling_decision() {
     let attempts = spans.attempts();
     assert_eq!(attempts.len(), 1, "{attempts:?}");
     assert!(attempts[0].span_context.is_sampled());
+}
+
+/// The `job` spans of record `id`, in the order they started.
+fn attempts_of(spans: &Spans, id: i64) -> Vec<SpanData> {
+    spans
+        .attempts()
+        .into_iter()
+        .filter(|s| {
+            s.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == "record_id" && kv.value.as_str() == id.to_string())
+        })
+        .collect()
+}
+
+fn own(span: &SpanData) -> (TraceId, SpanId) {
+    (span.span_context.trace_id(), span.span_context.span_id())
+}
+
+/// Waits for its signal `paid`, then completes.
+struct WaitsForPaid;
+
+impl Handler<DbStore<Job>> for WaitsForPaid {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        match job.signal::<serde_json::Value>(ctx.store(), "paid").await? {
+            Some(_) => Ok(()),
+            None => Err(HandlerError::wait_for("paid", Duration::from_secs(3600))),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_wait_links_to_the_span_that_sent_its_signal() {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        resumed_wait_links_to_its_sender(handling).await;
+    }
+}
+
+async fn resumed_wait_links_to_its_sender(handling: Handling) {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let db = Db::new().await;
+    db.add_columns(|c| *c = OptionalColumns::all(), &[]).await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let table = db
+        .table_with(|o| {
+            o.traces = true;
+            o.signals = true;
+        })
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let signals = dbworker::Signals::new(&db.pool, &table).await.unwrap();
+    let job = || NewJob::new().json("payload", json!({})).set("cost", 0_i32);
+    let producer = tracing::info_span!("checkout");
+    let (by_rust, by_sql) = async {
+        let a = enqueuer.enqueue(job()).await.unwrap().id();
+        let b = enqueuer.enqueue(job()).await.unwrap().id();
+        (a, b)
+    }
+    .instrument(producer)
+    .await;
+    let mut so = db.options();
+    so.handling = handling;
+    let store = db.store_on(&table, so).await;
+    let mut wo = WorkerOptions::new("waits");
+    wo.num_handlers = 2;
+    wo.interval = Duration::from_millis(10);
+    wo.heartbeat_interval = Duration::from_millis(200);
+    wo.heartbeat_failure_limit = Some(Duration::from_secs(1));
+    let worker = new_worker(store, Arc::new(WaitsForPaid), wo).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE awaiting = 'paid' AND state = 'queued'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the jobs never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A webhook in Rust: the current span goes with the signal.
+    let webhook = tracing::info_span!("webhook");
+    let rust_sender = ids(&webhook);
+    signals
+        .send(by_rust, "paid", json!(1), None)
+        .instrument(webhook.clone())
+        .await
+        .unwrap();
+    // An SQL sender: the session setting.
+    let sql_sender = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT set_config('dbworker.traceparent', $1, true)")
+        .bind(sql_sender)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("SELECT jobs_signal($1, 'paid')")
+        .bind(by_sql)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    db.wait_until_no_live_job(Duration::from_secs(10)).await;
+    shutdown.graceful();
+    running.await.unwrap();
+    provider.force_flush().unwrap();
+
+    for (id, sender) in [
+        (by_rust, rust_sender),
+        (
+            by_sql,
+            (
+                TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+                SpanId::from_hex("b7ad6b7169203331").unwrap(),
+            ),
+        ),
+    ] {
+        let attempts = attempts_of(&spans, id);
+        assert_eq!(attempts.len(), 2, "job {id}: waited, then resumed");
+        let links = linked(&attempts[1]);
+        assert!(
+            links.contains(&sender),
+            "job {id} ({handling:?}): the resumed attempt links to its signal's sender: {links:?}"
+        );
+        assert!(
+            links.contains(&own(&attempts[0])),
+            "and to the attempt that waited: {links:?}"
+        );
+    }
+    // A send in the caller's transaction gives the caller's setting back.
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT set_config('dbworker.traceparent', $1, true)")
+        .bind(sql_sender)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    signals
+        .send_in(&mut tx, by_rust, "late", json!(2), None)
+        .instrument(webhook)
+        .await
+        .unwrap();
+    let (setting, stored): (String, String) = sqlx::query_as(
+        "SELECT current_setting('dbworker.traceparent'), \
+         (SELECT traceparent FROM jobs_signals WHERE name = 'late')",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(setting, sql_sender);
+    assert!(
+        stored.contains(&format!("{}-{}", rust_sender.0, rust_sender.1)),
+        "{stored}"
+    );
+}
+
+#[tokio::test]
+async fn a_released_workflow_task_links_to_the_attempt_that_released_it() {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        released_task_links_to_its_upstream(handling).await;
+    }
+}
+
+async fn released_task_links_to_its_upstream(handling: Handling) {
+    use dbworker::workflow::{Task, Workflow, Workflows};
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, _) = traced_db().await;
+    db.execute(&dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let table = db
+        .table_with(|o| {
+            o.traces = true;
+            o.workflows = true;
+        })
+        .await;
+    let workflows = Workflows::new(&db.pool, &table).await.unwrap();
+    let step = || NewJob::new().json("payload", json!({})).set("cost", 0_i32);
+    let wf = Workflow::new()
+        .task(Task::new("extract", step()))
+        .task(Task::new("load", step()).after(["extract"]));
+    let producer = tracing::info_span!("import");
+    let enqueue = ids(&producer);
+    let enqueued = workflows.enqueue(&wf).instrument(producer).await.unwrap();
+    let (extract, load) = (
+        enqueued.id_of("extract").unwrap(),
+        enqueued.id_of("load").unwrap(),
+    );
+    run_handled(&db, &table, handling).await;
+    provider.force_flush().unwrap();
+
+    let upstream = attempts_of(&spans, extract);
+    assert_eq!(upstream.len(), 1);
+    assert_eq!(upstream[0].parent_span_id, enqueue.1, "extract: a child");
+    let released = attempts_of(&spans, load);
+    assert_eq!(released.len(), 1);
+    let links = linked(&released[0]);
+    assert_eq!(
+        released[0].parent_span_id,
+        SpanId::INVALID,
+        "{handling:?}: a released task is a root"
+    );
+    assert!(
+        links.contains(&own(&upstream[0])),
+        "{handling:?}: linked to the attempt that released it: {links:?}"
+    );
+    assert!(links.contains(&enqueue), "and to its enqueue: {links:?}");
+}
+
+/// Ends each job's first attempt for good (`payload.end`: `fail` or
+/// `cancel`); completes any later one.
+#[derive(Default)]
+struct EndsOnce(Mutex<std::collections::HashSet<i64>>);
+
+impl Handler<DbStore<Job>> for EndsOnce {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        if !self.0.lock().unwrap().insert(job.record().id) {
+            return Ok(());
+        }
+        match job.record().payload["end"].as_str() {
+            Some("cancel") => Err(HandlerError::cancel("withdrawn")),
+            _ => Err(HandlerError::non_retryable(std::io::Error::other("broken"))),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_operators_requeue_of_a_failed_or_canceled_job_links_to_its_last_attempt() {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        requeue_links_to_the_final_attempt(handling).await;
+    }
+}
+
+async fn requeue_links_to_the_final_attempt(handling: Handling) {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let job = |end: &str| {
+        NewJob::new()
+            .json("payload", json!({ "end": end }))
+            .set("cost", 0_i32)
+    };
+    let failed = enqueuer.enqueue(job("fail")).await.unwrap().id();
+    let canceled = enqueuer.enqueue(job("cancel")).await.unwrap().id();
+    let handler = Arc::new(EndsOnce::default());
+    run_with(&db, &table, handling, handler.clone()).await;
+    assert_eq!(db.state(failed).await, "failed");
+    assert_eq!(db.state(canceled).await, "canceled");
+    let admin = dbworker::admin::Admin::new(&db.pool, &table).await.unwrap();
+    for id in [failed, canceled] {
+        assert!(admin.requeue(id).await.unwrap());
+    }
+    run_with(&db, &table, handling, handler).await;
+    provider.force_flush().unwrap();
+    for id in [failed, canceled] {
+        let attempts = attempts_of(&spans, id);
+        assert_eq!(attempts.len(), 2, "job {id}");
+        let links = linked(&attempts[1]);
+        assert!(
+            links.contains(&own(&attempts[0])),
+            "job {id} ({handling:?}): the requeued attempt links to the one that ended it: {links:?}"
+        );
+    }
+}
+
+/// `enqueue_many` of jobs sharing one context sets it once for its own
+/// transaction and lets the columns' defaults store it; mixed contexts, a
+/// caller's transaction (whose settings it must not touch) and a table
+/// whose columns have no such defaults bind it per row. Every way stores
+/// each job's own context byte for byte.
+#[tokio::test]
+async fn enqueue_many_stores_each_jobs_context_whether_shared_or_not() {
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let job = || NewJob::new().json("payload", json!({})).set("cost", 0_i32);
+    let given = TraceContext::new(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        Some("vendor=a:b , other=c".into()),
+    )
+    .unwrap();
+    let other = TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+        None,
+    )
+    .unwrap();
+    let with = |cx: &TraceContext| job().trace_context(cx.clone());
+    let contexts = |ids: Vec<i64>| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (Option<String>, Option<String>)>(
+                "SELECT traceparent, tracestate FROM jobs WHERE id = ANY($1) ORDER BY id",
+            )
+            .bind(ids)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let expect = |cx: &TraceContext| {
+        (
+            Some(cx.traceparent().to_owned()),
+            cx.tracestate().map(str::to_owned),
+        )
+    };
+    // Shared, on the pool: one context for the transaction.
+    let ids = enqueuer
+        .enqueue_many([with(&given), with(&given), with(&given)])
+        .await
+        .unwrap();
+    assert_eq!(contexts(ids).await, vec![expect(&given); 3]);
+    // Mixed: per row.
+    let ids = enqueuer
+        .enqueue_many([with(&given), with(&other)])
+        .await
+        .unwrap();
+    assert_eq!(contexts(ids).await, vec![expect(&given), expect(&other)]);
+    // In the caller's transaction: its own setting stays.
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT set_config('dbworker.traceparent', $1, true)")
+        .bind(other.traceparent())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let ids = enqueuer
+        .enqueue_many_in(&mut tx, [with(&given), with(&given)])
+        .await
+        .unwrap();
+    let setting: String = sqlx::query_scalar("SELECT current_setting('dbworker.traceparent')")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(setting, other.traceparent(), "the caller's setting is kept");
+    assert_eq!(contexts(ids).await, vec![expect(&given); 2]);
+    // Columns without the defaults: per row.
+    db.execute(
+        "ALTER TABLE jobs ALTER COLUMN traceparent DROP DEFAULT, ALTER COLUMN tracestate DROP DEFAULT",
+    )
+    .await;
+    let table = db.table_with(|o| o.traces = true).await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let ids = enqueuer
+        .enqueue_many([with(&given), with(&given)])
+        .await
+        .unwrap();
+    assert_eq!(contexts(ids).await, vec![expect(&given); 2]);
 }

@@ -186,7 +186,7 @@ async fn signal_store(handling: Handling) -> (Db, DbStore<Job>, dbworker::Signal
     o.handling = handling;
     o.stall.stalled_max_age = Duration::from_secs(60);
     let store = DbStore::new(&db.pool, &table, o).await.unwrap();
-    let signals = dbworker::Signals::new(&db.pool, &table).unwrap();
+    let signals = dbworker::Signals::new(&db.pool, &table).await.unwrap();
     (db, store, signals)
 }
 
@@ -456,7 +456,7 @@ async fn a_workflow_task_waits_for_its_signal_and_its_dependent_after_it() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(db.state(ship).await, "pending", "ship waits for approve");
-    let signals = dbworker::Signals::new(&db.pool, &table).unwrap();
+    let signals = dbworker::Signals::new(&db.pool, &table).await.unwrap();
     assert!(
         signals
             .send(approve, "approved", json!(true), None)

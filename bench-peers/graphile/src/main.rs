@@ -282,6 +282,7 @@ async fn throughput(args: &Args, conn: &mut PgConnection) -> Result<String> {
         "jobs": args.jobs,
         "seconds": seconds,
         "jobs_per_s": args.jobs as f64 / seconds.max(1e-9),
+        "vmhwm_kib": vmhwm_kib(),
     })
     .to_string())
 }
@@ -350,4 +351,18 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     }
     let rank = (p * sorted.len()).div_ceil(100);
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// This process's peak RSS (VmHWM, in KiB), as dbworker's bench worker
+/// reports its own; 0 where /proc is not readable.
+fn vmhwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
 }

@@ -178,7 +178,7 @@ pub(crate) async fn rounds(
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let send_pool = bench.pool(1).await?;
-    let signals = Signals::new(&send_pool, &table)?;
+    let signals = Signals::new(&send_pool, &table).await?;
     let mut conn = PgConnection::connect(bench.url()).await?;
     let phases = Phases {
         bench,

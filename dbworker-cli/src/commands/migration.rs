@@ -13,7 +13,7 @@ use dbworker::{
         consumer_tables_sql, cron_table_sql, enqueue_function_sql, fair_claims_sql,
         history_table_sql, job_table_sql, leader_table_sql, limit_table_sql, node_table_sql,
         notify_trigger_sql, optional_columns_sql, partitioned_job_table_sql, partitioned_keys_sql,
-        pause_table_sql, signals_sql, workflows_sql,
+        pause_table_sql, progress_table_sql, signals_sql, workflows_sql,
     },
     history::DEFAULT_HISTORY_TABLE,
 };
@@ -97,6 +97,12 @@ pub(crate) struct MigrationArgs {
     /// public progress and the checkpoint its next attempt resumes from).
     #[arg(long)]
     progress: bool,
+    /// Instead of --progress's columns, create the side table
+    /// `<table>_progress` (job_id, progress, checkpoint, progress_seq), for
+    /// a job table you cannot alter: its statements touch nothing of the
+    /// job table, so a role that cannot alter it runs them alone.
+    #[arg(long, conflicts_with = "progress")]
+    progress_table: bool,
     /// Also add `traceparent`, `tracestate` (the enqueue's W3C trace
     /// context; SQL producers set it with `SET LOCAL dbworker.traceparent`)
     /// and `trace_follows` (the span the next attempt links to).
@@ -205,6 +211,10 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
         ddl.push('\n');
         ddl.push_str(&signals_sql(&args.table, &renames)?);
     }
+    if args.progress_table {
+        ddl.push('\n');
+        ddl.push_str(&progress_table_sql(&args.table)?);
+    }
     if args.cron {
         ddl.push('\n');
         ddl.push_str(&cron_table_sql(DEFAULT_CRON_TABLE)?);
@@ -311,5 +321,22 @@ mod tests {
             ddl.contains(r#"CREATE INDEX IF NOT EXISTS "jobs_finished_idx""#),
             "{ddl}"
         );
+    }
+    #[test]
+    fn progress_table_creates_the_side_table_instead_of_the_columns() {
+        let ddl = sql(&["--table", "app.jobs", "--progress-table"]);
+        assert!(
+            ddl.contains(r#"CREATE TABLE IF NOT EXISTS "app"."jobs_progress""#)
+                && !ddl.contains(r#"ADD COLUMN IF NOT EXISTS "progress""#),
+            "{ddl}"
+        );
+        let both = Command::try_parse_from([
+            "migration",
+            "--table",
+            "jobs",
+            "--progress",
+            "--progress-table",
+        ]);
+        assert!(both.is_err(), "one storage or the other");
     }
 }

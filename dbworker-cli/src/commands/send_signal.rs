@@ -38,7 +38,7 @@ pub(crate) async fn signal(args: SignalArgs) -> Result<()> {
         .table
         .job_table_with(&pool, |o| o.signals = true)
         .await?;
-    let signals = Signals::new(&pool, &table)?;
+    let signals = Signals::new(&pool, &table).await?;
     // Every missing grant named before anything is sent.
     Admin::new(&pool, &table).await?.check_signals().await?;
     let dedupe = args.dedupe.as_deref();

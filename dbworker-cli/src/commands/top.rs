@@ -3,7 +3,8 @@
 //! finished over the last window with its wait and run times, and jobs
 //! finished per minute over the last hour, both from the job history
 //! (`dbworker history` records it), the hosts working and, on a table with
-//! progress (`migration --progress`), the running jobs with their progress.
+//! progress (`migration --progress` or `--progress-table`), the running jobs
+//! with their progress.
 //! `--once` prints one frame (or, with `--format json`, one JSON document)
 //! and exits.
 
@@ -61,8 +62,8 @@ pub(crate) struct Snapshot {
     pub(crate) hour: Option<Series>,
     pub(crate) window: Duration,
     pub(crate) history_table: String,
-    /// The longest-running jobs with their progress; `None`: the table has
-    /// no progress column.
+    /// The longest-running jobs with their progress; `None`: the table keeps
+    /// no progress (neither the columns nor the side table).
     pub(crate) running: Option<Vec<RunningJob>>,
 }
 

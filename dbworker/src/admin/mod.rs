@@ -88,8 +88,9 @@ pub enum Canceled {
 impl Admin {
     /// An operator's view of `table` (checked when it was built). Reading
     /// (status, lists, a job's row) needs `SELECT` on the table and on what
-    /// status reads beside it: the dependency table (with workflows) and the
-    /// pause and limit tables it honours; every missing one is named at
+    /// status reads beside it: the dependency table (with workflows), the
+    /// pause and limit tables it honours and the progress table (a table
+    /// that keeps progress there); every missing one is named at
     /// once. A tool that acts checks [`check_actions`](Self::check_actions)
     /// (and [`check_deletes`](Self::check_deletes)) at start-up.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Admin> {
@@ -102,6 +103,10 @@ impl Admin {
         }
         if let Some(limits) = &t.limit_table {
             reads = reads.on("limit table", limits, &[Privilege::Select]);
+        }
+        // A job's row and the running jobs show the progress kept there.
+        if let Some(side) = &t.progress_table {
+            reads = reads.on("progress table", side, &[Privilege::Select]);
         }
         reads.check(pool).await?;
         Ok(Admin {
@@ -418,7 +423,8 @@ impl Admin {
         self.t.kind_column.as_deref()
     }
 
-    /// The job's row as JSON (every column), or `None`.
+    /// The job's row as JSON (every column; on a table that keeps progress
+    /// in its side table, its `progress` too), or `None`.
     pub async fn show(&self, id: i64) -> Result<Option<serde_json::Value>> {
         Ok(self.show_at(id).await?.map(|(row, _)| row))
     }

@@ -20,14 +20,15 @@ pub struct RunningJob {
     /// How long it has been running (database clock).
     pub running_for: Duration,
     /// Its public progress, as its handler last set it (`None`: none yet, or
-    /// a table without the progress column).
+    /// a table that keeps no progress), from the table's column or its side
+    /// table.
     pub progress: Option<serde_json::Value>,
 }
 
 impl Admin {
     /// The `limit` longest-running processing jobs, oldest start first,
-    /// with their progress when the table has the column
-    /// ([`JobTable::has_progress`](crate::JobTable::has_progress)).
+    /// with their progress when the table keeps it, in its column or in its
+    /// side table ([`JobTable::has_progress`](crate::JobTable::has_progress)).
     pub async fn running(&self, limit: u32) -> Result<Vec<RunningJob>> {
         let rows = sql::running_jobs(&self.t, u64::from(limit))
             .fetch_all(&self.pool)
@@ -48,8 +49,9 @@ impl Admin {
             .collect())
     }
 
-    /// Whether the table keeps its jobs' progress (`dbworker migration --progress`).
+    /// Whether the table keeps its jobs' progress (`dbworker migration
+    /// --progress`, or its side table: `--progress-table`).
     pub fn has_progress(&self) -> bool {
-        self.t.progress
+        self.t.keeps_progress()
     }
 }

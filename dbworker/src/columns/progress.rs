@@ -11,6 +11,18 @@ pub(crate) const CHECKPOINT: &str = "checkpoint";
 /// How many progress or checkpoint writes the job has had (`bigint`): every
 /// write names the count it read, so none can land out of order.
 pub(crate) const PROGRESS_SEQ: &str = "progress_seq";
+/// The side table that keeps progress and checkpoints for a table without
+/// the columns (`dbworker migration --progress-table`): `<table>_progress`,
+/// in its schema, one row per job (`job_id` its primary key) with
+/// `progress`, `checkpoint` and `progress_seq` as the columns would hold them.
+pub(crate) fn progress_table(table: &super::Relation) -> super::Relation {
+    super::Relation {
+        schema: table.schema.clone(),
+        name: table.derived("progress"),
+        alias: "dbworker_progress".to_owned(),
+    }
+}
+
 /// The largest progress or checkpoint stored, as JSON text.
 pub(crate) const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 

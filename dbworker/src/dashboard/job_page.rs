@@ -86,8 +86,9 @@ fn page(
     let payload = optional(sql.payload_column.as_deref(), "payload", &columns);
     let result = optional(sql.result_column.as_deref(), "result", &columns);
     let history = t.error_history.as_deref();
-    // Only where the table keeps it (`dbworker migration --progress`).
-    let progress = sql.progress.then_some(crate::columns::PROGRESS);
+    // Only where the table keeps it (`dbworker migration --progress`, or
+    // `--progress-table`: the side table's value is in the row as shown).
+    let progress = sql.keeps_progress().then_some(crate::columns::PROGRESS);
     let awaiting_column = sql.signals.as_ref().map(|_| crate::columns::AWAITING);
     // Only a job that waits (queued or errored) can be woken by its signal.
     let waiting = ["queued", "errored"].contains(&state.as_str());

@@ -237,7 +237,12 @@ impl Dashboard {
                 None => None,
             };
             let error_history = t.sql().error_history.as_ref().map(|h| h.column.clone());
-            let signals = t.has_signals().then(|| crate::Signals::new(pool, t));
+            // A read-only dashboard sends none (and may lack the grants).
+            let signals = if t.has_signals() && !options.read_only {
+                Some(crate::Signals::new(pool, t).await?)
+            } else {
+                None
+            };
             tables.push(Table {
                 name: t.name(),
                 workflows,
@@ -247,7 +252,7 @@ impl Dashboard {
                 pauses,
                 limits,
                 fairness,
-                signals: signals.transpose()?,
+                signals,
                 suggested: suggest::Suggested::default(),
             });
         }

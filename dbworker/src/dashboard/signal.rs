@@ -15,6 +15,7 @@ use maud::{Markup, html};
 
 use super::actions::{AdminForm, field};
 use super::{Shared, Table, Viewer, bad_parameter, server_error, url_escape};
+use crate::error::{Error, has_sqlstate};
 use crate::job_filter::excerpt;
 
 /// The admin's form for job `id`, which waits for `awaiting`.
@@ -36,7 +37,8 @@ pub(super) fn form(viewer: &Viewer, s: &Shared, t: &Table, id: i64, awaiting: &s
 
 /// `POST /t/{table}/jobs/{id}/signal`: sends the signal `name` with the
 /// `payload` (empty: none) and returns to the job's page. A missing name or
-/// a payload that is not JSON is refused, naming it, and sends nothing.
+/// a payload that is not JSON is refused, naming it, and sends nothing; a
+/// job that does not exist (deleted, purged) is a 404 that says so.
 pub(super) async fn send(
     State(s): State<Arc<Shared>>,
     Extension(viewer): Extension<Viewer>,
@@ -45,11 +47,12 @@ pub(super) async fn send(
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
     let signals = t.signals.as_ref().ok_or_else(|| {
-        (
-            StatusCode::BAD_REQUEST,
-            "this table has no signals (dbworker migration --signals)",
-        )
-            .into_response()
+        let why = if s.options.read_only {
+            "a read-only dashboard sends no signals"
+        } else {
+            "this table has no signals (dbworker migration --signals)"
+        };
+        (StatusCode::BAD_REQUEST, why).into_response()
     })?;
     // Not trimmed: a signal's name is the application's text.
     let name = field(&form, "name")
@@ -64,7 +67,18 @@ pub(super) async fn send(
     let new = signals
         .send(id, name, payload, None)
         .await
-        .map_err(server_error)?;
+        .map_err(|err| match err {
+            // The table's signal function: no such job (no_data_found).
+            Error::Database { source, .. } if has_sqlstate(&source, "P0002") => (
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no job {id} in table {}: it may have been deleted or purged; nothing was sent",
+                    t.name
+                ),
+            )
+                .into_response(),
+            err => server_error(err),
+        })?;
     tracing::info!(user = %viewer.user.name, table = %t.name, job = id, signal = name, new, "dashboard signal");
     let back = format!(
         "/t/{}/jobs/{id}?done={}",

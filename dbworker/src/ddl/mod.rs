@@ -12,6 +12,7 @@ mod fairness;
 mod functions;
 mod notify;
 mod partitions;
+mod progress;
 mod signals;
 mod tables;
 mod workflows;
@@ -23,6 +24,7 @@ pub use crate::columns::STANDARD_COLUMNS;
 pub(crate) use notify::notify_function_sql;
 pub use notify::notify_trigger_sql;
 pub use partitions::{PartitionInterval, partitioned_job_table_sql, partitioned_keys_sql};
+pub use progress::progress_table_sql;
 pub use signals::signals_sql;
 pub use tables::{
     consumer_tables_sql, cron_table_sql, events_table_sql, history_table_sql, leader_table_sql,

@@ -12,8 +12,11 @@ use crate::notify::Listen;
 ///
 /// - the column `awaiting text`: the signal a waiting job waits for;
 /// - the mailbox `<table>_signals (id, job_id, name, payload, dedupe_key,
-///   sent_at, consumed_at, consumed_token)`: every signal sent, kept after it
-///   is consumed (the job's history of signals), unique per job and dedupe key;
+///   sent_at, consumed_at, consumed_token, traceparent)`: every signal sent,
+///   kept after it is consumed (the job's history of signals), unique per job
+///   and dedupe key; `traceparent` defaults to the session setting
+///   `dbworker.traceparent` (the sender's span), which the attempt consuming
+///   the signal links to on a table with traces;
 /// - `<table>_signal(job_id, name, payload, dedupe)` and
 ///   `<table>_signal_key(job_key, …)`, which send one: the job's row is
 ///   locked first, so a job that is about to wait sees the signal, and a job
@@ -53,6 +56,10 @@ CREATE TABLE IF NOT EXISTS {signals} (
     "consumed_token" bigint,
     UNIQUE ("job_id", "dedupe_key")
 );
+-- The sender's trace context (SET LOCAL dbworker.traceparent; Signals::send
+-- sets it from the current span): the attempt that consumes the signal links
+-- to it, on a table with traces. Added here for mailboxes created before it.
+ALTER TABLE {signals} ADD COLUMN IF NOT EXISTS "traceparent" text DEFAULT nullif(current_setting('dbworker.traceparent', true), '');
 CREATE INDEX IF NOT EXISTS {mailbox_idx} ON {signals} ("job_id", "name", "id") WHERE "consumed_at" IS NULL;
 -- Sends a signal: locks the job's row first (the wait mark does too), so a
 -- wait that begins while this runs sees the signal, and a wait that began

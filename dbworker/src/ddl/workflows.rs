@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use crate::columns::{
-    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, UPSTREAM_IDS, WORKFLOW_ID,
-    deps_table, quote, workflow_sequence,
+    BLOCKED_BY, Columns, HAS_DEPENDENTS, Relation, TASK_NAME, TRACE_FOLLOWS, UPSTREAM_IDS,
+    WORKFLOW_ID, deps_table, quote, workflow_sequence,
 };
 use crate::error::Result;
 
@@ -25,7 +25,9 @@ use crate::error::Result;
 ///   the graph for the dashboard and for `DbJob::upstream_results`; `--results`
 ///   adds the same column, so running both is harmless);
 /// - the sequence `<table>_workflow_seq` that workflow ids come from;
-/// - the release trigger, `<table>_dbworker_release`.
+/// - the release trigger, `<table>_dbworker_release` (on a table with traces
+///   it also copies the span the releasing mark recorded in `trace_follows`
+///   to the dependent it releases, whose first attempt links to it).
 ///
 /// A job that waits is `pending`, a state the claim never takes. Every write
 /// that moves a job to `completed`, `failed` or `canceled` (a worker's mark,
@@ -92,6 +94,8 @@ DECLARE
     v_outcome text;
     v_dep bigint;
     v_policy text;
+    v_span text;
+    v_span_read boolean := false;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         -- An unfinished job deleted: its dependents see it canceled.
@@ -124,8 +128,7 @@ BEGIN
             IF v_policy = 'on_failure' AND v_outcome = 'failed' THEN
                 -- Only the first failure finds it pending: a concurrent one
                 -- waits for this row and then sees it queued.
-                UPDATE {table} SET {state} = 'queued'
-                 WHERE {id} = v_dep AND {state} = 'pending';
+{release_on_failure}
                 CONTINUE;
             END IF;
             -- Another edge no one is deleting right now: its deleter comes
@@ -149,9 +152,7 @@ BEGIN
                      WHERE {id} = v_dep AND {state} = 'pending'
                        AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
                 ELSE
-                    UPDATE {table} SET {state} = 'queued'
-                     WHERE {id} = v_dep AND {state} = 'pending'
-                       AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
+{release_last}
                 END IF;
             END IF;
         END LOOP;
@@ -282,6 +283,13 @@ BEGIN
 END
 $dbworker$;
 "#,
+        release_on_failure = release(&table, &c, "", "                "),
+        release_last = release(
+            &table,
+            &c,
+            &format!(r#" AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep)"#),
+            "                    ",
+        ),
         upstream_ids = quote(UPSTREAM_IDS),
         bound = super::functions::bound_ids("after"),
         cycle_lock = crate::columns::literal(&format!("dbworker wait_for {deps}")),
@@ -295,6 +303,37 @@ $dbworker$;
         policy_check = index("deps_policy_check"),
         sequence = workflow_sequence(&rel),
     ))
+}
+
+/// The trigger's release of the dependent `v_dep` (pending, and `also`):
+/// queued, and on a table with traces it takes the span the releasing mark
+/// recorded in `trace_follows` (read by name, once per firing, so a table
+/// without the column releases as before), which its first attempt links
+/// to. Indented by `pad`.
+fn release(table: &str, c: &Columns, also: &str, pad: &str) -> String {
+    let (id, state) = (quote(&c.id), quote(&c.state));
+    let follows = quote(TRACE_FOLLOWS);
+    let lines = [
+        "IF NOT v_span_read THEN".to_owned(),
+        format!(
+            "    v_span := CASE WHEN TG_OP = 'UPDATE' THEN to_jsonb(NEW) ->> {} END;",
+            crate::columns::literal(TRACE_FOLLOWS)
+        ),
+        "    v_span_read := true;".to_owned(),
+        "END IF;".to_owned(),
+        "IF v_span IS NULL THEN".to_owned(),
+        format!("    UPDATE {table} SET {state} = 'queued'"),
+        format!("     WHERE {id} = v_dep AND {state} = 'pending'{also};"),
+        "ELSE".to_owned(),
+        format!("    UPDATE {table} SET {state} = 'queued', {follows} = v_span"),
+        format!("     WHERE {id} = v_dep AND {state} = 'pending'{also};"),
+        "END IF;".to_owned(),
+    ];
+    lines
+        .iter()
+        .map(|l| format!("{pad}{l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

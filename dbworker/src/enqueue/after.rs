@@ -210,7 +210,12 @@ impl Enqueuer {
                     .set(HAS_DEPENDENTS, waited_for)
             })
             .collect();
-        let rows: Vec<JobRow<'_>> = jobs.iter().map(NewJob::row).collect();
+        // The current span's context, for the tasks that name none.
+        let ambient = jobs.first().and_then(|j| self.ambient_trace(j));
+        let rows: Vec<JobRow<'_>> = jobs
+            .iter()
+            .map(|j| j.row_traced(ambient.as_ref()))
+            .collect();
         let mut ids = Vec::with_capacity(tasks.len());
         // Each row binds its values plus run-at, priority, queue, retry limit,
         // kind, flags and arguments at most.

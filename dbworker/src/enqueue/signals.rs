@@ -6,6 +6,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use crate::error::{Error, Result};
 use crate::sql::{self, SignalTarget};
 use crate::table::JobTable;
+use crate::trace::TraceContext;
 
 /// Sends signals to a table's jobs (`dbworker migration --signals`). A
 /// signal is durable (one sent before the job waits is kept, and the job's
@@ -17,7 +18,7 @@ use crate::table::JobTable;
 /// # async fn f(pool: sqlx::PgPool, order_job: i64) -> Result<(), Box<dyn std::error::Error>> {
 /// use dbworker::{JobTable, JobTableOptions, Signals};
 /// let jobs = JobTable::new(&pool, JobTableOptions::detected("jobs")).await?;
-/// let signals = Signals::new(&pool, &jobs)?;
+/// let signals = Signals::new(&pool, &jobs).await?;
 /// // In the webhook's own transaction: its write and the signal commit together.
 /// let mut tx = pool.begin().await?;
 /// // ... record the payment in tx ...
@@ -35,8 +36,12 @@ pub struct Signals {
 
 impl Signals {
     /// Signals for `table`'s jobs; the table must have signals
-    /// ([`JobTable::has_signals`]).
-    pub fn new(pool: &PgPool, table: &JobTable) -> Result<Signals> {
+    /// ([`JobTable::has_signals`]), and `pool`'s role the grants sending
+    /// uses (as [`Admin::check_signals`](crate::admin::Admin::check_signals)
+    /// checks: `SELECT, UPDATE` on the table, `SELECT, INSERT` on its
+    /// mailbox, `USAGE` on the mailbox's id sequence), each missing one
+    /// named in one [`Error::Access`].
+    pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Signals> {
         if !table.has_signals() {
             return Err(Error::InvalidOption {
                 field: "signals",
@@ -46,6 +51,9 @@ impl Signals {
                 ),
             });
         }
+        crate::grants::Grants::signal_sender(table.sql())
+            .check(pool)
+            .await?;
         Ok(Signals {
             pool: pool.clone(),
             table: table.clone(),
@@ -102,7 +110,15 @@ impl Signals {
         dedupe: Option<&str>,
     ) -> Result<bool> {
         let payload = (!payload.is_null()).then_some(payload);
-        let row = sql::send_signal(self.table.relation(), to, name, payload, dedupe)
+        // The sender's span, for the attempt that consumes the signal.
+        let trace = self
+            .table
+            .sql()
+            .signal_traces
+            .then(TraceContext::current)
+            .flatten();
+        let trace = trace.as_ref().map(TraceContext::traceparent);
+        let row = sql::send_signal(self.table.relation(), to, (name, payload), dedupe, trace)
             .fetch_one(conn)
             .await
             .map_err(Error::db("send_signal"))?;

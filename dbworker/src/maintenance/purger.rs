@@ -256,6 +256,14 @@ impl Purger {
                 &[Privilege::Select, Privilege::Delete],
             );
         }
+        // And their progress kept in the side table.
+        if let Some(side) = &target.t.progress_table {
+            grants = grants.on(
+                "progress table",
+                side,
+                &[Privilege::Select, Privilege::Delete],
+            );
+        }
         let mut problems = grants.problems(&pool).await?;
         if let Some(archive) = &target.archive {
             let hint = format!(

@@ -48,11 +48,22 @@ pub(crate) fn admin_estimate(a: &Table) -> Statement {
 /// the epoch), which the dashboard's relative times count from.
 pub(crate) fn admin_show(a: &Table, id: i64) -> Statement {
     let t = &a.table;
-    let q = Query::select()
-        .expr_as(
-            Expr::cust(format!("to_jsonb({})", quote(&t.alias))),
-            alias("row"),
-        )
+    let mut q = Query::select();
+    // A table that keeps progress in its side table shows it as a column.
+    let row = match &a.progress_table {
+        Some(side) => {
+            let (joined, on) = super::progress_table::join_side(a, side);
+            q.left_join(joined, on);
+            format!(
+                "to_jsonb({}) || jsonb_build_object('progress', {}.\"progress\")",
+                quote(&t.alias),
+                quote(&side.alias)
+            )
+        }
+        None => format!("to_jsonb({})", quote(&t.alias)),
+    };
+    let q = q
+        .expr_as(Expr::cust(row), alias("row"))
         .expr_as(
             Expr::cust("EXTRACT(EPOCH FROM now())::float8"),
             alias("now"),
@@ -459,6 +470,11 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("admin_hosts", admin_hosts(&a)),
         ("admin_estimate", admin_estimate(&a)),
         ("admin_show", admin_show(&a, 1)),
+        ("admin_show_progress_table", {
+            let mut side = a.clone();
+            side.progress_table = Some(super::fixtures::rel("app.jobs_progress"));
+            admin_show(&side, 1)
+        }),
         ("admin_list", admin_list(&a, &filter, &page)),
         (
             "admin_list_by_workflow",

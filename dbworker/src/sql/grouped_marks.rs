@@ -41,21 +41,24 @@ pub(crate) struct Mark {
     pub(crate) message: String,
     /// A completion's result as JSON text; `''` for none.
     pub(crate) result: String,
-    /// The span the attempt ran under (`traceparent`), `''` for none: an
-    /// errored mark records it for the next attempt (a table with traces).
+    /// The span the attempt ran under (`traceparent`), `''` for none: every
+    /// mark records it for the next attempt and the dependents it releases
+    /// (a table with traces).
     pub(crate) span: String,
 }
 
 /// Completes many claimed jobs in one statement (heartbeat handling, a group
 /// of completions only: the common case, planned once and cached). With a
-/// result column, each writes its result (JSON text, `''` for none) too.
+/// result column, each writes its result (JSON text, `''` for none) too;
+/// with traces, the span its attempt ran under (`''` for none), which a
+/// dependent it releases links to.
 /// Returns the ids that were marked, each with the state it got; any other
 /// was no longer ours.
 pub(crate) fn complete_group(
     o: &StoreParams,
     ids: Vec<i64>,
     tokens: Vec<i64>,
-    results: Vec<String>,
+    (results, spans): (Vec<String>, Vec<String>),
 ) -> Statement {
     let c = &o.columns;
     let t = &o.table;
@@ -79,6 +82,13 @@ pub(crate) fn complete_group(
         );
         q.value(alias(column), grouped_result(a, column));
     }
+    if o.traces {
+        marks.expr_as(
+            Expr::cust_with_values("unnest($1::text[])", [spans]),
+            alias("span"),
+        );
+        q.value(alias(TRACE_FOLLOWS), grouped_span(a));
+    }
     let q = q
         .table(table_ref(t))
         .value(alias(&c.state), state(JobState::Completed))
@@ -96,7 +106,7 @@ pub(crate) fn complete_group(
             quote(&c.id)
         ))))
         .to_owned();
-    Statement::from(&q)
+    super::progress_table::completion(q, o)
 }
 
 /// Marks many claimed jobs in one statement (heartbeat handling): each gets
@@ -162,13 +172,7 @@ pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
             ),
             alias("span"),
         );
-        update.value(
-            alias(TRACE_FOLLOWS),
-            Expr::cust(format!(
-                "COALESCE(NULLIF(\"dbworker_marks\".\"span\", ''), {})",
-                q(TRACE_FOLLOWS)
-            )),
-        );
+        update.value(alias(TRACE_FOLLOWS), grouped_span(a));
     }
     if let Some(column) = &o.result_column {
         // Only completions carry a result; the others write `''`.
@@ -246,6 +250,16 @@ pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
     Statement::from(&update.with(with))
 }
 
+/// What a grouped mark writes to `trace_follows`: the mark's span, or with
+/// none (`''`) what the row holds.
+fn grouped_span(a: &str) -> Expr {
+    Expr::cust(format!(
+        "COALESCE(NULLIF(\"dbworker_marks\".\"span\", ''), {}.{})",
+        quote(a),
+        quote(TRACE_FOLLOWS)
+    ))
+}
+
 /// The value a grouped completion writes to the result column: the mark's
 /// result (JSON text, `''` for none) or, with none, what the row holds.
 fn grouped_result(a: &str, result_column: &str) -> Expr {
@@ -281,11 +295,28 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ),
         (
             "complete_group",
-            complete_group(&t, vec![1], vec![2], vec![String::new()]),
+            complete_group(&t, vec![1], vec![2], (vec![String::new()], vec![])),
         ),
         (
             "complete_group_with_results",
-            complete_group(&r, vec![1, 3], vec![2, 4], vec!["{}".into(), String::new()]),
+            complete_group(
+                &r,
+                vec![1, 3],
+                vec![2, 4],
+                (vec!["{}".into(), String::new()], vec![]),
+            ),
+        ),
+        (
+            "complete_group_with_traces",
+            complete_group(
+                &with_traces(),
+                vec![1],
+                vec![2],
+                (
+                    vec![String::new()],
+                    vec!["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()],
+                ),
+            ),
         ),
         (
             "mark_group_with_results",

@@ -1,6 +1,7 @@
 //! The heartbeat: one statement that touches every running job the worker still owns.
 
 use super::claim::cte;
+use super::progress_table::heartbeat_side;
 use super::{Statement, alias, col, state, table_ref};
 use crate::columns::{PROGRESS, PROGRESS_SEQ, quote};
 use crate::sql::table::StoreParams;
@@ -17,7 +18,7 @@ pub(crate) fn heartbeat(
     o: &StoreParams,
     ids: Vec<i64>,
     tokens: Vec<i64>,
-    progress: Vec<(i64, serde_json::Value)>,
+    mut progress: Vec<(i64, serde_json::Value)>,
 ) -> Statement {
     let c = &o.columns;
     let t = &o.table;
@@ -56,6 +57,28 @@ pub(crate) fn heartbeat(
         .value(alias(&c.last_heartbeat_at), Expr::cust("now()"))
         .and_where(col(a, &c.id).in_subquery(lockable))
         .to_owned();
+    // On a table that keeps progress in its side table, the values go
+    // there, for the rows this beat touched (owned, and locked by it).
+    let side = match (&o.progress_table, progress.is_empty()) {
+        (Some(side), false) => {
+            let progress = std::mem::take(&mut progress);
+            touch.returning(Query::returning().expr(Expr::cust(format!(
+                "{}.{}::bigint AS \"id\"",
+                quote(a),
+                quote(&c.id)
+            ))));
+            let reported = progress
+                .into_iter()
+                .map(|(id, value)| (id.to_string(), value))
+                .collect();
+            Some(heartbeat_side(
+                side,
+                serde_json::Value::Object(reported),
+                "dbworker_touched",
+            ))
+        }
+        _ => None,
+    };
     if !progress.is_empty() && o.progress {
         // One object keyed by job id: each row finds its value by key (a
         // subquery over an array per row made the beat quadratic in the
@@ -93,6 +116,9 @@ pub(crate) fn heartbeat(
     let mut with = WithClause::new();
     with.cte(cte(owned_q, "dbworker_owned", true))
         .cte(cte(touch, "dbworker_touched", false));
+    if let Some(side) = side {
+        with.cte(cte(side, "dbworker_reported", false));
+    }
     let q = Query::select()
         .expr(Expr::cust("\"dbworker_owned\".\"id\"::bigint AS \"id\""))
         .expr(Expr::cust("\"dbworker_owned\".\"cancel\" AS \"cancel\""))
@@ -107,8 +133,19 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let t = super::fixtures::resolved(false);
     let mut p = t.clone();
     p.progress = true;
+    let mut side = t.clone();
+    side.progress_table = Some(super::fixtures::rel("app.jobs_progress"));
     vec![
         ("heartbeat", heartbeat(&t, vec![1], vec![2], Vec::new())),
+        (
+            "heartbeat_with_progress_table",
+            heartbeat(
+                &side,
+                vec![1],
+                vec![2],
+                vec![(1, serde_json::json!({"percent": 40}))],
+            ),
+        ),
         (
             "heartbeat_with_progress",
             heartbeat(

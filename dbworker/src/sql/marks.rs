@@ -31,15 +31,17 @@ pub(super) fn drop_checkpoint(q: &mut UpdateStatement, o: &StoreParams) {
 
 /// Marks a claimed job completed. Runs inside the handler's transaction in
 /// transactional handling, where `now()` is the transaction's start: times use
-/// `clock_timestamp()`.
-pub(crate) fn mark_complete(o: &StoreParams, id: i64, token: i64) -> Statement {
+/// `clock_timestamp()`. With traces, records `span` (see [`record_span`]):
+/// a dependent this completion releases links to it.
+pub(crate) fn mark_complete(o: &StoreParams, id: i64, token: i64, span: Option<&str>) -> Statement {
     let c = &o.columns;
     let mut q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Completed))
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     drop_checkpoint(&mut q, o);
-    Statement::from(&q)
+    record_span(&mut q, o, span);
+    super::progress_table::completion(q, o)
 }
 
 /// The job's retry limit: its own column's value when the table has one and it
@@ -90,8 +92,10 @@ pub(crate) fn mark_errored(
 }
 
 /// With traces, records `span` (the `traceparent` this attempt ran under)
-/// for the next attempt to link to; in the mark's own fenced statement, so
-/// a stale attempt records nothing.
+/// for the next attempt to link to (a retry, an operator's requeue of a
+/// failed or canceled job) and for the dependents a final mark releases
+/// (the release trigger copies it to them); in the mark's own fenced
+/// statement, so a stale attempt records nothing.
 pub(crate) fn record_span(q: &mut UpdateStatement, o: &StoreParams, span: Option<&str>) {
     if let (true, Some(span)) = (o.traces, span) {
         q.value(alias(TRACE_FOLLOWS), span);
@@ -162,28 +166,44 @@ fn failed_attempt(mut q: UpdateStatement, o: &StoreParams, message: &str) -> Upd
     q
 }
 
-/// Records a final failure: `canceled` if cancellation was requested, else `failed`.
-pub(crate) fn mark_failed(o: &StoreParams, id: i64, token: i64, message: &str) -> Statement {
+/// Records a final failure: `canceled` if cancellation was requested, else
+/// `failed`; with traces, the attempt's `span` (see [`record_span`]).
+pub(crate) fn mark_failed(
+    o: &StoreParams,
+    id: i64,
+    token: i64,
+    message: &str,
+    span: Option<&str>,
+) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
-    let q = fenced_update(o, id, token)
+    let mut q = fenced_update(o, id, token)
         .value(
             alias(&c.state),
             Expr::case(col(a, &c.cancel), state(JobState::Canceled))
                 .finally(state(JobState::Failed)),
         )
         .to_owned();
+    record_span(&mut q, o, span);
     Statement::from(&failed_attempt(q, o, message))
 }
 
 /// Cancels a claimed job at its handler's request: `canceled` (its cancel
-/// flag set, as a requested cancel leaves it), with the reason.
-pub(crate) fn mark_canceled(o: &StoreParams, id: i64, token: i64, message: &str) -> Statement {
+/// flag set, as a requested cancel leaves it), with the reason; with
+/// traces, the attempt's `span` (see [`record_span`]).
+pub(crate) fn mark_canceled(
+    o: &StoreParams,
+    id: i64,
+    token: i64,
+    message: &str,
+    span: Option<&str>,
+) -> Statement {
     let c = &o.columns;
-    let q = fenced_update(o, id, token)
+    let mut q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Canceled))
         .value(alias(&c.cancel), true)
         .to_owned();
+    record_span(&mut q, o, span);
     Statement::from(&failed_attempt(q, o, message))
 }
 
@@ -275,8 +295,8 @@ pub(crate) fn mark_complete_with_result(
     o: &StoreParams,
     id: i64,
     token: i64,
-    result_column: &str,
-    result: serde_json::Value,
+    (result_column, result): (&str, serde_json::Value),
+    span: Option<&str>,
 ) -> Statement {
     let c = &o.columns;
     let mut q = fenced_update(o, id, token)
@@ -285,7 +305,8 @@ pub(crate) fn mark_complete_with_result(
         .value(alias(result_column), Expr::val(result))
         .to_owned();
     drop_checkpoint(&mut q, o);
-    Statement::from(&q)
+    record_span(&mut q, o, span);
+    super::progress_table::completion(q, o)
 }
 
 /// [`mark_errored`], plus `payload_column = payload`: a batch job's retry
@@ -318,14 +339,26 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let span = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let (rule, items) = (t.retry_rule(None), serde_json::json!([1, 2]));
     vec![
-        ("mark_complete", mark_complete(&t, 1, 2)),
+        ("mark_complete", mark_complete(&t, 1, 2, None)),
+        (
+            "mark_complete_with_traces",
+            mark_complete(&with_traces(), 1, 2, Some(span)),
+        ),
         ("mark_errored", mark_errored(&t, 1, 2, "m", &rule, None)),
         (
             "mark_errored_with_traces",
             mark_errored(&with_traces(), 1, 2, "m", &rule, Some(span)),
         ),
-        ("mark_failed", mark_failed(&t, 1, 2, "m")),
-        ("mark_canceled", mark_canceled(&t, 1, 2, "m")),
+        ("mark_failed", mark_failed(&t, 1, 2, "m", None)),
+        (
+            "mark_failed_with_traces",
+            mark_failed(&with_traces(), 1, 2, "m", Some(span)),
+        ),
+        ("mark_canceled", mark_canceled(&t, 1, 2, "m", None)),
+        (
+            "mark_canceled_with_traces",
+            mark_canceled(&with_traces(), 1, 2, "m", Some(span)),
+        ),
         (
             "snooze",
             snooze(&t, 1, 2, std::time::Duration::from_millis(1500), None),
@@ -337,14 +370,14 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("requeue", requeue(&t, 1, 2)),
         (
             "mark_complete_with_result",
-            mark_complete_with_result(&r, 1, 2, "result", serde_json::json!({"n": 1})),
+            mark_complete_with_result(&r, 1, 2, ("result", serde_json::json!({"n": 1})), None),
         ),
         ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
         (
             "mark_errored_with_history",
             mark_errored(&h, 1, 2, "m", &h.retry_rule(None), None),
         ),
-        ("mark_failed_with_history", mark_failed(&h, 1, 2, "m")),
+        ("mark_failed_with_history", mark_failed(&h, 1, 2, "m", None)),
         ("requeue_lost_with_history", requeue_lost(&h, 1, 2, "m")),
     ]
 }

@@ -46,6 +46,7 @@ mod partitions;
 mod per_job;
 mod pooler;
 mod progress;
+mod progress_table;
 mod purge;
 mod replica;
 mod reset;
@@ -94,7 +95,7 @@ pub(crate) use cron::cron_list;
 pub(crate) use cron::{cron_advance, cron_register, cron_state};
 pub(crate) use enqueue::{
     JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
-    live_job_with_key, release_key,
+    live_job_with_key, release_key, share_trace, trace_defaults,
 };
 pub(crate) use execution_logs::{log_append, log_len, log_update};
 pub(crate) use fairness::{
@@ -131,7 +132,8 @@ pub(crate) use schema::{
     insert_access, probe_expressions, relation_access, relation_columns, visible_unqualified,
 };
 pub(crate) use signals::{
-    SignalTarget, consume_signal, lock_owned, mark_waiting, send_signal, signal_sent,
+    SIGNAL_TRACEPARENT, SignalTarget, consume_signal, lock_owned, mark_waiting, send_signal,
+    signal_sent,
 };
 pub(crate) use table::{AgingParams, StoreParams, Table};
 pub(crate) use workflow::{

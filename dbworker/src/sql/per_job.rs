@@ -25,7 +25,7 @@ impl PerJob {
     pub(crate) fn new(o: &StoreParams) -> PerJob {
         PerJob {
             lock_claimed: lock_claimed(o, 0, 0).sql,
-            mark_complete: mark_complete(o, 0, 0).sql,
+            mark_complete: mark_complete(o, 0, 0, None).sql,
         }
     }
 

@@ -2,6 +2,7 @@
 //! and its fenced writes, each naming the write count it read; the running
 //! jobs with their progress, as operators see them.
 
+use super::progress_table::{join_side, read_checkpoint_side, write_progress_side};
 use super::{Statement, StoreParams, Table, alias, col, owned, quote, state, table_ref};
 use crate::columns::{CHECKPOINT, PROGRESS, PROGRESS_SEQ};
 use sea_query::{Expr, ExprTrait, Order, Query};
@@ -10,6 +11,9 @@ use workerutil::JobState;
 /// The checkpoint and write count of a job its claim still owns:
 /// `(checkpoint, progress_seq)`, or no row.
 pub(crate) fn read_checkpoint(o: &StoreParams, id: i64, token: i64) -> Statement {
+    if let Some(side) = &o.progress_table {
+        return read_checkpoint_side(o, side, id, token);
+    }
     let t = &o.table;
     let q = Query::select()
         .expr_as(col(&t.alias, CHECKPOINT), alias(CHECKPOINT))
@@ -32,6 +36,9 @@ pub(crate) fn write_progress(
     progress: Option<serde_json::Value>,
     checkpoint: Option<serde_json::Value>,
 ) -> Statement {
+    if let Some(side) = &o.progress_table {
+        return write_progress_side(o, side, (id, token), seq, progress, checkpoint);
+    }
     let t = &o.table;
     let mut q = Query::update();
     q.table(table_ref(t))
@@ -52,15 +59,21 @@ pub(crate) fn write_progress(
 
 /// The `limit` longest-running processing jobs: `(id, host, running_for
 /// (seconds, database clock), progress)`; `progress` is NULL on a table
-/// without the column. Read through the processing rows only.
+/// that keeps none, read from the side table on a table that keeps it there.
+/// Read through the processing rows only.
 pub(crate) fn running_jobs(a: &Table, limit: u64) -> Statement {
     let (t, c) = (&a.table, &a.columns);
-    let progress = if a.progress {
-        col(&t.alias, PROGRESS)
-    } else {
-        Expr::cust("NULL::jsonb")
+    let progress = match &a.progress_table {
+        Some(side) => col(&side.alias, PROGRESS),
+        None if a.progress => col(&t.alias, PROGRESS),
+        None => Expr::cust("NULL::jsonb"),
     };
-    let q = Query::select()
+    let mut q = Query::select();
+    if let Some(side) = &a.progress_table {
+        let (side, on) = join_side(a, side);
+        q.left_join(side, on);
+    }
+    let q = q
         .expr_as(col(&t.alias, &c.id), alias("id"))
         .expr_as(
             Expr::cust(format!(
@@ -96,6 +109,8 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let v = serde_json::json!({"rows": 10});
     let mut with_progress = resolved(false);
     with_progress.progress = true;
+    let mut side = resolved(false);
+    side.progress_table = Some(super::fixtures::rel("app.jobs_progress"));
     vec![
         ("read_checkpoint", read_checkpoint(&t, 1, 2)),
         (
@@ -108,5 +123,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ),
         ("running_jobs", running_jobs(&with_progress, 20)),
         ("running_jobs_no_progress", running_jobs(&t, 20)),
+        ("running_jobs_side", running_jobs(&side, 20)),
     ]
 }

@@ -1,5 +1,6 @@
 //! Retention: old finished rows deleted or archived in batches.
 
+use super::progress_table::purge_side;
 use super::{Statement, Table, alias, col, state, table_ref};
 use crate::columns::{Relation, quote};
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
@@ -9,7 +10,8 @@ use workerutil::JobState;
 /// finished longer than `age` ago, oldest first, skipping locked rows.
 /// Returns their ids. With `archive` (a table with the job table's columns in
 /// the same order) the rows are moved there. A table with signals loses the
-/// purged jobs' mailbox rows in the same statement (they would only grow).
+/// purged jobs' mailbox rows in the same statement (they would only grow),
+/// a table with the progress side table their side rows.
 pub(crate) fn purge_batch(
     t: &Table,
     archive: Option<&Relation>,
@@ -56,22 +58,34 @@ pub(crate) fn purge_batch(
             archive.quoted()
         )
     });
+    // The moved rows' id: the table's column in an archived row, else `id`.
+    let moved_id = if archive.is_some() {
+        c.id.as_str()
+    } else {
+        "id"
+    };
     let mail = t.signals.as_ref().map(|mailbox| {
         format!(
             ", \"dbworker_mail\" AS (DELETE FROM {} WHERE \"job_id\" IN (SELECT {}::bigint FROM \"dbworker_moved\"))",
             mailbox.quoted(),
-            quote(&c.id)
+            quote(moved_id)
         )
     });
-    if archived.is_none() && mail.is_none() {
+    // Their progress and checkpoints kept in the side table go too.
+    let progress = t
+        .progress_table
+        .as_ref()
+        .map(|side| purge_side(side, moved_id, "dbworker_moved"));
+    if archived.is_none() && mail.is_none() && progress.is_none() {
         return Statement { sql, values };
     }
     Statement {
         sql: format!(
-            "WITH \"dbworker_moved\" AS ({sql}){}{} SELECT {}::bigint AS \"id\" FROM \"dbworker_moved\"",
+            "WITH \"dbworker_moved\" AS ({sql}){}{}{} SELECT {}::bigint AS \"id\" FROM \"dbworker_moved\"",
             archived.unwrap_or_default(),
             mail.unwrap_or_default(),
-            quote(&c.id)
+            progress.unwrap_or_default(),
+            quote(moved_id)
         )
         .into(),
         values,
@@ -85,6 +99,8 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let purge = Table::new(rel("app.jobs"), plain());
     let mut signalled = purge.clone();
     signalled.signals = Some(rel("app.jobs_signals"));
+    let mut side = purge.clone();
+    side.progress_table = Some(rel("app.jobs_progress"));
     let (archive, minute) = (rel("app.jobs_archive"), std::time::Duration::from_secs(60));
     vec![
         (
@@ -94,6 +110,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "purge_batch_to_archive",
             purge_batch(&purge, Some(&archive), JobState::Failed, minute, 100),
+        ),
+        (
+            "purge_batch_with_progress_table",
+            purge_batch(&side, None, JobState::Completed, minute, 100),
         ),
         (
             "purge_batch_with_signals",

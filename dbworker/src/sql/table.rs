@@ -53,6 +53,10 @@ pub(crate) struct Table {
     /// The table has `progress`, `checkpoint` and `progress_seq`
     /// (`dbworker migration --progress`): completions drop the checkpoint.
     pub(crate) progress: bool,
+    /// The side table `<table>_progress` that keeps progress and
+    /// checkpoints instead (`dbworker migration --progress-table`), when
+    /// the table has no progress columns; never both.
+    pub(crate) progress_table: Option<Relation>,
     /// The mailbox, when jobs may wait for signals (`dbworker migration
     /// --signals`): the table has `awaiting`, claims clear it.
     pub(crate) signals: Option<Relation>,
@@ -60,6 +64,14 @@ pub(crate) struct Table {
     /// (`dbworker migration --traces`): enqueues store the trace context,
     /// claims read it, marks record the attempt's span.
     pub(crate) traces: bool,
+    /// A table with traces and signals whose mailbox has `traceparent`
+    /// (`dbworker migration --signals` adds it): senders store their span
+    /// there and the attempt consuming a signal links to it.
+    pub(crate) signal_traces: bool,
+    /// The trace columns default to the session settings, as `dbworker
+    /// migration --traces` makes them: an `enqueue_many` whose jobs share
+    /// one context sets it once for its transaction (`share_trace`).
+    pub(crate) trace_defaults: bool,
 }
 
 /// Priority aging as the claim reads it (`JobTableOptions::aging`).
@@ -98,9 +110,18 @@ impl Table {
             fair_weights: None,
             aging: None,
             progress: false,
+            progress_table: None,
             traces: false,
+            signal_traces: false,
+            trace_defaults: false,
             signals: None,
         }
+    }
+
+    /// Whether jobs keep progress and checkpoints, in the table's columns or
+    /// in the side table.
+    pub(crate) fn keeps_progress(&self) -> bool {
+        self.progress || self.progress_table.is_some()
     }
 
     /// The relation records are read from: the view, or the table.

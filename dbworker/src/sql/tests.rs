@@ -19,9 +19,10 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 30] = [
+const FILES: [(&str, Snapshots); 31] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
+    ("progress_table.rs", crate::sql::progress_table::snapshots),
     ("admin_search.rs", crate::sql::admin_search::snapshots),
     ("suggest.rs", crate::sql::suggest::snapshots),
     ("claim.rs", crate::sql::claim::snapshots),
@@ -195,7 +196,7 @@ fn user_values_are_bound_not_rendered() {
     let t = resolved(false);
     let s = claim(&t, "evil'); DROP TABLE x; --", &[], 1, true);
     assert!(!s.sql.contains("evil"), "{}", s.sql);
-    let s = mark_failed(&t, 1, 2, "it's broken");
+    let s = mark_failed(&t, 1, 2, "it's broken", None);
     assert!(!s.sql.contains("broken"), "{}", s.sql);
     let values = [("payload".to_owned(), sea_query::Value::from("it's mine"))];
     let s = enqueue_keyed(&enqueue_target(), &row(&values), "k'ey", OnKey::Replace);
@@ -280,7 +281,7 @@ fn per_job_statements_render_as_their_functions_do() {
                 (cached.lock_claimed(id, token), lock_claimed(&t, id, token)),
                 (
                     cached.mark_complete(id, token),
-                    mark_complete(&t, id, token),
+                    mark_complete(&t, id, token, None),
                 ),
             ];
             for (cached, rendered) in pairs {

@@ -140,7 +140,9 @@ async fn write(
         let ids = marks.iter().map(|(m, _)| m.id).collect();
         let tokens = marks.iter().map(|(m, _)| m.token).collect();
         let results = marks.iter().map(|(m, _)| m.result.clone()).collect();
-        return run(pool, sql::complete_group(options, ids, tokens, results)).await;
+        let spans = marks.iter().map(|(m, _)| m.span.clone()).collect();
+        let statement = sql::complete_group(options, ids, tokens, (results, spans));
+        return run(pool, statement).await;
     }
     // One statement per retry rule: the store's, and each kind's own that
     // has errored marks here (a rule's values are bound per statement).

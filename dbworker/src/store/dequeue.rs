@@ -177,6 +177,7 @@ impl<R: Record> DbStore<R> {
                         progress_seq: None,
                         trace,
                         attempt_trace: None,
+                        attempt_span: None,
                     }));
                 }
                 Ok(record) => format!(

@@ -35,6 +35,9 @@ pub struct DbJob<R> {
     /// The span this attempt runs under (`traceparent`), once tied to the
     /// job's trace: its mark records it for the next attempt.
     pub(super) attempt_trace: Option<String>,
+    /// This attempt's span (a table with traces): a signal it consumes adds
+    /// a link to its sender.
+    pub(super) attempt_span: Option<tracing::Span>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {
@@ -236,6 +239,7 @@ impl<R: Record> Job for DbJob<R> {
     fn trace_attempt(&mut self, span: &tracing::Span) {
         if let Some(trace) = &self.trace {
             self.attempt_trace = crate::trace::link_attempt(span, trace);
+            self.attempt_span = Some(span.clone());
         }
     }
 }

@@ -61,13 +61,14 @@ impl<R: Record> DbStore<R> {
             return Err(err.into());
         }
         let result = job.result.take();
+        let span = job.attempt_trace.clone();
         let Some(mut tx) = job.tx.take() else {
             return Ok(self
-                .grouped(job.lease, MarkKind::Complete, "", None, result, None)
+                .grouped(job.lease, MarkKind::Complete, "", None, result, span)
                 .await?
                 .is_some());
         };
-        let statement = self.complete_statement(job.lease, result);
+        let statement = self.complete_statement(job.lease, result, span.as_deref());
         // The mark and the handler's writes commit together, or not at all.
         let done = match statement.execute(&mut tx).await {
             Ok(done) => done,
@@ -141,7 +142,13 @@ impl<R: Record> DbStore<R> {
         let (op, statement) = match kind {
             MarkKind::Failed => (
                 "mark_failed",
-                sql::mark_failed(&self.options, id, token, message),
+                sql::mark_failed(
+                    &self.options,
+                    id,
+                    token,
+                    message,
+                    job.attempt_trace.as_deref(),
+                ),
             ),
             _ => (
                 "mark_errored",
@@ -168,7 +175,13 @@ impl<R: Record> DbStore<R> {
         message: &str,
     ) -> std::result::Result<bool, BoxError> {
         let lease = job.lease;
-        let statement = sql::mark_canceled(&self.options, lease.id, lease.token, message);
+        let statement = sql::mark_canceled(
+            &self.options,
+            lease.id,
+            lease.token,
+            message,
+            job.attempt_trace.as_deref(),
+        );
         Ok(self
             .write_failure("mark_canceled", lease, job.tx.take(), statement)
             .await?
@@ -215,6 +228,32 @@ impl<R: Record> DbStore<R> {
         Ok(done)
     }
 
+    /// The common completion, when `job` is one: heartbeat handling with the
+    /// grouped writer, no transaction, no refused result and no last
+    /// progress value waiting. The future awaits only the writer's answer.
+    pub(super) fn grouped_completion(
+        &self,
+        job: &mut DbJob<R>,
+    ) -> Option<impl Future<Output = std::result::Result<Option<JobState>, BoxError>> + '_> {
+        let completer = self.completer.as_ref()?;
+        if job.tx.is_some()
+            || job.result_refused.is_some()
+            || self.pending_progress.holds(job.lease)
+        {
+            return None;
+        }
+        let mark = Mark {
+            id: job.lease.id,
+            token: job.lease.token,
+            kind: MarkKind::Complete,
+            message: String::new(),
+            result: job.result.take().map(|r| r.to_string()).unwrap_or_default(),
+            span: job.attempt_trace.clone().unwrap_or_default(),
+        };
+        let rule = self.options.retry_rule(None);
+        Some(async move { Ok(completer.mark(mark, rule).await?) })
+    }
+
     /// A mark without a handler transaction: written with the next group in
     /// heartbeat handling, else (a transactional job whose transaction is
     /// already gone) on its own.
@@ -241,7 +280,7 @@ impl<R: Record> DbStore<R> {
         }
         let (op, statement) = match kind {
             MarkKind::Complete => {
-                let statement = self.complete_statement(lease, result);
+                let statement = self.complete_statement(lease, result, span.as_deref());
                 let done = self.fenced_write("mark_complete", lease, None, statement);
                 return Ok(done.await?.then_some(JobState::Completed));
             }
@@ -258,23 +297,33 @@ impl<R: Record> DbStore<R> {
             ),
             MarkKind::Failed => (
                 "mark_failed",
-                sql::mark_failed(&self.options, lease.id, lease.token, message),
+                sql::mark_failed(
+                    &self.options,
+                    lease.id,
+                    lease.token,
+                    message,
+                    span.as_deref(),
+                ),
             ),
         };
         Ok(self.write_failure(op, lease, None, statement).await?)
     }
 
-    /// The completion of `lease`, with the handler's result if it set one.
+    /// The completion of `lease`, with the handler's result if it set one
+    /// and, on a table with traces, the attempt's `span`.
     pub(super) fn complete_statement(
         &self,
         lease: Lease,
         result: Option<serde_json::Value>,
+        span: Option<&str>,
     ) -> sql::Statement {
         let o = &self.options;
+        let span = span.filter(|_| o.traces);
         match (result, &o.result_column) {
             (Some(result), Some(column)) => {
-                sql::mark_complete_with_result(o, lease.id, lease.token, column, result)
+                sql::mark_complete_with_result(o, lease.id, lease.token, (column, result), span)
             }
+            _ if span.is_some() => sql::mark_complete(o, lease.id, lease.token, span),
             _ => o.per_job.mark_complete(lease.id, lease.token),
         }
     }
@@ -282,7 +331,7 @@ impl<R: Record> DbStore<R> {
     /// Marks a claimed job failed without running it; returns whether the
     /// claim still owned it.
     pub(super) async fn fail_unstarted(&self, lease: Lease, message: &str) -> Result<bool> {
-        let statement = sql::mark_failed(&self.options, lease.id, lease.token, message);
+        let statement = sql::mark_failed(&self.options, lease.id, lease.token, message, None);
         Ok(self
             .write_failure("mark_failed", lease, None, statement)
             .await?

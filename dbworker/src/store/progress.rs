@@ -93,6 +93,9 @@ impl<R: Record> DbJob<R> {
         progress: impl Serialize,
     ) -> Result<(), Error> {
         let value = value_of("progress", &progress)?;
+        // Newer than anything reported before: the attempt's end must not
+        // write an older report over it.
+        let _ = store.pending_progress.last(self.lease);
         self.write(store, "progress", Some(value), None).await
     }
 
@@ -101,9 +104,11 @@ impl<R: Record> DbJob<R> {
     /// (fenced by the heartbeat's token check, counted in `progress_seq`), so
     /// a handler may report as often as it likes — per row, ten times a
     /// second — for at most one write per heartbeat interval. A value still
-    /// waiting when the job's attempt ends is dropped: use
-    /// [`set_progress`](Self::set_progress) for the last word. Refused at
-    /// once over 64 KiB or with a NUL character, as `set_progress` is.
+    /// waiting when the job's attempt ends is written, fenced, just before
+    /// the attempt's final mark (a completion's in its transaction), so the
+    /// last value reported survives completion, an error, a snooze or a
+    /// wait. Refused at once over 64 KiB or with a NUL character, as
+    /// `set_progress` is.
     pub fn report_progress(
         &mut self,
         store: &DbStore<R>,
@@ -174,13 +179,13 @@ async fn reopen<R: Record>(
 }
 
 fn needs_progress<R: Record>(store: &DbStore<R>, what: &'static str) -> Result<(), Error> {
-    if store.resolved().progress {
+    if store.resolved().keeps_progress() {
         return Ok(());
     }
     Err(Error::InvalidOption {
         field: "progress",
         reason: format!(
-            "the job's {what} needs the table's progress columns (JobTableOptions::progress; `dbworker migration --progress` adds them)"
+            "the job's {what} needs the table's progress columns or its progress table (JobTableOptions::progress; `dbworker migration --progress` adds the columns, `--progress-table` creates the table)"
         ),
     })
 }
@@ -204,20 +209,37 @@ fn value_of(what: &'static str, value: &impl Serialize) -> Result<serde_json::Va
     Ok(json)
 }
 
-/// Progress reported since the last heartbeat: each job's latest value, under
-/// the token it was reported with.
+/// Progress reported and not yet known written: each job's latest value,
+/// under the token it was reported with, and whether a heartbeat has taken
+/// it (its statement may still be on its way).
 #[derive(Debug, Default)]
-pub(super) struct Pending(Mutex<HashMap<i64, (i64, serde_json::Value)>>);
+pub(super) struct Pending(Mutex<HashMap<i64, Reported>>);
+
+#[derive(Debug)]
+struct Reported {
+    token: i64,
+    value: serde_json::Value,
+    /// Taken by a heartbeat whose statement has not returned yet.
+    sent: bool,
+}
 
 impl Pending {
     fn put(&self, lease: Lease, value: serde_json::Value) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(lease.id, (lease.token, value));
+            .insert(
+                lease.id,
+                Reported {
+                    token: lease.token,
+                    value,
+                    sent: false,
+                },
+            );
     }
 
-    /// Takes the values reported under `leases` (a heartbeat writes them).
+    /// The values reported under `leases` and not yet sent (a heartbeat
+    /// writes them); each kept until [`written`](Self::written) says so.
     pub(super) fn take(&self, leases: &[Lease]) -> Vec<(i64, serde_json::Value)> {
         let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if pending.is_empty() {
@@ -225,21 +247,95 @@ impl Pending {
         }
         leases
             .iter()
-            .filter_map(|l| match pending.remove(&l.id) {
-                Some((token, value)) if token == l.token => Some((l.id, value)),
+            .filter_map(|l| match pending.get_mut(&l.id) {
+                Some(r) if r.token == l.token && !r.sent => {
+                    r.sent = true;
+                    Some((l.id, r.value.clone()))
+                }
+                Some(r) if r.token != l.token => {
+                    pending.remove(&l.id);
+                    None
+                }
                 _ => None,
             })
             .collect()
     }
 
-    /// Drops what the attempt `lease` reported: it has ended.
-    pub(super) fn forget(&self, lease: Lease) {
+    /// The heartbeat that took `ids` has written them: forgets each value
+    /// not reported again since.
+    pub(super) fn written(&self, ids: &[i64]) {
         let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if pending
-            .get(&lease.id)
-            .is_some_and(|(token, _)| *token == lease.token)
+        for id in ids {
+            if pending.get(id).is_some_and(|r| r.sent) {
+                pending.remove(id);
+            }
+        }
+    }
+
+    /// What the attempt `lease` reported and no heartbeat is known to have
+    /// written: its last word, for the attempt's final mark. Forgets it.
+    pub(super) fn last(&self, lease: Lease) -> Option<serde_json::Value> {
+        let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match pending.remove(&lease.id) {
+            Some(r) if r.token == lease.token => Some(r.value),
+            Some(r) => {
+                // Another attempt's value (this one's lease was lost): keep it.
+                pending.insert(lease.id, r);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Whether the attempt `lease` may have a last word for its mark (cheap:
+    /// the common completion skips [`last`](Self::last)'s write path).
+    pub(super) fn holds(&self, lease: Lease) -> bool {
+        let pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        !pending.is_empty() && pending.contains_key(&lease.id)
+    }
+}
+
+impl<R: Record> DbStore<R> {
+    /// Writes the progress `job`'s attempt reported and no heartbeat is known
+    /// to have written, fenced as every write, just before the attempt's
+    /// final mark: a handler's last report is never dropped. A completion
+    /// (`completing`) writes it in the job's transaction, committed with
+    /// the mark; any other mark first rolls the handler's transaction back
+    /// (as the mark itself would), so the value is written outside it and
+    /// outlives it. A write refused or failed is logged: the mark goes on.
+    pub(super) async fn last_progress(&self, job: &mut DbJob<R>, completing: bool) {
+        let Some(value) = self.pending_progress.last(job.lease) else {
+            return;
+        };
+        if !completing
+            && let Some(tx) = job.tx.take()
+            && let Err(err) = tx.rollback().await
         {
-            pending.remove(&lease.id);
+            tracing::warn!(record_id = job.lease.id, error = %err, "rollback of the handler's transaction failed");
+        }
+        let statement = sql::write_progress(
+            self.resolved(),
+            job.lease.id,
+            job.lease.token,
+            None,
+            Some(value),
+            None,
+        );
+        let written = match job.tx.as_mut() {
+            Some(tx) => statement.fetch_optional(tx).await,
+            None => statement.fetch_optional(self.pool()).await,
+        };
+        match written {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::debug!(
+                    record_id = job.lease.id,
+                    "the attempt's last progress was refused: no longer ours"
+                );
+            }
+            Err(err) => {
+                tracing::warn!(record_id = job.lease.id, error = %err, "the attempt's last progress could not be written");
+            }
         }
     }
 }

@@ -92,7 +92,9 @@ impl<R: Record> DbJob<R> {
     /// oldest one not yet consumed, or `None` (it resumed after its timeout,
     /// or never waited). Consumed by this attempt, fenced by its claim: in
     /// transactional handling in the job's transaction, so a failed attempt
-    /// leaves it for the next; in heartbeat handling at once.
+    /// leaves it for the next; in heartbeat handling at once. On a table
+    /// with traces, the attempt's span gets a link to the sender's span
+    /// (the `opentelemetry` feature).
     ///
     /// ```no_run
     /// # use dbworker::{DbJob, DbStore};
@@ -126,6 +128,14 @@ impl<R: Record> DbJob<R> {
         }
         .map_err(Error::db("consume_signal"))?;
         let Some(row) = row else { return Ok(None) };
+        if o.signal_traces
+            && let (Some(span), Ok(Some(sender))) = (
+                &self.attempt_span,
+                row.try_get::<Option<String>, _>(sql::SIGNAL_TRACEPARENT),
+            )
+        {
+            crate::trace::link_sender(span, &sender);
+        }
         let payload: Option<serde_json::Value> = row.get("payload");
         from_json(&payload.unwrap_or(serde_json::Value::Null), || {
             format!("the payload of signal {name:?}")

@@ -5,10 +5,9 @@
 use sqlx::{PgPool, Row};
 
 use crate::columns::{
-    AWAITING, BLOCKED_BY, CHECKPOINT, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, PROGRESS,
-    PROGRESS_SEQ, STANDARD_LIMIT_TABLE, STANDARD_PAUSE_TABLE, TASK_NAME, TRACE_FOLLOWS,
-    TRACEPARENT, TRACESTATE, UPSTREAM_IDS, WORKFLOW_ID, deps_table, fair_triggers,
-    fair_weights_table, key_table, signals_table,
+    AWAITING, BLOCKED_BY, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, STANDARD_LIMIT_TABLE,
+    STANDARD_PAUSE_TABLE, TASK_NAME, TRACE_FOLLOWS, TRACEPARENT, TRACESTATE, UPSTREAM_IDS,
+    WORKFLOW_ID, deps_table, fair_triggers, fair_weights_table, key_table, signals_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -46,9 +45,6 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
                 .is_some_and(|c| types.contains(&c.ty.as_str()))
         });
         t.workflows |= existing.contains_key(WORKFLOW_ID);
-        t.progress |= [PROGRESS, CHECKPOINT, PROGRESS_SEQ]
-            .iter()
-            .all(|c| existing.contains_key(*c));
         t.traces |= [TRACEPARENT, TRACESTATE, TRACE_FOLLOWS]
             .iter()
             .all(|c| existing.contains_key(*c));
@@ -129,6 +125,7 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     if let Some(column) = &t.flags_column {
         problems.extend(flags_column_problems(pool, t, column).await?);
     }
+    let mut signal_traces = false;
     if let Some(mailbox) = &t.signals {
         let hint = "`dbworker migration --signals` (dbworker::ddl::signals_sql) adds it";
         if !existing.contains_key(AWAITING) {
@@ -137,6 +134,9 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
             ));
         }
         let columns = columns_of(pool, mailbox).await?;
+        // A mailbox from before the senders' trace context: signals work,
+        // unlinked (running `--signals` again adds the column).
+        signal_traces = t.traces && columns.contains_key(TRACEPARENT);
         for column in [
             "job_id",
             "name",
@@ -153,25 +153,14 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
             }
         }
     }
-    if t.progress {
-        for (column, types, expected) in [
-            (PROGRESS, &["jsonb"][..], "jsonb"),
-            (CHECKPOINT, &["jsonb"][..], "jsonb"),
-            (PROGRESS_SEQ, &["int8"][..], "bigint"),
-        ] {
-            match existing.get(column) {
-                None => problems.push(format!(
-                    "table {table} has no column {column} (progress; `dbworker migration --progress` adds it)"
-                )),
-                Some(c) if !types.contains(&c.ty.as_str()) => problems.push(format!(
-                    "column {table}.{column} (progress) has type {}, expected {expected}",
-                    c.ty
-                )),
-                Some(_) => {}
-            }
-        }
-    }
+    t.signal_traces = signal_traces;
+    problems.extend(super::progress::storage(pool, t, &existing, detect).await?);
     if t.traces {
+        t.trace_defaults = sql::trace_defaults(&t.table)
+            .fetch_one(pool)
+            .await
+            .map_err(Error::db("schema_check"))?
+            .get("shared");
         for column in [TRACEPARENT, TRACESTATE, TRACE_FOLLOWS] {
             match existing.get(column) {
                 None => problems.push(format!(

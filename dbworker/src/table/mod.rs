@@ -24,6 +24,7 @@ use crate::sql::{ErrorHistory, Table};
 
 mod aging;
 mod check;
+mod progress;
 
 pub use aging::Aging;
 
@@ -157,11 +158,13 @@ pub struct JobTableOptions {
     /// tag (`order_by` must order by `fair_tag` when set). Default `false`.
     #[serde(default)]
     pub fair: bool,
-    /// The table has `progress`, `checkpoint` and `progress_seq`
-    /// (`dbworker migration --progress`): handlers report progress and save
-    /// checkpoints the next attempt resumes from
-    /// ([`DbJob::save_checkpoint`](crate::DbJob::save_checkpoint)). Turned on
-    /// by `detect` when the three exist. Default `false`.
+    /// Jobs keep progress and checkpoints: handlers report progress and
+    /// save checkpoints the next attempt resumes from
+    /// ([`DbJob::save_checkpoint`](crate::DbJob::save_checkpoint)), in the
+    /// table's `progress`, `checkpoint` and `progress_seq` (`dbworker
+    /// migration --progress`) or, on a table without them, in the side table
+    /// `<table>_progress` (`--progress-table`, for a table its owner cannot
+    /// alter). Turned on by `detect` when either exists. Default `false`.
     #[serde(default)]
     pub progress: bool,
     /// The table has `traceparent`, `tracestate` and `trace_follows`
@@ -492,9 +495,10 @@ impl JobTable {
         self.t.payload_column.as_deref()
     }
 
-    /// Whether jobs keep progress and checkpoints (`dbworker migration --progress`).
+    /// Whether jobs keep progress and checkpoints, in the table's columns
+    /// (`dbworker migration --progress`) or its side table (`--progress-table`).
     pub fn has_progress(&self) -> bool {
-        self.t.progress
+        self.t.keeps_progress()
     }
 
     /// Whether jobs carry their trace context (`dbworker migration --traces`).

@@ -1,0 +1,1 @@
+SELECT to_jsonb("example_jobs") || jsonb_build_object('progress', "jobs_progress"."progress") AS "row", EXTRACT(EPOCH FROM now())::float8 AS "now" FROM "app"."example_jobs" AS "example_jobs" LEFT JOIN "app"."jobs_progress" AS "jobs_progress" ON "jobs_progress"."job_id" = "example_jobs"."id" WHERE "example_jobs"."id" = $1

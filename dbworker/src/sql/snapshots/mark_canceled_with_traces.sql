@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "status" = 'canceled', "cancel" = $1, "trace_follows" = $2, "num_failures" = (COALESCE("j"."num_failures", 0)) + $3, "failure_message" = $4, "finished_at" = clock_timestamp() WHERE "j"."id" = $5 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $6 RETURNING "j"."status"::text AS "state"

@@ -1,0 +1,1 @@
+SELECT "jobs_progress"."checkpoint" AS "checkpoint", COALESCE("jobs_progress"."progress_seq", 0)::bigint AS "progress_seq" FROM "example_jobs" AS "j" LEFT JOIN "app"."jobs_progress" AS "jobs_progress" ON "jobs_progress"."job_id" = "j"."id" WHERE "j"."id" = $1 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $2

@@ -1,0 +1,1 @@
+SELECT "j"."id" AS "id", "j"."worker_hostname"::text AS "host", EXTRACT(EPOCH FROM now() - "j"."started_at")::float8 AS "running_for", "jobs_progress"."progress" AS "progress" FROM "example_jobs" AS "j" LEFT JOIN "app"."jobs_progress" AS "jobs_progress" ON "jobs_progress"."job_id" = "j"."id" WHERE "j"."status" = ('processing') ORDER BY "j"."started_at" ASC, "j"."id" ASC LIMIT $1
