@@ -143,3 +143,45 @@ async fn run_purges_every_interval_until_stopped() {
         .expect("a stop ends the wait between passes")
         .unwrap();
 }
+
+/// With the id column renamed, the purge still finds the purged jobs'
+/// mailbox rows and side-table rows by the moved rows' id (it once named
+/// the table's column where the deleted rows expose `id`).
+#[tokio::test]
+async fn a_renamed_id_column_purges_the_mailbox_and_the_side_table_too() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+        .await;
+    seed(&db).await;
+    db.execute(
+        "INSERT INTO jobs_signals (job_id, name) SELECT id, 'paid' FROM jobs;
+         INSERT INTO jobs_progress (job_id, progress) SELECT id, '{}' FROM jobs;
+         ALTER TABLE jobs RENAME COLUMN id TO job_ref;",
+    )
+    .await;
+    let table = db
+        .table_with(|o| {
+            o.signals = true;
+            o.progress = true;
+            o.alternate_column_names
+                .insert("id".into(), "job_ref".into());
+        })
+        .await;
+    assert!(table.has_progress(), "the side table is detected");
+    let purger = Purger::new(&db.pool, &table, PurgeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 9);
+    for side in ["jobs_signals", "jobs_progress"] {
+        let (left, orphans): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS \
+             (SELECT 1 FROM jobs j WHERE j.job_ref = s.job_id)) FROM {side} s"
+        )))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!((left, orphans), (7, 0), "{side}");
+    }
+}
