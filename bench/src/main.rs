@@ -44,7 +44,12 @@
 //! Diagnostics (environment variables, never in a recorded run):
 //! `BENCH_TOP_STATEMENTS=1` prints each run's top statements from
 //! `pg_stat_statements`; `BENCH_MAX_CLAIM_AHEAD=N` sets the workers'
-//! `max_claim_ahead`, to compare bounds with one build.
+//! `max_claim_ahead`, to compare bounds with one build;
+//! `BENCH_WRAP_WORKER=heaptrack` runs the `rss` workload's worker process
+//! under that program (a heap profile of the measured run);
+//! `BENCH_TABLE_LAYOUT=hot` drops the table's two partial indexes on the
+//! state and sets `fillfactor = 30`, so claims and marks can be HOT updates
+//! (issue 38's experiment: the floor then scans without a cursor).
 
 mod bloat;
 mod chart;
