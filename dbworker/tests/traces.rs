@@ -751,3 +751,73 @@ async fn enqueue_many_stores_each_jobs_context_whether_shared_or_not() {
         .unwrap();
     assert_eq!(contexts(ids).await, vec![expect(&given); 2]);
 }
+
+/// Blocks its first attempt of each job until the worker cancels it.
+#[derive(Default)]
+struct HangsOnce(Mutex<std::collections::HashSet<i64>>);
+
+impl Handler<DbStore<Job>> for HangsOnce {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let first = self.0.lock().unwrap().insert(job.record().id);
+        if first {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+/// A worker that shuts down under a running job hands it back to the queue;
+/// the requeue records the attempt's span like every other mark, so the
+/// next attempt links to the interrupted one.
+#[tokio::test]
+async fn a_job_handed_back_at_shutdown_links_its_next_attempt_to_the_interrupted_one() {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        handed_back_links_to_the_interrupted_attempt(handling).await;
+    }
+}
+
+async fn handed_back_links_to_the_interrupted_attempt(handling: Handling) {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let id = enqueuer
+        .enqueue(NewJob::new().set("cost", 0_i32))
+        .await
+        .unwrap()
+        .id();
+    let mut so = db.options();
+    so.handling = handling;
+    let store = db.store_on(&table, so).await;
+    let mut wo = WorkerOptions::new("traces");
+    wo.interval = Duration::from_millis(10);
+    wo.heartbeat_interval = Duration::from_millis(200);
+    wo.heartbeat_failure_limit = Some(Duration::from_secs(1));
+    let handler = Arc::new(HangsOnce::default());
+    let worker = new_worker(store.clone(), handler.clone(), wo).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    for _ in 0..500 {
+        if db.state(id).await == "processing" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(db.state(id).await, "processing");
+    shutdown.immediate();
+    running.await.unwrap();
+    assert_eq!(db.state(id).await, "queued", "handed back, not failed");
+    run_with(&db, &table, handling, handler).await;
+    provider.force_flush().unwrap();
+    let attempts = attempts_of(&spans, id);
+    assert_eq!(attempts.len(), 2, "{handling:?}");
+    let links = linked(&attempts[1]);
+    assert!(
+        links.contains(&own(&attempts[0])),
+        "{handling:?}: the attempt after the shutdown links to the interrupted one: {links:?}"
+    );
+}

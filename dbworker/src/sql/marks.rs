@@ -208,14 +208,15 @@ pub(crate) fn mark_canceled(
 }
 
 /// Puts a claimed job back in the queue without counting a failure.
-pub(crate) fn requeue(o: &StoreParams, id: i64, token: i64) -> Statement {
+pub(crate) fn requeue(o: &StoreParams, id: i64, token: i64, span: Option<&str>) -> Statement {
     let c = &o.columns;
-    let q = fenced_update(o, id, token)
+    let mut q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Queued))
         .value(alias(&c.worker_hostname), "")
         .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
         .value(alias(&c.process_after), Expr::cust("NULL"))
         .to_owned();
+    record_span(&mut q, o, span);
     Statement::from(&q)
 }
 
@@ -367,7 +368,11 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "mark_errored_with_payload",
             mark_errored_with_payload(&t, 1, 2, "m", &rule, ("payload", items), None),
         ),
-        ("requeue", requeue(&t, 1, 2)),
+        ("requeue", requeue(&t, 1, 2, None)),
+        (
+            "requeue_with_traces",
+            requeue(&with_traces(), 1, 2, Some(span)),
+        ),
         (
             "mark_complete_with_result",
             mark_complete_with_result(&r, 1, 2, ("result", serde_json::json!({"n": 1})), None),

@@ -382,7 +382,8 @@ impl<R: Record> DbStore<R> {
         &self,
         job: &mut DbJob<R>,
     ) -> std::result::Result<bool, BoxError> {
-        let statement = sql::requeue(&self.options, job.lease.id, job.lease.token);
+        let span = job.attempt_trace.as_deref();
+        let statement = sql::requeue(&self.options, job.lease.id, job.lease.token, span);
         let done = self
             .fenced_write("requeue", job.lease, job.tx.take(), statement)
             .await?;

@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "status" = 'queued', "worker_hostname" = $1, "last_heartbeat_at" = NULL, "process_after" = NULL, "trace_follows" = $2 WHERE "j"."id" = $3 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $4
