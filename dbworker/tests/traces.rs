@@ -821,3 +821,59 @@ async fn handed_back_links_to_the_interrupted_attempt(handling: Handling) {
         "{handling:?}: the attempt after the shutdown links to the interrupted one: {links:?}"
     );
 }
+
+/// Ends its first attempt of each job by terminating its own transaction's
+/// backend (a lost connection), then fails; the next attempt completes.
+#[derive(Default)]
+struct LosesItsConnectionOnce(Mutex<std::collections::HashSet<i64>>);
+
+impl Handler<DbStore<Job>> for LosesItsConnectionOnce {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let first = self.0.lock().unwrap().insert(job.record().id);
+        if first {
+            let tx = job.tx().expect("transactional handling");
+            let _ = sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
+                .execute(tx)
+                .await;
+            return Err(std::io::Error::other("the connection went away").into());
+        }
+        Ok(())
+    }
+}
+
+/// A job whose transaction's connection is lost is requeued at once without
+/// counting a failure; that requeue records the attempt's span too, so the
+/// next attempt links to the one that lost its connection.
+#[tokio::test]
+async fn a_job_requeued_after_its_connection_was_lost_links_to_that_attempt() {
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, table) = traced_db().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let id = enqueuer
+        .enqueue(NewJob::new().set("cost", 0_i32))
+        .await
+        .unwrap()
+        .id();
+    let handler = Arc::new(LosesItsConnectionOnce::default());
+    run_with(&db, &table, Handling::Transactional, handler).await;
+    let (failures, resets): (i32, i32) =
+        sqlx::query_as("SELECT num_failures, num_resets FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((failures, resets), (0, 1), "requeued as a lost connection");
+    provider.force_flush().unwrap();
+    let attempts = attempts_of(&spans, id);
+    assert_eq!(attempts.len(), 2);
+    let links = linked(&attempts[1]);
+    assert!(
+        links.contains(&own(&attempts[0])),
+        "the attempt after the lost connection links to the one that lost it: {links:?}"
+    );
+}

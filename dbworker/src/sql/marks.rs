@@ -263,7 +263,13 @@ pub(crate) fn back_to_queue(o: &StoreParams, id: i64, token: i64, run_at: Expr) 
 /// untouched. It counts as a reset, as if the resetter had found it: `queued`
 /// with `num_resets + 1`, or `failed` with `message` once it was reset
 /// `max_num_resets` times, so a job that keeps killing its connection still ends.
-pub(crate) fn requeue_lost(o: &StoreParams, id: i64, token: i64, message: &str) -> Statement {
+pub(crate) fn requeue_lost(
+    o: &StoreParams,
+    id: i64,
+    token: i64,
+    message: &str,
+    span: Option<&str>,
+) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
     let can_requeue = || counter(a, &c.num_resets).lt(o.max_num_resets);
@@ -273,6 +279,7 @@ pub(crate) fn requeue_lost(o: &StoreParams, id: i64, token: i64, message: &str) 
         .as_ref()
         .map(|h| (h, "requeued: the job's database connection was lost"));
     reset_or_fail(&mut q, a, c, o.max_num_resets, message, history);
+    record_span(&mut q, o, span);
     let q = q
         .value(
             alias(&c.process_after),
@@ -377,12 +384,19 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "mark_complete_with_result",
             mark_complete_with_result(&r, 1, 2, ("result", serde_json::json!({"n": 1})), None),
         ),
-        ("requeue_lost", requeue_lost(&t, 1, 2, "m")),
+        ("requeue_lost", requeue_lost(&t, 1, 2, "m", None)),
+        (
+            "requeue_lost_with_traces",
+            requeue_lost(&with_traces(), 1, 2, "m", Some(span)),
+        ),
         (
             "mark_errored_with_history",
             mark_errored(&h, 1, 2, "m", &h.retry_rule(None), None),
         ),
         ("mark_failed_with_history", mark_failed(&h, 1, 2, "m", None)),
-        ("requeue_lost_with_history", requeue_lost(&h, 1, 2, "m")),
+        (
+            "requeue_lost_with_history",
+            requeue_lost(&h, 1, 2, "m", None),
+        ),
     ]
 }

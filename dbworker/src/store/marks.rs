@@ -74,7 +74,7 @@ impl<R: Record> DbStore<R> {
             Ok(done) => done,
             Err(err) => {
                 return Err(self
-                    .completion_failed("mark_complete", job.lease, err)
+                    .completion_failed("mark_complete", job.lease, err, span.as_deref())
                     .await
                     .into());
             }
@@ -86,7 +86,7 @@ impl<R: Record> DbStore<R> {
         }
         if let Err(err) = tx.commit().await {
             return Err(self
-                .completion_failed("commit", job.lease, err)
+                .completion_failed("commit", job.lease, err, span.as_deref())
                 .await
                 .into());
         }
@@ -163,7 +163,13 @@ impl<R: Record> DbStore<R> {
             ),
         };
         let done = self
-            .write_failure(op, job.lease, job.tx.take(), statement)
+            .write_failure(
+                op,
+                job.lease,
+                job.tx.take(),
+                statement,
+                job.attempt_trace.as_deref(),
+            )
             .await?;
         Ok(requeued(done))
     }
@@ -183,7 +189,13 @@ impl<R: Record> DbStore<R> {
             job.attempt_trace.as_deref(),
         );
         Ok(self
-            .write_failure("mark_canceled", lease, job.tx.take(), statement)
+            .write_failure(
+                "mark_canceled",
+                lease,
+                job.tx.take(),
+                statement,
+                job.attempt_trace.as_deref(),
+            )
             .await?
             .is_some())
     }
@@ -223,7 +235,13 @@ impl<R: Record> DbStore<R> {
             }
         };
         let done = self
-            .write_failure("mark_errored", lease, job.tx.take(), statement)
+            .write_failure(
+                "mark_errored",
+                lease,
+                job.tx.take(),
+                statement,
+                job.attempt_trace.as_deref(),
+            )
             .await?;
         Ok(done)
     }
@@ -306,7 +324,7 @@ impl<R: Record> DbStore<R> {
                 ),
             ),
         };
-        Ok(self.write_failure(op, lease, None, statement).await?)
+        Ok(self.write_failure(op, lease, None, statement, None).await?)
     }
 
     /// The completion of `lease`, with the handler's result if it set one
@@ -333,7 +351,7 @@ impl<R: Record> DbStore<R> {
     pub(super) async fn fail_unstarted(&self, lease: Lease, message: &str) -> Result<bool> {
         let statement = sql::mark_failed(&self.options, lease.id, lease.token, message, None);
         Ok(self
-            .write_failure("mark_failed", lease, None, statement)
+            .write_failure("mark_failed", lease, None, statement, None)
             .await?
             .is_some())
     }
@@ -403,12 +421,13 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
         tx: Option<super::open::JobTx>,
         statement: sql::Statement,
+        span: Option<&str>,
     ) -> Result<Option<JobState>> {
         if let Some(tx) = tx
             && let Err(err) = tx.rollback().await
         {
             if is_connection_loss(&err) {
-                return self.requeue_lost(lease, op, &err).await;
+                return self.requeue_lost(lease, op, &err, span).await;
             }
             tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
         }
@@ -427,11 +446,12 @@ impl<R: Record> DbStore<R> {
         op: &'static str,
         lease: Lease,
         err: sqlx::Error,
+        span: Option<&str>,
     ) -> Error {
         if is_connection_loss(&err) {
             // A commit that landed before the connection dropped left the row
             // `completed`: the fenced requeue then matches nothing.
-            let _ = self.requeue_lost(lease, op, &err).await;
+            let _ = self.requeue_lost(lease, op, &err, span).await;
         }
         Error::db(op)(err)
     }
@@ -443,6 +463,7 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
         op: &'static str,
         cause: &sqlx::Error,
+        span: Option<&str>,
     ) -> Result<Option<JobState>> {
         let cause = error_chain(cause);
         let o = self.resolved();
@@ -450,7 +471,7 @@ impl<R: Record> DbStore<R> {
             "{} (last time, the job's database connection was lost: {cause})",
             o.reset_failure_message
         );
-        let row = sql::requeue_lost(o, lease.id, lease.token, &message)
+        let row = sql::requeue_lost(o, lease.id, lease.token, &message, span)
             .fetch_optional(self.pool())
             .await;
         match row {

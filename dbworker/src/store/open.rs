@@ -230,7 +230,7 @@ impl<R: Record> DbStore<R> {
                 Ok(false)
             }
             Err(err) if is_connection_loss(&err) => {
-                self.requeue_lost(lease, "open", &err).await?;
+                self.requeue_lost(lease, "open", &err, None).await?;
                 Ok(false)
             }
             Err(err) => Err(Error::db("open")(err).into()),
