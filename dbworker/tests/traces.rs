@@ -669,11 +669,10 @@ async fn requeue_links_to_the_final_attempt(handling: Handling) {
     }
 }
 
-/// `enqueue_many` of jobs sharing one context sets it once for its own
-/// transaction and lets the columns' defaults store it; mixed contexts, a
-/// caller's transaction (whose settings it must not touch) and a table
-/// whose columns have no such defaults bind it per row. Every way stores
-/// each job's own context byte for byte.
+/// `enqueue_many` stores each job's own context byte for byte: jobs sharing
+/// one, mixed contexts, inside a caller's transaction (whose session
+/// setting it leaves as it was) and on a table whose columns have no
+/// session-setting defaults.
 #[tokio::test]
 async fn enqueue_many_stores_each_jobs_context_whether_shared_or_not() {
     let (db, table) = traced_db().await;
@@ -708,13 +707,13 @@ async fn enqueue_many_stores_each_jobs_context_whether_shared_or_not() {
             cx.tracestate().map(str::to_owned),
         )
     };
-    // Shared, on the pool: one context for the transaction.
+    // One context for every job, on the pool.
     let ids = enqueuer
         .enqueue_many([with(&given), with(&given), with(&given)])
         .await
         .unwrap();
     assert_eq!(contexts(ids).await, vec![expect(&given); 3]);
-    // Mixed: per row.
+    // Mixed contexts.
     let ids = enqueuer
         .enqueue_many([with(&given), with(&other)])
         .await
@@ -738,7 +737,7 @@ async fn enqueue_many_stores_each_jobs_context_whether_shared_or_not() {
     tx.commit().await.unwrap();
     assert_eq!(setting, other.traceparent(), "the caller's setting is kept");
     assert_eq!(contexts(ids).await, vec![expect(&given); 2]);
-    // Columns without the defaults: per row.
+    // Columns without the session-setting defaults.
     db.execute(
         "ALTER TABLE jobs ALTER COLUMN traceparent DROP DEFAULT, ALTER COLUMN tracestate DROP DEFAULT",
     )

@@ -327,14 +327,7 @@ impl Enqueuer {
                 });
             }
         }
-        let shared = self.shared_trace(conn, jobs, ambient.as_ref());
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
-        if let Some(cx) = shared {
-            sql::share_trace(cx.traceparent(), cx.tracestate())
-                .execute(&mut *tx)
-                .await
-                .map_err(Error::db("enqueue_many"))?;
-        }
         let mut ids = Vec::with_capacity(jobs.len());
         // Each row binds its values plus run-at, priority, queue, retry limit,
         // kind, flags and arguments at most.
@@ -343,14 +336,7 @@ impl Enqueuer {
         for chunk in jobs.chunks(rows_per_statement) {
             let rows: Vec<JobRow<'_>> = chunk
                 .iter()
-                .map(|j| {
-                    let mut row = j.row_traced(ambient.as_ref());
-                    if shared.is_some() {
-                        // The columns' defaults read the shared context.
-                        row.trace = None;
-                    }
-                    row
-                })
+                .map(|j| j.row_traced(ambient.as_ref()))
                 .collect();
             let rows = sql::enqueue_rows(&self.target, &rows)
                 .fetch_all(&mut *tx)
@@ -360,27 +346,6 @@ impl Enqueuer {
         }
         tx.commit().await.map_err(Error::db("commit"))?;
         Ok(ids)
-    }
-
-    /// The one trace context every job of an `enqueue_many` stores, when it
-    /// can be sent once for the transaction instead of in every row: a table
-    /// whose trace columns default to the session settings, and a
-    /// transaction of the enqueue's own (inside the caller's, the setting
-    /// would outlive it).
-    fn shared_trace<'a>(
-        &self,
-        conn: &PgConnection,
-        jobs: &'a [NewJob],
-        ambient: Option<&'a TraceContext>,
-    ) -> Option<&'a TraceContext> {
-        if !self.target.trace_defaults || jobs.len() < 2 || conn.is_in_transaction() {
-            return None;
-        }
-        let context = |j: &'a NewJob| j.trace_value().or(ambient);
-        let first = context(jobs.first()?)?;
-        jobs.iter()
-            .all(|j| context(j) == Some(first))
-            .then_some(first)
     }
 
     /// Loads many jobs with `COPY … FROM STDIN` on the enqueuer's pool, all or

@@ -135,54 +135,6 @@ pub(super) fn enqueue_columns(
     row
 }
 
-/// Sets the session settings the trace columns default to
-/// (`dbworker.traceparent`, `dbworker.tracestate`; `''` for none) for the
-/// rest of the transaction: an `enqueue_many` whose jobs share one context
-/// sends it once this way, and its rows leave the columns to their
-/// defaults, instead of binding it in every row.
-pub(crate) fn share_trace(parent: &str, state: Option<&str>) -> Statement {
-    let set = |setting: &str, value: &str| {
-        Expr::cust_with_values(
-            format!("set_config('{setting}', $1, true)"),
-            [value.to_owned()],
-        )
-    };
-    let q = Query::select()
-        .expr_as(set("dbworker.traceparent", parent), alias("traceparent"))
-        .expr_as(
-            set("dbworker.tracestate", state.unwrap_or_default()),
-            alias("tracestate"),
-        )
-        .to_owned();
-    Statement::from(&q)
-}
-
-/// Whether the table's `traceparent` and `tracestate` default to those
-/// session settings, as `dbworker migration --traces` makes them (what
-/// [`share_trace`] relies on): `(shared)`.
-pub(crate) fn trace_defaults(rel: &crate::columns::Relation) -> Statement {
-    let default_of = |column: &str| {
-        format!(
-            "(a.attname = '{column}' AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) LIKE '%current_setting(''dbworker.{column}''%')"
-        )
-    };
-    let q = Query::select()
-        .expr_as(Expr::cust("count(*) = 2"), alias("shared"))
-        .from_as((alias("pg_catalog"), alias("pg_attrdef")), alias("d"))
-        .inner_join(
-            TableRef::from((alias("pg_catalog"), alias("pg_attribute"))).alias(alias("a")),
-            Expr::cust("a.attrelid = d.adrelid AND a.attnum = d.adnum"),
-        )
-        .and_where(Expr::cust("d.adrelid").eq(super::schema::regclass(rel)))
-        .and_where(Expr::cust(format!(
-            "({} OR {})",
-            default_of(TRACEPARENT),
-            default_of(TRACESTATE)
-        )))
-        .to_owned();
-    Statement::from(&q)
-}
-
 /// Flags as one bound `text[]` (the cast keeps an empty list typed).
 pub(crate) fn flags_value(flags: &[String]) -> Expr {
     Expr::cust_with_values("$1::text[]", [sea_query::Value::from(flags.to_vec())])
@@ -501,14 +453,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             live_job_with_key(&e, "k", true),
         ),
         ("explain_keyed_insert", explain_keyed_insert(&e)),
-        (
-            "share_trace",
-            share_trace(
-                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                None,
-            ),
-        ),
-        ("trace_defaults", trace_defaults(&e.table)),
         (
             "enqueue_rows_quoted",
             enqueue_rows(&quoted, &[row(&payload_p)]),

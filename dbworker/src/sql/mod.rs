@@ -95,7 +95,7 @@ pub(crate) use cron::cron_list;
 pub(crate) use cron::{cron_advance, cron_register, cron_state};
 pub(crate) use enqueue::{
     JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
-    live_job_with_key, release_key, share_trace, trace_defaults,
+    live_job_with_key, release_key,
 };
 pub(crate) use execution_logs::{log_append, log_len, log_update};
 pub(crate) use fairness::{

@@ -68,10 +68,6 @@ pub(crate) struct Table {
     /// (`dbworker migration --signals` adds it): senders store their span
     /// there and the attempt consuming a signal links to it.
     pub(crate) signal_traces: bool,
-    /// The trace columns default to the session settings, as `dbworker
-    /// migration --traces` makes them: an `enqueue_many` whose jobs share
-    /// one context sets it once for its transaction (`share_trace`).
-    pub(crate) trace_defaults: bool,
 }
 
 /// Priority aging as the claim reads it (`JobTableOptions::aging`).
@@ -113,7 +109,6 @@ impl Table {
             progress_table: None,
             traces: false,
             signal_traces: false,
-            trace_defaults: false,
             signals: None,
         }
     }

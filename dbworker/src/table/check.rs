@@ -156,11 +156,6 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     t.signal_traces = signal_traces;
     problems.extend(super::progress::storage(pool, t, &existing, detect).await?);
     if t.traces {
-        t.trace_defaults = sql::trace_defaults(&t.table)
-            .fetch_one(pool)
-            .await
-            .map_err(Error::db("schema_check"))?
-            .get("shared");
         for column in [TRACEPARENT, TRACESTATE, TRACE_FOLLOWS] {
             match existing.get(column) {
                 None => problems.push(format!(
