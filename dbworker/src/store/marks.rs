@@ -249,26 +249,46 @@ impl<R: Record> DbStore<R> {
     /// The common completion, when `job` is one: heartbeat handling with the
     /// grouped writer, no transaction, no refused result and no last
     /// progress value waiting. The future awaits only the writer's answer.
-    pub(super) fn grouped_completion(
-        &self,
+    pub(super) fn grouped_completion<'s>(
+        &'s self,
         job: &mut DbJob<R>,
-    ) -> Option<impl Future<Output = std::result::Result<Option<JobState>, BoxError>> + '_> {
-        let completer = self.completer.as_ref()?;
+    ) -> Option<impl Future<Output = std::result::Result<Option<JobState>, BoxError>> + use<'s, R>>
+    {
         if job.tx.is_some()
             || job.result_refused.is_some()
             || self.pending_progress.holds(job.lease)
         {
             return None;
         }
+        let result = job.result.take();
+        let span = job.attempt_trace.as_deref();
+        let lease = job.lease;
+        self.to_writer(lease, MarkKind::Complete, "", None, result.as_ref(), span)
+    }
+
+    /// The mark handed to the grouped writer, when the store has one: a
+    /// small future that awaits only the writer's answer (built before it,
+    /// so it holds no borrowed argument).
+    fn to_writer<'s>(
+        &'s self,
+        lease: Lease,
+        kind: MarkKind,
+        message: &str,
+        retry: Option<&Retry>,
+        result: Option<&serde_json::Value>,
+        span: Option<&str>,
+    ) -> Option<impl Future<Output = std::result::Result<Option<JobState>, BoxError>> + use<'s, R>>
+    {
+        let completer = self.completer.as_ref()?;
         let mark = Mark {
-            id: job.lease.id,
-            token: job.lease.token,
-            kind: MarkKind::Complete,
-            message: String::new(),
-            result: job.result.take().map(|r| r.to_string()).unwrap_or_default(),
-            span: job.attempt_trace.clone().unwrap_or_default(),
+            id: lease.id,
+            token: lease.token,
+            kind,
+            message: message.to_owned(),
+            result: result.map(|r| r.to_string()).unwrap_or_default(),
+            span: span.unwrap_or_default().to_owned(),
         };
-        let rule = self.options.retry_rule(None);
+        let rule = self.options.retry_rule(retry);
         Some(async move { Ok(completer.mark(mark, rule).await?) })
     }
 
@@ -284,18 +304,17 @@ impl<R: Record> DbStore<R> {
         result: Option<serde_json::Value>,
         span: Option<String>,
     ) -> std::result::Result<Option<JobState>, BoxError> {
-        let rule = self.options.retry_rule(retry);
-        if let Some(completer) = &self.completer {
-            let mark = Mark {
-                id: lease.id,
-                token: lease.token,
-                kind,
-                message: message.to_owned(),
-                result: result.map(|r| r.to_string()).unwrap_or_default(),
-                span: span.unwrap_or_default(),
-            };
-            return Ok(completer.mark(mark, rule).await?);
+        if let Some(mark) = self.to_writer(
+            lease,
+            kind,
+            message,
+            retry,
+            result.as_ref(),
+            span.as_deref(),
+        ) {
+            return mark.await;
         }
+        let rule = self.options.retry_rule(retry);
         let (op, statement) = match kind {
             MarkKind::Complete => {
                 let statement = self.complete_statement(lease, result, span.as_deref());

@@ -95,7 +95,7 @@ impl<R: Record> DbJob<R> {
         let value = value_of("progress", &progress)?;
         // Newer than anything reported before: the attempt's end must not
         // write an older report over it.
-        let _ = store.pending_progress.last(self.lease);
+        store.pending_progress.forget(self.lease);
         self.write(store, "progress", Some(value), None).await
     }
 
@@ -287,11 +287,16 @@ impl Pending {
         }
     }
 
+    /// Drops what the attempt `lease` reported and no heartbeat wrote.
+    fn forget(&self, lease: Lease) {
+        let _ = self.last(lease);
+    }
+
     /// Whether the attempt `lease` may have a last word for its mark (cheap:
     /// the common completion skips [`last`](Self::last)'s write path).
     pub(super) fn holds(&self, lease: Lease) -> bool {
         let pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        !pending.is_empty() && pending.contains_key(&lease.id)
+        pending.contains_key(&lease.id)
     }
 }
 
