@@ -34,6 +34,21 @@ pub(crate) fn statements_per_job(s: Option<Statements>, jobs: u64) -> String {
     }
 }
 
+/// One measured enqueue into one table (a path, or the slices of a round
+/// summed): jobs, time and statements.
+#[derive(Debug)]
+pub(crate) struct EnqueueRun {
+    pub(crate) jobs: u64,
+    pub(crate) elapsed: Duration,
+    pub(crate) statements: Option<Statements>,
+}
+
+impl EnqueueRun {
+    pub(crate) fn rate(&self) -> f64 {
+        self.jobs as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
 /// One measured burn-down (framework or floor).
 #[derive(Debug, Clone)]
 pub(crate) struct Run {

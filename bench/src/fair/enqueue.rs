@@ -7,15 +7,15 @@
 //! trigger, and a BEFORE ROW trigger also keeps COPY from inserting in
 //! batches.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dbworker::{Enqueuer, NewJob};
 use sqlx::AssertSqlSafe;
 
 use crate::Result;
-use crate::db::{Bench, Statements, TABLE};
+use crate::db::{Bench, TABLE};
 use crate::framework;
-use crate::report::{count, rate};
+use crate::report::{EnqueueRun, count, rate};
 
 /// Jobs waiting before an enqueue run on a queue in use.
 pub(crate) const IN_USE: u64 = 10_000;
@@ -73,20 +73,6 @@ impl Shape {
             Shape::CopyIntoNew => 0,
             _ => IN_USE,
         }
-    }
-}
-
-/// One run of a path into one table.
-#[derive(Debug)]
-pub(crate) struct EnqueueRun {
-    pub(crate) jobs: u64,
-    pub(crate) elapsed: Duration,
-    pub(crate) statements: Option<Statements>,
-}
-
-impl EnqueueRun {
-    pub(crate) fn rate(&self) -> f64 {
-        self.jobs as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 }
 

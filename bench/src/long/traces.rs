@@ -33,9 +33,9 @@ use tracing_subscriber::layer::SubscriberExt as _;
 
 use super::{plain_first, say};
 use crate::Result;
-use crate::db::{Bench, Statements, TABLE};
+use crate::db::{Bench, TABLE};
 use crate::framework;
-use crate::report::{count, rate};
+use crate::report::{EnqueueRun, count, rate};
 
 /// An enqueue path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,20 +78,6 @@ pub(crate) struct Sizes {
 
 /// The table with traces, beside the bench table (the plain one).
 const TRACED: &str = "bench_long_traced";
-
-/// One table's side of a round, its slices summed.
-#[derive(Debug)]
-pub(crate) struct EnqueueRun {
-    pub(crate) jobs: u64,
-    pub(crate) elapsed: Duration,
-    pub(crate) statements: Option<Statements>,
-}
-
-impl EnqueueRun {
-    pub(crate) fn rate(&self) -> f64 {
-        self.jobs as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-}
 
 /// One round: the plain table and the traced one, in alternating slices,
 /// the plain one first when it says.
