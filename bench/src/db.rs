@@ -265,14 +265,14 @@ impl Bench {
     /// `completed` finished rows in it.
     pub(crate) async fn fresh_table(&self, completed: u64) -> Result<()> {
         let mut ddl = dbworker::ddl::job_table_sql(TABLE, &Default::default())?;
-        // A diagnostic knob (issue 38's HOT experiment): no index on the
-        // state and room on every page, so claims and marks can be HOT
-        // updates; claims then scan the primary key from the claim cursor.
+        // The HOT layout (`dbworker migration --hot-layout`): claims are HOT
+        // updates; stores find the layout themselves.
         if std::env::var("BENCH_TABLE_LAYOUT").as_deref() == Ok("hot") {
-            ddl.push_str(&format!(
-                "\nDROP INDEX {TABLE}_dequeue_idx, {TABLE}_processing_idx;\
-                 \nALTER TABLE {TABLE} SET (fillfactor = 30);"
-            ));
+            ddl.push_str(&dbworker::ddl::hot_layout_sql(
+                TABLE,
+                &Default::default(),
+                Default::default(),
+            )?);
         }
         sqlx::raw_sql(AssertSqlSafe(format!(
             "DROP TABLE IF EXISTS {TABLE};\n{ddl}"

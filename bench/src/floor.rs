@@ -18,12 +18,19 @@ use crate::framework::Progress;
 use crate::report::Run;
 use crate::{RUN_TIMEOUT, Result};
 
-/// Claims up to `$1` eligible rows in id order; returns their ids.
+/// Claims up to `$1` eligible rows in id order; returns their ids. On the
+/// HOT layout (`BENCH_TABLE_LAYOUT=hot`) it names the live column, as
+/// dbworker's claim does, so it reads the layout's index.
 fn claim_sql() -> String {
+    let live = if std::env::var("BENCH_TABLE_LAYOUT").as_deref() == Ok("hot") {
+        "AND dbworker_live "
+    } else {
+        ""
+    };
     format!(
         "UPDATE {TABLE} SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' \
          WHERE id IN (SELECT id FROM {TABLE} \
-                      WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) \
+                      WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) {live}\
                       ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1) \
          RETURNING id"
     )

@@ -47,9 +47,9 @@
 //! `max_claim_ahead`, to compare bounds with one build;
 //! `BENCH_WRAP_WORKER=heaptrack` runs the `rss` workload's worker process
 //! under that program (a heap profile of the measured run);
-//! `BENCH_TABLE_LAYOUT=hot` drops the table's two partial indexes on the
-//! state and sets `fillfactor = 30`, so claims and marks can be HOT updates
-//! (issue 38's experiment: the floor then scans without a cursor).
+//! `BENCH_TABLE_LAYOUT=hot` gives the table the HOT layout
+//! (`dbworker::ddl::hot_layout_sql`; the floor's claim then names its
+//! column, as dbworker's does).
 
 mod bloat;
 mod chart;

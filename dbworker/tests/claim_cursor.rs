@@ -48,7 +48,14 @@ async fn claim_until(
 
 #[tokio::test]
 async fn rows_that_become_eligible_behind_the_cursor_are_claimed_after_the_next_probe() {
-    let db = Db::new().await;
+    // On both layouts: the HOT layout's claims, probe and resetter read its
+    // live index instead of the two partial indexes.
+    for db in [Db::new().await, Db::hot().await] {
+        eligible_behind_the_cursor(db).await;
+    }
+}
+
+async fn eligible_behind_the_cursor(db: Db) {
     let store = cursor_store(&db).await;
     let ids = db.enqueue(20, json!({})).await;
     // A job scheduled a little later, among the first ones.
@@ -113,7 +120,14 @@ async fn rows_that_become_eligible_behind_the_cursor_are_claimed_after_the_next_
 
 #[tokio::test]
 async fn claims_under_a_pinned_xmin_return_every_eligible_job() {
-    let db = Db::new().await;
+    // On both layouts: the HOT layout's claims, probe and resetter read its
+    // live index instead of the two partial indexes.
+    for db in [Db::new().await, Db::hot().await] {
+        under_a_pinned_xmin(db).await;
+    }
+}
+
+async fn under_a_pinned_xmin(db: Db) {
     let store = cursor_store(&db).await;
     // Another session's snapshot, held while every job below is claimed: no
     // dead index entry behind it can be removed.

@@ -63,6 +63,15 @@ async fn a_worker_killed_with_marks_in_flight_loses_no_job() {
     kill_mid_stream_and_recover(&db, &ids).await;
 }
 
+/// The same crash on the HOT layout: the resetter finds the stranded jobs
+/// through the live index, and the claims through it take every one back.
+#[tokio::test]
+async fn a_worker_killed_on_the_hot_layout_loses_no_job() {
+    let db = Db::hot().await;
+    let ids = db.enqueue(3000, json!({})).await;
+    kill_mid_stream_and_recover(&db, &ids).await;
+}
+
 /// The same crash on a table partitioned by day, its jobs queued over ten
 /// days (ten partitions): the stranded jobs come back from every partition.
 #[tokio::test]

@@ -177,3 +177,96 @@ async fn a_description_the_database_does_not_match_is_named_before_any_service_s
         "{err}"
     );
 }
+
+/// The HOT layout (issue 38, `dbworker::ddl::hot_layout_sql`) needs no
+/// setting: `JobTable::new` finds its generated column, claims name it and
+/// so read its live index, and each claim is a HOT update (no new index
+/// entry). On the standard layout no claim can be: both partial indexes read
+/// the state the claim changes.
+#[tokio::test]
+async fn the_hot_layouts_claims_read_its_index_and_are_hot_updates() {
+    for (db, hot) in [(Db::hot().await, true), (Db::new().await, false)] {
+        db.enqueue(200, json!({})).await;
+        // A pool of its own: its backends report their statistics when they
+        // exit, so the counts below are complete once it is closed.
+        let pool = sqlx::PgPool::connect(db.db.url()).await.unwrap();
+        let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
+        let store: DbStore<Job> = DbStore::new(&pool, &table, Db::options_for_tests())
+            .await
+            .unwrap();
+        let mut done = 0;
+        while done < 200 {
+            let jobs = store
+                .dequeue("host", &Default::default(), 50)
+                .await
+                .unwrap();
+            assert!(!jobs.is_empty(), "jobs left: {}", 200 - done);
+            for mut job in jobs {
+                assert!(store.mark_complete(&mut job).await.unwrap());
+                done += 1;
+            }
+        }
+        drop(store);
+        pool.close().await;
+        let (updates, hot_updates, live_index_scans): (i64, i64, i64) = {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                sqlx::query("SELECT pg_stat_clear_snapshot()")
+                    .execute(&db.pool)
+                    .await
+                    .unwrap();
+                let row: (i64, i64, i64) = sqlx::query_as(
+                    "SELECT t.n_tup_upd, t.n_tup_hot_upd,
+                            COALESCE((SELECT sum(i.idx_scan) FROM pg_stat_user_indexes i WHERE i.indexrelname = 'jobs_live_idx'), 0)::bigint
+                     FROM pg_stat_user_tables t WHERE t.relname = 'jobs'",
+                )
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+                if row.0 >= 400 || std::time::Instant::now() > deadline {
+                    break row;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
+        assert_eq!(updates, 400, "a claim and a completion per job");
+        if hot {
+            assert_eq!(hot_updates, 200, "every claim HOT, no completion");
+            assert!(live_index_scans > 0, "claims read the live index");
+        } else {
+            assert_eq!(hot_updates, 0);
+        }
+    }
+}
+
+/// A column under the layout's name that is not the layout's generated
+/// column is named at start-up, rather than trusted by every claim.
+#[tokio::test]
+async fn a_live_column_that_is_not_the_layouts_is_named_at_start_up() {
+    let db = Db::new().await;
+    db.execute("ALTER TABLE jobs ADD COLUMN dbworker_live boolean")
+        .await;
+    let err = JobTable::new(&db.pool, Db::table_options())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("jobs.dbworker_live is not a stored generated column")
+            && err.contains("dbworker migration --hot-layout"),
+        "{err}"
+    );
+    // One that forgets the errored jobs would hide their retries.
+    db.execute(
+        "ALTER TABLE jobs DROP COLUMN dbworker_live;
+         ALTER TABLE jobs ADD COLUMN dbworker_live boolean GENERATED ALWAYS AS (state IN ('queued', 'processing')) STORED",
+    )
+    .await;
+    let err = JobTable::new(&db.pool, Db::table_options())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("not whether the job is queued, errored or processing"),
+        "{err}"
+    );
+}

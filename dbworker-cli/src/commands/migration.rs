@@ -11,9 +11,9 @@ use dbworker::{
     ddl::{
         FairClaims, OptionalColumns, add_jobs_function_sql, admin_functions_sql,
         consumer_tables_sql, cron_table_sql, enqueue_function_sql, fair_claims_sql,
-        history_table_sql, job_table_sql, leader_table_sql, limit_table_sql, node_table_sql,
-        notify_trigger_sql, optional_columns_sql, partitioned_job_table_sql, partitioned_keys_sql,
-        pause_table_sql, progress_table_sql, signals_sql, workflows_sql,
+        history_table_sql, hot_layout_sql, job_table_sql, leader_table_sql, limit_table_sql,
+        node_table_sql, notify_trigger_sql, optional_columns_sql, partitioned_job_table_sql,
+        partitioned_keys_sql, pause_table_sql, progress_table_sql, signals_sql, workflows_sql,
     },
     history::DEFAULT_HISTORY_TABLE,
 };
@@ -36,6 +36,14 @@ pub(crate) struct MigrationArgs {
     /// How much of `queued_at` one partition holds: hour, day, week or month.
     #[arg(long, requires = "partitioned", default_value = "day")]
     partition_interval: String,
+    /// Also give the table the HOT layout: a generated column
+    /// `dbworker_live`, one index over it in place of the two on the state,
+    /// and pages kept 70 % free, so every claim is a HOT update (faster; a
+    /// table about three times larger on disk). Stores find it at start-up.
+    /// Adding the column rewrites an existing table. Not with --keys, --fair
+    /// or --partitioned.
+    #[arg(long, conflicts_with_all = ["keys", "fair", "partitioned"])]
+    hot_layout: bool,
     /// Also print the trigger that NOTIFYs listening workers when jobs are queued.
     #[arg(long)]
     notify: bool,
@@ -190,6 +198,11 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
         ddl.push('\n');
         ddl.push_str(&optional_columns_sql(&args.table, &renames, columns)?);
     }
+    if args.hot_layout {
+        // After every index on the state it replaces.
+        ddl.push('\n');
+        ddl.push_str(&hot_layout_sql(&args.table, &renames, optional)?);
+    }
     if optional.keys && args.partitioned {
         ddl.push('\n');
         ddl.push_str(&partitioned_keys_sql(&args.table, &renames)?);
@@ -322,6 +335,24 @@ mod tests {
             "{ddl}"
         );
     }
+    #[test]
+    fn hot_layout_comes_after_the_indexes_it_replaces() {
+        let ddl = sql(&[
+            "--table",
+            "jobs",
+            "--hot-layout",
+            "--priority",
+            "--retention",
+        ]);
+        let created = ddl.find(r#"CREATE INDEX IF NOT EXISTS "jobs_priority_dequeue_idx""#);
+        let dropped = ddl.find(r#"DROP INDEX IF EXISTS "jobs_priority_dequeue_idx""#);
+        assert!(created.unwrap() < dropped.unwrap(), "{ddl}");
+        assert!(ddl.contains(r#"CREATE INDEX IF NOT EXISTS "jobs_live_idx""#));
+        let refused =
+            Command::try_parse_from(["migration", "--table", "jobs", "--hot-layout", "--keys"]);
+        assert!(refused.is_err());
+    }
+
     #[test]
     fn progress_table_creates_the_side_table_instead_of_the_columns() {
         let ddl = sql(&["--table", "app.jobs", "--progress-table"]);

@@ -24,6 +24,11 @@ pub(crate) const STANDARD_PAUSE_TABLE: &str = "dbworker_pauses";
 /// like the pause table by every job table that can apply limits.
 pub(crate) const STANDARD_LIMIT_TABLE: &str = "dbworker_limits";
 
+/// The HOT layout's generated column: whether the row is live (queued,
+/// errored or processing). A claim leaves it true, so the only index the
+/// layout keeps on the state reads it and the claim can be a HOT update.
+pub(crate) const LIVE: &str = "dbworker_live";
+
 /// The standard columns every job table has, by their default names.
 pub const STANDARD_COLUMNS: [&str; 13] = [
     "id",
@@ -57,6 +62,10 @@ pub(crate) struct Columns {
     pub(crate) execution_logs: String,
     pub(crate) worker_hostname: String,
     pub(crate) cancel: String,
+    /// The table has the generated column [`LIVE`] and the HOT layout's
+    /// index over it (`dbworker migration --hot-layout`): the claim, the
+    /// probe and the resetter name it, so they read that index.
+    pub(crate) live: bool,
 }
 
 impl Columns {
@@ -110,7 +119,16 @@ impl Columns {
             execution_logs: name("execution_logs"),
             worker_hostname: name("worker_hostname"),
             cancel: name("cancel"),
+            live: false,
         })
+    }
+
+    /// These names on a relation without the HOT layout's column (a view).
+    pub(crate) fn without_live(&self) -> Columns {
+        Columns {
+            live: false,
+            ..self.clone()
+        }
     }
 
     /// Each standard column with its resolved name and the types it may have

@@ -10,6 +10,7 @@ use crate::error::Result;
 
 mod fairness;
 mod functions;
+mod layout;
 mod notify;
 mod partitions;
 mod progress;
@@ -19,6 +20,7 @@ mod workflows;
 
 pub use fairness::{FairClaims, fair_claims_sql};
 pub use functions::{MAX_FUNCTION_IDS, add_jobs_function_sql, admin_functions_sql};
+pub use layout::{HOT_FILLFACTOR, hot_layout_sql};
 
 pub use crate::columns::STANDARD_COLUMNS;
 pub(crate) use notify::notify_function_sql;

@@ -349,7 +349,9 @@ pub(crate) fn claim_limited(
                     alias("rank"),
                 )
                 .from(table_ref(v))
-                .cond_where(eligible(&v.alias, c));
+                // The view need not show the layout's column; the join below
+                // tests the table's own rows with it.
+                .cond_where(eligible(&v.alias, &c.without_live()));
             for cond in conditions {
                 window.and_where(cond.clone());
             }
@@ -541,7 +543,7 @@ pub(crate) fn lock_claimed(o: &StoreParams, id: i64, token: i64) -> Statement {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    use super::fixtures::{aging, limited, paused, quoted, resolved, with_traces};
+    use super::fixtures::{aging, limited, on_hot_layout, paused, quoted, resolved, with_traces};
     let (t, v, limited) = (resolved(false), resolved(true), limited());
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     let lane = LimitedClaim::Lane { threshold: 1024 };
@@ -582,6 +584,22 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "claim_with_aging",
             claim(&aging(), "host", &[cost()], 3, true),
+        ),
+        (
+            "claim_on_hot_layout",
+            claim(&on_hot_layout(resolved(false)), "host", &[], 3, true),
+        ),
+        (
+            "claim_through_view_on_hot_layout",
+            claim(&on_hot_layout(resolved(true)), "host", &[], 3, true),
+        ),
+        (
+            "claim_within_limits_on_hot_layout",
+            claim(&on_hot_layout(limited.clone()), "host", &[], 3, true),
+        ),
+        (
+            "eligible_behind_on_hot_layout",
+            eligible_behind(&on_hot_layout(resolved(false)), &[], 1000),
         ),
     ]
 }

@@ -2,11 +2,10 @@
 //! `NOT EXISTS` pause check and limit CTEs the claim is built with.
 
 use super::claim::{CLAIMED_QUEUE, order_select};
-use super::{Statement, alias, col, eligible, state, table_ref};
+use super::{Statement, alias, col, eligible, processing, table_ref};
 use crate::columns::{Relation, quote};
 use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, OnConflict, Order, Query, SelectStatement, UpdateStatement};
-use workerutil::JobState;
 
 /// The limit table's columns after its key, all replaced by `set_limit`.
 pub(crate) const LIMIT_SETTINGS: [&str; 6] = [
@@ -48,8 +47,14 @@ pub(super) fn not_paused(o: &StoreParams, a: &str) -> Option<Expr> {
 pub(super) fn queue_room(o: &StoreParams, limits: &Relation, queue: &str) -> SelectStatement {
     let c = &o.columns;
     let l = quote(&limits.alias);
+    // On the HOT layout, through its live index instead.
+    let live = if c.live {
+        format!(" AND \"dbworker_busy\".{}", quote(crate::columns::LIVE))
+    } else {
+        String::new()
+    };
     let busy = format!(
-        "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing' AND \"dbworker_busy\".{}::text = {l}.\"queue\")",
+        "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing'{live} AND \"dbworker_busy\".{}::text = {l}.\"queue\")",
         o.table.quoted(),
         quote(&c.state),
         quote(queue),
@@ -84,7 +89,7 @@ pub(super) fn busy_keys(o: &StoreParams, queue: &str, key: &str) -> SelectStatem
             alias: b.to_owned(),
             ..o.table.clone()
         }))
-        .and_where(col(b, &o.columns.state).eq(state(JobState::Processing)))
+        .cond_where(processing(b, &o.columns))
         .and_where(col(b, key).is_not_null())
         .and_where(Expr::cust(format!(
             "{}.{}::text IN (SELECT \"r\".\"queue\" FROM \"dbworker_room\" AS \"r\" WHERE \"r\".\"max_per_key\" IS NOT NULL)",

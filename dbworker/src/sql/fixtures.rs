@@ -89,6 +89,12 @@ pub(super) fn with_traces() -> StoreParams {
     r
 }
 
+/// `store` on the HOT layout: the table has the generated `dbworker_live`.
+pub(super) fn on_hot_layout(mut store: StoreParams) -> StoreParams {
+    store.columns.live = true;
+    store
+}
+
 /// `app.jobs j` with the default columns and a queue column.
 fn queued_jobs() -> StoreParams {
     let mut o = table("app.jobs j");

@@ -129,7 +129,8 @@ pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
 pub(crate) use schema::{
-    insert_access, probe_expressions, relation_access, relation_columns, visible_unqualified,
+    generated_column, insert_access, probe_expressions, relation_access, relation_columns,
+    visible_unqualified,
 };
 pub(crate) use signals::{
     SIGNAL_TRACEPARENT, SignalTarget, consume_signal, lock_owned, mark_waiting, send_signal,
@@ -211,15 +212,41 @@ fn counter(a: &str, column: &str) -> Expr {
     Expr::cust(format!("COALESCE({}.{}, 0)", quote(a), quote(column)))
 }
 
-/// `a.state IN ('queued','errored') AND (a.process_after IS NULL OR a.process_after <= now())`.
+/// `a.state IN ('queued','errored') AND (a.process_after IS NULL OR a.process_after <= now())`,
+/// and `a.dbworker_live` on the HOT layout (see [`live`]).
 fn eligible(a: &str, c: &Columns) -> Condition {
-    Condition::all()
-        .add(col(a, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
-        .add(
-            Condition::any()
-                .add(col(a, &c.process_after).is_null())
-                .add(col(a, &c.process_after).lte(Expr::cust("now()"))),
-        )
+    live(
+        Condition::all()
+            .add(col(a, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+            .add(
+                Condition::any()
+                    .add(col(a, &c.process_after).is_null())
+                    .add(col(a, &c.process_after).lte(Expr::cust("now()"))),
+            ),
+        a,
+        c,
+    )
+}
+
+/// `a.state = 'processing'`, and `a.dbworker_live` on the HOT layout.
+fn processing(a: &str, c: &Columns) -> Condition {
+    live(
+        Condition::all().add(col(a, &c.state).eq(state(JobState::Processing))),
+        a,
+        c,
+    )
+}
+
+/// On the HOT layout, ANDs `a.dbworker_live` into `cond`: implied by the
+/// state test already, but the planner matches a partial index only by its
+/// predicate's own column, and the layout's one index is `WHERE
+/// dbworker_live`.
+fn live(cond: Condition, a: &str, c: &Columns) -> Condition {
+    if c.live {
+        cond.add(col(a, crate::columns::LIVE))
+    } else {
+        cond
+    }
 }
 
 /// What a reset writes (the resetter's, or a requeue after a lost

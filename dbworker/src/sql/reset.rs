@@ -1,7 +1,7 @@
 //! The reset of stalled (and orphaned) jobs: one atomic statement.
 
 use super::claim::cte;
-use super::{Statement, alias, col, reset_or_fail, state, table_ref};
+use super::{Statement, alias, col, processing, reset_or_fail, state, table_ref};
 use crate::columns::{Columns, Relation, quote};
 use crate::sql::history::ErrorHistory;
 use sea_query::{Condition, Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
@@ -43,7 +43,7 @@ pub(crate) fn reset_stalled(
     let stalled = Query::select()
         .expr_as(col(a, &c.id), alias("id"))
         .from(table_ref(t))
-        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .cond_where(processing(a, c))
         .cond_where(stalled_or_orphaned)
         .lock_with_tables_behavior(LockType::Update, [alias(a)], LockBehavior::SkipLocked)
         .to_owned();
@@ -79,7 +79,7 @@ pub(crate) fn reset_stalled(
 /// The statement above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    use super::fixtures::{error_history, quoted, resolved};
+    use super::fixtures::{error_history, on_hot_layout, quoted, resolved};
     let (t, o) = (resolved(false), quoted());
     let nodes = (
         Relation::parse("node_table", "dbworker_nodes").unwrap(),
@@ -90,6 +90,18 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "reset_stalled",
             reset_stalled(&t.table, c, 5.0, None, 3, "m", None),
+        ),
+        (
+            "reset_stalled_on_hot_layout",
+            reset_stalled(
+                &t.table,
+                &on_hot_layout(resolved(false)).columns,
+                5.0,
+                None,
+                3,
+                "m",
+                None,
+            ),
         ),
         (
             "reset_stalled_with_history",

@@ -35,6 +35,29 @@ pub(crate) fn relation_columns(rel: &Relation) -> Statement {
     Statement::from(&q)
 }
 
+/// What a generated column computes: `(generated, expression)`, where
+/// `generated` is `pg_attribute.attgenerated` (`s` for a stored generated
+/// column, empty otherwise) and `expression` its text. No row: no such
+/// column.
+pub(crate) fn generated_column(rel: &Relation, column: &str) -> Statement {
+    let q = Query::select()
+        .expr_as(Expr::cust("a.attgenerated::text"), alias("generated"))
+        .expr_as(
+            Expr::cust("pg_get_expr(d.adbin, d.adrelid)"),
+            alias("expression"),
+        )
+        .from_as((alias("pg_catalog"), alias("pg_attribute")), alias("a"))
+        .left_join(
+            TableRef::from((alias("pg_catalog"), alias("pg_attrdef"))).alias(alias("d")),
+            Expr::cust("d.adrelid = a.attrelid AND d.adnum = a.attnum"),
+        )
+        .and_where(Expr::cust("a.attrelid").eq(regclass(rel)))
+        .and_where(Expr::cust("a.attname").eq(column))
+        .and_where(Expr::cust("NOT a.attisdropped"))
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// Whether the relation exists and what the current role may do with it:
 /// `(kind, may select, may update, role)`. No row: no such relation.
 pub(crate) fn relation_access(rel: &Relation) -> Statement {
@@ -128,6 +151,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let (t, v) = (resolved(false), resolved(true));
     vec![
         ("relation_columns", relation_columns(&t.table)),
+        (
+            "generated_column",
+            generated_column(&t.table, crate::columns::LIVE),
+        ),
         ("relation_access", relation_access(&t.table)),
         ("insert_access", insert_access(&t.table, &t.columns.id)),
         ("probe_expressions", probe_expressions(&v)),

@@ -58,6 +58,7 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     adopt_control_tables(pool, t).await?;
     let mut problems = fairness_problems(pool, t, &existing).await?;
     problems.extend(aging_problems(t));
+    problems.extend(super::layout::detect(pool, t, &existing).await?);
     let table = t.table.display_name();
     for (field, column, standard) in [
         ("queue_column", &t.queue_column, "queue"),

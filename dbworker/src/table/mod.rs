@@ -24,6 +24,7 @@ use crate::sql::{ErrorHistory, Table};
 
 mod aging;
 mod check;
+mod layout;
 mod progress;
 
 pub use aging::Aging;

@@ -126,6 +126,15 @@ impl Db {
         Db::set_up_with(db, &ddl).await
     }
 
+    /// The test table in the HOT layout (`dbworker::ddl::hot_layout_sql`):
+    /// its only index on the state reads the generated `dbworker_live`.
+    pub async fn hot() -> Db {
+        let db = TestDatabase::new().await.expect("test database");
+        let ddl = job_table_sql("jobs", &HashMap::new()).unwrap()
+            + &dbworker::ddl::hot_layout_sql("jobs", &HashMap::new(), Default::default()).unwrap();
+        Db::set_up_with(db, &ddl).await
+    }
+
     async fn set_up(db: TestDatabase, renames: &HashMap<String, String>) -> Db {
         let ddl = job_table_sql("jobs", renames).unwrap();
         Db::set_up_with(db, &ddl).await

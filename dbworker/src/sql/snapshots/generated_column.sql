@@ -1,0 +1,1 @@
+SELECT a.attgenerated::text AS "generated", pg_get_expr(d.adbin, d.adrelid) AS "expression" FROM "pg_catalog"."pg_attribute" AS "a" LEFT JOIN "pg_catalog"."pg_attrdef" AS "d" ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE (a.attrelid) = (to_regclass($1::text)) AND (a.attname) = $2 AND (NOT a.attisdropped)
