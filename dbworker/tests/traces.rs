@@ -880,15 +880,17 @@ async fn a_job_requeued_after_its_connection_was_lost_links_to_that_attempt() {
 const KILLED_CHILD_ENV: &str = "DBWORKER_TRACES_KILLED_CHILD_URL";
 const KILLED_CHILD_HANDLING: &str = "DBWORKER_TRACES_KILLED_CHILD_HANDLING";
 
-/// Prints the span its attempt runs under, then runs until it is killed.
+/// Reports progress (the heartbeat carries it with the span), prints the
+/// span its attempt runs under, then runs until it is killed.
 struct PrintsItsSpanAndHangs;
 
 impl Handler<DbStore<Job>> for PrintsItsSpanAndHangs {
     async fn handle(
         &self,
-        _: &mut DbJob<Job>,
-        _: &JobContext<DbStore<Job>>,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
     ) -> Result<(), HandlerError> {
+        job.report_progress(ctx.store(), json!({"step": "killed"}))?;
         let (trace, span) = ids(&tracing::Span::current());
         println!("attempt-span {trace} {span}");
         std::future::pending::<()>().await;
@@ -908,6 +910,7 @@ async fn killed_traced_child_worker() {
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let mut to = Db::table_options();
     to.traces = true;
+    to.progress = true;
     let table = JobTable::new(&pool, to).await.unwrap();
     let mut so = Db::options_for_tests();
     so.handling = match std::env::var(KILLED_CHILD_HANDLING).as_deref() {
@@ -926,8 +929,9 @@ async fn killed_traced_child_worker() {
 }
 
 /// A worker killed mid-attempt writes no mark; its first heartbeat recorded
-/// the attempt's span, so once the resetter requeues the job the next
-/// attempt links to the killed one.
+/// the attempt's span (with the progress it reported, in one statement), so
+/// once the resetter requeues the job the next attempt links to the killed
+/// one.
 #[tokio::test]
 async fn an_attempt_killed_after_a_heartbeat_is_linked_from_the_next() {
     for handling in [Handling::Heartbeat, Handling::Transactional] {
@@ -940,7 +944,13 @@ async fn killed_attempt_is_linked(handling: Handling) {
     use std::process::{Command, Stdio};
     let spans = Spans::default();
     let (provider, _guard) = traced(&spans);
-    let (db, table) = traced_db().await;
+    let (db, _) = traced_db().await;
+    let table = db
+        .table_with(|o| {
+            o.traces = true;
+            o.progress = true;
+        })
+        .await;
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let id = enqueuer
         .enqueue(NewJob::new().json("payload", json!({})).set("cost", 0_i32))
@@ -985,12 +995,13 @@ async fn killed_attempt_is_linked(handling: Handling) {
         TraceId::from_hex(trace).unwrap(),
         SpanId::from_hex(span).unwrap(),
     );
-    // Killed only once a heartbeat has refreshed the attempt's row.
+    // Killed only once a heartbeat has refreshed the attempt's row after the
+    // handler reported (the span is known before the handler starts).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let beaten: bool = db
             .scalar(
-                "SELECT coalesce(last_heartbeat_at > started_at, false) FROM jobs WHERE id = $1",
+                "SELECT coalesce(last_heartbeat_at > started_at AND progress IS NOT NULL, false) FROM jobs WHERE id = $1",
                 id,
             )
             .await;
@@ -1020,6 +1031,10 @@ async fn killed_attempt_is_linked(handling: Handling) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(db.state(id).await, "processing", "{handling:?}: stranded");
+    let progress: String = db
+        .scalar("SELECT progress::text FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!(progress, r#"{"step": "killed"}"#);
     db.age_heartbeats().await;
     let out = dbworker::Resetter::new(&db.pool, &table, dbworker::ResetterOptions::new("r"))
         .await
