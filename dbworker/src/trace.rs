@@ -8,7 +8,8 @@
 //! a child of the enqueue's span, so it inherits the producer's sampling
 //! decision; any other attempt is a root of its own linked to the enqueue's
 //! span and to the span its previous attempt ran under (written by that
-//! attempt's fenced mark), so a retry hours later does not stretch the
+//! attempt's fenced mark, and by its first heartbeat for a worker killed
+//! before its mark), so a retry hours later does not stretch the
 //! producer's trace. Without the feature, contexts are still stored (given
 //! with [`NewJob::trace_context`](crate::NewJob::trace_context) or the
 //! session setting) and nothing else happens.

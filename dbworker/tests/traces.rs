@@ -876,3 +876,184 @@ async fn a_job_requeued_after_its_connection_was_lost_links_to_that_attempt() {
         "the attempt after the lost connection links to the one that lost it: {links:?}"
     );
 }
+
+const KILLED_CHILD_ENV: &str = "DBWORKER_TRACES_KILLED_CHILD_URL";
+const KILLED_CHILD_HANDLING: &str = "DBWORKER_TRACES_KILLED_CHILD_HANDLING";
+
+/// Reports progress (the heartbeat carries it with the span), prints the
+/// span its attempt runs under, then runs until it is killed.
+struct PrintsItsSpanAndHangs;
+
+impl Handler<DbStore<Job>> for PrintsItsSpanAndHangs {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        job.report_progress(ctx.store(), json!({"step": "killed"}))?;
+        let (trace, span) = ids(&tracing::Span::current());
+        println!("attempt-span {trace} {span}");
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+/// A traced worker, SIGKILLed by the test below in the middle of its job.
+#[tokio::test]
+#[ignore = "run as a child process by an_attempt_killed_after_a_heartbeat_is_linked_from_the_next"]
+async fn killed_traced_child_worker() {
+    let Ok(url) = std::env::var(KILLED_CHILD_ENV) else {
+        return;
+    };
+    let spans = Spans::default();
+    let (_provider, _guard) = traced(&spans);
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut to = Db::table_options();
+    to.traces = true;
+    to.progress = true;
+    let table = JobTable::new(&pool, to).await.unwrap();
+    let mut so = Db::options_for_tests();
+    so.handling = match std::env::var(KILLED_CHILD_HANDLING).as_deref() {
+        Ok("transactional") => Handling::Transactional,
+        _ => Handling::Heartbeat,
+    };
+    let store = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
+    let mut wo = WorkerOptions::new("doomed");
+    wo.interval = Duration::from_millis(10);
+    wo.heartbeat_interval = Duration::from_millis(200);
+    wo.heartbeat_failure_limit = Some(Duration::from_secs(1));
+    new_worker(store, PrintsItsSpanAndHangs, wo)
+        .unwrap()
+        .run()
+        .await;
+}
+
+/// A worker killed mid-attempt writes no mark; its first heartbeat recorded
+/// the attempt's span (with the progress it reported, in one statement), so
+/// once the resetter requeues the job the next attempt links to the killed
+/// one.
+#[tokio::test]
+async fn an_attempt_killed_after_a_heartbeat_is_linked_from_the_next() {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        killed_attempt_is_linked(handling).await;
+    }
+}
+
+async fn killed_attempt_is_linked(handling: Handling) {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let spans = Spans::default();
+    let (provider, _guard) = traced(&spans);
+    let (db, _) = traced_db().await;
+    let table = db
+        .table_with(|o| {
+            o.traces = true;
+            o.progress = true;
+        })
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let id = enqueuer
+        .enqueue(NewJob::new().json("payload", json!({})).set("cost", 0_i32))
+        .await
+        .unwrap()
+        .id();
+    let url = db.db.url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "killed_traced_child_worker",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(
+            KILLED_CHILD_ENV,
+            format!("{url}{sep}application_name=dbworker_killed_child"),
+        )
+        .env(
+            KILLED_CHILD_HANDLING,
+            format!("{handling:?}").to_lowercase(),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let printed = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("attempt-span ").map(str::to_owned))
+    });
+    let printed = tokio::time::timeout(Duration::from_secs(30), printed)
+        .await
+        .expect("the child never started the job")
+        .unwrap()
+        .expect("the child printed its attempt's span");
+    let (trace, span) = printed.split_once(' ').unwrap();
+    let killed = (
+        TraceId::from_hex(trace).unwrap(),
+        SpanId::from_hex(span).unwrap(),
+    );
+    // Killed only once a heartbeat has refreshed the attempt's row after the
+    // handler reported (the span is known before the handler starts).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let beaten: bool = db
+            .scalar(
+                "SELECT coalesce(last_heartbeat_at > started_at AND progress IS NOT NULL, false) FROM jobs WHERE id = $1",
+                id,
+            )
+            .await;
+        if beaten {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no heartbeat");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dbworker_killed_child'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child's backends live on"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(db.state(id).await, "processing", "{handling:?}: stranded");
+    let progress: String = db
+        .scalar("SELECT progress::text FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!(progress, r#"{"step": "killed"}"#);
+    db.age_heartbeats().await;
+    let out = dbworker::Resetter::new(&db.pool, &table, dbworker::ResetterOptions::new("r"))
+        .await
+        .unwrap()
+        .reset_once()
+        .await
+        .unwrap();
+    assert_eq!(out.reset.len(), 1, "{out:?}");
+    run_with(&db, &table, handling, Arc::new(FailsFirst)).await;
+    provider.force_flush().unwrap();
+    let attempts = attempts_of(&spans, id);
+    assert_eq!(
+        attempts.len(),
+        1,
+        "{handling:?}: the attempt after the reset"
+    );
+    let links = linked(&attempts[0]);
+    assert!(
+        links.contains(&killed),
+        "{handling:?}: the attempt after the reset links to the killed one ({killed:?}): {links:?}"
+    );
+}

@@ -3,22 +3,32 @@
 use super::claim::cte;
 use super::progress_table::heartbeat_side;
 use super::{Statement, alias, col, state, table_ref};
-use crate::columns::{PROGRESS, PROGRESS_SEQ, quote};
+use crate::columns::{PROGRESS, PROGRESS_SEQ, TRACE_FOLLOWS, quote};
 use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
 use workerutil::JobState;
+
+/// The heartbeat's column saying a row's span was written (present only when
+/// the beat wrote spans).
+pub(crate) const HEARTBEAT_TRACED: &str = "traced";
 
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
 /// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does
 /// not block this update; a row the handler itself updated (a stronger lock) is
 /// skipped rather than waited on, and its lock shows it is alive. `progress`
 /// (reported since the last beat, by job) is written to the owned rows it
-/// names, each write counted in `progress_seq`.
+/// names, each write counted in `progress_seq`. With traces, `spans` (the
+/// `traceparent` of attempts no beat has recorded yet, by job) go to the
+/// owned rows' `trace_follows`, so an attempt whose worker dies without a
+/// mark is still linked from the next; the result's `traced` says which of
+/// the rows were touched (written). Without traces, or with no span to
+/// write, the statement is the plain one.
 pub(crate) fn heartbeat(
     o: &StoreParams,
     ids: Vec<i64>,
     tokens: Vec<i64>,
     progress: Vec<(i64, serde_json::Value)>,
+    spans: Vec<(i64, String)>,
 ) -> Statement {
     let c = &o.columns;
     let t = &o.table;
@@ -69,17 +79,28 @@ pub(crate) fn heartbeat(
                     .collect(),
             )
         });
+    // Keyed by job id and bound once, as progress is.
+    let spans = (o.traces && !spans.is_empty()).then(|| {
+        serde_json::Value::Object(
+            spans
+                .into_iter()
+                .map(|(id, span)| (id.to_string(), serde_json::Value::String(span)))
+                .collect(),
+        )
+    });
+    // The rows this beat touched (owned, and locked by it).
+    let returning_touched = Query::returning().expr(Expr::cust(format!(
+        "{}.{}::bigint AS \"id\"",
+        quote(a),
+        quote(&c.id)
+    )));
     let mut side = None;
     let mut values = None;
     match (reported, &o.progress_table) {
         // On a table that keeps progress in its side table, the values go
-        // there, for the rows this beat touched (owned, and locked by it).
+        // there, for the rows this beat touched.
         (Some(reported), Some(table)) => {
-            touch.returning(Query::returning().expr(Expr::cust(format!(
-                "{}.{}::bigint AS \"id\"",
-                quote(a),
-                quote(&c.id)
-            ))));
+            touch.returning(returning_touched.clone());
             side = Some(heartbeat_side(table, reported, "dbworker_touched"));
         }
         (Some(reported), None) => {
@@ -110,20 +131,45 @@ pub(crate) fn heartbeat(
         }
         (None, _) => {}
     }
+    let span_values = spans.map(|spans| {
+        let key = format!("{}.{}::text", quote(a), quote(&c.id));
+        touch.value(
+            alias(TRACE_FOLLOWS),
+            Expr::cust(format!(
+                "COALESCE((SELECT \"v\" FROM \"dbworker_spans\") ->> {key}, {}.{})",
+                quote(a),
+                quote(TRACE_FOLLOWS)
+            )),
+        );
+        if side.is_none() {
+            touch.returning(returning_touched);
+        }
+        Query::select()
+            .expr_as(Expr::cust_with_values("$1::jsonb", [spans]), alias("v"))
+            .to_owned()
+    });
+    let mut q = Query::select()
+        .expr(Expr::cust("\"dbworker_owned\".\"id\"::bigint AS \"id\""))
+        .expr(Expr::cust("\"dbworker_owned\".\"cancel\" AS \"cancel\""))
+        .from(alias("dbworker_owned"))
+        .to_owned();
     let mut with = WithClause::new();
     with.cte(cte(owned_q, "dbworker_owned", true));
     if let Some(values) = values {
         with.cte(cte(values, "dbworker_reports", true));
     }
+    if let Some(span_values) = span_values {
+        with.cte(cte(span_values, "dbworker_spans", true));
+        // A row the beat skipped (locked by its handler) keeps its span
+        // waiting for the next beat.
+        q.expr(Expr::cust(format!(
+            "\"dbworker_owned\".\"id\" IN (SELECT \"id\" FROM \"dbworker_touched\") AS \"{HEARTBEAT_TRACED}\""
+        )));
+    }
     with.cte(cte(touch, "dbworker_touched", false));
     if let Some(side) = side {
         with.cte(cte(side, "dbworker_reported", false));
     }
-    let q = Query::select()
-        .expr(Expr::cust("\"dbworker_owned\".\"id\"::bigint AS \"id\""))
-        .expr(Expr::cust("\"dbworker_owned\".\"cancel\" AS \"cancel\""))
-        .from(alias("dbworker_owned"))
-        .to_owned();
     Statement::from(&q.with(with))
 }
 
@@ -131,12 +177,28 @@ pub(crate) fn heartbeat(
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let t = super::fixtures::resolved(false);
+    let traced = super::fixtures::with_traces();
+    let span = || {
+        vec![(
+            1,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+        )]
+    };
     let mut p = t.clone();
     p.progress = true;
     let mut side = t.clone();
     side.progress_table = Some(super::fixtures::rel("app.jobs_progress"));
+    let mut traced_side = side.clone();
+    traced_side.traces = true;
     vec![
-        ("heartbeat", heartbeat(&t, vec![1], vec![2], Vec::new())),
+        (
+            "heartbeat",
+            heartbeat(&t, vec![1], vec![2], Vec::new(), Vec::new()),
+        ),
+        (
+            "heartbeat_with_spans",
+            heartbeat(&traced, vec![1], vec![2], Vec::new(), span()),
+        ),
         (
             "heartbeat_with_progress_table",
             heartbeat(
@@ -144,6 +206,17 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
                 vec![1],
                 vec![2],
                 vec![(1, serde_json::json!({"percent": 40}))],
+                Vec::new(),
+            ),
+        ),
+        (
+            "heartbeat_with_progress_table_and_spans",
+            heartbeat(
+                &traced_side,
+                vec![1],
+                vec![2],
+                vec![(1, serde_json::json!({"percent": 40}))],
+                span(),
             ),
         ),
         (
@@ -153,6 +226,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
                 vec![1],
                 vec![2],
                 vec![(1, serde_json::json!({"percent": 40}))],
+                Vec::new(),
             ),
         ),
     ]

@@ -291,3 +291,24 @@ fn per_job_statements_render_as_their_functions_do() {
         }
     }
 }
+
+/// A beat's spans cost a table without traces nothing (the statement and
+/// its values are the plain beat's), and a traced table pays only on the
+/// beats that carry a span.
+#[test]
+fn a_heartbeat_writes_spans_only_on_a_table_with_traces() {
+    let span = || {
+        vec![(
+            1,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+        )]
+    };
+    let plain = |o: &StoreParams, spans| heartbeat(o, vec![1], vec![2], Vec::new(), spans);
+    let bare = resolved(false);
+    let (with, without) = (plain(&bare, span()), plain(&bare, Vec::new()));
+    assert_eq!(with.sql, without.sql);
+    assert_eq!(with.values.0.0.len(), without.values.0.0.len());
+    let traced = super::fixtures::with_traces();
+    assert_eq!(plain(&traced, Vec::new()).sql, without.sql);
+    assert!(plain(&traced, span()).sql.contains("\"trace_follows\""));
+}

@@ -178,6 +178,10 @@ impl<R: Record> DbStore<R> {
                         trace,
                         attempt_trace: None,
                         attempt_span: None,
+                        unbeaten: self
+                            .options
+                            .traces
+                            .then(|| super::heartbeat::Unbeaten::new(&self.attempt_spans, lease)),
                     }));
                 }
                 Ok(record) => format!(

@@ -38,6 +38,9 @@ pub struct DbJob<R> {
     /// This attempt's span (a table with traces): a signal it consumes adds
     /// a link to its sender.
     pub(super) attempt_span: Option<tracing::Span>,
+    /// Where the heartbeat finds this attempt's span (a table with traces):
+    /// written once, so a worker killed before its mark still leaves it.
+    pub(super) unbeaten: Option<super::heartbeat::Unbeaten>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {
@@ -240,6 +243,9 @@ impl<R: Record> Job for DbJob<R> {
         if let Some(trace) = &self.trace {
             self.attempt_trace = crate::trace::link_attempt(span, trace);
             self.attempt_span = Some(span.clone());
+            if let (Some(unbeaten), Some(own)) = (&self.unbeaten, &self.attempt_trace) {
+                unbeaten.put(own.clone());
+            }
         }
     }
 }

@@ -96,6 +96,9 @@ pub struct DbStore<R> {
     /// Progress reported since the last heartbeat, by job: each job's latest,
     /// with the token it was reported under (`DbJob::report_progress`).
     pending_progress: progress::Pending,
+    /// Running attempts' spans no heartbeat has recorded yet (a table with
+    /// traces; see `store/heartbeat.rs`).
+    attempt_spans: Arc<heartbeat::Spans>,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -198,6 +201,7 @@ impl<R: Record> DbStore<R> {
             listener,
             kept,
             pending_progress: progress::Pending::default(),
+            attempt_spans: Arc::default(),
         })
     }
 
