@@ -273,6 +273,13 @@ impl Bench {
                 &Default::default(),
                 Default::default(),
             )?);
+            // A diagnostic knob: the layout with another fill factor.
+            if let Ok(fillfactor) = std::env::var("BENCH_FILLFACTOR") {
+                let fillfactor: u32 = fillfactor.parse()?;
+                ddl.push_str(&format!(
+                    "\nALTER TABLE {TABLE} SET (fillfactor = {fillfactor});"
+                ));
+            }
         }
         sqlx::raw_sql(AssertSqlSafe(format!(
             "DROP TABLE IF EXISTS {TABLE};\n{ddl}"

@@ -4,7 +4,7 @@
 
 use super::claim::cte;
 use super::marks::{drop_checkpoint, max_retries, retry_delay};
-use super::{Statement, alias, col, state, table_ref, token_expr};
+use super::{Statement, alias, col, processing_by_id, state, table_ref, token_expr};
 use crate::columns::{TRACE_FOLLOWS, quote};
 use crate::message::sanitize_failure_message;
 use crate::retry::RetryRule;
@@ -98,7 +98,7 @@ pub(crate) fn complete_group(
             alias("dbworker_marks").into_iden(),
         ))
         .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
-        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(processing_by_id(a, c))
         .and_where(token_expr(a, c).equals(("dbworker_marks", "token")))
         .returning(Query::returning().expr(Expr::cust(format!(
             "{}.{}::bigint AS \"id\"",
@@ -237,7 +237,7 @@ pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .from(alias("dbworker_marks"))
         .and_where(col(a, &c.id).equals(("dbworker_marks", "id")))
-        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(processing_by_id(a, c))
         .and_where(token_expr(a, c).equals(("dbworker_marks", "token")))
         .returning(Query::returning().exprs([
             Expr::cust(format!("{}::bigint AS \"id\"", q(&c.id))),
@@ -289,6 +289,19 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let rule = t.retry_rule(None);
     vec![
         ("mark_group", mark_group(&t, &errored, &rule)),
+        (
+            "mark_group_on_hot_layout",
+            mark_group(&super::fixtures::on_hot_layout(t.clone()), &errored, &rule),
+        ),
+        (
+            "complete_group_on_hot_layout",
+            complete_group(
+                &super::fixtures::on_hot_layout(t.clone()),
+                vec![1],
+                vec![2],
+                (vec![String::new()], vec![]),
+            ),
+        ),
         (
             "mark_group_with_traces",
             mark_group(&with_traces(), &errored, &rule),

@@ -2,11 +2,10 @@
 
 use super::claim::cte;
 use super::progress_table::heartbeat_side;
-use super::{Statement, alias, col, state, table_ref};
+use super::{Statement, alias, col, processing_by_id, table_ref};
 use crate::columns::{PROGRESS, PROGRESS_SEQ, TRACE_FOLLOWS, quote};
 use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
-use workerutil::JobState;
 
 /// The heartbeat's column saying a row's span was written (present only when
 /// the beat wrote spans).
@@ -37,7 +36,7 @@ pub(crate) fn heartbeat(
         .expr_as(col(a, &c.id), alias("id"))
         .expr_as(col(a, &c.cancel), alias("cancel"))
         .from(table_ref(t))
-        .and_where(col(a, &c.state).eq(state(JobState::Processing)))
+        .and_where(processing_by_id(a, c))
         .and_where(Expr::cust_with_values(
             format!(
                 "({}.{}::bigint, (EXTRACT(EPOCH FROM {}.{}) * 1000000)::bigint) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
@@ -194,6 +193,16 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "heartbeat",
             heartbeat(&t, vec![1], vec![2], Vec::new(), Vec::new()),
+        ),
+        (
+            "heartbeat_on_hot_layout",
+            heartbeat(
+                &super::fixtures::on_hot_layout(t.clone()),
+                vec![1],
+                vec![2],
+                Vec::new(),
+                Vec::new(),
+            ),
         ),
         (
             "heartbeat_with_spans",

@@ -237,6 +237,26 @@ fn processing(a: &str, c: &Columns) -> Condition {
     )
 }
 
+/// `a.state = 'processing'` in a statement that joins its rows by id (the
+/// grouped marks, the heartbeat). On the HOT layout the test is hidden from
+/// the column's statistics: without the processing index, a table analyzed
+/// while no job ran estimates one processing row, and the planner then
+/// chose a scan of the whole table, joined to the marked jobs once per row
+/// (measured: a completion of 700 jobs took 130–300 ms instead of about 5).
+/// An expression has no statistics, so it is estimated at the default
+/// (1/200 of the rows), and the join stays linear.
+fn processing_by_id(a: &str, c: &Columns) -> Expr {
+    if c.live {
+        Expr::cust(format!(
+            "COALESCE({}.{}, '') = 'processing'",
+            quote(a),
+            quote(&c.state)
+        ))
+    } else {
+        col(a, &c.state).eq(state(JobState::Processing))
+    }
+}
+
 /// On the HOT layout, ANDs `a.dbworker_live` into `cond`: implied by the
 /// state test already, but the planner matches a partial index only by its
 /// predicate's own column, and the layout's one index is `WHERE
