@@ -49,7 +49,8 @@
 //! under that program (a heap profile of the measured run);
 //! `BENCH_TABLE_LAYOUT=hot` gives the table the HOT layout
 //! (`dbworker::ddl::hot_layout_sql`; the floor's claim then names its
-//! column, as dbworker's does).
+//! column, as dbworker's does), and `BENCH_FILLFACTOR=N` that layout with
+//! another fill factor.
 
 mod bloat;
 mod chart;
