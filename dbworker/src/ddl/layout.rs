@@ -107,9 +107,11 @@ mod tests {
     #[test]
     fn renamed_columns_and_optional_indexes_are_rewritten_over_the_live_column() {
         let renames = HashMap::from([("state".to_owned(), "status".to_owned())]);
-        let mut columns = OptionalColumns::default();
-        columns.priority = true;
-        columns.retention = true;
+        let mut columns = OptionalColumns {
+            priority: true,
+            retention: true,
+            ..Default::default()
+        };
         let ddl = hot_layout_sql("app.jobs", &renames, columns).unwrap();
         assert!(ddl.contains(r#"AS ("status" IN ('queued', 'errored', 'processing')) STORED"#));
         assert!(ddl.contains(r#"ON "app"."jobs" ("priority" DESC, "id") WHERE "dbworker_live""#));

@@ -548,6 +548,9 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     let lane = LimitedClaim::Lane { threshold: 1024 };
     let gpu = ["gpu".to_owned()];
+    let hot = on_hot_layout(resolved(false));
+    let hot_view = on_hot_layout(resolved(true));
+    let hot_limits = on_hot_layout(limited.clone());
     vec![
         ("claim", claim(&t, "host", &[cost()], 3, false)),
         ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
@@ -585,21 +588,9 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "claim_with_aging",
             claim(&aging(), "host", &[cost()], 3, true),
         ),
-        (
-            "claim_on_hot_layout",
-            claim(&on_hot_layout(resolved(false)), "host", &[], 3, true),
-        ),
-        (
-            "claim_through_view_on_hot_layout",
-            claim(&on_hot_layout(resolved(true)), "host", &[], 3, true),
-        ),
-        (
-            "claim_within_limits_on_hot_layout",
-            claim(&on_hot_layout(limited.clone()), "host", &[], 3, true),
-        ),
-        (
-            "eligible_behind_on_hot_layout",
-            eligible_behind(&on_hot_layout(resolved(false)), &[], 1000),
-        ),
+        ("claim_hot", claim(&hot, "h", &[], 3, true)),
+        ("claim_hot_view", claim(&hot_view, "h", &[], 3, true)),
+        ("claim_hot_limits", claim(&hot_limits, "h", &[], 3, true)),
+        ("eligible_behind_hot", eligible_behind(&hot, &[], 1000)),
     ]
 }

@@ -290,11 +290,11 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("mark_group", mark_group(&t, &errored, &rule)),
         (
-            "mark_group_on_hot_layout",
+            "mark_group_hot",
             mark_group(&super::fixtures::on_hot_layout(t.clone()), &errored, &rule),
         ),
         (
-            "complete_group_on_hot_layout",
+            "complete_group_hot",
             complete_group(
                 &super::fixtures::on_hot_layout(t.clone()),
                 vec![1],

@@ -195,7 +195,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             heartbeat(&t, vec![1], vec![2], Vec::new(), Vec::new()),
         ),
         (
-            "heartbeat_on_hot_layout",
+            "heartbeat_hot",
             heartbeat(
                 &super::fixtures::on_hot_layout(t.clone()),
                 vec![1],

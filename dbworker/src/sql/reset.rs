@@ -92,7 +92,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             reset_stalled(&t.table, c, 5.0, None, 3, "m", None),
         ),
         (
-            "reset_stalled_on_hot_layout",
+            "reset_stalled_hot",
             reset_stalled(
                 &t.table,
                 &on_hot_layout(resolved(false)).columns,
