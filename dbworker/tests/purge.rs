@@ -185,3 +185,37 @@ async fn a_renamed_id_column_purges_the_mailbox_and_the_side_table_too() {
         assert_eq!((left, orphans), (7, 0), "{side}");
     }
 }
+
+/// On the HOT layout the archive takes whole rows with the live column (as
+/// a plain one, what `LIKE` copies): an archive made before the layout is
+/// named at start-up, rather than failing every pass.
+#[tokio::test]
+async fn the_hot_layouts_archive_is_checked_at_start_up_and_takes_its_rows() {
+    let db = Db::hot().await;
+    seed(&db).await;
+    db.execute(
+        "CREATE TABLE old_archive (LIKE jobs); ALTER TABLE old_archive DROP COLUMN dbworker_live;
+         CREATE TABLE archive (LIKE jobs);",
+    )
+    .await;
+    let mut o = PurgeOptions::new();
+    o.archive_table = Some("old_archive".into());
+    let err = Purger::new(&db.pool, &db.table().await, o)
+        .await
+        .err()
+        .expect("an archive without the live column is refused")
+        .to_string();
+    assert!(
+        err.contains("archive table old_archive has no column dbworker_live"),
+        "{err}"
+    );
+    let mut o = PurgeOptions::new();
+    o.archive_table = Some("archive".into());
+    let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 9);
+    let archived: i64 = sqlx::query_scalar("SELECT count(*) FROM archive WHERE NOT dbworker_live")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(archived, 9);
+}

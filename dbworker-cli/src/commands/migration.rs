@@ -38,7 +38,7 @@ pub(crate) struct MigrationArgs {
     partition_interval: String,
     /// Also give the table the HOT layout: a generated column
     /// `dbworker_live`, one index over it in place of the two on the state,
-    /// and pages kept 70 % free, so every claim is a HOT update (faster; a
+    /// and pages kept 70 % free, so claims are HOT updates (faster; a
     /// table about three times larger on disk). Stores find it at start-up.
     /// Adding the column rewrites an existing table. Not with --keys, --fair
     /// or --partitioned.

@@ -32,10 +32,11 @@ pub const HOT_FILLFACTOR: u32 = 30;
 /// needs no setting. `ADD COLUMN` rewrites the table under an exclusive
 /// lock, at the new fill factor.
 ///
-/// Job keys and fair claims are refused: their indexes read the state, so
-/// every claim would stay a non-HOT update. The retention index is
-/// rewritten over `finished_at IS NOT NULL` and the priority index over
-/// `dbworker_live`.
+/// Job keys are refused: their unique index reads the state, so every claim
+/// would stay a non-HOT update (`dbworker migration` also refuses fair
+/// claims and partitioned tables, which this function cannot see). The
+/// retention index is rewritten over `finished_at IS NOT NULL` and the
+/// priority index over `dbworker_live`.
 ///
 /// ```
 /// let ddl = dbworker::ddl::hot_layout_sql("jobs", &Default::default(), Default::default()).unwrap();
@@ -82,10 +83,10 @@ DROP INDEX IF EXISTS {priority_idx};
     if columns.retention {
         ddl.push_str(&format!(
             r#"-- The purger's index, over a column the claim leaves alone.
-CREATE INDEX IF NOT EXISTS {live_finished_idx} ON {table} ({finished_at}) WHERE {finished_at} IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {done_finished_idx} ON {table} ({finished_at}) WHERE {finished_at} IS NOT NULL;
 DROP INDEX IF EXISTS {finished_idx};
 "#,
-            live_finished_idx = index("done_finished_idx"),
+            done_finished_idx = index("done_finished_idx"),
             finished_idx = dropped("finished_idx"),
             finished_at = quote(&c.finished_at),
         ));

@@ -271,8 +271,15 @@ impl Purger {
                 archive.display_name(),
                 target.table.display_name()
             );
+            // The archive takes whole rows (`SELECT *`): on the HOT layout
+            // that includes the live column, as a plain one.
+            let live: &[&str] = if target.t.columns.live {
+                &[crate::columns::LIVE]
+            } else {
+                &[]
+            };
             problems.extend(
-                crate::schema_check::missing_columns(&pool, archive, "archive table", &[], &hint)
+                crate::schema_check::missing_columns(&pool, archive, "archive table", live, &hint)
                     .await?,
             );
         }

@@ -28,7 +28,11 @@ pub(super) fn aging_candidates(
     let (t, c) = (&o.table, &o.columns);
     let a = quote(&t.alias);
     let p = quote(priority);
-    let waiting = format!("{a}.{} IN ('queued', 'errored')", quote(&c.state));
+    let waiting = format!(
+        "{a}.{} IN ('queued', 'errored'){}",
+        quote(&c.state),
+        super::and_live(&a, c)
+    );
     // The levels waiting, highest first: a loose index scan, one probe each.
     let levels = format!(
         "ARRAY(WITH RECURSIVE \"l\"(\"p\", \"n\") AS (\

@@ -49,7 +49,8 @@ pub(crate) fn counts_live(a: &Table, stalled_age: std::time::Duration) -> Statem
         "SELECT {st}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
          (count(*) FILTER (WHERE NOT ({now_due})))::bigint AS \"later\", 0::bigint AS \"stalled\", \
          COALESCE(EXTRACT(EPOCH FROM now() - min(GREATEST({al}.{queued_at}, {al}.{process_after})) FILTER (WHERE {now_due})), 0)::float8 AS \"oldest\" \
-         FROM {table} AS {al} WHERE {st} IN ('queued', 'errored') GROUP BY 1, 2",
+         FROM {table} AS {al} WHERE {st} IN ('queued', 'errored'){live} GROUP BY 1, 2",
+        live = super::and_live(&al, c),
         queued_at = quote(&c.queued_at),
         process_after = quote(&c.process_after),
     );
@@ -57,7 +58,8 @@ pub(crate) fn counts_live(a: &Table, stalled_age: std::time::Duration) -> Statem
         "SELECT {st}::text, {queue}, count(*)::bigint, 0::bigint, \
          (count(*) FILTER (WHERE COALESCE({al}.{heartbeat}, {al}.{started}) < now() - $1 * interval '1 second'))::bigint, \
          0::float8 \
-         FROM {table} AS {al} WHERE {st} = 'processing' GROUP BY 1, 2",
+         FROM {table} AS {al} WHERE {st} = 'processing'{live} GROUP BY 1, 2",
+        live = super::and_live(&al, c),
         heartbeat = quote(&c.last_heartbeat_at),
         started = quote(&c.started_at),
     );

@@ -3,7 +3,7 @@
 use super::{Statement, col, state, table_ref};
 use crate::columns::{Columns, Relation, quote};
 use crate::sql::table::StoreParams;
-use sea_query::{Expr, ExprTrait, Query};
+use sea_query::{Condition, Expr, ExprTrait, Query};
 use sea_query_sqlx::SqlxValues;
 use workerutil::JobState;
 
@@ -15,9 +15,7 @@ pub(crate) fn queued_count(o: &StoreParams) -> Statement {
     let q = Query::select()
         .expr(Expr::cust("count(*)::bigint"))
         .from(table_ref(t))
-        .and_where(
-            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
-        )
+        .cond_where(waiting(&t.alias, c))
         .to_owned();
     Statement::from(&q)
 }
@@ -29,9 +27,7 @@ pub(crate) fn any_queued(o: &StoreParams) -> Statement {
     let inner = Query::select()
         .expr(Expr::val(1))
         .from(table_ref(t))
-        .and_where(
-            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
-        )
+        .cond_where(waiting(&t.alias, c))
         .limit(1)
         .to_owned();
     let q = Query::select().expr(Expr::exists(inner)).to_owned();
@@ -47,11 +43,19 @@ pub(crate) fn max_age_in_queue(o: &StoreParams) -> Statement {
     let q = Query::select()
         .expr(Expr::cust(runnable_age(&quote(&t.alias), c)))
         .from(table_ref(t))
-        .and_where(
-            col(&t.alias, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]),
-        )
+        .cond_where(waiting(&t.alias, c))
         .to_owned();
     Statement::from(&q)
+}
+
+/// Queued or errored (due or not), through the live index on the HOT layout.
+fn waiting(a: &str, c: &Columns) -> Condition {
+    super::live(
+        Condition::all()
+            .add(col(a, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)])),
+        a,
+        c,
+    )
 }
 
 /// Seconds since the longest-waiting due row of alias `a` became runnable:
@@ -82,7 +86,8 @@ fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statemen
         format!(
             "SELECT {a}.{state}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
              {oldest} AS \"oldest\" \
-             FROM {table} AS {a} WHERE {a}.{state} IN ({states}) GROUP BY 1, 2",
+             FROM {table} AS {a} WHERE {a}.{state} IN ({states}){live} GROUP BY 1, 2",
+            live = super::and_live(&a, c),
             state = quote(&c.state),
             oldest = if states.contains("queued") {
                 runnable_age(&a, c)

@@ -257,6 +257,16 @@ fn processing_by_id(a: &str, c: &Columns) -> Expr {
     }
 }
 
+/// [`live`] for statements written as text: `" AND a.dbworker_live"` on the
+/// HOT layout (`a` already quoted), else nothing.
+fn and_live(a: &str, c: &Columns) -> String {
+    if c.live {
+        format!(" AND {a}.{}", quote(crate::columns::LIVE))
+    } else {
+        String::new()
+    }
+}
+
 /// On the HOT layout, ANDs `a.dbworker_live` into `cond`: implied by the
 /// state test already, but the planner matches a partial index only by its
 /// predicate's own column, and the layout's one index is `WHERE

@@ -14,12 +14,8 @@ use crate::error::{Error, Result};
 use crate::schema_check::Column;
 use crate::sql::{self, Table};
 
-/// The states the generated column must hold true for, and those it must not.
-const LIVE_STATES: [&str; 3] = ["queued", "errored", "processing"];
-const OTHER_STATES: [&str; 4] = ["pending", "completed", "failed", "canceled"];
-
 /// Turns the layout on for `t` when the table has [`LIVE`]; returns what is
-/// wrong with that column, if anything (the layout then stays off).
+/// wrong with that column, if anything (`JobTable::new` then fails, naming it).
 pub(crate) async fn detect(
     pool: &PgPool,
     t: &mut Table,
@@ -59,15 +55,31 @@ pub(crate) async fn detect(
 }
 
 /// Why `expression` (as `pg_get_expr` prints it) is not "the state is one of
-/// the live states", if it is not: it must read the state column and name
-/// exactly those states.
+/// the live states", if it is not. Only the forms PostgreSQL prints for the
+/// DDL of `hot_layout_sql` pass, over a text or varchar state column: a
+/// claim trusts the column, and a look for the state names would let `NOT`,
+/// `AND false` or `<> ALL` through.
 fn wrong_expression(expression: &str, state_column: &str) -> Option<String> {
-    let names_state = expression.contains(&quote(state_column))
-        || expression
-            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .any(|w| w == state_column);
-    let has = |s: &str| expression.contains(&format!("'{s}'"));
-    if names_state && LIVE_STATES.iter().all(|s| has(s)) && !OTHER_STATES.iter().any(|s| has(s)) {
+    // Spacing aside (both sides alike, so a quoted name's spaces cancel out).
+    let squeeze = |text: &str| text.split_whitespace().collect::<String>();
+    let squeezed = squeeze(expression);
+    let plain = state_column
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let mut names = vec![quote(state_column)];
+    if plain {
+        names.push(state_column.to_owned());
+    }
+    let fits = names.iter().any(|name| {
+        let text = format!(
+            "({name} = ANY (ARRAY['queued'::text, 'errored'::text, 'processing'::text]))"
+        );
+        let varchar = format!(
+            "(({name})::text = ANY ((ARRAY['queued'::character varying, 'errored'::character varying, 'processing'::character varying])::text[]))"
+        );
+        squeezed == squeeze(&text) || squeezed == squeeze(&varchar)
+    });
+    if fits {
         None
     } else {
         Some(format!(
@@ -84,12 +96,16 @@ mod tests {
     fn only_the_live_states_of_the_state_column_pass() {
         let pg = "(state = ANY (ARRAY['queued'::text, 'errored'::text, 'processing'::text]))";
         assert_eq!(wrong_expression(pg, "state"), None);
-        let renamed = pg.replace("state", "\"Job State\"");
-        assert_eq!(wrong_expression(&renamed, "Job State"), None);
+        let varchar = "((\"Job State\")::text = ANY ((ARRAY['queued'::character varying, 'errored'::character varying, 'processing'::character varying])::text[]))";
+        assert_eq!(wrong_expression(varchar, "Job State"), None);
         assert!(wrong_expression(pg, "status").is_some());
-        let no_errored = "(state = ANY (ARRAY['queued'::text, 'processing'::text]))";
-        assert!(wrong_expression(no_errored, "state").is_some());
-        let with_pending = pg.replace("'processing'", "'processing'::text, 'pending'");
-        assert!(wrong_expression(&with_pending, "state").is_some());
+        for wrong in [
+            "(state = ANY (ARRAY['queued'::text, 'processing'::text]))",
+            "(state <> ALL (ARRAY['queued'::text, 'errored'::text, 'processing'::text]))",
+            "(NOT (state = ANY (ARRAY['queued'::text, 'errored'::text, 'processing'::text])))",
+            "((state = ANY (ARRAY['queued'::text, 'errored'::text, 'processing'::text])) AND false)",
+        ] {
+            assert!(wrong_expression(wrong, "state").is_some(), "{wrong}");
+        }
     }
 }
