@@ -101,7 +101,12 @@ impl Bench {
             None
         } else {
             // initdb and the start block for a second or two.
-            Some(tokio::task::spawn_blocking(|| ThrowawayServer::start(&DURABLE_SETTINGS)).await??)
+            let mut settings = DURABLE_SETTINGS.to_vec();
+            // The diagnostic that shows the statements triggers run.
+            if std::env::var("BENCH_TOP_STATEMENTS").as_deref() == Ok("all") {
+                settings.push("pg_stat_statements.track=all");
+            }
+            Some(tokio::task::spawn_blocking(move || ThrowawayServer::start(&settings)).await??)
         };
         let db = match &server {
             Some(s) => TestDatabase::new_on(s.admin_url()).await?,
@@ -245,11 +250,11 @@ impl Bench {
     async fn print_top_statements(&self) -> Result<()> {
         // Planning times are zero unless pg_stat_statements.track_planning is on.
         let rows: Vec<(i64, f64, f64, i64, f64, String)> = sqlx::query_as(
-            r"SELECT calls, total_exec_time, mean_exec_time, plans, total_plan_time, left(regexp_replace(query, '\s+', ' ', 'g'), 140)
+            r"SELECT calls, total_exec_time, mean_exec_time, plans, total_plan_time, left(regexp_replace(query, '\s+', ' ', 'g'), 160)
               FROM pg_stat_statements
               WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
                 AND query NOT ILIKE '%pg_stat_statements%'
-              ORDER BY total_exec_time DESC LIMIT 8",
+              ORDER BY total_exec_time DESC LIMIT 12",
         )
         .fetch_all(&self.admin)
         .await?;

@@ -43,8 +43,12 @@
 //!
 //! Diagnostics (environment variables, never in a recorded run):
 //! `BENCH_TOP_STATEMENTS=1` prints each run's top statements from
-//! `pg_stat_statements`; `BENCH_MAX_CLAIM_AHEAD=N` sets the workers'
-//! `max_claim_ahead`, to compare bounds with one build;
+//! `pg_stat_statements` (`=all` counts those that functions and triggers run
+//! too, `pg_stat_statements.track = all`: where a trigger's time goes);
+//! `BENCH_WORKFLOW_RUNS=0,2` makes only those runs of the `workflows`
+//! workload (indexes into `workflows::Shape::RUNS`; keep 0, the plain run);
+//! `BENCH_MAX_CLAIM_AHEAD=N` sets the workers' `max_claim_ahead`, to compare
+//! bounds with one build;
 //! `BENCH_WRAP_WORKER=heaptrack` runs the `rss` workload's worker process
 //! under that program (a heap profile of the measured run);
 //! `BENCH_TABLE_LAYOUT=hot` gives the table the HOT layout
@@ -429,7 +433,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             .filter(|&h| h <= 64)
             .max()
             .unwrap_or(64);
-        for (shape, cursor) in workflows::Shape::RUNS {
+        for (shape, cursor) in workflows::Shape::selected() {
             let jobs = workflows::prepare(&bench, shape, args.jobs, args.enqueue_batch).await?;
             let run = workflows::burn(&bench, (shape, cursor), handlers, jobs).await?;
             let label = shape.label(cursor);

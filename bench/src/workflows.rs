@@ -50,6 +50,20 @@ impl Shape {
         (Shape::Diamonds, false),
     ];
 
+    /// The runs to make: every one, or those `BENCH_WORKFLOW_RUNS` lists by
+    /// index into [`RUNS`](Self::RUNS) (a diagnostic).
+    pub(crate) fn selected() -> Vec<(Shape, bool)> {
+        let only = std::env::var("BENCH_WORKFLOW_RUNS").ok();
+        let wanted = |i: usize| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x.trim() == i.to_string()))
+        };
+        (0..Shape::RUNS.len())
+            .filter(|&i| wanted(i))
+            .map(|i| Shape::RUNS[i])
+            .collect()
+    }
+
     pub(crate) fn label(self, cursor: bool) -> String {
         let shape = match self {
             Shape::Plain => "plain burn-down".into(),

@@ -538,6 +538,36 @@ async fn fan_in_completions_do_not_wait_for_each_other() {
     assert_eq!(db.state(sink).await, "queued");
 }
 
+#[tokio::test]
+async fn a_release_with_no_edge_left_takes_no_lock_on_the_dependent_first() {
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(1, serde_json::json!({})).await;
+    let next = workflows
+        .enqueuer()
+        .enqueue(&NewJob::new().after(up.clone()))
+        .await
+        .unwrap()
+        .id();
+    // A key-share lock on the dependent (what a foreign key's check takes)
+    // blocks `FOR UPDATE`, not the release's own `UPDATE`: a completion that
+    // sees no other edge releases with that `UPDATE` alone, and does not wait.
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR KEY SHARE")
+        .bind(next)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '1s'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    complete_in(&mut tx, up[0]).await;
+    tx.commit().await.unwrap();
+    holder.commit().await.unwrap();
+    assert_eq!(db.state(next).await, "queued");
+}
+
 /// Transactional handling: the first attempt of a job whose payload says
 /// `"kill": true` terminates its own transaction's backend after its write,
 /// so its completion is lost with the connection (and rolled back).

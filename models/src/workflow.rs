@@ -4,12 +4,15 @@
 //! runs in the transaction that completes an upstream job: it deletes the
 //! job's edges, then for each dependent probes its other edges (`FOR KEY
 //! SHARE SKIP LOCKED`, highest first); an edge found is locked, and its
-//! deleter releases the dependent later; none found, it locks the dependent
-//! `FOR UPDATE` and, with a snapshot taken after that lock, sets it `queued`
-//! if it is `pending` with no edge left. A dependent enqueued later
-//! (`enqueue/after.rs`, `sql::lock_upstreams` in `sql/workflow.rs`, the SQL
-//! `wait_for`) locks its upstream rows `FOR SHARE` and waits only for those
-//! not completed.
+//! deleter releases the dependent later. None found, it first tries the
+//! release with a fresh snapshot and no lock (`UPDATE … pending AND NOT
+//! EXISTS (edges)`: seeing no edge, every other deleter has committed, and
+//! each saw this one's edge); if that updates nothing, it locks the
+//! dependent `FOR UPDATE` and, with a snapshot taken after that lock, sets
+//! it `queued` if it is `pending` with no edge left. A dependent enqueued
+//! later (`enqueue/after.rs`, `sql::lock_upstreams` in `sql/workflow.rs`,
+//! the SQL `wait_for`) locks its upstream rows `FOR SHARE` and waits only
+//! for those not completed.
 //!
 //! **The model.** Completions interleave statement by statement (READ
 //! COMMITTED: a statement sees what was committed when it started, and its
@@ -71,6 +74,9 @@ pub enum Edge {
 pub enum Step {
     /// `PERFORM … FOR KEY SHARE SKIP LOCKED`.
     Probe,
+    /// The release without a lock first: `UPDATE … pending AND NOT EXISTS …`
+    /// (it waits for the row only if it sees no edge, and so updates it).
+    FastUpdate,
     /// `PERFORM 1 FROM table WHERE id = dep FOR UPDATE`.
     LockDep,
     /// `UPDATE table SET state = 'queued' WHERE … pending AND NOT EXISTS …`.
@@ -187,6 +193,9 @@ impl WorkflowModel {
             s.key_share[self.edge(d, t)] & !(1 << t)
         } else if tr.step != Step::Probe
             && let Some(&d) = tr.plan.get(tr.at)
+            // Seeing an edge, the fast release's one-time filter is false: it
+            // touches no row, so it waits for none.
+            && !(tr.step == Step::FastUpdate && self.any_edge_visible(s, t, d))
         {
             let holder = s.dep_lock[usize::from(d)].filter(|&h| h != t);
             holder.map_or(0, |h| 1 << h)
@@ -245,8 +254,22 @@ impl WorkflowModel {
                 }
                 Some(match self.variant {
                     Variant::NoRecheck => Step::Update,
-                    _ => Step::LockDep,
+                    _ => Step::FastUpdate,
                 })
+            }
+            Step::FastUpdate => {
+                // Evaluated once the row is free: edges only go (an aborted
+                // delete's edge was visible all along), so a statement that
+                // saw none at its start sees none then either.
+                if self.any_edge_visible(n, u, d) {
+                    return Some(Step::LockDep);
+                }
+                if n.releases[di] == 0 && n.queued_by[di].is_none() {
+                    n.queued_by[di] = Some(u);
+                    n.dep_lock[di] = Some(u);
+                    return None;
+                }
+                Some(Step::LockDep) // FOUND false: the locked path, harmless
             }
             Step::LockDep => {
                 n.dep_lock[di] = Some(u);
