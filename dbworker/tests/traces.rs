@@ -1013,23 +1013,7 @@ async fn killed_attempt_is_linked(handling: Handling) {
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dbworker_killed_child'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if left == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the child's backends live on"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.wait_for_killed_child_backends().await;
     assert_eq!(db.state(id).await, "processing", "{handling:?}: stranded");
     let progress: String = db
         .scalar("SELECT progress::text FROM jobs WHERE id = $1", id)

@@ -292,8 +292,16 @@ impl Db {
         }
         process.kill().unwrap(); // SIGKILL
         process.wait().unwrap();
-        // A statement the child had sent still runs to its end (a claim in
-        // flight commits after the kill): count once its backends are gone.
+        self.wait_for_killed_child_backends().await;
+        let stranded = self.count("processing").await;
+        assert!(stranded > 0, "the kill left claimed jobs behind");
+        stranded
+    }
+
+    /// Waits until the backends of a killed child (connected with
+    /// `application_name=dbworker_killed_child`) are gone: a statement it had
+    /// sent still runs to its end (a claim in flight commits after the kill).
+    pub async fn wait_for_killed_child_backends(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let left: i64 = sqlx::query_scalar(
@@ -311,9 +319,6 @@ impl Db {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let stranded = self.count("processing").await;
-        assert!(stranded > 0, "the kill left claimed jobs behind");
-        stranded
     }
 
     /// Runs DDL (or any statements) on the test database.
