@@ -200,11 +200,10 @@ async fn the_hot_layouts_archive_is_checked_at_start_up_and_takes_its_rows() {
     .await;
     let mut o = PurgeOptions::new();
     o.archive_table = Some("old_archive".into());
-    let err = Purger::new(&db.pool, &db.table().await, o)
-        .await
-        .err()
-        .expect("an archive without the live column is refused")
-        .to_string();
+    let Err(err) = Purger::new(&db.pool, &db.table().await, o).await else {
+        panic!("an archive without the live column is refused");
+    };
+    let err = err.to_string();
     assert!(
         err.contains("archive table old_archive has no column dbworker_live"),
         "{err}"
