@@ -48,11 +48,7 @@ pub(super) fn queue_room(o: &StoreParams, limits: &Relation, queue: &str) -> Sel
     let c = &o.columns;
     let l = quote(&limits.alias);
     // On the HOT layout, through its live index instead.
-    let live = if c.live {
-        format!(" AND \"dbworker_busy\".{}", quote(crate::columns::LIVE))
-    } else {
-        String::new()
-    };
+    let live = super::and_live("\"dbworker_busy\"", c);
     let busy = format!(
         "(SELECT count(*) FROM {} AS \"dbworker_busy\" WHERE \"dbworker_busy\".{} = 'processing'{live} AND \"dbworker_busy\".{}::text = {l}.\"queue\")",
         o.table.quoted(),
