@@ -185,12 +185,19 @@ async fn a_description_the_database_does_not_match_is_named_before_any_service_s
 /// the state the claim changes.
 #[tokio::test]
 async fn the_hot_layouts_claims_read_its_index_and_are_hot_updates() {
-    for (db, hot) in [(Db::hot().await, true), (Db::new().await, false)] {
+    // Each way the docs describe a table finds the layout: named columns,
+    // or detected ones.
+    let detected = || JobTableOptions::detected("jobs");
+    for (db, hot, options) in [
+        (Db::hot().await, true, Db::table_options()),
+        (Db::hot().await, true, detected()),
+        (Db::new().await, false, Db::table_options()),
+    ] {
         db.enqueue(200, json!({})).await;
         // A pool of its own: its backends report their statistics when they
         // exit, so the counts below are complete once it is closed.
         let pool = sqlx::PgPool::connect(db.db.url()).await.unwrap();
-        let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
+        let table = JobTable::new(&pool, options).await.unwrap();
         let store: DbStore<Job> = DbStore::new(&pool, &table, Db::options_for_tests())
             .await
             .unwrap();
