@@ -957,8 +957,6 @@ async fn killed_attempt_is_linked(handling: Handling) {
         .await
         .unwrap()
         .id();
-    let url = db.db.url();
-    let sep = if url.contains('?') { '&' } else { '?' };
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -966,10 +964,7 @@ async fn killed_attempt_is_linked(handling: Handling) {
             "--ignored",
             "--nocapture",
         ])
-        .env(
-            KILLED_CHILD_ENV,
-            format!("{url}{sep}application_name=dbworker_killed_child"),
-        )
+        .env(KILLED_CHILD_ENV, db.killed_child_url())
         .env(
             KILLED_CHILD_HANDLING,
             format!("{handling:?}").to_lowercase(),

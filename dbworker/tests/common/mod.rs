@@ -270,11 +270,7 @@ impl Db {
     /// left `processing`, asserting that there are some.
     pub async fn kill_worker_process(&self, child: &str, env: &str, completed: i64) -> i64 {
         use std::process::{Command, Stdio};
-        // The child's connections carry a name, so the count below can wait
-        // for the server to finish what they were running when it died.
-        let url = self.db.url();
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let url = format!("{url}{sep}application_name=dbworker_killed_child");
+        let url = self.killed_child_url();
         let mut process = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", child, "--ignored", "--nocapture"])
             .env(env, &url)
@@ -296,6 +292,15 @@ impl Db {
         let stranded = self.count("processing").await;
         assert!(stranded > 0, "the kill left claimed jobs behind");
         stranded
+    }
+
+    /// The test database's URL for a child process the test will kill: its
+    /// connections carry a name, so [`Self::wait_for_killed_child_backends`]
+    /// can wait for the server to finish what they were running.
+    pub fn killed_child_url(&self) -> String {
+        let url = self.db.url();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}application_name=dbworker_killed_child")
     }
 
     /// Waits until the backends of a killed child (connected with
