@@ -154,9 +154,15 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         workflows: true,
         ..a.clone()
     };
+    let mut hot = a.clone();
+    hot.columns.live = true;
     let finished = counts_finished(&a, Duration::from_secs(3600));
     vec![
         ("counts_live", counts_live(&a, Duration::from_secs(30))),
+        (
+            "counts_live_hot",
+            counts_live(&hot, Duration::from_secs(30)),
+        ),
         (
             "counts_live_with_workflows",
             counts_live(&workflows, Duration::from_secs(30)),

@@ -115,10 +115,13 @@ fn live_stats(t: &Relation, c: &Columns, queue_column: Option<&str>) -> Statemen
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let t = super::fixtures::resolved(false);
+    let hot = super::fixtures::on_hot_layout(t.clone());
     vec![
         ("queued_count", queued_count(&t)),
         ("any_queued", any_queued(&t)),
         ("max_age_in_queue", max_age_in_queue(&t)),
         ("queue_stats", queue_stats(&super::fixtures::paused())),
+        ("queued_count_hot", queued_count(&hot)),
+        ("queue_stats_hot", queue_stats(&hot)),
     ]
 }
