@@ -40,6 +40,7 @@ mod heartbeat;
 mod history;
 mod job_history;
 mod known_types;
+mod literal;
 mod marks;
 mod partition_keys;
 mod partitions;

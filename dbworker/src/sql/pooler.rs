@@ -29,6 +29,17 @@
 //! again once on that error (the types are known by then, and its own
 //! transaction rolled back).
 //!
+//! One message where it can: a statement whose values can be written into
+//! its text (`literal.rs`) and whose rows are known to read the same from
+//! text (`known_types.rs`; a statement returning no rows qualifies at once)
+//! goes as one simple-protocol Query message. The server runs it in an
+//! implicit transaction of its own, or in the caller's, and nothing is
+//! prepared, so it needs neither the wrap nor the savepoint below: one round
+//! trip instead of four. A statement is sent the prepared way until one of
+//! its runs has shown what its rows hold, and always when its rows are an
+//! application's records (`fetch_records`), which the application's own
+//! `FromRow` may read only in binary.
+//!
 //! In a caller's transaction, where a failure would abort the caller's work,
 //! a statement returning rows whose result types this process has not yet
 //! seen to be built-in ones runs behind a savepoint: on that error it is
@@ -45,7 +56,7 @@ use sqlx::postgres::{PgConnectOptions, PgQueryResult, PgRow};
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres};
 
 use super::Statement;
-use super::known_types;
+use super::{known_types, literal};
 
 /// How a pool reaches PostgreSQL. The process-wide default is set once at
 /// start-up with [`set_pooler`] (or the `DBWORKER_POOLER` and
@@ -328,7 +339,6 @@ async fn in_callers_transaction(
     if matches!(how, Fetch::Execute) || known_types::builtin(&statement.sql) {
         return fetch(statement, conn, how, false).await;
     }
-    let sql = statement.sql.clone();
     let again = Statement {
         sql: statement.sql.clone(),
         values: statement.values.clone(),
@@ -346,7 +356,6 @@ async fn in_callers_transaction(
     savepoint(Savepoint::Release)
         .execute_simple(&mut *conn)
         .await?;
-    known_types::record(&sql, fetched.rows());
     Ok(fetched)
 }
 
@@ -380,23 +389,63 @@ fn unnamed_statement_lost(err: &sqlx::Error) -> bool {
     crate::error::has_sqlstate(err, "26000")
 }
 
+/// Whether rows come back as text may be read: not an application's records.
+#[derive(Clone, Copy, PartialEq)]
+enum Rows {
+    Ours,
+    Records,
+}
+
+/// Runs `sql` (its values already in its text) as one simple-protocol
+/// message.
+async fn simple<'e, E: Executor<'e, Database = Postgres>>(
+    sql: String,
+    on: E,
+    how: Fetch,
+) -> sqlx::Result<Fetched> {
+    let q = sqlx::raw_sql(sqlx::AssertSqlSafe(sql));
+    Ok(match how {
+        Fetch::Execute => Fetched::Done(q.execute(on).await?),
+        Fetch::All => Fetched::All(q.fetch_all(on).await?),
+        Fetch::One => Fetched::One(q.fetch_one(on).await?),
+        Fetch::Optional => Fetched::Optional(q.fetch_optional(on).await?),
+    })
+}
+
 impl Statement {
-    async fn run(self, on: On<'_>, how: Fetch) -> sqlx::Result<Fetched> {
+    /// The statement as one simple-protocol message, when that reads its
+    /// rows the same (see the module's doc).
+    fn as_simple(&self, how: Fetch, rows: Rows) -> Option<String> {
+        let text_rows = matches!(how, Fetch::Execute)
+            || (rows == Rows::Ours && known_types::text_safe(&self.sql));
+        text_rows.then(|| literal::inline(self)).flatten()
+    }
+
+    async fn run(self, on: On<'_>, how: Fetch, rows: Rows) -> sqlx::Result<Fetched> {
         let pooled = on.transaction_mode();
-        match on {
-            On::Pool(pool) if pooled => wrapped(self, &mut *pool.acquire().await?, how).await,
-            On::Pool(pool) => fetch(self, pool, how, true).await,
-            On::Conn(conn, _) if pooled && !conn.is_in_transaction() => {
-                wrapped(self, conn, how).await
-            }
-            On::Conn(conn, _) if pooled => in_callers_transaction(self, conn, how).await,
-            On::Conn(conn, _) => fetch(self, conn, how, true).await,
+        if pooled && let Some(sql) = self.as_simple(how, rows) {
+            return match on {
+                On::Pool(pool) => simple(sql, pool, how).await,
+                On::Conn(conn, _) => simple(sql, conn, how).await,
+            };
         }
+        let sql = self.sql.clone();
+        let fetched = match on {
+            On::Pool(pool) if pooled => wrapped(self, &mut *pool.acquire().await?, how).await?,
+            On::Pool(pool) => return fetch(self, pool, how, true).await,
+            On::Conn(conn, _) if pooled && !conn.is_in_transaction() => {
+                wrapped(self, conn, how).await?
+            }
+            On::Conn(conn, _) if pooled => in_callers_transaction(self, conn, how).await?,
+            On::Conn(conn, _) => return fetch(self, conn, how, true).await,
+        };
+        known_types::record(&sql, fetched.rows());
+        Ok(fetched)
     }
 
     /// Runs the statement; how many rows it changed.
     pub(crate) async fn execute<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<PgQueryResult> {
-        match self.run(on.into(), Fetch::Execute).await? {
+        match self.run(on.into(), Fetch::Execute, Rows::Ours).await? {
             Fetched::Done(done) => Ok(done),
             _ => unreachable!("asked to execute"),
         }
@@ -404,7 +453,16 @@ impl Statement {
 
     /// Runs the statement; every row it returned.
     pub(crate) async fn fetch_all<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<Vec<PgRow>> {
-        match self.run(on.into(), Fetch::All).await? {
+        match self.run(on.into(), Fetch::All, Rows::Ours).await? {
+            Fetched::All(rows) => Ok(rows),
+            _ => unreachable!("asked for all rows"),
+        }
+    }
+
+    /// Runs a statement whose rows are an application's records (read by its
+    /// `FromRow`): every row it returned, read from binary in every mode.
+    pub(crate) async fn fetch_records<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<Vec<PgRow>> {
+        match self.run(on.into(), Fetch::All, Rows::Records).await? {
             Fetched::All(rows) => Ok(rows),
             _ => unreachable!("asked for all rows"),
         }
@@ -412,7 +470,7 @@ impl Statement {
 
     /// Runs the statement; its one row (an error without one).
     pub(crate) async fn fetch_one<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<PgRow> {
-        match self.run(on.into(), Fetch::One).await? {
+        match self.run(on.into(), Fetch::One, Rows::Ours).await? {
             Fetched::One(row) => Ok(row),
             _ => unreachable!("asked for one row"),
         }
@@ -423,7 +481,7 @@ impl Statement {
         self,
         on: impl Into<On<'a>>,
     ) -> sqlx::Result<Option<PgRow>> {
-        match self.run(on.into(), Fetch::Optional).await? {
+        match self.run(on.into(), Fetch::Optional, Rows::Ours).await? {
             Fetched::Optional(row) => Ok(row),
             _ => unreachable!("asked for an optional row"),
         }
