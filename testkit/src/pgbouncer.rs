@@ -275,6 +275,32 @@ impl Bouncer {
             .get(0)
     }
 
+    /// PgBouncer's counts for the database since it started, from its
+    /// console's `SHOW STATS` (`auth_type = any` lets any user in):
+    /// (transactions, queries), where each exchange ending in a
+    /// ReadyForQuery is one query.
+    pub async fn counts(&self) -> (i64, i64) {
+        use sqlx::{Connection, Row};
+        let console = format!("postgres://postgres@127.0.0.1:{}/pgbouncer", self.port);
+        let mut conn = sqlx::PgConnection::connect(&console)
+            .await
+            .expect("PgBouncer's console");
+        // The console speaks only the simple protocol; its rows are text.
+        let rows = sqlx::raw_sql("SHOW STATS")
+            .fetch_all(&mut conn)
+            .await
+            .expect("SHOW STATS");
+        let text = |row: &sqlx::postgres::PgRow, column: &str| -> String {
+            row.try_get_unchecked(column).expect(column)
+        };
+        let row = rows
+            .iter()
+            .find(|r| text(r, "database") == self.database)
+            .expect("the database's row");
+        let count = |column| text(row, column).parse().expect("a count");
+        (count("total_xact_count"), count("total_query_count"))
+    }
+
     /// PgBouncer's log so far.
     pub fn log(&self) -> String {
         fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()

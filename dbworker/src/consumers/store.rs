@@ -237,7 +237,7 @@ where
         let (rows, last) = match self.o.scopes.get(&consumer) {
             None => {
                 let rows = sql::log_slice(&self.o, checkpoint.pair(), self.o.slice_size)
-                    .fetch_records(&mut *tx)
+                    .fetch_all(&mut *tx)
                     .await
                     .map_err(Error::db("log_slice"))?;
                 let Some(last) = rows.last().map(point) else {
@@ -265,7 +265,7 @@ where
                     types.clone(),
                     self.o.slice_size,
                 )
-                .fetch_records(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(Error::db("log_scoped_slice"))?;
                 let full = rows.len() >= self.o.slice_size as usize;

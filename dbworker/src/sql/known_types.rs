@@ -26,10 +26,11 @@ const BUILTIN: [u32; 37] = [
 /// binary form, with the session settings sqlx connects with (`DateStyle`
 /// ISO, `TimeZone` UTC): no `"char"` (its text is the character, not the
 /// number), no interval (sqlx refuses its text form), no numeric, no
-/// bytea (its text form depends on the server's `bytea_output`).
+/// bytea (its text form depends on the server's `bytea_output`), no `text[]`
+/// (sqlx reads an element `"NULL"` from text as a NULL).
 const TEXT_SAFE: [u32; 20] = [
-    16, 19, 20, 21, 23, 25, 26, 114, 700, 701, 1000, 1005, 1007, 1009, 1016, 1042, 1043, 1114,
-    1184, 3802,
+    16, 19, 20, 21, 23, 25, 26, 114, 199, 700, 701, 1000, 1005, 1007, 1016, 1042, 1043, 1114, 1184,
+    3802,
 ];
 
 /// The most statement texts remembered: a statement whose text varies (a
@@ -96,7 +97,11 @@ mod tests {
     fn every_text_safe_type_is_builtin_and_none_reads_differently_from_text() {
         assert!(TEXT_SAFE.windows(2).all(|w| w[0] < w[1]));
         assert!(TEXT_SAFE.iter().all(|oid| BUILTIN.contains(oid)));
-        // "char", interval, numeric.
-        assert!([18, 1186, 1700].iter().all(|oid| !TEXT_SAFE.contains(oid)));
+        // "char", bytea, interval, numeric, text[].
+        assert!(
+            [18, 17, 1186, 1700, 1009]
+                .iter()
+                .all(|oid| !TEXT_SAFE.contains(oid))
+        );
     }
 }

@@ -36,9 +36,10 @@
 //! implicit transaction of its own, or in the caller's, and nothing is
 //! prepared, so it needs neither the wrap nor the savepoint below: one round
 //! trip instead of four. A statement is sent the prepared way until one of
-//! its runs has shown what its rows hold, and always when its rows are an
-//! application's records (`fetch_records`), which the application's own
-//! `FromRow` may read only in binary.
+//! its runs has shown what its rows hold. An application's records read from
+//! text too, when all their columns are of those built-in types: sqlx's own
+//! decoders read both forms, and so must a hand-written `Decode` (a record
+//! that fails to scan fails its job with the reason).
 //!
 //! In a caller's transaction, where a failure would abort the caller's work,
 //! a statement returning rows whose result types this process has not yet
@@ -389,13 +390,6 @@ fn unnamed_statement_lost(err: &sqlx::Error) -> bool {
     crate::error::has_sqlstate(err, "26000")
 }
 
-/// Whether rows come back as text may be read: not an application's records.
-#[derive(Clone, Copy, PartialEq)]
-enum Rows {
-    Ours,
-    Records,
-}
-
 /// Runs `sql` (its values already in its text) as one simple-protocol
 /// message.
 async fn simple<'e, E: Executor<'e, Database = Postgres>>(
@@ -415,15 +409,14 @@ async fn simple<'e, E: Executor<'e, Database = Postgres>>(
 impl Statement {
     /// The statement as one simple-protocol message, when that reads its
     /// rows the same (see the module's doc).
-    fn as_simple(&self, how: Fetch, rows: Rows) -> Option<String> {
-        let text_rows = matches!(how, Fetch::Execute)
-            || (rows == Rows::Ours && known_types::text_safe(&self.sql));
+    fn as_simple(&self, how: Fetch) -> Option<String> {
+        let text_rows = matches!(how, Fetch::Execute) || known_types::text_safe(&self.sql);
         text_rows.then(|| literal::inline(self)).flatten()
     }
 
-    async fn run(self, on: On<'_>, how: Fetch, rows: Rows) -> sqlx::Result<Fetched> {
+    async fn run(self, on: On<'_>, how: Fetch) -> sqlx::Result<Fetched> {
         let pooled = on.transaction_mode();
-        if pooled && let Some(sql) = self.as_simple(how, rows) {
+        if pooled && let Some(sql) = self.as_simple(how) {
             return match on {
                 On::Pool(pool) => simple(sql, pool, how).await,
                 On::Conn(conn, _) => simple(sql, conn, how).await,
@@ -445,7 +438,7 @@ impl Statement {
 
     /// Runs the statement; how many rows it changed.
     pub(crate) async fn execute<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<PgQueryResult> {
-        match self.run(on.into(), Fetch::Execute, Rows::Ours).await? {
+        match self.run(on.into(), Fetch::Execute).await? {
             Fetched::Done(done) => Ok(done),
             _ => unreachable!("asked to execute"),
         }
@@ -453,16 +446,7 @@ impl Statement {
 
     /// Runs the statement; every row it returned.
     pub(crate) async fn fetch_all<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<Vec<PgRow>> {
-        match self.run(on.into(), Fetch::All, Rows::Ours).await? {
-            Fetched::All(rows) => Ok(rows),
-            _ => unreachable!("asked for all rows"),
-        }
-    }
-
-    /// Runs a statement whose rows are an application's records (read by its
-    /// `FromRow`): every row it returned, read from binary in every mode.
-    pub(crate) async fn fetch_records<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<Vec<PgRow>> {
-        match self.run(on.into(), Fetch::All, Rows::Records).await? {
+        match self.run(on.into(), Fetch::All).await? {
             Fetched::All(rows) => Ok(rows),
             _ => unreachable!("asked for all rows"),
         }
@@ -470,7 +454,7 @@ impl Statement {
 
     /// Runs the statement; its one row (an error without one).
     pub(crate) async fn fetch_one<'a>(self, on: impl Into<On<'a>>) -> sqlx::Result<PgRow> {
-        match self.run(on.into(), Fetch::One, Rows::Ours).await? {
+        match self.run(on.into(), Fetch::One).await? {
             Fetched::One(row) => Ok(row),
             _ => unreachable!("asked for one row"),
         }
@@ -481,7 +465,7 @@ impl Statement {
         self,
         on: impl Into<On<'a>>,
     ) -> sqlx::Result<Option<PgRow>> {
-        match self.run(on.into(), Fetch::Optional, Rows::Ours).await? {
+        match self.run(on.into(), Fetch::Optional).await? {
             Fetched::Optional(row) => Ok(row),
             _ => unreachable!("asked for an optional row"),
         }

@@ -60,7 +60,7 @@ impl<R: Record> DbStore<R> {
             super::limited::claim(&self.pool, o, limit.max(1), claim).await?
         } else {
             claim(limit, sql::LimitedClaim::Serialized)
-                .fetch_records(&self.pool)
+                .fetch_all(&self.pool)
                 .await
                 .map_err(Error::db("claim"))?
         };
@@ -110,7 +110,7 @@ impl<R: Record> DbStore<R> {
         // One read for the whole batch, through the view.
         if !leases.is_empty() {
             let ids = leases.iter().map(|l| l.id).collect();
-            match sql::select_records(o, ids).fetch_records(&self.pool).await {
+            match sql::select_records(o, ids).fetch_all(&self.pool).await {
                 Ok(rows) => {
                     let mut by_id: HashMap<i64, PgRow> = rows
                         .into_iter()

@@ -50,7 +50,7 @@ pub(super) async fn claim(
     let mut rows = Vec::new();
     if lane.is_some() {
         rows = build(in_lane, LimitedClaim::Lane { threshold })
-            .fetch_records(sql::On::conn_of(pool, &mut tx))
+            .fetch_all(sql::On::conn_of(pool, &mut tx))
             .await
             .map_err(Error::db("claim"))?;
         tx.commit().await.map_err(Error::db("commit"))?;
@@ -68,7 +68,7 @@ pub(super) async fn claim(
         .map_err(Error::db("claim_lock"))?;
     rows.extend(
         build(rest, LimitedClaim::Serialized)
-            .fetch_records(sql::On::conn_of(pool, &mut tx))
+            .fetch_all(sql::On::conn_of(pool, &mut tx))
             .await
             .map_err(Error::db("claim"))?,
     );
