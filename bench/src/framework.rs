@@ -269,6 +269,9 @@ pub(crate) struct ChildArgs {
     /// `url` is a transaction pooler's (`Pooler::Transaction`).
     #[arg(long)]
     pooler: bool,
+    /// The pool's connections; default: what the handlers need.
+    #[arg(long)]
+    connections: Option<u32>,
 }
 
 /// The worker process: burns down the queued jobs, then prints its peak RSS.
@@ -277,7 +280,10 @@ pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
         dbworker::set_pooler(dbworker::Pooler::Transaction { listen_url: None });
     }
     let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(pool_size(args.mode, args.handlers))
+        .max_connections(
+            args.connections
+                .unwrap_or_else(|| pool_size(args.mode, args.handlers)),
+        )
         .test_before_acquire(false)
         .connect(&args.url)
         .await?;

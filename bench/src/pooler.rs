@@ -29,6 +29,11 @@ pub(crate) struct PoolerRun {
     /// processes of the same handlers.
     pub(crate) direct_same: Run,
     pub(crate) same_processes: usize,
+    /// Direct, the same processes and handlers, their pools sharing out as
+    /// many connections as PgBouncer's server pool: what differs from the
+    /// pooled run is PgBouncer alone.
+    /// Heartbeat handling only (see `run`).
+    pub(crate) direct_shared: Option<Run>,
     pub(crate) pooled: Run,
     pub(crate) floor: Run,
 }
@@ -66,17 +71,32 @@ pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<Poole
         (Mode::Heartbeat, sizes.jobs),
         (Mode::Transactional, sizes.tx_jobs),
     ] {
-        let burn = async |url: &str, pooler: bool, processes: usize| {
-            let spawn = Spawn { url, mode, pooler };
+        let burn = async |url: &str, pooler: bool, processes: usize, connections| {
+            let spawn = Spawn {
+                url,
+                mode,
+                pooler,
+                connections,
+            };
             processes::run_as(bench, &spawn, processes, sizes.handlers, jobs, sizes.batch).await
         };
-        let direct = burn(bench.url(), false, sizes.processes).await?;
+        let direct = burn(bench.url(), false, sizes.processes, None).await?;
         let per_process = crate::framework::pool_size(mode, sizes.handlers);
         let same_processes = usize::try_from(SERVER_CONNECTIONS / per_process.max(1))
             .unwrap_or(1)
             .clamp(1, sizes.processes);
-        let direct_same = burn(bench.url(), false, same_processes).await?;
-        let mut pooled = burn(&pgbouncer.url(), true, sizes.processes).await?;
+        let direct_same = burn(bench.url(), false, same_processes, None).await?;
+        // Transactional handling refuses a pool smaller than its handlers
+        // need (each running job holds a connection): only PgBouncer, which
+        // queues the clients, shares so few among so many handlers.
+        let direct_shared = match mode {
+            Mode::Heartbeat => {
+                let connections = Some(SERVER_CONNECTIONS);
+                Some(burn(bench.url(), false, sizes.processes, connections).await?)
+            }
+            Mode::Transactional => None,
+        };
+        let mut pooled = burn(&pgbouncer.url(), true, sizes.processes, None).await?;
         pooled.connections = SERVER_CONNECTIONS;
         bench.prepare(0, jobs, sizes.batch).await?;
         let floor = match mode {
@@ -89,12 +109,13 @@ pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<Poole
             }
         };
         crate::progress(format_args!(
-            "pooler: {mode}, {} × {} handlers: direct {:.0} jobs/s ({same_processes} × {}: {:.0}), PgBouncer {:.0} jobs/s, floor {:.0} jobs/s",
+            "pooler: {mode}, {} × {} handlers: direct {:.0} jobs/s ({same_processes} × {}: {:.0}; on {SERVER_CONNECTIONS} connections in all: {:?}), PgBouncer {:.0} jobs/s, floor {:.0} jobs/s",
             sizes.processes,
             sizes.handlers,
             direct.rate(),
             sizes.handlers,
             direct_same.rate(),
+            direct_shared.as_ref().map(|r| r.rate().round()),
             pooled.rate(),
             floor.rate()
         ));
@@ -105,6 +126,7 @@ pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<Poole
             direct,
             direct_same,
             same_processes,
+            direct_shared,
             pooled,
             floor,
         });
@@ -121,15 +143,23 @@ pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
         .iter()
         .flat_map(|r| {
             [
-                ("direct", &r.direct, r.processes),
+                ("direct", Some(&r.direct), r.processes),
                 (
                     "direct, as few connections as PgBouncer's",
-                    &r.direct_same,
+                    Some(&r.direct_same),
                     r.same_processes,
                 ),
-                ("PgBouncer, transaction mode", &r.pooled, r.processes),
+                (
+                    "direct, pools sharing PgBouncer's connections",
+                    r.direct_shared.as_ref(),
+                    r.processes,
+                ),
+                ("PgBouncer, transaction mode", Some(&r.pooled), r.processes),
             ]
+            .into_iter()
+            .filter_map(|(how, run, processes)| Some((how, run?, processes)))
             .map(|(how, run, processes)| {
+                let shared = r.direct_shared.as_ref().map(Run::rate);
                 vec![
                     r.mode.to_string(),
                     how.to_owned(),
@@ -139,9 +169,11 @@ pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
                     rate(run.rate()),
                     format!("{:.2}", run.rate() / r.direct.rate().max(1e-9)),
                     format!("{:.2}", run.rate() / r.direct_same.rate().max(1e-9)),
+                    shared.map_or("—".into(), |s| format!("{:.2}", run.rate() / s.max(1e-9))),
                     format!("{:.2}", run.rate() / r.floor.rate().max(1e-9)),
                 ]
             })
+            .collect::<Vec<_>>()
         })
         .collect();
     Some(Table {
@@ -156,7 +188,8 @@ pub(crate) fn table(runs: &[PoolerRun]) -> Option<Table> {
             "jobs",
             "jobs/s",
             "÷ direct",
-            "÷ direct, same server conns",
+            "÷ direct, fewer processes",
+            "÷ direct, same processes and server conns",
             "÷ floor",
         ],
         rows,

@@ -17,6 +17,9 @@ pub(crate) struct Spawn<'a> {
     pub(crate) mode: Mode,
     /// Behind a transaction pooler (`Pooler::Transaction`).
     pub(crate) pooler: bool,
+    /// The connections of all the processes' pools together, shared out
+    /// evenly; default: each process as many as its handlers need.
+    pub(crate) connections: Option<u32>,
 }
 
 /// Burns down `jobs` queued jobs with `processes` worker processes of
@@ -32,6 +35,7 @@ pub(crate) async fn run(
         url: bench.url(),
         mode: Mode::Heartbeat,
         pooler: false,
+        connections: None,
     };
     run_as(bench, &spawn, processes, handlers, jobs, batch).await
 }
@@ -48,7 +52,9 @@ pub(crate) async fn run_as(
     bench.prepare(0, jobs, batch).await?;
     let me = std::env::current_exe()?;
     let mut children = Vec::with_capacity(processes);
-    for _ in 0..processes {
+    let n = u32::try_from(processes.max(1)).unwrap_or(u32::MAX);
+    let share = |i: u32| spawn.connections.map(|all| (all / n + u32::from(i < all % n)).max(1));
+    for i in 0..n {
         children.push(
             tokio::process::Command::new(&me)
                 .args([
@@ -60,6 +66,7 @@ pub(crate) async fn run_as(
                 ])
                 .args(["--handlers", &handlers.to_string()])
                 .args(spawn.pooler.then_some("--pooler"))
+                .args(share(i).map(|c| format!("--connections={c}")))
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .kill_on_drop(true)
@@ -102,6 +109,8 @@ pub(crate) async fn run_as(
         elapsed: Duration::from_secs_f64((last - first).max(1e-6)),
         per_second: Vec::new(),
         statements: None,
-        connections: u32::try_from(processes).unwrap_or(u32::MAX) * pool_size(spawn.mode, handlers),
+        connections: spawn
+            .connections
+            .unwrap_or_else(|| n * pool_size(spawn.mode, handlers)),
     })
 }
