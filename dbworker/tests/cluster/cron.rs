@@ -2,6 +2,7 @@
 //! enqueue each tick exactly once, ticks missed during downtime follow the
 //! backfill policy, and a running scheduler ticks until it is stopped.
 
+use crate::TIMED;
 use crate::common;
 
 use dbworker::Service;
@@ -62,6 +63,7 @@ async fn jobs_of(db: &Db, name: &str) -> i64 {
 
 #[tokio::test]
 async fn four_schedulers_enqueue_each_tick_exactly_once() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let mut schedulers = Vec::new();
     for _ in 0..4 {
@@ -96,6 +98,7 @@ async fn four_schedulers_enqueue_each_tick_exactly_once() {
 /// `run` ticks every interval (1 s by default) until its token fires.
 #[tokio::test]
 async fn run_enqueues_each_tick_until_stopped() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let s = scheduler(&db, "run", "* * * * * *", Backfill::default()).await;
     let stop = tokio_util::sync::CancellationToken::new();
@@ -120,6 +123,7 @@ async fn run_enqueues_each_tick_until_stopped() {
 
 #[tokio::test]
 async fn missed_ticks_run_once_or_are_skipped() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     // Every 1 January at midnight; the last tick recorded three years ago.
     let yearly = "0 0 1 1 *";
@@ -153,6 +157,7 @@ async fn missed_ticks_run_once_or_are_skipped() {
 
 #[tokio::test]
 async fn bad_expressions_and_a_missing_cron_table_are_named() {
+    let _shared = TIMED.read().await;
     let db = Db::new().await;
     let err = Scheduler::new(&db.pool, &db.table().await, SchedulerOptions::default())
         .await

@@ -3,6 +3,7 @@
 //! enqueue; schedules that can never be enqueued (a payload holding NUL) or
 //! never fire (February 30) are refused up front, naming the line.
 
+use crate::TIMED;
 use crate::common;
 use crate::fixtures::cron as cron_table;
 
@@ -23,6 +24,7 @@ async fn make_due(db: &Db) {
 
 #[tokio::test]
 async fn a_failing_schedule_is_named_and_the_others_still_enqueue() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     // The first fails at every tick: its job sets a column the table lacks.
     let crontab = Crontab::parse("# the rollup\n* * * * * rollup ?fill=1h {\"n\": 1}\n").unwrap();
@@ -88,6 +90,7 @@ async fn a_failing_schedule_is_named_and_the_others_still_enqueue() {
 
 #[tokio::test]
 async fn schedules_that_cannot_enqueue_or_never_fire_are_refused_up_front() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     for (text, why) in [
         (
@@ -137,6 +140,7 @@ async fn schedules_that_cannot_enqueue_or_never_fire_are_refused_up_front() {
 /// other lines enqueue. In code, `add` refuses it up front.
 #[tokio::test]
 async fn an_unknown_time_zone_fails_its_schedule_alone() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let crontab = Crontab::parse(
         "# two reports\nCRON_TZ=Europe/Berln * * * * * berlin\nCRON_TZ=Europe/Berlin * * * * * fine\n",

@@ -5,6 +5,7 @@
 //! last job, and a cron table made before those columns is named with the
 //! statement that upgrades it.
 
+use crate::TIMED;
 use crate::common;
 use crate::fixtures::cron as cron_table;
 
@@ -27,6 +28,7 @@ const LOCAL: &str = "(payload->'_cron'->>'ts')::timestamptz AT TIME ZONE 'Europe
 /// time, or 03:00 on the night 02:30 does not exist.
 #[tokio::test]
 async fn a_berlin_schedule_enqueues_once_per_local_tick_across_both_changes() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let since = "2025-10-24 12:00:00+00";
     let days: i64 = sqlx::query_scalar(
@@ -134,6 +136,7 @@ async fn a_berlin_schedule_enqueues_once_per_local_tick_across_both_changes() {
 /// A schedule whose expression or zone changes has its row updated.
 #[tokio::test]
 async fn a_changed_expression_or_zone_is_recorded() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let table = table(&db).await;
     let row = || async {
@@ -173,6 +176,7 @@ async fn a_changed_expression_or_zone_is_recorded() {
 /// named, with the statement that adds them (the generated DDL, rerun).
 #[tokio::test]
 async fn a_cron_table_without_the_new_columns_is_named_and_upgraded_by_the_ddl() {
+    let _shared = TIMED.read().await;
     let db = Db::new().await;
     db.execute(
         r#"CREATE TABLE dbworker_cron (job_table text NOT NULL, schedule text NOT NULL,

@@ -2,6 +2,7 @@
 //! within its window, once, with two schedulers started at once, and each
 //! job's payload carries the entry's JSON and `_cron`.
 
+use crate::TIMED;
 use crate::common;
 
 use dbworker::{
@@ -60,6 +61,7 @@ async fn count(db: &Db, sql: &'static str) -> i64 {
 
 #[tokio::test]
 async fn fill_backfills_the_missed_ticks_once_across_two_schedulers() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     // Known from now on (fill never backfills a schedule it has not seen).
     assert!(scheduler(&db).await.tick().await.unwrap().is_empty());
@@ -134,6 +136,7 @@ async fn fill_backfills_the_missed_ticks_once_across_two_schedulers() {
 
 #[tokio::test]
 async fn a_crontab_needs_its_columns_and_says_which_line() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let crontab = Crontab::parse(CRONTAB).unwrap();
     let err = Scheduler::new(&db.pool, &db.table().await, SchedulerOptions::default())

@@ -8,6 +8,7 @@
 //! Before terms and fences, the resumed leader wrote once more while the
 //! lease row already named another node.
 
+use crate::TIMED;
 use crate::common;
 
 use std::process::{Child, Command, Stdio};
@@ -23,9 +24,6 @@ use common::Db;
 const CHILD_URL: &str = "DBWORKER_LEADER_PAUSE_URL";
 const CHILD_NODE: &str = "DBWORKER_LEADER_PAUSE_NODE";
 const LEASE: Duration = Duration::from_millis(1500);
-
-/// The two tests time leases on a 2-core machine: they run one at a time.
-static TIMING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A node: campaigns for the scope and, while it leads, writes a row every
 /// few milliseconds in a transaction fenced by its term; a write that does
@@ -111,7 +109,7 @@ async fn clock(db: &Db) -> String {
 
 #[tokio::test]
 async fn a_leader_resumed_after_its_lease_passed_has_every_write_refused() {
-    let _alone = TIMING.lock().await;
+    let _alone = TIMED.write().await;
     let db = Db::new().await;
     db.execute(&dbworker::ddl::leader_table_sql(dbworker::cluster::DEFAULT_LEADER_TABLE).unwrap())
         .await;
@@ -226,7 +224,7 @@ async fn a_leader_resumed_after_its_lease_passed_has_every_write_refused() {
 /// node leads.
 #[tokio::test]
 async fn a_leader_stuck_in_a_fenced_transaction_is_cut_off_and_another_leads() {
-    let _alone = TIMING.lock().await;
+    let _alone = TIMED.write().await;
     use std::sync::Arc;
     use tokio::sync::Mutex;
 

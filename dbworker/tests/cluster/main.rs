@@ -16,6 +16,11 @@ mod fixtures {
     pub(crate) mod nodes;
 }
 
+/// leader_pause.rs times leases on a 2-core machine: its tests run one at a
+/// time and alone (`write`), as they did in a binary of their own; the other
+/// tests of this binary beside each other (`read`).
+static TIMED: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 mod cron;
 mod cron_failures;
 mod cron_time_zones;

@@ -3,6 +3,7 @@
 //! process's jobs by the resetter, and leader election with failover. Resetter
 //! processes (`dbworker reset --lead`) electing a leader: dbworker-cli/tests/services/nodes.rs.
 
+use crate::TIMED;
 use crate::common;
 use crate::fixtures::nodes as shared;
 
@@ -41,6 +42,7 @@ async fn rows_in_registry(db: &Db) -> i64 {
 
 #[tokio::test]
 async fn processes_register_heartbeat_deregister_and_a_silent_one_is_dead() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let a = Node::new(&db.pool, fast_nodes(&["emails"], 4))
         .await
@@ -102,6 +104,7 @@ async fn processes_register_heartbeat_deregister_and_a_silent_one_is_dead() {
 
 #[tokio::test]
 async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     db.enqueue(3, serde_json::json!({})).await;
     let store = db.store(Handling::Heartbeat).await;
@@ -270,6 +273,7 @@ async fn next_leader(watch: &Watch, not: Option<&str>) -> (String, Duration) {
 
 #[tokio::test]
 async fn one_leader_at_a_time_and_standbys_take_over_within_the_lease() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let lease = Duration::from_millis(600);
     let Candidates {
@@ -330,6 +334,7 @@ async fn one_leader_at_a_time_and_standbys_take_over_within_the_lease() {
 
 #[tokio::test]
 async fn a_graceful_leader_hands_over_within_a_third_of_the_lease() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let lease = Duration::from_millis(900);
     let Candidates {
@@ -358,6 +363,7 @@ async fn a_graceful_leader_hands_over_within_a_third_of_the_lease() {
 /// process still registers, and readers say it did not tell.
 #[tokio::test]
 async fn a_process_records_the_control_tables_its_claims_honour() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     db.add_columns(
         |c| c.queue = true,
@@ -448,6 +454,7 @@ async fn typed_set_up() -> (Db, JobTable) {
 /// registry is left empty.
 #[tokio::test]
 async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
+    let _shared = TIMED.read().await;
     let (db, table) = typed_set_up().await;
     let watch = Arc::new(Watch {
         now: AtomicUsize::new(0),
@@ -532,6 +539,7 @@ async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
 /// election checks its lease).
 #[tokio::test]
 async fn a_client_refuses_bad_cluster_options_and_leaves_no_row() {
+    let _shared = TIMED.read().await;
     let (db, table) = typed_set_up().await;
     let build = async |set: &dyn Fn(&mut dbworker::ClusterOptions)| {
         let mut cluster = dbworker::ClusterOptions::default();

@@ -4,6 +4,7 @@
 //! mode an event whose NOTIFY was lost is still handled within the
 //! reconciliation bound.
 
+use crate::CLUSTER;
 use crate::common;
 use crate::fixtures::consumers as shared;
 
@@ -19,11 +20,6 @@ use tokio_util::sync::CancellationToken;
 use workerutil::BoxError;
 
 use shared::{Event, Project, fast_group, fast_node, projected, set_up, start, wait_for};
-
-/// The two tests that measure run one at a time: consumers read an event only
-/// once every transaction in the cluster that took an id before it has ended,
-/// so the other's long slices would hold this one's events back.
-static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Debug, sqlx::FromRow)]
 struct Typed {
@@ -116,6 +112,7 @@ impl Proc {
 
 #[tokio::test]
 async fn a_scoped_consumer_reads_only_its_types_and_its_checkpoint_passes_the_others() {
+    let _cluster = CLUSTER.read().await;
     let db = set_up().await;
     // A log mostly of other types: 200 invoices first, then every tenth an
     // order, then 150 invoices last — far more than a slice (40) of others.
@@ -181,7 +178,7 @@ async fn events_scans(db: &common::Db) -> i64 {
 
 #[tokio::test]
 async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() {
-    let _alone = MEASURING.lock().await;
+    let _alone = CLUSTER.write().await;
     let db = set_up().await;
     shared::append(&db, 2000).await;
     db.execute("ANALYZE events").await;
@@ -267,7 +264,7 @@ async fn one_dispatcher_reads_the_head_for_every_idle_consumer_of_the_process() 
 
 #[tokio::test]
 async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval() {
-    let _alone = MEASURING.lock().await;
+    let _alone = CLUSTER.write().await;
     let mut bad = ConsumerGroupOptions::new("g", "events");
     bad.node_id = "n".into();
     bad.reconcile_interval = Duration::ZERO;
@@ -328,6 +325,7 @@ async fn an_event_whose_notify_was_lost_is_handled_within_the_reconcile_interval
 
 #[tokio::test]
 async fn scopes_are_validated_and_need_the_type_column() {
+    let _cluster = CLUSTER.read().await;
     use dbworker::consumers::{LogOptions, LogStore};
     let db = set_up().await;
     let mut o = LogOptions::new("log", "events e", "node-a", vec!["orders".into()]);

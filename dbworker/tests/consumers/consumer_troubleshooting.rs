@@ -3,6 +3,7 @@
 //! healthy consumer, a stuck one and a leader: each query answers what its
 //! section says it does, so the docs cannot drift from the tables.
 
+use crate::CLUSTER;
 use crate::common;
 use crate::fixtures::consumers as shared;
 
@@ -75,6 +76,8 @@ fn every_marker_is_checked_here() {
 
 #[tokio::test]
 async fn the_consumer_troubleshooting_queries_find_the_stuck_consumer_its_event_and_the_leader() {
+    // Alone: "consumer-held-back" names the cluster's oldest open transaction.
+    let _alone = CLUSTER.write().await;
     let db = set_up().await;
     let healthy = Project::new("audit");
     let broken = Arc::new(Project {

@@ -4,6 +4,7 @@
 //! handled once per consumer with its writes, and `dbworker status` showing the
 //! lag: dbworker-cli/tests/services/consumers.rs.
 
+use crate::CLUSTER;
 use crate::fixtures::consumers as shared;
 use crate::fixtures::grants as roles;
 
@@ -25,6 +26,7 @@ use shared::{
 
 #[tokio::test]
 async fn consumers_are_rebalanced_when_processes_join_and_die() {
+    let _cluster = CLUSTER.read().await;
     let db = set_up().await;
     let names = ["a", "b", "c", "d"];
     let consumers = || -> Consumers<Event> { names.iter().map(|n| Project::new(n)).collect() };
@@ -77,6 +79,7 @@ async fn consumers_are_rebalanced_when_processes_join_and_die() {
 
 #[tokio::test]
 async fn a_process_that_lost_its_consumer_cannot_advance_the_checkpoint() {
+    let _cluster = CLUSTER.read().await;
     let db = set_up().await;
     append(&db, 10).await;
     let mut o = LogOptions::new("log", "events e", "node-a", vec!["audit".into()]);
@@ -153,6 +156,7 @@ async fn a_process_that_lost_its_consumer_cannot_advance_the_checkpoint() {
 
 #[tokio::test]
 async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
+    let _cluster = CLUSTER.read().await;
     let db = set_up().await;
     append(&db, 20).await;
     let broken = Arc::new(Project {
@@ -195,6 +199,7 @@ async fn a_consumer_that_keeps_failing_stops_its_group_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_slice_past_its_timeout_is_rolled_back_and_counts_as_a_failure() {
+    let _cluster = CLUSTER.read().await;
     let db = set_up().await;
     append(&db, 5).await;
     let slow = Arc::new(Project {
@@ -251,6 +256,7 @@ const GROUP: Grants = Grants(&[
 
 #[tokio::test]
 async fn a_group_runs_with_its_documented_grants_and_names_a_missing_one() {
+    let _cluster = CLUSTER.read().await;
     let db = set_up().await;
     let mut grants = GROUP.0.to_vec();
     grants.push("INSERT ON projection");

@@ -10,6 +10,7 @@
 //! transaction took its position earlier but committed later: that event was
 //! never handled by anyone.
 
+use crate::CLUSTER;
 use crate::common;
 use crate::fixtures::consumers as shared;
 
@@ -149,6 +150,7 @@ async fn missing(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
 
 #[tokio::test]
 async fn every_event_is_handled_once_per_consumer_under_concurrent_writers_kills_and_a_restart() {
+    let _cluster = CLUSTER.read().await;
     // A server of its own: restarting the shared one would break other tests.
     let server = tokio::task::spawn_blocking(|| ThrowawayServer::start(&[]))
         .await

@@ -16,6 +16,13 @@ mod fixtures {
     pub(crate) mod grants;
 }
 
+/// Consumers read an event only once every transaction in the cluster that
+/// took an id before it has ended, and the troubleshooting queries name the
+/// cluster's oldest such transaction: the tests that measure dispatch or name
+/// that transaction run alone (`write`), the others of this binary, which
+/// share its cluster, beside each other (`read`).
+static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 mod consumer_dispatch;
 mod consumer_troubleshooting;
 mod consumers;

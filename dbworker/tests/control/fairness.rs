@@ -2,6 +2,7 @@
 //! sharding it over many limit keys does not help it, weights hold in every
 //! window, and a retried job goes to the back of its key's share.
 
+use crate::TIMED;
 use crate::common;
 
 use std::collections::HashMap;
@@ -17,10 +18,6 @@ use dbworker::{
 use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions};
 
 use common::{Db, Job};
-
-/// The tests of this file run one at a time: the timed one measures pickups
-/// against a baseline, which the others' claims would disturb.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The test table with a queue column and fair claims.
 async fn fair_db() -> Db {
@@ -73,7 +70,7 @@ async fn store(db: &Db, table: &JobTable) -> DbStore<Job> {
 
 #[tokio::test]
 async fn a_tenants_backlog_does_not_delay_the_others_and_a_plain_table_would() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     for fair in [true, false] {
         let db = if fair {
             fair_db().await
@@ -110,7 +107,7 @@ async fn a_tenants_backlog_does_not_delay_the_others_and_a_plain_table_would() {
 
 #[tokio::test]
 async fn spreading_a_backlog_over_many_limit_keys_does_not_beat_the_fairness_key() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     for fair in [true, false] {
         let db = if fair {
             fair_db().await
@@ -173,7 +170,7 @@ async fn spreading_a_backlog_over_many_limit_keys_does_not_beat_the_fairness_key
 
 #[tokio::test]
 async fn weights_one_two_four_hold_in_every_window_of_claims() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     let db = fair_db().await;
     let table = db.table().await;
     let weights = FairWeights::new(&db.pool, &table).await.unwrap();
@@ -211,7 +208,7 @@ async fn weights_one_two_four_hold_in_every_window_of_claims() {
 
 #[tokio::test]
 async fn a_retried_job_goes_to_the_back_of_its_keys_share() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     let db = fair_db().await;
     let table = db.table().await;
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
@@ -239,7 +236,7 @@ async fn a_retried_job_goes_to_the_back_of_its_keys_share() {
 
 #[tokio::test]
 async fn a_fair_table_is_fair_for_every_worker_and_missing_parts_are_named() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     let db = Db::new().await;
     // Fair by the options, with nothing of it in the table: every part named.
     let mut o = Db::table_options();
@@ -304,7 +301,7 @@ async fn claim_paced(store: &DbStore<Job>, most: Duration, done: impl AsyncFn() 
 
 #[tokio::test]
 async fn priorities_age_so_a_flood_of_urgent_work_starves_nothing() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     // Aging alone, aging on a fair table, and strict priorities.
     for (aging, fair) in [(true, false), (true, true), (false, false)] {
         let db = Db::new().await;
@@ -570,7 +567,7 @@ fn p99(sorted: &[f64]) -> f64 {
 
 #[tokio::test]
 async fn a_noisy_neighbour_leaves_the_others_pickup_and_uses_what_they_leave() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     let window = Duration::from_secs(8);
     let alone = noisy_run(0, window).await;
     let noisy = noisy_run(100_000, window).await;
@@ -608,7 +605,7 @@ async fn a_noisy_neighbour_leaves_the_others_pickup_and_uses_what_they_leave() {
 
 #[tokio::test]
 async fn every_way_in_tags_the_job_at_the_back_of_its_keys_share() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     let db = Db::with_sql_functions().await;
     let mut fair = FairClaims::default();
     fair.queue_column = Some("queue".into());
@@ -713,7 +710,7 @@ async fn produce(
 
 #[tokio::test]
 async fn concurrent_producers_bound_how_far_shares_drift() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     // One producer per key, both at once: the counts of any run of claims
     // differ by at most 2.
     let db = fair_db().await;
@@ -775,7 +772,7 @@ async fn concurrent_producers_bound_how_far_shares_drift() {
 
 #[tokio::test]
 async fn a_declared_cost_counts_against_its_keys_share() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     let db = fair_db().await;
     let table = db.table().await;
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
@@ -796,7 +793,7 @@ async fn a_declared_cost_counts_against_its_keys_share() {
 
 #[tokio::test]
 async fn a_partitioned_table_is_fair_too() {
-    let _serial = SERIAL.lock().await;
+    let _alone = TIMED.write().await;
     let db = Db::partitioned().await;
     db.execute(&fair_claims_sql("jobs", &HashMap::new(), &FairClaims::default()).unwrap())
         .await;

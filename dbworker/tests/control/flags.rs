@@ -3,6 +3,7 @@
 //! them at the next claim (the claim cursor never leaves them behind); flags
 //! set from Rust (inserts, keyed, COPY) and from the SQL enqueue function.
 
+use crate::TIMED;
 use crate::common;
 
 use std::collections::HashMap;
@@ -94,6 +95,7 @@ fn run_options(jobs: u64) -> WorkerOptions {
 
 #[tokio::test]
 async fn a_forbidden_flag_holds_jobs_back_in_every_process_until_lifted() {
+    let _shared = TIMED.read().await;
     let (db, enqueuer) = set_up().await;
     let (flagged, plain) = interleaved(&enqueuer, 6).await;
     // Each process keeps its own cache of the forbidden flags.
@@ -139,6 +141,7 @@ async fn a_forbidden_flag_holds_jobs_back_in_every_process_until_lifted() {
 
 #[tokio::test]
 async fn lifting_a_flag_releases_rows_the_claim_cursor_passed() {
+    let _shared = TIMED.read().await;
     let (db, enqueuer) = set_up().await;
     let cache = Arc::new(Mutex::new(Vec::new()));
     let calls = Arc::new(AtomicUsize::new(0));
@@ -162,6 +165,7 @@ async fn lifting_a_flag_releases_rows_the_claim_cursor_passed() {
 
 #[tokio::test]
 async fn a_fixed_list_skips_any_job_carrying_one_of_its_flags() {
+    let _shared = TIMED.read().await;
     let (db, enqueuer) = set_up().await;
     let gpu = enqueuer
         .enqueue(&NewJob::new().flags(["x", "gpu"]))
@@ -192,6 +196,7 @@ async fn a_fixed_list_skips_any_job_carrying_one_of_its_flags() {
 
 #[tokio::test]
 async fn a_missing_flags_column_is_named_at_start_up() {
+    let _shared = TIMED.read().await;
     let db = Db::new().await;
     let mut t = Db::table_options();
     t.flags_column = Some("flags".into());
@@ -227,6 +232,7 @@ async fn flags_of(db: &Db, id: i64) -> Option<Vec<String>> {
 
 #[tokio::test]
 async fn flags_are_set_from_rust_and_from_sql() {
+    let _shared = TIMED.read().await;
     let (db, enqueuer) = set_up().await;
     let odd = vec!["a,b".to_owned(), "NULL".to_owned(), "q\"\\{}".to_owned()];
     // One by one, many per statement, and COPY.

@@ -3,6 +3,7 @@
 //! key than its per-key limit, nor start more per second than its rate, while
 //! other queues run freely; a limit of 0 stops a queue.
 
+use crate::TIMED;
 use crate::common;
 
 use std::collections::HashMap;
@@ -109,12 +110,14 @@ async fn processing_reports(db: &Db) -> i64 {
 
 #[tokio::test]
 async fn four_processes_of_sixteen_handlers_never_exceed_a_queue_limit() {
+    let _shared = TIMED.read().await;
     never_exceed_a_queue_limit(set_up().await, false).await;
 }
 
 /// The same with the jobs in ten partitions of a partitioned table.
 #[tokio::test]
 async fn on_a_partitioned_table_four_processes_never_exceed_a_queue_limit() {
+    let _shared = TIMED.read().await;
     never_exceed_a_queue_limit(set_up_partitioned().await, true).await;
 }
 
@@ -157,11 +160,13 @@ async fn never_exceed_a_queue_limit((db, limits, enqueuer): (Db, Limits, Enqueue
 
 #[tokio::test]
 async fn a_limit_of_zero_stops_a_queue_and_removing_it_frees_it() {
+    let _shared = TIMED.read().await;
     limit_of_zero_stops_a_queue(set_up().await).await;
 }
 
 #[tokio::test]
 async fn on_a_partitioned_table_a_limit_of_zero_stops_a_queue() {
+    let _shared = TIMED.read().await;
     limit_of_zero_stops_a_queue(set_up_partitioned().await).await;
 }
 
@@ -202,6 +207,7 @@ async fn finish(db: &Db, ids: &[i64]) {
 
 #[tokio::test]
 async fn a_lowered_or_reset_limit_still_counts_the_jobs_already_running() {
+    let _shared = TIMED.read().await;
     let (db, limits, enqueuer) = set_up().await;
     limits.set("reports", 3).await.unwrap();
     let jobs: Vec<NewJob> = (0..8).map(|_| NewJob::new().queue("reports")).collect();
@@ -244,6 +250,7 @@ async fn a_lowered_or_reset_limit_still_counts_the_jobs_already_running() {
 /// (lanes run while 4 × 1,024 rows of room remain).
 #[tokio::test]
 async fn concurrent_claims_in_lanes_fill_a_large_limit_exactly() {
+    let _shared = TIMED.read().await;
     let (db, limits, enqueuer) = set_up().await;
     limits.set("reports", 6010).await.unwrap();
     let jobs: Vec<NewJob> = (0..12_000)
@@ -377,6 +384,7 @@ async fn run_four_processes<R, H, F>(
 
 #[tokio::test]
 async fn a_per_key_limit_holds_each_key_across_four_processes() {
+    let _shared = TIMED.read().await;
     let (db, limits, enqueuer) = set_up().await;
     limits
         .set_limit("reports", Limit::processing(4).per_key(1))
@@ -431,6 +439,7 @@ async fn a_per_key_limit_holds_each_key_across_four_processes() {
 
 #[tokio::test]
 async fn a_rate_limit_spaces_starts_across_four_processes() {
+    let _shared = TIMED.read().await;
     let (db, limits, enqueuer) = set_up().await;
     let (rate, burst) = (40.0, 4);
     limits

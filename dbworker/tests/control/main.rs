@@ -13,6 +13,12 @@ mod fixtures {
     pub(crate) mod router;
 }
 
+/// fairness.rs measures pickups against a baseline, which other tests'
+/// claims would disturb: its tests run one at a time and alone (`write`), as
+/// they did in a binary of their own; the other tests of this binary beside
+/// each other (`read`).
+static TIMED: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 mod fairness;
 mod flags;
 mod limits;

@@ -3,6 +3,7 @@
 //! at once, and a missing pause table is named at start-up. A pause set on
 //! the dashboard holds for every description of the table.
 
+use crate::TIMED;
 use crate::common;
 use crate::fixtures::router;
 
@@ -78,6 +79,7 @@ async fn claim(store: &DbStore<Job>) -> Vec<i64> {
 
 #[tokio::test]
 async fn a_paused_table_or_queue_is_skipped_by_every_store_until_resumed() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let ids = enqueue(&db, &["emails", "reports", "emails", "reports"]).await;
     let store = pausable_store(&db, false).await;
@@ -113,6 +115,7 @@ async fn a_paused_table_or_queue_is_skipped_by_every_store_until_resumed() {
 
 #[tokio::test]
 async fn a_resume_wakes_a_listening_worker_at_once() {
+    let _shared = TIMED.read().await;
     let db = set_up().await;
     let pauses = pauses(&db).await;
     pauses.pause(None, "maintenance").await.unwrap();
@@ -160,6 +163,7 @@ async fn a_resume_wakes_a_listening_worker_at_once() {
 
 #[tokio::test]
 async fn a_missing_pause_table_or_queue_column_is_named_at_start_up() {
+    let _shared = TIMED.read().await;
     let db = Db::new().await;
     let mut t = Db::table_options();
     t.pause_table = Some("no_such_pauses".into());
@@ -184,6 +188,7 @@ async fn a_missing_pause_table_or_queue_column_is_named_at_start_up() {
 /// none claims from the paused queue, each claims from the other.
 #[tokio::test]
 async fn a_pause_from_the_dashboard_holds_for_every_description_of_the_table() {
+    let _shared = TIMED.read().await;
     use dbworker::JobTableOptions;
     use dbworker::dashboard::{Dashboard, DashboardOptions};
     let db = Db::new().await;

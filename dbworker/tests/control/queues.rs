@@ -1,6 +1,7 @@
 //! Named queues in one process on real Postgres: each queue is claimed with its
 //! own condition and never runs more jobs at once than its handler count.
 
+use crate::TIMED;
 use crate::common;
 
 use std::collections::HashMap;
@@ -70,6 +71,7 @@ fn store_options() -> StoreOptions {
 
 #[tokio::test]
 async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
+    let _shared = TIMED.read().await;
     let (db, table, store) = set_up().await;
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let mut jobs = Vec::new();
@@ -107,6 +109,7 @@ async fn each_queue_runs_at_most_its_handler_count_and_only_its_own_jobs() {
 /// its token fires, then stops gracefully; a worker runs once.
 #[tokio::test]
 async fn queue_workers_run_as_a_service_until_stopped_and_only_once() {
+    let _shared = TIMED.read().await;
     let (db, table, store) = set_up().await;
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let jobs: Vec<NewJob> = (0..6).map(|_| NewJob::new().queue("emails")).collect();
@@ -140,6 +143,7 @@ async fn queue_workers_run_as_a_service_until_stopped_and_only_once() {
 
 #[tokio::test]
 async fn the_pool_must_serve_every_queue_at_once() {
+    let _shared = TIMED.read().await;
     let (db, table, _) = set_up().await;
     let small = db.db.pool(6).await.unwrap();
     let store = Arc::new(DbStore::new(&small, &table, store_options()).await.unwrap());
@@ -161,6 +165,7 @@ async fn the_pool_must_serve_every_queue_at_once() {
 
 #[tokio::test]
 async fn the_queue_column_comes_from_the_table_and_a_table_without_one_is_refused() {
+    let _shared = TIMED.read().await;
     // The store's table names no queue column: nothing to claim by.
     let db = Db::new().await;
     db.add_columns(|c| c.queue = true, &[]).await;

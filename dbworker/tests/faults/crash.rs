@@ -11,6 +11,7 @@ use serde_json::json;
 use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext};
 
+use crate::HEAVY;
 use common::{Db, Job};
 use shared::options;
 
@@ -57,6 +58,7 @@ async fn crash_child_grouped_worker() {
 
 #[tokio::test]
 async fn a_worker_killed_with_marks_in_flight_loses_no_job() {
+    let _alone = HEAVY.write().await;
     let db = Db::new().await;
     let ids = db.enqueue(3000, json!({})).await;
     kill_mid_stream_and_recover(&db, &ids).await;
@@ -66,6 +68,7 @@ async fn a_worker_killed_with_marks_in_flight_loses_no_job() {
 /// through the live index, and the claims through it take every one back.
 #[tokio::test]
 async fn a_worker_killed_on_the_hot_layout_loses_no_job() {
+    let _alone = HEAVY.write().await;
     let db = Db::hot().await;
     let ids = db.enqueue(3000, json!({})).await;
     kill_mid_stream_and_recover(&db, &ids).await;
@@ -75,6 +78,7 @@ async fn a_worker_killed_on_the_hot_layout_loses_no_job() {
 /// days (ten partitions): the stranded jobs come back from every partition.
 #[tokio::test]
 async fn a_worker_killed_on_a_partitioned_table_loses_no_job() {
+    let _alone = HEAVY.write().await;
     let db = Db::partitioned().await;
     let ids = db.enqueue_spread(3000, json!({})).await;
     assert_eq!(db.partitions_in_use().await, 10);

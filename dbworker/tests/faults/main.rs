@@ -14,6 +14,13 @@ mod fixtures {
     pub(crate) mod crash;
 }
 
+/// The heavy tests of signals_checkpoints_crash.rs take turns with its
+/// latency-sensitive signals test: it runs alone (a writer), they may overlap
+/// each other (readers). The killed workers of crash.rs and
+/// workflows_crash.rs run alone too (writers), as they did in binaries of
+/// their own, so that they and the timed tests do not share the machine.
+static HEAVY: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 mod crash;
 mod signals_checkpoints_crash;
 mod workflows_crash;

@@ -43,11 +43,8 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
 
+use crate::HEAVY;
 use common::{Db, Job};
-
-/// The heavy tests take turns with the latency-sensitive signals test: it
-/// runs alone (a writer), the others may overlap each other (readers).
-static HEAVY: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 const CHILD_URL: &str = "DBWORKER_FAULTS_CHILD_URL";
 const CHILD_MODE: &str = "DBWORKER_FAULTS_CHILD_MODE";

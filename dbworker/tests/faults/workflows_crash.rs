@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 use workerutil::{Handler, HandlerError, JobContext};
 
+use crate::HEAVY;
 use common::{Db, Job};
 use shared::options;
 
@@ -76,6 +77,7 @@ async fn workflow_crash_child() {
 
 #[tokio::test]
 async fn a_worker_killed_mid_workflow_strands_and_repeats_no_release() {
+    let _alone = HEAVY.write().await;
     let db = Db::new().await;
     db.execute(&workflows_sql("jobs", &HashMap::new()).unwrap())
         .await;
