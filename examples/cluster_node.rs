@@ -11,7 +11,7 @@
 //! variable is set, or on a throwaway cluster otherwise. With `--join URL` it
 //! joins the cluster on the database at `URL` instead and runs until stopped
 //! (the tables must exist: `--setup --join URL` creates them, with 2,000 jobs
-//! and 2,000 events, and exits); the network-namespace test (`tests/netns.rs`)
+//! and 2,000 events, and exits); the network-namespace test (`tests/examples/netns.rs`)
 //! and `scripts/netns-cluster.sh` start several this way, one per namespace.
 //!
 //! ```sh

@@ -2,7 +2,7 @@
 # Runs N `cluster_node` processes, each in its own network namespace with its
 # own address, against one Postgres — by hand, to watch failover and
 # rebalancing (`dbworker status --node-table dbworker_nodes --events-table
-# events --table jobs`). tests/netns.rs automates the same with faults.
+# events --table jobs`). tests/examples/netns.rs automates the same with faults.
 #
 # Usage (as root, with iproute2):
 #   scripts/netns-cluster.sh N PORT DBNAME

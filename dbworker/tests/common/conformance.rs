@@ -1,5 +1,5 @@
 //! The Postgres store's harness for workerutil's conformance suite, shared by
-//! dbworker/tests/conformance.rs and dbworker/tests/pgbouncer_conformance.rs.
+//! dbworker/tests/worker/conformance.rs and dbworker/tests/pgbouncer/pgbouncer_conformance.rs.
 
 #![allow(dead_code, unreachable_pub)]
 

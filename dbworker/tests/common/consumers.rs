@@ -1,5 +1,5 @@
 //! The log consumer tests' events, consumer and processes, shared by
-//! dbworker/tests/consumers.rs and dbworker-cli/tests/consumers.rs (`#[path]`).
+//! dbworker/tests/consumers/consumers.rs and dbworker-cli/tests/services/consumers.rs (`#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 

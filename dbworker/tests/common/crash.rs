@@ -1,5 +1,5 @@
-//! The crash tests' worker options, shared by dbworker/tests/crash.rs and
-//! dbworker-cli/tests/crash.rs (`#[path]`).
+//! The crash tests' worker options, shared by dbworker/tests/faults/crash.rs and
+//! dbworker-cli/tests/services/crash.rs (`#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 

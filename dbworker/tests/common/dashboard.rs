@@ -1,5 +1,5 @@
-//! The dashboard tests' jobs, shared by dbworker/tests/dashboard.rs and
-//! dbworker-cli/tests/dashboard.rs (`#[path]`).
+//! The dashboard tests' jobs, shared by dbworker/tests/dashboard/dashboard.rs and
+//! dbworker-cli/tests/commands/dashboard.rs (`#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 

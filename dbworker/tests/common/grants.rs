@@ -1,5 +1,5 @@
 //! Login roles holding exactly a list of grants, for the least-privilege
-//! tests (dbworker/tests/grants*.rs, through `#[path]`).
+//! tests (dbworker/tests/operations/grants*.rs, through `#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 

@@ -1,5 +1,5 @@
 //! A job table with a history table and finished jobs spread over the last
-//! three hours, shared by the history tests (dbworker/tests/history.rs,
+//! three hours, shared by the history tests (dbworker/tests/operations/history.rs,
 //! the dashboard's charts) and `dbworker top`'s (dbworker-cli, `#[path]`).
 
 #![allow(dead_code, unreachable_pub)]

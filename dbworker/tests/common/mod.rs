@@ -264,7 +264,8 @@ impl Db {
             .unwrap();
     }
 
-    /// Runs the ignored test `child` of this test binary as a worker process
+    /// Runs the ignored test `child` (its full name, [`test_path`]) of this
+    /// test binary as a worker process
     /// (`env` names the variable that hands it this database's URL), SIGKILLs
     /// it once `completed` jobs have completed, and returns how many jobs it
     /// left `processing`, asserting that there are some.
@@ -388,5 +389,17 @@ impl Db {
                 .await
                 .expect("store"),
         )
+    }
+}
+
+/// The name libtest gives the test function `name` of the module whose
+/// `module_path!()` is `module`, as `--exact` wants it: the module path
+/// without the crate's name (`crash::crash_child_grouped_worker` in the
+/// binary `faults`). A test re-running its own binary as a child names the
+/// child this way, so the name holds wherever the file's module sits.
+pub fn test_path(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
     }
 }

@@ -1,5 +1,5 @@
-//! The registry tests' database, shared by dbworker/tests/nodes.rs and
-//! dbworker-cli/tests/nodes.rs (`#[path]`).
+//! The registry tests' database, shared by dbworker/tests/cluster/nodes.rs and
+//! dbworker-cli/tests/services/nodes.rs (`#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 

@@ -1,5 +1,5 @@
-//! The purge tests' rows, shared by dbworker/tests/purge.rs and
-//! dbworker-cli/tests/purge.rs (`#[path]`).
+//! The purge tests' rows, shared by dbworker/tests/operations/purge.rs and
+//! dbworker-cli/tests/services/purge.rs (`#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 

@@ -1,0 +1,174 @@
+//! Cron schedules on real Postgres: four schedulers racing on one schedule
+//! enqueue each tick exactly once, ticks missed during downtime follow the
+//! backfill policy, and a running scheduler ticks until it is stopped.
+
+use crate::TIMED;
+use crate::common;
+
+use dbworker::Service;
+use std::time::{Duration, Instant};
+
+use dbworker::{
+    NewJob,
+    cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
+    ddl::cron_table_sql,
+};
+use serde_json::json;
+
+use common::Db;
+
+async fn set_up() -> Db {
+    let db = Db::new().await;
+    let ddl = cron_table_sql(DEFAULT_CRON_TABLE).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    db
+}
+
+/// A scheduler on a pool of its own (another process, as Postgres sees it).
+async fn scheduler(db: &Db, name: &str, expression: &str, backfill: Backfill) -> Scheduler {
+    let pool = db.db.pool(2).await.unwrap();
+    Scheduler::new(&pool, &db.table().await, SchedulerOptions::default())
+        .await
+        .unwrap()
+        .add(
+            name,
+            expression,
+            NewJob::new().json("payload", json!({ "cron": name })),
+            backfill,
+        )
+        .unwrap()
+}
+
+/// The schedule's last tick, in whole seconds since the epoch.
+async fn last_tick(db: &Db, name: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT floor(EXTRACT(EPOCH FROM last_tick))::bigint FROM dbworker_cron WHERE schedule = $1",
+    )
+    .bind(name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+async fn jobs_of(db: &Db, name: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM jobs WHERE payload->>'cron' = $1")
+        .bind(name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn four_schedulers_enqueue_each_tick_exactly_once() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    let mut schedulers = Vec::new();
+    for _ in 0..4 {
+        schedulers.push(scheduler(&db, "every-second", "* * * * * *", Backfill::default()).await);
+    }
+    // Registers the schedule: it starts from now.
+    assert!(schedulers[0].tick().await.unwrap().is_empty());
+    let first = last_tick(&db, "every-second").await;
+    let until = Instant::now() + Duration::from_millis(3200);
+    let mut tasks = Vec::new();
+    for s in schedulers {
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                s.tick().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let last = last_tick(&db, "every-second").await;
+    let ticks = last - first;
+    assert!(ticks >= 2, "ticks passed: {ticks}");
+    assert_eq!(
+        jobs_of(&db, "every-second").await,
+        ticks,
+        "one job per tick"
+    );
+}
+
+/// `run` ticks every interval (1 s by default) until its token fires.
+#[tokio::test]
+async fn run_enqueues_each_tick_until_stopped() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    let s = scheduler(&db, "run", "* * * * * *", Backfill::default()).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { s.run(stop).await.unwrap() }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while jobs_of(&db, "run").await < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the running scheduler enqueued no tick"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(2), run)
+        .await
+        .expect("a stop ends the wait between passes")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn missed_ticks_run_once_or_are_skipped() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    // Every 1 January at midnight; the last tick recorded three years ago.
+    let yearly = "0 0 1 1 *";
+    let catch_up = scheduler(&db, "catch-up", yearly, Backfill::RunOnce).await;
+    let skip = scheduler(
+        &db,
+        "skip",
+        yearly,
+        Backfill::Skip {
+            grace: Duration::from_secs(60),
+        },
+    )
+    .await;
+    assert!(catch_up.tick().await.unwrap().is_empty());
+    assert!(skip.tick().await.unwrap().is_empty());
+    sqlx::query("UPDATE dbworker_cron SET last_tick = now() - interval '3 years'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let ran = catch_up.tick().await.unwrap();
+    assert_eq!(ran.len(), 1, "one job for three missed ticks");
+    assert!(skip.tick().await.unwrap().is_empty());
+    assert_eq!(jobs_of(&db, "catch-up").await, 1);
+    assert_eq!(jobs_of(&db, "skip").await, 0);
+    // Both moved past the missed ticks: nothing more until next year.
+    assert!(catch_up.tick().await.unwrap().is_empty());
+    assert!(skip.tick().await.unwrap().is_empty());
+    assert_eq!(jobs_of(&db, "catch-up").await, 1);
+}
+
+#[tokio::test]
+async fn bad_expressions_and_a_missing_cron_table_are_named() {
+    let _shared = TIMED.read().await;
+    let db = Db::new().await;
+    let err = Scheduler::new(&db.pool, &db.table().await, SchedulerOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("dbworker_cron"), "{err}");
+    let db = set_up().await;
+    let s = Scheduler::new(&db.pool, &db.table().await, SchedulerOptions::default())
+        .await
+        .unwrap();
+    let err = s
+        .add("bad", "every day", NewJob::new(), Backfill::RunOnce)
+        .unwrap_err();
+    assert!(err.to_string().contains("expression"), "{err}");
+}

@@ -1,0 +1,237 @@
+//! Durable pause and resume on real Postgres: a paused table or queue is
+//! skipped by every store at its next claim, a resume wakes listening workers
+//! at once, and a missing pause table is named at start-up. A pause set on
+//! the dashboard holds for every description of the table.
+
+use crate::TIMED;
+use crate::common;
+use crate::fixtures::router;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dbworker::{
+    DbConditions, DbStore, Enqueuer, Handling, JobTable, Listen, NewJob,
+    control::{DEFAULT_PAUSE_TABLE, Pauses, PausesOptions},
+    ddl::{notify_trigger_sql, pause_table_sql},
+    new_worker,
+};
+use workerutil::testing::wait_for;
+use workerutil::{Store, WorkerEvent, WorkerOptions};
+
+use common::{Completes, Db, Job};
+
+async fn set_up() -> Db {
+    let db = Db::new().await;
+    let extra = [
+        pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap(),
+        notify_trigger_sql("jobs", &Default::default(), None).unwrap(),
+    ];
+    db.add_columns(|c| c.queue = true, &extra).await;
+    db
+}
+
+/// The test table with its queue column and the pause table.
+async fn pausable_table(db: &Db) -> JobTable {
+    db.table_with(|t| {
+        t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+        t.queue_column = Some("queue".into());
+    })
+    .await
+}
+
+async fn pausable_store(db: &Db, listen: bool) -> Arc<DbStore<Job>> {
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    o.stall.stalled_max_age = Duration::from_secs(60);
+    if listen {
+        o.listen = Listen::TableChannel;
+    }
+    db.store_on(&pausable_table(db).await, o).await
+}
+
+async fn pauses(db: &Db) -> Pauses {
+    Pauses::new(
+        &db.pool,
+        &pausable_table(db).await,
+        PausesOptions::default(),
+    )
+    .await
+    .unwrap()
+}
+
+async fn enqueue(db: &Db, queues: &[&str]) -> Vec<i64> {
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let jobs: Vec<NewJob> = queues.iter().map(|q| NewJob::new().queue(*q)).collect();
+    enqueuer.enqueue_many(&jobs).await.unwrap()
+}
+
+async fn claim(store: &DbStore<Job>) -> Vec<i64> {
+    let jobs = store
+        .dequeue("host", &DbConditions::new(), 10)
+        .await
+        .unwrap();
+    jobs.iter().map(|j| j.record().id).collect()
+}
+
+#[tokio::test]
+async fn a_paused_table_or_queue_is_skipped_by_every_store_until_resumed() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    let ids = enqueue(&db, &["emails", "reports", "emails", "reports"]).await;
+    let store = pausable_store(&db, false).await;
+    let pauses = pauses(&db).await;
+
+    assert!(pauses.pause(None, "ops").await.unwrap());
+    assert!(!pauses.pause(None, "ops").await.unwrap(), "already paused");
+    assert!(claim(&store).await.is_empty());
+    // Another process's store honours it too: the pause is in the database.
+    let other = pausable_store(&db, false).await;
+    assert!(claim(&other).await.is_empty());
+    let listed = pauses.list().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].queue.as_deref(), listed[0].paused_by.as_str()),
+        (None, "ops")
+    );
+
+    // One queue paused: the others go on.
+    assert!(pauses.resume(None).await.unwrap());
+    assert!(pauses.pause(Some("emails"), "ops").await.unwrap());
+    assert_eq!(claim(&store).await, [ids[1], ids[3]]);
+    assert!(claim(&other).await.is_empty());
+    assert!(pauses.resume(Some("emails")).await.unwrap());
+    assert!(
+        !pauses.resume(Some("emails")).await.unwrap(),
+        "not paused any more"
+    );
+    assert_eq!(claim(&other).await, [ids[0], ids[2]]);
+
+    assert!(pauses.pause(Some("*"), "ops").await.is_err());
+}
+
+#[tokio::test]
+async fn a_resume_wakes_a_listening_worker_at_once() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    let pauses = pauses(&db).await;
+    pauses.pause(None, "maintenance").await.unwrap();
+    let store = pausable_store(&db, true).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !store.wakeups().is_some_and(|w| w.is_live()) {
+        assert!(Instant::now() < deadline, "never listening");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Polls so rarely that a claim within seconds was woken by a notification.
+    let mut o = WorkerOptions::new("paused");
+    o.interval = Duration::from_secs(20);
+    o.heartbeat_interval = Duration::from_millis(500);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(5));
+    let worker = new_worker(store, Completes, o).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Idle).then_some(())
+    })
+    .await;
+    // The insert's notification wakes it, but the table is paused.
+    let id = enqueue(&db, &["emails"]).await[0];
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Idle).then_some(())
+    })
+    .await;
+    assert_eq!(db.state(id).await, "queued");
+
+    let resumed = Instant::now();
+    assert!(pauses.resume(None).await.unwrap());
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: got } if *got == id).then_some(())
+    })
+    .await;
+    assert!(
+        resumed.elapsed() < Duration::from_secs(5),
+        "woken by the resume, not the 20 s poll: {:?}",
+        resumed.elapsed()
+    );
+    shutdown.graceful();
+    run.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_pause_table_or_queue_column_is_named_at_start_up() {
+    let _shared = TIMED.read().await;
+    let db = Db::new().await;
+    let mut t = Db::table_options();
+    t.pause_table = Some("no_such_pauses".into());
+    t.queue_column = Some("queue".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
+    assert!(err.contains("no_such_pauses"), "{err}");
+    assert!(err.contains("queue_column"), "{err}");
+    // The pause table alone (what `Pauses` needs) is named too.
+    let mut t = Db::table_options();
+    t.pause_table = Some("no_such_pauses".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err();
+    assert!(err.to_string().contains("no_such_pauses"), "{err}");
+    // `Pauses` over a table without one says what to set.
+    let err = Pauses::new(&db.pool, &db.table().await, PausesOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("pause_table"), "{err}");
+}
+
+/// A pause set on the dashboard holds for stores over the table however it
+/// was described (columns named with no pause table, `detected`, `typed`):
+/// none claims from the paused queue, each claims from the other.
+#[tokio::test]
+async fn a_pause_from_the_dashboard_holds_for_every_description_of_the_table() {
+    let _shared = TIMED.read().await;
+    use dbworker::JobTableOptions;
+    use dbworker::dashboard::{Dashboard, DashboardOptions};
+    let db = Db::new().await;
+    db.add_columns(
+        |c| {
+            c.queue = true;
+            c.kind = true;
+        },
+        &[pause_table_sql(DEFAULT_PAUSE_TABLE).unwrap()],
+    )
+    .await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![db.table().await]))
+        .await
+        .unwrap()
+        .router();
+    let (_, page) = router::get(&app, "/t/jobs/queues").await;
+    let token = router::csrf(&page);
+    let (status, _, _) = router::post(
+        &app,
+        "/t/jobs/queues/pause",
+        &format!("csrf={token}&queue=mail&do=pause"),
+        None,
+    )
+    .await;
+    assert!(status.is_redirection(), "{status}");
+
+    let mut named = JobTableOptions::new("jobs");
+    named.queue_column = Some("queue".into());
+    let mut typed = JobTableOptions::typed("jobs");
+    typed.queue_column = Some("queue".into());
+    for options in [named, JobTableOptions::detected("jobs"), typed] {
+        let table = JobTable::new(&db.pool, options).await.unwrap();
+        let mut o = db.options();
+        o.handling = Handling::Heartbeat;
+        o.stall.stalled_max_age = Duration::from_secs(60);
+        let store = db.store_on(&table, o).await;
+        let ids = enqueue(&db, &["mail", "other"]).await;
+        assert_eq!(claim(&store).await, vec![ids[1]], "only the other queue");
+    }
+    let waiting: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE queue = 'mail' AND state = 'queued'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(waiting, 3, "every paused job still waits");
+}

@@ -1,0 +1,219 @@
+//! Retention on real Postgres: old finished rows go (deleted or archived) in
+//! batches, per-state ages hold, live rows are never touched, and a running
+//! purger purges every interval until it is stopped. The archive and
+//! `dbworker purge --once`: dbworker-cli/tests/services/purge.rs.
+
+use crate::common;
+use crate::fixtures::purge as shared;
+
+use dbworker::Service;
+use dbworker::maintenance::{PurgeOptions, Purger};
+use workerutil::JobState;
+
+use common::Db;
+use shared::seed;
+
+#[tokio::test]
+async fn old_finished_rows_go_in_batches_and_live_rows_stay() {
+    let db = Db::new().await;
+    seed(&db).await;
+    let mut o = PurgeOptions::new();
+    o.chunk_size = 2;
+    let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
+    let purged = purger.purge_once().await.unwrap();
+    assert_eq!(
+        purged.by_state,
+        [
+            (JobState::Completed, 5),
+            (JobState::Failed, 3),
+            (JobState::Canceled, 1)
+        ]
+    );
+    // Recent finished rows and every live row (an errored job will run again)
+    // are still there.
+    for (state, left) in [
+        ("completed", 2),
+        ("failed", 1),
+        ("canceled", 0),
+        ("queued", 2),
+        ("processing", 1),
+        ("errored", 1),
+    ] {
+        assert_eq!(db.count(state).await, left, "{state}");
+    }
+    assert_eq!(purger.purge_once().await.unwrap().total(), 0);
+}
+
+/// A purged job's signals go with it, in the same statement; a live job's
+/// mailbox is untouched. A purger without DELETE on the mailbox is refused
+/// at start-up, naming it.
+#[tokio::test]
+async fn a_purged_jobs_signals_go_with_it() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    seed(&db).await;
+    db.execute(
+        "INSERT INTO jobs_signals (job_id, name) SELECT id, 'paid' FROM jobs;
+         DO $$ BEGIN CREATE ROLE purge_only_signals_read; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+         GRANT SELECT, UPDATE, DELETE ON jobs TO purge_only_signals_read;
+         GRANT SELECT ON jobs_signals TO purge_only_signals_read;",
+    )
+    .await;
+    let table = db.table_with(|o| o.signals = true).await;
+    let purger = Purger::new(&db.pool, &table, PurgeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 9);
+    let (left, orphans): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.job_id)) FROM jobs_signals s",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (left, orphans),
+        (7, 0),
+        "the kept jobs' signals stay, the purged ones' go"
+    );
+
+    let options: sqlx::postgres::PgConnectOptions = db.db.url().parse().unwrap();
+    let restricted = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::raw_sql("SET ROLE purge_only_signals_read")
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .connect_with(options)
+        .await
+        .unwrap();
+    let err = Purger::new(&restricted, &table, PurgeOptions::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("DELETE") && err.contains("jobs_signals"),
+        "{err}"
+    );
+}
+
+/// `run` purges at once, again each interval, and ends when its token fires.
+#[tokio::test]
+async fn run_purges_every_interval_until_stopped() {
+    use std::time::Duration;
+    use tokio::time::{Instant, timeout};
+
+    let db = Db::new().await;
+    seed(&db).await;
+    let mut o = PurgeOptions::new();
+    o.interval = Duration::from_millis(100);
+    let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { purger.run(stop).await.unwrap() }
+    });
+    let until_completed = |left: i64| {
+        let db = &db;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while db.count("completed").await != left {
+                assert!(
+                    Instant::now() < deadline,
+                    "completed rows never came to {left}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    until_completed(2).await;
+    db.execute(
+        "INSERT INTO jobs (state, finished_at) VALUES ('completed', now() - interval '10 days')",
+    )
+    .await;
+    until_completed(2).await;
+    stop.cancel();
+    timeout(Duration::from_secs(2), run)
+        .await
+        .expect("a stop ends the wait between passes")
+        .unwrap();
+}
+
+/// With the id column renamed, the purge still finds the purged jobs'
+/// mailbox rows and side-table rows by the moved rows' id (it once named
+/// the table's column where the deleted rows expose `id`).
+#[tokio::test]
+async fn a_renamed_id_column_purges_the_mailbox_and_the_side_table_too() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+        .await;
+    seed(&db).await;
+    db.execute(
+        "INSERT INTO jobs_signals (job_id, name) SELECT id, 'paid' FROM jobs;
+         INSERT INTO jobs_progress (job_id, progress) SELECT id, '{}' FROM jobs;
+         ALTER TABLE jobs RENAME COLUMN id TO job_ref;",
+    )
+    .await;
+    let table = db
+        .table_with(|o| {
+            o.signals = true;
+            o.progress = true;
+            o.alternate_column_names
+                .insert("id".into(), "job_ref".into());
+        })
+        .await;
+    assert!(table.has_progress(), "the side table is detected");
+    let purger = Purger::new(&db.pool, &table, PurgeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 9);
+    for side in ["jobs_signals", "jobs_progress"] {
+        let (left, orphans): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS \
+             (SELECT 1 FROM jobs j WHERE j.job_ref = s.job_id)) FROM {side} s"
+        )))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!((left, orphans), (7, 0), "{side}");
+    }
+}
+
+/// On the HOT layout the archive takes whole rows with the live column (as
+/// a plain one, what `LIKE` copies): an archive made before the layout is
+/// named at start-up, rather than failing every pass.
+#[tokio::test]
+async fn the_hot_layouts_archive_is_checked_at_start_up_and_takes_its_rows() {
+    let db = Db::hot().await;
+    seed(&db).await;
+    db.execute(
+        "CREATE TABLE old_archive (LIKE jobs); ALTER TABLE old_archive DROP COLUMN dbworker_live;
+         CREATE TABLE archive (LIKE jobs);",
+    )
+    .await;
+    let mut o = PurgeOptions::new();
+    o.archive_table = Some("old_archive".into());
+    let Err(err) = Purger::new(&db.pool, &db.table().await, o).await else {
+        panic!("an archive without the live column is refused");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("archive table old_archive has no column dbworker_live"),
+        "{err}"
+    );
+    let mut o = PurgeOptions::new();
+    o.archive_table = Some("archive".into());
+    let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 9);
+    let archived: i64 = sqlx::query_scalar("SELECT count(*) FROM archive WHERE NOT dbworker_live")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(archived, 9);
+}

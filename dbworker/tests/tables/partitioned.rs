@@ -1,0 +1,431 @@
+//! Partitioned job tables (`dbworker migration --partitioned`) on real
+//! Postgres: retention by dropping whole partitions that never drops an
+//! unfinished job (nor one retried while its partition is being detached), a
+//! detach that cannot get its lock in time, partitions
+//! created ahead, job keys held across every partition, and the features a
+//! partitioned table cannot carry refused by name. The conformance suite, the
+//! crash tests, keys, limits, admin and the dashboard also run on a
+//! partitioned table in their own files (tests named `…partitioned…`).
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use dbworker::{
+    Enqueued, Enqueuer, Error, JobTable, JobTableOptions, KeyMode, NewJob,
+    ddl::{OptionalColumns, partitioned_keys_sql},
+    maintenance::{PurgeOptions, Purger},
+};
+use serde_json::json;
+use workerutil::JobState;
+
+use common::Db;
+
+/// The dated partitions of `jobs` (not the default one), by name.
+async fn partitions(db: &Db) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'jobs'::regclass AND c.relname <> 'jobs_default' ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// The partition job `id` lives in.
+async fn partition_of(db: &Db, id: i64) -> String {
+    db.scalar(
+        "SELECT tableoid::regclass::text FROM jobs WHERE id = $1",
+        id,
+    )
+    .await
+}
+
+/// The test table, `jobs`, with no optional column.
+async fn jobs(db: &Db) -> JobTable {
+    JobTable::new(&db.pool, JobTableOptions::new("jobs"))
+        .await
+        .unwrap()
+}
+
+fn purger_options() -> PurgeOptions {
+    let mut o = PurgeOptions::new();
+    o.max_age = vec![
+        (JobState::Completed, Duration::from_secs(24 * 3600)),
+        (JobState::Failed, Duration::from_secs(24 * 3600)),
+    ];
+    o
+}
+
+/// 100 jobs over the last ten days, all completed two days ago, but for a
+/// queued job five days back, a processing one six days back and one
+/// completed just now seven days back. Returns those three ids.
+async fn finished_but_three(db: &Db) -> [i64; 3] {
+    let ids = db.enqueue_spread(100, json!({})).await;
+    db.execute("UPDATE jobs SET state = 'completed', finished_at = now() - interval '2 days'")
+        .await;
+    let in_partition = |days: i64| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT min(id) FROM jobs WHERE queued_at::date = (now() - make_interval(days => $1::int))::date",
+            )
+            .bind(days)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (queued, processing, young) = (
+        in_partition(5).await,
+        in_partition(6).await,
+        in_partition(7).await,
+    );
+    assert!(ids.contains(&queued));
+    sqlx::query(
+        "UPDATE jobs SET state = CASE id WHEN $1 THEN 'queued' WHEN $2 THEN 'processing' ELSE 'completed' END,
+                         finished_at = CASE WHEN id = $3 THEN now() END,
+                         last_heartbeat_at = now()
+         WHERE id IN ($1, $2, $3)",
+    )
+    .bind(queued)
+    .bind(processing)
+    .bind(young)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    [queued, processing, young]
+}
+
+#[tokio::test]
+async fn purge_drops_whole_partitions_but_never_one_holding_an_unfinished_job() {
+    let db = Db::partitioned().await;
+    let [queued, processing, young] = finished_but_three(&db).await;
+    let keep = [
+        partition_of(&db, queued).await,
+        partition_of(&db, processing).await,
+        partition_of(&db, young).await,
+    ];
+    let before = partitions(&db).await;
+
+    let purger = Purger::new(&db.pool, &jobs(&db).await, purger_options())
+        .await
+        .unwrap();
+    assert!(purger.is_partitioned());
+    let purged = purger.purge_once().await.unwrap();
+
+    // The six closed partitions of finished, old jobs (1-4, 8 and 9 days
+    // back) are dropped whole: 10 jobs each.
+    let dropped: Vec<&str> = purged
+        .partitions_dropped
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(dropped.len(), 6, "{purged:?}");
+    assert!(
+        purged.partitions_dropped.iter().all(|p| p.rows == 10),
+        "{purged:?}"
+    );
+    for name in &keep {
+        assert!(
+            !dropped.iter().any(|d| d.ends_with(name.as_str())),
+            "{name} kept"
+        );
+    }
+    let after = partitions(&db).await;
+    assert_eq!(after.len(), before.len() - 6, "{after:?}");
+    for name in &keep {
+        assert!(after.contains(name), "{name} still attached: {after:?}");
+    }
+    // Never a live job: the unfinished and the young ones are all there.
+    assert_eq!(db.state(queued).await, "queued");
+    assert_eq!(db.state(processing).await, "processing");
+    assert_eq!(db.state(young).await, "completed");
+    // Their partitions' old rows, and today's open partition, go in batches.
+    assert_eq!(
+        purged.by_state,
+        [(JobState::Completed, 9 + 9 + 9 + 10), (JobState::Failed, 0)]
+    );
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let mut expected = vec![queued, processing, young];
+    expected.sort_unstable();
+    assert_eq!(left, expected);
+    assert_eq!(purged.total(), 97);
+
+    // Once the last live job of a partition finishes and ages, it goes too.
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'completed', finished_at = now() - interval '2 days' WHERE id = {queued}"
+    ))
+    .await;
+    let purged = purger.purge_once().await.unwrap();
+    assert_eq!(purged.partitions_dropped.len(), 1, "{purged:?}");
+    assert!(
+        purged.partitions_dropped[0]
+            .name
+            .ends_with(keep[0].as_str())
+    );
+    assert_eq!(db.state(processing).await, "processing");
+}
+
+#[tokio::test]
+async fn a_detach_that_cannot_get_the_tables_lock_in_time_skips_the_partition() {
+    let db = Db::partitioned().await;
+    let [_, processing, _] = finished_but_three(&db).await;
+    // A transactional handler's lock on the job table (any row will do).
+    let mut handler = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM jobs WHERE id = $1 FOR KEY SHARE")
+        .bind(processing)
+        .execute(&mut *handler)
+        .await
+        .unwrap();
+    let mut o = purger_options();
+    o.detach_lock_timeout = Duration::from_millis(100);
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
+    let started = Instant::now();
+    let purged = purger.purge_once().await.unwrap();
+    assert!(purged.partitions_dropped.is_empty(), "{purged:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "six lock timeouts of 100 ms, not a wait for the handler: {:?}",
+        started.elapsed()
+    );
+    // The rows still went, in batches; the partitions are empty now.
+    assert_eq!(db.count("completed").await, 1);
+    handler.commit().await.unwrap();
+    let purged = purger.purge_once().await.unwrap();
+    assert_eq!(purged.partitions_dropped.len(), 6, "{purged:?}");
+    assert!(purged.partitions_dropped.iter().all(|p| p.rows == 0));
+}
+
+#[tokio::test]
+async fn a_job_retried_while_its_partition_is_being_detached_is_never_dropped() {
+    let db = Db::partitioned().await;
+    // A finished job, old enough, alone in the oldest partition: the first
+    // one the purger looks at.
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (state, queued_at, finished_at) VALUES ('completed', now() - interval '9 days', now() - interval '2 days') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let partition = partition_of(&db, id).await;
+    // An operator retries it, in a transaction still open when the purger's
+    // first look (which sees the committed, purgeable row) is done.
+    let mut retry = db.pool.begin().await.unwrap();
+    sqlx::query("UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = $1")
+        .bind(id)
+        .execute(&mut *retry)
+        .await
+        .unwrap();
+    let mut o = purger_options();
+    o.detach_lock_timeout = Duration::from_secs(30);
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
+    let purge = tokio::spawn(async move { purger.purge_once().await });
+    // The detach waits for the retry's lock on the table...
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+             AND wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE%DETACH PARTITION%')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the purger never tried to detach"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ...and once the retry commits, its re-count finds a live job: no drop.
+    retry.commit().await.unwrap();
+    let purged = purge.await.unwrap().unwrap();
+    assert!(
+        !purged
+            .partitions_dropped
+            .iter()
+            .any(|p| p.name.ends_with(partition.as_str())),
+        "{purged:?}"
+    );
+    assert_eq!(db.state(id).await, "queued");
+    assert_eq!(partition_of(&db, id).await, partition, "still attached");
+    // The empty closed partitions after it were dropped in the same pass.
+    assert_eq!(purged.partitions_dropped.len(), 8, "{purged:?}");
+}
+
+#[tokio::test]
+async fn partitions_are_created_ahead_and_an_insert_outside_them_never_fails() {
+    let db = Db::partitioned().await;
+    let before = partitions(&db).await;
+    // Far ahead of every partition: the default partition takes it.
+    let far: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (queued_at) VALUES (now() + interval '5 days') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(partition_of(&db, far).await, "jobs_default");
+    let mut o = purger_options();
+    o.partitions_ahead = 6;
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
+    let created = purger.create_partitions().await.unwrap();
+    // Days +4 and +6: day +5 holds a row in the default partition, so
+    // Postgres cannot create it (the function warns and goes on).
+    assert_eq!(created.len(), 2, "{created:?}");
+    let after = partitions(&db).await;
+    assert_eq!(after.len(), before.len() + 2);
+    assert_eq!(partition_of(&db, far).await, "jobs_default");
+    assert_eq!(db.state(far).await, "queued");
+    // The next pass creates nothing new.
+    assert!(
+        purger
+            .purge_once()
+            .await
+            .unwrap()
+            .partitions_created
+            .is_empty()
+    );
+}
+
+async fn keyed_enqueuer(db: &Db) -> Enqueuer {
+    let keys = partitioned_keys_sql("jobs", &HashMap::new()).unwrap();
+    db.add_columns(|c| *c = OptionalColumns::default(), &[keys])
+        .await;
+    let mut o = JobTableOptions::new("jobs");
+    o.key_column = Some("job_key".into());
+    let table = JobTable::new(&db.pool, o).await.unwrap();
+    Enqueuer::new(&db.pool, &table).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_key_is_held_by_one_live_job_across_every_partition() {
+    let db = Db::partitioned().await;
+    let enqueuer = keyed_enqueuer(&db).await;
+    // The holder was queued last week: another partition than today's.
+    let old = enqueuer
+        .enqueue(
+            &NewJob::new()
+                .json("payload", json!({"n": 1}))
+                .key("k", KeyMode::Replace),
+        )
+        .await
+        .unwrap()
+        .id();
+    db.execute(&format!(
+        "UPDATE jobs SET queued_at = now() - interval '6 days' WHERE id = {old}"
+    ))
+    .await;
+    assert_ne!(partition_of(&db, old).await, "jobs_default");
+    let today = NewJob::new().json("payload", json!({"n": 2}));
+    assert_eq!(
+        enqueuer
+            .enqueue(&today.clone().key("k", KeyMode::DedupeOnly))
+            .await
+            .unwrap(),
+        Enqueued::Kept(old)
+    );
+    assert_eq!(
+        enqueuer
+            .enqueue(&today.clone().key("k", KeyMode::Replace))
+            .await
+            .unwrap(),
+        Enqueued::Updated(old)
+    );
+    let live: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs WHERE job_key = 'k' AND id >= $1",
+            old,
+        )
+        .await;
+    assert_eq!(live, 1);
+    // A second live holder is refused like the plain table's unique index
+    // refuses it, whatever its partition.
+    let err = sqlx::query(
+        "INSERT INTO jobs (job_key, queued_at) VALUES ('k', now() - interval '2 days')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.as_database_error().unwrap().code().as_deref(),
+        Some("23505")
+    );
+
+    // The holder finishes: the key is free, a new job takes it today.
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'failed' WHERE id = {old}"
+    ))
+    .await;
+    let new = enqueuer
+        .enqueue(&today.clone().key("k", KeyMode::Replace))
+        .await
+        .unwrap();
+    assert!(
+        matches!(new, Enqueued::Inserted(id) if id != old),
+        "{new:?}"
+    );
+    // Retrying the failed old holder now would make two live holders: refused.
+    let err = sqlx::query("UPDATE jobs SET state = 'queued' WHERE id = $1")
+        .bind(old)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.as_database_error().unwrap().code().as_deref(),
+        Some("23505")
+    );
+    // The key table holds exactly the live holder.
+    let held: Vec<(String, i64)> = sqlx::query_as("SELECT job_key, job_id FROM jobs_keys")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(held, [("k".to_owned(), new.id())]);
+    // Deleting the holder frees the key too.
+    db.execute(&format!("DELETE FROM jobs WHERE id = {}", new.id()))
+        .await;
+    assert_eq!(db.count("queued").await, 0);
+    let again = enqueuer
+        .enqueue(&today.key("k", KeyMode::DedupeOnly))
+        .await
+        .unwrap();
+    assert!(matches!(again, Enqueued::Inserted(_)), "{again:?}");
+}
+
+#[tokio::test]
+async fn keys_without_the_key_table_and_workflows_are_refused_by_name() {
+    let db = Db::partitioned().await;
+    db.add_columns(
+        |c| c.keys = false,
+        &["ALTER TABLE jobs ADD COLUMN job_key text".into()],
+    )
+    .await;
+    let mut o = JobTableOptions::new("jobs");
+    o.key_column = Some("job_key".into());
+    let err = JobTable::new(&db.pool, o).await.unwrap_err().to_string();
+    assert!(err.contains("key table jobs_keys does not exist"), "{err}");
+    assert!(err.contains("--partitioned --keys"), "{err}");
+
+    let mut o = JobTableOptions::new("jobs");
+    o.workflows = true;
+    match JobTable::new(&db.pool, o).await {
+        Err(Error::InvalidOption { field, reason }) => {
+            assert_eq!(field, "workflows");
+            assert!(reason.contains("partitioned"), "{reason}");
+        }
+        other => panic!("workflows must be refused: {other:?}"),
+    }
+    // The table without them is all a partitioned table can be: its
+    // workflows are refused too.
+    let err = dbworker::workflow::Workflows::new(&db.pool, &jobs(&db).await)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("workflows"), "{err}");
+}

@@ -1,0 +1,150 @@
+//! Transactional handling keeps each job's connection for the next job
+//! (`store/open.rs`) instead of handing it back to the pool: the
+//! transaction on it must still behave as sqlx's own (a handler's nested
+//! `begin()` is a savepoint), and a kept connection that died while it waited
+//! must cost the next job nothing.
+
+use crate::common;
+
+use dbworker::{DbJob, DbStore, Handling, new_worker};
+use serde_json::json;
+use sqlx::Connection;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use workerutil::{Handler, HandlerError, JobContext, WorkerOptions};
+
+use common::{Db, Job};
+
+/// Commits a nested transaction holding a write, then fails the job when its
+/// payload says so; also notes the backend its transaction runs on.
+struct Nested;
+impl Handler<DbStore<Job>> for Nested {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let id = job.record().id;
+        let fail = job.record().payload["fail"] == json!(true);
+        let tx = job.tx().expect("transactional handling");
+        let mut inner = tx.begin().await?;
+        sqlx::query("INSERT INTO side_effects (job_id, note) SELECT $1, pg_backend_pid()::text")
+            .bind(id)
+            .execute(&mut *inner)
+            .await?;
+        inner.commit().await?;
+        if fail {
+            return Err(HandlerError::non_retryable("told to fail"));
+        }
+        Ok(())
+    }
+}
+
+fn one_job(name: &str) -> WorkerOptions {
+    let mut o = WorkerOptions::new(name);
+    o.num_handlers = 1;
+    o.num_total_jobs = Some(1);
+    o.interval = Duration::from_millis(10);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(1));
+    o
+}
+
+async fn run_one(store: &Arc<DbStore<Job>>) {
+    new_worker(store.clone(), Nested, one_job("one"))
+        .unwrap()
+        .run()
+        .await;
+}
+
+async fn backend_of(db: &Db, id: i64) -> Option<i32> {
+    let pid: Option<String> = sqlx::query_scalar("SELECT note FROM side_effects WHERE job_id = $1")
+        .bind(id)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap();
+    pid.map(|p| p.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_nested_commit_in_a_handler_is_a_savepoint_of_the_jobs_transaction() {
+    let db = Db::new().await;
+    let store = db.store(Handling::Transactional).await;
+    let ok = db.enqueue(1, json!({})).await[0];
+    run_one(&store).await;
+    let failing = db.enqueue(1, json!({"fail": true})).await[0];
+    run_one(&store).await;
+    assert_eq!(db.state(ok).await, "completed");
+    assert!(
+        backend_of(&db, ok).await.is_some(),
+        "the nested write committed with the job"
+    );
+    assert_eq!(db.state(failing).await, "failed");
+    assert_eq!(
+        backend_of(&db, failing).await,
+        None,
+        "the nested commit released a savepoint, not the job's transaction: the failure rolled it back"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_connection_that_died_while_it_waited_costs_the_next_job_nothing() {
+    let db = Db::new().await;
+    let store = db.store(Handling::Transactional).await;
+    let first = db.enqueue(1, json!({})).await[0];
+    run_one(&store).await;
+    let pid = backend_of(&db, first).await.expect("the first job ran");
+    let second = db.enqueue(1, json!({})).await[0];
+    // Its connection is kept for the next job (for 100 ms): end its backend
+    // meanwhile.
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(killed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+                .bind(pid)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        if !alive {
+            break;
+        }
+        assert!(Instant::now() < deadline, "backend {pid} never ended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    run_one(&store).await;
+    assert_eq!(db.state(second).await, "completed");
+    let resets: i32 = db
+        .scalar("SELECT num_resets FROM jobs WHERE id = $1", second)
+        .await;
+    assert_eq!(
+        resets, 0,
+        "the dead connection was replaced before the job began"
+    );
+    assert_ne!(backend_of(&db, second).await, Some(pid));
+}
+
+/// Kept connections are counted in the pool, and `PgPool::close` waits for
+/// every connection: a worker that has finished must not hold it up (the
+/// sweeper hands them back within 100 ms), though its store is still alive.
+#[tokio::test]
+async fn closing_the_pool_after_a_worker_finished_does_not_wait_for_kept_connections() {
+    let db = Db::new().await;
+    let pool = db.db.pool(6).await.unwrap();
+    let mut so = Db::options_for_tests();
+    so.handling = Handling::Transactional;
+    let store = Arc::new(DbStore::new(&pool, &db.table().await, so).await.unwrap());
+    db.enqueue(3, json!({})).await;
+    let mut o = one_job("closing");
+    o.num_total_jobs = Some(3);
+    new_worker(store.clone(), Nested, o).unwrap().run().await;
+    assert_eq!(db.count("completed").await, 3);
+    tokio::time::timeout(Duration::from_secs(5), pool.close())
+        .await
+        .expect("the pool closed while the store still lived");
+    drop(store);
+}

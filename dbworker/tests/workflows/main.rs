@@ -1,0 +1,12 @@
+//! Workflows, batches, item jobs and results passed downstream.
+//!
+//! One test binary for the feature; each file is a module of it and keeps
+//! its name (docs cite tests as `file.rs::test_name`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod batches;
+mod items;
+mod results;
+mod workflows;

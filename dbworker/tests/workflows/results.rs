@@ -1,0 +1,724 @@
+//! Results passed downstream on Postgres: a handler's result is stored with
+//! its completion (both handling modes, single and grouped marks), a
+//! dependent reads the results of the jobs it waited for by task name, the
+//! size cap fails the job with a clear message, and a stale completion
+//! writes nothing. And what a handler keeps while it runs: progress and
+//! checkpoints, fenced, surviving retries and resets.
+
+use crate::common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dbworker::{
+    DbJob, DbStore, Enqueuer, Error, Handling, JobTable, NewJob,
+    ddl::workflows_sql,
+    new_worker,
+    workflow::{Task, Workflow, Workflows},
+};
+use serde_json::{Value, json};
+use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions};
+
+use common::{Db, Job};
+
+/// Fails with `payload.fail` (after setting a result that must not be
+/// stored); stores `payload.produce` as its result; with `payload.consume`, stores
+/// the results of its upstream jobs instead; with `payload.big`, tries a
+/// result of that many bytes and ignores the refusal.
+struct Results;
+impl Handler<DbStore<Job>> for Results {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let payload = job.record().payload.clone();
+        if payload["fail"] == json!(true) {
+            job.set_result(json!("never stored"))?;
+            return Err(HandlerError::non_retryable("told to fail"));
+        }
+        if payload["consume"] == json!(true) {
+            let upstream = job.upstream_results(ctx.store()).await?;
+            let sorted: BTreeMap<String, Value> = upstream.into_iter().collect();
+            job.set_result(json!(sorted))?;
+        } else if let Some(n) = payload["big"].as_u64() {
+            let refused = job.set_result(json!("x".repeat(usize::try_from(n).unwrap())));
+            assert!(
+                matches!(refused, Err(Error::ResultTooLarge { .. })),
+                "{refused:?}"
+            );
+        } else if !payload["produce"].is_null() {
+            job.set_result(payload["produce"].clone())?;
+        }
+        Ok(())
+    }
+}
+
+async fn set_up() -> Db {
+    let db = Db::new().await;
+    db.execute(&workflows_sql("jobs", &HashMap::new()).unwrap())
+        .await;
+    db.add_columns(|c| c.results = true, &[]).await;
+    db
+}
+
+/// The test table with its result column.
+async fn results_table(db: &Db) -> JobTable {
+    db.table_with(|t| t.result_column = Some("result".into()))
+        .await
+}
+
+/// The test table with workflows and results (which need `upstream_ids`).
+async fn workflow_table(db: &Db) -> JobTable {
+    db.table_with(|t| {
+        t.workflows = true;
+        t.result_column = Some("result".into());
+    })
+    .await
+}
+
+async fn store(db: &Db, handling: Handling, cap: usize) -> Arc<DbStore<Job>> {
+    let mut o = db.options();
+    o.handling = handling;
+    o.max_result_bytes = cap;
+    o.stall.stalled_max_age = Duration::from_secs(30);
+    db.store_on(&results_table(db).await, o).await
+}
+
+async fn workflows(db: &Db) -> Workflows {
+    Workflows::new(&db.pool, &workflow_table(db).await)
+        .await
+        .unwrap()
+}
+
+/// Runs a worker of 4 handlers until nothing is left to run.
+async fn run(db: &Db, store: Arc<DbStore<Job>>) {
+    let mut o = WorkerOptions::new("results");
+    o.num_handlers = 4;
+    o.interval = Duration::from_millis(10);
+    let worker = new_worker(store, Results, o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    db.wait_until_no_live_job(Duration::from_secs(60)).await;
+    shutdown.graceful();
+    running.await.unwrap();
+}
+
+async fn result(db: &Db, id: i64) -> Option<Value> {
+    db.scalar("SELECT result FROM jobs WHERE id = $1", id).await
+}
+
+async fn diamond_passes_results_by_name(handling: Handling) {
+    let db = set_up().await;
+    let task = |name: &str, payload: Value| Task::new(name, NewJob::new().set("payload", payload));
+    let wf = workflows(&db)
+        .await
+        .enqueue(
+            &Workflow::new()
+                .task(task("a", json!({ "produce": { "rows": 3 } })))
+                .task(task("b", json!({ "produce": { "from": "b" } })).after(["a"]))
+                .task(task("c", json!({ "produce": [1, 2, 3] })).after(["a"]))
+                .task(task("d", json!({ "consume": true })).after(["b", "c"])),
+        )
+        .await
+        .unwrap();
+    run(&db, store(&db, handling, 64 * 1024).await).await;
+    let id = |n: &str| wf.id_of(n).unwrap();
+    for n in ["a", "b", "c", "d"] {
+        assert_eq!(db.state(id(n)).await, "completed", "{handling:?}: {n}");
+    }
+    assert_eq!(result(&db, id("a")).await, Some(json!({ "rows": 3 })));
+    assert_eq!(
+        result(&db, id("d")).await,
+        Some(json!({ "b": { "from": "b" }, "c": [1, 2, 3] })),
+        "{handling:?}: d read the results of b and c (not a), by name"
+    );
+}
+
+#[tokio::test]
+async fn a_diamond_passes_results_by_name_in_heartbeat_handling() {
+    diamond_passes_results_by_name(Handling::Heartbeat).await;
+}
+
+#[tokio::test]
+async fn a_diamond_passes_results_by_name_in_transactional_handling() {
+    diamond_passes_results_by_name(Handling::Transactional).await;
+}
+
+#[tokio::test]
+async fn a_dependent_of_existing_jobs_reads_their_results_by_id() {
+    let db = set_up().await;
+    let enqueuer = Enqueuer::new(&db.pool, &workflow_table(&db).await)
+        .await
+        .unwrap();
+    let first = db.enqueue(1, json!({ "produce": "done early" })).await[0];
+    run(&db, store(&db, Handling::Heartbeat, 1024).await).await;
+    // One upstream already completed, one still queued.
+    let second = db.enqueue(1, json!({ "produce": 2 })).await[0];
+    let dependent = enqueuer
+        .enqueue(
+            &NewJob::new()
+                .set("payload", json!({ "consume": true }))
+                .after([first, second]),
+        )
+        .await
+        .unwrap()
+        .id();
+    run(&db, store(&db, Handling::Transactional, 1024).await).await;
+    assert_eq!(
+        result(&db, dependent).await,
+        Some(json!({ first.to_string(): "done early", second.to_string(): 2 }))
+    );
+}
+
+#[tokio::test]
+async fn a_result_over_the_cap_fails_the_job_naming_size_and_cap() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = set_up().await;
+        let big = db.enqueue(1, json!({ "big": 100 })).await[0];
+        let small = db.enqueue(1, json!({ "produce": "ok" })).await[0];
+        run(&db, store(&db, handling, 64).await).await;
+        assert_eq!(db.state(big).await, "failed", "{handling:?}");
+        let message: String = db
+            .scalar("SELECT failure_message FROM jobs WHERE id = $1", big)
+            .await;
+        assert!(
+            message.contains("102 bytes") && message.contains("cap of 64 bytes"),
+            "{handling:?}: {message}"
+        );
+        assert_eq!(result(&db, big).await, None);
+        assert_eq!(db.state(small).await, "completed");
+        assert_eq!(result(&db, small).await, Some(json!("ok")));
+    }
+}
+
+#[tokio::test]
+async fn a_stale_completion_writes_no_result() {
+    for handling in [Handling::Transactional, Handling::Heartbeat] {
+        let db = set_up().await;
+        let id = db.enqueue(1, json!({})).await[0];
+        let store = store(&db, handling, 1024).await;
+        let mut stale = store.dequeue("a", &Default::default(), 1).await.unwrap();
+        db.age_heartbeats().await;
+        store.reset_stalled().await.unwrap();
+        let mut fresh = store.dequeue("b", &Default::default(), 1).await.unwrap();
+        assert!(store.open(&mut fresh[0]).await.unwrap());
+
+        stale[0].set_result(json!("stale")).unwrap();
+        assert!(!store.mark_complete(&mut stale[0]).await.unwrap());
+        assert_eq!(result(&db, id).await, None, "{handling:?}");
+        fresh[0].set_result(json!("fresh")).unwrap();
+        assert!(store.mark_complete(&mut fresh[0]).await.unwrap());
+        assert_eq!(result(&db, id).await, Some(json!("fresh")), "{handling:?}");
+    }
+}
+
+#[tokio::test]
+async fn results_need_the_column() {
+    let db = Db::new().await;
+    let mut t = Db::table_options();
+    t.result_column = Some("result".into());
+    let err = JobTable::new(&db.pool, t).await.unwrap_err().to_string();
+    assert!(
+        err.contains("no column result (result_column)") && err.contains("--results"),
+        "{err}"
+    );
+    // Without one, set_result is refused and says why.
+    let store = db.store(Handling::Heartbeat).await;
+    db.enqueue(1, json!({})).await;
+    let mut jobs = store.dequeue("w", &Default::default(), 1).await.unwrap();
+    let err = jobs[0].set_result(json!(1)).unwrap_err().to_string();
+    assert!(err.contains("result_column"), "{err}");
+}
+
+/// Completions and failures finishing together share a grouped mark (the
+/// statement for mixed groups): each completion keeps its own result, and a
+/// failure stores none.
+#[tokio::test]
+async fn mixed_groups_store_each_completions_result() {
+    let db = set_up().await;
+    let mut ids = Vec::new();
+    for n in 0..60 {
+        let payload = if n % 3 == 0 {
+            json!({ "fail": true })
+        } else {
+            json!({ "produce": n })
+        };
+        ids.push((n, db.enqueue(1, payload).await[0]));
+    }
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    o.stall.stalled_max_age = Duration::from_secs(30);
+    let store = db.store_on(&results_table(&db).await, o).await;
+    let mut wo = WorkerOptions::new("mixed");
+    wo.num_handlers = 16;
+    wo.interval = Duration::from_millis(10);
+    wo.num_total_jobs = Some(60);
+    new_worker(store, Results, wo).unwrap().run().await;
+    // The last grouped marks may still be in flight when the worker returns.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.count("processing").await > 0 {
+        assert!(Instant::now() < deadline, "marks never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (n, id) in ids {
+        if n % 3 == 0 {
+            assert_eq!(db.state(id).await, "failed", "{n}");
+            assert_eq!(result(&db, id).await, None, "{n}");
+        } else {
+            assert_eq!(db.state(id).await, "completed", "{n}");
+            assert_eq!(result(&db, id).await, Some(json!(n)), "{n}");
+        }
+    }
+}
+
+/// A dependent made to wait from SQL (`jobs_wait_for`) reads its upstream
+/// results as one added through `NewJob::after` does.
+#[tokio::test]
+async fn a_dependent_added_from_sql_reads_its_upstream_results() {
+    let db = set_up().await;
+    let first = db.enqueue(1, json!({ "produce": "from sql" })).await[0];
+    let mut tx = db.pool.begin().await.unwrap();
+    let dependent: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (payload) VALUES ('{\"consume\": true}') RETURNING id",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let state: String = sqlx::query_scalar("SELECT jobs_wait_for($1, $2)")
+        .bind(dependent)
+        .bind(vec![first])
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(state, "pending");
+    run(&db, store(&db, Handling::Heartbeat, 1024).await).await;
+    assert_eq!(
+        result(&db, dependent).await,
+        Some(json!({ first.to_string(): "from sql" }))
+    );
+}
+
+/// Where the test table keeps progress and checkpoints: its own columns
+/// (`migration --progress`) or the side table `jobs_progress`
+/// (`--progress-table`). Every progress test runs on both.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Storage {
+    Columns,
+    Side,
+}
+
+/// One `#[tokio::test]` per storage for the test body `$name(storage)`.
+macro_rules! on_both_storages {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn columns() {
+                super::$name(super::Storage::Columns).await
+            }
+            #[tokio::test]
+            async fn side_table() {
+                super::$name(super::Storage::Side).await
+            }
+        }
+    )*};
+}
+
+on_both_storages!(
+    a_checkpoint_survives_retries_and_resets_and_completion_drops_it,
+    a_transactional_checkpoint_commits_with_the_handlers_writes,
+    oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named,
+    reported_progress_rides_on_the_heartbeat,
+    a_write_that_lost_to_another_is_refused,
+    the_last_reported_progress_survives_completion_error_and_snooze,
+);
+
+/// The test table keeping progress in `storage`, found by `JobTable::new`.
+async fn progress_table(storage: Storage) -> (Db, JobTable) {
+    let db = Db::new().await;
+    match storage {
+        Storage::Columns => db.add_columns(|c| c.progress = true, &[]).await,
+        Storage::Side => {
+            db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+                .await
+        }
+    }
+    let table = db.table_with(|o| o.progress = true).await;
+    assert!(table.has_progress());
+    let columns: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'progress'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(columns, i64::from(storage == Storage::Columns));
+    (db, table)
+}
+
+/// The test table keeping progress in `storage`, and a store over it.
+async fn progress_store(handling: Handling, storage: Storage) -> (Db, DbStore<Job>) {
+    let (db, table) = progress_table(storage).await;
+    let mut o = db.options();
+    o.handling = handling;
+    o.max_num_retries = 5;
+    let store = DbStore::new(&db.pool, &table, o).await.unwrap();
+    (db, store)
+}
+
+/// `(progress, checkpoint, progress_seq)` of job `id`, wherever kept (no
+/// side row yet: none, none, 0).
+async fn stored(db: &Db, storage: Storage, id: i64) -> (Option<Value>, Option<Value>, i64) {
+    let sql = match storage {
+        Storage::Columns => "SELECT progress, checkpoint, progress_seq FROM jobs WHERE id = $1",
+        Storage::Side => {
+            "SELECT s.progress, s.checkpoint, COALESCE(s.progress_seq, 0)
+               FROM jobs j LEFT JOIN jobs_progress s ON s.job_id = j.id WHERE j.id = $1"
+        }
+    };
+    sqlx::query_as(sql)
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Claims the next job (a grouped mark may take a moment to land).
+async fn claim(store: &DbStore<Job>) -> DbJob<Job> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut jobs = store.dequeue("host", &Default::default(), 1).await.unwrap();
+        if let Some(mut job) = jobs.pop() {
+            assert!(store.open(&mut job).await.unwrap());
+            return job;
+        }
+        assert!(Instant::now() < deadline, "no job to claim");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn a_checkpoint_survives_retries_and_resets_and_completion_drops_it(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut first = claim(&store).await;
+    assert_eq!(first.checkpoint::<Value>(&store).await.unwrap(), None);
+    first
+        .save_checkpoint(&store, json!({"next": 1}))
+        .await
+        .unwrap();
+    first
+        .save_checkpoint(&store, json!({"next": 2}))
+        .await
+        .unwrap();
+    first
+        .set_progress(&store, json!({"percent": 20}))
+        .await
+        .unwrap();
+    store.mark_errored(&mut first, "retry", None).await.unwrap();
+    db.execute("UPDATE jobs SET process_after = now()").await;
+
+    let mut second = claim(&store).await;
+    assert_eq!(
+        second.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"next": 2}))
+    );
+    second
+        .save_checkpoint(&store, json!({"next": 3}))
+        .await
+        .unwrap();
+    // Reset (as the resetter does for a dead worker): the attempt is stale.
+    db.execute("UPDATE jobs SET state = 'queued'").await;
+    let mut third = claim(&store).await;
+    let refused = second.save_checkpoint(&store, json!({"next": 99})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressRefused { .. })),
+        "{refused:?}"
+    );
+    let refused = second.set_progress(&store, json!({"percent": 0})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressRefused { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        third.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"next": 3}))
+    );
+    third
+        .set_progress(&store, json!({"percent": 100}))
+        .await
+        .unwrap();
+    store.mark_complete(&mut third).await.unwrap();
+    let (progress, checkpoint, seq) = stored(&db, storage, id).await;
+    assert_eq!(progress, Some(json!({"percent": 100})));
+    assert_eq!(checkpoint, None, "completion drops the checkpoint");
+    assert_eq!(seq, 5, "every write counted, none of the stale ones");
+}
+
+async fn a_transactional_checkpoint_commits_with_the_handlers_writes(storage: Storage) {
+    let (db, store) = progress_store(Handling::Transactional, storage).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim(&store).await;
+    let write = |note: &'static str| {
+        sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, $2)")
+            .bind(id)
+            .bind(note)
+    };
+    write("before").execute(job.tx().unwrap()).await.unwrap();
+    job.save_checkpoint(&store, json!({"done": "before"}))
+        .await
+        .unwrap();
+    // Committed together: visible outside the job's transaction now.
+    let notes: Vec<String> = sqlx::query_scalar("SELECT note FROM side_effects")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(notes, ["before"]);
+    write("after").execute(job.tx().unwrap()).await.unwrap();
+    store.mark_errored(&mut job, "crash", None).await.unwrap();
+    let notes: Vec<String> = sqlx::query_scalar("SELECT note FROM side_effects")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        notes,
+        ["before"],
+        "what came after the checkpoint rolled back"
+    );
+    db.execute("UPDATE jobs SET process_after = now()").await;
+    let mut again = claim(&store).await;
+    assert_eq!(
+        again.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"done": "before"}))
+    );
+}
+
+async fn oversized_or_nul_progress_is_refused_and_a_table_without_it_is_named(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
+    db.enqueue(1, json!({})).await;
+    let mut job = claim(&store).await;
+    let big = "x".repeat(70_000);
+    let refused = job.save_checkpoint(&store, json!({"big": big})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressTooLarge { cap: 65_536, .. })),
+        "{refused:?}"
+    );
+    let refused = job.set_progress(&store, json!({"s": "a\u{0}b"})).await;
+    assert!(
+        matches!(refused, Err(Error::NulCharacter { .. })),
+        "{refused:?}"
+    );
+    let plain = Db::new().await;
+    plain.enqueue(1, json!({})).await;
+    let store = plain.store(Handling::Heartbeat).await;
+    let mut job = claim(&store).await;
+    let err = job
+        .set_progress(&store, json!(1))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--progress"), "{err}");
+    // Asked for on a table that keeps it nowhere: both ways to add it named.
+    let mut o = Db::table_options();
+    o.progress = true;
+    let err = JobTable::new(&plain.pool, o).await.unwrap_err().to_string();
+    assert!(
+        err.contains("--progress` adds")
+            && err.contains("`--progress-table` creates the side table jobs_progress"),
+        "{err}"
+    );
+}
+
+/// Reports its progress every 10 ms for a second, then sets the last word.
+struct Reports;
+impl Handler<DbStore<Job>> for Reports {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        for n in 0..100 {
+            job.report_progress(ctx.store(), json!({ "n": n }))?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        job.set_progress(ctx.store(), json!({ "n": "done" }))
+            .await?;
+        Ok(())
+    }
+}
+
+async fn reported_progress_rides_on_the_heartbeat(storage: Storage) {
+    let (db, table) = progress_table(storage).await;
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    so.stall.stalled_max_age = Duration::from_secs(60);
+    let store = Arc::new(DbStore::<Job>::new(&db.pool, &table, so).await.unwrap());
+    db.enqueue(10, json!({})).await;
+    let mut wo = WorkerOptions::new("reports");
+    wo.num_handlers = 10;
+    wo.heartbeat_interval = Duration::from_millis(200);
+    wo.num_total_jobs = Some(10);
+    let worker = new_worker(store, Arc::new(Reports), wo).unwrap();
+    let run = tokio::spawn(worker.run());
+    // Halfway, other connections see progress that never had a statement.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM jobs")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let mut midway = 0;
+    for id in &ids {
+        midway += i64::from(stored(&db, storage, *id).await.0.is_some());
+    }
+    assert_eq!(midway, 10, "every running job's progress is visible midway");
+    run.await.unwrap();
+    for id in ids {
+        let (progress, _, seq) = stored(&db, storage, id).await;
+        assert_eq!(progress, Some(json!({"n": "done"})));
+        // A second of heartbeats every 200 ms, and the last word: not 101.
+        assert!((2..=9).contains(&seq), "{seq} progress writes");
+    }
+}
+
+/// A write names the count its attempt last read: one that another write
+/// overtook (here a write from elsewhere) is refused, and changes nothing.
+async fn a_write_that_lost_to_another_is_refused(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim(&store).await;
+    job.save_checkpoint(&store, json!({"next": 1}))
+        .await
+        .unwrap();
+    assert_eq!(
+        job.checkpoint::<Value>(&store).await.unwrap(),
+        Some(json!({"next": 1}))
+    );
+    db.execute(match storage {
+        Storage::Columns => "UPDATE jobs SET progress_seq = progress_seq + 1",
+        Storage::Side => "UPDATE jobs_progress SET progress_seq = progress_seq + 1",
+    })
+    .await;
+    let refused = job.save_checkpoint(&store, json!({"next": 0})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressRefused { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(stored(&db, storage, id).await.1, Some(json!({"next": 1})));
+}
+
+/// A value reported and not yet carried by a heartbeat (none runs here) is
+/// written by the attempt's end, whichever way it ends, in both handling
+/// modes: the last word reported is never dropped.
+async fn the_last_reported_progress_survives_completion_error_and_snooze(storage: Storage) {
+    for handling in [Handling::Heartbeat, Handling::Transactional] {
+        let (db, store) = progress_store(handling, storage).await;
+        for outcome in ["complete", "error", "snooze"] {
+            let id = db.enqueue(1, json!({})).await[0];
+            let mut job = claim(&store).await;
+            job.set_progress(&store, json!({"n": 0})).await.unwrap();
+            job.report_progress(&store, json!({"n": 1})).unwrap();
+            job.report_progress(&store, json!({"last": outcome}))
+                .unwrap();
+            let marked = match outcome {
+                "complete" => store.mark_complete(&mut job).await.unwrap(),
+                "error" => store
+                    .mark_errored(&mut job, "retry", None)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                _ => store
+                    .mark_snoozed(&mut job, Duration::from_secs(3600))
+                    .await
+                    .unwrap(),
+            };
+            assert!(marked, "{handling:?} {outcome}");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while db.state(id).await == "processing" {
+                assert!(
+                    Instant::now() < deadline,
+                    "{handling:?} {outcome}: never marked"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let (progress, checkpoint, seq) = stored(&db, storage, id).await;
+            assert_eq!(
+                progress,
+                Some(json!({"last": outcome})),
+                "{handling:?} {outcome}"
+            );
+            assert_eq!(checkpoint, None);
+            // In transactional handling, a set progress commits with the
+            // job's transaction: a failed or snoozed attempt's rolls back.
+            let rolled_back = matches!(handling, Handling::Transactional) && outcome != "complete";
+            let expected = if rolled_back { 1 } else { 2 };
+            assert_eq!(
+                seq, expected,
+                "{handling:?} {outcome}: set, then the last report"
+            );
+            // Out of the next claim's way (an errored job retries at once here).
+            db.execute(&format!(
+                "UPDATE jobs SET process_after = now() + interval '1 day' WHERE id = {id}"
+            ))
+            .await;
+        }
+    }
+}
+
+/// On a table without the columns, the side table is what `dbworker show`,
+/// the job page and `top` read, and what the purger cleans: a purged job's
+/// row goes with it, so the side table never only grows.
+#[tokio::test]
+async fn the_side_table_is_shown_listed_and_purged_with_its_jobs() {
+    let (db, table) = progress_table(Storage::Side).await;
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    let store = DbStore::<Job>::new(&db.pool, &table, o).await.unwrap();
+    let ids = db.enqueue(2, json!({})).await;
+    let mut running = claim(&store).await;
+    let rid = running.record().id;
+    running
+        .set_progress(&store, json!({"percent": 40}))
+        .await
+        .unwrap();
+    let admin = dbworker::admin::Admin::new(&db.pool, &table).await.unwrap();
+    assert!(admin.has_progress());
+    // Detected, as the columns are.
+    let detected = JobTable::new(&db.pool, dbworker::JobTableOptions::detected("jobs"))
+        .await
+        .unwrap();
+    assert!(detected.has_progress());
+    let listed = admin.running(10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].progress, Some(json!({"percent": 40})));
+    let row = admin.show(rid).await.unwrap().unwrap();
+    assert_eq!(row["progress"], json!({"percent": 40}));
+    // A job without a side row shows none.
+    let other = ids.iter().copied().find(|i| *i != rid).unwrap();
+    assert_eq!(
+        admin.show(other).await.unwrap().unwrap()["progress"],
+        Value::Null
+    );
+    assert!(store.mark_complete(&mut running).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while db.state(rid).await != "completed" {
+        assert!(Instant::now() < deadline, "never completed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    db.execute(
+        "UPDATE jobs SET finished_at = now() - interval '30 days' WHERE state = 'completed'",
+    )
+    .await;
+    let purger = dbworker::maintenance::Purger::new(
+        &db.pool,
+        &table,
+        dbworker::maintenance::PurgeOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 1);
+    let side_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs_progress")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(side_rows, 0, "the purged job's side row went with it");
+}
