@@ -53,7 +53,11 @@ pub(crate) async fn run_as(
     let me = std::env::current_exe()?;
     let mut children = Vec::with_capacity(processes);
     let n = u32::try_from(processes.max(1)).unwrap_or(u32::MAX);
-    let share = |i: u32| spawn.connections.map(|all| (all / n + u32::from(i < all % n)).max(1));
+    let share = |i: u32| {
+        spawn
+            .connections
+            .map(|all| (all / n + u32::from(i < all % n)).max(1))
+    };
     for i in 0..n {
         children.push(
             tokio::process::Command::new(&me)
