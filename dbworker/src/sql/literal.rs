@@ -16,26 +16,44 @@ use sea_query::{ArrayType, Value};
 use super::Statement;
 
 /// The statement's text with every placeholder replaced by its value, or
-/// `None` when a value cannot be written as a literal.
+/// `None` when a value cannot be written as a literal, or when the text holds
+/// a `;` outside quotes: the extended protocol refuses a second statement,
+/// the simple one would run it.
 pub(super) fn inline(statement: &Statement) -> Option<String> {
     let values = &statement.values.0.0;
     let sql: &str = &statement.sql;
     let mut out = String::with_capacity(sql.len() + 16 * values.len());
     let mut rest = sql;
-    while let Some((before, index, after)) = next_placeholder(rest) {
-        out.push_str(before);
-        out.push('(');
-        literal(&mut out, values.get(index.checked_sub(1)?)?)?;
-        out.push(')');
-        rest = after;
+    loop {
+        match next_placeholder(rest) {
+            Found::Placeholder(before, index, after) => {
+                out.push_str(before);
+                out.push('(');
+                literal(&mut out, values.get(index.checked_sub(1)?)?)?;
+                out.push(')');
+                rest = after;
+            }
+            Found::Unwritable => return None,
+            Found::End => break,
+        }
     }
     out.push_str(rest);
     Some(out)
 }
 
-/// The first `$n` outside quotes, comments and dollar-quoted text: the text
-/// before it, `n`, and the text after it.
-fn next_placeholder(sql: &str) -> Option<(&str, usize, &str)> {
+/// What [`next_placeholder`] met first outside quotes, comments and
+/// dollar-quoted text.
+#[derive(Debug, PartialEq)]
+enum Found<'a> {
+    /// `$n`: the text before it, `n`, and the text after it.
+    Placeholder(&'a str, usize, &'a str),
+    /// A `;` (a second statement), or a placeholder no statement has.
+    Unwritable,
+    End,
+}
+
+/// The first `$n` or `;` outside quotes, comments and dollar-quoted text.
+fn next_placeholder(sql: &str) -> Found<'_> {
     let bytes = sql.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -44,6 +62,7 @@ fn next_placeholder(sql: &str) -> Option<(&str, usize, &str)> {
             b'"' => i = skip_until(bytes, i + 1, b"\""),
             b'-' if bytes.get(i + 1) == Some(&b'-') => i = skip_until(bytes, i + 2, b"\n"),
             b'/' if bytes.get(i + 1) == Some(&b'*') => i = skip_until(bytes, i + 2, b"*/"),
+            b';' => return Found::Unwritable,
             b'$' => {
                 let digits = bytes[i + 1..]
                     .iter()
@@ -53,8 +72,10 @@ fn next_placeholder(sql: &str) -> Option<(&str, usize, &str)> {
                     i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
                 if digits > 0 && !word_before {
                     let end = i + 1 + digits;
-                    let n = sql[i + 1..end].parse().ok()?;
-                    return Some((&sql[..i], n, &sql[end..]));
+                    return match sql[i + 1..end].parse() {
+                        Ok(n) => Found::Placeholder(&sql[..i], n, &sql[end..]),
+                        Err(_) => Found::Unwritable,
+                    };
                 }
                 i = match dollar_tag(bytes, i) {
                     Some(tag) => skip_until(bytes, i + tag.len(), tag),
@@ -64,7 +85,7 @@ fn next_placeholder(sql: &str) -> Option<(&str, usize, &str)> {
             _ => i += 1,
         }
     }
-    None
+    Found::End
 }
 
 /// Past the string literal opening at `i`: `''` stays inside it, and so
@@ -230,7 +251,7 @@ mod tests {
     use sea_query_sqlx::SqlxValues;
     use sqlx::Row;
 
-    use super::{inline, next_placeholder};
+    use super::{Found, inline, next_placeholder};
     use crate::sql::Statement;
 
     fn statement(sql: &str, values: Vec<Value>) -> Statement {
@@ -244,10 +265,14 @@ mod tests {
     fn placeholders_inside_quotes_comments_and_dollar_quotes_are_text() {
         let sql = r#"SELECT '$1', E'\'$1', 'it''s $1', "$1", $x$ $1 $x$, $$ $1 $$ -- $1
             /* $1 */ a$1, $12"#;
-        let (before, n, after) = next_placeholder(sql).expect("the real one");
+        let Found::Placeholder(before, n, after) = next_placeholder(sql) else {
+            panic!("the real one is missed");
+        };
         assert_eq!(n, 12);
         assert!(before.ends_with(", ") && after.is_empty(), "{before:?}");
-        assert_eq!(next_placeholder("SELECT 1"), None);
+        assert_eq!(next_placeholder("SELECT 1"), Found::End);
+        assert_eq!(next_placeholder("SELECT ';' -- ;"), Found::End);
+        assert_eq!(next_placeholder("SELECT 1; SELECT $1"), Found::Unwritable);
     }
 
     #[test]
@@ -271,13 +296,15 @@ mod tests {
     }
 
     #[test]
-    fn a_nul_or_an_unknown_placeholder_leaves_the_statement_prepared() {
+    fn a_nul_an_unknown_placeholder_or_a_second_statement_leaves_it_prepared() {
         let nul = statement("SELECT $1", vec![Value::String(Some("a\0b".into()))]);
         assert_eq!(inline(&nul), None);
         let missing = statement("SELECT $2", vec![Value::Int(Some(1))]);
         assert_eq!(inline(&missing), None);
         let zero = statement("SELECT $0", vec![Value::Int(Some(1))]);
         assert_eq!(inline(&zero), None);
+        let two = statement("SELECT $1; SELECT 2", vec![Value::Int(Some(1))]);
+        assert_eq!(inline(&two), None);
     }
 
     /// On the server: each value inlined reads back as the same value of the
