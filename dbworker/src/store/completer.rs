@@ -4,6 +4,11 @@
 //! still gets its own answer: the state written, or none when its lease no
 //! longer owned the row.
 //!
+//! Groups lock rows in the order of their ids, and a group Postgres rolls
+//! back as a deadlock victim or for a serialization failure (release
+//! triggers of two groups can still lock each other's rows) is written again:
+//! it changed nothing, and a finished job must not wait for the resetter.
+//!
 //! A crash before a group is written leaves its jobs `processing` with their
 //! heartbeats stopping: the resetter requeues them, so nothing is lost, but a
 //! job that had finished may run again (at-least-once, as heartbeat handling
@@ -11,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::{PgPool, Row};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -27,6 +33,11 @@ const MAX_GROUP: usize = 1000;
 const MAX_IN_FLIGHT: usize = 2;
 /// Below this many marks, a second group waits for the one in flight.
 const SMALL_GROUP: usize = 16;
+/// Writes of a group (or of one mark) Postgres rolled back as passing.
+const TRANSIENT_TRIES: u32 = 8;
+/// The wait before the second try; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// A job's answer: the state written (`None`: not marked, the lease no
 /// longer owned the row), or the database error rendered.
@@ -100,10 +111,12 @@ async fn write_groups(
 }
 
 /// Writes one group and answers each of its jobs.
-async fn write_answering(pool: &PgPool, options: &Resolved, group: Vec<Pending>) {
+async fn write_answering(pool: &PgPool, options: &Resolved, mut group: Vec<Pending>) {
+    // Every group takes its rows' locks in one order: fewer deadlocks.
+    group.sort_by_key(|p| p.mark.id);
     let marks: Vec<(Mark, &RetryRule)> = group.iter().map(|p| (p.mark.clone(), &p.retry)).collect();
     let started = std::time::Instant::now();
-    let result = write(pool, options, &marks).await;
+    let result = write_again_if_transient(pool, options, &marks).await;
     tracing::debug!(store = %options.name, marks = marks.len(), took = ?started.elapsed(), "wrote a group of marks");
     match result {
         Ok(marked) => {
@@ -114,7 +127,7 @@ async fn write_answering(pool: &PgPool, options: &Resolved, group: Vec<Pending>)
         // One bad row must not sink the others: write them one by one.
         Err(_) if group.len() > 1 => {
             for p in group {
-                let answer = write(pool, options, &[(p.mark.clone(), &p.retry)])
+                let answer = write_again_if_transient(pool, options, &[(p.mark.clone(), &p.retry)])
                     .await
                     .map(|marked| marked.get(&p.mark.id).copied());
                 let _ = p.done.send(answer);
@@ -128,13 +141,67 @@ async fn write_answering(pool: &PgPool, options: &Resolved, group: Vec<Pending>)
     }
 }
 
+/// [`write`], written again while Postgres rolls it back as a deadlock
+/// victim or for a serialization failure (at most [`TRANSIENT_TRIES`] times):
+/// such a write changed nothing, so another is safe.
+async fn write_again_if_transient(
+    pool: &PgPool,
+    options: &Resolved,
+    marks: &[(Mark, &RetryRule)],
+) -> Result<HashMap<i64, JobState>, String> {
+    let mut backoff = FIRST_BACKOFF;
+    let mut tries = 1;
+    loop {
+        match write(pool, options, marks).await {
+            Err(failure) if failure.transient && tries < TRANSIENT_TRIES => {
+                tracing::debug!(store = %options.name, marks = marks.len(), tries,
+                    error = %failure.message, "a group of marks was rolled back; writing it again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                tries += 1;
+            }
+            result => return result.map_err(|failure| failure.message),
+        }
+    }
+}
+
+/// A group's failed write: the database error rendered, and whether Postgres
+/// rolled it back for a reason that passes (a deadlock, a serialization
+/// failure).
+struct Failure {
+    message: String,
+    transient: bool,
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(err: sqlx::Error) -> Failure {
+        let transient = err
+            .as_database_error()
+            .and_then(|e| e.code())
+            .is_some_and(|code| code == "40P01" || code == "40001");
+        Failure {
+            message: format!("database error in mark_group: {err}"),
+            transient,
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            message,
+            transient: false,
+        }
+    }
+}
+
 /// Writes one group; returns the ids that were still owned and got marked,
 /// each with the state written.
 async fn write(
     pool: &PgPool,
     options: &Resolved,
     marks: &[(Mark, &RetryRule)],
-) -> Result<HashMap<i64, JobState>, String> {
+) -> Result<HashMap<i64, JobState>, Failure> {
     // Completions alone (the usual group) take a smaller statement.
     if marks.iter().all(|(m, _)| m.kind == MarkKind::Complete) {
         let ids = marks.iter().map(|(m, _)| m.id).collect();
@@ -163,13 +230,12 @@ async fn write(
     }
     // Several statements commit together, so a failed group written again
     // one by one finds none of its marks already written.
-    let db_error = |err: sqlx::Error| format!("database error in mark_group: {err}");
-    let mut tx = pool.begin().await.map_err(db_error)?;
+    let mut tx = pool.begin().await?;
     let mut marked = HashMap::new();
     for (rule, group) in groups {
         marked.extend(run(&mut *tx, sql::mark_group(options, &group, rule)).await?);
     }
-    tx.commit().await.map_err(db_error)?;
+    tx.commit().await?;
     Ok(marked)
 }
 
@@ -178,11 +244,8 @@ async fn write(
 async fn run<'c>(
     db: impl Into<sql::On<'c>>,
     statement: sql::Statement,
-) -> Result<HashMap<i64, JobState>, String> {
-    let rows = statement
-        .fetch_all(db)
-        .await
-        .map_err(|err| format!("database error in mark_group: {err}"))?;
+) -> Result<HashMap<i64, JobState>, Failure> {
+    let rows = statement.fetch_all(db).await?;
     rows.iter()
         .map(|r| {
             let state = match r.try_get::<String, _>("state") {

@@ -231,10 +231,24 @@ impl Db {
             if live == 0 {
                 return;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{live} jobs never finished"
-            );
+            if tokio::time::Instant::now() >= deadline {
+                let left: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+                    "SELECT id, state, to_jsonb(j)::text FROM jobs j \
+                     WHERE state IN ('pending', 'queued', 'errored', 'processing') \
+                     ORDER BY id LIMIT 20",
+                )
+                .fetch_all(&self.pool)
+                .await
+                .unwrap();
+                let deps: Option<String> = sqlx::query_scalar(
+                    "SELECT CASE WHEN to_regclass('jobs_deps') IS NULL THEN NULL ELSE \
+                     query_to_xml('SELECT * FROM jobs_deps', false, false, '')::text END",
+                )
+                .fetch_one(&self.pool)
+                .await
+                .unwrap();
+                panic!("{live} jobs never finished: {left:#?}\nedges left: {deps:?}");
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -19,5 +19,6 @@ mod claim_cursor;
 mod conformance;
 mod robustness_runtime;
 mod transactional_connections;
+mod transient_marks;
 mod wakeups;
 mod worker;

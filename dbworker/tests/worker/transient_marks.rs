@@ -1,0 +1,95 @@
+//! Grouped marks that Postgres rolls back as a deadlock victim or for a
+//! serialization failure are written again: the jobs end completed, each
+//! handled once, without waiting for the resetter.
+
+use crate::common;
+
+use std::time::Duration;
+
+use serde_json::json;
+use workerutil::{StopReason, WorkerOptions};
+
+use dbworker::Handling;
+
+use common::Db;
+
+fn options(name: &str) -> WorkerOptions {
+    let mut o = WorkerOptions::new(name);
+    o.num_handlers = 4;
+    o.interval = Duration::from_millis(20);
+    o.heartbeat_interval = Duration::from_millis(100);
+    o.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    o
+}
+
+/// A trigger raises a deadlock, then a serialization failure, then another
+/// deadlock, on the first three completions the server sees (a sequence
+/// counts them: it does not roll back with the statement).
+#[tokio::test]
+async fn a_group_rolled_back_as_a_deadlock_victim_is_written_again() {
+    let db = Db::new().await;
+    db.execute(
+        "CREATE SEQUENCE injected;
+         CREATE FUNCTION roll_back_three() RETURNS trigger LANGUAGE plpgsql AS $$
+         DECLARE n bigint := nextval('injected');
+         BEGIN
+             IF n IN (1, 3) THEN
+                 RAISE EXCEPTION 'injected deadlock' USING ERRCODE = 'deadlock_detected';
+             ELSIF n = 2 THEN
+                 RAISE EXCEPTION 'injected conflict' USING ERRCODE = 'serialization_failure';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER roll_back_three BEFORE UPDATE OF state ON jobs
+             FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION roll_back_three();",
+    )
+    .await;
+    let ids = db.enqueue(20, json!({})).await;
+    let store = db.store(Handling::Heartbeat).await;
+    let summary = dbworker::new_worker(store.clone(), common::Completes, options("transient"))
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(summary.reason, StopReason::QueueEmpty);
+    assert_eq!(summary.dequeued, ids.len() as u64, "each job claimed once");
+    assert_eq!(db.count("completed").await, 20, "none left processing");
+    let fired: i64 = sqlx::query_scalar("SELECT last_value FROM injected")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(fired > 3, "the three rollbacks happened ({fired} firings)");
+    store.close().await;
+}
+
+/// An error that does not pass (here a check the trigger raises) is not
+/// written again and again: the mark fails at once and the job stays
+/// `processing` for the resetter, as before.
+#[tokio::test]
+async fn an_error_that_does_not_pass_is_not_written_again() {
+    let db = Db::new().await;
+    db.execute(
+        "CREATE SEQUENCE injected;
+         CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM nextval('injected');
+             RAISE EXCEPTION 'refused by the application';
+         END $$;
+         CREATE TRIGGER refuse BEFORE UPDATE OF state ON jobs
+             FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION refuse();",
+    )
+    .await;
+    db.enqueue(1, json!({})).await;
+    let store = db.store(Handling::Heartbeat).await;
+    let summary = dbworker::new_worker(store.clone(), common::Completes, options("refused"))
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(summary.dequeued, 1);
+    assert_eq!(db.count("processing").await, 1);
+    let fired: i64 = sqlx::query_scalar("SELECT last_value FROM injected")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(fired, 1, "written once");
+    store.close().await;
+}
