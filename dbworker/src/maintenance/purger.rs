@@ -4,9 +4,10 @@
 //! purgeable, and keeps partitions created ahead.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::JobState;
 
@@ -208,6 +209,9 @@ pub struct Purger {
     options: PurgeOptions,
     target: PurgeTarget,
     partitioned: bool,
+    /// Where each pass's look for orphaned side rows starts: the progress
+    /// table's, then the mailbox's (shared by clones).
+    sweeps: Arc<[AtomicI64; 2]>,
 }
 
 /// What one pass purged, per state.
@@ -220,6 +224,10 @@ pub struct Purged {
     pub partitions_dropped: Vec<DroppedPartition>,
     /// Partitions created ahead (partitioned tables).
     pub partitions_created: Vec<String>,
+    /// Progress side rows and mailbox rows of jobs that no longer exist
+    /// (deleted by plain SQL, or in a dropped partition), deleted in this
+    /// pass's window (not counted in [`total`](Self::total)).
+    pub orphans: u64,
 }
 
 impl Purged {
@@ -297,6 +305,7 @@ impl Purger {
             options,
             target,
             partitioned,
+            sweeps: Arc::default(),
         })
     }
 
@@ -397,7 +406,50 @@ impl Purger {
             }
             purged.by_state.push((state, n));
         }
+        purged.orphans = self.sweep_orphans(fence).await?;
         Ok(purged)
+    }
+
+    /// Deletes the side rows (progress, mailbox) of jobs gone other ways
+    /// than through this purger, in a window of `10 × chunk_size` rows per
+    /// table and pass that moves on each pass and wraps at the end.
+    async fn sweep_orphans(&self, fence: Option<&Leadership>) -> Result<u64> {
+        let sides = [
+            (self.target.t.progress_table.as_ref(), "job_id"),
+            (self.target.t.signals.as_ref(), "id"),
+        ];
+        let window = self.options.chunk_size.saturating_mul(10);
+        let mut deleted = 0;
+        for ((side, key), after) in sides.into_iter().zip(self.sweeps.iter()) {
+            let Some(side) = side else { continue };
+            let sweep = sql::sweep_orphans(
+                &self.target,
+                side,
+                key,
+                after.load(Ordering::Relaxed),
+                window,
+            );
+            let row = match fence {
+                None => sweep.fetch_one(&self.pool).await,
+                Some(leadership) => {
+                    let mut tx = leadership.begin().await?;
+                    let row = sweep.fetch_one(&mut *tx).await;
+                    if row.is_ok() {
+                        tx.commit().await.map_err(Error::db("commit"))?;
+                    }
+                    row
+                }
+            }
+            .map_err(Error::db("sweep orphaned side rows"))?;
+            let last: Option<i64> = row.get("last");
+            after.store(last.unwrap_or(0), Ordering::Relaxed);
+            let n = u64::try_from(row.get::<i64, _>("deleted")).unwrap_or(0);
+            if n > 0 {
+                tracing::info!(table = %side.display_name(), rows = n, "deleted the side rows of jobs that no longer exist");
+            }
+            deleted += n;
+        }
+        Ok(deleted)
     }
     async fn run_passes(&self, stop: &CancellationToken, fence: Option<&Leadership>) {
         let interval = self.options.interval;

@@ -92,6 +92,42 @@ pub(crate) fn purge_batch(
     }
 }
 
+/// Deletes, among the next `batch` rows of `side` (a table of rows keyed by
+/// `key`, each naming a job in `job_id`) past `after` in key order, those
+/// whose job no longer exists: a job deleted by plain SQL, or in a dropped
+/// partition, leaves its progress or mailbox rows behind. Returns the last
+/// key looked at (`NULL` past the end: start again at the beginning) and how
+/// many rows went. A window per pass, so no pass reads the whole table.
+pub(crate) fn sweep_orphans(
+    t: &Table,
+    side: &Relation,
+    key: &str,
+    after: i64,
+    batch: u32,
+) -> Statement {
+    let (key, job) = (quote(key), quote("job_id"));
+    let sql = format!(
+        "WITH \"dbworker_window\" AS (SELECT {key} AS \"key\", {job} AS \"job\" FROM {side} WHERE {key} > $1 \
+         ORDER BY {key} LIMIT $2), \
+         \"dbworker_orphans\" AS (DELETE FROM {side} AS \"dbworker_o\" USING \"dbworker_window\" AS \"dbworker_w\" \
+         WHERE \"dbworker_o\".{key} = \"dbworker_w\".\"key\" \
+         AND NOT EXISTS (SELECT 1 FROM {table} AS \"dbworker_j\" WHERE \"dbworker_j\".{id} = \"dbworker_w\".\"job\") \
+         RETURNING 1) \
+         SELECT (SELECT max(\"key\") FROM \"dbworker_window\")::bigint AS \"last\", \
+         (SELECT count(*) FROM \"dbworker_orphans\")::bigint AS \"deleted\"",
+        side = side.quoted(),
+        table = t.table.quoted(),
+        id = quote(&t.columns.id),
+    );
+    Statement {
+        sql: sql.into(),
+        values: sea_query_sqlx::SqlxValues(sea_query::Values(vec![
+            sea_query::Value::BigInt(Some(after)),
+            sea_query::Value::BigInt(Some(i64::from(batch))),
+        ])),
+    }
+}
+
 /// The statement above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
@@ -114,6 +150,14 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "purge_batch_with_progress_table",
             purge_batch(&side, None, JobState::Completed, minute, 100),
+        ),
+        (
+            "sweep_orphans_progress_table",
+            sweep_orphans(&purge, &rel("app.jobs_progress"), "job_id", 0, 1000),
+        ),
+        (
+            "sweep_orphans_signals",
+            sweep_orphans(&purge, &rel("app.jobs_signals"), "id", 0, 1000),
         ),
         (
             "purge_batch_with_signals",

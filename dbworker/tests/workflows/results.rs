@@ -722,3 +722,79 @@ async fn the_side_table_is_shown_listed_and_purged_with_its_jobs() {
         .unwrap();
     assert_eq!(side_rows, 0, "the purged job's side row went with it");
 }
+
+/// Jobs deleted by plain SQL (or in a dropped partition) leave their
+/// progress side rows and mailbox rows behind: each purger pass deletes
+/// those in a window of ten chunks per table, moving on and wrapping, and
+/// keeps the rows of jobs that exist.
+#[tokio::test]
+async fn side_rows_of_jobs_deleted_other_ways_are_swept_by_the_purger() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+        .await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &HashMap::new()).unwrap())
+        .await;
+    let table = db
+        .table_with(|o| {
+            o.progress = true;
+            o.signals = true;
+        })
+        .await;
+    let ids = db.enqueue(40, json!({})).await;
+    for id in &ids {
+        sqlx::query("INSERT INTO jobs_progress (job_id, progress) VALUES ($1, '{}')")
+            .bind(id)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        sqlx::query("SELECT jobs_signal($1, 'go')")
+            .bind(id)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    // 25 jobs deleted behind the purger's back; 15 stay.
+    let (gone, kept) = ids.split_at(25);
+    sqlx::query("DELETE FROM jobs WHERE id = ANY($1)")
+        .bind(gone)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let count = |sql: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let mut o = dbworker::maintenance::PurgeOptions::new();
+    o.chunk_size = 1; // a window of 10 rows per table and pass
+    let purger = dbworker::maintenance::Purger::new(&db.pool, &table, o)
+        .await
+        .unwrap();
+    let first = purger.purge_once().await.unwrap().orphans;
+    assert_eq!(first, 20, "ten rows looked at in each table, all orphans");
+    let mut passes = 1;
+    let mut swept = first;
+    while swept < 50 {
+        swept += purger.purge_once().await.unwrap().orphans;
+        passes += 1;
+        assert!(
+            passes <= 8,
+            "the window moves on and wraps: {swept} after {passes}"
+        );
+    }
+    assert_eq!(swept, 50);
+    assert_eq!(count("SELECT count(*) FROM jobs_progress").await, 15);
+    assert_eq!(count("SELECT count(*) FROM jobs_signals").await, 15);
+    let left: Vec<i64> = sqlx::query_scalar(
+        "SELECT job_id FROM jobs_progress INTERSECT SELECT job_id FROM jobs_signals ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, kept, "the existing jobs' rows stay");
+    assert_eq!(purger.purge_once().await.unwrap().orphans, 0);
+}
