@@ -83,6 +83,12 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
         for (state, n) in &purged.by_state {
             println!("purged {n} {} job(s)", state.as_str());
         }
+        if purged.orphans > 0 {
+            println!(
+                "deleted {} side row(s) of jobs that no longer exist",
+                purged.orphans
+            );
+        }
         return Ok(());
     }
     tracing::info!(table = %args.target.table, "purger running; stop with SIGINT or SIGTERM");
