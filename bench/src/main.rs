@@ -565,6 +565,11 @@ async fn bench(args: BenchArgs) -> Result<()> {
             args.floor_batch,
             latency_jobs,
             args.latency_rate,
+            peers::ManyProducers {
+                producers: args.producers,
+                rate: args.producers_rate,
+                jobs: args.producers_jobs,
+            },
         )
         .await?;
         report.peers.push(runs);

@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! bench-peer-graphile --url URL --jobs N --concurrency C --mode throughput
-//! bench-peer-graphile --url URL --jobs N --concurrency C --mode latency --rate R
+//! bench-peer-graphile --url URL --jobs N --concurrency C --mode latency --rate R [--producers P]
 //! ```
 //!
 //! Each run drops the `graphile_worker` schema of the bench database and lets the
@@ -17,7 +17,8 @@
 //! - `latency`: starts the worker (concurrency C), waits 500 ms, then calls
 //!   `add_job` once per tick at R per second; the clock is read just before each
 //!   call and again on the handler's first line, matched by job id (as
-//!   `bench/src/latency.rs` measures dbworker).
+//!   `bench/src/latency.rs` measures dbworker). With `--producers P`, P tasks
+//!   call it at once, each at R / P per second, spread over the first period.
 //!
 //! The configuration is the crate's own advice for many small jobs, tuned to
 //! be the fastest we found: a local queue (docs/src/guides/local-queue.md) of
@@ -126,6 +127,9 @@ struct Args {
     concurrency: usize,
     mode: Mode,
     rate: f64,
+    /// Concurrent producers of the latency run, sharing `rate` (each calls
+    /// `add_job` through the worker's pool).
+    producers: usize,
     /// Whether the local queue is on (the documented throughput configuration).
     local_queue: bool,
     /// Experiment knobs (defaults: the configuration stated in the crate docs).
@@ -142,6 +146,7 @@ fn parse_args() -> Result<Args> {
         concurrency: 0,
         mode: Mode::Throughput,
         rate: 50.0,
+        producers: 1,
         local_queue: true,
         size: LOCAL_QUEUE_SIZE,
         queue_count: QUEUE_COUNT,
@@ -156,6 +161,7 @@ fn parse_args() -> Result<Args> {
             "--jobs" => args.jobs = value.parse()?,
             "--concurrency" => args.concurrency = value.parse()?,
             "--rate" => args.rate = value.parse()?,
+            "--producers" => args.producers = value.parse::<usize>()?.max(1),
             "--local-queue" => args.local_queue = value == "on",
             "--local-queue-size" => args.size = value.parse()?,
             "--queue-count" => args.queue_count = value.parse()?,
@@ -298,14 +304,33 @@ async fn latency(args: &Args) -> Result<String> {
     // Let the worker reach its idle loop first.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(0.1)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Each producer inserts at its share of the rate, the producers spread
+    // over the first period so that their inserts interleave (as
+    // bench/src/latency.rs's many-producers runs do).
+    let producers = args.producers;
+    let each_rate = args.rate.max(0.1) / producers as f64;
+    let mut tasks = Vec::with_capacity(producers);
+    for i in 0..producers as u64 {
+        let n = args.jobs / producers as u64 + u64::from(i < args.jobs % producers as u64);
+        let offset = Duration::from_secs_f64(i as f64 / args.rate.max(0.1));
+        let utils = utils.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(offset).await;
+            let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / each_rate));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut sent = HashMap::new();
+            for _ in 0..n {
+                ticks.tick().await;
+                let t0 = Instant::now();
+                let job = utils.add_job(NoOp {}, JobSpec::default()).await?;
+                sent.insert(*job.id(), t0);
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(sent)
+        }));
+    }
     let mut sent = HashMap::new();
-    for _ in 0..args.jobs {
-        ticks.tick().await;
-        let t0 = Instant::now();
-        let job = utils.add_job(NoOp {}, JobSpec::default()).await?;
-        sent.insert(*job.id(), t0);
+    for task in tasks {
+        sent.extend(task.await??);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while lock(&starts).len() < sent.len() && Instant::now() < deadline {
@@ -331,6 +356,7 @@ async fn latency(args: &Args) -> Result<String> {
         "config": config(args),
         "concurrency": args.concurrency,
         "rate": args.rate,
+        "producers": args.producers,
         "jobs": waits.len(),
         "p50_ms": ms(percentile(&waits, 50)),
         "p95_ms": ms(percentile(&waits, 95)),
