@@ -31,8 +31,8 @@ use crate::{Result, progress};
 /// Handlers of the bloat runs' worker.
 const HANDLERS: usize = 64;
 
-/// Who claims in a bloat run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who claims in a bloat run (`--bloat-claims`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Claims {
     /// dbworker with its claim cursor (the default).
     Cursor,
@@ -40,10 +40,6 @@ pub(crate) enum Claims {
     NoCursor,
     /// The raw-SQL floor.
     Floor,
-}
-
-impl Claims {
-    pub(crate) const ALL: [Claims; 3] = [Claims::Cursor, Claims::NoCursor, Claims::Floor];
 }
 
 /// One burn-down: jobs/s per 5 s window.

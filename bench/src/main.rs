@@ -235,6 +235,10 @@ struct BenchArgs {
     /// How long the xmin stays pinned (in the middle of the run), in seconds.
     #[arg(long, default_value_t = 300)]
     bloat_pin_seconds: u64,
+    /// Who claims in the bloat workload's runs (a long pin for the cursor
+    /// alone: `--bloat-claims cursor --bloat-jobs 0`).
+    #[arg(long, value_delimiter = ',', default_value = "cursor,no-cursor,floor")]
+    bloat_claims: Vec<bloat::Claims>,
     /// Finished rows in the old partitions the `partitioned` workload's
     /// purger drops (five partitions).
     #[arg(long, default_value_t = 100_000)]
@@ -516,13 +520,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
     }
     if args.runs(Workload::Bloat) {
         let floor = (args.floor_connections, args.floor_batch);
-        for claims in bloat::Claims::ALL {
+        // `--bloat-jobs 0`: the offered-load runs alone.
+        for &claims in args.bloat_claims.iter().filter(|_| args.bloat_jobs > 0) {
             let run = bloat::burn_down(&bench, args.bloat_jobs, args.enqueue_batch, claims, floor)
                 .await?;
             progress(format_args!("bloat: burn-down {run:?}"));
             report.bloat_burn_downs.push(run);
         }
-        for claims in bloat::Claims::ALL {
+        for &claims in &args.bloat_claims {
             let run = bloat::offered(
                 &bench,
                 args.bloat_rate,
