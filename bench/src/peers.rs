@@ -58,6 +58,10 @@ pub(crate) struct PeerLine {
     max_ms: f64,
     #[serde(default)]
     jobs: u64,
+    /// Latency runs: jobs the peer had not started 120 s after the last
+    /// insert (counted as started then).
+    #[serde(default)]
+    never_started: u64,
     /// The peer process's peak RSS (throughput runs), its own enqueue
     /// included.
     #[serde(default)]
@@ -462,9 +466,17 @@ fn latency_table(
         met(p50 <= 0.75 && p99 <= 1.0 && tail <= 5.0).to_owned(),
     ]];
     for p in peer_runs {
+        let config = if p.never_started > 0 {
+            format!(
+                "{}; {} job(s) not started 120 s after the last insert (counted as started then)",
+                p.config, p.never_started
+            )
+        } else {
+            p.config.clone()
+        };
         rows.push(vec![
             name.to_owned(),
-            p.config.clone(),
+            config,
             p.jobs.to_string(),
             format!("{:.2} ms", p.p50_ms),
             format!("{:.2} ms", p.p95_ms),
