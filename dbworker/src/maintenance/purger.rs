@@ -4,7 +4,7 @@
 //! purgeable, and keeps partitions created ahead.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::{PgPool, Row};
@@ -210,8 +210,10 @@ pub struct Purger {
     target: PurgeTarget,
     partitioned: bool,
     /// Where each pass's look for orphaned side rows starts: the progress
-    /// table's, then the mailbox's (shared by clones).
-    sweeps: Arc<[AtomicI64; 2]>,
+    /// table's, then the mailbox's (shared by clones); `None`: at a random
+    /// key. `None` for both tables when row-level security may hide jobs
+    /// from this role (no sweep: a hidden job would look deleted).
+    sweeps: Option<Arc<Mutex<[Option<i64>; 2]>>>,
 }
 
 /// What one pass purged, per state.
@@ -300,12 +302,27 @@ impl Purger {
             ));
         }
         crate::schema_check::none(problems)?;
+        let sweeps = if target.t.progress_table.is_none() && target.t.signals.is_none() {
+            None
+        } else if sql::row_security_hides_jobs(&target.t)
+            .fetch_optional(&pool)
+            .await
+            .map_err(Error::db("row security check"))?
+            .and_then(|row| row.get::<Option<bool>, _>("hides"))
+            .unwrap_or(false)
+        {
+            tracing::warn!(table = %target.table.display_name(),
+                "row-level security may hide jobs from the purger's role: side rows of jobs deleted other ways are left alone");
+            None
+        } else {
+            Some(Arc::default())
+        };
         Ok(Purger {
             pool,
             options,
             target,
             partitioned,
-            sweeps: Arc::default(),
+            sweeps,
         })
     }
 
@@ -412,23 +429,22 @@ impl Purger {
 
     /// Deletes the side rows (progress, mailbox) of jobs gone other ways
     /// than through this purger, in a window of `10 × chunk_size` rows per
-    /// table and pass that moves on each pass and wraps at the end.
+    /// table and pass that moves on each pass and wraps at the end (a new
+    /// purger starts at a random key).
     async fn sweep_orphans(&self, fence: Option<&Leadership>) -> Result<u64> {
+        let Some(sweeps) = &self.sweeps else {
+            return Ok(0);
+        };
         let sides = [
             (self.target.t.progress_table.as_ref(), "job_id"),
             (self.target.t.signals.as_ref(), "id"),
         ];
         let window = self.options.chunk_size.saturating_mul(10);
         let mut deleted = 0;
-        for ((side, key), after) in sides.into_iter().zip(self.sweeps.iter()) {
+        for (n, (side, key)) in sides.into_iter().enumerate() {
             let Some(side) = side else { continue };
-            let sweep = sql::sweep_orphans(
-                &self.target,
-                side,
-                key,
-                after.load(Ordering::Relaxed),
-                window,
-            );
+            let after = sweeps.lock().unwrap_or_else(PoisonError::into_inner)[n];
+            let sweep = sql::sweep_orphans(&self.target, side, key, after, window);
             let row = match fence {
                 None => sweep.fetch_one(&self.pool).await,
                 Some(leadership) => {
@@ -441,13 +457,18 @@ impl Purger {
                 }
             }
             .map_err(Error::db("sweep orphaned side rows"))?;
-            let last: Option<i64> = row.get("last");
-            after.store(last.unwrap_or(0), Ordering::Relaxed);
-            let n = u64::try_from(row.get::<i64, _>("deleted")).unwrap_or(0);
-            if n > 0 {
-                tracing::info!(table = %side.display_name(), rows = n, "deleted the side rows of jobs that no longer exist");
+            let looked: i64 = row.get("looked");
+            // A short window reached the end: the next pass starts over.
+            let next = match row.get::<Option<i64>, _>("last") {
+                Some(last) if looked >= i64::from(window) => last,
+                _ => i64::MIN,
+            };
+            sweeps.lock().unwrap_or_else(PoisonError::into_inner)[n] = Some(next);
+            let gone = u64::try_from(row.get::<i64, _>("deleted")).unwrap_or(0);
+            if gone > 0 {
+                tracing::info!(table = %side.display_name(), rows = gone, "deleted the side rows of jobs that no longer exist");
             }
-            deleted += n;
+            deleted += gone;
         }
         Ok(deleted)
     }

@@ -125,7 +125,7 @@ pub(crate) use per_job::PerJob;
 pub(crate) use pooler::{On, backend_pid, current_database, env_problem, pool_transaction_mode};
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use progress::{read_checkpoint, running_jobs, write_progress};
-pub(crate) use purge::{purge_batch, sweep_orphans};
+pub(crate) use purge::{purge_batch, row_security_hides_jobs, sweep_orphans};
 pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
@@ -144,8 +144,8 @@ pub(crate) use workflow::{
     workflow_next_id, workflow_request_cancel, workflow_tasks,
 };
 
-/// A rendered statement with its bound values.
-#[derive(Debug)]
+/// A rendered statement with its bound values (cloned to send it again).
+#[derive(Debug, Clone)]
 pub(crate) struct Statement {
     /// Shared, so a statement rendered once is sent without a copy.
     pub(crate) sql: Arc<str>,

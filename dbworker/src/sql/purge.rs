@@ -95,25 +95,29 @@ pub(crate) fn purge_batch(
 /// Deletes, among the next `batch` rows of `side` (a table of rows keyed by
 /// `key`, each naming a job in `job_id`) past `after` in key order, those
 /// whose job no longer exists: a job deleted by plain SQL, or in a dropped
-/// partition, leaves its progress or mailbox rows behind. Returns the last
-/// key looked at (`NULL` past the end: start again at the beginning) and how
-/// many rows went. A window per pass, so no pass reads the whole table.
+/// partition, leaves its progress or mailbox rows behind. `after` `None`
+/// (a new purger) starts at a random key, so that one-off purges started
+/// often do not all look at the same first rows. Returns the last key looked
+/// at, how many rows were looked at, and how many went. A window per pass,
+/// so no pass reads the whole table.
 pub(crate) fn sweep_orphans(
     t: &Table,
     side: &Relation,
     key: &str,
-    after: i64,
+    after: Option<i64>,
     batch: u32,
 ) -> Statement {
     let (key, job) = (quote(key), quote("job_id"));
     let sql = format!(
-        "WITH \"dbworker_window\" AS (SELECT {key} AS \"key\", {job} AS \"job\" FROM {side} WHERE {key} > $1 \
+        "WITH \"dbworker_window\" AS (SELECT {key} AS \"key\", {job} AS \"job\" FROM {side} \
+         WHERE {key} > COALESCE($1::bigint, (SELECT floor(random() * max({key}))::bigint FROM {side})) \
          ORDER BY {key} LIMIT $2), \
          \"dbworker_orphans\" AS (DELETE FROM {side} AS \"dbworker_o\" USING \"dbworker_window\" AS \"dbworker_w\" \
          WHERE \"dbworker_o\".{key} = \"dbworker_w\".\"key\" \
          AND NOT EXISTS (SELECT 1 FROM {table} AS \"dbworker_j\" WHERE \"dbworker_j\".{id} = \"dbworker_w\".\"job\") \
          RETURNING 1) \
          SELECT (SELECT max(\"key\") FROM \"dbworker_window\")::bigint AS \"last\", \
+         (SELECT count(*) FROM \"dbworker_window\")::bigint AS \"looked\", \
          (SELECT count(*) FROM \"dbworker_orphans\")::bigint AS \"deleted\"",
         side = side.quoted(),
         table = t.table.quoted(),
@@ -122,9 +126,25 @@ pub(crate) fn sweep_orphans(
     Statement {
         sql: sql.into(),
         values: sea_query_sqlx::SqlxValues(sea_query::Values(vec![
-            sea_query::Value::BigInt(Some(after)),
+            sea_query::Value::BigInt(after),
             sea_query::Value::BigInt(Some(i64::from(batch))),
         ])),
+    }
+}
+
+/// Whether row-level security may hide jobs of `t` from the current role
+/// (enabled, and neither the role's `BYPASSRLS` nor an owner's exemption
+/// applies): the orphan sweep would take a hidden job for a deleted one.
+pub(crate) fn row_security_hides_jobs(t: &Table) -> Statement {
+    let sql = "SELECT c.relrowsecurity AND NOT r.rolbypassrls \
+               AND (c.relforcerowsecurity OR c.relowner <> r.oid) AS \"hides\" \
+               FROM pg_class AS c, pg_roles AS r \
+               WHERE c.oid = $1::regclass AND r.rolname = current_user";
+    Statement {
+        sql: sql.into(),
+        values: sea_query_sqlx::SqlxValues(sea_query::Values(vec![sea_query::Value::String(
+            Some(t.table.quoted()),
+        )])),
     }
 }
 
@@ -153,12 +173,13 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ),
         (
             "sweep_orphans_progress_table",
-            sweep_orphans(&purge, &rel("app.jobs_progress"), "job_id", 0, 1000),
+            sweep_orphans(&purge, &rel("app.jobs_progress"), "job_id", Some(0), 1000),
         ),
         (
             "sweep_orphans_signals",
-            sweep_orphans(&purge, &rel("app.jobs_signals"), "id", 0, 1000),
+            sweep_orphans(&purge, &rel("app.jobs_signals"), "id", None, 1000),
         ),
+        ("row_security_hides_jobs", row_security_hides_jobs(&purge)),
         (
             "purge_batch_with_signals",
             purge_batch(&signalled, None, JobState::Completed, minute, 100),

@@ -4,10 +4,10 @@
 //! still gets its own answer: the state written, or none when its lease no
 //! longer owned the row.
 //!
-//! Groups lock rows in the order of their ids, and a group Postgres rolls
-//! back as a deadlock victim or for a serialization failure (release
-//! triggers of two groups can still lock each other's rows) is written again:
-//! it changed nothing, and a finished job must not wait for the resetter.
+//! Groups are written in the order of their ids (which made deadlocks
+//! between two workers' release triggers rarer), and a group Postgres rolls
+//! back as a deadlock victim or for a serialization failure is written again
+//! (see `transient.rs`).
 //!
 //! A crash before a group is written leaves its jobs `processing` with their
 //! heartbeats stopping: the resetter requeues them, so nothing is lost, but a
@@ -16,7 +16,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::{PgPool, Row};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -33,11 +32,6 @@ const MAX_GROUP: usize = 1000;
 const MAX_IN_FLIGHT: usize = 2;
 /// Below this many marks, a second group waits for the one in flight.
 const SMALL_GROUP: usize = 16;
-/// Writes of a group (or of one mark) Postgres rolled back as passing.
-const TRANSIENT_TRIES: u32 = 8;
-/// The wait before the second try; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// A job's answer: the state written (`None`: not marked, the lease no
 /// longer owned the row), or the database error rendered.
@@ -142,27 +136,19 @@ async fn write_answering(pool: &PgPool, options: &Resolved, mut group: Vec<Pendi
 }
 
 /// [`write`], written again while Postgres rolls it back as a deadlock
-/// victim or for a serialization failure (at most [`TRANSIENT_TRIES`] times):
-/// such a write changed nothing, so another is safe.
+/// victim or for a serialization failure: such a write changed nothing.
 async fn write_again_if_transient(
     pool: &PgPool,
     options: &Resolved,
     marks: &[(Mark, &RetryRule)],
 ) -> Result<HashMap<i64, JobState>, String> {
-    let mut backoff = FIRST_BACKOFF;
-    let mut tries = 1;
-    loop {
-        match write(pool, options, marks).await {
-            Err(failure) if failure.transient && tries < TRANSIENT_TRIES => {
-                tracing::debug!(store = %options.name, marks = marks.len(), tries,
-                    error = %failure.message, "a group of marks was rolled back; writing it again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                tries += 1;
-            }
-            result => return result.map_err(|failure| failure.message),
-        }
-    }
+    super::transient::again_if_transient(
+        "a group of marks",
+        || write(pool, options, marks),
+        |failure: &Failure| failure.transient,
+    )
+    .await
+    .map_err(|failure| failure.message)
 }
 
 /// A group's failed write: the database error rendered, and whether Postgres
@@ -173,15 +159,17 @@ struct Failure {
     transient: bool,
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl From<sqlx::Error> for Failure {
     fn from(err: sqlx::Error) -> Failure {
-        let transient = err
-            .as_database_error()
-            .and_then(|e| e.code())
-            .is_some_and(|code| code == "40P01" || code == "40001");
         Failure {
+            transient: super::transient::is_transient(&err),
             message: format!("database error in mark_group: {err}"),
-            transient,
         }
     }
 }

@@ -450,10 +450,14 @@ impl<R: Record> DbStore<R> {
             }
             tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
         }
-        let row = statement
-            .fetch_optional(self.pool())
-            .await
-            .map_err(Error::db(op))?;
+        // Alone on the pool: written again if Postgres rolls it back as passing.
+        let row = super::transient::again_if_transient(
+            op,
+            || statement.clone().fetch_optional(self.pool()),
+            super::transient::is_transient,
+        )
+        .await
+        .map_err(Error::db(op))?;
         row.map(|row| written_state(op, &row)).transpose()
     }
 

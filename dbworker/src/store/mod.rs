@@ -32,6 +32,7 @@ mod progress;
 mod reset;
 mod resolved;
 mod signals;
+mod transient;
 mod worker_api;
 
 pub use crate::message::MAX_FAILURE_MESSAGE_BYTES;

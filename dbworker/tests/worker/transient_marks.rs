@@ -1,5 +1,7 @@
-//! Grouped marks that Postgres rolls back as a deadlock victim or for a
-//! serialization failure are written again: the jobs end completed, each
+//! Marks that Postgres rolls back as a deadlock victim or for a
+//! serialization failure are written again — grouped completions in
+//! heartbeat handling, and a failure written on the pool after the handler's
+//! transaction rolled back — so the jobs end with their outcome, each
 //! handled once, without waiting for the resetter.
 
 use crate::common;
@@ -9,9 +11,22 @@ use std::time::Duration;
 use serde_json::json;
 use workerutil::{StopReason, WorkerOptions};
 
-use dbworker::Handling;
+use dbworker::{DbJob, DbStore, Handling};
+use workerutil::{Handler, HandlerError, JobContext};
 
-use common::Db;
+use common::{Db, Job};
+
+/// Fails every job for good.
+struct Fails;
+impl Handler<DbStore<Job>> for Fails {
+    async fn handle(
+        &self,
+        _job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        Err(HandlerError::non_retryable("malformed payload"))
+    }
+}
 
 fn options(name: &str) -> WorkerOptions {
     let mut o = WorkerOptions::new(name);
@@ -91,5 +106,34 @@ async fn an_error_that_does_not_pass_is_not_written_again() {
         .await
         .unwrap();
     assert_eq!(fired, 1, "written once");
+    store.close().await;
+}
+
+/// In transactional handling a failure is written on the pool once the
+/// handler's transaction rolled back; a deadlock there is written again too.
+#[tokio::test]
+async fn a_failure_written_after_the_rollback_is_written_again() {
+    let db = Db::new().await;
+    db.execute(
+        "CREATE SEQUENCE injected;
+         CREATE FUNCTION roll_back_two() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF nextval('injected') <= 2 THEN
+                 RAISE EXCEPTION 'injected deadlock' USING ERRCODE = 'deadlock_detected';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER roll_back_two BEFORE UPDATE OF state ON jobs
+             FOR EACH ROW WHEN (NEW.state = 'failed') EXECUTE FUNCTION roll_back_two();",
+    )
+    .await;
+    db.enqueue(3, json!({})).await;
+    let store = db.store(Handling::Transactional).await;
+    let summary = dbworker::new_worker(store.clone(), Fails, options("fails"))
+        .unwrap()
+        .run_until_empty()
+        .await;
+    assert_eq!(summary.dequeued, 3, "each job claimed once");
+    assert_eq!(db.count("failed").await, 3, "none left processing");
     store.close().await;
 }

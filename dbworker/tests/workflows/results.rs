@@ -725,10 +725,108 @@ async fn the_side_table_is_shown_listed_and_purged_with_its_jobs() {
 
 /// Jobs deleted by plain SQL (or in a dropped partition) leave their
 /// progress side rows and mailbox rows behind: each purger pass deletes
-/// those in a window of ten chunks per table, moving on and wrapping, and
-/// keeps the rows of jobs that exist.
+/// those in a window of ten chunks per table (a new purger starts at a
+/// random key), moving on and wrapping, and keeps the rows of jobs that
+/// exist.
 #[tokio::test]
 async fn side_rows_of_jobs_deleted_other_ways_are_swept_by_the_purger() {
+    let (db, table) = side_and_mailbox().await;
+    let ids = db.enqueue(40, json!({})).await;
+    side_rows(&db, &ids).await;
+    // The 25 newest jobs deleted behind the purger's back; 15 stay.
+    let (kept, gone) = ids.split_at(15);
+    delete_jobs(&db, gone).await;
+    let mut o = dbworker::maintenance::PurgeOptions::new();
+    o.chunk_size = 1; // a window of 10 rows per table and pass
+    let purger = dbworker::maintenance::Purger::new(&db.pool, &table, o)
+        .await
+        .unwrap();
+    let sweep_until = |target: u64| {
+        let purger = purger.clone();
+        async move {
+            let (mut swept, mut passes) = (0, 0);
+            while swept < target {
+                let orphans = purger.purge_once().await.unwrap().orphans;
+                assert!(orphans <= 20, "at most a window per table: {orphans}");
+                swept += orphans;
+                passes += 1;
+                assert!(
+                    passes <= 8,
+                    "the window moves on and wraps: {swept} after {passes}"
+                );
+            }
+            assert_eq!(swept, target);
+        }
+    };
+    sweep_until(50).await;
+    assert_eq!(side_counts(&db).await, (15, 15));
+    // Then the oldest five, which the window passed long ago: found after a
+    // wrap.
+    let (older, kept) = kept.split_at(5);
+    delete_jobs(&db, older).await;
+    sweep_until(10).await;
+    assert_eq!(side_counts(&db).await, (10, 10));
+    let left: Vec<i64> = sqlx::query_scalar(
+        "SELECT job_id FROM jobs_progress INTERSECT SELECT job_id FROM jobs_signals ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, kept, "the existing jobs' rows stay");
+    for _ in 0..4 {
+        assert_eq!(purger.purge_once().await.unwrap().orphans, 0);
+    }
+}
+
+/// A purger whose role row-level security may hide jobs from would take a
+/// hidden job for a deleted one: it leaves side rows alone.
+#[tokio::test]
+async fn a_purger_that_row_security_hides_jobs_from_sweeps_nothing() {
+    let (db, table) = side_and_mailbox().await;
+    let ids = db.enqueue(4, json!({})).await;
+    side_rows(&db, &ids).await;
+    let role = format!("rls_{}", db.db.name());
+    let role = role[..role.len().min(63)].to_owned();
+    db.execute(&format!(
+        "CREATE ROLE \"{role}\" LOGIN;
+         GRANT CONNECT ON DATABASE \"{db_name}\" TO \"{role}\";
+         GRANT USAGE ON SCHEMA public TO \"{role}\";
+         GRANT SELECT, UPDATE, DELETE ON jobs TO \"{role}\";
+         GRANT SELECT, DELETE ON jobs_progress, jobs_signals TO \"{role}\";
+         ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY even_only ON jobs TO \"{role}\" USING (id % 2 = 0);",
+        db_name = db.db.name()
+    ))
+    .await;
+    let options: sqlx::postgres::PgConnectOptions = db.db.url().parse().unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options.username(&role))
+        .await
+        .unwrap();
+    let purger = dbworker::maintenance::Purger::new(
+        &pool,
+        &table,
+        dbworker::maintenance::PurgeOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().orphans, 0);
+    assert_eq!(side_counts(&db).await, (4, 4), "no hidden job's rows went");
+    pool.close().await;
+    db.execute(&format!(
+        "DROP POLICY even_only ON jobs; ALTER TABLE jobs DISABLE ROW LEVEL SECURITY;
+         REVOKE ALL ON jobs, jobs_progress, jobs_signals FROM \"{role}\";
+         REVOKE ALL ON SCHEMA public FROM \"{role}\";
+         REVOKE ALL ON DATABASE \"{db_name}\" FROM \"{role}\";
+         DROP ROLE \"{role}\";",
+        db_name = db.db.name()
+    ))
+    .await;
+}
+
+/// The test table with the progress side table and the signal mailbox.
+async fn side_and_mailbox() -> (Db, JobTable) {
     let db = Db::new().await;
     db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
         .await;
@@ -740,8 +838,12 @@ async fn side_rows_of_jobs_deleted_other_ways_are_swept_by_the_purger() {
             o.signals = true;
         })
         .await;
-    let ids = db.enqueue(40, json!({})).await;
-    for id in &ids {
+    (db, table)
+}
+
+/// A progress side row and a signal for each of `ids`.
+async fn side_rows(db: &Db, ids: &[i64]) {
+    for id in ids {
         sqlx::query("INSERT INTO jobs_progress (job_id, progress) VALUES ($1, '{}')")
             .bind(id)
             .execute(&db.pool)
@@ -753,48 +855,21 @@ async fn side_rows_of_jobs_deleted_other_ways_are_swept_by_the_purger() {
             .await
             .unwrap();
     }
-    // 25 jobs deleted behind the purger's back; 15 stay.
-    let (gone, kept) = ids.split_at(25);
+}
+
+async fn delete_jobs(db: &Db, ids: &[i64]) {
     sqlx::query("DELETE FROM jobs WHERE id = ANY($1)")
-        .bind(gone)
+        .bind(ids)
         .execute(&db.pool)
         .await
         .unwrap();
-    let count = |sql: &'static str| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
-    let mut o = dbworker::maintenance::PurgeOptions::new();
-    o.chunk_size = 1; // a window of 10 rows per table and pass
-    let purger = dbworker::maintenance::Purger::new(&db.pool, &table, o)
-        .await
-        .unwrap();
-    let first = purger.purge_once().await.unwrap().orphans;
-    assert_eq!(first, 20, "ten rows looked at in each table, all orphans");
-    let mut passes = 1;
-    let mut swept = first;
-    while swept < 50 {
-        swept += purger.purge_once().await.unwrap().orphans;
-        passes += 1;
-        assert!(
-            passes <= 8,
-            "the window moves on and wraps: {swept} after {passes}"
-        );
-    }
-    assert_eq!(swept, 50);
-    assert_eq!(count("SELECT count(*) FROM jobs_progress").await, 15);
-    assert_eq!(count("SELECT count(*) FROM jobs_signals").await, 15);
-    let left: Vec<i64> = sqlx::query_scalar(
-        "SELECT job_id FROM jobs_progress INTERSECT SELECT job_id FROM jobs_signals ORDER BY 1",
+}
+
+/// Rows in the progress side table and in the mailbox.
+async fn side_counts(db: &Db) -> (i64, i64) {
+    let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql).fetch_one(&db.pool);
+    (
+        count("SELECT count(*) FROM jobs_progress").await.unwrap(),
+        count("SELECT count(*) FROM jobs_signals").await.unwrap(),
     )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(left, kept, "the existing jobs' rows stay");
-    assert_eq!(purger.purge_once().await.unwrap().orphans, 0);
 }
