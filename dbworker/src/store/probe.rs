@@ -9,7 +9,8 @@
 //! takes longer than the interval. So the probe paces itself: it starts at
 //! most once per `PACE` times its last duration, and never more often than
 //! the configured interval, so it holds one connection at most a tenth of
-//! the time.
+//! the time. It warns once when its looks outgrow the interval, and says it
+//! is fast again once a look fits in half of it.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -29,13 +30,25 @@ use crate::store::Resolved;
 /// starts of two looks.
 const PACE: u32 = 10;
 
-/// When the probe looks next.
+/// When the probe looks next, and whether operators were told it is slow.
 #[derive(Debug, Clone, Copy)]
 struct Pace {
     /// The configured interval (`ClaimOptions::claim_cursor`).
     every: Duration,
     /// Between the starts of the last look and the next one.
     period: Duration,
+    /// A slow look was reported and no clearly fast one since.
+    reported_slow: bool,
+}
+
+/// What a look changes in what operators were told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Report {
+    Nothing,
+    /// The interval stretched: tell them (once).
+    Slow,
+    /// Looks fit the interval again with room to spare: tell them (once).
+    Fast,
 }
 
 impl Pace {
@@ -43,6 +56,7 @@ impl Pace {
         Pace {
             every,
             period: every,
+            reported_slow: false,
         }
     }
 
@@ -54,6 +68,25 @@ impl Pace {
 
     fn stretched(&self) -> bool {
         self.period > self.every
+    }
+
+    /// What to tell operators after [`Pace::after`]. With hysteresis: looks
+    /// hovering around the limit (a held xmin keeps the dead entries, and
+    /// each look's time wobbles) would otherwise warn and recover every
+    /// pass; "fast again" needs a look within half the limit.
+    fn report(&mut self, took: Duration) -> Report {
+        let clearly_fast = took.saturating_mul(PACE.saturating_mul(2)) <= self.every;
+        match (self.reported_slow, self.stretched()) {
+            (false, true) => {
+                self.reported_slow = true;
+                Report::Slow
+            }
+            (true, false) if clearly_fast => {
+                self.reported_slow = false;
+                Report::Fast
+            }
+            _ => Report::Nothing,
+        }
     }
 }
 
@@ -153,16 +186,15 @@ where
         let started = Instant::now();
         (self.look)().await;
         let took = started.elapsed();
-        let was_stretched = self.pace.stretched();
         let period = self.pace.after(took);
-        match (was_stretched, self.pace.stretched()) {
-            (false, true) => {
+        match self.pace.report(took) {
+            Report::Slow => {
                 tracing::warn!(store = %store, took = ?took, every = ?period, configured = ?every, "the claim cursor's probe is slow (dead index entries below the cursor); it looks less often, so a row that becomes eligible behind the cursor without a notification waits up to that long");
             }
-            (true, false) => {
+            Report::Fast => {
                 tracing::info!(store = %store, took = ?took, every = ?every, "the claim cursor's probe is fast again");
             }
-            _ => {}
+            Report::Nothing => {}
         }
         Next::After(period)
     }
@@ -229,6 +261,28 @@ mod tests {
             Duration::from_secs(1)
         );
         assert!(!pace.stretched(), "a fast look brings the interval back");
+    }
+
+    /// Looks hovering around the limit (100 ms for a 1 s interval) warn
+    /// once, not on every crossing; only a look within half the limit says
+    /// the probe is fast again, once.
+    #[test]
+    fn looks_around_the_limit_warn_once_and_recover_once() {
+        let mut pace = Pace::new(Duration::from_secs(1));
+        let mut reports = Vec::new();
+        for ms in [20, 120, 90, 130, 95, 110, 60, 40, 30, 150, 20] {
+            let took = Duration::from_millis(ms);
+            pace.after(took);
+            reports.push(pace.report(took));
+        }
+        use Report::{Fast, Nothing, Slow};
+        assert_eq!(
+            reports,
+            [
+                Nothing, Slow, Nothing, Nothing, Nothing, Nothing, Nothing, Fast, Nothing, Slow,
+                Fast
+            ]
+        );
     }
 
     /// On a paused clock: looks that take 2 s push the next start 20 s out;
