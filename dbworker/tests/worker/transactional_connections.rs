@@ -205,7 +205,8 @@ async fn a_job_taken_back_before_its_open_is_not_opened_and_its_connection_serve
 async fn a_job_taken_back_while_it_ran_commits_none_of_its_writes() {
     let db = Db::new().await;
     let store = db.store(Handling::Transactional).await;
-    let completed_by_hand = "UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1";
+    let completed_by_hand =
+        "UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1";
     for (how, take_back, left) in [
         ("completed by hand", Some(completed_by_hand), "completed"),
         ("requeued", None, "queued"),
@@ -222,14 +223,22 @@ async fn a_job_taken_back_while_it_ran_commits_none_of_its_writes() {
         match take_back {
             None => requeue_from_outside(&db, taken).await,
             Some(sql) => {
-                sqlx::query(sql).bind(taken).execute(&db.pool).await.unwrap();
+                sqlx::query(sql)
+                    .bind(taken)
+                    .execute(&db.pool)
+                    .await
+                    .unwrap();
             }
         }
         assert!(
             !store.mark_complete(&mut job).await.unwrap(),
             "{how}: the completion of a lost claim is refused"
         );
-        assert_eq!(db.state(taken).await, left, "{how}: the operator's write stands");
+        assert_eq!(
+            db.state(taken).await,
+            left,
+            "{how}: the operator's write stands"
+        );
         assert_eq!(
             backend_of(&db, taken).await,
             None,
@@ -239,7 +248,9 @@ async fn a_job_taken_back_while_it_ran_commits_none_of_its_writes() {
     // The kept connection's transaction was rolled back: a job runs (on it),
     // and this time its write lands with its completion.
     run_one(&store).await;
-    let requeued: i64 = db.scalar("SELECT max(id) FROM jobs WHERE id >= $1", 0).await;
+    let requeued: i64 = db
+        .scalar("SELECT max(id) FROM jobs WHERE id >= $1", 0)
+        .await;
     assert_eq!(db.state(requeued).await, "completed");
     assert!(backend_of(&db, requeued).await.is_some());
 }
