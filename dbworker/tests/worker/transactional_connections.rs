@@ -3,8 +3,7 @@
 //! transaction on it must still behave as sqlx's own (a handler's nested
 //! `begin()` is a savepoint), and a kept connection that died while it waited
 //! must cost the next job nothing. A job taken back by another session
-//! before its open, or while it runs, commits nothing, and its connection
-//! serves the next job.
+//! before its open, or while it runs, commits nothing.
 
 use crate::common;
 
@@ -151,7 +150,7 @@ async fn closing_the_pool_after_a_worker_finished_does_not_wait_for_kept_connect
     drop(store);
 }
 
-/// Claims the one queued job through the store's own calls.
+/// Claims the next queued job through the store's own calls.
 async fn claim(store: &DbStore<Job>) -> DbJob<Job> {
     store
         .dequeue("host", &Default::default(), 1)
@@ -161,96 +160,86 @@ async fn claim(store: &DbStore<Job>) -> DbJob<Job> {
         .expect("a queued job")
 }
 
-/// Takes a claimed job back as an operator's requeue does: the row changes
-/// under the handler's `FOR KEY SHARE` lock, which does not block it.
-async fn requeue_from_outside(db: &Db, id: i64) {
-    sqlx::query("UPDATE jobs SET state = 'queued', started_at = NULL WHERE id = $1")
-        .bind(id)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-}
+/// How another session takes a claimed job back. Hand-written SQL: the
+/// documented requeue and completion (`Admin`, the CLI) refuse a processing
+/// row, and the resetter skips one a live transaction locks; a transactional
+/// handler's `FOR KEY SHARE` blocks neither write.
+const REQUEUED: &str = "UPDATE jobs SET state = 'queued', started_at = NULL WHERE id = $1";
+const COMPLETED: &str = "UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1";
 
-/// A job taken back between its claim and its open is not opened (its lock
-/// finds no row with its token), and the next job runs.
+/// A transactional job taken back by another session commits nothing. Before
+/// its open: it is not opened (its lock finds no row with its token). While
+/// it runs: its fenced mark changes nothing and the store rolls back instead
+/// of committing, so the handler's write is gone; taken back as a requeue,
+/// or completed by hand (the row `completed` under this very token). The
+/// other session's write stands, and the jobs left run on the kept
+/// connections, their writes landing with their completions.
 #[tokio::test]
-async fn a_job_taken_back_before_its_open_is_not_opened_and_its_connection_serves_the_next() {
+async fn a_job_taken_back_by_another_session_commits_nothing() {
     let db = Db::new().await;
     let store = db.store(Handling::Transactional).await;
+    // One job first, so the opens below take a kept connection.
     let first = db.enqueue(1, json!({})).await[0];
-    // One job first, so the next open takes a kept connection.
     run_one(&store).await;
-    let taken = db.enqueue(1, json!({})).await[0];
-    let mut job = claim(&store).await;
-    requeue_from_outside(&db, taken).await;
-    assert!(
-        !store.open(&mut job).await.unwrap(),
-        "a job whose claim was lost is not opened"
-    );
-    assert!(job.tx().is_none());
-    assert_eq!(db.state(taken).await, "queued");
-    // The same job, claimed again, runs on what the failed open left.
-    run_one(&store).await;
-    assert_eq!(db.state(taken).await, "completed");
     assert!(backend_of(&db, first).await.is_some());
-    assert!(backend_of(&db, taken).await.is_some());
-}
-
-/// An attempt whose job was taken back while it ran commits none of its
-/// writes: its fenced mark changes nothing, and the store rolls back instead
-/// of committing. Taken back as a requeue, or completed by hand (the row
-/// `completed` under this very token). The next job on the kept connection
-/// completes.
-#[tokio::test]
-async fn a_job_taken_back_while_it_ran_commits_none_of_its_writes() {
-    let db = Db::new().await;
-    let store = db.store(Handling::Transactional).await;
-    let completed_by_hand =
-        "UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1";
-    for (how, take_back, left) in [
-        ("completed by hand", Some(completed_by_hand), "completed"),
-        ("requeued", None, "queued"),
+    for (how, take_back, opened, left) in [
+        (
+            "completed by hand while it ran",
+            COMPLETED,
+            true,
+            "completed",
+        ),
+        ("requeued before its open", REQUEUED, false, "queued"),
+        ("requeued while it ran", REQUEUED, true, "queued"),
     ] {
-        let taken = db.enqueue(1, json!({})).await[0];
+        db.enqueue(1, json!({})).await;
         let mut job = claim(&store).await;
-        assert!(store.open(&mut job).await.unwrap());
-        let tx = job.tx().expect("transactional handling");
-        sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'stale attempt')")
+        let taken = job.record().id;
+        if opened {
+            assert!(store.open(&mut job).await.unwrap());
+            let tx = job.tx().expect("transactional handling");
+            sqlx::query("INSERT INTO side_effects (job_id, note) VALUES ($1, 'stale attempt')")
+                .bind(taken)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        let pool = &db.pool;
+        sqlx::query(take_back)
             .bind(taken)
-            .execute(&mut *tx)
+            .execute(pool)
             .await
             .unwrap();
-        match take_back {
-            None => requeue_from_outside(&db, taken).await,
-            Some(sql) => {
-                sqlx::query(sql)
-                    .bind(taken)
-                    .execute(&db.pool)
-                    .await
-                    .unwrap();
-            }
+        if opened {
+            assert!(
+                !store.mark_complete(&mut job).await.unwrap(),
+                "{how}: the completion of a lost claim is refused"
+            );
+        } else {
+            assert!(
+                !store.open(&mut job).await.unwrap(),
+                "{how}: a job whose claim was lost is not opened"
+            );
+            assert!(job.tx().is_none());
         }
-        assert!(
-            !store.mark_complete(&mut job).await.unwrap(),
-            "{how}: the completion of a lost claim is refused"
-        );
-        assert_eq!(
-            db.state(taken).await,
-            left,
-            "{how}: the operator's write stands"
-        );
+        assert_eq!(db.state(taken).await, left, "{how}: the other write stands");
         assert_eq!(
             backend_of(&db, taken).await,
             None,
             "{how}: the stale attempt's write was rolled back with its mark"
         );
     }
-    // The kept connection's transaction was rolled back: a job runs (on it),
-    // and this time its write lands with its completion.
-    run_one(&store).await;
-    let requeued: i64 = db
-        .scalar("SELECT max(id) FROM jobs WHERE id >= $1", 0)
-        .await;
-    assert_eq!(db.state(requeued).await, "completed");
-    assert!(backend_of(&db, requeued).await.is_some());
+    // The jobs taken back to the queue run again, on kept connections, and
+    // this time their writes land with their completions.
+    while db.count("queued").await > 0 {
+        run_one(&store).await;
+    }
+    let ran: Vec<i64> = sqlx::query_scalar("SELECT id FROM jobs WHERE id > $1")
+        .bind(first)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    for id in ran {
+        assert_eq!(db.state(id).await, "completed");
+    }
 }
