@@ -39,11 +39,27 @@
 //!   once; `a deadlock` (sometimes) is reported, and expected only when the
 //!   deletes may take their edges in different orders.
 //!
+//! **The set-wise release.** Completions are released by a statement-level
+//! trigger (`completions_sql` in the same file) in phases over all the
+//! statement's dependents in id order: the deletes; the release without a
+//! lock where no edge is visible ([`Step::FastUpdate`]); the probe
+//! ([`Step::Probe`]) for the others; `FOR UPDATE` on those the probe found
+//! nothing for ([`Step::LockDep`]); and one `UPDATE` whose snapshot is taken
+//! after those locks ([`Step::Update`], one atomic step over them all).
+//! [`Variant::SetWise`] runs it in every completion, [`Variant::Mixed`] in
+//! the first upstream's beside the row trigger in the others (failures,
+//! cancels and deletes still go through the row trigger, and its rules must
+//! hold beside the set-wise ones).
+//!
 //! **Guard removed.** [`Variant::SnapshotOnly`] releases when its own snapshot
 //! shows no edge (no probe, no lock): concurrent last completions each see the
 //! other's edge and nobody releases. [`Variant::NoRecheck`] trusts a probe that
 //! found nothing and releases without the `FOR UPDATE` and the fresh check:
 //! it releases while another upstream's completion has not committed.
+//! [`Variant::SetWiseNoLock`] leaves out the set-wise `FOR UPDATE`: the last
+//! two completions each see the other's edge and nobody releases.
+//! [`Variant::SetWiseNoRecheck`] releases the locked dependents without
+//! looking at their edges again: early.
 
 use crate::{Model, Property, in_wait_cycle};
 
@@ -56,6 +72,14 @@ pub enum Variant {
     SnapshotOnly,
     /// Probe; if nothing is found, release without lock and recheck.
     NoRecheck,
+    /// Every completion released set-wise, in phases.
+    SetWise,
+    /// The first upstream's completion set-wise, the others by the row trigger.
+    Mixed,
+    /// Set-wise without the `FOR UPDATE` before the last check.
+    SetWiseNoLock,
+    /// Set-wise, the locked dependents released without a last check.
+    SetWiseNoRecheck,
 }
 
 /// An edge `(dependent, upstream)` of the edge table.
@@ -92,8 +116,11 @@ pub struct Trigger {
     pub deleted: usize,
     /// The loop's position in `plan`.
     pub at: usize,
-    /// The loop's step.
+    /// The loop's step (set-wise: the phase).
     pub step: Step,
+    /// Set-wise: the dependents done with (a bit each), released or left to
+    /// another deleter.
+    pub resolved: u8,
 }
 
 /// An upstream job's completing transaction.
@@ -167,6 +194,15 @@ pub struct WorkflowModel {
 }
 
 impl WorkflowModel {
+    /// Whether upstream `u`'s completion releases set-wise.
+    fn set_wise(&self, u: u8) -> bool {
+        match self.variant {
+            Variant::SetWise | Variant::SetWiseNoLock | Variant::SetWiseNoRecheck => true,
+            Variant::Mixed => u == 0,
+            _ => false,
+        }
+    }
+
     fn edge(&self, d: u8, u: u8) -> usize {
         usize::from(d) * usize::from(self.ups) + usize::from(u)
     }
@@ -191,6 +227,8 @@ impl WorkflowModel {
         };
         if let Some(&d) = tr.plan.get(tr.deleted) {
             s.key_share[self.edge(d, t)] & !(1 << t)
+        } else if self.set_wise(t) {
+            self.set_wise_waits_for(s, t, tr)
         } else if tr.step != Step::Probe
             && let Some(&d) = tr.plan.get(tr.at)
             // Seeing an edge, the fast release's one-time filter is false: it
@@ -201,6 +239,100 @@ impl WorkflowModel {
             holder.map_or(0, |h| 1 << h)
         } else {
             0
+        }
+    }
+
+    /// What a set-wise completion waits for in its phase: a row another
+    /// transaction holds, which its statement would update or lock.
+    fn set_wise_waits_for(&self, s: &State, t: u8, tr: &Trigger) -> u8 {
+        let held = |d: u8| s.dep_lock[usize::from(d)].filter(|&h| h != t);
+        let wanted: Vec<u8> = match tr.step {
+            // The filter sees no edge: the row is updated, so waited for.
+            Step::FastUpdate => sorted(&tr.plan)
+                .get(tr.at)
+                .filter(|&&d| !self.any_edge_visible(s, t, d))
+                .copied()
+                .into_iter()
+                .collect(),
+            Step::Probe => Vec::new(),
+            Step::LockDep => sorted(&tr.plan).get(tr.at).copied().into_iter().collect(),
+            // Only without the lock can another hold a row it updates.
+            Step::Update => sorted(&tr.plan)
+                .into_iter()
+                .filter(|&d| tr.resolved & (1 << d) == 0 && !self.any_edge_visible(s, t, d))
+                .collect(),
+        };
+        wanted
+            .into_iter()
+            .find_map(held)
+            .map_or(0, |h| 1 << h)
+    }
+
+    /// One step of set-wise completion `u` in its phase: the dependent at
+    /// `at`, or (the last phase) all of them at once. Returns the next
+    /// `(at, phase)`; `at` past the end once done.
+    fn set_wise_step(&self, n: &mut State, u: u8, tr: &Trigger) -> (usize, Step, u8) {
+        let order = sorted(&tr.plan);
+        let mut resolved = tr.resolved;
+        let free = |n: &State, d: u8| {
+            n.releases[usize::from(d)] == 0 && n.queued_by[usize::from(d)].is_none()
+        };
+        match tr.step {
+            Step::FastUpdate => {
+                let d = order[tr.at];
+                if !self.any_edge_visible(n, u, d) && free(n, d) {
+                    n.queued_by[usize::from(d)] = Some(u);
+                    n.dep_lock[usize::from(d)] = Some(u);
+                    resolved |= 1 << d;
+                }
+            }
+            Step::Probe => {
+                let d = order[tr.at];
+                let unlocked = (0..self.ups)
+                    .rev()
+                    .find(|&v| n.edges[self.edge(d, v)] == Edge::Present);
+                if let Some(v) = unlocked {
+                    n.key_share[self.edge(d, v)] |= 1 << u;
+                    resolved |= 1 << d;
+                }
+            }
+            Step::LockDep => {
+                if self.variant != Variant::SetWiseNoLock {
+                    n.dep_lock[usize::from(order[tr.at])] = Some(u);
+                }
+            }
+            Step::Update => {
+                for &d in &order {
+                    let none_left = self.variant == Variant::SetWiseNoRecheck
+                        || !self.any_edge_visible(n, u, d);
+                    if resolved & (1 << d) == 0 && none_left && free(n, d) {
+                        n.queued_by[usize::from(d)] = Some(u);
+                        n.dep_lock[usize::from(d)] = Some(u);
+                    }
+                }
+                return (order.len(), Step::Update, resolved);
+            }
+        }
+        // The next unresolved dependent in this phase, else the next phase.
+        let mut step = tr.step;
+        let mut from = tr.at + 1;
+        loop {
+            if let Some(at) = (from..order.len()).find(|&i| resolved & (1 << order[i]) == 0) {
+                return (at, step, resolved);
+            }
+            step = match step {
+                Step::FastUpdate => Step::Probe,
+                Step::Probe => Step::LockDep,
+                Step::LockDep | Step::Update => {
+                    let left = order.iter().any(|&d| resolved & (1 << d) == 0);
+                    return if left {
+                        (0, Step::Update, resolved)
+                    } else {
+                        (order.len(), Step::Update, resolved)
+                    };
+                }
+            };
+            from = 0;
         }
     }
 
@@ -353,12 +485,17 @@ impl Model for WorkflowModel {
         let mut n = s.clone();
         match action {
             Action::Begin(u, plan) => {
-                let (deleted, at, step) = (0, 0, Step::Probe);
+                let step = if self.set_wise(u) {
+                    Step::FastUpdate
+                } else {
+                    Step::Probe
+                };
                 n.ups[usize::from(u)] = Completion::Active(Trigger {
                     plan,
-                    deleted,
-                    at,
+                    deleted: 0,
+                    at: 0,
                     step,
+                    resolved: 0,
                 });
             }
             Action::Delete(u) => {
@@ -368,6 +505,15 @@ impl Model for WorkflowModel {
                 let e = self.edge(tr.plan[tr.deleted], u);
                 tr.deleted += 1;
                 n.edges[e] = Edge::DeletedBy(u);
+            }
+            Action::Loop(u) if self.set_wise(u) => {
+                let Completion::Active(tr) = &s.ups[usize::from(u)] else {
+                    return None;
+                };
+                let (at, step, resolved) = self.set_wise_step(&mut n, u, tr);
+                if let Completion::Active(tr) = &mut n.ups[usize::from(u)] {
+                    (tr.at, tr.step, tr.resolved) = (at, step, resolved);
+                }
             }
             Action::Loop(u) => {
                 let Completion::Active(tr) = &s.ups[usize::from(u)] else {
@@ -422,4 +568,11 @@ impl Model for WorkflowModel {
             }),
         ]
     }
+}
+
+/// The dependents of a plan in id order (the order of the set-wise statements).
+fn sorted(plan: &[u8]) -> Vec<u8> {
+    let mut order = plan.to_vec();
+    order.sort_unstable();
+    order
 }

@@ -79,3 +79,44 @@ fn releasing_without_the_recheck_releases_early() {
     println!("counterexample:\n{}", r.path("never released early"));
     assert!(r.found("never released early"));
 }
+
+#[test]
+fn the_set_wise_release_alone_and_beside_the_row_trigger_releases_once() {
+    for variant in [Variant::SetWise, Variant::Mixed] {
+        for m in [model(2, 2, true, variant), model(3, 2, true, variant)] {
+            let r = run(&m);
+            for p in [
+                "released at most once",
+                "never released early",
+                "released once all completed",
+            ] {
+                assert!(!r.found(p), "{variant:?} {p}:\n{}", r.path(p));
+            }
+            assert!(!r.found("a deadlock"), "{}", r.path("a deadlock"));
+            assert!(r.found("completions overlap"));
+            assert!(r.complete && r.unique_states > 500, "{} states", r.unique_states);
+        }
+    }
+    // One DELETE takes its edges in heap order: any order stays safe.
+    let r = run(&WorkflowModel {
+        any_order: true,
+        ..model(2, 2, false, Variant::Mixed)
+    });
+    for p in ["released at most once", "never released early", "released once all completed"] {
+        assert!(!r.found(p), "{p}:\n{}", r.path(p));
+    }
+}
+
+#[test]
+fn the_set_wise_release_without_its_lock_never_releases() {
+    let r = run(&model(2, 1, false, Variant::SetWiseNoLock));
+    println!("counterexample:\n{}", r.path("released once all completed"));
+    assert!(r.found("released once all completed"));
+}
+
+#[test]
+fn the_set_wise_release_without_its_last_check_releases_early() {
+    let r = run(&model(2, 1, false, Variant::SetWiseNoRecheck));
+    println!("counterexample:\n{}", r.path("never released early"));
+    assert!(r.found("never released early"));
+}
