@@ -262,10 +262,7 @@ impl WorkflowModel {
                 .filter(|&d| tr.resolved & (1 << d) == 0 && !self.any_edge_visible(s, t, d))
                 .collect(),
         };
-        wanted
-            .into_iter()
-            .find_map(held)
-            .map_or(0, |h| 1 << h)
+        wanted.into_iter().find_map(held).map_or(0, |h| 1 << h)
     }
 
     /// One step of set-wise completion `u` in its phase: the dependent at

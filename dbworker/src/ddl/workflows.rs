@@ -344,7 +344,8 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
     let has_dependents = quote(HAS_DEPENDENTS);
     let follows = quote(TRACE_FOLLOWS);
     let follows_name = crate::columns::literal(TRACE_FOLLOWS);
-    let none_left = format!(r#"NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = dbworker_d.{id})"#);
+    let none_left =
+        format!(r#"NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = dbworker_d.{id})"#);
     // Queues the pending dependents of `ids` with no edge left (with the
     // releasing job's span on a table with traces), collecting their ids.
     let release = |ids: &str| {

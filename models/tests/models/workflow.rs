@@ -94,7 +94,11 @@ fn the_set_wise_release_alone_and_beside_the_row_trigger_releases_once() {
             }
             assert!(!r.found("a deadlock"), "{}", r.path("a deadlock"));
             assert!(r.found("completions overlap"));
-            assert!(r.complete && r.unique_states > 500, "{} states", r.unique_states);
+            assert!(
+                r.complete && r.unique_states > 500,
+                "{} states",
+                r.unique_states
+            );
         }
     }
     // One DELETE takes its edges in heap order: any order stays safe.
@@ -102,7 +106,11 @@ fn the_set_wise_release_alone_and_beside_the_row_trigger_releases_once() {
         any_order: true,
         ..model(2, 2, false, Variant::Mixed)
     });
-    for p in ["released at most once", "never released early", "released once all completed"] {
+    for p in [
+        "released at most once",
+        "never released early",
+        "released once all completed",
+    ] {
         assert!(!r.found(p), "{p}:\n{}", r.path(p));
     }
 }
