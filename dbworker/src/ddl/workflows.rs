@@ -198,14 +198,17 @@ BEGIN
     RETURN NULL;
 END
 $dbworker$;
--- Completions are released set-wise, once per statement, below: a grouped
--- mark completing hundreds of jobs pays one trigger call, not one each.
+{completions}
+-- Completions are released set-wise, once per statement, above: a grouped
+-- mark completing hundreds of jobs pays one trigger call, not one each. (The
+-- statement trigger comes first: run outside a transaction on an older table,
+-- no completion falls between the two; while both fire, whichever runs
+-- first deletes the edges and releases, and the other finds none.)
 CREATE OR REPLACE TRIGGER {on_update} AFTER UPDATE OF {state} ON {table}
     FOR EACH ROW WHEN (NEW.{has_dependents} AND OLD.{state} IS DISTINCT FROM NEW.{state}
         AND NEW.{state} IS DISTINCT FROM 'completed'
         AND (NEW.{state} IN ('failed', 'canceled') OR OLD.{state} IN ('failed', 'canceled')))
     EXECUTE FUNCTION {function}();
-{completions}
 CREATE OR REPLACE TRIGGER {on_delete} AFTER DELETE ON {table}
     FOR EACH ROW WHEN (OLD.{has_dependents} AND OLD.{state} NOT IN ('completed', 'failed', 'canceled'))
     EXECUTE FUNCTION {function}();
