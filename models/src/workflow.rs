@@ -49,7 +49,15 @@
 //! [`Variant::SetWise`] runs it in every completion, [`Variant::Mixed`] in
 //! the first upstream's beside the row trigger in the others (failures,
 //! cancels and deletes still go through the row trigger, and its rules must
-//! hold beside the set-wise ones).
+//! hold beside the set-wise ones: the row completions of `Mixed` stand for
+//! its releases under `ignore` policies). Not modelled: a statement
+//! completing several upstreams of one dependent, a transaction running
+//! both protocols (a grouped mark mixing failures and completions, which can
+//! deadlock and is written again), the `on_failure` cancel, and isolation
+//! other than READ COMMITTED (the triggers refuse it). The release without a
+//! lock and the probe look at one dependent per step, each seeing the commits
+//! up to it, where the real statement's one snapshot may be older; the last
+//! check is one step over all its dependents, as its statement is.
 //!
 //! **Guard removed.** [`Variant::SnapshotOnly`] releases when its own snapshot
 //! shows no edge (no probe, no lock): concurrent last completions each see the

@@ -126,6 +126,7 @@ BEGIN
             )
             SELECT "job_id", "policy" FROM gone ORDER BY "job_id"
         LOOP
+{read_committed}
             IF v_policy = 'on_failure' AND v_outcome = 'failed' THEN
                 -- Only the first failure finds it pending: a concurrent one
                 -- waits for this row and then sees it queued.
@@ -300,6 +301,7 @@ END
 $dbworker$;
 "#,
         completions = completions_sql(&rel, &c),
+        read_committed = read_committed_sql("v_job", "            "),
         release_on_failure = release(&table, &c, "", "                "),
         release_last = release(&table, &c, &last, "                    "),
         upstream_ids = quote(UPSTREAM_IDS),
@@ -373,6 +375,7 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
     END IF;"#
         )
     };
+    let read_committed = read_committed_sql("v_done[1]", "    ");
     let release_fast = release("v_deps");
     let release_last = release("v_rest");
     format!(
@@ -388,9 +391,14 @@ DECLARE
     v_released bigint[] := ARRAY[]::bigint[];
     v_traced boolean := false;
 BEGIN
-    SELECT array_agg(dbworker_n.{id}) INTO v_done
-      FROM dbworker_new AS dbworker_n
-     WHERE dbworker_n.{has_dependents} AND dbworker_n.{state} = 'completed';
+    -- Jobs this statement completed (not rows that already were: an UPDATE
+    -- of a completed job's other columns is none of the release's business).
+    SELECT array_agg(c.{id}) INTO v_done
+      FROM (SELECT dbworker_n.{id} FROM dbworker_new AS dbworker_n
+             WHERE dbworker_n.{has_dependents} AND dbworker_n.{state} = 'completed'
+            EXCEPT
+            SELECT dbworker_o.{id} FROM dbworker_old AS dbworker_o
+             WHERE dbworker_o.{has_dependents} AND dbworker_o.{state} = 'completed') AS c;
     IF v_done IS NULL THEN
         RETURN NULL;
     END IF;
@@ -413,6 +421,7 @@ BEGIN
     IF v_deps IS NULL THEN
         RETURN NULL;
     END IF;
+{read_committed}
     -- 2. No edge left for this statement's fresh snapshot: every other
     -- deleter committed, each seeing our edge, so the release is ours.
     {release_fast}
@@ -445,9 +454,31 @@ $dbworker$;
 -- Transition tables rule out a column list: it fires for every UPDATE
 -- statement, and returns at once when it completed no awaited job.
 CREATE OR REPLACE TRIGGER {trigger} AFTER UPDATE ON {table}
-    REFERENCING NEW TABLE AS dbworker_new
+    REFERENCING OLD TABLE AS dbworker_old NEW TABLE AS dbworker_new
     FOR EACH STATEMENT EXECUTE FUNCTION {function}();"#
     )
+}
+
+/// Refuses a release outside READ COMMITTED, naming the job `job` (an
+/// expression) whose write caused it. The protocol's "a new statement sees
+/// every commit so far" holds only there: under REPEATABLE READ or
+/// SERIALIZABLE the last two deleters could each keep seeing the other's edge
+/// and strand the dependent; an error rolls the write back instead.
+fn read_committed_sql(job: &str, pad: &str) -> String {
+    [
+        "IF current_setting('transaction_isolation') <> 'read committed' THEN".to_owned(),
+        "    RAISE EXCEPTION 'releasing the dependents of job % needs READ COMMITTED, not %',"
+            .to_owned(),
+        format!("        {job}, current_setting('transaction_isolation')"),
+        "        USING ERRCODE = 'object_not_in_prerequisite_state',".to_owned(),
+        "              HINT = 'finish jobs others wait for in a READ COMMITTED transaction';"
+            .to_owned(),
+        "END IF;".to_owned(),
+    ]
+    .iter()
+    .map(|l| format!("{pad}{l}"))
+    .collect::<Vec<_>>()
+    .join("\n")
 }
 
 /// The trigger's release of the dependent `v_dep` (pending, and `also`):

@@ -8,5 +8,6 @@ mod common;
 
 mod batches;
 mod items;
+mod release_set;
 mod results;
 mod workflows;

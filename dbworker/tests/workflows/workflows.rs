@@ -46,7 +46,7 @@ impl Handler<DbStore<Job>> for Recorder {
     }
 }
 
-async fn set_up() -> (Db, Workflows) {
+pub(crate) async fn set_up() -> (Db, Workflows) {
     let db = Db::new().await;
     db.execute(&workflows_sql("jobs", &HashMap::new()).unwrap())
         .await;
@@ -455,7 +455,7 @@ async fn assert_released_once_after_the_rest(db: &Db, sink: i64) {
 }
 
 /// Completes job `id` in a transaction left open, as a mark would.
-async fn complete_in(tx: &mut sqlx::PgConnection, id: i64) {
+pub(crate) async fn complete_in(tx: &mut sqlx::PgConnection, id: i64) {
     sqlx::query(
         "UPDATE jobs SET state = 'completed', finished_at = clock_timestamp() WHERE id = $1",
     )
