@@ -5,8 +5,10 @@
 use std::time::Duration;
 
 use dbworker::NewJob;
+use dbworker::workflow::Workflows;
 
 use super::workflows::{complete_in, set_up};
+use crate::common::Db;
 
 /// Each `DELETE` of edges sleeps at its end, inside the release: two
 /// completions started together have both deleted their edges before either
@@ -22,18 +24,20 @@ CREATE TRIGGER slow_edge_deletes AFTER DELETE ON jobs_deps
     FOR EACH STATEMENT EXECUTE FUNCTION slow_edge_deletes();
 "#;
 
+/// `n` queued jobs and one dependent waiting for them all.
+async fn upstreams_and_sink(db: &Db, workflows: &Workflows, n: usize) -> (Vec<i64>, i64) {
+    let up = db.enqueue(n, serde_json::json!({})).await;
+    let after = NewJob::new().after(up.clone());
+    let sink = workflows.enqueuer().enqueue(&after).await.unwrap().id();
+    (up, sink)
+}
+
 #[tokio::test]
 async fn the_last_two_completions_deleting_at_once_take_turns_on_the_dependent() {
     let (db, workflows) = set_up().await;
     db.execute(SLOW_EDGE_DELETES).await;
     for round in 0..2 {
-        let up = db.enqueue(2, serde_json::json!({})).await;
-        let sink = workflows
-            .enqueuer()
-            .enqueue(&NewJob::new().after(up.clone()))
-            .await
-            .unwrap()
-            .id();
+        let (up, sink) = upstreams_and_sink(&db, &workflows, 2).await;
         // Both delete, then each finds the other's edge being deleted (the
         // probe skips it): the last step, `FOR UPDATE` on the dependent and a
         // check after it, is the only one left. The first to lock returns
@@ -76,13 +80,7 @@ async fn the_last_two_completions_deleting_at_once_take_turns_on_the_dependent()
 #[tokio::test]
 async fn a_release_outside_read_committed_is_refused_and_rolled_back() {
     let (db, workflows) = set_up().await;
-    let up = db.enqueue(1, serde_json::json!({})).await;
-    let sink = workflows
-        .enqueuer()
-        .enqueue(&NewJob::new().after(up.clone()))
-        .await
-        .unwrap()
-        .id();
+    let (up, sink) = upstreams_and_sink(&db, &workflows, 1).await;
     for level in ["REPEATABLE READ", "SERIALIZABLE"] {
         let mut tx = db.pool.begin().await.unwrap();
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -113,13 +111,7 @@ async fn a_release_outside_read_committed_is_refused_and_rolled_back() {
 #[tokio::test]
 async fn updating_a_job_that_was_already_completed_leaves_the_edges_alone() {
     let (db, workflows) = set_up().await;
-    let up = db.enqueue(1, serde_json::json!({})).await;
-    let sink = workflows
-        .enqueuer()
-        .enqueue(&NewJob::new().after(up.clone()))
-        .await
-        .unwrap()
-        .id();
+    let (up, sink) = upstreams_and_sink(&db, &workflows, 1).await;
     complete_in(&mut db.pool.acquire().await.unwrap(), up[0]).await;
     assert_eq!(db.state(sink).await, "queued");
     // An operator's UPDATE of a finished job's other columns (or a role
