@@ -1286,6 +1286,11 @@ async fn stale_worker(url: &str) {
     .await;
     let mut o = WorkerOptions::new("stale");
     o.interval = Duration::from_millis(20);
+    // No claim beyond its one handler: claiming the reset job again while the
+    // paused attempt still runs would cancel that attempt as superseded
+    // before it tries the writes the test looks at (seen once in CI under
+    // load); the next attempt starts when the stale one has given up.
+    o.claim_ahead = Some(0);
     o.heartbeat_interval = Duration::from_secs(10);
     o.heartbeat_failure_limit = Some(Duration::from_secs(15));
     new_worker(store, Steps { pool }, o).unwrap().run().await;
