@@ -10,24 +10,9 @@
 # DBWORKER=target/release/dbworker uses a built CLI instead of `cargo run`.
 # Needs pgbench (PostgreSQL's own) on PATH or PGBENCH, and a scratch database:
 # it drops and creates the tables cmp_su, cmp_sd, cmp_hu, cmp_hd.
-set -euo pipefail
-export PGOPTIONS="-c client_min_messages=warning"
-: "${DATABASE_URL:?set DATABASE_URL to a scratch database}"
-PGBENCH=${PGBENCH:-pgbench}
-ROWS=${ROWS:-300000}
-CLIENTS=${CLIENTS:-16}
 TX=${TX:-1000}
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-psql_() { psql "$DATABASE_URL" -q -v ON_ERROR_STOP=1 "$@"; }
-# The DDL `dbworker migration` prints; DBWORKER names a built binary.
-ddl() {
-    if [ -n "${DBWORKER:-}" ]; then
-        "$DBWORKER" migration --table "$1" ${2:+"$2"}
-    else
-        cargo run -q --manifest-path "$here/../../Cargo.toml" -p dbworker-cli -- migration --table "$1" ${2:+"$2"}
-    fi
-}
+source "$(dirname "$0")/common.sh"
+ddl() { migration --table "$1" ${2:+"$2"}; }
 
 setup() { # table, layout flag
     psql_ -c "DROP TABLE IF EXISTS $1"

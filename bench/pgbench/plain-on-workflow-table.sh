@@ -11,23 +11,9 @@
 # DBWORKER=target/release/dbworker uses a built CLI instead of `cargo run`.
 # Needs pgbench (PostgreSQL's own) on PATH or PGBENCH, and a scratch database:
 # it drops and creates the tables cmp_with and cmp_without.
-set -euo pipefail
-export PGOPTIONS="-c client_min_messages=warning"
-: "${DATABASE_URL:?set DATABASE_URL to a scratch database}"
-PGBENCH=${PGBENCH:-pgbench}
-ROWS=${ROWS:-300000}
-CLIENTS=${CLIENTS:-16}
 TX=${TX:-300}
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-psql_() { psql "$DATABASE_URL" -q -v ON_ERROR_STOP=1 "$@"; }
-ddl() {
-    if [ -n "${DBWORKER:-}" ]; then
-        "$DBWORKER" migration --table "$1" --workflows --notify
-    else
-        cargo run -q --manifest-path "$here/../../Cargo.toml" -p dbworker-cli -- migration --table "$1" --workflows --notify
-    fi
-}
+source "$(dirname "$0")/common.sh"
+ddl() { migration --table "$1" --workflows --notify; }
 for t in cmp_with cmp_without; do
     psql_ -c "DROP TABLE IF EXISTS ${t}_deps" -c "DROP TABLE IF EXISTS $t"
     ddl "$t" | psql_ >/dev/null
