@@ -217,12 +217,15 @@ struct BenchArgs {
     /// Handlers of each worker process in the `processes` workload.
     #[arg(long, default_value_t = 32)]
     process_handlers: usize,
-    /// Worker processes of the `pooler` workload.
-    #[arg(long, default_value_t = 8)]
-    pooler_processes: usize,
-    /// Handlers of each worker process in the `pooler` workload.
-    #[arg(long, default_value_t = 8)]
-    pooler_handlers: usize,
+    /// Worker processes of the `pooler` workload's shapes, paired in order
+    /// with `--pooler-handlers`: the same 64 handlers as many small
+    /// processes and as few large ones (whose claims and marks carry more
+    /// jobs per statement, what a pooler that prepares nothing rewards).
+    #[arg(long, value_delimiter = ',', default_value = "8,2")]
+    pooler_processes: Vec<usize>,
+    /// Handlers of each worker process, one per `--pooler-processes` entry.
+    #[arg(long, value_delimiter = ',', default_value = "8,32")]
+    pooler_handlers: Vec<usize>,
     /// Queued rows of the bloat workload's burn-down.
     #[arg(long, default_value_t = 2_000_000)]
     bloat_jobs: u64,
@@ -311,6 +314,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
         || args.peer_handlers.contains(&0)
     {
         return Err("--jobs and every handler count must be at least 1".into());
+    }
+    if args.pooler_processes.len() != args.pooler_handlers.len() {
+        return Err(format!(
+            "--pooler-processes has {} entries and --pooler-handlers {}: give one handler count per process count",
+            args.pooler_processes.len(),
+            args.pooler_handlers.len()
+        )
+        .into());
     }
     // Built first, so that a failing build stops the run before it starts and
     // compiling does not share the machine with a measurement.
@@ -507,16 +518,21 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
     }
     if args.runs(Workload::Pooler) {
-        let sizes = pooler::Sizes {
-            processes: args.pooler_processes,
-            handlers: args.pooler_handlers,
-            jobs: args.jobs,
-            tx_jobs: args.tx_jobs(),
-            batch: args.enqueue_batch,
-            floor_connections: args.floor_connections,
-            floor_batch: args.floor_batch,
-        };
-        report.pooler = pooler::run(&bench, &sizes).await?.unwrap_or_default();
+        for (&processes, &handlers) in args.pooler_processes.iter().zip(&args.pooler_handlers) {
+            let sizes = pooler::Sizes {
+                processes,
+                handlers,
+                jobs: args.jobs,
+                tx_jobs: args.tx_jobs(),
+                batch: args.enqueue_batch,
+                floor_connections: args.floor_connections,
+                floor_batch: args.floor_batch,
+            };
+            let Some(runs) = pooler::run(&bench, &sizes).await? else {
+                break;
+            };
+            report.pooler.extend(runs);
+        }
     }
     if args.runs(Workload::Bloat) {
         let floor = (args.floor_connections, args.floor_batch);

@@ -1,9 +1,12 @@
-//! The cost of a transaction pooler: eight worker processes sharing one
-//! queue, in heartbeat and in transactional handling, once on direct
-//! connections, once on direct connections as few as PgBouncer's (as many
-//! processes as fit in its 20 server connections), and once through PgBouncer
-//! in transaction mode with a pool of 20 server connections (`Pooler::Transaction`: every statement unnamed and
-//! in a transaction), each beside the raw-SQL floor of its mode. PgBouncer is
+//! The cost of a transaction pooler: worker processes sharing one queue (for
+//! each shape of `--pooler-processes` × `--pooler-handlers`), in heartbeat
+//! and in transactional handling, once on direct connections, once on direct
+//! connections as few as PgBouncer's (as many processes as fit in its 20
+//! server connections), in heartbeat handling once more with the same
+//! processes sharing 20 direct connections (when each can have the fewest it
+//! needs), and once through PgBouncer in transaction mode with a pool of 20
+//! server connections (`Pooler::Transaction`: every statement unnamed and in
+//! a transaction), each beside the raw-SQL floor of its mode. PgBouncer is
 //! started by the benchmark (as by the tests); without it installed the
 //! workload is skipped, saying why.
 
@@ -17,6 +20,11 @@ use dbworker_testkit::pgbouncer as bouncer;
 
 /// PgBouncer's server connections (`default_pool_size`).
 pub(crate) const SERVER_CONNECTIONS: u32 = 20;
+
+/// The fewest connections a heartbeat worker process's pool may have: one for
+/// claims, one for heartbeats, one for grouped marks (a worker refuses a
+/// smaller pool at start).
+const FEWEST_PER_PROCESS: u32 = dbworker::RESERVED_CONNECTIONS + 1;
 
 /// One mode's runs: direct, through PgBouncer, and the floor.
 #[derive(Debug)]
@@ -32,7 +40,7 @@ pub(crate) struct PoolerRun {
     /// Direct, the same processes and handlers, their pools sharing out as
     /// many connections as PgBouncer's server pool: what differs from the
     /// pooled run is PgBouncer alone.
-    /// Heartbeat handling only (see `run`).
+    /// Heartbeat handling only, and only when the processes fit (see `run`).
     pub(crate) direct_shared: Option<Run>,
     pub(crate) pooled: Run,
     pub(crate) floor: Run,
@@ -89,10 +97,20 @@ pub(crate) async fn run(bench: &Bench, sizes: &Sizes) -> Result<Option<Vec<Poole
         // Transactional handling refuses a pool smaller than its handlers
         // need (each running job holds a connection): only PgBouncer, which
         // queues the clients, shares so few among so many handlers.
+        // Nor can more processes share them than have their fewest each.
+        let fit = u32::try_from(sizes.processes)
+            .is_ok_and(|n| n.saturating_mul(FEWEST_PER_PROCESS) <= SERVER_CONNECTIONS);
         let direct_shared = match mode {
-            Mode::Heartbeat => {
+            Mode::Heartbeat if fit => {
                 let connections = Some(SERVER_CONNECTIONS);
                 Some(burn(bench.url(), false, sizes.processes, connections).await?)
+            }
+            Mode::Heartbeat => {
+                crate::progress(format_args!(
+                    "pooler: {} processes cannot share {SERVER_CONNECTIONS} direct connections ({FEWEST_PER_PROCESS} each at least): no such run",
+                    sizes.processes
+                ));
+                None
             }
             Mode::Transactional => None,
         };

@@ -86,6 +86,18 @@ pub(crate) async fn run_as(
         )))
         .fetch_one(bench.admin())
         .await?;
+        // A process that failed (a pool too small, say) would leave the
+        // others to finish its share: the run would measure fewer processes
+        // than it says. Checked after the last count too: a burn-down can be
+        // shorter than one poll.
+        for (i, child) in children.iter_mut().enumerate() {
+            if let Some(status) = child.try_wait()? {
+                return Err(format!(
+                    "worker process {i} of {processes} exited ({status}) before the burn-down ended, {completed} of {jobs} jobs completed"
+                )
+                .into());
+            }
+        }
         if u64::try_from(completed).unwrap_or(0) >= jobs {
             break (first.unwrap_or(0.0), last.unwrap_or(0.0));
         }

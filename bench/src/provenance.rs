@@ -52,8 +52,9 @@ pub(crate) fn intro() -> String {
          - **Worker processes** (the `processes` workload): N separate worker processes of \
          `--process-handlers` handlers each burn down one queue; jobs/s from the first claim to the \
          last completion (database clock), beside the heartbeat floor measured just before.\n\
-         - **Through a transaction pooler** (the `pooler` workload): `--pooler-processes` (8) \
-         worker processes of `--pooler-handlers` (8) handlers each burn down one queue, in heartbeat \
+         - **Through a transaction pooler** (the `pooler` workload): for each shape, \
+         `--pooler-processes` worker processes of `--pooler-handlers` handlers each (8 × 8, then \
+         2 × 32: the same 64 handlers) burn down one queue, in heartbeat \
          and then in transactional handling, once on direct connections and once through PgBouncer \
          in `pool_mode = transaction` with `default_pool_size = 20`, started by the benchmark in \
          front of the same server (`Pooler::Transaction`, no listen URL: every statement unnamed and \

@@ -26,12 +26,32 @@ pub(crate) fn wal_per_job(s: Option<Statements>, jobs: u64) -> String {
 pub(crate) fn statements_per_job(s: Option<Statements>, jobs: u64) -> String {
     match s {
         Some(s) => format!(
-            "{:.2} / {:.2}",
-            s.all as f64 / jobs.max(1) as f64,
-            s.non_utility as f64 / jobs.max(1) as f64
+            "{} / {}",
+            three_digits(s.all as f64 / jobs.max(1) as f64),
+            three_digits(s.non_utility as f64 / jobs.max(1) as f64)
         ),
         None => "n/a".to_owned(),
     }
+}
+
+/// `x` to three significant digits: batched claims and marks put a small
+/// fraction of a statement on each job, which two decimals would round away.
+fn three_digits(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let decimals = |x: f64| {
+        [100.0, 10.0, 1.0, 0.1, 0.01, 0.001]
+            .iter()
+            .position(|&at_least| x.abs() >= at_least)
+            .unwrap_or(6)
+    };
+    // Rounding can carry into one more digit (9.996 is 10.00): decide again
+    // from the rounded value.
+    let d = decimals(x);
+    let rounded: f64 = format!("{x:.d$}").parse().unwrap_or(x);
+    let d = decimals(rounded);
+    format!("{rounded:.d$}")
 }
 
 /// One measured enqueue into one table (a path, or the slices of a round
@@ -610,5 +630,22 @@ fn pair_table(title: &str, pairs: &[Pair]) -> Table {
                 ]
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::three_digits;
+
+    #[test]
+    fn statements_per_job_keep_three_significant_digits() {
+        assert_eq!(three_digits(0.0123), "0.0123");
+        assert_eq!(three_digits(0.00456), "0.00456");
+        assert_eq!(three_digits(4.25), "4.25");
+        assert_eq!(three_digits(12.34), "12.3");
+        assert_eq!(three_digits(1234.0), "1234");
+        assert_eq!(three_digits(0.0), "0");
+        assert_eq!(three_digits(9.996), "10.0");
+        assert_eq!(three_digits(0.09996), "0.100");
     }
 }
