@@ -59,6 +59,11 @@ pub fn workflows_sql(
         (quote(WORKFLOW_ID), quote(TASK_NAME), quote(BLOCKED_BY));
     let has_dependents = quote(HAS_DEPENDENTS);
     let last = format!(r#" AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep)"#);
+    // The row function keeps its branches for 'completed' although its
+    // trigger no longer fires for completions: re-run outside a transaction
+    // on an older table, the old trigger still calls the new function until
+    // the narrowed trigger replaces it, and must release, not cancel
+    // (`release_set.rs::while_the_older_row_trigger_still_fires_for_completions_dependents_are_released`).
     Ok(format!(
         r#"-- Workflows: jobs that wait (state 'pending') for other jobs to finish.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {workflow_id} bigint;

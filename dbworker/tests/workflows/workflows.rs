@@ -454,6 +454,17 @@ async fn assert_released_once_after_the_rest(db: &Db, sink: i64) {
     );
 }
 
+/// A transaction that gives up on a lock after 1 s: a write that should not
+/// wait for a lock held elsewhere fails instead of hanging.
+pub(crate) async fn begin_impatient(db: &Db) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '1s'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
 /// Completes job `id` in a transaction left open, as a mark would.
 pub(crate) async fn complete_in(tx: &mut sqlx::PgConnection, id: i64) {
     sqlx::query(
@@ -557,11 +568,7 @@ async fn a_release_with_no_edge_left_takes_no_lock_on_the_dependent_first() {
         .execute(&mut *holder)
         .await
         .unwrap();
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL lock_timeout = '1s'")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let mut tx = begin_impatient(&db).await;
     complete_in(&mut tx, up[0]).await;
     tx.commit().await.unwrap();
     holder.commit().await.unwrap();
