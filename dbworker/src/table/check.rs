@@ -273,9 +273,9 @@ async fn canonical_name(pool: &PgPool, t: &mut Table) -> Result<()> {
 /// Adopts the control tables under their standard names when they exist and
 /// the options name none: a pause or limit the operator sets there (the CLI
 /// and the dashboard write there by default) must hold for every worker of
-/// the table, whichever way it was described. A limit table this table
-/// cannot apply (no queue column, or read through a view) is said once in
-/// the log.
+/// the table, whichever way it was described. Limits set for this table
+/// that it cannot apply (no queue column, or read through a view) are said
+/// once in the log.
 async fn adopt_control_tables(pool: &PgPool, t: &mut Table) -> Result<()> {
     let standard = |name: &str| crate::columns::Relation::parse("pause_table", name);
     if t.pause_table.is_none() {
@@ -290,15 +290,30 @@ async fn adopt_control_tables(pool: &PgPool, t: &mut Table) -> Result<()> {
             if t.queue_column.is_some() && t.view.is_none() {
                 t.limit_table = Some(limits);
             } else {
-                tracing::warn!(
-                    table = %t.table.display_name(),
-                    "limit table {STANDARD_LIMIT_TABLE} exists, but limits set there for this table are not enforced by this process: {}",
-                    if t.view.is_some() {
-                        "it reads the table through a view"
-                    } else {
-                        "it has no queue column (set JobTableOptions::queue_column)"
-                    }
-                );
+                let why = if t.view.is_some() {
+                    "it reads the table through a view"
+                } else {
+                    "it has no queue column (set JobTableOptions::queue_column)"
+                };
+                // Another table's limits are none of this one's business: say
+                // it only when the operator set some for this table (or when
+                // the rows cannot be read to tell).
+                let key = sql::pause_key(&t.table);
+                match sql::list_limits(&limits, &key).fetch_all(pool).await {
+                    Ok(rows) if rows.is_empty() => tracing::debug!(
+                        table = %key,
+                        "limit table {STANDARD_LIMIT_TABLE} exists and holds no limit for this table, which could not enforce one: {why}"
+                    ),
+                    Ok(rows) => tracing::warn!(
+                        table = %key,
+                        queues = ?rows.iter().map(|r| r.get::<String, _>("queue")).collect::<Vec<_>>(),
+                        "limits set in {STANDARD_LIMIT_TABLE} for this table are not enforced by this process: {why}"
+                    ),
+                    Err(_) => tracing::warn!(
+                        table = %key,
+                        "limit table {STANDARD_LIMIT_TABLE} exists, but limits set there for this table are not enforced by this process: {why}"
+                    ),
+                }
             }
         }
     }

@@ -487,3 +487,71 @@ async fn a_rate_limit_spaces_starts_across_four_processes() {
         "100 jobs at {rate}/s started within {span:.2} s"
     );
 }
+
+/// Log lines written while a future runs on this thread (the test's
+/// current-thread runtime polls everything `JobTable::new` awaits).
+async fn logged<T>(run: impl std::future::Future<Output = T>) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = {
+        let _local = tracing::subscriber::set_default(subscriber);
+        run.await
+    };
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+/// A table without a queue column cannot enforce limits. Beside the standard
+/// limit table it stays quiet while that table holds only other tables'
+/// limits, and warns, naming the queue, once an operator sets one for it.
+#[tokio::test]
+async fn a_limit_this_table_cannot_enforce_is_warned_only_once_set_for_it() {
+    let _shared = TIMED.read().await;
+    let db = Db::new().await;
+    db.execute(&limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap())
+        .await;
+    db.execute(
+        "INSERT INTO dbworker_limits (job_table, queue, max_processing) VALUES ('other_jobs', 'reports', 1)",
+    )
+    .await;
+    let (table, logs) = logged(JobTable::new(&db.pool, JobTableOptions::new("jobs"))).await;
+    table.unwrap();
+    assert!(
+        logs.contains("holds no limit for this table"),
+        "the check ran and said so at debug level: {logs}"
+    );
+    assert!(!logs.contains("WARN"), "nothing to warn of: {logs}");
+
+    db.execute(
+        "INSERT INTO dbworker_limits (job_table, queue, max_processing) VALUES ('jobs', 'emails', 2)",
+    )
+    .await;
+    let (table, logs) = logged(JobTable::new(&db.pool, JobTableOptions::new("jobs"))).await;
+    table.unwrap();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("WARN"))
+        .unwrap_or_else(|| panic!("a limit set for the table is warned of: {logs}"));
+    assert!(
+        warning.contains("not enforced by this process")
+            && warning.contains("emails")
+            && warning.contains("no queue column"),
+        "{warning}"
+    );
+}
