@@ -495,7 +495,10 @@ async fn logged<T>(run: impl std::future::Future<Output = T>) -> (T, String) {
     struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
     impl std::io::Write for Lines {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(buf);
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
