@@ -162,6 +162,13 @@ pub(crate) fn worker_options(handlers: usize, jobs: Option<u64>) -> WorkerOption
     {
         options.max_claim_ahead = Some(bound);
     }
+    // The same for a fixed allowance (the adaptive one turned off).
+    if let Some(ahead) = std::env::var("BENCH_CLAIM_AHEAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        options.claim_ahead = Some(ahead);
+    }
     options
 }
 
