@@ -417,3 +417,37 @@ pub fn test_path(module: &str, name: &str) -> String {
         None => name.to_owned(),
     }
 }
+
+/// Log lines a test's subscriber writes, to read back (`tracing_subscriber`'s
+/// `with_writer(move || lines.clone())`).
+#[derive(Clone, Default)]
+pub struct LogLines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogLines {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.lines()).into_owned()
+    }
+
+    /// Forgets what was written so far.
+    pub fn clear(&self) {
+        self.lines().clear();
+    }
+
+    fn lines(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.lines().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -491,21 +491,7 @@ async fn a_rate_limit_spaces_starts_across_four_processes() {
 /// Log lines written while a future runs on this thread (the test's
 /// current-thread runtime polls everything `JobTable::new` awaits).
 async fn logged<T>(run: impl std::future::Future<Output = T>) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Lines::default();
+    let lines = common::LogLines::default();
     let writer = lines.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
@@ -516,8 +502,7 @@ async fn logged<T>(run: impl std::future::Future<Output = T>) -> (T, String) {
         let _local = tracing::subscriber::set_default(subscriber);
         run.await
     };
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    (out, text)
+    (out, lines.text())
 }
 
 /// A table without a queue column cannot enforce limits. Beside the standard

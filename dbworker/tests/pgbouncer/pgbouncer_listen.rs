@@ -9,8 +9,7 @@
 use crate::common;
 
 use dbworker_testkit::pgbouncer as bouncer;
-use std::io::Write;
-use std::sync::{Arc, Mutex as SyncMutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dbworker::{
@@ -31,42 +30,24 @@ const SLOW_POLL: Duration = Duration::from_secs(20);
 const LISTENER_NAME: &str = "dbworker_direct_listener";
 
 /// Everything the tests' processes logged.
-fn logs() -> &'static SyncMutex<Vec<u8>> {
-    static LOGS: OnceLock<&'static SyncMutex<Vec<u8>>> = OnceLock::new();
+fn logs() -> &'static common::LogLines {
+    static LOGS: OnceLock<common::LogLines> = OnceLock::new();
     LOGS.get_or_init(|| {
-        let logs: &'static SyncMutex<Vec<u8>> = Box::leak(Box::default());
+        let logs = common::LogLines::default();
+        let writer = logs.clone();
         let _ = tracing_subscriber::fmt()
             .with_ansi(false)
-            .with_writer(move || Captured(logs))
+            .with_writer(move || writer.clone())
             .try_init();
         logs
     })
-}
-
-struct Captured(&'static SyncMutex<Vec<u8>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// The job table with its notify trigger, PgBouncer in front, and a store on
 /// a pool through it that asks to listen.
 async fn set_up(test: &str) -> Option<(Db, Bouncer, sqlx::PgPool)> {
     // The other tests of this binary log here too: each test reads only its own lines.
-    logs()
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clear();
+    logs().clear();
     let db = Db::new().await;
     let bouncer = Bouncer::start_or_skip(test, db.db.url(), 4)?;
     db.execute(&notify_trigger_sql("jobs", &Default::default(), None).unwrap())
@@ -176,7 +157,7 @@ async fn without_listen_url_the_store_says_it_polls_and_still_runs_every_job() {
     let store = listening_store(&pool).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let said = "LISTEN needs a session, which a transaction pooler does not keep: workers poll";
-    while !String::from_utf8_lossy(&logs().lock().unwrap()).contains(said) {
+    while !logs().text().contains(said) {
         assert!(
             Instant::now() < deadline,
             "no log line says the store polls"
