@@ -354,6 +354,17 @@ impl Bench {
         Ok(u64::try_from(n)?)
     }
 
+    /// Rows of this run not completed (`BENCH_FLOOR=lock-delete` deletes
+    /// the rows it finishes).
+    pub(crate) async fn unfinished(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT count(*) FROM {TABLE} WHERE state <> 'completed'"
+        )))
+        .fetch_one(&self.admin)
+        .await?;
+        Ok(u64::try_from(n)?)
+    }
+
     /// Closes the pool; the database and the cluster go when `self` is dropped.
     pub(crate) async fn close(self) {
         self.admin.close().await;

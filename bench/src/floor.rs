@@ -6,6 +6,12 @@
 //!   free slots (up to `batch`), and `handlers` tasks, each on its own
 //!   connection, finish each job in its own transaction: BEGIN, lock the row
 //!   `FOR KEY SHARE`, mark it completed, COMMIT.
+//!
+//! `BENCH_FLOOR=one-write` turns the heartbeat floor into a diagnostic of a
+//! shape dbworker does not have: each batch is locked (`FOR UPDATE SKIP
+//! LOCKED`, no write) and completed in one transaction, so each row is
+//! written once, where a claim and its completion write it twice.
+//! `BENCH_FLOOR=lock-delete` does the same but deletes the finished rows.
 
 use std::sync::Arc;
 
@@ -86,7 +92,11 @@ async fn finish(
     stop.cancel();
     let per_second = sampler.await?;
     let statements = bench.statements().await?;
-    let completed = bench.completed().await?;
+    let completed = if std::env::var("BENCH_FLOOR").as_deref() == Ok("lock-delete") {
+        jobs.saturating_sub(bench.unfinished().await?)
+    } else {
+        bench.completed().await?
+    };
     if completed != jobs {
         return Err(format!("floor completed {completed} of {jobs} jobs").into());
     }
@@ -108,12 +118,23 @@ pub(crate) async fn heartbeat(
 ) -> Result<Run> {
     let conns = connect(bench, connections).await?;
     bench.reset_statements().await?;
+    let one_write = match std::env::var("BENCH_FLOOR").as_deref() {
+        Ok("one-write") => Some(false),
+        Ok("lock-delete") => Some(true),
+        _ => None,
+    };
     let progress = Progress::new();
     let mut tasks = Vec::new();
     for mut conn in conns {
         let progress = progress.clone();
         tasks.push(tokio::spawn(async move {
             loop {
+                if let Some(delete) = one_write {
+                    if !lock_and_complete(&mut conn, batch, delete, &progress).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
                 let ids = claim(&mut conn, batch).await?;
                 if ids.is_empty() {
                     return Ok(());
@@ -124,6 +145,50 @@ pub(crate) async fn heartbeat(
     }
     let connections = u32::try_from(connections)?;
     finish(bench, &progress, tasks, jobs, connections).await
+}
+
+/// `BENCH_FLOOR=one-write` (or `lock-delete`): one transaction locks up to
+/// `limit` eligible rows and completes (or deletes) them, writing each once.
+/// False once none is left.
+async fn lock_and_complete(
+    conn: &mut PgConnection,
+    limit: usize,
+    delete: bool,
+    progress: &Progress,
+) -> Result<bool> {
+    let live = if std::env::var("BENCH_TABLE_LAYOUT").as_deref() == Ok("hot") {
+        "AND dbworker_live "
+    } else {
+        ""
+    };
+    let mut tx = conn.begin().await?;
+    let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT id FROM {TABLE} \
+         WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) {live}\
+         ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1"
+    )))
+    .bind(i64::try_from(limit)?)
+    .fetch_all(&mut *tx)
+    .await?;
+    if ids.is_empty() {
+        return Ok(false);
+    }
+    let n = u64::try_from(ids.len())?;
+    let finish = if delete {
+        format!("DELETE FROM {TABLE} WHERE id = ANY($1)")
+    } else {
+        format!(
+            "UPDATE {TABLE} SET state = 'completed', started_at = now(), finished_at = now(), \
+             worker_hostname = 'floor' WHERE id = ANY($1)"
+        )
+    };
+    sqlx::query(AssertSqlSafe(finish))
+        .bind(ids)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    progress.add(n);
+    Ok(true)
 }
 
 /// The heartbeat floor taking jobs as they come: `connections` tasks claim

@@ -84,6 +84,12 @@ impl Ahead {
         )]
         let wanted = in_flight.ceil().clamp(1.0, max.max(1) as f64) as usize;
         self.value = wanted.min(max);
+        tracing::trace!(
+            allowance = self.value,
+            rate = self.rate.unwrap_or(0.0),
+            round_trip_ms = self.round_trip.unwrap_or(0.0) * 1e3,
+            "claim-ahead resized"
+        );
     }
 }
 
