@@ -346,19 +346,20 @@ impl Bench {
 
     /// How many jobs the runs completed (the old rows of `fresh_table` left out).
     pub(crate) async fn completed(&self) -> Result<u64> {
-        let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT count(*) FROM {TABLE} WHERE state = 'completed' AND worker_hostname <> 'old'"
-        )))
-        .fetch_one(&self.admin)
-        .await?;
-        Ok(u64::try_from(n)?)
+        self.count_rows("state = 'completed' AND worker_hostname <> 'old'")
+            .await
     }
 
     /// Rows of this run not completed (`BENCH_FLOOR=lock-delete` deletes
     /// the rows it finishes).
     pub(crate) async fn unfinished(&self) -> Result<u64> {
+        self.count_rows("state <> 'completed'").await
+    }
+
+    /// Rows of the table matching `condition` (a fixed SQL predicate).
+    async fn count_rows(&self, condition: &str) -> Result<u64> {
         let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT count(*) FROM {TABLE} WHERE state <> 'completed'"
+            "SELECT count(*) FROM {TABLE} WHERE {condition}"
         )))
         .fetch_one(&self.admin)
         .await?;
