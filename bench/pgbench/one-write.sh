@@ -17,7 +17,7 @@
 #
 # DBWORKER=target/release/dbworker uses a built CLI instead of `cargo run`.
 # Needs pgbench (PostgreSQL's own) on PATH or PGBENCH, and a scratch database:
-# it drops and creates the tables ow_two, ow_one, ow_del, ow_arc (each with
+# it drops and creates the tables ow_two, ow_cd, ow_one, ow_del, ow_arc (each with
 # a _done table beside it).
 BATCH=${BATCH:-50}
 source "$(dirname "$0")/common.sh"
@@ -40,6 +40,10 @@ script() { # table, shape (two/one/delete)
     two) # today's floor: the claim writes the rows, the completion again
         echo "WITH c AS (UPDATE $1 SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' WHERE id IN ($(eligible "$1")) RETURNING id) SELECT coalesce(array_agg(id), '{}') AS ids FROM c \\gset" > "$f"
         echo "UPDATE $1 SET state = 'completed', finished_at = now() WHERE id = ANY(':ids'::bigint[]) AND state = 'processing';" >> "$f"
+        ;;
+    claim-delete) # the peer's shape: the claim writes the rows, the completion deletes them
+        echo "WITH c AS (UPDATE $1 SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' WHERE id IN ($(eligible "$1")) RETURNING id) SELECT coalesce(array_agg(id), '{}') AS ids FROM c \\gset" > "$f"
+        echo "DELETE FROM $1 WHERE id = ANY(':ids'::bigint[]) AND state = 'processing';" >> "$f"
         ;;
     one) # lock, run, complete: one write, one commit
         echo "BEGIN;" > "$f"
@@ -68,13 +72,13 @@ ROUNDS=${ROUNDS:-3}
 tx=$((ROWS / BATCH / CLIENTS * 3 / 4))
 echo "== each shape alone on its table, in turns: $CLIENTS clients, $BATCH jobs a transaction"
 for round in $(seq "$ROUNDS"); do
-    for spec in "ow_two two" "ow_one one" "ow_del delete" "ow_arc archive"; do
+    for spec in "ow_two two" "ow_cd claim-delete" "ow_one one" "ow_del delete" "ow_arc archive"; do
         set -- $spec
         setup "$1"
         psql_ -c CHECKPOINT
         lsn=$(psql_ -Atc "SELECT pg_current_wal_lsn()")
         tps=$("$PGBENCH" "$DATABASE_URL" -n -c "$CLIENTS" -j 2 -t "$tx" -f "$(script "$@")" | awk '/^tps/ {print $3}')
-        done_=$(psql_ -Atc "SELECT CASE WHEN '$2' IN ('delete', 'archive') THEN $ROWS - count(*) ELSE count(*) FILTER (WHERE state = 'completed') END FROM $1")
+        done_=$(psql_ -Atc "SELECT CASE WHEN '$2' IN ('claim-delete', 'delete', 'archive') THEN $ROWS - count(*) ELSE count(*) FILTER (WHERE state = 'completed') END FROM $1")
         [ "$done_" = $((tx * CLIENTS * BATCH)) ] || { echo "$1: $done_ jobs done, expected $((tx * CLIENTS * BATCH))" >&2; exit 1; }
         psql_ -Atc "SELECT 'round $round, $2: ' || round($tps * $BATCH) || ' jobs/s, ' || round((pg_current_wal_lsn() - '$lsn'::pg_lsn) / $done_) || ' B of WAL per job'"
     done
