@@ -154,6 +154,68 @@ mod tests {
         assert!((38..=42).contains(&ahead.get()), "{}", ahead.get());
     }
 
+    /// Captures what the `fmt` subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            let bytes = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_resize_is_logged_at_trace_with_its_inputs() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let mut adaptive = Ahead::adaptive(8, 1_000);
+        drive(&mut adaptive, 1, 20, Duration::from_millis(4)).await;
+        let text = captured.text();
+        assert!(text.contains("claim-ahead resized"), "{text}");
+        assert!(text.contains("workerutil::ahead"), "{text}");
+        assert!(
+            text.contains(&format!("allowance={}", adaptive.get())),
+            "{text}"
+        );
+        assert!(
+            text.contains("rate=5000") && text.contains("round_trip_ms=4"),
+            "{text}"
+        );
+
+        let before = captured.text().len();
+        let mut fixed = Ahead::fixed(3);
+        drive(&mut fixed, 3, 20, Duration::from_millis(4)).await;
+        assert_eq!(
+            captured.text().len(),
+            before,
+            "a fixed allowance never resizes"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_fixed_allowance_never_moves() {
         let mut ahead = Ahead::fixed(3);

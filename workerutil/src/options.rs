@@ -95,7 +95,9 @@ pub struct WorkerOptions {
     /// larger of `4 × num_handlers` and [`DEFAULT_MAX_CLAIM_AHEAD`] (1,000).
     /// The allowance reaches a bound that high only for jobs that finish in
     /// well under a round trip, so what one process holds stays about two
-    /// claims' worth of its own work: a few milliseconds.
+    /// claims' worth of its own work: a few milliseconds. Each resize is
+    /// logged at TRACE with the rate and round trip behind it
+    /// (`RUST_LOG=workerutil::ahead=trace`).
     #[serde(default)]
     pub max_claim_ahead: Option<usize>,
     /// How many dequeue calls may be in flight at once while the queue keeps
