@@ -16,3 +16,22 @@ migration() {
         cargo run -q --manifest-path "$pgbench_dir/../../Cargo.toml" -p dbworker-cli -- migration "$@"
     fi
 }
+# A fresh job table of ROWS queued rows: table, then `dbworker migration`'s
+# flags (e.g. --hot-layout).
+queued_table() {
+    local table=$1; shift
+    psql_ -c "DROP TABLE IF EXISTS $table"
+    migration --table "$table" "$@" | psql_ >/dev/null
+    psql_ -c "INSERT INTO $table (state) SELECT 'queued' FROM generate_series(1, $ROWS)"
+    psql_ -c "VACUUM ANALYZE $table"
+}
+# The claim's choice of rows, locked: table, rows, and an extra condition
+# (e.g. "AND dbworker_live " on the HOT layout).
+eligible() {
+    echo "SELECT id FROM $1 WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) ${3:-}ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $2"
+}
+# The floor's claim as a pgbench line that keeps the claimed ids in :ids:
+# table, rows, extra condition as for `eligible`.
+claim_ids() {
+    echo "WITH c AS (UPDATE $1 SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' WHERE id IN ($(eligible "$@")) RETURNING id) SELECT coalesce(array_agg(id), '{}') AS ids FROM c \\gset"
+}

@@ -12,20 +12,13 @@
 # it drops and creates the tables cmp_su, cmp_sd, cmp_hu, cmp_hd.
 TX=${TX:-1000}
 source "$(dirname "$0")/common.sh"
-ddl() { migration --table "$1" ${2:+"$2"}; }
-
-setup() { # table, layout flag
-    psql_ -c "DROP TABLE IF EXISTS $1"
-    ddl "$1" "${2:-}" | psql_ >/dev/null
-    psql_ -c "INSERT INTO $1 (state) SELECT 'queued' FROM generate_series(1, $ROWS)"
-    psql_ -c "VACUUM ANALYZE $1"
-}
+setup() { queued_table "$@"; } # table, layout flag
 
 script() { # table, hot (0/1), complete (update/delete)
     local live=""
     [ "$2" = 1 ] && live="AND dbworker_live "
     local f="$work/$1.sql"
-    echo "WITH c AS (UPDATE $1 SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' WHERE id IN (SELECT id FROM $1 WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) ${live}ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 50) RETURNING id) SELECT coalesce(array_agg(id), '{}') AS ids FROM c \\gset" > "$f"
+    claim_ids "$1" 50 "$live" > "$f"
     if [ "$3" = update ]; then
         echo "UPDATE $1 SET state = 'completed', finished_at = now() WHERE id = ANY(':ids'::bigint[]) AND state = 'processing';" >> "$f"
     else

@@ -23,44 +23,41 @@ BATCH=${BATCH:-50}
 source "$(dirname "$0")/common.sh"
 
 setup() { # table
-    psql_ -c "DROP TABLE IF EXISTS $1"
-    migration --table "$1" | psql_ >/dev/null
-    psql_ -c "INSERT INTO $1 (state) SELECT 'queued' FROM generate_series(1, $ROWS)"
-    psql_ -c "VACUUM ANALYZE $1"
+    queued_table "$1"
     psql_ -c "DROP TABLE IF EXISTS $1_done" -c "CREATE TABLE $1_done (LIKE $1)"
 }
 
-eligible() { # table
-    echo "SELECT id FROM $1 WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $BATCH"
+lock_ids() { # table: lock a batch (no write), keep its ids in :ids
+    echo "SELECT coalesce(array_agg(id), '{}') AS ids FROM ($(eligible "$1" "$BATCH")) c \\gset"
 }
 
-script() { # table, shape (two/one/delete)
+script() { # table, shape (two, claim-delete, one, delete, archive)
     local f="$work/$1.sql"
     case "$2" in
     two) # today's floor: the claim writes the rows, the completion again
-        echo "WITH c AS (UPDATE $1 SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' WHERE id IN ($(eligible "$1")) RETURNING id) SELECT coalesce(array_agg(id), '{}') AS ids FROM c \\gset" > "$f"
+        claim_ids "$1" "$BATCH" > "$f"
         echo "UPDATE $1 SET state = 'completed', finished_at = now() WHERE id = ANY(':ids'::bigint[]) AND state = 'processing';" >> "$f"
         ;;
     claim-delete) # the peer's shape: the claim writes the rows, the completion deletes them
-        echo "WITH c AS (UPDATE $1 SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' WHERE id IN ($(eligible "$1")) RETURNING id) SELECT coalesce(array_agg(id), '{}') AS ids FROM c \\gset" > "$f"
+        claim_ids "$1" "$BATCH" > "$f"
         echo "DELETE FROM $1 WHERE id = ANY(':ids'::bigint[]) AND state = 'processing';" >> "$f"
         ;;
     one) # lock, run, complete: one write, one commit
         echo "BEGIN;" > "$f"
-        echo "SELECT coalesce(array_agg(id), '{}') AS ids FROM ($(eligible "$1")) c \\gset" >> "$f"
+        lock_ids "$1" >> "$f"
         echo "UPDATE $1 SET state = 'completed', started_at = now(), finished_at = now(), worker_hostname = 'floor' WHERE id = ANY(':ids'::bigint[]);" >> "$f"
         echo "COMMIT;" >> "$f"
         ;;
     delete) # lock, run, delete (no finished row kept)
         echo "BEGIN;" > "$f"
-        echo "SELECT coalesce(array_agg(id), '{}') AS ids FROM ($(eligible "$1")) c \\gset" >> "$f"
+        lock_ids "$1" >> "$f"
         echo "DELETE FROM $1 WHERE id = ANY(':ids'::bigint[]);" >> "$f"
         echo "COMMIT;" >> "$f"
         ;;
     archive) # lock, run, move the finished rows to a table without indexes
         # (copied as they are: a real move would set their state, same bytes)
         echo "BEGIN;" > "$f"
-        echo "SELECT coalesce(array_agg(id), '{}') AS ids FROM ($(eligible "$1")) c \\gset" >> "$f"
+        lock_ids "$1" >> "$f"
         echo "WITH d AS (DELETE FROM $1 WHERE id = ANY(':ids'::bigint[]) RETURNING *) INSERT INTO $1_done SELECT * FROM d;" >> "$f"
         echo "COMMIT;" >> "$f"
         ;;
