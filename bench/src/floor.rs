@@ -24,22 +24,53 @@ use crate::framework::Progress;
 use crate::report::Run;
 use crate::{RUN_TIMEOUT, Result};
 
-/// Claims up to `$1` eligible rows in id order; returns their ids. On the
+/// Locks up to `$1` eligible rows in id order and returns their ids. On the
 /// HOT layout (`BENCH_TABLE_LAYOUT=hot`) it names the live column, as
 /// dbworker's claim does, so it reads the layout's index.
-fn claim_sql() -> String {
+fn eligible_sql() -> String {
     let live = if std::env::var("BENCH_TABLE_LAYOUT").as_deref() == Ok("hot") {
         "AND dbworker_live "
     } else {
         ""
     };
     format!(
-        "UPDATE {TABLE} SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' \
-         WHERE id IN (SELECT id FROM {TABLE} \
-                      WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) {live}\
-                      ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1) \
-         RETURNING id"
+        "SELECT id FROM {TABLE} \
+         WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) {live}\
+         ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1"
     )
+}
+
+/// Claims up to `$1` eligible rows; returns their ids.
+fn claim_sql() -> String {
+    format!(
+        "UPDATE {TABLE} SET state = 'processing', started_at = now(), last_heartbeat_at = now(), worker_hostname = 'floor' \
+         WHERE id IN ({}) RETURNING id",
+        eligible_sql()
+    )
+}
+
+/// The heartbeat floor's shape (`BENCH_FLOOR`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Unset: claim, then complete, each a transaction of its own.
+    ClaimThenComplete,
+    /// `one-write`: lock, then complete, in one transaction.
+    LockThenComplete,
+    /// `lock-delete`: lock, then delete, in one transaction.
+    LockThenDelete,
+}
+
+impl Shape {
+    fn from_env() -> Result<Shape> {
+        match std::env::var("BENCH_FLOOR").as_deref() {
+            Err(_) | Ok("") => Ok(Shape::ClaimThenComplete),
+            Ok("one-write") => Ok(Shape::LockThenComplete),
+            Ok("lock-delete") => Ok(Shape::LockThenDelete),
+            Ok(other) => {
+                Err(format!("BENCH_FLOOR={other}: expected one-write or lock-delete").into())
+            }
+        }
+    }
 }
 
 async fn claim(conn: &mut PgConnection, limit: usize) -> Result<Vec<i64>> {
@@ -72,13 +103,15 @@ async fn connect(bench: &Bench, n: usize) -> Result<Vec<PgConnection>> {
     Ok(conns)
 }
 
-/// Runs `tasks` to the end under the run timeout, sampling `progress`.
+/// Runs `tasks` to the end under the run timeout, sampling `progress`, and
+/// checks that every job finished (completed, or gone when `deletes`).
 async fn finish(
     bench: &Bench,
     progress: &Arc<Progress>,
     tasks: Vec<tokio::task::JoinHandle<Result<()>>>,
     jobs: u64,
     connections: u32,
+    deletes: bool,
 ) -> Result<Run> {
     let stop = CancellationToken::new();
     let sampler = progress.sample(stop.clone());
@@ -92,7 +125,7 @@ async fn finish(
     stop.cancel();
     let per_second = sampler.await?;
     let statements = bench.statements().await?;
-    let completed = if std::env::var("BENCH_FLOOR").as_deref() == Ok("lock-delete") {
+    let completed = if deletes {
         jobs.saturating_sub(bench.unfinished().await?)
     } else {
         bench.completed().await?
@@ -118,18 +151,15 @@ pub(crate) async fn heartbeat(
 ) -> Result<Run> {
     let conns = connect(bench, connections).await?;
     bench.reset_statements().await?;
-    let one_write = match std::env::var("BENCH_FLOOR").as_deref() {
-        Ok("one-write") => Some(false),
-        Ok("lock-delete") => Some(true),
-        _ => None,
-    };
+    let shape = Shape::from_env()?;
     let progress = Progress::new();
     let mut tasks = Vec::new();
     for mut conn in conns {
         let progress = progress.clone();
         tasks.push(tokio::spawn(async move {
             loop {
-                if let Some(delete) = one_write {
+                if shape != Shape::ClaimThenComplete {
+                    let delete = shape == Shape::LockThenDelete;
                     if !lock_and_complete(&mut conn, batch, delete, &progress).await? {
                         return Ok(());
                     }
@@ -144,7 +174,8 @@ pub(crate) async fn heartbeat(
         }));
     }
     let connections = u32::try_from(connections)?;
-    finish(bench, &progress, tasks, jobs, connections).await
+    let deletes = shape == Shape::LockThenDelete;
+    finish(bench, &progress, tasks, jobs, connections, deletes).await
 }
 
 /// `BENCH_FLOOR=one-write` (or `lock-delete`): one transaction locks up to
@@ -156,20 +187,11 @@ async fn lock_and_complete(
     delete: bool,
     progress: &Progress,
 ) -> Result<bool> {
-    let live = if std::env::var("BENCH_TABLE_LAYOUT").as_deref() == Ok("hot") {
-        "AND dbworker_live "
-    } else {
-        ""
-    };
     let mut tx = conn.begin().await?;
-    let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT id FROM {TABLE} \
-         WHERE state IN ('queued', 'errored') AND (process_after IS NULL OR process_after <= now()) {live}\
-         ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $1"
-    )))
-    .bind(i64::try_from(limit)?)
-    .fetch_all(&mut *tx)
-    .await?;
+    let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(eligible_sql()))
+        .bind(i64::try_from(limit)?)
+        .fetch_all(&mut *tx)
+        .await?;
     if ids.is_empty() {
         return Ok(false);
     }
@@ -313,5 +335,5 @@ pub(crate) async fn transactional(
         }));
     }
     let connections = u32::try_from(handlers + 1)?;
-    finish(bench, &progress, tasks, jobs, connections).await
+    finish(bench, &progress, tasks, jobs, connections, false).await
 }
