@@ -188,7 +188,8 @@ pub struct ClaimOptions {
     /// probe beside the claims that looks behind the cursor once per interval,
     /// takes it back and wakes the workers, so it is claimed at most about
     /// this long later; while the probe's looks are slow (many dead entries
-    /// below the cursor) it starts at most once per 10 × its last duration.
+    /// below the cursor) it starts at most once per 10 × the fastest of its
+    /// last three looks (one look slowed by a busy machine stretches nothing).
     /// Applies when jobs are claimed in id order without a view (the default
     /// [`JobTableOptions::order_by`](crate::JobTableOptions::order_by)) and without a pause table (a paused queue's rows are passed
     /// over, not taken); with a limit table, a claim that a limit binds

@@ -309,3 +309,40 @@ async fn each_insert_statement_announces_its_lowest_id_once() {
         assert_eq!(payloads, want);
     }
 }
+
+/// When the probe finds no idle connection to look with, it sends the
+/// claims back to the start and wakes the workers, so one claims soon: an
+/// idle worker that hears nothing else would wait for its poll (or its
+/// backed-off wait), and a job coming due behind the cursor with it.
+#[tokio::test]
+async fn a_probe_without_an_idle_connection_wakes_the_workers() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::notify_trigger_sql("jobs", &Default::default(), None).unwrap())
+        .await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(db.db.url())
+        .await
+        .unwrap();
+    let mut o = db.options();
+    o.claim.claim_cursor = Some(PROBE_EVERY);
+    o.listen = dbworker::Listen::TableChannel;
+    let store: DbStore<common::Job> = DbStore::new(&pool, &db.table().await, o).await.unwrap();
+    let mut wakeups = store.wakeups().unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !wakeups.is_live() {
+        assert!(Instant::now() < until, "the listener never went live");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Claims move the cursor past every job.
+    let ids = db.enqueue(5, json!({})).await;
+    let claimed = claim_until(&store, &ids, Duration::from_secs(10)).await;
+    assert_eq!(claimed.len(), ids.len());
+    // Handlers (say) hold every connection of the pool.
+    let held = (pool.acquire().await.unwrap(), pool.acquire().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    wakeups.mark_seen();
+    let woken = tokio::time::timeout(PROBE_EVERY * 5, wakeups.woken()).await;
+    assert!(woken.is_ok(), "no wake-up from a probe that could not look");
+    drop(held);
+}
