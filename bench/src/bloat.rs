@@ -111,7 +111,7 @@ pub(crate) async fn burn_down(
     let worker = new_worker(
         store,
         handler,
-        framework::worker_options(HANDLERS, Some(jobs)),
+        framework::worker_options(HANDLERS, Some(jobs))?,
     )?;
     let run = framework::measure(bench, &pool, &done, jobs, "bloat burn-down", async {
         Ok(worker.run().await)
@@ -158,7 +158,7 @@ pub(crate) async fn offered(
         if claims == Claims::NoCursor {
             options.claim.claim_cursor = None;
         }
-        let mut wo = framework::worker_options(16, None);
+        let mut wo = framework::worker_options(16, None)?;
         crate::latency::enable_notify(&pool, &mut options, &mut wo).await?;
         let table = framework::job_table(&pool).await?;
         let store = Arc::new(DbStore::new(&pool, &table, options).await?);

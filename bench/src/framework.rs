@@ -146,8 +146,9 @@ pub(crate) fn store_options(mode: Mode) -> StoreOptions {
     options
 }
 
-/// Worker options for a run of `handlers` handlers; `jobs` stops it after that many.
-pub(crate) fn worker_options(handlers: usize, jobs: Option<u64>) -> WorkerOptions {
+/// Worker options for a run of `handlers` handlers; `jobs` stops it after that
+/// many. A diagnostic setting that does not parse is refused.
+pub(crate) fn worker_options(handlers: usize, jobs: Option<u64>) -> Result<WorkerOptions> {
     let mut options = WorkerOptions::new("bench");
     options.hostname = Some("bench".into());
     options.num_handlers = handlers;
@@ -156,20 +157,31 @@ pub(crate) fn worker_options(handlers: usize, jobs: Option<u64>) -> WorkerOption
     options.interval = Duration::from_millis(10);
     // A diagnostic knob (like BENCH_TOP_STATEMENTS): compare claim-ahead
     // bounds in one build; child worker processes inherit it.
-    if let Some(bound) = std::env::var("BENCH_MAX_CLAIM_AHEAD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(bound) = env_count("BENCH_MAX_CLAIM_AHEAD")? {
         options.max_claim_ahead = Some(bound);
     }
     // The same for a fixed allowance (the adaptive one turned off).
-    if let Some(ahead) = std::env::var("BENCH_CLAIM_AHEAD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(ahead) = env_count("BENCH_CLAIM_AHEAD")? {
         options.claim_ahead = Some(ahead);
     }
-    options
+    Ok(options)
+}
+
+/// A count from the environment: `None` when unset or empty, an error naming
+/// the setting when it is not a number (a typo must not run the default).
+fn env_count(name: &str) -> Result<Option<usize>> {
+    count_setting(name, std::env::var(name).ok())
+}
+
+fn count_setting(name: &str, value: Option<String>) -> Result<Option<usize>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name}={v}: expected a number of jobs").into()),
+    }
 }
 
 /// The pool a worker gets: what `new_worker` requires, and for heartbeat
@@ -201,7 +213,7 @@ pub(crate) async fn burn_with(
     let connections = pool_size(mode, handlers);
     let pool = bench.pool(connections).await?;
     let mut store_options = store_options(mode);
-    let mut worker_options = worker_options(handlers, Some(jobs));
+    let mut worker_options = worker_options(handlers, Some(jobs))?;
     if listen {
         crate::latency::enable_notify(&pool, &mut store_options, &mut worker_options).await?;
     }
@@ -301,7 +313,7 @@ pub(crate) async fn child_worker(args: ChildArgs) -> Result<()> {
         progress: progress.clone(),
         starts: None,
     };
-    let worker = new_worker(store, handler, worker_options(args.handlers, args.jobs))?;
+    let worker = new_worker(store, handler, worker_options(args.handlers, args.jobs)?)?;
     let shutdown = worker.shutdown_handle();
     tokio::spawn(async move {
         if let Ok(mut term) =
@@ -395,4 +407,21 @@ pub(crate) async fn measure_rss(
         jobs,
         vmhwm_kib,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_setting;
+
+    #[test]
+    fn a_count_setting_that_is_not_a_number_is_refused_by_name() {
+        assert_eq!(count_setting("N", None).unwrap(), None);
+        assert_eq!(count_setting("N", Some(String::new())).unwrap(), None);
+        assert_eq!(count_setting("N", Some("2000".into())).unwrap(), Some(2000));
+        let err = count_setting("BENCH_CLAIM_AHEAD", Some("2k".into())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "BENCH_CLAIM_AHEAD=2k: expected a number of jobs"
+        );
+    }
 }

@@ -63,7 +63,7 @@ pub(crate) async fn run(bench: &Bench, jobs: u64, rate: f64, notify: bool) -> Re
         .pool(framework::pool_size(Mode::Heartbeat, HANDLERS))
         .await?;
     let mut store_options = framework::store_options(Mode::Heartbeat);
-    let mut worker_options = framework::worker_options(HANDLERS, None);
+    let mut worker_options = framework::worker_options(HANDLERS, None)?;
     worker_options.interval = POLL;
     let listening = notify && enable_notify(&pool, &mut store_options, &mut worker_options).await?;
     let label = match (notify, listening) {
@@ -102,7 +102,7 @@ pub(crate) async fn run_many(
         .pool(framework::pool_size(Mode::Heartbeat, MANY_HANDLERS))
         .await?;
     let mut store_options = framework::store_options(Mode::Heartbeat);
-    let mut worker_options = framework::worker_options(MANY_HANDLERS, None);
+    let mut worker_options = framework::worker_options(MANY_HANDLERS, None)?;
     enable_notify(&pool, &mut store_options, &mut worker_options).await?;
     let label = format!(
         "{producers} producers, {rate:.0} jobs/s, NOTIFY on{}",

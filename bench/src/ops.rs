@@ -110,7 +110,7 @@ pub(crate) async fn burn(
     let connections = framework::pool_size(Mode::Heartbeat, handlers);
     let pool = bench.pool(connections).await?;
     let progress = Progress::new();
-    let options = framework::worker_options(handlers, Some(jobs));
+    let options = framework::worker_options(handlers, Some(jobs))?;
     let run = async {
         bench.reset_statements().await?;
         let summary = match variant {

@@ -172,7 +172,7 @@ pub(crate) async fn burn(
     }
     // LISTEN on, as recommended: a release announces the released job's id,
     // and the cursor goes back for it.
-    let mut worker_options = framework::worker_options(handlers, Some(jobs));
+    let mut worker_options = framework::worker_options(handlers, Some(jobs))?;
     crate::latency::enable_notify(&pool, &mut options, &mut worker_options).await?;
     let table = framework::job_table(&pool).await?;
     let store = Arc::new(dbworker::DbStore::new(&pool, &table, options).await?);

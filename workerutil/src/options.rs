@@ -119,7 +119,10 @@ pub struct WorkerOptions {
     /// is found or the store sends a wake-up. While the store's wake-up source
     /// is down (listener disconnected) the wait stays at `interval`. `None`
     /// (the default) never backs off. With LISTEN/NOTIFY wake-ups, 30 s is a
-    /// sensible value: notifications bring new jobs at once.
+    /// sensible value for new jobs, which notifications bring at once; a job
+    /// that comes due later (scheduled, a retry, a wait's timeout) and that
+    /// nothing announces is found by a poll, so it may wait up to this (a
+    /// store's claim cursor probe finds some sooner: see its docs).
     #[serde(default, with = "crate::duration::option")]
     pub max_interval: Option<Duration>,
     /// How often running jobs are heartbeated. Keep it well below the store's

@@ -103,7 +103,7 @@ async fn burn(bench: &Bench, variant: Variant, handlers: usize, jobs: u64) -> Re
     let worker = new_worker(
         store,
         handler,
-        framework::worker_options(handlers, Some(jobs)),
+        framework::worker_options(handlers, Some(jobs))?,
     )?;
     bench.reset_statements().await?;
     framework::measure(bench, &pool, &progress, jobs, variant.label(), async {

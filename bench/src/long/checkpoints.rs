@@ -227,7 +227,7 @@ async fn run(bench: &Bench, mode: Mode, sizes: Sizes, checkpoints: bool) -> Resu
     let worker = new_worker(
         store,
         handler.clone(),
-        framework::worker_options(1, Some(1)),
+        framework::worker_options(1, Some(1))?,
     )?;
     bench.reset_statements().await?;
     let summary = tokio::time::timeout(RUN_TIMEOUT, worker.run()).await?;

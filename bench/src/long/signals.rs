@@ -153,7 +153,7 @@ pub(crate) async fn rounds(
         .pool(framework::pool_size(Mode::Heartbeat, handlers))
         .await?;
     let mut store_options = framework::store_options(Mode::Heartbeat);
-    let mut worker_options = framework::worker_options(handlers, None);
+    let mut worker_options = framework::worker_options(handlers, None)?;
     latency::enable_notify(&pool, &mut store_options, &mut worker_options).await?;
     let mut options = framework::table_options();
     options.signals = true;
