@@ -8,8 +8,10 @@
 //! transaction elsewhere keeps in the index; with millions of them one look
 //! takes longer than the interval. So the probe paces itself: it starts at
 //! most once per `PACE` times the fastest of its last `RECENT` looks, and
-//! never more often than the configured interval, so it holds one connection
-//! at most a tenth of the time. Dead entries slow every look; a busy machine
+//! never more often than the configured interval, so once its looks are slow
+//! in a row it holds one connection about a tenth of the time (a look that
+//! overruns the interval is followed at once, so the first slow looks run
+//! back to back until `RECENT` of them stretch it). Dead entries slow every look; a busy machine
 //! slows one now and then, and pacing on that one alone would leave a job
 //! coming due behind the cursor waiting ten times the hiccup. It warns once
 //! when its looks outgrow the interval, and says it is fast again once a

@@ -338,10 +338,10 @@ async fn a_probe_without_an_idle_connection_wakes_the_workers() {
     let ids = db.enqueue(5, json!({})).await;
     let claimed = claim_until(&store, &ids, Duration::from_secs(10)).await;
     assert_eq!(claimed.len(), ids.len());
-    // Handlers (say) hold every connection of the pool.
-    let held = (pool.acquire().await.unwrap(), pool.acquire().await.unwrap());
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Handlers (say) hold every connection of the pool. Marked seen first,
+    // so a probe's wake-up while they are taken counts.
     wakeups.mark_seen();
+    let held = (pool.acquire().await.unwrap(), pool.acquire().await.unwrap());
     let woken = tokio::time::timeout(PROBE_EVERY * 5, wakeups.woken()).await;
     assert!(woken.is_ok(), "no wake-up from a probe that could not look");
     drop(held);
