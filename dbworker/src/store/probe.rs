@@ -11,11 +11,11 @@
 //! never more often than the configured interval, so once its looks are slow
 //! in a row it holds one connection about a tenth of the time (a look that
 //! overruns the interval is followed at once, so the first slow looks run
-//! back to back until `RECENT` of them stretch it). Dead entries slow every look; a busy machine
-//! slows one now and then, and pacing on that one alone would leave a job
-//! coming due behind the cursor waiting ten times the hiccup. It warns once
-//! when its looks outgrow the interval, and says it is fast again once a
-//! look fits in half of it.
+//! back to back until `RECENT` of them stretch it). Dead entries slow every
+//! look; a busy machine slows one now and then, and pacing on that one alone
+//! would leave a job coming due behind the cursor waiting ten times the
+//! hiccup. It warns once when its looks outgrow the interval, and says it is
+//! fast again once a look fits in half of it.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
