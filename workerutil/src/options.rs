@@ -120,9 +120,10 @@ pub struct WorkerOptions {
     /// is down (listener disconnected) the wait stays at `interval`. `None`
     /// (the default) never backs off. With LISTEN/NOTIFY wake-ups, 30 s is a
     /// sensible value for new jobs, which notifications bring at once; a job
-    /// that comes due later (scheduled, a retry, a wait's timeout) and that
-    /// nothing announces is found by a poll, so it may wait up to this (a
-    /// store's claim cursor probe finds some sooner: see its docs).
+    /// that comes due later (scheduled, a retry, a wait's timeout) is
+    /// announced by nothing, so unless the store wakes the worker for it (a
+    /// listening `DbStore`'s claim cursor probe does, within its interval) a
+    /// poll finds it, and it may wait up to this.
     #[serde(default, with = "crate::duration::option")]
     pub max_interval: Option<Duration>,
     /// How often running jobs are heartbeated. Keep it well below the store's

@@ -8,8 +8,8 @@ use crate::columns::{TRACE_FOLLOWS, TRACEPARENT, TRACESTATE};
 use crate::sql::control::{busy_keys, not_paused, queue_room, spend_tokens, within_limits};
 use crate::sql::table::StoreParams;
 use sea_query::{
-    CommonTableExpression, Expr, ExprTrait, LockBehavior, LockType, NullOrdering, Order,
-    PostgresQueryBuilder, Query, SelectStatement, WithClause,
+    CommonTableExpression, Expr, ExprTrait, LockBehavior, LockType, NullOrdering, Order, Query,
+    SelectStatement, WithClause,
 };
 use workerutil::JobState;
 
@@ -150,12 +150,6 @@ fn trace_returning(o: &StoreParams) -> Vec<Expr> {
     ]
 }
 
-/// `a.id >= $low`: the claim cursor's condition, ANDed into a claim so its
-/// index scan starts at `low` (see `store/cursor.rs`).
-pub(crate) fn claim_cursor_condition(o: &StoreParams, low: i64) -> Expr {
-    col(&o.table.alias, &o.columns.id).gte(low)
-}
-
 /// `(a.flags IS NULL OR NOT (a.flags && $1::text[]))` over the view's (or
 /// table's) alias: the claim skips rows carrying a forbidden flag. Added as
 /// one of the claim's conditions, so each set of forbidden flags has a claim
@@ -166,34 +160,6 @@ pub(crate) fn not_flagged(o: &StoreParams, flags_column: &str, forbidden: &[Stri
         format!("({column} IS NULL OR NOT ({column} && $1::text[]))"),
         [sea_query::Value::from(forbidden.to_vec())],
     )
-}
-
-/// The lowest eligible id below `before` that `conditions` admit: the claim
-/// cursor's probe, which looks behind the cursor beside the claims.
-pub(crate) fn eligible_behind(o: &StoreParams, conditions: &[Expr], before: i64) -> Statement {
-    let (t, c) = (&o.table, &o.columns);
-    let mut q = Query::select();
-    q.expr_as(col(&t.alias, &c.id).min(), alias("id"))
-        .from(table_ref(t))
-        .cond_where(eligible(&t.alias, c))
-        .and_where(col(&t.alias, &c.id).lt(before));
-    for cond in conditions {
-        q.and_where(cond.clone());
-    }
-    Statement::from(&q)
-}
-
-/// Extra claim conditions as one text with their values inlined: a key that
-/// tells claims with different conditions apart (never run as SQL).
-pub(crate) fn conditions_key(conditions: &[Expr]) -> String {
-    if conditions.is_empty() {
-        return String::new();
-    }
-    let mut q = Query::select();
-    for c in conditions {
-        q.and_where(c.clone());
-    }
-    q.to_string(PostgresQueryBuilder)
 }
 
 /// Phase 1 of the dequeue: claims up to `limit` eligible rows in one statement,
@@ -543,6 +509,7 @@ pub(crate) fn lock_claimed(o: &StoreParams, id: i64, token: i64) -> Statement {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    use super::cursor::claim_cursor_condition;
     use super::fixtures::{aging, limited, on_hot_layout, paused, quoted, resolved, with_traces};
     let (t, v, limited) = (resolved(false), resolved(true), limited());
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
@@ -559,7 +526,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             claim(&with_traces(), "host", &[], 3, true),
         ),
         ("claim_through_view", claim(&v, "host", &[cost()], 3, true)),
-        ("eligible_behind", eligible_behind(&t, &[cost()], 1000)),
         (
             "claim_after_cursor",
             claim(&t, "host", &[claim_cursor_condition(&t, 1000)], 3, true),
@@ -591,6 +557,5 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("claim_hot", claim(&hot, "h", &[], 3, true)),
         ("claim_hot_view", claim(&hot_view, "h", &[], 3, true)),
         ("claim_hot_limits", claim(&hot_limits, "h", &[], 3, true)),
-        ("eligible_behind_hot", eligible_behind(&hot, &[], 1000)),
     ]
 }

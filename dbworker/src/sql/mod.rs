@@ -30,6 +30,7 @@ mod consumers;
 mod control;
 mod counts;
 mod cron;
+mod cursor;
 mod enqueue;
 mod execution_logs;
 mod fairness;
@@ -68,9 +69,8 @@ pub(crate) use admin_search::admin_list_window;
 pub(crate) use claim::claim;
 pub(crate) use claim::{
     CLAIM_BOUND, CLAIMED_CANCEL, CLAIMED_TOKEN, CLAIMED_TRACE_FOLLOWS, CLAIMED_TRACE_FRESH,
-    CLAIMED_TRACE_PARENT, CLAIMED_TRACE_STATE, LimitedClaim, RECORD_ID, claim_cursor_condition,
-    claim_limited, conditions_key, eligible_behind, limited, lock_claimed, not_flagged,
-    order_terms, select_records,
+    CLAIMED_TRACE_PARENT, CLAIMED_TRACE_STATE, LimitedClaim, RECORD_ID, claim_limited, limited,
+    lock_claimed, not_flagged, order_terms, select_records,
 };
 pub(crate) use cluster::{
     NodeRow, leader_acquire, leader_current, leader_fence, leader_release, leader_renew,
@@ -89,6 +89,7 @@ pub(crate) use control::{
 pub(crate) use counts::{
     begin_index_only, counts_estimate, counts_explain, counts_finished, counts_live,
 };
+pub(crate) use cursor::{claim_cursor_condition, conditions_key, first_eligible};
 pub(crate) use suggest::suggest_values;
 // The cron page's read; only the dashboard lists schedules.
 #[cfg(feature = "dashboard")]

@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 31] = [
+const FILES: [(&str, Snapshots); 32] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("progress_table.rs", crate::sql::progress_table::snapshots),
@@ -31,6 +31,7 @@ const FILES: [(&str, Snapshots); 31] = [
     ("control.rs", crate::sql::control::snapshots),
     ("counts.rs", crate::sql::counts::snapshots),
     ("cron.rs", crate::sql::cron::snapshots),
+    ("cursor.rs", crate::sql::cursor::snapshots),
     ("enqueue.rs", crate::sql::enqueue::snapshots),
     ("execution_logs.rs", crate::sql::execution_logs::snapshots),
     ("fairness.rs", crate::sql::fairness::snapshots),

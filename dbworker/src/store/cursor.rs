@@ -14,7 +14,10 @@
 //! otherwise at the next look of the probe (`store/probe.rs`).
 //!
 //! Claims with different extra conditions (one worker per queue, kinds) see
-//! different rows, so each set of conditions has a cursor of its own.
+//! different rows, so each set of conditions has a cursor of its own. The
+//! probe looks for each set in use, which is one whose claims come about as
+//! often as they did before: a worker that backs off to a claim every 30 s
+//! keeps its cursor looked after between them (jobs coming due wake it).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -23,9 +26,16 @@ use std::time::Duration;
 use sea_query::Expr;
 use tokio::time::Instant;
 
-/// How many condition sets get a cursor; claims with further ones (conditions
-/// whose values change every call, say) always scan in full.
+/// How many condition sets get a cursor; a further one takes the place of
+/// the one used longest ago (conditions whose values change every call, say,
+/// make a cursor each and scan in full, while steady ones keep theirs).
 const MAX_CURSORS: usize = 256;
+
+/// A cursor no claim used for this long (or three times its last gap between
+/// claims, when longer) is out of use: the probe leaves it, and its next
+/// claim scans from the start, since nothing looked behind it meanwhile. At
+/// least ten probe intervals.
+const IDLE_AFTER: Duration = Duration::from_secs(60);
 
 /// How many rewinds a cursor remembers for the claims in flight (with
 /// LISTEN, every insert statement anywhere is one; 256 cover a few hundred
@@ -34,9 +44,11 @@ const MAX_CURSORS: usize = 256;
 const KEPT_REWINDS: usize = 256;
 
 /// Where this store's next claims start, per set of claim conditions.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ClaimCursor {
     by_conditions: Mutex<HashMap<String, Position>>,
+    /// Out of use after this long without a claim (see [`IDLE_AFTER`]).
+    idle: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -55,8 +67,9 @@ struct Position {
     forgotten: u64,
     /// The conditions themselves, for the probe.
     conditions: Vec<Expr>,
-    /// When a claim last used it; idle cursors are dropped.
+    /// When a claim last used it, and the gap before that use.
     used: Instant,
+    gap: Duration,
 }
 
 impl Position {
@@ -68,7 +81,15 @@ impl Position {
             forgotten: 0,
             conditions: conditions.to_vec(),
             used: now,
+            gap: Duration::ZERO,
         }
+    }
+
+    /// Whether claims still use it at `now`: within `idle` of the last one,
+    /// or within three times the gap before it (a worker backing off doubles
+    /// its wait each time).
+    fn in_use(&self, now: Instant, idle: Duration) -> bool {
+        now.duration_since(self.used) < idle.max(self.gap.saturating_mul(3))
     }
 
     fn rewind(&mut self, id: i64) {
@@ -101,22 +122,37 @@ pub(crate) struct Start {
     epoch: u64,
 }
 
-/// A cursor the probe looks behind: its key, conditions and position.
+/// A cursor in use, for the probe: its key, conditions and position.
 #[derive(Debug)]
-pub(crate) struct Behind {
+pub(crate) struct InUse {
     pub(crate) key: String,
     pub(crate) conditions: Vec<Expr>,
-    pub(crate) low: i64,
+    /// `None`: its claims scan from the start.
+    pub(crate) low: Option<i64>,
 }
 
 impl ClaimCursor {
+    /// Cursors for a store whose probe looks every `probe`.
+    pub(crate) fn new(probe: Duration) -> Self {
+        ClaimCursor {
+            by_conditions: Mutex::default(),
+            idle: IDLE_AFTER.max(probe.saturating_mul(10)),
+        }
+    }
+
     /// Where the next claim with `conditions` (named `key`) starts: past the
-    /// cursor, or from the start (a new set of conditions, or too many).
+    /// cursor, or from the start (a new set of conditions, or one out of use
+    /// that the probe stopped looking behind).
     pub(crate) fn start(&self, key: &str, conditions: &[Expr]) -> Start {
         let now = Instant::now();
         let mut map = self.by_conditions.lock().expect("not poisoned");
-        let full = map.len() >= MAX_CURSORS;
         if let Some(p) = map.get_mut(key) {
+            if !p.in_use(now, self.idle) {
+                // Rows may have become eligible behind it unseen: back to
+                // the start, as a rewind, so no claim in flight undoes it.
+                p.rewind(i64::MIN);
+            }
+            p.gap = now.duration_since(p.used);
             p.used = now;
             let low = (p.low > i64::MIN).then_some(p.low);
             return Start {
@@ -124,9 +160,15 @@ impl ClaimCursor {
                 epoch: p.epoch,
             };
         }
-        if !full {
-            map.insert(key.to_owned(), Position::new(conditions, now));
+        if map.len() >= MAX_CURSORS
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, p)| p.used)
+                .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
         }
+        map.insert(key.to_owned(), Position::new(conditions, now));
         Start {
             low: None,
             epoch: 0,
@@ -141,7 +183,7 @@ impl ClaimCursor {
     pub(crate) fn claimed_up_to(&self, key: &str, start: Start, max_id: i64) {
         let mut map = self.by_conditions.lock().expect("not poisoned");
         let Some(p) = map.get_mut(key) else { return };
-        // Started on a cursor since dropped (idle) and made anew, or before
+        // Started on a cursor since evicted and made anew, or before
         // the oldest rewind kept: it may have passed a row it did not see.
         if start.epoch > p.epoch || start.epoch < p.forgotten {
             return;
@@ -176,18 +218,16 @@ impl ClaimCursor {
         self.rewind_to(i64::MIN);
     }
 
-    /// The cursors with something behind them to look at, forgetting those
-    /// no claim used for `idle` (conditions whose values changed, say).
-    pub(crate) fn behind(&self, idle: Duration) -> Vec<Behind> {
+    /// The cursors claims still use (see [`IDLE_AFTER`]).
+    pub(crate) fn in_use(&self) -> Vec<InUse> {
         let now = Instant::now();
-        let mut map = self.by_conditions.lock().expect("not poisoned");
-        map.retain(|_, p| now.duration_since(p.used) < idle);
+        let map = self.by_conditions.lock().expect("not poisoned");
         map.iter()
-            .filter(|(_, p)| p.low > i64::MIN)
-            .map(|(key, p)| Behind {
+            .filter(|(_, p)| p.in_use(now, self.idle))
+            .map(|(key, p)| InUse {
                 key: key.clone(),
                 conditions: p.conditions.clone(),
-                low: p.low,
+                low: (p.low > i64::MIN).then_some(p.low),
             })
             .collect()
     }
@@ -213,13 +253,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn claims_start_past_what_they_took_and_go_back_when_told() {
-        let cursor = ClaimCursor::default();
+        let cursor = ClaimCursor::new(Duration::from_secs(1));
         let first = cursor.start("", &[]);
         assert_eq!(first.low, None, "the first claim scans everything");
-        assert!(
-            cursor.behind(Duration::from_secs(10)).is_empty(),
-            "nothing behind a full scan"
-        );
+        let in_use = cursor.in_use();
+        assert_eq!((in_use.len(), in_use[0].low), (1, None), "a full scan");
         cursor.claimed_up_to("", first, 41);
         assert_eq!(low(&cursor, ""), Some(42));
         let slow = cursor.start("", &[]);
@@ -228,8 +266,8 @@ mod tests {
         cursor.rewind_to(7);
         assert_eq!(low(&cursor, ""), Some(7), "a retry takes it back");
         cursor.claimed_up_to("", cursor.start("", &[]), 41);
-        let behind = cursor.behind(Duration::from_secs(10));
-        assert_eq!((behind.len(), behind[0].low), (1, 42));
+        let in_use = cursor.in_use();
+        assert_eq!((in_use.len(), in_use[0].low), (1, Some(42)));
         cursor.rewind_key("", 30);
         assert_eq!(low(&cursor, ""), Some(30), "the probe takes it back");
         cursor.rewind_all();
@@ -238,7 +276,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_claim_in_flight_during_a_rewind_does_not_undo_it() {
-        let cursor = ClaimCursor::default();
+        let cursor = ClaimCursor::new(Duration::from_secs(1));
         cursor.claimed_up_to("", cursor.start("", &[]), 999);
         let in_flight = cursor.start("", &[]);
         assert_eq!(in_flight.low, Some(1000));
@@ -258,7 +296,7 @@ mod tests {
     /// that row's commit), yet the cursor keeps moving under a steady stream.
     #[tokio::test(start_paused = true)]
     async fn a_claim_in_flight_stops_at_ids_announced_since_it_started() {
-        let cursor = ClaimCursor::default();
+        let cursor = ClaimCursor::new(Duration::from_secs(1));
         cursor.claimed_up_to("", cursor.start("", &[]), 999);
         let in_flight = cursor.start("", &[]);
         cursor.rewind_to(1010); // ahead of the cursor: no rewind, but noted
@@ -292,8 +330,8 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn each_set_of_conditions_has_its_own_cursor_and_idle_ones_go() {
-        let cursor = ClaimCursor::default();
+    async fn each_set_of_conditions_has_its_own_cursor() {
+        let cursor = ClaimCursor::new(Duration::from_secs(1));
         let emails = [Expr::cust("queue = 'emails'")];
         let s = cursor.start("emails", &emails);
         assert_eq!(s.low, None);
@@ -306,23 +344,55 @@ mod tests {
         cursor.claimed_up_to("reports", r, 7);
         assert_eq!(cursor.start("emails", &emails).low, Some(501));
         assert_eq!(low(&cursor, "reports"), Some(8));
-        let behind = cursor.behind(Duration::from_secs(10));
-        let emails_behind = behind.iter().find(|b| b.key == "emails").unwrap();
-        assert_eq!(emails_behind.conditions.len(), 1, "the probe uses them");
+        let in_use = cursor.in_use();
+        let emails_in_use = in_use.iter().find(|b| b.key == "emails").unwrap();
+        assert_eq!(emails_in_use.conditions.len(), 1, "the probe uses them");
         cursor.rewind_key("reports", 3);
         assert_eq!(cursor.start("emails", &emails).low, Some(501));
-        tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(low(&cursor, "reports"), Some(3));
-        tokio::time::advance(Duration::from_secs(6)).await;
-        let behind = cursor.behind(Duration::from_secs(10));
-        assert_eq!(behind.len(), 1, "emails went idle: {behind:?}");
-        assert_eq!(behind[0].key, "reports");
-        for i in 0..MAX_CURSORS {
-            cursor.start(&format!("cost <= {i}"), &[]);
+    }
+
+    /// A cursor stays in use for a minute without claims, or three times
+    /// its last gap: a worker backing off to a claim every 128 s keeps it
+    /// looked after. One out of use is left by the probe, and its next claim
+    /// scans from the start.
+    #[tokio::test(start_paused = true)]
+    async fn a_cursor_stays_in_use_while_its_claims_back_off() {
+        let secs = Duration::from_secs;
+        let cursor = ClaimCursor::new(secs(1));
+        let in_use = |key: &str| cursor.in_use().iter().any(|c| c.key == key);
+        cursor.claimed_up_to("backs off", cursor.start("backs off", &[]), 99);
+        cursor.claimed_up_to("goes idle", cursor.start("goes idle", &[]), 99);
+        for gap in [1, 2, 4, 8, 16, 32, 64, 128] {
+            tokio::time::advance(secs(gap) - Duration::from_millis(1)).await;
+            assert!(in_use("backs off"), "before the claim {gap} s later");
+            tokio::time::advance(Duration::from_millis(1)).await;
+            assert_eq!(low(&cursor, "backs off"), Some(100));
         }
-        let s = cursor.start("one too many", &[]);
-        assert_eq!(s.low, None);
-        cursor.claimed_up_to("one too many", s, 1);
-        assert_eq!(low(&cursor, "one too many"), None, "no cursor past the cap");
+        assert!(!in_use("goes idle"), "no claim for 255 s");
+        assert_eq!(low(&cursor, "goes idle"), None, "scans from the start");
+        assert!(in_use("goes idle"), "in use again");
+        tokio::time::advance(secs(128 * 3)).await;
+        assert!(!in_use("backs off"), "three times its last gap");
+    }
+
+    /// Past the cap, a new set of conditions takes the place of the one used
+    /// longest ago, so steady claims keep their cursors among changing ones.
+    #[tokio::test(start_paused = true)]
+    async fn past_the_cap_a_new_cursor_replaces_the_one_used_longest_ago() {
+        let cursor = ClaimCursor::new(Duration::from_secs(1));
+        cursor.claimed_up_to("steady", cursor.start("steady", &[]), 9);
+        for i in 0..MAX_CURSORS {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            let key = format!("cost <= {i}");
+            cursor.claimed_up_to(&key, cursor.start(&key, &[]), 1);
+            if i % 100 == 0 {
+                assert_eq!(low(&cursor, "steady"), Some(10));
+            }
+        }
+        assert_eq!(cursor.in_use().len(), MAX_CURSORS);
+        assert_eq!(low(&cursor, "steady"), Some(10), "used recently: kept");
+        assert_eq!(low(&cursor, "cost <= 0"), None, "the oldest went");
+        assert_eq!(low(&cursor, "cost <= 255"), Some(2));
     }
 }

@@ -157,7 +157,7 @@ impl<R: Record> DbStore<R> {
             .then(|| Completer::spawn(pool.clone(), resolved.clone()));
         let cursor = resolved
             .claim_cursor
-            .map(|_| Arc::new(cursor::ClaimCursor::default()));
+            .map(|every| Arc::new(cursor::ClaimCursor::new(every)));
         // A row another process put back (a reset, a workflow's release, an
         // operator's requeue) or inserted behind the cursor (its transaction
         // committed after a claim passed its id) takes the cursor back as

@@ -187,9 +187,12 @@ pub struct ClaimOptions {
     /// scheduled job coming due, a row a condition passed over) is found by a
     /// probe beside the claims that looks behind the cursor once per interval,
     /// takes it back and wakes the workers, so it is claimed at most about
-    /// this long later; while the probe's looks are slow (many dead entries
-    /// below the cursor) it starts at most once per 10 × the fastest of its
-    /// last three looks (one look slowed by a busy machine stretches nothing).
+    /// this long later. A listening store's probe also looks ahead of the
+    /// cursor, so a job coming due there (announced by nothing) wakes a worker
+    /// whose poll backed off (`max_interval`). While the probe's looks are
+    /// slow (many dead entries below the cursor) it starts at most once per
+    /// 10 × the fastest of its last three looks (one look slowed by a busy
+    /// machine stretches nothing).
     /// Applies when jobs are claimed in id order without a view (the default
     /// [`JobTableOptions::order_by`](crate::JobTableOptions::order_by)) and without a pause table (a paused queue's rows are passed
     /// over, not taken); with a limit table, a claim that a limit binds

@@ -1,8 +1,12 @@
 //! The claim cursor's probe: beside the claims, it looks behind each cursor
-//! (`store/cursor.rs`) for a row that became eligible there without the store
-//! learning its id (a scheduled job coming due, a reset by another process
-//! while not listening, a row a condition passed over), takes the cursor back
-//! to it and wakes the workers.
+//! in use (`store/cursor.rs`) for a row that became eligible there without
+//! the store learning its id (a scheduled job coming due, a reset by another
+//! process while not listening, a row a condition passed over), takes the
+//! cursor back to it and wakes the workers. A store that listens also looks
+//! ahead of the cursor: no notification announces a job coming due (a
+//! scheduled job, a retry, a wait's timeout), and a worker that backed off
+//! to a long poll would find it only then. One statement does both: the
+//! lowest eligible row.
 //!
 //! Its statement walks the dead index entries below the cursor, which a long
 //! transaction elsewhere keeps in the index; with millions of them one look
@@ -133,9 +137,10 @@ impl Drop for Probe {
 }
 
 /// Starts the probe: about every `every` (longer while its looks are slow),
-/// for each cursor, the lowest eligible row behind it (with its claims'
-/// conditions) takes it back, and the workers are woken (`waker`, when the
-/// store listens) to claim it.
+/// for each cursor in use, the lowest eligible row behind it (with its
+/// claims' conditions) takes it back, and the workers are woken (`waker`,
+/// when the store listens) to claim it, or to claim one that came due ahead
+/// of it.
 pub(crate) fn spawn_probe(
     pool: PgPool,
     o: Arc<Resolved>,
@@ -147,10 +152,7 @@ pub(crate) fn spawn_probe(
     let task_stop = stop.clone();
     let task = tokio::spawn(async move {
         let (pool, o, cursor, waker) = (&pool, &*o, &*cursor, waker.as_deref());
-        paced(every, &task_stop, &o.name, || {
-            look_behind(pool, o, cursor, every, waker)
-        })
-        .await;
+        paced(every, &task_stop, &o.name, || look(pool, o, cursor, waker)).await;
     });
     Probe {
         stop,
@@ -218,16 +220,12 @@ where
     }
 }
 
-/// One look behind every cursor in use.
-async fn look_behind(
-    pool: &PgPool,
-    o: &Resolved,
-    cursor: &ClaimCursor,
-    every: Duration,
-    waker: Option<&WakeupSender>,
-) {
-    let behind = cursor.behind(every.saturating_mul(10));
-    if behind.is_empty() {
+/// One look for every cursor in use.
+async fn look(pool: &PgPool, o: &Resolved, cursor: &ClaimCursor, waker: Option<&WakeupSender>) {
+    let in_use = cursor.in_use();
+    // Without a waker only rows behind a cursor matter (the workers' polls
+    // find the rest); a cursor at the start has nothing behind it.
+    if in_use.is_empty() || (waker.is_none() && in_use.iter().all(|c| c.low.is_none())) {
         return;
     }
     // Only an idle connection: the pool is sized for the handlers, claims
@@ -242,14 +240,24 @@ async fn look_behind(
         return;
     };
     let mut found = false;
-    for b in behind {
-        let row = sql::eligible_behind(o, &b.conditions, b.low)
+    for c in in_use {
+        // With a waker, the lowest eligible row anywhere: behind the cursor
+        // it takes the cursor back; ahead of it (a job coming due, which no
+        // notification announces) it still wakes the workers, who would
+        // otherwise find it only at their next poll.
+        let before = if waker.is_some() { None } else { c.low };
+        if waker.is_none() && before.is_none() {
+            continue;
+        }
+        let row = sql::first_eligible(o, &c.conditions, before)
             .fetch_one(&mut *conn)
             .await;
         match row {
             Ok(row) => {
                 if let Some(id) = row.get::<Option<i64>, _>("id") {
-                    cursor.rewind_key(&b.key, id);
+                    if c.low.is_some_and(|low| id < low) {
+                        cursor.rewind_key(&c.key, id);
+                    }
                     found = true;
                 }
             }

@@ -126,6 +126,68 @@ async fn a_notification_wakes_an_idle_worker_at_once() {
     assert_eq!(db.count("completed").await, 3);
 }
 
+/// Snoozes each job's first attempt for a second; completes the next.
+struct SnoozesFirst(std::sync::Mutex<std::collections::HashSet<i64>>);
+
+impl workerutil::Handler<DbStore<Job>> for SnoozesFirst {
+    async fn handle(
+        &self,
+        job: &mut dbworker::DbJob<Job>,
+        _ctx: &workerutil::JobContext<DbStore<Job>>,
+    ) -> Result<(), workerutil::HandlerError> {
+        if self.0.lock().unwrap().insert(job.record().id) {
+            return Err(workerutil::HandlerError::snooze(Duration::from_secs(1)));
+        }
+        Ok(())
+    }
+}
+
+/// No notification announces a job coming due: one scheduled by another
+/// process, or this worker's own snooze. The claim cursor's probe (every
+/// second by default) finds it and wakes the idle worker, which would
+/// otherwise find it only at its next poll (20 s here, backing off to 60 s).
+#[tokio::test]
+async fn jobs_coming_due_wake_an_idle_worker_before_its_poll() {
+    let db = Db::new().await;
+    let store = listening_store(&db).await;
+    let handler = SnoozesFirst(Default::default());
+    let worker = new_worker(store, handler, options()).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Idle).then_some(())
+    })
+    .await;
+    let start = Instant::now();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (payload, process_after) VALUES ('{}', now() + interval '1 second') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let dequeued = |e: &WorkerEvent| matches!(e, WorkerEvent::Dequeued { id: got } if *got == id);
+    wait_for(&mut events, |e| dequeued(e).then_some(())).await;
+    let scheduled = start.elapsed();
+    // Its first attempt snoozes for a second: the worker goes idle again.
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::JobFinished { .. }).then_some(())
+    })
+    .await;
+    let start = Instant::now();
+    wait_for(&mut events, |e| dequeued(e).then_some(())).await;
+    let snoozed = start.elapsed();
+    shutdown.graceful();
+    run.await.unwrap();
+    assert_eq!(db.count("completed").await, 1);
+    for (what, took) in [("scheduled", scheduled), ("snoozed", snoozed)] {
+        assert!(
+            took >= Duration::from_millis(900) && took < SLOW_POLL / 4,
+            "the {what} job came due after 1 s and was claimed after {took:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_listener_reconnects_after_its_backend_is_terminated() {
     let db = Db::new().await;
