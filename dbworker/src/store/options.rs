@@ -189,7 +189,8 @@ pub struct ClaimOptions {
     /// takes it back and wakes the workers, so it is claimed at most about
     /// this long later. A listening store's probe also looks ahead of the
     /// cursor, so a job coming due there (announced by nothing) wakes a worker
-    /// whose poll backed off (`max_interval`). While the probe's looks are
+    /// whose poll backed off (`max_interval`); like an empty claim, that look
+    /// reads past the jobs scheduled for later. While the probe's looks are
     /// slow (many dead entries below the cursor) it starts at most once per
     /// 10 × the fastest of its last three looks (one look slowed by a busy
     /// machine stretches nothing).
