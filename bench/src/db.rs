@@ -280,7 +280,9 @@ impl Bench {
             )?);
             // A diagnostic knob: the layout with another fill factor.
             if let Ok(fillfactor) = std::env::var("BENCH_FILLFACTOR") {
-                let fillfactor: u32 = fillfactor.parse()?;
+                let fillfactor: u32 = fillfactor.parse().map_err(|_| {
+                    format!("BENCH_FILLFACTOR={fillfactor}: expected a percentage (10–100)")
+                })?;
                 ddl.push_str(&format!(
                     "\nALTER TABLE {TABLE} SET (fillfactor = {fillfactor});"
                 ));
