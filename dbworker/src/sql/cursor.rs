@@ -1,8 +1,10 @@
 //! The claim cursor's SQL (see `store/cursor.rs`): the condition that starts
 //! a claim's index scan at the cursor, the key naming a set of conditions, and
-//! the probe's look for the lowest eligible row.
+//! the probe's look for the lowest eligible row (which stores without a
+//! cursor make too, when they listen).
 
 use super::{Statement, alias, col, eligible, table_ref};
+use crate::sql::control::not_paused;
 use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, PostgresQueryBuilder, Query};
 
@@ -32,6 +34,10 @@ pub(crate) fn first_eligible(
     for cond in conditions {
         q.and_where(cond.clone());
     }
+    // A paused queue's rows wait, as the claim leaves them: no wake-up.
+    if let Some(e) = not_paused(o, &t.alias) {
+        q.and_where(e);
+    }
     Statement::from(&q)
 }
 
@@ -51,7 +57,7 @@ pub(crate) fn conditions_key(conditions: &[Expr]) -> String {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    use super::fixtures::{on_hot_layout, resolved};
+    use super::fixtures::{on_hot_layout, paused, resolved};
     let t = resolved(false);
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     let hot = on_hot_layout(resolved(false));
@@ -61,6 +67,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             first_eligible(&t, &[cost()], Some(1000)),
         ),
         ("first_eligible", first_eligible(&t, &[], None)),
+        (
+            "first_eligible_unless_paused",
+            first_eligible(&paused(), &[], None),
+        ),
         (
             "first_eligible_behind_hot",
             first_eligible(&hot, &[], Some(1000)),

@@ -49,6 +49,9 @@ pub(crate) struct ClaimCursor {
     by_conditions: Mutex<HashMap<String, Position>>,
     /// Out of use after this long without a claim (see [`IDLE_AFTER`]).
     idle: Duration,
+    /// Whether claims move it; if not, every claim scans from the start and
+    /// the conditions are kept only for the probe.
+    positions: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -132,11 +135,14 @@ pub(crate) struct InUse {
 }
 
 impl ClaimCursor {
-    /// Cursors for a store whose probe looks every `probe`.
-    pub(crate) fn new(probe: Duration) -> Self {
+    /// Cursors for a store whose probe looks every `probe`; without
+    /// `positions` (claims not in id order, or a pause table) they only keep
+    /// each set's conditions for the probe, and claims scan from the start.
+    pub(crate) fn new(probe: Duration, positions: bool) -> Self {
         ClaimCursor {
             by_conditions: Mutex::default(),
             idle: IDLE_AFTER.max(probe.saturating_mul(10)),
+            positions,
         }
     }
 
@@ -181,6 +187,9 @@ impl ClaimCursor {
     /// it, though never past a row the cursor was taken back for meanwhile
     /// (it may have committed after the claim's snapshot).
     pub(crate) fn claimed_up_to(&self, key: &str, start: Start, max_id: i64) {
+        if !self.positions {
+            return;
+        }
         let mut map = self.by_conditions.lock().expect("not poisoned");
         let Some(p) = map.get_mut(key) else { return };
         // Started on a cursor since evicted and made anew, or before
@@ -253,7 +262,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn claims_start_past_what_they_took_and_go_back_when_told() {
-        let cursor = ClaimCursor::new(Duration::from_secs(1));
+        let cursor = ClaimCursor::new(Duration::from_secs(1), true);
         let first = cursor.start("", &[]);
         assert_eq!(first.low, None, "the first claim scans everything");
         let in_use = cursor.in_use();
@@ -276,7 +285,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_claim_in_flight_during_a_rewind_does_not_undo_it() {
-        let cursor = ClaimCursor::new(Duration::from_secs(1));
+        let cursor = ClaimCursor::new(Duration::from_secs(1), true);
         cursor.claimed_up_to("", cursor.start("", &[]), 999);
         let in_flight = cursor.start("", &[]);
         assert_eq!(in_flight.low, Some(1000));
@@ -296,7 +305,7 @@ mod tests {
     /// that row's commit), yet the cursor keeps moving under a steady stream.
     #[tokio::test(start_paused = true)]
     async fn a_claim_in_flight_stops_at_ids_announced_since_it_started() {
-        let cursor = ClaimCursor::new(Duration::from_secs(1));
+        let cursor = ClaimCursor::new(Duration::from_secs(1), true);
         cursor.claimed_up_to("", cursor.start("", &[]), 999);
         let in_flight = cursor.start("", &[]);
         cursor.rewind_to(1010); // ahead of the cursor: no rewind, but noted
@@ -331,7 +340,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn each_set_of_conditions_has_its_own_cursor() {
-        let cursor = ClaimCursor::new(Duration::from_secs(1));
+        let cursor = ClaimCursor::new(Duration::from_secs(1), true);
         let emails = [Expr::cust("queue = 'emails'")];
         let s = cursor.start("emails", &emails);
         assert_eq!(s.low, None);
@@ -359,7 +368,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_cursor_stays_in_use_while_its_claims_back_off() {
         let secs = Duration::from_secs;
-        let cursor = ClaimCursor::new(secs(1));
+        let cursor = ClaimCursor::new(secs(1), true);
         let in_use = |key: &str| cursor.in_use().iter().any(|c| c.key == key);
         cursor.claimed_up_to("backs off", cursor.start("backs off", &[]), 99);
         cursor.claimed_up_to("goes idle", cursor.start("goes idle", &[]), 99);
@@ -376,11 +385,26 @@ mod tests {
         assert!(!in_use("backs off"), "three times its last gap");
     }
 
+    /// Without positions (claims not in id order, a pause table), claims
+    /// always scan from the start; their conditions are kept for the probe.
+    #[tokio::test(start_paused = true)]
+    async fn without_positions_claims_scan_from_the_start_and_the_probe_sees_them() {
+        let cursor = ClaimCursor::new(Duration::from_secs(1), false);
+        let emails = [Expr::cust("queue = 'emails'")];
+        cursor.claimed_up_to("emails", cursor.start("emails", &emails), 500);
+        assert_eq!(cursor.start("emails", &emails).low, None);
+        cursor.rewind_to(7);
+        assert_eq!(cursor.start("emails", &emails).low, None);
+        let in_use = cursor.in_use();
+        assert_eq!(in_use.len(), 1);
+        assert_eq!((in_use[0].low, in_use[0].conditions.len()), (None, 1));
+    }
+
     /// Past the cap, a new set of conditions takes the place of the one used
     /// longest ago, so steady claims keep their cursors among changing ones.
     #[tokio::test(start_paused = true)]
     async fn past_the_cap_a_new_cursor_replaces_the_one_used_longest_ago() {
-        let cursor = ClaimCursor::new(Duration::from_secs(1));
+        let cursor = ClaimCursor::new(Duration::from_secs(1), true);
         cursor.claimed_up_to("steady", cursor.start("steady", &[]), 9);
         for i in 0..MAX_CURSORS {
             tokio::time::advance(Duration::from_millis(1)).await;

@@ -155,9 +155,12 @@ impl<R: Record> DbStore<R> {
             .await?;
         let completer = (resolved.handling == Handling::Heartbeat)
             .then(|| Completer::spawn(pool.clone(), resolved.clone()));
+        // Without a cursor of their own, claims still register their
+        // conditions, for the probe's look for jobs coming due.
+        let positions = resolved.claim_cursor.is_some();
         let cursor = resolved
-            .claim_cursor
-            .map(|every| Arc::new(cursor::ClaimCursor::new(every)));
+            .probe
+            .map(|every| Arc::new(cursor::ClaimCursor::new(every, positions)));
         // A row another process put back (a reset, a workflow's release, an
         // operator's requeue) or inserted behind the cursor (its transaction
         // committed after a claim passed its id) takes the cursor back as
@@ -181,7 +184,7 @@ impl<R: Record> DbStore<R> {
             }
             None => (None, None),
         };
-        let probe = match (&cursor, resolved.claim_cursor) {
+        let probe = match (&cursor, resolved.probe) {
             (Some(c), Some(every)) => Some(probe::spawn_probe(
                 pool.clone(),
                 resolved.clone(),

@@ -190,7 +190,9 @@ pub struct ClaimOptions {
     /// this long later. A listening store's probe also looks ahead of the
     /// cursor, so a job coming due there (announced by nothing) wakes a worker
     /// whose poll backed off (`max_interval`); like an empty claim, that look
-    /// reads past the jobs scheduled for later. While the probe's looks are
+    /// reads past the jobs scheduled for later. A listening store whose claims
+    /// cannot use a cursor (below) runs the probe at this interval for that
+    /// alone, except through a view. While the probe's looks are
     /// slow (many dead entries below the cursor) it starts at most once per
     /// 10 × the fastest of its last three looks (one look slowed by a busy
     /// machine stretches nothing).
@@ -353,6 +355,12 @@ impl StoreOptions {
         let claim_cursor = self.claim.claim_cursor.filter(|_| {
             t.view.is_none() && t.order_by.is_none() && t.pause_table.is_none() && t.aging.is_none()
         });
+        // Without a cursor, a listening store still probes for jobs coming
+        // due (a view's conditions read the view's columns: not there).
+        let probe = claim_cursor.or(self
+            .claim
+            .claim_cursor
+            .filter(|_| listen_channel.is_some() && t.view.is_none()));
         let source = t.source();
         let order_by = t
             .order_by
@@ -383,6 +391,7 @@ impl StoreOptions {
             reset_failure_message: self.stall.reset_failure_message.clone(),
             handling: self.handling,
             claim_cursor,
+            probe,
             listen_channel,
             connect_timeout: table.connect_timeout(),
         })

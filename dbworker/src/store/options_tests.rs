@@ -47,6 +47,18 @@ fn the_cursor_is_off_with_a_view_an_order_or_pauses() {
     paused.pause_table = Some("dbworker_pauses".into());
     let paused = JobTable::unchecked(paused).unwrap();
     assert_eq!(opts().resolve(&paused).unwrap().claim_cursor, None);
+    // Without a cursor the probe runs only to wake listening workers for jobs
+    // coming due, and never through a view.
+    assert_eq!(opts().resolve(&paused).unwrap().probe, None);
+    let mut listening = opts();
+    listening.listen = crate::Listen::TableChannel;
+    let every = listening.claim.claim_cursor;
+    assert_eq!(listening.resolve(&paused).unwrap().probe, every);
+    assert_eq!(listening.resolve(&ordered).unwrap().probe, every);
+    let mut viewed = table();
+    viewed.view_name = Some("jobs_view v".into());
+    let viewed = JobTable::unchecked(viewed).unwrap();
+    assert_eq!(listening.resolve(&viewed).unwrap().probe, None);
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! ahead of the cursor: no notification announces a job coming due (a
 //! scheduled job, a retry, a wait's timeout), and a worker that backed off
 //! to a long poll would find it only then. One statement does both: the
-//! lowest eligible row.
+//! lowest eligible row. A listening store whose claims cannot use a cursor
+//! (see `store/cursor.rs`) runs the probe for that alone.
 //!
 //! Its statement walks the dead index entries below the cursor, which a long
 //! transaction elsewhere keeps in the index; with millions of them one look

@@ -25,6 +25,10 @@ pub(crate) struct Resolved {
     pub(crate) handling: Handling,
     /// The claim cursor's probe interval, when claims can use one.
     pub(crate) claim_cursor: Option<Duration>,
+    /// The probe's interval, when it runs: with a claim cursor, or on a
+    /// listening store without one (no view), to wake the workers for jobs
+    /// coming due.
+    pub(crate) probe: Option<Duration>,
     pub(crate) listen_channel: Option<String>,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_result_bytes: usize,

@@ -161,6 +161,60 @@ async fn a_resume_wakes_a_listening_worker_at_once() {
     run.await.unwrap();
 }
 
+/// A pause table turns the claim cursor off, but a listening store still
+/// probes for jobs coming due (nothing announces them) and wakes its workers;
+/// a paused queue's due jobs wake nobody, as the claims leave them.
+#[tokio::test]
+async fn jobs_coming_due_wake_listening_workers_unless_their_queue_is_paused() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    assert!(
+        pauses(&db)
+            .await
+            .pause(Some("emails"), "ops")
+            .await
+            .unwrap()
+    );
+    let store = pausable_store(&db, true).await;
+    let mut wakeups = store.wakeups().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !wakeups.is_live() {
+        assert!(Instant::now() < deadline, "never listening");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A claim registers its conditions (none here) for the probe.
+    assert!(claim(&store).await.is_empty());
+    // A paused queue's job, due at once: its insert's notification wakes the
+    // workers, and nothing after it (the probe looks every second).
+    wakeups.mark_seen();
+    enqueue(&db, &["emails"]).await;
+    let notified = tokio::time::timeout(Duration::from_secs(5), wakeups.woken()).await;
+    assert!(notified.is_ok(), "no wake-up from the insert");
+    wakeups.mark_seen();
+    let woken = tokio::time::timeout(Duration::from_secs(3), wakeups.woken()).await;
+    assert!(woken.is_err(), "woken for a paused queue's job");
+    // Another queue's job, due in a second: announced at its insert (not
+    // due yet), then found by the probe once due.
+    let scheduled = Instant::now();
+    sqlx::query(
+        "INSERT INTO jobs (queue, process_after) VALUES ('reports', now() + interval '1 second')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let notified = tokio::time::timeout(Duration::from_secs(5), wakeups.woken()).await;
+    assert!(notified.is_ok(), "no wake-up from the insert");
+    wakeups.mark_seen();
+    let woken = tokio::time::timeout(Duration::from_secs(5), wakeups.woken()).await;
+    let took = scheduled.elapsed();
+    assert!(
+        woken.is_ok() && took >= Duration::from_millis(900),
+        "the job came due after 1 s; woken: {}, after {took:?}",
+        woken.is_ok()
+    );
+    assert_eq!(claim(&store).await.len(), 1, "the reports job");
+}
+
 #[tokio::test]
 async fn a_missing_pause_table_or_queue_column_is_named_at_start_up() {
     let _shared = TIMED.read().await;

@@ -1,0 +1,1 @@
+SELECT MIN("j"."id") AS "id" FROM "app"."jobs" AS "j" WHERE "j"."state" IN ('queued', 'errored') AND ("j"."process_after" IS NULL OR "j"."process_after" <= (now())) AND (NOT EXISTS (SELECT 1 FROM "dbworker_pauses" AS p WHERE p."job_table" = $1 AND (p."queue" = '*' OR p."queue" = "j"."queue")))
