@@ -10,8 +10,9 @@ use crate::notify::Listen;
 /// inserted, and one per row that goes back to `queued` (a requeue, a reset,
 /// a workflow's release) carrying the row's id. A listening store whose claim
 /// cursor has passed that id takes the cursor back at once, so a job whose
-/// insert commits after claims passed its id waits for no probe. Retries that
-/// come due later are not announced: the poll interval covers them. Needs
+/// insert commits after claims passed its id waits for no probe. Jobs that
+/// come due later (retries, scheduled jobs) are not announced: the store's
+/// probe finds them and wakes the workers (see `ClaimOptions::claim_cursor`). Needs
 /// PostgreSQL 14 or newer (`CREATE OR REPLACE TRIGGER`).
 ///
 /// ```

@@ -21,6 +21,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sea_query::Expr;
@@ -52,6 +53,9 @@ pub(crate) struct ClaimCursor {
     /// Whether claims move it; if not, every claim scans from the start and
     /// the conditions are kept only for the probe.
     positions: bool,
+    /// Numbers each cursor made, so a claim that started on an evicted one
+    /// moves nothing on the one made anew for its conditions.
+    made: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -73,10 +77,12 @@ struct Position {
     /// When a claim last used it, and the gap before that use.
     used: Instant,
     gap: Duration,
+    /// Which cursor made for these conditions this is.
+    made: u64,
 }
 
 impl Position {
-    fn new(conditions: &[Expr], now: Instant) -> Self {
+    fn new(conditions: &[Expr], now: Instant, made: u64) -> Self {
         Position {
             low: i64::MIN,
             epoch: 0,
@@ -85,6 +91,7 @@ impl Position {
             conditions: conditions.to_vec(),
             used: now,
             gap: Duration::ZERO,
+            made,
         }
     }
 
@@ -123,6 +130,7 @@ pub(crate) struct Start {
     /// `None`: from the table's first row.
     pub(crate) low: Option<i64>,
     epoch: u64,
+    made: u64,
 }
 
 /// A cursor in use, for the probe: its key, conditions and position.
@@ -143,6 +151,7 @@ impl ClaimCursor {
             by_conditions: Mutex::default(),
             idle: IDLE_AFTER.max(probe.saturating_mul(10)),
             positions,
+            made: AtomicU64::new(0),
         }
     }
 
@@ -153,17 +162,21 @@ impl ClaimCursor {
         let now = Instant::now();
         let mut map = self.by_conditions.lock().expect("not poisoned");
         if let Some(p) = map.get_mut(key) {
-            if !p.in_use(now, self.idle) {
+            if p.in_use(now, self.idle) {
+                p.gap = now.duration_since(p.used);
+            } else {
                 // Rows may have become eligible behind it unseen: back to
                 // the start, as a rewind, so no claim in flight undoes it.
+                // A claim now and then is no back-off to keep it in use for.
                 p.rewind(i64::MIN);
+                p.gap = Duration::ZERO;
             }
-            p.gap = now.duration_since(p.used);
             p.used = now;
             let low = (p.low > i64::MIN).then_some(p.low);
             return Start {
                 low,
                 epoch: p.epoch,
+                made: p.made,
             };
         }
         if map.len() >= MAX_CURSORS
@@ -174,10 +187,12 @@ impl ClaimCursor {
         {
             map.remove(&oldest);
         }
-        map.insert(key.to_owned(), Position::new(conditions, now));
+        let made = self.made.fetch_add(1, Ordering::Relaxed);
+        map.insert(key.to_owned(), Position::new(conditions, now, made));
         Start {
             low: None,
             epoch: 0,
+            made,
         }
     }
 
@@ -194,7 +209,7 @@ impl ClaimCursor {
         let Some(p) = map.get_mut(key) else { return };
         // Started on a cursor since evicted and made anew, or before
         // the oldest rewind kept: it may have passed a row it did not see.
-        if start.epoch > p.epoch || start.epoch < p.forgotten {
+        if start.made != p.made || start.epoch < p.forgotten {
             return;
         }
         let mut past = max_id.saturating_add(1);
@@ -213,12 +228,17 @@ impl ClaimCursor {
         }
     }
 
-    /// The probe found an eligible row `id` behind the cursor `key`.
-    pub(crate) fn rewind_key(&self, key: &str, id: i64) {
+    /// The probe found the eligible row `id` with the conditions `key`: no
+    /// claim in flight moves the cursor past it (it may have committed after
+    /// their snapshots). Whether it was behind the cursor, which it takes back.
+    pub(crate) fn rewind_key(&self, key: &str, id: i64) -> bool {
         let mut map = self.by_conditions.lock().expect("not poisoned");
-        if let Some(p) = map.get_mut(key) {
-            p.rewind(id);
-        }
+        let Some(p) = map.get_mut(key) else {
+            return false;
+        };
+        let behind = id < p.low;
+        p.rewind(id);
+        behind
     }
 
     /// The probe could not look: the next claims scan from the start, so
@@ -277,8 +297,10 @@ mod tests {
         cursor.claimed_up_to("", cursor.start("", &[]), 41);
         let in_use = cursor.in_use();
         assert_eq!((in_use.len(), in_use[0].low), (1, Some(42)));
-        cursor.rewind_key("", 30);
+        assert!(cursor.rewind_key("", 30), "behind the cursor");
         assert_eq!(low(&cursor, ""), Some(30), "the probe takes it back");
+        assert!(!cursor.rewind_key("", 35), "ahead of it");
+        assert_eq!(low(&cursor, ""), Some(30));
         cursor.rewind_all();
         assert_eq!(low(&cursor, ""), None, "no probe: scan from the start");
     }
@@ -383,6 +405,30 @@ mod tests {
         assert!(in_use("goes idle"), "in use again");
         tokio::time::advance(secs(128 * 3)).await;
         assert!(!in_use("backs off"), "three times its last gap");
+        // A claim after it went out of use is no back-off: the gap before it
+        // keeps nothing in use.
+        assert_eq!(low(&cursor, "backs off"), None);
+        tokio::time::advance(secs(60)).await;
+        assert!(!in_use("backs off"), "a minute after a claim now and then");
+    }
+
+    /// A claim that started on a cursor since evicted moves nothing on the
+    /// one made anew for its conditions, which may have been taken back
+    /// meanwhile for a row that claim never saw.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_on_an_evicted_cursor_moves_nothing() {
+        let cursor = ClaimCursor::new(Duration::from_secs(1), true);
+        let in_flight = cursor.start("old", &[]);
+        for i in 0..MAX_CURSORS {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            cursor.start(&format!("cost <= {i}"), &[]);
+        }
+        let anew = cursor.start("old", &[]);
+        assert_eq!(anew.low, None, "evicted, and made anew");
+        cursor.claimed_up_to("old", in_flight, 500);
+        assert_eq!(low(&cursor, "old"), None, "the evicted cursor's claim");
+        cursor.claimed_up_to("old", anew, 500);
+        assert_eq!(low(&cursor, "old"), Some(501));
     }
 
     /// Without positions (claims not in id order, a pause table), claims

@@ -193,7 +193,8 @@ pub struct ClaimOptions {
     /// reads past the jobs scheduled for later. A listening store whose claims
     /// cannot use a cursor (below) runs the probe at this interval for that
     /// alone, except through a view. While the probe's looks are
-    /// slow (many dead entries below the cursor) it starts at most once per
+    /// slow (many dead entries below the cursor, or many jobs scheduled for
+    /// later) it starts at most once per
     /// 10 × the fastest of its last three looks (one look slowed by a busy
     /// machine stretches nothing).
     /// Applies when jobs are claimed in id order without a view (the default
@@ -201,7 +202,8 @@ pub struct ClaimOptions {
     /// over, not taken); with a limit table, a claim that a limit binds
     /// (some queue has less room than the claim may take) leaves the cursor
     /// where it was, for the same reason. `None` scans from the start every
-    /// time (`"off"` in a config file). At least 10 ms. Default 1 s.
+    /// time and runs no probe, so jobs coming due wait for the workers'
+    /// polls (`"off"` in a config file). At least 10 ms. Default 1 s.
     #[serde(with = "workerutil::duration::option")]
     pub claim_cursor: Option<Duration>,
     /// Claims skip jobs carrying any of these flags: a fixed list, or a

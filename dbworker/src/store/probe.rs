@@ -22,6 +22,7 @@
 //! hiccup. It warns once when its looks outgrow the interval, and says it is
 //! fast again once a look fits in half of it.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,7 +34,7 @@ use workerutil::WakeupSender;
 
 use super::cursor::ClaimCursor;
 use crate::runner::{Next, Pass, Runner};
-use crate::sql;
+use crate::sql::{self, Look};
 use crate::store::Resolved;
 
 /// The probe waits at least this many times its recent looks' duration
@@ -153,7 +154,18 @@ pub(crate) fn spawn_probe(
     let task_stop = stop.clone();
     let task = tokio::spawn(async move {
         let (pool, o, cursor, waker) = (&pool, &*o, &*cursor, waker.as_deref());
-        paced(every, &task_stop, &o.name, || look(pool, o, cursor, waker)).await;
+        let mut last = Instant::now();
+        let lowest = tokio::sync::Mutex::new(HashMap::new());
+        let lowest = &lowest;
+        paced(every, &task_stop, &o.name, || {
+            let window = last.elapsed() + every;
+            last = Instant::now();
+            async move {
+                let mut lowest = lowest.lock().await;
+                look(pool, o, cursor, waker, window, &mut lowest).await;
+            }
+        })
+        .await;
     });
     Probe {
         stop,
@@ -210,7 +222,7 @@ where
         let period = self.pace.after(took);
         match self.pace.report(took) {
             Report::Slow => {
-                tracing::warn!(store = %store, took = ?took, every = ?period, configured = ?every, "the claim cursor's probe is slow (dead index entries below the cursor); it looks less often, so a row that becomes eligible behind the cursor without a notification waits up to that long");
+                tracing::warn!(store = %store, took = ?took, every = ?period, configured = ?every, "the claim cursor's probe is slow (dead index entries below the cursor, or many jobs scheduled for later); it looks less often, so a row that becomes eligible behind the cursor or comes due without a notification waits up to that long");
             }
             Report::Fast => {
                 tracing::info!(store = %store, took = ?took, every = ?every, "the claim cursor's probe is fast again");
@@ -221,8 +233,18 @@ where
     }
 }
 
-/// One look for every cursor in use.
-async fn look(pool: &PgPool, o: &Resolved, cursor: &ClaimCursor, waker: Option<&WakeupSender>) {
+/// One look for every cursor in use; `window` reaches back past the last
+/// look's start by one interval (a row coming due is found even if the write
+/// that scheduled it committed a little late); `lowest` holds each set's
+/// lowest eligible row at the last look.
+async fn look(
+    pool: &PgPool,
+    o: &Resolved,
+    cursor: &ClaimCursor,
+    waker: Option<&WakeupSender>,
+    window: Duration,
+    lowest: &mut HashMap<String, i64>,
+) {
     let in_use = cursor.in_use();
     // Without a waker only rows behind a cursor matter (the workers' polls
     // find the rest); a cursor at the start has nothing behind it.
@@ -240,39 +262,71 @@ async fn look(pool: &PgPool, o: &Resolved, cursor: &ClaimCursor, waker: Option<&
         }
         return;
     };
-    let mut found = false;
+    let mut wake = false;
+    let mut seen = HashMap::new();
     for c in in_use {
-        // With a waker, the lowest eligible row anywhere: behind the cursor
-        // it takes the cursor back; ahead of it (a job coming due, which no
-        // notification announces) it still wakes the workers, who would
-        // otherwise find it only at their next poll.
-        let before = if waker.is_some() { None } else { c.low };
-        if waker.is_none() && before.is_none() {
-            continue;
-        }
-        let row = sql::first_eligible(o, &c.conditions, before)
-            .fetch_one(&mut *conn)
-            .await;
-        match row {
-            Ok(row) => {
-                if let Some(id) = row.get::<Option<i64>, _>("id") {
-                    if c.low.is_some_and(|low| id < low) {
-                        cursor.rewind_key(&c.key, id);
+        // With a waker, the lowest eligible row anywhere, until one wakes
+        // the workers; after that only a cursor's position is news.
+        let look = match (waker.is_some() && !wake, c.low) {
+            (true, _) => Look::Anywhere,
+            (false, Some(low)) => Look::Behind(low),
+            (false, None) => continue,
+        };
+        let found = first(conn.as_mut(), o, &c.conditions, look, window).await;
+        match found {
+            Ok(Some((id, came_due))) => {
+                // Behind the cursor (as it is now), it takes it back. Ahead
+                // of it, it wakes the workers only if it came due since the
+                // last look (nothing announced it): an older one the claims
+                // will take needs no wake-up.
+                let behind = cursor.rewind_key(&c.key, id);
+                wake |= behind || came_due;
+                // The same row as at the last look: the claims leave it (a
+                // limit binds, a lock), so look past it for one that came
+                // due, which nothing would announce either.
+                if !wake && matches!(look, Look::Anywhere) && lowest.get(&c.key) == Some(&id) {
+                    let past = Look::CameDueAfter(id);
+                    match first(conn.as_mut(), o, &c.conditions, past, window).await {
+                        Ok(found) => wake = found.is_some(),
+                        Err(err) => wake = failed(o, cursor, &err),
                     }
-                    found = true;
                 }
+                seen.insert(c.key, id);
             }
-            Err(err) => {
-                tracing::warn!(store = %o.name, error = %err, "the claim cursor's probe failed; claims scan from the start");
-                cursor.rewind_all();
-                found = true;
-            }
+            Ok(None) => {}
+            Err(err) => wake = failed(o, cursor, &err),
         }
     }
+    *lowest = seen;
     drop(conn);
-    if let (true, Some(waker)) = (found, waker) {
+    if let (true, Some(waker)) = (wake, waker) {
         waker.wake();
     }
+}
+
+/// The lowest eligible row `look` finds: its id, and whether it came due
+/// within `window`.
+async fn first(
+    conn: &mut sqlx::PgConnection,
+    o: &Resolved,
+    conditions: &[sea_query::Expr],
+    look: Look,
+    window: Duration,
+) -> sqlx::Result<Option<(i64, bool)>> {
+    let row = sql::first_eligible(o, conditions, look, window)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(|r| {
+        let came_due = r.get::<Option<bool>, _>("came_due") == Some(true);
+        (r.get("id"), came_due)
+    }))
+}
+
+/// A look failed: claims scan from the start, and the workers are woken.
+fn failed(o: &Resolved, cursor: &ClaimCursor, err: &sqlx::Error) -> bool {
+    tracing::warn!(store = %o.name, error = %err, "the claim cursor's probe failed; claims scan from the start");
+    cursor.rewind_all();
+    true
 }
 
 #[cfg(test)]

@@ -276,8 +276,8 @@ fn tx(job: &mut DbJob<Job>) -> &mut PgConnection {
 const SIGNAL_HANDLERS: usize = 16;
 const SIGNAL_PROCESSES: usize = 2;
 /// The signals workers' poll interval (`WorkerOptions::interval`). A wait's
-/// timeout ahead of the claim cursor (the highest ids) is found by a poll,
-/// not the probe: well within the ±1 s the test allows.
+/// timeout is found by the probe (250 ms, below) or a poll, whichever comes
+/// first: well within the ±1 s the test allows.
 const SIGNAL_POLL: Duration = Duration::from_millis(500);
 /// How long a signalled job would wait for its signal: far beyond the test,
 /// so a lost wake-up shows as a job still waiting with its signal sent.
@@ -343,9 +343,9 @@ async fn signals_worker(url: &str) {
             // Kills and the restart reset jobs many times; none may fail.
             o.stall.max_num_resets = 1_000;
             o.listen = Listen::TableChannel;
-            // A wait that times out is a job coming due behind the claim
-            // cursor: its probe finds it, at most this long later (1 s by
-            // default, which would leave no room in the ±1 s the test allows).
+            // A wait that times out is a job coming due: the claim cursor's
+            // probe finds it, at most this long later (1 s by default, which
+            // would leave no room in the ±1 s the test allows).
             o.claim.claim_cursor = Some(Duration::from_millis(250));
         },
     )
