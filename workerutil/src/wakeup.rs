@@ -1,6 +1,9 @@
 //! Wake-ups: how a store tells idle dequeue loops that new work may be waiting
 //! (for the Postgres store, a `LISTEN`ing connection), so they need not poll.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,6 +31,8 @@ struct State {
 #[derive(Debug)]
 pub struct WakeupSender {
     tx: watch::Sender<State>,
+    /// How many subscribers await a wake-up now.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Default for WakeupSender {
@@ -41,6 +46,7 @@ impl WakeupSender {
     pub fn new() -> Self {
         WakeupSender {
             tx: watch::Sender::new(State::default()),
+            waiting: Arc::default(),
         }
     }
 
@@ -48,7 +54,15 @@ impl WakeupSender {
     pub fn subscribe(&self) -> Wakeups {
         Wakeups {
             rx: self.tx.subscribe(),
+            waiting: self.waiting.clone(),
         }
+    }
+
+    /// Whether a subscriber awaits a wake-up now (an idle worker between
+    /// polls): a store need not look for work that nothing announces (jobs
+    /// coming due) while none does, since busy workers claim it themselves.
+    pub fn waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// New work may be waiting: wakes every idle subscriber.
@@ -76,6 +90,23 @@ impl WakeupSender {
 #[derive(Debug, Clone)]
 pub struct Wakeups {
     rx: watch::Receiver<State>,
+    waiting: Arc<AtomicUsize>,
+}
+
+/// Counts a subscriber awaiting a wake-up, until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Wakeups {
@@ -93,8 +124,38 @@ impl Wakeups {
     /// Waits for a wake-up newer than the last one seen. Never returns once the
     /// sender is gone (the worker then relies on polling).
     pub async fn woken(&mut self) {
+        let _waiting = Waiting::new(&self.waiting);
         if self.rx.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A subscriber counts as waiting while it awaits a wake-up: not once
+    /// woken, nor once it stops awaiting (a worker's `select!` took another
+    /// branch).
+    #[tokio::test]
+    async fn a_subscriber_waits_only_while_it_awaits_a_wake_up() {
+        let sender = WakeupSender::new();
+        let mut wakeups = sender.subscribe();
+        assert!(!sender.waiting());
+        let task = tokio::spawn(async move {
+            wakeups.woken().await;
+            wakeups
+        });
+        while !sender.waiting() {
+            tokio::task::yield_now().await;
+        }
+        sender.wake();
+        let mut wakeups = task.await.unwrap();
+        assert!(!sender.waiting(), "woken");
+        let abandoned = tokio::time::timeout(Duration::from_millis(10), wakeups.woken()).await;
+        assert!(abandoned.is_err());
+        assert!(!sender.waiting(), "no longer awaited");
     }
 }

@@ -1,7 +1,7 @@
 //! The claim cursor's SQL (see `store/cursor.rs`): the condition that starts
 //! a claim's index scan at the cursor, the key naming a set of conditions, and
-//! the probe's look for the lowest eligible row (which stores without a
-//! cursor make too, when they listen).
+//! the probe's looks: behind the cursor, and for jobs coming due (which
+//! listening stores without a cursor make too).
 
 use std::time::Duration;
 
@@ -17,60 +17,56 @@ pub(crate) fn claim_cursor_condition(o: &StoreParams, low: i64) -> Expr {
     col(&o.table.alias, &o.columns.id).gte(low)
 }
 
-/// Where the probe looks for the lowest eligible row.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Look {
-    /// Anywhere.
-    Anywhere,
-    /// Below this id: behind the cursor.
-    Behind(i64),
-    /// Above this id, among the rows that came due within the window: past
-    /// an eligible row the claims leave (a limit binds, a lock).
-    CameDueAfter(i64),
-}
-
-/// The lowest eligible row that `conditions` admit, where `look` says: its
-/// `id`, and `came_due` (whether its `process_after` passed within `window`).
-/// The claim cursor's probe, which looks behind the cursor beside the claims
-/// and, for a store that can wake its workers, ahead of it too: a job coming
-/// due is announced by nobody, while an older eligible row must not wake
-/// them at every look.
-pub(crate) fn first_eligible(
-    o: &StoreParams,
-    conditions: &[Expr],
-    look: Look,
-    window: Duration,
-) -> Statement {
+/// The lowest eligible id below `before` that `conditions` admit: the claim
+/// cursor's probe, which looks behind the cursor beside the claims.
+pub(crate) fn eligible_behind(o: &StoreParams, conditions: &[Expr], before: i64) -> Statement {
     let (t, c) = (&o.table, &o.columns);
-    let due = col(&t.alias, &c.process_after);
     let mut q = Query::select();
-    q.expr_as(col(&t.alias, &c.id), alias("id"))
-        .expr_as(
-            due.clone().is_not_null().and(due.gt(since(window))),
-            alias("came_due"),
-        )
+    q.expr_as(col(&t.alias, &c.id).min(), alias("id"))
         .from(table_ref(t))
-        .cond_where(eligible(&t.alias, c));
-    let id = col(&t.alias, &c.id);
-    match look {
-        Look::Anywhere => {}
-        Look::Behind(low) => {
-            q.and_where(id.lt(low));
-        }
-        Look::CameDueAfter(after) => {
-            let due = col(&t.alias, &c.process_after);
-            q.and_where(id.gt(after)).and_where(due.gt(since(window)));
-        }
-    }
+        .cond_where(eligible(&t.alias, c))
+        .and_where(col(&t.alias, &c.id).lt(before));
     for cond in conditions {
         q.and_where(cond.clone());
     }
-    // A paused queue's rows wait, as the claim leaves them: no wake-up.
+    Statement::from(&q)
+}
+
+/// The lowest eligible `id` that `conditions` admit among the rows that came
+/// due after `after` (seconds since the epoch on the database clock; without
+/// it, within `first` before now), and the database clock now (`at`, the
+/// next look's `after`): the probe's look, while a worker waits, for a job
+/// coming due, which no notification announces. Paused queues' rows wait, as
+/// the claims leave them. No index holds `process_after`: the look reads
+/// past every queued row, as an empty claim does.
+pub(crate) fn came_due(
+    o: &StoreParams,
+    conditions: &[Expr],
+    after: Option<f64>,
+    first: Duration,
+) -> Statement {
+    let (t, c) = (&o.table, &o.columns);
+    let cutoff = match after {
+        Some(at) => Expr::cust_with_values("to_timestamp($1::float8)", [at]),
+        None => since(first),
+    };
+    let mut q = Query::select();
+    q.expr(col(&t.alias, &c.id))
+        .from(table_ref(t))
+        .cond_where(eligible(&t.alias, c))
+        .and_where(col(&t.alias, &c.process_after).gt(cutoff));
+    for cond in conditions {
+        q.and_where(cond.clone());
+    }
     if let Some(e) = not_paused(o, &t.alias) {
         q.and_where(e);
     }
     q.order_by_expr(col(&t.alias, &c.id), Order::Asc).limit(1);
-    Statement::from(&q)
+    let mut outer = Query::select();
+    outer
+        .expr_as(Expr::cust("extract(epoch from now())::float8"), alias("at"))
+        .expr_as(Expr::SubQuery(None, Box::new(q.into())), alias("id"));
+    Statement::from(&outer)
 }
 
 /// Extra claim conditions as one text with their values inlined: a key that
@@ -91,29 +87,17 @@ pub(crate) fn conditions_key(conditions: &[Expr]) -> String {
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     use super::fixtures::{on_hot_layout, paused, resolved};
     let t = resolved(false);
-    let window = Duration::from_secs(2);
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
     let hot = on_hot_layout(resolved(false));
+    let first = Duration::from_secs(60);
     vec![
+        ("eligible_behind", eligible_behind(&t, &[cost()], 1000)),
+        ("eligible_behind_hot", eligible_behind(&hot, &[], 1000)),
+        ("came_due", came_due(&t, &[cost()], None, first)),
+        ("came_due_since", came_due(&t, &[], Some(1.5e9), first)),
         (
-            "first_eligible_behind",
-            first_eligible(&t, &[cost()], Look::Behind(1000), window),
-        ),
-        (
-            "first_eligible",
-            first_eligible(&t, &[], Look::Anywhere, window),
-        ),
-        (
-            "first_eligible_came_due",
-            first_eligible(&t, &[], Look::CameDueAfter(1000), window),
-        ),
-        (
-            "first_eligible_unless_paused",
-            first_eligible(&paused(), &[], Look::Anywhere, window),
-        ),
-        (
-            "first_eligible_behind_hot",
-            first_eligible(&hot, &[], Look::Behind(1000), window),
+            "came_due_unless_paused",
+            came_due(&paused(), &[], None, first),
         ),
     ]
 }

@@ -89,7 +89,7 @@ pub(crate) use control::{
 pub(crate) use counts::{
     begin_index_only, counts_estimate, counts_explain, counts_finished, counts_live,
 };
-pub(crate) use cursor::{Look, claim_cursor_condition, conditions_key, first_eligible};
+pub(crate) use cursor::{came_due, claim_cursor_condition, conditions_key, eligible_behind};
 pub(crate) use suggest::suggest_values;
 // The cron page's read; only the dashboard lists schedules.
 #[cfg(feature = "dashboard")]

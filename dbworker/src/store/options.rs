@@ -187,10 +187,11 @@ pub struct ClaimOptions {
     /// scheduled job coming due, a row a condition passed over) is found by a
     /// probe beside the claims that looks behind the cursor once per interval,
     /// takes it back and wakes the workers, so it is claimed at most about
-    /// this long later. A listening store's probe also looks ahead of the
-    /// cursor, so a job coming due there (announced by nothing) wakes a worker
-    /// whose poll backed off (`max_interval`); like an empty claim, that look
-    /// reads past the jobs scheduled for later. A listening store whose claims
+    /// this long later. While a worker waits for a wake-up, a listening
+    /// store's probe also looks for a job that came due since its last look
+    /// (announced by nothing), at any id, and wakes the worker, however far
+    /// its poll backed off (`max_interval`); like an empty claim, that look
+    /// reads past every queued job. A listening store whose claims
     /// cannot use a cursor (below) runs the probe at this interval for that
     /// alone, except through a view. While the probe's looks are
     /// slow (many dead entries below the cursor, or many jobs scheduled for

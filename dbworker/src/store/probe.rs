@@ -2,14 +2,16 @@
 //! in use (`store/cursor.rs`) for a row that became eligible there without
 //! the store learning its id (a scheduled job coming due, a reset by another
 //! process while not listening, a row a condition passed over), takes the
-//! cursor back to it and wakes the workers. A store that listens also looks
-//! ahead of the cursor: no notification announces a job coming due (a
-//! scheduled job, a retry, a wait's timeout), and a worker that backed off
-//! to a long poll would find it only then. One statement does both: the
-//! lowest eligible row. A listening store whose claims cannot use a cursor
-//! (see `store/cursor.rs`) runs the probe for that alone.
+//! cursor back to it and wakes the workers. A listening store also looks,
+//! while a worker waits for a wake-up, for a job that came due since its last
+//! look, at any id: no notification announces one (a scheduled job, a retry,
+//! a wait's timeout), and a worker that backed off to a long poll would find
+//! it only then. It wakes the workers for that job once, not for an older
+//! eligible row the claims leave (a limit that binds), which would undo their
+//! back-off. A listening store whose claims cannot use a cursor (see
+//! `store/cursor.rs`) runs the probe for that alone.
 //!
-//! Its statement walks the dead index entries below the cursor, which a long
+//! Its look behind walks the dead index entries below the cursor, which a long
 //! transaction elsewhere keeps in the index; with millions of them one look
 //! takes longer than the interval. So the probe paces itself: it starts at
 //! most once per `PACE` times the fastest of its last `RECENT` looks, and
@@ -34,7 +36,7 @@ use workerutil::WakeupSender;
 
 use super::cursor::ClaimCursor;
 use crate::runner::{Next, Pass, Runner};
-use crate::sql::{self, Look};
+use crate::sql;
 use crate::store::Resolved;
 
 /// The probe waits at least this many times its recent looks' duration
@@ -43,6 +45,10 @@ const PACE: u32 = 10;
 
 /// How many of the last looks the pace follows (the fastest of them).
 const RECENT: usize = 3;
+
+/// How far back a set of conditions' first look for jobs coming due reaches
+/// (one that came due meanwhile and is still eligible wakes the workers once).
+const FIRST_LOOK_BACK: Duration = Duration::from_secs(60);
 
 /// When the probe looks next, and whether operators were told it is slow.
 #[derive(Debug, Clone, Copy)]
@@ -154,16 +160,11 @@ pub(crate) fn spawn_probe(
     let task_stop = stop.clone();
     let task = tokio::spawn(async move {
         let (pool, o, cursor, waker) = (&pool, &*o, &*cursor, waker.as_deref());
-        let mut last = Instant::now();
-        let lowest = tokio::sync::Mutex::new(HashMap::new());
-        let lowest = &lowest;
-        paced(every, &task_stop, &o.name, || {
-            let window = last.elapsed() + every;
-            last = Instant::now();
-            async move {
-                let mut lowest = lowest.lock().await;
-                look(pool, o, cursor, waker, window, &mut lowest).await;
-            }
+        let checked = tokio::sync::Mutex::new(HashMap::new());
+        let checked = &checked;
+        paced(every, &task_stop, &o.name, || async move {
+            let mut checked = checked.lock().await;
+            look(pool, o, cursor, waker, every, &mut checked).await;
         })
         .await;
     });
@@ -233,22 +234,21 @@ where
     }
 }
 
-/// One look for every cursor in use; `window` reaches back past the last
-/// look's start by one interval (a row coming due is found even if the write
-/// that scheduled it committed a little late); `lowest` holds each set's
-/// lowest eligible row at the last look.
+/// One look for every cursor in use. `checked` holds, per set of
+/// conditions, the database clock at its last look for jobs coming due.
 async fn look(
     pool: &PgPool,
     o: &Resolved,
     cursor: &ClaimCursor,
     waker: Option<&WakeupSender>,
-    window: Duration,
-    lowest: &mut HashMap<String, i64>,
+    every: Duration,
+    checked: &mut HashMap<String, f64>,
 ) {
     let in_use = cursor.in_use();
-    // Without a waker only rows behind a cursor matter (the workers' polls
-    // find the rest); a cursor at the start has nothing behind it.
-    if in_use.is_empty() || (waker.is_none() && in_use.iter().all(|c| c.low.is_none())) {
+    // Jobs coming due matter only while a worker waits for a wake-up: a busy
+    // one claims them itself, and looking reads past every queued row.
+    let waiting = waker.is_some_and(WakeupSender::waiting);
+    if !waiting && in_use.iter().all(|c| c.low.is_none()) {
         return;
     }
     // Only an idle connection: the pool is sized for the handlers, claims
@@ -263,63 +263,49 @@ async fn look(
         return;
     };
     let mut wake = false;
-    let mut seen = HashMap::new();
     for c in in_use {
-        // With a waker, the lowest eligible row anywhere, until one wakes
-        // the workers; after that only a cursor's position is news.
-        let look = match (waker.is_some() && !wake, c.low) {
-            (true, _) => Look::Anywhere,
-            (false, Some(low)) => Look::Behind(low),
-            (false, None) => continue,
-        };
-        let found = first(conn.as_mut(), o, &c.conditions, look, window).await;
-        match found {
-            Ok(Some((id, came_due))) => {
-                // Behind the cursor (as it is now), it takes it back. Ahead
-                // of it, it wakes the workers only if it came due since the
-                // last look (nothing announced it): an older one the claims
-                // will take needs no wake-up.
-                let behind = cursor.rewind_key(&c.key, id);
-                wake |= behind || came_due;
-                // The same row as at the last look: the claims leave it (a
-                // limit binds, a lock), so look past it for one that came
-                // due, which nothing would announce either.
-                if !wake && matches!(look, Look::Anywhere) && lowest.get(&c.key) == Some(&id) {
-                    let past = Look::CameDueAfter(id);
-                    match first(conn.as_mut(), o, &c.conditions, past, window).await {
-                        Ok(found) => wake = found.is_some(),
-                        Err(err) => wake = failed(o, cursor, &err),
+        if let Some(low) = c.low {
+            let row = sql::eligible_behind(o, &c.conditions, low)
+                .fetch_one(&mut *conn)
+                .await;
+            match row {
+                Ok(row) => {
+                    if let Some(id) = row.get::<Option<i64>, _>("id") {
+                        cursor.rewind_key(&c.key, id);
+                        wake = true;
                     }
                 }
-                seen.insert(c.key, id);
+                Err(err) => {
+                    wake = failed(o, cursor, &err);
+                    break;
+                }
             }
-            Ok(None) => {}
-            Err(err) => wake = failed(o, cursor, &err),
+        }
+        // Since this set's last such look, less an interval for a write
+        // that scheduled a job and committed late (such a job may wake the
+        // workers twice). A set left out keeps its time, so the next look
+        // covers what this one did not.
+        if waiting && !wake {
+            let after = checked.get(&c.key).map(|at| at - every.as_secs_f64());
+            let row = sql::came_due(o, &c.conditions, after, FIRST_LOOK_BACK)
+                .fetch_one(&mut *conn)
+                .await;
+            match row {
+                Ok(row) => {
+                    checked.insert(c.key, row.get("at"));
+                    wake = row.get::<Option<i64>, _>("id").is_some();
+                }
+                Err(err) => {
+                    wake = failed(o, cursor, &err);
+                    break;
+                }
+            }
         }
     }
-    *lowest = seen;
     drop(conn);
     if let (true, Some(waker)) = (wake, waker) {
         waker.wake();
     }
-}
-
-/// The lowest eligible row `look` finds: its id, and whether it came due
-/// within `window`.
-async fn first(
-    conn: &mut sqlx::PgConnection,
-    o: &Resolved,
-    conditions: &[sea_query::Expr],
-    look: Look,
-    window: Duration,
-) -> sqlx::Result<Option<(i64, bool)>> {
-    let row = sql::first_eligible(o, conditions, look, window)
-        .fetch_optional(conn)
-        .await?;
-    Ok(row.map(|r| {
-        let came_due = r.get::<Option<bool>, _>("came_due") == Some(true);
-        (r.get("id"), came_due)
-    }))
 }
 
 /// A look failed: claims scan from the start, and the workers are woken.

@@ -349,19 +349,24 @@ async fn a_probe_without_an_idle_connection_wakes_the_workers() {
 
 /// The probe wakes the workers for a job that came due since its last look,
 /// not for an older eligible row the claims leave (here one locked by another
-/// transaction; a backlog or a limit that binds does the same), which would
-/// wake them at every look and undo an idle worker's back-off.
+/// transaction; a limit that binds does the same), which would wake them at
+/// every look and undo an idle worker's back-off.
 #[tokio::test]
 async fn the_probe_wakes_the_workers_for_a_job_coming_due_not_for_a_row_the_claims_leave() {
     let db = Db::new().await;
     let store = listening_store(&db, PROBE_EVERY).await;
     let mut wakeups = store.wakeups().unwrap();
-    let held: i64 = sqlx::query_scalar(
-        "INSERT INTO jobs (payload, process_after) VALUES ('{}', now() - interval '1 hour') RETURNING id",
+    wakeups.mark_seen();
+    // An old row, and one scheduled for tomorrow, in one statement.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO jobs (payload, process_after) VALUES ('{}', now() - interval '1 hour'), ('{}', now() + interval '1 day') RETURNING id",
     )
-    .fetch_one(&db.pool)
+    .fetch_all(&db.pool)
     .await
     .unwrap();
+    let (held, due) = (ids[0], ids[1]);
+    let notified = tokio::time::timeout(Duration::from_secs(10), wakeups.woken()).await;
+    assert!(notified.is_ok(), "no wake-up from the insert");
     let mut other = sqlx::PgConnection::connect(db.db.url()).await.unwrap();
     let mut tx = other.begin().await.unwrap();
     sqlx::query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
@@ -369,28 +374,24 @@ async fn the_probe_wakes_the_workers_for_a_job_coming_due_not_for_a_row_the_clai
         .execute(&mut *tx)
         .await
         .unwrap();
-    // The insert's notification has come (or comes now); the claim leaves
-    // the locked row, and registers its conditions for the probe.
-    tokio::time::sleep(PROBE_EVERY).await;
+    // The claim leaves the locked row, and registers its conditions.
     let none = store.dequeue("host", &Default::default(), 5).await.unwrap();
     assert!(none.is_empty(), "the locked row is left");
     wakeups.mark_seen();
     let woken = tokio::time::timeout(PROBE_EVERY * 8, wakeups.woken()).await;
     assert!(woken.is_err(), "woken for a row the claims leave");
-    // A job coming due a second from now wakes them once it is due.
+    // The other job comes due a second from now (no notification: its
+    // state does not change), and wakes them once it is due.
     let scheduled = Instant::now();
-    let due: i64 = sqlx::query_scalar(
-        "INSERT INTO jobs (payload, process_after) VALUES ('{}', now() + interval '1 second') RETURNING id",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    tokio::time::sleep(PROBE_EVERY).await; // past the insert's notification
-    wakeups.mark_seen();
-    let woken = tokio::time::timeout(Duration::from_secs(5), wakeups.woken()).await;
+    sqlx::query("UPDATE jobs SET process_after = now() + interval '1 second' WHERE id = $1")
+        .bind(due)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(6), wakeups.woken()).await;
     let took = scheduled.elapsed();
     assert!(
-        woken.is_ok() && took >= Duration::from_millis(500),
+        woken.is_ok() && took >= Duration::from_millis(900),
         "the job came due after 1 s; woken: {}, after {took:?}",
         woken.is_ok()
     );

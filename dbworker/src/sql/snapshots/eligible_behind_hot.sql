@@ -1,0 +1,1 @@
+SELECT MIN("j"."id") AS "id" FROM "example_jobs" AS "j" WHERE "j"."status" IN ('queued', 'errored') AND ("j"."process_after" IS NULL OR "j"."process_after" <= (now())) AND "j"."dbworker_live" AND "j"."id" < $1

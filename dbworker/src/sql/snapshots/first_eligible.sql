@@ -1,1 +1,0 @@
-SELECT "j"."id" AS "id", "j"."process_after" IS NOT NULL AND "j"."process_after" > now() - (make_interval(secs => $1::float8)) AS "came_due" FROM "example_jobs" AS "j" WHERE "j"."status" IN ('queued', 'errored') AND ("j"."process_after" IS NULL OR "j"."process_after" <= (now())) ORDER BY "j"."id" ASC LIMIT $2
