@@ -148,14 +148,21 @@ mod tests {
             wakeups.woken().await;
             wakeups
         });
-        while !sender.waiting() {
+        for _ in 0..1000 {
+            if sender.waiting() {
+                break;
+            }
             tokio::task::yield_now().await;
         }
+        assert!(sender.waiting(), "awaiting a wake-up");
         sender.wake();
         let mut wakeups = task.await.unwrap();
         assert!(!sender.waiting(), "woken");
-        let abandoned = tokio::time::timeout(Duration::from_millis(10), wakeups.woken()).await;
-        assert!(abandoned.is_err());
+        let mut pending = Box::pin(wakeups.woken());
+        let polled = tokio::time::timeout(Duration::from_millis(10), &mut pending).await;
+        assert!(polled.is_err());
+        assert!(sender.waiting(), "still awaited");
+        drop(pending);
         assert!(!sender.waiting(), "no longer awaited");
     }
 }

@@ -6,9 +6,9 @@
 //! while a worker waits for a wake-up, for a job that came due since its last
 //! look, at any id: no notification announces one (a scheduled job, a retry,
 //! a wait's timeout), and a worker that backed off to a long poll would find
-//! it only then. It wakes the workers for that job once, not for an older
-//! eligible row the claims leave (a limit that binds), which would undo their
-//! back-off. A listening store whose claims cannot use a cursor (see
+//! it only then. It wakes the workers for that job at one or two looks, not
+//! at every look for an older eligible row the claims leave (a limit that
+//! binds), which would undo their back-off. A listening store whose claims cannot use a cursor (see
 //! `store/cursor.rs`) runs the probe for that alone.
 //!
 //! Its look behind walks the dead index entries below the cursor, which a long
@@ -47,7 +47,7 @@ const PACE: u32 = 10;
 const RECENT: usize = 3;
 
 /// How far back a set of conditions' first look for jobs coming due reaches
-/// (one that came due meanwhile and is still eligible wakes the workers once).
+/// (one that came due meanwhile and is still eligible wakes the workers).
 const FIRST_LOOK_BACK: Duration = Duration::from_secs(60);
 
 /// When the probe looks next, and whether operators were told it is slow.
@@ -147,8 +147,8 @@ impl Drop for Probe {
 /// Starts the probe: about every `every` (longer while its looks are slow),
 /// for each cursor in use, the lowest eligible row behind it (with its
 /// claims' conditions) takes it back, and the workers are woken (`waker`,
-/// when the store listens) to claim it, or to claim one that came due ahead
-/// of it.
+/// when the store listens) to claim it, or, while one waits for a wake-up,
+/// to claim a job that came due since the last look.
 pub(crate) fn spawn_probe(
     pool: PgPool,
     o: Arc<Resolved>,
@@ -248,7 +248,10 @@ async fn look(
     // Jobs coming due matter only while a worker waits for a wake-up: a busy
     // one claims them itself, and looking reads past every queued row.
     let waiting = waker.is_some_and(WakeupSender::waiting);
-    if !waiting && in_use.iter().all(|c| c.low.is_none()) {
+    // Sets that went out of use leave their times (one whose values change
+    // every claim makes a set each); back in use, a set looks back anew.
+    checked.retain(|key, _| in_use.iter().any(|c| &c.key == key));
+    if in_use.is_empty() || (!waiting && in_use.iter().all(|c| c.low.is_none())) {
         return;
     }
     // Only an idle connection: the pool is sized for the handlers, claims
