@@ -99,5 +99,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "came_due_unless_paused",
             came_due(&paused(), &[], None, first),
         ),
+        ("came_due_hot", came_due(&hot, &[], None, first)),
     ]
 }

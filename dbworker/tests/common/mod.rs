@@ -451,3 +451,20 @@ impl std::io::Write for LogLines {
         Ok(())
     }
 }
+
+/// Waits up to `within` for a wake-up, and asserts it came once a job that
+/// was, at `scheduled`, one second from due had come due: the claim cursor's
+/// probe found it (nothing announces a job coming due).
+pub async fn woken_once_due(
+    wakeups: &mut workerutil::Wakeups,
+    scheduled: std::time::Instant,
+    within: Duration,
+) {
+    let woken = tokio::time::timeout(within, wakeups.woken()).await;
+    let took = scheduled.elapsed();
+    assert!(
+        woken.is_ok() && took >= Duration::from_millis(900),
+        "the job came due after 1 s; woken: {}, after {took:?}",
+        woken.is_ok()
+    );
+}

@@ -1,0 +1,1 @@
+SELECT extract(epoch from now())::float8 AS "at", (SELECT "j"."id" FROM "example_jobs" AS "j" WHERE "j"."status" IN ('queued', 'errored') AND ("j"."process_after" IS NULL OR "j"."process_after" <= (now())) AND "j"."dbworker_live" AND "j"."process_after" > now() - (make_interval(secs => $1::float8)) ORDER BY "j"."id" ASC LIMIT $2) AS "id"
