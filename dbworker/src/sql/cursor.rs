@@ -38,7 +38,9 @@ pub(crate) fn eligible_behind(o: &StoreParams, conditions: &[Expr], before: i64)
 /// next look's `after`): the probe's look, while a worker waits, for a job
 /// coming due, which no notification announces. Paused queues' rows wait, as
 /// the claims leave them. No index holds `process_after`: the look reads
-/// past every queued row, as an empty claim does.
+/// past every queued row, as an empty claim does. Through a view, the
+/// conditions read the view's columns, and the table's row is checked as a
+/// claim checks it (eligible, its queue not paused).
 pub(crate) fn came_due(
     o: &StoreParams,
     conditions: &[Expr],
@@ -50,18 +52,37 @@ pub(crate) fn came_due(
         Some(at) => Expr::cust_with_values("to_timestamp($1::float8)", [at]),
         None => since(first),
     };
+    let src = o.source();
+    // The view need not show the layout's column; the table's row is tested
+    // with it below.
+    let src_columns = match o.view {
+        Some(_) => c.without_live(),
+        None => c.clone(),
+    };
     let mut q = Query::select();
-    q.expr(col(&t.alias, &c.id))
-        .from(table_ref(t))
-        .cond_where(eligible(&t.alias, c))
-        .and_where(col(&t.alias, &c.process_after).gt(cutoff));
+    q.expr(col(&src.alias, &c.id))
+        .from(table_ref(src))
+        .cond_where(eligible(&src.alias, &src_columns))
+        .and_where(col(&src.alias, &c.process_after).gt(cutoff));
     for cond in conditions {
         q.and_where(cond.clone());
+    }
+    if o.view.is_some() {
+        q.inner_join(
+            table_ref(t),
+            col(&t.alias, &c.id).equals((alias(&src.alias), alias(&c.id))),
+        )
+        .cond_where(eligible(&t.alias, c));
     }
     if let Some(e) = not_paused(o, &t.alias) {
         q.and_where(e);
     }
-    q.order_by_expr(col(&t.alias, &c.id), Order::Asc).limit(1);
+    // In id order the table's claim index ends the scan at the first row
+    // found; a view's rows come in whatever order its plan gives.
+    if o.view.is_none() {
+        q.order_by_expr(col(&t.alias, &c.id), Order::Asc);
+    }
+    q.limit(1);
     let mut outer = Query::select();
     outer
         .expr_as(Expr::cust("extract(epoch from now())::float8"), alias("at"))
@@ -85,9 +106,15 @@ pub(crate) fn conditions_key(conditions: &[Expr]) -> String {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    use super::fixtures::{on_hot_layout, paused, resolved};
+    use super::fixtures::{on_hot_layout, paused, rel, resolved};
     let t = resolved(false);
     let cost = || Expr::cust_with_values("j.cost <= $1", [5]);
+    let cost_v = || Expr::cust_with_values("v.cost <= $1", [5]);
+    let paused_view = || {
+        let mut v = resolved(true);
+        v.pause_table = Some(rel("dbworker_pauses"));
+        v
+    };
     let hot = on_hot_layout(resolved(false));
     let first = Duration::from_secs(60);
     vec![
@@ -100,5 +127,13 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             came_due(&paused(), &[], None, first),
         ),
         ("came_due_hot", came_due(&hot, &[], None, first)),
+        (
+            "came_due_through_view",
+            came_due(&resolved(true), &[cost_v()], None, first),
+        ),
+        (
+            "came_due_through_view_hot_unless_paused",
+            came_due(&on_hot_layout(paused_view()), &[], None, first),
+        ),
     ]
 }

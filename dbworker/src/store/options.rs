@@ -193,7 +193,7 @@ pub struct ClaimOptions {
     /// its poll backed off (`max_interval`); like an empty claim, that look
     /// reads past every queued job. A listening store whose claims
     /// cannot use a cursor (below) runs the probe at this interval for that
-    /// alone, except through a view. While the probe's looks are
+    /// alone (through a view, the look reads the view). While the probe's looks are
     /// slow (many dead entries below the cursor, or many jobs scheduled for
     /// later) it starts at most once per
     /// 10 × the fastest of its last three looks (one look slowed by a busy
@@ -359,11 +359,8 @@ impl StoreOptions {
             t.view.is_none() && t.order_by.is_none() && t.pause_table.is_none() && t.aging.is_none()
         });
         // Without a cursor, a listening store still probes for jobs coming
-        // due (a view's conditions read the view's columns: not there).
-        let probe = claim_cursor.or(self
-            .claim
-            .claim_cursor
-            .filter(|_| listen_channel.is_some() && t.view.is_none()));
+        // due.
+        let probe = claim_cursor.or(self.claim.claim_cursor.filter(|_| listen_channel.is_some()));
         let source = t.source();
         let order_by = t
             .order_by

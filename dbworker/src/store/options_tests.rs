@@ -48,7 +48,7 @@ fn the_cursor_is_off_with_a_view_an_order_or_pauses() {
     let paused = JobTable::unchecked(paused).unwrap();
     assert_eq!(opts().resolve(&paused).unwrap().claim_cursor, None);
     // Without a cursor the probe runs only to wake listening workers for jobs
-    // coming due, and never through a view.
+    // coming due, through a view too.
     assert_eq!(opts().resolve(&paused).unwrap().probe, None);
     let mut listening = opts();
     listening.listen = crate::Listen::TableChannel;
@@ -58,7 +58,12 @@ fn the_cursor_is_off_with_a_view_an_order_or_pauses() {
     let mut viewed = table();
     viewed.view_name = Some("jobs_view v".into());
     let viewed = JobTable::unchecked(viewed).unwrap();
-    assert_eq!(listening.resolve(&viewed).unwrap().probe, None);
+    assert_eq!(opts().resolve(&viewed).unwrap().probe, None);
+    let through_view = listening.resolve(&viewed).unwrap();
+    assert_eq!(
+        (through_view.claim_cursor, through_view.probe),
+        (None, every)
+    );
 }
 
 #[test]
