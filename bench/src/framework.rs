@@ -164,6 +164,10 @@ pub(crate) fn worker_options(handlers: usize, jobs: Option<u64>) -> Result<Worke
     if let Some(ahead) = env_count("BENCH_CLAIM_AHEAD")? {
         options.claim_ahead = Some(ahead);
     }
+    // And for the claims in flight at once while the queue is busy.
+    if let Some(claims) = env_count("BENCH_CONCURRENT_DEQUEUES")? {
+        options.concurrent_dequeues = Some(claims);
+    }
     Ok(options)
 }
 

@@ -2,14 +2,15 @@
 
 use super::claim::cte;
 use super::progress_table::heartbeat_side;
-use super::{Statement, alias, col, processing_by_id, table_ref};
+use super::{Statement, alias, col, processing_by_id, table_ref, token_expr};
 use crate::columns::{PROGRESS, PROGRESS_SEQ, TRACE_FOLLOWS, quote};
 use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
 
-/// The heartbeat's column saying a row's span was written (present only when
-/// the beat wrote spans).
-pub(crate) const HEARTBEAT_TRACED: &str = "traced";
+/// The heartbeat's column saying a row was written (present only when the
+/// beat carried progress or spans): a row it skipped, locked by its handler,
+/// keeps what it reported and its span for the next beat.
+pub(crate) const HEARTBEAT_TOUCHED: &str = "touched";
 
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
 /// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does
@@ -19,9 +20,9 @@ pub(crate) const HEARTBEAT_TRACED: &str = "traced";
 /// names, each write counted in `progress_seq`. With traces, `spans` (the
 /// `traceparent` of attempts no beat has recorded yet, by job) go to the
 /// owned rows' `trace_follows`, so an attempt whose worker dies without a
-/// mark is still linked from the next; the result's `traced` says which of
-/// the rows were touched (written). Without traces, or with no span to
-/// write, the statement is the plain one.
+/// mark is still linked from the next. With either, the result's `touched`
+/// says which of the rows were written. Without progress or spans to write,
+/// the statement is the plain one.
 pub(crate) fn heartbeat(
     o: &StoreParams,
     ids: Vec<i64>,
@@ -35,6 +36,7 @@ pub(crate) fn heartbeat(
     let owned_q = Query::select()
         .expr_as(col(a, &c.id), alias("id"))
         .expr_as(col(a, &c.cancel), alias("cancel"))
+        .expr_as(token_expr(a, c), alias("token"))
         .from(table_ref(t))
         .and_where(processing_by_id(a, c))
         .and_where(Expr::cust_with_values(
@@ -48,13 +50,23 @@ pub(crate) fn heartbeat(
             [sea_query::Value::from(ids), sea_query::Value::from(tokens)],
         ))
         .to_owned();
+    // `dbworker_owned` read the statement's snapshot; the lock takes the
+    // row's newest version and re-checks only this query's own conditions on
+    // it, so they test the state and the token again: a mark, or a reset and
+    // a new claim, that committed in between leaves the row untouched.
     let lockable = Query::select()
         .column((alias("dbworker_lock"), alias(&c.id)))
         .from(table_ref(t).alias(alias("dbworker_lock")))
+        .and_where(processing_by_id("dbworker_lock", c))
         .and_where(
-            col("dbworker_lock", &c.id).in_subquery(
+            Expr::tuple([
+                col("dbworker_lock", &c.id),
+                token_expr("dbworker_lock", c),
+            ])
+            .in_subquery(
                 Query::select()
                     .column(alias("id"))
+                    .column(alias("token"))
                     .from(alias("dbworker_owned"))
                     .to_owned(),
             ),
@@ -93,6 +105,7 @@ pub(crate) fn heartbeat(
         quote(a),
         quote(&c.id)
     )));
+    let carries = reported.is_some() || spans.is_some();
     let mut side = None;
     let mut values = None;
     match (reported, &o.progress_table) {
@@ -140,9 +153,6 @@ pub(crate) fn heartbeat(
                 quote(TRACE_FOLLOWS)
             )),
         );
-        if side.is_none() {
-            touch.returning(returning_touched);
-        }
         Query::select()
             .expr_as(Expr::cust_with_values("$1::jsonb", [spans]), alias("v"))
             .to_owned()
@@ -159,10 +169,13 @@ pub(crate) fn heartbeat(
     }
     if let Some(span_values) = span_values {
         with.cte(cte(span_values, "dbworker_spans", true));
-        // A row the beat skipped (locked by its handler) keeps its span
-        // waiting for the next beat.
+    }
+    if carries {
+        if side.is_none() {
+            touch.returning(returning_touched);
+        }
         q.expr(Expr::cust(format!(
-            "\"dbworker_owned\".\"id\" IN (SELECT \"id\" FROM \"dbworker_touched\") AS \"{HEARTBEAT_TRACED}\""
+            "\"dbworker_owned\".\"id\" IN (SELECT \"id\" FROM \"dbworker_touched\") AS \"{HEARTBEAT_TOUCHED}\""
         )));
     }
     with.cte(cte(touch, "dbworker_touched", false));

@@ -106,7 +106,7 @@ pub(crate) use fairness::{
 pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
 pub(crate) use grants::{sequence_privilege, server_read_only, table_privileges};
 pub(crate) use grouped_marks::{Mark, MarkKind, complete_group, mark_group};
-pub(crate) use heartbeat::{HEARTBEAT_TRACED, heartbeat};
+pub(crate) use heartbeat::{HEARTBEAT_TOUCHED, heartbeat};
 pub(crate) use history::ErrorHistory;
 use history::append_history;
 pub(crate) use job_history::{

@@ -23,26 +23,50 @@ impl<R: Record> DbStore<R> {
         let progress = self.pending_progress.take(leases);
         let sent: Vec<i64> = progress.iter().map(|(id, _)| *id).collect();
         let spans = self.attempt_spans.take(leases);
+        // Until the beat returns, its values are on their way; a beat that
+        // fails or is abandoned (its timeout) gives them back for the next.
+        let mut on_the_way = OnTheWay {
+            pending: &self.pending_progress,
+            sent: &sent,
+            touched: None,
+        };
         let rows = sql::heartbeat(&self.options, ids, tokens, progress, spans)
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("heartbeat"))?;
-        // Written: the attempts' final marks need not write them again.
-        self.pending_progress.written(&sent);
         let mut result = HeartbeatResult::default();
-        let mut traced = Vec::new();
+        let mut touched = Vec::new();
         for row in rows {
             let id: i64 = row.get("id");
             result.known.push(id);
             if row.get::<Option<bool>, _>("cancel").unwrap_or(false) {
                 result.cancel.push(id);
             }
-            if let Ok(Some(true)) = row.try_get::<Option<bool>, _>(sql::HEARTBEAT_TRACED) {
-                traced.push(id);
+            if let Ok(Some(true)) = row.try_get::<Option<bool>, _>(sql::HEARTBEAT_TOUCHED) {
+                touched.push(id);
             }
         }
-        self.attempt_spans.written(leases, &traced);
+        self.attempt_spans.written(leases, &touched);
+        // Written: the attempts' final marks need not write them again; a
+        // row the beat skipped (locked by its handler) keeps its value.
+        on_the_way.touched = Some(touched);
         Ok(result)
+    }
+}
+
+/// The progress a beat carries, told when the beat returns (or is dropped:
+/// then nothing was written).
+struct OnTheWay<'a> {
+    pending: &'a super::progress::Pending,
+    sent: &'a [i64],
+    touched: Option<Vec<i64>>,
+}
+
+impl Drop for OnTheWay<'_> {
+    fn drop(&mut self) {
+        if !self.sent.is_empty() {
+            self.pending.returned(self.sent, self.touched.as_deref());
+        }
     }
 }
 

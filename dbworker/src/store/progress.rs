@@ -93,9 +93,6 @@ impl<R: Record> DbJob<R> {
         progress: impl Serialize,
     ) -> Result<(), Error> {
         let value = value_of("progress", &progress)?;
-        // Newer than anything reported before: the attempt's end must not
-        // write an older report over it.
-        store.pending_progress.forget(self.lease);
         self.write(store, "progress", Some(value), None).await
     }
 
@@ -129,11 +126,20 @@ impl<R: Record> DbJob<R> {
         checkpoint: Option<serde_json::Value>,
     ) -> Result<(), Error> {
         needs_progress(store, what)?;
+        // After any beat carrying a report of this attempt: a beat landing
+        // later would write an older value over this one, and the count it
+        // adds would make this write look stale. A new progress value
+        // replaces what was reported and not yet sent.
+        let (counted, _writing) = store
+            .pending_progress
+            .settle(self.lease, true, progress.is_some())
+            .await;
+        let seq = self.progress_seq.map(|seq| seq + counted);
         let statement = sql::write_progress(
             store.resolved(),
             self.lease.id,
             self.lease.token,
-            self.progress_seq,
+            seq,
             progress,
             checkpoint,
         );
@@ -210,93 +216,209 @@ fn value_of(what: &'static str, value: &impl Serialize) -> Result<serde_json::Va
 }
 
 /// Progress reported and not yet known written: each job's latest value,
-/// under the token it was reported with, and whether a heartbeat has taken
-/// it (its statement may still be on its way).
+/// under the token it was reported with; the value a heartbeat has taken
+/// (its statement may still be on its way); and how many of this attempt's
+/// reports the beats wrote, each counted in `progress_seq`.
+///
+/// The attempt's own writes (`set_progress`, `save_checkpoint`, the final
+/// mark's last word) wait until no beat carries its value: a beat that
+/// landed after them would write an older value over theirs, and the count
+/// it adds would make their fenced write look stale. A beat that skipped
+/// the row (locked by its handler's transaction) gives the value back, unless
+/// a newer one was reported or written since.
 #[derive(Debug, Default)]
-pub(super) struct Pending(Mutex<HashMap<i64, Reported>>);
+pub(super) struct Pending {
+    reports: Mutex<HashMap<i64, Reported>>,
+    /// Wakes the writers waiting for a beat to return.
+    beat_returned: tokio::sync::Notify,
+}
 
 #[derive(Debug)]
 struct Reported {
     token: i64,
-    value: serde_json::Value,
-    /// Taken by a heartbeat whose statement has not returned yet.
-    sent: bool,
+    /// Reported, not taken by a beat yet.
+    value: Option<serde_json::Value>,
+    /// Taken by a beat whose statement has not returned.
+    in_flight: Option<serde_json::Value>,
+    /// The beats' writes of this attempt the attempt has not counted yet.
+    counted_by_beats: i64,
+    /// The attempt is writing on its own: beats leave its value alone.
+    writing: bool,
+}
+
+impl Reported {
+    fn new(token: i64) -> Reported {
+        Reported {
+            token,
+            value: None,
+            in_flight: None,
+            counted_by_beats: 0,
+            writing: false,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.value.is_none()
+            && self.in_flight.is_none()
+            && self.counted_by_beats == 0
+            && !self.writing
+    }
 }
 
 impl Pending {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Reported>> {
+        self.reports.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn put(&self, lease: Lease, value: serde_json::Value) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                lease.id,
-                Reported {
-                    token: lease.token,
-                    value,
-                    sent: false,
-                },
-            );
+        let mut reports = self.lock();
+        let r = reports
+            .entry(lease.id)
+            .or_insert_with(|| Reported::new(lease.token));
+        if r.token != lease.token {
+            *r = Reported::new(lease.token);
+        }
+        r.value = Some(value);
     }
 
     /// The values reported under `leases` and not yet sent (a heartbeat
-    /// writes them); each kept until [`written`](Self::written) says so.
+    /// writes them); each kept until [`returned`](Self::returned) says what
+    /// became of it.
     pub(super) fn take(&self, leases: &[Lease]) -> Vec<(i64, serde_json::Value)> {
-        let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if pending.is_empty() {
+        let mut reports = self.lock();
+        if reports.is_empty() {
             return Vec::new();
         }
-        leases
-            .iter()
-            .filter_map(|l| match pending.get_mut(&l.id) {
-                Some(r) if r.token == l.token && !r.sent => {
-                    r.sent = true;
-                    Some((l.id, r.value.clone()))
+        let mut taken = Vec::new();
+        for l in leases {
+            let stale = match reports.get_mut(&l.id) {
+                Some(r) if r.token == l.token => {
+                    if r.in_flight.is_none()
+                        && !r.writing
+                        && let Some(value) = r.value.take()
+                    {
+                        taken.push((l.id, value.clone()));
+                        r.in_flight = Some(value);
+                    }
+                    false
                 }
-                Some(r) if r.token != l.token => {
-                    pending.remove(&l.id);
-                    None
-                }
-                _ => None,
-            })
-            .collect()
+                Some(_) => true,
+                None => false,
+            };
+            if stale {
+                reports.remove(&l.id);
+            }
+        }
+        taken
     }
 
-    /// The heartbeat that took `ids` has written them: forgets each value
-    /// not reported again since.
-    pub(super) fn written(&self, ids: &[i64]) {
-        let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        for id in ids {
-            if pending.get(id).is_some_and(|r| r.sent) {
-                pending.remove(id);
+    /// The heartbeat that took `sent` returned: `touched` are the rows it
+    /// wrote (`None`: it failed, and wrote nothing). A value written is
+    /// counted; one not written goes back, unless a newer one replaced it.
+    pub(super) fn returned(&self, sent: &[i64], touched: Option<&[i64]>) {
+        {
+            let mut reports = self.lock();
+            for id in sent {
+                let Some(r) = reports.get_mut(id) else {
+                    continue;
+                };
+                let Some(value) = r.in_flight.take() else {
+                    continue;
+                };
+                if touched.is_some_and(|t| t.contains(id)) {
+                    r.counted_by_beats += 1;
+                } else if r.value.is_none() {
+                    r.value = Some(value);
+                }
+                if r.is_empty() {
+                    reports.remove(id);
+                }
             }
+        }
+        self.beat_returned.notify_waiters();
+    }
+
+    /// Waits until no beat carries what the attempt `lease` reported; then
+    /// returns how many of its reports the beats wrote since it last asked
+    /// (its writes' count, `progress_seq`, moved that much). With `write`,
+    /// beats leave the attempt's value alone until the returned guard drops
+    /// (its own write is on its way), and with `newer` the value reported
+    /// so far is dropped: the write carries a newer one.
+    async fn settle(&self, lease: Lease, write: bool, newer: bool) -> (i64, Option<Writing<'_>>) {
+        loop {
+            let returned = self.beat_returned.notified();
+            {
+                let mut reports = self.lock();
+                let r = reports
+                    .entry(lease.id)
+                    .or_insert_with(|| Reported::new(lease.token));
+                if r.token != lease.token {
+                    // Another attempt's entry (this one's lease was lost).
+                    return (0, None);
+                }
+                if r.in_flight.is_none() {
+                    let counted = std::mem::take(&mut r.counted_by_beats);
+                    if newer {
+                        r.value = None;
+                    }
+                    r.writing = write;
+                    if r.is_empty() {
+                        reports.remove(&lease.id);
+                    }
+                    // Built only for a write: its drop takes the lock.
+                    let guard = write.then(|| Writing {
+                        pending: self,
+                        lease,
+                    });
+                    return (counted, guard);
+                }
+            }
+            returned.await;
         }
     }
 
-    /// What the attempt `lease` reported and no heartbeat is known to have
-    /// written: its last word, for the attempt's final mark. Forgets it.
-    pub(super) fn last(&self, lease: Lease) -> Option<serde_json::Value> {
-        let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match pending.remove(&lease.id) {
-            Some(r) if r.token == lease.token => Some(r.value),
+    /// What the attempt `lease` reported and no heartbeat wrote: its last
+    /// word, for the attempt's final mark (after any beat carrying it
+    /// returned). Forgets it.
+    pub(super) async fn last(&self, lease: Lease) -> Option<serde_json::Value> {
+        self.settle(lease, false, false).await;
+        let mut reports = self.lock();
+        match reports.remove(&lease.id) {
+            Some(r) if r.token == lease.token => r.value,
             Some(r) => {
                 // Another attempt's value (this one's lease was lost): keep it.
-                pending.insert(lease.id, r);
+                reports.insert(lease.id, r);
                 None
             }
             None => None,
         }
     }
 
-    /// Drops what the attempt `lease` reported and no heartbeat wrote.
-    fn forget(&self, lease: Lease) {
-        let _ = self.last(lease);
-    }
-
     /// Whether the attempt `lease` may have a last word for its mark (cheap:
     /// the common completion skips [`last`](Self::last)'s write path).
     pub(super) fn holds(&self, lease: Lease) -> bool {
-        let pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        pending.contains_key(&lease.id)
+        self.lock().contains_key(&lease.id)
+    }
+}
+
+/// An attempt's own progress write on its way: beats leave its value alone
+/// until this drops (the write returned, failed or was abandoned).
+struct Writing<'a> {
+    pending: &'a Pending,
+    lease: Lease,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut reports = self.pending.lock();
+        if let Some(r) = reports.get_mut(&self.lease.id)
+            && r.token == self.lease.token
+        {
+            r.writing = false;
+            if r.is_empty() {
+                reports.remove(&self.lease.id);
+            }
+        }
     }
 }
 
@@ -309,7 +431,7 @@ impl<R: Record> DbStore<R> {
     /// (as the mark itself would), so the value is written outside it and
     /// outlives it. A write refused or failed is logged: the mark goes on.
     pub(super) async fn last_progress(&self, job: &mut DbJob<R>, completing: bool) {
-        let Some(value) = self.pending_progress.last(job.lease) else {
+        let Some(value) = self.pending_progress.last(job.lease).await else {
             return;
         };
         if !completing

@@ -18,7 +18,7 @@ use dbworker::{
     workflow::{Task, Workflow, Workflows},
 };
 use serde_json::{Value, json};
-use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions};
+use workerutil::{Handler, HandlerError, Job as _, JobContext, Store, WorkerOptions};
 
 use common::{Db, Job};
 
@@ -333,6 +333,7 @@ on_both_storages!(
     reported_progress_rides_on_the_heartbeat,
     a_write_that_lost_to_another_is_refused,
     the_last_reported_progress_survives_completion_error_and_snooze,
+    a_report_a_beat_wrote_leaves_the_attempts_next_write_accepted,
 );
 
 /// The test table keeping progress in `storage`, found by `JobTable::new`.
@@ -604,6 +605,49 @@ async fn a_write_that_lost_to_another_is_refused(storage: Storage) {
         "{refused:?}"
     );
     assert_eq!(stored(&db, storage, id).await.1, Some(json!({"next": 1})));
+}
+
+/// A report a heartbeat wrote counts in `progress_seq`: the attempt's next
+/// write names the count with it (it was refused as a write another had
+/// overtaken, and the job stopped). On the columns, in transactional
+/// handling, a report made while the job's own transaction holds the row
+/// (after `set_progress`) is skipped by the beat and written by the
+/// attempt's end, not dropped as written.
+async fn a_report_a_beat_wrote_leaves_the_attempts_next_write_accepted(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim(&store).await;
+    assert_eq!(job.checkpoint::<Value>(&store).await.unwrap(), None);
+    job.save_checkpoint(&store, json!({"next": 1}))
+        .await
+        .unwrap();
+    job.report_progress(&store, json!({"n": 1})).unwrap();
+    store.heartbeat(&[job.lease()]).await.unwrap();
+    assert_eq!(stored(&db, storage, id).await.0, Some(json!({"n": 1})));
+    job.save_checkpoint(&store, json!({"next": 2}))
+        .await
+        .expect("a write after a beat carried a report is this attempt's own");
+    assert_eq!(
+        stored(&db, storage, id).await,
+        (Some(json!({"n": 1})), Some(json!({"next": 2})), 3)
+    );
+    assert!(store.mark_complete(&mut job).await.unwrap());
+    if storage == Storage::Side {
+        return;
+    }
+    let (db, store) = progress_store(Handling::Transactional, storage).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim(&store).await;
+    job.set_progress(&store, json!({"n": 0})).await.unwrap();
+    job.report_progress(&store, json!({"n": "last"})).unwrap();
+    store.heartbeat(&[job.lease()]).await.unwrap();
+    store.heartbeat(&[job.lease()]).await.unwrap();
+    assert!(store.mark_complete(&mut job).await.unwrap());
+    assert_eq!(
+        stored(&db, storage, id).await.0,
+        Some(json!({"n": "last"})),
+        "the report the beats skipped is the last word"
+    );
 }
 
 /// A value reported and not yet carried by a heartbeat (none runs here) is
