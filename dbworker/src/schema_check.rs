@@ -126,6 +126,8 @@ pub(crate) struct Column {
     pub(crate) ty: String,
     not_null: bool,
     has_default: bool,
+    /// `pg_attribute.atttypmod`: a `timestamptz(p)`'s precision, -1 unset.
+    typmod: i32,
 }
 
 /// The relation's columns by name; empty when it does not exist.
@@ -141,6 +143,7 @@ pub(crate) async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<
                 ty: r.get("type"),
                 not_null: r.get("not_null"),
                 has_default: r.get("has_default"),
+                typmod: r.get("typmod"),
             };
             (r.get::<String, _>("name"), column)
         })
@@ -273,6 +276,18 @@ pub(crate) async fn check_table(
             )),
             Some(_) => {}
         }
+    }
+    // The claim's token is `started_at` in microseconds, moved on by at
+    // least one at each claim: rounded to a coarser precision, a new claim
+    // could hold the token of the one before it.
+    if let Some(col) = table_columns.get(&columns.started_at)
+        && (0..6).contains(&col.typmod)
+    {
+        let name = &columns.started_at;
+        problems.push(format!(
+            "column {table}.{name} is timestamptz({}), but claim tokens need its microseconds: ALTER TABLE {table} ALTER COLUMN {name} TYPE timestamptz",
+            col.typmod
+        ));
     }
     for name in [&columns.num_failures, &columns.num_resets] {
         if let Some(col) = table_columns.get(name)

@@ -185,8 +185,20 @@ async fn execute<S: Store, H: Handler<S>>(
         cancel: running.token.clone(),
         worker_name: shared.name.clone(),
     };
+    // Asking may panic (a kind read from a malformed row): the job fails
+    // with the reason instead of unwinding past its bookkeeping, which
+    // would leave it running, heartbeat and all, for the process's life.
+    let asked = std::panic::catch_unwind(AssertUnwindSafe(|| handler.max_runtime(job.record())));
+    let asked = match asked {
+        Ok(asked) => asked,
+        Err(panic) => {
+            let message = format!("max_runtime panicked: {}", panic_message(&panic));
+            tracing::error!(panic = %message, "the handler's max_runtime panicked");
+            return Outcome::Panicked(message);
+        }
+    };
     // A zero answer would time the job out at once: the worker's applies.
-    let own = handler.max_runtime(job.record()).filter(|max| {
+    let own = asked.filter(|max| {
         if max.is_zero() {
             tracing::warn!("the handler's max_runtime for this job is zero; the worker's applies");
         }

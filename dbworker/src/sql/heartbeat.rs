@@ -59,11 +59,7 @@ pub(crate) fn heartbeat(
         .from(table_ref(t).alias(alias("dbworker_lock")))
         .and_where(processing_by_id("dbworker_lock", c))
         .and_where(
-            Expr::tuple([
-                col("dbworker_lock", &c.id),
-                token_expr("dbworker_lock", c),
-            ])
-            .in_subquery(
+            Expr::tuple([col("dbworker_lock", &c.id), token_expr("dbworker_lock", c)]).in_subquery(
                 Query::select()
                     .column(alias("id"))
                     .column(alias("token"))

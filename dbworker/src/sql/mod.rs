@@ -131,8 +131,8 @@ pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
 pub(crate) use schema::{
-    generated_column, insert_access, probe_expressions, relation_access, relation_columns,
-    visible_unqualified,
+    default_isolation, generated_column, insert_access, probe_expressions, relation_access,
+    relation_columns, visible_unqualified,
 };
 pub(crate) use signals::{
     SIGNAL_TRACEPARENT, SignalTarget, consume_signal, lock_owned, mark_waiting, send_signal,

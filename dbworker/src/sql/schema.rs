@@ -23,6 +23,7 @@ pub(crate) fn relation_columns(rel: &Relation) -> Statement {
         .expr_as(Expr::cust("t.typname::text"), alias("type"))
         .expr_as(Expr::cust("a.attnotnull"), alias("not_null"))
         .expr_as(Expr::cust("a.atthasdef"), alias("has_default"))
+        .expr_as(Expr::cust("a.atttypmod"), alias("typmod"))
         .from_as((alias("pg_catalog"), alias("pg_attribute")), alias("a"))
         .inner_join(
             TableRef::from((alias("pg_catalog"), alias("pg_type"))).alias(alias("t")),
@@ -31,6 +32,19 @@ pub(crate) fn relation_columns(rel: &Relation) -> Statement {
         .and_where(Expr::cust("a.attrelid").eq(regclass(rel)))
         .and_where(Expr::cust("a.attnum > 0 AND NOT a.attisdropped"))
         .order_by_expr(Expr::cust("a.attnum"), Order::Asc)
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The isolation level a plain `BEGIN` starts (`isolation`): the claims,
+/// marks, signals and release triggers rely on READ COMMITTED, which
+/// re-checks a row updated meanwhile instead of reading a snapshot.
+pub(crate) fn default_isolation() -> Statement {
+    let q = Query::select()
+        .expr_as(
+            Expr::cust("current_setting('default_transaction_isolation')"),
+            alias("isolation"),
+        )
         .to_owned();
     Statement::from(&q)
 }
@@ -147,10 +161,12 @@ pub(crate) fn visible_unqualified(rel: &Relation) -> Statement {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
+    let isolation = default_isolation();
     use super::fixtures::{quoted, resolved};
     let (t, v) = (resolved(false), resolved(true));
     vec![
         ("relation_columns", relation_columns(&t.table)),
+        ("default_isolation", isolation),
         (
             "generated_column",
             generated_column(&t.table, crate::columns::LIVE),

@@ -51,11 +51,16 @@ pub(crate) fn mark_waiting(
     sent: bool,
     span: Option<&str>,
 ) -> Statement {
+    // The clock now, not `now()`: in transactional handling the mark runs
+    // in the job's transaction, whose `now()` is when it began.
     let (run_at, awaiting) = if sent {
-        (Expr::cust("now()"), Expr::cust("NULL"))
+        (Expr::cust("clock_timestamp()"), Expr::cust("NULL"))
     } else {
         (
-            Expr::cust_with_values("now() + make_interval(secs => $1)", [timeout.as_secs_f64()]),
+            Expr::cust_with_values(
+                "clock_timestamp() + make_interval(secs => $1)",
+                [timeout.as_secs_f64()],
+            ),
             Expr::val(name),
         )
     };

@@ -36,6 +36,16 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     canonical_name(pool, t).await?;
     let mut problems = Vec::new();
     check_table(pool, &t.table, &t.columns, &mut problems).await?;
+    let isolation: String = sql::default_isolation()
+        .fetch_one(pool)
+        .await
+        .map_err(Error::db("schema_check"))?
+        .get("isolation");
+    if isolation != "read committed" {
+        problems.push(format!(
+            "transactions default to {isolation} (default_transaction_isolation), but claims, marks and signals need read committed: ALTER ROLE … SET default_transaction_isolation = 'read committed' (or the database's setting)"
+        ));
+    }
     schema::none(problems)?;
     let existing = columns_of(pool, &t.table).await?;
     if detect {

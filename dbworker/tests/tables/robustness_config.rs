@@ -66,6 +66,35 @@ async fn a_nullable_counter_without_default_is_reported_at_start_up() {
     );
 }
 
+/// Two things no column check saw, named together at start-up: a
+/// `started_at` rounded coarser than microseconds (a new claim's token
+/// could equal the one before it) and transactions that default to a
+/// snapshot level (a claim or a signal's check would read a stale row).
+#[tokio::test]
+async fn a_coarse_started_at_and_a_snapshot_isolation_default_are_reported_at_start_up() {
+    let db = Db::new().await;
+    exec(
+        &db,
+        "ALTER TABLE jobs ALTER COLUMN started_at TYPE timestamptz(0);
+         DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', current_database(), 'repeatable read'); END $$;",
+    )
+    .await;
+    // Connections opened from here on start with the database's setting.
+    let pool = db.db.pool(2).await.unwrap();
+    let err = table_error(pool.clone(), Db::table_options()).await;
+    assert!(
+        err.contains(
+            "column jobs.started_at is timestamptz(0), but claim tokens need its microseconds"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("transactions default to repeatable read"),
+        "{err}"
+    );
+    pool.close().await;
+}
+
 #[tokio::test]
 async fn a_null_failure_count_still_honours_max_num_retries_in_both_modes() {
     for handling in [Handling::Transactional, Handling::Heartbeat] {

@@ -300,6 +300,26 @@ async fn waiting(db: &Db, id: i64) -> (String, Option<String>, f64) {
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// A wait's timeout counts from the wait, on the database clock, also in
+/// transactional handling, where the mark runs in the job's transaction
+/// (whose `now()` is its start: a handler that ran 2 s lost 2 s of it).
+#[tokio::test]
+async fn a_transactional_wait_times_out_after_its_whole_timeout() {
+    let (db, store, _signals) = signal_store(Handling::Transactional).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim_one(&store).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        store
+            .mark_waiting(&mut job, "paid", Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    let (state, _, wait) = waiting(&db, id).await;
+    assert_eq!(state, "queued");
+    assert!(wait > 9.5 && wait <= 10.0, "it waits {wait} s of its 10");
+}
+
 #[tokio::test]
 async fn a_signal_wakes_a_waiting_job_once_and_an_early_one_is_kept() {
     for handling in [Handling::Heartbeat, Handling::Transactional] {

@@ -1148,6 +1148,46 @@ async fn a_panic_inside_a_store_call_is_an_error_and_the_worker_goes_on() {
     assert_eq!(store.count(JobState::Completed), 2);
 }
 
+/// `max_runtime` may panic (a kind read from a malformed row): that job
+/// fails with the reason, its slot and lease are freed, and the others run.
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_max_runtime_fails_that_job_and_the_worker_goes_on() {
+    struct PanickyRuntime;
+    impl Handler<MemoryStore<Task>> for PanickyRuntime {
+        async fn handle(
+            &self,
+            _job: &mut MemoryJob<Task>,
+            _ctx: &JobContext<MemoryStore<Task>>,
+        ) -> Result<(), HandlerError> {
+            Ok(())
+        }
+        fn max_runtime(&self, record: &Task) -> Option<Duration> {
+            assert_ne!(record.id, 1, "no kind in row 1");
+            None
+        }
+    }
+    let store = store_with(&[Act::Succeed, Act::Succeed]);
+    let mut o = options();
+    o.num_total_jobs = Some(2);
+    o.num_handlers = 1;
+    let summary = Worker::new(store.clone(), PanickyRuntime, o)
+        .unwrap()
+        .run()
+        .await;
+    assert_eq!(summary.dequeued, 2);
+    let failed = store.snapshot(1).unwrap();
+    assert_eq!(failed.state, JobState::Failed);
+    assert!(
+        failed
+            .failure_message
+            .as_deref()
+            .is_some_and(|m| m.contains("max_runtime panicked") && m.contains("no kind in row 1")),
+        "{:?}",
+        failed.failure_message
+    );
+    assert_eq!(store.state(2), Some(JobState::Completed));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_handler_that_errors_because_of_a_shutdown_is_requeued_not_failed() {
     struct GivesUp;

@@ -1,0 +1,1 @@
+SELECT current_setting('default_transaction_isolation') AS "isolation"
