@@ -543,3 +543,57 @@ async fn a_limit_this_table_cannot_enforce_is_warned_only_once_set_for_it() {
         "{warning}"
     );
 }
+
+/// A limited claim's lane step commits its rows as this worker's; when the
+/// serialized step after it fails (here its backend is terminated while it
+/// waits for the lanes another session holds), the worker still gets those
+/// rows, instead of leaving them `processing` with no worker until the
+/// resetter takes them back.
+#[tokio::test]
+async fn a_failed_serialized_step_keeps_the_rows_the_lane_claimed() {
+    let (db, limits, enqueuer) = set_up().await;
+    // Room enough that no limit binds the lane step.
+    limits.set("reports", 100_000).await.unwrap();
+    enqueuer
+        .enqueue_many(&[NewJob::new().queue("reports")])
+        .await
+        .unwrap();
+    let store = limited_store(&db).await;
+    // Three of the four lanes held: the lane step takes the fourth, claims
+    // the one job (fewer than asked), and the serialized step waits.
+    let mut holder = db.pool.acquire().await.unwrap();
+    sqlx::query(
+        "SELECT pg_advisory_lock(hashtextextended(k, l))
+           FROM unnest(ARRAY['dbworker_claim:jobs', 'dbworker_claim:public.jobs']) k,
+                generate_series(0, 2) l",
+    )
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let claim = tokio::spawn(async move { store.dequeue("host", &Default::default(), 5).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted LIMIT 1",
+        )
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap();
+        if let Some(pid) = waiting {
+            sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .execute(&db.pool)
+                .await
+                .unwrap();
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the serialized step never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let jobs = claim.await.unwrap().expect("the lane's rows");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(processing_reports(&db).await, 1);
+}
