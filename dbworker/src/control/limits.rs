@@ -74,6 +74,12 @@ impl Limit {
         {
             return invalid("rate_per_second", "must be a positive number");
         }
+        if self
+            .rate_per_second
+            .is_some_and(|rate| rate > f64::from(i32::MAX))
+        {
+            return invalid("rate_per_second", "is too large (at most 2147483647)");
+        }
         match self.burst {
             Some(_) if self.rate_per_second.is_none() => {
                 invalid("burst", "only applies with rate_per_second")

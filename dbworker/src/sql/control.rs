@@ -62,7 +62,7 @@ pub(super) fn queue_room(o: &StoreParams, limits: &Relation, queue: &str) -> Sel
         .expr_as(col(&limits.alias, "queue"), alias("queue"))
         .expr_as(
             Expr::cust(format!(
-                "LEAST(CASE WHEN {l}.\"max_processing\" IS NOT NULL THEN GREATEST({l}.\"max_processing\" - {busy}, 0) END, CASE WHEN {l}.\"rate_per_second\" IS NOT NULL THEN GREATEST(floor({tokens}), 0)::integer END)"
+                "LEAST(CASE WHEN {l}.\"max_processing\" IS NOT NULL THEN GREATEST({l}.\"max_processing\" - {busy}, 0) END, CASE WHEN {l}.\"rate_per_second\" IS NOT NULL THEN LEAST(GREATEST(floor({tokens}), 0), 2147483647)::integer END)"
             )),
             alias("room"),
         )

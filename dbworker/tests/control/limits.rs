@@ -597,3 +597,36 @@ async fn a_failed_serialized_step_keeps_the_rows_the_lane_claimed() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(processing_reports(&db).await, 1);
 }
+
+/// A rate the table's integers cannot count is refused by name; one written
+/// by hand into the limit table (with no burst, so the bucket's size is the
+/// rate) caps the queue's room instead of failing every claim on the table
+/// with "integer out of range".
+#[tokio::test]
+async fn a_huge_rate_is_refused_and_one_written_by_hand_stops_no_claim() {
+    let (db, limits, enqueuer) = set_up().await;
+    let err = limits
+        .set_limit("emails", Limit::default().rate(3e9, 1))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("rate_per_second"), "{err}");
+    limits.set("reports", 100).await.unwrap();
+    db.execute(
+        "INSERT INTO dbworker_limits (job_table, queue, rate_per_second, refilled_at)
+         SELECT job_table, 'fast', 3e9, now() - interval '1 second' FROM dbworker_limits LIMIT 1",
+    )
+    .await;
+    enqueuer
+        .enqueue_many(&[NewJob::new().queue("fast"), NewJob::new().queue("emails")])
+        .await
+        .unwrap();
+    let huge: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM dbworker_limits WHERE rate_per_second = 3e9")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(huge, 1);
+    let store = limited_store(&db).await;
+    let jobs = store.dequeue("host", &Default::default(), 5).await.unwrap();
+    assert_eq!(jobs.len(), 2);
+}
