@@ -321,6 +321,16 @@ pub(crate) fn claim_limited(
             for cond in conditions {
                 window.and_where(cond.clone());
             }
+            // A paused queue's rows leave the window too: filling it, they
+            // would starve every other queue for as long as the pause lasts.
+            if let Some(e) = not_paused(o, &t.alias) {
+                window
+                    .inner_join(
+                        table_ref(t),
+                        col(&t.alias, &c.id).equals((alias(&v.alias), alias(&c.id))),
+                    )
+                    .and_where(e);
+            }
             order_select(&mut window, &o.order_by);
             window.limit(limit + o.candidate_window as u64);
             with.cte(cte(window, "dbworker_window", true));
@@ -518,6 +528,8 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let hot = on_hot_layout(resolved(false));
     let hot_view = on_hot_layout(resolved(true));
     let hot_limits = on_hot_layout(limited.clone());
+    let mut paused_view = resolved(true);
+    paused_view.pause_table = paused().pause_table.clone();
     vec![
         ("claim", claim(&t, "host", &[cost()], 3, false)),
         ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
@@ -557,5 +569,9 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("claim_hot", claim(&hot, "h", &[], 3, true)),
         ("claim_hot_view", claim(&hot_view, "h", &[], 3, true)),
         ("claim_hot_limits", claim(&hot_limits, "h", &[], 3, true)),
+        (
+            "claim_through_view_unless_paused",
+            claim(&paused_view, "h", &[], 3, true),
+        ),
     ]
 }

@@ -280,3 +280,34 @@ async fn a_pause_from_the_dashboard_holds_for_every_description_of_the_table() {
             .unwrap();
     assert_eq!(waiting, 3, "every paused job still waits");
 }
+
+/// Through a view, a paused queue's rows stay out of the window of
+/// candidates too: filling it (more of them than the window holds, first in
+/// the view's order), they left other queues' jobs unclaimed for as long as
+/// the pause lasted.
+#[tokio::test]
+async fn through_a_view_a_paused_queues_backlog_does_not_starve_the_others() {
+    let db = set_up().await;
+    db.execute("CREATE VIEW jobs_view AS SELECT * FROM jobs")
+        .await;
+    let mut queues = vec!["a"; 60];
+    queues.push("b");
+    let ids = enqueue(&db, &queues).await;
+    let table = db
+        .table_with(|t| {
+            t.view_name = Some("jobs_view v".into());
+            t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+            t.queue_column = Some("queue".into());
+        })
+        .await;
+    assert!(pauses(&db).await.pause(Some("a"), "ops").await.unwrap());
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    let store = db.store_on(&table, o).await;
+    let jobs = store
+        .dequeue("host", &DbConditions::new(), 3)
+        .await
+        .unwrap();
+    let claimed: Vec<i64> = jobs.iter().map(|j| j.record().id).collect();
+    assert_eq!(claimed, [ids[60]], "queue b's job, past queue a's 60");
+}
