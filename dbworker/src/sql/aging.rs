@@ -4,12 +4,15 @@
 
 use super::claim::{cte, lock_skip, order_select};
 use super::{StoreParams, alias, col, eligible, quote, table_ref};
-use crate::sql::control::not_paused;
+use crate::sql::control::{not_paused, not_paused_text};
 use crate::sql::table::AgingParams;
 use sea_query::{Expr, ExprTrait, Func, JoinType, Order, Query, SelectStatement, WithClause};
 
-/// The most priority levels an aging claim looks at; lower levels wait for
-/// the ones above to drain, as without aging.
+/// The most priority levels an aging claim looks at, among those with jobs
+/// due and not paused; lower levels wait for the ones above to drain, as
+/// without aging. The walk does not apply a worker's `pre_dequeue`
+/// conditions: with more than 32 levels of others' jobs above its own, such
+/// a worker waits for them to drain.
 pub(crate) const MAX_AGING_LEVELS: u32 = 32;
 
 /// Adds the levels and lanes to `with`, and returns the candidate select:
@@ -28,10 +31,19 @@ pub(super) fn aging_candidates(
     let (t, c) = (&o.table, &o.columns);
     let a = quote(&t.alias);
     let p = quote(priority);
+    // Levels of rows a claim could take now: due, and not paused (levels
+    // made only of later or paused jobs would fill the walk's 32 and hide
+    // the due ones below them).
+    let paused = not_paused_text(o, &t.alias);
     let waiting = format!(
-        "{a}.{} IN ('queued', 'errored'){}",
-        quote(&c.state),
-        super::and_live(&a, c)
+        "{a}.{state} IN ('queued', 'errored'){live} AND ({a}.{after} IS NULL OR {a}.{after} <= now()){pause}",
+        state = quote(&c.state),
+        live = super::and_live(&a, c),
+        after = quote(&c.process_after),
+        pause = paused
+            .as_ref()
+            .map(|(text, _)| format!(" AND {text}"))
+            .unwrap_or_default(),
     );
     // The levels waiting, highest first: a loose index scan, one probe each.
     let levels = format!(
@@ -42,8 +54,12 @@ pub(super) fn aging_candidates(
          SELECT \"p\" FROM \"l\" WHERE \"p\" IS NOT NULL)",
         table = format!("{} AS {a}", t.quoted()),
     );
+    let levels = match paused {
+        Some((_, key)) => Expr::cust_with_values(levels, [key]),
+        None => Expr::cust(levels),
+    };
     let mut level_select = Query::select();
-    level_select.expr_as(Expr::cust(levels), alias("levels"));
+    level_select.expr_as(levels, alias("levels"));
     with.cte(cte(level_select, "dbworker_levels", true));
 
     // A job's effective priority: its own, raised a level per interval

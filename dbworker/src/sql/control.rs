@@ -25,17 +25,24 @@ pub(crate) fn pause_key(table: &Relation) -> String {
 /// `NOT EXISTS` a pause of the table (queue `*`) or of the row's queue, when
 /// the store consults a pause table.
 pub(super) fn not_paused(o: &StoreParams, a: &str) -> Option<Expr> {
+    let (text, key) = not_paused_text(o, a)?;
+    Some(Expr::cust_with_values(text, [key]))
+}
+
+/// [`not_paused`] as text naming its value `$1`, and that value (the
+/// table's pause key), for statements written as text.
+pub(super) fn not_paused_text(o: &StoreParams, a: &str) -> Option<(String, String)> {
     let pauses = o.pause_table.as_ref()?;
     let queue = match &o.queue_column {
         Some(column) => format!(" OR p.\"queue\" = {}.{}", quote(a), quote(column)),
         None => String::new(),
     };
-    Some(Expr::cust_with_values(
+    Some((
         format!(
             "NOT EXISTS (SELECT 1 FROM {} AS p WHERE p.\"job_table\" = $1 AND (p.\"queue\" = '*'{queue}))",
             pauses.quoted()
         ),
-        [pause_key(&o.table)],
+        pause_key(&o.table),
     ))
 }
 

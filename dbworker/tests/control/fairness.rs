@@ -806,3 +806,40 @@ async fn a_partitioned_table_is_fair_too() {
     let first = claim_all(&db, &claims, 10, 20).await;
     assert_eq!(first.iter().filter(|k| *k == "b").count(), 10, "{first:?}");
 }
+
+/// The aging claim walks at most 32 priority levels; only levels with jobs
+/// due count. Thirty-two levels of jobs scheduled for tomorrow above a due
+/// job at the bottom used to fill the walk, so the due job was never claimed.
+#[tokio::test]
+async fn with_aging_levels_of_jobs_not_yet_due_hide_no_due_job() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.priority = true, &[]).await;
+    let table = db
+        .table_with(|o| {
+            o.priority_column = Some("priority".into());
+            o.aging = Some(Aging::every(Duration::from_secs(60)));
+        })
+        .await;
+    db.execute(
+        "INSERT INTO jobs (priority, process_after)
+         SELECT g, now() + interval '1 day' FROM generate_series(1, 40) g",
+    )
+    .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let due = enqueuer
+        .enqueue(NewJob::new().priority(0))
+        .await
+        .unwrap()
+        .id();
+    let store = DbStore::<Job>::new(&db.pool, &table, db.options())
+        .await
+        .unwrap();
+    let claimed: Vec<i64> = store
+        .dequeue("host", &Default::default(), 5)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.record().id)
+        .collect();
+    assert_eq!(claimed, [due]);
+}
