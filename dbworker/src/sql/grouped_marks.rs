@@ -185,6 +185,14 @@ pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
         );
         update.value(alias(column), grouped_result(a, column));
     }
+    // A completion drops its checkpoint, as alone (the side table's below).
+    if o.progress {
+        update.value(
+            alias(crate::columns::CHECKPOINT),
+            Expr::case(Expr::cust(kind_is(MarkKind::Complete)), Expr::cust("NULL"))
+                .finally(col(a, crate::columns::CHECKPOINT)),
+        );
+    }
     if let Some(h) = &o.error_history {
         // Completions keep the history as it is; every other mark appends.
         update.value(
@@ -244,10 +252,33 @@ pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
             Expr::cust(format!("{}::text AS \"state\"", q(&c.state))),
         ]))
         .to_owned();
-    let with = WithClause::new()
+    let mut with = WithClause::new()
         .cte(cte(marks_q, "dbworker_marks", true))
         .to_owned();
-    Statement::from(&update.with(with))
+    let Some(side) = &o.progress_table else {
+        return Statement::from(&update.with(with));
+    };
+    // The side rows of the jobs it completed lose their checkpoint.
+    let completed = Query::select()
+        .column(alias("id"))
+        .from(alias("dbworker_marked"))
+        .and_where(Expr::cust(format!(
+            "\"dbworker_marked\".\"state\" = '{}'",
+            JobState::Completed.as_str()
+        )))
+        .to_owned();
+    let drop = Query::update()
+        .table(table_ref(side))
+        .value(alias(crate::columns::CHECKPOINT), Expr::cust("NULL"))
+        .and_where(col(&side.alias, crate::sql::progress_table::JOB_ID).in_subquery(completed))
+        .to_owned();
+    with.cte(cte(update, "dbworker_marked", false))
+        .cte(cte(drop, "dbworker_dropped", false));
+    let q = Query::select()
+        .columns([alias("id"), alias("state")])
+        .from(alias("dbworker_marked"))
+        .to_owned();
+    Statement::from(&q.with(with))
 }
 
 /// What a grouped mark writes to `trace_follows`: the mark's span, or with
@@ -287,6 +318,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let completed = [mark(MarkKind::Complete, "", "{\"n\": 1}")];
     let failed = [mark(MarkKind::Failed, "m", "")];
     let rule = t.retry_rule(None);
+    let mut progress = t.clone();
+    progress.progress = true;
+    let mut side = t.clone();
+    side.progress_table = Some(super::fixtures::rel("app.jobs_progress"));
     vec![
         ("mark_group", mark_group(&t, &errored, &rule)),
         (
@@ -338,6 +373,14 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "mark_group_with_history",
             mark_group(&h, &failed, &h.retry_rule(None)),
+        ),
+        (
+            "mark_group_with_progress",
+            mark_group(&progress, &completed, &rule),
+        ),
+        (
+            "mark_group_with_progress_table",
+            mark_group(&side, &completed, &rule),
         ),
     ]
 }

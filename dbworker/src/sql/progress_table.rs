@@ -13,7 +13,7 @@ use sea_query::{
 };
 
 /// The side table's key, the job's id.
-const JOB_ID: &str = "job_id";
+pub(super) const JOB_ID: &str = "job_id";
 
 /// `(checkpoint, progress_seq)` of a job its claim still owns, read through
 /// its side row (none yet: no checkpoint, count 0); no row when the claim

@@ -334,6 +334,7 @@ on_both_storages!(
     a_write_that_lost_to_another_is_refused,
     the_last_reported_progress_survives_completion_error_and_snooze,
     a_report_a_beat_wrote_leaves_the_attempts_next_write_accepted,
+    a_completion_grouped_with_failures_drops_its_checkpoint,
 );
 
 /// The test table keeping progress in `storage`, found by `JobTable::new`.
@@ -916,4 +917,55 @@ async fn side_counts(db: &Db) -> (i64, i64) {
         count("SELECT count(*) FROM jobs_progress").await.unwrap(),
         count("SELECT count(*) FROM jobs_signals").await.unwrap(),
     )
+}
+
+/// Saves a checkpoint, then completes (even ids) or fails (odd ids).
+struct CheckpointsThenHalfFail;
+impl Handler<DbStore<Job>> for CheckpointsThenHalfFail {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        job.save_checkpoint(ctx.store(), json!({"at": 1}))
+            .await
+            .map_err(HandlerError::retryable)?;
+        if job.record().id % 2 == 1 {
+            return Err(HandlerError::non_retryable(std::io::Error::other("odd")));
+        }
+        Ok(())
+    }
+}
+
+/// Completions grouped with failures in one statement (heartbeat handling,
+/// many jobs ending at once) drop their checkpoints as alone, wherever they
+/// are kept; the failed jobs keep theirs.
+async fn a_completion_grouped_with_failures_drops_its_checkpoint(storage: Storage) {
+    let (db, table) = progress_table(storage).await;
+    let mut so = db.options();
+    so.handling = Handling::Heartbeat;
+    so.stall.stalled_max_age = Duration::from_secs(60);
+    let store = Arc::new(DbStore::<Job>::new(&db.pool, &table, so).await.unwrap());
+    db.enqueue(400, json!({})).await;
+    let mut wo = WorkerOptions::new("mixed");
+    wo.num_handlers = 64;
+    wo.num_total_jobs = Some(400);
+    new_worker(store, Arc::new(CheckpointsThenHalfFail), wo)
+        .unwrap()
+        .run()
+        .await;
+    let sql = match storage {
+        Storage::Columns => {
+            "SELECT state, count(*) FILTER (WHERE checkpoint IS NOT NULL) FROM jobs GROUP BY state ORDER BY state"
+        }
+        Storage::Side => {
+            "SELECT j.state, count(*) FILTER (WHERE s.checkpoint IS NOT NULL)
+               FROM jobs j LEFT JOIN jobs_progress s ON s.job_id = j.id GROUP BY j.state ORDER BY j.state"
+        }
+    };
+    let by_state: Vec<(String, i64)> = sqlx::query_as(sql).fetch_all(&db.pool).await.unwrap();
+    assert_eq!(
+        by_state,
+        [("completed".to_owned(), 0), ("failed".to_owned(), 200)]
+    );
 }
