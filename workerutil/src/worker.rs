@@ -294,9 +294,12 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             if let Some(reason) = self.stop_reason(deadline, dequeued, false) {
                 break reason;
             }
-            while let Some(permit) = (!buffer.is_empty())
-                .then(|| semaphore.clone().try_acquire_owned().ok())
-                .flatten()
+            // Each start awaits `pre_handle`: a shutdown meanwhile leaves the
+            // rest of the buffer to be handed back.
+            while let Some(permit) = (!buffer.is_empty()
+                && !self.shutdown.stop_dequeue.is_cancelled())
+            .then(|| semaphore.clone().try_acquire_owned().ok())
+            .flatten()
             {
                 if let Some(claimed) = buffer.pop_front() {
                     ahead.job_started();

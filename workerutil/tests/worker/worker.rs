@@ -1148,6 +1148,45 @@ async fn a_panic_inside_a_store_call_is_an_error_and_the_worker_goes_on() {
     assert_eq!(store.count(JobState::Completed), 2);
 }
 
+/// A graceful shutdown that arrives while buffered jobs are being started
+/// (each start awaits `pre_handle`) starts no more of them: they are handed
+/// back.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_during_the_starts_of_buffered_jobs_starts_no_more() {
+    struct StopsAtFirst {
+        shutdown: Mutex<Option<workerutil::ShutdownHandle>>,
+        started: AtomicUsize,
+    }
+    impl Handler<MemoryStore<Task>> for StopsAtFirst {
+        async fn pre_handle(&self, _record: &Task) {
+            if let Some(shutdown) = self.shutdown.lock().unwrap().take() {
+                shutdown.graceful();
+            }
+        }
+        async fn handle(
+            &self,
+            _job: &mut MemoryJob<Task>,
+            _ctx: &JobContext<MemoryStore<Task>>,
+        ) -> Result<(), HandlerError> {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+    let store = store_with(&[Act::Succeed; 5]);
+    let handler = Arc::new(StopsAtFirst {
+        shutdown: Mutex::new(None),
+        started: AtomicUsize::new(0),
+    });
+    let mut o = options();
+    o.num_handlers = 5;
+    let worker = Worker::new(store.clone(), handler.clone(), o).unwrap();
+    *handler.shutdown.lock().unwrap() = Some(worker.shutdown_handle());
+    worker.run().await;
+    assert_eq!(handler.started.load(Ordering::SeqCst), 1);
+    assert_eq!(store.count(JobState::Completed), 1);
+    assert_eq!(store.count(JobState::Queued), 4, "handed back");
+}
+
 /// `max_runtime` may panic (a kind read from a malformed row): that job
 /// fails with the reason, its slot and lease are freed, and the others run.
 #[tokio::test(start_paused = true)]
