@@ -180,7 +180,11 @@ impl ClientBuilder {
             && ro.node_table.is_none()
         {
             ro.node_table = Some(cluster.node.node_table.clone());
-            ro.dead_after = cluster.node.dead_after;
+            ro.dead_after = orphaned_after(
+                cluster.node.dead_after,
+                o.worker.heartbeat_failure_limit,
+                cluster.node.heartbeat_interval,
+            );
         }
         let mut singletons = vec![leader_starter(
             Resetter::new(&self.pool, &self.table, ro).await?,
@@ -516,5 +520,38 @@ async fn join_services(services: Vec<JoinHandle<()>>) {
         if let Err(err) = service.await {
             tracing::error!(error = %err, "a client's service ended abnormally");
         }
+    }
+}
+
+/// How old a node's heartbeat must be before the resetter takes its jobs
+/// back: its `dead_after`, but never before the node's worker has stopped
+/// them itself (its `heartbeat_failure_limit`, and a node heartbeat more
+/// for the row to show it). Requeued sooner, a job cut off from the database
+/// for a while would run twice at once. (Without a limit, allowed only in
+/// transactional handling, the job's row lock holds it until the worker's
+/// connection is gone.)
+fn orphaned_after(
+    dead_after: Duration,
+    failure_limit: Option<Duration>,
+    node_heartbeat: Duration,
+) -> Duration {
+    match failure_limit {
+        Some(limit) => dead_after.max(limit.saturating_add(node_heartbeat)),
+        None => dead_after,
+    }
+}
+
+#[cfg(test)]
+mod orphan_tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_orphaned_only_once_its_worker_stopped_its_jobs() {
+        let s = Duration::from_secs;
+        // The defaults: dead after 10 s, a worker stops its jobs after 15 s
+        // without a heartbeat.
+        assert_eq!(orphaned_after(s(10), Some(s(15)), s(2)), s(17));
+        assert_eq!(orphaned_after(s(60), Some(s(15)), s(2)), s(60));
+        assert_eq!(orphaned_after(s(10), None, s(2)), s(10));
     }
 }
