@@ -191,6 +191,9 @@ mod tests {
             .with_writer(move || writer.clone())
             .finish();
         let _guard = tracing::subscriber::set_default(subscriber);
+        // Another test's thread, with no subscriber, may have cached this
+        // callsite as never enabled.
+        tracing::callsite::rebuild_interest_cache();
 
         let mut adaptive = Ahead::adaptive(8, 1_000);
         drive(&mut adaptive, 1, 20, Duration::from_millis(4)).await;

@@ -231,6 +231,26 @@ impl WorkerOptions {
         if matches!(&self.hostname, Some(h) if h.contains('\0')) {
             return invalid("hostname", "must not hold a NUL character (U+0000)");
         }
+        // Times are added to clock readings and to each other (a deadline, a
+        // store's check of three heartbeat intervals): a century is no limit
+        // anyone means, and keeps those sums from overflowing.
+        for (field, duration) in [
+            ("max_active_time", self.max_active_time),
+            ("interval", Some(self.interval)),
+            ("max_interval", self.max_interval),
+            ("heartbeat_interval", Some(self.heartbeat_interval)),
+            // `Duration::MAX` is "no limit" there (`KindOptions::no_timeout`).
+            (
+                "max_runtime_per_job",
+                self.max_runtime_per_job.filter(|d| *d != Duration::MAX),
+            ),
+            ("heartbeat_failure_limit", self.heartbeat_failure_limit),
+            ("drain_timeout", Some(self.drain_timeout)),
+        ] {
+            if duration.is_some_and(|d| d > MAX_DURATION) {
+                return invalid(field, "must be at most 100 years");
+            }
+        }
         if self.num_handlers == 0 {
             return invalid("num_handlers", "must be at least 1");
         }
@@ -284,9 +304,18 @@ impl WorkerOptions {
         if self.event_capacity == 0 {
             return invalid("event_capacity", "must be at least 1");
         }
+        if self.event_capacity > MAX_EVENT_CAPACITY {
+            return invalid("event_capacity", "must be at most 1,048,576");
+        }
         Ok(())
     }
 }
+
+/// The longest time an option may name: 100 years.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The most events a worker's broadcast channel buffers.
+const MAX_EVENT_CAPACITY: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests {

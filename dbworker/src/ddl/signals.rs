@@ -86,18 +86,29 @@ BEGIN
     RETURN true;
 END
 $signal$;
--- The same, to the live job holding a key (needs the job_key column).
+-- The same, to the live job holding a key (needs the job_key column). The
+-- holder found is locked with the key checked again: one that let the key
+-- go meanwhile (a transaction committing while this waited for its row) is
+-- passed over for the job holding it now.
 CREATE OR REPLACE FUNCTION {by_key}(p_job_key text, p_name text, p_payload jsonb DEFAULT NULL, p_dedupe text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $signal$
 DECLARE
     v_id bigint;
 BEGIN
-    SELECT j.{id} INTO v_id FROM {table} AS j
-     WHERE j."job_key" = p_job_key AND j.{state} IN ('queued', 'errored', 'processing');
-    IF v_id IS NULL THEN
-        RAISE EXCEPTION 'no live job holds key % in %', p_job_key, {table_literal} USING ERRCODE = 'no_data_found';
-    END IF;
-    RETURN {function}(v_id, p_name, p_payload, p_dedupe);
+    FOR attempt IN 1..10 LOOP
+        SELECT j.{id} INTO v_id FROM {table} AS j
+         WHERE j."job_key" = p_job_key AND j.{state} IN ('queued', 'errored', 'processing');
+        IF v_id IS NULL THEN
+            RAISE EXCEPTION 'no live job holds key % in %', p_job_key, {table_literal} USING ERRCODE = 'no_data_found';
+        END IF;
+        PERFORM 1 FROM {table} AS j
+         WHERE j.{id} = v_id AND j."job_key" = p_job_key AND j.{state} IN ('queued', 'errored', 'processing')
+           FOR NO KEY UPDATE;
+        IF FOUND THEN
+            RETURN {function}(v_id, p_name, p_payload, p_dedupe);
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'the job holding key % in % kept changing', p_job_key, {table_literal} USING ERRCODE = 'serialization_failure';
 END
 $signal$;
 "#,

@@ -93,10 +93,15 @@ pub(crate) fn consume_signal(
         .limit(1)
         .lock(LockType::Update)
         .to_owned();
+    // The job's row locked, its claim checked on its newest version: a
+    // reset and a new claim that committed while this waited (for the
+    // mailbox row) leave the signal to the new attempt, and a reset waits
+    // until this consumption commits.
     let ours = Query::select()
         .expr(Expr::val(1))
         .from(table_ref(t))
         .cond_where(owned(&t.alias, &o.columns, id, token))
+        .lock(LockType::Share)
         .to_owned();
     let mut returned = vec![Expr::cust(format!("{}.\"payload\"", quote(s)))];
     if o.signal_traces {

@@ -425,9 +425,10 @@ impl Drop for Writing<'_> {
 impl<R: Record> DbStore<R> {
     /// Writes the progress `job`'s attempt reported and no heartbeat is known
     /// to have written, fenced as every write, just before the attempt's
-    /// final mark: a handler's last report is never dropped. A completion
-    /// (`completing`) writes it in the job's transaction, committed with
-    /// the mark; any other mark first rolls the handler's transaction back
+    /// final mark: a handler's last report is never dropped. A mark that
+    /// commits the job's transaction (`completing`: a completion, a wait)
+    /// writes it there, committed with the mark; any other mark first rolls
+    /// the handler's transaction back
     /// (as the mark itself would), so the value is written outside it and
     /// outlives it. A write refused or failed is logged: the mark goes on.
     pub(super) async fn last_progress(&self, job: &mut DbJob<R>, completing: bool) {

@@ -177,7 +177,9 @@ impl<R: Record> Store for DbStore<R> {
         signal: &str,
         timeout: std::time::Duration,
     ) -> std::result::Result<bool, BoxError> {
-        self.last_progress(job, false).await;
+        // The wait commits the handler's transaction (its writes, a signal
+        // it consumed): the last progress goes with it, not rolled back.
+        self.last_progress(job, true).await;
         let started = Instant::now();
         let result = self.wait_job(job, signal, timeout).await;
         self.observe("waiting", started, result)

@@ -580,3 +580,112 @@ async fn a_workflow_task_waits_for_its_signal_and_its_dependent_after_it() {
     assert!(in_order, "ship started after approve finished");
     assert_eq!(db.count("completed").await, 3);
 }
+
+/// `<table>_signal_key` locks the job holding the key and checks the key
+/// again: a sender that found the old holder while another transaction moved
+/// the key to a new job, and waited for its row, signals the new holder once
+/// that transaction commits (it signalled the old one, which no longer held
+/// the key).
+#[tokio::test]
+async fn a_signal_by_key_reaches_the_job_holding_the_key_when_it_lands() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.keys = true,
+        &[dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap()],
+    )
+    .await;
+    let old: i64 =
+        sqlx::query_scalar("INSERT INTO jobs (payload, job_key) VALUES ('{}', 'k') RETURNING id")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let mut moving = db.pool.begin().await.unwrap();
+    sqlx::query("UPDATE jobs SET job_key = NULL WHERE id = $1")
+        .bind(old)
+        .execute(&mut *moving)
+        .await
+        .unwrap();
+    let new: i64 =
+        sqlx::query_scalar("INSERT INTO jobs (payload, job_key) VALUES ('{}', 'k') RETURNING id")
+            .fetch_one(&mut *moving)
+            .await
+            .unwrap();
+    let pool = db.pool.clone();
+    let send = tokio::spawn(async move {
+        sqlx::query_scalar::<_, bool>("SELECT jobs_signal_key('k', 'paid')")
+            .fetch_one(&pool)
+            .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%jobs_signal_key%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sender never waited for the row"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    moving.commit().await.unwrap();
+    assert!(send.await.unwrap().unwrap());
+    let to: Vec<i64> = sqlx::query_scalar("SELECT job_id FROM jobs_signals")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(to, [new], "the old holder was {old}");
+}
+
+/// In transactional handling a wait commits the handler's transaction, also
+/// when a reported progress value was still waiting for the attempt's end:
+/// that value is written in the same transaction (it rolled the handler's
+/// writes back, then wrote the value and the wait on their own).
+#[tokio::test]
+async fn a_transactional_wait_with_a_report_pending_keeps_the_handlers_writes() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.progress = true,
+        &[
+            dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap(),
+            "CREATE TABLE written (job_id bigint)".into(),
+        ],
+    )
+    .await;
+    let table = db
+        .table_with(|o| {
+            o.signals = true;
+            o.progress = true;
+        })
+        .await;
+    let mut o = db.options();
+    o.handling = Handling::Transactional;
+    o.stall.stalled_max_age = Duration::from_secs(60);
+    let store = DbStore::<Job>::new(&db.pool, &table, o).await.unwrap();
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim_one(&store).await;
+    sqlx::query("INSERT INTO written VALUES ($1)")
+        .bind(id)
+        .execute(job.tx().expect("the job's transaction"))
+        .await
+        .unwrap();
+    job.report_progress(&store, json!({"step": 3})).unwrap();
+    assert!(store.mark_waiting(&mut job, "paid", HOUR).await.unwrap());
+    let written: i64 = sqlx::query_scalar("SELECT count(*) FROM written")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(written, 1, "the handler's write committed with the wait");
+    let progress: Option<Value> = sqlx::query_scalar("SELECT progress FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(progress, Some(json!({"step": 3})));
+    assert_eq!(waiting(&db, id).await.1.as_deref(), Some("paid"));
+}
