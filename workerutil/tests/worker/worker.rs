@@ -776,16 +776,17 @@ fn invalid_options_are_an_error_not_a_panic() {
     // Times added to the clock or multiplied, and a channel's size: refused
     // by name rather than overflowing (or allocating) at start or at run.
     let huge = Duration::from_secs(300_000_000_000 * 365 * 24 * 3600);
-    let breakers: [(&str, Box<dyn Fn(&mut WorkerOptions)>); 4] = [
+    type Breaker = Box<dyn Fn(&mut WorkerOptions)>;
+    let breakers: [(&str, Breaker); 4] = [
         (
             "heartbeat_interval",
-            Box::new(|o| o.heartbeat_interval = huge),
+            Box::new(move |o| o.heartbeat_interval = huge),
         ),
         (
             "max_active_time",
             Box::new(|o| o.max_active_time = Some(Duration::MAX)),
         ),
-        ("interval", Box::new(|o| o.interval = huge)),
+        ("interval", Box::new(move |o| o.interval = huge)),
         (
             "event_capacity",
             Box::new(|o| o.event_capacity = usize::MAX / 2 + 2),
