@@ -132,7 +132,7 @@ impl<R: Record> DbJob<R> {
         // replaces what was reported and not yet sent.
         let (counted, _writing) = store
             .pending_progress
-            .settle(self.lease, true, progress.is_some())
+            .start_write(self.lease, progress.is_some())
             .await;
         let seq = self.progress_seq.map(|seq| seq + counted);
         let statement = sql::write_progress(
@@ -338,51 +338,67 @@ impl Pending {
         self.beat_returned.notify_waiters();
     }
 
-    /// Waits until no beat carries what the attempt `lease` reported; then
-    /// returns how many of its reports the beats wrote since it last asked
-    /// (its writes' count, `progress_seq`, moved that much). With `write`,
-    /// beats leave the attempt's value alone until the returned guard drops
-    /// (its own write is on its way), and with `newer` the value reported
-    /// so far is dropped: the write carries a newer one.
-    async fn settle(&self, lease: Lease, write: bool, newer: bool) -> (i64, Option<Writing<'_>>) {
+    /// The reports, locked once no beat carries what the attempt `lease`
+    /// reported.
+    async fn settled(&self, lease: Lease) -> std::sync::MutexGuard<'_, HashMap<i64, Reported>> {
         loop {
             let returned = self.beat_returned.notified();
-            {
-                let mut reports = self.lock();
-                let r = reports
-                    .entry(lease.id)
-                    .or_insert_with(|| Reported::new(lease.token));
-                if r.token != lease.token {
-                    // Another attempt's entry (this one's lease was lost).
-                    return (0, None);
-                }
-                if r.in_flight.is_none() {
-                    let counted = std::mem::take(&mut r.counted_by_beats);
-                    if newer {
-                        r.value = None;
-                    }
-                    r.writing = write;
-                    if r.is_empty() {
-                        reports.remove(&lease.id);
-                    }
-                    // Built only for a write: its drop takes the lock.
-                    let guard = write.then(|| Writing {
-                        pending: self,
-                        lease,
-                    });
-                    return (counted, guard);
-                }
+            if let Some(reports) = self.lock_if_settled(lease) {
+                return reports;
             }
             returned.await;
         }
+    }
+
+    /// The reports, locked, if no beat carries what `lease` reported (a
+    /// function of its own: a lock held across the wait above would make
+    /// the marks' futures unsendable).
+    fn lock_if_settled(
+        &self,
+        lease: Lease,
+    ) -> Option<std::sync::MutexGuard<'_, HashMap<i64, Reported>>> {
+        let reports = self.lock();
+        let settled = reports.get(&lease.id).is_none_or(|r| r.in_flight.is_none());
+        settled.then_some(reports)
+    }
+
+    /// The attempt `lease` writes on its own, once no beat carries its
+    /// report (a beat landing later would write an older value over this
+    /// one, and the count it adds would make this write look stale); beats
+    /// leave its value alone until the guard drops. `newer`: the write
+    /// carries a newer progress value, which replaces what was reported and
+    /// not sent. Returns how many of its reports the beats wrote since it
+    /// last asked: its writes' count, `progress_seq`, moved that much.
+    async fn start_write(&self, lease: Lease, newer: bool) -> (i64, Writing<'_>) {
+        let mut reports = self.settled(lease).await;
+        let r = reports
+            .entry(lease.id)
+            .or_insert_with(|| Reported::new(lease.token));
+        let counted = if r.token == lease.token {
+            if newer {
+                r.value = None;
+            }
+            r.writing = true;
+            std::mem::take(&mut r.counted_by_beats)
+        } else {
+            // Another attempt's entry (this one's lease was lost): its
+            // write is refused anyway.
+            0
+        };
+        (
+            counted,
+            Writing {
+                pending: self,
+                lease,
+            },
+        )
     }
 
     /// What the attempt `lease` reported and no heartbeat wrote: its last
     /// word, for the attempt's final mark (after any beat carrying it
     /// returned). Forgets it.
     pub(super) async fn last(&self, lease: Lease) -> Option<serde_json::Value> {
-        self.settle(lease, false, false).await;
-        let mut reports = self.lock();
+        let mut reports = self.settled(lease).await;
         match reports.remove(&lease.id) {
             Some(r) if r.token == lease.token => r.value,
             Some(r) => {
