@@ -252,33 +252,20 @@ pub(crate) fn mark_group(o: &StoreParams, marks: &[Mark], retry: &RetryRule) -> 
             Expr::cust(format!("{}::text AS \"state\"", q(&c.state))),
         ]))
         .to_owned();
-    let mut with = WithClause::new()
+    let with = WithClause::new()
         .cte(cte(marks_q, "dbworker_marks", true))
         .to_owned();
-    let Some(side) = &o.progress_table else {
-        return Statement::from(&update.with(with));
-    };
-    // The side rows of the jobs it completed lose their checkpoint.
-    let completed = Query::select()
-        .column(alias("id"))
-        .from(alias("dbworker_marked"))
-        .and_where(Expr::cust(format!(
-            "\"dbworker_marked\".\"state\" = '{}'",
-            JobState::Completed.as_str()
-        )))
-        .to_owned();
-    let drop = Query::update()
-        .table(table_ref(side))
-        .value(alias(crate::columns::CHECKPOINT), Expr::cust("NULL"))
-        .and_where(col(&side.alias, crate::sql::progress_table::JOB_ID).in_subquery(completed))
-        .to_owned();
-    with.cte(cte(update, "dbworker_marked", false))
-        .cte(cte(drop, "dbworker_dropped", false));
-    let q = Query::select()
-        .columns([alias("id"), alias("state")])
-        .from(alias("dbworker_marked"))
-        .to_owned();
-    Statement::from(&q.with(with))
+    match &o.progress_table {
+        // The side rows of the jobs it completed lose their checkpoint.
+        Some(side) => super::progress_table::checkpoints_dropped(
+            update,
+            with,
+            side,
+            &["id", "state"],
+            Some("state"),
+        ),
+        None => Statement::from(&update.with(with)),
+    }
 }
 
 /// What a grouped mark writes to `trace_follows`: the mark's span, or with

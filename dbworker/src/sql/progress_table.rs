@@ -13,7 +13,7 @@ use sea_query::{
 };
 
 /// The side table's key, the job's id.
-pub(super) const JOB_ID: &str = "job_id";
+const JOB_ID: &str = "job_id";
 
 /// `(checkpoint, progress_seq)` of a job its claim still owns, read through
 /// its side row (none yet: no checkpoint, count 0); no row when the claim
@@ -131,23 +131,38 @@ fn completion_side(mark: UpdateStatement, a: &Table, side: &Relation) -> Stateme
         quote(&t.alias),
         quote(&c.id)
     ))));
+    checkpoints_dropped(mark, WithClause::new(), side, &["id"], None)
+}
+
+/// `mark` (a fenced mark returning each row it marked as `id`, and the
+/// other `returned` columns) run in `with`, and the side rows of the jobs it
+/// marked losing their checkpoint in the same statement: all of them, or
+/// with `completed` (the name of the column `mark` returns the state in)
+/// only those it completed. Returns `mark`'s rows.
+pub(super) fn checkpoints_dropped(
+    mark: UpdateStatement,
+    mut with: WithClause,
+    side: &Relation,
+    returned: &[&str],
+    completed: Option<&str>,
+) -> Statement {
+    let mut marked = Query::select();
+    marked.column(alias("id")).from(alias("dbworker_marked"));
+    if let Some(state) = completed {
+        marked.and_where(col("dbworker_marked", state).eq(Expr::cust(format!(
+            "'{}'",
+            workerutil::JobState::Completed.as_str()
+        ))));
+    }
     let drop = Query::update()
         .table(table_ref(side))
         .value(alias(CHECKPOINT), Expr::cust("NULL"))
-        .and_where(
-            col(&side.alias, JOB_ID).in_subquery(
-                Query::select()
-                    .column(alias("id"))
-                    .from(alias("dbworker_marked"))
-                    .to_owned(),
-            ),
-        )
+        .and_where(col(&side.alias, JOB_ID).in_subquery(marked.to_owned()))
         .to_owned();
-    let mut with = WithClause::new();
     with.cte(cte(mark, "dbworker_marked", false))
         .cte(cte(drop, "dbworker_dropped", false));
     let q = Query::select()
-        .column(alias("id"))
+        .columns(returned.iter().map(|c| alias(c)))
         .from(alias("dbworker_marked"))
         .to_owned();
     Statement::from(&q.with(with))
