@@ -18,7 +18,7 @@ use crate::events::{Hook, WorkerEvent};
 use crate::handler::{Handler, JobContext};
 use crate::metrics;
 use crate::outcome::Outcome;
-use crate::panics::{guarded, panic_message};
+use crate::panics::{caught, guarded, panic_message};
 use crate::retry::Retry;
 use crate::running::{CancelReason, Claimed, Running, Shared};
 use crate::state::JobState;
@@ -103,7 +103,7 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
             // an invalid delay.
             let retry = match outcome {
                 Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
-                _ => std::panic::catch_unwind(AssertUnwindSafe(|| handler.retry(job.record())))
+                _ => caught(|| handler.retry(job.record()))
                     .unwrap_or(None)
                     .map(Retry::without_invalid_delay),
             };
@@ -188,11 +188,10 @@ async fn execute<S: Store, H: Handler<S>>(
     // Asking may panic (a kind read from a malformed row): the job fails
     // with the reason instead of unwinding past its bookkeeping, which
     // would leave it running, heartbeat and all, for the process's life.
-    let asked = std::panic::catch_unwind(AssertUnwindSafe(|| handler.max_runtime(job.record())));
-    let asked = match asked {
+    let asked = match caught(|| handler.max_runtime(job.record())) {
         Ok(asked) => asked,
         Err(panic) => {
-            let message = format!("max_runtime panicked: {}", panic_message(&panic));
+            let message = format!("max_runtime panicked: {panic}");
             tracing::error!(panic = %message, "the handler's max_runtime panicked");
             return Outcome::Panicked(message);
         }
@@ -330,7 +329,7 @@ fn catch_unwind_kind<'a, S: Store, H: Handler<S>>(
     handler: &'a H,
     record: &'a S::Record,
 ) -> Option<&'a str> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| handler.kind(record))).unwrap_or(None)
+    caught(|| handler.kind(record)).unwrap_or(None)
 }
 
 /// A job's handler slot. Giving it back wakes the dequeue loop, which may now

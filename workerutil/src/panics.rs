@@ -32,6 +32,12 @@ pub(crate) fn guarded<T>(
     }
 }
 
+/// Runs a synchronous hook (`kind`, `retry`, `max_runtime`), turning a
+/// panic inside it into its message.
+pub(crate) fn caught<T>(hook: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(hook)).map_err(|panic| panic_message(&panic))
+}
+
 /// The text of a panic payload (for stores that catch panics in user code,
 /// such as a scan function).
 pub fn panic_message(panic: &Box<dyn Any + Send>) -> String {
