@@ -33,6 +33,11 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::ser::Serializer;
 
+/// The longest time an option may name, 100 years: options' times are
+/// added to clock readings and multiplied (a deadline, three heartbeat
+/// intervals), and nobody means more.
+pub const MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A text that is not a duration: says which text, and why.
 ///
 /// ```

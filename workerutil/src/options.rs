@@ -231,9 +231,8 @@ impl WorkerOptions {
         if matches!(&self.hostname, Some(h) if h.contains('\0')) {
             return invalid("hostname", "must not hold a NUL character (U+0000)");
         }
-        // Times are added to clock readings and to each other (a deadline, a
-        // store's check of three heartbeat intervals): a century is no limit
-        // anyone means, and keeps those sums from overflowing.
+        // Times are added to clock readings and to each other: bounded
+        // (`duration::MAX`), those sums cannot overflow.
         for (field, duration) in [
             ("max_active_time", self.max_active_time),
             ("interval", Some(self.interval)),
@@ -247,7 +246,7 @@ impl WorkerOptions {
             ("heartbeat_failure_limit", self.heartbeat_failure_limit),
             ("drain_timeout", Some(self.drain_timeout)),
         ] {
-            if duration.is_some_and(|d| d > MAX_DURATION) {
+            if duration.is_some_and(|d| d > crate::duration::MAX) {
                 return invalid(field, "must be at most 100 years");
             }
         }
@@ -310,9 +309,6 @@ impl WorkerOptions {
         Ok(())
     }
 }
-
-/// The longest time an option may name: 100 years.
-const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The most events a worker's broadcast channel buffers.
 const MAX_EVENT_CAPACITY: usize = 1 << 20;

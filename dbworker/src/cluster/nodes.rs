@@ -117,16 +117,13 @@ impl NodeOptions {
             return invalid("heartbeat_interval", "must be at least 10ms");
         }
         // Multiplied and added to the clock below and at run time.
-        let century = Duration::from_secs(100 * 365 * 24 * 3600);
-        if self.heartbeat_interval > century || self.dead_after > century {
-            return invalid(
-                if self.heartbeat_interval > century {
-                    "heartbeat_interval"
-                } else {
-                    "dead_after"
-                },
-                "must be at most 100 years",
-            );
+        for (field, duration) in [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("dead_after", self.dead_after),
+        ] {
+            if duration > workerutil::duration::MAX {
+                return invalid(field, "must be at most 100 years");
+            }
         }
         if self.dead_after < self.heartbeat_interval * 3 {
             return invalid("dead_after", "must be at least three heartbeat intervals");

@@ -161,12 +161,11 @@ pub(crate) fn visible_unqualified(rel: &Relation) -> Statement {
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    let isolation = default_isolation();
     use super::fixtures::{quoted, resolved};
     let (t, v) = (resolved(false), resolved(true));
     vec![
         ("relation_columns", relation_columns(&t.table)),
-        ("default_isolation", isolation),
+        ("default_isolation", default_isolation()),
         (
             "generated_column",
             generated_column(&t.table, crate::columns::LIVE),

@@ -577,6 +577,18 @@ async fn a_client_refuses_bad_cluster_options_and_leaves_no_row() {
         ),
         "{hasty:?}"
     );
+    // A time the clock arithmetic cannot hold is refused, not a panic.
+    let forever = build(&|c| c.node.dead_after = Duration::MAX).await;
+    assert!(
+        matches!(
+            forever,
+            Err(dbworker::Error::InvalidOption {
+                field: "dead_after",
+                ..
+            })
+        ),
+        "{forever:?}"
+    );
     let no_table = build(&|c| c.leader_table = "no_such_leaders".into()).await;
     let message = no_table.map(|_| ()).unwrap_err().to_string();
     assert!(message.contains("no_such_leaders"), "{message}");
