@@ -48,13 +48,15 @@
 //! `BENCH_WORKFLOW_RUNS=0,2` makes only those runs of the `workflows`
 //! workload (indexes into `workflows::Shape::RUNS`; keep 0, the plain run);
 //! `BENCH_MAX_CLAIM_AHEAD=N` sets the workers' `max_claim_ahead`, to compare
-//! bounds with one build, and `BENCH_CLAIM_AHEAD=N` a fixed `claim_ahead`
-//! (a value that is not a number is refused);
+//! bounds with one build, `BENCH_CLAIM_AHEAD=N` a fixed `claim_ahead` and
+//! `BENCH_CONCURRENT_DEQUEUES=N` the claims in flight at once (a value that
+//! is not a number is refused);
 //! `BENCH_FLOOR=one-write` (or `lock-delete`) makes the heartbeat floor lock
 //! and complete (or delete) each batch in one transaction (each row written
 //! once; see `floor`; another value is refused);
 //! `BENCH_WRAP_WORKER=heaptrack` runs the `rss` workload's worker process
-//! under that program (a heap profile of the measured run);
+//! (and the peer comparison's) under that program (a heap profile of the
+//! measured run; `bench/cpu/perf-record.sh` for a CPU profile);
 //! `BENCH_TABLE_LAYOUT=hot` gives the table the HOT layout
 //! (`dbworker::ddl::hot_layout_sql`; the floor's claim then names its
 //! column, as dbworker's does), and `BENCH_FILLFACTOR=N` that layout with
