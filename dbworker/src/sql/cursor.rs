@@ -52,35 +52,35 @@ pub(crate) fn came_due(
         Some(at) => Expr::cust_with_values("to_timestamp($1::float8)", [at]),
         None => since(first),
     };
-    let src = o.source();
-    // The view need not show the layout's column; the table's row is tested
-    // with it below.
-    let src_columns = match o.view {
-        Some(_) => c.without_live(),
-        None => c.clone(),
-    };
     let mut q = Query::select();
-    q.expr(col(&src.alias, &c.id))
-        .from(table_ref(src))
-        .cond_where(eligible(&src.alias, &src_columns))
-        .and_where(col(&src.alias, &c.process_after).gt(cutoff));
+    match &o.view {
+        // The view need not show the layout's column: the table's row is
+        // checked as a claim checks it.
+        Some(v) => {
+            q.expr(col(&v.alias, &c.id))
+                .from(table_ref(v))
+                .cond_where(eligible(&v.alias, &c.without_live()))
+                .and_where(col(&v.alias, &c.process_after).gt(cutoff))
+                .inner_join(
+                    table_ref(t),
+                    col(&t.alias, &c.id).equals((alias(&v.alias), alias(&c.id))),
+                )
+                .cond_where(eligible(&t.alias, c));
+        }
+        // In id order the claim index ends the scan at the first row found.
+        None => {
+            q.expr(col(&t.alias, &c.id))
+                .from(table_ref(t))
+                .cond_where(eligible(&t.alias, c))
+                .and_where(col(&t.alias, &c.process_after).gt(cutoff))
+                .order_by_expr(col(&t.alias, &c.id), Order::Asc);
+        }
+    }
     for cond in conditions {
         q.and_where(cond.clone());
     }
-    if o.view.is_some() {
-        q.inner_join(
-            table_ref(t),
-            col(&t.alias, &c.id).equals((alias(&src.alias), alias(&c.id))),
-        )
-        .cond_where(eligible(&t.alias, c));
-    }
     if let Some(e) = not_paused(o, &t.alias) {
         q.and_where(e);
-    }
-    // In id order the table's claim index ends the scan at the first row
-    // found; a view's rows come in whatever order its plan gives.
-    if o.view.is_none() {
-        q.order_by_expr(col(&t.alias, &c.id), Order::Asc);
     }
     q.limit(1);
     let mut outer = Query::select();
