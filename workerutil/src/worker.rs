@@ -416,13 +416,32 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         };
 
         // Claims in flight may already have committed: wait for them, so their
-        // jobs are handed back now rather than left to the resetter.
-        while let Some((_, _, result, _)) = claims.next().await {
-            if let Ok(jobs) = result {
-                for job in jobs {
-                    dequeued += 1;
-                    buffer.push_back(self.register(job));
+        // jobs are handed back now rather than left to the resetter; but no
+        // longer than the drain timeout (a claim stuck on a lock or a dead
+        // connection must not hold the shutdown), and not at all once jobs are
+        // cancelled. What an abandoned claim took, the resetter takes back.
+        if !claims.is_empty() {
+            let give_up = tokio::time::sleep(options.drain_timeout);
+            tokio::pin!(give_up);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancel_jobs.cancelled() => break,
+                    () = &mut give_up => break,
+                    next = claims.next() => match next {
+                        Some((_, _, Ok(jobs), _)) => {
+                            for job in jobs {
+                                dequeued += 1;
+                                buffer.push_back(self.register(job));
+                            }
+                        }
+                        Some(_) => {}
+                        None => break,
+                    },
                 }
+            }
+            if !claims.is_empty() {
+                tracing::warn!(worker = %shared.name, claims = claims.len(), "shutdown: claims still in flight abandoned; the resetter takes back what they claimed");
             }
         }
         let handed_back = self.hand_back(buffer).await;

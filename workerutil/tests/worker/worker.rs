@@ -1212,6 +1212,41 @@ async fn a_shutdown_during_the_starts_of_buffered_jobs_starts_no_more() {
     assert_eq!(store.count(JobState::Queued), 4, "handed back");
 }
 
+/// A claim stuck in flight (a lock wait, a dead connection) holds a graceful
+/// shutdown for at most the drain timeout, and an immediate one not at all.
+#[tokio::test(start_paused = true)]
+async fn a_claim_stuck_in_flight_holds_a_shutdown_no_longer_than_the_drain_timeout() {
+    for immediate in [false, true] {
+        let store = Arc::new(Flaky::default());
+        *store.dequeue_delay.lock().unwrap() = Duration::from_secs(24 * 3600);
+        store.enqueue_succeeding(1..=1);
+        let mut o = options();
+        o.drain_timeout = Duration::from_secs(5);
+        let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+        let shutdown = worker.shutdown_handle();
+        let run = tokio::spawn(worker.run());
+        while store.dequeues.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let asked = tokio::time::Instant::now();
+        if immediate {
+            shutdown.immediate();
+        } else {
+            shutdown.graceful();
+        }
+        let summary = run.await.unwrap();
+        let waited = asked.elapsed();
+        let bound = if immediate {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(5)
+        };
+        assert!(waited <= bound, "immediate: {immediate}: waited {waited:?}");
+        assert_eq!(summary.dequeued, 0);
+        assert_eq!(store.inner.state(1), Some(JobState::Queued));
+    }
+}
+
 /// `max_runtime` may panic (a kind read from a malformed row): that job
 /// fails with the reason, its slot and lease are freed, and the others run.
 #[tokio::test(start_paused = true)]
