@@ -164,8 +164,19 @@ async fn execute<S: Store, H: Handler<S>>(
         };
     }
     // Phase two of the dequeue, off the dequeue loop: the next claim does not
-    // wait for it.
-    match guarded("open", shared.store.open(job)).await {
+    // wait for it. It may wait for a connection: a cancellation (a shutdown,
+    // a lost lease) meanwhile ends it as it would a buffered job's.
+    let opened = tokio::select! {
+        biased;
+        opened = guarded("open", shared.store.open(job)) => opened,
+        () = running.token.cancelled() => {
+            return match canceled_outcome(shared, running) {
+                Outcome::HeartbeatExpired(_) => Outcome::Interrupted,
+                other => other,
+            };
+        }
+    };
+    match opened {
         Ok(true) => {}
         // Someone else owns it now, or the store recorded why it cannot run.
         Ok(false) => return Outcome::Lost,

@@ -61,6 +61,8 @@ struct Flaky {
     reset_before_open: Mutex<Option<RecordId>>,
     /// `open` fails for this job (its connection could not be had).
     fail_open: Mutex<Option<RecordId>>,
+    /// How long each `open` takes (on tokio's clock): a wait for a connection.
+    open_delay: Mutex<Duration>,
     /// Suggest no claim-ahead (as a store whose claimed jobs hold a resource).
     no_claim_ahead: bool,
 }
@@ -115,6 +117,8 @@ impl Store for Flaky {
         if *self.fail_open.lock().unwrap() == Some(id) {
             return Err("no connection for the job's transaction".into());
         }
+        let delay = *self.open_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         let reset = self.reset_before_open.lock().unwrap().take_if(|r| *r == id);
         if reset.is_some() {
             self.inner.reset(id);
@@ -1244,6 +1248,45 @@ async fn a_claim_stuck_in_flight_holds_a_shutdown_no_longer_than_the_drain_timeo
         assert!(waited <= bound, "immediate: {immediate}: waited {waited:?}");
         assert_eq!(summary.dequeued, 0);
         assert_eq!(store.inner.state(1), Some(JobState::Queued));
+    }
+}
+
+/// A job whose `open` waits (for a pool connection) is ended by a shutdown
+/// like a buffered one: at once on an immediate one, after the drain timeout
+/// on a graceful one, and put back, not failed.
+#[tokio::test(start_paused = true)]
+async fn a_job_waiting_to_open_is_requeued_by_a_shutdown_without_waiting_for_it() {
+    for immediate in [false, true] {
+        let store = Arc::new(Flaky::default());
+        *store.open_delay.lock().unwrap() = Duration::from_secs(24 * 3600);
+        store.enqueue_succeeding(1..=1);
+        let mut o = options();
+        o.drain_timeout = Duration::from_secs(5);
+        let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+        let shutdown = worker.shutdown_handle();
+        let mut events = worker.subscribe();
+        let run = tokio::spawn(worker.run());
+        wait_for(&mut events, |e| {
+            matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())
+        })
+        .await;
+        let asked = tokio::time::Instant::now();
+        if immediate {
+            shutdown.immediate();
+        } else {
+            shutdown.graceful();
+        }
+        run.await.unwrap();
+        let waited = asked.elapsed();
+        let bound = if immediate {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(5)
+        };
+        assert!(waited <= bound, "immediate: {immediate}: waited {waited:?}");
+        let job = store.inner.snapshot(1).unwrap();
+        assert_eq!(job.state, JobState::Queued, "immediate: {immediate}");
+        assert_eq!(job.num_failures, 0, "immediate: {immediate}");
     }
 }
 
