@@ -8,8 +8,11 @@
 //! | [`workflow`] | `ddl/workflows.rs` (the release trigger), `sql/workflow.rs` (`lock_upstreams`) | a dependent is released exactly once, only after all its upstream jobs completed |
 //! | [`leader`] | `sql/cluster.rs` (`leader_acquire`, `leader_renew`, `leader_fence`), `cluster/leader.rs`, `cluster/leadership.rs` | with a term and a `FOR SHARE` check, writes of two terms never interleave |
 //! | [`checkpoint`] | `consumers/store.rs` (`open_slice`), `sql/consumers.rs` (`log_slice`, `log_advance`) | the old position checkpoint lost events; the `(xid, position)` rule under the snapshot's xmin does not |
-//! | [`signal`] | `ddl/signals.rs` (`<table>_signal`: the row locked first), `store/signals.rs` (`wait_job`: the row locked, the mailbox read in a statement of its own, the mark), `sql/signals.rs` (`consume_signal`, fenced by the token) | a sender and a wait mark that both lock the job row first lose no wake-up; a conditional wake alone does |
-//! | [`progress`] | `store/progress.rs`, `sql/progress.rs` (`write_progress`: the token and the write count) | a write fenced by token and `seq` never moves progress back nor lands after the next claim |
+//! | [`signal`] | `ddl/signals.rs` (`<table>_signal`: the row locked first; a duplicate wakes nothing), `store/signals.rs` (`wait_job`: the row locked, the mailbox read in a statement of its own, the mark) | a sender and a wait mark that both lock the job row first lose no wake-up; a conditional wake alone does |
+//! | [`signal_key`] | `ddl/signals.rs` (`<table>_signal_key`: the holder locked with the key checked again, looping) | a signal by key reaches the job holding the key, never one that let it go |
+//! | [`signal_consume`] | `sql/signals.rs` (`consume_signal`: the job row `FOR SHARE`, the claim checked on its newest version), `store/signals.rs` (`DbJob::signal`) | only the attempt owning the job consumes its signal |
+//! | [`progress`] | `sql/progress.rs` (`write_progress`: owned, by token, and `progress_seq = $seq`), `sql/progress_table.rs` (`write_progress_side`) | a write fenced by token and count never moves progress back nor lands after the next claim, even out of order |
+//! | [`progress_beats`] | `store/progress.rs` (`Pending`: `value`, `in_flight`, `counted_by_beats`, `writing`), `store/heartbeat.rs`, `sql/heartbeat.rs` (the lock step re-checks state and token), `sql/progress_table.rs` (`heartbeat_side`) | reports carried by heartbeats never land for a lost claim nor over a newer value, never get the owner's write refused, and the last one reaches the row |
 //!
 //! Each model has a flag that removes its guard (or selects the old rule),
 //! and its tests assert that the checker then finds a counterexample.
@@ -33,7 +36,10 @@ pub mod checkpoint;
 pub mod claim;
 pub mod leader;
 pub mod progress;
+pub mod progress_beats;
 pub mod signal;
+pub mod signal_consume;
+pub mod signal_key;
 pub mod workflow;
 
 /// A system to explore: its initial states, and the atomic steps enabled in

@@ -1,32 +1,35 @@
-//! Fenced progress checkpoints that survive retries.
+//! Fenced progress checkpoints that survive retries: what the fence alone
+//! guarantees when writes may land in any order.
 //!
-//! **The real code.** `store/progress.rs` and `sql/progress.rs`
-//! (`write_progress`), which compare the write count for equality and count
-//! each write (the same guard: a write that names an old count is refused).
-//! An attempt writes its resume state with
-//! `UPDATE … SET checkpoint = $v, seq = $s WHERE id = $id AND token = $t AND
-//! seq < $s`; a retried attempt reads the checkpoint when it is claimed and
-//! resumes from it. Writes may be coalesced
-//! (flushed with the heartbeat) or sent on another connection, so one
-//! attempt's writes can land late and out of order.
+//! **The real code.** `sql/progress.rs` (`write_progress`, and
+//! `write_progress_side` in `sql/progress_table.rs` for the side table):
+//! `UPDATE … SET checkpoint = $v, progress_seq = progress_seq + 1 WHERE id =
+//! $id AND state = 'processing' AND token = $t AND progress_seq = $s
+//! RETURNING progress_seq`; the attempt keeps the count returned and names it
+//! in its next write. A retried attempt reads the checkpoint and the count
+//! when it starts (`read_checkpoint`) and resumes from them. `store/progress.rs`
+//! awaits each write, so one attempt's own writes never overlap; the write
+//! that can land late is a heartbeat carrying a report, which
+//! [`progress_beats`](crate::progress_beats) models with the store's
+//! bookkeeping. This model lets every write land late and in any order, to
+//! show what each part of the fence is for.
 //!
 //! - [`Fence::TokenAndSeq`]: the write above.
-//! - [`Fence::TokenOnly`]: `WHERE id = $id AND token = $t`: a stale attempt is
+//! - [`Fence::TokenOnly`]: without `progress_seq = $s`: a stale attempt is
 //!   refused, but one attempt's reordered writes move its progress back.
 //! - [`Fence::None`]: `WHERE id = $id` (River's `JobUpdate`): a slow attempt
 //!   overwrites the next attempt's progress.
 //!
 //! **The model.** One job, claimed by attempt 1 (token 1) from checkpoint 0.
-//! An attempt sends its writes in order, each its progress and seq one above
-//! the last (a write is "sent"), and each lands later, in any order (one
-//! atomic statement, autocommit). The resetter may requeue the job while
-//! attempt 1 still runs (it is paused, or its heartbeat is late); the next
-//! claim gives token 2 and returns the row (`RETURNING`), so attempt 2
-//! reads the checkpoint in the claim's statement and writes from there.
-//! Attempt 1 does not know it was reset: it keeps sending. A reset does not
-//! change the token, so attempt 1's writes still land until the claim: that
-//! is progress it made, and the claim reads it. Bounds: `writes` per attempt
-//! (the tests use 2 and 3), one reset.
+//! An attempt that started from checkpoint `c` and count `s` sends its
+//! writes in order, write `k` carrying progress `c + k` and naming the count
+//! `s + k - 1` (a write is "sent"), and each lands later, in any order (one
+//! atomic statement, autocommit). The resetter may requeue the job while attempt 1 still runs
+//! (it is paused, or its heartbeat is late): the row is `queued`, so attempt
+//! 1's writes are refused from then on, though it does not know and keeps
+//! sending. The next claim gives token 2 and attempt 2 reads the checkpoint
+//! and the count, and writes from there. Bounds: `writes` per attempt (the
+//! tests use 2 and 3), one reset.
 //!
 //! **Invariants.**
 //! - `checkpoint never moves backward`: no landing write lowers it.
@@ -41,9 +44,9 @@ use crate::{Model, Property};
 /// The checkpoint write's `WHERE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fence {
-    /// `id = $id AND token = $t AND seq < $s`.
+    /// `id = $id AND state = 'processing' AND token = $t AND progress_seq = $s`.
     TokenAndSeq,
-    /// `id = $id AND token = $t`.
+    /// `id = $id AND state = 'processing' AND token = $t`.
     TokenOnly,
     /// `id = $id`.
     None,
@@ -52,20 +55,23 @@ pub enum Fence {
 /// The job row's checkpoint columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Row {
+    /// `state = 'processing'` (false once the resetter requeued it).
+    pub processing: bool,
     /// The fencing token: the latest claim's number.
     pub token: u8,
     /// The checkpoint: how far the work got.
     pub checkpoint: u8,
-    /// `seq` of the write that set it.
+    /// `progress_seq`: the writes counted so far.
     pub seq: u8,
 }
 
 /// One claim's attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Attempt {
-    /// The checkpoint and seq it resumed from.
+    /// The checkpoint and count it resumed from.
     pub base: (u8, u8),
-    /// Writes sent so far (write `k`, from 1, carries `base + k`).
+    /// Writes sent so far (write `k`, from 1, carries `base.0 + k` and names
+    /// the count `base.1 + k - 1`).
     pub sent: u8,
     /// Sent writes not landed yet: bit `k - 1` for write `k`.
     pub in_flight: u8,
@@ -107,7 +113,7 @@ pub enum Action {
     Land(u8, u8),
     /// The resetter requeues the job.
     Reset,
-    /// The next claim: token 2, and attempt 2 reads the checkpoint.
+    /// The next claim: token 2, and attempt 2 reads the checkpoint and count.
     Claim,
 }
 
@@ -127,6 +133,7 @@ impl Model for ProgressModel {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             row: Row {
+                processing: true,
                 token: 1,
                 checkpoint: 0,
                 seq: 0,
@@ -179,17 +186,18 @@ impl Model for ProgressModel {
                 attempt.in_flight &= !(1 << (k - 1));
                 n.reordered |= k < attempt.applied;
                 attempt.applied = attempt.applied.max(k);
-                let (value, seq, token) = (attempt.base.0 + k, attempt.base.1 + k, a + 1);
+                let (value, seq, token) = (attempt.base.0 + k, attempt.base.1 + k - 1, a + 1);
+                let owned = s.row.processing && s.row.token == token;
                 let matches = match self.fence {
-                    Fence::TokenAndSeq => s.row.token == token && s.row.seq < seq,
-                    Fence::TokenOnly => s.row.token == token,
+                    Fence::TokenAndSeq => owned && s.row.seq == seq,
+                    Fence::TokenOnly => owned,
                     Fence::None => true,
                 };
                 if matches {
                     n.regressed |= value < s.row.checkpoint;
                     n.late |= a == 0 && s.attempts.len() > 1;
                     n.row.checkpoint = value;
-                    n.row.seq = seq;
+                    n.row.seq += 1;
                     if a == 0 {
                         n.best_first = n.best_first.max(value);
                     }
@@ -199,9 +207,11 @@ impl Model for ProgressModel {
             }
             Action::Reset => {
                 n.reset = true;
+                n.row.processing = false;
                 n.best_at_reset = s.best_first;
             }
             Action::Claim => {
+                n.row.processing = true;
                 n.row.token = 2;
                 n.stale_read |= s.row.checkpoint < s.best_at_reset;
                 n.attempts.push(Attempt {

@@ -1,16 +1,21 @@
 //! Durable waits and signals on a job row: no lost wake-up.
 //!
 //! **The real code.** `ddl/signals.rs` (`<table>_signal`), `store/signals.rs`
-//! (`wait_job`) and `sql/signals.rs`, where "waiting" is `queued` with the
-//! signal's name in `awaiting` and the timeout as the run time. A handler ends
-//! its attempt by waiting for a signal
-//! name; its wait mark parks the row `waiting` unless the signal is already
-//! in the mailbox (a sidecar table, one row per `(job, name, dedupe key)`,
-//! `INSERT … ON CONFLICT DO NOTHING`). A sender, in its own transaction,
-//! inserts the signal and wakes the job if it is waiting (`UPDATE … SET state
-//! = 'queued' WHERE id = $1 AND state = 'waiting'`). An attempt that finds the
-//! signal consumes it (`consumed_attempt = token`) with its mark, fenced by
-//! its claim's token.
+//! (`wait_job`) and `sql/signals.rs` (`lock_owned`, `signal_sent`,
+//! `mark_waiting`), where "waiting" is `queued` with the signal's name in
+//! `awaiting` and the timeout as the run time. A handler ends its attempt by
+//! waiting for a signal name; its wait mark parks the row `waiting` unless
+//! the signal is already in the mailbox (a sidecar table, unique per `(job,
+//! dedupe key)`, `INSERT … ON CONFLICT DO NOTHING`). A sender, in its own
+//! transaction, inserts the signal and, unless it was a duplicate (the
+//! function then returns), wakes the job if it waits (`UPDATE … SET
+//! process_after = now(), awaiting = NULL WHERE id = $1 AND awaiting = $name
+//! AND state IN ('queued', 'errored')`). A mark that finds the signal
+//! requeues the job to run at once, and the next attempt consumes it
+//! (`consume_signal`, recording `consumed_token`); the model folds both into
+//! the mark ("consume and complete"), fenced by the mark's token. The
+//! consumption's own fence is checked by [`signal_consume`](crate::signal_consume),
+//! sending by key by [`signal_key`](crate::signal_key).
 //!
 //! - [`Protocol::Locked`]: both serialize on the job row. The sender first
 //!   locks it (`SELECT … FOR NO KEY UPDATE`), then inserts, wakes, commits;
@@ -33,8 +38,9 @@
 //!
 //! **The model.** One job, claimed (token 1) and processing; its attempt runs
 //! "receive signal N": consume one if there, else wait. Senders (the tests
-//! run 1 to 3) each send N with a dedupe key. Each statement is an atomic step; READ
-//! COMMITTED: a statement sees what was committed when it started. Row locks:
+//! run 1 to 3) each send N with a dedupe key (a duplicate wakes nothing).
+//! Each statement is an atomic step; READ COMMITTED: a statement sees what
+//! was committed when it started. Row locks:
 //! an `UPDATE` or `FOR NO KEY UPDATE` waits for the job row's holder, then
 //! evaluates its `WHERE` on the newest row version; the claim and the
 //! resetter skip a locked row (`SKIP LOCKED`). An insert waits for an
@@ -155,9 +161,10 @@ pub enum SenderStep {
     Start,
     /// Locked: holds the job row.
     Locked,
-    /// Inserted (or found its key committed: nothing inserted).
+    /// Inserted.
     Inserted,
-    /// Ran its conditional wake.
+    /// Ran its conditional wake (or found its key committed: nothing
+    /// inserted, no wake).
     Woken,
     /// Committed.
     Committed,
@@ -445,17 +452,23 @@ impl Model for SignalModel {
             Action::SenderInsert(i) => {
                 let key = s.senders[usize::from(i)].key;
                 let same_key = s.mailbox.iter().find(|m| m.key == key);
-                match same_key {
+                n.senders[usize::from(i)].step = match same_key {
                     Some(m) if !m.committed => return None, // waits for that sender
-                    Some(_) => n.absorbed = true,           // DO NOTHING
-                    None => n.mailbox.push(Signal {
-                        sender: i,
-                        key,
-                        committed: false,
-                        consumptions: 0,
-                    }),
-                }
-                n.senders[usize::from(i)].step = SenderStep::Inserted;
+                    Some(_) => {
+                        // DO NOTHING, and the function returns before its wake.
+                        n.absorbed = true;
+                        SenderStep::Woken
+                    }
+                    None => {
+                        n.mailbox.push(Signal {
+                            sender: i,
+                            key,
+                            committed: false,
+                            consumptions: 0,
+                        });
+                        SenderStep::Inserted
+                    }
+                };
             }
             Action::SenderWake(i) => {
                 let who = Who::Sender(i);

@@ -398,12 +398,17 @@ pub fn enqueue_function_sql(
         let lit = |ident: &str| quote(ident).replace('\'', "''");
         // As if newly enqueued: an errored holder starts over (like sql::enqueue_keyed).
         let fresh = format!(
-            "{} = ''queued'', {} = 0, {} = NULL, {} = NULL",
+            "{} = ''queued'', {} = 0, {} = 0, {} = NULL, {} = NULL, {} = false",
             lit(&c.state),
             lit(&c.num_failures),
+            lit(&c.num_resets),
             lit(&c.failure_message),
-            lit(&c.finished_at)
+            lit(&c.finished_at),
+            lit(&c.cancel)
         );
+        // `replace` takes the new run-at even when none is given (at once),
+        // as if newly enqueued.
+        let run_at_now = format!("{pa} = excluded.{pa}", pa = lit(&c.process_after));
         // preserve_run_at keeps the run-at, unless the holder failed before:
         // that run-at was a retry's (like sql::enqueue_keyed).
         let retaken = format!(
@@ -428,10 +433,17 @@ pub fn enqueue_function_sql(
         END IF;
         SELECT string_agg(format('%I = excluded.%I', k, k), ', ') INTO sets
           FROM jsonb_object_keys(vals) AS k
-         WHERE k <> 'job_key' AND (key_mode = 'replace' OR k <> {process_after});
+         WHERE k <> 'job_key' AND k <> {process_after};
         sets := concat_ws(', ', sets, '{fresh}');
         IF key_mode = 'preserve_run_at' THEN
             sets := concat_ws(', ', sets, '{retaken}');
+        ELSE
+            sets := concat_ws(', ', sets, '{run_at_now}');
+        END IF;
+        -- The old work's progress and checkpoint do not carry over to the new.
+        IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{table_literal}'::regclass
+                    AND attname = 'checkpoint' AND NOT attisdropped) THEN
+            sets := concat_ws(', ', sets, '"progress" = NULL, "checkpoint" = NULL');
         END IF;
         -- A live job holds at most one key. A waiting holder takes the new
         -- values (replace, preserve_run_at); a processing one gives up the key
@@ -496,7 +508,7 @@ BEGIN
      WHERE k IN ({standard}{optional_names}) LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'column % is managed by dbworker; use the function''s parameters', bad;
-    END IF;
+    END IF;{check_retries}
     vals := COALESCE(fields, '{{}}') || jsonb_strip_nulls(jsonb_build_object({extra}));
     SELECT string_agg(format('%I', k), ', ') INTO cols FROM jsonb_object_keys(vals) AS k;
     IF cols IS NULL THEN
@@ -517,6 +529,12 @@ $dbworker$;
             ""
         },
         id_escaped = id,
+        // A negative limit would fail the job for good at its first error.
+        check_retries = if columns.max_retries {
+            "\n    IF max_retries < 0 THEN\n        RAISE EXCEPTION 'max_retries must be 0 or more, not %', max_retries;\n    END IF;"
+        } else {
+            ""
+        },
     ))
 }
 

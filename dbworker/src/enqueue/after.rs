@@ -211,15 +211,13 @@ impl Enqueuer {
             })
             .collect();
         // The current span's context, for the tasks that name none.
-        let ambient = jobs.first().and_then(|j| self.ambient_trace(j));
+        let ambient = self.ambient_context();
         let rows: Vec<JobRow<'_>> = jobs
             .iter()
             .map(|j| j.row_traced(ambient.as_ref()))
             .collect();
         let mut ids = Vec::with_capacity(tasks.len());
-        // Each row binds its values plus run-at, priority, queue, retry limit,
-        // kind, flags and arguments at most.
-        let per_row = jobs.iter().map(|j| j.values().len() + 7).max().unwrap_or(1);
+        let per_row = super::binds_per_row(&jobs);
         for chunk in rows.chunks((super::MAX_BIND_PARAMETERS / per_row).max(1)) {
             let inserted = sql::enqueue_rows(&self.target, chunk)
                 .fetch_all(&mut *tx)

@@ -31,6 +31,15 @@ impl Enqueuer {
         if job.max_retries_value().is_some() && t.max_retries_column.is_none() {
             return refuse("max_retries_column", "retry limit");
         }
+        if let Some(max) = job
+            .max_retries_value()
+            .filter(|m| i32::try_from(*m).is_err())
+        {
+            return Err(Error::InvalidOption {
+                field: "max_retries",
+                reason: format!("{max} is more than the column holds ({})", i32::MAX),
+            });
+        }
         if job.kind_value().is_some() && t.kind_column.is_none() {
             return refuse("kind_column", "kind");
         }

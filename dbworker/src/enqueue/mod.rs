@@ -192,9 +192,16 @@ impl Enqueuer {
     /// The current span's trace context, for a job that names none on a
     /// table with traces (read while the caller's span is current).
     fn ambient_trace(&self, job: &NewJob) -> Option<TraceContext> {
-        (self.target.traces && job.trace_value().is_none())
-            .then(TraceContext::current)
-            .flatten()
+        if job.trace_value().is_some() {
+            return None;
+        }
+        self.ambient_context()
+    }
+
+    /// The current span's trace context on a table with traces, for every
+    /// job of a batch that names none (whatever the first one names).
+    pub(crate) fn ambient_context(&self) -> Option<TraceContext> {
+        self.target.traces.then(TraceContext::current).flatten()
     }
 
     async fn insert_one_now(&self, conn: &mut PgConnection, job: &NewJob) -> Result<Enqueued> {
@@ -221,51 +228,78 @@ impl Enqueuer {
         // look-up; then the key is free and the insert goes through next time.
         let mode: sql::OnKey = mode.into();
         for _ in 0..8 {
-            let row = match &self.target.key_table {
-                None => sql::enqueue_keyed(&self.target, &job.row(), key, mode)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(Error::db("enqueue"))?,
-                Some(keys) => {
-                    match partitioned::keyed_insert(conn, &self.target, keys, job, key, mode)
-                        .await?
-                    {
-                        Some(row) => row,
-                        // Another enqueuer inserted a holder first: look again.
-                        None => continue,
-                    }
-                }
-            };
-            if let Some(row) = row {
-                let id = row.get("id");
-                return Ok(if row.get::<bool, _>("inserted") {
-                    Enqueued::Inserted(id)
-                } else {
-                    Enqueued::Updated(id)
-                });
+            match self.keyed_step(conn, job, key, mode).await? {
+                KeyedStep::Done(enqueued) => return Ok(enqueued),
+                KeyedStep::Again => continue,
+                KeyedStep::HolderRunning => {}
             }
-            if mode.replaces() {
-                // The holder is processing: it gives up the key, and the next
-                // insert goes through. A concurrent enqueuer waits on the
-                // holder's row lock, then finds the new job and updates it.
-                sql::release_key(&self.target, key)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(Error::db("enqueue"))?;
-                continue;
-            }
-            let with_failed = mode == sql::OnKey::UnsafeDedupe;
-            let holder = sql::live_job_with_key(&self.target, key, with_failed)
-                .fetch_optional(&mut *conn)
+            // The holder is processing: it gives up the key and the new job
+            // takes it, in one transaction (a savepoint inside the caller's),
+            // so an insert that fails or is dropped leaves the holder its key
+            // and its retries. A concurrent enqueuer waits on the holder's
+            // row lock, then finds the new job and updates it.
+            let mut tx = sqlx::Connection::begin(&mut *conn)
+                .await
+                .map_err(Error::db("begin"))?;
+            sql::release_key(&self.target, key)
+                .execute(&mut *tx)
                 .await
                 .map_err(Error::db("enqueue"))?;
-            if let Some(row) = holder {
-                return Ok(Enqueued::Kept(row.get("id")));
+            if let KeyedStep::Done(enqueued) = self.keyed_step(&mut tx, job, key, mode).await? {
+                tx.commit().await.map_err(Error::db("commit"))?;
+                return Ok(enqueued);
             }
+            // Another holder took the key meanwhile: undo the release, look again.
+            tx.rollback().await.map_err(Error::db("rollback"))?;
         }
         Err(Error::InvalidOption {
             field: "key",
             reason: format!("the job holding key {key:?} kept changing; try again"),
+        })
+    }
+
+    /// One try of a keyed insert: the new job inserted, the waiting holder
+    /// updated or kept (`Done`), the holder processing (`HolderRunning`,
+    /// replacing modes), or the holder gone in between (`Again`).
+    async fn keyed_step(
+        &self,
+        conn: &mut PgConnection,
+        job: &NewJob,
+        key: &str,
+        mode: sql::OnKey,
+    ) -> Result<KeyedStep> {
+        let row = match &self.target.key_table {
+            None => sql::enqueue_keyed(&self.target, &job.row(), key, mode)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(Error::db("enqueue"))?,
+            Some(keys) => {
+                match partitioned::keyed_insert(conn, &self.target, keys, job, key, mode).await? {
+                    Some(row) => row,
+                    // Another enqueuer inserted a holder first: look again.
+                    None => return Ok(KeyedStep::Again),
+                }
+            }
+        };
+        if let Some(row) = row {
+            let id = row.get("id");
+            return Ok(KeyedStep::Done(if row.get::<bool, _>("inserted") {
+                Enqueued::Inserted(id)
+            } else {
+                Enqueued::Updated(id)
+            }));
+        }
+        if mode.replaces() {
+            return Ok(KeyedStep::HolderRunning);
+        }
+        let with_failed = mode == sql::OnKey::UnsafeDedupe;
+        let holder = sql::live_job_with_key(&self.target, key, with_failed)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::db("enqueue"))?;
+        Ok(match holder {
+            Some(row) => KeyedStep::Done(Enqueued::Kept(row.get("id"))),
+            None => KeyedStep::Again,
         })
     }
 
@@ -310,7 +344,7 @@ impl Enqueuer {
     }
 
     async fn insert_many_now(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<i64>> {
-        let ambient = jobs.first().and_then(|j| self.ambient_trace(j));
+        let ambient = self.ambient_context();
         for job in jobs {
             self.check_job(job)?;
             if !job.after_value().is_empty() {
@@ -329,9 +363,7 @@ impl Enqueuer {
         }
         let mut tx = conn.begin().await.map_err(Error::db("begin"))?;
         let mut ids = Vec::with_capacity(jobs.len());
-        // Each row binds its values plus run-at, priority, queue, retry limit,
-        // kind, flags and arguments at most.
-        let per_row = jobs.iter().map(|j| j.values().len() + 7).max().unwrap_or(1);
+        let per_row = binds_per_row(jobs);
         let rows_per_statement = (MAX_BIND_PARAMETERS / per_row).max(1);
         for chunk in jobs.chunks(rows_per_statement) {
             let rows: Vec<JobRow<'_>> = chunk
@@ -406,7 +438,7 @@ impl Enqueuer {
             }
         }
         let t = &self.target;
-        let ambient = self.ambient_trace(first);
+        let ambient = self.ambient_context();
         let traced = |j: &'_ NewJob| j.trace_value().cloned().or_else(|| ambient.clone());
         let with_traces = t.traces && jobs.iter().any(|j| traced(j).is_some());
         let mut columns: Vec<String> = first.columns().map(str::to_owned).collect();
@@ -486,4 +518,21 @@ impl Enqueuer {
         tx.commit().await.map_err(Error::db("commit"))?;
         Ok(rows)
     }
+}
+
+/// What one try of a keyed insert found.
+enum KeyedStep {
+    Done(Enqueued),
+    HolderRunning,
+    Again,
+}
+
+/// The most values a row of `jobs` binds: its own plus run-at, priority,
+/// queue, retry limit, kind, flags, arguments, key and the trace context's
+/// two (a statement may bind at most [`MAX_BIND_PARAMETERS`]).
+pub(crate) fn binds_per_row(jobs: &[NewJob]) -> usize {
+    jobs.iter()
+        .map(|j| j.values().len() + 10)
+        .max()
+        .unwrap_or(1)
 }

@@ -1,10 +1,10 @@
 //! The enqueue side: rows inserted one or many per statement, keyed inserts, COPY.
 
-use crate::columns::{TRACEPARENT, TRACESTATE};
+use crate::columns::{CHECKPOINT, PROGRESS, TRACEPARENT, TRACESTATE};
 use std::time::{Duration, SystemTime};
 
 use super::{Statement, Table, alias, col, counter, plain_table, state};
-use crate::columns::{Columns, quote};
+use crate::columns::quote;
 use sea_query::{
     Alias, Expr, ExprTrait, InsertStatement, OnConflict, PostgresQueryBuilder, Query, TableRef,
 };
@@ -212,17 +212,28 @@ pub(super) fn replaced_columns(t: &Table, job: &JobRow<'_>, mode: OnKey) -> Vec<
 }
 
 /// What a replaced holder's state columns become: as if newly enqueued (an
-/// errored holder starts over). Under `PreserveRunAt` a holder that has
+/// errored holder starts over: no failures, resets, cancel request or
+/// checkpoint of the old work). Under `PreserveRunAt` a holder that has
 /// failed before takes the new run time `new_run_at` all the same (as
 /// graphile-worker does): its old one was a retry's, not the schedule the
 /// mode preserves.
-pub(super) fn as_new(c: &Columns, mode: OnKey, new_run_at: Expr) -> Vec<(Alias, Expr)> {
+pub(super) fn as_new(t: &Table, mode: OnKey, new_run_at: Expr) -> Vec<(Alias, Expr)> {
+    let c = &t.columns;
     let mut values = vec![
         (alias(&c.state), state(JobState::Queued)),
         (alias(&c.num_failures), Expr::val(0)),
+        (alias(&c.num_resets), Expr::val(0)),
         (alias(&c.failure_message), Expr::cust("NULL")),
         (alias(&c.finished_at), Expr::cust("NULL")),
+        // A cancel requested of the old work (and left by a reset) would
+        // cancel the new work at its claim.
+        (alias(&c.cancel), Expr::cust("false")),
     ];
+    if t.progress {
+        // `progress_seq` stays: it only ever grows, fencing stale writes.
+        values.push((alias(PROGRESS), Expr::cust("NULL")));
+        values.push((alias(CHECKPOINT), Expr::cust("NULL")));
+    }
     if mode == OnKey::PreserveRunAt {
         // SET reads the row as it was: these are the holder's old failures.
         let failed_before = counter(ENQUEUE_ALIAS, &c.num_failures).gt(0);
@@ -295,7 +306,7 @@ pub(crate) fn enqueue_keyed(t: &Table, job: &JobRow<'_>, key: &str, mode: OnKey)
         conflict
             .update_columns(updated.iter().map(|c| alias(c)))
             .values(as_new(
-                c,
+                t,
                 mode,
                 Expr::cust(format!("\"excluded\".{}", quote(&c.process_after))),
             ))

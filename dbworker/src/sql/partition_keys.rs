@@ -97,7 +97,7 @@ pub(crate) fn enqueue_keyed_partitioned(
             .find(|(column, _)| *column == c.process_after)
             .map_or_else(|| Expr::cust("NULL"), |(_, v)| v.clone());
         update
-            .values(as_new(c, mode, new_run_at))
+            .values(as_new(t, mode, new_run_at))
             .and_where(col(ENQUEUE_ALIAS, &c.id).in_subquery(holder_ids))
             .and_where(Expr::cust(format!(
                 "{}.{} IN ('queued', 'errored')",

@@ -8,6 +8,7 @@
 mod common;
 
 mod enqueue;
+mod enqueue_replace;
 mod kind_inputs;
 mod kind_retry;
 mod kinds;

@@ -751,6 +751,72 @@ async fn enqueue_many_stores_each_jobs_context_whether_shared_or_not() {
     assert_eq!(contexts(ids).await, vec![expect(&given); 2]);
 }
 
+/// Inside a span, the jobs of a batch that name no context take the span's,
+/// whatever the first job names; and a batch of jobs binding every option
+/// and a context is split below the bind-parameter limit.
+#[tokio::test(flavor = "current_thread")]
+async fn every_job_of_a_batch_naming_no_context_takes_the_spans() {
+    let spans = Spans::default();
+    let (_provider, _guard) = traced(&spans);
+    let (db, _) = traced_db().await;
+    let table = db
+        .table_with(|o| {
+            o.traces = true;
+            o.kind_column = Some("kind".into());
+            o.flags_column = Some("flags".into());
+            o.priority_column = Some("priority".into());
+            o.queue_column = Some("queue".into());
+            o.max_retries_column = Some("max_retries".into());
+        })
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let given = TraceContext::new(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        None,
+    )
+    .unwrap();
+    let job = || NewJob::new().json("payload", json!({})).set("cost", 0_i32);
+    let producer = tracing::info_span!("producer");
+    let (trace, _) = ids(&producer);
+    let ids = enqueuer
+        .enqueue_many([job().trace_context(given.clone()), job(), job()])
+        .instrument(producer.clone())
+        .await
+        .unwrap();
+    let parents: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT traceparent FROM jobs WHERE id = ANY($1) ORDER BY id")
+            .bind(&ids)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(parents[0].as_deref(), Some(given.traceparent()));
+    for parent in &parents[1..] {
+        assert!(
+            parent
+                .as_deref()
+                .is_some_and(|p| p.contains(&trace.to_string())),
+            "the span's context: {parent:?}"
+        );
+    }
+    // Eight bound values besides the row's own: more than the split assumed.
+    let full = || {
+        job()
+            .kind("k")
+            .flags(["a"])
+            .priority(1)
+            .queue("q")
+            .max_retries(3)
+            .run_after(Duration::from_secs(1))
+    };
+    let many: Vec<NewJob> = (0..10_000).map(|_| full()).collect();
+    let ids = enqueuer
+        .enqueue_many(&many)
+        .instrument(producer)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 10_000);
+}
+
 /// Blocks its first attempt of each job until the worker cancels it.
 #[derive(Default)]
 struct HangsOnce(Mutex<std::collections::HashSet<i64>>);

@@ -5,5 +5,8 @@ mod checkpoint;
 mod claim;
 mod leader;
 mod progress;
+mod progress_beats;
 mod signal;
+mod signal_consume;
+mod signal_key;
 mod workflow;
