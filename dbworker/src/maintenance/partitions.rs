@@ -55,8 +55,8 @@ pub struct DroppedPartition {
 /// (which locks it and the job table), its rows are counted again (no one can
 /// change them now), and it is dropped only if still every row is purgeable;
 /// otherwise the transaction rolls back and the partition stays attached. A
-/// live job is never dropped. A lock not granted in time skips the partition
-/// until the next pass.
+/// live job is never dropped. A lock not granted in time, or any other error
+/// on one partition, skips it until the next pass.
 pub(crate) async fn drop_purgeable(
     pool: &PgPool,
     target: &PurgeTarget,
@@ -83,12 +83,18 @@ pub(crate) async fn drop_purgeable(
         if keeps {
             continue;
         }
-        if let Some(rows) = detach_and_drop(pool, &partition, target, max_age, lock_timeout).await?
-        {
-            dropped.push(DroppedPartition {
+        // One partition that cannot go (a view depends on it, a privilege is
+        // missing) stays attached, and its rows go the batch way: the others
+        // and the batches must not wait for it.
+        match detach_and_drop(pool, &partition, target, max_age, lock_timeout).await {
+            Ok(Some(rows)) => dropped.push(DroppedPartition {
                 name: partition.display_name(),
                 rows,
-            });
+            }),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(partition = %partition.display_name(), error = %err, "partition not dropped; its rows go the batch way, and the next pass tries again");
+            }
         }
     }
     Ok(dropped)

@@ -17,18 +17,27 @@ use sea_query::{Condition, Expr, ExprTrait, Order, Query};
 use sea_query_sqlx::SqlxValues;
 use workerutil::JobState;
 
-/// The upper bound of a partition's range, read from its bound expression
-/// (`FOR VALUES FROM ('…') TO ('…')`); NULL for the default partition.
-const UPPER_BOUND: &str =
-    r#"(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz"#;
+/// The upper bound of a partition's range, as text, read from its bound
+/// expression (`FOR VALUES FROM ('…') TO ('…')`); NULL for the default
+/// partition.
+const UPPER_BOUND_TEXT: &str =
+    r#"(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]"#;
 
 /// The partitions of `table` whose range ended before `now()`, oldest first:
 /// `(schema, name)`. No row can be queued into them any more (unless inserted
 /// with an explicit old `queued_at`). The default partition is never listed.
+///
+/// The bounds are cast to `timestamptz` only after the table's own
+/// partitions are chosen: `OFFSET 0` keeps the planner from pushing the cast
+/// down to a scan of `pg_class`, where it would meet every other partitioned
+/// table's bounds (`TO ('m')` of a table partitioned by text) and fail the
+/// whole statement.
 pub(crate) fn closed_partitions(table: &Relation) -> Statement {
-    let q = Query::select()
+    const OWN: &str = "dbworker_own";
+    let own = Query::select()
         .expr_as(Expr::cust("n.nspname::text"), alias("schema"))
         .expr_as(Expr::cust("c.relname::text"), alias("name"))
+        .expr_as(Expr::cust(UPPER_BOUND_TEXT), alias("upper_bound"))
         .from_as((alias("pg_catalog"), alias("pg_inherits")), alias("i"))
         .join_as(
             JoinType::InnerJoin,
@@ -43,8 +52,15 @@ pub(crate) fn closed_partitions(table: &Relation) -> Statement {
             Expr::cust("n.oid = c.relnamespace"),
         )
         .and_where(Expr::cust("i.inhparent").eq(regclass(table)))
-        .and_where(Expr::cust(format!("{UPPER_BOUND} <= now()")))
-        .order_by_expr(Expr::cust(UPPER_BOUND), Order::Asc)
+        .offset(0)
+        .to_owned();
+    let upper = format!("{}.\"upper_bound\"::timestamptz", quote(OWN));
+    let q = Query::select()
+        .column((alias(OWN), alias("schema")))
+        .column((alias(OWN), alias("name")))
+        .from_subquery(own, alias(OWN))
+        .and_where(Expr::cust(format!("{upper} <= now()")))
+        .order_by_expr(Expr::cust(upper), Order::Asc)
         .to_owned();
     Statement::from(&q)
 }
