@@ -413,6 +413,33 @@ impl Scheduler {
                 reason: reason.clone(),
             })?;
         let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
+        sql::cron_tick_timeouts(TICK_LOCK_TIMEOUT, TICK_IDLE_TIMEOUT)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("cron"))?;
+        match self.tick_locked(&mut tx, entry, schedule).await {
+            Ok(ids) => {
+                tx.commit().await.map_err(Error::db("commit"))?;
+                Ok(ids)
+            }
+            // lock_not_available: another scheduler holds this schedule's row
+            // (mid-tick, paused or stuck); it is its tick, and the next pass
+            // looks again. The other schedules go on meanwhile.
+            Err(Error::Database { source, .. }) if crate::error::has_sqlstate(&source, "55P03") => {
+                tracing::info!(schedule = %entry.name, "another scheduler holds this schedule's row; left to it for this pass");
+                Ok(Vec::new())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The pass of one schedule in `tx`, bounded by the tick's timeouts.
+    async fn tick_locked(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        entry: &Entry,
+        schedule: &Schedule,
+    ) -> Result<Vec<i64>> {
         let registered = sql::cron_register(
             &self.cron_table,
             &self.job_table,
@@ -426,7 +453,6 @@ impl Scheduler {
         // A schedule seen for the first time starts from now, whatever the
         // clock reads by the next statement: this pass only registers it.
         if registered.is_some_and(|r| r.get::<bool, _>("registered")) {
-            tx.commit().await.map_err(Error::db("commit"))?;
             return Ok(Vec::new());
         }
         // Locks the schedule's row: concurrent schedulers wait here, then see
@@ -440,24 +466,31 @@ impl Scheduler {
         let on_time = self.interval + Duration::from_secs(60);
         let (due, advance) = due_ticks(schedule, entry.backfill, last, now, on_time);
         let Some(advance) = advance else {
-            // Keeps a first registration; releases the row lock.
-            tx.commit().await.map_err(Error::db("commit"))?;
+            // Nothing came due: the commit releases the row lock.
             return Ok(Vec::new());
         };
         if due.is_empty() {
             tracing::info!(schedule = %entry.name, tick = %advance, "skipped ticks missed while no scheduler ran");
         }
         let jobs: Vec<NewJob> = due.iter().map(|d| self.job_for(entry, d)).collect();
+        if !jobs.is_empty() {
+            // The row is held: the enqueue waits for locks as any would (a
+            // lock timeout there would be taken for another scheduler's).
+            sql::cron_tick_timeouts(Duration::ZERO, TICK_IDLE_TIMEOUT)
+                .execute(&mut *tx)
+                .await
+                .map_err(Error::db("cron"))?;
+        }
         let ids = if jobs.is_empty() {
             Vec::new()
         } else if entry.job.key_value().is_some() {
             let mut ids = Vec::with_capacity(jobs.len());
             for job in &jobs {
-                ids.push(self.enqueuer.insert_one(&mut tx, job).await?.id());
+                ids.push(self.enqueuer.insert_one(&mut *tx, job).await?.id());
             }
             ids
         } else {
-            self.enqueuer.insert_many(&mut tx, &jobs).await?
+            self.enqueuer.insert_many(&mut *tx, &jobs).await?
         };
         sql::cron_advance(
             &self.cron_table,
@@ -469,7 +502,6 @@ impl Scheduler {
         .execute(&mut *tx)
         .await
         .map_err(Error::db("cron"))?;
-        tx.commit().await.map_err(Error::db("commit"))?;
         Ok(ids)
     }
 
@@ -492,6 +524,14 @@ impl Scheduler {
             .json(column.clone(), Value::Object(payload))
     }
 }
+
+/// How long a pass waits for a schedule's row another scheduler holds (a
+/// tick takes milliseconds; one held longer is paused or stuck).
+const TICK_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a tick's transaction may sit idle before the server ends its
+/// session, releasing the schedule's row (a scheduler stopped mid-tick).
+const TICK_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The scheduler as the runner sees it: one [`Scheduler::tick`] per pass.
 struct Ticks<'a>(&'a Scheduler);

@@ -12,7 +12,9 @@ use super::schedule::Schedule;
 #[non_exhaustive]
 pub enum Backfill {
     /// Enqueue the latest due tick only if it is at most `grace` late; older
-    /// missed ticks are dropped.
+    /// missed ticks are dropped. A tick a running scheduler finds on its
+    /// next pass always runs: the grace is at least the pass interval plus a
+    /// minute.
     Skip {
         /// How late a tick may be and still run.
         grace: Duration,
@@ -22,7 +24,8 @@ pub enum Backfill {
     RunOnce,
     /// Enqueue one job for every tick missed within `window` before now
     /// (oldest first, in one transaction), and drop older ones. The latest
-    /// due tick also runs if it is at most a minute late, so a window
+    /// due tick also runs if a running scheduler could have found it now (at
+    /// most a minute, or the pass interval plus a minute, late), so a window
     /// shorter than the scheduler's pass loses no regular tick. A crontab's
     /// `?fill=`.
     Fill {
@@ -71,7 +74,9 @@ pub(super) fn due_ticks(
     };
     let ticks = match backfill {
         Backfill::RunOnce => vec![due(latest)],
-        Backfill::Skip { grace } if late(latest) <= grace => vec![due(latest)],
+        // A pass interval longer than the grace must not drop the ticks a
+        // running scheduler finds late only because of its own pace.
+        Backfill::Skip { grace } if late(latest) <= grace.max(on_time) => vec![due(latest)],
         Backfill::Skip { .. } => Vec::new(),
         Backfill::Fill { window } => {
             let from = chrono::Duration::from_std(window)
@@ -84,7 +89,7 @@ pub(super) fn due_ticks(
                 .take_while(|t| *t <= now)
                 .map(due)
                 .collect();
-            if ticks.is_empty() && late(latest) <= FILL_LATEST_GRACE {
+            if ticks.is_empty() && late(latest) <= FILL_LATEST_GRACE.max(on_time) {
                 ticks.push(due(latest));
             }
             ticks
@@ -196,6 +201,36 @@ mod tests {
             Some(at("2026-01-01T05:00:00Z")),
             "skipped, still advanced"
         );
+    }
+
+    /// A scheduler passing every five minutes finds an hourly tick up to
+    /// five minutes late: it runs under `Skip` (grace 60 s) and `Fill` (a
+    /// window of 30 s), though later than their minute.
+    #[test]
+    fn a_pass_interval_longer_than_the_grace_drops_no_regular_tick() {
+        let on_time = Duration::from_secs(5 * 60 + 60);
+        let (last, now) = (at("2026-01-01T00:00:00Z"), at("2026-01-01T01:04:30Z"));
+        for backfill in [
+            Backfill::default(),
+            Backfill::Fill {
+                window: Duration::from_secs(30),
+            },
+        ] {
+            let (ticks, advance) = due_ticks(&hourly(), backfill, last, now, on_time);
+            assert_eq!(
+                ticks,
+                [Due {
+                    at: at("2026-01-01T01:00:00Z"),
+                    backfilled: false
+                }],
+                "{backfill:?}"
+            );
+            assert_eq!(advance, Some(at("2026-01-01T01:00:00Z")));
+        }
+        // Missed for longer than a pass: downtime, skipped.
+        let later = at("2026-01-01T01:07:00Z");
+        let (ticks, _) = due_ticks(&hourly(), Backfill::default(), last, later, on_time);
+        assert!(ticks.is_empty());
     }
 
     /// Drives the scheduler's decision as its passes would, every `step`

@@ -2,11 +2,15 @@
 
 use super::{Statement, alias, col, table_ref};
 use crate::columns::{Relation, quote};
+use std::time::Duration;
+
 use sea_query::{Expr, ExprTrait, LockType, OnConflict, Query};
 
 /// Registers a cron schedule, starting from now, unless it is known; a known
-/// one whose expression or time zone changed gets the new ones (written only
-/// when they differ, so a pass adds no row version).
+/// one whose expression or time zone changed gets the new ones and starts
+/// from now too (the new expression's ticks before the edit were never its
+/// own to catch up on); written only when they differ, so a pass adds no row
+/// version.
 pub(crate) fn cron_register(
     cron: &Relation,
     job_table: &str,
@@ -33,6 +37,13 @@ pub(crate) fn cron_register(
         .on_conflict(
             OnConflict::columns([alias("job_table"), alias("schedule")])
                 .update_columns([alias("expression"), alias("time_zone")])
+                .value(
+                    alias("last_tick"),
+                    Expr::cust(format!(
+                        "GREATEST({}.\"last_tick\", clock_timestamp())",
+                        quote(&cron.alias)
+                    )),
+                )
                 .action_and_where(Expr::cust(format!(
                     "({a}.\"expression\", {a}.\"time_zone\") IS DISTINCT FROM (EXCLUDED.\"expression\", EXCLUDED.\"time_zone\")",
                     a = quote(&cron.alias)
@@ -43,6 +54,26 @@ pub(crate) fn cron_register(
         .returning(
             Query::returning().expr(Expr::cust("xmax = 0 AS \"registered\"")),
         );
+    Statement::from(&q)
+}
+
+/// Bounds a tick's transaction: a schedule's row held longer than `lock` by
+/// another scheduler (paused, or stuck on a lock of its own) is left to it for
+/// this pass, and a scheduler that stops mid-tick (SIGSTOP, a hung client)
+/// loses its session after `idle`, which releases the row.
+/// A zero `lock` waits without a limit.
+pub(crate) fn cron_tick_timeouts(lock: Duration, idle: Duration) -> Statement {
+    let ms = |d: Duration| format!("{}ms", d.as_millis());
+    let q = Query::select()
+        .expr(Expr::cust_with_values(
+            "set_config('lock_timeout', $1, true)",
+            [ms(lock)],
+        ))
+        .expr(Expr::cust_with_values(
+            "set_config('idle_in_transaction_session_timeout', $1, true)",
+            [ms(idle)],
+        ))
+        .to_owned();
     Statement::from(&q)
 }
 
@@ -150,5 +181,9 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             cron_advance(&cron, "app.jobs", every_minute, 7, Some(42)),
         ),
         ("cron_list", cron_list(&cron, "app.jobs")),
+        (
+            "cron_tick_timeouts",
+            cron_tick_timeouts(Duration::from_secs(2), Duration::from_secs(30)),
+        ),
     ]
 }

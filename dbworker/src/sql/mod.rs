@@ -94,7 +94,7 @@ pub(crate) use suggest::suggest_values;
 // The cron page's read; only the dashboard lists schedules.
 #[cfg(feature = "dashboard")]
 pub(crate) use cron::cron_list;
-pub(crate) use cron::{cron_advance, cron_register, cron_state};
+pub(crate) use cron::{cron_advance, cron_register, cron_state, cron_tick_timeouts};
 pub(crate) use enqueue::{
     JobRow, OnKey, RunAt, copy_in, enqueue_keyed, enqueue_rows, explain_keyed_insert,
     live_job_with_key, release_key,

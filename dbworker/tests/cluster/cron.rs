@@ -155,6 +155,83 @@ async fn missed_ticks_run_once_or_are_skipped() {
     assert_eq!(jobs_of(&db, "catch-up").await, 1);
 }
 
+/// An edited schedule starts from the edit: its new expression's ticks
+/// before it are not caught up on, even with a fill window that covers them.
+#[tokio::test]
+async fn an_edited_schedule_starts_from_the_edit() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    let day = Backfill::Fill {
+        window: Duration::from_secs(2 * 24 * 3600),
+    };
+    let daily = scheduler(&db, "report", "0 3 * * *", day).await;
+    assert!(daily.tick().await.unwrap().is_empty());
+    sqlx::query("UPDATE dbworker_cron SET last_tick = now() - interval '1 day'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let every_five = scheduler(&db, "report", "*/5 * * * *", day).await;
+    every_five.tick().await.unwrap();
+    // Without the restart: a job for each five minutes of the last day (288).
+    assert_eq!(jobs_of(&db, "report").await, 0);
+    let since_edit: f64 = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM clock_timestamp() - last_tick)::float8 FROM dbworker_cron WHERE schedule = 'report'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(since_edit < 5.0, "last tick {since_edit} s ago");
+}
+
+/// A schedule whose row another scheduler holds (paused mid-tick) costs a
+/// pass two seconds at most, and the other schedules still tick.
+#[tokio::test]
+async fn a_schedule_held_by_a_stuck_scheduler_stops_no_other() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    let pool = db.db.pool(2).await.unwrap();
+    let both = Scheduler::new(&pool, &db.table().await, SchedulerOptions::default())
+        .await
+        .unwrap()
+        .add(
+            "held",
+            "* * * * * *",
+            NewJob::new().json("payload", json!({"cron": "held"})),
+            Backfill::default(),
+        )
+        .unwrap()
+        .add(
+            "free",
+            "* * * * * *",
+            NewJob::new().json("payload", json!({"cron": "free"})),
+            Backfill::default(),
+        )
+        .unwrap();
+    both.tick().await.unwrap();
+    let mut stuck = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM dbworker_cron WHERE schedule = 'held' FOR UPDATE")
+        .execute(&mut *stuck)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = Instant::now();
+    let ran = tokio::time::timeout(Duration::from_secs(10), both.tick())
+        .await
+        .expect("the pass waits for the held row at most its lock timeout")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!ran.is_empty(), "the free schedule ticked");
+    assert!(ran.iter().all(|(name, _)| name == "free"), "{ran:?}");
+    stuck.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    both.tick().await.unwrap();
+    assert!(jobs_of(&db, "held").await >= 1, "released, it ticks again");
+}
+
 #[tokio::test]
 async fn bad_expressions_and_a_missing_cron_table_are_named() {
     let _shared = TIMED.read().await;
