@@ -133,6 +133,12 @@ pub(crate) struct ResetArgs {
     /// With --error-history-column: the most entries a job keeps.
     #[arg(long, default_value_t = dbworker::DEFAULT_ERROR_HISTORY_LIMIT)]
     error_history_limit: u32,
+    /// With --node-table: a process whose registry heartbeat is this old has
+    /// its jobs requeued. Keep it above the workers' heartbeat_failure_limit
+    /// (15 s by default) plus a registry heartbeat, or a process cut off
+    /// from the database for less runs a job beside its requeued copy.
+    #[arg(long, env = "DBWORKER_RESCUE_AFTER", default_value = "17s", value_parser = duration)]
+    rescue_after: Duration,
 }
 
 pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
@@ -142,7 +148,7 @@ pub(crate) async fn reset(args: ResetArgs) -> Result<()> {
     options.stall.reset_failure_message = args.reset_failure_message;
     options.interval = args.interval;
     options.node_table = args.registry.node_table.clone();
-    options.dead_after = args.registry.dead_after;
+    options.dead_after = args.rescue_after;
     options.validate()?;
     let pool = args.target.database.connect(2).await?;
     let table = args

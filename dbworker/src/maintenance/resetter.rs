@@ -42,10 +42,20 @@ pub struct ResetterOptions {
     /// heartbeat age counts.
     pub node_table: Option<String>,
     /// With `node_table`: a process whose registry heartbeat is older than
-    /// this is dead. Default 10 s (as `NodeOptions::dead_after`).
+    /// this is dead, and its jobs are requeued. Default 17 s: the workers'
+    /// default `heartbeat_failure_limit` (15 s), after which a worker cut
+    /// off from the database stops its jobs itself, plus a registry
+    /// heartbeat (2 s). Keep it above your workers' limit plus their
+    /// registry heartbeat: a process cut off for less would otherwise run
+    /// a job beside its requeued copy. (A [`Client`](crate::Client) sets it
+    /// so from its own options.)
     #[serde(with = "workerutil::duration")]
     pub dead_after: Duration,
 }
+
+/// [`ResetterOptions::dead_after`]'s default: the workers' default
+/// `heartbeat_failure_limit` plus a default registry heartbeat.
+pub(crate) const DEFAULT_RESCUE_AFTER: Duration = Duration::from_secs(17);
 
 impl Default for ResetterOptions {
     fn default() -> Self {
@@ -54,7 +64,7 @@ impl Default for ResetterOptions {
             stall: StallOptions::default(),
             interval: Duration::from_secs(30),
             node_table: None,
-            dead_after: Duration::from_secs(10),
+            dead_after: DEFAULT_RESCUE_AFTER,
         }
     }
 }
@@ -307,5 +317,25 @@ impl crate::Service for Resetter {
         self.run_passes(&leadership.token(), Some(&leadership))
             .await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dead process's jobs are requeued only after its workers stopped
+    /// them (their failure limit, and a registry heartbeat to show it).
+    #[test]
+    fn the_default_rescue_waits_for_a_default_worker_to_stop_its_jobs() {
+        let worker = workerutil::WorkerOptions::new("w");
+        let node = crate::cluster::NodeOptions::default();
+        let limit = worker.heartbeat_failure_limit.expect("a default limit");
+        assert!(
+            ResetterOptions::default().dead_after >= limit + node.heartbeat_interval,
+            "{:?} < {limit:?} + {:?}",
+            ResetterOptions::default().dead_after,
+            node.heartbeat_interval
+        );
     }
 }
