@@ -122,6 +122,10 @@ DECLARE
     part text;
     nsp text;
 BEGIN
+    -- Creators take turns (a purger's pass, `dbworker partitions create`):
+    -- the look and the CREATE are not atomic, and a second creator of one
+    -- partition would fail its whole call.
+    PERFORM pg_advisory_xact_lock(hashtext({table_literal} || '/create_partitions'));
     SELECT c.relnamespace::regnamespace::text INTO nsp FROM pg_class c WHERE c.oid = {table_literal}::regclass;
     WHILE lower < stop LOOP
         upper := lower + interval '1 {field}';

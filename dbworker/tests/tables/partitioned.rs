@@ -343,6 +343,27 @@ async fn partitions_are_created_ahead_and_an_insert_outside_them_never_fails() {
     );
 }
 
+/// Four processes creating the same partitions at once all succeed (the
+/// look and the CREATE are not atomic: they take turns).
+#[tokio::test]
+async fn concurrent_creators_of_the_same_partitions_all_succeed() {
+    let db = Db::partitioned().await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let pool = db.db.pool(1).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            sqlx::query_scalar::<_, String>("SELECT jobs_create_partitions(120)")
+                .fetch_all(&pool)
+                .await
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        created += task.await.unwrap().expect("no creator fails").len();
+    }
+    assert_eq!(created, 120 - 3, "each partition created once");
+}
+
 async fn keyed_enqueuer(db: &Db) -> Enqueuer {
     let keys = partitioned_keys_sql("jobs", &HashMap::new()).unwrap();
     db.add_columns(|c| *c = OptionalColumns::default(), &[keys])
