@@ -130,32 +130,62 @@ impl<R: Record> DbJob<R> {
         // later would write an older value over this one, and the count it
         // adds would make this write look stale. A new progress value
         // replaces what was reported and not yet sent.
-        let (counted, _writing) = store
+        let (counted, mut maybe_landed, _writing) = store
             .pending_progress
             .start_write(self.lease, progress.is_some())
             .await;
-        let seq = self.progress_seq.map(|seq| seq + counted);
-        let statement = sql::write_progress(
-            store.resolved(),
-            self.lease.id,
-            self.lease.token,
-            seq,
-            progress,
-            checkpoint,
-        );
-        let row = match self.tx.as_mut() {
-            Some(tx) => statement.fetch_optional(tx).await,
-            None => statement.fetch_optional(store.pool()).await,
+        let mut seq = self.progress_seq.map(|seq| seq + counted);
+        // A beat that failed or was given up at its timeout may still have
+        // landed, counting a write this attempt did not see: the write is
+        // refused though the claim is still ours. Up to that many writes, the
+        // count read now is this attempt's own (any further one is another
+        // writer's, and the write stays refused).
+        for _ in 0..MAX_RECOUNTS {
+            let statement = sql::write_progress(
+                store.resolved(),
+                self.lease.id,
+                self.lease.token,
+                seq,
+                progress.clone(),
+                checkpoint.clone(),
+            );
+            let row = match self.tx.as_mut() {
+                Some(tx) => statement.fetch_optional(tx).await,
+                None => statement.fetch_optional(store.pool()).await,
+            }
+            .map_err(Error::db("write_progress"))?;
+            if let Some(row) = row {
+                self.progress_seq = Some(row.get(PROGRESS_SEQ));
+                return Ok(());
+            }
+            let Some(seen) = seq else { break };
+            let read = sql::read_checkpoint(store.resolved(), self.lease.id, self.lease.token);
+            let now = match self.tx.as_mut() {
+                Some(tx) => read.fetch_optional(tx).await,
+                None => read.fetch_optional(store.pool()).await,
+            }
+            .map_err(Error::db("read_checkpoint"))?
+            .map(|row| row.get::<i64, _>(PROGRESS_SEQ));
+            match now {
+                Some(now) if now > seen && now - seen <= maybe_landed => {
+                    store.pending_progress.recounted(self.lease, now - seen);
+                    maybe_landed -= now - seen;
+                    seq = Some(now);
+                }
+                // The claim moved on, or another writer overtook this one.
+                _ => break,
+            }
         }
-        .map_err(Error::db("write_progress"))?
-        .ok_or(Error::ProgressRefused {
+        Err(Error::ProgressRefused {
             what,
             id: self.lease.id,
-        })?;
-        self.progress_seq = Some(row.get(PROGRESS_SEQ));
-        Ok(())
+        })
     }
 }
+
+/// How many times one write reads the count again after beats it had given
+/// up on landed (one such beat per try at most).
+const MAX_RECOUNTS: usize = 4;
 
 /// Commits the job's transaction and begins another that locks its row again
 /// (`FOR KEY SHARE`, fenced by the token). No row: the claim was lost.
@@ -242,6 +272,9 @@ struct Reported {
     in_flight: Option<serde_json::Value>,
     /// The beats' writes of this attempt the attempt has not counted yet.
     counted_by_beats: i64,
+    /// Beats that carried a report of this attempt and failed or were given
+    /// up at their timeout: each may still have written (and counted) it.
+    maybe_landed: i64,
     /// The attempt is writing on its own: beats leave its value alone.
     writing: bool,
 }
@@ -253,6 +286,7 @@ impl Reported {
             value: None,
             in_flight: None,
             counted_by_beats: 0,
+            maybe_landed: 0,
             writing: false,
         }
     }
@@ -261,6 +295,7 @@ impl Reported {
         self.value.is_none()
             && self.in_flight.is_none()
             && self.counted_by_beats == 0
+            && self.maybe_landed == 0
             && !self.writing
     }
 }
@@ -327,8 +362,13 @@ impl Pending {
                 };
                 if touched.is_some_and(|t| t.contains(id)) {
                     r.counted_by_beats += 1;
-                } else if r.value.is_none() {
-                    r.value = Some(value);
+                } else {
+                    if touched.is_none() {
+                        r.maybe_landed += 1;
+                    }
+                    if r.value.is_none() {
+                        r.value = Some(value);
+                    }
                 }
                 if r.is_empty() {
                     reports.remove(id);
@@ -368,8 +408,10 @@ impl Pending {
     /// leave its value alone until the guard drops. `newer`: the write
     /// carries a newer progress value, which replaces what was reported and
     /// not sent. Returns how many of its reports the beats wrote since it
-    /// last asked: its writes' count, `progress_seq`, moved that much.
-    async fn start_write(&self, lease: Lease, newer: bool) -> (i64, Writing<'_>) {
+    /// last asked (its writes' count, `progress_seq`, moved that much), and
+    /// how many more they may have written unbeknown to it (beats that failed
+    /// or were given up on).
+    async fn start_write(&self, lease: Lease, newer: bool) -> (i64, i64, Writing<'_>) {
         let mut reports = self.settled(lease).await;
         let r = reports
             .entry(lease.id)
@@ -379,19 +421,32 @@ impl Pending {
                 r.value = None;
             }
             r.writing = true;
-            std::mem::take(&mut r.counted_by_beats)
+            (std::mem::take(&mut r.counted_by_beats), r.maybe_landed)
         } else {
             // Another attempt's entry (this one's lease was lost): its
             // write is refused anyway.
-            0
+            (0, 0)
         };
         (
-            counted,
+            counted.0,
+            counted.1,
             Writing {
                 pending: self,
                 lease,
             },
         )
+    }
+
+    /// `by` of the writes beats may have made unbeknown to `lease` turned
+    /// out to have landed: the attempt counted them.
+    fn recounted(&self, lease: Lease, by: i64) {
+        let mut reports = self.lock();
+        if let Some(r) = reports
+            .get_mut(&lease.id)
+            .filter(|r| r.token == lease.token)
+        {
+            r.maybe_landed = (r.maybe_landed - by).max(0);
+        }
     }
 
     /// What the attempt `lease` reported and no heartbeat wrote: its last

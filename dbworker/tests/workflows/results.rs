@@ -335,6 +335,7 @@ on_both_storages!(
     the_last_reported_progress_survives_completion_error_and_snooze,
     a_report_a_beat_wrote_leaves_the_attempts_next_write_accepted,
     a_completion_grouped_with_failures_drops_its_checkpoint,
+    a_beat_given_up_at_its_timeout_that_lands_later_leaves_the_next_write_accepted,
 );
 
 /// The test table keeping progress in `storage`, found by `JobTable::new`.
@@ -648,6 +649,57 @@ async fn a_report_a_beat_wrote_leaves_the_attempts_next_write_accepted(storage: 
         stored(&db, storage, id).await.0,
         Some(json!({"n": "last"})),
         "the report the beats skipped is the last word"
+    );
+}
+
+/// A beat carrying a report is given up (its timeout) while its statement
+/// runs slowly (a trigger sleeps), and lands after all: it counted a write
+/// the attempt never saw, and the attempt's next write is accepted all the
+/// same (it was refused, and the job stopped). A write by anyone else stays
+/// refused.
+async fn a_beat_given_up_at_its_timeout_that_lands_later_leaves_the_next_write_accepted(
+    storage: Storage,
+) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut job = claim(&store).await;
+    job.save_checkpoint(&store, json!({"next": 1}))
+        .await
+        .unwrap();
+    job.report_progress(&store, json!({"n": 1})).unwrap();
+    let written = match storage {
+        Storage::Columns => "BEFORE UPDATE OF progress ON jobs",
+        Storage::Side => "BEFORE INSERT OR UPDATE OF progress ON jobs_progress",
+    };
+    db.execute(&format!(
+        "CREATE FUNCTION slow_progress() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.progress IS DISTINCT FROM '{{\"n\": 1}}'::jsonb THEN RETURN NEW; END IF;
+         PERFORM pg_sleep(0.8); RETURN NEW; END $$;
+         CREATE TRIGGER slow_progress {written} FOR EACH ROW EXECUTE FUNCTION slow_progress();"
+    ))
+    .await;
+    let given_up =
+        tokio::time::timeout(Duration::from_millis(300), store.heartbeat(&[job.lease()])).await;
+    assert!(given_up.is_err(), "the beat is slow");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stored(&db, storage, id).await.0 != Some(json!({"n": 1})) {
+        assert!(Instant::now() < deadline, "the given-up beat never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    job.save_checkpoint(&store, json!({"next": 2}))
+        .await
+        .expect("the late beat's write was this attempt's own");
+    assert_eq!(stored(&db, storage, id).await.1, Some(json!({"next": 2})));
+    // Its allowance is spent: another writer's count still refuses it.
+    db.execute(match storage {
+        Storage::Columns => "UPDATE jobs SET progress_seq = progress_seq + 1",
+        Storage::Side => "UPDATE jobs_progress SET progress_seq = progress_seq + 1",
+    })
+    .await;
+    let refused = job.save_checkpoint(&store, json!({"next": 3})).await;
+    assert!(
+        matches!(refused, Err(Error::ProgressRefused { .. })),
+        "{refused:?}"
     );
 }
 
