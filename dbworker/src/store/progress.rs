@@ -310,7 +310,12 @@ impl Pending {
         let r = reports
             .entry(lease.id)
             .or_insert_with(|| Reported::new(lease.token));
-        if r.token != lease.token {
+        // Tokens grow with each claim: a superseded attempt still running in
+        // this process must not wipe the live attempt's bookkeeping.
+        if r.token > lease.token {
+            return;
+        }
+        if r.token < lease.token {
             *r = Reported::new(lease.token);
         }
         r.value = Some(value);
@@ -337,7 +342,9 @@ impl Pending {
                     }
                     false
                 }
-                Some(_) => true,
+                // An older attempt's entry goes; a newer one's (this lease
+                // is the superseded one) stays.
+                Some(r) => r.token < l.token,
                 None => false,
             };
             if stale {
@@ -536,5 +543,29 @@ impl<R: Record> DbStore<R> {
                 tracing::warn!(record_id = job.lease.id, error = %err, "the attempt's last progress could not be written");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A superseded attempt still running in this process (its job reset
+    /// and claimed again here) neither wipes nor drops the live attempt's
+    /// bookkeeping, whether it reports or its lease is beaten.
+    #[test]
+    fn a_superseded_attempt_leaves_the_live_attempts_reports_alone() {
+        let (old, live) = (Lease { id: 7, token: 100 }, Lease { id: 7, token: 200 });
+        let pending = Pending::default();
+        pending.put(live, serde_json::json!({"n": 1}));
+        assert_eq!(pending.take(&[live]).len(), 1);
+        pending.returned(&[7], Some(&[7]));
+        pending.put(live, serde_json::json!({"n": 2}));
+        pending.put(old, serde_json::json!({"stale": true}));
+        assert!(pending.take(&[old]).is_empty());
+        let reports = pending.lock();
+        let r = reports.get(&7).expect("the live attempt's entry");
+        assert_eq!((r.token, r.counted_by_beats), (200, 1));
+        assert_eq!(r.value, Some(serde_json::json!({"n": 2})));
     }
 }
