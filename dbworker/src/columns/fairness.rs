@@ -28,6 +28,17 @@ pub(crate) fn fair_weights_table(table: &Relation) -> Relation {
     }
 }
 
+/// The tag of a job that was not due when it started to wait (scheduled, a
+/// retry's backoff, a snooze): behind every tagged job of its level, until
+/// the store has it tagged once due (2^62: far above any real tag).
+pub(crate) const FAIR_UNTAGGED: i64 = 1 << 62;
+
+/// The trigger that tags an untagged job come due, when the store sets its
+/// tag to -1. Optional: tables made before it existed have no untagged jobs.
+pub(crate) fn fair_due_trigger(table: &Relation) -> String {
+    table.derived("fair_tag_due")
+}
+
 /// The triggers that tag `table`'s jobs: on insert, and when a job waits again.
 pub(crate) fn fair_triggers(table: &Relation) -> [String; 2] {
     [

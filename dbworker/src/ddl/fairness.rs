@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use crate::columns::{
-    Columns, FAIR_COST, FAIR_KEY, FAIR_TAG, MAX_FAIR_WEIGHT, Relation, TAG_SCALE, fair_triggers,
-    fair_weights_table, quote,
+    Columns, FAIR_COST, FAIR_KEY, FAIR_TAG, FAIR_UNTAGGED, MAX_FAIR_WEIGHT, Relation, TAG_SCALE,
+    fair_due_trigger, fair_triggers, fair_weights_table, quote,
 };
 use crate::error::{Error, Result};
 
@@ -53,7 +53,10 @@ pub struct FairClaims {
 /// - the triggers that tag a job when it is inserted waiting, and again
 ///   whenever it waits again (a retry, a reset, a released dependent, an
 ///   operator's reschedule): start-time fair queuing, with no lock on any
-///   shared row, so producers of one key never wait for each other.
+///   shared row, so producers of one key never wait for each other;
+/// - a job not due yet is left untagged (behind every tagged one) and
+///   tagged when it comes due, by a third trigger the store fires (and an
+///   index of the untagged jobs by due time).
 pub fn fair_claims_sql(
     table_name: &str,
     alternate_column_names: &HashMap<String, String>,
@@ -79,6 +82,7 @@ pub fn fair_claims_sql(
     let index = |suffix: &str| rel.quoted_derived(suffix);
     let function = rel.quoted_derived_sibling("fair_tag");
     let [on_insert, on_update] = fair_triggers(&rel).map(|t| quote(&t));
+    let on_due = quote(&fair_due_trigger(&rel));
     let (id, state, process_after) = (quote(&c.id), quote(&c.state), quote(&c.process_after));
     let (key, tag, cost) = (quote(FAIR_KEY), quote(FAIR_TAG), quote(FAIR_COST));
     let level: Vec<String> = [&queue, &priority]
@@ -113,7 +117,8 @@ pub fn fair_claims_sql(
         ),
         None => ("", String::new()),
     };
-    let waiting = format!("j.{state} IN ('queued', 'errored')");
+    // Untagged jobs (not due when they started to wait) are not in line yet.
+    let waiting = format!("j.{state} IN ('queued', 'errored') AND j.{tag} < {FAIR_UNTAGGED}");
     // Taken per key and level, held to the commit, so the next transaction of
     // the key sees this one's tag. The table's name keeps keys of different
     // tables apart.
@@ -157,7 +162,14 @@ DECLARE
     v_head bigint;
     v_last bigint;
 BEGIN
-{key_default}{serialize}    SELECT w."weight" INTO v_weight FROM {weights} AS w WHERE w.{key} = NEW.{key};
+{key_default}    -- Not due yet (scheduled, a retry's backoff, a snooze, a timed wait): the
+    -- head will have moved on when it is, so it waits untagged, behind every
+    -- tagged job of its level, and is tagged when it comes due (below).
+    IF NEW.{process_after} > now() THEN
+        NEW.{tag} := {FAIR_UNTAGGED};
+        RETURN NEW;
+    END IF;
+{serialize}    SELECT w."weight" INTO v_weight FROM {weights} AS w WHERE w.{key} = NEW.{key};
     v_weight := coalesce(v_weight, 1);
     SELECT j.{tag} INTO v_head FROM {table} AS j
      WHERE {waiting}{same_level}
@@ -195,9 +207,17 @@ CREATE OR REPLACE TRIGGER {on_insert} BEFORE INSERT ON {table}
 CREATE OR REPLACE TRIGGER {on_update} BEFORE UPDATE OF {state} ON {table}
     FOR EACH ROW WHEN (NEW.{state} IN ('queued', 'errored') AND OLD.{state} NOT IN ('queued', 'errored'))
     EXECUTE FUNCTION {function}();
+-- An untagged job come due is tagged when the store sets its tag to -1
+-- (every worker's claims do, about once a second).
+CREATE OR REPLACE TRIGGER {on_due} BEFORE UPDATE OF {tag} ON {table}
+    FOR EACH ROW WHEN (NEW.{tag} = -1 AND NEW.{state} IN ('queued', 'errored'))
+    EXECUTE FUNCTION {function}();
+-- The untagged jobs, by when they come due.
+CREATE INDEX IF NOT EXISTS {untagged_idx} ON {table} ({process_after}) WHERE {state} IN ('queued', 'errored') AND {tag} >= {FAIR_UNTAGGED};
 "#,
         claim_idx = index("fair_claim_idx"),
         key_idx = index("fair_key_idx"),
+        untagged_idx = index("fair_untagged_idx"),
     ))
 }
 

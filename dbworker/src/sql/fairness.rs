@@ -2,13 +2,17 @@
 //! table's rows, and each key's share of what waits and runs.
 
 use super::{Statement, Table, alias, col, plain_table, state, table_ref};
-use crate::columns::{FAIR_KEY, Relation, fair_triggers};
+use crate::columns::{
+    FAIR_KEY, FAIR_TAG, FAIR_UNTAGGED, Relation, fair_due_trigger, fair_triggers,
+};
 use sea_query::{Expr, ExprTrait, OnConflict, Order, Query};
 use workerutil::JobState;
 
-/// The names of `table`'s tagging triggers that exist: `(name)` rows.
+/// The names of `table`'s tagging triggers that exist (the due trigger's
+/// too): `(name)` rows.
 pub(crate) fn fair_trigger_names(table: &Relation) -> Statement {
-    let names: Vec<String> = fair_triggers(table).to_vec();
+    let mut names: Vec<String> = fair_triggers(table).to_vec();
+    names.push(fair_due_trigger(table));
     let q = Query::select()
         .expr_as(Expr::cust("tgname::text"), alias("name"))
         .from(alias("pg_trigger"))
@@ -19,6 +23,41 @@ pub(crate) fn fair_trigger_names(table: &Relation) -> Statement {
                 sea_query::Value::from(names),
             ],
         ))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// Asks the tagging trigger to tag up to `limit` untagged jobs of `t` that
+/// have come due, earliest first (`fair_tag = -1` fires it); rows another
+/// worker is tagging are skipped. Returns how many.
+pub(crate) fn tag_come_due(t: &Table, limit: u64) -> Statement {
+    let (a, c) = (&t.table.alias, &t.columns);
+    let due = Query::select()
+        .column((alias(a), alias(&c.id)))
+        .from(table_ref(&t.table))
+        .and_where(col(a, &c.state).is_in([state(JobState::Queued), state(JobState::Errored)]))
+        // A literal, so the planner proves the untagged jobs' partial index.
+        .and_where(Expr::cust(format!(
+            "{}.{} >= {FAIR_UNTAGGED}",
+            crate::columns::quote(a),
+            crate::columns::quote(FAIR_TAG)
+        )))
+        .and_where(Expr::cust(format!(
+            "{}.{} <= now()",
+            crate::columns::quote(a),
+            crate::columns::quote(&c.process_after)
+        )))
+        .order_by((alias(a), alias(&c.process_after)), Order::Asc)
+        .limit(limit)
+        .lock_with_behavior(
+            sea_query::LockType::Update,
+            sea_query::LockBehavior::SkipLocked,
+        )
+        .to_owned();
+    let q = Query::update()
+        .table(table_ref(&t.table))
+        .value(alias(FAIR_TAG), Expr::val(-1i64))
+        .and_where(col(a, &c.id).in_subquery(due))
         .to_owned();
     Statement::from(&q)
 }
@@ -114,5 +153,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("remove_fair_weight", remove_fair_weight(&weights, "acme")),
         ("list_fair_weights", list_fair_weights(&weights)),
         ("fair_shares", fair_shares(&t, &weights, 20)),
+        ("tag_come_due", tag_come_due(&t, 1000)),
     ]
 }

@@ -102,6 +102,7 @@ pub(crate) use enqueue::{
 pub(crate) use execution_logs::{log_append, log_len, log_update};
 pub(crate) use fairness::{
     fair_shares, fair_trigger_names, list_fair_weights, remove_fair_weight, set_fair_weight,
+    tag_come_due,
 };
 pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
 pub(crate) use grants::{sequence_privilege, server_read_only, table_privileges};

@@ -48,6 +48,9 @@ pub(crate) struct Table {
     /// A fair table's weight table (`dbworker migration --fair`): its jobs
     /// carry `fair_key`, `fair_tag` and `fair_cost`, and claims order by tag.
     pub(crate) fair_weights: Option<Relation>,
+    /// A fair table whose trigger tags untagged jobs come due (`dbworker
+    /// migration --fair` of this version): the store has them tagged.
+    pub(crate) fair_due: bool,
     /// Priority aging: the claim ranks each level's head by its wait.
     pub(crate) aging: Option<AgingParams>,
     /// The table has `progress`, `checkpoint` and `progress_seq`
@@ -104,6 +107,7 @@ impl Table {
             column_expressions: Vec::new(),
             order_by: None,
             fair_weights: None,
+            fair_due: false,
             aging: None,
             progress: false,
             progress_table: None,

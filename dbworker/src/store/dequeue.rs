@@ -22,6 +22,7 @@ impl<R: Record> DbStore<R> {
         limit: usize,
     ) -> std::result::Result<Vec<DbJob<R>>, BoxError> {
         let o = &self.options;
+        self.come_due.tag(&self.pool, o).await;
         // The claim reads the records itself, unless a view must be read after
         // the table's rows are claimed. Transactional handling locks each row
         // later, in the job's own task (`open`), so claims never wait for that.

@@ -13,6 +13,7 @@ use crate::table::JobTable;
 use crate::{notify, schema_check, sql};
 use completer::Completer;
 
+mod come_due;
 mod completer;
 mod conditions;
 mod cursor;
@@ -100,6 +101,8 @@ pub struct DbStore<R> {
     /// Running attempts' spans no heartbeat has recorded yet (a table with
     /// traces; see `store/heartbeat.rs`).
     attempt_spans: Arc<heartbeat::Spans>,
+    /// When this store last had a fair table's jobs come due tagged.
+    come_due: come_due::ComeDue,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -206,6 +209,7 @@ impl<R: Record> DbStore<R> {
             kept,
             pending_progress: progress::Pending::default(),
             attempt_spans: Arc::default(),
+            come_due: come_due::ComeDue::default(),
         })
     }
 

@@ -7,7 +7,8 @@ use sqlx::{PgPool, Row};
 use crate::columns::{
     AWAITING, BLOCKED_BY, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, STANDARD_LIMIT_TABLE,
     STANDARD_PAUSE_TABLE, TASK_NAME, TRACE_FOLLOWS, TRACEPARENT, TRACESTATE, UPSTREAM_IDS,
-    WORKFLOW_ID, deps_table, fair_triggers, fair_weights_table, key_table, signals_table,
+    WORKFLOW_ID, deps_table, fair_due_trigger, fair_triggers, fair_weights_table, key_table,
+    signals_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -351,6 +352,10 @@ async fn fairness_problems(
     }
     let weights = fair_weights_table(&t.table);
     t.fair_weights = Some(weights.clone());
+    t.fair_due = found.contains(&fair_due_trigger(&t.table));
+    if !t.fair_due {
+        tracing::warn!(table = %t.table.display_name(), "fair table without the trigger that tags scheduled jobs when due (run `dbworker migration --fair` again): such jobs keep the tag of when they started to wait");
+    }
     let table = t.table.display_name();
     let hint = "`dbworker migration --fair` (dbworker::ddl::fair_claims_sql) adds it";
     let mut problems = Vec::new();

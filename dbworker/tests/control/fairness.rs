@@ -843,3 +843,43 @@ async fn with_aging_levels_of_jobs_not_yet_due_hide_no_due_job() {
         .collect();
     assert_eq!(claimed, [due]);
 }
+
+/// A key's batch scheduled for later is tagged when it comes due, against
+/// the head of that moment: it takes its share of the claims then, not all
+/// of them (it took 500 of 500 when tagged at its enqueue). Until tagged it
+/// waits behind the tagged jobs, and it is never starved: alone, it runs.
+#[tokio::test]
+async fn a_batch_scheduled_for_later_takes_its_share_when_due_not_every_claim() {
+    let _alone = TIMED.write().await;
+    let db = fair_db().await;
+    let table = db.table().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let later: Vec<NewJob> = (0..200)
+        .map(|_| {
+            NewJob::new()
+                .fair_key("later")
+                .run_after(Duration::from_millis(1500))
+        })
+        .collect();
+    enqueuer.enqueue_many(&later).await.unwrap();
+    copy_jobs(&enqueuer, "b", 300).await;
+    copy_jobs(&enqueuer, "c", 300).await;
+    let store = store(&db, &table).await;
+    // B and C run a while before the batch is due; the head moves on.
+    let before = claim_all(&db, &store, 10, 200).await;
+    assert!(before.iter().all(|k| k != "later"), "not due yet");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let after = claim_all(&db, &store, 10, 90).await;
+    let later_share = after.iter().filter(|k| *k == "later").count();
+    assert!(
+        (20..=40).contains(&later_share),
+        "the batch took {later_share} of the next 90 claims: {after:?}"
+    );
+    // Alone at the end, the rest of it runs.
+    let rest = claim_all(&db, &store, 50, 10_000).await;
+    assert_eq!(
+        before.len() + after.len() + rest.len(),
+        800,
+        "every job claimed once"
+    );
+}

@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "fair_tag" = $1 WHERE "j"."id" IN (SELECT "j"."id" FROM "example_jobs" AS "j" WHERE "j"."status" IN ('queued', 'errored') AND ("j"."fair_tag" >= 4611686018427387904) AND ("j"."process_after" <= now()) ORDER BY "j"."process_after" ASC LIMIT $2 FOR UPDATE SKIP LOCKED)
