@@ -162,7 +162,7 @@ BEGIN
                     -- Every upstream ended and none failed (a failure would
                     -- have queued it): the failure callback never runs.
                     UPDATE {table}
-                       SET {state} = 'canceled', {finished_at} = now(),
+                       SET {state} = 'canceled', {finished_at} = clock_timestamp(),
                            {failure_message} = 'no job of its batch failed'
                      WHERE {id} = v_dep AND {state} = 'pending'
                        AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
@@ -174,8 +174,11 @@ BEGIN
         IF v_outcome <> 'completed' THEN
             -- The other edges cancel their dependent, and stay: a retry of
             -- this job brings the dependent back. Its own trigger cascades.
+            -- clock_timestamp(), here and in every write of these functions:
+            -- now() is the transaction's start, which in transactional
+            -- handling precedes the write that caused this one.
             UPDATE {table}
-               SET {state} = 'canceled', {finished_at} = now(),
+               SET {state} = 'canceled', {finished_at} = clock_timestamp(),
                    {blocked_by} = CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE v_job END,
                    {failure_message} = format('upstream job %s was %s', v_job,
                        CASE WHEN TG_OP = 'DELETE' THEN 'deleted' ELSE v_outcome END)
@@ -293,7 +296,7 @@ BEGIN
      WHERE {id} = job;
     IF blocker IS NOT NULL THEN
         UPDATE {table}
-           SET {state} = 'canceled', {finished_at} = now(), {blocked_by} = blocker,
+           SET {state} = 'canceled', {finished_at} = clock_timestamp(), {blocked_by} = blocker,
                {failure_message} = format('upstream job %s was %s', blocker, blocker_state)
          WHERE {id} = job;
         RETURN 'canceled';
@@ -449,7 +452,7 @@ BEGIN
     -- A batch's failure callback whose upstream jobs all ended and none
     -- failed (a failure would have queued it) never runs.
     UPDATE {table} AS dbworker_d
-       SET {state} = 'canceled', {finished_at} = now(),
+       SET {state} = 'canceled', {finished_at} = clock_timestamp(),
            {failure_message} = 'no job of its batch failed'
      WHERE dbworker_d.{id} = ANY(v_rest) AND dbworker_d.{id} = ANY(v_batch)
        AND dbworker_d.{state} = 'pending' AND {none_left};

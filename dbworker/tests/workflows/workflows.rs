@@ -907,3 +907,45 @@ async fn backends_killed_during_grouped_marks_of_a_fan_in_strand_nothing() {
     assert_released_once_after_the_rest(&db, sink).await;
     eprintln!("terminated {killed} backends writing grouped completions");
 }
+
+/// A new job waiting for `upstream` (policy `cancel`); returns its id.
+async fn after(workflows: &Workflows, upstream: &[i64]) -> i64 {
+    workflows
+        .enqueuer()
+        .enqueue(&NewJob::new().after(upstream.to_vec()))
+        .await
+        .unwrap()
+        .id()
+}
+
+/// A canceled dependent's `finished_at` comes after the write that canceled
+/// it, even when that write's transaction started long before (a
+/// transactional handler's): the trigger stamps it with the clock, not with
+/// the transaction's start.
+#[tokio::test]
+async fn a_dependent_canceled_in_a_long_transaction_finishes_after_its_upstream() {
+    let (db, workflows) = set_up().await;
+    let a = db.enqueue(1, serde_json::json!({})).await[0];
+    let d = after(&workflows, &[a]).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_sleep(0.2)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE jobs SET state = 'failed', finished_at = clock_timestamp() WHERE id = $1")
+        .bind(a)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(db.state(d).await, "canceled");
+    let in_order: bool = sqlx::query_scalar(
+        "SELECT (SELECT finished_at FROM jobs WHERE id = $2) >= (SELECT finished_at FROM jobs WHERE id = $1)",
+    )
+    .bind(a)
+    .bind(d)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(in_order, "the dependent finished after its upstream");
+}
