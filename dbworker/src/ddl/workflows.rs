@@ -190,19 +190,8 @@ BEGIN
         END IF;
     ELSIF OLD.{state} IN ('failed', 'canceled') THEN
         -- Retried: what its failure canceled waits again, unless another
-        -- failed upstream still blocks it (then that one is named instead).
-        UPDATE {table} AS dbworker_j SET {blocked_by} = dbworker_b.upstream
-          FROM (SELECT DISTINCT ON (e."job_id") e."job_id" AS dependent, e."depends_on" AS upstream
-                  FROM {deps} AS e JOIN {table} AS u ON u.{id} = e."depends_on"
-                 WHERE e."job_id" IN (SELECT {id} FROM {table} WHERE {blocked_by} = v_job AND {state} = 'canceled')
-                   AND e."depends_on" <> v_job
-                   AND u.{state} IN ('failed', 'canceled')
-                   AND NOT (e."policy" = 'ignore' OR e."policy" = 'ignore_' || u.{state})
-                 ORDER BY e."job_id", e."depends_on") AS dbworker_b
-         WHERE dbworker_j.{id} = dbworker_b.dependent;
-        UPDATE {table}
-           SET {state} = 'pending', {finished_at} = NULL, {failure_message} = NULL, {blocked_by} = NULL
-         WHERE {blocked_by} = v_job AND {state} = 'canceled';
+        -- upstream still blocks it (then that one is named instead).
+{revive}
     END IF;
     RETURN NULL;
 END
@@ -310,6 +299,7 @@ $dbworker$;
 "#,
         completions = completions_sql(&rel, &c),
         read_committed = read_committed_sql("v_job", "            "),
+        revive = revive_sql(&rel, &c, "ARRAY[v_job]", "        "),
         release_on_failure = release(&table, &c, "", "                "),
         release_last = release(&table, &c, &last, "                    "),
         upstream_ids = quote(UPSTREAM_IDS),
@@ -484,6 +474,41 @@ fn read_committed_sql(job: &str, pad: &str) -> String {
         "END IF;".to_owned(),
     ]
     .iter()
+    .map(|l| format!("{pad}{l}"))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+/// Brings back the dependents that the jobs `ids` (an array expression),
+/// now retried or completed, had canceled (`blocked_by`): `pending` again,
+/// unless another upstream still blocks them, which `blocked_by` and the
+/// message then name. An edge whose upstream row is gone blocks too: a job
+/// deleted after it failed never completes (its delete fires no trigger, so
+/// the edge stays), and without it the dependent would wait forever.
+/// Indented by `pad`.
+fn revive_sql(rel: &Relation, c: &Columns, ids: &str, pad: &str) -> String {
+    let (table, deps) = (rel.quoted(), deps_table(rel).quoted());
+    let (id, state, blocked_by) = (quote(&c.id), quote(&c.state), quote(BLOCKED_BY));
+    let (finished_at, failure_message) = (quote(&c.finished_at), quote(&c.failure_message));
+    format!(
+        r#"UPDATE {table} AS dbworker_j
+   SET {blocked_by} = dbworker_b.upstream,
+       {failure_message} = format('upstream job %s was %s', dbworker_b.upstream, dbworker_b.outcome)
+  FROM (SELECT DISTINCT ON (e."job_id") e."job_id" AS dependent, e."depends_on" AS upstream,
+               COALESCE(u.{state}::text, 'deleted') AS outcome
+          FROM {deps} AS e LEFT JOIN {table} AS u ON u.{id} = e."depends_on"
+         WHERE e."job_id" IN (SELECT {id} FROM {table} WHERE {blocked_by} = ANY({ids}) AND {state} = 'canceled')
+           AND NOT e."depends_on" = ANY({ids})
+           AND (u.{id} IS NULL
+                OR (u.{state} IN ('failed', 'canceled')
+                    AND NOT (e."policy" = 'ignore' OR e."policy" = 'ignore_' || u.{state})))
+         ORDER BY e."job_id", e."depends_on") AS dbworker_b
+ WHERE dbworker_j.{id} = dbworker_b.dependent;
+UPDATE {table}
+   SET {state} = 'pending', {finished_at} = NULL, {failure_message} = NULL, {blocked_by} = NULL
+ WHERE {blocked_by} = ANY({ids}) AND {state} = 'canceled';"#
+    )
+    .lines()
     .map(|l| format!("{pad}{l}"))
     .collect::<Vec<_>>()
     .join("\n")

@@ -949,3 +949,49 @@ async fn a_dependent_canceled_in_a_long_transaction_finishes_after_its_upstream(
     .unwrap();
     assert!(in_order, "the dependent finished after its upstream");
 }
+
+/// Finishes job `id` in `state` (failed, canceled, completed) with plain SQL,
+/// as any write that finishes it would.
+async fn finish(db: &Db, id: i64, state: &str) {
+    sqlx::query("UPDATE jobs SET state = $2, finished_at = clock_timestamp() WHERE id = $1")
+        .bind(id)
+        .bind(state)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+async fn blocked_by(db: &Db, id: i64) -> Option<i64> {
+    db.scalar("SELECT blocked_by FROM jobs WHERE id = $1", id)
+        .await
+}
+
+/// A failed upstream deleted afterwards (retention, `dbworker delete`) will
+/// never complete: when another upstream of the same dependent is retried,
+/// the dependent stays canceled, blocked by the deleted one, instead of
+/// waiting forever for it.
+#[tokio::test]
+async fn a_deleted_failed_upstream_still_blocks_when_another_is_retried() {
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(2, serde_json::json!({})).await;
+    let (a, b) = (up[0], up[1]);
+    let d = after(&workflows, &[a, b]).await;
+    finish(&db, b, "failed").await;
+    assert_eq!(blocked_by(&db, d).await, Some(b));
+    finish(&db, a, "failed").await;
+    let admin = Admin::new(&db.pool, &table(&db).await).await.unwrap();
+    let deleted = admin
+        .act_on_ids(&[a], &dbworker::admin::BulkAction::Delete)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(admin.requeue(b).await.unwrap());
+    assert_eq!(db.state(d).await, "canceled", "not pending, stranded");
+    assert_eq!(blocked_by(&db, d).await, Some(a));
+    let message: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", d)
+        .await;
+    assert_eq!(message, format!("upstream job {a} was deleted"));
+    finish(&db, b, "completed").await;
+    assert_eq!(db.state(d).await, "canceled", "b alone does not release it");
+}
