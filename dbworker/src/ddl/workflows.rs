@@ -334,7 +334,9 @@ $dbworker$;
 ///    releases those with no edge left: the last locker sees every delete.
 ///
 /// A batch's failure callback (`on_failure` edges) is never released by a
-/// completion: the last deleter cancels it, in step 4.
+/// completion: the last deleter cancels it, in step 4. Before step 1, a job
+/// completed from `failed` or `canceled` (an operator's complete) brings
+/// back what its failure canceled, as a retry does, so step 2 releases it.
 /// `models/src/workflow.rs` checks the phases, alone and beside the row
 /// trigger's protocol.
 fn completions_sql(rel: &Relation, c: &Columns) -> String {
@@ -374,6 +376,7 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
         )
     };
     let read_committed = read_committed_sql("v_done[1]", "    ");
+    let revive = revive_sql(rel, c, "v_revive", "        ");
     let release_fast = release("v_deps");
     let release_last = release("v_rest");
     format!(
@@ -388,6 +391,7 @@ DECLARE
     v_rest bigint[];
     v_released bigint[] := ARRAY[]::bigint[];
     v_traced boolean := false;
+    v_revive bigint[];
 BEGIN
     -- Jobs this statement completed (not rows that already were: an UPDATE
     -- of a completed job's other columns is none of the release's business).
@@ -399,6 +403,13 @@ BEGIN
              WHERE dbworker_o.{has_dependents} AND dbworker_o.{state} = 'completed') AS c;
     IF v_done IS NULL THEN
         RETURN NULL;
+    END IF;
+    -- Failed or canceled jobs completed by hand: what their failure canceled
+    -- waits again first, as after a retry, so the steps below release it.
+    SELECT array_agg(dbworker_o.{id}) INTO v_revive FROM dbworker_old AS dbworker_o
+     WHERE dbworker_o.{state} IN ('failed', 'canceled') AND dbworker_o.{id} = ANY(v_done);
+    IF v_revive IS NOT NULL THEN
+{revive}
     END IF;
     -- Read by name, so a table without traces releases as before.
     SELECT to_jsonb(dbworker_n) ? {follows_name} INTO v_traced FROM dbworker_new AS dbworker_n LIMIT 1;

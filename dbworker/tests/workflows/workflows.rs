@@ -995,3 +995,41 @@ async fn a_deleted_failed_upstream_still_blocks_when_another_is_retried() {
     finish(&db, b, "completed").await;
     assert_eq!(db.state(d).await, "canceled", "b alone does not release it");
 }
+
+/// Completing a failed upstream by hand (`Admin`'s complete) satisfies its
+/// edges as a completion does: what its failure canceled waits again, and
+/// runs once nothing else holds it, instead of staying canceled for good.
+#[tokio::test]
+async fn completing_a_failed_upstream_by_hand_releases_what_it_canceled() {
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(3, serde_json::json!({})).await;
+    let (a, b, c) = (up[0], up[1], up[2]);
+    let only_a = after(&workflows, &[a]).await;
+    let and_b = after(&workflows, &[a, b]).await;
+    let and_c = after(&workflows, &[a, c]).await;
+    let below = after(&workflows, &[only_a]).await;
+    finish(&db, a, "failed").await;
+    finish(&db, c, "failed").await;
+    for d in [only_a, and_b, and_c] {
+        assert_eq!(blocked_by(&db, d).await, Some(a));
+    }
+    assert_eq!(db.state(below).await, "canceled", "down the graph");
+    let admin = Admin::new(&db.pool, &table(&db).await).await.unwrap();
+    let done = admin
+        .act_on_ids(&[a], &dbworker::admin::BulkAction::Complete)
+        .await
+        .unwrap();
+    assert_eq!(done, 1);
+    assert_eq!(db.state(only_a).await, "queued", "nothing else to wait for");
+    assert_eq!(blocked_by(&db, only_a).await, None);
+    assert_eq!(db.state(below).await, "pending", "waits for only_a again");
+    assert_eq!(db.state(and_b).await, "pending", "waits for b");
+    assert_eq!(db.state(and_c).await, "canceled", "c still blocks it");
+    assert_eq!(blocked_by(&db, and_c).await, Some(c));
+    let message: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", and_c)
+        .await;
+    assert_eq!(message, format!("upstream job {c} was failed"));
+    finish(&db, b, "completed").await;
+    assert_eq!(db.state(and_b).await, "queued");
+}
