@@ -445,7 +445,9 @@ impl Admin {
     }
 
     /// Puts a failed, canceled or errored job back in the queue, to run now;
-    /// its failure count starts again. Returns whether it did.
+    /// its failure count starts again (a workflow's dependent that still
+    /// waits for an upstream job goes back to `pending`). Returns whether it
+    /// did.
     pub async fn requeue(&self, id: i64) -> Result<bool> {
         Ok(self
             .act(sql::admin_requeue(&self.t, &[id]), "requeue")

@@ -1033,3 +1033,64 @@ async fn completing_a_failed_upstream_by_hand_releases_what_it_canceled() {
     finish(&db, b, "completed").await;
     assert_eq!(db.state(and_b).await, "queued");
 }
+
+/// An operator's requeue or reschedule of a canceled dependent never queues
+/// it ahead of its upstream: while an edge to an existing upstream job is
+/// left (failed and not retried, or canceled by hand while it waited) it goes
+/// back to `pending` and runs only once that job completes. An edge to a
+/// deleted upstream goes with the requeue (that job can never complete).
+#[tokio::test]
+async fn requeuing_a_canceled_dependent_makes_it_wait_for_its_upstream() {
+    use dbworker::admin::{BulkAction, Reschedule};
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(4, serde_json::json!({})).await;
+    let (failed, live, deleted, other) = (up[0], up[1], up[2], up[3]);
+    let on_failed = after(&workflows, &[failed]).await;
+    let on_live = after(&workflows, &[live]).await;
+    let on_deleted = after(&workflows, &[deleted]).await;
+    let on_deleted_and_other = after(&workflows, &[deleted, other]).await;
+    let admin = Admin::new(&db.pool, &table(&db).await).await.unwrap();
+    finish(&db, failed, "failed").await;
+    admin.cancel(on_live).await.unwrap();
+    finish(&db, deleted, "failed").await;
+    admin
+        .act_on_ids(&[deleted], &BulkAction::Delete)
+        .await
+        .unwrap();
+    for d in [on_failed, on_live, on_deleted, on_deleted_and_other] {
+        assert_eq!(db.state(d).await, "canceled");
+    }
+
+    assert!(admin.requeue(on_failed).await.unwrap());
+    assert_eq!(db.state(on_failed).await, "pending", "its upstream failed");
+    assert_eq!(blocked_by(&db, on_failed).await, None);
+    let reschedule = BulkAction::Reschedule(Reschedule::default());
+    assert_eq!(admin.act_on_ids(&[on_live], &reschedule).await.unwrap(), 1);
+    assert_eq!(db.state(on_live).await, "pending", "its upstream is queued");
+    let requeue = BulkAction::Requeue;
+    let both = [on_deleted, on_deleted_and_other];
+    assert_eq!(admin.act_on_ids(&both, &requeue).await.unwrap(), 2);
+    assert_eq!(
+        db.state(on_deleted).await,
+        "queued",
+        "nothing left to wait for"
+    );
+    assert_eq!(db.state(on_deleted_and_other).await, "pending");
+
+    // Each runs once its upstream completes: a retry of the failed one, the
+    // queued ones as they are.
+    assert!(admin.requeue(failed).await.unwrap());
+    assert_eq!(db.state(on_failed).await, "pending");
+    run_until_done(&db, 1, 4, Some(Handling::Heartbeat)).await;
+    for (d, u) in [
+        (on_failed, failed),
+        (on_live, live),
+        (on_deleted_and_other, other),
+    ] {
+        assert_eq!(db.state(d).await, "completed");
+        assert!(
+            times(&db, d).await.0 >= times(&db, u).await.1,
+            "{d} after {u}"
+        );
+    }
+}
