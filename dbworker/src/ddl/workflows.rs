@@ -177,6 +177,14 @@ BEGIN
             -- clock_timestamp(), here and in every write of these functions:
             -- now() is the transaction's start, which in transactional
             -- handling precedes the write that caused this one.
+            -- Locked first, canceled ones too: a concurrent retry of another
+            -- upstream may be bringing one back (canceled to pending, not
+            -- yet committed, so this snapshot sees it canceled). The lock
+            -- waits for that commit; the UPDATE's new snapshot sees it pending.
+            PERFORM 1 FROM {table}
+             WHERE {id} IN (SELECT "job_id" FROM {deps} WHERE "depends_on" = v_job)
+               AND {state} IN ('pending', 'canceled')
+             ORDER BY {id} FOR UPDATE;
             UPDATE {table}
                SET {state} = 'canceled', {finished_at} = clock_timestamp(),
                    {blocked_by} = CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE v_job END,
@@ -501,8 +509,16 @@ fn revive_sql(rel: &Relation, c: &Columns, ids: &str, pad: &str) -> String {
     let (table, deps) = (rel.quoted(), deps_table(rel).quoted());
     let (id, state, blocked_by) = (quote(&c.id), quote(&c.state), quote(BLOCKED_BY));
     let (finished_at, failure_message) = (quote(&c.finished_at), quote(&c.failure_message));
+    // The canceled dependents are locked first, in id order, found by their
+    // edges (not by `blocked_by`, which a concurrent revive may be moving to
+    // one of these jobs): the lock waits for a concurrent failure or revive
+    // of another upstream to commit, and the statements after it see that.
     format!(
-        r#"UPDATE {table} AS dbworker_j
+        r#"PERFORM 1 FROM {table}
+ WHERE {id} IN (SELECT "job_id" FROM {deps} WHERE "depends_on" = ANY({ids}))
+   AND {state} = 'canceled'
+ ORDER BY {id} FOR UPDATE;
+UPDATE {table} AS dbworker_j
    SET {blocked_by} = dbworker_b.upstream,
        {failure_message} = format('upstream job %s was %s', dbworker_b.upstream, dbworker_b.outcome)
   FROM (SELECT DISTINCT ON (e."job_id") e."job_id" AS dependent, e."depends_on" AS upstream,

@@ -1094,3 +1094,76 @@ async fn requeuing_a_canceled_dependent_makes_it_wait_for_its_upstream() {
         );
     }
 }
+
+/// Sets job `id` to `state` in a transaction left open, as an operator's
+/// retry (`queued`) or a worker's failure would be before its commit.
+async fn set_in(tx: &mut sqlx::PgConnection, id: i64, state: &str) {
+    sqlx::query("UPDATE jobs SET state = $2, finished_at = clock_timestamp() WHERE id = $1")
+        .bind(id)
+        .bind(state)
+        .execute(tx)
+        .await
+        .unwrap();
+}
+
+/// Runs `first` (job, state) in a transaction, then `second` in another
+/// while the first is still open, then commits the first and waits for the
+/// second (which may have waited for it).
+async fn overlap(db: &Db, first: (i64, &str), second: (i64, &'static str)) {
+    let mut one = db.pool.begin().await.unwrap();
+    set_in(&mut one, first.0, first.1).await;
+    let pool = db.pool.clone();
+    let two = tokio::spawn(async move {
+        let mut two = pool.begin().await.unwrap();
+        set_in(&mut two, second.0, second.1).await;
+        two.commit().await.unwrap();
+    });
+    // Time for the second to reach a lock the first holds, if it takes one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    one.commit().await.unwrap();
+    two.await.unwrap();
+}
+
+/// A retry of one upstream and the failure of another, at once, in either
+/// order: the dependent ends canceled, blocked by the one that failed, never
+/// pending behind a failed job that nothing will retry.
+#[tokio::test]
+async fn a_retry_racing_another_upstreams_failure_leaves_the_dependent_canceled() {
+    let (db, workflows) = set_up().await;
+    for retry_first in [true, false] {
+        let up = db.enqueue(2, serde_json::json!({})).await;
+        let (a, b) = (up[0], up[1]);
+        let d = after(&workflows, &[a, b]).await;
+        finish(&db, a, "failed").await;
+        assert_eq!(blocked_by(&db, d).await, Some(a));
+        if retry_first {
+            overlap(&db, (a, "queued"), (b, "failed")).await;
+        } else {
+            overlap(&db, (b, "failed"), (a, "queued")).await;
+        }
+        assert_eq!(db.state(d).await, "canceled", "retry first: {retry_first}");
+        assert_eq!(blocked_by(&db, d).await, Some(b));
+        let message: String = db
+            .scalar("SELECT failure_message FROM jobs WHERE id = $1", d)
+            .await;
+        assert_eq!(message, format!("upstream job {b} was failed"));
+    }
+}
+
+/// Retries of both failed upstream jobs at once: the dependent waits again,
+/// whichever commits first, never canceled by a job that is being retried.
+#[tokio::test]
+async fn two_retries_racing_bring_the_dependent_back() {
+    let (db, workflows) = set_up().await;
+    for first_blocker in [0, 1] {
+        let up = db.enqueue(2, serde_json::json!({})).await;
+        let d = after(&workflows, &up).await;
+        let (blocker, other) = (up[first_blocker], up[1 - first_blocker]);
+        finish(&db, blocker, "failed").await;
+        finish(&db, other, "failed").await;
+        assert_eq!(blocked_by(&db, d).await, Some(blocker));
+        overlap(&db, (blocker, "queued"), (other, "queued")).await;
+        assert_eq!(db.state(d).await, "pending", "round {first_blocker}");
+        assert_eq!(blocked_by(&db, d).await, None);
+    }
+}
