@@ -1167,3 +1167,31 @@ async fn two_retries_racing_bring_the_dependent_back() {
         assert_eq!(blocked_by(&db, d).await, None);
     }
 }
+
+/// `<table>_reschedule_jobs` (the SQL admin function) does as `Admin` does:
+/// a canceled dependent whose upstream failed goes back to `pending`.
+#[tokio::test]
+async fn the_sql_reschedule_function_makes_a_canceled_dependent_wait() {
+    let (db, workflows) = set_up().await;
+    db.execute(
+        &dbworker::ddl::admin_functions_sql("jobs", &HashMap::new(), Default::default()).unwrap(),
+    )
+    .await;
+    let up = db.enqueue(2, serde_json::json!({})).await;
+    let (failed, deleted) = (up[0], up[1]);
+    let waits = after(&workflows, &[failed]).await;
+    let free = after(&workflows, &[deleted]).await;
+    finish(&db, failed, "failed").await;
+    finish(&db, deleted, "failed").await;
+    db.execute(&format!("DELETE FROM jobs WHERE id = {deleted}"))
+        .await;
+    let outcomes: Vec<(i64, String)> = sqlx::query_as("SELECT * FROM jobs_reschedule_jobs($1)")
+        .bind(vec![waits, free])
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(outcomes, [(waits, "done".into()), (free, "done".into())]);
+    assert_eq!(db.state(waits).await, "pending", "its upstream failed");
+    assert_eq!(blocked_by(&db, waits).await, None);
+    assert_eq!(db.state(free).await, "queued", "its upstream is gone");
+}
