@@ -179,7 +179,9 @@ struct AdminFunction<'a> {
 /// that exists, into `still_waiting`, which the update sets `pending`, not
 /// `queued`, as `Admin`'s reschedule does: they must not run before it
 /// completes. Their edges to deleted upstream jobs go (those never
-/// complete), and their `blocked_by`.
+/// complete), and their `blocked_by`. A completion racing this needs no lock
+/// here: one that deleted a job's last edge holds the job's row until it
+/// commits, and the lock above waits for it, so these statements see it.
 fn still_waiting_sql(rel: &Relation, c: &Columns, states: &str) -> String {
     let (table, deps) = (rel.quoted(), crate::columns::deps_table(rel).quoted());
     let (id, state) = (quote(&c.id), quote(&c.state));

@@ -191,6 +191,38 @@ pub(super) fn back_to_waiting(
     );
 }
 
+/// Locks `FOR SHARE`, in id order, the upstream jobs that the jobs among
+/// `ids` in `states` still have edges to: run before a requeue or a
+/// reschedule, in its transaction, so none of them finishes until it
+/// commits. Else a completion racing it deletes the edge and finds the job
+/// not yet `pending` to release, while the requeue, still seeing the edge,
+/// leaves it `pending` with nothing left to release it.
+pub(crate) fn lock_waited_for(w: &Table, ids: &[i64], states: &[JobState]) -> Statement {
+    let (t, c) = (&w.table, &w.columns);
+    let (edge, up, j) = ("dbworker_e", "dbworker_u", "dbworker_j");
+    let waited_for = Query::select()
+        .column((alias(edge), alias("depends_on")))
+        .from_as(plain_table(&deps(w)), alias(edge))
+        .inner_join(
+            plain_table(t).alias(alias(j)),
+            col(j, &c.id).equals((alias(edge), alias("job_id"))),
+        )
+        .and_where(Expr::cust_with_values(
+            format!("{}.\"job_id\" = ANY($1::bigint[])", quote(edge)),
+            [ids.to_vec()],
+        ))
+        .and_where(col(j, &c.state).is_in(states.iter().map(|s| state(*s))))
+        .to_owned();
+    let q = Query::select()
+        .expr(Expr::cust("1"))
+        .from(plain_table(t).alias(alias(up)))
+        .and_where(col(up, &c.id).in_subquery(waited_for))
+        .order_by((alias(up), alias(&c.id)), Order::Asc)
+        .lock(LockType::Share)
+        .to_owned();
+    Statement::from(&q)
+}
+
 /// Cancels the waiting tasks of a workflow (pending, queued, errored). Their
 /// dependents outside it follow through the release trigger. `blocked_by` is
 /// cleared: a canceled workflow stays canceled when an upstream is retried.
@@ -430,6 +462,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             deps_insert(&w, vec![3, 3], vec![1, 2], on_failure),
         ),
         ("lock_upstreams", lock_upstreams(&w, vec![1, 2])),
+        (
+            "lock_waited_for",
+            lock_waited_for(&w, &[1, 2], &[JobState::Failed, JobState::Canceled]),
+        ),
         ("mark_has_dependents", mark_has_dependents(&w, vec![1, 2])),
         (
             "cancel_blocked",

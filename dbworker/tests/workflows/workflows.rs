@@ -1195,3 +1195,39 @@ async fn the_sql_reschedule_function_makes_a_canceled_dependent_wait() {
     assert_eq!(blocked_by(&db, waits).await, None);
     assert_eq!(db.state(free).await, "queued", "its upstream is gone");
 }
+
+/// A requeue of a canceled dependent racing the completion of its upstream
+/// job: the requeue waits for that commit and finds the edge gone, so the
+/// dependent is queued, not left pending with nothing to release it.
+#[tokio::test]
+async fn a_requeue_racing_the_upstreams_completion_queues_the_dependent() {
+    let (db, workflows) = set_up().await;
+    db.execute(
+        &dbworker::ddl::admin_functions_sql("jobs", &HashMap::new(), Default::default()).unwrap(),
+    )
+    .await;
+    let admin = Arc::new(Admin::new(&db.pool, &table(&db).await).await.unwrap());
+    for by_function in [false, true] {
+        let a = db.enqueue(1, serde_json::json!({})).await[0];
+        let d = after(&workflows, &[a]).await;
+        admin.cancel(d).await.unwrap();
+        let mut completion = db.pool.begin().await.unwrap();
+        complete_in(&mut completion, a).await;
+        let (admin, pool) = (admin.clone(), db.pool.clone());
+        let requeue = tokio::spawn(async move {
+            if by_function {
+                sqlx::query("SELECT * FROM jobs_reschedule_jobs($1)")
+                    .bind(vec![d])
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            } else {
+                assert!(admin.requeue(d).await.unwrap());
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        completion.commit().await.unwrap();
+        requeue.await.unwrap();
+        assert_eq!(db.state(d).await, "queued", "by function: {by_function}");
+    }
+}
