@@ -174,9 +174,6 @@ BEGIN
         IF v_outcome <> 'completed' THEN
             -- The other edges cancel their dependent, and stay: a retry of
             -- this job brings the dependent back. Its own trigger cascades.
-            -- clock_timestamp(), here and in every write of these functions:
-            -- now() is the transaction's start, which in transactional
-            -- handling precedes the write that caused this one.
             -- Locked first, canceled ones too: a concurrent retry of another
             -- upstream may be bringing one back (canceled to pending, not
             -- yet committed, so this snapshot sees it canceled). The lock
@@ -185,6 +182,9 @@ BEGIN
              WHERE {id} IN (SELECT "job_id" FROM {deps} WHERE "depends_on" = v_job)
                AND {state} IN ('pending', 'canceled')
              ORDER BY {id} FOR UPDATE;
+            -- clock_timestamp(), here and in every write of these functions:
+            -- now() is the transaction's start, which in transactional
+            -- handling precedes the write that caused this one.
             UPDATE {table}
                SET {state} = 'canceled', {finished_at} = clock_timestamp(),
                    {blocked_by} = CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE v_job END,
