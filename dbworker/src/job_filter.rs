@@ -252,7 +252,9 @@ impl PageRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BulkAction {
-    /// Failed, canceled and errored jobs back to `queued` (failures reset).
+    /// Failed, canceled and errored jobs back to `queued` (failures reset);
+    /// a workflow's dependent that still waits for an upstream job back to
+    /// `pending` instead.
     Requeue,
     /// Waiting jobs to `canceled`; processing jobs asked to cancel.
     Cancel,
@@ -264,7 +266,8 @@ pub enum BulkAction {
     /// worker had done them.
     Complete,
     /// Queued, errored, failed and canceled jobs back to `queued` with new
-    /// scheduling values (each `None` leaves its column unchanged).
+    /// scheduling values (each `None` leaves its column unchanged); a
+    /// dependent that still waits for an upstream job to `pending`.
     Reschedule(Reschedule),
 }
 

@@ -376,14 +376,18 @@ impl Admin {
     async fn act_on(&self, ids: &[i64], action: &BulkAction) -> Result<u64> {
         let op = action.verb();
         Ok(match action {
-            BulkAction::Requeue => self.act(sql::admin_requeue(&self.t, ids), op).await?,
+            BulkAction::Requeue => {
+                let requeue = sql::admin_requeue(&self.t, ids);
+                self.act_on_waiting(ids, action, requeue, op).await?
+            }
             BulkAction::Fail(message) => {
                 self.act(sql::admin_fail(&self.t, ids, message), op).await?
             }
             BulkAction::Delete => self.act(sql::admin_delete(&self.t, ids), op).await?,
             BulkAction::Complete => self.act(sql::admin_complete(&self.t, ids), op).await?,
             BulkAction::Reschedule(r) => {
-                self.act(sql::admin_reschedule(&self.t, ids, r), op).await?
+                let reschedule = sql::admin_reschedule(&self.t, ids, r);
+                self.act_on_waiting(ids, action, reschedule, op).await?
             }
             BulkAction::Cancel => {
                 self.act(sql::admin_cancel_waiting(&self.t, ids), op)
@@ -445,10 +449,13 @@ impl Admin {
     }
 
     /// Puts a failed, canceled or errored job back in the queue, to run now;
-    /// its failure count starts again. Returns whether it did.
+    /// its failure count starts again (a workflow's dependent that still
+    /// waits for an upstream job goes back to `pending`). Returns whether it
+    /// did.
     pub async fn requeue(&self, id: i64) -> Result<bool> {
+        let requeue = sql::admin_requeue(&self.t, &[id]);
         Ok(self
-            .act(sql::admin_requeue(&self.t, &[id]), "requeue")
+            .act_on_waiting(&[id], &BulkAction::Requeue, requeue, "requeue")
             .await?
             == 1)
     }
@@ -513,6 +520,29 @@ impl Admin {
             Some(row) => Removed::Processing(row.get("id")),
             None => Removed::NotFound,
         })
+    }
+
+    /// Runs a requeue or a reschedule (`statement`, of `action` on `ids`);
+    /// on a table with workflows after locking the upstream jobs the moved
+    /// jobs still wait for, in one transaction (see `sql::lock_waited_for`).
+    async fn act_on_waiting(
+        &self,
+        ids: &[i64],
+        action: &BulkAction,
+        statement: sql::Statement,
+        op: &'static str,
+    ) -> Result<u64> {
+        if !self.t.workflows {
+            return self.act(statement, op).await;
+        }
+        let mut tx = self.pool.begin().await.map_err(Error::db(op))?;
+        sql::lock_waited_for(&self.t, ids, action.states())
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db(op))?;
+        let done = statement.execute(&mut *tx).await.map_err(Error::db(op))?;
+        tx.commit().await.map_err(Error::db(op))?;
+        Ok(done.rows_affected())
     }
 
     async fn act(&self, statement: sql::Statement, op: &'static str) -> Result<u64> {

@@ -173,6 +173,38 @@ struct AdminFunction<'a> {
     sets: Vec<String>,
 }
 
+/// For `reschedule_jobs`, after the lock: on a table with workflows (its
+/// edge table exists when called; the statements are planned only then),
+/// the jobs among `ids` in `states` that still wait for an upstream job
+/// that exists, into `still_waiting`, which the update sets `pending`, not
+/// `queued`, as `Admin`'s reschedule does: they must not run before it
+/// completes. Their edges to deleted upstream jobs go (those never
+/// complete), and their `blocked_by`. A completion racing this needs no lock
+/// here: one that deleted a job's last edge holds the job's row until it
+/// commits, and the lock above waits for it, so these statements see it.
+fn still_waiting_sql(rel: &Relation, c: &Columns, states: &str) -> String {
+    let (table, deps) = (rel.quoted(), crate::columns::deps_table(rel).quoted());
+    let (id, state) = (quote(&c.id), quote(&c.state));
+    let blocked_by = quote(crate::columns::BLOCKED_BY);
+    let moved = format!(
+        "SELECT j.{id} FROM {table} AS j WHERE j.{id} = ANY(ids) AND j.{state} IN ({states})"
+    );
+    format!(
+        r#"
+    IF to_regclass({deps_name}) IS NOT NULL THEN
+        DELETE FROM {deps} AS e
+         WHERE e."job_id" IN ({moved})
+           AND NOT EXISTS (SELECT 1 FROM {table} AS u WHERE u.{id} = e."depends_on");
+        still_waiting := ARRAY(SELECT DISTINCT e."job_id" FROM {deps} AS e
+                                 JOIN {table} AS u ON u.{id} = e."depends_on"
+                                WHERE e."job_id" IN ({moved}));
+        UPDATE {table} AS j SET {blocked_by} = NULL
+         WHERE j.{id} = ANY(ids) AND j.{state} IN ({states}) AND j.{blocked_by} IS NOT NULL;
+    END IF;"#,
+        deps_name = literal(&deps)
+    )
+}
+
 /// PL/pgSQL admin functions on `table_name`, callable from any language, each
 /// returning `TABLE (id bigint, outcome text)`: one row per requested id, in
 /// order, with `outcome` one of
@@ -191,7 +223,8 @@ struct AdminFunction<'a> {
 /// ```
 ///
 /// `reschedule_jobs` puts queued, errored, failed and canceled jobs back to
-/// `queued`; each NULL (or omitted) argument leaves its column unchanged
+/// `queued` (on a table with workflows, a dependent that still waits for an
+/// upstream job to `pending`, as `Admin` does); each NULL (or omitted) argument leaves its column unchanged
 /// (`priority` exists with the priority column, `max_retries` with the retry
 /// limit column); a negative `num_failures` or `max_retries` is an error.
 /// Each function taking `ids` takes at most [`MAX_FUNCTION_IDS`] (10,000) per
@@ -223,7 +256,13 @@ pub fn admin_functions_sql(
         ));
     };
     let mut reschedule_sets = vec![
-        set(&c.state, "'queued'".into()),
+        set(
+            &c.state,
+            format!(
+                "CASE WHEN {} = ANY(still_waiting) THEN 'pending' ELSE 'queued' END",
+                j(&c.id)
+            ),
+        ),
         set(&c.finished_at, "NULL".into()),
         set(&c.cancel, "false".into()),
         set(
@@ -298,6 +337,14 @@ pub fn admin_functions_sql(
             .map(|s| format!("'{s}'"))
             .collect::<Vec<_>>()
             .join(", ");
+        let (declare, waiting) = if f.name == "reschedule_jobs" {
+            (
+                "\nDECLARE\n    still_waiting bigint[] := '{}';",
+                still_waiting_sql(&rel, &c, &states),
+            )
+        } else {
+            ("", String::new())
+        };
         if f.name == "reschedule_jobs" {
             // Its parameters follow the table's optional columns.
             sql.push_str(&drop_other_overloads(&rel, f.name, &reschedule_signature));
@@ -308,14 +355,14 @@ pub fn admin_functions_sql(
 CREATE OR REPLACE FUNCTION {function}(
     ids bigint[]{extra_params}
 ) RETURNS TABLE (id bigint, outcome text) LANGUAGE plpgsql AS $dbworker$
-#variable_conflict use_variable
+#variable_conflict use_variable{declare}
 BEGIN{bound}{checks}
     -- Lock the rows to change first, so no claim takes one in between and
     -- each outcome is exact. NO KEY UPDATE, like the claim: processing rows
     -- are not in the set, so no running job waits on this.
     PERFORM 1 FROM {table} AS j
      WHERE j.{id} = ANY(ids) AND j.{state} IN ({states})
-     ORDER BY j.{id} FOR NO KEY UPDATE OF j;
+     ORDER BY j.{id} FOR NO KEY UPDATE OF j;{waiting}
     RETURN QUERY
     WITH done AS (
         UPDATE {table} AS j SET {sets}

@@ -162,7 +162,7 @@ BEGIN
                     -- Every upstream ended and none failed (a failure would
                     -- have queued it): the failure callback never runs.
                     UPDATE {table}
-                       SET {state} = 'canceled', {finished_at} = now(),
+                       SET {state} = 'canceled', {finished_at} = clock_timestamp(),
                            {failure_message} = 'no job of its batch failed'
                      WHERE {id} = v_dep AND {state} = 'pending'
                        AND NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = v_dep);
@@ -174,8 +174,19 @@ BEGIN
         IF v_outcome <> 'completed' THEN
             -- The other edges cancel their dependent, and stay: a retry of
             -- this job brings the dependent back. Its own trigger cascades.
+            -- Locked first, canceled ones too: a concurrent retry of another
+            -- upstream may be bringing one back (canceled to pending, not
+            -- yet committed, so this snapshot sees it canceled). The lock
+            -- waits for that commit; the UPDATE's new snapshot sees it pending.
+            PERFORM 1 FROM {table}
+             WHERE {id} IN (SELECT "job_id" FROM {deps} WHERE "depends_on" = v_job)
+               AND {state} IN ('pending', 'canceled')
+             ORDER BY {id} FOR UPDATE;
+            -- clock_timestamp(), here and in every write of these functions:
+            -- now() is the transaction's start, which in transactional
+            -- handling precedes the write that caused this one.
             UPDATE {table}
-               SET {state} = 'canceled', {finished_at} = now(),
+               SET {state} = 'canceled', {finished_at} = clock_timestamp(),
                    {blocked_by} = CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE v_job END,
                    {failure_message} = format('upstream job %s was %s', v_job,
                        CASE WHEN TG_OP = 'DELETE' THEN 'deleted' ELSE v_outcome END)
@@ -187,19 +198,8 @@ BEGIN
         END IF;
     ELSIF OLD.{state} IN ('failed', 'canceled') THEN
         -- Retried: what its failure canceled waits again, unless another
-        -- failed upstream still blocks it (then that one is named instead).
-        UPDATE {table} AS dbworker_j SET {blocked_by} = dbworker_b.upstream
-          FROM (SELECT DISTINCT ON (e."job_id") e."job_id" AS dependent, e."depends_on" AS upstream
-                  FROM {deps} AS e JOIN {table} AS u ON u.{id} = e."depends_on"
-                 WHERE e."job_id" IN (SELECT {id} FROM {table} WHERE {blocked_by} = v_job AND {state} = 'canceled')
-                   AND e."depends_on" <> v_job
-                   AND u.{state} IN ('failed', 'canceled')
-                   AND NOT (e."policy" = 'ignore' OR e."policy" = 'ignore_' || u.{state})
-                 ORDER BY e."job_id", e."depends_on") AS dbworker_b
-         WHERE dbworker_j.{id} = dbworker_b.dependent;
-        UPDATE {table}
-           SET {state} = 'pending', {finished_at} = NULL, {failure_message} = NULL, {blocked_by} = NULL
-         WHERE {blocked_by} = v_job AND {state} = 'canceled';
+        -- upstream still blocks it (then that one is named instead).
+{revive}
     END IF;
     RETURN NULL;
 END
@@ -293,7 +293,7 @@ BEGIN
      WHERE {id} = job;
     IF blocker IS NOT NULL THEN
         UPDATE {table}
-           SET {state} = 'canceled', {finished_at} = now(), {blocked_by} = blocker,
+           SET {state} = 'canceled', {finished_at} = clock_timestamp(), {blocked_by} = blocker,
                {failure_message} = format('upstream job %s was %s', blocker, blocker_state)
          WHERE {id} = job;
         RETURN 'canceled';
@@ -307,6 +307,7 @@ $dbworker$;
 "#,
         completions = completions_sql(&rel, &c),
         read_committed = read_committed_sql("v_job", "            "),
+        revive = revive_sql(&rel, &c, "ARRAY[v_job]", "        "),
         release_on_failure = release(&table, &c, "", "                "),
         release_last = release(&table, &c, &last, "                    "),
         upstream_ids = quote(UPSTREAM_IDS),
@@ -341,7 +342,9 @@ $dbworker$;
 ///    releases those with no edge left: the last locker sees every delete.
 ///
 /// A batch's failure callback (`on_failure` edges) is never released by a
-/// completion: the last deleter cancels it, in step 4.
+/// completion: the last deleter cancels it, in step 4. Before step 1, a job
+/// completed from `failed` or `canceled` (an operator's complete) brings
+/// back what its failure canceled, as a retry does, so step 2 releases it.
 /// `models/src/workflow.rs` checks the phases, alone and beside the row
 /// trigger's protocol.
 fn completions_sql(rel: &Relation, c: &Columns) -> String {
@@ -381,6 +384,7 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
         )
     };
     let read_committed = read_committed_sql("v_done[1]", "    ");
+    let revive = revive_sql(rel, c, "v_revive", "        ");
     let release_fast = release("v_deps");
     let release_last = release("v_rest");
     format!(
@@ -395,6 +399,7 @@ DECLARE
     v_rest bigint[];
     v_released bigint[] := ARRAY[]::bigint[];
     v_traced boolean := false;
+    v_revive bigint[];
 BEGIN
     -- Jobs this statement completed (not rows that already were: an UPDATE
     -- of a completed job's other columns is none of the release's business).
@@ -406,6 +411,13 @@ BEGIN
              WHERE dbworker_o.{has_dependents} AND dbworker_o.{state} = 'completed') AS c;
     IF v_done IS NULL THEN
         RETURN NULL;
+    END IF;
+    -- Failed or canceled jobs completed by hand: what their failure canceled
+    -- waits again first, as after a retry, so the steps below release it.
+    SELECT array_agg(dbworker_o.{id}) INTO v_revive FROM dbworker_old AS dbworker_o
+     WHERE dbworker_o.{state} IN ('failed', 'canceled') AND dbworker_o.{id} = ANY(v_done);
+    IF v_revive IS NOT NULL THEN
+{revive}
     END IF;
     -- Read by name, so a table without traces releases as before.
     SELECT to_jsonb(dbworker_n) ? {follows_name} INTO v_traced FROM dbworker_new AS dbworker_n LIMIT 1;
@@ -449,7 +461,7 @@ BEGIN
     -- A batch's failure callback whose upstream jobs all ended and none
     -- failed (a failure would have queued it) never runs.
     UPDATE {table} AS dbworker_d
-       SET {state} = 'canceled', {finished_at} = now(),
+       SET {state} = 'canceled', {finished_at} = clock_timestamp(),
            {failure_message} = 'no job of its batch failed'
      WHERE dbworker_d.{id} = ANY(v_rest) AND dbworker_d.{id} = ANY(v_batch)
        AND dbworker_d.{state} = 'pending' AND {none_left};
@@ -481,6 +493,49 @@ fn read_committed_sql(job: &str, pad: &str) -> String {
         "END IF;".to_owned(),
     ]
     .iter()
+    .map(|l| format!("{pad}{l}"))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+/// Brings back the dependents that the jobs `ids` (an array expression),
+/// now retried or completed, had canceled (`blocked_by`): `pending` again,
+/// unless another upstream still blocks them, which `blocked_by` and the
+/// message then name. An edge whose upstream row is gone blocks too: a job
+/// deleted after it failed never completes (its delete fires no trigger, so
+/// the edge stays), and without it the dependent would wait forever.
+/// Indented by `pad`.
+fn revive_sql(rel: &Relation, c: &Columns, ids: &str, pad: &str) -> String {
+    let (table, deps) = (rel.quoted(), deps_table(rel).quoted());
+    let (id, state, blocked_by) = (quote(&c.id), quote(&c.state), quote(BLOCKED_BY));
+    let (finished_at, failure_message) = (quote(&c.finished_at), quote(&c.failure_message));
+    // The canceled dependents are locked first, in id order, found by their
+    // edges (not by `blocked_by`, which a concurrent revive may be moving to
+    // one of these jobs): the lock waits for a concurrent failure or revive
+    // of another upstream to commit, and the statements after it see that.
+    format!(
+        r#"PERFORM 1 FROM {table}
+ WHERE {id} IN (SELECT "job_id" FROM {deps} WHERE "depends_on" = ANY({ids}))
+   AND {state} = 'canceled'
+ ORDER BY {id} FOR UPDATE;
+UPDATE {table} AS dbworker_j
+   SET {blocked_by} = dbworker_b.upstream,
+       {failure_message} = format('upstream job %s was %s', dbworker_b.upstream, dbworker_b.outcome)
+  FROM (SELECT DISTINCT ON (e."job_id") e."job_id" AS dependent, e."depends_on" AS upstream,
+               COALESCE(u.{state}::text, 'deleted') AS outcome
+          FROM {deps} AS e LEFT JOIN {table} AS u ON u.{id} = e."depends_on"
+         WHERE e."job_id" IN (SELECT {id} FROM {table} WHERE {blocked_by} = ANY({ids}) AND {state} = 'canceled')
+           AND NOT e."depends_on" = ANY({ids})
+           AND (u.{id} IS NULL
+                OR (u.{state} IN ('failed', 'canceled')
+                    AND NOT (e."policy" = 'ignore' OR e."policy" = 'ignore_' || u.{state})))
+         ORDER BY e."job_id", e."depends_on") AS dbworker_b
+ WHERE dbworker_j.{id} = dbworker_b.dependent;
+UPDATE {table}
+   SET {state} = 'pending', {finished_at} = NULL, {failure_message} = NULL, {blocked_by} = NULL
+ WHERE {blocked_by} = ANY({ids}) AND {state} = 'canceled';"#
+    )
+    .lines()
     .map(|l| format!("{pad}{l}"))
     .collect::<Vec<_>>()
     .join("\n")

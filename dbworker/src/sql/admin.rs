@@ -7,6 +7,7 @@ use crate::columns::quote;
 use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest, Reschedule};
 use crate::message::sanitize_failure_message;
 use crate::sql::enqueue::{RunAt, run_at_expr};
+use crate::sql::workflow::back_to_waiting;
 use sea_query::{Expr, ExprTrait, Order, Query, SelectStatement, UpdateStatement};
 use workerutil::JobState;
 
@@ -268,14 +269,26 @@ pub(super) fn ids_in(a: &str, id: &str, ids: &[i64]) -> Expr {
     )
 }
 
-/// Finished or errored jobs back to `queued`, to run now, failures reset.
+/// A requeue's or a reschedule's state: `queued`, or on a table with
+/// workflows `pending` for a job that still waits for an upstream job.
+fn requeued(a: &Table, q: &mut UpdateStatement, ids: &[i64], states: &[JobState]) {
+    if a.workflows {
+        back_to_waiting(a, q, ids, states);
+    } else {
+        q.value(alias(&a.columns.state), state(JobState::Queued));
+    }
+}
+
+/// Finished or errored jobs back to `queued` (or `pending`, see
+/// `requeued`), to run now, failures reset.
 /// The old attempt's start goes too: a requeued job has not run in its new
 /// life, so one canceled before its next claim has no run time (not the
 /// days since the old start).
 pub(crate) fn admin_requeue(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
-    let q = admin_update(a, ids, BulkAction::Requeue.states())
-        .value(alias(&c.state), state(JobState::Queued))
+    let mut q = admin_update(a, ids, BulkAction::Requeue.states());
+    requeued(a, &mut q, ids, BulkAction::Requeue.states());
+    let q = q
         .value(alias(&c.process_after), Expr::cust("NULL"))
         .value(alias(&c.started_at), Expr::cust("NULL"))
         .value(alias(&c.num_failures), 0)
@@ -349,9 +362,10 @@ pub(crate) fn admin_complete(a: &Table, ids: &[i64]) -> Statement {
 /// `queued`, with the scheduling values `r` sets (the others unchanged).
 pub(crate) fn admin_reschedule(a: &Table, ids: &[i64], r: &Reschedule) -> Statement {
     let c = &a.columns;
-    let mut q = admin_update(a, ids, BulkAction::Reschedule(r.clone()).states());
-    q.value(alias(&c.state), state(JobState::Queued))
-        .value(alias(&c.finished_at), Expr::cust("NULL"))
+    let states = BulkAction::Reschedule(r.clone()).states();
+    let mut q = admin_update(a, ids, states);
+    requeued(a, &mut q, ids, states);
+    q.value(alias(&c.finished_at), Expr::cust("NULL"))
         .value(alias(&c.cancel), false);
     let run_at = match (r.run_after, r.run_at) {
         (Some(delay), _) => Some(RunAt::After(delay)),
@@ -501,6 +515,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ),
         ("admin_count", admin_count(&a, &filter, &waiting)),
         ("admin_requeue", admin_requeue(&a, &[1, 2])),
+        (
+            "admin_requeue_workflows",
+            admin_requeue(&workflows, &[1, 2]),
+        ),
         ("admin_cancel_waiting", admin_cancel_waiting(&a, &[1, 2])),
         ("admin_request_cancel", admin_request_cancel(&a, &[1, 2])),
         ("admin_fail", admin_fail(&a, &[1, 2], "m")),
@@ -513,6 +531,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "admin_reschedule_state_only",
             admin_reschedule(&a, &[1], &Default::default()),
+        ),
+        (
+            "admin_reschedule_workflows",
+            admin_reschedule(&workflows, &[1], &Default::default()),
         ),
         ("admin_remove_key", admin_remove_key(&a, "k")),
         ("admin_recent", admin_recent(&a, Duration::from_secs(300))),

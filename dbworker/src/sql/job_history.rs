@@ -73,7 +73,8 @@ pub(crate) fn history_bounds(
 /// every process the same row, so whichever inserts it first wins and none
 /// is counted twice. `retried`: the attempts that errored and were retried,
 /// counted in the minute their job finished (the job table keeps only a job's
-/// last state). Wait: from due (`queued_at`, or a later `process_after`: a
+/// last state): every failure of a completed or canceled job, all but the
+/// last of a failed one (that last failure was final, not retried). Wait: from due (`queued_at`, or a later `process_after`: a
 /// run-at or a retry) to the last start; run: from the last start to the
 /// finish; over the jobs whose last attempt ran to their end (one put back
 /// to wait and ended while waiting has neither). Returns the rows inserted.
@@ -113,7 +114,7 @@ pub(crate) fn history_record(
          count(*) FILTER (WHERE {state} = 'completed'), \
          count(*) FILTER (WHERE {state} = 'failed'), \
          count(*) FILTER (WHERE {state} = 'canceled'), \
-         COALESCE(sum(CASE WHEN {state} = 'completed' THEN {failures} ELSE GREATEST({failures} - 1, 0) END), 0), \
+         COALESCE(sum(CASE WHEN {state} = 'failed' THEN GREATEST({failures} - 1, 0) ELSE {failures} END), 0), \
          count(\"x\".\"wait\"), \
          percentile_cont(0.5) WITHIN GROUP (ORDER BY \"x\".\"wait\"), \
          percentile_cont(0.95) WITHIN GROUP (ORDER BY \"x\".\"wait\"), \

@@ -141,7 +141,7 @@ pub(crate) use signals::{
 };
 pub(crate) use table::{AgingParams, StoreParams, Table};
 pub(crate) use workflow::{
-    BATCH_CALLBACKS, batch_counts, cancel_blocked, deps_insert, lock_upstreams,
+    BATCH_CALLBACKS, batch_counts, cancel_blocked, deps_insert, lock_upstreams, lock_waited_for,
     mark_has_dependents, workflow_cancel_waiting, workflow_counts, workflow_graph, workflow_list,
     workflow_next_id, workflow_request_cancel, workflow_tasks,
 };

@@ -9,7 +9,9 @@ use crate::columns::{
 };
 use crate::columns::{Relation, quote};
 use crate::message::sanitize_failure_message;
-use sea_query::{Expr, ExprTrait, LockType, Order, Query};
+use sea_query::{
+    CommonTableExpression, Expr, ExprTrait, LockType, Order, Query, UpdateStatement, WithClause,
+};
 use workerutil::JobState;
 
 /// The dependency edges' table, aliased `dbworker_dep`.
@@ -119,6 +121,104 @@ pub(crate) fn cancel_blocked(w: &Table, id: i64, upstream: i64, message: &str) -
         )
         .and_where(col(a, &c.id).eq(id))
         .and_where(col(a, &c.state).eq(state(JobState::Pending)))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// What an operator's requeue or reschedule (`q`, of the jobs among `ids`
+/// in `states`) sets on a table with workflows. A job that still waits for
+/// an upstream job (an edge to a row that exists: one not yet completed, or
+/// failed and not retried) goes back to `pending`, not `queued`: it must
+/// not start before that job completes, and the release queues it then.
+/// Its edges to deleted jobs go (a job deleted after it failed never
+/// completes: its edge would hold the dependent for good; one deleted
+/// unfinished took its edges with it), and so does `blocked_by`: the job
+/// waits for its upstream again, which a failure would cancel anew.
+pub(super) fn back_to_waiting(
+    w: &Table,
+    q: &mut UpdateStatement,
+    ids: &[i64],
+    states: &[JobState],
+) {
+    let (t, c) = (&w.table, &w.columns);
+    let (edge, up, j) = ("dbworker_e", "dbworker_u", "dbworker_j");
+    // An edge to an upstream row that exists: the deletes below are not
+    // visible to this statement, so it skips the dangling ones itself.
+    let waits = Query::select()
+        .expr(Expr::cust("1"))
+        .from_as(plain_table(&deps(w)), alias(edge))
+        .inner_join(
+            plain_table(t).alias(alias(up)),
+            col(up, &c.id).equals((alias(edge), alias("depends_on"))),
+        )
+        .and_where(col(edge, "job_id").equals((alias(&t.alias), alias(&c.id))))
+        .to_owned();
+    // Only the edges of jobs this action moves: one it leaves alone keeps them.
+    let acted_on = Query::select()
+        .expr(Expr::cust("1"))
+        .from(plain_table(t).alias(alias(j)))
+        .and_where(col(j, &c.id).equals((alias(edge), alias("job_id"))))
+        .and_where(col(j, &c.state).is_in(states.iter().map(|s| state(*s))))
+        .to_owned();
+    let upstream_exists = Query::select()
+        .expr(Expr::cust("1"))
+        .from(plain_table(t).alias(alias(up)))
+        .and_where(col(up, &c.id).equals((alias(edge), alias("depends_on"))))
+        .to_owned();
+    let dangling = Query::delete()
+        .from_table(plain_table(&deps(w)).alias(alias(edge)))
+        .and_where(Expr::cust_with_values(
+            format!("{}.\"job_id\" = ANY($1::bigint[])", quote(edge)),
+            [ids.to_vec()],
+        ))
+        .and_where(Expr::exists(acted_on))
+        .and_where(Expr::exists(upstream_exists).not())
+        .to_owned();
+    q.value(
+        alias(&c.state),
+        Expr::case(Expr::exists(waits), state(JobState::Pending)).finally(state(JobState::Queued)),
+    )
+    .value(alias(BLOCKED_BY), Expr::cust("NULL"))
+    .with_cte(
+        WithClause::new()
+            .cte(
+                CommonTableExpression::new()
+                    .query(dangling)
+                    .table_name(alias("dbworker_dangling"))
+                    .to_owned(),
+            )
+            .to_owned(),
+    );
+}
+
+/// Locks `FOR SHARE`, in id order, the upstream jobs that the jobs among
+/// `ids` in `states` still have edges to: run before a requeue or a
+/// reschedule, in its transaction, so none of them finishes until it
+/// commits. Else a completion racing it deletes the edge and finds the job
+/// not yet `pending` to release, while the requeue, still seeing the edge,
+/// leaves it `pending` with nothing left to release it.
+pub(crate) fn lock_waited_for(w: &Table, ids: &[i64], states: &[JobState]) -> Statement {
+    let (t, c) = (&w.table, &w.columns);
+    let (edge, up, j) = ("dbworker_e", "dbworker_u", "dbworker_j");
+    let waited_for = Query::select()
+        .column((alias(edge), alias("depends_on")))
+        .from_as(plain_table(&deps(w)), alias(edge))
+        .inner_join(
+            plain_table(t).alias(alias(j)),
+            col(j, &c.id).equals((alias(edge), alias("job_id"))),
+        )
+        .and_where(Expr::cust_with_values(
+            format!("{}.\"job_id\" = ANY($1::bigint[])", quote(edge)),
+            [ids.to_vec()],
+        ))
+        .and_where(col(j, &c.state).is_in(states.iter().map(|s| state(*s))))
+        .to_owned();
+    let q = Query::select()
+        .expr(Expr::cust("1"))
+        .from(plain_table(t).alias(alias(up)))
+        .and_where(col(up, &c.id).in_subquery(waited_for))
+        .order_by((alias(up), alias(&c.id)), Order::Asc)
+        .lock(LockType::Share)
         .to_owned();
     Statement::from(&q)
 }
@@ -362,6 +462,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             deps_insert(&w, vec![3, 3], vec![1, 2], on_failure),
         ),
         ("lock_upstreams", lock_upstreams(&w, vec![1, 2])),
+        (
+            "lock_waited_for",
+            lock_waited_for(&w, &[1, 2], &[JobState::Failed, JobState::Canceled]),
+        ),
         ("mark_has_dependents", mark_has_dependents(&w, vec![1, 2])),
         (
             "cancel_blocked",

@@ -384,3 +384,21 @@ async fn a_job_that_ended_while_waiting_records_no_run_time() {
     .unwrap();
     assert_eq!((canceled, timed, run_max), (1, 0, None));
 }
+
+/// `retried` counts every failure that was followed by another attempt: all
+/// of a canceled job's (each was retried before the cancel), all but the
+/// final one of a failed job's.
+#[tokio::test]
+async fn a_canceled_job_counts_every_failure_as_retried() {
+    let db = seed().await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, finished_at, num_failures)
+         VALUES ('canceled', 'retries', now() - interval '2 minutes', 2),
+                ('failed', 'retries', now() - interval '2 minutes', 2),
+                ('completed', 'retries', now() - interval '2 minutes', 2)",
+    )
+    .await;
+    let h = &histories(&db, 1).await[0];
+    h.record_once().await.unwrap();
+    assert_eq!(recorded(&db, "retried", Some("retries")).await, 2 + 1 + 2);
+}

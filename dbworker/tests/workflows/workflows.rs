@@ -907,3 +907,327 @@ async fn backends_killed_during_grouped_marks_of_a_fan_in_strand_nothing() {
     assert_released_once_after_the_rest(&db, sink).await;
     eprintln!("terminated {killed} backends writing grouped completions");
 }
+
+/// A new job waiting for `upstream` (policy `cancel`); returns its id.
+async fn after(workflows: &Workflows, upstream: &[i64]) -> i64 {
+    workflows
+        .enqueuer()
+        .enqueue(&NewJob::new().after(upstream.to_vec()))
+        .await
+        .unwrap()
+        .id()
+}
+
+/// A canceled dependent's `finished_at` comes after the write that canceled
+/// it, even when that write's transaction started long before (a
+/// transactional handler's): the trigger stamps it with the clock, not with
+/// the transaction's start.
+#[tokio::test]
+async fn a_dependent_canceled_in_a_long_transaction_finishes_after_its_upstream() {
+    let (db, workflows) = set_up().await;
+    let a = db.enqueue(1, serde_json::json!({})).await[0];
+    let d = after(&workflows, &[a]).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_sleep(0.2)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE jobs SET state = 'failed', finished_at = clock_timestamp() WHERE id = $1")
+        .bind(a)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(db.state(d).await, "canceled");
+    let in_order: bool = sqlx::query_scalar(
+        "SELECT (SELECT finished_at FROM jobs WHERE id = $2) >= (SELECT finished_at FROM jobs WHERE id = $1)",
+    )
+    .bind(a)
+    .bind(d)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(in_order, "the dependent finished after its upstream");
+}
+
+/// Finishes job `id` in `state` (failed, canceled, completed) with plain SQL,
+/// as any write that finishes it would.
+async fn finish(db: &Db, id: i64, state: &str) {
+    sqlx::query("UPDATE jobs SET state = $2, finished_at = clock_timestamp() WHERE id = $1")
+        .bind(id)
+        .bind(state)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+async fn blocked_by(db: &Db, id: i64) -> Option<i64> {
+    db.scalar("SELECT blocked_by FROM jobs WHERE id = $1", id)
+        .await
+}
+
+/// A failed upstream deleted afterwards (retention, `dbworker delete`) will
+/// never complete: when another upstream of the same dependent is retried,
+/// the dependent stays canceled, blocked by the deleted one, instead of
+/// waiting forever for it.
+#[tokio::test]
+async fn a_deleted_failed_upstream_still_blocks_when_another_is_retried() {
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(2, serde_json::json!({})).await;
+    let (a, b) = (up[0], up[1]);
+    let d = after(&workflows, &[a, b]).await;
+    finish(&db, b, "failed").await;
+    assert_eq!(blocked_by(&db, d).await, Some(b));
+    finish(&db, a, "failed").await;
+    let admin = Admin::new(&db.pool, &table(&db).await).await.unwrap();
+    let deleted = admin
+        .act_on_ids(&[a], &dbworker::admin::BulkAction::Delete)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(admin.requeue(b).await.unwrap());
+    assert_eq!(db.state(d).await, "canceled", "not pending, stranded");
+    assert_eq!(blocked_by(&db, d).await, Some(a));
+    let message: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", d)
+        .await;
+    assert_eq!(message, format!("upstream job {a} was deleted"));
+    finish(&db, b, "completed").await;
+    assert_eq!(db.state(d).await, "canceled", "b alone does not release it");
+}
+
+/// Completing a failed upstream by hand (`Admin`'s complete) satisfies its
+/// edges as a completion does: what its failure canceled waits again, and
+/// runs once nothing else holds it, instead of staying canceled for good.
+#[tokio::test]
+async fn completing_a_failed_upstream_by_hand_releases_what_it_canceled() {
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(3, serde_json::json!({})).await;
+    let (a, b, c) = (up[0], up[1], up[2]);
+    let only_a = after(&workflows, &[a]).await;
+    let and_b = after(&workflows, &[a, b]).await;
+    let and_c = after(&workflows, &[a, c]).await;
+    let below = after(&workflows, &[only_a]).await;
+    finish(&db, a, "failed").await;
+    finish(&db, c, "failed").await;
+    for d in [only_a, and_b, and_c] {
+        assert_eq!(blocked_by(&db, d).await, Some(a));
+    }
+    assert_eq!(db.state(below).await, "canceled", "down the graph");
+    let admin = Admin::new(&db.pool, &table(&db).await).await.unwrap();
+    let done = admin
+        .act_on_ids(&[a], &dbworker::admin::BulkAction::Complete)
+        .await
+        .unwrap();
+    assert_eq!(done, 1);
+    assert_eq!(db.state(only_a).await, "queued", "nothing else to wait for");
+    assert_eq!(blocked_by(&db, only_a).await, None);
+    assert_eq!(db.state(below).await, "pending", "waits for only_a again");
+    assert_eq!(db.state(and_b).await, "pending", "waits for b");
+    assert_eq!(db.state(and_c).await, "canceled", "c still blocks it");
+    assert_eq!(blocked_by(&db, and_c).await, Some(c));
+    let message: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", and_c)
+        .await;
+    assert_eq!(message, format!("upstream job {c} was failed"));
+    finish(&db, b, "completed").await;
+    assert_eq!(db.state(and_b).await, "queued");
+}
+
+/// An operator's requeue or reschedule of a canceled dependent never queues
+/// it ahead of its upstream: while an edge to an existing upstream job is
+/// left (failed and not retried, or canceled by hand while it waited) it goes
+/// back to `pending` and runs only once that job completes. An edge to a
+/// deleted upstream goes with the requeue (that job can never complete).
+#[tokio::test]
+async fn requeuing_a_canceled_dependent_makes_it_wait_for_its_upstream() {
+    use dbworker::admin::{BulkAction, Reschedule};
+    let (db, workflows) = set_up().await;
+    let up = db.enqueue(4, serde_json::json!({})).await;
+    let (failed, live, deleted, other) = (up[0], up[1], up[2], up[3]);
+    let on_failed = after(&workflows, &[failed]).await;
+    let on_live = after(&workflows, &[live]).await;
+    let on_deleted = after(&workflows, &[deleted]).await;
+    let on_deleted_and_other = after(&workflows, &[deleted, other]).await;
+    let admin = Admin::new(&db.pool, &table(&db).await).await.unwrap();
+    finish(&db, failed, "failed").await;
+    admin.cancel(on_live).await.unwrap();
+    finish(&db, deleted, "failed").await;
+    admin
+        .act_on_ids(&[deleted], &BulkAction::Delete)
+        .await
+        .unwrap();
+    for d in [on_failed, on_live, on_deleted, on_deleted_and_other] {
+        assert_eq!(db.state(d).await, "canceled");
+    }
+
+    assert!(admin.requeue(on_failed).await.unwrap());
+    assert_eq!(db.state(on_failed).await, "pending", "its upstream failed");
+    assert_eq!(blocked_by(&db, on_failed).await, None);
+    let reschedule = BulkAction::Reschedule(Reschedule::default());
+    assert_eq!(admin.act_on_ids(&[on_live], &reschedule).await.unwrap(), 1);
+    assert_eq!(db.state(on_live).await, "pending", "its upstream is queued");
+    let requeue = BulkAction::Requeue;
+    let both = [on_deleted, on_deleted_and_other];
+    assert_eq!(admin.act_on_ids(&both, &requeue).await.unwrap(), 2);
+    assert_eq!(
+        db.state(on_deleted).await,
+        "queued",
+        "nothing left to wait for"
+    );
+    assert_eq!(db.state(on_deleted_and_other).await, "pending");
+
+    // Each runs once its upstream completes: a retry of the failed one, the
+    // queued ones as they are.
+    assert!(admin.requeue(failed).await.unwrap());
+    assert_eq!(db.state(on_failed).await, "pending");
+    run_until_done(&db, 1, 4, Some(Handling::Heartbeat)).await;
+    for (d, u) in [
+        (on_failed, failed),
+        (on_live, live),
+        (on_deleted_and_other, other),
+    ] {
+        assert_eq!(db.state(d).await, "completed");
+        assert!(
+            times(&db, d).await.0 >= times(&db, u).await.1,
+            "{d} after {u}"
+        );
+    }
+}
+
+/// Sets job `id` to `state` in a transaction left open, as an operator's
+/// retry (`queued`) or a worker's failure would be before its commit.
+async fn set_in(tx: &mut sqlx::PgConnection, id: i64, state: &str) {
+    sqlx::query("UPDATE jobs SET state = $2, finished_at = clock_timestamp() WHERE id = $1")
+        .bind(id)
+        .bind(state)
+        .execute(tx)
+        .await
+        .unwrap();
+}
+
+/// Runs `first` (job, state) in a transaction, then `second` in another
+/// while the first is still open, then commits the first and waits for the
+/// second (which may have waited for it).
+async fn overlap(db: &Db, first: (i64, &str), second: (i64, &'static str)) {
+    let mut one = db.pool.begin().await.unwrap();
+    set_in(&mut one, first.0, first.1).await;
+    let pool = db.pool.clone();
+    let two = tokio::spawn(async move {
+        let mut two = pool.begin().await.unwrap();
+        set_in(&mut two, second.0, second.1).await;
+        two.commit().await.unwrap();
+    });
+    // Time for the second to reach a lock the first holds, if it takes one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    one.commit().await.unwrap();
+    two.await.unwrap();
+}
+
+/// A retry of one upstream and the failure of another, at once, in either
+/// order: the dependent ends canceled, blocked by the one that failed, never
+/// pending behind a failed job that nothing will retry.
+#[tokio::test]
+async fn a_retry_racing_another_upstreams_failure_leaves_the_dependent_canceled() {
+    let (db, workflows) = set_up().await;
+    for retry_first in [true, false] {
+        let up = db.enqueue(2, serde_json::json!({})).await;
+        let (a, b) = (up[0], up[1]);
+        let d = after(&workflows, &[a, b]).await;
+        finish(&db, a, "failed").await;
+        assert_eq!(blocked_by(&db, d).await, Some(a));
+        if retry_first {
+            overlap(&db, (a, "queued"), (b, "failed")).await;
+        } else {
+            overlap(&db, (b, "failed"), (a, "queued")).await;
+        }
+        assert_eq!(db.state(d).await, "canceled", "retry first: {retry_first}");
+        assert_eq!(blocked_by(&db, d).await, Some(b));
+        let message: String = db
+            .scalar("SELECT failure_message FROM jobs WHERE id = $1", d)
+            .await;
+        assert_eq!(message, format!("upstream job {b} was failed"));
+    }
+}
+
+/// Retries of both failed upstream jobs at once: the dependent waits again,
+/// whichever commits first, never canceled by a job that is being retried.
+#[tokio::test]
+async fn two_retries_racing_bring_the_dependent_back() {
+    let (db, workflows) = set_up().await;
+    for first_blocker in [0, 1] {
+        let up = db.enqueue(2, serde_json::json!({})).await;
+        let d = after(&workflows, &up).await;
+        let (blocker, other) = (up[first_blocker], up[1 - first_blocker]);
+        finish(&db, blocker, "failed").await;
+        finish(&db, other, "failed").await;
+        assert_eq!(blocked_by(&db, d).await, Some(blocker));
+        overlap(&db, (blocker, "queued"), (other, "queued")).await;
+        assert_eq!(db.state(d).await, "pending", "round {first_blocker}");
+        assert_eq!(blocked_by(&db, d).await, None);
+    }
+}
+
+/// `<table>_reschedule_jobs` (the SQL admin function) does as `Admin` does:
+/// a canceled dependent whose upstream failed goes back to `pending`.
+#[tokio::test]
+async fn the_sql_reschedule_function_makes_a_canceled_dependent_wait() {
+    let (db, workflows) = set_up().await;
+    db.execute(
+        &dbworker::ddl::admin_functions_sql("jobs", &HashMap::new(), Default::default()).unwrap(),
+    )
+    .await;
+    let up = db.enqueue(2, serde_json::json!({})).await;
+    let (failed, deleted) = (up[0], up[1]);
+    let waits = after(&workflows, &[failed]).await;
+    let free = after(&workflows, &[deleted]).await;
+    finish(&db, failed, "failed").await;
+    finish(&db, deleted, "failed").await;
+    db.execute(&format!("DELETE FROM jobs WHERE id = {deleted}"))
+        .await;
+    let outcomes: Vec<(i64, String)> = sqlx::query_as("SELECT * FROM jobs_reschedule_jobs($1)")
+        .bind(vec![waits, free])
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(outcomes, [(waits, "done".into()), (free, "done".into())]);
+    assert_eq!(db.state(waits).await, "pending", "its upstream failed");
+    assert_eq!(blocked_by(&db, waits).await, None);
+    assert_eq!(db.state(free).await, "queued", "its upstream is gone");
+}
+
+/// A requeue of a canceled dependent racing the completion of its upstream
+/// job: the requeue waits for that commit and finds the edge gone, so the
+/// dependent is queued, not left pending with nothing to release it.
+#[tokio::test]
+async fn a_requeue_racing_the_upstreams_completion_queues_the_dependent() {
+    let (db, workflows) = set_up().await;
+    db.execute(
+        &dbworker::ddl::admin_functions_sql("jobs", &HashMap::new(), Default::default()).unwrap(),
+    )
+    .await;
+    let admin = Arc::new(Admin::new(&db.pool, &table(&db).await).await.unwrap());
+    for by_function in [false, true] {
+        let a = db.enqueue(1, serde_json::json!({})).await[0];
+        let d = after(&workflows, &[a]).await;
+        admin.cancel(d).await.unwrap();
+        let mut completion = db.pool.begin().await.unwrap();
+        complete_in(&mut completion, a).await;
+        let (admin, pool) = (admin.clone(), db.pool.clone());
+        let requeue = tokio::spawn(async move {
+            if by_function {
+                sqlx::query("SELECT * FROM jobs_reschedule_jobs($1)")
+                    .bind(vec![d])
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            } else {
+                assert!(admin.requeue(d).await.unwrap());
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        completion.commit().await.unwrap();
+        requeue.await.unwrap();
+        assert_eq!(db.state(d).await, "queued", "by function: {by_function}");
+    }
+}
