@@ -222,6 +222,20 @@ async fn add_jobs_enqueues_in_order_and_applies_keys_per_spec() {
             .unwrap();
     assert_eq!((limit, kind.as_str()), (Some(2), "mail"));
 
+    // replace takes the new job's run-at, none (at once) included, as
+    // `Enqueuer` does.
+    let due_now: bool = db
+        .scalar(
+            "SELECT process_after IS NULL FROM jobs WHERE id = $1",
+            ids[1],
+        )
+        .await;
+    assert!(due_now, "replaced without a run-at: due at once");
+    sqlx::query("UPDATE jobs SET process_after = '2100-01-01T00:00:00Z' WHERE id = $1")
+        .bind(ids[1])
+        .execute(&db.pool)
+        .await
+        .unwrap();
     // preserve_run_at keeps the holder's run-at; a processing holder gives
     // its key to a new job, as with the enqueue function.
     let again: Vec<i64> = sqlx::query_scalar("SELECT * FROM jobs_add_jobs($1, 'preserve_run_at')")
