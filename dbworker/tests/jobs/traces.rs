@@ -866,13 +866,16 @@ async fn handed_back_links_to_the_interrupted_attempt(handling: Handling) {
     let worker = new_worker(store.clone(), handler.clone(), wo).unwrap();
     let shutdown = worker.shutdown_handle();
     let running = tokio::spawn(worker.run());
+    // Running its handler (a shutdown while it waits to open would hand
+    // it back before it ran).
     for _ in 0..500 {
-        if db.state(id).await == "processing" {
+        if handler.0.lock().unwrap().contains(&id) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(db.state(id).await, "processing");
+    assert!(handler.0.lock().unwrap().contains(&id), "its handler runs");
     shutdown.immediate();
     running.await.unwrap();
     assert_eq!(db.state(id).await, "queued", "handed back, not failed");
