@@ -3,65 +3,70 @@
 //! stale, no older report lands over a newer value, no last report is lost.
 //!
 //! **The real code.** `store/progress.rs`: `report_progress` puts the value
-//! in the store's `Pending`, per job: `value` (the latest report no beat took),
-//! `in_flight` (the one a beat carries), `counted_by_beats` (the beats'
-//! writes the attempt has not counted yet) and `writing` (an own write is on
-//! its way). A heartbeat (`store/heartbeat.rs`) takes `value` unless a beat
-//! already carries one or the attempt is writing; its statement
-//! (`sql/heartbeat.rs`, the side table's `heartbeat_side` in
-//! `sql/progress_table.rs`) writes it to the row and counts the write in
-//! `progress_seq`. When the beat returns, `returned` counts a written value
-//! and gives back one not written (the beat failed, or skipped the row,
-//! locked by its handler's transaction) unless a newer one was reported. The
-//! attempt's own writes (`set_progress`, which drops the unsent report it
-//! supersedes; `save_checkpoint`, which keeps it) run `start_write`: they
-//! wait until no beat carries its report, add the beats' count to the count
-//! they name (`progress_seq = $s`, see [`progress`](crate::progress)), and
-//! hold beats off until they return. The final mark writes the report no beat
+//! in the store's `Pending`, per job: `value` (the latest report no beat
+//! took), `in_flight` (the one a beat carries), `counted_by_beats` (beats'
+//! writes the attempt has not counted yet), `maybe_landed` (beats returned
+//! as failed, which may have written all the same) and `writing` (an own
+//! write is on its way). A heartbeat (`store/heartbeat.rs`) takes `value`
+//! unless a beat carries one or the attempt is writing; its statement
+//! (`sql/heartbeat.rs`; `heartbeat_side` in `sql/progress_table.rs`) writes
+//! it, counted in `progress_seq`. `returned` counts a written value and gives
+//! back one not written (the beat failed, or skipped the row, locked by its
+//! handler's transaction) unless a newer one was reported. Own writes
+//! (`set_progress`, which drops the unsent report it supersedes;
+//! `save_checkpoint`, which keeps it) run `start_write`: they wait until no
+//! beat carries the report, add the beats' count to the count they name
+//! (`progress_seq = $s`, see [`progress`](crate::progress)), and hold beats
+//! off until they return. Refused, `write` reads the count under its token
+//! (`read_checkpoint`) and, if it grew by no more than `maybe_landed`, adopts
+//! it (`recounted`) and tries again. The final mark writes the report no beat
 //! wrote (`last`, after the same wait), fenced by the token, any count. The
 //! beat's statement reads the rows it owns in its snapshot (`dbworker_owned`:
 //! `processing`, `(id, token)` among the leases), then locks them (`FOR NO
-//! KEY UPDATE SKIP LOCKED`), which re-evaluates the lock query's own `WHERE`
-//! on the row's newest version: it names the state and `(id, token)` again.
+//! KEY UPDATE SKIP LOCKED`), which re-checks state and token on the newest row.
 //!
 //! **The model.** One job. Attempt 1 (token 1, on the worker whose beats are
 //! modelled) runs [`PROGRAM`]; a report and each `Pending` step are atomic
 //! (its mutex); an own write is two steps (`start_write`, then the statement
-//! lands and returns); the final mark is one (`last`, then the last report
-//! written with the mark; a mark other than a completion or a wait writes it
-//! just before, on its own, but with the entry gone and no beat carrying a
-//! report, nothing but a reset comes between, the same as a reset before).
-//! One beat at a time (the heartbeat loop): it takes the report and reads
-//! its snapshot, then its lock step writes the row or the beat writes
-//! nothing, then it returns. The resetter may requeue the job once while
-//! attempt 1 runs; the next claim (token 2) starts attempt 2, on another
-//! worker, which reads the count and writes progress once. Values grow in
-//! program order (attempt 2's is the largest), so a value landing below the
-//! row's is an older one.
+//! lands and returns), a refused one a third (the count read); the final
+//! mark is one (`last`, then the last report written with the mark; a mark
+//! other than a completion or a wait writes it just before, on its own, but
+//! then nothing but a reset comes between, the same as a reset before). One
+//! beat at a time (the heartbeat loop): it takes the report and reads its
+//! snapshot, its lock step writes or skips the row, it returns. The resetter
+//! may requeue the job once; the next claim (token 2) starts attempt 2, on
+//! another worker, which reads the count and writes once. Values grow in
+//! program order (attempt 2's is the largest): one landing below the row's
+//! is an older one.
 //!
 //! **Invariants.** `no beat writes for an attempt that lost its claim`, `no
 //! write of the owner is refused as stale`, `no older report lands over a
-//! newer value`; at the end, `the last report reaches the row` when attempt
-//! 1's mark was accepted. Sometimes: `a beat writes a report`, `a beat finds
-//! the claim gone under its lock`, `a report a beat missed goes back`, `an own
-//! write counts a beat's write`, `the final mark writes the last report`,
-//! `the new attempt writes`.
+//! newer value`, `no own write lands over a foreign write it did not see`;
+//! at the end, `the last report reaches the row` when attempt 1's mark was
+//! accepted. Sometimes (the model is not vacuous): see the properties.
 //!
 //! **Guards removed**, one flag each (all `true` is the real code):
 //! [`BeatsModel::recheck_lock`] `false` locks by `id IN (owned)` only (the
 //! old statement): a reset (and a new claim) between the snapshot and the
 //! lock let the beat write the old attempt's report, and the count it adds
-//! refuses the new owner's write. [`BeatsModel::count_beats`]:
-//! the next own write names a count the beats moved on, and is refused.
+//! refuses the new owner's write. [`BeatsModel::count_beats`]: the next own
+//! write names a count the beats moved on, and is refused.
 //! [`BeatsModel::wait_for_beats`]: the beat lands after the own write, an
 //! older report over it (or first, and the own write is refused).
 //! [`BeatsModel::hold_while_writing`]: a beat takes the report a checkpoint
 //! write kept and lands first; the checkpoint is refused.
 //! [`BeatsModel::give_back`]: a report a beat missed is dropped, and the last
-//! report never reaches the row. [`BeatsModel::abandon`] is no guard: the
-//! heartbeat loop gives a beat up after its interval (`tokio::time::timeout`
-//! in `workerutil/src/heartbeat.rs`) and `returned` treats it as failed,
-//! though its statement may still commit.
+//! report never reaches the row. [`BeatsModel::recount`]: with beats
+//! abandoned, one that lands after all gets the owner's next write refused.
+//!
+//! **Not guards.** [`BeatsModel::abandon`]: the heartbeat loop gives a beat
+//! up at its timeout (`workerutil/src/heartbeat.rs`), or its statement
+//! fails, and `returned` counts it failed though it may commit: its older
+//! report can land over a newer value, and stay after the mark if beats wrote
+//! the last report (the mark writes only one no beat wrote). Only the attempt
+//! and its beats write under its token; [`BeatsModel::foreign_writer`] adds
+//! another (a bug, an operator's `UPDATE`): beyond the allowance its write
+//! keeps the owner's refused; within it, the count passes for a late beat's.
 
 use crate::{Model, Property};
 
@@ -72,8 +77,7 @@ pub enum Op {
     Report(u8),
     /// `set_progress(v)`: a fenced write of a newer value.
     SetProgress(u8),
-    /// `save_checkpoint`: a fenced write that leaves progress (and the
-    /// unsent report) as they are.
+    /// `save_checkpoint`: a fenced write keeping progress and the unsent report.
     Checkpoint,
     /// The final mark, with the last report no beat wrote.
     Finish,
@@ -97,9 +101,10 @@ const LAST: u8 = 4;
 const SECOND_VALUE: u8 = 9;
 
 /// The job's state column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum JobState {
     /// Claimed.
+    #[default]
     Processing,
     /// Requeued by the resetter.
     Queued,
@@ -108,7 +113,7 @@ pub enum JobState {
 }
 
 /// The job row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Row {
     /// `state`.
     pub state: JobState,
@@ -136,12 +141,14 @@ pub struct Pending {
     pub in_flight: Option<u8>,
     /// `counted_by_beats`.
     pub counted: u8,
+    /// `maybe_landed`: beats returned as failed, which may still write.
+    pub maybe_landed: u8,
     /// An own write is on its way.
     pub writing: bool,
 }
 
 /// Attempt 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct First {
     /// Its next step in [`PROGRAM`].
     pub pc: u8,
@@ -149,33 +156,29 @@ pub struct First {
     pub seq: u8,
     /// The count its write on its way names.
     pub writing: Option<u8>,
+    /// Beats its write may count unbeknown to it (`maybe_landed`, less recounts).
+    pub allowance: u8,
+    /// Its write was refused: it reads the count (`read_checkpoint`) next.
+    pub recounting: bool,
     /// Its mark ran, or a write was refused (the handler stops): no more
     /// steps, and its lease leaves the heartbeat's list.
     pub ended: bool,
 }
 
 /// The heartbeat loop's current beat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Beat {
     /// None running.
+    #[default]
     Idle,
-    /// Its statement runs: it carries `value`, and its snapshot found the
-    /// row owned by attempt 1 (`owned`).
-    Sent {
-        /// The report it took.
-        value: u8,
-        /// `dbworker_owned` holds the row.
-        owned: bool,
-    },
-    /// Its statement ended, with the row written or not; not returned yet.
-    Ended {
-        /// The row was written.
-        touched: bool,
-    },
+    /// Its statement runs, with the report it took and `dbworker_owned`'s row.
+    Sent(u8, bool),
+    /// Its statement ended, the row written (`true`) or not; not returned yet.
+    Ended(bool),
 }
 
 /// The whole system's state.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct State {
     /// The row.
     pub row: Row,
@@ -191,29 +194,33 @@ pub struct State {
     pub orphan: Option<(u8, bool)>,
     /// Beats abandoned so far.
     pub abandons: u8,
+    /// A foreign write landed under attempt 1's token.
+    pub foreign: bool,
     /// The resetter ran.
     pub reset: bool,
     /// Ghost: a beat wrote the row while its attempt did not own it.
     pub late: bool,
-    /// Ghost: an attempt's write was refused while it owned the row.
+    /// Ghost: an owner's write was refused, no foreign write having landed.
     pub owner_refused: bool,
+    /// Ghost: attempt 1's own write landed after a foreign write.
+    pub adopted_foreign: bool,
     /// Ghost: a write lowered the row's progress.
     pub regressed: bool,
     /// Ghost: attempt 1's mark was accepted.
     pub marked: bool,
-    /// Ghosts for the examples: a beat wrote; a beat's lock re-check refused
-    /// the row its snapshot owned; a report went back; an own write counted
-    /// a beat's write; the mark wrote the last report; attempt 2 wrote.
-    pub seen: [bool; 6],
+    /// Ghosts for the "sometimes" properties, by the indexes below.
+    pub seen: [bool; 8],
 }
 
-/// Indexes into [`State::seen`].
+/// Indexes into [`State::seen`], one per "sometimes" property.
 const BEAT_WROTE: usize = 0;
 const BEAT_SKIPPED: usize = 1;
 const GAVE_BACK: usize = 2;
 const COUNTED: usize = 3;
 const LAST_WRITTEN: usize = 4;
 const SECOND_WROTE: usize = 5;
+const RECOUNTED: usize = 6;
+const FOREIGN_REFUSED: usize = 7;
 
 /// One atomic step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -223,16 +230,18 @@ pub enum Action {
     Step,
     /// Attempt 1's write lands and returns.
     Land,
+    /// Refused, attempt 1 reads the count under its token, to try again.
+    Recount,
     /// A beat takes the report and reads its snapshot.
     BeatSend,
     /// The beat's lock step: it writes the row if it still matches.
     BeatLock,
-    /// The beat writes nothing: it failed, or skipped the row locked by the
-    /// handler's transaction.
+    /// The beat skips the row (locked by the handler's transaction).
     BeatMiss,
     /// The beat returns (`returned`).
     BeatReturn,
-    /// The loop gives the beat up (`returned` as failed); its statement runs on.
+    /// The loop gives the beat up, or it fails, its commit unknown: `returned`
+    /// as failed; the statement runs on (landing at once: committed, failed).
     Abandon,
     /// The abandoned statement's lock step.
     OrphanLock,
@@ -244,6 +253,8 @@ pub enum Action {
     Claim,
     /// Attempt 2's fenced write.
     SecondWrite,
+    /// A write under attempt 1's token by someone else, any count.
+    Foreign,
 }
 
 /// The model: which guards are in place.
@@ -259,8 +270,13 @@ pub struct BeatsModel {
     pub hold_while_writing: bool,
     /// A report a beat did not write goes back (unless a newer one came).
     pub give_back: bool,
+    /// A refused own write adopts the count read under its token if it
+    /// moved by no more than the beats that may have landed, and tries again.
+    pub recount: bool,
     /// The heartbeat loop may give one beat up while its statement runs on.
     pub abandon: bool,
+    /// Someone else may write once under attempt 1's token.
+    pub foreign_writer: bool,
 }
 
 impl BeatsModel {
@@ -272,7 +288,9 @@ impl BeatsModel {
             wait_for_beats: true,
             hold_while_writing: true,
             give_back: true,
+            recount: true,
             abandon: false,
+            foreign_writer: false,
         }
     }
 
@@ -298,24 +316,38 @@ impl Default for BeatsModel {
     }
 }
 
-/// `returned` for a beat that took attempt 1's report.
-fn returned(model: &BeatsModel, n: &mut State, touched: bool) {
+/// `returned` for a beat that took attempt 1's report: `touched` is
+/// `Some(wrote)`, or `None` when it failed or was given up.
+fn returned(model: &BeatsModel, n: &mut State, touched: Option<bool>) {
     if let Some(value) = n.pending.in_flight.take() {
-        if touched {
+        if touched == Some(true) {
             n.pending.counted += 1;
-        } else if model.give_back && n.pending.value.is_none() {
-            n.pending.value = Some(value);
-            n.seen[GAVE_BACK] = true;
+        } else {
+            n.pending.maybe_landed += u8::from(touched.is_none());
+            if model.give_back && n.pending.value.is_none() {
+                n.pending.value = Some(value);
+                n.seen[GAVE_BACK] = true;
+            }
         }
+    }
+}
+
+/// Attempt `token`'s write is refused for good (`ProgressRefused`, the handler
+/// stops): wrong if it owns the row and no foreign write moved the count.
+fn refused(n: &mut State, token: u8) {
+    let owned = n.row.owned_by(token);
+    n.owner_refused |= owned && !n.foreign;
+    n.seen[FOREIGN_REFUSED] |= owned && n.foreign;
+    if token == 1 {
+        n.first.ended = true;
+        n.pending.writing = false;
     }
 }
 
 /// A fenced write of `token` naming `seq` (`None`: any), of `value` if
 /// any: whether it matched.
 fn write(n: &mut State, token: u8, seq: Option<u8>, value: Option<u8>) -> bool {
-    let owned = n.row.owned_by(token);
-    if !owned || seq.is_some_and(|s| s != n.row.seq) {
-        n.owner_refused |= owned;
+    if !n.row.owned_by(token) || seq.is_some_and(|s| s != n.row.seq) {
         return false;
     }
     if let Some(v) = value {
@@ -333,28 +365,10 @@ impl Model for BeatsModel {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             row: Row {
-                state: JobState::Processing,
                 token: 1,
-                progress: 0,
-                seq: 0,
+                ..Row::default()
             },
-            pending: Pending::default(),
-            first: First {
-                pc: 0,
-                seq: 0,
-                writing: None,
-                ended: false,
-            },
-            second: None,
-            beat: Beat::Idle,
-            orphan: None,
-            abandons: 0,
-            reset: false,
-            late: false,
-            owner_refused: false,
-            regressed: false,
-            marked: false,
-            seen: [false; 6],
+            ..State::default()
         }]
     }
 
@@ -362,6 +376,7 @@ impl Model for BeatsModel {
         let settled = !self.wait_for_beats || s.pending.in_flight.is_none();
         if !s.first.ended {
             match (s.first.writing, PROGRAM[usize::from(s.first.pc)]) {
+                (Some(_), _) if s.first.recounting => actions.push(Action::Recount),
                 (Some(_), _) => actions.push(Action::Land),
                 (None, Op::Report(_)) => actions.push(Action::Step),
                 (None, _) if settled => actions.push(Action::Step),
@@ -379,13 +394,13 @@ impl Model for BeatsModel {
                     actions.push(Action::BeatSend);
                 }
             }
-            Beat::Sent { .. } => {
+            Beat::Sent(..) => {
                 actions.extend([Action::BeatLock, Action::BeatMiss]);
                 if self.abandon && s.abandons == 0 {
                     actions.push(Action::Abandon);
                 }
             }
-            Beat::Ended { .. } => actions.push(Action::BeatReturn),
+            Beat::Ended(_) => actions.push(Action::BeatReturn),
         }
         if s.orphan.is_some() {
             actions.extend([Action::OrphanLock, Action::OrphanMiss]);
@@ -398,6 +413,9 @@ impl Model for BeatsModel {
         }
         if s.second.is_some_and(|(_, wrote)| !wrote) {
             actions.push(Action::SecondWrite);
+        }
+        if self.foreign_writer && !s.foreign && !s.first.ended && s.row.owned_by(1) {
+            actions.push(Action::Foreign);
         }
     }
 
@@ -419,6 +437,7 @@ impl Model for BeatsModel {
                     }
                     n.pending.writing = self.hold_while_writing;
                     n.first.writing = Some(s.first.seq + counted);
+                    n.first.allowance = s.pending.maybe_landed;
                 }
                 Op::Finish => {
                     // `last` forgets the entry, then the write and the mark
@@ -441,35 +460,50 @@ impl Model for BeatsModel {
                     Op::SetProgress(v) => Some(v),
                     _ => None,
                 };
-                n.pending.writing = false;
-                n.first.writing = None;
                 if write(&mut n, 1, s.first.writing, value) {
+                    n.adopted_foreign |= s.foreign;
                     n.first.seq = n.row.seq; // `RETURNING progress_seq`
                     n.first.pc += 1;
+                    n.pending.writing = false;
+                    n.first.writing = None;
+                } else if self.recount {
+                    n.first.recounting = true; // still writing: beats stay off
                 } else {
-                    n.first.ended = true; // `ProgressRefused`: the handler stops
+                    refused(&mut n, 1);
+                }
+            }
+            Action::Recount => {
+                let named = s.first.writing?;
+                n.first.recounting = false;
+                // `read_checkpoint`: no row once the claim moved on. The one
+                // allowance bounds the tries (the real code's four).
+                match s.row.owned_by(1).then_some(s.row.seq) {
+                    Some(now) if now > named && now - named <= s.first.allowance => {
+                        n.first.allowance -= now - named;
+                        n.pending.maybe_landed -= now - named; // `recounted`
+                        n.first.writing = Some(now);
+                        n.seen[RECOUNTED] = true;
+                    }
+                    _ => refused(&mut n, 1),
                 }
             }
             Action::BeatSend => {
                 n.pending.in_flight = n.pending.value.take();
                 let value = n.pending.in_flight?;
-                n.beat = Beat::Sent {
-                    value,
-                    owned: s.row.owned_by(1),
-                };
+                n.beat = Beat::Sent(value, s.row.owned_by(1));
             }
             Action::BeatLock | Action::BeatMiss | Action::Abandon => {
-                let Beat::Sent { value, owned } = s.beat else {
+                let Beat::Sent(value, owned) = s.beat else {
                     return None;
                 };
                 match action {
                     Action::BeatLock => {
                         let touched = self.beat_lock(&mut n, value, owned);
-                        n.beat = Beat::Ended { touched };
+                        n.beat = Beat::Ended(touched);
                     }
-                    Action::BeatMiss => n.beat = Beat::Ended { touched: false },
+                    Action::BeatMiss => n.beat = Beat::Ended(false),
                     _ => {
-                        returned(self, &mut n, false);
+                        returned(self, &mut n, None);
                         n.orphan = Some((value, owned));
                         n.abandons += 1;
                         n.beat = Beat::Idle;
@@ -477,10 +511,10 @@ impl Model for BeatsModel {
                 }
             }
             Action::BeatReturn => {
-                let Beat::Ended { touched } = s.beat else {
+                let Beat::Ended(touched) = s.beat else {
                     return None;
                 };
-                returned(self, &mut n, touched);
+                returned(self, &mut n, Some(touched));
                 n.beat = Beat::Idle;
             }
             Action::OrphanLock => {
@@ -500,8 +534,16 @@ impl Model for BeatsModel {
             }
             Action::SecondWrite => {
                 let (seq, _) = s.second?;
-                n.seen[SECOND_WROTE] |= write(&mut n, 2, Some(seq), Some(SECOND_VALUE));
+                let wrote = write(&mut n, 2, Some(seq), Some(SECOND_VALUE));
+                if !wrote {
+                    refused(&mut n, 2);
+                }
+                n.seen[SECOND_WROTE] |= wrote;
                 n.second = Some((seq, true));
+            }
+            Action::Foreign => {
+                n.row.seq += 1;
+                n.foreign = true;
             }
         }
         Some(n)
@@ -520,6 +562,10 @@ impl Model for BeatsModel {
             Property::always(
                 "no older report lands over a newer value",
                 |_, s: &State| !s.regressed,
+            ),
+            Property::always(
+                "no own write lands over a foreign write it did not see",
+                |_, s: &State| !s.adopted_foreign,
             ),
             Property::at_end("the last report reaches the row", |_, s: &State| {
                 !s.marked || s.row.progress == LAST
@@ -541,6 +587,14 @@ impl Model for BeatsModel {
             Property::sometimes("the new attempt writes", |_, s: &State| {
                 s.seen[SECOND_WROTE]
             }),
+            Property::sometimes(
+                "an own write recounts a beat given up that landed",
+                |_, s: &State| s.seen[RECOUNTED],
+            ),
+            Property::sometimes(
+                "a foreign write gets an own write refused",
+                |_, s: &State| s.seen[FOREIGN_REFUSED],
+            ),
         ]
     }
 }
