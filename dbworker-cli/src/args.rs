@@ -51,12 +51,39 @@ impl Database {
         read: &ReadArgs,
         max_connections: u32,
     ) -> Result<PgPool> {
+        self.connect_reads_limited(read, max_connections, Duration::ZERO)
+            .await
+    }
+
+    /// [`connect`](Self::connect) with each statement limited to
+    /// `statement_timeout` (zero: no limit), set when the session starts.
+    pub(crate) async fn connect_limited(
+        &self,
+        max_connections: u32,
+        statement_timeout: Duration,
+    ) -> Result<PgPool> {
+        let options = limited(self.options()?, statement_timeout);
+        self.connect_with(options, max_connections).await
+    }
+
+    /// [`connect_reads`](Self::connect_reads) with each statement limited to
+    /// `statement_timeout` (zero: no limit).
+    pub(crate) async fn connect_reads_limited(
+        &self,
+        read: &ReadArgs,
+        max_connections: u32,
+        statement_timeout: Duration,
+    ) -> Result<PgPool> {
         match &read.replica_url {
             Some(url) => {
                 let options = parse_url(url, "DBWORKER_REPLICA_URL (--replica-url)")?;
-                self.connect_with(options, max_connections).await
+                self.connect_with(limited(options, statement_timeout), max_connections)
+                    .await
             }
-            None => self.connect(max_connections).await,
+            None => {
+                self.connect_limited(max_connections, statement_timeout)
+                    .await
+            }
         }
     }
 
@@ -95,6 +122,16 @@ impl Database {
     fn options(&self) -> Result<PgConnectOptions> {
         parse_url(&self.database_url, "DATABASE_URL (--database-url)")
     }
+}
+
+/// `options` with the session's `statement_timeout` set at start-up (a
+/// startup option: a pooler that refuses those needs zero, no limit).
+fn limited(options: PgConnectOptions, statement_timeout: Duration) -> PgConnectOptions {
+    if statement_timeout.is_zero() {
+        return options;
+    }
+    let ms = statement_timeout.as_millis().to_string();
+    options.options([("statement_timeout", ms.as_str())])
 }
 
 /// Where a read-only command (`status`, `list`, `show`, `top`, the
@@ -332,4 +369,19 @@ pub(crate) fn human(d: Duration) -> String {
     }
     let full = humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
     full.split(' ').take(2).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_timeout_is_set_when_the_session_starts_and_zero_sets_none() {
+        let url = "postgres://u@localhost/db";
+        let options = limited(parse_url(url, "test").unwrap(), Duration::from_secs(10));
+        let set = options.get_options().unwrap_or_default();
+        assert!(set.contains("statement_timeout=10000"), "{set}");
+        let none = limited(parse_url(url, "test").unwrap(), Duration::ZERO);
+        assert!(none.get_options().is_none());
+    }
 }

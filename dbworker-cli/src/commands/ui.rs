@@ -15,6 +15,12 @@ pub(crate) struct UiArgs {
     database: Database,
     #[command(flatten)]
     read: ReadArgs,
+    /// How long one of the dashboard's queries may run (0: no limit), so a
+    /// heavy page or filter cannot hold every connection. Through PgBouncer,
+    /// which refuses startup options unless `ignore_startup_parameters`
+    /// lists `options`, pass 0.
+    #[arg(long, env = "DBWORKER_UI_STATEMENT_TIMEOUT", default_value = "10s", value_parser = crate::args::duration)]
+    statement_timeout: std::time::Duration,
     /// Offer no actions, whatever the user's role: the database role then
     /// needs only SELECT (without this flag the dashboard checks the grants
     /// its actions use, and names those missing).
@@ -126,7 +132,10 @@ fn auth(args: &UiArgs) -> Result<Auth> {
 
 pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     let auth = auth(&args)?;
-    let pool = args.database.connect(4).await?;
+    let pool = args
+        .database
+        .connect_limited(4, args.statement_timeout)
+        .await?;
     let mut tables = Vec::with_capacity(args.tables.len());
     for name in &args.tables {
         let table = args
@@ -165,7 +174,11 @@ pub(crate) async fn serve(args: UiArgs) -> Result<()> {
     options.cron_table = args.cron_table.clone();
     options.read_only = args.read_only;
     if args.read.replica_url.is_some() {
-        options.replica = Some(args.database.connect_reads(&args.read, 4).await?);
+        options.replica = Some(
+            args.database
+                .connect_reads_limited(&args.read, 4, args.statement_timeout)
+                .await?,
+        );
     }
     let dashboard = Dashboard::new(&pool, options)
         .await

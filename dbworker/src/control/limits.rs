@@ -123,6 +123,13 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Whether its description of the job table names a queue column (the
+    /// dashboard lists queues, with their forms, only then).
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub(crate) fn has_queues(&self) -> bool {
+        self.t.has_queues()
+    }
+
     /// Limits of `table`, kept in its limit table (`JobTableOptions::limit_table`).
     /// Checks that the role may read it (`SELECT`); a tool that sets limits
     /// checks [`check_writes`](Self::check_writes) too.

@@ -29,16 +29,25 @@ struct ControlTable {
     table: Relation,
     /// The job table as the control rows name it (`schema.name` or `name`).
     job_table: String,
+    /// The job table's queue column, as this description names it.
+    queue_column: Option<String>,
 }
 
 impl ControlTable {
     /// The control table `table` (checked by `JobTable::new`) for `job_table`.
-    fn new(pool: &PgPool, table: Relation, job_table: &Relation) -> ControlTable {
+    fn new(pool: &PgPool, table: Relation, job: &JobTable) -> ControlTable {
         ControlTable {
             pool: pool.clone(),
-            job_table: sql::pause_key(job_table),
+            job_table: sql::pause_key(job.relation()),
             table,
+            queue_column: job.sql().queue_column.clone(),
         }
+    }
+
+    /// Whether this description of the job table names a queue column (its
+    /// queues can be listed; other descriptions may still name one).
+    fn has_queues(&self) -> bool {
+        self.queue_column.is_some()
     }
 
     /// Checks that the role has `privileges` on the control table (its
@@ -64,7 +73,7 @@ impl ControlTable {
         migration: &str,
     ) -> Result<ControlTable> {
         match slot {
-            Some(table) => Ok(ControlTable::new(pool, table.clone(), job.relation())),
+            Some(table) => Ok(ControlTable::new(pool, table.clone(), job)),
             None => Err(Error::InvalidOption {
                 field,
                 reason: format!(

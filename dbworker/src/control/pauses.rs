@@ -80,6 +80,13 @@ impl PausesOptions {
 }
 
 impl Pauses {
+    /// Whether its description of the job table names a queue column (the
+    /// dashboard lists queues, with their forms, only then).
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub(crate) fn has_queues(&self) -> bool {
+        self.t.has_queues()
+    }
+
     /// Pauses of `table`, kept in its pause table (`JobTableOptions::pause_table`).
     /// Checks that the role may read it (`SELECT`); a tool that pauses and
     /// resumes checks [`check_writes`](Self::check_writes) too.

@@ -45,7 +45,11 @@ pub type AuthHook = Arc<dyn Fn(&Parts) -> Option<User> + Send + Sync>;
 pub enum Auth {
     /// Nobody is asked; everyone is an admin named `anonymous`. Only for a
     /// dashboard reachable from this machine alone (`dbworker ui` refuses it
-    /// on a non-loopback address).
+    /// on a non-loopback address), and only for requests addressed to it
+    /// by a loopback name (`localhost`, `127.0.0.1`, `[::1]`): a web page
+    /// whose name an attacker points at 127.0.0.1 (DNS rebinding) reaches
+    /// it with its own name as the host, and is refused. Behind a proxy or
+    /// an outer sign-in, use [`Auth::Hook`].
     #[default]
     None,
     /// `Authorization: Bearer <token>`: the admin token, or the read-only one.
@@ -103,7 +107,7 @@ impl Auth {
     /// The request's user, or `None` (refused).
     pub(crate) fn user(&self, parts: &Parts) -> Option<User> {
         match self {
-            Auth::None => Some(User::new("anonymous", Role::Admin)),
+            Auth::None => loopback_host(parts).then(|| User::new("anonymous", Role::Admin)),
             Auth::Bearer { admin, read_only } => {
                 let token = bearer(&parts.headers)?;
                 if admin.as_deref().is_some_and(|a| constant_time_eq(a, token)) {
@@ -179,6 +183,32 @@ pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {
     a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
+/// Whether the request names a loopback host (its `Host`, or the URI's
+/// authority under HTTP/2); one that names none comes from no browser.
+fn loopback_host(parts: &Parts) -> bool {
+    let host = match parts.headers.get(header::HOST) {
+        Some(value) => match value.to_str() {
+            Ok(host) => host,
+            Err(_) => return false,
+        },
+        None => match parts.uri.authority() {
+            Some(authority) => authority.as_str(),
+            None => return true,
+        },
+    };
+    let name = match host.strip_prefix('[') {
+        // `[::1]:8080`
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// A random token for this process (form CSRF tokens): 128 bits from the
 /// operating system's generator (through `rand`'s thread-local CSPRNG), as
 /// 32 hex digits.
@@ -210,6 +240,40 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_auth_only_loopback_hosts_are_served() {
+        let user = |host: Option<&str>| {
+            let mut request = axum::http::Request::builder().uri("/");
+            if let Some(host) = host {
+                request = request.header(header::HOST, host);
+            }
+            let (parts, ()) = request.body(()).unwrap().into_parts();
+            Auth::None.user(&parts).is_some()
+        };
+        let served = [
+            "localhost:8080",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "127.0.0.2",
+            "app.localhost",
+            "LOCALHOST.",
+        ];
+        for host in served {
+            assert!(user(Some(host)), "{host}");
+        }
+        let refused = [
+            "attacker.example",
+            "attacker.example:8080",
+            "10.0.0.5:8080",
+            "localhost.attacker.example",
+            "[2001:db8::1]:80",
+        ];
+        for host in refused {
+            assert!(!user(Some(host)), "{host}");
+        }
+        assert!(user(None), "no browser sends no host");
+    }
 
     #[test]
     fn basic_credentials_decode() {

@@ -295,6 +295,13 @@ impl Dashboard {
 async fn guard(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let Some(mut user) = s.options.auth.user(&parts) else {
+        if matches!(s.options.auth, Auth::None) {
+            return (
+                StatusCode::FORBIDDEN,
+                "without sign-in the dashboard serves requests addressed to localhost only (set DashboardOptions::auth)",
+            )
+                .into_response();
+        }
         let mut response =
             (StatusCode::UNAUTHORIZED, "sign in to see the dashboard").into_response();
         if let Some(challenge) = s.options.auth.challenge() {

@@ -8,8 +8,8 @@ use maud::{DOCTYPE, Markup, html};
 use super::{Refresh, Role, Shared, Table, Viewer, charts, limits, url_escape};
 use crate::admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status, Suggestions};
 use crate::cluster::nodes::NodeInfo;
-use crate::control::limits::Limit;
-use crate::control::pauses::Pause;
+use crate::control::limits::{Limit, Limits};
+use crate::control::pauses::{Pause, Pauses};
 use crate::job_filter::format_age;
 use crate::job_filter::{BulkAction, JobPage};
 
@@ -378,6 +378,10 @@ pub(crate) fn queues(
 ) -> Markup {
     let admin = viewer.user.role == Role::Admin && t.pauses.is_some();
     let edit_limits = viewer.user.role == Role::Admin && t.limits.is_some();
+    // Without a queue column the one row stands for every queue ("(all)"):
+    // a pause or a limit named after it would act on nothing.
+    let pause_queues = admin && t.pauses.as_ref().is_some_and(Pauses::has_queues);
+    let limit_rows = edit_limits && t.limits.as_ref().is_some_and(Limits::has_queues);
     let pause_url = viewer.href(&format!("/t/{}/queues/pause", url_escape(&t.name)));
     let is_paused = |q: Option<&str>| paused.iter().any(|p| p.queue.as_deref() == q);
     let limit_of = |q: &str| limits.iter().find(|(name, _)| name == q).map(|(_, l)| l);
@@ -411,9 +415,9 @@ pub(crate) fn queues(
                     td { @if is_paused(Some(&queue)) { strong { "paused" } } @else { "running" } }
                     td {
                         (limits::describe(&limit_of(&queue).copied().unwrap_or_default()))
-                        @if edit_limits { br; (limits::form(viewer, s, t, Some(&queue), limit_of(&queue))) }
+                        @if limit_rows { br; (limits::form(viewer, s, t, Some(&queue), limit_of(&queue))) }
                     }
-                    @if admin { td { (pause_form(Some(&queue))) } }
+                    @if admin { td { @if pause_queues { (pause_form(Some(&queue))) } } }
                 }
             }
         }
