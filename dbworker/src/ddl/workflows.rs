@@ -23,7 +23,9 @@ use crate::error::Result;
 /// - `upstream_ids bigint[]`: every job a dependent waited for, recorded when
 ///   its edges are inserted (the edges go as they are satisfied; this keeps
 ///   the graph for the dashboard and for `DbJob::upstream_results`; `--results`
-///   adds the same column, so running both is harmless);
+///   adds the same column, so running both is harmless), with a partial GIN
+///   index over the unfinished rows, for the purger's check that no
+///   dependent still needs a completed job's result;
 /// - the sequence `<table>_workflow_seq` that workflow ids come from;
 /// - the release trigger, `<table>_dbworker_release` (on a table with traces
 ///   it also copies the span the releasing mark recorded in `trace_follows`
@@ -75,6 +77,10 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {upstream_ids} bigint[];
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {has_dependents} boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS {workflow_idx} ON {table} ({workflow_id}) WHERE {workflow_id} IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {blocked_idx} ON {table} ({blocked_by}) WHERE {blocked_by} IS NOT NULL;
+-- The unfinished dependents by the jobs they wait for: the purger keeps a
+-- completed upstream while one of them may still read its result.
+CREATE INDEX IF NOT EXISTS {waiting_idx} ON {table} USING gin ({upstream_ids})
+    WHERE {state} NOT IN ('completed', 'failed', 'canceled');
 CREATE SEQUENCE IF NOT EXISTS {sequence};
 -- One row per dependency not yet satisfied: deleted when it is.
 CREATE TABLE IF NOT EXISTS {deps} (
@@ -318,6 +324,7 @@ $dbworker$;
         enqueue = rel.derived("enqueue"),
         workflow_idx = index("workflow_idx"),
         blocked_idx = index("blocked_by_idx"),
+        waiting_idx = index("upstream_ids_waiting_idx"),
         deps_idx = index("deps_depends_on_idx"),
         // Postgres's own name for the column's check in earlier versions.
         policy_check = index("deps_policy_check"),
