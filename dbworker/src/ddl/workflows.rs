@@ -366,14 +366,16 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
     let follows_name = crate::columns::literal(TRACE_FOLLOWS);
     let none_left =
         format!(r#"NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = dbworker_d.{id})"#);
-    // Queues the pending dependents of `ids` with no edge left (with the
-    // releasing job's span on a table with traces), collecting their ids.
+    // Queues the pending dependents of `ids` with no edge left, due from now
+    // (with the releasing job's span on a table with traces), collecting their ids.
+    let due = quote(&c.process_after);
     let release = |ids: &str| {
         format!(
             r#"IF v_traced THEN
         WITH r AS (
             UPDATE {table} AS dbworker_d
-               SET {state} = 'queued', {follows} = COALESCE(s.span, dbworker_d.{follows})
+               SET {state} = 'queued', {due} = clock_timestamp(),
+                   {follows} = COALESCE(s.span, dbworker_d.{follows})
               FROM unnest(v_deps, v_spans) AS s(dep, span)
              WHERE dbworker_d.{id} = s.dep AND s.dep = ANY({ids})
                AND NOT s.dep = ANY(v_batch) AND dbworker_d.{state} = 'pending'
@@ -382,7 +384,7 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
         SELECT v_released || COALESCE(array_agg({id}), ARRAY[]::bigint[]) INTO v_released FROM r;
     ELSE
         WITH r AS (
-            UPDATE {table} AS dbworker_d SET {state} = 'queued'
+            UPDATE {table} AS dbworker_d SET {state} = 'queued', {due} = clock_timestamp()
              WHERE dbworker_d.{id} = ANY({ids}) AND NOT dbworker_d.{id} = ANY(v_batch)
                AND dbworker_d.{state} = 'pending' AND {none_left}
             RETURNING dbworker_d.{id})
@@ -552,9 +554,10 @@ UPDATE {table}
 /// queued, and on a table with traces it takes the span the releasing mark
 /// recorded in `trace_follows` (read by name, once per firing, so a table
 /// without the column releases as before), which its first attempt links
-/// to. Indented by `pad`.
+/// to. Due from now (`process_after`): a job's wait is measured from due,
+/// and it did not wait for a worker while pending. Indented by `pad`.
 fn release(table: &str, c: &Columns, also: &str, pad: &str) -> String {
-    let (id, state) = (quote(&c.id), quote(&c.state));
+    let (id, state, due) = (quote(&c.id), quote(&c.state), quote(&c.process_after));
     let follows = quote(TRACE_FOLLOWS);
     let lines = [
         "IF NOT v_span_read THEN".to_owned(),
@@ -565,10 +568,12 @@ fn release(table: &str, c: &Columns, also: &str, pad: &str) -> String {
         "    v_span_read := true;".to_owned(),
         "END IF;".to_owned(),
         "IF v_span IS NULL THEN".to_owned(),
-        format!("    UPDATE {table} SET {state} = 'queued'"),
+        format!("    UPDATE {table} SET {state} = 'queued', {due} = clock_timestamp()"),
         format!("     WHERE {id} = v_dep AND {state} = 'pending'{also};"),
         "ELSE".to_owned(),
-        format!("    UPDATE {table} SET {state} = 'queued', {follows} = v_span"),
+        format!(
+            "    UPDATE {table} SET {state} = 'queued', {due} = clock_timestamp(), {follows} = v_span"
+        ),
         format!("     WHERE {id} = v_dep AND {state} = 'pending'{also};"),
         "END IF;".to_owned(),
     ];
