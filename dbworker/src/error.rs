@@ -159,6 +159,17 @@ pub enum Error {
         /// The term that is over.
         term: i64,
     },
+    /// [`DbJob::upstream_results`](crate::DbJob::upstream_results): jobs
+    /// this one waited for no longer exist (deleted by hand, or purged from
+    /// a table whose DDL predates the purger's check), so their results
+    /// cannot be read; a map without them would look complete.
+    #[error("the upstream jobs {ids:?} of job {job} no longer exist: their results are lost")]
+    UpstreamGone {
+        /// The job reading.
+        job: i64,
+        /// The missing upstream jobs' ids.
+        ids: Vec<i64>,
+    },
 }
 
 impl Error {

@@ -164,8 +164,10 @@ DECLARE
 BEGIN
 {key_default}    -- Not due yet (scheduled, a retry's backoff, a snooze, a timed wait): the
     -- head will have moved on when it is, so it waits untagged, behind every
-    -- tagged job of its level, and is tagged when it comes due (below).
-    IF NEW.{process_after} > now() THEN
+    -- tagged job of its level, and is tagged when it comes due (below). The
+    -- clock, not now(): a workflow's release makes its dependent due at the
+    -- clock, after the releasing transaction's start.
+    IF NEW.{process_after} > clock_timestamp() THEN
         NEW.{tag} := {FAIR_UNTAGGED};
         RETURN NEW;
     END IF;

@@ -23,7 +23,9 @@ use crate::error::Result;
 /// - `upstream_ids bigint[]`: every job a dependent waited for, recorded when
 ///   its edges are inserted (the edges go as they are satisfied; this keeps
 ///   the graph for the dashboard and for `DbJob::upstream_results`; `--results`
-///   adds the same column, so running both is harmless);
+///   adds the same column, so running both is harmless), with a partial GIN
+///   index over the unfinished rows, for the purger's check that no
+///   dependent still needs a completed job's result;
 /// - the sequence `<table>_workflow_seq` that workflow ids come from;
 /// - the release trigger, `<table>_dbworker_release` (on a table with traces
 ///   it also copies the span the releasing mark recorded in `trace_follows`
@@ -75,6 +77,10 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {upstream_ids} bigint[];
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {has_dependents} boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS {workflow_idx} ON {table} ({workflow_id}) WHERE {workflow_id} IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {blocked_idx} ON {table} ({blocked_by}) WHERE {blocked_by} IS NOT NULL;
+-- The unfinished dependents by the jobs they wait for: the purger keeps a
+-- completed upstream while one of them may still read its result.
+CREATE INDEX IF NOT EXISTS {waiting_idx} ON {table} USING gin ({upstream_ids})
+    WHERE {state} NOT IN ('completed', 'failed', 'canceled');
 CREATE SEQUENCE IF NOT EXISTS {sequence};
 -- One row per dependency not yet satisfied: deleted when it is.
 CREATE TABLE IF NOT EXISTS {deps} (
@@ -318,6 +324,7 @@ $dbworker$;
         enqueue = rel.derived("enqueue"),
         workflow_idx = index("workflow_idx"),
         blocked_idx = index("blocked_by_idx"),
+        waiting_idx = index("upstream_ids_waiting_idx"),
         deps_idx = index("deps_depends_on_idx"),
         // Postgres's own name for the column's check in earlier versions.
         policy_check = index("deps_policy_check"),
@@ -359,14 +366,16 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
     let follows_name = crate::columns::literal(TRACE_FOLLOWS);
     let none_left =
         format!(r#"NOT EXISTS (SELECT 1 FROM {deps} WHERE "job_id" = dbworker_d.{id})"#);
-    // Queues the pending dependents of `ids` with no edge left (with the
-    // releasing job's span on a table with traces), collecting their ids.
+    // Queues the pending dependents of `ids` with no edge left, due from now
+    // (with the releasing job's span on a table with traces), collecting their ids.
+    let due = quote(&c.process_after);
     let release = |ids: &str| {
         format!(
             r#"IF v_traced THEN
         WITH r AS (
             UPDATE {table} AS dbworker_d
-               SET {state} = 'queued', {follows} = COALESCE(s.span, dbworker_d.{follows})
+               SET {state} = 'queued', {due} = clock_timestamp(),
+                   {follows} = COALESCE(s.span, dbworker_d.{follows})
               FROM unnest(v_deps, v_spans) AS s(dep, span)
              WHERE dbworker_d.{id} = s.dep AND s.dep = ANY({ids})
                AND NOT s.dep = ANY(v_batch) AND dbworker_d.{state} = 'pending'
@@ -375,7 +384,7 @@ fn completions_sql(rel: &Relation, c: &Columns) -> String {
         SELECT v_released || COALESCE(array_agg({id}), ARRAY[]::bigint[]) INTO v_released FROM r;
     ELSE
         WITH r AS (
-            UPDATE {table} AS dbworker_d SET {state} = 'queued'
+            UPDATE {table} AS dbworker_d SET {state} = 'queued', {due} = clock_timestamp()
              WHERE dbworker_d.{id} = ANY({ids}) AND NOT dbworker_d.{id} = ANY(v_batch)
                AND dbworker_d.{state} = 'pending' AND {none_left}
             RETURNING dbworker_d.{id})
@@ -545,9 +554,10 @@ UPDATE {table}
 /// queued, and on a table with traces it takes the span the releasing mark
 /// recorded in `trace_follows` (read by name, once per firing, so a table
 /// without the column releases as before), which its first attempt links
-/// to. Indented by `pad`.
+/// to. Due from now (`process_after`): a job's wait is measured from due,
+/// and it did not wait for a worker while pending. Indented by `pad`.
 fn release(table: &str, c: &Columns, also: &str, pad: &str) -> String {
-    let (id, state) = (quote(&c.id), quote(&c.state));
+    let (id, state, due) = (quote(&c.id), quote(&c.state), quote(&c.process_after));
     let follows = quote(TRACE_FOLLOWS);
     let lines = [
         "IF NOT v_span_read THEN".to_owned(),
@@ -558,10 +568,12 @@ fn release(table: &str, c: &Columns, also: &str, pad: &str) -> String {
         "    v_span_read := true;".to_owned(),
         "END IF;".to_owned(),
         "IF v_span IS NULL THEN".to_owned(),
-        format!("    UPDATE {table} SET {state} = 'queued'"),
+        format!("    UPDATE {table} SET {state} = 'queued', {due} = clock_timestamp()"),
         format!("     WHERE {id} = v_dep AND {state} = 'pending'{also};"),
         "ELSE".to_owned(),
-        format!("    UPDATE {table} SET {state} = 'queued', {follows} = v_span"),
+        format!(
+            "    UPDATE {table} SET {state} = 'queued', {due} = clock_timestamp(), {follows} = v_span"
+        ),
         format!("     WHERE {id} = v_dep AND {state} = 'pending'{also};"),
         "END IF;".to_owned(),
     ];

@@ -2,7 +2,7 @@
 
 use super::progress_table::purge_side;
 use super::{Statement, Table, alias, col, state, table_ref};
-use crate::columns::{Relation, quote};
+use crate::columns::{HAS_DEPENDENTS, Relation, UPSTREAM_IDS, quote};
 use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
 use workerutil::JobState;
 
@@ -20,7 +20,7 @@ pub(crate) fn purge_batch(
     batch: u32,
 ) -> Statement {
     let c = &t.columns;
-    let doomed = Query::select()
+    let mut doomed = Query::select()
         .column((alias("dbworker_doomed"), alias(&c.id)))
         .from(table_ref(&t.table).alias(alias("dbworker_doomed")))
         .and_where(col("dbworker_doomed", &c.state).eq(state(state_)))
@@ -39,6 +39,23 @@ pub(crate) fn purge_batch(
         .limit(u64::from(batch))
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
         .to_owned();
+    if t.workflows {
+        // A job a dependent still waits for (or has yet to run after) stays:
+        // the dependent reads its result, and its edge is gone once it
+        // completed, so only `upstream_ids` says so. The partial GIN index
+        // of `--workflows` serves the check; without it, a scan per such row.
+        doomed.and_where(Expr::cust(format!(
+            "NOT ({d}.{has} AND EXISTS (SELECT 1 FROM {table} AS \"dbworker_waiting\" \
+             WHERE \"dbworker_waiting\".{ups} @> ARRAY[{d}.{id}]::bigint[] \
+             AND \"dbworker_waiting\".{state} NOT IN ('completed', 'failed', 'canceled')))",
+            d = quote("dbworker_doomed"),
+            has = quote(HAS_DEPENDENTS),
+            table = t.table.quoted(),
+            ups = quote(UPSTREAM_IDS),
+            id = quote(&c.id),
+            state = quote(&c.state),
+        )));
+    }
     let a = &t.table.alias;
     let delete = Query::delete()
         .from_table(table_ref(&t.table))
@@ -155,6 +172,8 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let purge = Table::new(rel("app.jobs"), plain());
     let mut signalled = purge.clone();
     signalled.signals = Some(rel("app.jobs_signals"));
+    let mut flows = purge.clone();
+    flows.workflows = true;
     let mut side = purge.clone();
     side.progress_table = Some(rel("app.jobs_progress"));
     let (archive, minute) = (rel("app.jobs_archive"), std::time::Duration::from_secs(60));
@@ -180,6 +199,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             sweep_orphans(&purge, &rel("app.jobs_signals"), "id", None, 1000),
         ),
         ("row_security_hides_jobs", row_security_hides_jobs(&purge)),
+        (
+            "purge_batch_with_workflows",
+            purge_batch(&flows, None, JobState::Completed, minute, 100),
+        ),
         (
             "purge_batch_with_signals",
             purge_batch(&signalled, None, JobState::Completed, minute, 100),

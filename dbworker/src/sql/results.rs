@@ -2,13 +2,12 @@
 //! recorded when it is enqueued, and their results read back. (The handler's
 //! result is written by its completion: `sql/marks.rs`.)
 
-use super::{Statement, alias, col, plain_table, state, table_ref};
+use super::{Statement, alias, col, plain_table, table_ref};
 use crate::columns::quote;
 use crate::columns::{TASK_NAME, UPSTREAM_IDS};
 use crate::sql::table::{StoreParams, Table};
 use sea_query::IntoIden;
 use sea_query::{Expr, ExprTrait, Order, Query, TableRef};
-use workerutil::JobState;
 
 /// Records, on each new dependent, the jobs it waits for
 /// (`dependents[i]` waits for `upstream[i]`), so it can read their results
@@ -44,12 +43,23 @@ pub(crate) fn record_upstreams(w: &Table, dependents: Vec<i64>, upstream: Vec<i6
     Statement::from(&q)
 }
 
-/// The results of the jobs job `id` waited for, each named by its task name
-/// (its id as text outside a workflow): two primary-key lookups, the job's
-/// row and each upstream's, through `= ANY(upstream_ids)`.
+/// The jobs job `id` waited for, one row each in id order: `up` its id,
+/// `gone` whether its row no longer exists, `completed`, and the `name` (its
+/// task name, or its id as text outside a workflow) and `result` of a
+/// completed one. Primary-key lookups: the job's row, then each upstream's.
 pub(crate) fn upstream_results(o: &StoreParams, result_column: &str, id: i64) -> Statement {
     let c = &o.columns;
+    let uid = col("u", &c.id);
     let q = Query::select()
+        .expr_as(Expr::cust("\"x\".\"up\""), alias("up"))
+        .expr_as(uid.clone().is_null(), alias("gone"))
+        .expr_as(
+            Expr::cust(format!(
+                "COALESCE(\"u\".{} = 'completed', false)",
+                quote(&c.state)
+            )),
+            alias("completed"),
+        )
         .expr_as(
             Expr::cust(format!(
                 "COALESCE(\"u\".{}, \"u\".{}::text)",
@@ -60,19 +70,25 @@ pub(crate) fn upstream_results(o: &StoreParams, result_column: &str, id: i64) ->
         )
         .expr_as(col("u", result_column), alias("result"))
         .from_as(plain_table(&o.table), alias("d"))
-        .join_as(
+        .join_lateral(
             sea_query::JoinType::InnerJoin,
+            Query::select()
+                .expr_as(
+                    Expr::cust(format!("unnest(\"d\".{})", quote(UPSTREAM_IDS))),
+                    alias("up"),
+                )
+                .to_owned(),
+            alias("x"),
+            Expr::cust("true"),
+        )
+        .join_as(
+            sea_query::JoinType::LeftJoin,
             plain_table(&o.table),
             alias("u"),
-            Expr::cust(format!(
-                "\"u\".{} = ANY(\"d\".{})",
-                quote(&c.id),
-                quote(UPSTREAM_IDS)
-            )),
+            uid.equals(("x", "up")),
         )
         .and_where(col("d", &c.id).eq(id))
-        .and_where(col("u", &c.state).eq(state(JobState::Completed)))
-        .order_by_expr(col("u", &c.id), Order::Asc)
+        .order_by(("x", "up"), Order::Asc)
         .to_owned();
     Statement::from(&q)
 }

@@ -147,7 +147,10 @@ impl<R> DbJob<R> {
     /// tasks named in its `after`, or [`NewJob::after`](crate::NewJob::after)
     /// ids), keyed by their task name (a job outside a workflow: its id as
     /// text). A job that completed without a result maps to `null`; one that
-    /// did not complete (an `ignore_failed` edge) is left out. Reads through
+    /// did not complete (an `ignore_failed` edge) is left out; one whose row
+    /// is gone (deleted by hand) is [`Error::UpstreamGone`], naming it, rather
+    /// than a map that looks complete (the purger keeps a completed job while
+    /// a dependent has not finished). Reads through
     /// this job's transaction in transactional handling, else on the store's
     /// pool. Needs a table from `dbworker migration --workflows --results`
     /// whose `JobTable` names its `result_column` (and so, checked by
@@ -183,8 +186,20 @@ impl<R> DbJob<R> {
             None => statement.fetch_all(store.pool()).await,
         }
         .map_err(Error::db("upstream_results"))?;
+        let gone: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.get::<bool, _>("gone"))
+            .map(|r| r.get("up"))
+            .collect();
+        if !gone.is_empty() {
+            return Err(Error::UpstreamGone {
+                job: self.lease.id,
+                ids: gone,
+            });
+        }
         Ok(rows
             .iter()
+            .filter(|r| r.get::<bool, _>("completed"))
             .map(|r| {
                 let result: Option<serde_json::Value> = r.get("result");
                 (r.get("name"), result.unwrap_or(serde_json::Value::Null))

@@ -402,3 +402,40 @@ async fn a_canceled_job_counts_every_failure_as_retried() {
     h.record_once().await.unwrap();
     assert_eq!(recorded(&db, "retried", Some("retries")).await, 2 + 1 + 2);
 }
+
+/// A released workflow task waits from its release, not from its enqueue:
+/// the time it was pending behind its upstream job is not queue wait. The
+/// dependent here runs 2 s after an upstream that took an hour.
+#[tokio::test]
+async fn a_released_tasks_wait_starts_at_its_release() {
+    let db = seed().await;
+    db.execute(&dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap())
+        .await;
+    db.execute(
+        "INSERT INTO jobs (id, state, queue, queued_at) VALUES
+           (9001, 'queued', 'flow', now() - interval '1 hour'),
+           (9002, 'queued', 'flow', now() - interval '1 hour');
+         SELECT jobs_wait_for(9002, ARRAY[9001]::bigint[]);
+         UPDATE jobs SET state = 'completed', started_at = queued_at, finished_at = clock_timestamp()
+          WHERE id = 9001;
+         UPDATE jobs SET state = 'completed', started_at = COALESCE(process_after, now()) + interval '2 seconds',
+                finished_at = COALESCE(process_after, now()) + interval '3 seconds'
+          WHERE id = 9002;
+         -- Into closed minutes, every timestamp alike, so the history takes them.
+         UPDATE jobs SET queued_at = queued_at - interval '2 hours', process_after = process_after - interval '2 hours',
+                started_at = started_at - interval '2 hours', finished_at = finished_at - interval '2 hours'
+          WHERE queue = 'flow';",
+    )
+    .await;
+    let h = &histories(&db, 1).await[0];
+    h.record_once().await.unwrap();
+    let wait: f64 =
+        sqlx::query_scalar("SELECT max(wait_max) FROM dbworker_history WHERE queue = 'flow'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        (wait - 2.0).abs() < 0.5,
+        "the dependent waited 2 s, not {wait} s"
+    );
+}

@@ -9,6 +9,7 @@ use crate::fixtures::purge as shared;
 use dbworker::Service;
 use dbworker::maintenance::{PurgeOptions, Purger};
 use workerutil::JobState;
+use workerutil::Store as _;
 
 use common::Db;
 use shared::seed;
@@ -216,4 +217,78 @@ async fn the_hot_layouts_archive_is_checked_at_start_up_and_takes_its_rows() {
         .await
         .unwrap();
     assert_eq!(archived, 9);
+}
+
+/// A completed job an unfinished dependent waited for stays, however old:
+/// the dependent (waiting for a slower upstream) reads its result when it
+/// runs. It goes once the dependent has finished, as does one whose
+/// dependents all finished.
+#[tokio::test]
+async fn a_completed_upstream_stays_while_a_dependent_has_not_finished() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap())
+        .await;
+    // 1 completed 8 days ago, 2 due tomorrow, 3 waits for both; 4 completed
+    // as long ago, its only dependent 5 done.
+    db.execute(
+        "INSERT INTO jobs (id, state, finished_at, process_after, has_dependents, upstream_ids) VALUES
+           (1, 'completed', now() - interval '8 days', NULL, true, NULL),
+           (2, 'queued', NULL, now() + interval '1 day', true, NULL),
+           (3, 'pending', NULL, NULL, false, '{1,2}'),
+           (4, 'completed', now() - interval '8 days', NULL, true, NULL),
+           (5, 'completed', now() - interval '8 days', NULL, false, '{4}');
+         INSERT INTO jobs_deps (job_id, depends_on) VALUES (3, 2);",
+    )
+    .await;
+    let table = db.table_with(|o| o.workflows = true).await;
+    let purger = Purger::new(&db.pool, &table, PurgeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 2, "4 and 5");
+    assert_eq!(db.state(1).await, "completed", "3 still needs 1");
+    db.execute("UPDATE jobs SET state = 'completed', finished_at = now() - interval '8 days' WHERE id IN (2, 3)")
+        .await;
+    assert_eq!(purger.purge_once().await.unwrap().total(), 3, "1, 2 and 3");
+}
+
+/// An upstream job whose row is gone (deleted by hand) is an error naming
+/// it, not a map of results that looks complete; an upstream that did not
+/// complete is still left out.
+#[tokio::test]
+async fn upstream_results_name_an_upstream_whose_row_is_gone() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap())
+        .await;
+    db.add_columns(|c| c.results = true, &[]).await;
+    db.execute(
+        "INSERT INTO jobs (id, state, finished_at, result, has_dependents, upstream_ids) VALUES
+           (1, 'completed', now(), '\"one\"', true, NULL),
+           (2, 'failed', now(), NULL, true, NULL),
+           (4, 'queued', NULL, NULL, false, '{1,2}'),
+           (5, 'queued', NULL, NULL, false, '{1,2,3}');",
+    )
+    .await;
+    let table = db
+        .table_with(|o| {
+            o.workflows = true;
+            o.result_column = Some("result".into());
+        })
+        .await;
+    let store = db.store_on(&table, db.options()).await;
+    let mut jobs = store.dequeue("host", &Default::default(), 2).await.unwrap();
+    jobs.sort_by_key(|j| j.record().id);
+    let [mut four, mut five] = <[_; 2]>::try_from(jobs).unwrap();
+    for job in [&mut four, &mut five] {
+        assert!(store.open(job).await.unwrap());
+    }
+    let read = four.upstream_results(&store).await.unwrap();
+    assert_eq!(
+        read.into_iter().collect::<Vec<_>>(),
+        [("1".to_owned(), serde_json::json!("one"))]
+    );
+    let err = five.upstream_results(&store).await.unwrap_err();
+    assert!(
+        matches!(&err, dbworker::Error::UpstreamGone { job: 5, ids } if ids == &[3]),
+        "{err}"
+    );
 }
