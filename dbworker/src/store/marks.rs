@@ -385,7 +385,7 @@ impl<R: Record> DbStore<R> {
         statement: sql::Statement,
     ) -> Result<bool> {
         if let Some(tx) = tx
-            && let Err(err) = tx.rollback().await
+            && let Err(err) = tx.discard().await
         {
             tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
         }
@@ -443,7 +443,7 @@ impl<R: Record> DbStore<R> {
         span: Option<&str>,
     ) -> Result<Option<JobState>> {
         if let Some(tx) = tx
-            && let Err(err) = tx.rollback().await
+            && let Err(err) = tx.discard().await
         {
             if is_connection_loss(&err) {
                 return self.requeue_lost(lease, op, &err, span).await;
