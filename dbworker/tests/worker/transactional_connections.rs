@@ -3,7 +3,9 @@
 //! transaction on it must still behave as sqlx's own (a handler's nested
 //! `begin()` is a savepoint), and a kept connection that died while it waited
 //! must cost the next job nothing. A job taken back by another session
-//! before its open, or while it runs, commits nothing.
+//! before its open, or while it runs, commits nothing. A handler stopped
+//! mid-query (its timeout, a shutdown's drain timeout) has its backend
+//! terminated: the mark never waits for the query, nor the row lock for it.
 
 use crate::common;
 
@@ -242,4 +244,123 @@ async fn a_job_taken_back_by_another_session_commits_nothing() {
     for id in ran {
         assert_eq!(db.state(id).await, "completed");
     }
+}
+
+// ---- A handler dropped mid-query (its timeout, a shutdown) ----
+
+/// Runs one query that does not end on its own on the job's transaction:
+/// `pg_sleep(600)`, or (payload `"lock"`) an update of a row the test holds
+/// locked. Tells the test once it starts.
+struct Stuck(tokio::sync::mpsc::UnboundedSender<()>);
+impl Handler<DbStore<Job>> for Stuck {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let sql = if job.record().payload["wait"] == json!("lock") {
+            "UPDATE side_effects SET note = 'stuck' WHERE job_id = 0"
+        } else {
+            "SELECT pg_sleep(600)"
+        };
+        let _ = self.0.send(());
+        sqlx::query(sql)
+            .execute(job.tx().expect("transactional handling"))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Sessions other than the caller's still running the handler's query.
+async fn stuck_backends(db: &Db) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active'
+           AND (query LIKE '%pg_sleep(600)%' OR query LIKE '%SET note = ''stuck''%')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Whether another session can lock the job's row at once.
+async fn row_free(db: &Db, id: i64) -> bool {
+    let mut tx = db.pool.begin().await.unwrap();
+    let locked = sqlx::query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE NOWAIT")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await;
+    locked.is_ok()
+}
+
+#[tokio::test]
+async fn a_transactional_handler_timed_out_mid_query_is_marked_at_once_and_its_lock_released() {
+    // (payload, retries, state): a final timeout fails, one with retries left errs.
+    for (wait, retries, state) in [("sleep", 0, "failed"), ("lock", 3, "errored")] {
+        let db = Db::new().await;
+        let mut blocker = db.pool.begin().await.unwrap();
+        sqlx::query("INSERT INTO side_effects VALUES (0, 'held')")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        sqlx::query("SELECT * FROM side_effects WHERE job_id = 0 FOR UPDATE")
+            .execute(&mut *blocker)
+            .await
+            .unwrap();
+        let mut so = db.options();
+        so.handling = Handling::Transactional;
+        so.max_num_retries = retries;
+        let store = db.store_on(&db.table().await, so).await;
+        let id = db.enqueue(1, json!({ "wait": wait })).await[0];
+        let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+        let mut o = one_job(wait);
+        o.max_runtime_per_job = Some(Duration::from_secs(1));
+        let worker = new_worker(store, Stuck(started), o).unwrap();
+        let run = tokio::spawn(worker.run());
+        starts.recv().await.expect("the handler starts");
+        let since = Instant::now();
+        tokio::time::timeout(Duration::from_secs(8), run)
+            .await
+            .unwrap_or_else(|_| panic!("{wait}: the timed-out job's mark waited for its query"))
+            .unwrap();
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "{wait}: {:?}",
+            since.elapsed()
+        );
+        assert_eq!(db.state(id).await, state, "{wait}");
+        assert!(
+            row_free(&db, id).await,
+            "{wait}: the job's row lock is gone"
+        );
+        assert_eq!(stuck_backends(&db).await, 0, "{wait}: the query was ended");
+        blocker.rollback().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_past_its_drain_timeout_does_not_wait_for_a_stuck_query() {
+    let db = Db::new().await;
+    let store = db.store(Handling::Transactional).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let mut o = one_job("drain");
+    o.drain_timeout = Duration::from_secs(1);
+    let worker = new_worker(store, Stuck(started), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    starts.recv().await.expect("the handler starts");
+    let since = Instant::now();
+    shutdown.graceful();
+    tokio::time::timeout(Duration::from_secs(8), run)
+        .await
+        .expect("the shutdown waited for the handler's query")
+        .unwrap();
+    assert!(
+        since.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        since.elapsed()
+    );
+    assert_eq!(db.state(id).await, "queued", "handed back, not charged");
+    assert!(row_free(&db, id).await);
+    assert_eq!(stuck_backends(&db).await, 0);
 }
