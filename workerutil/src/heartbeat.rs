@@ -43,9 +43,11 @@ pub(crate) async fn heartbeat_loop<S: Store>(shared: Arc<Shared<S>>, stop: Cance
                 last_success = Instant::now();
                 let mut lost = Vec::new();
                 for lease in &leases {
-                    // A job that finished while the heartbeat was in flight left the
-                    // set before its mark: it was not lost, it is done.
-                    if !result.known.contains(&lease.id) && shared.running.contains(*lease) {
+                    // A job whose handler finished is not canceled as lost: its
+                    // mark may have landed while this beat was in flight (the
+                    // beat no longer matches it), and if the job was lost the
+                    // mark is refused and says so.
+                    if !result.known.contains(&lease.id) && shared.running.handling(*lease) {
                         tracing::warn!(worker = %shared.name, record_id = lease.id, "heartbeat lost a job; canceling its handler");
                         shared.running.cancel_lease(*lease, CancelReason::Lost);
                         lost.push(lease.id);

@@ -22,7 +22,7 @@ use crate::panics::{caught, guarded, panic_message};
 use crate::retry::Retry;
 use crate::running::{CancelReason, Claimed, Running, Shared};
 use crate::state::JobState;
-use crate::store::{Job, Store};
+use crate::store::{Job, Lease, Store};
 
 /// Runs `pre_handle` on the loop, then spawns the job's task, which owns `permit`.
 pub(crate) async fn start_job<S: Store, H: Handler<S>>(
@@ -74,6 +74,12 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                 permit: Some(permit),
                 freed: shared.slot_freed.clone(),
             };
+            // Heartbeated until the outcome is written; leaves the set on
+            // every path, panics included.
+            let listed = Listed {
+                shared: shared.clone(),
+                lease,
+            };
             let started = Instant::now();
             let mut job = job;
             let outcome = match pre_panic {
@@ -83,7 +89,10 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                 // follows (measured: 9.3 KB per waiting job inline).
                 None => Box::pin(execute(&shared, &*handler, &mut job, &running)).await,
             };
-            shared.running.remove(lease);
+            // The lease stays heartbeated while the outcome waits to be
+            // written: a mark slower than the store's stalled age must not
+            // have the resetter requeue a finished job.
+            shared.running.recording(lease);
             metrics::running(&shared.name, shared.running.len());
             // The handler is done: unless the job holds a store resource until
             // its mark, its slot goes to the next job while the outcome is
@@ -109,6 +118,7 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
             };
             let (marked, written) =
                 record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
+            drop(listed);
             if let Some(kind) = catch_unwind_kind(&*handler, job.record()) {
                 metrics::job_of_kind_finished(kind, outcome.label(marked, written));
             }
@@ -362,5 +372,19 @@ impl Drop for Slot {
         // The permit goes back first, so the woken loop sees the free slot.
         drop(self.permit.take());
         self.freed.notify_one();
+    }
+}
+
+/// A job's entry in the running set: removed when this drops, once its
+/// outcome is written (or the task unwound), so no lease is heartbeated on.
+struct Listed<S> {
+    shared: Arc<Shared<S>>,
+    lease: Lease,
+}
+
+impl<S> Drop for Listed<S> {
+    fn drop(&mut self) {
+        self.shared.running.remove(self.lease);
+        metrics::running(&self.shared.name, self.shared.running.len());
     }
 }

@@ -125,64 +125,97 @@ impl Running {
     }
 }
 
-/// Jobs this worker is running, by id.
+/// Jobs this worker has claimed and not yet recorded, by id. A job whose
+/// handler finished stays here, heartbeated, until its outcome is written:
+/// a slow mark (a backlog, a grouped UPDATE waiting on a row lock) must not
+/// let the store's resetter take a finished job for stalled.
 #[derive(Debug, Default)]
 pub(crate) struct RunningSet {
-    jobs: Mutex<HashMap<RecordId, Running>>,
+    jobs: Mutex<HashMap<RecordId, Entry>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    running: Running,
+    /// The handler is done and the outcome is being written.
+    recording: bool,
 }
 
 impl RunningSet {
     /// Registers a job. A previous entry for the same id belongs to an older,
     /// superseded claim: it is canceled as lost.
     pub(crate) fn insert(&self, running: Running) {
-        let previous = self.lock().insert(running.lease.id, running);
+        let entry = Entry {
+            running,
+            recording: false,
+        };
+        let previous = self.lock().insert(entry.running.lease.id, entry);
         if let Some(old) = previous {
-            old.cancel(CancelReason::Lost);
+            old.running.cancel(CancelReason::Lost);
+        }
+    }
+
+    /// The handler of `lease` is done: it is still heartbeated, but no longer
+    /// counted as running nor canceled as lost (its mark tells).
+    pub(crate) fn recording(&self, lease: Lease) {
+        if let Some(e) = self.lock().get_mut(&lease.id)
+            && e.running.lease == lease
+        {
+            e.recording = true;
         }
     }
 
     /// Removes the entry for `lease`, if it is still the current one.
     pub(crate) fn remove(&self, lease: Lease) {
         let mut jobs = self.lock();
-        if jobs.get(&lease.id).is_some_and(|r| r.lease == lease) {
+        if jobs
+            .get(&lease.id)
+            .is_some_and(|e| e.running.lease == lease)
+        {
             jobs.remove(&lease.id);
         }
     }
 
-    /// Whether `lease` is still the current entry for its id.
-    pub(crate) fn contains(&self, lease: Lease) -> bool {
-        self.lock().get(&lease.id).is_some_and(|r| r.lease == lease)
+    /// Whether `lease` is still the current entry for its id and its handler
+    /// has not finished.
+    pub(crate) fn handling(&self, lease: Lease) -> bool {
+        self.lock()
+            .get(&lease.id)
+            .is_some_and(|e| e.running.lease == lease && !e.recording)
     }
 
+    /// Every lease to heartbeat, those being recorded included.
     pub(crate) fn leases(&self) -> Vec<Lease> {
-        self.lock().values().map(|r| r.lease).collect()
+        self.lock().values().map(|e| e.running.lease).collect()
     }
 
+    /// Jobs claimed and not finished (the running gauge): those being
+    /// recorded are not counted.
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().values().filter(|e| !e.recording).count()
     }
 
     pub(crate) fn cancel_lease(&self, lease: Lease, reason: CancelReason) {
-        if let Some(r) = self.lock().get(&lease.id)
-            && r.lease == lease
+        if let Some(e) = self.lock().get(&lease.id)
+            && e.running.lease == lease
         {
-            r.cancel(reason);
+            e.running.cancel(reason);
         }
     }
 
     pub(crate) fn cancel_id(&self, id: RecordId, reason: CancelReason) {
-        if let Some(r) = self.lock().get(&id) {
-            r.cancel(reason);
+        if let Some(e) = self.lock().get(&id) {
+            e.running.cancel(reason);
         }
     }
 
     pub(crate) fn cancel_all(&self, reason: CancelReason) {
-        for r in self.lock().values() {
-            r.cancel(reason);
+        for e in self.lock().values() {
+            e.running.cancel(reason);
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RecordId, Running>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RecordId, Entry>> {
         // A poisoned lock only means a panic happened while holding it; the map is still usable.
         self.jobs.lock().unwrap_or_else(|p| p.into_inner())
     }

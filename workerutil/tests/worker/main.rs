@@ -6,5 +6,6 @@
 
 mod conformance;
 mod registry;
+mod slow_mark;
 mod snooze;
 mod worker;
