@@ -1150,10 +1150,12 @@ async fn a_chunked_job_killed_at_random_moments_writes_every_row_once() {
         .enqueue(1, json!({ "items": items, "chunk": CHUNK }))
         .await[0];
     // The chunks at which to kill: random, at least two apart, none at the
-    // very start.
+    // very start, and none in the last few chunks: a kill meant for chunk 98
+    // of 100 could come after the job finished (seed 859191487 did), and the
+    // test counts a reset per kill.
     let mut targets: Vec<i64> = Vec::new();
     while targets.len() < kills {
-        let t = 2 + i64::try_from(rng.below(u64::try_from(chunks - 3).unwrap())).unwrap();
+        let t = 2 + i64::try_from(rng.below(u64::try_from(chunks - 8).unwrap())).unwrap();
         if targets.iter().all(|o| (o - t).abs() >= 2) {
             targets.push(t);
         }
