@@ -124,9 +124,7 @@ pub(crate) use partitions::{
     detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,
 };
 pub(crate) use per_job::PerJob;
-pub(crate) use pooler::{
-    On, backend_pid, current_database, env_problem, pool_transaction_mode, terminate_backend,
-};
+pub(crate) use pooler::{On, backend_pid, current_database, env_problem, pool_transaction_mode};
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use progress::{read_checkpoint, running_jobs, write_progress};
 pub(crate) use purge::{purge_batch, row_security_hides_jobs, sweep_orphans};

@@ -505,25 +505,6 @@ pub(crate) fn backend_pid() -> Statement {
     Statement::from(&q)
 }
 
-/// `pg_terminate_backend(pid, wait_ms)`: ends the session `pid` (its running
-/// query, its transaction, its locks), waiting up to `wait_ms` for it to exit,
-/// for a transactional job whose handler was dropped mid-query (see
-/// `store/open.rs`). Only a backend of this role on this database: should the
-/// job's backend have died already and its pid gone to another process, a
-/// stranger's session is spared. No row: no such backend. `done`: whether it
-/// exited within the wait.
-pub(crate) fn terminate_backend(pid: i32, wait_ms: i64) -> Statement {
-    Statement {
-        sql: "SELECT pg_terminate_backend(a.pid, $2::bigint) AS done FROM pg_stat_activity AS a \
-              WHERE a.pid = $1::int AND a.datname = current_database() AND a.usename = current_user"
-            .into(),
-        values: sea_query_sqlx::SqlxValues(sea_query::Values(vec![
-            sea_query::Value::from(pid),
-            sea_query::Value::from(wait_ms),
-        ])),
-    }
-}
-
 /// `SELECT current_database()`: which database a connection reached, for
 /// the start-up check that `listen_url` names the pool's (NOTIFY is per
 /// database).
@@ -543,7 +524,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("backend_pid", backend_pid()),
         ("current_database", current_database()),
-        ("terminate_backend", terminate_backend(1, 2)),
         ("savepoint", savepoint(Savepoint::Set)),
         ("savepoint_rollback", savepoint(Savepoint::RollBack)),
         ("savepoint_release", savepoint(Savepoint::Release)),

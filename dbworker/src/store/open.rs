@@ -16,19 +16,8 @@
 //!
 //! The transaction is begun and ended through sqlx's own transaction manager,
 //! so a handler's nested `begin()` on `DbJob::tx()` still takes a savepoint,
-//! and a transaction dropped unfinished is rolled back exactly as a dropped
-//! `sqlx::Transaction` is.
-//!
-//! A handler whose future was dropped (its timeout, a cancellation, a
-//! shutdown) or that panicked may have left a query running on the server: a
-//! rollback would wait for it to finish (sqlx waits until the connection is
-//! ready), minutes for a lock wait or a long sleep, with the row locked, the
-//! handler slot held and no heartbeat. Such a transaction is *abandoned*: its
-//! backend (`pid`, learned by the lock) is terminated from the pool, which ends
-//! the query, the transaction and its locks at once (a cancel alone would race
-//! the rollback), and the connection is closed. The pid is this job's while
-//! `JobTx` holds the connection; behind a transaction pooler too, since a
-//! server connection stays pinned to its client while a transaction is open.
+//! and a transaction dropped unfinished (a panic) is rolled back exactly as a
+//! dropped `sqlx::Transaction` is.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,9 +25,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::PgRow;
 use sqlx::postgres::PgTransactionManager;
-use sqlx::{PgConnection, PgPool, Postgres, Row};
+use sqlx::{PgConnection, PgPool, Postgres};
 use sqlx_core::transaction::TransactionManager;
 use tokio::time::Instant;
 use workerutil::{BoxError, Record};
@@ -123,12 +111,6 @@ pub(crate) struct JobTx {
     /// Whether the pool goes through a transaction pooler (its statements
     /// follow the pool's mode, see `sql/pooler.rs`).
     pooled: bool,
-    /// Where an abandoned transaction's backend is terminated from.
-    pool: PgPool,
-    /// The transaction's backend (`pg_backend_pid()`), once its row is locked.
-    pid: Option<i32>,
-    /// The handler did not return: a query may still run on the connection.
-    abandoned: bool,
 }
 
 impl JobTx {
@@ -139,7 +121,13 @@ impl JobTx {
         let pooled = sql::pool_transaction_mode(pool);
         if let Some(mut conn) = kept.take() {
             match PgTransactionManager::begin(&mut conn, None).await {
-                Ok(()) => return Ok(JobTx::new(conn, pool, kept, pooled)),
+                Ok(()) => {
+                    return Ok(JobTx {
+                        conn: Some(conn),
+                        kept: kept.clone(),
+                        pooled,
+                    });
+                }
                 Err(err) => {
                     tracing::debug!(error = %err, "a kept connection could not begin; taking a fresh one");
                     conn.close_on_drop();
@@ -148,41 +136,11 @@ impl JobTx {
         }
         let mut conn = pool.acquire().await?;
         PgTransactionManager::begin(&mut conn, None).await?;
-        Ok(JobTx::new(conn, pool, kept, pooled))
-    }
-
-    fn new(conn: PoolConnection<Postgres>, pool: &PgPool, kept: &Arc<Kept>, pooled: bool) -> JobTx {
-        JobTx {
+        Ok(JobTx {
             conn: Some(conn),
             kept: kept.clone(),
             pooled,
-            pool: pool.clone(),
-            pid: None,
-            abandoned: false,
-        }
-    }
-
-    /// Notes the transaction's backend (the `pid` column of `lock_claimed`).
-    pub(crate) fn locked_by(&mut self, row: &PgRow) -> Result<(), sqlx::Error> {
-        self.pid = Some(row.try_get("pid")?);
-        Ok(())
-    }
-
-    /// The handler did not return: the transaction is ended by terminating
-    /// its backend, never rolled back on its connection.
-    pub(crate) fn abandon(&mut self) {
-        self.abandoned = true;
-    }
-
-    /// Ends the transaction without its writes: rolled back, or if
-    /// abandoned, its backend terminated and its connection closed.
-    pub(crate) async fn discard(mut self) -> Result<(), sqlx::Error> {
-        if !self.abandoned {
-            return self.rollback().await;
-        }
-        let conn = self.conn.take().expect("an open transaction");
-        terminate(&self.pool, self.pid, conn).await;
-        Ok(())
+        })
     }
 
     /// Commits; the connection is kept for the next job if that worked.
@@ -214,56 +172,11 @@ impl JobTx {
 
 impl Drop for JobTx {
     /// Dropped unfinished: queue the rollback, which the pool's test of the
-    /// returned connection sends (as a dropped `sqlx::Transaction` does);
-    /// abandoned (a lost job, no mark), terminate its backend instead.
+    /// returned connection sends (as a dropped `sqlx::Transaction` does).
     fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        if self.abandoned
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(terminate(&self.pool, self.pid, conn));
-            return;
+        if let Some(mut conn) = self.conn.take() {
+            PgTransactionManager::start_rollback(&mut conn);
         }
-        PgTransactionManager::start_rollback(&mut conn);
-    }
-}
-
-/// How long terminating an abandoned transaction's backend waits for it to
-/// exit (and release its locks) before the job's mark is written anyway.
-const TERMINATE_WAIT_MS: i64 = 5_000;
-
-/// Terminates backend `pid` from `pool` while `conn` (its connection) is still
-/// held, so the pid cannot have gone to another session; then closes `conn`.
-fn terminate(
-    pool: &PgPool,
-    pid: Option<i32>,
-    mut conn: PoolConnection<Postgres>,
-) -> impl Future<Output = ()> + Send + 'static {
-    let pool = pool.clone();
-    conn.close_on_drop();
-    async move {
-        let Some(pid) = pid else {
-            // Not locked yet: no query of the handler's can be running.
-            return drop(conn);
-        };
-        let done = sql::terminate_backend(pid, TERMINATE_WAIT_MS)
-            .fetch_optional(&pool)
-            .await
-            .and_then(|row| row.map(|r| r.try_get::<bool, _>("done")).transpose());
-        match done {
-            Ok(Some(true)) => tracing::debug!(pid, "terminated an abandoned job transaction"),
-            Ok(None) => tracing::debug!(pid, "an abandoned job transaction's backend was gone"),
-            Ok(Some(false)) => tracing::warn!(
-                pid,
-                "an abandoned job transaction's backend did not exit in time; its locks may outlive the mark"
-            ),
-            Err(err) => {
-                tracing::warn!(pid, error = %err, "could not terminate an abandoned job transaction's backend; its query runs on until it ends")
-            }
-        }
-        drop(conn);
     }
 }
 
@@ -305,9 +218,7 @@ impl<R: Record> DbStore<R> {
                 .lock_claimed(lease.id, lease.token)
                 .fetch_optional(&mut tx)
                 .await?;
-            let Some(row) = row else { return Ok(None) };
-            tx.locked_by(&row)?;
-            Ok::<_, sqlx::Error>(Some(tx))
+            Ok::<_, sqlx::Error>(row.map(|_| tx))
         };
         match locked.await {
             Ok(Some(tx)) => {

@@ -206,10 +206,7 @@ async fn reopen<R: Record>(
         .await
         .map_err(Error::db("checkpoint_lock"))?;
     match locked {
-        Some(row) => {
-            tx.locked_by(&row).map_err(Error::db("checkpoint_lock"))?;
-            Ok(tx)
-        }
+        Some(_) => Ok(tx),
         None => Err(Error::ProgressRefused {
             what: "checkpoint",
             id: lease.id,
