@@ -230,6 +230,9 @@ async fn execute<S: Store, H: Handler<S>>(
         .or(shared.options.max_runtime_per_job)
         .filter(|max| *max != Duration::MAX);
     let started = Instant::now();
+    // Whether the handler's future ended without returning (dropped, or
+    // unwound by a panic): the job's store resources may be mid-operation.
+    let mut abandoned = true;
     let outcome = tokio::select! {
         // A handler that finished wins over a cancellation that fired at the same time.
         biased;
@@ -241,6 +244,7 @@ async fn execute<S: Store, H: Handler<S>>(
                 metrics::overran(&shared.name);
                 shared.emit(WorkerEvent::Overran { id: running.lease.id, ran });
             }
+            abandoned = result.is_err();
             match result {
                 Ok(Ok(())) => Outcome::Completed,
                 // A handler that gave up because its token fired (a shutdown, a
@@ -259,6 +263,9 @@ async fn execute<S: Store, H: Handler<S>>(
         _ = running.token.cancelled() => canceled_outcome(shared, running),
         _ = sleep_until_opt(max_runtime.and_then(|d| started.checked_add(d))) => Outcome::TimedOut(max_runtime.unwrap_or_default()),
     };
+    if abandoned {
+        job.abandon();
+    }
     // Anything the handler spawned with the token should stop too.
     running.token.cancel();
     outcome

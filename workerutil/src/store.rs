@@ -46,6 +46,12 @@ pub trait Job: Send + 'static {
     fn trace_attempt(&mut self, span: &tracing::Span) {
         let _ = span;
     }
+    /// Told, before the outcome is recorded, that the handler did not return:
+    /// its future was dropped (its timeout, a cancellation, a shutdown) or it
+    /// panicked. Whatever it had in flight on a resource the job holds may
+    /// still be running there (dbworker: a query on the job's transaction,
+    /// which the store then ends instead of waiting for it). Default: nothing.
+    fn abandon(&mut self) {}
 }
 
 /// What a heartbeat learned about the running jobs it was given.

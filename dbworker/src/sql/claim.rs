@@ -505,10 +505,18 @@ pub(crate) fn select_records(o: &StoreParams, ids: Vec<i64>) -> Statement {
 /// claimed row with `FOR KEY SHARE`, which blocks neither heartbeats nor the
 /// cancel flag, but makes the resetter's `FOR UPDATE SKIP LOCKED` skip it. The
 /// record was read by the claim. No row: the claim was reset in between.
+/// `pid` and `xact_us` (the transaction's start, microseconds): its backend,
+/// learned in the same round trip, so a handler dropped mid-query can have
+/// that session ended, and no other (`store/open.rs`).
 pub(crate) fn lock_claimed(o: &StoreParams, id: i64, token: i64) -> Statement {
     let t = &o.table;
     let q = Query::select()
         .expr_as(col(&t.alias, &o.columns.id), alias("id"))
+        .expr_as(Expr::cust("pg_backend_pid()"), alias("pid"))
+        .expr_as(
+            Expr::cust("(EXTRACT(EPOCH FROM now()) * 1000000)::bigint"),
+            alias("xact_us"),
+        )
         .from(table_ref(t))
         .cond_where(owned(&t.alias, &o.columns, id, token))
         .lock_with_tables(LockType::KeyShare, [alias(&t.alias)])

@@ -24,6 +24,7 @@ mod admin;
 mod admin_filter;
 mod admin_search;
 mod aging;
+mod begun;
 mod claim;
 mod cluster;
 mod consumers;
@@ -92,6 +93,7 @@ pub(crate) use counts::{
 pub(crate) use cursor::{came_due, claim_cursor_condition, conditions_key, eligible_behind};
 pub(crate) use suggest::suggest_values;
 // The cron page's read; only the dashboard lists schedules.
+pub(crate) use begun::Begun;
 #[cfg(feature = "dashboard")]
 pub(crate) use cron::cron_list;
 pub(crate) use cron::{cron_advance, cron_register, cron_state, cron_tick_timeouts};
@@ -124,7 +126,9 @@ pub(crate) use partitions::{
     detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,
 };
 pub(crate) use per_job::PerJob;
-pub(crate) use pooler::{On, backend_pid, current_database, env_problem, pool_transaction_mode};
+pub(crate) use pooler::{
+    On, backend_pid, current_database, env_problem, pool_transaction_mode, terminate_backend,
+};
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use progress::{read_checkpoint, running_jobs, write_progress};
 pub(crate) use purge::{purge_batch, row_security_hides_jobs, sweep_orphans};

@@ -57,6 +57,7 @@ use sqlx::postgres::{PgConnectOptions, PgQueryResult, PgRow};
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres};
 
 use super::Statement;
+use super::begun::Begun;
 use super::{known_types, literal};
 
 /// How a pool reaches PostgreSQL. The process-wide default is set once at
@@ -424,7 +425,13 @@ impl Statement {
         }
         let sql = self.sql.clone();
         let fetched = match on {
-            On::Pool(pool) if pooled => wrapped(self, &mut *pool.acquire().await?, how).await?,
+            On::Pool(pool) if pooled => {
+                // Dropped mid-`BEGIN`, the connection is closed (`begun.rs`).
+                let mut conn = Begun::new(pool.acquire().await?);
+                let fetched = wrapped(self, &mut conn, how).await;
+                drop(conn.done());
+                fetched?
+            }
             On::Pool(pool) => return fetch(self, pool, how, true).await,
             On::Conn(conn, _) if pooled && !conn.is_in_transaction() => {
                 wrapped(self, conn, how).await?
@@ -505,6 +512,25 @@ pub(crate) fn backend_pid() -> Statement {
     Statement::from(&q)
 }
 
+/// `pg_terminate_backend(pid)`: ends the session `pid` (its running query,
+/// its transaction, its locks) of a transactional job whose handler was
+/// dropped mid-query, after its connection was closed (see `store/open.rs`).
+/// Only while that session is still in the transaction that began at
+/// `xact_us` (microseconds since the epoch, as `lock_claimed` read it): a pid
+/// gone to another session since is spared. No row: nothing left to end.
+pub(crate) fn terminate_backend(pid: i32, xact_us: i64) -> Statement {
+    Statement {
+        sql: "SELECT pg_terminate_backend(a.pid) AS done FROM pg_stat_activity AS a \
+              WHERE a.pid = $1::int AND a.datname = current_database() \
+              AND (EXTRACT(EPOCH FROM a.xact_start) * 1000000)::bigint = $2::bigint"
+            .into(),
+        values: sea_query_sqlx::SqlxValues(sea_query::Values(vec![
+            sea_query::Value::from(pid),
+            sea_query::Value::from(xact_us),
+        ])),
+    }
+}
+
 /// `SELECT current_database()`: which database a connection reached, for
 /// the start-up check that `listen_url` names the pool's (NOTIFY is per
 /// database).
@@ -524,6 +550,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("backend_pid", backend_pid()),
         ("current_database", current_database()),
+        ("terminate_backend", terminate_backend(1, 2)),
         ("savepoint", savepoint(Savepoint::Set)),
         ("savepoint_rollback", savepoint(Savepoint::RollBack)),
         ("savepoint_release", savepoint(Savepoint::Release)),

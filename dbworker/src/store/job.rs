@@ -254,6 +254,12 @@ impl<R: Record> Job for DbJob<R> {
         self.lease
     }
 
+    fn abandon(&mut self) {
+        if let Some(tx) = &mut self.tx {
+            tx.abandon();
+        }
+    }
+
     fn trace_attempt(&mut self, span: &tracing::Span) {
         if let Some(trace) = &self.trace {
             self.attempt_trace = crate::trace::link_attempt(span, trace);

@@ -73,6 +73,10 @@ impl<R: Record> DbStore<R> {
         let done = match statement.execute(&mut tx).await {
             Ok(done) => done,
             Err(err) => {
+                // The transaction is aborted: end it before any mark on the pool.
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(record_id = job.lease.id, error = %rollback, "rollback of the handler's transaction failed");
+                }
                 return Err(self
                     .completion_failed("mark_complete", job.lease, err, span.as_deref())
                     .await
@@ -385,7 +389,7 @@ impl<R: Record> DbStore<R> {
         statement: sql::Statement,
     ) -> Result<bool> {
         if let Some(tx) = tx
-            && let Err(err) = tx.rollback().await
+            && let Err(err) = tx.discard().await
         {
             tracing::warn!(record_id = lease.id, error = %err, "rollback of the handler's transaction failed");
         }
@@ -443,7 +447,7 @@ impl<R: Record> DbStore<R> {
         span: Option<&str>,
     ) -> Result<Option<JobState>> {
         if let Some(tx) = tx
-            && let Err(err) = tx.rollback().await
+            && let Err(err) = tx.discard().await
         {
             if is_connection_loss(&err) {
                 return self.requeue_lost(lease, op, &err, span).await;
@@ -461,9 +465,14 @@ impl<R: Record> DbStore<R> {
         row.map(|row| written_state(op, &row)).transpose()
     }
 
-    /// The completion (`op`: the mark or the commit) failed with `err`. If the
-    /// transaction's connection was lost, nothing committed: requeue the job now
-    /// rather than leave it to the resetter. Returns the error to report.
+    /// The completion (`op`: the mark or the commit) failed with `err`; its
+    /// transaction is over and nothing committed. A lost connection: requeue
+    /// the job now rather than leave it to the resetter. A deadlock or
+    /// serialization failure: requeue it at once, no failure counted (the
+    /// next attempt may pass). Any other error (a deferred constraint, a
+    /// trigger) is the job's: mark it errored with that error under the retry
+    /// policy, else it would stay `processing` until the resetter took it
+    /// for a stall. All fenced, on the pool. Returns the error to report.
     pub(crate) async fn completion_failed(
         &self,
         op: &'static str,
@@ -475,6 +484,30 @@ impl<R: Record> DbStore<R> {
             // A commit that landed before the connection dropped left the row
             // `completed`: the fenced requeue then matches nothing.
             let _ = self.requeue_lost(lease, op, &err, span).await;
+        } else if super::transient::is_transient(&err) {
+            let statement = sql::requeue(&self.options, lease.id, lease.token, span);
+            match self.fenced_write("requeue", lease, None, statement).await {
+                Ok(true) => self.back_in_queue(lease.id),
+                Ok(false) => {}
+                Err(requeue) => {
+                    tracing::error!(record_id = lease.id, op, error = %err, requeue_error = %requeue, "the completion failed and the requeue too; the resetter will requeue it");
+                }
+            }
+        } else {
+            let message = format!("completing the job failed: {}", error_chain(&err));
+            let rule = self.options.retry_rule(None);
+            let statement =
+                sql::mark_errored(&self.options, lease.id, lease.token, &message, &rule, span);
+            match self
+                .write_failure("mark_errored", lease, None, statement, span)
+                .await
+            {
+                Ok(Some(JobState::Errored)) => self.back_in_queue(lease.id),
+                Ok(_) => {}
+                Err(mark) => {
+                    tracing::error!(record_id = lease.id, op, error = %err, mark_error = %mark, "the completion failed and marking it errored failed too; the resetter will requeue it");
+                }
+            }
         }
         Error::db(op)(err)
     }

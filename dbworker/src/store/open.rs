@@ -16,8 +16,22 @@
 //!
 //! The transaction is begun and ended through sqlx's own transaction manager,
 //! so a handler's nested `begin()` on `DbJob::tx()` still takes a savepoint,
-//! and a transaction dropped unfinished (a panic) is rolled back exactly as a
-//! dropped `sqlx::Transaction` is.
+//! and a transaction dropped unfinished is rolled back exactly as a dropped
+//! `sqlx::Transaction` is.
+//!
+//! A handler whose future was dropped (its timeout, a cancellation, a
+//! shutdown) or that panicked may have left a query running on the server: a
+//! rollback would wait for it to finish (sqlx waits until the connection is
+//! ready), minutes for a lock wait or a long sleep, with the row locked, the
+//! handler slot held and no heartbeat. Such a transaction is *abandoned*: its
+//! connection is detached from the pool and closed at once, so nothing it ran
+//! can commit (the server rolls it back) and the pool may open a replacement;
+//! then its backend (learned by the lock with its transaction's start) is
+//! terminated from the pool, which ends a query still running and its locks.
+//! Closing first means an abandoned job never holds a connection while it
+//! waits for another (every job abandoned at once by a shutdown would starve
+//! the pool), and behind a transaction pooler the server connection is
+//! dropped with its client instead of waiting in the pooler's queue.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,8 +39,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::PgTransactionManager;
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::postgres::{PgRow, PgTransactionManager};
+use sqlx::{PgConnection, PgPool, Postgres, Row};
 use sqlx_core::transaction::TransactionManager;
 use tokio::time::Instant;
 use workerutil::{BoxError, Record};
@@ -111,6 +125,12 @@ pub(crate) struct JobTx {
     /// Whether the pool goes through a transaction pooler (its statements
     /// follow the pool's mode, see `sql/pooler.rs`).
     pooled: bool,
+    /// Where an abandoned transaction's backend is terminated from.
+    pool: PgPool,
+    /// The transaction's backend and its start, once its row is locked.
+    backend: Option<Backend>,
+    /// The handler did not return: a query may still run on the connection.
+    abandoned: bool,
 }
 
 impl JobTx {
@@ -119,28 +139,60 @@ impl JobTx {
     /// waited) is closed and a fresh one tried: nothing had started on it.
     pub(crate) async fn begin(pool: &PgPool, kept: &Arc<Kept>) -> Result<JobTx, sqlx::Error> {
         let pooled = sql::pool_transaction_mode(pool);
-        if let Some(mut conn) = kept.take() {
+        // The open races the job's cancellation: dropped mid-`BEGIN`, the
+        // connection is closed rather than handed back in a transaction
+        // (`sql/begun.rs`).
+        if let Some(conn) = kept.take() {
+            let mut conn = sql::Begun::new(conn);
             match PgTransactionManager::begin(&mut conn, None).await {
-                Ok(()) => {
-                    return Ok(JobTx {
-                        conn: Some(conn),
-                        kept: kept.clone(),
-                        pooled,
-                    });
-                }
+                Ok(()) => return Ok(JobTx::new(conn.done(), pool, kept, pooled)),
                 Err(err) => {
                     tracing::debug!(error = %err, "a kept connection could not begin; taking a fresh one");
-                    conn.close_on_drop();
+                    conn.done().close_on_drop();
                 }
             }
         }
-        let mut conn = pool.acquire().await?;
+        let mut conn = sql::Begun::new(pool.acquire().await?);
         PgTransactionManager::begin(&mut conn, None).await?;
-        Ok(JobTx {
+        Ok(JobTx::new(conn.done(), pool, kept, pooled))
+    }
+
+    fn new(conn: PoolConnection<Postgres>, pool: &PgPool, kept: &Arc<Kept>, pooled: bool) -> JobTx {
+        JobTx {
             conn: Some(conn),
             kept: kept.clone(),
             pooled,
-        })
+            pool: pool.clone(),
+            backend: None,
+            abandoned: false,
+        }
+    }
+
+    /// Notes the transaction's backend (the `pid` and `xact_us` columns of
+    /// `lock_claimed`).
+    pub(crate) fn locked_by(&mut self, row: &PgRow) -> Result<(), sqlx::Error> {
+        self.backend = Some(Backend {
+            pid: row.try_get("pid")?,
+            xact_us: row.try_get("xact_us")?,
+        });
+        Ok(())
+    }
+
+    /// The handler did not return: the transaction is ended by terminating
+    /// its backend, never rolled back on its connection.
+    pub(crate) fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+
+    /// Ends the transaction without its writes: rolled back, or if
+    /// abandoned, its backend terminated and its connection closed.
+    pub(crate) async fn discard(mut self) -> Result<(), sqlx::Error> {
+        if !self.abandoned {
+            return self.rollback().await;
+        }
+        let conn = self.conn.take().expect("an open transaction");
+        close_abandoned(&self.pool, self.backend, conn).await;
+        Ok(())
     }
 
     /// Commits; the connection is kept for the next job if that worked.
@@ -172,10 +224,57 @@ impl JobTx {
 
 impl Drop for JobTx {
     /// Dropped unfinished: queue the rollback, which the pool's test of the
-    /// returned connection sends (as a dropped `sqlx::Transaction` does).
+    /// returned connection sends (as a dropped `sqlx::Transaction` does);
+    /// abandoned (a lost job, no mark), close it and end its backend instead.
     fn drop(&mut self) {
-        if let Some(mut conn) = self.conn.take() {
-            PgTransactionManager::start_rollback(&mut conn);
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if self.abandoned {
+            let ending = close_abandoned(&self.pool, self.backend, conn);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(ending);
+            }
+            return;
+        }
+        PgTransactionManager::start_rollback(&mut conn);
+    }
+}
+
+/// An abandoned transaction's backend: its pid and its transaction's start
+/// (microseconds since the epoch), which together name it even after its
+/// connection is gone and the pid could have gone to another session.
+#[derive(Debug, Clone, Copy)]
+struct Backend {
+    pid: i32,
+    xact_us: i64,
+}
+
+/// Closes `conn` at once, detached from the pool (which may open another in
+/// its place), then terminates its backend from `pool` should it still be in
+/// that transaction. The close happens before the returned future is polled.
+fn close_abandoned(
+    pool: &PgPool,
+    backend: Option<Backend>,
+    conn: PoolConnection<Postgres>,
+) -> impl Future<Output = ()> + Send + 'static {
+    // Dropping the detached connection closes its socket: the server rolls
+    // the transaction back (a pooler drops its server connection too).
+    drop(conn.detach());
+    let pool = pool.clone();
+    async move {
+        // Not locked yet: no query of the handler's can be running.
+        let Some(Backend { pid, xact_us }) = backend else {
+            return;
+        };
+        match sql::terminate_backend(pid, xact_us)
+            .fetch_optional(&pool)
+            .await
+        {
+            Ok(Some(_)) => tracing::debug!(pid, "terminated an abandoned job transaction"),
+            Ok(None) => tracing::debug!(pid, "an abandoned job transaction had ended already"),
+            Err(err) => tracing::warn!(pid, error = %err,
+                "could not terminate an abandoned job transaction's backend; its query runs on until it ends (then it is rolled back)"),
         }
     }
 }
@@ -218,7 +317,9 @@ impl<R: Record> DbStore<R> {
                 .lock_claimed(lease.id, lease.token)
                 .fetch_optional(&mut tx)
                 .await?;
-            Ok::<_, sqlx::Error>(row.map(|_| tx))
+            let Some(row) = row else { return Ok(None) };
+            tx.locked_by(&row)?;
+            Ok::<_, sqlx::Error>(Some(tx))
         };
         match locked.await {
             Ok(Some(tx)) => {

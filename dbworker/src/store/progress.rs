@@ -206,7 +206,10 @@ async fn reopen<R: Record>(
         .await
         .map_err(Error::db("checkpoint_lock"))?;
     match locked {
-        Some(_) => Ok(tx),
+        Some(row) => {
+            tx.locked_by(&row).map_err(Error::db("checkpoint_lock"))?;
+            Ok(tx)
+        }
         None => Err(Error::ProgressRefused {
             what: "checkpoint",
             id: lease.id,

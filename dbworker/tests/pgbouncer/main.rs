@@ -1,5 +1,5 @@
 //! Everything through PgBouncer in transaction mode: the services, the conformance suite, the
-//! leader and cron, killed workers, and LISTEN.
+//! leader and cron, killed workers, jobs stopped mid-query, and LISTEN.
 //!
 //! One test binary for the feature; each file is a module of it and keeps
 //! its name (docs cite tests as `file.rs::test_name`).
@@ -22,6 +22,8 @@ mod fixtures {
     pub(crate) mod purge;
     #[path = "router.rs"]
     pub(crate) mod router;
+    #[path = "stuck.rs"]
+    pub(crate) mod stuck;
 }
 
 /// `dbworker::set_pooler` is process-wide: every test of this binary that
@@ -30,6 +32,7 @@ mod fixtures {
 static POOLER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 mod pgbouncer;
+mod pgbouncer_abandon;
 mod pgbouncer_cluster;
 mod pgbouncer_conformance;
 mod pgbouncer_crash;

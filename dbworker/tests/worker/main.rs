@@ -12,6 +12,8 @@ mod common;
 mod fixtures {
     #[path = "conformance.rs"]
     pub(crate) mod conformance;
+    #[path = "stuck.rs"]
+    pub(crate) mod stuck;
 }
 
 mod claim_ahead;

@@ -474,3 +474,52 @@ async fn by_default_a_retryable_error_is_retried_ten_times_with_backoff() {
     assert_eq!(db.state(id).await, "failed");
     assert_eq!(counters(&db, id).await, (11, 0));
 }
+
+// ---- A completion that fails on a healthy connection ----
+
+/// Writes a child row whose parent does not exist, under a deferred foreign
+/// key: the handler returns Ok, and the completion's COMMIT fails.
+struct DeferredViolation;
+impl Handler<DbStore<Job>> for DeferredViolation {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        sqlx::query("INSERT INTO children (parent_id) VALUES (999)")
+            .execute(job.tx().expect("transactional handling"))
+            .await?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_completion_that_fails_at_commit_counts_as_a_failure_with_its_error() {
+    let db = Db::new().await;
+    db.execute(
+        "CREATE TABLE parents (id int PRIMARY KEY);
+         CREATE TABLE children (parent_id int NOT NULL REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .await;
+    let id = db.enqueue(1, json!({})).await[0];
+    // No retries: the commit's error is final.
+    let store = store(&db, Handling::Transactional, 0).await;
+    let mut o = options("deferred");
+    o.num_total_jobs = Some(1);
+    let worker = new_worker(store, DeferredViolation, o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let (outcome, marked) = wait_for(&mut events, finished(id)).await;
+    run.await.unwrap();
+
+    assert!(matches!(outcome, Outcome::Completed), "{outcome:?}");
+    assert!(!marked, "the completion did not commit");
+    assert_eq!(db.state(id).await, "failed", "not left processing");
+    assert_eq!(counters(&db, id).await, (1, 0), "(failures, resets)");
+    let message = failure_message(&db, id).await.unwrap_or_default();
+    assert!(message.contains("foreign key"), "{message}");
+    let children: i64 = db
+        .scalar("SELECT count(*) FROM children WHERE parent_id = $1", 999)
+        .await;
+    assert_eq!(children, 0);
+}

@@ -3,7 +3,9 @@
 //! transaction on it must still behave as sqlx's own (a handler's nested
 //! `begin()` is a savepoint), and a kept connection that died while it waited
 //! must cost the next job nothing. A job taken back by another session
-//! before its open, or while it runs, commits nothing.
+//! before its open, or while it runs, commits nothing. A handler stopped
+//! mid-query (its timeout, a shutdown's drain timeout) has its backend
+//! terminated: the mark never waits for the query, nor the row lock for it.
 
 use crate::common;
 
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workerutil::{Handler, HandlerError, JobContext, Store, WorkerOptions};
 
+use crate::fixtures::stuck::{Stuck, released};
 use common::{Db, Job};
 
 /// Commits a nested transaction holding a write, then fails the job when its
@@ -241,5 +244,133 @@ async fn a_job_taken_back_by_another_session_commits_nothing() {
         .unwrap();
     for id in ran {
         assert_eq!(db.state(id).await, "completed");
+    }
+}
+
+// ---- A handler dropped mid-query (its timeout, a shutdown) ----
+
+#[tokio::test]
+async fn a_transactional_handler_timed_out_mid_query_is_marked_at_once_and_its_lock_released() {
+    // (payload, retries, state): a final timeout fails, one with retries left errs.
+    for (wait, retries, state) in [("sleep", 0, "failed"), ("lock", 3, "errored")] {
+        let db = Db::new().await;
+        let mut blocker = db.pool.begin().await.unwrap();
+        sqlx::query("INSERT INTO side_effects VALUES (0, 'held')")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        sqlx::query("SELECT * FROM side_effects WHERE job_id = 0 FOR UPDATE")
+            .execute(&mut *blocker)
+            .await
+            .unwrap();
+        let mut so = db.options();
+        so.handling = Handling::Transactional;
+        so.max_num_retries = retries;
+        let store = db.store_on(&db.table().await, so).await;
+        let id = db.enqueue(1, json!({ "wait": wait })).await[0];
+        let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+        let mut o = one_job(wait);
+        o.max_runtime_per_job = Some(Duration::from_secs(1));
+        let worker = new_worker(store, Stuck(started), o).unwrap();
+        let run = tokio::spawn(worker.run());
+        starts.recv().await.expect("the handler starts");
+        let since = Instant::now();
+        tokio::time::timeout(Duration::from_secs(8), run)
+            .await
+            .unwrap_or_else(|_| panic!("{wait}: the timed-out job's mark waited for its query"))
+            .unwrap();
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "{wait}: {:?}",
+            since.elapsed()
+        );
+        assert_eq!(db.state(id).await, state, "{wait}");
+        assert!(
+            released(&db, &[id]).await,
+            "{wait}: the query was ended and the job's row lock is gone"
+        );
+        blocker.rollback().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_past_its_drain_timeout_does_not_wait_for_a_stuck_query() {
+    let db = Db::new().await;
+    let store = db.store(Handling::Transactional).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let mut o = one_job("drain");
+    o.drain_timeout = Duration::from_secs(1);
+    let worker = new_worker(store, Stuck(started), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    starts.recv().await.expect("the handler starts");
+    let since = Instant::now();
+    shutdown.graceful();
+    tokio::time::timeout(Duration::from_secs(8), run)
+        .await
+        .expect("the shutdown waited for the handler's query")
+        .unwrap();
+    assert!(
+        since.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        since.elapsed()
+    );
+    assert_eq!(db.state(id).await, "queued", "handed back, not charged");
+    assert!(released(&db, &[id]).await);
+}
+
+/// Every job of a worker whose pool has no spare connection is abandoned at
+/// once (a shutdown's drain timeout): none may wait for a second connection
+/// while it holds its own, or the pool starves (behind a transaction pooler
+/// the worker lost its heartbeats for good). The pool then serves the next
+/// worker, its size intact.
+#[tokio::test]
+async fn jobs_abandoned_all_at_once_on_a_full_pool_are_handed_back_and_the_pool_lives_on() {
+    const N: u32 = 3;
+    let db = Db::new().await;
+    // One connection per handler and two for claims and heartbeats (the
+    // smallest pool `new_worker` accepts).
+    let pool = db.db.pool(N + 2).await.unwrap();
+    let mut so = db.options();
+    so.handling = Handling::Transactional;
+    let table = db.table().await;
+    let store = Arc::new(DbStore::new(&pool, &table, so.clone()).await.unwrap());
+    let ids = db.enqueue(N as usize, json!({})).await;
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let mut o = one_job("full_pool");
+    o.num_handlers = N as usize;
+    o.num_total_jobs = None;
+    o.drain_timeout = Duration::from_secs(1);
+    let worker = new_worker(store, Stuck(started), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    for _ in 0..N {
+        starts.recv().await.expect("every handler starts");
+    }
+    // Hold the pool's spare connections until the end, as busy claims and
+    // heartbeats would.
+    let held = [pool.acquire().await.unwrap(), pool.acquire().await.unwrap()];
+    shutdown.graceful();
+    tokio::time::timeout(Duration::from_secs(8), run)
+        .await
+        .expect("the abandoned jobs starved the pool")
+        .unwrap();
+    drop(held);
+    for id in &ids {
+        assert_eq!(db.state(*id).await, "queued", "handed back, not charged");
+    }
+    assert!(released(&db, &ids).await);
+
+    let store = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
+    let mut o = one_job("after");
+    o.num_handlers = N as usize;
+    o.num_total_jobs = Some(N as u64);
+    let next = new_worker(store, Nested, o).unwrap().run();
+    tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the pool serves the next worker");
+    for id in &ids {
+        assert_eq!(db.state(*id).await, "completed");
     }
 }
