@@ -55,6 +55,9 @@ pub async fn row_free(db: &Db, id: i64) -> bool {
         .bind(id)
         .fetch_optional(&mut *tx)
         .await;
+    // Ended here, not by the pool's task: none of the test's own sessions
+    // may look idle in a transaction afterwards.
+    tx.rollback().await.unwrap();
     locked.is_ok()
 }
 
