@@ -535,7 +535,7 @@ impl Admin {
         if !self.t.workflows {
             return self.act(statement, op).await;
         }
-        let mut tx = sql::begin(&self.pool).await.map_err(Error::db(op))?;
+        let mut tx = self.pool.begin().await.map_err(Error::db(op))?;
         sql::lock_waited_for(&self.t, ids, action.states())
             .execute(&mut *tx)
             .await

@@ -84,7 +84,7 @@ impl Leadership {
     /// Begins a transaction on the election's pool and fences it
     /// ([`fence`](Self::fence)).
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
-        let mut tx = sql::begin(&self.pool).await.map_err(Error::db("begin"))?;
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         self.fence(&mut tx).await?;
         Ok(tx)
     }

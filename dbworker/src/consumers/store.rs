@@ -212,7 +212,7 @@ where
 
     async fn open_slice(&self, job: &mut LogJob<E>) -> Result<bool> {
         let consumer = job.slice.consumer.clone();
-        let mut tx = sql::begin(&self.pool).await.map_err(Error::db("begin"))?;
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         let owned = sql::log_lock_assignment(&self.o, &consumer, &self.o.node_id)
             .fetch_optional(&mut *tx)
             .await

@@ -134,7 +134,7 @@ impl Pauses {
     /// Resumes `queue`, or the whole table with `None`, and wakes listening
     /// workers. Returns whether it was paused.
     pub async fn resume(&self, queue: Option<&str>) -> Result<bool> {
-        let mut tx = sql::begin(&self.t.pool).await.map_err(Error::db("begin"))?;
+        let mut tx = self.t.pool.begin().await.map_err(Error::db("begin"))?;
         let row = sql::resume(&self.t.table, &self.t.job_table, key(queue)?)
             .fetch_optional(&mut *tx)
             .await

@@ -412,7 +412,7 @@ impl Scheduler {
                 field: "time_zone",
                 reason: reason.clone(),
             })?;
-        let mut tx = sql::begin(&self.pool).await.map_err(Error::db("begin"))?;
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         sql::cron_tick_timeouts(TICK_LOCK_TIMEOUT, TICK_IDLE_TIMEOUT)
             .execute(&mut *tx)
             .await

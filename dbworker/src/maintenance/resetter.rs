@@ -218,9 +218,7 @@ impl Resetter {
         let out = async {
             let mut tx = match fence {
                 Some(leadership) => leadership.begin().await?,
-                None => crate::sql::begin(&self.pool)
-                    .await
-                    .map_err(Error::db("begin"))?,
+                None => self.pool.begin().await.map_err(Error::db("begin"))?,
             };
             let out = reset_pass(&mut tx, &self.config).await?;
             tx.commit().await.map_err(Error::db("commit"))?;

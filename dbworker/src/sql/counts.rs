@@ -140,7 +140,7 @@ pub(crate) fn counts_avoid_seq_scan() -> Statement {
 pub(crate) async fn begin_index_only(
     pool: &sqlx::PgPool,
 ) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    let mut tx = super::begin(pool).await?;
+    let mut tx = pool.begin().await?;
     counts_avoid_seq_scan().execute(&mut *tx).await?;
     Ok(tx)
 }

@@ -93,7 +93,7 @@ pub(crate) use counts::{
 pub(crate) use cursor::{came_due, claim_cursor_condition, conditions_key, eligible_behind};
 pub(crate) use suggest::suggest_values;
 // The cron page's read; only the dashboard lists schedules.
-pub(crate) use begun::{Begun, begin};
+pub(crate) use begun::Begun;
 #[cfg(feature = "dashboard")]
 pub(crate) use cron::cron_list;
 pub(crate) use cron::{cron_advance, cron_register, cron_state, cron_tick_timeouts};

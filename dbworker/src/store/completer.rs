@@ -218,7 +218,7 @@ async fn write(
     }
     // Several statements commit together, so a failed group written again
     // one by one finds none of its marks already written.
-    let mut tx = sql::begin(pool).await?;
+    let mut tx = pool.begin().await?;
     let mut marked = HashMap::new();
     for (rule, group) in groups {
         marked.extend(run(&mut *tx, sql::mark_group(options, &group, rule)).await?);

@@ -42,7 +42,7 @@ pub(super) async fn claim(
     let in_lane = limit.min(LANE_CLAIM_MAX);
     let threshold = u64::from(LANES) * LANE_CLAIM_MAX as u64;
     let first = NEXT_LANE.fetch_add(1, Ordering::Relaxed) % LANES;
-    let mut tx = sql::begin(pool).await.map_err(Error::db("begin"))?;
+    let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
     let lane = sql::claim_lane(o, LANES, first)
         .fetch_optional(sql::On::conn_of(pool, &mut tx))
         .await
@@ -62,7 +62,7 @@ pub(super) async fn claim(
     }
     let rest = limit - rows.len();
     let serialized = async {
-        let mut tx = sql::begin(pool).await.map_err(Error::db("begin"))?;
+        let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
         sql::claim_lock(o, LANES)
             .execute(sql::On::conn_of(pool, &mut tx))
             .await

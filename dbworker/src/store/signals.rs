@@ -73,7 +73,7 @@ impl<R: Record> DbStore<R> {
                 }
             },
             None => {
-                let mut tx = sql::begin(&self.pool).await.map_err(Error::db("begin"))?;
+                let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
                 let done = mark(&mut tx).await?;
                 tx.commit().await.map_err(Error::db("commit"))?;
                 done

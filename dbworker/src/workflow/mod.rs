@@ -186,7 +186,7 @@ impl Workflows {
     /// through their workers (as [`Admin::cancel`](crate::admin::Admin::cancel)
     /// does). Jobs outside it that wait for its tasks follow their policies.
     pub async fn cancel(&self, workflow_id: i64) -> Result<WorkflowCanceled> {
-        let mut tx = sql::begin(&self.pool).await.map_err(Error::db("begin"))?;
+        let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
         let canceled = sql::workflow_cancel_waiting(&self.table, workflow_id)
             .execute(&mut *tx)
             .await
