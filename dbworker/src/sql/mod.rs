@@ -24,7 +24,6 @@ mod admin;
 mod admin_filter;
 mod admin_search;
 mod aging;
-mod begun;
 mod claim;
 mod cluster;
 mod consumers;
@@ -93,7 +92,6 @@ pub(crate) use counts::{
 pub(crate) use cursor::{came_due, claim_cursor_condition, conditions_key, eligible_behind};
 pub(crate) use suggest::suggest_values;
 // The cron page's read; only the dashboard lists schedules.
-pub(crate) use begun::Begun;
 #[cfg(feature = "dashboard")]
 pub(crate) use cron::cron_list;
 pub(crate) use cron::{cron_advance, cron_register, cron_state, cron_tick_timeouts};

@@ -57,7 +57,6 @@ use sqlx::postgres::{PgConnectOptions, PgQueryResult, PgRow};
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres};
 
 use super::Statement;
-use super::begun::Begun;
 use super::{known_types, literal};
 
 /// How a pool reaches PostgreSQL. The process-wide default is set once at
@@ -425,13 +424,7 @@ impl Statement {
         }
         let sql = self.sql.clone();
         let fetched = match on {
-            On::Pool(pool) if pooled => {
-                // Dropped mid-`BEGIN`, the connection is closed (`begun.rs`).
-                let mut conn = Begun::new(pool.acquire().await?);
-                let fetched = wrapped(self, &mut conn, how).await;
-                drop(conn.done());
-                fetched?
-            }
+            On::Pool(pool) if pooled => wrapped(self, &mut *pool.acquire().await?, how).await?,
             On::Pool(pool) => return fetch(self, pool, how, true).await,
             On::Conn(conn, _) if pooled && !conn.is_in_transaction() => {
                 wrapped(self, conn, how).await?

@@ -139,22 +139,18 @@ impl JobTx {
     /// waited) is closed and a fresh one tried: nothing had started on it.
     pub(crate) async fn begin(pool: &PgPool, kept: &Arc<Kept>) -> Result<JobTx, sqlx::Error> {
         let pooled = sql::pool_transaction_mode(pool);
-        // The open races the job's cancellation: dropped mid-`BEGIN`, the
-        // connection is closed rather than handed back in a transaction
-        // (`sql/begun.rs`).
-        if let Some(conn) = kept.take() {
-            let mut conn = sql::Begun::new(conn);
+        if let Some(mut conn) = kept.take() {
             match PgTransactionManager::begin(&mut conn, None).await {
-                Ok(()) => return Ok(JobTx::new(conn.done(), pool, kept, pooled)),
+                Ok(()) => return Ok(JobTx::new(conn, pool, kept, pooled)),
                 Err(err) => {
                     tracing::debug!(error = %err, "a kept connection could not begin; taking a fresh one");
-                    conn.done().close_on_drop();
+                    conn.close_on_drop();
                 }
             }
         }
-        let mut conn = sql::Begun::new(pool.acquire().await?);
+        let mut conn = pool.acquire().await?;
         PgTransactionManager::begin(&mut conn, None).await?;
-        Ok(JobTx::new(conn.done(), pool, kept, pooled))
+        Ok(JobTx::new(conn, pool, kept, pooled))
     }
 
     fn new(conn: PoolConnection<Postgres>, pool: &PgPool, kept: &Arc<Kept>, pooled: bool) -> JobTx {

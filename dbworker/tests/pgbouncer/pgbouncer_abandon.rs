@@ -126,3 +126,42 @@ async fn jobs_stopped_mid_query_behind_a_shared_pgbouncer_are_handed_back_and_st
         assert_eq!(db.state(*id).await, "completed");
     }
 }
+
+/// Behind PgBouncer with its one server connection taken, a `BEGIN` waits
+/// in the pooler's queue and its caller gives up. Once the server connection
+/// is free, the next statement on the same client connection commits. With
+/// sqlx 0.9.0 it ran inside the stray transaction and was never committed
+/// (sqlx issue 4393): the floor of `sqlx` in Cargo.toml.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_begin_whose_caller_gave_up_leaves_no_transaction_behind() {
+    use sqlx::Connection;
+    let db = Db::new().await;
+    let Some(bouncer) = Bouncer::start_or_skip("the dropped BEGIN test", db.db.url(), 1) else {
+        return;
+    };
+    // Not tested before it is handed out: the `BEGIN` is the first thing to
+    // wait for the server connection (as on a connection acquired just
+    // before the pooler's last server connection was taken).
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect(&bouncer.url())
+        .await
+        .unwrap();
+    let mut holder = sqlx::PgConnection::connect(&bouncer.url()).await.unwrap();
+    let mut held = holder.begin().await.unwrap();
+    sqlx::raw_sql("SELECT 1").execute(&mut *held).await.unwrap();
+
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), pool.begin()).await;
+    assert!(gave_up.is_err(), "the BEGIN waited in the pooler's queue");
+    held.commit().await.unwrap();
+
+    sqlx::raw_sql("INSERT INTO side_effects VALUES (1, 'after')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let seen: i64 = db
+        .scalar("SELECT count(*) FROM side_effects WHERE job_id = $1", 1)
+        .await;
+    assert_eq!(seen, 1, "the insert committed");
+}
