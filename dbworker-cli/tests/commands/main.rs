@@ -23,6 +23,7 @@ mod dashboard;
 mod error_history;
 mod operator_output;
 mod partitions;
+mod refusals;
 mod reschedule;
 mod top;
 mod workflow;

@@ -162,7 +162,19 @@ pub(crate) async fn pause(
         .pauses
         .as_ref()
         .ok_or_else(|| bad_request("this table has no pause table"))?;
-    let queue = field(&form, "queue").filter(|q| !q.is_empty());
+    // The whole table only by its own button: an empty queue field once
+    // paused (and resumed) every queue.
+    let queue = match field(&form, "queue") {
+        Some(q) if q.trim().is_empty() => {
+            return Err(super::bad_parameter(
+                "queue",
+                "name the queue (the whole table has its own button)",
+            ));
+        }
+        Some(q) => Some(q),
+        None if field(&form, "scope") == Some("table") => None,
+        None => return Err(super::bad_parameter("queue", "name the queue")),
+    };
     let resume = field(&form, "do") == Some("resume");
     if resume {
         pauses.resume(queue).await.map_err(server_error)?;

@@ -390,7 +390,10 @@ pub(crate) fn queues(
         html! {
             form class="inline" method="post" action=(pause_url) {
                 input type="hidden" name="csrf" value=(s.csrf);
-                input type="hidden" name="queue" value=(queue.unwrap_or(""));
+                @match queue {
+                    Some(q) => { input type="hidden" name="queue" value=(q); }
+                    None => { input type="hidden" name="scope" value="table"; }
+                }
                 input type="hidden" name="do" value=(if resume { "resume" } else { "pause" });
                 button type="submit" class=@if !resume { "danger" } {
                     @if resume { "Resume" } @else { "Pause" }

@@ -21,6 +21,7 @@ mod fixtures {
 mod browser;
 mod dashboard;
 mod dashboard_cron;
+mod dashboard_forms;
 mod dashboard_history;
 mod dashboard_inputs;
 mod dashboard_pages;
