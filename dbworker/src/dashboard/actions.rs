@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::{Shared, Viewer, auth, filter_from, pages, server_error, url_escape};
-use crate::job_filter::BulkAction;
+use crate::job_filter::{BulkAction, Matching};
 
 /// A posted form's fields, repeated keys kept.
 pub(crate) type FormFields = Vec<(String, String)>;
@@ -111,7 +111,7 @@ pub(crate) async fn bulk(
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("f_").map(|k| (k.to_owned(), v.clone())))
         .collect();
-    let filter = filter_from(&q, &s.options.hidden_fields)
+    let mut filter = filter_from(&q, &s.options.hidden_fields)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     crate::dashboard::workflow::check_filter(t, &filter)?;
     if all_matching && !filter.is_restricted() {
@@ -123,22 +123,31 @@ pub(crate) async fn bulk(
         return Err(bad_request("select jobs first"));
     }
     if field(&form, "confirm") != Some("yes") {
-        let count = if all_matching {
+        let matching = if all_matching {
             t.writer
-                .count_matching(&filter, &action)
+                .matching(&filter, &action)
                 .await
                 .map_err(server_error)?
         } else {
-            ids.len() as u64
+            let mut m = Matching::default();
+            m.count = ids.len() as u64;
+            m
         };
         return Ok(
-            pages::confirm(&viewer, &s, t, &form, &action, count, all_matching).into_response(),
+            pages::confirm(&viewer, &s, t, &form, &action, matching, all_matching).into_response(),
         );
     }
     let done = if all_matching {
-        t.writer
-            .act_on_matching(&filter, &action, 500, |_| {})
-            .await
+        // Only what the confirmation counted: jobs enqueued since are newer.
+        match confirmed_bound(&form)? {
+            Some(max_id) => {
+                filter.max_id = Some(max_id);
+                t.writer
+                    .act_on_matching(&filter, &action, 500, |_| {})
+                    .await
+            }
+            None => Ok(0),
+        }
     } else {
         t.writer.act_on_ids(&ids, &action).await
     };
@@ -149,6 +158,23 @@ pub(crate) async fn bulk(
         back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
     }
     Ok(Redirect::to(&viewer.href(&back)).into_response())
+}
+
+/// The highest id the confirmation counted (`max_id`; empty: none matched).
+fn confirmed_bound(form: &[(String, String)]) -> Result<Option<i64>, Response> {
+    match field(form, "max_id") {
+        None => Err(super::bad_parameter(
+            "max_id",
+            "the confirmation carries no bound; go back and confirm again",
+        )),
+        Some("") => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(|_| {
+            super::bad_parameter(
+                "max_id",
+                &format!("{} is not a job id", crate::job_filter::excerpt(text)),
+            )
+        }),
+    }
 }
 
 pub(crate) async fn pause(

@@ -11,7 +11,7 @@ use crate::cluster::nodes::NodeInfo;
 use crate::control::limits::{Limit, Limits};
 use crate::control::pauses::{Pause, Pauses};
 use crate::job_filter::format_age;
-use crate::job_filter::{BulkAction, JobPage};
+use crate::job_filter::{BulkAction, JobPage, Matching};
 
 /// The overview of one table.
 pub(crate) struct TableOverview<'a> {
@@ -341,20 +341,28 @@ pub(crate) fn confirm(
     t: &Table,
     form: &[(String, String)],
     action: &BulkAction,
-    count: u64,
+    matching: Matching,
     all_matching: bool,
 ) -> Markup {
+    let count = matching.count;
     let body = html! {
         p class="notice" {
             strong { (action.verb()) " " (count) " job(s)" }
-            @if all_matching { " — every job matching the filter, in batches of 500" } @else { " — the selected jobs" }
+            @if all_matching {
+                " — every job matching the filter, in batches of 500"
+                @if let Some(max) = matching.max_id { " (none enqueued after job " (max) ")" }
+            } @else { " — the selected jobs" }
             ". Jobs in a state the action may not touch are left alone."
         }
         form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
             @for (k, v) in form {
-                @if k != "confirm" {
+                @if k != "confirm" && k != "max_id" {
                     input type="hidden" name=(k) value=(v);
                 }
+            }
+            // The action stops at the last job counted here.
+            @if all_matching {
+                input type="hidden" name="max_id" value=(matching.max_id.map(|id| id.to_string()).unwrap_or_default());
             }
             input type="hidden" name="confirm" value="yes";
             button type="submit" class="danger" { "Yes, " (action.verb()) " " (count) " job(s)" }

@@ -20,6 +20,7 @@ mod fixtures {
 
 mod browser;
 mod dashboard;
+mod dashboard_bulk;
 mod dashboard_cron;
 mod dashboard_forms;
 mod dashboard_history;

@@ -1,0 +1,101 @@
+//! Bulk actions on every job matching a filter, through the router: the
+//! action touches only the jobs its confirmation counted, never one enqueued
+//! while the operator read it.
+
+use crate::fixtures::dashboard as shared;
+use crate::fixtures::router;
+
+use axum::http::StatusCode;
+use dbworker::control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE};
+use dbworker::dashboard::{Dashboard, DashboardOptions};
+use router::{confirmation, csrf, get, post};
+
+use crate::common::Db;
+
+async fn count(db: &Db, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&db.pool).await.unwrap()
+}
+
+async fn enqueue_mail(db: &Db, queue: &str, n: i32) {
+    sqlx::query("INSERT INTO jobs (state, queue, kind) SELECT 'queued', $1, 'send' FROM generate_series(1, $2)")
+        .bind(queue)
+        .bind(n)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_matching_action_touches_only_the_jobs_its_confirmation_counted() {
+    let (db, _) = shared::seed().await;
+    let table = db
+        .table_with(|t| {
+            t.queue_column = Some("queue".into());
+            t.kind_column = Some("kind".into());
+            t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+            t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+        })
+        .await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap()
+        .router();
+    let (_, page) = get(&app, "/t/jobs/jobs").await;
+    let token = csrf(&page);
+
+    // Confirm: 30 queued mail jobs; then 5 more arrive before the click.
+    let form = format!("csrf={token}&action=fail&scope=matching&f_queue=mail");
+    let (status, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("fail 30 job(s)"), "{page}");
+    let confirmed = confirmation(&page);
+    assert!(confirmed.contains("max_id="), "{confirmed}");
+    enqueue_mail(&db, "mail", 5).await;
+
+    let (status, body, location) = post(&app, "/t/jobs/bulk", &confirmed, None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert!(location.unwrap().contains("done=fail+30"));
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM jobs WHERE queue = 'mail' AND state = 'failed'"
+        )
+        .await,
+        30
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM jobs WHERE queue = 'mail' AND state = 'queued'"
+        )
+        .await,
+        5,
+        "the jobs enqueued after the confirmation are left alone"
+    );
+
+    // Nothing matched at confirmation: nothing is done, whatever came since.
+    let form = format!("csrf={token}&action=delete&scope=matching&f_queue=later");
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert!(page.contains("delete 0 job(s)"), "{page}");
+    let confirmed = confirmation(&page);
+    enqueue_mail(&db, "later", 3).await;
+    let (status, _, location) = post(&app, "/t/jobs/bulk", &confirmed, None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.unwrap().contains("done=delete+0"));
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM jobs WHERE queue = 'later'").await,
+        3
+    );
+
+    // A confirmation without its bound (a form from before) acts on nothing.
+    let form = format!("csrf={token}&action=delete&scope=matching&f_queue=later&confirm=yes");
+    let (status, body, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.starts_with("max_id: "), "{body}");
+    let (status, body, _) = post(&app, "/t/jobs/bulk", &format!("{form}&max_id=x1"), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM jobs WHERE queue = 'later'").await,
+        3
+    );
+}
