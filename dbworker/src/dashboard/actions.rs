@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::{Shared, Viewer, auth, filter_from, pages, server_error, url_escape};
-use crate::job_filter::{BulkAction, Matching};
+use crate::job_filter::{BulkAction, Matching, excerpt};
 
 /// A posted form's fields, repeated keys kept.
 pub(crate) type FormFields = Vec<(String, String)>;
@@ -52,20 +52,38 @@ pub(super) fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a s
 }
 
 /// The action a form names; `fail` takes the form's `message` when it has
-/// one, `reschedule` its `run_in_secs` (empty: the run-at stays).
-fn action_of(form: &[(String, String)]) -> Option<BulkAction> {
-    let action: BulkAction = field(form, "action")?.parse().ok()?;
-    Some(match (action, field(form, "message")) {
+/// one, `reschedule` its `run_in_secs` (empty: the run-at stays). The error
+/// names the bad field.
+fn action_of(form: &[(String, String)]) -> Result<BulkAction, Response> {
+    let text = field(form, "action").unwrap_or("");
+    let action: BulkAction = text.parse().map_err(|_| match text {
+        "" => super::bad_parameter("action", "choose an action"),
+        _ => super::bad_parameter("action", &format!("unknown action {}", excerpt(text))),
+    })?;
+    Ok(match (action, field(form, "message")) {
         (BulkAction::Reschedule(mut r), _) => {
-            if let Some(secs) = field(form, "run_in_secs").filter(|s| !s.is_empty()) {
-                let secs: f64 = secs.parse().ok()?;
-                r.run_after = Some(std::time::Duration::try_from_secs_f64(secs).ok()?);
+            if let Some(secs) = field(form, "run_in_secs").filter(|s| !s.trim().is_empty()) {
+                let secs = super::filter::seconds("run_in_secs", secs)
+                    .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
+                r.run_after = Some(secs);
             }
             BulkAction::Reschedule(r)
         }
         (action, Some(message)) => action.with_message(message),
         (action, None) => action,
     })
+}
+
+/// The selected jobs' ids; one that is not an id refuses the whole form.
+fn ids_of(form: &[(String, String)]) -> Result<Vec<i64>, Response> {
+    form.iter()
+        .filter(|(k, _)| k == "id")
+        .map(|(_, v)| {
+            v.trim()
+                .parse()
+                .map_err(|_| super::bad_parameter("id", &format!("{} is not a job id", excerpt(v))))
+        })
+        .collect()
 }
 
 fn bad_request(message: &'static str) -> Response {
@@ -79,7 +97,7 @@ pub(crate) async fn job_action(
     AdminForm(form): AdminForm,
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
-    let action = action_of(&form).ok_or_else(|| bad_request("unknown action"))?;
+    let action = action_of(&form)?;
     let n = t
         .writer
         .act_on_ids(&[id], &action)
@@ -100,12 +118,8 @@ pub(crate) async fn bulk(
     AdminForm(form): AdminForm,
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
-    let action = action_of(&form).ok_or_else(|| bad_request("choose an action"))?;
-    let ids: Vec<i64> = form
-        .iter()
-        .filter(|(k, _)| k == "id")
-        .filter_map(|(_, v)| v.parse().ok())
-        .collect();
+    let action = action_of(&form)?;
+    let ids = ids_of(&form)?;
     let all_matching = field(&form, "scope") == Some("matching");
     let q: HashMap<String, String> = form
         .iter()
@@ -169,10 +183,7 @@ fn confirmed_bound(form: &[(String, String)]) -> Result<Option<i64>, Response> {
         )),
         Some("") => Ok(None),
         Some(text) => text.parse().map(Some).map_err(|_| {
-            super::bad_parameter(
-                "max_id",
-                &format!("{} is not a job id", crate::job_filter::excerpt(text)),
-            )
+            super::bad_parameter("max_id", &format!("{} is not a job id", excerpt(text)))
         }),
     }
 }
