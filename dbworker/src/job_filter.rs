@@ -369,6 +369,36 @@ impl BulkAction {
             BulkAction::Reschedule(_) => "reschedule",
         }
     }
+
+    /// Refuses a filter naming a state this action never touches: it would
+    /// act on none of those jobs and say only "0 job(s)", as if there were
+    /// none.
+    pub(crate) fn check_states(&self, filter: &JobFilter) -> Result<()> {
+        let mut named = filter.states.clone();
+        // Stalled jobs are processing ones.
+        if filter.stalled_after.is_some() {
+            named.push(JobState::Processing);
+        }
+        let allowed = self.states();
+        let refused: Vec<&str> = named
+            .iter()
+            .filter(|s| !allowed.contains(s))
+            .map(|s| s.as_str())
+            .collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let allowed: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
+        Err(Error::InvalidOption {
+            field: "state",
+            reason: format!(
+                "{} acts only on {} jobs, not {}",
+                self.verb(),
+                allowed.join(", "),
+                refused.join(", ")
+            ),
+        })
+    }
 }
 
 /// The message of a `fail` parsed from text, until
@@ -480,6 +510,13 @@ mod tests {
                 .contains(&JobState::Completed)
         );
         assert!(!JobFilter::default().is_restricted());
+        let queued = JobFilter {
+            states: vec![JobState::Queued],
+            ..JobFilter::default()
+        };
+        let err = BulkAction::Requeue.check_states(&queued).unwrap_err();
+        assert!(err.to_string().contains("not queued"), "{err}");
+        assert!(BulkAction::Cancel.check_states(&queued).is_ok());
         let bounded = JobFilter {
             max_id: Some(7),
             ..JobFilter::default()

@@ -314,6 +314,7 @@ impl Admin {
     }
 
     /// How many jobs `action` would act on among those matching `filter`.
+    /// A filter naming a state the action never touches is refused.
     pub async fn count_matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<u64> {
         Ok(self.matching(filter, action).await?.count)
     }
@@ -326,6 +327,7 @@ impl Admin {
     pub async fn matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<Matching> {
         self.check(filter)?;
         self.check_action(action)?;
+        action.check_states(filter)?;
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         let row = sql::admin_count(&self.t, filter, action.states())
             .fetch_one(&self.pool)
@@ -343,6 +345,7 @@ impl Admin {
     /// many it acted on: jobs that changed state in between are left alone.
     /// Without [`JobFilter::max_id`] it also acts on jobs enqueued while it
     /// runs; after a confirmation, bound it by [`matching`](Self::matching).
+    /// A filter naming a state the action never touches is refused.
     pub async fn act_on_matching(
         &self,
         filter: &JobFilter,
@@ -352,6 +355,7 @@ impl Admin {
     ) -> Result<u64> {
         self.check(filter)?;
         self.check_action(action)?;
+        action.check_states(filter)?;
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         if chunk_size == 0 {
             return Err(Error::InvalidOption {

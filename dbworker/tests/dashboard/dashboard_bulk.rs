@@ -1,6 +1,6 @@
 //! Bulk actions on every job matching a filter, through the router: the
 //! action touches only the jobs its confirmation counted, never one enqueued
-//! while the operator read it.
+//! while the operator read it, and a state it never touches is refused.
 
 use crate::fixtures::dashboard as shared;
 use crate::fixtures::router;
@@ -98,4 +98,29 @@ async fn a_matching_action_touches_only_the_jobs_its_confirmation_counted() {
         count(&db, "SELECT count(*) FROM jobs WHERE queue = 'later'").await,
         3
     );
+}
+
+/// A bulk action on a filter naming a state it never touches is refused,
+/// naming the state, rather than confirmed as "0 job(s)".
+#[tokio::test]
+async fn a_matching_action_refuses_a_state_it_never_touches() {
+    let (db, _) = shared::seed().await;
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap()
+        .router();
+    let (_, page) = get(&app, "/t/jobs/jobs").await;
+    let token = csrf(&page);
+    let form = format!("csrf={token}&action=requeue&scope=matching&f_state=queued");
+    let (status, body, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.starts_with("state: requeue acts only on"), "{body}");
+    assert!(body.contains("not queued"), "{body}");
+    let form = format!("csrf={token}&action=cancel&scope=matching&f_state=queued");
+    let (status, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("cancel 30 job(s)"), "{page}");
 }
