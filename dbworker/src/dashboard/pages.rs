@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use maud::{DOCTYPE, Markup, html};
+use workerutil::JobState;
 
 use super::{Refresh, Role, Shared, Table, Viewer, charts, limits, url_escape};
 use crate::admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status, Suggestions};
@@ -239,7 +240,8 @@ pub(crate) fn jobs(
         form class="filters" method="get" {
             select name="state" {
                 option value="" { "any state" }
-                @for st in ["queued", "processing", "errored", "failed", "completed", "canceled"] {
+                // Every state, so none (pending) is missing from the list.
+                @for st in JobState::ALL.map(JobState::as_str) {
                     option value=(st) selected[value("state") == st] { (st) }
                 }
             }

@@ -25,5 +25,6 @@ mod dashboard_cron;
 mod dashboard_forms;
 mod dashboard_history;
 mod dashboard_inputs;
+mod dashboard_list;
 mod dashboard_pages;
 mod dashboard_workflows;
