@@ -125,7 +125,8 @@ pub(crate) async fn bulk(
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("f_").map(|k| (k.to_owned(), v.clone())))
         .collect();
-    let mut filter = filter_from(&q, &s.options.hidden_fields)
+    let hidden = super::HiddenColumns::of(t, &s.options.hidden_fields);
+    let mut filter = filter_from(&q, &s.options.hidden_fields, hidden)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     crate::dashboard::workflow::check_filter(t, &filter)?;
     if all_matching && !filter.is_restricted() {

@@ -7,8 +7,38 @@ use std::time::Duration;
 
 use workerutil::JobState;
 
+use super::Table;
 use crate::error::Error;
 use crate::job_filter::{FieldFilter, JobFilter, excerpt};
+
+/// The job list's columns that `DashboardOptions::hidden_fields` names (it
+/// names columns as well as JSON fields): never shown in the list, nor
+/// filtered or suggested on.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HiddenColumns {
+    pub(crate) queue: bool,
+    pub(crate) kind: bool,
+    pub(crate) host: bool,
+    pub(crate) failure: bool,
+}
+
+impl HiddenColumns {
+    pub(crate) fn of(t: &Table, hidden: &[String]) -> HiddenColumns {
+        let a = t.admin.table();
+        let is = |column: Option<&str>| {
+            column.is_some_and(|c| {
+                let name = c.rsplit('.').next().unwrap_or(c);
+                hidden.iter().any(|h| h == c || h == name)
+            })
+        };
+        HiddenColumns {
+            queue: is(a.queue_column.as_deref()),
+            kind: is(a.kind_column.as_deref()),
+            host: is(Some(&a.columns.worker_hostname)),
+            failure: is(Some(&a.columns.failure_message)),
+        }
+    }
+}
 
 /// The longest span a form or filter takes, 100 years: the database cannot
 /// subtract (or add) much more from its clock, and no job waits longer.
@@ -42,14 +72,24 @@ pub(crate) fn newest_first(q: &HashMap<String, String>) -> bool {
     }
 }
 
-/// The list filter from query parameters; refuses hidden fields. Each error
+/// The list filter from query parameters; refuses hidden fields and columns. Each error
 /// names its parameter and quotes the input cut short.
 pub(crate) fn filter_from(
     q: &HashMap<String, String>,
     hidden: &[String],
+    columns: HiddenColumns,
 ) -> Result<JobFilter, String> {
     let mut f = JobFilter::default();
     let given = |k: &str| q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    for (parameter, is_hidden) in [
+        ("queue", columns.queue),
+        ("kind", columns.kind),
+        ("failure", columns.failure),
+    ] {
+        if is_hidden && given(parameter).is_some() {
+            return Err(format!("{parameter}: that column is hidden"));
+        }
+    }
     if let Some(state) = given("state") {
         f.states = vec![
             state

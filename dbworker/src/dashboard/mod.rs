@@ -38,7 +38,7 @@ use axum::routing::{get, post};
 use sqlx::PgPool;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
-pub(crate) use filter::{filter_from, newest_first};
+pub(crate) use filter::{HiddenColumns, filter_from, newest_first};
 pub(crate) use refresh::{Refresh, refresh};
 
 use crate::admin::Admin;
@@ -472,7 +472,8 @@ async fn jobs(
         let to = viewer.href(&format!("/t/{}/jobs/{id}", url_escape(&t.name)));
         return Ok(axum::response::Redirect::to(&to).into_response());
     }
-    let filter = filter_from(&q, &s.options.hidden_fields)
+    let hidden = HiddenColumns::of(t, &s.options.hidden_fields);
+    let filter = filter_from(&q, &s.options.hidden_fields, hidden)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     workflow::check_filter(t, &filter)?;
     let mut page = PageRequest::first(s.options.page_size);

@@ -192,6 +192,9 @@ fn with_idle_queues(
     rows
 }
 
+/// What a hidden column's cell shows (as the job page shows a hidden field).
+const HIDDEN: &str = "[hidden]";
+
 fn hidden_filters(q: &HashMap<String, String>) -> Markup {
     html! {
         @for key in ["state", "queue", "kind", "older_than_secs", "failure", "field", "workflow"] {
@@ -213,6 +216,7 @@ pub(crate) fn jobs(
 ) -> Markup {
     let value = |k: &str| q.get(k).cloned().unwrap_or_default();
     let admin = viewer.user.role == Role::Admin;
+    let hidden = super::HiddenColumns::of(t, &s.options.hidden_fields);
     let newest = super::newest_first(q);
     let mut next = format!("?after={}", page.next.unwrap_or_default());
     if let Some(value) = &page.next_value {
@@ -235,8 +239,8 @@ pub(crate) fn jobs(
             input name="id" type="number" min="1" placeholder="job id" size="10";
             button type="submit" id="go-to-job" { "Open" }
         }
-        datalist id="queues" { @for v in &suggest.queues { option value=(v) {} } }
-        datalist id="kinds" { @for v in &suggest.kinds { option value=(v) {} } }
+        @if !hidden.queue { datalist id="queues" { @for v in &suggest.queues { option value=(v) {} } } }
+        @if !hidden.kind { datalist id="kinds" { @for v in &suggest.kinds { option value=(v) {} } } }
         form class="filters" method="get" {
             select name="state" {
                 option value="" { "any state" }
@@ -245,14 +249,16 @@ pub(crate) fn jobs(
                     option value=(st) selected[value("state") == st] { (st) }
                 }
             }
-            @if t.admin.queue_column().is_some() {
+            @if t.admin.queue_column().is_some() && !hidden.queue {
                 input name="queue" list="queues" placeholder="queue" value=(value("queue"));
             }
-            @if t.admin.kind_column().is_some() {
+            @if t.admin.kind_column().is_some() && !hidden.kind {
                 input name="kind" list="kinds" placeholder="kind" value=(value("kind"));
             }
             input name="older_than_secs" placeholder="older than (s)" size="10" value=(value("older_than_secs"));
-            input name="failure" placeholder="failure contains" value=(value("failure"));
+            @if !hidden.failure {
+                input name="failure" placeholder="failure contains" value=(value("failure"));
+            }
             input name="field" placeholder="payload.customer_id=42" value=(value("field"));
             @if t.workflows.is_some() {
                 input name="workflow" placeholder="workflow id" size="10" value=(value("workflow"));
@@ -283,8 +289,8 @@ pub(crate) fn jobs(
                         @if admin { td { input type="checkbox" name="id" value=(j.id); } }
                         td { a href=(viewer.href(&format!("/t/{}/jobs/{}", url_escape(&t.name), j.id))) { (j.id) } }
                         td { (state_cell(j.state.as_str())) }
-                        td { (j.queue.as_deref().unwrap_or("-")) }
-                        td { (j.kind.as_deref().unwrap_or("-")) }
+                        td { @if hidden.queue { (HIDDEN) } @else { (j.queue.as_deref().unwrap_or("-")) } }
+                        td { @if hidden.kind { (HIDDEN) } @else { (j.kind.as_deref().unwrap_or("-")) } }
                         @if t.workflows.is_some() {
                             td {
                                 @if let Some(w) = j.workflow_id {
@@ -294,8 +300,8 @@ pub(crate) fn jobs(
                         }
                         td class="num" { (j.num_failures) }
                         td { (format_age(j.age_seconds)) }
-                        td { (j.worker_hostname) }
-                        td { (j.failure_message.as_deref().unwrap_or("")) }
+                        td { @if hidden.host { (HIDDEN) } @else { (j.worker_hostname) } }
+                        td { @if hidden.failure { (HIDDEN) } @else { (j.failure_message.as_deref().unwrap_or("")) } }
                     }
                 }
             }

@@ -1,12 +1,13 @@
 //! The job list's filter form and columns, through the router: every state
-//! is offered (pending was missing).
+//! is offered (pending was missing); columns named in `hidden_fields` are
+//! neither shown nor filtered or suggested on.
 
 use crate::fixtures::dashboard as shared;
 use crate::fixtures::router;
 
 use axum::http::StatusCode;
 use dbworker::dashboard::{Dashboard, DashboardOptions};
-use router::get;
+use router::{csrf, get, post};
 use workerutil::JobState;
 
 #[tokio::test]
@@ -43,4 +44,61 @@ async fn the_state_filter_offers_every_state_pending_included() {
         1,
         "{page}"
     );
+}
+
+#[tokio::test]
+async fn hidden_columns_are_neither_shown_nor_filtered_on() {
+    let (db, failed) = shared::seed().await;
+    let table = db
+        .table_with(|t| {
+            t.queue_column = Some("queue".into());
+            t.kind_column = Some("kind".into());
+        })
+        .await;
+    let mut o = DashboardOptions::new(vec![table]);
+    o.hidden_fields = vec![
+        "failure_message".into(),
+        "worker_hostname".into(),
+        "queue".into(),
+    ];
+    let app = Dashboard::new(&db.pool, o).await.unwrap().router();
+    let (status, page) = get(&app, "/t/jobs/jobs?state=failed").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(&format!("/jobs/{failed}\"")), "{page}");
+    for secret in [
+        "alert(1)",
+        "reports",
+        r#"name="failure""#,
+        r#"name="queue""#,
+    ] {
+        assert!(!page.contains(secret), "{secret} shown: {page}");
+    }
+    assert!(page.contains("<td>[hidden]</td>"), "{page}");
+    assert!(
+        page.contains("<td>build</td>"),
+        "the kind is not hidden: {page}"
+    );
+    let (_, page) = get(&app, "/t/jobs/jobs?state=processing").await;
+    assert!(!page.contains("host-7"), "{page}");
+    assert!(
+        !page.contains(r#"option value="mail""#),
+        "no suggestions: {page}"
+    );
+
+    // Filtering on them: refused, naming the parameter; nothing echoed.
+    for query in [
+        "failure=alert",
+        "queue=reports",
+        "field=failure_message%3Dx",
+    ] {
+        let (status, body) = get(&app, &format!("/t/jobs/jobs?{query}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert!(body.contains("hidden"), "{query}: {body}");
+    }
+    let token = csrf(&page);
+    let form = format!("csrf={token}&action=delete&scope=matching&f_failure=alert");
+    let (status, body, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.starts_with("failure: "), "{body}");
+    assert_eq!(db.state(failed).await, "failed");
 }
