@@ -333,10 +333,10 @@ impl Admin {
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("count"))?;
-        let mut m = Matching::default();
-        m.count = u64::try_from(row.get::<i64, _>("count")).unwrap_or(0);
-        m.max_id = row.get("max_id");
-        Ok(m)
+        Ok(Matching {
+            count: u64::try_from(row.get::<i64, _>("count")).unwrap_or(0),
+            max_id: row.get("max_id"),
+        })
     }
 
     /// Applies `action` to every job matching `filter` (and in a state the

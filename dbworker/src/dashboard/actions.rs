@@ -144,9 +144,10 @@ pub(crate) async fn bulk(
                 .await
                 .map_err(server_error)?
         } else {
-            let mut m = Matching::default();
-            m.count = ids.len() as u64;
-            m
+            Matching {
+                count: ids.len() as u64,
+                ..Matching::default()
+            }
         };
         return Ok(
             pages::confirm(&viewer, &s, t, &form, &action, matching, all_matching).into_response(),
