@@ -153,21 +153,30 @@ pub(crate) async fn bulk(
             pages::confirm(&viewer, &s, t, &form, &action, matching, all_matching).into_response(),
         );
     }
-    let done = if all_matching {
-        // Only what the confirmation counted: jobs enqueued since are newer.
-        match confirmed_bound(&form)? {
-            Some(max_id) => {
-                filter.max_id = Some(max_id);
-                t.writer
-                    .act_on_matching(&filter, &action, 500, |_| {})
-                    .await
-            }
-            None => Ok(0),
-        }
+    // Only what the confirmation counted: jobs enqueued since are newer.
+    let bound = if all_matching {
+        confirmed_bound(&form)?
     } else {
-        t.writer.act_on_ids(&ids, &action).await
+        None
     };
-    let n = done.map_err(server_error)?;
+    // Audited as it starts: a long action (or one that fails midway) is on
+    // record before its batches commit, not only once they all have.
+    tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, max_id = ?bound, selected = ids.len(), "dashboard bulk action started");
+    let mut so_far = 0;
+    let done = match (all_matching, bound) {
+        (true, Some(max_id)) => {
+            filter.max_id = Some(max_id);
+            t.writer
+                .act_on_matching(&filter, &action, 500, |n| so_far = n)
+                .await
+        }
+        (true, None) => Ok(0),
+        (false, _) => t.writer.act_on_ids(&ids, &action).await,
+    };
+    let n = done.map_err(|err| {
+        tracing::error!(user = %viewer.user.name, table = %t.name, action = action.verb(), done = so_far, "dashboard bulk action stopped");
+        server_error(err)
+    })?;
     tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");
     let mut back = format!("/t/{}/jobs?done={}+{n}", url_escape(&t.name), action.verb());
     for (k, v) in &q {

@@ -124,3 +124,51 @@ async fn a_matching_action_refuses_a_state_it_never_touches() {
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("cancel 30 job(s)"), "{page}");
 }
+
+/// A bulk action is audited when it starts (who, what, its bound), so one
+/// that fails midway, or runs long, is on record; it used to log only once
+/// every batch had committed.
+#[tokio::test]
+async fn a_bulk_action_is_audited_when_it_starts_and_when_it_stops() {
+    let lines = crate::common::LogLines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _local = tracing::subscriber::set_default(subscriber);
+    let (db, _) = shared::seed().await;
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap()
+        .router();
+    let (_, page) = get(&app, "/t/jobs/jobs").await;
+    let token = csrf(&page);
+    let form = format!("csrf={token}&action=fail&scope=matching&f_queue=mail");
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    let confirmed = confirmation(&page);
+    // The action fails at its first batch.
+    db.execute(
+        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
+         CREATE TRIGGER boom BEFORE UPDATE ON jobs FOR EACH ROW WHEN (NEW.state = 'failed') EXECUTE FUNCTION boom();",
+    )
+    .await;
+    lines.clear();
+    let (status, _, _) = post(&app, "/t/jobs/bulk", &confirmed, None).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let log = lines.text();
+    let started = log
+        .lines()
+        .find(|l| l.contains("dashboard bulk action started"))
+        .unwrap_or_else(|| panic!("no start line: {log}"));
+    assert!(
+        started.contains("action=\"fail\"") || started.contains("action=fail"),
+        "{started}"
+    );
+    assert!(started.contains("max_id=Some("), "{started}");
+    assert!(started.contains("user="), "{started}");
+    assert!(log.contains("dashboard bulk action stopped"), "{log}");
+}
