@@ -138,20 +138,28 @@ pub(crate) async fn bulk(
         return Err(bad_request("select jobs first"));
     }
     if field(&form, "confirm") != Some("yes") {
-        let matching = if all_matching {
-            t.writer
+        let (matching, first) = if all_matching {
+            let m = t
+                .writer
                 .matching(&filter, &action)
                 .await
-                .map_err(server_error)?
+                .map_err(server_error)?;
+            (m, first_matching(t, &filter, &action, m).await?)
         } else {
-            Matching {
+            let m = Matching {
                 count: ids.len() as u64,
                 ..Matching::default()
-            }
+            };
+            (m, ids.iter().copied().take(FIRST_SHOWN as usize).collect())
         };
-        return Ok(
-            pages::confirm(&viewer, &s, t, &form, &action, matching, all_matching).into_response(),
-        );
+        let confirm = pages::Confirm {
+            form: &form,
+            action: &action,
+            matching,
+            first: &first,
+            all_matching,
+        };
+        return Ok(pages::confirm(&viewer, &s, t, &confirm).into_response());
     }
     // Only what the confirmation counted: jobs enqueued since are newer.
     let bound = if all_matching {
@@ -183,6 +191,30 @@ pub(crate) async fn bulk(
         back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
     }
     Ok(Redirect::to(&viewer.href(&back)).into_response())
+}
+
+/// How many of the jobs an action would touch its confirmation names.
+const FIRST_SHOWN: u32 = 20;
+
+/// The first jobs (by id) a matching action would touch, for its
+/// confirmation: the filter narrowed to the action's states and bound.
+async fn first_matching(
+    t: &super::Table,
+    filter: &crate::job_filter::JobFilter,
+    action: &BulkAction,
+    m: Matching,
+) -> Result<Vec<i64>, Response> {
+    if m.count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut f = filter.clone();
+    f.max_id = m.max_id;
+    if f.states.is_empty() {
+        f.states = action.states().to_vec();
+    }
+    let page = crate::job_filter::PageRequest::first(FIRST_SHOWN);
+    let list = t.writer.list(&f, page).await.map_err(server_error)?;
+    Ok(list.jobs.iter().map(|j| j.id).collect())
 }
 
 /// The highest id the confirmation counted (`max_id`; empty: none matched).

@@ -343,16 +343,21 @@ pub(crate) fn jobs(
     )
 }
 
-pub(crate) fn confirm(
-    viewer: &Viewer,
-    s: &Shared,
-    t: &Table,
-    form: &[(String, String)],
-    action: &BulkAction,
-    matching: Matching,
-    all_matching: bool,
-) -> Markup {
+/// What a bulk action's confirmation shows and posts again.
+pub(crate) struct Confirm<'a> {
+    /// The form as posted (its fields are posted again).
+    pub(crate) form: &'a [(String, String)],
+    pub(crate) action: &'a BulkAction,
+    pub(crate) matching: Matching,
+    /// The first jobs it would touch, by id.
+    pub(crate) first: &'a [i64],
+    pub(crate) all_matching: bool,
+}
+
+pub(crate) fn confirm(viewer: &Viewer, s: &Shared, t: &Table, c: &Confirm<'_>) -> Markup {
+    let (action, matching, all_matching) = (c.action, c.matching, c.all_matching);
     let count = matching.count;
+    let job = |id: &i64| viewer.href(&format!("/t/{}/jobs/{id}", url_escape(&t.name)));
     let body = html! {
         p class="notice" {
             strong { (action.verb()) " " (count) " job(s)" }
@@ -362,8 +367,18 @@ pub(crate) fn confirm(
             } @else { " — the selected jobs" }
             ". Jobs in a state the action may not touch are left alone."
         }
+        @if !c.first.is_empty() {
+            p id="confirm-ids" {
+                @if (c.first.len() as u64) < count { "The first " (c.first.len()) ": " } @else { "Jobs: " }
+                @for (i, id) in c.first.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    a href=(job(id)) { (id) }
+                }
+                @if (c.first.len() as u64) < count { ", …" }
+            }
+        }
         form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
-            @for (k, v) in form {
+            @for (k, v) in c.form {
                 @if k != "confirm" && k != "max_id" {
                     input type="hidden" name=(k) value=(v);
                 }

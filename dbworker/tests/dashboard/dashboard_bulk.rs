@@ -172,3 +172,44 @@ async fn a_bulk_action_is_audited_when_it_starts_and_when_it_stops() {
     assert!(started.contains("user="), "{started}");
     assert!(log.contains("dashboard bulk action stopped"), "{log}");
 }
+
+/// The confirmation names the jobs it would touch: the first 20 by id of
+/// the matching ones (in a state the action touches), or the selection.
+#[tokio::test]
+async fn the_confirmation_lists_the_first_jobs_it_would_touch() {
+    let (db, _) = shared::seed().await;
+    let table = db
+        .table_with(|t| t.queue_column = Some("queue".into()))
+        .await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap()
+        .router();
+    let (_, page) = get(&app, "/t/jobs/jobs").await;
+    let token = csrf(&page);
+    let queued: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE queue = 'mail' AND state = 'queued' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let listed = |page: &str| -> Vec<i64> {
+        let start = page.find(r#"id="confirm-ids""#).expect("a list of ids");
+        let list = &page[start..start + page[start..].find("</p>").unwrap()];
+        list.split("href=\"/t/jobs/jobs/")
+            .skip(1)
+            .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+            .collect()
+    };
+    // Fail touches the 30 queued mail jobs, not the processing one.
+    let form = format!("csrf={token}&action=fail&scope=matching&f_queue=mail");
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(listed(&page), queued[..20], "{page}");
+    assert!(page.contains("The first 20"), "{page}");
+    let form = format!(
+        "csrf={token}&action=fail&scope=selected&id={}&id={}",
+        queued[3], queued[7]
+    );
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(listed(&page), [queued[3], queued[7]], "{page}");
+}
