@@ -19,6 +19,7 @@ mod fixtures {
 }
 
 mod admin;
+mod bulk;
 mod dashboard;
 mod error_history;
 mod operator_output;
