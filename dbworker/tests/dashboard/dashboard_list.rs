@@ -102,3 +102,31 @@ async fn hidden_columns_are_neither_shown_nor_filtered_on() {
     assert!(body.starts_with("failure: "), "{body}");
     assert_eq!(db.state(failed).await, "failed");
 }
+
+/// A job's page hides its attempts' failure messages and hosts (in the
+/// error history) with the failure message and host columns.
+#[tokio::test]
+async fn a_jobs_page_hides_its_attempts_messages_with_the_failure_column() {
+    let db = crate::common::Db::new().await;
+    db.add_columns(|c| c.error_history = true, &[]).await;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (state, num_failures, failure_message, finished_at, worker_hostname, errors)
+         VALUES ('failed', 1, 'card 4242 declined', now(), 'host-secret',
+                 jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'worker', 'host-secret', 'message', 'card 4242 declined')))
+         RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let table = db
+        .table_with(|t| t.error_history_column = Some("errors".into()))
+        .await;
+    let mut o = DashboardOptions::new(vec![table]);
+    o.hidden_fields = vec!["failure_message".into(), "worker_hostname".into()];
+    let app = Dashboard::new(&db.pool, o).await.unwrap().router();
+    let (status, page) = get(&app, &format!("/t/jobs/jobs/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Error history"), "{page}");
+    assert!(!page.contains("4242"), "{page}");
+    assert!(!page.contains("host-secret"), "{page}");
+}
