@@ -43,14 +43,36 @@ pub struct JobFilter {
     /// a start) older than this, by the database clock: what `status`
     /// counts as stalled with the same age.
     pub stalled_after: Option<Duration>,
+    /// Only jobs whose id is at most this: a bulk action bounded by its
+    /// confirmation ([`Matching::max_id`]), so jobs enqueued after the
+    /// operator saw the count are left alone. Not a restriction for
+    /// [`is_restricted`](Self::is_restricted).
+    pub max_id: Option<i64>,
 }
 
 impl JobFilter {
     /// Whether anything narrows the filter (bulk commands require it, so a
-    /// forgotten flag never acts on the whole table).
+    /// forgotten flag never acts on the whole table). A bound on the id
+    /// alone does not: it still spans every job enqueued before it.
     pub fn is_restricted(&self) -> bool {
-        *self != JobFilter::default()
+        let unbounded = JobFilter {
+            max_id: None,
+            ..self.clone()
+        };
+        unbounded != JobFilter::default()
     }
+}
+
+/// What a bulk action would act on now: how many jobs, and the highest id
+/// among them, to bound the action by once the operator confirms (see
+/// [`JobFilter::max_id`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Matching {
+    /// How many jobs match (in a state the action may touch).
+    pub count: u64,
+    /// The highest id among them; `None` when none matches.
+    pub max_id: Option<i64>,
 }
 
 /// `column = value`, or `column->'a'->>'b' = value` for a JSON column, as
@@ -347,6 +369,36 @@ impl BulkAction {
             BulkAction::Reschedule(_) => "reschedule",
         }
     }
+
+    /// Refuses a filter naming a state this action never touches: it would
+    /// act on none of those jobs and say only "0 job(s)", as if there were
+    /// none.
+    pub(crate) fn check_states(&self, filter: &JobFilter) -> Result<()> {
+        let mut named = filter.states.clone();
+        // Stalled jobs are processing ones.
+        if filter.stalled_after.is_some() {
+            named.push(JobState::Processing);
+        }
+        let allowed = self.states();
+        let refused: Vec<&str> = named
+            .iter()
+            .filter(|s| !allowed.contains(s))
+            .map(|s| s.as_str())
+            .collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let allowed: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
+        Err(Error::InvalidOption {
+            field: "state",
+            reason: format!(
+                "{} acts only on {} jobs, not {}",
+                self.verb(),
+                allowed.join(", "),
+                refused.join(", ")
+            ),
+        })
+    }
 }
 
 /// The message of a `fail` parsed from text, until
@@ -458,5 +510,17 @@ mod tests {
                 .contains(&JobState::Completed)
         );
         assert!(!JobFilter::default().is_restricted());
+        let queued = JobFilter {
+            states: vec![JobState::Queued],
+            ..JobFilter::default()
+        };
+        let err = BulkAction::Requeue.check_states(&queued).unwrap_err();
+        assert!(err.to_string().contains("not queued"), "{err}");
+        assert!(BulkAction::Cancel.check_states(&queued).is_ok());
+        let bounded = JobFilter {
+            max_id: Some(7),
+            ..JobFilter::default()
+        };
+        assert!(!bounded.is_restricted(), "a bound alone spans the table");
     }
 }

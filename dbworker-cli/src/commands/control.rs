@@ -24,6 +24,10 @@ pub(crate) struct PauseArgs {
 
 /// Pauses (or, with `resume`, resumes) the table or the queue.
 pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
+    // An empty --queue must not mean the whole table (leaving it out does).
+    if args.queue.as_deref().is_some_and(|q| q.trim().is_empty()) {
+        anyhow::bail!("--queue: name the queue, or leave --queue out for the whole table");
+    }
     let t = &args.table.target;
     let pool = t.connect().await?;
     let table = args

@@ -473,10 +473,11 @@ async fn act_on_matching(
     chunk_size: u32,
 ) -> Result<()> {
     let verb = action.verb();
-    let count = admin
-        .count_matching(filter, action)
+    let matching = admin
+        .matching(filter, action)
         .await
         .with_context(|| format!("counting the jobs to {verb}"))?;
+    let count = matching.count;
     if count == 0 {
         println!("no job to {verb} matches");
         return Ok(());
@@ -491,8 +492,11 @@ async fn act_on_matching(
     );
     bar.set_message(verb.to_owned());
     bar.enable_steady_tick(Duration::from_millis(200));
+    // Only the jobs counted: none enqueued after the count (or the answer).
+    let mut bounded = filter.clone();
+    bounded.max_id = matching.max_id;
     let done = admin
-        .act_on_matching(filter, action, chunk_size, |done| bar.set_position(done))
+        .act_on_matching(&bounded, action, chunk_size, |done| bar.set_position(done))
         .await;
     bar.finish_and_clear();
     let done = done.with_context(|| format!("{verb} the matching jobs"))?;
@@ -507,7 +511,7 @@ async fn act_on_matching(
     println!("{past} {done} job(s)");
     if done < count {
         println!(
-            "{} job(s) changed state meanwhile and were left alone",
+            "{done} of the {count} job(s) counted; {} changed state meanwhile and were left alone",
             count - done
         );
     }

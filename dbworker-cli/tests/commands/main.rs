@@ -19,10 +19,12 @@ mod fixtures {
 }
 
 mod admin;
+mod bulk;
 mod dashboard;
 mod error_history;
 mod operator_output;
 mod partitions;
+mod refusals;
 mod reschedule;
 mod top;
 mod workflow;

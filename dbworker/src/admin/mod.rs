@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 pub use crate::job_filter::{
     BulkAction, DEFAULT_FAIL_MESSAGE, FieldFilter, JobFilter, JobPage, JobSort, JobSummary,
-    PageRequest, Reschedule, SEARCH_WINDOW, format_age,
+    Matching, PageRequest, Reschedule, SEARCH_WINDOW, format_age,
 };
 use crate::sql::{self, Table};
 use crate::table::JobTable;
@@ -314,22 +314,38 @@ impl Admin {
     }
 
     /// How many jobs `action` would act on among those matching `filter`.
+    /// A filter naming a state the action never touches is refused.
     pub async fn count_matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<u64> {
+        Ok(self.matching(filter, action).await?.count)
+    }
+
+    /// How many jobs `action` would act on among those matching `filter`, and
+    /// the highest id among them: set it as the filter's
+    /// [`max_id`](JobFilter::max_id) when the operator confirms, so
+    /// [`act_on_matching`](Self::act_on_matching) leaves alone the jobs
+    /// enqueued since.
+    pub async fn matching(&self, filter: &JobFilter, action: &BulkAction) -> Result<Matching> {
         self.check(filter)?;
         self.check_action(action)?;
+        action.check_states(filter)?;
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
-        let n: i64 = sql::admin_count(&self.t, filter, action.states())
+        let row = sql::admin_count(&self.t, filter, action.states())
             .fetch_one(&self.pool)
             .await
-            .map_err(Error::db("count"))?
-            .get("count");
-        Ok(u64::try_from(n).unwrap_or(0))
+            .map_err(Error::db("count"))?;
+        Ok(Matching {
+            count: u64::try_from(row.get::<i64, _>("count")).unwrap_or(0),
+            max_id: row.get("max_id"),
+        })
     }
 
     /// Applies `action` to every job matching `filter` (and in a state the
     /// action may touch), `chunk_size` jobs per short statement, in id order;
     /// `on_batch` gets the jobs acted on so far after each batch. Returns how
     /// many it acted on: jobs that changed state in between are left alone.
+    /// Without [`JobFilter::max_id`] it also acts on jobs enqueued while it
+    /// runs; after a confirmation, bound it by [`matching`](Self::matching).
+    /// A filter naming a state the action never touches is refused.
     pub async fn act_on_matching(
         &self,
         filter: &JobFilter,
@@ -339,6 +355,7 @@ impl Admin {
     ) -> Result<u64> {
         self.check(filter)?;
         self.check_action(action)?;
+        action.check_states(filter)?;
         inputs::check_fields(&self.pool, &self.t.table, &filter.fields).await?;
         if chunk_size == 0 {
             return Err(Error::InvalidOption {

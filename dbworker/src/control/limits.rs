@@ -170,8 +170,10 @@ impl Limits {
             .await
     }
 
-    /// Replaces `queue`'s limits with `limit`.
+    /// Replaces `queue`'s limits with `limit`. Refuses a queue name that is
+    /// empty, blank or has whitespace at an end.
     pub async fn set_limit(&self, queue: &str, limit: Limit) -> Result<()> {
+        super::check_queue_name(queue)?;
         limit.validate()?;
         let row = sql::LimitRow {
             max_processing: limit.max_processing,

@@ -89,3 +89,25 @@ impl ControlTable {
         }
     }
 }
+
+/// Refuses a queue name that a pause or a limit cannot mean: empty or blank
+/// (a form's empty field once paused the whole table), or with whitespace at
+/// either end. Names are taken exactly, so " a" and "a" would be two queues;
+/// a stray space is a typo, refused here rather than trimmed by one feature
+/// and kept by another.
+pub(crate) fn check_queue_name(queue: &str) -> Result<()> {
+    let reason = if queue.trim().is_empty() {
+        "name the queue (empty or blank names are refused)".to_owned()
+    } else if queue.trim() != queue {
+        format!(
+            "{} has whitespace at an end; queue names are taken exactly",
+            crate::job_filter::excerpt(queue)
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidOption {
+        field: "queue",
+        reason,
+    })
+}

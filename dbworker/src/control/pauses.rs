@@ -122,8 +122,12 @@ impl Pauses {
     }
 
     /// Pauses `queue`, or the whole table with `None`; `by` is recorded with
-    /// it. Returns whether it was not paused before.
+    /// it. Returns whether it was not paused before. Refuses a queue name
+    /// that is empty, blank or has whitespace at an end.
     pub async fn pause(&self, queue: Option<&str>, by: &str) -> Result<bool> {
+        if let Some(q) = queue {
+            super::check_queue_name(q)?;
+        }
         let row = sql::pause(&self.t.table, &self.t.job_table, key(queue)?, by)
             .fetch_optional(&self.t.pool)
             .await

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::{Shared, Viewer, auth, filter_from, pages, server_error, url_escape};
-use crate::job_filter::BulkAction;
+use crate::job_filter::{BulkAction, Matching, excerpt};
 
 /// A posted form's fields, repeated keys kept.
 pub(crate) type FormFields = Vec<(String, String)>;
@@ -52,20 +52,38 @@ pub(super) fn field<'a>(form: &'a [(String, String)], key: &str) -> Option<&'a s
 }
 
 /// The action a form names; `fail` takes the form's `message` when it has
-/// one, `reschedule` its `run_in_secs` (empty: the run-at stays).
-fn action_of(form: &[(String, String)]) -> Option<BulkAction> {
-    let action: BulkAction = field(form, "action")?.parse().ok()?;
-    Some(match (action, field(form, "message")) {
+/// one, `reschedule` its `run_in_secs` (empty: the run-at stays). The error
+/// names the bad field.
+fn action_of(form: &[(String, String)]) -> Result<BulkAction, Response> {
+    let text = field(form, "action").unwrap_or("");
+    let action: BulkAction = text.parse().map_err(|_| match text {
+        "" => super::bad_parameter("action", "choose an action"),
+        _ => super::bad_parameter("action", &format!("unknown action {}", excerpt(text))),
+    })?;
+    Ok(match (action, field(form, "message")) {
         (BulkAction::Reschedule(mut r), _) => {
-            if let Some(secs) = field(form, "run_in_secs").filter(|s| !s.is_empty()) {
-                let secs: f64 = secs.parse().ok()?;
-                r.run_after = Some(std::time::Duration::try_from_secs_f64(secs).ok()?);
+            if let Some(secs) = field(form, "run_in_secs").filter(|s| !s.trim().is_empty()) {
+                let secs = super::filter::seconds("run_in_secs", secs)
+                    .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
+                r.run_after = Some(secs);
             }
             BulkAction::Reschedule(r)
         }
         (action, Some(message)) => action.with_message(message),
         (action, None) => action,
     })
+}
+
+/// The selected jobs' ids; one that is not an id refuses the whole form.
+fn ids_of(form: &[(String, String)]) -> Result<Vec<i64>, Response> {
+    form.iter()
+        .filter(|(k, _)| k == "id")
+        .map(|(_, v)| {
+            v.trim()
+                .parse()
+                .map_err(|_| super::bad_parameter("id", &format!("{} is not a job id", excerpt(v))))
+        })
+        .collect()
 }
 
 fn bad_request(message: &'static str) -> Response {
@@ -79,7 +97,7 @@ pub(crate) async fn job_action(
     AdminForm(form): AdminForm,
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
-    let action = action_of(&form).ok_or_else(|| bad_request("unknown action"))?;
+    let action = action_of(&form)?;
     let n = t
         .writer
         .act_on_ids(&[id], &action)
@@ -100,18 +118,15 @@ pub(crate) async fn bulk(
     AdminForm(form): AdminForm,
 ) -> Result<Response, Response> {
     let t = s.table(&table)?;
-    let action = action_of(&form).ok_or_else(|| bad_request("choose an action"))?;
-    let ids: Vec<i64> = form
-        .iter()
-        .filter(|(k, _)| k == "id")
-        .filter_map(|(_, v)| v.parse().ok())
-        .collect();
+    let action = action_of(&form)?;
+    let ids = ids_of(&form)?;
     let all_matching = field(&form, "scope") == Some("matching");
     let q: HashMap<String, String> = form
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("f_").map(|k| (k.to_owned(), v.clone())))
         .collect();
-    let filter = filter_from(&q, &s.options.hidden_fields)
+    let hidden = super::HiddenColumns::of(t, &s.options.hidden_fields);
+    let mut filter = filter_from(&q, &s.options.hidden_fields, hidden)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     crate::dashboard::workflow::check_filter(t, &filter)?;
     if all_matching && !filter.is_restricted() {
@@ -123,32 +138,97 @@ pub(crate) async fn bulk(
         return Err(bad_request("select jobs first"));
     }
     if field(&form, "confirm") != Some("yes") {
-        let count = if all_matching {
-            t.writer
-                .count_matching(&filter, &action)
+        let (matching, first) = if all_matching {
+            let m = t
+                .writer
+                .matching(&filter, &action)
                 .await
-                .map_err(server_error)?
+                .map_err(server_error)?;
+            (m, first_matching(t, &filter, &action, m).await?)
         } else {
-            ids.len() as u64
+            let m = Matching {
+                count: ids.len() as u64,
+                ..Matching::default()
+            };
+            (m, ids.iter().copied().take(FIRST_SHOWN as usize).collect())
         };
-        return Ok(
-            pages::confirm(&viewer, &s, t, &form, &action, count, all_matching).into_response(),
-        );
+        let confirm = pages::Confirm {
+            form: &form,
+            action: &action,
+            matching,
+            first: &first,
+            all_matching,
+        };
+        return Ok(pages::confirm(&viewer, &s, t, &confirm).into_response());
     }
-    let done = if all_matching {
-        t.writer
-            .act_on_matching(&filter, &action, 500, |_| {})
-            .await
+    // Only what the confirmation counted: jobs enqueued since are newer.
+    let bound = if all_matching {
+        confirmed_bound(&form)?
     } else {
-        t.writer.act_on_ids(&ids, &action).await
+        None
     };
-    let n = done.map_err(server_error)?;
+    // Audited as it starts: a long action (or one that fails midway) is on
+    // record before its batches commit, not only once they all have.
+    tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, max_id = ?bound, selected = ids.len(), "dashboard bulk action started");
+    let mut so_far = 0;
+    let done = match (all_matching, bound) {
+        (true, Some(max_id)) => {
+            filter.max_id = Some(max_id);
+            t.writer
+                .act_on_matching(&filter, &action, 500, |n| so_far = n)
+                .await
+        }
+        (true, None) => Ok(0),
+        (false, _) => t.writer.act_on_ids(&ids, &action).await,
+    };
+    let n = done.map_err(|err| {
+        tracing::error!(user = %viewer.user.name, table = %t.name, action = action.verb(), done = so_far, "dashboard bulk action stopped");
+        server_error(err)
+    })?;
     tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");
     let mut back = format!("/t/{}/jobs?done={}+{n}", url_escape(&t.name), action.verb());
     for (k, v) in &q {
         back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
     }
     Ok(Redirect::to(&viewer.href(&back)).into_response())
+}
+
+/// How many of the jobs an action would touch its confirmation names.
+const FIRST_SHOWN: u32 = 20;
+
+/// The first jobs (by id) a matching action would touch, for its
+/// confirmation: the filter narrowed to the action's states and bound.
+async fn first_matching(
+    t: &super::Table,
+    filter: &crate::job_filter::JobFilter,
+    action: &BulkAction,
+    m: Matching,
+) -> Result<Vec<i64>, Response> {
+    if m.count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut f = filter.clone();
+    f.max_id = m.max_id;
+    if f.states.is_empty() {
+        f.states = action.states().to_vec();
+    }
+    let page = crate::job_filter::PageRequest::first(FIRST_SHOWN);
+    let list = t.writer.list(&f, page).await.map_err(server_error)?;
+    Ok(list.jobs.iter().map(|j| j.id).collect())
+}
+
+/// The highest id the confirmation counted (`max_id`; empty: none matched).
+fn confirmed_bound(form: &[(String, String)]) -> Result<Option<i64>, Response> {
+    match field(form, "max_id") {
+        None => Err(super::bad_parameter(
+            "max_id",
+            "the confirmation carries no bound; go back and confirm again",
+        )),
+        Some("") => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(|_| {
+            super::bad_parameter("max_id", &format!("{} is not a job id", excerpt(text)))
+        }),
+    }
 }
 
 pub(crate) async fn pause(
@@ -162,7 +242,19 @@ pub(crate) async fn pause(
         .pauses
         .as_ref()
         .ok_or_else(|| bad_request("this table has no pause table"))?;
-    let queue = field(&form, "queue").filter(|q| !q.is_empty());
+    // The whole table only by its own button: an empty queue field once
+    // paused (and resumed) every queue.
+    let queue = match field(&form, "queue") {
+        Some(q) if q.trim().is_empty() => {
+            return Err(super::bad_parameter(
+                "queue",
+                "name the queue (the whole table has its own button)",
+            ));
+        }
+        Some(q) => Some(q),
+        None if field(&form, "scope") == Some("table") => None,
+        None => return Err(super::bad_parameter("queue", "name the queue")),
+    };
     let resume = field(&form, "do") == Some("resume");
     if resume {
         pauses.resume(queue).await.map_err(server_error)?;

@@ -30,11 +30,31 @@ pub(super) async fn job(
     match t.admin.show_at(id).await {
         Ok(Some((mut row, now))) => {
             hide(&mut row, &s.options.hidden_fields);
+            hide_attempts(t, &s.options.hidden_fields, &mut row);
             let done = q.get("done").map(String::as_str);
             Ok(page(&viewer, &s, t, id, &row, now, done, &refresh(&q)).into_response())
         }
         Ok(None) => Err((StatusCode::NOT_FOUND, "no such job").into_response()),
         Err(err) => Err(server_error(err)),
+    }
+}
+
+/// The error history repeats the failure message and the worker's host of
+/// each attempt: hidden with their columns.
+fn hide_attempts(t: &Table, hidden: &[String], row: &mut Value) {
+    let columns = super::HiddenColumns::of(t, hidden);
+    let Some(history) = t.error_history.as_deref() else {
+        return;
+    };
+    let Some(Value::Array(entries)) = row.get_mut(history) else {
+        return;
+    };
+    for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+        for (key, is_hidden) in [("message", columns.failure), ("worker", columns.host)] {
+            if is_hidden && entry.contains_key(key) {
+                entry.insert(key.into(), Value::String("[hidden]".into()));
+            }
+        }
     }
 }
 

@@ -105,9 +105,9 @@ pub(super) async fn set(
     let limits = t.limits.as_ref().ok_or_else(|| {
         (StatusCode::BAD_REQUEST, "this table has no limit table").into_response()
     })?;
+    // Taken exactly, as pauses take it: setting refuses whitespace at an end.
     let queue = super::actions::field(&form, "queue")
-        .map(str::trim)
-        .filter(|q| !q.is_empty())
+        .filter(|q| !q.trim().is_empty())
         .ok_or_else(|| super::bad_parameter("queue", "name the queue"))?;
     let limit = Limit {
         max_processing: parse(&form, "max_processing", "a whole number")?,

@@ -28,6 +28,25 @@
     var active = document.activeElement;
     return active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
   }
+  function boxes() {
+    // Each checkbox's state by name and value (the jobs the operator picked).
+    var state = {};
+    var all = main.querySelectorAll("input[type=checkbox]");
+    for (var i = 0; i < all.length; i++) {
+      state[all[i].name + "=" + all[i].value] = all[i].checked;
+    }
+    return state;
+  }
+  function restore(state) {
+    // An update must not undo a selection: boxes still listed keep theirs.
+    var all = main.querySelectorAll("input[type=checkbox]");
+    for (var i = 0; i < all.length; i++) {
+      var key = all[i].name + "=" + all[i].value;
+      if (Object.prototype.hasOwnProperty.call(state, key)) {
+        all[i].checked = state[key];
+      }
+    }
+  }
   function tick() {
     if (document.hidden || busy || typing()) {
       return;
@@ -43,7 +62,9 @@
         }
         var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("main[data-live]");
         if (fresh && !typing()) {
+          var picked = boxes();
           main.innerHTML = fresh.innerHTML;
+          restore(picked);
           mark();
           document.body.setAttribute("data-live-updated", String(Date.now()));
         }

@@ -11,6 +11,7 @@ mod charts;
 mod cron;
 mod dag;
 mod fairness;
+mod filter;
 mod grants;
 mod job_page;
 mod limits;
@@ -35,9 +36,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sqlx::PgPool;
-use workerutil::JobState;
 
 pub use auth::{Auth, AuthHook, BasicUser, Role, User};
+pub(crate) use filter::{HiddenColumns, filter_from, newest_first};
 pub(crate) use refresh::{Refresh, refresh};
 
 use crate::admin::Admin;
@@ -45,7 +46,7 @@ use crate::control::FairWeights;
 use crate::control::limits::{Limit, Limits};
 use crate::control::pauses::{Pauses, PausesOptions};
 use crate::error::{Error, Result};
-use crate::job_filter::{FieldFilter, JobFilter, PageRequest, excerpt};
+use crate::job_filter::{PageRequest, excerpt};
 use crate::table::JobTable;
 
 /// What the dashboard shows and who may see it.
@@ -394,10 +395,11 @@ fn server_error(err: Error) -> Response {
         };
         return bad_parameter(parameter, reason);
     }
+    // The cause (SQL, relation names) goes to the log, not to the page.
     tracing::error!(error = %err, "dashboard query failed");
     (
         StatusCode::INTERNAL_SERVER_ERROR,
-        format!("database error: {err}"),
+        "the dashboard could not read or write the jobs; the cause is in the server's log",
     )
         .into_response()
 }
@@ -457,64 +459,6 @@ async fn overview(
     )
 }
 
-/// Whether a job list shows newest first: as `order` asks, else when it
-/// searches the failure text or a field, so a search's first page holds the
-/// recent matches rather than the oldest.
-pub(crate) fn newest_first(q: &HashMap<String, String>) -> bool {
-    let given = |k: &str| q.get(k).is_some_and(|v| !v.trim().is_empty());
-    match q.get("order").map(String::as_str) {
-        Some("newest") => true,
-        Some("oldest") => false,
-        _ => given("failure") || given("field"),
-    }
-}
-
-/// The list filter from query parameters; refuses hidden fields. Each error
-/// names its parameter and quotes the input cut short.
-pub(crate) fn filter_from(
-    q: &HashMap<String, String>,
-    hidden: &[String],
-) -> std::result::Result<JobFilter, String> {
-    let mut f = JobFilter::default();
-    let given = |k: &str| q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-    if let Some(state) = given("state") {
-        f.states = vec![
-            state
-                .parse::<JobState>()
-                .map_err(|_| format!("state: unknown state {}", excerpt(state)))?,
-        ];
-    }
-    f.queue = given("queue").map(str::to_owned);
-    f.kind = given("kind").map(str::to_owned);
-    if let Some(older) = given("older_than_secs") {
-        let age = older
-            .parse()
-            .ok()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok());
-        let not_secs = || format!("older_than_secs: {} is not seconds", excerpt(older));
-        f.older_than = Some(age.ok_or_else(not_secs)?);
-    }
-    f.failure_contains = given("failure").map(str::to_owned);
-    if let Some(id) = given("workflow") {
-        let not_id = |_| format!("workflow: {} is not a workflow id", excerpt(id));
-        f.workflow_id = Some(id.parse().map_err(not_id)?);
-    }
-    if let Some(field) = given("field") {
-        let field: FieldFilter = field.parse().map_err(|e| match e {
-            Error::InvalidOption { reason, .. } => format!("field: {reason}"),
-            other => format!("field: {other}"),
-        })?;
-        if hidden
-            .iter()
-            .any(|h| *h == field.column || field.path.contains(h))
-        {
-            return Err("field: that field is hidden".into());
-        }
-        f.fields.push(field);
-    }
-    Ok(f)
-}
-
 async fn jobs(
     State(s): State<Arc<Shared>>,
     viewer: axum::Extension<Viewer>,
@@ -528,7 +472,8 @@ async fn jobs(
         let to = viewer.href(&format!("/t/{}/jobs/{id}", url_escape(&t.name)));
         return Ok(axum::response::Redirect::to(&to).into_response());
     }
-    let filter = filter_from(&q, &s.options.hidden_fields)
+    let hidden = HiddenColumns::of(t, &s.options.hidden_fields);
+    let filter = filter_from(&q, &s.options.hidden_fields, hidden)
         .map_err(|message| (StatusCode::BAD_REQUEST, message).into_response())?;
     workflow::check_filter(t, &filter)?;
     let mut page = PageRequest::first(s.options.page_size);

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use maud::{DOCTYPE, Markup, html};
+use workerutil::JobState;
 
 use super::{Refresh, Role, Shared, Table, Viewer, charts, limits, url_escape};
 use crate::admin::{FinishedCounts, QueueCounts, STATE_COLUMNS, Status, Suggestions};
@@ -11,7 +12,7 @@ use crate::cluster::nodes::NodeInfo;
 use crate::control::limits::{Limit, Limits};
 use crate::control::pauses::{Pause, Pauses};
 use crate::job_filter::format_age;
-use crate::job_filter::{BulkAction, JobPage};
+use crate::job_filter::{BulkAction, JobPage, Matching};
 
 /// The overview of one table.
 pub(crate) struct TableOverview<'a> {
@@ -191,6 +192,9 @@ fn with_idle_queues(
     rows
 }
 
+/// What a hidden column's cell shows (as the job page shows a hidden field).
+const HIDDEN: &str = "[hidden]";
+
 fn hidden_filters(q: &HashMap<String, String>) -> Markup {
     html! {
         @for key in ["state", "queue", "kind", "older_than_secs", "failure", "field", "workflow"] {
@@ -212,6 +216,7 @@ pub(crate) fn jobs(
 ) -> Markup {
     let value = |k: &str| q.get(k).cloned().unwrap_or_default();
     let admin = viewer.user.role == Role::Admin;
+    let hidden = super::HiddenColumns::of(t, &s.options.hidden_fields);
     let newest = super::newest_first(q);
     let mut next = format!("?after={}", page.next.unwrap_or_default());
     if let Some(value) = &page.next_value {
@@ -234,23 +239,26 @@ pub(crate) fn jobs(
             input name="id" type="number" min="1" placeholder="job id" size="10";
             button type="submit" id="go-to-job" { "Open" }
         }
-        datalist id="queues" { @for v in &suggest.queues { option value=(v) {} } }
-        datalist id="kinds" { @for v in &suggest.kinds { option value=(v) {} } }
+        @if !hidden.queue { datalist id="queues" { @for v in &suggest.queues { option value=(v) {} } } }
+        @if !hidden.kind { datalist id="kinds" { @for v in &suggest.kinds { option value=(v) {} } } }
         form class="filters" method="get" {
             select name="state" {
                 option value="" { "any state" }
-                @for st in ["queued", "processing", "errored", "failed", "completed", "canceled"] {
+                // Every state, so none (pending) is missing from the list.
+                @for st in JobState::ALL.map(JobState::as_str) {
                     option value=(st) selected[value("state") == st] { (st) }
                 }
             }
-            @if t.admin.queue_column().is_some() {
+            @if t.admin.queue_column().is_some() && !hidden.queue {
                 input name="queue" list="queues" placeholder="queue" value=(value("queue"));
             }
-            @if t.admin.kind_column().is_some() {
+            @if t.admin.kind_column().is_some() && !hidden.kind {
                 input name="kind" list="kinds" placeholder="kind" value=(value("kind"));
             }
             input name="older_than_secs" placeholder="older than (s)" size="10" value=(value("older_than_secs"));
-            input name="failure" placeholder="failure contains" value=(value("failure"));
+            @if !hidden.failure {
+                input name="failure" placeholder="failure contains" value=(value("failure"));
+            }
             input name="field" placeholder="payload.customer_id=42" value=(value("field"));
             @if t.workflows.is_some() {
                 input name="workflow" placeholder="workflow id" size="10" value=(value("workflow"));
@@ -281,8 +289,8 @@ pub(crate) fn jobs(
                         @if admin { td { input type="checkbox" name="id" value=(j.id); } }
                         td { a href=(viewer.href(&format!("/t/{}/jobs/{}", url_escape(&t.name), j.id))) { (j.id) } }
                         td { (state_cell(j.state.as_str())) }
-                        td { (j.queue.as_deref().unwrap_or("-")) }
-                        td { (j.kind.as_deref().unwrap_or("-")) }
+                        td { @if hidden.queue { (HIDDEN) } @else { (j.queue.as_deref().unwrap_or("-")) } }
+                        td { @if hidden.kind { (HIDDEN) } @else { (j.kind.as_deref().unwrap_or("-")) } }
                         @if t.workflows.is_some() {
                             td {
                                 @if let Some(w) = j.workflow_id {
@@ -292,8 +300,8 @@ pub(crate) fn jobs(
                         }
                         td class="num" { (j.num_failures) }
                         td { (format_age(j.age_seconds)) }
-                        td { (j.worker_hostname) }
-                        td { (j.failure_message.as_deref().unwrap_or("")) }
+                        td { @if hidden.host { (HIDDEN) } @else { (j.worker_hostname) } }
+                        td { @if hidden.failure { (HIDDEN) } @else { (j.failure_message.as_deref().unwrap_or("")) } }
                     }
                 }
             }
@@ -335,26 +343,49 @@ pub(crate) fn jobs(
     )
 }
 
-pub(crate) fn confirm(
-    viewer: &Viewer,
-    s: &Shared,
-    t: &Table,
-    form: &[(String, String)],
-    action: &BulkAction,
-    count: u64,
-    all_matching: bool,
-) -> Markup {
+/// What a bulk action's confirmation shows and posts again.
+pub(crate) struct Confirm<'a> {
+    /// The form as posted (its fields are posted again).
+    pub(crate) form: &'a [(String, String)],
+    pub(crate) action: &'a BulkAction,
+    pub(crate) matching: Matching,
+    /// The first jobs it would touch, by id.
+    pub(crate) first: &'a [i64],
+    pub(crate) all_matching: bool,
+}
+
+pub(crate) fn confirm(viewer: &Viewer, s: &Shared, t: &Table, c: &Confirm<'_>) -> Markup {
+    let (action, matching, all_matching) = (c.action, c.matching, c.all_matching);
+    let count = matching.count;
+    let job = |id: &i64| viewer.href(&format!("/t/{}/jobs/{id}", url_escape(&t.name)));
     let body = html! {
         p class="notice" {
             strong { (action.verb()) " " (count) " job(s)" }
-            @if all_matching { " — every job matching the filter, in batches of 500" } @else { " — the selected jobs" }
+            @if all_matching {
+                " — every job matching the filter, in batches of 500"
+                @if let Some(max) = matching.max_id { " (none enqueued after job " (max) ")" }
+            } @else { " — the selected jobs" }
             ". Jobs in a state the action may not touch are left alone."
         }
+        @if !c.first.is_empty() {
+            p id="confirm-ids" {
+                @if (c.first.len() as u64) < count { "The first " (c.first.len()) ": " } @else { "Jobs: " }
+                @for (i, id) in c.first.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    a href=(job(id)) { (id) }
+                }
+                @if (c.first.len() as u64) < count { ", …" }
+            }
+        }
         form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
-            @for (k, v) in form {
-                @if k != "confirm" {
+            @for (k, v) in c.form {
+                @if k != "confirm" && k != "max_id" {
                     input type="hidden" name=(k) value=(v);
                 }
+            }
+            // The action stops at the last job counted here.
+            @if all_matching {
+                input type="hidden" name="max_id" value=(matching.max_id.map(|id| id.to_string()).unwrap_or_default());
             }
             input type="hidden" name="confirm" value="yes";
             button type="submit" class="danger" { "Yes, " (action.verb()) " " (count) " job(s)" }
@@ -390,7 +421,10 @@ pub(crate) fn queues(
         html! {
             form class="inline" method="post" action=(pause_url) {
                 input type="hidden" name="csrf" value=(s.csrf);
-                input type="hidden" name="queue" value=(queue.unwrap_or(""));
+                @match queue {
+                    Some(q) => { input type="hidden" name="queue" value=(q); }
+                    None => { input type="hidden" name="scope" value="table"; }
+                }
                 input type="hidden" name="do" value=(if resume { "resume" } else { "pause" });
                 button type="submit" class=@if !resume { "danger" } {
                     @if resume { "Resume" } @else { "Pause" }

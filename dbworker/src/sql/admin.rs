@@ -235,12 +235,17 @@ pub(crate) fn admin_select_ids(
     Statement::from(&q)
 }
 
-/// How many jobs a bulk action would select.
+/// How many jobs a bulk action would select, and the highest id among them
+/// (its bound once the operator confirms).
 pub(crate) fn admin_count(a: &Table, f: &JobFilter, states: &[JobState]) -> Statement {
-    let t = &a.table;
+    let (t, c) = (&a.table, &a.columns);
     let f = filter_for(f, states);
     let mut q = Query::select();
     q.expr_as(Expr::cust("count(*)::bigint"), alias("count"))
+        .expr_as(
+            Expr::cust(format!("max({}.{})::bigint", quote(&t.alias), quote(&c.id))),
+            alias("max_id"),
+        )
         .from(table_ref(t));
     if f.states.is_empty() {
         q.and_where(Expr::cust("false"));
@@ -455,6 +460,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         fields: vec![FieldFilter::new("payload", &["to", "domain"], "example.com").unwrap()],
         workflow_id: None,
         stalled_after: None,
+        max_id: Some(1000),
     };
     let workflows = Table {
         workflows: true,

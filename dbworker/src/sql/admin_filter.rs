@@ -47,6 +47,9 @@ pub(crate) fn filter_conditions(a: &Table, f: &JobFilter) -> Vec<Expr> {
             [format!("%{escaped}%")],
         ));
     }
+    if let Some(max) = f.max_id {
+        conds.push(col(al, &c.id).lte(max));
+    }
     if let Some(id) = f.workflow_id {
         conds.push(col(al, crate::columns::WORKFLOW_ID).eq(id));
     }

@@ -86,3 +86,16 @@ pub fn csrf(page: &str) -> String {
         + 19;
     page[start..][..page[start..].find('"').unwrap()].to_owned()
 }
+
+/// The hidden fields of a confirmation `page`, as its form posts them.
+pub fn confirmation(page: &str) -> String {
+    let mut fields = Vec::new();
+    for part in page.split(r#"<input type="hidden" name=""#).skip(1) {
+        let name = &part[..part.find('"').unwrap()];
+        let rest = &part[part.find(r#"value=""#).unwrap() + 7..];
+        let value = &rest[..rest.find('"').unwrap()];
+        // The tests' values need no escaping (tokens, words, ids).
+        fields.push(format!("{name}={value}"));
+    }
+    fields.join("&")
+}

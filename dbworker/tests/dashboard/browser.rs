@@ -928,8 +928,8 @@ async fn text_within(c: &Client, needle: &str, within: Duration) -> bool {
 
 /// A page keeps itself current without a reload while its tab is visible,
 /// and stops while it is hidden: a job failing meanwhile appears in the list
-/// in place (the page's own state survives), not while the tab is hidden,
-/// and at once when it is shown again.
+/// in place (the page's own state survives, checked boxes included), not
+/// while the tab is hidden, and at once when it is shown again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_updates_itself_live_while_its_tab_is_visible() {
     let Some((_driver, c)) = browser().await else {
@@ -968,6 +968,39 @@ async fn a_page_updates_itself_live_while_its_tab_is_visible() {
         .unwrap();
     assert_eq!(mark, serde_json::json!(42), "no reload");
     shot(&c, "live-list").await;
+
+    // A box the operator checked stays checked through an update.
+    let checked = c
+        .execute(
+            "var b = document.querySelector('main input[type=checkbox][name=id]'); b.checked = true; return b.value;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'arrived after a check', now())")
+        .await;
+    assert!(
+        text_within(&c, "arrived after a check", Duration::from_secs(15)).await,
+        "the list updated in place"
+    );
+    let still = c
+        .execute(
+            "return Array.from(document.querySelectorAll('main input[name=id]:checked')).map(function (b) { return b.value; });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        still,
+        serde_json::json!([checked]),
+        "the checked box survived"
+    );
+    c.execute(
+        "document.querySelectorAll('main input[name=id]').forEach(function (b) { b.checked = false; }); return 1;",
+        vec![],
+    )
+    .await
+    .unwrap();
 
     // The tab hidden: no update.
     tab_hidden(&c, true).await;

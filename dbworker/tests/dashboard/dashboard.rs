@@ -254,7 +254,7 @@ async fn actions_need_the_token_an_admin_and_the_same_origin_on((db, failed): (D
     let form = format!("csrf={token}&action=delete&scope=matching&f_queue=mail");
     let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
     assert!(page.contains("delete 30 job(s)"), "{page}");
-    post(&app, "/t/jobs/bulk", &format!("{form}&confirm=yes"), None).await;
+    post(&app, "/t/jobs/bulk", &router::confirmation(&page), None).await;
     assert_eq!(db.count("processing").await, 1);
     assert_eq!(
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs WHERE queue = 'mail'")

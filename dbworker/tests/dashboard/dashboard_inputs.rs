@@ -63,3 +63,95 @@ async fn bad_list_parameters_answer_400_naming_the_parameter() {
     let (status, page) = get(&app, "/t/jobs/jobs?sort=failures&order=newest").await;
     assert_eq!(status, StatusCode::OK, "{page}");
 }
+
+/// Bad numbers in query parameters and forms (not numbers, out of range, a
+/// time span the database cannot subtract) answer 400 with a plain message
+/// naming the field, and act on nothing; a database error is logged, never
+/// shown.
+#[tokio::test]
+async fn bad_numbers_answer_400_and_database_errors_are_not_echoed() {
+    let (db, failed) = shared::seed().await;
+    let table = db
+        .table_with(|t| {
+            t.queue_column = Some("queue".into());
+            t.limit_table = Some(dbworker::control::DEFAULT_LIMIT_TABLE.into());
+        })
+        .await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap()
+        .router();
+    let plain = |what: &str, status: StatusCode, body: &str, parameter: &str| {
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {body}");
+        assert!(
+            body.starts_with(&format!("{parameter}: ")),
+            "{what}: {body}"
+        );
+        assert!(body.chars().count() < 300, "{what}: {body}");
+        for leak in ["database", "timestamp", "SQL", "sqlx"] {
+            assert!(!body.contains(leak), "{what}: {body}");
+        }
+    };
+    for (query, parameter) in [
+        ("older_than_secs=1e12", "older_than_secs"),
+        ("older_than_secs=NaN", "older_than_secs"),
+        ("older_than_secs=-3", "older_than_secs"),
+        ("id=99999999999999999999", "id"),
+        ("after=99999999999999999999", "after"),
+    ] {
+        let (status, body) = get(&app, &format!("/t/jobs/jobs?{query}")).await;
+        plain(query, status, &body, parameter);
+    }
+    let (status, _) = get(&app, "/t/jobs/jobs/99999999999999999999").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let (_, page) = get(&app, "/t/jobs/jobs").await;
+    let token = router::csrf(&page);
+    let queued: i64 = sqlx::query_scalar("SELECT min(id) FROM jobs WHERE state = 'queued'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let bulk = format!("csrf={token}&scope=selected&id={queued}&confirm=yes");
+    for (form, parameter) in [
+        (format!("{bulk}&action=fail&id=abc"), "id"),
+        (
+            format!("{bulk}&action=reschedule&run_in_secs=abc"),
+            "run_in_secs",
+        ),
+        (
+            format!("{bulk}&action=reschedule&run_in_secs=1e15"),
+            "run_in_secs",
+        ),
+        (format!("{bulk}&action=explode"), "action"),
+    ] {
+        let (status, body, _) = router::post(&app, "/t/jobs/bulk", &form, None).await;
+        plain(&form, status, &body, parameter);
+    }
+    let (status, body, _) = router::post(
+        &app,
+        &format!("/t/jobs/jobs/{failed}/action"),
+        &format!("csrf={token}&action=reschedule&run_in_secs=1e15"),
+        None,
+    )
+    .await;
+    plain("job action", status, &body, "run_in_secs");
+    for form in ["max_processing=99999999999", "burst=-1&rate_per_second=1"] {
+        let (status, body, _) = router::post(
+            &app,
+            "/t/jobs/queues/limit",
+            &format!("csrf={token}&queue=mail&{form}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{form}: {body}");
+    }
+    assert_eq!(db.state(queued).await, "queued", "nothing was done");
+    assert_eq!(db.state(failed).await, "failed", "nothing was done");
+
+    // A database error: 500, the cause in the log, not on the page.
+    db.execute("DROP TABLE dbworker_limits").await;
+    let (status, body) = get(&app, "/t/jobs/queues").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(!body.contains("dbworker_limits"), "{body}");
+    assert!(!body.contains("does not exist"), "{body}");
+}

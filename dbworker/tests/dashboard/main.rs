@@ -20,8 +20,11 @@ mod fixtures {
 
 mod browser;
 mod dashboard;
+mod dashboard_bulk;
 mod dashboard_cron;
+mod dashboard_forms;
 mod dashboard_history;
 mod dashboard_inputs;
+mod dashboard_list;
 mod dashboard_pages;
 mod dashboard_workflows;

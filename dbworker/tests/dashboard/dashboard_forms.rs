@@ -1,0 +1,117 @@
+//! The dashboard's pause and limit forms, through the router: a queue name
+//! empty, blank or with whitespace at an end is refused with a 400 and
+//! changes nothing (an empty one once paused the whole table), and pauses
+//! and limits take names the same way.
+
+use crate::fixtures::dashboard as shared;
+use crate::fixtures::router;
+
+use axum::http::StatusCode;
+use dbworker::JobTable;
+use dbworker::control::{
+    DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
+};
+use dbworker::dashboard::{Dashboard, DashboardOptions};
+use router::{csrf, get, post};
+
+use crate::common::Db;
+
+async fn table(db: &Db) -> JobTable {
+    db.table_with(|t| {
+        t.queue_column = Some("queue".into());
+        t.kind_column = Some("kind".into());
+        t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+        t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    })
+    .await
+}
+
+async fn rows(db: &Db, sql: &'static str) -> Vec<String> {
+    sqlx::query_scalar(sql).fetch_all(&db.pool).await.unwrap()
+}
+
+#[tokio::test]
+async fn blank_or_padded_queue_names_are_refused_by_pauses_and_limits_alike() {
+    let (db, _) = shared::seed().await;
+    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table(&db).await]))
+        .await
+        .unwrap()
+        .router();
+    let (status, page) = get(&app, "/t/jobs/queues").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let token = csrf(&page);
+    let pauses = "SELECT queue FROM dbworker_pauses ORDER BY queue";
+    let limits = "SELECT queue FROM dbworker_limits ORDER BY queue";
+
+    // Empty, blank, padded: 400 naming the queue field; nothing paused.
+    for queue in ["", "%20%20", "%20mail", "mail%09"] {
+        for what in ["pause", "resume"] {
+            let form = format!("csrf={token}&queue={queue}&do={what}");
+            let (status, body, _) = post(&app, "/t/jobs/queues/pause", &form, None).await;
+            let blank = queue.is_empty() || queue == "%20%20";
+            if what == "resume" && !blank {
+                // Lifting takes the name exactly (a pause set before stays
+                // liftable); there is none, so nothing changes.
+                assert!(status.is_redirection(), "{form}: {status} {body}");
+                continue;
+            }
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{form}: {body}");
+            assert!(body.starts_with("queue: "), "{form}: {body}");
+        }
+        let form = format!("csrf={token}&queue={queue}&max_processing=2");
+        let (status, body, _) = post(&app, "/t/jobs/queues/limit", &form, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{form}: {body}");
+        assert!(body.starts_with("queue: "), "{form}: {body}");
+        assert!(!body.contains("database error"), "{body}");
+    }
+    assert_eq!(rows(&db, pauses).await, Vec::<String>::new());
+    assert_eq!(rows(&db, limits).await, Vec::<String>::new());
+
+    // The whole table by its own button; an empty queue field never resumes it.
+    assert!(page.contains(r#"name="scope" value="table""#), "{page}");
+    let (status, _, _) = post(
+        &app,
+        "/t/jobs/queues/pause",
+        &format!("csrf={token}&scope=table&do=pause"),
+        None,
+    )
+    .await;
+    assert!(status.is_redirection());
+    assert_eq!(rows(&db, pauses).await, ["*"]);
+    let (status, _, _) = post(
+        &app,
+        "/t/jobs/queues/pause",
+        &format!("csrf={token}&queue=&do=resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(rows(&db, pauses).await, ["*"]);
+
+    // A good name: paused and limited under the same name.
+    for (path, form) in [
+        ("/t/jobs/queues/pause", "queue=mail&do=pause"),
+        ("/t/jobs/queues/limit", "queue=mail&max_processing=2"),
+    ] {
+        let (status, body, _) = post(&app, path, &format!("csrf={token}&{form}"), None).await;
+        assert!(status.is_redirection(), "{form}: {status} {body}");
+    }
+    assert_eq!(rows(&db, pauses).await, ["*", "mail"]);
+    assert_eq!(rows(&db, limits).await, ["mail"]);
+
+    // The library refuses the same names.
+    let t = table(&db).await;
+    let p = Pauses::new(&db.pool, &t, PausesOptions::default())
+        .await
+        .unwrap();
+    let l = Limits::new(&db.pool, &t).await.unwrap();
+    for queue in ["", " ", " mail", "mail\n"] {
+        assert!(p.pause(Some(queue), "test").await.is_err(), "{queue:?}");
+        assert!(
+            l.set_limit(queue, Limit::processing(1)).await.is_err(),
+            "{queue:?}"
+        );
+    }
+    assert_eq!(rows(&db, pauses).await, ["*", "mail"]);
+    assert_eq!(rows(&db, limits).await, ["mail"]);
+}
