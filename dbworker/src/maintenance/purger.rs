@@ -15,7 +15,7 @@ use crate::cluster::Leadership;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
+use crate::metrics::PURGED_TOTAL;
 use crate::runner::{Next, Pass, Runner};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
@@ -335,6 +335,10 @@ impl Purger {
     /// intervals ahead (what `dbworker partitions create` runs); returns the
     /// names of those created. Nothing on a plain table.
     pub async fn create_partitions(&self) -> Result<Vec<String>> {
+        self.create_ahead(None).await
+    }
+
+    async fn create_ahead(&self, fence: Option<&Leadership>) -> Result<Vec<String>> {
         if !self.partitioned {
             return Ok(Vec::new());
         }
@@ -342,6 +346,7 @@ impl Purger {
             &self.pool,
             &self.target.table,
             self.options.partitions_ahead,
+            fence,
         )
         .await
     }
@@ -354,12 +359,14 @@ impl Purger {
         self.purge(None).await
     }
 
-    /// [`purge_once`](Self::purge_once) for a leader: each batch is deleted
-    /// in a transaction fenced by the term, so nothing is deleted once the
-    /// term is over ([`Error::LeadershipLost`]). Partitions are created and
-    /// dropped unfenced: both are idempotent, and a drop re-counts the
-    /// partition after detaching it, so two nodes doing it at once drop
-    /// nothing they should not.
+    /// [`purge_once`](Self::purge_once) for a leader: each batch, each
+    /// partition created and each partition dropped is written in a
+    /// transaction fenced by the term, so nothing is deleted, created or
+    /// dropped once the term is over: the pass ends with
+    /// [`Error::LeadershipLost`]. A partition's detach waits at most
+    /// `detach_lock_timeout` inside the fenced transaction (which holds up
+    /// this node's renewals meanwhile), and archiving a partition copies it
+    /// there too: keep both short beside the lease.
     pub async fn purge_once_as_leader(&self, leadership: &Leadership) -> Result<Purged> {
         self.purge(Some(leadership)).await
     }
@@ -367,22 +374,15 @@ impl Purger {
     async fn purge(&self, fence: Option<&Leadership>) -> Result<Purged> {
         let mut purged = Purged::default();
         if self.partitioned {
-            purged.partitions_created = self.create_partitions().await?;
+            purged.partitions_created = self.create_ahead(fence).await?;
             purged.partitions_dropped = partitions::drop_purgeable(
                 &self.pool,
                 &self.target,
                 &self.options.max_age,
                 self.options.detach_lock_timeout,
+                fence,
             )
             .await?;
-            let table = self.target.table.display_name();
-            metrics::counter!(PARTITIONS_DROPPED_TOTAL, "table" => table.clone())
-                .increment(purged.partitions_dropped.len() as u64);
-            metrics::counter!(PURGED_TOTAL, "table" => table.clone(), "state" => "partition")
-                .increment(purged.partitions_dropped.iter().map(|p| p.rows).sum());
-            for p in &purged.partitions_dropped {
-                tracing::info!(table = %table, partition = %p.name, rows = p.rows, "partition dropped");
-            }
         }
         for &(state, age) in &self.options.max_age {
             let mut n: u64 = 0;
@@ -525,7 +525,7 @@ impl crate::Service for Purger {
         Ok(())
     }
 
-    /// [`run`](crate::Service::run) for a leader: every batch fenced by the term (see
+    /// [`run`](crate::Service::run) for a leader: every write fenced by the term (see
     /// [`Purger::purge_once_as_leader`]); stops when leadership ends.
     async fn run_as_leader(&self, leadership: Leadership) -> crate::Result<()> {
         self.run_passes(&leadership.token(), Some(&leadership))
