@@ -96,11 +96,16 @@ pub(crate) async fn drop_purgeable(
             alias: name.clone(),
             name,
         };
-        let keeps: bool = sql::partition_keeps_rows(&partition, &target.columns, max_age)
-            .fetch_one(pool)
-            .await
-            .map_err(Error::db("purge"))?
-            .get("kept");
+        let keeps: bool = sql::partition_keeps_rows(
+            &partition,
+            &target.columns,
+            max_age,
+            target.history.as_ref(),
+        )
+        .fetch_one(pool)
+        .await
+        .map_err(Error::db("purge"))?
+        .get("kept");
         if keeps {
             continue;
         }
@@ -133,7 +138,7 @@ async fn count(
     target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
 ) -> Result<(u64, u64)> {
-    let row = sql::partition_rows(partition, &target.columns, max_age)
+    let row = sql::partition_rows(partition, &target.columns, max_age, target.history.as_ref())
         .fetch_one(conn)
         .await
         .map_err(Error::db("purge"))?;

@@ -127,7 +127,7 @@ pub(crate) use per_job::PerJob;
 pub(crate) use pooler::{On, backend_pid, current_database, env_problem, pool_transaction_mode};
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use progress::{read_checkpoint, running_jobs, write_progress};
-pub(crate) use purge::{purge_batch, row_security_hides_jobs, sweep_orphans};
+pub(crate) use purge::{RecordedBy, purge_batch, row_security_hides_jobs, sweep_orphans};
 pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};
