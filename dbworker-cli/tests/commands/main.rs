@@ -21,6 +21,7 @@ mod fixtures {
 mod admin;
 mod dashboard;
 mod error_history;
+mod fair_show;
 mod operator_output;
 mod partitions;
 mod reschedule;
