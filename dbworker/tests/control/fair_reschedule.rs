@@ -1,6 +1,6 @@
 //! Fair claims and an operator's reschedule of a job that still waits (no
 //! change of state): moved later, it waits untagged like any job not yet
-//! due; moved to now, it is tagged anew at the back of its key's share.
+//! due, and once due it is tagged at the back of its key's share.
 //!
 //! Before, the job kept the tag it had (the tagging trigger fired only on a
 //! change of state): scheduled an hour out, it kept its place at the front
@@ -64,13 +64,23 @@ async fn a_rescheduled_waiting_job_is_untagged_until_due_and_then_goes_to_the_ba
     assert_eq!(db.state(first).await, "queued");
     assert_eq!(tag(&db, first).await, UNTAGGED);
 
-    // Back to now: tagged again, after the other jobs of its key.
+    // Back to now: due, and tagged as every job come due is (a worker's
+    // claims set its tag to -1), after the other jobs of its key.
     let mut now = Reschedule::default();
     now.run_at = Some(SystemTime::now() - Duration::from_secs(1));
     admin
         .act_on_ids(&[first], &BulkAction::Reschedule(now))
         .await
         .unwrap();
+    assert_eq!(
+        tag(&db, first).await,
+        UNTAGGED,
+        "not tagged before it is due"
+    );
+    db.execute(&format!(
+        "UPDATE jobs SET fair_tag = -1 WHERE id = {first} AND process_after <= now()"
+    ))
+    .await;
     let tags: Vec<(i64, String, i64)> = sqlx::query_as(
         "SELECT id, fair_key, fair_tag FROM jobs WHERE fair_key = 'a' ORDER BY fair_tag, id",
     )
