@@ -226,4 +226,18 @@ mod tests {
         let o: PurgeOptions = serde_json::from_str(r#"{ "max_age": { "queued": "1d" } }"#).unwrap();
         assert!(o.validate().unwrap_err().to_string().contains("max_age"));
     }
+
+    #[test]
+    fn the_history_a_purge_waits_for_reads_from_a_config_file_and_is_checked() {
+        let o: PurgeOptions =
+            serde_json::from_str(r#"{ "history": { "catch_up": "2h" } }"#).unwrap();
+        let history = o.history.as_ref().expect("the history's options");
+        assert_eq!(history.catch_up, Duration::from_secs(7200));
+        assert!(o.validate().is_ok());
+        assert!(PurgeOptions::default().history.is_none());
+        let o: PurgeOptions =
+            serde_json::from_str(r#"{ "history": { "history_table": "no; drop" } }"#).unwrap();
+        let e = o.validate().unwrap_err().to_string();
+        assert!(e.contains("history_table"), "{e}");
+    }
 }
