@@ -84,6 +84,13 @@ pub(crate) async fn drop_purgeable(
     lock_timeout: Duration,
     fence: Option<&Leadership>,
 ) -> Result<Vec<DroppedPartition>> {
+    // Both series exist from the first pass, drops or not.
+    let table = target.table.display_name();
+    let partitions_dropped = metrics::counter!(PARTITIONS_DROPPED_TOTAL, "table" => table.clone());
+    let rows_dropped =
+        metrics::counter!(PURGED_TOTAL, "table" => table.clone(), "state" => "partition");
+    partitions_dropped.increment(0);
+    rows_dropped.increment(0);
     let rows = sql::closed_partitions(&target.table)
         .fetch_all(pool)
         .await
@@ -114,10 +121,9 @@ pub(crate) async fn drop_purgeable(
         // and the batches must not wait for it.
         match detach_and_drop(pool, &partition, target, max_age, lock_timeout, fence).await {
             Ok(Some(rows)) => {
-                let (table, name) = (target.table.display_name(), partition.display_name());
-                metrics::counter!(PARTITIONS_DROPPED_TOTAL, "table" => table.clone()).increment(1);
-                metrics::counter!(PURGED_TOTAL, "table" => table.clone(), "state" => "partition")
-                    .increment(rows);
+                let name = partition.display_name();
+                partitions_dropped.increment(1);
+                rows_dropped.increment(rows);
                 tracing::info!(table = %table, partition = %name, rows, "partition dropped");
                 dropped.push(DroppedPartition { name, rows });
             }
