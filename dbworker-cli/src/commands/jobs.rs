@@ -251,13 +251,28 @@ pub(crate) async fn show(args: JobArgs) -> Result<()> {
         Some(row) => {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&row)
+                serde_json::to_string_pretty(&readable(row))
                     .with_context(|| format!("job {} as JSON", args.id))?
             );
             Ok(())
         }
         None => bail!("no job {}", args.id),
     }
+}
+
+/// The tag a fair table gives a job waiting for its run-at: behind every
+/// tagged job until it comes due (the library's `FAIR_UNTAGGED`, 2^62).
+const FAIR_UNTAGGED: i64 = 1 << 62;
+
+/// `show`'s row for a reader: an untagged job's fair tag in words, not as
+/// 4611686018427387904 (`--format json` keeps the stored number).
+fn readable(mut row: serde_json::Value) -> serde_json::Value {
+    if let Some(tag) = row.get_mut("fair_tag")
+        && tag.as_i64().is_some_and(|t| t >= FAIR_UNTAGGED)
+    {
+        *tag = "untagged (not due yet)".into();
+    }
+    row
 }
 
 /// One job by id, or every job matching a filter.

@@ -22,6 +22,7 @@ mod admin;
 mod bulk;
 mod dashboard;
 mod error_history;
+mod fair_show;
 mod operator_output;
 mod partitions;
 mod refusals;

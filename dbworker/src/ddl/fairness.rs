@@ -52,7 +52,8 @@ pub struct FairClaims {
 ///   tagging reads: the head of a level, and a key's last tag in it;
 /// - the triggers that tag a job when it is inserted waiting, and again
 ///   whenever it waits again (a retry, a reset, a released dependent, an
-///   operator's reschedule): start-time fair queuing, with no lock on any
+///   operator's reschedule), and untag it when its run-at moves ahead while
+///   it waits: start-time fair queuing, with no lock on any
 ///   shared row, so producers of one key never wait for each other;
 /// - a job not due yet is left untagged (behind every tagged one) and
 ///   tagged when it comes due, by a third trigger the store fires (and an
@@ -206,8 +207,14 @@ $fair$;
 CREATE OR REPLACE TRIGGER {on_insert} BEFORE INSERT ON {table}
     FOR EACH ROW WHEN (NEW.{state} IN ('queued', 'errored')) EXECUTE FUNCTION {function}();
 -- A retried, reset, released or rescheduled job re-enters at the back of its key's share.
-CREATE OR REPLACE TRIGGER {on_update} BEFORE UPDATE OF {state} ON {table}
-    FOR EACH ROW WHEN (NEW.{state} IN ('queued', 'errored') AND OLD.{state} NOT IN ('queued', 'errored'))
+-- A waiting job whose run-at moves ahead (an operator's reschedule, a key's
+-- replacement) is untagged, as a new job scheduled for later, and tagged when
+-- it comes due. One made due (a signal, a reschedule to now) keeps its tag,
+-- or waits to be tagged as every job come due does: nothing read, so the
+-- writers need no grant on the weights.
+CREATE OR REPLACE TRIGGER {on_update} BEFORE UPDATE OF {state}, {process_after} ON {table}
+    FOR EACH ROW WHEN (NEW.{state} IN ('queued', 'errored') AND (OLD.{state} NOT IN ('queued', 'errored')
+        OR (NEW.{process_after} IS DISTINCT FROM OLD.{process_after} AND NEW.{process_after} > clock_timestamp())))
     EXECUTE FUNCTION {function}();
 -- An untagged job come due is tagged when the store sets its tag to -1
 -- (every worker's claims do, about once a second).

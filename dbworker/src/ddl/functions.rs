@@ -294,6 +294,8 @@ pub fn admin_functions_sql(
             format!("COALESCE(max_retries, {})", j("max_retries")),
         ));
     }
+    // `finished_at` from the clock: the caller's transaction may have begun
+    // long before the call.
     let functions = [
         AdminFunction {
             name: "complete_jobs",
@@ -302,7 +304,7 @@ pub fn admin_functions_sql(
             states: &["queued", "errored", "failed", "canceled"],
             sets: vec![
                 set(&c.state, "'completed'".into()),
-                set(&c.finished_at, "now()".into()),
+                set(&c.finished_at, "clock_timestamp()".into()),
             ],
         },
         AdminFunction {
@@ -316,7 +318,7 @@ pub fn admin_functions_sql(
                     &c.failure_message,
                     "COALESCE(reason, 'failed by an operator')".into(),
                 ),
-                set(&c.finished_at, "now()".into()),
+                set(&c.finished_at, "clock_timestamp()".into()),
             ],
         },
         AdminFunction {

@@ -105,7 +105,7 @@ impl HistoryOptions {
         self.relation().map(|_| ())
     }
 
-    fn relation(&self) -> Result<Relation> {
+    pub(crate) fn relation(&self) -> Result<Relation> {
         let invalid =
             |field: &'static str, reason: String| Err(Error::InvalidOption { field, reason });
         let hour = Duration::from_secs(3600);

@@ -5,9 +5,11 @@
 #![doc = include_str!("../../docs/modules/maintenance.md")]
 
 pub(crate) mod partitions;
+pub(crate) mod purge_options;
 pub(crate) mod purger;
 pub(crate) mod resetter;
 
 pub use crate::store::ResetOutcome;
 pub use partitions::DroppedPartition;
-pub use purger::{PurgeOptions, Purged, Purger};
+pub use purge_options::PurgeOptions;
+pub use purger::{Purged, Purger};

@@ -4,13 +4,28 @@
 
 use std::time::Duration;
 
-use sqlx::{PgPool, Row};
+use sqlx::{PgPool, Postgres, Row, Transaction};
 use workerutil::JobState;
 
 use super::purger::PurgeTarget;
+use crate::cluster::Leadership;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
+use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
 use crate::sql;
+
+/// A transaction for partition DDL: a leader's is fenced by its term, so a
+/// leader deposed meanwhile (paused past its lease) creates and drops
+/// nothing ([`Error::LeadershipLost`]).
+async fn begin(
+    pool: &PgPool,
+    fence: Option<&Leadership>,
+) -> Result<Transaction<'static, Postgres>> {
+    match fence {
+        Some(leadership) => leadership.begin().await,
+        None => pool.begin().await.map_err(Error::db("begin")),
+    }
+}
 
 /// Creates the partitions up to `ahead` intervals past the current one
 /// (`<table>_create_partitions`); returns the names of those it created.
@@ -18,11 +33,14 @@ pub(crate) async fn create_ahead(
     pool: &PgPool,
     table: &Relation,
     ahead: u32,
+    fence: Option<&Leadership>,
 ) -> Result<Vec<String>> {
+    let mut tx = begin(pool, fence).await?;
     let rows = sql::create_partitions(table, ahead)
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(Error::db("create_partitions"))?;
+    tx.commit().await.map_err(Error::db("commit"))?;
     Ok(rows.iter().map(|r| r.get("partition")).collect())
 }
 
@@ -56,13 +74,23 @@ pub struct DroppedPartition {
 /// change them now), and it is dropped only if still every row is purgeable;
 /// otherwise the transaction rolls back and the partition stays attached. A
 /// live job is never dropped. A lock not granted in time, or any other error
-/// on one partition, skips it until the next pass.
+/// on one partition, skips it until the next pass; but a leader's term found
+/// over ends the pass with [`Error::LeadershipLost`] (each drop is logged and
+/// counted as it happens, so the drops before it are not lost).
 pub(crate) async fn drop_purgeable(
     pool: &PgPool,
     target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
     lock_timeout: Duration,
+    fence: Option<&Leadership>,
 ) -> Result<Vec<DroppedPartition>> {
+    // Both series exist from the first pass, drops or not.
+    let table = target.table.display_name();
+    let partitions_dropped = metrics::counter!(PARTITIONS_DROPPED_TOTAL, "table" => table.clone());
+    let rows_dropped =
+        metrics::counter!(PURGED_TOTAL, "table" => table.clone(), "state" => "partition");
+    partitions_dropped.increment(0);
+    rows_dropped.increment(0);
     let rows = sql::closed_partitions(&target.table)
         .fetch_all(pool)
         .await
@@ -75,23 +103,32 @@ pub(crate) async fn drop_purgeable(
             alias: name.clone(),
             name,
         };
-        let keeps: bool = sql::partition_keeps_rows(&partition, &target.columns, max_age)
-            .fetch_one(pool)
-            .await
-            .map_err(Error::db("purge"))?
-            .get("kept");
+        let keeps: bool = sql::partition_keeps_rows(
+            &partition,
+            &target.columns,
+            max_age,
+            target.history.as_ref(),
+        )
+        .fetch_one(pool)
+        .await
+        .map_err(Error::db("purge"))?
+        .get("kept");
         if keeps {
             continue;
         }
         // One partition that cannot go (a view depends on it, a privilege is
         // missing) stays attached, and its rows go the batch way: the others
         // and the batches must not wait for it.
-        match detach_and_drop(pool, &partition, target, max_age, lock_timeout).await {
-            Ok(Some(rows)) => dropped.push(DroppedPartition {
-                name: partition.display_name(),
-                rows,
-            }),
+        match detach_and_drop(pool, &partition, target, max_age, lock_timeout, fence).await {
+            Ok(Some(rows)) => {
+                let name = partition.display_name();
+                partitions_dropped.increment(1);
+                rows_dropped.increment(rows);
+                tracing::info!(table = %table, partition = %name, rows, "partition dropped");
+                dropped.push(DroppedPartition { name, rows });
+            }
             Ok(None) => {}
+            Err(err @ Error::LeadershipLost { .. }) => return Err(err),
             Err(err) => {
                 tracing::warn!(partition = %partition.display_name(), error = %err, "partition not dropped; its rows go the batch way, and the next pass tries again");
             }
@@ -107,7 +144,7 @@ async fn count(
     target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
 ) -> Result<(u64, u64)> {
-    let row = sql::partition_rows(partition, &target.columns, max_age)
+    let row = sql::partition_rows(partition, &target.columns, max_age, target.history.as_ref())
         .fetch_one(conn)
         .await
         .map_err(Error::db("purge"))?;
@@ -123,8 +160,10 @@ async fn detach_and_drop(
     target: &PurgeTarget,
     max_age: &[(JobState, Duration)],
     lock_timeout: Duration,
+    fence: Option<&Leadership>,
 ) -> Result<Option<u64>> {
-    let mut tx = pool.begin().await.map_err(Error::db("begin"))?;
+    // The fence comes first: its lock wait is not the detach's to time out.
+    let mut tx = begin(pool, fence).await?;
     sql::set_lock_timeout(lock_timeout)
         .execute(&mut *tx)
         .await

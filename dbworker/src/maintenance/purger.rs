@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
@@ -15,169 +14,21 @@ use crate::cluster::Leadership;
 use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::metrics::{PARTITIONS_DROPPED_TOTAL, PURGED_TOTAL};
+use crate::metrics::PURGED_TOTAL;
 use crate::runner::{Next, Pass, Runner};
 use crate::sql::{self, Table};
 use crate::table::JobTable;
 
 use super::partitions::{self, DroppedPartition};
-
-/// What to purge from a job table, and how.
-///
-/// Deserializable from a config file: every field left out keeps its
-/// default, durations are written as in [`workerutil::duration`], and an
-/// unknown field is refused. `max_age` is a map from state to age,
-/// `{ "completed": "7d", "failed": "30d" }`, which replaces the default
-/// whole (a state it leaves out is kept).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct PurgeOptions {
-    /// Final states to purge and how long after `finished_at` (database
-    /// clock) a row of each goes. States not listed are kept. Default:
-    /// completed after 7 days, failed and canceled after 30.
-    #[serde(with = "max_age_map")]
-    pub max_age: Vec<(JobState, Duration)>,
-    /// Rows per statement: each batch is one short transaction, so the purger
-    /// never holds many locks or a long snapshot. Default 1,000.
-    pub chunk_size: u32,
-    /// Move rows here instead of deleting them: a table with the job table's
-    /// columns (`CREATE TABLE archive (LIKE jobs)`). Default `None` (delete).
-    pub archive_table: Option<String>,
-    /// Time between passes of the purger's [`run`](crate::Service::run), spread by ±10 % so processes
-    /// started together do not purge in step. Default 60 s.
-    #[serde(with = "workerutil::duration")]
-    pub interval: Duration,
-    /// Partitioned tables only: each pass creates the partitions up to this
-    /// many intervals past the current one (`<table>_create_partitions`), so
-    /// new jobs never land in the default partition. Default 3.
-    pub partitions_ahead: u32,
-    /// Partitioned tables only: how long detaching a partition waits for the
-    /// job table's lock before skipping it until the next pass (claims queue
-    /// behind a waiting detach, so keep it short). Default 1 s.
-    #[serde(with = "workerutil::duration")]
-    pub detach_lock_timeout: Duration,
-}
-
-/// `PurgeOptions::max_age` in a config file: a map from state to age, in
-/// the order given; a state named twice is refused.
-mod max_age_map {
-    use std::fmt;
-    use std::time::Duration;
-
-    use serde::de::{Error as _, MapAccess, Visitor};
-    use serde::ser::SerializeMap;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use workerutil::JobState;
-
-    /// One age, written as `workerutil::duration` writes it.
-    #[derive(Serialize, Deserialize)]
-    #[serde(transparent)]
-    struct Age(#[serde(with = "workerutil::duration")] Duration);
-
-    pub(super) fn serialize<S: Serializer>(
-        max_age: &[(JobState, Duration)],
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(max_age.len()))?;
-        for (state, age) in max_age {
-            map.serialize_entry(state, &Age(*age))?;
-        }
-        map.end()
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Vec<(JobState, Duration)>, D::Error> {
-        deserializer.deserialize_map(MaxAge)
-    }
-
-    struct MaxAge;
-
-    impl<'de> Visitor<'de> for MaxAge {
-        type Value = Vec<(JobState, Duration)>;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(r#"a map from final state to age, e.g. { "completed": "7d" }"#)
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut max_age: Self::Value = Vec::new();
-            while let Some((state, Age(age))) = map.next_entry::<JobState, Age>()? {
-                if max_age.iter().any(|(s, _)| *s == state) {
-                    return Err(A::Error::custom(format!("max_age names {state} twice")));
-                }
-                max_age.push((state, age));
-            }
-            Ok(max_age)
-        }
-    }
-}
-
-impl PurgeOptions {
-    /// The defaults.
-    pub fn new() -> Self {
-        PurgeOptions::default()
-    }
-
-    /// Checks every field; the error names it.
-    pub fn validate(&self) -> Result<()> {
-        self.archive().map(|_| ())
-    }
-
-    /// The archive table, with every field checked.
-    fn archive(&self) -> Result<Option<Relation>> {
-        let invalid = |field: &'static str, reason: String| Error::InvalidOption { field, reason };
-        for (state, _) in &self.max_age {
-            if !state.is_final() {
-                return Err(invalid(
-                    "max_age",
-                    format!("{state:?} is not a final state; only finished rows are purged"),
-                ));
-            }
-        }
-        if self.chunk_size == 0 {
-            return Err(invalid("chunk_size", "must be at least 1".into()));
-        }
-        if self.interval.is_zero() {
-            return Err(invalid("interval", "must be positive".into()));
-        }
-        if self.detach_lock_timeout < Duration::from_millis(1) {
-            return Err(invalid(
-                "detach_lock_timeout",
-                "must be at least 1 ms (0 would wait forever)".into(),
-            ));
-        }
-        self.archive_table
-            .as_deref()
-            .map(|name| Relation::parse("archive_table", name))
-            .transpose()
-    }
-}
-
-impl Default for PurgeOptions {
-    fn default() -> Self {
-        const DAY: u64 = 24 * 3600;
-        PurgeOptions {
-            max_age: vec![
-                (JobState::Completed, Duration::from_secs(7 * DAY)),
-                (JobState::Failed, Duration::from_secs(30 * DAY)),
-                (JobState::Canceled, Duration::from_secs(30 * DAY)),
-            ],
-            chunk_size: 1_000,
-            archive_table: None,
-            interval: Duration::from_secs(60),
-            partitions_ahead: 3,
-            detach_lock_timeout: Duration::from_secs(1),
-        }
-    }
-}
+use super::purge_options::PurgeOptions;
 
 /// The table a purger works on, and where its rows go.
 #[derive(Debug, Clone)]
 pub(crate) struct PurgeTarget {
     pub(crate) t: Arc<Table>,
     pub(crate) archive: Option<Relation>,
+    /// The history whose records a row must be in before it goes.
+    pub(crate) history: Option<sql::RecordedBy>,
 }
 
 impl std::ops::Deref for PurgeTarget {
@@ -247,9 +98,18 @@ impl Purger {
     /// table, its partition function.
     pub async fn new(pool: &PgPool, table: &JobTable, options: PurgeOptions) -> Result<Purger> {
         let pool = pool.clone();
+        let history = match &options.history {
+            Some(h) => Some(sql::RecordedBy {
+                history: h.relation()?,
+                job_table: table.name(),
+                catch_up: h.catch_up,
+            }),
+            None => None,
+        };
         let target = PurgeTarget {
             t: table.sql().clone(),
             archive: options.archive()?,
+            history,
         };
         // Each batch locks its rows (FOR UPDATE SKIP LOCKED) before deleting
         // them, and a row lock needs UPDATE.
@@ -274,7 +134,23 @@ impl Purger {
                 &[Privilege::Select, Privilege::Delete],
             );
         }
+        // Where the history's records end.
+        if let Some(h) = &target.history {
+            grants = grants.on("history table", &h.history, &[Privilege::Select]);
+        }
         let mut problems = grants.problems(&pool).await?;
+        if let Some(h) = &target.history {
+            problems.extend(
+                crate::schema_check::missing_columns(
+                    &pool,
+                    &h.history,
+                    "history table",
+                    &["job_table", "bucket", "seconds"],
+                    "`dbworker migration --history` prints it",
+                )
+                .await?,
+            );
+        }
         if let Some(archive) = &target.archive {
             let hint = format!(
                 "CREATE TABLE {} (LIKE {})",
@@ -335,6 +211,10 @@ impl Purger {
     /// intervals ahead (what `dbworker partitions create` runs); returns the
     /// names of those created. Nothing on a plain table.
     pub async fn create_partitions(&self) -> Result<Vec<String>> {
+        self.create_ahead(None).await
+    }
+
+    async fn create_ahead(&self, fence: Option<&Leadership>) -> Result<Vec<String>> {
         if !self.partitioned {
             return Ok(Vec::new());
         }
@@ -342,6 +222,7 @@ impl Purger {
             &self.pool,
             &self.target.table,
             self.options.partitions_ahead,
+            fence,
         )
         .await
     }
@@ -354,12 +235,14 @@ impl Purger {
         self.purge(None).await
     }
 
-    /// [`purge_once`](Self::purge_once) for a leader: each batch is deleted
-    /// in a transaction fenced by the term, so nothing is deleted once the
-    /// term is over ([`Error::LeadershipLost`]). Partitions are created and
-    /// dropped unfenced: both are idempotent, and a drop re-counts the
-    /// partition after detaching it, so two nodes doing it at once drop
-    /// nothing they should not.
+    /// [`purge_once`](Self::purge_once) for a leader: each batch, each
+    /// partition created and each partition dropped is written in a
+    /// transaction fenced by the term, so nothing is deleted, created or
+    /// dropped once the term is over: the pass ends with
+    /// [`Error::LeadershipLost`]. A partition's detach waits at most
+    /// `detach_lock_timeout` inside the fenced transaction (which holds up
+    /// this node's renewals meanwhile), and archiving a partition copies it
+    /// there too: keep both short beside the lease.
     pub async fn purge_once_as_leader(&self, leadership: &Leadership) -> Result<Purged> {
         self.purge(Some(leadership)).await
     }
@@ -367,22 +250,15 @@ impl Purger {
     async fn purge(&self, fence: Option<&Leadership>) -> Result<Purged> {
         let mut purged = Purged::default();
         if self.partitioned {
-            purged.partitions_created = self.create_partitions().await?;
+            purged.partitions_created = self.create_ahead(fence).await?;
             purged.partitions_dropped = partitions::drop_purgeable(
                 &self.pool,
                 &self.target,
                 &self.options.max_age,
                 self.options.detach_lock_timeout,
+                fence,
             )
             .await?;
-            let table = self.target.table.display_name();
-            metrics::counter!(PARTITIONS_DROPPED_TOTAL, "table" => table.clone())
-                .increment(purged.partitions_dropped.len() as u64);
-            metrics::counter!(PURGED_TOTAL, "table" => table.clone(), "state" => "partition")
-                .increment(purged.partitions_dropped.iter().map(|p| p.rows).sum());
-            for p in &purged.partitions_dropped {
-                tracing::info!(table = %table, partition = %p.name, rows = p.rows, "partition dropped");
-            }
         }
         for &(state, age) in &self.options.max_age {
             let mut n: u64 = 0;
@@ -390,6 +266,7 @@ impl Purger {
                 let batch = sql::purge_batch(
                     &self.target,
                     self.target.archive.as_ref(),
+                    self.target.history.as_ref(),
                     state,
                     age,
                     self.options.chunk_size,
@@ -525,66 +402,11 @@ impl crate::Service for Purger {
         Ok(())
     }
 
-    /// [`run`](crate::Service::run) for a leader: every batch fenced by the term (see
+    /// [`run`](crate::Service::run) for a leader: every write fenced by the term (see
     /// [`Purger::purge_once_as_leader`]); stops when leadership ends.
     async fn run_as_leader(&self, leadership: Leadership) -> crate::Result<()> {
         self.run_passes(&leadership.token(), Some(&leadership))
             .await;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_final_states_and_sane_sizes_are_accepted() {
-        let mut o = PurgeOptions::new();
-        assert!(o.validate().is_ok());
-        o.max_age = vec![(JobState::Queued, Duration::from_secs(1))];
-        assert!(o.validate().unwrap_err().to_string().contains("max_age"));
-        let mut o = PurgeOptions::new();
-        o.chunk_size = 0;
-        assert!(o.validate().unwrap_err().to_string().contains("chunk_size"));
-    }
-
-    #[test]
-    fn max_age_is_a_map_from_state_to_age_in_a_config_file() {
-        let o: PurgeOptions = serde_json::from_str(
-            r#"{ "max_age": { "completed": "1d", "failed": "2w" }, "chunk_size": 500 }"#,
-        )
-        .unwrap();
-        const DAY: u64 = 24 * 3600;
-        assert_eq!(
-            o.max_age,
-            [
-                (JobState::Completed, Duration::from_secs(DAY)),
-                (JobState::Failed, Duration::from_secs(14 * DAY)),
-            ]
-        );
-        assert_eq!(o.chunk_size, 500);
-        assert_eq!(o.interval, PurgeOptions::default().interval);
-        let written = serde_json::to_string(&PurgeOptions::default()).unwrap();
-        assert!(
-            written.contains(
-                r#""max_age":{"completed":"7days","failed":"30days","canceled":"30days"}"#
-            ),
-            "{written}"
-        );
-        let read: PurgeOptions = serde_json::from_str(&written).unwrap();
-        assert_eq!(read.max_age, PurgeOptions::default().max_age);
-        let refused = |text: &str| {
-            serde_json::from_str::<PurgeOptions>(text)
-                .unwrap_err()
-                .to_string()
-        };
-        let e = refused(r#"{ "max_age": { "done": "1d" } }"#);
-        assert!(e.starts_with("unknown variant `done`"), "{e}");
-        let e = refused(r#"{ "max_age": { "failed": "1d", "failed": "2d" } }"#);
-        assert!(e.starts_with("max_age names failed twice"), "{e}");
-        // A state that is not final reads, and is refused where it is used.
-        let o: PurgeOptions = serde_json::from_str(r#"{ "max_age": { "queued": "1d" } }"#).unwrap();
-        assert!(o.validate().unwrap_err().to_string().contains("max_age"));
     }
 }

@@ -14,6 +14,15 @@ pub(super) fn rel(text: &str) -> Relation {
     Relation::parse("table_name", text).unwrap()
 }
 
+/// The job history `app.jobs`'s purge waits for, catching up 6 h.
+pub(super) fn recorded_by() -> super::purge::RecordedBy {
+    super::purge::RecordedBy {
+        history: rel("dbworker_history"),
+        job_table: "app.jobs".into(),
+        catch_up: std::time::Duration::from_secs(6 * 3600),
+    }
+}
+
 /// The default columns, none renamed.
 pub(super) fn plain() -> Columns {
     Columns::resolve(&HashMap::new()).unwrap()

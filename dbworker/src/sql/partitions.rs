@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use sea_query::JoinType;
 
+use super::purge::{RecordedBy, recorded};
 use super::schema::regclass;
 use super::{Statement, alias, col, plain_table, state};
 use crate::columns::create_partitions_function;
@@ -69,18 +70,19 @@ const P: &str = "dbworker_partition";
 
 /// `NOT <purgeable>` over a partition aliased [`P`]: a row the purger must
 /// keep (not in a purged state, finished more recently than its state's age,
-/// or with no `finished_at`).
-fn kept_row(c: &Columns, max_age: &[(JobState, Duration)]) -> Expr {
+/// with no `finished_at`, or not yet recorded by `history`).
+fn kept_row(c: &Columns, max_age: &[(JobState, Duration)], history: Option<&RecordedBy>) -> Expr {
+    let finished_at = format!("{}.{}", quote(P), quote(&c.finished_at));
     let mut purgeable = Condition::any();
     for (s, age) in max_age {
-        purgeable = purgeable.add(col(P, &c.state).eq(state(*s)).and(Expr::cust_with_values(
-            format!(
-                "{}.{} < now() - make_interval(secs => $1::float8)",
-                quote(P),
-                quote(&c.finished_at)
-            ),
+        let mut row = col(P, &c.state).eq(state(*s)).and(Expr::cust_with_values(
+            format!("{finished_at} < now() - make_interval(secs => $1::float8)"),
             [age.as_secs_f64()],
-        )));
+        ));
+        if let Some(r) = history {
+            row = row.and(recorded(r, finished_at.clone()));
+        }
+        purgeable = purgeable.add(row);
     }
     let purgeable = if max_age.is_empty() {
         Expr::cust("false")
@@ -97,11 +99,12 @@ pub(crate) fn partition_keeps_rows(
     partition: &Relation,
     c: &Columns,
     max_age: &[(JobState, Duration)],
+    history: Option<&RecordedBy>,
 ) -> Statement {
     let kept = Query::select()
         .expr(Expr::cust("1"))
         .from(plain_table(partition).alias(alias(P)))
-        .and_where(kept_row(c, max_age))
+        .and_where(kept_row(c, max_age, history))
         .to_owned();
     let q = Query::select()
         .expr_as(Expr::exists(kept), alias("kept"))
@@ -116,11 +119,12 @@ pub(crate) fn partition_rows(
     partition: &Relation,
     c: &Columns,
     max_age: &[(JobState, Duration)],
+    history: Option<&RecordedBy>,
 ) -> Statement {
     let kept = Query::select()
         .expr(Expr::cust("count(*)"))
         .from(plain_table(partition).alias(alias(P)))
-        .and_where(kept_row(c, max_age))
+        .and_where(kept_row(c, max_age, history))
         .to_owned();
     let q = Query::select()
         .expr_as(Expr::cust("count(*)::bigint"), alias("rows"))
@@ -215,14 +219,26 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     ];
     vec![
         ("closed_partitions", closed_partitions(&table)),
-        ("partition_rows", partition_rows(&partition, &c, &max_age)),
+        (
+            "partition_rows",
+            partition_rows(&partition, &c, &max_age, None),
+        ),
         (
             "partition_keeps_rows",
-            partition_keeps_rows(&partition, &c, &max_age[..1]),
+            partition_keeps_rows(&partition, &c, &max_age[..1], None),
+        ),
+        (
+            "partition_keeps_rows_recorded_by_history",
+            partition_keeps_rows(
+                &partition,
+                &c,
+                &max_age[..1],
+                Some(&super::fixtures::recorded_by()),
+            ),
         ),
         (
             "partition_rows_none_purged",
-            partition_rows(&partition, &c, &[]),
+            partition_rows(&partition, &c, &[], None),
         ),
         (
             "set_lock_timeout",

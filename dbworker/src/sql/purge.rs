@@ -3,18 +3,50 @@
 use super::progress_table::purge_side;
 use super::{Statement, Table, alias, col, state, table_ref};
 use crate::columns::{HAS_DEPENDENTS, Relation, UPSTREAM_IDS, quote};
-use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query, Value};
 use workerutil::JobState;
+
+/// The job history a purge waits for: its table, the job table's name in
+/// its `job_table` column, and how far back its passes look (`catch_up`).
+#[derive(Debug, Clone)]
+pub(crate) struct RecordedBy {
+    pub(crate) history: Relation,
+    pub(crate) job_table: String,
+    pub(crate) catch_up: std::time::Duration,
+}
+
+/// `finished_at < <where the history's records end>`: the end of its latest
+/// bucket (minute or hour) for the job table. Minutes are recorded in
+/// order, so every row finished before it has been counted. A row older than
+/// `catch_up` (and a minute, for the history's rounding) goes anyway: no pass
+/// of the history records it any more, and a history stopped for good must
+/// not keep the table from being purged.
+pub(crate) fn recorded(r: &RecordedBy, finished_at: String) -> Expr {
+    Expr::cust_with_values(
+        format!(
+            "{finished_at} < (SELECT GREATEST(max(\"bucket\" + \"seconds\" * interval '1 second'), \
+             now() - make_interval(secs => $1::float8) - interval '1 minute') \
+             FROM {} WHERE \"job_table\" = $2)",
+            r.history.quoted()
+        ),
+        [
+            Value::from(r.catch_up.as_secs_f64()),
+            Value::from(r.job_table.clone()),
+        ],
+    )
+}
 
 /// Deletes (or moves to the archive table) up to `batch` rows in `state`
 /// finished longer than `age` ago, oldest first, skipping locked rows.
 /// Returns their ids. With `archive` (a table with the job table's columns in
 /// the same order) the rows are moved there. A table with signals loses the
 /// purged jobs' mailbox rows in the same statement (they would only grow),
-/// a table with the progress side table their side rows.
+/// a table with the progress side table their side rows. With `history`,
+/// only rows it has recorded ([`recorded`]).
 pub(crate) fn purge_batch(
     t: &Table,
     archive: Option<&Relation>,
+    history: Option<&RecordedBy>,
     state_: JobState,
     age: std::time::Duration,
     batch: u32,
@@ -39,6 +71,12 @@ pub(crate) fn purge_batch(
         .limit(u64::from(batch))
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
         .to_owned();
+    if let Some(r) = history {
+        doomed.and_where(recorded(
+            r,
+            format!("{}.{}", quote("dbworker_doomed"), quote(&c.finished_at)),
+        ));
+    }
     if t.workflows {
         // A job a dependent still waits for (or has yet to run after) stays:
         // the dependent reads its result, and its edge is gone once it
@@ -180,15 +218,15 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         (
             "purge_batch",
-            purge_batch(&purge, None, JobState::Completed, minute, 100),
+            purge_batch(&purge, None, None, JobState::Completed, minute, 100),
         ),
         (
             "purge_batch_to_archive",
-            purge_batch(&purge, Some(&archive), JobState::Failed, minute, 100),
+            purge_batch(&purge, Some(&archive), None, JobState::Failed, minute, 100),
         ),
         (
             "purge_batch_with_progress_table",
-            purge_batch(&side, None, JobState::Completed, minute, 100),
+            purge_batch(&side, None, None, JobState::Completed, minute, 100),
         ),
         (
             "sweep_orphans_progress_table",
@@ -201,11 +239,22 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("row_security_hides_jobs", row_security_hides_jobs(&purge)),
         (
             "purge_batch_with_workflows",
-            purge_batch(&flows, None, JobState::Completed, minute, 100),
+            purge_batch(&flows, None, None, JobState::Completed, minute, 100),
+        ),
+        (
+            "purge_batch_recorded_by_history",
+            purge_batch(
+                &purge,
+                None,
+                Some(&super::fixtures::recorded_by()),
+                JobState::Completed,
+                minute,
+                100,
+            ),
         ),
         (
             "purge_batch_with_signals",
-            purge_batch(&signalled, None, JobState::Completed, minute, 100),
+            purge_batch(&signalled, None, None, JobState::Completed, minute, 100),
         ),
     ]
 }

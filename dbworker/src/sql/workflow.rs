@@ -106,6 +106,8 @@ pub(crate) fn mark_has_dependents(w: &Table, ids: Vec<i64>) -> Statement {
 /// Cancels a new dependent at once: one of its upstream jobs already failed
 /// (or was canceled) under a policy that cancels. `blocked_by` names it, so
 /// a retry of that job brings this one back to `pending`.
+/// `finished_at` is the clock's, not the transaction's start: the enqueue
+/// may be in a caller's transaction begun long before.
 pub(crate) fn cancel_blocked(w: &Table, id: i64, upstream: i64, message: &str) -> Statement {
     let t = &w.table;
     let c = &w.columns;
@@ -113,7 +115,7 @@ pub(crate) fn cancel_blocked(w: &Table, id: i64, upstream: i64, message: &str) -
     let q = Query::update()
         .table(table_ref(t))
         .value(alias(&c.state), state(JobState::Canceled))
-        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .value(alias(BLOCKED_BY), upstream)
         .value(
             alias(&c.failure_message),

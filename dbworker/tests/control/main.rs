@@ -19,6 +19,7 @@ mod fixtures {
 /// each other (`read`).
 static TIMED: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
+mod fair_reschedule;
 mod fairness;
 mod flags;
 mod limits;

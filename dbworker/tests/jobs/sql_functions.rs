@@ -373,3 +373,48 @@ async fn add_jobs_sets_each_specs_flags() {
     );
     assert_eq!(flags(ids[1]).await, None);
 }
+
+/// `complete_jobs` and `permanently_fail_jobs` stamp `finished_at` with the
+/// clock, not with the start of a caller's transaction that began long
+/// before (retention and the history read it). Before, both wrote `now()`.
+#[tokio::test]
+async fn admin_functions_in_a_long_transaction_stamp_the_current_time() {
+    let db = set_up().await;
+    let ids = seed(&db).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_sleep(1.5)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let before: f64 = sqlx::query_scalar("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    for (sql, id) in [
+        ("SELECT * FROM jobs_complete_jobs($1)", ids["queued"]),
+        (
+            "SELECT * FROM jobs_permanently_fail_jobs($1)",
+            ids["errored"],
+        ),
+    ] {
+        let (_, outcome): (i64, String) = sqlx::query_as(sql)
+            .bind(vec![id])
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        assert_eq!(outcome, "done");
+        let finished: f64 = sqlx::query_scalar(
+            "SELECT EXTRACT(EPOCH FROM finished_at)::float8 FROM jobs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert!(
+            finished >= before,
+            "{sql}: finished {:.2} s before the call",
+            before - finished
+        );
+    }
+    tx.commit().await.unwrap();
+}

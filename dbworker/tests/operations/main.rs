@@ -30,5 +30,6 @@ mod grants;
 mod grants_workflows;
 mod history;
 mod purge;
+mod purge_history;
 mod replica;
 mod status_counts;

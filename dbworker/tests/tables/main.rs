@@ -18,6 +18,7 @@ mod config_files;
 mod job_table;
 mod nul_characters;
 mod partitioned;
+mod partitioned_leader;
 mod quoted_names;
 mod reference_migrations;
 mod robustness_config;

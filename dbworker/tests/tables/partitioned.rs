@@ -23,7 +23,7 @@ use workerutil::JobState;
 use common::Db;
 
 /// The dated partitions of `jobs` (not the default one), by name.
-async fn partitions(db: &Db) -> Vec<String> {
+pub(crate) async fn partitions(db: &Db) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = 'jobs'::regclass AND c.relname <> 'jobs_default' ORDER BY 1",
@@ -43,13 +43,13 @@ async fn partition_of(db: &Db, id: i64) -> String {
 }
 
 /// The test table, `jobs`, with no optional column.
-async fn jobs(db: &Db) -> JobTable {
+pub(crate) async fn jobs(db: &Db) -> JobTable {
     JobTable::new(&db.pool, JobTableOptions::new("jobs"))
         .await
         .unwrap()
 }
 
-fn purger_options() -> PurgeOptions {
+pub(crate) fn purger_options() -> PurgeOptions {
     let mut o = PurgeOptions::new();
     o.max_age = vec![
         (JobState::Completed, Duration::from_secs(24 * 3600)),
@@ -61,7 +61,7 @@ fn purger_options() -> PurgeOptions {
 /// 100 jobs over the last ten days, all completed two days ago, but for a
 /// queued job five days back, a processing one six days back and one
 /// completed just now seven days back. Returns those three ids.
-async fn finished_but_three(db: &Db) -> [i64; 3] {
+pub(crate) async fn finished_but_three(db: &Db) -> [i64; 3] {
     let ids = db.enqueue_spread(100, json!({})).await;
     db.execute("UPDATE jobs SET state = 'completed', finished_at = now() - interval '2 days'")
         .await;

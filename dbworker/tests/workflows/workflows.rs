@@ -1231,3 +1231,42 @@ async fn a_requeue_racing_the_upstreams_completion_queues_the_dependent() {
         assert_eq!(db.state(d).await, "queued", "by function: {by_function}");
     }
 }
+
+/// A new dependent canceled at once (its upstream already failed) inside a
+/// caller's transaction that began long before has `finished_at` from the
+/// clock, not from that transaction's start. Before, `now()`.
+#[tokio::test]
+async fn a_dependent_canceled_at_enqueue_in_a_long_transaction_stamps_the_current_time() {
+    let (db, workflows) = set_up().await;
+    let a = db.enqueue(1, serde_json::json!({})).await[0];
+    finish(&db, a, "failed").await;
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_sleep(1.5)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let before: f64 = sqlx::query_scalar("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let d = workflows
+        .enqueuer()
+        .enqueue_in(&mut tx, NewJob::new().after([a]))
+        .await
+        .unwrap()
+        .id();
+    tx.commit().await.unwrap();
+    assert_eq!(db.state(d).await, "canceled");
+    let finished: f64 = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM finished_at)::float8 FROM jobs WHERE id = $1",
+    )
+    .bind(d)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        finished >= before,
+        "finished {:.2} s before the enqueue",
+        before - finished
+    );
+}

@@ -1,0 +1,93 @@
+//! Fair claims and an operator's reschedule of a job that still waits (no
+//! change of state): moved later, it waits untagged like any job not yet
+//! due, and once due it is tagged at the back of its key's share.
+//!
+//! Before, the job kept the tag it had (the tagging trigger fired only on a
+//! change of state): scheduled an hour out, it kept its place at the front
+//! of the line it no longer stood in, and took it back when due.
+
+use crate::TIMED;
+use crate::common;
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use dbworker::admin::{Admin, BulkAction, Reschedule};
+use dbworker::ddl::{FairClaims, fair_claims_sql};
+use dbworker::{Enqueuer, NewJob};
+
+use common::Db;
+
+/// `FAIR_UNTAGGED`: the tag of a job waiting for its run-at.
+const UNTAGGED: i64 = 1 << 62;
+
+async fn tag(db: &Db, id: i64) -> i64 {
+    db.scalar("SELECT fair_tag FROM jobs WHERE id = $1", id)
+        .await
+}
+
+#[tokio::test]
+async fn a_rescheduled_waiting_job_is_untagged_until_due_and_then_goes_to_the_back() {
+    let _shared = TIMED.read().await;
+    let db = Db::new().await;
+    let mut fair = FairClaims::default();
+    fair.queue_column = Some("queue".into());
+    db.add_columns(
+        |c| c.queue = true,
+        &[fair_claims_sql("jobs", &HashMap::new(), &fair).unwrap()],
+    )
+    .await;
+    let table = db.table().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let mut ids = Vec::new();
+    for key in ["a", "b", "a", "b", "a", "b"] {
+        ids.push(
+            enqueuer
+                .enqueue(NewJob::new().fair_key(key))
+                .await
+                .unwrap()
+                .id(),
+        );
+    }
+    let first = ids[0];
+    assert_eq!(tag(&db, first).await, 0, "tagged at the front");
+    let admin = Admin::new(&db.pool, &table).await.unwrap();
+
+    // An hour out: not due, so untagged, behind every tagged job.
+    let mut later = Reschedule::default();
+    later.run_after = Some(Duration::from_secs(3600));
+    let done = admin
+        .act_on_ids(&[first], &BulkAction::Reschedule(later))
+        .await
+        .unwrap();
+    assert_eq!(done, 1);
+    assert_eq!(db.state(first).await, "queued");
+    assert_eq!(tag(&db, first).await, UNTAGGED);
+
+    // Back to now: due, and tagged as every job come due is (a worker's
+    // claims set its tag to -1), after the other jobs of its key.
+    let mut now = Reschedule::default();
+    now.run_at = Some(SystemTime::now() - Duration::from_secs(1));
+    admin
+        .act_on_ids(&[first], &BulkAction::Reschedule(now))
+        .await
+        .unwrap();
+    assert_eq!(
+        tag(&db, first).await,
+        UNTAGGED,
+        "not tagged before it is due"
+    );
+    db.execute(&format!(
+        "UPDATE jobs SET fair_tag = -1 WHERE id = {first} AND process_after <= now()"
+    ))
+    .await;
+    let tags: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT id, fair_key, fair_tag FROM jobs WHERE fair_key = 'a' ORDER BY fair_tag, id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(tags.iter().all(|(_, _, t)| *t < UNTAGGED), "{tags:?}");
+    assert_eq!(tags.last().unwrap().0, first, "{tags:?}");
+    assert!(tags.last().unwrap().2 > tags[tags.len() - 2].2, "{tags:?}");
+}
