@@ -510,12 +510,14 @@ pub(crate) fn backend_pid() -> Statement {
 /// dropped mid-query, after its connection was closed (see `store/open.rs`).
 /// Only while that session is still in the transaction that began at
 /// `xact_us` (microseconds since the epoch, as `lock_claimed` read it): a pid
-/// gone to another session since is spared. No row: nothing left to end.
+/// gone to another session since is spared. No row: no such session.
+/// `done` NULL: not that transaction (`untracked`: its start cannot be read,
+/// with `track_activities` off).
 pub(crate) fn terminate_backend(pid: i32, xact_us: i64) -> Statement {
     Statement {
-        sql: "SELECT pg_terminate_backend(a.pid) AS done FROM pg_stat_activity AS a \
-              WHERE a.pid = $1::int AND a.datname = current_database() \
-              AND (EXTRACT(EPOCH FROM a.xact_start) * 1000000)::bigint = $2::bigint"
+        sql: "SELECT CASE WHEN (EXTRACT(EPOCH FROM a.xact_start) * 1000000)::bigint = $2::bigint \
+              THEN pg_terminate_backend(a.pid) END AS done, a.xact_start IS NULL AS untracked \
+              FROM pg_stat_activity AS a WHERE a.pid = $1::int AND a.datname = current_database()"
             .into(),
         values: sea_query_sqlx::SqlxValues(sea_query::Values(vec![
             sea_query::Value::from(pid),

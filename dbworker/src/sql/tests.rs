@@ -313,3 +313,56 @@ fn a_heartbeat_writes_spans_only_on_a_table_with_traces() {
     assert_eq!(plain(&traced, Vec::new()).sql, without.sql);
     assert!(plain(&traced, span()).sql.contains("\"trace_follows\""));
 }
+
+/// `terminate_backend` ends the session only while it is still in the
+/// transaction `lock_claimed` saw begin: a later transaction of the same
+/// session (or a pid gone to another session) is spared.
+#[tokio::test]
+async fn terminate_backend_ends_only_the_transaction_it_names() {
+    use sqlx::{Connection, Row};
+    let db = dbworker_testkit::TestDatabase::new()
+        .await
+        .expect("a database");
+    let pool = sqlx::PgPool::connect(db.url()).await.expect("a pool");
+    let mut victim = sqlx::PgConnection::connect(db.url()).await.unwrap();
+    let begin = async |conn: &mut sqlx::PgConnection| -> (i32, i64) {
+        sqlx::raw_sql("BEGIN").execute(&mut *conn).await.unwrap();
+        let row = sqlx::query(
+            "SELECT pg_backend_pid() AS pid, (EXTRACT(EPOCH FROM now()) * 1000000)::bigint AS xact_us",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        (row.get("pid"), row.get("xact_us"))
+    };
+    let (pid, old) = begin(&mut victim).await;
+    sqlx::raw_sql("COMMIT").execute(&mut victim).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (_, new) = begin(&mut victim).await;
+
+    let spared = terminate_backend(pid, old)
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+        .expect("the session is there");
+    assert_eq!(spared.get::<Option<bool>, _>("done"), None);
+    assert!(!spared.get::<bool, _>("untracked"));
+    sqlx::raw_sql("SELECT 1")
+        .execute(&mut victim)
+        .await
+        .expect("spared");
+
+    let ended = terminate_backend(pid, new)
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+        .expect("the session is there");
+    assert_eq!(ended.get::<Option<bool>, _>("done"), Some(true));
+    let after = tokio::time::timeout(
+        Duration::from_secs(5),
+        sqlx::raw_sql("SELECT 1").execute(&mut victim),
+    )
+    .await
+    .expect("the session answers or is gone");
+    assert!(after.is_err(), "terminated");
+}

@@ -181,12 +181,25 @@ impl JobTx {
     }
 
     /// Ends the transaction without its writes: rolled back, or if
-    /// abandoned, its backend terminated and its connection closed.
+    /// abandoned, its connection closed and its backend terminated. A
+    /// handler that returned may still have left a query of its own running
+    /// (it dropped it on its token or its own timeout): a rollback waits for
+    /// that query, so one that takes longer than [`ROLLBACK_WAIT`] is given
+    /// up and the transaction ended as an abandoned one.
     pub(crate) async fn discard(mut self) -> Result<(), sqlx::Error> {
+        let mut conn = self.conn.take().expect("an open transaction");
         if !self.abandoned {
-            return self.rollback().await;
+            let rollback = PgTransactionManager::rollback(&mut conn);
+            match tokio::time::timeout(ROLLBACK_WAIT, rollback).await {
+                Ok(result) => {
+                    self.finish(conn, result.is_ok());
+                    return result;
+                }
+                Err(_) => tracing::warn!(
+                    "the rollback of a job's transaction waited {ROLLBACK_WAIT:?} (a query the handler dropped still runs): ending it as abandoned"
+                ),
+            }
         }
-        let conn = self.conn.take().expect("an open transaction");
         close_abandoned(&self.pool, self.backend, conn).await;
         Ok(())
     }
@@ -237,6 +250,10 @@ impl Drop for JobTx {
     }
 }
 
+/// How long a rollback may wait for the server before the transaction is
+/// ended as an abandoned one (a healthy rollback takes a round trip).
+const ROLLBACK_WAIT: Duration = Duration::from_secs(2);
+
 /// An abandoned transaction's backend: its pid and its transaction's start
 /// (microseconds since the epoch), which together name it even after its
 /// connection is gone and the pid could have gone to another session.
@@ -263,13 +280,29 @@ fn close_abandoned(
         let Some(Backend { pid, xact_us }) = backend else {
             return;
         };
-        match sql::terminate_backend(pid, xact_us)
+        let ended = sql::terminate_backend(pid, xact_us)
             .fetch_optional(&pool)
             .await
-        {
-            Ok(Some(_)) => tracing::debug!(pid, "terminated an abandoned job transaction"),
+            .and_then(|row| {
+                row.map(|r| Ok::<_, sqlx::Error>((r.try_get("done")?, r.try_get("untracked")?)))
+                    .transpose()
+            });
+        match ended {
+            Ok(Some((Some(true), _))) => {
+                tracing::debug!(pid, "terminated an abandoned job transaction");
+            }
             Ok(None) => tracing::debug!(pid, "an abandoned job transaction had ended already"),
-            Err(err) => tracing::warn!(pid, error = %err,
+            Ok(Some((None, false))) => {
+                tracing::debug!(
+                    pid,
+                    "an abandoned job transaction had ended; its pid serves another"
+                );
+            }
+            Ok(Some((None, true))) => tracing::warn!(
+                pid,
+                "an abandoned job transaction's backend cannot be named (track_activities is off); its query runs on until it ends (then it is rolled back)"
+            ),
+            Ok(Some((Some(false), _))) | Err(_) => tracing::warn!(pid, error = ?ended.err(),
                 "could not terminate an abandoned job transaction's backend; its query runs on until it ends (then it is rolled back)"),
         }
     }

@@ -516,9 +516,11 @@ impl<R: Record> DbStore<R> {
         let Some(value) = self.pending_progress.last(job.lease).await else {
             return;
         };
+        // `discard`: a handler stopped mid-query leaves a query a rollback
+        // would wait for (`store/open.rs`).
         if !completing
             && let Some(tx) = job.tx.take()
-            && let Err(err) = tx.rollback().await
+            && let Err(err) = tx.discard().await
         {
             tracing::warn!(record_id = job.lease.id, error = %err, "rollback of the handler's transaction failed");
         }

@@ -60,7 +60,12 @@ impl<R: Record> DbStore<R> {
         let done = match job.tx.take() {
             Some(mut tx) => match mark(&mut tx).await {
                 Ok(true) => {
-                    tx.commit().await.map_err(Error::db("commit"))?;
+                    // The handler's writes commit with the wait: a failure
+                    // here is a failed completion (`store/marks.rs`).
+                    if let Err(err) = tx.commit().await {
+                        let failed = self.completion_failed("commit", lease, err, span.as_deref());
+                        return Err(failed.await.into());
+                    }
                     true
                 }
                 Ok(false) => {

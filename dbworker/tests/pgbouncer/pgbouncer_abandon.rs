@@ -38,7 +38,9 @@ fn options(name: &str) -> WorkerOptions {
     o.num_handlers = HANDLERS as usize;
     o.interval = Duration::from_millis(20);
     o.heartbeat_interval = Duration::from_millis(100);
-    o.heartbeat_failure_limit = Some(Duration::from_secs(2));
+    // Well past the drain timeout: the stuck jobs hold every server
+    // connection, so heartbeats fail from the start.
+    o.heartbeat_failure_limit = Some(Duration::from_secs(4));
     o.drain_timeout = Duration::from_secs(1);
     o
 }

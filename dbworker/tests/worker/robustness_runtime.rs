@@ -478,7 +478,8 @@ async fn by_default_a_retryable_error_is_retried_ten_times_with_backoff() {
 // ---- A completion that fails on a healthy connection ----
 
 /// Writes a child row whose parent does not exist, under a deferred foreign
-/// key: the handler returns Ok, and the completion's COMMIT fails.
+/// key: the handler returns Ok (or, payload `"wait"`, waits for a signal),
+/// and the COMMIT that ends its transaction fails.
 struct DeferredViolation;
 impl Handler<DbStore<Job>> for DeferredViolation {
     async fn handle(
@@ -489,37 +490,63 @@ impl Handler<DbStore<Job>> for DeferredViolation {
         sqlx::query("INSERT INTO children (parent_id) VALUES (999)")
             .execute(job.tx().expect("transactional handling"))
             .await?;
+        if job.record().payload["wait"] == json!(true) {
+            return Err(HandlerError::wait_for("go", Duration::from_secs(60)));
+        }
         Ok(())
     }
 }
 
 #[tokio::test]
 async fn a_completion_that_fails_at_commit_counts_as_a_failure_with_its_error() {
-    let db = Db::new().await;
-    db.execute(
-        "CREATE TABLE parents (id int PRIMARY KEY);
-         CREATE TABLE children (parent_id int NOT NULL REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
-    )
-    .await;
-    let id = db.enqueue(1, json!({})).await[0];
-    // No retries: the commit's error is final.
-    let store = store(&db, Handling::Transactional, 0).await;
-    let mut o = options("deferred");
-    o.num_total_jobs = Some(1);
-    let worker = new_worker(store, DeferredViolation, o).unwrap();
-    let mut events = worker.subscribe();
-    let run = tokio::spawn(worker.run());
-    let (outcome, marked) = wait_for(&mut events, finished(id)).await;
-    run.await.unwrap();
-
-    assert!(matches!(outcome, Outcome::Completed), "{outcome:?}");
-    assert!(!marked, "the completion did not commit");
-    assert_eq!(db.state(id).await, "failed", "not left processing");
-    assert_eq!(counters(&db, id).await, (1, 0), "(failures, resets)");
-    let message = failure_message(&db, id).await.unwrap_or_default();
-    assert!(message.contains("foreign key"), "{message}");
-    let children: i64 = db
-        .scalar("SELECT count(*) FROM children WHERE parent_id = $1", 999)
+    // The completion's COMMIT, and a wait's (which commits the handler's
+    // writes with the wait).
+    for wait in [false, true] {
+        let db = Db::new().await;
+        db.add_columns(
+            |_| {},
+            &[
+                dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap(),
+                "CREATE TABLE parents (id int PRIMARY KEY);
+                 CREATE TABLE children (parent_id int NOT NULL REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)".into(),
+            ],
+        )
         .await;
-    assert_eq!(children, 0);
+        let id = db.enqueue(1, json!({ "wait": wait })).await[0];
+        // No retries: the commit's error is final.
+        let mut so = db.options();
+        so.handling = Handling::Transactional;
+        so.max_num_retries = 0;
+        let store = db
+            .store_on(&db.table_with(|o| o.signals = true).await, so)
+            .await;
+        let mut o = options("deferred");
+        o.num_total_jobs = Some(1);
+        let worker = new_worker(store, DeferredViolation, o).unwrap();
+        let mut events = worker.subscribe();
+        let run = tokio::spawn(worker.run());
+        let (outcome, marked) = wait_for(&mut events, finished(id)).await;
+        run.await.unwrap();
+
+        if !wait {
+            assert!(matches!(outcome, Outcome::Completed), "{outcome:?}");
+        }
+        assert!(!marked, "wait {wait}: the commit failed");
+        assert_eq!(
+            db.state(id).await,
+            "failed",
+            "wait {wait}: not left processing"
+        );
+        assert_eq!(
+            counters(&db, id).await,
+            (1, 0),
+            "wait {wait}: (failures, resets)"
+        );
+        let message = failure_message(&db, id).await.unwrap_or_default();
+        assert!(message.contains("foreign key"), "wait {wait}: {message}");
+        let children: i64 = db
+            .scalar("SELECT count(*) FROM children WHERE parent_id = $1", 999)
+            .await;
+        assert_eq!(children, 0);
+    }
 }

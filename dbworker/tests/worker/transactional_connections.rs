@@ -252,8 +252,17 @@ async fn a_job_taken_back_by_another_session_commits_nothing() {
 #[tokio::test]
 async fn a_transactional_handler_timed_out_mid_query_is_marked_at_once_and_its_lock_released() {
     // (payload, retries, state): a final timeout fails, one with retries left errs.
-    for (wait, retries, state) in [("sleep", 0, "failed"), ("lock", 3, "errored")] {
+    // "report": with progress pending when it stops, written before the mark;
+    // "own": the handler drops its own query and returns (no timeout of the
+    // worker's): the rollback that would wait for that query is given up.
+    for (wait, retries, state) in [
+        ("sleep", 0, "failed"),
+        ("lock", 3, "errored"),
+        ("report", 0, "failed"),
+        ("own", 0, "failed"),
+    ] {
         let db = Db::new().await;
+        db.add_columns(|c| c.progress = true, &[]).await;
         let mut blocker = db.pool.begin().await.unwrap();
         sqlx::query("INSERT INTO side_effects VALUES (0, 'held')")
             .execute(&db.pool)
@@ -266,8 +275,10 @@ async fn a_transactional_handler_timed_out_mid_query_is_marked_at_once_and_its_l
         let mut so = db.options();
         so.handling = Handling::Transactional;
         so.max_num_retries = retries;
-        let store = db.store_on(&db.table().await, so).await;
-        let id = db.enqueue(1, json!({ "wait": wait })).await[0];
+        let table = db.table_with(|o| o.progress = true).await;
+        let store = db.store_on(&table, so).await;
+        let payload = json!({ "wait": wait, "report": wait == "report" });
+        let id = db.enqueue(1, payload).await[0];
         let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
         let mut o = one_job(wait);
         o.max_runtime_per_job = Some(Duration::from_secs(1));
@@ -289,6 +300,12 @@ async fn a_transactional_handler_timed_out_mid_query_is_marked_at_once_and_its_l
             released(&db, &[id]).await,
             "{wait}: the query was ended and the job's row lock is gone"
         );
+        if wait == "report" {
+            let progress: serde_json::Value = db
+                .scalar("SELECT progress FROM jobs WHERE id = $1", id)
+                .await;
+            assert_eq!(progress, json!({ "step": 2 }), "the last report kept");
+        }
         blocker.rollback().await.unwrap();
     }
 }

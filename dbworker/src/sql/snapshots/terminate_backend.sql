@@ -1,1 +1,1 @@
-SELECT pg_terminate_backend(a.pid) AS done FROM pg_stat_activity AS a WHERE a.pid = $1::int AND a.datname = current_database() AND (EXTRACT(EPOCH FROM a.xact_start) * 1000000)::bigint = $2::bigint
+SELECT CASE WHEN (EXTRACT(EPOCH FROM a.xact_start) * 1000000)::bigint = $2::bigint THEN pg_terminate_backend(a.pid) END AS done, a.xact_start IS NULL AS untracked FROM pg_stat_activity AS a WHERE a.pid = $1::int AND a.datname = current_database()
