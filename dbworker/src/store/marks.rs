@@ -468,8 +468,8 @@ impl<R: Record> DbStore<R> {
     /// The completion (`op`: the mark or the commit) failed with `err`; its
     /// transaction is over and nothing committed. A lost connection: requeue
     /// the job now rather than leave it to the resetter. A deadlock or
-    /// serialization failure: requeue it at once, no failure counted (the
-    /// next attempt may pass). Any other error (a deferred constraint, a
+    /// serialization failure: requeue it at once, counted as a reset and not
+    /// as a failure (the next attempt may pass). Any other error (a deferred constraint, a
     /// trigger) is the job's: mark it errored with that error under the retry
     /// policy, else it would stay `processing` until the resetter took it
     /// for a stall. All fenced, on the pool. Returns the error to report.
@@ -485,14 +485,10 @@ impl<R: Record> DbStore<R> {
             // `completed`: the fenced requeue then matches nothing.
             let _ = self.requeue_lost(lease, op, &err, span).await;
         } else if super::transient::is_transient(&err) {
-            let statement = sql::requeue(&self.options, lease.id, lease.token, span);
-            match self.fenced_write("requeue", lease, None, statement).await {
-                Ok(true) => self.back_in_queue(lease.id),
-                Ok(false) => {}
-                Err(requeue) => {
-                    tracing::error!(record_id = lease.id, op, error = %err, requeue_error = %requeue, "the completion failed and the requeue too; the resetter will requeue it");
-                }
-            }
+            // Counted as a reset: a conflict that recurs every time ends at
+            // `max_num_resets` instead of looping.
+            let why = "completing the job hit a deadlock or a serialization failure";
+            let _ = self.requeue_counted(lease, op, &err, why, span).await;
         } else {
             let message = format!("completing the job failed: {}", error_chain(&err));
             let rule = self.options.retry_rule(None);
@@ -521,12 +517,24 @@ impl<R: Record> DbStore<R> {
         cause: &sqlx::Error,
         span: Option<&str>,
     ) -> Result<Option<JobState>> {
+        let why = "the job's database connection was lost";
+        self.requeue_counted(lease, op, cause, why, span).await
+    }
+
+    /// Requeues (or, past `max_num_resets`, fails) a job that met `cause`
+    /// through no fault of its own (`why`), counted as a reset and not as a
+    /// failure, fenced by its lease. Logs what happened.
+    async fn requeue_counted(
+        &self,
+        lease: Lease,
+        op: &'static str,
+        cause: &sqlx::Error,
+        why: &str,
+        span: Option<&str>,
+    ) -> Result<Option<JobState>> {
         let cause = error_chain(cause);
         let o = self.resolved();
-        let message = format!(
-            "{} (last time, the job's database connection was lost: {cause})",
-            o.reset_failure_message
-        );
+        let message = format!("{} (last time, {why}: {cause})", o.reset_failure_message);
         let row = sql::requeue_lost(o, lease.id, lease.token, &message, span)
             .fetch_optional(self.pool())
             .await;
@@ -539,17 +547,18 @@ impl<R: Record> DbStore<R> {
                     op,
                     error = %cause,
                     new_state = %state,
-                    "the job's transaction connection was lost: put it back without counting a failure (counted as a reset)"
+                    why,
+                    "put the job back without counting a failure (counted as a reset)"
                 );
                 self.back_in_queue(lease.id);
                 Ok(Some(state))
             }
             Ok(None) => {
-                tracing::warn!(store = %o.name, record_id = lease.id, op, error = %cause, "the job's transaction connection was lost, and the job is no longer ours");
+                tracing::warn!(store = %o.name, record_id = lease.id, op, error = %cause, why, "the job is no longer ours to put back");
                 Ok(None)
             }
             Err(err) => {
-                tracing::error!(store = %o.name, record_id = lease.id, op, error = %cause, requeue_error = %err, "the job's transaction connection was lost and the requeue failed; the resetter will requeue it");
+                tracing::error!(store = %o.name, record_id = lease.id, op, error = %cause, why, requeue_error = %err, "the requeue failed; the resetter will requeue it");
                 Err(Error::db("requeue_lost")(err))
             }
         }

@@ -550,3 +550,53 @@ async fn a_completion_that_fails_at_commit_counts_as_a_failure_with_its_error() 
         assert_eq!(children, 0);
     }
 }
+
+/// Writes a row whose deferred trigger raises a serialization failure at
+/// COMMIT the first time only (a sequence, which no rollback undoes).
+struct ConflictOnce;
+impl Handler<DbStore<Job>> for ConflictOnce {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        sqlx::query("INSERT INTO conflicts VALUES (1)")
+            .execute(job.tx().expect("transactional handling"))
+            .await?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_completion_that_conflicts_at_commit_is_put_back_counted_as_a_reset() {
+    let db = Db::new().await;
+    db.execute(
+        "CREATE SEQUENCE tries;
+         CREATE TABLE conflicts (n int);
+         CREATE FUNCTION conflict_once() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF nextval('tries') = 1 THEN
+             RAISE EXCEPTION 'could not serialize' USING ERRCODE = '40001';
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE CONSTRAINT TRIGGER conflict_once AFTER INSERT ON conflicts
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION conflict_once()",
+    )
+    .await;
+    let id = db.enqueue(1, json!({})).await[0];
+    // No retries: a conflict counted as a failure would fail the job.
+    let store = store(&db, Handling::Transactional, 0).await;
+    let mut o = options("conflict");
+    o.num_total_jobs = Some(2);
+    let worker = new_worker(store, ConflictOnce, o).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), worker.run())
+        .await
+        .expect("the job ran twice");
+    assert_eq!(db.state(id).await, "completed");
+    assert_eq!(counters(&db, id).await, (0, 1), "(failures, resets)");
+    let rows: i64 = db
+        .scalar("SELECT count(*) FROM conflicts WHERE n = $1", 1)
+        .await;
+    assert_eq!(rows, 1, "the second attempt's write only");
+}
