@@ -6,7 +6,20 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use dbworker::JobTableOptions;
+use dbworker::dashboard::{Dashboard, DashboardOptions};
 use tower::ServiceExt;
+
+use crate::common::Db;
+
+/// A dashboard over `db`'s `jobs` table, its options set by `set`, as a router.
+pub async fn dashboard(db: &Db, set: impl FnOnce(&mut JobTableOptions)) -> Router {
+    let table = db.table_with(set).await;
+    Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
+        .await
+        .unwrap()
+        .router()
+}
 
 /// GETs `path`; returns the status and the body as text.
 pub async fn get(app: &Router, path: &str) -> (StatusCode, String) {

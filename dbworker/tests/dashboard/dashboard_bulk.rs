@@ -7,7 +7,6 @@ use crate::fixtures::router;
 
 use axum::http::StatusCode;
 use dbworker::control::{DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE};
-use dbworker::dashboard::{Dashboard, DashboardOptions};
 use router::{confirmation, csrf, get, post};
 
 use crate::common::Db;
@@ -28,18 +27,13 @@ async fn enqueue_mail(db: &Db, queue: &str, n: i32) {
 #[tokio::test]
 async fn a_matching_action_touches_only_the_jobs_its_confirmation_counted() {
     let (db, _) = shared::seed().await;
-    let table = db
-        .table_with(|t| {
-            t.queue_column = Some("queue".into());
-            t.kind_column = Some("kind".into());
-            t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-            t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
-        })
-        .await;
-    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
-        .await
-        .unwrap()
-        .router();
+    let app = router::dashboard(&db, |t| {
+        t.queue_column = Some("queue".into());
+        t.kind_column = Some("kind".into());
+        t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+        t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    })
+    .await;
     let (_, page) = get(&app, "/t/jobs/jobs").await;
     let token = csrf(&page);
 
@@ -105,13 +99,7 @@ async fn a_matching_action_touches_only_the_jobs_its_confirmation_counted() {
 #[tokio::test]
 async fn a_matching_action_refuses_a_state_it_never_touches() {
     let (db, _) = shared::seed().await;
-    let table = db
-        .table_with(|t| t.queue_column = Some("queue".into()))
-        .await;
-    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
-        .await
-        .unwrap()
-        .router();
+    let app = router::dashboard(&db, |t| t.queue_column = Some("queue".into())).await;
     let (_, page) = get(&app, "/t/jobs/jobs").await;
     let token = csrf(&page);
     let form = format!("csrf={token}&action=requeue&scope=matching&f_state=queued");
@@ -138,13 +126,7 @@ async fn a_bulk_action_is_audited_when_it_starts_and_when_it_stops() {
         .finish();
     let _local = tracing::subscriber::set_default(subscriber);
     let (db, _) = shared::seed().await;
-    let table = db
-        .table_with(|t| t.queue_column = Some("queue".into()))
-        .await;
-    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
-        .await
-        .unwrap()
-        .router();
+    let app = router::dashboard(&db, |t| t.queue_column = Some("queue".into())).await;
     let (_, page) = get(&app, "/t/jobs/jobs").await;
     let token = csrf(&page);
     let form = format!("csrf={token}&action=fail&scope=matching&f_queue=mail");
@@ -178,13 +160,7 @@ async fn a_bulk_action_is_audited_when_it_starts_and_when_it_stops() {
 #[tokio::test]
 async fn the_confirmation_lists_the_first_jobs_it_would_touch() {
     let (db, _) = shared::seed().await;
-    let table = db
-        .table_with(|t| t.queue_column = Some("queue".into()))
-        .await;
-    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
-        .await
-        .unwrap()
-        .router();
+    let app = router::dashboard(&db, |t| t.queue_column = Some("queue".into())).await;
     let (_, page) = get(&app, "/t/jobs/jobs").await;
     let token = csrf(&page);
     let queued: Vec<i64> = sqlx::query_scalar(

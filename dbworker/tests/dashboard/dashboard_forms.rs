@@ -7,23 +7,20 @@ use crate::fixtures::dashboard as shared;
 use crate::fixtures::router;
 
 use axum::http::StatusCode;
-use dbworker::JobTable;
+use dbworker::JobTableOptions;
 use dbworker::control::{
     DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
 };
-use dbworker::dashboard::{Dashboard, DashboardOptions};
 use router::{csrf, get, post};
 
 use crate::common::Db;
 
-async fn table(db: &Db) -> JobTable {
-    db.table_with(|t| {
-        t.queue_column = Some("queue".into());
-        t.kind_column = Some("kind".into());
-        t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
-        t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
-    })
-    .await
+/// The table's queue and kind columns, its pause and limit tables.
+fn with_controls(t: &mut JobTableOptions) {
+    t.queue_column = Some("queue".into());
+    t.kind_column = Some("kind".into());
+    t.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+    t.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
 }
 
 async fn rows(db: &Db, sql: &'static str) -> Vec<String> {
@@ -33,10 +30,7 @@ async fn rows(db: &Db, sql: &'static str) -> Vec<String> {
 #[tokio::test]
 async fn blank_or_padded_queue_names_are_refused_by_pauses_and_limits_alike() {
     let (db, _) = shared::seed().await;
-    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table(&db).await]))
-        .await
-        .unwrap()
-        .router();
+    let app = router::dashboard(&db, with_controls).await;
     let (status, page) = get(&app, "/t/jobs/queues").await;
     assert_eq!(status, StatusCode::OK, "{page}");
     let token = csrf(&page);
@@ -100,7 +94,7 @@ async fn blank_or_padded_queue_names_are_refused_by_pauses_and_limits_alike() {
     assert_eq!(rows(&db, limits).await, ["mail"]);
 
     // The library refuses the same names.
-    let t = table(&db).await;
+    let t = db.table_with(with_controls).await;
     let p = Pauses::new(&db.pool, &t, PausesOptions::default())
         .await
         .unwrap();

@@ -71,16 +71,11 @@ async fn bad_list_parameters_answer_400_naming_the_parameter() {
 #[tokio::test]
 async fn bad_numbers_answer_400_and_database_errors_are_not_echoed() {
     let (db, failed) = shared::seed().await;
-    let table = db
-        .table_with(|t| {
-            t.queue_column = Some("queue".into());
-            t.limit_table = Some(dbworker::control::DEFAULT_LIMIT_TABLE.into());
-        })
-        .await;
-    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
-        .await
-        .unwrap()
-        .router();
+    let app = router::dashboard(&db, |t| {
+        t.queue_column = Some("queue".into());
+        t.limit_table = Some(dbworker::control::DEFAULT_LIMIT_TABLE.into());
+    })
+    .await;
     let plain = |what: &str, status: StatusCode, body: &str, parameter: &str| {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {body}");
         assert!(

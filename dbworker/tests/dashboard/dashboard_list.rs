@@ -19,13 +19,7 @@ async fn the_state_filter_offers_every_state_pending_included() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let table = db
-        .table_with(|t| t.queue_column = Some("queue".into()))
-        .await;
-    let app = Dashboard::new(&db.pool, DashboardOptions::new(vec![table]))
-        .await
-        .unwrap()
-        .router();
+    let app = router::dashboard(&db, |t| t.queue_column = Some("queue".into())).await;
     let (status, page) = get(&app, "/t/jobs/jobs").await;
     assert_eq!(status, StatusCode::OK, "{page}");
     for state in JobState::ALL {
