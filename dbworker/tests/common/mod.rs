@@ -342,6 +342,22 @@ impl Db {
     }
 
     /// Runs DDL (or any statements) on the test database.
+    /// A transaction on the pool that began 1.5 s ago, and the clock now
+    /// (seconds since the epoch): for statements that must stamp the clock,
+    /// not the start of a caller's long transaction.
+    pub async fn long_transaction(&self) -> (sqlx::Transaction<'static, sqlx::Postgres>, f64) {
+        let mut tx = self.pool.begin().await.unwrap();
+        sqlx::query("SELECT pg_sleep(1.5)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let now: f64 = sqlx::query_scalar("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        (tx, now)
+    }
+
     pub async fn execute(&self, ddl: &str) {
         sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_owned()))
             .execute(&self.pool)

@@ -9,11 +9,9 @@
 use crate::TIMED;
 use crate::common;
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use dbworker::admin::{Admin, BulkAction, Reschedule};
-use dbworker::ddl::{FairClaims, fair_claims_sql};
 use dbworker::{Enqueuer, NewJob};
 
 use common::Db;
@@ -29,14 +27,7 @@ async fn tag(db: &Db, id: i64) -> i64 {
 #[tokio::test]
 async fn a_rescheduled_waiting_job_is_untagged_until_due_and_then_goes_to_the_back() {
     let _shared = TIMED.read().await;
-    let db = Db::new().await;
-    let mut fair = FairClaims::default();
-    fair.queue_column = Some("queue".into());
-    db.add_columns(
-        |c| c.queue = true,
-        &[fair_claims_sql("jobs", &HashMap::new(), &fair).unwrap()],
-    )
-    .await;
+    let db = crate::fairness::fair_db().await;
     let table = db.table().await;
     let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
     let mut ids = Vec::new();

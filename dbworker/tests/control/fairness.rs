@@ -20,7 +20,7 @@ use workerutil::{Handler, HandlerError, JobContext, Record, Store, WorkerOptions
 use common::{Db, Job};
 
 /// The test table with a queue column and fair claims.
-async fn fair_db() -> Db {
+pub(crate) async fn fair_db() -> Db {
     let db = Db::new().await;
     let mut fair = FairClaims::default();
     fair.queue_column = Some("queue".into());

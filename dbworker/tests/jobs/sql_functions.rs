@@ -381,15 +381,7 @@ async fn add_jobs_sets_each_specs_flags() {
 async fn admin_functions_in_a_long_transaction_stamp_the_current_time() {
     let db = set_up().await;
     let ids = seed(&db).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_sleep(1.5)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let before: f64 = sqlx::query_scalar("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+    let (mut tx, before) = db.long_transaction().await;
     for (sql, id) in [
         ("SELECT * FROM jobs_complete_jobs($1)", ids["queued"]),
         (

@@ -391,3 +391,48 @@ async fn jobs_abandoned_all_at_once_on_a_full_pool_are_handed_back_and_the_pool_
         assert_eq!(db.state(*id).await, "completed");
     }
 }
+
+/// With `track_activities` off an abandoned transaction's backend cannot be
+/// named (its start is not reported), so it is not terminated: the guide's
+/// limit. The job is still marked at once, its connection closed, and the
+/// pool serves the next statement; only the query runs on.
+#[tokio::test]
+async fn with_track_activities_off_a_job_stopped_mid_query_is_still_marked_at_once() {
+    let db = Db::new().await;
+    db.execute(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_activities = off', current_database()); END $$",
+    )
+    .await;
+    // Sessions opened from now on do not report their activity.
+    let pool = db.db.pool(8).await.unwrap();
+    let off: String = sqlx::query_scalar("SHOW track_activities")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(off, "off");
+    let mut so = db.options();
+    so.handling = Handling::Transactional;
+    let store = Arc::new(DbStore::new(&pool, &db.table().await, so).await.unwrap());
+    let id = db.enqueue(1, json!({})).await[0];
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let mut o = one_job("untracked");
+    o.max_runtime_per_job = Some(Duration::from_secs(1));
+    let run = tokio::spawn(new_worker(store, Stuck(started), o).unwrap().run());
+    starts.recv().await.expect("the handler starts");
+    let since = Instant::now();
+    tokio::time::timeout(Duration::from_secs(8), run)
+        .await
+        .expect("the mark waited for the query")
+        .unwrap();
+    assert!(
+        since.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        since.elapsed()
+    );
+    assert_eq!(db.state(id).await, "failed");
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+}

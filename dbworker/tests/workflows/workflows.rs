@@ -1240,15 +1240,7 @@ async fn a_dependent_canceled_at_enqueue_in_a_long_transaction_stamps_the_curren
     let (db, workflows) = set_up().await;
     let a = db.enqueue(1, serde_json::json!({})).await[0];
     finish(&db, a, "failed").await;
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_sleep(1.5)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let before: f64 = sqlx::query_scalar("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+    let (mut tx, before) = db.long_transaction().await;
     let d = workflows
         .enqueuer()
         .enqueue_in(&mut tx, NewJob::new().after([a]))
