@@ -42,6 +42,16 @@ pub enum Error {
     /// that ran already: a worker runs once.
     #[error("this worker ran already: a worker runs once, build another")]
     AlreadyRan,
+    /// Returned by a store's [`mark_complete`](crate::Store::mark_complete)
+    /// or [`mark_waiting`](crate::Store::mark_waiting) when the job could not
+    /// be completed for a reason of its own: its transaction's commit failed
+    /// on a healthy connection (a deferred constraint, a trigger), so nothing
+    /// it wrote landed. The store has written nothing else; the worker
+    /// records the attempt as [`Outcome::Errored`](crate::Outcome::Errored)
+    /// with this cause, under the job's retry policy, as if the handler had
+    /// returned it.
+    #[error("completing the job failed: {0}")]
+    CompletionFailed(#[source] BoxError),
     /// A store operation failed.
     #[error("store operation `{op}` failed: {source}")]
     Store {

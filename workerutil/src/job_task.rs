@@ -13,11 +13,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::backoff::sleep_until_opt;
-use crate::error::error_chain;
+use crate::error::{BoxError, Error, error_chain};
 use crate::events::{Hook, WorkerEvent};
 use crate::handler::{Handler, JobContext};
 use crate::metrics;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, SharedError};
 use crate::panics::{caught, guarded, panic_message};
 use crate::retry::Retry;
 use crate::running::{CancelReason, Claimed, Running, Shared};
@@ -107,17 +107,22 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                     Some(recording.expect("the semaphore is never closed")),
                 )
             };
-            // The kind's (or handler's) retry policy goes with an errored mark;
-            // if asking for it panics, the store's applies, as it does for
-            // an invalid delay.
-            let retry = match outcome {
-                Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
-                _ => caught(|| handler.retry(job.record()))
-                    .unwrap_or(None)
-                    .map(Retry::without_invalid_delay),
-            };
-            let (marked, written) =
+            let retry = retry_of(&*handler, job.record(), &outcome);
+            let (mut marked, mut written, refused) =
                 record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
+            let outcome = match refused {
+                // The completion failed for a reason of the job's own (its
+                // commit): recorded, reported and counted as the error it is,
+                // under the job's retry policy.
+                Some(cause) => {
+                    let outcome = Outcome::Errored(cause);
+                    let retry = retry_of(&*handler, job.record(), &outcome);
+                    (marked, written, _) =
+                        record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
+                    outcome
+                }
+                None => outcome,
+            };
             drop(listed);
             if let Some(kind) = catch_unwind_kind(&*handler, job.record()) {
                 metrics::job_of_kind_finished(kind, outcome.label(marked, written));
@@ -287,15 +292,32 @@ fn canceled_outcome<S>(shared: &Shared<S>, running: &Running) -> Outcome {
     }
 }
 
-/// Records the outcome in the store; returns whether the mark took effect
-/// and, for an errored mark, the state the store wrote (a retry or a final
-/// failure).
+/// The kind's (or handler's) retry policy, which goes with an errored mark;
+/// if asking for it panics, the store's applies, as it does for an invalid
+/// delay.
+fn retry_of<S: Store, H: Handler<S>>(
+    handler: &H,
+    record: &S::Record,
+    outcome: &Outcome,
+) -> Option<Retry> {
+    match outcome {
+        Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
+        _ => caught(|| handler.retry(record))
+            .unwrap_or(None)
+            .map(Retry::without_invalid_delay),
+    }
+}
+
+/// Records the outcome in the store; returns whether the mark took effect,
+/// for an errored mark the state the store wrote (a retry or a final
+/// failure), and the cause of a completion the store refused
+/// ([`Error::CompletionFailed`]), which the caller records as an error.
 async fn record_outcome<S: Store>(
     shared: &Shared<S>,
     job: &mut S::Job,
     outcome: &Outcome,
     retry: Option<&Retry>,
-) -> (bool, Option<JobState>) {
+) -> (bool, Option<JobState>, Option<SharedError>) {
     let store = &shared.store;
     let message = outcome.failure_message().unwrap_or_default();
     let mut written = None;
@@ -330,7 +352,7 @@ async fn record_outcome<S: Store>(
             guarded("mark_waiting", store.mark_waiting(job, signal, *timeout)).await,
         ),
         // Someone else owns the record now: write nothing.
-        Outcome::Lost => return (false, None),
+        Outcome::Lost => return (false, None, None),
     };
     let marked = match result {
         Ok(true) => true,
@@ -342,13 +364,22 @@ async fn record_outcome<S: Store>(
             false
         }
         Err(err) => {
+            let err = match err.downcast::<Error>().map(|e| *e) {
+                Ok(Error::CompletionFailed(cause)) => {
+                    let message = error_chain(cause.as_ref());
+                    tracing::warn!(op, error = %message, "completing the job failed; recording it as errored");
+                    return (false, None, Some(SharedError::from(cause)));
+                }
+                Ok(other) => BoxError::from(other),
+                Err(err) => err,
+            };
             let message = error_chain(err.as_ref());
             tracing::error!(op, error = %message, "recording the outcome failed");
             shared.emit(WorkerEvent::StoreFailed { op, message });
             false
         }
     };
-    (marked, written)
+    (marked, written, None)
 }
 
 /// The handler's answer to [`Handler::kind`]; a panic in it counts the job

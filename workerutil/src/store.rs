@@ -184,6 +184,9 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// Marks take the job by `&mut` so the record stays readable for
     /// `post_handle`; a store may consume resources held in it (a transaction).
+    /// A commit that fails for a reason of the job's own is answered with
+    /// [`Error::CompletionFailed`](crate::Error::CompletionFailed): the
+    /// worker then marks the job errored with it.
     fn mark_complete(
         &self,
         job: &mut Self::Job,

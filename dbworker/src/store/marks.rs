@@ -79,8 +79,7 @@ impl<R: Record> DbStore<R> {
                 }
                 return Err(self
                     .completion_failed("mark_complete", job.lease, err, span.as_deref())
-                    .await
-                    .into());
+                    .await);
             }
         };
         if done.rows_affected() != 1 {
@@ -91,8 +90,7 @@ impl<R: Record> DbStore<R> {
         if let Err(err) = tx.commit().await {
             return Err(self
                 .completion_failed("commit", job.lease, err, span.as_deref())
-                .await
-                .into());
+                .await);
         }
         Ok(true)
     }
@@ -469,17 +467,18 @@ impl<R: Record> DbStore<R> {
     /// transaction is over and nothing committed. A lost connection: requeue
     /// the job now rather than leave it to the resetter. A deadlock or
     /// serialization failure: requeue it at once, counted as a reset and not
-    /// as a failure (the next attempt may pass). Any other error (a deferred constraint, a
-    /// trigger) is the job's: mark it errored with that error under the retry
-    /// policy, else it would stay `processing` until the resetter took it
-    /// for a stall. All fenced, on the pool. Returns the error to report.
+    /// as a failure (the next attempt may pass). Both fenced, on the pool.
+    /// Any other error (a deferred constraint, a trigger) is the job's: the
+    /// answer is [`workerutil::Error::CompletionFailed`], so the worker marks
+    /// it errored with that error under the job's own retry policy and
+    /// reports the attempt as errored. Returns the error to answer with.
     pub(crate) async fn completion_failed(
         &self,
         op: &'static str,
         lease: Lease,
         err: sqlx::Error,
         span: Option<&str>,
-    ) -> Error {
+    ) -> BoxError {
         if is_connection_loss(&err) {
             // A commit that landed before the connection dropped left the row
             // `completed`: the fenced requeue then matches nothing.
@@ -490,22 +489,10 @@ impl<R: Record> DbStore<R> {
             let why = "completing the job hit a deadlock or a serialization failure";
             let _ = self.requeue_counted(lease, op, &err, why, span).await;
         } else {
-            let message = format!("completing the job failed: {}", error_chain(&err));
-            let rule = self.options.retry_rule(None);
-            let statement =
-                sql::mark_errored(&self.options, lease.id, lease.token, &message, &rule, span);
-            match self
-                .write_failure("mark_errored", lease, None, statement, span)
-                .await
-            {
-                Ok(Some(JobState::Errored)) => self.back_in_queue(lease.id),
-                Ok(_) => {}
-                Err(mark) => {
-                    tracing::error!(record_id = lease.id, op, error = %err, mark_error = %mark, "the completion failed and marking it errored failed too; the resetter will requeue it");
-                }
-            }
+            let cause = Error::db(op)(err);
+            return workerutil::Error::CompletionFailed(cause.into()).into();
         }
-        Error::db(op)(err)
+        Error::db(op)(err).into()
     }
 
     /// Requeues (or, past `max_num_resets`, fails) a job whose transaction

@@ -64,7 +64,7 @@ impl<R: Record> DbStore<R> {
                     // here is a failed completion (`store/marks.rs`).
                     if let Err(err) = tx.commit().await {
                         let failed = self.completion_failed("commit", lease, err, span.as_deref());
-                        return Err(failed.await.into());
+                        return Err(failed.await);
                     }
                     true
                 }

@@ -65,6 +65,8 @@ struct Flaky {
     open_delay: Mutex<Duration>,
     /// Suggest no claim-ahead (as a store whose claimed jobs hold a resource).
     no_claim_ahead: bool,
+    /// `mark_complete` of this job answers that its commit failed.
+    refuse_completion: Mutex<Option<RecordId>>,
 }
 
 impl Flaky {
@@ -153,6 +155,10 @@ impl Store for Flaky {
     async fn mark_complete(&self, job: &mut Self::Job) -> Result<bool, BoxError> {
         let delay = *self.mark_delay.lock().unwrap();
         tokio::time::sleep(delay).await;
+        if *self.refuse_completion.lock().unwrap() == Some(workerutil::Job::lease(job).id) {
+            let cause = BoxError::from("deferred constraint violated at commit");
+            return Err(workerutil::Error::CompletionFailed(cause).into());
+        }
         self.inner.mark_complete(job).await
     }
     async fn mark_errored(
@@ -1656,4 +1662,48 @@ async fn run_until_empty_waits_for_a_retry_whose_mark_is_still_being_written() {
     assert_eq!(summary.reason, StopReason::QueueEmpty);
     assert_eq!(summary.dequeued, 2, "the retry ran too");
     assert_eq!(store.inner.count(JobState::Failed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_the_store_refuses_is_recorded_and_reported_as_an_error() {
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new({
+            let mut o = MemoryStoreOptions::default();
+            o.max_num_retries = 3;
+            o.retry_after = Duration::from_secs(3600);
+            o
+        }),
+        ..Flaky::default()
+    });
+    store.enqueue_succeeding(1..=2);
+    *store.refuse_completion.lock().unwrap() = Some(1);
+    let acts = Arc::new(Acts::default());
+    let mut o = options();
+    o.num_total_jobs = Some(2);
+    let worker = Worker::new(store.clone(), acts.clone(), o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let (outcome, marked) = wait_for(&mut events, finished(1)).await;
+    run.await.unwrap();
+    match outcome {
+        Outcome::Errored(cause) => assert!(cause.to_string().contains("deferred"), "{cause}"),
+        other => panic!("reported {other:?}"),
+    }
+    assert!(marked, "the errored mark was written");
+    let snapshot = store.inner.snapshot(1).unwrap();
+    assert_eq!(snapshot.state, JobState::Errored);
+    assert_eq!(snapshot.num_failures, 1);
+    assert!(
+        snapshot
+            .failure_message
+            .as_deref()
+            .is_some_and(|m| m.contains("deferred")),
+        "{:?}",
+        snapshot.failure_message
+    );
+    // The hook saw what was recorded; the other job completed as usual.
+    let mut post = acts.post_handled.lock().unwrap().clone();
+    post.sort();
+    assert_eq!(post, [(1, "errored"), (2, "completed")]);
+    assert_eq!(store.inner.state(2), Some(JobState::Completed));
 }
