@@ -108,6 +108,22 @@ async fn write_groups(
 async fn write_answering(pool: &PgPool, options: &Resolved, mut group: Vec<Pending>) {
     // Every group takes its rows' locks in one order: fewer deadlocks.
     group.sort_by_key(|p| p.mark.id);
+    // Answers are matched by id, so two attempts of one job (a stale one and
+    // its successor, both of this process) never share a statement: the
+    // later ones are written after it, each told what became of its own.
+    let mut later = Vec::new();
+    let mut i = 1;
+    while i < group.len() {
+        if group[i].mark.id == group[i - 1].mark.id {
+            later.push(group.remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    if !later.is_empty() {
+        Box::pin(write_answering(pool, options, group)).await;
+        return Box::pin(write_answering(pool, options, later)).await;
+    }
     let marks: Vec<(Mark, &RetryRule)> = group.iter().map(|p| (p.mark.clone(), &p.retry)).collect();
     let started = std::time::Instant::now();
     let result = write_again_if_transient(pool, options, &marks).await;

@@ -19,6 +19,7 @@ mod fixtures {
 mod claim_ahead;
 mod claim_cursor;
 mod conformance;
+mod grouped_answers;
 mod robustness_runtime;
 mod transactional_connections;
 mod transient_marks;
