@@ -123,8 +123,19 @@ impl<R: Record> DbStore<R> {
                         opened.push(self.scan_or_fail(lease, row, trace).await);
                     }
                 }
-                // Left processing: the resetter requeues them.
-                Err(err) => opened.push(Err(Error::db("select_records")(err))),
+                // Handed back at once, counted as a reset with the reason
+                // (a view that keeps failing ends each job at
+                // `max_num_resets`, saying why); should that fail too, the
+                // resetter requeues them.
+                Err(err) => {
+                    let why = "reading the record through the view failed";
+                    for lease in leases {
+                        let _ = self
+                            .requeue_counted(lease, "select_records", &err, why, None)
+                            .await;
+                    }
+                    opened.push(Err(Error::db("select_records")(err)));
+                }
             }
         }
         let mut jobs = Vec::with_capacity(opened.len());

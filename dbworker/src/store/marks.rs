@@ -511,7 +511,7 @@ impl<R: Record> DbStore<R> {
     /// Requeues (or, past `max_num_resets`, fails) a job that met `cause`
     /// through no fault of its own (`why`), counted as a reset and not as a
     /// failure, fenced by its lease. Logs what happened.
-    async fn requeue_counted(
+    pub(super) async fn requeue_counted(
         &self,
         lease: Lease,
         op: &'static str,

@@ -121,3 +121,84 @@ async fn concurrent_workers_through_a_joined_view_take_each_job_once() {
         assert_eq!(done, 400, "{handling:?}");
     }
 }
+
+#[derive(Debug)]
+struct Plain(i64);
+impl Record for Plain {
+    fn id(&self) -> i64 {
+        self.0
+    }
+}
+
+/// The claim goes through, then reading its records through the view fails:
+/// the jobs are handed back at once with the reason (counted as a reset),
+/// not left `processing` for the resetter.
+#[tokio::test]
+async fn a_failed_read_through_the_view_hands_the_claimed_jobs_back_at_once() {
+    let db = TestDatabase::new().await.unwrap();
+    let pool = db.pool(4).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(
+        job_table_sql("jobs", &HashMap::new()).unwrap(),
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE broken (yes boolean);
+         CREATE FUNCTION checked(id bigint) RETURNS bigint STABLE LANGUAGE plpgsql AS $$
+         BEGIN
+             IF EXISTS (SELECT FROM broken) THEN
+                 RAISE EXCEPTION 'the view cannot be read now';
+             END IF;
+             RETURN id;
+         END $$;
+         CREATE VIEW jobs_view AS SELECT j.*, checked(j.id) AS checked_id FROM jobs j;
+         INSERT INTO jobs DEFAULT VALUES; INSERT INTO jobs DEFAULT VALUES;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut to = JobTableOptions::new("jobs t");
+    to.view_name = Some("jobs_view v".into());
+    to.column_expressions = vec!["v.checked_id".into()];
+    let table = JobTable::new(&pool, to).await.unwrap();
+    let mut so = StoreOptions::new("broken_view");
+    so.handling = Handling::Heartbeat;
+    so.stall.stalled_max_age = Duration::from_secs(600);
+    so.stall.max_num_resets = 1;
+    let scan = |row: &sqlx::postgres::PgRow| Ok(Plain(row.try_get(0)?));
+    let store = DbStore::with_scan(&pool, &table, so, scan).await.unwrap();
+    let conditions = dbworker::DbConditions::default();
+
+    sqlx::query("INSERT INTO broken VALUES (true)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let dequeue = async || workerutil::Store::dequeue(&store, "host", &conditions, 2).await;
+    let rows = async || -> Vec<(String, i32, String)> {
+        sqlx::query_as(
+            "SELECT state, num_resets, coalesce(failure_message, '') FROM jobs ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let err = dequeue().await.expect_err("the read fails");
+    assert!(
+        workerutil::error_chain(err.as_ref()).contains("cannot be read"),
+        "{err}"
+    );
+    let first = rows().await;
+    assert_eq!(first.len(), 2);
+    for (state, resets, _) in &first {
+        assert_eq!((state.as_str(), *resets), ("queued", 1), "{first:?}");
+    }
+    // Past `max_num_resets` (1 here), a view that keeps failing fails the
+    // jobs, saying why.
+    dequeue().await.expect_err("the read fails again");
+    for (state, resets, message) in rows().await {
+        assert_eq!((state.as_str(), resets), ("failed", 1));
+        assert!(message.contains("through the view failed"), "{message}");
+        assert!(message.contains("cannot be read"), "{message}");
+    }
+}
