@@ -32,8 +32,12 @@ pub(super) async fn keyed_insert(
             savepoint.commit().await.map_err(Error::db("commit"))?;
             Ok(Some(row))
         }
-        // unique_violation: another live job took the key meanwhile.
-        Err(err) if crate::error::has_sqlstate(&err, "23505") => {
+        // unique_violation in the key table: another live job took the key
+        // meanwhile. One from an index of the application's own is its error.
+        Err(err)
+            if crate::error::has_sqlstate(&err, "23505")
+                && err.as_database_error().and_then(|e| e.table()) == Some(keys.name.as_str()) =>
+        {
             savepoint.rollback().await.map_err(Error::db("rollback"))?;
             Ok(None)
         }

@@ -468,6 +468,27 @@ async fn a_key_is_held_by_one_live_job_across_every_partition() {
     assert!(matches!(again, Enqueued::Inserted(_)), "{again:?}");
 }
 
+/// A keyed insert that breaks a unique index of the application's own is
+/// that index's error, not a key "that kept changing".
+#[tokio::test]
+async fn a_keyed_insert_refused_by_the_applications_own_index_says_so() {
+    let db = Db::partitioned().await;
+    let enqueuer = keyed_enqueuer(&db).await;
+    db.execute(
+        "ALTER TABLE jobs ADD COLUMN ext_ref text;
+         CREATE UNIQUE INDEX jobs_ext_ref ON jobs (ext_ref, queued_at)",
+    )
+    .await;
+    // One transaction: both rows take the same `queued_at` (its `now()`).
+    let mut tx = db.pool.begin().await.unwrap();
+    let job = |key: &str| NewJob::new().set("ext_ref", "x").key(key, KeyMode::Replace);
+    enqueuer.enqueue_in(&mut tx, &job("a")).await.unwrap();
+    let err = enqueuer.enqueue_in(&mut tx, &job("b")).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("ext_ref"), "{message}");
+    assert!(!message.contains("kept changing"), "{message}");
+}
+
 #[tokio::test]
 async fn keys_without_the_key_table_and_workflows_are_refused_by_name() {
     let db = Db::partitioned().await;
