@@ -106,7 +106,7 @@ pub(crate) fn spawn_listener(
     channel: String,
     store: String,
     connect_timeout: Duration,
-    on_id: Option<OnId>,
+    told: Told,
 ) -> (Wakeups, ListenerTask) {
     let sender = std::sync::Arc::new(WakeupSender::new());
     let wakeups = sender.subscribe();
@@ -136,7 +136,7 @@ pub(crate) fn spawn_listener(
             &store,
             &task_sender,
             &task_stop,
-            on_id.as_deref(),
+            &told,
         )
         .await;
         listen_pool.close().await;
@@ -177,6 +177,20 @@ fn listen_options(pool: &PgPool, channel: &str, store: &str) -> Option<PgConnect
 /// workers are woken.
 pub(crate) type OnId = std::sync::Arc<dyn Fn(i64) + Send + Sync>;
 
+/// The payload a pause is announced with on its table's channel.
+pub(crate) const PAUSE_PAYLOAD: &str = "pause";
+
+/// Told that a pause may have been set: a pause's notification arrived, or
+/// the listener (re)connected and may have missed one.
+pub(crate) type OnPause = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// What a store's listener tells it besides waking its workers.
+#[derive(Clone, Default)]
+pub(crate) struct Told {
+    pub(crate) id: Option<OnId>,
+    pub(crate) pause: Option<OnPause>,
+}
+
 /// The listener's loop: (re)connect, LISTEN, wake on each notification, until
 /// `stop` fires.
 async fn listen(
@@ -185,7 +199,7 @@ async fn listen(
     store: &str,
     sender: &WakeupSender,
     task_stop: &CancellationToken,
-    on_id: Option<&(dyn Fn(i64) + Send + Sync)>,
+    told: &Told,
 ) {
     let mut delay = RECONNECT_MIN;
     let mut was_live = false;
@@ -218,7 +232,11 @@ async fn listen(
         } else {
             tracing::debug!(store = %store, channel = %channel, "listening");
         }
-        // Going live wakes the workers: jobs may have arrived while it was down.
+        // Going live wakes the workers: jobs may have arrived while it was
+        // down, and a pause may have been set.
+        if let Some(on_pause) = &told.pause {
+            on_pause();
+        }
         sender.set_live(true);
         was_live = true;
         delay = RECONNECT_MIN;
@@ -229,7 +247,15 @@ async fn listen(
             };
             match received {
                 Ok(Some(notification)) => {
-                    if let (Some(on_id), Ok(id)) = (on_id, notification.payload().parse::<i64>()) {
+                    let payload = notification.payload();
+                    if payload == PAUSE_PAYLOAD {
+                        // Nothing to claim: only the jobs claimed ahead care.
+                        if let Some(on_pause) = &told.pause {
+                            on_pause();
+                        }
+                        continue;
+                    }
+                    if let (Some(on_id), Ok(id)) = (&told.id, payload.parse::<i64>()) {
                         on_id(id);
                     }
                     sender.wake()

@@ -249,7 +249,7 @@ impl Task {
                     channel.clone(),
                     name.clone(),
                     options.connect_timeout,
-                    None,
+                    Default::default(),
                 );
                 (Some(w), Some(task))
             }

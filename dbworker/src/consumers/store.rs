@@ -143,7 +143,7 @@ where
                 channel,
                 o.name.clone(),
                 options.connect_timeout,
-                None,
+                Default::default(),
             );
             (w, Arc::new(guard))
         });

@@ -122,16 +122,28 @@ impl Pauses {
     }
 
     /// Pauses `queue`, or the whole table with `None`; `by` is recorded with
-    /// it. Returns whether it was not paused before. Refuses a queue name
-    /// that is empty, blank or has whitespace at an end.
+    /// it. Workers claim nothing it pauses from their next claim on, and a
+    /// job one of them claimed ahead goes back to the queue instead of
+    /// starting (at once for a listening worker, told by a notification;
+    /// else once the job has waited a second). Returns whether it was not
+    /// paused before. Refuses a queue name that is empty, blank or has
+    /// whitespace at an end.
     pub async fn pause(&self, queue: Option<&str>, by: &str) -> Result<bool> {
         if let Some(q) = queue {
             super::check_queue_name(q)?;
         }
+        let mut tx = self.t.pool.begin().await.map_err(Error::db("begin"))?;
         let row = sql::pause(&self.t.table, &self.t.job_table, key(queue)?, by)
-            .fetch_optional(&self.t.pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(Error::db("pause"))?;
+        // Delivered when the pause commits: listening workers start none of
+        // the jobs they claimed ahead from what it pauses.
+        sql::notify_with(&self.channel, crate::notify::PAUSE_PAYLOAD)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("pause"))?;
+        tx.commit().await.map_err(Error::db("commit"))?;
         Ok(row.is_some())
     }
 

@@ -220,6 +220,27 @@ pub(crate) fn requeue(o: &StoreParams, id: i64, token: i64, span: Option<&str>) 
     Statement::from(&q)
 }
 
+/// Puts a claimed job back in the queue, as [`requeue`] does and counting
+/// nothing, if its table or queue is paused now: a job claimed ahead before
+/// the pause, about to start. No row when it is not paused (or no longer
+/// this claim's); `None` for a store that consults no pause table.
+pub(crate) fn requeue_if_paused(o: &StoreParams, id: i64, token: i64) -> Option<Statement> {
+    let not_paused = super::control::not_paused(o, &o.table.alias)?;
+    let c = &o.columns;
+    let q = fenced_update(o, id, token)
+        .value(alias(&c.state), state(JobState::Queued))
+        .value(alias(&c.worker_hostname), "")
+        .value(alias(&c.last_heartbeat_at), Expr::cust("NULL"))
+        .and_where(not_paused.not())
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(&o.table.alias),
+            quote(&c.id)
+        ))))
+        .to_owned();
+    Some(Statement::from(&q))
+}
+
 /// Puts a snoozed job back in the queue, eligible `delay` from now (the
 /// database clock), its failures and resets untouched; canceled instead if a
 /// cancel was requested meanwhile.
@@ -342,11 +363,13 @@ pub(crate) fn mark_errored_with_payload(
 /// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
-    use super::fixtures::{resolved, with_history, with_results, with_traces};
+    use super::fixtures::{paused, resolved, with_history, with_results, with_traces};
     let (t, r, h) = (resolved(false), with_results(), with_history());
     let span = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let (rule, items) = (t.retry_rule(None), serde_json::json!([1, 2]));
+    let if_paused = requeue_if_paused(&paused(), 1, 2).expect("a pause table");
     vec![
+        ("requeue_if_paused", if_paused),
         ("mark_complete", mark_complete(&t, 1, 2, None)),
         (
             "mark_complete_with_traces",

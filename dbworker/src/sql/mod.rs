@@ -116,7 +116,7 @@ pub(crate) use job_history::{
 };
 pub(crate) use marks::{
     mark_canceled, mark_complete, mark_complete_with_result, mark_errored,
-    mark_errored_with_payload, mark_failed, requeue, requeue_lost, snooze,
+    mark_errored_with_payload, mark_failed, requeue, requeue_if_paused, requeue_lost, snooze,
 };
 pub(crate) use partition_keys::enqueue_keyed_partitioned;
 pub(crate) use partitions::{
@@ -332,10 +332,15 @@ fn owned(a: &str, c: &Columns, id: i64, token: i64) -> Condition {
 
 /// Wakes the workers listening on `channel`.
 pub(crate) fn notify(channel: &str) -> Statement {
+    notify_with(channel, "")
+}
+
+/// `pg_notify(channel, payload)`: delivered when the transaction commits.
+pub(crate) fn notify_with(channel: &str, payload: &str) -> Statement {
     let q = Query::select()
         .expr(Expr::cust_with_values(
-            "pg_notify($1, '')",
-            [channel.to_owned()],
+            "pg_notify($1, $2)",
+            [channel.to_owned(), payload.to_owned()],
         ))
         .to_owned();
     Statement::from(&q)
@@ -357,6 +362,7 @@ pub(crate) fn database_now_micros() -> Statement {
 fn snapshots() -> Vec<(&'static str, Statement)> {
     vec![
         ("notify", notify("dbworker_jobs")),
+        ("notify_with", notify_with("dbworker_jobs", "pause")),
         ("database_now_micros", database_now_micros()),
     ]
 }

@@ -22,6 +22,8 @@ impl<R: Record> DbStore<R> {
         limit: usize,
     ) -> std::result::Result<Vec<DbJob<R>>, BoxError> {
         let o = &self.options;
+        // Before the claim: a pause announced while it runs is not missed.
+        let claimed = self.pauses_heard.at_claim();
         self.come_due.tag(&self.pool, o).await;
         // The claim reads the records itself, unless a view must be read after
         // the table's rows are claimed. Transactional handling locks each row
@@ -106,7 +108,10 @@ impl<R: Record> DbStore<R> {
         }
         for (lease, row) in claimed_rows {
             let trace = traces.remove(&lease.id);
-            opened.push(self.scan_or_fail(lease, Ok(Some(row)), trace).await);
+            opened.push(
+                self.scan_or_fail(lease, Ok(Some(row)), trace, claimed)
+                    .await,
+            );
         }
         // One read for the whole batch, through the view.
         if !leases.is_empty() {
@@ -120,7 +125,7 @@ impl<R: Record> DbStore<R> {
                     for lease in leases {
                         let row = Ok(by_id.remove(&lease.id));
                         let trace = traces.remove(&lease.id);
-                        opened.push(self.scan_or_fail(lease, row, trace).await);
+                        opened.push(self.scan_or_fail(lease, row, trace, claimed).await);
                     }
                 }
                 // Handed back at once, counted as a reset with the reason
@@ -165,6 +170,7 @@ impl<R: Record> DbStore<R> {
         lease: Lease,
         row: std::result::Result<Option<PgRow>, sqlx::Error>,
         trace: Option<crate::trace::JobTrace>,
+        claimed: super::paused::AtClaim,
     ) -> Result<Option<DbJob<R>>> {
         let failure = match row {
             // The scan is the user's code: a panic in it (`row.get` on a NULL)
@@ -194,6 +200,7 @@ impl<R: Record> DbStore<R> {
                             .options
                             .traces
                             .then(|| super::heartbeat::Unbeaten::new(&self.attempt_spans, lease)),
+                        claimed,
                     }));
                 }
                 Ok(record) => format!(

@@ -41,6 +41,8 @@ pub struct DbJob<R> {
     /// Where the heartbeat finds this attempt's span (a table with traces):
     /// written once, so a worker killed before its mark still leaves it.
     pub(super) unbeaten: Option<super::heartbeat::Unbeaten>,
+    /// What its claim saw of the store's pauses (`paused.rs`).
+    pub(super) claimed: super::paused::AtClaim,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {

@@ -28,6 +28,7 @@ mod marks;
 mod observe;
 mod open;
 pub(crate) mod options;
+mod paused;
 mod probe;
 mod progress;
 mod reset;
@@ -103,6 +104,8 @@ pub struct DbStore<R> {
     attempt_spans: Arc<heartbeat::Spans>,
     /// When this store last had a fair table's jobs come due tagged.
     come_due: come_due::ComeDue,
+    /// The pauses its listener heard of, for jobs claimed ahead (`paused.rs`).
+    pauses_heard: Arc<paused::PauseWatch>,
 }
 
 impl<R> fmt::Debug for DbStore<R> {
@@ -171,6 +174,12 @@ impl<R: Record> DbStore<R> {
         let on_id = cursor
             .clone()
             .map(|c| -> notify::OnId { Arc::new(move |id| c.rewind_to(id)) });
+        let pauses_heard = Arc::new(paused::PauseWatch::default());
+        let heard = pauses_heard.clone();
+        let told = notify::Told {
+            id: on_id,
+            pause: Some(Arc::new(move || heard.heard())),
+        };
         if resolved.listen_channel.is_some() {
             schema_check::check_listen_url(&pool, resolved.connect_timeout).await?;
         }
@@ -181,7 +190,7 @@ impl<R: Record> DbStore<R> {
                     channel.clone(),
                     resolved.name.clone(),
                     resolved.connect_timeout,
-                    on_id,
+                    told,
                 );
                 (Some(w), Some(guard))
             }
@@ -210,6 +219,7 @@ impl<R: Record> DbStore<R> {
             pending_progress: progress::Pending::default(),
             attempt_spans: Arc::default(),
             come_due: come_due::ComeDue::default(),
+            pauses_heard,
         })
     }
 

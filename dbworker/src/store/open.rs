@@ -334,7 +334,14 @@ impl<R: Record> DbStore<R> {
     /// `FOR KEY SHARE`, if the claim still owns it. A lost connection puts the
     /// job back (counted as a reset) instead of failing it.
     pub(super) async fn open_job(&self, job: &mut DbJob<R>) -> std::result::Result<bool, BoxError> {
-        if self.options.handling != Handling::Transactional || job.tx.is_some() {
+        if job.tx.is_some() {
+            return Ok(true);
+        }
+        // Claimed ahead, then paused: back to the queue, not started.
+        if self.handed_back_paused(job).await {
+            return Ok(false);
+        }
+        if self.options.handling != Handling::Transactional {
             return Ok(true);
         }
         let lease = job.lease;

@@ -311,3 +311,109 @@ async fn through_a_view_a_paused_queues_backlog_does_not_starve_the_others() {
     let claimed: Vec<i64> = jobs.iter().map(|j| j.record().id).collect();
     assert_eq!(claimed, [ids[60]], "queue b's job, past queue a's 60");
 }
+
+/// Runs the first job until the gate opens; records every job it starts.
+#[derive(Default)]
+struct Gated {
+    gate: tokio::sync::Notify,
+    started: std::sync::Mutex<Vec<i64>>,
+}
+impl workerutil::Handler<DbStore<Job>> for Gated {
+    async fn handle(
+        &self,
+        job: &mut dbworker::DbJob<Job>,
+        _ctx: &workerutil::JobContext<DbStore<Job>>,
+    ) -> Result<(), workerutil::HandlerError> {
+        let first = {
+            let mut started = self.started.lock().unwrap();
+            started.push(job.record().id);
+            started.len() == 1
+        };
+        if first {
+            self.gate.notified().await;
+        }
+        Ok(())
+    }
+}
+
+/// A worker claims ahead while its only handler is busy, then the queue is
+/// paused: the buffered jobs go back to the queue, counting nothing, instead
+/// of starting. A listening worker is told by the pause's notification; a
+/// polling one looks before starting a job that waited a second.
+#[tokio::test]
+async fn jobs_claimed_ahead_do_not_start_once_their_queue_is_paused() {
+    let _shared = TIMED.read().await;
+    for (listen, handling) in [
+        (true, Handling::Heartbeat),
+        (false, Handling::Heartbeat),
+        (true, Handling::Transactional),
+    ] {
+        let case = format!("listen {listen}, {handling:?}");
+        let db = set_up().await;
+        let ids = enqueue(&db, &["emails"; 5]).await;
+        let mut so = db.options();
+        so.handling = handling;
+        so.stall.stalled_max_age = Duration::from_secs(60);
+        if listen {
+            so.listen = Listen::TableChannel;
+        }
+        let store = db.store_on(&pausable_table(&db).await, so).await;
+        let handler = Arc::new(Gated::default());
+        let mut o = WorkerOptions::new("ahead");
+        o.num_handlers = 1;
+        o.claim_ahead = Some(4);
+        o.interval = Duration::from_millis(20);
+        o.heartbeat_interval = Duration::from_millis(100);
+        o.heartbeat_failure_limit = Some(Duration::from_secs(5));
+        let worker = new_worker(store, handler.clone(), o).unwrap();
+        let shutdown = worker.shutdown_handle();
+        let run = tokio::spawn(worker.run());
+        // The first job runs; the other four wait in the buffer, claimed.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while db.count("processing").await < 5 {
+            assert!(Instant::now() < deadline, "{case}: never claimed ahead");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if listen {
+            // Let the listener go live before the pause is announced.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        assert!(
+            pauses(&db)
+                .await
+                .pause(Some("emails"), "ops")
+                .await
+                .unwrap()
+        );
+        // Told at once when listening; a polling worker's buffered jobs
+        // have waited past its second by the time the handler frees.
+        let waited = if listen { 300 } else { 1_200 };
+        tokio::time::sleep(Duration::from_millis(waited)).await;
+        handler.gate.notify_one();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while db.count("queued").await < 4 {
+            assert!(
+                Instant::now() < deadline,
+                "{case}: the buffered jobs were not put back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.graceful();
+        run.await.unwrap();
+
+        assert_eq!(
+            *handler.started.lock().unwrap(),
+            [ids[0]],
+            "{case}: only the job already running ran"
+        );
+        assert_eq!(db.state(ids[0]).await, "completed", "{case}");
+        let counted: i64 = db
+            .scalar(
+                "SELECT count(*) FROM jobs WHERE state = 'queued' AND num_failures = 0 AND num_resets = 0 AND id > $1",
+                ids[0],
+            )
+            .await;
+        assert_eq!(counted, 4, "{case}: put back counting nothing");
+    }
+}
