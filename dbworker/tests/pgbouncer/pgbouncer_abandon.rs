@@ -167,3 +167,75 @@ async fn a_begin_whose_caller_gave_up_leaves_no_transaction_behind() {
         .await;
     assert_eq!(seen, 1, "the insert committed");
 }
+
+/// Writes a row that breaks a deferred foreign key: the COMMIT fails.
+struct BreaksAtCommit;
+impl Handler<DbStore<Job>> for BreaksAtCommit {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        sqlx::query("INSERT INTO children (parent_id) VALUES (999)")
+            .persistent(false)
+            .execute(job.tx().expect("transactional handling"))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Behind PgBouncer, a transactional completion whose COMMIT fails is
+/// recorded as the job's error (errored, then failed at its retry limit),
+/// and no server session is left inside a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_failing_at_commit_behind_pgbouncer_is_recorded_as_an_error() {
+    let _turn = POOLER.lock().await;
+    let db = Db::new().await;
+    let Some(bouncer) = Bouncer::start_or_skip("the PgBouncer failed-commit test", db.db.url(), 2)
+    else {
+        return;
+    };
+    db.execute(
+        "CREATE TABLE parents (id int PRIMARY KEY);
+         CREATE TABLE children (parent_id int NOT NULL REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .await;
+    dbworker::set_pooler(Pooler::Transaction { listen_url: None });
+    let pool = bouncer.pool(4).await;
+    let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
+    let mut so = Db::options_for_tests();
+    so.handling = Handling::Transactional;
+    so.max_num_retries = 1;
+    so.retry = dbworker::RetryPolicy::fixed(Duration::ZERO);
+    let store = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut o = options("breaks");
+    o.num_handlers = 1;
+    o.num_total_jobs = Some(2);
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        new_worker(store, BreaksAtCommit, o).unwrap().run(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the worker did not finish: {}", bouncer.log()));
+    assert_eq!(db.state(id).await, "failed", "tried twice, failed twice");
+    let (failures, message): (i32, String) =
+        sqlx::query_as("SELECT num_failures, failure_message FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(failures, 2);
+    assert!(message.contains("foreign key"), "{message}");
+    let children: i64 = db
+        .scalar("SELECT count(*) FROM children WHERE parent_id = $1", 999)
+        .await;
+    assert_eq!(children, 0, "nothing the handler wrote committed");
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(open, 0, "sessions left in a transaction");
+}
