@@ -225,7 +225,7 @@ pub(crate) fn requeue(o: &StoreParams, id: i64, token: i64, span: Option<&str>) 
 /// the pause, about to start. No row when it is not paused (or no longer
 /// this claim's); `None` for a store that consults no pause table.
 pub(crate) fn requeue_if_paused(o: &StoreParams, id: i64, token: i64) -> Option<Statement> {
-    let not_paused = super::control::not_paused(o, &o.table.alias)?;
+    let not_paused = crate::sql::control::not_paused(o, &o.table.alias)?;
     let c = &o.columns;
     let q = fenced_update(o, id, token)
         .value(alias(&c.state), state(JobState::Queued))
