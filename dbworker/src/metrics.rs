@@ -33,7 +33,9 @@ pub const LEADER: &str = "dbworker_leader";
 /// `dequeue`, `open`, `heartbeat`, `complete`, `errored`, `failed`,
 /// `canceled`, `snoozed`, `requeue`. `outcome`: `ok`, `empty` (a dequeue
 /// that found nothing), `retry` and `failed` (an errored mark: retried, or
-/// out of retries), `lost` (the claim was no longer this worker's), `error`.
+/// out of retries), `lost` (the claim was no longer this worker's),
+/// `withheld` (an `open` that put the job back: its queue was paused while
+/// it waited to start), `error`.
 pub const STORE_OPERATIONS_TOTAL: &str = "dbworker_store_operations_total";
 
 /// How long each store operation took, in seconds, by store and operation

@@ -52,6 +52,13 @@ pub enum Error {
     /// returned it.
     #[error("completing the job failed: {0}")]
     CompletionFailed(#[source] BoxError),
+    /// Returned by a store's [`open`](crate::Store::open) when it put the
+    /// job back in the queue itself, counting nothing, rather than let it
+    /// start (dbworker: its queue was paused while it waited in the
+    /// claim-ahead buffer). The worker records nothing more and reports
+    /// [`Outcome::Withheld`](crate::Outcome::Withheld) with the reason.
+    #[error("the job was put back before it started: {0}")]
+    Withheld(String),
     /// A store operation failed.
     #[error("store operation `{op}` failed: {source}")]
     Store {

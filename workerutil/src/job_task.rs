@@ -196,6 +196,9 @@ async fn execute<S: Store, H: Handler<S>>(
         // Someone else owns it now, or the store recorded why it cannot run.
         Ok(false) => return Outcome::Lost,
         Err(err) => {
+            if let Some(Error::Withheld(reason)) = err.downcast_ref::<Error>() {
+                return Outcome::Withheld(reason.clone());
+            }
             let message = error_chain(err.as_ref());
             tracing::error!(error = %message, "opening the job failed; handing it back");
             shared.emit(WorkerEvent::StoreFailed {
@@ -301,7 +304,7 @@ fn retry_of<S: Store, H: Handler<S>>(
     outcome: &Outcome,
 ) -> Option<Retry> {
     match outcome {
-        Outcome::Completed | Outcome::Lost | Outcome::Interrupted => None,
+        Outcome::Completed | Outcome::Lost | Outcome::Interrupted | Outcome::Withheld(_) => None,
         _ => caught(|| handler.retry(record))
             .unwrap_or(None)
             .map(Retry::without_invalid_delay),
@@ -353,6 +356,8 @@ async fn record_outcome<S: Store>(
         ),
         // Someone else owns the record now: write nothing.
         Outcome::Lost => return (false, None, None),
+        // The store put it back already.
+        Outcome::Withheld(_) => return (true, None, None),
     };
     let marked = match result {
         Ok(true) => true,

@@ -193,6 +193,10 @@ pub enum Outcome {
     Panicked(String),
     /// A shutdown interrupted the job; it was put back in the queue.
     Interrupted,
+    /// The store put the job back in the queue before it started, counting
+    /// nothing, for the reason given (dbworker: its queue was paused while
+    /// it waited in the claim-ahead buffer); the handler never ran.
+    Withheld(String),
     /// The handler asked to run the job again after this delay
     /// ([`HandlerError::snooze`]); it was put back in the queue without
     /// counting a failure.
@@ -225,6 +229,7 @@ impl Outcome {
             Outcome::Completed
             | Outcome::Lost
             | Outcome::Interrupted
+            | Outcome::Withheld(_)
             | Outcome::Snoozed(_)
             | Outcome::Waiting { .. } => None,
             Outcome::Errored(e) | Outcome::Failed(e) => Some(error_chain(e.as_ref())),
@@ -257,6 +262,7 @@ impl Outcome {
             Outcome::HeartbeatExpired(_) => "heartbeat_expired",
             Outcome::Panicked(_) => "panicked",
             Outcome::Interrupted => "interrupted",
+            Outcome::Withheld(_) => "withheld",
             Outcome::Snoozed(_) => "snoozed",
             Outcome::Waiting { .. } => "waiting",
         }
@@ -268,7 +274,7 @@ impl Outcome {
     /// once recorded: `ok`; `retry` (an errored mark that runs again) or
     /// `failed` (its retries used up), as the store's `written` state says;
     /// `poison` (a non-retryable error); `canceled`, `snoozed`, `waiting`,
-    /// `interrupted`; `lost` when the mark was not taken.
+    /// `interrupted`, `withheld`; `lost` when the mark was not taken.
     pub(crate) fn label(&self, marked: bool, written: Option<JobState>) -> &'static str {
         if !marked {
             return "lost";
@@ -289,6 +295,7 @@ impl Outcome {
             Outcome::Snoozed(_) => "snoozed",
             Outcome::Waiting { .. } => "waiting",
             Outcome::Interrupted => "interrupted",
+            Outcome::Withheld(_) => "withheld",
             Outcome::Lost => "lost",
         }
     }

@@ -145,9 +145,11 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// Returns `false` when the store knows the job must not run: the lease no
     /// longer owns it, or the store has already recorded why it cannot run. The
-    /// worker then records nothing for it. An error leaves the outcome to the
-    /// worker, which hands the job back with [`requeue`](Self::requeue).
-    /// Default: `true` with no work (heartbeats and fenced marks still guard a
+    /// worker then records nothing for it. [`Error::Withheld`](crate::Error::Withheld):
+    /// the store put the job back in the queue itself, and the worker reports
+    /// [`Outcome::Withheld`](crate::Outcome::Withheld). Any other error
+    /// leaves the outcome to the worker, which hands the job back with
+    /// [`requeue`](Self::requeue). Default: `true` with no work (heartbeats and fenced marks still guard a
     /// job lost in between).
     fn open(&self, job: &mut Self::Job) -> impl Future<Output = Result<bool, BoxError>> + Send {
         let _ = job;

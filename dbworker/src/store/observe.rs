@@ -43,6 +43,9 @@ impl<R: Record> DbStore<R> {
     ) -> Result<T, BoxError> {
         let outcome = match &result {
             Ok(answer) => answer.label(),
+            Err(e) if matches!(e.downcast_ref(), Some(workerutil::Error::Withheld(_))) => {
+                "withheld"
+            }
             Err(_) => "error",
         };
         self.record(op, started, outcome);

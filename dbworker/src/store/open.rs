@@ -339,7 +339,8 @@ impl<R: Record> DbStore<R> {
         }
         // Claimed ahead, then paused: back to the queue, not started.
         if self.handed_back_paused(job).await {
-            return Ok(false);
+            let reason = "its table or queue was paused while it waited to start";
+            return Err(workerutil::Error::Withheld(reason.into()).into());
         }
         if self.options.handling != Handling::Transactional {
             return Ok(true);

@@ -366,6 +366,7 @@ async fn jobs_claimed_ahead_do_not_start_once_their_queue_is_paused() {
         o.heartbeat_interval = Duration::from_millis(100);
         o.heartbeat_failure_limit = Some(Duration::from_secs(5));
         let worker = new_worker(store, handler.clone(), o).unwrap();
+        let mut events = worker.subscribe();
         let shutdown = worker.shutdown_handle();
         let run = tokio::spawn(worker.run());
         // The first job runs; the other four wait in the buffer, claimed.
@@ -415,5 +416,21 @@ async fn jobs_claimed_ahead_do_not_start_once_their_queue_is_paused() {
             )
             .await;
         assert_eq!(counted, 4, "{case}: put back counting nothing");
+        // Reported as withheld, not as lost or failed.
+        let mut withheld = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            if let WorkerEvent::JobFinished { id, outcome, .. } = event {
+                match outcome {
+                    workerutil::Outcome::Withheld(reason) => {
+                        assert!(reason.contains("paused"), "{case}: {reason}");
+                        withheld.push(id);
+                    }
+                    workerutil::Outcome::Completed => assert_eq!(id, ids[0], "{case}"),
+                    other => panic!("{case}: job {id} reported {other:?}"),
+                }
+            }
+        }
+        withheld.sort();
+        assert_eq!(withheld, ids[1..], "{case}");
     }
 }
