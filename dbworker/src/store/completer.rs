@@ -34,8 +34,34 @@ const MAX_IN_FLIGHT: usize = 2;
 const SMALL_GROUP: usize = 16;
 
 /// A job's answer: the state written (`None`: not marked, the lease no
-/// longer owned the row), or the database error rendered.
-type Answer = Result<Option<JobState>, String>;
+/// longer owned the row), or why it was not written.
+type Answer = Result<Option<JobState>, MarkFailed>;
+
+/// A grouped mark that was not written: the database error rendered, and
+/// whether it is the job's own (its row alone refused it: a trigger, a
+/// constraint), as opposed to a group's or the connection's trouble.
+#[derive(Debug, Clone)]
+pub(crate) struct MarkFailed {
+    message: String,
+    pub(crate) own: bool,
+}
+
+impl std::fmt::Display for MarkFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for MarkFailed {}
+
+impl MarkFailed {
+    fn other(message: &str) -> MarkFailed {
+        MarkFailed {
+            message: message.to_owned(),
+            own: false,
+        }
+    }
+}
 
 struct Pending {
     mark: Mark,
@@ -63,10 +89,10 @@ impl Completer {
         let (done, answer) = oneshot::channel();
         self.tx
             .send(Pending { mark, retry, done })
-            .map_err(|_| "the grouped-mark writer has stopped".to_owned())?;
+            .map_err(|_| MarkFailed::other("the grouped-mark writer has stopped"))?;
         answer
             .await
-            .map_err(|_| "the grouped-mark writer stopped before writing".to_owned())?
+            .map_err(|_| MarkFailed::other("the grouped-mark writer stopped before writing"))?
     }
 }
 
@@ -139,13 +165,15 @@ async fn write_answering(pool: &PgPool, options: &Resolved, mut group: Vec<Pendi
             for p in group {
                 let answer = write_again_if_transient(pool, options, &[(p.mark.clone(), &p.retry)])
                     .await
-                    .map(|marked| marked.get(&p.mark.id).copied());
+                    .map(|marked| marked.get(&p.mark.id).copied())
+                    .map_err(MarkFailed::alone);
                 let _ = p.done.send(answer);
             }
         }
-        Err(message) => {
+        Err(failure) => {
+            let failed = MarkFailed::alone(failure);
             for p in group {
-                let _ = p.done.send(Err(message.clone()));
+                let _ = p.done.send(Err(failed.clone()));
             }
         }
     }
@@ -157,22 +185,35 @@ async fn write_again_if_transient(
     pool: &PgPool,
     options: &Resolved,
     marks: &[(Mark, &RetryRule)],
-) -> Result<HashMap<i64, JobState>, String> {
+) -> Result<HashMap<i64, JobState>, Failure> {
     super::transient::again_if_transient(
         "a group of marks",
         || write(pool, options, marks),
         |failure: &Failure| failure.transient,
     )
     .await
-    .map_err(|failure| failure.message)
 }
 
-/// A group's failed write: the database error rendered, and whether Postgres
+impl MarkFailed {
+    /// The failure of a group that held one mark only: a refusal by the
+    /// database (not a passing conflict, not a lost connection) is that
+    /// job's own.
+    fn alone(failure: Failure) -> MarkFailed {
+        MarkFailed {
+            own: failure.refused,
+            message: failure.message,
+        }
+    }
+}
+
+/// A group's failed write: the database error rendered, whether Postgres
 /// rolled it back for a reason that passes (a deadlock, a serialization
-/// failure).
+/// failure), and whether the database refused it on a healthy connection
+/// (a trigger, a constraint: nothing was written).
 struct Failure {
     message: String,
     transient: bool,
+    refused: bool,
 }
 
 impl std::fmt::Display for Failure {
@@ -183,8 +224,12 @@ impl std::fmt::Display for Failure {
 
 impl From<sqlx::Error> for Failure {
     fn from(err: sqlx::Error) -> Failure {
+        let transient = super::transient::is_transient(&err);
         Failure {
-            transient: super::transient::is_transient(&err),
+            refused: matches!(err, sqlx::Error::Database(_))
+                && !transient
+                && !super::marks::is_connection_loss(&err),
+            transient,
             message: format!("database error in mark_group: {err}"),
         }
     }
@@ -195,6 +240,7 @@ impl From<String> for Failure {
         Failure {
             message,
             transient: false,
+            refused: false,
         }
     }
 }

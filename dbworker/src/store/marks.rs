@@ -48,6 +48,18 @@ pub(crate) fn is_connection_loss(err: &sqlx::Error) -> bool {
     }
 }
 
+/// A grouped completion the database refused for a reason of the job's own
+/// (its row's trigger or constraint) is a failed completion: answered with
+/// [`workerutil::Error::CompletionFailed`], so the worker marks it errored
+/// with the reason, as in transactional handling.
+pub(super) fn completion_refused(err: BoxError) -> BoxError {
+    match err.downcast::<super::completer::MarkFailed>() {
+        Ok(failed) if failed.own => workerutil::Error::CompletionFailed(failed).into(),
+        Ok(failed) => failed,
+        Err(err) => err,
+    }
+}
+
 impl<R: Record> DbStore<R> {
     /// A refused result (too large, or holding a NUL) fails the job instead
     /// (and reports it).
@@ -65,7 +77,8 @@ impl<R: Record> DbStore<R> {
         let Some(mut tx) = job.tx.take() else {
             return Ok(self
                 .grouped(job.lease, MarkKind::Complete, "", None, result, span)
-                .await?
+                .await
+                .map_err(completion_refused)?
                 .is_some());
         };
         let statement = self.complete_statement(job.lease, result, span.as_deref());

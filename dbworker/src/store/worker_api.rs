@@ -109,7 +109,10 @@ impl<R: Record> Store for DbStore<R> {
         // (inline, 10 KB per job: with a thousand waiting, 10 MB of RSS).
         if let Some(grouped) = self.grouped_completion(job) {
             let started = Instant::now();
-            let result = grouped.await.map(|state| state.is_some());
+            let result = grouped
+                .await
+                .map(|state| state.is_some())
+                .map_err(super::marks::completion_refused);
             return self.observe("complete", started, result);
         }
         Box::pin(self.complete_in_full(job)).await

@@ -9,7 +9,8 @@ use crate::common;
 use std::time::Duration;
 
 use serde_json::json;
-use workerutil::{StopReason, WorkerOptions};
+use workerutil::testing::{finished, wait_for};
+use workerutil::{Outcome, StopReason, WorkerOptions};
 
 use dbworker::{DbJob, DbStore, Handling};
 use workerutil::{Handler, HandlerError, JobContext};
@@ -77,8 +78,11 @@ async fn a_group_rolled_back_as_a_deadlock_victim_is_written_again() {
 }
 
 /// An error that does not pass (here a check the trigger raises) is not
-/// written again and again: the mark fails at once and the job stays
-/// `processing` for the resetter, as before.
+/// written again and again: the completion fails at once, and the job is
+/// marked errored with the trigger's reason (failed here: no retries), as a
+/// transactional completion refused at its commit is; it is not left
+/// `processing` for the resetter, which would end it as "died too many
+/// times" without the reason.
 #[tokio::test]
 async fn an_error_that_does_not_pass_is_not_written_again() {
     let db = Db::new().await;
@@ -93,14 +97,24 @@ async fn an_error_that_does_not_pass_is_not_written_again() {
              FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION refuse();",
     )
     .await;
-    db.enqueue(1, json!({})).await;
-    let store = db.store(Handling::Heartbeat).await;
-    let summary = dbworker::new_worker(store.clone(), common::Completes, options("refused"))
-        .unwrap()
-        .run_until_empty()
-        .await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut o = db.options();
+    o.handling = Handling::Heartbeat;
+    o.max_num_retries = 0;
+    let store = db.store_on(&db.table().await, o).await;
+    let worker =
+        dbworker::new_worker(store.clone(), common::Completes, options("refused")).unwrap();
+    let mut events = worker.subscribe();
+    let summary = worker.run_until_empty().await;
     assert_eq!(summary.dequeued, 1);
-    assert_eq!(db.count("processing").await, 1);
+    assert_eq!(db.state(id).await, "failed");
+    let message: String = db
+        .scalar("SELECT failure_message FROM jobs WHERE id = $1", id)
+        .await;
+    assert!(message.contains("refused by the application"), "{message}");
+    let (outcome, marked) = wait_for(&mut events, finished(id)).await;
+    assert!(matches!(outcome, Outcome::Errored(_)), "{outcome:?}");
+    assert!(marked);
     let fired: i64 = sqlx::query_scalar("SELECT last_value FROM injected")
         .fetch_one(&db.pool)
         .await
