@@ -379,7 +379,7 @@ pub(crate) fn confirm(viewer: &Viewer, s: &Shared, t: &Table, c: &Confirm<'_>) -
         }
         form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
             @for (k, v) in c.form {
-                @if k != "confirm" && k != "max_id" {
+                @if !matches!(k.as_str(), "confirm" | "max_id" | "confirmed") {
                     input type="hidden" name=(k) value=(v);
                 }
             }
@@ -387,6 +387,8 @@ pub(crate) fn confirm(viewer: &Viewer, s: &Shared, t: &Table, c: &Confirm<'_>) -
             @if all_matching {
                 input type="hidden" name="max_id" value=(matching.max_id.map(|id| id.to_string()).unwrap_or_default());
             }
+            // What the result is compared with.
+            input type="hidden" name="confirmed" value=(count);
             input type="hidden" name="confirm" value="yes";
             button type="submit" class="danger" { "Yes, " (action.verb()) " " (count) " job(s)" }
             " "
