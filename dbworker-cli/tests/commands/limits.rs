@@ -9,6 +9,8 @@ use dbworker::control::{DEFAULT_LIMIT_TABLE, Limit, Limits};
 use dbworker::ddl::limit_table_sql;
 use dbworker::{JobTable, JobTableOptions};
 
+use std::process::Output;
+
 use cli::{dbworker, ok, refused};
 use common::Db;
 
@@ -24,6 +26,13 @@ async fn set_up() -> Db {
     )
     .await;
     db
+}
+
+/// `dbworker limit <verb> <flags> --table jobs`.
+fn limit(db: &Db, verb: &str, flags: &[&str]) -> Output {
+    let mut args = vec!["limit", verb];
+    args.extend_from_slice(flags);
+    dbworker(db, &args)
 }
 
 /// The limits as a worker's table reads them.
@@ -46,26 +55,19 @@ async fn limits(db: &Db) -> Vec<(String, Limit)> {
 #[tokio::test]
 async fn limit_sets_clears_and_lists_a_queues_limits() {
     let db = set_up().await;
-    let list = || ok(&dbworker(&db, &["limit", "list"]));
+    let list = || ok(&limit(&db, "list", &[]));
     assert_eq!(list().trim(), "no queue of jobs is limited");
 
-    let out = ok(&dbworker(
+    let out = ok(&limit(
         &db,
-        &[
-            "limit",
-            "set",
-            "--queue",
-            "reports",
-            "--max-processing",
-            "3",
-        ],
+        "set",
+        &["--queue", "reports", "--max-processing", "3"],
     ));
     assert_eq!(out.trim(), "queue reports: at most 3 processing");
-    let out = ok(&dbworker(
+    let out = ok(&limit(
         &db,
-        &[
-            "limit", "set", "--queue", "mail", "--rate", "10", "--burst", "20",
-        ],
+        "set",
+        &["--queue", "mail", "--rate", "10", "--burst", "20"],
     ));
     assert_eq!(out.trim(), "queue mail: 10/s (burst 20)");
     assert_eq!(
@@ -77,11 +79,10 @@ async fn limit_sets_clears_and_lists_a_queues_limits() {
     );
 
     // A set replaces the queue's limits whole; per key needs the key column.
-    let out = ok(&dbworker(
+    let out = ok(&limit(
         &db,
+        "set",
         &[
-            "limit",
-            "set",
             "--queue",
             "reports",
             "--max-per-key",
@@ -107,7 +108,7 @@ async fn limit_sets_clears_and_lists_a_queues_limits() {
         "{listed}"
     );
 
-    let clear = || ok(&dbworker(&db, &["limit", "clear", "--queue", "mail"]));
+    let clear = || ok(&limit(&db, "clear", &["--queue", "mail"]));
     assert_eq!(clear().trim(), "queue mail: no limit");
     assert_eq!(clear().trim(), "queue mail had no limit");
     assert_eq!(limits(&db).await.len(), 1);
@@ -119,31 +120,23 @@ async fn limit_sets_clears_and_lists_a_queues_limits() {
 #[tokio::test]
 async fn limit_refuses_blank_or_padded_queues_and_limits_it_cannot_mean() {
     let db = set_up().await;
-    ok(&dbworker(
+    ok(&limit(
         &db,
-        &["limit", "set", "--queue", "mail", "--max-processing", "2"],
+        "set",
+        &["--queue", "mail", "--max-processing", "2"],
     ));
     let before = limits(&db).await;
-    for queue in ["", "  "] {
-        for verb in ["set", "clear"] {
-            let mut args = vec!["limit", verb, "--queue", queue];
-            if verb == "set" {
-                args.extend(["--max-processing", "1"]);
-            }
-            let err = refused(&dbworker(&db, &args));
-            assert!(
-                err.contains("--queue: name the queue"),
-                "{verb} {queue:?}: {err}"
-            );
+    for (queue, says) in [
+        ("", "--queue: name the queue"),
+        ("  ", "--queue: name the queue"),
+        (" mail", "whitespace at an end"),
+    ] {
+        for (verb, more) in [("set", &["--max-processing", "1"][..]), ("clear", &[])] {
+            let mut flags = vec!["--queue", queue];
+            flags.extend_from_slice(more);
+            let err = refused(&limit(&db, verb, &flags));
+            assert!(err.contains(says), "{verb} {queue:?}: {err}");
         }
-    }
-    for verb in ["set", "clear"] {
-        let mut args = vec!["limit", verb, "--queue", " mail"];
-        if verb == "set" {
-            args.extend(["--max-processing", "1"]);
-        }
-        let err = refused(&dbworker(&db, &args));
-        assert!(err.contains("whitespace at an end"), "{verb}: {err}");
     }
     let refusals: [(&[&str], &str); 5] = [
         (&["--queue", "mail"], "--max-processing"),
@@ -169,9 +162,7 @@ async fn limit_refuses_blank_or_padded_queues_and_limits_it_cannot_mean() {
         ),
     ];
     for (flags, named) in refusals {
-        let mut args = vec!["limit", "set"];
-        args.extend_from_slice(flags);
-        let err = refused(&dbworker(&db, &args));
+        let err = refused(&limit(&db, "set", flags));
         assert!(err.contains(named), "{flags:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }

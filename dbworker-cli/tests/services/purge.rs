@@ -12,7 +12,7 @@ use dbworker::maintenance::{PurgeOptions, Purger};
 use workerutil::JobState;
 
 use common::Db;
-use shared::seed;
+use shared::{completed, exists, seed};
 
 async fn count(db: &Db, table: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
@@ -64,17 +64,6 @@ async fn rows_can_be_archived_instead_and_the_command_line_does_the_same() {
     assert_eq!(db.count("canceled").await, 1);
 }
 
-/// A completed job finished `ago` (SQL interval) ago; its id.
-async fn completed(db: &Db, ago: &str) -> i64 {
-    sqlx::query_scalar(
-        "INSERT INTO jobs (state, finished_at) VALUES ('completed', now() - $1::interval) RETURNING id",
-    )
-    .bind(ago)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap()
-}
-
 /// `dbworker purge --history` keeps a finished job until the job history
 /// has recorded its minute, as `PurgeOptions::history` does
 /// (dbworker/tests/operations/purge_history.rs): a job older than the
@@ -93,16 +82,6 @@ async fn purge_with_history_keeps_what_the_history_has_not_recorded() {
         args.extend_from_slice(extra);
         crate::cli::dbworker(&db, &args)
     };
-    let exists = |id: i64| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)")
-                .bind(id)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
 
     // No history table: refused, naming it and the migration that makes it.
     let err = crate::cli::refused(&purge(&["--history"]));
@@ -110,11 +89,11 @@ async fn purge_with_history_keeps_what_the_history_has_not_recorded() {
         err.contains("dbworker_history") && err.contains("dbworker migration --history"),
         "{err}"
     );
-    assert!(exists(fresh).await && exists(hours_old).await);
+    assert!(exists(&db, fresh).await && exists(&db, hours_old).await);
     // The history's flags mean nothing without --history.
     let err = crate::cli::refused(&purge(&["--history-catch-up", "1h"]));
     assert!(err.contains("--history"), "{err}");
-    assert!(exists(fresh).await && exists(hours_old).await);
+    assert!(exists(&db, fresh).await && exists(&db, hours_old).await);
 
     db.execute(&history_table_sql(DEFAULT_HISTORY_TABLE).unwrap())
         .await;
@@ -123,11 +102,11 @@ async fn purge_with_history_keeps_what_the_history_has_not_recorded() {
         crate::cli::ok(&purge(&["--history"])).trim(),
         "purged 0 completed job(s)"
     );
-    assert!(exists(fresh).await && exists(hours_old).await);
+    assert!(exists(&db, fresh).await && exists(&db, hours_old).await);
     // A history catching up 1 h never records the 3-hour-old job: it goes.
     let out = crate::cli::ok(&purge(&["--history", "--history-catch-up", "1h"]));
     assert_eq!(out.trim(), "purged 1 completed job(s)");
-    assert!(exists(fresh).await && !exists(hours_old).await);
+    assert!(exists(&db, fresh).await && !exists(&db, hours_old).await);
 
     // Once the history's records reach past it, the fresh one goes too.
     db.execute(
@@ -141,5 +120,5 @@ async fn purge_with_history_keeps_what_the_history_has_not_recorded() {
         DEFAULT_HISTORY_TABLE,
     ]));
     assert_eq!(out.trim(), "purged 1 completed job(s)");
-    assert!(!exists(fresh).await);
+    assert!(!exists(&db, fresh).await);
 }

@@ -11,7 +11,7 @@ use dbworker::JobTableOptions;
 use dbworker::control::{
     DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
 };
-use router::{csrf, get, post};
+use router::{confirmation, csrf, get, post};
 
 use crate::common::{self, Db};
 
@@ -110,19 +110,11 @@ async fn blank_or_padded_queue_names_are_refused_by_pauses_and_limits_alike() {
     assert_eq!(rows(&db, limits).await, ["mail"]);
 }
 
-/// The hidden fields of the first form in `html`, as a form body.
-fn form_fields(html: &str) -> String {
-    let form = &html[html.find("<form").expect("a form")..];
-    let form = &form[..form.find("</form>").unwrap()];
-    form.split(r#"<input type="hidden" name=""#)
-        .skip(1)
-        .map(|part| {
-            let name = &part[..part.find('"').unwrap()];
-            let rest = &part[part.find(r#"value=""#).unwrap() + 7..];
-            format!("{name}={}", &rest[..rest.find('"').unwrap()])
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+/// The pause form in a row of the queues page.
+fn pause_form(row: &str) -> &str {
+    let at = row.find("/queues/pause").expect("a pause form");
+    let form = &row[row[..at].rfind("<form").unwrap()..];
+    &form[..form.find("</form>").unwrap()]
 }
 
 /// On a table whose queue column allows NULL, jobs without a queue show as
@@ -145,8 +137,7 @@ async fn pausing_the_all_row_of_jobs_without_a_queue_pauses_the_whole_table() {
     let row = &row[..row.find("</tr>").unwrap()];
     assert!(row.contains("running"), "{row}");
     assert!(!row.contains("/queues/limit"), "no limit form: {row}");
-    let at = row.find("/queues/pause").expect("a pause form");
-    let form = form_fields(&row[row[..at].rfind("<form").unwrap()..]);
+    let form = confirmation(pause_form(row));
     assert!(form.contains("do=pause"), "{form}");
     assert!(
         !form.contains("queue="),
@@ -179,8 +170,7 @@ async fn pausing_the_all_row_of_jobs_without_a_queue_pauses_the_whole_table() {
     assert!(row.contains(">Resume the table<"), "{row}");
 
     // Its Resume resumes the table: the jobs without a queue run again.
-    let at = row.find("/queues/pause").unwrap();
-    let form = form_fields(&row[row[..at].rfind("<form").unwrap()..]);
+    let form = confirmation(pause_form(row));
     let (status, _, _) = post(&app, "/t/jobs/queues/pause", &form, None).await;
     assert!(status.is_redirection());
     assert_eq!(
