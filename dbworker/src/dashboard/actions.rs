@@ -235,13 +235,14 @@ fn confirmed_count(form: &[(String, String)]) -> Result<Option<u64>, Response> {
 }
 
 /// What a bulk action did, for its result page, set against the count the
-/// operator confirmed: jobs that left the action's states since the count
-/// are left alone (fewer), jobs counted by the bound that entered them are
-/// acted on too (more); either is said, never shown as the plain count.
+/// operator confirmed: selected jobs in a state the action leaves alone, and
+/// jobs that left its states since the count, are left alone (fewer); jobs
+/// under the bound that entered them are acted on too (more); either is
+/// said, never shown as the plain count.
 fn outcome(verb: &str, done: u64, confirmed: Option<u64>) -> String {
     match confirmed {
         Some(c) if done < c => format!(
-            "{verb} {done} of the {c} job(s) confirmed; the other {} were no longer in a state it acts on and were left alone",
+            "{verb} {done} of the {c} job(s) confirmed; the other {} were not (or no longer) in a state it acts on and were left alone",
             c - done
         ),
         Some(c) if done > c => format!(

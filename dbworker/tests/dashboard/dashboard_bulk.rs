@@ -232,7 +232,7 @@ async fn the_result_says_when_fewer_or_more_jobs_were_acted_on_than_confirmed() 
     let (_, page) = get(&app, &location).await;
     assert!(
         page.contains(
-            "fail 28 of the 30 job(s) confirmed; the other 2 were no longer in a state it acts on"
+            "fail 28 of the 30 job(s) confirmed; the other 2 were not (or no longer) in a state it acts on"
         ),
         "{page}"
     );
