@@ -1,7 +1,7 @@
 //! `dbworker`: operate a job table — run the resetter or the purger as their
 //! own processes, print DDL, look at jobs (`status`, `list`, `show`, `top`)
 //! and act on them (`requeue`, `cancel`, `fail`, `delete`, `complete`,
-//! `reschedule`, `remove`, `pause`, `resume`).
+//! `reschedule`, `remove`, `pause`, `resume`, `limit`).
 
 mod args;
 mod commands;
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use commands::{
-    completions, control, cron, fair, history, jobs, maintenance, migration, partitions,
+    completions, control, cron, fair, history, jobs, limits, maintenance, migration, partitions,
     send_signal, status, top, ui, workflow,
 };
 
@@ -73,6 +73,10 @@ enum Command {
     Pause(control::PauseArgs),
     /// Resume the table, or one queue, and wake listening workers.
     Resume(control::PauseArgs),
+    /// A queue's global limits (`migration --limits`), enforced by every
+    /// worker's claim: `set --queue Q [--max-processing N] [--rate R
+    /// [--burst B]]`, `clear --queue Q`, `list`.
+    Limit(limits::LimitArgs),
     /// A fair table's keys (`migration --fair`): what each has waiting and
     /// running, its weight; `--set key=weight`, `--remove key`.
     Fair(fair::FairArgs),
@@ -115,6 +119,7 @@ async fn main() -> ExitCode {
         Command::Ui(args) => ui::serve(args).await,
         Command::Pause(args) => control::pause(args, false).await,
         Command::Resume(args) => control::pause(args, true).await,
+        Command::Limit(args) => limits::limit(args).await,
         Command::Fair(args) => fair::fair(args).await,
         Command::Signal(args) => send_signal::signal(args).await,
         Command::Reset(args) => maintenance::reset(args).await,

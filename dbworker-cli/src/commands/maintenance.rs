@@ -12,6 +12,7 @@ use clap::Args;
 use dbworker::{
     Resetter, ResetterOptions,
     cluster::{LeaderElection, LeaderOptions, Node, NodeOptions},
+    history::{DEFAULT_HISTORY_TABLE, HistoryOptions},
     maintenance::{PurgeOptions, Purger},
 };
 use workerutil::JobState;
@@ -42,6 +43,20 @@ pub(crate) struct PurgeArgs {
     /// Seconds between passes.
     #[arg(long, default_value = "60s", value_parser = duration, alias = "interval-secs")]
     interval: Duration,
+    /// Keep each finished job until the job history (`dbworker history`)
+    /// has recorded its minute, so a short age takes no job from the
+    /// dashboard's charts; a job older than --history-catch-up goes at its
+    /// age (the history never records it). Needs SELECT on the history table.
+    #[arg(long)]
+    history: bool,
+    /// With --history: the history table (`dbworker migration --history`).
+    #[arg(long, requires = "history", default_value = DEFAULT_HISTORY_TABLE)]
+    history_table: String,
+    /// With --history: how far back the history catches up (its
+    /// `HistoryOptions::catch_up`; `dbworker history` uses 6 hours). Give the
+    /// value an application's own history runs with.
+    #[arg(long, requires = "history", default_value = "6h", value_parser = duration)]
+    history_catch_up: Duration,
     /// Run one pass, print what it did, and exit.
     #[arg(long)]
     once: bool,
@@ -63,6 +78,17 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
     options.chunk_size = args.chunk_size;
     options.archive_table = args.archive_table;
     options.interval = args.interval;
+    if args.history {
+        let mut history = HistoryOptions::default();
+        history.history_table = args.history_table;
+        history.catch_up = args.history_catch_up;
+        // The purger reads only the table and catch_up; the history's own
+        // bound on downsampling (checked with them) follows catch_up.
+        history.downsample_after = history
+            .downsample_after
+            .max(history.catch_up + history.settle + Duration::from_secs(3600));
+        options.history = Some(history);
+    }
     options.validate()?;
     let pool = args.target.connect().await?;
     let table = args.target.job_table(&pool).await?;

@@ -7,6 +7,7 @@ pub(crate) mod fair;
 pub(crate) mod history;
 pub(crate) mod jobs;
 pub(crate) mod json;
+pub(crate) mod limits;
 pub(crate) mod maintenance;
 pub(crate) mod migration;
 pub(crate) mod partitions;

@@ -1,5 +1,5 @@
 //! The operators' commands: admin actions, reschedule, their output, the error history,
-//! partitions, `top`, workflows and `dbworker ui`.
+//! partitions, `top`, workflows, limits and `dbworker ui`.
 //!
 //! One test binary for the feature; each file is a module of it and keeps
 //! its name (docs cite tests as `file.rs::test_name`).
@@ -23,6 +23,7 @@ mod bulk;
 mod dashboard;
 mod error_history;
 mod fair_show;
+mod limits;
 mod operator_output;
 mod partitions;
 mod refusals;

@@ -26,6 +26,7 @@ const COMMANDS: &[&[&str]] = &[
     &["purge", "--once"],
     &["reset", "--once"],
     &["pause"],
+    &["limit", "list"],
     &["top", "--once"],
     &["history", "--once"],
     &["partitions", "create"],

@@ -268,3 +268,61 @@ async fn signal_and_fair_name_the_grant_they_lack() {
             .await;
     }
 }
+
+/// `dbworker limit` checks its grants at start-up, as the manual's row for
+/// the limit table gives them: `list` needs `SELECT`, `set` and `clear`
+/// also `INSERT, UPDATE, DELETE`, each missing one named with its `GRANT`
+/// before anything is written.
+#[tokio::test]
+async fn limit_names_the_grant_it_lacks() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.queue = true,
+        &[dbworker::ddl::limit_table_sql(dbworker::control::DEFAULT_LIMIT_TABLE).unwrap()],
+    )
+    .await;
+    ok(&cli::dbworker(
+        &db,
+        &["limit", "set", "--queue", "mail", "--max-processing", "2"],
+    ));
+    let nobody = role(&db, "nobody", &["SELECT ON jobs"]).await;
+    let err = refused(&as_role(&db, &nobody, &["limit", "list"]));
+    assert!(err.contains("GRANT SELECT ON dbworker_limits"), "{err}");
+    let reader = role(
+        &db,
+        "reader",
+        &["SELECT ON jobs", "SELECT ON dbworker_limits"],
+    )
+    .await;
+    let listed = ok(&as_role(&db, &reader, &["limit", "list"]));
+    assert!(listed.contains("at most 2 processing"), "{listed}");
+    for args in [
+        &["limit", "set", "--queue", "mail", "--max-processing", "5"][..],
+        &["limit", "clear", "--queue", "mail"],
+    ] {
+        let err = refused(&as_role(&db, &reader, args));
+        assert!(
+            err.contains("GRANT INSERT, UPDATE, DELETE ON dbworker_limits"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("permission denied"), "{err}");
+    }
+    let listed = ok(&as_role(&db, &reader, &["limit", "list"]));
+    assert!(
+        listed.contains("at most 2 processing"),
+        "unchanged: {listed}"
+    );
+    db.execute(&format!(
+        "GRANT INSERT, UPDATE, DELETE ON dbworker_limits TO \"{reader}\""
+    ))
+    .await;
+    ok(&as_role(
+        &db,
+        &reader,
+        &["limit", "clear", "--queue", "mail"],
+    ));
+    for r in [nobody, reader] {
+        db.execute(&format!("DROP OWNED BY \"{r}\"; DROP ROLE \"{r}\""))
+            .await;
+    }
+}

@@ -84,8 +84,8 @@ impl Status {
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub struct QueueCounts {
-    /// The queue; `None` when the table has no queue column (or in
-    /// [`Status::total`]).
+    /// The queue; `None` when the table has no queue column, for its jobs
+    /// whose queue is NULL, or in [`Status::total`].
     pub queue: Option<String>,
     /// Jobs waiting to run (`queued`), due or scheduled.
     pub queued: u64,

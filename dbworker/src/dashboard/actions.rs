@@ -167,6 +167,7 @@ pub(crate) async fn bulk(
     } else {
         None
     };
+    let confirmed = confirmed_count(&form)?;
     // Audited as it starts: a long action (or one that fails midway) is on
     // record before its batches commit, not only once they all have.
     tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, max_id = ?bound, selected = ids.len(), "dashboard bulk action started");
@@ -186,7 +187,11 @@ pub(crate) async fn bulk(
         server_error(err)
     })?;
     tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");
-    let mut back = format!("/t/{}/jobs?done={}+{n}", url_escape(&t.name), action.verb());
+    let mut back = format!(
+        "/t/{}/jobs?done={}",
+        url_escape(&t.name),
+        url_escape(&outcome(action.verb(), n, confirmed))
+    );
     for (k, v) in &q {
         back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
     }
@@ -215,6 +220,37 @@ async fn first_matching(
     let page = crate::job_filter::PageRequest::first(FIRST_SHOWN);
     let list = t.writer.list(&f, page).await.map_err(server_error)?;
     Ok(list.jobs.iter().map(|j| j.id).collect())
+}
+
+/// How many jobs the operator confirmed (`confirmed`; a form from before
+/// carries none, and is then not compared).
+fn confirmed_count(form: &[(String, String)]) -> Result<Option<u64>, Response> {
+    field(form, "confirmed")
+        .map(|text| {
+            text.parse().map_err(|_| {
+                super::bad_parameter("confirmed", &format!("{} is not a count", excerpt(text)))
+            })
+        })
+        .transpose()
+}
+
+/// What a bulk action did, for its result page, set against the count the
+/// operator confirmed: selected jobs in a state the action leaves alone, and
+/// jobs that left its states since the count, are left alone (fewer); jobs
+/// under the bound that entered them are acted on too (more); either is
+/// said, never shown as the plain count.
+fn outcome(verb: &str, done: u64, confirmed: Option<u64>) -> String {
+    match confirmed {
+        Some(c) if done < c => format!(
+            "{verb} {done} of the {c} job(s) confirmed; the other {} were not (or no longer) in a state it acts on and were left alone",
+            c - done
+        ),
+        Some(c) if done > c => format!(
+            "{verb} {done} job(s), {} more than the {c} confirmed: they came into a state it acts on after the count",
+            done - c
+        ),
+        _ => format!("{verb} {done}"),
+    }
 }
 
 /// The highest id the confirmation counted (`max_id`; empty: none matched).

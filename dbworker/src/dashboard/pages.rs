@@ -161,31 +161,30 @@ fn state_counts(status: &Status) -> Markup {
     }
 }
 
-/// `(queue, [queued, errored, processing])`, by queue.
-fn by_queue(status: &Status) -> Vec<(String, [u64; 3])> {
+/// `(queue, [queued, errored, processing])`, by queue; `None` (shown as
+/// "(all)") for a table without a queue column, or its jobs whose queue is
+/// NULL.
+fn by_queue(status: &Status) -> Vec<(Option<String>, [u64; 3])> {
     status
         .per_queue()
         .into_iter()
-        .map(|q| {
-            let name = q.queue.unwrap_or_else(|| "(all)".into());
-            (name, [q.queued, q.errored, q.processing])
-        })
+        .map(|q| (q.queue, [q.queued, q.errored, q.processing]))
         .collect()
 }
 
 /// The live queues, plus paused or limited ones with no live job.
 fn with_idle_queues(
-    mut rows: Vec<(String, [u64; 3])>,
+    mut rows: Vec<(Option<String>, [u64; 3])>,
     paused: &[Pause],
     limits: &[(String, Limit)],
-) -> Vec<(String, [u64; 3])> {
+) -> Vec<(Option<String>, [u64; 3])> {
     let named = paused
         .iter()
         .filter_map(|p| p.queue.clone())
         .chain(limits.iter().map(|(q, _)| q.clone()));
     for q in named {
-        if !rows.iter().any(|r| r.0 == q) {
-            rows.push((q, [0; 3]));
+        if !rows.iter().any(|r| r.0.as_ref() == Some(&q)) {
+            rows.push((Some(q), [0; 3]));
         }
     }
     rows.sort();
@@ -379,7 +378,7 @@ pub(crate) fn confirm(viewer: &Viewer, s: &Shared, t: &Table, c: &Confirm<'_>) -
         }
         form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
             @for (k, v) in c.form {
-                @if k != "confirm" && k != "max_id" {
+                @if !matches!(k.as_str(), "confirm" | "max_id" | "confirmed") {
                     input type="hidden" name=(k) value=(v);
                 }
             }
@@ -387,6 +386,8 @@ pub(crate) fn confirm(viewer: &Viewer, s: &Shared, t: &Table, c: &Confirm<'_>) -
             @if all_matching {
                 input type="hidden" name="max_id" value=(matching.max_id.map(|id| id.to_string()).unwrap_or_default());
             }
+            // What the result is compared with.
+            input type="hidden" name="confirmed" value=(count);
             input type="hidden" name="confirm" value="yes";
             button type="submit" class="danger" { "Yes, " (action.verb()) " " (count) " job(s)" }
             " "
@@ -428,6 +429,7 @@ pub(crate) fn queues(
                 input type="hidden" name="do" value=(if resume { "resume" } else { "pause" });
                 button type="submit" class=@if !resume { "danger" } {
                     @if resume { "Resume" } @else { "Pause" }
+                    @if queue.is_none() { " the table" }
                 }
             }
         }
@@ -443,15 +445,24 @@ pub(crate) fn queues(
         table {
             tr { th { "queue" } th { "queued" } th { "errored" } th { "processing" } th { "state" } th { "limits" } @if admin { th {} } }
             @for (queue, counts) in with_idle_queues(by_queue(status), paused, limits) {
+                // The "(all)" row (no queue column, or jobs whose queue is
+                // NULL): no queue's pause or limit holds its jobs, only a
+                // pause of the whole table, which its button is.
+                @let queue = queue.as_deref();
                 tr {
-                    td { (queue) }
+                    td { (queue.unwrap_or("(all)")) }
                     @for n in counts { td class="num" { (n) } }
-                    td { @if is_paused(Some(&queue)) { strong { "paused" } } @else { "running" } }
+                    td { @if is_paused(queue) { strong { "paused" } } @else { "running" } }
                     td {
-                        (limits::describe(&limit_of(&queue).copied().unwrap_or_default()))
-                        @if limit_rows { br; (limits::form(viewer, s, t, Some(&queue), limit_of(&queue))) }
+                        @match queue {
+                            Some(q) => {
+                                (limits::describe(&limit_of(q).copied().unwrap_or_default()))
+                                @if limit_rows { br; (limits::form(viewer, s, t, Some(q), limit_of(q))) }
+                            }
+                            None => { span class="muted" { "none (no queue's limit holds these jobs)" } }
+                        }
                     }
-                    @if admin { td { @if pause_queues { (pause_form(Some(&queue))) } } }
+                    @if admin { td { @if pause_queues || queue.is_none() { (pause_form(queue)) } } }
                 }
             }
         }

@@ -304,6 +304,11 @@ pub(crate) fn admin_requeue(a: &Table, ids: &[i64]) -> Statement {
 }
 
 /// Waiting jobs to `canceled`.
+///
+/// The finishing statements (this one, `admin_fail`, `admin_complete`)
+/// stamp `finished_at` with the clock, not the statement's start: one that
+/// waited for a transaction writing the row (a heartbeat, an application's
+/// update) stamped the time it began, seconds before its write.
 pub(crate) fn admin_cancel_waiting(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
     let q = admin_update(
@@ -314,7 +319,7 @@ pub(crate) fn admin_cancel_waiting(a: &Table, ids: &[i64]) -> Statement {
     .value(alias(&c.state), state(JobState::Canceled))
     .value(alias(&c.cancel), true)
     .value(alias(&c.failure_message), "canceled by an operator")
-    .value(alias(&c.finished_at), Expr::cust("now()"))
+    .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
     .to_owned();
     Statement::from(&q)
 }
@@ -336,7 +341,7 @@ pub(crate) fn admin_fail(a: &Table, ids: &[i64], message: &str) -> Statement {
             alias(&c.failure_message),
             sanitize_failure_message(message).as_ref(),
         )
-        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
 }
@@ -358,7 +363,7 @@ pub(crate) fn admin_complete(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
     let q = admin_update(a, ids, BulkAction::Complete.states())
         .value(alias(&c.state), state(JobState::Completed))
-        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
     Statement::from(&q)
 }

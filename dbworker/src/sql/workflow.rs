@@ -228,6 +228,8 @@ pub(crate) fn lock_waited_for(w: &Table, ids: &[i64], states: &[JobState]) -> St
 /// Cancels the waiting tasks of a workflow (pending, queued, errored). Their
 /// dependents outside it follow through the release trigger. `blocked_by` is
 /// cleared: a canceled workflow stays canceled when an upstream is retried.
+/// `finished_at` is the clock's: the cancel may wait for a transaction
+/// writing a task's row, and `now()` would stamp its start.
 pub(crate) fn workflow_cancel_waiting(w: &Table, workflow_id: i64) -> Statement {
     let t = &w.table;
     let c = &w.columns;
@@ -237,7 +239,7 @@ pub(crate) fn workflow_cancel_waiting(w: &Table, workflow_id: i64) -> Statement 
         .value(alias(&c.state), state(JobState::Canceled))
         .value(alias(&c.cancel), true)
         .value(alias(&c.failure_message), "workflow canceled")
-        .value(alias(&c.finished_at), Expr::cust("now()"))
+        .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .value(alias(BLOCKED_BY), Expr::cust("NULL"))
         .and_where(col(a, WORKFLOW_ID).eq(workflow_id))
         .and_where(col(a, &c.state).is_in([

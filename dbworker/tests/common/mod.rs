@@ -341,7 +341,6 @@ impl Db {
         }
     }
 
-    /// Runs DDL (or any statements) on the test database.
     /// A transaction on the pool that began 1.5 s ago, and the clock now
     /// (seconds since the epoch): for statements that must stamp the clock,
     /// not the start of a caller's long transaction.
@@ -358,6 +357,46 @@ impl Db {
         (tx, now)
     }
 
+    /// Runs `act` while a transaction that updated jobs `ids` (as a
+    /// heartbeat or an application's write does) holds their row locks for
+    /// 1.5 s (`act` must wait for them), then commits; `act`'s output and
+    /// the clock at the commit (seconds since the epoch): for statements
+    /// that must stamp the time they wrote a row, not the time they began.
+    /// (Postgres computes an UPDATE's new values before it waits for a row's
+    /// lock, and again after it only if the holder changed the row.)
+    pub async fn after_row_locks<T: Send + 'static>(
+        &self,
+        ids: &[i64],
+        act: impl Future<Output = T> + Send + 'static,
+    ) -> (T, f64) {
+        let mut lock = self.pool.begin().await.unwrap();
+        sqlx::query("UPDATE jobs SET num_failures = num_failures WHERE id = ANY($1)")
+            .bind(ids)
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+        let acting = tokio::spawn(act);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(!acting.is_finished(), "it did not wait for the row locks");
+        let released: f64 =
+            sqlx::query_scalar("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+                .fetch_one(&mut *lock)
+                .await
+                .unwrap();
+        lock.commit().await.unwrap();
+        (acting.await.unwrap(), released)
+    }
+
+    /// Job `id`'s `finished_at`, in seconds since the epoch.
+    pub async fn finished_at(&self, id: i64) -> f64 {
+        self.scalar(
+            "SELECT EXTRACT(EPOCH FROM finished_at)::float8 FROM jobs WHERE id = $1",
+            id,
+        )
+        .await
+    }
+
+    /// Runs DDL (or any statements) on the test database.
     pub async fn execute(&self, ddl: &str) {
         sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_owned()))
             .execute(&self.pool)

@@ -1,5 +1,5 @@
-//! The purge tests' rows, shared by dbworker/tests/operations/purge.rs and
-//! dbworker-cli/tests/services/purge.rs (`#[path]`).
+//! The purge tests' rows, shared by dbworker/tests/operations/purge.rs,
+//! purge_history.rs and dbworker-cli/tests/services/purge.rs (`#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -19,4 +19,26 @@ pub async fn seed(db: &Db) {
     .execute(&db.pool)
     .await
     .unwrap();
+}
+
+/// A completed job finished `ago` (SQL interval) ago; its id.
+pub async fn completed(db: &Db, ago: &str) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO jobs (state, finished_at, started_at, queued_at)
+         VALUES ('completed', now() - $1::interval, now() - $1::interval, now() - $1::interval - interval '1 day')
+         RETURNING id",
+    )
+    .bind(ago)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Whether job `id` is still in the table.
+pub async fn exists(db: &Db, id: i64) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }

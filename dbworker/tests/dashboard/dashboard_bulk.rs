@@ -189,3 +189,94 @@ async fn the_confirmation_lists_the_first_jobs_it_would_touch() {
     let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
     assert_eq!(listed(&page), [queued[3], queued[7]], "{page}");
 }
+
+/// The result page sets what a bulk action did against the count the
+/// operator confirmed: jobs that left the action's states after the count
+/// (fewer) and jobs under its bound that entered them (more) are said, not
+/// shown as a plain count the operator would take for the confirmed one.
+/// Before, "Done: fail 28" after confirming 30.
+#[tokio::test]
+async fn the_result_says_when_fewer_or_more_jobs_were_acted_on_than_confirmed() {
+    let (db, _) = shared::seed().await;
+    let app = router::dashboard(&db, |t| t.queue_column = Some("queue".into())).await;
+    let (_, page) = get(&app, "/t/jobs/jobs").await;
+    let token = csrf(&page);
+    let done = |location: Option<String>| {
+        let location = location.expect("a redirect");
+        let text = location[location.find("done=").expect("done") + 5..]
+            .split('&')
+            .next()
+            .unwrap()
+            .to_owned();
+        (location, text)
+    };
+
+    // Fewer: 30 queued mail jobs confirmed, 2 completed before the click.
+    let form = format!("csrf={token}&action=fail&scope=matching&f_queue=mail");
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert!(page.contains("fail 30 job(s)"), "{page}");
+    let confirmed = confirmation(&page);
+    assert!(confirmed.contains("confirmed=30"), "{confirmed}");
+    db.execute(
+        "UPDATE jobs SET state = 'completed', finished_at = now()
+          WHERE id IN (SELECT id FROM jobs WHERE queue = 'mail' AND state = 'queued' ORDER BY id LIMIT 2)",
+    )
+    .await;
+    let (status, body, location) = post(&app, "/t/jobs/bulk", &confirmed, None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    let (location, text) = done(location);
+    assert!(
+        text.starts_with("fail+28+of+the+30+job%28s%29+confirmed"),
+        "{text}"
+    );
+    let (_, page) = get(&app, &location).await;
+    assert!(
+        page.contains(
+            "fail 28 of the 30 job(s) confirmed; the other 2 were not (or no longer) in a state it acts on"
+        ),
+        "{page}"
+    );
+
+    // More: 28 failed confirmed for a requeue; a completed one under the
+    // bound fails before the click, and is requeued with them.
+    let form = format!("csrf={token}&action=requeue&scope=matching&f_queue=mail");
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert!(page.contains("requeue 28 job(s)"), "{page}");
+    let confirmed = confirmation(&page);
+    db.execute(
+        "UPDATE jobs SET state = 'failed'
+          WHERE id = (SELECT min(id) FROM jobs WHERE queue = 'mail' AND state = 'completed')",
+    )
+    .await;
+    let (_, _, location) = post(&app, "/t/jobs/bulk", &confirmed, None).await;
+    let (location, text) = done(location);
+    assert!(
+        text.starts_with("requeue+29+job%28s%29%2C+1+more+than+the+28+confirmed"),
+        "{text}"
+    );
+    let (_, page) = get(&app, &location).await;
+    assert!(page.contains("1 more than the 28 confirmed"), "{page}");
+
+    // As confirmed: the plain count.
+    let form = format!("csrf={token}&action=fail&scope=matching&f_queue=mail");
+    let (_, page, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert!(page.contains("fail 29 job(s)"), "{page}");
+    let (_, _, location) = post(&app, "/t/jobs/bulk", &confirmation(&page), None).await;
+    assert_eq!(done(location).1, "fail+29");
+
+    // A count that is not one is refused before anything is done.
+    let form = format!(
+        "csrf={token}&action=requeue&scope=matching&f_queue=mail&confirm=yes&max_id=40&confirmed=x"
+    );
+    let (status, body, _) = post(&app, "/t/jobs/bulk", &form, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.starts_with("confirmed: "), "{body}");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM jobs WHERE queue = 'mail' AND state = 'failed'"
+        )
+        .await,
+        29
+    );
+}

@@ -11,9 +11,9 @@ use dbworker::JobTableOptions;
 use dbworker::control::{
     DEFAULT_LIMIT_TABLE, DEFAULT_PAUSE_TABLE, Limit, Limits, Pauses, PausesOptions,
 };
-use router::{csrf, get, post};
+use router::{confirmation, csrf, get, post};
 
-use crate::common::Db;
+use crate::common::{self, Db};
 
 /// The table's queue and kind columns, its pause and limit tables.
 fn with_controls(t: &mut JobTableOptions) {
@@ -108,4 +108,73 @@ async fn blank_or_padded_queue_names_are_refused_by_pauses_and_limits_alike() {
     }
     assert_eq!(rows(&db, pauses).await, ["*", "mail"]);
     assert_eq!(rows(&db, limits).await, ["mail"]);
+}
+
+/// The pause form in a row of the queues page.
+fn pause_form(row: &str) -> &str {
+    let at = row.find("/queues/pause").expect("a pause form");
+    let form = &row[row[..at].rfind("<form").unwrap()..];
+    &form[..form.find("</form>").unwrap()]
+}
+
+/// On a table whose queue column allows NULL, jobs without a queue show as
+/// the "(all)" row. Pausing that row pauses the whole table (a NULL queue is held by no
+/// pause of a named queue): no store then claims them, and the row shows
+/// paused. It offers no limit (no queue's limit holds them).
+#[tokio::test]
+async fn pausing_the_all_row_of_jobs_without_a_queue_pauses_the_whole_table() {
+    let (db, _) = shared::seed().await;
+    // An application's own queue column may allow NULL (the migration's does not).
+    db.execute(
+        "ALTER TABLE jobs ALTER COLUMN queue DROP NOT NULL;
+         INSERT INTO jobs (state, kind, queue) VALUES ('queued', 'send', NULL), ('queued', 'send', NULL);",
+    )
+    .await;
+    let app = router::dashboard(&db, with_controls).await;
+    let (status, page) = get(&app, "/t/jobs/queues").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let row = &page[page.find("<td>(all)</td>").expect("an (all) row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("running"), "{row}");
+    assert!(!row.contains("/queues/limit"), "no limit form: {row}");
+    let form = confirmation(pause_form(row));
+    assert!(form.contains("do=pause"), "{form}");
+    assert!(
+        !form.contains("queue="),
+        "never a queue named \"(all)\": {form}"
+    );
+
+    let (status, body, _) = post(&app, "/t/jobs/queues/pause", &form, None).await;
+    assert!(status.is_redirection(), "{status} {body}");
+    assert_eq!(
+        rows(&db, "SELECT queue FROM dbworker_pauses ORDER BY queue").await,
+        ["*"],
+        "the whole table"
+    );
+    let store = db
+        .store_on(
+            &db.table_with(with_controls).await,
+            common::Db::options_for_tests(),
+        )
+        .await;
+    use workerutil::Store as _;
+    let claimed = store
+        .dequeue("host", &dbworker::DbConditions::new(), 10)
+        .await
+        .unwrap();
+    assert!(claimed.is_empty(), "{} claimed", claimed.len());
+    let (_, page) = get(&app, "/t/jobs/queues").await;
+    let row = &page[page.find("<td>(all)</td>").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("<strong>paused</strong>"), "{row}");
+    assert!(row.contains(">Resume the table<"), "{row}");
+
+    // Its Resume resumes the table: the jobs without a queue run again.
+    let form = confirmation(pause_form(row));
+    let (status, _, _) = post(&app, "/t/jobs/queues/pause", &form, None).await;
+    assert!(status.is_redirection());
+    assert_eq!(
+        rows(&db, "SELECT queue FROM dbworker_pauses").await,
+        Vec::<String>::new()
+    );
 }

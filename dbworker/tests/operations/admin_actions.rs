@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dbworker::{
     Error, JobTable,
-    admin::{Admin, BulkAction, JobFilter, Removed, Reschedule},
+    admin::{Admin, BulkAction, Canceled, JobFilter, Removed, Reschedule},
     ddl::OptionalColumns,
 };
 use workerutil::JobState;
@@ -217,4 +217,55 @@ async fn a_requeue_forgets_the_old_attempts_start() {
             .await
             .unwrap();
     assert_eq!((state.as_str(), started), ("canceled", None));
+}
+
+/// Complete, fail and cancel stamp `finished_at` with the time they wrote
+/// the row, also after waiting for a transaction writing it (a heartbeat,
+/// an application's update): in bulk and one job at a time, all waiting at
+/// once. Before, `now()`: the statement's start, 1.5 s early here.
+#[tokio::test]
+async fn finishing_actions_that_waited_for_a_rows_lock_stamp_the_time_they_wrote_it() {
+    let (db, admin) = set_up().await;
+    let bulk = [
+        ("Complete", BulkAction::Complete),
+        ("Fail", BulkAction::Fail("by hand".into())),
+        ("Cancel", BulkAction::Cancel),
+    ];
+    let mut ids = Vec::new();
+    for (name, _) in &bulk {
+        ids.push((job(&db, "queued", name).await, *name));
+    }
+    let (fail, cancel) = (
+        job(&db, "errored", "one").await,
+        job(&db, "queued", "one").await,
+    );
+    ids.extend([(fail, "Admin::fail"), (cancel, "Admin::cancel")]);
+    let acting = {
+        let (admin, on) = (admin.clone(), ids.clone());
+        async move {
+            let bulk = bulk
+                .iter()
+                .zip(&on)
+                .map(|((_, action), (id, _))| admin.act_on_ids(std::slice::from_ref(id), action));
+            let (done, failed, canceled) = tokio::join!(
+                futures_util::future::join_all(bulk),
+                admin.fail(fail, "by hand"),
+                admin.cancel(cancel),
+            );
+            let done: u64 = done.into_iter().map(Result::unwrap).sum();
+            (done, failed.unwrap(), canceled.unwrap())
+        }
+    };
+    let locked: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+    let ((done, failed, canceled), released) = db.after_row_locks(&locked, acting).await;
+    assert_eq!((done, failed), (3, true));
+    assert_eq!(canceled, Canceled::Now);
+    let mut early = Vec::new();
+    for (id, what) in ids {
+        let finished = db.finished_at(id).await;
+        if finished < released {
+            early.push(format!("{what} {:.2} s early", released - finished));
+        }
+    }
+    assert_eq!(early, Vec::<String>::new(), "finished before the write");
 }

@@ -10,6 +10,7 @@
 //! never counted.
 
 use crate::common;
+use crate::fixtures::purge as shared;
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use dbworker::{JobTable, JobTableOptions};
 use workerutil::JobState;
 
 use common::Db;
+use shared::{completed, exists};
 
 /// The history's options: catching up an hour back.
 fn history_options() -> HistoryOptions {
@@ -36,27 +38,6 @@ fn purge_options(history: Option<HistoryOptions>) -> PurgeOptions {
     o.max_age = vec![(JobState::Completed, Duration::from_secs(1))];
     o.history = history;
     o
-}
-
-/// A completed job finished `ago` (SQL interval) ago; its id.
-async fn completed(db: &Db, ago: &str) -> i64 {
-    sqlx::query_scalar(
-        "INSERT INTO jobs (state, finished_at, started_at, queued_at)
-         VALUES ('completed', now() - $1::interval, now() - $1::interval, now() - $1::interval - interval '1 day')
-         RETURNING id",
-    )
-    .bind(ago)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap()
-}
-
-async fn exists(db: &Db, id: i64) -> bool {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
 }
 
 #[tokio::test]

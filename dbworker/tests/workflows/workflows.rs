@@ -1262,3 +1262,30 @@ async fn a_dependent_canceled_at_enqueue_in_a_long_transaction_stamps_the_curren
         before - finished
     );
 }
+
+/// A workflow's cancel that waited for a transaction writing its tasks'
+/// rows stamps `finished_at` with the time it wrote them. Before, `now()`:
+/// the start of its transaction, 1.5 s early here.
+#[tokio::test]
+async fn a_workflow_cancel_that_waited_for_a_rows_lock_stamps_the_time_it_wrote_it() {
+    let (db, workflows) = set_up().await;
+    let wf = workflows.enqueue(&diamond()).await.unwrap();
+    let ids: Vec<i64> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| wf.id_of(n).unwrap())
+        .collect();
+    let acting = {
+        let workflows = workflows.clone();
+        async move { workflows.cancel(wf.id).await.unwrap().canceled }
+    };
+    let (canceled, released) = db.after_row_locks(&ids, acting).await;
+    assert_eq!(canceled, 4);
+    for id in ids {
+        let finished = db.finished_at(id).await;
+        assert!(
+            finished >= released,
+            "job {id} finished {:.2} s before the cancel wrote it",
+            released - finished
+        );
+    }
+}

@@ -1,1 +1,1 @@
-UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'canceled', "cancel" = $1, "failure_message" = $2, "finished_at" = now() WHERE ("example_jobs"."id" = ANY($3::bigint[])) AND "example_jobs"."status" IN ('pending', 'queued', 'errored')
+UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'canceled', "cancel" = $1, "failure_message" = $2, "finished_at" = clock_timestamp() WHERE ("example_jobs"."id" = ANY($3::bigint[])) AND "example_jobs"."status" IN ('pending', 'queued', 'errored')

@@ -1,1 +1,1 @@
-UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'completed', "finished_at" = now() WHERE ("example_jobs"."id" = ANY($1::bigint[])) AND "example_jobs"."status" IN ('queued', 'errored', 'failed', 'canceled')
+UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'completed', "finished_at" = clock_timestamp() WHERE ("example_jobs"."id" = ANY($1::bigint[])) AND "example_jobs"."status" IN ('queued', 'errored', 'failed', 'canceled')

@@ -1,1 +1,1 @@
-UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'failed', "failure_message" = $1, "finished_at" = now() WHERE ("example_jobs"."id" = ANY($2::bigint[])) AND "example_jobs"."status" IN ('queued', 'errored')
+UPDATE "app"."example_jobs" AS "example_jobs" SET "status" = 'failed', "failure_message" = $1, "finished_at" = clock_timestamp() WHERE ("example_jobs"."id" = ANY($2::bigint[])) AND "example_jobs"."status" IN ('queued', 'errored')

@@ -1,1 +1,1 @@
-UPDATE "app"."example_jobs" AS "j" SET "status" = 'canceled', "cancel" = $1, "failure_message" = $2, "finished_at" = now(), "blocked_by" = NULL WHERE "j"."workflow_id" = $3 AND "j"."status" IN ('pending', 'queued', 'errored')
+UPDATE "app"."example_jobs" AS "j" SET "status" = 'canceled', "cancel" = $1, "failure_message" = $2, "finished_at" = clock_timestamp(), "blocked_by" = NULL WHERE "j"."workflow_id" = $3 AND "j"."status" IN ('pending', 'queued', 'errored')
