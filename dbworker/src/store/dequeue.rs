@@ -128,18 +128,37 @@ impl<R: Record> DbStore<R> {
                         opened.push(self.scan_or_fail(lease, row, trace, claimed).await);
                     }
                 }
-                // Handed back at once, counted as a reset with the reason
-                // (a view that keeps failing ends each job at
-                // `max_num_resets`, saying why); should that fail too, the
-                // resetter requeues them.
+                // One row the view cannot produce (its own data breaks a
+                // column) must not strand or fail the others: each is read
+                // alone, and one whose own read fails is failed with the
+                // reason. If none can be read, the view is out, not a row:
+                // they stay `processing` for the resetter, paced by the
+                // stall age.
                 Err(err) => {
-                    let why = "reading the record through the view failed";
-                    for lease in leases {
-                        let _ = self
-                            .requeue_counted(lease, "select_records", &err, why, None)
+                    let mut alone = Vec::with_capacity(leases.len());
+                    for lease in &leases {
+                        let row = sql::select_records(o, vec![lease.id])
+                            .fetch_optional(&self.pool)
                             .await;
+                        alone.push(row);
                     }
-                    opened.push(Err(Error::db("select_records")(err)));
+                    if alone.iter().all(|row| row.is_err()) {
+                        opened.push(Err(Error::db("select_records")(err)));
+                    } else {
+                        for (lease, row) in leases.into_iter().zip(alone) {
+                            // A dropped connection or a passing conflict
+                            // is not the row's fault: the resetter's.
+                            if let Err(e) = &row
+                                && (super::marks::is_connection_loss(e)
+                                    || super::transient::is_transient(e))
+                            {
+                                opened.push(Err(Error::db("select_records")(row.unwrap_err())));
+                                continue;
+                            }
+                            let trace = traces.remove(&lease.id);
+                            opened.push(self.scan_or_fail(lease, row, trace, claimed).await);
+                        }
+                    }
                 }
             }
         }
