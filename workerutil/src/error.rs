@@ -52,6 +52,14 @@ pub enum Error {
     /// returned it.
     #[error("completing the job failed: {0}")]
     CompletionFailed(#[source] BoxError),
+    /// Returned by [`mark_complete`](crate::Store::mark_complete) or
+    /// [`mark_waiting`](crate::Store::mark_waiting) when the completion
+    /// could not be written for a reason not the job's (its connection was
+    /// lost, a deadlock or a serialization failure) and the store put the
+    /// job back in the queue itself: it runs again. The worker records
+    /// nothing more and reports [`Outcome::Interrupted`](crate::Outcome::Interrupted).
+    #[error("the completion was not written, and the job was put back: {0}")]
+    CompletionRequeued(#[source] BoxError),
     /// Returned by a store's [`open`](crate::Store::open) when it put the
     /// job back in the queue itself, counting nothing, rather than let it
     /// start (dbworker: its queue was paused while it waited in the

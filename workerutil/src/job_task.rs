@@ -114,13 +114,15 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                 // The completion failed for a reason of the job's own (its
                 // commit): recorded, reported and counted as the error it is,
                 // under the job's retry policy.
-                Some(cause) => {
+                Some(Refused::Failed(cause)) => {
                     let outcome = Outcome::Errored(cause);
                     let retry = retry_of(&*handler, job.record(), &outcome);
                     (marked, written, _) =
                         record_outcome(&shared, &mut job, &outcome, retry.as_ref()).await;
                     outcome
                 }
+                // The store put it back: it runs again, nothing completed.
+                Some(Refused::PutBack) => Outcome::Interrupted,
                 None => outcome,
             };
             drop(listed);
@@ -196,7 +198,7 @@ async fn execute<S: Store, H: Handler<S>>(
         // Someone else owns it now, or the store recorded why it cannot run.
         Ok(false) => return Outcome::Lost,
         Err(err) => {
-            if let Some(Error::Withheld(reason)) = err.downcast_ref::<Error>() {
+            if let Some(Error::Withheld(reason)) = find_in_chain::<Error>(err.as_ref()) {
                 return Outcome::Withheld(reason.clone());
             }
             let message = error_chain(err.as_ref());
@@ -311,16 +313,25 @@ fn retry_of<S: Store, H: Handler<S>>(
     }
 }
 
+/// A completion the store did not write, and what became of the job.
+enum Refused {
+    /// For a reason of the job's own ([`Error::CompletionFailed`]): the
+    /// caller records it as an error.
+    Failed(SharedError),
+    /// For a reason not its own; the store put it back in the queue
+    /// ([`Error::CompletionRequeued`]).
+    PutBack,
+}
+
 /// Records the outcome in the store; returns whether the mark took effect,
 /// for an errored mark the state the store wrote (a retry or a final
-/// failure), and the cause of a completion the store refused
-/// ([`Error::CompletionFailed`]), which the caller records as an error.
+/// failure), and a completion the store refused.
 async fn record_outcome<S: Store>(
     shared: &Shared<S>,
     job: &mut S::Job,
     outcome: &Outcome,
     retry: Option<&Retry>,
-) -> (bool, Option<JobState>, Option<SharedError>) {
+) -> (bool, Option<JobState>, Option<Refused>) {
     let store = &shared.store;
     let message = outcome.failure_message().unwrap_or_default();
     let mut written = None;
@@ -369,15 +380,26 @@ async fn record_outcome<S: Store>(
             false
         }
         Err(err) => {
-            let err = match err.downcast::<Error>().map(|e| *e) {
-                Ok(Error::CompletionFailed(cause)) => {
-                    let message = error_chain(cause.as_ref());
+            // A store that wraps its errors keeps these answers: the chain
+            // is searched, and the whole error is the cause.
+            match find_in_chain::<Error>(err.as_ref()) {
+                Some(Error::CompletionFailed(_)) => {
+                    let message = error_chain(err.as_ref());
                     tracing::warn!(op, error = %message, "completing the job failed; recording it as errored");
-                    return (false, None, Some(SharedError::from(cause)));
+                    let cause = match err.downcast::<Error>().map(|e| *e) {
+                        Ok(Error::CompletionFailed(cause)) => cause,
+                        Ok(other) => BoxError::from(other),
+                        Err(err) => err,
+                    };
+                    return (false, None, Some(Refused::Failed(SharedError::from(cause))));
                 }
-                Ok(other) => BoxError::from(other),
-                Err(err) => err,
-            };
+                Some(Error::CompletionRequeued(_)) => {
+                    let message = error_chain(err.as_ref());
+                    tracing::warn!(op, error = %message, "the completion was not written; the store put the job back");
+                    return (true, None, Some(Refused::PutBack));
+                }
+                _ => {}
+            }
             let message = error_chain(err.as_ref());
             tracing::error!(op, error = %message, "recording the outcome failed");
             shared.emit(WorkerEvent::StoreFailed { op, message });
@@ -423,4 +445,18 @@ impl<S> Drop for Listed<S> {
         self.shared.running.remove(self.lease);
         metrics::running(&self.shared.name, self.shared.running.len());
     }
+}
+
+/// The first error of type `T` in `err`'s chain of sources, `err` included.
+fn find_in_chain<'a, T: std::error::Error + 'static>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        next = e.source();
+    }
+    None
 }

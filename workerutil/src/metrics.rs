@@ -47,7 +47,8 @@ pub(crate) fn job_finished(worker: &str, outcome: &Outcome, marked: bool, ran: D
 }
 
 /// `outcome`: the label of [`Outcome::label`] (`ok`, `retry`, `failed`,
-/// `poison`, ...).
+/// `poison`, `canceled`, `snoozed`, `waiting`, `interrupted`, `withheld`,
+/// `lost`).
 pub(crate) fn job_of_kind_finished(kind: &str, outcome: &'static str) {
     metrics::counter!(
         JOBS_BY_KIND_TOTAL,

@@ -191,7 +191,10 @@ pub enum Outcome {
     HeartbeatExpired(Duration),
     /// A hook panicked; the job was marked errored with the panic message.
     Panicked(String),
-    /// A shutdown interrupted the job; it was put back in the queue.
+    /// The job did not finish here and was put back in the queue: a
+    /// shutdown interrupted it, or the store could not write its completion
+    /// for a reason not its own (a lost connection, a deadlock) and put it
+    /// back ([`Error::CompletionRequeued`](crate::Error::CompletionRequeued)).
     Interrupted,
     /// The store put the job back in the queue before it started, counting
     /// nothing, for the reason given (dbworker: its queue was paused while

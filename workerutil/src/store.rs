@@ -188,7 +188,12 @@ pub trait Store: Send + Sync + 'static {
     /// `post_handle`; a store may consume resources held in it (a transaction).
     /// A commit that fails for a reason of the job's own is answered with
     /// [`Error::CompletionFailed`](crate::Error::CompletionFailed): the
-    /// worker then marks the job errored with it.
+    /// worker then marks the job errored with it (a caller other than the
+    /// worker must do the same, or leave the job to the resetter). One that
+    /// fails for a reason not its own, after which the store put the job
+    /// back, is answered with
+    /// [`Error::CompletionRequeued`](crate::Error::CompletionRequeued). The
+    /// worker finds either anywhere in the error's chain of sources.
     fn mark_complete(
         &self,
         job: &mut Self::Job,
@@ -250,8 +255,11 @@ pub trait Store: Send + Sync + 'static {
     /// Ends a job's attempt waiting for the signal `signal`, at most
     /// `timeout` ([`HandlerError::wait_for`](crate::HandlerError::wait_for)):
     /// the job runs again when the signal arrives (at once if it already
-    /// did) or when the timeout is up. Fenced like every mark. By default a
-    /// store without signals snoozes the job for `timeout`.
+    /// did) or when the timeout is up. Fenced like every mark. Like
+    /// [`mark_complete`](Self::mark_complete) it may answer
+    /// [`Error::CompletionFailed`](crate::Error::CompletionFailed) or
+    /// [`Error::CompletionRequeued`](crate::Error::CompletionRequeued). By
+    /// default a store without signals snoozes the job for `timeout`.
     fn mark_waiting(
         &self,
         job: &mut Self::Job,

@@ -59,7 +59,7 @@ pub struct Pauses {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PausesOptions {
-    /// The channel a resume notifies; `None`: the table's default channel
+    /// The channel a pause and a resume notify; `None`: the table's default channel
     /// (set it when the store listens on `Listen::Channel`).
     pub notify_channel: Option<String>,
 }
@@ -123,9 +123,12 @@ impl Pauses {
 
     /// Pauses `queue`, or the whole table with `None`; `by` is recorded with
     /// it. Workers claim nothing it pauses from their next claim on, and a
-    /// job one of them claimed ahead goes back to the queue instead of
-    /// starting (at once for a listening worker, told by a notification;
-    /// else once the job has waited a second). Returns whether it was not
+    /// job one of them claimed ahead goes back to the queue when a handler
+    /// would start it, instead of starting: a listening worker is told of
+    /// the pause by a notification (on `notify_channel`, or the table's
+    /// default channel) and checks every job it claimed before; a polling
+    /// one checks the jobs that waited a second or more, so one claimed
+    /// less than a second before the pause may still start. Returns whether it was not
     /// paused before. Refuses a queue name that is empty, blank or has
     /// whitespace at an end.
     pub async fn pause(&self, queue: Option<&str>, by: &str) -> Result<bool> {

@@ -480,8 +480,9 @@ impl<R: Record> DbStore<R> {
     /// transaction is over and nothing committed. A lost connection: requeue
     /// the job now rather than leave it to the resetter. A deadlock or
     /// serialization failure: requeue it at once, counted as a reset and not
-    /// as a failure (the next attempt may pass). Both fenced, on the pool.
-    /// Any other error (a deferred constraint, a trigger) is the job's: the
+    /// as a failure (the next attempt may pass). Both fenced, on the pool;
+    /// once put back, the answer is [`workerutil::Error::CompletionRequeued`]
+    /// (the worker reports the attempt interrupted). Any other error (a deferred constraint, a trigger) is the job's: the
     /// answer is [`workerutil::Error::CompletionFailed`], so the worker marks
     /// it errored with that error under the job's own retry policy and
     /// reports the attempt as errored. Returns the error to answer with.
@@ -492,20 +493,27 @@ impl<R: Record> DbStore<R> {
         err: sqlx::Error,
         span: Option<&str>,
     ) -> BoxError {
-        if is_connection_loss(&err) {
+        let requeued = if is_connection_loss(&err) {
             // A commit that landed before the connection dropped left the row
             // `completed`: the fenced requeue then matches nothing.
-            let _ = self.requeue_lost(lease, op, &err, span).await;
+            self.requeue_lost(lease, op, &err, span).await
         } else if super::transient::is_transient(&err) {
             // Counted as a reset: a conflict that recurs every time ends at
             // `max_num_resets` instead of looping.
             let why = "completing the job hit a deadlock or a serialization failure";
-            let _ = self.requeue_counted(lease, op, &err, why, span).await;
+            self.requeue_counted(lease, op, &err, why, span).await
         } else {
             let cause = Error::db(op)(err);
             return workerutil::Error::CompletionFailed(cause.into()).into();
+        };
+        let cause = Error::db(op)(err);
+        match requeued {
+            // Put back: the worker reports it interrupted, not completed.
+            Ok(Some(JobState::Queued)) => {
+                workerutil::Error::CompletionRequeued(cause.into()).into()
+            }
+            _ => cause.into(),
         }
-        Error::db(op)(err).into()
     }
 
     /// Requeues (or, past `max_num_resets`, fails) a job whose transaction

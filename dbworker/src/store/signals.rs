@@ -26,22 +26,20 @@ impl<R: Record> DbStore<R> {
         let lease = job.lease;
         let span = job.attempt_trace.clone();
         let pooled = Some(sql::pool_transaction_mode(&self.pool));
-        let mark = async |conn: &mut PgConnection| -> Result<bool> {
+        let mark = async |conn: &mut PgConnection| -> std::result::Result<bool, sqlx::Error> {
             // The row first, as every sender locks it: a sender that came
             // before has committed its signal by now, one that comes after
             // waits for this mark and then finds the job waiting.
             let owned = sql::lock_owned(&self.options, lease.id, lease.token)
                 .fetch_optional(sql::On::Conn(&mut *conn, pooled))
-                .await
-                .map_err(Error::db("mark_waiting"))?;
+                .await?;
             if owned.is_none() {
                 return Ok(false);
             }
             // A statement of its own: its snapshot is taken after the lock.
             let sent: bool = sql::signal_sent(&mailbox, lease.id, signal)
                 .fetch_one(sql::On::Conn(&mut *conn, pooled))
-                .await
-                .map_err(Error::db("mark_waiting"))?
+                .await?
                 .get("sent");
             let done = sql::mark_waiting(
                 &self.options,
@@ -53,18 +51,21 @@ impl<R: Record> DbStore<R> {
                 span.as_deref(),
             )
             .execute(sql::On::Conn(&mut *conn, pooled))
-            .await
-            .map_err(Error::db("mark_waiting"))?;
+            .await?;
             Ok(done.rows_affected() == 1)
         };
+        // The wait ends the attempt as a completion does: a statement or a
+        // commit that fails is a failed completion (`store/marks.rs`).
+        let failed = async |op, err| {
+            self.completion_failed(op, lease, err, span.as_deref())
+                .await
+        };
         let done = match job.tx.take() {
+            // The handler's writes commit with the wait.
             Some(mut tx) => match mark(&mut tx).await {
                 Ok(true) => {
-                    // The handler's writes commit with the wait: a failure
-                    // here is a failed completion (`store/marks.rs`).
                     if let Err(err) = tx.commit().await {
-                        let failed = self.completion_failed("commit", lease, err, span.as_deref());
-                        return Err(failed.await);
+                        return Err(failed("commit", err).await);
                     }
                     true
                 }
@@ -74,13 +75,21 @@ impl<R: Record> DbStore<R> {
                 }
                 Err(err) => {
                     let _ = tx.rollback().await;
-                    return Err(err.into());
+                    return Err(failed("mark_waiting", err).await);
                 }
             },
             None => {
                 let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-                let done = mark(&mut tx).await?;
-                tx.commit().await.map_err(Error::db("commit"))?;
+                let done = match mark(&mut tx).await {
+                    Ok(done) => done,
+                    Err(err) => {
+                        let _ = tx.rollback().await;
+                        return Err(failed("mark_waiting", err).await);
+                    }
+                };
+                if let Err(err) = tx.commit().await {
+                    return Err(failed("commit", err).await);
+                }
                 done
             }
         };

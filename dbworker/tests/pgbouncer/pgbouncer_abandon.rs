@@ -182,11 +182,17 @@ impl Handler<DbStore<Job>> for BreaksAtCommit {
             .await?;
         Ok(())
     }
+
+    // One retry, where the store would allow none.
+    fn retry(&self, _record: &Job) -> Option<workerutil::Retry> {
+        Some(workerutil::Retry::new().max_retries(1))
+    }
 }
 
 /// Behind PgBouncer, a transactional completion whose COMMIT fails is
-/// recorded as the job's error (errored, then failed at its retry limit),
-/// and no server session is left inside a transaction.
+/// recorded and reported as the job's error, under the handler's retry
+/// policy (errored, then failed at its retry limit), and no server session
+/// is left inside a transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_failing_at_commit_behind_pgbouncer_is_recorded_as_an_error() {
     let _turn = POOLER.lock().await;
@@ -205,19 +211,29 @@ async fn a_completion_failing_at_commit_behind_pgbouncer_is_recorded_as_an_error
     let table = JobTable::new(&pool, Db::table_options()).await.unwrap();
     let mut so = Db::options_for_tests();
     so.handling = Handling::Transactional;
-    so.max_num_retries = 1;
+    so.max_num_retries = 0;
     so.retry = dbworker::RetryPolicy::fixed(Duration::ZERO);
     let store = Arc::new(DbStore::new(&pool, &table, so).await.unwrap());
     let id = db.enqueue(1, json!({})).await[0];
     let mut o = options("breaks");
     o.num_handlers = 1;
     o.num_total_jobs = Some(2);
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        new_worker(store, BreaksAtCommit, o).unwrap().run(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("the worker did not finish: {}", bouncer.log()));
+    let worker = new_worker(store, BreaksAtCommit, o).unwrap();
+    let mut events = worker.subscribe();
+    tokio::time::timeout(Duration::from_secs(20), worker.run())
+        .await
+        .unwrap_or_else(|_| panic!("the worker did not finish: {}", bouncer.log()));
+    // Each attempt reported as the error it was, under the handler's policy.
+    let mut reported = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let workerutil::WorkerEvent::JobFinished {
+            outcome, marked, ..
+        } = event
+        {
+            reported.push((outcome.kind(), marked));
+        }
+    }
+    assert_eq!(reported, [("errored", true), ("errored", true)]);
     assert_eq!(db.state(id).await, "failed", "tried twice, failed twice");
     let (failures, message): (i32, String) =
         sqlx::query_as("SELECT num_failures, failure_message FROM jobs WHERE id = $1")

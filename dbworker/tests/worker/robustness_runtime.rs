@@ -274,8 +274,9 @@ async fn a_completion_whose_transaction_connection_was_lost_requeues_the_job() {
     let (outcome, marked) = wait_for(&mut events, finished(id)).await;
     run.await.unwrap();
 
-    assert!(matches!(outcome, Outcome::Completed), "{outcome:?}");
-    assert!(!marked, "the completion did not commit");
+    // Reported as what happened: not completed, put back to run again.
+    assert!(matches!(outcome, Outcome::Interrupted), "{outcome:?}");
+    assert!(marked, "the store put it back");
     assert_eq!(
         db.state(id).await,
         "queued",
@@ -563,6 +564,51 @@ async fn a_completion_that_fails_at_commit_counts_as_a_failure_with_its_error() 
     }
 }
 
+/// Swallows a failed statement of its transaction, then waits: the wait's
+/// own statements fail in the aborted transaction.
+struct SwallowsThenWaits;
+impl Handler<DbStore<Job>> for SwallowsThenWaits {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        _ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        let _ = sqlx::query("SELECT 1 / 0")
+            .execute(job.tx().expect("transactional handling"))
+            .await;
+        Err(HandlerError::wait_for("go", Duration::from_secs(60)))
+    }
+}
+
+#[tokio::test]
+async fn a_wait_whose_statement_fails_in_the_handlers_transaction_counts_as_a_failure() {
+    let db = Db::new().await;
+    db.add_columns(
+        |_| {},
+        &[dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap()],
+    )
+    .await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut so = db.options();
+    so.handling = Handling::Transactional;
+    so.max_num_retries = 0;
+    let store = db
+        .store_on(&db.table_with(|o| o.signals = true).await, so)
+        .await;
+    let mut o = options("swallows");
+    o.num_total_jobs = Some(1);
+    let worker = new_worker(store, SwallowsThenWaits, o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let (outcome, marked) = wait_for(&mut events, finished(id)).await;
+    run.await.unwrap();
+    assert!(matches!(outcome, Outcome::Errored(_)), "{outcome:?}");
+    assert!(marked);
+    assert_eq!(db.state(id).await, "failed", "not left processing");
+    let message = failure_message(&db, id).await.unwrap_or_default();
+    assert!(message.contains("aborted"), "{message}");
+}
+
 /// Writes a row whose deferred trigger raises a serialization failure at
 /// COMMIT the first time only (a sequence, which no rollback undoes).
 struct ConflictOnce;
@@ -602,11 +648,23 @@ async fn a_completion_that_conflicts_at_commit_is_put_back_counted_as_a_reset() 
     let mut o = options("conflict");
     o.num_total_jobs = Some(2);
     let worker = new_worker(store, ConflictOnce, o).unwrap();
+    let mut events = worker.subscribe();
     tokio::time::timeout(Duration::from_secs(30), worker.run())
         .await
         .expect("the job ran twice");
     assert_eq!(db.state(id).await, "completed");
     assert_eq!(counters(&db, id).await, (0, 1), "(failures, resets)");
+    // Reported as put back, then completed: not completed twice.
+    let mut reported = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let workerutil::WorkerEvent::JobFinished {
+            outcome, marked, ..
+        } = event
+        {
+            reported.push((outcome.kind(), marked));
+        }
+    }
+    assert_eq!(reported, [("interrupted", true), ("completed", true)]);
     let rows: i64 = db
         .scalar("SELECT count(*) FROM conflicts WHERE n = $1", 1)
         .await;
