@@ -220,6 +220,7 @@ impl<R: Record> DbStore<R> {
                             .traces
                             .then(|| super::heartbeat::Unbeaten::new(&self.attempt_spans, lease)),
                         claimed,
+                        uncommitted_progress: None,
                     }));
                 }
                 Ok(record) => format!(

@@ -43,6 +43,10 @@ pub struct DbJob<R> {
     pub(super) unbeaten: Option<super::heartbeat::Unbeaten>,
     /// What its claim saw of the store's pauses (`paused.rs`).
     pub(super) claimed: super::paused::AtClaim,
+    /// The last progress report, written in the job's transaction for its
+    /// completion: kept until that commits, so a failed commit's errored
+    /// mark writes it again.
+    pub(super) uncommitted_progress: Option<serde_json::Value>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for DbJob<R> {

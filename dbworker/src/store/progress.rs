@@ -513,9 +513,15 @@ impl<R: Record> DbStore<R> {
     /// (as the mark itself would), so the value is written outside it and
     /// outlives it. A write refused or failed is logged: the mark goes on.
     pub(super) async fn last_progress(&self, job: &mut DbJob<R>, completing: bool) {
-        let Some(value) = self.pending_progress.last(job.lease).await else {
+        // A value written in a completion's transaction that failed to commit
+        // comes back for the errored mark that follows.
+        let pending = self.pending_progress.last(job.lease).await;
+        let Some(value) = pending.or_else(|| job.uncommitted_progress.take()) else {
             return;
         };
+        if completing && job.tx.is_some() {
+            job.uncommitted_progress = Some(value.clone());
+        }
         // `discard`: a handler stopped mid-query leaves a query a rollback
         // would wait for (`store/open.rs`).
         if !completing

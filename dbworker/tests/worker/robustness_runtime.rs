@@ -491,6 +491,8 @@ impl Handler<DbStore<Job>> for DeferredViolation {
         sqlx::query("INSERT INTO children (parent_id) VALUES (999)")
             .execute(job.tx().expect("transactional handling"))
             .await?;
+        // Written with the completion, in its transaction.
+        job.report_progress(_ctx.store(), json!({ "step": "last" }))?;
         if job.record().payload["wait"] == json!(true) {
             return Err(HandlerError::wait_for("go", Duration::from_secs(60)));
         }
@@ -510,7 +512,7 @@ async fn a_completion_that_fails_at_commit_counts_as_a_failure_with_its_error() 
     for wait in [false, true] {
         let db = Db::new().await;
         db.add_columns(
-            |_| {},
+            |c| c.progress = true,
             &[
                 dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap(),
                 "CREATE TABLE parents (id int PRIMARY KEY);
@@ -524,9 +526,13 @@ async fn a_completion_that_fails_at_commit_counts_as_a_failure_with_its_error() 
         let mut so = db.options();
         so.handling = Handling::Transactional;
         so.max_num_retries = 5;
-        let store = db
-            .store_on(&db.table_with(|o| o.signals = true).await, so)
+        let table = db
+            .table_with(|o| {
+                o.signals = true;
+                o.progress = true;
+            })
             .await;
+        let store = db.store_on(&table, so).await;
         let mut o = options("deferred");
         o.num_total_jobs = Some(1);
         let worker = new_worker(store, DeferredViolation, o).unwrap();
@@ -561,6 +567,12 @@ async fn a_completion_that_fails_at_commit_counts_as_a_failure_with_its_error() 
             .scalar("SELECT count(*) FROM children WHERE parent_id = $1", 999)
             .await;
         assert_eq!(children, 0);
+        // The last report, rolled back with the commit, written again with
+        // the errored mark.
+        let progress: serde_json::Value = db
+            .scalar("SELECT progress FROM jobs WHERE id = $1", id)
+            .await;
+        assert_eq!(progress, json!({ "step": "last" }), "wait {wait}");
     }
 }
 
