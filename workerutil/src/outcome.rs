@@ -198,7 +198,9 @@ pub enum Outcome {
     Interrupted,
     /// The store put the job back in the queue before it started, counting
     /// nothing, for the reason given (dbworker: its queue was paused while
-    /// it waited in the claim-ahead buffer); the handler never ran.
+    /// it waited in the claim-ahead buffer); the handler never ran, though
+    /// `pre_handle` had (it runs before the store's `open`), and the job
+    /// counts among the worker's `num_total_jobs`, as a lost one does.
     Withheld(String),
     /// The handler asked to run the job again after this delay
     /// ([`HandlerError::snooze`]); it was put back in the queue without

@@ -288,17 +288,15 @@ pub(crate) fn requeue_lost(
     o: &StoreParams,
     id: i64,
     token: i64,
-    message: &str,
+    (message, why): (&str, &str),
     span: Option<&str>,
 ) -> Statement {
     let c = &o.columns;
     let a = &o.table.alias;
     let can_requeue = || counter(a, &c.num_resets).lt(o.max_num_resets);
     let mut q = fenced_update(o, id, token);
-    let history = o
-        .error_history
-        .as_ref()
-        .map(|h| (h, "requeued: the job's database connection was lost"));
+    let note = format!("requeued: {why}");
+    let history = o.error_history.as_ref().map(|h| (h, note.as_str()));
     reset_or_fail(&mut q, a, c, o.max_num_resets, message, history);
     record_span(&mut q, o, span);
     let q = q
@@ -368,6 +366,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let span = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let (rule, items) = (t.retry_rule(None), serde_json::json!([1, 2]));
     let if_paused = requeue_if_paused(&paused(), 1, 2).expect("a pause table");
+    const LOST: &str = "the job's database connection was lost";
     vec![
         ("requeue_if_paused", if_paused),
         ("mark_complete", mark_complete(&t, 1, 2, None)),
@@ -407,10 +406,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "mark_complete_with_result",
             mark_complete_with_result(&r, 1, 2, ("result", serde_json::json!({"n": 1})), None),
         ),
-        ("requeue_lost", requeue_lost(&t, 1, 2, "m", None)),
+        ("requeue_lost", requeue_lost(&t, 1, 2, ("m", LOST), None)),
         (
             "requeue_lost_with_traces",
-            requeue_lost(&with_traces(), 1, 2, "m", Some(span)),
+            requeue_lost(&with_traces(), 1, 2, ("m", LOST), Some(span)),
         ),
         (
             "mark_errored_with_history",
@@ -419,7 +418,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("mark_failed_with_history", mark_failed(&h, 1, 2, "m", None)),
         (
             "requeue_lost_with_history",
-            requeue_lost(&h, 1, 2, "m", None),
+            requeue_lost(&h, 1, 2, ("m", LOST), None),
         ),
     ]
 }

@@ -543,7 +543,7 @@ impl<R: Record> DbStore<R> {
         let cause = error_chain(cause);
         let o = self.resolved();
         let message = format!("{} (last time, {why}: {cause})", o.reset_failure_message);
-        let row = sql::requeue_lost(o, lease.id, lease.token, &message, span)
+        let row = sql::requeue_lost(o, lease.id, lease.token, (&message, why), span)
             .fetch_optional(self.pool())
             .await;
         match row {
