@@ -198,7 +198,7 @@ async fn execute<S: Store, H: Handler<S>>(
         // Someone else owns it now, or the store recorded why it cannot run.
         Ok(false) => return Outcome::Lost,
         Err(err) => {
-            if let Some(Error::Withheld(reason)) = find_in_chain::<Error>(err.as_ref()) {
+            if let Some(Error::Withheld(reason)) = answer_in_chain(err.as_ref()) {
                 return Outcome::Withheld(reason.clone());
             }
             let message = error_chain(err.as_ref());
@@ -382,7 +382,7 @@ async fn record_outcome<S: Store>(
         Err(err) => {
             // A store that wraps its errors keeps these answers: the chain
             // is searched, and the whole error is the cause.
-            match find_in_chain::<Error>(err.as_ref()) {
+            match answer_in_chain(err.as_ref()) {
                 Some(Error::CompletionFailed(_)) => {
                     let message = error_chain(err.as_ref());
                     tracing::warn!(op, error = %message, "completing the job failed; recording it as errored");
@@ -447,13 +447,18 @@ impl<S> Drop for Listed<S> {
     }
 }
 
-/// The first error of type `T` in `err`'s chain of sources, `err` included.
-fn find_in_chain<'a, T: std::error::Error + 'static>(
-    err: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a T> {
+/// The store's answer in `err`'s chain of sources, `err` included: the
+/// first [`Error::CompletionFailed`], [`Error::CompletionRequeued`] or
+/// [`Error::Withheld`], however the store wrapped it (in an
+/// [`Error::Store`] too).
+fn answer_in_chain<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Error> {
     let mut next = Some(err);
     while let Some(e) = next {
-        if let Some(found) = e.downcast_ref::<T>() {
+        if let Some(
+            found
+            @ (Error::CompletionFailed(_) | Error::CompletionRequeued(_) | Error::Withheld(_)),
+        ) = e.downcast_ref::<Error>()
+        {
             return Some(found);
         }
         next = e.source();

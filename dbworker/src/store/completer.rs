@@ -195,9 +195,8 @@ async fn write_again_if_transient(
 }
 
 impl MarkFailed {
-    /// The failure of a group that held one mark only: a refusal by the
-    /// database (not a passing conflict, not a lost connection) is that
-    /// job's own.
+    /// The failure of a group that held one mark only: a refusal for its
+    /// row's own reason is that job's.
     fn alone(failure: Failure) -> MarkFailed {
         MarkFailed {
             own: failure.refused,
@@ -208,8 +207,8 @@ impl MarkFailed {
 
 /// A group's failed write: the database error rendered, whether Postgres
 /// rolled it back for a reason that passes (a deadlock, a serialization
-/// failure), and whether the database refused it on a healthy connection
-/// (a trigger, a constraint: nothing was written).
+/// failure), and whether the database refused it for its rows' own reason
+/// (a trigger, a constraint: nothing was written; `marks::is_rows_own`).
 struct Failure {
     message: String,
     transient: bool,
@@ -226,9 +225,7 @@ impl From<sqlx::Error> for Failure {
     fn from(err: sqlx::Error) -> Failure {
         let transient = super::transient::is_transient(&err);
         Failure {
-            refused: matches!(err, sqlx::Error::Database(_))
-                && !transient
-                && !super::marks::is_connection_loss(&err),
+            refused: super::marks::is_rows_own(&err),
             transient,
             message: format!("database error in mark_group: {err}"),
         }

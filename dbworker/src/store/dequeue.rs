@@ -115,7 +115,8 @@ impl<R: Record> DbStore<R> {
         }
         // One read for the whole batch, through the view.
         if !leases.is_empty() {
-            let ids = leases.iter().map(|l| l.id).collect();
+            let ids: Vec<i64> = leases.iter().map(|l| l.id).collect();
+            let ids_len = ids.len();
             match sql::select_records(o, ids).fetch_all(&self.pool).await {
                 Ok(rows) => {
                     let mut by_id: HashMap<i64, PgRow> = rows
@@ -129,37 +130,36 @@ impl<R: Record> DbStore<R> {
                     }
                 }
                 // One row the view cannot produce (its own data breaks a
-                // column) must not strand or fail the others: each is read
-                // alone, and one whose own read fails is failed with the
-                // reason. If none can be read, the view is out, not a row:
+                // column, a function of the view raises for it) must not
+                // strand or fail the others: each is read alone (one claimed
+                // alone failed already), and one whose own read fails for
+                // its data is failed with the reason. Any other failure (the
+                // view is out, a timeout, a lost connection) is no row's:
                 // they stay `processing` for the resetter, paced by the
                 // stall age.
-                Err(err) => {
-                    let mut alone = Vec::with_capacity(leases.len());
-                    for lease in &leases {
-                        let row = sql::select_records(o, vec![lease.id])
-                            .fetch_optional(&self.pool)
-                            .await;
-                        alone.push(row);
-                    }
-                    if alone.iter().all(|row| row.is_err()) {
-                        opened.push(Err(Error::db("select_records")(err)));
-                    } else {
-                        for (lease, row) in leases.into_iter().zip(alone) {
-                            // A dropped connection or a passing conflict
-                            // is not the row's fault: the resetter's.
-                            if let Err(e) = &row
-                                && (super::marks::is_connection_loss(e)
-                                    || super::transient::is_transient(e))
-                            {
-                                opened.push(Err(Error::db("select_records")(row.unwrap_err())));
-                                continue;
+                Err(err) if super::marks::is_rows_own(&err) => {
+                    let mut err = Some(err);
+                    for lease in leases {
+                        let row = match err.take() {
+                            Some(e) if ids_len == 1 => Err(e),
+                            _ => {
+                                sql::select_records(o, vec![lease.id])
+                                    .fetch_optional(&self.pool)
+                                    .await
                             }
-                            let trace = traces.remove(&lease.id);
-                            opened.push(self.scan_or_fail(lease, row, trace, claimed).await);
+                        };
+                        match row {
+                            Err(e) if !super::marks::is_rows_own(&e) => {
+                                opened.push(Err(Error::db("select_records")(e)));
+                            }
+                            row => {
+                                let trace = traces.remove(&lease.id);
+                                opened.push(self.scan_or_fail(lease, row, trace, claimed).await);
+                            }
                         }
                     }
                 }
+                Err(err) => opened.push(Err(Error::db("select_records")(err))),
             }
         }
         let mut jobs = Vec::with_capacity(opened.len());

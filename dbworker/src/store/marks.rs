@@ -60,6 +60,20 @@ pub(super) fn completion_refused(err: BoxError) -> BoxError {
     }
 }
 
+/// Whether the database refused a statement because of the rows it touched:
+/// bad data (class 22), a constraint (class 23), an application's PL/pgSQL
+/// raising (class P0: a trigger, a view's function), or a transaction the
+/// handler itself left aborted (25P02). Such an error is the job's own: run
+/// again, the same row fails the same way. Anything else (a timeout, a
+/// missing grant or relation, a read-only server, a lost connection) is not.
+pub(crate) fn is_rows_own(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|c| {
+            c.starts_with("22") || c.starts_with("23") || c.starts_with("P0") || c == "25P02"
+        })
+}
+
 impl<R: Record> DbStore<R> {
     /// A refused result (too large, or holding a NUL) fails the job instead
     /// (and reports it).
@@ -477,15 +491,15 @@ impl<R: Record> DbStore<R> {
     }
 
     /// The completion (`op`: the mark or the commit) failed with `err`; its
-    /// transaction is over and nothing committed. A lost connection: requeue
-    /// the job now rather than leave it to the resetter. A deadlock or
-    /// serialization failure: requeue it at once, counted as a reset and not
-    /// as a failure (the next attempt may pass). Both fenced, on the pool;
-    /// once put back, the answer is [`workerutil::Error::CompletionRequeued`]
-    /// (the worker reports the attempt interrupted). Any other error (a deferred constraint, a trigger) is the job's: the
-    /// answer is [`workerutil::Error::CompletionFailed`], so the worker marks
-    /// it errored with that error under the job's own retry policy and
-    /// reports the attempt as errored. Returns the error to answer with.
+    /// transaction is over and nothing committed. An error of the job's own
+    /// rows ([`is_rows_own`]: a deferred constraint, a trigger) answers
+    /// [`workerutil::Error::CompletionFailed`], so the worker marks it
+    /// errored with that error under the job's own retry policy and reports
+    /// the attempt as errored. Any other (a lost connection, a deadlock, a
+    /// timeout) is not the job's: it is put back at once, counted as a reset
+    /// and not as a failure, fenced, on the pool; once put back, the answer
+    /// is [`workerutil::Error::CompletionRequeued`] (the worker reports the
+    /// attempt interrupted). Returns the error to answer with.
     pub(crate) async fn completion_failed(
         &self,
         op: &'static str,
@@ -493,18 +507,23 @@ impl<R: Record> DbStore<R> {
         err: sqlx::Error,
         span: Option<&str>,
     ) -> BoxError {
-        let requeued = if is_connection_loss(&err) {
+        let requeued = if is_rows_own(&err) {
+            let cause = Error::db(op)(err);
+            return workerutil::Error::CompletionFailed(cause.into()).into();
+        } else if is_connection_loss(&err) {
             // A commit that landed before the connection dropped left the row
             // `completed`: the fenced requeue then matches nothing.
             self.requeue_lost(lease, op, &err, span).await
-        } else if super::transient::is_transient(&err) {
-            // Counted as a reset: a conflict that recurs every time ends at
-            // `max_num_resets` instead of looping.
-            let why = "completing the job hit a deadlock or a serialization failure";
-            self.requeue_counted(lease, op, &err, why, span).await
         } else {
-            let cause = Error::db(op)(err);
-            return workerutil::Error::CompletionFailed(cause.into()).into();
+            // A deadlock, a serialization failure, a timeout, the server's
+            // trouble: not the job's. Counted as a reset, so one that recurs
+            // every time ends at `max_num_resets` instead of looping.
+            let why = if super::transient::is_transient(&err) {
+                "completing the job hit a deadlock or a serialization failure"
+            } else {
+                "completing the job failed for a reason not its own"
+            };
+            self.requeue_counted(lease, op, &err, why, span).await
         };
         let cause = Error::db(op)(err);
         match requeued {

@@ -131,9 +131,10 @@ impl Record for Plain {
 }
 
 /// The claim goes through, then reading its records through the view fails
-/// for one row's own data: that job fails with the reason and the other
-/// starts. When no row can be read (the view is out), none is failed or
-/// counted: they stay `processing` for the resetter.
+/// for one row's own data (a function of the view raises for it): that job
+/// fails with the reason and the other starts; claimed alone, it fails
+/// alone. When the view is out (an error that is no row's), none is failed
+/// or counted: they stay `processing` for the resetter.
 #[tokio::test]
 async fn a_row_the_view_cannot_read_fails_alone_and_a_view_that_is_out_fails_none() {
     let db = TestDatabase::new().await.unwrap();
@@ -148,7 +149,10 @@ async fn a_row_the_view_cannot_read_fails_alone_and_a_view_that_is_out_fails_non
         "CREATE TABLE broken (id bigint);
          CREATE FUNCTION checked(job bigint) RETURNS bigint STABLE LANGUAGE plpgsql AS $$
          BEGIN
-             IF EXISTS (SELECT FROM broken WHERE broken.id IN (job, 0)) THEN
+             IF EXISTS (SELECT FROM broken WHERE broken.id = 0) THEN
+                 RAISE EXCEPTION 'the view is out' USING ERRCODE = '55000';
+             END IF;
+             IF EXISTS (SELECT FROM broken WHERE broken.id = job) THEN
                  RAISE EXCEPTION 'job % cannot be read', job;
              END IF;
              RETURN job;
@@ -170,7 +174,7 @@ async fn a_row_the_view_cannot_read_fails_alone_and_a_view_that_is_out_fails_non
     let scan = |row: &sqlx::postgres::PgRow| Ok(Plain(row.try_get(0)?));
     let store = DbStore::with_scan(&pool, &table, so, scan).await.unwrap();
     let conditions = dbworker::DbConditions::default();
-    let dequeue = async || workerutil::Store::dequeue(&store, "host", &conditions, 2).await;
+    let dequeue = async |n| workerutil::Store::dequeue(&store, "host", &conditions, n).await;
     let row = async |id: i64| -> (String, i32, String) {
         sqlx::query_as(
             "SELECT state, num_resets, coalesce(failure_message, '') FROM jobs WHERE id = $1",
@@ -186,24 +190,32 @@ async fn a_row_the_view_cannot_read_fails_alone_and_a_view_that_is_out_fails_non
         .execute(&pool)
         .await
         .unwrap();
-    let jobs = dequeue().await.unwrap();
+    let jobs = dequeue(2).await.unwrap();
     let started: Vec<i64> = jobs.iter().map(|j| workerutil::Job::record(j).0).collect();
     assert_eq!(started, [2]);
     let (state, _, message) = row(1).await;
     assert_eq!(state, "failed");
     assert!(message.contains("job 1 cannot be read"), "{message}");
 
-    // The view is out for every row: nothing failed, nothing counted.
+    // A poison row claimed alone fails alone too.
+    sqlx::query("INSERT INTO broken VALUES (3)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(dequeue(1).await.unwrap().is_empty());
+    let (state, _, message) = row(3).await;
+    assert_eq!(state, "failed");
+    assert!(message.contains("job 3 cannot be read"), "{message}");
+
+    // The view is out (not a row's data): nothing failed, nothing counted.
     sqlx::query("INSERT INTO broken VALUES (0)")
         .execute(&pool)
         .await
         .unwrap();
-    let err = dequeue().await.expect_err("the read fails");
+    let err = dequeue(2).await.expect_err("the read fails");
     assert!(
-        workerutil::error_chain(err.as_ref()).contains("cannot be read"),
+        workerutil::error_chain(err.as_ref()).contains("the view is out"),
         "{err}"
     );
-    for id in [3, 4] {
-        assert_eq!(row(id).await, ("processing".to_owned(), 0, String::new()));
-    }
+    assert_eq!(row(4).await, ("processing".to_owned(), 0, String::new()));
 }

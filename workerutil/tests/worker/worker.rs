@@ -67,6 +67,8 @@ struct Flaky {
     no_claim_ahead: bool,
     /// `mark_complete` of this job answers that its commit failed.
     refuse_completion: Mutex<Option<RecordId>>,
+    /// ... wrapped in another error, as a store wrapping its errors would.
+    wrap_refusal: bool,
 }
 
 impl Flaky {
@@ -157,7 +159,15 @@ impl Store for Flaky {
         tokio::time::sleep(delay).await;
         if *self.refuse_completion.lock().unwrap() == Some(workerutil::Job::lease(job).id) {
             let cause = BoxError::from("deferred constraint violated at commit");
-            return Err(workerutil::Error::CompletionFailed(cause).into());
+            let answer = workerutil::Error::CompletionFailed(cause);
+            if self.wrap_refusal {
+                return Err(workerutil::Error::Store {
+                    op: "mark_complete",
+                    source: answer.into(),
+                }
+                .into());
+            }
+            return Err(answer.into());
         }
         self.inner.mark_complete(job).await
     }
@@ -1666,6 +1676,12 @@ async fn run_until_empty_waits_for_a_retry_whose_mark_is_still_being_written() {
 
 #[tokio::test(start_paused = true)]
 async fn a_completion_the_store_refuses_is_recorded_and_reported_as_an_error() {
+    for wrap_refusal in [false, true] {
+        refused_completion(wrap_refusal).await;
+    }
+}
+
+async fn refused_completion(wrap_refusal: bool) {
     let store = Arc::new(Flaky {
         inner: MemoryStore::new({
             let mut o = MemoryStoreOptions::default();
@@ -1673,6 +1689,7 @@ async fn a_completion_the_store_refuses_is_recorded_and_reported_as_an_error() {
             o.retry_after = Duration::from_secs(3600);
             o
         }),
+        wrap_refusal,
         ..Flaky::default()
     });
     store.enqueue_succeeding(1..=2);
