@@ -55,11 +55,21 @@ pub enum Error {
     /// Returned by [`mark_complete`](crate::Store::mark_complete) or
     /// [`mark_waiting`](crate::Store::mark_waiting) when the completion
     /// could not be written for a reason not the job's (its connection was
-    /// lost, a deadlock or a serialization failure) and the store put the
-    /// job back in the queue itself: it runs again. The worker records
-    /// nothing more and reports [`Outcome::Interrupted`](crate::Outcome::Interrupted).
-    #[error("the completion was not written, and the job was put back: {0}")]
-    CompletionRequeued(#[source] BoxError),
+    /// lost, a deadlock, a timeout), and says what the store then wrote
+    /// itself: `Some(Queued)`, the job put back to run again (the worker
+    /// reports [`Outcome::Interrupted`](crate::Outcome::Interrupted));
+    /// `Some(Failed)`, failed past the store's reset limit (reported
+    /// [`Outcome::Errored`](crate::Outcome::Errored) with no retry left);
+    /// `None`, nothing (the resetter will put it back; reported
+    /// interrupted, not marked). The worker records nothing more.
+    #[error("the completion was not written: {source}")]
+    CompletionNotWritten {
+        /// The state the store wrote instead, if any.
+        state: Option<crate::JobState>,
+        /// Why the completion was not written.
+        #[source]
+        source: BoxError,
+    },
     /// Returned by a store's [`open`](crate::Store::open) when it put the
     /// job back in the queue itself, counting nothing, rather than let it
     /// start (dbworker: its queue was paused while it waited in the

@@ -123,6 +123,8 @@ pub(crate) async fn start_job<S: Store, H: Handler<S>>(
                 }
                 // The store put it back: it runs again, nothing completed.
                 Some(Refused::PutBack) => Outcome::Interrupted,
+                // Past its reset limit: failed, with no retry left.
+                Some(Refused::Ended(cause)) => Outcome::Errored(cause),
                 None => outcome,
             };
             drop(listed);
@@ -318,9 +320,12 @@ enum Refused {
     /// For a reason of the job's own ([`Error::CompletionFailed`]): the
     /// caller records it as an error.
     Failed(SharedError),
-    /// For a reason not its own; the store put it back in the queue
-    /// ([`Error::CompletionRequeued`]).
+    /// For a reason not its own ([`Error::CompletionNotWritten`]); the
+    /// store put it back in the queue (or the resetter will).
     PutBack,
+    /// For a reason not its own, and the store failed it past its reset
+    /// limit.
+    Ended(SharedError),
 }
 
 /// Records the outcome in the store; returns whether the mark took effect,
@@ -393,10 +398,18 @@ async fn record_outcome<S: Store>(
                     };
                     return (false, None, Some(Refused::Failed(SharedError::from(cause))));
                 }
-                Some(Error::CompletionRequeued(_)) => {
+                Some(Error::CompletionNotWritten { state, .. }) => {
                     let message = error_chain(err.as_ref());
-                    tracing::warn!(op, error = %message, "the completion was not written; the store put the job back");
-                    return (true, None, Some(Refused::PutBack));
+                    tracing::warn!(op, error = %message, written = ?state, "the completion was not written");
+                    return match state {
+                        Some(JobState::Queued) => (true, None, Some(Refused::PutBack)),
+                        Some(JobState::Failed) => (
+                            true,
+                            Some(JobState::Failed),
+                            Some(Refused::Ended(SharedError::from(err))),
+                        ),
+                        _ => (false, None, Some(Refused::PutBack)),
+                    };
                 }
                 _ => {}
             }
@@ -448,15 +461,16 @@ impl<S> Drop for Listed<S> {
 }
 
 /// The store's answer in `err`'s chain of sources, `err` included: the
-/// first [`Error::CompletionFailed`], [`Error::CompletionRequeued`] or
+/// first [`Error::CompletionFailed`], [`Error::CompletionNotWritten`] or
 /// [`Error::Withheld`], however the store wrapped it (in an
 /// [`Error::Store`] too).
 fn answer_in_chain<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Error> {
     let mut next = Some(err);
     while let Some(e) = next {
         if let Some(
-            found
-            @ (Error::CompletionFailed(_) | Error::CompletionRequeued(_) | Error::Withheld(_)),
+            found @ (Error::CompletionFailed(_)
+            | Error::CompletionNotWritten { .. }
+            | Error::Withheld(_)),
         ) = e.downcast_ref::<Error>()
         {
             return Some(found);

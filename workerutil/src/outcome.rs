@@ -194,7 +194,7 @@ pub enum Outcome {
     /// The job did not finish here and was put back in the queue: a
     /// shutdown interrupted it, or the store could not write its completion
     /// for a reason not its own (a lost connection, a deadlock) and put it
-    /// back ([`Error::CompletionRequeued`](crate::Error::CompletionRequeued)).
+    /// back ([`Error::CompletionNotWritten`](crate::Error::CompletionNotWritten)).
     Interrupted,
     /// The store put the job back in the queue before it started, counting
     /// nothing, for the reason given (dbworker: its queue was paused while

@@ -192,7 +192,7 @@ pub trait Store: Send + Sync + 'static {
     /// worker must do the same, or leave the job to the resetter). One that
     /// fails for a reason not its own, after which the store put the job
     /// back, is answered with
-    /// [`Error::CompletionRequeued`](crate::Error::CompletionRequeued). The
+    /// [`Error::CompletionNotWritten`](crate::Error::CompletionNotWritten). The
     /// worker finds either anywhere in the error's chain of sources.
     fn mark_complete(
         &self,
@@ -258,7 +258,7 @@ pub trait Store: Send + Sync + 'static {
     /// did) or when the timeout is up. Fenced like every mark. Like
     /// [`mark_complete`](Self::mark_complete) it may answer
     /// [`Error::CompletionFailed`](crate::Error::CompletionFailed) or
-    /// [`Error::CompletionRequeued`](crate::Error::CompletionRequeued). By
+    /// [`Error::CompletionNotWritten`](crate::Error::CompletionNotWritten). By
     /// default a store without signals snoozes the job for `timeout`.
     fn mark_waiting(
         &self,

@@ -208,7 +208,7 @@ impl MarkFailed {
 /// A group's failed write: the database error rendered, whether Postgres
 /// rolled it back for a reason that passes (a deadlock, a serialization
 /// failure), and whether the database refused it for its rows' own reason
-/// (a trigger, a constraint: nothing was written; `marks::is_rows_own`).
+/// (a trigger, a constraint: nothing was written; `failed_completion::is_rows_own`).
 struct Failure {
     message: String,
     transient: bool,
@@ -225,7 +225,7 @@ impl From<sqlx::Error> for Failure {
     fn from(err: sqlx::Error) -> Failure {
         let transient = super::transient::is_transient(&err);
         Failure {
-            refused: super::marks::is_rows_own(&err),
+            refused: super::failed_completion::is_rows_own(&err),
             transient,
             message: format!("database error in mark_group: {err}"),
         }

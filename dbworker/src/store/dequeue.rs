@@ -137,7 +137,7 @@ impl<R: Record> DbStore<R> {
                 // view is out, a timeout, a lost connection) is no row's:
                 // they stay `processing` for the resetter, paced by the
                 // stall age.
-                Err(err) if super::marks::is_rows_own(&err) => {
+                Err(err) if super::failed_completion::is_rows_own(&err) => {
                     let mut err = Some(err);
                     for lease in leases {
                         let row = match err.take() {
@@ -149,7 +149,7 @@ impl<R: Record> DbStore<R> {
                             }
                         };
                         match row {
-                            Err(e) if !super::marks::is_rows_own(&e) => {
+                            Err(e) if !super::failed_completion::is_rows_own(&e) => {
                                 opened.push(Err(Error::db("select_records")(e)));
                             }
                             row => {

@@ -18,6 +18,7 @@ mod completer;
 mod conditions;
 mod cursor;
 mod dequeue;
+mod failed_completion;
 mod flags;
 mod gauges;
 mod heartbeat;

@@ -112,7 +112,7 @@ impl<R: Record> Store for DbStore<R> {
             let result = grouped
                 .await
                 .map(|state| state.is_some())
-                .map_err(super::marks::completion_refused);
+                .map_err(super::failed_completion::completion_refused);
             return self.observe("complete", started, result);
         }
         Box::pin(self.complete_in_full(job)).await

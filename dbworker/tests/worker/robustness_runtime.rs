@@ -607,13 +607,7 @@ async fn a_wait_whose_statement_fails_in_the_handlers_transaction_counts_as_a_fa
     let store = db
         .store_on(&db.table_with(|o| o.signals = true).await, so)
         .await;
-    let mut o = options("swallows");
-    o.num_total_jobs = Some(1);
-    let worker = new_worker(store, SwallowsThenWaits, o).unwrap();
-    let mut events = worker.subscribe();
-    let run = tokio::spawn(worker.run());
-    let (outcome, marked) = wait_for(&mut events, finished(id)).await;
-    run.await.unwrap();
+    let (outcome, marked) = run_one(store, SwallowsThenWaits, "swallows", id).await;
     assert!(matches!(outcome, Outcome::Errored(_)), "{outcome:?}");
     assert!(marked);
     assert_eq!(db.state(id).await, "failed", "not left processing");
@@ -639,21 +633,7 @@ impl Handler<DbStore<Job>> for ConflictOnce {
 
 #[tokio::test]
 async fn a_completion_that_conflicts_at_commit_is_put_back_counted_as_a_reset() {
-    let db = Db::new().await;
-    db.execute(
-        "CREATE SEQUENCE tries;
-         CREATE TABLE conflicts (n int);
-         CREATE FUNCTION conflict_once() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-           IF nextval('tries') = 1 THEN
-             RAISE EXCEPTION 'could not serialize' USING ERRCODE = '40001';
-           END IF;
-           RETURN NULL;
-         END $$;
-         CREATE CONSTRAINT TRIGGER conflict_once AFTER INSERT ON conflicts
-           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION conflict_once()",
-    )
-    .await;
+    let db = conflicting_db().await;
     let id = db.enqueue(1, json!({})).await[0];
     // No retries: a conflict counted as a failure would fail the job.
     let store = store(&db, Handling::Transactional, 0).await;
@@ -681,4 +661,59 @@ async fn a_completion_that_conflicts_at_commit_is_put_back_counted_as_a_reset() 
         .scalar("SELECT count(*) FROM conflicts WHERE n = $1", 1)
         .await;
     assert_eq!(rows, 1, "the second attempt's write only");
+}
+
+/// Past the reset limit, the conflict at completion fails the job: reported
+/// as an error with no retry left, not as completed.
+#[tokio::test]
+async fn a_completion_that_conflicts_past_the_reset_limit_is_reported_failed() {
+    let db = conflicting_db().await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut so = db.options();
+    so.handling = Handling::Transactional;
+    so.stall.max_num_resets = 0;
+    let store = db.store_on(&db.table().await, so).await;
+    let (outcome, marked) = run_one(store, ConflictOnce, "conflict-last", id).await;
+    assert!(matches!(outcome, Outcome::Errored(_)), "{outcome:?}");
+    assert!(marked, "the store wrote its end");
+    assert_eq!(db.state(id).await, "failed");
+}
+
+/// A table whose first insert into `conflicts` fails at COMMIT with a
+/// serialization failure.
+async fn conflicting_db() -> Db {
+    let db = Db::new().await;
+    db.execute(
+        "CREATE SEQUENCE tries;
+         CREATE TABLE conflicts (n int);
+         CREATE FUNCTION conflict_once() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF nextval('tries') = 1 THEN
+             RAISE EXCEPTION 'could not serialize' USING ERRCODE = '40001';
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE CONSTRAINT TRIGGER conflict_once AFTER INSERT ON conflicts
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION conflict_once()",
+    )
+    .await;
+    db
+}
+
+/// Runs `handler` until job `id`, the only one, is recorded: what the
+/// worker reported, and whether the store took it.
+async fn run_one<H: Handler<DbStore<Job>>>(
+    store: Arc<DbStore<Job>>,
+    handler: H,
+    name: &str,
+    id: i64,
+) -> (Outcome, bool) {
+    let mut o = options(name);
+    o.num_total_jobs = Some(1);
+    let worker = new_worker(store, handler, o).unwrap();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    let reported = wait_for(&mut events, finished(id)).await;
+    run.await.unwrap();
+    reported
 }
