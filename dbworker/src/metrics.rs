@@ -35,7 +35,9 @@ pub const LEADER: &str = "dbworker_leader";
 /// that found nothing), `retry` and `failed` (an errored mark: retried, or
 /// out of retries), `lost` (the claim was no longer this worker's),
 /// `withheld` (an `open` that put the job back: its queue was paused while
-/// it waited to start), `error`.
+/// it waited to start), `refused` (a completion or a wait refused for the
+/// job's own reason, marked errored next), `requeued` (one not written for a
+/// reason not the job's, put back), `error`.
 pub const STORE_OPERATIONS_TOTAL: &str = "dbworker_store_operations_total";
 
 /// How long each store operation took, in seconds, by store and operation

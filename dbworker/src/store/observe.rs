@@ -43,10 +43,13 @@ impl<R: Record> DbStore<R> {
     ) -> Result<T, BoxError> {
         let outcome = match &result {
             Ok(answer) => answer.label(),
-            Err(e) if matches!(e.downcast_ref(), Some(workerutil::Error::Withheld(_))) => {
-                "withheld"
-            }
-            Err(_) => "error",
+            Err(e) => match e.downcast_ref() {
+                Some(workerutil::Error::Withheld(_)) => "withheld",
+                // The completion's own failure, marked errored next.
+                Some(workerutil::Error::CompletionFailed(_)) => "refused",
+                Some(workerutil::Error::CompletionNotWritten { .. }) => "requeued",
+                _ => "error",
+            },
         };
         self.record(op, started, outcome);
         result

@@ -78,19 +78,25 @@ impl<R: Record> DbStore<R> {
                     return Err(failed("mark_waiting", err).await);
                 }
             },
+            // Its own transaction, holding none of the handler's writes:
+            // written again while Postgres rolls it back as passing.
             None => {
-                let mut tx = self.pool.begin().await.map_err(Error::db("begin"))?;
-                let done = match mark(&mut tx).await {
-                    Ok(done) => done,
-                    Err(err) => {
-                        let _ = tx.rollback().await;
-                        return Err(failed("mark_waiting", err).await);
-                    }
+                let own = async || -> std::result::Result<bool, sqlx::Error> {
+                    let mut tx = self.pool.begin().await?;
+                    let done = mark(&mut tx).await?;
+                    tx.commit().await?;
+                    Ok(done)
                 };
-                if let Err(err) = tx.commit().await {
-                    return Err(failed("commit", err).await);
+                let tried = super::transient::again_if_transient(
+                    "a wait",
+                    own,
+                    super::transient::is_transient,
+                )
+                .await;
+                match tried {
+                    Ok(done) => done,
+                    Err(err) => return Err(failed("mark_waiting", err).await),
                 }
-                done
             }
         };
         if done {
