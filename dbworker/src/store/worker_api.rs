@@ -181,8 +181,11 @@ impl<R: Record> Store for DbStore<R> {
         timeout: std::time::Duration,
     ) -> std::result::Result<bool, BoxError> {
         // The wait commits the handler's transaction (its writes, a signal
-        // it consumed): the last progress goes with it, not rolled back.
-        self.last_progress(job, true).await;
+        // it consumed): the last progress goes with it, not rolled back. A
+        // table without signals snoozes instead, rolling it back: the last
+        // progress is written outside it.
+        let commits = self.options.signals.is_some();
+        self.last_progress(job, commits).await;
         let started = Instant::now();
         let result = self.wait_job(job, signal, timeout).await;
         self.observe("waiting", started, result)

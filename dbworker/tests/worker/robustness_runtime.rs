@@ -717,3 +717,38 @@ async fn run_one<H: Handler<DbStore<Job>>>(
     run.await.unwrap();
     reported
 }
+
+/// Reports progress, then waits for a signal.
+struct ReportsThenWaits;
+impl Handler<DbStore<Job>> for ReportsThenWaits {
+    async fn handle(
+        &self,
+        job: &mut DbJob<Job>,
+        ctx: &JobContext<DbStore<Job>>,
+    ) -> Result<(), HandlerError> {
+        job.report_progress(ctx.store(), json!({ "step": "before the wait" }))?;
+        Err(HandlerError::wait_for("go", Duration::from_secs(60)))
+    }
+}
+
+/// On a table without signals a transactional wait is a snooze, which rolls
+/// the handler's transaction back: the last progress report is kept.
+#[tokio::test]
+async fn a_transactional_wait_without_signals_keeps_the_last_progress_report() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.progress = true, &[]).await;
+    let id = db.enqueue(1, json!({})).await[0];
+    let mut so = db.options();
+    so.handling = Handling::Transactional;
+    let store = db
+        .store_on(&db.table_with(|o| o.progress = true).await, so)
+        .await;
+    let (outcome, marked) = run_one(store, ReportsThenWaits, "snoozes", id).await;
+    assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+    assert!(marked);
+    assert_eq!(db.state(id).await, "queued", "snoozed");
+    let progress: serde_json::Value = db
+        .scalar("SELECT progress FROM jobs WHERE id = $1", id)
+        .await;
+    assert_eq!(progress, json!({ "step": "before the wait" }));
+}
