@@ -206,6 +206,18 @@ impl Db {
             .unwrap()
     }
 
+    /// Server sessions of this database left idle inside a transaction (a
+    /// connection handed back mid-transaction: its later statements never
+    /// commit).
+    pub async fn sessions_in_transaction(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+
     pub async fn scalar<T>(&self, sql: &'static str, id: i64) -> T
     where
         T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
@@ -522,4 +534,21 @@ pub async fn woken_once_due(
         "the job came due after 1 s; woken: {}, after {took:?}",
         woken.is_ok()
     );
+}
+
+/// The jobs a worker reported finished so far, in order: each outcome's
+/// kind and whether the store took its mark.
+pub fn finished_so_far(
+    events: &mut tokio::sync::broadcast::Receiver<workerutil::WorkerEvent>,
+) -> Vec<(&'static str, bool)> {
+    let mut reported = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let workerutil::WorkerEvent::JobFinished {
+            outcome, marked, ..
+        } = event
+        {
+            reported.push((outcome.kind(), marked));
+        }
+    }
+    reported
 }

@@ -49,12 +49,19 @@ async fn pausable_store(db: &Db, listen: bool) -> Arc<DbStore<Job>> {
     }
     let store = db.store_on(&pausable_table(db).await, o).await;
     // A listening store is returned once it listens.
+    if listen {
+        listening(&store).await;
+    }
+    store
+}
+
+/// Waits until `store`'s listener is live.
+async fn listening(store: &DbStore<Job>) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while listen && !store.wakeups().is_some_and(|w| w.is_live()) {
+    while !store.wakeups().is_some_and(|w| w.is_live()) {
         assert!(Instant::now() < deadline, "never listening");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    store
 }
 
 async fn pauses(db: &Db) -> Pauses {
@@ -360,10 +367,8 @@ async fn jobs_claimed_ahead_do_not_start_once_their_queue_is_paused() {
         let store = db.store_on(&pausable_table(&db).await, so).await;
         // Live before the first claim: going live counts as a pause heard
         // (one may have been missed), which would hide the notification's part.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while listen && !store.wakeups().is_some_and(|w| w.is_live()) {
-            assert!(Instant::now() < deadline, "{case}: never listening");
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if listen {
+            listening(&store).await;
         }
         let handler = Arc::new(Gated::default());
         let mut o = WorkerOptions::new("ahead");

@@ -100,13 +100,11 @@ async fn jobs_stopped_mid_query_behind_a_shared_pgbouncer_are_handed_back_and_st
     // Heartbeats timed out while their `BEGIN` waited in the pooler's queue:
     // no connection was handed back inside a transaction, where the marks
     // above would have been written and never committed.
-    let open: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(open, 0, "sessions left in a transaction");
+    assert_eq!(
+        db.sessions_in_transaction().await,
+        0,
+        "sessions left in a transaction"
+    );
 
     // The other program and the next worker are served at once.
     let answered = tokio::time::timeout(
@@ -224,15 +222,7 @@ async fn a_completion_failing_at_commit_behind_pgbouncer_is_recorded_as_an_error
         .await
         .unwrap_or_else(|_| panic!("the worker did not finish: {}", bouncer.log()));
     // Each attempt reported as the error it was, under the handler's policy.
-    let mut reported = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        if let workerutil::WorkerEvent::JobFinished {
-            outcome, marked, ..
-        } = event
-        {
-            reported.push((outcome.kind(), marked));
-        }
-    }
+    let reported = common::finished_so_far(&mut events);
     assert_eq!(reported, [("errored", true), ("errored", true)]);
     assert_eq!(db.state(id).await, "failed", "tried twice, failed twice");
     let (failures, message): (i32, String) =
@@ -247,11 +237,9 @@ async fn a_completion_failing_at_commit_behind_pgbouncer_is_recorded_as_an_error
         .scalar("SELECT count(*) FROM children WHERE parent_id = $1", 999)
         .await;
     assert_eq!(children, 0, "nothing the handler wrote committed");
-    let open: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(open, 0, "sessions left in a transaction");
+    assert_eq!(
+        db.sessions_in_transaction().await,
+        0,
+        "sessions left in a transaction"
+    );
 }

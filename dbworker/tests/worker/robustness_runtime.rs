@@ -647,15 +647,7 @@ async fn a_completion_that_conflicts_at_commit_is_put_back_counted_as_a_reset() 
     assert_eq!(db.state(id).await, "completed");
     assert_eq!(counters(&db, id).await, (0, 1), "(failures, resets)");
     // Reported as put back, then completed: not completed twice.
-    let mut reported = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        if let workerutil::WorkerEvent::JobFinished {
-            outcome, marked, ..
-        } = event
-        {
-            reported.push((outcome.kind(), marked));
-        }
-    }
+    let reported = common::finished_so_far(&mut events);
     assert_eq!(reported, [("interrupted", true), ("completed", true)]);
     let rows: i64 = db
         .scalar("SELECT count(*) FROM conflicts WHERE n = $1", 1)
