@@ -14,18 +14,6 @@ use super::marks::{is_connection_loss, written_state};
 use crate::error::{Error, Result};
 use crate::sql;
 
-/// A grouped completion the database refused for a reason of the job's own
-/// (its row's trigger or constraint) is a failed completion: answered with
-/// [`workerutil::Error::CompletionFailed`], so the worker marks it errored
-/// with the reason, as in transactional handling.
-pub(super) fn completion_refused(err: BoxError) -> BoxError {
-    match err.downcast::<super::completer::MarkFailed>() {
-        Ok(failed) if failed.own => workerutil::Error::CompletionFailed(failed).into(),
-        Ok(failed) => failed,
-        Err(err) => err,
-    }
-}
-
 /// Whether the database refused a statement because of the rows it touched:
 /// bad data (class 22), a constraint (class 23), an application's PL/pgSQL
 /// raising (class P0: a trigger, a view's function), or a transaction the

@@ -19,7 +19,6 @@ use sqlx::Row;
 use sqlx::postgres::{PgDatabaseError, PgSeverity};
 use workerutil::{BoxError, JobState, Lease, Record, Retry};
 
-use super::failed_completion::completion_refused;
 use super::open::JobTx;
 use super::{DbJob, DbStore};
 use crate::error::{Error, Result};
@@ -66,8 +65,7 @@ impl<R: Record> DbStore<R> {
         let Some(mut tx) = job.tx.take() else {
             return Ok(self
                 .grouped(job.lease, MarkKind::Complete, "", None, result, span)
-                .await
-                .map_err(completion_refused)?
+                .await?
                 .is_some());
         };
         let statement = self.complete_statement(job.lease, result, span.as_deref());
@@ -293,7 +291,22 @@ impl<R: Record> DbStore<R> {
             span: span.unwrap_or_default().to_owned(),
         };
         let rule = self.options.retry_rule(retry);
-        Some(async move { Ok(completer.mark(mark, rule).await?) })
+        // A completion its row refused (a trigger, a constraint) is a failed
+        // completion, marked errored next by the worker, as in
+        // transactional handling (`failed_completion.rs`).
+        let completing = kind == MarkKind::Complete;
+        Some(async move {
+            completer
+                .mark(mark, rule)
+                .await
+                .map_err(|failed| -> BoxError {
+                    if completing && failed.own {
+                        workerutil::Error::CompletionFailed(failed.into()).into()
+                    } else {
+                        failed.into()
+                    }
+                })
+        })
     }
 
     /// A mark without a handler transaction: written with the next group in

@@ -109,10 +109,7 @@ impl<R: Record> Store for DbStore<R> {
         // (inline, 10 KB per job: with a thousand waiting, 10 MB of RSS).
         if let Some(grouped) = self.grouped_completion(job) {
             let started = Instant::now();
-            let result = grouped
-                .await
-                .map(|state| state.is_some())
-                .map_err(super::failed_completion::completion_refused);
+            let result = grouped.await.map(|state| state.is_some());
             return self.observe("complete", started, result);
         }
         Box::pin(self.complete_in_full(job)).await
