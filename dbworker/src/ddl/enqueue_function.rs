@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::{OptionalColumns, functions};
-use crate::columns::{Columns, Relation, literal, quote};
+use crate::columns::{Columns, Relation, literal, progress_table, quote};
 use crate::error::Result;
 
 /// The enqueue function's parameters for the table's optional columns (the
@@ -140,8 +140,13 @@ pub fn enqueue_function_sql(
                 EXECUTE format('INSERT INTO %s AS j (%s) SELECT %s FROM jsonb_populate_record(NULL::%s, $1)
                     ON CONFLICT ("job_key") WHERE {state} IN (''queued'', ''errored'', ''processing'')
                     DO UPDATE SET %s WHERE j.{state} IN (''queued'', ''errored'')
-                    RETURNING j.{id}', '{table_literal}', cols, cols, '{table_literal}', sets)
-                    USING vals INTO new_id;
+                    RETURNING j.{id}, j.xmax <> 0', '{table_literal}', cols, cols, '{table_literal}', sets)
+                    USING vals INTO new_id, replaced;
+                -- A replaced holder's progress and checkpoint in the side table
+                -- belong to the old work (like sql::enqueue_keyed).
+                IF replaced AND to_regclass('{side_literal}') IS NOT NULL THEN
+                    EXECUTE format('DELETE FROM %s WHERE "job_id" = $1', '{side_literal}') USING new_id;
+                END IF;
             END IF;
             IF new_id IS NOT NULL THEN
                 RETURN new_id;
@@ -163,6 +168,7 @@ pub fn enqueue_function_sql(
     END IF;"#,
             state = state,
             id = id,
+            side_literal = progress_table(&rel).quoted().replace('\'', "''"),
         )
     } else {
         String::new()
@@ -183,6 +189,7 @@ DECLARE
     cols text;
     sets text;
     new_id bigint;
+    replaced boolean;
     bad text;
 BEGIN
     SELECT k INTO bad FROM jsonb_object_keys(COALESCE(fields, '{{}}')) AS k

@@ -13,7 +13,8 @@ use crate::error::Result;
 /// the columns are). They touch nothing of the job table itself: a role
 /// that may create tables in its schema runs them, and grants the workers
 /// `SELECT, INSERT, UPDATE` on it, the purger `SELECT, DELETE` (it deletes
-/// the purged jobs' rows), readers `SELECT`. `JobTable::new` finds the table
+/// the purged jobs' rows), enqueuers of a table with job keys `SELECT, DELETE` (a
+/// replaced holder's row is the old work's), readers `SELECT`. `JobTable::new` finds the table
 /// (with `JobTableOptions::progress`, or detected).
 ///
 /// ```

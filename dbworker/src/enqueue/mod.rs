@@ -94,9 +94,10 @@ impl Enqueuer {
     /// An enqueuer into `table` (checked when it was built, keys' unique
     /// index included). Checks what only an enqueuer needs: INSERT on the
     /// table (and UPDATE with keys: a keyed enqueue may replace the waiting
-    /// holder), USAGE on its id's sequence and, on a partitioned table with
-    /// keys, SELECT, INSERT and UPDATE on its key table, naming a missing
-    /// grant with the statement that gives it.
+    /// holder), USAGE on its id's sequence, on a partitioned table with keys,
+    /// SELECT, INSERT and UPDATE on its key table and, with keys and the
+    /// progress side table, SELECT and DELETE on that (a replace drops the old work's
+    /// checkpoint), naming a missing grant with the statement that gives it.
     pub async fn new(pool: &PgPool, table: &JobTable) -> Result<Enqueuer> {
         let t = table.sql();
         // A keyed enqueue replaces a waiting holder in place (an UPDATE, or
@@ -105,15 +106,22 @@ impl Enqueuer {
             Some(_) => &[Privilege::Insert, Privilege::Update],
             None => &[Privilege::Insert],
         };
-        Grants::new("enqueueing")
+        let mut grants = Grants::new("enqueueing")
             .on_table(t, writes)
             .id_sequence(t)
             .on_keys(
                 t,
                 &[Privilege::Select, Privilege::Insert, Privilege::Update],
-            )
-            .check(pool)
-            .await?;
+            );
+        if let (Some(_), Some(side)) = (&t.key_column, &t.progress_table) {
+            // A replace deletes the old work's progress and checkpoint.
+            grants = grants.on(
+                "progress table",
+                side,
+                &[Privilege::Select, Privilege::Delete],
+            );
+        }
+        grants.check(pool).await?;
         Ok(Enqueuer {
             pool: pool.clone(),
             target: t.clone(),

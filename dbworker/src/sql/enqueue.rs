@@ -3,10 +3,12 @@
 use crate::columns::{CHECKPOINT, PROGRESS, TRACEPARENT, TRACESTATE};
 use std::time::{Duration, SystemTime};
 
+use super::claim::cte;
 use super::{Statement, Table, alias, col, counter, plain_table, state};
-use crate::columns::quote;
+use crate::columns::{Relation, quote};
 use sea_query::{
-    Alias, Expr, ExprTrait, InsertStatement, OnConflict, PostgresQueryBuilder, Query, TableRef,
+    Alias, Asterisk, DeleteStatement, Expr, ExprTrait, InsertStatement, OnConflict,
+    PostgresQueryBuilder, Query, SelectStatement, TableRef, WithClause,
 };
 use sea_query_sqlx::SqlxBinder;
 use workerutil::JobState;
@@ -320,7 +322,40 @@ pub(crate) fn enqueue_keyed(t: &Table, job: &JobRow<'_>, key: &str, mode: OnKey)
     }
     q.on_conflict(conflict);
     enqueue_returning(t, &mut q);
-    Statement::from(&q)
+    match &t.progress_table {
+        Some(side) if mode.replaces() => {
+            const KEYED: &str = "dbworker_keyed";
+            let mut with = WithClause::new();
+            with.cte(cte(q, KEYED, false));
+            let replaced = Query::select()
+                .column(alias("id"))
+                .from(alias(KEYED))
+                .and_where(Expr::cust("NOT \"inserted\""))
+                .to_owned();
+            with.cte(cte(
+                old_work_dropped(side, replaced),
+                "dbworker_dropped",
+                false,
+            ));
+            let result = Query::select()
+                .column((alias(KEYED), Asterisk))
+                .from(alias(KEYED))
+                .to_owned();
+            Statement::from(&result.with(with))
+        }
+        _ => Statement::from(&q),
+    }
+}
+
+/// On a table whose progress lives in the side table, a replaced holder's
+/// side row (the old work's progress and checkpoint), deleted in the
+/// replacing statement: the new work must not resume at the old one's
+/// checkpoint, and no worker may claim it in between.
+pub(super) fn old_work_dropped(side: &Relation, replaced_ids: SelectStatement) -> DeleteStatement {
+    Query::delete()
+        .from_table(plain_table(side))
+        .and_where(Expr::col(alias("job_id")).in_subquery(replaced_ids))
+        .to_owned()
 }
 
 /// A processing job gives up `key`, so a replacing enqueue can insert a new
@@ -448,6 +483,18 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "enqueue_keyed_preserve_run_at",
             enqueue_keyed(&e, &keyed, "k", OnKey::PreserveRunAt),
+        ),
+        (
+            "enqueue_keyed_replace_side_progress",
+            enqueue_keyed(
+                &Table {
+                    progress_table: Some(super::fixtures::rel("app.example_jobs_progress")),
+                    ..enqueue_target()
+                },
+                &keyed,
+                "k",
+                OnKey::Replace,
+            ),
         ),
         (
             "enqueue_keyed_dedupe_only",

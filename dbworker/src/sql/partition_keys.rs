@@ -9,7 +9,7 @@ use super::{Statement, Table, alias, col, plain_table};
 use crate::columns::{Relation, quote};
 use crate::sql::enqueue::{
     ENQUEUE_ALIAS, JobRow, OnKey, as_new, enqueue_columns, enqueue_target, no_failed_holder,
-    replaced_columns,
+    old_work_dropped, replaced_columns,
 };
 use sea_query::{Expr, ExprTrait, LockType, Query, WithClause};
 
@@ -106,6 +106,17 @@ pub(crate) fn enqueue_keyed_partitioned(
             )))
             .returning(returning(false));
         with.cte(cte(update, UPDATED, false));
+        if let Some(side) = &t.progress_table {
+            let replaced = Query::select()
+                .column(alias("id"))
+                .from(alias(UPDATED))
+                .to_owned();
+            with.cte(cte(
+                old_work_dropped(side, replaced),
+                "dbworker_dropped",
+                false,
+            ));
+        }
         result.union(
             sea_query::UnionType::All,
             Query::select()
@@ -127,6 +138,19 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "enqueue_keyed_partitioned_replace",
             enqueue_keyed_partitioned(&e, &keys, &job, "k", OnKey::Replace),
+        ),
+        (
+            "enqueue_keyed_partitioned_replace_side_progress",
+            enqueue_keyed_partitioned(
+                &Table {
+                    progress_table: Some(rel("app.example_jobs_progress")),
+                    ..enqueue_target()
+                },
+                &keys,
+                &job,
+                "k",
+                OnKey::Replace,
+            ),
         ),
         (
             "enqueue_keyed_partitioned_unsafe_dedupe",

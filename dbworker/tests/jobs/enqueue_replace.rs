@@ -1,13 +1,14 @@
 //! Replacing a key holder on real Postgres: the new work starts over (no
 //! cancel request, resets or checkpoint of the old), a replace that fails
-//! after the running holder gave its key up changes nothing, and the SQL
-//! function replaces like the enqueuer.
+//! after the running holder gave its key up changes nothing, the SQL
+//! function replaces like the enqueuer, and a replace drops the old work's
+//! row from the progress side table.
 
 use crate::common;
 
 use dbworker::{
     Enqueued, Enqueuer, JobTable, JobTableOptions, KeyMode, NewJob,
-    ddl::{OptionalColumns, enqueue_function_sql, partitioned_keys_sql},
+    ddl::{OptionalColumns, enqueue_function_sql, partitioned_keys_sql, progress_table_sql},
 };
 use serde_json::json;
 
@@ -200,5 +201,118 @@ async fn a_replace_that_fails_after_the_running_holder_gave_its_key_up_changes_n
             .scalar("SELECT count(*) FROM jobs WHERE id >= $1", id)
             .await;
         assert_eq!(count, 1, "partitioned: {partitioned}");
+    }
+}
+
+/// A keyed table that keeps progress in its side table
+/// (`migration --progress-table`), plain or partitioned.
+async fn set_up_side(partitioned: bool) -> (Db, Enqueuer) {
+    let db = if partitioned {
+        let db = Db::partitioned().await;
+        let keys = partitioned_keys_sql("jobs", &Default::default()).unwrap();
+        db.add_columns(|c| c.keys = false, &[keys]).await;
+        db
+    } else {
+        let db = Db::new().await;
+        db.add_columns(|c| c.keys = true, &[]).await;
+        db
+    };
+    db.execute(&progress_table_sql("jobs").unwrap()).await;
+    let mut o: JobTableOptions = Db::table_options();
+    o.key_column = Some("job_key".into());
+    o.progress = true;
+    let table = JobTable::new(&db.pool, o).await.unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    (db, enqueuer)
+}
+
+/// The old work's side row, as an errored attempt leaves it.
+async fn leave_side_row(db: &Db, id: i64) {
+    sqlx::query("UPDATE jobs SET state = 'errored', num_failures = 1 WHERE id = $1; ")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO jobs_progress (job_id, progress, checkpoint, progress_seq) \
+         VALUES ($1, '{\"pct\": 50}', '{\"at\": 5}', 3)",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+async fn side_rows(db: &Db, id: i64) -> i64 {
+    db.scalar("SELECT count(*) FROM jobs_progress WHERE job_id = $1", id)
+        .await
+}
+
+/// A replaced holder's progress and checkpoint in the side table belong to
+/// the old work: the replace deletes them in its statement (the enqueuer,
+/// plain and partitioned, and the SQL function); a dedupe keeps them with
+/// the holder it keeps.
+#[tokio::test]
+async fn a_replace_drops_the_old_works_checkpoint_from_the_side_table() {
+    for partitioned in [false, true] {
+        let (db, enqueuer) = set_up_side(partitioned).await;
+        let id = enqueuer
+            .enqueue(&job(1, KeyMode::Replace))
+            .await
+            .unwrap()
+            .id();
+        leave_side_row(&db, id).await;
+        let kept = enqueuer
+            .enqueue(&job(2, KeyMode::DedupeOnly))
+            .await
+            .unwrap();
+        assert_eq!(kept, Enqueued::Kept(id), "partitioned: {partitioned}");
+        assert_eq!(side_rows(&db, id).await, 1, "partitioned: {partitioned}");
+        for mode in [KeyMode::Replace, KeyMode::PreserveRunAt] {
+            if side_rows(&db, id).await == 0 {
+                leave_side_row(&db, id).await;
+            }
+            let got = enqueuer.enqueue(&job(3, mode)).await.unwrap();
+            assert_eq!(got, Enqueued::Updated(id), "{mode:?}");
+            assert_eq!(
+                side_rows(&db, id).await,
+                0,
+                "partitioned: {partitioned}, {mode:?}: the old work's checkpoint was kept"
+            );
+        }
+        // A new job (no holder) deletes nothing of another's.
+        leave_side_row(&db, id).await;
+        let other = enqueuer
+            .enqueue(
+                &NewJob::new()
+                    .json("payload", json!({}))
+                    .key("other", KeyMode::Replace),
+            )
+            .await
+            .unwrap()
+            .id();
+        assert_ne!(other, id);
+        assert_eq!(side_rows(&db, id).await, 1);
+        if partitioned {
+            continue;
+        }
+        let mut columns = OptionalColumns::default();
+        columns.keys = true;
+        let ddl = enqueue_function_sql("jobs", &Default::default(), columns).unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let replaced: i64 =
+            sqlx::query_scalar("SELECT jobs_enqueue('{\"payload\": {\"n\": 4}}', job_key => 'k')")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(replaced, id);
+        assert_eq!(
+            side_rows(&db, id).await,
+            0,
+            "the SQL function kept the old work's checkpoint"
+        );
     }
 }

@@ -123,6 +123,54 @@ async fn a_keyed_enqueuer_replaces_its_holder_with_update_too() {
     .await;
 }
 
+// With keys and the progress side table, a replace deletes the old work's row.
+const KEYED_SIDE_ENQUEUER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "UPDATE ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON jobs_progress",
+    "DELETE ON jobs_progress",
+]);
+
+#[tokio::test]
+async fn a_keyed_enqueuer_on_a_table_with_a_progress_side_table_deletes_the_old_works_row() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.keys = true, &[]).await;
+    db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+        .await;
+    let table = |pool: PgPool| async move {
+        let mut o = Db::table_options();
+        o.key_column = Some("job_key".into());
+        o.progress = true;
+        JobTable::new(&pool, o).await
+    };
+    let (name, pool) = role_with(&db, KEYED_SIDE_ENQUEUER.0).await;
+    let enqueuer = Enqueuer::new(&pool, &table(pool.clone()).await.unwrap())
+        .await
+        .unwrap();
+    let job = NewJob::new().key("k", KeyMode::Replace);
+    let first = enqueuer.enqueue(&job).await.unwrap().id();
+    db.execute(&format!(
+        "INSERT INTO jobs_progress (job_id, checkpoint) VALUES ({first}, '{{}}')"
+    ))
+    .await;
+    assert_eq!(enqueuer.enqueue(&job).await.unwrap().id(), first);
+    let left: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs_progress WHERE job_id = $1",
+            first,
+        )
+        .await;
+    assert_eq!(left, 0);
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_SIDE_ENQUEUER, |pool| async move {
+        Enqueuer::new(&pool, &table(pool.clone()).await?).await?;
+        Ok(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_operator_acts_and_deletes_with_update_and_delete() {
     let db = Db::new().await;
