@@ -38,6 +38,10 @@
 //!   API, read from its sources, matches its `public-api.txt`, and no public
 //!   item is at two paths but those listed in `public_api_aliases.txt`.
 //!
+//! - **A cited test exists** (`cited_tests.rs`): every test or model that
+//!   docs/guarantees.md, the guide or the operations manual cites as
+//!   `file.rs::name` is a function of the workspace, in a file of that name.
+//!
 //! - **No session state** (`session_state.rs`): no statement or DDL of
 //!   `dbworker` takes a session advisory lock, makes a temporary table or
 //!   sets a setting past its transaction (docs/scaling.md's promise behind a
@@ -52,6 +56,7 @@
 
 mod budget_doc;
 mod check;
+mod cited_tests;
 mod first_page;
 mod map;
 mod public_api;
