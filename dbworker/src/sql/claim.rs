@@ -5,7 +5,9 @@ use super::aging::aging_candidates;
 use super::{Statement, alias, col, eligible, owned, state, table_ref};
 use crate::columns::{Relation, quote};
 use crate::columns::{TRACE_FOLLOWS, TRACEPARENT, TRACESTATE};
-use crate::sql::control::{busy_keys, not_paused, queue_room, spend_tokens, within_limits};
+use crate::sql::control::{
+    busy_keys, not_paused, queue_room, spend_tokens, table_row_through_view, within_limits,
+};
 use crate::sql::table::StoreParams;
 use sea_query::{
     CommonTableExpression, Expr, ExprTrait, LockBehavior, LockType, NullOrdering, Order, Query,
@@ -323,13 +325,8 @@ pub(crate) fn claim_limited(
             }
             // A paused queue's rows leave the window too: filling it, they
             // would starve every other queue for as long as the pause lasts.
-            if let Some(e) = not_paused(o, &t.alias) {
-                window
-                    .inner_join(
-                        table_ref(t),
-                        col(&t.alias, &c.id).equals((alias(&v.alias), alias(&c.id))),
-                    )
-                    .and_where(e);
+            if let Some(e) = table_row_through_view(o, v, None) {
+                window.and_where(e);
             }
             order_select(&mut window, &o.order_by);
             window.limit(limit + o.candidate_window as u64);

@@ -46,6 +46,37 @@ pub(super) fn not_paused_text(o: &StoreParams, a: &str) -> Option<(String, Strin
     ))
 }
 
+/// Through a view, `EXISTS` the table's own row of the view's row `v` (by
+/// id), checked with `checks` over it (their alias is [`JOB_ROW`]), and its
+/// queue not paused: in a subquery of its own alias, so neither a view that
+/// shares the table's alias nor an unqualified column of a claim condition
+/// or `order_by` (which read the view) meets two relations of one name.
+pub(super) fn table_row_through_view(
+    o: &StoreParams,
+    v: &Relation,
+    checks: Option<sea_query::Condition>,
+) -> Option<Expr> {
+    let c = &o.columns;
+    let paused = not_paused(o, JOB_ROW);
+    if paused.is_none() && checks.is_none() {
+        return None;
+    }
+    let mut row = Query::select();
+    row.expr(Expr::cust("1"))
+        .from(super::plain_table(&o.table).alias(alias(JOB_ROW)))
+        .and_where(col(JOB_ROW, &c.id).equals((alias(&v.alias), alias(&c.id))));
+    if let Some(checks) = checks {
+        row.cond_where(checks);
+    }
+    if let Some(e) = paused {
+        row.and_where(e);
+    }
+    Some(Expr::exists(row))
+}
+
+/// The table's alias inside [`table_row_through_view`].
+pub(super) const JOB_ROW: &str = "dbworker_job_row";
+
 /// Each limited queue's room: the fewest of what its `max_processing` leaves
 /// beside the jobs of that queue processing now (counted through the
 /// processing partial index) and the whole tokens its rate bucket holds at

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Statement, alias, col, eligible, table_ref};
 use crate::sql::cluster::since;
-use crate::sql::control::not_paused;
+use crate::sql::control::{JOB_ROW, not_paused, table_row_through_view};
 use crate::sql::table::StoreParams;
 use sea_query::{Expr, ExprTrait, Order, PostgresQueryBuilder, Query};
 
@@ -60,12 +60,9 @@ pub(crate) fn came_due(
             q.expr(col(&v.alias, &c.id))
                 .from(table_ref(v))
                 .cond_where(eligible(&v.alias, &c.without_live()))
-                .and_where(col(&v.alias, &c.process_after).gt(cutoff))
-                .inner_join(
-                    table_ref(t),
-                    col(&t.alias, &c.id).equals((alias(&v.alias), alias(&c.id))),
-                )
-                .cond_where(eligible(&t.alias, c));
+                .and_where(col(&v.alias, &c.process_after).gt(cutoff));
+            let row = table_row_through_view(o, v, Some(eligible(JOB_ROW, c)));
+            q.and_where(row.expect("the row is checked eligible"));
         }
         // In id order the claim index ends the scan at the first row found.
         None => {
@@ -79,7 +76,9 @@ pub(crate) fn came_due(
     for cond in conditions {
         q.and_where(cond.clone());
     }
-    if let Some(e) = not_paused(o, &t.alias) {
+    if o.view.is_none()
+        && let Some(e) = not_paused(o, &t.alias)
+    {
         q.and_where(e);
     }
     q.limit(1);

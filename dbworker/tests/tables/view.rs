@@ -219,3 +219,46 @@ async fn a_row_the_view_cannot_read_fails_alone_and_a_view_that_is_out_fails_non
     );
     assert_eq!(row(4).await, ("processing".to_owned(), 0, String::new()));
 }
+
+/// A view under the table's own alias (as the guide shows it), a pause table
+/// every store adopts, and a claim condition on a column only the view has,
+/// unqualified: the claim reads the view and checks the table's row under a
+/// name of its own, so it claims (before, Postgres refused every claim: the
+/// alias given twice, or the column ambiguous); a paused queue's job stays.
+#[tokio::test]
+async fn a_view_under_the_tables_alias_claims_beside_a_pause_table() {
+    let db = TestDatabase::new().await.unwrap();
+    let pool = db.pool(4).await.unwrap();
+    let ddl = [
+        job_table_sql("jobs", &HashMap::new()).unwrap(),
+        dbworker::ddl::pause_table_sql("dbworker_pauses").unwrap(),
+        "ALTER TABLE jobs ADD COLUMN queue text;
+         CREATE VIEW jobs_view AS SELECT j.*, j.id * 10 AS weight FROM jobs j;
+         INSERT INTO jobs (queue) VALUES ('a'), ('b'), ('a');
+         INSERT INTO dbworker_pauses (job_table, queue, paused_by) VALUES ('jobs', 'b', 'test');"
+            .to_owned(),
+    ];
+    for statement in ddl {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let mut to = JobTableOptions::new("jobs j");
+    to.view_name = Some("jobs_view j".into());
+    to.queue_column = Some("queue".into());
+    to.column_expressions = vec!["j.id".into()];
+    let table = JobTable::new(&pool, to).await.unwrap();
+    assert!(table.pause_table().is_some(), "the pause table is adopted");
+    let mut so = StoreOptions::new("shared_alias");
+    so.handling = Handling::Heartbeat;
+    let scan = |row: &sqlx::postgres::PgRow| Ok(Plain(row.try_get(0)?));
+    let store = DbStore::with_scan(&pool, &table, so, scan).await.unwrap();
+    let conditions = dbworker::DbConditions::new().and_sql("weight <= $1", [20_i64]);
+    let jobs = workerutil::Store::dequeue(&store, "host", &conditions, 3)
+        .await
+        .unwrap();
+    let claimed: Vec<i64> = jobs.iter().map(|j| workerutil::Job::record(j).0).collect();
+    // Job 2 is paused (queue b), job 3 out of the condition (weight 30).
+    assert_eq!(claimed, [1]);
+}

@@ -164,6 +164,18 @@ async fn jobs_coming_due_wake_an_idle_worker_before_its_poll() {
         .await;
     let through_view = listening_store_on(&db, table).await;
     jobs_coming_due_wake_the_worker(&db, through_view, "through a view").await;
+    // The guide's shape: the view under the table's own alias, and a pause
+    // table every store adopts; the claims and the probe's look then check
+    // the table's row beside the view's under one name each.
+    db.execute("DELETE FROM jobs").await;
+    db.execute(&dbworker::ddl::pause_table_sql("dbworker_pauses").unwrap())
+        .await;
+    let table = db
+        .table_with(|t| t.view_name = Some("jobs_view j".into()))
+        .await;
+    assert!(table.pause_table().is_some());
+    let shared_alias = listening_store_on(&db, table).await;
+    jobs_coming_due_wake_the_worker(&db, shared_alias, "through a view of the same alias").await;
 }
 
 async fn jobs_coming_due_wake_the_worker(db: &Db, store: Arc<DbStore<Job>>, how: &str) {
