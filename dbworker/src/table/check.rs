@@ -50,10 +50,18 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     schema::none(problems)?;
     let existing = columns_of(pool, &t.table).await?;
     if detect {
+        // Claims and typed reads name these through the view: one the view
+        // leaves out is not detected (naming it would refuse the view).
+        let view_columns = match &t.view {
+            Some(view) => Some(columns_of(pool, view).await?),
+            None => None,
+        };
         detected(t, |name, types| {
+            let through_view = READ_THROUGH_VIEW.contains(&name);
             existing
                 .get(name)
                 .is_some_and(|c| types.contains(&c.ty.as_str()))
+                && (!through_view || view_columns.as_ref().is_none_or(|v| v.contains_key(name)))
         });
         t.workflows |= existing.contains_key(WORKFLOW_ID);
         t.traces |= [TRACEPARENT, TRACESTATE, TRACE_FOLLOWS]
@@ -202,6 +210,22 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
         for col in [&t.columns.id, &t.columns.state, &t.columns.process_after] {
             if !view_columns.contains_key(col.as_str()) {
                 problems.push(format!("view {name} has no column {col}"));
+            }
+        }
+        // Named through the view's alias: queue and kind by claims that
+        // take only some (`QueueWorkers`, a client's kinds), kind and
+        // payload by typed jobs' reads. Flags are checked with their type.
+        for (field, column) in [
+            ("queue_column", &t.queue_column),
+            ("kind_column", &t.kind_column),
+            ("payload_column", &t.payload_column),
+        ] {
+            if let Some(column) = column
+                && !view_columns.contains_key(column.as_str())
+            {
+                problems.push(format!(
+                    "view {name} has no column {column} ({field}): claims and typed jobs read it through the view"
+                ));
             }
         }
     }
@@ -454,6 +478,9 @@ fn aging_problems(t: &mut Table) -> Vec<String> {
     }
     problems
 }
+
+/// The optional columns claims or typed reads name through a view's alias.
+const READ_THROUGH_VIEW: [&str; 4] = ["queue", "kind", "flags", "payload"];
 
 /// Turns on each optional column not named in the options that `has` finds
 /// under its standard name with a usable type.

@@ -262,3 +262,61 @@ async fn a_view_under_the_tables_alias_claims_beside_a_pause_table() {
     // Job 2 is paused (queue b), job 3 out of the condition (weight 30).
     assert_eq!(claimed, [1]);
 }
+
+/// What claims and typed reads name through a view must be in it: a view
+/// leaving out a named kind, payload or queue column is refused at start-up,
+/// each named at once (before, every claim failed, or every claimed typed
+/// job failed its scan for good); detection over such a view leaves those
+/// columns off instead of refusing it.
+#[tokio::test]
+async fn a_view_without_the_columns_claims_read_is_named_at_start_up() {
+    let db = TestDatabase::new().await.unwrap();
+    let pool = db.pool(4).await.unwrap();
+    let ddl = [
+        job_table_sql("jobs", &HashMap::new()).unwrap(),
+        "ALTER TABLE jobs ADD COLUMN queue text, ADD COLUMN kind text, \
+         ADD COLUMN payload jsonb, ADD COLUMN flags text[];
+         CREATE VIEW jobs_narrow AS SELECT id, state, process_after FROM jobs;"
+            .to_owned(),
+    ];
+    for statement in ddl {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let mut to = JobTableOptions::typed("jobs j");
+    to.view_name = Some("jobs_narrow v".into());
+    to.queue_column = Some("queue".into());
+    let err = JobTable::new(&pool, to).await.unwrap_err().to_string();
+    for column in ["kind", "payload", "queue"] {
+        assert!(
+            err.contains(&format!("view jobs_narrow has no column {column}")),
+            "{column}: {err}"
+        );
+    }
+
+    let mut to = JobTableOptions::detected("jobs j");
+    to.view_name = Some("jobs_narrow v".into());
+    let table = JobTable::new(&pool, to).await.unwrap();
+    assert_eq!(
+        (
+            table.queue_column(),
+            table.kind_column(),
+            table.payload_column()
+        ),
+        (None, None, None)
+    );
+    // On the table alone, detection finds them.
+    let table = JobTable::new(&pool, JobTableOptions::detected("jobs j"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            table.queue_column(),
+            table.kind_column(),
+            table.payload_column()
+        ),
+        (Some("queue"), Some("kind"), Some("payload"))
+    );
+}
