@@ -171,6 +171,8 @@ struct AdminFunction<'a> {
     checks: String,
     states: &'a [&'a str],
     sets: Vec<String>,
+    /// Statements after the update (its rows' outcomes already returned).
+    after: String,
 }
 
 /// For `reschedule_jobs`, after the lock: on a table with workflows (its
@@ -295,17 +297,37 @@ pub fn admin_functions_sql(
         ));
     }
     // `finished_at` from the clock: the caller's transaction may have begun
-    // long before the call.
+    // long before the call. A completion drops the checkpoint, as a
+    // worker's does: in the columns, or in the side table when it exists.
+    let mut complete_sets = vec![
+        set(&c.state, "'completed'".into()),
+        set(&c.finished_at, "clock_timestamp()".into()),
+    ];
+    if columns.progress {
+        complete_sets.push(set("checkpoint", "NULL".into()));
+    }
+    let side = crate::columns::progress_table(&rel).quoted();
+    let side_checkpoints = format!(
+        r#"
+    IF to_regclass('{side_literal}') IS NOT NULL THEN
+        UPDATE {side} AS s SET "checkpoint" = NULL
+         WHERE s."job_id" = ANY(ids) AND s."checkpoint" IS NOT NULL
+           AND EXISTS (SELECT 1 FROM {table} AS j
+                        WHERE j.{id} = s."job_id" AND j.{state} = 'completed');
+    END IF;"#,
+        side_literal = side.replace('\'', "''"),
+        table = rel.quoted(),
+        id = quote(&c.id),
+        state = quote(&c.state),
+    );
     let functions = [
         AdminFunction {
             name: "complete_jobs",
             extra_params: String::new(),
             checks: String::new(),
             states: &["queued", "errored", "failed", "canceled"],
-            sets: vec![
-                set(&c.state, "'completed'".into()),
-                set(&c.finished_at, "clock_timestamp()".into()),
-            ],
+            sets: complete_sets,
+            after: side_checkpoints,
         },
         AdminFunction {
             name: "permanently_fail_jobs",
@@ -320,6 +342,7 @@ pub fn admin_functions_sql(
                 ),
                 set(&c.finished_at, "clock_timestamp()".into()),
             ],
+            after: String::new(),
         },
         AdminFunction {
             name: "reschedule_jobs",
@@ -327,6 +350,7 @@ pub fn admin_functions_sql(
             checks: reschedule_checks,
             states: &["queued", "errored", "failed", "canceled"],
             sets: reschedule_sets,
+            after: String::new(),
         },
     ];
     let table = rel.quoted();
@@ -380,7 +404,7 @@ BEGIN{bound}{checks}
       FROM unnest(ids) WITH ORDINALITY AS r(job_id, n)
       LEFT JOIN done AS d ON d.done_id = r.job_id
       LEFT JOIN {table} AS j ON j.{id} = r.job_id
-     ORDER BY r.n;
+     ORDER BY r.n;{after}
 END
 $dbworker$;
 
@@ -391,6 +415,7 @@ $dbworker$;
             bound = bound_ids("ids"),
             checks = f.checks,
             sets = f.sets.join(", "),
+            after = f.after,
         ));
     }
     if columns.keys {

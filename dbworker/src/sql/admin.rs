@@ -3,7 +3,7 @@
 use super::admin_filter::filter_conditions;
 use super::schema::regclass;
 use super::{Statement, Table, alias, col, state, table_ref};
-use crate::columns::quote;
+use crate::columns::{CHECKPOINT, quote};
 use crate::job_filter::{BulkAction, JobFilter, JobSort, PageRequest, Reschedule};
 use crate::message::sanitize_failure_message;
 use crate::sql::enqueue::{RunAt, run_at_expr};
@@ -358,14 +358,19 @@ pub(crate) fn admin_delete(a: &Table, ids: &[i64]) -> Statement {
     Statement::from(&q)
 }
 
-/// Jobs no worker holds (queued, errored, failed, canceled) to `completed`.
+/// Jobs no worker holds (queued, errored, failed, canceled) to `completed`,
+/// as a worker's completion leaves them: the checkpoint dropped (in the
+/// columns, or the side table's in the same statement), the progress kept.
 pub(crate) fn admin_complete(a: &Table, ids: &[i64]) -> Statement {
     let c = &a.columns;
-    let q = admin_update(a, ids, BulkAction::Complete.states())
+    let mut q = admin_update(a, ids, BulkAction::Complete.states())
         .value(alias(&c.state), state(JobState::Completed))
         .value(alias(&c.finished_at), Expr::cust("clock_timestamp()"))
         .to_owned();
-    Statement::from(&q)
+    if a.progress {
+        q.value(alias(CHECKPOINT), Expr::cust("NULL"));
+    }
+    super::progress_table::completion(q, a)
 }
 
 /// Jobs no worker holds (queued, errored, failed, canceled) back to
@@ -535,6 +540,16 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("admin_fail", admin_fail(&a, &[1, 2], "m")),
         ("admin_delete", admin_delete(&a, &[1, 2])),
         ("admin_complete", admin_complete(&a, &[1, 2])),
+        (
+            "admin_complete_side_progress",
+            admin_complete(
+                &Table {
+                    progress_table: Some(super::fixtures::rel("app.example_jobs_progress")),
+                    ..super::fixtures::admin_table()
+                },
+                &[1, 2],
+            ),
+        ),
         (
             "admin_reschedule",
             admin_reschedule(&a, &[1, 2], &reschedule),

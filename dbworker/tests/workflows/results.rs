@@ -336,6 +336,7 @@ on_both_storages!(
     a_report_a_beat_wrote_leaves_the_attempts_next_write_accepted,
     a_completion_grouped_with_failures_drops_its_checkpoint,
     a_beat_given_up_at_its_timeout_that_lands_later_leaves_the_next_write_accepted,
+    an_operators_completion_drops_the_checkpoint_as_a_workers_does,
 );
 
 /// The test table keeping progress in `storage`, found by `JobTable::new`.
@@ -1020,4 +1021,53 @@ async fn a_completion_grouped_with_failures_drops_its_checkpoint(storage: Storag
         by_state,
         [("completed".to_owned(), 0), ("failed".to_owned(), 200)]
     );
+}
+
+/// An operator's completion (`Admin`, so the CLI and the dashboard, and the
+/// SQL function `complete_jobs`) leaves the job as a worker's completion
+/// does: the checkpoint dropped, the progress kept. A job requeued after it
+/// starts over, not at the old work's checkpoint.
+async fn an_operators_completion_drops_the_checkpoint_as_a_workers_does(storage: Storage) {
+    let (db, store) = progress_store(Handling::Heartbeat, storage).await;
+    let table = db.table_with(|o| o.progress = true).await;
+    let admin = dbworker::admin::Admin::new(&db.pool, &table).await.unwrap();
+    let mut columns = dbworker::ddl::OptionalColumns::default();
+    columns.progress = storage == Storage::Columns;
+    db.execute(&dbworker::ddl::admin_functions_sql("jobs", &HashMap::new(), columns).unwrap())
+        .await;
+    let ids = db.enqueue(2, json!({})).await;
+    // Both claimed before either fails (a failed job may come due at once).
+    let jobs = store.dequeue("host", &Default::default(), 2).await.unwrap();
+    assert_eq!(jobs.len(), 2);
+    for mut job in jobs {
+        assert!(store.open(&mut job).await.unwrap());
+        let id = job.record().id;
+        job.save_checkpoint(&store, json!({"next": id}))
+            .await
+            .unwrap();
+        job.set_progress(&store, json!({"percent": 40}))
+            .await
+            .unwrap();
+        store.mark_errored(&mut job, "retry", None).await.unwrap();
+    }
+    let done = admin
+        .act_on_ids(&ids[..1], &dbworker::admin::BulkAction::Complete)
+        .await
+        .unwrap();
+    assert_eq!(done, 1);
+    let outcome: String = db
+        .scalar(
+            "SELECT outcome FROM jobs_complete_jobs(ARRAY[$1::bigint])",
+            ids[1],
+        )
+        .await;
+    assert_eq!(outcome, "done");
+    for id in ids {
+        let (progress, checkpoint, _) = stored(&db, storage, id).await;
+        assert_eq!(
+            (progress, checkpoint),
+            (Some(json!({"percent": 40})), None),
+            "job {id}: the completion kept the old work's checkpoint"
+        );
+    }
 }
