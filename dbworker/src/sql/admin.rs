@@ -50,15 +50,16 @@ pub(crate) fn admin_estimate(a: &Table) -> Statement {
 pub(crate) fn admin_show(a: &Table, id: i64) -> Statement {
     let t = &a.table;
     let mut q = Query::select();
-    // A table that keeps progress in its side table shows it as a column.
+    // A table that keeps progress in its side table shows it as the
+    // columns would be shown: the same keys whichever holds them.
     let row = match &a.progress_table {
         Some(side) => {
             let (joined, on) = super::progress_table::join_side(a, side);
             q.left_join(joined, on);
             format!(
-                "to_jsonb({}) || jsonb_build_object('progress', {}.\"progress\")",
-                quote(&t.alias),
-                quote(&side.alias)
+                "to_jsonb({t}) || jsonb_build_object('progress', {s}.\"progress\", 'checkpoint', {s}.\"checkpoint\", 'progress_seq', COALESCE({s}.\"progress_seq\", 0))",
+                t = quote(&t.alias),
+                s = quote(&side.alias)
             )
         }
         None => format!("to_jsonb({})", quote(&t.alias)),

@@ -790,6 +790,12 @@ async fn the_side_table_is_shown_listed_and_purged_with_its_jobs() {
     assert_eq!(listed[0].progress, Some(json!({"percent": 40})));
     let row = admin.show(rid).await.unwrap().unwrap();
     assert_eq!(row["progress"], json!({"percent": 40}));
+    // The keys the columns would show, whichever holds them.
+    assert_eq!(row["checkpoint"], Value::Null);
+    assert!(
+        row["progress_seq"].as_i64().is_some_and(|n| n >= 1),
+        "{row}"
+    );
     // A job without a side row shows none.
     let other = ids.iter().copied().find(|i| *i != rid).unwrap();
     assert_eq!(
