@@ -176,10 +176,11 @@ async fn jobs_claimed_ahead_do_not_start_once_paused_however_the_worker_is_built
         };
         ahead::claimed_ahead(&db, &case).await;
 
-        // Paused as an operator does, from a description of its own.
-        let operator = JobTable::new(&db.pool, with_queue(JobTableOptions::new("jobs")))
-            .await
-            .unwrap();
+        // Paused as the docs' `Pauses` example does, from a description of
+        // its own naming the pause table.
+        let mut named = with_queue(JobTableOptions::new("jobs"));
+        named.pause_table = Some(DEFAULT_PAUSE_TABLE.into());
+        let operator = JobTable::new(&db.pool, named).await.unwrap();
         let pauses = Pauses::new(&db.pool, &operator, PausesOptions::default())
             .await
             .unwrap();
