@@ -5,7 +5,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbworker::DbStore;
@@ -49,7 +50,7 @@ impl Gate {
 
 /// A handler of the tests' records that passes through the gate.
 #[derive(Default, Clone)]
-pub struct Gated(pub std::sync::Arc<Gate>);
+pub struct Gated(pub Arc<Gate>);
 
 impl workerutil::Handler<DbStore<Job>> for Gated {
     async fn handle(
@@ -166,4 +167,35 @@ pub async fn assert_put_back(
     }
     withheld.sort();
     assert_eq!(withheld, ids[1..], "{case}: reported withheld");
+}
+
+/// Another program's clients: transactions through PgBouncer, one after
+/// the other, until `stop`; returns how many committed.
+pub fn other_program(
+    pool: sqlx::PgPool,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let done = Arc::new(AtomicU64::new(0));
+        let clients: Vec<_> = (0..2)
+            .map(|_| {
+                let (pool, stop, done) = (pool.clone(), stop.clone(), done.clone());
+                tokio::spawn(async move {
+                    while !stop.is_cancelled() {
+                        let mut tx = pool.begin().await.expect("its transaction");
+                        sqlx::raw_sql("SELECT pg_sleep(0.005)")
+                            .execute(&mut *tx)
+                            .await
+                            .expect("its statement");
+                        tx.commit().await.expect("its commit");
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.await.expect("a client of the other program");
+        }
+        done.load(Ordering::SeqCst)
+    })
 }

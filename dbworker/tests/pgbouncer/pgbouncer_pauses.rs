@@ -12,7 +12,6 @@ use crate::fixtures::ahead::{self, Gate, Gated, listening};
 
 use dbworker_testkit::pgbouncer as bouncer;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use dbworker::{
     DbStore, Handling, JobTable, JobTableOptions, Listen, Pooler, StoreOptions,
@@ -27,34 +26,6 @@ use bouncer::Bouncer;
 
 /// The application name the listener's direct session carries.
 const LISTENER_NAME: &str = "dbworker_pause_listener";
-
-/// Another program's clients: transactions through PgBouncer, one after
-/// the other, until `stop`; returns how many committed.
-fn other_program(pool: sqlx::PgPool, stop: CancellationToken) -> tokio::task::JoinHandle<u64> {
-    tokio::spawn(async move {
-        let done = Arc::new(AtomicU64::new(0));
-        let clients: Vec<_> = (0..2)
-            .map(|_| {
-                let (pool, stop, done) = (pool.clone(), stop.clone(), done.clone());
-                tokio::spawn(async move {
-                    while !stop.is_cancelled() {
-                        let mut tx = pool.begin().await.expect("its transaction");
-                        sqlx::raw_sql("SELECT pg_sleep(0.005)")
-                            .execute(&mut *tx)
-                            .await
-                            .expect("its statement");
-                        tx.commit().await.expect("its commit");
-                        done.fetch_add(1, Ordering::SeqCst);
-                    }
-                })
-            })
-            .collect();
-        for c in clients {
-            c.await.expect("a client of the other program");
-        }
-        done.load(Ordering::SeqCst)
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_claimed_ahead_do_not_start_once_paused_through_a_shared_pgbouncer() {
@@ -81,7 +52,7 @@ async fn jobs_claimed_ahead_do_not_start_once_paused_through_a_shared_pgbouncer(
         .await;
         assert_eq!(bouncer.leave_named_statements().await, 60);
         let stop_other = CancellationToken::new();
-        let other = other_program(bouncer.pool(2).await, stop_other.clone());
+        let other = ahead::other_program(bouncer.pool(2).await, stop_other.clone());
         let listen_url = listen.then(|| {
             let url = db.db.url();
             let sep = if url.contains('?') { '&' } else { '?' };
