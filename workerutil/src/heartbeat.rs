@@ -46,7 +46,8 @@ pub(crate) async fn heartbeat_loop<S: Store>(shared: Arc<Shared<S>>, stop: Cance
                     // A job whose handler finished is not canceled as lost: its
                     // mark may have landed while this beat was in flight (the
                     // beat no longer matches it), and if the job was lost the
-                    // mark is refused and says so.
+                    // mark is refused and says so. Nor one being opened: the
+                    // open may have handed it back (withheld), and says so.
                     if !result.known.contains(&lease.id) && shared.running.handling(*lease) {
                         tracing::warn!(worker = %shared.name, record_id = lease.id, "heartbeat lost a job; canceling its handler");
                         shared.running.cancel_lease(*lease, CancelReason::Lost);

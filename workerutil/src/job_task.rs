@@ -184,7 +184,11 @@ async fn execute<S: Store, H: Handler<S>>(
     }
     // Phase two of the dequeue, off the dequeue loop: the next claim does not
     // wait for it. It may wait for a connection: a cancellation (a shutdown,
-    // a lost lease) meanwhile ends it as it would a buffered job's.
+    // a request) meanwhile ends it as it would a buffered job's. Not a beat
+    // that no longer finds the job: the open may have handed it back (a
+    // pause), and says so; a job lost otherwise is canceled at the first
+    // beat after its open.
+    shared.running.opening(running.lease, true);
     let opened = tokio::select! {
         biased;
         opened = guarded("open", shared.store.open(job)) => opened,
@@ -195,6 +199,7 @@ async fn execute<S: Store, H: Handler<S>>(
             };
         }
     };
+    shared.running.opening(running.lease, false);
     match opened {
         Ok(true) => {}
         // Someone else owns it now, or the store recorded why it cannot run.

@@ -139,6 +139,9 @@ struct Entry {
     running: Running,
     /// The handler is done and the outcome is being written.
     recording: bool,
+    /// The store is opening the job: its answer says whether it still owns
+    /// it (an open may hand the job back, which a beat meanwhile misses).
+    opening: bool,
 }
 
 impl RunningSet {
@@ -148,6 +151,7 @@ impl RunningSet {
         let entry = Entry {
             running,
             recording: false,
+            opening: false,
         };
         let previous = self.lock().insert(entry.running.lease.id, entry);
         if let Some(old) = previous {
@@ -165,6 +169,16 @@ impl RunningSet {
         }
     }
 
+    /// Whether the store is opening `lease`'s job: while it is, the job is
+    /// not canceled as lost (the open tells).
+    pub(crate) fn opening(&self, lease: Lease, opening: bool) {
+        if let Some(e) = self.lock().get_mut(&lease.id)
+            && e.running.lease == lease
+        {
+            e.opening = opening;
+        }
+    }
+
     /// Removes the entry for `lease`, if it is still the current one.
     pub(crate) fn remove(&self, lease: Lease) {
         let mut jobs = self.lock();
@@ -176,12 +190,12 @@ impl RunningSet {
         }
     }
 
-    /// Whether `lease` is still the current entry for its id and its handler
-    /// has not finished.
+    /// Whether `lease` is still the current entry for its id, neither being
+    /// opened nor its handler finished.
     pub(crate) fn handling(&self, lease: Lease) -> bool {
         self.lock()
             .get(&lease.id)
-            .is_some_and(|e| e.running.lease == lease && !e.recording)
+            .is_some_and(|e| e.running.lease == lease && !e.recording && !e.opening)
     }
 
     /// Every lease to heartbeat, those being recorded included.

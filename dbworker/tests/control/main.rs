@@ -9,6 +9,8 @@ mod common;
 /// The fixtures of `common/` that files of this binary share, each compiled once.
 #[path = "../common"]
 mod fixtures {
+    #[path = "ahead.rs"]
+    pub(crate) mod ahead;
     #[path = "router.rs"]
     pub(crate) mod router;
 }
@@ -23,5 +25,6 @@ mod fair_reschedule;
 mod fairness;
 mod flags;
 mod limits;
+mod paused_ahead;
 mod pauses;
 mod queues;

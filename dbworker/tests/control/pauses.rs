@@ -5,6 +5,7 @@
 
 use crate::TIMED;
 use crate::common;
+use crate::fixtures::ahead::{self, listening};
 use crate::fixtures::router;
 
 use std::sync::Arc;
@@ -53,15 +54,6 @@ async fn pausable_store(db: &Db, listen: bool) -> Arc<DbStore<Job>> {
         listening(&store).await;
     }
     store
-}
-
-/// Waits until `store`'s listener is live.
-async fn listening(store: &DbStore<Job>) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !store.wakeups().is_some_and(|w| w.is_live()) {
-        assert!(Instant::now() < deadline, "never listening");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn pauses(db: &Db) -> Pauses {
@@ -319,30 +311,6 @@ async fn through_a_view_a_paused_queues_backlog_does_not_starve_the_others() {
     assert_eq!(claimed, [ids[60]], "queue b's job, past queue a's 60");
 }
 
-/// Runs the first job until the gate opens; records every job it starts.
-#[derive(Default)]
-struct Gated {
-    gate: tokio::sync::Notify,
-    started: std::sync::Mutex<Vec<i64>>,
-}
-impl workerutil::Handler<DbStore<Job>> for Gated {
-    async fn handle(
-        &self,
-        job: &mut dbworker::DbJob<Job>,
-        _ctx: &workerutil::JobContext<DbStore<Job>>,
-    ) -> Result<(), workerutil::HandlerError> {
-        let first = {
-            let mut started = self.started.lock().unwrap();
-            started.push(job.record().id);
-            started.len() == 1
-        };
-        if first {
-            self.gate.notified().await;
-        }
-        Ok(())
-    }
-}
-
 /// A worker claims ahead while its only handler is busy, then the queue is
 /// paused: the buffered jobs go back to the queue, counting nothing, instead
 /// of starting. A listening worker is told by the pause's notification; a
@@ -357,7 +325,7 @@ async fn jobs_claimed_ahead_do_not_start_once_their_queue_is_paused() {
     ] {
         let case = format!("listen {listen}, {handling:?}");
         let db = set_up().await;
-        let ids = enqueue(&db, &["emails"; 5]).await;
+        let ids = enqueue(&db, &["emails"; ahead::JOBS]).await;
         let mut so = db.options();
         so.handling = handling;
         so.stall.stalled_max_age = Duration::from_secs(60);
@@ -370,23 +338,12 @@ async fn jobs_claimed_ahead_do_not_start_once_their_queue_is_paused() {
         if listen {
             listening(&store).await;
         }
-        let handler = Arc::new(Gated::default());
-        let mut o = WorkerOptions::new("ahead");
-        o.num_handlers = 1;
-        o.claim_ahead = Some(4);
-        o.interval = Duration::from_millis(20);
-        o.heartbeat_interval = Duration::from_millis(100);
-        o.heartbeat_failure_limit = Some(Duration::from_secs(5));
-        let worker = new_worker(store, handler.clone(), o).unwrap();
+        let handler = ahead::Gated::default();
+        let worker = new_worker(store, handler.clone(), ahead::worker_options("ahead")).unwrap();
         let mut events = worker.subscribe();
         let shutdown = worker.shutdown_handle();
         let run = tokio::spawn(worker.run());
-        // The first job runs; the other four wait in the buffer, claimed.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while db.count("processing").await < 5 {
-            assert!(Instant::now() < deadline, "{case}: never claimed ahead");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        ahead::claimed_ahead(&db, &case).await;
 
         assert!(
             pauses(&db)
@@ -395,50 +352,10 @@ async fn jobs_claimed_ahead_do_not_start_once_their_queue_is_paused() {
                 .await
                 .unwrap()
         );
-        // Told at once when listening; a polling worker's buffered jobs
-        // have waited past its second by the time the handler frees.
-        let waited = if listen { 300 } else { 1_200 };
-        tokio::time::sleep(Duration::from_millis(waited)).await;
-        handler.gate.notify_one();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while db.count("queued").await < 4 {
-            assert!(
-                Instant::now() < deadline,
-                "{case}: the buffered jobs were not put back"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        tokio::time::sleep(ahead::after_pause(listen)).await;
+        ahead::free_the_handler(&db, &handler.0, &case).await;
         shutdown.graceful();
         run.await.unwrap();
-
-        assert_eq!(
-            *handler.started.lock().unwrap(),
-            [ids[0]],
-            "{case}: only the job already running ran"
-        );
-        assert_eq!(db.state(ids[0]).await, "completed", "{case}");
-        let counted: i64 = db
-            .scalar(
-                "SELECT count(*) FROM jobs WHERE state = 'queued' AND num_failures = 0 AND num_resets = 0 AND id > $1",
-                ids[0],
-            )
-            .await;
-        assert_eq!(counted, 4, "{case}: put back counting nothing");
-        // Reported as withheld, not as lost or failed.
-        let mut withheld = Vec::new();
-        while let Ok(event) = events.try_recv() {
-            if let WorkerEvent::JobFinished { id, outcome, .. } = event {
-                match outcome {
-                    workerutil::Outcome::Withheld(reason) => {
-                        assert!(reason.contains("paused"), "{case}: {reason}");
-                        withheld.push(id);
-                    }
-                    workerutil::Outcome::Completed => assert_eq!(id, ids[0], "{case}"),
-                    other => panic!("{case}: job {id} reported {other:?}"),
-                }
-            }
-        }
-        withheld.sort();
-        assert_eq!(withheld, ids[1..], "{case}");
+        ahead::assert_put_back(&db, &ids, &handler.0, &mut events, &case).await;
     }
 }

@@ -1,5 +1,6 @@
 //! Everything through PgBouncer in transaction mode: the services, the conformance suite, the
-//! leader and cron, killed workers, jobs stopped mid-query, and LISTEN.
+//! leader and cron, killed workers, jobs stopped mid-query, LISTEN, and jobs claimed ahead
+//! meeting a pause.
 //!
 //! One test binary for the feature; each file is a module of it and keeps
 //! its name (docs cite tests as `file.rs::test_name`).
@@ -10,6 +11,8 @@ mod common;
 /// The fixtures of `common/` that files of this binary share, each compiled once.
 #[path = "../common"]
 mod fixtures {
+    #[path = "ahead.rs"]
+    pub(crate) mod ahead;
     #[path = "conformance.rs"]
     pub(crate) mod conformance;
     #[path = "consumers.rs"]
@@ -37,4 +40,5 @@ mod pgbouncer_cluster;
 mod pgbouncer_conformance;
 mod pgbouncer_crash;
 mod pgbouncer_listen;
+mod pgbouncer_pauses;
 mod pgbouncer_services;
