@@ -63,7 +63,10 @@ impl RetryPolicy {
     /// ```
     pub fn delay(&self, n: u32) -> Duration {
         let secs = self.retry_after.as_secs_f64() * self.backoff_factor.powf(f64::from(n));
-        Duration::from_secs_f64(secs.min(self.max_delay.as_secs_f64()).max(0.0))
+        // `min` passes over a NaN (0 · ∞); the cap keeps an unchecked
+        // policy's huge `max_delay` convertible.
+        let cap = self.max_delay.min(crate::duration::MAX).as_secs_f64();
+        Duration::from_secs_f64(secs.min(cap).max(0.0))
     }
 
     /// Checks the policy; on a bad value returns the field's name and why.
@@ -76,6 +79,11 @@ impl RetryPolicy {
         }
         if self.max_delay < self.retry_after {
             return Err(("max_delay", "must be at least retry_after"));
+        }
+        // As every duration: a delay past it is no retry, and overflows
+        // the arithmetic that schedules it.
+        if self.max_delay > crate::duration::MAX {
+            return Err(("max_delay", "must be at most 100 years"));
         }
         Ok(())
     }
@@ -141,5 +149,32 @@ impl Retry {
             self.delay = None;
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The delay stays at the cap however many failures, and a policy
+    /// nobody checked (a handler's own) cannot make it panic.
+    #[test]
+    fn delays_stay_at_the_cap_and_huge_values_are_refused_or_held() {
+        let p = RetryPolicy {
+            jitter: 0.0,
+            ..Default::default()
+        };
+        assert_eq!(p.delay(5_000), Duration::from_secs(3600));
+        let unchecked = RetryPolicy {
+            retry_after: Duration::ZERO,
+            backoff_factor: 1e300,
+            max_delay: Duration::MAX,
+            jitter: 0.0,
+        };
+        assert_eq!(unchecked.delay(u32::MAX), crate::duration::MAX);
+        assert_eq!(
+            unchecked.check(),
+            Err(("max_delay", "must be at most 100 years"))
+        );
     }
 }

@@ -57,21 +57,53 @@ pub(super) fn max_retries(o: &StoreParams, a: &str, max_num_retries: u32) -> Exp
 }
 
 /// The delay before the next retry, in SQL over the row's `num_failures` (the
-/// value before this failure is counted).
+/// value before this failure is counted). The exponent stops where the delay
+/// reaches `max_delay`: `LEAST` compares only after `power` is computed, and
+/// `power` overflows float8 (an error, not infinity) after about a thousand
+/// failures at the default factor, which would leave the job unmarkable.
 pub(super) fn retry_delay(a: &str, c: &Columns, r: &RetryPolicy) -> Expr {
+    let (after, max, factor, steps) = backoff_bounds(r);
     Expr::cust_with_values(
         format!(
-            "make_interval(secs => LEAST($1::float8, $2::float8 * power($3::float8, COALESCE({}.{}, 0))) * (1 + $4::float8 * (2 * random() - 1)))",
+            "make_interval(secs => LEAST($1::float8, $2::float8 * power($3::float8, LEAST(COALESCE({}.{}, 0), $5::integer))) * (1 + $4::float8 * (2 * random() - 1)))",
             quote(a),
             quote(&c.num_failures)
         ),
         [
-            r.max_delay.as_secs_f64(),
-            r.retry_after.as_secs_f64(),
-            r.backoff_factor,
-            r.jitter,
+            sea_query::Value::from(max),
+            sea_query::Value::from(after),
+            sea_query::Value::from(factor),
+            sea_query::Value::from(r.jitter),
+            sea_query::Value::from(steps),
         ],
     )
+}
+
+/// The longest delay bound: a century, as every other duration's cap, and
+/// well inside what an interval holds.
+const MAX_DELAY_SECS: f64 = 100.0 * 365.25 * 86_400.0;
+
+/// `(retry_after, max_delay, backoff_factor, steps)` as the delay's SQL
+/// binds them: the delays in seconds (the cap at most a century), the
+/// factor at least 1 and at most 10^6 (beyond, one step reaches any cap
+/// anyway), and the fewest failures after which `retry_after · factorⁿ`
+/// reaches the cap, so the power never grows past it.
+pub(crate) fn backoff_bounds(r: &RetryPolicy) -> (f64, f64, f64, i32) {
+    let max = r.max_delay.as_secs_f64().min(MAX_DELAY_SECS);
+    let after = r.retry_after.as_secs_f64().min(max);
+    let factor = if r.backoff_factor.is_finite() {
+        r.backoff_factor.clamp(1.0, 1e6)
+    } else {
+        1.0
+    };
+    let steps = if after <= 0.0 || factor <= 1.0 {
+        0
+    } else {
+        ((max / after).ln() / factor.ln())
+            .ceil()
+            .clamp(0.0, 10_000.0) as i32
+    };
+    (after, max, factor, steps)
 }
 
 /// Records a retryable failure: `canceled` if cancellation was requested,

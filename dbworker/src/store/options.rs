@@ -314,6 +314,9 @@ impl StoreOptions {
                 "must be at least retry.retry_after",
             ));
         }
+        if r.max_delay > workerutil::duration::MAX {
+            return Err(invalid("retry.max_delay", "must be at most 100 years"));
+        }
         self.stall.validate()?;
         let c = &self.claim;
         if c.candidate_window == 0 {

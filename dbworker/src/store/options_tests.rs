@@ -179,6 +179,10 @@ fn each_bad_field_is_named() {
             Box::new(|o| o.retry.max_delay = Duration::ZERO),
         ),
         (
+            "retry.max_delay",
+            Box::new(|o| o.retry.max_delay = Duration::MAX),
+        ),
+        (
             "stalled_max_age",
             Box::new(|o| o.stall.stalled_max_age = Duration::ZERO),
         ),

@@ -248,3 +248,55 @@ async fn grouped_marks_of_different_kinds_each_get_their_own_rule() {
         assert!((delay - expected_delay).abs() < 1.0, "{id}: {delay}");
     }
 }
+
+/// A job that has failed a thousand times and more still gets its retry
+/// written, at the policy's cap: the backoff's power stops where the delay
+/// reaches `max_delay` (before, it overflowed float8 at the 1,021st failure
+/// with the default policy, or the 309th with a factor of 10, and the
+/// failure could not be marked at all). Each handling mode, single and
+/// grouped marks; the kind's policy too.
+#[tokio::test]
+async fn a_job_that_failed_a_thousand_times_is_retried_at_the_cap() {
+    for (handling, factor) in [
+        (Handling::Transactional, 2.0),
+        (Handling::Heartbeat, 2.0),
+        (Handling::Transactional, 10.0),
+        (Handling::Heartbeat, 1e200),
+    ] {
+        let case = format!("{handling:?}, factor {factor}");
+        let db = Db::new().await;
+        let mut o = db.options();
+        o.handling = handling;
+        o.max_num_retries = 1_000_000;
+        o.retry = RetryPolicy {
+            backoff_factor: factor,
+            jitter: 0.0,
+            ..RetryPolicy::default()
+        };
+        let store = db.store_on(&db.table().await, o).await;
+        let id = db.enqueue(1, json!({})).await[0];
+        db.execute("UPDATE jobs SET num_failures = 1100").await;
+        let mut w = options("thousand");
+        w.num_total_jobs = Some(1);
+        new_worker(store, Fails, w).unwrap().run().await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while db.state(id).await != "errored" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{case}: the failure was never marked ({})",
+                db.state(id).await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(failures(&db, id).await, 1101, "{case}");
+        assert!(
+            (delay(&db, id).await - 3600.0).abs() < 1.0,
+            "{case}: retried after {} s, not the 1 h cap",
+            delay(&db, id).await
+        );
+        let message: String = db
+            .scalar("SELECT failure_message FROM jobs WHERE id = $1", id)
+            .await;
+        assert!(message.contains("still broken"), "{case}: {message}");
+    }
+}
