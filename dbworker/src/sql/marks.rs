@@ -99,9 +99,12 @@ pub(crate) fn backoff_bounds(r: &RetryPolicy) -> (f64, f64, f64, i32) {
     let steps = if after <= 0.0 || factor <= 1.0 {
         0
     } else {
-        ((max / after).ln() / factor.ln())
-            .ceil()
-            .clamp(0.0, 10_000.0) as i32
+        // factor^steps ≤ (max / after) · factor: never past float8.
+        let steps = ((max / after).ln() / factor.ln()).ceil().clamp(0.0, 1e9);
+        // Clamped into i32's range first: the cast cannot truncate.
+        #[allow(clippy::cast_possible_truncation)]
+        let steps = steps as i32;
+        steps
     };
     (after, max, factor, steps)
 }
