@@ -665,7 +665,7 @@ async fn a_beat_given_up_that_commits_after_a_newer_write_changes_nothing(storag
     job.report_progress(&store, json!({"n": "older"})).unwrap();
     db.execute(
         "CREATE FUNCTION hold_beat() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN IF current_query() LIKE '%dbworker_reports%' THEN
+         BEGIN IF current_query() LIKE '%dbworker_touched%progress%' THEN
            PERFORM pg_advisory_xact_lock_shared(4242); END IF; RETURN NULL; END $$;
          CREATE TRIGGER hold_beat BEFORE UPDATE ON jobs
            FOR EACH STATEMENT EXECUTE FUNCTION hold_beat();",
