@@ -455,7 +455,10 @@ async fn a_checkpoint_survives_retries_and_resets_and_completion_drops_it(storag
     let (progress, checkpoint, seq) = stored(&db, storage, id).await;
     assert_eq!(progress, Some(json!({"percent": 100})));
     assert_eq!(checkpoint, None, "completion drops the checkpoint");
-    assert_eq!(seq, 5, "every write counted, none of the stale ones");
+    assert_eq!(
+        seq, 5,
+        "the third attempt's write numbered above the second's, the stale ones refused"
+    );
 }
 
 async fn a_transactional_checkpoint_commits_with_the_handlers_writes(storage: Storage) {
