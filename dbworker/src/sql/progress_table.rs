@@ -16,7 +16,7 @@ use sea_query::{
 const JOB_ID: &str = "job_id";
 
 /// `(checkpoint, progress_seq)` of a job its claim still owns, read through
-/// its side row (none yet: no checkpoint, count 0); no row when the claim
+/// its side row (none yet: no checkpoint, number 0); no row when the claim
 /// moved on.
 pub(crate) fn read_checkpoint_side(
     o: &StoreParams,
