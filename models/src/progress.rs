@@ -3,11 +3,11 @@
 //!
 //! **The real code.** `sql/progress.rs` (`write_progress`, and
 //! `write_progress_side` in `sql/progress_table.rs` for the side table):
-//! `UPDATE … SET checkpoint = $v, progress_seq = progress_seq + 1 WHERE id =
-//! $id AND state = 'processing' AND token = $t AND progress_seq = $s
-//! RETURNING progress_seq`; the attempt keeps the count returned and names it
-//! in its next write. A retried attempt reads the checkpoint and the count
-//! when it starts (`read_checkpoint`) and resumes from them. `store/progress.rs`
+//! `UPDATE … SET checkpoint = $v, progress_seq = $n WHERE id = $id AND
+//! state = 'processing' AND token = $t AND progress_seq < $n RETURNING
+//! progress_seq`: each write of an attempt takes the next number above the
+//! row's `progress_seq` its claim read. A retried attempt reads the
+//! checkpoint when it starts (`read_checkpoint`) and resumes from it. `store/progress.rs`
 //! awaits each write, so one attempt's own writes never overlap; the write
 //! that can land late is a heartbeat carrying a report, which
 //! [`progress_beats`](crate::progress_beats) models with the store's
@@ -15,15 +15,15 @@
 //! show what each part of the fence is for.
 //!
 //! - [`Fence::TokenAndSeq`]: the write above.
-//! - [`Fence::TokenOnly`]: without `progress_seq = $s`: a stale attempt is
+//! - [`Fence::TokenOnly`]: without `progress_seq < $n`: a stale attempt is
 //!   refused, but one attempt's reordered writes move its progress back.
 //! - [`Fence::None`]: `WHERE id = $id` (River's `JobUpdate`): a slow attempt
 //!   overwrites the next attempt's progress.
 //!
 //! **The model.** One job, claimed by attempt 1 (token 1) from checkpoint 0.
-//! An attempt that started from checkpoint `c` and count `s` sends its
-//! writes in order, write `k` carrying progress `c + k` and naming the count
-//! `s + k - 1` (a write is "sent"), and each lands later, in any order (one
+//! An attempt that started from checkpoint `c` and number `s` sends its
+//! writes in order, write `k` carrying progress `c + k` and numbered `s + k`
+//! (a write is "sent"), and each lands later, in any order (one
 //! atomic statement, autocommit). The resetter may requeue the job while attempt 1 still runs
 //! (it is paused, or its heartbeat is late): the row is `queued`, so attempt
 //! 1's writes are refused from then on, though it does not know and keeps
@@ -44,7 +44,7 @@ use crate::{Model, Property};
 /// The checkpoint write's `WHERE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fence {
-    /// `id = $id AND state = 'processing' AND token = $t AND progress_seq = $s`.
+    /// `id = $id AND state = 'processing' AND token = $t AND progress_seq < $n`.
     TokenAndSeq,
     /// `id = $id AND state = 'processing' AND token = $t`.
     TokenOnly,
@@ -61,17 +61,17 @@ pub struct Row {
     pub token: u8,
     /// The checkpoint: how far the work got.
     pub checkpoint: u8,
-    /// `progress_seq`: the writes counted so far.
+    /// `progress_seq`: the number of the newest write landed.
     pub seq: u8,
 }
 
 /// One claim's attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Attempt {
-    /// The checkpoint and count it resumed from.
+    /// The checkpoint and number it resumed from.
     pub base: (u8, u8),
-    /// Writes sent so far (write `k`, from 1, carries `base.0 + k` and names
-    /// the count `base.1 + k - 1`).
+    /// Writes sent so far (write `k`, from 1, carries `base.0 + k` and is
+    /// numbered `base.1 + k`).
     pub sent: u8,
     /// Sent writes not landed yet: bit `k - 1` for write `k`.
     pub in_flight: u8,
@@ -113,7 +113,7 @@ pub enum Action {
     Land(u8, u8),
     /// The resetter requeues the job.
     Reset,
-    /// The next claim: token 2, and attempt 2 reads the checkpoint and count.
+    /// The next claim: token 2, and attempt 2 reads the checkpoint and number.
     Claim,
 }
 
@@ -186,10 +186,10 @@ impl Model for ProgressModel {
                 attempt.in_flight &= !(1 << (k - 1));
                 n.reordered |= k < attempt.applied;
                 attempt.applied = attempt.applied.max(k);
-                let (value, seq, token) = (attempt.base.0 + k, attempt.base.1 + k - 1, a + 1);
+                let (value, number, token) = (attempt.base.0 + k, attempt.base.1 + k, a + 1);
                 let owned = s.row.processing && s.row.token == token;
                 let matches = match self.fence {
-                    Fence::TokenAndSeq => owned && s.row.seq == seq,
+                    Fence::TokenAndSeq => owned && s.row.seq < number,
                     Fence::TokenOnly => owned,
                     Fence::None => true,
                 };
@@ -197,7 +197,7 @@ impl Model for ProgressModel {
                     n.regressed |= value < s.row.checkpoint;
                     n.late |= a == 0 && s.attempts.len() > 1;
                     n.row.checkpoint = value;
-                    n.row.seq += 1;
+                    n.row.seq = s.row.seq.max(number);
                     if a == 0 {
                         n.best_first = n.best_first.max(value);
                     }

@@ -1,312 +1,155 @@
-//! Progress reported through heartbeats beside the attempt's own fenced
-//! writes: no beat writes for a lost claim, no owner's write is refused as
-//! stale, no older report lands over a newer value, no last report is lost.
+//! Progress reported through heartbeats beside the attempt's own writes,
+//! every write numbered: no beat writes for a lost claim, no owner's write is
+//! refused, no older report lands over a newer value (a beat given up that
+//! commits late included), no last report is lost.
 //!
 //! **The real code.** `store/progress.rs`: `report_progress` puts the value
 //! in the store's `Pending`, per job: `value` (the latest report no beat
-//! took), `in_flight` (the one a beat carries), `counted_by_beats` (beats'
-//! writes the attempt has not counted yet), `maybe_landed` (beats returned
-//! as failed, which may have written all the same) and `writing` (an own
-//! write is on its way). A heartbeat (`store/heartbeat.rs`) takes `value`
-//! unless a beat carries one or the attempt is writing; its statement
-//! (`sql/heartbeat.rs`; `heartbeat_side` in `sql/progress_table.rs`) writes
-//! it, counted in `progress_seq`. `returned` counts a written value and gives
-//! back one not written (the beat failed, or skipped the row, locked by its
-//! handler's transaction) unless a newer one was reported. Own writes
-//! (`set_progress`, which drops the unsent report it supersedes;
-//! `save_checkpoint`, which keeps it) run `start_write`: they wait until no
-//! beat carries the report, add the beats' count to the count they name
-//! (`progress_seq = $s`, see [`progress`](crate::progress)), and hold beats
-//! off until they return. Refused, `write` reads the count under its token
-//! (`read_checkpoint`) and, if it grew by no more than `maybe_landed`, adopts
-//! it (`recounted`) and tries again. The final mark writes the report no beat
-//! wrote (`last`, after the same wait), fenced by the token, any count. The
-//! beat's statement reads the rows it owns in its snapshot (`dbworker_owned`:
-//! `processing`, `(id, token)` among the leases), then locks them (`FOR NO
-//! KEY UPDATE SKIP LOCKED`), which re-checks state and token on the newest row.
+//! took), `in_flight` (the one a beat carries, with its number), `numbered`
+//! (the attempt's last number, shared with its `DbJob`; it starts at the
+//! row's `progress_seq` its claim read), `superseded` (the number of its
+//! newest own progress write) and `writing` (an own write is on its way).
+//! Every write of the attempt takes the next number when it is sent: a
+//! heartbeat (`store/heartbeat.rs`) taking `value` unless a beat carries one
+//! or the attempt is writing, `set_progress` (which drops the unsent report
+//! it supersedes), `save_checkpoint` (which keeps it), the final mark's last
+//! report. Each lands only while the claim owns the row (`token`, state
+//! `processing`) and the row's number is below its own, which it sets
+//! (`sql/progress.rs` `write_progress`; `sql/heartbeat.rs`; `heartbeat_side`
+//! in `sql/progress_table.rs`). `returned` gives back a report its beat did
+//! not write (skipped, refused, failed or given up at its timeout) unless a
+//! newer one was reported or written since; sent again, it takes a new,
+//! larger number. Own writes hold beats off until they return; they need not
+//! wait for a beat on its way: one landing after them is refused by its
+//! number. The final mark writes the report no beat is known to have written
+//! (`last`: the unsent one, or the one a beat still carries), numbered,
+//! without waiting. The beat's statement reads the rows it owns in its
+//! snapshot (`dbworker_owned`: `processing`, `(id, token)` among the leases),
+//! then locks them (`FOR NO KEY UPDATE SKIP LOCKED`), which re-checks state
+//! and token on the newest row; the number is compared on it too.
 //!
 //! **The model.** One job. Attempt 1 (token 1, on the worker whose beats are
 //! modelled) runs [`PROGRAM`]; a report and each `Pending` step are atomic
-//! (its mutex); an own write is two steps (`start_write`, then the statement
-//! lands and returns), a refused one a third (the count read); the final
-//! mark is one (`last`, then the last report written with the mark; a mark
-//! other than a completion or a wait writes it just before, on its own, but
-//! then nothing but a reset comes between, the same as a reset before). One
-//! beat at a time (the heartbeat loop): it takes the report and reads its
-//! snapshot, its lock step writes or skips the row, it returns. The resetter
-//! may requeue the job once; the next claim (token 2) starts attempt 2, on
-//! another worker, which reads the count and writes once. Values grow in
-//! program order (attempt 2's is the largest): one landing below the row's
-//! is an older one.
+//! (its mutex); an own write is two steps (numbered and sent, then it lands
+//! or is refused and returns); the final mark is one (`last`, then the last
+//! report written with the mark; a mark other than a completion or a wait
+//! writes it just before, on its own, but then nothing but a reset comes
+//! between, the same as a reset before). One beat at a time (the heartbeat
+//! loop): it takes the report and its number and reads its snapshot, its
+//! lock step writes, is refused or skips the row, it returns. The loop may
+//! give one beat up ([`BeatsModel::abandon`]) while its statement runs on and
+//! commits at any later time. The resetter may requeue the job once; the
+//! next claim (token 2) starts attempt 2, on another worker, which numbers
+//! its write above the row's number its claim read. Values grow in program
+//! order (attempt 2's is the largest): one landing below the row's is an
+//! older one. Bound: no beat is sent past number 7 (beats that miss the row
+//! would number for ever).
 //!
 //! **Invariants.** `no beat writes for an attempt that lost its claim`, `no
-//! write of the owner is refused as stale`, `no older report lands over a
-//! newer value`, `no own write lands over a foreign write it did not see`;
-//! at the end, `the last report reaches the row` when attempt 1's mark was
-//! accepted. Sometimes (the model is not vacuous): see the properties.
+//! write of the owner is refused`, `no older report lands over a newer
+//! value` (`no beat given up lands an older report over a newer value`, the
+//! late beat's case of it); at the end, `the last report reaches the row` when attempt 1's
+//! mark was accepted. Sometimes (the model is not vacuous): see the
+//! properties, among them `a beat given up that commits late is refused by
+//! its number`.
 //!
 //! **Guards removed**, one flag each (all `true` is the real code):
-//! [`BeatsModel::recheck_lock`] `false` locks by `id IN (owned)` only (the
-//! old statement): a reset (and a new claim) between the snapshot and the
-//! lock let the beat write the old attempt's report, and the count it adds
-//! refuses the new owner's write. [`BeatsModel::count_beats`]: the next own
-//! write names a count the beats moved on, and is refused.
-//! [`BeatsModel::wait_for_beats`]: the beat lands after the own write, an
-//! older report over it (or first, and the own write is refused).
-//! [`BeatsModel::hold_while_writing`]: a beat takes the report a checkpoint
-//! write kept and lands first; the checkpoint is refused.
+//! [`BeatsModel::number_writes`] `false` lands a beat by its token alone (the
+//! statement before numbering, which counted writes instead): a beat
+//! carrying an older report lands after a newer own write, or, given up,
+//! after the write of the report it gave back. [`BeatsModel::recheck_lock`]
+//! `false` locks by `id IN (owned)` only: a reset (and a new claim) between
+//! the snapshot and the lock let the beat write the old attempt's report,
+//! and its number refuses the new owner's write.
+//! [`BeatsModel::hold_while_writing`]: a beat numbered after a checkpoint
+//! write lands first; the checkpoint is refused.
 //! [`BeatsModel::give_back`]: a report a beat missed is dropped, and the last
-//! report never reaches the row. [`BeatsModel::recount`]: with beats
-//! abandoned, one that lands after all gets the owner's next write refused.
+//! report never reaches the row. [`BeatsModel::drop_superseded`]: a report
+//! a newer own write outnumbered goes back, and is sent again over it.
+//! [`BeatsModel::mark_in_flight`]: the mark writes only the unsent report,
+//! and the last one, on a beat the mark outruns, is lost.
 //!
-//! **Not guards.** [`BeatsModel::abandon`]: the heartbeat loop gives a beat
-//! up at its timeout (`workerutil/src/heartbeat.rs`), or its statement
-//! fails, and `returned` counts it failed though it may commit: its older
-//! report can land over a newer value, and stay after the mark if beats wrote
-//! the last report (the mark writes only one no beat wrote). Only the attempt
-//! and its beats write under its token; [`BeatsModel::foreign_writer`] adds
-//! another (a bug, an operator's `UPDATE`): beyond the allowance its write
-//! keeps the owner's refused; within it, the count passes for a late beat's.
+//! **Gone with the numbers.** The count fence (`progress_seq = $s`) made an
+//! own write add the beats' writes to the count it named (`count_beats`),
+//! wait for a beat on its way (`wait_for_beats`), and read the count again
+//! after a beat given up landed (`recount`); a beat given up could still land
+//! an older report over a newer one, the limit the numbers remove. A write
+//! under the attempt's token by someone else (a bug, an operator's `UPDATE`)
+//! is not modelled any more: the count refused the owner's next write after
+//! it, the numbers order it below the next one.
+
+mod state;
+
+pub use state::*;
 
 use crate::{Model, Property};
 
-/// One step of attempt 1's handler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// `report_progress(v)`.
-    Report(u8),
-    /// `set_progress(v)`: a fenced write of a newer value.
-    SetProgress(u8),
-    /// `save_checkpoint`: a fenced write keeping progress and the unsent report.
-    Checkpoint,
-    /// The final mark, with the last report no beat wrote.
-    Finish,
-}
-
-/// Attempt 1's handler: two reports in a row (the second replaces the
-/// first), a write superseding them, a report a checkpoint write keeps, the end.
-pub const PROGRAM: [Op; 6] = [
-    Op::Report(1),
-    Op::Report(2),
-    Op::SetProgress(3),
-    Op::Report(4),
-    Op::Checkpoint,
-    Op::Finish,
-];
-
-/// The last value attempt 1 reports or writes.
-const LAST: u8 = 4;
-
-/// Attempt 2's one write, above every value of attempt 1.
-const SECOND_VALUE: u8 = 9;
-
-/// The job's state column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum JobState {
-    /// Claimed.
-    #[default]
-    Processing,
-    /// Requeued by the resetter.
-    Queued,
-    /// Marked by attempt 1.
-    Done,
-}
-
-/// The job row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Row {
-    /// `state`.
-    pub state: JobState,
-    /// The fencing token: the latest claim's number.
-    pub token: u8,
-    /// `progress`: the last value written.
-    pub progress: u8,
-    /// `progress_seq`: the writes counted so far.
-    pub seq: u8,
-}
-
-impl Row {
-    /// Whether `owned(id, token)` matches the row now.
-    fn owned_by(&self, token: u8) -> bool {
-        self.state == JobState::Processing && self.token == token
-    }
-}
-
-/// Attempt 1's entry in the worker's `Pending`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Pending {
-    /// Reported, not taken by a beat.
-    pub value: Option<u8>,
-    /// Taken by the beat, not returned.
-    pub in_flight: Option<u8>,
-    /// `counted_by_beats`.
-    pub counted: u8,
-    /// `maybe_landed`: beats returned as failed, which may still write.
-    pub maybe_landed: u8,
-    /// An own write is on its way.
-    pub writing: bool,
-}
-
-/// Attempt 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct First {
-    /// Its next step in [`PROGRAM`].
-    pub pc: u8,
-    /// `progress_seq` as it last read it (at its start: 0).
-    pub seq: u8,
-    /// The count its write on its way names.
-    pub writing: Option<u8>,
-    /// Beats its write may count unbeknown to it (`maybe_landed`, less recounts).
-    pub allowance: u8,
-    /// Its write was refused: it reads the count (`read_checkpoint`) next.
-    pub recounting: bool,
-    /// Its mark ran, or a write was refused (the handler stops): no more
-    /// steps, and its lease leaves the heartbeat's list.
-    pub ended: bool,
-}
-
-/// The heartbeat loop's current beat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Beat {
-    /// None running.
-    #[default]
-    Idle,
-    /// Its statement runs, with the report it took and `dbworker_owned`'s row.
-    Sent(u8, bool),
-    /// Its statement ended, the row written (`true`) or not; not returned yet.
-    Ended(bool),
-}
-
-/// The whole system's state.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct State {
-    /// The row.
-    pub row: Row,
-    /// Attempt 1's `Pending` entry.
-    pub pending: Pending,
-    /// Attempt 1.
-    pub first: First,
-    /// Attempt 2, once claimed: the count it read, and whether it wrote.
-    pub second: Option<(u8, bool)>,
-    /// The beat.
-    pub beat: Beat,
-    /// An abandoned beat's statement, still running: `(value, owned)`.
-    pub orphan: Option<(u8, bool)>,
-    /// Beats abandoned so far.
-    pub abandons: u8,
-    /// A foreign write landed under attempt 1's token.
-    pub foreign: bool,
-    /// The resetter ran.
-    pub reset: bool,
-    /// Ghost: a beat wrote the row while its attempt did not own it.
-    pub late: bool,
-    /// Ghost: an owner's write was refused, no foreign write having landed.
-    pub owner_refused: bool,
-    /// Ghost: attempt 1's own write landed after a foreign write.
-    pub adopted_foreign: bool,
-    /// Ghost: a write lowered the row's progress.
-    pub regressed: bool,
-    /// Ghost: attempt 1's mark was accepted.
-    pub marked: bool,
-    /// Ghosts for the "sometimes" properties, by the indexes below.
-    pub seen: [bool; 8],
-}
-
-/// Indexes into [`State::seen`], one per "sometimes" property.
-const BEAT_WROTE: usize = 0;
-const BEAT_SKIPPED: usize = 1;
-const GAVE_BACK: usize = 2;
-const COUNTED: usize = 3;
-const LAST_WRITTEN: usize = 4;
-const SECOND_WROTE: usize = 5;
-const RECOUNTED: usize = 6;
-const FOREIGN_REFUSED: usize = 7;
-
-/// One atomic step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Action {
-    /// Attempt 1's next report, or the start of its next write
-    /// (`start_write`), or its final mark.
-    Step,
-    /// Attempt 1's write lands and returns.
-    Land,
-    /// Refused, attempt 1 reads the count under its token, to try again.
-    Recount,
-    /// A beat takes the report and reads its snapshot.
-    BeatSend,
-    /// The beat's lock step: it writes the row if it still matches.
-    BeatLock,
-    /// The beat skips the row (locked by the handler's transaction).
-    BeatMiss,
-    /// The beat returns (`returned`).
-    BeatReturn,
-    /// The loop gives the beat up, or it fails, its commit unknown: `returned`
-    /// as failed; the statement runs on (landing at once: committed, failed).
-    Abandon,
-    /// The abandoned statement's lock step.
-    OrphanLock,
-    /// The abandoned statement fails after all.
-    OrphanMiss,
-    /// The resetter requeues the job.
-    Reset,
-    /// The next claim: token 2; attempt 2 reads the count.
-    Claim,
-    /// Attempt 2's fenced write.
-    SecondWrite,
-    /// A write under attempt 1's token by someone else, any count.
-    Foreign,
-}
+/// The bound on numbers: beats that miss and send their report again would
+/// go on numbering for ever; past it no beat is sent, and the mark writes
+/// the report.
+const MAX_NUMBER: u8 = 7;
 
 /// The model: which guards are in place.
 #[derive(Debug, Clone)]
 pub struct BeatsModel {
+    /// A write lands only above the row's number (beats included).
+    pub number_writes: bool,
     /// The beat's lock step re-checks state and token on the newest row.
     pub recheck_lock: bool,
-    /// An own write adds the beats' writes to the count it names.
-    pub count_beats: bool,
-    /// Own writes and the final mark wait until no beat carries the report.
-    pub wait_for_beats: bool,
     /// Beats take no report while an own write is on its way.
     pub hold_while_writing: bool,
     /// A report a beat did not write goes back (unless a newer one came).
     pub give_back: bool,
-    /// A refused own write adopts the count read under its token if it
-    /// moved by no more than the beats that may have landed, and tries again.
-    pub recount: bool,
+    /// A report numbered below the attempt's newest own progress write does
+    /// not go back.
+    pub drop_superseded: bool,
+    /// The mark writes the report a beat still carries, if no newer one.
+    pub mark_in_flight: bool,
     /// The heartbeat loop may give one beat up while its statement runs on.
     pub abandon: bool,
-    /// Someone else may write once under attempt 1's token.
-    pub foreign_writer: bool,
 }
 
 impl BeatsModel {
     /// The real code: every guard, no abandoned beat.
     pub fn new() -> Self {
         BeatsModel {
+            number_writes: true,
             recheck_lock: true,
-            count_beats: true,
-            wait_for_beats: true,
             hold_while_writing: true,
             give_back: true,
-            recount: true,
+            drop_superseded: true,
+            mark_in_flight: true,
             abandon: false,
-            foreign_writer: false,
         }
     }
 
-    /// The beat's (or the orphan's) lock step for `value`, its snapshot
-    /// having found the row owned (`owned`): whether it wrote.
-    fn beat_lock(&self, n: &mut State, value: u8, owned: bool) -> bool {
+    /// The beat's (or the orphan's) lock step for `value` numbered `number`,
+    /// its snapshot having found the row owned (`owned`): whether it wrote.
+    fn beat_lock(&self, n: &mut State, (value, number, owned): (u8, u8, bool)) -> bool {
         let matches = owned && (!self.recheck_lock || n.row.owned_by(1));
         n.seen[BEAT_SKIPPED] |= owned && !matches;
-        if matches {
+        let above = !self.number_writes || number > n.row.seq;
+        n.seen[OUTNUMBERED] |= matches && !above;
+        if matches && above {
             n.late |= !n.row.owned_by(1);
             n.regressed |= value < n.row.progress;
             n.row.progress = value;
-            n.row.seq += 1;
+            n.row.seq = n.row.seq.max(number);
             n.seen[BEAT_WROTE] = true;
         }
-        matches
+        matches && above
+    }
+
+    /// `returned` for a beat that took attempt 1's report: whether it wrote.
+    fn returned(&self, n: &mut State, wrote: bool) {
+        let Some((value, number)) = n.pending.in_flight.take() else {
+            return;
+        };
+        let older = self.drop_superseded && number < n.pending.superseded;
+        if !wrote && self.give_back && n.pending.value.is_none() && !older {
+            n.pending.value = Some(value);
+            n.seen[GAVE_BACK] = true;
+        }
     }
 }
 
@@ -316,45 +159,26 @@ impl Default for BeatsModel {
     }
 }
 
-/// `returned` for a beat that took attempt 1's report: `touched` is
-/// `Some(wrote)`, or `None` when it failed or was given up.
-fn returned(model: &BeatsModel, n: &mut State, touched: Option<bool>) {
-    if let Some(value) = n.pending.in_flight.take() {
-        if touched == Some(true) {
-            n.pending.counted += 1;
-        } else {
-            n.pending.maybe_landed += u8::from(touched.is_none());
-            if model.give_back && n.pending.value.is_none() {
-                n.pending.value = Some(value);
-                n.seen[GAVE_BACK] = true;
-            }
-        }
-    }
-}
-
-/// Attempt `token`'s write is refused for good (`ProgressRefused`, the handler
-/// stops): wrong if it owns the row and no foreign write moved the count.
+/// Attempt `token`'s write is refused (`ProgressRefused`, the handler
+/// stops): wrong if it owns the row.
 fn refused(n: &mut State, token: u8) {
-    let owned = n.row.owned_by(token);
-    n.owner_refused |= owned && !n.foreign;
-    n.seen[FOREIGN_REFUSED] |= owned && n.foreign;
+    n.owner_refused |= n.row.owned_by(token);
     if token == 1 {
         n.first.ended = true;
         n.pending.writing = false;
     }
 }
 
-/// A fenced write of `token` naming `seq` (`None`: any), of `value` if
-/// any: whether it matched.
-fn write(n: &mut State, token: u8, seq: Option<u8>, value: Option<u8>) -> bool {
-    if !n.row.owned_by(token) || seq.is_some_and(|s| s != n.row.seq) {
+/// A write of `token` numbered `number`, of `value` if any: whether it landed.
+fn write(n: &mut State, token: u8, number: u8, value: Option<u8>) -> bool {
+    if !n.row.owned_by(token) || number <= n.row.seq {
         return false;
     }
     if let Some(v) = value {
         n.regressed |= v < n.row.progress;
         n.row.progress = v;
     }
-    n.row.seq += 1;
+    n.row.seq = number;
     true
 }
 
@@ -373,15 +197,11 @@ impl Model for BeatsModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        let settled = !self.wait_for_beats || s.pending.in_flight.is_none();
         if !s.first.ended {
-            match (s.first.writing, PROGRAM[usize::from(s.first.pc)]) {
-                (Some(_), _) if s.first.recounting => actions.push(Action::Recount),
-                (Some(_), _) => actions.push(Action::Land),
-                (None, Op::Report(_)) => actions.push(Action::Step),
-                (None, _) if settled => actions.push(Action::Step),
-                (None, _) => {} // waits for the beat to return
-            }
+            actions.push(match s.first.writing {
+                Some(_) => Action::Land,
+                None => Action::Step,
+            });
         }
         match s.beat {
             Beat::Idle => {
@@ -390,6 +210,7 @@ impl Model for BeatsModel {
                     && s.pending.in_flight.is_none()
                     && s.pending.value.is_some()
                     && free
+                    && s.pending.numbered < MAX_NUMBER
                 {
                     actions.push(Action::BeatSend);
                 }
@@ -414,9 +235,6 @@ impl Model for BeatsModel {
         if s.second.is_some_and(|(_, wrote)| !wrote) {
             actions.push(Action::SecondWrite);
         }
-        if self.foreign_writer && !s.foreign && !s.first.ended && s.row.owned_by(1) {
-            actions.push(Action::Foreign);
-        }
     }
 
     fn next_state(&self, s: &State, action: Action) -> Option<State> {
@@ -428,26 +246,33 @@ impl Model for BeatsModel {
                     n.first.pc += 1;
                 }
                 op @ (Op::SetProgress(_) | Op::Checkpoint) => {
-                    // `start_write`.
-                    let counted = std::mem::take(&mut n.pending.counted);
-                    let counted = if self.count_beats { counted } else { 0 };
-                    n.seen[COUNTED] |= counted > 0;
+                    // `start_write`: numbered now, beats held off.
+                    n.pending.numbered += 1;
                     if matches!(op, Op::SetProgress(_)) {
                         n.pending.value = None;
+                        n.pending.superseded = n.pending.numbered;
                     }
                     n.pending.writing = self.hold_while_writing;
-                    n.first.writing = Some(s.first.seq + counted);
-                    n.first.allowance = s.pending.maybe_landed;
+                    n.first.writing = Some(n.pending.numbered);
                 }
                 Op::Finish => {
-                    // `last` forgets the entry, then the write and the mark
-                    // commit together.
-                    let last = s.pending.value;
+                    // `last` forgets the entry, then the numbered write and
+                    // the mark commit together.
+                    let carried = s
+                        .pending
+                        .in_flight
+                        .filter(|&(_, number)| self.mark_in_flight && number > s.pending.superseded)
+                        .map(|(v, _)| v);
+                    let last = s.pending.value.or(carried);
+                    n.seen[CARRIED_TO_MARK] |= s.pending.value.is_none() && carried.is_some();
+                    let number = s.pending.numbered + 1;
                     n.pending = Pending::default();
                     n.first.ended = true;
                     if n.row.owned_by(1) {
                         if let Some(v) = last {
-                            write(&mut n, 1, None, Some(v));
+                            if !write(&mut n, 1, number, Some(v)) {
+                                n.owner_refused = true;
+                            }
                             n.seen[LAST_WRITTEN] = true;
                         }
                         n.row.state = JobState::Done;
@@ -460,66 +285,52 @@ impl Model for BeatsModel {
                     Op::SetProgress(v) => Some(v),
                     _ => None,
                 };
-                if write(&mut n, 1, s.first.writing, value) {
-                    n.adopted_foreign |= s.foreign;
-                    n.first.seq = n.row.seq; // `RETURNING progress_seq`
+                if write(&mut n, 1, s.first.writing?, value) {
                     n.first.pc += 1;
                     n.pending.writing = false;
                     n.first.writing = None;
-                } else if self.recount {
-                    n.first.recounting = true; // still writing: beats stay off
                 } else {
                     refused(&mut n, 1);
                 }
             }
-            Action::Recount => {
-                let named = s.first.writing?;
-                n.first.recounting = false;
-                // `read_checkpoint`: no row once the claim moved on. The one
-                // allowance bounds the tries (the real code's four).
-                match s.row.owned_by(1).then_some(s.row.seq) {
-                    Some(now) if now > named && now - named <= s.first.allowance => {
-                        n.first.allowance -= now - named;
-                        n.pending.maybe_landed -= now - named; // `recounted`
-                        n.first.writing = Some(now);
-                        n.seen[RECOUNTED] = true;
-                    }
-                    _ => refused(&mut n, 1),
-                }
-            }
             Action::BeatSend => {
-                n.pending.in_flight = n.pending.value.take();
-                let value = n.pending.in_flight?;
-                n.beat = Beat::Sent(value, s.row.owned_by(1));
+                let value = n.pending.value.take()?;
+                n.pending.numbered += 1;
+                let number = n.pending.numbered;
+                n.pending.in_flight = Some((value, number));
+                n.beat = Beat::Sent(value, number, s.row.owned_by(1));
             }
             Action::BeatLock | Action::BeatMiss | Action::Abandon => {
-                let Beat::Sent(value, owned) = s.beat else {
+                let Beat::Sent(value, number, owned) = s.beat else {
                     return None;
                 };
                 match action {
                     Action::BeatLock => {
-                        let touched = self.beat_lock(&mut n, value, owned);
-                        n.beat = Beat::Ended(touched);
+                        let wrote = self.beat_lock(&mut n, (value, number, owned));
+                        n.beat = Beat::Ended(wrote);
                     }
                     Action::BeatMiss => n.beat = Beat::Ended(false),
                     _ => {
-                        returned(self, &mut n, None);
-                        n.orphan = Some((value, owned));
+                        self.returned(&mut n, false);
+                        n.orphan = Some((value, number, owned));
                         n.abandons += 1;
                         n.beat = Beat::Idle;
                     }
                 }
             }
             Action::BeatReturn => {
-                let Beat::Ended(touched) = s.beat else {
+                let Beat::Ended(wrote) = s.beat else {
                     return None;
                 };
-                returned(self, &mut n, Some(touched));
+                self.returned(&mut n, wrote);
                 n.beat = Beat::Idle;
             }
             Action::OrphanLock => {
-                let (value, owned) = s.orphan?;
-                self.beat_lock(&mut n, value, owned);
+                let orphan = s.orphan?;
+                let owned_now = n.row.owned_by(1) && orphan.2;
+                let wrote = self.beat_lock(&mut n, orphan);
+                n.seen[LATE_REFUSED] |= owned_now && !wrote;
+                n.late_over_newer |= wrote && orphan.0 < s.row.progress;
                 n.orphan = None;
             }
             Action::OrphanMiss => n.orphan = None,
@@ -530,20 +341,16 @@ impl Model for BeatsModel {
             Action::Claim => {
                 n.row.state = JobState::Processing;
                 n.row.token = 2;
-                n.second = Some((s.row.seq, false));
+                n.second = Some((s.row.seq + 1, false));
             }
             Action::SecondWrite => {
-                let (seq, _) = s.second?;
-                let wrote = write(&mut n, 2, Some(seq), Some(SECOND_VALUE));
+                let (number, _) = s.second?;
+                let wrote = write(&mut n, 2, number, Some(SECOND_VALUE));
                 if !wrote {
                     refused(&mut n, 2);
                 }
                 n.seen[SECOND_WROTE] |= wrote;
-                n.second = Some((seq, true));
-            }
-            Action::Foreign => {
-                n.row.seq += 1;
-                n.foreign = true;
+                n.second = Some((number, true));
             }
         }
         Some(n)
@@ -555,17 +362,16 @@ impl Model for BeatsModel {
                 "no beat writes for an attempt that lost its claim",
                 |_, s: &State| !s.late,
             ),
-            Property::always(
-                "no write of the owner is refused as stale",
-                |_, s: &State| !s.owner_refused,
-            ),
+            Property::always("no write of the owner is refused", |_, s: &State| {
+                !s.owner_refused
+            }),
             Property::always(
                 "no older report lands over a newer value",
                 |_, s: &State| !s.regressed,
             ),
             Property::always(
-                "no own write lands over a foreign write it did not see",
-                |_, s: &State| !s.adopted_foreign,
+                "no beat given up lands an older report over a newer value",
+                |_, s: &State| !s.late_over_newer,
             ),
             Property::at_end("the last report reaches the row", |_, s: &State| {
                 !s.marked || s.row.progress == LAST
@@ -578,9 +384,10 @@ impl Model for BeatsModel {
             Property::sometimes("a report a beat missed goes back", |_, s: &State| {
                 s.seen[GAVE_BACK]
             }),
-            Property::sometimes("an own write counts a beat's write", |_, s: &State| {
-                s.seen[COUNTED]
-            }),
+            Property::sometimes(
+                "a beat is refused by a newer write's number",
+                |_, s: &State| s.seen[OUTNUMBERED],
+            ),
             Property::sometimes("the final mark writes the last report", |_, s: &State| {
                 s.seen[LAST_WRITTEN]
             }),
@@ -588,12 +395,12 @@ impl Model for BeatsModel {
                 s.seen[SECOND_WROTE]
             }),
             Property::sometimes(
-                "an own write recounts a beat given up that landed",
-                |_, s: &State| s.seen[RECOUNTED],
+                "a beat given up that commits late is refused by its number",
+                |_, s: &State| s.seen[LATE_REFUSED],
             ),
             Property::sometimes(
-                "a foreign write gets an own write refused",
-                |_, s: &State| s.seen[FOREIGN_REFUSED],
+                "the final mark writes the report a beat still carries",
+                |_, s: &State| s.seen[CARRIED_TO_MARK],
             ),
         ]
     }

@@ -9,8 +9,8 @@ use crate::error::Result;
 /// has no `progress` columns (see
 /// [checkpoints](crate::guide#progress-and-checkpoints)): one row per job
 /// that reported any, keyed by the job's id, written only by the attempt
-/// that owns the job (fenced by its claim token and by `progress_seq`, as
-/// the columns are). They touch nothing of the job table itself: a role
+/// that owns the job (fenced by its claim token and numbered above
+/// `progress_seq`, as the columns are). They touch nothing of the job table itself: a role
 /// that may create tables in its schema runs them, and grants the workers
 /// `SELECT, INSERT, UPDATE` on it, the purger `SELECT, DELETE` (it deletes
 /// the purged jobs' rows), enqueuers of a table with job keys `SELECT, DELETE` (a

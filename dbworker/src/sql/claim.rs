@@ -2,6 +2,7 @@
 //! and a fresh fencing token), the records it returns, and the row lock of phase two.
 
 use super::aging::aging_candidates;
+use super::progress::progress_returning;
 use super::{Statement, alias, col, eligible, owned, state, table_ref};
 use crate::columns::{Relation, quote};
 use crate::columns::{TRACE_FOLLOWS, TRACEPARENT, TRACESTATE};
@@ -425,6 +426,7 @@ pub(crate) fn claim_limited(
                             }),
                     )
                     .chain(trace_returning(o))
+                    .chain(progress_returning(o))
                     .chain(limited(o).and(o.queue_column.as_ref()).map(|queue| {
                         Expr::cust(format!(
                             "{}.{}::text AS {}",
@@ -535,7 +537,19 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     let hot_limits = on_hot_layout(limited.clone());
     let mut paused_view = resolved(true);
     paused_view.pause_table = paused().pause_table.clone();
+    let mut progress = resolved(false);
+    progress.progress = true;
+    let mut side = resolved(false);
+    side.progress_table = Some(super::fixtures::rel("app.jobs_progress"));
     vec![
+        (
+            "claim_with_progress",
+            claim(&progress, "host", &[], 3, true),
+        ),
+        (
+            "claim_with_progress_table",
+            claim(&side, "host", &[], 3, true),
+        ),
         ("claim", claim(&t, "host", &[cost()], 3, false)),
         ("claim_with_record", claim(&t, "host", &[cost()], 3, true)),
         (

@@ -9,15 +9,21 @@ use sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, WithClause};
 
 /// The heartbeat's column saying a row was written (present only when the
 /// beat carried progress or spans): a row it skipped, locked by its handler,
-/// keeps what it reported and its span for the next beat.
+/// keeps its span for the next beat.
 pub(crate) const HEARTBEAT_TOUCHED: &str = "touched";
+
+/// The heartbeat's column saying a row's report landed (present only when
+/// the beat carried progress): one skipped, or refused by a newer write's
+/// number, goes back to its attempt.
+pub(crate) const HEARTBEAT_WROTE: &str = "wrote";
 
 /// Heartbeat: returns `(id, cancel)` for every lease still owned, and touches
 /// `last_heartbeat_at` on those rows. The handler's `FOR KEY SHARE` lock does
 /// not block this update; a row the handler itself updated (a stronger lock) is
 /// skipped rather than waited on, and its lock shows it is alive. `progress`
-/// (reported since the last beat, by job) is written to the owned rows it
-/// names, each write counted in `progress_seq`. With traces, `spans` (the
+/// (reported since the last beat: job, number, value) is written to the
+/// owned rows it names whose `progress_seq` is below its number, which it
+/// sets; the result's `wrote` says which landed. With traces, `spans` (the
 /// `traceparent` of attempts no beat has recorded yet, by job) go to the
 /// owned rows' `trace_follows`, so an attempt whose worker dies without a
 /// mark is still linked from the next. With either, the result's `touched`
@@ -27,7 +33,7 @@ pub(crate) fn heartbeat(
     o: &StoreParams,
     ids: Vec<i64>,
     tokens: Vec<i64>,
-    progress: Vec<(i64, serde_json::Value)>,
+    progress: Vec<(i64, i64, serde_json::Value)>,
     spans: Vec<(i64, String)>,
 ) -> Statement {
     let c = &o.columns;
@@ -74,15 +80,15 @@ pub(crate) fn heartbeat(
         .value(alias(&c.last_heartbeat_at), Expr::cust("now()"))
         .and_where(col(a, &c.id).in_subquery(lockable))
         .to_owned();
-    // One object keyed by job id, bound once: each row finds its value by
+    // One object keyed by job id, bound once: each row finds its report by
     // key (a subquery over an array per row made the beat quadratic in the
-    // jobs reporting: 2.6 s at 4,000).
+    // jobs reporting: 2.6 s at 4,000). A report is `[number, value]`.
     let reported =
         (!progress.is_empty() && (o.progress || o.progress_table.is_some())).then(|| {
             serde_json::Value::Object(
                 progress
                     .into_iter()
-                    .map(|(id, value)| (id.to_string(), value))
+                    .map(|(id, number, value)| (id.to_string(), serde_json::json!([number, value])))
                     .collect(),
             )
         });
@@ -96,46 +102,57 @@ pub(crate) fn heartbeat(
         )
     });
     // The rows this beat touched (owned, and locked by it).
-    let returning_touched = Query::returning().expr(Expr::cust(format!(
+    let mut returning_touched = vec![Expr::cust(format!(
         "{}.{}::bigint AS \"id\"",
         quote(a),
         quote(&c.id)
-    )));
+    ))];
     let carries = reported.is_some() || spans.is_some();
     let mut side = None;
-    let mut values = None;
-    match (reported, &o.progress_table) {
-        // On a table that keeps progress in its side table, the values go
-        // there, for the rows this beat touched.
-        (Some(reported), Some(table)) => {
-            touch.returning(returning_touched.clone());
-            side = Some(heartbeat_side(table, reported, "dbworker_touched"));
+    let mut wrote = None;
+    let values = reported.map(|reported| {
+        Query::select()
+            .expr_as(Expr::cust_with_values("$1::jsonb", [reported]), alias("v"))
+            .to_owned()
+    });
+    match (&values, &o.progress_table) {
+        // On a table that keeps progress in its side table, the reports go
+        // there, for the rows this beat touched, each above the side row's
+        // number.
+        (Some(_), Some(table)) => {
+            side = Some(heartbeat_side(
+                table,
+                "dbworker_reports",
+                "dbworker_touched",
+            ));
+            wrote = Some("SELECT \"id\" FROM \"dbworker_reported\"");
         }
-        (Some(reported), None) => {
+        // A report lands only above the row's number: a beat given up at its
+        // timeout that commits late carries a smaller number than any write
+        // sent after it, and changes nothing.
+        (Some(_), None) => {
             let key = format!("{}.{}::text", quote(a), quote(&c.id));
             let object = "(SELECT \"v\" FROM \"dbworker_reports\")";
+            let number = format!("({object} -> {key} ->> 0)::bigint");
+            let seq = format!("{}.{}", quote(a), quote(PROGRESS_SEQ));
             touch
                 .value(
                     alias(PROGRESS),
                     Expr::cust(format!(
-                        "COALESCE({object} -> {key}, {}.{})",
+                        "CASE WHEN {number} > {seq} THEN {object} -> {key} -> 1 ELSE {}.{} END",
                         quote(a),
                         quote(PROGRESS)
                     )),
                 )
                 .value(
                     alias(PROGRESS_SEQ),
-                    Expr::cust(format!(
-                        "{}.{} + jsonb_exists({object}, {key})::int",
-                        quote(a),
-                        quote(PROGRESS_SEQ)
-                    )),
+                    Expr::cust(format!("GREATEST({seq}, {number})")),
                 );
-            values = Some(
-                Query::select()
-                    .expr_as(Expr::cust_with_values("$1::jsonb", [reported]), alias("v"))
-                    .to_owned(),
-            );
+            // The row's number is this report's only if it landed.
+            returning_touched.push(Expr::cust(format!(
+                "COALESCE({number} = {seq}, false) AS \"wrote\""
+            )));
+            wrote = Some("SELECT \"id\" FROM \"dbworker_touched\" WHERE \"wrote\"");
         }
         (None, _) => {}
     }
@@ -167,11 +184,14 @@ pub(crate) fn heartbeat(
         with.cte(cte(span_values, "dbworker_spans", true));
     }
     if carries {
-        if side.is_none() {
-            touch.returning(returning_touched);
-        }
+        touch.returning(Query::returning().exprs(returning_touched));
         q.expr(Expr::cust(format!(
             "\"dbworker_owned\".\"id\" IN (SELECT \"id\" FROM \"dbworker_touched\") AS \"{HEARTBEAT_TOUCHED}\""
+        )));
+    }
+    if let Some(wrote) = wrote {
+        q.expr(Expr::cust(format!(
+            "\"dbworker_owned\".\"id\" IN ({wrote}) AS \"{HEARTBEAT_WROTE}\""
         )));
     }
     with.cte(cte(touch, "dbworker_touched", false));
@@ -223,7 +243,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
                 &side,
                 vec![1],
                 vec![2],
-                vec![(1, serde_json::json!({"percent": 40}))],
+                vec![(1, 5, serde_json::json!({"percent": 40}))],
                 Vec::new(),
             ),
         ),
@@ -233,7 +253,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
                 &traced_side,
                 vec![1],
                 vec![2],
-                vec![(1, serde_json::json!({"percent": 40}))],
+                vec![(1, 5, serde_json::json!({"percent": 40}))],
                 span(),
             ),
         ),
@@ -243,7 +263,7 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
                 &p,
                 vec![1],
                 vec![2],
-                vec![(1, serde_json::json!({"percent": 40}))],
+                vec![(1, 5, serde_json::json!({"percent": 40}))],
                 Vec::new(),
             ),
         ),

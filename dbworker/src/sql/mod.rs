@@ -107,7 +107,7 @@ pub(crate) use fairness::{
 pub(crate) use gauges::{any_queued, max_age_in_queue, queue_stats, queued_count};
 pub(crate) use grants::{sequence_privilege, server_read_only, table_privileges};
 pub(crate) use grouped_marks::{Mark, MarkKind, complete_group, mark_group};
-pub(crate) use heartbeat::{HEARTBEAT_TOUCHED, heartbeat};
+pub(crate) use heartbeat::{HEARTBEAT_TOUCHED, HEARTBEAT_WROTE, heartbeat};
 pub(crate) use history::ErrorHistory;
 use history::append_history;
 pub(crate) use job_history::{
@@ -128,7 +128,7 @@ pub(crate) use pooler::{
     On, backend_pid, current_database, env_problem, pool_transaction_mode, terminate_backend,
 };
 pub use pooler::{Pooler, pooler, set_pooler};
-pub(crate) use progress::{read_checkpoint, running_jobs, write_progress};
+pub(crate) use progress::{CLAIMED_PROGRESS_SEQ, read_checkpoint, running_jobs, write_progress};
 pub(crate) use purge::{RecordedBy, purge_batch, row_security_hides_jobs, sweep_orphans};
 pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;

@@ -1,6 +1,6 @@
 //! Progress and checkpoints: a claimed job's fenced read of its checkpoint,
-//! and its fenced writes, each naming the write count it read; the running
-//! jobs with their progress, as operators see them.
+//! and its fenced writes, each numbered above the newest one landed; the
+//! running jobs with their progress, as operators see them.
 
 use super::progress_table::{join_side, read_checkpoint_side, write_progress_side};
 use super::{Statement, StoreParams, Table, alias, col, owned, quote, state, table_ref};
@@ -8,7 +8,12 @@ use crate::columns::{CHECKPOINT, PROGRESS, PROGRESS_SEQ};
 use sea_query::{Expr, ExprTrait, Order, Query};
 use workerutil::JobState;
 
-/// The checkpoint and write count of a job its claim still owns:
+/// What a claim on a table that keeps progress returns besides the
+/// [`RECORD_ID`](super::RECORD_ID) columns: the row's `progress_seq` (the
+/// side row's, 0 without one), above which the attempt numbers its writes.
+pub(crate) const CLAIMED_PROGRESS_SEQ: &str = "dbworker_progress_seq";
+
+/// The checkpoint and write number of a job its claim still owns:
 /// `(checkpoint, progress_seq)`, or no row.
 pub(crate) fn read_checkpoint(o: &StoreParams, id: i64, token: i64) -> Statement {
     if let Some(side) = &o.progress_table {
@@ -25,36 +30,54 @@ pub(crate) fn read_checkpoint(o: &StoreParams, id: i64, token: i64) -> Statement
 }
 
 /// Writes the progress and/or the checkpoint of a job its claim still owns,
-/// if its write count is still `seq` (the one the writer read; `None`: not
-/// read yet, any), and counts the write: returns `(progress_seq)`, or no row
-/// when the claim or the count moved on.
+/// as write `number` of its attempt, if no write numbered as high landed
+/// (`progress_seq < number`, then set to it): returns `(progress_seq)`, or
+/// no row when the claim moved on or a newer write landed first.
 pub(crate) fn write_progress(
     o: &StoreParams,
-    id: i64,
-    token: i64,
-    seq: Option<i64>,
+    (id, token): (i64, i64),
+    number: i64,
     progress: Option<serde_json::Value>,
     checkpoint: Option<serde_json::Value>,
 ) -> Statement {
     if let Some(side) = &o.progress_table {
-        return write_progress_side(o, side, (id, token), seq, progress, checkpoint);
+        return write_progress_side(o, side, (id, token), number, progress, checkpoint);
     }
     let t = &o.table;
     let mut q = Query::update();
     q.table(table_ref(t))
-        .value(alias(PROGRESS_SEQ), col(&t.alias, PROGRESS_SEQ).add(1i64))
-        .cond_where(owned(&t.alias, &o.columns, id, token));
+        .value(alias(PROGRESS_SEQ), Expr::val(number))
+        .cond_where(owned(&t.alias, &o.columns, id, token))
+        .and_where(col(&t.alias, PROGRESS_SEQ).lt(number));
     if let Some(progress) = progress {
         q.value(alias(PROGRESS), Expr::val(progress));
     }
     if let Some(checkpoint) = checkpoint {
         q.value(alias(CHECKPOINT), Expr::val(checkpoint));
     }
-    if let Some(seq) = seq {
-        q.and_where(col(&t.alias, PROGRESS_SEQ).eq(seq));
-    }
     q.returning(Query::returning().column(alias(PROGRESS_SEQ)));
     Statement::from(&q)
+}
+
+/// The claim's `RETURNING` term on a table that keeps progress (see
+/// [`CLAIMED_PROGRESS_SEQ`]).
+pub(super) fn progress_returning(o: &StoreParams) -> Option<Expr> {
+    let (a, c) = (&o.table.alias, &o.columns);
+    let seq = match &o.progress_table {
+        Some(side) => format!(
+            "COALESCE((SELECT \"dbworker_side\".{seq} FROM {} AS \"dbworker_side\" WHERE \"dbworker_side\".\"job_id\" = {}.{}), 0)",
+            side.quoted(),
+            quote(a),
+            quote(&c.id),
+            seq = quote(PROGRESS_SEQ),
+        ),
+        None if o.progress => format!("{}.{}", quote(a), quote(PROGRESS_SEQ)),
+        None => return None,
+    };
+    Some(Expr::cust(format!(
+        "{seq}::bigint AS {}",
+        quote(CLAIMED_PROGRESS_SEQ)
+    )))
 }
 
 /// The `limit` longest-running processing jobs: `(id, host, running_for
@@ -115,11 +138,11 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("read_checkpoint", read_checkpoint(&t, 1, 2)),
         (
             "write_progress",
-            write_progress(&t, 1, 2, Some(3), Some(v.clone()), Some(v.clone())),
+            write_progress(&t, (1, 2), 3, Some(v.clone()), Some(v.clone())),
         ),
         (
-            "write_progress_first",
-            write_progress(&t, 1, 2, None, None, Some(v)),
+            "write_progress_checkpoint",
+            write_progress(&t, (1, 2), 3, None, Some(v)),
         ),
         ("running_jobs", running_jobs(&with_progress, 20)),
         ("running_jobs_no_progress", running_jobs(&t, 20)),

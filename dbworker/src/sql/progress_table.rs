@@ -2,8 +2,8 @@
 //! (`dbworker migration --progress-table`), for a table without the
 //! columns: every write is fenced as a write to the columns is, by the
 //! claim's token (it locks the job's row as the columns' update would, so a
-//! reset waits for it and a stale attempt matches nothing) and by the write
-//! count it read. A completion drops the checkpoint in its own statement.
+//! reset waits for it and a stale attempt matches nothing) and by its
+//! number. A completion drops the checkpoint in its own statement.
 
 use super::claim::cte;
 use super::{Statement, StoreParams, Table, alias, col, owned, table_ref};
@@ -16,7 +16,7 @@ use sea_query::{
 const JOB_ID: &str = "job_id";
 
 /// `(checkpoint, progress_seq)` of a job its claim still owns, read through
-/// its side row (none yet: no checkpoint, count 0); no row when the claim
+/// its side row (none yet: no checkpoint, number 0); no row when the claim
 /// moved on.
 pub(crate) fn read_checkpoint_side(
     o: &StoreParams,
@@ -48,14 +48,14 @@ pub(crate) fn read_checkpoint_side(
 
 /// The side-table form of [`write_progress`](super::write_progress): the
 /// job's row locked (`FOR NO KEY UPDATE`, as the columns' update locks it)
-/// only while the claim owns it, then the side row inserted or, if its count
-/// is still `seq` (`None`: any), updated. Returns `(progress_seq)`, or no
-/// row when the claim or the count moved on.
+/// only while the claim owns it, then the side row inserted or, if its
+/// number is below `number`, updated. Returns `(progress_seq)`, or no row
+/// when the claim moved on or a newer write landed first.
 pub(crate) fn write_progress_side(
     o: &StoreParams,
     side: &Relation,
     (id, token): (i64, i64),
-    seq: Option<i64>,
+    number: i64,
     progress: Option<serde_json::Value>,
     checkpoint: Option<serde_json::Value>,
 ) -> Statement {
@@ -67,35 +67,22 @@ pub(crate) fn write_progress_side(
         .cond_where(owned(&t.alias, &o.columns, id, token))
         .lock(LockType::NoKeyUpdate)
         .to_owned();
-    let mut row = Query::select()
+    let row = Query::select()
         .column(alias("id"))
         .expr(Expr::val(progress.clone()))
         .expr(Expr::val(checkpoint.clone()))
-        .expr(Expr::val(1i64))
+        .expr(Expr::val(number))
         .from(alias("dbworker_owner"))
         .to_owned();
-    if seq.is_some_and(|n| n > 0) {
-        // Counted before: its row must still be there to be updated (an
-        // insert would start the count again).
-        row.and_where(Expr::exists(
-            Query::select()
-                .expr(Expr::val(1))
-                .from(table_ref(side))
-                .and_where(col(s, JOB_ID).equals((alias("dbworker_owner"), alias("id"))))
-                .to_owned(),
-        ));
-    }
     let mut conflict = OnConflict::column(alias(JOB_ID));
-    conflict.value(alias(PROGRESS_SEQ), col(s, PROGRESS_SEQ).add(1i64));
+    conflict.update_column(alias(PROGRESS_SEQ));
     if progress.is_some() {
         conflict.update_column(alias(PROGRESS));
     }
     if checkpoint.is_some() {
         conflict.update_column(alias(CHECKPOINT));
     }
-    if let Some(seq) = seq {
-        conflict.action_and_where(col(s, PROGRESS_SEQ).eq(seq));
-    }
+    conflict.action_and_where(col(s, PROGRESS_SEQ).lt(number));
     let mut insert = Query::insert();
     insert
         .into_table(table_ref(side))
@@ -170,26 +157,25 @@ pub(super) fn checkpoints_dropped(
 
 /// The heartbeat's write of the reported progress to the side table: one
 /// row per job `touched` (a CTE of the ids the beat refreshed, still owned
-/// and locked), its value found by key in `$1`, an object keyed by job id;
-/// each write counted.
+/// and locked), its report found by key in `reports` (a CTE of one object,
+/// `v`, keyed by job id, of `[number, value]`); each lands only above the
+/// side row's number, and returns its job's id as `id`.
 pub(crate) fn heartbeat_side(
     side: &Relation,
-    reported: serde_json::Value,
+    reports: &str,
     touched: &str,
 ) -> sea_query::InsertStatement {
     let s = &side.alias;
+    let object = format!("(SELECT \"v\" FROM {})", quote(reports));
+    let id = format!("{}.\"id\"", quote(touched));
     let row = Query::select()
-        .expr(Expr::cust(format!("{}.\"id\"", quote(touched))))
-        .expr(Expr::cust_with_values(
-            format!("$1::jsonb -> {}.\"id\"::text", quote(touched)),
-            [reported.clone()],
-        ))
-        .expr(Expr::val(1i64))
+        .expr(Expr::cust(id.clone()))
+        .expr(Expr::cust(format!("{object} -> {id}::text -> 1")))
+        .expr(Expr::cust(format!(
+            "({object} -> {id}::text ->> 0)::bigint"
+        )))
         .from(alias(touched))
-        .and_where(Expr::cust_with_values(
-            format!("jsonb_exists($1::jsonb, {}.\"id\"::text)", quote(touched)),
-            [reported],
-        ))
+        .and_where(Expr::cust(format!("jsonb_exists({object}, {id}::text)")))
         .to_owned();
     let mut insert = Query::insert();
     insert
@@ -197,10 +183,18 @@ pub(crate) fn heartbeat_side(
         .columns([JOB_ID, PROGRESS, PROGRESS_SEQ].map(alias))
         .on_conflict(
             OnConflict::column(alias(JOB_ID))
-                .update_column(alias(PROGRESS))
-                .value(alias(PROGRESS_SEQ), col(s, PROGRESS_SEQ).add(1i64))
+                .update_columns([alias(PROGRESS), alias(PROGRESS_SEQ)])
+                .action_and_where(
+                    col(s, PROGRESS_SEQ)
+                        .lt(Expr::cust(format!("EXCLUDED.{}", quote(PROGRESS_SEQ)))),
+                )
                 .to_owned(),
-        );
+        )
+        .returning(Query::returning().expr(Expr::cust(format!(
+            "{}.{}::bigint AS \"id\"",
+            quote(s),
+            quote(JOB_ID)
+        ))));
     let fits = insert.select_from(row).is_ok();
     debug_assert!(fits, "the heartbeat's side insert");
     insert
@@ -244,15 +238,11 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ),
         (
             "write_progress_side",
-            write_progress_side(&t, &side, (1, 2), Some(3), Some(v.clone()), Some(v.clone())),
+            write_progress_side(&t, &side, (1, 2), 3, Some(v.clone()), Some(v.clone())),
         ),
         (
-            "write_progress_side_first",
-            write_progress_side(&t, &side, (1, 2), None, None, Some(v.clone())),
-        ),
-        (
-            "write_progress_side_counted_none",
-            write_progress_side(&t, &side, (1, 2), Some(0), Some(v), None),
+            "write_progress_side_checkpoint",
+            write_progress_side(&t, &side, (1, 2), 3, None, Some(v)),
         ),
         ("completion", completion(mark.clone(), &t)),
         ("completion_side", {

@@ -83,6 +83,8 @@ impl<R: Record> DbStore<R> {
         let mut opened: Vec<Result<Option<DbJob<R>>>> = Vec::with_capacity(rows.len());
         let mut claimed_rows = Vec::new();
         let mut traces: HashMap<i64, crate::trace::JobTrace> = HashMap::new();
+        // Each row's `progress_seq`: its attempt numbers its writes above it.
+        let mut seqs: HashMap<i64, i64> = HashMap::new();
         for row in rows {
             let lease = Lease {
                 id: row.get(sql::RECORD_ID),
@@ -90,6 +92,9 @@ impl<R: Record> DbStore<R> {
             };
             if o.traces {
                 traces.insert(lease.id, crate::trace::JobTrace::from_claim(&row));
+            }
+            if o.progress || o.progress_table.is_some() {
+                seqs.insert(lease.id, row.get(sql::CLAIMED_PROGRESS_SEQ));
             }
             if row
                 .get::<Option<bool>, _>(sql::CLAIMED_CANCEL)
@@ -108,8 +113,9 @@ impl<R: Record> DbStore<R> {
         }
         for (lease, row) in claimed_rows {
             let trace = traces.remove(&lease.id);
+            let seq = seqs.remove(&lease.id).unwrap_or(0);
             opened.push(
-                self.scan_or_fail(lease, Ok(Some(row)), trace, claimed)
+                self.scan_or_fail(lease, Ok(Some(row)), trace, claimed, seq)
                     .await,
             );
         }
@@ -126,7 +132,8 @@ impl<R: Record> DbStore<R> {
                     for lease in leases {
                         let row = Ok(by_id.remove(&lease.id));
                         let trace = traces.remove(&lease.id);
-                        opened.push(self.scan_or_fail(lease, row, trace, claimed).await);
+                        let seq = seqs.remove(&lease.id).unwrap_or(0);
+                        opened.push(self.scan_or_fail(lease, row, trace, claimed, seq).await);
                     }
                 }
                 // One row the view cannot produce (its own data breaks a
@@ -154,7 +161,9 @@ impl<R: Record> DbStore<R> {
                             }
                             row => {
                                 let trace = traces.remove(&lease.id);
-                                opened.push(self.scan_or_fail(lease, row, trace, claimed).await);
+                                let seq = seqs.remove(&lease.id).unwrap_or(0);
+                                opened
+                                    .push(self.scan_or_fail(lease, row, trace, claimed, seq).await);
                             }
                         }
                     }
@@ -190,6 +199,7 @@ impl<R: Record> DbStore<R> {
         row: std::result::Result<Option<PgRow>, sqlx::Error>,
         trace: Option<crate::trace::JobTrace>,
         claimed: super::paused::AtClaim,
+        progress_seq: i64,
     ) -> Result<Option<DbJob<R>>> {
         let failure = match row {
             // The scan is the user's code: a panic in it (`row.get` on a NULL)
@@ -211,7 +221,7 @@ impl<R: Record> DbStore<R> {
                             .result_column
                             .as_ref()
                             .map(|_| self.options.max_result_bytes),
-                        progress_seq: None,
+                        numbers: super::progress::Numbers::above(progress_seq),
                         trace,
                         attempt_trace: None,
                         attempt_span: None,

@@ -18,24 +18,25 @@ impl<R: Record> DbStore<R> {
     ) -> std::result::Result<HeartbeatResult, BoxError> {
         let ids = leases.iter().map(|l| l.id).collect();
         let tokens = leases.iter().map(|l| l.token).collect();
-        // Progress reported since the last beat rides on this statement; a
-        // value whose beat fails is written by its attempt's final mark.
+        // Progress reported since the last beat rides on this statement, each
+        // report numbered as the attempt's next write.
         let progress = self.pending_progress.take(leases);
-        let sent: Vec<i64> = progress.iter().map(|(id, _)| *id).collect();
+        let sent: Vec<i64> = progress.iter().map(|(id, _, _)| *id).collect();
         let spans = self.attempt_spans.take(leases);
         // Until the beat returns, its values are on their way; a beat that
-        // fails or is abandoned (its timeout) gives them back for the next.
+        // fails or is abandoned (its timeout) gives them back for the next,
+        // numbered anew: if it commits after all, its numbers are below.
         let mut on_the_way = OnTheWay {
             pending: &self.pending_progress,
             sent: &sent,
-            touched: None,
+            wrote: None,
         };
         let rows = sql::heartbeat(&self.options, ids, tokens, progress, spans)
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("heartbeat"))?;
         let mut result = HeartbeatResult::default();
-        let mut touched = Vec::new();
+        let (mut touched, mut wrote) = (Vec::new(), Vec::new());
         for row in rows {
             let id: i64 = row.get("id");
             result.known.push(id);
@@ -45,27 +46,32 @@ impl<R: Record> DbStore<R> {
             if let Ok(Some(true)) = row.try_get::<Option<bool>, _>(sql::HEARTBEAT_TOUCHED) {
                 touched.push(id);
             }
+            if let Ok(Some(true)) = row.try_get::<Option<bool>, _>(sql::HEARTBEAT_WROTE) {
+                wrote.push(id);
+            }
         }
         self.attempt_spans.written(leases, &touched);
         // Written: the attempts' final marks need not write them again; a
-        // row the beat skipped (locked by its handler) keeps its value.
-        on_the_way.touched = Some(touched);
+        // report the beat did not land (the row skipped, locked by its
+        // handler, or a newer write landed) goes back.
+        on_the_way.wrote = Some(wrote);
         Ok(result)
     }
 }
 
 /// The progress a beat carries, told when the beat returns (or is dropped:
-/// then nothing was written).
+/// then nothing is known written).
 struct OnTheWay<'a> {
     pending: &'a super::progress::Pending,
     sent: &'a [i64],
-    touched: Option<Vec<i64>>,
+    wrote: Option<Vec<i64>>,
 }
 
 impl Drop for OnTheWay<'_> {
     fn drop(&mut self) {
         if !self.sent.is_empty() {
-            self.pending.returned(self.sent, self.touched.as_deref());
+            self.pending
+                .returned(self.sent, self.wrote.as_deref().unwrap_or_default());
         }
     }
 }

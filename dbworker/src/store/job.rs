@@ -27,9 +27,9 @@ pub struct DbJob<R> {
     pub(super) result_refused: Option<Error>,
     /// The store's `max_result_bytes`, when it has a result column.
     pub(super) result_cap: Option<usize>,
-    /// The job's progress write count as this attempt last read or wrote it
-    /// (`None`: not read yet): each write names it.
-    pub(super) progress_seq: Option<i64>,
+    /// The numbers of this attempt's progress writes, above the row's
+    /// `progress_seq` its claim read.
+    pub(super) numbers: super::progress::Numbers,
     /// The job's trace as its claim read it (a table with traces).
     pub(super) trace: Option<crate::trace::JobTrace>,
     /// The span this attempt runs under (`traceparent`), once tied to the

@@ -1,9 +1,14 @@
 //! A handler's progress and checkpoints (`dbworker migration --progress`):
-//! written fenced by the claim's token and by the write count it read, so
-//! neither a stale attempt nor a write out of order can move them back.
+//! written fenced by the claim's token and numbered, each write of an
+//! attempt (a heartbeat carrying a report included) taking the next number
+//! above the row's `progress_seq` its claim read, when it is sent; a write
+//! lands only above the newest one landed. Neither a stale attempt nor a
+//! write that lands late (a heartbeat given up at its timeout) can move them
+//! back.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,7 +17,7 @@ use workerutil::{Lease, Record};
 
 use super::open::JobTx;
 use super::{DbJob, DbStore};
-use crate::columns::{CHECKPOINT, MAX_PROGRESS_BYTES, PROGRESS_SEQ};
+use crate::columns::{CHECKPOINT, MAX_PROGRESS_BYTES};
 use crate::error::{Error, from_json, to_json};
 use crate::sql;
 
@@ -53,7 +58,6 @@ impl<R: Record> DbJob<R> {
             what: "checkpoint",
             id: self.lease.id,
         })?;
-        self.progress_seq = Some(row.get(PROGRESS_SEQ));
         row.get::<Option<serde_json::Value>, _>(CHECKPOINT)
             .map(|v| from_json(&v, || format!("the checkpoint of job {}", self.lease.id)))
             .transpose()
@@ -98,7 +102,8 @@ impl<R: Record> DbJob<R> {
 
     /// Reports the job's public progress without a statement of its own: the
     /// latest value reported reaches the row with the store's next heartbeat
-    /// (fenced by the heartbeat's token check, counted in `progress_seq`), so
+    /// (fenced by the heartbeat's token check, numbered as the attempt's
+    /// writes are, so a heartbeat that lands late never moves it back), so
     /// a handler may report as often as it likes — per row, ten times a
     /// second — for at most one write per heartbeat interval. A value still
     /// waiting when the job's attempt ends is written, fenced, just before
@@ -113,11 +118,11 @@ impl<R: Record> DbJob<R> {
     ) -> Result<(), Error> {
         needs_progress(store, "progress")?;
         let value = value_of("progress", &progress)?;
-        store.pending_progress.put(self.lease, value);
+        store.pending_progress.put(self.lease, &self.numbers, value);
         Ok(())
     }
 
-    /// One fenced write, naming the write count this attempt last saw.
+    /// One fenced write, numbered as this attempt's next.
     async fn write(
         &mut self,
         store: &DbStore<R>,
@@ -126,66 +131,35 @@ impl<R: Record> DbJob<R> {
         checkpoint: Option<serde_json::Value>,
     ) -> Result<(), Error> {
         needs_progress(store, what)?;
-        // After any beat carrying a report of this attempt: a beat landing
-        // later would write an older value over this one, and the count it
-        // adds would make this write look stale. A new progress value
-        // replaces what was reported and not yet sent.
-        let (counted, mut maybe_landed, _writing) = store
-            .pending_progress
-            .start_write(self.lease, progress.is_some())
-            .await;
-        let mut seq = self.progress_seq.map(|seq| seq + counted);
-        // A beat that failed or was given up at its timeout may still have
-        // landed, counting a write this attempt did not see: the write is
-        // refused though the claim is still ours. Up to that many writes, the
-        // count read now is this attempt's own (any further one is another
-        // writer's, and the write stays refused).
-        for _ in 0..MAX_RECOUNTS {
-            let statement = sql::write_progress(
-                store.resolved(),
-                self.lease.id,
-                self.lease.token,
-                seq,
-                progress.clone(),
-                checkpoint.clone(),
-            );
-            let row = match self.tx.as_mut() {
-                Some(tx) => statement.fetch_optional(tx).await,
-                None => statement.fetch_optional(store.pool()).await,
-            }
-            .map_err(Error::db("write_progress"))?;
-            if let Some(row) = row {
-                self.progress_seq = Some(row.get(PROGRESS_SEQ));
-                return Ok(());
-            }
-            let Some(seen) = seq else { break };
-            let read = sql::read_checkpoint(store.resolved(), self.lease.id, self.lease.token);
-            let now = match self.tx.as_mut() {
-                Some(tx) => read.fetch_optional(tx).await,
-                None => read.fetch_optional(store.pool()).await,
-            }
-            .map_err(Error::db("read_checkpoint"))?
-            .map(|row| row.get::<i64, _>(PROGRESS_SEQ));
-            match now {
-                Some(now) if now > seen && now - seen <= maybe_landed => {
-                    store.pending_progress.recounted(self.lease, now - seen);
-                    maybe_landed -= now - seen;
-                    seq = Some(now);
-                }
-                // The claim moved on, or another writer overtook this one.
-                _ => break,
-            }
+        // A beat on its way carries a smaller number: landing after this
+        // write, it is refused. Beats sent while this write is on its way
+        // would carry larger ones and refuse it: they wait.
+        let (number, _writing) =
+            store
+                .pending_progress
+                .start_write(self.lease, &self.numbers, progress.is_some());
+        let statement = sql::write_progress(
+            store.resolved(),
+            (self.lease.id, self.lease.token),
+            number,
+            progress,
+            checkpoint,
+        );
+        let row = match self.tx.as_mut() {
+            Some(tx) => statement.fetch_optional(tx).await,
+            None => statement.fetch_optional(store.pool()).await,
         }
-        Err(Error::ProgressRefused {
-            what,
-            id: self.lease.id,
-        })
+        .map_err(Error::db("write_progress"))?;
+        match row {
+            Some(_) => Ok(()),
+            // The claim moved on (or someone else wrote a larger number).
+            None => Err(Error::ProgressRefused {
+                what,
+                id: self.lease.id,
+            }),
+        }
     }
 }
-
-/// How many times one write reads the count again after beats it had given
-/// up on landed (one such beat per try at most).
-const MAX_RECOUNTS: usize = 4;
 
 /// Commits the job's transaction and begins another that locks its row again
 /// (`FOR KEY SHARE`, fenced by the token). No row: the claim was lost.
@@ -248,58 +222,67 @@ fn value_of(what: &'static str, value: &impl Serialize) -> Result<serde_json::Va
     Ok(json)
 }
 
+/// The numbers of an attempt's progress writes: the last one given, from
+/// the row's `progress_seq` its claim read. Shared by the attempt's
+/// [`DbJob`] and its [`Pending`] entry (which comes and goes), so no number
+/// is given twice.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Numbers(Arc<AtomicI64>);
+
+impl Numbers {
+    pub(super) fn above(seq: i64) -> Numbers {
+        Numbers(Arc::new(AtomicI64::new(seq)))
+    }
+
+    fn next(&self) -> i64 {
+        self.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
 /// Progress reported and not yet known written: each job's latest value,
-/// under the token it was reported with; the value a heartbeat has taken
-/// (its statement may still be on its way); and how many of this attempt's
-/// reports the beats wrote, each counted in `progress_seq`.
+/// under the token it was reported with, and the value a heartbeat has taken
+/// with its number (its statement may still be on its way).
 ///
-/// The attempt's own writes (`set_progress`, `save_checkpoint`, the final
-/// mark's last word) wait until no beat carries its value: a beat that
-/// landed after them would write an older value over theirs, and the count
-/// it adds would make their fenced write look stale. A beat that skipped
-/// the row (locked by its handler's transaction) gives the value back, unless
-/// a newer one was reported or written since.
+/// Every write takes its number when sent, under this lock. A beat that did
+/// not land its report (it skipped the row, locked by its handler's
+/// transaction; a newer write landed first; it failed, or was given up at
+/// its timeout and may still commit) gives it back, unless a newer one was
+/// reported or written since: sent again, it takes a new number, so a late
+/// commit of the old beat is refused.
 #[derive(Debug, Default)]
 pub(super) struct Pending {
     reports: Mutex<HashMap<i64, Reported>>,
-    /// Wakes the writers waiting for a beat to return.
-    beat_returned: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
 struct Reported {
     token: i64,
+    numbers: Numbers,
     /// Reported, not taken by a beat yet.
     value: Option<serde_json::Value>,
-    /// Taken by a beat whose statement has not returned.
-    in_flight: Option<serde_json::Value>,
-    /// The beats' writes of this attempt the attempt has not counted yet.
-    counted_by_beats: i64,
-    /// Beats that carried a report of this attempt and failed or were given
-    /// up at their timeout: each may still have written (and counted) it.
-    maybe_landed: i64,
+    /// Taken by a beat whose statement has not returned, with its number.
+    in_flight: Option<(i64, serde_json::Value)>,
+    /// The number of the attempt's newest own progress write: a report
+    /// numbered below it is older, and never goes back.
+    superseded: i64,
     /// The attempt is writing on its own: beats leave its value alone.
     writing: bool,
 }
 
 impl Reported {
-    fn new(token: i64) -> Reported {
+    fn new(token: i64, numbers: &Numbers) -> Reported {
         Reported {
             token,
+            numbers: numbers.clone(),
             value: None,
             in_flight: None,
-            counted_by_beats: 0,
-            maybe_landed: 0,
+            superseded: 0,
             writing: false,
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.value.is_none()
-            && self.in_flight.is_none()
-            && self.counted_by_beats == 0
-            && self.maybe_landed == 0
-            && !self.writing
+        self.value.is_none() && self.in_flight.is_none() && !self.writing
     }
 }
 
@@ -308,26 +291,26 @@ impl Pending {
         self.reports.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn put(&self, lease: Lease, value: serde_json::Value) {
+    fn put(&self, lease: Lease, numbers: &Numbers, value: serde_json::Value) {
         let mut reports = self.lock();
         let r = reports
             .entry(lease.id)
-            .or_insert_with(|| Reported::new(lease.token));
+            .or_insert_with(|| Reported::new(lease.token, numbers));
         // Tokens grow with each claim: a superseded attempt still running in
         // this process must not wipe the live attempt's bookkeeping.
         if r.token > lease.token {
             return;
         }
         if r.token < lease.token {
-            *r = Reported::new(lease.token);
+            *r = Reported::new(lease.token, numbers);
         }
         r.value = Some(value);
     }
 
     /// The values reported under `leases` and not yet sent (a heartbeat
-    /// writes them); each kept until [`returned`](Self::returned) says what
-    /// became of it.
-    pub(super) fn take(&self, leases: &[Lease]) -> Vec<(i64, serde_json::Value)> {
+    /// writes them), each with its number; each kept until
+    /// [`returned`](Self::returned) says what became of it.
+    pub(super) fn take(&self, leases: &[Lease]) -> Vec<(i64, i64, serde_json::Value)> {
         let mut reports = self.lock();
         if reports.is_empty() {
             return Vec::new();
@@ -340,8 +323,9 @@ impl Pending {
                         && !r.writing
                         && let Some(value) = r.value.take()
                     {
-                        taken.push((l.id, value.clone()));
-                        r.in_flight = Some(value);
+                        let number = r.numbers.next();
+                        taken.push((l.id, number, value.clone()));
+                        r.in_flight = Some((number, value));
                     }
                     false
                 }
@@ -357,89 +341,49 @@ impl Pending {
         taken
     }
 
-    /// The heartbeat that took `sent` returned: `touched` are the rows it
-    /// wrote (`None`: it failed, and wrote nothing). A value written is
-    /// counted; one not written goes back, unless a newer one replaced it.
-    pub(super) fn returned(&self, sent: &[i64], touched: Option<&[i64]>) {
-        {
-            let mut reports = self.lock();
-            for id in sent {
-                let Some(r) = reports.get_mut(id) else {
-                    continue;
-                };
-                let Some(value) = r.in_flight.take() else {
-                    continue;
-                };
-                if touched.is_some_and(|t| t.contains(id)) {
-                    r.counted_by_beats += 1;
-                } else {
-                    if touched.is_none() {
-                        r.maybe_landed += 1;
-                    }
-                    if r.value.is_none() {
-                        r.value = Some(value);
-                    }
-                }
-                if r.is_empty() {
-                    reports.remove(id);
-                }
+    /// The heartbeat that took `sent` returned: `wrote` are the rows whose
+    /// report landed (none when it failed, or was given up). A value not
+    /// written goes back, unless a newer one replaced it.
+    pub(super) fn returned(&self, sent: &[i64], wrote: &[i64]) {
+        let mut reports = self.lock();
+        for id in sent {
+            let Some(r) = reports.get_mut(id) else {
+                continue;
+            };
+            let Some((number, value)) = r.in_flight.take() else {
+                continue;
+            };
+            if !wrote.contains(id) && r.value.is_none() && number > r.superseded {
+                r.value = Some(value);
+            }
+            if r.is_empty() {
+                reports.remove(id);
             }
         }
-        self.beat_returned.notify_waiters();
     }
 
-    /// The reports, locked once no beat carries what the attempt `lease`
-    /// reported.
-    async fn settled(&self, lease: Lease) -> std::sync::MutexGuard<'_, HashMap<i64, Reported>> {
-        loop {
-            let returned = self.beat_returned.notified();
-            if let Some(reports) = self.lock_if_settled(lease) {
-                return reports;
-            }
-            returned.await;
-        }
-    }
-
-    /// The reports, locked, if no beat carries what `lease` reported (a
-    /// function of its own: a lock held across the wait above would make
-    /// the marks' futures unsendable).
-    fn lock_if_settled(
-        &self,
-        lease: Lease,
-    ) -> Option<std::sync::MutexGuard<'_, HashMap<i64, Reported>>> {
-        let reports = self.lock();
-        let settled = reports.get(&lease.id).is_none_or(|r| r.in_flight.is_none());
-        settled.then_some(reports)
-    }
-
-    /// The attempt `lease` writes on its own, once no beat carries its
-    /// report (a beat landing later would write an older value over this
-    /// one, and the count it adds would make this write look stale); beats
-    /// leave its value alone until the guard drops. `newer`: the write
+    /// The attempt `lease` writes on its own: its write's number, and beats
+    /// leave its value alone until the guard drops (a beat numbered after
+    /// this write and landing first would refuse it). `newer`: the write
     /// carries a newer progress value, which replaces what was reported and
-    /// not sent. Returns how many of its reports the beats wrote since it
-    /// last asked (its writes' count, `progress_seq`, moved that much), and
-    /// how many more they may have written unbeknown to it (beats that failed
-    /// or were given up on).
-    async fn start_write(&self, lease: Lease, newer: bool) -> (i64, i64, Writing<'_>) {
-        let mut reports = self.settled(lease).await;
+    /// not sent, and what a beat carries.
+    fn start_write(&self, lease: Lease, numbers: &Numbers, newer: bool) -> (i64, Writing<'_>) {
+        let mut reports = self.lock();
+        let number = numbers.next();
         let r = reports
             .entry(lease.id)
-            .or_insert_with(|| Reported::new(lease.token));
-        let counted = if r.token == lease.token {
+            .or_insert_with(|| Reported::new(lease.token, numbers));
+        if r.token == lease.token {
             if newer {
                 r.value = None;
+                r.superseded = number;
             }
             r.writing = true;
-            (std::mem::take(&mut r.counted_by_beats), r.maybe_landed)
-        } else {
-            // Another attempt's entry (this one's lease was lost): its
-            // write is refused anyway.
-            (0, 0)
-        };
+        }
+        // Otherwise another attempt's entry (this one's lease was lost): its
+        // write is refused anyway.
         (
-            counted.0,
-            counted.1,
+            number,
             Writing {
                 pending: self,
                 lease,
@@ -447,32 +391,21 @@ impl Pending {
         )
     }
 
-    /// `by` of the writes beats may have made unbeknown to `lease` turned
-    /// out to have landed: the attempt counted them.
-    fn recounted(&self, lease: Lease, by: i64) {
+    /// What the attempt `lease` reported and no heartbeat is known to have
+    /// written, numbered: its last word, for the attempt's final mark. The
+    /// unsent report, or the one a beat still carries (no need to wait for
+    /// it: landing after this one it is refused). Forgets it.
+    pub(super) fn last(&self, lease: Lease, numbers: &Numbers) -> Option<(i64, serde_json::Value)> {
         let mut reports = self.lock();
-        if let Some(r) = reports
-            .get_mut(&lease.id)
-            .filter(|r| r.token == lease.token)
-        {
-            r.maybe_landed = (r.maybe_landed - by).max(0);
+        let r = reports.remove(&lease.id)?;
+        if r.token != lease.token {
+            // Another attempt's value (this one's lease was lost): keep it.
+            reports.insert(lease.id, r);
+            return None;
         }
-    }
-
-    /// What the attempt `lease` reported and no heartbeat wrote: its last
-    /// word, for the attempt's final mark (after any beat carrying it
-    /// returned). Forgets it.
-    pub(super) async fn last(&self, lease: Lease) -> Option<serde_json::Value> {
-        let mut reports = self.settled(lease).await;
-        match reports.remove(&lease.id) {
-            Some(r) if r.token == lease.token => r.value,
-            Some(r) => {
-                // Another attempt's value (this one's lease was lost): keep it.
-                reports.insert(lease.id, r);
-                None
-            }
-            None => None,
-        }
+        let carried = r.in_flight.filter(|(number, _)| *number > r.superseded);
+        let value = r.value.or(carried.map(|(_, value)| value))?;
+        Some((numbers.next(), value))
     }
 
     /// Whether the attempt `lease` may have a last word for its mark (cheap:
@@ -505,7 +438,7 @@ impl Drop for Writing<'_> {
 
 impl<R: Record> DbStore<R> {
     /// Writes the progress `job`'s attempt reported and no heartbeat is known
-    /// to have written, fenced as every write, just before the attempt's
+    /// to have written, numbered as every write, just before the attempt's
     /// final mark: a handler's last report is never dropped. A mark that
     /// commits the job's transaction (`completing`: a completion, a wait)
     /// writes it there, committed with the mark; any other mark first rolls
@@ -514,9 +447,12 @@ impl<R: Record> DbStore<R> {
     /// outlives it. A write refused or failed is logged: the mark goes on.
     pub(super) async fn last_progress(&self, job: &mut DbJob<R>, completing: bool) {
         // A value written in a completion's transaction that failed to commit
-        // comes back for the errored mark that follows.
-        let pending = self.pending_progress.last(job.lease).await;
-        let Some(value) = pending.or_else(|| job.uncommitted_progress.take()) else {
+        // comes back for the errored mark that follows, numbered anew.
+        let pending = self.pending_progress.last(job.lease, &job.numbers);
+        let Some((number, value)) = pending.or_else(|| {
+            let value = job.uncommitted_progress.take()?;
+            Some((job.numbers.next(), value))
+        }) else {
             return;
         };
         if completing && job.tx.is_some() {
@@ -532,9 +468,8 @@ impl<R: Record> DbStore<R> {
         }
         let statement = sql::write_progress(
             self.resolved(),
-            job.lease.id,
-            job.lease.token,
-            None,
+            (job.lease.id, job.lease.token),
+            number,
             Some(value),
             None,
         );
@@ -567,16 +502,36 @@ mod tests {
     #[test]
     fn a_superseded_attempt_leaves_the_live_attempts_reports_alone() {
         let (old, live) = (Lease { id: 7, token: 100 }, Lease { id: 7, token: 200 });
+        let (old_numbers, numbers) = (Numbers::above(0), Numbers::above(3));
         let pending = Pending::default();
-        pending.put(live, serde_json::json!({"n": 1}));
-        assert_eq!(pending.take(&[live]).len(), 1);
-        pending.returned(&[7], Some(&[7]));
-        pending.put(live, serde_json::json!({"n": 2}));
-        pending.put(old, serde_json::json!({"stale": true}));
+        pending.put(live, &numbers, serde_json::json!({"n": 1}));
+        assert_eq!(pending.take(&[live])[0].1, 4);
+        pending.returned(&[7], &[7]);
+        pending.put(live, &numbers, serde_json::json!({"n": 2}));
+        pending.put(old, &old_numbers, serde_json::json!({"stale": true}));
         assert!(pending.take(&[old]).is_empty());
         let reports = pending.lock();
         let r = reports.get(&7).expect("the live attempt's entry");
-        assert_eq!((r.token, r.counted_by_beats), (200, 1));
+        assert_eq!(r.token, 200);
         assert_eq!(r.value, Some(serde_json::json!({"n": 2})));
+    }
+
+    /// A report its beat did not land goes back and is numbered anew; one a
+    /// newer own write outnumbered does not.
+    #[test]
+    fn a_report_not_landed_goes_back_with_a_new_number_unless_superseded() {
+        let lease = Lease { id: 7, token: 100 };
+        let numbers = Numbers::above(10);
+        let pending = Pending::default();
+        pending.put(lease, &numbers, serde_json::json!(1));
+        assert_eq!(pending.take(&[lease])[0].1, 11);
+        pending.returned(&[7], &[]);
+        assert_eq!(pending.take(&[lease])[0].1, 12);
+        let (number, writing) = pending.start_write(lease, &numbers, true);
+        assert_eq!(number, 13);
+        drop(writing);
+        pending.returned(&[7], &[]);
+        assert!(pending.take(&[lease]).is_empty());
+        assert_eq!(pending.last(lease, &numbers), None);
     }
 }

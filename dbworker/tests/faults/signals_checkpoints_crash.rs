@@ -1503,7 +1503,7 @@ async fn paused_attempt(side: bool) {
     .unwrap();
     assert_eq!(
         seq, accepted,
-        "every accepted write counted, no refused one"
+        "each accepted write numbered one above the last, no refused one landed"
     );
     assert_eq!(progress, Some(json!({ "step": STEPS - 1 })));
     assert_eq!(

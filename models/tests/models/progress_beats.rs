@@ -1,18 +1,17 @@
-//! The heartbeat-carried progress model: with every guard of `Pending`, the
-//! beat's lock re-check and the recount, reports and own writes stay fenced
-//! and ordered, even with a beat given up that lands after all (but for the
-//! documented cosmetic limit); without each guard, the checker finds the bug
-//! it prevents.
+//! The heartbeat-carried progress model: with every write numbered and every
+//! guard of `Pending` and the beat's lock re-check, reports and own writes
+//! stay fenced and ordered, a beat given up that commits late included;
+//! without each guard, the checker finds the bug it prevents.
 
 use dbworker_models::check;
 use dbworker_models::progress_beats::*;
 
 const SAFETY: [&str; 5] = [
     "no beat writes for an attempt that lost its claim",
-    "no write of the owner is refused as stale",
+    "no write of the owner is refused",
     "no older report lands over a newer value",
+    "no beat given up lands an older report over a newer value",
     "the last report reaches the row",
-    "no own write lands over a foreign write it did not see",
 ];
 
 fn run(m: &BeatsModel) -> dbworker_models::Report {
@@ -32,18 +31,23 @@ fn finds(m: &BeatsModel, property: &str) -> dbworker_models::Report {
     r
 }
 
+fn holds(r: &dbworker_models::Report, properties: &[&str]) {
+    for p in properties {
+        assert!(!r.found(p), "{p}:\n{}", r.path(p));
+    }
+}
+
 #[test]
 fn beats_and_own_writes_keep_progress_fenced_and_ordered() {
     let r = run(&BeatsModel::new());
-    for p in SAFETY {
-        assert!(!r.found(p), "{p}:\n{}", r.path(p));
-    }
+    holds(&r, &SAFETY);
     for p in [
         "a beat writes a report",
         "a beat finds the claim gone under its lock",
         "a report a beat missed goes back",
-        "an own write counts a beat's write",
+        "a beat is refused by a newer write's number",
         "the final mark writes the last report",
+        "the final mark writes the report a beat still carries",
         "the new attempt writes",
     ] {
         assert!(r.found(p), "vacuous: {p}");
@@ -55,6 +59,47 @@ fn beats_and_own_writes_keep_progress_fenced_and_ordered() {
     );
 }
 
+/// The heartbeat loop drops a beat at its timeout (and a beat may fail after
+/// its commit): `returned` gives its report back, though its statement may
+/// still commit. Its number is below every write sent after it: landing
+/// late, it is refused, and nothing moves back.
+#[test]
+fn a_beat_given_up_that_commits_late_is_refused_by_its_number() {
+    let m = BeatsModel {
+        abandon: true,
+        ..BeatsModel::new()
+    };
+    let r = run(&m);
+    holds(&r, &SAFETY);
+    let p = "a beat given up that commits late is refused by its number";
+    println!("example ({p}):\n{}", r.path(p));
+    assert!(r.found(p), "vacuous: {p}");
+    assert!(r.complete, "{} states", r.unique_states);
+}
+
+/// The statement before numbering: a beat lands by its token alone. A beat
+/// on its way lands an older report over a newer own write; a beat given up
+/// lands the report it gave back over its newer write (the old late-beat
+/// limit).
+#[test]
+fn a_beat_landing_by_token_alone_puts_an_older_report_over_a_newer_value() {
+    let m = BeatsModel {
+        number_writes: false,
+        ..BeatsModel::new()
+    };
+    let r = finds(&m, "no older report lands over a newer value");
+    holds(&r, &["no beat writes for an attempt that lost its claim"]);
+    let m = BeatsModel {
+        number_writes: false,
+        abandon: true,
+        ..BeatsModel::new()
+    };
+    finds(
+        &m,
+        "no beat given up lands an older report over a newer value",
+    );
+}
+
 #[test]
 fn a_beat_locking_by_id_alone_writes_the_old_attempts_report_after_a_new_claim() {
     let m = BeatsModel {
@@ -62,41 +107,19 @@ fn a_beat_locking_by_id_alone_writes_the_old_attempts_report_after_a_new_claim()
         ..BeatsModel::new()
     };
     finds(&m, "no beat writes for an attempt that lost its claim");
-    // After a new claim, the count the stale beat adds refuses the new
+    // After a new claim, the number the stale beat sets refuses the new
     // owner's write.
-    finds(&m, "no write of the owner is refused as stale");
+    finds(&m, "no write of the owner is refused");
 }
 
 #[test]
-fn an_own_write_not_counting_the_beats_writes_is_refused_as_stale() {
-    let m = BeatsModel {
-        count_beats: false,
-        ..BeatsModel::new()
-    };
-    let r = finds(&m, "no write of the owner is refused as stale");
-    assert!(!r.found("no older report lands over a newer value"));
-    assert!(!r.found("no beat writes for an attempt that lost its claim"));
-}
-
-#[test]
-fn an_own_write_not_waiting_for_the_beat_is_overwritten_by_an_older_report() {
-    let m = BeatsModel {
-        wait_for_beats: false,
-        ..BeatsModel::new()
-    };
-    finds(&m, "no older report lands over a newer value");
-    let r = finds(&m, "no write of the owner is refused as stale");
-    assert!(!r.found("no beat writes for an attempt that lost its claim"));
-}
-
-#[test]
-fn a_beat_taking_the_report_during_a_checkpoint_write_gets_it_refused() {
+fn a_beat_numbered_during_a_checkpoint_write_gets_it_refused() {
     let m = BeatsModel {
         hold_while_writing: false,
         ..BeatsModel::new()
     };
-    let r = finds(&m, "no write of the owner is refused as stale");
-    assert!(!r.found("no older report lands over a newer value"));
+    let r = finds(&m, "no write of the owner is refused");
+    holds(&r, &["no older report lands over a newer value"]);
 }
 
 #[test]
@@ -106,89 +129,25 @@ fn a_report_a_beat_missed_is_lost_unless_it_goes_back() {
         ..BeatsModel::new()
     };
     let r = finds(&m, "the last report reaches the row");
-    for p in &SAFETY[..3] {
-        assert!(!r.found(p), "{p}:\n{}", r.path(p));
-    }
+    holds(&r, &SAFETY[..4]);
 }
 
-/// Not a guard removed: the real heartbeat loop drops a beat after its
-/// interval (and a beat may fail after its commit): `returned` counts it in
-/// `maybe_landed`, though its statement may still commit. With every guard,
-/// a refused own write reads the count again and adopts the beat's write.
 #[test]
-fn a_beat_given_up_that_lands_after_all_is_recounted_and_the_write_accepted() {
+fn a_report_an_own_write_outnumbered_goes_back_and_lands_over_it() {
     let m = BeatsModel {
-        abandon: true,
+        drop_superseded: false,
         ..BeatsModel::new()
     };
-    let r = run(&m);
-    for p in [
-        "no write of the owner is refused as stale",
-        "no beat writes for an attempt that lost its claim",
-    ] {
-        assert!(!r.found(p), "{p}:\n{}", r.path(p));
-    }
-    let p = "an own write recounts a beat given up that landed";
-    println!("example ({p}):\n{}", r.path(p));
-    assert!(r.found(p), "vacuous: {p}");
-    assert!(r.complete, "{} states", r.unique_states);
+    let r = finds(&m, "no older report lands over a newer value");
+    holds(&r, &["no beat writes for an attempt that lost its claim"]);
 }
 
-/// The old code: no read of the count after a refusal.
 #[test]
-fn without_the_recount_a_beat_given_up_that_lands_gets_the_owners_write_refused() {
+fn a_mark_writing_only_the_unsent_report_loses_the_one_a_beat_carries() {
     let m = BeatsModel {
-        abandon: true,
-        recount: false,
+        mark_in_flight: false,
         ..BeatsModel::new()
     };
-    finds(&m, "no write of the owner is refused as stale");
-}
-
-/// The documented limit, cosmetic: a late beat puts an older progress report
-/// over a newer own value (never a checkpoint: beats write none). The mark
-/// writes only a report no beat wrote, so when beats wrote the last one, the
-/// older report stays after the mark too.
-#[test]
-fn a_beat_given_up_can_land_an_older_report_the_documented_cosmetic_limit() {
-    let m = BeatsModel {
-        abandon: true,
-        ..BeatsModel::new()
-    };
-    finds(&m, "no older report lands over a newer value");
-    finds(&m, "the last report reaches the row");
-}
-
-/// No one but the attempt and its beats writes under its token in the real
-/// code; a foreign write stands in for a bug or an operator. With no beat
-/// given up, the allowance is nil: the foreign write keeps the owner's
-/// write refused.
-#[test]
-fn a_foreign_write_beyond_the_allowance_still_refuses_the_owners_write() {
-    let m = BeatsModel {
-        foreign_writer: true,
-        ..BeatsModel::new()
-    };
-    let r = run(&m);
-    for p in SAFETY {
-        assert!(!r.found(p), "{p}:\n{}", r.path(p));
-    }
-    let p = "a foreign write gets an own write refused";
-    println!("example ({p}):\n{}", r.path(p));
-    assert!(r.found(p), "vacuous: {p}");
-}
-
-/// Within the allowance the count cannot tell a foreign write from a late
-/// beat's: the recount adopts it. Beyond it (the beat landed too), the
-/// write stays refused.
-#[test]
-fn within_the_allowance_a_foreign_write_passes_for_a_late_beats() {
-    let m = BeatsModel {
-        foreign_writer: true,
-        abandon: true,
-        ..BeatsModel::new()
-    };
-    let r = finds(&m, "no own write lands over a foreign write it did not see");
-    assert!(r.found("a foreign write gets an own write refused"));
-    assert!(!r.found("no write of the owner is refused as stale"));
+    let r = finds(&m, "the last report reaches the row");
+    holds(&r, &SAFETY[..4]);
 }

@@ -1,1 +1,1 @@
-UPDATE "example_jobs" AS "j" SET "progress_seq" = "j"."progress_seq" + $1, "progress" = $2, "checkpoint" = $3 WHERE "j"."id" = $4 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $5 AND "j"."progress_seq" = $6 RETURNING "progress_seq"
+UPDATE "example_jobs" AS "j" SET "progress_seq" = $1, "progress" = $2, "checkpoint" = $3 WHERE "j"."id" = $4 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $5 AND "j"."progress_seq" < $6 RETURNING "progress_seq"

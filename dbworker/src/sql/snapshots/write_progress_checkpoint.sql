@@ -1,0 +1,1 @@
+UPDATE "example_jobs" AS "j" SET "progress_seq" = $1, "checkpoint" = $2 WHERE "j"."id" = $3 AND "j"."status" = ('processing') AND ((EXTRACT(EPOCH FROM "j"."started_at") * 1000000)::bigint) = $4 AND "j"."progress_seq" < $5 RETURNING "progress_seq"
