@@ -585,3 +585,27 @@ async fn keys_on_another_column_or_without_their_triggers_are_refused_by_name() 
     db.execute(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""))
         .await;
 }
+
+/// A partitioned parent is never analyzed by autovacuum (its own
+/// `reltuples` stays -1): the estimate sums its leaf partitions'.
+#[tokio::test]
+async fn the_estimated_rows_sum_the_analyzed_partitions() {
+    let db = Db::partitioned().await;
+    db.execute(
+        "INSERT INTO jobs (state, queued_at) SELECT 'completed', now() - (n % 3) * interval '1 day' FROM generate_series(1, 3000) n;",
+    )
+    .await;
+    let leaves: Vec<String> = sqlx::query_scalar(
+        "SELECT relid::regclass::text FROM pg_partition_tree('jobs') WHERE isleaf",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(leaves.len() > 1, "{leaves:?}");
+    db.execute(&format!("ANALYZE {}", leaves.join(", "))).await;
+    let admin = dbworker::admin::Admin::new(&db.pool, &jobs(&db).await)
+        .await
+        .unwrap();
+    let rows = admin.status().await.unwrap().estimated_rows;
+    assert!((2000..=4000).contains(&rows), "{rows}");
+}
