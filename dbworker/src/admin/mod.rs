@@ -513,8 +513,9 @@ impl Admin {
     }
 
     /// Deletes the waiting (queued or errored) job holding `key` (needs
-    /// `JobTableOptions::key_column`); a processing holder is left alone and
-    /// reported.
+    /// `JobTableOptions::key_column`). A processing holder runs on, but its
+    /// key is freed (set NULL) and, with a retry-limit column, its retries
+    /// are ended; it is reported as [`Removed::Processing`].
     pub async fn remove_key(&self, key: &str) -> Result<Removed> {
         if self.t.key_column.is_none() {
             return Err(Error::InvalidOption {

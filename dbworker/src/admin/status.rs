@@ -33,7 +33,8 @@ pub struct Status {
     pub oldest_waiting_seconds: f64,
     /// Processing jobs per worker host.
     pub processing_by_host: Vec<(String, u64)>,
-    /// Rows in the table, as the planner estimates them (no full count).
+    /// Rows in the table, as the planner estimates them (no full count); on
+    /// a partitioned table, summed over its partitions.
     pub estimated_rows: i64,
     /// Every state per queue, by queue name (`None`: the table has no queue
     /// column); a queue with only finished jobs appears when they are exact.

@@ -1,5 +1,6 @@
 //! The names of a partitioned job table's companions: the function that
-//! creates its partitions and the key table that holds its job keys.
+//! creates its partitions, the key table that holds its job keys and the
+//! triggers that keep it.
 
 use super::Relation;
 
@@ -18,4 +19,17 @@ pub(crate) fn key_table(rel: &Relation) -> Relation {
         name,
         schema: rel.schema.clone(),
     }
+}
+
+/// The column the key triggers read: the key table is kept for it alone.
+pub(crate) const PARTITION_KEY_COLUMN: &str = "job_key";
+
+/// The triggers that keep a partitioned table's key table in step: on
+/// insert, on an update of the state or key, and on delete.
+pub(crate) fn key_triggers(rel: &Relation) -> [String; 3] {
+    [
+        rel.derived("keys_insert"),
+        rel.derived("keys_update"),
+        rel.derived("keys_delete"),
+    ]
 }

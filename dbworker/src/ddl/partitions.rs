@@ -175,7 +175,8 @@ pub fn partitioned_keys_sql(
     let keys = key_table(&rel).quoted();
     let index = |suffix: &str| rel.quoted_derived(suffix);
     let function = rel.quoted_derived_sibling("keys_sync");
-    let trigger = |op: &str| rel.quoted_derived(&format!("keys_{op}"));
+    let [insert_trigger, update_trigger, delete_trigger] =
+        crate::columns::key_triggers(&rel).map(|name| quote(&name));
     let (id, state) = (quote(&c.id), quote(&c.state));
     let live = |row: &str| format!("{row}.{state} IN ('queued', 'errored', 'processing')");
     Ok(format!(
@@ -217,9 +218,6 @@ CREATE TRIGGER {delete_trigger} AFTER DELETE ON {table}
         failed_key_idx = index("job_key_failed_idx"),
         old_live = live("OLD"),
         new_live = live("NEW"),
-        insert_trigger = trigger("insert"),
-        update_trigger = trigger("update"),
-        delete_trigger = trigger("delete"),
     ))
 }
 

@@ -168,6 +168,21 @@ impl Purger {
                 crate::schema_check::missing_columns(&pool, archive, "archive table", live, &hint)
                     .await?,
             );
+            // `LIKE … INCLUDING ALL` copies it as generated, which refuses
+            // the insert of whole rows (428C9) at every purge.
+            if let [column] = live
+                && let Some(row) = sql::generated_column(archive, column)
+                    .fetch_optional(&pool)
+                    .await
+                    .map_err(Error::db("schema_check"))?
+                && !row.get::<String, _>("generated").is_empty()
+            {
+                problems.push(format!(
+                    "column {}.{column} of the archive table is generated, so archiving whole rows fails (428C9): make it a plain column ({hint}, or ALTER TABLE {} ALTER COLUMN {column} DROP EXPRESSION)",
+                    archive.display_name(),
+                    archive.display_name()
+                ));
+            }
         }
         let partitioned = crate::schema_check::is_partitioned(&pool, &target.table).await?;
         if partitioned && !partitions::has_create_function(&pool, &target.table).await? {

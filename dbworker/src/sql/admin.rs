@@ -32,15 +32,25 @@ pub(crate) fn admin_hosts(a: &Table) -> Statement {
     Statement::from(&q)
 }
 
-/// The planner's estimate of the table's rows.
+/// The planner's estimate of the table's rows, summed over its leaf
+/// partitions: a partitioned parent is never analyzed by autovacuum (its own
+/// `reltuples` stays -1), and a plain table is its own only leaf. A leaf
+/// never analyzed (-1) counts 0.
 pub(crate) fn admin_estimate(a: &Table) -> Statement {
     let q = Query::select()
         .expr_as(
-            Expr::cust("GREATEST(c.reltuples, 0)::bigint"),
+            Expr::cust("COALESCE(sum(GREATEST(c.reltuples, 0)), 0)::bigint"),
             alias("rows"),
         )
-        .from_as((alias("pg_catalog"), alias("pg_class")), alias("c"))
-        .and_where(Expr::cust("c.oid").eq(regclass(&a.table)))
+        .from_function(
+            sea_query::Func::cust(alias("pg_partition_tree")).arg(regclass(&a.table)),
+            alias("p"),
+        )
+        .inner_join(
+            sea_query::TableRef::from((alias("pg_catalog"), alias("pg_class"))).alias(alias("c")),
+            Expr::cust("c.oid = p.relid"),
+        )
+        .and_where(Expr::cust("p.isleaf"))
         .to_owned();
     Statement::from(&q)
 }

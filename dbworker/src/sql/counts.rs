@@ -84,16 +84,24 @@ pub(crate) fn counts_live(a: &Table, stalled_age: std::time::Duration) -> Statem
 /// failed_recently)`, the last counting the jobs failed in the last `$1`
 /// seconds. Cheap only through an index over the final states (the retention
 /// index); `Admin::status` runs it only when [`counts_explain`] shows one is used.
+/// The HOT layout's retention index is over `finished_at IS NOT NULL` (the
+/// state undoes HOT updates), so there the condition names it too: every
+/// mark to a final state sets `finished_at`.
 pub(crate) fn counts_finished(a: &Table, recent: std::time::Duration) -> Statement {
     let al = quote(&a.table.alias);
     let c = &a.columns;
     let st = format!("{al}.{}", quote(&c.state));
+    let finished_at = format!("{al}.{}", quote(&c.finished_at));
+    let hot = if c.live {
+        format!(" AND {finished_at} IS NOT NULL")
+    } else {
+        String::new()
+    };
     let sql = format!(
         "SELECT {st}::text AS \"state\", {queue} AS \"queue\", count(*)::bigint AS \"count\", \
-         (count(*) FILTER (WHERE {st} = 'failed' AND {al}.{finished_at} >= now() - $1 * interval '1 second'))::bigint AS \"failed_recently\" \
-         FROM {table} AS {al} WHERE {st} IN ({FINISHED}) GROUP BY 1, 2 ORDER BY 1, 2",
+         (count(*) FILTER (WHERE {st} = 'failed' AND {finished_at} >= now() - $1 * interval '1 second'))::bigint AS \"failed_recently\" \
+         FROM {table} AS {al} WHERE {st} IN ({FINISHED}){hot} GROUP BY 1, 2 ORDER BY 1, 2",
         queue = queue_text(a),
-        finished_at = quote(&c.finished_at),
         table = a.table.quoted(),
     );
     Statement {
@@ -170,6 +178,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         (
             "counts_finished",
             counts_finished(&a, Duration::from_secs(3600)),
+        ),
+        (
+            "counts_finished_hot",
+            counts_finished(&hot, Duration::from_secs(3600)),
         ),
         ("counts_estimate", counts_estimate(&a, JobState::Completed)),
         ("counts_explain", counts_explain(finished)),

@@ -118,7 +118,7 @@ pub(crate) use marks::{
     mark_canceled, mark_complete, mark_complete_with_result, mark_errored,
     mark_errored_with_payload, mark_failed, requeue, requeue_if_paused, requeue_lost, snooze,
 };
-pub(crate) use partition_keys::enqueue_keyed_partitioned;
+pub(crate) use partition_keys::{enqueue_keyed_partitioned, key_trigger_states};
 pub(crate) use partitions::{
     archive_partition, closed_partitions, create_partitions, create_partitions_exists,
     detach_partition, drop_partition, partition_keeps_rows, partition_rows, set_lock_timeout,

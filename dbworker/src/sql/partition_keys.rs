@@ -128,7 +128,26 @@ pub(crate) fn enqueue_keyed_partitioned(
     Statement::from(&result.with(with))
 }
 
-/// The statement above, rendered for `sql/snapshots/` (see tests.rs).
+/// The key triggers `table` has: `(name, enabled)`, enabled unless
+/// `ALTER TABLE … DISABLE TRIGGER` turned it off. `pg_trigger` is readable by
+/// every role, so a reader's start-up can ask too.
+pub(crate) fn key_trigger_states(table: &Relation) -> Statement {
+    let q = Query::select()
+        .expr_as(Expr::cust("tgname::text"), alias("name"))
+        .expr_as(Expr::cust("tgenabled <> 'D'"), alias("enabled"))
+        .from((alias("pg_catalog"), alias("pg_trigger")))
+        .and_where(Expr::cust_with_values(
+            "tgrelid = to_regclass($1::text) AND tgname = ANY($2::text[])",
+            [
+                sea_query::Value::from(table.quoted()),
+                sea_query::Value::from(crate::columns::key_triggers(table).to_vec()),
+            ],
+        ))
+        .to_owned();
+    Statement::from(&q)
+}
+
+/// The statements above, rendered for `sql/snapshots/` (see tests.rs).
 #[cfg(test)]
 pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     use super::fixtures::{enqueue_target, keyed, payload, rel};
@@ -156,5 +175,6 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             "enqueue_keyed_partitioned_unsafe_dedupe",
             enqueue_keyed_partitioned(&e, &keys, &job, "k", OnKey::UnsafeDedupe),
         ),
+        ("key_trigger_states", key_trigger_states(&e.table)),
     ]
 }

@@ -7,8 +7,7 @@ use sqlx::{PgPool, Row};
 use crate::columns::{
     AWAITING, BLOCKED_BY, FAIR_COST, FAIR_KEY, FAIR_TAG, HAS_DEPENDENTS, STANDARD_LIMIT_TABLE,
     STANDARD_PAUSE_TABLE, TASK_NAME, TRACE_FOLLOWS, TRACEPARENT, TRACESTATE, UPSTREAM_IDS,
-    WORKFLOW_ID, deps_table, fair_due_trigger, fair_triggers, fair_weights_table, key_table,
-    signals_table,
+    WORKFLOW_ID, deps_table, fair_due_trigger, fair_triggers, fair_weights_table, signals_table,
 };
 use crate::error::{Error, Result, has_sqlstate};
 use crate::schema_check::{
@@ -231,7 +230,7 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     }
     schema::none(problems)?;
     if schema::is_partitioned(pool, &t.table).await? {
-        t.key_table = partitioned(pool, t).await?;
+        t.key_table = super::partitioned::check(pool, t).await?;
     } else if t.key_column.is_some()
         && let Err(err) = sql::explain_keyed_insert(t).execute(pool).await
         // EXPLAIN of an insert needs INSERT (42501, insufficient_privilege
@@ -512,35 +511,6 @@ fn detected(t: &mut Table, has: impl Fn(&str, &[&str]) -> bool) {
             limit: crate::table::DEFAULT_ERROR_HISTORY_LIMIT,
         });
     }
-}
-
-/// A partitioned table: workflows are refused by name (the dependency table's
-/// foreign key needs a unique id), and with a key column the key table must
-/// exist. Returns the key table, if keys are used.
-async fn partitioned(pool: &PgPool, t: &Table) -> Result<Option<crate::columns::Relation>> {
-    if t.workflows {
-        return Err(Error::InvalidOption {
-            field: "workflows",
-            reason: format!(
-                "workflows cannot run on {}, a partitioned table: the dependency table's foreign key needs a unique id, and a partitioned table's primary key is (id, queued_at)",
-                t.table.display_name()
-            ),
-        });
-    }
-    if t.key_column.is_none() {
-        return Ok(None);
-    }
-    // No unique index on the key alone: the key table stands in for it.
-    let keys = key_table(&t.table);
-    schema::require_columns(
-        pool,
-        &keys,
-        "key table",
-        &["job_key", "job_id"],
-        "a partitioned table keeps its job keys there; `dbworker migration --partitioned --keys` creates it",
-    )
-    .await?;
-    Ok(Some(keys))
 }
 
 /// What is wrong with the flags column: missing from the relation claims

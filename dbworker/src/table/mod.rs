@@ -25,6 +25,7 @@ use crate::sql::{ErrorHistory, Table};
 mod aging;
 mod check;
 mod layout;
+mod partitioned;
 mod progress;
 
 pub use aging::Aging;

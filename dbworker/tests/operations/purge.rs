@@ -208,6 +208,20 @@ async fn the_hot_layouts_archive_is_checked_at_start_up_and_takes_its_rows() {
         err.contains("archive table old_archive has no column dbworker_live"),
         "{err}"
     );
+    // `INCLUDING ALL` copies the column as generated: the archive's insert
+    // of whole rows would fail with 428C9 at every purge.
+    db.execute("CREATE TABLE generated_archive (LIKE jobs INCLUDING ALL);")
+        .await;
+    let mut o = PurgeOptions::new();
+    o.archive_table = Some("generated_archive".into());
+    let Err(err) = Purger::new(&db.pool, &db.table().await, o).await else {
+        panic!("an archive whose live column is generated is refused");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("column generated_archive.dbworker_live of the archive table is generated"),
+        "{err}"
+    );
     let mut o = PurgeOptions::new();
     o.archive_table = Some("archive".into());
     let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();

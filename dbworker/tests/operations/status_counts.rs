@@ -159,6 +159,27 @@ async fn without_an_index_over_the_final_states_they_are_estimated_without_a_sca
     assert!(status.total.failed.is_some() && status.total.failed_last_hour.is_none());
 }
 
+/// The HOT layout's retention index reads `finished_at IS NOT NULL`, not the
+/// state: the finished counts read it too, exactly, without a scan.
+#[tokio::test]
+async fn on_the_hot_layout_the_finished_counts_are_exact_through_its_retention_index() {
+    let db = seed(true).await;
+    let mut columns = dbworker::ddl::OptionalColumns::default();
+    (columns.queue, columns.retention) = (true, true);
+    db.execute(
+        &(dbworker::ddl::hot_layout_sql("jobs", &HashMap::new(), columns).unwrap()
+            + "ANALYZE jobs;"),
+    )
+    .await;
+    let (pool, admin) = admin(&db).await;
+    let status = status_without_a_scan(&pool, &admin).await;
+    assert_eq!(status.finished, FinishedCounts::Exact);
+    let (emails, reports) = (&status.queues[0], &status.queues[1]);
+    assert_eq!(finished(emails), [Some(20_000), Some(3), Some(0), Some(3)]);
+    assert_eq!(finished(reports), [Some(0), Some(2), Some(1), Some(0)]);
+    assert_eq!(live(&status.total), [2, 6, 2, 5, 2, 5, 3]);
+}
+
 /// The history table with rows for `jobs` over the last 3 days (an hour
 /// row 3 days back, minutes since): emails 40 completed, 3 failed;
 /// reports 2 failed, 1 canceled; and a row of another job table, ignored.

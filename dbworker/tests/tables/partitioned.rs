@@ -520,3 +520,92 @@ async fn keys_without_the_key_table_and_workflows_are_refused_by_name() {
         .to_string();
     assert!(err.contains("workflows"), "{err}");
 }
+
+/// The key triggers keep the key table in step on `job_key` alone: a key
+/// column of another name, or a trigger gone, would leave the table empty
+/// and let every keyed enqueue insert a new job. Both are refused by name,
+/// at once; a reader's role (SELECT only) still describes the intact table.
+#[tokio::test]
+async fn keys_on_another_column_or_without_their_triggers_are_refused_by_name() {
+    let db = Db::partitioned().await;
+    let keys = partitioned_keys_sql("jobs", &HashMap::new()).unwrap();
+    db.add_columns(
+        |c| *c = OptionalColumns::default(),
+        &[keys, "ALTER TABLE jobs ADD COLUMN dedupe_key text;".into()],
+    )
+    .await;
+    let refused = |column: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let mut o = JobTableOptions::new("jobs");
+            o.key_column = Some(column.into());
+            match JobTable::new(&pool, o).await {
+                Ok(_) => panic!("key_column {column} must be refused"),
+                Err(err) => err.to_string(),
+            }
+        }
+    };
+    let err = refused("dedupe_key").await;
+    assert!(
+        err.contains("key column jobs.dedupe_key (key_column)"),
+        "{err}"
+    );
+    assert!(err.contains("watch job_key"), "{err}");
+
+    let role = format!("reader_{}", db.db.name());
+    let role = &role[..role.len().min(63)];
+    db.execute(&format!(
+        "CREATE ROLE \"{role}\" LOGIN; GRANT CONNECT ON DATABASE \"{}\" TO \"{role}\";
+         GRANT USAGE ON SCHEMA public TO \"{role}\"; GRANT SELECT ON jobs, jobs_keys TO \"{role}\";",
+        db.db.name()
+    ))
+    .await;
+    let options: sqlx::postgres::PgConnectOptions = db.db.url().parse().unwrap();
+    let reader = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(options.username(role));
+    let mut o = JobTableOptions::new("jobs");
+    o.key_column = Some("job_key".into());
+    JobTable::new(&reader, o)
+        .await
+        .expect("a reader describes the keyed table");
+    reader.close().await;
+
+    db.execute(
+        "DROP TRIGGER jobs_keys_update ON jobs; ALTER TABLE jobs DISABLE TRIGGER jobs_keys_delete;",
+    )
+    .await;
+    let err = refused("job_key").await;
+    assert!(err.contains("no trigger jobs_keys_update"), "{err}");
+    assert!(
+        err.contains("trigger jobs_keys_delete on table jobs is disabled"),
+        "{err}"
+    );
+    assert!(err.contains("--partitioned --keys"), "{err}");
+    db.execute(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""))
+        .await;
+}
+
+/// A partitioned parent is never analyzed by autovacuum (its own
+/// `reltuples` stays -1): the estimate sums its leaf partitions'.
+#[tokio::test]
+async fn the_estimated_rows_sum_the_analyzed_partitions() {
+    let db = Db::partitioned().await;
+    db.execute(
+        "INSERT INTO jobs (state, queued_at) SELECT 'completed', now() - (n % 3) * interval '1 day' FROM generate_series(1, 3000) n;",
+    )
+    .await;
+    let leaves: Vec<String> = sqlx::query_scalar(
+        "SELECT relid::regclass::text FROM pg_partition_tree('jobs') WHERE isleaf",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(leaves.len() > 1, "{leaves:?}");
+    db.execute(&format!("ANALYZE {}", leaves.join(", "))).await;
+    let admin = dbworker::admin::Admin::new(&db.pool, &jobs(&db).await)
+        .await
+        .unwrap();
+    let rows = admin.status().await.unwrap().estimated_rows;
+    assert!((2000..=4000).contains(&rows), "{rows}");
+}
