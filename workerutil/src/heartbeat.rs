@@ -47,8 +47,9 @@ pub(crate) async fn heartbeat_loop<S: Store>(shared: Arc<Shared<S>>, stop: Cance
                     // mark may have landed while this beat was in flight (the
                     // beat no longer matches it), and if the job was lost the
                     // mark is refused and says so. Nor one being opened: the
-                    // open may have handed it back (withheld), and says so.
-                    if !result.known.contains(&lease.id) && shared.running.handling(*lease) {
+                    // open may have handed it back (withheld), and says so;
+                    // if it answers "ours", the miss keeps it from starting.
+                    if !result.known.contains(&lease.id) && shared.running.missed_by_beat(*lease) {
                         tracing::warn!(worker = %shared.name, record_id = lease.id, "heartbeat lost a job; canceling its handler");
                         shared.running.cancel_lease(*lease, CancelReason::Lost);
                         lost.push(lease.id);

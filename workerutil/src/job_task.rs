@@ -186,21 +186,26 @@ async fn execute<S: Store, H: Handler<S>>(
     // wait for it. It may wait for a connection: a cancellation (a shutdown,
     // a request) meanwhile ends it as it would a buffered job's. Not a beat
     // that no longer finds the job: the open may have handed it back (a
-    // pause), and says so; a job lost otherwise is canceled at the first
-    // beat after its open.
-    shared.running.opening(running.lease, true);
+    // pause), and says so; if the open answers "ours" all the same (an open
+    // that checks nothing), the beat's miss keeps the job from starting.
+    shared.running.opening(running.lease);
     let opened = tokio::select! {
         biased;
         opened = guarded("open", shared.store.open(job)) => opened,
         () = running.token.cancelled() => {
+            shared.running.opened(running.lease);
             return match canceled_outcome(shared, running) {
                 Outcome::HeartbeatExpired(_) => Outcome::Interrupted,
                 other => other,
             };
         }
     };
-    shared.running.opening(running.lease, false);
+    let lost_meanwhile = shared.running.opened(running.lease);
     match opened {
+        Ok(true) if lost_meanwhile => {
+            tracing::warn!(worker = %shared.name, record_id = running.lease.id, "a heartbeat lost the job while it was being opened; not starting it");
+            return Outcome::Lost;
+        }
         Ok(true) => {}
         // Someone else owns it now, or the store recorded why it cannot run.
         Ok(false) => return Outcome::Lost,

@@ -142,6 +142,10 @@ struct Entry {
     /// The store is opening the job: its answer says whether it still owns
     /// it (an open may hand the job back, which a beat meanwhile misses).
     opening: bool,
+    /// A beat found the job no longer this worker's while it was being
+    /// opened: an open that answers "ours" (one that checks nothing, in
+    /// heartbeat handling) must not start it.
+    lost_while_opening: bool,
 }
 
 impl RunningSet {
@@ -152,6 +156,7 @@ impl RunningSet {
             running,
             recording: false,
             opening: false,
+            lost_while_opening: false,
         };
         let previous = self.lock().insert(entry.running.lease.id, entry);
         if let Some(old) = previous {
@@ -169,13 +174,44 @@ impl RunningSet {
         }
     }
 
-    /// Whether the store is opening `lease`'s job: while it is, the job is
-    /// not canceled as lost (the open tells).
-    pub(crate) fn opening(&self, lease: Lease, opening: bool) {
+    /// The store starts opening `lease`'s job: until [`opened`](Self::opened),
+    /// a beat that misses it does not cancel it (the open may hand it back
+    /// and say so) but remembers it.
+    pub(crate) fn opening(&self, lease: Lease) {
         if let Some(e) = self.lock().get_mut(&lease.id)
             && e.running.lease == lease
         {
-            e.opening = opening;
+            e.opening = true;
+        }
+    }
+
+    /// The open of `lease`'s job returned: whether a beat meanwhile found
+    /// the job no longer this worker's (then it must not start, whatever
+    /// the open said: a claim's token only moves on).
+    pub(crate) fn opened(&self, lease: Lease) -> bool {
+        match self.lock().get_mut(&lease.id) {
+            Some(e) if e.running.lease == lease => {
+                e.opening = false;
+                std::mem::take(&mut e.lost_while_opening)
+            }
+            _ => false,
+        }
+    }
+
+    /// A beat no longer found `lease`'s job: whether to cancel its handler
+    /// now. Not one whose handler finished (its mark tells), nor one being
+    /// opened (remembered for [`opened`](Self::opened)).
+    pub(crate) fn missed_by_beat(&self, lease: Lease) -> bool {
+        match self.lock().get_mut(&lease.id) {
+            Some(e) if e.running.lease == lease && !e.recording => {
+                if e.opening {
+                    e.lost_while_opening = true;
+                    false
+                } else {
+                    true
+                }
+            }
+            _ => false,
         }
     }
 
@@ -188,14 +224,6 @@ impl RunningSet {
         {
             jobs.remove(&lease.id);
         }
-    }
-
-    /// Whether `lease` is still the current entry for its id, neither being
-    /// opened nor its handler finished.
-    pub(crate) fn handling(&self, lease: Lease) -> bool {
-        self.lock()
-            .get(&lease.id)
-            .is_some_and(|e| e.running.lease == lease && !e.recording && !e.opening)
     }
 
     /// Every lease to heartbeat, those being recorded included.

@@ -33,6 +33,10 @@ const HEARTBEAT: Duration = Duration::from_millis(100);
 struct HandsBack {
     inner: MemoryStore<Task>,
     handed_back: AtomicBool,
+    /// Answers "ours" after all, as an open that checks nothing does (a
+    /// heartbeat-mode open whose job was reset and claimed elsewhere
+    /// meanwhile): the job is no longer this worker's.
+    then_ours: bool,
 }
 
 impl Store for HandsBack {
@@ -57,6 +61,9 @@ impl Store for HandsBack {
         }
         assert!(self.inner.requeue(job).await?, "put back");
         tokio::time::sleep(HEARTBEAT * 4).await;
+        if self.then_ours {
+            return Ok(true);
+        }
         Err(Box::new(workerutil::Error::Withheld("paused".into())))
     }
     async fn heartbeat(&self, leases: &[Lease]) -> Result<HeartbeatResult, BoxError> {
@@ -101,15 +108,29 @@ impl Store for HandsBack {
     }
 }
 
-struct Completes;
+/// Completes, counting the jobs it started.
+#[derive(Default)]
+struct Completes(std::sync::atomic::AtomicUsize);
 impl Handler<HandsBack> for Completes {
     async fn handle(
         &self,
         _job: &mut MemoryJob<Task>,
         _ctx: &JobContext<HandsBack>,
     ) -> Result<(), HandlerError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+}
+
+fn options() -> WorkerOptions {
+    let mut o = WorkerOptions::new("withheld");
+    o.hostname = Some("host".into());
+    o.interval = Duration::from_millis(50);
+    o.heartbeat_interval = HEARTBEAT;
+    // Not claimed again while its open runs (a paused queue's job is not).
+    o.num_handlers = 1;
+    o.claim_ahead = Some(0);
+    o
 }
 
 /// The heartbeats during the open no longer find the job (it is queued
@@ -119,14 +140,7 @@ impl Handler<HandsBack> for Completes {
 async fn a_job_its_open_hands_back_is_reported_withheld_though_heartbeats_lost_it() {
     let store = Arc::new(HandsBack::default());
     store.inner.enqueue(Task(1));
-    let mut o = WorkerOptions::new("withheld");
-    o.hostname = Some("host".into());
-    o.interval = Duration::from_millis(50);
-    o.heartbeat_interval = HEARTBEAT;
-    // Not claimed again while its open runs (a paused queue's job is not).
-    o.num_handlers = 1;
-    o.claim_ahead = Some(0);
-    let worker = Worker::new(store.clone(), Completes, o).unwrap();
+    let worker = Worker::new(store.clone(), Completes::default(), options()).unwrap();
     let mut events = worker.subscribe();
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
@@ -141,4 +155,34 @@ async fn a_job_its_open_hands_back_is_reported_withheld_though_heartbeats_lost_i
     shutdown.graceful();
     run.await.unwrap();
     assert_eq!(store.inner.state(1), Some(JobState::Completed));
+}
+
+/// The heartbeats during the open no longer find the job, and the open
+/// answers "ours" all the same (it checks nothing): the job must not start,
+/// for another worker may run it now. Reported `Lost`; run once, at its
+/// next claim.
+#[tokio::test(start_paused = true)]
+async fn a_job_lost_while_its_open_runs_is_not_started_though_the_open_says_ours() {
+    let store = Arc::new(HandsBack {
+        then_ours: true,
+        ..HandsBack::default()
+    });
+    store.inner.enqueue(Task(1));
+    let handler = Arc::new(Completes::default());
+    let worker = Worker::new(store.clone(), handler.clone(), options()).unwrap();
+    let mut events = worker.subscribe();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let (first, marked) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(first, Outcome::Lost) && !marked, "{first:?}");
+    let (second, marked) = wait_for(&mut events, finished(1)).await;
+    assert!(matches!(second, Outcome::Completed) && marked, "{second:?}");
+    // Only the second claim ran it: the lost attempt never started.
+    assert_eq!(
+        handler.0.load(Ordering::SeqCst),
+        1,
+        "the lost job was started"
+    );
+    shutdown.graceful();
+    run.await.unwrap();
 }
