@@ -131,6 +131,16 @@ impl<R: Record, H: Handler<DbStore<R>>> QueueWorkers<R, H> {
         } = options;
         let queues: Vec<(&str, usize)> = queues.iter().map(|(q, n)| (q.as_str(), *n)).collect();
         let queues = queues.as_slice();
+        if queue_column.is_none()
+            && let Some(view) = store.view_lacking_queue()
+        {
+            return Err(Error::InvalidOption {
+                field: "queue_column",
+                reason: format!(
+                    "named queues claim by the queue column through the view {view}, which has no such column (add it to the view, or name an expression in QueueWorkersOptions::queue_column)"
+                ),
+            });
+        }
         let Some(queue_column) = queue_column.or_else(|| store.queue_claim_column()) else {
             return Err(Error::InvalidOption {
                 field: "queue_column",

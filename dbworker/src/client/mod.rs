@@ -166,6 +166,7 @@ impl ClientBuilder {
         // Typed jobs are read as `id`, `kind`, `payload`, unless the table
         // says how it is read.
         let typed = typed_select(&self.table)?;
+        view_has_typed_columns(&self.table)?;
         let read = match self.table.column_expressions() {
             [] => self.table.reading(typed),
             _ => self.table.clone(),
@@ -268,6 +269,36 @@ fn typed_select(table: &JobTable) -> Result<Vec<String>> {
         format!("{} AS kind", read(kind)),
         format!("{} AS payload", read(payload)),
     ])
+}
+
+/// Through a view, a client names the kind column there (it claims only
+/// its kinds) and, reading typed jobs, the payload: a view leaving one out
+/// would fail every claim, or every job's read.
+fn view_has_typed_columns(table: &JobTable) -> Result<()> {
+    let t = table.sql();
+    let Some(view) = &t.view else {
+        return Ok(());
+    };
+    let read_typed = t.column_expressions.is_empty();
+    let missing: Vec<&str> = [
+        table.kind_column(),
+        table.payload_column().filter(|_| read_typed),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|c| t.view_lacks.iter().any(|l| l == c))
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidOption {
+        field: "view_name",
+        reason: format!(
+            "a client reads typed jobs through the view {}, which has no column {}",
+            view.display_name(),
+            missing.join(", no column ")
+        ),
+    })
 }
 
 type Worker_ = Worker<DbStore<TypedJob>, Handlers>;

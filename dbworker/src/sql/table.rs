@@ -71,6 +71,10 @@ pub(crate) struct Table {
     /// (`dbworker migration --signals` adds it): senders store their span
     /// there and the attempt consuming a signal links to it.
     pub(crate) signal_traces: bool,
+    /// The optional columns set (queue, kind, payload) that the view leaves
+    /// out: what reads them through the view (`QueueWorkers`' claims, a
+    /// client's typed reads and kinds) refuses to start, naming them.
+    pub(crate) view_lacks: Vec<String>,
 }
 
 /// Priority aging as the claim reads it (`JobTableOptions::aging`).
@@ -114,6 +118,7 @@ impl Table {
             traces: false,
             signal_traces: false,
             signals: None,
+            view_lacks: Vec::new(),
         }
     }
 

@@ -359,6 +359,15 @@ impl<R: Record> DbStore<R> {
         self.options.payload_column.as_deref()
     }
 
+    /// The view the store reads through, named, when it leaves out the
+    /// table's queue column (claims by queue cannot name it there).
+    pub(crate) fn view_lacking_queue(&self) -> Option<String> {
+        let t = &self.options.sql.shared;
+        let queue = t.queue_column.as_ref()?;
+        let view = t.view.as_ref()?;
+        t.view_lacks.contains(queue).then(|| view.display_name())
+    }
+
     /// The table's queue column over the alias claims read (`"j"."queue"`),
     /// if it has one.
     pub(crate) fn queue_claim_column(&self) -> Option<String> {

@@ -49,8 +49,8 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
     schema::none(problems)?;
     let existing = columns_of(pool, &t.table).await?;
     if detect {
-        // Claims and typed reads name these through the view: one the view
-        // leaves out is not detected (naming it would refuse the view).
+        // Claims name the flags through the view: flags the view leaves out
+        // are not detected (naming them would refuse the view).
         let view_columns = match &t.view {
             Some(view) => Some(columns_of(pool, view).await?),
             None => None,
@@ -211,22 +211,16 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
                 problems.push(format!("view {name} has no column {col}"));
             }
         }
-        // Named through the view's alias: queue and kind by claims that
-        // take only some (`QueueWorkers`, a client's kinds), kind and
-        // payload by typed jobs' reads. Flags are checked with their type.
-        for (field, column) in [
-            ("queue_column", &t.queue_column),
-            ("kind_column", &t.kind_column),
-            ("payload_column", &t.payload_column),
-        ] {
-            if let Some(column) = column
-                && !view_columns.contains_key(column.as_str())
-            {
-                problems.push(format!(
-                    "view {name} has no column {column} ({field}): claims and typed jobs read it through the view"
-                ));
-            }
-        }
+        // Named through the view's alias by some readers only (queue by
+        // `QueueWorkers`' claims, kind and payload by a client's typed
+        // reads): they refuse to start without them; pauses and limits read
+        // the table's own row.
+        t.view_lacks = [&t.queue_column, &t.kind_column, &t.payload_column]
+            .into_iter()
+            .flatten()
+            .filter(|column| !view_columns.contains_key(column.as_str()))
+            .cloned()
+            .collect();
     }
     schema::none(problems)?;
     if schema::is_partitioned(pool, &t.table).await? {
@@ -478,8 +472,8 @@ fn aging_problems(t: &mut Table) -> Vec<String> {
     problems
 }
 
-/// The optional columns claims or typed reads name through a view's alias.
-const READ_THROUGH_VIEW: [&str; 4] = ["queue", "kind", "flags", "payload"];
+/// The optional columns every claim names through a view's alias.
+const READ_THROUGH_VIEW: [&str; 1] = ["flags"];
 
 /// Turns on each optional column not named in the options that `has` finds
 /// under its standard name with a usable type.

@@ -263,20 +263,37 @@ async fn a_view_under_the_tables_alias_claims_beside_a_pause_table() {
     assert_eq!(claimed, [1]);
 }
 
-/// What claims and typed reads name through a view must be in it: a view
-/// leaving out a named kind, payload or queue column is refused at start-up,
-/// each named at once (before, every claim failed, or every claimed typed
-/// job failed its scan for good); detection over such a view leaves those
-/// columns off instead of refusing it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Ping {}
+impl dbworker::JobArgs for Ping {
+    const KIND: &'static str = "ping";
+}
+struct Pings;
+impl dbworker::JobHandler for Pings {
+    type Args = Ping;
+    async fn handle(&self, _job: dbworker::Job<'_, Ping>) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// A view that leaves out columns the table names: what reads them through
+/// the view refuses to start, naming them (a client's typed reads and kinds,
+/// `QueueWorkers`' claims by queue; before, every claim failed, or every
+/// claimed typed job failed its scan for good); what reads the table's own
+/// row goes on (a pause of a queue holds). Detection over such a view turns
+/// on what the table has but the flags the claims would name there.
 #[tokio::test]
 async fn a_view_without_the_columns_claims_read_is_named_at_start_up() {
     let db = TestDatabase::new().await.unwrap();
     let pool = db.pool(4).await.unwrap();
     let ddl = [
         job_table_sql("jobs", &HashMap::new()).unwrap(),
+        dbworker::ddl::pause_table_sql("dbworker_pauses").unwrap(),
         "ALTER TABLE jobs ADD COLUMN queue text, ADD COLUMN kind text, \
          ADD COLUMN payload jsonb, ADD COLUMN flags text[];
-         CREATE VIEW jobs_narrow AS SELECT id, state, process_after FROM jobs;"
+         CREATE VIEW jobs_narrow AS SELECT id, state, process_after FROM jobs;
+         INSERT INTO jobs (queue) VALUES ('paused');
+         INSERT INTO dbworker_pauses (job_table, queue) VALUES ('jobs', 'paused');"
             .to_owned(),
     ];
     for statement in ddl {
@@ -287,14 +304,17 @@ async fn a_view_without_the_columns_claims_read_is_named_at_start_up() {
     }
     let mut to = JobTableOptions::typed("jobs j");
     to.view_name = Some("jobs_narrow v".into());
-    to.queue_column = Some("queue".into());
-    let err = JobTable::new(&pool, to).await.unwrap_err().to_string();
-    for column in ["kind", "payload", "queue"] {
-        assert!(
-            err.contains(&format!("view jobs_narrow has no column {column}")),
-            "{column}: {err}"
-        );
-    }
+    let typed = JobTable::new(&pool, to).await.unwrap();
+    let err = dbworker::Client::builder(&pool, &typed)
+        .handler(Pings)
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("view jobs_narrow, which has no column kind, no column payload"),
+        "{err}"
+    );
 
     let mut to = JobTableOptions::detected("jobs j");
     to.view_name = Some("jobs_narrow v".into());
@@ -305,18 +325,36 @@ async fn a_view_without_the_columns_claims_read_is_named_at_start_up() {
             table.kind_column(),
             table.payload_column()
         ),
-        (None, None, None)
-    );
-    // On the table alone, detection finds them.
-    let table = JobTable::new(&pool, JobTableOptions::detected("jobs j"))
-        .await
-        .unwrap();
-    assert_eq!(
-        (
-            table.queue_column(),
-            table.kind_column(),
-            table.payload_column()
-        ),
         (Some("queue"), Some("kind"), Some("payload"))
     );
+    let scan = |row: &sqlx::postgres::PgRow| Ok(Plain(row.try_get(0)?));
+    let mut so = StoreOptions::new("narrow");
+    so.handling = Handling::Heartbeat;
+    let store = Arc::new(DbStore::with_scan(&pool, &table, so, scan).await.unwrap());
+    // The pause reads the table's row: the paused queue's job stays.
+    let claimed = workerutil::Store::dequeue(&*store, "host", &Default::default(), 1)
+        .await
+        .unwrap();
+    assert!(claimed.is_empty(), "a paused queue's job was claimed");
+    let queues =
+        dbworker::queues::QueueWorkersOptions::new(WorkerOptions::new("q")).queue("paused", 1);
+    let err = match dbworker::queues::QueueWorkers::new(store, Completes, queues) {
+        Ok(_) => panic!("QueueWorkers started through a view without the queue"),
+        Err(err) => err.to_string(),
+    };
+    assert!(
+        err.contains("through the view jobs_narrow, which has no such column"),
+        "{err}"
+    );
+}
+
+struct Completes;
+impl Handler<DbStore<Plain>> for Completes {
+    async fn handle(
+        &self,
+        _job: &mut DbJob<Plain>,
+        _ctx: &JobContext<DbStore<Plain>>,
+    ) -> Result<(), HandlerError> {
+        Ok(())
+    }
 }
