@@ -158,6 +158,16 @@ impl ConsumerGroupOptions {
         }
         Relation::parse("node_table", &self.node_table)?;
         Relation::parse("leader_table", &self.leader_table)?;
+        Error::check_max_durations([
+            ("dead_after", self.dead_after),
+            ("lease", self.lease),
+            ("rebalance_interval", self.rebalance_interval),
+            ("slice_timeout", self.slice_timeout),
+            ("poll_interval", self.poll_interval),
+            ("reconcile_interval", self.reconcile_interval),
+            ("max_poll_interval", self.max_poll_interval),
+            ("recheck_interval", self.recheck_interval),
+        ])?;
         if self.slice_timeout.is_zero() {
             return invalid("slice_timeout", "must be positive");
         }

@@ -155,6 +155,8 @@ impl Default for StallOptions {
 impl StallOptions {
     /// Checks every field; the error names it.
     pub fn validate(&self) -> Result<(), Error> {
+        // The resetter adds it to the registry's `dead_after`.
+        Error::check_max_durations([("stalled_max_age", self.stalled_max_age)])?;
         if self.stalled_max_age < Duration::from_millis(100) {
             return Err(invalid("stalled_max_age", "must be at least 100ms"));
         }
@@ -321,6 +323,9 @@ impl StoreOptions {
         }
         if matches!(c.claim_cursor, Some(d) if d < Duration::from_millis(10)) {
             return Err(invalid("claim_cursor", "must be at least 10ms"));
+        }
+        if let Some(d) = c.claim_cursor {
+            Error::check_max_durations([("claim_cursor", d)])?;
         }
         if let Some(flags) = &c.forbidden_flags {
             flags.check()?;
