@@ -173,7 +173,8 @@ impl StallOptions {
 #[non_exhaustive]
 pub struct ClaimOptions {
     /// With a view, how many candidate rows (beyond the requested batch) the
-    /// claim considers before locking rows of the table. Default 50.
+    /// claim considers before locking rows of the table. At most 1,000,000.
+    /// Default 50.
     pub candidate_window: usize,
     /// The claim cursor's probe interval. Claims start their index scan at
     /// the lowest id that can still be eligible (just past what this store
@@ -320,6 +321,11 @@ impl StoreOptions {
         let c = &self.claim;
         if c.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
+        }
+        // Added to the batch size for the window's `LIMIT`: bounded, the sum
+        // cannot overflow, and no claim reads more candidates than that.
+        if c.candidate_window > 1_000_000 {
+            return Err(invalid("candidate_window", "must be at most 1,000,000"));
         }
         if matches!(c.claim_cursor, Some(d) if d < Duration::from_millis(10)) {
             return Err(invalid("claim_cursor", "must be at least 10ms"));

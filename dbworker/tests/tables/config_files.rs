@@ -417,3 +417,24 @@ fn a_time_past_100_years_is_refused_by_name() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// `candidate_window` is added to a claim's batch size for the window's
+/// `LIMIT`: `usize::MAX` overflowed there (a panic in a debug build, a
+/// wrapped limit in a release one). A million is accepted, more refused.
+#[test]
+fn a_candidate_window_past_a_million_is_refused_by_name() {
+    let store = |window: u64| -> StoreOptions {
+        let json = format!(r#"{{"name": "s", "claim": {{"candidate_window": {window}}}}}"#);
+        serde_json::from_str(&json).unwrap()
+    };
+    store(1_000_000).validate().unwrap();
+    for window in [1_000_001, u64::MAX] {
+        match store(window).validate() {
+            Err(Error::InvalidOption { field, reason }) => {
+                assert_eq!(field, "candidate_window");
+                assert!(reason.contains("at most 1,000,000"), "{reason}");
+            }
+            other => panic!("{window}: expected an error, got {other:?}"),
+        }
+    }
+}
