@@ -101,8 +101,9 @@ async fn a_bulk_action_refuses_a_state_it_never_touches() {
 
 /// A duration flag past 100 years (the library's bound on every option's
 /// time) is refused by name before anything runs: `purge --history-catch-up`
-/// panicked adding it to the history's settle, `cron --interval` killed the
-/// scheduler's first pass, `top --interval` its first wait.
+/// panicked adding it to the history's settle, `cron --interval` was
+/// refused only as the library's `interval`, `top --interval` is added to
+/// the clock at each wait.
 #[tokio::test]
 async fn a_duration_flag_past_100_years_is_refused_by_name() {
     let db = Db::new().await;
