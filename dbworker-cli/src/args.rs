@@ -344,21 +344,25 @@ pub(crate) fn parse_rename(s: &str) -> Result<(String, String), String> {
 
 /// A duration flag's value: humantime (`30s`, `2h`, `1h 30m`, `250ms`) or
 /// a bare number of seconds (`90`, `0.5`), as the old `--…-secs` flags took.
+/// At most 100 years, the library's bound on every option's time
+/// (`workerutil::duration::MAX`): refused here, clap names the flag, where
+/// a command would otherwise overflow adding it (a panic) or name only the
+/// library's field.
 pub(crate) fn duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.trim().parse::<f64>() {
-        let why = if secs.is_nan() {
-            "it is not a number"
-        } else if secs < 0.0 {
-            "seconds must be 0 or more"
-        } else {
-            "it is too large (at most about 584 billion years)"
-        };
-        return Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("{s:?} is not a duration: {why}"));
+    let not = |why: &str| Err(format!("{s:?} is not a duration: {why}"));
+    let d = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_nan() => return not("it is not a number"),
+        Ok(secs) if secs < 0.0 => return not("seconds must be 0 or more"),
+        // Past a `Duration`'s range is past the bound below too.
+        Ok(secs) => Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX),
+        Err(_) => humantime::parse_duration(s.trim()).map_err(|err| {
+            format!("{s:?} is not a duration ({err}); write it as 30s, 5m, 2h, 1h 30m or 250ms")
+        })?,
+    };
+    if d > workerutil::duration::MAX {
+        return Err(format!("{s:?} is too long: must be at most 100 years"));
     }
-    humantime::parse_duration(s.trim()).map_err(|err| {
-        format!("{s:?} is not a duration ({err}); write it as 30s, 5m, 2h, 1h 30m or 250ms")
-    })
+    Ok(d)
 }
 
 /// A duration as an operator reads it: `3m 12s`, `2h 5m`, `450ms` (the two

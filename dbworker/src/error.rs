@@ -173,6 +173,24 @@ pub enum Error {
 }
 
 impl Error {
+    /// Refuses an option's time over [`workerutil::duration::MAX`]: times
+    /// are added to clock readings and to each other, and past 100 years
+    /// such a sum can overflow (a panic) or leave the database's range.
+    pub(crate) fn check_max_durations<const N: usize>(
+        fields: [(&'static str, std::time::Duration); N],
+    ) -> Result<()> {
+        match fields
+            .into_iter()
+            .find(|(_, d)| *d > workerutil::duration::MAX)
+        {
+            Some((field, _)) => Err(Error::InvalidOption {
+                field,
+                reason: "must be at most 100 years".to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
         move |source| Error::Database { op, source }
     }

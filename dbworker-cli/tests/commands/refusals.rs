@@ -98,3 +98,39 @@ async fn a_bulk_action_refuses_a_state_it_never_touches() {
     let done = ok(&dbworker(&db, &["cancel", "--state", "queued", "--yes"]));
     assert!(done.contains("3 job(s)"), "{done}");
 }
+
+/// A duration flag past 100 years (the library's bound on every option's
+/// time) is refused by name before anything runs: `purge --history-catch-up`
+/// panicked adding it to the history's settle, `cron --interval` was
+/// refused only as the library's `interval`, `top --interval` is added to
+/// the clock at each wait.
+#[tokio::test]
+async fn a_duration_flag_past_100_years_is_refused_by_name() {
+    let db = Db::new().await;
+    let huge = "18446744073709551615s";
+    for (args, flag) in [
+        (
+            &["purge", "--history", "--history-catch-up", huge, "--once"][..],
+            "--history-catch-up",
+        ),
+        (&["purge", "--interval", huge, "--once"], "--interval"),
+        (&["cron", "--interval", huge, "--once"], "--interval"),
+        (
+            &["reset", "--stalled-max-age", huge, "--once"],
+            "--stalled-max-age",
+        ),
+        (&["top", "--interval", huge, "--once"], "--interval"),
+        // As seconds too.
+        (
+            &["cron", "--interval", "3200000000", "--once"],
+            "--interval",
+        ),
+    ] {
+        let err = refused(&dbworker(&db, args));
+        assert!(
+            err.contains(flag) && err.contains("100 years"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

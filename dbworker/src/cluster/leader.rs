@@ -74,6 +74,8 @@ impl LeaderOptions {
         if self.lease < Duration::from_millis(30) {
             return invalid("lease", "must be at least 30ms");
         }
+        // Added to the database's clock: past its range, no campaign succeeds.
+        Error::check_max_durations([("lease", self.lease)])?;
         Ok(())
     }
 }

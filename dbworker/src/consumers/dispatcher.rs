@@ -91,6 +91,11 @@ impl DispatcherOptions {
         if self.reconcile_interval < Duration::from_millis(1) {
             return invalid("reconcile_interval", "must be at least 1 ms");
         }
+        Error::check_max_durations([
+            ("poll_interval", self.poll_interval),
+            ("reconcile_interval", self.reconcile_interval),
+            ("connect_timeout", self.connect_timeout),
+        ])?;
         if let Some(ch) = &self.listen
             && !crate::columns::is_identifier(ch)
         {

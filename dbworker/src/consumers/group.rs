@@ -94,7 +94,7 @@ pub struct ConsumerGroupOptions {
     pub leader_table: String,
     /// The leader's lease (see `LeaderOptions::lease`). Default 6 s.
     pub lease: Duration,
-    /// How often the leader rebalances. Default 2 s.
+    /// How often the leader rebalances. At most 15 s. Default 2 s.
     pub rebalance_interval: Duration,
     /// A slice running longer is rolled back and counts as a failure.
     /// Default 30 s.
@@ -103,7 +103,7 @@ pub struct ConsumerGroupOptions {
     /// the log's head (one statement, shared by every group of the process on
     /// the same events table and settings; consumers behind the head are then
     /// woken). Also how often the group looks at its consumers' books, in
-    /// memory. Default 200 ms.
+    /// memory. At least 10 ms. Default 200 ms.
     pub poll_interval: Duration,
     /// Notify mode (`log.listen` set): the dispatcher reads the head on each
     /// notification and at least this often, so an event whose NOTIFY was
@@ -158,11 +158,25 @@ impl ConsumerGroupOptions {
         }
         Relation::parse("node_table", &self.node_table)?;
         Relation::parse("leader_table", &self.leader_table)?;
+        Error::check_max_durations([
+            ("dead_after", self.dead_after),
+            ("lease", self.lease),
+            ("rebalance_interval", self.rebalance_interval),
+            ("slice_timeout", self.slice_timeout),
+            ("poll_interval", self.poll_interval),
+            ("reconcile_interval", self.reconcile_interval),
+            ("max_poll_interval", self.max_poll_interval),
+            ("recheck_interval", self.recheck_interval),
+        ])?;
         if self.slice_timeout.is_zero() {
             return invalid("slice_timeout", "must be positive");
         }
-        if self.poll_interval < Duration::from_millis(1) {
-            return invalid("poll_interval", "must be at least 1 ms");
+        // The group's worker polls at it: the worker's minimum, named here.
+        if self.poll_interval < workerutil::MIN_INTERVAL {
+            return invalid(
+                "poll_interval",
+                &format!("must be at least {:?}", workerutil::MIN_INTERVAL),
+            );
         }
         if self.reconcile_interval < Duration::from_millis(1) {
             return invalid("reconcile_interval", "must be at least 1 ms");
@@ -172,6 +186,19 @@ impl ConsumerGroupOptions {
         }
         if self.rebalance_interval.is_zero() {
             return invalid("rebalance_interval", "must be positive");
+        }
+        // The group's worker heartbeats at it, and refuses a heartbeat longer
+        // than its default `heartbeat_failure_limit`: named here instead.
+        if let Some(limit) = WorkerOptions::new("").heartbeat_failure_limit
+            && self.rebalance_interval > limit
+        {
+            return invalid(
+                "rebalance_interval",
+                &format!(
+                    "must be at most {} (the group's worker heartbeats at it)",
+                    workerutil::duration::format(limit)
+                ),
+            );
         }
         Ok(())
     }

@@ -136,6 +136,12 @@ impl LogOptions {
         if self.slice_size == 0 {
             return Err(invalid("slice_size", "must be at least 1"));
         }
+        // Added to the clock under the books' lock: a panic there poisons it.
+        Error::check_max_durations([
+            ("slice_pause", self.slice_pause),
+            ("retry_after", self.retry_after),
+            ("connect_timeout", self.connect_timeout),
+        ])?;
         if self.max_consecutive_failures == 0 {
             return Err(invalid("max_consecutive_failures", "must be at least 1"));
         }

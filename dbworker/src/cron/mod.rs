@@ -73,6 +73,8 @@ impl SchedulerOptions {
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
         Relation::parse("cron_table", &self.cron_table)?;
+        // A pass adds a minute to it.
+        Error::check_max_durations([("interval", self.interval)])?;
         if self.interval < Duration::from_millis(10) {
             return Err(Error::InvalidOption {
                 field: "interval",

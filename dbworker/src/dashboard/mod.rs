@@ -127,7 +127,29 @@ impl DashboardOptions {
         if self.tables.is_empty() {
             return invalid("tables", "name at least one job table");
         }
+        // URLs name a table by its name: a second of one name is unreachable.
+        for (i, t) in self.tables.iter().enumerate() {
+            if self.tables[..i].iter().any(|u| u.name() == t.name()) {
+                return invalid(
+                    "tables",
+                    &format!(
+                        "two tables are named {:?}; the second would be unreachable",
+                        t.name()
+                    ),
+                );
+            }
+        }
         crate::columns::Relation::parse("history_table", &self.history_table)?;
+        // Parsed where pages read them: a bad name would list no process.
+        for (field, name) in [
+            ("node_table", &self.node_table),
+            ("leader_table", &self.leader_table),
+        ] {
+            if let Some(name) = name {
+                crate::columns::Relation::parse(field, name)?;
+            }
+        }
+        Error::check_max_durations([("dead_after", self.dead_after)])?;
         if self.page_size == 0 {
             return invalid("page_size", "must be at least 1");
         }

@@ -110,6 +110,14 @@ impl HistoryOptions {
             |field: &'static str, reason: String| Err(Error::InvalidOption { field, reason });
         let hour = Duration::from_secs(3600);
         let h = Relation::parse("history_table", &self.history_table)?;
+        // Bounded, the sum below cannot overflow.
+        Error::check_max_durations([
+            ("interval", self.interval),
+            ("settle", self.settle),
+            ("catch_up", self.catch_up),
+            ("downsample_after", self.downsample_after),
+            ("keep", self.keep),
+        ])?;
         if self.interval.is_zero() {
             return invalid("interval", "must be positive".into());
         }

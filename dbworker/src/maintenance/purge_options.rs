@@ -132,9 +132,16 @@ impl PurgeOptions {
                 ));
             }
         }
+        for (_, age) in &self.max_age {
+            Error::check_max_durations([("max_age", *age)])?;
+        }
         if self.chunk_size == 0 {
             return Err(invalid("chunk_size", "must be at least 1".into()));
         }
+        Error::check_max_durations([
+            ("interval", self.interval),
+            ("detach_lock_timeout", self.detach_lock_timeout),
+        ])?;
         if self.interval.is_zero() {
             return Err(invalid("interval", "must be positive".into()));
         }

@@ -98,6 +98,7 @@ impl ResetterOptions {
             return Err(invalid("name", "must not be empty"));
         }
         self.stall.validate()?;
+        Error::check_max_durations([("interval", self.interval)])?;
         if self.interval.is_zero() {
             return Err(invalid("interval", "must be positive"));
         }
@@ -127,6 +128,8 @@ impl ResetterOptions {
 
 /// The registry table and its dead age, checked.
 fn dead_nodes(node_table: &str, dead_after: Duration) -> Result<(Relation, Duration)> {
+    // Each pass adds `stalled_max_age` to it.
+    Error::check_max_durations([("dead_after", dead_after)])?;
     if dead_after < Duration::from_millis(30) {
         return Err(Error::InvalidOption {
             field: "dead_after",

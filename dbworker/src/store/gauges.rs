@@ -121,6 +121,7 @@ impl<R: Record> QueueGauges<R> {
                 reason: "must be positive".into(),
             });
         }
+        Error::check_max_durations([("interval", interval)])?;
         Ok(QueueGauges { store, interval })
     }
 }

@@ -155,6 +155,8 @@ impl Default for StallOptions {
 impl StallOptions {
     /// Checks every field; the error names it.
     pub fn validate(&self) -> Result<(), Error> {
+        // The resetter adds it to the registry's `dead_after`.
+        Error::check_max_durations([("stalled_max_age", self.stalled_max_age)])?;
         if self.stalled_max_age < Duration::from_millis(100) {
             return Err(invalid("stalled_max_age", "must be at least 100ms"));
         }
@@ -171,7 +173,8 @@ impl StallOptions {
 #[non_exhaustive]
 pub struct ClaimOptions {
     /// With a view, how many candidate rows (beyond the requested batch) the
-    /// claim considers before locking rows of the table. Default 50.
+    /// claim considers before locking rows of the table. At most 1,000,000.
+    /// Default 50.
     pub candidate_window: usize,
     /// The claim cursor's probe interval. Claims start their index scan at
     /// the lowest id that can still be eligible (just past what this store
@@ -322,8 +325,16 @@ impl StoreOptions {
         if c.candidate_window == 0 {
             return Err(invalid("candidate_window", "must be at least 1"));
         }
+        // Added to the batch size for the window's `LIMIT`: bounded, the sum
+        // cannot overflow, and no claim reads more candidates than that.
+        if c.candidate_window > 1_000_000 {
+            return Err(invalid("candidate_window", "must be at most 1,000,000"));
+        }
         if matches!(c.claim_cursor, Some(d) if d < Duration::from_millis(10)) {
             return Err(invalid("claim_cursor", "must be at least 10ms"));
+        }
+        if let Some(d) = c.claim_cursor {
+            Error::check_max_durations([("claim_cursor", d)])?;
         }
         if let Some(flags) = &c.forbidden_flags {
             flags.check()?;

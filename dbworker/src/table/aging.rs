@@ -60,6 +60,10 @@ impl Aging {
         if self.interval < Duration::from_millis(10) {
             return invalid("interval must be at least 10ms");
         }
+        // Claims divide a wait by it in SQL; bounded like every option's time.
+        if self.interval > workerutil::duration::MAX {
+            return invalid("interval must be at most 100 years");
+        }
         if self.max_boost == Some(0) {
             return invalid("max_boost must be at least 1 (leave it unset for no limit)");
         }

@@ -302,6 +302,7 @@ impl JobTableOptions {
         if self.connect_timeout.is_zero() {
             return Err(invalid("connect_timeout", "must be positive"));
         }
+        Error::check_max_durations([("connect_timeout", self.connect_timeout)])?;
         if self.column_expressions.iter().any(|e| e.trim().is_empty()) {
             return Err(invalid("column_expressions", "an expression is empty"));
         }

@@ -282,3 +282,49 @@ async fn a_group_runs_with_its_documented_grants_and_names_a_missing_one() {
     })
     .await;
 }
+
+/// The group passes its times to the worker it builds (`poll_interval` as
+/// its poll, `rebalance_interval` as its heartbeat): a value the worker
+/// refuses is refused by the group, naming the group's field, not the
+/// worker's (`interval`, `heartbeat_failure_limit`) the user never set.
+/// The worker's bounds themselves are accepted.
+#[tokio::test]
+async fn a_group_time_the_worker_refuses_is_named_by_the_group() {
+    let _cluster = CLUSTER.read().await;
+    let db = set_up().await;
+    let group = |set: &dyn Fn(&mut dbworker::consumers::ConsumerGroupOptions)| {
+        let mut o = fast_group();
+        o.node_id = "n".into();
+        set(&mut o);
+        let pool = db.pool.clone();
+        async move {
+            let consumers = Consumers::new().add(Project::new("audit"));
+            dbworker::consumers::ConsumerGroup::new(&pool, o, consumers).await
+        }
+    };
+    type Set = Box<dyn Fn(&mut dbworker::consumers::ConsumerGroupOptions)>;
+    let refused: Vec<(&str, Set)> = vec![
+        (
+            "poll_interval",
+            Box::new(|o| o.poll_interval = Duration::from_millis(5)),
+        ),
+        (
+            "rebalance_interval",
+            Box::new(|o| o.rebalance_interval = Duration::from_secs(16)),
+        ),
+    ];
+    for (field, set) in &refused {
+        match group(set).await {
+            Err(Error::InvalidOption { field: f, reason }) => {
+                assert_eq!(f, *field, "{reason}");
+            }
+            other => panic!("{field}: expected an error, got {:?}", other.err()),
+        }
+    }
+    group(&|o| {
+        o.poll_interval = Duration::from_millis(10);
+        o.rebalance_interval = Duration::from_secs(15);
+    })
+    .await
+    .unwrap();
+}

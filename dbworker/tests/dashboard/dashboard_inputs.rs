@@ -150,3 +150,52 @@ async fn bad_numbers_answer_400_and_database_errors_are_not_echoed() {
     assert!(!body.contains("dbworker_limits"), "{body}");
     assert!(!body.contains("does not exist"), "{body}");
 }
+
+/// Options `Dashboard::new` used to take and fail on later: a registry or
+/// lease table name that does not parse (the overview silently listed no
+/// process, `/processes` answered 400 to every visit), two job tables of
+/// one name (the second unreachable: URLs name a table by its name), and a
+/// `dead_after` past 100 years. Each is refused at start-up, by name.
+#[tokio::test]
+async fn bad_options_are_refused_at_start_up_by_name() {
+    use dbworker::Error;
+    use std::time::Duration;
+    let (db, _) = shared::seed().await;
+    let table = db.table_with(|_| {}).await;
+    let name = table.name();
+    type Set = Box<dyn Fn(&mut DashboardOptions)>;
+    let cases: Vec<(&str, &str, Set)> = vec![
+        (
+            "node_table",
+            "nodes;",
+            Box::new(|o| o.node_table = Some("nodes; --".into())),
+        ),
+        (
+            "leader_table",
+            "leaders;",
+            Box::new(|o| o.leader_table = Some("leaders; --".into())),
+        ),
+        (
+            "tables",
+            &name,
+            Box::new(|o| o.tables.push(o.tables[0].clone())),
+        ),
+        (
+            "dead_after",
+            "100 years",
+            Box::new(|o| o.dead_after = Duration::MAX),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (field, names, set) in cases {
+        let mut o = DashboardOptions::new(vec![table.clone()]);
+        set(&mut o);
+        match Dashboard::new(&db.pool, o).await {
+            Err(Error::InvalidOption { field: f, reason })
+                if f == field && reason.contains(names) => {}
+            Err(other) => wrong.push(format!("{field}: {other}")),
+            Ok(_) => wrong.push(format!("{field}: accepted")),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

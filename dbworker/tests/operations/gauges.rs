@@ -159,8 +159,10 @@ async fn a_requeued_job_has_waited_since_its_requeue() {
     assert!((59.0..3600.0).contains(&queued.oldest_seconds), "{stats:?}");
 }
 
+/// A zero interval, and one past 100 years (the bound on every option's
+/// time, `workerutil::duration::MAX`), are refused by name.
 #[tokio::test]
-async fn the_gauges_service_refuses_a_zero_interval() {
+async fn the_gauges_service_refuses_a_zero_or_endless_interval() {
     let db = Db::new().await;
     let table = db.table().await;
     let store = std::sync::Arc::new(
@@ -168,17 +170,15 @@ async fn the_gauges_service_refuses_a_zero_interval() {
             .await
             .unwrap(),
     );
-    let err = dbworker::QueueGauges::new(store, std::time::Duration::ZERO).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            dbworker::Error::InvalidOption {
-                field: "interval",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    for interval in [std::time::Duration::ZERO, std::time::Duration::MAX] {
+        match dbworker::QueueGauges::new(store.clone(), interval) {
+            Err(dbworker::Error::InvalidOption {
+                field: "interval", ..
+            }) => {}
+            Err(other) => panic!("{interval:?}: {other}"),
+            Ok(_) => panic!("{interval:?}: accepted"),
+        }
+    }
 }
 
 /// Every store operation moves its counter (by outcome) and its histogram;

@@ -232,3 +232,209 @@ fn an_unknown_field_or_a_bad_value_is_refused_by_name() {
         other => panic!("expected an error, got {other:?}"),
     }
 }
+
+/// Every time an option takes, far past `workerutil::duration::MAX` (100
+/// years): refused by `validate`, naming the field. Such times were accepted
+/// and then overflowed where they are added to a clock or to each other (a
+/// panic, or a statement the database refuses on every pass); `catch_up`
+/// panicked inside `validate` itself.
+#[test]
+fn a_time_past_100_years_is_refused_by_name() {
+    use dbworker::Aging;
+    use dbworker::cluster::LeaderOptions;
+    use dbworker::consumers::{ConsumerGroupOptions, DispatcherOptions, LogOptions};
+    use dbworker::history::HistoryOptions;
+    use dbworker::maintenance::PurgeOptions;
+    use serde::de::DeserializeOwned;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    /// Options read from `json`, where `HUGE` stands for the time.
+    fn file<T: DeserializeOwned>(json: &str) -> T {
+        let json = json.replace("HUGE", "18446744073709551615s");
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("{json}: {e}"))
+    }
+    fn with<T>(mut o: T, set: impl FnOnce(&mut T)) -> T {
+        set(&mut o);
+        o
+    }
+    let huge = Duration::from_secs(u64::MAX);
+    let group = || {
+        let mut o = ConsumerGroupOptions::new("g", "events");
+        o.node_id = "n".into();
+        o
+    };
+    let log = || LogOptions::new("l", "events", "n", vec!["c".into()]);
+    type Case = (&'static str, Box<dyn Fn() -> Result<(), Error>>);
+    let cases: Vec<Case> = vec![
+        (
+            "interval",
+            Box::new(|| file::<HistoryOptions>(r#"{"interval": "HUGE"}"#).validate()),
+        ),
+        (
+            "settle",
+            Box::new(|| file::<HistoryOptions>(r#"{"settle": "HUGE"}"#).validate()),
+        ),
+        (
+            "catch_up",
+            Box::new(|| file::<HistoryOptions>(r#"{"catch_up": "HUGE"}"#).validate()),
+        ),
+        (
+            "downsample_after",
+            Box::new(|| file::<HistoryOptions>(r#"{"downsample_after": "HUGE"}"#).validate()),
+        ),
+        (
+            "keep",
+            Box::new(|| file::<HistoryOptions>(r#"{"keep": "HUGE"}"#).validate()),
+        ),
+        (
+            "catch_up",
+            Box::new(|| file::<PurgeOptions>(r#"{"history": {"catch_up": "HUGE"}}"#).validate()),
+        ),
+        (
+            "max_age",
+            Box::new(|| file::<PurgeOptions>(r#"{"max_age": {"failed": "HUGE"}}"#).validate()),
+        ),
+        (
+            "interval",
+            Box::new(|| file::<PurgeOptions>(r#"{"interval": "HUGE"}"#).validate()),
+        ),
+        (
+            "detach_lock_timeout",
+            Box::new(|| file::<PurgeOptions>(r#"{"detach_lock_timeout": "HUGE"}"#).validate()),
+        ),
+        (
+            "interval",
+            Box::new(|| file::<SchedulerOptions>(r#"{"interval": "HUGE"}"#).validate()),
+        ),
+        (
+            "interval",
+            Box::new(|| file::<ResetterOptions>(r#"{"interval": "HUGE"}"#).validate()),
+        ),
+        (
+            "dead_after",
+            Box::new(|| {
+                file::<ResetterOptions>(r#"{"node_table": "nodes", "dead_after": "HUGE"}"#)
+                    .validate()
+            }),
+        ),
+        (
+            "stalled_max_age",
+            Box::new(|| {
+                file::<ResetterOptions>(r#"{"stall": {"stalled_max_age": "HUGE"}}"#).validate()
+            }),
+        ),
+        (
+            "claim_cursor",
+            Box::new(|| {
+                file::<StoreOptions>(r#"{"name": "s", "claim": {"claim_cursor": "HUGE"}}"#)
+                    .validate()
+            }),
+        ),
+        (
+            "connect_timeout",
+            Box::new(|| {
+                file::<JobTableOptions>(r#"{"table_name": "jobs", "connect_timeout": "HUGE"}"#)
+                    .validate()
+            }),
+        ),
+        (
+            "aging",
+            Box::new(|| file::<Aging>(r#"{"interval": "HUGE"}"#).validate()),
+        ),
+        (
+            "lease",
+            Box::new(move || {
+                let mut o = LeaderOptions::new("scope", "n");
+                o.lease = huge;
+                o.validate()
+            }),
+        ),
+        (
+            "slice_pause",
+            Box::new(move || with(log(), |o| o.slice_pause = huge).validate()),
+        ),
+        (
+            "retry_after",
+            Box::new(move || with(log(), |o| o.retry_after = huge).validate()),
+        ),
+        (
+            "connect_timeout",
+            Box::new(move || with(log(), |o| o.connect_timeout = huge).validate()),
+        ),
+        (
+            "poll_interval",
+            Box::new(move || {
+                let mut o = DispatcherOptions::new("events");
+                o.poll_interval = huge;
+                o.validate()
+            }),
+        ),
+        (
+            "reconcile_interval",
+            Box::new(move || {
+                let mut o = DispatcherOptions::new("events");
+                o.reconcile_interval = huge;
+                o.validate()
+            }),
+        ),
+        (
+            "dead_after",
+            Box::new(move || with(group(), |o| o.dead_after = huge).validate()),
+        ),
+        (
+            "lease",
+            Box::new(move || with(group(), |o| o.lease = huge).validate()),
+        ),
+        (
+            "slice_timeout",
+            Box::new(move || with(group(), |o| o.slice_timeout = huge).validate()),
+        ),
+        (
+            "poll_interval",
+            Box::new(move || with(group(), |o| o.poll_interval = huge).validate()),
+        ),
+        (
+            "reconcile_interval",
+            Box::new(move || with(group(), |o| o.reconcile_interval = huge).validate()),
+        ),
+        (
+            "max_poll_interval",
+            Box::new(move || with(group(), |o| o.max_poll_interval = huge).validate()),
+        ),
+        (
+            "recheck_interval",
+            Box::new(move || with(group(), |o| o.recheck_interval = huge).validate()),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (field, validate)) in cases.iter().enumerate() {
+        match catch_unwind(AssertUnwindSafe(validate)) {
+            Ok(Err(Error::InvalidOption { field: f, reason }))
+                if f == *field && reason.contains("at most 100 years") => {}
+            Ok(other) => wrong.push(format!("case {i} ({field}): {other:?}")),
+            Err(_) => wrong.push(format!("case {i} ({field}): validate panicked")),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// `candidate_window` is added to a claim's batch size for the window's
+/// `LIMIT`: `usize::MAX` overflowed there (a panic in a debug build, a
+/// wrapped limit in a release one). A million is accepted, more refused.
+#[test]
+fn a_candidate_window_past_a_million_is_refused_by_name() {
+    let store = |window: u64| -> StoreOptions {
+        let json = format!(r#"{{"name": "s", "claim": {{"candidate_window": {window}}}}}"#);
+        serde_json::from_str(&json).unwrap()
+    };
+    store(1_000_000).validate().unwrap();
+    for window in [1_000_001, u64::MAX] {
+        match store(window).validate() {
+            Err(Error::InvalidOption { field, reason }) => {
+                assert_eq!(field, "candidate_window");
+                assert!(reason.contains("at most 1,000,000"), "{reason}");
+            }
+            other => panic!("{window}: expected an error, got {other:?}"),
+        }
+    }
+}
