@@ -139,19 +139,27 @@ impl Admin {
     /// Checks the grants the actions other than deleting use: `UPDATE` on
     /// the table, with workflows what the release trigger touches when an
     /// action finishes or retries a job, and on a partitioned table with
-    /// keys `SELECT, INSERT, DELETE` on its key table. Each missing grant
-    /// is named with its `GRANT` ([`Error::Access`]).
+    /// keys `SELECT, INSERT, DELETE` on its key table, and with the progress
+    /// side table `SELECT, UPDATE` on it (a completion drops the checkpoint
+    /// there). Each missing grant is named with its `GRANT`
+    /// ([`Error::Access`]).
     pub async fn check_actions(&self) -> Result<()> {
-        Grants::new("acting on jobs")
+        let mut grants = Grants::new("acting on jobs")
             .on_table(&self.t, &[Privilege::Update])
             .release_trigger(&self.t)
             // A requeue takes the job's key again, a cancel frees it.
             .on_keys(
                 &self.t,
                 &[Privilege::Select, Privilege::Insert, Privilege::Delete],
-            )
-            .check(&self.pool)
-            .await
+            );
+        if let Some(side) = &self.t.progress_table {
+            grants = grants.on(
+                "progress table",
+                side,
+                &[Privilege::Select, Privilege::Update],
+            );
+        }
+        grants.check(&self.pool).await
     }
 
     /// Checks the grants [`delete`](Self::delete), [`remove_key`](Self::remove_key)

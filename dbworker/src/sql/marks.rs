@@ -85,14 +85,14 @@ const MAX_DELAY_SECS: f64 = 100.0 * 365.25 * 86_400.0;
 
 /// `(retry_after, max_delay, backoff_factor, steps)` as the delay's SQL
 /// binds them: the delays in seconds (the cap at most a century), the
-/// factor at least 1 and at most 10^6 (beyond, one step reaches any cap
-/// anyway), and the fewest failures after which `retry_after · factorⁿ`
+/// factor at least 1 (and at most 10^290, so one step past the cap stays a
+/// float8), and the fewest failures after which `retry_after · factorⁿ`
 /// reaches the cap, so the power never grows past it.
 pub(crate) fn backoff_bounds(r: &RetryPolicy) -> (f64, f64, f64, i32) {
     let max = r.max_delay.as_secs_f64().min(MAX_DELAY_SECS);
     let after = r.retry_after.as_secs_f64().min(max);
     let factor = if r.backoff_factor.is_finite() {
-        r.backoff_factor.clamp(1.0, 1e6)
+        r.backoff_factor.clamp(1.0, 1e290)
     } else {
         1.0
     };

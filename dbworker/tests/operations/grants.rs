@@ -1120,6 +1120,55 @@ async fn progress_table(pool: &PgPool) -> Result<JobTable, dbworker::Error> {
     JobTable::new(pool, o).await
 }
 
+/// An operator's actions on a table with the progress side table: a
+/// completion drops the job's checkpoint there.
+const PROGRESS_OPERATOR: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "SELECT ON jobs_progress",
+    "UPDATE ON jobs_progress",
+]);
+
+/// With exactly the documented grants an operator completes a job of a
+/// table with the progress side table (its checkpoint dropped there);
+/// without any one, `check_actions` names it.
+#[tokio::test]
+async fn an_operator_completes_jobs_of_a_progress_table_with_the_documented_grants() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+        .await;
+    let id = db.enqueue(1, serde_json::json!({})).await[0];
+    db.execute(&format!(
+        "INSERT INTO jobs_progress (job_id, checkpoint) VALUES ({id}, '{{\"at\": 1}}')"
+    ))
+    .await;
+    let (name, pool) = role_with(&db, PROGRESS_OPERATOR.0).await;
+    let admin = Admin::new(&pool, &progress_table(&pool).await.unwrap())
+        .await
+        .unwrap();
+    admin.check_actions().await.unwrap();
+    let done = admin
+        .act_on_ids(&[id], &dbworker::admin::BulkAction::Complete)
+        .await
+        .unwrap();
+    assert_eq!(done, 1);
+    let kept: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs_progress WHERE job_id = $1 AND checkpoint IS NOT NULL",
+            id,
+        )
+        .await;
+    assert_eq!(kept, 0, "the completion dropped the checkpoint");
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &PROGRESS_OPERATOR, |pool| async move {
+        Admin::new(&pool, &progress_table(&pool).await?)
+            .await?
+            .check_actions()
+            .await
+    })
+    .await;
+}
+
 /// With exactly the documented grants a worker saves a checkpoint, sets and
 /// reports progress and completes, a reader shows the job with it and a
 /// purger purges both rows; without any one, each refuses to start and
