@@ -97,6 +97,11 @@ pub fn enqueue_function_sql(
             pa = lit(&c.process_after),
             nf = lit(&c.num_failures),
         );
+        let retaken_waiting = format!(
+            "{pa} = CASE WHEN j.{nf} > 0 OR j.\"awaiting\" IS NOT NULL THEN excluded.{pa} ELSE j.{pa} END",
+            pa = lit(&c.process_after),
+            nf = lit(&c.num_failures),
+        );
         // A processing holder gives the key up to the new job (like sql::release_key).
         let cap = if columns.max_retries {
             format!(
@@ -116,7 +121,16 @@ pub fn enqueue_function_sql(
           FROM jsonb_object_keys(vals) AS k
          WHERE k <> 'job_key' AND k <> {process_after};
         sets := concat_ws(', ', sets, '{fresh}');
-        IF key_mode = 'preserve_run_at' THEN
+        -- With signals, the new work waits for nothing, and the old wait's
+        -- timeout is no schedule to preserve (like sql::enqueue_keyed).
+        waits := EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{table_literal}'::regclass
+                          AND attname = 'awaiting' AND NOT attisdropped);
+        IF waits THEN
+            sets := concat_ws(', ', sets, '"awaiting" = NULL');
+        END IF;
+        IF key_mode = 'preserve_run_at' AND waits THEN
+            sets := concat_ws(', ', sets, '{retaken_waiting}');
+        ELSIF key_mode = 'preserve_run_at' THEN
             sets := concat_ws(', ', sets, '{retaken}');
         ELSE
             sets := concat_ws(', ', sets, '{run_at_now}');
@@ -190,6 +204,7 @@ DECLARE
     sets text;
     new_id bigint;
     replaced boolean;
+    waits boolean;
     bad text;
 BEGIN
     SELECT k INTO bad FROM jsonb_object_keys(COALESCE(fields, '{{}}')) AS k

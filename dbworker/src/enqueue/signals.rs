@@ -11,8 +11,11 @@ use crate::trace::TraceContext;
 /// Sends signals to a table's jobs (`dbworker migration --signals`). A
 /// signal is durable (one sent before the job waits is kept, and the job's
 /// wait then ends at once), delivered once (a repeated `dedupe` key is
-/// dropped, so a webhook retried three times delivers once), and consumed by
-/// the attempt it resumes ([`DbJob::signal`](crate::DbJob::signal)).
+/// dropped for that job, so a webhook retried three times delivers once; by
+/// key, a retry that arrives after the key passed to a new job is that
+/// job's signal), and consumed by the attempt it resumes
+/// ([`DbJob::signal`](crate::DbJob::signal)). A signal to a finished job is
+/// kept too: it is read only if the job runs again (an operator's requeue).
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool, order_job: i64) -> Result<(), Box<dyn std::error::Error>> {

@@ -1,6 +1,6 @@
 //! The enqueue side: rows inserted one or many per statement, keyed inserts, COPY.
 
-use crate::columns::{CHECKPOINT, PROGRESS, TRACEPARENT, TRACESTATE};
+use crate::columns::{AWAITING, CHECKPOINT, PROGRESS, TRACEPARENT, TRACESTATE};
 use std::time::{Duration, SystemTime};
 
 use super::claim::cte;
@@ -236,9 +236,19 @@ pub(super) fn as_new(t: &Table, mode: OnKey, new_run_at: Expr) -> Vec<(Alias, Ex
         values.push((alias(PROGRESS), Expr::cust("NULL")));
         values.push((alias(CHECKPOINT), Expr::cust("NULL")));
     }
+    if t.signals.is_some() {
+        // The new work waits for nothing: a signal to the old wait's name
+        // must not wake it before its run time. (Signals sent to the key
+        // stay in the mailbox: they are the live holder's.)
+        values.push((alias(AWAITING), Expr::cust("NULL")));
+    }
     if mode == OnKey::PreserveRunAt {
-        // SET reads the row as it was: these are the holder's old failures.
-        let failed_before = counter(ENQUEUE_ALIAS, &c.num_failures).gt(0);
+        // SET reads the row as it was: these are the holder's old failures,
+        // and its wait, whose timeout is no schedule either.
+        let mut failed_before = counter(ENQUEUE_ALIAS, &c.num_failures).gt(0);
+        if t.signals.is_some() {
+            failed_before = failed_before.or(col(ENQUEUE_ALIAS, AWAITING).is_not_null());
+        }
         values.push((
             alias(&c.process_after),
             Expr::case(failed_before, new_run_at)

@@ -316,3 +316,88 @@ async fn a_replace_drops_the_old_works_checkpoint_from_the_side_table() {
         );
     }
 }
+
+/// A replaced holder that was waiting for a signal waits for nothing: the
+/// new work runs at its own run time, and a signal to the old wait's name
+/// does not wake it early (before, `awaiting` stayed, and the signal made
+/// the new work due at once); under `PreserveRunAt` the old wait's timeout
+/// is no schedule to keep. The enqueuer and the SQL function alike.
+#[tokio::test]
+async fn a_replaced_waiting_holder_waits_for_nothing_and_keeps_no_wait_timeout() {
+    let (db, _) = set_up(false).await;
+    db.execute(&dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap())
+        .await;
+    let mut o: JobTableOptions = Db::table_options();
+    o.key_column = Some("job_key".into());
+    o.max_retries_column = Some("max_retries".into());
+    o.signals = true;
+    let table = JobTable::new(&db.pool, o).await.unwrap();
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let ddl = enqueue_function_sql("jobs", &Default::default(), OptionalColumns::all()).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let id = enqueuer
+        .enqueue(&job(1, KeyMode::Replace))
+        .await
+        .unwrap()
+        .id();
+    // Waiting for "paid", timing out in an hour.
+    let wait = || async {
+        db.execute("UPDATE jobs SET awaiting = 'paid', process_after = now() + interval '1 hour'")
+            .await;
+    };
+    // Seconds from now to the job's run time, and what it waits for.
+    let due = || async {
+        sqlx::query_as::<_, (f64, Option<String>)>(
+            "SELECT EXTRACT(EPOCH FROM process_after - now())::float8, awaiting FROM jobs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let day = 86_400.0;
+    let in_a_day = std::time::Duration::from_secs(86_400);
+    for mode in [KeyMode::Replace, KeyMode::PreserveRunAt] {
+        wait().await;
+        let got = enqueuer
+            .enqueue(&job(2, mode).run_after(in_a_day))
+            .await
+            .unwrap();
+        assert_eq!(got, Enqueued::Updated(id), "{mode:?}");
+        sqlx::query("SELECT jobs_signal($1, 'paid')")
+            .bind(id)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let (secs, awaiting) = due().await;
+        assert_eq!(awaiting, None, "{mode:?}");
+        assert!(
+            (secs - day).abs() < 60.0,
+            "{mode:?}: due in {secs} s, not in a day"
+        );
+    }
+    for mode in ["replace", "preserve_run_at"] {
+        wait().await;
+        sqlx::query(
+            "SELECT jobs_enqueue('{\"payload\": {}}', run_at => now() + interval '1 day', job_key => 'k', key_mode => $1)",
+        )
+        .bind(mode)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        sqlx::query("SELECT jobs_signal($1, 'paid')")
+            .bind(id)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let (secs, awaiting) = due().await;
+        assert_eq!(awaiting, None, "SQL {mode}");
+        assert!(
+            (secs - day).abs() < 60.0,
+            "SQL {mode}: due in {secs} s, not in a day"
+        );
+    }
+}
