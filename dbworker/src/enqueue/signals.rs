@@ -91,7 +91,8 @@ impl Signals {
             .await
     }
 
-    /// [`send`](Self::send) to the live job holding `key` (a keyed table).
+    /// [`send`](Self::send) to the live job holding `key` (a keyed table;
+    /// the key column must be `job_key`, which `<table>_signal_key` reads).
     pub async fn send_to_key(
         &self,
         key: &str,
@@ -99,6 +100,19 @@ impl Signals {
         payload: serde_json::Value,
         dedupe: Option<&str>,
     ) -> Result<bool> {
+        // The function reads `job_key`; a table keyed by another column
+        // would be told "no such job" for every key.
+        if let Some(column) = self.table.sql().key_column.as_deref()
+            && column != "job_key"
+        {
+            return Err(Error::InvalidOption {
+                field: "key_column",
+                reason: format!(
+                    "a signal by key finds the job by its job_key column (`<table>_signal_key`), but {} keys its jobs by {column}",
+                    self.table.relation().display_name(),
+                ),
+            });
+        }
         let mut conn = self.pool.acquire().await.map_err(Error::db("acquire"))?;
         self.deliver(&mut conn, SignalTarget::Key(key), name, payload, dedupe)
             .await

@@ -701,3 +701,38 @@ async fn a_transactional_wait_with_a_report_pending_keeps_the_handlers_writes() 
     assert_eq!(progress, Some(json!({"step": 3})));
     assert_eq!(waiting(&db, id).await.1.as_deref(), Some("paid"));
 }
+
+/// `<table>_signal_key` finds the job by `job_key`: a table keyed by
+/// another column is told so by `send_to_key`, naming it, rather than
+/// "no such job" for every key.
+#[tokio::test]
+async fn a_signal_by_key_on_a_table_keyed_by_another_column_is_refused_by_name() {
+    let db = Db::new().await;
+    db.add_columns(
+        |_| {},
+        &[
+            dbworker::ddl::signals_sql("jobs", &Default::default()).unwrap(),
+            "ALTER TABLE jobs ADD COLUMN dedupe_key text; \
+             CREATE UNIQUE INDEX jobs_dedupe_key ON jobs (dedupe_key) \
+             WHERE state IN ('queued', 'errored', 'processing')"
+                .to_owned(),
+        ],
+    )
+    .await;
+    let table = db
+        .table_with(|o| {
+            o.signals = true;
+            o.key_column = Some("dedupe_key".into());
+        })
+        .await;
+    let signals = dbworker::Signals::new(&db.pool, &table).await.unwrap();
+    let err = signals
+        .send_to_key("k", "paid", serde_json::Value::Null, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("finds the job by its job_key column") && err.contains("dedupe_key"),
+        "{err}"
+    );
+}
