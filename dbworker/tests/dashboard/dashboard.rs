@@ -35,6 +35,16 @@ async fn dashboard(db: &Db, auth: Auth) -> Dashboard {
     Dashboard::new(&db.pool, o).await.unwrap()
 }
 
+/// `text` percent-encoded for a query string.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 async fn get(
     app: &Router,
     path: &str,
@@ -148,6 +158,17 @@ async fn pages_render_counts_filters_and_escape_hostile_text_on((db, failed): (D
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    // Nor through a value holding one: the whole column as Postgres prints
+    // it, or a parent object of the hidden key, would list the job only when
+    // the guessed secret is right.
+    let whole = r#"payload={"note": "<img src=x onerror=alert(2)>", "api_key": "sk-live-123", "customer_id": "42"}"#;
+    let parent = r#"payload.billing={"plan": "pro", "api_key": "sk-live-123"}"#;
+    for field in [whole, parent] {
+        let (status, page, _) =
+            get(&app, &format!("/t/jobs/jobs?field={}", encode(field)), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {page}");
+        assert!(page.contains("field: that field is hidden"), "{page}");
+    }
     let (status, _, _) = get(&app, "/t/jobs/jobs?state=bogus", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, _, _) = get(&app, "/t/nope/jobs", None).await;
