@@ -274,7 +274,10 @@ pub(crate) fn jobs(
             button type="submit" { "Filter" }
         }
         form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
-            input type="hidden" name="csrf" value=(s.csrf);
+            // The token only for admins: a reader has no action to take, and
+            // holding it could forge an admin's post from another page (only
+            // the same-origin check would stand).
+            @if admin { input type="hidden" name="csrf" value=(s.csrf); }
             (hidden_filters(q))
             table {
                 tr {

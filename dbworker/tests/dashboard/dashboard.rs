@@ -357,6 +357,15 @@ async fn bearer_and_basic_auth_with_two_roles() {
         "no actions for readers"
     );
     assert!(page.contains("read-only"), "{page}");
+    // No page gives a reader the admins' token: not the job list (its bulk
+    // form), nor the queues page.
+    for path in ["/t/jobs/jobs", "/t/jobs/queues", "/"] {
+        let (status, page, _) = get(&app, path, read).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(!page.contains("name=\"csrf\""), "{path}: {page}");
+    }
+    let (_, page, _) = get(&app, "/t/jobs/jobs", Some("Bearer admin-secret")).await;
+    assert!(page.contains("name=\"csrf\""), "{page}");
     let (_, admin_page, _) = get(
         &app,
         &format!("/t/jobs/jobs/{failed}"),
