@@ -534,7 +534,7 @@ async fn act_on_matching(
 }
 
 /// Asks on the terminal; refuses when no one can answer.
-fn confirm(question: &str) -> Result<bool> {
+pub(crate) fn confirm(question: &str) -> Result<bool> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         return Ok(false);

@@ -78,7 +78,9 @@ pub(crate) struct UiArgs {
     /// The read-only bearer token.
     #[arg(long, env = "DBWORKER_UI_READ_TOKEN", hide_env_values = true)]
     read_token: Option<String>,
-    /// Basic-auth users, `name:password:admin|read` (comma-separated).
+    /// Basic-auth users, `name:password:admin|read`, comma-separated: the
+    /// name is before the first ':', the role after the last, the password
+    /// between (it may hold ':', not ',', which separates entries).
     #[arg(
         long,
         env = "DBWORKER_UI_USERS",
@@ -95,23 +97,8 @@ pub(crate) struct UiArgs {
 fn auth(args: &UiArgs) -> Result<Auth> {
     if !args.users.is_empty() {
         let mut users = Vec::new();
-        for u in &args.users {
-            let mut parts = u.splitn(3, ':');
-            let (Some(name), Some(password), Some(role)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                bail!("--users: expected name:password:admin|read, got {u:?}");
-            };
-            let role = match role {
-                "admin" => Role::Admin,
-                "read" => Role::ReadOnly,
-                other => bail!("--users: role must be admin or read, got {other:?}"),
-            };
-            users.push(BasicUser {
-                name: name.to_owned(),
-                password: password.to_owned(),
-                role,
-            });
+        for (i, entry) in args.users.iter().enumerate() {
+            users.push(basic_user(i + 1, entry)?);
         }
         return Ok(Auth::Basic(users));
     }
@@ -128,6 +115,38 @@ fn auth(args: &UiArgs) -> Result<Auth> {
         );
     }
     Ok(Auth::None)
+}
+
+/// One `--users` entry (the `position`th): the name before the first ':',
+/// the role after the last, the password between. An error names the
+/// position and the user, never the password (nor what may be one).
+fn basic_user(position: usize, entry: &str) -> Result<BasicUser> {
+    let form =
+        "name:password:admin|read; entries are separated by ',', which a password cannot hold";
+    let Some((name, rest)) = entry.split_once(':') else {
+        bail!("--users: entry {position} is not {form}");
+    };
+    if name.is_empty() {
+        bail!("--users: entry {position} has no user name ({form})");
+    }
+    let Some((password, role)) = rest.rsplit_once(':') else {
+        bail!("--users: entry {position} (user {name:?}) has no role ({form})");
+    };
+    let role = match role {
+        "admin" => Role::Admin,
+        "read" => Role::ReadOnly,
+        _ => bail!(
+            "--users: entry {position} (user {name:?}): the role, after the last ':', must be admin or read"
+        ),
+    };
+    if password.is_empty() {
+        bail!("--users: entry {position} (user {name:?}) has an empty password");
+    }
+    Ok(BasicUser {
+        name: name.to_owned(),
+        password: password.to_owned(),
+        role,
+    })
 }
 
 pub(crate) async fn serve(args: UiArgs) -> Result<()> {

@@ -21,7 +21,16 @@ enum WorkflowCommand {
     /// Each task of a workflow: its job id, state, times, what it waits for; then its edges.
     Show(WorkflowShowArgs),
     /// Cancel a workflow: waiting tasks now, running ones through their workers.
-    Cancel(WorkflowIdArgs),
+    Cancel(WorkflowCancelArgs),
+}
+
+#[derive(Debug, Args)]
+struct WorkflowCancelArgs {
+    #[command(flatten)]
+    workflow: WorkflowIdArgs,
+    /// Cancel without asking (needed when stdin is not a terminal).
+    #[arg(long)]
+    yes: bool,
 }
 
 #[derive(Debug, Args)]
@@ -133,8 +142,33 @@ async fn show(show: WorkflowShowArgs) -> Result<()> {
     Ok(())
 }
 
-async fn cancel(args: WorkflowIdArgs) -> Result<()> {
+async fn cancel(args: WorkflowCancelArgs) -> Result<()> {
+    let WorkflowCancelArgs {
+        workflow: args,
+        yes,
+    } = args;
     let workflows = workflows(&args.target).await?;
+    // No such workflow is said before asking anything.
+    if workflows
+        .status(args.id)
+        .await
+        .with_context(|| format!("reading workflow {}", args.id))?
+        .is_none()
+    {
+        bail!("no workflow {}", args.id);
+    }
+    // Asked as `dbworker cancel --workflow` asks: refused when no one can
+    // answer and --yes is not given.
+    let question = format!(
+        "cancel every unfinished task of workflow {}? [y/N] ",
+        args.id
+    );
+    if !yes && !crate::commands::jobs::confirm(&question)? {
+        bail!(
+            "workflow {}: nothing done (pass --yes to cancel it)",
+            args.id
+        );
+    }
     let done = workflows
         .cancel(args.id)
         .await

@@ -108,3 +108,49 @@ async fn dbworker_ui_alone_detects_the_columns_and_says_what_it_lacks() {
     assert!(said.contains("no cron table (--cron-table)"), "{said}");
     assert!(!said.contains("no queue column"), "{said}");
 }
+
+/// `dbworker ui --users`: the user is before the first ':', the role after
+/// the last, the password between (it may hold ':'); an entry without a
+/// user, a password or a known role is refused naming its position and
+/// user, never echoing the password, even on a loopback address.
+#[tokio::test]
+async fn dbworker_ui_users_split_at_the_first_and_last_colon_and_never_echo_the_password() {
+    let (db, _) = seed().await;
+    for (users, password) in [
+        ("ops:s3cret", "s3cret"),
+        ("ops::admin", ""),
+        (":s3cret:admin", "s3cret"),
+        ("ops:s3cret:root", "s3cret"),
+        ("s3cret", "s3cret"),
+        ("ops:p4,ss:admin", "p4"),
+        ("ok:fine:read,ops:s3cret:boss", "s3cret"),
+    ] {
+        let refused = Command::new(env!("CARGO_BIN_EXE_dbworker"))
+            .args(["ui", "--table", "jobs", "--listen", "0.0.0.0:0"])
+            .env("DATABASE_URL", db.db.url())
+            .env("DBWORKER_UI_USERS", users)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{users}: {stderr}");
+        assert!(stderr.contains("--users: entry "), "{users}: {stderr}");
+        if !password.is_empty() {
+            assert!(!stderr.contains(password), "{users}: {stderr}");
+        }
+    }
+
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dbworker"));
+    command
+        .args(["ui", "--table", "jobs", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.db.url())
+        .env("DBWORKER_UI_USERS", "ops:pa:ss:admin");
+    let (mut child, addr) = serve_ui(command);
+    // ops / pa:ss
+    let page = http_get(&addr, "/", Some("Basic b3BzOnBhOnNz"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        page.contains(" 200 OK") && page.contains("ops · admin"),
+        "{page}"
+    );
+}

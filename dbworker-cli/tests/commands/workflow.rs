@@ -65,7 +65,15 @@ async fn show_lists_each_task_and_what_it_waits_for_and_cancel_cancels_them() {
         "{listed}"
     );
 
-    let canceled = ok(&dbworker(&db, &["workflow", "cancel", &id]));
+    // No one to confirm (stdin is not a terminal) and no --yes: refused,
+    // as `dbworker cancel --workflow` is; nothing canceled.
+    let refused = dbworker(&db, &["workflow", "cancel", &id]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("nothing done (pass --yes"), "{stderr}");
+    assert_eq!(db.count("canceled").await, 0);
+
+    let canceled = ok(&dbworker(&db, &["workflow", "cancel", &id, "--yes"]));
     assert!(canceled.contains("2 waiting tasks canceled"), "{canceled}");
     assert_eq!(db.count("canceled").await, 2);
     let missing = dbworker(&db, &["workflow", "show", "999"]);

@@ -105,7 +105,11 @@ pub(crate) async fn job_action(
         .map_err(server_error)?;
     tracing::info!(user = %viewer.user.name, table = %t.name, job = id, action = action.verb(), done = n, "dashboard action");
     let done = if n == 1 { action.verb() } else { "nothing" };
-    let back = format!("/t/{}/jobs/{id}?done={done}", url_escape(&t.name));
+    let back = format!(
+        "/t/{}/jobs/{id}?{}",
+        url_escape(&t.name),
+        super::notice::query(&s, done)
+    );
     Ok(Redirect::to(&viewer.href(&back)).into_response())
 }
 
@@ -188,9 +192,9 @@ pub(crate) async fn bulk(
     })?;
     tracing::info!(user = %viewer.user.name, table = %t.name, action = action.verb(), all_matching, done = n, "dashboard bulk action");
     let mut back = format!(
-        "/t/{}/jobs?done={}",
+        "/t/{}/jobs?{}",
         url_escape(&t.name),
-        url_escape(&outcome(action.verb(), n, confirmed))
+        super::notice::query(&s, &outcome(action.verb(), n, confirmed))
     );
     for (k, v) in &q {
         back.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));

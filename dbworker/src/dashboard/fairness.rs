@@ -48,7 +48,7 @@ pub(super) async fn page(
         .map_err(server_error)?
         .into_iter()
         .collect();
-    let done = q.get("done").map(String::as_str);
+    let done = super::notice::of(&s, &q);
     Ok(render(&viewer, &s, t, &shares, &set, done, &refresh(&q)).into_response())
 }
 
@@ -193,9 +193,9 @@ pub(super) async fn set(
     };
     tracing::info!(user = %viewer.user.name, table = %t.name, key, weight, reset, "dashboard fair weight");
     let back = format!(
-        "/t/{}/fairness?done={}",
+        "/t/{}/fairness?{}",
         url_escape(&t.name),
-        url_escape(&format!("weight of {} {done}", excerpt(key)))
+        super::notice::query(&s, &format!("weight of {} {done}", excerpt(key)))
     );
     Ok(Redirect::to(&viewer.href(&back)).into_response())
 }

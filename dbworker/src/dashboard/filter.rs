@@ -112,13 +112,33 @@ pub(crate) fn filter_from(
             Error::InvalidOption { reason, .. } => format!("field: {reason}"),
             other => format!("field: {other}"),
         })?;
+        // A value holding a hidden key (the whole column as Postgres prints
+        // it, or a parent object of the key) matches only when the secret
+        // in it is right: refused like the hidden key itself.
         if hidden
             .iter()
             .any(|h| *h == field.column || field.path.contains(h))
+            || holds_hidden(&field.value, hidden)
         {
             return Err("field: that field is hidden".into());
         }
         f.fields.push(field);
     }
     Ok(f)
+}
+
+/// Whether `value`, read as JSON, is an object or array with a hidden key at
+/// any depth. A value that is not JSON cannot equal a JSON object's or
+/// array's text, so it matches no parent of a hidden key.
+fn holds_hidden(value: &str, hidden: &[String]) -> bool {
+    fn holds(v: &serde_json::Value, hidden: &[String]) -> bool {
+        match v {
+            serde_json::Value::Object(map) => map
+                .iter()
+                .any(|(k, v)| hidden.contains(k) || holds(v, hidden)),
+            serde_json::Value::Array(items) => items.iter().any(|v| holds(v, hidden)),
+            _ => false,
+        }
+    }
+    serde_json::from_str(value).is_ok_and(|v| holds(&v, hidden))
 }

@@ -31,7 +31,7 @@ pub(super) async fn job(
         Ok(Some((mut row, now))) => {
             hide(&mut row, &s.options.hidden_fields);
             hide_attempts(t, &s.options.hidden_fields, &mut row);
-            let done = q.get("done").map(String::as_str);
+            let done = super::notice::of(&s, &q);
             Ok(page(&viewer, &s, t, id, &row, now, done, &refresh(&q)).into_response())
         }
         Ok(None) => Err((StatusCode::NOT_FOUND, "no such job").into_response()),

@@ -131,9 +131,9 @@ pub(super) async fn set(
     };
     tracing::info!(user = %viewer.user.name, table = %t.name, queue, ?limit, remove, "dashboard limit");
     let back = format!(
-        "/t/{}/queues?done={}",
+        "/t/{}/queues?{}",
         url_escape(&t.name),
-        url_escape(&format!("{done} on {queue}"))
+        super::notice::query(&s, &format!("{done} on {queue}"))
     );
     Ok(Redirect::to(&viewer.href(&back)).into_response())
 }

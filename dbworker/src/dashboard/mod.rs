@@ -15,6 +15,7 @@ mod filter;
 mod grants;
 mod job_page;
 mod limits;
+mod notice;
 mod pages;
 mod processes;
 mod refresh;
@@ -183,6 +184,8 @@ pub(crate) struct Shared {
     pub(crate) tables: Vec<Table>,
     pub(crate) options: DashboardOptions,
     pub(crate) csrf: String,
+    /// The keys that tag the notices the dashboard writes (`?done=`).
+    pub(crate) notice_key: notice::Key,
 }
 
 impl Shared {
@@ -284,6 +287,7 @@ impl Dashboard {
             tables,
             options,
             csrf: auth::random_token(),
+            notice_key: notice::key(),
         });
         Ok(Dashboard { shared })
     }
@@ -547,7 +551,7 @@ async fn queues(
         Some(l) => l.list().await.map_err(server_error)?,
         None => Vec::new(),
     };
-    let done = q.get("done").map(String::as_str);
+    let done = notice::of(&s, &q);
     Ok(pages::queues(
         &viewer,
         &s,

@@ -223,13 +223,13 @@ pub(crate) fn jobs(
     }
     for (k, v) in q
         .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "after" | "after_value" | "done"))
+        .filter(|(k, _)| !matches!(k.as_str(), "after" | "after_value" | "done" | "sig"))
     {
         next.push_str(&format!("&{}={}", url_escape(k), url_escape(v)));
     }
     let workflow = q.get("workflow").and_then(|w| w.trim().parse::<i64>().ok());
     let body = html! {
-        @if let Some(done) = q.get("done") { p class="notice" { "Done: " (done) } }
+        @if let Some(done) = super::notice::of(s, q) { p class="notice" { "Done: " (done) } }
         @if let Some(w) = workflow {
             p { "The tasks of workflow " (w) " · " a id="workflow-link" href=(crate::dashboard::workflow::href(viewer, t, w)) { "see its graph" } }
         }
@@ -274,7 +274,10 @@ pub(crate) fn jobs(
             button type="submit" { "Filter" }
         }
         form method="post" action=(viewer.href(&format!("/t/{}/bulk", url_escape(&t.name)))) {
-            input type="hidden" name="csrf" value=(s.csrf);
+            // The token only for admins: a reader has no action to take, and
+            // holding it could forge an admin's post from another page (only
+            // the same-origin check would stand).
+            @if admin { input type="hidden" name="csrf" value=(s.csrf); }
             (hidden_filters(q))
             table {
                 tr {

@@ -106,7 +106,7 @@ pub(crate) fn refresh(q: &HashMap<String, String>) -> Refresh {
     };
     let mut keys: Vec<&String> = q
         .keys()
-        .filter(|k| !matches!(k.as_str(), "refresh" | "paused" | "done"))
+        .filter(|k| !matches!(k.as_str(), "refresh" | "paused" | "done" | "sig"))
         .collect();
     keys.sort();
     let every = interval("refresh");

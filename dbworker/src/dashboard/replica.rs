@@ -6,13 +6,19 @@ use maud::{Markup, html};
 use super::Shared;
 use crate::admin::{ReplicaLag, replica_lag};
 
-/// With a replica: its lag, or why it is unknown. `None`: no replica.
-pub(crate) type Lag = Option<Result<ReplicaLag, String>>;
+/// With a replica: its lag, or `None` when it could not be read (the cause
+/// logged, not shown to every viewer). `None`: no replica.
+pub(crate) type Lag = Option<Option<ReplicaLag>>;
 
 /// The replica's lag now, if the dashboard reads from one.
 pub(super) async fn lag(s: &Shared) -> Lag {
     let replica = s.options.replica.as_ref()?;
-    Some(replica_lag(replica).await.map_err(|e| e.to_string()))
+    Some(
+        replica_lag(replica)
+            .await
+            .inspect_err(|err| tracing::warn!(error = %err, "reading the replica's lag failed"))
+            .ok(),
+    )
 }
 
 /// The header's line saying the page was read from a replica, and how old
@@ -23,8 +29,8 @@ pub(super) fn line(lag: &Lag) -> Markup {
             p class="muted replica" {
                 "Read from a replica · "
                 @match lag {
-                    Ok(lag) => { (lag.describe()) }
-                    Err(e) => { "its lag is unknown: " (e) }
+                    Some(lag) => { (lag.describe()) }
+                    None => { "its lag is unknown (the cause is in the dashboard's log)" }
                 }
             }
         }

@@ -81,9 +81,9 @@ pub(super) async fn send(
         })?;
     tracing::info!(user = %viewer.user.name, table = %t.name, job = id, signal = name, new, "dashboard signal");
     let back = format!(
-        "/t/{}/jobs/{id}?done={}",
+        "/t/{}/jobs/{id}?{}",
         url_escape(&t.name),
-        url_escape(&format!("signal {} sent", excerpt(name)))
+        super::notice::query(&s, &format!("signal {} sent", excerpt(name)))
     );
     Ok(Redirect::to(&viewer.href(&back)).into_response())
 }

@@ -169,3 +169,24 @@ async fn without_the_history_table_the_overview_says_how_to_create_it() {
     );
     assert!(page.contains("dbworker_history"), "{page}");
 }
+
+/// A history that cannot be read (here a table of that name with the
+/// columns the status reads, not the charts' measures) is said to be
+/// unreadable; the database's text, which names tables, columns and roles,
+/// stays in the log.
+#[tokio::test]
+async fn an_unreadable_history_shows_no_database_text() {
+    let db = Db::new().await;
+    db.add_columns(|c| c.queue = true, &[]).await;
+    db.execute(
+        "CREATE TABLE dbworker_history (job_table text, queue text, bucket timestamptz,
+         completed bigint, failed bigint, canceled bigint)",
+    )
+    .await;
+    let app = app(&db).await;
+    let (status, page) = get(&app, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("The history could not be read"), "{page}");
+    assert!(!page.contains("does not exist"), "{page}");
+    assert!(!page.contains("error returned from database"), "{page}");
+}

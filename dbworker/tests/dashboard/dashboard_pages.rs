@@ -83,9 +83,10 @@ async fn a_limit_edited_by_an_admin_holds_at_the_next_claim_and_readers_cannot_e
     // Set by the admin: a worker's next claim takes no more than it.
     let (status, _, location) = post(&app, "/t/jobs/queues/limit", &set("2"), Some(admin)).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(
-        location.as_deref(),
-        Some("/t/jobs/queues?done=limit+set+on+reports")
+    let location = location.unwrap();
+    assert!(
+        location.starts_with("/t/jobs/queues?done=limit+set+on+reports&sig="),
+        "{location}"
     );
     let store = db.store_on(&table, db.options()).await;
     let claim = |n| {
@@ -100,11 +101,24 @@ async fn a_limit_edited_by_an_admin_holds_at_the_next_claim_and_readers_cannot_e
     };
     assert_eq!(claim(10).await, 2, "the limit of 2 holds at once");
     assert_eq!(claim(10).await, 0);
-    let (_, page) = get_as(&app, "/t/jobs/queues?done=limit+set+on+reports", admin).await;
+    let (_, page) = get_as(&app, &location, admin).await;
     assert!(
         page.contains("at most 2 processing") && page.contains("Done: limit set on reports"),
         "{page}"
     );
+    // A notice the dashboard did not write (a crafted link, a tampered
+    // tag) is not shown: no page says "Done: deleted 10000 jobs".
+    let forged = location.replace("limit+set+on+reports", "deleted+10000+jobs");
+    for path in [
+        "/t/jobs/queues?done=deleted+10000+jobs",
+        "/t/jobs/jobs?done=deleted+10000+jobs",
+        "/t/jobs/jobs?done=deleted+10000+jobs&sig=0000000000000000",
+        forged.as_str(),
+    ] {
+        let (status, page) = get_as(&app, path, admin).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(!page.contains("Done:"), "{path}: {page}");
+    }
     assert!(page.contains("name=\"max_processing\" min=\"0\""), "{page}");
 
     // Changed: one more; removed: the rest.
@@ -281,7 +295,7 @@ async fn an_admin_sets_and_resets_weights_and_a_bad_weight_changes_nothing() {
     let (status, _, location) = post_form(format!("csrf={token}&key=globex&do=set&weight=5")).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(
-        location.as_deref(),
+        location.as_deref().and_then(|l| l.split("&sig=").next()),
         Some("/t/jobs/fairness?done=weight+of+%22globex%22+set+to+5")
     );
     assert_eq!(weight("globex").await, Some(5));
@@ -297,10 +311,10 @@ async fn an_admin_sets_and_resets_weights_and_a_bad_weight_changes_nothing() {
 
     // Reset: back to 1 (no row); a second reset says it already was.
     let (_, _, location) = post_form(format!("csrf={token}&key=acme&do=reset&weight=")).await;
-    assert!(location.unwrap().ends_with("reset+to+1"));
+    assert!(location.unwrap().contains("reset+to+1&sig="));
     assert_eq!(weight("acme").await, None);
     let (_, _, location) = post_form(format!("csrf={token}&key=acme&do=reset")).await;
-    assert!(location.unwrap().ends_with("already+1"));
+    assert!(location.unwrap().contains("already+1&sig="));
 
     // Bad weights are refused, naming the field and why; nothing changes.
     let before = weights.list().await.unwrap();
@@ -656,7 +670,7 @@ async fn an_admin_sends_a_waiting_job_its_signal_from_its_page() {
     assert_eq!(status, StatusCode::SEE_OTHER);
     let location = location.unwrap();
     assert_eq!(
-        location,
+        location.split("&sig=").next().unwrap(),
         format!("/t/jobs/jobs/{waiting}?done=signal+%22paid%22+sent")
     );
     let (name, payload): (String, Option<serde_json::Value>) =
