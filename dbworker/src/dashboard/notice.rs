@@ -30,10 +30,7 @@ pub(crate) fn of<'a>(s: &Shared, q: &'a HashMap<String, String>) -> Option<&'a s
 }
 
 fn tag(s: &Shared, text: &str) -> String {
-    // The std SipHasher is deprecated as a HashMap hasher, not as a MAC:
-    // keyed SipHash-2-4 is what it was designed for.
-    #[allow(deprecated)]
-    let mut h = std::hash::SipHasher::new_with_keys(s.notice_key.0, s.notice_key.1);
+    let mut h = siphasher::sip::SipHasher24::new_with_keys(s.notice_key.0, s.notice_key.1);
     h.write(text.as_bytes());
     format!("{:016x}", h.finish())
 }
