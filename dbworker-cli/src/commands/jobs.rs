@@ -194,11 +194,13 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
             "{:>10} {:<10} {:<14} {:<14} {:>8} {:>10} {:<16} {}",
             job.id,
             job.state.as_str(),
-            job.queue.as_deref().unwrap_or("-"),
-            job.kind.as_deref().unwrap_or("-"),
+            // Names come from whoever enqueued: no escape sequence of
+            // theirs reaches the operator's terminal.
+            printable(job.queue.as_deref().unwrap_or("-")),
+            printable(job.kind.as_deref().unwrap_or("-")),
             job.num_failures,
             format_age(job.age_seconds),
-            job.worker_hostname,
+            printable(&job.worker_hostname),
             one_line(failure, 60),
         );
     }
@@ -217,11 +219,16 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
 }
 
 /// The text on one line, cut to `max` characters.
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
+/// `text` with its control characters (escape sequences, new lines) shown
+/// as spaces, for a terminal.
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+        .collect()
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat = printable(text);
     match flat.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &flat[..cut]),
         None => flat,

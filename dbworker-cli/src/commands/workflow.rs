@@ -108,13 +108,17 @@ async fn show(show: WorkflowShowArgs) -> Result<()> {
                 .unwrap_or_default(),
             _ => String::new(),
         };
-        let mut waits = t.waits_on.join(", ");
+        let mut waits = super::jobs::printable(&t.waits_on.join(", "));
         if let Some(culprit) = t.blocked_by {
             waits = format!("canceled: upstream job {culprit} did not complete");
         }
         println!(
             "{:>10}  {:<20} {:<11} {:>9}  {}",
-            t.id, t.name, t.state, ran, waits
+            t.id,
+            super::jobs::printable(&t.name),
+            t.state,
+            ran,
+            waits
         );
     }
     // The whole graph, the edges already satisfied included (from
@@ -126,8 +130,11 @@ async fn show(show: WorkflowShowArgs) -> Result<()> {
     else {
         return Ok(());
     };
-    let names: std::collections::HashMap<i64, String> =
-        graph.tasks.iter().map(|t| (t.id, t.label())).collect();
+    let names: std::collections::HashMap<i64, String> = graph
+        .tasks
+        .iter()
+        .map(|t| (t.id, super::jobs::printable(&t.label())))
+        .collect();
     let name = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
     if graph.from_edges_only {
         println!(

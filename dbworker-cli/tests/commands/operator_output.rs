@@ -302,3 +302,33 @@ fn a_server_that_never_answers_is_reported_at_the_connect_timeout() {
     assert!(!err.contains("s3cret"), "{err}");
     drop(held);
 }
+
+/// Queue, kind and host names come from whoever enqueued or ran a job: an
+/// escape sequence in one reaches no operator's terminal through `list` or
+/// `status` (shown as spaces), as a failure message's does not.
+#[tokio::test]
+async fn list_and_status_print_no_control_characters_from_job_names() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| {
+            c.queue = true;
+            c.kind = true;
+        },
+        &[],
+    )
+    .await;
+    db.execute(
+        "INSERT INTO jobs (state, queue, kind, worker_hostname, started_at, last_heartbeat_at) \
+         VALUES ('processing', E'q\\x1b[2J', E'k\\x1b]0;owned\\x07', E'h\\x1b[31m', now(), now())",
+    )
+    .await;
+    for command in [&["list"][..], &["status"][..]] {
+        let out = ok(&dbworker(&db, command));
+        assert!(
+            !out.contains('\x1b') && !out.contains('\x07'),
+            "{command:?}: {out:?}"
+        );
+    }
+    let out = ok(&dbworker(&db, &["list"]));
+    assert!(out.contains("q [2J") && out.contains("k ]0;owned"), "{out}");
+}
