@@ -220,23 +220,15 @@ async fn a_row_the_view_cannot_read_fails_alone_and_a_view_that_is_out_fails_non
     assert_eq!(row(4).await, ("processing".to_owned(), 0, String::new()));
 }
 
-/// A view under the table's own alias (as the guide shows it), a pause table
-/// every store adopts, and a claim condition on a column only the view has,
-/// unqualified: the claim reads the view and checks the table's row under a
-/// name of its own, so it claims (before, Postgres refused every claim: the
-/// alias given twice, or the column ambiguous); a paused queue's job stays.
-#[tokio::test]
-async fn a_view_under_the_tables_alias_claims_beside_a_pause_table() {
+/// A fresh database with the job table `jobs`, the pause table every store
+/// adopts, and what `more` adds (a view, rows, pauses).
+async fn jobs_with_pauses(more: &str) -> (TestDatabase, sqlx::PgPool) {
     let db = TestDatabase::new().await.unwrap();
     let pool = db.pool(4).await.unwrap();
     let ddl = [
         job_table_sql("jobs", &HashMap::new()).unwrap(),
         dbworker::ddl::pause_table_sql("dbworker_pauses").unwrap(),
-        "ALTER TABLE jobs ADD COLUMN queue text;
-         CREATE VIEW jobs_view AS SELECT j.*, j.id * 10 AS weight FROM jobs j;
-         INSERT INTO jobs (queue) VALUES ('a'), ('b'), ('a');
-         INSERT INTO dbworker_pauses (job_table, queue, paused_by) VALUES ('jobs', 'b', 'test');"
-            .to_owned(),
+        more.to_owned(),
     ];
     for statement in ddl {
         sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
@@ -244,6 +236,23 @@ async fn a_view_under_the_tables_alias_claims_beside_a_pause_table() {
             .await
             .unwrap();
     }
+    (db, pool)
+}
+
+/// A view under the table's own alias (as the guide shows it), a pause table
+/// every store adopts, and a claim condition on a column only the view has,
+/// unqualified: the claim reads the view and checks the table's row under a
+/// name of its own, so it claims (before, Postgres refused every claim: the
+/// alias given twice, or the column ambiguous); a paused queue's job stays.
+#[tokio::test]
+async fn a_view_under_the_tables_alias_claims_beside_a_pause_table() {
+    let (_db, pool) = jobs_with_pauses(
+        "ALTER TABLE jobs ADD COLUMN queue text;
+         CREATE VIEW jobs_view AS SELECT j.*, j.id * 10 AS weight FROM jobs j;
+         INSERT INTO jobs (queue) VALUES ('a'), ('b'), ('a');
+         INSERT INTO dbworker_pauses (job_table, queue, paused_by) VALUES ('jobs', 'b', 'test');",
+    )
+    .await;
     let mut to = JobTableOptions::new("jobs j");
     to.view_name = Some("jobs_view j".into());
     to.queue_column = Some("queue".into());
@@ -284,24 +293,14 @@ impl dbworker::JobHandler for Pings {
 /// on what the table has but the flags the claims would name there.
 #[tokio::test]
 async fn a_view_without_the_columns_claims_read_is_named_at_start_up() {
-    let db = TestDatabase::new().await.unwrap();
-    let pool = db.pool(4).await.unwrap();
-    let ddl = [
-        job_table_sql("jobs", &HashMap::new()).unwrap(),
-        dbworker::ddl::pause_table_sql("dbworker_pauses").unwrap(),
+    let (_db, pool) = jobs_with_pauses(
         "ALTER TABLE jobs ADD COLUMN queue text, ADD COLUMN kind text, \
          ADD COLUMN payload jsonb, ADD COLUMN flags text[];
          CREATE VIEW jobs_narrow AS SELECT id, state, process_after FROM jobs;
          INSERT INTO jobs (queue) VALUES ('paused');
-         INSERT INTO dbworker_pauses (job_table, queue) VALUES ('jobs', 'paused');"
-            .to_owned(),
-    ];
-    for statement in ddl {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
+         INSERT INTO dbworker_pauses (job_table, queue) VALUES ('jobs', 'paused');",
+    )
+    .await;
     let mut to = JobTableOptions::typed("jobs j");
     to.view_name = Some("jobs_narrow v".into());
     let typed = JobTable::new(&pool, to).await.unwrap();
