@@ -196,12 +196,12 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
             job.state.as_str(),
             // Names come from whoever enqueued: no escape sequence of
             // theirs reaches the operator's terminal.
-            printable(job.queue.as_deref().unwrap_or("-")),
-            printable(job.kind.as_deref().unwrap_or("-")),
+            super::text::printable(job.queue.as_deref().unwrap_or("-")),
+            super::text::printable(job.kind.as_deref().unwrap_or("-")),
             job.num_failures,
             format_age(job.age_seconds),
-            printable(&job.worker_hostname),
-            one_line(failure, 60),
+            super::text::printable(&job.worker_hostname),
+            super::text::one_line(failure, 60),
         );
     }
     if let (Some(rows), Some(next)) = (page.searched, page.next) {
@@ -219,22 +219,6 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
 }
 
 /// The text on one line, cut to `max` characters.
-/// `text` with its control characters (escape sequences, new lines) shown
-/// as spaces, for a terminal.
-pub(crate) fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
-}
-
-fn one_line(text: &str, max: usize) -> String {
-    let flat = printable(text);
-    match flat.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
-}
-
 #[derive(Debug, Args)]
 pub(crate) struct JobArgs {
     #[command(flatten)]

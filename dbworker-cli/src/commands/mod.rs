@@ -13,6 +13,7 @@ pub(crate) mod migration;
 pub(crate) mod partitions;
 pub(crate) mod send_signal;
 pub(crate) mod status;
+pub(crate) mod text;
 pub(crate) mod top;
 pub(crate) mod ui;
 pub(crate) mod workflow;

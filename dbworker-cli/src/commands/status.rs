@@ -105,7 +105,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<()> {
         ))
     );
     for (host, count) in &status.processing_by_host {
-        println!("processing on {}: {count}", super::jobs::printable(host));
+        println!("processing on {}: {count}", super::text::printable(host));
     }
     println!("rows in the table (estimate): {}", status.estimated_rows);
     if let Some(node_table) = &args.registry.node_table {
@@ -156,7 +156,7 @@ fn print_counts(s: &Status) {
     let row = |name: &str, q: &QueueCounts| line(name, q.in_columns().map(n));
     for q in &s.queues {
         row(
-            &super::jobs::printable(q.queue.as_deref().unwrap_or("-")),
+            &super::text::printable(q.queue.as_deref().unwrap_or("-")),
             q,
         );
     }

@@ -108,14 +108,14 @@ async fn show(show: WorkflowShowArgs) -> Result<()> {
                 .unwrap_or_default(),
             _ => String::new(),
         };
-        let mut waits = super::jobs::printable(&t.waits_on.join(", "));
+        let mut waits = super::text::printable(&t.waits_on.join(", "));
         if let Some(culprit) = t.blocked_by {
             waits = format!("canceled: upstream job {culprit} did not complete");
         }
         println!(
             "{:>10}  {:<20} {:<11} {:>9}  {}",
             t.id,
-            super::jobs::printable(&t.name),
+            super::text::printable(&t.name),
             t.state,
             ran,
             waits
@@ -133,7 +133,7 @@ async fn show(show: WorkflowShowArgs) -> Result<()> {
     let names: std::collections::HashMap<i64, String> = graph
         .tasks
         .iter()
-        .map(|t| (t.id, super::jobs::printable(&t.label())))
+        .map(|t| (t.id, super::text::printable(&t.label())))
         .collect();
     let name = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
     if graph.from_edges_only {
