@@ -56,11 +56,10 @@ pub(crate) async fn check(pool: &PgPool, t: &mut Table, detect: bool) -> Result<
             None => None,
         };
         detected(t, |name, types| {
-            let through_view = READ_THROUGH_VIEW.contains(&name);
             existing
                 .get(name)
                 .is_some_and(|c| types.contains(&c.ty.as_str()))
-                && (!through_view || view_columns.as_ref().is_none_or(|v| v.contains_key(name)))
+                && (name != "flags" || view_columns.as_ref().is_none_or(|v| v.contains_key(name)))
         });
         t.workflows |= existing.contains_key(WORKFLOW_ID);
         t.traces |= [TRACEPARENT, TRACESTATE, TRACE_FOLLOWS]
@@ -471,9 +470,6 @@ fn aging_problems(t: &mut Table) -> Vec<String> {
     }
     problems
 }
-
-/// The optional columns every claim names through a view's alias.
-const READ_THROUGH_VIEW: [&str; 1] = ["flags"];
 
 /// Turns on each optional column not named in the options that `has` finds
 /// under its standard name with a usable type.
