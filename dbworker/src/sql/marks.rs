@@ -88,7 +88,7 @@ const MAX_DELAY_SECS: f64 = 100.0 * 365.25 * 86_400.0;
 /// factor at least 1 (and at most 10^290, so one step past the cap stays a
 /// float8), and the fewest failures after which `retry_after · factorⁿ`
 /// reaches the cap, so the power never grows past it.
-pub(crate) fn backoff_bounds(r: &RetryPolicy) -> (f64, f64, f64, i32) {
+fn backoff_bounds(r: &RetryPolicy) -> (f64, f64, f64, i32) {
     let max = r.max_delay.as_secs_f64().min(MAX_DELAY_SECS);
     let after = r.retry_after.as_secs_f64().min(max);
     let factor = if r.backoff_factor.is_finite() {
