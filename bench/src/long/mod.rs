@@ -6,6 +6,7 @@
 //! of the machine during the run falls on both sides alike), and every
 //! ratio divides two figures of the same round.
 
+mod attempts;
 mod checkpoints;
 mod signals;
 mod tables;
@@ -50,6 +51,12 @@ pub(crate) struct LongArgs {
     /// Items (rows written) per chunk.
     #[arg(long, default_value_t = 1_000)]
     long_chunk_items: u64,
+    /// Jobs per table and round of the traced attempts' burn-down.
+    #[arg(long, default_value_t = 20_000)]
+    long_burn_jobs: u64,
+    /// Handlers of that burn-down (heartbeat handling).
+    #[arg(long, default_value_t = 24)]
+    long_burn_handlers: usize,
 }
 
 /// Calls of the in-process context read (`traces::context_read`).
@@ -61,6 +68,7 @@ pub(crate) struct LongReport {
     enqueues: Vec<traces::EnqueueRounds>,
     /// One `TraceContext::current()` inside an exported span, if valid.
     context_read: Option<std::time::Duration>,
+    attempts: attempts::BurnRounds,
     signals: signals::SignalRounds,
     checkpoints: Vec<checkpoints::CheckpointRounds>,
 }
@@ -83,6 +91,13 @@ pub(crate) async fn run(bench: &Bench, args: &LongArgs) -> Result<LongReport> {
         enqueues.push(traces::rounds(bench, shape, sizes, rounds).await?);
     }
     let context_read = traces::context_read(CONTEXT_READS);
+    let attempts = attempts::rounds(
+        bench,
+        args.long_burn_jobs.max(1),
+        args.long_burn_handlers.max(1),
+        rounds,
+    )
+    .await?;
     let signals = signals::rounds(
         bench,
         args.long_signals.max(1),
@@ -102,6 +117,7 @@ pub(crate) async fn run(bench: &Bench, args: &LongArgs) -> Result<LongReport> {
     Ok(LongReport {
         enqueues,
         context_read,
+        attempts,
         signals,
         checkpoints,
     })

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::attempts::BurnRounds;
 use super::checkpoints::CheckpointRounds;
 use super::signals::{SignalRounds, Waits};
 use super::traces::EnqueueRounds;
@@ -23,6 +24,7 @@ pub(crate) fn tables(r: &LongReport) -> Vec<Table> {
         tables.push(enqueues(&r.enqueues));
     }
     tables.push(context_read(r));
+    tables.push(attempts(&r.attempts));
     tables.push(signals(&r.signals));
     if !r.checkpoints.is_empty() {
         tables.push(checkpoints(&r.checkpoints));
@@ -313,6 +315,56 @@ fn checkpoints(all: &[CheckpointRounds]) -> Table {
             "save_checkpoint call p50 / p99",
             "stmts more per checkpoint (all / non-utility)",
             "WAL more per checkpoint",
+        ],
+        rows,
+    }
+}
+
+fn attempts(a: &BurnRounds) -> Table {
+    let per_job = |b: &super::attempts::Burn| {
+        b.statements_per_job()
+            .map_or("n/a".to_owned(), |(all, non)| {
+                format!("{all:.3} / {non:.3}")
+            })
+    };
+    let mut rows: Vec<Vec<String>> = a
+        .rounds
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            vec![
+                format!("{}", i + 1),
+                order(r.plain_first, "traced"),
+                rate(r.plain.rate()),
+                rate(r.traced.rate()),
+                ratio(r.traced.rate(), r.plain.rate()),
+                per_job(&r.plain),
+                per_job(&r.traced),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "median".into(),
+        String::new(),
+        rate(median(a.rounds.iter().map(|r| r.plain.rate()))),
+        rate(median(a.rounds.iter().map(|r| r.traced.rate()))),
+        format!("{:.3}", median(a.rounds.iter().map(|r| r.ratio()))),
+        String::new(),
+        String::new(),
+    ]);
+    Table {
+        title: format!(
+            "Traced attempts: a heartbeat burn-down at {} handlers, the traced table beside the plain one, both under an exporting subscriber",
+            a.handlers
+        ),
+        headers: vec![
+            "round",
+            "order",
+            "plain jobs/s",
+            "traced jobs/s",
+            "traced ÷ plain",
+            "statements per job, plain (all / non-utility)",
+            "traced",
         ],
         rows,
     }

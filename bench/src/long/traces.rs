@@ -77,7 +77,7 @@ pub(crate) struct Sizes {
 }
 
 /// The table with traces, beside the bench table (the plain one).
-const TRACED: &str = "bench_long_traced";
+pub(super) const TRACED: &str = "bench_long_traced";
 
 /// One round: the plain table and the traced one, in alternating slices,
 /// the plain one first when it says.
@@ -134,7 +134,7 @@ pub(crate) async fn rounds(
 
 /// Drops every span it is given, counting them.
 #[derive(Debug, Clone, Default)]
-struct Dropped(Arc<AtomicU64>);
+pub(super) struct Dropped(pub(super) Arc<AtomicU64>);
 
 impl SpanExporter for Dropped {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
@@ -146,7 +146,7 @@ impl SpanExporter for Dropped {
 
 /// A subscriber exporting through `tracing-opentelemetry` to [`Dropped`]
 /// (INFO and above), as a dispatch the producer tasks run under.
-fn exporting(dropped: &Dropped) -> (SdkTracerProvider, tracing::Dispatch) {
+pub(super) fn exporting(dropped: &Dropped) -> (SdkTracerProvider, tracing::Dispatch) {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(dropped.clone())
         .build();
@@ -179,7 +179,7 @@ pub(crate) fn context_read(calls: u32) -> Option<Duration> {
 }
 
 /// The traced table as its enqueuer sees it.
-fn traced_options() -> JobTableOptions {
+pub(super) fn traced_options() -> JobTableOptions {
     let mut options = JobTableOptions::new(format!("{TRACED} j"));
     options.column_expressions = vec!["j.id".into()];
     options.traces = true;
@@ -188,7 +188,7 @@ fn traced_options() -> JobTableOptions {
 
 /// Both tables fresh and empty, the traced one with the trace columns;
 /// settled as every run starts.
-async fn fresh(bench: &Bench) -> Result<()> {
+pub(super) async fn fresh(bench: &Bench) -> Result<()> {
     bench.fresh_table(0).await?;
     let mut columns = OptionalColumns::default();
     columns.traces = true;
