@@ -16,6 +16,7 @@ use std::time::Duration;
 use dbworker::{DbStore, Enqueuer, JobTable, JobTableOptions, NewJob, new_worker};
 use sqlx::AssertSqlSafe;
 use tracing::Instrument as _;
+use tracing::instrument::WithSubscriber as _;
 
 use super::traces::{Dropped, TRACED, exporting, fresh, traced_options};
 use super::{plain_first, say};
@@ -130,10 +131,13 @@ async fn enqueue_traced(bench: &Bench, jobs: u64) -> Result<()> {
         let n = left.min(1_000);
         left -= n;
         let batch: Vec<NewJob> = (0..n).map(|_| NewJob::new()).collect();
-        let work = enqueuer
-            .enqueue_many(batch)
-            .instrument(tracing::info_span!("producer"));
-        tracing::instrument::WithSubscriber::with_subscriber(work, dispatch.clone()).await?;
+        // The span is made inside, under the exporting subscriber.
+        let enqueuer = &enqueuer;
+        let work = async move {
+            let span = tracing::info_span!("producer");
+            enqueuer.enqueue_many(batch).instrument(span).await
+        };
+        work.with_subscriber(dispatch.clone()).await?;
     }
     pool.close().await;
     provider.shutdown()?;
