@@ -162,24 +162,27 @@ fn burn(
 ) -> Result<Burn> {
     let dropped = Dropped::default();
     let (provider, dispatch) = exporting(&dropped);
-    let thread_dispatch = dispatch.clone();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .on_thread_start(move || {
-            // The runtime's threads end with it, and their default with them.
-            std::mem::forget(tracing::dispatcher::set_default(&thread_dispatch));
-        })
-        .build()?;
+    // Built, run and shut down on a thread of its own: a runtime cannot be
+    // dropped from inside the bench's.
     let burned = std::thread::scope(|s| {
-        s.spawn(|| {
+        s.spawn(|| -> Result<Burn> {
+            let thread_dispatch = dispatch.clone();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .on_thread_start(move || {
+                    // The runtime's threads end with it, and their default with them.
+                    std::mem::forget(tracing::dispatcher::set_default(&thread_dispatch));
+                })
+                .build()?;
             let _default = tracing::dispatcher::set_default(&dispatch);
-            runtime.block_on(run(bench, options, jobs, handlers))
+            let burned = runtime.block_on(run(bench, options, jobs, handlers));
+            runtime.shutdown_timeout(Duration::from_secs(5));
+            burned
         })
         .join()
     })
     .map_err(|_| "long: the traced burn-down panicked")??;
-    runtime.shutdown_timeout(Duration::from_secs(5));
     provider.shutdown()?;
     let exported = dropped.0.load(std::sync::atomic::Ordering::Relaxed);
     if exported < jobs {
