@@ -13,7 +13,7 @@ use dbworker::admin::Admin;
 use dbworker::ddl::workflows_sql;
 use dbworker::maintenance::{PurgeOptions, Purger};
 use dbworker::workflow::{Task, Workflow, Workflows};
-use dbworker::{DbStore, DependencyPolicy, Enqueuer, JobTable, NewJob};
+use dbworker::{DbStore, DependencyPolicy, Enqueued, Enqueuer, JobTable, KeyMode, NewJob};
 use sqlx::PgPool;
 
 use common::Db;
@@ -285,6 +285,72 @@ async fn a_workflow_purger_purges_a_failed_upstream_with_the_dependency_grants()
 
     each_grant_is_needed(&db, &WORKFLOW_PURGER, |pool| async move {
         Purger::new(&pool, &table(&pool).await?, PurgeOptions::new()).await?;
+        Ok(())
+    })
+    .await;
+}
+
+// `Workflows` builds an enqueuer: on a keyed table with the progress side
+// table, the keyed enqueuer's grants there too.
+const KEYED_SIDE_WORKFLOW_ENQUEUER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "UPDATE ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON jobs_deps",
+    "INSERT ON jobs_deps",
+    "UPDATE ON jobs_deps",
+    "DELETE ON jobs_deps",
+    "USAGE ON SEQUENCE jobs_workflow_seq",
+    "SELECT ON jobs_progress",
+    "DELETE ON jobs_progress",
+]);
+
+/// `Workflows` on a keyed table with the progress side table: with exactly
+/// the documented grants it enqueues a workflow, and its enqueuer replaces a
+/// keyed holder, dropping the old work's row; without any one grant
+/// `Workflows::new` refuses to start, naming it.
+#[tokio::test]
+async fn workflows_on_a_keyed_progress_table_run_with_the_documented_grants() {
+    let db = set_up().await;
+    db.add_columns(
+        |c| c.keys = true,
+        &[dbworker::ddl::progress_table_sql("jobs").unwrap()],
+    )
+    .await;
+    let table = |pool: PgPool| async move {
+        let mut o = Db::table_options();
+        o.workflows = true;
+        o.key_column = Some("job_key".into());
+        o.progress = true;
+        JobTable::new(&pool, o).await
+    };
+    let (name, pool) = role_with(&db, KEYED_SIDE_WORKFLOW_ENQUEUER.0).await;
+    let workflows = Workflows::new(&pool, &table(pool.clone()).await.unwrap())
+        .await
+        .unwrap();
+    let run = workflows.enqueue(&two_steps()).await.unwrap();
+    assert_eq!(db.state(run.id_of("second").unwrap()).await, "pending");
+    let job = NewJob::new().key("k", KeyMode::Replace);
+    let first = workflows.enqueuer().enqueue(&job).await.unwrap().id();
+    db.execute(&format!(
+        "INSERT INTO jobs_progress (job_id, checkpoint) VALUES ({first}, '{{}}')"
+    ))
+    .await;
+    assert_eq!(
+        workflows.enqueuer().enqueue(&job).await.unwrap(),
+        Enqueued::Updated(first)
+    );
+    let left: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs_progress WHERE job_id = $1",
+            first,
+        )
+        .await;
+    assert_eq!(left, 0, "the old work's row dropped");
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_SIDE_WORKFLOW_ENQUEUER, |pool| async move {
+        Workflows::new(&pool, &table(pool.clone()).await?).await?;
         Ok(())
     })
     .await;
