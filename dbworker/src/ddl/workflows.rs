@@ -36,8 +36,10 @@ use crate::error::Result;
 /// single or grouped, in either handling mode; a reset that fails it; an
 /// operator's cancel; plain SQL) fires the trigger in that same transaction:
 /// so a dependency is released exactly when, and only if, its upstream's
-/// final state commits. See [the release](crate::workflow#the-release) for
-/// the design.
+/// final state commits. So does the delete of a job that did not complete
+/// (unfinished, failed or canceled): it never will, so its dependents are
+/// canceled for good and its edges go. See
+/// [the release](crate::workflow#the-release) for the design.
 ///
 /// ```
 /// let ddl = dbworker::ddl::workflows_sql("jobs", &Default::default()).unwrap();
