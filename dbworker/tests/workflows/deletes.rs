@@ -191,3 +191,49 @@ async fn a_wait_racing_the_delete_of_its_upstream_is_refused() {
         assert_eq!(dangling(&db).await, 0);
     }
 }
+
+/// The delete of one upstream racing the retry of another, which its failure
+/// had canceled the dependent for, in either commit order: the dependent
+/// ends canceled for good by the delete. Each locks the dependent before it
+/// looks, so the second to get the lock sees what the first committed.
+#[tokio::test]
+async fn a_delete_racing_another_upstreams_retry_cancels_the_dependent_for_good() {
+    let (db, workflows) = set_up().await;
+    for delete_first in [true, false] {
+        let up = db.enqueue(2, serde_json::json!({})).await;
+        let (failed, deleted) = (up[0], up[1]);
+        let d = after(&workflows, &[failed, deleted]).await;
+        finish(&db, failed, "failed").await;
+        let mut first = db.pool.begin().await.unwrap();
+        let (retry, delete) = (
+            format!("UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = {failed}"),
+            format!("DELETE FROM jobs WHERE id = {deleted}"),
+        );
+        let (one, two) = if delete_first {
+            (delete, retry)
+        } else {
+            (retry, delete)
+        };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(one))
+            .execute(&mut *first)
+            .await
+            .unwrap();
+        let pool = db.pool.clone();
+        let second = tokio::spawn(async move {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(two))
+                .execute(&pool)
+                .await
+                .unwrap();
+        });
+        // Time for the second to reach the dependent's lock the first holds.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!second.is_finished(), "delete first: {delete_first}");
+        first.commit().await.unwrap();
+        second.await.unwrap();
+        let why = format!("delete first: {delete_first}");
+        canceled_for_good(&db, d, deleted, &why).await;
+        finish(&db, failed, "completed").await;
+        canceled_for_good(&db, d, deleted, &why).await;
+        assert_eq!(dangling(&db).await, 0);
+    }
+}
