@@ -5,7 +5,7 @@
 //! | model | the real code | what it shows |
 //! |---|---|---|
 //! | [`claim`] | `sql/claim.rs`, `sql/marks.rs`, `sql/reset.rs`, `sql/heartbeat.rs`, `store/reset.rs` | the fencing token keeps every mark to the latest claim; no job is lost |
-//! | [`workflow`] | `ddl/workflows.rs` (the release trigger), `sql/workflow.rs` (`lock_upstreams`) | a dependent is released exactly once, only after all its upstream jobs completed |
+//! | [`workflow`] | `ddl/workflows.rs` and `ddl/release_set.rs` (the release triggers), `sql/workflow.rs` (`lock_upstreams`) | a dependent is released exactly once, only after all its upstream jobs completed |
 //! | [`leader`] | `sql/cluster.rs` (`leader_acquire`, `leader_renew`, `leader_fence`), `cluster/leader.rs`, `cluster/leadership.rs` | with a term and a `FOR SHARE` check, writes of two terms never interleave |
 //! | [`checkpoint`] | `consumers/store.rs` (`open_slice`), `sql/consumers.rs` (`log_slice`, `log_advance`) | the old position checkpoint lost events; the `(xid, position)` rule under the snapshot's xmin does not |
 //! | [`signal`] | `ddl/signals.rs` (`<table>_signal`: the row locked first; a duplicate wakes nothing), `store/signals.rs` (`wait_job`: the row locked, the mailbox read in a statement of its own, the mark) | a sender and a wait mark that both lock the job row first lose no wake-up; a conditional wake alone does |

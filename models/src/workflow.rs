@@ -40,7 +40,7 @@
 //!   deletes may take their edges in different orders.
 //!
 //! **The set-wise release.** Completions are released by a statement-level
-//! trigger (`completions_sql` in the same file) in phases over all the
+//! trigger (`completions_sql` in `dbworker/src/ddl/release_set.rs`) in phases over all the
 //! statement's dependents in id order: the deletes; the release without a
 //! lock where no edge is visible ([`Step::FastUpdate`]); the probe
 //! ([`Step::Probe`]) for the others; `FOR UPDATE` on those the probe found

@@ -15,6 +15,7 @@ mod layout;
 mod notify;
 mod partitions;
 mod progress;
+mod release_set;
 mod signals;
 mod tables;
 mod workflows;

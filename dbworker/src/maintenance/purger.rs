@@ -113,8 +113,15 @@ impl Purger {
         };
         // Each batch locks its rows (FOR UPDATE SKIP LOCKED) before deleting
         // them, and a row lock needs UPDATE.
-        let mut grants =
-            Grants::new("purging").on_table(&target.t, &[Privilege::Update, Privilege::Delete]);
+        // With workflows, deleting a failed or canceled job others waited for
+        // runs the release trigger as the purger: it cancels their dependents
+        // for good and deletes the edges.
+        let mut grants = Grants::new("purging")
+            .on_table(&target.t, &[Privilege::Update, Privilege::Delete])
+            .on_deps(
+                &target.t,
+                &[Privilege::Select, Privilege::Update, Privilege::Delete],
+            );
         if let Some(archive) = &target.archive {
             grants = grants.on("archive table", archive, &[Privilege::Insert]);
         }

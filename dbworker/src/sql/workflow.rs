@@ -132,9 +132,9 @@ pub(crate) fn cancel_blocked(w: &Table, id: i64, upstream: i64, message: &str) -
 /// an upstream job (an edge to a row that exists: one not yet completed, or
 /// failed and not retried) goes back to `pending`, not `queued`: it must
 /// not start before that job completes, and the release queues it then.
-/// Its edges to deleted jobs go (a job deleted after it failed never
-/// completes: its edge would hold the dependent for good; one deleted
-/// unfinished took its edges with it), and so does `blocked_by`: the job
+/// Its edges to deleted jobs go (a delete takes its edges, but a failed job
+/// deleted by an earlier version left them: it never completes, and its edge
+/// would hold the dependent for good), and so does `blocked_by`: the job
 /// waits for its upstream again, which a failure would cancel anew.
 pub(super) fn back_to_waiting(
     w: &Table,

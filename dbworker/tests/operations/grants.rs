@@ -1273,3 +1273,133 @@ async fn signals_are_refused_at_construction_without_the_senders_grants() {
     })
     .await;
 }
+
+/// `<table>_complete_jobs` (the SQL admin function) on a table with the
+/// progress side table, called as a role with exactly the operator's
+/// documented grants there: the completion drops the job's checkpoint in the
+/// side table; without either grant on it the call fails naming the table.
+#[tokio::test]
+async fn the_sql_complete_function_drops_a_side_checkpoint_with_the_operators_grants() {
+    let db = Db::new().await;
+    db.execute(&dbworker::ddl::progress_table_sql("jobs").unwrap())
+        .await;
+    db.execute(
+        &dbworker::ddl::admin_functions_sql("jobs", &Default::default(), Default::default())
+            .unwrap(),
+    )
+    .await;
+    let id = db.enqueue(1, serde_json::json!({})).await[0];
+    db.execute(&format!(
+        "INSERT INTO jobs_progress (job_id, checkpoint) VALUES ({id}, '{{\"at\": 1}}')"
+    ))
+    .await;
+    let complete = format!("SELECT * FROM jobs_complete_jobs(ARRAY[{id}::bigint])");
+    for missing in ["SELECT ON jobs_progress", "UPDATE ON jobs_progress"] {
+        let others: Vec<&str> = PROGRESS_OPERATOR
+            .0
+            .iter()
+            .copied()
+            .filter(|g| *g != missing)
+            .collect();
+        let (name, pool) = role_with(&db, &others).await;
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(complete.clone()))
+            .execute(&pool)
+            .await
+            .expect_err(&format!("completed without {missing}"))
+            .to_string();
+        assert!(
+            err.contains("permission denied for table jobs_progress"),
+            "{missing}: {err}"
+        );
+        drop_role(&db, pool, &name).await;
+        assert_eq!(db.state(id).await, "queued", "rolled back");
+    }
+    let (name, pool) = role_with(&db, PROGRESS_OPERATOR.0).await;
+    let outcomes: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(complete))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(outcomes, [(id, "done".to_owned())]);
+    drop_role(&db, pool, &name).await;
+    assert_eq!(db.state(id).await, "completed");
+    let kept: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs_progress WHERE job_id = $1 AND checkpoint IS NOT NULL",
+            id,
+        )
+        .await;
+    assert_eq!(kept, 0, "the completion dropped the checkpoint");
+}
+
+/// A cron scheduler builds an enqueuer: on a keyed table with the progress
+/// side table it needs the keyed enqueuer's grants there too (a tick that
+/// replaces a waiting holder drops the old work's row). With exactly the
+/// documented grants it replaces one; without any one it refuses to start.
+const KEYED_SIDE_CRON: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "UPDATE ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON dbworker_cron",
+    "INSERT ON dbworker_cron",
+    "UPDATE ON dbworker_cron",
+    "SELECT ON jobs_progress",
+    "DELETE ON jobs_progress",
+]);
+
+#[tokio::test]
+async fn a_cron_scheduler_on_a_keyed_progress_table_runs_with_the_documented_grants() {
+    let db = Db::new().await;
+    db.add_columns(
+        |c| c.keys = true,
+        &[
+            dbworker::ddl::cron_table_sql(DEFAULT_CRON_TABLE).unwrap(),
+            dbworker::ddl::progress_table_sql("jobs").unwrap(),
+        ],
+    )
+    .await;
+    let scheduler = |pool: PgPool| async move {
+        let mut o = Db::table_options();
+        o.key_column = Some("job_key".into());
+        o.progress = true;
+        let table = JobTable::new(&pool, o).await?;
+        Scheduler::new(&pool, &table, SchedulerOptions::default())
+            .await?
+            .add(
+                "every second",
+                "* * * * * *",
+                NewJob::new().key("tick", KeyMode::Replace),
+                Backfill::RunOnce,
+            )
+    };
+    let (name, pool) = role_with(&db, KEYED_SIDE_CRON.0).await;
+    let cron = scheduler(pool.clone()).await.unwrap();
+    assert!(cron.tick().await.unwrap().is_empty());
+    let holder: i64 = sqlx::query_scalar("INSERT INTO jobs (job_key) VALUES ('tick') RETURNING id")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    db.execute(&format!(
+        "INSERT INTO jobs_progress (job_id, checkpoint) VALUES ({holder}, '{{}}')"
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        cron.tick().await.unwrap(),
+        [("every second".to_owned(), holder)],
+        "the holder replaced"
+    );
+    let left: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs_progress WHERE job_id = $1",
+            holder,
+        )
+        .await;
+    assert_eq!(left, 0, "the old work's row dropped");
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_SIDE_CRON, |pool| async move {
+        scheduler(pool).await?;
+        Ok(())
+    })
+    .await;
+}

@@ -9,9 +9,11 @@ use crate::fixtures::grants as roles;
 
 use std::collections::HashMap;
 
+use dbworker::admin::Admin;
 use dbworker::ddl::workflows_sql;
+use dbworker::maintenance::{PurgeOptions, Purger};
 use dbworker::workflow::{Task, Workflow, Workflows};
-use dbworker::{DbStore, Enqueuer, JobTable, NewJob};
+use dbworker::{DbStore, DependencyPolicy, Enqueued, Enqueuer, JobTable, KeyMode, NewJob};
 use sqlx::PgPool;
 
 use common::Db;
@@ -188,4 +190,168 @@ async fn a_job_that_waits_is_enqueued_with_the_edges_grants_named_at_its_first_e
         .unwrap();
     enqueuer.enqueue(&NewJob::new()).await.unwrap();
     drop_role(&db, pool, &name).await;
+}
+
+// The purger's grants, and the release trigger's on the edges: deleting a
+// failed or canceled job others waited for runs it as the purger.
+const WORKFLOW_PURGER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "UPDATE ON jobs",
+    "DELETE ON jobs",
+    "SELECT ON jobs_deps",
+    "UPDATE ON jobs_deps",
+    "DELETE ON jobs_deps",
+]);
+
+/// A purger of a table with workflows purges a failed upstream job (its
+/// dependent canceled for good by the release trigger, as the purger) with
+/// exactly its documented grants, and names each one missing at start-up.
+/// Each dependency grant is one the trigger uses when such a job is deleted:
+/// a dependent requeued to wait for it is canceled, and that cascades to a
+/// job waiting for the dependent under `ignore_canceled`, which is released.
+#[tokio::test]
+async fn a_workflow_purger_purges_a_failed_upstream_with_the_dependency_grants() {
+    let db = set_up().await;
+    let owner = Workflows::new(&db.pool, &table(&db.pool).await.unwrap())
+        .await
+        .unwrap();
+    let after = |ids: Vec<i64>, policy: DependencyPolicy| {
+        let enqueuer = owner.enqueuer().clone();
+        async move {
+            let job = NewJob::new().after_with(ids, policy);
+            enqueuer.enqueue(&job).await.unwrap().id()
+        }
+    };
+    let up = db.enqueue(2, serde_json::json!({})).await;
+    let (old, requeued_for) = (up[0], up[1]);
+    let canceled = after(vec![old], DependencyPolicy::Cancel).await;
+    let waits = after(vec![requeued_for], DependencyPolicy::Cancel).await;
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'failed', finished_at = now() - interval '31 days' WHERE id = {old};
+         UPDATE jobs SET state = 'failed', finished_at = now() WHERE id = {requeued_for}"
+    ))
+    .await;
+    let admin = Admin::new(&db.pool, &table(&db.pool).await.unwrap())
+        .await
+        .unwrap();
+    assert!(admin.requeue(waits).await.unwrap());
+    let below = after(vec![waits], DependencyPolicy::IgnoreCanceled).await;
+    assert_eq!(db.state(below).await, "pending");
+
+    let (name, pool) = role_with(&db, WORKFLOW_PURGER.0).await;
+    let purger = Purger::new(&pool, &table(&pool).await.unwrap(), PurgeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 1, "{old}");
+    assert_eq!(db.state(canceled).await, "canceled");
+    let blocked: Option<i64> = db
+        .scalar("SELECT blocked_by FROM jobs WHERE id = $1", canceled)
+        .await;
+    assert_eq!(blocked, None, "canceled for good");
+    drop_role(&db, pool, &name).await;
+
+    let delete = format!("DELETE FROM jobs WHERE id = {requeued_for}");
+    for missing in [
+        "SELECT ON jobs_deps",
+        "UPDATE ON jobs_deps",
+        "DELETE ON jobs_deps",
+    ] {
+        let others: Vec<&str> = WORKFLOW_PURGER
+            .0
+            .iter()
+            .copied()
+            .filter(|g| *g != missing)
+            .collect();
+        let (name, pool) = role_with(&db, &others).await;
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(delete.clone()))
+            .execute(&pool)
+            .await
+            .expect_err(&format!("deleted a waited-for job without {missing}"))
+            .to_string();
+        assert!(
+            err.contains("permission denied for table jobs_deps"),
+            "{missing}: {err}"
+        );
+        drop_role(&db, pool, &name).await;
+    }
+    let (name, pool) = role_with(&db, WORKFLOW_PURGER.0).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(delete))
+        .execute(&pool)
+        .await
+        .unwrap();
+    drop_role(&db, pool, &name).await;
+    assert_eq!(db.state(waits).await, "canceled");
+    assert_eq!(db.state(below).await, "queued", "it ignores a cancel");
+
+    each_grant_is_needed(&db, &WORKFLOW_PURGER, |pool| async move {
+        Purger::new(&pool, &table(&pool).await?, PurgeOptions::new()).await?;
+        Ok(())
+    })
+    .await;
+}
+
+// `Workflows` builds an enqueuer: on a keyed table with the progress side
+// table, the keyed enqueuer's grants there too.
+const KEYED_SIDE_WORKFLOW_ENQUEUER: Grants = Grants(&[
+    "SELECT ON jobs",
+    "INSERT ON jobs",
+    "UPDATE ON jobs",
+    "USAGE ON SEQUENCE jobs_id_seq",
+    "SELECT ON jobs_deps",
+    "INSERT ON jobs_deps",
+    "UPDATE ON jobs_deps",
+    "DELETE ON jobs_deps",
+    "USAGE ON SEQUENCE jobs_workflow_seq",
+    "SELECT ON jobs_progress",
+    "DELETE ON jobs_progress",
+]);
+
+/// `Workflows` on a keyed table with the progress side table: with exactly
+/// the documented grants it enqueues a workflow, and its enqueuer replaces a
+/// keyed holder, dropping the old work's row; without any one grant
+/// `Workflows::new` refuses to start, naming it.
+#[tokio::test]
+async fn workflows_on_a_keyed_progress_table_run_with_the_documented_grants() {
+    let db = set_up().await;
+    db.add_columns(
+        |c| c.keys = true,
+        &[dbworker::ddl::progress_table_sql("jobs").unwrap()],
+    )
+    .await;
+    let table = |pool: PgPool| async move {
+        let mut o = Db::table_options();
+        o.workflows = true;
+        o.key_column = Some("job_key".into());
+        o.progress = true;
+        JobTable::new(&pool, o).await
+    };
+    let (name, pool) = role_with(&db, KEYED_SIDE_WORKFLOW_ENQUEUER.0).await;
+    let workflows = Workflows::new(&pool, &table(pool.clone()).await.unwrap())
+        .await
+        .unwrap();
+    let run = workflows.enqueue(&two_steps()).await.unwrap();
+    assert_eq!(db.state(run.id_of("second").unwrap()).await, "pending");
+    let job = NewJob::new().key("k", KeyMode::Replace);
+    let first = workflows.enqueuer().enqueue(&job).await.unwrap().id();
+    db.execute(&format!(
+        "INSERT INTO jobs_progress (job_id, checkpoint) VALUES ({first}, '{{}}')"
+    ))
+    .await;
+    assert_eq!(
+        workflows.enqueuer().enqueue(&job).await.unwrap(),
+        Enqueued::Updated(first)
+    );
+    let left: i64 = db
+        .scalar(
+            "SELECT count(*) FROM jobs_progress WHERE job_id = $1",
+            first,
+        )
+        .await;
+    assert_eq!(left, 0, "the old work's row dropped");
+    drop_role(&db, pool, &name).await;
+    each_grant_is_needed(&db, &KEYED_SIDE_WORKFLOW_ENQUEUER, |pool| async move {
+        Workflows::new(&pool, &table(pool.clone()).await?).await?;
+        Ok(())
+    })
+    .await;
 }

@@ -7,6 +7,7 @@
 mod common;
 
 mod batches;
+mod deletes;
 mod items;
 mod release_set;
 mod results;
