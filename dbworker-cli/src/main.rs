@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod exit;
 mod signal;
 
 use std::process::ExitCode;
@@ -17,7 +18,12 @@ use commands::{
 };
 
 #[derive(Debug, Parser)]
-#[command(name = "dbworker", version, about = "Operate dbworker job tables")]
+#[command(
+    name = "dbworker",
+    version,
+    about = "Operate dbworker job tables",
+    after_help = exit::HELP
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -133,7 +139,7 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("dbworker: {}", report(&error));
-            ExitCode::FAILURE
+            ExitCode::from(exit::status(&error))
         }
     }
 }

@@ -26,7 +26,9 @@ pub(crate) struct PauseArgs {
 pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
     // An empty --queue must not mean the whole table (leaving it out does).
     if args.queue.as_deref().is_some_and(|q| q.trim().is_empty()) {
-        anyhow::bail!("--queue: name the queue, or leave --queue out for the whole table");
+        return Err(crate::exit::usage(
+            "--queue: name the queue, or leave --queue out for the whole table",
+        ));
     }
     let t = &args.table.target;
     let pool = t.connect().await?;

@@ -3,11 +3,12 @@
 //! by every worker's claim, as the library's `Limits` and the dashboard's
 //! queues page set them.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{ArgGroup, Args, Subcommand};
 use dbworker::control::{DEFAULT_LIMIT_TABLE, Limit, Limits};
 
 use crate::args::TableArgs;
+use crate::exit::usage;
 
 #[derive(Debug, Args)]
 pub(crate) struct LimitArgs {
@@ -92,10 +93,12 @@ pub(crate) async fn limit(args: LimitArgs) -> Result<()> {
 /// are taken exactly, as the library takes them).
 fn check_queue(queue: &str) -> Result<()> {
     if queue.trim().is_empty() {
-        bail!("--queue: name the queue (limits are per queue)");
+        return Err(usage("--queue: name the queue (limits are per queue)"));
     }
     if queue.trim() != queue {
-        bail!("--queue: {queue:?} has whitespace at an end; queue names are taken exactly");
+        return Err(usage(format!(
+            "--queue: {queue:?} has whitespace at an end; queue names are taken exactly"
+        )));
     }
     Ok(())
 }
@@ -139,7 +142,7 @@ async fn set(args: SetArgs) -> Result<()> {
                 "rate_per_second" => "rate",
                 other => other,
             };
-            bail!("--{}: {reason}", flag.replace('_', "-"));
+            return Err(usage(format!("--{}: {reason}", flag.replace('_', "-"))));
         }
         Err(other) => return Err(other).context(format!("limit of queue {}", args.queue)),
     }

@@ -22,6 +22,7 @@ mod admin;
 mod bulk;
 mod dashboard;
 mod error_history;
+mod exit_codes;
 mod fair_show;
 mod limits;
 mod operator_output;
