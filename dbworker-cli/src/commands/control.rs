@@ -6,6 +6,7 @@ use clap::Args;
 use dbworker::control::{DEFAULT_PAUSE_TABLE, Pauses, PausesOptions};
 
 use crate::args::TableArgs;
+use crate::commands::text::printable;
 
 #[derive(Debug, Args)]
 pub(crate) struct PauseArgs {
@@ -40,10 +41,11 @@ pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
         .await
         .with_context(|| format!("pause table {}", args.pause_table))?;
     pauses.check_writes().await?;
-    let what = args
-        .queue
-        .as_deref()
-        .map_or_else(|| format!("table {}", t.table), |q| format!("queue {q}"));
+    // Echoed names are printed as the other commands print names.
+    let what = args.queue.as_deref().map_or_else(
+        || format!("table {}", printable(&t.table)),
+        |q| format!("queue {}", printable(q)),
+    );
     let changed = if resume {
         pauses.resume(args.queue.as_deref()).await
     } else {

@@ -212,7 +212,10 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
         return Ok(());
     }
     match (page.next, &page.next_value) {
-        (Some(next), Some(value)) => println!("more: --after {next} --after-value '{value}'"),
+        (Some(next), Some(value)) => println!(
+            "more: --after {next} --after-value '{}'",
+            super::text::printable(value)
+        ),
         (Some(next), None) => println!("more: --after {next}"),
         (None, _) => println!("({} job(s), end of list)", page.jobs.len()),
     }

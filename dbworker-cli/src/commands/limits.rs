@@ -8,6 +8,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use dbworker::control::{DEFAULT_LIMIT_TABLE, Limit, Limits};
 
 use crate::args::TableArgs;
+use crate::commands::text::printable;
 use crate::exit::usage;
 
 #[derive(Debug, Args)]
@@ -154,7 +155,7 @@ async fn set(args: SetArgs) -> Result<()> {
         .set_limit(&args.queue, limit)
         .await
         .with_context(|| format!("limiting queue {}", args.queue))?;
-    println!("queue {}: {}", args.queue, describe(&limit));
+    println!("queue {}: {}", printable(&args.queue), describe(&limit));
     Ok(())
 }
 
@@ -165,10 +166,11 @@ async fn clear(args: ClearArgs) -> Result<()> {
         .remove(&args.queue)
         .await
         .with_context(|| format!("lifting the limits of queue {}", args.queue))?;
+    let queue = printable(&args.queue);
     if had {
-        println!("queue {}: no limit", args.queue);
+        println!("queue {queue}: no limit");
     } else {
-        println!("queue {} had no limit", args.queue);
+        println!("queue {queue} had no limit");
     }
     Ok(())
 }
@@ -177,12 +179,15 @@ async fn list(args: ListArgs) -> Result<()> {
     let limits = args.limits.open(None, false).await?;
     let all = limits.list().await.context("reading the limits")?;
     if all.is_empty() {
-        println!("no queue of {} is limited", args.limits.table.target.table);
+        println!(
+            "no queue of {} is limited",
+            printable(&args.limits.table.target.table)
+        );
         return Ok(());
     }
     println!("{:<32} LIMIT", "QUEUE");
     for (queue, limit) in &all {
-        println!("{queue:<32} {}", describe(limit));
+        println!("{:<32} {}", printable(queue), describe(limit));
     }
     Ok(())
 }

@@ -53,13 +53,11 @@ pub(crate) async fn signal(args: SignalArgs) -> Result<()> {
         None => err.into(),
     })
     .with_context(|| format!("sending signal {:?}", args.name))?;
+    let name = crate::commands::text::printable(&args.name);
     if new {
-        println!("sent {}", args.name);
+        println!("sent {name}");
     } else {
-        println!(
-            "{} was sent before with this dedupe key: delivered once",
-            args.name
-        );
+        println!("{name} was sent before with this dedupe key: delivered once");
     }
     Ok(())
 }

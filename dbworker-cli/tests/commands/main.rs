@@ -25,6 +25,7 @@ mod error_history;
 mod exit_codes;
 mod fair_show;
 mod limits;
+mod names_escaped;
 mod operator_output;
 mod partitions;
 mod refusals;
