@@ -244,11 +244,9 @@ pub(crate) async fn show(args: JobArgs) -> Result<()> {
     {
         Some(row) if args.format.format == Format::Json => print_json(&row),
         Some(row) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&readable(row))
-                    .with_context(|| format!("job {} as JSON", args.id))?
-            );
+            let text = serde_json::to_string_pretty(&readable(row))
+                .with_context(|| format!("job {} as JSON", args.id))?;
+            println!("{}", super::text::json(&text));
             Ok(())
         }
         None => Err(not_found(format!("no job {}", args.id))),

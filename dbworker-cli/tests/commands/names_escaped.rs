@@ -132,6 +132,30 @@ async fn every_command_prints_names_from_elsewhere_with_control_characters_as_sp
     ] {
         assert!(status.contains(line.as_str()), "{line:?} in {status}");
     }
+    // JSON (`show`, `--format json`) escapes them as JSON: serde_json left
+    // DEL and the C1 set raw, U+009B a terminal's CSI among them.
+    let csi: i64 =
+        sqlx::query_scalar("INSERT INTO jobs (queue) VALUES (E'c\\u009b2J\\u007f') RETURNING id")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let csi = csi.to_string();
+    for args in [
+        &["show", &csi][..],
+        &["show", &csi, "--format", "json"],
+        &["list", "--format", "json"],
+        &["status", "--format", "json"],
+        &["list"],
+    ] {
+        let out = cli::ok(&dbworker(&db, args));
+        assert!(
+            !out.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?}: {out:?}"
+        );
+    }
+    let shown = cli::ok(&dbworker(&db, &["show", &csi]));
+    assert!(shown.contains(r#""c\u009b2J\u007f""#), "{shown}");
+
     // An error quoting the database's text about a name: escaped too.
     let out = dbworker(&db, &["signal", "--key", NAME, "--name", "paid"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
