@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::admin::Admin;
 use dbworker::cluster::DEFAULT_LEADER_TABLE;
@@ -28,9 +28,9 @@ impl Database {
     /// The connect timeout, checked.
     pub(crate) fn connect_timeout(&self) -> Result<Duration> {
         if self.connect_timeout.is_zero() {
-            anyhow::bail!(
-                "--connect-timeout (DBWORKER_CONNECT_TIMEOUT) must be more than 0: it is how long to wait for the server"
-            );
+            return Err(crate::exit::usage(
+                "--connect-timeout (DBWORKER_CONNECT_TIMEOUT) must be more than 0: it is how long to wait for the server",
+            ));
         }
         Ok(self.connect_timeout)
     }
@@ -155,7 +155,11 @@ pub(crate) struct ReadArgs {
 /// instead of with sqlx's bare text ("relative URL without a base"), its
 /// password never shown.
 fn parse_url(url: &str, flag: &str) -> Result<PgConnectOptions> {
-    let malformed = |why: String| anyhow!("{flag} {why}; expected postgres://user@host:port/db");
+    let malformed = |why: String| {
+        crate::exit::usage(format!(
+            "{flag} {why}; expected postgres://user@host:port/db"
+        ))
+    };
     match url.split_once("://") {
         Some((scheme, _))
             if scheme.eq_ignore_ascii_case("postgres")

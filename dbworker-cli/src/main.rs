@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod exit;
 mod signal;
 
 use std::process::ExitCode;
@@ -17,7 +18,12 @@ use commands::{
 };
 
 #[derive(Debug, Parser)]
-#[command(name = "dbworker", version, about = "Operate dbworker job tables")]
+#[command(
+    name = "dbworker",
+    version,
+    about = "Operate dbworker job tables",
+    after_help = exit::HELP
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -133,17 +139,26 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("dbworker: {}", report(&error));
-            ExitCode::FAILURE
+            ExitCode::from(exit::status(&error))
         }
     }
 }
 
 /// The error on one line: its context, then each cause the messages before
 /// it do not already include (many errors print their source themselves).
+/// A cause may quote a name or the database's own text, so each is printed
+/// with its control characters as spaces; only the library's lists of
+/// problems (`Error::Schema`, `Error::Access`: a line `\n  - ` each) keep
+/// their lines.
 fn report(error: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in error.chain() {
-        let text = cause.to_string();
+        let text = cause
+            .to_string()
+            .split(PROBLEM)
+            .map(commands::text::printable)
+            .collect::<Vec<_>>()
+            .join(PROBLEM);
         if line.contains(&text) {
             continue;
         }
@@ -154,6 +169,9 @@ fn report(error: &anyhow::Error) -> String {
     }
     line
 }
+
+/// How the library's multi-line errors start each problem.
+const PROBLEM: &str = "\n  - ";
 
 #[cfg(test)]
 mod tests {
@@ -178,5 +196,16 @@ mod tests {
             "status of jobs: database error in status: connection refused"
         );
         assert_eq!(report(&anyhow::anyhow!("no job 7")), "no job 7");
+        let quoted = anyhow::anyhow!("no live job holds key k\x1b[2J\nforged in jobs");
+        assert_eq!(
+            report(&quoted),
+            "no live job holds key k [2J forged in jobs"
+        );
+        let listed =
+            anyhow::anyhow!("the job table does not match:\n  - no column a\x1b\n  - no b");
+        assert_eq!(
+            report(&listed),
+            "the job table does not match:\n  - no column a \n  - no b"
+        );
     }
 }

@@ -6,6 +6,7 @@ use clap::Args;
 use dbworker::control::{DEFAULT_PAUSE_TABLE, Pauses, PausesOptions};
 
 use crate::args::TableArgs;
+use crate::commands::text::printable;
 
 #[derive(Debug, Args)]
 pub(crate) struct PauseArgs {
@@ -26,7 +27,9 @@ pub(crate) struct PauseArgs {
 pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
     // An empty --queue must not mean the whole table (leaving it out does).
     if args.queue.as_deref().is_some_and(|q| q.trim().is_empty()) {
-        anyhow::bail!("--queue: name the queue, or leave --queue out for the whole table");
+        return Err(crate::exit::usage(
+            "--queue: name the queue, or leave --queue out for the whole table",
+        ));
     }
     let t = &args.table.target;
     let pool = t.connect().await?;
@@ -38,10 +41,11 @@ pub(crate) async fn pause(args: PauseArgs, resume: bool) -> Result<()> {
         .await
         .with_context(|| format!("pause table {}", args.pause_table))?;
     pauses.check_writes().await?;
-    let what = args
-        .queue
-        .as_deref()
-        .map_or_else(|| format!("table {}", t.table), |q| format!("queue {q}"));
+    // Echoed names are printed as the other commands print names.
+    let what = args.queue.as_deref().map_or_else(
+        || format!("table {}", printable(&t.table)),
+        |q| format!("queue {}", printable(q)),
+    );
     let changed = if resume {
         pauses.resume(args.queue.as_deref()).await
     } else {

@@ -56,7 +56,7 @@ pub(crate) async fn cron(args: CronArgs) -> Result<()> {
             .with_context(|| format!("ticking the schedules of {}", args.table.target.table))?;
         println!("enqueued {} job(s)", enqueued.len());
         for (schedule, id) in enqueued {
-            println!("{schedule}: job {id}");
+            println!("{}: job {id}", crate::commands::text::printable(&schedule));
         }
         return Ok(());
     }

@@ -60,7 +60,8 @@ pub(crate) async fn fair(args: FairArgs) -> Result<()> {
         "KEY", "WAITING", "RUNNING", "WEIGHT"
     );
     for s in shares {
-        let key = s.key.as_deref().unwrap_or("(none)");
+        // Keys come from the jobs' fair_key: whoever enqueued chose them.
+        let key = crate::commands::text::printable(s.key.as_deref().unwrap_or("(none)"));
         println!(
             "{key:<32} {:>10} {:>10} {:>7}",
             s.waiting, s.processing, s.weight

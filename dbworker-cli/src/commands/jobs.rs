@@ -6,7 +6,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use dbworker::JobTableOptions;
 use dbworker::admin::{
@@ -18,6 +18,7 @@ use workerutil::JobState;
 
 use crate::args::{Format, FormatArg, ReadArgs, TableArgs, duration};
 use crate::commands::json::{self, print_json};
+use crate::exit::{not_found, refused, usage};
 
 /// Which jobs: every flag given must match.
 #[derive(Debug, Args, Default)]
@@ -64,17 +65,17 @@ impl FilterArgs {
             (&self.kind, admin.kind_column(), "kind"),
         ] {
             if wanted.is_some() && column.is_none() {
-                bail!(
+                return Err(usage(format!(
                     "--{flag} needs the table's {flag} column: the table has no column named {flag}, so name yours with --{flag}-column"
-                );
+                )));
             }
         }
         let mut f = JobFilter::default();
         let stalled = self.states.contains(&StateArg::Stalled);
         if stalled && self.states.len() > 1 {
-            bail!(
-                "--state stalled is a kind of processing job: it cannot be combined with other states"
-            );
+            return Err(usage(
+                "--state stalled is a kind of processing job: it cannot be combined with other states",
+            ));
         }
         f.states = self
             .states
@@ -211,7 +212,10 @@ pub(crate) async fn list(args: ListArgs) -> Result<()> {
         return Ok(());
     }
     match (page.next, &page.next_value) {
-        (Some(next), Some(value)) => println!("more: --after {next} --after-value '{value}'"),
+        (Some(next), Some(value)) => println!(
+            "more: --after {next} --after-value '{}'",
+            super::text::printable(value)
+        ),
         (Some(next), None) => println!("more: --after {next}"),
         (None, _) => println!("({} job(s), end of list)", page.jobs.len()),
     }
@@ -240,14 +244,12 @@ pub(crate) async fn show(args: JobArgs) -> Result<()> {
     {
         Some(row) if args.format.format == Format::Json => print_json(&row),
         Some(row) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&readable(row))
-                    .with_context(|| format!("job {} as JSON", args.id))?
-            );
+            let text = serde_json::to_string_pretty(&readable(row))
+                .with_context(|| format!("job {} as JSON", args.id))?;
+            println!("{}", super::text::json(&text));
             Ok(())
         }
-        None => bail!("no job {}", args.id),
+        None => Err(not_found(format!("no job {}", args.id))),
     }
 }
 
@@ -310,14 +312,14 @@ async fn check_grants(admin: &Admin, action: &BulkAction) -> Result<()> {
 async fn run(admin: &Admin, action: &BulkAction, args: &ActionArgs) -> Result<()> {
     let filter = args.filter.filter(admin)?;
     match args.id {
-        Some(id) if filter.is_restricted() => {
-            bail!("give a job id or filter flags, not both (job {id})")
-        }
+        Some(id) if filter.is_restricted() => Err(usage(format!(
+            "give a job id or filter flags, not both (job {id})"
+        ))),
         Some(id) => act_on_one(admin, action, id).await,
-        None if !filter.is_restricted() => bail!(
+        None if !filter.is_restricted() => Err(usage(format!(
             "give a job id, or filter flags (--state, --queue, --kind, --field, ...) to {} every matching job",
             action.verb()
-        ),
+        ))),
         None => act_on_matching(admin, action, &filter, args.yes, args.chunk_size).await,
     }
 }
@@ -415,7 +417,11 @@ pub(crate) async fn remove(args: RemoveArgs) -> Result<()> {
         Removed::Processing(id) => println!(
             "job {id} held key {key:?} and is processing: it runs on without the key, and is not retried if it fails (with a retry-limit column)"
         ),
-        _ => bail!("no queued or errored job holds key {key:?}"),
+        _ => {
+            return Err(not_found(format!(
+                "no queued or errored job holds key {key:?}"
+            )));
+        }
     }
     Ok(())
 }
@@ -466,9 +472,9 @@ async fn act_on_one(admin: &Admin, action: &BulkAction, id: i64) -> Result<()> {
     }
     // The statements match no row either way: tell a missing job apart.
     if admin.show(id).await.with_context(doing)?.is_none() {
-        bail!("no job {id}");
+        return Err(not_found(format!("no job {id}")));
     }
-    bail!("job {id} {refusal}")
+    Err(refused(format!("job {id} {refusal}")))
 }
 
 async fn act_on_matching(
@@ -489,7 +495,9 @@ async fn act_on_matching(
         return Ok(());
     }
     if !yes && !confirm(&format!("{count} job(s) match; {verb} them? [y/N] "))? {
-        bail!("{count} job(s) match; nothing done (pass --yes to {verb} them)");
+        return Err(refused(format!(
+            "{count} job(s) match; nothing done (pass --yes to {verb} them)"
+        )));
     }
     let bar = ProgressBar::new(count).with_style(
         ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)")

@@ -10,12 +10,10 @@ use dbworker::control::Pause;
 use dbworker::workflow::WorkflowStatus;
 use serde_json::{Value, json};
 
-/// Prints `value` on one line.
+/// Prints `value` on one line, safe on a terminal ([`super::text::json`]).
 pub(crate) fn print_json(value: &Value) -> Result<()> {
-    println!(
-        "{}",
-        serde_json::to_string(value).context("the output as JSON")?
-    );
+    let text = serde_json::to_string(value).context("the output as JSON")?;
+    println!("{}", super::text::json(&text));
     Ok(())
 }
 

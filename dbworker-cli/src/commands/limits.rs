@@ -3,11 +3,13 @@
 //! by every worker's claim, as the library's `Limits` and the dashboard's
 //! queues page set them.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{ArgGroup, Args, Subcommand};
 use dbworker::control::{DEFAULT_LIMIT_TABLE, Limit, Limits};
 
 use crate::args::TableArgs;
+use crate::commands::text::printable;
+use crate::exit::usage;
 
 #[derive(Debug, Args)]
 pub(crate) struct LimitArgs {
@@ -92,10 +94,12 @@ pub(crate) async fn limit(args: LimitArgs) -> Result<()> {
 /// are taken exactly, as the library takes them).
 fn check_queue(queue: &str) -> Result<()> {
     if queue.trim().is_empty() {
-        bail!("--queue: name the queue (limits are per queue)");
+        return Err(usage("--queue: name the queue (limits are per queue)"));
     }
     if queue.trim() != queue {
-        bail!("--queue: {queue:?} has whitespace at an end; queue names are taken exactly");
+        return Err(usage(format!(
+            "--queue: {queue:?} has whitespace at an end; queue names are taken exactly"
+        )));
     }
     Ok(())
 }
@@ -139,7 +143,7 @@ async fn set(args: SetArgs) -> Result<()> {
                 "rate_per_second" => "rate",
                 other => other,
             };
-            bail!("--{}: {reason}", flag.replace('_', "-"));
+            return Err(usage(format!("--{}: {reason}", flag.replace('_', "-"))));
         }
         Err(other) => return Err(other).context(format!("limit of queue {}", args.queue)),
     }
@@ -151,7 +155,7 @@ async fn set(args: SetArgs) -> Result<()> {
         .set_limit(&args.queue, limit)
         .await
         .with_context(|| format!("limiting queue {}", args.queue))?;
-    println!("queue {}: {}", args.queue, describe(&limit));
+    println!("queue {}: {}", printable(&args.queue), describe(&limit));
     Ok(())
 }
 
@@ -162,10 +166,11 @@ async fn clear(args: ClearArgs) -> Result<()> {
         .remove(&args.queue)
         .await
         .with_context(|| format!("lifting the limits of queue {}", args.queue))?;
+    let queue = printable(&args.queue);
     if had {
-        println!("queue {}: no limit", args.queue);
+        println!("queue {queue}: no limit");
     } else {
-        println!("queue {} had no limit", args.queue);
+        println!("queue {queue} had no limit");
     }
     Ok(())
 }
@@ -174,12 +179,15 @@ async fn list(args: ListArgs) -> Result<()> {
     let limits = args.limits.open(None, false).await?;
     let all = limits.list().await.context("reading the limits")?;
     if all.is_empty() {
-        println!("no queue of {} is limited", args.limits.table.target.table);
+        println!(
+            "no queue of {} is limited",
+            printable(&args.limits.table.target.table)
+        );
         return Ok(());
     }
     println!("{:<32} LIMIT", "QUEUE");
     for (queue, limit) in &all {
-        println!("{queue:<32} {}", describe(limit));
+        println!("{:<32} {}", printable(queue), describe(limit));
     }
     Ok(())
 }

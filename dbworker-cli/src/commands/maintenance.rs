@@ -18,6 +18,7 @@ use dbworker::{
 use workerutil::JobState;
 
 use crate::args::{RegistryArgs, Target, duration};
+use crate::commands::text::printable;
 use crate::signal::stop_on_signal;
 
 #[derive(Debug, Args)]
@@ -100,11 +101,16 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<()> {
             .purge_once()
             .await
             .with_context(|| format!("purging {}", args.target.table))?;
+        // Partition names are the table's name, which a flag gave.
         for name in &purged.partitions_created {
-            println!("created partition {name}");
+            println!("created partition {}", printable(name));
         }
         for p in &purged.partitions_dropped {
-            println!("dropped partition {} ({} job(s))", p.name, p.rows);
+            println!(
+                "dropped partition {} ({} job(s))",
+                printable(&p.name),
+                p.rows
+            );
         }
         for (state, n) in &purged.by_state {
             println!("purged {n} {} job(s)", state.as_str());

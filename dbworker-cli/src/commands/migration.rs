@@ -282,14 +282,14 @@ fn migration_sql(args: MigrationArgs) -> Result<String> {
 /// The features that cannot work on a partitioned job table, refused by name.
 fn refuse_on_partitioned(args: &MigrationArgs) -> Result<()> {
     if args.workflows {
-        anyhow::bail!(
-            "--workflows cannot be used with --partitioned: the dependency table's foreign key must reference a unique id, and a partitioned table's primary key is (id, queued_at)"
-        );
+        return Err(crate::exit::usage(
+            "--workflows cannot be used with --partitioned: the dependency table's foreign key must reference a unique id, and a partitioned table's primary key is (id, queued_at)",
+        ));
     }
     if args.keys && (args.enqueue_function || args.add_jobs) {
-        anyhow::bail!(
-            "--enqueue-function and --add-jobs with --keys cannot be used with --partitioned: they rely on the unique key index (ON CONFLICT), which a partitioned table keeps in a key table instead; enqueue keyed jobs through dbworker's Enqueuer"
-        );
+        return Err(crate::exit::usage(
+            "--enqueue-function and --add-jobs with --keys cannot be used with --partitioned: they rely on the unique key index (ON CONFLICT), which a partitioned table keeps in a key table instead; enqueue keyed jobs through dbworker's Enqueuer",
+        ));
     }
     Ok(())
 }

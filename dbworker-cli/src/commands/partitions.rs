@@ -43,7 +43,7 @@ pub(crate) async fn partitions(args: PartitionsArgs) -> Result<()> {
     }
     let created = purger.create_partitions().await?;
     for name in &created {
-        println!("created {name}");
+        println!("created {}", crate::commands::text::printable(name));
     }
     println!("{} partition(s) created", created.len());
     Ok(())

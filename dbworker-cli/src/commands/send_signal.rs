@@ -31,8 +31,8 @@ pub(crate) struct SignalArgs {
 
 /// Sends the signal and says whether it was new.
 pub(crate) async fn signal(args: SignalArgs) -> Result<()> {
-    let payload: serde_json::Value =
-        serde_json::from_str(&args.payload).context("--payload is not JSON")?;
+    let payload: serde_json::Value = serde_json::from_str(&args.payload)
+        .map_err(|err| crate::exit::usage(format!("--payload is not JSON: {err}")))?;
     let pool = args.table.target.connect().await?;
     let table = args
         .table
@@ -47,14 +47,17 @@ pub(crate) async fn signal(args: SignalArgs) -> Result<()> {
         (None, Some(key)) => signals.send_to_key(key, &args.name, payload, dedupe).await,
         (None, None) => unreachable!("clap requires --id or --key"),
     }
+    .map_err(|err| match crate::exit::no_data_found(&err) {
+        // The signal functions say an unknown job or key so.
+        Some(missing) => crate::exit::not_found(missing),
+        None => err.into(),
+    })
     .with_context(|| format!("sending signal {:?}", args.name))?;
+    let name = crate::commands::text::printable(&args.name);
     if new {
-        println!("sent {}", args.name);
+        println!("sent {name}");
     } else {
-        println!(
-            "{} was sent before with this dedupe key: delivered once",
-            args.name
-        );
+        println!("{name} was sent before with this dedupe key: delivered once");
     }
     Ok(())
 }

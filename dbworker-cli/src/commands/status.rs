@@ -18,6 +18,10 @@ use dbworker::{
 
 use crate::args::{Format, FormatArg, ReadArgs, RegistryArgs, TableArgs, duration, human};
 use crate::commands::json::{self, print_json};
+// Every name below (queues, hosts, processes, consumers, who paused) was
+// chosen by another program or operator: printed with control characters
+// as spaces.
+use crate::commands::text::printable;
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
@@ -87,13 +91,13 @@ pub(crate) async fn status(args: StatusArgs) -> Result<()> {
             println!("paused: none");
         }
         for p in paused {
-            let what = p
-                .queue
-                .as_deref()
-                .map_or_else(|| "the whole table".to_owned(), |q| format!("queue {q}"));
+            let what = p.queue.as_deref().map_or_else(
+                || "the whole table".to_owned(),
+                |q| format!("queue {}", printable(q)),
+            );
             println!(
                 "paused: {what}, by {} for {}",
-                p.paused_by,
+                printable(&p.paused_by),
                 human(Duration::from_secs_f64(p.seconds.max(0.0)))
             );
         }
@@ -105,7 +109,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<()> {
         ))
     );
     for (host, count) in &status.processing_by_host {
-        println!("processing on {}: {count}", super::text::printable(host));
+        println!("processing on {}: {count}", printable(host));
     }
     println!("rows in the table (estimate): {}", status.estimated_rows);
     if let Some(node_table) = &args.registry.node_table {
@@ -155,10 +159,7 @@ fn print_counts(s: &Status) {
     line("queue", STATE_COLUMNS.map(str::to_owned));
     let row = |name: &str, q: &QueueCounts| line(name, q.in_columns().map(n));
     for q in &s.queues {
-        row(
-            &super::text::printable(q.queue.as_deref().unwrap_or("-")),
-            q,
-        );
+        row(&printable(q.queue.as_deref().unwrap_or("-")), q);
     }
     row("total", &s.total);
     println!(
@@ -200,24 +201,24 @@ async fn process_status(
         };
         let honours = match &n.honours {
             Some(h) if h.is_empty() => "no pause or limit table".to_owned(),
-            Some(h) => h.join(", "),
+            Some(h) => printable(&h.join(", ")),
             // A process of a version before the registry recorded it.
             None => "unknown (it may ignore pauses and limits)".to_owned(),
         };
         println!(
             "  {}{lead}  pid {}  v{}  handlers {}  queues [{}]  up {}  heartbeat {:.1} s ago  honours: {honours}",
-            n.id,
+            printable(&n.id),
             n.pid,
-            n.version,
+            printable(&n.version),
             n.handlers,
-            n.queues.join(", "),
+            printable(&n.queues.join(", ")),
             dbworker::admin::format_age(n.up_seconds),
             n.heartbeat_age_seconds
         );
     }
     match leader {
         Some(l) if !nodes.iter().any(|n| n.id == l) => {
-            println!("leader: {l} (not in the registry)")
+            println!("leader: {} (not in the registry)", printable(&l))
         }
         None => println!("leader: none"),
         _ => {}
@@ -243,11 +244,12 @@ async fn consumer_status(pool: &sqlx::PgPool, c: &ConsumerArgs, events: &str) ->
             .find(|(name, _)| *name == l.consumer)
             .map_or("-", |(_, node)| node.as_str());
         println!(
-            "{:<24} {:>12} {:>12} {:>10}  {owner}",
-            l.consumer,
+            "{:<24} {:>12} {:>12} {:>10}  {}",
+            printable(&l.consumer),
             l.last_position,
             l.latest,
-            l.lag()
+            l.lag(),
+            printable(owner)
         );
     }
     Ok(())

@@ -26,6 +26,7 @@ use sqlx::PgPool;
 
 use crate::args::{Format, FormatArg, ReadArgs, TableArgs, duration};
 use crate::commands::json::{self, print_json};
+use crate::commands::text::printable;
 
 #[derive(Debug, Args)]
 pub(crate) struct TopArgs {
@@ -195,7 +196,7 @@ pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
         let n = |f: fn(&dbworker::admin::QueueCounts) -> u64| live.map_or(0, f).to_string();
         let d = |f: fn(&history::Point) -> u64| done.map_or(0, |q| f(&q.point)).to_string();
         Row::new([
-            name.clone().unwrap_or_else(|| "-".into()),
+            printable(name.as_deref().unwrap_or("-")),
             n(|q| q.available),
             n(|q| q.scheduled),
             n(|q| q.errored),
@@ -228,7 +229,7 @@ pub(crate) fn render(frame: &mut Frame<'_>, snap: &Snapshot) {
     let host_rows = status
         .processing_by_host
         .iter()
-        .map(|(host, n)| Row::new([host.clone(), n.to_string()]));
+        .map(|(host, n)| Row::new([printable(host), n.to_string()]));
     frame.render_widget(
         Table::new(host_rows, [Constraint::Fill(3), Constraint::Fill(1)])
             .header(Row::new(["host", "processing"]).style(bold))
@@ -251,7 +252,7 @@ fn render_running(frame: &mut Frame<'_>, area: ratatui::layout::Rect, running: &
             .map_or_else(|| "-".to_owned(), |p| p.to_string());
         Row::new([
             j.id.to_string(),
-            j.worker_hostname.clone(),
+            printable(&j.worker_hostname),
             format_age(j.running_for.as_secs_f64()),
             progress,
         ])

@@ -150,7 +150,8 @@ fn basic_user(position: usize, entry: &str) -> Result<BasicUser> {
 }
 
 pub(crate) async fn serve(args: UiArgs) -> Result<()> {
-    let auth = auth(&args)?;
+    // Every refusal of `auth` is about the flags: bad arguments.
+    let auth = auth(&args).map_err(|err| crate::exit::usage(err.to_string()))?;
     let pool = args
         .database
         .connect_limited(4, args.statement_timeout)

@@ -3,12 +3,13 @@
 
 use std::time::SystemTime;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use dbworker::workflow::Workflows;
 
 use crate::args::{Format, FormatArg, Target};
 use crate::commands::json::{self, print_json};
+use crate::exit::{not_found, refused};
 
 #[derive(Debug, Args)]
 pub(crate) struct WorkflowArgs {
@@ -75,7 +76,7 @@ async fn show(show: WorkflowShowArgs) -> Result<()> {
         .await
         .with_context(|| format!("reading workflow {}", args.id))?
     else {
-        bail!("no workflow {}", args.id);
+        return Err(not_found(format!("no workflow {}", args.id)));
     };
     if show.format.format == Format::Json {
         let edges: Vec<(i64, i64)> = workflows
@@ -162,7 +163,7 @@ async fn cancel(args: WorkflowCancelArgs) -> Result<()> {
         .with_context(|| format!("reading workflow {}", args.id))?
         .is_none()
     {
-        bail!("no workflow {}", args.id);
+        return Err(not_found(format!("no workflow {}", args.id)));
     }
     // Asked as `dbworker cancel --workflow` asks: refused when no one can
     // answer and --yes is not given.
@@ -171,10 +172,10 @@ async fn cancel(args: WorkflowCancelArgs) -> Result<()> {
         args.id
     );
     if !yes && !crate::commands::jobs::confirm(&question)? {
-        bail!(
+        return Err(refused(format!(
             "workflow {}: nothing done (pass --yes to cancel it)",
             args.id
-        );
+        )));
     }
     let done = workflows
         .cancel(args.id)
@@ -187,11 +188,13 @@ async fn cancel(args: WorkflowCancelArgs) -> Result<()> {
             .await
             .with_context(|| format!("reading workflow {}", args.id))?;
         match status {
-            None => bail!("no workflow {}", args.id),
-            Some(_) => bail!(
-                "workflow {} has no waiting or running task to cancel",
-                args.id
-            ),
+            None => return Err(not_found(format!("no workflow {}", args.id))),
+            Some(_) => {
+                return Err(refused(format!(
+                    "workflow {} has no waiting or running task to cancel",
+                    args.id
+                )));
+            }
         }
     }
     println!(

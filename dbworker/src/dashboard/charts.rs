@@ -99,6 +99,17 @@ fn time_label(at: i64, range: Range) -> String {
         .map_or_else(String::new, |t| t.format(format).to_string())
 }
 
+/// A bar's time in its hover text, in UTC: with the day where the chart
+/// spans days (on the week chart the hour alone names one of seven).
+fn tip_label(at: i64, range: Range) -> String {
+    let format = match range {
+        Range::Hour => "%H:%M",
+        _ => "%a %d %b %H:%M",
+    };
+    chrono::DateTime::from_timestamp(at, 0)
+        .map_or_else(String::new, |t| t.format(format).to_string())
+}
+
 /// The time axis' ticks: every 10 min, 4 h or day.
 fn tick_every(range: Range) -> i64 {
     match range {
@@ -245,7 +256,7 @@ fn throughput(s: &Series) -> Markup {
         let mut base = 0.0;
         let tip = format!(
             "{} UTC: {} completed, {} failed, {} canceled, {} retried",
-            time_label(p.at, Range::Hour),
+            tip_label(p.at, s.range),
             p.completed,
             p.failed,
             p.canceled,
@@ -371,5 +382,8 @@ mod tests {
         assert_eq!(seconds(210.0), "3.5 min");
         assert_eq!(time_label(0, Range::Hour), "00:00");
         assert_eq!(time_label(0, Range::Week), "Thu 01 Jan");
+        assert_eq!(tip_label(0, Range::Hour), "00:00");
+        assert_eq!(tip_label(3 * 3600, Range::Week), "Thu 01 Jan 03:00");
+        assert_eq!(tip_label(3 * 3600, Range::Day), "Thu 01 Jan 03:00");
     }
 }

@@ -1,11 +1,80 @@
 // Live updates for the dashboard: while the tab is visible, re-fetch this
 // page every few seconds and swap in its <main>; stop while it is hidden.
+// With `?refresh=N` it reloads the page every N seconds instead (the meta
+// tag that does it without script is in <noscript>). Either waits while a
+// form on the page is being filled in: a field focused, or edited and left.
 // The only script the dashboard serves (same origin, under its CSP); with
 // scripts blocked every page is as served, and reloads if asked to.
 (function () {
   "use strict";
-  var main = document.querySelector("main[data-live]");
-  if (!main || !window.fetch || !window.DOMParser) {
+  var main = document.querySelector("main");
+  if (!main) {
+    return;
+  }
+  function focused() {
+    var active = document.activeElement;
+    return active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
+  }
+  function changed(field, boxes) {
+    // Whether the operator changed the field from the value it was served with.
+    var type = (field.getAttribute("type") || "").toLowerCase();
+    if (/^(hidden|submit|button|reset|image)$/.test(type)) {
+      return false;
+    }
+    if (type === "checkbox") {
+      return boxes && field.checked !== field.defaultChecked;
+    }
+    if (type === "radio") {
+      return field.checked !== field.defaultChecked;
+    }
+    if (field.tagName === "SELECT") {
+      var options = field.options;
+      var served = options.length ? 0 : -1;
+      for (var i = 0; i < options.length; i++) {
+        if (options[i].defaultSelected) {
+          served = i;
+        }
+        if (field.multiple && options[i].selected !== options[i].defaultSelected) {
+          return true;
+        }
+      }
+      return !field.multiple && field.selectedIndex !== served;
+    }
+    return field.value !== field.defaultValue;
+  }
+  function held(boxes) {
+    // A form being filled in, focused or not. A live update carries the
+    // checkboxes through (`boxes` false); a reload would lose them too.
+    if (focused()) {
+      return true;
+    }
+    var fields = main.querySelectorAll("input, select, textarea");
+    for (var i = 0; i < fields.length; i++) {
+      if (changed(fields[i], boxes)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  function say(holding) {
+    // The refresh bar says the page waits for the form.
+    var note = document.getElementById("refresh-held");
+    if (note) {
+      note.hidden = !holding;
+    }
+  }
+  var reload = parseInt(main.getAttribute("data-reload"), 10);
+  if (reload > 0) {
+    setInterval(function () {
+      var holding = held(true);
+      say(holding);
+      if (!holding) {
+        location.reload();
+      }
+    }, reload * 1000);
+    return;
+  }
+  if (!main.hasAttribute("data-live") || !window.fetch || !window.DOMParser) {
     return;
   }
   var every = (parseInt(main.getAttribute("data-live"), 10) || 5) * 1000;
@@ -23,11 +92,6 @@
     }
   }
   mark();
-  function typing() {
-    // Never replace a form the operator is filling in.
-    var active = document.activeElement;
-    return active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
-  }
   function boxes() {
     // Each checkbox's state by name and value (the jobs the operator picked).
     var state = {};
@@ -48,7 +112,12 @@
     }
   }
   function tick() {
-    if (document.hidden || busy || typing()) {
+    if (document.hidden || busy) {
+      return;
+    }
+    var holding = held(false);
+    say(holding);
+    if (holding) {
       return;
     }
     busy = true;
@@ -61,7 +130,7 @@
           return;
         }
         var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("main[data-live]");
-        if (fresh && !typing()) {
+        if (fresh && !held(false)) {
           var picked = boxes();
           main.innerHTML = fresh.innerHTML;
           restore(picked);

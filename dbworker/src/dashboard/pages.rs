@@ -35,7 +35,8 @@ pub(super) fn layout(
         html lang="en" {
             head {
                 meta charset="utf-8";
-                @if let Some(r) = refresh.and_then(|r| r.every) { meta http-equiv="refresh" content=(r); }
+                // With script, live.js reloads instead, waiting for a form.
+                @if let Some(r) = refresh.and_then(Refresh::reload) { noscript { meta http-equiv="refresh" content=(r); } }
                 title { (title) " · dbworker" }
                 link rel="stylesheet" href=(viewer.href("/assets/style.css"));
             }
@@ -57,7 +58,7 @@ pub(super) fn layout(
                     }
                 }
                 (super::replica::line(&viewer.replica))
-                main data-live=[refresh.and_then(Refresh::live)] {
+                main data-live=[refresh.and_then(Refresh::live)] data-reload=[refresh.and_then(Refresh::reload)] {
                     h1 { (title) }
                     @if let Some(refresh) = refresh { (refresh.bar()) }
                     (body)

@@ -1,10 +1,12 @@
 //! Keeping a page current. By default a page updates live: `live.js`
 //! re-fetches it every [`LIVE_SECONDS`] while the tab is visible and swaps
-//! in its content. Without script, `?refresh=5` adds a refresh meta tag to
-//! the page (and turns the live updates off: the page reloads instead);
-//! "pause" links to `?paused=5`, which stops both and offers to resume at
-//! the same interval. Links between pages carry the state along, so a
-//! paused dashboard stays paused.
+//! in its content. `?refresh=5` reloads the page instead (and turns the
+//! live updates off): `live.js` reloads it, and without script a refresh
+//! meta tag in `<noscript>` does. With script, neither replaces a form the
+//! operator has started filling in (a field focused, or edited and left):
+//! the bar says the refresh waits. "pause" links to `?paused=5`, which
+//! stops both and offers to resume at the same interval. Links between
+//! pages carry the state along, so a paused dashboard stays paused.
 
 use std::collections::HashMap;
 
@@ -65,7 +67,7 @@ impl Refresh {
                 "Auto-refresh: "
                 @match (self.every, self.paused) {
                     (Some(r), _) => {
-                        strong { "every " (r) " s" } " · "
+                        strong { "every " (r) " s" } (held()) " · "
                         a id="refresh-pause" href=(self.link(Some(("paused", r)))) { "pause" }
                     }
                     (None, Some(r)) => {
@@ -75,7 +77,7 @@ impl Refresh {
                     (None, None) => {
                         // Shown by live.js: without script the page is still.
                         span id="live-note" hidden {
-                            strong { "live" } " (every " (LIVE_SECONDS) " s while this tab is visible) · "
+                            strong { "live" } " (every " (LIVE_SECONDS) " s while this tab is visible)" (held()) " · "
                             a id="live-pause" href=(self.link(Some(("paused", LIVE_SECONDS)))) { "pause" } " · or reload "
                         }
                         span id="live-off" { "off · " }
@@ -87,11 +89,26 @@ impl Refresh {
         }
     }
 
+    /// The reload interval `live.js` keeps (`?refresh=`), so it can wait
+    /// for a form; the meta tag does it without script.
+    pub(crate) fn reload(&self) -> Option<u32> {
+        self.every
+    }
+
     fn state(&self) -> &'static str {
         match (self.every, self.paused) {
             (Some(_), _) => "on",
             (None, Some(_)) => "paused",
             (None, None) => "off",
+        }
+    }
+}
+
+/// What `live.js` shows while a form on the page holds the refresh back.
+fn held() -> Markup {
+    html! {
+        span id="refresh-held" hidden {
+            ", " strong { "waiting" } " while a form on this page is being filled in (submit it, or clear what you typed)"
         }
     }
 }

@@ -824,8 +824,10 @@ async fn operators_see_every_state_counted_and_the_new_pages_in_a_real_browser()
     // Auto-refresh: on, paused by its link, resumed by its link.
     click(&c, Locator::LinkText("every 5 s")).await;
     at_url(&c, "refresh=5").await;
+    // With script the reload is live.js's (`data-reload`; the meta tag is
+    // in <noscript>, not an element here).
     let refreshes = |c: Client| async move {
-        c.find_all(Locator::Css("meta[http-equiv=refresh]"))
+        c.find_all(Locator::Css("main[data-reload='5']"))
             .await
             .unwrap()
             .len()
@@ -899,6 +901,9 @@ async fn operators_read_the_cron_page_and_follow_its_last_job() {
     c.close().await.unwrap();
 }
 
+/// What the refresh bar says while a form holds the refresh back.
+const WAITING: &str = "waiting while a form on this page is being filled in";
+
 /// Tells the page its tab was hidden (or shown), as a browser does.
 async fn tab_hidden(c: &Client, hidden: bool) {
     c.execute(
@@ -929,7 +934,9 @@ async fn text_within(c: &Client, needle: &str, within: Duration) -> bool {
 /// A page keeps itself current without a reload while its tab is visible,
 /// and stops while it is hidden: a job failing meanwhile appears in the list
 /// in place (the page's own state survives, checked boxes included), not
-/// while the tab is hidden, and at once when it is shown again.
+/// while the tab is hidden, and at once when it is shown again. Neither the
+/// live update nor `?refresh=`'s reload replaces a form being filled in,
+/// focused or left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_updates_itself_live_while_its_tab_is_visible() {
     let Some((_driver, c)) = browser().await else {
@@ -1036,6 +1043,89 @@ async fn a_page_updates_itself_live_while_its_tab_is_visible() {
         text_within(&c, "arrived while typing", Duration::from_secs(8)).await,
         "the page catches up once the form is left"
     );
+    // A form filled in and then left (the focus elsewhere) is not replaced
+    // either, and the bar says the page waits; cleared, the page catches up.
+    let filled = "document.querySelector('main input[name=failure]')";
+    let field = c
+        .find(Locator::Css("main input[name=failure]"))
+        .await
+        .unwrap();
+    field.send_keys("timeout").await.unwrap();
+    c.execute("document.activeElement.blur(); return 1;", vec![])
+        .await
+        .unwrap();
+    db.execute("INSERT INTO jobs (state, failure_message, finished_at) VALUES ('failed', 'arrived after typing', now())")
+        .await;
+    assert!(
+        !text_within(&c, "arrived after typing", Duration::from_secs(8)).await,
+        "a form filled in and left is not replaced"
+    );
+    assert!(
+        text_within(&c, WAITING, Duration::from_secs(1)).await,
+        "the bar says the page waits"
+    );
+    let value = c
+        .execute(&format!("return {filled}.value;"), vec![])
+        .await
+        .unwrap();
+    assert_eq!(value, serde_json::json!("timeout"), "what was typed stays");
+    c.execute(
+        &format!("var f = {filled}; f.value = f.defaultValue; return 1;"),
+        vec![],
+    )
+    .await
+    .unwrap();
+    assert!(
+        text_within(&c, "arrived after typing", Duration::from_secs(8)).await,
+        "the page catches up once the form is cleared"
+    );
+    assert!(!text_within(&c, WAITING, Duration::from_millis(100)).await);
+
+    // `?refresh=1` reloads the page, but not over a form filled in and left.
+    c.goto(&format!("{base}/t/jobs/jobs?order=newest&refresh=1"))
+        .await
+        .unwrap();
+    page_with(&c, "Auto-refresh: every 1 s").await;
+    c.execute("window.dbworkerMark = 7; return 1;", vec![])
+        .await
+        .unwrap();
+    c.find(Locator::Css("main input[name=failure]"))
+        .await
+        .unwrap()
+        .send_keys("timeout")
+        .await
+        .unwrap();
+    c.execute("document.activeElement.blur(); return 1;", vec![])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mark = c
+        .execute("return window.dbworkerMark;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(mark, serde_json::json!(7), "no reload over the form");
+    assert!(text_within(&c, WAITING, Duration::from_secs(1)).await);
+    c.execute(
+        &format!("var f = {filled}; f.value = f.defaultValue; return 1;"),
+        vec![],
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        // Null once reloaded (an error while the page loads).
+        if let Ok(mark) = c.execute("return window.dbworkerMark;", vec![]).await
+            && mark.is_null()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reload once the form was cleared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // `?paused=` stops the live updates too.
     c.goto(&format!("{base}/t/jobs/jobs?order=newest&paused=5"))
         .await

@@ -1,7 +1,8 @@
 //! The dashboard's pause and limit forms, through the router: a queue name
 //! empty, blank or with whitespace at an end is refused with a 400 and
 //! changes nothing (an empty one once paused the whole table), and pauses
-//! and limits take names the same way.
+//! and limits take names the same way; and what keeps an auto-refresh from
+//! replacing a form being filled in (in a browser: browser.rs).
 
 use crate::fixtures::dashboard as shared;
 use crate::fixtures::router;
@@ -177,4 +178,50 @@ async fn pausing_the_all_row_of_jobs_without_a_queue_pauses_the_whole_table() {
         rows(&db, "SELECT queue FROM dbworker_pauses").await,
         Vec::<String>::new()
     );
+}
+
+/// `?refresh=N` was a bare refresh meta tag: the page reloaded over a form
+/// the operator had started filling in, focused or not. With script the
+/// reload is live.js's, which waits while a field is focused or edited (and
+/// says so); the meta tag is left for pages without script.
+#[tokio::test]
+async fn a_refresh_waits_for_a_form_being_filled_in() {
+    let (db, _) = shared::seed().await;
+    let app = router::dashboard(&db, with_controls).await;
+    let (status, page) = get(&app, "/t/jobs/queues?refresh=5").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("<noscript><meta http-equiv=\"refresh\" content=\"5\"></noscript>"),
+        "the meta tag only without script: {page}"
+    );
+    assert_eq!(page.matches("http-equiv").count(), 1, "{page}");
+    assert!(page.contains("data-reload=\"5\""), "{page}");
+    assert!(page.contains("<form"), "a page with forms: {page}");
+    let waiting = "<span id=\"refresh-held\" hidden>";
+    assert!(page.contains(waiting), "{page}");
+    // The live page says it too; a paused one has nothing to wait for.
+    let (_, page) = get(&app, "/t/jobs/queues").await;
+    assert!(
+        page.contains(waiting) && !page.contains("data-reload"),
+        "{page}"
+    );
+    let (_, page) = get(&app, "/t/jobs/queues?paused=5").await;
+    assert!(
+        !page.contains(waiting) && !page.contains("data-reload"),
+        "{page}"
+    );
+    // The script reloads only while no field is focused or changed from
+    // the value it was served with.
+    let (status, script) = get(&app, "/assets/live.js").await;
+    assert_eq!(status, StatusCode::OK);
+    for part in [
+        "data-reload",
+        "location.reload()",
+        "field.value !== field.defaultValue",
+        "defaultSelected",
+        "document.activeElement",
+        "refresh-held",
+    ] {
+        assert!(script.contains(part), "{part} in {script}");
+    }
 }

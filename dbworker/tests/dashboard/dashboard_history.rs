@@ -139,6 +139,29 @@ async fn the_overview_charts_the_history_for_each_range() {
         .await
         .unwrap();
     assert!(texts.contains(&today), "{today} in {texts:?}");
+    // A bar's hover text names its day as well as its hour ("Thu 26 Nov
+    // 21:00 UTC: …"): the hour alone named one of seven.
+    let titles: Vec<&str> = page
+        .split("<title>")
+        .skip(2)
+        .filter_map(|t| t.split("</title>").next())
+        .collect();
+    let today_bar = |t: &str| {
+        t.strip_prefix(&format!("{today} ")).is_some_and(|rest| {
+            let hour = rest.get(..5).unwrap_or("");
+            hour.as_bytes().get(2) == Some(&b':')
+                && hour.replace(':', "").chars().all(|c| c.is_ascii_digit())
+                && rest[5..].starts_with(" UTC: ")
+        })
+    };
+    assert!(
+        titles.iter().any(|t| today_bar(t)),
+        "no bar of {today} with its hour: {titles:?}"
+    );
+    assert!(
+        titles.iter().all(|t| !t.starts_with(char::is_numeric)),
+        "a bar without its day: {titles:?}"
+    );
     assert!(
         texts
             .iter()
