@@ -29,13 +29,18 @@ pub(crate) fn reset_stalled(
         )));
     if let Some((nodes, dead_after)) = dead_nodes {
         // The job's process is known dead: no need to wait for its heartbeat
-        // to age (the fencing token still guards against a stale writer).
+        // to age to the stalled max age (the fencing token still guards
+        // against a stale writer). Its own heartbeat must have stopped too,
+        // for as long: a registry row goes stale while the process still
+        // beats its jobs (its registry beat stuck on a lock, a connection),
+        // and requeueing those would run them twice at once.
         stalled_or_orphaned = stalled_or_orphaned.add(Expr::cust_with_values(
             format!(
-                "{}.{} IN (SELECT \"n\".\"id\" FROM {} AS \"n\" WHERE \"n\".\"heartbeat_at\" < now() - make_interval(secs => $1::float8))",
-                quote(a),
-                quote(&c.worker_hostname),
-                nodes.quoted()
+                "({a}.{h} < now() - make_interval(secs => $1::float8) AND {a}.{w} IN (SELECT \"n\".\"id\" FROM {n} AS \"n\" WHERE \"n\".\"heartbeat_at\" < now() - make_interval(secs => $1::float8)))",
+                a = quote(a),
+                h = quote(&c.last_heartbeat_at),
+                w = quote(&c.worker_hostname),
+                n = nodes.quoted()
             ),
             [dead_after.as_secs_f64()],
         ));

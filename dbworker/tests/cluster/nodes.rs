@@ -102,6 +102,56 @@ async fn processes_register_heartbeat_deregister_and_a_silent_one_is_dead() {
     drop(stop_b);
 }
 
+/// A process whose registry row went stale while it still beats its jobs
+/// (its registry heartbeat stuck on a lock or a connection) is not dead to
+/// its jobs: they are rescued only once their own heartbeats stopped for
+/// `dead_after` too, never while the process may still be running them.
+#[tokio::test]
+async fn a_stale_registry_row_does_not_rescue_jobs_whose_heartbeats_are_fresh() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    db.enqueue(1, serde_json::json!({})).await;
+    let store = db.store(Handling::Heartbeat).await;
+    let node = Node::new(&db.pool, fast_nodes(&[], 1)).await.unwrap();
+    let jobs = store
+        .dequeue(node.id(), &DbConditions::new(), 1)
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    // The registry row stale (past dead_after, not yet pruned at the
+    // stalled max age); the job beaten just now.
+    sqlx::query(
+        "UPDATE dbworker_nodes SET heartbeat_at = now() - interval '5 seconds' WHERE id = $1",
+    )
+    .bind(node.id())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let leases: Vec<_> = jobs.iter().map(workerutil::Job::lease).collect();
+    assert_eq!(store.heartbeat(&leases).await.unwrap().known.len(), 1);
+
+    let table = JobTable::new(&db.pool, JobTableOptions::new("jobs"))
+        .await
+        .unwrap();
+    let mut o = ResetterOptions::new("rescuer");
+    o.stall.stalled_max_age = Duration::from_secs(60);
+    o.node_table = Some(DEFAULT_NODE_TABLE.into());
+    o.dead_after = Duration::from_millis(400);
+    let resetter = Resetter::new(&db.pool, &table, o).await.unwrap();
+    let out = resetter.reset_once().await.unwrap();
+    assert!(
+        out.reset.is_empty(),
+        "a job beaten just now was requeued beside its running attempt: {out:?}"
+    );
+    assert_eq!(db.count("processing").await, 1);
+
+    // Its heartbeats stop as well: now it is rescued, long before 60 s.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let out = resetter.reset_once().await.unwrap();
+    assert_eq!(out.reset.len(), 1, "{out:?}");
+    assert_eq!(db.count("queued").await, 1);
+}
+
 #[tokio::test]
 async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
     let _shared = TIMED.read().await;

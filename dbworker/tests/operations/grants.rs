@@ -726,7 +726,7 @@ async fn a_process_registers_leads_and_is_rescued_with_the_cluster_grants() {
     // A resetter requeues a dead process's job at once and prunes its row.
     db.execute(
         "INSERT INTO dbworker_nodes (id, host, pid, version, queues, handlers, heartbeat_at) VALUES ('dead:1:x', 'dead', 1, '0', '{}', 1, now() - interval '1 hour');
-         INSERT INTO jobs (state, worker_hostname, started_at, last_heartbeat_at) VALUES ('processing', 'dead:1:x', now(), now())",
+         INSERT INTO jobs (state, worker_hostname, started_at, last_heartbeat_at) VALUES ('processing', 'dead:1:x', now() - interval '1 second', now() - interval '1 second')",
     )
     .await;
     let (name, pool) = role_with(&db, REGISTRY_RESETTER.0).await;
