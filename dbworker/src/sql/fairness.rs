@@ -42,10 +42,13 @@ pub(crate) fn tag_come_due(t: &Table, limit: u64) -> Statement {
             crate::columns::quote(a),
             crate::columns::quote(FAIR_TAG)
         )))
+        // No run-at is due too: an operator's requeue of a job waiting out
+        // its backoff, or a keyed replacement without one, clears it while
+        // the job stays waiting (the update trigger does not fire).
         .and_where(Expr::cust(format!(
-            "{}.{} <= now()",
-            crate::columns::quote(a),
-            crate::columns::quote(&c.process_after)
+            "({a}.{p} <= now() OR {a}.{p} IS NULL)",
+            a = crate::columns::quote(a),
+            p = crate::columns::quote(&c.process_after)
         )))
         .order_by((alias(a), alias(&c.process_after)), Order::Asc)
         .limit(limit)

@@ -82,3 +82,55 @@ async fn a_rescheduled_waiting_job_is_untagged_until_due_and_then_goes_to_the_ba
     assert_eq!(tags.last().unwrap().0, first, "{tags:?}");
     assert!(tags.last().unwrap().2 > tags[tags.len() - 2].2, "{tags:?}");
 }
+
+/// A job waiting out its retry's backoff waits untagged; an operator's
+/// requeue clears its run-at without a change of waiting state (errored to
+/// queued), which no trigger sees: the next tagging pass of a worker's
+/// claims tags it all the same, instead of leaving it behind every tagged
+/// job of its level for good.
+#[tokio::test]
+async fn a_requeued_job_waiting_out_its_backoff_is_tagged_by_the_next_claims() {
+    let _shared = TIMED.read().await;
+    let db = crate::fairness::fair_db().await;
+    let table = db.table().await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    let backing_off = enqueuer
+        .enqueue(NewJob::new().fair_key("a"))
+        .await
+        .unwrap()
+        .id();
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'processing' WHERE id = {backing_off};
+         UPDATE jobs SET state = 'errored', process_after = now() + interval '1 hour' WHERE id = {backing_off}"
+    ))
+    .await;
+    assert_eq!(tag(&db, backing_off).await, UNTAGGED, "its retry is not due");
+    let admin = Admin::new(&db.pool, &table).await.unwrap();
+    let done = admin
+        .act_on_ids(&[backing_off], &BulkAction::Requeue)
+        .await
+        .unwrap();
+    assert_eq!(done, 1);
+    let cleared: bool = db
+        .scalar("SELECT process_after IS NULL FROM jobs WHERE id = $1", backing_off)
+        .await;
+    assert!(cleared, "the requeue clears the run-at");
+    let other = enqueuer
+        .enqueue(NewJob::new().fair_key("b"))
+        .await
+        .unwrap()
+        .id();
+    let store = db.store(dbworker::Handling::Heartbeat).await;
+    let claimed = workerutil::Store::dequeue(&*store, "host", &Default::default(), 1)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let claimed = workerutil::Job::lease(&claimed[0]).id;
+    if claimed != backing_off {
+        assert_eq!(claimed, other);
+        assert!(
+            tag(&db, backing_off).await < UNTAGGED,
+            "the requeued job was left untagged, behind every tagged job"
+        );
+    }
+}
