@@ -39,9 +39,10 @@ pub struct PurgeOptions {
     /// many intervals past the current one (`<table>_create_partitions`), so
     /// new jobs never land in the default partition. Default 3.
     pub partitions_ahead: u32,
-    /// Partitioned tables only: how long detaching a partition waits for the
-    /// job table's lock before skipping it until the next pass (claims queue
-    /// behind a waiting detach, so keep it short). Default 1 s.
+    /// Partitioned tables only: how long detaching a partition, or creating
+    /// the partitions ahead, waits for the job table's lock before skipping
+    /// it until the next pass (claims and enqueues queue behind a waiting
+    /// detach or create, so keep it short). Default 1 s.
     #[serde(with = "workerutil::duration")]
     pub detach_lock_timeout: Duration,
     /// The [`History`](crate::history::History) recording this table, as it

@@ -39,6 +39,10 @@ impl std::ops::Deref for PurgeTarget {
     }
 }
 
+/// The operation named when `partitions create` gives up on the job table's
+/// lock.
+const CREATE_LOCK_NOT_GRANTED: &str = "create_partitions (the job table's lock was not granted within detach_lock_timeout: a transaction holds the table; try again once it ends)";
+
 /// Deletes or archives old finished rows of one job table.
 ///
 /// ```no_run
@@ -224,19 +228,27 @@ impl Purger {
 
     /// On a partitioned table, creates the partitions `partitions_ahead`
     /// intervals ahead (what `dbworker partitions create` runs); returns the
-    /// names of those created. Nothing on a plain table.
+    /// names of those created. Nothing on a plain table. The job table's lock
+    /// is awaited at most `detach_lock_timeout`: past it, an error says the
+    /// lock was not granted and nothing is created.
     pub async fn create_partitions(&self) -> Result<Vec<String>> {
-        self.create_ahead(None).await
+        self.create_ahead(None)
+            .await?
+            .map_err(Error::db(CREATE_LOCK_NOT_GRANTED))
     }
 
-    async fn create_ahead(&self, fence: Option<&Leadership>) -> Result<Vec<String>> {
+    async fn create_ahead(
+        &self,
+        fence: Option<&Leadership>,
+    ) -> Result<std::result::Result<Vec<String>, sqlx::Error>> {
         if !self.partitioned {
-            return Ok(Vec::new());
+            return Ok(Ok(Vec::new()));
         }
         partitions::create_ahead(
             &self.pool,
             &self.target.table,
             self.options.partitions_ahead,
+            self.options.detach_lock_timeout,
             fence,
         )
         .await
@@ -254,10 +266,10 @@ impl Purger {
     /// partition created and each partition dropped is written in a
     /// transaction fenced by the term, so nothing is deleted, created or
     /// dropped once the term is over: the pass ends with
-    /// [`Error::LeadershipLost`]. A partition's detach waits at most
-    /// `detach_lock_timeout` inside the fenced transaction (which holds up
-    /// this node's renewals meanwhile), and archiving a partition copies it
-    /// there too: keep both short beside the lease.
+    /// [`Error::LeadershipLost`]. A partition's creation and detach each
+    /// wait at most `detach_lock_timeout` inside the fenced transaction (which
+    /// holds up this node's renewals meanwhile), and archiving a partition
+    /// copies it there too: keep both short beside the lease.
     pub async fn purge_once_as_leader(&self, leadership: &Leadership) -> Result<Purged> {
         self.purge(Some(leadership)).await
     }
@@ -265,7 +277,13 @@ impl Purger {
     async fn purge(&self, fence: Option<&Leadership>) -> Result<Purged> {
         let mut purged = Purged::default();
         if self.partitioned {
-            purged.partitions_created = self.create_ahead(fence).await?;
+            purged.partitions_created = match self.create_ahead(fence).await? {
+                Ok(created) => created,
+                Err(_) => {
+                    tracing::info!(table = %self.target.table.display_name(), "partitions not created: the job table's lock was not granted in time; next pass");
+                    Vec::new()
+                }
+            };
             purged.partitions_dropped = partitions::drop_purgeable(
                 &self.pool,
                 &self.target,
