@@ -28,8 +28,10 @@ pub struct PurgeOptions {
     /// Rows per statement: each batch is one short transaction, so the purger
     /// never holds many locks or a long snapshot. Default 1,000.
     pub chunk_size: u32,
-    /// Move rows here instead of deleting them: a table with the job table's
-    /// columns (`CREATE TABLE archive (LIKE jobs)`). Default `None` (delete).
+    /// Move rows here instead of deleting them: a table with every column of
+    /// the job table, in any order (`CREATE TABLE archive (LIKE jobs)`; rows
+    /// are copied by column name, and [`Purger::new`](super::Purger::new)
+    /// names each column it lacks). Default `None` (delete).
     pub archive_table: Option<String>,
     /// Time between passes of the purger's [`run`](crate::Service::run), spread by ±10 % so processes
     /// started together do not purge in step. Default 60 s.

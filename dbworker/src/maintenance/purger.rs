@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use workerutil::JobState;
 
 use crate::cluster::Leadership;
-use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::PURGED_TOTAL;
@@ -26,7 +25,8 @@ use super::purge_options::PurgeOptions;
 #[derive(Debug, Clone)]
 pub(crate) struct PurgeTarget {
     pub(crate) t: Arc<Table>,
-    pub(crate) archive: Option<Relation>,
+    /// Checked at start-up, with the columns it takes.
+    pub(crate) archive: Option<sql::Archive>,
     /// The history whose records a row must be in before it goes.
     pub(crate) history: Option<sql::RecordedBy>,
 }
@@ -97,7 +97,8 @@ impl Purged {
 
 impl Purger {
     /// A purger of `table` (checked when it was built): validates the
-    /// options and checks the archive table, the grants purging uses
+    /// options and checks the archive table (every column of the job table
+    /// must be in it: rows are copied by column name), the grants purging uses
     /// (`UPDATE, DELETE` on the table, `INSERT` on the archive) and, on a partitioned
     /// table, its partition function.
     pub async fn new(pool: &PgPool, table: &JobTable, options: PurgeOptions) -> Result<Purger> {
@@ -110,16 +111,17 @@ impl Purger {
             }),
             None => None,
         };
-        let target = PurgeTarget {
+        let archive_table = options.archive()?;
+        let mut target = PurgeTarget {
             t: table.sql().clone(),
-            archive: options.archive()?,
+            archive: None,
             history,
         };
         // Each batch locks its rows (FOR UPDATE SKIP LOCKED) before deleting
         // them, and a row lock needs UPDATE.
         let mut grants =
             Grants::new("purging").on_table(&target.t, &[Privilege::Update, Privilege::Delete]);
-        if let Some(archive) = &target.archive {
+        if let Some(archive) = &archive_table {
             grants = grants.on("archive table", archive, &[Privilege::Insert]);
         }
         // The purged jobs' signals go with them (the delete's subquery reads).
@@ -155,38 +157,10 @@ impl Purger {
                 .await?,
             );
         }
-        if let Some(archive) = &target.archive {
-            let hint = format!(
-                "CREATE TABLE {} (LIKE {})",
-                archive.display_name(),
-                target.table.display_name()
-            );
-            // The archive takes whole rows (`SELECT *`): on the HOT layout
-            // that includes the live column, as a plain one.
-            let live: &[&str] = if target.t.columns.live {
-                &[crate::columns::LIVE]
-            } else {
-                &[]
-            };
-            problems.extend(
-                crate::schema_check::missing_columns(&pool, archive, "archive table", live, &hint)
-                    .await?,
-            );
-            // `LIKE … INCLUDING ALL` copies it as generated, which refuses
-            // the insert of whole rows (428C9) at every purge.
-            if let [column] = live
-                && let Some(row) = sql::generated_column(archive, column)
-                    .fetch_optional(&pool)
-                    .await
-                    .map_err(Error::db("schema_check"))?
-                && !row.get::<String, _>("generated").is_empty()
-            {
-                problems.push(format!(
-                    "column {}.{column} of the archive table is generated, so archiving whole rows fails (428C9): make it a plain column ({hint}, or ALTER TABLE {} ALTER COLUMN {column} DROP EXPRESSION)",
-                    archive.display_name(),
-                    archive.display_name()
-                ));
-            }
+        if let Some(table) = archive_table {
+            let (archive, found) = super::archive::check(&pool, &target.t, table).await?;
+            problems.extend(found);
+            target.archive = Some(archive);
         }
         let partitioned = crate::schema_check::is_partitioned(&pool, &target.table).await?;
         if partitioned && !partitions::has_create_function(&pool, &target.table).await? {

@@ -317,6 +317,28 @@ async fn a_partition_creation_that_cannot_get_the_tables_lock_in_time_waits_for_
     assert_eq!(purged.partitions_created.len(), 2, "{purged:?}");
 }
 
+/// A dropped partition's rows go to the archive by column name, as the
+/// batches' do: an archive with the job table's columns in another order
+/// gets each value in its own column.
+#[tokio::test]
+async fn a_dropped_partitions_rows_go_to_the_archive_by_column_name() {
+    use crate::fixtures::purge::{reversed_archive, rows_as_json};
+    let db = Db::partitioned().await;
+    finished_but_three(&db).await;
+    reversed_archive(&db, "reversed_archive").await;
+    let before = rows_as_json(&db, "jobs").await;
+    let mut o = purger_options();
+    o.archive_table = Some("reversed_archive".into());
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
+    let purged = purger.purge_once().await.unwrap();
+    assert_eq!(purged.partitions_dropped.len(), 6, "{purged:?}");
+    let archived = rows_as_json(&db, "reversed_archive").await;
+    assert_eq!(archived.len() as u64, purged.total());
+    for row in &archived {
+        assert!(before.contains(row), "{row} is not a row of the job table");
+    }
+}
+
 #[tokio::test]
 async fn a_job_retried_while_its_partition_is_being_detached_is_never_dropped() {
     let db = Db::partitioned().await;
