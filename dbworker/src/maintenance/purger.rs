@@ -43,6 +43,9 @@ impl std::ops::Deref for PurgeTarget {
 /// lock.
 const CREATE_LOCK_NOT_GRANTED: &str = "create_partitions (the job table's lock was not granted within detach_lock_timeout: a transaction holds the table; try again once it ends)";
 
+/// The operation named when a leader's batch outlasts a third of its lease.
+const BATCH_OVER_LEASE: &str = "purge (a batch took over a third of the leader's lease and was cut off: add the retention index, `dbworker migration --retention`, or lower chunk_size)";
+
 /// Deletes or archives old finished rows of one job table.
 ///
 /// ```no_run
@@ -243,7 +246,9 @@ impl Purger {
     /// [`Error::LeadershipLost`]. A partition's creation and detach each
     /// wait at most `detach_lock_timeout` inside the fenced transaction (which
     /// holds up this node's renewals meanwhile), and archiving a partition
-    /// copies it there too: keep both short beside the lease.
+    /// copies it there too: keep both short beside the lease. A batch is cut
+    /// off past a third of the lease (`statement_timeout`), failing the pass
+    /// with an error that says so, rather than deposing the leader.
     pub async fn purge_once_as_leader(&self, leadership: &Leadership) -> Result<Purged> {
         self.purge(Some(leadership)).await
     }
@@ -282,6 +287,12 @@ impl Purger {
                     None => batch.fetch_all(&self.pool).await,
                     Some(leadership) => {
                         let mut tx = leadership.begin().await?;
+                        // The leader's renewals wait for this transaction: a
+                        // third of the lease leaves them time to confirm.
+                        sql::set_statement_timeout(leadership.lease() / 3)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(Error::db("purge"))?;
                         let rows = batch.fetch_all(&mut *tx).await;
                         if rows.is_ok() {
                             tx.commit().await.map_err(Error::db("commit"))?;
@@ -289,7 +300,13 @@ impl Purger {
                         rows
                     }
                 }
-                .map_err(Error::db("purge"))?;
+                .map_err(|err| match fence {
+                    // query_canceled: the statement timeout above.
+                    Some(_) if crate::error::has_sqlstate(&err, "57014") => {
+                        Error::db(BATCH_OVER_LEASE)(err)
+                    }
+                    _ => Error::db("purge")(err),
+                })?;
                 let count = rows.len() as u64;
                 n += count;
                 if count < u64::from(self.options.chunk_size) {

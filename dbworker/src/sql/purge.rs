@@ -171,6 +171,20 @@ pub(crate) fn purge_batch(
     }
 }
 
+/// `SET LOCAL statement_timeout`: a leader's fenced batch holds the lease
+/// row, which the leader's own renewal waits for; cut off at `limit` (a third
+/// of the lease), a slow batch fails its pass rather than depose the leader.
+pub(crate) fn set_statement_timeout(limit: std::time::Duration) -> Statement {
+    Statement {
+        sql: format!(
+            "SET LOCAL statement_timeout = '{}ms'",
+            limit.as_millis().max(1)
+        )
+        .into(),
+        values: sea_query_sqlx::SqlxValues(sea_query::Values(Vec::new())),
+    }
+}
+
 /// Deletes, among the next `batch` rows of `side` (a table of rows keyed by
 /// `key`, each naming a job in `job_id`) past `after` in key order, those
 /// whose job no longer exists: a job deleted by plain SQL, or in a dropped
@@ -265,6 +279,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             sweep_orphans(&purge, &rel("app.jobs_signals"), "id", None, 1000),
         ),
         ("row_security_hides_jobs", row_security_hides_jobs(&purge)),
+        (
+            "set_statement_timeout",
+            set_statement_timeout(std::time::Duration::from_secs(2)),
+        ),
         (
             "purge_batch_with_workflows",
             purge_batch(&flows, None, None, JobState::Completed, minute, 100),
