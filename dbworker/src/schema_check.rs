@@ -150,6 +150,16 @@ pub(crate) async fn columns_of(pool: &PgPool, rel: &Relation) -> Result<HashMap<
         .collect())
 }
 
+/// The relation's column names, in their table order; empty when it does
+/// not exist.
+pub(crate) async fn column_names(pool: &PgPool, rel: &Relation) -> Result<Vec<String>> {
+    let rows = sql::relation_columns(rel)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("schema_check"))?;
+    Ok(rows.iter().map(|r| r.get("name")).collect())
+}
+
 /// What is wrong with `rel`, the `what` (a "pause table", an "archive table")
 /// a feature relies on: missing (with `hint` on how to create it), or
 /// missing any of `columns`.

@@ -47,6 +47,11 @@ impl Leadership {
         self.token.clone()
     }
 
+    /// The lease: its renewals wait for every fenced transaction.
+    pub(crate) fn lease(&self) -> Duration {
+        self.lease
+    }
+
     /// Waits until [`token`](Self::token) fires.
     pub async fn cancelled(&self) {
         self.token.cancelled().await;

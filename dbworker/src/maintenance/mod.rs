@@ -4,6 +4,7 @@
 //!
 #![doc = include_str!("../../docs/modules/maintenance.md")]
 
+mod archive;
 pub(crate) mod partitions;
 pub(crate) mod purge_options;
 pub(crate) mod purger;

@@ -28,20 +28,34 @@ async fn begin(
 }
 
 /// Creates the partitions up to `ahead` intervals past the current one
-/// (`<table>_create_partitions`); returns the names of those it created.
+/// (`<table>_create_partitions`); returns the names of those it created, or
+/// the lock error when the job table's lock was not granted within
+/// `lock_timeout` (a long transaction holds the table): claims and enqueues
+/// queue behind a waiting `CREATE … PARTITION OF`, so it waits no longer.
 pub(crate) async fn create_ahead(
     pool: &PgPool,
     table: &Relation,
     ahead: u32,
+    lock_timeout: Duration,
     fence: Option<&Leadership>,
-) -> Result<Vec<String>> {
+) -> Result<std::result::Result<Vec<String>, sqlx::Error>> {
+    // The fence comes first: its lock wait is not the creation's to time out.
     let mut tx = begin(pool, fence).await?;
-    let rows = sql::create_partitions(table, ahead)
-        .fetch_all(&mut *tx)
+    sql::set_lock_timeout(lock_timeout)
+        .execute(&mut *tx)
         .await
         .map_err(Error::db("create_partitions"))?;
+    let rows = match sql::create_partitions(table, ahead)
+        .fetch_all(&mut *tx)
+        .await
+    {
+        Ok(rows) => rows,
+        // lock_not_available: the rollback leaves every partition to later.
+        Err(err) if crate::error::has_sqlstate(&err, "55P03") => return Ok(Err(err)),
+        Err(err) => return Err(Error::db("create_partitions")(err)),
+    };
     tx.commit().await.map_err(Error::db("commit"))?;
-    Ok(rows.iter().map(|r| r.get("partition")).collect())
+    Ok(Ok(rows.iter().map(|r| r.get("partition")).collect()))
 }
 
 /// Whether the table has its `<table>_create_partitions` function.

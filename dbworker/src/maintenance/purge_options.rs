@@ -28,8 +28,10 @@ pub struct PurgeOptions {
     /// Rows per statement: each batch is one short transaction, so the purger
     /// never holds many locks or a long snapshot. Default 1,000.
     pub chunk_size: u32,
-    /// Move rows here instead of deleting them: a table with the job table's
-    /// columns (`CREATE TABLE archive (LIKE jobs)`). Default `None` (delete).
+    /// Move rows here instead of deleting them: a table with every column of
+    /// the job table, in any order (`CREATE TABLE archive (LIKE jobs)`; rows
+    /// are copied by column name, and [`Purger::new`](super::Purger::new)
+    /// names each column it lacks). Default `None` (delete).
     pub archive_table: Option<String>,
     /// Time between passes of the purger's [`run`](crate::Service::run), spread by ±10 % so processes
     /// started together do not purge in step. Default 60 s.
@@ -39,9 +41,10 @@ pub struct PurgeOptions {
     /// many intervals past the current one (`<table>_create_partitions`), so
     /// new jobs never land in the default partition. Default 3.
     pub partitions_ahead: u32,
-    /// Partitioned tables only: how long detaching a partition waits for the
-    /// job table's lock before skipping it until the next pass (claims queue
-    /// behind a waiting detach, so keep it short). Default 1 s.
+    /// Partitioned tables only: how long detaching a partition, or creating
+    /// the partitions ahead, waits for the job table's lock before skipping
+    /// it until the next pass (claims and enqueues queue behind a waiting
+    /// detach or create, so keep it short). Default 1 s.
     #[serde(with = "workerutil::duration")]
     pub detach_lock_timeout: Duration,
     /// The [`History`](crate::history::History) recording this table, as it

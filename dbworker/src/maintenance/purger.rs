@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use workerutil::JobState;
 
 use crate::cluster::Leadership;
-use crate::columns::Relation;
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
 use crate::metrics::PURGED_TOTAL;
@@ -26,7 +25,8 @@ use super::purge_options::PurgeOptions;
 #[derive(Debug, Clone)]
 pub(crate) struct PurgeTarget {
     pub(crate) t: Arc<Table>,
-    pub(crate) archive: Option<Relation>,
+    /// Checked at start-up, with the columns it takes.
+    pub(crate) archive: Option<sql::Archive>,
     /// The history whose records a row must be in before it goes.
     pub(crate) history: Option<sql::RecordedBy>,
 }
@@ -38,6 +38,13 @@ impl std::ops::Deref for PurgeTarget {
         &self.t
     }
 }
+
+/// The operation named when `partitions create` gives up on the job table's
+/// lock.
+const CREATE_LOCK_NOT_GRANTED: &str = "create_partitions (the job table's lock was not granted within detach_lock_timeout: a transaction holds the table; try again once it ends)";
+
+/// The operation named when a leader's batch outlasts a third of its lease.
+const BATCH_OVER_LEASE: &str = "purge (a batch took over a third of the leader's lease and was cut off: add the retention index, `dbworker migration --retention`, or lower chunk_size)";
 
 /// Deletes or archives old finished rows of one job table.
 ///
@@ -93,7 +100,8 @@ impl Purged {
 
 impl Purger {
     /// A purger of `table` (checked when it was built): validates the
-    /// options and checks the archive table, the grants purging uses
+    /// options and checks the archive table (every column of the job table
+    /// must be in it: rows are copied by column name), the grants purging uses
     /// (`UPDATE, DELETE` on the table, `INSERT` on the archive) and, on a partitioned
     /// table, its partition function.
     pub async fn new(pool: &PgPool, table: &JobTable, options: PurgeOptions) -> Result<Purger> {
@@ -106,9 +114,10 @@ impl Purger {
             }),
             None => None,
         };
-        let target = PurgeTarget {
+        let archive_table = options.archive()?;
+        let mut target = PurgeTarget {
             t: table.sql().clone(),
-            archive: options.archive()?,
+            archive: None,
             history,
         };
         // Each batch locks its rows (FOR UPDATE SKIP LOCKED) before deleting
@@ -122,7 +131,7 @@ impl Purger {
                 &target.t,
                 &[Privilege::Select, Privilege::Update, Privilege::Delete],
             );
-        if let Some(archive) = &target.archive {
+        if let Some(archive) = &archive_table {
             grants = grants.on("archive table", archive, &[Privilege::Insert]);
         }
         // The purged jobs' signals go with them (the delete's subquery reads).
@@ -158,38 +167,10 @@ impl Purger {
                 .await?,
             );
         }
-        if let Some(archive) = &target.archive {
-            let hint = format!(
-                "CREATE TABLE {} (LIKE {})",
-                archive.display_name(),
-                target.table.display_name()
-            );
-            // The archive takes whole rows (`SELECT *`): on the HOT layout
-            // that includes the live column, as a plain one.
-            let live: &[&str] = if target.t.columns.live {
-                &[crate::columns::LIVE]
-            } else {
-                &[]
-            };
-            problems.extend(
-                crate::schema_check::missing_columns(&pool, archive, "archive table", live, &hint)
-                    .await?,
-            );
-            // `LIKE … INCLUDING ALL` copies it as generated, which refuses
-            // the insert of whole rows (428C9) at every purge.
-            if let [column] = live
-                && let Some(row) = sql::generated_column(archive, column)
-                    .fetch_optional(&pool)
-                    .await
-                    .map_err(Error::db("schema_check"))?
-                && !row.get::<String, _>("generated").is_empty()
-            {
-                problems.push(format!(
-                    "column {}.{column} of the archive table is generated, so archiving whole rows fails (428C9): make it a plain column ({hint}, or ALTER TABLE {} ALTER COLUMN {column} DROP EXPRESSION)",
-                    archive.display_name(),
-                    archive.display_name()
-                ));
-            }
+        if let Some(table) = archive_table {
+            let (archive, found) = super::archive::check(&pool, &target.t, table).await?;
+            problems.extend(found);
+            target.archive = Some(archive);
         }
         let partitioned = crate::schema_check::is_partitioned(&pool, &target.table).await?;
         if partitioned && !partitions::has_create_function(&pool, &target.table).await? {
@@ -231,19 +212,27 @@ impl Purger {
 
     /// On a partitioned table, creates the partitions `partitions_ahead`
     /// intervals ahead (what `dbworker partitions create` runs); returns the
-    /// names of those created. Nothing on a plain table.
+    /// names of those created. Nothing on a plain table. The job table's lock
+    /// is awaited at most `detach_lock_timeout`: past it, an error says the
+    /// lock was not granted and nothing is created.
     pub async fn create_partitions(&self) -> Result<Vec<String>> {
-        self.create_ahead(None).await
+        self.create_ahead(None)
+            .await?
+            .map_err(Error::db(CREATE_LOCK_NOT_GRANTED))
     }
 
-    async fn create_ahead(&self, fence: Option<&Leadership>) -> Result<Vec<String>> {
+    async fn create_ahead(
+        &self,
+        fence: Option<&Leadership>,
+    ) -> Result<std::result::Result<Vec<String>, sqlx::Error>> {
         if !self.partitioned {
-            return Ok(Vec::new());
+            return Ok(Ok(Vec::new()));
         }
         partitions::create_ahead(
             &self.pool,
             &self.target.table,
             self.options.partitions_ahead,
+            self.options.detach_lock_timeout,
             fence,
         )
         .await
@@ -261,10 +250,12 @@ impl Purger {
     /// partition created and each partition dropped is written in a
     /// transaction fenced by the term, so nothing is deleted, created or
     /// dropped once the term is over: the pass ends with
-    /// [`Error::LeadershipLost`]. A partition's detach waits at most
-    /// `detach_lock_timeout` inside the fenced transaction (which holds up
-    /// this node's renewals meanwhile), and archiving a partition copies it
-    /// there too: keep both short beside the lease.
+    /// [`Error::LeadershipLost`]. A partition's creation and detach each
+    /// wait at most `detach_lock_timeout` inside the fenced transaction (which
+    /// holds up this node's renewals meanwhile), and archiving a partition
+    /// copies it there too: keep both short beside the lease. A batch is cut
+    /// off past a third of the lease (`statement_timeout`), failing the pass
+    /// with an error that says so, rather than deposing the leader.
     pub async fn purge_once_as_leader(&self, leadership: &Leadership) -> Result<Purged> {
         self.purge(Some(leadership)).await
     }
@@ -272,7 +263,13 @@ impl Purger {
     async fn purge(&self, fence: Option<&Leadership>) -> Result<Purged> {
         let mut purged = Purged::default();
         if self.partitioned {
-            purged.partitions_created = self.create_ahead(fence).await?;
+            purged.partitions_created = match self.create_ahead(fence).await? {
+                Ok(created) => created,
+                Err(_) => {
+                    tracing::info!(table = %self.target.table.display_name(), "partitions not created: the job table's lock was not granted in time; next pass");
+                    Vec::new()
+                }
+            };
             purged.partitions_dropped = partitions::drop_purgeable(
                 &self.pool,
                 &self.target,
@@ -297,6 +294,12 @@ impl Purger {
                     None => batch.fetch_all(&self.pool).await,
                     Some(leadership) => {
                         let mut tx = leadership.begin().await?;
+                        // The leader's renewals wait for this transaction: a
+                        // third of the lease leaves them time to confirm.
+                        sql::set_statement_timeout(leadership.lease() / 3)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(Error::db("purge"))?;
                         let rows = batch.fetch_all(&mut *tx).await;
                         if rows.is_ok() {
                             tx.commit().await.map_err(Error::db("commit"))?;
@@ -304,7 +307,13 @@ impl Purger {
                         rows
                     }
                 }
-                .map_err(Error::db("purge"))?;
+                .map_err(|err| match fence {
+                    // query_canceled: the statement timeout above.
+                    Some(_) if crate::error::has_sqlstate(&err, "57014") => {
+                        Error::db(BATCH_OVER_LEASE)(err)
+                    }
+                    _ => Error::db("purge")(err),
+                })?;
                 let count = rows.len() as u64;
                 n += count;
                 if count < u64::from(self.options.chunk_size) {

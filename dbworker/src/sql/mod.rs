@@ -129,7 +129,9 @@ pub(crate) use pooler::{
 };
 pub use pooler::{Pooler, pooler, set_pooler};
 pub(crate) use progress::{CLAIMED_PROGRESS_SEQ, read_checkpoint, running_jobs, write_progress};
-pub(crate) use purge::{RecordedBy, purge_batch, row_security_hides_jobs, sweep_orphans};
+pub(crate) use purge::{
+    Archive, RecordedBy, purge_batch, row_security_hides_jobs, set_statement_timeout, sweep_orphans,
+};
 pub(crate) use replica::replica_lag;
 pub(crate) use reset::reset_stalled;
 pub(crate) use results::{record_upstreams, upstream_results};

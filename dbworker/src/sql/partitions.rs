@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sea_query::JoinType;
 
-use super::purge::{RecordedBy, recorded};
+use super::purge::{Archive, RecordedBy, recorded};
 use super::schema::regclass;
 use super::{Statement, alias, col, plain_table, state};
 use crate::columns::create_partitions_function;
@@ -163,14 +163,10 @@ pub(crate) fn detach_partition(table: &Relation, partition: &Relation) -> Statem
     ))
 }
 
-/// `INSERT INTO archive SELECT * FROM p`: a dropped partition's rows kept in
-/// the archive table (which has the job table's columns in order, `LIKE`).
-pub(crate) fn archive_partition(archive: &Relation, partition: &Relation) -> Statement {
-    raw(format!(
-        "INSERT INTO {} SELECT * FROM {}",
-        archive.quoted(),
-        partition.quoted()
-    ))
+/// `INSERT INTO archive (c, …) SELECT c, … FROM p`: a dropped partition's
+/// rows kept in the archive table, copied by column name.
+pub(crate) fn archive_partition(archive: &Archive, partition: &Relation) -> Statement {
+    raw(archive.insert_from(&partition.quoted()))
 }
 
 /// `DROP TABLE p`: a detached partition whose every row was purgeable.
@@ -247,7 +243,13 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("detach_partition", detach_partition(&table, &partition)),
         (
             "archive_partition",
-            archive_partition(&rel("app.archive"), &partition),
+            archive_partition(
+                &Archive {
+                    table: rel("app.archive"),
+                    columns: vec!["id".into(), "state".into()],
+                },
+                &partition,
+            ),
         ),
         ("drop_partition", drop_partition(&partition)),
         ("create_partitions", create_partitions(&table, 3)),

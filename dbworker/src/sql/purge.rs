@@ -36,16 +36,41 @@ pub(crate) fn recorded(r: &RecordedBy, finished_at: String) -> Expr {
     )
 }
 
+/// The archive table, and the job table's columns (read at start-up) that
+/// archiving copies into it, by name: an archive whose columns are in
+/// another order, or that has more, still gets each value in its column.
+#[derive(Debug, Clone)]
+pub(crate) struct Archive {
+    pub(crate) table: Relation,
+    pub(crate) columns: Vec<String>,
+}
+
+impl Archive {
+    /// `INSERT INTO archive (c, …) SELECT c, … FROM source`.
+    pub(crate) fn insert_from(&self, source: &str) -> String {
+        let list = self
+            .columns
+            .iter()
+            .map(|c| quote(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "INSERT INTO {} ({list}) SELECT {list} FROM {source}",
+            self.table.quoted()
+        )
+    }
+}
+
 /// Deletes (or moves to the archive table) up to `batch` rows in `state`
 /// finished longer than `age` ago, oldest first, skipping locked rows.
-/// Returns their ids. With `archive` (a table with the job table's columns in
-/// the same order) the rows are moved there. A table with signals loses the
+/// Returns their ids. With `archive` the rows are moved there (copied by
+/// column name). A table with signals loses the
 /// purged jobs' mailbox rows in the same statement (they would only grow),
 /// a table with the progress side table their side rows. With `history`,
 /// only rows it has recorded ([`recorded`]).
 pub(crate) fn purge_batch(
     t: &Table,
-    archive: Option<&Relation>,
+    archive: Option<&Archive>,
     history: Option<&RecordedBy>,
     state_: JobState,
     age: std::time::Duration,
@@ -104,13 +129,12 @@ pub(crate) fn purge_batch(
         })))
         .to_owned();
     let Statement { sql, values } = Statement::from(&delete);
-    // The archive has the table's columns in the same order (LIKE). The ids
-    // come from the deleted rows: `INSERT … RETURNING` would need SELECT on
-    // the archive, and a purger is granted only INSERT there.
+    // The ids come from the deleted rows: `INSERT … RETURNING` would need
+    // SELECT on the archive, and a purger is granted only INSERT there.
     let archived = archive.map(|archive| {
         format!(
-            ", \"dbworker_archived\" AS (INSERT INTO {} SELECT * FROM \"dbworker_moved\")",
-            archive.quoted()
+            ", \"dbworker_archived\" AS ({})",
+            archive.insert_from("\"dbworker_moved\"")
         )
     });
     // The moved rows' id: the table's column in an archived row, else `id`.
@@ -144,6 +168,20 @@ pub(crate) fn purge_batch(
         )
         .into(),
         values,
+    }
+}
+
+/// `SET LOCAL statement_timeout`: a leader's fenced batch holds the lease
+/// row, which the leader's own renewal waits for; cut off at `limit` (a third
+/// of the lease), a slow batch fails its pass rather than depose the leader.
+pub(crate) fn set_statement_timeout(limit: std::time::Duration) -> Statement {
+    Statement {
+        sql: format!(
+            "SET LOCAL statement_timeout = '{}ms'",
+            limit.as_millis().max(1)
+        )
+        .into(),
+        values: sea_query_sqlx::SqlxValues(sea_query::Values(Vec::new())),
     }
 }
 
@@ -214,7 +252,11 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
     flows.workflows = true;
     let mut side = purge.clone();
     side.progress_table = Some(rel("app.jobs_progress"));
-    let (archive, minute) = (rel("app.jobs_archive"), std::time::Duration::from_secs(60));
+    let archive = Archive {
+        table: rel("app.jobs_archive"),
+        columns: vec!["id".into(), "state".into(), "finished_at".into()],
+    };
+    let minute = std::time::Duration::from_secs(60);
     vec![
         (
             "purge_batch",
@@ -237,6 +279,10 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
             sweep_orphans(&purge, &rel("app.jobs_signals"), "id", None, 1000),
         ),
         ("row_security_hides_jobs", row_security_hides_jobs(&purge)),
+        (
+            "set_statement_timeout",
+            set_statement_timeout(std::time::Duration::from_secs(2)),
+        ),
         (
             "purge_batch_with_workflows",
             purge_batch(&flows, None, None, JobState::Completed, minute, 100),

@@ -9,7 +9,7 @@ use dbworker::Service;
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    NewJob,
+    KeyMode, NewJob,
     cron::{Backfill, DEFAULT_CRON_TABLE, Scheduler, SchedulerOptions},
     ddl::cron_table_sql,
 };
@@ -230,6 +230,79 @@ async fn a_schedule_held_by_a_stuck_scheduler_stops_no_other() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     both.tick().await.unwrap();
     assert!(jobs_of(&db, "held").await >= 1, "released, it ticks again");
+}
+
+/// A keyed schedule whose previous job is held by a transaction (a
+/// transactional handler that wrote its progress locks the row until it
+/// ends) waits for it at most the tick's lock timeout: the other schedules
+/// still tick on time, and the held tick lands, once, at a pass after the
+/// lock is released.
+#[tokio::test]
+async fn a_keyed_schedule_whose_holder_is_locked_stops_no_other() {
+    let _shared = TIMED.read().await;
+    let db = set_up().await;
+    db.add_columns(|c| c.keys = true, &[]).await;
+    let table = db
+        .table_with(|t| t.key_column = Some("job_key".into()))
+        .await;
+    let pool = db.db.pool(2).await.unwrap();
+    let both = Scheduler::new(&pool, &table, SchedulerOptions::default())
+        .await
+        .unwrap()
+        .add(
+            "keyed",
+            "* * * * * *",
+            NewJob::new()
+                .json("payload", json!({"cron": "keyed"}))
+                .key("keyed", KeyMode::Replace),
+            Backfill::default(),
+        )
+        .unwrap()
+        .add(
+            "free",
+            "* * * * * *",
+            NewJob::new().json("payload", json!({"cron": "free"})),
+            Backfill::default(),
+        )
+        .unwrap();
+    both.tick().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    both.tick().await.unwrap();
+    let holder: i64 = sqlx::query_scalar("SELECT id FROM jobs WHERE job_key = 'keyed'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // Its handler runs, and has written its progress in its transaction.
+    db.execute(&format!(
+        "UPDATE jobs SET state = 'processing', started_at = now() WHERE id = {holder}"
+    ))
+    .await;
+    let mut handler = db.pool.begin().await.unwrap();
+    sqlx::query("UPDATE jobs SET payload = payload WHERE id = $1")
+        .bind(holder)
+        .execute(&mut *handler)
+        .await
+        .unwrap();
+    let last = last_tick(&db, "keyed").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = Instant::now();
+    let ran = tokio::time::timeout(Duration::from_secs(10), both.tick())
+        .await
+        .expect("the pass waits for the held job at most its lock timeout")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(ran.iter().any(|(name, _)| name == "free"), "{ran:?}");
+    assert!(ran.iter().all(|(name, _)| name == "free"), "{ran:?}");
+    assert_eq!(last_tick(&db, "keyed").await, last, "the held tick is kept");
+    handler.commit().await.unwrap();
+    let ran = both.tick().await.unwrap();
+    let keyed: Vec<_> = ran.iter().filter(|(name, _)| name == "keyed").collect();
+    assert_eq!(keyed.len(), 1, "the held tick lands once: {ran:?}");
+    assert!(last_tick(&db, "keyed").await > last);
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The purge tests' rows, shared by dbworker/tests/operations/purge.rs,
-//! purge_history.rs and dbworker-cli/tests/services/purge.rs (`#[path]`).
+//! purge_history.rs, tables/partitioned.rs and
+//! dbworker-cli/tests/services/purge.rs (`#[path]`).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -41,4 +42,28 @@ pub async fn exists(db: &Db, id: i64) -> bool {
         .fetch_one(&db.pool)
         .await
         .unwrap()
+}
+
+/// Creates `name`, an archive with the columns of `jobs` last first (same
+/// names and types, another order than `LIKE` gives).
+pub async fn reversed_archive(db: &Db, name: &str) {
+    db.execute(&format!(
+        "DO $$ DECLARE cols text; BEGIN
+           SELECT string_agg(format('%I %s', attname, format_type(atttypid, atttypmod)), ', ' ORDER BY attnum DESC)
+             INTO cols FROM pg_attribute WHERE attrelid = 'jobs'::regclass AND attnum > 0 AND NOT attisdropped;
+           EXECUTE format('CREATE TABLE %I (%s)', '{name}', cols);
+         END $$;"
+    ))
+    .await;
+}
+
+/// Every row of `table` as JSON (by column name, whatever their order),
+/// by id.
+pub async fn rows_as_json(db: &Db, table: &str) -> Vec<serde_json::Value> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT to_jsonb(r) FROM {table} r ORDER BY id"
+    )))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
 }

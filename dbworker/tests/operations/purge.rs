@@ -233,6 +233,52 @@ async fn the_hot_layouts_archive_is_checked_at_start_up_and_takes_its_rows() {
     assert_eq!(archived, 9);
 }
 
+/// The archive is compared with the job table's columns at start-up: the
+/// columns a migration added to the table but not to the archive are named,
+/// all at once, rather than failing every batch; and rows are copied by
+/// column name, so an archive with the same columns in another order gets
+/// each value in its own column.
+#[tokio::test]
+async fn an_archive_missing_a_column_is_refused_and_one_in_another_order_gets_each_value_right() {
+    let db = Db::new().await;
+    seed(&db).await;
+    db.execute("CREATE TABLE old_archive (LIKE jobs);").await;
+    db.add_columns(
+        |c| {
+            c.kind = true;
+            c.priority = true;
+        },
+        &[],
+    )
+    .await;
+    let mut o = PurgeOptions::new();
+    o.archive_table = Some("old_archive".into());
+    let Err(err) = Purger::new(&db.pool, &db.table().await, o).await else {
+        panic!("an archive without the table's new columns is refused");
+    };
+    let err = err.to_string();
+    for column in ["kind", "priority"] {
+        assert!(
+            err.contains(&format!("archive table old_archive has no column {column}")),
+            "{err}"
+        );
+    }
+    // The same columns, last first.
+    shared::reversed_archive(&db, "reversed_archive").await;
+    db.execute("UPDATE jobs SET kind = 'k' || id, priority = id;")
+        .await;
+    let before = shared::rows_as_json(&db, "jobs").await;
+    let mut o = PurgeOptions::new();
+    o.archive_table = Some("reversed_archive".into());
+    let purger = Purger::new(&db.pool, &db.table().await, o).await.unwrap();
+    assert_eq!(purger.purge_once().await.unwrap().total(), 9);
+    let archived = shared::rows_as_json(&db, "reversed_archive").await;
+    assert_eq!(archived.len(), 9);
+    for row in &archived {
+        assert!(before.contains(row), "{row} is not a row of the job table");
+    }
+}
+
 /// A completed job an unfinished dependent waited for stays, however old:
 /// the dependent (waiting for a slower upstream) reads its result when it
 /// runs. It goes once the dependent has finished, as does one whose

@@ -10,6 +10,8 @@ mod common;
 /// The fixtures of `common/` that files of this binary share, each compiled once.
 #[path = "../common"]
 mod fixtures {
+    #[path = "purge.rs"]
+    pub(crate) mod purge;
     #[path = "router.rs"]
     pub(crate) mod router;
 }

@@ -1,7 +1,7 @@
 //! Partitioned job tables (`dbworker migration --partitioned`) on real
 //! Postgres: retention by dropping whole partitions that never drops an
 //! unfinished job (nor one retried while its partition is being detached), a
-//! detach that cannot get its lock in time, partitions
+//! detach or a creation ahead that cannot get its lock in time, partitions
 //! created ahead, job keys held across every partition, and the features a
 //! partitioned table cannot carry refused by name. The conformance suite, the
 //! crash tests, keys, limits, admin and the dashboard also run on a
@@ -248,6 +248,95 @@ async fn a_detach_that_cannot_get_the_tables_lock_in_time_skips_the_partition() 
     let purged = purger.purge_once().await.unwrap();
     assert_eq!(purged.partitions_dropped.len(), 6, "{purged:?}");
     assert!(purged.partitions_dropped.iter().all(|p| p.rows == 0));
+}
+
+/// Creating partitions ahead takes the job table's lock too: it waits at
+/// most `detach_lock_timeout` for a transaction holding the table, so the
+/// claims and enqueues queued behind it wait no longer, and the partitions
+/// come at the next pass once the lock is free. `partitions create` (the
+/// CLI's) says it could not get the lock.
+#[tokio::test]
+async fn a_partition_creation_that_cannot_get_the_tables_lock_in_time_waits_for_the_next_pass() {
+    let db = Db::partitioned().await;
+    let id = db.enqueue(1, json!({})).await[0];
+    // A transactional handler's lock on the job table.
+    let mut handler = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM jobs WHERE id = $1 FOR KEY SHARE")
+        .bind(id)
+        .execute(&mut *handler)
+        .await
+        .unwrap();
+    let before = partitions(&db).await;
+    let mut o = purger_options();
+    // Two partitions past the three made at set-up are due.
+    o.partitions_ahead = 5;
+    o.detach_lock_timeout = Duration::from_millis(500);
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
+    let pass = {
+        let purger = purger.clone();
+        tokio::spawn(async move { purger.purge_once().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+             AND wait_event_type = 'Lock' AND query LIKE '%jobs_create_partitions%')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the purger never tried to create"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // An enqueue queued behind the waiting CREATE goes once it gives up.
+    tokio::time::timeout(Duration::from_secs(10), db.enqueue(1, json!({})))
+        .await
+        .expect("an enqueue waits for the purger's CREATE at most its lock timeout");
+    // Nine empty closed partitions wait for their detach too.
+    let purged = tokio::time::timeout(Duration::from_secs(30), pass)
+        .await
+        .expect("the pass skips the partitions it cannot create in time")
+        .unwrap()
+        .unwrap();
+    assert!(purged.partitions_created.is_empty(), "{purged:?}");
+    assert_eq!(partitions(&db).await, before);
+    let err = tokio::time::timeout(Duration::from_secs(10), purger.create_partitions())
+        .await
+        .expect("`partitions create` gives up too")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("lock was not granted"), "{err}");
+    handler.commit().await.unwrap();
+    let purged = purger.purge_once().await.unwrap();
+    assert_eq!(purged.partitions_created.len(), 2, "{purged:?}");
+}
+
+/// A dropped partition's rows go to the archive by column name, as the
+/// batches' do: an archive with the job table's columns in another order
+/// gets each value in its own column.
+#[tokio::test]
+async fn a_dropped_partitions_rows_go_to_the_archive_by_column_name() {
+    use crate::fixtures::purge::{reversed_archive, rows_as_json};
+    let db = Db::partitioned().await;
+    finished_but_three(&db).await;
+    reversed_archive(&db, "reversed_archive").await;
+    let before = rows_as_json(&db, "jobs").await;
+    let mut o = purger_options();
+    o.archive_table = Some("reversed_archive".into());
+    let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
+    let purged = purger.purge_once().await.unwrap();
+    assert_eq!(purged.partitions_dropped.len(), 6, "{purged:?}");
+    let archived = rows_as_json(&db, "reversed_archive").await;
+    assert_eq!(archived.len() as u64, purged.total());
+    for row in &archived {
+        assert!(before.contains(row), "{row} is not a row of the job table");
+    }
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 //! and the pass says why; the new leader's pass does the work.
 //!
 //! Before the fence, the deposed leader dropped the partition it had begun
-//! with and created partitions after another node led.
+//! with and created partitions after another node led. A leader's batch that
+//! would hold the lease row past a third of the lease is cut off.
 
 use crate::common;
 
@@ -23,9 +24,16 @@ use common::Db;
 /// `node` leads the table's scope until `stop` fires; its term, and the
 /// election's task (which releases the lease once stopped).
 async fn lead(db: &Db, node: &str, stop: &CancellationToken) -> (Leadership, JoinHandle<()>) {
-    let election = LeaderElection::new(&db.pool, LeaderOptions::new("jobs", node))
-        .await
-        .unwrap();
+    lead_with(db, LeaderOptions::new("jobs", node), stop).await
+}
+
+/// [`lead`] with the election's options.
+async fn lead_with(
+    db: &Db,
+    options: LeaderOptions,
+    stop: &CancellationToken,
+) -> (Leadership, JoinHandle<()>) {
+    let election = LeaderElection::new(&db.pool, options).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let stop = stop.clone();
     let run = tokio::spawn(async move {
@@ -142,4 +150,38 @@ async fn a_deposed_leader_neither_drops_nor_creates_partitions() {
     assert!(!partitions(&db).await.contains(&oldest));
     stop_b.cancel();
     run_b.await.unwrap();
+}
+
+/// A leader's batch holds the lease row its renewals wait for: one slower
+/// than a third of the lease (no retention index on a large table; here, a
+/// lock a report holds on the table) is cut off, and the pass fails saying
+/// why, rather than the leader stepping down at every pass.
+#[tokio::test]
+async fn a_batch_slower_than_a_third_of_the_lease_is_cut_off_and_the_leader_stays() {
+    let db = Db::partitioned().await;
+    db.execute(&leader_table_sql(DEFAULT_LEADER_TABLE).unwrap())
+        .await;
+    let mut o = LeaderOptions::new("jobs", "node-a");
+    o.lease = Duration::from_secs(3);
+    let stop = CancellationToken::new();
+    let (a, run) = lead_with(&db, o, &stop).await;
+    let mut po = purger_options();
+    po.detach_lock_timeout = Duration::from_millis(100);
+    let purger = Purger::new(&db.pool, &jobs(&db).await, po).await.unwrap();
+    let mut report = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE jobs IN SHARE MODE")
+        .execute(&mut *report)
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), purger.purge_once_as_leader(&a))
+        .await
+        .expect("the batch is cut off within a third of the lease");
+    let err = out.unwrap_err().to_string();
+    assert!(err.contains("a third of the leader's lease"), "{err}");
+    // Two more thirds: a renewal held up by the batch would have deposed it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!a.token().is_cancelled(), "the leader stays");
+    report.rollback().await.unwrap();
+    stop.cancel();
+    run.await.unwrap();
 }

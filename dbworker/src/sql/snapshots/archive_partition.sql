@@ -1,1 +1,1 @@
-INSERT INTO "app"."archive" SELECT * FROM "app"."example_jobs_p20261124"
+INSERT INTO "app"."archive" ("id", "state") SELECT "id", "state" FROM "app"."example_jobs_p20261124"
