@@ -104,7 +104,11 @@ async fn a_requeued_job_waiting_out_its_backoff_is_tagged_by_the_next_claims() {
          UPDATE jobs SET state = 'errored', process_after = now() + interval '1 hour' WHERE id = {backing_off}"
     ))
     .await;
-    assert_eq!(tag(&db, backing_off).await, UNTAGGED, "its retry is not due");
+    assert_eq!(
+        tag(&db, backing_off).await,
+        UNTAGGED,
+        "its retry is not due"
+    );
     let admin = Admin::new(&db.pool, &table).await.unwrap();
     let done = admin
         .act_on_ids(&[backing_off], &BulkAction::Requeue)
@@ -112,7 +116,10 @@ async fn a_requeued_job_waiting_out_its_backoff_is_tagged_by_the_next_claims() {
         .unwrap();
     assert_eq!(done, 1);
     let cleared: bool = db
-        .scalar("SELECT process_after IS NULL FROM jobs WHERE id = $1", backing_off)
+        .scalar(
+            "SELECT process_after IS NULL FROM jobs WHERE id = $1",
+            backing_off,
+        )
         .await;
     assert!(cleared, "the requeue clears the run-at");
     let other = enqueuer
