@@ -60,8 +60,8 @@ pub(crate) fn cron_register(
 /// Bounds a tick's transaction: a schedule's row held longer than `lock` by
 /// another scheduler (paused, or stuck on a lock of its own) is left to it for
 /// this pass, and a scheduler that stops mid-tick (SIGSTOP, a hung client)
-/// loses its session after `idle`, which releases the row.
-/// A zero `lock` waits without a limit.
+/// loses its session after `idle`, which releases the row. The same `lock`
+/// bounds the tick's enqueue (a keyed job's holder locked by its handler).
 pub(crate) fn cron_tick_timeouts(lock: Duration, idle: Duration) -> Statement {
     let ms = |d: Duration| format!("{}ms", d.as_millis());
     let q = Query::select()
