@@ -47,7 +47,10 @@ pub const STORE_OPERATION_SECONDS: &str = "dbworker_store_operation_seconds";
 /// Jobs claimed, by store (counter).
 pub const CLAIMED_TOTAL: &str = "dbworker_claimed_total";
 
-/// Jobs enqueued, by table and how (`one`, `many`, `copy`) (counter).
+/// Jobs enqueued, by table and how (`one`, `many`, `copy`) (counter): the
+/// jobs of calls that returned, so a job its key kept counts, and so does one
+/// enqueued in a caller's transaction that later rolled back (the table's
+/// rows are the exact count).
 pub const ENQUEUED_TOTAL: &str = "dbworker_enqueued_total";
 
 /// How long each enqueue call took, in seconds, by table and how (histogram).
