@@ -166,10 +166,11 @@ pub(crate) struct ResetArgs {
     #[arg(long, default_value_t = dbworker::DEFAULT_ERROR_HISTORY_LIMIT)]
     error_history_limit: u32,
     /// With --node-table: a process whose registry heartbeat is this old has
-    /// its jobs requeued. Keep it above the workers' heartbeat_failure_limit
-    /// (15 s by default) plus a registry heartbeat, or a process cut off
-    /// from the database for less runs a job beside its requeued copy.
-    #[arg(long, env = "DBWORKER_RESCUE_AFTER", default_value = "17s", value_parser = duration)]
+    /// its jobs whose own heartbeat is as old requeued. Keep it above the
+    /// workers' heartbeat_failure_limit (15 s by default) plus three of their
+    /// heartbeat intervals (1 s by default), or a process cut off from the
+    /// database for less runs a job beside its requeued copy.
+    #[arg(long, env = "DBWORKER_RESCUE_AFTER", default_value = "18s", value_parser = duration)]
     rescue_after: Duration,
 }
 

@@ -184,7 +184,7 @@ impl ClientBuilder {
             ro.dead_after = orphaned_after(
                 cluster.node.dead_after,
                 o.worker.heartbeat_failure_limit,
-                cluster.node.heartbeat_interval,
+                o.worker.heartbeat_interval,
             );
         }
         let mut singletons = vec![leader_starter(
@@ -554,20 +554,23 @@ async fn join_services(services: Vec<JoinHandle<()>>) {
     }
 }
 
-/// How old a node's heartbeat must be before the resetter takes its jobs
-/// back: its `dead_after`, but never before the node's worker has stopped
-/// them itself (its `heartbeat_failure_limit`, and a node heartbeat more
-/// for the row to show it). Requeued sooner, a job cut off from the database
-/// for a while would run twice at once. (Without a limit, allowed only in
-/// transactional handling, the job's row lock holds it until the worker's
-/// connection is gone.)
+/// How old a node's heartbeat (and its job's) must be before the resetter
+/// takes its jobs back: its `dead_after`, but never before the node's worker
+/// has stopped them itself. A worker cut off from the database cancels its
+/// jobs at most `heartbeat_failure_limit` plus three of its heartbeat
+/// intervals after the last beat the database recorded (a failing round
+/// sleeps an interval and waits an interval for its beat's timeout; the
+/// store checks the same sum against `stalled_max_age`). Requeued sooner, a
+/// job cut off for a while would run twice at once. (Without a limit,
+/// allowed only in transactional handling, the job's row lock holds it
+/// until the worker's connection is gone.)
 fn orphaned_after(
     dead_after: Duration,
     failure_limit: Option<Duration>,
-    node_heartbeat: Duration,
+    worker_heartbeat: Duration,
 ) -> Duration {
     match failure_limit {
-        Some(limit) => dead_after.max(limit.saturating_add(node_heartbeat)),
+        Some(limit) => dead_after.max(limit.saturating_add(worker_heartbeat.saturating_mul(3))),
         None => dead_after,
     }
 }
@@ -579,10 +582,12 @@ mod orphan_tests {
     #[test]
     fn a_node_is_orphaned_only_once_its_worker_stopped_its_jobs() {
         let s = Duration::from_secs;
-        // The defaults: dead after 10 s, a worker stops its jobs after 15 s
-        // without a heartbeat.
-        assert_eq!(orphaned_after(s(10), Some(s(15)), s(2)), s(17));
-        assert_eq!(orphaned_after(s(60), Some(s(15)), s(2)), s(60));
-        assert_eq!(orphaned_after(s(10), None, s(2)), s(10));
+        // The defaults: dead after 10 s, a worker stops its jobs at most
+        // 15 s and three 1 s rounds after its last recorded heartbeat.
+        assert_eq!(orphaned_after(s(10), Some(s(15)), s(1)), s(18));
+        // A slow heartbeat: each failing round takes two of its intervals.
+        assert_eq!(orphaned_after(s(10), Some(s(15)), s(10)), s(45));
+        assert_eq!(orphaned_after(s(60), Some(s(15)), s(1)), s(60));
+        assert_eq!(orphaned_after(s(10), None, s(1)), s(10));
     }
 }

@@ -42,20 +42,21 @@ pub struct ResetterOptions {
     /// heartbeat age counts.
     pub node_table: Option<String>,
     /// With `node_table`: a process whose registry heartbeat is older than
-    /// this is dead, and its jobs are requeued. Default 17 s: the workers'
-    /// default `heartbeat_failure_limit` (15 s), after which a worker cut
-    /// off from the database stops its jobs itself, plus a registry
-    /// heartbeat (2 s). Keep it above your workers' limit plus their
-    /// registry heartbeat: a process cut off for less would otherwise run
-    /// a job beside its requeued copy. (A [`Client`](crate::Client) sets it
-    /// so from its own options.)
+    /// this is dead, and its jobs whose own heartbeat is as old are
+    /// requeued. Default 18 s: a worker cut off from the database stops its
+    /// jobs itself at most its `heartbeat_failure_limit` (15 s by default)
+    /// plus three of its heartbeat intervals (1 s by default) after its last
+    /// recorded heartbeat. Keep it above your workers' limit plus three
+    /// heartbeat intervals: a process cut off for less would otherwise run a
+    /// job beside its requeued copy. (A [`Client`](crate::Client) sets it so
+    /// from its own options.)
     #[serde(with = "workerutil::duration")]
     pub dead_after: Duration,
 }
 
 /// [`ResetterOptions::dead_after`]'s default: the workers' default
-/// `heartbeat_failure_limit` plus a default registry heartbeat.
-pub(crate) const DEFAULT_RESCUE_AFTER: Duration = Duration::from_secs(17);
+/// `heartbeat_failure_limit` plus three default heartbeat intervals.
+pub(crate) const DEFAULT_RESCUE_AFTER: Duration = Duration::from_secs(18);
 
 impl Default for ResetterOptions {
     fn default() -> Self {
@@ -328,17 +329,16 @@ mod tests {
     use super::*;
 
     /// A dead process's jobs are requeued only after its workers stopped
-    /// them (their failure limit, and a registry heartbeat to show it).
+    /// them (their failure limit, and three heartbeat rounds to notice).
     #[test]
     fn the_default_rescue_waits_for_a_default_worker_to_stop_its_jobs() {
         let worker = workerutil::WorkerOptions::new("w");
-        let node = crate::cluster::NodeOptions::default();
         let limit = worker.heartbeat_failure_limit.expect("a default limit");
+        let stopped = limit + worker.heartbeat_interval * 3;
         assert!(
-            ResetterOptions::default().dead_after >= limit + node.heartbeat_interval,
-            "{:?} < {limit:?} + {:?}",
+            ResetterOptions::default().dead_after >= stopped,
+            "{:?} < {stopped:?}",
             ResetterOptions::default().dead_after,
-            node.heartbeat_interval
         );
     }
 }
