@@ -14,7 +14,9 @@ use crate::cluster::Leadership;
 /// with `tokio::spawn(async move { service.run(stop).await })`.
 ///
 /// A failed pass is logged and retried (with a back-off): `run` returns an
-/// error only when the service cannot go on at all.
+/// error only when the service cannot go on at all. Run by a
+/// [`Client`](crate::Client), a service that panics is logged and run again
+/// a second later.
 pub trait Service: Send + Sync + 'static {
     /// A short name for logs: `resetter`, `purger`, `cron`, `history`.
     fn name(&self) -> &str;

@@ -71,18 +71,47 @@ pub(super) enum Run {
 pub(super) type LeaderStarter =
     Arc<dyn Fn(Run) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
-/// `service`, to run as a singleton; an error is logged with its name.
+/// How long a singleton that panicked waits before it runs again.
+const RESTART_AFTER: Duration = Duration::from_secs(1);
+
+/// `service`, to run as a singleton; an error is logged with its name. One
+/// that panics is logged and run again a second later, for as long as its
+/// run lasts: a term's singletons share one task, so an unwinding one would
+/// take the resetter and the others down with it while the lease is still
+/// held (and outside a cluster it would be gone for good).
 pub(super) fn leader_starter(service: impl Service) -> LeaderStarter {
     let service = Arc::new(service);
     Arc::new(move |run| {
         let service = service.clone();
         Box::pin(async move {
-            let ran = match run {
-                Run::Always(stop) => service.run(stop).await,
-                Run::Leading(leadership) => service.run_as_leader(leadership).await,
+            let stop = match &run {
+                Run::Always(stop) => stop.clone(),
+                Run::Leading(leadership) => leadership.token(),
             };
-            if let Err(err) = ran {
-                tracing::error!(service = service.name(), error = %err, "a client's service stopped");
+            loop {
+                let ran = std::panic::AssertUnwindSafe(async {
+                    match &run {
+                        Run::Always(stop) => service.run(stop.clone()).await,
+                        Run::Leading(leadership) => service.run_as_leader(leadership.clone()).await,
+                    }
+                })
+                .catch_unwind()
+                .await;
+                match ran {
+                    Ok(Ok(())) => return,
+                    Ok(Err(err)) => {
+                        tracing::error!(service = service.name(), error = %err, "a client's service stopped");
+                        return;
+                    }
+                    Err(panic) => {
+                        let panic = workerutil::panic_message(&panic);
+                        tracing::error!(service = service.name(), %panic, "a client's service panicked; running it again in a second");
+                    }
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(RESTART_AFTER) => {}
+                }
             }
         })
     })

@@ -230,6 +230,8 @@ async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
 struct Watch {
     now: AtomicUsize,
     most: AtomicUsize,
+    /// Runs started, in every term.
+    started: AtomicUsize,
     leader: std::sync::Mutex<Option<String>>,
 }
 
@@ -279,6 +281,7 @@ async fn candidates(db: &Db, n: usize, lease: Duration) -> Candidates {
     let watch = Arc::new(Watch {
         now: AtomicUsize::new(0),
         most: AtomicUsize::new(0),
+        started: AtomicUsize::new(0),
         leader: std::sync::Mutex::new(None),
     });
     let mut c = Candidates {
@@ -467,6 +470,7 @@ impl dbworker::Service for Singleton {
     async fn run(&self, stop: CancellationToken) -> dbworker::Result<()> {
         let n = self.watch.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.watch.most.fetch_max(n, Ordering::SeqCst);
+        self.watch.started.fetch_add(1, Ordering::SeqCst);
         *self.watch.leader.lock().unwrap() = Some(self.client.to_owned());
         let _guard = Leading(self.watch.clone());
         stop.cancelled().await;
@@ -509,6 +513,7 @@ async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
     let watch = Arc::new(Watch {
         now: AtomicUsize::new(0),
         most: AtomicUsize::new(0),
+        started: AtomicUsize::new(0),
         leader: std::sync::Mutex::new(None),
     });
     let mut options = dbworker::ClientOptions::default();
@@ -582,6 +587,77 @@ async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
     }
     assert_eq!(watch.now.load(Ordering::SeqCst), 0);
     assert_eq!(rows_in_registry(&db).await, 0);
+}
+
+/// A singleton whose first run panics.
+struct PanicsFirst(Arc<AtomicUsize>);
+
+impl dbworker::Service for PanicsFirst {
+    fn name(&self) -> &str {
+        "panics-first"
+    }
+
+    async fn run(&self, stop: CancellationToken) -> dbworker::Result<()> {
+        if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("the first run panics");
+        }
+        stop.cancelled().await;
+        Ok(())
+    }
+}
+
+/// A leader's singletons share the term: one that panics is run again, and
+/// takes none of the others down with it (before, the whole term unwound —
+/// the resetter, the purger and the application's own singletons gone while
+/// the process kept the lease, so no standby took over).
+#[tokio::test]
+async fn a_panicking_singleton_is_run_again_and_stops_no_other() {
+    let _shared = TIMED.read().await;
+    let (db, table) = typed_set_up().await;
+    let watch = Arc::new(Watch {
+        now: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        started: AtomicUsize::new(0),
+        leader: std::sync::Mutex::new(None),
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut options = dbworker::ClientOptions::default();
+    let mut cluster = dbworker::ClusterOptions::default();
+    cluster.node = fast_nodes(&[], 0);
+    // Long: no new term restarts the services meanwhile.
+    cluster.lease = Duration::from_secs(30);
+    options.cluster = Some(cluster);
+    let client = dbworker::Client::builder(&db.pool, &table)
+        .handler(Pong)
+        .leader_service(Singleton {
+            client: "a",
+            watch: watch.clone(),
+        })
+        .leader_service(PanicsFirst(runs.clone()))
+        .options(options)
+        .build()
+        .await
+        .unwrap();
+    client.start().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs.load(Ordering::SeqCst) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the panicking singleton was not run again ({} runs)",
+            runs.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        (
+            watch.now.load(Ordering::SeqCst),
+            watch.started.load(Ordering::SeqCst)
+        ),
+        (1, 1),
+        "the other singleton of the term runs on, never stopped (running, started)"
+    );
+    client.shutdown().await.unwrap();
+    assert_eq!(watch.now.load(Ordering::SeqCst), 0);
 }
 
 /// Bad cluster options are refused when the client is built, naming the
