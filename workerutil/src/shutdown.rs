@@ -1,6 +1,8 @@
 //! Stopping a worker: graceful drain or immediate cancel.
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Stops a running [`Worker`](crate::Worker). Cheap to clone.
 ///
@@ -39,5 +41,25 @@ impl ShutdownHandle {
     /// Whether any shutdown was requested.
     pub fn is_shutting_down(&self) -> bool {
         self.stop_dequeue.is_cancelled()
+    }
+
+    /// Waits until `deadline` (one drain timeout after the shutdown, claims
+    /// in flight waited for included) for the jobs `tracker` runs, then
+    /// cancels them.
+    pub(crate) async fn drain(
+        &self,
+        tracker: &TaskTracker,
+        deadline: Instant,
+        worker: &str,
+        running: impl Fn() -> usize,
+    ) {
+        tokio::select! {
+            _ = tracker.wait() => {}
+            _ = self.cancel_jobs.cancelled() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(worker, running = running(), "drain timeout reached; canceling running jobs");
+                self.cancel_jobs.cancel();
+            }
+        }
     }
 }

@@ -225,19 +225,30 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         let heartbeat_stop = CancellationToken::new();
         let heartbeat = tokio::spawn(heartbeat_loop(shared.clone(), heartbeat_stop.clone()));
 
-        let (reason, dequeued) = self.dequeue_loop(&tracker).await;
+        let (reason, dequeued, stopped_at) = self.dequeue_loop(&tracker).await;
         shared.emit(WorkerEvent::Draining);
         tracker.close();
+        let drain = shared.options.drain_timeout;
+        let running = || shared.running.len();
         match reason {
             StopReason::Immediate => {}
-            StopReason::Graceful => self.drain(&tracker).await,
+            // One drain from the shutdown, the wait for claims in flight included.
+            StopReason::Graceful => {
+                let until = stopped_at + drain;
+                self.shutdown
+                    .drain(&tracker, until, &shared.name, running)
+                    .await;
+            }
             // Stopped by its own limits: jobs finish unless a shutdown arrives.
             StopReason::TotalJobsReached
             | StopReason::MaxActiveTimeReached
             | StopReason::QueueEmpty => {
                 tokio::select! {
                     _ = tracker.wait() => {}
-                    _ = self.shutdown.stop_dequeue.cancelled() => self.drain(&tracker).await,
+                    _ = self.shutdown.stop_dequeue.cancelled() => {
+                        let until = Instant::now() + drain;
+                        self.shutdown.drain(&tracker, until, &shared.name, running).await;
+                    }
                 }
             }
         }
@@ -250,20 +261,8 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         WorkerSummary { reason, dequeued }
     }
 
-    /// Waits up to the drain timeout for running jobs, then cancels them.
-    async fn drain(&self, tracker: &TaskTracker) {
-        let drain = self.shared.options.drain_timeout;
-        tokio::select! {
-            _ = tracker.wait() => {}
-            _ = self.shutdown.cancel_jobs.cancelled() => {}
-            _ = tokio::time::sleep(drain) => {
-                tracing::warn!(worker = %self.shared.name, running = self.shared.running.len(), "drain timeout reached; canceling running jobs");
-                self.shutdown.cancel_jobs.cancel();
-            }
-        }
-    }
-
-    async fn dequeue_loop(&self, tracker: &TaskTracker) -> (StopReason, u64) {
+    /// Claims until told to stop: why, how many jobs it kept, and when.
+    async fn dequeue_loop(&self, tracker: &TaskTracker) -> (StopReason, u64, Instant) {
         let shared = &self.shared;
         let options = &shared.options;
         let semaphore = Arc::new(Semaphore::new(options.num_handlers));
@@ -420,8 +419,9 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
         // longer than the drain timeout (a claim stuck on a lock or a dead
         // connection must not hold the shutdown), and not at all once jobs are
         // cancelled. What an abandoned claim took, the resetter takes back.
+        let stopped_at = Instant::now();
         if !claims.is_empty() {
-            let give_up = tokio::time::sleep(options.drain_timeout);
+            let give_up = tokio::time::sleep_until(stopped_at + options.drain_timeout);
             tokio::pin!(give_up);
             loop {
                 tokio::select! {
@@ -445,7 +445,7 @@ impl<S: Store, H: Handler<S>> Worker<S, H> {
             }
         }
         let handed_back = self.hand_back(buffer).await;
-        (reason, dequeued - handed_back)
+        (reason, dequeued - handed_back, stopped_at)
     }
 
     /// How many jobs the next claim may ask for: free handler slots plus the

@@ -1267,6 +1267,44 @@ async fn a_claim_stuck_in_flight_holds_a_shutdown_no_longer_than_the_drain_timeo
     }
 }
 
+/// A job running past the drain timeout and a claim stuck in flight share
+/// one drain timeout from the shutdown: the running job is cancelled when it
+/// ends, not a drain timeout after the claim was given up (twice as late,
+/// past an orchestrator's grace period set just above it).
+#[tokio::test(start_paused = true)]
+async fn a_stuck_claim_and_a_running_job_share_one_drain_timeout() {
+    let store = Arc::new(Flaky::default());
+    store.inner.enqueue(Task {
+        id: 1,
+        act: Act::Forever,
+    });
+    let mut o = options();
+    o.num_handlers = 2;
+    o.drain_timeout = Duration::from_secs(5);
+    let worker = Worker::new(store.clone(), Acts::default(), o).unwrap();
+    let shutdown = worker.shutdown_handle();
+    let mut events = worker.subscribe();
+    let run = tokio::spawn(worker.run());
+    wait_for(&mut events, |e| {
+        matches!(e, WorkerEvent::Dequeued { id: 1 }).then_some(())
+    })
+    .await;
+    // The next claim (a free handler polls) hangs.
+    *store.dequeue_delay.lock().unwrap() = Duration::from_secs(24 * 3600);
+    while store.dequeues.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let asked = tokio::time::Instant::now();
+    shutdown.graceful();
+    run.await.unwrap();
+    assert_eq!(
+        asked.elapsed(),
+        Duration::from_secs(5),
+        "one drain timeout in all"
+    );
+    assert_eq!(store.inner.state(1), Some(JobState::Queued));
+}
+
 /// A job whose `open` waits (for a pool connection) is ended by a shutdown
 /// like a buffered one: at once on an immediate one, after the drain timeout
 /// on a graceful one, and put back, not failed.
