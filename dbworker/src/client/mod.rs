@@ -475,12 +475,14 @@ impl Client {
         };
         let summary = match parts {
             Parts::Running { worker, services } => {
-                let summary = worker.await.map_err(|e| Error::InvalidOption {
+                // The services are stopped and waited for, and the listener
+                // closed, whatever became of the worker's task.
+                let ran = worker.await;
+                join_services(services).await;
+                Some(ran.map_err(|e| Error::InvalidOption {
                     field: "worker",
                     reason: format!("the worker's task ended abnormally: {e}"),
-                })?;
-                join_services(services).await;
-                Some(summary)
+                }))
             }
             Parts::Built(built) => {
                 // Never started: its registry row goes now.
@@ -492,7 +494,7 @@ impl Client {
             Parts::Stopped => None,
         };
         self.store.close().await;
-        Ok(summary)
+        summary.transpose()
     }
 
     /// Starts the services, and the singletons: under the election in a
