@@ -385,7 +385,12 @@ async fn run_four_processes<R, H, F>(
 #[tokio::test]
 async fn a_per_key_limit_holds_each_key_across_four_processes() {
     let _shared = TIMED.read().await;
-    let (db, limits, enqueuer) = set_up().await;
+    let (db, _, enqueuer) = set_up().await;
+    // A per-key limit is set through a description naming the key column.
+    let mut keyed = limited_table_options("jobs");
+    keyed.limit_key_column = Some("customer".into());
+    let keyed = JobTable::new(&db.pool, keyed).await.unwrap();
+    let limits = Limits::new(&db.pool, &keyed).await.unwrap();
     limits
         .set_limit("reports", Limit::processing(4).per_key(1))
         .await
@@ -629,4 +634,29 @@ async fn a_huge_rate_is_refused_and_one_written_by_hand_stops_no_claim() {
     let store = limited_store(&db).await;
     let jobs = store.dequeue("host", &Default::default(), 5).await.unwrap();
     assert_eq!(jobs.len(), 2);
+}
+
+/// A per-key limit needs the column that keys it: set through a description
+/// of the table that names no `limit_key_column`, it is refused by name and
+/// nothing is written (it would not be enforced, and would still send every
+/// claim of the table down the serialized limited path).
+#[tokio::test]
+async fn a_per_key_limit_is_refused_without_a_limit_key_column() {
+    let (_db, limits, _) = set_up().await;
+    let err = limits
+        .set_limit("reports", Limit::processing(4).per_key(1))
+        .await
+        .expect_err("a per-key limit with no key column");
+    assert!(
+        matches!(
+            &err,
+            dbworker::Error::InvalidOption {
+                field: "max_per_key",
+                ..
+            }
+        ) && err.to_string().contains("limit_key_column"),
+        "{err}"
+    );
+    assert_eq!(limits.list().await.unwrap(), [], "nothing was written");
+    limits.set("reports", 4).await.unwrap();
 }
