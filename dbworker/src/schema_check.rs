@@ -253,7 +253,7 @@ pub(crate) async fn is_partitioned(pool: &PgPool, rel: &Relation) -> Result<bool
 
 /// Checks that `rel` exists, that the role may select it, and that
 /// it has every standard column, typed as expected, with counters that cannot
-/// silently hold NULL.
+/// silently hold NULL and a `process_after` that can.
 pub(crate) async fn check_table(
     pool: &PgPool,
     rel: &Relation,
@@ -297,6 +297,16 @@ pub(crate) async fn check_table(
         problems.push(format!(
             "column {table}.{name} is timestamptz({}), but claim tokens need its microseconds: ALTER TABLE {table} ALTER COLUMN {name} TYPE timestamptz",
             col.typmod
+        ));
+    }
+    // NULL there means "due at once": COPY without a run-at, a requeue, a
+    // hand-back at shutdown and an operator's requeue all write it.
+    if let Some(col) = table_columns.get(&columns.process_after)
+        && col.not_null
+    {
+        let name = &columns.process_after;
+        problems.push(format!(
+            "column {table}.{name} is NOT NULL, but dbworker writes NULL there for a job due at once (COPY without a run-at, a requeue, a hand-back at shutdown): ALTER TABLE {table} ALTER COLUMN {name} DROP NOT NULL"
         ));
     }
     for name in [&columns.num_failures, &columns.num_resets] {

@@ -16,6 +16,8 @@ pub(crate) const FAIR_COST: &str = "fair_cost";
 /// weights; a job of cost `c` advances its key's tags by `c × TAG_SCALE /
 /// weight`, so weights up to [`MAX_FAIR_WEIGHT`] stay exact enough.
 pub(crate) const TAG_SCALE: i64 = 1_000_000;
+/// The largest cost a job may declare (the column's CHECK; the least is 1).
+pub(crate) const MAX_FAIR_COST: u32 = 1_000_000;
 /// The largest weight the weight table accepts.
 pub(crate) const MAX_FAIR_WEIGHT: u32 = 10_000;
 

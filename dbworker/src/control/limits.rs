@@ -120,6 +120,10 @@ impl Limit {
 #[derive(Debug, Clone)]
 pub struct Limits {
     t: ControlTable,
+    /// Whether the description names `limit_key_column`: without it a
+    /// per-key limit cannot be enforced, and would still send every claim of
+    /// the table down the serialized limited path.
+    has_key_column: bool,
 }
 
 impl Limits {
@@ -143,7 +147,10 @@ impl Limits {
         )?;
         t.check("limit table", "reading limits", &[Privilege::Select])
             .await?;
-        Ok(Limits { t })
+        Ok(Limits {
+            t,
+            has_key_column: table.sql().limit_key_column.is_some(),
+        })
     }
 
     /// Checks the grants setting (`INSERT`, `UPDATE`) and removing
@@ -171,10 +178,19 @@ impl Limits {
     }
 
     /// Replaces `queue`'s limits with `limit`. Refuses a queue name that is
-    /// empty, blank or has whitespace at an end.
+    /// empty, blank or has whitespace at an end, and a per-key limit when the
+    /// table's description names no `limit_key_column`.
     pub async fn set_limit(&self, queue: &str, limit: Limit) -> Result<()> {
         super::check_queue_name(queue)?;
         limit.validate()?;
+        if limit.max_per_key.is_some() && !self.has_key_column {
+            return Err(Error::InvalidOption {
+                field: "max_per_key",
+                reason: "needs the column that keys it: this table's description names no \
+                         limit_key_column (JobTableOptions::limit_key_column)"
+                    .to_owned(),
+            });
+        }
         let row = sql::LimitRow {
             max_processing: limit.max_processing,
             max_per_key: limit.max_per_key,

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use super::{OptionalColumns, functions};
 use crate::columns::{Columns, Relation, literal, progress_table, quote};
+use crate::enqueue::{MAX_KEY_CHARS, MAX_NAME_CHARS};
 use crate::error::Result;
 
 /// The enqueue function's parameters for the table's optional columns (the
@@ -187,6 +188,26 @@ pub fn enqueue_function_sql(
     } else {
         String::new()
     };
+    // Enqueuer's length limits (check_job), so a producer in SQL meets the
+    // same rules; the fairness key is a field, present on fair tables.
+    let mut limited = vec![("fields->>'fair_key'", "fair_key", MAX_KEY_CHARS)];
+    if columns.queue {
+        limited.push(("queue", "queue", MAX_NAME_CHARS));
+    }
+    if columns.kind {
+        limited.push(("kind", "kind", MAX_NAME_CHARS));
+    }
+    if columns.keys {
+        limited.push(("job_key", "job_key", MAX_KEY_CHARS));
+    }
+    let check_lengths: String = limited
+        .iter()
+        .map(|(value, name, max)| {
+            format!(
+                "\n    IF char_length({value}) > {max} THEN\n        RAISE EXCEPTION '{name} is % characters long; at most {max} are allowed', char_length({value});\n    END IF;"
+            )
+        })
+        .collect();
     // Standard columns are dbworker's, like in NewJob::set.
     let standard: Vec<String> = c
         .expected_types()
@@ -211,7 +232,7 @@ BEGIN
      WHERE k IN ({standard}{optional_names}) LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'column % is managed by dbworker; use the function''s parameters', bad;
-    END IF;{check_retries}
+    END IF;{check_retries}{check_lengths}
     vals := COALESCE(fields, '{{}}') || jsonb_strip_nulls(jsonb_build_object({extra}));
     SELECT string_agg(format('%I', k), ', ') INTO cols FROM jsonb_object_keys(vals) AS k;
     IF cols IS NULL THEN

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use crate::columns::{
-    Columns, FAIR_COST, FAIR_KEY, FAIR_TAG, FAIR_UNTAGGED, MAX_FAIR_WEIGHT, Relation, TAG_SCALE,
-    fair_due_trigger, fair_triggers, fair_weights_table, quote,
+    Columns, FAIR_COST, FAIR_KEY, FAIR_TAG, FAIR_UNTAGGED, MAX_FAIR_COST, MAX_FAIR_WEIGHT,
+    Relation, TAG_SCALE, fair_due_trigger, fair_triggers, fair_weights_table, quote,
 };
 use crate::error::{Error, Result};
 
@@ -139,7 +139,7 @@ pub fn fair_claims_sql(
         r#"-- Fair claims: every key (fair_key) gets its share of the claims within a priority.
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {key} text;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {tag} bigint NOT NULL DEFAULT 0;
-ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {cost} integer NOT NULL DEFAULT 1 CHECK ({cost} BETWEEN 1 AND 1000000);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {cost} integer NOT NULL DEFAULT 1 CHECK ({cost} BETWEEN 1 AND {MAX_FAIR_COST});
 CREATE TABLE IF NOT EXISTS {weights} (
     {key} text PRIMARY KEY,
     "weight" integer NOT NULL CHECK ("weight" BETWEEN 1 AND {MAX_FAIR_WEIGHT})

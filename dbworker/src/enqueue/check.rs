@@ -2,8 +2,10 @@
 //! the table was not configured for, names too long, NUL characters, columns
 //! that are dbworker's.
 
-use crate::columns::is_identifier;
+use crate::columns::{FAIR_COST, FAIR_KEY, MAX_FAIR_COST, is_identifier};
 use crate::error::{Error, Result};
+
+use sea_query::Value;
 
 use super::{Enqueuer, MAX_KEY_CHARS, MAX_NAME_CHARS, NewJob};
 
@@ -83,6 +85,7 @@ impl Enqueuer {
                 });
             }
         }
+        check_fairness(job)?;
         for (column, _) in job.values() {
             if !is_identifier(column) {
                 return Err(Error::InvalidOption {
@@ -107,4 +110,39 @@ impl Enqueuer {
         }
         Ok(())
     }
+}
+
+/// A fairness key is capped like a job key (an index holds it: one too long
+/// would fail its whole batch in the database), and a cost checked against
+/// the column's bounds, each refused by name before anything is written.
+fn check_fairness(job: &NewJob) -> Result<()> {
+    for (column, value) in job.values() {
+        if column == FAIR_KEY
+            && let Value::String(Some(key)) = value
+            && key.chars().count() > MAX_KEY_CHARS
+        {
+            return Err(Error::InvalidOption {
+                field: "fair_key",
+                reason: format!(
+                    "is {} characters long; at most {MAX_KEY_CHARS} are allowed",
+                    key.chars().count()
+                ),
+            });
+        }
+        if column == FAIR_COST {
+            let cost = match value {
+                Value::Int(Some(n)) => Some(i64::from(*n)),
+                Value::BigInt(Some(n)) => Some(*n),
+                Value::SmallInt(Some(n)) => Some(i64::from(*n)),
+                _ => None,
+            };
+            if let Some(cost) = cost.filter(|c| !(1..=i64::from(MAX_FAIR_COST)).contains(c)) {
+                return Err(Error::InvalidOption {
+                    field: "fair_cost",
+                    reason: format!("is {cost}; it must be at least 1 and at most {MAX_FAIR_COST}"),
+                });
+            }
+        }
+    }
+    Ok(())
 }

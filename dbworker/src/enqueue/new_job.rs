@@ -175,14 +175,16 @@ impl NewJob {
 
     /// Sets the job's fairness key on a fair table (`dbworker migration
     /// --fair`): the tenant, customer or account whose share of the claims
-    /// it counts against. Unset: the table's `key_from`, else the NULL key.
+    /// it counts against, at most 512 characters (like a job key). Unset:
+    /// the table's `key_from`, else the NULL key.
     pub fn fair_key(self, key: impl Into<String>) -> Self {
         self.set(crate::columns::FAIR_KEY, key.into())
     }
 
     /// Sets the job's declared cost on a fair table (default 1, at most
-    /// 1,000,000): a key's share is counted in cost, so a job of cost 10 uses
-    /// as much of it as ten of cost 1.
+    /// 1,000,000; 0 or more than that is refused at enqueue): a key's share
+    /// is counted in cost, so a job of cost 10 uses as much of it as ten of
+    /// cost 1.
     pub fn fair_cost(self, cost: u32) -> Self {
         self.set(
             crate::columns::FAIR_COST,

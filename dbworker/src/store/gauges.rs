@@ -57,7 +57,12 @@ impl<R: Record> DbStore<R> {
 
     /// Samples [`queue_stats`](Self::queue_stats) into the gauges
     /// [`QUEUE_DEPTH`] and [`OLDEST_JOB_AGE_SECONDS`]. A state (or queue)
-    /// seen before and now empty is set to 0, not left at its last value.
+    /// seen before and now empty is set to 0, not left at its last value,
+    /// and then forgotten: `seen` holds only the series live at the last
+    /// sample, so a queue per tenant does not grow it without bound. The
+    /// recorder keeps the 0 until the series is seen again (or its exporter
+    /// drops series not updated for a while, e.g. `metrics-exporter-prometheus`'s
+    /// `idle_timeout`).
     pub async fn record_gauges(&self, seen: &mut Vec<(JobState, Option<String>)>) -> Result<()> {
         let stats = self.queue_stats().await?;
         let table = self.resolved().table.display_name();
@@ -70,11 +75,13 @@ impl<R: Record> DbStore<R> {
             metrics::gauge!(QUEUE_DEPTH, &labels).set(count);
             metrics::gauge!(OLDEST_JOB_AGE_SECONDS, &labels).set(oldest);
         };
-        for (state, queue) in seen.iter() {
-            if !stats.iter().any(|s| s.state == *state && s.queue == *queue) {
+        seen.retain(|(state, queue)| {
+            let live = stats.iter().any(|s| s.state == *state && s.queue == *queue);
+            if !live {
                 set(*state, queue, 0.0, 0.0);
             }
-        }
+            live
+        });
         for s in &stats {
             #[allow(clippy::cast_precision_loss)]
             set(s.state, &s.queue, s.count as f64, s.oldest_seconds);

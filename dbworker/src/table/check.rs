@@ -301,8 +301,8 @@ async fn canonical_name(pool: &PgPool, t: &mut Table) -> Result<()> {
 /// the options name none: a pause or limit the operator sets there (the CLI
 /// and the dashboard write there by default) must hold for every worker of
 /// the table, whichever way it was described. Limits set for this table
-/// that it cannot apply (no queue column, or read through a view) are said
-/// once in the log.
+/// that it cannot apply (no queue column, read through a view, or aging)
+/// are said once in the log.
 async fn adopt_control_tables(pool: &PgPool, t: &mut Table) -> Result<()> {
     let standard = |name: &str| crate::columns::Relation::parse("pause_table", name);
     if t.pause_table.is_none() {
@@ -314,11 +314,15 @@ async fn adopt_control_tables(pool: &PgPool, t: &mut Table) -> Result<()> {
     if t.limit_table.is_none() {
         let limits = standard(STANDARD_LIMIT_TABLE)?;
         if !columns_of(pool, &limits).await?.is_empty() {
-            if t.queue_column.is_some() && t.view.is_none() {
+            if t.queue_column.is_some() && t.view.is_none() && t.aging.is_none() {
                 t.limit_table = Some(limits);
             } else {
+                // Aging is not supported with limits: adopting another
+                // table's limit table would refuse to start this one.
                 let why = if t.view.is_some() {
                     "it reads the table through a view"
+                } else if t.aging.is_some() {
+                    "it uses aging (JobTableOptions::aging), which limits do not support yet"
                 } else {
                     "it has no queue column (set JobTableOptions::queue_column)"
                 };

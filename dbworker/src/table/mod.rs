@@ -133,7 +133,8 @@ pub struct JobTableOptions {
     pub pause_table: Option<String>,
     /// The limit table (`--limits` creates `dbworker_limits`): per-queue
     /// concurrency, per-key and rate limits, enforced by the claim. Needs
-    /// `queue_column`; not with a view.
+    /// `queue_column`; not with a view nor aging. Unset: `dbworker_limits`
+    /// when it exists, unless the table has a view or aging.
     #[serde(default)]
     pub limit_table: Option<String>,
     /// With `limit_table`: the column whose value keys per-key limits.
@@ -454,7 +455,8 @@ impl JobTable {
     }
 
     /// The limit table its claims honour, if any: the one the options name,
-    /// else `dbworker_limits` when it exists and the table has a queue column.
+    /// else `dbworker_limits` when it exists and the table has a queue column
+    /// (not through a view nor with aging, which limits do not support).
     pub fn limit_table(&self) -> Option<String> {
         self.t.limit_table.as_ref().map(|r| r.display_name())
     }

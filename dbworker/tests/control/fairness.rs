@@ -884,3 +884,59 @@ async fn a_batch_scheduled_for_later_takes_its_share_when_due_not_every_claim() 
         "every job claimed once"
     );
 }
+
+/// `len` characters that compress badly, as a real key's would (a run of
+/// one letter would fit the index compressed).
+fn scrambled(len: usize) -> String {
+    let mut x: u32 = 0x9e37_79b9;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            char::from(b'!' + u8::try_from(x % 90).unwrap())
+        })
+        .collect()
+}
+
+/// A fairness key is capped like a job key (512 characters) and a cost to
+/// the column's bounds (1 to 1,000,000), each refused by name before
+/// anything is written, one by one, in a batch and in a COPY: one
+/// overlong key no longer fails its whole batch with Postgres's "index row
+/// size exceeds btree maximum".
+#[tokio::test]
+async fn an_overlong_fair_key_or_a_cost_out_of_range_is_refused_by_name() {
+    let _shared = TIMED.read().await;
+    let db = fair_db().await;
+    let table = db
+        .table_with(|o| o.queue_column = Some("queue".into()))
+        .await;
+    let enqueuer = Enqueuer::new(&db.pool, &table).await.unwrap();
+    enqueuer
+        .enqueue(&NewJob::new().fair_key(scrambled(512)).fair_cost(1_000_000))
+        .await
+        .expect("at the limits");
+    for (bad, field) in [
+        (NewJob::new().fair_key(scrambled(2_700)), "fair_key"),
+        (NewJob::new().fair_cost(0), "fair_cost"),
+        (NewJob::new().fair_cost(1_000_001), "fair_cost"),
+    ] {
+        let batch = [NewJob::new(), bad];
+        for (how, err) in [
+            ("one", enqueuer.enqueue(&batch[1]).await.unwrap_err()),
+            ("many", enqueuer.enqueue_many(&batch).await.unwrap_err()),
+            ("copy", enqueuer.enqueue_copy(&batch).await.unwrap_err()),
+        ] {
+            assert!(
+                matches!(&err, dbworker::Error::InvalidOption { field: f, .. } if *f == field)
+                    && err.to_string().contains("at most"),
+                "{how}: {err}"
+            );
+        }
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "only the job within the limits");
+}

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dbworker::{
-    DbConditions, DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob,
+    Aging, DbConditions, DbJob, DbStore, Enqueuer, Handling, JobTable, JobTableOptions, NewJob,
     StoreOptions,
     control::{DEFAULT_LIMIT_TABLE, Limit, Limits},
     ddl::limit_table_sql,
@@ -385,7 +385,12 @@ async fn run_four_processes<R, H, F>(
 #[tokio::test]
 async fn a_per_key_limit_holds_each_key_across_four_processes() {
     let _shared = TIMED.read().await;
-    let (db, limits, enqueuer) = set_up().await;
+    let (db, _, enqueuer) = set_up().await;
+    // A per-key limit is set through a description naming the key column.
+    let mut keyed = limited_table_options("jobs");
+    keyed.limit_key_column = Some("customer".into());
+    let keyed = JobTable::new(&db.pool, keyed).await.unwrap();
+    let limits = Limits::new(&db.pool, &keyed).await.unwrap();
     limits
         .set_limit("reports", Limit::processing(4).per_key(1))
         .await
@@ -629,4 +634,85 @@ async fn a_huge_rate_is_refused_and_one_written_by_hand_stops_no_claim() {
     let store = limited_store(&db).await;
     let jobs = store.dequeue("host", &Default::default(), 5).await.unwrap();
     assert_eq!(jobs.len(), 2);
+}
+
+/// A per-key limit needs the column that keys it: set through a description
+/// of the table that names no `limit_key_column`, it is refused by name and
+/// nothing is written (it would not be enforced, and would still send every
+/// claim of the table down the serialized limited path).
+#[tokio::test]
+async fn a_per_key_limit_is_refused_without_a_limit_key_column() {
+    let (_db, limits, _) = set_up().await;
+    let err = limits
+        .set_limit("reports", Limit::processing(4).per_key(1))
+        .await
+        .expect_err("a per-key limit with no key column");
+    assert!(
+        matches!(
+            &err,
+            dbworker::Error::InvalidOption {
+                field: "max_per_key",
+                ..
+            }
+        ) && err.to_string().contains("limit_key_column"),
+        "{err}"
+    );
+    assert_eq!(limits.list().await.unwrap(), [], "nothing was written");
+    limits.set("reports", 4).await.unwrap();
+}
+
+/// Aging is not supported with limits yet, so a table that ages priorities
+/// does not adopt the standard limit table on its own: it starts beside the
+/// limits another table keeps there (`dbworker migration --limits` for one
+/// table breaks no other), and warns, naming the queue, of a limit set for
+/// it, which it does not enforce. Named in its options, the limit table is
+/// still refused with aging.
+#[tokio::test]
+async fn an_aging_table_starts_beside_another_tables_limits_and_warns_of_its_own() {
+    let _shared = TIMED.read().await;
+    let db = Db::new().await;
+    db.add_columns(
+        |c| {
+            c.queue = true;
+            c.priority = true;
+        },
+        &[limit_table_sql(DEFAULT_LIMIT_TABLE).unwrap()],
+    )
+    .await;
+    db.execute(
+        "INSERT INTO dbworker_limits (job_table, queue, max_processing) VALUES ('other_jobs', 'reports', 1)",
+    )
+    .await;
+    let mut aging = JobTableOptions::new("jobs");
+    aging.queue_column = Some("queue".into());
+    aging.priority_column = Some("priority".into());
+    aging.aging = Some(Aging::every(Duration::from_secs(60)));
+    let (table, logs) = logged(JobTable::new(&db.pool, aging.clone())).await;
+    table.expect("an aging table starts beside another table's limits");
+    assert!(!logs.contains("WARN"), "nothing to warn of: {logs}");
+
+    db.execute(
+        "INSERT INTO dbworker_limits (job_table, queue, max_processing) VALUES ('jobs', 'emails', 2)",
+    )
+    .await;
+    let (table, logs) = logged(JobTable::new(&db.pool, aging.clone())).await;
+    table.unwrap();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("WARN"))
+        .unwrap_or_else(|| panic!("a limit set for the table is warned of: {logs}"));
+    assert!(
+        warning.contains("not enforced by this process")
+            && warning.contains("emails")
+            && warning.contains("aging"),
+        "{warning}"
+    );
+
+    aging.limit_table = Some(DEFAULT_LIMIT_TABLE.into());
+    let err = JobTable::new(&db.pool, aging).await.unwrap_err();
+    assert!(
+        matches!(&err, dbworker::Error::InvalidOption { field: "aging", .. })
+            && err.to_string().contains("limit table"),
+        "{err}"
+    );
 }

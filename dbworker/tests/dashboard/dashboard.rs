@@ -303,7 +303,7 @@ async fn actions_need_the_token_an_admin_and_the_same_origin_on((db, failed): (D
     Limits::new(&db.pool, &table(&db).await)
         .await
         .unwrap()
-        .set_limit("reports", Limit::processing(2).per_key(1))
+        .set_limit("reports", Limit::processing(2))
         .await
         .unwrap();
     post(

@@ -274,3 +274,62 @@ async fn functions_generated_again_with_other_columns_replace_the_old_ones() {
     db.execute(&install(columns)).await;
     assert_eq!(overloads(&db, "jobs_enqueue").await.len(), 2);
 }
+
+/// The SQL enqueue function applies `Enqueuer`'s length limits: a queue or
+/// kind over 128 characters, a job key or a fairness key over 512, refused
+/// with the parameter named; `add_jobs` (which calls it) too.
+#[tokio::test]
+async fn the_enqueue_function_refuses_overlong_names_like_the_enqueuer() {
+    let db = set_up().await;
+    let ok: i64 = sqlx::query_scalar(
+        "SELECT jobs_enqueue('{}', queue => repeat('é', 128), kind => repeat('é', 128), job_key => repeat('é', 512))",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .expect("at the limits");
+    assert!(ok > 0);
+    for (sql, field, max) in [
+        (
+            "SELECT jobs_enqueue('{}', queue => repeat('é', 129))",
+            "queue",
+            "128",
+        ),
+        (
+            "SELECT jobs_enqueue('{}', kind => repeat('é', 129))",
+            "kind",
+            "128",
+        ),
+        (
+            "SELECT jobs_enqueue('{}', job_key => repeat('é', 513))",
+            "job_key",
+            "512",
+        ),
+        (
+            "SELECT jobs_enqueue(jsonb_build_object('fair_key', repeat('é', 513)))",
+            "fair_key",
+            "512",
+        ),
+        (
+            "SELECT * FROM jobs_add_jobs(ARRAY[jsonb_build_object('queue', repeat('é', 129))])",
+            "queue",
+            "128",
+        ),
+    ] {
+        let err = sqlx::query(sql)
+            .execute(&db.pool)
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(
+            err.contains(&format!("{field} is 129 characters long"))
+                || err.contains(&format!("{field} is 513 characters long")),
+            "{sql}: {err}"
+        );
+        assert!(err.contains(&format!("at most {max}")), "{sql}: {err}");
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "only the job within the limits");
+}

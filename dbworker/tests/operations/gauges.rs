@@ -131,6 +131,35 @@ fn the_gauges_follow_the_table_and_drop_to_zero() {
                     "jobs/queued/reports=0"
                 ]
             );
+            // Set to 0 once, an empty series is forgotten: a queue per
+            // tenant does not grow the series sampled without bound.
+            assert_eq!(
+                seen,
+                [
+                    (JobState::Errored, Some("emails".to_owned())),
+                    (JobState::Queued, Some("emails".to_owned())),
+                ]
+            );
+            store.record_gauges(&mut seen).await.unwrap();
+            assert_eq!(seen.len(), 2, "{seen:?}");
+            assert_eq!(
+                gauges(),
+                [
+                    "jobs/errored/emails=1",
+                    "jobs/processing/reports=0",
+                    "jobs/queued/emails=3",
+                    "jobs/queued/reports=0"
+                ],
+                "the last value set stays 0 until the exporter drops it"
+            );
+            // A queue that fills again is followed again.
+            sqlx::query("UPDATE jobs SET state = 'queued' WHERE queue = 'reports'")
+                .execute(&db.pool)
+                .await
+                .unwrap();
+            store.record_gauges(&mut seen).await.unwrap();
+            assert_eq!(seen.len(), 3, "{seen:?}");
+            assert!(gauges().contains(&"jobs/queued/reports=3".to_owned()));
         });
     });
 }

@@ -66,6 +66,28 @@ async fn a_nullable_counter_without_default_is_reported_at_start_up() {
     );
 }
 
+/// A NOT NULL `process_after` is named at start-up, beside the other
+/// problems: dbworker writes NULL there for a job due at once (a COPY
+/// without a run-at, a requeue, a hand-back at shutdown, an operator's
+/// requeue), which would fail each of those writes later.
+#[tokio::test]
+async fn a_not_null_process_after_is_reported_at_start_up() {
+    let db = Db::new().await;
+    exec(
+        &db,
+        "ALTER TABLE jobs ALTER COLUMN process_after SET DEFAULT now(), ALTER COLUMN process_after SET NOT NULL,
+             ALTER COLUMN num_failures DROP NOT NULL, ALTER COLUMN num_failures DROP DEFAULT",
+    )
+    .await;
+    let err = table_error(db.pool.clone(), Db::table_options()).await;
+    assert!(
+        err.contains("column jobs.process_after is NOT NULL")
+            && err.contains("DROP NOT NULL")
+            && err.contains("column jobs.num_failures is a counter"),
+        "{err}"
+    );
+}
+
 /// Two things no column check saw, named together at start-up: a
 /// `started_at` rounded coarser than microseconds (a new claim's token
 /// could equal the one before it) and transactions that default to a
