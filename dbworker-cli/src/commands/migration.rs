@@ -40,9 +40,10 @@ pub(crate) struct MigrationArgs {
     /// `dbworker_live`, one index over it in place of the two on the state,
     /// and pages kept 70 % free, so claims are HOT updates (faster; a
     /// table about three times larger on disk). Stores find it at start-up.
-    /// Adding the column rewrites an existing table. Not with --keys, --fair
-    /// or --partitioned.
-    #[arg(long, conflicts_with_all = ["keys", "fair", "partitioned"])]
+    /// Adding the column rewrites an existing table. Not with --keys, --fair,
+    /// --partitioned or --workflows (their indexes read the state, which
+    /// would make every claim a non-HOT update again).
+    #[arg(long, conflicts_with_all = ["keys", "fair", "partitioned", "workflows"])]
     hot_layout: bool,
     /// Also print the trigger that NOTIFYs listening workers when jobs are queued.
     #[arg(long)]
@@ -348,9 +349,11 @@ mod tests {
         let dropped = ddl.find(r#"DROP INDEX IF EXISTS "jobs_priority_dequeue_idx""#);
         assert!(created.unwrap() < dropped.unwrap(), "{ddl}");
         assert!(ddl.contains(r#"CREATE INDEX IF NOT EXISTS "jobs_live_idx""#));
-        let refused =
-            Command::try_parse_from(["migration", "--table", "jobs", "--hot-layout", "--keys"]);
-        assert!(refused.is_err());
+        for other in ["--keys", "--fair", "--partitioned", "--workflows"] {
+            let refused =
+                Command::try_parse_from(["migration", "--table", "jobs", "--hot-layout", other]);
+            assert!(refused.is_err(), "--hot-layout {other} accepted");
+        }
     }
 
     #[test]

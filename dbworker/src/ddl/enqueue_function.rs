@@ -115,7 +115,9 @@ pub fn enqueue_function_sql(
         format!(
             r#"
     IF job_key IS NOT NULL THEN
-        IF key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only', 'unsafe_dedupe') THEN
+        -- NULL too: NOT IN would be NULL, and the insert below would act as
+        -- a replace for a waiting holder and a dedupe for a running one.
+        IF key_mode IS NULL OR key_mode NOT IN ('replace', 'preserve_run_at', 'dedupe_only', 'unsafe_dedupe') THEN
             RAISE EXCEPTION 'key_mode must be replace, preserve_run_at, dedupe_only or unsafe_dedupe, not %', key_mode;
         END IF;
         SELECT string_agg(format('%I = excluded.%I', k, k), ', ') INTO sets

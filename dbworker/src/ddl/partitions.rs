@@ -204,14 +204,14 @@ BEGIN
     RETURN NULL;
 END
 $dbworker$;
-DROP TRIGGER IF EXISTS {insert_trigger} ON {table};
-CREATE TRIGGER {insert_trigger} AFTER INSERT ON {table}
+-- Replaced in place, never dropped first: run again statement by statement
+-- on a live table, a keyed insert or a holder's completion falling between a
+-- DROP and its CREATE would miss the key table for good.
+CREATE OR REPLACE TRIGGER {insert_trigger} AFTER INSERT ON {table}
     FOR EACH ROW WHEN (NEW."job_key" IS NOT NULL) EXECUTE FUNCTION {function}();
-DROP TRIGGER IF EXISTS {update_trigger} ON {table};
-CREATE TRIGGER {update_trigger} AFTER UPDATE OF {state}, "job_key" ON {table}
+CREATE OR REPLACE TRIGGER {update_trigger} AFTER UPDATE OF {state}, "job_key" ON {table}
     FOR EACH ROW WHEN (OLD."job_key" IS NOT NULL OR NEW."job_key" IS NOT NULL) EXECUTE FUNCTION {function}();
-DROP TRIGGER IF EXISTS {delete_trigger} ON {table};
-CREATE TRIGGER {delete_trigger} AFTER DELETE ON {table}
+CREATE OR REPLACE TRIGGER {delete_trigger} AFTER DELETE ON {table}
     FOR EACH ROW WHEN (OLD."job_key" IS NOT NULL) EXECUTE FUNCTION {function}();
 "#,
         key_idx = index("job_key_idx"),
@@ -257,5 +257,15 @@ mod tests {
             .next()
             .unwrap();
         assert!(prefix.len() + "20261124h10".len() <= 63, "{prefix}");
+    }
+
+    /// Run again statement by statement on a live table, the key triggers
+    /// are replaced in place: a DROP before each CREATE left a moment in
+    /// which a keyed insert, or a holder's completion, missed the key table.
+    #[test]
+    fn the_key_triggers_are_replaced_never_dropped() {
+        let ddl = partitioned_keys_sql("jobs", &HashMap::new()).unwrap();
+        assert!(!ddl.contains("DROP TRIGGER"), "{ddl}");
+        assert_eq!(ddl.matches("CREATE OR REPLACE TRIGGER").count(), 3, "{ddl}");
     }
 }

@@ -793,6 +793,12 @@ async fn the_sql_enqueue_function_inserts_and_honours_keys_like_the_enqueuer() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("key_mode"), "{err}");
+    // A NULL mode (an optional parameter bound as NULL) is refused too, not
+    // taken as a replace for a waiting holder and a dedupe for a running one.
+    let err = sql_enqueue(p, "SELECT jobs_enqueue(job_key => 'x', key_mode => NULL)")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("key_mode"), "{err}");
 }
 
 #[tokio::test]
