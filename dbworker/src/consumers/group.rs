@@ -389,6 +389,8 @@ where
         // membership is removed) as soon as the group stops, before the drain.
         self.membership.beat().await?;
         let member_stop = CancellationToken::new();
+        // Dropped mid-run (an aborted task), the refresh must not outlive it.
+        let _refresh_guard = member_stop.clone().drop_guard();
         let mut refresh = {
             let (membership, stop) = (self.membership.clone(), member_stop.clone());
             tokio::spawn(async move { membership.run(&stop).await })

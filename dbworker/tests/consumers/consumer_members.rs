@@ -107,6 +107,41 @@ async fn two_groups_sharing_the_registry_keep_their_consumers_on_their_own_proce
     reporting.stop().await.unwrap();
 }
 
+/// A process whose group task is gone while its node still heartbeats in
+/// the registry loses its consumers once its membership is stale.
+#[tokio::test]
+async fn a_process_whose_group_died_but_node_lives_loses_its_consumers() {
+    let _cluster = CLUSTER.read().await;
+    let db = set_up().await;
+    let names = ["a", "b", "c", "d"];
+    let consumers = || -> Consumers<Event> { names.iter().map(|n| Project::new(n)).collect() };
+    let first = start(&db, consumers(), fast_group()).await;
+    let second = start(&db, consumers(), fast_group()).await;
+    let second_id = second.node.id().to_owned();
+    wait_for("two each", async || {
+        assignments(&db)
+            .await
+            .iter()
+            .filter(|(_, n)| *n == second_id)
+            .count()
+            == 2
+    })
+    .await;
+    let (stop_beat, beat) = second.abort_group();
+    wait_for("all four back on the first", async || {
+        let a = assignments(&db).await;
+        a.len() == 4 && a.iter().all(|(_, n)| n == first.node.id())
+    })
+    .await;
+    append(&db, 30).await;
+    for name in names {
+        wait_for(name, async || projected(&db, name).await == 30).await;
+    }
+    first.stop().await.unwrap();
+    stop_beat.cancel();
+    beat.await.unwrap();
+}
+
 /// An installation made before the members table existed is refused at
 /// start-up, naming the table and the migration that creates it.
 #[tokio::test]
