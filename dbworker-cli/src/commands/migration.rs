@@ -138,8 +138,8 @@ pub(crate) struct MigrationArgs {
     /// table (`dbworker_leaders`), shared by every job table.
     #[arg(long)]
     nodes: bool,
-    /// Also create the log consumers' assignment and checkpoint tables (with
-    /// --nodes for the registry and leases they need).
+    /// Also create the log consumers' assignment, checkpoint and group members
+    /// tables (with --nodes for the registry and leases they need).
     #[arg(long)]
     consumers: bool,
     /// Also add workflows: the `pending` state's columns, the dependency

@@ -1,7 +1,8 @@
 //! Checkpointed log consumers across processes: each process runs a
 //! `ConsumerGroup` with the same consumers; the leader of the group's scope
-//! assigns consumers to live processes round-robin (sorted names over sorted
-//! node ids) and rebalances when processes join or die; every process runs the
+//! assigns consumers to the live processes that run the group (its members,
+//! see `rebalance.rs`) round-robin (sorted names over sorted node ids) and
+//! rebalances when processes join or leave or die; every process runs the
 //! slices of the consumers assigned to it through a `Worker` over a
 //! [`LogStore`].
 
@@ -9,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use workerutil::{Handler, HandlerError, JobContext, Worker, WorkerOptions};
 
@@ -17,13 +18,12 @@ use super::books::Recheck;
 use super::consumer::{AnyConsumer, Consumers};
 use super::dispatcher::{DispatcherOptions, LogDispatcher};
 use super::options::{LogEvent, LogOptions};
-use crate::cluster::Leadership;
+use super::rebalance::{Membership, Rebalancer, member_table};
 use crate::cluster::leader::{LeaderElection, LeaderOptions};
 use crate::columns::Relation;
 use crate::consumers::store::{LogJob, LogStore};
 use crate::error::{Error, Result};
 use crate::grants::{Grants, Privilege};
-use crate::runner::{Next, Pass, Runner};
 use crate::sql;
 
 /// Runs each slice with the consumer it belongs to.
@@ -87,7 +87,8 @@ pub struct ConsumerGroupOptions {
     pub node_id: String,
     /// The worker registry table (`Node`'s). Default `dbworker_nodes`.
     pub node_table: String,
-    /// A process whose registry heartbeat is older than this gets no
+    /// A process whose registry heartbeat (or membership of the group, kept
+    /// fresh every `rebalance_interval`) is older than this gets no
     /// consumers. Default 10 s (as `NodeOptions::dead_after`).
     pub dead_after: Duration,
     /// The lease table. Default `dbworker_leaders`.
@@ -234,6 +235,7 @@ pub struct ConsumerGroup<E: LogEvent> {
     options: ConsumerGroupOptions,
     assignments: Relation,
     nodes: Relation,
+    membership: Membership,
 }
 
 impl<E: LogEvent> std::fmt::Debug for ConsumerGroup<E> {
@@ -312,17 +314,46 @@ where
         let election = LeaderElection::new(pool, lo).await?;
         let assignments = Relation::parse("assignment_table", &log.assignment_table)?;
         let nodes = Relation::parse("node_table", &options.node_table)?;
+        let members = member_table(&assignments);
+        let mut problems = crate::schema_check::missing_columns(
+            pool,
+            &members,
+            "group members table",
+            &["group_name", "node_id", "heartbeat_at"],
+            "`dbworker migration --consumers` prints it",
+        )
+        .await?;
         // Any process may lead, and the leader assigns the consumers to the
-        // live processes.
-        Grants::new("rebalancing a consumer group")
-            .on(
-                "assignment table",
-                &assignments,
-                &[Privilege::Select, Privilege::Insert, Privilege::Update],
-            )
-            .on("node table", &nodes, &[Privilege::Select])
-            .check(pool)
-            .await?;
+        // live members; every process keeps its own membership.
+        problems.extend(
+            Grants::new("rebalancing a consumer group")
+                .on(
+                    "assignment table",
+                    &assignments,
+                    &[Privilege::Select, Privilege::Insert, Privilege::Update],
+                )
+                .on("node table", &nodes, &[Privilege::Select])
+                .on(
+                    "group members table",
+                    &members,
+                    &[
+                        Privilege::Select,
+                        Privilege::Insert,
+                        Privilege::Update,
+                        Privilege::Delete,
+                    ],
+                )
+                .problems(pool)
+                .await?,
+        );
+        crate::schema_check::none(problems)?;
+        let membership = Membership {
+            pool: pool.clone(),
+            members,
+            group: options.name.clone(),
+            node_id: options.node_id.clone(),
+            interval: options.rebalance_interval,
+        };
         Ok(ConsumerGroup {
             store,
             dispatcher,
@@ -331,6 +362,7 @@ where
             names,
             assignments,
             nodes,
+            membership,
             options,
         })
     }
@@ -353,11 +385,22 @@ where
     async fn run_group(&self, stop: CancellationToken) -> Result<()> {
         let failed = self.store.stopped();
         let shutdown = self.worker.shutdown_handle();
+        // A member before anyone deals to it; the refresh stops (and the
+        // membership is removed) as soon as the group stops, before the drain.
+        self.membership.beat().await?;
+        let member_stop = CancellationToken::new();
+        // Dropped mid-run (an aborted task), the refresh must not outlive it.
+        let _refresh_guard = member_stop.clone().drop_guard();
+        let mut refresh = {
+            let (membership, stop) = (self.membership.clone(), member_stop.clone());
+            tokio::spawn(async move { membership.run(&stop).await })
+        };
         let rebalancer = Rebalancer {
             group: self.options.name.clone(),
             names: self.names.clone(),
             assignments: self.assignments.clone(),
             nodes: self.nodes.clone(),
+            members: self.membership.members.clone(),
             interval: self.options.rebalance_interval,
             dead_after: self.options.dead_after,
         };
@@ -384,6 +427,9 @@ where
             } else {
                 shutdown.graceful();
             }
+            member_stop.cancel();
+            let _ = (&mut refresh).await;
+            self.membership.leave().await;
             stopped_by_failure
         };
         let (ran, stopped_by_failure) =
@@ -415,106 +461,6 @@ impl<E: LogEvent> crate::Service for ConsumerGroup<E> {
     async fn run(&self, stop: CancellationToken) -> Result<()> {
         self.run_group(stop).await
     }
-}
-
-/// What the leader of a group needs to rebalance it.
-#[derive(Debug, Clone)]
-struct Rebalancer {
-    group: String,
-    names: Vec<String>,
-    assignments: Relation,
-    nodes: Relation,
-    interval: Duration,
-    dead_after: Duration,
-}
-
-impl Rebalancer {
-    /// Rebalances every `interval` while `leadership` lasts. A failed
-    /// rebalance is logged and retried after a back-off: twice the interval,
-    /// doubling with each failure in a row up to four intervals (consumers
-    /// of a dead process wait for it, so it comes back soon once the
-    /// database does).
-    async fn run(&self, leadership: &Leadership) {
-        Runner::every(self.interval)
-            .backoff_up_to(self.interval.saturating_mul(4))
-            .run(
-                &leadership.token(),
-                &mut Rebalances {
-                    rebalancer: self,
-                    leadership,
-                },
-            )
-            .await;
-    }
-}
-
-/// The leader's rebalancing as the runner sees it: one rebalance per pass.
-struct Rebalances<'a> {
-    rebalancer: &'a Rebalancer,
-    leadership: &'a Leadership,
-}
-
-impl Pass for Rebalances<'_> {
-    fn span(&self) -> tracing::Span {
-        tracing::info_span!("rebalance", group = %self.rebalancer.group, term = self.leadership.term())
-    }
-
-    async fn pass(&mut self) -> Next {
-        let r = self.rebalancer;
-        let moved = rebalance_as_leader(
-            self.leadership,
-            &r.assignments,
-            &r.nodes,
-            &r.names,
-            r.dead_after,
-        );
-        match moved.await {
-            Ok(moved) => {
-                if !moved.is_empty() {
-                    tracing::info!(group = %r.group, ?moved, "rebalanced consumers");
-                }
-                Next::Interval
-            }
-            Err(err) => {
-                tracing::warn!(group = %r.group, error = %err, "rebalance failed; will retry");
-                Next::BackOff
-            }
-        }
-    }
-}
-
-/// [`rebalance_once`] in a transaction fenced by the leader's term: a leader
-/// whose term is over moves nothing.
-async fn rebalance_as_leader(
-    leadership: &Leadership,
-    assignments: &Relation,
-    nodes: &Relation,
-    names: &[String],
-    dead_after: Duration,
-) -> Result<Vec<(String, String)>> {
-    let mut tx = leadership.begin().await?;
-    let moved = rebalance_once(&mut tx, assignments, nodes, names, dead_after).await?;
-    tx.commit().await.map_err(Error::db("commit"))?;
-    Ok(moved)
-}
-
-/// One rebalance: the group's consumers over the live nodes; returns the
-/// consumers that moved, with their new node.
-async fn rebalance_once(
-    conn: &mut PgConnection,
-    assignments: &Relation,
-    nodes: &Relation,
-    names: &[String],
-    dead_after: Duration,
-) -> Result<Vec<(String, String)>> {
-    let rows = sql::log_rebalance(assignments, nodes, names.to_vec(), dead_after)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(Error::db("log_rebalance"))?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get("consumer_name"), r.get("node_id")))
-        .collect())
 }
 
 /// Each consumer's checkpoint, the log's last position, and the lag between.

@@ -10,6 +10,7 @@ mod consumer;
 pub(crate) mod dispatcher;
 pub(crate) mod group;
 pub(crate) mod options;
+pub(crate) mod rebalance;
 pub(crate) mod slice;
 pub(crate) mod store;
 

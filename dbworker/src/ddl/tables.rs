@@ -187,8 +187,11 @@ CREATE TABLE IF NOT EXISTS {table} (
     ))
 }
 
-/// `CREATE TABLE` for the consumers' assignments and checkpoints
-/// (`dbworker migration --consumers`).
+/// `CREATE TABLE` for the consumers' assignments, checkpoints and group
+/// members (`dbworker migration --consumers`; safe to rerun, which adds the
+/// members table to an installation made before it existed). The members
+/// table sits beside the assignment table, named after it (`…_assignments`
+/// becomes `…_members`; any other name gets `_members` appended).
 ///
 /// ```
 /// let ddl = dbworker::ddl::consumer_tables_sql(
@@ -200,6 +203,11 @@ CREATE TABLE IF NOT EXISTS {table} (
 pub fn consumer_tables_sql(assignment_table: &str, checkpoint_table: &str) -> Result<String> {
     let a = Relation::parse("assignment_table", assignment_table)?.quoted();
     let c = Relation::parse("checkpoint_table", checkpoint_table)?.quoted();
+    let m = crate::consumers::rebalance::member_table(&Relation::parse(
+        "assignment_table",
+        assignment_table,
+    )?)
+    .quoted();
     Ok(format!(
         r#"-- Which process runs each consumer (written by the leader).
 CREATE TABLE IF NOT EXISTS {a} (
@@ -217,6 +225,14 @@ CREATE TABLE IF NOT EXISTS {c} (
     "last_position" bigint NOT NULL DEFAULT 0,
     "created_at" timestamptz NOT NULL DEFAULT now(),
     "updated_at" timestamptz NOT NULL DEFAULT now()
+);
+-- Which processes run each group, each keeping its row fresh: the leader
+-- deals a group's consumers only over these.
+CREATE TABLE IF NOT EXISTS {m} (
+    "group_name" text NOT NULL,
+    "node_id" text NOT NULL,
+    "heartbeat_at" timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY ("group_name", "node_id")
 );
 "#,
         a_idx = quote(&format!(

@@ -341,7 +341,10 @@ pub(crate) fn log_assigned(l: &LogTables, node: &str) -> Statement {
     Statement::from(&q)
 }
 
-/// Assigns `names` (sorted) round-robin over the live nodes (sorted by id):
+/// Assigns `names` (sorted) round-robin over the live members of `group`
+/// (sorted by id): nodes whose registry heartbeat is within `dead_after` and
+/// whose membership row of the group is within `fresh` (a process registered
+/// for anything else runs none of the group's consumers):
 /// inserts missing assignments and moves those whose node changes, skipping
 /// rows a running batch locks (they move at a later rebalance, once the batch
 /// ends — a process cut off mid-batch keeps its consumer until its backend
@@ -349,16 +352,19 @@ pub(crate) fn log_assigned(l: &LogTables, node: &str) -> Statement {
 pub(crate) fn log_rebalance(
     assignments: &Relation,
     nodes: &Relation,
+    members: &Relation,
+    group: &str,
     names: Vec<String>,
     dead_after: std::time::Duration,
+    fresh: std::time::Duration,
 ) -> Statement {
-    // The live nodes, numbered from 1 by id, and how many there are.
+    // The live members, numbered from 1 by id, and how many there are.
     let live = Query::select()
-        .column(alias("id"))
+        .expr_as(col("r", "id"), alias("id"))
         .expr_window_as(
             Func::cust("row_number"),
             WindowStatement::new()
-                .order_by(alias("id"), Order::Asc)
+                .order_by((alias("r"), alias("id")), Order::Asc)
                 .to_owned(),
             alias("i"),
         )
@@ -367,8 +373,15 @@ pub(crate) fn log_rebalance(
             WindowStatement::new(),
             alias("n"),
         )
-        .from(plain_table(nodes))
-        .and_where(c("heartbeat_at").gte(since(dead_after)))
+        .from(plain_table(nodes).alias(alias("r")))
+        .inner_join(
+            plain_table(members).alias(alias("m")),
+            col("m", "node_id")
+                .equals((alias("r"), alias("id")))
+                .and(col("m", "group_name").eq(group))
+                .and(col("m", "heartbeat_at").gte(since(fresh))),
+        )
+        .and_where(col("r", "heartbeat_at").gte(since(dead_after)))
         .to_owned();
     // The names with their position in the array (from 1). sea-query cannot
     // write `unnest(..) WITH ORDINALITY` as a FROM item; two set-returning
@@ -512,7 +525,15 @@ pub(super) fn snapshots() -> Vec<(&'static str, Statement)> {
         ("log_assigned", log_assigned(&l, node)),
         (
             "log_rebalance",
-            log_rebalance(&l.assignments, &nodes, billing(), ten_seconds),
+            log_rebalance(
+                &l.assignments,
+                &nodes,
+                &super::fixtures::rel("dbworker_consumer_members"),
+                "projections",
+                billing(),
+                ten_seconds,
+                ten_seconds,
+            ),
         ),
         ("log_assignments", log_assignments(&l.assignments)),
         (

@@ -26,6 +26,7 @@ mod admin_search;
 mod aging;
 mod claim;
 mod cluster;
+mod consumer_members;
 mod consumers;
 mod control;
 mod counts;
@@ -77,6 +78,7 @@ pub(crate) use cluster::{
     leaders_all, node_deregister, node_heartbeat, node_register, nodes_all, nodes_live,
     nodes_prune,
 };
+pub(crate) use consumer_members::{log_member_beat, log_member_leave, log_members_prune};
 pub(crate) use consumers::{
     LOG_HEAD, LOG_HEAD_XID, LOG_POSITION, LOG_WAITING, LOG_XID, LogTables, log_advance,
     log_assigned, log_assignments, log_checkpoint, log_head, log_held, log_lag,

@@ -19,7 +19,7 @@ use crate::retry::RetryPolicy;
 type Snapshots = fn() -> Vec<(&'static str, Statement)>;
 
 /// Every file of `sql/` that defines statements, with its `snapshots()`.
-const FILES: [(&str, Snapshots); 32] = [
+const FILES: [(&str, Snapshots); 33] = [
     ("mod.rs", super::snapshots),
     ("admin.rs", crate::sql::admin::snapshots),
     ("progress_table.rs", crate::sql::progress_table::snapshots),
@@ -28,6 +28,10 @@ const FILES: [(&str, Snapshots); 32] = [
     ("claim.rs", crate::sql::claim::snapshots),
     ("cluster.rs", crate::sql::cluster::snapshots),
     ("consumers.rs", crate::sql::consumers::snapshots),
+    (
+        "consumer_members.rs",
+        crate::sql::consumer_members::snapshots,
+    ),
     ("control.rs", crate::sql::control::snapshots),
     ("counts.rs", crate::sql::counts::snapshots),
     ("cron.rs", crate::sql::cron::snapshots),

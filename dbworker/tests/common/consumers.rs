@@ -159,6 +159,14 @@ impl Process {
         self.run.abort();
     }
 
+    /// The group's task is aborted while the node keeps heartbeating (a
+    /// process whose group died but whose registry row lives on); returns
+    /// the heartbeat's stop.
+    pub fn abort_group(self) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+        self.run.abort();
+        (self.stop, self.beat)
+    }
+
     /// Waits for the group to stop by itself (a consumer kept failing).
     pub async fn until_it_stops(self) -> Result<(), Error> {
         let result = tokio::time::timeout(Duration::from_secs(20), self.run)

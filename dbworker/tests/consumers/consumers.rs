@@ -252,6 +252,10 @@ const GROUP: Grants = Grants(&[
     "SELECT ON dbworker_consumer_assignments",
     "INSERT ON dbworker_consumer_assignments",
     "UPDATE ON dbworker_consumer_assignments",
+    "SELECT ON dbworker_consumer_members",
+    "INSERT ON dbworker_consumer_members",
+    "UPDATE ON dbworker_consumer_members",
+    "DELETE ON dbworker_consumer_members",
 ]);
 
 #[tokio::test]

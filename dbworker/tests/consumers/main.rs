@@ -24,6 +24,7 @@ mod fixtures {
 static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 mod consumer_dispatch;
+mod consumer_members;
 mod consumer_troubleshooting;
 mod consumers;
 mod consumers_concurrent_writers;
