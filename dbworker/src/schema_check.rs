@@ -299,15 +299,24 @@ pub(crate) async fn check_table(
             col.typmod
         ));
     }
-    // NULL there means "due at once": COPY without a run-at, a requeue, a
-    // hand-back at shutdown and an operator's requeue all write it.
-    if let Some(col) = table_columns.get(&columns.process_after)
-        && col.not_null
-    {
-        let name = &columns.process_after;
-        problems.push(format!(
-            "column {table}.{name} is NOT NULL, but dbworker writes NULL there for a job due at once (COPY without a run-at, a requeue, a hand-back at shutdown): ALTER TABLE {table} ALTER COLUMN {name} DROP NOT NULL"
-        ));
+    // Columns dbworker writes NULL to: each write would fail on a NOT NULL
+    // one (a hand-back at shutdown left to the resetter, a requeue refused).
+    let nulled = [
+        (
+            &columns.process_after,
+            "for a job due at once (COPY without a run-at, a requeue, a hand-back at shutdown)",
+        ),
+        (&columns.started_at, "for a job requeued to run again"),
+        (&columns.finished_at, "for a job that runs again"),
+        (&columns.last_heartbeat_at, "for a job no worker runs"),
+        (&columns.failure_message, "when an operator requeues a job"),
+    ];
+    for (name, when) in nulled {
+        if table_columns.get(name).is_some_and(|col| col.not_null) {
+            problems.push(format!(
+                "column {table}.{name} is NOT NULL, but dbworker writes NULL there {when}: ALTER TABLE {table} ALTER COLUMN {name} DROP NOT NULL"
+            ));
+        }
     }
     for name in [&columns.num_failures, &columns.num_resets] {
         if let Some(col) = table_columns.get(name)

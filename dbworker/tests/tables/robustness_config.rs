@@ -66,16 +66,18 @@ async fn a_nullable_counter_without_default_is_reported_at_start_up() {
     );
 }
 
-/// A NOT NULL `process_after` is named at start-up, beside the other
-/// problems: dbworker writes NULL there for a job due at once (a COPY
-/// without a run-at, a requeue, a hand-back at shutdown, an operator's
-/// requeue), which would fail each of those writes later.
+/// A NOT NULL `process_after` (or `finished_at`, or another column dbworker
+/// writes NULL to) is named at start-up, beside the other problems:
+/// dbworker writes NULL there for a job due at once (a COPY without a
+/// run-at, a requeue, a hand-back at shutdown, an operator's requeue), which
+/// would fail each of those writes later.
 #[tokio::test]
 async fn a_not_null_process_after_is_reported_at_start_up() {
     let db = Db::new().await;
     exec(
         &db,
         "ALTER TABLE jobs ALTER COLUMN process_after SET DEFAULT now(), ALTER COLUMN process_after SET NOT NULL,
+             ALTER COLUMN finished_at SET DEFAULT now(), ALTER COLUMN finished_at SET NOT NULL,
              ALTER COLUMN num_failures DROP NOT NULL, ALTER COLUMN num_failures DROP DEFAULT",
     )
     .await;
@@ -83,6 +85,7 @@ async fn a_not_null_process_after_is_reported_at_start_up() {
     assert!(
         err.contains("column jobs.process_after is NOT NULL")
             && err.contains("DROP NOT NULL")
+            && err.contains("column jobs.finished_at is NOT NULL")
             && err.contains("column jobs.num_failures is a counter"),
         "{err}"
     );
