@@ -307,9 +307,19 @@ pub(crate) async fn check_table(
             "for a job due at once (COPY without a run-at, a requeue, a hand-back at shutdown)",
         ),
         (&columns.started_at, "for a job requeued to run again"),
-        (&columns.finished_at, "for a job that runs again"),
+        (
+            &columns.finished_at,
+            "at every claim (a new attempt has not finished)",
+        ),
         (&columns.last_heartbeat_at, "for a job no worker runs"),
-        (&columns.failure_message, "when an operator requeues a job"),
+        (
+            &columns.failure_message,
+            "at every claim (a new attempt has not failed)",
+        ),
+        (
+            &columns.execution_logs,
+            "at every claim (a new attempt has logged nothing)",
+        ),
     ];
     for (name, when) in nulled {
         if table_columns.get(name).is_some_and(|col| col.not_null) {
