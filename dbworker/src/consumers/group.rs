@@ -387,7 +387,12 @@ where
         let shutdown = self.worker.shutdown_handle();
         // A member before anyone deals to it; the refresh stops (and the
         // membership is removed) as soon as the group stops, before the drain.
-        self.membership.beat().await?;
+        // A failed first beat stops nothing: the refresh below tries again,
+        // and a process not yet a member is dealt nothing meanwhile.
+        if let Err(err) = self.membership.beat().await {
+            tracing::warn!(group = %self.options.name, error = %err,
+                "joining the group failed; the membership refresh will retry");
+        }
         let member_stop = CancellationToken::new();
         // Dropped mid-run (an aborted task), the refresh must not outlive it.
         let _refresh_guard = member_stop.clone().drop_guard();

@@ -69,10 +69,13 @@ impl Membership {
         }
     }
 
-    /// Refreshes the membership every interval until `stop` fires.
+    /// Refreshes the membership every interval until `stop` fires. A failed
+    /// refresh is tried again an interval later, no slower: the row is live
+    /// for three intervals at least, so two failures in a row do not make a
+    /// live process's membership stale (its consumers dealt away and back).
     pub(crate) async fn run(&self, stop: &CancellationToken) {
         Runner::every(self.interval)
-            .backoff_up_to(self.interval.saturating_mul(4))
+            .backoff_up_to(self.interval)
             .run(stop, &mut Beats(self))
             .await;
     }

@@ -266,7 +266,9 @@ impl Purger {
             purged.partitions_created = match self.create_ahead(fence).await? {
                 Ok(created) => created,
                 Err(_) => {
-                    tracing::info!(table = %self.target.table.display_name(), "partitions not created: the job table's lock was not granted in time; next pass");
+                    // Warned: on a table always held by a long transaction the
+                    // partitions ahead run out, and new jobs land in the default.
+                    tracing::warn!(table = %self.target.table.display_name(), "partitions ahead not created: the job table's lock was not granted within detach_lock_timeout; tried again next pass (if this repeats, raise detach_lock_timeout or shorten the transactions holding the table)");
                     Vec::new()
                 }
             };

@@ -163,3 +163,40 @@ async fn a_group_without_the_members_table_names_the_migration() {
     assert!(err.contains("dbworker_consumer_members"), "{err}");
     assert!(err.contains("dbworker migration --consumers"), "{err}");
 }
+
+/// A group whose first membership beat fails (the database away for a
+/// moment as it starts) does not stop: the refresh joins it once it can, and
+/// its consumers run.
+#[tokio::test]
+async fn a_group_whose_first_beat_fails_joins_once_it_can() {
+    let _cluster = CLUSTER.read().await;
+    let db = set_up().await;
+    let pool = db.db.pool(8).await.unwrap();
+    let node = Node::new(&pool, fast_node()).await.unwrap();
+    let mut options = fast_group();
+    options.node_id = node.id().to_owned();
+    let stop = CancellationToken::new();
+    let beat = tokio::spawn(node.clone().run(stop.clone()));
+    let group = dbworker::consumers::ConsumerGroup::new(
+        &pool,
+        options,
+        Consumers::new().add(Project::new("a")),
+    )
+    .await
+    .unwrap();
+    db.execute("ALTER TABLE dbworker_consumer_members RENAME TO members_away")
+        .await;
+    let run = tokio::spawn(group.run(stop.clone()));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!run.is_finished(), "the group stopped: {:?}", run.await);
+    db.execute("ALTER TABLE members_away RENAME TO dbworker_consumer_members")
+        .await;
+    append(&db, 20).await;
+    wait_for("the consumer of the group that joined late", async || {
+        projected(&db, "a").await == 20
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    beat.await.unwrap();
+}
