@@ -12,7 +12,7 @@ use dbworker::{
 };
 use tokio_util::sync::CancellationToken;
 use workerutil::{
-    Handler, HandlerError, JobContext, Outcome, Record, WorkerOptions, WorkerSummary,
+    Handler, HandlerError, JobContext, Outcome, Record, Worker, WorkerOptions, WorkerSummary,
 };
 
 use crate::db::{Bench, Mode, TABLE};
@@ -222,20 +222,30 @@ pub(crate) async fn burn_with(
         crate::latency::enable_notify(&pool, &mut store_options, &mut worker_options).await?;
     }
     let table = job_table(&pool).await?;
-    let store = Arc::new(DbStore::new(&pool, &table, store_options).await?);
+    let (worker, progress) = noop_worker(&pool, &table, store_options, worker_options).await?;
     bench.reset_statements().await?;
-
-    let progress = Progress::new();
-    let handler = NoOp {
-        progress: progress.clone(),
-        starts: None,
-    };
-    let worker = new_worker(store, handler, worker_options)?;
     let label = format!("{mode} run with {handlers} handlers");
     measure(bench, &pool, &progress, jobs, &label, async {
         Ok(worker.run().await)
     })
     .await
+}
+
+/// A worker of no-op handlers on `table`, and the progress its outcomes
+/// count.
+pub(crate) async fn noop_worker(
+    pool: &sqlx::PgPool,
+    table: &JobTable,
+    store_options: StoreOptions,
+    worker_options: WorkerOptions,
+) -> Result<(Worker<DbStore<BenchJob>, NoOp>, Arc<Progress>)> {
+    let store = Arc::new(DbStore::new(pool, table, store_options).await?);
+    let progress = Progress::new();
+    let handler = NoOp {
+        progress: progress.clone(),
+        starts: None,
+    };
+    Ok((new_worker(store, handler, worker_options)?, progress))
 }
 
 /// Runs `run` (a worker burning down `jobs`) under the run timeout, sampling

@@ -4,13 +4,9 @@
 //! head; the plain table's run with the cursor off tells that part of the
 //! cost from the tag order's own.
 
-use std::sync::Arc;
-
-use dbworker::{DbStore, new_worker};
-
 use crate::Result;
 use crate::db::{Bench, Mode};
-use crate::framework::{self, NoOp, Progress};
+use crate::framework;
 use crate::report::{Run, rate};
 
 /// What a burn-down runs on.
@@ -94,17 +90,8 @@ async fn burn(bench: &Bench, variant: Variant, handlers: usize, jobs: u64) -> Re
     }
     let table = framework::job_table(&pool).await?;
     super::expect_fair(&table, variant == Variant::Fair)?;
-    let store = Arc::new(DbStore::new(&pool, &table, options).await?);
-    let progress = Progress::new();
-    let handler = NoOp {
-        progress: progress.clone(),
-        starts: None,
-    };
-    let worker = new_worker(
-        store,
-        handler,
-        framework::worker_options(handlers, Some(jobs))?,
-    )?;
+    let worker_options = framework::worker_options(handlers, Some(jobs))?;
+    let (worker, progress) = framework::noop_worker(&pool, &table, options, worker_options).await?;
     bench.reset_statements().await?;
     framework::measure(bench, &pool, &progress, jobs, variant.label(), async {
         Ok(worker.run().await)

@@ -10,10 +10,9 @@
 //! subscriber as their default: the job tasks the worker spawns make their
 //! spans there, as in an application that set a global subscriber.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use dbworker::{DbStore, Enqueuer, JobTable, JobTableOptions, NewJob, new_worker};
+use dbworker::{Enqueuer, JobTable, JobTableOptions, NewJob};
 use sqlx::AssertSqlSafe;
 use tracing::Instrument as _;
 use tracing::instrument::WithSubscriber as _;
@@ -22,7 +21,7 @@ use super::traces::{Dropped, TRACED, exporting, fresh, traced_options};
 use super::{plain_first, say};
 use crate::Result;
 use crate::db::{Bench, Mode, Statements, TABLE};
-use crate::framework::{self, NoOp, Progress};
+use crate::framework;
 use crate::report::rate;
 
 /// One side's burn-down.
@@ -196,18 +195,13 @@ async fn run(bench: &Bench, options: JobTableOptions, jobs: u64, handlers: usize
         .pool(framework::pool_size(Mode::Heartbeat, handlers))
         .await?;
     let table = JobTable::new(&pool, options).await?;
-    let store =
-        Arc::new(DbStore::new(&pool, &table, framework::store_options(Mode::Heartbeat)).await?);
-    let progress = Progress::new();
-    let handler = NoOp {
-        progress: progress.clone(),
-        starts: None,
-    };
-    let worker = new_worker(
-        store,
-        handler,
+    let (worker, progress) = framework::noop_worker(
+        &pool,
+        &table,
+        framework::store_options(Mode::Heartbeat),
         framework::worker_options(handlers, Some(jobs))?,
-    )?;
+    )
+    .await?;
     bench.reset_statements().await?;
     let summary = worker.run().await;
     let elapsed = progress.elapsed();
