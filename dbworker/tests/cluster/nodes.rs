@@ -227,6 +227,7 @@ async fn the_resetter_rescues_a_dead_processs_jobs_before_stalled_max_age() {
 }
 
 /// Counts leaders at once; each service records which node led.
+#[derive(Default)]
 struct Watch {
     now: AtomicUsize,
     most: AtomicUsize,
@@ -278,12 +279,7 @@ struct Candidates {
 }
 
 async fn candidates(db: &Db, n: usize, lease: Duration) -> Candidates {
-    let watch = Arc::new(Watch {
-        now: AtomicUsize::new(0),
-        most: AtomicUsize::new(0),
-        started: AtomicUsize::new(0),
-        leader: std::sync::Mutex::new(None),
-    });
+    let watch = Arc::new(Watch::default());
     let mut c = Candidates {
         watch,
         pools: Vec::new(),
@@ -491,6 +487,16 @@ impl dbworker::JobHandler for Pong {
     }
 }
 
+/// A client's options in a cluster of fast nodes holding `lease`.
+fn clustered(lease: Duration) -> dbworker::ClientOptions {
+    let mut cluster = dbworker::ClusterOptions::default();
+    cluster.node = fast_nodes(&[], 0);
+    cluster.lease = lease;
+    let mut options = dbworker::ClientOptions::default();
+    options.cluster = Some(cluster);
+    options
+}
+
 /// The registry's database with a typed `jobs` table, as a client takes it.
 async fn typed_set_up() -> (Db, JobTable) {
     let db = set_up().await;
@@ -510,17 +516,8 @@ async fn typed_set_up() -> (Db, JobTable) {
 async fn clients_in_a_cluster_run_the_singletons_on_their_leader_only() {
     let _shared = TIMED.read().await;
     let (db, table) = typed_set_up().await;
-    let watch = Arc::new(Watch {
-        now: AtomicUsize::new(0),
-        most: AtomicUsize::new(0),
-        started: AtomicUsize::new(0),
-        leader: std::sync::Mutex::new(None),
-    });
-    let mut options = dbworker::ClientOptions::default();
-    let mut cluster = dbworker::ClusterOptions::default();
-    cluster.node = fast_nodes(&[], 0);
-    cluster.lease = Duration::from_millis(300);
-    options.cluster = Some(cluster);
+    let watch = Arc::new(Watch::default());
+    let mut options = clustered(Duration::from_millis(300));
     options.purge = Some(dbworker::maintenance::PurgeOptions::default());
     let mut clients = Vec::new();
     for name in ["a", "b"] {
@@ -614,19 +611,10 @@ impl dbworker::Service for PanicsFirst {
 async fn a_panicking_singleton_is_run_again_and_stops_no_other() {
     let _shared = TIMED.read().await;
     let (db, table) = typed_set_up().await;
-    let watch = Arc::new(Watch {
-        now: AtomicUsize::new(0),
-        most: AtomicUsize::new(0),
-        started: AtomicUsize::new(0),
-        leader: std::sync::Mutex::new(None),
-    });
+    let watch = Arc::new(Watch::default());
     let runs = Arc::new(AtomicUsize::new(0));
-    let mut options = dbworker::ClientOptions::default();
-    let mut cluster = dbworker::ClusterOptions::default();
-    cluster.node = fast_nodes(&[], 0);
-    // Long: no new term restarts the services meanwhile.
-    cluster.lease = Duration::from_secs(30);
-    options.cluster = Some(cluster);
+    // A long lease: no new term restarts the services meanwhile.
+    let options = clustered(Duration::from_secs(30));
     let client = dbworker::Client::builder(&db.pool, &table)
         .handler(Pong)
         .leader_service(Singleton {
