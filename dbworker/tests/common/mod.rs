@@ -282,6 +282,35 @@ impl Db {
             .unwrap()
     }
 
+    /// Waits (20 s at most, then fails listing every session) until a
+    /// session of this database whose query is `LIKE query` waits for a lock.
+    pub async fn await_lock_wait(&self, query: &str, what: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+                 AND wait_event_type = 'Lock' AND query LIKE $1)",
+            )
+            .bind(query)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap();
+            if waiting {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                let seen: Vec<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+                    "SELECT state, wait_event_type, query FROM pg_stat_activity WHERE datname = current_database()",
+                )
+                .fetch_all(&self.pool)
+                .await
+                .unwrap();
+                panic!("{what}: {seen:#?}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Makes every processing job look stalled.
     pub async fn age_heartbeats(&self) {
         sqlx::query("UPDATE jobs SET last_heartbeat_at = now() - interval '1 hour' WHERE state = 'processing'")

@@ -276,24 +276,11 @@ async fn a_partition_creation_that_cannot_get_the_tables_lock_in_time_waits_for_
         let purger = purger.clone();
         tokio::spawn(async move { purger.purge_once().await })
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
-             AND wait_event_type = 'Lock' AND query LIKE '%jobs_create_partitions%')",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if waiting {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the purger never tried to create"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.await_lock_wait(
+        "%jobs_create_partitions%",
+        "the purger never tried to create",
+    )
+    .await;
     // An enqueue queued behind the waiting CREATE goes once it gives up.
     tokio::time::timeout(Duration::from_secs(10), db.enqueue(1, json!({})))
         .await
@@ -364,24 +351,11 @@ async fn a_job_retried_while_its_partition_is_being_detached_is_never_dropped() 
     let purger = Purger::new(&db.pool, &jobs(&db).await, o).await.unwrap();
     let purge = tokio::spawn(async move { purger.purge_once().await });
     // The detach waits for the retry's lock on the table...
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
-             AND wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE%DETACH PARTITION%')",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if waiting {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the purger never tried to detach"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.await_lock_wait(
+        "ALTER TABLE%DETACH PARTITION%",
+        "the purger never tried to detach",
+    )
+    .await;
     // ...and once the retry commits, its re-count finds a live job: no drop.
     retry.commit().await.unwrap();
     let purged = purge.await.unwrap().unwrap();

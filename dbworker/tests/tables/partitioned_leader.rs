@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dbworker::Error;
 use dbworker::cluster::{DEFAULT_LEADER_TABLE, LeaderElection, LeaderOptions, Leadership};
@@ -89,29 +89,8 @@ async fn a_deposed_leader_neither_drops_nor_creates_partitions() {
         let (purger, a) = (purger.clone(), a.clone());
         tokio::spawn(async move { purger.purge_once_as_leader(&a).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
-             AND wait_event_type = 'Lock' AND query LIKE '%dbworker_own%')",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if waiting {
-            break;
-        }
-        if Instant::now() > deadline {
-            let seen: Vec<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
-                "SELECT state, wait_event_type, query FROM pg_stat_activity WHERE datname = current_database()",
-            )
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
-            panic!("the pass never listed the partitions: {seen:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.await_lock_wait("%dbworker_own%", "the pass never listed the partitions")
+        .await;
     // ...while node B takes over in a newer term.
     stop_a.cancel();
     run_a.await.unwrap();
